@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: MIT */
+/* One connection to mrd, shared by libmrd and mrctl: connect, Hello, blocking calls. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "macro.h"
+#include "wire.h"
+
+#define MRD_DEFAULT_SOCKET_PATH "/run/mrd/mrd.sock"
+#define CONN_TIMEOUT_MS 30000
+
+struct conn {
+	int fd;
+	uint64_t next_id;
+	uint32_t version;
+	uint64_t capabilities;
+	bool admin;
+	char server_version[64];
+	uint8_t *buf; /* one reply at a time */
+	size_t buf_size;
+	char path[108];
+};
+
+/* The socket path a client uses: path, else $MRD_SOCKET, else the default. */
+const char *conn_socket_path(const char *path);
+
+/* Connects and negotiates. On failure *ret is untouched and, when error is not NULL, a
+ * human-readable reason is written there (the daemon's own words when it refused). */
+int conn_open(const char *path, const char *client_name, uint64_t capabilities, struct conn **ret,
+	      char *error, size_t error_size);
+struct conn *conn_free(struct conn *c);
+DEFINE_CLEANUP(struct conn, conn_free)
+
+/* Sends req (its id is assigned here) and waits for the matching response. Returns 0 with
+ * *ret (free with mrd__response__free_unpacked) even when the daemon answered an error, or a
+ * transport error as -errno. */
+int conn_call(struct conn *c, Mrd__Request *req, Mrd__Response **ret);
+
+/* The daemon's status converted to -errno, 0 on success. */
+static inline int response_error(const Mrd__Response *resp)
+{
+	return resp->status > 0 ? -resp->status : 0;
+}

@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "connection.h"
+#include "log.h"
+#include "mrd/mrd.h"
+
+#define MRD_EXPORT __attribute__((visibility("default")))
+
+struct mrd_client {
+	struct conn *conn;
+	pthread_mutex_t lock; /* one call on the socket at a time */
+};
+
+/* libmrd is silent unless MRD_LOG_LEVEL asks, as libibverbs is with VERBS_LOG_LEVEL. */
+static void libmrd_log_init(void)
+{
+	int level = log_level_from_string(getenv("MRD_LOG_LEVEL"));
+
+	log_set_ident("libmrd");
+	log_set_level(level < 0 ? LOG_LEVEL_SILENT : (enum log_level)level);
+}
+
+static void log_init_once(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&once, libmrd_log_init);
+}
+
+MRD_EXPORT int mrd_client_connect(const char *path, mrd_client **ret)
+{
+	char error[256] = "";
+	mrd_client *client;
+	int r;
+
+	log_init_once();
+	if (!ret)
+		return -EINVAL;
+	client = calloc(1, sizeof(*client));
+	if (!client)
+		return -ENOMEM;
+	r = conn_open(path, program_invocation_short_name, MRD_CAPS_SERVED, &client->conn, error,
+		      sizeof(error));
+	if (r < 0) {
+		log_debug("%s", error);
+		free(client);
+		return r;
+	}
+	pthread_mutex_init(&client->lock, NULL);
+	*ret = client;
+	return 0;
+}
+
+MRD_EXPORT mrd_client *mrd_client_close(mrd_client *client)
+{
+	if (!client)
+		return NULL;
+	conn_free(client->conn);
+	pthread_mutex_destroy(&client->lock);
+	free(client);
+	return NULL;
+}
+
+/* One request/response under the handle's lock; daemon errors become -errno. */
+static int client_call(mrd_client *client, Mrd__Request *req, Mrd__Response **ret)
+{
+	Mrd__Response *resp = NULL;
+	int r;
+
+	pthread_mutex_lock(&client->lock);
+	r = conn_call(client->conn, req, &resp);
+	pthread_mutex_unlock(&client->lock);
+	if (r < 0)
+		return r;
+	r = response_error(resp);
+	if (r < 0) {
+		log_debug("request failed: %s", resp->message ? resp->message : "");
+		mrd__response__free_unpacked(resp, NULL);
+		return r;
+	}
+	*ret = resp;
+	return 0;
+}
+
+MRD_EXPORT int mrd_client_ping(mrd_client *client)
+{
+	static const uint8_t payload[8] = "mrd-ping";
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
+	Mrd__Response *resp;
+	int r;
+
+	if (!client)
+		return -EINVAL;
+	ping.payload.data = (uint8_t *)payload;
+	ping.payload.len = sizeof(payload);
+	req.body_case = MRD__REQUEST__BODY_PING;
+	req.ping = &ping;
+	r = client_call(client, &req, &resp);
+	if (r < 0)
+		return r;
+	if (resp->body_case != MRD__RESPONSE__BODY_PING || resp->ping->payload.len != sizeof(payload) ||
+	    memcmp(resp->ping->payload.data, payload, sizeof(payload)) != 0)
+		r = -EBADMSG;
+	mrd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
+MRD_EXPORT int mrd_client_protocol_version(const mrd_client *client)
+{
+	return client ? (int)client->conn->version : -EINVAL;
+}
+
+MRD_EXPORT const char *mrd_client_server_version(const mrd_client *client)
+{
+	return client ? client->conn->server_version : NULL;
+}
+
+MRD_EXPORT const char *mrd_version(void)
+{
+	return PACKAGE_VERSION;
+}

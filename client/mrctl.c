@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "connection.h"
+#include "macro.h"
+
+static const char *arg_socket;
+static bool arg_json;
+
+static void help(void)
+{
+	printf("Usage: mrctl [OPTION]... COMMAND\n"
+	       "Show and control mrd, the memory-registration daemon.\n\n"
+	       "Commands:\n"
+	       "  status              daemon version, uptime, provider and client count\n\n"
+	       "Options:\n"
+	       "  -s, --socket PATH   talk to mrd at PATH (default: $MRD_SOCKET, else %s)\n"
+	       "  -j, --json          print JSON instead of text\n"
+	       "  -h, --help          show this help\n"
+	       "  -V, --version       show the version\n\n"
+	       "Admin commands need root or mrd's admin group. See mrctl(8).\n",
+	       MRD_DEFAULT_SOCKET_PATH);
+}
+
+/* JSON string body: mrd's strings are printable already, but quote defensively. */
+static void print_json_string(const char *s)
+{
+	putchar('"');
+	for (; s && *s; s++) {
+		if (*s == '"' || *s == '\\')
+			printf("\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			printf("\\u%04x", (unsigned)(unsigned char)*s);
+		else
+			putchar(*s);
+	}
+	putchar('"');
+}
+
+static void print_status(const Mrd__StatusResponse *s)
+{
+	if (arg_json) {
+		printf("{\"version\":");
+		print_json_string(s->server_version);
+		printf(",\"pid\":%" PRIu32 ",\"uptime_usec\":%" PRIu64 ",\"provider\":", s->pid,
+		       s->uptime_usec);
+		print_json_string(s->provider);
+		printf(",\"clients\":%" PRIu32 ",\"max_clients\":%" PRIu32 ",\"requests\":%" PRIu64
+		       ",\"protocol_errors\":%" PRIu64 ",\"clients_dropped\":%" PRIu64 "}\n",
+		       s->clients, s->max_clients, s->requests, s->protocol_errors,
+		       s->clients_dropped);
+		return;
+	}
+	printf("version:          %s\n"
+	       "pid:              %" PRIu32 "\n"
+	       "uptime:           %.1f s\n"
+	       "provider:         %s\n"
+	       "clients:          %" PRIu32 " of %" PRIu32 "\n"
+	       "requests:         %" PRIu64 "\n"
+	       "protocol errors:  %" PRIu64 "\n"
+	       "clients dropped:  %" PRIu64 "\n",
+	       s->server_version, s->pid, (double)s->uptime_usec / 1e6, s->provider, s->clients,
+	       s->max_clients, s->requests, s->protocol_errors, s->clients_dropped);
+}
+
+static int cmd_status(struct conn *c)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__StatusRequest status = MRD__STATUS_REQUEST__INIT;
+	Mrd__Response *resp;
+	int r;
+
+	req.body_case = MRD__REQUEST__BODY_STATUS;
+	req.status = &status;
+	r = conn_call(c, &req, &resp);
+	if (r < 0) {
+		fprintf(stderr, "mrctl: status: %s\n", strerror(-r));
+		return r;
+	}
+	r = response_error(resp);
+	if (r < 0)
+		fprintf(stderr, "mrctl: status: %s\n",
+			resp->message && *resp->message ? resp->message : strerror(-r));
+	else if (resp->body_case != MRD__RESPONSE__BODY_STATUS_REPLY) {
+		fprintf(stderr, "mrctl: status: malformed reply\n");
+		r = -EBADMSG;
+	} else
+		print_status(resp->status_reply);
+	mrd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
+static const struct {
+	const char *name;
+	int (*run)(struct conn *c);
+} commands[] = {
+	{ "status", cmd_status },
+};
+
+int main(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{}
+	};
+	_cleanup_(conn_freep) struct conn *c = NULL;
+	char error[256];
+	int opt, r;
+
+	while ((opt = getopt_long(argc, argv, "s:jhV", options, NULL)) >= 0) {
+		switch (opt) {
+		case 's':
+			arg_socket = optarg;
+			break;
+		case 'j':
+			arg_json = true;
+			break;
+		case 'h':
+			help();
+			return EXIT_SUCCESS;
+		case 'V':
+			printf("mrctl %s\n", PACKAGE_VERSION);
+			return EXIT_SUCCESS;
+		default:
+			fprintf(stderr, "Try 'mrctl --help'.\n");
+			return 2;
+		}
+	}
+	if (optind + 1 != argc) {
+		fprintf(stderr, "mrctl: expected one command; try 'mrctl --help'\n");
+		return 2;
+	}
+
+	for (size_t i = 0; i < ELEMENTSOF(commands); i++) {
+		if (strcmp(argv[optind], commands[i].name) != 0)
+			continue;
+		r = conn_open(arg_socket, "mrctl", MRD_CAPS_SERVED, &c, error, sizeof(error));
+		if (r < 0) {
+			fprintf(stderr, "mrctl: %s\n", error);
+			return EXIT_FAILURE;
+		}
+		return commands[i].run(c) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+	}
+	fprintf(stderr, "mrctl: unknown command '%s'; try 'mrctl --help'\n", argv[optind]);
+	return 2;
+}

@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <event2/event.h>
+
+#include "client.h"
+#include "dispatch.h"
+#include "log.h"
+#include "manager.h"
+#include "wire.h"
+
+/* Packets handled per wake-up, so one chatty client cannot starve the others. */
+#define CLIENT_READ_BUDGET 32
+
+static void out_frame_free(struct out_frame *f)
+{
+	for (size_t i = 0; i < f->n_fds; i++)
+		safe_close(f->fds[i]);
+	free(f);
+}
+
+static void client_set_reading(struct client *c, bool on)
+{
+	if (c->reading == on)
+		return;
+	if (on)
+		event_add(c->read_event, NULL);
+	else
+		event_del(c->read_event);
+	c->reading = on;
+}
+
+static void client_on_read(evutil_socket_t fd, short what, void *userdata)
+{
+	struct client *c = userdata;
+	struct manager *m = c->manager;
+
+	for (unsigned i = 0; i < CLIENT_READ_BUDGET && c->reading; i++) {
+		struct wire_packet pkt;
+		int r;
+
+		r = wire_recv(c->fd, m->recv_buf, m->recv_buf_size, &pkt, MSG_DONTWAIT);
+		if (r == -EAGAIN)
+			return;
+		if (r == 0) {
+			log_debug("client %" PRIu64 " (pid %d) disconnected", c->id, (int)c->pid);
+			client_free(c);
+			return;
+		}
+		if (r < 0) {
+			log_debug_errno(r, "client %" PRIu64 " (pid %d): receive failed: %m", c->id,
+					(int)c->pid);
+			client_free(c);
+			return;
+		}
+		if (dispatch_packet(c, &pkt) < 0)
+			return; /* dropped and freed */
+	}
+}
+
+static int client_flush(struct client *c)
+{
+	struct out_frame *f;
+
+	while ((f = STAILQ_FIRST(&c->out))) {
+		int r = wire_send_raw(c->fd, f->data, f->len, f->fds, f->n_fds, MSG_DONTWAIT);
+		if (r == -EAGAIN)
+			return 0;
+		STAILQ_REMOVE_HEAD(&c->out, link);
+		c->n_out--;
+		out_frame_free(f);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static void client_on_write(evutil_socket_t fd, short what, void *userdata)
+{
+	struct client *c = userdata;
+	int r;
+
+	r = client_flush(c);
+	if (r < 0) {
+		/* The peer went away; the read side sees the hang-up and frees the client. */
+		log_debug_errno(r, "client %" PRIu64 ": send failed: %m", c->id);
+		client_set_reading(c, true);
+	}
+	if (STAILQ_EMPTY(&c->out))
+		event_del(c->write_event);
+	if (c->n_out < c->manager->config.max_inflight)
+		client_set_reading(c, true);
+}
+
+int client_send_frame(struct client *c, const uint8_t *data, size_t len, const int *fds,
+		      size_t n_fds)
+{
+	struct out_frame *f;
+	int r;
+
+	if (STAILQ_EMPTY(&c->out)) {
+		r = wire_send_raw(c->fd, data, len, fds, n_fds, MSG_DONTWAIT);
+		if (r != -EAGAIN)
+			return r;
+	}
+
+	f = malloc(sizeof(*f) + len);
+	if (!f)
+		return -ENOMEM;
+	f->len = len;
+	f->n_fds = 0;
+	memcpy(f->data, data, len);
+	for (size_t i = 0; i < n_fds; i++) {
+		f->fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+		if (f->fds[i] < 0) {
+			r = negative_errno();
+			out_frame_free(f);
+			return r;
+		}
+		f->n_fds++;
+	}
+	STAILQ_INSERT_TAIL(&c->out, f, link);
+	c->n_out++;
+	event_add(c->write_event, NULL);
+	if (c->n_out >= c->manager->config.max_inflight)
+		client_set_reading(c, false);
+	return 0;
+}
+
+int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool admin,
+	       struct client **ret)
+{
+	_cleanup_(client_freep) struct client *c = NULL;
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->fd = -1;
+	STAILQ_INIT(&c->out);
+	c->manager = m;
+	c->id = ++m->next_client_id;
+	c->pid = pid;
+	c->uid = uid;
+	c->gid = gid;
+	c->admin = admin;
+	LIST_INSERT_HEAD(&m->clients, c, link);
+	m->n_clients++;
+
+	c->read_event = event_new(m->base, fd, EV_READ | EV_PERSIST, client_on_read, c);
+	c->write_event = event_new(m->base, fd, EV_WRITE | EV_PERSIST, client_on_write, c);
+	if (!c->read_event || !c->write_event)
+		return -ENOMEM;
+	if (event_add(c->read_event, NULL) < 0)
+		return -EIO;
+	c->reading = true;
+	c->fd = fd;
+
+	*ret = TAKE_PTR(c);
+	return 0;
+}
+
+struct client *client_free(struct client *c)
+{
+	struct out_frame *f;
+
+	if (!c)
+		return NULL;
+	while ((f = STAILQ_FIRST(&c->out))) {
+		STAILQ_REMOVE_HEAD(&c->out, link);
+		out_frame_free(f);
+	}
+	if (c->read_event)
+		event_free(c->read_event);
+	if (c->write_event)
+		event_free(c->write_event);
+	safe_close(c->fd);
+	if (c->manager) {
+		LIST_REMOVE(c, link);
+		c->manager->n_clients--;
+	}
+	free(c);
+	return NULL;
+}
+
+void client_drop(struct client *c, const char *reason)
+{
+	log_warning("dropping client %" PRIu64 " (pid %d, uid %u, \"%s\"): %s", c->id, (int)c->pid,
+		    (unsigned)c->uid, c->name, reason);
+	c->manager->n_clients_dropped++;
+	client_free(c);
+}

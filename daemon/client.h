@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/types.h>
+
+#include "macro.h"
+#include "wire.h"
+
+struct manager;
+struct event;
+
+struct out_frame {
+	STAILQ_ENTRY(out_frame) link;
+	int fds[WIRE_FDS_MAX]; /* owned dups, sent with the frame */
+	size_t n_fds;
+	size_t len;
+	uint8_t data[];
+};
+
+/* One connection. Identity comes from SO_PEERCRED and never changes. */
+struct client {
+	struct manager *manager;
+	LIST_ENTRY(client) link;
+	uint64_t id;
+
+	int fd;
+	struct event *read_event, *write_event;
+	bool reading;
+
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	bool admin;
+
+	bool hello_done;
+	uint32_t version;
+	char name[65];
+
+	unsigned protocol_errors;
+	/* Replies not yet taken by the client: bounded by limits.requests_in_flight. */
+	STAILQ_HEAD(, out_frame) out;
+	unsigned n_out;
+};
+
+/* Takes fd on success. */
+int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool admin,
+	       struct client **ret);
+struct client *client_free(struct client *c);
+DEFINE_CLEANUP(struct client, client_free)
+
+/* Sends one packed reply with n_fds descriptors (not consumed), or queues it while the client
+ * is not reading; queueing the requests_in_flight-th reply pauses reading from the client. */
+int client_send_frame(struct client *c, const uint8_t *data, size_t len, const int *fds,
+		      size_t n_fds);
+
+/* Drops a misbehaving client: one warning naming pid, uid and reason, then frees it. */
+void client_drop(struct client *c, const char *reason);

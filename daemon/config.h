@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "log.h"
+
+#define MRD_DEFAULT_SOCKET "/run/mrd/mrd.sock"
+
+/* Every value mrd reads from mrd.conf and its command line; see mrd.conf(5). */
+struct config {
+	char *socket_path;
+	char *provider;   /* "auto", "soft" or "verbs" */
+	char *device;     /* NULL: the first device */
+	char *admin_group;
+	gid_t admin_gid;  /* resolved from admin_group; valid when admin_group is set */
+	enum log_level log_level;
+
+	unsigned max_clients;
+	unsigned max_inflight;         /* replies queued per client before mrd stops reading it */
+	unsigned max_frame;            /* bytes per request packet */
+	unsigned max_fds;              /* descriptors per request packet */
+	unsigned max_protocol_errors;  /* malformed frames before a client is dropped */
+};
+
+void config_init(struct config *c);
+void config_done(struct config *c);
+
+/* Reads an INI file into c. A missing file is -ENOENT; a bad line is -EINVAL after one log
+ * line naming file:line. */
+int config_load_file(struct config *c, const char *path);
+
+/* Sets one key of section [section]; -ENOENT unknown key, -EINVAL bad value, -ERANGE out of
+ * bounds. Shared by the file parser and tests. */
+int config_set(struct config *c, const char *section, const char *key, const char *value);
+
+/* Resolves names (admin group) and checks cross-key rules; logs what is wrong. */
+int config_finish(struct config *c);

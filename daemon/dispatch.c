@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "client.h"
+#include "dispatch.h"
+#include "log.h"
+#include "manager.h"
+
+static const struct request_type request_types[] = {
+	[MRD__REQUEST__BODY_HELLO] = { "Hello", request_hello, .before_hello = true },
+	[MRD__REQUEST__BODY_PING] = { "Ping", request_ping },
+	[MRD__REQUEST__BODY_STATUS] = { "Status", request_status, .admin = true },
+};
+
+const struct request_type *request_type_lookup(int body_case)
+{
+	if (body_case <= 0 || (size_t)body_case >= ELEMENTSOF(request_types))
+		return NULL;
+	if (!request_types[body_case].handler)
+		return NULL;
+	return &request_types[body_case];
+}
+
+void reply_set_message(struct reply *r, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(r->message, sizeof(r->message), fmt, ap);
+	va_end(ap);
+}
+
+static void reply_init(struct reply *r, uint64_t id)
+{
+	memset(r, 0, sizeof(*r));
+	mrd__response__init(&r->resp);
+	r->resp.id = id;
+}
+
+/* Packs and sends r; error (negative errno or 0) becomes the status. */
+static void reply_send(struct client *c, struct reply *r, int error)
+{
+	_cleanup_free_ uint8_t *buf = NULL;
+	size_t len;
+	int k;
+
+	if (error < 0) {
+		/* An error reply carries no body, only status and reason. */
+		r->resp.body_case = MRD__RESPONSE__BODY__NOT_SET;
+		r->resp.status = -error;
+		if (!r->message[0])
+			snprintf(r->message, sizeof(r->message), "%s", strerror(-error));
+		r->n_fds = 0;
+	}
+	r->resp.message = r->message;
+
+	k = wire_pack(&r->resp.base, WIRE_FRAME_MAX, &buf, &len);
+	if (k >= 0)
+		k = client_send_frame(c, buf, len, r->fds, r->n_fds);
+	if (k < 0)
+		log_debug_errno(k, "client %" PRIu64 ": cannot send reply: %m", c->id);
+}
+
+/* A frame that breaks the protocol: answer it, count it, and drop the client that keeps on. */
+static int protocol_error(struct client *c, struct reply *r, int error)
+{
+	struct manager *m = c->manager;
+	char reason[sizeof(r->message) + 64];
+
+	m->n_protocol_errors++;
+	c->protocol_errors++;
+	log_debug("client %" PRIu64 " (pid %d, uid %u): %s", c->id, (int)c->pid, (unsigned)c->uid,
+		  r->message);
+	if (c->protocol_errors > m->config.max_protocol_errors) {
+		snprintf(reason, sizeof(reason), "%u malformed requests, last: %s", c->protocol_errors,
+			 r->message);
+		client_drop(c, reason);
+		return -ECONNRESET;
+	}
+	reply_send(c, r, error);
+	return 0;
+}
+
+int dispatch_packet(struct client *c, struct wire_packet *pkt)
+{
+	struct manager *m = c->manager;
+	const struct request_type *type;
+	Mrd__Request *req;
+	struct reply r;
+	int k;
+
+	reply_init(&r, 0);
+
+	/* Everything about the frame is checked before a byte of it is decoded. */
+	if (pkt->truncated || pkt->len > m->config.max_frame) {
+		wire_packet_close_fds(pkt);
+		reply_set_message(&r, "frame of %zu bytes exceeds the limit of %u", pkt->len,
+				  m->config.max_frame);
+		return protocol_error(c, &r, -EMSGSIZE);
+	}
+	if (pkt->fds_truncated || pkt->n_fds > m->config.max_fds) {
+		wire_packet_close_fds(pkt);
+		reply_set_message(&r, "too many file descriptors in one frame (limit %u)",
+				  m->config.max_fds);
+		return protocol_error(c, &r, -EBADMSG);
+	}
+
+	req = mrd__request__unpack(NULL, pkt->len, pkt->data);
+	if (!req) {
+		wire_packet_close_fds(pkt);
+		reply_set_message(&r, "undecodable frame of %zu bytes", pkt->len);
+		return protocol_error(c, &r, -EBADMSG);
+	}
+	r.resp.id = req->id;
+
+	type = request_type_lookup(req->body_case);
+	if (!type) {
+		reply_set_message(&r, "unknown request (body case %d)", (int)req->body_case);
+		k = protocol_error(c, &r, -EOPNOTSUPP);
+	} else if (pkt->n_fds != type->n_fds) {
+		reply_set_message(&r, "%s takes %u file descriptors, got %zu", type->name,
+				  type->n_fds, pkt->n_fds);
+		k = protocol_error(c, &r, -EBADMSG);
+	} else if (!type->before_hello && !c->hello_done) {
+		reply_set_message(&r, "%s before Hello", type->name);
+		k = protocol_error(c, &r, -EPROTO);
+	} else if (type->admin && !c->admin) {
+		/* Not a protocol error: a well-formed request this peer may not make. */
+		reply_set_message(&r, "%s needs root or the admin group", type->name);
+		reply_send(c, &r, -EPERM);
+		k = 0;
+	} else {
+		m->n_requests++;
+		reply_send(c, &r, type->handler(c, req, pkt, &r));
+		k = 0;
+	}
+
+	wire_packet_close_fds(pkt); /* handlers dup what they keep */
+	mrd__request__free_unpacked(req, NULL);
+	return k;
+}

@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "config.h"
+#include "detach.h"
+#include "log.h"
+#include "manager.h"
+
+#define DEFAULT_CONFIG_FILE SYSCONFDIR "/mrd/mrd.conf"
+
+static void help(void)
+{
+	printf("Usage: mrd [OPTION]...\n"
+	       "Memory-registration daemon for RDMA.\n\n"
+	       "  -c, --config FILE       read FILE instead of " DEFAULT_CONFIG_FILE "\n"
+	       "  -s, --socket PATH       listen on PATH (default " MRD_DEFAULT_SOCKET ")\n"
+	       "  -p, --provider NAME     auto, soft or verbs (default auto)\n"
+	       "  -d, --device NAME       RDMA device for the verbs provider\n"
+	       "  -l, --log-level LEVEL   err, warning, notice, info or debug\n"
+	       "  -f, --foreground        stay attached to the terminal\n"
+	       "  -h, --help              show this help\n"
+	       "  -V, --version           show the version\n\n"
+	       "See mrd(8) and mrd.conf(5).\n");
+}
+
+/* Command-line values, applied over the configuration file. */
+struct overrides {
+	const char *config_file;
+	bool config_explicit;
+	const char *socket, *provider, *device, *log_level;
+	bool foreground;
+};
+
+static int parse_argv(int argc, char **argv, struct overrides *o)
+{
+	static const struct option options[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "socket", required_argument, NULL, 's' },
+		{ "provider", required_argument, NULL, 'p' },
+		{ "device", required_argument, NULL, 'd' },
+		{ "log-level", required_argument, NULL, 'l' },
+		{ "foreground", no_argument, NULL, 'f' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{}
+	};
+	int c;
+
+	o->config_file = DEFAULT_CONFIG_FILE;
+	while ((c = getopt_long(argc, argv, "c:s:p:d:l:fhV", options, NULL)) >= 0) {
+		switch (c) {
+		case 'c':
+			o->config_file = optarg;
+			o->config_explicit = true;
+			break;
+		case 's':
+			o->socket = optarg;
+			break;
+		case 'p':
+			o->provider = optarg;
+			break;
+		case 'd':
+			o->device = optarg;
+			break;
+		case 'l':
+			o->log_level = optarg;
+			break;
+		case 'f':
+			o->foreground = true;
+			break;
+		case 'h':
+			help();
+			return 0;
+		case 'V':
+			printf("mrd %s\n", PACKAGE_VERSION);
+			return 0;
+		default:
+			return -EINVAL;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "mrd: unexpected argument '%s'\n", argv[optind]);
+		return -EINVAL;
+	}
+	return 1;
+}
+
+static int apply_override(struct config *cfg, const char *section, const char *key,
+			  const char *value, const char *option)
+{
+	int r;
+
+	if (!value)
+		return 0;
+	r = config_set(cfg, section, key, value);
+	if (r < 0)
+		return log_error_errno(r, "invalid value for %s: '%s'", option, value);
+	return 0;
+}
+
+static int load_config(const struct overrides *o, struct config *cfg)
+{
+	int r;
+
+	r = config_load_file(cfg, o->config_file);
+	if (r == -ENOENT && !o->config_explicit)
+		r = 0; /* no config file: defaults */
+	else if (r == -ENOENT || r == -EACCES)
+		return log_error_errno(r, "cannot read %s: %m", o->config_file);
+	if (r < 0)
+		return r;
+
+	if (apply_override(cfg, "mrd", "socket", o->socket, "--socket") < 0 ||
+	    apply_override(cfg, "mrd", "provider", o->provider, "--provider") < 0 ||
+	    apply_override(cfg, "mrd", "device", o->device, "--device") < 0 ||
+	    apply_override(cfg, "mrd", "log_level", o->log_level, "--log-level") < 0)
+		return -EINVAL;
+	return config_finish(cfg);
+}
+
+/* systemd runs us in the foreground: it tracks the main process itself. */
+static bool under_systemd(void)
+{
+	return getenv("NOTIFY_SOCKET") || getenv("LISTEN_FDS") || getenv("INVOCATION_ID");
+}
+
+int main(int argc, char **argv)
+{
+	_cleanup_(manager_freep) struct manager *m = NULL;
+	struct overrides o = {};
+	struct config cfg;
+	bool detach;
+	int r;
+
+	log_set_ident("mrd");
+	r = parse_argv(argc, argv, &o);
+	if (r <= 0)
+		return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+
+	config_init(&cfg);
+	r = load_config(&o, &cfg);
+	if (r < 0) {
+		config_done(&cfg);
+		return EXIT_FAILURE;
+	}
+	log_set_level(cfg.log_level);
+
+	detach = !o.foreground && !under_systemd();
+	if (detach && detach_begin() < 0) {
+		config_done(&cfg);
+		return log_error_errno(-errno, "fork: %m"), EXIT_FAILURE;
+	}
+
+	r = manager_new(&cfg, &m);
+	config_done(&cfg);
+	if (r < 0)
+		log_error_errno(r, "cannot start: %m");
+	else
+		r = manager_listen(m);
+	if (detach)
+		detach_finish(r);
+	if (r < 0)
+		return EXIT_FAILURE;
+
+	r = manager_run(m);
+	return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+}

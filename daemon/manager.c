@@ -1,0 +1,293 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <systemd/sd-daemon.h>
+
+#include "client.h"
+#include "dispatch.h"
+#include "log.h"
+#include "manager.h"
+#include "time-util.h"
+#include "wire.h"
+
+#define REFUSED_LOG_INTERVAL_USEC (5 * USEC_PER_SEC)
+
+static void manager_on_signal(evutil_socket_t sig, short what, void *userdata)
+{
+	struct manager *m = userdata;
+
+	log_info("received %s, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	event_base_loopbreak(m->base);
+}
+
+int manager_new(struct config *config, struct manager **ret)
+{
+	_cleanup_(manager_freep) struct manager *m = NULL;
+
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->listen_fd = -1;
+	LIST_INIT(&m->clients);
+	m->config = *config;
+	config_init(config);
+	m->start_usec = now_usec(CLOCK_MONOTONIC);
+
+	m->base = event_base_new();
+	if (!m->base)
+		return -ENOMEM;
+
+	/* One packet at a time, plus one byte so an oversized frame shows as truncated. */
+	m->recv_buf_size = m->config.max_frame + 1;
+	m->recv_buf = malloc(m->recv_buf_size);
+	if (!m->recv_buf)
+		return -ENOMEM;
+
+	m->sigterm_event = evsignal_new(m->base, SIGTERM, manager_on_signal, m);
+	m->sigint_event = evsignal_new(m->base, SIGINT, manager_on_signal, m);
+	if (!m->sigterm_event || !m->sigint_event)
+		return -ENOMEM;
+	if (evsignal_add(m->sigterm_event, NULL) < 0 || evsignal_add(m->sigint_event, NULL) < 0)
+		return -EIO;
+
+	*ret = TAKE_PTR(m);
+	return 0;
+}
+
+struct manager *manager_free(struct manager *m)
+{
+	if (!m)
+		return NULL;
+	while (!LIST_EMPTY(&m->clients))
+		client_free(LIST_FIRST(&m->clients));
+	if (m->listen_event)
+		event_free(m->listen_event);
+	if (m->accept_retry_event)
+		event_free(m->accept_retry_event);
+	safe_close(m->listen_fd);
+	if (m->bound_path) {
+		unlink(m->bound_path);
+		free(m->bound_path);
+	}
+	if (m->sigterm_event)
+		event_free(m->sigterm_event);
+	if (m->sigint_event)
+		event_free(m->sigint_event);
+	if (m->base)
+		event_base_free(m->base);
+	free(m->recv_buf);
+	config_done(&m->config);
+	free(m);
+	return NULL;
+}
+
+uint64_t manager_uptime_usec(const struct manager *m)
+{
+	return now_usec(CLOCK_MONOTONIC) - m->start_usec;
+}
+
+static bool peer_in_group(int fd, gid_t gid)
+{
+	gid_t groups[256];
+	socklen_t len = sizeof(groups);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+		return false;
+	for (size_t i = 0; i < len / sizeof(gid_t); i++)
+		if (groups[i] == gid)
+			return true;
+	return false;
+}
+
+/* Sends the one reply a refused connection gets, so its Hello fails with a reason. */
+static void send_refusal(int fd, int error, const char *message)
+{
+	Mrd__Response resp = MRD__RESPONSE__INIT;
+
+	resp.status = -error;
+	resp.message = (char *)message;
+	(void)wire_send(fd, &resp.base, WIRE_FRAME_MAX, NULL, 0, MSG_DONTWAIT);
+}
+
+int manager_add_client(struct manager *m, int fd, const struct ucred *cred, struct client **ret)
+{
+	bool admin;
+
+	if (m->n_clients >= m->config.max_clients)
+		return -EUSERS;
+	admin = cred->uid == 0 ||
+		(m->config.admin_group &&
+		 (cred->gid == m->config.admin_gid || peer_in_group(fd, m->config.admin_gid)));
+	return client_new(m, fd, cred->pid, cred->uid, cred->gid, admin, ret);
+}
+
+static void manager_on_accept_retry(evutil_socket_t fd, short what, void *userdata)
+{
+	struct manager *m = userdata;
+
+	event_add(m->listen_event, NULL);
+}
+
+static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
+{
+	struct manager *m = userdata;
+
+	for (;;) {
+		struct ucred cred;
+		socklen_t len = sizeof(cred);
+		struct client *c;
+		int fd, r;
+
+		fd = accept4(m->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE) {
+				/* Out of descriptors: stop accepting for a moment instead of spinning. */
+				struct timeval tv = { 0, 100 * 1000 };
+				log_warning_errno(-errno, "accept: %m; pausing the listener");
+				event_del(m->listen_event);
+				event_add(m->accept_retry_event, &tv);
+			} else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+				log_warning_errno(-errno, "accept: %m");
+			return;
+		}
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+			log_warning_errno(-errno, "SO_PEERCRED: %m");
+			safe_close(fd);
+			continue;
+		}
+		r = manager_add_client(m, fd, &cred, &c);
+		if (r == -EUSERS) {
+			uint64_t now = now_usec(CLOCK_MONOTONIC);
+
+			send_refusal(fd, r, "mrd serves too many clients; see limits.clients");
+			m->refused_since_log++;
+			if (now - m->refused_log_usec >= REFUSED_LOG_INTERVAL_USEC) {
+				log_warning("refused %u connection(s), last from pid %d uid %u: "
+					    "limit of %u clients reached",
+					    m->refused_since_log, (int)cred.pid, (unsigned)cred.uid,
+					    m->config.max_clients);
+				m->refused_log_usec = now;
+				m->refused_since_log = 0;
+			}
+		} else if (r < 0)
+			log_warning_errno(r, "cannot add client pid %d: %m", (int)cred.pid);
+		if (r < 0) {
+			safe_close(fd);
+			continue;
+		}
+		log_debug("client %" PRIu64 " connected: pid %d uid %u gid %u", c->id, (int)cred.pid,
+			  (unsigned)cred.uid, (unsigned)cred.gid);
+	}
+}
+
+/* Binds path, replacing a stale socket but never a live mrd's. */
+static int bind_socket(const char *path, int *ret_fd)
+{
+	_cleanup_close_ int fd = -1;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char *slash;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return log_error_errno(-ENAMETOOLONG, "socket path too long: %s", path);
+	strcpy(sa.sun_path, path);
+
+	/* Create the runtime directory (/run/mrd) if missing; its parent must exist. */
+	slash = strrchr(sa.sun_path, '/');
+	if (slash && slash != sa.sun_path) {
+		*slash = '\0';
+		if (mkdir(sa.sun_path, 0755) < 0 && errno != EEXIST)
+			return log_error_errno(-errno, "cannot create %s: %m", sa.sun_path);
+		*slash = '/';
+	}
+
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return log_error_errno(-errno, "socket: %m");
+
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		_cleanup_close_ int probe = -1;
+
+		if (errno != EADDRINUSE)
+			return log_error_errno(-errno, "cannot bind %s: %m", path);
+		probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		if (probe < 0)
+			return log_error_errno(-errno, "socket: %m");
+		if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			return log_error_errno(-EADDRINUSE, "another mrd is serving %s", path);
+		if (errno != ECONNREFUSED)
+			return log_error_errno(-errno, "%s exists and is not a socket we can replace: %m",
+					       path);
+		log_info("removing stale socket %s", path);
+		if (unlink(path) < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+			return log_error_errno(-errno, "cannot bind %s: %m", path);
+	}
+	/* Anyone may connect: identity comes from SO_PEERCRED, limits from quotas. */
+	if (chmod(path, 0666) < 0)
+		return log_error_errno(-errno, "chmod %s: %m", path);
+	if (listen(fd, SOMAXCONN) < 0)
+		return log_error_errno(-errno, "listen: %m");
+	*ret_fd = TAKE_FD(fd);
+	return 0;
+}
+
+int manager_listen(struct manager *m)
+{
+	int n, r;
+
+	n = sd_listen_fds(1);
+	if (n < 0)
+		return log_error_errno(n, "sd_listen_fds: %m");
+	if (n > 1)
+		return log_error_errno(-EINVAL, "systemd passed %d sockets; mrd takes exactly one", n);
+	if (n == 1) {
+		int fd = SD_LISTEN_FDS_START;
+
+		if (sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, NULL, 0) <= 0)
+			return log_error_errno(-EINVAL, "the socket from systemd is not a listening "
+							"AF_UNIX SOCK_SEQPACKET socket");
+		if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0 ||
+		    fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+			return log_error_errno(-errno, "fcntl: %m");
+		m->listen_fd = fd;
+		log_info("serving on the socket passed by systemd");
+	} else {
+		r = bind_socket(m->config.socket_path, &m->listen_fd);
+		if (r < 0)
+			return r;
+		m->bound_path = strdup(m->config.socket_path);
+		if (!m->bound_path)
+			return -ENOMEM;
+		log_info("serving on %s", m->config.socket_path);
+	}
+
+	m->listen_event = event_new(m->base, m->listen_fd, EV_READ | EV_PERSIST, manager_on_accept, m);
+	m->accept_retry_event = evtimer_new(m->base, manager_on_accept_retry, m);
+	if (!m->listen_event || !m->accept_retry_event)
+		return -ENOMEM;
+	if (event_add(m->listen_event, NULL) < 0)
+		return -EIO;
+	return 0;
+}
+
+int manager_run(struct manager *m)
+{
+	int r;
+
+	(void)sd_notifyf(0, "READY=1\nSTATUS=serving %u client slots\nMAINPID=%lu",
+			 m->config.max_clients, (unsigned long)getpid());
+	r = event_base_dispatch(m->base);
+	(void)sd_notify(0, "STOPPING=1");
+	if (r < 0)
+		return log_error_errno(-EIO, "event loop failed");
+	return 0;
+}

@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+
+#include "config.h"
+
+struct event_base;
+struct event;
+struct client;
+
+/* The daemon: owns the event loop, the configuration, the listening socket and every client. */
+struct manager {
+	struct config config;
+	struct event_base *base;
+	struct event *sigterm_event, *sigint_event;
+
+	int listen_fd;
+	struct event *listen_event;
+	struct event *accept_retry_event; /* re-arms the listener after EMFILE */
+	char *bound_path;                 /* unlinked on exit; NULL when systemd owns the socket */
+
+	LIST_HEAD(, client) clients;
+	unsigned n_clients;
+	uint64_t next_client_id;
+
+	uint8_t *recv_buf; /* one packet at a time: the loop is single-threaded */
+	size_t recv_buf_size;
+
+	uint64_t start_usec;
+	uint64_t refused_log_usec; /* rate limit for "too many clients" */
+	unsigned refused_since_log;
+
+	/* counters shown by Status */
+	uint64_t n_requests;
+	uint64_t n_protocol_errors;
+	uint64_t n_clients_dropped;
+};
+
+/* Takes ownership of *config (left re-initialised). */
+int manager_new(struct config *config, struct manager **ret);
+struct manager *manager_free(struct manager *m);
+DEFINE_CLEANUP(struct manager, manager_free)
+
+/* Takes the socket from systemd (LISTEN_FDS) or binds config.socket_path. */
+int manager_listen(struct manager *m);
+
+/* Serves until SIGTERM/SIGINT; tells systemd READY=1 and STOPPING=1. */
+int manager_run(struct manager *m);
+
+/* Adopts a connected socket with the given peer credentials (accept path and tests). */
+int manager_add_client(struct manager *m, int fd, const struct ucred *cred, struct client **ret);
+
+uint64_t manager_uptime_usec(const struct manager *m);

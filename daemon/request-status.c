@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: MIT */
+/* The admin family: Status. */
+#include <unistd.h>
+
+#include "client.h"
+#include "dispatch.h"
+#include "manager.h"
+
+int request_status(struct client *c, const Mrd__Request *req, const struct wire_packet *pkt,
+		   struct reply *r)
+{
+	const struct manager *m = c->manager;
+	Mrd__StatusResponse *s = &r->body.status;
+
+	mrd__status_response__init(s);
+	s->server_version = (char *)PACKAGE_VERSION;
+	s->uptime_usec = manager_uptime_usec(m);
+	s->provider = (char *)"none"; /* providers arrive with the provider ops table */
+	s->clients = m->n_clients;
+	s->max_clients = m->config.max_clients;
+	s->pid = (uint32_t)getpid();
+	s->requests = m->n_requests;
+	s->protocol_errors = m->n_protocol_errors;
+	s->clients_dropped = m->n_clients_dropped;
+	r->resp.body_case = MRD__RESPONSE__BODY_STATUS_REPLY;
+	r->resp.status_reply = s;
+	return 0;
+}

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libmrd: the client library of mrd, the memory-registration daemon for RDMA.
+ *
+ * Every function returns 0 (or a non-negative value) on success and a negative errno value on
+ * failure. Handles are opaque. Destructors accept NULL and return NULL. See libmrd(3).
+ */
+#ifndef MRD_MRD_H
+#define MRD_MRD_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where clients look for mrd when neither an argument nor $MRD_SOCKET names a socket. */
+#define MRD_SOCKET_DEFAULT "/run/mrd/mrd.sock"
+
+/* A connection to mrd. One handle may be shared by threads; calls on it are serialised. */
+typedef struct mrd_client mrd_client;
+
+/*
+ * Connects to mrd at path (NULL: $MRD_SOCKET, else MRD_SOCKET_DEFAULT) and negotiates the
+ * protocol version. On success *ret is a new handle; on failure *ret is untouched.
+ * Errors: -ENOENT or -ECONNREFUSED when mrd is not running, -EPROTONOSUPPORT when no protocol
+ * version is shared, -EUSERS when mrd serves its limit of clients, -ETIMEDOUT, -ENOMEM.
+ */
+int mrd_client_connect(const char *path, mrd_client **ret);
+
+/* Closes the connection and frees the handle. Returns NULL. */
+mrd_client *mrd_client_close(mrd_client *client);
+
+/* One round trip to mrd; the echoed payload is checked. -ECONNRESET when mrd went away. */
+int mrd_client_ping(mrd_client *client);
+
+/* The negotiated protocol version (positive), or -EINVAL for a NULL handle. */
+int mrd_client_protocol_version(const mrd_client *client);
+
+/* mrd's package version, e.g. "0.1.0"; valid while the handle lives. NULL for NULL. */
+const char *mrd_client_server_version(const mrd_client *client);
+
+/* libmrd's own package version. */
+const char *mrd_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
