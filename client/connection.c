@@ -20,7 +20,7 @@ const char *conn_socket_path(const char *path)
 	env = getenv("MRD_SOCKET");
 	if (env && *env)
 		return env;
-	return MRD_DEFAULT_SOCKET_PATH;
+	return MRD_SOCKET_DEFAULT;
 }
 
 struct conn *conn_free(struct conn *c)

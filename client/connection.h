@@ -6,9 +6,9 @@
 #include <stdint.h>
 
 #include "macro.h"
+#include "mrd/mrd.h" /* MRD_SOCKET_DEFAULT */
 #include "wire.h"
 
-#define MRD_DEFAULT_SOCKET_PATH "/run/mrd/mrd.sock"
 #define CONN_TIMEOUT_MS 30000
 
 struct conn {

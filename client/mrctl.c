@@ -25,7 +25,7 @@ static void help(void)
 	       "  -h, --help          show this help\n"
 	       "  -V, --version       show the version\n\n"
 	       "Admin commands need root or mrd's admin group. See mrctl(8).\n",
-	       MRD_DEFAULT_SOCKET_PATH);
+	       MRD_SOCKET_DEFAULT);
 }
 
 /* JSON string body: mrd's strings are printable already, but quote defensively. */

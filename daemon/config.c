@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "config.h"
 #include "macro.h"
@@ -119,12 +120,17 @@ int config_load_file(struct config *c, const char *path)
 	char section[64] = "";
 	size_t cap = 0;
 	unsigned lineno = 0;
+	struct stat st;
 	FILE *f;
 	int r = 0;
 
 	f = fopen(path, "re");
 	if (!f)
 		return negative_errno();
+	if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode)) {
+		fclose(f);
+		return log_error_errno(-EINVAL, "%s: not a regular file", path);
+	}
 
 	while (getline(&line, &cap, f) >= 0) {
 		char *s = strip(line), *eq;
@@ -159,13 +165,15 @@ int config_load_file(struct config *c, const char *path)
 			break;
 		}
 	}
+	if (r == 0 && ferror(f))
+		r = log_error_errno(-EIO, "%s: read error", path);
 	fclose(f);
 	return r;
 }
 
 int config_finish(struct config *c)
 {
-	if (!c->socket_path && set_string(&c->socket_path, MRD_DEFAULT_SOCKET) < 0)
+	if (!c->socket_path && set_string(&c->socket_path, MRD_SOCKET_DEFAULT) < 0)
 		return -ENOMEM;
 	if (!c->provider && set_string(&c->provider, "auto") < 0)
 		return -ENOMEM;

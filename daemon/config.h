@@ -5,8 +5,8 @@
 #include <sys/types.h>
 
 #include "log.h"
+#include "mrd/mrd.h" /* MRD_SOCKET_DEFAULT */
 
-#define MRD_DEFAULT_SOCKET "/run/mrd/mrd.sock"
 
 /* Every value mrd reads from mrd.conf and its command line; see mrd.conf(5). */
 struct config {

@@ -28,7 +28,7 @@ int detach_begin(void)
 	if (pid == 0) {
 		safe_close(pipefd[0]);
 		ready_fd = pipefd[1];
-		if (setsid() < 0)
+		if (setsid() < 0 || chdir("/") < 0)
 			return negative_errno();
 		return 0;
 	}

@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include "config.h"
 #include "detach.h"
@@ -17,7 +18,7 @@ static void help(void)
 	printf("Usage: mrd [OPTION]...\n"
 	       "Memory-registration daemon for RDMA.\n\n"
 	       "  -c, --config FILE       read FILE instead of " DEFAULT_CONFIG_FILE "\n"
-	       "  -s, --socket PATH       listen on PATH (default " MRD_DEFAULT_SOCKET ")\n"
+	       "  -s, --socket PATH       listen on PATH (default " MRD_SOCKET_DEFAULT ")\n"
 	       "  -p, --provider NAME     auto, soft or verbs (default auto)\n"
 	       "  -d, --device NAME       RDMA device for the verbs provider\n"
 	       "  -l, --log-level LEVEL   err, warning, notice, info or debug\n"
@@ -109,10 +110,10 @@ static int load_config(const struct overrides *o, struct config *cfg)
 	r = config_load_file(cfg, o->config_file);
 	if (r == -ENOENT && !o->config_explicit)
 		r = 0; /* no config file: defaults */
-	else if (r == -ENOENT || r == -EACCES)
+	else if (r < 0 && r != -EINVAL && r != -ERANGE && r != -EIO)
 		return log_error_errno(r, "cannot read %s: %m", o->config_file);
 	if (r < 0)
-		return r;
+		return r; /* config_load_file named the line */
 
 	if (apply_override(cfg, "mrd", "socket", o->socket, "--socket") < 0 ||
 	    apply_override(cfg, "mrd", "provider", o->provider, "--provider") < 0 ||
@@ -122,10 +123,28 @@ static int load_config(const struct overrides *o, struct config *cfg)
 	return config_finish(cfg);
 }
 
+/* Each client costs a descriptor (more once it registers memory): lift the soft limit to the
+ * hard one, and say so when even that cannot hold limits.clients. */
+static void raise_fd_limit(unsigned max_clients)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (rlim_t)max_clients + 64)
+		log_warning("open-file limit %llu is too low for limits.clients = %u; "
+			    "clients beyond it will be refused",
+			    (unsigned long long)rl.rlim_cur, max_clients);
+}
+
 /* systemd runs us in the foreground: it tracks the main process itself. */
 static bool under_systemd(void)
 {
-	return getenv("NOTIFY_SOCKET") || getenv("LISTEN_FDS") || getenv("INVOCATION_ID");
+	return getenv("NOTIFY_SOCKET") || getenv("LISTEN_FDS");
 }
 
 int main(int argc, char **argv)
@@ -148,6 +167,7 @@ int main(int argc, char **argv)
 		return EXIT_FAILURE;
 	}
 	log_set_level(cfg.log_level);
+	raise_fd_limit(cfg.max_clients);
 
 	detach = !o.foreground && !under_systemd();
 	if (detach && detach_begin() < 0) {

@@ -26,6 +26,10 @@ static void manager_on_signal(evutil_socket_t sig, short what, void *userdata)
 {
 	struct manager *m = userdata;
 
+	if (sig == SIGHUP) {
+		log_notice("SIGHUP: this mrd does not reload its configuration; restart it instead");
+		return;
+	}
 	log_info("received %s, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	event_base_loopbreak(m->base);
 }
@@ -55,9 +59,11 @@ int manager_new(struct config *config, struct manager **ret)
 
 	m->sigterm_event = evsignal_new(m->base, SIGTERM, manager_on_signal, m);
 	m->sigint_event = evsignal_new(m->base, SIGINT, manager_on_signal, m);
-	if (!m->sigterm_event || !m->sigint_event)
+	m->sighup_event = evsignal_new(m->base, SIGHUP, manager_on_signal, m);
+	if (!m->sigterm_event || !m->sigint_event || !m->sighup_event)
 		return -ENOMEM;
-	if (evsignal_add(m->sigterm_event, NULL) < 0 || evsignal_add(m->sigint_event, NULL) < 0)
+	if (evsignal_add(m->sigterm_event, NULL) < 0 || evsignal_add(m->sigint_event, NULL) < 0 ||
+	    evsignal_add(m->sighup_event, NULL) < 0)
 		return -EIO;
 
 	*ret = TAKE_PTR(m);
@@ -83,6 +89,8 @@ struct manager *manager_free(struct manager *m)
 		event_free(m->sigterm_event);
 	if (m->sigint_event)
 		event_free(m->sigint_event);
+	if (m->sighup_event)
+		event_free(m->sighup_event);
 	if (m->base)
 		event_base_free(m->base);
 	free(m->recv_buf);
@@ -98,11 +106,21 @@ uint64_t manager_uptime_usec(const struct manager *m)
 
 static bool peer_in_group(int fd, gid_t gid)
 {
-	gid_t groups[256];
-	socklen_t len = sizeof(groups);
+	_cleanup_free_ gid_t *groups = NULL;
+	socklen_t len = 64 * sizeof(gid_t);
 
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
-		return false;
+	/* The kernel reports the size it needs with ERANGE; a peer has at most NGROUPS_MAX. */
+	for (;;) {
+		gid_t *g = realloc(groups, len);
+
+		if (!g)
+			return false;
+		groups = g;
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
+			break;
+		if (errno != ERANGE)
+			return false;
+	}
 	for (size_t i = 0; i < len / sizeof(gid_t); i++)
 		if (groups[i] == gid)
 			return true;

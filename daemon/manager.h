@@ -16,7 +16,7 @@ struct client;
 struct manager {
 	struct config config;
 	struct event_base *base;
-	struct event *sigterm_event, *sigint_event;
+	struct event *sigterm_event, *sigint_event, *sighup_event;
 
 	int listen_fd;
 	struct event *listen_event;

@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: MIT */
+/* mrd.conf parsing: keys, bounds, errors that name the line. */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "wire.h"
+
+static char path[64];
+
+static void write_file(const char *text)
+{
+	FILE *f;
+	int fd;
+
+	snprintf(path, sizeof(path), "/tmp/mrd-conf.XXXXXX");
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	f = fdopen(fd, "w");
+	fputs(text, f);
+	fclose(f);
+}
+
+static void teardown(void)
+{
+	if (path[0])
+		unlink(path);
+	path[0] = '\0';
+}
+
+START_TEST(test_defaults)
+{
+	struct config c;
+
+	config_init(&c);
+	ck_assert_int_eq(config_finish(&c), 0);
+	ck_assert_str_eq(c.socket_path, MRD_SOCKET_DEFAULT);
+	ck_assert_str_eq(c.provider, "auto");
+	ck_assert_ptr_null(c.device);
+	ck_assert_ptr_null(c.admin_group);
+	ck_assert_uint_eq(c.max_frame, WIRE_FRAME_DEFAULT);
+	ck_assert_uint_eq(c.max_fds, 4);
+	ck_assert_uint_gt(c.max_clients, 0);
+	ck_assert_uint_gt(c.max_inflight, 0);
+	config_done(&c);
+}
+END_TEST
+
+START_TEST(test_full_file)
+{
+	struct config c;
+
+	write_file("# comment\n"
+		   "; another\n"
+		   "[mrd]\n"
+		   "socket = /tmp/x.sock\n"
+		   "  provider=soft  \n"
+		   "device = mlx5_0\n"
+		   "log_level = debug\n"
+		   "admin_group = 0\n"
+		   "\n"
+		   "[limits]\n"
+		   "clients = 7\n"
+		   "requests_in_flight = 9\n"
+		   "frame_bytes = 4096\n"
+		   "fds_per_message = 2\n"
+		   "protocol_errors = 0\n");
+	config_init(&c);
+	ck_assert_int_eq(config_load_file(&c, path), 0);
+	ck_assert_int_eq(config_finish(&c), 0);
+	ck_assert_str_eq(c.socket_path, "/tmp/x.sock");
+	ck_assert_str_eq(c.provider, "soft");
+	ck_assert_str_eq(c.device, "mlx5_0");
+	ck_assert_int_eq(c.log_level, LOG_LEVEL_DEBUG);
+	ck_assert_uint_eq(c.admin_gid, 0);
+	ck_assert_uint_eq(c.max_clients, 7);
+	ck_assert_uint_eq(c.max_inflight, 9);
+	ck_assert_uint_eq(c.max_frame, 4096);
+	ck_assert_uint_eq(c.max_fds, 2);
+	ck_assert_uint_eq(c.max_protocol_errors, 0);
+	config_done(&c);
+}
+END_TEST
+
+START_TEST(test_bad_files)
+{
+	static const char *const bad[] = {
+		"[mrd]\nsocket = relative.sock\n",
+		"[mrd]\nprovider = magic\n",
+		"[mrd]\nlog_level = loud\n",
+		"[mrd]\nno_such_key = 1\n",
+		"[nosection]\nclients = 1\n",
+		"clients = 1\n", /* key outside a section */
+		"[limits]\nclients = 0\n",
+		"[limits]\nclients = -1\n",
+		"[limits]\nclients = 12abc\n",
+		"[limits]\nframe_bytes = 100\n",
+		"[limits]\nframe_bytes = 99999999\n",
+		"[limits]\nfds_per_message = 17\n",
+		"[limits\n",
+		"[mrd]\njust words\n",
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct config c;
+		int r;
+
+		write_file(bad[i]);
+		config_init(&c);
+		r = config_load_file(&c, path);
+		ck_assert_msg(r == -EINVAL || r == -ERANGE, "accepted (%d): %s", r, bad[i]);
+		config_done(&c);
+		teardown();
+	}
+}
+END_TEST
+
+START_TEST(test_missing_file)
+{
+	struct config c;
+
+	config_init(&c);
+	ck_assert_int_eq(config_load_file(&c, "/nonexistent/mrd.conf"), -ENOENT);
+	config_done(&c);
+}
+END_TEST
+
+START_TEST(test_set_errors)
+{
+	struct config c;
+
+	config_init(&c);
+	ck_assert_int_eq(config_set(&c, "limits", "clients", "0"), -ERANGE);
+	ck_assert_int_eq(config_set(&c, "limits", "clients", "x"), -EINVAL);
+	ck_assert_int_eq(config_set(&c, "limits", "nope", "1"), -ENOENT);
+	ck_assert_int_eq(config_set(&c, "mrd", "device", ""), 0);
+	ck_assert_ptr_null(c.device); /* empty means "the first device" */
+	config_done(&c);
+}
+END_TEST
+
+START_TEST(test_admin_group_names)
+{
+	struct config c;
+
+	config_init(&c);
+	ck_assert_int_eq(config_set(&c, "mrd", "admin_group", "root"), 0);
+	ck_assert_int_eq(config_finish(&c), 0);
+	ck_assert_uint_eq(c.admin_gid, 0);
+	config_done(&c);
+
+	config_init(&c);
+	ck_assert_int_eq(config_set(&c, "mrd", "admin_group", "no-such-group-mrd"), 0);
+	ck_assert_int_eq(config_finish(&c), -ENOENT);
+	config_done(&c);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("config");
+	TCase *tc = tcase_create("parse");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_checked_fixture(tc, NULL, teardown);
+	tcase_add_test(tc, test_defaults);
+	tcase_add_test(tc, test_full_file);
+	tcase_add_test(tc, test_bad_files);
+	tcase_add_test(tc, test_missing_file);
+	tcase_add_test(tc, test_set_errors);
+	tcase_add_test(tc, test_admin_group_names);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

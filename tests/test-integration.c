@@ -1,0 +1,283 @@
+/* SPDX-License-Identifier: MIT */
+/* A real mrd on a private socket, driven through libmrd, mrctl and raw frames. */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <mrd/mrd.h>
+
+#include "test-util.h"
+
+static struct mrd_proc mrd;
+static char mrctl[512], out[16384];
+
+static void start(const char *config_text)
+{
+	int r = mrd_proc_start(&mrd, config_text, NULL);
+
+	ck_assert_msg(r == 0, "mrd did not start: %s", strerror(-r));
+	test_build_path("mrctl", mrctl, sizeof(mrctl));
+}
+
+static void setup(void) { start("[limits]\nclients = 8\nprotocol_errors = 4\n"); }
+
+static void teardown(void)
+{
+	if (mrd.pid > 0)
+		ck_assert_int_eq(mrd_proc_stop(&mrd), 0); /* clean exit on SIGTERM */
+}
+
+static int mrctl_run(uid_t uid, const char *a, const char *b)
+{
+	const char *argv[] = { mrctl, "--socket", mrd.socket, a, b, NULL };
+
+	return run_capture(argv, out, sizeof(out), uid);
+}
+
+START_TEST(test_libmrd_session)
+{
+	mrd_client *c = NULL;
+
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
+	ck_assert_int_eq(mrd_client_protocol_version(c), 1);
+	ck_assert_str_eq(mrd_client_server_version(c), PACKAGE_VERSION);
+	ck_assert_str_eq(mrd_version(), PACKAGE_VERSION);
+	for (int i = 0; i < 100; i++)
+		ck_assert_int_eq(mrd_client_ping(c), 0);
+	ck_assert_ptr_null(mrd_client_close(c));
+
+	/* NULL-safe, and the NULL handle is rejected, not dereferenced. */
+	ck_assert_ptr_null(mrd_client_close(NULL));
+	ck_assert_int_eq(mrd_client_ping(NULL), -EINVAL);
+	ck_assert_int_eq(mrd_client_protocol_version(NULL), -EINVAL);
+	ck_assert_ptr_null(mrd_client_server_version(NULL));
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, NULL), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_socket_from_environment)
+{
+	mrd_client *c = NULL;
+
+	setenv("MRD_SOCKET", mrd.socket, 1);
+	ck_assert_int_eq(mrd_client_connect(NULL, &c), 0);
+	ck_assert_int_eq(mrd_client_ping(c), 0);
+	mrd_client_close(c);
+	unsetenv("MRD_SOCKET");
+}
+END_TEST
+
+START_TEST(test_not_running)
+{
+	mrd_client *c = (mrd_client *)0x1;
+	const char *argv[] = { mrctl, "--socket", "/nonexistent/mrd.sock", "status", NULL };
+
+	ck_assert_int_eq(mrd_client_connect("/nonexistent/mrd.sock", &c), -ENOENT);
+	ck_assert_ptr_eq(c, (mrd_client *)0x1); /* untouched on failure */
+
+	ck_assert_int_eq(run_capture(argv, out, sizeof(out), (uid_t)-1), 1);
+	ck_assert_msg(strstr(out, "is mrd running?"), "mrctl said: %s", out);
+}
+END_TEST
+
+START_TEST(test_mrctl_status)
+{
+	ck_assert_int_eq(mrctl_run((uid_t)-1, "status", NULL), 0);
+	ck_assert_msg(strstr(out, "version:          " PACKAGE_VERSION), "%s", out);
+	ck_assert_msg(strstr(out, "provider:"), "%s", out);
+	ck_assert_msg(strstr(out, "clients:          1 of 8"), "%s", out);
+
+	ck_assert_int_eq(mrctl_run((uid_t)-1, "--json", "status"), 0);
+	ck_assert_msg(strstr(out, "\"version\":\"" PACKAGE_VERSION "\""), "%s", out);
+	ck_assert_msg(strstr(out, "\"clients\":1,"), "%s", out);
+	ck_assert_msg(out[0] == '{' && strstr(out, "}\n"), "not one JSON object: %s", out);
+}
+END_TEST
+
+START_TEST(test_mrctl_usage)
+{
+	const char *help[] = { mrctl, "--help", NULL };
+	const char *none[] = { mrctl, NULL };
+
+	ck_assert_int_eq(run_capture(help, out, sizeof(out), (uid_t)-1), 0);
+	ck_assert_ptr_nonnull(strstr(out, "status"));
+	ck_assert_int_eq(run_capture(none, out, sizeof(out), (uid_t)-1), 2);
+	ck_assert_int_eq(mrctl_run((uid_t)-1, "frobnicate", NULL), 2);
+	ck_assert_ptr_nonnull(strstr(out, "unknown command"));
+}
+END_TEST
+
+START_TEST(test_status_needs_admin)
+{
+	/* As root, drop to nobody; as a user, we are not admin anyway. */
+	uid_t uid = geteuid() == 0 ? 65534 : (uid_t)-1;
+
+	ck_assert_int_eq(mrctl_run(uid, "status", NULL), 1);
+	ck_assert_msg(strstr(out, "needs root or the admin group"), "mrctl said: %s", out);
+}
+END_TEST
+
+/* 1,000 malformed frames from one client: it is dropped, and another is served throughout. */
+START_TEST(test_flood_of_malformed_frames)
+{
+	static const uint8_t garbage[] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01 };
+	mrd_client *good = NULL;
+	int bad, sent = 0;
+
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &good), 0);
+	bad = raw_connect(mrd.socket);
+	ck_assert_int_ge(bad, 0);
+	for (int i = 0; i < 1000; i++) {
+		if (send(bad, garbage, sizeof(garbage), MSG_NOSIGNAL) < 0)
+			break; /* mrd hung up on us */
+		sent++;
+		if (i % 100 == 0)
+			ck_assert_int_eq(mrd_client_ping(good), 0);
+	}
+	ck_assert_int_gt(sent, 4);
+	/* The bad client sees the end of its connection. */
+	for (;;) {
+		char buf[512];
+		ssize_t n = recv(bad, buf, sizeof(buf), 0);
+		if (n <= 0)
+			break;
+	}
+	close(bad);
+	ck_assert_int_eq(mrd_client_ping(good), 0);
+	mrd_client_close(good);
+
+	ck_assert_int_eq(mrctl_run((uid_t)-1, "status", NULL), 0);
+	ck_assert_msg(strstr(out, "clients dropped:  1"), "%s", out);
+}
+END_TEST
+
+START_TEST(test_client_limit)
+{
+	mrd_client *c[8] = { NULL }, *extra = NULL;
+
+	for (int i = 0; i < 8; i++)
+		ck_assert_int_eq(mrd_client_connect(mrd.socket, &c[i]), 0);
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &extra), -EUSERS);
+	ck_assert_ptr_null(extra);
+	mrd_client_close(c[0]);
+	ck_assert_int_eq(mrd_client_ping(c[1]), 0); /* the round trip lets mrd see the close */
+	for (int tries = 0; tries < 100 && !extra; tries++)
+		if (mrd_client_connect(mrd.socket, &extra) < 0)
+			usleep(10000);
+	ck_assert_ptr_nonnull(extra);
+	mrd_client_close(extra);
+	for (int i = 1; i < 8; i++)
+		mrd_client_close(c[i]);
+}
+END_TEST
+
+START_TEST(test_second_daemon_refused)
+{
+	char mrd_bin[512];
+	const char *argv[] = { test_build_path("mrd", mrd_bin, sizeof(mrd_bin)), "--foreground",
+			       "--config", mrd.config, "--socket", mrd.socket, NULL };
+	mrd_client *c = NULL;
+
+	ck_assert_int_eq(run_capture(argv, out, sizeof(out), (uid_t)-1), 1);
+	ck_assert_msg(strstr(out, "another mrd is serving"), "%s", out);
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0); /* the first still serves */
+	mrd_client_close(c);
+}
+END_TEST
+
+START_TEST(test_stale_socket_detach_sigterm)
+{
+	char mrd_bin[512], pidbuf[32];
+	const char *argv[] = { test_build_path("mrd", mrd_bin, sizeof(mrd_bin)), "--config",
+			       mrd.config, "--socket", mrd.socket, NULL };
+	mrd_client *c = NULL;
+	struct stat st;
+	FILE *f;
+
+	/* SIGKILL leaves the socket file behind; the next mrd replaces it. */
+	kill(mrd.pid, SIGKILL);
+	waitpid(mrd.pid, NULL, 0);
+	mrd.pid = 0;
+	ck_assert_int_eq(stat(mrd.socket, &st), 0);
+
+	/* Without --foreground mrd detaches; its parent exits 0 once the child serves. */
+	ck_assert_int_eq(run_capture(argv, out, sizeof(out), (uid_t)-1), 0);
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
+	ck_assert_int_eq(mrd_client_ping(c), 0);
+	mrd_client_close(c);
+
+	ck_assert_int_eq(mrctl_run((uid_t)-1, "--json", "status"), 0);
+	f = fmemopen(out, strlen(out), "r");
+	ck_assert_int_eq(fscanf(f, "{\"version\":\"%*[^\"]\",\"pid\":%31[0-9]", pidbuf), 1);
+	fclose(f);
+	ck_assert_int_ne(atoi(pidbuf), getpid());
+
+	/* SIGTERM: a clean exit that removes the socket it bound. */
+	ck_assert_int_eq(kill(atoi(pidbuf), SIGTERM), 0);
+	for (int i = 0; i < 500 && stat(mrd.socket, &st) == 0; i++)
+		usleep(10000);
+	ck_assert_msg(stat(mrd.socket, &st) < 0, "socket not removed after SIGTERM");
+	mrd_proc_stop(&mrd); /* removes the directory */
+}
+END_TEST
+
+START_TEST(test_bad_config_refused)
+{
+	char mrd_bin[512];
+	const char *missing[] = { test_build_path("mrd", mrd_bin, sizeof(mrd_bin)), "--foreground",
+				  "--config", "/nonexistent/mrd.conf", NULL };
+	const char *bad_provider[] = { mrd_bin, "--foreground", "--provider", "magic", NULL };
+	const char *extra_arg[] = { mrd_bin, "--foreground", "stray", NULL };
+	const char *version[] = { mrd_bin, "--version", NULL };
+	struct mrd_proc bad;
+
+	ck_assert_int_eq(run_capture(missing, out, sizeof(out), (uid_t)-1), 1);
+	ck_assert_msg(strstr(out, "/nonexistent/mrd.conf"), "%s", out);
+	ck_assert_int_eq(run_capture(bad_provider, out, sizeof(out), (uid_t)-1), 1);
+	ck_assert_msg(strstr(out, "--provider"), "%s", out);
+	ck_assert_int_eq(run_capture(extra_arg, out, sizeof(out), (uid_t)-1), 1);
+	ck_assert_int_eq(run_capture(version, out, sizeof(out), (uid_t)-1), 0);
+	ck_assert_str_eq(out, "mrd " PACKAGE_VERSION "\n");
+
+	/* A bad line is named by file and line, and mrd does not start. */
+	ck_assert_int_eq(mrd_proc_start(&bad, "[limits]\n\nclients = lots\n", NULL), -ECHILD);
+	mrd_proc_stop(&bad);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("integration");
+	TCase *tc = tcase_create("mrd");
+	SRunner *sr;
+	int failed;
+
+	signal(SIGPIPE, SIG_IGN);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_libmrd_session);
+	tcase_add_test(tc, test_socket_from_environment);
+	tcase_add_test(tc, test_not_running);
+	tcase_add_test(tc, test_mrctl_status);
+	tcase_add_test(tc, test_mrctl_usage);
+	tcase_add_test(tc, test_status_needs_admin);
+	tcase_add_test(tc, test_flood_of_malformed_frames);
+	tcase_add_test(tc, test_client_limit);
+	tcase_add_test(tc, test_second_daemon_refused);
+	tcase_add_test(tc, test_stale_socket_detach_sigterm);
+	tcase_add_test(tc, test_bad_config_refused);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

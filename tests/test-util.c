@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <grp.h>
+#include <unistd.h>
+
+#include "macro.h"
+#include "test-util.h"
+
+#define READY_TIMEOUT_MS 60000 /* generous: mrd may run under valgrind */
+
+const char *test_build_path(const char *name, char *buf, size_t size)
+{
+	const char *dir = getenv("MRD_BUILDDIR");
+
+	snprintf(buf, size, "%s/%s", dir ? dir : ".", name);
+	return buf;
+}
+
+static int exit_status(int status)
+{
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	return 128 + WTERMSIG(status);
+}
+
+static int notify_socket(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return negative_errno();
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int r = negative_errno();
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *const *extra_args)
+{
+	char mrd[512], notify[160], *wrapper_copy = NULL;
+	const char *argv[64];
+	const char *wrapper = getenv("MRD_TEST_WRAPPER");
+	size_t n = 0;
+	int nfd, r;
+	FILE *f;
+
+	memset(p, 0, sizeof(*p));
+	snprintf(p->dir, sizeof(p->dir), "/tmp/mrd-test.XXXXXX");
+	if (!mkdtemp(p->dir))
+		return negative_errno();
+	chmod(p->dir, 0755); /* tests connect as other users too */
+	snprintf(p->socket, sizeof(p->socket), "%s/mrd.sock", p->dir);
+	snprintf(p->config, sizeof(p->config), "%s/mrd.conf", p->dir);
+	snprintf(notify, sizeof(notify), "%s/notify", p->dir);
+
+	f = fopen(p->config, "we");
+	if (!f)
+		return negative_errno();
+	fputs(config_text ? config_text : "", f);
+	fclose(f);
+
+	nfd = notify_socket(notify);
+	if (nfd < 0)
+		return nfd;
+
+	if (wrapper && *wrapper) {
+		wrapper_copy = strdup(wrapper);
+		for (char *tok = strtok(wrapper_copy, " "); tok && n < 32; tok = strtok(NULL, " "))
+			argv[n++] = tok;
+	}
+	argv[n++] = test_build_path("mrd", mrd, sizeof(mrd));
+	argv[n++] = "--foreground";
+	argv[n++] = "--config";
+	argv[n++] = p->config;
+	argv[n++] = "--socket";
+	argv[n++] = p->socket;
+	for (size_t i = 0; extra_args && extra_args[i] && n < ELEMENTSOF(argv) - 1; i++)
+		argv[n++] = extra_args[i];
+	argv[n] = NULL;
+
+	p->pid = fork();
+	if (p->pid < 0) {
+		r = negative_errno();
+		close(nfd);
+		free(wrapper_copy);
+		return r;
+	}
+	if (p->pid == 0) {
+		setenv("NOTIFY_SOCKET", notify, 1);
+		execvp(argv[0], (char **)argv);
+		_exit(127);
+	}
+	free(wrapper_copy);
+
+	/* Wait for READY=1; an early exit of mrd shows as a failed start. */
+	for (int waited = 0; waited < READY_TIMEOUT_MS; waited += 100) {
+		struct pollfd pfd = { .fd = nfd, .events = POLLIN };
+		char buf[512];
+		ssize_t len;
+		int status;
+
+		if (poll(&pfd, 1, 100) > 0) {
+			len = recv(nfd, buf, sizeof(buf) - 1, 0);
+			if (len > 0) {
+				buf[len] = '\0';
+				if (strstr(buf, "READY=1")) {
+					close(nfd);
+					return 0;
+				}
+			}
+		}
+		if (waitpid(p->pid, &status, WNOHANG) == p->pid) {
+			p->pid = 0;
+			close(nfd);
+			return -ECHILD;
+		}
+	}
+	close(nfd);
+	return -ETIMEDOUT;
+}
+
+int mrd_proc_stop(struct mrd_proc *p)
+{
+	char cmd[128];
+	int status = 0, r = -ECHILD;
+
+	if (p->pid > 0) {
+		kill(p->pid, SIGTERM);
+		if (waitpid(p->pid, &status, 0) == p->pid)
+			r = exit_status(status);
+		p->pid = 0;
+	}
+	if (p->dir[0]) {
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", p->dir);
+		(void)!system(cmd);
+		p->dir[0] = '\0';
+	}
+	return r;
+}
+
+int run_capture(const char *const *argv, char *out, size_t size, uid_t run_as_uid)
+{
+	int pipefd[2], status;
+	size_t len = 0;
+	pid_t pid;
+
+	if (pipe2(pipefd, O_CLOEXEC) < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		dup2(pipefd[1], STDOUT_FILENO);
+		dup2(pipefd[1], STDERR_FILENO);
+		if (run_as_uid != (uid_t)-1 && (setgroups(0, NULL) < 0 || setgid(run_as_uid) < 0 ||
+						setuid(run_as_uid) < 0))
+			_exit(126);
+		execv(argv[0], (char **)argv);
+		_exit(127);
+	}
+	close(pipefd[1]);
+	for (;;) {
+		char discard[4096];
+		ssize_t n;
+
+		/* Keep draining past a full buffer so the child never blocks on the pipe. */
+		if (len < size - 1)
+			n = read(pipefd[0], out + len, size - 1 - len);
+		else
+			n = read(pipefd[0], discard, sizeof(discard));
+		if (n <= 0)
+			break;
+		if (len < size - 1)
+			len += (size_t)n;
+	}
+	out[len] = '\0';
+	close(pipefd[0]);
+	if (waitpid(pid, &status, 0) != pid)
+		return -ECHILD;
+	return exit_status(status);
+}
+
+int raw_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return negative_errno();
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int r = negative_errno();
+		close(fd);
+		return r;
+	}
+	return fd;
+}

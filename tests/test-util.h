@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+/* Helpers for tests that run the real programs: a private mrd, captured commands. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct mrd_proc {
+	pid_t pid;
+	char dir[64];      /* private temporary directory */
+	char socket[128];  /* dir/mrd.sock */
+	char config[128];  /* dir/mrd.conf */
+};
+
+/* Path of a program in the build tree ($MRD_BUILDDIR/name). */
+const char *test_build_path(const char *name, char *buf, size_t size);
+
+/* Writes config_text to p->config and starts mrd --foreground on p->socket, with extra_args
+ * (NULL-terminated, may be NULL) appended; waits for READY=1 over NOTIFY_SOCKET.
+ * $MRD_TEST_WRAPPER (e.g. "valgrind -q ...") is put in front of mrd when set. */
+int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *const *extra_args);
+
+/* SIGTERM, wait, remove the directory. Returns mrd's exit status (or 128+signal). */
+int mrd_proc_stop(struct mrd_proc *p);
+
+/* Runs argv with stdout and stderr captured into out (NUL-terminated). Returns the exit
+ * status (or 128+signal). When run_as_uid is not (uid_t)-1, the child drops to that uid. */
+int run_capture(const char *const *argv, char *out, size_t size, uid_t run_as_uid);
+
+/* A raw SOCK_SEQPACKET connection to path; -errno on failure. */
+int raw_connect(const char *path);

@@ -1,0 +1,9 @@
+#!/bin/sh
+# The integration suite with every mrd it starts running under valgrind: no invalid access,
+# no leak, clean exit (valgrind's error exit code fails the suite's teardown check).
+set -u
+[ -n "${VALGRIND:-}" ] && command -v "$VALGRIND" >/dev/null ||
+	{ echo "valgrind not found (Debian: valgrind): mrd not checked for leaks"; exit 77; }
+MRD_TEST_WRAPPER="$VALGRIND -q --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 --track-fds=no"
+export MRD_TEST_WRAPPER
+exec "$MRD_BUILDDIR/tests/test-integration"

@@ -1,0 +1,59 @@
+#!/bin/sh
+# Installs mrd's build dependencies (Debian 12, as root) when any is missing, then configures
+# and builds mrd out of tree in ./build. Sourced by demo.sh and check.sh; runs alone too.
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+
+# Debian package names; README.md lists the same set.
+MRD_BUILD_DEPS="gcc g++ make autoconf automake libtool pkgconf \
+libevent-dev libprotobuf-c-dev protobuf-c-compiler libibverbs-dev libsystemd-dev \
+check libsubunit-dev"
+MRD_TEST_DEPS="valgrind systemd"
+
+have_deps() {
+	for tool in gcc g++ make autoreconf libtoolize pkg-config protoc-c; do
+		command -v "$tool" >/dev/null 2>&1 || return 1
+	done
+	pkg-config --exists libevent_core libevent_pthreads libprotobuf-c libibverbs libsystemd check ||
+		return 1
+	[ "${1:-}" != test ] && return 0
+	for tool in valgrind systemd-socket-activate systemd-analyze; do
+		command -v "$tool" >/dev/null 2>&1 || return 1
+	done
+}
+
+install_deps() {
+	have_deps "${1:-}" && return 0
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "missing build dependencies; as root run:" >&2
+		echo "  apt-get install -y $MRD_BUILD_DEPS $MRD_TEST_DEPS" >&2
+		exit 1
+	fi
+	echo "== installing dependencies (apt-get)"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	# shellcheck disable=SC2086
+	apt-get install -y -q --no-install-recommends $MRD_BUILD_DEPS \
+		$([ "${1:-}" = test ] && echo "$MRD_TEST_DEPS")
+}
+
+build() {
+	cd "$top"
+	if [ ! -x configure ] || [ configure.ac -nt configure ] || [ ! -f build-config.h.in ]; then
+		echo "== autoreconf"
+		autoreconf -fi
+	fi
+	mkdir -p build
+	cd build
+	if [ ! -f Makefile ]; then
+		echo "== configure"
+		../configure --enable-werror ${MRD_CONFIGURE_FLAGS:-}
+	fi
+	echo "== make"
+	make -j"$(nproc)"
+}
+
+if [ "$(basename "$0")" = build.sh ]; then
+	install_deps "${1:-}"
+	build
+fi

@@ -1,0 +1,33 @@
+#!/bin/sh
+# Quick start, part one: install dependencies, build, and run mrd's main job. A private mrd
+# serves a local socket in the foreground; the example client and mrctl talk to it.
+set -eu
+. "$(dirname "$0")/build.sh"
+install_deps
+build
+
+dir=$(mktemp -d /tmp/mrd-demo.XXXXXX)
+sock="$dir/mrd.sock"
+: > "$dir/mrd.conf"
+cleanup() {
+	[ -n "${pid:-}" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+	rm -rf "$dir"
+}
+trap cleanup EXIT INT TERM
+
+echo "== mrd --foreground --socket $sock"
+./mrd --foreground --config "$dir/mrd.conf" --socket "$sock" &
+pid=$!
+for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
+
+echo "== example client (examples/mrd-hello.c)"
+./examples/mrd-hello "$sock"
+echo "== mrctl status"
+./mrctl --socket "$sock" status
+echo "== mrctl --json status"
+./mrctl --socket "$sock" --json status
+
+kill "$pid"
+wait "$pid"
+pid=
+echo "== demo done: mrd stopped cleanly"
