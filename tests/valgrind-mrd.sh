@@ -4,6 +4,8 @@
 set -u
 [ -n "${VALGRIND:-}" ] && command -v "$VALGRIND" >/dev/null ||
 	{ echo "valgrind not found (Debian: valgrind): mrd not checked for leaks"; exit 77; }
+[ -z "${MRD_SAN_CFLAGS:-}" ] ||
+	{ echo "sanitizer build ($MRD_SAN_CFLAGS): valgrind cannot run it; ASan checks instead"; exit 77; }
 MRD_TEST_WRAPPER="$VALGRIND -q --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 --track-fds=no"
 export MRD_TEST_WRAPPER
 exec "$MRD_BUILDDIR/tests/test-integration"
