@@ -31,8 +31,10 @@ static void setup(void) { start("[limits]\nclients = 8\nprotocol_errors = 4\n");
 
 static void teardown(void)
 {
-	if (mrd.pid > 0)
+	if (mrd.pid > 0) {
 		ck_assert_int_eq(mrd_proc_stop(&mrd), 0); /* clean exit on SIGTERM */
+		ck_assert_msg(mrd.stopping_seen, "mrd did not send STOPPING=1");
+	}
 }
 
 static int mrctl_run(uid_t uid, const char *a, const char *b)

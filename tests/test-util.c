@@ -62,6 +62,7 @@ int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *cons
 	FILE *f;
 
 	memset(p, 0, sizeof(*p));
+	p->notify_fd = -1;
 	snprintf(p->dir, sizeof(p->dir), "/tmp/mrd-test.XXXXXX");
 	if (!mkdtemp(p->dir))
 		return negative_errno();
@@ -121,7 +122,7 @@ int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *cons
 			if (len > 0) {
 				buf[len] = '\0';
 				if (strstr(buf, "READY=1")) {
-					close(nfd);
+					p->notify_fd = nfd;
 					return 0;
 				}
 			}
@@ -146,6 +147,17 @@ int mrd_proc_stop(struct mrd_proc *p)
 		if (waitpid(p->pid, &status, 0) == p->pid)
 			r = exit_status(status);
 		p->pid = 0;
+	}
+	if (p->notify_fd >= 0) {
+		char buf[512];
+		ssize_t len;
+
+		while ((len = recv(p->notify_fd, buf, sizeof(buf) - 1, MSG_DONTWAIT)) > 0) {
+			buf[len] = '\0';
+			if (strstr(buf, "STOPPING=1"))
+				p->stopping_seen = true;
+		}
+		p->notify_fd = safe_close(p->notify_fd);
 	}
 	if (p->dir[0]) {
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", p->dir);

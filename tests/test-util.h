@@ -11,6 +11,8 @@ struct mrd_proc {
 	char dir[64];      /* private temporary directory */
 	char socket[128];  /* dir/mrd.sock */
 	char config[128];  /* dir/mrd.conf */
+	int notify_fd;     /* NOTIFY_SOCKET, read for READY=1 and STOPPING=1 */
+	bool stopping_seen;
 };
 
 /* Path of a program in the build tree ($MRD_BUILDDIR/name). */
@@ -21,7 +23,8 @@ const char *test_build_path(const char *name, char *buf, size_t size);
  * $MRD_TEST_WRAPPER (e.g. "valgrind -q ...") is put in front of mrd when set. */
 int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *const *extra_args);
 
-/* SIGTERM, wait, remove the directory. Returns mrd's exit status (or 128+signal). */
+/* SIGTERM, wait, remove the directory. Returns mrd's exit status (or 128+signal) and sets
+ * p->stopping_seen when mrd told systemd STOPPING=1. */
 int mrd_proc_stop(struct mrd_proc *p);
 
 /* Runs argv with stdout and stderr captured into out (NUL-terminated). Returns the exit
