@@ -33,7 +33,8 @@ struct conn *conn_free(struct conn *c)
 	return NULL;
 }
 
-static int conn_recv_response(struct conn *c, uint64_t id, Mrd__Response **ret)
+static int conn_recv_response(struct conn *c, uint64_t id, Mrd__Response **ret,
+			      struct conn_fds *ret_fds)
 {
 	for (;;) {
 		struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
@@ -54,31 +55,42 @@ static int conn_recv_response(struct conn *c, uint64_t id, Mrd__Response **ret)
 			return r;
 		if (r == 0)
 			return -ECONNRESET;
-		wire_packet_close_fds(&pkt); /* no reply carries descriptors yet */
-		if (pkt.truncated)
+		if (pkt.truncated) {
+			wire_packet_close_fds(&pkt);
 			return -EMSGSIZE;
+		}
 		resp = mrd__response__unpack(NULL, pkt.len, pkt.data);
-		if (!resp)
+		if (!resp) {
+			wire_packet_close_fds(&pkt);
 			return -EBADMSG;
+		}
 		/* id 0 is a reply to a frame mrd could not read, or a refused connection. */
 		if (resp->id == id || (resp->id == 0 && resp->status != 0)) {
+			if (ret_fds) {
+				memcpy(ret_fds->fds, pkt.fds, pkt.n_fds * sizeof(int));
+				ret_fds->n = pkt.n_fds;
+			} else
+				wire_packet_close_fds(&pkt);
 			*ret = resp;
 			return 0;
 		}
+		wire_packet_close_fds(&pkt);
 		mrd__response__free_unpacked(resp, NULL); /* late reply to an abandoned call */
 	}
 }
 
-int conn_call(struct conn *c, Mrd__Request *req, Mrd__Response **ret)
+int conn_call(struct conn *c, Mrd__Request *req, Mrd__Response **ret, struct conn_fds *ret_fds)
 {
 	int r;
 
+	if (ret_fds)
+		ret_fds->n = 0;
 	req->id = ++c->next_id;
 	r = wire_send(c->fd, &req->base, WIRE_FRAME_MAX, NULL, 0, 0);
 	/* A peer that hung up may have left its reason queued (a refused connection): read it. */
 	if (r < 0 && r != -EPIPE && r != -ECONNRESET)
 		return r;
-	return conn_recv_response(c, req->id, ret);
+	return conn_recv_response(c, req->id, ret, ret_fds);
 }
 
 static _printf_(3, 4) void set_error(char *error, size_t size, const char *fmt, ...)
@@ -133,7 +145,7 @@ int conn_open(const char *path, const char *client_name, uint64_t capabilities, 
 	hello.client_name = (char *)(client_name ? client_name : "");
 	req.body_case = MRD__REQUEST__BODY_HELLO;
 	req.hello = &hello;
-	r = conn_call(c, &req, &resp);
+	r = conn_call(c, &req, &resp, NULL);
 	if (r < 0) {
 		set_error(error, error_size, "%s: no answer to Hello: %s", path, strerror(-r));
 		return r;

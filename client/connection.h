@@ -33,10 +33,17 @@ int conn_open(const char *path, const char *client_name, uint64_t capabilities, 
 struct conn *conn_free(struct conn *c);
 DEFINE_CLEANUP(struct conn, conn_free)
 
+/* Descriptors that came with a reply; the caller owns them. */
+struct conn_fds {
+	int fds[WIRE_FDS_MAX];
+	size_t n;
+};
+
 /* Sends req (its id is assigned here) and waits for the matching response. Returns 0 with
  * *ret (free with mrd__response__free_unpacked) even when the daemon answered an error, or a
- * transport error as -errno. */
-int conn_call(struct conn *c, Mrd__Request *req, Mrd__Response **ret);
+ * transport error as -errno. Descriptors of the reply go to ret_fds, or are closed when it is
+ * NULL. */
+int conn_call(struct conn *c, Mrd__Request *req, Mrd__Response **ret, struct conn_fds *ret_fds);
 
 /* The daemon's status converted to -errno, 0 on success. */
 static inline int response_error(const Mrd__Response *resp)

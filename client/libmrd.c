@@ -65,23 +65,31 @@ MRD_EXPORT mrd_client *mrd_client_close(mrd_client *client)
 	return NULL;
 }
 
-/* One request/response under the handle's lock; daemon errors become -errno. */
-static int client_call(mrd_client *client, Mrd__Request *req, Mrd__Response **ret)
+/* One request/response under the handle's lock; daemon errors become -errno. Descriptors of
+ * a successful reply go to ret_fds (closed when NULL or on error). */
+static int client_call(mrd_client *client, Mrd__Request *req, Mrd__Response **ret,
+		       struct conn_fds *ret_fds)
 {
 	Mrd__Response *resp = NULL;
+	struct conn_fds fds;
 	int r;
 
 	pthread_mutex_lock(&client->lock);
-	r = conn_call(client->conn, req, &resp);
+	r = conn_call(client->conn, req, &resp, &fds);
 	pthread_mutex_unlock(&client->lock);
 	if (r < 0)
 		return r;
 	r = response_error(resp);
+	if (r < 0 || !ret_fds)
+		for (size_t i = 0; i < fds.n; i++)
+			safe_close(fds.fds[i]);
 	if (r < 0) {
 		log_debug("request failed: %s", resp->message ? resp->message : "");
 		mrd__response__free_unpacked(resp, NULL);
 		return r;
 	}
+	if (ret_fds)
+		*ret_fds = fds;
 	*ret = resp;
 	return 0;
 }
@@ -100,7 +108,7 @@ MRD_EXPORT int mrd_client_ping(mrd_client *client)
 	ping.payload.len = sizeof(payload);
 	req.body_case = MRD__REQUEST__BODY_PING;
 	req.ping = &ping;
-	r = client_call(client, &req, &resp);
+	r = client_call(client, &req, &resp, NULL);
 	if (r < 0)
 		return r;
 	if (resp->body_case != MRD__RESPONSE__BODY_PING || resp->ping->payload.len != sizeof(payload) ||
@@ -108,6 +116,33 @@ MRD_EXPORT int mrd_client_ping(mrd_client *client)
 		r = -EBADMSG;
 	mrd__response__free_unpacked(resp, NULL);
 	return r;
+}
+
+MRD_EXPORT int mrd_client_get_pd(mrd_client *client, int *ret_cmd_fd, uint32_t *ret_pd_handle)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ExportPdRequest export_pd = MRD__EXPORT_PD_REQUEST__INIT;
+	Mrd__Response *resp;
+	struct conn_fds fds;
+	int r;
+
+	if (!client || !ret_cmd_fd || !ret_pd_handle)
+		return -EINVAL;
+	req.body_case = MRD__REQUEST__BODY_EXPORT_PD;
+	req.export_pd = &export_pd;
+	r = client_call(client, &req, &resp, &fds);
+	if (r < 0)
+		return r;
+	if (resp->body_case != MRD__RESPONSE__BODY_EXPORT_PD || fds.n != 1) {
+		for (size_t i = 0; i < fds.n; i++)
+			safe_close(fds.fds[i]);
+		mrd__response__free_unpacked(resp, NULL);
+		return -EBADMSG;
+	}
+	*ret_cmd_fd = fds.fds[0];
+	*ret_pd_handle = resp->export_pd->pd_handle;
+	mrd__response__free_unpacked(resp, NULL);
+	return 0;
 }
 
 MRD_EXPORT int mrd_client_protocol_version(const mrd_client *client)

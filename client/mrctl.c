@@ -43,6 +43,9 @@ static void print_json_string(const char *s)
 	putchar('"');
 }
 
+static const char *yes_no(bool b) { return b ? "yes" : "no"; }
+static const char *json_bool(bool b) { return b ? "true" : "false"; }
+
 static void print_status(const Mrd__StatusResponse *s)
 {
 	if (arg_json) {
@@ -51,9 +54,16 @@ static void print_status(const Mrd__StatusResponse *s)
 		printf(",\"pid\":%" PRIu32 ",\"uptime_usec\":%" PRIu64 ",\"provider\":", s->pid,
 		       s->uptime_usec);
 		print_json_string(s->provider);
-		printf(",\"clients\":%" PRIu32 ",\"max_clients\":%" PRIu32 ",\"requests\":%" PRIu64
-		       ",\"protocol_errors\":%" PRIu64 ",\"clients_dropped\":%" PRIu64 "}\n",
-		       s->clients, s->max_clients, s->requests, s->protocol_errors,
+		printf(",\"device\":");
+		print_json_string(s->device);
+		printf(",\"max_mr_size\":%" PRIu64 ",\"odp\":%s,\"odp_implicit\":%s"
+		       ",\"rereg_translation\":%s,\"dma\":%s",
+		       s->max_mr_size, json_bool(s->odp), json_bool(s->odp_implicit),
+		       json_bool(s->rereg_translation), json_bool(s->dma));
+		printf(",\"domains\":%" PRIu32 ",\"clients\":%" PRIu32 ",\"max_clients\":%" PRIu32
+		       ",\"requests\":%" PRIu64 ",\"protocol_errors\":%" PRIu64
+		       ",\"clients_dropped\":%" PRIu64 "}\n",
+		       s->domains, s->clients, s->max_clients, s->requests, s->protocol_errors,
 		       s->clients_dropped);
 		return;
 	}
@@ -61,11 +71,19 @@ static void print_status(const Mrd__StatusResponse *s)
 	       "pid:              %" PRIu32 "\n"
 	       "uptime:           %.1f s\n"
 	       "provider:         %s\n"
+	       "device:           %s\n"
+	       "max MR size:      %" PRIu64 " bytes\n"
+	       "ODP:              %s (implicit: %s)\n"
+	       "rereg translation: %s\n"
+	       "emulated DMA:     %s\n"
+	       "domains:          %" PRIu32 "\n"
 	       "clients:          %" PRIu32 " of %" PRIu32 "\n"
 	       "requests:         %" PRIu64 "\n"
 	       "protocol errors:  %" PRIu64 "\n"
 	       "clients dropped:  %" PRIu64 "\n",
-	       s->server_version, s->pid, (double)s->uptime_usec / 1e6, s->provider, s->clients,
+	       s->server_version, s->pid, (double)s->uptime_usec / 1e6, s->provider, s->device,
+	       s->max_mr_size, yes_no(s->odp), yes_no(s->odp_implicit),
+	       yes_no(s->rereg_translation), yes_no(s->dma), s->domains, s->clients,
 	       s->max_clients, s->requests, s->protocol_errors, s->clients_dropped);
 }
 
@@ -78,7 +96,7 @@ static int cmd_status(struct conn *c)
 
 	req.body_case = MRD__REQUEST__BODY_STATUS;
 	req.status = &status;
-	r = conn_call(c, &req, &resp);
+	r = conn_call(c, &req, &resp, NULL);
 	if (r < 0) {
 		fprintf(stderr, "mrctl: status: %s\n", strerror(-r));
 		return r;

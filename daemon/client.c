@@ -10,6 +10,7 @@
 
 #include "client.h"
 #include "dispatch.h"
+#include "domain.h"
 #include "log.h"
 #include "manager.h"
 #include "wire.h"
@@ -179,12 +180,26 @@ struct client *client_free(struct client *c)
 	if (c->write_event)
 		event_free(c->write_event);
 	safe_close(c->fd);
+	domain_release(c->domain);
 	if (c->manager) {
 		LIST_REMOVE(c, link);
 		c->manager->n_clients--;
 	}
 	free(c);
 	return NULL;
+}
+
+int client_get_domain(struct client *c, struct domain **ret)
+{
+	int r;
+
+	if (!c->domain) {
+		r = domain_acquire(c->manager, c->uid, &c->domain);
+		if (r < 0)
+			return r;
+	}
+	*ret = c->domain;
+	return 0;
 }
 
 void client_drop(struct client *c, const char *reason)

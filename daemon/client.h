@@ -40,6 +40,8 @@ struct client {
 	uint32_t version;
 	char name[65];
 
+	struct domain *domain; /* acquired on first use */
+
 	unsigned protocol_errors;
 	/* Replies not yet taken by the client: bounded by limits.requests_in_flight. */
 	STAILQ_HEAD(, out_frame) out;
@@ -56,6 +58,9 @@ DEFINE_CLEANUP(struct client, client_free)
  * is not reading; queueing the requests_in_flight-th reply pauses reading from the client. */
 int client_send_frame(struct client *c, const uint8_t *data, size_t len, const int *fds,
 		      size_t n_fds);
+
+/* The client's domain, acquired on first use. */
+int client_get_domain(struct client *c, struct domain **ret);
 
 /* Drops a misbehaving client: one warning naming pid, uid and reason, then frees it. */
 void client_drop(struct client *c, const char *reason);

@@ -14,6 +14,7 @@ static const struct request_type request_types[] = {
 	[MRD__REQUEST__BODY_HELLO] = { "Hello", request_hello, .before_hello = true },
 	[MRD__REQUEST__BODY_PING] = { "Ping", request_ping },
 	[MRD__REQUEST__BODY_STATUS] = { "Status", request_status, .admin = true },
+	[MRD__REQUEST__BODY_EXPORT_PD] = { "ExportPd", request_export_pd },
 };
 
 const struct request_type *request_type_lookup(int body_case)
@@ -32,6 +33,13 @@ void reply_set_message(struct reply *r, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(r->message, sizeof(r->message), fmt, ap);
 	va_end(ap);
+}
+
+static void reply_close_fds(struct reply *r)
+{
+	for (size_t i = 0; i < r->n_fds; i++)
+		safe_close(r->fds[i]);
+	r->n_fds = 0;
 }
 
 static void reply_init(struct reply *r, uint64_t id)
@@ -54,7 +62,7 @@ static void reply_send(struct client *c, struct reply *r, int error)
 		r->resp.status = -error;
 		if (!r->message[0])
 			snprintf(r->message, sizeof(r->message), "%s", strerror(-error));
-		r->n_fds = 0;
+		reply_close_fds(r);
 	}
 	r->resp.message = r->message;
 
@@ -63,6 +71,7 @@ static void reply_send(struct client *c, struct reply *r, int error)
 		k = client_send_frame(c, buf, len, r->fds, r->n_fds);
 	if (k < 0)
 		log_debug_errno(k, "client %" PRIu64 ": cannot send reply: %m", c->id);
+	reply_close_fds(r); /* the kernel (or the send queue) holds its own copies */
 }
 
 /* A frame that breaks the protocol: answer it, count it, and drop the client that keeps on. */

@@ -16,9 +16,10 @@ struct reply {
 		Mrd__HelloResponse hello;
 		Mrd__PingResponse ping;
 		Mrd__StatusResponse status;
+		Mrd__ExportPdResponse export_pd;
 	} body;
 	char message[256];
-	const int *fds; /* borrowed, sent with the reply */
+	int fds[WIRE_FDS_MAX]; /* owned; sent with the reply, then closed */
 	size_t n_fds;
 };
 
@@ -50,3 +51,5 @@ int request_ping(struct client *c, const Mrd__Request *req, const struct wire_pa
 		 struct reply *r);
 int request_status(struct client *c, const Mrd__Request *req, const struct wire_packet *pkt,
 		   struct reply *r);
+int request_export_pd(struct client *c, const Mrd__Request *req, const struct wire_packet *pkt,
+		      struct reply *r);

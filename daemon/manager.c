@@ -15,6 +15,8 @@
 
 #include "client.h"
 #include "dispatch.h"
+#include "domain.h"
+#include "provider.h"
 #include "log.h"
 #include "manager.h"
 #include "time-util.h"
@@ -34,18 +36,44 @@ static void manager_on_signal(evutil_socket_t sig, short what, void *userdata)
 	event_base_loopbreak(m->base);
 }
 
+static int manager_open_provider(struct manager *m)
+{
+	const struct config *c = &m->config;
+	int verbs_error, r;
+
+	r = provider_open(c->provider, c->device, &m->provider, &verbs_error);
+	if (r == -ENODEV && c->device)
+		return log_error_errno(r, "RDMA device '%s' not found (provider %s)", c->device,
+				       c->provider);
+	if (r == -ENODEV)
+		return log_error_errno(r, "no RDMA device found; use provider = soft (or auto) to "
+					  "run on the software NIC");
+	if (r < 0)
+		return log_error_errno(r, "cannot open the %s provider: %m", c->provider);
+	if (verbs_error)
+		log_info("no RDMA device found: using the soft provider (a software NIC)");
+	log_info("provider %s, device %s", provider_name(m->provider), m->provider->caps.device);
+	return 0;
+}
+
 int manager_new(struct config *config, struct manager **ret)
 {
 	_cleanup_(manager_freep) struct manager *m = NULL;
+	int r;
 
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
 	m->listen_fd = -1;
 	LIST_INIT(&m->clients);
+	LIST_INIT(&m->domains);
 	m->config = *config;
 	config_init(config);
 	m->start_usec = now_usec(CLOCK_MONOTONIC);
+
+	r = manager_open_provider(m);
+	if (r < 0)
+		return r;
 
 	m->base = event_base_new();
 	if (!m->base)
@@ -75,7 +103,8 @@ struct manager *manager_free(struct manager *m)
 	if (!m)
 		return NULL;
 	while (!LIST_EMPTY(&m->clients))
-		client_free(LIST_FIRST(&m->clients));
+		client_free(LIST_FIRST(&m->clients)); /* releases their domains */
+	provider_close(m->provider);
 	if (m->listen_event)
 		event_free(m->listen_event);
 	if (m->accept_retry_event)

@@ -11,6 +11,8 @@
 struct event_base;
 struct event;
 struct client;
+struct domain;
+struct provider;
 
 /* The daemon: owns the event loop, the configuration, the listening socket and every client. */
 struct manager {
@@ -22,6 +24,12 @@ struct manager {
 	struct event *listen_event;
 	struct event *accept_retry_event; /* re-arms the listener after EMFILE */
 	char *bound_path;                 /* unlinked on exit; NULL when systemd owns the socket */
+
+	/* Opened at start to check the configuration and answer Status; each domain opens its
+	 * own context on the same device. */
+	struct provider *provider;
+	LIST_HEAD(, domain) domains;
+	unsigned n_domains;
 
 	LIST_HEAD(, client) clients;
 	unsigned n_clients;

@@ -14,6 +14,7 @@
 
 #include "client.h"
 #include "dispatch.h"
+#include "domain.h"
 #include "manager.h"
 #include "wire.h"
 
@@ -436,6 +437,72 @@ START_TEST(test_client_limit)
 }
 END_TEST
 
+static void send_export_pd(int fd, uint64_t id)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ExportPdRequest export_pd = MRD__EXPORT_PD_REQUEST__INIT;
+
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_EXPORT_PD;
+	req.export_pd = &export_pd;
+	send_request(fd, &req, NULL, 0);
+}
+
+START_TEST(test_status_shows_provider)
+{
+	Mrd__Response *resp;
+	int root = hello_client(0, NULL);
+
+	send_status(root, 2);
+	resp = expect(root, 2, 0);
+	/* No RDMA here: auto fell back to the soft provider, and says what it can do. */
+	ck_assert_str_eq(resp->status_reply->provider, "soft");
+	ck_assert_str_eq(resp->status_reply->device, "soft");
+	ck_assert(resp->status_reply->odp);
+	ck_assert(resp->status_reply->rereg_translation);
+	ck_assert(resp->status_reply->dma);
+	ck_assert_uint_gt(resp->status_reply->max_mr_size, 0);
+	ck_assert_uint_eq(resp->status_reply->domains, 0);
+	mrd__response__free_unpacked(resp, NULL);
+	close(root);
+}
+END_TEST
+
+START_TEST(test_export_pd_domains)
+{
+	Mrd__Response *resp;
+	struct client *a, *b, *other;
+	int fa = hello_client(1000, &a), fb = hello_client(1000, &b), fo = hello_client(2000, &other);
+
+	/* The soft provider has no device to share; asking opens the uid's domain anyway. */
+	send_export_pd(fa, 5);
+	resp = expect(fa, 5, EOPNOTSUPP);
+	ck_assert_ptr_nonnull(strstr(resp->message, "soft"));
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_uint_eq(m->n_domains, 1);
+	send_export_pd(fb, 6);
+	expect_free(fb, 6, EOPNOTSUPP);
+	ck_assert_ptr_eq(a->domain, b->domain); /* same uid, same domain */
+	ck_assert_uint_eq(a->domain->n_users, 2);
+	send_export_pd(fo, 7);
+	expect_free(fo, 7, EOPNOTSUPP);
+	ck_assert_ptr_ne(other->domain, a->domain);
+	ck_assert_ptr_ne(other->domain->provider, a->domain->provider); /* own context each */
+	ck_assert_uint_eq(m->n_domains, 2);
+
+	/* The last client of a uid closes its domain. */
+	close(fa);
+	pump();
+	ck_assert_uint_eq(m->n_domains, 2);
+	close(fb);
+	pump();
+	ck_assert_uint_eq(m->n_domains, 1);
+	close(fo);
+	pump();
+	ck_assert_uint_eq(m->n_domains, 0);
+}
+END_TEST
+
 START_TEST(test_request_table)
 {
 	ck_assert_ptr_null(request_type_lookup(0));
@@ -446,6 +513,8 @@ START_TEST(test_request_table)
 	ck_assert(!request_type_lookup(MRD__REQUEST__BODY_PING)->before_hello);
 	ck_assert(request_type_lookup(MRD__REQUEST__BODY_STATUS)->admin);
 	ck_assert(!request_type_lookup(MRD__REQUEST__BODY_PING)->admin);
+	ck_assert(!request_type_lookup(MRD__REQUEST__BODY_EXPORT_PD)->admin);
+	ck_assert_uint_eq(request_type_lookup(MRD__REQUEST__BODY_EXPORT_PD)->n_fds, 0);
 }
 END_TEST
 
@@ -466,6 +535,8 @@ static Suite *dispatch_suite(void)
 	tcase_add_test(tc, test_drop_after_protocol_errors);
 	tcase_add_test(tc, test_inflight_bound);
 	tcase_add_test(tc, test_client_limit);
+	tcase_add_test(tc, test_status_shows_provider);
+	tcase_add_test(tc, test_export_pd_domains);
 	tcase_add_test(tc, test_request_table);
 	suite_add_tcase(s, tc);
 	return s;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* A real mrd on a private socket, driven through libmrd, mrctl and raw frames. */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -65,6 +66,60 @@ START_TEST(test_libmrd_session)
 }
 END_TEST
 
+START_TEST(test_get_pd_on_soft)
+{
+	mrd_client *c = NULL;
+	uint32_t handle = 7;
+	int fd = -1;
+
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
+	ck_assert_int_eq(mrd_client_get_pd(c, &fd, &handle), -EOPNOTSUPP);
+	ck_assert_int_eq(fd, -1);
+	ck_assert_uint_eq(handle, 7); /* untouched on failure */
+	ck_assert_int_eq(mrd_client_get_pd(NULL, &fd, &handle), -EINVAL);
+	ck_assert_int_eq(mrd_client_get_pd(c, NULL, &handle), -EINVAL);
+	ck_assert_int_eq(mrd_client_ping(c), 0); /* a refused request is no protocol error */
+	mrd_client_close(c);
+}
+END_TEST
+
+static bool has_rdma_device(void)
+{
+	DIR *d = opendir("/sys/class/infiniband");
+	struct dirent *de;
+	bool found = false;
+
+	while (d && (de = readdir(d)))
+		if (de->d_name[0] != '.')
+			found = true;
+	if (d)
+		closedir(d);
+	return found;
+}
+
+START_TEST(test_provider_selection)
+{
+	char mrd_bin[512], sock[160];
+	const char *verbs[] = { test_build_path("mrd", mrd_bin, sizeof(mrd_bin)), "--foreground",
+				"--config", mrd.config, "--socket", sock, "--provider", "verbs", NULL };
+	const char *soft_dev[] = { mrd_bin, "--foreground", "--config", mrd.config, "--socket", sock,
+				   "--provider", "soft", "--device", "mlx5_0", NULL };
+	int r;
+
+	snprintf(sock, sizeof(sock), "%s/other.sock", mrd.dir);
+	if (has_rdma_device()) {
+		printf("test_provider_selection: this host has an RDMA device; the no-device "
+		       "refusal is not checked here\n");
+		return;
+	}
+	r = run_capture(verbs, out, sizeof(out), (uid_t)-1);
+	ck_assert_int_eq(r, 1);
+	ck_assert_msg(strstr(out, "no RDMA device found"), "%s", out);
+	ck_assert_int_eq(run_capture(soft_dev, out, sizeof(out), (uid_t)-1), 1);
+	ck_assert_msg(strstr(out, "RDMA device 'mlx5_0' not found"), "%s", out);
+}
+END_TEST
+
 START_TEST(test_socket_from_environment)
 {
 	mrd_client *c = NULL;
@@ -94,12 +149,15 @@ START_TEST(test_mrctl_status)
 {
 	ck_assert_int_eq(mrctl_run((uid_t)-1, "status", NULL), 0);
 	ck_assert_msg(strstr(out, "version:          " PACKAGE_VERSION), "%s", out);
-	ck_assert_msg(strstr(out, "provider:"), "%s", out);
+	ck_assert_msg(strstr(out, "provider:         soft"), "%s", out);
+	ck_assert_msg(strstr(out, "emulated DMA:     yes"), "%s", out);
 	ck_assert_msg(strstr(out, "clients:          1 of 8"), "%s", out);
 
 	ck_assert_int_eq(mrctl_run((uid_t)-1, "--json", "status"), 0);
 	ck_assert_msg(strstr(out, "\"version\":\"" PACKAGE_VERSION "\""), "%s", out);
 	ck_assert_msg(strstr(out, "\"clients\":1,"), "%s", out);
+	ck_assert_msg(strstr(out, "\"provider\":\"soft\",\"device\":\"soft\""), "%s", out);
+	ck_assert_msg(strstr(out, "\"odp\":true"), "%s", out);
 	ck_assert_msg(out[0] == '{' && strstr(out, "}\n"), "not one JSON object: %s", out);
 }
 END_TEST
@@ -267,6 +325,8 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_libmrd_session);
 	tcase_add_test(tc, test_socket_from_environment);
+	tcase_add_test(tc, test_get_pd_on_soft);
+	tcase_add_test(tc, test_provider_selection);
 	tcase_add_test(tc, test_not_running);
 	tcase_add_test(tc, test_mrctl_status);
 	tcase_add_test(tc, test_mrctl_usage);

@@ -8,6 +8,8 @@
 #ifndef MRD_MRD_H
 #define MRD_MRD_H
 
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -31,6 +33,14 @@ mrd_client *mrd_client_close(mrd_client *client);
 
 /* One round trip to mrd; the echoed payload is checked. -ECONNRESET when mrd went away. */
 int mrd_client_ping(mrd_client *client);
+
+/*
+ * The device context and protection domain of the caller's domain, for a client that creates
+ * its own QPs: *ret_cmd_fd is a new O_CLOEXEC descriptor (the caller's, for
+ * ibv_import_device()) and *ret_pd_handle the PD's handle (for ibv_import_pd()).
+ * <mrd/mrd-verbs.h> does both. -EOPNOTSUPP on the soft provider, which has no device.
+ */
+int mrd_client_get_pd(mrd_client *client, int *ret_cmd_fd, uint32_t *ret_pd_handle);
 
 /* The negotiated protocol version (positive), or -EINVAL for a NULL handle. */
 int mrd_client_protocol_version(const mrd_client *client);

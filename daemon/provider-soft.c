@@ -1,0 +1,470 @@
+/* SPDX-License-Identifier: MIT */
+/* soft: a software NIC. Keys are a 24-bit index and an 8-bit variant that changes whenever an
+ * index is reused or its MR moves, so a stale key is caught, never silently valid (as mlx5
+ * mkeys). It pins with mlock, keeps a translation per page, executes emulated DMA through
+ * those translations with the access and bounds checks a NIC makes, and emulates ODP: an
+ * on-demand MR pins nothing and its pages become present on fault or prefetch. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "macro.h"
+#include "pin-map.h"
+#include "provider.h"
+
+#define SOFT_INDEX_LIMIT (1u << 24)      /* indexes 1 .. 2^24 - 1; 0 is never a key */
+#define SOFT_MAX_MR_SIZE (1ull << 36)    /* keeps a translation table within 128 MiB */
+
+struct soft_mr;
+
+struct soft_slot {
+	struct soft_mr *mr; /* NULL: free */
+	uint8_t variant;
+};
+
+struct soft_provider {
+	struct provider base;
+	struct soft_slot *slots; /* [0] unused */
+	uint32_t n_slots, slots_cap;
+	uint32_t *free_indexes;  /* LIFO, so reuse is immediate and tests see it */
+	uint32_t n_free;
+	unsigned n_pds;
+	struct pin_map pins;
+	struct provider_stats stats;
+	uintptr_t page_size;
+};
+
+struct soft_mr {
+	struct provider_mr base;
+	uint32_t index;
+	bool on_demand;
+	uintptr_t pin_start, pin_end; /* pinned page range; empty for ODP */
+	uint64_t iova_page0;          /* iova rounded down to a page */
+	uint8_t **pages;              /* host address of each page; NULL: not present (ODP) */
+	size_t n_pages;
+};
+
+static struct soft_provider *to_soft(struct provider *p) { return (struct soft_provider *)p; }
+
+static uint32_t make_key(uint32_t index, uint8_t variant) { return index << 8 | variant; }
+
+static int soft_open(const char *device, struct provider **ret)
+{
+	struct soft_provider *sp;
+
+	if (device && strcmp(device, "soft") != 0)
+		return -ENODEV;
+	sp = calloc(1, sizeof(*sp));
+	if (!sp)
+		return -ENOMEM;
+	sp->base.ops = &provider_soft_ops;
+	sp->page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
+	sp->n_slots = 1;
+	pin_map_init(&sp->pins);
+	snprintf(sp->base.caps.device, sizeof(sp->base.caps.device), "soft");
+	sp->base.caps.max_mr_size = SOFT_MAX_MR_SIZE;
+	sp->base.caps.page_size = (uint32_t)sp->page_size;
+	sp->base.caps.odp = true;
+	sp->base.caps.odp_implicit = true;
+	sp->base.caps.odp_rc_caps = 0x3f; /* send, receive, write, read, atomic, srq receive */
+	sp->base.caps.rereg_translation = true;
+	sp->base.caps.dma = true;
+	*ret = &sp->base;
+	return 0;
+}
+
+static void soft_mr_free(struct soft_mr *mr)
+{
+	free(mr->pages);
+	free(mr);
+}
+
+static void soft_close(struct provider *p)
+{
+	struct soft_provider *sp = to_soft(p);
+
+	/* Whatever callers left behind goes; the pin map unlocks it all at once. */
+	for (uint32_t i = 1; i < sp->n_slots; i++)
+		if (sp->slots[i].mr)
+			soft_mr_free(sp->slots[i].mr);
+	pin_map_done(&sp->pins);
+	free(sp->slots);
+	free(sp->free_indexes);
+	free(sp);
+}
+
+static int soft_pd_alloc(struct provider *p, struct provider_pd **ret)
+{
+	struct provider_pd *pd = calloc(1, sizeof(*pd));
+
+	if (!pd)
+		return -ENOMEM;
+	pd->provider = p;
+	to_soft(p)->n_pds++;
+	*ret = pd;
+	return 0;
+}
+
+static int soft_pd_free(struct provider_pd *pd)
+{
+	if (pd->n_mrs > 0)
+		return -EBUSY;
+	to_soft(pd->provider)->n_pds--;
+	free(pd);
+	return 0;
+}
+
+/* Takes a free index (or a fresh one) for mr and gives it its next variant. */
+static int slot_take(struct soft_provider *sp, struct soft_mr *mr)
+{
+	uint32_t index;
+
+	if (sp->n_free > 0)
+		index = sp->free_indexes[--sp->n_free];
+	else {
+		if (sp->n_slots >= SOFT_INDEX_LIMIT)
+			return -ENOSPC;
+		if (sp->n_slots >= sp->slots_cap) {
+			uint32_t cap = sp->slots_cap ? sp->slots_cap * 2 : 64;
+			struct soft_slot *slots = realloc(sp->slots, cap * sizeof(*slots));
+			uint32_t *free_indexes = realloc(sp->free_indexes, cap * sizeof(uint32_t));
+
+			if (slots)
+				sp->slots = slots;
+			if (free_indexes)
+				sp->free_indexes = free_indexes;
+			if (!slots || !free_indexes)
+				return -ENOMEM;
+			memset(sp->slots + sp->slots_cap, 0, (cap - sp->slots_cap) * sizeof(*slots));
+			sp->slots_cap = cap;
+		}
+		index = sp->n_slots++;
+	}
+	sp->slots[index].mr = mr;
+	sp->slots[index].variant++;
+	mr->index = index;
+	mr->base.lkey = mr->base.rkey = make_key(index, sp->slots[index].variant);
+	return 0;
+}
+
+static void slot_release(struct soft_provider *sp, struct soft_mr *mr)
+{
+	sp->slots[mr->index].mr = NULL;
+	sp->free_indexes[sp->n_free++] = mr->index;
+}
+
+static struct soft_mr *key_lookup(struct soft_provider *sp, uint32_t key)
+{
+	uint32_t index = key >> 8;
+	struct soft_slot *slot;
+
+	if (index == 0 || index >= sp->n_slots)
+		return NULL;
+	slot = &sp->slots[index];
+	if (!slot->mr || slot->variant != (uint8_t)key)
+		return NULL; /* free, or reused since this key was handed out */
+	return slot->mr;
+}
+
+/* Checks a translation request and builds its page table (filled unless on demand). */
+static int translation_new(struct soft_provider *sp, void *addr, size_t length, uint64_t iova,
+			   bool on_demand, struct soft_mr *mr)
+{
+	uintptr_t a = (uintptr_t)addr, ps = sp->page_size, first;
+
+	if (length == 0 || length > SOFT_MAX_MR_SIZE || a + length < a || iova + length < iova)
+		return -EINVAL;
+	if ((a ^ iova) & (ps - 1)) /* a page maps whole: same offset within it */
+		return -EINVAL;
+
+	first = a & ~(ps - 1);
+	mr->iova_page0 = iova & ~(uint64_t)(ps - 1);
+	mr->n_pages = (size_t)((iova + length - mr->iova_page0 + ps - 1) / ps);
+	mr->pages = calloc(mr->n_pages, sizeof(*mr->pages));
+	if (!mr->pages)
+		return -ENOMEM;
+	mr->pin_start = mr->pin_end = 0;
+	if (!on_demand) {
+		for (size_t i = 0; i < mr->n_pages; i++)
+			mr->pages[i] = (uint8_t *)(first + i * ps);
+		mr->pin_start = first;
+		mr->pin_end = first + mr->n_pages * ps;
+	}
+	mr->base.addr = a;
+	mr->base.length = length;
+	mr->base.iova = iova;
+	return 0;
+}
+
+static int soft_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t iova,
+		    unsigned access, struct provider_mr **ret)
+{
+	struct soft_provider *sp = to_soft(pd->provider);
+	struct soft_mr *mr;
+	int r;
+
+	r = provider_check_access(access);
+	if (r < 0)
+		return r;
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return -ENOMEM;
+	mr->base.pd = pd;
+	mr->base.access = access;
+	mr->on_demand = access & MRD_ACCESS_ON_DEMAND;
+
+	r = translation_new(sp, addr, length, iova, mr->on_demand, mr);
+	if (r < 0)
+		goto fail;
+	if (!mr->on_demand) {
+		r = pin_map_pin(&sp->pins, mr->pin_start, mr->pin_end);
+		if (r < 0)
+			goto fail;
+	}
+	r = slot_take(sp, mr);
+	if (r < 0) {
+		if (!mr->on_demand)
+			(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
+		goto fail;
+	}
+	pd->n_mrs++;
+	sp->stats.mrs++;
+	sp->stats.registrations++;
+	*ret = &mr->base;
+	return 0;
+
+fail:
+	soft_mr_free(mr);
+	return r;
+}
+
+static int soft_dereg(struct provider_mr *base)
+{
+	struct soft_mr *mr = (struct soft_mr *)base;
+	struct soft_provider *sp = to_soft(base->pd->provider);
+
+	if (!mr->on_demand)
+		(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
+	slot_release(sp, mr);
+	base->pd->n_mrs--;
+	sp->stats.mrs--;
+	soft_mr_free(mr);
+	return 0;
+}
+
+static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size_t length,
+		      uint64_t iova, unsigned access)
+{
+	struct soft_mr *mr = (struct soft_mr *)base;
+	struct soft_provider *sp = to_soft(base->pd->provider);
+	struct soft_mr moved = { .base = *base };
+	int r;
+
+	if (flags == 0 || (flags & ~(PROVIDER_REREG_TRANSLATION | PROVIDER_REREG_ACCESS)))
+		return -EINVAL;
+	if (!(flags & PROVIDER_REREG_ACCESS))
+		access = base->access;
+	r = provider_check_access(access);
+	if (r < 0)
+		return r;
+	if ((access ^ base->access) & MRD_ACCESS_ON_DEMAND)
+		return -EINVAL; /* pinned <-> on demand is a new registration, not a rereg */
+
+	if (flags & PROVIDER_REREG_TRANSLATION) {
+		/* Pin the new memory before letting go of the old: failure leaves mr intact. */
+		r = translation_new(sp, addr, length, iova, mr->on_demand, &moved);
+		if (r < 0)
+			return r;
+		if (!mr->on_demand) {
+			r = pin_map_pin(&sp->pins, moved.pin_start, moved.pin_end);
+			if (r < 0) {
+				free(moved.pages);
+				return r;
+			}
+			(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
+		}
+		free(mr->pages);
+		mr->pages = moved.pages;
+		mr->n_pages = moved.n_pages;
+		mr->iova_page0 = moved.iova_page0;
+		mr->pin_start = moved.pin_start;
+		mr->pin_end = moved.pin_end;
+		base->addr = moved.base.addr;
+		base->length = moved.base.length;
+		base->iova = moved.base.iova;
+		/* Same index, new variant: keys to the old memory die here. */
+		sp->slots[mr->index].variant++;
+		base->lkey = base->rkey = make_key(mr->index, sp->slots[mr->index].variant);
+	}
+	base->access = access;
+	return 0;
+}
+
+/* Makes page i of an on-demand MR present, as a NIC page fault would. */
+static int fault_page(struct soft_provider *sp, struct soft_mr *mr, size_t i)
+{
+	uintptr_t host = (mr->base.addr & ~(sp->page_size - 1)) + i * sp->page_size;
+	unsigned char vec;
+
+	if (mincore((void *)host, sp->page_size, &vec) < 0)
+		return -EFAULT; /* nothing mapped there: the DMA fails, the daemon does not */
+	mr->pages[i] = (uint8_t *)host;
+	return 0;
+}
+
+/* [iova, iova + length) inside mr? */
+static bool in_bounds(const struct soft_mr *mr, uint64_t iova, size_t length)
+{
+	return iova >= mr->base.iova && iova + length >= iova &&
+	       iova + length <= mr->base.iova + mr->base.length;
+}
+
+/* Host address of iova and how many bytes follow it on the same page; faults ODP pages. */
+static int translate(struct soft_provider *sp, struct soft_mr *mr, uint64_t iova, uint8_t **ret,
+		     size_t *ret_chunk)
+{
+	uint64_t off = iova - mr->iova_page0;
+	size_t i = (size_t)(off / sp->page_size), in_page = (size_t)(off % sp->page_size);
+	int r;
+
+	if (!mr->pages[i]) {
+		r = fault_page(sp, mr, i);
+		if (r < 0)
+			return r;
+		sp->stats.odp_faults++;
+	}
+	*ret = mr->pages[i] + in_page;
+	*ret_chunk = sp->page_size - in_page;
+	return 0;
+}
+
+static int soft_dma(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey,
+		    uint64_t laddr, uint32_t rkey, uint64_t raddr, size_t length)
+{
+	struct soft_provider *sp = to_soft(pd->provider);
+	struct soft_mr *local = key_lookup(sp, lkey), *remote = key_lookup(sp, rkey);
+	struct soft_mr *src, *dst;
+	uint64_t src_addr, dst_addr;
+
+	if (!local || !remote)
+		return -ENOKEY;
+	if (local->base.pd != pd || remote->base.pd != pd)
+		return -EACCES; /* keys of another protection domain */
+	if (!in_bounds(local, laddr, length) || !in_bounds(remote, raddr, length))
+		return -EFAULT;
+
+	if (op == PROVIDER_DMA_WRITE) {
+		if (!(remote->base.access & MRD_ACCESS_REMOTE_WRITE))
+			return -EACCES;
+		src = local, src_addr = laddr, dst = remote, dst_addr = raddr;
+	} else if (op == PROVIDER_DMA_READ) {
+		if (!(remote->base.access & MRD_ACCESS_REMOTE_READ) ||
+		    !(local->base.access & MRD_ACCESS_LOCAL_WRITE))
+			return -EACCES;
+		src = remote, src_addr = raddr, dst = local, dst_addr = laddr;
+	} else
+		return -EINVAL;
+
+	while (length > 0) {
+		uint8_t *s, *d;
+		size_t s_chunk, d_chunk, n;
+		int r;
+
+		r = translate(sp, src, src_addr, &s, &s_chunk);
+		if (r >= 0)
+			r = translate(sp, dst, dst_addr, &d, &d_chunk);
+		if (r < 0)
+			return r;
+		n = length < s_chunk ? length : s_chunk;
+		n = n < d_chunk ? n : d_chunk;
+		memmove(d, s, n);
+		src_addr += n;
+		dst_addr += n;
+		length -= n;
+	}
+	return 0;
+}
+
+static int soft_advise(struct provider_mr *base, enum provider_advice advice, uint64_t iova,
+		       size_t length)
+{
+	struct soft_mr *mr = (struct soft_mr *)base;
+	struct soft_provider *sp = to_soft(base->pd->provider);
+	size_t first, last;
+
+	if (!mr->on_demand)
+		return -EINVAL; /* only ODP MRs take advice */
+	if (advice == PROVIDER_ADVISE_PREFETCH_WRITE && !(base->access & MRD_ACCESS_LOCAL_WRITE))
+		return -EACCES;
+	if (advice != PROVIDER_ADVISE_PREFETCH && advice != PROVIDER_ADVISE_PREFETCH_WRITE)
+		return -EINVAL;
+	if (length == 0 || !in_bounds(mr, iova, length))
+		return -EFAULT;
+
+	first = (size_t)((iova - mr->iova_page0) / sp->page_size);
+	last = (size_t)((iova + length - 1 - mr->iova_page0) / sp->page_size);
+	for (size_t i = first; i <= last; i++) {
+		int r;
+
+		if (mr->pages[i])
+			continue;
+		r = fault_page(sp, mr, i);
+		if (r < 0)
+			return r;
+		sp->stats.odp_prefetched_pages++;
+	}
+	return 0;
+}
+
+static int soft_invalidate(struct provider_mr *base, uint64_t iova, size_t length)
+{
+	struct soft_mr *mr = (struct soft_mr *)base;
+	struct soft_provider *sp = to_soft(base->pd->provider);
+	size_t first, last;
+
+	if (!mr->on_demand)
+		return -EINVAL; /* pinned pages cannot move under a pinned MR */
+	if (length == 0 || !in_bounds(mr, iova, length))
+		return -EFAULT;
+	first = (size_t)((iova - mr->iova_page0) / sp->page_size);
+	last = (size_t)((iova + length - 1 - mr->iova_page0) / sp->page_size);
+	for (size_t i = first; i <= last; i++) {
+		if (!mr->pages[i])
+			continue;
+		mr->pages[i] = NULL;
+		sp->stats.odp_invalidations++;
+	}
+	return 0;
+}
+
+static int soft_export_pd(struct provider_pd *pd, int *ret_cmd_fd, uint32_t *ret_pd_handle)
+{
+	return -EOPNOTSUPP; /* a software NIC has no device file a client could import */
+}
+
+static void soft_stats(const struct provider *p, struct provider_stats *ret)
+{
+	const struct soft_provider *sp = (const struct soft_provider *)p;
+
+	*ret = sp->stats;
+	ret->pinned_bytes = sp->pins.pinned_bytes;
+}
+
+const struct provider_ops provider_soft_ops = {
+	.name = "soft",
+	.open = soft_open,
+	.close = soft_close,
+	.pd_alloc = soft_pd_alloc,
+	.pd_free = soft_pd_free,
+	.reg = soft_reg,
+	.rereg = soft_rereg,
+	.dereg = soft_dereg,
+	.advise = soft_advise,
+	.export_pd = soft_export_pd,
+	.dma = soft_dma,
+	.invalidate = soft_invalidate,
+	.stats = soft_stats,
+};

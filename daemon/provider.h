@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: MIT */
+/* The device abstraction. Every cache and pool in mrd registers memory through these ops, so
+ * all of mrd runs on the soft provider (a software NIC) as well as on rdma-core. All functions
+ * return 0 or -errno and never log above debug. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <errno.h>
+#include <stdint.h>
+
+/* Access bits, with ibv_access_flags' meaning. */
+enum {
+	MRD_ACCESS_LOCAL_WRITE = 1u << 0,
+	MRD_ACCESS_REMOTE_WRITE = 1u << 1,
+	MRD_ACCESS_REMOTE_READ = 1u << 2,
+	MRD_ACCESS_REMOTE_ATOMIC = 1u << 3,
+	MRD_ACCESS_ON_DEMAND = 1u << 4, /* ODP: nothing pinned, pages fault in */
+};
+#define MRD_ACCESS_ALL 0x1fu
+
+enum provider_rereg_flags {
+	PROVIDER_REREG_TRANSLATION = 1u << 0, /* new addr/length/iova */
+	PROVIDER_REREG_ACCESS = 1u << 1,
+};
+
+enum provider_advice {
+	PROVIDER_ADVISE_PREFETCH,       /* make pages present for reading */
+	PROVIDER_ADVISE_PREFETCH_WRITE, /* ... for writing; needs MRD_ACCESS_LOCAL_WRITE */
+};
+
+enum provider_dma_op {
+	PROVIDER_DMA_WRITE, /* RDMA write: local (lkey) -> remote (rkey) */
+	PROVIDER_DMA_READ,  /* RDMA read: remote (rkey) -> local (lkey) */
+};
+
+struct provider_caps {
+	char device[64];
+	uint64_t max_mr_size;
+	uint32_t page_size;
+	bool odp;               /* on-demand paging */
+	bool odp_implicit;      /* an implicit (whole address space) ODP MR */
+	uint32_t odp_rc_caps;   /* IBV_ODP_SUPPORT_* bits for RC */
+	bool rereg_translation; /* rereg may move an MR to new memory */
+	bool dma;               /* emulated DMA (provider_dma) */
+	bool export_pd;         /* clients may import context and PD */
+};
+
+struct provider_stats {
+	uint64_t mrs;                 /* live registrations */
+	uint64_t registrations;       /* since open */
+	uint64_t pinned_bytes;        /* pages pinned now, each counted once */
+	uint64_t odp_faults;          /* pages made present by a DMA touching them */
+	uint64_t odp_prefetched_pages;
+	uint64_t odp_invalidations;   /* pages whose translation was zapped */
+};
+
+struct provider;
+
+struct provider_pd {
+	struct provider *provider;
+	unsigned n_mrs;
+};
+
+/* What callers may read of a registration; the provider owns the rest. */
+struct provider_mr {
+	struct provider_pd *pd;
+	uint64_t addr;   /* host virtual address */
+	uint64_t length;
+	uint64_t iova;   /* address the keys use */
+	uint32_t lkey, rkey;
+	unsigned access;
+};
+
+struct provider_ops {
+	const char *name;
+	/* device NULL: the first. -ENODEV when there is none (or no RDMA support at all). */
+	int (*open)(const char *device, struct provider **ret);
+	void (*close)(struct provider *p);
+	int (*pd_alloc)(struct provider *p, struct provider_pd **ret);
+	int (*pd_free)(struct provider_pd *pd); /* -EBUSY while it has MRs */
+	int (*reg)(struct provider_pd *pd, void *addr, size_t length, uint64_t iova,
+		   unsigned access, struct provider_mr **ret);
+	/* flags: provider_rereg_flags. The MR keeps its identity; keys may change (read them
+	 * again). On failure the MR is unchanged and still valid, except -ESTALE: the device
+	 * destroyed it on the way (verbs' IBV_REREG_MR_ERR_CMD) and only dereg remains. */
+	int (*rereg)(struct provider_mr *mr, unsigned flags, void *addr, size_t length,
+		     uint64_t iova, unsigned access);
+	int (*dereg)(struct provider_mr *mr);
+	int (*advise)(struct provider_mr *mr, enum provider_advice advice, uint64_t iova,
+		      size_t length);
+	/* A dup'd command fd (O_CLOEXEC, the caller's) and the PD handle; -EOPNOTSUPP when the
+	 * provider has no device to share. */
+	int (*export_pd)(struct provider_pd *pd, int *ret_cmd_fd, uint32_t *ret_pd_handle);
+	/* Emulated DMA through the keys' translations; NULL when the provider has none. */
+	int (*dma)(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey, uint64_t laddr,
+		   uint32_t rkey, uint64_t raddr, size_t length);
+	/* ODP: zaps the translations of [iova, iova + length) as an MMU notifier would; NULL
+	 * where the kernel does it. */
+	int (*invalidate)(struct provider_mr *mr, uint64_t iova, size_t length);
+	void (*stats)(const struct provider *p, struct provider_stats *ret);
+};
+
+struct provider {
+	const struct provider_ops *ops;
+	struct provider_caps caps;
+};
+
+extern const struct provider_ops provider_soft_ops;
+extern const struct provider_ops provider_verbs_ops;
+
+/* Opens the provider kind names ("auto", "soft", "verbs"); auto takes verbs when a device
+ * opens, else soft. *ret_verbs_error tells why auto fell back (0 when it did not). */
+int provider_open(const char *kind, const char *device, struct provider **ret,
+		  int *ret_verbs_error);
+
+static inline void provider_close(struct provider *p)
+{
+	if (p)
+		p->ops->close(p);
+}
+
+static inline const char *provider_name(const struct provider *p) { return p->ops->name; }
+
+/* Thin wrappers so callers read naturally. */
+static inline int provider_pd_alloc(struct provider *p, struct provider_pd **ret)
+{
+	return p->ops->pd_alloc(p, ret);
+}
+
+static inline int provider_pd_free(struct provider_pd *pd)
+{
+	return pd ? pd->provider->ops->pd_free(pd) : 0;
+}
+
+static inline int provider_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t iova,
+			       unsigned access, struct provider_mr **ret)
+{
+	return pd->provider->ops->reg(pd, addr, length, iova, access, ret);
+}
+
+static inline int provider_rereg(struct provider_mr *mr, unsigned flags, void *addr,
+				 size_t length, uint64_t iova, unsigned access)
+{
+	return mr->pd->provider->ops->rereg(mr, flags, addr, length, iova, access);
+}
+
+static inline int provider_dereg(struct provider_mr *mr)
+{
+	return mr ? mr->pd->provider->ops->dereg(mr) : 0;
+}
+
+static inline int provider_advise(struct provider_mr *mr, enum provider_advice advice,
+				  uint64_t iova, size_t length)
+{
+	return mr->pd->provider->ops->advise(mr, advice, iova, length);
+}
+
+static inline int provider_export_pd(struct provider_pd *pd, int *ret_fd, uint32_t *ret_handle)
+{
+	return pd->provider->ops->export_pd(pd, ret_fd, ret_handle);
+}
+
+static inline int provider_dma(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey,
+			       uint64_t laddr, uint32_t rkey, uint64_t raddr, size_t length)
+{
+	if (!pd->provider->ops->dma)
+		return -EOPNOTSUPP;
+	return pd->provider->ops->dma(pd, op, lkey, laddr, rkey, raddr, length);
+}
+
+static inline int provider_invalidate(struct provider_mr *mr, uint64_t iova, size_t length)
+{
+	if (!mr->pd->provider->ops->invalidate)
+		return 0;
+	return mr->pd->provider->ops->invalidate(mr, iova, length);
+}
+
+static inline void provider_stats(const struct provider *p, struct provider_stats *ret)
+{
+	p->ops->stats(p, ret);
+}
+
+/* Access rules shared by every provider, as ibv_reg_mr applies them: known bits only, and
+ * remote write or atomic needs local write. */
+static inline int provider_check_access(unsigned access)
+{
+	if (access & ~MRD_ACCESS_ALL)
+		return -EINVAL;
+	if ((access & (MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_ATOMIC)) &&
+	    !(access & MRD_ACCESS_LOCAL_WRITE))
+		return -EINVAL;
+	return 0;
+}

@@ -1,0 +1,566 @@
+/* SPDX-License-Identifier: MIT */
+/* The behaviour every provider owes mrd, run against soft always and against verbs where a
+ * device exists (CONTRACT_PROVIDER picks; exit 77 with the reason otherwise). Cases that need
+ * a capability the device lacks (emulated DMA, ODP, moving an MR) are listed as not run. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "provider.h"
+
+#ifndef CONTRACT_PROVIDER
+#error "build with -DCONTRACT_PROVIDER=\"soft\" or \"verbs\""
+#endif
+
+#define NPAGES 16
+
+static struct provider *p;
+static struct provider_pd *pd;
+static uint8_t *buf_a, *buf_b;
+static size_t ps;
+
+static uint8_t *map_pages(size_t n)
+{
+	void *m = mmap(NULL, n * ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	memset(m, 0, n * ps);
+	return m;
+}
+
+static void setup(void)
+{
+	int verbs_error;
+
+	ps = (size_t)sysconf(_SC_PAGESIZE);
+	ck_assert_int_eq(provider_open(CONTRACT_PROVIDER, NULL, &p, &verbs_error), 0);
+	ck_assert_int_eq(provider_pd_alloc(p, &pd), 0);
+	buf_a = map_pages(NPAGES);
+	buf_b = map_pages(NPAGES);
+}
+
+static void teardown(void)
+{
+	ck_assert_int_eq(provider_pd_free(pd), 0); /* every test deregisters what it registered */
+	provider_close(p);
+	munmap(buf_a, NPAGES * ps);
+	munmap(buf_b, NPAGES * ps);
+}
+
+static struct provider_mr *reg(void *addr, size_t len, unsigned access)
+{
+	struct provider_mr *mr = NULL;
+
+	ck_assert_int_eq(provider_reg(pd, addr, len, (uintptr_t)addr, access, &mr), 0);
+	ck_assert_ptr_nonnull(mr);
+	ck_assert_uint_eq(mr->addr, (uintptr_t)addr);
+	ck_assert_uint_eq(mr->length, len);
+	ck_assert_uint_eq(mr->access, access);
+	return mr;
+}
+
+static uint64_t stat_pinned(void)
+{
+	struct provider_stats s;
+
+	provider_stats(p, &s);
+	return s.pinned_bytes;
+}
+
+/* Locked memory of this process, from the kernel's own count. */
+static uint64_t vm_locked_bytes(void)
+{
+	char line[256];
+	unsigned long kb = 0;
+	FILE *f = fopen("/proc/self/status", "re");
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmLck: %lu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kb * 1024;
+}
+
+START_TEST(test_access_rules)
+{
+	static const unsigned bad[] = {
+		MRD_ACCESS_REMOTE_WRITE,
+		MRD_ACCESS_REMOTE_ATOMIC,
+		MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ,
+		1u << 9,
+	};
+	static const unsigned good[] = {
+		0,
+		MRD_ACCESS_LOCAL_WRITE,
+		MRD_ACCESS_REMOTE_READ,
+		MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ,
+	};
+	struct provider_mr *mr = NULL;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_int_eq(provider_reg(pd, buf_a, ps, (uintptr_t)buf_a, bad[i], &mr), -EINVAL);
+	ck_assert_ptr_null(mr);
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		ck_assert_int_eq(provider_dereg(reg(buf_a, ps, good[i])), 0);
+}
+END_TEST
+
+START_TEST(test_lengths)
+{
+	struct provider_mr *mr = NULL;
+
+	ck_assert_int_eq(provider_reg(pd, buf_a, 0, (uintptr_t)buf_a, 0, &mr), -EINVAL);
+	if (p->caps.max_mr_size < UINT64_MAX / 2)
+		ck_assert_int_eq(provider_reg(pd, buf_a, (size_t)p->caps.max_mr_size + 1,
+					      (uintptr_t)buf_a, 0, &mr), -EINVAL);
+	ck_assert_ptr_null(mr);
+	/* Odd sizes and offsets are fine: the MR covers exactly what was asked. */
+	mr = reg(buf_a + 100, 3 * ps + 17, MRD_ACCESS_LOCAL_WRITE);
+	ck_assert_int_eq(provider_dereg(mr), 0);
+}
+END_TEST
+
+START_TEST(test_keys_differ_on_reuse)
+{
+	uint32_t keys[16];
+
+	for (int i = 0; i < 16; i++) {
+		struct provider_mr *mr = reg(buf_a, ps, MRD_ACCESS_LOCAL_WRITE);
+
+		keys[i] = mr->lkey;
+		for (int j = 0; j < i; j++)
+			ck_assert_msg(keys[j] != keys[i], "key 0x%x handed out twice", keys[i]);
+		ck_assert_int_eq(provider_dereg(mr), 0);
+	}
+	if (strcmp(provider_name(p), "soft") == 0)
+		for (int i = 1; i < 16; i++) {
+			/* The same index came back, with the next variant. */
+			ck_assert_uint_eq(keys[i] >> 8, keys[0] >> 8);
+			ck_assert_uint_eq((uint8_t)keys[i], (uint8_t)(keys[i - 1] + 1));
+		}
+}
+END_TEST
+
+START_TEST(test_pinning_accounted)
+{
+	uint64_t before = stat_pinned(), vm_before = vm_locked_bytes();
+	bool soft = strcmp(provider_name(p), "soft") == 0;
+	struct provider_mr *a, *b;
+
+	a = reg(buf_a, 4 * ps, MRD_ACCESS_LOCAL_WRITE);
+	ck_assert_uint_eq(stat_pinned(), before + 4 * ps);
+	b = reg(buf_a + 2 * ps, 4 * ps, MRD_ACCESS_LOCAL_WRITE);
+	if (soft) {
+		/* Overlapping pages are pinned once, and really locked. */
+		ck_assert_uint_eq(stat_pinned(), before + 6 * ps);
+		ck_assert_uint_eq(vm_locked_bytes(), vm_before + 6 * ps);
+	} else
+		ck_assert_uint_eq(stat_pinned(), before + 8 * ps); /* the kernel pins per MR */
+	ck_assert_int_eq(provider_dereg(a), 0);
+	if (soft) {
+		ck_assert_uint_eq(stat_pinned(), before + 4 * ps); /* b's pages stay locked */
+		ck_assert_uint_eq(vm_locked_bytes(), vm_before + 4 * ps);
+	}
+	ck_assert_int_eq(provider_dereg(b), 0);
+	ck_assert_uint_eq(stat_pinned(), before);
+	if (soft)
+		ck_assert_uint_eq(vm_locked_bytes(), vm_before);
+}
+END_TEST
+
+START_TEST(test_stats_count_mrs)
+{
+	struct provider_stats s0, s1;
+	struct provider_mr *mr;
+
+	provider_stats(p, &s0);
+	mr = reg(buf_a, ps, 0);
+	provider_stats(p, &s1);
+	ck_assert_uint_eq(s1.mrs, s0.mrs + 1);
+	ck_assert_uint_eq(s1.registrations, s0.registrations + 1);
+	ck_assert_int_eq(provider_dereg(mr), 0);
+	provider_stats(p, &s1);
+	ck_assert_uint_eq(s1.mrs, s0.mrs);
+}
+END_TEST
+
+START_TEST(test_pd_busy)
+{
+	struct provider_mr *mr = reg(buf_a, ps, 0);
+
+	ck_assert_int_eq(provider_pd_free(pd), -EBUSY);
+	ck_assert_int_eq(provider_dereg(mr), 0);
+}
+END_TEST
+
+START_TEST(test_unmapped_memory)
+{
+	uint8_t *hole = map_pages(2);
+	struct provider_mr *mr = NULL;
+
+	munmap(hole, 2 * ps);
+	ck_assert_int_lt(provider_reg(pd, hole, 2 * ps, (uintptr_t)hole, 0, &mr), 0);
+	ck_assert_ptr_null(mr);
+}
+END_TEST
+
+START_TEST(test_rereg_access)
+{
+	struct provider_mr *mr = reg(buf_a, ps, MRD_ACCESS_LOCAL_WRITE);
+	uint32_t key = mr->lkey;
+
+	ck_assert_int_eq(provider_rereg(mr, 0, NULL, 0, 0, 0), -EINVAL);
+	ck_assert_int_eq(provider_rereg(mr, PROVIDER_REREG_ACCESS, NULL, 0, 0,
+					MRD_ACCESS_REMOTE_WRITE), -EINVAL);
+	ck_assert_uint_eq(mr->access, MRD_ACCESS_LOCAL_WRITE); /* unchanged by the failures */
+	ck_assert_int_eq(provider_rereg(mr, PROVIDER_REREG_ACCESS, NULL, 0, 0,
+					MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_READ), 0);
+	ck_assert_uint_eq(mr->access, MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_READ);
+	ck_assert_uint_eq(mr->addr, (uintptr_t)buf_a);
+	if (strcmp(provider_name(p), "soft") == 0)
+		ck_assert_uint_eq(mr->lkey, key); /* same memory: same key */
+	ck_assert_int_eq(provider_dereg(mr), 0);
+}
+END_TEST
+
+START_TEST(test_export_pd)
+{
+	uint32_t handle;
+	int fd = -1, r = provider_export_pd(pd, &fd, &handle);
+
+	if (!p->caps.export_pd) {
+		ck_assert_int_eq(r, -EOPNOTSUPP);
+		ck_assert_int_eq(fd, -1);
+		return;
+	}
+	ck_assert_int_eq(r, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fcntl(fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+	close(fd);
+}
+END_TEST
+
+/* ---- emulated DMA (caps.dma) ---- */
+
+START_TEST(test_dma_reaches_exact_bytes)
+{
+	struct provider_mr *src = reg(buf_a, NPAGES * ps, 0);
+	struct provider_mr *dst = reg(buf_b, NPAGES * ps,
+				      MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE);
+	const size_t off = ps - 40, len = 100; /* crosses a page boundary on both sides */
+
+	for (size_t i = 0; i < NPAGES * ps; i++)
+		buf_a[i] = (uint8_t)(i * 7 + 1);
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova + off, dst->rkey,
+				      dst->iova + 2 * ps + off, len), 0);
+	ck_assert(memcmp(buf_b + 2 * ps + off, buf_a + off, len) == 0);
+	for (size_t i = 0; i < NPAGES * ps; i++)
+		if (i < 2 * ps + off || i >= 2 * ps + off + len)
+			ck_assert_msg(buf_b[i] == 0, "byte %zu outside the DMA changed", i);
+
+	/* And back: an RDMA read into local memory. */
+	memset(buf_a, 0, NPAGES * ps);
+	ck_assert_int_eq(provider_rereg(dst, PROVIDER_REREG_ACCESS, NULL, 0, 0,
+					MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_READ), 0);
+	ck_assert_int_eq(provider_rereg(src, PROVIDER_REREG_ACCESS, NULL, 0, 0,
+					MRD_ACCESS_LOCAL_WRITE), 0);
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_READ, src->lkey, src->iova, dst->rkey,
+				      dst->iova + 2 * ps + off, len), 0);
+	ck_assert(memcmp(buf_a, buf_b + 2 * ps + off, len) == 0);
+	ck_assert_int_eq(provider_dereg(src), 0);
+	ck_assert_int_eq(provider_dereg(dst), 0);
+}
+END_TEST
+
+START_TEST(test_dma_access_checks)
+{
+	struct provider_mr *local_ro = reg(buf_a, ps, 0);
+	struct provider_mr *local_rw = reg(buf_a + ps, ps, MRD_ACCESS_LOCAL_WRITE);
+	struct provider_mr *remote_plain = reg(buf_b, ps, MRD_ACCESS_LOCAL_WRITE);
+	struct provider_mr *remote_read = reg(buf_b + ps, ps, MRD_ACCESS_REMOTE_READ);
+
+	buf_b[0] = 0x55;
+	/* Writing where remote write was not granted. */
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, local_ro->lkey, local_ro->iova,
+				      remote_plain->rkey, remote_plain->iova, 8), -EACCES);
+	ck_assert_int_eq(buf_b[0], 0x55);
+	/* Reading where remote read was not granted. */
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_READ, local_rw->lkey, local_rw->iova,
+				      remote_plain->rkey, remote_plain->iova, 8), -EACCES);
+	/* Reading into local memory registered without local write. */
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_READ, local_ro->lkey, local_ro->iova,
+				      remote_read->rkey, remote_read->iova, 8), -EACCES);
+	/* Granted: remote read into writable local memory. */
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_READ, local_rw->lkey, local_rw->iova,
+				      remote_read->rkey, remote_read->iova, 8), 0);
+	ck_assert_int_eq(provider_dma(pd, 77, local_rw->lkey, local_rw->iova, remote_read->rkey,
+				      remote_read->iova, 8), -EINVAL);
+	ck_assert_int_eq(provider_dereg(local_ro), 0);
+	ck_assert_int_eq(provider_dereg(local_rw), 0);
+	ck_assert_int_eq(provider_dereg(remote_plain), 0);
+	ck_assert_int_eq(provider_dereg(remote_read), 0);
+}
+END_TEST
+
+START_TEST(test_dma_bounds)
+{
+	struct provider_mr *src = reg(buf_a, 2 * ps, 0);
+	struct provider_mr *dst = reg(buf_b + ps, 2 * ps,
+				      MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE);
+
+	memset(buf_a, 0xaa, 2 * ps);
+	/* One byte past the end, one byte before the start, and a length that wraps. */
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, dst->rkey,
+				      dst->iova + 2 * ps - 8, 9), -EFAULT);
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, dst->rkey,
+				      dst->iova - 1, 8), -EFAULT);
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova + 8, dst->rkey,
+				      dst->iova, SIZE_MAX - 4), -EFAULT);
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova + 2 * ps - 4,
+				      dst->rkey, dst->iova, 8), -EFAULT);
+	for (size_t i = 0; i < NPAGES * ps; i++)
+		ck_assert_msg(buf_b[i] == 0, "a refused DMA wrote byte %zu", i);
+	/* Exactly to the end is fine. */
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, dst->rkey,
+				      dst->iova + 2 * ps - 8, 8), 0);
+	ck_assert_int_eq(buf_b[3 * ps - 1], 0xaa);
+	ck_assert_int_eq(buf_b[3 * ps], 0);
+	ck_assert_int_eq(provider_dereg(src), 0);
+	ck_assert_int_eq(provider_dereg(dst), 0);
+}
+END_TEST
+
+START_TEST(test_stale_key_rejected)
+{
+	struct provider_mr *src = reg(buf_a, ps, 0);
+	struct provider_mr *old = reg(buf_b, ps, MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE);
+	struct provider_mr *fresh;
+	uint32_t stale = old->rkey;
+
+	ck_assert_int_eq(provider_dereg(old), 0);
+	fresh = reg(buf_b + ps, ps, MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE);
+	ck_assert_uint_ne(fresh->rkey, stale);
+	buf_a[0] = 0x42;
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, stale,
+				      fresh->iova, 1), -ENOKEY);
+	ck_assert_int_eq(buf_b[ps], 0);
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, 0, fresh->iova,
+				      1), -ENOKEY);
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, 0xffffff00u,
+				      fresh->iova, 1), -ENOKEY);
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, fresh->rkey,
+				      fresh->iova, 1), 0);
+	ck_assert_int_eq(buf_b[ps], 0x42);
+	ck_assert_int_eq(provider_dereg(src), 0);
+	ck_assert_int_eq(provider_dereg(fresh), 0);
+}
+END_TEST
+
+START_TEST(test_other_pd_keys_refused)
+{
+	struct provider_pd *pd2;
+	struct provider_mr *mine = reg(buf_a, ps, 0), *theirs = NULL;
+
+	ck_assert_int_eq(provider_pd_alloc(p, &pd2), 0);
+	ck_assert_int_eq(provider_reg(pd2, buf_b, ps, (uintptr_t)buf_b,
+				      MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE, &theirs), 0);
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, mine->lkey, mine->iova, theirs->rkey,
+				      theirs->iova, 8), -EACCES);
+	ck_assert_int_eq(provider_dma(pd2, PROVIDER_DMA_WRITE, mine->lkey, mine->iova, theirs->rkey,
+				      theirs->iova, 8), -EACCES);
+	ck_assert_int_eq(provider_dereg(theirs), 0);
+	ck_assert_int_eq(provider_pd_free(pd2), 0);
+	ck_assert_int_eq(provider_dereg(mine), 0);
+}
+END_TEST
+
+START_TEST(test_iova_addressing)
+{
+	/* Keys address the MR by its iova, whatever the host address. */
+	const uint64_t iova = 0x7000000000ull + ((uintptr_t)buf_b & (ps - 1));
+	struct provider_mr *src = reg(buf_a, ps, 0), *dst = NULL;
+
+	ck_assert_int_eq(provider_reg(pd, buf_b, 2 * ps, iova,
+				      MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE, &dst), 0);
+	ck_assert_uint_eq(dst->iova, iova);
+	buf_a[0] = 0x99;
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, dst->rkey,
+				      iova + ps, 1), 0);
+	ck_assert_int_eq(buf_b[ps], 0x99);
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, dst->rkey,
+				      (uintptr_t)buf_b + ps, 1), -EFAULT); /* the host address is no iova */
+	ck_assert_int_eq(provider_dereg(dst), 0);
+	ck_assert_int_eq(provider_dereg(src), 0);
+}
+END_TEST
+
+/* ---- moving an MR (caps.rereg_translation) ---- */
+
+START_TEST(test_rereg_translation)
+{
+	struct provider_mr *src = reg(buf_a, ps, 0);
+	struct provider_mr *mr = reg(buf_b, ps, MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE);
+	uint8_t *target = buf_b + 4 * ps;
+	uint32_t old_key = mr->rkey;
+	uint64_t pinned = stat_pinned();
+
+	ck_assert_int_eq(provider_rereg(mr, PROVIDER_REREG_TRANSLATION, target, 2 * ps,
+					(uintptr_t)target, 0), 0);
+	ck_assert_uint_eq(mr->addr, (uintptr_t)target);
+	ck_assert_uint_eq(mr->length, 2 * ps);
+	ck_assert_uint_eq(mr->access, MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE);
+	ck_assert_uint_eq(stat_pinned(), pinned + ps); /* old page released, two new pinned */
+	if (p->caps.dma) {
+		/* A key to the old memory must not reach the new memory. */
+		ck_assert_uint_ne(mr->rkey, old_key);
+		buf_a[0] = 0x77;
+		ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, old_key,
+					      (uintptr_t)target, 1), -ENOKEY);
+		ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, mr->rkey,
+					      mr->iova + ps, 1), 0);
+		ck_assert_int_eq(target[ps], 0x77);
+		ck_assert_int_eq(buf_b[0], 0); /* the old memory untouched */
+	}
+	/* A bad move leaves the MR where it was. */
+	ck_assert_int_eq(provider_rereg(mr, PROVIDER_REREG_TRANSLATION, target, 0,
+					(uintptr_t)target, 0), -EINVAL);
+	ck_assert_uint_eq(mr->addr, (uintptr_t)target);
+	ck_assert_int_eq(provider_dereg(mr), 0);
+	ck_assert_int_eq(provider_dereg(src), 0);
+}
+END_TEST
+
+/* ---- on-demand paging (caps.odp) ---- */
+
+START_TEST(test_odp_pins_nothing_and_faults)
+{
+	struct provider_stats s0, s1;
+	struct provider_mr *odp, *src;
+	uint64_t pinned = stat_pinned();
+
+	odp = reg(buf_b, NPAGES * ps,
+		  MRD_ACCESS_ON_DEMAND | MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE);
+	ck_assert_uint_eq(stat_pinned(), pinned);
+	/* Advice: only for ODP MRs; write prefetch only where writable. */
+	src = reg(buf_a, NPAGES * ps, 0);
+	ck_assert_int_lt(provider_advise(src, PROVIDER_ADVISE_PREFETCH, src->iova, ps), 0);
+	ck_assert_int_eq(provider_advise(odp, PROVIDER_ADVISE_PREFETCH, odp->iova, 2 * ps), 0);
+
+	if (p->caps.dma) {
+		provider_stats(p, &s0);
+		/* Pages 0-1 are present; a write over pages 1-3 faults pages 2 and 3. */
+		ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova,
+					      odp->rkey, odp->iova + ps + 10, 2 * ps), 0);
+		provider_stats(p, &s1);
+		ck_assert_uint_eq(s1.odp_faults - s0.odp_faults, 2);
+		ck_assert_uint_eq(s0.odp_prefetched_pages, 2);
+
+		/* Invalidation zaps present pages (0-3); the next touch faults again. */
+		ck_assert_int_eq(provider_invalidate(odp, odp->iova, NPAGES * ps), 0);
+		provider_stats(p, &s0);
+		ck_assert_uint_eq(s0.odp_invalidations - s1.odp_invalidations, 4);
+		ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova,
+					      odp->rkey, odp->iova, 1), 0);
+		provider_stats(p, &s1);
+		ck_assert_uint_eq(s1.odp_faults - s0.odp_faults, 1);
+		ck_assert_int_lt(provider_invalidate(src, src->iova, ps), 0); /* pinned: no */
+	}
+	ck_assert_uint_eq(stat_pinned(), pinned + NPAGES * ps); /* only src pinned */
+	ck_assert_int_eq(provider_dereg(src), 0);
+	ck_assert_int_eq(provider_dereg(odp), 0);
+}
+END_TEST
+
+START_TEST(test_odp_write_prefetch_needs_write)
+{
+	struct provider_mr *ro = reg(buf_b, 2 * ps, MRD_ACCESS_ON_DEMAND);
+
+	ck_assert_int_lt(provider_advise(ro, PROVIDER_ADVISE_PREFETCH_WRITE, ro->iova, ps), 0);
+	ck_assert_int_eq(provider_advise(ro, PROVIDER_ADVISE_PREFETCH, ro->iova, ps), 0);
+	ck_assert_int_lt(provider_advise(ro, PROVIDER_ADVISE_PREFETCH, ro->iova + ps, 2 * ps), 0);
+	ck_assert_int_eq(provider_dereg(ro), 0);
+}
+END_TEST
+
+START_TEST(test_odp_unmapped_faults_safely)
+{
+	uint8_t *hole = map_pages(2);
+	struct provider_mr *src = reg(buf_a, ps, 0), *odp = NULL;
+
+	/* ODP registers address space, not pages: unmapped memory only fails when touched. */
+	ck_assert_int_eq(provider_reg(pd, hole, 2 * ps, (uintptr_t)hole,
+				      MRD_ACCESS_ON_DEMAND | MRD_ACCESS_LOCAL_WRITE |
+					      MRD_ACCESS_REMOTE_WRITE, &odp), 0);
+	munmap(hole, 2 * ps);
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, odp->rkey,
+				      odp->iova, 8), -EFAULT);
+	ck_assert_int_eq(provider_dereg(odp), 0);
+	ck_assert_int_eq(provider_dereg(src), 0);
+}
+END_TEST
+
+int main(void)
+{
+	struct provider *probe;
+	Suite *s = suite_create("provider-contract-" CONTRACT_PROVIDER);
+	TCase *tc = tcase_create("contract");
+	SRunner *sr;
+	int verbs_error, failed, r;
+
+	r = provider_open(CONTRACT_PROVIDER, NULL, &probe, &verbs_error);
+	if (r == -ENODEV) {
+		printf("SKIP: no RDMA device for the %s provider (ibv_get_device_list found none; "
+		       "real verbs runs in the rxe VM test)\n", CONTRACT_PROVIDER);
+		return 77;
+	}
+	if (r < 0) {
+		printf("cannot open the %s provider: %s\n", CONTRACT_PROVIDER, strerror(-r));
+		return EXIT_FAILURE;
+	}
+	printf("provider %s, device %s\n", provider_name(probe), probe->caps.device);
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_access_rules);
+	tcase_add_test(tc, test_lengths);
+	tcase_add_test(tc, test_keys_differ_on_reuse);
+	tcase_add_test(tc, test_pinning_accounted);
+	tcase_add_test(tc, test_stats_count_mrs);
+	tcase_add_test(tc, test_pd_busy);
+	tcase_add_test(tc, test_unmapped_memory);
+	tcase_add_test(tc, test_rereg_access);
+	tcase_add_test(tc, test_export_pd);
+	if (probe->caps.dma) {
+		tcase_add_test(tc, test_dma_reaches_exact_bytes);
+		tcase_add_test(tc, test_dma_access_checks);
+		tcase_add_test(tc, test_dma_bounds);
+		tcase_add_test(tc, test_stale_key_rejected);
+		tcase_add_test(tc, test_other_pd_keys_refused);
+		tcase_add_test(tc, test_iova_addressing);
+	} else
+		printf("not run: emulated DMA cases (the device does DMA itself; see the VM test)\n");
+	if (probe->caps.rereg_translation)
+		tcase_add_test(tc, test_rereg_translation);
+	else
+		printf("not run: rereg with a translation change (the device cannot)\n");
+	if (probe->caps.odp) {
+		tcase_add_test(tc, test_odp_pins_nothing_and_faults);
+		tcase_add_test(tc, test_odp_write_prefetch_needs_write);
+		if (probe->caps.dma)
+			tcase_add_test(tc, test_odp_unmapped_faults_safely);
+	} else
+		printf("not run: ODP cases (the device has no on-demand paging)\n");
+	provider_close(probe);
+
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
