@@ -51,6 +51,12 @@ static int conn_recv_response(struct conn *c, uint64_t id, Mrd__Response **ret,
 			return -ETIMEDOUT;
 
 		r = wire_recv(c->fd, c->buf, c->buf_size, &pkt, 0);
+		/* A peer that closed with our request unread reports ECONNRESET once, ahead of
+		 * what it queued before closing (a refused connection's reason): look again. */
+		if (r == -ECONNRESET)
+			r = wire_recv(c->fd, c->buf, c->buf_size, &pkt, MSG_DONTWAIT);
+		if (r == -EAGAIN || r == -ECONNRESET)
+			return -ECONNRESET;
 		if (r < 0)
 			return r;
 		if (r == 0)
@@ -81,12 +87,18 @@ static int conn_recv_response(struct conn *c, uint64_t id, Mrd__Response **ret,
 
 int conn_call(struct conn *c, Mrd__Request *req, Mrd__Response **ret, struct conn_fds *ret_fds)
 {
+	return conn_call_with_fds(c, req, NULL, 0, ret, ret_fds);
+}
+
+int conn_call_with_fds(struct conn *c, Mrd__Request *req, const int *fds, size_t n_fds,
+		       Mrd__Response **ret, struct conn_fds *ret_fds)
+{
 	int r;
 
 	if (ret_fds)
 		ret_fds->n = 0;
 	req->id = ++c->next_id;
-	r = wire_send(c->fd, &req->base, WIRE_FRAME_MAX, NULL, 0, 0);
+	r = wire_send(c->fd, &req->base, WIRE_FRAME_MAX, fds, n_fds, 0);
 	/* A peer that hung up may have left its reason queued (a refused connection): read it. */
 	if (r < 0 && r != -EPIPE && r != -ECONNRESET)
 		return r;

@@ -44,6 +44,9 @@ struct conn_fds {
  * transport error as -errno. Descriptors of the reply go to ret_fds, or are closed when it is
  * NULL. */
 int conn_call(struct conn *c, Mrd__Request *req, Mrd__Response **ret, struct conn_fds *ret_fds);
+/* The same, with n_fds descriptors (not consumed) sent along with the request. */
+int conn_call_with_fds(struct conn *c, Mrd__Request *req, const int *fds, size_t n_fds,
+		       Mrd__Response **ret, struct conn_fds *ret_fds);
 
 /* The daemon's status converted to -errno, 0 on success. */
 static inline int response_error(const Mrd__Response *resp)

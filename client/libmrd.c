@@ -1,19 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "connection.h"
+#include "libmrd-internal.h"
 #include "log.h"
 #include "mrd/mrd.h"
 
 #define MRD_EXPORT __attribute__((visibility("default")))
 
-struct mrd_client {
-	struct conn *conn;
-	pthread_mutex_t lock; /* one call on the socket at a time */
-};
+static __thread char last_error[256];
 
 /* libmrd is silent unless MRD_LOG_LEVEL asks, as libibverbs is with VERBS_LOG_LEVEL. */
 static void libmrd_log_init(void)
@@ -31,6 +30,22 @@ static void log_init_once(void)
 	pthread_once(&once, libmrd_log_init);
 }
 
+int set_last_error(int error, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	va_end(ap);
+	log_debug("%s", last_error);
+	return error;
+}
+
+MRD_EXPORT const char *mrd_last_error(void)
+{
+	return last_error;
+}
+
 MRD_EXPORT int mrd_client_connect(const char *path, mrd_client **ret)
 {
 	char error[256] = "";
@@ -39,18 +54,23 @@ MRD_EXPORT int mrd_client_connect(const char *path, mrd_client **ret)
 
 	log_init_once();
 	if (!ret)
-		return -EINVAL;
+		return set_last_error(-EINVAL, "mrd_client_connect: ret is NULL");
 	client = calloc(1, sizeof(*client));
 	if (!client)
-		return -ENOMEM;
+		return set_last_error(-ENOMEM, "out of memory");
+	pthread_mutex_init(&client->lock, NULL);
 	r = conn_open(path, program_invocation_short_name, MRD_CAPS_SERVED, &client->conn, error,
 		      sizeof(error));
 	if (r < 0) {
-		log_debug("%s", error);
-		free(client);
+		set_last_error(r, "%s", error);
+		mrd_client_close(client);
 		return r;
 	}
-	pthread_mutex_init(&client->lock, NULL);
+	r = memory_join(client);
+	if (r < 0) {
+		mrd_client_close(client);
+		return r;
+	}
 	*ret = client;
 	return 0;
 }
@@ -59,16 +79,15 @@ MRD_EXPORT mrd_client *mrd_client_close(mrd_client *client)
 {
 	if (!client)
 		return NULL;
+	memory_leave(client);
 	conn_free(client->conn);
 	pthread_mutex_destroy(&client->lock);
 	free(client);
 	return NULL;
 }
 
-/* One request/response under the handle's lock; daemon errors become -errno. Descriptors of
- * a successful reply go to ret_fds (closed when NULL or on error). */
-static int client_call(mrd_client *client, Mrd__Request *req, Mrd__Response **ret,
-		       struct conn_fds *ret_fds)
+int client_call(mrd_client *client, Mrd__Request *req, Mrd__Response **ret,
+		struct conn_fds *ret_fds)
 {
 	Mrd__Response *resp = NULL;
 	struct conn_fds fds;
@@ -78,13 +97,14 @@ static int client_call(mrd_client *client, Mrd__Request *req, Mrd__Response **re
 	r = conn_call(client->conn, req, &resp, &fds);
 	pthread_mutex_unlock(&client->lock);
 	if (r < 0)
-		return r;
+		return set_last_error(r, "no answer from mrd: %s", strerror(-r));
 	r = response_error(resp);
 	if (r < 0 || !ret_fds)
 		for (size_t i = 0; i < fds.n; i++)
 			safe_close(fds.fds[i]);
 	if (r < 0) {
-		log_debug("request failed: %s", resp->message ? resp->message : "");
+		set_last_error(r, "%s", resp->message && *resp->message ? resp->message :
+									strerror(-r));
 		mrd__response__free_unpacked(resp, NULL);
 		return r;
 	}
@@ -103,7 +123,7 @@ MRD_EXPORT int mrd_client_ping(mrd_client *client)
 	int r;
 
 	if (!client)
-		return -EINVAL;
+		return set_last_error(-EINVAL, "mrd_client_ping: client is NULL");
 	ping.payload.data = (uint8_t *)payload;
 	ping.payload.len = sizeof(payload);
 	req.body_case = MRD__REQUEST__BODY_PING;
@@ -113,7 +133,7 @@ MRD_EXPORT int mrd_client_ping(mrd_client *client)
 		return r;
 	if (resp->body_case != MRD__RESPONSE__BODY_PING || resp->ping->payload.len != sizeof(payload) ||
 	    memcmp(resp->ping->payload.data, payload, sizeof(payload)) != 0)
-		r = -EBADMSG;
+		r = set_last_error(-EBADMSG, "malformed Ping reply");
 	mrd__response__free_unpacked(resp, NULL);
 	return r;
 }
@@ -127,7 +147,7 @@ MRD_EXPORT int mrd_client_get_pd(mrd_client *client, int *ret_cmd_fd, uint32_t *
 	int r;
 
 	if (!client || !ret_cmd_fd || !ret_pd_handle)
-		return -EINVAL;
+		return set_last_error(-EINVAL, "mrd_client_get_pd: NULL argument");
 	req.body_case = MRD__REQUEST__BODY_EXPORT_PD;
 	req.export_pd = &export_pd;
 	r = client_call(client, &req, &resp, &fds);
@@ -137,7 +157,7 @@ MRD_EXPORT int mrd_client_get_pd(mrd_client *client, int *ret_cmd_fd, uint32_t *
 		for (size_t i = 0; i < fds.n; i++)
 			safe_close(fds.fds[i]);
 		mrd__response__free_unpacked(resp, NULL);
-		return -EBADMSG;
+		return set_last_error(-EBADMSG, "malformed ExportPd reply");
 	}
 	*ret_cmd_fd = fds.fds[0];
 	*ret_pd_handle = resp->export_pd->pd_handle;
@@ -153,6 +173,16 @@ MRD_EXPORT int mrd_client_protocol_version(const mrd_client *client)
 MRD_EXPORT const char *mrd_client_server_version(const mrd_client *client)
 {
 	return client ? client->conn->server_version : NULL;
+}
+
+MRD_EXPORT const char *mrd_client_domain(const mrd_client *client)
+{
+	return client ? client->domain : NULL;
+}
+
+MRD_EXPORT uint64_t mrd_client_generation(const mrd_client *client)
+{
+	return client ? __atomic_load_n(&client->status->generation, __ATOMIC_ACQUIRE) : 0;
 }
 
 MRD_EXPORT const char *mrd_version(void)

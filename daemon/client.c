@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -134,7 +135,7 @@ int client_send_frame(struct client *c, const uint8_t *data, size_t len, const i
 }
 
 int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool admin,
-	       struct client **ret)
+	       const char *domain_name, struct client **ret)
 {
 	_cleanup_(client_freep) struct client *c = NULL;
 
@@ -149,6 +150,8 @@ int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool 
 	c->uid = uid;
 	c->gid = gid;
 	c->admin = admin;
+	snprintf(c->domain_name, sizeof(c->domain_name), "%s", domain_name);
+	LIST_INIT(&c->allocations);
 	LIST_INSERT_HEAD(&m->clients, c, link);
 	m->n_clients++;
 
@@ -180,7 +183,11 @@ struct client *client_free(struct client *c)
 	if (c->write_event)
 		event_free(c->write_event);
 	safe_close(c->fd);
+	/* Everything it owns goes; memory of other clients stays. */
+	while (!LIST_EMPTY(&c->allocations))
+		domain_free_allocation(c->domain, LIST_FIRST(&c->allocations));
 	domain_release(c->domain);
+	free(c->arenas_sent);
 	if (c->manager) {
 		LIST_REMOVE(c, link);
 		c->manager->n_clients--;
@@ -194,12 +201,47 @@ int client_get_domain(struct client *c, struct domain **ret)
 	int r;
 
 	if (!c->domain) {
-		r = domain_acquire(c->manager, c->uid, &c->domain);
+		r = domain_acquire(c->manager, c->domain_name, &c->domain);
 		if (r < 0)
 			return r;
 	}
 	*ret = c->domain;
 	return 0;
+}
+
+bool client_has_arena(const struct client *c, uint32_t arena_id)
+{
+	for (size_t i = 0; i < c->n_arenas_sent; i++)
+		if (c->arenas_sent[i] == arena_id)
+			return true;
+	return false;
+}
+
+int client_add_arena(struct client *c, uint32_t arena_id)
+{
+	if (c->n_arenas_sent == c->arenas_sent_cap) {
+		size_t cap = c->arenas_sent_cap ? c->arenas_sent_cap * 2 : 8;
+		uint32_t *ids = realloc(c->arenas_sent, cap * sizeof(*ids));
+
+		if (!ids)
+			return -ENOMEM;
+		c->arenas_sent = ids;
+		c->arenas_sent_cap = cap;
+	}
+	c->arenas_sent[c->n_arenas_sent++] = arena_id;
+	return 0;
+}
+
+void client_forget_arena_all(struct manager *m, uint32_t arena_id)
+{
+	struct client *c;
+
+	LIST_FOREACH(c, &m->clients, link)
+		for (size_t i = 0; i < c->n_arenas_sent; i++)
+			if (c->arenas_sent[i] == arena_id) {
+				c->arenas_sent[i] = c->arenas_sent[--c->n_arenas_sent];
+				break;
+			}
 }
 
 void client_drop(struct client *c, const char *reason)

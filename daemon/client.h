@@ -40,7 +40,12 @@ struct client {
 	uint32_t version;
 	char name[65];
 
+	char domain_name[64];  /* from uid/gid and [domains], fixed at connect */
 	struct domain *domain; /* acquired on first use */
+	LIST_HEAD(, allocation) allocations; /* owned: freed when the client goes */
+	uint64_t allocated_bytes;
+	uint32_t *arenas_sent; /* arenas whose memfd this client has received */
+	size_t n_arenas_sent, arenas_sent_cap;
 
 	unsigned protocol_errors;
 	/* Replies not yet taken by the client: bounded by limits.requests_in_flight. */
@@ -50,7 +55,7 @@ struct client {
 
 /* Takes fd on success. */
 int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool admin,
-	       struct client **ret);
+	       const char *domain_name, struct client **ret);
 struct client *client_free(struct client *c);
 DEFINE_CLEANUP(struct client, client_free)
 
@@ -61,6 +66,12 @@ int client_send_frame(struct client *c, const uint8_t *data, size_t len, const i
 
 /* The client's domain, acquired on first use. */
 int client_get_domain(struct client *c, struct domain **ret);
+
+/* Which arenas' memfds a client holds, so each is sent once. */
+bool client_has_arena(const struct client *c, uint32_t arena_id);
+int client_add_arena(struct client *c, uint32_t arena_id);
+/* An arena went away: nobody holds its id any more (ids are reused). */
+void client_forget_arena_all(struct manager *m, uint32_t arena_id);
 
 /* Drops a misbehaving client: one warning naming pid, uid and reason, then frees it. */
 void client_drop(struct client *c, const char *reason);

@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <grp.h>
+#include <pwd.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,15 @@ void config_init(struct config *c)
 		.max_frame = WIRE_FRAME_DEFAULT,
 		.max_fds = 4,
 		.max_protocol_errors = 16,
+		.window_base = 0x200000000000ULL, /* 32 TiB: clear of heaps, stacks and ASan */
+		.window_size = 4ULL << 40,
+		.arena_size = 1ULL << 30,
+		.hugepages = HUGEPAGES_AUTO,
+		.quota_allocated_bytes = 64ULL << 30,
+		.quota_pinned_bytes = 64ULL << 30,
+		.quota_arenas = 64,
+		.quota_allocations = 65536,
+		.quota_clients = 256,
 	};
 }
 
@@ -30,6 +40,12 @@ void config_done(struct config *c)
 	free(c->provider);
 	free(c->device);
 	free(c->admin_group);
+	for (size_t i = 0; i < c->n_groups; i++) {
+		free(c->groups[i].name);
+		free(c->groups[i].uids);
+		free(c->groups[i].gids);
+	}
+	free(c->groups);
 	config_init(c);
 }
 
@@ -62,6 +78,103 @@ static int set_unsigned(unsigned *field, const char *value, unsigned min, unsign
 		return -ERANGE;
 	*field = (unsigned)v;
 	return 0;
+}
+
+/* Bytes with an optional binary suffix: 4096, 64K, 2M, 1G, 4T. */
+static int set_bytes(uint64_t *field, const char *value, uint64_t min, uint64_t max)
+{
+	unsigned long long v;
+	char *end;
+	unsigned shift = 0;
+
+	if (!isdigit((unsigned char)*value))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(value, &end, 0);
+	if (errno)
+		return -EINVAL;
+	switch (*end) {
+	case 'K': shift = 10; end++; break;
+	case 'M': shift = 20; end++; break;
+	case 'G': shift = 30; end++; break;
+	case 'T': shift = 40; end++; break;
+	default: break;
+	}
+	if (*end || (shift && v > (UINT64_MAX >> shift)))
+		return -EINVAL;
+	v <<= shift;
+	if (v < min || v > max)
+		return -ERANGE;
+	*field = v;
+	return 0;
+}
+
+/* "uid:1000 uid:1001 gid:27" (names work too: "uid:alice gid:rdma"). */
+static int add_group(struct config *c, const char *name, const char *value)
+{
+	_cleanup_free_ char *copy = strdup(value);
+	struct domain_group g = {}, *groups;
+	char *save = NULL;
+
+	if (!copy)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->n_groups; i++)
+		if (strcmp(c->groups[i].name, name) == 0)
+			return -EEXIST;
+	for (char *tok = strtok_r(copy, " ,", &save); tok; tok = strtok_r(NULL, " ,", &save)) {
+		bool is_uid = strncmp(tok, "uid:", 4) == 0;
+		unsigned long id;
+		char *end;
+		void *grown;
+
+		if (!is_uid && strncmp(tok, "gid:", 4) != 0)
+			goto bad;
+		tok += 4;
+		errno = 0;
+		id = strtoul(tok, &end, 10);
+		if (*tok && !*end && !errno && id < UINT32_MAX)
+			;
+		else if (is_uid && getpwnam(tok))
+			id = getpwnam(tok)->pw_uid;
+		else if (!is_uid && getgrnam(tok))
+			id = getgrnam(tok)->gr_gid;
+		else
+			goto bad;
+		if (is_uid) {
+			grown = realloc(g.uids, (g.n_uids + 1) * sizeof(uid_t));
+			if (!grown)
+				goto nomem;
+			g.uids = grown;
+			g.uids[g.n_uids++] = (uid_t)id;
+		} else {
+			grown = realloc(g.gids, (g.n_gids + 1) * sizeof(gid_t));
+			if (!grown)
+				goto nomem;
+			g.gids = grown;
+			g.gids[g.n_gids++] = (gid_t)id;
+		}
+	}
+	if (g.n_uids + g.n_gids == 0)
+		goto bad;
+	g.name = strdup(name);
+	groups = realloc(c->groups, (c->n_groups + 1) * sizeof(*groups));
+	if (!g.name || !groups) {
+		if (groups)
+			c->groups = groups;
+		goto nomem;
+	}
+	c->groups = groups;
+	c->groups[c->n_groups++] = g;
+	return 0;
+bad:
+	free(g.uids);
+	free(g.gids);
+	return -EINVAL;
+nomem:
+	free(g.name);
+	free(g.uids);
+	free(g.gids);
+	return -ENOMEM;
 }
 
 int config_set(struct config *c, const char *section, const char *key, const char *value)
@@ -98,7 +211,37 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 			return set_unsigned(&c->max_fds, value, 0, WIRE_FDS_MAX);
 		if (strcmp(key, "protocol_errors") == 0)
 			return set_unsigned(&c->max_protocol_errors, value, 0, 1u << 20);
-	}
+	} else if (strcmp(section, "memory") == 0) {
+		if (strcmp(key, "window_base") == 0)
+			return set_bytes(&c->window_base, value, 1ULL << 32, 1ULL << 47);
+		if (strcmp(key, "window_size") == 0)
+			return set_bytes(&c->window_size, value, 1ULL << 30, 64ULL << 40);
+		if (strcmp(key, "arena_size") == 0)
+			return set_bytes(&c->arena_size, value, 2ULL << 20, 1ULL << 40);
+		if (strcmp(key, "hugepages") == 0) {
+			if (strcmp(value, "auto") == 0)
+				c->hugepages = HUGEPAGES_AUTO;
+			else if (strcmp(value, "yes") == 0)
+				c->hugepages = HUGEPAGES_YES;
+			else if (strcmp(value, "no") == 0)
+				c->hugepages = HUGEPAGES_NO;
+			else
+				return -EINVAL;
+			return 0;
+		}
+	} else if (strcmp(section, "quota") == 0) {
+		if (strcmp(key, "allocated_bytes") == 0)
+			return set_bytes(&c->quota_allocated_bytes, value, 0, UINT64_MAX);
+		if (strcmp(key, "pinned_bytes") == 0)
+			return set_bytes(&c->quota_pinned_bytes, value, 0, UINT64_MAX);
+		if (strcmp(key, "arenas") == 0)
+			return set_unsigned(&c->quota_arenas, value, 1, 1u << 16);
+		if (strcmp(key, "allocations") == 0)
+			return set_unsigned(&c->quota_allocations, value, 1, 1u << 24);
+		if (strcmp(key, "clients") == 0)
+			return set_unsigned(&c->quota_clients, value, 1, 1u << 20);
+	} else if (strcmp(section, "domains") == 0)
+		return add_group(c, key, value);
 	return -ENOENT;
 }
 
@@ -127,9 +270,9 @@ int config_load_file(struct config *c, const char *path)
 	f = fopen(path, "re");
 	if (!f)
 		return negative_errno();
-	if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode)) {
+	if (fstat(fileno(f), &st) < 0 || S_ISDIR(st.st_mode)) {
 		fclose(f);
-		return log_error_errno(-EINVAL, "%s: not a regular file", path);
+		return log_error_errno(-EINVAL, "%s: is a directory, not a configuration file", path);
 	}
 
 	while (getline(&line, &cap, f) >= 0) {
@@ -173,6 +316,15 @@ int config_load_file(struct config *c, const char *path)
 
 int config_finish(struct config *c)
 {
+	/* The window is carved into arena-sized slots. */
+	if (c->arena_size & (c->arena_size - 1))
+		return log_error_errno(-EINVAL, "[memory] arena_size must be a power of two");
+	if (c->window_base % c->arena_size || c->window_size % c->arena_size)
+		return log_error_errno(-EINVAL, "[memory] window_base and window_size must be "
+						"multiples of arena_size");
+	if (c->window_base + c->window_size > (1ULL << 47))
+		return log_error_errno(-EINVAL, "[memory] window_base + window_size must stay "
+						"below 128 TiB (user address space)");
 	if (!c->socket_path && set_string(&c->socket_path, MRD_SOCKET_DEFAULT) < 0)
 		return -ENOMEM;
 	if (!c->provider && set_string(&c->provider, "auto") < 0)

@@ -2,11 +2,23 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "log.h"
 #include "mrd/mrd.h" /* MRD_SOCKET_DEFAULT */
 
+
+enum hugepages_mode { HUGEPAGES_AUTO, HUGEPAGES_YES, HUGEPAGES_NO };
+
+/* [domains]: clients whose uid or gid (primary or supplementary) is listed share a domain. */
+struct domain_group {
+	char *name;
+	uid_t *uids;
+	size_t n_uids;
+	gid_t *gids;
+	size_t n_gids;
+};
 
 /* Every value mrd reads from mrd.conf and its command line; see mrd.conf(5). */
 struct config {
@@ -22,6 +34,17 @@ struct config {
 	unsigned max_frame;            /* bytes per request packet */
 	unsigned max_fds;              /* descriptors per request packet */
 	unsigned max_protocol_errors;  /* malformed frames before a client is dropped */
+
+	/* [memory] */
+	uint64_t window_base, window_size, arena_size;
+	enum hugepages_mode hugepages;
+
+	/* [quota], per domain */
+	uint64_t quota_allocated_bytes, quota_pinned_bytes;
+	unsigned quota_arenas, quota_allocations, quota_clients;
+
+	struct domain_group *groups;
+	size_t n_groups;
 };
 
 void config_init(struct config *c);

@@ -15,6 +15,13 @@ static const struct request_type request_types[] = {
 	[MRD__REQUEST__BODY_PING] = { "Ping", request_ping },
 	[MRD__REQUEST__BODY_STATUS] = { "Status", request_status, .admin = true },
 	[MRD__REQUEST__BODY_EXPORT_PD] = { "ExportPd", request_export_pd },
+	[MRD__REQUEST__BODY_JOIN_DOMAIN] = { "JoinDomain", request_join_domain },
+	[MRD__REQUEST__BODY_ALLOC] = { "Alloc", request_alloc },
+	[MRD__REQUEST__BODY_FREE] = { "Free", request_free },
+	[MRD__REQUEST__BODY_MAP] = { "Map", request_map },
+	[MRD__REQUEST__BODY_EXTMEM_ATTACH] = { "ExtmemAttach", request_extmem_attach, .n_fds = 1 },
+	[MRD__REQUEST__BODY_EXTMEM_DETACH] = { "ExtmemDetach", request_extmem_detach },
+	[MRD__REQUEST__BODY_CLIENTS] = { "Clients", request_clients, .admin = true },
 };
 
 const struct request_type *request_type_lookup(int body_case)
@@ -72,6 +79,17 @@ static void reply_send(struct client *c, struct reply *r, int error)
 	if (k < 0)
 		log_debug_errno(k, "client %" PRIu64 ": cannot send reply: %m", c->id);
 	reply_close_fds(r); /* the kernel (or the send queue) holds its own copies */
+	for (size_t i = 0; i < r->n_owned; i++)
+		free(r->owned[i]);
+	r->n_owned = 0;
+}
+
+int take_request_fd(struct wire_packet *pkt, size_t i)
+{
+	int fd = pkt->fds[i];
+
+	pkt->fds[i] = -1;
+	return fd;
 }
 
 /* A frame that breaks the protocol: answer it, count it, and drop the client that keeps on. */

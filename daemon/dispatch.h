@@ -17,7 +17,17 @@ struct reply {
 		Mrd__PingResponse ping;
 		Mrd__StatusResponse status;
 		Mrd__ExportPdResponse export_pd;
+		Mrd__JoinDomainResponse join_domain;
+		Mrd__AllocResponse alloc;
+		Mrd__FreeResponse free;
+		Mrd__MapResponse map;
+		Mrd__ExtmemAttachResponse extmem_attach;
+		Mrd__ExtmemDetachResponse extmem_detach;
+		Mrd__ClientsResponse clients;
 	} body;
+	Mrd__ArenaInfo arena;   /* for bodies that describe an arena */
+	void *owned[4];         /* freed after the reply is sent (repeated fields) */
+	size_t n_owned;
 	char message[256];
 	int fds[WIRE_FDS_MAX]; /* owned; sent with the reply, then closed */
 	size_t n_fds;
@@ -25,8 +35,11 @@ struct reply {
 
 void reply_set_message(struct reply *r, const char *fmt, ...) _printf_(2, 3);
 
+/* Takes ownership of a descriptor the request carried (so dispatch does not close it). */
+int take_request_fd(struct wire_packet *pkt, size_t i);
+
 typedef int (*request_handler_fn)(struct client *c, const Mrd__Request *req,
-				  const struct wire_packet *pkt, struct reply *r);
+				  struct wire_packet *pkt, struct reply *r);
 
 /* What the dispatcher checks before a handler runs. */
 struct request_type {
@@ -45,11 +58,25 @@ const struct request_type *request_type_lookup(int body_case);
 int dispatch_packet(struct client *c, struct wire_packet *pkt);
 
 /* Handlers, one file per request family (request-*.c). */
-int request_hello(struct client *c, const Mrd__Request *req, const struct wire_packet *pkt,
+int request_hello(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 		  struct reply *r);
-int request_ping(struct client *c, const Mrd__Request *req, const struct wire_packet *pkt,
+int request_ping(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 		 struct reply *r);
-int request_status(struct client *c, const Mrd__Request *req, const struct wire_packet *pkt,
+int request_status(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 		   struct reply *r);
-int request_export_pd(struct client *c, const Mrd__Request *req, const struct wire_packet *pkt,
+int request_export_pd(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 		      struct reply *r);
+int request_join_domain(struct client *c, const Mrd__Request *req,
+			struct wire_packet *pkt, struct reply *r);
+int request_alloc(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		  struct reply *r);
+int request_free(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		 struct reply *r);
+int request_map(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		struct reply *r);
+int request_extmem_attach(struct client *c, const Mrd__Request *req,
+			  struct wire_packet *pkt, struct reply *r);
+int request_extmem_detach(struct client *c, const Mrd__Request *req,
+			  struct wire_packet *pkt, struct reply *r);
+int request_clients(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		    struct reply *r);

@@ -1,11 +1,54 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include "arena.h"
+#include "client.h"
 #include "domain.h"
 #include "log.h"
+#include "macro.h"
 #include "manager.h"
 #include "provider.h"
+#include "status-page.h"
+
+uint64_t allocation_address(const struct allocation *a)
+{
+	return (uint64_t)(uintptr_t)a->arena->base + a->offset;
+}
+
+static bool in_list(const void *ids, size_t n, unsigned id, size_t width)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned v = width == sizeof(uid_t) ? ((const uid_t *)ids)[i] : ((const gid_t *)ids)[i];
+		if (v == id)
+			return true;
+	}
+	return false;
+}
+
+const char *domain_name_for(const struct manager *m, uid_t uid, gid_t gid, int fd, char *buf,
+			    size_t size)
+{
+	for (size_t i = 0; i < m->config.n_groups; i++) {
+		const struct domain_group *g = &m->config.groups[i];
+
+		if (in_list(g->uids, g->n_uids, uid, sizeof(uid_t)) ||
+		    in_list(g->gids, g->n_gids, gid, sizeof(gid_t)))
+			return snprintf(buf, size, "%s", g->name), buf;
+		for (size_t j = 0; j < g->n_gids; j++)
+			if (fd >= 0 && peer_in_group(fd, g->gids[j]))
+				return snprintf(buf, size, "%s", g->name), buf;
+	}
+	snprintf(buf, size, "uid-%u", (unsigned)uid);
+	return buf;
+}
 
 static struct domain *domain_free(struct domain *d)
 {
@@ -13,12 +56,19 @@ static struct domain *domain_free(struct domain *d)
 
 	if (!d)
 		return NULL;
+	/* Clients are gone by now, and with them their allocations. */
+	while (!LIST_EMPTY(&d->arenas))
+		arena_free(LIST_FIRST(&d->arenas));
+	u64_map_done(&d->allocations);
 	if (d->pd) {
 		r = provider_pd_free(d->pd);
 		if (r < 0)
-			log_warning_errno(r, "domain of uid %u: cannot free its PD: %m", (unsigned)d->uid);
+			log_warning_errno(r, "domain %s: cannot free its PD: %m", d->name);
 	}
 	provider_close(d->provider);
+	if (d->status)
+		munmap(d->status, MRD_STATUS_PAGE_SIZE);
+	safe_close(d->status_fd);
 	if (d->manager) {
 		LIST_REMOVE(d, link);
 		d->manager->n_domains--;
@@ -27,14 +77,45 @@ static struct domain *domain_free(struct domain *d)
 	return NULL;
 }
 
-int domain_acquire(struct manager *m, uid_t uid, struct domain **ret)
+/* The status page: written here, read-only for everyone else (F_SEAL_FUTURE_WRITE lets our
+ * own writable mapping stay while refusing any new one). */
+static int status_page_new(struct domain *d)
+{
+	char name[80];
+
+	snprintf(name, sizeof(name), "mrd-status-%s", d->name);
+	d->status_fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (d->status_fd < 0)
+		return negative_errno();
+	if (ftruncate(d->status_fd, MRD_STATUS_PAGE_SIZE) < 0)
+		return negative_errno();
+	d->status = mmap(NULL, MRD_STATUS_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
+			 d->status_fd, 0);
+	if (d->status == MAP_FAILED) {
+		d->status = NULL;
+		return negative_errno();
+	}
+	if (fcntl(d->status_fd, F_ADD_SEALS,
+		  F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) < 0)
+		return negative_errno();
+	d->status->magic = MRD_STATUS_MAGIC;
+	d->status->layout_version = MRD_STATUS_LAYOUT;
+	d->status->size = sizeof(*d->status);
+	d->status->generation = 1;
+	return 0;
+}
+
+int domain_acquire(struct manager *m, const char *name, struct domain **ret)
 {
 	struct domain *d;
 	int r;
 
 	LIST_FOREACH(d, &m->domains, link)
-		if (d->uid == uid) {
+		if (strcmp(d->name, name) == 0) {
+			if (d->n_users >= m->config.quota_clients)
+				return -EDQUOT;
 			d->n_users++;
+			domain_update_status(d);
 			*ret = d;
 			return 0;
 		}
@@ -42,8 +123,10 @@ int domain_acquire(struct manager *m, uid_t uid, struct domain **ret)
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
-	d->uid = uid;
+	snprintf(d->name, sizeof(d->name), "%s", name);
+	d->status_fd = -1;
 	d->manager = m;
+	LIST_INIT(&d->arenas);
 	LIST_INSERT_HEAD(&m->domains, d, link);
 	m->n_domains++;
 
@@ -51,23 +134,256 @@ int domain_acquire(struct manager *m, uid_t uid, struct domain **ret)
 	r = m->provider->ops->open(m->provider->caps.device, &d->provider);
 	if (r >= 0)
 		r = provider_pd_alloc(d->provider, &d->pd);
+	if (r >= 0)
+		r = status_page_new(d);
 	if (r < 0) {
-		log_warning_errno(r, "cannot open a %s domain for uid %u: %m",
-				  provider_name(m->provider), (unsigned)uid);
+		log_warning_errno(r, "cannot open domain %s on %s: %m", name,
+				  m->provider->caps.device);
 		domain_free(d);
 		return r;
 	}
-	log_debug("domain of uid %u opened on %s", (unsigned)uid, m->provider->caps.device);
+	log_debug("domain %s opened on %s", name, m->provider->caps.device);
 	d->n_users = 1;
+	domain_update_status(d);
 	*ret = d;
 	return 0;
 }
 
 struct domain *domain_release(struct domain *d)
 {
-	if (d && --d->n_users == 0) {
-		log_debug("domain of uid %u closed", (unsigned)d->uid);
+	if (!d)
+		return NULL;
+	if (--d->n_users == 0) {
+		log_debug("domain %s closed", d->name);
 		domain_free(d);
-	}
+	} else
+		domain_update_status(d);
 	return NULL;
+}
+
+void domain_update_status(struct domain *d)
+{
+	struct provider_stats ps;
+	struct mrd_status_page *s = d->status;
+
+	if (!s)
+		return;
+	provider_stats(d->provider, &ps);
+	s->allocated_bytes = d->allocated_bytes;
+	s->pinned_bytes = ps.pinned_bytes;
+	s->allocations = d->allocations.n;
+	s->arenas = d->n_arenas;
+	s->clients = d->n_users;
+}
+
+/* Every client of the domain learns of memory going away by one load of this. */
+static void bump_generation(struct domain *d)
+{
+	__atomic_add_fetch(&d->status->generation, 1, __ATOMIC_RELEASE);
+}
+
+static int check_quota(struct domain *d, uint64_t bytes, bool new_arena, char *why,
+		       size_t why_size)
+{
+	const struct config *c = &d->manager->config;
+
+	if (d->allocations.n >= c->quota_allocations) {
+		snprintf(why, why_size, "quota.allocations (%u) reached for domain %s",
+			 c->quota_allocations, d->name);
+		return -EDQUOT;
+	}
+	if (bytes > c->quota_allocated_bytes - d->allocated_bytes ||
+	    d->allocated_bytes > c->quota_allocated_bytes) {
+		snprintf(why, why_size,
+			 "quota.allocated_bytes (%" PRIu64 ") would be exceeded in domain %s: %" PRIu64
+			 " allocated, %" PRIu64 " asked",
+			 c->quota_allocated_bytes, d->name, d->allocated_bytes, bytes);
+		return -EDQUOT;
+	}
+	if (new_arena && d->n_arenas >= c->quota_arenas) {
+		snprintf(why, why_size, "quota.arenas (%u) reached for domain %s", c->quota_arenas,
+			 d->name);
+		return -EDQUOT;
+	}
+	return 0;
+}
+
+static int record(struct domain *d, struct client *owner, struct arena *arena, uint64_t offset,
+		  uint64_t length, struct allocation **ret)
+{
+	struct allocation *a = calloc(1, sizeof(*a));
+	int r;
+
+	if (!a)
+		return -ENOMEM;
+	a->arena = arena;
+	a->offset = offset;
+	a->length = length;
+	a->owner = owner;
+	r = u64_map_put(&d->allocations, allocation_address(a), a);
+	if (r < 0) {
+		free(a);
+		return r;
+	}
+	LIST_INSERT_HEAD(&owner->allocations, a, owner_link);
+	owner->allocated_bytes += length;
+	d->allocated_bytes += length;
+	domain_update_status(d);
+	*ret = a;
+	return 0;
+}
+
+static bool want_hugetlb(const struct domain *d)
+{
+	switch (d->manager->config.hugepages) {
+	case HUGEPAGES_NO:
+		return false;
+	case HUGEPAGES_YES:
+		return true;
+	default:
+		return hugepages_free() > 0;
+	}
+}
+
+int domain_alloc(struct domain *d, struct client *owner, uint64_t size, uint64_t align,
+		 bool hugepage_only, struct allocation **ret, char *why, size_t why_size)
+{
+	bool hugetlb = hugepage_only || want_hugetlb(d);
+	uint64_t offset, length;
+	struct arena *arena;
+	int r;
+
+	if (size == 0 || (align & (align - 1)) || align > d->manager->config.arena_size) {
+		snprintf(why, why_size, "size must be > 0 and align a power of two up to the "
+					"arena size");
+		return -EINVAL;
+	}
+	r = check_quota(d, size, false, why, why_size);
+	if (r < 0)
+		return r;
+
+	/* First fit over the arenas of the wanted page size. */
+	LIST_FOREACH(arena, &d->arenas, link) {
+		if (arena->external || arena->hugetlb != hugetlb)
+			continue;
+		r = arena_alloc(arena, size, align, &offset, &length);
+		if (r >= 0)
+			goto found;
+		if (r != -ENOSPC && r != -ENOMEM)
+			return r;
+	}
+	r = check_quota(d, size, true, why, why_size);
+	if (r < 0)
+		return r;
+	r = arena_new(d, size, hugetlb, &arena);
+	if (r >= 0) {
+		r = arena_alloc(arena, size, align, &offset, &length);
+		if (r < 0 && arena->n_allocations == 0)
+			arena_free(arena);
+	}
+	if (r < 0 && hugetlb && !hugepage_only) {
+		/* No huge page left: 4 KiB pages serve as well, only slower to register. */
+		log_debug("domain %s: no huge page for %" PRIu64 " bytes, using 4 KiB pages",
+			  d->name, size);
+		hugetlb = false;
+		r = arena_new(d, size, false, &arena);
+		if (r >= 0)
+			r = arena_alloc(arena, size, align, &offset, &length);
+	}
+	if (r < 0) {
+		snprintf(why, why_size, "no memory for %" PRIu64 " bytes (%s pages): %s", size,
+			 hugetlb ? "2 MiB" : "4 KiB", strerror(-r));
+		return r == -ENOSPC ? -ENOMEM : r;
+	}
+found:
+	if (d->allocated_bytes + length > d->manager->config.quota_allocated_bytes) {
+		/* Rounding to pages crossed the quota. */
+		arena_release(arena, offset, length);
+		snprintf(why, why_size, "quota.allocated_bytes (%" PRIu64 ") would be exceeded in "
+			 "domain %s", d->manager->config.quota_allocated_bytes, d->name);
+		return -EDQUOT;
+	}
+	r = record(d, owner, arena, offset, length, ret);
+	if (r < 0)
+		arena_release(arena, offset, length);
+	return r;
+}
+
+int domain_attach_external(struct domain *d, struct client *owner, int fd, uint64_t offset,
+			   uint64_t length, struct allocation **ret, char *why, size_t why_size)
+{
+	struct arena *arena;
+	int r;
+
+	r = check_quota(d, length, true, why, why_size);
+	if (r < 0)
+		return r;
+	r = arena_new_external(d, fd, offset, length, &arena);
+	if (r == -EBADF)
+		snprintf(why, why_size, "only memfds (tmpfs or hugetlbfs) can be attached");
+	else if (r == -EPERM)
+		snprintf(why, why_size, "the memfd must be sealed against shrinking "
+					"(F_ADD_SEALS with F_SEAL_SHRINK)");
+	else if (r == -EINVAL)
+		snprintf(why, why_size, "offset and length must be page-aligned and inside the file");
+	if (r < 0)
+		return r;
+	arena->n_allocations = 1;
+	r = record(d, owner, arena, 0, length, ret);
+	if (r < 0) {
+		arena->memfd = -1; /* still the caller's to close */
+		arena_free(arena);
+	}
+	return r;
+}
+
+struct allocation *domain_find_allocation(struct domain *d, uint64_t address)
+{
+	return u64_map_get(&d->allocations, address);
+}
+
+struct arena *domain_find_arena(struct domain *d, uint64_t address)
+{
+	struct arena *a;
+
+	LIST_FOREACH(a, &d->arenas, link)
+		if (address >= (uintptr_t)a->base && address < (uintptr_t)a->base + a->size)
+			return a;
+	return NULL;
+}
+
+/* Keeps one empty arena of the usual size for the next allocation; other empty ones (and
+ * oversized ones, made for one big allocation) go back to the window. */
+static void trim_arenas(struct domain *d, struct arena *emptied)
+{
+	struct arena *a;
+
+	if (emptied->external || emptied->size > d->manager->config.arena_size) {
+		client_forget_arena_all(d->manager, emptied->id);
+		arena_free(emptied);
+		return;
+	}
+	LIST_FOREACH(a, &d->arenas, link)
+		if (a != emptied && !a->external && a->n_allocations == 0) {
+			client_forget_arena_all(d->manager, emptied->id);
+			arena_free(emptied);
+			return;
+		}
+}
+
+void domain_free_allocation(struct domain *d, struct allocation *a)
+{
+	struct arena *arena = a->arena;
+
+	u64_map_remove(&d->allocations, allocation_address(a));
+	LIST_REMOVE(a, owner_link);
+	a->owner->allocated_bytes -= a->length;
+	d->allocated_bytes -= a->length;
+	arena_release(arena, a->offset, a->length);
+	free(a);
+	d->status->frees++;
+	bump_generation(d);
+	if (arena->n_allocations == 0)
+		trim_arenas(d, arena);
+	domain_update_status(d);
 }

@@ -1,25 +1,78 @@
 /* SPDX-License-Identifier: MIT */
-/* A domain: clients that trust each other (one uid for now). Each has its own provider context
- * and PD, because whoever holds a context can act on every object in it. */
+/* A domain: clients that trust each other (one uid by default; [domains] in mrd.conf groups
+ * uids and gids). Each has its own provider context and PD — whoever holds a context can act
+ * on every object in it — its own arenas, allocations, quotas and status page. */
 #pragma once
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <sys/queue.h>
 #include <sys/types.h>
 
+#include "u64-map.h"
+
+struct arena;
+struct client;
 struct manager;
+struct mrd_status_page;
 struct provider;
 struct provider_pd;
+
+/* One run of pages handed to a client (or a client's attached memfd). */
+struct allocation {
+	struct arena *arena;
+	uint64_t offset, length;
+	struct client *owner;
+	LIST_ENTRY(allocation) owner_link;
+};
 
 struct domain {
 	struct manager *manager;
 	LIST_ENTRY(domain) link;
-	uid_t uid;
+	char name[64];
 	unsigned n_users; /* clients holding it */
+
 	struct provider *provider;
 	struct provider_pd *pd;
+
+	LIST_HEAD(, arena) arenas;
+	unsigned n_arenas;
+	struct u64_map allocations; /* address -> struct allocation */
+	uint64_t allocated_bytes;
+
+	int status_fd; /* memfd; clients map it read-only */
+	struct mrd_status_page *status;
 };
 
-/* The domain of uid, opened on first use; the caller holds a reference. */
-int domain_acquire(struct manager *m, uid_t uid, struct domain **ret);
+/* The domain a peer with these credentials belongs to (its name), in buf. */
+const char *domain_name_for(const struct manager *m, uid_t uid, gid_t gid, int fd, char *buf,
+			    size_t size);
+
+/* The domain named name, opened on first use; the caller holds a reference. Fails with
+ * -EDQUOT when it already serves quota.clients clients. */
+int domain_acquire(struct manager *m, const char *name, struct domain **ret);
 /* Drops a reference; the last one closes the domain. NULL-safe; returns NULL. */
 struct domain *domain_release(struct domain *d);
+
+/* Allocates size bytes aligned to align for owner: an existing arena with room, else a new
+ * one. hugepage_only: fail rather than fall back to 4 KiB pages. Quota refusals are -EDQUOT
+ * with the reason written to why. */
+int domain_alloc(struct domain *d, struct client *owner, uint64_t size, uint64_t align,
+		 bool hugepage_only, struct allocation **ret, char *why, size_t why_size);
+
+/* Maps a client's memfd into the window as an allocation of owner (fd consumed on success). */
+int domain_attach_external(struct domain *d, struct client *owner, int fd, uint64_t offset,
+			   uint64_t length, struct allocation **ret, char *why, size_t why_size);
+
+/* Frees one allocation: pages back to the kernel, generation bumped. */
+void domain_free_allocation(struct domain *d, struct allocation *a);
+
+struct allocation *domain_find_allocation(struct domain *d, uint64_t address);
+/* The arena holding address, NULL when it is not this domain's memory. */
+struct arena *domain_find_arena(struct domain *d, uint64_t address);
+
+/* Refreshes the status page counters (after any change of usage). */
+void domain_update_status(struct domain *d);
+
+/* The address of an allocation, as clients see it. */
+uint64_t allocation_address(const struct allocation *a);

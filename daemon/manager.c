@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -70,10 +71,21 @@ int manager_new(struct config *config, struct manager **ret)
 	m->config = *config;
 	config_init(config);
 	m->start_usec = now_usec(CLOCK_MONOTONIC);
+	if (getrandom(&m->instance, sizeof(m->instance), 0) != sizeof(m->instance))
+		m->instance = m->start_usec ^ ((uint64_t)getpid() << 32);
 
 	r = manager_open_provider(m);
 	if (r < 0)
 		return r;
+	r = window_reserve(&m->window, m->config.window_base, m->config.window_size,
+			   m->config.arena_size);
+	if (r == -EADDRINUSE)
+		return log_error_errno(r, "the address window 0x%llx+0x%llx is taken in mrd; move it "
+					  "with [memory] window_base (or window_size) in mrd.conf",
+				       (unsigned long long)m->config.window_base,
+				       (unsigned long long)m->config.window_size);
+	if (r < 0)
+		return log_error_errno(r, "cannot reserve the address window: %m");
 
 	m->base = event_base_new();
 	if (!m->base)
@@ -105,6 +117,7 @@ struct manager *manager_free(struct manager *m)
 	while (!LIST_EMPTY(&m->clients))
 		client_free(LIST_FIRST(&m->clients)); /* releases their domains */
 	provider_close(m->provider);
+	window_release(&m->window);
 	if (m->listen_event)
 		event_free(m->listen_event);
 	if (m->accept_retry_event)
@@ -133,7 +146,7 @@ uint64_t manager_uptime_usec(const struct manager *m)
 	return now_usec(CLOCK_MONOTONIC) - m->start_usec;
 }
 
-static bool peer_in_group(int fd, gid_t gid)
+bool peer_in_group(int fd, gid_t gid)
 {
 	_cleanup_free_ gid_t *groups = NULL;
 	socklen_t len = 64 * sizeof(gid_t);
@@ -172,10 +185,13 @@ int manager_add_client(struct manager *m, int fd, const struct ucred *cred, stru
 
 	if (m->n_clients >= m->config.max_clients)
 		return -EUSERS;
+	char domain[64];
+
 	admin = cred->uid == 0 ||
 		(m->config.admin_group &&
 		 (cred->gid == m->config.admin_gid || peer_in_group(fd, m->config.admin_gid)));
-	return client_new(m, fd, cred->pid, cred->uid, cred->gid, admin, ret);
+	domain_name_for(m, cred->uid, cred->gid, fd, domain, sizeof(domain));
+	return client_new(m, fd, cred->pid, cred->uid, cred->gid, admin, domain, ret);
 }
 
 static void manager_on_accept_retry(evutil_socket_t fd, short what, void *userdata)

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include "config.h"
+#include "window.h"
 
 struct event_base;
 struct event;
@@ -28,6 +29,7 @@ struct manager {
 	/* Opened at start to check the configuration and answer Status; each domain opens its
 	 * own context on the same device. */
 	struct provider *provider;
+	struct window window; /* every arena of every domain lives here */
 	LIST_HEAD(, domain) domains;
 	unsigned n_domains;
 
@@ -39,6 +41,7 @@ struct manager {
 	size_t recv_buf_size;
 
 	uint64_t start_usec;
+	uint64_t instance; /* random: tells clients two mrd starts apart */
 	uint64_t refused_log_usec; /* rate limit for "too many clients" */
 	unsigned refused_since_log;
 
@@ -63,3 +66,6 @@ int manager_run(struct manager *m);
 int manager_add_client(struct manager *m, int fd, const struct ucred *cred, struct client **ret);
 
 uint64_t manager_uptime_usec(const struct manager *m);
+
+/* Whether the peer on fd has gid among its supplementary groups (SO_PEERGROUPS). */
+bool peer_in_group(int fd, gid_t gid);

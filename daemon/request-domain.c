@@ -7,7 +7,7 @@
 #include "domain.h"
 #include "provider.h"
 
-int request_export_pd(struct client *c, const Mrd__Request *req, const struct wire_packet *pkt,
+int request_export_pd(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 		      struct reply *r)
 {
 	struct domain *d;
@@ -16,7 +16,7 @@ int request_export_pd(struct client *c, const Mrd__Request *req, const struct wi
 
 	k = client_get_domain(c, &d);
 	if (k < 0) {
-		reply_set_message(r, "cannot open the domain of uid %u", (unsigned)c->uid);
+		reply_set_message(r, "cannot open domain %s", c->domain_name);
 		return k;
 	}
 	k = provider_export_pd(d->pd, &fd, &handle);

@@ -20,7 +20,7 @@ static void copy_name(char *dst, size_t size, const char *src)
 	dst[i] = '\0';
 }
 
-int request_hello(struct client *c, const Mrd__Request *req, const struct wire_packet *pkt,
+int request_hello(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 		  struct reply *r)
 {
 	const Mrd__HelloRequest *h = req->hello;
@@ -56,7 +56,7 @@ int request_hello(struct client *c, const Mrd__Request *req, const struct wire_p
 	return 0;
 }
 
-int request_ping(struct client *c, const Mrd__Request *req, const struct wire_packet *pkt,
+int request_ping(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 		 struct reply *r)
 {
 	mrd__ping_response__init(&r->body.ping);

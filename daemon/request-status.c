@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /* The admin family: Status. */
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "client.h"
 #include "dispatch.h"
+#include "domain.h"
+#include "status-page.h"
 #include "manager.h"
 #include "provider.h"
 
-int request_status(struct client *c, const Mrd__Request *req, const struct wire_packet *pkt,
+int request_status(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 		   struct reply *r)
 {
 	const struct manager *m = c->manager;
@@ -32,5 +35,78 @@ int request_status(struct client *c, const Mrd__Request *req, const struct wire_
 	s->clients_dropped = m->n_clients_dropped;
 	r->resp.body_case = MRD__RESPONSE__BODY_STATUS_REPLY;
 	r->resp.status_reply = s;
+	return 0;
+}
+
+int request_clients(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		    struct reply *r)
+{
+	const struct manager *m = c->manager;
+	const struct config *cfg = &m->config;
+	Mrd__ClientsResponse *body = &r->body.clients;
+	Mrd__ClientInfo *ci, **cip;
+	Mrd__DomainInfo *di, **dip;
+	struct client *it;
+	struct domain *d;
+	size_t i;
+
+	/* One block per array, freed with the reply. */
+	ci = calloc(m->n_clients, sizeof(*ci));
+	cip = calloc(m->n_clients, sizeof(*cip));
+	di = calloc(m->n_domains, sizeof(*di));
+	dip = calloc(m->n_domains, sizeof(*dip));
+	r->owned[r->n_owned++] = ci;
+	r->owned[r->n_owned++] = cip;
+	r->owned[r->n_owned++] = di;
+	r->owned[r->n_owned++] = dip;
+	if ((m->n_clients && (!ci || !cip)) || (m->n_domains && (!di || !dip)))
+		return -ENOMEM;
+
+	mrd__clients_response__init(body);
+	i = 0;
+	LIST_FOREACH(it, &m->clients, link) {
+		mrd__client_info__init(&ci[i]);
+		ci[i].id = it->id;
+		ci[i].pid = (uint32_t)it->pid;
+		ci[i].uid = it->uid;
+		ci[i].gid = it->gid;
+		ci[i].name = it->name;
+		ci[i].domain = it->domain ? it->domain->name : (char *)"";
+		ci[i].allocated_bytes = it->allocated_bytes;
+		for (struct allocation *a = LIST_FIRST(&it->allocations); a;
+		     a = LIST_NEXT(a, owner_link))
+			ci[i].allocations++;
+		ci[i].admin = it->admin;
+		cip[i] = &ci[i];
+		i++;
+	}
+	body->n_clients = i;
+	body->clients = cip;
+
+	i = 0;
+	LIST_FOREACH(d, &m->domains, link) {
+		struct provider_stats ps;
+
+		provider_stats(d->provider, &ps);
+		mrd__domain_info__init(&di[i]);
+		di[i].name = d->name;
+		di[i].clients = d->n_users;
+		di[i].allocated_bytes = d->allocated_bytes;
+		di[i].allocations = (uint32_t)d->allocations.n;
+		di[i].arenas = d->n_arenas;
+		di[i].pinned_bytes = ps.pinned_bytes;
+		di[i].generation = __atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE);
+		di[i].quota_allocated_bytes = cfg->quota_allocated_bytes;
+		di[i].quota_pinned_bytes = cfg->quota_pinned_bytes;
+		di[i].quota_arenas = cfg->quota_arenas;
+		di[i].quota_allocations = cfg->quota_allocations;
+		di[i].quota_clients = cfg->quota_clients;
+		dip[i] = &di[i];
+		i++;
+	}
+	body->n_domains = i;
+	body->domains = dip;
+	r->resp.body_case = MRD__RESPONSE__BODY_CLIENTS;
+	r->resp.clients = body;
 	return 0;
 }

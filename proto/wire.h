@@ -19,8 +19,10 @@ enum {
 	MRD_CAP_PING = 1u << 0,
 	MRD_CAP_STATUS = 1u << 1,
 	MRD_CAP_EXPORT_PD = 1u << 2,
+	MRD_CAP_MEMORY = 1u << 3, /* JoinDomain, Alloc, Free, Map, Extmem*, Clients */
 };
-#define MRD_CAPS_SERVED ((uint64_t)(MRD_CAP_PING | MRD_CAP_STATUS | MRD_CAP_EXPORT_PD))
+#define MRD_CAPS_SERVED \
+	((uint64_t)(MRD_CAP_PING | MRD_CAP_STATUS | MRD_CAP_EXPORT_PD | MRD_CAP_MEMORY))
 
 /* Hard ceilings; the daemon's configured limits must stay below them. */
 #define WIRE_FRAME_MAX (1024u * 1024u)

@@ -16,88 +16,20 @@
 #include "dispatch.h"
 #include "domain.h"
 #include "manager.h"
+#include "test-daemon.h"
 #include "wire.h"
 
-static struct manager *m;
-
-static void setup_with(const char *section, const char *key, const char *value)
+static void setup_with(const char *setting)
 {
-	struct config cfg;
+	const char *settings[] = { "limits.frame_bytes=1024", "limits.protocol_errors=5", setting,
+				   NULL };
 
-	config_init(&cfg);
-	ck_assert_int_eq(config_set(&cfg, "limits", "frame_bytes", "1024"), 0);
-	ck_assert_int_eq(config_set(&cfg, "limits", "protocol_errors", "5"), 0);
-	if (section)
-		ck_assert_int_eq(config_set(&cfg, section, key, value), 0);
-	ck_assert_int_eq(config_finish(&cfg), 0);
-	ck_assert_int_eq(manager_new(&cfg, &m), 0);
-	config_done(&cfg);
+	td_start(settings);
 }
 
-static void setup(void) { setup_with(NULL, NULL, NULL); }
+static void setup(void) { setup_with(NULL); }
+static void teardown(void) { td_stop(); }
 
-static void teardown(void) { m = manager_free(m); }
-
-/* A client of m with the given identity; returns our end of the socketpair. */
-static int add_client(uid_t uid, gid_t gid, struct client **ret)
-{
-	struct ucred cred = { .pid = getpid(), .uid = uid, .gid = gid };
-	struct client *c;
-	int sv[2];
-
-	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
-	ck_assert_int_eq(fcntl(sv[0], F_SETFL, O_NONBLOCK), 0);
-	ck_assert_int_eq(manager_add_client(m, sv[0], &cred, &c), 0);
-	if (ret)
-		*ret = c;
-	return sv[1];
-}
-
-static void pump(void)
-{
-	for (int i = 0; i < 8; i++)
-		event_base_loop(m->base, EVLOOP_NONBLOCK);
-}
-
-/* Runs the loop until a reply is readable on fd, then decodes it. NULL at end of stream. */
-static Mrd__Response *recv_reply(int fd)
-{
-	static uint8_t buf[WIRE_FRAME_MAX];
-	struct wire_packet pkt;
-	Mrd__Response *resp;
-	int r;
-
-	for (int i = 0; i < 1000; i++) {
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-
-		pump();
-		if (poll(&pfd, 1, 1) > 0)
-			break;
-	}
-	r = wire_recv(fd, buf, sizeof(buf), &pkt, MSG_DONTWAIT);
-	if (r == 0)
-		return NULL;
-	ck_assert_int_eq(r, 1);
-	ck_assert_uint_eq(pkt.n_fds, 0);
-	resp = mrd__response__unpack(NULL, pkt.len, pkt.data);
-	ck_assert_ptr_nonnull(resp);
-	return resp;
-}
-
-static void send_frame(int fd, const void *data, size_t len, const int *fds, size_t n_fds)
-{
-	ck_assert_int_eq(wire_send_raw(fd, data, len, fds, n_fds, 0), 0);
-}
-
-static void send_request(int fd, Mrd__Request *req, const int *fds, size_t n_fds)
-{
-	uint8_t *buf;
-	size_t len;
-
-	ck_assert_int_eq(wire_pack(&req->base, WIRE_FRAME_MAX, &buf, &len), 0);
-	send_frame(fd, buf, len, fds, n_fds);
-	free(buf);
-}
 
 static void send_hello(int fd, uint64_t id, uint32_t min, uint32_t max)
 {
@@ -111,7 +43,7 @@ static void send_hello(int fd, uint64_t id, uint32_t min, uint32_t max)
 	req.id = id;
 	req.body_case = MRD__REQUEST__BODY_HELLO;
 	req.hello = &hello;
-	send_request(fd, &req, NULL, 0);
+	td_send_request(fd, &req, NULL, 0);
 }
 
 static void send_ping_fds(int fd, uint64_t id, const int *fds, size_t n_fds)
@@ -124,7 +56,7 @@ static void send_ping_fds(int fd, uint64_t id, const int *fds, size_t n_fds)
 	req.id = id;
 	req.body_case = MRD__REQUEST__BODY_PING;
 	req.ping = &ping;
-	send_request(fd, &req, fds, n_fds);
+	td_send_request(fd, &req, fds, n_fds);
 }
 
 static void send_ping(int fd, uint64_t id) { send_ping_fds(fd, id, NULL, 0); }
@@ -137,49 +69,23 @@ static void send_status(int fd, uint64_t id)
 	req.id = id;
 	req.body_case = MRD__REQUEST__BODY_STATUS;
 	req.status = &status;
-	send_request(fd, &req, NULL, 0);
+	td_send_request(fd, &req, NULL, 0);
 }
 
-/* Expects the next reply to be id with status error (positive errno, 0 for success). */
-static Mrd__Response *expect(int fd, uint64_t id, int error)
-{
-	Mrd__Response *resp = recv_reply(fd);
-
-	ck_assert_ptr_nonnull(resp);
-	ck_assert_uint_eq(resp->id, id);
-	ck_assert_int_eq(resp->status, error);
-	if (error)
-		ck_assert_msg(resp->message && *resp->message, "error reply without a reason");
-	return resp;
-}
-
-static void expect_free(int fd, uint64_t id, int error)
-{
-	mrd__response__free_unpacked(expect(fd, id, error), NULL);
-}
-
-static int hello_client(uid_t uid, struct client **ret)
-{
-	int fd = add_client(uid, uid, ret);
-
-	send_hello(fd, 1, 1, 1);
-	expect_free(fd, 1, 0);
-	return fd;
-}
 
 START_TEST(test_hello_first)
 {
 	Mrd__Response *resp;
 	struct client *c;
-	int fd = add_client(1000, 1000, &c);
+	int fd = td_add_client(1000, 1000, &c);
 
 	send_ping(fd, 5);
-	expect_free(fd, 5, EPROTO);
+	td_expect_free(fd, 5, EPROTO);
 	send_status(fd, 6);
-	expect_free(fd, 6, EPROTO);
+	td_expect_free(fd, 6, EPROTO);
 
 	send_hello(fd, 7, 1, 3);
-	resp = expect(fd, 7, 0);
+	resp = td_expect(fd, 7, 0);
 	ck_assert_int_eq(resp->body_case, MRD__RESPONSE__BODY_HELLO);
 	ck_assert_uint_eq(resp->hello->version, 1);
 	ck_assert_uint_eq(resp->hello->capabilities, MRD_CAPS_SERVED);
@@ -190,33 +96,33 @@ START_TEST(test_hello_first)
 	ck_assert_str_eq(c->name, "test?name"); /* control characters never reach logs */
 
 	send_ping(fd, 8);
-	resp = expect(fd, 8, 0);
+	resp = td_expect(fd, 8, 0);
 	ck_assert_int_eq(resp->body_case, MRD__RESPONSE__BODY_PING);
 	ck_assert_uint_eq(resp->ping->payload.len, 3);
 	ck_assert(memcmp(resp->ping->payload.data, "abc", 3) == 0);
 	mrd__response__free_unpacked(resp, NULL);
 
 	send_hello(fd, 9, 1, 1);
-	expect_free(fd, 9, EALREADY);
-	ck_assert_uint_eq(m->n_protocol_errors, 2); /* the two requests before Hello */
+	td_expect_free(fd, 9, EALREADY);
+	ck_assert_uint_eq(td_manager->n_protocol_errors, 2); /* the two requests before Hello */
 	close(fd);
 }
 END_TEST
 
 START_TEST(test_hello_versions)
 {
-	int fd = add_client(1000, 1000, NULL);
+	int fd = td_add_client(1000, 1000, NULL);
 
 	send_hello(fd, 1, 2, 9); /* only newer versions */
-	expect_free(fd, 1, EPROTONOSUPPORT);
+	td_expect_free(fd, 1, EPROTONOSUPPORT);
 	send_hello(fd, 2, 1, 0); /* min > max */
-	expect_free(fd, 2, EPROTONOSUPPORT);
+	td_expect_free(fd, 2, EPROTONOSUPPORT);
 	send_hello(fd, 3, 0, 0);
-	expect_free(fd, 3, EPROTONOSUPPORT);
+	td_expect_free(fd, 3, EPROTONOSUPPORT);
 	send_ping(fd, 4); /* a failed Hello negotiates nothing */
-	expect_free(fd, 4, EPROTO);
+	td_expect_free(fd, 4, EPROTO);
 	send_hello(fd, 5, 0, 1);
-	expect_free(fd, 5, 0);
+	td_expect_free(fd, 5, 0);
 	close(fd);
 }
 END_TEST
@@ -224,18 +130,18 @@ END_TEST
 START_TEST(test_admin_rule)
 {
 	Mrd__Response *resp;
-	int user = hello_client(1000, NULL);
-	int root = hello_client(0, NULL);
-	uint64_t errors = m->n_protocol_errors;
+	int user = td_hello_client(1000, NULL);
+	int root = td_hello_client(0, NULL);
+	uint64_t errors = td_manager->n_protocol_errors;
 
 	send_status(user, 2);
-	resp = expect(user, 2, EPERM);
+	resp = td_expect(user, 2, EPERM);
 	ck_assert_ptr_nonnull(strstr(resp->message, "admin"));
 	mrd__response__free_unpacked(resp, NULL);
-	ck_assert_uint_eq(m->n_protocol_errors, errors); /* refused, not malformed */
+	ck_assert_uint_eq(td_manager->n_protocol_errors, errors); /* refused, not malformed */
 
 	send_status(root, 2);
-	resp = expect(root, 2, 0);
+	resp = td_expect(root, 2, 0);
 	ck_assert_int_eq(resp->body_case, MRD__RESPONSE__BODY_STATUS_REPLY);
 	ck_assert_uint_eq(resp->status_reply->clients, 2);
 	ck_assert_uint_eq(resp->status_reply->max_clients, 1024);
@@ -252,18 +158,18 @@ START_TEST(test_admin_group)
 	int member, other;
 
 	teardown();
-	setup_with("mrd", "admin_group", "4242");
-	member = add_client(1000, 4242, NULL);
+	setup_with("mrd.admin_group=4242");
+	member = td_add_client(1000, 4242, NULL);
 	send_hello(member, 1, 1, 1);
-	expect_free(member, 1, 0);
+	td_expect_free(member, 1, 0);
 	send_status(member, 2);
-	expect_free(member, 2, 0);
+	td_expect_free(member, 2, 0);
 
-	other = add_client(1000, 1000, NULL);
+	other = td_add_client(1000, 1000, NULL);
 	send_hello(other, 1, 1, 1);
-	expect_free(other, 1, 0);
+	td_expect_free(other, 1, 0);
 	send_status(other, 2);
-	expect_free(other, 2, EPERM);
+	td_expect_free(other, 2, EPERM);
 	close(member);
 	close(other);
 }
@@ -276,10 +182,10 @@ START_TEST(test_garbage_and_truncated)
 	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
 	uint8_t *buf;
 	size_t len;
-	int fd = hello_client(1000, NULL);
+	int fd = td_hello_client(1000, NULL);
 
-	send_frame(fd, garbage, sizeof(garbage), NULL, 0);
-	expect_free(fd, 0, EBADMSG);
+	td_send_frame(fd, garbage, sizeof(garbage), NULL, 0);
+	td_expect_free(fd, 0, EBADMSG);
 
 	/* A valid Ping cut short inside its payload. */
 	ping.payload.data = (uint8_t *)"0123456789";
@@ -288,12 +194,12 @@ START_TEST(test_garbage_and_truncated)
 	req.body_case = MRD__REQUEST__BODY_PING;
 	req.ping = &ping;
 	ck_assert_int_eq(wire_pack(&req.base, WIRE_FRAME_MAX, &buf, &len), 0);
-	send_frame(fd, buf, len - 4, NULL, 0);
+	td_send_frame(fd, buf, len - 4, NULL, 0);
 	free(buf);
-	expect_free(fd, 0, EBADMSG);
+	td_expect_free(fd, 0, EBADMSG);
 
 	send_ping(fd, 4); /* still served */
-	expect_free(fd, 4, 0);
+	td_expect_free(fd, 4, 0);
 	close(fd);
 }
 END_TEST
@@ -303,12 +209,12 @@ START_TEST(test_unknown_body)
 	/* id = 7, then field 99 (length-delimited, empty): a request from a newer client. */
 	static const uint8_t unknown[] = { 0x08, 0x07, 0x9a, 0x06, 0x00 };
 	static const uint8_t empty_body[] = { 0x08, 0x09 };
-	int fd = hello_client(1000, NULL);
+	int fd = td_hello_client(1000, NULL);
 
-	send_frame(fd, unknown, sizeof(unknown), NULL, 0);
-	expect_free(fd, 7, EOPNOTSUPP);
-	send_frame(fd, empty_body, sizeof(empty_body), NULL, 0);
-	expect_free(fd, 9, EOPNOTSUPP);
+	td_send_frame(fd, unknown, sizeof(unknown), NULL, 0);
+	td_expect_free(fd, 7, EOPNOTSUPP);
+	td_send_frame(fd, empty_body, sizeof(empty_body), NULL, 0);
+	td_expect_free(fd, 9, EOPNOTSUPP);
 	close(fd);
 }
 END_TEST
@@ -316,15 +222,15 @@ END_TEST
 START_TEST(test_oversize)
 {
 	uint8_t big[1025];
-	int fd = hello_client(1000, NULL);
+	int fd = td_hello_client(1000, NULL);
 
 	memset(big, 0, sizeof(big));
-	send_frame(fd, big, sizeof(big), NULL, 0);
-	expect_free(fd, 0, EMSGSIZE);
-	send_frame(fd, big, 1024, NULL, 0); /* at the limit: decoded (and rejected as garbage) */
-	expect_free(fd, 0, EBADMSG);
+	td_send_frame(fd, big, sizeof(big), NULL, 0);
+	td_expect_free(fd, 0, EMSGSIZE);
+	td_send_frame(fd, big, 1024, NULL, 0); /* at the limit: decoded (and rejected as garbage) */
+	td_expect_free(fd, 0, EBADMSG);
 	send_ping(fd, 2);
-	expect_free(fd, 2, 0);
+	td_expect_free(fd, 2, 0);
 	close(fd);
 }
 END_TEST
@@ -339,7 +245,7 @@ static bool pipe_closed(int rfd)
 
 START_TEST(test_fd_count)
 {
-	int fd = hello_client(1000, NULL), p[5][2], wfds[5];
+	int fd = td_hello_client(1000, NULL), p[5][2], wfds[5];
 
 	for (int i = 0; i < 5; i++) {
 		ck_assert_int_eq(pipe2(p[i], O_CLOEXEC | O_NONBLOCK), 0);
@@ -353,9 +259,9 @@ START_TEST(test_fd_count)
 	send_ping_fds(fd, 4, wfds, 5);
 	for (int i = 0; i < 5; i++)
 		safe_close(p[i][1]);
-	expect_free(fd, 2, EBADMSG);
-	expect_free(fd, 3, EBADMSG);
-	expect_free(fd, 0, EBADMSG);
+	td_expect_free(fd, 2, EBADMSG);
+	td_expect_free(fd, 3, EBADMSG);
+	td_expect_free(fd, 0, EBADMSG);
 	for (int i = 0; i < 5; i++) {
 		ck_assert(pipe_closed(p[i][0]));
 		close(p[i][0]);
@@ -369,20 +275,20 @@ START_TEST(test_drop_after_protocol_errors)
 	static const uint8_t garbage[] = { 0xff };
 	Mrd__Response *resp;
 	struct client *c;
-	int fd = hello_client(1000, &c), root = hello_client(0, NULL);
+	int fd = td_hello_client(1000, &c), root = td_hello_client(0, NULL);
 
-	ck_assert_uint_eq(m->n_clients, 2);
+	ck_assert_uint_eq(td_manager->n_clients, 2);
 	for (int i = 0; i < 5; i++) {
-		send_frame(fd, garbage, sizeof(garbage), NULL, 0);
-		expect_free(fd, 0, EBADMSG);
+		td_send_frame(fd, garbage, sizeof(garbage), NULL, 0);
+		td_expect_free(fd, 0, EBADMSG);
 	}
-	send_frame(fd, garbage, sizeof(garbage), NULL, 0); /* the sixth is one too many */
-	ck_assert_ptr_null(recv_reply(fd));
-	ck_assert_uint_eq(m->n_clients, 1);
-	ck_assert_uint_eq(m->n_clients_dropped, 1);
+	td_send_frame(fd, garbage, sizeof(garbage), NULL, 0); /* the sixth is one too many */
+	ck_assert_ptr_null(td_recv_reply(fd, NULL, NULL));
+	ck_assert_uint_eq(td_manager->n_clients, 1);
+	ck_assert_uint_eq(td_manager->n_clients_dropped, 1);
 
 	send_status(root, 2);
-	resp = expect(root, 2, 0);
+	resp = td_expect(root, 2, 0);
 	ck_assert_uint_eq(resp->status_reply->protocol_errors, 6);
 	ck_assert_uint_eq(resp->status_reply->clients_dropped, 1);
 	mrd__response__free_unpacked(resp, NULL);
@@ -398,21 +304,21 @@ START_TEST(test_inflight_bound)
 	const int n = 200;
 
 	teardown();
-	setup_with("limits", "requests_in_flight", "4");
-	fd = hello_client(1000, &c);
+	setup_with("limits.requests_in_flight=4");
+	fd = td_hello_client(1000, &c);
 	/* The smallest send buffer makes replies queue in mrd almost at once. */
 	ck_assert_int_eq(setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)), 0);
 
 	ck_assert_int_eq(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
 	for (int i = 0; i < n; i++) {
 		send_ping(fd, 100 + (uint64_t)i);
-		pump();
+		td_pump();
 		ck_assert_uint_le(c->n_out, 4);
 	}
 	ck_assert(!c->reading); /* paused: the client does not take its replies */
 
 	for (int i = 0; i < n; i++)
-		expect_free(fd, 100 + (uint64_t)i, 0); /* every one answered, in order */
+		td_expect_free(fd, 100 + (uint64_t)i, 0); /* every one answered, in order */
 	ck_assert_uint_eq(c->n_out, 0);
 	ck_assert(c->reading);
 	close(fd);
@@ -426,12 +332,12 @@ START_TEST(test_client_limit)
 	int fds[3];
 
 	teardown();
-	setup_with("limits", "clients", "2");
-	fds[0] = add_client(1000, 1000, NULL);
-	fds[1] = add_client(1000, 1000, NULL);
+	setup_with("limits.clients=2");
+	fds[0] = td_add_client(1000, 1000, NULL);
+	fds[1] = td_add_client(1000, 1000, NULL);
 	fds[2] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	ck_assert_int_eq(manager_add_client(m, fds[2], &cred, &c), -EUSERS);
-	ck_assert_uint_eq(m->n_clients, 2);
+	ck_assert_int_eq(manager_add_client(td_manager, fds[2], &cred, &c), -EUSERS);
+	ck_assert_uint_eq(td_manager->n_clients, 2);
 	for (int i = 0; i < 3; i++)
 		close(fds[i]);
 }
@@ -445,16 +351,16 @@ static void send_export_pd(int fd, uint64_t id)
 	req.id = id;
 	req.body_case = MRD__REQUEST__BODY_EXPORT_PD;
 	req.export_pd = &export_pd;
-	send_request(fd, &req, NULL, 0);
+	td_send_request(fd, &req, NULL, 0);
 }
 
 START_TEST(test_status_shows_provider)
 {
 	Mrd__Response *resp;
-	int root = hello_client(0, NULL);
+	int root = td_hello_client(0, NULL);
 
 	send_status(root, 2);
-	resp = expect(root, 2, 0);
+	resp = td_expect(root, 2, 0);
 	/* No RDMA here: auto fell back to the soft provider, and says what it can do. */
 	ck_assert_str_eq(resp->status_reply->provider, "soft");
 	ck_assert_str_eq(resp->status_reply->device, "soft");
@@ -472,34 +378,34 @@ START_TEST(test_export_pd_domains)
 {
 	Mrd__Response *resp;
 	struct client *a, *b, *other;
-	int fa = hello_client(1000, &a), fb = hello_client(1000, &b), fo = hello_client(2000, &other);
+	int fa = td_hello_client(1000, &a), fb = td_hello_client(1000, &b), fo = td_hello_client(2000, &other);
 
 	/* The soft provider has no device to share; asking opens the uid's domain anyway. */
 	send_export_pd(fa, 5);
-	resp = expect(fa, 5, EOPNOTSUPP);
+	resp = td_expect(fa, 5, EOPNOTSUPP);
 	ck_assert_ptr_nonnull(strstr(resp->message, "soft"));
 	mrd__response__free_unpacked(resp, NULL);
-	ck_assert_uint_eq(m->n_domains, 1);
+	ck_assert_uint_eq(td_manager->n_domains, 1);
 	send_export_pd(fb, 6);
-	expect_free(fb, 6, EOPNOTSUPP);
+	td_expect_free(fb, 6, EOPNOTSUPP);
 	ck_assert_ptr_eq(a->domain, b->domain); /* same uid, same domain */
 	ck_assert_uint_eq(a->domain->n_users, 2);
 	send_export_pd(fo, 7);
-	expect_free(fo, 7, EOPNOTSUPP);
+	td_expect_free(fo, 7, EOPNOTSUPP);
 	ck_assert_ptr_ne(other->domain, a->domain);
 	ck_assert_ptr_ne(other->domain->provider, a->domain->provider); /* own context each */
-	ck_assert_uint_eq(m->n_domains, 2);
+	ck_assert_uint_eq(td_manager->n_domains, 2);
 
 	/* The last client of a uid closes its domain. */
 	close(fa);
-	pump();
-	ck_assert_uint_eq(m->n_domains, 2);
+	td_pump();
+	ck_assert_uint_eq(td_manager->n_domains, 2);
 	close(fb);
-	pump();
-	ck_assert_uint_eq(m->n_domains, 1);
+	td_pump();
+	ck_assert_uint_eq(td_manager->n_domains, 1);
 	close(fo);
-	pump();
-	ck_assert_uint_eq(m->n_domains, 0);
+	td_pump();
+	ck_assert_uint_eq(td_manager->n_domains, 0);
 }
 END_TEST
 

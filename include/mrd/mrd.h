@@ -8,6 +8,7 @@
 #ifndef MRD_MRD_H
 #define MRD_MRD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -41,6 +42,51 @@ int mrd_client_ping(mrd_client *client);
  * <mrd/mrd-verbs.h> does both. -EOPNOTSUPP on the soft provider, which has no device.
  */
 int mrd_client_get_pd(mrd_client *client, int *ret_cmd_fd, uint32_t *ret_pd_handle);
+
+/* Reason for the last failure of a libmrd call in this thread (mrd's own words when it refused,
+ * e.g. which quota was reached); "" before any. Valid until the thread's next failing call. */
+const char *mrd_last_error(void);
+
+/* The name of the caller's domain (e.g. "uid-1000"); valid while the handle lives. */
+const char *mrd_client_domain(const mrd_client *client);
+
+/*
+ * The domain's generation: it changes whenever memory of the domain is freed, so a client that
+ * cached anything about addresses compares it with the value it saw then. One load from the
+ * status page; no request. 0 for NULL.
+ */
+uint64_t mrd_client_generation(const mrd_client *client);
+
+/* Memory. mrd allocates from its arenas (memfds mapped at the same address in mrd and in every
+ * client of the domain); freed pages go back to the kernel. */
+
+/* mrd_mem_alloc flags: only 2 MiB huge pages (-ENOMEM when the host has none free). */
+#define MRD_MEM_HUGEPAGE 0x1u
+
+/*
+ * Allocates size bytes (rounded up to whole pages) aligned to align (a power of two; 0 for the
+ * page size) and stores the address in *ret. Errors: -EINVAL, -EDQUOT when a quota of the
+ * domain is reached (mrd_last_error() names it), -ENOMEM.
+ */
+int mrd_mem_alloc(mrd_client *client, size_t size, size_t align, unsigned flags, void **ret);
+
+/* Frees memory this handle allocated. NULL is a no-op. -ENOENT for an address that is not the
+ * start of an allocation, -EPERM for another client's. */
+int mrd_mem_free(mrd_client *client, void *addr);
+
+/* Maps, in this process, the arena holding addr: memory another client of the same domain
+ * allocated. -ENOENT when addr is not memory of the caller's domain. */
+int mrd_mem_map(mrd_client *client, const void *addr);
+
+/*
+ * Maps [offset, offset + length) of a memfd the caller owns (sealed with F_SEAL_SHRINK) into the
+ * window and stores its address there in *ret. The caller keeps fd. Errors: -EBADF (not a
+ * memfd), -EPERM (not sealed), -EINVAL (unaligned or past the end), -EDQUOT.
+ */
+int mrd_extmem_attach(mrd_client *client, int fd, uint64_t offset, size_t length, void **ret);
+
+/* Unmaps attached memory from the window (mrd's and every client's view of it). */
+int mrd_extmem_detach(mrd_client *client, void *addr);
 
 /* The negotiated protocol version (positive), or -EINVAL for a NULL handle. */
 int mrd_client_protocol_version(const mrd_client *client);

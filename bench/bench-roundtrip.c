@@ -1,0 +1,622 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * make bench, figure set "roundtrip": the full request path of mrd (a libmrd Ping) against a
+ * bare SOCK_SEQPACKET echo moving the same bytes, in one run, interleaved (shared/PERF.md).
+ *
+ * Latency cases, each over its own connection, rotated within every rep:
+ *   libmrd  mrd_client_ping() against a real mrd: the figure
+ *   frame   a pre-packed Ping frame sent with send() and the reply read with a blocking recv()
+ *           (SO_RCVTIMEO standing in for libmrd's 30 s timeout), against the same mrd: the
+ *           daemon's share without the client library's
+ *   poll    the same frame, but poll() before recv() as libmrd does: that syscall's share
+ *   echo    a blocking echo server process: the baseline PERF.md names
+ *   epoll   an epoll echo server process: how much an event loop costs by itself
+ * Throughput: K threads, one connection each, back-to-back pings against mrd and against the
+ * epoll echo server.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "bench-util.h"
+#include "macro.h"
+#include "mrd/mrd.h"
+#include "test-util.h"
+#include "wire.h"
+
+#define WARMUP 3000
+#define LAT_N 5000 /* round trips per case per rep: 50 samples above p99 */
+#define LAT_REPS 11
+#define TP_REPS 9
+#define TP_PINGS 12000 /* per run, split across its clients */
+/* The raw frame's id: a 3-byte varint, as libmrd's ids are for most of the run. */
+#define PING_ID 20000
+#define FRAME_CAP 256
+#define POLL_TIMEOUT_MS 30000 /* libmrd's CONN_TIMEOUT_MS */
+
+#define TARGET_P50 1.10
+#define TARGET_P99 1.25
+#define TARGET_TP 0.85
+
+static const uint8_t ping_payload[8] = { 'm', 'r', 'd', '-', 'p', 'i', 'n', 'g' };
+static const unsigned tp_clients[] = { 1, 4, 16 };
+
+enum lat_case { LAT_LIBMRD, LAT_POLL, LAT_FRAME, LAT_ECHO, LAT_EPOLL, N_LAT };
+static const char *const lat_names[N_LAT] = { "libmrd->mrd", "frame+poll->mrd", "frame->mrd",
+					      "blocking-echo", "epoll-echo" };
+
+/* The throughput cases: only the server differs between the last two, only the client between
+ * the first two. */
+enum tp_case { TP_LIBMRD, TP_FRAME, TP_ECHO, N_TP };
+static const char *const tp_names[N_TP] = { "libmrd->mrd", "frame->mrd", "epoll-echo" };
+
+struct bench {
+	struct mrd_proc mrd;
+	char dir[64];
+	struct echo_server echo, epoll;
+	uint8_t req[FRAME_CAP];
+	size_t req_len, reply_len;
+	mrd_client *client; /* LAT_LIBMRD */
+	int fd[N_LAT];      /* raw connections of the other cases */
+
+	uint64_t p50[N_LAT][LAT_REPS], p99[N_LAT][LAT_REPS];
+	double tp[ELEMENTSOF(tp_clients)][N_TP][TP_REPS]; /* pings/s */
+};
+
+static int recv_reply(int fd, uint8_t *buf, size_t cap, size_t *ret_len)
+{
+	ssize_t n;
+
+	do
+		n = recv(fd, buf, cap, 0);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return negative_errno();
+	if (n == 0)
+		return -ECONNRESET;
+	*ret_len = (size_t)n;
+	return 0;
+}
+
+/* Unpacks a reply and turns mrd's status into -errno; the caller frees *ret. */
+static int unpack_reply(const uint8_t *buf, size_t len, Mrd__Response **ret)
+{
+	Mrd__Response *resp = mrd__response__unpack(NULL, len, buf);
+
+	if (!resp)
+		return -EBADMSG;
+	if (resp->status != 0) {
+		int r = -resp->status;
+		mrd__response__free_unpacked(resp, NULL);
+		return r;
+	}
+	*ret = resp;
+	return 0;
+}
+
+static int raw_hello(int fd)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__HelloRequest hello = MRD__HELLO_REQUEST__INIT;
+	Mrd__Response *resp = NULL;
+	uint8_t buf[4096];
+	size_t len;
+	int r;
+
+	hello.min_version = MRD_PROTOCOL_VERSION_MIN;
+	hello.max_version = MRD_PROTOCOL_VERSION_MAX;
+	hello.capabilities = MRD_CAP_PING;
+	hello.client_name = (char *)"bench-roundtrip";
+	req.id = 1;
+	req.body_case = MRD__REQUEST__BODY_HELLO;
+	req.hello = &hello;
+	r = wire_send(fd, &req.base, WIRE_FRAME_MAX, NULL, 0, 0);
+	if (r >= 0)
+		r = recv_reply(fd, buf, sizeof(buf), &len);
+	if (r >= 0)
+		r = unpack_reply(buf, len, &resp);
+	if (r < 0)
+		return r;
+	mrd__response__free_unpacked(resp, NULL);
+	return 0;
+}
+
+/* The Ping frame libmrd sends, packed once; its reply's size is what the echoes answer. */
+static int probe_ping(struct bench *b, int fd)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
+	Mrd__Response *resp = NULL;
+	uint8_t buf[FRAME_CAP];
+	int r;
+
+	ping.payload.data = (uint8_t *)ping_payload;
+	ping.payload.len = sizeof(ping_payload);
+	req.id = PING_ID;
+	req.body_case = MRD__REQUEST__BODY_PING;
+	req.ping = &ping;
+	b->req_len = protobuf_c_message_get_packed_size(&req.base);
+	if (b->req_len > sizeof(b->req))
+		return -EMSGSIZE;
+	protobuf_c_message_pack(&req.base, b->req);
+
+	if (send(fd, b->req, b->req_len, MSG_NOSIGNAL) < 0)
+		return negative_errno();
+	r = recv_reply(fd, buf, sizeof(buf), &b->reply_len);
+	if (r >= 0)
+		r = unpack_reply(buf, b->reply_len, &resp);
+	if (r < 0)
+		return r;
+	if (resp->id != PING_ID || resp->body_case != MRD__RESPONSE__BODY_PING ||
+	    resp->ping->payload.len != sizeof(ping_payload))
+		r = -EBADMSG;
+	mrd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
+/* One timed libmrd ping per sample; lat may be NULL (warm-up). */
+static int lat_libmrd(mrd_client *c, uint64_t *lat, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint64_t t0 = bench_now_ns();
+		int r = mrd_client_ping(c);
+		uint64_t t1 = bench_now_ns();
+
+		if (r < 0)
+			return r;
+		if (lat)
+			lat[i] = t1 - t0;
+	}
+	return 0;
+}
+
+/* One send of the request bytes and one recv of the reply per sample (with a poll() between
+ * them when asked); the reply's length is checked so a server that answered wrongly cannot
+ * look fast. */
+static int lat_frame(const struct bench *b, int fd, bool with_poll, uint64_t *lat, size_t n)
+{
+	uint8_t buf[FRAME_CAP];
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t t0 = bench_now_ns(), t1;
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		size_t len;
+		int r;
+
+		if (send(fd, b->req, b->req_len, MSG_NOSIGNAL) < 0)
+			return negative_errno();
+		if (with_poll && poll(&pfd, 1, POLL_TIMEOUT_MS) <= 0)
+			return -ETIMEDOUT;
+		r = recv_reply(fd, buf, sizeof(buf), &len);
+		t1 = bench_now_ns();
+		if (r < 0)
+			return r;
+		if (len != b->reply_len)
+			return -EBADMSG;
+		if (lat)
+			lat[i] = t1 - t0;
+	}
+	return 0;
+}
+
+static int lat_run(const struct bench *b, enum lat_case k, uint64_t *lat, size_t n)
+{
+	if (k == LAT_LIBMRD)
+		return lat_libmrd(b->client, lat, n);
+	return lat_frame(b, b->fd[k], k == LAT_POLL, lat, n);
+}
+
+static int bench_latency(struct bench *b)
+{
+	_cleanup_free_ uint64_t *lat = malloc(LAT_N * sizeof(*lat));
+	int r;
+
+	if (!lat)
+		return -ENOMEM;
+	for (int k = 0; k < N_LAT; k++) {
+		r = lat_run(b, k, NULL, WARMUP);
+		if (r < 0)
+			return r;
+	}
+	/* Rotate the order every rep so no case always runs first or last. */
+	for (int rep = 0; rep < LAT_REPS; rep++)
+		for (int j = 0; j < N_LAT; j++) {
+			enum lat_case k = (enum lat_case)((rep + j) % N_LAT);
+
+			r = lat_run(b, k, lat, LAT_N);
+			if (r < 0) {
+				fprintf(stderr, "bench-roundtrip: %s: %s\n", lat_names[k], strerror(-r));
+				return r;
+			}
+			b->p50[k][rep] = bench_quantile(lat, LAT_N, 0.50);
+			b->p99[k][rep] = bench_quantile(lat, LAT_N, 0.99);
+		}
+	return 0;
+}
+
+struct tp_thread {
+	const struct bench *b;
+	enum tp_case mode;
+	size_t count;
+	pthread_barrier_t *barrier;
+	uint64_t start, end;
+	int error;
+	pthread_t tid;
+};
+
+static int tp_connect(const struct tp_thread *t, mrd_client **ret_client, int *ret_fd)
+{
+	int fd, r;
+
+	if (t->mode == TP_LIBMRD)
+		return mrd_client_connect(t->b->mrd.socket, ret_client);
+	fd = raw_connect(t->mode == TP_FRAME ? t->b->mrd.socket : t->b->epoll.path);
+	if (fd < 0)
+		return fd;
+	r = t->mode == TP_FRAME ? raw_hello(fd) : 0;
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	*ret_fd = fd;
+	return 0;
+}
+
+static int tp_loop(const struct tp_thread *t, mrd_client *c, int fd)
+{
+	uint8_t buf[FRAME_CAP];
+
+	for (size_t i = 0; i < t->count; i++) {
+		size_t len = t->b->reply_len;
+		int r;
+
+		if (c)
+			r = mrd_client_ping(c);
+		else if (send(fd, t->b->req, t->b->req_len, MSG_NOSIGNAL) < 0)
+			r = negative_errno();
+		else
+			r = recv_reply(fd, buf, sizeof(buf), &len);
+		if (r < 0)
+			return r;
+		if (len != t->b->reply_len)
+			return -EBADMSG;
+	}
+	return 0;
+}
+
+static void *tp_main(void *userdata)
+{
+	struct tp_thread *t = userdata;
+	mrd_client *c = NULL;
+	int fd = -1;
+
+	/* Connect before the barrier: only the pings are timed. */
+	t->error = tp_connect(t, &c, &fd);
+	pthread_barrier_wait(t->barrier); /* even after a failure, or the others would wait forever */
+	if (t->error >= 0) {
+		t->start = bench_now_ns();
+		t->error = tp_loop(t, c, fd);
+		t->end = bench_now_ns();
+	}
+	mrd_client_close(c);
+	safe_close(fd);
+	return NULL;
+}
+
+/* Pings per second of n clients, from the first start to the last finish. */
+static int tp_run(const struct bench *b, enum tp_case mode, unsigned n, double *ret)
+{
+	_cleanup_free_ struct tp_thread *t = calloc(n, sizeof(*t));
+	pthread_barrier_t barrier;
+	uint64_t start = UINT64_MAX, end = 0;
+	int r = 0;
+
+	if (!t)
+		return -ENOMEM;
+	pthread_barrier_init(&barrier, NULL, n);
+	for (unsigned i = 0; i < n; i++) {
+		t[i] = (struct tp_thread){ .b = b, .mode = mode, .count = TP_PINGS / n,
+					   .barrier = &barrier };
+		r = -pthread_create(&t[i].tid, NULL, tp_main, &t[i]);
+		if (r < 0) {
+			/* The barrier can no longer fill and the started threads wait on it. */
+			fprintf(stderr, "bench-roundtrip: pthread_create: %s\n", strerror(-r));
+			exit(EXIT_FAILURE);
+		}
+	}
+	for (unsigned i = 0; i < n; i++) {
+		pthread_join(t[i].tid, NULL);
+		if (t[i].error < 0 && r >= 0)
+			r = t[i].error;
+		if (t[i].start < start)
+			start = t[i].start;
+		if (t[i].end > end)
+			end = t[i].end;
+	}
+	pthread_barrier_destroy(&barrier);
+	if (r < 0) {
+		fprintf(stderr, "bench-roundtrip: %s x%u: %s\n", tp_names[mode], n, strerror(-r));
+		return r;
+	}
+	*ret = (double)(TP_PINGS / n * n) * 1e9 / (double)(end - start);
+	return 0;
+}
+
+static int bench_throughput(struct bench *b)
+{
+	double ignored;
+	int r = 0;
+
+	/* Warm-up: the first threads and connections of a process cost more. */
+	for (int k = 0; k < N_TP && r >= 0; k++)
+		r = tp_run(b, (enum tp_case)k, 4, &ignored);
+	for (size_t i = 0; i < ELEMENTSOF(tp_clients) && r >= 0; i++)
+		for (int rep = 0; rep < TP_REPS && r >= 0; rep++)
+			/* Rotate the order every rep, as for latency. */
+			for (int j = 0; j < N_TP && r >= 0; j++) {
+				enum tp_case k = (enum tp_case)((rep + j) % N_TP);
+
+				r = tp_run(b, k, tp_clients[i], &b->tp[i][k][rep]);
+			}
+	return r;
+}
+
+static double median_u64(const uint64_t *v, size_t n)
+{
+	double d[LAT_REPS];
+
+	for (size_t i = 0; i < n; i++)
+		d[i] = (double)v[i];
+	return bench_median(d, n);
+}
+
+static double median_ratio(const uint64_t *num, const uint64_t *den, size_t n, double *per_rep)
+{
+	double d[LAT_REPS];
+
+	for (size_t i = 0; i < n; i++)
+		per_rep[i] = d[i] = (double)num[i] / (double)den[i];
+	return bench_median(d, n);
+}
+
+static void print_doubles(const char *label, const double *v, size_t n)
+{
+	printf("  %s:", label);
+	for (size_t i = 0; i < n; i++)
+		printf(" %.3f", v[i]);
+	printf("\n");
+}
+
+struct summary {
+	char name[32];
+	double ratio, target;
+	bool le; /* the target is an upper bound */
+};
+
+static void report_latency(const struct bench *b, struct summary *sum, size_t *n_sum)
+{
+	double per_rep[LAT_REPS], r50, r99;
+
+	printf("roundtrip: Ping request %zu B, reply %zu B; %d reps x %d round trips per case, "
+	       "%d warm-up, cases rotated each rep\n",
+	       b->req_len, b->reply_len, LAT_REPS, LAT_N, WARMUP);
+	r50 = median_ratio(b->p50[LAT_LIBMRD], b->p50[LAT_ECHO], LAT_REPS, per_rep);
+	printf("roundtrip-p50: ratio=%.3f (case=mrd_client_ping via mrd baseline=blocking SEQPACKET "
+	       "echo of the same bytes, separate process reps=%d)\n", r50, LAT_REPS);
+	print_doubles("per-rep p50 ratio", per_rep, LAT_REPS);
+	r99 = median_ratio(b->p99[LAT_LIBMRD], b->p99[LAT_ECHO], LAT_REPS, per_rep);
+	printf("roundtrip-p99: ratio=%.3f (case=mrd_client_ping via mrd baseline=blocking SEQPACKET "
+	       "echo of the same bytes, separate process reps=%d)\n", r99, LAT_REPS);
+	print_doubles("per-rep p99 ratio", per_rep, LAT_REPS);
+	printf("  raw ns, median of reps (p50 / p99):");
+	for (int k = 0; k < N_LAT; k++)
+		printf(" %s %.0f / %.0f%s", lat_names[k], median_u64(b->p50[k], LAT_REPS),
+		       median_u64(b->p99[k], LAT_REPS), k + 1 < N_LAT ? ";" : "\n");
+
+	/* Four factors whose product is roughly roundtrip-p50: where the time goes. */
+	printf("roundtrip-epoll-p50: ratio=%.3f (case=epoll echo baseline=blocking echo reps=%d) "
+	       "[informational: an event loop by itself]\n",
+	       median_ratio(b->p50[LAT_EPOLL], b->p50[LAT_ECHO], LAT_REPS, per_rep), LAT_REPS);
+	printf("roundtrip-daemon-p50: ratio=%.3f (case=pre-packed Ping frame via mrd baseline=epoll "
+	       "echo reps=%d) [informational: mrd's share]\n",
+	       median_ratio(b->p50[LAT_FRAME], b->p50[LAT_EPOLL], LAT_REPS, per_rep), LAT_REPS);
+	printf("roundtrip-poll-p50: ratio=%.3f (case=pre-packed Ping frame via mrd, poll() before "
+	       "recv() baseline=the same without poll() reps=%d) [informational: libmrd's poll()]\n",
+	       median_ratio(b->p50[LAT_POLL], b->p50[LAT_FRAME], LAT_REPS, per_rep), LAT_REPS);
+	printf("roundtrip-client-p50: ratio=%.3f (case=mrd_client_ping via mrd baseline=pre-packed "
+	       "Ping frame via mrd with poll() reps=%d) [informational: libmrd's protobuf-c, malloc, "
+	       "lock]\n",
+	       median_ratio(b->p50[LAT_LIBMRD], b->p50[LAT_POLL], LAT_REPS, per_rep), LAT_REPS);
+
+	sum[(*n_sum)++] = (struct summary){ "roundtrip-p50", r50, TARGET_P50, true };
+	sum[(*n_sum)++] = (struct summary){ "roundtrip-p99", r99, TARGET_P99, true };
+}
+
+/* Median over reps of num/den, with the per-rep ratios printed after the figure line. */
+static double tp_ratio(const double *num, const double *den, double *per_rep)
+{
+	double sorted[TP_REPS];
+
+	for (int rep = 0; rep < TP_REPS; rep++)
+		sorted[rep] = per_rep[rep] = num[rep] / den[rep];
+	return bench_median(sorted, TP_REPS);
+}
+
+static void report_throughput(const struct bench *b, struct summary *sum, size_t *n_sum)
+{
+	printf("throughput: %d pings per run split across the clients, %d reps, cases rotated each "
+	       "rep; clients and servers share the machine's CPUs\n", TP_PINGS, TP_REPS);
+	for (size_t i = 0; i < ELEMENTSOF(tp_clients); i++) {
+		const double(*tp)[TP_REPS] = b->tp[i];
+		double full[TP_REPS], daemon[TP_REPS], r_full, r_daemon;
+		unsigned n = tp_clients[i];
+
+		r_full = tp_ratio(tp[TP_LIBMRD], tp[TP_ECHO], full);
+		r_daemon = tp_ratio(tp[TP_FRAME], tp[TP_ECHO], daemon);
+		printf("throughput-%u: ratio=%.3f (case=%u client thread(s), mrd_client_ping via mrd "
+		       "baseline=the same threads sending the same bytes to an epoll SEQPACKET echo "
+		       "process reps=%d)\n", n, r_full, n, TP_REPS);
+		print_doubles("per-rep ratio", full, TP_REPS);
+		printf("throughput-daemon-%u: ratio=%.3f (case=%u client thread(s), pre-packed Ping "
+		       "frames via mrd baseline=the same client code against the epoll echo reps=%d)\n",
+		       n, r_daemon, n, TP_REPS);
+		print_doubles("per-rep ratio", daemon, TP_REPS);
+		printf("  raw pings/s, median of reps:");
+		for (int k = 0; k < N_TP; k++) {
+			double v[TP_REPS];
+
+			memcpy(v, tp[k], sizeof(v));
+			printf(" %s %.0f%s", tp_names[k], bench_median(v, TP_REPS),
+			       k + 1 < N_TP ? ";" : "\n");
+		}
+		sum[*n_sum] = (struct summary){ "", r_full, TARGET_TP, false };
+		snprintf(sum[*n_sum].name, sizeof(sum[*n_sum].name), "throughput-%u", n);
+		(*n_sum)++;
+		sum[*n_sum] = (struct summary){ "", r_daemon, TARGET_TP, false };
+		snprintf(sum[*n_sum].name, sizeof(sum[*n_sum].name), "throughput-daemon-%u", n);
+		(*n_sum)++;
+	}
+}
+
+static void report(const struct bench *b, bool latency, bool throughput)
+{
+	struct summary sum[2 + 2 * ELEMENTSOF(tp_clients)];
+	size_t n_sum = 0, held = 0;
+
+	if (latency)
+		report_latency(b, sum, &n_sum);
+	if (throughput)
+		report_throughput(b, sum, &n_sum);
+
+	printf("summary (targets from PERF.md: miss round trip vs bare echo p50 <= %.2fx, p99 <= "
+	       "%.2fx; daemon throughput vs epoll echo >= %.2fx. Ping stands in for the miss round "
+	       "trip, which has no cache lookup yet):\n", TARGET_P50, TARGET_P99, TARGET_TP);
+	for (size_t i = 0; i < n_sum; i++) {
+		bool ok = sum[i].le ? sum[i].ratio <= sum[i].target : sum[i].ratio >= sum[i].target;
+
+		printf("  %-20s %.3f %s %.2f: %s\n", sum[i].name, sum[i].ratio,
+		       sum[i].le ? "<=" : ">=", sum[i].target, ok ? "holds" : "MISSED");
+		held += ok;
+	}
+	printf("  %zu of %zu targets hold\n", held, n_sum);
+}
+
+/* A receive timeout without a poll() per call: what libmrd could do instead of polling. */
+static int set_rcvtimeo(int fd, unsigned ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	return setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ? negative_errno() : 0;
+}
+
+/* mrd, the two echo servers (forked before any thread exists) and one connection per case. */
+static int bench_setup(struct bench *b)
+{
+	static const char *const mrd_args[] = { "--log-level", "warning", NULL };
+	char path[128];
+	int r;
+
+	for (int k = 0; k < N_LAT; k++)
+		b->fd[k] = -1;
+	snprintf(b->dir, sizeof(b->dir), "/tmp/mrd-bench.XXXXXX");
+	if (!mkdtemp(b->dir))
+		return negative_errno();
+	r = mrd_proc_start(&b->mrd, "", mrd_args);
+	if (r < 0) {
+		fprintf(stderr, "bench-roundtrip: cannot start mrd (MRD_BUILDDIR=%s): %s\n",
+			getenv("MRD_BUILDDIR") ?: "(unset)", strerror(-r));
+		return r;
+	}
+	b->fd[LAT_FRAME] = raw_connect(b->mrd.socket);
+	if (b->fd[LAT_FRAME] < 0)
+		return b->fd[LAT_FRAME];
+	r = set_rcvtimeo(b->fd[LAT_FRAME], POLL_TIMEOUT_MS);
+	if (r < 0)
+		return r;
+	b->fd[LAT_POLL] = raw_connect(b->mrd.socket);
+	if (b->fd[LAT_POLL] < 0)
+		return b->fd[LAT_POLL];
+	r = raw_hello(b->fd[LAT_FRAME]);
+	if (r >= 0)
+		r = raw_hello(b->fd[LAT_POLL]);
+	if (r >= 0)
+		r = probe_ping(b, b->fd[LAT_FRAME]);
+	if (r < 0) {
+		fprintf(stderr, "bench-roundtrip: Hello/Ping to mrd: %s\n", strerror(-r));
+		return r;
+	}
+
+	fflush(NULL); /* the children must not print our buffered output again */
+	snprintf(path, sizeof(path), "%s/echo.sock", b->dir);
+	r = echo_server_start(&b->echo, ECHO_BLOCKING, path, b->reply_len);
+	if (r < 0)
+		return r;
+	snprintf(path, sizeof(path), "%s/epoll.sock", b->dir);
+	r = echo_server_start(&b->epoll, ECHO_EPOLL, path, b->reply_len);
+	if (r < 0)
+		return r;
+
+	r = mrd_client_connect(b->mrd.socket, &b->client);
+	if (r < 0)
+		return r;
+	b->fd[LAT_ECHO] = raw_connect(b->echo.path);
+	if (b->fd[LAT_ECHO] < 0)
+		return b->fd[LAT_ECHO];
+	b->fd[LAT_EPOLL] = raw_connect(b->epoll.path);
+	return b->fd[LAT_EPOLL] < 0 ? b->fd[LAT_EPOLL] : 0;
+}
+
+static void bench_teardown(struct bench *b)
+{
+	mrd_client_close(b->client);
+	for (int k = 0; k < N_LAT; k++)
+		safe_close(b->fd[k]);
+	echo_server_stop(&b->echo);
+	echo_server_stop(&b->epoll);
+	if (b->mrd.pid > 0)
+		mrd_proc_stop(&b->mrd);
+	if (b->dir[0])
+		rmdir(b->dir);
+}
+
+/* An optional argument runs one half, e.g. to profile mrd over a known number of requests:
+ * MRD_TEST_WRAPPER="valgrind --tool=callgrind" bench/bench-roundtrip latency */
+int main(int argc, char **argv)
+{
+	static struct bench b;
+	uint64_t t0 = bench_now_ns();
+	bool latency = true, throughput = true;
+	int r;
+
+	if (argc > 2 || (argc == 2 && strcmp(argv[1], "latency") != 0 &&
+			 strcmp(argv[1], "throughput") != 0)) {
+		fprintf(stderr, "usage: bench-roundtrip [latency|throughput]\n");
+		return EXIT_FAILURE;
+	}
+	if (argc == 2) {
+		latency = strcmp(argv[1], "latency") == 0;
+		throughput = !latency;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	r = bench_setup(&b);
+	if (r < 0)
+		fprintf(stderr, "bench-roundtrip: setup: %s\n", strerror(-r));
+	if (r >= 0 && latency)
+		r = bench_latency(&b);
+	if (r >= 0 && throughput)
+		r = bench_throughput(&b);
+	bench_teardown(&b);
+	if (r < 0)
+		return EXIT_FAILURE;
+	report(&b, latency, throughput);
+	printf("  (bench-roundtrip took %.1f s)\n", (double)(bench_now_ns() - t0) / 1e9);
+	return EXIT_SUCCESS;
+}

@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+/* What libmrd's files share about a client handle. */
+#pragma once
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "connection.h"
+#include "status-page.h"
+
+struct mrd_client {
+	struct conn *conn;
+	pthread_mutex_t lock; /* one call on the socket at a time */
+	char domain[64];
+	const struct mrd_status_page *status; /* the domain's, read-only */
+	uint32_t status_size;
+	bool holds_window;
+	uint32_t *arenas; /* ids of arenas this handle mapped */
+	size_t n_arenas, arenas_cap;
+};
+
+/* One request/response under the handle's lock; daemon errors become -errno and their reason
+ * becomes mrd_last_error(). Descriptors of a successful reply go to ret_fds (closed when NULL
+ * or on error). */
+int client_call(struct mrd_client *client, Mrd__Request *req, Mrd__Response **ret,
+		struct conn_fds *ret_fds);
+
+/* Records a reason for mrd_last_error() and returns error. */
+int set_last_error(int error, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* memory.c: joins the domain (window, status page) on connect; undoes it on close. */
+int memory_join(struct mrd_client *client);
+void memory_leave(struct mrd_client *client);

@@ -1,0 +1,380 @@
+/* SPDX-License-Identifier: MIT */
+/* The client half of mrd's memory model: the process reserves mrd's window at the same
+ * address, maps each arena it meets at the address mrd gave it, and maps the domain's status
+ * page read-only. Several handles of one process share the window and the mappings
+ * (refcounted), as long as they talk to the same mrd. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "libmrd-internal.h"
+#include "mrd/mrd.h"
+
+#define MRD_EXPORT __attribute__((visibility("default")))
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+struct mapped_arena {
+	uint32_t id;
+	uint64_t base, size;
+	unsigned refs;
+};
+
+/* Process-wide: one window per process. */
+static pthread_mutex_t window_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	uint64_t base, size, instance;
+	unsigned refs;
+	struct mapped_arena *arenas;
+	size_t n, cap;
+} window;
+
+static int window_hold(uint64_t base, uint64_t size, uint64_t instance)
+{
+	void *p;
+
+	if (window.refs > 0) {
+		if (window.instance != instance || window.base != base || window.size != size)
+			return set_last_error(-EADDRINUSE, "this process already holds the window "
+				"of another mrd; one process talks to one mrd at a time");
+		window.refs++;
+		return 0;
+	}
+	p = mmap((void *)(uintptr_t)base, size, PROT_NONE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+	if (p != MAP_FAILED && p != (void *)(uintptr_t)base) {
+		munmap(p, size); /* an old kernel took NOREPLACE as a hint */
+		p = MAP_FAILED;
+		errno = EEXIST;
+	}
+	if (p == MAP_FAILED)
+		return set_last_error(errno == EEXIST ? -EADDRINUSE : -errno,
+				      "the address window 0x%" PRIx64 "+0x%" PRIx64 " of mrd is in use "
+				      "in this process; move it with [memory] window_base in mrd.conf",
+				      base, size);
+	window.base = base;
+	window.size = size;
+	window.instance = instance;
+	window.refs = 1;
+	return 0;
+}
+
+static void window_drop(void)
+{
+	if (--window.refs > 0)
+		return;
+	munmap((void *)(uintptr_t)window.base, window.size);
+	free(window.arenas);
+	memset(&window, 0, sizeof(window));
+}
+
+static struct mapped_arena *find_mapped(uint32_t id)
+{
+	for (size_t i = 0; i < window.n; i++)
+		if (window.arenas[i].id == id)
+			return &window.arenas[i];
+	return NULL;
+}
+
+/* Back to the reservation: the window keeps its shape. */
+static void unmap_range(uint64_t base, uint64_t size)
+{
+	(void)mmap((void *)(uintptr_t)base, size, PROT_NONE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+}
+
+static int handle_add_arena(mrd_client *client, uint32_t id)
+{
+	for (size_t i = 0; i < client->n_arenas; i++)
+		if (client->arenas[i] == id)
+			return 0;
+	if (client->n_arenas == client->arenas_cap) {
+		size_t cap = client->arenas_cap ? client->arenas_cap * 2 : 8;
+		uint32_t *ids = realloc(client->arenas, cap * sizeof(*ids));
+
+		if (!ids)
+			return -ENOMEM;
+		client->arenas = ids;
+		client->arenas_cap = cap;
+	}
+	client->arenas[client->n_arenas++] = id;
+	return 1;
+}
+
+/* Maps the arena an answer describes (its memfd in fds when attached), once per handle. */
+static int map_arena(mrd_client *client, const Mrd__ArenaInfo *info, struct conn_fds *fds)
+{
+	struct mapped_arena *ma;
+	int fd = fds->n > 0 ? fds->fds[0] : -1, r = 0;
+	void *p;
+
+	if (!info || info->address < window.base || info->size > window.size ||
+	    info->address - window.base > window.size - info->size)
+		return set_last_error(-EBADMSG, "mrd described an arena outside its window");
+
+	pthread_mutex_lock(&window_lock);
+	ma = find_mapped(info->id);
+	if (fd >= 0) {
+		/* A fresh memfd: map it (again, if mrd reused the id for a new arena). */
+		p = mmap((void *)(uintptr_t)info->address, info->size, PROT_READ | PROT_WRITE,
+			 MAP_SHARED | MAP_FIXED, fd, (off_t)info->file_offset);
+		if (p == MAP_FAILED) {
+			r = set_last_error(-errno, "cannot map arena %u: %s", info->id,
+					   strerror(errno));
+			goto out;
+		}
+		if (!ma) {
+			if (window.n == window.cap) {
+				size_t cap = window.cap ? window.cap * 2 : 8;
+				struct mapped_arena *a = realloc(window.arenas, cap * sizeof(*a));
+
+				if (!a) {
+					unmap_range(info->address, info->size);
+					r = -ENOMEM;
+					goto out;
+				}
+				window.arenas = a;
+				window.cap = cap;
+			}
+			ma = &window.arenas[window.n++];
+			*ma = (struct mapped_arena){ .id = info->id };
+		}
+		ma->base = info->address;
+		ma->size = info->size;
+	} else if (!ma) {
+		r = set_last_error(-EBADMSG, "mrd sent no memfd for arena %u", info->id);
+		goto out;
+	}
+	r = handle_add_arena(client, info->id);
+	if (r > 0)
+		ma->refs++;
+	r = r < 0 ? r : 0;
+out:
+	pthread_mutex_unlock(&window_lock);
+	for (size_t i = 0; i < fds->n; i++)
+		close(fds->fds[i]);
+	fds->n = 0;
+	return r;
+}
+
+int memory_join(mrd_client *client)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__JoinDomainRequest join = MRD__JOIN_DOMAIN_REQUEST__INIT;
+	const Mrd__JoinDomainResponse *j;
+	Mrd__Response *resp;
+	struct conn_fds fds;
+	void *page;
+	int r;
+
+	req.body_case = MRD__REQUEST__BODY_JOIN_DOMAIN;
+	req.join_domain = &join;
+	r = client_call(client, &req, &resp, &fds);
+	if (r < 0)
+		return r;
+	j = resp->join_domain;
+	if (resp->body_case != MRD__RESPONSE__BODY_JOIN_DOMAIN || fds.n != 1 ||
+	    j->status_page_size < sizeof(struct mrd_status_page)) {
+		r = set_last_error(-EBADMSG, "malformed JoinDomain reply");
+		goto out;
+	}
+	page = mmap(NULL, j->status_page_size, PROT_READ, MAP_SHARED, fds.fds[0], 0);
+	if (page == MAP_FAILED) {
+		r = set_last_error(-errno, "cannot map the status page: %s", strerror(errno));
+		goto out;
+	}
+	client->status = page;
+	client->status_size = j->status_page_size;
+	if (client->status->magic != MRD_STATUS_MAGIC) {
+		r = set_last_error(-EBADMSG, "the status page has the wrong magic");
+		goto out;
+	}
+	snprintf(client->domain, sizeof(client->domain), "%s", j->domain);
+
+	pthread_mutex_lock(&window_lock);
+	r = window_hold(j->window_base, j->window_size, j->instance);
+	pthread_mutex_unlock(&window_lock);
+	client->holds_window = r >= 0;
+out:
+	for (size_t i = 0; i < fds.n; i++)
+		close(fds.fds[i]);
+	mrd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
+void memory_leave(mrd_client *client)
+{
+	if (client->holds_window) {
+		pthread_mutex_lock(&window_lock);
+		for (size_t i = 0; i < client->n_arenas; i++) {
+			struct mapped_arena *ma = find_mapped(client->arenas[i]);
+
+			if (ma && --ma->refs == 0) {
+				unmap_range(ma->base, ma->size);
+				*ma = window.arenas[--window.n];
+			}
+		}
+		window_drop();
+		pthread_mutex_unlock(&window_lock);
+	}
+	free(client->arenas);
+	client->arenas = NULL;
+	client->n_arenas = 0;
+	if (client->status)
+		munmap((void *)client->status, client->status_size);
+	client->status = NULL;
+}
+
+MRD_EXPORT int mrd_mem_alloc(mrd_client *client, size_t size, size_t align, unsigned flags,
+			     void **ret)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__AllocRequest alloc = MRD__ALLOC_REQUEST__INIT;
+	Mrd__Response *resp;
+	struct conn_fds fds;
+	int r;
+
+	if (!client || !ret)
+		return set_last_error(-EINVAL, "mrd_mem_alloc: NULL argument");
+	if (flags & ~MRD_MEM_HUGEPAGE)
+		return set_last_error(-EINVAL, "mrd_mem_alloc: unknown flags 0x%x", flags);
+	alloc.size = size;
+	alloc.align = align;
+	alloc.flags = flags & MRD_MEM_HUGEPAGE ? MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE : 0;
+	req.body_case = MRD__REQUEST__BODY_ALLOC;
+	req.alloc = &alloc;
+	r = client_call(client, &req, &resp, &fds);
+	if (r < 0)
+		return r;
+	if (resp->body_case != MRD__RESPONSE__BODY_ALLOC)
+		r = set_last_error(-EBADMSG, "malformed Alloc reply");
+	else
+		r = map_arena(client, resp->alloc->arena, &fds);
+	if (r >= 0)
+		*ret = (void *)(uintptr_t)resp->alloc->address;
+	for (size_t i = 0; i < fds.n; i++)
+		close(fds.fds[i]);
+	mrd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
+/* Free and ExtmemDetach: one address, an empty answer. */
+static int call_address(mrd_client *client, int body_case, uint64_t address)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__FreeRequest free_req = MRD__FREE_REQUEST__INIT;
+	Mrd__ExtmemDetachRequest detach = MRD__EXTMEM_DETACH_REQUEST__INIT;
+	Mrd__Response *resp;
+	int r;
+
+	req.body_case = body_case;
+	if (body_case == MRD__REQUEST__BODY_FREE) {
+		free_req.address = address;
+		req.free = &free_req;
+	} else {
+		detach.address = address;
+		req.extmem_detach = &detach;
+	}
+	r = client_call(client, &req, &resp, NULL);
+	if (r < 0)
+		return r;
+	mrd__response__free_unpacked(resp, NULL);
+	return 0;
+}
+
+MRD_EXPORT int mrd_mem_free(mrd_client *client, void *addr)
+{
+	if (!client)
+		return set_last_error(-EINVAL, "mrd_mem_free: client is NULL");
+	if (!addr)
+		return 0;
+	return call_address(client, MRD__REQUEST__BODY_FREE, (uintptr_t)addr);
+}
+
+MRD_EXPORT int mrd_mem_map(mrd_client *client, const void *addr)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MapRequest map = MRD__MAP_REQUEST__INIT;
+	Mrd__Response *resp;
+	struct conn_fds fds;
+	int r;
+
+	if (!client)
+		return set_last_error(-EINVAL, "mrd_mem_map: client is NULL");
+	map.address = (uintptr_t)addr;
+	req.body_case = MRD__REQUEST__BODY_MAP;
+	req.map = &map;
+	r = client_call(client, &req, &resp, &fds);
+	if (r < 0)
+		return r;
+	if (resp->body_case != MRD__RESPONSE__BODY_MAP)
+		r = set_last_error(-EBADMSG, "malformed Map reply");
+	else
+		r = map_arena(client, resp->map->arena, &fds);
+	for (size_t i = 0; i < fds.n; i++)
+		close(fds.fds[i]);
+	mrd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
+MRD_EXPORT int mrd_extmem_attach(mrd_client *client, int fd, uint64_t offset, size_t length,
+				 void **ret)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ExtmemAttachRequest attach = MRD__EXTMEM_ATTACH_REQUEST__INIT;
+	Mrd__Response *resp;
+	struct conn_fds fds;
+	uint64_t address;
+	int r;
+
+	if (!client || fd < 0 || !ret)
+		return set_last_error(-EINVAL, "mrd_extmem_attach: bad argument");
+	attach.offset = offset;
+	attach.length = length;
+	req.body_case = MRD__REQUEST__BODY_EXTMEM_ATTACH;
+	req.extmem_attach = &attach;
+
+	/* This request carries the fd, so it is sent by hand. */
+	pthread_mutex_lock(&client->lock);
+	r = conn_call_with_fds(client->conn, &req, &fd, 1, &resp, &fds);
+	pthread_mutex_unlock(&client->lock);
+	if (r < 0)
+		return set_last_error(r, "no answer from mrd: %s", strerror(-r));
+	r = response_error(resp);
+	if (r < 0)
+		set_last_error(r, "%s", resp->message && *resp->message ? resp->message : strerror(-r));
+	else if (resp->body_case != MRD__RESPONSE__BODY_EXTMEM_ATTACH || !resp->extmem_attach->arena)
+		r = set_last_error(-EBADMSG, "malformed ExtmemAttach reply");
+	else {
+		/* mrd keeps its own copy; we map ours where it mapped its. */
+		fds.fds[fds.n++] = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+		if (fds.fds[fds.n - 1] < 0)
+			r = set_last_error(-errno, "dup: %s", strerror(errno));
+		else {
+			address = resp->extmem_attach->address;
+			r = map_arena(client, resp->extmem_attach->arena, &fds);
+			if (r >= 0)
+				*ret = (void *)(uintptr_t)address;
+		}
+	}
+	for (size_t i = 0; i < fds.n; i++)
+		if (fds.fds[i] >= 0)
+			close(fds.fds[i]);
+	mrd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
+MRD_EXPORT int mrd_extmem_detach(mrd_client *client, void *addr)
+{
+	if (!client)
+		return set_last_error(-EINVAL, "mrd_extmem_detach: client is NULL");
+	return call_address(client, MRD__REQUEST__BODY_EXTMEM_DETACH, (uintptr_t)addr);
+}

@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <linux/memfd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "domain.h"
+#include "log.h"
+#include "macro.h"
+#include "manager.h"
+
+#define HUGE_PAGE_SIZE (2u << 20)
+
+uint64_t hugepages_free(void)
+{
+	unsigned long long n = 0;
+	FILE *f = fopen("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages", "re");
+
+	if (!f)
+		return 0;
+	if (fscanf(f, "%llu", &n) != 1)
+		n = 0;
+	fclose(f);
+	return n;
+}
+
+static uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
+static uint64_t pow2_at_least(uint64_t v)
+{
+	uint64_t p = 1;
+
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
+static int arena_map(struct arena *a, struct window *w, uint64_t length, uint64_t offset)
+{
+	uint32_t first;
+	int r;
+
+	a->n_slots = (uint32_t)((length + w->slot_size - 1) / w->slot_size);
+	r = window_take(w, a->n_slots, &first);
+	if (r < 0) {
+		a->n_slots = 0;
+		return r;
+	}
+	a->id = first;
+	a->base = mmap(window_slot(w, first), length, PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_FIXED, a->memfd, (off_t)offset);
+	if (a->base == MAP_FAILED) {
+		r = negative_errno();
+		a->base = NULL;
+		window_give_back(w, first, a->n_slots);
+		a->n_slots = 0;
+		return r;
+	}
+	return 0;
+}
+
+static struct arena *arena_alloc_struct(struct domain *d)
+{
+	struct arena *a = calloc(1, sizeof(*a));
+
+	if (!a)
+		return NULL;
+	a->memfd = -1;
+	a->domain = d;
+	return a;
+}
+
+static void arena_link(struct arena *a)
+{
+	LIST_INSERT_HEAD(&a->domain->arenas, a, link);
+	a->domain->n_arenas++;
+}
+
+int arena_new(struct domain *d, uint64_t min_size, bool hugetlb, struct arena **ret)
+{
+	struct window *w = &d->manager->window;
+	struct arena *a;
+	char name[96];
+	int r;
+
+	a = arena_alloc_struct(d);
+	if (!a)
+		return -ENOMEM;
+	a->hugetlb = hugetlb;
+	a->page_size = hugetlb ? HUGE_PAGE_SIZE : (uint32_t)sysconf(_SC_PAGESIZE);
+	/* Buddy allocators want a power of two pages; at least the configured arena size. */
+	a->size = pow2_at_least(round_up(min_size > d->manager->config.arena_size ?
+						 min_size : d->manager->config.arena_size,
+					 a->page_size));
+
+	snprintf(name, sizeof(name), "mrd-arena-%s", d->name);
+	a->memfd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING |
+					      (hugetlb ? MFD_HUGETLB | (21 << MFD_HUGE_SHIFT) : 0));
+	if (a->memfd < 0) {
+		r = negative_errno();
+		goto fail;
+	}
+	/* Sparse: only pages handed out get backed. Sealed so nobody can shrink it under a
+	 * mapping (SIGBUS) or grow it. */
+	if (ftruncate(a->memfd, (off_t)a->size) < 0 ||
+	    fcntl(a->memfd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) < 0) {
+		r = negative_errno();
+		goto fail;
+	}
+	r = buddy_init(&a->buddy, (uint32_t)(a->size / a->page_size));
+	if (r < 0)
+		goto fail;
+	r = arena_map(a, w, a->size, 0);
+	if (r < 0)
+		goto fail;
+	if (!hugetlb)
+		(void)madvise(a->base, a->size, MADV_HUGEPAGE); /* THP, where shmem allows it */
+
+	arena_link(a);
+	log_debug("domain %s: arena %u, %llu MiB of %s pages at %p", d->name, a->id,
+		  (unsigned long long)(a->size >> 20), hugetlb ? "2 MiB" : "4 KiB", (void *)a->base);
+	*ret = a;
+	return 0;
+
+fail:
+	arena_free(a);
+	return r;
+}
+
+int arena_new_external(struct domain *d, int memfd, uint64_t offset, uint64_t length,
+		       struct arena **ret)
+{
+	struct window *w = &d->manager->window;
+	struct statfs sfs;
+	struct stat st;
+	struct arena *a;
+	int seals, r;
+
+	if (fstat(memfd, &st) < 0 || fstatfs(memfd, &sfs) < 0)
+		return negative_errno();
+	if (!S_ISREG(st.st_mode) ||
+	    (sfs.f_type != TMPFS_MAGIC && sfs.f_type != HUGETLBFS_MAGIC))
+		return -EBADF; /* only memfds: shared memory mrd can seal-check */
+	seals = fcntl(memfd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+		return -EPERM;
+	a = arena_alloc_struct(d);
+	if (!a)
+		return -ENOMEM;
+	a->external = true;
+	a->hugetlb = sfs.f_type == HUGETLBFS_MAGIC;
+	a->page_size = (uint32_t)(a->hugetlb ? (uint64_t)sfs.f_bsize : (uint64_t)sysconf(_SC_PAGESIZE));
+	if (length == 0 || offset % a->page_size || length % a->page_size ||
+	    offset + length < offset || offset + length > (uint64_t)st.st_size) {
+		free(a);
+		return -EINVAL;
+	}
+	a->size = length;
+	a->file_offset = offset;
+	a->memfd = memfd;
+	r = arena_map(a, w, length, offset);
+	if (r < 0) {
+		a->memfd = -1; /* still the caller's */
+		arena_free(a);
+		return r;
+	}
+	arena_link(a);
+	*ret = a;
+	return 0;
+}
+
+struct arena *arena_free(struct arena *a)
+{
+	if (!a)
+		return NULL;
+	if (a->n_slots)
+		window_give_back(&a->domain->manager->window, a->id, a->n_slots);
+	if (a->link.le_prev) {
+		LIST_REMOVE(a, link);
+		a->domain->n_arenas--;
+	}
+	buddy_done(&a->buddy);
+	safe_close(a->memfd);
+	free(a);
+	return NULL;
+}
+
+int arena_alloc(struct arena *a, uint64_t size, uint64_t align, uint64_t *ret_offset,
+		uint64_t *ret_length)
+{
+	uint64_t n = round_up(size, a->page_size) / a->page_size;
+	uint64_t align_pages = align > a->page_size ? pow2_at_least(align) / a->page_size : 1;
+	int64_t first;
+
+	if (a->external)
+		return -ENOSPC;
+	if (n == 0 || n > a->buddy.n_pages || align_pages > a->buddy.n_pages)
+		return -ENOSPC;
+	first = buddy_alloc(&a->buddy, (uint32_t)n, (uint32_t)align_pages);
+	if (first < 0)
+		return first == -ENOMEM ? -ENOSPC : (int)first;
+
+	/* Huge pages are taken now, not at first touch, so running out is an error here
+	 * rather than a SIGBUS in a client later. */
+	if (a->hugetlb && fallocate(a->memfd, 0, (off_t)((uint64_t)first * a->page_size),
+				    (off_t)(n * a->page_size)) < 0) {
+		int r = negative_errno();
+
+		buddy_free(&a->buddy, (uint32_t)first, (uint32_t)n);
+		return r == -ENOSPC ? -ENOMEM : r;
+	}
+	a->n_allocations++;
+	*ret_offset = (uint64_t)first * a->page_size;
+	*ret_length = n * a->page_size;
+	return 0;
+}
+
+void arena_release(struct arena *a, uint64_t offset, uint64_t length)
+{
+	a->n_allocations--;
+	if (a->external)
+		return;
+	/* Give the pages back to the kernel: the next owner starts from zeros. */
+	(void)fallocate(a->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset,
+			(off_t)length);
+	buddy_free(&a->buddy, (uint32_t)(offset / a->page_size), (uint32_t)(length / a->page_size));
+}

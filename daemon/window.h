@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/* The address window: one PROT_NONE reservation at the same address in mrd and every client,
+ * carved into equal slots; an arena occupies one or more consecutive slots. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct window {
+	uint8_t *base;
+	uint64_t size;
+	uint64_t slot_size;
+	uint32_t n_slots;
+	bool *used;
+};
+
+/* Reserves [base, base + size). -EADDRINUSE when any of it is mapped already. */
+int window_reserve(struct window *w, uint64_t base, uint64_t size, uint64_t slot_size);
+void window_release(struct window *w);
+
+/* First fit for n consecutive free slots; -ENOSPC when the window is full. */
+int window_take(struct window *w, uint32_t n, uint32_t *ret_first);
+/* Puts the slots back under PROT_NONE and marks them free. */
+void window_give_back(struct window *w, uint32_t first, uint32_t n);
+
+static inline uint8_t *window_slot(const struct window *w, uint32_t slot)
+{
+	return w->base + (uint64_t)slot * w->slot_size;
+}

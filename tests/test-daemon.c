@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: MIT */
+#include <check.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "client.h"
+#include "manager.h"
+#include "test-daemon.h"
+
+struct manager *td_manager;
+
+void td_start(const char *const *settings)
+{
+	struct config cfg;
+
+	config_init(&cfg);
+	for (size_t i = 0; settings && settings[i]; i++) {
+		char section[32], key[64];
+		const char *dot = strchr(settings[i], '.'), *eq = strchr(settings[i], '=');
+
+		ck_assert(dot && eq && dot < eq);
+		snprintf(section, sizeof(section), "%.*s", (int)(dot - settings[i]), settings[i]);
+		snprintf(key, sizeof(key), "%.*s", (int)(eq - dot - 1), dot + 1);
+		ck_assert_msg(config_set(&cfg, section, key, eq + 1) == 0, "bad setting %s",
+			      settings[i]);
+	}
+	ck_assert_int_eq(config_finish(&cfg), 0);
+	ck_assert_int_eq(manager_new(&cfg, &td_manager), 0);
+	config_done(&cfg);
+}
+
+void td_stop(void)
+{
+	td_manager = manager_free(td_manager);
+}
+
+int td_add_client(uid_t uid, gid_t gid, struct client **ret)
+{
+	struct ucred cred = { .pid = getpid(), .uid = uid, .gid = gid };
+	struct client *c;
+	int sv[2];
+
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+	ck_assert_int_eq(fcntl(sv[0], F_SETFL, O_NONBLOCK), 0);
+	ck_assert_int_eq(manager_add_client(td_manager, sv[0], &cred, &c), 0);
+	if (ret)
+		*ret = c;
+	return sv[1];
+}
+
+int td_hello_client(uid_t uid, struct client **ret)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__HelloRequest hello = MRD__HELLO_REQUEST__INIT;
+	int fd = td_add_client(uid, uid, ret);
+
+	hello.min_version = hello.max_version = 1;
+	req.id = 1;
+	req.body_case = MRD__REQUEST__BODY_HELLO;
+	req.hello = &hello;
+	td_send_request(fd, &req, NULL, 0);
+	td_expect_free(fd, 1, 0);
+	return fd;
+}
+
+void td_pump(void)
+{
+	for (int i = 0; i < 8; i++)
+		event_base_loop(td_manager->base, EVLOOP_NONBLOCK);
+}
+
+void td_send_frame(int fd, const void *data, size_t len, const int *fds, size_t n_fds)
+{
+	ck_assert_int_eq(wire_send_raw(fd, data, len, fds, n_fds, 0), 0);
+}
+
+void td_send_request(int fd, Mrd__Request *req, const int *fds, size_t n_fds)
+{
+	uint8_t *buf;
+	size_t len;
+
+	ck_assert_int_eq(wire_pack(&req->base, WIRE_FRAME_MAX, &buf, &len), 0);
+	td_send_frame(fd, buf, len, fds, n_fds);
+	free(buf);
+}
+
+Mrd__Response *td_recv_reply(int fd, int *fds, size_t *n_fds)
+{
+	static uint8_t buf[WIRE_FRAME_MAX];
+	struct wire_packet pkt;
+	Mrd__Response *resp;
+	int r;
+
+	for (int i = 0; i < 1000; i++) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+		td_pump();
+		if (poll(&pfd, 1, 1) > 0)
+			break;
+	}
+	r = wire_recv(fd, buf, sizeof(buf), &pkt, MSG_DONTWAIT);
+	if (r == 0)
+		return NULL;
+	ck_assert_int_eq(r, 1);
+	if (fds) {
+		memcpy(fds, pkt.fds, pkt.n_fds * sizeof(int));
+		*n_fds = pkt.n_fds;
+	} else {
+		ck_assert_uint_eq(pkt.n_fds, 0);
+	}
+	resp = mrd__response__unpack(NULL, pkt.len, pkt.data);
+	ck_assert_ptr_nonnull(resp);
+	return resp;
+}
+
+Mrd__Response *td_expect_fds(int fd, uint64_t id, int error, int *fds, size_t *n_fds)
+{
+	Mrd__Response *resp = td_recv_reply(fd, fds, n_fds);
+
+	ck_assert_ptr_nonnull(resp);
+	ck_assert_uint_eq(resp->id, id);
+	ck_assert_msg(resp->status == error, "status %d (%s), expected %d", resp->status,
+		      resp->message, error);
+	if (error)
+		ck_assert_msg(resp->message && *resp->message, "error reply without a reason");
+	return resp;
+}
+
+Mrd__Response *td_expect(int fd, uint64_t id, int error)
+{
+	return td_expect_fds(fd, id, error, NULL, NULL);
+}
+
+void td_expect_free(int fd, uint64_t id, int error)
+{
+	mrd__response__free_unpacked(td_expect(fd, id, error), NULL);
+}

@@ -1,0 +1,485 @@
+/* SPDX-License-Identifier: MIT */
+/* Memory requests in-process: arenas and their memfds, ownership, quotas, domains, the status
+ * page, and what a client's death releases. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "client.h"
+#include "domain.h"
+#include "manager.h"
+#include "status-page.h"
+#include "test-daemon.h"
+
+#define MiB (1ull << 20)
+
+static void start_with(const char *a, const char *b)
+{
+	/* A small window and arenas keep the bookkeeping small. */
+	const char *settings[] = { "memory.window_size=4G", "memory.arena_size=64M",
+				   "memory.hugepages=no", a, b, NULL };
+
+	td_start(settings);
+}
+
+static void setup(void) { start_with(NULL, NULL); }
+static void teardown(void) { td_stop(); }
+
+static void close_fds(int *fds, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		close(fds[i]);
+}
+
+/* JoinDomain: returns the status page, mapped read-only. */
+static const struct mrd_status_page *join(int fd, uint64_t id, Mrd__JoinDomainResponse *out)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__JoinDomainRequest join = MRD__JOIN_DOMAIN_REQUEST__INIT;
+	Mrd__Response *resp;
+	int fds[WIRE_FDS_MAX];
+	size_t n;
+	void *page;
+
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_JOIN_DOMAIN;
+	req.join_domain = &join;
+	td_send_request(fd, &req, NULL, 0);
+	resp = td_expect_fds(fd, id, 0, fds, &n);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_eq(resp->join_domain->window_size, 4ull << 30);
+	if (out) {
+		*out = *resp->join_domain;
+		out->domain = strdup(resp->join_domain->domain);
+	}
+	/* Read-only for clients: a writable shared mapping is refused by the seal. */
+	ck_assert_ptr_eq(mmap(NULL, MRD_STATUS_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
+			      fds[0], 0), MAP_FAILED);
+	page = mmap(NULL, MRD_STATUS_PAGE_SIZE, PROT_READ, MAP_SHARED, fds[0], 0);
+	ck_assert_ptr_ne(page, MAP_FAILED);
+	close(fds[0]);
+	mrd__response__free_unpacked(resp, NULL);
+	return page;
+}
+
+/* Alloc; fills *info and says whether the arena's memfd came along (closed here). */
+static int alloc(int fd, uint64_t id, uint64_t size, uint64_t align, int error, uint64_t *addr,
+		 Mrd__ArenaInfo *info)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__AllocRequest a = MRD__ALLOC_REQUEST__INIT;
+	Mrd__Response *resp;
+	int fds[WIRE_FDS_MAX];
+	size_t n = 0;
+
+	a.size = size;
+	a.align = align;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_ALLOC;
+	req.alloc = &a;
+	td_send_request(fd, &req, NULL, 0);
+	resp = td_expect_fds(fd, id, error, fds, &n);
+	if (!error) {
+		*addr = resp->alloc->address;
+		ck_assert_uint_ge(resp->alloc->length, size);
+		if (info)
+			*info = *resp->alloc->arena;
+		ck_assert_uint_eq(n, resp->alloc->arena->fd_attached ? 1 : 0);
+	} else if (addr)
+		*addr = (uint64_t)(uintptr_t)strdup(resp->message); /* for message checks */
+	close_fds(fds, n);
+	mrd__response__free_unpacked(resp, NULL);
+	return (int)n;
+}
+
+static void free_mem(int fd, uint64_t id, uint64_t addr, int error)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__FreeRequest f = MRD__FREE_REQUEST__INIT;
+
+	f.address = addr;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_FREE;
+	req.free = &f;
+	td_send_request(fd, &req, NULL, 0);
+	td_expect_free(fd, id, error);
+}
+
+static struct domain *domain_of(struct client *c) { return c->domain; }
+
+START_TEST(test_alloc_in_window)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c);
+	const struct manager *m = td_manager;
+	Mrd__ArenaInfo info;
+	uint64_t a, b;
+
+	join(fd, 2, NULL);
+	ck_assert_int_eq(alloc(fd, 3, 10000, 0, 0, &a, &info), 1); /* first time: memfd */
+	ck_assert_uint_ge(a, m->config.window_base);
+	ck_assert_uint_lt(a, m->config.window_base + m->config.window_size);
+	ck_assert_uint_eq(info.address, a); /* first run of a fresh arena */
+	ck_assert_uint_eq(info.size, 64 * MiB);
+	ck_assert(!info.hugetlb);
+	ck_assert_int_eq(alloc(fd, 4, 4096, 1 * MiB, 0, &b, NULL), 0); /* same arena: no memfd */
+	ck_assert_uint_eq(b % MiB, 0);
+	ck_assert_uint_eq(domain_of(c)->allocated_bytes, 12288 + 4096);
+	ck_assert_uint_eq(c->allocated_bytes, 12288 + 4096);
+
+	/* mrd's own mapping is the memory. */
+	memset((void *)(uintptr_t)a, 0x5a, 10000);
+	free_mem(fd, 5, a, 0);
+	ck_assert_int_eq(((uint8_t *)(uintptr_t)a)[0], 0); /* punched: back to the kernel */
+	free_mem(fd, 6, a, ENOENT);                        /* twice */
+	free_mem(fd, 7, b + 4096, ENOENT);                 /* not a start */
+	free_mem(fd, 8, 0x1234, ENOENT);
+	free_mem(fd, 9, b, 0);
+	ck_assert_uint_eq(domain_of(c)->allocated_bytes, 0);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_bad_alloc_requests)
+{
+	uint64_t msg;
+	int fd = td_hello_client(1000, NULL);
+
+	alloc(fd, 2, 0, 0, EINVAL, &msg, NULL);
+	free((void *)(uintptr_t)msg);
+	alloc(fd, 3, 4096, 3, EINVAL, &msg, NULL); /* align not a power of two */
+	free((void *)(uintptr_t)msg);
+	alloc(fd, 4, 4096, 1ull << 40, EINVAL, &msg, NULL); /* align beyond an arena */
+	free((void *)(uintptr_t)msg);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_ownership_and_sharing)
+{
+	struct client *ca, *cb, *cx;
+	int a = td_hello_client(1000, &ca), b = td_hello_client(1000, &cb);
+	int x = td_hello_client(2000, &cx);
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MapRequest map = MRD__MAP_REQUEST__INIT;
+	Mrd__Response *resp;
+	int fds[WIRE_FDS_MAX];
+	size_t n;
+	uint64_t addr;
+
+	alloc(a, 2, 8192, 0, 0, &addr, NULL);
+	ck_assert_ptr_eq(domain_of(ca), domain_of(cb) ? domain_of(cb) : domain_of(ca));
+
+	/* Same domain: B may map A's arena but not free A's memory. */
+	map.address = addr + 100;
+	req.id = 3;
+	req.body_case = MRD__REQUEST__BODY_MAP;
+	req.map = &map;
+	td_send_request(b, &req, NULL, 0);
+	resp = td_expect_fds(b, 3, 0, fds, &n);
+	ck_assert_uint_eq(n, 1);
+	ck_assert(resp->map->arena->fd_attached);
+	ck_assert_uint_le(resp->map->arena->address, addr);
+	{
+		/* B's view of the memfd shows A's bytes. */
+		uint8_t *view = mmap(NULL, resp->map->arena->size, PROT_READ, MAP_SHARED, fds[0], 0);
+
+		ck_assert_ptr_ne(view, MAP_FAILED);
+		((uint8_t *)(uintptr_t)addr)[7] = 0x42;
+		ck_assert_int_eq(view[addr - resp->map->arena->address + 7], 0x42);
+		munmap(view, resp->map->arena->size);
+	}
+	close_fds(fds, n);
+	mrd__response__free_unpacked(resp, NULL);
+	free_mem(b, 4, addr, EPERM);
+	ck_assert_ptr_eq(domain_of(ca), domain_of(cb));
+
+	/* Another uid: another domain, which sees nothing of it. */
+	td_send_request(x, &req, NULL, 0);
+	td_expect_free(x, 3, ENOENT);
+	free_mem(x, 4, addr, ENOENT);
+	ck_assert_ptr_ne(domain_of(cx), domain_of(ca));
+	ck_assert_uint_eq(td_manager->n_domains, 2);
+
+	free_mem(a, 5, addr, 0);
+	close(a);
+	close(b);
+	close(x);
+}
+END_TEST
+
+START_TEST(test_quota_allocated_bytes)
+{
+	Mrd__ArenaInfo info;
+	struct client *c;
+	uint64_t a, msg;
+	int fd;
+
+	td_stop();
+	start_with("quota.allocated_bytes=1M", NULL);
+	fd = td_hello_client(1000, &c);
+	alloc(fd, 2, 768 * 1024, 0, 0, &a, &info);
+	alloc(fd, 3, 512 * 1024, 0, EDQUOT, &msg, NULL);
+	ck_assert_msg(strstr((char *)(uintptr_t)msg, "quota.allocated_bytes (1048576)"), "%s",
+		      (char *)(uintptr_t)msg);
+	free((void *)(uintptr_t)msg);
+	/* Nothing half-done: usage is what it was. */
+	ck_assert_uint_eq(domain_of(c)->allocated_bytes, 768 * 1024);
+	ck_assert_uint_eq(domain_of(c)->allocations.n, 1);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_quota_allocations_and_arenas)
+{
+	uint64_t a[3], msg;
+	int fd;
+
+	td_stop();
+	start_with("quota.allocations=2", "quota.arenas=1");
+	fd = td_hello_client(1000, NULL);
+	alloc(fd, 2, 4096, 0, 0, &a[0], NULL);
+	alloc(fd, 3, 4096, 0, 0, &a[1], NULL);
+	alloc(fd, 4, 4096, 0, EDQUOT, &msg, NULL);
+	ck_assert_ptr_nonnull(strstr((char *)(uintptr_t)msg, "quota.allocations (2)"));
+	free((void *)(uintptr_t)msg);
+	free_mem(fd, 5, a[1], 0);
+	/* One arena of 64 MiB: a 100 MiB request needs a second one. */
+	alloc(fd, 6, 100 * MiB, 0, EDQUOT, &msg, NULL);
+	ck_assert_ptr_nonnull(strstr((char *)(uintptr_t)msg, "quota.arenas (1)"));
+	free((void *)(uintptr_t)msg);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_quota_clients)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__JoinDomainRequest j = MRD__JOIN_DOMAIN_REQUEST__INIT;
+	Mrd__Response *resp;
+	int a, b;
+
+	td_stop();
+	start_with("quota.clients=1", NULL);
+	a = td_hello_client(1000, NULL);
+	b = td_hello_client(1000, NULL);
+	join(a, 2, NULL);
+	req.id = 2;
+	req.body_case = MRD__REQUEST__BODY_JOIN_DOMAIN;
+	req.join_domain = &j;
+	td_send_request(b, &req, NULL, 0);
+	resp = td_expect(b, 2, EDQUOT);
+	ck_assert_ptr_nonnull(strstr(resp->message, "quota.clients (1)"));
+	mrd__response__free_unpacked(resp, NULL);
+	close(a);
+	close(b);
+}
+END_TEST
+
+START_TEST(test_death_releases)
+{
+	const struct mrd_status_page *page;
+	struct client *ca, *cb;
+	int a = td_hello_client(1000, &ca), b = td_hello_client(1000, &cb);
+	uint64_t x, y, gen;
+	struct domain *d;
+
+	page = join(b, 2, NULL);
+	alloc(b, 3, 4096, 0, 0, &x, NULL);
+	alloc(a, 2, 3 * MiB, 0, 0, &y, NULL);
+	alloc(a, 3, 100 * MiB, 0, 0, &y, NULL); /* its own, bigger arena */
+	d = domain_of(ca);
+	ck_assert_uint_eq(page->allocations, 3);
+	ck_assert_uint_eq(d->n_arenas, 2);
+	gen = page->generation;
+
+	/* A dies without freeing: all of A's memory goes, B's stays, B sees it happen. */
+	close(a);
+	td_pump();
+	ck_assert_uint_eq(d->allocated_bytes, 4096);
+	ck_assert_uint_eq(d->allocations.n, 1);
+	ck_assert_uint_eq(page->allocated_bytes, 4096);
+	ck_assert_uint_eq(page->clients, 1);
+	ck_assert_uint_gt(page->generation, gen);
+	ck_assert_uint_eq(d->n_arenas, 1); /* the oversized arena went back; B's stays */
+	free_mem(b, 4, x, 0);
+	ck_assert_uint_eq(page->allocated_bytes, 0);
+	close(b);
+	td_pump();
+	ck_assert_uint_eq(td_manager->n_domains, 0);
+}
+END_TEST
+
+START_TEST(test_generation_without_request)
+{
+	int a = td_hello_client(1000, NULL), b = td_hello_client(1000, NULL);
+	const struct mrd_status_page *page = join(b, 2, NULL);
+	uint64_t x, gen;
+
+	ck_assert_uint_eq(page->magic, MRD_STATUS_MAGIC);
+	ck_assert_uint_eq(page->layout_version, MRD_STATUS_LAYOUT);
+	alloc(a, 2, 4096, 0, 0, &x, NULL);
+	gen = __atomic_load_n(&page->generation, __ATOMIC_ACQUIRE);
+	free_mem(a, 3, x, 0);
+	/* B made no request: one load shows the bump. */
+	ck_assert_uint_eq(__atomic_load_n(&page->generation, __ATOMIC_ACQUIRE), gen + 1);
+	close(a);
+	close(b);
+}
+END_TEST
+
+static Mrd__Response *attach(int fd, uint64_t id, int memfd, uint64_t off, uint64_t len,
+			     int error)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ExtmemAttachRequest at = MRD__EXTMEM_ATTACH_REQUEST__INIT;
+
+	at.offset = off;
+	at.length = len;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_EXTMEM_ATTACH;
+	req.extmem_attach = &at;
+	td_send_request(fd, &req, &memfd, 1);
+	return td_expect(fd, id, error);
+}
+
+START_TEST(test_extmem)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c), p[2];
+	int sealed = memfd_create("ext", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	int loose = memfd_create("loose", MFD_CLOEXEC);
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ExtmemDetachRequest det = MRD__EXTMEM_DETACH_REQUEST__INIT;
+	Mrd__Response *resp;
+	uint8_t *mine;
+	uint64_t addr;
+
+	ck_assert_int_eq(ftruncate(sealed, 8 * 4096), 0);
+	ck_assert_int_eq(fcntl(sealed, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	ck_assert_int_eq(ftruncate(loose, 8 * 4096), 0);
+	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+
+	mrd__response__free_unpacked(attach(fd, 2, loose, 0, 4096, EPERM), NULL);
+	mrd__response__free_unpacked(attach(fd, 3, p[0], 0, 4096, EBADF), NULL);
+	mrd__response__free_unpacked(attach(fd, 4, sealed, 100, 4096, EINVAL), NULL);
+	mrd__response__free_unpacked(attach(fd, 5, sealed, 4096, 8 * 4096, EINVAL), NULL);
+
+	resp = attach(fd, 6, sealed, 4096, 4 * 4096, 0);
+	addr = resp->extmem_attach->address;
+	ck_assert(!resp->extmem_attach->arena->fd_attached); /* the client has it */
+	ck_assert_uint_eq(resp->extmem_attach->arena->file_offset, 4096);
+	mrd__response__free_unpacked(resp, NULL);
+	/* mrd's view at addr is the file from offset 4096 on. */
+	mine = mmap(NULL, 8 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED, sealed, 0);
+	mine[4096 + 3] = 0x33;
+	ck_assert_int_eq(((uint8_t *)(uintptr_t)addr)[3], 0x33);
+	ck_assert_uint_eq(c->allocated_bytes, 4 * 4096);
+
+	free_mem(fd, 7, addr, EINVAL); /* attached memory is detached, not freed */
+	det.address = addr;
+	req.id = 8;
+	req.body_case = MRD__REQUEST__BODY_EXTMEM_DETACH;
+	req.extmem_detach = &det;
+	td_send_request(fd, &req, NULL, 0);
+	td_expect_free(fd, 8, 0);
+	ck_assert_uint_eq(c->allocated_bytes, 0);
+	ck_assert_int_eq(mine[4096 + 3], 0x33); /* detaching never touches the client's data */
+	munmap(mine, 8 * 4096);
+	close(sealed);
+	close(loose);
+	close(p[0]);
+	close(p[1]);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_domain_groups)
+{
+	struct client *a, *b, *c;
+	int fa, fb, fc;
+
+	td_stop();
+	start_with("domains.lab=uid:1000 uid:1001", NULL);
+	fa = td_hello_client(1000, &a);
+	fb = td_hello_client(1001, &b);
+	fc = td_hello_client(1002, &c);
+	ck_assert_str_eq(a->domain_name, "lab");
+	ck_assert_str_eq(b->domain_name, "lab");
+	ck_assert_str_eq(c->domain_name, "uid-1002");
+	join(fa, 2, NULL);
+	join(fb, 2, NULL);
+	ck_assert_ptr_eq(a->domain, b->domain);
+	close(fa);
+	close(fb);
+	close(fc);
+}
+END_TEST
+
+START_TEST(test_clients_listing)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ClientsRequest cl = MRD__CLIENTS_REQUEST__INIT;
+	Mrd__Response *resp;
+	int user = td_hello_client(1000, NULL), root = td_hello_client(0, NULL);
+	uint64_t x;
+
+	alloc(user, 2, 5 * 4096, 0, 0, &x, NULL);
+	req.id = 3;
+	req.body_case = MRD__REQUEST__BODY_CLIENTS;
+	req.clients = &cl;
+	td_send_request(user, &req, NULL, 0);
+	td_expect_free(user, 3, EPERM);
+	td_send_request(root, &req, NULL, 0);
+	resp = td_expect(root, 3, 0);
+	ck_assert_uint_eq(resp->clients->n_clients, 2);
+	ck_assert_uint_eq(resp->clients->n_domains, 1);
+	for (size_t i = 0; i < resp->clients->n_clients; i++) {
+		const Mrd__ClientInfo *ci = resp->clients->clients[i];
+
+		if (ci->uid == 1000) {
+			ck_assert_str_eq(ci->domain, "uid-1000");
+			ck_assert_uint_eq(ci->allocated_bytes, 5 * 4096);
+			ck_assert_uint_eq(ci->allocations, 1);
+		} else
+			ck_assert_str_eq(ci->domain, ""); /* root never joined */
+	}
+	ck_assert_str_eq(resp->clients->domains[0]->name, "uid-1000");
+	ck_assert_uint_eq(resp->clients->domains[0]->quota_allocations, 65536);
+	mrd__response__free_unpacked(resp, NULL);
+	close(user);
+	close(root);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("memory");
+	TCase *tc = tcase_create("requests");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_alloc_in_window);
+	tcase_add_test(tc, test_bad_alloc_requests);
+	tcase_add_test(tc, test_ownership_and_sharing);
+	tcase_add_test(tc, test_quota_allocated_bytes);
+	tcase_add_test(tc, test_quota_allocations_and_arenas);
+	tcase_add_test(tc, test_quota_clients);
+	tcase_add_test(tc, test_death_releases);
+	tcase_add_test(tc, test_generation_without_request);
+	tcase_add_test(tc, test_extmem);
+	tcase_add_test(tc, test_domain_groups);
+	tcase_add_test(tc, test_clients_listing);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
