@@ -18,7 +18,8 @@ static void help(void)
 	printf("Usage: mrctl [OPTION]... COMMAND\n"
 	       "Show and control mrd, the memory-registration daemon.\n\n"
 	       "Commands:\n"
-	       "  status              daemon version, uptime, provider and client count\n\n"
+	       "  status              daemon version, uptime, provider and client count\n"
+	       "  clients             every client and domain, with usage against each quota\n\n"
 	       "Options:\n"
 	       "  -s, --socket PATH   talk to mrd at PATH (default: $MRD_SOCKET, else %s)\n"
 	       "  -j, --json          print JSON instead of text\n"
@@ -74,7 +75,7 @@ static void print_status(const Mrd__StatusResponse *s)
 	       "device:           %s\n"
 	       "max MR size:      %" PRIu64 " bytes\n"
 	       "ODP:              %s (implicit: %s)\n"
-	       "rereg translation: %s\n"
+	       "rereg translate:  %s\n"
 	       "emulated DMA:     %s\n"
 	       "domains:          %" PRIu32 "\n"
 	       "clients:          %" PRIu32 " of %" PRIu32 "\n"
@@ -114,11 +115,106 @@ static int cmd_status(struct conn *c)
 	return r;
 }
 
+static void print_clients(const Mrd__ClientsResponse *r)
+{
+	if (arg_json) {
+		printf("{\"clients\":[");
+		for (size_t i = 0; i < r->n_clients; i++) {
+			const Mrd__ClientInfo *c = r->clients[i];
+
+			printf("%s{\"id\":%" PRIu64 ",\"pid\":%" PRIu32 ",\"uid\":%" PRIu32
+			       ",\"gid\":%" PRIu32 ",\"name\":", i ? "," : "", c->id, c->pid, c->uid,
+			       c->gid);
+			print_json_string(c->name);
+			printf(",\"domain\":");
+			print_json_string(c->domain);
+			printf(",\"allocated_bytes\":%" PRIu64 ",\"allocations\":%" PRIu32
+			       ",\"admin\":%s}", c->allocated_bytes, c->allocations,
+			       json_bool(c->admin));
+		}
+		printf("],\"domains\":[");
+		for (size_t i = 0; i < r->n_domains; i++) {
+			const Mrd__DomainInfo *d = r->domains[i];
+
+			printf("%s{\"name\":", i ? "," : "");
+			print_json_string(d->name);
+			printf(",\"clients\":%" PRIu32 ",\"allocated_bytes\":%" PRIu64
+			       ",\"allocations\":%" PRIu32 ",\"arenas\":%" PRIu32
+			       ",\"pinned_bytes\":%" PRIu64 ",\"generation\":%" PRIu64
+			       ",\"quota\":{\"clients\":%" PRIu32 ",\"allocated_bytes\":%" PRIu64
+			       ",\"allocations\":%" PRIu32 ",\"arenas\":%" PRIu32
+			       ",\"pinned_bytes\":%" PRIu64 "}}",
+			       d->clients, d->allocated_bytes, d->allocations, d->arenas,
+			       d->pinned_bytes, d->generation, d->quota_clients,
+			       d->quota_allocated_bytes, d->quota_allocations, d->quota_arenas,
+			       d->quota_pinned_bytes);
+		}
+		printf("]}\n");
+		return;
+	}
+	printf("%-6s %-8s %-6s %-6s %-16s %-16s %14s %6s\n", "ID", "PID", "UID", "GID", "NAME",
+	       "DOMAIN", "ALLOCATED", "ALLOCS");
+	for (size_t i = 0; i < r->n_clients; i++) {
+		const Mrd__ClientInfo *c = r->clients[i];
+
+		printf("%-6" PRIu64 " %-8" PRIu32 " %-6" PRIu32 " %-6" PRIu32 " %-16s %-16s %14" PRIu64
+		       " %6" PRIu32 "%s\n", c->id, c->pid, c->uid, c->gid, c->name,
+		       *c->domain ? c->domain : "-", c->allocated_bytes, c->allocations,
+		       c->admin ? "  admin" : "");
+	}
+	printf("\n%-16s %9s %22s %16s %12s %22s %12s\n", "DOMAIN", "CLIENTS", "ALLOCATED BYTES",
+	       "ALLOCATIONS", "ARENAS", "PINNED BYTES", "GENERATION");
+	for (size_t i = 0; i < r->n_domains; i++) {
+		const Mrd__DomainInfo *d = r->domains[i];
+		char clients[24], alloc[48], allocs[32], arenas[24], pinned[48];
+
+		/* Usage / quota for each limit. */
+		snprintf(clients, sizeof(clients), "%" PRIu32 "/%" PRIu32, d->clients, d->quota_clients);
+		snprintf(alloc, sizeof(alloc), "%" PRIu64 "/%" PRIu64, d->allocated_bytes,
+			 d->quota_allocated_bytes);
+		snprintf(allocs, sizeof(allocs), "%" PRIu32 "/%" PRIu32, d->allocations,
+			 d->quota_allocations);
+		snprintf(arenas, sizeof(arenas), "%" PRIu32 "/%" PRIu32, d->arenas, d->quota_arenas);
+		snprintf(pinned, sizeof(pinned), "%" PRIu64 "/%" PRIu64, d->pinned_bytes,
+			 d->quota_pinned_bytes);
+		printf("%-16s %9s %22s %16s %12s %22s %12" PRIu64 "\n", d->name, clients, alloc,
+		       allocs, arenas, pinned, d->generation);
+	}
+}
+
+static int cmd_clients(struct conn *c)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ClientsRequest clients = MRD__CLIENTS_REQUEST__INIT;
+	Mrd__Response *resp;
+	int r;
+
+	req.body_case = MRD__REQUEST__BODY_CLIENTS;
+	req.clients = &clients;
+	r = conn_call(c, &req, &resp, NULL);
+	if (r < 0) {
+		fprintf(stderr, "mrctl: clients: %s\n", strerror(-r));
+		return r;
+	}
+	r = response_error(resp);
+	if (r < 0)
+		fprintf(stderr, "mrctl: clients: %s\n",
+			resp->message && *resp->message ? resp->message : strerror(-r));
+	else if (resp->body_case != MRD__RESPONSE__BODY_CLIENTS) {
+		fprintf(stderr, "mrctl: clients: malformed reply\n");
+		r = -EBADMSG;
+	} else
+		print_clients(resp->clients);
+	mrd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
 static const struct {
 	const char *name;
 	int (*run)(struct conn *c);
 } commands[] = {
 	{ "status", cmd_status },
+	{ "clients", cmd_clients },
 };
 
 int main(int argc, char **argv)

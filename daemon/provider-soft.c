@@ -169,6 +169,37 @@ static struct soft_mr *key_lookup(struct soft_provider *sp, uint32_t key)
 	return slot->mr;
 }
 
+/* Whether every page of [start, end) is mapped readable (and writable when write), as the
+ * kernel's get_user_pages would insist before a NIC may touch it; /proc/self/maps says. */
+static bool mapped_for(uintptr_t start, uintptr_t end, bool write)
+{
+	char line[512];
+	uintptr_t cursor = start;
+	FILE *f = fopen("/proc/self/maps", "re");
+
+	if (!f)
+		return false;
+	while (cursor < end && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char perms[5];
+
+		if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) != 3)
+			break;
+		if (hi <= cursor)
+			continue;
+		if (lo > cursor || perms[0] != 'r' || (write && perms[1] != 'w'))
+			break; /* a hole, or the wrong protection */
+		cursor = hi;
+	}
+	fclose(f);
+	return cursor >= end;
+}
+
+static bool access_writes(unsigned access)
+{
+	return access & (MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_ATOMIC);
+}
+
 /* Checks a translation request and builds its page table (filled unless on demand). */
 static int translation_new(struct soft_provider *sp, void *addr, size_t length, uint64_t iova,
 			   bool on_demand, struct soft_mr *mr)
@@ -220,6 +251,10 @@ static int soft_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t 
 	if (r < 0)
 		goto fail;
 	if (!mr->on_demand) {
+		if (!mapped_for(mr->pin_start, mr->pin_end, access_writes(access))) {
+			r = -EFAULT;
+			goto fail;
+		}
 		r = pin_map_pin(&sp->pins, mr->pin_start, mr->pin_end);
 		if (r < 0)
 			goto fail;
@@ -279,7 +314,9 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 		if (r < 0)
 			return r;
 		if (!mr->on_demand) {
-			r = pin_map_pin(&sp->pins, moved.pin_start, moved.pin_end);
+			r = mapped_for(moved.pin_start, moved.pin_end, access_writes(access)) ?
+				    pin_map_pin(&sp->pins, moved.pin_start, moved.pin_end) :
+				    -EFAULT;
 			if (r < 0) {
 				free(moved.pages);
 				return r;
@@ -304,13 +341,13 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 }
 
 /* Makes page i of an on-demand MR present, as a NIC page fault would. */
-static int fault_page(struct soft_provider *sp, struct soft_mr *mr, size_t i)
+static int fault_page(struct soft_provider *sp, struct soft_mr *mr, size_t i, bool write)
 {
 	uintptr_t host = (mr->base.addr & ~(sp->page_size - 1)) + i * sp->page_size;
-	unsigned char vec;
 
-	if (mincore((void *)host, sp->page_size, &vec) < 0)
-		return -EFAULT; /* nothing mapped there: the DMA fails, the daemon does not */
+	/* Nothing mapped there, or not writable: the DMA fails, the daemon does not. */
+	if (!mapped_for(host, host + sp->page_size, write))
+		return -EFAULT;
 	mr->pages[i] = (uint8_t *)host;
 	return 0;
 }
@@ -323,15 +360,15 @@ static bool in_bounds(const struct soft_mr *mr, uint64_t iova, size_t length)
 }
 
 /* Host address of iova and how many bytes follow it on the same page; faults ODP pages. */
-static int translate(struct soft_provider *sp, struct soft_mr *mr, uint64_t iova, uint8_t **ret,
-		     size_t *ret_chunk)
+static int translate(struct soft_provider *sp, struct soft_mr *mr, uint64_t iova, bool write,
+		     uint8_t **ret, size_t *ret_chunk)
 {
 	uint64_t off = iova - mr->iova_page0;
 	size_t i = (size_t)(off / sp->page_size), in_page = (size_t)(off % sp->page_size);
 	int r;
 
 	if (!mr->pages[i]) {
-		r = fault_page(sp, mr, i);
+		r = fault_page(sp, mr, i, write);
 		if (r < 0)
 			return r;
 		sp->stats.odp_faults++;
@@ -373,9 +410,9 @@ static int soft_dma(struct provider_pd *pd, enum provider_dma_op op, uint32_t lk
 		size_t s_chunk, d_chunk, n;
 		int r;
 
-		r = translate(sp, src, src_addr, &s, &s_chunk);
+		r = translate(sp, src, src_addr, false, &s, &s_chunk);
 		if (r >= 0)
-			r = translate(sp, dst, dst_addr, &d, &d_chunk);
+			r = translate(sp, dst, dst_addr, true, &d, &d_chunk);
 		if (r < 0)
 			return r;
 		n = length < s_chunk ? length : s_chunk;
@@ -411,7 +448,7 @@ static int soft_advise(struct provider_mr *base, enum provider_advice advice, ui
 
 		if (mr->pages[i])
 			continue;
-		r = fault_page(sp, mr, i);
+		r = fault_page(sp, mr, i, advice == PROVIDER_ADVISE_PREFETCH_WRITE);
 		if (r < 0)
 			return r;
 		sp->stats.odp_prefetched_pages++;

@@ -210,6 +210,21 @@ START_TEST(test_unmapped_memory)
 }
 END_TEST
 
+START_TEST(test_readonly_memory)
+{
+	struct provider_mr *mr = NULL;
+
+	ck_assert_int_eq(mprotect(buf_b, 2 * ps, PROT_READ), 0);
+	/* Writable access to read-only pages is refused up front, as get_user_pages would. */
+	ck_assert_int_lt(provider_reg(pd, buf_b, 2 * ps, (uintptr_t)buf_b, MRD_ACCESS_LOCAL_WRITE,
+				      &mr), 0);
+	ck_assert_ptr_null(mr);
+	mr = reg(buf_b, 2 * ps, 0); /* reading is fine */
+	ck_assert_int_eq(provider_dereg(mr), 0);
+	ck_assert_int_eq(mprotect(buf_b, 2 * ps, PROT_READ | PROT_WRITE), 0);
+}
+END_TEST
+
 START_TEST(test_rereg_access)
 {
 	struct provider_mr *mr = reg(buf_a, ps, MRD_ACCESS_LOCAL_WRITE);
@@ -488,6 +503,24 @@ START_TEST(test_odp_write_prefetch_needs_write)
 }
 END_TEST
 
+START_TEST(test_odp_readonly_faults_safely)
+{
+	struct provider_mr *src = reg(buf_a, ps, 0), *odp = NULL;
+
+	ck_assert_int_eq(provider_reg(pd, buf_b, 2 * ps, (uintptr_t)buf_b,
+				      MRD_ACCESS_ON_DEMAND | MRD_ACCESS_LOCAL_WRITE |
+					      MRD_ACCESS_REMOTE_WRITE, &odp), 0);
+	ck_assert_int_eq(mprotect(buf_b, 2 * ps, PROT_READ), 0);
+	/* A write fault on a read-only page fails the DMA; mrd survives. */
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, odp->rkey,
+				      odp->iova, 8), -EFAULT);
+	ck_assert_int_lt(provider_advise(odp, PROVIDER_ADVISE_PREFETCH_WRITE, odp->iova, ps), 0);
+	ck_assert_int_eq(mprotect(buf_b, 2 * ps, PROT_READ | PROT_WRITE), 0);
+	ck_assert_int_eq(provider_dereg(odp), 0);
+	ck_assert_int_eq(provider_dereg(src), 0);
+}
+END_TEST
+
 START_TEST(test_odp_unmapped_faults_safely)
 {
 	uint8_t *hole = map_pages(2);
@@ -533,6 +566,7 @@ int main(void)
 	tcase_add_test(tc, test_stats_count_mrs);
 	tcase_add_test(tc, test_pd_busy);
 	tcase_add_test(tc, test_unmapped_memory);
+	tcase_add_test(tc, test_readonly_memory);
 	tcase_add_test(tc, test_rereg_access);
 	tcase_add_test(tc, test_export_pd);
 	if (probe->caps.dma) {
@@ -551,8 +585,10 @@ int main(void)
 	if (probe->caps.odp) {
 		tcase_add_test(tc, test_odp_pins_nothing_and_faults);
 		tcase_add_test(tc, test_odp_write_prefetch_needs_write);
-		if (probe->caps.dma)
+		if (probe->caps.dma) {
 			tcase_add_test(tc, test_odp_unmapped_faults_safely);
+			tcase_add_test(tc, test_odp_readonly_faults_safely);
+		}
 	} else
 		printf("not run: ODP cases (the device has no on-demand paging)\n");
 	provider_close(probe);

@@ -1,6 +1,6 @@
 #!/bin/sh
-# The integration suite with every mrd it starts running under valgrind: no invalid access,
-# no leak, clean exit (valgrind's error exit code fails the suite's teardown check).
+# The integration suites with every mrd they start running under valgrind: no invalid
+# access, no leak, clean exit (valgrind's error exit code fails the suites' teardown checks).
 set -u
 [ -n "${VALGRIND:-}" ] && command -v "$VALGRIND" >/dev/null ||
 	{ echo "valgrind not found (Debian: valgrind): mrd not checked for leaks"; exit 77; }
@@ -8,4 +8,5 @@ set -u
 	{ echo "sanitizer build ($MRD_SAN_CFLAGS): valgrind cannot run it; ASan checks instead"; exit 77; }
 MRD_TEST_WRAPPER="$VALGRIND -q --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 --track-fds=no"
 export MRD_TEST_WRAPPER
-exec "$MRD_BUILDDIR/tests/test-integration"
+"$MRD_BUILDDIR/tests/test-integration" || exit 1
+exec "$MRD_BUILDDIR/tests/test-libmrd-memory"
