@@ -124,8 +124,9 @@ static int map_arena(mrd_client *client, const Mrd__ArenaInfo *info, struct conn
 	ma = find_mapped(info->id);
 	if (fd >= 0) {
 		/* A fresh memfd: map it (again, if mrd reused the id for a new arena). */
+		/* NORESERVE: mrd backs each run before handing it out (huge pages too). */
 		p = mmap((void *)(uintptr_t)info->address, info->size, PROT_READ | PROT_WRITE,
-			 MAP_SHARED | MAP_FIXED, fd, (off_t)info->file_offset);
+			 MAP_SHARED | MAP_FIXED | MAP_NORESERVE, fd, (off_t)info->file_offset);
 		if (p == MAP_FAILED) {
 			r = set_last_error(-errno, "cannot map arena %u: %s", info->id,
 					   strerror(errno));

@@ -54,8 +54,10 @@ static int arena_map(struct arena *a, struct window *w, uint64_t length, uint64_
 		return r;
 	}
 	a->id = first;
+	/* NORESERVE: hugetlb would reserve every huge page of the arena up front; pages are
+	 * taken one run at a time instead (fallocate in arena_alloc). */
 	a->base = mmap(window_slot(w, first), length, PROT_READ | PROT_WRITE,
-		       MAP_SHARED | MAP_FIXED, a->memfd, (off_t)offset);
+		       MAP_SHARED | MAP_FIXED | MAP_NORESERVE, a->memfd, (off_t)offset);
 	if (a->base == MAP_FAILED) {
 		r = negative_errno();
 		a->base = NULL;
