@@ -258,6 +258,11 @@ int domain_alloc(struct domain *d, struct client *owner, uint64_t size, uint64_t
 					"arena size");
 		return -EINVAL;
 	}
+	if (size > d->manager->config.window_size / 2) {
+		snprintf(why, why_size, "%" PRIu64 " bytes do not fit the address window "
+			 "([memory] window_size)", size);
+		return -ENOMEM;
+	}
 	r = check_quota(d, size, false, why, why_size);
 	if (r < 0)
 		return r;

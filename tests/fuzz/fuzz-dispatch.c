@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* libFuzzer target: frame decode and dispatch. An input is a sequence of frames, each a
  * 2-byte little-endian length and that many bytes, sent by one fresh client; every reply mrd
- * sends must decode as a Response. */
+ * sends must decode as a Response, and whatever the client allocated goes when it does. */
 #include <assert.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -36,7 +36,8 @@ static struct manager *fuzz_manager(void)
 	return m;
 }
 
-/* Reads every reply queued on fd and checks that each one decodes. */
+/* Reads every reply queued on fd and checks that each one decodes; descriptors (status pages,
+ * arena memfds) are closed. */
 static void drain(int fd)
 {
 	static uint8_t buf[WIRE_FRAME_MAX];
@@ -45,7 +46,7 @@ static void drain(int fd)
 	while (wire_recv(fd, buf, sizeof(buf), &pkt, MSG_DONTWAIT) == 1) {
 		Mrd__Response *resp = mrd__response__unpack(NULL, pkt.len, pkt.data);
 
-		assert(resp && !pkt.truncated && pkt.n_fds == 0);
+		assert(resp && !pkt.truncated);
 		mrd__response__free_unpacked(resp, NULL);
 		wire_packet_close_fds(&pkt);
 	}
