@@ -191,6 +191,24 @@ START_TEST(test_window_collision)
 }
 END_TEST
 
+START_TEST(test_window_taken_in_mrd)
+{
+	/* Just below the top of user space lie mrd's own stack and libraries. */
+	char mrd_bin[512], conf[160];
+	const char *argv[] = { test_build_path("mrd", mrd_bin, sizeof(mrd_bin)), "--foreground",
+			       "--config", conf, "--socket", "/nonexistent/x.sock", NULL };
+	FILE *f;
+
+	snprintf(conf, sizeof(conf), "%s/taken.conf", mrd.dir);
+	f = fopen(conf, "we");
+	ck_assert_ptr_nonnull(f);
+	fputs("[memory]\nwindow_base = 0x7f0000000000\nwindow_size = 1020G\n", f);
+	fclose(f);
+	ck_assert_int_eq(run_capture(argv, out, sizeof(out), (uid_t)-1), 1);
+	ck_assert_msg(strstr(out, "is taken in mrd; move it with [memory] window_base"), "%s", out);
+}
+END_TEST
+
 START_TEST(test_two_handles_one_window)
 {
 	mrd_client *a = connect_ok(), *b = connect_ok();
@@ -249,6 +267,7 @@ int main(void)
 	tcase_add_test(tc, test_death_gives_back);
 	tcase_add_test(tc, test_quota_message);
 	tcase_add_test(tc, test_window_collision);
+	tcase_add_test(tc, test_window_taken_in_mrd);
 	tcase_add_test(tc, test_two_handles_one_window);
 	tcase_add_test(tc, test_extmem_attach);
 	suite_add_tcase(s, tc);
