@@ -88,6 +88,34 @@ static void print_status(const Mrd__StatusResponse *s)
 	       s->max_clients, s->requests, s->protocol_errors, s->clients_dropped);
 }
 
+/* Sends req; on success *ret is a reply carrying body_case. Every failure is printed. */
+static int call(struct conn *c, const char *name, Mrd__Request *req, int body_case,
+		Mrd__Response **ret)
+{
+	Mrd__Response *resp;
+	int r;
+
+	r = conn_call(c, req, &resp, NULL);
+	if (r < 0) {
+		fprintf(stderr, "mrctl: %s: %s\n", name, strerror(-r));
+		return r;
+	}
+	r = response_error(resp);
+	if (r < 0)
+		fprintf(stderr, "mrctl: %s: %s\n", name,
+			resp->message && *resp->message ? resp->message : strerror(-r));
+	else if ((int)resp->body_case != body_case) {
+		fprintf(stderr, "mrctl: %s: malformed reply\n", name);
+		r = -EBADMSG;
+	}
+	if (r < 0) {
+		mrd__response__free_unpacked(resp, NULL);
+		return r;
+	}
+	*ret = resp;
+	return 0;
+}
+
 static int cmd_status(struct conn *c)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
@@ -97,22 +125,12 @@ static int cmd_status(struct conn *c)
 
 	req.body_case = MRD__REQUEST__BODY_STATUS;
 	req.status = &status;
-	r = conn_call(c, &req, &resp, NULL);
-	if (r < 0) {
-		fprintf(stderr, "mrctl: status: %s\n", strerror(-r));
-		return r;
-	}
-	r = response_error(resp);
+	r = call(c, "status", &req, MRD__RESPONSE__BODY_STATUS_REPLY, &resp);
 	if (r < 0)
-		fprintf(stderr, "mrctl: status: %s\n",
-			resp->message && *resp->message ? resp->message : strerror(-r));
-	else if (resp->body_case != MRD__RESPONSE__BODY_STATUS_REPLY) {
-		fprintf(stderr, "mrctl: status: malformed reply\n");
-		r = -EBADMSG;
-	} else
-		print_status(resp->status_reply);
+		return r;
+	print_status(resp->status_reply);
 	mrd__response__free_unpacked(resp, NULL);
-	return r;
+	return 0;
 }
 
 static void print_clients(const Mrd__ClientsResponse *r)
@@ -191,22 +209,12 @@ static int cmd_clients(struct conn *c)
 
 	req.body_case = MRD__REQUEST__BODY_CLIENTS;
 	req.clients = &clients;
-	r = conn_call(c, &req, &resp, NULL);
-	if (r < 0) {
-		fprintf(stderr, "mrctl: clients: %s\n", strerror(-r));
-		return r;
-	}
-	r = response_error(resp);
+	r = call(c, "clients", &req, MRD__RESPONSE__BODY_CLIENTS, &resp);
 	if (r < 0)
-		fprintf(stderr, "mrctl: clients: %s\n",
-			resp->message && *resp->message ? resp->message : strerror(-r));
-	else if (resp->body_case != MRD__RESPONSE__BODY_CLIENTS) {
-		fprintf(stderr, "mrctl: clients: malformed reply\n");
-		r = -EBADMSG;
-	} else
-		print_clients(resp->clients);
+		return r;
+	print_clients(resp->clients);
 	mrd__response__free_unpacked(resp, NULL);
-	return r;
+	return 0;
 }
 
 static const struct {

@@ -237,9 +237,6 @@ static int soft_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t 
 	struct soft_mr *mr;
 	int r;
 
-	r = provider_check_access(access);
-	if (r < 0)
-		return r;
 	mr = calloc(1, sizeof(*mr));
 	if (!mr)
 		return -ENOMEM;
@@ -297,16 +294,6 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 	struct soft_provider *sp = to_soft(base->pd->provider);
 	struct soft_mr moved = { .base = *base };
 	int r;
-
-	if (flags == 0 || (flags & ~(PROVIDER_REREG_TRANSLATION | PROVIDER_REREG_ACCESS)))
-		return -EINVAL;
-	if (!(flags & PROVIDER_REREG_ACCESS))
-		access = base->access;
-	r = provider_check_access(access);
-	if (r < 0)
-		return r;
-	if ((access ^ base->access) & MRD_ACCESS_ON_DEMAND)
-		return -EINVAL; /* pinned <-> on demand is a new registration, not a rereg */
 
 	if (flags & PROVIDER_REREG_TRANSLATION) {
 		/* Pin the new memory before letting go of the old: failure leaves mr intact. */

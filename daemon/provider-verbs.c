@@ -202,11 +202,6 @@ static int verbs_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t
 	struct verbs_mr *vmr;
 	int r;
 
-	r = provider_check_access(access);
-	if (r < 0)
-		return r;
-	if (length == 0 || length > vp->base.caps.max_mr_size)
-		return -EINVAL;
 	if ((access & MRD_ACCESS_ON_DEMAND) && !vp->base.caps.odp)
 		return -EOPNOTSUPP;
 
@@ -255,20 +250,11 @@ static int verbs_rereg(struct provider_mr *base, unsigned flags, void *addr, siz
 	struct verbs_provider *vp = to_verbs(base->pd->provider);
 	int ibv_flags = 0, r;
 
-	if (flags == 0 || (flags & ~(PROVIDER_REREG_TRANSLATION | PROVIDER_REREG_ACCESS)))
-		return -EINVAL;
-	if (!(flags & PROVIDER_REREG_ACCESS))
-		access = base->access;
-	r = provider_check_access(access);
-	if (r < 0)
-		return r;
-	if ((access ^ base->access) & MRD_ACCESS_ON_DEMAND)
-		return -EINVAL;
 	if (flags & PROVIDER_REREG_TRANSLATION) {
 		if (!vp->base.caps.rereg_translation)
 			return -EOPNOTSUPP;
 		/* ibv_rereg_mr has no iova: a moved MR is addressed by its virtual address. */
-		if (iova != (uintptr_t)addr || length == 0)
+		if (iova != (uintptr_t)addr)
 			return -EINVAL;
 		ibv_flags |= IBV_REREG_MR_CHANGE_TRANSLATION;
 	} else {

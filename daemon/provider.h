@@ -81,7 +81,8 @@ struct provider_ops {
 	int (*pd_free)(struct provider_pd *pd); /* -EBUSY while it has MRs */
 	int (*reg)(struct provider_pd *pd, void *addr, size_t length, uint64_t iova,
 		   unsigned access, struct provider_mr **ret);
-	/* flags: provider_rereg_flags. The MR keeps its identity; keys may change (read them
+	/* flags: provider_rereg_flags; access is the MR's new access (already checked). The MR
+	 * keeps its identity; keys may change (read them
 	 * again). On failure the MR is unchanged and still valid, except -ESTALE: the device
 	 * destroyed it on the way (verbs' IBV_REREG_MR_ERR_CMD) and only dereg remains. */
 	int (*rereg)(struct provider_mr *mr, unsigned flags, void *addr, size_t length,
@@ -122,7 +123,20 @@ static inline void provider_close(struct provider *p)
 
 static inline const char *provider_name(const struct provider *p) { return p->ops->name; }
 
-/* Thin wrappers so callers read naturally. */
+/* Access rules shared by every provider, as ibv_reg_mr applies them: known bits only, and
+ * remote write or atomic needs local write. */
+static inline int provider_check_access(unsigned access)
+{
+	if (access & ~MRD_ACCESS_ALL)
+		return -EINVAL;
+	if ((access & (MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_ATOMIC)) &&
+	    !(access & MRD_ACCESS_LOCAL_WRITE))
+		return -EINVAL;
+	return 0;
+}
+
+/* Thin wrappers so callers read naturally; the rules every provider shares are checked here,
+ * once, so the ops see only valid arguments. */
 static inline int provider_pd_alloc(struct provider *p, struct provider_pd **ret)
 {
 	return p->ops->pd_alloc(p, ret);
@@ -136,12 +150,34 @@ static inline int provider_pd_free(struct provider_pd *pd)
 static inline int provider_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t iova,
 			       unsigned access, struct provider_mr **ret)
 {
+	int r = provider_check_access(access);
+
+	if (r < 0)
+		return r;
+	if (length == 0 || length > pd->provider->caps.max_mr_size)
+		return -EINVAL;
 	return pd->provider->ops->reg(pd, addr, length, iova, access, ret);
 }
 
+/* Without PROVIDER_REREG_ACCESS the MR keeps its access; with it, the same rules as
+ * registration apply, and pinned <-> on demand is a new registration, never a rereg. */
 static inline int provider_rereg(struct provider_mr *mr, unsigned flags, void *addr,
 				 size_t length, uint64_t iova, unsigned access)
 {
+	int r;
+
+	if (flags == 0 || (flags & ~(PROVIDER_REREG_TRANSLATION | PROVIDER_REREG_ACCESS)))
+		return -EINVAL;
+	if (!(flags & PROVIDER_REREG_ACCESS))
+		access = mr->access;
+	r = provider_check_access(access);
+	if (r < 0)
+		return r;
+	if ((access ^ mr->access) & MRD_ACCESS_ON_DEMAND)
+		return -EINVAL;
+	if ((flags & PROVIDER_REREG_TRANSLATION) &&
+	    (length == 0 || length > mr->pd->provider->caps.max_mr_size))
+		return -EINVAL;
 	return mr->pd->provider->ops->rereg(mr, flags, addr, length, iova, access);
 }
 
@@ -181,14 +217,3 @@ static inline void provider_stats(const struct provider *p, struct provider_stat
 	p->ops->stats(p, ret);
 }
 
-/* Access rules shared by every provider, as ibv_reg_mr applies them: known bits only, and
- * remote write or atomic needs local write. */
-static inline int provider_check_access(unsigned access)
-{
-	if (access & ~MRD_ACCESS_ALL)
-		return -EINVAL;
-	if ((access & (MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_ATOMIC)) &&
-	    !(access & MRD_ACCESS_LOCAL_WRITE))
-		return -EINVAL;
-	return 0;
-}

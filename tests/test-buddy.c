@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "buddy.h"
+#include "check-run.h"
 
 static struct buddy b;
 
@@ -132,8 +133,6 @@ int main(void)
 {
 	Suite *s = suite_create("buddy");
 	TCase *tc = tcase_create("allocator");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_init_rules);
@@ -143,9 +142,5 @@ int main(void)
 	tcase_add_test(tc, test_fragmentation);
 	tcase_add_test(tc, test_random_against_model);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(s);
 }

@@ -9,6 +9,7 @@
 
 #include "config.h"
 #include "wire.h"
+#include "check-run.h"
 
 static char path[64];
 
@@ -164,8 +165,6 @@ int main(void)
 {
 	Suite *s = suite_create("config");
 	TCase *tc = tcase_create("parse");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, NULL, teardown);
 	tcase_add_test(tc, test_defaults);
@@ -175,9 +174,5 @@ int main(void)
 	tcase_add_test(tc, test_set_errors);
 	tcase_add_test(tc, test_admin_group_names);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(s);
 }

@@ -18,6 +18,7 @@
 #include "manager.h"
 #include "test-daemon.h"
 #include "wire.h"
+#include "check-run.h"
 
 static void setup_with(const char *setting)
 {
@@ -450,11 +451,5 @@ static Suite *dispatch_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(dispatch_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(dispatch_suite());
 }

@@ -12,6 +12,7 @@
 #include <mrd/mrd.h>
 
 #include "test-util.h"
+#include "check-run.h"
 
 #define MiB (1ul << 20)
 #define NR_PATH "/proc/sys/vm/nr_hugepages"
@@ -126,8 +127,6 @@ int main(void)
 {
 	Suite *s = suite_create("hugetlb");
 	TCase *tc = tcase_create("arenas");
-	SRunner *sr;
-	int failed;
 
 	if (geteuid() == 0 && read_long(FREE_PATH) < 8) {
 		reserved_before = read_long(NR_PATH);
@@ -145,9 +144,5 @@ int main(void)
 	tcase_add_test(tc, test_huge_arena);
 	tcase_add_test(tc, test_huge_pages_run_out);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(s);
 }

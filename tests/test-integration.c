@@ -16,6 +16,7 @@
 #include <mrd/mrd.h>
 
 #include "test-util.h"
+#include "check-run.h"
 
 static struct mrd_proc mrd;
 static char mrctl[512], out[16384];
@@ -317,8 +318,6 @@ int main(void)
 {
 	Suite *s = suite_create("integration");
 	TCase *tc = tcase_create("mrd");
-	SRunner *sr;
-	int failed;
 
 	signal(SIGPIPE, SIG_IGN);
 	tcase_add_checked_fixture(tc, setup, teardown);
@@ -337,9 +336,5 @@ int main(void)
 	tcase_add_test(tc, test_stale_socket_detach_sigterm);
 	tcase_add_test(tc, test_bad_config_refused);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(s);
 }

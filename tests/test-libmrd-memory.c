@@ -16,6 +16,7 @@
 #include <mrd/mrd.h>
 
 #include "test-util.h"
+#include "check-run.h"
 
 #define MiB (1ul << 20)
 
@@ -256,8 +257,6 @@ int main(void)
 {
 	Suite *s = suite_create("libmrd-memory");
 	TCase *tc = tcase_create("memory");
-	SRunner *sr;
-	int failed;
 
 	signal(SIGPIPE, SIG_IGN);
 	tcase_add_checked_fixture(tc, setup, teardown);
@@ -271,9 +270,5 @@ int main(void)
 	tcase_add_test(tc, test_two_handles_one_window);
 	tcase_add_test(tc, test_extmem_attach);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(s);
 }

@@ -15,6 +15,7 @@
 #include "manager.h"
 #include "status-page.h"
 #include "test-daemon.h"
+#include "check-run.h"
 
 #define MiB (1ull << 20)
 
@@ -461,8 +462,6 @@ int main(void)
 {
 	Suite *s = suite_create("memory");
 	TCase *tc = tcase_create("requests");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_alloc_in_window);
@@ -477,9 +476,5 @@ int main(void)
 	tcase_add_test(tc, test_domain_groups);
 	tcase_add_test(tc, test_clients_listing);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(s);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "pin-map.h"
+#include "check-run.h"
 
 #define P 4096u
 
@@ -144,8 +145,6 @@ int main(void)
 {
 	Suite *s = suite_create("pin-map");
 	TCase *tc = tcase_create("counts");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_overlap_counts_once);
@@ -155,9 +154,5 @@ int main(void)
 	tcase_add_test(tc, test_lock_failure_rolls_back);
 	tcase_add_test(tc, test_many_segments);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(s);
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "provider.h"
+#include "check-run.h"
 
 #ifndef CONTRACT_PROVIDER
 #error "build with -DCONTRACT_PROVIDER=\"soft\" or \"verbs\""
@@ -543,8 +544,7 @@ int main(void)
 	struct provider *probe;
 	Suite *s = suite_create("provider-contract-" CONTRACT_PROVIDER);
 	TCase *tc = tcase_create("contract");
-	SRunner *sr;
-	int verbs_error, failed, r;
+	int verbs_error, r;
 
 	r = provider_open(CONTRACT_PROVIDER, NULL, &probe, &verbs_error);
 	if (r == -ENODEV) {
@@ -594,9 +594,5 @@ int main(void)
 	provider_close(probe);
 
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(s);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "u64-map.h"
+#include "check-run.h"
 
 START_TEST(test_basic)
 {
@@ -62,15 +63,9 @@ int main(void)
 {
 	Suite *s = suite_create("u64-map");
 	TCase *tc = tcase_create("map");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_basic);
 	tcase_add_test(tc, test_against_model);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(s);
 }

@@ -10,6 +10,7 @@
 
 #include "macro.h"
 #include "wire.h"
+#include "check-run.h"
 
 static int sv[2];
 
@@ -166,8 +167,6 @@ int main(void)
 {
 	Suite *s = suite_create("wire");
 	TCase *tc = tcase_create("framing");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_roundtrip_with_fds);
@@ -177,9 +176,5 @@ int main(void)
 	tcase_add_test(tc, test_nonblocking_empty);
 	tcase_add_test(tc, test_pack_limit);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(s);
 }
