@@ -397,25 +397,37 @@ static void print_doubles(const char *label, const double *v, size_t n)
 
 struct summary {
 	char name[32];
-	double ratio, target;
+	double ratio, q1, q3, target;
 	bool le; /* the target is an upper bound */
 };
 
+static void add_summary(struct summary *sum, size_t *n_sum, const char *name, double ratio,
+			const double *per_rep, size_t n, double target, bool le)
+{
+	struct summary *s = &sum[(*n_sum)++];
+
+	snprintf(s->name, sizeof(s->name), "%s", name);
+	s->ratio = ratio;
+	s->target = target;
+	s->le = le;
+	bench_quartiles(per_rep, n, &s->q1, &s->q3);
+}
+
 static void report_latency(const struct bench *b, struct summary *sum, size_t *n_sum)
 {
-	double per_rep[LAT_REPS], r50, r99;
+	double per_rep[LAT_REPS], per_rep50[LAT_REPS], per_rep99[LAT_REPS], r50, r99;
 
 	printf("roundtrip: Ping request %zu B, reply %zu B; %d reps x %d round trips per case, "
 	       "%d warm-up, cases rotated each rep\n",
 	       b->req_len, b->reply_len, LAT_REPS, LAT_N, WARMUP);
-	r50 = median_ratio(b->p50[LAT_LIBMRD], b->p50[LAT_ECHO], LAT_REPS, per_rep);
+	r50 = median_ratio(b->p50[LAT_LIBMRD], b->p50[LAT_ECHO], LAT_REPS, per_rep50);
 	printf("roundtrip-p50: ratio=%.3f (case=mrd_client_ping via mrd baseline=blocking SEQPACKET "
 	       "echo of the same bytes, separate process reps=%d)\n", r50, LAT_REPS);
-	print_doubles("per-rep p50 ratio", per_rep, LAT_REPS);
-	r99 = median_ratio(b->p99[LAT_LIBMRD], b->p99[LAT_ECHO], LAT_REPS, per_rep);
+	print_doubles("per-rep p50 ratio", per_rep50, LAT_REPS);
+	r99 = median_ratio(b->p99[LAT_LIBMRD], b->p99[LAT_ECHO], LAT_REPS, per_rep99);
 	printf("roundtrip-p99: ratio=%.3f (case=mrd_client_ping via mrd baseline=blocking SEQPACKET "
 	       "echo of the same bytes, separate process reps=%d)\n", r99, LAT_REPS);
-	print_doubles("per-rep p99 ratio", per_rep, LAT_REPS);
+	print_doubles("per-rep p99 ratio", per_rep99, LAT_REPS);
 	printf("  raw ns, median of reps (p50 / p99):");
 	for (int k = 0; k < N_LAT; k++)
 		printf(" %s %.0f / %.0f%s", lat_names[k], median_u64(b->p50[k], LAT_REPS),
@@ -436,8 +448,8 @@ static void report_latency(const struct bench *b, struct summary *sum, size_t *n
 	       "lock]\n",
 	       median_ratio(b->p50[LAT_LIBMRD], b->p50[LAT_POLL], LAT_REPS, per_rep), LAT_REPS);
 
-	sum[(*n_sum)++] = (struct summary){ "roundtrip-p50", r50, TARGET_P50, true };
-	sum[(*n_sum)++] = (struct summary){ "roundtrip-p99", r99, TARGET_P99, true };
+	add_summary(sum, n_sum, "roundtrip-p50", r50, per_rep50, LAT_REPS, TARGET_P50, true);
+	add_summary(sum, n_sum, "roundtrip-p99", r99, per_rep99, LAT_REPS, TARGET_P99, true);
 }
 
 /* Median over reps of num/den, with the per-rep ratios printed after the figure line. */
@@ -458,6 +470,7 @@ static void report_throughput(const struct bench *b, struct summary *sum, size_t
 		const double(*tp)[TP_REPS] = b->tp[i];
 		double full[TP_REPS], daemon[TP_REPS], r_full, r_daemon;
 		unsigned n = tp_clients[i];
+		char name[32];
 
 		r_full = tp_ratio(tp[TP_LIBMRD], tp[TP_ECHO], full);
 		r_daemon = tp_ratio(tp[TP_FRAME], tp[TP_ECHO], daemon);
@@ -477,16 +490,14 @@ static void report_throughput(const struct bench *b, struct summary *sum, size_t
 			printf(" %s %.0f%s", tp_names[k], bench_median(v, TP_REPS),
 			       k + 1 < N_TP ? ";" : "\n");
 		}
-		sum[*n_sum] = (struct summary){ "", r_full, TARGET_TP, false };
-		snprintf(sum[*n_sum].name, sizeof(sum[*n_sum].name), "throughput-%u", n);
-		(*n_sum)++;
-		sum[*n_sum] = (struct summary){ "", r_daemon, TARGET_TP, false };
-		snprintf(sum[*n_sum].name, sizeof(sum[*n_sum].name), "throughput-daemon-%u", n);
-		(*n_sum)++;
+		snprintf(name, sizeof(name), "throughput-%u", n);
+		add_summary(sum, n_sum, name, r_full, full, TP_REPS, TARGET_TP, false);
+		snprintf(name, sizeof(name), "throughput-daemon-%u", n);
+		add_summary(sum, n_sum, name, r_daemon, daemon, TP_REPS, TARGET_TP, false);
 	}
 }
 
-static void report(const struct bench *b, bool latency, bool throughput)
+static void report(const struct bench *b, bool latency, bool throughput, double load_before)
 {
 	struct summary sum[2 + 2 * ELEMENTSOF(tp_clients)];
 	size_t n_sum = 0, held = 0;
@@ -500,13 +511,17 @@ static void report(const struct bench *b, bool latency, bool throughput)
 	       "%.2fx; daemon throughput vs epoll echo >= %.2fx. Ping stands in for the miss round "
 	       "trip, which has no cache lookup yet):\n", TARGET_P50, TARGET_P99, TARGET_TP);
 	for (size_t i = 0; i < n_sum; i++) {
-		bool ok = sum[i].le ? sum[i].ratio <= sum[i].target : sum[i].ratio >= sum[i].target;
+		const struct summary *s = &sum[i];
+		bool ok = s->le ? s->ratio <= s->target : s->ratio >= s->target;
 
-		printf("  %-20s %.3f %s %.2f: %s\n", sum[i].name, sum[i].ratio,
-		       sum[i].le ? "<=" : ">=", sum[i].target, ok ? "holds" : "MISSED");
+		printf("  %-20s %.3f %s %.2f: %-6s (per-rep IQR %.3f..%.3f%s)\n", s->name, s->ratio,
+		       s->le ? "<=" : ">=", s->target, ok ? "holds" : "MISSED", s->q1, s->q3,
+		       s->q1 <= s->target && s->target <= s->q3 ? ", straddles the target: noise" : "");
 		held += ok;
 	}
-	printf("  %zu of %zu targets hold\n", held, n_sum);
+	printf("  %zu of %zu targets hold; %ld CPUs, load average %.2f before the run, %.2f after "
+	       "(the bench itself adds about 2)\n",
+	       held, n_sum, sysconf(_SC_NPROCESSORS_ONLN), load_before, bench_loadavg());
 }
 
 /* A receive timeout without a poll() per call: what libmrd could do instead of polling. */
@@ -593,6 +608,7 @@ int main(int argc, char **argv)
 {
 	static struct bench b;
 	uint64_t t0 = bench_now_ns();
+	double load_before = bench_loadavg();
 	bool latency = true, throughput = true;
 	int r;
 
@@ -616,7 +632,7 @@ int main(int argc, char **argv)
 	bench_teardown(&b);
 	if (r < 0)
 		return EXIT_FAILURE;
-	report(&b, latency, throughput);
+	report(&b, latency, throughput, load_before);
 	printf("  (bench-roundtrip took %.1f s)\n", (double)(bench_now_ns() - t0) / 1e9);
 	return EXIT_SUCCESS;
 }

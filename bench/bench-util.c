@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -51,6 +52,35 @@ double bench_median(double *v, size_t n)
 		return 0;
 	qsort(v, n, sizeof(*v), cmp_double);
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+void bench_quartiles(const double *v, size_t n, double *ret_q1, double *ret_q3)
+{
+	double sorted[64];
+
+	if (n > ELEMENTSOF(sorted))
+		n = ELEMENTSOF(sorted);
+	if (n == 0) {
+		*ret_q1 = *ret_q3 = 0;
+		return;
+	}
+	memcpy(sorted, v, n * sizeof(*v));
+	qsort(sorted, n, sizeof(*sorted), cmp_double);
+	*ret_q1 = sorted[(n - 1) / 4];
+	*ret_q3 = sorted[n - 1 - (n - 1) / 4];
+}
+
+double bench_loadavg(void)
+{
+	double load = -1;
+	FILE *f = fopen("/proc/loadavg", "re");
+
+	if (!f)
+		return -1;
+	if (fscanf(f, "%lf", &load) != 1)
+		load = -1;
+	fclose(f);
+	return load;
 }
 
 static int listen_seqpacket(const char *path, int flags)

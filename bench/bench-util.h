@@ -22,6 +22,13 @@ uint64_t bench_quantile(uint64_t *v, size_t n, double q);
 /* Median of n values; sorts v in place. */
 double bench_median(double *v, size_t n);
 
+/* First and third quartiles (nearest rank) of n values, v left as it is: the spread of the
+ * per-rep ratios, to tell a missed target from noise. */
+void bench_quartiles(const double *v, size_t n, double *ret_q1, double *ret_q3);
+
+/* The 1-minute load average, or -1: other work on the machine widens every spread. */
+double bench_loadavg(void);
+
 enum echo_kind {
 	ECHO_BLOCKING, /* one connection at a time, blocking recv then send */
 	ECHO_EPOLL,    /* many connections, one thread, level-triggered epoll */
