@@ -132,6 +132,19 @@ static int map_arena(mrd_client *client, const Mrd__ArenaInfo *info, struct conn
 					   strerror(errno));
 			goto out;
 		}
+		/* Arenas recorded over this range are gone in mrd (their slots were reused):
+		 * forget them so closing an old handle never unmaps the new arena. */
+		for (size_t i = 0; i < window.n;) {
+			struct mapped_arena *o = &window.arenas[i];
+
+			if (o != ma && o->base < info->address + info->size &&
+			    info->address < o->base + o->size) {
+				*o = window.arenas[--window.n];
+				if (ma == &window.arenas[window.n])
+					ma = o;
+			} else
+				i++;
+		}
 		if (!ma) {
 			if (window.n == window.cap) {
 				size_t cap = window.cap ? window.cap * 2 : 8;
@@ -139,7 +152,7 @@ static int map_arena(mrd_client *client, const Mrd__ArenaInfo *info, struct conn
 
 				if (!a) {
 					unmap_range(info->address, info->size);
-					r = -ENOMEM;
+					r = set_last_error(-ENOMEM, "out of memory");
 					goto out;
 				}
 				window.arenas = a;
@@ -157,7 +170,7 @@ static int map_arena(mrd_client *client, const Mrd__ArenaInfo *info, struct conn
 	r = handle_add_arena(client, info->id);
 	if (r > 0)
 		ma->refs++;
-	r = r < 0 ? r : 0;
+	r = r < 0 ? set_last_error(r, "out of memory") : 0;
 out:
 	pthread_mutex_unlock(&window_lock);
 	for (size_t i = 0; i < fds->n; i++)

@@ -209,6 +209,9 @@ int arena_alloc(struct arena *a, uint64_t size, uint64_t align, uint64_t *ret_of
 	if (first < 0)
 		return first == -ENOMEM ? -ENOSPC : (int)first;
 
+	/* A client may have written into the run after it was freed: hand it out empty. */
+	(void)fallocate(a->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			(off_t)((uint64_t)first * a->page_size), (off_t)(n * a->page_size));
 	/* Huge pages are taken now, not at first touch, so running out is an error here
 	 * rather than a SIGBUS in a client later. */
 	if (a->hugetlb && fallocate(a->memfd, 0, (off_t)((uint64_t)first * a->page_size),

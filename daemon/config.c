@@ -89,8 +89,9 @@ static int set_bytes(uint64_t *field, const char *value, uint64_t min, uint64_t 
 
 	if (!isdigit((unsigned char)*value))
 		return -EINVAL;
+	/* Decimal, or hexadecimal with 0x; never octal ("010G" is 10 GiB). */
 	errno = 0;
-	v = strtoull(value, &end, 0);
+	v = strtoull(value, &end, strncmp(value, "0x", 2) == 0 ? 16 : 10);
 	if (errno)
 		return -EINVAL;
 	switch (*end) {
@@ -118,6 +119,11 @@ static int add_group(struct config *c, const char *name, const char *value)
 
 	if (!copy)
 		return -ENOMEM;
+	/* Names show in logs and mrctl, and must not collide with the per-uid "uid-N". */
+	if (strlen(name) == 0 || strlen(name) > 63 || strncmp(name, "uid-", 4) == 0 ||
+	    strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
+		    strlen(name))
+		return -EINVAL;
 	for (size_t i = 0; i < c->n_groups; i++)
 		if (strcmp(c->groups[i].name, name) == 0)
 			return -EEXIST;
@@ -304,7 +310,8 @@ int config_load_file(struct config *c, const char *path)
 			break;
 		}
 		if (r < 0) {
-			r = log_error_errno(r, "%s:%u: bad value for '%s': %m", path, lineno, strip(s));
+			log_error_errno(r, "%s:%u: bad value for '%s': %m", path, lineno, strip(s));
+			r = -EINVAL; /* said, with its line */
 			break;
 		}
 	}
@@ -322,7 +329,8 @@ int config_finish(struct config *c)
 	if (c->window_base % c->arena_size || c->window_size % c->arena_size)
 		return log_error_errno(-EINVAL, "[memory] window_base and window_size must be "
 						"multiples of arena_size");
-	if (c->window_base + c->window_size > (1ULL << 47))
+	/* The last page below 128 TiB is never mappable: stay strictly below it. */
+	if (c->window_base + c->window_size >= (1ULL << 47))
 		return log_error_errno(-EINVAL, "[memory] window_base + window_size must stay "
 						"below 128 TiB (user address space)");
 	if (!c->socket_path && set_string(&c->socket_path, MRD_SOCKET_DEFAULT) < 0)

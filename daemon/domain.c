@@ -182,6 +182,8 @@ static void bump_generation(struct domain *d)
 	__atomic_add_fetch(&d->status->generation, 1, __ATOMIC_RELEASE);
 }
 
+static void trim_arenas(struct domain *d, struct arena *emptied);
+
 static int check_quota(struct domain *d, uint64_t bytes, bool new_arena, char *why,
 		       size_t why_size)
 {
@@ -286,31 +288,41 @@ int domain_alloc(struct domain *d, struct client *owner, uint64_t size, uint64_t
 		if (r < 0 && arena->n_allocations == 0)
 			arena_free(arena);
 	}
-	if (r < 0 && hugetlb && !hugepage_only) {
+	if (r < 0 && hugetlb && !hugepage_only &&
+	    d->manager->config.hugepages == HUGEPAGES_AUTO) {
 		/* No huge page left: 4 KiB pages serve as well, only slower to register. */
 		log_debug("domain %s: no huge page for %" PRIu64 " bytes, using 4 KiB pages",
 			  d->name, size);
 		hugetlb = false;
 		r = arena_new(d, size, false, &arena);
-		if (r >= 0)
+		if (r >= 0) {
 			r = arena_alloc(arena, size, align, &offset, &length);
+			if (r < 0 && arena->n_allocations == 0)
+				arena_free(arena);
+		}
 	}
 	if (r < 0) {
 		snprintf(why, why_size, "no memory for %" PRIu64 " bytes (%s pages): %s", size,
 			 hugetlb ? "2 MiB" : "4 KiB", strerror(-r));
-		return r == -ENOSPC ? -ENOMEM : r;
+		/* Whatever the kernel said (no huge pages, no hugetlbfs): out of memory. */
+		return r == -EDQUOT ? r : -ENOMEM;
 	}
 found:
 	if (d->allocated_bytes + length > d->manager->config.quota_allocated_bytes) {
 		/* Rounding to pages crossed the quota. */
 		arena_release(arena, offset, length);
+		if (arena->n_allocations == 0)
+			trim_arenas(d, arena);
 		snprintf(why, why_size, "quota.allocated_bytes (%" PRIu64 ") would be exceeded in "
 			 "domain %s", d->manager->config.quota_allocated_bytes, d->name);
 		return -EDQUOT;
 	}
 	r = record(d, owner, arena, offset, length, ret);
-	if (r < 0)
+	if (r < 0) {
 		arena_release(arena, offset, length);
+		if (arena->n_allocations == 0)
+			trim_arenas(d, arena);
+	}
 	return r;
 }
 
@@ -331,6 +343,11 @@ int domain_attach_external(struct domain *d, struct client *owner, int fd, uint6
 					"(F_ADD_SEALS with F_SEAL_SHRINK)");
 	else if (r == -EINVAL)
 		snprintf(why, why_size, "offset and length must be page-aligned and inside the file");
+	else if (r == -ENOSPC) {
+		snprintf(why, why_size, "no room for %" PRIu64 " bytes in the address window "
+			 "([memory] window_size)", length);
+		r = -ENOMEM;
+	}
 	if (r < 0)
 		return r;
 	arena->n_allocations = 1;

@@ -85,7 +85,8 @@ int mrd_mem_map(mrd_client *client, const void *addr);
  */
 int mrd_extmem_attach(mrd_client *client, int fd, uint64_t offset, size_t length, void **ret);
 
-/* Unmaps attached memory from the window (mrd's and every client's view of it). */
+/* Takes attached memory out of the window: mrd unmaps it and forgets it; this process's
+ * mapping stays until the handle closes. The memfd and its data stay the caller's. */
 int mrd_extmem_detach(mrd_client *client, void *addr);
 
 /* The negotiated protocol version (positive), or -EINVAL for a NULL handle. */
