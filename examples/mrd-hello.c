@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* The smallest libmrd program: connect to mrd, show what was negotiated, ping it. */
+/* The smallest libmrd program: connect to mrd, show what was negotiated, ping it, and use a
+ * buffer of mrd's shared memory. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <mrd/mrd.h>
 
@@ -29,6 +31,23 @@ int main(int argc, char **argv)
 	}
 	if (r >= 0)
 		printf("ping: 3 round trips ok\n");
+	if (r >= 0) {
+		char *buf;
+
+		/* Memory from mrd: the same address in mrd and in every client of the domain. */
+		r = mrd_mem_alloc(client, 1 << 20, 0, 0, (void **)&buf);
+		if (r < 0)
+			fprintf(stderr, "mrd-hello: alloc: %s\n", mrd_last_error());
+		else {
+			snprintf(buf, 64, "hello from pid %d", (int)getpid());
+			printf("domain %s: 1 MiB at %p says \"%s\" (generation %llu)\n",
+			       mrd_client_domain(client), (void *)buf, buf,
+			       (unsigned long long)mrd_client_generation(client));
+			r = mrd_mem_free(client, buf);
+			printf("freed: generation now %llu\n",
+			       (unsigned long long)mrd_client_generation(client));
+		}
+	}
 	mrd_client_close(client);
 	return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }

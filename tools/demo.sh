@@ -26,6 +26,8 @@ echo "== mrctl status"
 ./mrctl --socket "$sock" status
 echo "== mrctl --json status"
 ./mrctl --socket "$sock" --json status
+echo "== mrctl clients"
+./mrctl --socket "$sock" clients
 
 kill "$pid"
 wait "$pid"
