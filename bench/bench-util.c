@@ -70,17 +70,36 @@ void bench_quartiles(const double *v, size_t n, double *ret_q1, double *ret_q3)
 	*ret_q3 = sorted[n - 1 - (n - 1) / 4];
 }
 
-double bench_loadavg(void)
+/* Busy and total jiffies of all CPUs from /proc/stat's first line. */
+static int cpu_jiffies(unsigned long long *ret_busy, unsigned long long *ret_total)
 {
-	double load = -1;
-	FILE *f = fopen("/proc/loadavg", "re");
+	unsigned long long v[8] = { 0 };
+	FILE *f = fopen("/proc/stat", "re");
+	int n;
 
 	if (!f)
-		return -1;
-	if (fscanf(f, "%lf", &load) != 1)
-		load = -1;
+		return negative_errno();
+	n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+		   &v[4], &v[5], &v[6], &v[7]);
 	fclose(f);
-	return load;
+	if (n < 5)
+		return -EIO;
+	*ret_total = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+	*ret_busy = *ret_total - v[3] - v[4]; /* all but idle and iowait */
+	return 0;
+}
+
+double bench_cpu_busy(unsigned ms)
+{
+	unsigned long long busy0, total0, busy1, total1;
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000 };
+
+	if (cpu_jiffies(&busy0, &total0) < 0)
+		return -1;
+	nanosleep(&ts, NULL);
+	if (cpu_jiffies(&busy1, &total1) < 0 || total1 <= total0)
+		return -1;
+	return (double)(busy1 - busy0) / (double)(total1 - total0);
 }
 
 static int listen_seqpacket(const char *path, int flags)

@@ -26,8 +26,10 @@ double bench_median(double *v, size_t n);
  * per-rep ratios, to tell a missed target from noise. */
 void bench_quartiles(const double *v, size_t n, double *ret_q1, double *ret_q3);
 
-/* The 1-minute load average, or -1: other work on the machine widens every spread. */
-double bench_loadavg(void);
+/* The share (0..1) of all CPUs that was busy during the next ms milliseconds, or -1: other
+ * work on the machine widens every spread. The load average lags by a minute, so it would
+ * also count the previous bench run. */
+double bench_cpu_busy(unsigned ms);
 
 enum echo_kind {
 	ECHO_BLOCKING, /* one connection at a time, blocking recv then send */

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 
 #include "connection.h"
@@ -37,20 +37,14 @@ static int conn_recv_response(struct conn *c, uint64_t id, Mrd__Response **ret,
 			      struct conn_fds *ret_fds)
 {
 	for (;;) {
-		struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
 		struct wire_packet pkt;
 		Mrd__Response *resp;
 		int r;
 
-		r = poll(&pfd, 1, CONN_TIMEOUT_MS);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return negative_errno();
-		if (r == 0)
-			return -ETIMEDOUT;
-
+		/* Blocking, bounded by SO_RCVTIMEO: no poll() per call on the lookup-miss path. */
 		r = wire_recv(c->fd, c->buf, c->buf_size, &pkt, 0);
+		if (r == -EAGAIN)
+			return -ETIMEDOUT;
 		/* A peer that closed with our request unread reports ECONNRESET once, ahead of
 		 * what it queued before closing (a refused connection's reason): look again. */
 		if (r == -ECONNRESET)
@@ -144,6 +138,12 @@ int conn_open(const char *path, const char *client_name, uint64_t capabilities, 
 	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (c->fd < 0)
 		return negative_errno();
+	{
+		struct timeval tv = { .tv_sec = CONN_TIMEOUT_MS / 1000 };
+
+		if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
+			return negative_errno();
+	}
 	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		r = negative_errno();
 		set_error(error, error_size, "cannot connect to %s: %s (is mrd running?)", path,

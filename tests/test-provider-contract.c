@@ -73,6 +73,12 @@ static uint64_t stat_pinned(void)
 	return s.pinned_bytes;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define MLOCK_IS_REAL false /* ASan turns mlock into a no-op */
+#else
+#define MLOCK_IS_REAL true
+#endif
+
 /* Locked memory of this process, from the kernel's own count. */
 static uint64_t vm_locked_bytes(void)
 {
@@ -152,6 +158,7 @@ START_TEST(test_pinning_accounted)
 {
 	uint64_t before = stat_pinned(), vm_before = vm_locked_bytes();
 	bool soft = strcmp(provider_name(p), "soft") == 0;
+	bool vm = soft && MLOCK_IS_REAL;
 	struct provider_mr *a, *b;
 
 	a = reg(buf_a, 4 * ps, MRD_ACCESS_LOCAL_WRITE);
@@ -160,17 +167,19 @@ START_TEST(test_pinning_accounted)
 	if (soft) {
 		/* Overlapping pages are pinned once, and really locked. */
 		ck_assert_uint_eq(stat_pinned(), before + 6 * ps);
-		ck_assert_uint_eq(vm_locked_bytes(), vm_before + 6 * ps);
+		if (vm)
+			ck_assert_uint_eq(vm_locked_bytes(), vm_before + 6 * ps);
 	} else
 		ck_assert_uint_eq(stat_pinned(), before + 8 * ps); /* the kernel pins per MR */
 	ck_assert_int_eq(provider_dereg(a), 0);
 	if (soft) {
 		ck_assert_uint_eq(stat_pinned(), before + 4 * ps); /* b's pages stay locked */
-		ck_assert_uint_eq(vm_locked_bytes(), vm_before + 4 * ps);
+		if (vm)
+			ck_assert_uint_eq(vm_locked_bytes(), vm_before + 4 * ps);
 	}
 	ck_assert_int_eq(provider_dereg(b), 0);
 	ck_assert_uint_eq(stat_pinned(), before);
-	if (soft)
+	if (vm)
 		ck_assert_uint_eq(vm_locked_bytes(), vm_before);
 }
 END_TEST
@@ -542,8 +551,8 @@ END_TEST
 int main(void)
 {
 	struct provider *probe;
-	Suite *s = suite_create("provider-contract-" CONTRACT_PROVIDER);
-	TCase *tc = tcase_create("contract");
+	Suite *s;
+	TCase *tc;
 	int verbs_error, r;
 
 	r = provider_open(CONTRACT_PROVIDER, NULL, &probe, &verbs_error);
@@ -557,6 +566,8 @@ int main(void)
 		return EXIT_FAILURE;
 	}
 	printf("provider %s, device %s\n", provider_name(probe), probe->caps.device);
+	s = suite_create("provider-contract-" CONTRACT_PROVIDER);
+	tc = tcase_create("contract");
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_access_rules);
