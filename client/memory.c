@@ -24,6 +24,7 @@
 
 struct mapped_arena {
 	uint32_t id;
+	uint64_t serial; /* which arena of that id is mapped */
 	uint64_t base, size;
 	unsigned refs;
 };
@@ -109,7 +110,9 @@ static int handle_add_arena(mrd_client *client, uint32_t id)
 	return 1;
 }
 
-/* Maps the arena an answer describes (its memfd in fds when attached), once per handle. */
+/* Maps the arena an answer describes (its memfd in fds when attached), once per handle.
+ * -ENODATA: mrd sent no memfd for an arena this process does not have (a reply carrying it
+ * was lost); the caller asks for it with Map. */
 static int map_arena(mrd_client *client, const Mrd__ArenaInfo *info, struct conn_fds *fds)
 {
 	struct mapped_arena *ma;
@@ -122,6 +125,12 @@ static int map_arena(mrd_client *client, const Mrd__ArenaInfo *info, struct conn
 
 	pthread_mutex_lock(&window_lock);
 	ma = find_mapped(info->id);
+	if (fd >= 0 && ma && ma->serial >= info->serial)
+		fd = -1; /* mapped already, or a late reply about an arena since replaced */
+	else if (fd < 0 && (!ma || ma->serial != info->serial)) {
+		r = -ENODATA;
+		goto out;
+	}
 	if (fd >= 0) {
 		/* A fresh memfd: map it (again, if mrd reused the id for a new arena). */
 		/* NORESERVE: mrd backs each run before handing it out (huge pages too). */
@@ -163,9 +172,7 @@ static int map_arena(mrd_client *client, const Mrd__ArenaInfo *info, struct conn
 		}
 		ma->base = info->address;
 		ma->size = info->size;
-	} else if (!ma) {
-		r = set_last_error(-EBADMSG, "mrd sent no memfd for arena %u", info->id);
-		goto out;
+		ma->serial = info->serial;
 	}
 	r = handle_add_arena(client, info->id);
 	if (r > 0)
@@ -268,12 +275,25 @@ MRD_EXPORT int mrd_mem_alloc(mrd_client *client, size_t size, size_t align, unsi
 	r = client_call(client, &req, &resp, &fds);
 	if (r < 0)
 		return r;
-	if (resp->body_case != MRD__RESPONSE__BODY_ALLOC)
+	if (resp->body_case != MRD__RESPONSE__BODY_ALLOC) {
 		r = set_last_error(-EBADMSG, "malformed Alloc reply");
-	else
-		r = map_arena(client, resp->alloc->arena, &fds);
-	if (r >= 0)
-		*ret = (void *)(uintptr_t)resp->alloc->address;
+		goto out;
+	}
+	r = map_arena(client, resp->alloc->arena, &fds);
+	if (r == -ENODATA)
+		r = mrd_mem_map(client, (void *)(uintptr_t)resp->alloc->address);
+	if (r < 0) {
+		/* Memory we cannot reach is memory we must not keep. */
+		int k = r;
+		char why[256];
+
+		snprintf(why, sizeof(why), "%s", mrd_last_error());
+		(void)mrd_mem_free(client, (void *)(uintptr_t)resp->alloc->address);
+		r = set_last_error(k, "%s", why);
+		goto out;
+	}
+	*ret = (void *)(uintptr_t)resp->alloc->address;
+out:
 	for (size_t i = 0; i < fds.n; i++)
 		close(fds.fds[i]);
 	mrd__response__free_unpacked(resp, NULL);

@@ -76,6 +76,7 @@ static struct arena *arena_alloc_struct(struct domain *d)
 		return NULL;
 	a->memfd = -1;
 	a->domain = d;
+	a->serial = ++d->manager->arena_serial;
 	return a;
 }
 

@@ -16,6 +16,7 @@ struct arena {
 	struct domain *domain;
 	LIST_ENTRY(arena) link;
 	uint32_t id;        /* its first window slot: unique while it lives */
+	uint64_t serial;    /* unique for the life of mrd: ids are reused, serials never */
 	uint32_t n_slots;
 	int memfd;
 	uint8_t *base;

@@ -18,6 +18,16 @@
 #include "provider.h"
 #include "status-page.h"
 
+int domain_status_fd(const struct domain *d)
+{
+	char path[64];
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", d->status_fd);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	return fd < 0 ? negative_errno() : fd;
+}
+
 uint64_t allocation_address(const struct allocation *a)
 {
 	return (uint64_t)(uintptr_t)a->arena->base + a->offset;
@@ -95,8 +105,10 @@ static int status_page_new(struct domain *d)
 		d->status = NULL;
 		return negative_errno();
 	}
-	if (fcntl(d->status_fd, F_ADD_SEALS,
-		  F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) < 0)
+	/* FUTURE_WRITE (Linux 5.1) keeps even a dup of the memfd from writing; clients get a
+	 * read-only reopen besides (domain_status_fd), which holds on older kernels too. */
+	if (fcntl(d->status_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE) < 0 &&
+	    fcntl(d->status_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
 		return negative_errno();
 	d->status->magic = MRD_STATUS_MAGIC;
 	d->status->layout_version = MRD_STATUS_LAYOUT;
@@ -247,6 +259,44 @@ static bool want_hugetlb(const struct domain *d)
 	}
 }
 
+/* A run in an existing arena of the given page size; -ENOSPC when none has room. */
+static int first_fit(struct domain *d, bool hugetlb, uint64_t size, uint64_t align,
+		     struct arena **ret, uint64_t *offset, uint64_t *length)
+{
+	struct arena *a;
+	int r;
+
+	LIST_FOREACH(a, &d->arenas, link) {
+		if (a->external || a->hugetlb != hugetlb)
+			continue;
+		r = arena_alloc(a, size, align, offset, length);
+		if (r != -ENOSPC && r != -ENOMEM) {
+			*ret = a;
+			return r;
+		}
+	}
+	return -ENOSPC;
+}
+
+/* A run in a new arena; the arena goes again when the run cannot be had. */
+static int new_arena_alloc(struct domain *d, bool hugetlb, uint64_t size, uint64_t align,
+			   struct arena **ret, uint64_t *offset, uint64_t *length)
+{
+	struct arena *a;
+	int r;
+
+	r = arena_new(d, size, hugetlb, &a);
+	if (r < 0)
+		return r;
+	r = arena_alloc(a, size, align, offset, length);
+	if (r < 0) {
+		arena_free(a);
+		return r;
+	}
+	*ret = a;
+	return 0;
+}
+
 int domain_alloc(struct domain *d, struct client *owner, uint64_t size, uint64_t align,
 		 bool hugepage_only, struct allocation **ret, char *why, size_t why_size)
 {
@@ -269,45 +319,33 @@ int domain_alloc(struct domain *d, struct client *owner, uint64_t size, uint64_t
 	if (r < 0)
 		return r;
 
-	/* First fit over the arenas of the wanted page size. */
-	LIST_FOREACH(arena, &d->arenas, link) {
-		if (arena->external || arena->hugetlb != hugetlb)
-			continue;
-		r = arena_alloc(arena, size, align, &offset, &length);
-		if (r >= 0)
-			goto found;
-		if (r != -ENOSPC && r != -ENOMEM)
-			return r;
-	}
+	r = first_fit(d, hugetlb, size, align, &arena, &offset, &length);
+	if (r != -ENOSPC)
+		goto done;
 	r = check_quota(d, size, true, why, why_size);
 	if (r < 0)
 		return r;
-	r = arena_new(d, size, hugetlb, &arena);
-	if (r >= 0) {
-		r = arena_alloc(arena, size, align, &offset, &length);
-		if (r < 0 && arena->n_allocations == 0)
-			arena_free(arena);
-	}
-	if (r < 0 && hugetlb && !hugepage_only &&
-	    d->manager->config.hugepages == HUGEPAGES_AUTO) {
+	r = new_arena_alloc(d, hugetlb, size, align, &arena, &offset, &length);
+	if (r < 0 && hugetlb && !hugepage_only && d->manager->config.hugepages == HUGEPAGES_AUTO) {
 		/* No huge page left: 4 KiB pages serve as well, only slower to register. */
 		log_debug("domain %s: no huge page for %" PRIu64 " bytes, using 4 KiB pages",
 			  d->name, size);
 		hugetlb = false;
-		r = arena_new(d, size, false, &arena);
-		if (r >= 0) {
-			r = arena_alloc(arena, size, align, &offset, &length);
-			if (r < 0 && arena->n_allocations == 0)
-				arena_free(arena);
+		r = first_fit(d, false, size, align, &arena, &offset, &length);
+		if (r == -ENOSPC) {
+			r = check_quota(d, size, true, why, why_size);
+			if (r < 0)
+				return r;
+			r = new_arena_alloc(d, false, size, align, &arena, &offset, &length);
 		}
 	}
+done:
 	if (r < 0) {
 		snprintf(why, why_size, "no memory for %" PRIu64 " bytes (%s pages): %s", size,
 			 hugetlb ? "2 MiB" : "4 KiB", strerror(-r));
 		/* Whatever the kernel said (no huge pages, no hugetlbfs): out of memory. */
-		return r == -EDQUOT ? r : -ENOMEM;
+		return -ENOMEM;
 	}
-found:
 	if (d->allocated_bytes + length > d->manager->config.quota_allocated_bytes) {
 		/* Rounding to pages crossed the quota. */
 		arena_release(arena, offset, length);
@@ -391,6 +429,9 @@ static void trim_arenas(struct domain *d, struct arena *emptied)
 			arena_free(emptied);
 			return;
 		}
+	/* Kept: clients map whole arenas, so give back pages touched outside their runs too. */
+	(void)fallocate(emptied->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+			(off_t)emptied->size);
 }
 
 void domain_free_allocation(struct domain *d, struct allocation *a)

@@ -74,5 +74,8 @@ struct arena *domain_find_arena(struct domain *d, uint64_t address);
 /* Refreshes the status page counters (after any change of usage). */
 void domain_update_status(struct domain *d);
 
+/* A new read-only descriptor of the status page, for a client. */
+int domain_status_fd(const struct domain *d);
+
 /* The address of an allocation, as clients see it. */
 uint64_t allocation_address(const struct allocation *a);

@@ -42,6 +42,7 @@ struct manager {
 
 	uint64_t start_usec;
 	uint64_t instance; /* random: tells clients two mrd starts apart */
+	uint64_t arena_serial; /* last serial given to an arena */
 	uint64_t refused_log_usec; /* rate limit for "too many clients" */
 	unsigned refused_since_log;
 

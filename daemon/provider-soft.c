@@ -175,8 +175,11 @@ static bool mapped_for(uintptr_t start, uintptr_t end, bool write)
 {
 	char line[512];
 	uintptr_t cursor = start;
-	FILE *f = fopen("/proc/self/maps", "re");
+	FILE *f;
 
+	if (start >= end)
+		return false;
+	f = fopen("/proc/self/maps", "re");
 	if (!f)
 		return false;
 	while (cursor < end && fgets(line, sizeof(line), f)) {
@@ -206,7 +209,9 @@ static int translation_new(struct soft_provider *sp, void *addr, size_t length, 
 {
 	uintptr_t a = (uintptr_t)addr, ps = sp->page_size, first;
 
-	if (length == 0 || length > SOFT_MAX_MR_SIZE || a + length < a || iova + length < iova)
+	/* Whole pages around it must not wrap either. */
+	if (length == 0 || length > SOFT_MAX_MR_SIZE || a + length + ps < a ||
+	    iova + length + ps < iova)
 		return -EINVAL;
 	if ((a ^ iova) & (ps - 1)) /* a page maps whole: same offset within it */
 		return -EINVAL;

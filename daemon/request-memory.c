@@ -38,6 +38,7 @@ static int describe_arena(struct client *c, struct arena *a, bool force_fd, stru
 	info->hugetlb = a->hugetlb;
 	info->external = a->external;
 	info->file_offset = a->file_offset;
+	info->serial = a->serial;
 	if (force_fd || !client_has_arena(c, a->id)) {
 		fd = fcntl(a->memfd, F_DUPFD_CLOEXEC, 3);
 		if (fd < 0)
@@ -62,9 +63,9 @@ int request_join_domain(struct client *c, const Mrd__Request *req, struct wire_p
 	k = get_domain(c, r, &d);
 	if (k < 0)
 		return k;
-	fd = fcntl(d->status_fd, F_DUPFD_CLOEXEC, 3);
+	fd = domain_status_fd(d);
 	if (fd < 0)
-		return -errno;
+		return fd;
 	r->fds[r->n_fds++] = fd;
 	mrd__join_domain_response__init(&r->body.join_domain);
 	r->body.join_domain.domain = d->name;

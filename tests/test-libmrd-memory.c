@@ -25,8 +25,8 @@ static char out[65536];
 
 static void setup(void)
 {
-	int r = mrd_proc_start(&mrd, "[memory]\nhugepages = no\n[quota]\nallocated_bytes = 256M\n",
-			       NULL);
+	int r = mrd_proc_start(&mrd, "[memory]\nhugepages = no\narena_size = 64M\n"
+				     "[quota]\nallocated_bytes = 512M\n", NULL);
 
 	ck_assert_msg(r == 0, "mrd did not start: %s", strerror(-r));
 }
@@ -166,9 +166,9 @@ START_TEST(test_quota_message)
 	mrd_client *c = connect_ok();
 	void *p = NULL;
 
-	ck_assert_int_eq(mrd_mem_alloc(c, 300 * MiB, 0, 0, &p), -EDQUOT);
+	ck_assert_int_eq(mrd_mem_alloc(c, 600 * MiB, 0, 0, &p), -EDQUOT);
 	ck_assert_ptr_null(p);
-	ck_assert_msg(strstr(mrd_last_error(), "quota.allocated_bytes (268435456)"), "%s",
+	ck_assert_msg(strstr(mrd_last_error(), "quota.allocated_bytes (536870912)"), "%s",
 		      mrd_last_error());
 	ck_assert_int_eq(mrd_mem_alloc(c, 200 * MiB, 0, 0, &p), 0); /* under it: fine */
 	mrd_client_close(c);
@@ -228,6 +228,28 @@ START_TEST(test_two_handles_one_window)
 }
 END_TEST
 
+/* Arena ids are window slots and come back; a handle closing must never unmap a newer arena
+ * that reuses its old slots. */
+START_TEST(test_reused_slots_survive_close)
+{
+	mrd_client *a = connect_ok(), *b = connect_ok();
+	uint8_t *small, *big1, *big2, *q;
+
+	ck_assert_int_eq(mrd_mem_alloc(a, 4096, 0, 0, (void **)&small), 0);
+	ck_assert_int_eq(mrd_mem_alloc(a, 128 * MiB, 0, 0, (void **)&big1), 0); /* 2 slots */
+	ck_assert_int_eq(mrd_mem_alloc(a, 128 * MiB, 0, 0, (void **)&big2), 0); /* 2 more */
+	ck_assert_int_eq(mrd_mem_free(a, big1), 0);
+	ck_assert_int_eq(mrd_mem_free(a, big2), 0);
+	/* B's arena takes the four freed slots at once. */
+	ck_assert_int_eq(mrd_mem_alloc(b, 256 * MiB, 0, 0, (void **)&q), 0);
+	ck_assert_ptr_eq(q, big1);
+	mrd_client_close(a);
+	q[255 * MiB] = 7; /* still B's, still mapped */
+	ck_assert_int_eq(q[255 * MiB], 7);
+	mrd_client_close(b);
+}
+END_TEST
+
 START_TEST(test_extmem_attach)
 {
 	mrd_client *c = connect_ok();
@@ -268,6 +290,7 @@ int main(void)
 	tcase_add_test(tc, test_window_collision);
 	tcase_add_test(tc, test_window_taken_in_mrd);
 	tcase_add_test(tc, test_two_handles_one_window);
+	tcase_add_test(tc, test_reused_slots_survive_close);
 	tcase_add_test(tc, test_extmem_attach);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
