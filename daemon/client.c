@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <linux/sockios.h>
 #include <sys/socket.h>
 
 #include <event2/event.h>
@@ -65,14 +67,39 @@ static void client_on_read(evutil_socket_t fd, short what, void *userdata)
 	}
 }
 
+#define CLIENT_DRAIN_RETRY_USEC 20000
+
+/* Whether n more descriptors may be sent now; forgets the ones the client has read. */
+static bool fd_budget_allows(struct client *c, size_t n)
+{
+	int unread;
+
+	if (n == 0 || c->fds_in_flight + n <= CLIENT_FDS_IN_FLIGHT)
+		return true;
+	/* SIOCOUTQ: bytes of our replies still waiting in the client's socket. */
+	if (ioctl(c->fd, SIOCOUTQ, &unread) == 0 && unread == 0) {
+		c->fds_in_flight = 0;
+		return n <= CLIENT_FDS_IN_FLIGHT;
+	}
+	return false;
+}
+
+/* Sends queued replies. Returns 1 when blocked by the descriptor budget (retry on a timer:
+ * the socket itself stays writable), 0 when blocked by the socket or done, or -errno. */
 static int client_flush(struct client *c)
 {
 	struct out_frame *f;
 
 	while ((f = STAILQ_FIRST(&c->out))) {
-		int r = wire_send_raw(c->fd, f->data, f->len, f->fds, f->n_fds, MSG_DONTWAIT);
+		int r;
+
+		if (!fd_budget_allows(c, f->n_fds))
+			return 1;
+		r = wire_send_raw(c->fd, f->data, f->len, f->fds, f->n_fds, MSG_DONTWAIT);
 		if (r == -EAGAIN)
 			return 0;
+		if (r >= 0)
+			c->fds_in_flight += f->n_fds;
 		STAILQ_REMOVE_HEAD(&c->out, link);
 		c->n_out--;
 		out_frame_free(f);
@@ -82,21 +109,35 @@ static int client_flush(struct client *c)
 	return 0;
 }
 
-static void client_on_write(evutil_socket_t fd, short what, void *userdata)
+/* After a flush: wait for the socket, for the client to read, or for nothing. */
+static void client_after_flush(struct client *c, int r)
 {
-	struct client *c = userdata;
-	int r;
-
-	r = client_flush(c);
 	if (r < 0) {
 		/* The peer went away; the read side sees the hang-up and frees the client. */
 		log_debug_errno(r, "client %" PRIu64 ": send failed: %m", c->id);
 		client_set_reading(c, true);
 	}
+	if (r == 1) {
+		struct timeval tv = { 0, CLIENT_DRAIN_RETRY_USEC };
+
+		event_del(c->write_event);
+		event_add(c->drain_event, &tv);
+		client_set_reading(c, false); /* it is not reading its replies: stop taking more */
+		return;
+	}
 	if (STAILQ_EMPTY(&c->out))
 		event_del(c->write_event);
+	else if (r == 0)
+		event_add(c->write_event, NULL);
 	if (c->n_out < c->manager->config.max_inflight)
 		client_set_reading(c, true);
+}
+
+static void client_on_write(evutil_socket_t fd, short what, void *userdata)
+{
+	struct client *c = userdata;
+
+	client_after_flush(c, client_flush(c));
 }
 
 int client_send_frame(struct client *c, const uint8_t *data, size_t len, const int *fds,
@@ -105,8 +146,10 @@ int client_send_frame(struct client *c, const uint8_t *data, size_t len, const i
 	struct out_frame *f;
 	int r;
 
-	if (STAILQ_EMPTY(&c->out)) {
+	if (STAILQ_EMPTY(&c->out) && fd_budget_allows(c, n_fds)) {
 		r = wire_send_raw(c->fd, data, len, fds, n_fds, MSG_DONTWAIT);
+		if (r >= 0)
+			c->fds_in_flight += n_fds;
 		if (r != -EAGAIN)
 			return r;
 	}
@@ -128,9 +171,10 @@ int client_send_frame(struct client *c, const uint8_t *data, size_t len, const i
 	}
 	STAILQ_INSERT_TAIL(&c->out, f, link);
 	c->n_out++;
-	event_add(c->write_event, NULL);
 	if (c->n_out >= c->manager->config.max_inflight)
 		client_set_reading(c, false);
+	if (!event_pending(c->drain_event, EV_TIMEOUT, NULL))
+		client_after_flush(c, fd_budget_allows(c, f->n_fds) ? 0 : 1);
 	return 0;
 }
 
@@ -157,7 +201,8 @@ int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool 
 
 	c->read_event = event_new(m->base, fd, EV_READ | EV_PERSIST, client_on_read, c);
 	c->write_event = event_new(m->base, fd, EV_WRITE | EV_PERSIST, client_on_write, c);
-	if (!c->read_event || !c->write_event)
+	c->drain_event = evtimer_new(m->base, client_on_write, c);
+	if (!c->read_event || !c->write_event || !c->drain_event)
 		return -ENOMEM;
 	if (event_add(c->read_event, NULL) < 0)
 		return -EIO;
@@ -182,6 +227,8 @@ struct client *client_free(struct client *c)
 		event_free(c->read_event);
 	if (c->write_event)
 		event_free(c->write_event);
+	if (c->drain_event)
+		event_free(c->drain_event);
 	safe_close(c->fd);
 	/* Everything it owns goes; memory of other clients stays. */
 	while (!LIST_EMPTY(&c->allocations))

@@ -29,6 +29,8 @@ struct client {
 
 	int fd;
 	struct event *read_event, *write_event;
+	struct event *drain_event; /* retries replies held back by the descriptor budget */
+	unsigned fds_in_flight;    /* sent in replies the client may not have read yet */
 	bool reading;
 
 	pid_t pid;
@@ -52,6 +54,11 @@ struct client {
 	STAILQ_HEAD(, out_frame) out;
 	unsigned n_out;
 };
+
+/* Descriptors travelling in replies the client has not read yet count against mrd's own
+ * open-file limit (the kernel charges them to the sender): a client that never reads its
+ * replies holds no more than this many hostage. */
+#define CLIENT_FDS_IN_FLIGHT 16
 
 /* Takes fd on success. */
 int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool admin,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 
+#include "client.h"
 #include "config.h"
 #include "detach.h"
 #include "log.h"
@@ -123,8 +124,9 @@ static int load_config(const struct overrides *o, struct config *cfg)
 	return config_finish(cfg);
 }
 
-/* Each client costs a descriptor (more once it registers memory): lift the soft limit to the
- * hard one, and say so when even that cannot hold limits.clients. */
+/* Each client costs a descriptor, and up to CLIENT_FDS_IN_FLIGHT more in unread replies (the
+ * kernel counts those against our limit too): lift the soft limit to the hard one, and say so
+ * when even that cannot hold limits.clients. */
 static void raise_fd_limit(unsigned max_clients)
 {
 	struct rlimit rl;
@@ -135,7 +137,8 @@ static void raise_fd_limit(unsigned max_clients)
 		rl.rlim_cur = rl.rlim_max;
 		(void)setrlimit(RLIMIT_NOFILE, &rl);
 	}
-	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (rlim_t)max_clients + 64)
+	if (rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur < (rlim_t)max_clients * (1 + CLIENT_FDS_IN_FLIGHT) + 64)
 		log_warning("open-file limit %llu is too low for limits.clients = %u; "
 			    "clients beyond it will be refused",
 			    (unsigned long long)rl.rlim_cur, max_clients);

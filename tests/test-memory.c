@@ -400,6 +400,46 @@ START_TEST(test_extmem)
 }
 END_TEST
 
+/* A client that asks for descriptors and never reads them holds only a few hostage; the
+ * others wait in mrd, and nobody else notices. */
+START_TEST(test_unread_descriptors_bounded)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MapRequest map = MRD__MAP_REQUEST__INIT;
+	struct client *c;
+	int greedy = td_hello_client(1000, &c), other = td_hello_client(2000, NULL);
+	const int n = 60;
+	uint64_t addr, y;
+
+	alloc(greedy, 2, 4096, 0, 0, &addr, NULL);
+	fcntl(greedy, F_SETFL, O_NONBLOCK);
+	map.address = addr;
+	req.body_case = MRD__REQUEST__BODY_MAP;
+	req.map = &map;
+	for (int i = 0; i < n; i++) {
+		req.id = 100 + (uint64_t)i;
+		td_send_request(greedy, &req, NULL, 0);
+		td_pump();
+		ck_assert_uint_le(c->fds_in_flight, 16);
+	}
+	ck_assert(!c->reading);
+	alloc(other, 2, 4096, 0, 0, &y, NULL); /* served meanwhile */
+
+	for (int i = 0; i < n; i++) {
+		int fds[WIRE_FDS_MAX];
+		size_t nf;
+		Mrd__Response *resp = td_expect_fds(greedy, 100 + (uint64_t)i, 0, fds, &nf);
+
+		ck_assert_uint_eq(nf, 1); /* every reply, in order, with its memfd */
+		close_fds(fds, nf);
+		mrd__response__free_unpacked(resp, NULL);
+	}
+	ck_assert_uint_eq(c->n_out, 0);
+	close(greedy);
+	close(other);
+}
+END_TEST
+
 START_TEST(test_domain_groups)
 {
 	struct client *a, *b, *c;
@@ -473,6 +513,7 @@ int main(void)
 	tcase_add_test(tc, test_death_releases);
 	tcase_add_test(tc, test_generation_without_request);
 	tcase_add_test(tc, test_extmem);
+	tcase_add_test(tc, test_unread_descriptors_bounded);
 	tcase_add_test(tc, test_domain_groups);
 	tcase_add_test(tc, test_clients_listing);
 	suite_add_tcase(s, tc);
