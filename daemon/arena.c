@@ -190,6 +190,7 @@ struct arena *arena_free(struct arena *a)
 		a->domain->n_arenas--;
 	}
 	buddy_done(&a->buddy);
+	free(a->runs);
 	safe_close(a->memfd);
 	free(a);
 	return NULL;

@@ -27,6 +27,8 @@ struct arena {
 	bool external;      /* a client's memfd, attached whole */
 	struct buddy buddy; /* pages of mrd-made arenas */
 	unsigned n_allocations;
+	struct allocation **runs; /* its live allocations, by offset */
+	size_t n_runs, runs_cap;
 };
 
 /* A new arena of at least min_size bytes in d's part of the window. */

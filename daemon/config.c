@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "mr-cache.h"
 #include "macro.h"
 #include "wire.h"
 
@@ -246,6 +247,16 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 			return set_unsigned(&c->quota_allocations, value, 1, 1u << 24);
 		if (strcmp(key, "clients") == 0)
 			return set_unsigned(&c->quota_clients, value, 1, 1u << 20);
+	} else if (strcmp(section, "cache") == 0) {
+		if (strcmp(key, "policy") == 0) {
+			if (strcmp(value, "contig") == 0)
+				c->mr_policy = MR_POLICY_CONTIG;
+			else if (strcmp(value, "page") == 0)
+				c->mr_policy = MR_POLICY_PAGE;
+			else
+				return -EINVAL;
+			return 0;
+		}
 	} else if (strcmp(section, "domains") == 0)
 		return add_group(c, key, value);
 	return -ENOENT;

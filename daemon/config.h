@@ -39,6 +39,9 @@ struct config {
 	uint64_t window_base, window_size, arena_size;
 	enum hugepages_mode hugepages;
 
+	/* [cache] */
+	int mr_policy; /* enum mr_policy */
+
 	/* [quota], per domain */
 	uint64_t quota_allocated_bytes, quota_pinned_bytes;
 	unsigned quota_arenas, quota_allocations, quota_clients;

@@ -22,6 +22,8 @@ static const struct request_type request_types[] = {
 	[MRD__REQUEST__BODY_EXTMEM_ATTACH] = { "ExtmemAttach", request_extmem_attach, .n_fds = 1 },
 	[MRD__REQUEST__BODY_EXTMEM_DETACH] = { "ExtmemDetach", request_extmem_detach },
 	[MRD__REQUEST__BODY_CLIENTS] = { "Clients", request_clients, .admin = true },
+	[MRD__REQUEST__BODY_MR_LOOKUP] = { "MrLookup", request_mr_lookup },
+	[MRD__REQUEST__BODY_DMA] = { "Dma", request_dma },
 };
 
 const struct request_type *request_type_lookup(int body_case)

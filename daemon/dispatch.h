@@ -24,6 +24,8 @@ struct reply {
 		Mrd__ExtmemAttachResponse extmem_attach;
 		Mrd__ExtmemDetachResponse extmem_detach;
 		Mrd__ClientsResponse clients;
+		Mrd__MrLookupResponse mr_lookup;
+		Mrd__DmaResponse dma;
 	} body;
 	Mrd__ArenaInfo arena;   /* for bodies that describe an arena */
 	void *owned[4];         /* freed after the reply is sent (repeated fields) */
@@ -80,3 +82,7 @@ int request_extmem_detach(struct client *c, const Mrd__Request *req,
 			  struct wire_packet *pkt, struct reply *r);
 int request_clients(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 		    struct reply *r);
+int request_mr_lookup(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		      struct reply *r);
+int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		struct reply *r);

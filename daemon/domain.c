@@ -66,7 +66,8 @@ static struct domain *domain_free(struct domain *d)
 
 	if (!d)
 		return NULL;
-	/* Clients are gone by now, and with them their allocations. */
+	/* Clients are gone by now, and with them their allocations and MRs. */
+	mr_cache_done(&d->cache);
 	while (!LIST_EMPTY(&d->arenas))
 		arena_free(LIST_FIRST(&d->arenas));
 	u64_map_done(&d->allocations);
@@ -148,6 +149,8 @@ int domain_acquire(struct manager *m, const char *name, struct domain **ret)
 		r = provider_pd_alloc(d->provider, &d->pd);
 	if (r >= 0)
 		r = status_page_new(d);
+	if (r >= 0)
+		r = mr_cache_init(&d->cache, d, m->config.mr_policy);
 	if (r < 0) {
 		log_warning_errno(r, "cannot open domain %s on %s: %m", name,
 				  m->provider->caps.device);
@@ -222,6 +225,67 @@ static int check_quota(struct domain *d, uint64_t bytes, bool new_arena, char *w
 	return 0;
 }
 
+/* Index of the first run of arena at or after offset. */
+static size_t run_index(const struct arena *arena, uint64_t offset)
+{
+	size_t lo = 0, hi = arena->n_runs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (arena->runs[mid]->offset < offset)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static int runs_add(struct arena *arena, struct allocation *a)
+{
+	size_t at;
+
+	if (arena->n_runs == arena->runs_cap) {
+		size_t cap = arena->runs_cap ? arena->runs_cap * 2 : 16;
+		struct allocation **runs = realloc(arena->runs, cap * sizeof(*runs));
+
+		if (!runs)
+			return -ENOMEM;
+		arena->runs = runs;
+		arena->runs_cap = cap;
+	}
+	at = run_index(arena, a->offset);
+	memmove(&arena->runs[at + 1], &arena->runs[at], (arena->n_runs - at) * sizeof(*arena->runs));
+	arena->runs[at] = a;
+	arena->n_runs++;
+	return 0;
+}
+
+static void runs_remove(struct arena *arena, struct allocation *a)
+{
+	size_t at = run_index(arena, a->offset);
+
+	memmove(&arena->runs[at], &arena->runs[at + 1], (arena->n_runs - at - 1) * sizeof(*arena->runs));
+	arena->n_runs--;
+}
+
+struct allocation *domain_allocation_containing(struct domain *d, uint64_t address)
+{
+	struct arena *arena = domain_find_arena(d, address);
+	uint64_t offset;
+	size_t at;
+
+	if (!arena)
+		return NULL;
+	offset = address - (uintptr_t)arena->base;
+	at = run_index(arena, offset + 1); /* first run starting after offset */
+	if (at == 0)
+		return NULL;
+	if (offset >= arena->runs[at - 1]->offset + arena->runs[at - 1]->length)
+		return NULL;
+	return arena->runs[at - 1];
+}
+
 static int record(struct domain *d, struct client *owner, struct arena *arena, uint64_t offset,
 		  uint64_t length, struct allocation **ret)
 {
@@ -234,8 +298,15 @@ static int record(struct domain *d, struct client *owner, struct arena *arena, u
 	a->offset = offset;
 	a->length = length;
 	a->owner = owner;
+	LIST_INIT(&a->mrs);
 	r = u64_map_put(&d->allocations, allocation_address(a), a);
 	if (r < 0) {
+		free(a);
+		return r;
+	}
+	r = runs_add(arena, a);
+	if (r < 0) {
+		u64_map_remove(&d->allocations, allocation_address(a));
 		free(a);
 		return r;
 	}
@@ -438,7 +509,10 @@ void domain_free_allocation(struct domain *d, struct allocation *a)
 {
 	struct arena *arena = a->arena;
 
+	/* Out of the cache and deregistered before its pages go back to the kernel. */
+	mr_cache_forget(&d->cache, a);
 	u64_map_remove(&d->allocations, allocation_address(a));
+	runs_remove(arena, a);
 	LIST_REMOVE(a, owner_link);
 	a->owner->allocated_bytes -= a->length;
 	d->allocated_bytes -= a->length;

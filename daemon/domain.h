@@ -9,6 +9,7 @@
 #include <sys/queue.h>
 #include <sys/types.h>
 
+#include "mr-cache.h"
 #include "u64-map.h"
 
 struct arena;
@@ -24,6 +25,7 @@ struct allocation {
 	uint64_t offset, length;
 	struct client *owner;
 	LIST_ENTRY(allocation) owner_link;
+	LIST_HEAD(, cached_mr) mrs; /* registrations inside it */
 };
 
 struct domain {
@@ -39,6 +41,7 @@ struct domain {
 	unsigned n_arenas;
 	struct u64_map allocations; /* address -> struct allocation */
 	uint64_t allocated_bytes;
+	struct mr_cache cache;
 
 	int status_fd; /* memfd; clients map it read-only */
 	struct mrd_status_page *status;
@@ -68,6 +71,8 @@ int domain_attach_external(struct domain *d, struct client *owner, int fd, uint6
 void domain_free_allocation(struct domain *d, struct allocation *a);
 
 struct allocation *domain_find_allocation(struct domain *d, uint64_t address);
+/* The live allocation whose pages hold address, NULL when none does. */
+struct allocation *domain_allocation_containing(struct domain *d, uint64_t address);
 /* The arena holding address, NULL when it is not this domain's memory. */
 struct arena *domain_find_arena(struct domain *d, uint64_t address);
 

@@ -20,9 +20,13 @@ enum {
 	MRD_CAP_STATUS = 1u << 1,
 	MRD_CAP_EXPORT_PD = 1u << 2,
 	MRD_CAP_MEMORY = 1u << 3, /* JoinDomain, Alloc, Free, Map, Extmem*, Clients */
+	MRD_CAP_MR = 1u << 4,     /* MrLookup, Dma */
 };
 #define MRD_CAPS_SERVED \
-	((uint64_t)(MRD_CAP_PING | MRD_CAP_STATUS | MRD_CAP_EXPORT_PD | MRD_CAP_MEMORY))
+	((uint64_t)(MRD_CAP_PING | MRD_CAP_STATUS | MRD_CAP_EXPORT_PD | MRD_CAP_MEMORY | \
+		    MRD_CAP_MR))
+#define MRD_LOOKUP_BATCH_MAX 64
+#define MRD_DMA_MAX (64u << 20)
 
 /* Hard ceilings; the daemon's configured limits must stay below them. */
 #define WIRE_FRAME_MAX (1024u * 1024u)

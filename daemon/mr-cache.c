@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena.h"
+#include "domain.h"
+#include "log.h"
+#include "manager.h"
+#include "mr-cache.h"
+#include "provider.h"
+
+#define MR_TABLE_FIRST 256
+#define MR_TABLE_MAX (1u << 20)
+
+int mr_cache_init(struct mr_cache *c, struct domain *d, enum mr_policy policy)
+{
+	*c = (struct mr_cache){ .domain = d, .policy = policy };
+	LIST_INIT(&c->mrs);
+	return mr_table_init(&c->table, MR_TABLE_FIRST, MR_TABLE_MAX);
+}
+
+static void mr_free(struct mr_cache *c, struct cached_mr *mr)
+{
+	int r = provider_dereg(mr->pmr);
+
+	if (r < 0)
+		log_warning_errno(r, "domain %s: cannot deregister [0x%" PRIx64 ", 0x%" PRIx64 "): %m",
+				  c->domain->name, mr->start, mr->end);
+	c->deregistrations++;
+	free(mr);
+}
+
+void mr_cache_done(struct mr_cache *c)
+{
+	struct cached_mr *mr;
+
+	while ((mr = LIST_FIRST(&c->mrs))) {
+		LIST_REMOVE(mr, link);
+		LIST_REMOVE(mr, alloc_link);
+		mr_free(c, mr);
+	}
+	c->n_mrs = 0;
+	mr_table_done(&c->table);
+}
+
+static struct mr_entry entry_of(const struct cached_mr *mr)
+{
+	return (struct mr_entry){ mr->start, mr->end, mr->pmr->lkey, mr->pmr->rkey };
+}
+
+/* With the table overflowed, the list is the truth. */
+static const struct cached_mr *list_lookup(const struct mr_cache *c, uint64_t addr)
+{
+	const struct cached_mr *mr;
+
+	LIST_FOREACH(mr, &c->mrs, link)
+		if (addr >= mr->start && addr < mr->end)
+			return mr;
+	return NULL;
+}
+
+/* Rebuilds the table from the list, which clears an overflow when it fits again. */
+static void rebuild(struct mr_cache *c)
+{
+	const struct cached_mr *mr;
+
+	mr_table_clear(&c->table);
+	LIST_FOREACH(mr, &c->mrs, link) {
+		struct mr_entry e = entry_of(mr);
+
+		if (mr_table_insert(&c->table, &e) < 0)
+			break; /* overflow again: lookups keep walking the list */
+	}
+}
+
+/* The part of a's pages around addr that no MR covers yet (contig), or addr's page. */
+static void pick_range(const struct mr_cache *c, const struct allocation *a, uint64_t addr,
+		       uint64_t *ret_start, uint64_t *ret_end)
+{
+	uint64_t ps = a->arena->page_size, start = allocation_address(a), end = start + a->length;
+	const struct cached_mr *mr;
+
+	if (c->policy == MR_POLICY_PAGE) {
+		*ret_start = addr - (addr - start) % ps;
+		*ret_end = *ret_start + ps;
+		return;
+	}
+	/* MRs never cross allocations, so only a's own MRs can bound the run. */
+	LIST_FOREACH(mr, &a->mrs, alloc_link) {
+		if (mr->end <= addr && mr->end > start)
+			start = mr->end;
+		if (mr->start > addr && mr->start < end)
+			end = mr->start;
+	}
+	*ret_start = start;
+	*ret_end = end;
+}
+
+int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
+		    size_t why_size)
+{
+	struct domain *d = c->domain;
+	const struct config *cfg = &d->manager->config;
+	struct provider_stats ps;
+	struct cached_mr *mr;
+	struct allocation *a;
+	uint64_t start, end;
+	int r;
+
+	c->lookups++;
+	if (!c->table.overflow) {
+		const struct mr_entry *e = mr_table_lookup(&c->table, addr);
+
+		if (e) {
+			*ret = *e;
+			return 0;
+		}
+	} else {
+		const struct cached_mr *hit = list_lookup(c, addr);
+
+		if (hit) {
+			*ret = entry_of(hit);
+			return 0;
+		}
+	}
+
+	c->misses++;
+	a = domain_allocation_containing(d, addr);
+	if (!a) {
+		snprintf(why, why_size, "0x%" PRIx64 " is not in memory allocated in domain %s",
+			 addr, d->name);
+		return -ENOENT;
+	}
+	pick_range(c, a, addr, &start, &end);
+
+	provider_stats(d->provider, &ps);
+	if (ps.pinned_bytes + (end - start) > cfg->quota_pinned_bytes) {
+		snprintf(why, why_size, "quota.pinned_bytes (%" PRIu64 ") would be exceeded in domain "
+			 "%s: %" PRIu64 " pinned, %" PRIu64 " more asked", cfg->quota_pinned_bytes,
+			 d->name, ps.pinned_bytes, end - start);
+		return -EDQUOT;
+	}
+
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return -ENOMEM;
+	r = provider_reg(d->pd, (void *)(uintptr_t)start, end - start, start, MR_CACHE_ACCESS,
+			 &mr->pmr);
+	if (r < 0) {
+		free(mr);
+		snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s", start,
+			 end, strerror(-r));
+		return r;
+	}
+	mr->allocation = a;
+	mr->start = start;
+	mr->end = end;
+	LIST_INSERT_HEAD(&c->mrs, mr, link);
+	LIST_INSERT_HEAD(&a->mrs, mr, alloc_link);
+	c->n_mrs++;
+	c->registrations++;
+	*ret = entry_of(mr);
+	if (!c->table.overflow)
+		(void)mr_table_insert(&c->table, ret); /* on overflow the list serves */
+	domain_update_status(d);
+	return 0;
+}
+
+void mr_cache_forget(struct mr_cache *c, struct allocation *a)
+{
+	struct cached_mr *mr;
+	bool any = false;
+
+	/* Out of every lookup first: no key for this memory is handed out from here on. */
+	LIST_FOREACH(mr, &a->mrs, alloc_link) {
+		if (!c->table.overflow)
+			(void)mr_table_remove(&c->table, mr->start);
+		LIST_REMOVE(mr, link);
+		c->n_mrs--;
+		any = true;
+	}
+	if (any && c->table.overflow)
+		rebuild(c);
+	/* Then the device lets go of the pages. */
+	while ((mr = LIST_FIRST(&a->mrs))) {
+		LIST_REMOVE(mr, alloc_link);
+		mr_free(c, mr);
+	}
+}

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/* A domain's global MR cache (DPDK's algorithm, in the daemon): a list of MRs and a sorted
+ * table that maps an address to its keys. A miss registers by policy — contig: the whole run
+ * of the allocation around the address, minus what other MRs cover; page: the page alone —
+ * through the provider ops. An MR never spans two allocations, so freeing an allocation
+ * retires exactly its MRs: out of the table first, deregistered after. */
+#pragma once
+
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "mr-table.h"
+
+struct allocation;
+struct domain;
+struct provider_mr;
+
+enum mr_policy { MR_POLICY_CONTIG, MR_POLICY_PAGE };
+
+/* Access of every MR the cache makes: whatever a peer may do to a client's buffers. */
+#define MR_CACHE_ACCESS \
+	(MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ | \
+	 MRD_ACCESS_REMOTE_ATOMIC)
+
+struct cached_mr {
+	LIST_ENTRY(cached_mr) link;       /* the cache's */
+	LIST_ENTRY(cached_mr) alloc_link; /* its allocation's */
+	struct allocation *allocation;
+	uint64_t start, end;
+	struct provider_mr *pmr;
+};
+
+struct mr_cache {
+	struct domain *domain;
+	enum mr_policy policy;
+	LIST_HEAD(, cached_mr) mrs;
+	unsigned n_mrs;
+	struct mr_table table;
+	uint64_t lookups, misses, registrations, deregistrations;
+};
+
+int mr_cache_init(struct mr_cache *c, struct domain *d, enum mr_policy policy);
+/* Deregisters every MR. */
+void mr_cache_done(struct mr_cache *c);
+
+/* The keys for addr, registering on a miss. -ENOENT (why says so) when addr is not in a live
+ * allocation of the domain; -EDQUOT when registering would pass quota.pinned_bytes. */
+int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
+		    size_t why_size);
+
+/* An allocation is going: its MRs leave the table, then are deregistered. */
+void mr_cache_forget(struct mr_cache *c, struct allocation *a);

@@ -1,0 +1,321 @@
+/* SPDX-License-Identifier: MIT */
+/* The global MR cache in-process: keys for allocated memory, registration by policy, keys
+ * checked by soft DMA, retirement on free, the pinned quota and the table's overflow path. */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "domain.h"
+#include "manager.h"
+#include "provider.h"
+#include "status-page.h"
+#include "test-daemon.h"
+#include "check-run.h"
+
+#define MiB (1ull << 20)
+
+static void start_with(const char *a)
+{
+	const char *settings[] = { "memory.window_size=4G", "memory.arena_size=64M",
+				   "memory.hugepages=no", a, NULL };
+
+	td_start(settings);
+}
+
+static void setup(void) { start_with(NULL); }
+static void teardown(void) { td_stop(); }
+
+static uint64_t alloc(int fd, uint64_t id, uint64_t size)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__AllocRequest a = MRD__ALLOC_REQUEST__INIT;
+	Mrd__Response *resp;
+	int fds[WIRE_FDS_MAX];
+	size_t n;
+	uint64_t addr;
+
+	a.size = size;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_ALLOC;
+	req.alloc = &a;
+	td_send_request(fd, &req, NULL, 0);
+	resp = td_expect_fds(fd, id, 0, fds, &n);
+	addr = resp->alloc->address;
+	for (size_t i = 0; i < n; i++)
+		close(fds[i]);
+	mrd__response__free_unpacked(resp, NULL);
+	return addr;
+}
+
+static void free_mem(int fd, uint64_t id, uint64_t addr)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__FreeRequest f = MRD__FREE_REQUEST__INIT;
+
+	f.address = addr;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_FREE;
+	req.free = &f;
+	td_send_request(fd, &req, NULL, 0);
+	td_expect_free(fd, id, 0);
+}
+
+/* MrLookup of n addresses; entries copied to out. Returns the reply status. */
+static int lookup(int fd, uint64_t id, const uint64_t *addrs, size_t n, int error,
+		  Mrd__MrEntry *out)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MrLookupRequest q = MRD__MR_LOOKUP_REQUEST__INIT;
+	Mrd__Response *resp;
+
+	q.addresses = (uint64_t *)addrs;
+	q.n_addresses = n;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;
+	req.mr_lookup = &q;
+	td_send_request(fd, &req, NULL, 0);
+	resp = td_expect(fd, id, error);
+	if (!error) {
+		ck_assert_uint_eq(resp->mr_lookup->n_entries, n);
+		for (size_t i = 0; i < n; i++)
+			out[i] = *resp->mr_lookup->entries[i];
+	}
+	mrd__response__free_unpacked(resp, NULL);
+	return error;
+}
+
+static void dma(int fd, uint64_t id, unsigned op, const Mrd__MrEntry *l, uint64_t laddr,
+		const Mrd__MrEntry *rm, uint64_t raddr, uint64_t len, int error)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__DmaRequest q = MRD__DMA_REQUEST__INIT;
+
+	q.op = op;
+	q.lkey = l->lkey;
+	q.laddr = laddr;
+	q.rkey = rm->rkey;
+	q.raddr = raddr;
+	q.length = len;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_DMA;
+	req.dma = &q;
+	td_send_request(fd, &req, NULL, 0);
+	td_expect_free(fd, id, error);
+}
+
+START_TEST(test_contig_lookup_and_dma)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c);
+	uint64_t a = alloc(fd, 2, 3 * MiB), b = alloc(fd, 3, 1 * MiB), addrs[3];
+	Mrd__MrEntry e[3];
+	struct mr_cache *cache;
+
+	addrs[0] = a + 5;
+	addrs[1] = a + 3 * MiB - 1;
+	addrs[2] = b + 4096;
+	lookup(fd, 4, addrs, 3, 0, e);
+	cache = &c->domain->cache;
+	/* contig: the whole allocation, once. */
+	ck_assert_uint_eq(e[0].start, a);
+	ck_assert_uint_eq(e[0].end, a + 3 * MiB);
+	ck_assert_uint_eq(e[1].lkey, e[0].lkey);
+	ck_assert_uint_eq(e[2].start, b);
+	ck_assert_uint_eq(cache->registrations, 2);
+	ck_assert_uint_eq(cache->misses, 2);
+	ck_assert_uint_eq(cache->lookups, 3);
+
+	/* The keys reach exactly the bytes they should. */
+	memcpy((void *)(uintptr_t)(a + 100), "through the keys", 17);
+	dma(fd, 5, PROVIDER_DMA_WRITE, &e[0], a + 100, &e[2], b + 4000, 17, 0);
+	ck_assert_str_eq((char *)(uintptr_t)(b + 4000), "through the keys");
+	dma(fd, 6, PROVIDER_DMA_WRITE, &e[0], a + 100, &e[2], b + 1 * MiB - 8, 17, EFAULT);
+	dma(fd, 7, 9, &e[0], a, &e[2], b, 1, EINVAL);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_free_retires_keys)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c);
+	uint64_t a = alloc(fd, 2, 1 * MiB), b = alloc(fd, 3, 1 * MiB), gen;
+	Mrd__MrEntry ea, eb, again;
+	struct provider_stats ps;
+
+	lookup(fd, 4, &a, 1, 0, &ea);
+	lookup(fd, 5, &b, 1, 0, &eb);
+	provider_stats(c->domain->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 2);
+	ck_assert_uint_eq(ps.pinned_bytes, 2 * MiB);
+	gen = c->domain->status->generation;
+
+	free_mem(fd, 6, b);
+	provider_stats(c->domain->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 1);
+	ck_assert_uint_eq(ps.pinned_bytes, 1 * MiB);
+	ck_assert_uint_gt(c->domain->status->generation, gen);
+	ck_assert_uint_eq(c->domain->cache.deregistrations, 1);
+	/* The old key is dead, and the address is nobody's now. */
+	dma(fd, 7, PROVIDER_DMA_WRITE, &ea, a, &eb, b, 8, ENOKEY);
+	lookup(fd, 8, &b, 1, ENOENT, NULL);
+	/* Memory handed out again at the same place gets a new registration. */
+	ck_assert_uint_eq(alloc(fd, 9, 1 * MiB), b);
+	lookup(fd, 10, &b, 1, 0, &again);
+	ck_assert_uint_ne(again.rkey, eb.rkey);
+	close(fd);
+	td_pump();
+	ck_assert_uint_eq(td_manager->n_domains, 0);
+}
+END_TEST
+
+START_TEST(test_bad_lookups)
+{
+	int fd = td_hello_client(1000, NULL), other = td_hello_client(2000, NULL);
+	uint64_t a = alloc(fd, 2, 4096), many[65];
+	Mrd__MrEntry e;
+
+	lookup(fd, 3, &many[0], 0, EINVAL, NULL);
+	for (int i = 0; i < 65; i++)
+		many[i] = a;
+	lookup(fd, 4, many, 65, EINVAL, NULL);
+	many[0] = 0x1000;
+	lookup(fd, 5, many, 1, ENOENT, NULL);
+	many[0] = a + 4096; /* past the allocation's last page */
+	lookup(fd, 6, many, 1, ENOENT, NULL);
+	lookup(other, 2, &a, 1, ENOENT, &e); /* another domain's memory: no key */
+	close(fd);
+	close(other);
+}
+END_TEST
+
+START_TEST(test_page_policy)
+{
+	int fd;
+	uint64_t a, addrs[2];
+	Mrd__MrEntry e[2];
+
+	td_stop();
+	start_with("cache.policy=page");
+	fd = td_hello_client(1000, NULL);
+	a = alloc(fd, 2, 64 * 1024);
+	addrs[0] = a + 5000;
+	addrs[1] = a + 9000;
+	lookup(fd, 3, addrs, 2, 0, e);
+	ck_assert_uint_eq(e[0].start, a + 4096);
+	ck_assert_uint_eq(e[0].end, a + 8192);
+	ck_assert_uint_eq(e[1].start, a + 8192);
+	ck_assert_uint_ne(e[1].lkey, e[0].lkey);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_contig_around_existing)
+{
+	int fd;
+	uint64_t a, addrs[1];
+	Mrd__MrEntry e;
+
+	/* A page MR in the middle, then contig around it: only the uncovered run. */
+	td_stop();
+	start_with("cache.policy=page");
+	fd = td_hello_client(1000, NULL);
+	a = alloc(fd, 2, 16 * 4096);
+	addrs[0] = a + 8 * 4096;
+	lookup(fd, 3, addrs, 1, 0, &e);
+	td_manager->domains.lh_first->cache.policy = MR_POLICY_CONTIG;
+	addrs[0] = a + 4096;
+	lookup(fd, 4, addrs, 1, 0, &e);
+	ck_assert_uint_eq(e.start, a);
+	ck_assert_uint_eq(e.end, a + 8 * 4096);
+	addrs[0] = a + 12 * 4096;
+	lookup(fd, 5, addrs, 1, 0, &e);
+	ck_assert_uint_eq(e.start, a + 9 * 4096);
+	ck_assert_uint_eq(e.end, a + 16 * 4096);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_pinned_quota)
+{
+	int fd;
+	uint64_t a, b;
+	Mrd__MrEntry e;
+	Mrd__Response *resp;
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MrLookupRequest q = MRD__MR_LOOKUP_REQUEST__INIT;
+
+	td_stop();
+	start_with("quota.pinned_bytes=1M");
+	fd = td_hello_client(1000, NULL);
+	a = alloc(fd, 2, 768 * 1024);
+	b = alloc(fd, 3, 512 * 1024);
+	lookup(fd, 4, &a, 1, 0, &e);
+	q.addresses = &b;
+	q.n_addresses = 1;
+	req.id = 5;
+	req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;
+	req.mr_lookup = &q;
+	td_send_request(fd, &req, NULL, 0);
+	resp = td_expect(fd, 5, EDQUOT);
+	ck_assert_ptr_nonnull(strstr(resp->message, "quota.pinned_bytes (1048576)"));
+	mrd__response__free_unpacked(resp, NULL);
+	free_mem(fd, 6, a); /* unpinned: now it fits */
+	lookup(fd, 7, &b, 1, 0, &e);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_table_overflow)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c);
+	uint64_t addr[12];
+	Mrd__MrEntry e[12], again;
+	struct mr_cache *cache;
+
+	for (int i = 0; i < 12; i++)
+		addr[i] = alloc(fd, 10 + (uint64_t)i, 4096);
+	cache = &c->domain->cache;
+	/* A table that cannot grow past 4 entries (the sentinel and 3). */
+	mr_table_done(&cache->table);
+	ck_assert_int_eq(mr_table_init(&cache->table, 2, 4), 0);
+	lookup(fd, 31, addr, 12, 0, e);
+	ck_assert(cache->table.overflow);
+	/* Every key is still right: the list serves. */
+	for (int i = 0; i < 12; i++) {
+		ck_assert_uint_eq(e[i].start, addr[i]);
+		lookup(fd, 40 + (uint64_t)i, &addr[i], 1, 0, &again);
+		ck_assert_uint_eq(again.lkey, e[i].lkey);
+	}
+	ck_assert_uint_eq(cache->registrations, 12);
+	/* Frees rebuild; once it fits, the table serves again. */
+	for (int i = 0; i < 10; i++)
+		free_mem(fd, 60 + (uint64_t)i, addr[i]);
+	ck_assert(!cache->table.overflow);
+	ck_assert_uint_eq(cache->table.n, 3);
+	lookup(fd, 80, &addr[11], 1, 0, &again);
+	ck_assert_uint_eq(again.lkey, e[11].lkey);
+	close(fd);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("mr-cache");
+	TCase *tc = tcase_create("cache");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_contig_lookup_and_dma);
+	tcase_add_test(tc, test_free_retires_keys);
+	tcase_add_test(tc, test_bad_lookups);
+	tcase_add_test(tc, test_page_policy);
+	tcase_add_test(tc, test_contig_around_existing);
+	tcase_add_test(tc, test_pinned_quota);
+	tcase_add_test(tc, test_table_overflow);
+	suite_add_tcase(s, tc);
+	return run_suite(s);
+}
