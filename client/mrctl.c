@@ -161,11 +161,13 @@ static void print_clients(const Mrd__ClientsResponse *r)
 			       ",\"pinned_bytes\":%" PRIu64 ",\"generation\":%" PRIu64
 			       ",\"quota\":{\"clients\":%" PRIu32 ",\"allocated_bytes\":%" PRIu64
 			       ",\"allocations\":%" PRIu32 ",\"arenas\":%" PRIu32
-			       ",\"pinned_bytes\":%" PRIu64 "}}",
+			       ",\"pinned_bytes\":%" PRIu64 "},\"mrs\":%" PRIu32 ",\"lookups\":%" PRIu64
+			       ",\"misses\":%" PRIu64 ",\"table_overflow\":%s}",
 			       d->clients, d->allocated_bytes, d->allocations, d->arenas,
 			       d->pinned_bytes, d->generation, d->quota_clients,
 			       d->quota_allocated_bytes, d->quota_allocations, d->quota_arenas,
-			       d->quota_pinned_bytes);
+			       d->quota_pinned_bytes, d->mrs, d->lookups, d->misses,
+			       json_bool(d->table_overflow));
 		}
 		printf("]}\n");
 		return;
@@ -180,8 +182,9 @@ static void print_clients(const Mrd__ClientsResponse *r)
 		       *c->domain ? c->domain : "-", c->allocated_bytes, c->allocations,
 		       c->admin ? "  admin" : "");
 	}
-	printf("\n%-16s %9s %22s %16s %12s %22s %12s\n", "DOMAIN", "CLIENTS", "ALLOCATED BYTES",
-	       "ALLOCATIONS", "ARENAS", "PINNED BYTES", "GENERATION");
+	printf("\n%-16s %9s %22s %16s %12s %22s %12s %6s %10s %8s\n", "DOMAIN", "CLIENTS",
+	       "ALLOCATED BYTES", "ALLOCATIONS", "ARENAS", "PINNED BYTES", "GENERATION", "MRS",
+	       "LOOKUPS", "MISSES");
 	for (size_t i = 0; i < r->n_domains; i++) {
 		const Mrd__DomainInfo *d = r->domains[i];
 		char clients[24], alloc[48], allocs[32], arenas[24], pinned[48];
@@ -195,8 +198,9 @@ static void print_clients(const Mrd__ClientsResponse *r)
 		snprintf(arenas, sizeof(arenas), "%" PRIu32 "/%" PRIu32, d->arenas, d->quota_arenas);
 		snprintf(pinned, sizeof(pinned), "%" PRIu64 "/%" PRIu64, d->pinned_bytes,
 			 d->quota_pinned_bytes);
-		printf("%-16s %9s %22s %16s %12s %22s %12" PRIu64 "\n", d->name, clients, alloc,
-		       allocs, arenas, pinned, d->generation);
+		printf("%-16s %9s %22s %16s %12s %22s %12" PRIu64 " %6" PRIu32 " %10" PRIu64 " %8" PRIu64
+		       "%s\n", d->name, clients, alloc, allocs, arenas, pinned, d->generation, d->mrs,
+		       d->lookups, d->misses, d->table_overflow ? "  (table overflow)" : "");
 	}
 }
 

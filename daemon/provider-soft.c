@@ -15,7 +15,9 @@
 #include "pin-map.h"
 #include "provider.h"
 
-#define SOFT_INDEX_LIMIT (1u << 24)      /* indexes 1 .. 2^24 - 1; 0 is never a key */
+/* Indexes 1 .. 2^24 - 2: 0 is never a key, and index 2^24 - 1 could make 0xffffffff, which
+ * libmrd reserves for "no key" (MRD_KEY_INVALID). */
+#define SOFT_INDEX_LIMIT ((1u << 24) - 1)
 #define SOFT_MAX_MR_SIZE (1ull << 36)    /* keeps a translation table within 128 MiB */
 
 struct soft_mr;

@@ -101,6 +101,10 @@ int request_clients(struct client *c, const Mrd__Request *req, struct wire_packe
 		di[i].quota_arenas = cfg->quota_arenas;
 		di[i].quota_allocations = cfg->quota_allocations;
 		di[i].quota_clients = cfg->quota_clients;
+		di[i].mrs = d->cache.n_mrs;
+		di[i].lookups = d->cache.lookups;
+		di[i].misses = d->cache.misses;
+		di[i].table_overflow = d->cache.table.overflow;
 		dip[i] = &di[i];
 		i++;
 	}

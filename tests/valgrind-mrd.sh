@@ -9,4 +9,5 @@ set -u
 MRD_TEST_WRAPPER="$VALGRIND -q --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 --track-fds=no"
 export MRD_TEST_WRAPPER
 "$MRD_BUILDDIR/tests/test-integration" || exit 1
-exec "$MRD_BUILDDIR/tests/test-libmrd-memory"
+"$MRD_BUILDDIR/tests/test-libmrd-memory" || exit 1
+exec "$MRD_BUILDDIR/tests/test-libmrd-lookup"

@@ -7,11 +7,12 @@ passed=0 failed=0 skipped=0
 for trs in $(find tests -name '*.trs' | sort); do
 	log=${trs%.trs}.log
 	result=$(sed -n 's/^:test-result: //p' "$trs" | head -n 1)
-	checks=$(grep -E '^[0-9]+%: Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$log" 2>/dev/null | tail -n 1 || true)
+	# Every Check summary in the log (a script may run several suites).
+	checks=$(grep -E '^[0-9]+%: Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$log" 2>/dev/null || true)
 	if [ -n "$checks" ] && [ "$result" != SKIP ]; then
-		n=$(echo "$checks" | sed -E 's/.*Checks: ([0-9]+),.*/\1/')
-		f=$(echo "$checks" | sed -E 's/.*Failures: ([0-9]+),.*/\1/')
-		e=$(echo "$checks" | sed -E 's/.*Errors: ([0-9]+).*/\1/')
+		n=$(echo "$checks" | sed -E 's/.*Checks: ([0-9]+),.*/\1/' | awk '{ s += $1 } END { print s }')
+		f=$(echo "$checks" | sed -E 's/.*Failures: ([0-9]+),.*/\1/' | awk '{ s += $1 } END { print s }')
+		e=$(echo "$checks" | sed -E 's/.*Errors: ([0-9]+).*/\1/' | awk '{ s += $1 } END { print s }')
 		passed=$((passed + n - f - e))
 		failed=$((failed + f + e))
 		# A suite that crashed after its summary still fails as a whole.

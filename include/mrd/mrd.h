@@ -89,6 +89,79 @@ int mrd_extmem_attach(mrd_client *client, int fd, uint64_t offset, size_t length
  * mapping stays until the handle closes. The memfd and its data stay the caller's. */
 int mrd_extmem_detach(mrd_client *client, void *addr);
 
+/* Keys. mrd registers a domain's memory on demand and caches the registrations; a client asks
+ * for the keys of an address (a "lookup") and keeps them in its own two-level cache. */
+
+/* A registered range and its keys. */
+struct mrd_mr {
+	uintptr_t start, end; /* [start, end) */
+	uint32_t lkey, rkey;
+};
+
+/* What mrd_lookup_lkey() returns for an address it has no key for. */
+#define MRD_KEY_INVALID 0xffffffffu
+
+/*
+ * The keys of addr, asking mrd (which registers on a miss). Errors: -ENOENT when addr is not in
+ * memory allocated in the caller's domain, -EDQUOT when registering would pass the domain's
+ * pinned-bytes quota (mrd_last_error() says which).
+ */
+int mrd_mr_lookup(mrd_client *client, const void *addr, struct mrd_mr *ret);
+
+/*
+ * A lookup cache for one thread (or one queue): 8 recent entries with a most-recently-used
+ * index (the "top half"), a sorted array behind them (the "bottom half"), and the domain's
+ * generation they were filled at: when memory of the domain is freed, the next lookup flushes
+ * both. The fields are public only for the inline fast path; treat them as private.
+ */
+#define MRD_LOOKUP_TOP 8
+struct mrd_lookup_bottom;
+struct mrd_lookup {
+	uint64_t generation;
+	const volatile uint64_t *generation_ptr;
+	unsigned mru, head;
+	struct mrd_mr top[MRD_LOOKUP_TOP];
+	struct mrd_lookup_bottom *bottom;
+	mrd_client *client;
+};
+
+/* Prepares l for lookups through client (which must outlive it). */
+int mrd_lookup_init(struct mrd_lookup *l, mrd_client *client);
+/* Frees what l holds. NULL-safe. */
+void mrd_lookup_done(struct mrd_lookup *l);
+
+/* The full lookup: top half, bottom half, then mrd. Errors as mrd_mr_lookup(). */
+int mrd_lookup_mr(struct mrd_lookup *l, const void *addr, struct mrd_mr *ret);
+
+/* Out-of-line part of mrd_lookup_lkey(). */
+uint32_t mrd_lookup_lkey_slow(struct mrd_lookup *l, const void *addr);
+
+#if defined(__cplusplus) || (defined(__STDC_VERSION__) && __STDC_VERSION__ >= 199901L)
+#define MRD_INLINE static inline
+#else
+#define MRD_INLINE static __inline__
+#endif
+
+/* The lkey for addr, or MRD_KEY_INVALID (mrd_last_error() says why). The hit on the most
+ * recently used entry is inline: a load of the generation and two compares. */
+MRD_INLINE uint32_t mrd_lookup_lkey(struct mrd_lookup *l, const void *addr)
+{
+	const struct mrd_mr *e = &l->top[l->mru];
+	uintptr_t a = (uintptr_t)addr;
+
+	if (l->generation == *l->generation_ptr && a >= e->start && a < e->end)
+		return e->lkey;
+	return mrd_lookup_lkey_slow(l, addr);
+}
+
+/* Emulated DMA through keys (soft provider only; -EOPNOTSUPP on a real device): what the NIC
+ * does for an RDMA write (MRD_DMA_WRITE: local -> remote) or read (MRD_DMA_READ: remote ->
+ * local). -ENOKEY for a key that is not valid (its memory was freed), -EACCES, -EFAULT. */
+#define MRD_DMA_WRITE 0
+#define MRD_DMA_READ 1
+int mrd_dma(mrd_client *client, int op, uint32_t lkey, const void *laddr, uint32_t rkey,
+	    const void *raddr, size_t length);
+
 /* The negotiated protocol version (positive), or -EINVAL for a NULL handle. */
 int mrd_client_protocol_version(const mrd_client *client);
 

@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: MIT */
+/* libmrd's side of the datapath: asking mrd for keys, and the two-level lookup cache (DPDK's
+ * per-queue MR control): 8 recent entries with an MRU index and a round-robin victim, then a
+ * sorted array, both flushed when the domain's generation moves. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libmrd-internal.h"
+#include "mr-table.h"
+#include "mrd/mrd.h"
+
+#define MRD_EXPORT __attribute__((visibility("default")))
+
+#define BOTTOM_FIRST 256
+#define BOTTOM_MAX 65536
+
+struct mrd_lookup_bottom {
+	struct mr_table table;
+};
+
+MRD_EXPORT int mrd_mr_lookup(mrd_client *client, const void *addr, struct mrd_mr *ret)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MrLookupRequest q = MRD__MR_LOOKUP_REQUEST__INIT;
+	uint64_t address = (uintptr_t)addr;
+	Mrd__Response *resp;
+	int r;
+
+	if (!client || !ret)
+		return set_last_error(-EINVAL, "mrd_mr_lookup: NULL argument");
+	q.addresses = &address;
+	q.n_addresses = 1;
+	req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;
+	req.mr_lookup = &q;
+	r = client_call(client, &req, &resp, NULL);
+	if (r < 0)
+		return r;
+	if (resp->body_case != MRD__RESPONSE__BODY_MR_LOOKUP || resp->mr_lookup->n_entries != 1 ||
+	    address < resp->mr_lookup->entries[0]->start ||
+	    address >= resp->mr_lookup->entries[0]->end)
+		r = set_last_error(-EBADMSG, "malformed MrLookup reply");
+	else {
+		const Mrd__MrEntry *e = resp->mr_lookup->entries[0];
+
+		ret->start = (uintptr_t)e->start;
+		ret->end = (uintptr_t)e->end;
+		ret->lkey = e->lkey;
+		ret->rkey = e->rkey;
+	}
+	mrd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
+static void flush(struct mrd_lookup *l)
+{
+	memset(l->top, 0, sizeof(l->top));
+	l->mru = l->head = 0;
+	mr_table_clear(&l->bottom->table);
+}
+
+MRD_EXPORT int mrd_lookup_init(struct mrd_lookup *l, mrd_client *client)
+{
+	int r;
+
+	if (!l || !client)
+		return set_last_error(-EINVAL, "mrd_lookup_init: NULL argument");
+	memset(l, 0, sizeof(*l));
+	l->bottom = calloc(1, sizeof(*l->bottom));
+	if (!l->bottom)
+		return set_last_error(-ENOMEM, "out of memory");
+	r = mr_table_init(&l->bottom->table, BOTTOM_FIRST, BOTTOM_MAX);
+	if (r < 0) {
+		free(l->bottom);
+		l->bottom = NULL;
+		return set_last_error(r, "out of memory");
+	}
+	l->client = client;
+	l->generation_ptr = &client->status->generation;
+	l->generation = *l->generation_ptr;
+	return 0;
+}
+
+MRD_EXPORT void mrd_lookup_done(struct mrd_lookup *l)
+{
+	if (!l || !l->bottom)
+		return;
+	mr_table_done(&l->bottom->table);
+	free(l->bottom);
+	l->bottom = NULL;
+}
+
+static void top_insert(struct mrd_lookup *l, const struct mrd_mr *mr)
+{
+	l->top[l->head] = *mr;
+	l->mru = l->head;
+	l->head = (l->head + 1) % MRD_LOOKUP_TOP;
+}
+
+MRD_EXPORT int mrd_lookup_mr(struct mrd_lookup *l, const void *addr, struct mrd_mr *ret)
+{
+	uintptr_t a = (uintptr_t)addr;
+	uint64_t generation = __atomic_load_n(l->generation_ptr, __ATOMIC_ACQUIRE);
+	const struct mr_entry *e;
+	struct mr_entry fresh;
+	struct mrd_mr mr;
+	int r;
+
+	/* Memory of the domain went away since we cached: nothing cached can be trusted. */
+	if (generation != l->generation) {
+		flush(l);
+		l->generation = generation;
+	}
+	for (unsigned i = 0; i < MRD_LOOKUP_TOP; i++)
+		if (a >= l->top[i].start && a < l->top[i].end) {
+			l->mru = i;
+			*ret = l->top[i];
+			return 0;
+		}
+	e = mr_table_lookup(&l->bottom->table, a);
+	if (e) {
+		mr = (struct mrd_mr){ (uintptr_t)e->start, (uintptr_t)e->end, e->lkey, e->rkey };
+		top_insert(l, &mr);
+		*ret = mr;
+		return 0;
+	}
+
+	r = mrd_mr_lookup(l->client, addr, &mr);
+	if (r < 0)
+		return r;
+	fresh = (struct mr_entry){ mr.start, mr.end, mr.lkey, mr.rkey };
+	if (mr_table_insert(&l->bottom->table, &fresh) == -ENOSPC) {
+		/* Full at its ceiling: a cache may forget everything and start over. */
+		mr_table_clear(&l->bottom->table);
+		(void)mr_table_insert(&l->bottom->table, &fresh);
+	}
+	top_insert(l, &mr);
+	*ret = mr;
+	return 0;
+}
+
+MRD_EXPORT uint32_t mrd_lookup_lkey_slow(struct mrd_lookup *l, const void *addr)
+{
+	struct mrd_mr mr;
+
+	return mrd_lookup_mr(l, addr, &mr) < 0 ? MRD_KEY_INVALID : mr.lkey;
+}
+
+MRD_EXPORT int mrd_dma(mrd_client *client, int op, uint32_t lkey, const void *laddr,
+		       uint32_t rkey, const void *raddr, size_t length)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__DmaRequest q = MRD__DMA_REQUEST__INIT;
+	Mrd__Response *resp;
+	int r;
+
+	if (!client || (op != MRD_DMA_WRITE && op != MRD_DMA_READ))
+		return set_last_error(-EINVAL, "mrd_dma: bad argument");
+	q.op = (uint32_t)op;
+	q.lkey = lkey;
+	q.laddr = (uintptr_t)laddr;
+	q.rkey = rkey;
+	q.raddr = (uintptr_t)raddr;
+	q.length = length;
+	req.body_case = MRD__REQUEST__BODY_DMA;
+	req.dma = &q;
+	r = client_call(client, &req, &resp, NULL);
+	if (r < 0)
+		return r;
+	mrd__response__free_unpacked(resp, NULL);
+	return 0;
+}

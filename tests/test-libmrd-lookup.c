@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: MIT */
+/* libmrd's lookups against a real mrd: keys from the two-level cache, checked by emulated DMA
+ * between two processes; the generation flush; stale keys; threads looking up while memory
+ * comes and goes. */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <mrd/mrd.h>
+
+#include "test-util.h"
+#include "check-run.h"
+
+#define MiB (1ul << 20)
+
+static struct mrd_proc mrd;
+static char out[65536];
+
+static void setup(void)
+{
+	ck_assert_int_eq(mrd_proc_start(&mrd, "[memory]\nhugepages = no\narena_size = 64M\n", NULL),
+			 0);
+}
+
+static void teardown(void)
+{
+	if (mrd.pid > 0)
+		ck_assert_int_eq(mrd_proc_stop(&mrd), 0);
+}
+
+static mrd_client *connect_ok(void)
+{
+	mrd_client *c = NULL;
+
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
+	return c;
+}
+
+/* The domain's lookup counter, as mrd counts it. */
+static unsigned long daemon_lookups(void)
+{
+	char mrctl[512];
+	const char *argv[] = { test_build_path("mrctl", mrctl, sizeof(mrctl)), "--socket",
+			       mrd.socket, "--json", "clients", NULL };
+	const char *p;
+
+	ck_assert_int_eq(run_capture(argv, out, sizeof(out), (uid_t)-1), 0);
+	p = strstr(out, "\"lookups\":");
+	ck_assert_ptr_nonnull(p);
+	return strtoul(p + 10, NULL, 10);
+}
+
+START_TEST(test_cached_lookups)
+{
+	mrd_client *c = connect_ok();
+	struct mrd_lookup l;
+	struct mrd_mr mr;
+	uint8_t *p;
+	uint32_t key;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 2 * MiB, 0, 0, (void **)&p), 0);
+	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
+	key = mrd_lookup_lkey(&l, p + 10);
+	ck_assert_uint_ne(key, MRD_KEY_INVALID);
+	ck_assert_int_eq(mrd_lookup_mr(&l, p + 2 * MiB - 1, &mr), 0);
+	ck_assert_uint_eq(mr.start, (uintptr_t)p);
+	ck_assert_uint_eq(mr.end, (uintptr_t)p + 2 * MiB);
+	ck_assert_uint_eq(mr.lkey, key);
+	/* A thousand more lookups, none of which reaches mrd. */
+	for (int i = 0; i < 1000; i++)
+		ck_assert_uint_eq(mrd_lookup_lkey(&l, p + (i * 4099) % (2 * MiB)), key);
+	ck_assert_uint_eq(daemon_lookups(), 1);
+
+	/* Outside any allocation: the documented error value, and why. */
+	ck_assert_uint_eq(mrd_lookup_lkey(&l, (void *)0x1000), MRD_KEY_INVALID);
+	ck_assert_ptr_nonnull(strstr(mrd_last_error(), "not in memory allocated"));
+	mrd_lookup_done(&l);
+	mrd_lookup_done(NULL);
+	mrd_client_close(c);
+}
+END_TEST
+
+START_TEST(test_generation_flushes)
+{
+	mrd_client *a = connect_ok(), *b = connect_ok();
+	struct mrd_lookup l;
+	uint8_t *p, *q;
+	unsigned long before;
+
+	ck_assert_int_eq(mrd_mem_alloc(a, 4096, 0, 0, (void **)&p), 0);
+	ck_assert_int_eq(mrd_mem_alloc(b, 4096, 0, 0, (void **)&q), 0);
+	ck_assert_int_eq(mrd_lookup_init(&l, a), 0);
+	ck_assert_uint_ne(mrd_lookup_lkey(&l, p), MRD_KEY_INVALID);
+	ck_assert_uint_ne(mrd_lookup_lkey(&l, p), MRD_KEY_INVALID);
+	before = daemon_lookups();
+	/* Someone else frees something: the next lookup must not trust its cache. */
+	ck_assert_int_eq(mrd_mem_free(b, q), 0);
+	ck_assert_uint_ne(mrd_lookup_lkey(&l, p), MRD_KEY_INVALID);
+	ck_assert_uint_eq(daemon_lookups(), before + 1);
+	ck_assert_uint_ne(mrd_lookup_lkey(&l, p), MRD_KEY_INVALID);
+	ck_assert_uint_eq(daemon_lookups(), before + 1);
+	mrd_lookup_done(&l);
+	mrd_client_close(a);
+	mrd_client_close(b);
+}
+END_TEST
+
+/* Process B owns a buffer; process A moves bytes into it by keys alone. */
+START_TEST(test_dma_between_processes)
+{
+	int to_a[2], to_b[2];
+	uint64_t dst;
+	pid_t pid;
+	int status;
+	char go;
+
+	ck_assert_int_eq(pipe(to_a), 0);
+	ck_assert_int_eq(pipe(to_b), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		mrd_client *b = NULL;
+		char *buf;
+
+		if (mrd_client_connect(mrd.socket, &b) < 0 ||
+		    mrd_mem_alloc(b, 1 * MiB, 0, 0, (void **)&buf) < 0)
+			_exit(1);
+		dst = (uintptr_t)buf;
+		if (write(to_a[1], &dst, sizeof(dst)) != sizeof(dst) || read(to_b[0], &go, 1) != 1)
+			_exit(2);
+		_exit(strcmp(buf + 512, "moved by keys") == 0 ? 0 : 3);
+	}
+
+	{
+		mrd_client *a = connect_ok();
+		struct mrd_lookup l;
+		struct mrd_mr src_mr, dst_mr;
+		char *src;
+
+		ck_assert_int_eq(read(to_a[0], &dst, sizeof(dst)), sizeof(dst));
+		ck_assert_int_eq(mrd_mem_alloc(a, 4096, 0, 0, (void **)&src), 0);
+		strcpy(src + 100, "moved by keys");
+		ck_assert_int_eq(mrd_lookup_init(&l, a), 0);
+		ck_assert_int_eq(mrd_lookup_mr(&l, src, &src_mr), 0);
+		ck_assert_int_eq(mrd_lookup_mr(&l, (void *)(uintptr_t)(dst + 512), &dst_mr), 0);
+		ck_assert_int_eq(mrd_dma(a, MRD_DMA_WRITE, src_mr.lkey, src + 100, dst_mr.rkey,
+					 (void *)(uintptr_t)(dst + 512), 14), 0);
+		ck_assert_int_eq(write(to_b[1], "x", 1), 1);
+		ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+		ck_assert_int_eq(WEXITSTATUS(status), 0);
+
+		/* B is gone and its memory with it: its key no longer reaches anything. */
+		ck_assert_int_eq(mrd_dma(a, MRD_DMA_WRITE, src_mr.lkey, src + 100, dst_mr.rkey,
+					 (void *)(uintptr_t)(dst + 512), 14), -ENOKEY);
+		ck_assert_int_eq(mrd_dma(a, 7, 0, src, 0, src, 1), -EINVAL);
+		mrd_lookup_done(&l);
+		mrd_client_close(a);
+	}
+}
+END_TEST
+
+/* Four threads look up keys in their own caches while the main thread allocates and frees. */
+struct worker {
+	mrd_client *client;
+	uint8_t **bufs;
+	int n_bufs;
+	int failures;
+};
+
+static void *lookup_worker(void *arg)
+{
+	struct worker *w = arg;
+	struct mrd_lookup l;
+
+	if (mrd_lookup_init(&l, w->client) < 0) {
+		w->failures++;
+		return NULL;
+	}
+	for (int i = 0; i < 4000; i++) {
+		uint8_t *p = w->bufs[i % w->n_bufs] + (i * 131) % 8192;
+		struct mrd_mr mr;
+
+		if (mrd_lookup_mr(&l, p, &mr) < 0 || (uintptr_t)p < mr.start || (uintptr_t)p >= mr.end)
+			w->failures++;
+	}
+	mrd_lookup_done(&l);
+	return NULL;
+}
+
+START_TEST(test_threads_while_memory_churns)
+{
+	mrd_client *c = connect_ok(), *churn = connect_ok();
+	uint8_t *bufs[16];
+	struct worker w[4];
+	pthread_t t[4];
+
+	for (int i = 0; i < 16; i++)
+		ck_assert_int_eq(mrd_mem_alloc(c, 8192, 0, 0, (void **)&bufs[i]), 0);
+	for (int i = 0; i < 4; i++) {
+		w[i] = (struct worker){ .client = c, .bufs = bufs, .n_bufs = 16 };
+		ck_assert_int_eq(pthread_create(&t[i], NULL, lookup_worker, &w[i]), 0);
+	}
+	for (int i = 0; i < 200; i++) {
+		void *p;
+
+		ck_assert_int_eq(mrd_mem_alloc(churn, 4096 * (1 + i % 7), 0, 0, &p), 0);
+		ck_assert_int_eq(mrd_mem_free(churn, p), 0); /* each free bumps the generation */
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		ck_assert_int_eq(w[i].failures, 0);
+	}
+	mrd_client_close(churn);
+	mrd_client_close(c);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("libmrd-lookup");
+	TCase *tc = tcase_create("lookup");
+
+	signal(SIGPIPE, SIG_IGN);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_cached_lookups);
+	tcase_add_test(tc, test_generation_flushes);
+	tcase_add_test(tc, test_dma_between_processes);
+	tcase_add_test(tc, test_threads_while_memory_churns);
+	suite_add_tcase(s, tc);
+	return run_suite(s);
+}
