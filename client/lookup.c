@@ -106,6 +106,7 @@ MRD_EXPORT int mrd_lookup_mr(struct mrd_lookup *l, const void *addr, struct mrd_
 	struct mrd_mr mr;
 	int r;
 
+	l->n_slow++;
 	/* Memory of the domain went away since we cached: nothing cached can be trusted. */
 	if (generation != l->generation) {
 		flush(l);
@@ -125,6 +126,7 @@ MRD_EXPORT int mrd_lookup_mr(struct mrd_lookup *l, const void *addr, struct mrd_
 		return 0;
 	}
 
+	l->n_asked++;
 	r = mrd_mr_lookup(l->client, addr, &mr);
 	if (r < 0)
 		return r;
