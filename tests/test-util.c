@@ -77,6 +77,10 @@ int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *cons
 	/* Valgrind crawls over a multi-TiB reservation: a small window keeps it quick. */
 	if (wrapper && *wrapper)
 		fputs("[memory]\nwindow_size = 8G\n", f);
+	/* Sanitizers claim address ranges of their own (TSan the default window's): a run
+	 * under one moves the window with this, e.g. "[memory]\nwindow_base = 0x4000000000". */
+	if (getenv("MRD_TEST_CONF"))
+		fprintf(f, "%s\n", getenv("MRD_TEST_CONF"));
 	fputs(config_text ? config_text : "", f);
 	fclose(f);
 
