@@ -169,6 +169,8 @@ MRD_EXPORT int mrd_dma(mrd_client *client, int op, uint32_t lkey, const void *la
 	r = client_call(client, &req, &resp, NULL);
 	if (r < 0)
 		return r;
+	if (resp->body_case != MRD__RESPONSE__BODY_DMA)
+		r = set_last_error(-EBADMSG, "malformed Dma reply");
 	mrd__response__free_unpacked(resp, NULL);
-	return 0;
+	return r;
 }

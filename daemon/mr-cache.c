@@ -95,6 +95,12 @@ static void pick_range(const struct mr_cache *c, const struct allocation *a, uin
 		if (mr->start > addr && mr->start < end)
 			end = mr->start;
 	}
+	/* No more than the device takes in one MR: the part that starts at addr's page. */
+	if (end - start > c->domain->provider->caps.max_mr_size) {
+		start = addr - (addr - start) % ps;
+		if (end - start > c->domain->provider->caps.max_mr_size)
+			end = start + c->domain->provider->caps.max_mr_size / ps * ps;
+	}
 	*ret_start = start;
 	*ret_end = end;
 }

@@ -82,7 +82,7 @@ int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *p
 	if (k == -EOPNOTSUPP)
 		reply_set_message(r, "the %s provider does no emulated DMA", provider_name(d->provider));
 	else if (k == -ENOKEY)
-		reply_set_message(r, "a key is not valid (never handed out, or its memory was freed)");
+		reply_set_message(r, "a key is not valid: never handed out, or its memory was freed");
 	else if (k == -EACCES)
 		reply_set_message(r, "the keys do not grant this access");
 	else if (k == -EFAULT)

@@ -49,7 +49,10 @@ static int receiver(int to_sender, int from_sender)
 		fprintf(stderr, "receiver: alloc: %s\n", mrd_last_error());
 		return EXIT_FAILURE;
 	}
-	mrd_lookup_init(&l, c);
+	if (mrd_lookup_init(&l, c) < 0) {
+		fprintf(stderr, "receiver: %s\n", mrd_last_error());
+		return EXIT_FAILURE;
+	}
 	(void)mrd_lookup_lkey(&l, buf);
 	gen = mrd_client_generation(c);
 	printf("receiver (pid %d): domain %s, 1 MiB at %p, generation %" PRIu64 "\n", (int)getpid(),
@@ -116,7 +119,7 @@ static int sender(int from_receiver, int to_receiver)
 	mrd_mem_free(c, buf);
 	r = mrd_dma(c, MRD_DMA_WRITE, src.lkey, buf + 128, dst.rkey,
 		    (void *)(uintptr_t)(remote + 4096), 64);
-	printf("sender: the same DMA after free: %s (%s)\n", strerror(-r), mrd_last_error());
+	printf("sender: the same DMA after free: %s: %s\n", strerror(-r), mrd_last_error());
 	if (write(to_receiver, "x", 1) != 1)
 		return EXIT_FAILURE;
 	mrd_lookup_done(&l);
