@@ -1,0 +1,881 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * make bench, figure set "lookup": libmrd's key lookup path against hand-written baselines, in
+ * one run, interleaved (shared/PERF.md).
+ *
+ *   top-mru      mrd_lookup_lkey() (the inline fast path) on addresses in the most recently
+ *                used entry, against one compare over a single {start, end, lkey} entry
+ *   top-random8  mrd_lookup_lkey() on addresses spread at random over the 8 entries of the top
+ *                half (so 7 in 8 take the out-of-line path), against a branch-free scan of the
+ *                same 8 entries
+ *   bottom-N     mr_table_lookup() over N synthetic entries (common/mr-table.c: the table of
+ *                libmrd's bottom half, and of mrd's cache), against a branch-free binary search
+ *                over the same array. Building a bottom half of 65536 real MRs would take 65536
+ *                allocations and registrations in mrd, so the data structure is timed alone.
+ *   miss         mrd_mr_lookup() of an address whose MR mrd has cached (p50 and p99), against
+ *                a blocking SOCK_SEQPACKET echo process moving the same bytes
+ *
+ * The ns-scale rows time batches of lookups with CLOCK_MONOTONIC on one pinned CPU and divide
+ * by the batch; every batch sums the keys it got, which both keeps the compiler from dropping
+ * the lookups and checks that case and baseline found the same keys.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bench-util.h"
+#include "macro.h"
+#include "mr-table.h"
+#include "mrd/mrd.h"
+#include "test-util.h"
+#include "wire.h"
+
+#define KiB 1024u
+
+/* ns-scale rows */
+#define NS_REPS 15
+/* lookups per batch: 4..40 ms, far above the clock's grain */
+#define TOP_OPS (1024u * TOP_ADDRS)
+#define BOTTOM_OPS (16u * BOTTOM_ADDRS)
+#define TOP_ADDRS 4096u    /* addresses cycled through; 32 KiB, and random enough that the
+			    * branch predictor cannot learn the sequence */
+#define BOTTOM_ADDRS 65536u
+#define N_BUFS MRD_LOOKUP_TOP
+#define BUF_SIZE (64u * KiB)
+#define BOTTOM_STRIDE (64u * KiB) /* synthetic entries: 48 KiB ranges with 16 KiB gaps */
+#define BOTTOM_LEN (48u * KiB)
+#define BOTTOM_BASE 0x200000000000ull /* mrd's default window_base, as real entries would be */
+
+/* miss round trip */
+#define WARMUP 3000
+#define LAT_N 5000 /* round trips per case per rep: 50 samples above p99 */
+#define LAT_REPS 11
+#define LOOKUP_ID 20000 /* the raw frame's id: a 3-byte varint, as libmrd's are for most of the
+			 * run */
+#define FRAME_CAP 256
+
+#define TARGET_TOP_MRU 2.0
+#define TARGET_TOP_RANDOM 1.5
+#define TARGET_BOTTOM 1.3
+#define TARGET_P50 1.10
+#define TARGET_P99 1.25
+
+static const size_t bottom_sizes[] = { 256, 1024, 4096, 16384, 65536 };
+#define N_BOTTOM ELEMENTSOF(bottom_sizes)
+
+enum lat_case { LAT_LIBMRD, LAT_FRAME, LAT_ECHO, LAT_EPOLL, N_LAT };
+static const char *const lat_names[N_LAT] = { "mrd_mr_lookup->mrd", "frame->mrd",
+					      "blocking-echo", "epoll-echo" };
+
+/* The baseline's entry: what one cache slot needs, nothing else. */
+struct flat_entry {
+	uintptr_t start, end;
+	uint32_t lkey;
+};
+
+struct ns_row {
+	double ns_case[NS_REPS], ns_base[NS_REPS]; /* per lookup */
+};
+
+struct bench {
+	struct mrd_proc mrd;
+	char dir[64];
+	struct echo_server echo, epoll;
+	mrd_client *client;
+	struct mrd_lookup l;
+	bool lookup_ready;
+	uint8_t *buf[N_BUFS];
+	struct mrd_mr mr[N_BUFS]; /* what mrd answered for each buffer */
+
+	uint8_t req[FRAME_CAP];
+	size_t req_len, reply_len;
+	int fd[N_LAT]; /* raw connections of the frame and echo cases */
+
+	int cpu;       /* the ns-scale rows run pinned here */
+	bool pinned2;  /* CPUs 0 and 1 are ours: the round trip ran client on 0, servers on 1 */
+	struct ns_row top_mru, top_random, bottom[N_BOTTOM];
+	uint64_t p50[N_LAT][LAT_REPS], p99[N_LAT][LAT_REPS];
+};
+
+/* A small fixed-seed generator: the same addresses every run. */
+static uint64_t rng_next(uint64_t *s)
+{
+	uint64_t x = *s;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return *s = x;
+}
+
+/* Everything the compiler knows about memory is void here: loaded again after it. Both case and
+ * baseline loops run it once per lookup, so neither may keep its entries in registers across
+ * lookups (a real cache is memory other code writes). */
+#define RELOAD_BARRIER(p) __asm__ volatile("" : : "r"(p) : "memory")
+
+/*
+ * The timed loops. Each is noinline so that case and baseline are compiled alone, not merged or
+ * specialised together, and each sums the keys so no lookup is dead code. Each starts on a
+ * cache line, so that code added elsewhere in this file cannot move a loop across a line: at
+ * ~1 ns a lookup, that alone moved the one-entry baseline by up to 40% between builds.
+ */
+#define TIMED __attribute__((noinline, aligned(64)))
+static TIMED uint64_t loop_lkey(struct mrd_lookup *l, const uintptr_t *addrs, size_t ops)
+{
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < ops; i++) {
+		RELOAD_BARRIER(l);
+		sum += mrd_lookup_lkey(l, (const void *)addrs[i & (TOP_ADDRS - 1)]);
+	}
+	return sum;
+}
+
+/* PERF.md's "one L1 compare loop over a single entry". */
+static TIMED uint64_t loop_one_entry(const struct flat_entry *e, const uintptr_t *addrs,
+				      size_t ops)
+{
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < ops; i++) {
+		uintptr_t a = addrs[i & (TOP_ADDRS - 1)];
+		uint32_t key = MRD_KEY_INVALID;
+
+		RELOAD_BARRIER(e);
+		for (unsigned j = 0; j < 1; j++)
+			if (a >= e[j].start && a < e[j].end) {
+				key = e[j].lkey;
+				break;
+			}
+		sum += key;
+	}
+	return sum;
+}
+
+/* A scan with no data-dependent branch: every entry is compared and the hit's key masked in.
+ * One unsigned compare per entry (a - start < end - start holds exactly when start <= a < end)
+ * keeps it to a few instructions an entry: a strong baseline, not a strawman. The mask, not a
+ * ?:, because GCC turns the ?: back into a branch. */
+static TIMED uint64_t loop_scan8(const struct mrd_mr *top, const uintptr_t *addrs, size_t ops)
+{
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < ops; i++) {
+		uintptr_t a = addrs[i & (TOP_ADDRS - 1)];
+		uint32_t keys = 0, hits = 0;
+
+		RELOAD_BARRIER(top);
+		/* At most one entry hits, so OR-ing the masked keys is the hit's key, and the
+		 * entries' compares stay independent of each other. */
+#pragma GCC unroll 8
+		for (unsigned j = 0; j < MRD_LOOKUP_TOP; j++) {
+			uint32_t hit = -(uint32_t)(a - top[j].start < top[j].end - top[j].start);
+
+			keys |= top[j].lkey & hit;
+			hits |= hit;
+		}
+		sum += keys | ~hits; /* MRD_KEY_INVALID when none hit */
+	}
+	return sum;
+}
+
+/* The classic branch-free lower bound: the half is chosen with a conditional move, so the only
+ * branch is the loop's, whose count depends on n alone. Entry 0 is the sentinel, so base never
+ * leaves the array. noinline, as mr_table_lookup() is a call from libmrd too. */
+static TIMED const struct mr_entry *bsearch_branchfree(const struct mr_table *t, uint64_t addr)
+{
+	const struct mr_entry *base = t->e;
+	size_t n = t->n;
+
+	while (n > 1) {
+		size_t half = n / 2;
+
+		base = base[half].start <= addr ? base + half : base;
+		n -= half;
+	}
+	return addr < base->end ? base : NULL;
+}
+
+static TIMED uint64_t loop_table(const struct mr_table *t, const uint64_t *addrs, size_t ops)
+{
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < ops; i++) {
+		const struct mr_entry *e = mr_table_lookup(t, addrs[i & (BOTTOM_ADDRS - 1)]);
+
+		sum += e ? e->lkey : MRD_KEY_INVALID;
+	}
+	return sum;
+}
+
+static TIMED uint64_t loop_bsearch(const struct mr_table *t, const uint64_t *addrs, size_t ops)
+{
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < ops; i++) {
+		const struct mr_entry *e = bsearch_branchfree(t, addrs[i & (BOTTOM_ADDRS - 1)]);
+
+		sum += e ? e->lkey : MRD_KEY_INVALID;
+	}
+	return sum;
+}
+
+/* Pins pid (0: the calling thread) to cpu, or lets it run anywhere when cpu < 0. */
+static int pin(pid_t pid, int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	if (cpu < 0)
+		for (int i = 0; i < CPU_SETSIZE; i++)
+			CPU_SET(i, &set);
+	else
+		CPU_SET(cpu, &set);
+	return sched_setaffinity(pid, sizeof(set), &set) < 0 ? negative_errno() : 0;
+}
+
+/* CPU 0 when it is ours, else the first that is; sets *ret_both when 0 and 1 are both ours. */
+static int pick_cpu(bool *ret_both)
+{
+	cpu_set_t set;
+
+	*ret_both = false;
+	if (sched_getaffinity(0, sizeof(set), &set) < 0)
+		return -1;
+	*ret_both = CPU_ISSET(0, &set) && CPU_ISSET(1, &set);
+	for (int i = 0; i < CPU_SETSIZE; i++)
+		if (CPU_ISSET(i, &set))
+			return i;
+	return -1;
+}
+
+static int check_sums(const char *row, uint64_t got, uint64_t want)
+{
+	if (got == want)
+		return 0;
+	fprintf(stderr, "bench-lookup: %s: keys summed to %llu, expected %llu\n", row,
+		(unsigned long long)got, (unsigned long long)want);
+	return -EBADMSG;
+}
+
+/* Random addresses inside buffer `only` (or inside any of the buffers when only < 0). */
+static void top_addrs(const struct bench *b, int only, uintptr_t *addrs, uint64_t *ret_want)
+{
+	uint64_t s = 0x9e3779b97f4a7c15ull + (uint64_t)(only + 1), want = 0;
+
+	for (size_t i = 0; i < TOP_ADDRS; i++) {
+		unsigned k = only >= 0 ? (unsigned)only : (unsigned)(rng_next(&s) % N_BUFS);
+
+		addrs[i] = (uintptr_t)b->buf[k] + rng_next(&s) % BUF_SIZE;
+		want += b->mr[k].lkey;
+	}
+	/* The loops run ops lookups over the array ops / TOP_ADDRS times. */
+	*ret_want = want * (TOP_OPS / TOP_ADDRS);
+}
+
+static int bench_top(struct bench *b)
+{
+	_cleanup_free_ uintptr_t *addrs = malloc(TOP_ADDRS * sizeof(*addrs));
+	struct flat_entry one;
+	uint64_t want, got;
+	int r;
+
+	if (!addrs)
+		return -ENOMEM;
+	_Static_assert(TOP_OPS % TOP_ADDRS == 0, "whole passes over the addresses");
+
+	/* Row 1: buffer 3 is the MRU entry (its last lookup went through the top half). */
+	if (mrd_lookup_lkey(&b->l, b->buf[3]) != b->mr[3].lkey)
+		return -EBADMSG;
+	one = (struct flat_entry){ b->mr[3].start, b->mr[3].end, b->mr[3].lkey };
+	top_addrs(b, 3, addrs, &want);
+	r = check_sums("top-mru", loop_lkey(&b->l, addrs, TOP_OPS), want); /* warm-up */
+	if (r >= 0)
+		r = check_sums("top-mru baseline", loop_one_entry(&one, addrs, TOP_OPS), want);
+	for (int rep = 0; rep < NS_REPS && r >= 0; rep++)
+		/* Alternate which runs first, so neither always follows the other. */
+		for (int j = 0; j < 2 && r >= 0; j++) {
+			uint64_t t0 = bench_now_ns();
+
+			if ((rep + j) % 2 == 0) {
+				got = loop_lkey(&b->l, addrs, TOP_OPS);
+				b->top_mru.ns_case[rep] = (double)(bench_now_ns() - t0) / TOP_OPS;
+			} else {
+				got = loop_one_entry(&one, addrs, TOP_OPS);
+				b->top_mru.ns_base[rep] = (double)(bench_now_ns() - t0) / TOP_OPS;
+			}
+			r = check_sums("top-mru", got, want);
+		}
+	if (r < 0)
+		return r;
+
+	/* Row 2: all 8 buffers, at random. */
+	top_addrs(b, -1, addrs, &want);
+	r = check_sums("top-random8", loop_lkey(&b->l, addrs, TOP_OPS), want);
+	if (r >= 0)
+		r = check_sums("top-random8 baseline", loop_scan8(b->l.top, addrs, TOP_OPS), want);
+	for (int rep = 0; rep < NS_REPS && r >= 0; rep++)
+		for (int j = 0; j < 2 && r >= 0; j++) {
+			uint64_t t0 = bench_now_ns();
+
+			if ((rep + j) % 2 == 0) {
+				got = loop_lkey(&b->l, addrs, TOP_OPS);
+				b->top_random.ns_case[rep] = (double)(bench_now_ns() - t0) / TOP_OPS;
+			} else {
+				got = loop_scan8(b->l.top, addrs, TOP_OPS);
+				b->top_random.ns_base[rep] = (double)(bench_now_ns() - t0) / TOP_OPS;
+			}
+			r = check_sums("top-random8", got, want);
+		}
+	return r;
+}
+
+/* n synthetic entries, inserted in order (so each insert appends), and random addresses that
+ * hit them. */
+static int bottom_build(struct mr_table *t, size_t n, uint64_t *addrs, uint64_t *ret_want)
+{
+	uint64_t s = 0x2545f4914f6cdd1dull + n, want = 0;
+	int r = mr_table_init(t, n + 1, 0);
+
+	for (size_t i = 0; i < n && r >= 0; i++) {
+		struct mr_entry e = { BOTTOM_BASE + i * BOTTOM_STRIDE,
+				      BOTTOM_BASE + i * BOTTOM_STRIDE + BOTTOM_LEN,
+				      (uint32_t)(i * 2654435761u) >> 1, (uint32_t)i };
+
+		r = mr_table_insert(t, &e);
+	}
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < BOTTOM_ADDRS; i++) {
+		size_t k = rng_next(&s) % n;
+
+		addrs[i] = BOTTOM_BASE + k * BOTTOM_STRIDE + rng_next(&s) % BOTTOM_LEN;
+		want += t->e[k + 1].lkey;
+	}
+	*ret_want = want * (BOTTOM_OPS / BOTTOM_ADDRS);
+	return 0;
+}
+
+static int bench_bottom(struct bench *b)
+{
+	_cleanup_free_ uint64_t *addrs = malloc(BOTTOM_ADDRS * sizeof(*addrs));
+	int r = 0;
+
+	if (!addrs)
+		return -ENOMEM;
+	_Static_assert(BOTTOM_OPS % BOTTOM_ADDRS == 0, "whole passes over the addresses");
+	for (size_t i = 0; i < N_BOTTOM && r >= 0; i++) {
+		struct mr_table t;
+		char row[32];
+		uint64_t want, got;
+
+		snprintf(row, sizeof(row), "bottom-%zu", bottom_sizes[i]);
+		r = bottom_build(&t, bottom_sizes[i], addrs, &want);
+		if (r < 0) {
+			mr_table_done(&t);
+			return r;
+		}
+		r = check_sums(row, loop_table(&t, addrs, BOTTOM_OPS), want);
+		if (r >= 0)
+			r = check_sums(row, loop_bsearch(&t, addrs, BOTTOM_OPS), want);
+		for (int rep = 0; rep < NS_REPS && r >= 0; rep++)
+			for (int j = 0; j < 2 && r >= 0; j++) {
+				uint64_t t0 = bench_now_ns();
+
+				if ((rep + j) % 2 == 0) {
+					got = loop_table(&t, addrs, BOTTOM_OPS);
+					b->bottom[i].ns_case[rep] =
+						(double)(bench_now_ns() - t0) / BOTTOM_OPS;
+				} else {
+					got = loop_bsearch(&t, addrs, BOTTOM_OPS);
+					b->bottom[i].ns_base[rep] =
+						(double)(bench_now_ns() - t0) / BOTTOM_OPS;
+				}
+				r = check_sums(row, got, want);
+			}
+		mr_table_done(&t);
+	}
+	return r;
+}
+
+static int recv_reply(int fd, uint8_t *buf, size_t cap, size_t *ret_len)
+{
+	ssize_t n;
+
+	do
+		n = recv(fd, buf, cap, 0);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return negative_errno();
+	if (n == 0)
+		return -ECONNRESET;
+	*ret_len = (size_t)n;
+	return 0;
+}
+
+/* Unpacks a reply and turns mrd's status into -errno; the caller frees *ret. */
+static int unpack_reply(const uint8_t *buf, size_t len, Mrd__Response **ret)
+{
+	Mrd__Response *resp = mrd__response__unpack(NULL, len, buf);
+
+	if (!resp)
+		return -EBADMSG;
+	if (resp->status != 0) {
+		int r = -resp->status;
+		mrd__response__free_unpacked(resp, NULL);
+		return r;
+	}
+	*ret = resp;
+	return 0;
+}
+
+static int raw_hello(int fd)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__HelloRequest hello = MRD__HELLO_REQUEST__INIT;
+	Mrd__Response *resp = NULL;
+	uint8_t buf[4096];
+	size_t len;
+	int r;
+
+	hello.min_version = MRD_PROTOCOL_VERSION_MIN;
+	hello.max_version = MRD_PROTOCOL_VERSION_MAX;
+	hello.capabilities = MRD_CAP_MR;
+	hello.client_name = (char *)"bench-lookup";
+	req.id = 1;
+	req.body_case = MRD__REQUEST__BODY_HELLO;
+	req.hello = &hello;
+	r = wire_send(fd, &req.base, WIRE_FRAME_MAX, NULL, 0, 0);
+	if (r >= 0)
+		r = recv_reply(fd, buf, sizeof(buf), &len);
+	if (r >= 0)
+		r = unpack_reply(buf, len, &resp);
+	if (r < 0)
+		return r;
+	mrd__response__free_unpacked(resp, NULL);
+	return 0;
+}
+
+/* The MrLookup frame libmrd sends for buffer 0, packed once; its reply's size is what the echoes
+ * answer. The raw connection is of the same uid, so of the same domain: mrd answers it from the
+ * same cache. */
+static int probe_lookup(struct bench *b, int fd)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MrLookupRequest q = MRD__MR_LOOKUP_REQUEST__INIT;
+	uint64_t address = (uintptr_t)b->buf[0];
+	Mrd__Response *resp = NULL;
+	uint8_t buf[FRAME_CAP];
+	int r;
+
+	q.addresses = &address;
+	q.n_addresses = 1;
+	req.id = LOOKUP_ID;
+	req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;
+	req.mr_lookup = &q;
+	b->req_len = protobuf_c_message_get_packed_size(&req.base);
+	if (b->req_len > sizeof(b->req))
+		return -EMSGSIZE;
+	protobuf_c_message_pack(&req.base, b->req);
+
+	if (send(fd, b->req, b->req_len, MSG_NOSIGNAL) < 0)
+		return negative_errno();
+	r = recv_reply(fd, buf, sizeof(buf), &b->reply_len);
+	if (r >= 0)
+		r = unpack_reply(buf, b->reply_len, &resp);
+	if (r < 0)
+		return r;
+	if (resp->id != LOOKUP_ID || resp->body_case != MRD__RESPONSE__BODY_MR_LOOKUP ||
+	    resp->mr_lookup->n_entries != 1 || resp->mr_lookup->entries[0]->lkey != b->mr[0].lkey)
+		r = -EBADMSG;
+	mrd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
+/* One timed mrd_mr_lookup() per sample, of an address mrd has the MR of; lat may be NULL
+ * (warm-up). */
+static int lat_libmrd(const struct bench *b, uint64_t *lat, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct mrd_mr mr;
+		uint64_t t0 = bench_now_ns();
+		int r = mrd_mr_lookup(b->client, b->buf[0], &mr);
+		uint64_t t1 = bench_now_ns();
+
+		if (r < 0)
+			return r;
+		if (mr.lkey != b->mr[0].lkey)
+			return -EBADMSG;
+		if (lat)
+			lat[i] = t1 - t0;
+	}
+	return 0;
+}
+
+/* One send of the request bytes and one recv of the reply per sample; the reply's length is
+ * checked so a server that answered wrongly cannot look fast. */
+static int lat_frame(const struct bench *b, int fd, uint64_t *lat, size_t n)
+{
+	uint8_t buf[FRAME_CAP];
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t t0 = bench_now_ns(), t1;
+		size_t len;
+		int r;
+
+		if (send(fd, b->req, b->req_len, MSG_NOSIGNAL) < 0)
+			return negative_errno();
+		r = recv_reply(fd, buf, sizeof(buf), &len);
+		t1 = bench_now_ns();
+		if (r < 0)
+			return r;
+		if (len != b->reply_len)
+			return -EBADMSG;
+		if (lat)
+			lat[i] = t1 - t0;
+	}
+	return 0;
+}
+
+static int lat_run(const struct bench *b, enum lat_case k, uint64_t *lat, size_t n)
+{
+	return k == LAT_LIBMRD ? lat_libmrd(b, lat, n) : lat_frame(b, b->fd[k], lat, n);
+}
+
+static int bench_miss(struct bench *b)
+{
+	_cleanup_free_ uint64_t *lat = malloc(LAT_N * sizeof(*lat));
+	int r = 0;
+
+	if (!lat)
+		return -ENOMEM;
+	/* Client on CPU 0 and every server on CPU 1, as bench-roundtrip's "split" placement: a
+	 * daemon on its own core. Otherwise the scheduler places everything. */
+	if (b->pinned2) {
+		r = pin(0, 0);
+		if (r >= 0)
+			r = pin(b->mrd.pid, 1);
+		if (r >= 0)
+			r = pin(b->echo.pid, 1);
+		if (r >= 0)
+			r = pin(b->epoll.pid, 1);
+	} else
+		r = pin(0, -1);
+	for (int k = 0; k < N_LAT && r >= 0; k++)
+		r = lat_run(b, (enum lat_case)k, NULL, WARMUP);
+	/* Rotate the order every rep so no case always runs first or last. */
+	for (int rep = 0; rep < LAT_REPS && r >= 0; rep++)
+		for (int j = 0; j < N_LAT && r >= 0; j++) {
+			enum lat_case k = (enum lat_case)((rep + j) % N_LAT);
+
+			r = lat_run(b, k, lat, LAT_N);
+			if (r < 0) {
+				fprintf(stderr, "bench-lookup: %s: %s\n", lat_names[k], strerror(-r));
+				break;
+			}
+			b->p50[k][rep] = bench_quantile(lat, LAT_N, 0.50);
+			b->p99[k][rep] = bench_quantile(lat, LAT_N, 0.99);
+		}
+	return r;
+}
+
+/* Median over reps of num/den; per_rep gets the unsorted ratios. */
+static double median_ratio(const double *num, const double *den, size_t n, double *per_rep)
+{
+	double d[NS_REPS > LAT_REPS ? NS_REPS : LAT_REPS];
+
+	for (size_t i = 0; i < n; i++)
+		per_rep[i] = d[i] = num[i] / den[i];
+	return bench_median(d, n);
+}
+
+static double median_of(const double *v, size_t n)
+{
+	double d[NS_REPS > LAT_REPS ? NS_REPS : LAT_REPS];
+
+	memcpy(d, v, n * sizeof(*v));
+	return bench_median(d, n);
+}
+
+static void print_doubles(const char *label, const double *v, size_t n)
+{
+	printf("  %s:", label);
+	for (size_t i = 0; i < n; i++)
+		printf(" %.3f", v[i]);
+	printf("\n");
+}
+
+struct summary {
+	char name[32];
+	double ratio, q1, q3, target;
+};
+
+static void add_summary(struct summary *sum, size_t *n_sum, const char *name, double ratio,
+			const double *per_rep, size_t n, double target)
+{
+	struct summary *s = &sum[(*n_sum)++];
+
+	snprintf(s->name, sizeof(s->name), "%s", name);
+	s->ratio = ratio;
+	s->target = target;
+	bench_quartiles(per_rep, n, &s->q1, &s->q3);
+}
+
+static void report_ns(const char *name, const struct ns_row *row, const char *what_case,
+		      const char *what_base, double target, struct summary *sum, size_t *n_sum)
+{
+	double per_rep[NS_REPS], ratio = median_ratio(row->ns_case, row->ns_base, NS_REPS, per_rep);
+
+	printf("%s: ratio=%.3f (case=%s baseline=%s reps=%d)\n", name, ratio, what_case, what_base,
+	       NS_REPS);
+	print_doubles("per-rep ratio", per_rep, NS_REPS);
+	printf("  raw ns per lookup, median of reps: case %.2f; baseline %.2f\n",
+	       median_of(row->ns_case, NS_REPS), median_of(row->ns_base, NS_REPS));
+	add_summary(sum, n_sum, name, ratio, per_rep, NS_REPS, target);
+}
+
+static void report_miss(const struct bench *b, struct summary *sum, size_t *n_sum)
+{
+	double p50[N_LAT][LAT_REPS], p99[N_LAT][LAT_REPS], per50[LAT_REPS], per99[LAT_REPS];
+	double per_rep[LAT_REPS], r50, r99;
+
+	for (int k = 0; k < N_LAT; k++)
+		for (int rep = 0; rep < LAT_REPS; rep++) {
+			p50[k][rep] = (double)b->p50[k][rep];
+			p99[k][rep] = (double)b->p99[k][rep];
+		}
+	printf("lookup-miss: MrLookup request %zu B, reply %zu B; %s; %d reps x %d round trips "
+	       "per case, %d warm-up, cases rotated each rep\n", b->req_len, b->reply_len,
+	       b->pinned2 ? "client on CPU 0, servers on CPU 1" : "placed by the scheduler",
+	       LAT_REPS, LAT_N, WARMUP);
+	r50 = median_ratio(p50[LAT_LIBMRD], p50[LAT_ECHO], LAT_REPS, per50);
+	printf("lookup-miss-p50: ratio=%.3f (case=mrd_mr_lookup of an address whose MR mrd has "
+	       "cached baseline=blocking SEQPACKET echo of the same bytes, separate process "
+	       "reps=%d)\n", r50, LAT_REPS);
+	print_doubles("per-rep p50 ratio", per50, LAT_REPS);
+	r99 = median_ratio(p99[LAT_LIBMRD], p99[LAT_ECHO], LAT_REPS, per99);
+	printf("lookup-miss-p99: ratio=%.3f (case=mrd_mr_lookup of an address whose MR mrd has "
+	       "cached baseline=blocking SEQPACKET echo of the same bytes, separate process "
+	       "reps=%d)\n", r99, LAT_REPS);
+	print_doubles("per-rep p99 ratio", per99, LAT_REPS);
+	printf("  raw ns, median of reps (p50 / p99):");
+	for (int k = 0; k < N_LAT; k++)
+		printf(" %s %.0f / %.0f%s", lat_names[k], median_of(p50[k], LAT_REPS),
+		       median_of(p99[k], LAT_REPS), k + 1 < N_LAT ? ";" : "\n");
+	/* Where the time goes: mrd's share against an event loop, and libmrd's own. */
+	printf("lookup-miss-daemon-p50: ratio=%.3f (case=pre-packed MrLookup frame via mrd "
+	       "baseline=epoll echo reps=%d) [informational: mrd's share]\n",
+	       median_ratio(p50[LAT_FRAME], p50[LAT_EPOLL], LAT_REPS, per_rep), LAT_REPS);
+	printf("lookup-miss-client-p50: ratio=%.3f (case=mrd_mr_lookup via mrd baseline=pre-packed "
+	       "MrLookup frame via mrd reps=%d) [informational: libmrd's protobuf-c, malloc, lock, "
+	       "poll]\n", median_ratio(p50[LAT_LIBMRD], p50[LAT_FRAME], LAT_REPS, per_rep),
+	       LAT_REPS);
+	/* PERF.md's "bare echo" could mean either server; the blocking one is the stricter, and
+	 * mrd is an epoll server. */
+	printf("lookup-miss-vs-epoll-p50: ratio=%.3f (case=mrd_mr_lookup via mrd baseline=epoll echo "
+	       "reps=%d) [informational: the target read against an event-loop echo]\n",
+	       median_ratio(p50[LAT_LIBMRD], p50[LAT_EPOLL], LAT_REPS, per_rep), LAT_REPS);
+	printf("lookup-miss-vs-epoll-p99: ratio=%.3f (case=mrd_mr_lookup via mrd baseline=epoll echo "
+	       "reps=%d) [informational]\n",
+	       median_ratio(p99[LAT_LIBMRD], p99[LAT_EPOLL], LAT_REPS, per_rep), LAT_REPS);
+	add_summary(sum, n_sum, "lookup-miss-p50", r50, per50, LAT_REPS, TARGET_P50);
+	add_summary(sum, n_sum, "lookup-miss-p99", r99, per99, LAT_REPS, TARGET_P99);
+}
+
+static void report(const struct bench *b, double busy_before)
+{
+	struct summary sum[2 + N_BOTTOM + 2];
+	long n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t n_sum = 0, held = 0;
+
+	printf("lookup: ns-scale rows pinned to CPU %d, %d reps, case and baseline alternated; "
+	       "top rows %u lookups per batch, bottom rows %u\n", b->cpu, NS_REPS, TOP_OPS,
+	       BOTTOM_OPS);
+	report_ns("lookup-top-mru", &b->top_mru,
+		  "inline mrd_lookup_lkey() on random addresses in the MRU entry",
+		  "one L1 compare loop over a single local {start,end,lkey} entry",
+		  TARGET_TOP_MRU, sum, &n_sum);
+	report_ns("lookup-top-random8", &b->top_random,
+		  "mrd_lookup_lkey() on random addresses over the 8 top-half entries (precomputed "
+		  "random array)", "branch-free scan of the same 8-entry array", TARGET_TOP_RANDOM,
+		  sum, &n_sum);
+	for (size_t i = 0; i < N_BOTTOM; i++) {
+		char name[32], what[160];
+
+		snprintf(name, sizeof(name), "lookup-bottom-%zu", bottom_sizes[i]);
+		snprintf(what, sizeof(what), "mr_table_lookup over %zu synthetic entries (common/"
+			 "mr-table.c: the table libmrd's bottom half uses), random hits",
+			 bottom_sizes[i]);
+		report_ns(name, &b->bottom[i], what,
+			  "branch-free binary search over the same sorted array", TARGET_BOTTOM, sum,
+			  &n_sum);
+	}
+	report_miss(b, sum, &n_sum);
+
+	printf("summary (targets from PERF.md: top-half MRU hit <= %.1fx one-entry compare; "
+	       "top-half random hit <= %.1fx branch-free scan; bottom half <= %.1fx branch-free "
+	       "binary search; miss round trip p50 <= %.2fx, p99 <= %.2fx bare echo):\n",
+	       TARGET_TOP_MRU, TARGET_TOP_RANDOM, TARGET_BOTTOM, TARGET_P50, TARGET_P99);
+	for (size_t i = 0; i < n_sum; i++) {
+		const struct summary *s = &sum[i];
+		bool ok = s->ratio <= s->target;
+
+		printf("  %-23s %.3f <= %.2f: %-6s (per-rep IQR %.3f..%.3f%s)\n", s->name, s->ratio,
+		       s->target, ok ? "holds" : "MISSED", s->q1, s->q3,
+		       s->q1 <= s->target && s->target <= s->q3 ? ", straddles the target: uncertain" :
+								  "");
+		held += ok;
+	}
+	printf("  %zu of %zu targets hold; %ld CPUs, %.0f%% of them busy with other work just "
+	       "before the run\n", held, n_sum, n_cpus, 100 * busy_before);
+	printf("  not measured: bottom half vs ucs_pgtable_lookup (<= 1.0x) and full client lookup "
+	       "vs ucs_rcache_get+ucs_rcache_region_put (<= 0.1x): linking UCX needs configure to "
+	       "find it (pkg-config ucx-ucs), and configure does not look for it\n");
+	if (busy_before > 0.2)
+		/* Pinning keeps us on one CPU, not others off it: every row is suspect. */
+		printf("  WARNING: the machine was busy before the run: other work shares the pinned "
+		       "CPU too, so run make bench again on an idle machine\n");
+}
+
+/* mrd, 8 buffers whose MRs fill the top half, and the raw connection that measures the
+ * MrLookup frame and its reply. */
+static int bench_setup(struct bench *b)
+{
+	static const char *const mrd_args[] = { "--log-level", "warning", NULL };
+	/* No huge pages, so the buffers are plain 4 KiB-page memory on any host; the quotas hold
+	 * the 512 KiB of buffers with room to spare. */
+	static const char config[] = "[memory]\nhugepages = no\narena_size = 64M\n"
+				     "[quota]\nallocated_bytes = 64M\npinned_bytes = 64M\n";
+	int r;
+
+	for (int k = 0; k < N_LAT; k++)
+		b->fd[k] = -1;
+	snprintf(b->dir, sizeof(b->dir), "/tmp/mrd-bench.XXXXXX");
+	if (!mkdtemp(b->dir))
+		return negative_errno();
+	r = mrd_proc_start(&b->mrd, config, mrd_args);
+	if (r < 0) {
+		fprintf(stderr, "bench-lookup: cannot start mrd (MRD_BUILDDIR=%s): %s\n",
+			getenv("MRD_BUILDDIR") ?: "(unset)", strerror(-r));
+		return r;
+	}
+
+	r = mrd_client_connect(b->mrd.socket, &b->client);
+	if (r < 0)
+		return r;
+	for (int i = 0; i < N_BUFS; i++) {
+		r = mrd_mem_alloc(b->client, BUF_SIZE, 0, 0, (void **)&b->buf[i]);
+		if (r >= 0)
+			r = mrd_mr_lookup(b->client, b->buf[i], &b->mr[i]);
+		if (r < 0) {
+			fprintf(stderr, "bench-lookup: buffer %d: %s\n", i, mrd_last_error());
+			return r;
+		}
+		/* An MR never spans two allocations (daemon/mr-cache.h): 8 buffers, 8 entries. */
+		if (b->mr[i].start > (uintptr_t)b->buf[i] ||
+		    b->mr[i].end < (uintptr_t)b->buf[i] + BUF_SIZE)
+			return -EBADMSG;
+	}
+	r = mrd_lookup_init(&b->l, b->client);
+	if (r < 0)
+		return r;
+	b->lookup_ready = true;
+	/* One lookup each fills the 8 top-half slots (round-robin victims, so none is evicted). */
+	for (int i = 0; i < N_BUFS; i++)
+		if (mrd_lookup_lkey(&b->l, b->buf[i]) != b->mr[i].lkey)
+			return -EBADMSG;
+
+	b->fd[LAT_FRAME] = raw_connect(b->mrd.socket);
+	if (b->fd[LAT_FRAME] < 0)
+		return b->fd[LAT_FRAME];
+	r = raw_hello(b->fd[LAT_FRAME]);
+	if (r >= 0)
+		r = probe_lookup(b, b->fd[LAT_FRAME]);
+	if (r < 0) {
+		fprintf(stderr, "bench-lookup: Hello/MrLookup to mrd: %s\n", strerror(-r));
+		return r;
+	}
+	return 0;
+}
+
+/* The echo servers answer with the MrLookup reply's size, known only once mrd answered. The
+ * children inherit our connections to mrd and never touch them; no thread exists yet. */
+static int bench_setup_echo(struct bench *b)
+{
+	char path[128];
+	int r;
+
+	fflush(NULL); /* the children must not print our buffered output again */
+	snprintf(path, sizeof(path), "%s/echo.sock", b->dir);
+	r = echo_server_start(&b->echo, ECHO_BLOCKING, path, b->reply_len);
+	if (r < 0)
+		return r;
+	snprintf(path, sizeof(path), "%s/epoll.sock", b->dir);
+	r = echo_server_start(&b->epoll, ECHO_EPOLL, path, b->reply_len);
+	if (r < 0)
+		return r;
+	b->fd[LAT_ECHO] = raw_connect(b->echo.path);
+	if (b->fd[LAT_ECHO] < 0)
+		return b->fd[LAT_ECHO];
+	b->fd[LAT_EPOLL] = raw_connect(b->epoll.path);
+	return b->fd[LAT_EPOLL] < 0 ? b->fd[LAT_EPOLL] : 0;
+}
+
+static void bench_teardown(struct bench *b)
+{
+	if (b->lookup_ready)
+		mrd_lookup_done(&b->l);
+	mrd_client_close(b->client);
+	for (int k = 0; k < N_LAT; k++)
+		safe_close(b->fd[k]);
+	echo_server_stop(&b->echo);
+	echo_server_stop(&b->epoll);
+	if (b->mrd.pid > 0)
+		mrd_proc_stop(&b->mrd);
+	if (b->dir[0])
+		rmdir(b->dir);
+}
+
+int main(int argc, char **argv)
+{
+	static struct bench b;
+	uint64_t t0 = bench_now_ns();
+	double busy_before = bench_cpu_busy(300);
+	int r;
+
+	if (argc > 1) {
+		fprintf(stderr, "usage: bench-lookup\n");
+		return EXIT_FAILURE;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	r = bench_setup(&b);
+	if (r >= 0)
+		r = bench_setup_echo(&b);
+	if (r < 0)
+		fprintf(stderr, "bench-lookup: setup: %s\n", strerror(-r));
+	if (r >= 0) {
+		/* The ns-scale rows: one CPU, so no migration lands inside a batch. */
+		b.cpu = pick_cpu(&b.pinned2);
+		r = b.cpu >= 0 ? pin(0, b.cpu) : -ENODEV;
+	}
+	if (r >= 0)
+		r = bench_top(&b);
+	if (r >= 0)
+		r = bench_bottom(&b);
+	if (r >= 0)
+		r = bench_miss(&b);
+	bench_teardown(&b);
+	if (r < 0) {
+		fprintf(stderr, "bench-lookup: %s\n", strerror(-r));
+		return EXIT_FAILURE;
+	}
+	report(&b, busy_before);
+	printf("  (bench-lookup took %.1f s)\n", (double)(bench_now_ns() - t0) / 1e9);
+	return EXIT_SUCCESS;
+}
