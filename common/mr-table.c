@@ -29,17 +29,19 @@ void mr_table_clear(struct mr_table *t)
 
 size_t mr_table_floor(const struct mr_table *t, uint64_t addr)
 {
-	size_t lo = 0, hi = t->n; /* e[lo].start <= addr < e[hi].start */
+	const struct mr_entry *base = t->e;
+	size_t n = t->n;
 
-	while (hi - lo > 1) {
-		size_t mid = lo + (hi - lo) / 2;
+	/* base->start <= addr always (the sentinel's 0 is), and the answer is in [base, base + n).
+	 * The step depends on n alone, so each level is a load, a compare and a conditional
+	 * move, with no index arithmetic waiting on the previous level. */
+	while (n > 1) {
+		size_t half = n / 2;
 
-		if (t->e[mid].start <= addr)
-			lo = mid;
-		else
-			hi = mid;
+		base = base[half].start <= addr ? base + half : base;
+		n -= half;
 	}
-	return lo;
+	return (size_t)(base - t->e);
 }
 
 const struct mr_entry *mr_table_lookup(const struct mr_table *t, uint64_t addr)

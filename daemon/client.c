@@ -129,8 +129,7 @@ static void client_after_flush(struct client *c, int r)
 		event_del(c->write_event);
 	else if (r == 0)
 		event_add(c->write_event, NULL);
-	if (c->n_out < c->manager->config.max_inflight)
-		client_set_reading(c, true);
+	client_resume(c);
 }
 
 static void client_on_write(evutil_socket_t fd, short what, void *userdata)
@@ -178,6 +177,16 @@ int client_send_frame(struct client *c, const uint8_t *data, size_t len, const i
 	return 0;
 }
 
+/* A paused client is not read, so its hang-up would wait for its answer; EV_CLOSED (epoll's
+ * EPOLLRDHUP) tells at once. */
+static void client_on_hangup(evutil_socket_t fd, short what, void *userdata)
+{
+	struct client *c = userdata;
+
+	log_debug("client %" PRIu64 " (pid %d) left while paused", c->id, (int)c->pid);
+	client_free(c);
+}
+
 int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool admin,
 	       const char *domain_name, struct client **ret)
 {
@@ -202,7 +211,8 @@ int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool 
 	c->read_event = event_new(m->base, fd, EV_READ | EV_PERSIST, client_on_read, c);
 	c->write_event = event_new(m->base, fd, EV_WRITE | EV_PERSIST, client_on_write, c);
 	c->drain_event = evtimer_new(m->base, client_on_write, c);
-	if (!c->read_event || !c->write_event || !c->drain_event)
+	c->hangup_event = event_new(m->base, fd, EV_CLOSED, client_on_hangup, c);
+	if (!c->read_event || !c->write_event || !c->drain_event || !c->hangup_event)
 		return -ENOMEM;
 	if (event_add(c->read_event, NULL) < 0)
 		return -EIO;
@@ -229,7 +239,10 @@ struct client *client_free(struct client *c)
 		event_free(c->write_event);
 	if (c->drain_event)
 		event_free(c->drain_event);
+	if (c->hangup_event)
+		event_free(c->hangup_event);
 	safe_close(c->fd);
+	request_mr_abandon(c); /* a worker may still finish for it: nobody to answer */
 	/* Everything it owns goes; memory of other clients stays. */
 	while (!LIST_EMPTY(&c->allocations))
 		domain_free_allocation(c->domain, LIST_FIRST(&c->allocations));
@@ -241,6 +254,21 @@ struct client *client_free(struct client *c)
 	}
 	free(c);
 	return NULL;
+}
+
+void client_pause(struct client *c)
+{
+	client_set_reading(c, false);
+	if (c->pending)
+		(void)event_add(c->hangup_event, NULL);
+}
+
+void client_resume(struct client *c)
+{
+	if (!c->pending)
+		event_del(c->hangup_event);
+	if (c->n_out < c->manager->config.max_inflight && !c->pending)
+		client_set_reading(c, true);
 }
 
 int client_get_domain(struct client *c, struct domain **ret)

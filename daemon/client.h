@@ -11,6 +11,7 @@
 #include "wire.h"
 
 struct manager;
+struct pending_lookup;
 struct event;
 
 struct out_frame {
@@ -30,6 +31,7 @@ struct client {
 	int fd;
 	struct event *read_event, *write_event;
 	struct event *drain_event; /* retries replies held back by the descriptor budget */
+	struct event *hangup_event; /* while paused: notices the client leaving */
 	unsigned fds_in_flight;    /* sent in replies the client may not have read yet */
 	bool reading;
 
@@ -48,6 +50,8 @@ struct client {
 	uint64_t allocated_bytes;
 	uint32_t *arenas_sent; /* arenas whose memfd this client has received */
 	size_t n_arenas_sent, arenas_sent_cap;
+
+	struct pending_lookup *pending; /* a request whose answer waits for a worker */
 
 	unsigned protocol_errors;
 	/* Replies not yet taken by the client: bounded by limits.requests_in_flight. */
@@ -73,6 +77,11 @@ int client_send_frame(struct client *c, const uint8_t *data, size_t len, const i
 
 /* The client's domain, acquired on first use. */
 int client_get_domain(struct client *c, struct domain **ret);
+
+/* Stops (and restarts) reading requests from c: its answers must keep their order while one
+ * waits for a worker. */
+void client_pause(struct client *c);
+void client_resume(struct client *c);
 
 /* Which arenas' memfds a client holds, so each is sent once. */
 bool client_has_arena(const struct client *c, uint32_t arena_id);

@@ -32,6 +32,8 @@ void config_init(struct config *c)
 		.quota_arenas = 64,
 		.quota_allocations = 65536,
 		.quota_clients = 256,
+		.async_bytes = 1ULL << 20,
+		.workers = 2,
 	};
 }
 
@@ -257,6 +259,10 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 				return -EINVAL;
 			return 0;
 		}
+		if (strcmp(key, "async_bytes") == 0)
+			return set_bytes(&c->async_bytes, value, 4096, UINT64_MAX);
+		if (strcmp(key, "workers") == 0)
+			return set_unsigned(&c->workers, value, 1, 64);
 	} else if (strcmp(section, "domains") == 0)
 		return add_group(c, key, value);
 	return -ENOENT;

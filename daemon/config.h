@@ -40,7 +40,9 @@ struct config {
 	enum hugepages_mode hugepages;
 
 	/* [cache] */
-	int mr_policy; /* enum mr_policy */
+	int mr_policy;        /* enum mr_policy */
+	uint64_t async_bytes; /* registrations this big or bigger run on a worker thread */
+	unsigned workers;     /* worker threads */
 
 	/* [quota], per domain */
 	uint64_t quota_allocated_bytes, quota_pinned_bytes;

@@ -51,7 +51,7 @@ static void reply_close_fds(struct reply *r)
 	r->n_fds = 0;
 }
 
-static void reply_init(struct reply *r, uint64_t id)
+void reply_init(struct reply *r, uint64_t id)
 {
 	memset(r, 0, sizeof(*r));
 	mrd__response__init(&r->resp);
@@ -59,7 +59,7 @@ static void reply_init(struct reply *r, uint64_t id)
 }
 
 /* Packs and sends r; error (negative errno or 0) becomes the status. */
-static void reply_send(struct client *c, struct reply *r, int error)
+void reply_send(struct client *c, struct reply *r, int error)
 {
 	_cleanup_free_ uint8_t *buf = NULL;
 	size_t len;
@@ -164,7 +164,9 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 		k = 0;
 	} else {
 		m->n_requests++;
-		reply_send(c, &r, type->handler(c, req, pkt, &r));
+		k = type->handler(c, req, pkt, &r);
+		if (k != -EINPROGRESS) /* else the handler answers later, itself */
+			reply_send(c, &r, k);
 		k = 0;
 	}
 

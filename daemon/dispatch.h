@@ -36,10 +36,15 @@ struct reply {
 };
 
 void reply_set_message(struct reply *r, const char *fmt, ...) _printf_(2, 3);
+void reply_init(struct reply *r, uint64_t id);
+/* Packs and sends r; error (negative errno or 0) becomes the status. Frees what r owns. */
+void reply_send(struct client *c, struct reply *r, int error);
 
 /* Takes ownership of a descriptor the request carried (so dispatch does not close it). */
 int take_request_fd(struct wire_packet *pkt, size_t i);
 
+/* Handlers return 0 or -errno for their reply, or -EINPROGRESS when they answer later
+ * themselves (a lookup waiting for a worker); the client is paused until they do. */
 typedef int (*request_handler_fn)(struct client *c, const Mrd__Request *req,
 				  struct wire_packet *pkt, struct reply *r);
 
@@ -86,3 +91,5 @@ int request_mr_lookup(struct client *c, const Mrd__Request *req, struct wire_pac
 		      struct reply *r);
 int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 		struct reply *r);
+/* The client is going: a lookup of its that waits for a worker will answer nobody. */
+void request_mr_abandon(struct client *c);

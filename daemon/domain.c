@@ -298,6 +298,7 @@ static int record(struct domain *d, struct client *owner, struct arena *arena, u
 	a->offset = offset;
 	a->length = length;
 	a->owner = owner;
+	a->serial = ++d->allocation_serial;
 	LIST_INIT(&a->mrs);
 	r = u64_map_put(&d->allocations, allocation_address(a), a);
 	if (r < 0) {

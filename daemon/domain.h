@@ -26,6 +26,7 @@ struct allocation {
 	struct client *owner;
 	LIST_ENTRY(allocation) owner_link;
 	LIST_HEAD(, cached_mr) mrs; /* registrations inside it */
+	uint64_t serial;            /* tells it from a later allocation at the same address */
 };
 
 struct domain {
@@ -42,6 +43,7 @@ struct domain {
 	struct u64_map allocations; /* address -> struct allocation */
 	uint64_t allocated_bytes;
 	struct mr_cache cache;
+	uint64_t allocation_serial;
 
 	int status_fd; /* memfd; clients map it read-only */
 	struct mrd_status_page *status;
@@ -54,6 +56,12 @@ const char *domain_name_for(const struct manager *m, uid_t uid, gid_t gid, int f
 /* The domain named name, opened on first use; the caller holds a reference. Fails with
  * -EDQUOT when it already serves quota.clients clients. */
 int domain_acquire(struct manager *m, const char *name, struct domain **ret);
+/* One more reference (a job working for the domain). */
+static inline struct domain *domain_ref(struct domain *d)
+{
+	d->n_users++;
+	return d;
+}
 /* Drops a reference; the last one closes the domain. NULL-safe; returns NULL. */
 struct domain *domain_release(struct domain *d);
 

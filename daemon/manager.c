@@ -22,6 +22,7 @@
 #include "manager.h"
 #include "time-util.h"
 #include "wire.h"
+#include "worker-pool.h"
 
 #define REFUSED_LOG_INTERVAL_USEC (5 * USEC_PER_SEC)
 
@@ -90,6 +91,9 @@ int manager_new(struct config *config, struct manager **ret)
 	m->base = event_base_new();
 	if (!m->base)
 		return -ENOMEM;
+	r = worker_pool_new(m->base, m->config.workers, &m->workers);
+	if (r < 0)
+		return log_error_errno(r, "cannot start worker threads: %m");
 
 	/* One packet at a time, plus one byte so an oversized frame shows as truncated. */
 	m->recv_buf_size = m->config.max_frame + 1;
@@ -114,6 +118,8 @@ struct manager *manager_free(struct manager *m)
 {
 	if (!m)
 		return NULL;
+	/* Jobs finish first: their completions still need clients and domains. */
+	m->workers = worker_pool_free(m->workers);
 	while (!LIST_EMPTY(&m->clients))
 		client_free(LIST_FIRST(&m->clients)); /* releases their domains */
 	provider_close(m->provider);

@@ -14,6 +14,7 @@ struct event;
 struct client;
 struct domain;
 struct provider;
+struct worker_pool;
 
 /* The daemon: owns the event loop, the configuration, the listening socket and every client. */
 struct manager {
@@ -30,6 +31,7 @@ struct manager {
 	 * own context on the same device. */
 	struct provider *provider;
 	struct window window; /* every arena of every domain lives here */
+	struct worker_pool *workers; /* slow registrations */
 	LIST_HEAD(, domain) domains;
 	unsigned n_domains;
 

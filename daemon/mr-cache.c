@@ -11,6 +11,7 @@
 #include "manager.h"
 #include "mr-cache.h"
 #include "provider.h"
+#include "worker-pool.h"
 
 #define MR_TABLE_FIRST 256
 #define MR_TABLE_MAX (1u << 20)
@@ -105,33 +106,112 @@ static void pick_range(const struct mr_cache *c, const struct allocation *a, uin
 	*ret_end = end;
 }
 
+/* Takes a fresh registration into the cache; keeps the first when two raced. */
+static struct cached_mr *adopt(struct mr_cache *c, struct allocation *a, struct provider_mr *pmr,
+			       uint64_t start, uint64_t end)
+{
+	struct cached_mr *mr = calloc(1, sizeof(*mr));
+	struct mr_entry e;
+
+	if (!mr)
+		return NULL;
+	mr->pmr = pmr;
+	mr->allocation = a;
+	mr->start = start;
+	mr->end = end;
+	LIST_INSERT_HEAD(&c->mrs, mr, link);
+	LIST_INSERT_HEAD(&a->mrs, mr, alloc_link);
+	c->n_mrs++;
+	c->registrations++;
+	e = entry_of(mr);
+	if (!c->table.overflow)
+		(void)mr_table_insert(&c->table, &e); /* on overflow the list serves */
+	domain_update_status(c->domain);
+	return mr;
+}
+
+/* The cached entry for addr, if any. */
+static bool cached(const struct mr_cache *c, uint64_t addr, struct mr_entry *ret)
+{
+	if (!c->table.overflow) {
+		const struct mr_entry *e = mr_table_lookup(&c->table, addr);
+
+		if (e)
+			*ret = *e;
+		return e != NULL;
+	} else {
+		const struct cached_mr *hit = list_lookup(c, addr);
+
+		if (hit)
+			*ret = entry_of(hit);
+		return hit != NULL;
+	}
+}
+
+/* A registration on a worker thread, for one waiting lookup. */
+struct reg_job {
+	struct work work;
+	struct domain *domain; /* held while the job lives */
+	struct mr_waiter *waiter;
+	uint64_t addr, start, end, allocation_serial;
+	struct provider_mr *pmr;
+	int result;
+};
+
+static void reg_job_run(struct work *w)
+{
+	struct reg_job *j = (struct reg_job *)w;
+
+	j->result = provider_reg(j->domain->pd, (void *)(uintptr_t)j->start, j->end - j->start,
+				 j->start, MR_CACHE_ACCESS, &j->pmr);
+}
+
+static void reg_job_done(struct work *w)
+{
+	struct reg_job *j = (struct reg_job *)w;
+	struct domain *d = j->domain;
+	struct mr_cache *c = &d->cache;
+	struct allocation *a = domain_allocation_containing(d, j->addr);
+	struct mr_entry e;
+	char why[160] = "";
+	int r = j->result;
+
+	c->pending_bytes -= j->end - j->start;
+	if (r < 0)
+		snprintf(why, sizeof(why), "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s",
+			 j->start, j->end, strerror(-r));
+	else if (!a || a->serial != j->allocation_serial) {
+		/* Freed while the worker pinned it: the registration covers nobody's memory. */
+		(void)provider_dereg(j->pmr);
+		snprintf(why, sizeof(why), "0x%" PRIx64 " was freed while it was being registered",
+			 j->addr);
+		r = -ENOENT;
+	} else if (cached(c, j->addr, &e)) {
+		(void)provider_dereg(j->pmr); /* another lookup got there first: its MR wins */
+	} else if (!adopt(c, a, j->pmr, j->start, j->end)) {
+		(void)provider_dereg(j->pmr);
+		r = -ENOMEM;
+	} else
+		e = (struct mr_entry){ j->start, j->end, j->pmr->lkey, j->pmr->rkey };
+	j->waiter->resume(j->waiter, r, r < 0 ? NULL : &e, why);
+	free(j);
+	domain_release(d);
+}
+
 int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
-		    size_t why_size)
+		    size_t why_size, struct mr_waiter *waiter)
 {
 	struct domain *d = c->domain;
 	const struct config *cfg = &d->manager->config;
+	struct provider_mr *pmr;
 	struct provider_stats ps;
-	struct cached_mr *mr;
 	struct allocation *a;
 	uint64_t start, end;
 	int r;
 
 	c->lookups++;
-	if (!c->table.overflow) {
-		const struct mr_entry *e = mr_table_lookup(&c->table, addr);
-
-		if (e) {
-			*ret = *e;
-			return 0;
-		}
-	} else {
-		const struct cached_mr *hit = list_lookup(c, addr);
-
-		if (hit) {
-			*ret = entry_of(hit);
-			return 0;
-		}
-	}
+	if (cached(c, addr, ret))
+		return 0;
 
 	c->misses++;
 	a = domain_allocation_containing(d, addr);
@@ -143,35 +223,43 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 	pick_range(c, a, addr, &start, &end);
 
 	provider_stats(d->provider, &ps);
-	if (ps.pinned_bytes + (end - start) > cfg->quota_pinned_bytes) {
+	if (ps.pinned_bytes + c->pending_bytes + (end - start) > cfg->quota_pinned_bytes) {
 		snprintf(why, why_size, "quota.pinned_bytes (%" PRIu64 ") would be exceeded in domain "
 			 "%s: %" PRIu64 " pinned, %" PRIu64 " more asked", cfg->quota_pinned_bytes,
-			 d->name, ps.pinned_bytes, end - start);
+			 d->name, ps.pinned_bytes + c->pending_bytes, end - start);
 		return -EDQUOT;
 	}
 
-	mr = calloc(1, sizeof(*mr));
-	if (!mr)
-		return -ENOMEM;
-	r = provider_reg(d->pd, (void *)(uintptr_t)start, end - start, start, MR_CACHE_ACCESS,
-			 &mr->pmr);
+	if (waiter && end - start >= cfg->async_bytes && d->manager->workers) {
+		/* Pinning this much takes long: a worker does it, and nobody waits but the asker. */
+		struct reg_job *j = calloc(1, sizeof(*j));
+
+		if (!j)
+			return -ENOMEM;
+		j->work.run = reg_job_run;
+		j->work.done = reg_job_done;
+		j->domain = domain_ref(d);
+		j->waiter = waiter;
+		j->addr = addr;
+		j->start = start;
+		j->end = end;
+		j->allocation_serial = a->serial;
+		c->pending_bytes += end - start;
+		worker_pool_submit(d->manager->workers, &j->work);
+		return -EINPROGRESS;
+	}
+
+	r = provider_reg(d->pd, (void *)(uintptr_t)start, end - start, start, MR_CACHE_ACCESS, &pmr);
 	if (r < 0) {
-		free(mr);
 		snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s", start,
 			 end, strerror(-r));
 		return r;
 	}
-	mr->allocation = a;
-	mr->start = start;
-	mr->end = end;
-	LIST_INSERT_HEAD(&c->mrs, mr, link);
-	LIST_INSERT_HEAD(&a->mrs, mr, alloc_link);
-	c->n_mrs++;
-	c->registrations++;
-	*ret = entry_of(mr);
-	if (!c->table.overflow)
-		(void)mr_table_insert(&c->table, ret); /* on overflow the list serves */
-	domain_update_status(d);
+	if (!adopt(c, a, pmr, start, end)) {
+		(void)provider_dereg(pmr);
+		return -ENOMEM;
+	}
+	*ret = (struct mr_entry){ start, end, pmr->lkey, pmr->rkey };
 	return 0;
 }
 

@@ -30,9 +30,17 @@ struct cached_mr {
 	struct provider_mr *pmr;
 };
 
+/* A lookup waiting for a registration a worker thread makes. */
+struct mr_waiter {
+	/* On the loop, once: result 0 with entry, or -errno with why. */
+	void (*resume)(struct mr_waiter *w, int result, const struct mr_entry *entry,
+		       const char *why);
+};
+
 struct mr_cache {
 	struct domain *domain;
 	enum mr_policy policy;
+	uint64_t pending_bytes; /* registrations under way on workers */
 	LIST_HEAD(, cached_mr) mrs;
 	unsigned n_mrs;
 	struct mr_table table;
@@ -44,9 +52,11 @@ int mr_cache_init(struct mr_cache *c, struct domain *d, enum mr_policy policy);
 void mr_cache_done(struct mr_cache *c);
 
 /* The keys for addr, registering on a miss. -ENOENT (why says so) when addr is not in a live
- * allocation of the domain; -EDQUOT when registering would pass quota.pinned_bytes. */
+ * allocation of the domain; -EDQUOT when registering would pass quota.pinned_bytes.
+ * With a waiter, a registration of [cache] async_bytes or more runs on a worker thread:
+ * -EINPROGRESS, and waiter->resume says how it went, later, on the loop. */
 int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
-		    size_t why_size);
+		    size_t why_size, struct mr_waiter *waiter);
 
 /* An allocation is going: its MRs leave the table, then are deregistered. */
 void mr_cache_forget(struct mr_cache *c, struct allocation *a);

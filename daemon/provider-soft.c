@@ -63,6 +63,7 @@ static int soft_open(const char *device, struct provider **ret)
 	if (!sp)
 		return -ENOMEM;
 	sp->base.ops = &provider_soft_ops;
+	pthread_mutex_init(&sp->base.lock, NULL);
 	sp->page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
 	sp->n_slots = 1;
 	pin_map_init(&sp->pins);
@@ -95,6 +96,7 @@ static void soft_close(struct provider *p)
 	pin_map_done(&sp->pins);
 	free(sp->slots);
 	free(sp->free_indexes);
+	pthread_mutex_destroy(&sp->base.lock);
 	free(sp);
 }
 

@@ -116,6 +116,7 @@ static int verbs_open(const char *device, struct provider **ret)
 		return -ENOMEM;
 	}
 	vp->base.ops = &provider_verbs_ops;
+	pthread_mutex_init(&vp->base.lock, NULL);
 	snprintf(vp->base.caps.device, sizeof(vp->base.caps.device), "%s", ibv_get_device_name(dev));
 	vp->ctx = ibv_open_device(dev);
 	r = vp->ctx ? 0 : verbs_errno();
@@ -152,6 +153,7 @@ static void verbs_close(struct provider *p)
 
 	if (vp->ctx)
 		(void)ibv_close_device(vp->ctx);
+	pthread_mutex_destroy(&vp->base.lock);
 	free(vp);
 }
 

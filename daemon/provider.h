@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 
 /* Access bits, with ibv_access_flags' meaning. */
@@ -105,6 +106,9 @@ struct provider_ops {
 struct provider {
 	const struct provider_ops *ops;
 	struct provider_caps caps;
+	/* The wrappers below hold it around every op: registrations also run on worker threads
+	 * (daemon/worker-pool.h), and no provider keeps its state thread-safe by itself. */
+	pthread_mutex_t lock;
 };
 
 extern const struct provider_ops provider_soft_ops;
@@ -136,27 +140,38 @@ static inline int provider_check_access(unsigned access)
 }
 
 /* Thin wrappers so callers read naturally; the rules every provider shares are checked here,
- * once, so the ops see only valid arguments. */
+ * once, so the ops see only valid arguments, and the provider's lock is held around each op. */
+#define PROVIDER_LOCKED(p, expr)                                  \
+	({                                                        \
+		pthread_mutex_t *_l_ = &(p)->lock;                \
+		__typeof__(expr) _r_;                             \
+		pthread_mutex_lock(_l_);                          \
+		_r_ = (expr);                                     \
+		pthread_mutex_unlock(_l_);                        \
+		_r_;                                              \
+	})
+
 static inline int provider_pd_alloc(struct provider *p, struct provider_pd **ret)
 {
-	return p->ops->pd_alloc(p, ret);
+	return PROVIDER_LOCKED(p, p->ops->pd_alloc(p, ret));
 }
 
 static inline int provider_pd_free(struct provider_pd *pd)
 {
-	return pd ? pd->provider->ops->pd_free(pd) : 0;
+	return pd ? PROVIDER_LOCKED(pd->provider, pd->provider->ops->pd_free(pd)) : 0;
 }
 
 static inline int provider_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t iova,
 			       unsigned access, struct provider_mr **ret)
 {
+	struct provider *p = pd->provider;
 	int r = provider_check_access(access);
 
 	if (r < 0)
 		return r;
-	if (length == 0 || length > pd->provider->caps.max_mr_size)
+	if (length == 0 || length > p->caps.max_mr_size)
 		return -EINVAL;
-	return pd->provider->ops->reg(pd, addr, length, iova, access, ret);
+	return PROVIDER_LOCKED(p, p->ops->reg(pd, addr, length, iova, access, ret));
 }
 
 /* Without PROVIDER_REREG_ACCESS the MR keeps its access; with it, the same rules as
@@ -164,6 +179,7 @@ static inline int provider_reg(struct provider_pd *pd, void *addr, size_t length
 static inline int provider_rereg(struct provider_mr *mr, unsigned flags, void *addr,
 				 size_t length, uint64_t iova, unsigned access)
 {
+	struct provider *p = mr->pd->provider;
 	int r;
 
 	if (flags == 0 || (flags & ~(PROVIDER_REREG_TRANSLATION | PROVIDER_REREG_ACCESS)))
@@ -175,45 +191,58 @@ static inline int provider_rereg(struct provider_mr *mr, unsigned flags, void *a
 		return r;
 	if ((access ^ mr->access) & MRD_ACCESS_ON_DEMAND)
 		return -EINVAL;
-	if ((flags & PROVIDER_REREG_TRANSLATION) &&
-	    (length == 0 || length > mr->pd->provider->caps.max_mr_size))
+	if ((flags & PROVIDER_REREG_TRANSLATION) && (length == 0 || length > p->caps.max_mr_size))
 		return -EINVAL;
-	return mr->pd->provider->ops->rereg(mr, flags, addr, length, iova, access);
+	return PROVIDER_LOCKED(p, p->ops->rereg(mr, flags, addr, length, iova, access));
 }
 
 static inline int provider_dereg(struct provider_mr *mr)
 {
-	return mr ? mr->pd->provider->ops->dereg(mr) : 0;
+	struct provider *p;
+
+	if (!mr)
+		return 0;
+	p = mr->pd->provider;
+	return PROVIDER_LOCKED(p, p->ops->dereg(mr));
 }
 
 static inline int provider_advise(struct provider_mr *mr, enum provider_advice advice,
 				  uint64_t iova, size_t length)
 {
-	return mr->pd->provider->ops->advise(mr, advice, iova, length);
+	struct provider *p = mr->pd->provider;
+
+	return PROVIDER_LOCKED(p, p->ops->advise(mr, advice, iova, length));
 }
 
 static inline int provider_export_pd(struct provider_pd *pd, int *ret_fd, uint32_t *ret_handle)
 {
-	return pd->provider->ops->export_pd(pd, ret_fd, ret_handle);
+	return PROVIDER_LOCKED(pd->provider, pd->provider->ops->export_pd(pd, ret_fd, ret_handle));
 }
 
 static inline int provider_dma(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey,
 			       uint64_t laddr, uint32_t rkey, uint64_t raddr, size_t length)
 {
-	if (!pd->provider->ops->dma)
+	struct provider *p = pd->provider;
+
+	if (!p->ops->dma)
 		return -EOPNOTSUPP;
-	return pd->provider->ops->dma(pd, op, lkey, laddr, rkey, raddr, length);
+	return PROVIDER_LOCKED(p, p->ops->dma(pd, op, lkey, laddr, rkey, raddr, length));
 }
 
 static inline int provider_invalidate(struct provider_mr *mr, uint64_t iova, size_t length)
 {
-	if (!mr->pd->provider->ops->invalidate)
+	struct provider *p = mr->pd->provider;
+
+	if (!p->ops->invalidate)
 		return 0;
-	return mr->pd->provider->ops->invalidate(mr, iova, length);
+	return PROVIDER_LOCKED(p, p->ops->invalidate(mr, iova, length));
 }
 
 static inline void provider_stats(const struct provider *p, struct provider_stats *ret)
 {
-	p->ops->stats(p, ret);
-}
+	struct provider *q = (struct provider *)p; /* the lock is not the data */
 
+	pthread_mutex_lock(&q->lock);
+	p->ops->stats(p, ret);
+	pthread_mutex_unlock(&q->lock);
+}

@@ -3,6 +3,7 @@
  * provider's emulated DMA, driven by keys alone). */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "client.h"
 #include "dispatch.h"
@@ -18,11 +19,103 @@ static int joined_domain(struct client *c, struct reply *r, struct domain **ret)
 	return k;
 }
 
+/* A lookup of several addresses; it waits, whole, while a worker registers for one of them. */
+struct pending_lookup {
+	struct mr_waiter waiter; /* first: the cache hands it back */
+	struct client *client;   /* NULL once the client left */
+	uint64_t id;
+	size_t n, next;
+	uint64_t *addrs;
+	struct mr_entry *entries;
+};
+
+static void pending_free(struct pending_lookup *p)
+{
+	free(p->addrs);
+	free(p->entries);
+	free(p);
+}
+
+/* Looks up from p->next on; -EINPROGRESS when it has to wait. */
+static int lookup_run(struct pending_lookup *p, char *why, size_t why_size)
+{
+	struct domain *d = p->client->domain;
+
+	for (; p->next < p->n; p->next++) {
+		int k = mr_cache_lookup(&d->cache, p->addrs[p->next], &p->entries[p->next], why,
+					why_size, &p->waiter);
+		if (k < 0)
+			return k;
+	}
+	return 0;
+}
+
+/* The reply body: one entry per address, in order. */
+static int fill_reply(const struct pending_lookup *p, struct reply *r)
+{
+	Mrd__MrEntry *entries = calloc(p->n, sizeof(*entries));
+	Mrd__MrEntry **ptrs = calloc(p->n, sizeof(*ptrs));
+
+	r->owned[r->n_owned++] = entries;
+	r->owned[r->n_owned++] = ptrs;
+	if (!entries || !ptrs)
+		return -ENOMEM;
+	for (size_t i = 0; i < p->n; i++) {
+		mrd__mr_entry__init(&entries[i]);
+		entries[i].start = p->entries[i].start;
+		entries[i].end = p->entries[i].end;
+		entries[i].lkey = p->entries[i].lkey;
+		entries[i].rkey = p->entries[i].rkey;
+		ptrs[i] = &entries[i];
+	}
+	mrd__mr_lookup_response__init(&r->body.mr_lookup);
+	r->body.mr_lookup.n_entries = p->n;
+	r->body.mr_lookup.entries = ptrs;
+	r->resp.body_case = MRD__RESPONSE__BODY_MR_LOOKUP;
+	r->resp.mr_lookup = &r->body.mr_lookup;
+	return 0;
+}
+
+static void lookup_resume(struct mr_waiter *w, int result, const struct mr_entry *entry,
+			  const char *why)
+{
+	struct pending_lookup *p = (struct pending_lookup *)w;
+	struct client *c = p->client;
+	struct reply r;
+	int k = result;
+
+	if (!c) {
+		pending_free(p);
+		return;
+	}
+	reply_init(&r, p->id);
+	if (k >= 0) {
+		p->entries[p->next++] = *entry;
+		k = lookup_run(p, r.message, sizeof(r.message));
+		if (k == -EINPROGRESS)
+			return; /* waits for the next one */
+	} else
+		reply_set_message(&r, "%s", why);
+	if (k >= 0)
+		k = fill_reply(p, &r);
+	reply_send(c, &r, k);
+	c->pending = NULL;
+	pending_free(p);
+	client_resume(c);
+}
+
+void request_mr_abandon(struct client *c)
+{
+	if (c->pending)
+		c->pending->client = NULL;
+	c->pending = NULL;
+}
+
 int request_mr_lookup(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 		      struct reply *r)
 {
 	const Mrd__MrLookupRequest *q = req->mr_lookup;
-	Mrd__MrEntry *entries, **ptrs;
+	struct pending_lookup *p;
 	struct domain *d;
 	int k;
 
@@ -34,32 +127,32 @@ int request_mr_lookup(struct client *c, const Mrd__Request *req, struct wire_pac
 	k = joined_domain(c, r, &d);
 	if (k < 0)
 		return k;
-	entries = calloc(q->n_addresses, sizeof(*entries));
-	ptrs = calloc(q->n_addresses, sizeof(*ptrs));
-	r->owned[r->n_owned++] = entries;
-	r->owned[r->n_owned++] = ptrs;
-	if (!entries || !ptrs)
+	p = calloc(1, sizeof(*p));
+	if (!p)
 		return -ENOMEM;
-
-	for (size_t i = 0; i < q->n_addresses; i++) {
-		struct mr_entry e;
-
-		k = mr_cache_lookup(&d->cache, q->addresses[i], &e, r->message, sizeof(r->message));
-		if (k < 0)
-			return k;
-		mrd__mr_entry__init(&entries[i]);
-		entries[i].start = e.start;
-		entries[i].end = e.end;
-		entries[i].lkey = e.lkey;
-		entries[i].rkey = e.rkey;
-		ptrs[i] = &entries[i];
+	p->waiter.resume = lookup_resume;
+	p->client = c;
+	p->id = req->id;
+	p->n = q->n_addresses;
+	p->addrs = malloc(p->n * sizeof(*p->addrs));
+	p->entries = calloc(p->n, sizeof(*p->entries));
+	if (!p->addrs || !p->entries) {
+		pending_free(p);
+		return -ENOMEM;
 	}
-	mrd__mr_lookup_response__init(&r->body.mr_lookup);
-	r->body.mr_lookup.n_entries = q->n_addresses;
-	r->body.mr_lookup.entries = ptrs;
-	r->resp.body_case = MRD__RESPONSE__BODY_MR_LOOKUP;
-	r->resp.mr_lookup = &r->body.mr_lookup;
-	return 0;
+	memcpy(p->addrs, q->addresses, p->n * sizeof(*p->addrs));
+
+	k = lookup_run(p, r->message, sizeof(r->message));
+	if (k == -EINPROGRESS) {
+		/* Its answer comes from lookup_resume; its next requests wait behind it. */
+		c->pending = p;
+		client_pause(c);
+		return k;
+	}
+	if (k >= 0)
+		k = fill_reply(p, r);
+	pending_free(p);
+	return k;
 }
 
 int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,

@@ -12,6 +12,7 @@
 #include "manager.h"
 #include "provider.h"
 #include "status-page.h"
+#include "worker-pool.h"
 #include "test-daemon.h"
 #include "check-run.h"
 
@@ -303,6 +304,159 @@ START_TEST(test_table_overflow)
 }
 END_TEST
 
+/* A job that keeps the only worker busy until the test lets go: what waits behind it waits
+ * for as long as the test wants, deterministically. */
+struct blocker {
+	struct work work;
+	int fd[2];
+	bool done;
+};
+
+static void blocker_run(struct work *w)
+{
+	struct blocker *b = (struct blocker *)w;
+	char ch;
+
+	(void)!read(b->fd[0], &ch, 1);
+}
+
+static void blocker_done(struct work *w) { ((struct blocker *)w)->done = true; }
+
+static void block_worker(struct blocker *b)
+{
+	*b = (struct blocker){ .work = { .run = blocker_run, .done = blocker_done } };
+	ck_assert_int_eq(pipe(b->fd), 0);
+	worker_pool_submit(td_manager->workers, &b->work);
+}
+
+static void unblock_worker(struct blocker *b)
+{
+	ck_assert_int_eq(write(b->fd[1], "x", 1), 1);
+	for (int i = 0; i < 2000 && !b->done; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert(b->done);
+	close(b->fd[0]);
+	close(b->fd[1]);
+}
+
+static void send_lookup(int fd, uint64_t id, uint64_t addr)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MrLookupRequest q = MRD__MR_LOOKUP_REQUEST__INIT;
+
+	q.addresses = &addr;
+	q.n_addresses = 1;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;
+	req.mr_lookup = &q;
+	td_send_request(fd, &req, NULL, 0);
+}
+
+static void start_one_worker(void)
+{
+	const char *settings[] = { "memory.window_size=4G", "memory.arena_size=64M",
+				   "memory.hugepages=no", "cache.workers=1",
+				   "cache.async_bytes=1M", NULL };
+
+	td_stop();
+	td_start(settings);
+}
+
+START_TEST(test_big_registration_blocks_nobody)
+{
+	struct client *ca;
+	struct blocker b;
+	int a, other;
+	uint64_t big, small;
+	Mrd__Response *resp;
+
+	start_one_worker();
+	a = td_hello_client(1000, &ca);
+	other = td_hello_client(1000, NULL);
+	big = alloc(a, 2, 8 * MiB);
+	small = alloc(other, 2, 4096);
+
+	block_worker(&b);
+	send_lookup(a, 3, big + 100);   /* to a worker, which is busy */
+	send_lookup(other, 3, small);   /* small: answered on the loop, now */
+	resp = td_expect(other, 3, 0);
+	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, small);
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_ptr_nonnull(ca->pending); /* A still waits, and only A */
+	ck_assert(!ca->reading);
+
+	unblock_worker(&b);
+	resp = td_expect(a, 3, 0);
+	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, big);
+	ck_assert_uint_eq(resp->mr_lookup->entries[0]->end, big + 8 * MiB);
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_ptr_null(ca->pending);
+	ck_assert(ca->reading);
+	close(a);
+	close(other);
+}
+END_TEST
+
+START_TEST(test_racing_registrations)
+{
+	struct client *ca;
+	struct blocker b;
+	int a, other;
+	uint64_t big;
+	Mrd__Response *ra, *rb;
+	struct provider_stats ps;
+
+	start_one_worker();
+	a = td_hello_client(1000, &ca);
+	other = td_hello_client(1000, NULL);
+	big = alloc(a, 2, 4 * MiB);
+	block_worker(&b);
+	send_lookup(a, 3, big);
+	send_lookup(other, 3, big + 4096); /* the same run: a second job races the first */
+	td_pump();
+	unblock_worker(&b);
+	ra = td_expect(a, 3, 0);
+	rb = td_expect(other, 3, 0);
+	/* The first creator wins; the loser's registration went again. */
+	ck_assert_uint_eq(ra->mr_lookup->entries[0]->lkey, rb->mr_lookup->entries[0]->lkey);
+	ck_assert_uint_eq(ca->domain->cache.registrations, 1);
+	provider_stats(ca->domain->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 1);
+	mrd__response__free_unpacked(ra, NULL);
+	mrd__response__free_unpacked(rb, NULL);
+	close(a);
+	close(other);
+}
+END_TEST
+
+START_TEST(test_death_while_registering)
+{
+	struct blocker b;
+	int a;
+	uint64_t big;
+
+	start_one_worker();
+	a = td_hello_client(1000, NULL);
+	big = alloc(a, 2, 4 * MiB);
+	block_worker(&b);
+	send_lookup(a, 3, big);
+	td_pump();
+	close(a); /* gone, and its memory with it, while the worker has yet to pin it */
+	td_pump();
+	ck_assert_uint_eq(td_manager->n_clients, 0);
+	ck_assert_uint_eq(td_manager->n_domains, 1); /* the job holds it */
+	unblock_worker(&b);
+	for (int i = 0; i < 2000 && td_manager->n_domains; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	/* The job found the memory gone, let go of its registration, and the domain closed. */
+	ck_assert_uint_eq(td_manager->n_domains, 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("mr-cache");
@@ -316,6 +470,9 @@ int main(void)
 	tcase_add_test(tc, test_contig_around_existing);
 	tcase_add_test(tc, test_pinned_quota);
 	tcase_add_test(tc, test_table_overflow);
+	tcase_add_test(tc, test_big_registration_blocks_nobody);
+	tcase_add_test(tc, test_racing_registrations);
+	tcase_add_test(tc, test_death_while_registering);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

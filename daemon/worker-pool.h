@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: MIT */
+/* Threads for work too slow for the event loop (registering GiBs). A job runs on a worker;
+ * its completion runs back on the loop, so the loop never waits and handlers never race. */
+#pragma once
+
+#include <sys/queue.h>
+
+struct event_base;
+struct worker_pool;
+
+struct work {
+	void (*run)(struct work *w);  /* on a worker thread */
+	void (*done)(struct work *w); /* on the loop, after run */
+	STAILQ_ENTRY(work) link;
+};
+
+int worker_pool_new(struct event_base *base, unsigned n_threads, struct worker_pool **ret);
+/* Runs every job already submitted to its end (done included), then stops. NULL-safe. */
+struct worker_pool *worker_pool_free(struct worker_pool *p);
+void worker_pool_submit(struct worker_pool *p, struct work *w);
