@@ -1,0 +1,42 @@
+#!/bin/sh
+# The test suite once more under AddressSanitizer and UndefinedBehaviorSanitizer, and the
+# threaded paths (worker pool in mrd, lookup threads in libmrd) under ThreadSanitizer.
+# Run after tools/check.sh (it reuses its dependencies); prints one PASS/FAIL line per build.
+set -u
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+status=0
+
+run_build() { # dir, configure flags...
+	dir=$1
+	shift
+	mkdir -p "$dir" && cd "$dir" || return 1
+	[ -f Makefile ] || ../configure -q "$@" > configure.log 2>&1 || { cat configure.log; return 1; }
+	make -j"$(nproc)" > make.log 2>&1 || { tail -n 30 make.log; return 1; }
+}
+
+if run_build build-asan --enable-asan --enable-ubsan; then
+	if make -j"$(nproc)" check > check.log 2>&1; then
+		echo "PASS: make check under ASan+UBSan ($(sh ../tools/test-summary.sh . | tail -n 1))"
+	else
+		grep -E '^(FAIL|ERROR)' check.log; echo "FAIL: make check under ASan+UBSan"; status=1
+	fi
+else
+	echo "FAIL: ASan+UBSan build"; status=1
+fi
+cd "$top"
+
+# TSan claims mrd's default window: the tests move it (see tests/test-util.h).
+if run_build build-tsan --enable-tsan; then
+	if MRD_TEST_CONF="$(printf '[memory]\nwindow_base = 0x4000000000\nwindow_size = 64G')" \
+		make -j"$(nproc)" check TESTS="tests/test-libmrd-lookup" \
+		> check.log 2>&1; then
+		echo "PASS: threaded suites under TSan"
+	else
+		grep -E '^(FAIL|ERROR)' check.log; tail -n 40 tests/*.log | grep -A20 ThreadSanitizer | head -60
+		echo "FAIL: threaded suites under TSan"; status=1
+	fi
+else
+	echo "FAIL: TSan build"; status=1
+fi
+exit $status
