@@ -178,14 +178,12 @@ struct domain *domain_release(struct domain *d)
 
 void domain_update_status(struct domain *d)
 {
-	struct provider_stats ps;
 	struct mrd_status_page *s = d->status;
 
 	if (!s)
 		return;
-	provider_stats(d->provider, &ps);
 	s->allocated_bytes = d->allocated_bytes;
-	s->pinned_bytes = ps.pinned_bytes;
+	s->pinned_bytes = d->cache.pinned_bytes;
 	s->allocations = d->allocations.n;
 	s->arenas = d->n_arenas;
 	s->clients = d->n_users;

@@ -25,6 +25,7 @@ int mr_cache_init(struct mr_cache *c, struct domain *d, enum mr_policy policy)
 
 static void mr_free(struct mr_cache *c, struct cached_mr *mr)
 {
+	c->pinned_bytes -= mr->end - mr->start;
 	int r = provider_dereg(mr->pmr);
 
 	if (r < 0)
@@ -123,6 +124,7 @@ static struct cached_mr *adopt(struct mr_cache *c, struct allocation *a, struct 
 	LIST_INSERT_HEAD(&a->mrs, mr, alloc_link);
 	c->n_mrs++;
 	c->registrations++;
+	c->pinned_bytes += end - start;
 	e = entry_of(mr);
 	if (!c->table.overflow)
 		(void)mr_table_insert(&c->table, &e); /* on overflow the list serves */
@@ -204,7 +206,6 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 	struct domain *d = c->domain;
 	const struct config *cfg = &d->manager->config;
 	struct provider_mr *pmr;
-	struct provider_stats ps;
 	struct allocation *a;
 	uint64_t start, end;
 	int r;
@@ -222,15 +223,15 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 	}
 	pick_range(c, a, addr, &start, &end);
 
-	provider_stats(d->provider, &ps);
-	if (ps.pinned_bytes + c->pending_bytes + (end - start) > cfg->quota_pinned_bytes) {
+	if (c->pinned_bytes + c->pending_bytes + (end - start) > cfg->quota_pinned_bytes) {
 		snprintf(why, why_size, "quota.pinned_bytes (%" PRIu64 ") would be exceeded in domain "
 			 "%s: %" PRIu64 " pinned, %" PRIu64 " more asked", cfg->quota_pinned_bytes,
-			 d->name, ps.pinned_bytes + c->pending_bytes, end - start);
+			 d->name, c->pinned_bytes + c->pending_bytes, end - start);
 		return -EDQUOT;
 	}
 
-	if (waiter && end - start >= cfg->async_bytes && d->manager->workers) {
+	if (waiter && d->manager->workers &&
+	    (end - start >= cfg->async_bytes || c->pending_bytes > 0)) {
 		/* Pinning this much takes long: a worker does it, and nobody waits but the asker. */
 		struct reg_job *j = calloc(1, sizeof(*j));
 

@@ -41,6 +41,8 @@ struct mr_cache {
 	struct domain *domain;
 	enum mr_policy policy;
 	uint64_t pending_bytes; /* registrations under way on workers */
+	uint64_t pinned_bytes;  /* what its MRs cover (they never overlap): the quota's measure,
+				 * read on the loop without asking a provider a worker may hold */
 	LIST_HEAD(, cached_mr) mrs;
 	unsigned n_mrs;
 	struct mr_table table;
@@ -53,7 +55,8 @@ void mr_cache_done(struct mr_cache *c);
 
 /* The keys for addr, registering on a miss. -ENOENT (why says so) when addr is not in a live
  * allocation of the domain; -EDQUOT when registering would pass quota.pinned_bytes.
- * With a waiter, a registration of [cache] async_bytes or more runs on a worker thread:
+ * With a waiter, a registration of [cache] async_bytes or more — or any, while one of the
+ * domain's is under way, since it would wait for the provider — runs on a worker thread:
  * -EINPROGRESS, and waiter->resume says how it went, later, on the loop. */
 int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
 		    size_t why_size, struct mr_waiter *waiter);

@@ -85,16 +85,13 @@ int request_clients(struct client *c, const Mrd__Request *req, struct wire_packe
 
 	i = 0;
 	LIST_FOREACH(d, &m->domains, link) {
-		struct provider_stats ps;
-
-		provider_stats(d->provider, &ps);
 		mrd__domain_info__init(&di[i]);
 		di[i].name = d->name;
 		di[i].clients = d->n_users;
 		di[i].allocated_bytes = d->allocated_bytes;
 		di[i].allocations = (uint32_t)d->allocations.n;
 		di[i].arenas = d->n_arenas;
-		di[i].pinned_bytes = ps.pinned_bytes;
+		di[i].pinned_bytes = d->cache.pinned_bytes;
 		di[i].generation = __atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE);
 		di[i].quota_allocated_bytes = cfg->quota_allocated_bytes;
 		di[i].quota_pinned_bytes = cfg->quota_pinned_bytes;

@@ -374,7 +374,7 @@ START_TEST(test_big_registration_blocks_nobody)
 
 	start_one_worker();
 	a = td_hello_client(1000, &ca);
-	other = td_hello_client(1000, NULL);
+	other = td_hello_client(2000, NULL); /* another domain: another provider context */
 	big = alloc(a, 2, 8 * MiB);
 	small = alloc(other, 2, 4096);
 
