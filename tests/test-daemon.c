@@ -141,3 +141,38 @@ void td_expect_free(int fd, uint64_t id, int error)
 {
 	mrd__response__free_unpacked(td_expect(fd, id, error), NULL);
 }
+
+uint64_t td_alloc(int fd, uint64_t id, uint64_t size)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__AllocRequest a = MRD__ALLOC_REQUEST__INIT;
+	Mrd__Response *resp;
+	int fds[WIRE_FDS_MAX];
+	size_t n;
+	uint64_t addr;
+
+	a.size = size;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_ALLOC;
+	req.alloc = &a;
+	td_send_request(fd, &req, NULL, 0);
+	resp = td_expect_fds(fd, id, 0, fds, &n);
+	addr = resp->alloc->address;
+	for (size_t i = 0; i < n; i++)
+		close(fds[i]);
+	mrd__response__free_unpacked(resp, NULL);
+	return addr;
+}
+
+void td_free(int fd, uint64_t id, uint64_t addr, int error)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__FreeRequest f = MRD__FREE_REQUEST__INIT;
+
+	f.address = addr;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_FREE;
+	req.free = &f;
+	td_send_request(fd, &req, NULL, 0);
+	td_expect_free(fd, id, error);
+}

@@ -35,3 +35,8 @@ Mrd__Response *td_recv_reply(int fd, int *fds, size_t *n_fds);
 Mrd__Response *td_expect(int fd, uint64_t id, int error);
 Mrd__Response *td_expect_fds(int fd, uint64_t id, int error, int *fds, size_t *n_fds);
 void td_expect_free(int fd, uint64_t id, int error);
+
+/* Alloc of size bytes that must succeed; returns the address (any memfd is closed). */
+uint64_t td_alloc(int fd, uint64_t id, uint64_t size);
+/* Free of addr; its reply must carry error (a positive errno, 0 for success). */
+void td_free(int fd, uint64_t id, uint64_t addr, int error);

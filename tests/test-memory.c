@@ -98,18 +98,6 @@ static int alloc(int fd, uint64_t id, uint64_t size, uint64_t align, int error, 
 	return (int)n;
 }
 
-static void free_mem(int fd, uint64_t id, uint64_t addr, int error)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__FreeRequest f = MRD__FREE_REQUEST__INIT;
-
-	f.address = addr;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_FREE;
-	req.free = &f;
-	td_send_request(fd, &req, NULL, 0);
-	td_expect_free(fd, id, error);
-}
 
 static struct domain *domain_of(struct client *c) { return c->domain; }
 
@@ -135,12 +123,12 @@ START_TEST(test_alloc_in_window)
 
 	/* mrd's own mapping is the memory. */
 	memset((void *)(uintptr_t)a, 0x5a, 10000);
-	free_mem(fd, 5, a, 0);
+	td_free(fd, 5, a, 0);
 	ck_assert_int_eq(((uint8_t *)(uintptr_t)a)[0], 0); /* punched: back to the kernel */
-	free_mem(fd, 6, a, ENOENT);                        /* twice */
-	free_mem(fd, 7, b + 4096, ENOENT);                 /* not a start */
-	free_mem(fd, 8, 0x1234, ENOENT);
-	free_mem(fd, 9, b, 0);
+	td_free(fd, 6, a, ENOENT);                        /* twice */
+	td_free(fd, 7, b + 4096, ENOENT);                 /* not a start */
+	td_free(fd, 8, 0x1234, ENOENT);
+	td_free(fd, 9, b, 0);
 	ck_assert_uint_eq(domain_of(c)->allocated_bytes, 0);
 	close(fd);
 }
@@ -197,17 +185,17 @@ START_TEST(test_ownership_and_sharing)
 	}
 	close_fds(fds, n);
 	mrd__response__free_unpacked(resp, NULL);
-	free_mem(b, 4, addr, EPERM);
+	td_free(b, 4, addr, EPERM);
 	ck_assert_ptr_eq(domain_of(ca), domain_of(cb));
 
 	/* Another uid: another domain, which sees nothing of it. */
 	td_send_request(x, &req, NULL, 0);
 	td_expect_free(x, 3, ENOENT);
-	free_mem(x, 4, addr, ENOENT);
+	td_free(x, 4, addr, ENOENT);
 	ck_assert_ptr_ne(domain_of(cx), domain_of(ca));
 	ck_assert_uint_eq(td_manager->n_domains, 2);
 
-	free_mem(a, 5, addr, 0);
+	td_free(a, 5, addr, 0);
 	close(a);
 	close(b);
 	close(x);
@@ -249,7 +237,7 @@ START_TEST(test_quota_allocations_and_arenas)
 	alloc(fd, 4, 4096, 0, EDQUOT, &msg, NULL);
 	ck_assert_ptr_nonnull(strstr((char *)(uintptr_t)msg, "quota.allocations (2)"));
 	free((void *)(uintptr_t)msg);
-	free_mem(fd, 5, a[1], 0);
+	td_free(fd, 5, a[1], 0);
 	/* One arena of 64 MiB: a 100 MiB request needs a second one. */
 	alloc(fd, 6, 100 * MiB, 0, EDQUOT, &msg, NULL);
 	ck_assert_ptr_nonnull(strstr((char *)(uintptr_t)msg, "quota.arenas (1)"));
@@ -308,7 +296,7 @@ START_TEST(test_death_releases)
 	ck_assert_uint_eq(page->clients, 1);
 	ck_assert_uint_gt(page->generation, gen);
 	ck_assert_uint_eq(d->n_arenas, 1); /* the oversized arena went back; B's stays */
-	free_mem(b, 4, x, 0);
+	td_free(b, 4, x, 0);
 	ck_assert_uint_eq(page->allocated_bytes, 0);
 	close(b);
 	td_pump();
@@ -326,7 +314,7 @@ START_TEST(test_generation_without_request)
 	ck_assert_uint_eq(page->layout_version, MRD_STATUS_LAYOUT);
 	alloc(a, 2, 4096, 0, 0, &x, NULL);
 	gen = __atomic_load_n(&page->generation, __ATOMIC_ACQUIRE);
-	free_mem(a, 3, x, 0);
+	td_free(a, 3, x, 0);
 	/* B made no request: one load shows the bump. */
 	ck_assert_uint_eq(__atomic_load_n(&page->generation, __ATOMIC_ACQUIRE), gen + 1);
 	close(a);
@@ -382,7 +370,7 @@ START_TEST(test_extmem)
 	ck_assert_int_eq(((uint8_t *)(uintptr_t)addr)[3], 0x33);
 	ck_assert_uint_eq(c->allocated_bytes, 4 * 4096);
 
-	free_mem(fd, 7, addr, EINVAL); /* attached memory is detached, not freed */
+	td_free(fd, 7, addr, EINVAL); /* attached memory is detached, not freed */
 	det.address = addr;
 	req.id = 8;
 	req.body_case = MRD__REQUEST__BODY_EXTMEM_DETACH;

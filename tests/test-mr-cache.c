@@ -29,41 +29,6 @@ static void start_with(const char *a)
 static void setup(void) { start_with(NULL); }
 static void teardown(void) { td_stop(); }
 
-static uint64_t alloc(int fd, uint64_t id, uint64_t size)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__AllocRequest a = MRD__ALLOC_REQUEST__INIT;
-	Mrd__Response *resp;
-	int fds[WIRE_FDS_MAX];
-	size_t n;
-	uint64_t addr;
-
-	a.size = size;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_ALLOC;
-	req.alloc = &a;
-	td_send_request(fd, &req, NULL, 0);
-	resp = td_expect_fds(fd, id, 0, fds, &n);
-	addr = resp->alloc->address;
-	for (size_t i = 0; i < n; i++)
-		close(fds[i]);
-	mrd__response__free_unpacked(resp, NULL);
-	return addr;
-}
-
-static void free_mem(int fd, uint64_t id, uint64_t addr)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__FreeRequest f = MRD__FREE_REQUEST__INIT;
-
-	f.address = addr;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_FREE;
-	req.free = &f;
-	td_send_request(fd, &req, NULL, 0);
-	td_expect_free(fd, id, 0);
-}
-
 /* MrLookup of n addresses; entries copied to out. Returns the reply status. */
 static int lookup(int fd, uint64_t id, const uint64_t *addrs, size_t n, int error,
 		  Mrd__MrEntry *out)
@@ -111,7 +76,7 @@ START_TEST(test_contig_lookup_and_dma)
 {
 	struct client *c;
 	int fd = td_hello_client(1000, &c);
-	uint64_t a = alloc(fd, 2, 3 * MiB), b = alloc(fd, 3, 1 * MiB), addrs[3];
+	uint64_t a = td_alloc(fd, 2, 3 * MiB), b = td_alloc(fd, 3, 1 * MiB), addrs[3];
 	Mrd__MrEntry e[3];
 	struct mr_cache *cache;
 
@@ -143,7 +108,7 @@ START_TEST(test_free_retires_keys)
 {
 	struct client *c;
 	int fd = td_hello_client(1000, &c);
-	uint64_t a = alloc(fd, 2, 1 * MiB), b = alloc(fd, 3, 1 * MiB), gen;
+	uint64_t a = td_alloc(fd, 2, 1 * MiB), b = td_alloc(fd, 3, 1 * MiB), gen;
 	Mrd__MrEntry ea, eb, again;
 	struct provider_stats ps;
 
@@ -154,7 +119,7 @@ START_TEST(test_free_retires_keys)
 	ck_assert_uint_eq(ps.pinned_bytes, 2 * MiB);
 	gen = c->domain->status->generation;
 
-	free_mem(fd, 6, b);
+	td_free(fd, 6, b, 0);
 	provider_stats(c->domain->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
 	ck_assert_uint_eq(ps.pinned_bytes, 1 * MiB);
@@ -164,7 +129,7 @@ START_TEST(test_free_retires_keys)
 	dma(fd, 7, PROVIDER_DMA_WRITE, &ea, a, &eb, b, 8, ENOKEY);
 	lookup(fd, 8, &b, 1, ENOENT, NULL);
 	/* Memory handed out again at the same place gets a new registration. */
-	ck_assert_uint_eq(alloc(fd, 9, 1 * MiB), b);
+	ck_assert_uint_eq(td_alloc(fd, 9, 1 * MiB), b);
 	lookup(fd, 10, &b, 1, 0, &again);
 	ck_assert_uint_ne(again.rkey, eb.rkey);
 	close(fd);
@@ -176,7 +141,7 @@ END_TEST
 START_TEST(test_bad_lookups)
 {
 	int fd = td_hello_client(1000, NULL), other = td_hello_client(2000, NULL);
-	uint64_t a = alloc(fd, 2, 4096), many[65];
+	uint64_t a = td_alloc(fd, 2, 4096), many[65];
 	Mrd__MrEntry e;
 
 	lookup(fd, 3, &many[0], 0, EINVAL, NULL);
@@ -202,7 +167,7 @@ START_TEST(test_page_policy)
 	td_stop();
 	start_with("cache.policy=page");
 	fd = td_hello_client(1000, NULL);
-	a = alloc(fd, 2, 64 * 1024);
+	a = td_alloc(fd, 2, 64 * 1024);
 	addrs[0] = a + 5000;
 	addrs[1] = a + 9000;
 	lookup(fd, 3, addrs, 2, 0, e);
@@ -224,7 +189,7 @@ START_TEST(test_contig_around_existing)
 	td_stop();
 	start_with("cache.policy=page");
 	fd = td_hello_client(1000, NULL);
-	a = alloc(fd, 2, 16 * 4096);
+	a = td_alloc(fd, 2, 16 * 4096);
 	addrs[0] = a + 8 * 4096;
 	lookup(fd, 3, addrs, 1, 0, &e);
 	td_manager->domains.lh_first->cache.policy = MR_POLICY_CONTIG;
@@ -252,8 +217,8 @@ START_TEST(test_pinned_quota)
 	td_stop();
 	start_with("quota.pinned_bytes=1M");
 	fd = td_hello_client(1000, NULL);
-	a = alloc(fd, 2, 768 * 1024);
-	b = alloc(fd, 3, 512 * 1024);
+	a = td_alloc(fd, 2, 768 * 1024);
+	b = td_alloc(fd, 3, 512 * 1024);
 	lookup(fd, 4, &a, 1, 0, &e);
 	q.addresses = &b;
 	q.n_addresses = 1;
@@ -264,7 +229,7 @@ START_TEST(test_pinned_quota)
 	resp = td_expect(fd, 5, EDQUOT);
 	ck_assert_ptr_nonnull(strstr(resp->message, "quota.pinned_bytes (1048576)"));
 	mrd__response__free_unpacked(resp, NULL);
-	free_mem(fd, 6, a); /* unpinned: now it fits */
+	td_free(fd, 6, a, 0); /* unpinned: now it fits */
 	lookup(fd, 7, &b, 1, 0, &e);
 	close(fd);
 }
@@ -279,7 +244,7 @@ START_TEST(test_table_overflow)
 	struct mr_cache *cache;
 
 	for (int i = 0; i < 12; i++)
-		addr[i] = alloc(fd, 10 + (uint64_t)i, 4096);
+		addr[i] = td_alloc(fd, 10 + (uint64_t)i, 4096);
 	cache = &c->domain->cache;
 	/* A table that cannot grow past 4 entries (the sentinel and 3). */
 	mr_table_done(&cache->table);
@@ -295,7 +260,7 @@ START_TEST(test_table_overflow)
 	ck_assert_uint_eq(cache->registrations, 12);
 	/* Frees rebuild; once it fits, the table serves again. */
 	for (int i = 0; i < 10; i++)
-		free_mem(fd, 60 + (uint64_t)i, addr[i]);
+		td_free(fd, 60 + (uint64_t)i, addr[i], 0);
 	ck_assert(!cache->table.overflow);
 	ck_assert_uint_eq(cache->table.n, 3);
 	lookup(fd, 80, &addr[11], 1, 0, &again);
@@ -375,8 +340,8 @@ START_TEST(test_big_registration_blocks_nobody)
 	start_one_worker();
 	a = td_hello_client(1000, &ca);
 	other = td_hello_client(2000, NULL); /* another domain: another provider context */
-	big = alloc(a, 2, 8 * MiB);
-	small = alloc(other, 2, 4096);
+	big = td_alloc(a, 2, 8 * MiB);
+	small = td_alloc(other, 2, 4096);
 
 	block_worker(&b);
 	send_lookup(a, 3, big + 100);   /* to a worker, which is busy */
@@ -411,7 +376,7 @@ START_TEST(test_racing_registrations)
 	start_one_worker();
 	a = td_hello_client(1000, &ca);
 	other = td_hello_client(1000, NULL);
-	big = alloc(a, 2, 4 * MiB);
+	big = td_alloc(a, 2, 4 * MiB);
 	block_worker(&b);
 	send_lookup(a, 3, big);
 	send_lookup(other, 3, big + 4096); /* the same run: a second job races the first */
@@ -439,7 +404,7 @@ START_TEST(test_death_while_registering)
 
 	start_one_worker();
 	a = td_hello_client(1000, NULL);
-	big = alloc(a, 2, 4 * MiB);
+	big = td_alloc(a, 2, 4 * MiB);
 	block_worker(&b);
 	send_lookup(a, 3, big);
 	td_pump();
