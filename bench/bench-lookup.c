@@ -271,20 +271,6 @@ static TIMED uint64_t loop_bsearch(const struct mr_table *t, const uint64_t *add
 	return sum;
 }
 
-/* Pins pid (0: the calling thread) to cpu, or lets it run anywhere when cpu < 0. */
-static int pin(pid_t pid, int cpu)
-{
-	cpu_set_t set;
-
-	CPU_ZERO(&set);
-	if (cpu < 0)
-		for (int i = 0; i < CPU_SETSIZE; i++)
-			CPU_SET(i, &set);
-	else
-		CPU_SET(cpu, &set);
-	return sched_setaffinity(pid, sizeof(set), &set) < 0 ? negative_errno() : 0;
-}
-
 /* CPU 0 when it is ours, else the first that is; sets *ret_both when 0 and 1 are both ours. */
 static int pick_cpu(bool *ret_both)
 {
@@ -449,64 +435,6 @@ static int bench_bottom(struct bench *b)
 	return r;
 }
 
-static int recv_reply(int fd, uint8_t *buf, size_t cap, size_t *ret_len)
-{
-	ssize_t n;
-
-	do
-		n = recv(fd, buf, cap, 0);
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return negative_errno();
-	if (n == 0)
-		return -ECONNRESET;
-	*ret_len = (size_t)n;
-	return 0;
-}
-
-/* Unpacks a reply and turns mrd's status into -errno; the caller frees *ret. */
-static int unpack_reply(const uint8_t *buf, size_t len, Mrd__Response **ret)
-{
-	Mrd__Response *resp = mrd__response__unpack(NULL, len, buf);
-
-	if (!resp)
-		return -EBADMSG;
-	if (resp->status != 0) {
-		int r = -resp->status;
-		mrd__response__free_unpacked(resp, NULL);
-		return r;
-	}
-	*ret = resp;
-	return 0;
-}
-
-static int raw_hello(int fd)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__HelloRequest hello = MRD__HELLO_REQUEST__INIT;
-	Mrd__Response *resp = NULL;
-	uint8_t buf[4096];
-	size_t len;
-	int r;
-
-	hello.min_version = MRD_PROTOCOL_VERSION_MIN;
-	hello.max_version = MRD_PROTOCOL_VERSION_MAX;
-	hello.capabilities = MRD_CAP_MR;
-	hello.client_name = (char *)"bench-lookup";
-	req.id = 1;
-	req.body_case = MRD__REQUEST__BODY_HELLO;
-	req.hello = &hello;
-	r = wire_send(fd, &req.base, WIRE_FRAME_MAX, NULL, 0, 0);
-	if (r >= 0)
-		r = recv_reply(fd, buf, sizeof(buf), &len);
-	if (r >= 0)
-		r = unpack_reply(buf, len, &resp);
-	if (r < 0)
-		return r;
-	mrd__response__free_unpacked(resp, NULL);
-	return 0;
-}
-
 /* The MrLookup frame libmrd sends for buffer 0, packed once; its reply's size is what the echoes
  * answer. The raw connection is of the same uid, so of the same domain: mrd answers it from the
  * same cache. */
@@ -531,9 +459,9 @@ static int probe_lookup(struct bench *b, int fd)
 
 	if (send(fd, b->req, b->req_len, MSG_NOSIGNAL) < 0)
 		return negative_errno();
-	r = recv_reply(fd, buf, sizeof(buf), &b->reply_len);
+	r = bench_recv_reply(fd, buf, sizeof(buf), &b->reply_len);
 	if (r >= 0)
-		r = unpack_reply(buf, b->reply_len, &resp);
+		r = bench_unpack_reply(buf, b->reply_len, &resp);
 	if (r < 0)
 		return r;
 	if (resp->id != LOOKUP_ID || resp->body_case != MRD__RESPONSE__BODY_MR_LOOKUP ||
@@ -563,34 +491,11 @@ static int lat_libmrd(const struct bench *b, uint64_t *lat, size_t n)
 	return 0;
 }
 
-/* One send of the request bytes and one recv of the reply per sample; the reply's length is
- * checked so a server that answered wrongly cannot look fast. */
-static int lat_frame(const struct bench *b, int fd, uint64_t *lat, size_t n)
-{
-	uint8_t buf[FRAME_CAP];
-
-	for (size_t i = 0; i < n; i++) {
-		uint64_t t0 = bench_now_ns(), t1;
-		size_t len;
-		int r;
-
-		if (send(fd, b->req, b->req_len, MSG_NOSIGNAL) < 0)
-			return negative_errno();
-		r = recv_reply(fd, buf, sizeof(buf), &len);
-		t1 = bench_now_ns();
-		if (r < 0)
-			return r;
-		if (len != b->reply_len)
-			return -EBADMSG;
-		if (lat)
-			lat[i] = t1 - t0;
-	}
-	return 0;
-}
-
 static int lat_run(const struct bench *b, enum lat_case k, uint64_t *lat, size_t n)
 {
-	return k == LAT_LIBMRD ? lat_libmrd(b, lat, n) : lat_frame(b, b->fd[k], lat, n);
+	if (k == LAT_LIBMRD)
+		return lat_libmrd(b, lat, n);
+	return bench_lat_frame(b->fd[k], b->req, b->req_len, b->reply_len, false, lat, n);
 }
 
 static int bench_miss(struct bench *b)
@@ -603,15 +508,15 @@ static int bench_miss(struct bench *b)
 	/* Client on CPU 0 and every server on CPU 1, as bench-roundtrip's "split" placement: a
 	 * daemon on its own core. Otherwise the scheduler places everything. */
 	if (b->pinned2) {
-		r = pin(0, 0);
+		r = bench_pin(0, 0);
 		if (r >= 0)
-			r = pin(b->mrd.pid, 1);
+			r = bench_pin(b->mrd.pid, 1);
 		if (r >= 0)
-			r = pin(b->echo.pid, 1);
+			r = bench_pin(b->echo.pid, 1);
 		if (r >= 0)
-			r = pin(b->epoll.pid, 1);
+			r = bench_pin(b->epoll.pid, 1);
 	} else
-		r = pin(0, -1);
+		r = bench_pin(0, -1);
 	for (int k = 0; k < N_LAT && r >= 0; k++)
 		r = lat_run(b, (enum lat_case)k, NULL, WARMUP);
 	/* Rotate the order every rep so no case always runs first or last. */
@@ -830,7 +735,7 @@ static int pin_workers(pid_t pid, int cpu)
 		pid_t tid = (pid_t)atoi(de->d_name);
 
 		if (tid > 0 && tid != pid)
-			r = pin(tid, cpu);
+			r = bench_pin(tid, cpu);
 	}
 	closedir(d);
 	return r;
@@ -860,13 +765,13 @@ static int hol_place(struct hol_run *h, const char **ret_what)
 		*ret_what = "B and mrd's loop on one CPU, mrd's workers and A on the other";
 	} else
 		*ret_what = "B, mrd's loop, and mrd's workers with A on a CPU each";
-	r = pin(0, cpu[0]);
+	r = bench_pin(0, cpu[0]);
 	if (r >= 0)
-		r = pin(h->mrd.pid, cpu[1]);
+		r = bench_pin(h->mrd.pid, cpu[1]);
 	if (r >= 0)
 		r = pin_workers(h->mrd.pid, cpu[2]);
 	if (r >= 0)
-		r = pin(h->a_pid, cpu[2]);
+		r = bench_pin(h->a_pid, cpu[2]);
 	return r;
 }
 
@@ -948,7 +853,7 @@ static int bench_hol_one(struct hol_row *row, const char *config, int reps,
 		return -ENOMEM;
 	row->reps = reps;
 	/* mrd, its workers and A start unpinned; hol_place() places them. */
-	r = pin(0, -1);
+	r = bench_pin(0, -1);
 	if (r >= 0)
 		r = hol_start(&h, config);
 	if (r >= 0)
@@ -1019,44 +924,20 @@ static double median_of(const double *v, size_t n)
 	return bench_median(d, n);
 }
 
-static void print_doubles(const char *label, const double *v, size_t n)
-{
-	printf("  %s:", label);
-	for (size_t i = 0; i < n; i++)
-		printf(" %.3f", v[i]);
-	printf("\n");
-}
-
-struct summary {
-	char name[32];
-	double ratio, q1, q3, target;
-};
-
-static void add_summary(struct summary *sum, size_t *n_sum, const char *name, double ratio,
-			const double *per_rep, size_t n, double target)
-{
-	struct summary *s = &sum[(*n_sum)++];
-
-	snprintf(s->name, sizeof(s->name), "%s", name);
-	s->ratio = ratio;
-	s->target = target;
-	bench_quartiles(per_rep, n, &s->q1, &s->q3);
-}
-
 static void report_ns(const char *name, const struct ns_row *row, const char *what_case,
-		      const char *what_base, double target, struct summary *sum, size_t *n_sum)
+		      const char *what_base, double target, struct bench_summary *sum, size_t *n_sum)
 {
 	double per_rep[NS_REPS], ratio = median_ratio(row->ns_case, row->ns_base, NS_REPS, per_rep);
 
 	printf("%s: ratio=%.3f (case=%s baseline=%s reps=%d)\n", name, ratio, what_case, what_base,
 	       NS_REPS);
-	print_doubles("per-rep ratio", per_rep, NS_REPS);
+	bench_print_doubles("per-rep ratio", per_rep, NS_REPS);
 	printf("  raw ns per lookup, median of reps: case %.2f; baseline %.2f\n",
 	       median_of(row->ns_case, NS_REPS), median_of(row->ns_base, NS_REPS));
-	add_summary(sum, n_sum, name, ratio, per_rep, NS_REPS, target);
+	bench_add_summary(sum, n_sum, name, ratio, per_rep, NS_REPS, target, true);
 }
 
-static void report_miss(const struct bench *b, struct summary *sum, size_t *n_sum)
+static void report_miss(const struct bench *b, struct bench_summary *sum, size_t *n_sum)
 {
 	double p50[N_LAT][LAT_REPS], p99[N_LAT][LAT_REPS], per50[LAT_REPS], per99[LAT_REPS];
 	double per_rep[LAT_REPS], r50, r99;
@@ -1074,12 +955,12 @@ static void report_miss(const struct bench *b, struct summary *sum, size_t *n_su
 	printf("lookup-miss-p50: ratio=%.3f (case=mrd_mr_lookup of an address whose MR mrd has "
 	       "cached baseline=blocking SEQPACKET echo of the same bytes, separate process "
 	       "reps=%d)\n", r50, LAT_REPS);
-	print_doubles("per-rep p50 ratio", per50, LAT_REPS);
+	bench_print_doubles("per-rep p50 ratio", per50, LAT_REPS);
 	r99 = median_ratio(p99[LAT_LIBMRD], p99[LAT_ECHO], LAT_REPS, per99);
 	printf("lookup-miss-p99: ratio=%.3f (case=mrd_mr_lookup of an address whose MR mrd has "
 	       "cached baseline=blocking SEQPACKET echo of the same bytes, separate process "
 	       "reps=%d)\n", r99, LAT_REPS);
-	print_doubles("per-rep p99 ratio", per99, LAT_REPS);
+	bench_print_doubles("per-rep p99 ratio", per99, LAT_REPS);
 	printf("  raw ns, median of reps (p50 / p99):");
 	for (int k = 0; k < N_LAT; k++)
 		printf(" %s %.0f / %.0f%s", lat_names[k], median_of(p50[k], LAT_REPS),
@@ -1100,8 +981,8 @@ static void report_miss(const struct bench *b, struct summary *sum, size_t *n_su
 	printf("lookup-miss-vs-epoll-p99: ratio=%.3f (case=mrd_mr_lookup via mrd baseline=epoll echo "
 	       "reps=%d) [informational]\n",
 	       median_ratio(p99[LAT_LIBMRD], p99[LAT_EPOLL], LAT_REPS, per_rep), LAT_REPS);
-	add_summary(sum, n_sum, "lookup-miss-p50", r50, per50, LAT_REPS, TARGET_P50);
-	add_summary(sum, n_sum, "lookup-miss-p99", r99, per99, LAT_REPS, TARGET_P99);
+	bench_add_summary(sum, n_sum, "lookup-miss-p50", r50, per50, LAT_REPS, TARGET_P50, true);
+	bench_add_summary(sum, n_sum, "lookup-miss-p99", r99, per99, LAT_REPS, TARGET_P99, true);
 }
 
 static void u64_to_doubles(const uint64_t *v, double *d, int n)
@@ -1130,13 +1011,13 @@ static double report_hol_row(const char *name, const struct hol_row *row, const 
 	printf("%s-p99: ratio=%.3f (case=client B's mrd_mr_lookup of an address whose MR mrd has "
 	       "cached, while client A (another process) registers 1 GiB%s baseline=the same "
 	       "round trip while A is idle reps=%d)%s\n", name, r99, what, n, tag);
-	print_doubles("per-rep p99 ratio", per99, (size_t)n);
+	bench_print_doubles("per-rep p99 ratio", per99, (size_t)n);
 	/* Inline, only the few round trips around the blocked one overlap A's lookup: no p50. */
 	if (!*tag) {
 		r50 = median_ratio(l50, i50, (size_t)n, per50);
 		printf("%s-p50: ratio=%.3f (case=as %s-p99 baseline=as %s-p99 reps=%d) "
 		       "[informational]\n", name, r50, name, name, n);
-		print_doubles("per-rep p50 ratio", per50, (size_t)n);
+		bench_print_doubles("per-rep p50 ratio", per50, (size_t)n);
 	}
 	printf("  raw, median of reps: A's 1 GiB mrd_mr_lookup (pin) %.1f ms (reps:",
 	       median_of(row->reg_ms, (size_t)n));
@@ -1150,7 +1031,7 @@ static double report_hol_row(const char *name, const struct hol_row *row, const 
 	return r99;
 }
 
-static void report_hol(const struct bench *b, struct summary *sum, size_t *n_sum)
+static void report_hol(const struct bench *b, struct bench_summary *sum, size_t *n_sum)
 {
 	double per99[HOL_REPS], r99;
 
@@ -1166,8 +1047,8 @@ static void report_hol(const struct bench *b, struct summary *sum, size_t *n_sum
 	       b->hol_placement);
 	r99 = report_hol_row("lookup-hol", &b->hol, " ([cache] async_bytes = 1M: on a worker)", "",
 			     per99);
-	add_summary(sum, n_sum, "lookup-hol-p99", r99, per99, (size_t)b->hol.reps,
-		    TARGET_HOL_P99);
+	bench_add_summary(sum, n_sum, "lookup-hol-p99", r99, per99, (size_t)b->hol.reps,
+			  TARGET_HOL_P99, true);
 	if (b->hol_inline.reps > 0)
 		(void)report_hol_row("lookup-hol-inline", &b->hol_inline,
 				     " ([cache] async_bytes = 2G: on mrd's loop, as without "
@@ -1177,9 +1058,9 @@ static void report_hol(const struct bench *b, struct summary *sum, size_t *n_sum
 
 static void report(const struct bench *b, double busy_before)
 {
-	struct summary sum[2 + N_BOTTOM + 2 + 1];
+	struct bench_summary sum[2 + N_BOTTOM + 2 + 1];
 	long n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	size_t n_sum = 0, held = 0;
+	size_t n_sum = 0, held;
 
 	printf("lookup: ns-scale rows pinned to CPU %d, %d reps, case and baseline alternated; "
 	       "top rows %u lookups per batch, bottom rows %u\n", b->cpu, NS_REPS, TOP_OPS,
@@ -1212,21 +1093,11 @@ static void report(const struct bench *b, double busy_before)
 	       "round trip while A registers 1 GiB p99 <= %.1fx idle):\n",
 	       TARGET_TOP_MRU, TARGET_TOP_RANDOM, TARGET_BOTTOM, TARGET_P50, TARGET_P99,
 	       TARGET_HOL_P99);
-	for (size_t i = 0; i < n_sum; i++) {
-		const struct summary *s = &sum[i];
-		bool ok = s->ratio <= s->target;
-
-		printf("  %-23s %.3f <= %.2f: %-6s (per-rep IQR %.3f..%.3f%s)\n", s->name, s->ratio,
-		       s->target, ok ? "holds" : "MISSED", s->q1, s->q3,
-		       s->q1 <= s->target && s->target <= s->q3 ? ", straddles the target: uncertain" :
-								  "");
-		held += ok;
-	}
+	held = bench_print_summary(sum, n_sum);
 	printf("  %zu of %zu targets hold; %ld CPUs, %.0f%% of them busy with other work just "
 	       "before the run\n", held, n_sum, n_cpus, 100 * busy_before);
-	printf("  not measured: bottom half vs ucs_pgtable_lookup (<= 1.0x) and full client lookup "
-	       "vs ucs_rcache_get+ucs_rcache_region_put (<= 0.1x): linking UCX needs configure to "
-	       "find it (pkg-config ucx-ucs), and configure does not look for it\n");
+	printf("  the UCX rows (bottom half vs ucs_pgtable_lookup, full lookup vs ucs_rcache) are "
+	       "bench-ucx's, built where configure finds UCX (Debian libucx-dev)\n");
 	if (busy_before > 0.2)
 		/* Pinning keeps us on one CPU, not others off it: every row is suspect. */
 		printf("  WARNING: the machine was busy before the run: other work shares the pinned "
@@ -1284,7 +1155,7 @@ static int bench_setup(struct bench *b)
 	b->fd[LAT_FRAME] = raw_connect(b->mrd.socket);
 	if (b->fd[LAT_FRAME] < 0)
 		return b->fd[LAT_FRAME];
-	r = raw_hello(b->fd[LAT_FRAME]);
+	r = bench_raw_hello(b->fd[LAT_FRAME], MRD_CAP_MR, "bench-lookup");
 	if (r >= 0)
 		r = probe_lookup(b, b->fd[LAT_FRAME]);
 	if (r < 0) {
@@ -1352,7 +1223,7 @@ int main(int argc, char **argv)
 	if (r >= 0) {
 		/* The ns-scale rows: one CPU, so no migration lands inside a batch. */
 		b.cpu = pick_cpu(&b.pinned2);
-		r = b.cpu >= 0 ? pin(0, b.cpu) : -ENODEV;
+		r = b.cpu >= 0 ? bench_pin(0, b.cpu) : -ENODEV;
 	}
 	if (r >= 0)
 		r = bench_top(&b);

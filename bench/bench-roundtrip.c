@@ -19,7 +19,6 @@
  * epoll echo server, placed by the scheduler.
  */
 #include <errno.h>
-#include <poll.h>
 #include <sched.h>
 #include <pthread.h>
 #include <signal.h>
@@ -84,64 +83,6 @@ struct bench {
 	double tp[ELEMENTSOF(tp_clients)][N_TP][TP_REPS]; /* pings/s */
 };
 
-static int recv_reply(int fd, uint8_t *buf, size_t cap, size_t *ret_len)
-{
-	ssize_t n;
-
-	do
-		n = recv(fd, buf, cap, 0);
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return negative_errno();
-	if (n == 0)
-		return -ECONNRESET;
-	*ret_len = (size_t)n;
-	return 0;
-}
-
-/* Unpacks a reply and turns mrd's status into -errno; the caller frees *ret. */
-static int unpack_reply(const uint8_t *buf, size_t len, Mrd__Response **ret)
-{
-	Mrd__Response *resp = mrd__response__unpack(NULL, len, buf);
-
-	if (!resp)
-		return -EBADMSG;
-	if (resp->status != 0) {
-		int r = -resp->status;
-		mrd__response__free_unpacked(resp, NULL);
-		return r;
-	}
-	*ret = resp;
-	return 0;
-}
-
-static int raw_hello(int fd)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__HelloRequest hello = MRD__HELLO_REQUEST__INIT;
-	Mrd__Response *resp = NULL;
-	uint8_t buf[4096];
-	size_t len;
-	int r;
-
-	hello.min_version = MRD_PROTOCOL_VERSION_MIN;
-	hello.max_version = MRD_PROTOCOL_VERSION_MAX;
-	hello.capabilities = MRD_CAP_PING;
-	hello.client_name = (char *)"bench-roundtrip";
-	req.id = 1;
-	req.body_case = MRD__REQUEST__BODY_HELLO;
-	req.hello = &hello;
-	r = wire_send(fd, &req.base, WIRE_FRAME_MAX, NULL, 0, 0);
-	if (r >= 0)
-		r = recv_reply(fd, buf, sizeof(buf), &len);
-	if (r >= 0)
-		r = unpack_reply(buf, len, &resp);
-	if (r < 0)
-		return r;
-	mrd__response__free_unpacked(resp, NULL);
-	return 0;
-}
-
 /* The Ping frame libmrd sends, packed once; its reply's size is what the echoes answer. */
 static int probe_ping(struct bench *b, int fd)
 {
@@ -163,9 +104,9 @@ static int probe_ping(struct bench *b, int fd)
 
 	if (send(fd, b->req, b->req_len, MSG_NOSIGNAL) < 0)
 		return negative_errno();
-	r = recv_reply(fd, buf, sizeof(buf), &b->reply_len);
+	r = bench_recv_reply(fd, buf, sizeof(buf), &b->reply_len);
 	if (r >= 0)
-		r = unpack_reply(buf, b->reply_len, &resp);
+		r = bench_unpack_reply(buf, b->reply_len, &resp);
 	if (r < 0)
 		return r;
 	if (resp->id != PING_ID || resp->body_case != MRD__RESPONSE__BODY_PING ||
@@ -191,66 +132,24 @@ static int lat_libmrd(mrd_client *c, uint64_t *lat, size_t n)
 	return 0;
 }
 
-/* One send of the request bytes and one recv of the reply per sample (with a poll() between
- * them when asked); the reply's length is checked so a server that answered wrongly cannot
- * look fast. */
-static int lat_frame(const struct bench *b, int fd, bool with_poll, uint64_t *lat, size_t n)
-{
-	uint8_t buf[FRAME_CAP];
-
-	for (size_t i = 0; i < n; i++) {
-		uint64_t t0 = bench_now_ns(), t1;
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		size_t len;
-		int r;
-
-		if (send(fd, b->req, b->req_len, MSG_NOSIGNAL) < 0)
-			return negative_errno();
-		if (with_poll && poll(&pfd, 1, POLL_TIMEOUT_MS) <= 0)
-			return -ETIMEDOUT;
-		r = recv_reply(fd, buf, sizeof(buf), &len);
-		t1 = bench_now_ns();
-		if (r < 0)
-			return r;
-		if (len != b->reply_len)
-			return -EBADMSG;
-		if (lat)
-			lat[i] = t1 - t0;
-	}
-	return 0;
-}
-
 static int lat_run(const struct bench *b, enum lat_case k, uint64_t *lat, size_t n)
 {
 	if (k == LAT_LIBMRD)
 		return lat_libmrd(b->client, lat, n);
-	return lat_frame(b, b->fd[k], k == LAT_POLL, lat, n);
-}
-
-/* Pins pid (0: the calling thread) to cpu, or lets it run anywhere when cpu < 0. */
-static int pin(pid_t pid, int cpu)
-{
-	cpu_set_t set;
-
-	CPU_ZERO(&set);
-	if (cpu < 0)
-		for (int i = 0; i < CPU_SETSIZE; i++)
-			CPU_SET(i, &set);
-	else
-		CPU_SET(cpu, &set);
-	return sched_setaffinity(pid, sizeof(set), &set) < 0 ? negative_errno() : 0;
+	return bench_lat_frame(b->fd[k], b->req, b->req_len, b->reply_len, k == LAT_POLL, lat,
+			       n);
 }
 
 static int place(const struct bench *b, int client_cpu, int server_cpu)
 {
-	int r = pin(0, client_cpu);
+	int r = bench_pin(0, client_cpu);
 
 	if (r >= 0)
-		r = pin(b->mrd.pid, server_cpu);
+		r = bench_pin(b->mrd.pid, server_cpu);
 	if (r >= 0)
-		r = pin(b->echo.pid, server_cpu);
+		r = bench_pin(b->echo.pid, server_cpu);
 	if (r >= 0)
-		r = pin(b->epoll.pid, server_cpu);
+		r = bench_pin(b->epoll.pid, server_cpu);
 	return r;
 }
 
@@ -331,7 +230,7 @@ static int tp_connect(const struct tp_thread *t, mrd_client **ret_client, int *r
 	fd = raw_connect(t->mode == TP_FRAME ? t->b->mrd.socket : t->b->epoll.path);
 	if (fd < 0)
 		return fd;
-	r = t->mode == TP_FRAME ? raw_hello(fd) : 0;
+	r = t->mode == TP_FRAME ? bench_raw_hello(fd, MRD_CAP_PING, "bench-roundtrip") : 0;
 	if (r < 0) {
 		close(fd);
 		return r;
@@ -353,7 +252,7 @@ static int tp_loop(const struct tp_thread *t, mrd_client *c, int fd)
 		else if (send(fd, t->b->req, t->b->req_len, MSG_NOSIGNAL) < 0)
 			r = negative_errno();
 		else
-			r = recv_reply(fd, buf, sizeof(buf), &len);
+			r = bench_recv_reply(fd, buf, sizeof(buf), &len);
 		if (r < 0)
 			return r;
 		if (len != t->b->reply_len)
@@ -457,33 +356,7 @@ static double median_ratio(const uint64_t *num, const uint64_t *den, size_t n, d
 	return bench_median(d, n);
 }
 
-static void print_doubles(const char *label, const double *v, size_t n)
-{
-	printf("  %s:", label);
-	for (size_t i = 0; i < n; i++)
-		printf(" %.3f", v[i]);
-	printf("\n");
-}
-
-struct summary {
-	char name[32];
-	double ratio, q1, q3, target;
-	bool le; /* the target is an upper bound */
-};
-
-static void add_summary(struct summary *sum, size_t *n_sum, const char *name, double ratio,
-			const double *per_rep, size_t n, double target, bool le)
-{
-	struct summary *s = &sum[(*n_sum)++];
-
-	snprintf(s->name, sizeof(s->name), "%s", name);
-	s->ratio = ratio;
-	s->target = target;
-	s->le = le;
-	bench_quartiles(per_rep, n, &s->q1, &s->q3);
-}
-
-static void report_latency(const struct bench *b, enum placement pl, struct summary *sum,
+static void report_latency(const struct bench *b, enum placement pl, struct bench_summary *sum,
 			   size_t *n_sum)
 {
 	const uint64_t(*p50)[LAT_REPS] = b->p50[pl], (*p99)[LAT_REPS] = b->p99[pl];
@@ -498,11 +371,11 @@ static void report_latency(const struct bench *b, enum placement pl, struct summ
 	r50 = median_ratio(p50[LAT_LIBMRD], p50[LAT_ECHO], LAT_REPS, per_rep50);
 	printf("%s-p50: ratio=%.3f (case=mrd_client_ping via mrd baseline=blocking SEQPACKET echo of "
 	       "the same bytes, separate process reps=%d)\n", prefix, r50, LAT_REPS);
-	print_doubles("per-rep p50 ratio", per_rep50, LAT_REPS);
+	bench_print_doubles("per-rep p50 ratio", per_rep50, LAT_REPS);
 	r99 = median_ratio(p99[LAT_LIBMRD], p99[LAT_ECHO], LAT_REPS, per_rep99);
 	printf("%s-p99: ratio=%.3f (case=mrd_client_ping via mrd baseline=blocking SEQPACKET echo of "
 	       "the same bytes, separate process reps=%d)\n", prefix, r99, LAT_REPS);
-	print_doubles("per-rep p99 ratio", per_rep99, LAT_REPS);
+	bench_print_doubles("per-rep p99 ratio", per_rep99, LAT_REPS);
 	printf("  raw ns, median of reps (p50 / p99):");
 	for (int k = 0; k < N_LAT; k++)
 		printf(" %s %.0f / %.0f%s", lat_names[k], median_u64(p50[k], LAT_REPS),
@@ -529,9 +402,9 @@ static void report_latency(const struct bench *b, enum placement pl, struct summ
 	       prefix, median_ratio(p50[LAT_LIBMRD], p50[LAT_EPOLL], LAT_REPS, per_rep), LAT_REPS);
 
 	snprintf(name, sizeof(name), "%s-p50", prefix);
-	add_summary(sum, n_sum, name, r50, per_rep50, LAT_REPS, TARGET_P50, true);
+	bench_add_summary(sum, n_sum, name, r50, per_rep50, LAT_REPS, TARGET_P50, true);
 	snprintf(name, sizeof(name), "%s-p99", prefix);
-	add_summary(sum, n_sum, name, r99, per_rep99, LAT_REPS, TARGET_P99, true);
+	bench_add_summary(sum, n_sum, name, r99, per_rep99, LAT_REPS, TARGET_P99, true);
 }
 
 /* Median over reps of num/den, with the per-rep ratios printed after the figure line. */
@@ -544,7 +417,7 @@ static double tp_ratio(const double *num, const double *den, double *per_rep)
 	return bench_median(sorted, TP_REPS);
 }
 
-static void report_throughput(const struct bench *b, struct summary *sum, size_t *n_sum)
+static void report_throughput(const struct bench *b, struct bench_summary *sum, size_t *n_sum)
 {
 	printf("throughput: %d pings per run split across the clients, %d reps, cases rotated each "
 	       "rep; clients and servers share the machine's CPUs\n", TP_PINGS, TP_REPS);
@@ -559,11 +432,11 @@ static void report_throughput(const struct bench *b, struct summary *sum, size_t
 		printf("throughput-%u: ratio=%.3f (case=%u client thread(s), mrd_client_ping via mrd "
 		       "baseline=the same threads sending the same bytes to an epoll SEQPACKET echo "
 		       "process reps=%d)\n", n, r_full, n, TP_REPS);
-		print_doubles("per-rep ratio", full, TP_REPS);
+		bench_print_doubles("per-rep ratio", full, TP_REPS);
 		printf("throughput-daemon-%u: ratio=%.3f (case=%u client thread(s), pre-packed Ping "
 		       "frames via mrd baseline=the same client code against the epoll echo reps=%d)\n",
 		       n, r_daemon, n, TP_REPS);
-		print_doubles("per-rep ratio", daemon, TP_REPS);
+		bench_print_doubles("per-rep ratio", daemon, TP_REPS);
 		printf("  raw pings/s, median of reps:");
 		for (int k = 0; k < N_TP; k++) {
 			double v[TP_REPS];
@@ -573,17 +446,17 @@ static void report_throughput(const struct bench *b, struct summary *sum, size_t
 			       k + 1 < N_TP ? ";" : "\n");
 		}
 		snprintf(name, sizeof(name), "throughput-%u", n);
-		add_summary(sum, n_sum, name, r_full, full, TP_REPS, TARGET_TP, false);
+		bench_add_summary(sum, n_sum, name, r_full, full, TP_REPS, TARGET_TP, false);
 		snprintf(name, sizeof(name), "throughput-daemon-%u", n);
-		add_summary(sum, n_sum, name, r_daemon, daemon, TP_REPS, TARGET_TP, false);
+		bench_add_summary(sum, n_sum, name, r_daemon, daemon, TP_REPS, TARGET_TP, false);
 	}
 }
 
 static void report(const struct bench *b, bool latency, bool throughput, double busy_before)
 {
-	struct summary sum[2 * N_PLACE + 2 * ELEMENTSOF(tp_clients)];
+	struct bench_summary sum[2 * N_PLACE + 2 * ELEMENTSOF(tp_clients)];
 	long n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	size_t n_sum = 0, held = 0;
+	size_t n_sum = 0, held;
 
 	for (int pl = 0; latency && pl < N_PLACE; pl++)
 		if (pl == PLACE_SPLIT || b->pinned)
@@ -594,15 +467,7 @@ static void report(const struct bench *b, bool latency, bool throughput, double 
 	printf("summary (targets from PERF.md: miss round trip vs bare echo p50 <= %.2fx, p99 <= "
 	       "%.2fx; daemon throughput vs epoll echo >= %.2fx. Ping stands in for the miss round "
 	       "trip, which has no cache lookup yet):\n", TARGET_P50, TARGET_P99, TARGET_TP);
-	for (size_t i = 0; i < n_sum; i++) {
-		const struct summary *s = &sum[i];
-		bool ok = s->le ? s->ratio <= s->target : s->ratio >= s->target;
-
-		printf("  %-23s %.3f %s %.2f: %-6s (per-rep IQR %.3f..%.3f%s)\n", s->name, s->ratio,
-		       s->le ? "<=" : ">=", s->target, ok ? "holds" : "MISSED", s->q1, s->q3,
-		       s->q1 <= s->target && s->target <= s->q3 ? ", straddles the target: uncertain" : "");
-		held += ok;
-	}
+	held = bench_print_summary(sum, n_sum);
 	printf("  %zu of %zu targets hold; %ld CPUs, %.0f%% of them busy with other work just "
 	       "before the run\n", held, n_sum, n_cpus, 100 * busy_before);
 	/* The bench needs every CPU for itself: with other work running, p99 and throughput
@@ -647,9 +512,9 @@ static int bench_setup(struct bench *b)
 	b->fd[LAT_POLL] = raw_connect(b->mrd.socket);
 	if (b->fd[LAT_POLL] < 0)
 		return b->fd[LAT_POLL];
-	r = raw_hello(b->fd[LAT_FRAME]);
+	r = bench_raw_hello(b->fd[LAT_FRAME], MRD_CAP_PING, "bench-roundtrip");
 	if (r >= 0)
-		r = raw_hello(b->fd[LAT_POLL]);
+		r = bench_raw_hello(b->fd[LAT_POLL], MRD_CAP_PING, "bench-roundtrip");
 	if (r >= 0)
 		r = probe_ping(b, b->fd[LAT_FRAME]);
 	if (r < 0) {

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,4 +238,140 @@ void echo_server_stop(struct echo_server *s)
 		unlink(s->path);
 		s->path[0] = '\0';
 	}
+}
+
+int bench_pin(pid_t pid, int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	if (cpu < 0)
+		for (int i = 0; i < CPU_SETSIZE; i++)
+			CPU_SET(i, &set);
+	else
+		CPU_SET(cpu, &set);
+	return sched_setaffinity(pid, sizeof(set), &set) < 0 ? negative_errno() : 0;
+}
+
+int bench_recv_reply(int fd, uint8_t *buf, size_t cap, size_t *ret_len)
+{
+	ssize_t n;
+
+	do
+		n = recv(fd, buf, cap, 0);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return negative_errno();
+	if (n == 0)
+		return -ECONNRESET;
+	*ret_len = (size_t)n;
+	return 0;
+}
+
+int bench_unpack_reply(const uint8_t *buf, size_t len, Mrd__Response **ret)
+{
+	Mrd__Response *resp = mrd__response__unpack(NULL, len, buf);
+
+	if (!resp)
+		return -EBADMSG;
+	if (resp->status != 0) {
+		int r = -resp->status;
+		mrd__response__free_unpacked(resp, NULL);
+		return r;
+	}
+	*ret = resp;
+	return 0;
+}
+
+int bench_raw_hello(int fd, uint64_t capabilities, const char *client_name)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__HelloRequest hello = MRD__HELLO_REQUEST__INIT;
+	Mrd__Response *resp = NULL;
+	uint8_t buf[4096];
+	size_t len;
+	int r;
+
+	hello.min_version = MRD_PROTOCOL_VERSION_MIN;
+	hello.max_version = MRD_PROTOCOL_VERSION_MAX;
+	hello.capabilities = capabilities;
+	hello.client_name = (char *)client_name;
+	req.id = 1;
+	req.body_case = MRD__REQUEST__BODY_HELLO;
+	req.hello = &hello;
+	r = wire_send(fd, &req.base, WIRE_FRAME_MAX, NULL, 0, 0);
+	if (r >= 0)
+		r = bench_recv_reply(fd, buf, sizeof(buf), &len);
+	if (r >= 0)
+		r = bench_unpack_reply(buf, len, &resp);
+	if (r < 0)
+		return r;
+	mrd__response__free_unpacked(resp, NULL);
+	return 0;
+}
+
+#define BENCH_FRAME_CAP 256
+#define BENCH_POLL_TIMEOUT_MS 30000 /* libmrd's CONN_TIMEOUT_MS */
+
+int bench_lat_frame(int fd, const uint8_t *req, size_t req_len, size_t reply_len, bool with_poll,
+		    uint64_t *lat, size_t n)
+{
+	uint8_t buf[BENCH_FRAME_CAP];
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t t0 = bench_now_ns(), t1;
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		size_t len;
+		int r;
+
+		if (send(fd, req, req_len, MSG_NOSIGNAL) < 0)
+			return negative_errno();
+		if (with_poll && poll(&pfd, 1, BENCH_POLL_TIMEOUT_MS) <= 0)
+			return -ETIMEDOUT;
+		r = bench_recv_reply(fd, buf, sizeof(buf), &len);
+		t1 = bench_now_ns();
+		if (r < 0)
+			return r;
+		if (len != reply_len)
+			return -EBADMSG;
+		if (lat)
+			lat[i] = t1 - t0;
+	}
+	return 0;
+}
+
+void bench_print_doubles(const char *label, const double *v, size_t n)
+{
+	printf("  %s:", label);
+	for (size_t i = 0; i < n; i++)
+		printf(" %.3f", v[i]);
+	printf("\n");
+}
+
+void bench_add_summary(struct bench_summary *sum, size_t *n_sum, const char *name, double ratio,
+		       const double *per_rep, size_t n, double target, bool le)
+{
+	struct bench_summary *s = &sum[(*n_sum)++];
+
+	snprintf(s->name, sizeof(s->name), "%s", name);
+	s->ratio = ratio;
+	s->target = target;
+	s->le = le;
+	bench_quartiles(per_rep, n, &s->q1, &s->q3);
+}
+
+size_t bench_print_summary(const struct bench_summary *sum, size_t n)
+{
+	size_t held = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct bench_summary *s = &sum[i];
+		bool ok = s->le ? s->ratio <= s->target : s->ratio >= s->target;
+
+		printf("  %-23s %.3f %s %.2f: %-6s (per-rep IQR %.3f..%.3f%s)\n", s->name, s->ratio,
+		       s->le ? "<=" : ">=", s->target, ok ? "holds" : "MISSED", s->q1, s->q3,
+		       s->q1 <= s->target && s->target <= s->q3 ? ", straddles the target: uncertain" : "");
+		held += ok;
+	}
+	return held;
 }

@@ -3,10 +3,13 @@
  * against (see shared/PERF.md: every figure is a ratio to a baseline in the same run). */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <time.h>
+
+#include "wire.h"
 
 static inline uint64_t bench_now_ns(void)
 {
@@ -48,3 +51,40 @@ struct echo_server {
 int echo_server_start(struct echo_server *s, enum echo_kind kind, const char *path,
 		      size_t reply_len);
 void echo_server_stop(struct echo_server *s);
+
+/* Shared by both bench programs, which used to carry copies of each. */
+
+/* Pins pid (0: the calling thread) to cpu, or lets it run anywhere when cpu < 0. */
+int bench_pin(pid_t pid, int cpu);
+
+/* One recv() of a whole packet, retried on EINTR: -ECONNRESET on EOF, as raw frames need. */
+int bench_recv_reply(int fd, uint8_t *buf, size_t cap, size_t *ret_len);
+
+/* Unpacks a reply and turns mrd's status into -errno; the caller frees *ret. */
+int bench_unpack_reply(const uint8_t *buf, size_t len, Mrd__Response **ret);
+
+/* Sends Hello on a raw connection and checks the reply: mrd answers nothing else before it. */
+int bench_raw_hello(int fd, uint64_t capabilities, const char *client_name);
+
+/* Times n round trips of the packed frame req on fd (poll() before recv() when with_poll, as
+ * libmrd does) into lat when not NULL; a reply not reply_len bytes long is -EBADMSG, so a server
+ * that answered wrongly cannot look fast. */
+int bench_lat_frame(int fd, const uint8_t *req, size_t req_len, size_t reply_len, bool with_poll,
+		    uint64_t *lat, size_t n);
+
+/* Prints one labelled row of per-rep values, so each figure shows its spread. */
+void bench_print_doubles(const char *label, const double *v, size_t n);
+
+/* One line of the closing summary: a figure, its target and the spread of its per-rep ratios. */
+struct bench_summary {
+	char name[32];
+	double ratio, q1, q3, target;
+	bool le; /* the target is an upper bound */
+};
+
+/* Appends a summary line to sum[*n_sum], the quartiles taken from the n per-rep ratios. */
+void bench_add_summary(struct bench_summary *sum, size_t *n_sum, const char *name, double ratio,
+		       const double *per_rep, size_t n, double target, bool le);
+
+/* Prints the n summary lines, each saying whether its target holds; returns how many do. */
+size_t bench_print_summary(const struct bench_summary *sum, size_t n);
