@@ -56,8 +56,8 @@
 #define TOP_ADDRS 4096u    /* addresses cycled through; 32 KiB, and random enough that the
 			    * branch predictor cannot learn the sequence */
 #define BOTTOM_ADDRS 65536u
-#define N_BUFS MRD_LOOKUP_TOP
-#define BUF_SIZE (64u * KiB)
+#define N_BUFS BENCH_BUFS
+#define BUF_SIZE BENCH_BUF_SIZE
 #define BOTTOM_STRIDE (64u * KiB) /* synthetic entries: 48 KiB ranges with 16 KiB gaps */
 #define BOTTOM_LEN (48u * KiB)
 #define BOTTOM_BASE 0x200000000000ull /* mrd's default window_base, as real entries would be */
@@ -125,14 +125,9 @@ struct hol_shared {
 };
 
 struct bench {
-	struct mrd_proc mrd;
+	struct bench_mrd m; /* mrd and its 8 looked-up buffers */
 	char dir[64];
 	struct echo_server echo, epoll;
-	mrd_client *client;
-	struct mrd_lookup l;
-	bool lookup_ready;
-	uint8_t *buf[N_BUFS];
-	struct mrd_mr mr[N_BUFS]; /* what mrd answered for each buffer */
 
 	uint8_t req[FRAME_CAP];
 	size_t req_len, reply_len;
@@ -288,11 +283,7 @@ static int pick_cpu(bool *ret_both)
 
 static int check_sums(const char *row, uint64_t got, uint64_t want)
 {
-	if (got == want)
-		return 0;
-	fprintf(stderr, "bench-lookup: %s: keys summed to %llu, expected %llu\n", row,
-		(unsigned long long)got, (unsigned long long)want);
-	return -EBADMSG;
+	return bench_check_sum("bench-lookup", row, got, want);
 }
 
 /* Random addresses inside buffer `only` (or inside any of the buffers when only < 0). */
@@ -303,8 +294,8 @@ static void top_addrs(const struct bench *b, int only, uintptr_t *addrs, uint64_
 	for (size_t i = 0; i < TOP_ADDRS; i++) {
 		unsigned k = only >= 0 ? (unsigned)only : (unsigned)(rng_next(&s) % N_BUFS);
 
-		addrs[i] = (uintptr_t)b->buf[k] + rng_next(&s) % BUF_SIZE;
-		want += b->mr[k].lkey;
+		addrs[i] = (uintptr_t)b->m.buf[k] + rng_next(&s) % BUF_SIZE;
+		want += b->m.mr[k].lkey;
 	}
 	/* The loops run ops lookups over the array ops / TOP_ADDRS times. */
 	*ret_want = want * (TOP_OPS / TOP_ADDRS);
@@ -322,11 +313,11 @@ static int bench_top(struct bench *b)
 	_Static_assert(TOP_OPS % TOP_ADDRS == 0, "whole passes over the addresses");
 
 	/* Row 1: buffer 3 is the MRU entry (its last lookup went through the top half). */
-	if (mrd_lookup_lkey(&b->l, b->buf[3]) != b->mr[3].lkey)
+	if (mrd_lookup_lkey(&b->m.l, b->m.buf[3]) != b->m.mr[3].lkey)
 		return -EBADMSG;
-	one = (struct flat_entry){ b->mr[3].start, b->mr[3].end, b->mr[3].lkey };
+	one = (struct flat_entry){ b->m.mr[3].start, b->m.mr[3].end, b->m.mr[3].lkey };
 	top_addrs(b, 3, addrs, &want);
-	r = check_sums("top-mru", loop_lkey(&b->l, addrs, TOP_OPS), want); /* warm-up */
+	r = check_sums("top-mru", loop_lkey(&b->m.l, addrs, TOP_OPS), want); /* warm-up */
 	if (r >= 0)
 		r = check_sums("top-mru baseline", loop_one_entry(&one, addrs, TOP_OPS), want);
 	for (int rep = 0; rep < NS_REPS && r >= 0; rep++)
@@ -335,7 +326,7 @@ static int bench_top(struct bench *b)
 			uint64_t t0 = bench_now_ns();
 
 			if ((rep + j) % 2 == 0) {
-				got = loop_lkey(&b->l, addrs, TOP_OPS);
+				got = loop_lkey(&b->m.l, addrs, TOP_OPS);
 				b->top_mru.ns_case[rep] = (double)(bench_now_ns() - t0) / TOP_OPS;
 			} else {
 				got = loop_one_entry(&one, addrs, TOP_OPS);
@@ -348,18 +339,18 @@ static int bench_top(struct bench *b)
 
 	/* Row 2: all 8 buffers, at random. */
 	top_addrs(b, -1, addrs, &want);
-	r = check_sums("top-random8", loop_lkey(&b->l, addrs, TOP_OPS), want);
+	r = check_sums("top-random8", loop_lkey(&b->m.l, addrs, TOP_OPS), want);
 	if (r >= 0)
-		r = check_sums("top-random8 baseline", loop_scan8(b->l.top, addrs, TOP_OPS), want);
+		r = check_sums("top-random8 baseline", loop_scan8(b->m.l.top, addrs, TOP_OPS), want);
 	for (int rep = 0; rep < NS_REPS && r >= 0; rep++)
 		for (int j = 0; j < 2 && r >= 0; j++) {
 			uint64_t t0 = bench_now_ns();
 
 			if ((rep + j) % 2 == 0) {
-				got = loop_lkey(&b->l, addrs, TOP_OPS);
+				got = loop_lkey(&b->m.l, addrs, TOP_OPS);
 				b->top_random.ns_case[rep] = (double)(bench_now_ns() - t0) / TOP_OPS;
 			} else {
-				got = loop_scan8(b->l.top, addrs, TOP_OPS);
+				got = loop_scan8(b->m.l.top, addrs, TOP_OPS);
 				b->top_random.ns_base[rep] = (double)(bench_now_ns() - t0) / TOP_OPS;
 			}
 			r = check_sums("top-random8", got, want);
@@ -442,7 +433,7 @@ static int probe_lookup(struct bench *b, int fd)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__MrLookupRequest q = MRD__MR_LOOKUP_REQUEST__INIT;
-	uint64_t address = (uintptr_t)b->buf[0];
+	uint64_t address = (uintptr_t)b->m.buf[0];
 	Mrd__Response *resp = NULL;
 	uint8_t buf[FRAME_CAP];
 	int r;
@@ -465,7 +456,7 @@ static int probe_lookup(struct bench *b, int fd)
 	if (r < 0)
 		return r;
 	if (resp->id != LOOKUP_ID || resp->body_case != MRD__RESPONSE__BODY_MR_LOOKUP ||
-	    resp->mr_lookup->n_entries != 1 || resp->mr_lookup->entries[0]->lkey != b->mr[0].lkey)
+	    resp->mr_lookup->n_entries != 1 || resp->mr_lookup->entries[0]->lkey != b->m.mr[0].lkey)
 		r = -EBADMSG;
 	mrd__response__free_unpacked(resp, NULL);
 	return r;
@@ -478,12 +469,12 @@ static int lat_libmrd(const struct bench *b, uint64_t *lat, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		struct mrd_mr mr;
 		uint64_t t0 = bench_now_ns();
-		int r = mrd_mr_lookup(b->client, b->buf[0], &mr);
+		int r = mrd_mr_lookup(b->m.client, b->m.buf[0], &mr);
 		uint64_t t1 = bench_now_ns();
 
 		if (r < 0)
 			return r;
-		if (mr.lkey != b->mr[0].lkey)
+		if (mr.lkey != b->m.mr[0].lkey)
 			return -EBADMSG;
 		if (lat)
 			lat[i] = t1 - t0;
@@ -510,7 +501,7 @@ static int bench_miss(struct bench *b)
 	if (b->pinned2) {
 		r = bench_pin(0, 0);
 		if (r >= 0)
-			r = bench_pin(b->mrd.pid, 1);
+			r = bench_pin(b->m.mrd.pid, 1);
 		if (r >= 0)
 			r = bench_pin(b->echo.pid, 1);
 		if (r >= 0)
@@ -1108,11 +1099,6 @@ static void report(const struct bench *b, double busy_before)
  * MrLookup frame and its reply. */
 static int bench_setup(struct bench *b)
 {
-	static const char *const mrd_args[] = { "--log-level", "warning", NULL };
-	/* No huge pages, so the buffers are plain 4 KiB-page memory on any host; the quotas hold
-	 * the 512 KiB of buffers with room to spare. */
-	static const char config[] = "[memory]\nhugepages = no\narena_size = 64M\n"
-				     "[quota]\nallocated_bytes = 64M\npinned_bytes = 64M\n";
 	int r;
 
 	for (int k = 0; k < N_LAT; k++)
@@ -1120,39 +1106,11 @@ static int bench_setup(struct bench *b)
 	snprintf(b->dir, sizeof(b->dir), "/tmp/mrd-bench.XXXXXX");
 	if (!mkdtemp(b->dir))
 		return negative_errno();
-	r = mrd_proc_start(&b->mrd, config, mrd_args);
-	if (r < 0) {
-		fprintf(stderr, "bench-lookup: cannot start mrd (MRD_BUILDDIR=%s): %s\n",
-			getenv("MRD_BUILDDIR") ?: "(unset)", strerror(-r));
-		return r;
-	}
-
-	r = mrd_client_connect(b->mrd.socket, &b->client);
+	r = bench_mrd_start(&b->m, "bench-lookup");
 	if (r < 0)
 		return r;
-	for (int i = 0; i < N_BUFS; i++) {
-		r = mrd_mem_alloc(b->client, BUF_SIZE, 0, 0, (void **)&b->buf[i]);
-		if (r >= 0)
-			r = mrd_mr_lookup(b->client, b->buf[i], &b->mr[i]);
-		if (r < 0) {
-			fprintf(stderr, "bench-lookup: buffer %d: %s\n", i, mrd_last_error());
-			return r;
-		}
-		/* An MR never spans two allocations (daemon/mr-cache.h): 8 buffers, 8 entries. */
-		if (b->mr[i].start > (uintptr_t)b->buf[i] ||
-		    b->mr[i].end < (uintptr_t)b->buf[i] + BUF_SIZE)
-			return -EBADMSG;
-	}
-	r = mrd_lookup_init(&b->l, b->client);
-	if (r < 0)
-		return r;
-	b->lookup_ready = true;
-	/* One lookup each fills the 8 top-half slots (round-robin victims, so none is evicted). */
-	for (int i = 0; i < N_BUFS; i++)
-		if (mrd_lookup_lkey(&b->l, b->buf[i]) != b->mr[i].lkey)
-			return -EBADMSG;
 
-	b->fd[LAT_FRAME] = raw_connect(b->mrd.socket);
+	b->fd[LAT_FRAME] = raw_connect(b->m.mrd.socket);
 	if (b->fd[LAT_FRAME] < 0)
 		return b->fd[LAT_FRAME];
 	r = bench_raw_hello(b->fd[LAT_FRAME], MRD_CAP_MR, "bench-lookup");
@@ -1190,15 +1148,11 @@ static int bench_setup_echo(struct bench *b)
 
 static void bench_teardown(struct bench *b)
 {
-	if (b->lookup_ready)
-		mrd_lookup_done(&b->l);
-	mrd_client_close(b->client);
+	bench_mrd_stop(&b->m);
 	for (int k = 0; k < N_LAT; k++)
 		safe_close(b->fd[k]);
 	echo_server_stop(&b->echo);
 	echo_server_stop(&b->epoll);
-	if (b->mrd.pid > 0)
-		mrd_proc_stop(&b->mrd);
 	if (b->dir[0])
 		rmdir(b->dir);
 }

@@ -48,8 +48,8 @@
 #define BOTTOM_OPS (16u * BOTTOM_ADDRS)
 #define TOP_ADDRS 4096u
 #define TOP_OPS (256u * TOP_ADDRS)
-#define N_BUFS MRD_LOOKUP_TOP
-#define BUF_SIZE (64u * KiB)
+#define N_BUFS BENCH_BUFS
+#define BUF_SIZE BENCH_BUF_SIZE
 #define BOTTOM_STRIDE (64u * KiB) /* synthetic entries: 48 KiB ranges with 16 KiB gaps */
 #define BOTTOM_LEN (48u * KiB)
 #define BOTTOM_BASE 0x200000000000ull /* mrd's default window_base */
@@ -77,12 +77,7 @@ struct rc_region {
 };
 
 struct bench {
-	struct mrd_proc mrd;
-	mrd_client *client;
-	struct mrd_lookup l;
-	bool lookup_ready;
-	uint8_t *buf[N_BUFS];
-	struct mrd_mr mr[N_BUFS];
+	struct bench_mrd m; /* mrd and its 8 looked-up buffers */
 	ucs_rcache_t *rcache;
 	int cpu;
 	struct ns_row pgt[N_PGT], rcache_row, rcache_mr;
@@ -186,11 +181,7 @@ static int pin_cpu(void)
 
 static int check_sums(const char *row, uint64_t got, uint64_t want)
 {
-	if (got == want)
-		return 0;
-	fprintf(stderr, "bench-ucx: %s: keys summed to %llu, expected %llu\n", row,
-		(unsigned long long)got, (unsigned long long)want);
-	return -EBADMSG;
+	return bench_check_sum("bench-ucx", row, got, want);
 }
 
 typedef uint64_t (*loop_fn)(void *ctx, const void *addrs, size_t ops);
@@ -299,8 +290,8 @@ static ucs_status_t rc_mem_reg(void *context, ucs_rcache_t *rcache, void *arg,
 
 	rr->lkey = MRD_KEY_INVALID;
 	for (int i = 0; i < N_BUFS; i++)
-		if (region->super.start >= b->mr[i].start && region->super.start < b->mr[i].end)
-			rr->lkey = b->mr[i].lkey;
+		if (region->super.start >= b->m.mr[i].start && region->super.start < b->m.mr[i].end)
+			rr->lkey = b->m.mr[i].lkey;
 	return UCS_OK;
 }
 
@@ -341,10 +332,10 @@ static int rcache_setup(struct bench *b)
 	for (int i = 0; i < N_BUFS; i++) {
 		ucs_rcache_region_t *r;
 
-		if (ucs_rcache_get(b->rcache, b->buf[i], BUF_SIZE, PROT_READ | PROT_WRITE, NULL,
+		if (ucs_rcache_get(b->rcache, b->m.buf[i], BUF_SIZE, PROT_READ | PROT_WRITE, NULL,
 				   &r) != UCS_OK)
 			return -EINVAL;
-		if (((struct rc_region *)r)->lkey != b->mr[i].lkey)
+		if (((struct rc_region *)r)->lkey != b->m.mr[i].lkey)
 			return -EBADMSG;
 		ucs_rcache_region_put(b->rcache, r);
 	}
@@ -359,8 +350,8 @@ static void top_addrs(const struct bench *b, uintptr_t *addrs, uint64_t *ret_wan
 	for (size_t i = 0; i < TOP_ADDRS; i++) {
 		unsigned k = (unsigned)(rng_next(&s) % N_BUFS);
 
-		addrs[i] = (uintptr_t)b->buf[k] + rng_next(&s) % (BUF_SIZE - RC_LEN);
-		want += b->mr[k].lkey;
+		addrs[i] = (uintptr_t)b->m.buf[k] + rng_next(&s) % (BUF_SIZE - RC_LEN);
+		want += b->m.mr[k].lkey;
 	}
 	*ret_want = want * (TOP_OPS / TOP_ADDRS);
 }
@@ -374,71 +365,31 @@ static int bench_rcache(struct bench *b)
 	if (!addrs)
 		return -ENOMEM;
 	top_addrs(b, addrs, &want);
-	r = time_pair("ucx-rcache", &b->rcache_row, want, TOP_OPS, addrs, w_lkey, &b->l, w_rcache,
+	r = time_pair("ucx-rcache", &b->rcache_row, want, TOP_OPS, addrs, w_lkey, &b->m.l, w_rcache,
 		      b->rcache);
 	if (r < 0)
 		return r;
 	return time_pair("ucx-rcache-mr", &b->rcache_mr, want, TOP_OPS, addrs, w_lookup_mr,
-			 &b->l, w_rcache, b->rcache);
+			 &b->m.l, w_rcache, b->rcache);
 }
 
 static int bench_setup(struct bench *b)
 {
-	static const char *const mrd_args[] = { "--log-level", "warning", NULL };
-	static const char config[] = "[memory]\nhugepages = no\narena_size = 64M\n"
-				     "[quota]\nallocated_bytes = 64M\npinned_bytes = 64M\n";
-	int r = mrd_proc_start(&b->mrd, config, mrd_args);
+	int r = bench_mrd_start(&b->m, "bench-ucx");
 
-	if (r < 0) {
-		fprintf(stderr, "bench-ucx: cannot start mrd (MRD_BUILDDIR=%s): %s\n",
-			getenv("MRD_BUILDDIR") ?: "(unset)", strerror(-r));
-		return r;
-	}
-	r = mrd_client_connect(b->mrd.socket, &b->client);
-	if (r < 0)
-		return r;
-	for (int i = 0; i < N_BUFS; i++) {
-		r = mrd_mem_alloc(b->client, BUF_SIZE, 0, 0, (void **)&b->buf[i]);
-		if (r >= 0)
-			r = mrd_mr_lookup(b->client, b->buf[i], &b->mr[i]);
-		if (r < 0) {
-			fprintf(stderr, "bench-ucx: buffer %d: %s\n", i, mrd_last_error());
-			return r;
-		}
-		/* An MR never spans two allocations: 8 buffers, 8 MRs. */
-		if (b->mr[i].start > (uintptr_t)b->buf[i] ||
-		    b->mr[i].end < (uintptr_t)b->buf[i] + BUF_SIZE)
-			return -EBADMSG;
-	}
-	r = mrd_lookup_init(&b->l, b->client);
-	if (r < 0)
-		return r;
-	b->lookup_ready = true;
-	for (int i = 0; i < N_BUFS; i++)
-		if (mrd_lookup_lkey(&b->l, b->buf[i]) != b->mr[i].lkey)
-			return -EBADMSG;
-	return rcache_setup(b);
+	return r < 0 ? r : rcache_setup(b);
 }
 
 static void bench_teardown(struct bench *b)
 {
 	if (b->rcache)
 		ucs_rcache_destroy(b->rcache);
-	if (b->lookup_ready)
-		mrd_lookup_done(&b->l);
-	mrd_client_close(b->client);
-	if (b->mrd.pid > 0)
-		mrd_proc_stop(&b->mrd);
+	bench_mrd_stop(&b->m);
 }
-
-struct summary {
-	char name[32];
-	double ratio, q1, q3, target;
-};
 
 static double report_ns(const char *name, const struct ns_row *row, const char *what_case,
 			const char *what_base, const char *tag, double target,
-			struct summary *sum, size_t *n_sum)
+			struct bench_summary *sum, size_t *n_sum)
 {
 	double per_rep[NS_REPS], d[NS_REPS], c[NS_REPS], bs[NS_REPS], ratio;
 
@@ -455,21 +406,15 @@ static double report_ns(const char *name, const struct ns_row *row, const char *
 		printf(" %.3f", per_rep[i]);
 	printf("\n  raw ns per lookup, median of reps: case %.2f; baseline %.2f\n",
 	       bench_median(c, NS_REPS), bench_median(bs, NS_REPS));
-	if (sum) {
-		struct summary *s = &sum[(*n_sum)++];
-
-		snprintf(s->name, sizeof(s->name), "%s", name);
-		s->ratio = ratio;
-		s->target = target;
-		bench_quartiles(per_rep, NS_REPS, &s->q1, &s->q3);
-	}
+	if (sum)
+		bench_add_summary(sum, n_sum, name, ratio, per_rep, NS_REPS, target, true);
 	return ratio;
 }
 
 static void report(const struct bench *b, double busy_before)
 {
-	struct summary sum[N_PGT + 1];
-	size_t n_sum = 0, held = 0;
+	struct bench_summary sum[N_PGT + 1];
+	size_t n_sum = 0, held;
 
 	printf("ucx: pinned to CPU %d, %d reps, case and baseline alternated; page-table rows %u "
 	       "lookups per batch, rcache rows %u\n", b->cpu, NS_REPS, BOTTOM_OPS, TOP_OPS);
@@ -495,16 +440,7 @@ static void report(const struct bench *b, double busy_before)
 	printf("summary (targets from PERF.md: bottom half <= %.1fx ucs_pgtable_lookup; full "
 	       "client lookup hit <= %.1fx ucs_rcache_get+ucs_rcache_region_put):\n",
 	       TARGET_PGTABLE, TARGET_RCACHE);
-	for (size_t i = 0; i < n_sum; i++) {
-		const struct summary *s = &sum[i];
-		bool ok = s->ratio <= s->target;
-
-		printf("  %-23s %.3f <= %.2f: %-6s (per-rep IQR %.3f..%.3f%s)\n", s->name, s->ratio,
-		       s->target, ok ? "holds" : "MISSED", s->q1, s->q3,
-		       s->q1 <= s->target && s->target <= s->q3 ? ", straddles the target: uncertain" :
-								  "");
-		held += ok;
-	}
+	held = bench_print_summary(sum, n_sum);
 	printf("  %zu of %zu targets hold; %ld CPUs, %.0f%% of them busy with other work just "
 	       "before the run\n", held, n_sum, sysconf(_SC_NPROCESSORS_ONLN), 100 * busy_before);
 	if (busy_before > 0.2)

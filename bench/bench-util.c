@@ -375,3 +375,63 @@ size_t bench_print_summary(const struct bench_summary *sum, size_t n)
 	}
 	return held;
 }
+
+int bench_mrd_start(struct bench_mrd *m, const char *prog)
+{
+	static const char *const mrd_args[] = { "--log-level", "warning", NULL };
+	/* No huge pages, so the buffers are plain 4 KiB-page memory on any host; the quotas hold
+	 * the buffers with room to spare. */
+	static const char config[] = "[memory]\nhugepages = no\narena_size = 64M\n"
+				     "[quota]\nallocated_bytes = 64M\npinned_bytes = 64M\n";
+	int r = mrd_proc_start(&m->mrd, config, mrd_args);
+
+	if (r < 0) {
+		fprintf(stderr, "%s: cannot start mrd (MRD_BUILDDIR=%s): %s\n", prog,
+			getenv("MRD_BUILDDIR") ?: "(unset)", strerror(-r));
+		return r;
+	}
+	r = mrd_client_connect(m->mrd.socket, &m->client);
+	if (r < 0)
+		return r;
+	for (int i = 0; i < BENCH_BUFS; i++) {
+		r = mrd_mem_alloc(m->client, BENCH_BUF_SIZE, 0, 0, (void **)&m->buf[i]);
+		if (r >= 0)
+			r = mrd_mr_lookup(m->client, m->buf[i], &m->mr[i]);
+		if (r < 0) {
+			fprintf(stderr, "%s: buffer %d: %s\n", prog, i, mrd_last_error());
+			return r;
+		}
+		/* An MR never spans two allocations (daemon/mr-cache.h): 8 buffers, 8 MRs. */
+		if (m->mr[i].start > (uintptr_t)m->buf[i] ||
+		    m->mr[i].end < (uintptr_t)m->buf[i] + BENCH_BUF_SIZE)
+			return -EBADMSG;
+	}
+	r = mrd_lookup_init(&m->l, m->client);
+	if (r < 0)
+		return r;
+	m->lookup_ready = true;
+	/* One lookup each fills the 8 top-half slots (round-robin victims, so none is evicted). */
+	for (int i = 0; i < BENCH_BUFS; i++)
+		if (mrd_lookup_lkey(&m->l, m->buf[i]) != m->mr[i].lkey)
+			return -EBADMSG;
+	return 0;
+}
+
+void bench_mrd_stop(struct bench_mrd *m)
+{
+	if (m->lookup_ready)
+		mrd_lookup_done(&m->l);
+	m->lookup_ready = false;
+	m->client = mrd_client_close(m->client);
+	if (m->mrd.pid > 0)
+		mrd_proc_stop(&m->mrd);
+}
+
+int bench_check_sum(const char *prog, const char *row, uint64_t got, uint64_t want)
+{
+	if (got == want)
+		return 0;
+	fprintf(stderr, "%s: %s: keys summed to %llu, expected %llu\n", prog, row,
+		(unsigned long long)got, (unsigned long long)want);
+	return -EBADMSG;
+}

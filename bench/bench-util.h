@@ -9,6 +9,9 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include <mrd/mrd.h>
+
+#include "test-util.h"
 #include "wire.h"
 
 static inline uint64_t bench_now_ns(void)
@@ -88,3 +91,23 @@ void bench_add_summary(struct bench_summary *sum, size_t *n_sum, const char *nam
 
 /* Prints the n summary lines, each saying whether its target holds; returns how many do. */
 size_t bench_print_summary(const struct bench_summary *sum, size_t n);
+
+/* A running mrd with BENCH_BUFS buffers of it, each looked up once, and a lookup cache whose
+ * top half holds all of them: the common ground of the lookup benches. */
+#define BENCH_BUFS MRD_LOOKUP_TOP
+#define BENCH_BUF_SIZE (64u << 10)
+struct bench_mrd {
+	struct mrd_proc mrd;
+	mrd_client *client;
+	struct mrd_lookup l;
+	bool lookup_ready;
+	uint8_t *buf[BENCH_BUFS];
+	struct mrd_mr mr[BENCH_BUFS]; /* what mrd answered for each buffer */
+};
+
+/* prog names the program in messages. Returns 0 or -errno (said on stderr). */
+int bench_mrd_start(struct bench_mrd *m, const char *prog);
+void bench_mrd_stop(struct bench_mrd *m);
+
+/* A timed loop's key sum must match what the buffers' keys add up to. */
+int bench_check_sum(const char *prog, const char *row, uint64_t got, uint64_t want);

@@ -106,7 +106,6 @@ MRD_EXPORT int mrd_lookup_mr(struct mrd_lookup *l, const void *addr, struct mrd_
 	struct mrd_mr mr;
 	int r;
 
-	l->n_slow++;
 	/* Memory of the domain went away since we cached: nothing cached can be trusted. */
 	if (generation != l->generation) {
 		flush(l);

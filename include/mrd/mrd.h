@@ -123,9 +123,9 @@ struct mrd_lookup {
 	struct mrd_mr top[MRD_LOOKUP_TOP];
 	struct mrd_lookup_bottom *bottom;
 	mrd_client *client;
-	/* Statistics, for reading: lookups past the inline MRU hit, and of those, how many
-	 * asked mrd. */
-	uint64_t n_slow, n_asked;
+	/* Statistics, for reading: lookups that had to ask mrd. (Nothing counts hits: a
+	 * counter on the hit path costs more than the hit.) */
+	uint64_t n_asked;
 };
 
 /* Prepares l for lookups through client (which must outlive it). */
