@@ -242,10 +242,10 @@ struct client *client_free(struct client *c)
 	if (c->hangup_event)
 		event_free(c->hangup_event);
 	safe_close(c->fd);
-	request_mr_abandon(c); /* a worker may still finish for it: nobody to answer */
+	request_abandon(c); /* a worker may still finish for it: nobody to answer */
 	/* Everything it owns goes; memory of other clients stays. */
 	while (!LIST_EMPTY(&c->allocations))
-		domain_free_allocation(c->domain, LIST_FIRST(&c->allocations));
+		(void)domain_free_allocation(c->domain, LIST_FIRST(&c->allocations), NULL);
 	domain_release(c->domain);
 	free(c->arenas_sent);
 	if (c->manager) {

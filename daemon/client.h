@@ -11,7 +11,7 @@
 #include "wire.h"
 
 struct manager;
-struct pending_lookup;
+struct pending_request;
 struct event;
 
 struct out_frame {
@@ -51,7 +51,7 @@ struct client {
 	uint32_t *arenas_sent; /* arenas whose memfd this client has received */
 	size_t n_arenas_sent, arenas_sent_cap;
 
-	struct pending_lookup *pending; /* a request whose answer waits for a worker */
+	struct pending_request *pending; /* a request whose answer waits for a worker */
 
 	unsigned protocol_errors;
 	/* Replies not yet taken by the client: bounded by limits.requests_in_flight. */

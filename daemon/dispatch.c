@@ -174,3 +174,26 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 	mrd__request__free_unpacked(req, NULL);
 	return k;
 }
+
+void request_wait(struct client *c, struct pending_request *p)
+{
+	p->client = c;
+	c->pending = p;
+	client_pause(c);
+}
+
+void request_answer(struct pending_request *p, struct reply *r, int error)
+{
+	struct client *c = p->client;
+
+	reply_send(c, r, error);
+	c->pending = NULL;
+	client_resume(c);
+}
+
+void request_abandon(struct client *c)
+{
+	if (c->pending)
+		c->pending->client = NULL;
+	c->pending = NULL;
+}

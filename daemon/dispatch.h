@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "macro.h"
+#include "mr-cache.h"
 #include "wire.h"
 
 struct client;
@@ -39,6 +40,20 @@ void reply_set_message(struct reply *r, const char *fmt, ...) _printf_(2, 3);
 void reply_init(struct reply *r, uint64_t id);
 /* Packs and sends r; error (negative errno or 0) becomes the status. Frees what r owns. */
 void reply_send(struct client *c, struct reply *r, int error);
+
+/* A request whose answer waits for a worker. Its handler returns -EINPROGRESS after
+ * request_wait(); the client reads nothing more until request_answer() sends the reply. */
+struct pending_request {
+	struct mr_waiter waiter; /* first: the worker's completion hands it back */
+	struct client *client;   /* NULL once the client left: nobody to answer */
+	uint64_t id;
+};
+
+void request_wait(struct client *c, struct pending_request *p);
+/* Sends r for p (error as for reply_send) and lets the client read again. */
+void request_answer(struct pending_request *p, struct reply *r, int error);
+/* The client is going: a request of its that waits for a worker will answer nobody. */
+void request_abandon(struct client *c);
 
 /* Takes ownership of a descriptor the request carried (so dispatch does not close it). */
 int take_request_fd(struct wire_packet *pkt, size_t i);
@@ -91,5 +106,3 @@ int request_mr_lookup(struct client *c, const Mrd__Request *req, struct wire_pac
 		      struct reply *r);
 int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 		struct reply *r);
-/* The client is going: a lookup of its that waits for a worker will answer nobody. */
-void request_mr_abandon(struct client *c);

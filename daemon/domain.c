@@ -17,6 +17,7 @@
 #include "manager.h"
 #include "provider.h"
 #include "status-page.h"
+#include "worker-pool.h"
 
 int domain_status_fd(const struct domain *d)
 {
@@ -504,22 +505,80 @@ static void trim_arenas(struct domain *d, struct arena *emptied)
 			(off_t)emptied->size);
 }
 
-void domain_free_allocation(struct domain *d, struct allocation *a)
+/* Back on the loop with the device done with a retired allocation: its pages go back. */
+static void release(struct domain *d, struct allocation *a)
 {
 	struct arena *arena = a->arena;
 
-	/* Out of the cache and deregistered before its pages go back to the kernel. */
-	mr_cache_forget(&d->cache, a);
-	u64_map_remove(&d->allocations, allocation_address(a));
-	runs_remove(arena, a);
-	LIST_REMOVE(a, owner_link);
-	a->owner->allocated_bytes -= a->length;
+	mr_cache_release(&d->cache, a);
 	d->allocated_bytes -= a->length;
 	arena_release(arena, a->offset, a->length);
 	free(a);
-	d->status->frees++;
-	bump_generation(d);
 	if (arena->n_allocations == 0)
 		trim_arenas(d, arena);
 	domain_update_status(d);
+}
+
+/* Deregistering big MRs unpins GiBs: a worker does it, so the loop serves everyone else. */
+struct free_job {
+	struct work work;
+	struct domain *domain; /* held while the job lives */
+	struct allocation *allocation;
+	struct mr_waiter *waiter;
+};
+
+static void free_job_run(struct work *w)
+{
+	struct free_job *j = (struct free_job *)w;
+
+	mr_cache_deregister(&j->domain->cache, j->allocation);
+}
+
+static void free_job_done(struct work *w)
+{
+	struct free_job *j = (struct free_job *)w;
+	struct domain *d = j->domain;
+
+	d->cache.retiring--;
+	release(d, j->allocation);
+	if (j->waiter)
+		j->waiter->resume(j->waiter, 0, NULL, "");
+	free(j);
+	domain_release(d);
+}
+
+int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_waiter *waiter)
+{
+	struct worker_pool *workers = d->manager->workers;
+	uint64_t pinned;
+	struct free_job *j;
+
+	/* Retired first: from here on no lookup finds it and no key for it is handed out. */
+	pinned = mr_cache_retire(&d->cache, a);
+	u64_map_remove(&d->allocations, allocation_address(a));
+	runs_remove(a->arena, a);
+	LIST_REMOVE(a, owner_link);
+	a->owner->allocated_bytes -= a->length;
+	a->owner = NULL;
+	d->status->frees++;
+	bump_generation(d);
+
+	/* Then the device lets go, and only then do its pages go back. */
+	j = workers && pinned > 0 &&
+			    (pinned >= d->manager->config.async_bytes || mr_cache_busy(&d->cache)) ?
+		    calloc(1, sizeof(*j)) :
+		    NULL;
+	if (!j) {
+		mr_cache_deregister(&d->cache, a);
+		release(d, a);
+		return 0;
+	}
+	j->work.run = free_job_run;
+	j->work.done = free_job_done;
+	j->domain = domain_ref(d);
+	j->allocation = a;
+	j->waiter = waiter;
+	d->cache.retiring++;
+	worker_pool_submit(workers, &j->work);
+	return waiter ? -EINPROGRESS : 0;
 }

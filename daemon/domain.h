@@ -75,8 +75,12 @@ int domain_alloc(struct domain *d, struct client *owner, uint64_t size, uint64_t
 int domain_attach_external(struct domain *d, struct client *owner, int fd, uint64_t offset,
 			   uint64_t length, struct allocation **ret, char *why, size_t why_size);
 
-/* Frees one allocation: pages back to the kernel, generation bumped. */
-void domain_free_allocation(struct domain *d, struct allocation *a);
+/* Frees one allocation. At once: no lookup finds it, its keys leave the cache, the generation
+ * bumps. Its MRs are deregistered and its pages go back to the kernel right away — or, when
+ * the MRs cover [cache] async_bytes or more (or a worker is busy with the provider), on a
+ * worker: then, with a waiter, -EINPROGRESS
+ * and waiter->resume (result 0, no entry) runs on the loop once the pages are back. */
+int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_waiter *waiter);
 
 struct allocation *domain_find_allocation(struct domain *d, uint64_t address);
 /* The live allocation whose pages hold address, NULL when none does. */

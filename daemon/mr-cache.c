@@ -23,26 +23,16 @@ int mr_cache_init(struct mr_cache *c, struct domain *d, enum mr_policy policy)
 	return mr_table_init(&c->table, MR_TABLE_FIRST, MR_TABLE_MAX);
 }
 
-static void mr_free(struct mr_cache *c, struct cached_mr *mr)
-{
-	c->pinned_bytes -= mr->end - mr->start;
-	int r = provider_dereg(mr->pmr);
-
-	if (r < 0)
-		log_warning_errno(r, "domain %s: cannot deregister [0x%" PRIx64 ", 0x%" PRIx64 "): %m",
-				  c->domain->name, mr->start, mr->end);
-	c->deregistrations++;
-	free(mr);
-}
-
 void mr_cache_done(struct mr_cache *c)
 {
 	struct cached_mr *mr;
 
+	/* Allocations go before their domain, so what is left here belongs to none of them. */
 	while ((mr = LIST_FIRST(&c->mrs))) {
 		LIST_REMOVE(mr, link);
 		LIST_REMOVE(mr, alloc_link);
-		mr_free(c, mr);
+		(void)provider_dereg(mr->pmr);
+		free(mr);
 	}
 	c->n_mrs = 0;
 	mr_table_done(&c->table);
@@ -231,7 +221,7 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 	}
 
 	if (waiter && d->manager->workers &&
-	    (end - start >= cfg->async_bytes || c->pending_bytes > 0)) {
+	    (end - start >= cfg->async_bytes || mr_cache_busy(c))) {
 		/* Pinning this much takes long: a worker does it, and nobody waits but the asker. */
 		struct reg_job *j = calloc(1, sizeof(*j));
 
@@ -264,24 +254,45 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 	return 0;
 }
 
-void mr_cache_forget(struct mr_cache *c, struct allocation *a)
+uint64_t mr_cache_retire(struct mr_cache *c, struct allocation *a)
 {
 	struct cached_mr *mr;
-	bool any = false;
+	uint64_t bytes = 0;
 
-	/* Out of every lookup first: no key for this memory is handed out from here on. */
 	LIST_FOREACH(mr, &a->mrs, alloc_link) {
 		if (!c->table.overflow)
 			(void)mr_table_remove(&c->table, mr->start);
 		LIST_REMOVE(mr, link);
 		c->n_mrs--;
-		any = true;
+		bytes += mr->end - mr->start;
 	}
-	if (any && c->table.overflow)
+	if (bytes && c->table.overflow)
 		rebuild(c);
-	/* Then the device lets go of the pages. */
+	return bytes;
+}
+
+void mr_cache_deregister(const struct mr_cache *c, struct allocation *a)
+{
+	struct cached_mr *mr;
+
+	LIST_FOREACH(mr, &a->mrs, alloc_link) {
+		int r = provider_dereg(mr->pmr);
+
+		if (r < 0)
+			log_warning_errno(r, "domain %s: cannot deregister [0x%" PRIx64 ", 0x%" PRIx64
+					  "): %m", c->domain->name, mr->start, mr->end);
+		mr->pmr = NULL;
+	}
+}
+
+void mr_cache_release(struct mr_cache *c, struct allocation *a)
+{
+	struct cached_mr *mr;
+
 	while ((mr = LIST_FIRST(&a->mrs))) {
 		LIST_REMOVE(mr, alloc_link);
-		mr_free(c, mr);
+		c->pinned_bytes -= mr->end - mr->start;
+		c->deregistrations++;
+		free(mr);
 	}
 }

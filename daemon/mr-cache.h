@@ -3,9 +3,11 @@
  * table that maps an address to its keys. A miss registers by policy — contig: the whole run
  * of the allocation around the address, minus what other MRs cover; page: the page alone —
  * through the provider ops. An MR never spans two allocations, so freeing an allocation
- * retires exactly its MRs: out of the table first, deregistered after. */
+ * retires exactly its MRs: out of the table first, deregistered after — on a worker when
+ * they are big. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/queue.h>
 
@@ -41,6 +43,7 @@ struct mr_cache {
 	struct domain *domain;
 	enum mr_policy policy;
 	uint64_t pending_bytes; /* registrations under way on workers */
+	unsigned retiring;      /* deregistrations under way on workers */
 	uint64_t pinned_bytes;  /* what its MRs cover (they never overlap): the quota's measure,
 				 * read on the loop without asking a provider a worker may hold */
 	LIST_HEAD(, cached_mr) mrs;
@@ -55,11 +58,23 @@ void mr_cache_done(struct mr_cache *c);
 
 /* The keys for addr, registering on a miss. -ENOENT (why says so) when addr is not in a live
  * allocation of the domain; -EDQUOT when registering would pass quota.pinned_bytes.
- * With a waiter, a registration of [cache] async_bytes or more — or any, while one of the
- * domain's is under way, since it would wait for the provider — runs on a worker thread:
+ * With a waiter, a registration of [cache] async_bytes or more — or any, while a registration
+ * or deregistration of the domain's is under way, since it would wait for the provider — runs
+ * on a worker thread:
  * -EINPROGRESS, and waiter->resume says how it went, later, on the loop. */
 int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
 		    size_t why_size, struct mr_waiter *waiter);
 
-/* An allocation is going: its MRs leave the table, then are deregistered. */
-void mr_cache_forget(struct mr_cache *c, struct allocation *a);
+/* Freeing an allocation takes three steps. Retire, on the loop: its MRs leave the table, so
+ * no key for its memory is handed out from here on; returns the bytes they cover, which stay
+ * counted as pinned. Deregister, on the loop or on a worker (it touches only those MRs and the
+ * provider, which locks itself): the device lets go of the pages. Release, on the loop: the
+ * MRs are counted gone and freed. */
+uint64_t mr_cache_retire(struct mr_cache *c, struct allocation *a);
+/* Whether the provider may be busy with a worker's job: a new op on the loop would wait. */
+static inline bool mr_cache_busy(const struct mr_cache *c)
+{
+	return c->pending_bytes > 0 || c->retiring > 0;
+}
+void mr_cache_deregister(const struct mr_cache *c, struct allocation *a);
+void mr_cache_release(struct mr_cache *c, struct allocation *a);

@@ -99,7 +99,7 @@ int request_alloc(struct client *c, const Mrd__Request *req, struct wire_packet 
 		return k;
 	k = describe_arena(c, a->arena, false, r);
 	if (k < 0) {
-		domain_free_allocation(d, a);
+		(void)domain_free_allocation(d, a, NULL);
 		return k;
 	}
 	mrd__alloc_response__init(&r->body.alloc);
@@ -144,21 +144,71 @@ static int owned_allocation(struct client *c, uint64_t address, bool external,
 	return 0;
 }
 
-int request_free(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		 struct reply *r)
+static void set_free_body(struct reply *r, bool external)
 {
+	if (external) {
+		mrd__extmem_detach_response__init(&r->body.extmem_detach);
+		r->resp.body_case = MRD__RESPONSE__BODY_EXTMEM_DETACH;
+		r->resp.extmem_detach = &r->body.extmem_detach;
+	} else {
+		mrd__free_response__init(&r->body.free);
+		r->resp.body_case = MRD__RESPONSE__BODY_FREE;
+		r->resp.free = &r->body.free;
+	}
+}
+
+/* A Free or ExtmemDetach whose MRs a worker deregisters: answered once the pages are back, so
+ * that when it returns no key for the memory works any more. */
+struct pending_free {
+	struct pending_request base; /* first */
+	bool external;
+};
+
+static void free_resume(struct mr_waiter *w, int result, const struct mr_entry *entry,
+			const char *why)
+{
+	struct pending_free *p = (struct pending_free *)w;
+	struct reply r;
+
+	if (p->base.client) {
+		reply_init(&r, p->base.id);
+		set_free_body(&r, p->external);
+		request_answer(&p->base, &r, 0);
+	}
+	free(p);
+}
+
+static int free_owned(struct client *c, uint64_t id, uint64_t address, bool external,
+		      struct reply *r)
+{
+	struct pending_free *p;
 	struct allocation *a;
 	struct domain *d;
 	int k;
 
-	k = owned_allocation(c, req->free->address, false, r, &d, &a);
+	k = owned_allocation(c, address, external, r, &d, &a);
 	if (k < 0)
 		return k;
-	domain_free_allocation(d, a);
-	mrd__free_response__init(&r->body.free);
-	r->resp.body_case = MRD__RESPONSE__BODY_FREE;
-	r->resp.free = &r->body.free;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->base.waiter.resume = free_resume;
+	p->base.id = id;
+	p->external = external;
+	k = domain_free_allocation(d, a, &p->base.waiter);
+	if (k == -EINPROGRESS) {
+		request_wait(c, &p->base);
+		return k;
+	}
+	free(p);
+	set_free_body(r, external);
 	return 0;
+}
+
+int request_free(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		 struct reply *r)
+{
+	return free_owned(c, req->id, req->free->address, false, r);
 }
 
 int request_map(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
@@ -211,7 +261,7 @@ int request_extmem_attach(struct client *c, const Mrd__Request *req, struct wire
 	if (k >= 0)
 		k = describe_arena(c, a->arena, false, r);
 	if (k < 0) {
-		domain_free_allocation(d, a);
+		(void)domain_free_allocation(d, a, NULL);
 		return k;
 	}
 	mrd__extmem_attach_response__init(&r->body.extmem_attach);
@@ -222,19 +272,8 @@ int request_extmem_attach(struct client *c, const Mrd__Request *req, struct wire
 	return 0;
 }
 
-int request_extmem_detach(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-			  struct reply *r)
+int request_extmem_detach(struct client *c, const Mrd__Request *req,
+			  struct wire_packet *pkt, struct reply *r)
 {
-	struct allocation *a;
-	struct domain *d;
-	int k;
-
-	k = owned_allocation(c, req->extmem_detach->address, true, r, &d, &a);
-	if (k < 0)
-		return k;
-	domain_free_allocation(d, a);
-	mrd__extmem_detach_response__init(&r->body.extmem_detach);
-	r->resp.body_case = MRD__RESPONSE__BODY_EXTMEM_DETACH;
-	r->resp.extmem_detach = &r->body.extmem_detach;
-	return 0;
+	return free_owned(c, req->id, req->extmem_detach->address, true, r);
 }

@@ -21,9 +21,7 @@ static int joined_domain(struct client *c, struct reply *r, struct domain **ret)
 
 /* A lookup of several addresses; it waits, whole, while a worker registers for one of them. */
 struct pending_lookup {
-	struct mr_waiter waiter; /* first: the cache hands it back */
-	struct client *client;   /* NULL once the client left */
-	uint64_t id;
+	struct pending_request base; /* first */
 	size_t n, next;
 	uint64_t *addrs;
 	struct mr_entry *entries;
@@ -39,11 +37,11 @@ static void pending_free(struct pending_lookup *p)
 /* Looks up from p->next on; -EINPROGRESS when it has to wait. */
 static int lookup_run(struct pending_lookup *p, char *why, size_t why_size)
 {
-	struct domain *d = p->client->domain;
+	struct domain *d = p->base.client->domain;
 
 	for (; p->next < p->n; p->next++) {
 		int k = mr_cache_lookup(&d->cache, p->addrs[p->next], &p->entries[p->next], why,
-					why_size, &p->waiter);
+					why_size, &p->base.waiter);
 		if (k < 0)
 			return k;
 	}
@@ -80,15 +78,14 @@ static void lookup_resume(struct mr_waiter *w, int result, const struct mr_entry
 			  const char *why)
 {
 	struct pending_lookup *p = (struct pending_lookup *)w;
-	struct client *c = p->client;
 	struct reply r;
 	int k = result;
 
-	if (!c) {
+	if (!p->base.client) {
 		pending_free(p);
 		return;
 	}
-	reply_init(&r, p->id);
+	reply_init(&r, p->base.id);
 	if (k >= 0) {
 		p->entries[p->next++] = *entry;
 		k = lookup_run(p, r.message, sizeof(r.message));
@@ -98,17 +95,8 @@ static void lookup_resume(struct mr_waiter *w, int result, const struct mr_entry
 		reply_set_message(&r, "%s", why);
 	if (k >= 0)
 		k = fill_reply(p, &r);
-	reply_send(c, &r, k);
-	c->pending = NULL;
+	request_answer(&p->base, &r, k);
 	pending_free(p);
-	client_resume(c);
-}
-
-void request_mr_abandon(struct client *c)
-{
-	if (c->pending)
-		c->pending->client = NULL;
-	c->pending = NULL;
 }
 
 int request_mr_lookup(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
@@ -130,9 +118,9 @@ int request_mr_lookup(struct client *c, const Mrd__Request *req, struct wire_pac
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
-	p->waiter.resume = lookup_resume;
-	p->client = c;
-	p->id = req->id;
+	p->base.waiter.resume = lookup_resume;
+	p->base.client = c;
+	p->base.id = req->id;
 	p->n = q->n_addresses;
 	p->addrs = malloc(p->n * sizeof(*p->addrs));
 	p->entries = calloc(p->n, sizeof(*p->entries));
@@ -145,8 +133,7 @@ int request_mr_lookup(struct client *c, const Mrd__Request *req, struct wire_pac
 	k = lookup_run(p, r->message, sizeof(r->message));
 	if (k == -EINPROGRESS) {
 		/* Its answer comes from lookup_resume; its next requests wait behind it. */
-		c->pending = p;
-		client_pause(c);
+		request_wait(c, &p->base);
 		return k;
 	}
 	if (k >= 0)

@@ -29,7 +29,7 @@ static void start_with(const char *a)
 static void setup(void) { start_with(NULL); }
 static void teardown(void) { td_stop(); }
 
-/* MrLookup of n addresses; entries copied to out. Returns the reply status. */
+/* MrLookup of n addresses; entries copied to out (when not NULL). Returns the reply status. */
 static int lookup(int fd, uint64_t id, const uint64_t *addrs, size_t n, int error,
 		  Mrd__MrEntry *out)
 {
@@ -46,7 +46,7 @@ static int lookup(int fd, uint64_t id, const uint64_t *addrs, size_t n, int erro
 	resp = td_expect(fd, id, error);
 	if (!error) {
 		ck_assert_uint_eq(resp->mr_lookup->n_entries, n);
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; out && i < n; i++)
 			out[i] = *resp->mr_lookup->entries[i];
 	}
 	mrd__response__free_unpacked(resp, NULL);
@@ -104,6 +104,16 @@ START_TEST(test_contig_lookup_and_dma)
 }
 END_TEST
 
+/* Jobs hold their domain: it closes once the workers finished. */
+static void wait_domains_closed(void)
+{
+	for (int i = 0; i < 2000 && td_manager->n_domains; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert_uint_eq(td_manager->n_domains, 0);
+}
+
 START_TEST(test_free_retires_keys)
 {
 	struct client *c;
@@ -133,8 +143,7 @@ START_TEST(test_free_retires_keys)
 	lookup(fd, 10, &b, 1, 0, &again);
 	ck_assert_uint_ne(again.rkey, eb.rkey);
 	close(fd);
-	td_pump();
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	wait_domains_closed(); /* 1 MiB MRs: workers deregister them */
 }
 END_TEST
 
@@ -417,8 +426,87 @@ START_TEST(test_death_while_registering)
 		td_pump();
 		usleep(1000);
 	}
-	/* The job found the memory gone, let go of its registration, and the domain closed. */
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+
+}
+END_TEST
+
+static void send_free(int fd, uint64_t id, uint64_t addr)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__FreeRequest q = MRD__FREE_REQUEST__INIT;
+
+	q.address = addr;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_FREE;
+	req.free = &q;
+	td_send_request(fd, &req, NULL, 0);
+}
+
+START_TEST(test_big_free_on_worker)
+{
+	struct client *ca;
+	struct blocker b;
+	int a, peer, other;
+	uint64_t big, small;
+	Mrd__MrEntry e, es;
+	struct provider_stats ps;
+
+	start_one_worker();
+	a = td_hello_client(1000, &ca);
+	peer = td_hello_client(1000, NULL);  /* A's domain */
+	other = td_hello_client(2000, NULL); /* another domain */
+	big = td_alloc(a, 2, 8 * MiB);
+	small = td_alloc(peer, 2, 4096);
+	lookup(a, 3, &big, 1, 0, &e);
+	lookup(peer, 3, &small, 1, 0, &es);
+
+	block_worker(&b);
+	send_free(a, 4, big); /* 8 MiB of MRs: a worker deregisters them, and it is busy */
+	td_pump();
+	ck_assert_ptr_nonnull(ca->pending); /* A waits for its Free */
+	ck_assert(!ca->reading);
+	/* Retired already: nobody gets a key for it, and the others are served meanwhile. */
+	lookup(peer, 4, &big, 1, ENOENT, NULL);
+	lookup(peer, 5, &small, 1, 0, NULL);
+	lookup(other, 3, &(uint64_t){ td_alloc(other, 2, 4096) }, 1, 0, NULL);
+	provider_stats(ca->domain->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 2); /* the device still holds it */
+	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 8 * MiB + 4096);
+
+	unblock_worker(&b);
+	td_expect_free(a, 4, 0);
+	ck_assert_ptr_null(ca->pending);
+	ck_assert(ca->reading);
+	provider_stats(ca->domain->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 1);
+	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 4096);
+	ck_assert_uint_eq(ca->domain->cache.deregistrations, 1);
+	/* Once Free answered, the old key is dead and the pages are free to hand out again. */
+	dma(peer, 6, PROVIDER_DMA_WRITE, &es, small, &e, big, 8, ENOKEY);
+	ck_assert_uint_eq(td_alloc(a, 5, 8 * MiB), big);
+	close(a);
+	close(peer);
+	close(other);
+}
+END_TEST
+
+START_TEST(test_death_while_deregistering)
+{
+	struct blocker b;
+	int a;
+	uint64_t big;
+
+	start_one_worker();
+	a = td_hello_client(1000, NULL);
+	big = td_alloc(a, 2, 4 * MiB);
+	lookup(a, 3, &big, 1, 0, NULL);
+	block_worker(&b);
+	close(a); /* its MRs go to the worker, behind the blocker */
+	td_pump();
+	ck_assert_uint_eq(td_manager->n_clients, 0);
+	ck_assert_uint_eq(td_manager->n_domains, 1); /* the job holds it */
+	unblock_worker(&b);
+	wait_domains_closed();
 }
 END_TEST
 
@@ -438,6 +526,8 @@ int main(void)
 	tcase_add_test(tc, test_big_registration_blocks_nobody);
 	tcase_add_test(tc, test_racing_registrations);
 	tcase_add_test(tc, test_death_while_registering);
+	tcase_add_test(tc, test_big_free_on_worker);
+	tcase_add_test(tc, test_death_while_deregistering);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }
