@@ -205,6 +205,7 @@ int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool 
 	c->admin = admin;
 	snprintf(c->domain_name, sizeof(c->domain_name), "%s", domain_name);
 	LIST_INIT(&c->allocations);
+	LIST_INIT(&c->pools);
 	LIST_INSERT_HEAD(&m->clients, c, link);
 	m->n_clients++;
 
@@ -243,9 +244,12 @@ struct client *client_free(struct client *c)
 		event_free(c->hangup_event);
 	safe_close(c->fd);
 	request_abandon(c); /* a worker may still finish for it: nobody to answer */
-	/* Everything it owns goes; memory of other clients stays. */
+	/* Everything it owns goes; memory of other clients stays, and so does its memory that
+	 * other clients' pools still have registered. */
+	if (c->domain)
+		mempool_unregister_all(c->domain, c);
 	while (!LIST_EMPTY(&c->allocations))
-		(void)domain_free_allocation(c->domain, LIST_FIRST(&c->allocations), NULL);
+		domain_drop_allocation(c->domain, LIST_FIRST(&c->allocations));
 	domain_release(c->domain);
 	free(c->arenas_sent);
 	if (c->manager) {

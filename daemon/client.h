@@ -12,6 +12,7 @@
 
 struct manager;
 struct pending_request;
+struct pool_reg;
 struct event;
 
 struct out_frame {
@@ -47,6 +48,7 @@ struct client {
 	char domain_name[64];  /* from uid/gid and [domains], fixed at connect */
 	struct domain *domain; /* acquired on first use */
 	LIST_HEAD(, allocation) allocations; /* owned: freed when the client goes */
+	LIST_HEAD(, pool_reg) pools;         /* its mempool registrations */
 	uint64_t allocated_bytes;
 	uint32_t *arenas_sent; /* arenas whose memfd this client has received */
 	size_t n_arenas_sent, arenas_sent_cap;

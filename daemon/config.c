@@ -32,6 +32,7 @@ void config_init(struct config *c)
 		.quota_arenas = 64,
 		.quota_allocations = 65536,
 		.quota_clients = 256,
+		.quota_mempools = 256,
 		.async_bytes = 1ULL << 20,
 		.workers = 2,
 	};
@@ -249,6 +250,8 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 			return set_unsigned(&c->quota_allocations, value, 1, 1u << 24);
 		if (strcmp(key, "clients") == 0)
 			return set_unsigned(&c->quota_clients, value, 1, 1u << 20);
+		if (strcmp(key, "mempools") == 0)
+			return set_unsigned(&c->quota_mempools, value, 1, 1u << 20);
 	} else if (strcmp(section, "cache") == 0) {
 		if (strcmp(key, "policy") == 0) {
 			if (strcmp(value, "contig") == 0)

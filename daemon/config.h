@@ -46,7 +46,7 @@ struct config {
 
 	/* [quota], per domain */
 	uint64_t quota_allocated_bytes, quota_pinned_bytes;
-	unsigned quota_arenas, quota_allocations, quota_clients;
+	unsigned quota_arenas, quota_allocations, quota_clients, quota_mempools;
 
 	struct domain_group *groups;
 	size_t n_groups;

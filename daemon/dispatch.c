@@ -24,6 +24,10 @@ static const struct request_type request_types[] = {
 	[MRD__REQUEST__BODY_CLIENTS] = { "Clients", request_clients, .admin = true },
 	[MRD__REQUEST__BODY_MR_LOOKUP] = { "MrLookup", request_mr_lookup },
 	[MRD__REQUEST__BODY_DMA] = { "Dma", request_dma },
+	[MRD__REQUEST__BODY_MEMPOOL_REGISTER] = { "MempoolRegister", request_mempool_register },
+	[MRD__REQUEST__BODY_MEMPOOL_UNREGISTER] = { "MempoolUnregister",
+						    request_mempool_unregister },
+	[MRD__REQUEST__BODY_POOLS] = { "Pools", request_pools, .admin = true },
 };
 
 const struct request_type *request_type_lookup(int body_case)

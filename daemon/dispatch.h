@@ -27,6 +27,9 @@ struct reply {
 		Mrd__ClientsResponse clients;
 		Mrd__MrLookupResponse mr_lookup;
 		Mrd__DmaResponse dma;
+		Mrd__MempoolRegisterResponse mempool_register;
+		Mrd__MempoolUnregisterResponse mempool_unregister;
+		Mrd__PoolsResponse pools;
 	} body;
 	Mrd__ArenaInfo arena;   /* for bodies that describe an arena */
 	void *owned[4];         /* freed after the reply is sent (repeated fields) */
@@ -106,3 +109,9 @@ int request_mr_lookup(struct client *c, const Mrd__Request *req, struct wire_pac
 		      struct reply *r);
 int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 		struct reply *r);
+int request_mempool_register(struct client *c, const Mrd__Request *req,
+			     struct wire_packet *pkt, struct reply *r);
+int request_mempool_unregister(struct client *c, const Mrd__Request *req,
+			       struct wire_packet *pkt, struct reply *r);
+int request_pools(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		  struct reply *r);

@@ -141,6 +141,8 @@ int domain_acquire(struct manager *m, const char *name, struct domain **ret)
 	d->status_fd = -1;
 	d->manager = m;
 	LIST_INIT(&d->arenas);
+	LIST_INIT(&d->pool_regs);
+	LIST_INIT(&d->pool_mrs);
 	LIST_INSERT_HEAD(&m->domains, d, link);
 	m->n_domains++;
 
@@ -557,9 +559,11 @@ int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_wai
 	pinned = mr_cache_retire(&d->cache, a);
 	u64_map_remove(&d->allocations, allocation_address(a));
 	runs_remove(a->arena, a);
-	LIST_REMOVE(a, owner_link);
-	a->owner->allocated_bytes -= a->length;
-	a->owner = NULL;
+	if (a->owner) {
+		LIST_REMOVE(a, owner_link);
+		a->owner->allocated_bytes -= a->length;
+		a->owner = NULL;
+	}
 	d->status->frees++;
 	bump_generation(d);
 
@@ -581,4 +585,15 @@ int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_wai
 	d->cache.retiring++;
 	worker_pool_submit(workers, &j->work);
 	return waiter ? -EINPROGRESS : 0;
+}
+
+void domain_drop_allocation(struct domain *d, struct allocation *a)
+{
+	if (a->pool_refs == 0) {
+		(void)domain_free_allocation(d, a, NULL);
+		return;
+	}
+	LIST_REMOVE(a, owner_link);
+	a->owner->allocated_bytes -= a->length;
+	a->owner = NULL;
 }

@@ -9,6 +9,7 @@
 #include <sys/queue.h>
 #include <sys/types.h>
 
+#include "mempool.h"
 #include "mr-cache.h"
 #include "u64-map.h"
 
@@ -23,8 +24,9 @@ struct provider_pd;
 struct allocation {
 	struct arena *arena;
 	uint64_t offset, length;
-	struct client *owner;
+	struct client *owner; /* NULL once it left while pool MRs still cover the memory */
 	LIST_ENTRY(allocation) owner_link;
+	unsigned pool_refs;         /* mempool MRs inside it: it cannot be freed while any are */
 	LIST_HEAD(, cached_mr) mrs; /* registrations inside it */
 	uint64_t serial;            /* tells it from a later allocation at the same address */
 };
@@ -44,6 +46,9 @@ struct domain {
 	uint64_t allocated_bytes;
 	struct mr_cache cache;
 	uint64_t allocation_serial;
+	LIST_HEAD(, pool_reg) pool_regs;
+	LIST_HEAD(, pool_mr) pool_mrs;
+	unsigned n_pool_regs;
 
 	int status_fd; /* memfd; clients map it read-only */
 	struct mrd_status_page *status;
@@ -81,6 +86,9 @@ int domain_attach_external(struct domain *d, struct client *owner, int fd, uint6
  * worker: then, with a waiter, -EINPROGRESS
  * and waiter->resume (result 0, no entry) runs on the loop once the pages are back. */
 int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_waiter *waiter);
+/* Its owner is going: freed, or — while mempool MRs of other clients cover it — kept without
+ * an owner until the last of them goes. */
+void domain_drop_allocation(struct domain *d, struct allocation *a);
 
 struct allocation *domain_find_allocation(struct domain *d, uint64_t address);
 /* The live allocation whose pages hold address, NULL when none does. */

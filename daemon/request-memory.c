@@ -129,8 +129,12 @@ static int owned_allocation(struct client *c, uint64_t address, bool external,
 		return -ENOENT;
 	}
 	if (a->owner != c) {
-		reply_set_message(r, "0x%" PRIx64 " belongs to another client (pid %d)", address,
-				  (int)a->owner->pid);
+		if (a->owner)
+			reply_set_message(r, "0x%" PRIx64 " belongs to another client (pid %d)",
+					  address, (int)a->owner->pid);
+		else
+			reply_set_message(r, "0x%" PRIx64 " belongs to a client that left; it stays "
+					  "while mempools of others are registered in it", address);
 		return -EPERM;
 	}
 	if (a->arena->external != external) {
@@ -189,6 +193,11 @@ static int free_owned(struct client *c, uint64_t id, uint64_t address, bool exte
 	k = owned_allocation(c, address, external, r, &d, &a);
 	if (k < 0)
 		return k;
+	if (a->pool_refs > 0) {
+		reply_set_message(r, "0x%" PRIx64 " holds %u mempool MR%s: unregister its pools "
+				  "first", address, a->pool_refs, a->pool_refs == 1 ? "" : "s");
+		return -EBUSY;
+	}
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;

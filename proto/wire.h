@@ -21,12 +21,16 @@ enum {
 	MRD_CAP_EXPORT_PD = 1u << 2,
 	MRD_CAP_MEMORY = 1u << 3, /* JoinDomain, Alloc, Free, Map, Extmem*, Clients */
 	MRD_CAP_MR = 1u << 4,     /* MrLookup, Dma */
+	MRD_CAP_MEMPOOL = 1u << 5, /* MempoolRegister, MempoolUnregister, Pools */
 };
 #define MRD_CAPS_SERVED \
 	((uint64_t)(MRD_CAP_PING | MRD_CAP_STATUS | MRD_CAP_EXPORT_PD | MRD_CAP_MEMORY | \
-		    MRD_CAP_MR))
+		    MRD_CAP_MR | MRD_CAP_MEMPOOL))
 #define MRD_LOOKUP_BATCH_MAX 64
 #define MRD_DMA_MAX (64u << 20)
+/* Ranges in one MempoolRegister, and bytes of a mempool name (with its NUL). */
+#define MRD_MEMPOOL_RANGES_MAX 1024
+#define MRD_MEMPOOL_NAME_MAX 64
 
 /* Hard ceilings; the daemon's configured limits must stay below them. */
 #define WIRE_FRAME_MAX (1024u * 1024u)

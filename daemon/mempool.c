@@ -1,0 +1,243 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena.h"
+#include "client.h"
+#include "domain.h"
+#include "log.h"
+#include "manager.h"
+#include "mempool.h"
+#include "mr-cache.h"
+#include "provider.h"
+#include "status-page.h"
+
+/* A range to register, rounded out to the pages of the allocation holding it. */
+struct span {
+	uint64_t start, end;
+	struct allocation *allocation;
+};
+
+static struct pool_reg *find(const struct domain *d, const struct client *owner,
+			     const char *name)
+{
+	struct pool_reg *r;
+
+	LIST_FOREACH(r, &d->pool_regs, link)
+		if (r->owner == owner && strcmp(r->name, name) == 0)
+			return r;
+	return NULL;
+}
+
+static int span_compare(const void *a, const void *b)
+{
+	const struct span *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Rounds the ranges out to pages and merges the ones that touch in one allocation (an MR that
+ * spanned two would outlive the first one freed). Returns how many spans are left. */
+static int analyze(struct domain *d, const uint64_t *starts, const uint64_t *lengths, size_t n,
+		   struct span *spans, char *why, size_t why_size)
+{
+	size_t m = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct allocation *a = domain_allocation_containing(d, starts[i]);
+		uint64_t ps, base, end = starts[i] + lengths[i];
+
+		if (lengths[i] == 0 || end < starts[i] || !a ||
+		    end > allocation_address(a) + a->length) {
+			snprintf(why, why_size, "range [0x%" PRIx64 ", +0x%" PRIx64 ") is not inside "
+				 "one allocation of domain %s", starts[i], lengths[i], d->name);
+			return -EFAULT;
+		}
+		ps = a->arena->page_size;
+		base = allocation_address(a);
+		spans[i].start = starts[i] - (starts[i] - base) % ps;
+		spans[i].end = end + (ps - (end - base) % ps) % ps;
+		spans[i].allocation = a;
+	}
+	qsort(spans, n, sizeof(*spans), span_compare);
+	for (size_t i = 0; i < n; i++) {
+		if (m > 0 && spans[m - 1].allocation == spans[i].allocation &&
+		    spans[i].start <= spans[m - 1].end) {
+			if (spans[i].end > spans[m - 1].end)
+				spans[m - 1].end = spans[i].end;
+			continue;
+		}
+		spans[m++] = spans[i];
+	}
+	return (int)m;
+}
+
+/* The huge page MR an earlier pool made for exactly this span, if any. */
+static struct pool_mr *shared_hugepage(const struct domain *d, const struct span *s)
+{
+	struct pool_mr *mr;
+
+	if (!s->allocation->arena->hugetlb || s->end - s->start != s->allocation->arena->page_size)
+		return NULL;
+	LIST_FOREACH(mr, &d->pool_mrs, link)
+		if (mr->hugepage && mr->start == s->start)
+			return mr;
+	return NULL;
+}
+
+static void pool_mr_put(struct domain *d, struct pool_mr *mr)
+{
+	struct allocation *a = mr->allocation;
+	int r;
+
+	if (--mr->sharers > 0)
+		return;
+	LIST_REMOVE(mr, link);
+	r = provider_dereg(mr->pmr);
+	if (r < 0)
+		log_warning_errno(r, "domain %s: cannot deregister mempool MR [0x%" PRIx64
+				  ", 0x%" PRIx64 "): %m", d->name, mr->start, mr->end);
+	d->cache.pinned_bytes -= mr->end - mr->start;
+	d->cache.deregistrations++;
+	free(mr);
+	/* Keys of that memory are dead now: clients must flush what they cached. */
+	__atomic_add_fetch(&d->status->generation, 1, __ATOMIC_RELEASE);
+	if (--a->pool_refs == 0 && !a->owner)
+		(void)domain_free_allocation(d, a, NULL); /* its owner left before the pools did */
+	domain_update_status(d);
+}
+
+static struct pool_mr *pool_mr_new(struct domain *d, const struct span *s, char *why,
+				   size_t why_size, int *ret_error)
+{
+	struct pool_mr *mr = calloc(1, sizeof(*mr));
+	int r;
+
+	if (!mr) {
+		*ret_error = -ENOMEM;
+		return NULL;
+	}
+	r = provider_reg(d->pd, (void *)(uintptr_t)s->start, s->end - s->start, s->start,
+			 MR_CACHE_ACCESS, &mr->pmr);
+	if (r < 0) {
+		snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s",
+			 s->start, s->end, strerror(-r));
+		free(mr);
+		*ret_error = r;
+		return NULL;
+	}
+	mr->allocation = s->allocation;
+	mr->start = s->start;
+	mr->end = s->end;
+	mr->hugepage = s->allocation->arena->hugetlb &&
+		       s->end - s->start == s->allocation->arena->page_size;
+	s->allocation->pool_refs++;
+	d->cache.pinned_bytes += s->end - s->start;
+	d->cache.registrations++;
+	LIST_INSERT_HEAD(&d->pool_mrs, mr, link);
+	return mr;
+}
+
+static void reg_free(struct domain *d, struct pool_reg *reg)
+{
+	LIST_REMOVE(reg, link);
+	LIST_REMOVE(reg, owner_link);
+	d->n_pool_regs--;
+	for (size_t i = 0; i < reg->n_mrs; i++)
+		pool_mr_put(d, reg->mrs[i]);
+	free(reg);
+}
+
+int mempool_register(struct domain *d, struct client *owner, const char *name,
+		     const uint64_t *starts, const uint64_t *lengths, size_t n, bool extmem,
+		     struct pool_reg **ret, char *why, size_t why_size)
+{
+	const struct config *cfg = &d->manager->config;
+	struct pool_reg *old = find(d, owner, name), *reg;
+	struct span *spans;
+	uint64_t new_bytes = 0;
+	int m, r = 0;
+
+	if (old && (!extmem || old->extmem)) {
+		snprintf(why, why_size, "mempool '%s' is registered already", name);
+		return -EEXIST;
+	}
+	if (!old && d->n_pool_regs >= cfg->quota_mempools) {
+		snprintf(why, why_size, "quota.mempools (%u) reached for domain %s",
+			 cfg->quota_mempools, d->name);
+		return -EDQUOT;
+	}
+	spans = calloc(n, sizeof(*spans));
+	if (!spans)
+		return -ENOMEM;
+	m = analyze(d, starts, lengths, n, spans, why, why_size);
+	if (m < 0) {
+		free(spans);
+		return m;
+	}
+	for (int i = 0; i < m; i++)
+		if (!shared_hugepage(d, &spans[i]))
+			new_bytes += spans[i].end - spans[i].start;
+	if (d->cache.pinned_bytes + d->cache.pending_bytes + new_bytes > cfg->quota_pinned_bytes) {
+		snprintf(why, why_size, "quota.pinned_bytes (%" PRIu64 ") would be exceeded in domain "
+			 "%s: %" PRIu64 " pinned, %" PRIu64 " more asked", cfg->quota_pinned_bytes,
+			 d->name, d->cache.pinned_bytes + d->cache.pending_bytes, new_bytes);
+		free(spans);
+		return -EDQUOT;
+	}
+	reg = calloc(1, sizeof(*reg) + (size_t)m * sizeof(reg->mrs[0]));
+	if (!reg) {
+		free(spans);
+		return -ENOMEM;
+	}
+	snprintf(reg->name, sizeof(reg->name), "%s", name);
+	reg->owner = owner;
+	reg->extmem = extmem;
+	LIST_INSERT_HEAD(&d->pool_regs, reg, link);
+	LIST_INSERT_HEAD(&owner->pools, reg, owner_link);
+	d->n_pool_regs++;
+	for (int i = 0; i < m; i++) {
+		struct pool_mr *mr = shared_hugepage(d, &spans[i]);
+
+		if (!mr)
+			mr = pool_mr_new(d, &spans[i], why, why_size, &r);
+		if (!mr)
+			break;
+		mr->sharers++;
+		reg->mrs[reg->n_mrs++] = mr;
+	}
+	free(spans);
+	if (r < 0) {
+		reg_free(d, reg); /* what it made goes again */
+		return r;
+	}
+	/* Made whole: the registration it replaces goes (its MRs cannot be in use for the
+	 * objects any more: the pool says they live in attached memory now). */
+	if (old)
+		reg_free(d, old);
+	domain_update_status(d);
+	*ret = reg;
+	return 0;
+}
+
+int mempool_unregister(struct domain *d, struct client *owner, const char *name, char *why,
+		       size_t why_size)
+{
+	struct pool_reg *reg = find(d, owner, name);
+
+	if (!reg) {
+		snprintf(why, why_size, "no mempool '%s' is registered", name);
+		return -ENOENT;
+	}
+	reg_free(d, reg);
+	return 0;
+}
+
+void mempool_unregister_all(struct domain *d, struct client *owner)
+{
+	while (!LIST_EMPTY(&owner->pools))
+		reg_free(d, LIST_FIRST(&owner->pools));
+}

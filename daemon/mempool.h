@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/* Mempool registrations (DPDK's mempool registration, in the daemon): a client names a pool and
+ * the ranges of its memory; mrd rounds them out to pages, merges the ones that touch inside one
+ * allocation and registers each. A pool inside one huge page gets that huge page's MR, shared
+ * and counted by every pool of the domain inside it. These MRs live beside the MR cache, not in
+ * it: they belong to pool registrations, not to addresses, and last until their last pool goes.
+ * An allocation under a pool MR cannot be freed; when its owner dies it stays, ownerless, until
+ * the last pool MR over it goes. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+struct allocation;
+struct client;
+struct domain;
+struct provider_mr;
+
+/* One registered range, shared by the pools whose memory lies in it. */
+struct pool_mr {
+	LIST_ENTRY(pool_mr) link; /* the domain's */
+	struct allocation *allocation; /* holds it: allocation->pool_refs */
+	uint64_t start, end;
+	struct provider_mr *pmr;
+	unsigned sharers; /* pool registrations using it */
+	bool hugepage;    /* exactly one huge page: other pools inside it share it */
+};
+
+struct pool_reg {
+	LIST_ENTRY(pool_reg) link;       /* the domain's */
+	LIST_ENTRY(pool_reg) owner_link; /* its client's */
+	struct client *owner;
+	char name[64];
+	bool extmem;
+	size_t n_mrs;
+	struct pool_mr *mrs[]; /* by address */
+};
+
+/* Registers the owner's pool name over n ranges ([starts[i], starts[i] + lengths[i])). EEXIST
+ * when the owner has it registered already, unless extmem replaces a registration that was
+ * not; EFAULT for a range outside one live allocation of the domain; EDQUOT past
+ * quota.mempools or quota.pinned_bytes. why says what went wrong. */
+int mempool_register(struct domain *d, struct client *owner, const char *name,
+		     const uint64_t *starts, const uint64_t *lengths, size_t n, bool extmem,
+		     struct pool_reg **ret, char *why, size_t why_size);
+
+/* ENOENT when the owner has no pool of that name. */
+int mempool_unregister(struct domain *d, struct client *owner, const char *name, char *why,
+		       size_t why_size);
+
+/* The owner is going: its registrations go (shared MRs stay while others use them). */
+void mempool_unregister_all(struct domain *d, struct client *owner);

@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: MIT */
+/* The mempool family: MempoolRegister, MempoolUnregister, and the admin's Pools. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "dispatch.h"
+#include "domain.h"
+#include "manager.h"
+#include "mempool.h"
+#include "provider.h"
+
+static int check_name(const char *name, struct reply *r)
+{
+	size_t len = strnlen(name, MRD_MEMPOOL_NAME_MAX);
+
+	if (len == 0 || len >= MRD_MEMPOOL_NAME_MAX) {
+		reply_set_message(r, "a mempool name is 1 to %u bytes", MRD_MEMPOOL_NAME_MAX - 1);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int request_mempool_register(struct client *c, const Mrd__Request *req,
+			     struct wire_packet *pkt, struct reply *r)
+{
+	const Mrd__MempoolRegisterRequest *q = req->mempool_register;
+	Mrd__MrEntry *entries, **ptrs;
+	struct pool_reg *reg;
+	struct domain *d;
+	int k;
+
+	k = check_name(q->name, r);
+	if (k < 0)
+		return k;
+	if (q->n_starts == 0 || q->n_starts > MRD_MEMPOOL_RANGES_MAX ||
+	    q->n_starts != q->n_lengths) {
+		reply_set_message(r, "MempoolRegister takes 1 to %u ranges, as many starts as "
+				  "lengths", MRD_MEMPOOL_RANGES_MAX);
+		return -EINVAL;
+	}
+	k = client_get_domain(c, &d);
+	if (k < 0) {
+		reply_set_message(r, "cannot open domain %s", c->domain_name);
+		return k;
+	}
+	k = mempool_register(d, c, q->name, q->starts, q->lengths, q->n_starts, q->extmem, &reg,
+			     r->message, sizeof(r->message));
+	if (k < 0)
+		return k;
+
+	entries = calloc(reg->n_mrs, sizeof(*entries));
+	ptrs = calloc(reg->n_mrs, sizeof(*ptrs));
+	r->owned[r->n_owned++] = entries;
+	r->owned[r->n_owned++] = ptrs;
+	if (!entries || !ptrs) {
+		(void)mempool_unregister(d, c, q->name, r->message, sizeof(r->message));
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < reg->n_mrs; i++) {
+		mrd__mr_entry__init(&entries[i]);
+		entries[i].start = reg->mrs[i]->start;
+		entries[i].end = reg->mrs[i]->end;
+		entries[i].lkey = reg->mrs[i]->pmr->lkey;
+		entries[i].rkey = reg->mrs[i]->pmr->rkey;
+		ptrs[i] = &entries[i];
+	}
+	mrd__mempool_register_response__init(&r->body.mempool_register);
+	r->body.mempool_register.n_entries = reg->n_mrs;
+	r->body.mempool_register.entries = ptrs;
+	r->resp.body_case = MRD__RESPONSE__BODY_MEMPOOL_REGISTER;
+	r->resp.mempool_register = &r->body.mempool_register;
+	return 0;
+}
+
+int request_mempool_unregister(struct client *c, const Mrd__Request *req,
+			       struct wire_packet *pkt, struct reply *r)
+{
+	const char *name = req->mempool_unregister->name;
+	struct domain *d;
+	int k;
+
+	k = check_name(name, r);
+	if (k < 0)
+		return k;
+	k = client_get_domain(c, &d);
+	if (k < 0) {
+		reply_set_message(r, "cannot open domain %s", c->domain_name);
+		return k;
+	}
+	k = mempool_unregister(d, c, name, r->message, sizeof(r->message));
+	if (k < 0)
+		return k;
+	mrd__mempool_unregister_response__init(&r->body.mempool_unregister);
+	r->resp.body_case = MRD__RESPONSE__BODY_MEMPOOL_UNREGISTER;
+	r->resp.mempool_unregister = &r->body.mempool_unregister;
+	return 0;
+}
+
+int request_pools(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		  struct reply *r)
+{
+	const struct manager *m = c->manager;
+	Mrd__PoolInfo *pi, **pip;
+	Mrd__PoolMrInfo *mi, **mip;
+	size_t n_pools = 0, n_mrs = 0, i = 0, j = 0;
+	struct pool_reg *reg;
+	struct domain *d;
+
+	LIST_FOREACH(d, &m->domains, link)
+		LIST_FOREACH(reg, &d->pool_regs, link) {
+			n_pools++;
+			n_mrs += reg->n_mrs;
+		}
+	/* One block per array, freed with the reply. */
+	pi = calloc(n_pools, sizeof(*pi));
+	pip = calloc(n_pools, sizeof(*pip));
+	mi = calloc(n_mrs, sizeof(*mi));
+	mip = calloc(n_mrs, sizeof(*mip));
+	r->owned[r->n_owned++] = pi;
+	r->owned[r->n_owned++] = pip;
+	r->owned[r->n_owned++] = mi;
+	r->owned[r->n_owned++] = mip;
+	if ((n_pools && (!pi || !pip)) || (n_mrs && (!mi || !mip)))
+		return -ENOMEM;
+
+	LIST_FOREACH(d, &m->domains, link)
+		LIST_FOREACH(reg, &d->pool_regs, link) {
+			mrd__pool_info__init(&pi[i]);
+			pi[i].domain = d->name;
+			pi[i].pid = (int32_t)reg->owner->pid;
+			pi[i].client_name = reg->owner->name;
+			pi[i].name = reg->name;
+			pi[i].extmem = reg->extmem;
+			pi[i].mrs = &mip[j];
+			pi[i].n_mrs = reg->n_mrs;
+			for (size_t k = 0; k < reg->n_mrs; k++, j++) {
+				const struct pool_mr *mr = reg->mrs[k];
+
+				mrd__pool_mr_info__init(&mi[j]);
+				mi[j].start = mr->start;
+				mi[j].end = mr->end;
+				mi[j].lkey = mr->pmr->lkey;
+				mi[j].rkey = mr->pmr->rkey;
+				mi[j].sharers = mr->sharers;
+				mi[j].hugepage = mr->hugepage;
+				mip[j] = &mi[j];
+			}
+			pip[i] = &pi[i];
+			i++;
+		}
+	mrd__pools_response__init(&r->body.pools);
+	r->body.pools.n_pools = n_pools;
+	r->body.pools.pools = pip;
+	r->resp.body_case = MRD__RESPONSE__BODY_POOLS;
+	r->resp.pools = &r->body.pools;
+	return 0;
+}

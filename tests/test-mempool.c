@@ -1,0 +1,302 @@
+/* SPDX-License-Identifier: MIT */
+/* Mempool registrations in-process: ranges rounded to pages and merged, EEXIST/ENOENT, the
+ * extmem replacement, memory under a pool that cannot be freed, client death, a pool in
+ * another client's memory outliving that client, Pools for mrctl, and the quota. Sharing one
+ * huge page's MR needs huge pages: tests/test-hugetlb.c. */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "domain.h"
+#include "manager.h"
+#include "provider.h"
+#include "status-page.h"
+#include "test-daemon.h"
+#include "check-run.h"
+
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+
+static void setup(void)
+{
+	const char *settings[] = { "memory.window_size=4G", "memory.arena_size=64M",
+				   "memory.hugepages=no", "quota.mempools=4", NULL };
+
+	td_start(settings);
+}
+
+static void teardown(void) { td_stop(); }
+
+/* MempoolRegister of n ranges; the reply must carry error. Returns the reply (free it) or
+ * NULL on error. */
+static Mrd__Response *reg(int fd, uint64_t id, const char *name, const uint64_t *starts,
+			  const uint64_t *lengths, size_t n, bool extmem, int error)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MempoolRegisterRequest q = MRD__MEMPOOL_REGISTER_REQUEST__INIT;
+	Mrd__Response *resp;
+
+	q.name = (char *)name;
+	q.starts = (uint64_t *)starts;
+	q.n_starts = n;
+	q.lengths = (uint64_t *)lengths;
+	q.n_lengths = n;
+	q.extmem = extmem;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_MEMPOOL_REGISTER;
+	req.mempool_register = &q;
+	td_send_request(fd, &req, NULL, 0);
+	resp = td_expect(fd, id, error);
+	if (error) {
+		mrd__response__free_unpacked(resp, NULL);
+		return NULL;
+	}
+	ck_assert_int_eq(resp->body_case, MRD__RESPONSE__BODY_MEMPOOL_REGISTER);
+	return resp;
+}
+
+static void unreg(int fd, uint64_t id, const char *name, int error)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MempoolUnregisterRequest q = MRD__MEMPOOL_UNREGISTER_REQUEST__INIT;
+
+	q.name = (char *)name;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_MEMPOOL_UNREGISTER;
+	req.mempool_unregister = &q;
+	td_send_request(fd, &req, NULL, 0);
+	td_expect_free(fd, id, error);
+}
+
+/* 8 bytes from laddr (under l's lkey) to raddr (under rm's rkey). */
+static void dma_write(int fd, uint64_t id, const Mrd__MrEntry *l, uint64_t laddr,
+		      const Mrd__MrEntry *rm, uint64_t raddr, int error)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__DmaRequest q = MRD__DMA_REQUEST__INIT;
+
+	q.op = PROVIDER_DMA_WRITE;
+	q.lkey = l->lkey;
+	q.laddr = laddr;
+	q.rkey = rm->rkey;
+	q.raddr = raddr;
+	q.length = 8;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_DMA;
+	req.dma = &q;
+	td_send_request(fd, &req, NULL, 0);
+	td_expect_free(fd, id, error);
+}
+
+START_TEST(test_ranges_rounded_and_merged)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c);
+	uint64_t a = td_alloc(fd, 2, 1 * MiB);
+	/* Two chunks that touch, and a third one page further on, not page-aligned. */
+	uint64_t starts[] = { a + 100, a + 64 * KiB, a + 256 * KiB + 5 };
+	uint64_t lengths[] = { 64 * KiB - 100, 8 * KiB, 10 };
+	Mrd__Response *resp = reg(fd, 3, "rx", starts, lengths, 3, false, 0);
+	struct provider_stats ps;
+	uint64_t gen;
+
+	Mrd__MrEntry **e = resp->mempool_register->entries;
+
+	ck_assert_uint_eq(resp->mempool_register->n_entries, 2);
+	ck_assert_uint_eq(resp->mempool_register->entries[0]->start, a);
+	ck_assert_uint_eq(resp->mempool_register->entries[0]->end, a + 72 * KiB);
+	ck_assert_uint_eq(resp->mempool_register->entries[1]->start, a + 256 * KiB);
+	ck_assert_uint_eq(resp->mempool_register->entries[1]->end, a + 260 * KiB);
+	/* The keys work, and only inside their ranges. */
+	dma_write(fd, 4, e[0], a, e[1], a + 256 * KiB, 0);
+	dma_write(fd, 5, e[0], a + 72 * KiB, e[1], a + 256 * KiB, EFAULT);
+	provider_stats(c->domain->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 2);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 76 * KiB);
+
+	reg(fd, 6, "rx", starts, lengths, 1, false, EEXIST);
+	gen = c->domain->status->generation;
+	unreg(fd, 7, "rx", 0);
+	ck_assert_uint_gt(c->domain->status->generation, gen);
+	dma_write(fd, 8, e[0], a, e[1], a + 256 * KiB, ENOKEY);
+	provider_stats(c->domain->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 0);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 0);
+	unreg(fd, 9, "rx", ENOENT);
+	mrd__response__free_unpacked(resp, NULL);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_bad_requests)
+{
+	int fd = td_hello_client(1000, NULL), other = td_hello_client(2000, NULL);
+	uint64_t a = td_alloc(fd, 2, 64 * KiB), b = td_alloc(other, 2, 64 * KiB);
+	uint64_t len = 4 * KiB, zero = 0, across = 128 * KiB;
+	char long_name[80];
+
+	memset(long_name, 'x', sizeof(long_name) - 1);
+	long_name[sizeof(long_name) - 1] = '\0';
+	reg(fd, 3, "", &a, &len, 1, false, EINVAL);
+	reg(fd, 4, long_name, &a, &len, 1, false, EINVAL);
+	reg(fd, 5, "p", &a, &len, 0, false, EINVAL);
+	reg(fd, 6, "p", &a, &zero, 1, false, EFAULT);
+	reg(fd, 7, "p", &a, &across, 1, false, EFAULT);  /* runs past the allocation */
+	reg(fd, 8, "p", &b, &len, 1, false, EFAULT);     /* another domain's memory */
+	reg(fd, 9, "p", &(uint64_t){ 0x1000 }, &len, 1, false, EFAULT);
+	unreg(fd, 10, "", EINVAL);
+	/* Nothing of it was kept. */
+	ck_assert(reg(fd, 11, "p", &a, &len, 1, false, 0) != NULL);
+	close(fd);
+	close(other);
+}
+END_TEST
+
+START_TEST(test_extmem_replaces)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c);
+	uint64_t a = td_alloc(fd, 2, 1 * MiB);
+	uint64_t chunk_len = 1 * MiB, objs[8], lens[8];
+	Mrd__Response *whole, *pages;
+	struct provider_stats ps;
+
+	whole = reg(fd, 3, "ext", &a, &chunk_len, 1, false, 0);
+	ck_assert_uint_eq(whole->mempool_register->n_entries, 1);
+	/* Objects of 200 bytes every 16 KiB, each across a page boundary: the two pages each one
+	 * touches, and nothing between them. */
+	for (int i = 0; i < 8; i++) {
+		objs[i] = a + (uint64_t)i * 16 * KiB + 4000;
+		lens[i] = 200; /* crosses into the next page */
+	}
+	pages = reg(fd, 4, "ext", objs, lens, 8, true, 0);
+	ck_assert_uint_eq(pages->mempool_register->n_entries, 8);
+	for (size_t i = 0; i < 8; i++) {
+		ck_assert_uint_eq(pages->mempool_register->entries[i]->start, a + i * 16 * KiB);
+		ck_assert_uint_eq(pages->mempool_register->entries[i]->end,
+				  a + i * 16 * KiB + 8 * KiB);
+	}
+	/* The chunk registration is gone: the replacement's MRs alone are left. */
+	provider_stats(c->domain->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 8);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 64 * KiB);
+	dma_write(fd, 5, whole->mempool_register->entries[0], a, pages->mempool_register->entries[0],
+		  a, ENOKEY);
+	reg(fd, 6, "ext", objs, lens, 8, true, EEXIST);
+	reg(fd, 7, "ext", &a, &chunk_len, 1, false, EEXIST);
+	mrd__response__free_unpacked(whole, NULL);
+	mrd__response__free_unpacked(pages, NULL);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_memory_under_a_pool_stays)
+{
+	int fd = td_hello_client(1000, NULL);
+	uint64_t a = td_alloc(fd, 2, 64 * KiB), len = 64 * KiB;
+
+	ck_assert(reg(fd, 3, "p", &a, &len, 1, false, 0) != NULL);
+	td_free(fd, 4, a, EBUSY);
+	unreg(fd, 5, "p", 0);
+	td_free(fd, 6, a, 0);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_death_releases_pools)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c), peer = td_hello_client(1000, NULL);
+	uint64_t a = td_alloc(fd, 2, 1 * MiB), len = 1 * MiB;
+	struct domain *d = c->domain;
+	struct provider_stats ps;
+
+	(void)td_alloc(peer, 2, 4 * KiB); /* the peer holds the domain open */
+	ck_assert(reg(fd, 3, "p", &a, &len, 1, false, 0) != NULL);
+	close(fd);
+	td_pump();
+	ck_assert_uint_eq(td_manager->n_clients, 1);
+	provider_stats(d->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 0);
+	ck_assert_uint_eq(d->cache.pinned_bytes, 0);
+	ck_assert_uint_eq(d->allocations.n, 1); /* the peer's */
+	ck_assert(LIST_EMPTY(&d->pool_regs));
+	close(peer);
+}
+END_TEST
+
+START_TEST(test_pool_in_memory_of_a_client_that_left)
+{
+	struct client *cb;
+	int a = td_hello_client(1000, NULL), b = td_hello_client(1000, &cb);
+	uint64_t mem = td_alloc(a, 2, 64 * KiB), len = 32 * KiB;
+	Mrd__Response *resp = reg(b, 3, "in-a", &mem, &len, 1, false, 0);
+	struct domain *d = cb->domain;
+
+	close(a);
+	td_pump();
+	/* A's memory stays, ownerless, for B's pool: its key still works. */
+	ck_assert_uint_eq(d->allocations.n, 1);
+	dma_write(b, 4, resp->mempool_register->entries[0], mem, resp->mempool_register->entries[0],
+		  mem + 4096, 0);
+	td_free(b, 5, mem, EPERM);
+	unreg(b, 6, "in-a", 0);
+	ck_assert_uint_eq(d->allocations.n, 0); /* the last pool took it with it */
+	ck_assert_uint_eq(d->allocated_bytes, 0);
+	mrd__response__free_unpacked(resp, NULL);
+	close(b);
+}
+END_TEST
+
+START_TEST(test_pools_and_quota)
+{
+	int fd = td_hello_client(1000, NULL), admin = td_hello_client(0, NULL);
+	uint64_t a = td_alloc(fd, 2, 64 * KiB), len = 4 * KiB;
+	const char *names[] = { "p0", "p1", "p2", "p3" };
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PoolsRequest q = MRD__POOLS_REQUEST__INIT;
+	Mrd__Response *resp;
+
+	for (int i = 0; i < 4; i++)
+		ck_assert(reg(fd, 3 + (uint64_t)i, names[i], &a, &len, 1, false, 0) != NULL);
+	reg(fd, 8, "p4", &a, &len, 1, false, EDQUOT);
+
+	req.id = 9;
+	req.body_case = MRD__REQUEST__BODY_POOLS;
+	req.pools = &q;
+	td_send_request(fd, &req, NULL, 0);
+	td_expect_free(fd, 9, EPERM); /* admin only */
+	td_send_request(admin, &req, NULL, 0);
+	resp = td_expect(admin, 9, 0);
+	ck_assert_uint_eq(resp->pools->n_pools, 4);
+	for (size_t i = 0; i < 4; i++) {
+		ck_assert_str_eq(resp->pools->pools[i]->domain, "uid-1000");
+		ck_assert_uint_eq(resp->pools->pools[i]->n_mrs, 1);
+		ck_assert_uint_eq(resp->pools->pools[i]->mrs[0]->start, a);
+		ck_assert_uint_eq(resp->pools->pools[i]->mrs[0]->sharers, 1); /* 4 KiB pages */
+	}
+	mrd__response__free_unpacked(resp, NULL);
+	close(fd);
+	close(admin);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("mempool");
+	TCase *tc = tcase_create("registrations");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_ranges_rounded_and_merged);
+	tcase_add_test(tc, test_bad_requests);
+	tcase_add_test(tc, test_extmem_replaces);
+	tcase_add_test(tc, test_memory_under_a_pool_stays);
+	tcase_add_test(tc, test_death_releases_pools);
+	tcase_add_test(tc, test_pool_in_memory_of_a_client_that_left);
+	tcase_add_test(tc, test_pools_and_quota);
+	suite_add_tcase(s, tc);
+	return run_suite(s);
+}
