@@ -31,3 +31,11 @@ int set_last_error(int error, const char *fmt, ...) __attribute__((format(printf
 /* memory.c: joins the domain (window, status page) on connect; undoes it on close. */
 int memory_join(struct mrd_client *client);
 void memory_leave(struct mrd_client *client);
+
+struct mrd_lookup;
+struct mrd_mr;
+/* lookup.c: the cached part of a lookup (generation check, top half, bottom half, which
+ * refills the top); -ENOENT when nothing cached holds a. */
+int lookup_cached(struct mrd_lookup *l, uintptr_t a, struct mrd_mr *ret);
+/* Into the bottom half (emptied first when full at its ceiling), and the top half too. */
+void lookup_insert(struct mrd_lookup *l, const struct mrd_mr *mr, bool top);

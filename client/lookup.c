@@ -97,14 +97,10 @@ static void top_insert(struct mrd_lookup *l, const struct mrd_mr *mr)
 	l->head = (l->head + 1) % MRD_LOOKUP_TOP;
 }
 
-MRD_EXPORT int mrd_lookup_mr(struct mrd_lookup *l, const void *addr, struct mrd_mr *ret)
+int lookup_cached(struct mrd_lookup *l, uintptr_t a, struct mrd_mr *ret)
 {
-	uintptr_t a = (uintptr_t)addr;
 	uint64_t generation = __atomic_load_n(l->generation_ptr, __ATOMIC_ACQUIRE);
 	const struct mr_entry *e;
-	struct mr_entry fresh;
-	struct mrd_mr mr;
-	int r;
 
 	/* Memory of the domain went away since we cached: nothing cached can be trusted. */
 	if (generation != l->generation) {
@@ -118,24 +114,39 @@ MRD_EXPORT int mrd_lookup_mr(struct mrd_lookup *l, const void *addr, struct mrd_
 			return 0;
 		}
 	e = mr_table_lookup(&l->bottom->table, a);
-	if (e) {
-		mr = (struct mrd_mr){ (uintptr_t)e->start, (uintptr_t)e->end, e->lkey, e->rkey };
-		top_insert(l, &mr);
-		*ret = mr;
-		return 0;
-	}
+	if (!e)
+		return -ENOENT;
+	*ret = (struct mrd_mr){ (uintptr_t)e->start, (uintptr_t)e->end, e->lkey, e->rkey };
+	top_insert(l, ret);
+	return 0;
+}
 
-	l->n_asked++;
-	r = mrd_mr_lookup(l->client, addr, &mr);
-	if (r < 0)
-		return r;
-	fresh = (struct mr_entry){ mr.start, mr.end, mr.lkey, mr.rkey };
-	if (mr_table_insert(&l->bottom->table, &fresh) == -ENOSPC) {
+void lookup_insert(struct mrd_lookup *l, const struct mrd_mr *mr, bool top)
+{
+	struct mr_entry fresh = { mr->start, mr->end, mr->lkey, mr->rkey };
+	int r = mr_table_insert(&l->bottom->table, &fresh);
+
+	if (r == -ENOSPC) {
 		/* Full at its ceiling: a cache may forget everything and start over. */
 		mr_table_clear(&l->bottom->table);
 		(void)mr_table_insert(&l->bottom->table, &fresh);
 	}
-	top_insert(l, &mr);
+	if (top)
+		top_insert(l, mr);
+}
+
+MRD_EXPORT int mrd_lookup_mr(struct mrd_lookup *l, const void *addr, struct mrd_mr *ret)
+{
+	struct mrd_mr mr;
+	int r;
+
+	if (lookup_cached(l, (uintptr_t)addr, ret) == 0)
+		return 0;
+	l->n_asked++;
+	r = mrd_mr_lookup(l->client, addr, &mr);
+	if (r < 0)
+		return r;
+	lookup_insert(l, &mr, true);
 	*ret = mr;
 	return 0;
 }

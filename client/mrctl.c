@@ -19,7 +19,9 @@ static void help(void)
 	       "Show and control mrd, the memory-registration daemon.\n\n"
 	       "Commands:\n"
 	       "  status              daemon version, uptime, provider and client count\n"
-	       "  clients             every client and domain, with usage against each quota\n\n"
+	       "  clients             every client and domain, with usage against each quota\n"
+	       "  pools               registered mempools, their MRs and how many pools share each\n"
+	       "  dump                status, clients and pools together\n\n"
 	       "Options:\n"
 	       "  -s, --socket PATH   talk to mrd at PATH (default: $MRD_SOCKET, else %s)\n"
 	       "  -j, --json          print JSON instead of text\n"
@@ -221,12 +223,102 @@ static int cmd_clients(struct conn *c)
 	return 0;
 }
 
+static void print_pools(const Mrd__PoolsResponse *r)
+{
+	if (arg_json) {
+		printf("{\"pools\":[");
+		for (size_t i = 0; i < r->n_pools; i++) {
+			const Mrd__PoolInfo *p = r->pools[i];
+
+			printf("%s{\"domain\":", i ? "," : "");
+			print_json_string(p->domain);
+			printf(",\"pid\":%" PRId32 ",\"client\":", p->pid);
+			print_json_string(p->client_name);
+			printf(",\"name\":");
+			print_json_string(p->name);
+			printf(",\"extmem\":%s,\"mrs\":[", json_bool(p->extmem));
+			for (size_t k = 0; k < p->n_mrs; k++) {
+				const Mrd__PoolMrInfo *m = p->mrs[k];
+
+				printf("%s{\"start\":%" PRIu64 ",\"end\":%" PRIu64 ",\"lkey\":%" PRIu32
+				       ",\"rkey\":%" PRIu32 ",\"sharers\":%" PRIu32 ",\"hugepage\":%s}",
+				       k ? "," : "", m->start, m->end, m->lkey, m->rkey, m->sharers,
+				       json_bool(m->hugepage));
+			}
+			printf("]}");
+		}
+		printf("]}\n");
+		return;
+	}
+	if (r->n_pools == 0) {
+		printf("no mempools registered\n");
+		return;
+	}
+	for (size_t i = 0; i < r->n_pools; i++) {
+		const Mrd__PoolInfo *p = r->pools[i];
+
+		printf("%spool %s of pid %" PRId32 " (%s), domain %s%s: %zu MR%s\n", i ? "\n" : "",
+		       p->name, p->pid, *p->client_name ? p->client_name : "-", p->domain,
+		       p->extmem ? ", extmem" : "", p->n_mrs, p->n_mrs == 1 ? "" : "s");
+		printf("  %-18s %-18s %10s %10s %8s\n", "START", "END", "LKEY", "RKEY", "SHARERS");
+		for (size_t k = 0; k < p->n_mrs; k++) {
+			const Mrd__PoolMrInfo *m = p->mrs[k];
+
+			printf("  0x%016" PRIx64 " 0x%016" PRIx64 " 0x%08" PRIx32 " 0x%08" PRIx32
+			       " %8" PRIu32 "%s\n", m->start, m->end, m->lkey, m->rkey, m->sharers,
+			       m->hugepage ? "  huge page" : "");
+		}
+	}
+}
+
+static int cmd_pools(struct conn *c)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PoolsRequest pools = MRD__POOLS_REQUEST__INIT;
+	Mrd__Response *resp;
+	int r;
+
+	req.body_case = MRD__REQUEST__BODY_POOLS;
+	req.pools = &pools;
+	r = call(c, "pools", &req, MRD__RESPONSE__BODY_POOLS, &resp);
+	if (r < 0)
+		return r;
+	print_pools(resp->pools);
+	mrd__response__free_unpacked(resp, NULL);
+	return 0;
+}
+
+/* Everything mrctl can show, in one go: one JSON object, or the sections one after another. */
+static int cmd_dump(struct conn *c)
+{
+	static int (*const parts[])(struct conn *c) = { cmd_status, cmd_clients, cmd_pools };
+	static const char *const names[] = { "status", "clients", "pools" };
+
+	for (size_t i = 0; i < ELEMENTSOF(parts); i++) {
+		int r;
+
+		if (arg_json)
+			printf("%s\"%s\":", i ? "," : "{", names[i]);
+		else
+			printf("%s== %s ==\n", i ? "\n" : "", names[i]);
+		fflush(stdout);
+		r = parts[i](c);
+		if (r < 0)
+			return r;
+	}
+	if (arg_json)
+		printf("}\n");
+	return 0;
+}
+
 static const struct {
 	const char *name;
 	int (*run)(struct conn *c);
 } commands[] = {
 	{ "status", cmd_status },
 	{ "clients", cmd_clients },
+	{ "pools", cmd_pools },
+	{ "dump", cmd_dump },
 };
 
 int main(int argc, char **argv)

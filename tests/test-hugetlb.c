@@ -20,6 +20,7 @@
 
 static struct mrd_proc mrd;
 static long reserved_before = -1;
+static pid_t reserver; /* Check forks a child per test: only this process gives them back */
 
 static long read_long(const char *path)
 {
@@ -49,7 +50,7 @@ static int write_long(const char *path, long v)
 
 static void give_back(void)
 {
-	if (reserved_before >= 0)
+	if (reserved_before >= 0 && getpid() == reserver)
 		(void)write_long(NR_PATH, reserved_before);
 }
 
@@ -123,6 +124,61 @@ START_TEST(test_huge_pages_run_out)
 }
 END_TEST
 
+static char out[16384];
+
+/* Two pools inside one huge page share its MR, which lasts until the second one goes. */
+START_TEST(test_pools_share_a_huge_page)
+{
+	char mrctl[512];
+	const char *argv[] = { test_build_path("mrctl", mrctl, sizeof(mrctl)), "--socket",
+			       mrd.socket, "--json", "pools", NULL };
+	mrd_client *c = NULL;
+	mrd_mempool *a, *b;
+	struct mrd_lookup l;
+	struct mrd_mr ma, mb;
+	uint64_t gen;
+	uint8_t *p;
+
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
+	ck_assert_msg(mrd_mem_alloc(c, 2 * MiB, 0, MRD_MEM_HUGEPAGE, (void **)&p) == 0, "%s",
+		      mrd_last_error());
+	ck_assert_int_eq(mrd_mempool_create_in(c, "a", p, 64 * 1024, 256, 0, &a), 0);
+	ck_assert_int_eq(mrd_mempool_create_in(c, "b", p + 1 * MiB, 64 * 1024, 256, 0, &b), 0);
+	ck_assert_int_eq(mrd_mempool_register(a, 0), 0);
+	ck_assert_int_eq(mrd_mempool_register(b, 0), 0);
+	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
+	ck_assert_int_eq(mrd_mempool_lookup(&l, a, p, &ma), 0);
+	mrd_lookup_done(&l);
+	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
+	ck_assert_int_eq(mrd_mempool_lookup(&l, b, p + 1 * MiB, &mb), 0);
+	mrd_lookup_done(&l);
+	/* One MR, the whole huge page, two sharers. */
+	ck_assert_uint_eq(ma.lkey, mb.lkey);
+	ck_assert_uint_eq(ma.start, (uintptr_t)p);
+	ck_assert_uint_eq(ma.end, (uintptr_t)p + 2 * MiB);
+	ck_assert_int_eq(run_capture(argv, out, sizeof(out), (uid_t)-1), 0);
+	ck_assert_msg(strstr(out, "\"sharers\":2,\"hugepage\":true") != NULL, "%s", out);
+
+	/* The first pool goes: the MR stays for the second, and nothing needs flushing. */
+	gen = mrd_client_generation(c);
+	ck_assert_int_eq(mrd_mempool_unregister(a), 0);
+	ck_assert_uint_eq(mrd_client_generation(c), gen);
+	strcpy((char *)p + 1 * MiB, "still shared");
+	ck_assert_int_eq(mrd_dma(c, MRD_DMA_WRITE, mb.lkey, p + 1 * MiB, mb.rkey,
+				 p + 1 * MiB + 4096, 13), 0);
+	ck_assert_str_eq((char *)p + 1 * MiB + 4096, "still shared");
+	/* The second goes: so does the MR, and clients are told to flush. */
+	ck_assert_int_eq(mrd_mempool_unregister(b), 0);
+	ck_assert_uint_gt(mrd_client_generation(c), gen);
+	ck_assert_int_eq(mrd_dma(c, MRD_DMA_WRITE, mb.lkey, p + 1 * MiB, mb.rkey,
+				 p + 1 * MiB + 4096, 13), -ENOKEY);
+	mrd_mempool_free(a);
+	mrd_mempool_free(b);
+	ck_assert_int_eq(mrd_mem_free(c, p), 0);
+	mrd_client_close(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("hugetlb");
@@ -130,6 +186,7 @@ int main(void)
 
 	if (geteuid() == 0 && read_long(FREE_PATH) < 8) {
 		reserved_before = read_long(NR_PATH);
+		reserver = getpid();
 		if (reserved_before < 0 || write_long(NR_PATH, reserved_before + 16) < 0)
 			reserved_before = -1;
 		atexit(give_back);
@@ -143,6 +200,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_huge_arena);
 	tcase_add_test(tc, test_huge_pages_run_out);
+	tcase_add_test(tc, test_pools_share_a_huge_page);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

@@ -165,6 +165,60 @@ MRD_INLINE uint32_t mrd_lookup_lkey(struct mrd_lookup *l, const void *addr)
 int mrd_dma(mrd_client *client, int op, uint32_t lkey, const void *laddr, uint32_t rkey,
 	    const void *raddr, size_t length);
 
+/* Mempools: named pools of fixed-size objects carved from mrd memory, registered with the
+ * device in advance (receive buffers, message slabs). get/put are thread-safe. */
+typedef struct mrd_mempool mrd_mempool;
+
+/*
+ * A pool of n objects of obj_size bytes, each aligned to obj_align (a power of two; 0: 8),
+ * in chunks of at most chunk_size bytes (0: one chunk) that libmrd allocates from mrd with
+ * mem_flags (MRD_MEM_HUGEPAGE). name (1 to 63 bytes) names it to mrd and in mrctl pools.
+ * Errors as mrd_mem_alloc(), and -EINVAL.
+ */
+int mrd_mempool_create(mrd_client *client, const char *name, size_t n, size_t obj_size,
+		       size_t obj_align, size_t chunk_size, unsigned mem_flags, mrd_mempool **ret);
+
+/* A pool carved from memory the caller has: [mem, mem + length) must lie in one allocation of
+ * the caller's domain (allocated, mapped or attached). The memory stays the caller's. */
+int mrd_mempool_create_in(mrd_client *client, const char *name, void *mem, size_t length,
+			  size_t obj_size, size_t obj_align, mrd_mempool **ret);
+
+/* Unregisters it (when registered) and frees the chunks it allocated. NULL-safe; returns
+ * NULL. Objects still out are lost with it. */
+mrd_mempool *mrd_mempool_free(mrd_mempool *pool);
+
+/* An object, or NULL when all are out. */
+void *mrd_mempool_get(mrd_mempool *pool);
+/* Gives back an object that mrd_mempool_get() returned. */
+void mrd_mempool_put(mrd_mempool *pool, void *obj);
+/* Objects in the pool, and how many of them are not out. */
+size_t mrd_mempool_size(const mrd_mempool *pool);
+size_t mrd_mempool_available(mrd_mempool *pool);
+
+/* mrd_mempool_register flags: register only the pages the objects use (a pool whose objects
+ * live in attached external memory); replaces a registration of the whole chunks. */
+#define MRD_MEMPOOL_EXTMEM 0x1u
+
+/*
+ * Registers the pool's memory with mrd: its chunks (or, with MRD_MEMPOOL_EXTMEM, the pages its
+ * objects use), rounded to pages, touching ranges merged. A pool inside one huge page shares
+ * that page's MR with every other such pool of the domain. Errors: -EEXIST (registered already),
+ * -EFAULT, -EDQUOT (quota.mempools, quota.pinned_bytes), -E2BIG (more than 1024 ranges).
+ */
+int mrd_mempool_register(mrd_mempool *pool, unsigned flags);
+/* -ENOENT when it is not registered. Its keys die unless another pool shares its MRs. */
+int mrd_mempool_unregister(mrd_mempool *pool);
+
+/* Puts all the registered pool's MRs into l's bottom half (receive pools: no miss later). */
+int mrd_mempool_populate(struct mrd_lookup *l, const mrd_mempool *pool);
+/*
+ * The keys for addr, an address of the pool's objects: the lookup cache first, then the pool's
+ * own registration (no request to mrd). -ENOENT when the pool is not registered or addr is not
+ * in its registration.
+ */
+int mrd_mempool_lookup(struct mrd_lookup *l, const mrd_mempool *pool, const void *addr,
+		       struct mrd_mr *ret);
+
 /* The negotiated protocol version (positive), or -EINVAL for a NULL handle. */
 int mrd_client_protocol_version(const mrd_client *client);
 

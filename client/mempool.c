@@ -1,0 +1,367 @@
+/* SPDX-License-Identifier: MIT */
+/* libmrd mempools: fixed-size objects in chunks of mrd memory, a free stack under a mutex, and
+ * the pool's registration with mrd (seed 000's mempool registration, client half): the MRs mrd
+ * returns stay with the pool, so a lookup of a pool object never has to ask mrd. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "libmrd-internal.h"
+#include "mrd/mrd.h"
+
+#define MRD_EXPORT __attribute__((visibility("default")))
+
+struct chunk {
+	uint8_t *base;
+	size_t n_objs;
+	bool owned; /* allocated by the pool: freed with it */
+};
+
+struct mrd_mempool {
+	mrd_client *client;
+	char name[MRD_MEMPOOL_NAME_MAX];
+	size_t obj_size, align, stride, n_objs;
+	struct chunk *chunks;
+	size_t n_chunks;
+
+	pthread_mutex_t lock; /* the free stack */
+	void **free_objs;
+	size_t n_free;
+
+	bool registered;
+	struct mrd_mr *mrs; /* the registration's MRs, by address */
+	size_t n_mrs;
+};
+
+static bool is_pow2(size_t x) { return x && !(x & (x - 1)); }
+
+static int pool_new(mrd_client *client, const char *name, size_t n, size_t obj_size,
+		    size_t obj_align, mrd_mempool **ret)
+{
+	mrd_mempool *p;
+	size_t len = name ? strlen(name) : 0;
+
+	if (obj_align == 0)
+		obj_align = 8;
+	if (!client || !ret || len == 0 || len >= MRD_MEMPOOL_NAME_MAX || n == 0 ||
+	    obj_size == 0 || !is_pow2(obj_align) || obj_size > SIZE_MAX - obj_align)
+		return set_last_error(-EINVAL, "mrd_mempool: bad argument (a name of 1 to %d bytes, "
+				      "n and obj_size above 0, obj_align a power of two)",
+				      MRD_MEMPOOL_NAME_MAX - 1);
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return set_last_error(-ENOMEM, "out of memory");
+	p->client = client;
+	memcpy(p->name, name, len + 1);
+	p->obj_size = obj_size;
+	p->align = obj_align;
+	p->stride = (obj_size + obj_align - 1) & ~(obj_align - 1);
+	p->free_objs = n <= SIZE_MAX / sizeof(void *) ? calloc(n, sizeof(void *)) : NULL;
+	if (!p->free_objs || pthread_mutex_init(&p->lock, NULL) != 0) {
+		free(p->free_objs);
+		free(p);
+		return set_last_error(-ENOMEM, "out of memory");
+	}
+	*ret = p;
+	return 0;
+}
+
+/* Carves a chunk into objects, all free. */
+static int add_chunk(mrd_mempool *p, uint8_t *base, size_t n_objs, bool owned)
+{
+	struct chunk *c = realloc(p->chunks, (p->n_chunks + 1) * sizeof(*c));
+
+	if (!c)
+		return set_last_error(-ENOMEM, "out of memory");
+	p->chunks = c;
+	p->chunks[p->n_chunks++] = (struct chunk){ base, n_objs, owned };
+	for (size_t i = 0; i < n_objs; i++)
+		p->free_objs[p->n_free++] = base + i * p->stride;
+	p->n_objs += n_objs;
+	return 0;
+}
+
+MRD_EXPORT mrd_mempool *mrd_mempool_free(mrd_mempool *p)
+{
+	if (!p)
+		return NULL;
+	if (p->registered)
+		(void)mrd_mempool_unregister(p);
+	for (size_t i = 0; i < p->n_chunks; i++)
+		if (p->chunks[i].owned)
+			(void)mrd_mem_free(p->client, p->chunks[i].base);
+	pthread_mutex_destroy(&p->lock);
+	free(p->chunks);
+	free(p->free_objs);
+	free(p->mrs);
+	free(p);
+	return NULL;
+}
+
+MRD_EXPORT int mrd_mempool_create(mrd_client *client, const char *name, size_t n,
+				  size_t obj_size, size_t obj_align, size_t chunk_size,
+				  unsigned mem_flags, mrd_mempool **ret)
+{
+	size_t per_chunk;
+	mrd_mempool *p;
+	int r;
+
+	r = pool_new(client, name, n, obj_size, obj_align, &p);
+	if (r < 0)
+		return r;
+	per_chunk = chunk_size ? chunk_size / p->stride : n;
+	if (per_chunk == 0 || n > SIZE_MAX / p->stride) {
+		mrd_mempool_free(p);
+		return set_last_error(-EINVAL, "mrd_mempool_create: chunk_size holds no object");
+	}
+	while (p->n_objs < n) {
+		size_t k = n - p->n_objs < per_chunk ? n - p->n_objs : per_chunk;
+		void *mem;
+
+		r = mrd_mem_alloc(client, k * p->stride, obj_align > 4096 ? obj_align : 0, mem_flags,
+				  &mem);
+		if (r >= 0)
+			r = add_chunk(p, mem, k, true);
+		if (r < 0) {
+			mrd_mempool_free(p);
+			return r;
+		}
+	}
+	*ret = p;
+	return 0;
+}
+
+MRD_EXPORT int mrd_mempool_create_in(mrd_client *client, const char *name, void *mem,
+				     size_t length, size_t obj_size, size_t obj_align,
+				     mrd_mempool **ret)
+{
+	uintptr_t base = (uintptr_t)mem, first;
+	mrd_mempool *p;
+	size_t n = 0;
+	int r;
+
+	r = pool_new(client, name, 1, obj_size, obj_align, &p);
+	if (r < 0)
+		return r;
+	first = (base + p->align - 1) & ~(p->align - 1);
+	if (mem && first - base <= length && length - (first - base) >= p->obj_size)
+		n = (length - (first - base) - p->obj_size) / p->stride + 1;
+	if (n == 0) {
+		mrd_mempool_free(p);
+		return set_last_error(-EINVAL, "mrd_mempool_create_in: no room for an object");
+	}
+	free(p->free_objs);
+	p->free_objs = calloc(n, sizeof(void *));
+	r = p->free_objs ? add_chunk(p, (uint8_t *)first, n, false) :
+			   set_last_error(-ENOMEM, "out of memory");
+	if (r < 0) {
+		mrd_mempool_free(p);
+		return r;
+	}
+	*ret = p;
+	return 0;
+}
+
+MRD_EXPORT void *mrd_mempool_get(mrd_mempool *p)
+{
+	void *obj = NULL;
+
+	pthread_mutex_lock(&p->lock);
+	if (p->n_free > 0)
+		obj = p->free_objs[--p->n_free];
+	pthread_mutex_unlock(&p->lock);
+	if (!obj)
+		set_last_error(-ENOBUFS, "mempool '%s': all %zu objects are out", p->name, p->n_objs);
+	return obj;
+}
+
+MRD_EXPORT void mrd_mempool_put(mrd_mempool *p, void *obj)
+{
+	pthread_mutex_lock(&p->lock);
+	if (p->n_free < p->n_objs) /* more puts than gets would overrun the stack */
+		p->free_objs[p->n_free++] = obj;
+	pthread_mutex_unlock(&p->lock);
+}
+
+MRD_EXPORT size_t mrd_mempool_size(const mrd_mempool *p) { return p ? p->n_objs : 0; }
+
+MRD_EXPORT size_t mrd_mempool_available(mrd_mempool *p)
+{
+	size_t n;
+
+	if (!p)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	n = p->n_free;
+	pthread_mutex_unlock(&p->lock);
+	return n;
+}
+
+/* The ranges to register: the chunks, or each run of objects that touch (extmem). */
+static int collect_ranges(const mrd_mempool *p, bool extmem, uint64_t **ret_starts,
+			  uint64_t **ret_lengths, size_t *ret_n)
+{
+	size_t cap = 0, n = 0;
+	uint64_t *starts, *lengths;
+
+	for (size_t i = 0; i < p->n_chunks; i++)
+		cap += extmem && p->stride != p->obj_size ? p->chunks[i].n_objs : 1;
+	starts = calloc(cap, sizeof(*starts));
+	lengths = calloc(cap, sizeof(*lengths));
+	if (!starts || !lengths) {
+		free(starts);
+		free(lengths);
+		return set_last_error(-ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < p->n_chunks; i++) {
+		const struct chunk *c = &p->chunks[i];
+
+		if (!extmem || p->stride == p->obj_size) {
+			starts[n] = (uintptr_t)c->base;
+			lengths[n++] = c->n_objs * p->stride;
+			continue;
+		}
+		for (size_t k = 0; k < c->n_objs; k++) {
+			uint64_t start = (uintptr_t)c->base + k * p->stride;
+			long page = sysconf(_SC_PAGESIZE);
+
+			/* Objects on a page already sent add nothing: mrd registers whole pages. */
+			if (n > 0 && start / (uint64_t)page ==
+					     (starts[n - 1] + lengths[n - 1] - 1) / (uint64_t)page) {
+				lengths[n - 1] = start + p->obj_size - starts[n - 1];
+				continue;
+			}
+			starts[n] = start;
+			lengths[n++] = p->obj_size;
+		}
+	}
+	*ret_starts = starts;
+	*ret_lengths = lengths;
+	*ret_n = n;
+	return 0;
+}
+
+MRD_EXPORT int mrd_mempool_register(mrd_mempool *p, unsigned flags)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MempoolRegisterRequest q = MRD__MEMPOOL_REGISTER_REQUEST__INIT;
+	Mrd__Response *resp;
+	struct mrd_mr *mrs;
+	uint64_t *starts = NULL, *lengths = NULL;
+	size_t n = 0;
+	int r;
+
+	if (!p || (flags & ~MRD_MEMPOOL_EXTMEM))
+		return set_last_error(-EINVAL, "mrd_mempool_register: bad argument");
+	r = collect_ranges(p, flags & MRD_MEMPOOL_EXTMEM, &starts, &lengths, &n);
+	if (r < 0)
+		return r;
+	if (n > MRD_MEMPOOL_RANGES_MAX) {
+		free(starts);
+		free(lengths);
+		return set_last_error(-E2BIG, "mempool '%s' spans %zu ranges; mrd takes at most %u",
+				      p->name, n, MRD_MEMPOOL_RANGES_MAX);
+	}
+	q.name = p->name;
+	q.starts = starts;
+	q.n_starts = n;
+	q.lengths = lengths;
+	q.n_lengths = n;
+	q.extmem = flags & MRD_MEMPOOL_EXTMEM;
+	req.body_case = MRD__REQUEST__BODY_MEMPOOL_REGISTER;
+	req.mempool_register = &q;
+	r = client_call(p->client, &req, &resp, NULL);
+	free(starts);
+	free(lengths);
+	if (r < 0)
+		return r;
+	if (resp->body_case != MRD__RESPONSE__BODY_MEMPOOL_REGISTER ||
+	    resp->mempool_register->n_entries == 0) {
+		mrd__response__free_unpacked(resp, NULL);
+		return set_last_error(-EBADMSG, "malformed MempoolRegister reply");
+	}
+	mrs = calloc(resp->mempool_register->n_entries, sizeof(*mrs));
+	if (!mrs) {
+		mrd__response__free_unpacked(resp, NULL);
+		(void)mrd_mempool_unregister(p);
+		return set_last_error(-ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < resp->mempool_register->n_entries; i++) {
+		const Mrd__MrEntry *e = resp->mempool_register->entries[i];
+
+		mrs[i] = (struct mrd_mr){ (uintptr_t)e->start, (uintptr_t)e->end, e->lkey, e->rkey };
+	}
+	free(p->mrs);
+	p->mrs = mrs;
+	p->n_mrs = resp->mempool_register->n_entries;
+	p->registered = true;
+	mrd__response__free_unpacked(resp, NULL);
+	return 0;
+}
+
+MRD_EXPORT int mrd_mempool_unregister(mrd_mempool *p)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MempoolUnregisterRequest q = MRD__MEMPOOL_UNREGISTER_REQUEST__INIT;
+	Mrd__Response *resp;
+	int r;
+
+	if (!p)
+		return set_last_error(-EINVAL, "mrd_mempool_unregister: NULL pool");
+	q.name = p->name;
+	req.body_case = MRD__REQUEST__BODY_MEMPOOL_UNREGISTER;
+	req.mempool_unregister = &q;
+	r = client_call(p->client, &req, &resp, NULL);
+	if (r < 0)
+		return r;
+	mrd__response__free_unpacked(resp, NULL);
+	free(p->mrs);
+	p->mrs = NULL;
+	p->n_mrs = 0;
+	p->registered = false;
+	return 0;
+}
+
+MRD_EXPORT int mrd_mempool_populate(struct mrd_lookup *l, const mrd_mempool *p)
+{
+	struct mrd_mr cached;
+
+	if (!l || !p)
+		return set_last_error(-EINVAL, "mrd_mempool_populate: NULL argument");
+	if (!p->registered)
+		return set_last_error(-ENOENT, "mempool '%s' is not registered", p->name);
+	(void)lookup_cached(l, 0, &cached); /* a flush first, if the generation moved */
+	for (size_t i = 0; i < p->n_mrs; i++)
+		lookup_insert(l, &p->mrs[i], false);
+	return 0;
+}
+
+MRD_EXPORT int mrd_mempool_lookup(struct mrd_lookup *l, const mrd_mempool *p, const void *addr,
+				  struct mrd_mr *ret)
+{
+	uintptr_t a = (uintptr_t)addr;
+	size_t lo = 0, hi;
+
+	if (!l || !p || !ret)
+		return set_last_error(-EINVAL, "mrd_mempool_lookup: NULL argument");
+	if (lookup_cached(l, a, ret) == 0)
+		return 0;
+	/* The pool's own MRs, by address: the last one starting at or below a. */
+	hi = p->n_mrs;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (p->mrs[mid].start <= a)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0 || a >= p->mrs[lo - 1].end)
+		return set_last_error(-ENOENT, "%p is not in the registration of mempool '%s'%s",
+				      addr, p->name, p->registered ? "" : " (not registered)");
+	*ret = p->mrs[lo - 1];
+	lookup_insert(l, ret, true);
+	return 0;
+}

@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: MIT */
+/* libmrd mempools against a real mrd: objects from chunks, get/put from threads, registration
+ * and its errors, populate, mempool-aware lookups (no request to mrd) with keys checked by
+ * emulated DMA, extmem pools registering only the pages their objects use, and what a client
+ * that dies leaves behind. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <mrd/mrd.h>
+
+#include "test-util.h"
+#include "check-run.h"
+
+#define KiB (1ul << 10)
+#define MiB (1ul << 20)
+
+static struct mrd_proc mrd;
+static char out[65536];
+
+static void setup(void)
+{
+	ck_assert_int_eq(mrd_proc_start(&mrd, "[memory]\nhugepages = no\narena_size = 64M\n", NULL),
+			 0);
+}
+
+static void teardown(void)
+{
+	if (mrd.pid > 0)
+		ck_assert_int_eq(mrd_proc_stop(&mrd), 0);
+}
+
+static mrd_client *connect_ok(void)
+{
+	mrd_client *c = NULL;
+
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
+	return c;
+}
+
+/* mrctl's output for args (text or --json). */
+static const char *mrctl(const char *what, bool json)
+{
+	char path[512];
+	const char *argv[] = { test_build_path("mrctl", path, sizeof(path)), "--socket", mrd.socket,
+			       json ? "--json" : what, json ? what : NULL, NULL };
+
+	ck_assert_int_eq(run_capture(argv, out, sizeof(out), (uid_t)-1), 0);
+	return out;
+}
+
+static unsigned long json_number(const char *json, const char *key)
+{
+	const char *p = strstr(json, key);
+
+	ck_assert_msg(p != NULL, "no %s in %s", key, json);
+	return strtoul(p + strlen(key), NULL, 10);
+}
+
+START_TEST(test_objects)
+{
+	mrd_client *c = connect_ok();
+	mrd_mempool *p = NULL;
+	void *objs[100];
+
+	/* 100 objects of 100 bytes aligned to 64, 16 to a 2 KiB chunk: 7 chunks. */
+	ck_assert_int_eq(mrd_mempool_create(c, "objs", 100, 100, 64, 2 * KiB, 0, &p), 0);
+	ck_assert_uint_eq(mrd_mempool_size(p), 100);
+	for (int i = 0; i < 100; i++) {
+		objs[i] = mrd_mempool_get(p);
+		ck_assert_ptr_nonnull(objs[i]);
+		ck_assert_uint_eq((uintptr_t)objs[i] % 64, 0);
+		memset(objs[i], i, 100);
+	}
+	ck_assert_ptr_null(mrd_mempool_get(p));
+	ck_assert_ptr_nonnull(strstr(mrd_last_error(), "all 100 objects are out"));
+	/* No two objects overlap: each still holds its own bytes. */
+	for (int i = 0; i < 100; i++)
+		for (int k = 0; k < 100; k++)
+			ck_assert_uint_eq(((uint8_t *)objs[i])[k], (uint8_t)i);
+	for (int i = 0; i < 100; i++)
+		mrd_mempool_put(p, objs[i]);
+	ck_assert_uint_eq(mrd_mempool_available(p), 100);
+	mrd_mempool_free(p);
+
+	ck_assert_int_eq(mrd_mempool_create(c, "", 1, 8, 0, 0, 0, &p), -EINVAL);
+	ck_assert_int_eq(mrd_mempool_create(c, "x", 1, 8, 3, 0, 0, &p), -EINVAL);
+	ck_assert_int_eq(mrd_mempool_create(c, "x", 4, 64, 0, 32, 0, &p), -EINVAL);
+	mrd_client_close(c);
+}
+END_TEST
+
+struct churn {
+	mrd_mempool *pool;
+	int fails;
+};
+
+static void *churn_thread(void *arg)
+{
+	struct churn *ch = arg;
+	void *mine[16];
+
+	for (int round = 0; round < 2000; round++) {
+		for (int i = 0; i < 16; i++) {
+			mine[i] = mrd_mempool_get(ch->pool);
+			if (!mine[i]) {
+				ch->fails++;
+				return NULL;
+			}
+			*(volatile uint64_t *)mine[i] = (uintptr_t)mine[i];
+		}
+		for (int i = 0; i < 16; i++) {
+			if (*(volatile uint64_t *)mine[i] != (uintptr_t)mine[i])
+				ch->fails++; /* another thread held the same object */
+			mrd_mempool_put(ch->pool, mine[i]);
+		}
+	}
+	return NULL;
+}
+
+START_TEST(test_threads)
+{
+	mrd_client *c = connect_ok();
+	struct churn ch[4];
+	pthread_t t[4];
+	mrd_mempool *p;
+
+	ck_assert_int_eq(mrd_mempool_create(c, "threads", 64, 64, 0, 0, 0, &p), 0);
+	for (int i = 0; i < 4; i++) {
+		ch[i] = (struct churn){ .pool = p };
+		ck_assert_int_eq(pthread_create(&t[i], NULL, churn_thread, &ch[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+		ck_assert_int_eq(ch[i].fails, 0);
+	}
+	ck_assert_uint_eq(mrd_mempool_available(p), 64);
+	mrd_mempool_free(p);
+	mrd_client_close(c);
+}
+END_TEST
+
+START_TEST(test_register_populate_lookup)
+{
+	mrd_client *c = connect_ok();
+	struct mrd_lookup l;
+	struct mrd_mr mr, first;
+	mrd_mempool *rx, *tx;
+	unsigned long asked;
+	uint8_t *a, *b;
+
+	/* 4 chunks of 64 KiB: each its own allocation, each its own MR. */
+	ck_assert_int_eq(mrd_mempool_create(c, "rx", 256, 1 * KiB, 0, 64 * KiB, 0, &rx), 0);
+	ck_assert_int_eq(mrd_mempool_create(c, "tx", 64, 1 * KiB, 0, 0, 0, &tx), 0);
+	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
+	ck_assert_int_eq(mrd_mempool_populate(&l, rx), -ENOENT);
+	ck_assert_int_eq(mrd_mempool_register(rx, 0), 0);
+	ck_assert_int_eq(mrd_mempool_register(rx, 0), -EEXIST);
+	ck_assert_ptr_nonnull(strstr(mrd_last_error(), "registered already"));
+	ck_assert_int_eq(mrd_mempool_register(tx, 0), 0);
+	ck_assert_int_eq(mrd_mempool_populate(&l, rx), 0);
+
+	asked = json_number(mrctl("clients", true), "\"lookups\":");
+	a = mrd_mempool_get(rx);
+	b = mrd_mempool_get(tx);
+	/* Populated: every object of rx hits without asking anyone. */
+	for (int i = 0; i < 256; i++) {
+		uint8_t *o = mrd_mempool_get(rx);
+
+		if (!o)
+			break;
+		ck_assert_int_eq(mrd_lookup_mr(&l, o, &mr), 0);
+		ck_assert_uint_le(mr.start, (uintptr_t)o);
+		ck_assert_uint_gt(mr.end, (uintptr_t)o + 1 * KiB - 1);
+	}
+	/* tx was not populated: the mempool-aware lookup takes its key from the pool. */
+	ck_assert_int_eq(mrd_mempool_lookup(&l, tx, b, &mr), 0);
+	ck_assert_uint_eq(l.n_asked, 0);
+	ck_assert_uint_eq(json_number(mrctl("clients", true), "\"lookups\":"), asked);
+	/* The keys move bytes: rx object a to tx object b. */
+	memcpy(a, "pool to pool", 13);
+	ck_assert_int_eq(mrd_mempool_lookup(&l, rx, a, &first), 0);
+	ck_assert_int_eq(mrd_dma(c, MRD_DMA_WRITE, first.lkey, a, mr.rkey, b, 13), 0);
+	ck_assert_str_eq((char *)b, "pool to pool");
+	/* An address of another pool is not this pool's. */
+	ck_assert_int_eq(mrd_mempool_lookup(&l, tx, a, &mr), 0); /* cached: found in l */
+	mrd_lookup_done(&l);
+	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
+	ck_assert_int_eq(mrd_mempool_lookup(&l, tx, a, &mr), -ENOENT);
+
+	/* Unregistered: keys dead, the pool's memory free to go. */
+	ck_assert_int_eq(mrd_mempool_unregister(rx), 0);
+	ck_assert_int_eq(mrd_mempool_unregister(rx), -ENOENT);
+	ck_assert_int_eq(mrd_dma(c, MRD_DMA_WRITE, first.lkey, a, first.rkey, a + 64, 8), -ENOKEY);
+	mrd_lookup_done(&l);
+	mrd_mempool_free(rx);
+	mrd_mempool_free(tx); /* unregisters too */
+	ck_assert_ptr_nonnull(strstr(mrctl("pools", false), "no mempools"));
+	mrd_client_close(c);
+}
+END_TEST
+
+START_TEST(test_extmem_pool)
+{
+	mrd_client *c = connect_ok();
+	int fd = memfd_create("pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	struct mrd_mr mr;
+	struct mrd_lookup l;
+	mrd_mempool *p;
+	uint8_t *mem;
+	const char *json;
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, 1 * MiB), 0);
+	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	ck_assert_int_eq(mrd_extmem_attach(c, fd, 0, 1 * MiB, (void **)&mem), 0);
+	/* 32 objects of 256 bytes, one every 32 KiB: 32 of the 256 pages in use. */
+	ck_assert_int_eq(mrd_mempool_create_in(c, "ext", mem, 1 * MiB, 256, 32 * KiB, &p), 0);
+	ck_assert_uint_eq(mrd_mempool_size(p), 32);
+	ck_assert_int_eq(mrd_mempool_register(p, 0), 0); /* the whole chunk first */
+	ck_assert_int_eq(mrd_mempool_register(p, MRD_MEMPOOL_EXTMEM), 0); /* replaced */
+	ck_assert_int_eq(mrd_mempool_register(p, MRD_MEMPOOL_EXTMEM), -EEXIST);
+	json = mrctl("pools", true);
+	ck_assert_msg(strstr(json, "\"extmem\":true") != NULL, "%s", json);
+	ck_assert_uint_eq(json_number(mrctl("clients", true), "\"pinned_bytes\":"), 32 * 4 * KiB);
+	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
+	ck_assert_int_eq(mrd_mempool_lookup(&l, p, mem + 32 * KiB + 255, &mr), 0);
+	ck_assert_uint_eq(mr.start, (uintptr_t)mem + 32 * KiB);
+	ck_assert_uint_eq(mr.end, (uintptr_t)mem + 36 * KiB);
+	ck_assert_int_eq(mrd_mempool_lookup(&l, p, mem + 4 * KiB, &mr), -ENOENT);
+	/* Attached memory under a registered pool cannot go. */
+	ck_assert_int_eq(mrd_extmem_detach(c, mem), -EBUSY);
+	mrd_mempool_free(p);
+	ck_assert_int_eq(mrd_extmem_detach(c, mem), 0);
+	mrd_lookup_done(&l);
+	mrd_client_close(c);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_death_releases_pools)
+{
+	mrd_client *c = connect_ok();
+	mrd_mempool *p;
+	pid_t pid;
+	int status;
+
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		mrd_client *child = NULL;
+
+		if (mrd_client_connect(mrd.socket, &child) < 0 ||
+		    mrd_mempool_create(child, "child", 64, 4 * KiB, 0, 0, 0, &p) < 0 ||
+		    mrd_mempool_register(p, 0) < 0)
+			_exit(1);
+		_exit(0); /* dies with its pool registered */
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	/* mrd noticed, and took its registration and memory back. */
+	for (int i = 0; i < 200 && !strstr(mrctl("pools", false), "no mempools"); i++)
+		usleep(10000);
+	ck_assert_ptr_nonnull(strstr(mrctl("pools", false), "no mempools"));
+	ck_assert_uint_eq(json_number(mrctl("clients", true), "\"pinned_bytes\":"), 0);
+	mrd_client_close(c);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("libmrd-mempool");
+	TCase *tc = tcase_create("mempool");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_objects);
+	tcase_add_test(tc, test_threads);
+	tcase_add_test(tc, test_register_populate_lookup);
+	tcase_add_test(tc, test_extmem_pool);
+	tcase_add_test(tc, test_death_releases_pools);
+	suite_add_tcase(s, tc);
+	return run_suite(s);
+}
