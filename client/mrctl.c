@@ -241,9 +241,10 @@ static void print_pools(const Mrd__PoolsResponse *r)
 				const Mrd__PoolMrInfo *m = p->mrs[k];
 
 				printf("%s{\"start\":%" PRIu64 ",\"end\":%" PRIu64 ",\"lkey\":%" PRIu32
-				       ",\"rkey\":%" PRIu32 ",\"sharers\":%" PRIu32 ",\"hugepage\":%s}",
-				       k ? "," : "", m->start, m->end, m->lkey, m->rkey, m->sharers,
-				       json_bool(m->hugepage));
+				       ",\"rkey\":%" PRIu32 ",\"sharers\":%" PRIu32 ",\"hugepage\":%s"
+				       ",\"pending\":%s}", k ? "," : "", m->start, m->end, m->lkey,
+				       m->rkey, m->sharers, json_bool(m->hugepage),
+				       json_bool(m->pending));
 			}
 			printf("]}");
 		}
@@ -265,8 +266,8 @@ static void print_pools(const Mrd__PoolsResponse *r)
 			const Mrd__PoolMrInfo *m = p->mrs[k];
 
 			printf("  0x%016" PRIx64 " 0x%016" PRIx64 " 0x%08" PRIx32 " 0x%08" PRIx32
-			       " %8" PRIu32 "%s\n", m->start, m->end, m->lkey, m->rkey, m->sharers,
-			       m->hugepage ? "  huge page" : "");
+			       " %8" PRIu32 "%s%s\n", m->start, m->end, m->lkey, m->rkey, m->sharers,
+			       m->hugepage ? "  huge page" : "", m->pending ? "  (registering)" : "");
 		}
 	}
 }

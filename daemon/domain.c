@@ -541,7 +541,7 @@ static void free_job_done(struct work *w)
 	struct free_job *j = (struct free_job *)w;
 	struct domain *d = j->domain;
 
-	d->cache.retiring--;
+	d->cache.jobs--;
 	release(d, j->allocation);
 	if (j->waiter)
 		j->waiter->resume(j->waiter, 0, NULL, "");
@@ -582,7 +582,7 @@ int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_wai
 	j->domain = domain_ref(d);
 	j->allocation = a;
 	j->waiter = waiter;
-	d->cache.retiring++;
+	d->cache.jobs++;
 	worker_pool_submit(workers, &j->work);
 	return waiter ? -EINPROGRESS : 0;
 }

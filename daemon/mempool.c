@@ -14,6 +14,7 @@
 #include "mr-cache.h"
 #include "provider.h"
 #include "status-page.h"
+#include "worker-pool.h"
 
 /* A range to register, rounded out to the pages of the allocation holding it. */
 struct span {
@@ -88,77 +89,179 @@ static struct pool_mr *shared_hugepage(const struct domain *d, const struct span
 	return NULL;
 }
 
-static void pool_mr_put(struct domain *d, struct pool_mr *mr)
+/* Out of the domain: deregistered (when it was registered), its allocation let go. */
+static void pool_mr_destroy(struct domain *d, struct pool_mr *mr)
 {
 	struct allocation *a = mr->allocation;
-	int r;
 
-	if (--mr->sharers > 0)
-		return;
 	LIST_REMOVE(mr, link);
-	r = provider_dereg(mr->pmr);
-	if (r < 0)
-		log_warning_errno(r, "domain %s: cannot deregister mempool MR [0x%" PRIx64
-				  ", 0x%" PRIx64 "): %m", d->name, mr->start, mr->end);
+	if (mr->pmr) {
+		int r = provider_dereg(mr->pmr);
+
+		if (r < 0)
+			log_warning_errno(r, "domain %s: cannot deregister mempool MR [0x%" PRIx64
+					  ", 0x%" PRIx64 "): %m", d->name, mr->start, mr->end);
+		d->cache.deregistrations++;
+		/* Keys of that memory are dead now: clients must flush what they cached. */
+		__atomic_add_fetch(&d->status->generation, 1, __ATOMIC_RELEASE);
+	}
 	d->cache.pinned_bytes -= mr->end - mr->start;
-	d->cache.deregistrations++;
 	free(mr);
-	/* Keys of that memory are dead now: clients must flush what they cached. */
-	__atomic_add_fetch(&d->status->generation, 1, __ATOMIC_RELEASE);
 	if (--a->pool_refs == 0 && !a->owner)
 		(void)domain_free_allocation(d, a, NULL); /* its owner left before the pools did */
 	domain_update_status(d);
 }
 
-static struct pool_mr *pool_mr_new(struct domain *d, const struct span *s, char *why,
-				   size_t why_size, int *ret_error)
+static void pool_mr_put(struct domain *d, struct pool_mr *mr)
+{
+	if (--mr->sharers == 0 && !mr->pending)
+		pool_mr_destroy(d, mr); /* a pending one goes when its worker is done */
+}
+
+/* Not registered yet: a place in the domain (so that pools in its huge page find it), its
+ * bytes counted against the quota, its allocation held. */
+static struct pool_mr *pool_mr_new(struct domain *d, const struct span *s)
 {
 	struct pool_mr *mr = calloc(1, sizeof(*mr));
-	int r;
 
-	if (!mr) {
-		*ret_error = -ENOMEM;
+	if (!mr)
 		return NULL;
-	}
-	r = provider_reg(d->pd, (void *)(uintptr_t)s->start, s->end - s->start, s->start,
-			 MR_CACHE_ACCESS, &mr->pmr);
-	if (r < 0) {
-		snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s",
-			 s->start, s->end, strerror(-r));
-		free(mr);
-		*ret_error = r;
-		return NULL;
-	}
 	mr->allocation = s->allocation;
 	mr->start = s->start;
 	mr->end = s->end;
 	mr->hugepage = s->allocation->arena->hugetlb &&
 		       s->end - s->start == s->allocation->arena->page_size;
+	mr->pending = true;
 	s->allocation->pool_refs++;
 	d->cache.pinned_bytes += s->end - s->start;
-	d->cache.registrations++;
 	LIST_INSERT_HEAD(&d->pool_mrs, mr, link);
 	return mr;
 }
 
+/* On the loop or on a worker: touches only the MR and the provider. */
+static int pool_mr_register(struct domain *d, struct pool_mr *mr)
+{
+	return provider_reg(d->pd, (void *)(uintptr_t)mr->start, mr->end - mr->start, mr->start,
+			    MR_CACHE_ACCESS, &mr->pmr);
+}
+
 static void reg_free(struct domain *d, struct pool_reg *reg)
 {
+	struct mr_waiter *w = reg->waiter;
+
 	LIST_REMOVE(reg, link);
 	LIST_REMOVE(reg, owner_link);
 	d->n_pool_regs--;
 	for (size_t i = 0; i < reg->n_mrs; i++)
 		pool_mr_put(d, reg->mrs[i]);
 	free(reg);
+	if (w)
+		w->resume(w, -ECANCELED, NULL, "the mempool's client left");
+}
+
+/* None of its MRs is pending any more: it takes over from the one it replaces, or fails. */
+static void reg_settle(struct domain *d, struct pool_reg *reg)
+{
+	struct mr_waiter *w = reg->waiter;
+	int error = reg->error;
+	char why[160];
+
+	reg->waiter = NULL;
+	if (error < 0) {
+		snprintf(why, sizeof(why), "registering mempool '%s' failed: %s", reg->name,
+			 strerror(-error));
+		reg_free(d, reg);
+	} else if (reg->replaces) {
+		/* Its old MRs cannot be in use for the objects any more: the pool says they live
+		 * in attached memory now. */
+		reg_free(d, reg->replaces);
+		reg->replaces = NULL;
+	}
+	domain_update_status(d);
+	if (w)
+		w->resume(w, error, NULL, error < 0 ? why : "");
+}
+
+/* A worker registering the MRs one registration made. */
+struct pool_job {
+	struct work work;
+	struct domain *domain; /* held while the job lives */
+	size_t n;
+	struct pool_mr *mrs[];
+};
+
+static void pool_job_run(struct work *w)
+{
+	struct pool_job *j = (struct pool_job *)w;
+
+	for (size_t i = 0; i < j->n; i++) {
+		j->mrs[i]->error = pool_mr_register(j->domain, j->mrs[i]);
+		if (j->mrs[i]->error < 0)
+			j->mrs[i]->pmr = NULL;
+	}
+}
+
+static bool in_job(const struct pool_job *j, const struct pool_mr *mr)
+{
+	for (size_t i = 0; i < j->n; i++)
+		if (j->mrs[i] == mr)
+			return true;
+	return false;
+}
+
+static void pool_job_done(struct work *w)
+{
+	struct pool_job *j = (struct pool_job *)w;
+	struct domain *d = j->domain;
+	struct pool_reg *reg, *settle = NULL;
+	size_t kept = 0;
+
+	d->cache.jobs--;
+	for (size_t i = 0; i < j->n; i++) {
+		struct pool_mr *mr = j->mrs[i];
+
+		mr->pending = false;
+		if (mr->pmr)
+			d->cache.registrations++;
+		if (mr->sharers == 0)
+			pool_mr_destroy(d, mr); /* every pool that wanted it left meanwhile */
+		else
+			j->mrs[kept++] = mr;
+	}
+	j->n = kept;
+	/* Every registration waiting for these MRs hears of them; those with nothing left to
+	 * wait for settle after the walk, since settling drops the registrations they replace. */
+	LIST_FOREACH(reg, &d->pool_regs, link) {
+		for (size_t k = 0; reg->pending && k < reg->n_mrs; k++)
+			if (in_job(j, reg->mrs[k])) {
+				reg->pending--;
+				if (reg->mrs[k]->error < 0 && reg->error == 0)
+					reg->error = reg->mrs[k]->error;
+			}
+		if (reg->pending == 0 && reg->waiter) {
+			reg->settle_next = settle;
+			settle = reg;
+		}
+	}
+	while (settle) {
+		reg = settle;
+		settle = reg->settle_next;
+		reg_settle(d, reg);
+	}
+	free(j);
+	domain_release(d);
 }
 
 int mempool_register(struct domain *d, struct client *owner, const char *name,
 		     const uint64_t *starts, const uint64_t *lengths, size_t n, bool extmem,
-		     struct pool_reg **ret, char *why, size_t why_size)
+		     struct mr_waiter *waiter, struct pool_reg **ret, char *why, size_t why_size)
 {
 	const struct config *cfg = &d->manager->config;
 	struct pool_reg *old = find(d, owner, name), *reg;
+	struct pool_job *job;
 	struct span *spans;
 	uint64_t new_bytes = 0;
+	size_t n_fresh = 0;
 	int m, r = 0;
 
 	if (old && (!extmem || old->extmem)) {
@@ -189,37 +292,78 @@ int mempool_register(struct domain *d, struct client *owner, const char *name,
 		return -EDQUOT;
 	}
 	reg = calloc(1, sizeof(*reg) + (size_t)m * sizeof(reg->mrs[0]));
-	if (!reg) {
+	job = calloc(1, sizeof(*job) + (size_t)m * sizeof(job->mrs[0]));
+	if (!reg || !job) {
+		free(reg);
+		free(job);
 		free(spans);
 		return -ENOMEM;
 	}
 	snprintf(reg->name, sizeof(reg->name), "%s", name);
 	reg->owner = owner;
 	reg->extmem = extmem;
+	reg->replaces = old;
 	LIST_INSERT_HEAD(&d->pool_regs, reg, link);
 	LIST_INSERT_HEAD(&owner->pools, reg, owner_link);
 	d->n_pool_regs++;
 	for (int i = 0; i < m; i++) {
 		struct pool_mr *mr = shared_hugepage(d, &spans[i]);
 
-		if (!mr)
-			mr = pool_mr_new(d, &spans[i], why, why_size, &r);
-		if (!mr)
-			break;
+		if (!mr) {
+			mr = pool_mr_new(d, &spans[i]);
+			if (!mr) {
+				r = -ENOMEM;
+				break;
+			}
+			job->mrs[n_fresh++] = mr;
+		}
 		mr->sharers++;
 		reg->mrs[reg->n_mrs++] = mr;
+		if (mr->pending)
+			reg->pending++;
 	}
 	free(spans);
+	*ret = reg;
+
+	if (r == 0 && n_fresh > 0 && d->manager->workers &&
+	    (new_bytes >= cfg->async_bytes || mr_cache_busy(&d->cache))) {
+		/* Pinning this much takes long: a worker does it, and only the asker waits. */
+		job->work.run = pool_job_run;
+		job->work.done = pool_job_done;
+		job->domain = domain_ref(d);
+		job->n = n_fresh;
+		d->cache.jobs++;
+		worker_pool_submit(d->manager->workers, &job->work);
+		reg->waiter = waiter;
+		return -EINPROGRESS;
+	}
+	/* Small: registered here and now. */
+	for (size_t i = 0; i < n_fresh; i++) {
+		struct pool_mr *mr = job->mrs[i];
+
+		mr->pending = false;
+		reg->pending--;
+		if (r == 0) {
+			r = pool_mr_register(d, mr);
+			if (r < 0) {
+				mr->pmr = NULL;
+				mr->error = r;
+				snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64
+					 ") failed: %s", mr->start, mr->end, strerror(-r));
+			} else
+				d->cache.registrations++;
+		}
+	}
+	free(job);
 	if (r < 0) {
 		reg_free(d, reg); /* what it made goes again */
 		return r;
 	}
-	/* Made whole: the registration it replaces goes (its MRs cannot be in use for the
-	 * objects any more: the pool says they live in attached memory now). */
-	if (old)
-		reg_free(d, old);
-	domain_update_status(d);
-	*ret = reg;
+	if (reg->pending > 0) {
+		reg->waiter = waiter; /* it shares a huge page MR a worker is still making */
+		return -EINPROGRESS;
+	}
+	reg_settle(d, reg);
 	return 0;
 }
 

@@ -16,6 +16,7 @@
 struct allocation;
 struct client;
 struct domain;
+struct mr_waiter;
 struct provider_mr;
 
 /* One registered range, shared by the pools whose memory lies in it. */
@@ -23,9 +24,11 @@ struct pool_mr {
 	LIST_ENTRY(pool_mr) link; /* the domain's */
 	struct allocation *allocation; /* holds it: allocation->pool_refs */
 	uint64_t start, end;
-	struct provider_mr *pmr;
+	struct provider_mr *pmr; /* NULL until registered */
 	unsigned sharers; /* pool registrations using it */
 	bool hugepage;    /* exactly one huge page: other pools inside it share it */
+	bool pending;     /* a worker is registering it */
+	int error;        /* how the worker's registration failed */
 };
 
 struct pool_reg {
@@ -34,6 +37,11 @@ struct pool_reg {
 	struct client *owner;
 	char name[64];
 	bool extmem;
+	unsigned pending;          /* its MRs that workers still register */
+	int error;                 /* the first of them that failed */
+	struct mr_waiter *waiter;  /* told once none is pending */
+	struct pool_reg *replaces; /* an older registration of the name, dropped once made */
+	struct pool_reg *settle_next; /* on a worker's completion: those to settle */
 	size_t n_mrs;
 	struct pool_mr *mrs[]; /* by address */
 };
@@ -41,10 +49,15 @@ struct pool_reg {
 /* Registers the owner's pool name over n ranges ([starts[i], starts[i] + lengths[i])). EEXIST
  * when the owner has it registered already, unless extmem replaces a registration that was
  * not; EFAULT for a range outside one live allocation of the domain; EDQUOT past
- * quota.mempools or quota.pinned_bytes. why says what went wrong. */
+ * quota.mempools or quota.pinned_bytes. why says what went wrong.
+ * Like the cache, it registers [cache] async_bytes or more (or anything while a worker holds
+ * the provider) on a worker, and a pool sharing a huge page MR that a worker is still making
+ * waits for it: then -EINPROGRESS, *ret is set, and waiter->resume (result, no entry) runs on
+ * the loop once it is made — or has failed, and is gone — or once its owner left. waiter
+ * must not be NULL. */
 int mempool_register(struct domain *d, struct client *owner, const char *name,
 		     const uint64_t *starts, const uint64_t *lengths, size_t n, bool extmem,
-		     struct pool_reg **ret, char *why, size_t why_size);
+		     struct mr_waiter *waiter, struct pool_reg **ret, char *why, size_t why_size);
 
 /* ENOENT when the owner has no pool of that name. */
 int mempool_unregister(struct domain *d, struct client *owner, const char *name, char *why,

@@ -43,7 +43,8 @@ struct mr_cache {
 	struct domain *domain;
 	enum mr_policy policy;
 	uint64_t pending_bytes; /* registrations under way on workers */
-	unsigned retiring;      /* deregistrations under way on workers */
+	unsigned jobs;          /* other work of the domain under way on workers (deregistrations,
+				 * mempool registrations) */
 	uint64_t pinned_bytes;  /* what its MRs cover (they never overlap): the quota's measure,
 				 * read on the loop without asking a provider a worker may hold */
 	LIST_HEAD(, cached_mr) mrs;
@@ -74,7 +75,7 @@ uint64_t mr_cache_retire(struct mr_cache *c, struct allocation *a);
 /* Whether the provider may be busy with a worker's job: a new op on the loop would wait. */
 static inline bool mr_cache_busy(const struct mr_cache *c)
 {
-	return c->pending_bytes > 0 || c->retiring > 0;
+	return c->pending_bytes > 0 || c->jobs > 0;
 }
 void mr_cache_deregister(const struct mr_cache *c, struct allocation *a);
 void mr_cache_release(struct mr_cache *c, struct allocation *a);

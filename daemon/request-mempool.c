@@ -9,6 +9,7 @@
 #include "domain.h"
 #include "manager.h"
 #include "mempool.h"
+#include "mrd/mrd.h"
 #include "provider.h"
 
 static int check_name(const char *name, struct reply *r)
@@ -22,12 +23,61 @@ static int check_name(const char *name, struct reply *r)
 	return 0;
 }
 
+/* The reply: the registration's MRs, by address. */
+static int fill_register_reply(const struct pool_reg *reg, struct reply *r)
+{
+	Mrd__MrEntry *entries = calloc(reg->n_mrs, sizeof(*entries));
+	Mrd__MrEntry **ptrs = calloc(reg->n_mrs, sizeof(*ptrs));
+
+	r->owned[r->n_owned++] = entries;
+	r->owned[r->n_owned++] = ptrs;
+	if (!entries || !ptrs)
+		return -ENOMEM;
+	for (size_t i = 0; i < reg->n_mrs; i++) {
+		mrd__mr_entry__init(&entries[i]);
+		entries[i].start = reg->mrs[i]->start;
+		entries[i].end = reg->mrs[i]->end;
+		entries[i].lkey = reg->mrs[i]->pmr->lkey;
+		entries[i].rkey = reg->mrs[i]->pmr->rkey;
+		ptrs[i] = &entries[i];
+	}
+	mrd__mempool_register_response__init(&r->body.mempool_register);
+	r->body.mempool_register.n_entries = reg->n_mrs;
+	r->body.mempool_register.entries = ptrs;
+	r->resp.body_case = MRD__RESPONSE__BODY_MEMPOOL_REGISTER;
+	r->resp.mempool_register = &r->body.mempool_register;
+	return 0;
+}
+
+/* A registration a worker makes: answered when it is made. */
+struct pending_register {
+	struct pending_request base; /* first */
+	struct pool_reg *reg;
+};
+
+static void register_resume(struct mr_waiter *w, int result, const struct mr_entry *entry,
+			    const char *why)
+{
+	struct pending_register *p = (struct pending_register *)w;
+	struct reply r;
+	int k = result;
+
+	if (p->base.client) {
+		reply_init(&r, p->base.id);
+		if (k < 0)
+			reply_set_message(&r, "%s", why);
+		else
+			k = fill_register_reply(p->reg, &r);
+		request_answer(&p->base, &r, k);
+	}
+	free(p);
+}
+
 int request_mempool_register(struct client *c, const Mrd__Request *req,
 			     struct wire_packet *pkt, struct reply *r)
 {
 	const Mrd__MempoolRegisterRequest *q = req->mempool_register;
-	Mrd__MrEntry *entries, **ptrs;
-	struct pool_reg *reg;
+	struct pending_register *p;
 	struct domain *d;
 	int k;
 
@@ -45,33 +95,21 @@ int request_mempool_register(struct client *c, const Mrd__Request *req,
 		reply_set_message(r, "cannot open domain %s", c->domain_name);
 		return k;
 	}
-	k = mempool_register(d, c, q->name, q->starts, q->lengths, q->n_starts, q->extmem, &reg,
-			     r->message, sizeof(r->message));
-	if (k < 0)
-		return k;
-
-	entries = calloc(reg->n_mrs, sizeof(*entries));
-	ptrs = calloc(reg->n_mrs, sizeof(*ptrs));
-	r->owned[r->n_owned++] = entries;
-	r->owned[r->n_owned++] = ptrs;
-	if (!entries || !ptrs) {
-		(void)mempool_unregister(d, c, q->name, r->message, sizeof(r->message));
+	p = calloc(1, sizeof(*p));
+	if (!p)
 		return -ENOMEM;
+	p->base.waiter.resume = register_resume;
+	p->base.id = req->id;
+	k = mempool_register(d, c, q->name, q->starts, q->lengths, q->n_starts, q->extmem,
+			     &p->base.waiter, &p->reg, r->message, sizeof(r->message));
+	if (k == -EINPROGRESS) {
+		request_wait(c, &p->base);
+		return k;
 	}
-	for (size_t i = 0; i < reg->n_mrs; i++) {
-		mrd__mr_entry__init(&entries[i]);
-		entries[i].start = reg->mrs[i]->start;
-		entries[i].end = reg->mrs[i]->end;
-		entries[i].lkey = reg->mrs[i]->pmr->lkey;
-		entries[i].rkey = reg->mrs[i]->pmr->rkey;
-		ptrs[i] = &entries[i];
-	}
-	mrd__mempool_register_response__init(&r->body.mempool_register);
-	r->body.mempool_register.n_entries = reg->n_mrs;
-	r->body.mempool_register.entries = ptrs;
-	r->resp.body_case = MRD__RESPONSE__BODY_MEMPOOL_REGISTER;
-	r->resp.mempool_register = &r->body.mempool_register;
-	return 0;
+	if (k >= 0)
+		k = fill_register_reply(p->reg, r);
+	free(p);
+	return k;
 }
 
 int request_mempool_unregister(struct client *c, const Mrd__Request *req,
@@ -141,8 +179,9 @@ int request_pools(struct client *c, const Mrd__Request *req, struct wire_packet 
 				mrd__pool_mr_info__init(&mi[j]);
 				mi[j].start = mr->start;
 				mi[j].end = mr->end;
-				mi[j].lkey = mr->pmr->lkey;
-				mi[j].rkey = mr->pmr->rkey;
+				mi[j].lkey = mr->pmr ? mr->pmr->lkey : MRD_KEY_INVALID;
+				mi[j].rkey = mr->pmr ? mr->pmr->rkey : MRD_KEY_INVALID;
+				mi[j].pending = mr->pending;
 				mi[j].sharers = mr->sharers;
 				mi[j].hugepage = mr->hugepage;
 				mip[j] = &mi[j];

@@ -14,6 +14,7 @@
 #include "manager.h"
 #include "provider.h"
 #include "status-page.h"
+#include "worker-pool.h"
 #include "test-daemon.h"
 #include "check-run.h"
 
@@ -56,6 +57,17 @@ static Mrd__Response *reg(int fd, uint64_t id, const char *name, const uint64_t 
 	}
 	ck_assert_int_eq(resp->body_case, MRD__RESPONSE__BODY_MEMPOOL_REGISTER);
 	return resp;
+}
+
+/* As reg() for a registration that must succeed; returns how many MRs it got. */
+static size_t reg_ok(int fd, uint64_t id, const char *name, const uint64_t *starts,
+		     const uint64_t *lengths, size_t n)
+{
+	Mrd__Response *resp = reg(fd, id, name, starts, lengths, n, false, 0);
+	size_t n_mrs = resp->mempool_register->n_entries;
+
+	mrd__response__free_unpacked(resp, NULL);
+	return n_mrs;
 }
 
 static void unreg(int fd, uint64_t id, const char *name, int error)
@@ -149,7 +161,7 @@ START_TEST(test_bad_requests)
 	reg(fd, 9, "p", &(uint64_t){ 0x1000 }, &len, 1, false, EFAULT);
 	unreg(fd, 10, "", EINVAL);
 	/* Nothing of it was kept. */
-	ck_assert(reg(fd, 11, "p", &a, &len, 1, false, 0) != NULL);
+	ck_assert_uint_eq(reg_ok(fd, 11, "p", &a, &len, 1), 1);
 	close(fd);
 	close(other);
 }
@@ -198,7 +210,7 @@ START_TEST(test_memory_under_a_pool_stays)
 	int fd = td_hello_client(1000, NULL);
 	uint64_t a = td_alloc(fd, 2, 64 * KiB), len = 64 * KiB;
 
-	ck_assert(reg(fd, 3, "p", &a, &len, 1, false, 0) != NULL);
+	ck_assert_uint_eq(reg_ok(fd, 3, "p", &a, &len, 1), 1);
 	td_free(fd, 4, a, EBUSY);
 	unreg(fd, 5, "p", 0);
 	td_free(fd, 6, a, 0);
@@ -215,7 +227,7 @@ START_TEST(test_death_releases_pools)
 	struct provider_stats ps;
 
 	(void)td_alloc(peer, 2, 4 * KiB); /* the peer holds the domain open */
-	ck_assert(reg(fd, 3, "p", &a, &len, 1, false, 0) != NULL);
+	ck_assert_uint_eq(reg_ok(fd, 3, "p", &a, &len, 1), 1);
 	close(fd);
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 1);
@@ -261,7 +273,7 @@ START_TEST(test_pools_and_quota)
 	Mrd__Response *resp;
 
 	for (int i = 0; i < 4; i++)
-		ck_assert(reg(fd, 3 + (uint64_t)i, names[i], &a, &len, 1, false, 0) != NULL);
+		ck_assert_uint_eq(reg_ok(fd, 3 + (uint64_t)i, names[i], &a, &len, 1), 1);
 	reg(fd, 8, "p4", &a, &len, 1, false, EDQUOT);
 
 	req.id = 9;
@@ -284,6 +296,136 @@ START_TEST(test_pools_and_quota)
 }
 END_TEST
 
+/* Keeps the only worker busy until the test lets go (as in test-mr-cache.c). */
+struct blocker {
+	struct work work;
+	int fd[2];
+	bool done;
+};
+
+static void blocker_run(struct work *w)
+{
+	char ch;
+
+	(void)!read(((struct blocker *)w)->fd[0], &ch, 1);
+}
+
+static void blocker_done(struct work *w) { ((struct blocker *)w)->done = true; }
+
+static void block_worker(struct blocker *b)
+{
+	*b = (struct blocker){ .work = { .run = blocker_run, .done = blocker_done } };
+	ck_assert_int_eq(pipe(b->fd), 0);
+	worker_pool_submit(td_manager->workers, &b->work);
+}
+
+static void unblock_worker(struct blocker *b)
+{
+	ck_assert_int_eq(write(b->fd[1], "x", 1), 1);
+	for (int i = 0; i < 2000 && !b->done; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert(b->done);
+	close(b->fd[0]);
+	close(b->fd[1]);
+}
+
+static void send_register(int fd, uint64_t id, const char *name, uint64_t start, uint64_t len)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MempoolRegisterRequest q = MRD__MEMPOOL_REGISTER_REQUEST__INIT;
+
+	q.name = (char *)name;
+	q.starts = &start;
+	q.n_starts = 1;
+	q.lengths = &len;
+	q.n_lengths = 1;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_MEMPOOL_REGISTER;
+	req.mempool_register = &q;
+	td_send_request(fd, &req, NULL, 0);
+}
+
+static void start_one_worker(void)
+{
+	const char *settings[] = { "memory.window_size=4G", "memory.arena_size=64M",
+				   "memory.hugepages=no", "cache.workers=1",
+				   "cache.async_bytes=1M", NULL };
+
+	td_stop();
+	td_start(settings);
+}
+
+START_TEST(test_big_pool_on_worker)
+{
+	struct client *ca;
+	struct blocker b;
+	int a, other;
+	uint64_t big, small;
+	Mrd__Response *resp;
+
+	start_one_worker();
+	a = td_hello_client(1000, &ca);
+	other = td_hello_client(2000, NULL);
+	big = td_alloc(a, 2, 8 * MiB);
+	small = td_alloc(other, 2, 64 * KiB);
+	block_worker(&b);
+	send_register(a, 3, "big", big, 8 * MiB); /* a worker pins it; the worker is busy */
+	td_pump();
+	ck_assert_ptr_nonnull(ca->pending);
+	/* Meanwhile everyone else is served, small pools included. */
+	ck_assert_uint_eq(reg_ok(other, 3, "small", &small, &(uint64_t){ 64 * KiB }, 1), 1);
+	{
+		Mrd__Request req = MRD__REQUEST__INIT;
+		Mrd__FreeRequest q = MRD__FREE_REQUEST__INIT;
+
+		q.address = big;
+		req.id = 4;
+		req.body_case = MRD__REQUEST__BODY_FREE;
+		req.free = &q;
+		td_send_request(a, &req, NULL, 0); /* waits behind A's registration... */
+	}
+	unblock_worker(&b);
+	resp = td_expect(a, 3, 0);
+	ck_assert_uint_eq(resp->mempool_register->n_entries, 1);
+	ck_assert_uint_eq(resp->mempool_register->entries[0]->start, big);
+	ck_assert_uint_eq(resp->mempool_register->entries[0]->end, big + 8 * MiB);
+	ck_assert_uint_ne(resp->mempool_register->entries[0]->lkey, MRD_KEY_INVALID);
+	ck_assert_uint_eq(ca->domain->cache.registrations, 1);
+	mrd__response__free_unpacked(resp, NULL);
+	td_expect_free(a, 4, EBUSY); /* ...and then finds the memory under the pool */
+	close(a);
+	close(other);
+}
+END_TEST
+
+START_TEST(test_death_while_pool_registers)
+{
+	struct blocker b;
+	int a;
+	uint64_t big;
+
+	start_one_worker();
+	a = td_hello_client(1000, NULL);
+	big = td_alloc(a, 2, 4 * MiB);
+	block_worker(&b);
+	send_register(a, 3, "big", big, 4 * MiB);
+	td_pump();
+	close(a); /* gone while the worker has yet to pin its pool */
+	td_pump();
+	ck_assert_uint_eq(td_manager->n_clients, 0);
+	ck_assert_uint_eq(td_manager->n_domains, 1); /* the job holds it */
+	unblock_worker(&b);
+	for (int i = 0; i < 2000 && td_manager->n_domains; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	/* The job's MR had no pool left: deregistered, memory freed, domain closed. */
+	ck_assert_uint_eq(td_manager->n_domains, 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("mempool");
@@ -297,6 +439,8 @@ int main(void)
 	tcase_add_test(tc, test_death_releases_pools);
 	tcase_add_test(tc, test_pool_in_memory_of_a_client_that_left);
 	tcase_add_test(tc, test_pools_and_quota);
+	tcase_add_test(tc, test_big_pool_on_worker);
+	tcase_add_test(tc, test_death_while_pool_registers);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }
