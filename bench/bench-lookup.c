@@ -12,6 +12,8 @@
  *                libmrd's bottom half, and of mrd's cache), against a branch-free binary search
  *                over the same array. Building a bottom half of 65536 real MRs would take 65536
  *                allocations and registrations in mrd, so the data structure is timed alone.
+ *                bottom-4096-crowded: the same with one more entry 1 TiB away, which leaves
+ *                the table's directory nothing to narrow (its worst case).
  *   miss         mrd_mr_lookup() of an address whose MR mrd has cached (p50 and p99), against
  *                a blocking SOCK_SEQPACKET echo process moving the same bytes
  *   hol          client B's miss round trip (as above, to a second mrd) while client A, another
@@ -86,8 +88,17 @@
 #define TARGET_P99 1.25
 #define TARGET_HOL_P99 1.5
 
-static const size_t bottom_sizes[] = { 256, 1024, 4096, 16384, 65536 };
-#define N_BOTTOM ELEMENTSOF(bottom_sizes)
+/* The bottom rows: N entries spread evenly, as arenas' allocations are, and the worst case of
+ * the table's directory (common/mr-table.h): the same entries crowded into one corner of the
+ * span by a single entry far away (1 TiB on), so that its buckets sort out nothing and the
+ * search bisects them all. */
+static const struct {
+	size_t n;
+	bool crowded;
+} bottom_cases[] = { { 256, false },  { 1024, false },  { 4096, false },
+		     { 16384, false }, { 65536, false }, { 4096, true } };
+#define N_BOTTOM ELEMENTSOF(bottom_cases)
+#define CROWDING_ENTRY (1ull << 40)
 
 enum lat_case { LAT_LIBMRD, LAT_FRAME, LAT_ECHO, LAT_EPOLL, N_LAT };
 static const char *const lat_names[N_LAT] = { "mrd_mr_lookup->mrd", "frame->mrd",
@@ -359,12 +370,19 @@ static int bench_top(struct bench *b)
 }
 
 /* n synthetic entries, inserted in order (so each insert appends), and random addresses that
- * hit them. */
-static int bottom_build(struct mr_table *t, size_t n, uint64_t *addrs, uint64_t *ret_want)
+ * hit them; crowded: one more entry far away, never looked up. */
+static int bottom_build(struct mr_table *t, size_t n, bool crowded, uint64_t *addrs,
+			uint64_t *ret_want)
 {
 	uint64_t s = 0x2545f4914f6cdd1dull + n, want = 0;
-	int r = mr_table_init(t, n + 1, 0);
+	int r = mr_table_init(t, n + 2, 0);
 
+	if (crowded && r >= 0) {
+		struct mr_entry far = { BOTTOM_BASE + CROWDING_ENTRY,
+					BOTTOM_BASE + CROWDING_ENTRY + BOTTOM_LEN, 1, 1 };
+
+		r = mr_table_insert(t, &far);
+	}
 	for (size_t i = 0; i < n && r >= 0; i++) {
 		struct mr_entry e = { BOTTOM_BASE + i * BOTTOM_STRIDE,
 				      BOTTOM_BASE + i * BOTTOM_STRIDE + BOTTOM_LEN,
@@ -397,8 +415,9 @@ static int bench_bottom(struct bench *b)
 		char row[32];
 		uint64_t want, got;
 
-		snprintf(row, sizeof(row), "bottom-%zu", bottom_sizes[i]);
-		r = bottom_build(&t, bottom_sizes[i], addrs, &want);
+		snprintf(row, sizeof(row), "bottom-%zu%s", bottom_cases[i].n,
+			 bottom_cases[i].crowded ? "-crowded" : "");
+		r = bottom_build(&t, bottom_cases[i].n, bottom_cases[i].crowded, addrs, &want);
 		if (r < 0) {
 			mr_table_done(&t);
 			return r;
@@ -1065,12 +1084,14 @@ static void report(const struct bench *b, double busy_before)
 		  "random array)", "branch-free scan of the same 8-entry array", TARGET_TOP_RANDOM,
 		  sum, &n_sum);
 	for (size_t i = 0; i < N_BOTTOM; i++) {
-		char name[32], what[160];
+		char name[48], what[256];
 
-		snprintf(name, sizeof(name), "lookup-bottom-%zu", bottom_sizes[i]);
+		snprintf(name, sizeof(name), "lookup-bottom-%zu%s", bottom_cases[i].n,
+			 bottom_cases[i].crowded ? "-crowded" : "");
 		snprintf(what, sizeof(what), "mr_table_lookup over %zu synthetic entries (common/"
-			 "mr-table.c: the table libmrd's bottom half uses), random hits",
-			 bottom_sizes[i]);
+			 "mr-table.c: the table libmrd's bottom half uses)%s, random hits",
+			 bottom_cases[i].n, bottom_cases[i].crowded ?
+			 " plus one 1 TiB away (its directory's worst case)" : "");
 		report_ns(name, &b->bottom[i], what,
 			  "branch-free binary search over the same sorted array", TARGET_BOTTOM, sum,
 			  &n_sum);

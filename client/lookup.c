@@ -97,22 +97,32 @@ static void top_insert(struct mrd_lookup *l, const struct mrd_mr *mr)
 	l->head = (l->head + 1) % MRD_LOOKUP_TOP;
 }
 
-int lookup_cached(struct mrd_lookup *l, uintptr_t a, struct mrd_mr *ret)
+/* The top half, after the generation check: most lookups that miss the MRU end here. */
+static inline bool top_find(struct mrd_lookup *l, uintptr_t a, struct mrd_mr *ret)
 {
 	uint64_t generation = __atomic_load_n(l->generation_ptr, __ATOMIC_ACQUIRE);
-	const struct mr_entry *e;
 
 	/* Memory of the domain went away since we cached: nothing cached can be trusted. */
 	if (generation != l->generation) {
 		flush(l);
 		l->generation = generation;
+		return false;
 	}
 	for (unsigned i = 0; i < MRD_LOOKUP_TOP; i++)
 		if (a >= l->top[i].start && a < l->top[i].end) {
 			l->mru = i;
 			*ret = l->top[i];
-			return 0;
+			return true;
 		}
+	return false;
+}
+
+int lookup_cached(struct mrd_lookup *l, uintptr_t a, struct mrd_mr *ret)
+{
+	const struct mr_entry *e;
+
+	if (top_find(l, a, ret))
+		return 0;
 	e = mr_table_lookup(&l->bottom->table, a);
 	if (!e)
 		return -ENOENT;
@@ -155,6 +165,8 @@ MRD_EXPORT uint32_t mrd_lookup_lkey_slow(struct mrd_lookup *l, const void *addr)
 {
 	struct mrd_mr mr;
 
+	if (top_find(l, (uintptr_t)addr, &mr)) /* no call for the common case */
+		return mr.lkey;
 	return mrd_lookup_mr(l, addr, &mr) < 0 ? MRD_KEY_INVALID : mr.lkey;
 }
 

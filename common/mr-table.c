@@ -5,6 +5,94 @@
 
 #include "mr-table.h"
 
+#define DIR_MAX_BITS 24 /* 16 M buckets: past 8 M entries they get crowded, not wrong */
+
+static unsigned log2_ceil(uint64_t x)
+{
+	unsigned b = 0;
+
+	while (b < 63 && ((uint64_t)1 << b) < x)
+		b++;
+	return b;
+}
+
+/* Grows starts and dir to what n entries and the bucket count need. */
+static int index_reserve(struct mr_table *t, size_t n_starts, size_t n_dir)
+{
+	if (n_starts > t->index_cap) {
+		uint64_t *s = realloc(t->starts, n_starts * 2 * sizeof(*s));
+
+		if (!s)
+			return -ENOMEM;
+		t->starts = s;
+		t->index_cap = n_starts * 2;
+	}
+	if (n_dir > t->dir_cap) {
+		uint32_t *d = realloc(t->dir, n_dir * 2 * sizeof(*d));
+
+		if (!d)
+			return -ENOMEM;
+		t->dir = d;
+		t->dir_cap = n_dir * 2;
+	}
+	return 0;
+}
+
+/* Rebuilds the directory and the starts from the entries; -ENOMEM leaves the old index, which
+ * the caller must then not use. */
+static int index_build(struct mr_table *t)
+{
+	size_t n = t->n, real = n - 1, i, longest = 1;
+	unsigned bits = real > 0 ? log2_ceil(real) + 1 : 0, shift, steps;
+	uint64_t base = real > 0 ? t->e[1].start : UINT64_MAX, span;
+	size_t buckets;
+	int r;
+
+	if (bits > DIR_MAX_BITS)
+		bits = DIR_MAX_BITS;
+	buckets = (size_t)1 << bits;
+	span = real > 0 ? t->e[n - 1].end - base : 1;
+	shift = log2_ceil(span) > bits ? log2_ceil(span) - bits : 0;
+
+	/* The directory: for each bucket, the last entry starting at or below its first byte
+	 * (a merge walk: buckets and entries both ascend). */
+	r = index_reserve(t, n + 1, buckets);
+	if (r < 0)
+		return r;
+	i = real > 0 ? 1 : 0;
+	for (size_t b = 0; b < buckets; b++) {
+		uint64_t first = base + ((uint64_t)b << shift);
+
+		if ((uint64_t)b << shift >> shift != b || first < base)
+			first = UINT64_MAX; /* past the address space */
+		while (i + 1 < n && t->e[i + 1].start <= first)
+			i++;
+		t->dir[b] = (uint32_t)i;
+	}
+	/* The longest stretch a bisection must cover: from a bucket's index to the next's
+	 * (the last bucket's runs to the last entry). */
+	for (size_t b = 0; b < buckets; b++) {
+		size_t next = b + 1 < buckets ? t->dir[b + 1] : n - 1;
+
+		if (next - t->dir[b] + 1 > longest)
+			longest = next - t->dir[b] + 1;
+	}
+	steps = log2_ceil(longest);
+	r = index_reserve(t, n + ((size_t)1 << steps), buckets);
+	if (r < 0)
+		return r;
+	for (i = 0; i < n; i++)
+		t->starts[i] = t->e[i].start;
+	for (; i < n + ((size_t)1 << steps); i++)
+		t->starts[i] = UINT64_MAX;
+	t->base = base;
+	t->shift = shift;
+	t->dir_bits = bits;
+	t->dir_last = (uint32_t)(buckets - 1);
+	t->steps = steps;
+	return 0;
+}
+
 int mr_table_init(struct mr_table *t, size_t cap, size_t max_cap)
 {
 	*t = (struct mr_table){ .cap = cap < 2 ? 2 : cap, .max_cap = max_cap };
@@ -12,12 +100,18 @@ int mr_table_init(struct mr_table *t, size_t cap, size_t max_cap)
 	if (!t->e)
 		return -ENOMEM;
 	t->n = 1; /* the sentinel: [0, 0) holds nothing */
+	if (index_build(t) < 0) {
+		mr_table_done(t);
+		return -ENOMEM;
+	}
 	return 0;
 }
 
 void mr_table_done(struct mr_table *t)
 {
 	free(t->e);
+	free(t->starts);
+	free(t->dir);
 	*t = (struct mr_table){};
 }
 
@@ -25,30 +119,7 @@ void mr_table_clear(struct mr_table *t)
 {
 	t->n = 1;
 	t->overflow = false;
-}
-
-size_t mr_table_floor(const struct mr_table *t, uint64_t addr)
-{
-	const struct mr_entry *base = t->e;
-	size_t n = t->n;
-
-	/* base->start <= addr always (the sentinel's 0 is), and the answer is in [base, base + n).
-	 * The step depends on n alone, so each level is a load, a compare and a conditional
-	 * move, with no index arithmetic waiting on the previous level. */
-	while (n > 1) {
-		size_t half = n / 2;
-
-		base = base[half].start <= addr ? base + half : base;
-		n -= half;
-	}
-	return (size_t)(base - t->e);
-}
-
-const struct mr_entry *mr_table_lookup(const struct mr_table *t, uint64_t addr)
-{
-	const struct mr_entry *e = &t->e[mr_table_floor(t, addr)];
-
-	return addr < e->end ? e : NULL;
+	(void)index_build(t); /* needs less than it has */
 }
 
 int mr_table_insert(struct mr_table *t, const struct mr_entry *entry)
@@ -76,6 +147,14 @@ int mr_table_insert(struct mr_table *t, const struct mr_entry *entry)
 	memmove(&t->e[at + 1], &t->e[at], (t->n - at) * sizeof(*t->e));
 	t->e[at] = *entry;
 	t->n++;
+	if (index_build(t) < 0) {
+		/* No room for the index: the entry goes again and the owner's slow path serves. */
+		memmove(&t->e[at], &t->e[at + 1], (t->n - at - 1) * sizeof(*t->e));
+		t->n--;
+		(void)index_build(t); /* smaller than the one that held before */
+		t->overflow = true;
+		return -ENOSPC;
+	}
 	return 0;
 }
 
@@ -87,5 +166,6 @@ int mr_table_remove(struct mr_table *t, uint64_t start)
 		return -ENOENT;
 	memmove(&t->e[at], &t->e[at + 1], (t->n - at - 1) * sizeof(*t->e));
 	t->n--;
+	(void)index_build(t); /* needs no more than it has */
 	return 0;
 }

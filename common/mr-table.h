@@ -1,9 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /* A sorted table of registered ranges, searched by address: DPDK's MR "btree". Entry 0 is a
- * sentinel below every address, so a binary search always lands on a valid slot; inserts
- * memmove; the table doubles up to a ceiling, past which it marks itself overflowed and its
- * owner falls back to a slower search until a rebuild. Used by mrd's global cache and by
- * libmrd's bottom half. */
+ * sentinel below every address, so a search always lands on a valid slot; inserts memmove;
+ * the table doubles up to a ceiling, past which it marks itself overflowed and its owner falls
+ * back to a slower search until a rebuild. Used by mrd's global cache and by libmrd's bottom
+ * half.
+ *
+ * A directory in front of the search narrows it: the span from the first start to the last
+ * end is cut into 2^k equal buckets (about two per entry) and each bucket keeps the index of
+ * the entry holding its first byte, so an address's entry lies between its bucket's index and
+ * the next bucket's. The search then bisects only that stretch, in a fixed number of steps —
+ * the longest stretch of the table, rounded up to a power of two — over a dense array of the
+ * starts. Spread-out entries take one or two steps instead of log2(n); entries crowded into
+ * one bucket take as many as a plain bisection. Rebuilt on every insert and remove (O(n), as
+ * the memmove already is). */
 #pragma once
 
 #include <stdbool.h>
@@ -20,6 +29,16 @@ struct mr_table {
 	size_t n;           /* entries, sentinel included */
 	size_t cap, max_cap;
 	bool overflow;
+	/* The search index (see above). */
+	uint64_t *starts;   /* e[i].start, then UINT64_MAX up to n + 2^steps */
+	uint32_t *dir;      /* 2^dir_bits + 1 entries */
+	uint64_t base;      /* e[1].start: addresses below it have no entry */
+	unsigned shift;     /* bucket = (addr - base) >> shift, capped at the last */
+	unsigned dir_bits;
+	uint32_t dir_last;  /* 2^dir_bits - 1 */
+	unsigned steps;     /* bisection steps in a bucket's stretch */
+	size_t index_cap;   /* starts allocated */
+	size_t dir_cap;     /* dir allocated */
 };
 
 /* max_cap: the most entries it may grow to (0: no ceiling). */
@@ -28,10 +47,32 @@ void mr_table_done(struct mr_table *t);
 /* Back to the sentinel alone; overflow cleared. */
 void mr_table_clear(struct mr_table *t);
 
-/* The entry holding addr, NULL when none does. */
-const struct mr_entry *mr_table_lookup(const struct mr_table *t, uint64_t addr);
 /* Index of the last entry with start <= addr (0: the sentinel). */
-size_t mr_table_floor(const struct mr_table *t, uint64_t addr);
+static inline size_t mr_table_floor(const struct mr_table *t, uint64_t addr)
+{
+	uint64_t bucket;
+	size_t i;
+
+	if (addr < t->base)
+		return 0;
+	bucket = (addr - t->base) >> t->shift;
+	if (bucket > t->dir_last)
+		bucket = t->dir_last;
+	i = t->dir[bucket];
+	/* The answer is in [i, i + 2^steps): the next bucket's index is at most that far on,
+	 * and every start past the answer is above addr (the padding too). */
+	for (size_t half = (size_t)1 << t->steps >> 1; half > 0; half >>= 1)
+		i = t->starts[i + half] <= addr ? i + half : i;
+	return i;
+}
+
+/* The entry holding addr, NULL when none does. */
+static inline const struct mr_entry *mr_table_lookup(const struct mr_table *t, uint64_t addr)
+{
+	const struct mr_entry *e = &t->e[mr_table_floor(t, addr)];
+
+	return addr < e->end ? e : NULL;
+}
 
 /* Inserts an entry that overlaps none. -EEXIST when its start is there already; -ENOSPC (and
  * overflow set) when the table is full. */

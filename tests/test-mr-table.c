@@ -1,0 +1,147 @@
+/* SPDX-License-Identifier: MIT */
+/* The sorted MR table and its 16-ary index against a plain model: random inserts and removes
+ * across every layout change (1 to 3 index levels and back), lookups at and around every
+ * boundary, duplicates, the ceiling and clear. */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mr-table.h"
+#include "check-run.h"
+
+#define SLOTS 6000 /* possible entries: slot i is [i * 64, i * 64 + 48) */
+#define STRIDE 64
+#define LEN 48
+
+static bool present[SLOTS];
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint64_t next(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+static struct mr_entry slot_entry(size_t i)
+{
+	return (struct mr_entry){ 4096 + i * STRIDE, 4096 + i * STRIDE + LEN, (uint32_t)i,
+				  (uint32_t)~i };
+}
+
+/* Every address near every slot's edges finds what the model says. (Plain compares and one
+ * ck_abort_msg: a ck_assert per probe would cost a write to Check's pipe each.) */
+static void check_against_model(const struct mr_table *t, size_t n_present)
+{
+	ck_assert_uint_eq(t->n, n_present + 1);
+	ck_assert(mr_table_lookup(t, 0) == NULL);
+	ck_assert(mr_table_lookup(t, 4095) == NULL);
+	ck_assert(mr_table_lookup(t, UINT64_MAX) == NULL);
+	for (size_t i = 0; i < SLOTS; i++) {
+		uint64_t base = 4096 + i * STRIDE;
+		const uint64_t probes[] = { base, base + 1, base + LEN - 1, base + LEN,
+					    base + STRIDE - 1 };
+
+		for (size_t p = 0; p < 5; p++) {
+			const struct mr_entry *e = mr_table_lookup(t, probes[p]);
+			bool want = present[i] && probes[p] < base + LEN;
+
+			if (want ? !e || e->lkey != i || e->start != base : e != NULL)
+				ck_abort_msg("address 0x%llx (slot %zu, %s): found %s",
+					     (unsigned long long)probes[p], i,
+					     present[i] ? "present" : "absent",
+					     e ? "an entry" : "nothing");
+		}
+	}
+}
+
+START_TEST(test_random_against_model)
+{
+	struct mr_table t;
+	size_t n = 0;
+
+	memset(present, 0, sizeof(present));
+	ck_assert_int_eq(mr_table_init(&t, 2, 0), 0);
+	check_against_model(&t, 0);
+	/* Grow to most slots (through 1, 2 and 3 levels), then shrink back, checking often. */
+	for (int phase = 0; phase < 2; phase++)
+		for (int step = 0; step < 12000; step++) {
+			size_t i = next() % SLOTS;
+			bool add = phase == 0 ? next() % 4 != 0 : next() % 4 == 0;
+			struct mr_entry e = slot_entry(i);
+
+			if (add) {
+				ck_assert_int_eq(mr_table_insert(&t, &e), present[i] ? -EEXIST : 0);
+				n += !present[i];
+				present[i] = true;
+			} else {
+				ck_assert_int_eq(mr_table_remove(&t, e.start), present[i] ? 0 : -ENOENT);
+				n -= present[i];
+				present[i] = false;
+			}
+			if (step % 1500 == 0)
+				check_against_model(&t, n);
+		}
+	check_against_model(&t, n);
+	mr_table_clear(&t);
+	memset(present, 0, sizeof(present));
+	check_against_model(&t, 0);
+	mr_table_done(&t);
+}
+END_TEST
+
+START_TEST(test_every_size)
+{
+	struct mr_table t;
+
+	/* Each size from 0 to 300 entries, inserted in descending order: every layout edge. */
+	memset(present, 0, sizeof(present));
+	ck_assert_int_eq(mr_table_init(&t, 4, 0), 0);
+	for (size_t k = 300; k-- > 0;) {
+		struct mr_entry e = slot_entry(k);
+
+		ck_assert_int_eq(mr_table_insert(&t, &e), 0);
+		present[k] = true;
+		check_against_model(&t, 300 - k);
+	}
+	mr_table_done(&t);
+}
+END_TEST
+
+START_TEST(test_ceiling)
+{
+	struct mr_table t;
+	struct mr_entry e;
+
+	ck_assert_int_eq(mr_table_init(&t, 2, 8), 0); /* the sentinel and 7 entries */
+	for (size_t i = 0; i < 7; i++) {
+		e = slot_entry(i);
+		ck_assert_int_eq(mr_table_insert(&t, &e), 0);
+	}
+	e = slot_entry(7);
+	ck_assert_int_eq(mr_table_insert(&t, &e), -ENOSPC);
+	ck_assert(t.overflow);
+	/* What it holds is still right. */
+	ck_assert_uint_eq(mr_table_lookup(&t, slot_entry(6).start)->lkey, 6);
+	ck_assert_ptr_null(mr_table_lookup(&t, slot_entry(7).start));
+	mr_table_clear(&t);
+	ck_assert(!t.overflow);
+	ck_assert_int_eq(mr_table_insert(&t, &e), 0);
+	mr_table_done(&t);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("mr-table");
+	TCase *tc = tcase_create("table");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_random_against_model);
+	tcase_add_test(tc, test_every_size);
+	tcase_add_test(tc, test_ceiling);
+	suite_add_tcase(s, tc);
+	return run_suite(s);
+}
