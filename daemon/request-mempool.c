@@ -179,8 +179,11 @@ int request_pools(struct client *c, const Mrd__Request *req, struct wire_packet 
 				mrd__pool_mr_info__init(&mi[j]);
 				mi[j].start = mr->start;
 				mi[j].end = mr->end;
-				mi[j].lkey = mr->pmr ? mr->pmr->lkey : MRD_KEY_INVALID;
-				mi[j].rkey = mr->pmr ? mr->pmr->rkey : MRD_KEY_INVALID;
+				/* A worker may be writing pmr: only a settled MR has keys. */
+				mi[j].lkey = !mr->pending && mr->pmr ? mr->pmr->lkey :
+								       MRD_KEY_INVALID;
+				mi[j].rkey = !mr->pending && mr->pmr ? mr->pmr->rkey :
+								       MRD_KEY_INVALID;
 				mi[j].pending = mr->pending;
 				mi[j].sharers = mr->sharers;
 				mi[j].hugepage = mr->hugepage;

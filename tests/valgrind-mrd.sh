@@ -10,4 +10,5 @@ MRD_TEST_WRAPPER="$VALGRIND -q --leak-check=full --show-leak-kinds=definite,indi
 export MRD_TEST_WRAPPER
 "$MRD_BUILDDIR/tests/test-integration" || exit 1
 "$MRD_BUILDDIR/tests/test-libmrd-memory" || exit 1
+"$MRD_BUILDDIR/tests/test-libmrd-mempool" || exit 1
 exec "$MRD_BUILDDIR/tests/test-libmrd-lookup"

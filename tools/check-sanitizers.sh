@@ -29,7 +29,7 @@ cd "$top"
 # TSan claims mrd's default window: the tests move it (see tests/test-util.h).
 if run_build build-tsan --enable-tsan; then
 	if MRD_TEST_CONF="$(printf '[memory]\nwindow_base = 0x4000000000\nwindow_size = 64G')" \
-		make -j"$(nproc)" check TESTS="tests/test-libmrd-lookup" \
+		make -j"$(nproc)" check TESTS="tests/test-libmrd-lookup tests/test-libmrd-mempool" \
 		> check.log 2>&1; then
 		echo "PASS: threaded suites under TSan"
 	else
