@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "mr-table.h"
 
@@ -122,7 +123,23 @@ void mr_table_clear(struct mr_table *t)
 	(void)index_build(t); /* needs less than it has */
 }
 
-int mr_table_insert(struct mr_table *t, const struct mr_entry *entry)
+/* Index of the last entry with start <= addr, by bisecting the entries themselves: for
+ * inserts, which may run while the index is behind. */
+static size_t floor_plain(const struct mr_table *t, uint64_t addr)
+{
+	size_t lo = 0, n = t->n;
+
+	while (n > 1) {
+		size_t half = n / 2;
+
+		lo = t->e[lo + half].start <= addr ? lo + half : lo;
+		n -= half;
+	}
+	return lo;
+}
+
+/* The entry in place, the index not yet: returns where it went, or -errno. */
+static ssize_t insert_entry(struct mr_table *t, const struct mr_entry *entry)
 {
 	size_t at;
 
@@ -140,22 +157,47 @@ int mr_table_insert(struct mr_table *t, const struct mr_entry *entry)
 		t->e = e;
 		t->cap = cap;
 	}
-	at = mr_table_floor(t, entry->start);
+	at = floor_plain(t, entry->start);
 	if (at > 0 && t->e[at].start == entry->start)
 		return -EEXIST;
 	at++;
 	memmove(&t->e[at + 1], &t->e[at], (t->n - at) * sizeof(*t->e));
 	t->e[at] = *entry;
 	t->n++;
-	if (index_build(t) < 0) {
-		/* No room for the index: the entry goes again and the owner's slow path serves. */
-		memmove(&t->e[at], &t->e[at + 1], (t->n - at - 1) * sizeof(*t->e));
-		t->n--;
+	return (ssize_t)at;
+}
+
+static void remove_at(struct mr_table *t, size_t at)
+{
+	memmove(&t->e[at], &t->e[at + 1], (t->n - at - 1) * sizeof(*t->e));
+	t->n--;
+}
+
+int mr_table_insert(struct mr_table *t, const struct mr_entry *entry)
+{
+	return mr_table_insert_many(t, entry, 1);
+}
+
+int mr_table_insert_many(struct mr_table *t, const struct mr_entry *entries, size_t n)
+{
+	ssize_t at = 0;
+	size_t done;
+
+	for (done = 0; done < n; done++) {
+		at = insert_entry(t, &entries[done]);
+		if (at < 0)
+			break;
+	}
+	if (done > 0 && index_build(t) < 0) {
+		/* No room for the index: these entries go again and the owner's slow path
+		 * serves. */
+		while (done-- > 0)
+			remove_at(t, floor_plain(t, entries[done].start));
 		(void)index_build(t); /* smaller than the one that held before */
 		t->overflow = true;
 		return -ENOSPC;
 	}
-	return 0;
+	return at < 0 ? (int)at : 0;
 }
 
 int mr_table_remove(struct mr_table *t, uint64_t start)
@@ -164,8 +206,7 @@ int mr_table_remove(struct mr_table *t, uint64_t start)
 
 	if (at == 0 || t->e[at].start != start)
 		return -ENOENT;
-	memmove(&t->e[at], &t->e[at + 1], (t->n - at - 1) * sizeof(*t->e));
-	t->n--;
+	remove_at(t, at);
 	(void)index_build(t); /* needs no more than it has */
 	return 0;
 }

@@ -78,5 +78,9 @@ static inline const struct mr_entry *mr_table_lookup(const struct mr_table *t, u
  * overflow set) when the table is full. */
 int mr_table_insert(struct mr_table *t, const struct mr_entry *entry);
 
+/* Inserts n entries that overlap none and rebuilds the index once. Stops at the first
+ * failure (as mr_table_insert) and returns it; the ones before it are in. */
+int mr_table_insert_many(struct mr_table *t, const struct mr_entry *entries, size_t n);
+
 /* Removes the entry starting at start; -ENOENT when there is none. */
 int mr_table_remove(struct mr_table *t, uint64_t start);

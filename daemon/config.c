@@ -34,6 +34,7 @@ void config_init(struct config *c)
 		.quota_clients = 256,
 		.quota_mempools = 256,
 		.async_bytes = 1ULL << 20,
+		.odp_chunk = 1ULL << 30,
 		.workers = 2,
 	};
 }
@@ -258,6 +259,8 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 				c->mr_policy = MR_POLICY_CONTIG;
 			else if (strcmp(value, "page") == 0)
 				c->mr_policy = MR_POLICY_PAGE;
+			else if (strcmp(value, "odp") == 0)
+				c->mr_policy = MR_POLICY_ODP;
 			else
 				return -EINVAL;
 			return 0;
@@ -266,6 +269,8 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 			return set_bytes(&c->async_bytes, value, 4096, UINT64_MAX);
 		if (strcmp(key, "workers") == 0)
 			return set_unsigned(&c->workers, value, 1, 64);
+		if (strcmp(key, "odp_chunk") == 0)
+			return set_bytes(&c->odp_chunk, value, 2ULL << 20, 1ULL << 40);
 	} else if (strcmp(section, "domains") == 0)
 		return add_group(c, key, value);
 	return -ENOENT;
@@ -344,6 +349,8 @@ int config_load_file(struct config *c, const char *path)
 int config_finish(struct config *c)
 {
 	/* The window is carved into arena-sized slots. */
+	if (c->odp_chunk & (c->odp_chunk - 1))
+		return log_error_errno(-EINVAL, "[cache] odp_chunk must be a power of two");
 	if (c->arena_size & (c->arena_size - 1))
 		return log_error_errno(-EINVAL, "[memory] arena_size must be a power of two");
 	if (c->window_base % c->arena_size || c->window_size % c->arena_size)

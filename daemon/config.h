@@ -43,6 +43,7 @@ struct config {
 	int mr_policy;        /* enum mr_policy */
 	uint64_t async_bytes; /* registrations this big or bigger run on a worker thread */
 	unsigned workers;     /* worker threads */
+	uint64_t odp_chunk;   /* address space of one ODP child */
 
 	/* [quota], per domain */
 	uint64_t quota_allocated_bytes, quota_pinned_bytes;

@@ -86,7 +86,8 @@ int request_alloc(struct client *c, const Mrd__Request *req, struct wire_packet 
 	struct domain *d;
 	int k;
 
-	if (q->flags & ~(uint32_t)MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE) {
+	if (q->flags & ~(uint32_t)(MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE | MRD__ALLOC_FLAGS__ALLOC_ODP |
+				   MRD__ALLOC_FLAGS__ALLOC_READ_ONLY)) {
 		reply_set_message(r, "unknown allocation flags 0x%x", q->flags);
 		return -EINVAL;
 	}
@@ -97,6 +98,11 @@ int request_alloc(struct client *c, const Mrd__Request *req, struct wire_packet 
 			 r->message, sizeof(r->message));
 	if (k < 0)
 		return k;
+	/* On demand where the device pages on demand; elsewhere the cache's policy serves. */
+	a->odp = d->provider->caps.odp &&
+		 ((q->flags & MRD__ALLOC_FLAGS__ALLOC_ODP) ||
+		  d->manager->config.mr_policy == MR_POLICY_ODP);
+	a->read_only = q->flags & MRD__ALLOC_FLAGS__ALLOC_READ_ONLY;
 	k = describe_arena(c, a->arena, false, r);
 	if (k < 0) {
 		(void)domain_free_allocation(d, a, NULL);
