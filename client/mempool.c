@@ -227,9 +227,10 @@ static int collect_ranges(const mrd_mempool *p, bool extmem, uint64_t **ret_star
 			uint64_t start = (uintptr_t)c->base + k * p->stride;
 			long page = sysconf(_SC_PAGESIZE);
 
-			/* Objects on a page already sent add nothing: mrd registers whole pages. */
-			if (n > 0 && start / (uint64_t)page ==
-					     (starts[n - 1] + lengths[n - 1] - 1) / (uint64_t)page) {
+			/* An object on the page where the last range ends, or on the next one, extends
+			 * that range: mrd registers whole pages, and merges touching ones anyway. */
+			if (n > 0 && start / (uint64_t)page <=
+					     (starts[n - 1] + lengths[n - 1] - 1) / (uint64_t)page + 1) {
 				lengths[n - 1] = start + p->obj_size - starts[n - 1];
 				continue;
 			}

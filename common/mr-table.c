@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/types.h>
 
 #include "mr-table.h"
 
@@ -17,37 +16,40 @@ static unsigned log2_ceil(uint64_t x)
 	return b;
 }
 
-/* Grows starts and dir to what n entries and the bucket count need. */
-static int index_reserve(struct mr_table *t, size_t n_starts, size_t n_dir)
+/* The index for up to cap entries, allocated with them so that building it never fails:
+ * starts needs n + 2^steps <= 3n slots, the directory 2^(log2(n) + 1) buckets at most. */
+static int index_reserve(struct mr_table *t, size_t cap)
 {
+	unsigned bits = log2_ceil(cap) + 1;
+	size_t n_starts = 3 * cap + 1;
+	size_t n_dir = (size_t)1 << (bits > DIR_MAX_BITS ? DIR_MAX_BITS : bits);
+
 	if (n_starts > t->index_cap) {
-		uint64_t *s = realloc(t->starts, n_starts * 2 * sizeof(*s));
+		uint64_t *s = realloc(t->starts, n_starts * sizeof(*s));
 
 		if (!s)
 			return -ENOMEM;
 		t->starts = s;
-		t->index_cap = n_starts * 2;
+		t->index_cap = n_starts;
 	}
 	if (n_dir > t->dir_cap) {
-		uint32_t *d = realloc(t->dir, n_dir * 2 * sizeof(*d));
+		uint32_t *d = realloc(t->dir, n_dir * sizeof(*d));
 
 		if (!d)
 			return -ENOMEM;
 		t->dir = d;
-		t->dir_cap = n_dir * 2;
+		t->dir_cap = n_dir;
 	}
 	return 0;
 }
 
-/* Rebuilds the directory and the starts from the entries; -ENOMEM leaves the old index, which
- * the caller must then not use. */
-static int index_build(struct mr_table *t)
+/* Rebuilds the directory and the starts from the entries, in the room index_reserve() made. */
+static void index_build(struct mr_table *t)
 {
 	size_t n = t->n, real = n - 1, i, longest = 1;
 	unsigned bits = real > 0 ? log2_ceil(real) + 1 : 0, shift, steps;
 	uint64_t base = real > 0 ? t->e[1].start : UINT64_MAX, span;
 	size_t buckets;
-	int r;
 
 	if (bits > DIR_MAX_BITS)
 		bits = DIR_MAX_BITS;
@@ -57,9 +59,6 @@ static int index_build(struct mr_table *t)
 
 	/* The directory: for each bucket, the last entry starting at or below its first byte
 	 * (a merge walk: buckets and entries both ascend). */
-	r = index_reserve(t, n + 1, buckets);
-	if (r < 0)
-		return r;
 	i = real > 0 ? 1 : 0;
 	for (size_t b = 0; b < buckets; b++) {
 		uint64_t first = base + ((uint64_t)b << shift);
@@ -79,9 +78,6 @@ static int index_build(struct mr_table *t)
 			longest = next - t->dir[b] + 1;
 	}
 	steps = log2_ceil(longest);
-	r = index_reserve(t, n + ((size_t)1 << steps), buckets);
-	if (r < 0)
-		return r;
 	for (i = 0; i < n; i++)
 		t->starts[i] = t->e[i].start;
 	for (; i < n + ((size_t)1 << steps); i++)
@@ -91,20 +87,18 @@ static int index_build(struct mr_table *t)
 	t->dir_bits = bits;
 	t->dir_last = (uint32_t)(buckets - 1);
 	t->steps = steps;
-	return 0;
 }
 
 int mr_table_init(struct mr_table *t, size_t cap, size_t max_cap)
 {
 	*t = (struct mr_table){ .cap = cap < 2 ? 2 : cap, .max_cap = max_cap };
 	t->e = calloc(t->cap, sizeof(*t->e));
-	if (!t->e)
-		return -ENOMEM;
-	t->n = 1; /* the sentinel: [0, 0) holds nothing */
-	if (index_build(t) < 0) {
+	if (!t->e || index_reserve(t, t->cap) < 0) {
 		mr_table_done(t);
 		return -ENOMEM;
 	}
+	t->n = 1; /* the sentinel: [0, 0) holds nothing */
+	index_build(t);
 	return 0;
 }
 
@@ -120,7 +114,7 @@ void mr_table_clear(struct mr_table *t)
 {
 	t->n = 1;
 	t->overflow = false;
-	(void)index_build(t); /* needs less than it has */
+	index_build(t);
 }
 
 /* Index of the last entry with start <= addr, by bisecting the entries themselves: for
@@ -138,8 +132,8 @@ static size_t floor_plain(const struct mr_table *t, uint64_t addr)
 	return lo;
 }
 
-/* The entry in place, the index not yet: returns where it went, or -errno. */
-static ssize_t insert_entry(struct mr_table *t, const struct mr_entry *entry)
+/* The entry in place, the index not yet: 0 or -errno. */
+static int insert_entry(struct mr_table *t, const struct mr_entry *entry)
 {
 	size_t at;
 
@@ -149,7 +143,9 @@ static ssize_t insert_entry(struct mr_table *t, const struct mr_entry *entry)
 
 		if (t->max_cap && cap > t->max_cap)
 			cap = t->max_cap;
-		e = cap > t->cap ? realloc(t->e, cap * sizeof(*e)) : NULL;
+		/* The index's room first: entries without it could not be searched. */
+		e = cap > t->cap && index_reserve(t, cap) == 0 ? realloc(t->e, cap * sizeof(*e)) :
+								  NULL;
 		if (!e) {
 			t->overflow = true;
 			return -ENOSPC;
@@ -164,13 +160,7 @@ static ssize_t insert_entry(struct mr_table *t, const struct mr_entry *entry)
 	memmove(&t->e[at + 1], &t->e[at], (t->n - at) * sizeof(*t->e));
 	t->e[at] = *entry;
 	t->n++;
-	return (ssize_t)at;
-}
-
-static void remove_at(struct mr_table *t, size_t at)
-{
-	memmove(&t->e[at], &t->e[at + 1], (t->n - at - 1) * sizeof(*t->e));
-	t->n--;
+	return 0;
 }
 
 int mr_table_insert(struct mr_table *t, const struct mr_entry *entry)
@@ -180,24 +170,13 @@ int mr_table_insert(struct mr_table *t, const struct mr_entry *entry)
 
 int mr_table_insert_many(struct mr_table *t, const struct mr_entry *entries, size_t n)
 {
-	ssize_t at = 0;
 	size_t done;
+	int r = 0;
 
-	for (done = 0; done < n; done++) {
-		at = insert_entry(t, &entries[done]);
-		if (at < 0)
-			break;
-	}
-	if (done > 0 && index_build(t) < 0) {
-		/* No room for the index: these entries go again and the owner's slow path
-		 * serves. */
-		while (done-- > 0)
-			remove_at(t, floor_plain(t, entries[done].start));
-		(void)index_build(t); /* smaller than the one that held before */
-		t->overflow = true;
-		return -ENOSPC;
-	}
-	return at < 0 ? (int)at : 0;
+	for (done = 0; done < n && r == 0; done++)
+		r = insert_entry(t, &entries[done]);
+	index_build(t);
+	return r;
 }
 
 int mr_table_remove(struct mr_table *t, uint64_t start)
@@ -206,7 +185,8 @@ int mr_table_remove(struct mr_table *t, uint64_t start)
 
 	if (at == 0 || t->e[at].start != start)
 		return -ENOENT;
-	remove_at(t, at);
-	(void)index_build(t); /* needs no more than it has */
+	memmove(&t->e[at], &t->e[at + 1], (t->n - at - 1) * sizeof(*t->e));
+	t->n--;
+	index_build(t);
 	return 0;
 }

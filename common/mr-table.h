@@ -12,7 +12,7 @@
  * the longest stretch of the table, rounded up to a power of two — over a dense array of the
  * starts. Spread-out entries take one or two steps instead of log2(n); entries crowded into
  * one bucket take as many as a plain bisection. Rebuilt on every insert and remove (O(n), as
- * the memmove already is). */
+ * the memmove already is), in room allocated with the entries, so that it never fails. */
 #pragma once
 
 #include <stdbool.h>
@@ -37,7 +37,7 @@ struct mr_table {
 	unsigned dir_bits;
 	uint32_t dir_last;  /* 2^dir_bits - 1 */
 	unsigned steps;     /* bisection steps in a bucket's stretch */
-	size_t index_cap;   /* starts allocated */
+	size_t index_cap;   /* starts allocated (with the entries: 3 cap + 1) */
 	size_t dir_cap;     /* dir allocated */
 };
 
@@ -63,7 +63,8 @@ static inline size_t mr_table_floor(const struct mr_table *t, uint64_t addr)
 	 * and every start past the answer is above addr (the padding too). */
 	for (size_t half = (size_t)1 << t->steps >> 1; half > 0; half >>= 1)
 		i = t->starts[i + half] <= addr ? i + half : i;
-	return i;
+	/* The padding is UINT64_MAX: only addr UINT64_MAX walks into it. */
+	return i < t->n ? i : t->n - 1;
 }
 
 /* The entry holding addr, NULL when none does. */
@@ -78,8 +79,8 @@ static inline const struct mr_entry *mr_table_lookup(const struct mr_table *t, u
  * overflow set) when the table is full. */
 int mr_table_insert(struct mr_table *t, const struct mr_entry *entry);
 
-/* Inserts n entries that overlap none and rebuilds the index once. Stops at the first
- * failure (as mr_table_insert) and returns it; the ones before it are in. */
+/* Inserts n entries that overlap none, rebuilding the index once. Stops at the first failure
+ * (as mr_table_insert) and returns it; the ones before it are in. */
 int mr_table_insert_many(struct mr_table *t, const struct mr_entry *entries, size_t n);
 
 /* Removes the entry starting at start; -ENOENT when there is none. */

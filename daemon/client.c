@@ -30,6 +30,10 @@ static void out_frame_free(struct out_frame *f)
 
 static void client_set_reading(struct client *c, bool on)
 {
+	/* A client whose request waits for a worker reads nothing more: its hang-up event
+	 * watches it meanwhile (client_pause), and request_answer() lets it read again. */
+	if (on && c->pending)
+		return;
 	if (c->reading == on)
 		return;
 	if (on)

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -182,6 +183,7 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 
 void request_wait(struct client *c, struct pending_request *p)
 {
+	assert(!c->pending); /* a waiting client reads no further request */
 	p->client = c;
 	c->pending = p;
 	client_pause(c);

@@ -84,8 +84,8 @@ static struct pool_mr *shared_hugepage(const struct domain *d, const struct span
 	if (!s->allocation->arena->hugetlb || s->end - s->start != s->allocation->arena->page_size)
 		return NULL;
 	LIST_FOREACH(mr, &d->pool_mrs, link)
-		if (mr->hugepage && mr->start == s->start)
-			return mr;
+		if (mr->hugepage && mr->start == s->start && (mr->pending || mr->pmr))
+			return mr; /* one whose registration failed is nobody's to share */
 	return NULL;
 }
 
@@ -224,6 +224,8 @@ static void pool_job_done(struct work *w)
 		mr->pending = false;
 		if (mr->pmr)
 			d->cache.registrations++;
+		else
+			mr->hugepage = false; /* failed: no later pool may share it */
 		if (mr->sharers == 0)
 			pool_mr_destroy(d, mr); /* every pool that wanted it left meanwhile */
 		else

@@ -245,6 +245,30 @@ START_TEST(test_extmem_pool)
 }
 END_TEST
 
+/* Objects on adjacent pages merge into one range before mrd sees them: 2050 objects of 2000
+ * bytes make one range, not one a page (which would pass mrd's 1024). */
+START_TEST(test_extmem_ranges_merge)
+{
+	mrd_client *c = connect_ok();
+	struct mrd_lookup l;
+	struct mrd_mr mr;
+	mrd_mempool *p;
+	uint8_t *mem;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 8 * MiB, 0, 0, (void **)&mem), 0);
+	ck_assert_int_eq(mrd_mempool_create_in(c, "dense", mem, 2050 * 2048, 2000, 2048, &p), 0);
+	ck_assert_uint_eq(mrd_mempool_size(p), 2050);
+	ck_assert_int_eq(mrd_mempool_register(p, MRD_MEMPOOL_EXTMEM), 0);
+	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
+	ck_assert_int_eq(mrd_mempool_lookup(&l, p, mem + 2049 * 2048 + 1999, &mr), 0);
+	ck_assert_uint_eq(mr.start, (uintptr_t)mem);
+	mrd_lookup_done(&l);
+	mrd_mempool_free(p);
+	ck_assert_int_eq(mrd_mem_free(c, mem), 0);
+	mrd_client_close(c);
+}
+END_TEST
+
 START_TEST(test_death_releases_pools)
 {
 	mrd_client *c = connect_ok();
@@ -284,6 +308,7 @@ int main(void)
 	tcase_add_test(tc, test_threads);
 	tcase_add_test(tc, test_register_populate_lookup);
 	tcase_add_test(tc, test_extmem_pool);
+	tcase_add_test(tc, test_extmem_ranges_merge);
 	tcase_add_test(tc, test_death_releases_pools);
 	suite_add_tcase(s, tc);
 	return run_suite(s);

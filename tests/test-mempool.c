@@ -7,8 +7,11 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "client.h"
 #include "domain.h"
 #include "manager.h"
@@ -331,20 +334,26 @@ static void unblock_worker(struct blocker *b)
 	close(b->fd[1]);
 }
 
-static void send_register(int fd, uint64_t id, const char *name, uint64_t start, uint64_t len)
+static void send_register_n(int fd, uint64_t id, const char *name, uint64_t *starts,
+			    uint64_t *lengths, size_t n)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__MempoolRegisterRequest q = MRD__MEMPOOL_REGISTER_REQUEST__INIT;
 
 	q.name = (char *)name;
-	q.starts = &start;
-	q.n_starts = 1;
-	q.lengths = &len;
-	q.n_lengths = 1;
+	q.starts = starts;
+	q.n_starts = n;
+	q.lengths = lengths;
+	q.n_lengths = n;
 	req.id = id;
 	req.body_case = MRD__REQUEST__BODY_MEMPOOL_REGISTER;
 	req.mempool_register = &q;
 	td_send_request(fd, &req, NULL, 0);
+}
+
+static void send_register(int fd, uint64_t id, const char *name, uint64_t start, uint64_t len)
+{
+	send_register_n(fd, id, name, &start, &len, 1);
 }
 
 static void start_one_worker(void)
@@ -426,6 +435,106 @@ START_TEST(test_death_while_pool_registers)
 }
 END_TEST
 
+/* A client whose request waits for a worker reads no other, even when a send to it fails
+ * (here: it shut its reading side with replies queued); reading again would let a second
+ * waiting request take the first one's place. */
+START_TEST(test_waiting_client_reads_nothing)
+{
+	struct client *ca;
+	struct pending_request *first;
+	struct blocker b;
+	uint64_t big1, big2;
+	char buf[4096];
+	int a;
+
+	start_one_worker();
+	a = td_hello_client(1000, &ca);
+	big1 = td_alloc(a, 2, 4 * MiB);
+	big2 = td_alloc(a, 3, 4 * MiB);
+	block_worker(&b);
+	/* Replies left unread until mrd queues some. */
+	for (uint64_t i = 0; i < 5000 && ca->n_out < 2; i++) {
+		Mrd__Request req = MRD__REQUEST__INIT;
+		Mrd__PingRequest q = MRD__PING_REQUEST__INIT;
+
+		req.id = 100 + i;
+		req.body_case = MRD__REQUEST__BODY_PING;
+		req.ping = &q;
+		td_send_request(a, &req, NULL, 0);
+		td_pump();
+	}
+	ck_assert_uint_ge(ca->n_out, 1);
+	send_register(a, 3, "one", big1, 4 * MiB); /* waits for the busy worker */
+	td_pump();
+	first = ca->pending;
+	ck_assert_ptr_nonnull(first);
+	send_register(a, 4, "two", big2, 4 * MiB);
+	ck_assert_int_eq(shutdown(a, SHUT_RD), 0);
+	while (recv(a, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+		;
+	for (int i = 0; i < 50; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert_ptr_eq(ca->pending, first);
+	ck_assert(!ca->reading);
+	close(a);
+	unblock_worker(&b);
+	for (int i = 0; i < 2000 && td_manager->n_domains; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert_uint_eq(td_manager->n_domains, 0);
+}
+END_TEST
+
+/* A huge page MR whose registration failed is nobody's to share: a later pool in that page
+ * makes its own. (One-page "huge pages": the arena is marked hugetlb with 4 KiB pages; the
+ * registration fails because the page is made read-only under it.) */
+START_TEST(test_failed_shared_mr_not_shared)
+{
+	const char *settings[] = { "memory.window_size=4G", "memory.arena_size=64M",
+				   "memory.hugepages=no", "cache.workers=1",
+				   "cache.async_bytes=4K", NULL };
+	uint64_t mem, p, len = 4 * KiB, ys[2], yl[2] = { 4 * KiB, 4 * KiB };
+	struct client *cx;
+	struct blocker b1, b2;
+	Mrd__Response *resp;
+	int x, y, z;
+
+	td_stop();
+	td_start(settings);
+	x = td_hello_client(1000, &cx);
+	y = td_hello_client(1000, NULL);
+	z = td_hello_client(1000, NULL);
+	mem = td_alloc(x, 2, 64 * KiB);
+	p = mem;
+	domain_allocation_containing(cx->domain, p)->arena->hugetlb = true;
+	block_worker(&b1);
+	send_register(x, 3, "x", p, len); /* the page's MR, on the blocked worker */
+	td_pump();
+	block_worker(&b2);
+	ys[0] = p;
+	ys[1] = mem + 16 * KiB;
+	send_register_n(y, 3, "y", ys, yl, 2); /* shares it, and waits behind b2 */
+	td_pump();
+	ck_assert_int_eq(mprotect((void *)(uintptr_t)p, 4096, PROT_READ), 0);
+	unblock_worker(&b1);
+	td_expect_free(x, 3, EFAULT); /* X's registration failed */
+	ck_assert_int_eq(mprotect((void *)(uintptr_t)p, 4096, PROT_READ | PROT_WRITE), 0);
+	send_register(z, 3, "z", p, len); /* its own MR, queued behind b2 */
+	td_pump();
+	unblock_worker(&b2);
+	td_expect_free(y, 3, EFAULT); /* Y shared the failed one */
+	resp = td_expect(z, 3, 0);
+	ck_assert_uint_ne(resp->mempool_register->entries[0]->lkey, MRD_KEY_INVALID);
+	mrd__response__free_unpacked(resp, NULL);
+	close(x);
+	close(y);
+	close(z);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("mempool");
@@ -441,6 +550,8 @@ int main(void)
 	tcase_add_test(tc, test_pools_and_quota);
 	tcase_add_test(tc, test_big_pool_on_worker);
 	tcase_add_test(tc, test_death_while_pool_registers);
+	tcase_add_test(tc, test_waiting_client_reads_nothing);
+	tcase_add_test(tc, test_failed_shared_mr_not_shared);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

@@ -133,6 +133,26 @@ START_TEST(test_ceiling)
 }
 END_TEST
 
+/* The top of the address space: a full table (no slack past its entries) and an entry that
+ * ends at UINT64_MAX. */
+START_TEST(test_address_space_top)
+{
+	struct mr_table t;
+	struct mr_entry e[3] = { slot_entry(0), slot_entry(1),
+				 { UINT64_MAX - 8192, UINT64_MAX, 7, 7 } };
+
+	ck_assert_int_eq(mr_table_init(&t, 4, 4), 0);
+	ck_assert_int_eq(mr_table_insert_many(&t, e, 3), 0);
+	ck_assert_uint_eq(t.n, t.cap);
+	ck_assert_uint_eq(mr_table_floor(&t, UINT64_MAX), 3);
+	ck_assert_ptr_null(mr_table_lookup(&t, UINT64_MAX));
+	ck_assert_uint_eq(mr_table_lookup(&t, UINT64_MAX - 1)->lkey, 7);
+	ck_assert_uint_eq(mr_table_lookup(&t, slot_entry(1).start)->lkey, 1);
+	ck_assert_ptr_null(mr_table_lookup(&t, UINT64_MAX - 8193));
+	mr_table_done(&t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("mr-table");
@@ -142,6 +162,7 @@ int main(void)
 	tcase_add_test(tc, test_random_against_model);
 	tcase_add_test(tc, test_every_size);
 	tcase_add_test(tc, test_ceiling);
+	tcase_add_test(tc, test_address_space_top);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

@@ -166,7 +166,8 @@ int mrd_dma(mrd_client *client, int op, uint32_t lkey, const void *laddr, uint32
 	    const void *raddr, size_t length);
 
 /* Mempools: named pools of fixed-size objects carved from mrd memory, registered with the
- * device in advance (receive buffers, message slabs). get/put are thread-safe. */
+ * device in advance (receive buffers, message slabs). get/put are thread-safe; register,
+ * unregister and free must not race with other calls on the same pool. */
 typedef struct mrd_mempool mrd_mempool;
 
 /*
