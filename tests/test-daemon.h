@@ -38,5 +38,7 @@ void td_expect_free(int fd, uint64_t id, int error);
 
 /* Alloc of size bytes that must succeed; returns the address (any memfd is closed). */
 uint64_t td_alloc(int fd, uint64_t id, uint64_t size);
+/* The same with AllocFlags. */
+uint64_t td_alloc_flags(int fd, uint64_t id, uint64_t size, uint32_t flags);
 /* Free of addr; its reply must carry error (a positive errno, 0 for success). */
 void td_free(int fd, uint64_t id, uint64_t addr, int error);
