@@ -207,16 +207,22 @@ static void print_clients(const Mrd__ClientsResponse *r)
 	}
 }
 
-static int cmd_clients(struct conn *c)
+/* The Clients request, which clients and stats both show. */
+static int call_clients(struct conn *c, const char *name, Mrd__Response **ret)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__ClientsRequest clients = MRD__CLIENTS_REQUEST__INIT;
-	Mrd__Response *resp;
-	int r;
 
 	req.body_case = MRD__REQUEST__BODY_CLIENTS;
 	req.clients = &clients;
-	r = call(c, "clients", &req, MRD__RESPONSE__BODY_CLIENTS, &resp);
+	return call(c, name, &req, MRD__RESPONSE__BODY_CLIENTS, ret);
+}
+
+static int cmd_clients(struct conn *c)
+{
+	Mrd__Response *resp;
+	int r = call_clients(c, "clients", &resp);
+
 	if (r < 0)
 		return r;
 	print_clients(resp->clients);
@@ -269,14 +275,9 @@ static void print_stats(const Mrd__ClientsResponse *r)
 
 static int cmd_stats(struct conn *c)
 {
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__ClientsRequest clients = MRD__CLIENTS_REQUEST__INIT;
 	Mrd__Response *resp;
-	int r;
+	int r = call_clients(c, "stats", &resp);
 
-	req.body_case = MRD__REQUEST__BODY_CLIENTS;
-	req.clients = &clients;
-	r = call(c, "stats", &req, MRD__RESPONSE__BODY_CLIENTS, &resp);
 	if (r < 0)
 		return r;
 	print_stats(resp->clients);

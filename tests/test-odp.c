@@ -80,37 +80,6 @@ static void prefetch(int fd, uint64_t id, uint64_t addr, uint64_t len, unsigned 
 	td_expect_free(fd, id, error);
 }
 
-static void send_free(int fd, uint64_t id, uint64_t addr)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__FreeRequest q = MRD__FREE_REQUEST__INIT;
-
-	q.address = addr;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_FREE;
-	req.free = &q;
-	td_send_request(fd, &req, NULL, 0);
-}
-
-static void dma(int fd, uint64_t id, const Mrd__MrEntry *l, uint64_t laddr,
-		const Mrd__MrEntry *rm, uint64_t raddr, uint64_t len, int error)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__DmaRequest q = MRD__DMA_REQUEST__INIT;
-
-	q.op = PROVIDER_DMA_WRITE;
-	q.lkey = l->lkey;
-	q.laddr = laddr;
-	q.rkey = rm->rkey;
-	q.raddr = raddr;
-	q.length = len;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_DMA;
-	req.dma = &q;
-	td_send_request(fd, &req, NULL, 0);
-	td_expect_free(fd, id, error);
-}
-
 /* Until no prefetch work is queued or running in d. */
 static void wait_jobs(const struct domain *d)
 {
@@ -119,41 +88,6 @@ static void wait_jobs(const struct domain *d)
 		usleep(1000);
 	}
 	ck_assert_uint_eq(d->odp.jobs, 0);
-}
-
-/* Keeps one worker busy until the test lets go (as in test-mr-cache.c). */
-struct blocker {
-	struct work work;
-	int fd[2];
-	bool done;
-};
-
-static void blocker_run(struct work *w)
-{
-	char ch;
-
-	(void)!read(((struct blocker *)w)->fd[0], &ch, 1);
-}
-
-static void blocker_done(struct work *w) { ((struct blocker *)w)->done = true; }
-
-static void block_worker(struct blocker *b)
-{
-	*b = (struct blocker){ .work = { .run = blocker_run, .done = blocker_done } };
-	ck_assert_int_eq(pipe(b->fd), 0);
-	worker_pool_submit(td_manager->workers, &b->work);
-}
-
-static void unblock_worker(struct blocker *b)
-{
-	ck_assert_int_eq(write(b->fd[1], "x", 1), 1);
-	for (int i = 0; i < 2000 && !b->done; i++) {
-		td_pump();
-		usleep(1000);
-	}
-	ck_assert(b->done);
-	close(b->fd[0]);
-	close(b->fd[1]);
 }
 
 START_TEST(test_lookups_make_children)
@@ -183,7 +117,7 @@ START_TEST(test_lookups_make_children)
 
 	/* The keys move bytes; the device faults the pages in as it goes. */
 	strcpy((char *)(uintptr_t)(a + 64), "on demand");
-	dma(fd, 6, &e0, a + 64, &e2, a + 4 * MiB + 8, 10, 0);
+	td_dma(fd, 6, PROVIDER_DMA_WRITE, &e0, a + 64, &e2, a + 4 * MiB + 8, 10, 0);
 	ck_assert_str_eq((char *)(uintptr_t)(a + 4 * MiB + 8), "on demand");
 	provider_stats(d->provider, &ps);
 	ck_assert_uint_gt(ps.odp_faults, 0);
@@ -197,7 +131,7 @@ START_TEST(test_lookups_make_children)
 	ck_assert_uint_eq(d->odp.stats.children_destroyed, 2);
 	provider_stats(d->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
-	dma(fd, 8, &e0, a + 64, &e2, a + 4 * MiB + 8, 10, ENOKEY);
+	td_dma(fd, 8, PROVIDER_DMA_WRITE, &e0, a + 64, &e2, a + 4 * MiB + 8, 10, ENOKEY);
 	lookup(fd, 9, a, ENOENT, NULL);
 	close(fd);
 }
@@ -222,8 +156,8 @@ START_TEST(test_policy_odp)
 		Mrd__MrEntry ro;
 
 		lookup(fd, 5, b, 0, &ro);
-		dma(fd, 6, &e, a + 2 * MiB, &ro, b, 8, EACCES);
-		dma(fd, 7, &e, a + 2 * MiB, &e, a + 2 * MiB + 64, 8, 0);
+		td_dma(fd, 6, PROVIDER_DMA_WRITE, &e, a + 2 * MiB, &ro, b, 8, EACCES);
+		td_dma(fd, 7, PROVIDER_DMA_WRITE, &e, a + 2 * MiB, &e, a + 2 * MiB + 64, 8, 0);
 	}
 	close(fd);
 }
@@ -270,7 +204,7 @@ START_TEST(test_prefetch_errors)
 			    MRD__ALLOC_FLAGS__ALLOC_ODP | MRD__ALLOC_FLAGS__ALLOC_READ_ONLY);
 	uint64_t pinned = alloc(fd, 3, 2 * MiB, 0);
 	uint64_t theirs = alloc(other, 2, 2 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
-	struct blocker b1, b2;
+	struct td_blocker b1, b2;
 
 	prefetch(fd, 4, ro, 4096, MRD__PREFETCH_ADVICE__PREFETCH_WRITE, true, EINVAL);
 	prefetch(fd, 5, ro, 4096, MRD__PREFETCH_ADVICE__PREFETCH, true, 0);
@@ -280,13 +214,13 @@ START_TEST(test_prefetch_errors)
 	prefetch(fd, 9, ro, 4096, 3, true, EINVAL);
 	prefetch(fd, 10, ro, 0, MRD__PREFETCH_ADVICE__PREFETCH, true, EINVAL);
 	/* At most 16 queued per client. */
-	block_worker(&b1);
-	block_worker(&b2);
+	td_block_worker(&b1);
+	td_block_worker(&b2);
 	for (uint64_t i = 0; i < ODP_PREFETCH_IN_FLIGHT; i++)
 		prefetch(fd, 20 + i, ro, 4096, MRD__PREFETCH_ADVICE__PREFETCH, false, 0);
 	prefetch(fd, 40, ro, 4096, MRD__PREFETCH_ADVICE__PREFETCH, false, EAGAIN);
-	unblock_worker(&b1);
-	unblock_worker(&b2);
+	td_unblock_worker(&b1);
+	td_unblock_worker(&b2);
 	wait_jobs(c->domain);
 	ck_assert_uint_eq(c->n_prefetches, 0);
 	close(fd);
@@ -327,7 +261,7 @@ END_TEST
 START_TEST(test_prefetch_racing_free)
 {
 	struct client *c;
-	struct blocker b;
+	struct td_blocker b;
 	struct provider_stats ps;
 	struct domain *d;
 	uint64_t a;
@@ -338,14 +272,14 @@ START_TEST(test_prefetch_racing_free)
 	a = alloc(fd, 2, 4 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
 	d = c->domain;
 	lookup(fd, 3, a, 0, NULL); /* the first chunk's child exists */
-	block_worker(&b);
+	td_block_worker(&b);
 	prefetch(fd, 4, a, 4 * MiB, MRD__PREFETCH_ADVICE__PREFETCH, false, 0); /* holds it */
-	send_free(fd, 5, a);
+	td_send_free(fd, 5, a);
 	td_pump();
 	ck_assert_ptr_nonnull(c->pending); /* the Free waits for the held child */
 	ck_assert_uint_eq(d->allocations.n, 0);
 	ck_assert_uint_eq(d->odp.children, 0); /* out of the index and the table already */
-	unblock_worker(&b);
+	td_unblock_worker(&b);
 	td_expect_free(fd, 5, 0);
 	ck_assert_uint_eq(d->odp.stats.children_destroyed, 2);
 	provider_stats(d->provider, &ps);
@@ -358,7 +292,7 @@ END_TEST
 
 START_TEST(test_teardown_with_work_pending)
 {
-	struct blocker b;
+	struct td_blocker b;
 	uint64_t a;
 	int fd;
 
@@ -366,18 +300,14 @@ START_TEST(test_teardown_with_work_pending)
 	fd = td_hello_client(1000, NULL);
 	a = alloc(fd, 2, 4 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
 	lookup(fd, 3, a + 3 * MiB, 0, NULL);
-	block_worker(&b);
+	td_block_worker(&b);
 	prefetch(fd, 4, a, 4 * MiB, MRD__PREFETCH_ADVICE__PREFETCH, false, 0);
 	close(fd); /* gone, and its memory, while the work waits */
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 0);
 	ck_assert_uint_eq(td_manager->n_domains, 1); /* the work holds it */
-	unblock_worker(&b);
-	for (int i = 0; i < 2000 && td_manager->n_domains; i++) {
-		td_pump();
-		usleep(1000);
-	}
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	td_unblock_worker(&b);
+	td_wait_domains_closed();
 }
 END_TEST
 
