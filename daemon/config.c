@@ -51,6 +51,7 @@ void config_done(struct config *c)
 		free(c->groups[i].gids);
 	}
 	free(c->groups);
+	free(c->policies);
 	config_init(c);
 }
 
@@ -116,6 +117,51 @@ static int set_bytes(uint64_t *field, const char *value, uint64_t min, uint64_t 
 }
 
 /* "uid:1000 uid:1001 gid:27" (names work too: "uid:alice gid:rdma"). */
+static int parse_policy(const char *value, int *ret)
+{
+	if (strcmp(value, "contig") == 0)
+		*ret = MR_POLICY_CONTIG;
+	else if (strcmp(value, "page") == 0)
+		*ret = MR_POLICY_PAGE;
+	else if (strcmp(value, "odp") == 0)
+		*ret = MR_POLICY_ODP;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+/* A [policies] line: name = contig | page | odp, for the domain of that name (a [domains]
+ * group or uid-N). */
+static int add_policy(struct config *c, const char *name, const char *value)
+{
+	struct domain_policy p = {}, *grown;
+	int r;
+
+	if (strlen(name) == 0 || strlen(name) >= sizeof(p.name))
+		return -EINVAL;
+	for (size_t i = 0; i < c->n_policies; i++)
+		if (strcmp(c->policies[i].name, name) == 0)
+			return -EEXIST;
+	r = parse_policy(value, &p.policy);
+	if (r < 0)
+		return r;
+	snprintf(p.name, sizeof(p.name), "%s", name);
+	grown = realloc(c->policies, (c->n_policies + 1) * sizeof(*grown));
+	if (!grown)
+		return -ENOMEM;
+	c->policies = grown;
+	c->policies[c->n_policies++] = p;
+	return 0;
+}
+
+int config_policy_for(const struct config *c, const char *name)
+{
+	for (size_t i = 0; i < c->n_policies; i++)
+		if (strcmp(c->policies[i].name, name) == 0)
+			return c->policies[i].policy;
+	return c->mr_policy;
+}
+
 static int add_group(struct config *c, const char *name, const char *value)
 {
 	_cleanup_free_ char *copy = strdup(value);
@@ -254,17 +300,8 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 		if (strcmp(key, "mempools") == 0)
 			return set_unsigned(&c->quota_mempools, value, 1, 1u << 20);
 	} else if (strcmp(section, "cache") == 0) {
-		if (strcmp(key, "policy") == 0) {
-			if (strcmp(value, "contig") == 0)
-				c->mr_policy = MR_POLICY_CONTIG;
-			else if (strcmp(value, "page") == 0)
-				c->mr_policy = MR_POLICY_PAGE;
-			else if (strcmp(value, "odp") == 0)
-				c->mr_policy = MR_POLICY_ODP;
-			else
-				return -EINVAL;
-			return 0;
-		}
+		if (strcmp(key, "policy") == 0)
+			return parse_policy(value, &c->mr_policy);
 		if (strcmp(key, "async_bytes") == 0)
 			return set_bytes(&c->async_bytes, value, 4096, UINT64_MAX);
 		if (strcmp(key, "workers") == 0)
@@ -273,6 +310,8 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 			return set_bytes(&c->odp_chunk, value, 2ULL << 20, 1ULL << 40);
 	} else if (strcmp(section, "domains") == 0)
 		return add_group(c, key, value);
+	else if (strcmp(section, "policies") == 0)
+		return add_policy(c, key, value);
 	return -ENOENT;
 }
 

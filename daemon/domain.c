@@ -154,7 +154,7 @@ int domain_acquire(struct manager *m, const char *name, struct domain **ret)
 	if (r >= 0)
 		r = status_page_new(d);
 	if (r >= 0)
-		r = mr_cache_init(&d->cache, d, m->config.mr_policy);
+		r = mr_cache_init(&d->cache, d, config_policy_for(&m->config, name));
 	if (r >= 0)
 		r = odp_init(d);
 	if (r < 0) {

@@ -98,10 +98,9 @@ int request_alloc(struct client *c, const Mrd__Request *req, struct wire_packet 
 			 r->message, sizeof(r->message));
 	if (k < 0)
 		return k;
-	/* On demand where the device pages on demand; elsewhere the cache's policy serves. */
-	a->odp = d->provider->caps.odp &&
-		 ((q->flags & MRD__ALLOC_FLAGS__ALLOC_ODP) ||
-		  d->manager->config.mr_policy == MR_POLICY_ODP);
+	/* On demand where the device pages on demand over RC; elsewhere as the policy says. */
+	a->odp = d->provider->caps.odp && d->provider->caps.odp_rc_caps &&
+		 ((q->flags & MRD__ALLOC_FLAGS__ALLOC_ODP) || d->cache.policy == MR_POLICY_ODP);
 	a->read_only = q->flags & MRD__ALLOC_FLAGS__ALLOC_READ_ONLY;
 	k = describe_arena(c, a->arena, false, r);
 	if (k < 0) {
@@ -271,6 +270,8 @@ int request_extmem_attach(struct client *c, const Mrd__Request *req, struct wire
 		close(fd);
 		return k;
 	}
+	a->odp = d->provider->caps.odp && d->provider->caps.odp_rc_caps &&
+		 d->cache.policy == MR_POLICY_ODP;
 	/* The client has the memfd already; it maps it itself. */
 	k = client_add_arena(c, a->arena->id);
 	if (k >= 0)

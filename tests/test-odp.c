@@ -137,14 +137,14 @@ START_TEST(test_lookups_make_children)
 }
 END_TEST
 
-START_TEST(test_policy_odp)
+START_TEST(test_policy_per_domain)
 {
 	struct client *c;
 	int fd;
 	uint64_t a, b;
 	Mrd__MrEntry e;
 
-	start("cache.policy=odp", "cache.workers=2");
+	start("policies.uid-1000=odp", "cache.workers=2"); /* its domain's policy alone */
 	fd = td_hello_client(1000, &c);
 	a = alloc(fd, 2, 3 * MiB, 0);
 	lookup(fd, 3, a + 2 * MiB + 5, 0, &e);
@@ -158,6 +158,17 @@ START_TEST(test_policy_odp)
 		lookup(fd, 5, b, 0, &ro);
 		td_dma(fd, 6, PROVIDER_DMA_WRITE, &e, a + 2 * MiB, &ro, b, 8, EACCES);
 		td_dma(fd, 7, PROVIDER_DMA_WRITE, &e, a + 2 * MiB, &e, a + 2 * MiB + 64, 8, 0);
+	}
+	/* Another domain keeps [cache] policy: contig, one pinned MR over the allocation. */
+	{
+		int other = td_hello_client(2000, NULL);
+		uint64_t o = alloc(other, 2, 3 * MiB, 0);
+		Mrd__MrEntry oe;
+
+		lookup(other, 3, o + 2 * MiB + 5, 0, &oe);
+		ck_assert_uint_eq(oe.start, o);
+		ck_assert_uint_eq(oe.end, o + 3 * MiB);
+		close(other);
 	}
 	close(fd);
 }
@@ -319,7 +330,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_lookups_make_children);
-	tcase_add_test(tc, test_policy_odp);
+	tcase_add_test(tc, test_policy_per_domain);
 	tcase_add_test(tc, test_prefetch);
 	tcase_add_test(tc, test_prefetch_errors);
 	tcase_add_test(tc, test_one_child_under_races);
