@@ -16,6 +16,9 @@
  *                the table's directory nothing to narrow (its worst case).
  *   miss         mrd_mr_lookup() of an address whose MR mrd has cached (p50 and p99), against
  *                a blocking SOCK_SEQPACKET echo process moving the same bytes
+ *   first-touch  [informational, no PERF.md target] the first mrd_mr_lookup() of a fresh 32 MiB
+ *                allocation made with MRD_MEM_ODP (one on-demand child, nothing pinned) against
+ *                the same of a plain allocation (contig: the whole 32 MiB pinned, on a worker)
  *   hol          client B's miss round trip (as above, to a second mrd) while client A, another
  *                process, registers 1 GiB, against the same round trip while A is idle: the
  *                registration runs on a worker ([cache] async_bytes), so the loop keeps
@@ -71,6 +74,10 @@
 #define LOOKUP_ID 20000 /* the raw frame's id: a 3-byte varint, as libmrd's are for most of the
 			 * run */
 #define FRAME_CAP 256
+
+/* first-touch row */
+#define FIRST_TOUCH_REPS 9
+#define FIRST_TOUCH_BYTES (32ull << 20) /* within bench_mrd_start()'s quotas */
 
 /* head-of-line row */
 #define HOL_BYTES (1ull << 30)
@@ -147,6 +154,7 @@ struct bench {
 	int cpu;       /* the ns-scale rows run pinned here */
 	bool pinned2;  /* CPUs 0 and 1 are ours: the round trip ran client on 0, servers on 1 */
 	struct ns_row top_mru, top_random, bottom[N_BOTTOM];
+	double touch_odp[FIRST_TOUCH_REPS], touch_contig[FIRST_TOUCH_REPS];
 	uint64_t p50[N_LAT][LAT_REPS], p99[N_LAT][LAT_REPS];
 
 	const char *hol_placement;
@@ -1097,6 +1105,18 @@ static void report(const struct bench *b, double busy_before)
 			  &n_sum);
 	}
 	report_miss(b, sum, &n_sum);
+	{
+		double per_rep[FIRST_TOUCH_REPS];
+		double ratio = median_ratio(b->touch_odp, b->touch_contig, FIRST_TOUCH_REPS, per_rep);
+
+		printf("lookup-first-touch-odp: ratio=%.3f (case=first mrd_mr_lookup of a fresh 32 MiB "
+		       "MRD_MEM_ODP allocation baseline=the same of a plain one, contig policy "
+		       "reps=%d) [informational]\n", ratio, FIRST_TOUCH_REPS);
+		bench_print_doubles("per-rep ratio", per_rep, FIRST_TOUCH_REPS);
+		printf("  raw us, median of reps: case %.1f; baseline %.1f\n",
+		       median_of(b->touch_odp, FIRST_TOUCH_REPS) / 1e3,
+		       median_of(b->touch_contig, FIRST_TOUCH_REPS) / 1e3);
+	}
 	report_hol(b, sum, &n_sum);
 
 	printf("summary (targets from PERF.md: top-half MRU hit <= %.1fx one-entry compare; "
@@ -1114,6 +1134,34 @@ static void report(const struct bench *b, double busy_before)
 		/* Pinning keeps us on one CPU, not others off it: every row is suspect. */
 		printf("  WARNING: the machine was busy before the run: other work shares the pinned "
 		       "CPU too, so run make bench again on an idle machine\n");
+}
+
+/* The first lookup of fresh memory, on demand and pinned, interleaved. */
+static int bench_first_touch(struct bench *b)
+{
+	for (int rep = 0; rep < FIRST_TOUCH_REPS; rep++)
+		for (int j = 0; j < 2; j++) {
+			bool odp = (rep + j) % 2 == 0;
+			struct mrd_mr mr;
+			uint64_t t0;
+			void *p;
+			int r;
+
+			r = mrd_mem_alloc(b->m.client, FIRST_TOUCH_BYTES, 0, odp ? MRD_MEM_ODP : 0, &p);
+			if (r < 0) {
+				fprintf(stderr, "bench-lookup: first-touch: %s\n", mrd_last_error());
+				return r;
+			}
+			t0 = bench_now_ns();
+			r = mrd_mr_lookup(b->m.client, (uint8_t *)p + 4096, &mr);
+			(odp ? b->touch_odp : b->touch_contig)[rep] = (double)(bench_now_ns() - t0);
+			(void)mrd_mem_free(b->m.client, p);
+			if (r < 0) {
+				fprintf(stderr, "bench-lookup: first-touch: %s\n", mrd_last_error());
+				return r;
+			}
+		}
+	return 0;
 }
 
 /* mrd, 8 buffers whose MRs fill the top half, and the raw connection that measures the
@@ -1206,6 +1254,8 @@ int main(int argc, char **argv)
 		r = bench_bottom(&b);
 	if (r >= 0)
 		r = bench_miss(&b);
+	if (r >= 0)
+		r = bench_first_touch(&b);
 	bench_teardown(&b);
 	/* Its own mrds, after the others: a process holds one mrd's window at a time. */
 	if (r >= 0)

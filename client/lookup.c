@@ -196,3 +196,29 @@ MRD_EXPORT int mrd_dma(mrd_client *client, int op, uint32_t lkey, const void *la
 	mrd__response__free_unpacked(resp, NULL);
 	return r;
 }
+
+MRD_EXPORT int mrd_prefetch(mrd_client *client, const void *addr, size_t length, int advice,
+			    unsigned flags)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PrefetchRequest q = MRD__PREFETCH_REQUEST__INIT;
+	Mrd__Response *resp;
+	int r;
+
+	if (!client || advice < MRD_PREFETCH || advice > MRD_PREFETCH_NO_FAULT ||
+	    (flags & ~MRD_PREFETCH_FLUSH))
+		return set_last_error(-EINVAL, "mrd_prefetch: bad argument");
+	q.address = (uintptr_t)addr;
+	q.length = length;
+	q.advice = (uint32_t)advice;
+	q.flush = flags & MRD_PREFETCH_FLUSH;
+	req.body_case = MRD__REQUEST__BODY_PREFETCH;
+	req.prefetch = &q;
+	r = client_call(client, &req, &resp, NULL);
+	if (r < 0)
+		return r;
+	if (resp->body_case != MRD__RESPONSE__BODY_PREFETCH)
+		r = set_last_error(-EBADMSG, "malformed Prefetch reply");
+	mrd__response__free_unpacked(resp, NULL);
+	return r;
+}

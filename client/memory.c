@@ -265,11 +265,13 @@ MRD_EXPORT int mrd_mem_alloc(mrd_client *client, size_t size, size_t align, unsi
 
 	if (!client || !ret)
 		return set_last_error(-EINVAL, "mrd_mem_alloc: NULL argument");
-	if (flags & ~MRD_MEM_HUGEPAGE)
+	if (flags & ~(MRD_MEM_HUGEPAGE | MRD_MEM_ODP | MRD_MEM_READ_ONLY))
 		return set_last_error(-EINVAL, "mrd_mem_alloc: unknown flags 0x%x", flags);
 	alloc.size = size;
 	alloc.align = align;
-	alloc.flags = flags & MRD_MEM_HUGEPAGE ? MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE : 0;
+	alloc.flags = (flags & MRD_MEM_HUGEPAGE ? MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE : 0) |
+		      (flags & MRD_MEM_ODP ? MRD__ALLOC_FLAGS__ALLOC_ODP : 0) |
+		      (flags & MRD_MEM_READ_ONLY ? MRD__ALLOC_FLAGS__ALLOC_READ_ONLY : 0);
 	req.body_case = MRD__REQUEST__BODY_ALLOC;
 	req.alloc = &alloc;
 	r = client_call(client, &req, &resp, &fds);

@@ -20,8 +20,9 @@ static void help(void)
 	       "Commands:\n"
 	       "  status              daemon version, uptime, provider and client count\n"
 	       "  clients             every client and domain, with usage against each quota\n"
+	       "  stats               each domain's counters: lookups, registrations, ODP work\n"
 	       "  pools               registered mempools, their MRs and how many pools share each\n"
-	       "  dump                status, clients and pools together\n\n"
+	       "  dump                status, clients, stats and pools together\n\n"
 	       "Options:\n"
 	       "  -s, --socket PATH   talk to mrd at PATH (default: $MRD_SOCKET, else %s)\n"
 	       "  -j, --json          print JSON instead of text\n"
@@ -206,19 +207,80 @@ static void print_clients(const Mrd__ClientsResponse *r)
 	}
 }
 
-static int cmd_clients(struct conn *c)
+/* The Clients request, which clients and stats both show. */
+static int call_clients(struct conn *c, const char *name, Mrd__Response **ret)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__ClientsRequest clients = MRD__CLIENTS_REQUEST__INIT;
-	Mrd__Response *resp;
-	int r;
 
 	req.body_case = MRD__REQUEST__BODY_CLIENTS;
 	req.clients = &clients;
-	r = call(c, "clients", &req, MRD__RESPONSE__BODY_CLIENTS, &resp);
+	return call(c, name, &req, MRD__RESPONSE__BODY_CLIENTS, ret);
+}
+
+static int cmd_clients(struct conn *c)
+{
+	Mrd__Response *resp;
+	int r = call_clients(c, "clients", &resp);
+
 	if (r < 0)
 		return r;
 	print_clients(resp->clients);
+	mrd__response__free_unpacked(resp, NULL);
+	return 0;
+}
+
+static void print_stats(const Mrd__ClientsResponse *r)
+{
+	if (arg_json)
+		printf("{\"domains\":[");
+	for (size_t i = 0; i < r->n_domains; i++) {
+		const Mrd__DomainInfo *d = r->domains[i];
+
+		if (arg_json) {
+			printf("%s{\"name\":", i ? "," : "");
+			print_json_string(d->name);
+			printf(",\"lookups\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"mrs\":%" PRIu32
+			       ",\"registrations\":%" PRIu64 ",\"deregistrations\":%" PRIu64
+			       ",\"odp_children\":%" PRIu32 ",\"odp_faults\":%" PRIu64
+			       ",\"odp_children_created\":%" PRIu64
+			       ",\"odp_children_destroyed\":%" PRIu64
+			       ",\"odp_prefetch_requests\":%" PRIu64 ",\"odp_prefetch_pages\":%" PRIu64
+			       ",\"odp_invalidations\":%" PRIu64 "}",
+			       d->lookups, d->misses, d->mrs, d->registrations, d->deregistrations,
+			       d->odp_children, d->odp_faults, d->odp_children_created,
+			       d->odp_children_destroyed, d->odp_prefetch_requests,
+			       d->odp_prefetch_pages, d->odp_invalidations);
+			continue;
+		}
+		printf("%sdomain %s\n"
+		       "  lookups:                %" PRIu64 " (%" PRIu64 " missed)\n"
+		       "  MRs in the cache:       %" PRIu32 "\n"
+		       "  registrations:          %" PRIu64 " made, %" PRIu64 " let go\n"
+		       "  ODP children:           %" PRIu32 " live, %" PRIu64 " made, %" PRIu64
+		       " destroyed\n"
+		       "  ODP faults:             %" PRIu64 "\n"
+		       "  ODP prefetches:         %" PRIu64 " requests, %" PRIu64 " pages\n"
+		       "  ODP invalidations:      %" PRIu64 "\n",
+		       i ? "\n" : "", d->name, d->lookups, d->misses, d->mrs, d->registrations,
+		       d->deregistrations, d->odp_children, d->odp_children_created,
+		       d->odp_children_destroyed, d->odp_faults, d->odp_prefetch_requests,
+		       d->odp_prefetch_pages, d->odp_invalidations);
+	}
+	if (arg_json)
+		printf("]}\n");
+	else if (r->n_domains == 0)
+		printf("no domain is open\n");
+}
+
+static int cmd_stats(struct conn *c)
+{
+	Mrd__Response *resp;
+	int r = call_clients(c, "stats", &resp);
+
+	if (r < 0)
+		return r;
+	print_stats(resp->clients);
 	mrd__response__free_unpacked(resp, NULL);
 	return 0;
 }
@@ -292,8 +354,9 @@ static int cmd_pools(struct conn *c)
 /* Everything mrctl can show, in one go: one JSON object, or the sections one after another. */
 static int cmd_dump(struct conn *c)
 {
-	static int (*const parts[])(struct conn *c) = { cmd_status, cmd_clients, cmd_pools };
-	static const char *const names[] = { "status", "clients", "pools" };
+	static int (*const parts[])(struct conn *c) = { cmd_status, cmd_clients, cmd_stats,
+							 cmd_pools };
+	static const char *const names[] = { "status", "clients", "stats", "pools" };
 
 	for (size_t i = 0; i < ELEMENTSOF(parts); i++) {
 		int r;
@@ -318,6 +381,7 @@ static const struct {
 } commands[] = {
 	{ "status", cmd_status },
 	{ "clients", cmd_clients },
+	{ "stats", cmd_stats },
 	{ "pools", cmd_pools },
 	{ "dump", cmd_dump },
 };

@@ -210,6 +210,7 @@ int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool 
 	snprintf(c->domain_name, sizeof(c->domain_name), "%s", domain_name);
 	LIST_INIT(&c->allocations);
 	LIST_INIT(&c->pools);
+	LIST_INIT(&c->prefetches);
 	LIST_INSERT_HEAD(&m->clients, c, link);
 	m->n_clients++;
 
@@ -250,8 +251,10 @@ struct client *client_free(struct client *c)
 	request_abandon(c); /* a worker may still finish for it: nobody to answer */
 	/* Everything it owns goes; memory of other clients stays, and so does its memory that
 	 * other clients' pools still have registered. */
-	if (c->domain)
+	if (c->domain) {
+		odp_forget_client(c->domain, c);
 		mempool_unregister_all(c->domain, c);
+	}
 	while (!LIST_EMPTY(&c->allocations))
 		domain_drop_allocation(c->domain, LIST_FIRST(&c->allocations));
 	domain_release(c->domain);

@@ -34,6 +34,7 @@ void config_init(struct config *c)
 		.quota_clients = 256,
 		.quota_mempools = 256,
 		.async_bytes = 1ULL << 20,
+		.odp_chunk = 1ULL << 30,
 		.workers = 2,
 	};
 }
@@ -50,6 +51,7 @@ void config_done(struct config *c)
 		free(c->groups[i].gids);
 	}
 	free(c->groups);
+	free(c->policies);
 	config_init(c);
 }
 
@@ -115,6 +117,51 @@ static int set_bytes(uint64_t *field, const char *value, uint64_t min, uint64_t 
 }
 
 /* "uid:1000 uid:1001 gid:27" (names work too: "uid:alice gid:rdma"). */
+static int parse_policy(const char *value, int *ret)
+{
+	if (strcmp(value, "contig") == 0)
+		*ret = MR_POLICY_CONTIG;
+	else if (strcmp(value, "page") == 0)
+		*ret = MR_POLICY_PAGE;
+	else if (strcmp(value, "odp") == 0)
+		*ret = MR_POLICY_ODP;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+/* A [policies] line: name = contig | page | odp, for the domain of that name (a [domains]
+ * group or uid-N). */
+static int add_policy(struct config *c, const char *name, const char *value)
+{
+	struct domain_policy p = {}, *grown;
+	int r;
+
+	if (strlen(name) == 0 || strlen(name) >= sizeof(p.name))
+		return -EINVAL;
+	for (size_t i = 0; i < c->n_policies; i++)
+		if (strcmp(c->policies[i].name, name) == 0)
+			return -EEXIST;
+	r = parse_policy(value, &p.policy);
+	if (r < 0)
+		return r;
+	snprintf(p.name, sizeof(p.name), "%s", name);
+	grown = realloc(c->policies, (c->n_policies + 1) * sizeof(*grown));
+	if (!grown)
+		return -ENOMEM;
+	c->policies = grown;
+	c->policies[c->n_policies++] = p;
+	return 0;
+}
+
+int config_policy_for(const struct config *c, const char *name)
+{
+	for (size_t i = 0; i < c->n_policies; i++)
+		if (strcmp(c->policies[i].name, name) == 0)
+			return c->policies[i].policy;
+	return c->mr_policy;
+}
+
 static int add_group(struct config *c, const char *name, const char *value)
 {
 	_cleanup_free_ char *copy = strdup(value);
@@ -253,21 +300,18 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 		if (strcmp(key, "mempools") == 0)
 			return set_unsigned(&c->quota_mempools, value, 1, 1u << 20);
 	} else if (strcmp(section, "cache") == 0) {
-		if (strcmp(key, "policy") == 0) {
-			if (strcmp(value, "contig") == 0)
-				c->mr_policy = MR_POLICY_CONTIG;
-			else if (strcmp(value, "page") == 0)
-				c->mr_policy = MR_POLICY_PAGE;
-			else
-				return -EINVAL;
-			return 0;
-		}
+		if (strcmp(key, "policy") == 0)
+			return parse_policy(value, &c->mr_policy);
 		if (strcmp(key, "async_bytes") == 0)
 			return set_bytes(&c->async_bytes, value, 4096, UINT64_MAX);
 		if (strcmp(key, "workers") == 0)
 			return set_unsigned(&c->workers, value, 1, 64);
+		if (strcmp(key, "odp_chunk") == 0)
+			return set_bytes(&c->odp_chunk, value, 2ULL << 20, 1ULL << 40);
 	} else if (strcmp(section, "domains") == 0)
 		return add_group(c, key, value);
+	else if (strcmp(section, "policies") == 0)
+		return add_policy(c, key, value);
 	return -ENOENT;
 }
 
@@ -344,6 +388,8 @@ int config_load_file(struct config *c, const char *path)
 int config_finish(struct config *c)
 {
 	/* The window is carved into arena-sized slots. */
+	if (c->odp_chunk & (c->odp_chunk - 1))
+		return log_error_errno(-EINVAL, "[cache] odp_chunk must be a power of two");
 	if (c->arena_size & (c->arena_size - 1))
 		return log_error_errno(-EINVAL, "[memory] arena_size must be a power of two");
 	if (c->window_base % c->arena_size || c->window_size % c->arena_size)

@@ -43,6 +43,7 @@ struct config {
 	int mr_policy;        /* enum mr_policy */
 	uint64_t async_bytes; /* registrations this big or bigger run on a worker thread */
 	unsigned workers;     /* worker threads */
+	uint64_t odp_chunk;   /* address space of one ODP child */
 
 	/* [quota], per domain */
 	uint64_t quota_allocated_bytes, quota_pinned_bytes;
@@ -50,6 +51,12 @@ struct config {
 
 	struct domain_group *groups;
 	size_t n_groups;
+	/* [policies]: domains whose cache policy is not [cache] policy */
+	struct domain_policy {
+		char name[64];
+		int policy; /* enum mr_policy */
+	} *policies;
+	size_t n_policies;
 };
 
 void config_init(struct config *c);
@@ -65,3 +72,6 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 
 /* Resolves names (admin group) and checks cross-key rules; logs what is wrong. */
 int config_finish(struct config *c);
+
+/* The cache policy of the domain named name: its [policies] line, else [cache] policy. */
+int config_policy_for(const struct config *c, const char *name);

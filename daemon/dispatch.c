@@ -29,6 +29,7 @@ static const struct request_type request_types[] = {
 	[MRD__REQUEST__BODY_MEMPOOL_UNREGISTER] = { "MempoolUnregister",
 						    request_mempool_unregister },
 	[MRD__REQUEST__BODY_POOLS] = { "Pools", request_pools, .admin = true },
+	[MRD__REQUEST__BODY_PREFETCH] = { "Prefetch", request_prefetch },
 };
 
 const struct request_type *request_type_lookup(int body_case)

@@ -30,6 +30,7 @@ struct reply {
 		Mrd__MempoolRegisterResponse mempool_register;
 		Mrd__MempoolUnregisterResponse mempool_unregister;
 		Mrd__PoolsResponse pools;
+		Mrd__PrefetchResponse prefetch;
 	} body;
 	Mrd__ArenaInfo arena;   /* for bodies that describe an arena */
 	void *owned[4];         /* freed after the reply is sent (repeated fields) */
@@ -115,3 +116,5 @@ int request_mempool_unregister(struct client *c, const Mrd__Request *req,
 			       struct wire_packet *pkt, struct reply *r);
 int request_pools(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 		  struct reply *r);
+int request_prefetch(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		     struct reply *r);

@@ -68,6 +68,7 @@ static struct domain *domain_free(struct domain *d)
 	if (!d)
 		return NULL;
 	/* Clients are gone by now, and with them their allocations and MRs. */
+	odp_done(d);
 	mr_cache_done(&d->cache);
 	while (!LIST_EMPTY(&d->arenas))
 		arena_free(LIST_FIRST(&d->arenas));
@@ -153,7 +154,9 @@ int domain_acquire(struct manager *m, const char *name, struct domain **ret)
 	if (r >= 0)
 		r = status_page_new(d);
 	if (r >= 0)
-		r = mr_cache_init(&d->cache, d, m->config.mr_policy);
+		r = mr_cache_init(&d->cache, d, config_policy_for(&m->config, name));
+	if (r >= 0)
+		r = odp_init(d);
 	if (r < 0) {
 		log_warning_errno(r, "cannot open domain %s on %s: %m", name,
 				  m->provider->caps.device);
@@ -301,6 +304,7 @@ static int record(struct domain *d, struct client *owner, struct arena *arena, u
 	a->owner = owner;
 	a->serial = ++d->allocation_serial;
 	LIST_INIT(&a->mrs);
+	LIST_INIT(&a->odp_children);
 	r = u64_map_put(&d->allocations, allocation_address(a), a);
 	if (r < 0) {
 		free(a);
@@ -553,10 +557,12 @@ int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_wai
 {
 	struct worker_pool *workers = d->manager->workers;
 	uint64_t pinned;
+	unsigned zombies;
 	struct free_job *j;
 
 	/* Retired first: from here on no lookup finds it and no key for it is handed out. */
 	pinned = mr_cache_retire(&d->cache, a);
+	zombies = odp_retire(d, a);
 	u64_map_remove(&d->allocations, allocation_address(a));
 	runs_remove(a->arena, a);
 	if (a->owner) {
@@ -567,6 +573,12 @@ int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_wai
 	d->status->frees++;
 	bump_generation(d);
 
+	if (zombies > 0) {
+		/* On-demand children that prefetch work still holds: the pages go back, and the
+		 * Free answers, once the last of them is destroyed (domain_finish_free). */
+		a->free_waiter = waiter;
+		return waiter ? -EINPROGRESS : 0;
+	}
 	/* Then the device lets go, and only then do its pages go back. */
 	j = workers && pinned > 0 &&
 			    (pinned >= d->manager->config.async_bytes || mr_cache_busy(&d->cache)) ?
@@ -585,6 +597,15 @@ int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_wai
 	d->cache.jobs++;
 	worker_pool_submit(workers, &j->work);
 	return waiter ? -EINPROGRESS : 0;
+}
+
+void domain_finish_free(struct domain *d, struct allocation *a)
+{
+	struct mr_waiter *w = a->free_waiter;
+
+	release(d, a);
+	if (w)
+		w->resume(w, 0, NULL, "");
 }
 
 void domain_drop_allocation(struct domain *d, struct allocation *a)

@@ -11,6 +11,8 @@
 
 #include "mempool.h"
 #include "mr-cache.h"
+#include "odp.h"
+#include "provider.h"
 #include "u64-map.h"
 
 struct arena;
@@ -27,6 +29,11 @@ struct allocation {
 	struct client *owner; /* NULL once it left while pool MRs still cover the memory */
 	LIST_ENTRY(allocation) owner_link;
 	unsigned pool_refs;         /* mempool MRs inside it: it cannot be freed while any are */
+	bool odp;                   /* registered on demand, by ODP children (daemon/odp.h) */
+	bool read_only;             /* its registrations grant reads only */
+	LIST_HEAD(, odp_child) odp_children; /* live ones, in the domain's table */
+	unsigned odp_zombies;       /* its children still waiting to go: the free waits */
+	struct mr_waiter *free_waiter;
 	LIST_HEAD(, cached_mr) mrs; /* registrations inside it */
 	uint64_t serial;            /* tells it from a later allocation at the same address */
 };
@@ -49,6 +56,7 @@ struct domain {
 	LIST_HEAD(, pool_reg) pool_regs;
 	LIST_HEAD(, pool_mr) pool_mrs;
 	unsigned n_pool_regs;
+	struct odp odp;
 
 	int status_fd; /* memfd; clients map it read-only */
 	struct mrd_status_page *status;
@@ -104,3 +112,12 @@ int domain_status_fd(const struct domain *d);
 
 /* The address of an allocation, as clients see it. */
 uint64_t allocation_address(const struct allocation *a);
+
+/* What its registrations may grant: everything, or reads alone. */
+static inline unsigned allocation_access(const struct allocation *a)
+{
+	return a->read_only ? MRD_ACCESS_REMOTE_READ : MR_CACHE_ACCESS;
+}
+
+/* The last ODP child of a freed allocation went (daemon/odp.c): its pages go back now. */
+void domain_finish_free(struct domain *d, struct allocation *a);

@@ -132,6 +132,7 @@ static struct pool_mr *pool_mr_new(struct domain *d, const struct span *s)
 	mr->hugepage = s->allocation->arena->hugetlb &&
 		       s->end - s->start == s->allocation->arena->page_size;
 	mr->pending = true;
+	mr->access = allocation_access(s->allocation);
 	s->allocation->pool_refs++;
 	d->cache.pinned_bytes += s->end - s->start;
 	LIST_INSERT_HEAD(&d->pool_mrs, mr, link);
@@ -142,7 +143,7 @@ static struct pool_mr *pool_mr_new(struct domain *d, const struct span *s)
 static int pool_mr_register(struct domain *d, struct pool_mr *mr)
 {
 	return provider_reg(d->pd, (void *)(uintptr_t)mr->start, mr->end - mr->start, mr->start,
-			    MR_CACHE_ACCESS, &mr->pmr);
+			    mr->access, &mr->pmr);
 }
 
 static void reg_free(struct domain *d, struct pool_reg *reg)

@@ -29,6 +29,7 @@ struct pool_mr {
 	bool hugepage;    /* exactly one huge page: other pools inside it share it */
 	bool pending;     /* a worker is registering it */
 	int error;        /* how the worker's registration failed */
+	unsigned access;  /* its allocation's */
 };
 
 struct pool_reg {

@@ -146,6 +146,7 @@ struct reg_job {
 	struct domain *domain; /* held while the job lives */
 	struct mr_waiter *waiter;
 	uint64_t addr, start, end, allocation_serial;
+	unsigned access;
 	struct provider_mr *pmr;
 	int result;
 };
@@ -155,7 +156,7 @@ static void reg_job_run(struct work *w)
 	struct reg_job *j = (struct reg_job *)w;
 
 	j->result = provider_reg(j->domain->pd, (void *)(uintptr_t)j->start, j->end - j->start,
-				 j->start, MR_CACHE_ACCESS, &j->pmr);
+				 j->start, j->access, &j->pmr);
 }
 
 static void reg_job_done(struct work *w)
@@ -211,6 +212,8 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 			 addr, d->name);
 		return -ENOENT;
 	}
+	if (a->odp)
+		return odp_fault(d, a, addr, ret, why, why_size);
 	pick_range(c, a, addr, &start, &end);
 
 	if (c->pinned_bytes + c->pending_bytes + (end - start) > cfg->quota_pinned_bytes) {
@@ -235,12 +238,14 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 		j->start = start;
 		j->end = end;
 		j->allocation_serial = a->serial;
+		j->access = allocation_access(a);
 		c->pending_bytes += end - start;
 		worker_pool_submit(d->manager->workers, &j->work);
 		return -EINPROGRESS;
 	}
 
-	r = provider_reg(d->pd, (void *)(uintptr_t)start, end - start, start, MR_CACHE_ACCESS, &pmr);
+	r = provider_reg(d->pd, (void *)(uintptr_t)start, end - start, start, allocation_access(a),
+			 &pmr);
 	if (r < 0) {
 		snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s", start,
 			 end, strerror(-r));

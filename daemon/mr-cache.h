@@ -17,7 +17,7 @@ struct allocation;
 struct domain;
 struct provider_mr;
 
-enum mr_policy { MR_POLICY_CONTIG, MR_POLICY_PAGE };
+enum mr_policy { MR_POLICY_CONTIG, MR_POLICY_PAGE, MR_POLICY_ODP };
 
 /* Access of every MR the cache makes: whatever a peer may do to a client's buffers. */
 #define MR_CACHE_ACCESS \

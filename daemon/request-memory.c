@@ -86,7 +86,8 @@ int request_alloc(struct client *c, const Mrd__Request *req, struct wire_packet 
 	struct domain *d;
 	int k;
 
-	if (q->flags & ~(uint32_t)MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE) {
+	if (q->flags & ~(uint32_t)(MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE | MRD__ALLOC_FLAGS__ALLOC_ODP |
+				   MRD__ALLOC_FLAGS__ALLOC_READ_ONLY)) {
 		reply_set_message(r, "unknown allocation flags 0x%x", q->flags);
 		return -EINVAL;
 	}
@@ -97,6 +98,10 @@ int request_alloc(struct client *c, const Mrd__Request *req, struct wire_packet 
 			 r->message, sizeof(r->message));
 	if (k < 0)
 		return k;
+	/* On demand where the device pages on demand over RC; elsewhere as the policy says. */
+	a->odp = d->provider->caps.odp && d->provider->caps.odp_rc_caps &&
+		 ((q->flags & MRD__ALLOC_FLAGS__ALLOC_ODP) || d->cache.policy == MR_POLICY_ODP);
+	a->read_only = q->flags & MRD__ALLOC_FLAGS__ALLOC_READ_ONLY;
 	k = describe_arena(c, a->arena, false, r);
 	if (k < 0) {
 		(void)domain_free_allocation(d, a, NULL);
@@ -265,6 +270,8 @@ int request_extmem_attach(struct client *c, const Mrd__Request *req, struct wire
 		close(fd);
 		return k;
 	}
+	a->odp = d->provider->caps.odp && d->provider->caps.odp_rc_caps &&
+		 d->cache.policy == MR_POLICY_ODP;
 	/* The client has the memfd already; it maps it itself. */
 	k = client_add_arena(c, a->arena->id);
 	if (k >= 0)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The MR family: MrLookup (keys for addresses, registering on a miss) and Dma (the soft
- * provider's emulated DMA, driven by keys alone). */
+/* The MR family: MrLookup (keys for addresses, registering on a miss), Dma (the soft
+ * provider's emulated DMA, driven by keys alone) and Prefetch (advice for on-demand memory). */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,5 +173,80 @@ int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *p
 	mrd__dma_response__init(&r->body.dma);
 	r->resp.body_case = MRD__RESPONSE__BODY_DMA;
 	r->resp.dma = &r->body.dma;
+	return 0;
+}
+
+/* A Prefetch with flush: answered when the work is done. */
+static void prefetch_resume(struct mr_waiter *w, int result, const struct mr_entry *entry,
+			    const char *why)
+{
+	struct pending_request *p = (struct pending_request *)w;
+	struct reply r;
+
+	if (p->client) {
+		reply_init(&r, p->id);
+		if (result < 0)
+			reply_set_message(&r, "%s", why);
+		mrd__prefetch_response__init(&r.body.prefetch);
+		r.resp.body_case = MRD__RESPONSE__BODY_PREFETCH;
+		r.resp.prefetch = &r.body.prefetch;
+		request_answer(p, &r, result);
+	}
+	free(p);
+}
+
+int request_prefetch(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		     struct reply *r)
+{
+	const Mrd__PrefetchRequest *q = req->prefetch;
+	struct pending_request *p = NULL;
+	struct allocation *a;
+	struct domain *d;
+	int k;
+
+	if (q->advice > MRD__PREFETCH_ADVICE__PREFETCH_NO_FAULT || q->length == 0 ||
+	    q->address + q->length < q->address) {
+		reply_set_message(r, "Prefetch: advice 0, 1 or 2 over a non-empty range");
+		return -EINVAL;
+	}
+	k = joined_domain(c, r, &d);
+	if (k < 0)
+		return k;
+	/* Addresses of the caller's domain only, never keys: it names memory, not MRs. */
+	a = domain_allocation_containing(d, q->address);
+	if (!a || q->address + q->length > allocation_address(a) + a->length) {
+		reply_set_message(r, "[0x%" PRIx64 ", +0x%" PRIx64 ") is not inside one allocation "
+				  "of domain %s", q->address, q->length, d->name);
+		return -EFAULT;
+	}
+	if (!a->odp) {
+		reply_set_message(r, "0x%" PRIx64 " is not on-demand memory (allocate it with the ODP "
+				  "flag, or set [cache] policy = odp)", q->address);
+		return -EINVAL;
+	}
+	if (q->advice == MRD__PREFETCH_ADVICE__PREFETCH_WRITE && a->read_only) {
+		reply_set_message(r, "prefetch for writing, but 0x%" PRIx64 " is read-only memory",
+				  q->address);
+		return -EINVAL;
+	}
+	if (q->flush) {
+		p = calloc(1, sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		p->waiter.resume = prefetch_resume;
+		p->id = req->id;
+	}
+	k = odp_prefetch(d, c, a, q->address, q->length, (enum odp_advice)q->advice,
+			 p ? &p->waiter : NULL, r->message, sizeof(r->message));
+	if (k == -EINPROGRESS) {
+		request_wait(c, p);
+		return k;
+	}
+	free(p);
+	if (k < 0)
+		return k;
+	mrd__prefetch_response__init(&r->body.prefetch);
+	r->resp.body_case = MRD__RESPONSE__BODY_PREFETCH;
+	r->resp.prefetch = &r->body.prefetch;
 	return 0;
 }

@@ -102,6 +102,15 @@ int request_clients(struct client *c, const Mrd__Request *req, struct wire_packe
 		di[i].lookups = d->cache.lookups;
 		di[i].misses = d->cache.misses;
 		di[i].table_overflow = d->cache.table.overflow;
+		di[i].registrations = d->cache.registrations;
+		di[i].deregistrations = d->cache.deregistrations;
+		di[i].odp_faults = d->odp.stats.faults;
+		di[i].odp_children_created = d->odp.stats.children_created;
+		di[i].odp_children_destroyed = d->odp.stats.children_destroyed;
+		di[i].odp_prefetch_requests = d->odp.stats.prefetch_requests;
+		di[i].odp_prefetch_pages = d->odp.stats.prefetch_pages;
+		di[i].odp_invalidations = d->odp.stats.invalidations;
+		di[i].odp_children = d->odp.children;
 		dip[i] = &di[i];
 		i++;
 	}

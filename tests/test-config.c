@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "mr-cache.h"
 #include "wire.h"
 #include "check-run.h"
 
@@ -108,6 +109,9 @@ START_TEST(test_bad_files)
 		"[domains]\nlab = uid:1\nlab = uid:2\n",
 		"[domains]\nbad name = uid:1\n",
 		"[domains]\nlab = user:1\n",
+		"[policies]\nlab = fast\n",
+		"[policies]\nlab = odp\nlab = page\n",
+		"[cache]\nodp_chunk = 1M\n", /* below 2 MiB */
 	};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -170,6 +174,26 @@ START_TEST(test_memory_keys)
 }
 END_TEST
 
+START_TEST(test_cache_keys)
+{
+	struct config c;
+
+	config_init(&c);
+	ck_assert_int_eq(config_set(&c, "cache", "policy", "page"), 0);
+	ck_assert_int_eq(config_set(&c, "policies", "lab", "odp"), 0);
+	ck_assert_int_eq(config_set(&c, "policies", "uid-7", "contig"), 0);
+	ck_assert_int_eq(config_set(&c, "cache", "odp_chunk", "64M"), 0);
+	ck_assert_int_eq(config_finish(&c), 0);
+	ck_assert_int_eq(config_policy_for(&c, "lab"), MR_POLICY_ODP);
+	ck_assert_int_eq(config_policy_for(&c, "uid-7"), MR_POLICY_CONTIG);
+	ck_assert_int_eq(config_policy_for(&c, "uid-8"), MR_POLICY_PAGE); /* [cache] policy */
+	ck_assert_uint_eq(c.odp_chunk, 64ULL << 20);
+	ck_assert_int_eq(config_set(&c, "cache", "odp_chunk", "3M"), 0);
+	ck_assert_int_eq(config_finish(&c), -EINVAL); /* not a power of two */
+	config_done(&c);
+}
+END_TEST
+
 START_TEST(test_admin_group_names)
 {
 	struct config c;
@@ -200,6 +224,7 @@ int main(void)
 	tcase_add_test(tc, test_set_errors);
 	tcase_add_test(tc, test_memory_keys);
 	tcase_add_test(tc, test_admin_group_names);
+	tcase_add_test(tc, test_cache_keys);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

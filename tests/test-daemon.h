@@ -3,10 +3,12 @@
  * chosen credentials, and helpers that send requests and wait for replies. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "wire.h"
+#include "worker-pool.h"
 
 struct client;
 struct manager;
@@ -38,5 +40,32 @@ void td_expect_free(int fd, uint64_t id, int error);
 
 /* Alloc of size bytes that must succeed; returns the address (any memfd is closed). */
 uint64_t td_alloc(int fd, uint64_t id, uint64_t size);
+/* The same with AllocFlags. */
+uint64_t td_alloc_flags(int fd, uint64_t id, uint64_t size, uint32_t flags);
 /* Free of addr; its reply must carry error (a positive errno, 0 for success). */
 void td_free(int fd, uint64_t id, uint64_t addr, int error);
+/* The same request, its reply left for the test to take. */
+void td_send_free(int fd, uint64_t id, uint64_t addr);
+
+/* Emulated DMA (op: PROVIDER_DMA_*) of len bytes between laddr under l's lkey and raddr under
+ * rm's rkey; its reply must carry error. */
+void td_dma(int fd, uint64_t id, unsigned op, const Mrd__MrEntry *l, uint64_t laddr,
+	    const Mrd__MrEntry *rm, uint64_t raddr, uint64_t len, int error);
+
+/* td_stop(), then td_start() with one worker thread and [cache] async_bytes = 1M (4G window,
+ * 64M arenas, no huge pages): what the tests of work on workers share. */
+void td_start_one_worker(void);
+
+/* A job that keeps one worker busy until the test lets go: what waits behind it waits for as
+ * long as the test wants, deterministically. */
+struct td_blocker {
+	struct work work;
+	int fd[2];
+	bool done;
+};
+void td_block_worker(struct td_blocker *b);
+/* Lets it go and runs the loop until its completion ran. */
+void td_unblock_worker(struct td_blocker *b);
+
+/* Runs the loop until every domain closed (jobs hold theirs), and checks they did. */
+void td_wait_domains_closed(void);

@@ -229,6 +229,43 @@ START_TEST(test_threads_while_memory_churns)
 }
 END_TEST
 
+/* On-demand memory through libmrd: chunk-sized keys, prefetch, the counters mrctl stats shows. */
+START_TEST(test_odp_memory)
+{
+	char mrctl[512];
+	const char *argv[] = { test_build_path("mrctl", mrctl, sizeof(mrctl)), "--socket",
+			       mrd.socket, "--json", "stats", NULL };
+	mrd_client *c = connect_ok();
+	struct mrd_lookup l;
+	struct mrd_mr mr;
+	uint8_t *p, *ro;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 4 * MiB, 0, MRD_MEM_ODP, (void **)&p), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 1 * MiB, 0, MRD_MEM_ODP | MRD_MEM_READ_ONLY,
+				       (void **)&ro), 0);
+	ck_assert_int_eq(mrd_prefetch(c, p, 4 * MiB, MRD_PREFETCH_WRITE, MRD_PREFETCH_FLUSH), 0);
+	ck_assert_int_eq(mrd_prefetch(c, ro, 4096, MRD_PREFETCH_WRITE, MRD_PREFETCH_FLUSH),
+			 -EINVAL);
+	ck_assert_ptr_nonnull(strstr(mrd_last_error(), "read-only"));
+	ck_assert_int_eq(mrd_prefetch(c, p, 4096, 9, 0), -EINVAL);
+	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
+	ck_assert_int_eq(mrd_lookup_mr(&l, p + 3 * MiB, &mr), 0);
+	/* The default chunk (1 GiB) holds the whole allocation: one child for all of it. */
+	ck_assert_uint_eq(mr.start, (uintptr_t)p);
+	ck_assert_uint_eq(mr.end, (uintptr_t)p + 4 * MiB);
+	strcpy((char *)p, "faulted in");
+	ck_assert_int_eq(mrd_dma(c, MRD_DMA_WRITE, mr.lkey, p, mr.rkey, p + 2 * MiB, 11), 0);
+	ck_assert_str_eq((char *)p + 2 * MiB, "faulted in");
+	ck_assert_int_eq(run_capture(argv, out, sizeof(out), (uid_t)-1), 0);
+	ck_assert_msg(strstr(out, "\"odp_children\":1,") && strstr(out, "\"odp_prefetch_requests\":1,") &&
+		      strstr(out, "\"odp_prefetch_pages\":1024,"), "%s", out);
+	mrd_lookup_done(&l);
+	ck_assert_int_eq(mrd_mem_free(c, p), 0);
+	ck_assert_int_eq(mrd_mem_free(c, ro), 0);
+	mrd_client_close(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("libmrd-lookup");
@@ -241,6 +278,7 @@ int main(void)
 	tcase_add_test(tc, test_generation_flushes);
 	tcase_add_test(tc, test_dma_between_processes);
 	tcase_add_test(tc, test_threads_while_memory_churns);
+	tcase_add_test(tc, test_odp_memory);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

@@ -86,26 +86,6 @@ static void unreg(int fd, uint64_t id, const char *name, int error)
 	td_expect_free(fd, id, error);
 }
 
-/* 8 bytes from laddr (under l's lkey) to raddr (under rm's rkey). */
-static void dma_write(int fd, uint64_t id, const Mrd__MrEntry *l, uint64_t laddr,
-		      const Mrd__MrEntry *rm, uint64_t raddr, int error)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__DmaRequest q = MRD__DMA_REQUEST__INIT;
-
-	q.op = PROVIDER_DMA_WRITE;
-	q.lkey = l->lkey;
-	q.laddr = laddr;
-	q.rkey = rm->rkey;
-	q.raddr = raddr;
-	q.length = 8;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_DMA;
-	req.dma = &q;
-	td_send_request(fd, &req, NULL, 0);
-	td_expect_free(fd, id, error);
-}
-
 START_TEST(test_ranges_rounded_and_merged)
 {
 	struct client *c;
@@ -126,8 +106,8 @@ START_TEST(test_ranges_rounded_and_merged)
 	ck_assert_uint_eq(resp->mempool_register->entries[1]->start, a + 256 * KiB);
 	ck_assert_uint_eq(resp->mempool_register->entries[1]->end, a + 260 * KiB);
 	/* The keys work, and only inside their ranges. */
-	dma_write(fd, 4, e[0], a, e[1], a + 256 * KiB, 0);
-	dma_write(fd, 5, e[0], a + 72 * KiB, e[1], a + 256 * KiB, EFAULT);
+	td_dma(fd, 4, PROVIDER_DMA_WRITE, e[0], a, e[1], a + 256 * KiB, 8, 0);
+	td_dma(fd, 5, PROVIDER_DMA_WRITE, e[0], a + 72 * KiB, e[1], a + 256 * KiB, 8, EFAULT);
 	provider_stats(c->domain->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 2);
 	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 76 * KiB);
@@ -136,7 +116,7 @@ START_TEST(test_ranges_rounded_and_merged)
 	gen = c->domain->status->generation;
 	unreg(fd, 7, "rx", 0);
 	ck_assert_uint_gt(c->domain->status->generation, gen);
-	dma_write(fd, 8, e[0], a, e[1], a + 256 * KiB, ENOKEY);
+	td_dma(fd, 8, PROVIDER_DMA_WRITE, e[0], a, e[1], a + 256 * KiB, 8, ENOKEY);
 	provider_stats(c->domain->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
 	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 0);
@@ -198,8 +178,8 @@ START_TEST(test_extmem_replaces)
 	provider_stats(c->domain->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 8);
 	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 64 * KiB);
-	dma_write(fd, 5, whole->mempool_register->entries[0], a, pages->mempool_register->entries[0],
-		  a, ENOKEY);
+	td_dma(fd, 5, PROVIDER_DMA_WRITE, whole->mempool_register->entries[0], a,
+	       pages->mempool_register->entries[0], a, 8, ENOKEY);
 	reg(fd, 6, "ext", objs, lens, 8, true, EEXIST);
 	reg(fd, 7, "ext", &a, &chunk_len, 1, false, EEXIST);
 	mrd__response__free_unpacked(whole, NULL);
@@ -255,8 +235,8 @@ START_TEST(test_pool_in_memory_of_a_client_that_left)
 	td_pump();
 	/* A's memory stays, ownerless, for B's pool: its key still works. */
 	ck_assert_uint_eq(d->allocations.n, 1);
-	dma_write(b, 4, resp->mempool_register->entries[0], mem, resp->mempool_register->entries[0],
-		  mem + 4096, 0);
+	td_dma(b, 4, PROVIDER_DMA_WRITE, resp->mempool_register->entries[0], mem,
+	       resp->mempool_register->entries[0], mem + 4096, 8, 0);
 	td_free(b, 5, mem, EPERM);
 	unreg(b, 6, "in-a", 0);
 	ck_assert_uint_eq(d->allocations.n, 0); /* the last pool took it with it */
@@ -299,41 +279,6 @@ START_TEST(test_pools_and_quota)
 }
 END_TEST
 
-/* Keeps the only worker busy until the test lets go (as in test-mr-cache.c). */
-struct blocker {
-	struct work work;
-	int fd[2];
-	bool done;
-};
-
-static void blocker_run(struct work *w)
-{
-	char ch;
-
-	(void)!read(((struct blocker *)w)->fd[0], &ch, 1);
-}
-
-static void blocker_done(struct work *w) { ((struct blocker *)w)->done = true; }
-
-static void block_worker(struct blocker *b)
-{
-	*b = (struct blocker){ .work = { .run = blocker_run, .done = blocker_done } };
-	ck_assert_int_eq(pipe(b->fd), 0);
-	worker_pool_submit(td_manager->workers, &b->work);
-}
-
-static void unblock_worker(struct blocker *b)
-{
-	ck_assert_int_eq(write(b->fd[1], "x", 1), 1);
-	for (int i = 0; i < 2000 && !b->done; i++) {
-		td_pump();
-		usleep(1000);
-	}
-	ck_assert(b->done);
-	close(b->fd[0]);
-	close(b->fd[1]);
-}
-
 static void send_register_n(int fd, uint64_t id, const char *name, uint64_t *starts,
 			    uint64_t *lengths, size_t n)
 {
@@ -356,46 +301,27 @@ static void send_register(int fd, uint64_t id, const char *name, uint64_t start,
 	send_register_n(fd, id, name, &start, &len, 1);
 }
 
-static void start_one_worker(void)
-{
-	const char *settings[] = { "memory.window_size=4G", "memory.arena_size=64M",
-				   "memory.hugepages=no", "cache.workers=1",
-				   "cache.async_bytes=1M", NULL };
-
-	td_stop();
-	td_start(settings);
-}
-
 START_TEST(test_big_pool_on_worker)
 {
 	struct client *ca;
-	struct blocker b;
+	struct td_blocker b;
 	int a, other;
 	uint64_t big, small;
 	Mrd__Response *resp;
 
-	start_one_worker();
+	td_start_one_worker();
 	a = td_hello_client(1000, &ca);
 	other = td_hello_client(2000, NULL);
 	big = td_alloc(a, 2, 8 * MiB);
 	small = td_alloc(other, 2, 64 * KiB);
-	block_worker(&b);
+	td_block_worker(&b);
 	send_register(a, 3, "big", big, 8 * MiB); /* a worker pins it; the worker is busy */
 	td_pump();
 	ck_assert_ptr_nonnull(ca->pending);
 	/* Meanwhile everyone else is served, small pools included. */
 	ck_assert_uint_eq(reg_ok(other, 3, "small", &small, &(uint64_t){ 64 * KiB }, 1), 1);
-	{
-		Mrd__Request req = MRD__REQUEST__INIT;
-		Mrd__FreeRequest q = MRD__FREE_REQUEST__INIT;
-
-		q.address = big;
-		req.id = 4;
-		req.body_case = MRD__REQUEST__BODY_FREE;
-		req.free = &q;
-		td_send_request(a, &req, NULL, 0); /* waits behind A's registration... */
-	}
-	unblock_worker(&b);
+	td_send_free(a, 4, big); /* waits behind A's registration... */
+	td_unblock_worker(&b);
 	resp = td_expect(a, 3, 0);
 	ck_assert_uint_eq(resp->mempool_register->n_entries, 1);
 	ck_assert_uint_eq(resp->mempool_register->entries[0]->start, big);
@@ -411,27 +337,23 @@ END_TEST
 
 START_TEST(test_death_while_pool_registers)
 {
-	struct blocker b;
+	struct td_blocker b;
 	int a;
 	uint64_t big;
 
-	start_one_worker();
+	td_start_one_worker();
 	a = td_hello_client(1000, NULL);
 	big = td_alloc(a, 2, 4 * MiB);
-	block_worker(&b);
+	td_block_worker(&b);
 	send_register(a, 3, "big", big, 4 * MiB);
 	td_pump();
 	close(a); /* gone while the worker has yet to pin its pool */
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 0);
 	ck_assert_uint_eq(td_manager->n_domains, 1); /* the job holds it */
-	unblock_worker(&b);
-	for (int i = 0; i < 2000 && td_manager->n_domains; i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_unblock_worker(&b);
 	/* The job's MR had no pool left: deregistered, memory freed, domain closed. */
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	td_wait_domains_closed();
 }
 END_TEST
 
@@ -442,16 +364,16 @@ START_TEST(test_waiting_client_reads_nothing)
 {
 	struct client *ca;
 	struct pending_request *first;
-	struct blocker b;
+	struct td_blocker b;
 	uint64_t big1, big2;
 	char buf[4096];
 	int a;
 
-	start_one_worker();
+	td_start_one_worker();
 	a = td_hello_client(1000, &ca);
 	big1 = td_alloc(a, 2, 4 * MiB);
 	big2 = td_alloc(a, 3, 4 * MiB);
-	block_worker(&b);
+	td_block_worker(&b);
 	/* Replies left unread until mrd queues some. */
 	for (uint64_t i = 0; i < 5000 && ca->n_out < 2; i++) {
 		Mrd__Request req = MRD__REQUEST__INIT;
@@ -479,12 +401,8 @@ START_TEST(test_waiting_client_reads_nothing)
 	ck_assert_ptr_eq(ca->pending, first);
 	ck_assert(!ca->reading);
 	close(a);
-	unblock_worker(&b);
-	for (int i = 0; i < 2000 && td_manager->n_domains; i++) {
-		td_pump();
-		usleep(1000);
-	}
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	td_unblock_worker(&b);
+	td_wait_domains_closed();
 }
 END_TEST
 
@@ -498,7 +416,7 @@ START_TEST(test_failed_shared_mr_not_shared)
 				   "cache.async_bytes=4K", NULL };
 	uint64_t mem, p, len = 4 * KiB, ys[2], yl[2] = { 4 * KiB, 4 * KiB };
 	struct client *cx;
-	struct blocker b1, b2;
+	struct td_blocker b1, b2;
 	Mrd__Response *resp;
 	int x, y, z;
 
@@ -510,21 +428,21 @@ START_TEST(test_failed_shared_mr_not_shared)
 	mem = td_alloc(x, 2, 64 * KiB);
 	p = mem;
 	domain_allocation_containing(cx->domain, p)->arena->hugetlb = true;
-	block_worker(&b1);
+	td_block_worker(&b1);
 	send_register(x, 3, "x", p, len); /* the page's MR, on the blocked worker */
 	td_pump();
-	block_worker(&b2);
+	td_block_worker(&b2);
 	ys[0] = p;
 	ys[1] = mem + 16 * KiB;
 	send_register_n(y, 3, "y", ys, yl, 2); /* shares it, and waits behind b2 */
 	td_pump();
 	ck_assert_int_eq(mprotect((void *)(uintptr_t)p, 4096, PROT_READ), 0);
-	unblock_worker(&b1);
+	td_unblock_worker(&b1);
 	td_expect_free(x, 3, EFAULT); /* X's registration failed */
 	ck_assert_int_eq(mprotect((void *)(uintptr_t)p, 4096, PROT_READ | PROT_WRITE), 0);
 	send_register(z, 3, "z", p, len); /* its own MR, queued behind b2 */
 	td_pump();
-	unblock_worker(&b2);
+	td_unblock_worker(&b2);
 	td_expect_free(y, 3, EFAULT); /* Y shared the failed one */
 	resp = td_expect(z, 3, 0);
 	ck_assert_uint_ne(resp->mempool_register->entries[0]->lkey, MRD_KEY_INVALID);

@@ -53,25 +53,6 @@ static int lookup(int fd, uint64_t id, const uint64_t *addrs, size_t n, int erro
 	return error;
 }
 
-static void dma(int fd, uint64_t id, unsigned op, const Mrd__MrEntry *l, uint64_t laddr,
-		const Mrd__MrEntry *rm, uint64_t raddr, uint64_t len, int error)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__DmaRequest q = MRD__DMA_REQUEST__INIT;
-
-	q.op = op;
-	q.lkey = l->lkey;
-	q.laddr = laddr;
-	q.rkey = rm->rkey;
-	q.raddr = raddr;
-	q.length = len;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_DMA;
-	req.dma = &q;
-	td_send_request(fd, &req, NULL, 0);
-	td_expect_free(fd, id, error);
-}
-
 START_TEST(test_contig_lookup_and_dma)
 {
 	struct client *c;
@@ -96,23 +77,13 @@ START_TEST(test_contig_lookup_and_dma)
 
 	/* The keys reach exactly the bytes they should. */
 	memcpy((void *)(uintptr_t)(a + 100), "through the keys", 17);
-	dma(fd, 5, PROVIDER_DMA_WRITE, &e[0], a + 100, &e[2], b + 4000, 17, 0);
+	td_dma(fd, 5, PROVIDER_DMA_WRITE, &e[0], a + 100, &e[2], b + 4000, 17, 0);
 	ck_assert_str_eq((char *)(uintptr_t)(b + 4000), "through the keys");
-	dma(fd, 6, PROVIDER_DMA_WRITE, &e[0], a + 100, &e[2], b + 1 * MiB - 8, 17, EFAULT);
-	dma(fd, 7, 9, &e[0], a, &e[2], b, 1, EINVAL);
+	td_dma(fd, 6, PROVIDER_DMA_WRITE, &e[0], a + 100, &e[2], b + 1 * MiB - 8, 17, EFAULT);
+	td_dma(fd, 7, 9, &e[0], a, &e[2], b, 1, EINVAL);
 	close(fd);
 }
 END_TEST
-
-/* Jobs hold their domain: it closes once the workers finished. */
-static void wait_domains_closed(void)
-{
-	for (int i = 0; i < 2000 && td_manager->n_domains; i++) {
-		td_pump();
-		usleep(1000);
-	}
-	ck_assert_uint_eq(td_manager->n_domains, 0);
-}
 
 START_TEST(test_free_retires_keys)
 {
@@ -136,14 +107,14 @@ START_TEST(test_free_retires_keys)
 	ck_assert_uint_gt(c->domain->status->generation, gen);
 	ck_assert_uint_eq(c->domain->cache.deregistrations, 1);
 	/* The old key is dead, and the address is nobody's now. */
-	dma(fd, 7, PROVIDER_DMA_WRITE, &ea, a, &eb, b, 8, ENOKEY);
+	td_dma(fd, 7, PROVIDER_DMA_WRITE, &ea, a, &eb, b, 8, ENOKEY);
 	lookup(fd, 8, &b, 1, ENOENT, NULL);
 	/* Memory handed out again at the same place gets a new registration. */
 	ck_assert_uint_eq(td_alloc(fd, 9, 1 * MiB), b);
 	lookup(fd, 10, &b, 1, 0, &again);
 	ck_assert_uint_ne(again.rkey, eb.rkey);
 	close(fd);
-	wait_domains_closed(); /* 1 MiB MRs: workers deregister them */
+	td_wait_domains_closed(); /* 1 MiB MRs: workers deregister them */
 }
 END_TEST
 
@@ -278,43 +249,6 @@ START_TEST(test_table_overflow)
 }
 END_TEST
 
-/* A job that keeps the only worker busy until the test lets go: what waits behind it waits
- * for as long as the test wants, deterministically. */
-struct blocker {
-	struct work work;
-	int fd[2];
-	bool done;
-};
-
-static void blocker_run(struct work *w)
-{
-	struct blocker *b = (struct blocker *)w;
-	char ch;
-
-	(void)!read(b->fd[0], &ch, 1);
-}
-
-static void blocker_done(struct work *w) { ((struct blocker *)w)->done = true; }
-
-static void block_worker(struct blocker *b)
-{
-	*b = (struct blocker){ .work = { .run = blocker_run, .done = blocker_done } };
-	ck_assert_int_eq(pipe(b->fd), 0);
-	worker_pool_submit(td_manager->workers, &b->work);
-}
-
-static void unblock_worker(struct blocker *b)
-{
-	ck_assert_int_eq(write(b->fd[1], "x", 1), 1);
-	for (int i = 0; i < 2000 && !b->done; i++) {
-		td_pump();
-		usleep(1000);
-	}
-	ck_assert(b->done);
-	close(b->fd[0]);
-	close(b->fd[1]);
-}
-
 static void send_lookup(int fd, uint64_t id, uint64_t addr)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
@@ -328,31 +262,21 @@ static void send_lookup(int fd, uint64_t id, uint64_t addr)
 	td_send_request(fd, &req, NULL, 0);
 }
 
-static void start_one_worker(void)
-{
-	const char *settings[] = { "memory.window_size=4G", "memory.arena_size=64M",
-				   "memory.hugepages=no", "cache.workers=1",
-				   "cache.async_bytes=1M", NULL };
-
-	td_stop();
-	td_start(settings);
-}
-
 START_TEST(test_big_registration_blocks_nobody)
 {
 	struct client *ca;
-	struct blocker b;
+	struct td_blocker b;
 	int a, other;
 	uint64_t big, small;
 	Mrd__Response *resp;
 
-	start_one_worker();
+	td_start_one_worker();
 	a = td_hello_client(1000, &ca);
 	other = td_hello_client(2000, NULL); /* another domain: another provider context */
 	big = td_alloc(a, 2, 8 * MiB);
 	small = td_alloc(other, 2, 4096);
 
-	block_worker(&b);
+	td_block_worker(&b);
 	send_lookup(a, 3, big + 100);   /* to a worker, which is busy */
 	send_lookup(other, 3, small);   /* small: answered on the loop, now */
 	resp = td_expect(other, 3, 0);
@@ -361,7 +285,7 @@ START_TEST(test_big_registration_blocks_nobody)
 	ck_assert_ptr_nonnull(ca->pending); /* A still waits, and only A */
 	ck_assert(!ca->reading);
 
-	unblock_worker(&b);
+	td_unblock_worker(&b);
 	resp = td_expect(a, 3, 0);
 	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, big);
 	ck_assert_uint_eq(resp->mr_lookup->entries[0]->end, big + 8 * MiB);
@@ -376,21 +300,21 @@ END_TEST
 START_TEST(test_racing_registrations)
 {
 	struct client *ca;
-	struct blocker b;
+	struct td_blocker b;
 	int a, other;
 	uint64_t big;
 	Mrd__Response *ra, *rb;
 	struct provider_stats ps;
 
-	start_one_worker();
+	td_start_one_worker();
 	a = td_hello_client(1000, &ca);
 	other = td_hello_client(1000, NULL);
 	big = td_alloc(a, 2, 4 * MiB);
-	block_worker(&b);
+	td_block_worker(&b);
 	send_lookup(a, 3, big);
 	send_lookup(other, 3, big + 4096); /* the same run: a second job races the first */
 	td_pump();
-	unblock_worker(&b);
+	td_unblock_worker(&b);
 	ra = td_expect(a, 3, 0);
 	rb = td_expect(other, 3, 0);
 	/* The first creator wins; the loser's registration went again. */
@@ -407,51 +331,36 @@ END_TEST
 
 START_TEST(test_death_while_registering)
 {
-	struct blocker b;
+	struct td_blocker b;
 	int a;
 	uint64_t big;
 
-	start_one_worker();
+	td_start_one_worker();
 	a = td_hello_client(1000, NULL);
 	big = td_alloc(a, 2, 4 * MiB);
-	block_worker(&b);
+	td_block_worker(&b);
 	send_lookup(a, 3, big);
 	td_pump();
 	close(a); /* gone, and its memory with it, while the worker has yet to pin it */
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 0);
 	ck_assert_uint_eq(td_manager->n_domains, 1); /* the job holds it */
-	unblock_worker(&b);
-	for (int i = 0; i < 2000 && td_manager->n_domains; i++) {
-		td_pump();
-		usleep(1000);
-	}
-
+	td_unblock_worker(&b);
+	/* The job found the memory gone, let go of its registration, and the domain closed. */
+	td_wait_domains_closed();
 }
 END_TEST
-
-static void send_free(int fd, uint64_t id, uint64_t addr)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__FreeRequest q = MRD__FREE_REQUEST__INIT;
-
-	q.address = addr;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_FREE;
-	req.free = &q;
-	td_send_request(fd, &req, NULL, 0);
-}
 
 START_TEST(test_big_free_on_worker)
 {
 	struct client *ca;
-	struct blocker b;
+	struct td_blocker b;
 	int a, peer, other;
 	uint64_t big, small;
 	Mrd__MrEntry e, es;
 	struct provider_stats ps;
 
-	start_one_worker();
+	td_start_one_worker();
 	a = td_hello_client(1000, &ca);
 	peer = td_hello_client(1000, NULL);  /* A's domain */
 	other = td_hello_client(2000, NULL); /* another domain */
@@ -460,8 +369,8 @@ START_TEST(test_big_free_on_worker)
 	lookup(a, 3, &big, 1, 0, &e);
 	lookup(peer, 3, &small, 1, 0, &es);
 
-	block_worker(&b);
-	send_free(a, 4, big); /* 8 MiB of MRs: a worker deregisters them, and it is busy */
+	td_block_worker(&b);
+	td_send_free(a, 4, big); /* 8 MiB of MRs: a worker deregisters them, and it is busy */
 	td_pump();
 	ck_assert_ptr_nonnull(ca->pending); /* A waits for its Free */
 	ck_assert(!ca->reading);
@@ -473,7 +382,7 @@ START_TEST(test_big_free_on_worker)
 	ck_assert_uint_eq(ps.mrs, 2); /* the device still holds it */
 	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 8 * MiB + 4096);
 
-	unblock_worker(&b);
+	td_unblock_worker(&b);
 	td_expect_free(a, 4, 0);
 	ck_assert_ptr_null(ca->pending);
 	ck_assert(ca->reading);
@@ -482,7 +391,7 @@ START_TEST(test_big_free_on_worker)
 	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 4096);
 	ck_assert_uint_eq(ca->domain->cache.deregistrations, 1);
 	/* Once Free answered, the old key is dead and the pages are free to hand out again. */
-	dma(peer, 6, PROVIDER_DMA_WRITE, &es, small, &e, big, 8, ENOKEY);
+	td_dma(peer, 6, PROVIDER_DMA_WRITE, &es, small, &e, big, 8, ENOKEY);
 	ck_assert_uint_eq(td_alloc(a, 5, 8 * MiB), big);
 	close(a);
 	close(peer);
@@ -492,21 +401,21 @@ END_TEST
 
 START_TEST(test_death_while_deregistering)
 {
-	struct blocker b;
+	struct td_blocker b;
 	int a;
 	uint64_t big;
 
-	start_one_worker();
+	td_start_one_worker();
 	a = td_hello_client(1000, NULL);
 	big = td_alloc(a, 2, 4 * MiB);
 	lookup(a, 3, &big, 1, 0, NULL);
-	block_worker(&b);
+	td_block_worker(&b);
 	close(a); /* its MRs go to the worker, behind the blocker */
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 0);
 	ck_assert_uint_eq(td_manager->n_domains, 1); /* the job holds it */
-	unblock_worker(&b);
-	wait_domains_closed();
+	td_unblock_worker(&b);
+	td_wait_domains_closed();
 }
 END_TEST
 

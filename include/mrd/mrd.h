@@ -60,8 +60,13 @@ uint64_t mrd_client_generation(const mrd_client *client);
 /* Memory. mrd allocates from its arenas (memfds mapped at the same address in mrd and in every
  * client of the domain); freed pages go back to the kernel. */
 
-/* mrd_mem_alloc flags: only 2 MiB huge pages (-ENOMEM when the host has none free). */
+/* mrd_mem_alloc flags. HUGEPAGE: only 2 MiB huge pages (-ENOMEM when the host has none free).
+ * ODP: registered lazily and on demand, in chunks, pinning nothing, whatever mrd's [cache]
+ * policy (where the device has no ODP, as any other memory). READ_ONLY: its registrations let
+ * the device read it only (no local or remote write, no atomics). */
 #define MRD_MEM_HUGEPAGE 0x1u
+#define MRD_MEM_ODP 0x2u
+#define MRD_MEM_READ_ONLY 0x4u
 
 /*
  * Allocates size bytes (rounded up to whole pages) aligned to align (a power of two; 0 for the
@@ -219,6 +224,21 @@ int mrd_mempool_populate(struct mrd_lookup *l, const mrd_mempool *pool);
  */
 int mrd_mempool_lookup(struct mrd_lookup *l, const mrd_mempool *pool, const void *addr,
 		       struct mrd_mr *ret);
+
+/*
+ * Advice for on-demand memory (MRD_MEM_ODP, or mrd's [cache] policy = odp), carried out on one
+ * of mrd's worker threads: the registrations of [addr, addr + length) are made, and with
+ * MRD_PREFETCH or MRD_PREFETCH_WRITE their pages are made present, so that the device's first
+ * access does not fault. With MRD_PREFETCH_FLUSH it returns once done, else once queued (at
+ * most 16 queued per handle: -EAGAIN past that). Errors: -EFAULT (not inside one allocation of
+ * the domain), -EINVAL (not on-demand memory; MRD_PREFETCH_WRITE on MRD_MEM_READ_ONLY memory).
+ */
+#define MRD_PREFETCH 0
+#define MRD_PREFETCH_WRITE 1
+#define MRD_PREFETCH_NO_FAULT 2
+#define MRD_PREFETCH_FLUSH 0x1u
+int mrd_prefetch(mrd_client *client, const void *addr, size_t length, int advice,
+		 unsigned flags);
 
 /* The negotiated protocol version (positive), or -EINVAL for a NULL handle. */
 int mrd_client_protocol_version(const mrd_client *client);

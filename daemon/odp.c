@@ -1,0 +1,452 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena.h"
+#include "client.h"
+#include "domain.h"
+#include "log.h"
+#include "manager.h"
+#include "odp.h"
+#include "provider.h"
+#include "worker-pool.h"
+
+#define ODP_LEAF 512 /* chunk slots per leaf of the index */
+
+static size_t chunk_of(const struct odp *o, uint64_t addr)
+{
+	return (size_t)((addr - o->base) >> o->chunk_shift);
+}
+
+/* Its chunk's slot; the leaf exists (ensure_leaf() ran on the loop first). */
+static struct odp_child **slot_of(const struct odp *o, uint64_t addr)
+{
+	size_t chunk = chunk_of(o, addr);
+
+	return &o->leaves[chunk / ODP_LEAF][chunk % ODP_LEAF];
+}
+
+/* On the loop, before any worker may look in the slot. */
+static int ensure_leaf(struct odp *o, uint64_t addr)
+{
+	size_t leaf = chunk_of(o, addr) / ODP_LEAF;
+
+	if (!o->leaves[leaf]) {
+		o->leaves[leaf] = calloc(ODP_LEAF, sizeof(*o->leaves[leaf]));
+		if (!o->leaves[leaf])
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* The piece of a in addr's chunk. */
+static void piece_of(const struct odp *o, const struct allocation *a, uint64_t addr,
+		     uint64_t *ret_start, uint64_t *ret_end)
+{
+	uint64_t chunk = o->base + ((uint64_t)chunk_of(o, addr) << o->chunk_shift);
+	uint64_t start = allocation_address(a), end = start + a->length;
+
+	*ret_start = chunk > start ? chunk : start;
+	*ret_end = chunk + ((uint64_t)1 << o->chunk_shift) < end ?
+			   chunk + ((uint64_t)1 << o->chunk_shift) :
+			   end;
+}
+
+static struct odp_child *find(struct odp_child *head, uint64_t start, uint64_t serial)
+{
+	for (struct odp_child *c = head; c; c = __atomic_load_n(&c->next, __ATOMIC_ACQUIRE))
+		if (c->start == start && c->allocation_serial == serial)
+			return c;
+	return NULL;
+}
+
+/* An on-demand MR over [start, end): on the loop or on a worker. */
+static struct odp_child *child_new(struct domain *d, uint64_t start, uint64_t end,
+				   uint64_t serial, unsigned access, int *ret_error)
+{
+	struct odp_child *c = calloc(1, sizeof(*c));
+	int r;
+
+	if (!c) {
+		*ret_error = -ENOMEM;
+		return NULL;
+	}
+	r = provider_reg(d->pd, (void *)(uintptr_t)start, end - start, start,
+			 access | MRD_ACCESS_ON_DEMAND, &c->pmr);
+	if (r < 0) {
+		free(c);
+		*ret_error = r;
+		return NULL;
+	}
+	c->start = start;
+	c->end = end;
+	c->allocation_serial = serial;
+	c->access = access;
+	return c;
+}
+
+static void child_free(struct odp_child *c)
+{
+	(void)provider_dereg(c->pmr);
+	free(c);
+}
+
+/* Installs c in its slot with a compare-and-exchange, unless a child of the same piece is
+ * there already: returns the one that stays (the caller frees c when it is not c). */
+static struct odp_child *install(struct odp_child **slot, struct odp_child *c)
+{
+	struct odp_child *head = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+
+	for (;;) {
+		struct odp_child *have = find(head, c->start, c->allocation_serial);
+
+		if (have)
+			return have;
+		__atomic_store_n(&c->next, head, __ATOMIC_RELAXED);
+		if (__atomic_compare_exchange_n(slot, &head, c, false, __ATOMIC_RELEASE,
+						__ATOMIC_ACQUIRE))
+			return c;
+	}
+}
+
+/* Out of its slot. Only the loop unlinks; workers only push at the head, so c is either the
+ * head or behind a node whose next only the loop writes. */
+static void unlink_child(struct odp_child **slot, struct odp_child *c)
+{
+	struct odp_child *head = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+	struct odp_child *next = __atomic_load_n(&c->next, __ATOMIC_ACQUIRE);
+
+	if (head == c &&
+	    __atomic_compare_exchange_n(slot, &head, next, false, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE))
+		return;
+	for (struct odp_child *p = head; p; p = __atomic_load_n(&p->next, __ATOMIC_ACQUIRE))
+		if (__atomic_load_n(&p->next, __ATOMIC_ACQUIRE) == c) {
+			__atomic_store_n(&p->next, next, __ATOMIC_RELEASE);
+			return;
+		}
+}
+
+static struct mr_entry entry_of(const struct odp_child *c)
+{
+	return (struct mr_entry){ c->start, c->end, c->pmr->lkey, c->pmr->rkey };
+}
+
+/* Into its allocation's list, and (with entries) queued for the table. */
+static void link_child(struct domain *d, struct allocation *a, struct odp_child *c)
+{
+	c->allocation = a;
+	c->linked = true;
+	LIST_INSERT_HEAD(&a->odp_children, c, link);
+	d->odp.children++;
+}
+
+static void destroy(struct domain *d, struct odp_child *c)
+{
+	child_free(c);
+	d->odp.stats.children_destroyed++;
+}
+
+/* Zombies go once no work is queued or running: a worker may hold a child it found in the
+ * index without a reference of its own, but only while its job runs. */
+static void reap(struct domain *d)
+{
+	struct odp_child *c;
+
+	if (d->odp.jobs > 0)
+		return;
+	while ((c = LIST_FIRST(&d->odp.zombies))) {
+		struct allocation *a = c->allocation;
+
+		LIST_REMOVE(c, link);
+		destroy(d, c);
+		if (a && --a->odp_zombies == 0)
+			domain_finish_free(d, a);
+	}
+}
+
+int odp_init(struct domain *d)
+{
+	const struct manager *m = d->manager;
+	struct odp *o = &d->odp;
+	uint64_t chunks;
+
+	*o = (struct odp){ .base = (uintptr_t)m->window.base };
+	while (((uint64_t)1 << o->chunk_shift) < m->config.odp_chunk)
+		o->chunk_shift++;
+	chunks = (m->window.size + m->config.odp_chunk - 1) >> o->chunk_shift;
+	o->n_leaves = (size_t)((chunks + ODP_LEAF - 1) / ODP_LEAF);
+	LIST_INIT(&o->zombies);
+	o->leaves = calloc(o->n_leaves ? o->n_leaves : 1, sizeof(*o->leaves));
+	return o->leaves ? 0 : -ENOMEM;
+}
+
+void odp_done(struct domain *d)
+{
+	struct odp *o = &d->odp;
+	struct odp_child *c;
+
+	reap(d); /* jobs hold the domain: none is left */
+	for (size_t i = 0; o->leaves && i < o->n_leaves; i++) {
+		if (!o->leaves[i])
+			continue;
+		for (size_t j = 0; j < ODP_LEAF; j++)
+			while ((c = o->leaves[i][j])) { /* none should be left: allocations went */
+				o->leaves[i][j] = c->next;
+				child_free(c);
+			}
+		free(o->leaves[i]);
+	}
+	free(o->leaves);
+	o->leaves = NULL;
+}
+
+int odp_fault(struct domain *d, struct allocation *a, uint64_t addr, struct mr_entry *ret,
+	      char *why, size_t why_size)
+{
+	struct odp *o = &d->odp;
+	struct odp_child **slot, *c, *got;
+	uint64_t start, end;
+	int r;
+
+	o->stats.faults++;
+	piece_of(o, a, addr, &start, &end);
+	r = ensure_leaf(o, addr);
+	if (r < 0)
+		return r;
+	slot = slot_of(o, addr);
+	c = find(__atomic_load_n(slot, __ATOMIC_ACQUIRE), start, a->serial);
+	if (!c) {
+		c = child_new(d, start, end, a->serial, allocation_access(a), &r);
+		if (!c) {
+			snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") on demand "
+				 "failed: %s", start, end, strerror(-r));
+			return r;
+		}
+		got = install(slot, c);
+		if (got != c)
+			child_free(c); /* a worker's prefetch made it first */
+		else
+			o->stats.children_created++;
+		c = got;
+	}
+	*ret = entry_of(c);
+	if (!c->linked) {
+		link_child(d, a, c);
+		if (!d->cache.table.overflow)
+			(void)mr_table_insert(&d->cache.table, ret);
+	}
+	return 0;
+}
+
+/* One chunk's part of a prefetch. */
+struct odp_piece {
+	uint64_t start, end;     /* the child's range */
+	uint64_t addr, length;   /* the advice's */
+	struct odp_child *child; /* held (pending) */
+	bool created;            /* this job installed it */
+};
+
+struct prefetch_job {
+	struct work work;
+	struct domain *domain; /* held while the job lives */
+	struct client *owner;  /* NULL once it left */
+	LIST_ENTRY(prefetch_job) owner_link;
+	struct mr_waiter *waiter;
+	enum odp_advice advice;
+	uint64_t serial;
+	unsigned access;
+	int result;
+	uint64_t pages, created;
+	size_t n;
+	struct odp_piece pieces[];
+};
+
+static void prefetch_run(struct work *w)
+{
+	struct prefetch_job *j = (struct prefetch_job *)w;
+	struct domain *d = j->domain;
+	long page = d->provider->caps.page_size ? d->provider->caps.page_size : 4096;
+
+	for (size_t i = 0; i < j->n; i++) {
+		struct odp_piece *p = &j->pieces[i];
+		struct odp_child *c = p->child, *got;
+		int r = 0;
+
+		if (!c) {
+			c = child_new(d, p->start, p->end, j->serial, j->access, &r);
+			if (!c) {
+				j->result = r;
+				continue;
+			}
+			c->pending = 1;
+			got = install(slot_of(&d->odp, p->start), c);
+			if (got != c) {
+				child_free(c); /* the loop or another job made it first */
+				__atomic_add_fetch(&got->pending, 1, __ATOMIC_ACQ_REL);
+			} else {
+				p->created = true;
+				j->created++;
+			}
+			p->child = c = got;
+		}
+		if (j->advice == ODP_PREFETCH_NO_FAULT)
+			continue;
+		r = provider_advise(c->pmr,
+				    j->advice == ODP_PREFETCH_WRITE ? PROVIDER_ADVISE_PREFETCH_WRITE :
+								      PROVIDER_ADVISE_PREFETCH,
+				    p->addr, p->length);
+		if (r < 0)
+			j->result = r;
+		else
+			j->pages += (p->addr + p->length + page - 1) / page - p->addr / page;
+	}
+}
+
+static void prefetch_done(struct work *w)
+{
+	struct prefetch_job *j = (struct prefetch_job *)w;
+	struct domain *d = j->domain;
+	struct odp *o = &d->odp;
+	struct mr_entry *fresh = calloc(j->n, sizeof(*fresh));
+	size_t n_fresh = 0;
+	char why[128] = "";
+
+	o->jobs--;
+	if (j->owner) {
+		j->owner->n_prefetches--;
+		LIST_REMOVE(j, owner_link);
+	}
+	o->stats.children_created += j->created;
+	o->stats.prefetch_pages += j->pages;
+	for (size_t i = 0; i < j->n; i++) {
+		struct odp_child *c = j->pieces[i].child;
+		struct allocation *a;
+
+		if (!c)
+			continue;
+		if (!c->linked) {
+			a = domain_allocation_containing(d, c->start);
+			if (a && a->serial == c->allocation_serial) {
+				/* All new children enter the table at once, below. */
+				link_child(d, a, c);
+				if (fresh)
+					fresh[n_fresh++] = entry_of(c);
+			} else if (j->pieces[i].created) {
+				/* Its memory was freed while the worker made it: nobody gets a key. */
+				unlink_child(slot_of(o, c->start), c);
+				LIST_INSERT_HEAD(&o->zombies, c, link);
+			}
+		}
+		__atomic_sub_fetch(&c->pending, 1, __ATOMIC_ACQ_REL);
+	}
+	if (n_fresh && !d->cache.table.overflow)
+		(void)mr_table_insert_many(&d->cache.table, fresh, n_fresh);
+	free(fresh);
+	reap(d);
+	if (j->waiter) {
+		if (j->result < 0)
+			snprintf(why, sizeof(why), "prefetch failed: %s", strerror(-j->result));
+		j->waiter->resume(j->waiter, j->result, NULL, why);
+	}
+	free(j);
+	domain_release(d);
+}
+
+int odp_prefetch(struct domain *d, struct client *owner, struct allocation *a, uint64_t addr,
+		 uint64_t length, enum odp_advice advice, struct mr_waiter *waiter, char *why,
+		 size_t why_size)
+{
+	struct odp *o = &d->odp;
+	struct prefetch_job *j;
+	size_t n;
+
+	if (!d->manager->workers)
+		return -ESHUTDOWN;
+	if (owner->n_prefetches >= ODP_PREFETCH_IN_FLIGHT) {
+		snprintf(why, why_size, "%u prefetches are queued already: wait for one (flush)",
+			 ODP_PREFETCH_IN_FLIGHT);
+		return -EAGAIN;
+	}
+	n = chunk_of(o, addr + length - 1) - chunk_of(o, addr) + 1;
+	j = calloc(1, sizeof(*j) + n * sizeof(j->pieces[0]));
+	if (!j)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		struct odp_piece *p = &j->pieces[i];
+		uint64_t at = i == 0 ? addr : o->base + ((uint64_t)(chunk_of(o, addr) + i)
+							 << o->chunk_shift);
+		int r = ensure_leaf(o, at);
+
+		if (r < 0) {
+			for (size_t k = 0; k < i; k++)
+				if (j->pieces[k].child)
+					__atomic_sub_fetch(&j->pieces[k].child->pending, 1,
+							   __ATOMIC_ACQ_REL);
+			free(j);
+			return r;
+		}
+		piece_of(o, a, at, &p->start, &p->end);
+		p->addr = at;
+		p->length = (addr + length < p->end ? addr + length : p->end) - at;
+		/* A child there already is held from now on: it cannot go while the work waits. */
+		p->child = find(__atomic_load_n(slot_of(o, at), __ATOMIC_ACQUIRE), p->start,
+				a->serial);
+		if (p->child)
+			__atomic_add_fetch(&p->child->pending, 1, __ATOMIC_ACQ_REL);
+	}
+	j->work.run = prefetch_run;
+	j->work.done = prefetch_done;
+	j->domain = domain_ref(d);
+	j->owner = owner;
+	j->waiter = waiter;
+	j->advice = advice;
+	j->serial = a->serial;
+	j->access = allocation_access(a);
+	j->n = n;
+	LIST_INSERT_HEAD(&owner->prefetches, j, owner_link);
+	owner->n_prefetches++;
+	o->jobs++;
+	o->stats.prefetch_requests++;
+	worker_pool_submit(d->manager->workers, &j->work);
+	return waiter ? -EINPROGRESS : 0;
+}
+
+unsigned odp_retire(struct domain *d, struct allocation *a)
+{
+	struct odp *o = &d->odp;
+	struct odp_child *c;
+
+	while ((c = LIST_FIRST(&a->odp_children))) {
+		LIST_REMOVE(c, link);
+		if (!d->cache.table.overflow)
+			(void)mr_table_remove(&d->cache.table, c->start);
+		/* Zapped first, as an MMU notifier would: the device faults no page of it in. */
+		(void)provider_invalidate(c->pmr, c->start, c->end - c->start);
+		o->stats.invalidations++;
+		unlink_child(slot_of(o, c->start), c);
+		c->linked = false;
+		o->children--;
+		if (o->jobs == 0 && __atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) == 0) {
+			destroy(d, c);
+			continue;
+		}
+		LIST_INSERT_HEAD(&o->zombies, c, link); /* c->allocation stays: it waits for c */
+		a->odp_zombies++;
+	}
+	return a->odp_zombies;
+}
+
+void odp_forget_client(struct domain *d, struct client *c)
+{
+	struct prefetch_job *j;
+
+	(void)d;
+	while ((j = LIST_FIRST(&c->prefetches))) {
+		LIST_REMOVE(j, owner_link);
+		j->owner = NULL;
+	}
+	c->n_prefetches = 0;
+}

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/* ODP-style lazy registration: the kernel's implicit-ODP design (seed 002), in the daemon. A
+ * domain's on-demand memory is registered in children: on-demand MRs over fixed chunks of the
+ * window (cache.odp_chunk, 2 MiB .. 1 GiB), each cut to one allocation — mrd's address space
+ * holds every domain's memory, so a child must never reach past its own. Children live in a
+ * radix index keyed by chunk number, one list per chunk; a fault (a lookup miss, or a prefetch
+ * on a worker) makes the missing ones and installs each with a compare-and-exchange (the loser
+ * frees its own), then enters all of them in the domain's table at once. Prefetch work holds a
+ * pending reference on every child it touches. Freeing memory zaps its children, takes them
+ * out of the table and the index, and destroys them once nothing is pending on them and no
+ * prefetch of the domain runs (a worker may hold a child it found in the index: that is its
+ * grace period); the Free answers only then. Only the loop removes or destroys children. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+struct allocation;
+struct client;
+struct domain;
+struct mr_entry;
+struct mr_waiter;
+struct provider_mr;
+
+struct odp_child {
+	uint64_t start, end;        /* its chunk cut to its allocation */
+	uint64_t allocation_serial; /* which allocation: immutable, read by workers */
+	struct allocation *allocation; /* loop only: set once linked */
+	struct provider_mr *pmr;
+	unsigned access;
+	int pending;                /* work items holding it (atomic) */
+	struct odp_child *next;     /* in its index slot (atomic) */
+	LIST_ENTRY(odp_child) link; /* loop: its allocation's children, or the zombies */
+	bool linked;                /* loop: in the table and its allocation's list */
+};
+
+struct odp_stats {
+	uint64_t faults, children_created, children_destroyed, prefetch_requests, prefetch_pages,
+		invalidations;
+};
+
+struct odp {
+	uint64_t base;          /* the window's */
+	unsigned chunk_shift;
+	size_t n_leaves;        /* top-level slots: chunks / ODP_LEAF */
+	struct odp_child ***leaves; /* leaves[i][j]: chunk i * ODP_LEAF + j's list */
+	LIST_HEAD(, odp_child) zombies;
+	unsigned jobs;          /* prefetch work queued or running */
+	unsigned children;      /* live */
+	struct odp_stats stats;
+};
+
+/* Prefetch work a client may have queued at once. */
+#define ODP_PREFETCH_IN_FLIGHT 16
+
+enum odp_advice { ODP_PREFETCH, ODP_PREFETCH_WRITE, ODP_PREFETCH_NO_FAULT };
+
+int odp_init(struct domain *d);
+/* At domain teardown: no work is left (jobs hold the domain); destroys what remains. */
+void odp_done(struct domain *d);
+
+/* A lookup miss at addr in on-demand allocation a: its child, made when missing. */
+int odp_fault(struct domain *d, struct allocation *a, uint64_t addr, struct mr_entry *ret,
+	      char *why, size_t why_size);
+
+/* Queues prefetch advice over [addr, addr + length), which lies in a. With a waiter it answers
+ * through it once done (-EINPROGRESS); without, 0 once queued. owner's count of queued work is
+ * bounded by ODP_PREFETCH_IN_FLIGHT (-EAGAIN). */
+int odp_prefetch(struct domain *d, struct client *owner, struct allocation *a, uint64_t addr,
+		 uint64_t length, enum odp_advice advice, struct mr_waiter *waiter, char *why,
+		 size_t why_size);
+
+/* a is being freed: its children are zapped and leave the table and the index. Returns how
+ * many cannot be destroyed yet (a->odp_zombies): domain_finish_free() runs when the last goes. */
+unsigned odp_retire(struct domain *d, struct allocation *a);
+
+/* The client is going: its queued work answers nobody and counts for nobody. */
+void odp_forget_client(struct domain *d, struct client *c);
