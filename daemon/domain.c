@@ -561,6 +561,7 @@ int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_wai
 	struct free_job *j;
 
 	/* Retired first: from here on no lookup finds it and no key for it is handed out. */
+	a->retired = true;
 	pinned = mr_cache_retire(&d->cache, a);
 	zombies = odp_retire(d, a);
 	u64_map_remove(&d->allocations, allocation_address(a));
@@ -574,8 +575,9 @@ int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_wai
 	bump_generation(d);
 
 	if (zombies > 0) {
-		/* On-demand children that prefetch work still holds: the pages go back, and the
-		 * Free answers, once the last of them is destroyed (domain_finish_free). */
+		/* Prefetch work on it is queued or running, or holds its children: the pages go
+		 * back, and the Free answers, once that is done (domain_finish_free). */
+		a->free_waits = true;
 		a->free_waiter = waiter;
 		return waiter ? -EINPROGRESS : 0;
 	}

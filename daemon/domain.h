@@ -32,7 +32,10 @@ struct allocation {
 	bool odp;                   /* registered on demand, by ODP children (daemon/odp.h) */
 	bool read_only;             /* its registrations grant reads only */
 	LIST_HEAD(, odp_child) odp_children; /* live ones, in the domain's table */
-	unsigned odp_zombies;       /* its children still waiting to go: the free waits */
+	unsigned odp_jobs;          /* prefetch work queued or running on it */
+	unsigned odp_zombies;       /* its children retired but not yet destroyed */
+	bool retired;               /* being freed: nobody finds it any more */
+	bool free_waits;            /* its free waits for odp_jobs and odp_zombies to reach 0 */
 	struct mr_waiter *free_waiter;
 	LIST_HEAD(, cached_mr) mrs; /* registrations inside it */
 	uint64_t serial;            /* tells it from a later allocation at the same address */

@@ -64,8 +64,8 @@ static struct odp_child *find(struct odp_child *head, uint64_t start, uint64_t s
 }
 
 /* An on-demand MR over [start, end): on the loop or on a worker. */
-static struct odp_child *child_new(struct domain *d, uint64_t start, uint64_t end,
-				   uint64_t serial, unsigned access, int *ret_error)
+static struct odp_child *child_new(struct domain *d, struct allocation *a, uint64_t start,
+				   uint64_t end, uint64_t serial, unsigned access, int *ret_error)
 {
 	struct odp_child *c = calloc(1, sizeof(*c));
 	int r;
@@ -83,6 +83,7 @@ static struct odp_child *child_new(struct domain *d, uint64_t start, uint64_t en
 	}
 	c->start = start;
 	c->end = end;
+	c->allocation = a; /* only stored here: a worker never reads the allocation */
 	c->allocation_serial = serial;
 	c->access = access;
 	return c;
@@ -134,13 +135,28 @@ static struct mr_entry entry_of(const struct odp_child *c)
 	return (struct mr_entry){ c->start, c->end, c->pmr->lkey, c->pmr->rkey };
 }
 
-/* Into its allocation's list, and (with entries) queued for the table. */
-static void link_child(struct domain *d, struct allocation *a, struct odp_child *c)
+/* Into its allocation's list (the caller enters it in the table). */
+static void link_child(struct domain *d, struct odp_child *c)
 {
-	c->allocation = a;
 	c->linked = true;
-	LIST_INSERT_HEAD(&a->odp_children, c, link);
+	LIST_INSERT_HEAD(&c->allocation->odp_children, c, link);
 	d->odp.children++;
+}
+
+/* Out of the index, into the zombies: destroyed by reap() once nothing can touch it. */
+static void make_zombie(struct domain *d, struct odp_child *c)
+{
+	unlink_child(slot_of(&d->odp, c->start), c);
+	c->zombie = true;
+	c->allocation->odp_zombies++;
+	LIST_INSERT_HEAD(&d->odp.zombies, c, link);
+}
+
+/* A freed allocation whose Free waited: done once no work and no child of it remains. */
+static void maybe_finish(struct domain *d, struct allocation *a)
+{
+	if (a->free_waits && a->odp_jobs == 0 && a->odp_zombies == 0)
+		domain_finish_free(d, a);
 }
 
 static void destroy(struct domain *d, struct odp_child *c)
@@ -149,21 +165,22 @@ static void destroy(struct domain *d, struct odp_child *c)
 	d->odp.stats.children_destroyed++;
 }
 
-/* Zombies go once no work is queued or running: a worker may hold a child it found in the
- * index without a reference of its own, but only while its job runs. */
+/* Zombies go once nothing is pending on them and no work on their allocation remains: a
+ * worker that lost a race to install a child uses the winner before its reference counts. */
 static void reap(struct domain *d)
 {
-	struct odp_child *c;
+	struct odp_child *c, *next;
 
-	if (d->odp.jobs > 0)
-		return;
-	while ((c = LIST_FIRST(&d->odp.zombies))) {
+	for (c = LIST_FIRST(&d->odp.zombies); c; c = next) {
 		struct allocation *a = c->allocation;
 
+		next = LIST_NEXT(c, link);
+		if (a->odp_jobs > 0 || __atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) > 0)
+			continue;
 		LIST_REMOVE(c, link);
 		destroy(d, c);
-		if (a && --a->odp_zombies == 0)
-			domain_finish_free(d, a);
+		a->odp_zombies--;
+		maybe_finish(d, a); /* frees a once its last zombie went: no other one is next */
 	}
 }
 
@@ -174,9 +191,11 @@ int odp_init(struct domain *d)
 	uint64_t chunks;
 
 	*o = (struct odp){ .base = (uintptr_t)m->window.base };
-	while (((uint64_t)1 << o->chunk_shift) < m->config.odp_chunk)
+	/* A child must fit the device: chunks no larger than its largest MR. */
+	while (((uint64_t)1 << o->chunk_shift) < m->config.odp_chunk &&
+	       ((uint64_t)2 << o->chunk_shift) <= d->provider->caps.max_mr_size)
 		o->chunk_shift++;
-	chunks = (m->window.size + m->config.odp_chunk - 1) >> o->chunk_shift;
+	chunks = (m->window.size + ((uint64_t)1 << o->chunk_shift) - 1) >> o->chunk_shift;
 	o->n_leaves = (size_t)((chunks + ODP_LEAF - 1) / ODP_LEAF);
 	LIST_INIT(&o->zombies);
 	o->leaves = calloc(o->n_leaves ? o->n_leaves : 1, sizeof(*o->leaves));
@@ -219,7 +238,7 @@ int odp_fault(struct domain *d, struct allocation *a, uint64_t addr, struct mr_e
 	slot = slot_of(o, addr);
 	c = find(__atomic_load_n(slot, __ATOMIC_ACQUIRE), start, a->serial);
 	if (!c) {
-		c = child_new(d, start, end, a->serial, allocation_access(a), &r);
+		c = child_new(d, a, start, end, a->serial, allocation_access(a), &r);
 		if (!c) {
 			snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") on demand "
 				 "failed: %s", start, end, strerror(-r));
@@ -233,11 +252,11 @@ int odp_fault(struct domain *d, struct allocation *a, uint64_t addr, struct mr_e
 		c = got;
 	}
 	*ret = entry_of(c);
-	if (!c->linked) {
-		link_child(d, a, c);
-		if (!d->cache.table.overflow)
-			(void)mr_table_insert(&d->cache.table, ret);
-	}
+	if (!c->linked)
+		link_child(d, c);
+	/* A miss led here, so it is not in the table (again, after an overflow's rebuild). */
+	if (!d->cache.table.overflow)
+		(void)mr_table_insert(&d->cache.table, ret);
 	return 0;
 }
 
@@ -255,6 +274,7 @@ struct prefetch_job {
 	struct client *owner;  /* NULL once it left */
 	LIST_ENTRY(prefetch_job) owner_link;
 	struct mr_waiter *waiter;
+	struct allocation *allocation; /* counts the job: it stays until the job is done */
 	enum odp_advice advice;
 	uint64_t serial;
 	unsigned access;
@@ -276,7 +296,7 @@ static void prefetch_run(struct work *w)
 		int r = 0;
 
 		if (!c) {
-			c = child_new(d, p->start, p->end, j->serial, j->access, &r);
+			c = child_new(d, j->allocation, p->start, p->end, j->serial, j->access, &r);
 			if (!c) {
 				j->result = r;
 				continue;
@@ -309,12 +329,14 @@ static void prefetch_done(struct work *w)
 {
 	struct prefetch_job *j = (struct prefetch_job *)w;
 	struct domain *d = j->domain;
+	struct allocation *a = j->allocation;
 	struct odp *o = &d->odp;
 	struct mr_entry *fresh = calloc(j->n, sizeof(*fresh));
 	size_t n_fresh = 0;
 	char why[128] = "";
 
 	o->jobs--;
+	a->odp_jobs--;
 	if (j->owner) {
 		j->owner->n_prefetches--;
 		LIST_REMOVE(j, owner_link);
@@ -323,35 +345,31 @@ static void prefetch_done(struct work *w)
 	o->stats.prefetch_pages += j->pages;
 	for (size_t i = 0; i < j->n; i++) {
 		struct odp_child *c = j->pieces[i].child;
-		struct allocation *a;
 
 		if (!c)
 			continue;
-		if (!c->linked) {
-			a = domain_allocation_containing(d, c->start);
-			if (a && a->serial == c->allocation_serial) {
-				/* All new children enter the table at once, below. */
-				link_child(d, a, c);
+		/* Workers only make children; the loop links them (or a lookup did already). */
+		if (j->pieces[i].created && !c->linked && !c->zombie) {
+			if (!a->retired) {
+				link_child(d, c);
 				if (fresh)
-					fresh[n_fresh++] = entry_of(c);
-			} else if (j->pieces[i].created) {
-				/* Its memory was freed while the worker made it: nobody gets a key. */
-				unlink_child(slot_of(o, c->start), c);
-				LIST_INSERT_HEAD(&o->zombies, c, link);
-			}
+					fresh[n_fresh++] = entry_of(c); /* into the table together */
+			} else
+				make_zombie(d, c); /* freed while it was made: nobody gets its key */
 		}
 		__atomic_sub_fetch(&c->pending, 1, __ATOMIC_ACQ_REL);
 	}
 	if (n_fresh && !d->cache.table.overflow)
 		(void)mr_table_insert_many(&d->cache.table, fresh, n_fresh);
 	free(fresh);
-	reap(d);
 	if (j->waiter) {
 		if (j->result < 0)
 			snprintf(why, sizeof(why), "prefetch failed: %s", strerror(-j->result));
 		j->waiter->resume(j->waiter, j->result, NULL, why);
 	}
 	free(j);
+	maybe_finish(d, a); /* before reap(), which may finish a itself */
+	reap(d);
 	domain_release(d);
 }
 
@@ -365,12 +383,17 @@ int odp_prefetch(struct domain *d, struct client *owner, struct allocation *a, u
 
 	if (!d->manager->workers)
 		return -ESHUTDOWN;
-	if (owner->n_prefetches >= ODP_PREFETCH_IN_FLIGHT) {
+	if (owner->n_prefetches >= ODP_PREFETCH_IN_FLIGHT || o->jobs >= ODP_DOMAIN_JOBS_MAX) {
 		snprintf(why, why_size, "%u prefetches are queued already: wait for one (flush)",
-			 ODP_PREFETCH_IN_FLIGHT);
+			 o->jobs >= ODP_DOMAIN_JOBS_MAX ? o->jobs : owner->n_prefetches);
 		return -EAGAIN;
 	}
 	n = chunk_of(o, addr + length - 1) - chunk_of(o, addr) + 1;
+	if (n > ODP_PREFETCH_CHUNKS_MAX) {
+		snprintf(why, why_size, "a prefetch spans at most %u chunks of %" PRIu64 " bytes",
+			 ODP_PREFETCH_CHUNKS_MAX, (uint64_t)1 << o->chunk_shift);
+		return -EINVAL;
+	}
 	j = calloc(1, sizeof(*j) + n * sizeof(j->pieces[0]));
 	if (!j)
 		return -ENOMEM;
@@ -402,6 +425,8 @@ int odp_prefetch(struct domain *d, struct client *owner, struct allocation *a, u
 	j->domain = domain_ref(d);
 	j->owner = owner;
 	j->waiter = waiter;
+	j->allocation = a;
+	a->odp_jobs++;
 	j->advice = advice;
 	j->serial = a->serial;
 	j->access = allocation_access(a);
@@ -421,22 +446,22 @@ unsigned odp_retire(struct domain *d, struct allocation *a)
 
 	while ((c = LIST_FIRST(&a->odp_children))) {
 		LIST_REMOVE(c, link);
+		c->linked = false;
+		o->children--;
 		if (!d->cache.table.overflow)
 			(void)mr_table_remove(&d->cache.table, c->start);
 		/* Zapped first, as an MMU notifier would: the device faults no page of it in. */
 		(void)provider_invalidate(c->pmr, c->start, c->end - c->start);
 		o->stats.invalidations++;
-		unlink_child(slot_of(o, c->start), c);
-		c->linked = false;
-		o->children--;
-		if (o->jobs == 0 && __atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) == 0) {
+		if (a->odp_jobs == 0 && __atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) == 0) {
+			unlink_child(slot_of(o, c->start), c);
 			destroy(d, c);
-			continue;
-		}
-		LIST_INSERT_HEAD(&o->zombies, c, link); /* c->allocation stays: it waits for c */
-		a->odp_zombies++;
+		} else
+			make_zombie(d, c);
 	}
-	return a->odp_zombies;
+	/* Work on a not yet done may still make children of it and fault its pages in: the
+	 * pages wait for it (prefetch_done() finishes the free). */
+	return a->odp_zombies + a->odp_jobs;
 }
 
 void odp_forget_client(struct domain *d, struct client *c)

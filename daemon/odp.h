@@ -1,15 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* ODP-style lazy registration: the kernel's implicit-ODP design (seed 002), in the daemon. A
  * domain's on-demand memory is registered in children: on-demand MRs over fixed chunks of the
- * window (cache.odp_chunk, 2 MiB .. 1 GiB), each cut to one allocation — mrd's address space
+ * window (cache.odp_chunk, at most the device's largest MR), each cut to one allocation — mrd's address space
  * holds every domain's memory, so a child must never reach past its own. Children live in a
  * radix index keyed by chunk number, one list per chunk; a fault (a lookup miss, or a prefetch
  * on a worker) makes the missing ones and installs each with a compare-and-exchange (the loser
  * frees its own), then enters all of them in the domain's table at once. Prefetch work holds a
- * pending reference on every child it touches. Freeing memory zaps its children, takes them
- * out of the table and the index, and destroys them once nothing is pending on them and no
- * prefetch of the domain runs (a worker may hold a child it found in the index: that is its
- * grace period); the Free answers only then. Only the loop removes or destroys children. */
+ * pending reference on every child it touches, and counts on its allocation. Freeing memory
+ * zaps its children and takes them out of the table and the index; they are destroyed once
+ * nothing is pending on them and no prefetch work on their allocation remains (a worker that
+ * lost a race uses the winner before it could take a reference: the allocation's work is its
+ * grace period). The Free answers only then: no work may touch the pages after they went
+ * back. Only the loop removes or destroys children. */
 #pragma once
 
 #include <stdbool.h>
@@ -27,13 +29,14 @@ struct provider_mr;
 struct odp_child {
 	uint64_t start, end;        /* its chunk cut to its allocation */
 	uint64_t allocation_serial; /* which allocation: immutable, read by workers */
-	struct allocation *allocation; /* loop only: set once linked */
+	struct allocation *allocation; /* its allocation: set at birth, never changed */
 	struct provider_mr *pmr;
 	unsigned access;
 	int pending;                /* work items holding it (atomic) */
 	struct odp_child *next;     /* in its index slot (atomic) */
 	LIST_ENTRY(odp_child) link; /* loop: its allocation's children, or the zombies */
 	bool linked;                /* loop: in the table and its allocation's list */
+	bool zombie;                /* loop: retired, in the zombie list */
 };
 
 struct odp_stats {
@@ -52,8 +55,11 @@ struct odp {
 	struct odp_stats stats;
 };
 
-/* Prefetch work a client may have queued at once. */
+/* Prefetch work a client may have queued at once, and a domain (its clients' that left
+ * included); chunks one prefetch may span. */
 #define ODP_PREFETCH_IN_FLIGHT 16
+#define ODP_DOMAIN_JOBS_MAX 256
+#define ODP_PREFETCH_CHUNKS_MAX 4096
 
 enum odp_advice { ODP_PREFETCH, ODP_PREFETCH_WRITE, ODP_PREFETCH_NO_FAULT };
 
@@ -72,8 +78,9 @@ int odp_prefetch(struct domain *d, struct client *owner, struct allocation *a, u
 		 uint64_t length, enum odp_advice advice, struct mr_waiter *waiter, char *why,
 		 size_t why_size);
 
-/* a is being freed: its children are zapped and leave the table and the index. Returns how
- * many cannot be destroyed yet (a->odp_zombies): domain_finish_free() runs when the last goes. */
+/* a is being freed: its children are zapped and leave the table and the index. Returns
+ * nonzero when prefetch work on a remains or holds its children: then domain_finish_free()
+ * runs once that is over. */
 unsigned odp_retire(struct domain *d, struct allocation *a);
 
 /* The client is going: its queued work answers nobody and counts for nobody. */

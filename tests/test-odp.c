@@ -322,6 +322,107 @@ START_TEST(test_teardown_with_work_pending)
 }
 END_TEST
 
+/* A child a worker made is linked by a lookup before the work's completion ran, then its memory
+ * is freed: it becomes a zombie once, and goes once. (The loop is driven by hand here, so the
+ * order is the test's.) */
+START_TEST(test_child_linked_then_freed_before_completion)
+{
+	struct client *c;
+	struct domain *d;
+	struct allocation *al;
+	struct mr_entry e;
+	struct td_blocker b;
+	char why[128];
+	uint64_t a;
+	int fd;
+
+	start("cache.policy=contig", "cache.workers=1");
+	fd = td_hello_client(1000, &c);
+	a = alloc(fd, 2, 2 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
+	d = c->domain;
+	td_block_worker(&b);
+	prefetch(fd, 3, a, 4096, MRD__PREFETCH_ADVICE__PREFETCH_NO_FAULT, false, 0);
+	ck_assert_int_eq(write(b.fd[1], "x", 1), 1); /* the worker goes; the loop is not run */
+	for (int i = 0; i < 2000; i++) {
+		size_t ch = (a - d->odp.base) >> d->odp.chunk_shift;
+		struct odp_child **leaf = d->odp.leaves[ch / 512];
+
+		if (leaf && __atomic_load_n(&leaf[ch % 512], __ATOMIC_ACQUIRE))
+			break; /* installed */
+		usleep(1000);
+	}
+	ck_assert_int_eq(mr_cache_lookup(&d->cache, a, &e, why, sizeof(why), NULL), 0);
+	al = domain_allocation_containing(d, a);
+	ck_assert_ptr_nonnull(al);
+	ck_assert_int_eq(domain_free_allocation(d, al, NULL), 0); /* deferred: work on it */
+	ck_assert(!LIST_EMPTY(&d->odp.zombies));
+	wait_jobs(d);
+	ck_assert(b.done);
+	close(b.fd[0]);
+	close(b.fd[1]);
+	ck_assert(LIST_EMPTY(&d->odp.zombies));
+	ck_assert_uint_eq(d->odp.stats.children_destroyed, 1);
+	close(fd);
+}
+END_TEST
+
+/* A Free of memory with prefetch work queued (no child made yet) waits for the work: the
+ * pages cannot go to anyone else — another domain — while a worker may still register and
+ * fault them in. */
+START_TEST(test_free_waits_for_queued_prefetch)
+{
+	struct client *c;
+	struct td_blocker b;
+	struct provider_stats ps;
+	struct domain *d;
+	uint64_t a, o;
+	int fd, other;
+
+	start("cache.policy=contig", "cache.workers=1");
+	fd = td_hello_client(1000, &c);
+	other = td_hello_client(2000, NULL);
+	a = alloc(fd, 2, 128 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP); /* an arena of its own */
+	d = c->domain;
+	td_block_worker(&b);
+	prefetch(fd, 3, a, 4096, MRD__PREFETCH_ADVICE__PREFETCH, false, 0);
+	td_send_free(fd, 4, a);
+	td_pump();
+	ck_assert_ptr_nonnull(c->pending); /* the Free waits */
+	o = alloc(other, 2, 128 * MiB, 0);
+	ck_assert_uint_ne(o, a); /* the pages did not go back */
+	td_unblock_worker(&b);
+	td_expect_free(fd, 4, 0);
+	provider_stats(d->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 0); /* the child the work made for it went too */
+	ck_assert_uint_eq(d->odp.stats.children_destroyed, d->odp.stats.children_created);
+	close(fd);
+	close(other);
+}
+END_TEST
+
+/* odp_chunk above the device's largest MR: children are cut to it. */
+START_TEST(test_chunk_capped_at_max_mr_size)
+{
+	const char *settings[] = { "memory.window_size=256G", "memory.arena_size=64M",
+				   "memory.hugepages=no", "cache.odp_chunk=1T", "cache.workers=1",
+				   "quota.allocated_bytes=200G", NULL };
+	struct client *c;
+	Mrd__MrEntry e;
+	uint64_t a, max;
+	int fd;
+
+	td_stop();
+	td_start(settings);
+	fd = td_hello_client(1000, &c);
+	a = alloc(fd, 2, 80ull << 30, MRD__ALLOC_FLAGS__ALLOC_ODP);
+	max = c->domain->provider->caps.max_mr_size;
+	lookup(fd, 3, a + 4096, 0, &e);
+	ck_assert_uint_le(e.end - e.start, max);
+	lookup(fd, 4, a + (80ull << 30) - 1, 0, NULL); /* the last chunk too */
+	close(fd);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("odp");
@@ -336,6 +437,9 @@ int main(void)
 	tcase_add_test(tc, test_one_child_under_races);
 	tcase_add_test(tc, test_prefetch_racing_free);
 	tcase_add_test(tc, test_teardown_with_work_pending);
+	tcase_add_test(tc, test_child_linked_then_freed_before_completion);
+	tcase_add_test(tc, test_free_waits_for_queued_prefetch);
+	tcase_add_test(tc, test_chunk_capped_at_max_mr_size);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }
