@@ -89,15 +89,18 @@ static struct pool_mr *shared_hugepage(const struct domain *d, const struct span
 	return NULL;
 }
 
-/* Out of the domain: deregistered (when it was registered), its allocation let go. */
-static void pool_mr_destroy(struct domain *d, struct pool_mr *mr)
+/* An unregistration whose MRs workers deregister: answered when the last is done. */
+struct unreg_ticket {
+	struct mr_waiter *waiter;
+	unsigned remaining;
+};
+
+/* The MR is gone from the device: its keys are dead, its pages may go. */
+static void pool_mr_gone(struct domain *d, struct pool_mr *mr, int r)
 {
 	struct allocation *a = mr->allocation;
 
-	LIST_REMOVE(mr, link);
 	if (mr->pmr) {
-		int r = provider_dereg(mr->pmr);
-
 		if (r < 0)
 			log_warning_errno(r, "domain %s: cannot deregister mempool MR [0x%" PRIx64
 					  ", 0x%" PRIx64 "): %m", d->name, mr->start, mr->end);
@@ -112,10 +115,69 @@ static void pool_mr_destroy(struct domain *d, struct pool_mr *mr)
 	domain_update_status(d);
 }
 
-static void pool_mr_put(struct domain *d, struct pool_mr *mr)
+/* Deregistering GiBs unpins them for long: a worker does it, as for a Free. */
+struct dereg_job {
+	struct work work;
+	struct domain *domain; /* held while the job lives */
+	struct pool_mr *mr;
+	struct unreg_ticket *ticket;
+	int result;
+};
+
+static void dereg_job_run(struct work *w)
+{
+	struct dereg_job *j = (struct dereg_job *)w;
+
+	j->result = provider_dereg(j->mr->pmr);
+}
+
+static void dereg_job_done(struct work *w)
+{
+	struct dereg_job *j = (struct dereg_job *)w;
+	struct domain *d = j->domain;
+	struct unreg_ticket *t = j->ticket;
+
+	d->cache.jobs--;
+	pool_mr_gone(d, j->mr, j->result);
+	if (t && --t->remaining == 0) {
+		t->waiter->resume(t->waiter, 0, NULL, "");
+		free(t);
+	}
+	free(j);
+	domain_release(d);
+}
+
+/* Out of the domain; deregistered (when it was registered) here or on a worker — then ticket,
+ * when not NULL, counts it — and only then is its allocation let go. */
+static void pool_mr_destroy(struct domain *d, struct pool_mr *mr, struct unreg_ticket *ticket)
+{
+	struct dereg_job *j;
+
+	LIST_REMOVE(mr, link);
+	j = mr->pmr && d->manager->workers &&
+			    (mr->end - mr->start >= d->manager->config.async_bytes ||
+			     mr_cache_busy(&d->cache)) ?
+		    calloc(1, sizeof(*j)) :
+		    NULL;
+	if (!j) {
+		pool_mr_gone(d, mr, mr->pmr ? provider_dereg(mr->pmr) : 0);
+		return;
+	}
+	j->work.run = dereg_job_run;
+	j->work.done = dereg_job_done;
+	j->domain = domain_ref(d);
+	j->mr = mr;
+	j->ticket = ticket;
+	if (ticket)
+		ticket->remaining++;
+	d->cache.jobs++;
+	worker_pool_submit(d->manager->workers, &j->work);
+}
+
+static void pool_mr_put(struct domain *d, struct pool_mr *mr, struct unreg_ticket *ticket)
 {
 	if (--mr->sharers == 0 && !mr->pending)
-		pool_mr_destroy(d, mr); /* a pending one goes when its worker is done */
+		pool_mr_destroy(d, mr, ticket); /* a pending one goes when its worker is done */
 }
 
 /* Not registered yet: a place in the domain (so that pools in its huge page find it), its
@@ -146,7 +208,7 @@ static int pool_mr_register(struct domain *d, struct pool_mr *mr)
 			    mr->access, &mr->pmr);
 }
 
-static void reg_free(struct domain *d, struct pool_reg *reg)
+static void reg_free(struct domain *d, struct pool_reg *reg, struct unreg_ticket *ticket)
 {
 	struct mr_waiter *w = reg->waiter;
 
@@ -154,7 +216,7 @@ static void reg_free(struct domain *d, struct pool_reg *reg)
 	LIST_REMOVE(reg, owner_link);
 	d->n_pool_regs--;
 	for (size_t i = 0; i < reg->n_mrs; i++)
-		pool_mr_put(d, reg->mrs[i]);
+		pool_mr_put(d, reg->mrs[i], ticket);
 	free(reg);
 	if (w)
 		w->resume(w, -ECANCELED, NULL, "the mempool's client left");
@@ -171,11 +233,11 @@ static void reg_settle(struct domain *d, struct pool_reg *reg)
 	if (error < 0) {
 		snprintf(why, sizeof(why), "registering mempool '%s' failed: %s", reg->name,
 			 strerror(-error));
-		reg_free(d, reg);
+		reg_free(d, reg, NULL);
 	} else if (reg->replaces) {
 		/* Its old MRs cannot be in use for the objects any more: the pool says they live
 		 * in attached memory now. */
-		reg_free(d, reg->replaces);
+		reg_free(d, reg->replaces, NULL);
 		reg->replaces = NULL;
 	}
 	domain_update_status(d);
@@ -227,7 +289,7 @@ static void pool_job_done(struct work *w)
 		else
 			mr->hugepage = false; /* failed: no later pool may share it */
 		if (mr->sharers == 0)
-			pool_mr_destroy(d, mr); /* every pool that wanted it left meanwhile */
+			pool_mr_destroy(d, mr, NULL); /* every pool that wanted it left meanwhile */
 		else
 			j->mrs[kept++] = mr;
 	}
@@ -359,7 +421,7 @@ int mempool_register(struct domain *d, struct client *owner, const char *name,
 	}
 	free(job);
 	if (r < 0) {
-		reg_free(d, reg); /* what it made goes again */
+		reg_free(d, reg, NULL); /* what it made goes again */
 		return r;
 	}
 	if (reg->pending > 0) {
@@ -370,21 +432,31 @@ int mempool_register(struct domain *d, struct client *owner, const char *name,
 	return 0;
 }
 
-int mempool_unregister(struct domain *d, struct client *owner, const char *name, char *why,
-		       size_t why_size)
+int mempool_unregister(struct domain *d, struct client *owner, const char *name,
+		       struct mr_waiter *waiter, char *why, size_t why_size)
 {
 	struct pool_reg *reg = find(d, owner, name);
+	struct unreg_ticket *t;
 
 	if (!reg) {
 		snprintf(why, why_size, "no mempool '%s' is registered", name);
 		return -ENOENT;
 	}
-	reg_free(d, reg);
-	return 0;
+	t = waiter ? calloc(1, sizeof(*t)) : NULL;
+	if (waiter && !t)
+		return -ENOMEM;
+	if (t)
+		t->waiter = waiter;
+	reg_free(d, reg, t);
+	if (!t || t->remaining == 0) {
+		free(t);
+		return 0;
+	}
+	return -EINPROGRESS; /* the last dereg_job_done() answers, and frees t */
 }
 
 void mempool_unregister_all(struct domain *d, struct client *owner)
 {
 	while (!LIST_EMPTY(&owner->pools))
-		reg_free(d, LIST_FIRST(&owner->pools));
+		reg_free(d, LIST_FIRST(&owner->pools), NULL);
 }

@@ -60,9 +60,11 @@ int mempool_register(struct domain *d, struct client *owner, const char *name,
 		     const uint64_t *starts, const uint64_t *lengths, size_t n, bool extmem,
 		     struct mr_waiter *waiter, struct pool_reg **ret, char *why, size_t why_size);
 
-/* ENOENT when the owner has no pool of that name. */
-int mempool_unregister(struct domain *d, struct client *owner, const char *name, char *why,
-		       size_t why_size);
+/* ENOENT when the owner has no pool of that name. An MR whose last sharer leaves is
+ * deregistered — on a worker when it covers [cache] async_bytes or more: then, with a waiter,
+ * -EINPROGRESS, and waiter->resume (result 0) runs once every such MR is gone. */
+int mempool_unregister(struct domain *d, struct client *owner, const char *name,
+		       struct mr_waiter *waiter, char *why, size_t why_size);
 
 /* The owner is going: its registrations go (shared MRs stay while others use them). */
 void mempool_unregister_all(struct domain *d, struct client *owner);

@@ -106,16 +106,43 @@ int request_mempool_register(struct client *c, const Mrd__Request *req,
 		request_wait(c, &p->base);
 		return k;
 	}
-	if (k >= 0)
+	if (k >= 0) {
 		k = fill_register_reply(p->reg, r);
+		if (k < 0) /* the client hears of a failure: nothing may stay registered */
+			(void)mempool_unregister(d, c, q->name, NULL, r->message,
+						 sizeof(r->message));
+	}
 	free(p);
 	return k;
+}
+
+static void set_unregister_body(struct reply *r)
+{
+	mrd__mempool_unregister_response__init(&r->body.mempool_unregister);
+	r->resp.body_case = MRD__RESPONSE__BODY_MEMPOOL_UNREGISTER;
+	r->resp.mempool_unregister = &r->body.mempool_unregister;
+}
+
+/* An unregistration whose MRs workers deregister: answered once their keys are dead. */
+static void unregister_resume(struct mr_waiter *w, int result, const struct mr_entry *entry,
+			      const char *why)
+{
+	struct pending_request *p = (struct pending_request *)w;
+	struct reply r;
+
+	if (p->client) {
+		reply_init(&r, p->id);
+		set_unregister_body(&r);
+		request_answer(p, &r, 0);
+	}
+	free(p);
 }
 
 int request_mempool_unregister(struct client *c, const Mrd__Request *req,
 			       struct wire_packet *pkt, struct reply *r)
 {
 	const char *name = req->mempool_unregister->name;
+	struct pending_request *p;
 	struct domain *d;
 	int k;
 
@@ -127,12 +154,20 @@ int request_mempool_unregister(struct client *c, const Mrd__Request *req,
 		reply_set_message(r, "cannot open domain %s", c->domain_name);
 		return k;
 	}
-	k = mempool_unregister(d, c, name, r->message, sizeof(r->message));
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->waiter.resume = unregister_resume;
+	p->id = req->id;
+	k = mempool_unregister(d, c, name, &p->waiter, r->message, sizeof(r->message));
+	if (k == -EINPROGRESS) {
+		request_wait(c, p);
+		return k;
+	}
+	free(p);
 	if (k < 0)
 		return k;
-	mrd__mempool_unregister_response__init(&r->body.mempool_unregister);
-	r->resp.body_case = MRD__RESPONSE__BODY_MEMPOOL_UNREGISTER;
-	r->resp.mempool_unregister = &r->body.mempool_unregister;
+	set_unregister_body(r);
 	return 0;
 }
 

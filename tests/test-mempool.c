@@ -86,6 +86,16 @@ static void unreg(int fd, uint64_t id, const char *name, int error)
 	td_expect_free(fd, id, error);
 }
 
+/* Until the workers deregistered what they were given (1 MiB MRs go to them). */
+static void wait_cache_jobs(const struct domain *d)
+{
+	for (int i = 0; i < 2000 && d->cache.jobs; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert_uint_eq(d->cache.jobs, 0);
+}
+
 START_TEST(test_ranges_rounded_and_merged)
 {
 	struct client *c;
@@ -175,6 +185,7 @@ START_TEST(test_extmem_replaces)
 				  a + i * 16 * KiB + 8 * KiB);
 	}
 	/* The chunk registration is gone: the replacement's MRs alone are left. */
+	wait_cache_jobs(c->domain);
 	provider_stats(c->domain->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 8);
 	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 64 * KiB);
@@ -214,6 +225,7 @@ START_TEST(test_death_releases_pools)
 	close(fd);
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 1);
+	wait_cache_jobs(d);
 	provider_stats(d->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
 	ck_assert_uint_eq(d->cache.pinned_bytes, 0);
@@ -357,6 +369,48 @@ START_TEST(test_death_while_pool_registers)
 }
 END_TEST
 
+/* Unregistering a big pool deregisters on a worker: only that client waits, and when its
+ * answer comes the keys are dead. */
+START_TEST(test_big_unregister_on_worker)
+{
+	struct client *ca;
+	struct td_blocker b;
+	Mrd__Response *resp;
+	Mrd__MrEntry e;
+	uint64_t big, small;
+	int a, other;
+
+	td_start_one_worker();
+	a = td_hello_client(1000, &ca);
+	other = td_hello_client(2000, NULL);
+	big = td_alloc(a, 2, 8 * MiB);
+	small = td_alloc(other, 2, 64 * KiB);
+	resp = reg(a, 3, "big", &big, &(uint64_t){ 8 * MiB }, 1, false, 0);
+	e = *resp->mempool_register->entries[0];
+	mrd__response__free_unpacked(resp, NULL);
+	td_block_worker(&b);
+	{
+		Mrd__Request req = MRD__REQUEST__INIT;
+		Mrd__MempoolUnregisterRequest q = MRD__MEMPOOL_UNREGISTER_REQUEST__INIT;
+
+		q.name = (char *)"big";
+		req.id = 4;
+		req.body_case = MRD__REQUEST__BODY_MEMPOOL_UNREGISTER;
+		req.mempool_unregister = &q;
+		td_send_request(a, &req, NULL, 0);
+	}
+	td_pump();
+	ck_assert_ptr_nonnull(ca->pending); /* waits for the device to let go */
+	ck_assert_uint_eq(reg_ok(other, 3, "small", &small, &(uint64_t){ 64 * KiB }, 1), 1);
+	td_unblock_worker(&b);
+	td_expect_free(a, 4, 0);
+	td_dma(a, 5, PROVIDER_DMA_WRITE, &e, big, &e, big + 4096, 8, ENOKEY);
+	td_free(a, 6, big, 0); /* nothing holds it now */
+	close(a);
+	close(other);
+}
+END_TEST
+
 /* A client whose request waits for a worker reads no other, even when a send to it fails
  * (here: it shut its reading side with replies queued); reading again would let a second
  * waiting request take the first one's place. */
@@ -468,6 +522,7 @@ int main(void)
 	tcase_add_test(tc, test_pools_and_quota);
 	tcase_add_test(tc, test_big_pool_on_worker);
 	tcase_add_test(tc, test_death_while_pool_registers);
+	tcase_add_test(tc, test_big_unregister_on_worker);
 	tcase_add_test(tc, test_waiting_client_reads_nothing);
 	tcase_add_test(tc, test_failed_shared_mr_not_shared);
 	suite_add_tcase(s, tc);
