@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "client.h"
@@ -204,3 +205,32 @@ void request_abandon(struct client *c)
 		c->pending->client = NULL;
 	c->pending = NULL;
 }
+
+int request_domain(struct client *c, struct reply *r, struct domain **ret)
+{
+	int k = client_get_domain(c, ret);
+
+	if (k == -EDQUOT)
+		reply_set_message(r, "quota.clients (%u) reached for domain %s",
+				  c->manager->config.quota_clients, c->domain_name);
+	else if (k < 0)
+		reply_set_message(r, "cannot open domain %s", c->domain_name);
+	return k;
+}
+
+Mrd__MrEntry **reply_mr_entries(struct reply *r, size_t n)
+{
+	Mrd__MrEntry *entries = calloc(n, sizeof(*entries));
+	Mrd__MrEntry **ptrs = calloc(n, sizeof(*ptrs));
+
+	r->owned[r->n_owned++] = entries;
+	r->owned[r->n_owned++] = ptrs;
+	if (!entries || !ptrs)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		mrd__mr_entry__init(&entries[i]);
+		ptrs[i] = &entries[i];
+	}
+	return ptrs;
+}
+

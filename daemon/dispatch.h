@@ -9,6 +9,7 @@
 #include "wire.h"
 
 struct client;
+struct domain;
 
 /* A reply under construction: the envelope plus storage for whichever body it carries. */
 struct reply {
@@ -58,6 +59,14 @@ void request_wait(struct client *c, struct pending_request *p);
 void request_answer(struct pending_request *p, struct reply *r, int error);
 /* The client is going: a request of its that waits for a worker will answer nobody. */
 void request_abandon(struct client *c);
+
+/* The client's domain, joined on first use; a refusal says why in r (quota.clients, or that it
+ * cannot be opened). */
+int request_domain(struct client *c, struct reply *r, struct domain **ret);
+
+/* n MrEntry messages for r's body, initialised and pointed to by the returned array (which r
+ * owns, like the entries); NULL when out of memory. */
+Mrd__MrEntry **reply_mr_entries(struct reply *r, size_t n);
 
 /* Takes ownership of a descriptor the request carried (so dispatch does not close it). */
 int take_request_fd(struct wire_packet *pkt, size_t i);

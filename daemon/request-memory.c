@@ -12,18 +12,6 @@
 #include "status-page.h"
 
 /* Requests of this family need the caller's domain. */
-static int get_domain(struct client *c, struct reply *r, struct domain **ret)
-{
-	int k = client_get_domain(c, ret);
-
-	if (k == -EDQUOT)
-		reply_set_message(r, "quota.clients (%u) reached for domain %s",
-				  c->manager->config.quota_clients, c->domain_name);
-	else if (k < 0)
-		reply_set_message(r, "cannot open domain %s", c->domain_name);
-	return k;
-}
-
 /* Describes arena in r, attaching a dup of its memfd the first time c meets it. */
 static int describe_arena(struct client *c, struct arena *a, bool force_fd, struct reply *r)
 {
@@ -60,7 +48,7 @@ int request_join_domain(struct client *c, const Mrd__Request *req, struct wire_p
 	struct domain *d;
 	int k, fd;
 
-	k = get_domain(c, r, &d);
+	k = request_domain(c, r, &d);
 	if (k < 0)
 		return k;
 	fd = domain_status_fd(d);
@@ -91,7 +79,7 @@ int request_alloc(struct client *c, const Mrd__Request *req, struct wire_packet 
 		reply_set_message(r, "unknown allocation flags 0x%x", q->flags);
 		return -EINVAL;
 	}
-	k = get_domain(c, r, &d);
+	k = request_domain(c, r, &d);
 	if (k < 0)
 		return k;
 	k = domain_alloc(d, c, q->size, q->align, q->flags & MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE, &a,
@@ -124,7 +112,7 @@ static int owned_allocation(struct client *c, uint64_t address, bool external,
 	struct domain *d;
 	int k;
 
-	k = get_domain(c, r, &d);
+	k = request_domain(c, r, &d);
 	if (k < 0)
 		return k;
 	a = domain_find_allocation(d, address);
@@ -232,7 +220,7 @@ int request_map(struct client *c, const Mrd__Request *req, struct wire_packet *p
 	struct arena *a;
 	int k;
 
-	k = get_domain(c, r, &d);
+	k = request_domain(c, r, &d);
 	if (k < 0)
 		return k;
 	a = domain_find_arena(d, req->map->address);
@@ -260,7 +248,7 @@ int request_extmem_attach(struct client *c, const Mrd__Request *req, struct wire
 	struct domain *d;
 	int k, fd;
 
-	k = get_domain(c, r, &d);
+	k = request_domain(c, r, &d);
 	if (k < 0)
 		return k;
 	fd = take_request_fd(pkt, 0);

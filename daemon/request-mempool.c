@@ -26,20 +26,15 @@ static int check_name(const char *name, struct reply *r)
 /* The reply: the registration's MRs, by address. */
 static int fill_register_reply(const struct pool_reg *reg, struct reply *r)
 {
-	Mrd__MrEntry *entries = calloc(reg->n_mrs, sizeof(*entries));
-	Mrd__MrEntry **ptrs = calloc(reg->n_mrs, sizeof(*ptrs));
+	Mrd__MrEntry **ptrs = reply_mr_entries(r, reg->n_mrs);
 
-	r->owned[r->n_owned++] = entries;
-	r->owned[r->n_owned++] = ptrs;
-	if (!entries || !ptrs)
+	if (!ptrs)
 		return -ENOMEM;
 	for (size_t i = 0; i < reg->n_mrs; i++) {
-		mrd__mr_entry__init(&entries[i]);
-		entries[i].start = reg->mrs[i]->start;
-		entries[i].end = reg->mrs[i]->end;
-		entries[i].lkey = reg->mrs[i]->pmr->lkey;
-		entries[i].rkey = reg->mrs[i]->pmr->rkey;
-		ptrs[i] = &entries[i];
+		ptrs[i]->start = reg->mrs[i]->start;
+		ptrs[i]->end = reg->mrs[i]->end;
+		ptrs[i]->lkey = reg->mrs[i]->pmr->lkey;
+		ptrs[i]->rkey = reg->mrs[i]->pmr->rkey;
 	}
 	mrd__mempool_register_response__init(&r->body.mempool_register);
 	r->body.mempool_register.n_entries = reg->n_mrs;
@@ -90,11 +85,9 @@ int request_mempool_register(struct client *c, const Mrd__Request *req,
 				  "lengths", MRD_MEMPOOL_RANGES_MAX);
 		return -EINVAL;
 	}
-	k = client_get_domain(c, &d);
-	if (k < 0) {
-		reply_set_message(r, "cannot open domain %s", c->domain_name);
+	k = request_domain(c, r, &d);
+	if (k < 0)
 		return k;
-	}
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
@@ -149,11 +142,9 @@ int request_mempool_unregister(struct client *c, const Mrd__Request *req,
 	k = check_name(name, r);
 	if (k < 0)
 		return k;
-	k = client_get_domain(c, &d);
-	if (k < 0) {
-		reply_set_message(r, "cannot open domain %s", c->domain_name);
+	k = request_domain(c, r, &d);
+	if (k < 0)
 		return k;
-	}
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;

@@ -11,15 +11,6 @@
 #include "domain.h"
 #include "provider.h"
 
-static int joined_domain(struct client *c, struct reply *r, struct domain **ret)
-{
-	int k = client_get_domain(c, ret);
-
-	if (k < 0)
-		reply_set_message(r, "cannot open domain %s", c->domain_name);
-	return k;
-}
-
 /* A lookup of several addresses; it waits, whole, while a worker registers for one of them. */
 struct pending_lookup {
 	struct pending_request base; /* first */
@@ -52,20 +43,15 @@ static int lookup_run(struct pending_lookup *p, char *why, size_t why_size)
 /* The reply body: one entry per address, in order. */
 static int fill_reply(const struct pending_lookup *p, struct reply *r)
 {
-	Mrd__MrEntry *entries = calloc(p->n, sizeof(*entries));
-	Mrd__MrEntry **ptrs = calloc(p->n, sizeof(*ptrs));
+	Mrd__MrEntry **ptrs = reply_mr_entries(r, p->n);
 
-	r->owned[r->n_owned++] = entries;
-	r->owned[r->n_owned++] = ptrs;
-	if (!entries || !ptrs)
+	if (!ptrs)
 		return -ENOMEM;
 	for (size_t i = 0; i < p->n; i++) {
-		mrd__mr_entry__init(&entries[i]);
-		entries[i].start = p->entries[i].start;
-		entries[i].end = p->entries[i].end;
-		entries[i].lkey = p->entries[i].lkey;
-		entries[i].rkey = p->entries[i].rkey;
-		ptrs[i] = &entries[i];
+		ptrs[i]->start = p->entries[i].start;
+		ptrs[i]->end = p->entries[i].end;
+		ptrs[i]->lkey = p->entries[i].lkey;
+		ptrs[i]->rkey = p->entries[i].rkey;
 	}
 	mrd__mr_lookup_response__init(&r->body.mr_lookup);
 	r->body.mr_lookup.n_entries = p->n;
@@ -113,7 +99,7 @@ int request_mr_lookup(struct client *c, const Mrd__Request *req, struct wire_pac
 				  MRD_LOOKUP_BATCH_MAX, q->n_addresses);
 		return -EINVAL;
 	}
-	k = joined_domain(c, r, &d);
+	k = request_domain(c, r, &d);
 	if (k < 0)
 		return k;
 	p = calloc(1, sizeof(*p));
@@ -155,7 +141,7 @@ int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *p
 				  MRD_DMA_MAX);
 		return -EINVAL;
 	}
-	k = joined_domain(c, r, &d);
+	k = request_domain(c, r, &d);
 	if (k < 0)
 		return k;
 	k = provider_dma(d->pd, (enum provider_dma_op)q->op, q->lkey, q->laddr, q->rkey, q->raddr,
@@ -209,7 +195,7 @@ int request_prefetch(struct client *c, const Mrd__Request *req, struct wire_pack
 		reply_set_message(r, "Prefetch: advice 0, 1 or 2 over a non-empty range");
 		return -EINVAL;
 	}
-	k = joined_domain(c, r, &d);
+	k = request_domain(c, r, &d);
 	if (k < 0)
 		return k;
 	/* Addresses of the caller's domain only, never keys: it names memory, not MRs. */
