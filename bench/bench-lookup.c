@@ -162,29 +162,7 @@ struct bench {
 	struct hol_row hol, hol_inline; /* reps 0: not measured */
 };
 
-/* A small fixed-seed generator: the same addresses every run. */
-static uint64_t rng_next(uint64_t *s)
-{
-	uint64_t x = *s;
-
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return *s = x;
-}
-
-/* Everything the compiler knows about memory is void here: loaded again after it. Both case and
- * baseline loops run it once per lookup, so neither may keep its entries in registers across
- * lookups (a real cache is memory other code writes). */
-#define RELOAD_BARRIER(p) __asm__ volatile("" : : "r"(p) : "memory")
-
-/*
- * The timed loops. Each is noinline so that case and baseline are compiled alone, not merged or
- * specialised together, and each sums the keys so no lookup is dead code. Each starts on a
- * cache line, so that code added elsewhere in this file cannot move a loop across a line: at
- * ~1 ns a lookup, that alone moved the one-entry baseline by up to 40% between builds.
- */
-#define TIMED __attribute__((noinline, aligned(64)))
+/* The timed loops (TIMED, bench-util.h) each sum the keys, so no lookup is dead code. */
 static TIMED uint64_t loop_lkey(struct mrd_lookup *l, const uintptr_t *addrs, size_t ops)
 {
 	uint64_t sum = 0;
@@ -311,9 +289,9 @@ static void top_addrs(const struct bench *b, int only, uintptr_t *addrs, uint64_
 	uint64_t s = 0x9e3779b97f4a7c15ull + (uint64_t)(only + 1), want = 0;
 
 	for (size_t i = 0; i < TOP_ADDRS; i++) {
-		unsigned k = only >= 0 ? (unsigned)only : (unsigned)(rng_next(&s) % N_BUFS);
+		unsigned k = only >= 0 ? (unsigned)only : (unsigned)(bench_rng_next(&s) % N_BUFS);
 
-		addrs[i] = (uintptr_t)b->m.buf[k] + rng_next(&s) % BUF_SIZE;
+		addrs[i] = (uintptr_t)b->m.buf[k] + bench_rng_next(&s) % BUF_SIZE;
 		want += b->m.mr[k].lkey;
 	}
 	/* The loops run ops lookups over the array ops / TOP_ADDRS times. */
@@ -401,9 +379,9 @@ static int bottom_build(struct mr_table *t, size_t n, bool crowded, uint64_t *ad
 	if (r < 0)
 		return r;
 	for (size_t i = 0; i < BOTTOM_ADDRS; i++) {
-		size_t k = rng_next(&s) % n;
+		size_t k = bench_rng_next(&s) % n;
 
-		addrs[i] = BOTTOM_BASE + k * BOTTOM_STRIDE + rng_next(&s) % BOTTOM_LEN;
+		addrs[i] = BOTTOM_BASE + k * BOTTOM_STRIDE + bench_rng_next(&s) % BOTTOM_LEN;
 		want += t->e[k + 1].lkey;
 	}
 	*ret_want = want * (BOTTOM_OPS / BOTTOM_ADDRS);
@@ -462,7 +440,6 @@ static int probe_lookup(struct bench *b, int fd)
 	Mrd__MrLookupRequest q = MRD__MR_LOOKUP_REQUEST__INIT;
 	uint64_t address = (uintptr_t)b->m.buf[0];
 	Mrd__Response *resp = NULL;
-	uint8_t buf[FRAME_CAP];
 	int r;
 
 	q.addresses = &address;
@@ -470,16 +447,7 @@ static int probe_lookup(struct bench *b, int fd)
 	req.id = LOOKUP_ID;
 	req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;
 	req.mr_lookup = &q;
-	b->req_len = protobuf_c_message_get_packed_size(&req.base);
-	if (b->req_len > sizeof(b->req))
-		return -EMSGSIZE;
-	protobuf_c_message_pack(&req.base, b->req);
-
-	if (send(fd, b->req, b->req_len, MSG_NOSIGNAL) < 0)
-		return negative_errno();
-	r = bench_recv_reply(fd, buf, sizeof(buf), &b->reply_len);
-	if (r >= 0)
-		r = bench_unpack_reply(buf, b->reply_len, &resp);
+	r = bench_probe(fd, &req, b->req, sizeof(b->req), &b->req_len, &b->reply_len, &resp);
 	if (r < 0)
 		return r;
 	if (resp->id != LOOKUP_ID || resp->body_case != MRD__RESPONSE__BODY_MR_LOOKUP ||

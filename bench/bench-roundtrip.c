@@ -89,7 +89,6 @@ static int probe_ping(struct bench *b, int fd)
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
 	Mrd__Response *resp = NULL;
-	uint8_t buf[FRAME_CAP];
 	int r;
 
 	ping.payload.data = (uint8_t *)ping_payload;
@@ -97,16 +96,7 @@ static int probe_ping(struct bench *b, int fd)
 	req.id = PING_ID;
 	req.body_case = MRD__REQUEST__BODY_PING;
 	req.ping = &ping;
-	b->req_len = protobuf_c_message_get_packed_size(&req.base);
-	if (b->req_len > sizeof(b->req))
-		return -EMSGSIZE;
-	protobuf_c_message_pack(&req.base, b->req);
-
-	if (send(fd, b->req, b->req_len, MSG_NOSIGNAL) < 0)
-		return negative_errno();
-	r = bench_recv_reply(fd, buf, sizeof(buf), &b->reply_len);
-	if (r >= 0)
-		r = bench_unpack_reply(buf, b->reply_len, &resp);
+	r = bench_probe(fd, &req, b->req, sizeof(b->req), &b->req_len, &b->reply_len, &resp);
 	if (r < 0)
 		return r;
 	if (resp->id != PING_ID || resp->body_case != MRD__RESPONSE__BODY_PING ||

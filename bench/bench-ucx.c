@@ -83,18 +83,6 @@ struct bench {
 	struct ns_row pgt[N_PGT], rcache_row, rcache_mr;
 };
 
-static uint64_t rng_next(uint64_t *s)
-{
-	uint64_t x = *s;
-
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return *s = x;
-}
-
-#define RELOAD_BARRIER(p) __asm__ volatile("" : : "r"(p) : "memory")
-#define TIMED __attribute__((noinline, aligned(64)))
 
 static TIMED uint64_t loop_table(const struct mr_table *t, const uint64_t *addrs, size_t ops)
 {
@@ -263,9 +251,9 @@ static int bench_pgtable(struct bench *b)
 				r = -EINVAL;
 		}
 		for (size_t k = 0; k < BOTTOM_ADDRS && r >= 0; k++) {
-			size_t e = rng_next(&s) % n;
+			size_t e = bench_rng_next(&s) % n;
 
-			addrs[k] = BOTTOM_BASE + e * BOTTOM_STRIDE + rng_next(&s) % BOTTOM_LEN;
+			addrs[k] = BOTTOM_BASE + e * BOTTOM_STRIDE + bench_rng_next(&s) % BOTTOM_LEN;
 			want += pe[e].lkey;
 		}
 		want *= BOTTOM_OPS / BOTTOM_ADDRS;
@@ -348,9 +336,9 @@ static void top_addrs(const struct bench *b, uintptr_t *addrs, uint64_t *ret_wan
 	uint64_t s = 0x9e3779b97f4a7c15ull, want = 0;
 
 	for (size_t i = 0; i < TOP_ADDRS; i++) {
-		unsigned k = (unsigned)(rng_next(&s) % N_BUFS);
+		unsigned k = (unsigned)(bench_rng_next(&s) % N_BUFS);
 
-		addrs[i] = (uintptr_t)b->m.buf[k] + rng_next(&s) % (BUF_SIZE - RC_LEN);
+		addrs[i] = (uintptr_t)b->m.buf[k] + bench_rng_next(&s) % (BUF_SIZE - RC_LEN);
 		want += b->m.mr[k].lkey;
 	}
 	*ret_want = want * (TOP_OPS / TOP_ADDRS);

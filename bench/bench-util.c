@@ -268,6 +268,8 @@ int bench_recv_reply(int fd, uint8_t *buf, size_t cap, size_t *ret_len)
 	return 0;
 }
 
+#define BENCH_FRAME_CAP 256 /* the raw frames' replies: small */
+
 int bench_unpack_reply(const uint8_t *buf, size_t len, Mrd__Response **ret)
 {
 	Mrd__Response *resp = mrd__response__unpack(NULL, len, buf);
@@ -281,6 +283,23 @@ int bench_unpack_reply(const uint8_t *buf, size_t len, Mrd__Response **ret)
 	}
 	*ret = resp;
 	return 0;
+}
+
+int bench_probe(int fd, const Mrd__Request *req, uint8_t *frame, size_t frame_cap,
+		size_t *ret_req_len, size_t *ret_reply_len, Mrd__Response **ret)
+{
+	uint8_t buf[BENCH_FRAME_CAP];
+	size_t len = protobuf_c_message_get_packed_size(&req->base);
+	int r;
+
+	if (len > frame_cap)
+		return -EMSGSIZE;
+	protobuf_c_message_pack(&req->base, frame);
+	if (send(fd, frame, len, MSG_NOSIGNAL) < 0)
+		return negative_errno();
+	*ret_req_len = len;
+	r = bench_recv_reply(fd, buf, sizeof(buf), ret_reply_len);
+	return r < 0 ? r : bench_unpack_reply(buf, *ret_reply_len, ret);
 }
 
 int bench_raw_hello(int fd, uint64_t capabilities, const char *client_name)
@@ -310,7 +329,6 @@ int bench_raw_hello(int fd, uint64_t capabilities, const char *client_name)
 	return 0;
 }
 
-#define BENCH_FRAME_CAP 256
 #define BENCH_POLL_TIMEOUT_MS 30000 /* libmrd's CONN_TIMEOUT_MS */
 
 int bench_lat_frame(int fd, const uint8_t *req, size_t req_len, size_t reply_len, bool with_poll,

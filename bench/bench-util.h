@@ -66,6 +66,13 @@ int bench_recv_reply(int fd, uint8_t *buf, size_t cap, size_t *ret_len);
 /* Unpacks a reply and turns mrd's status into -errno; the caller frees *ret. */
 int bench_unpack_reply(const uint8_t *buf, size_t len, Mrd__Response **ret);
 
+/* Packs req into frame (frame_cap bytes), sends it on a raw connection and unpacks the reply
+ * into *ret (the caller frees it); the packed and reply sizes go to *ret_req_len and
+ * *ret_reply_len: what a bench's raw-frame rows send and expect. -EMSGSIZE when req does not
+ * fit. */
+int bench_probe(int fd, const Mrd__Request *req, uint8_t *frame, size_t frame_cap,
+		size_t *ret_req_len, size_t *ret_reply_len, Mrd__Response **ret);
+
 /* Sends Hello on a raw connection and checks the reply: mrd answers nothing else before it. */
 int bench_raw_hello(int fd, uint64_t capabilities, const char *client_name);
 
@@ -111,3 +118,24 @@ void bench_mrd_stop(struct bench_mrd *m);
 
 /* A timed loop's key sum must match what the buffers' keys add up to. */
 int bench_check_sum(const char *prog, const char *row, uint64_t got, uint64_t want);
+
+/* A small fixed-seed generator: the same addresses every run. */
+static inline uint64_t bench_rng_next(uint64_t *s)
+{
+	uint64_t x = *s;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return *s = x;
+}
+
+/* Everything the compiler knows about memory is void here: loaded again after it. Case and
+ * baseline loops run it once per lookup, so neither may keep its entries in registers across
+ * lookups (a real cache is memory other code writes). */
+#define RELOAD_BARRIER(p) __asm__ volatile("" : : "r"(p) : "memory")
+
+/* The timed loops: noinline, so that case and baseline are compiled alone, not merged or
+ * specialised together; each on a cache line, so that code added elsewhere cannot move a loop
+ * across a line (at ~1 ns a lookup that alone moved a baseline by up to 40% between builds). */
+#define TIMED __attribute__((noinline, aligned(64)))
