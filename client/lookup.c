@@ -117,18 +117,21 @@ static inline bool top_find(struct mrd_lookup *l, uintptr_t a, struct mrd_mr *re
 	return false;
 }
 
-int lookup_cached(struct mrd_lookup *l, uintptr_t a, struct mrd_mr *ret)
+/* The bottom half, which refills the top on a hit. */
+static int bottom_find(struct mrd_lookup *l, uintptr_t a, struct mrd_mr *ret)
 {
-	const struct mr_entry *e;
+	const struct mr_entry *e = mr_table_lookup(&l->bottom->table, a);
 
-	if (top_find(l, a, ret))
-		return 0;
-	e = mr_table_lookup(&l->bottom->table, a);
 	if (!e)
 		return -ENOENT;
 	*ret = (struct mrd_mr){ (uintptr_t)e->start, (uintptr_t)e->end, e->lkey, e->rkey };
 	top_insert(l, ret);
 	return 0;
+}
+
+int lookup_cached(struct mrd_lookup *l, uintptr_t a, struct mrd_mr *ret)
+{
+	return top_find(l, a, ret) ? 0 : bottom_find(l, a, ret);
 }
 
 void lookup_insert(struct mrd_lookup *l, const struct mrd_mr *mr, bool top)
@@ -145,29 +148,32 @@ void lookup_insert(struct mrd_lookup *l, const struct mrd_mr *mr, bool top)
 		top_insert(l, mr);
 }
 
-MRD_EXPORT int mrd_lookup_mr(struct mrd_lookup *l, const void *addr, struct mrd_mr *ret)
+/* Nothing cached holds addr: mrd answers, and both halves keep it. */
+static int ask(struct mrd_lookup *l, const void *addr, struct mrd_mr *ret)
 {
-	struct mrd_mr mr;
 	int r;
 
-	if (lookup_cached(l, (uintptr_t)addr, ret) == 0)
-		return 0;
 	l->n_asked++;
-	r = mrd_mr_lookup(l->client, addr, &mr);
-	if (r < 0)
-		return r;
-	lookup_insert(l, &mr, true);
-	*ret = mr;
-	return 0;
+	r = mrd_mr_lookup(l->client, addr, ret);
+	if (r >= 0)
+		lookup_insert(l, ret, true);
+	return r;
+}
+
+MRD_EXPORT int mrd_lookup_mr(struct mrd_lookup *l, const void *addr, struct mrd_mr *ret)
+{
+	return lookup_cached(l, (uintptr_t)addr, ret) == 0 ? 0 : ask(l, addr, ret);
 }
 
 MRD_EXPORT uint32_t mrd_lookup_lkey_slow(struct mrd_lookup *l, const void *addr)
 {
 	struct mrd_mr mr;
 
-	if (top_find(l, (uintptr_t)addr, &mr)) /* no call for the common case */
+	/* The top half inline, with no call: most lookups that miss the MRU end there. */
+	if (top_find(l, (uintptr_t)addr, &mr) || bottom_find(l, (uintptr_t)addr, &mr) == 0 ||
+	    ask(l, addr, &mr) == 0)
 		return mr.lkey;
-	return mrd_lookup_mr(l, addr, &mr) < 0 ? MRD_KEY_INVALID : mr.lkey;
+	return MRD_KEY_INVALID;
 }
 
 MRD_EXPORT int mrd_dma(mrd_client *client, int op, uint32_t lkey, const void *laddr,
