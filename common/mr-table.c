@@ -84,7 +84,6 @@ static void index_build(struct mr_table *t)
 		t->starts[i] = UINT64_MAX;
 	t->base = base;
 	t->shift = shift;
-	t->dir_bits = bits;
 	t->dir_last = (uint32_t)(buckets - 1);
 	t->steps = steps;
 }

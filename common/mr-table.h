@@ -31,11 +31,10 @@ struct mr_table {
 	bool overflow;
 	/* The search index (see above). */
 	uint64_t *starts;   /* e[i].start, then UINT64_MAX up to n + 2^steps */
-	uint32_t *dir;      /* 2^dir_bits + 1 entries */
+	uint32_t *dir;      /* dir_last + 1 buckets */
 	uint64_t base;      /* e[1].start: addresses below it have no entry */
 	unsigned shift;     /* bucket = (addr - base) >> shift, capped at the last */
-	unsigned dir_bits;
-	uint32_t dir_last;  /* 2^dir_bits - 1 */
+	uint32_t dir_last;  /* buckets - 1, a power of two less one */
 	unsigned steps;     /* bisection steps in a bucket's stretch */
 	size_t index_cap;   /* starts allocated (with the entries: 3 cap + 1) */
 	size_t dir_cap;     /* dir allocated */

@@ -252,7 +252,7 @@ struct client *client_free(struct client *c)
 	/* Everything it owns goes; memory of other clients stays, and so does its memory that
 	 * other clients' pools still have registered. */
 	if (c->domain) {
-		odp_forget_client(c->domain, c);
+		odp_forget_client(c);
 		mempool_unregister_all(c->domain, c);
 	}
 	while (!LIST_EMPTY(&c->allocations))

@@ -85,7 +85,6 @@ static struct odp_child *child_new(struct domain *d, struct allocation *a, uint6
 	c->end = end;
 	c->allocation = a; /* only stored here: a worker never reads the allocation */
 	c->allocation_serial = serial;
-	c->access = access;
 	return c;
 }
 
@@ -464,11 +463,10 @@ unsigned odp_retire(struct domain *d, struct allocation *a)
 	return a->odp_zombies + a->odp_jobs;
 }
 
-void odp_forget_client(struct domain *d, struct client *c)
+void odp_forget_client(struct client *c)
 {
 	struct prefetch_job *j;
 
-	(void)d;
 	while ((j = LIST_FIRST(&c->prefetches))) {
 		LIST_REMOVE(j, owner_link);
 		j->owner = NULL;

@@ -31,7 +31,6 @@ struct odp_child {
 	uint64_t allocation_serial; /* which allocation: immutable, read by workers */
 	struct allocation *allocation; /* its allocation: set at birth, never changed */
 	struct provider_mr *pmr;
-	unsigned access;
 	int pending;                /* work items holding it (atomic) */
 	struct odp_child *next;     /* in its index slot (atomic) */
 	LIST_ENTRY(odp_child) link; /* loop: its allocation's children, or the zombies */
@@ -84,4 +83,4 @@ int odp_prefetch(struct domain *d, struct client *owner, struct allocation *a, u
 unsigned odp_retire(struct domain *d, struct allocation *a);
 
 /* The client is going: its queued work answers nobody and counts for nobody. */
-void odp_forget_client(struct domain *d, struct client *c);
+void odp_forget_client(struct client *c);
