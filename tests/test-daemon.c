@@ -230,13 +230,18 @@ void td_unblock_worker(struct td_blocker *b)
 	close(b->fd[1]);
 }
 
-void td_wait_domains_closed(void)
+void td_pump_until_zero(const unsigned *count)
 {
-	for (int i = 0; i < 2000 && td_manager->n_domains; i++) {
+	for (int i = 0; i < 5000 && *count; i++) {
 		td_pump();
 		usleep(1000);
 	}
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	ck_assert_uint_eq(*count, 0);
+}
+
+void td_wait_domains_closed(void)
+{
+	td_pump_until_zero(&td_manager->n_domains);
 }
 
 void td_dma(int fd, uint64_t id, unsigned op, const Mrd__MrEntry *l, uint64_t laddr,

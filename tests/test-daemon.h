@@ -67,5 +67,8 @@ void td_block_worker(struct td_blocker *b);
 /* Lets it go and runs the loop until its completion ran. */
 void td_unblock_worker(struct td_blocker *b);
 
-/* Runs the loop until every domain closed (jobs hold theirs), and checks they did. */
+/* Runs the loop (up to 5 s) until *count, which the loop's work brings down, is 0, and checks
+ * that it is: workers' jobs finishing, domains closing. */
+void td_pump_until_zero(const unsigned *count);
+/* Until every domain closed (jobs hold theirs). */
 void td_wait_domains_closed(void);

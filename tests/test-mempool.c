@@ -86,16 +86,6 @@ static void unreg(int fd, uint64_t id, const char *name, int error)
 	td_expect_free(fd, id, error);
 }
 
-/* Until the workers deregistered what they were given (1 MiB MRs go to them). */
-static void wait_cache_jobs(const struct domain *d)
-{
-	for (int i = 0; i < 2000 && d->cache.jobs; i++) {
-		td_pump();
-		usleep(1000);
-	}
-	ck_assert_uint_eq(d->cache.jobs, 0);
-}
-
 START_TEST(test_ranges_rounded_and_merged)
 {
 	struct client *c;
@@ -185,7 +175,7 @@ START_TEST(test_extmem_replaces)
 				  a + i * 16 * KiB + 8 * KiB);
 	}
 	/* The chunk registration is gone: the replacement's MRs alone are left. */
-	wait_cache_jobs(c->domain);
+	td_pump_until_zero(&c->domain->cache.jobs);
 	provider_stats(c->domain->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 8);
 	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 64 * KiB);
@@ -225,7 +215,7 @@ START_TEST(test_death_releases_pools)
 	close(fd);
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 1);
-	wait_cache_jobs(d);
+	td_pump_until_zero(&d->cache.jobs);
 	provider_stats(d->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
 	ck_assert_uint_eq(d->cache.pinned_bytes, 0);

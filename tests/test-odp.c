@@ -80,16 +80,6 @@ static void prefetch(int fd, uint64_t id, uint64_t addr, uint64_t len, unsigned 
 	td_expect_free(fd, id, error);
 }
 
-/* Until no prefetch work is queued or running in d. */
-static void wait_jobs(const struct domain *d)
-{
-	for (int i = 0; i < 5000 && d->odp.jobs; i++) {
-		td_pump();
-		usleep(1000);
-	}
-	ck_assert_uint_eq(d->odp.jobs, 0);
-}
-
 START_TEST(test_lookups_make_children)
 {
 	struct client *c;
@@ -201,7 +191,7 @@ START_TEST(test_prefetch)
 	ck_assert_uint_eq(d->odp.stats.prefetch_pages, 8 * MiB / 4096);
 	/* Without flush the answer comes once queued, the work after. */
 	prefetch(fd, 8, b, 4 * MiB, MRD__PREFETCH_ADVICE__PREFETCH, false, 0);
-	wait_jobs(d);
+	td_pump_until_zero(&d->odp.jobs);
 	ck_assert_uint_eq(d->odp.stats.prefetch_pages, 12 * MiB / 4096);
 	close(fd);
 }
@@ -232,7 +222,7 @@ START_TEST(test_prefetch_errors)
 	prefetch(fd, 40, ro, 4096, MRD__PREFETCH_ADVICE__PREFETCH, false, EAGAIN);
 	td_unblock_worker(&b1);
 	td_unblock_worker(&b2);
-	wait_jobs(c->domain);
+	td_pump_until_zero(&c->domain->odp.jobs);
 	ck_assert_uint_eq(c->n_prefetches, 0);
 	close(fd);
 	close(other);
@@ -256,7 +246,7 @@ START_TEST(test_one_child_under_races)
 		td_expect_free(fd, 3, 0);
 		td_expect_free(fd, 4, 0);
 		lookup(fd, 5, a + 8192, 0, NULL); /* while the workers may still be at it */
-		wait_jobs(d);
+		td_pump_until_zero(&d->odp.jobs);
 		ck_assert_uint_eq(d->odp.children, 1);
 		ck_assert_uint_eq(d->odp.stats.children_created, created + 1);
 		provider_stats(d->provider, &ps);
@@ -356,7 +346,7 @@ START_TEST(test_child_linked_then_freed_before_completion)
 	ck_assert_ptr_nonnull(al);
 	ck_assert_int_eq(domain_free_allocation(d, al, NULL), 0); /* deferred: work on it */
 	ck_assert(!LIST_EMPTY(&d->odp.zombies));
-	wait_jobs(d);
+	td_pump_until_zero(&d->odp.jobs);
 	ck_assert(b.done);
 	close(b.fd[0]);
 	close(b.fd[1]);
