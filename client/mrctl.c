@@ -21,13 +21,26 @@ static void help(void)
 	       "  status              daemon version, uptime, provider and client count\n"
 	       "  clients             every client and domain, with usage against each quota\n"
 	       "  stats               each domain's counters: lookups, registrations, ODP work\n"
-	       "  pools               registered mempools, their MRs and how many pools share each\n"
-	       "  dump                status, clients, stats and pools together\n\n"
+	       "  pools               each domain's MR handle pools: key, parked and in-use\n"
+	       "                      handles, hits, misses, aging, pinned minimum\n"
+	       "  pools set           change aging and/or the pinned minimum of pools (below)\n"
+	       "  mempools            registered mempools, their MRs and how many share each\n"
+	       "  dump                status, clients, stats, pools and mempools together\n\n"
 	       "Options:\n"
 	       "  -s, --socket PATH   talk to mrd at PATH (default: $MRD_SOCKET, else %s)\n"
 	       "  -j, --json          print JSON instead of text\n"
 	       "  -h, --help          show this help\n"
 	       "  -V, --version       show the version\n\n"
+	       "Options of 'pools set' (the key options pick pools; without any, every pool\n"
+	       "and the pools made later):\n"
+	       "  --aging SEC         destroy handles parked longer than SEC seconds (>= 1)\n"
+	       "  --pinned N          but keep N per pool however long they idle\n"
+	       "  --domain NAME       in domain NAME only\n"
+	       "  --access LIST       pools of this access: lw,rw,rr,ra (or the bits as a number)\n"
+	       "  --pages N           pools of this size class\n"
+	       "  --odp yes|no        on-demand pools, or not\n"
+	       "  --internal yes|no   pools of MRs whose keys stay in mrd, or not\n"
+	       "  --vendor N          pools of this vendor key\n\n"
 	       "Admin commands need root or mrd's admin group. See mrctl(8).\n",
 	       MRD_SOCKET_DEFAULT);
 }
@@ -285,12 +298,12 @@ static int cmd_stats(struct conn *c)
 	return 0;
 }
 
-static void print_pools(const Mrd__PoolsResponse *r)
+static void print_mempools(const Mrd__MempoolsResponse *r)
 {
 	if (arg_json) {
-		printf("{\"pools\":[");
-		for (size_t i = 0; i < r->n_pools; i++) {
-			const Mrd__PoolInfo *p = r->pools[i];
+		printf("{\"mempools\":[");
+		for (size_t i = 0; i < r->n_mempools; i++) {
+			const Mrd__MempoolInfo *p = r->mempools[i];
 
 			printf("%s{\"domain\":", i ? "," : "");
 			print_json_string(p->domain);
@@ -300,7 +313,7 @@ static void print_pools(const Mrd__PoolsResponse *r)
 			print_json_string(p->name);
 			printf(",\"extmem\":%s,\"mrs\":[", json_bool(p->extmem));
 			for (size_t k = 0; k < p->n_mrs; k++) {
-				const Mrd__PoolMrInfo *m = p->mrs[k];
+				const Mrd__MempoolMrInfo *m = p->mrs[k];
 
 				printf("%s{\"start\":%" PRIu64 ",\"end\":%" PRIu64 ",\"lkey\":%" PRIu32
 				       ",\"rkey\":%" PRIu32 ",\"sharers\":%" PRIu32 ",\"hugepage\":%s"
@@ -313,19 +326,19 @@ static void print_pools(const Mrd__PoolsResponse *r)
 		printf("]}\n");
 		return;
 	}
-	if (r->n_pools == 0) {
+	if (r->n_mempools == 0) {
 		printf("no mempools registered\n");
 		return;
 	}
-	for (size_t i = 0; i < r->n_pools; i++) {
-		const Mrd__PoolInfo *p = r->pools[i];
+	for (size_t i = 0; i < r->n_mempools; i++) {
+		const Mrd__MempoolInfo *p = r->mempools[i];
 
 		printf("%spool %s of pid %" PRId32 " (%s), domain %s%s: %zu MR%s\n", i ? "\n" : "",
 		       p->name, p->pid, *p->client_name ? p->client_name : "-", p->domain,
 		       p->extmem ? ", extmem" : "", p->n_mrs, p->n_mrs == 1 ? "" : "s");
 		printf("  %-18s %-18s %10s %10s %8s\n", "START", "END", "LKEY", "RKEY", "SHARERS");
 		for (size_t k = 0; k < p->n_mrs; k++) {
-			const Mrd__PoolMrInfo *m = p->mrs[k];
+			const Mrd__MempoolMrInfo *m = p->mrs[k];
 
 			printf("  0x%016" PRIx64 " 0x%016" PRIx64 " 0x%08" PRIx32 " 0x%08" PRIx32
 			       " %8" PRIu32 "%s%s\n", m->start, m->end, m->lkey, m->rkey, m->sharers,
@@ -334,29 +347,257 @@ static void print_pools(const Mrd__PoolsResponse *r)
 	}
 }
 
-static int cmd_pools(struct conn *c)
+static int cmd_mempools(struct conn *c)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__PoolsRequest pools = MRD__POOLS_REQUEST__INIT;
+	Mrd__MempoolsRequest mempools = MRD__MEMPOOLS_REQUEST__INIT;
 	Mrd__Response *resp;
 	int r;
 
-	req.body_case = MRD__REQUEST__BODY_POOLS;
-	req.pools = &pools;
-	r = call(c, "pools", &req, MRD__RESPONSE__BODY_POOLS, &resp);
+	req.body_case = MRD__REQUEST__BODY_MEMPOOLS;
+	req.mempools = &mempools;
+	r = call(c, "mempools", &req, MRD__RESPONSE__BODY_MEMPOOLS, &resp);
 	if (r < 0)
 		return r;
-	print_pools(resp->pools);
+	print_mempools(resp->mempools);
 	mrd__response__free_unpacked(resp, NULL);
 	return 0;
+}
+
+/* Access bits by the names mrctl shows and takes (MRD_ACCESS_* of daemon/provider.h). */
+static const char *const access_names[] = { "lw", "rw", "rr", "ra" };
+
+static const char *access_string(uint32_t access, char *buf, size_t size)
+{
+	size_t n = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < ELEMENTSOF(access_names); i++)
+		if (access & (1u << i))
+			n += (size_t)snprintf(buf + n, n < size ? size - n : 0, "%s%s", n ? "," : "",
+					      access_names[i]);
+	return n ? buf : "-";
+}
+
+static void print_frmr_pools(const Mrd__FrmrPoolsResponse *r)
+{
+	char access[32];
+
+	if (arg_json) {
+		printf("{\"domains\":[");
+		for (size_t i = 0; i < r->n_domains; i++) {
+			const Mrd__FrmrDomainInfo *d = r->domains[i];
+
+			printf("%s{\"domain\":", i ? "," : "");
+			print_json_string(d->domain);
+			printf(",\"on\":%s,\"off_reason\":", json_bool(!*d->off));
+			print_json_string(d->off);
+			printf(",\"queued\":%" PRIu64 ",\"max_queued\":%" PRIu32 ",\"aging_s\":%" PRIu32
+			       ",\"pinned\":%" PRIu32 ",\"pools\":[", d->queued, d->max_queued,
+			       d->aging_s, d->pinned);
+			for (size_t k = 0; k < d->n_pools; k++) {
+				const Mrd__FrmrPoolInfo *p = d->pools[k];
+
+				printf("%s{\"access\":%" PRIu32 ",\"odp\":%s,\"internal\":%s"
+				       ",\"vendor\":%" PRIu32 ",\"pages\":%" PRIu64 ",\"queued\":%" PRIu64
+				       ",\"in_use\":%" PRIu64 ",\"max_in_use\":%" PRIu64
+				       ",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"aged\":%" PRIu64
+				       ",\"aging_s\":%" PRIu32 ",\"pinned\":%" PRIu32 "}",
+				       k ? "," : "", p->access, json_bool(p->odp), json_bool(p->internal),
+				       p->vendor, p->pages, p->queued, p->in_use, p->max_in_use, p->hits,
+				       p->misses, p->aged, p->aging_s, p->pinned);
+			}
+			printf("]}");
+		}
+		printf("]}\n");
+		return;
+	}
+	if (r->n_domains == 0) {
+		printf("no domain is open\n");
+		return;
+	}
+	for (size_t i = 0; i < r->n_domains; i++) {
+		const Mrd__FrmrDomainInfo *d = r->domains[i];
+
+		if (*d->off) {
+			printf("%sdomain %s: handle pools off: %s\n", i ? "\n" : "", d->domain, d->off);
+			continue;
+		}
+		printf("%sdomain %s: %zu pool%s, %" PRIu64 " handle%s parked (at most %" PRIu32
+		       "); new pools: aging %" PRIu32 " s, pinned %" PRIu32 "\n", i ? "\n" : "",
+		       d->domain, d->n_pools, d->n_pools == 1 ? "" : "s", d->queued,
+		       d->queued == 1 ? "" : "s", d->max_queued, d->aging_s, d->pinned);
+		if (d->n_pools == 0)
+			continue;
+		printf("  %-11s %-3s %-3s %6s %8s %7s %7s %7s %9s %9s %7s %6s %6s\n", "ACCESS", "ODP",
+		       "INT", "VENDOR", "PAGES", "QUEUED", "IN_USE", "MAX_USE", "HITS", "MISSES",
+		       "AGED", "AGING", "PINNED");
+		for (size_t k = 0; k < d->n_pools; k++) {
+			const Mrd__FrmrPoolInfo *p = d->pools[k];
+
+			printf("  %-11s %-3s %-3s %6" PRIu32 " %8" PRIu64 " %7" PRIu64 " %7" PRIu64
+			       " %7" PRIu64 " %9" PRIu64 " %9" PRIu64 " %7" PRIu64 " %5" PRIu32 "s %6"
+			       PRIu32 "\n", access_string(p->access, access, sizeof(access)),
+			       yes_no(p->odp), yes_no(p->internal), p->vendor, p->pages, p->queued,
+			       p->in_use, p->max_in_use, p->hits, p->misses, p->aged, p->aging_s,
+			       p->pinned);
+		}
+	}
+}
+
+static int cmd_pools(struct conn *c)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__FrmrPoolsRequest pools = MRD__FRMR_POOLS_REQUEST__INIT;
+	Mrd__Response *resp;
+	int r;
+
+	req.body_case = MRD__REQUEST__BODY_FRMR_POOLS;
+	req.frmr_pools = &pools;
+	r = call(c, "pools", &req, MRD__RESPONSE__BODY_FRMR_POOLS, &resp);
+	if (r < 0)
+		return r;
+	print_frmr_pools(resp->frmr_pools);
+	mrd__response__free_unpacked(resp, NULL);
+	return 0;
+}
+
+/* mrctl pools set: what the options asked for (arg_set.given says which). */
+static Mrd__FrmrPoolsSetRequest arg_set = MRD__FRMR_POOLS_SET_REQUEST__INIT;
+
+static int cmd_pools_set(struct conn *c)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__Response *resp;
+	int r;
+
+	req.body_case = MRD__REQUEST__BODY_FRMR_POOLS_SET;
+	req.frmr_pools_set = &arg_set;
+	r = call(c, "pools set", &req, MRD__RESPONSE__BODY_FRMR_POOLS_SET, &resp);
+	if (r < 0)
+		return r;
+	if (arg_json)
+		printf("{\"changed\":%" PRIu32 "}\n", resp->frmr_pools_set->changed);
+	else
+		printf("%" PRIu32 " pool%s changed\n", resp->frmr_pools_set->changed,
+		       resp->frmr_pools_set->changed == 1 ? "" : "s");
+	mrd__response__free_unpacked(resp, NULL);
+	return 0;
+}
+
+static int parse_u64(const char *s, uint64_t max, uint64_t *ret)
+{
+	unsigned long long v;
+	char *end;
+
+	errno = 0;
+	if (*s == '-' || *s == '\0')
+		return -EINVAL;
+	v = strtoull(s, &end, 0);
+	if (errno || *end || v > max)
+		return -ERANGE;
+	*ret = v;
+	return 0;
+}
+
+static int parse_access(const char *s, uint32_t *ret)
+{
+	uint64_t v;
+	char buf[64], *save = NULL;
+
+	if (parse_u64(s, 0xf, &v) == 0) {
+		*ret = (uint32_t)v;
+		return 0;
+	}
+	if (strlen(s) >= sizeof(buf))
+		return -EINVAL;
+	snprintf(buf, sizeof(buf), "%s", s);
+	*ret = 0;
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		size_t i;
+
+		for (i = 0; i < ELEMENTSOF(access_names); i++)
+			if (strcmp(t, access_names[i]) == 0)
+				break;
+		if (i == ELEMENTSOF(access_names))
+			return -EINVAL;
+		*ret |= 1u << i;
+	}
+	return 0;
+}
+
+static int parse_yes_no(const char *s, protobuf_c_boolean *ret)
+{
+	if (strcmp(s, "yes") == 0)
+		*ret = true;
+	else if (strcmp(s, "no") == 0)
+		*ret = false;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+/* One `pools set` option into arg_set; a message and -EINVAL when its value is bad. */
+static int parse_set_option(int opt, const char *value)
+{
+	uint64_t v = 0;
+	int r;
+
+	switch (opt) {
+	case 'A':
+		r = parse_u64(value, UINT32_MAX, &v);
+		arg_set.aging_s = (uint32_t)v;
+		arg_set.given |= MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_AGING;
+		if (r == 0 && v == 0)
+			r = -ERANGE;
+		break;
+	case 'P':
+		r = parse_u64(value, UINT32_MAX, &v);
+		arg_set.pinned = (uint32_t)v;
+		arg_set.given |= MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_PINNED;
+		break;
+	case 'D':
+		arg_set.domain = (char *)value;
+		r = *value ? 0 : -EINVAL;
+		break;
+	case 'a':
+		r = parse_access(value, &arg_set.access);
+		arg_set.given |= MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_ACCESS;
+		break;
+	case 'n':
+		r = parse_u64(value, UINT64_MAX, &v);
+		arg_set.pages = v;
+		arg_set.given |= MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_PAGES;
+		if (r == 0 && v == 0)
+			r = -ERANGE;
+		break;
+	case 'o':
+		r = parse_yes_no(value, &arg_set.odp);
+		arg_set.given |= MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_ODP;
+		break;
+	case 'i':
+		r = parse_yes_no(value, &arg_set.internal);
+		arg_set.given |= MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_INTERNAL;
+		break;
+	case 'v':
+		r = parse_u64(value, UINT32_MAX, &v);
+		arg_set.vendor = (uint32_t)v;
+		arg_set.given |= MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_VENDOR;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (r < 0)
+		fprintf(stderr, "mrctl: bad value '%s' for an option of 'pools set'\n", value);
+	return r;
 }
 
 /* Everything mrctl can show, in one go: one JSON object, or the sections one after another. */
 static int cmd_dump(struct conn *c)
 {
 	static int (*const parts[])(struct conn *c) = { cmd_status, cmd_clients, cmd_stats,
-							 cmd_pools };
-	static const char *const names[] = { "status", "clients", "stats", "pools" };
+							 cmd_pools, cmd_mempools };
+	static const char *const names[] = { "status", "clients", "stats", "pools", "mempools" };
 
 	for (size_t i = 0; i < ELEMENTSOF(parts); i++) {
 		int r;
@@ -383,6 +624,8 @@ static const struct {
 	{ "clients", cmd_clients },
 	{ "stats", cmd_stats },
 	{ "pools", cmd_pools },
+	{ "pools set", cmd_pools_set },
+	{ "mempools", cmd_mempools },
 	{ "dump", cmd_dump },
 };
 
@@ -393,8 +636,18 @@ int main(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
+		{ "aging", required_argument, NULL, 'A' },
+		{ "pinned", required_argument, NULL, 'P' },
+		{ "domain", required_argument, NULL, 'D' },
+		{ "access", required_argument, NULL, 'a' },
+		{ "pages", required_argument, NULL, 'n' },
+		{ "odp", required_argument, NULL, 'o' },
+		{ "internal", required_argument, NULL, 'i' },
+		{ "vendor", required_argument, NULL, 'v' },
 		{}
 	};
+	char command[32];
+	bool set_options = false;
 	_cleanup_(conn_freep) struct conn *c = NULL;
 	char error[256];
 	int opt, r;
@@ -413,18 +666,38 @@ int main(int argc, char **argv)
 		case 'V':
 			printf("mrctl %s\n", PACKAGE_VERSION);
 			return EXIT_SUCCESS;
+		case 'A': case 'P': case 'D': case 'a': case 'n': case 'o': case 'i': case 'v':
+			if (parse_set_option(opt, optarg) < 0)
+				return 2;
+			set_options = true;
+			break;
 		default:
 			fprintf(stderr, "Try 'mrctl --help'.\n");
 			return 2;
 		}
 	}
-	if (optind + 1 != argc) {
+	/* One word, or two for "pools set". */
+	if (optind >= argc || argc - optind > 2 ||
+	    (argc - optind == 2 && strcmp(argv[optind + 1], "set") != 0)) {
 		fprintf(stderr, "mrctl: expected one command; try 'mrctl --help'\n");
+		return 2;
+	}
+	snprintf(command, sizeof(command), "%s%s%s", argv[optind], argc - optind == 2 ? " " : "",
+		 argc - optind == 2 ? argv[optind + 1] : "");
+	if (set_options != (strcmp(command, "pools set") == 0)) {
+		fprintf(stderr, set_options ? "mrctl: --aging, --pinned and the key options belong "
+					      "to 'pools set'\n" :
+					      "mrctl: pools set: give --aging SEC and/or --pinned N\n");
+		return 2;
+	}
+	if (set_options && !(arg_set.given & (MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_AGING |
+					      MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_PINNED))) {
+		fprintf(stderr, "mrctl: pools set: give --aging SEC and/or --pinned N\n");
 		return 2;
 	}
 
 	for (size_t i = 0; i < ELEMENTSOF(commands); i++) {
-		if (strcmp(argv[optind], commands[i].name) != 0)
+		if (strcmp(command, commands[i].name) != 0)
 			continue;
 		r = conn_open(arg_socket, "mrctl", MRD_CAPS_SERVED, &c, error, sizeof(error));
 		if (r < 0) {
@@ -433,6 +706,6 @@ int main(int argc, char **argv)
 		}
 		return commands[i].run(c) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 	}
-	fprintf(stderr, "mrctl: unknown command '%s'; try 'mrctl --help'\n", argv[optind]);
+	fprintf(stderr, "mrctl: unknown command '%s'; try 'mrctl --help'\n", command);
 	return 2;
 }

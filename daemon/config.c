@@ -36,6 +36,7 @@ void config_init(struct config *c)
 		.async_bytes = 1ULL << 20,
 		.odp_chunk = 1ULL << 30,
 		.workers = 2,
+		.pools = { .enabled = true, .aging_s = FRMR_AGING_DEFAULT_S, .max_queued = 4096 },
 	};
 }
 
@@ -87,6 +88,17 @@ static int set_unsigned(unsigned *field, const char *value, unsigned min, unsign
 }
 
 /* Bytes with an optional binary suffix: 4096, 64K, 2M, 1G, 4T. */
+static int set_bool(bool *field, const char *value)
+{
+	if (strcmp(value, "yes") == 0 || strcmp(value, "true") == 0 || strcmp(value, "1") == 0)
+		*field = true;
+	else if (strcmp(value, "no") == 0 || strcmp(value, "false") == 0 || strcmp(value, "0") == 0)
+		*field = false;
+	else
+		return -EINVAL;
+	return 0;
+}
+
 static int set_bytes(uint64_t *field, const char *value, uint64_t min, uint64_t max)
 {
 	unsigned long long v;
@@ -308,6 +320,15 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 			return set_unsigned(&c->workers, value, 1, 64);
 		if (strcmp(key, "odp_chunk") == 0)
 			return set_bytes(&c->odp_chunk, value, 2ULL << 20, 1ULL << 40);
+	} else if (strcmp(section, "pools") == 0) {
+		if (strcmp(key, "enabled") == 0)
+			return set_bool(&c->pools.enabled, value);
+		if (strcmp(key, "aging") == 0)
+			return set_unsigned(&c->pools.aging_s, value, 1, 1u << 30);
+		if (strcmp(key, "pinned") == 0)
+			return set_unsigned(&c->pools.pinned, value, 0, 1u << 20);
+		if (strcmp(key, "max_queued") == 0)
+			return set_unsigned(&c->pools.max_queued, value, 0, 1u << 24);
 	} else if (strcmp(section, "domains") == 0)
 		return add_group(c, key, value);
 	else if (strcmp(section, "policies") == 0)

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "frmr-pool.h"
 #include "log.h"
 #include "mrd/mrd.h" /* MRD_SOCKET_DEFAULT */
 
@@ -44,6 +45,9 @@ struct config {
 	uint64_t async_bytes; /* registrations this big or bigger run on a worker thread */
 	unsigned workers;     /* worker threads */
 	uint64_t odp_chunk;   /* address space of one ODP child */
+
+	/* [pools]: FRMR-style handle pools, per domain */
+	struct frmr_pools_config pools;
 
 	/* [quota], per domain */
 	uint64_t quota_allocated_bytes, quota_pinned_bytes;

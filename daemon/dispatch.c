@@ -29,8 +29,11 @@ static const struct request_type request_types[] = {
 	[MRD__REQUEST__BODY_MEMPOOL_REGISTER] = { "MempoolRegister", request_mempool_register },
 	[MRD__REQUEST__BODY_MEMPOOL_UNREGISTER] = { "MempoolUnregister",
 						    request_mempool_unregister },
-	[MRD__REQUEST__BODY_POOLS] = { "Pools", request_pools, .admin = true },
+	[MRD__REQUEST__BODY_MEMPOOLS] = { "Mempools", request_mempools, .admin = true },
 	[MRD__REQUEST__BODY_PREFETCH] = { "Prefetch", request_prefetch },
+	[MRD__REQUEST__BODY_FRMR_POOLS] = { "FrmrPools", request_frmr_pools, .admin = true },
+	[MRD__REQUEST__BODY_FRMR_POOLS_SET] = { "FrmrPoolsSet", request_frmr_pools_set,
+						.admin = true },
 };
 
 const struct request_type *request_type_lookup(int body_case)

@@ -30,8 +30,10 @@ struct reply {
 		Mrd__DmaResponse dma;
 		Mrd__MempoolRegisterResponse mempool_register;
 		Mrd__MempoolUnregisterResponse mempool_unregister;
-		Mrd__PoolsResponse pools;
+		Mrd__MempoolsResponse mempools;
 		Mrd__PrefetchResponse prefetch;
+		Mrd__FrmrPoolsResponse frmr_pools;
+		Mrd__FrmrPoolsSetResponse frmr_pools_set;
 	} body;
 	Mrd__ArenaInfo arena;   /* for bodies that describe an arena */
 	void *owned[4];         /* freed after the reply is sent (repeated fields) */
@@ -123,7 +125,11 @@ int request_mempool_register(struct client *c, const Mrd__Request *req,
 			     struct wire_packet *pkt, struct reply *r);
 int request_mempool_unregister(struct client *c, const Mrd__Request *req,
 			       struct wire_packet *pkt, struct reply *r);
-int request_pools(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		  struct reply *r);
+int request_mempools(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		     struct reply *r);
 int request_prefetch(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 		     struct reply *r);
+int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		       struct reply *r);
+int request_frmr_pools_set(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+			   struct reply *r);

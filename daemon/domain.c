@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+
 #include "arena.h"
 #include "client.h"
 #include "domain.h"
@@ -68,8 +70,11 @@ static struct domain *domain_free(struct domain *d)
 	if (!d)
 		return NULL;
 	/* Clients are gone by now, and with them their allocations and MRs. */
+	if (d->aging_timer)
+		event_free(d->aging_timer);
 	odp_done(d);
 	mr_cache_done(&d->cache);
+	frmr_pools_done(&d->pools); /* parked handles go before their PD */
 	while (!LIST_EMPTY(&d->arenas))
 		arena_free(LIST_FIRST(&d->arenas));
 	u64_map_done(&d->allocations);
@@ -120,6 +125,69 @@ static int status_page_new(struct domain *d)
 	return 0;
 }
 
+/* Destroying handles may take a device command each (verbs): a worker does it. */
+struct aging_job {
+	struct work work;
+	struct domain *domain; /* held while the job lives */
+	struct provider_mr **handles;
+	size_t n;
+};
+
+static void aging_job_run(struct work *w)
+{
+	struct aging_job *j = (struct aging_job *)w;
+
+	frmr_pools_destroy(j->handles, j->n);
+}
+
+static void aging_job_done(struct work *w)
+{
+	struct aging_job *j = (struct aging_job *)w;
+
+	j->domain->cache.jobs--;
+	j->domain->aging_job = false;
+	domain_release(j->domain);
+	free(j);
+}
+
+static void on_aging_tick(evutil_socket_t fd, short what, void *data)
+{
+	struct domain *d = data;
+	struct provider_mr **handles;
+	struct aging_job *j;
+	size_t n;
+
+	if (d->aging_job)
+		return;
+	n = frmr_pools_age(&d->pools, &handles);
+	if (n == 0)
+		return;
+	j = d->manager->workers ? calloc(1, sizeof(*j)) : NULL;
+	if (!j) {
+		frmr_pools_destroy(handles, n);
+		return;
+	}
+	j->work.run = aging_job_run;
+	j->work.done = aging_job_done;
+	j->domain = domain_ref(d);
+	j->handles = handles;
+	j->n = n;
+	d->aging_job = true;
+	d->cache.jobs++;
+	worker_pool_submit(d->manager->workers, &j->work);
+}
+
+/* Once a second: aging is in whole seconds, and a tick that finds nothing costs a lock. */
+static int aging_start(struct domain *d)
+{
+	static const struct timeval second = { 1, 0 };
+
+	d->aging_timer = event_new(d->manager->base, -1, EV_PERSIST, on_aging_tick, d);
+	if (!d->aging_timer)
+		return -ENOMEM;
+	return event_add(d->aging_timer, &second) < 0 ? -ENOMEM : 0;
+}
+
 int domain_acquire(struct manager *m, const char *name, struct domain **ret)
 {
 	struct domain *d;
@@ -151,6 +219,10 @@ int domain_acquire(struct manager *m, const char *name, struct domain **ret)
 	r = m->provider->ops->open(m->provider->caps.device, &d->provider);
 	if (r >= 0)
 		r = provider_pd_alloc(d->provider, &d->pd);
+	if (r >= 0)
+		r = frmr_pools_init(&d->pools, d->pd, &m->config.pools);
+	if (r >= 0 && !d->pools.off)
+		r = aging_start(d);
 	if (r >= 0)
 		r = status_page_new(d);
 	if (r >= 0)

@@ -9,6 +9,7 @@
 #include <sys/queue.h>
 #include <sys/types.h>
 
+#include "frmr-pool.h"
 #include "mempool.h"
 #include "mr-cache.h"
 #include "odp.h"
@@ -17,6 +18,7 @@
 
 struct arena;
 struct client;
+struct event;
 struct manager;
 struct mrd_status_page;
 struct provider;
@@ -60,6 +62,9 @@ struct domain {
 	LIST_HEAD(, pool_mr) pool_mrs;
 	unsigned n_pool_regs;
 	struct odp odp;
+	struct frmr_pools pools;    /* every registration of the domain goes through them */
+	struct event *aging_timer;  /* ages the pools, while they are on */
+	bool aging_job;             /* a worker destroys aged handles */
 
 	int status_fd; /* memfd; clients map it read-only */
 	struct mrd_status_page *status;

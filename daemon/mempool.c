@@ -128,7 +128,7 @@ static void dereg_job_run(struct work *w)
 {
 	struct dereg_job *j = (struct dereg_job *)w;
 
-	j->result = provider_dereg(j->mr->pmr);
+	j->result = frmr_pools_dereg(&j->domain->pools, j->mr->pmr);
 }
 
 static void dereg_job_done(struct work *w)
@@ -160,7 +160,7 @@ static void pool_mr_destroy(struct domain *d, struct pool_mr *mr, struct unreg_t
 		    calloc(1, sizeof(*j)) :
 		    NULL;
 	if (!j) {
-		pool_mr_gone(d, mr, mr->pmr ? provider_dereg(mr->pmr) : 0);
+		pool_mr_gone(d, mr, mr->pmr ? frmr_pools_dereg(&d->pools, mr->pmr) : 0);
 		return;
 	}
 	j->work.run = dereg_job_run;
@@ -204,8 +204,8 @@ static struct pool_mr *pool_mr_new(struct domain *d, const struct span *s)
 /* On the loop or on a worker: touches only the MR and the provider. */
 static int pool_mr_register(struct domain *d, struct pool_mr *mr)
 {
-	return provider_reg(d->pd, (void *)(uintptr_t)mr->start, mr->end - mr->start, mr->start,
-			    mr->access, &mr->pmr);
+	return frmr_pools_reg(&d->pools, (void *)(uintptr_t)mr->start, mr->end - mr->start,
+			      mr->access, false, &mr->pmr);
 }
 
 static void reg_free(struct domain *d, struct pool_reg *reg, struct unreg_ticket *ticket)

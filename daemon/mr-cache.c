@@ -31,7 +31,7 @@ void mr_cache_done(struct mr_cache *c)
 	while ((mr = LIST_FIRST(&c->mrs))) {
 		LIST_REMOVE(mr, link);
 		LIST_REMOVE(mr, alloc_link);
-		(void)provider_dereg(mr->pmr);
+		(void)frmr_pools_dereg(&c->domain->pools, mr->pmr);
 		free(mr);
 	}
 	c->n_mrs = 0;
@@ -155,8 +155,8 @@ static void reg_job_run(struct work *w)
 {
 	struct reg_job *j = (struct reg_job *)w;
 
-	j->result = provider_reg(j->domain->pd, (void *)(uintptr_t)j->start, j->end - j->start,
-				 j->start, j->access, &j->pmr);
+	j->result = frmr_pools_reg(&j->domain->pools, (void *)(uintptr_t)j->start,
+				   j->end - j->start, j->access, false, &j->pmr);
 }
 
 static void reg_job_done(struct work *w)
@@ -175,14 +175,14 @@ static void reg_job_done(struct work *w)
 			 j->start, j->end, strerror(-r));
 	else if (!a || a->serial != j->allocation_serial) {
 		/* Freed while the worker pinned it: the registration covers nobody's memory. */
-		(void)provider_dereg(j->pmr);
+		(void)frmr_pools_dereg(&d->pools, j->pmr);
 		snprintf(why, sizeof(why), "0x%" PRIx64 " was freed while it was being registered",
 			 j->addr);
 		r = -ENOENT;
 	} else if (cached(c, j->addr, &e)) {
-		(void)provider_dereg(j->pmr); /* another lookup got there first: its MR wins */
+		(void)frmr_pools_dereg(&d->pools, j->pmr); /* another lookup got there first: its MR wins */
 	} else if (!adopt(c, a, j->pmr, j->start, j->end)) {
-		(void)provider_dereg(j->pmr);
+		(void)frmr_pools_dereg(&d->pools, j->pmr);
 		r = -ENOMEM;
 	} else
 		e = (struct mr_entry){ j->start, j->end, j->pmr->lkey, j->pmr->rkey };
@@ -244,15 +244,15 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 		return -EINPROGRESS;
 	}
 
-	r = provider_reg(d->pd, (void *)(uintptr_t)start, end - start, start, allocation_access(a),
-			 &pmr);
+	r = frmr_pools_reg(&d->pools, (void *)(uintptr_t)start, end - start, allocation_access(a),
+			   false, &pmr);
 	if (r < 0) {
 		snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s", start,
 			 end, strerror(-r));
 		return r;
 	}
 	if (!adopt(c, a, pmr, start, end)) {
-		(void)provider_dereg(pmr);
+		(void)frmr_pools_dereg(&d->pools, pmr);
 		return -ENOMEM;
 	}
 	*ret = (struct mr_entry){ start, end, pmr->lkey, pmr->rkey };
@@ -281,7 +281,7 @@ void mr_cache_deregister(const struct mr_cache *c, struct allocation *a)
 	struct cached_mr *mr;
 
 	LIST_FOREACH(mr, &a->mrs, alloc_link) {
-		int r = provider_dereg(mr->pmr);
+		int r = frmr_pools_dereg(&c->domain->pools, mr->pmr);
 
 		if (r < 0)
 			log_warning_errno(r, "domain %s: cannot deregister [0x%" PRIx64 ", 0x%" PRIx64

@@ -74,8 +74,8 @@ static struct odp_child *child_new(struct domain *d, struct allocation *a, uint6
 		*ret_error = -ENOMEM;
 		return NULL;
 	}
-	r = provider_reg(d->pd, (void *)(uintptr_t)start, end - start, start,
-			 access | MRD_ACCESS_ON_DEMAND, &c->pmr);
+	r = frmr_pools_reg(&d->pools, (void *)(uintptr_t)start, end - start,
+			   access | MRD_ACCESS_ON_DEMAND, false, &c->pmr);
 	if (r < 0) {
 		free(c);
 		*ret_error = r;
@@ -88,9 +88,9 @@ static struct odp_child *child_new(struct domain *d, struct allocation *a, uint6
 	return c;
 }
 
-static void child_free(struct odp_child *c)
+static void child_free(struct domain *d, struct odp_child *c)
 {
-	(void)provider_dereg(c->pmr);
+	(void)frmr_pools_dereg(&d->pools, c->pmr);
 	free(c);
 }
 
@@ -160,7 +160,7 @@ static void maybe_finish(struct domain *d, struct allocation *a)
 
 static void destroy(struct domain *d, struct odp_child *c)
 {
-	child_free(c);
+	child_free(d, c);
 	d->odp.stats.children_destroyed++;
 }
 
@@ -213,7 +213,7 @@ void odp_done(struct domain *d)
 		for (size_t j = 0; j < ODP_LEAF; j++)
 			while ((c = o->leaves[i][j])) { /* none should be left: allocations went */
 				o->leaves[i][j] = c->next;
-				child_free(c);
+				child_free(d, c);
 			}
 		free(o->leaves[i]);
 	}
@@ -245,7 +245,7 @@ int odp_fault(struct domain *d, struct allocation *a, uint64_t addr, struct mr_e
 		}
 		got = install(slot, c);
 		if (got != c)
-			child_free(c); /* a worker's prefetch made it first */
+			child_free(d, c); /* a worker's prefetch made it first */
 		else
 			o->stats.children_created++;
 		c = got;
@@ -303,7 +303,7 @@ static void prefetch_run(struct work *w)
 			c->pending = 1;
 			got = install(slot_of(&d->odp, p->start), c);
 			if (got != c) {
-				child_free(c); /* the loop or another job made it first */
+				child_free(d, c); /* the loop or another job made it first */
 				__atomic_add_fetch(&got->pending, 1, __ATOMIC_ACQ_REL);
 			} else {
 				p->created = true;

@@ -43,6 +43,7 @@ struct soft_mr {
 	struct provider_mr base;
 	uint32_t index;
 	bool on_demand;
+	bool parked;                  /* kept by a pool: no key reaches it, it pins nothing */
 	uintptr_t pin_start, pin_end; /* pinned page range; empty for ODP */
 	uint64_t iova_page0;          /* iova rounded down to a page */
 	uint8_t **pages;              /* host address of each page; NULL: not present (ODP) */
@@ -74,6 +75,7 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->base.caps.odp_implicit = true;
 	sp->base.caps.odp_rc_caps = 0x3f; /* send, receive, write, read, atomic, srq receive */
 	sp->base.caps.rereg_translation = true;
+	sp->base.caps.rereg_new_keys = true; /* every move takes the index's next variant */
 	sp->base.caps.dma = true;
 	*ret = &sp->base;
 	return 0;
@@ -168,8 +170,8 @@ static struct soft_mr *key_lookup(struct soft_provider *sp, uint32_t key)
 	if (index == 0 || index >= sp->n_slots)
 		return NULL;
 	slot = &sp->slots[index];
-	if (!slot->mr || slot->variant != (uint8_t)key)
-		return NULL; /* free, or reused since this key was handed out */
+	if (!slot->mr || slot->mr->parked || slot->variant != (uint8_t)key)
+		return NULL; /* free, parked, or reused since this key was handed out */
 	return slot->mr;
 }
 
@@ -287,11 +289,14 @@ static int soft_dereg(struct provider_mr *base)
 	struct soft_mr *mr = (struct soft_mr *)base;
 	struct soft_provider *sp = to_soft(base->pd->provider);
 
-	if (!mr->on_demand)
+	if (mr->pin_end > mr->pin_start)
 		(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
 	slot_release(sp, mr);
 	base->pd->n_mrs--;
-	sp->stats.mrs--;
+	if (mr->parked)
+		sp->stats.parked--;
+	else
+		sp->stats.mrs--;
 	soft_mr_free(mr);
 	return 0;
 }
@@ -304,6 +309,8 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 	struct soft_mr moved = { .base = *base };
 	int r;
 
+	if (mr->parked && !(flags & PROVIDER_REREG_TRANSLATION))
+		return -EINVAL; /* it has no memory whose access could change */
 	if (flags & PROVIDER_REREG_TRANSLATION) {
 		/* Pin the new memory before letting go of the old: failure leaves mr intact. */
 		r = translation_new(sp, addr, length, iova, mr->on_demand, &moved);
@@ -317,7 +324,8 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 				free(moved.pages);
 				return r;
 			}
-			(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
+			if (mr->pin_end > mr->pin_start)
+				(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
 		}
 		free(mr->pages);
 		mr->pages = moved.pages;
@@ -330,9 +338,37 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 		base->iova = moved.base.iova;
 		/* Same index, new variant: keys to the old memory die here. */
 		sp->slots[mr->index].variant++;
+		if (mr->parked) {
+			mr->parked = false;
+			sp->stats.parked--;
+			sp->stats.mrs++;
+		}
 		base->lkey = base->rkey = make_key(mr->index, sp->slots[mr->index].variant);
 	}
 	base->access = access;
+	return 0;
+}
+
+/* Keeps the index, so the next move takes its next variant; drops the memory, so no key
+ * reaches it (key_lookup refuses a parked MR) and nothing stays pinned. */
+static int soft_park(struct provider_mr *base)
+{
+	struct soft_mr *mr = (struct soft_mr *)base;
+	struct soft_provider *sp = to_soft(base->pd->provider);
+
+	if (mr->pin_end > mr->pin_start)
+		(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
+	mr->pin_start = mr->pin_end = 0;
+	free(mr->pages);
+	mr->pages = NULL;
+	mr->n_pages = 0;
+	if (!mr->parked) {
+		mr->parked = true;
+		sp->stats.mrs--;
+		sp->stats.parked++;
+	}
+	base->addr = base->length = base->iova = 0;
+	base->lkey = base->rkey = 0; /* never a soft key */
 	return 0;
 }
 
@@ -495,6 +531,7 @@ const struct provider_ops provider_soft_ops = {
 	.reg = soft_reg,
 	.rereg = soft_rereg,
 	.dereg = soft_dereg,
+	.park = soft_park,
 	.advise = soft_advise,
 	.export_pd = soft_export_pd,
 	.dma = soft_dma,

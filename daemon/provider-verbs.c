@@ -20,6 +20,7 @@ struct verbs_provider {
 	struct provider base;
 	struct ibv_context *ctx;
 	struct provider_stats stats;
+	void *parking; /* one page that parked MRs point at (verbs_park) */
 };
 
 struct verbs_pd {
@@ -31,6 +32,7 @@ struct verbs_mr {
 	struct provider_mr base;
 	struct ibv_mr *mr;
 	uint64_t pinned; /* bytes the kernel pinned for it (0 for ODP) */
+	bool parked;     /* on the parking page (verbs_park) */
 };
 
 static struct verbs_provider *to_verbs(struct provider *p) { return (struct verbs_provider *)p; }
@@ -65,8 +67,10 @@ static uint64_t page_span(uint64_t addr, uint64_t length)
 	return ((addr + length + ps - 1) & ~(ps - 1)) - (addr & ~(ps - 1));
 }
 
-/* There is no capability bit for it: try moving a one-page MR to another page. */
-static bool probe_rereg_translation(struct ibv_context *ctx)
+/* There is no capability bit for it: try moving a one-page MR to another page. *ret_new_keys
+ * says whether the move gave it new keys; a driver that keeps them (a UMR update in place)
+ * would let a key handed out for the old memory reach the new. */
+static bool probe_rereg_translation(struct ibv_context *ctx, bool *ret_new_keys)
 {
 	long ps = sysconf(_SC_PAGESIZE);
 	struct ibv_pd *pd;
@@ -74,6 +78,7 @@ static bool probe_rereg_translation(struct ibv_context *ctx)
 	bool ok = false;
 	uint8_t *buf;
 
+	*ret_new_keys = false;
 	buf = mmap(NULL, 2 * (size_t)ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (buf == MAP_FAILED)
 		return false;
@@ -81,8 +86,11 @@ static bool probe_rereg_translation(struct ibv_context *ctx)
 	if (pd) {
 		mr = ibv_reg_mr(pd, buf, (size_t)ps, IBV_ACCESS_LOCAL_WRITE);
 		if (mr) {
+			uint32_t lkey = mr->lkey, rkey = mr->rkey;
+
 			ok = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, buf + ps,
 					  (size_t)ps, IBV_ACCESS_LOCAL_WRITE) == 0;
+			*ret_new_keys = ok && mr->lkey != lkey && mr->rkey != rkey;
 			(void)ibv_dereg_mr(mr);
 		}
 		(void)ibv_dealloc_pd(pd);
@@ -137,12 +145,19 @@ static int verbs_open(const char *device, struct provider **ret)
 	vp->base.caps.odp = attr.odp_caps.general_caps & IBV_ODP_SUPPORT;
 	vp->base.caps.odp_implicit = attr.odp_caps.general_caps & IBV_ODP_SUPPORT_IMPLICIT;
 	vp->base.caps.odp_rc_caps = attr.odp_caps.per_transport_caps.rc_odp_caps;
-	vp->base.caps.rereg_translation = probe_rereg_translation(vp->ctx);
+	vp->base.caps.rereg_translation =
+		probe_rereg_translation(vp->ctx, &vp->base.caps.rereg_new_keys);
 	vp->base.caps.export_pd = true;
-	log_debug("verbs: %s: max MR %llu, ODP %s%s, rereg translation %s", vp->base.caps.device,
-		  (unsigned long long)vp->base.caps.max_mr_size, vp->base.caps.odp ? "yes" : "no",
-		  vp->base.caps.odp_implicit ? " (implicit)" : "",
-		  vp->base.caps.rereg_translation ? "yes" : "no");
+	vp->parking = mmap(NULL, (size_t)vp->base.caps.page_size, PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (vp->parking == MAP_FAILED)
+		vp->parking = NULL; /* no parking: verbs_park refuses, and pools stay off */
+	log_debug("verbs: %s: max MR %llu, ODP %s%s, rereg translation %s%s",
+		  vp->base.caps.device, (unsigned long long)vp->base.caps.max_mr_size,
+		  vp->base.caps.odp ? "yes" : "no", vp->base.caps.odp_implicit ? " (implicit)" : "",
+		  vp->base.caps.rereg_translation ? "yes" : "no",
+		  vp->base.caps.rereg_translation && !vp->base.caps.rereg_new_keys ?
+			  " (keeps keys)" : "");
 	*ret = &vp->base;
 	return 0;
 }
@@ -153,6 +168,8 @@ static void verbs_close(struct provider *p)
 
 	if (vp->ctx)
 		(void)ibv_close_device(vp->ctx);
+	if (vp->parking)
+		munmap(vp->parking, vp->base.caps.page_size);
 	pthread_mutex_destroy(&vp->base.lock);
 	free(vp);
 }
@@ -239,7 +256,10 @@ static int verbs_dereg(struct provider_mr *base)
 	if (r < 0)
 		return r;
 	base->pd->n_mrs--;
-	vp->stats.mrs--;
+	if (vmr->parked)
+		vp->stats.parked--;
+	else
+		vp->stats.mrs--;
 	vp->stats.pinned_bytes -= vmr->pinned;
 	free(vmr);
 	return 0;
@@ -294,7 +314,34 @@ static int verbs_rereg(struct provider_mr *base, unsigned flags, void *addr, siz
 		vmr->pinned = page_span((uintptr_t)addr, length);
 		vp->stats.pinned_bytes += vmr->pinned;
 	}
+	if (flags & PROVIDER_REREG_TRANSLATION && vmr->parked) {
+		vmr->parked = false; /* verbs_park parks it again when that was the move */
+		vp->stats.parked--;
+		vp->stats.mrs++;
+	}
 	return 0;
+}
+
+/* Verbs has no "detach": the MR moves to the provider's parking page, so its keys — the same
+ * ones, on a driver that keeps them — reach nothing but that page, and the client memory it
+ * pinned is let go. */
+static int verbs_park(struct provider_mr *base)
+{
+	struct verbs_provider *vp = to_verbs(base->pd->provider);
+
+	struct verbs_mr *vmr = (struct verbs_mr *)base;
+	int r;
+
+	if (!vp->parking || !vp->base.caps.rereg_translation)
+		return -EOPNOTSUPP;
+	r = verbs_rereg(base, PROVIDER_REREG_TRANSLATION, vp->parking, vp->base.caps.page_size,
+			(uintptr_t)vp->parking, base->access);
+	if (r == 0 && !vmr->parked) {
+		vmr->parked = true;
+		vp->stats.mrs--;
+		vp->stats.parked++;
+	}
+	return r;
 }
 
 static int verbs_advise(struct provider_mr *base, enum provider_advice advice, uint64_t iova,
@@ -347,6 +394,7 @@ const struct provider_ops provider_verbs_ops = {
 	.reg = verbs_reg,
 	.rereg = verbs_rereg,
 	.dereg = verbs_dereg,
+	.park = verbs_park,
 	.advise = verbs_advise,
 	.export_pd = verbs_export_pd,
 	.stats = verbs_stats,

@@ -43,12 +43,14 @@ struct provider_caps {
 	bool odp_implicit;      /* an implicit (whole address space) ODP MR */
 	uint32_t odp_rc_caps;   /* IBV_ODP_SUPPORT_* bits for RC */
 	bool rereg_translation; /* rereg may move an MR to new memory */
+	bool rereg_new_keys;    /* ... and a moved MR always gets keys it never had before */
 	bool dma;               /* emulated DMA (provider_dma) */
 	bool export_pd;         /* clients may import context and PD */
 };
 
 struct provider_stats {
 	uint64_t mrs;                 /* live registrations */
+	uint64_t parked;              /* handles parked for a pool: no memory, not in mrs */
 	uint64_t registrations;       /* since open */
 	uint64_t pinned_bytes;        /* pages pinned now, each counted once */
 	uint64_t odp_faults;          /* pages made present by a DMA touching them */
@@ -57,6 +59,7 @@ struct provider_stats {
 };
 
 struct provider;
+struct frmr_pool;
 
 struct provider_pd {
 	struct provider *provider;
@@ -71,6 +74,9 @@ struct provider_mr {
 	uint64_t iova;   /* address the keys use */
 	uint32_t lkey, rkey;
 	unsigned access;
+	/* The FRMR pools' (daemon/frmr-pool.h): the pool it returns to when released, NULL
+	 * when it is not pooled. Providers never touch it. */
+	struct frmr_pool *pool;
 };
 
 struct provider_ops {
@@ -89,6 +95,11 @@ struct provider_ops {
 	int (*rereg)(struct provider_mr *mr, unsigned flags, void *addr, size_t length,
 		     uint64_t iova, unsigned access);
 	int (*dereg)(struct provider_mr *mr);
+	/* Detaches an MR from its memory so a pool may keep it (daemon/frmr-pool.h): its keys
+	 * stop reaching that memory at once, it pins nothing of it, and only a rereg with
+	 * PROVIDER_REREG_TRANSLATION (new memory, new keys) or dereg may follow. NULL: the
+	 * provider cannot, and pools are off. */
+	int (*park)(struct provider_mr *mr);
 	int (*advise)(struct provider_mr *mr, enum provider_advice advice, uint64_t iova,
 		      size_t length);
 	/* A dup'd command fd (O_CLOEXEC, the caller's) and the PD handle; -EOPNOTSUPP when the
@@ -204,6 +215,15 @@ static inline int provider_dereg(struct provider_mr *mr)
 		return 0;
 	p = mr->pd->provider;
 	return PROVIDER_LOCKED(p, p->ops->dereg(mr));
+}
+
+static inline int provider_park(struct provider_mr *mr)
+{
+	struct provider *p = mr->pd->provider;
+
+	if (!p->ops->park)
+		return -EOPNOTSUPP;
+	return PROVIDER_LOCKED(p, p->ops->park(mr));
 }
 
 static inline int provider_advise(struct provider_mr *mr, enum provider_advice advice,

@@ -162,12 +162,12 @@ int request_mempool_unregister(struct client *c, const Mrd__Request *req,
 	return 0;
 }
 
-int request_pools(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		  struct reply *r)
+int request_mempools(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		     struct reply *r)
 {
 	const struct manager *m = c->manager;
-	Mrd__PoolInfo *pi, **pip;
-	Mrd__PoolMrInfo *mi, **mip;
+	Mrd__MempoolInfo *pi, **pip;
+	Mrd__MempoolMrInfo *mi, **mip;
 	size_t n_pools = 0, n_mrs = 0, i = 0, j = 0;
 	struct pool_reg *reg;
 	struct domain *d;
@@ -191,7 +191,7 @@ int request_pools(struct client *c, const Mrd__Request *req, struct wire_packet 
 
 	LIST_FOREACH(d, &m->domains, link)
 		LIST_FOREACH(reg, &d->pool_regs, link) {
-			mrd__pool_info__init(&pi[i]);
+			mrd__mempool_info__init(&pi[i]);
 			pi[i].domain = d->name;
 			pi[i].pid = (int32_t)reg->owner->pid;
 			pi[i].client_name = reg->owner->name;
@@ -202,7 +202,7 @@ int request_pools(struct client *c, const Mrd__Request *req, struct wire_packet 
 			for (size_t k = 0; k < reg->n_mrs; k++, j++) {
 				const struct pool_mr *mr = reg->mrs[k];
 
-				mrd__pool_mr_info__init(&mi[j]);
+				mrd__mempool_mr_info__init(&mi[j]);
 				mi[j].start = mr->start;
 				mi[j].end = mr->end;
 				/* A worker may be writing pmr: only a settled MR has keys. */
@@ -218,10 +218,10 @@ int request_pools(struct client *c, const Mrd__Request *req, struct wire_packet 
 			pip[i] = &pi[i];
 			i++;
 		}
-	mrd__pools_response__init(&r->body.pools);
-	r->body.pools.n_pools = n_pools;
-	r->body.pools.pools = pip;
-	r->resp.body_case = MRD__RESPONSE__BODY_POOLS;
-	r->resp.pools = &r->body.pools;
+	mrd__mempools_response__init(&r->body.mempools);
+	r->body.mempools.n_mempools = n_pools;
+	r->body.mempools.mempools = pip;
+	r->resp.body_case = MRD__RESPONSE__BODY_MEMPOOLS;
+	r->resp.mempools = &r->body.mempools;
 	return 0;
 }

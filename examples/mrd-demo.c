@@ -3,7 +3,8 @@
  * and tells a sender where it is; the sender looks up keys for its own buffer and for the
  * receiver's through libmrd's lookup cache and moves bytes between them with the soft
  * provider's emulated DMA, by keys alone; then memory is freed, the generation moves, and each
- * side shows how its lookups were served. Usage: mrd-demo [SOCKET]; with $MRD_DEMO_MRCTL set
+ * side shows how its lookups were served, and memory allocated again reuses the freed MR's
+ * handle with new keys. Usage: mrd-demo [SOCKET]; with $MRD_DEMO_MRCTL set
  * to mrctl's path (and root), it also shows mrd's own view while both are connected. */
 #include <errno.h>
 #include <inttypes.h>
@@ -119,6 +120,24 @@ static int sender(int from_receiver, int to_receiver)
 	r = mrd_dma(c, MRD_DMA_WRITE, src.lkey, buf + 128, dst.rkey,
 		    (void *)(uintptr_t)(remote + 4096), 64);
 	printf("sender: the same DMA after free: %s: %s\n", strerror(-r), mrd_last_error());
+
+	/* Allocated again: mrd moves the MR handle it parked at the free to the new memory
+	 * instead of making a new one, and the move gives it new keys. */
+	if (mrd_mem_alloc(c, BUF_SIZE, 0, 0, (void **)&buf) < 0 || mrd_lookup_mr(&l, buf, &dst) < 0) {
+		fprintf(stderr, "sender: %s\n", mrd_last_error());
+		return EXIT_FAILURE;
+	}
+	printf("sender: 1 MiB again at %p: lkey 0x%08x (was 0x%08x)\n", (void *)buf, dst.lkey,
+	       src.lkey);
+	fflush(stdout);
+	if (getenv("MRD_DEMO_MRCTL") && sock) {
+		char cmd[512];
+
+		snprintf(cmd, sizeof(cmd), "%s --socket '%s' pools", getenv("MRD_DEMO_MRCTL"), sock);
+		if (system(cmd) != 0)
+			fprintf(stderr, "sender: %s failed\n", cmd);
+	}
+	mrd_mem_free(c, buf);
 	if (write(to_receiver, "x", 1) != 1)
 		return EXIT_FAILURE;
 	mrd_lookup_done(&l);

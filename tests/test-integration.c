@@ -15,6 +15,7 @@
 
 #include <mrd/mrd.h>
 
+#include "macro.h"
 #include "test-util.h"
 #include "check-run.h"
 
@@ -64,6 +65,76 @@ START_TEST(test_libmrd_session)
 	ck_assert_int_eq(mrd_client_protocol_version(NULL), -EINVAL);
 	ck_assert_ptr_null(mrd_client_server_version(NULL));
 	ck_assert_int_eq(mrd_client_connect(mrd.socket, NULL), -EINVAL);
+}
+END_TEST
+
+static int mrctl_pools(const char *const *args)
+{
+	const char *argv[16] = { mrctl, "--socket", mrd.socket };
+	size_t n = 3;
+
+	for (; *args && n < ELEMENTSOF(argv) - 1; args++)
+		argv[n++] = *args;
+	argv[n] = NULL;
+	return run_capture(argv, out, sizeof(out), (uid_t)-1);
+}
+
+/* Free and allocate again: the parked handle serves, mrctl shows it, a short aging set by
+ * mrctl destroys it once parked again. */
+START_TEST(test_mrctl_pools)
+{
+	mrd_client *c = NULL;
+	struct mrd_lookup l;
+	struct mrd_mr first, second;
+	void *buf;
+
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
+	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * 1024, 0, 0, &buf), 0);
+	ck_assert_int_eq(mrd_lookup_mr(&l, buf, &first), 0);
+	ck_assert_int_eq(mrd_mem_free(c, buf), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * 1024, 0, 0, &buf), 0);
+	ck_assert_int_eq(mrd_lookup_mr(&l, buf, &second), 0);
+	ck_assert_uint_ne(second.lkey, first.lkey);
+
+	ck_assert_int_eq(mrctl_pools((const char *[]){ "pools", NULL }), 0);
+	ck_assert_msg(strstr(out, "1 pool, 0 handles parked"), "mrctl said: %s", out);
+	ck_assert_msg(strstr(out, "lw,rw,rr,ra no  no       0       16       0       1       1"
+				  "         1         1       0    60s      0"), "mrctl said: %s", out);
+	ck_assert_int_eq(mrctl_pools((const char *[]){ "--json", "pools", NULL }), 0);
+	ck_assert_msg(strstr(out, "\"on\":true") && strstr(out, "\"pages\":16,\"queued\":0,"
+				  "\"in_use\":1,\"max_in_use\":1,\"hits\":1,\"misses\":1"),
+		      "mrctl said: %s", out);
+
+	/* Bad settings are refused before anything is sent or changed. */
+	ck_assert_int_eq(mrctl_pools((const char *[]){ "pools", "set", "--aging", "0", NULL }), 2);
+	ck_assert_int_eq(mrctl_pools((const char *[]){ "pools", "set", "--odp", "maybe",
+						       "--aging", "1", NULL }), 2);
+	ck_assert_int_eq(mrctl_pools((const char *[]){ "pools", "set", "--pages", "16", NULL }),
+			 2);
+	ck_assert_int_eq(mrctl_pools((const char *[]){ "pools", "set", "--domain", "nobody",
+						       "--aging", "1", NULL }), 1);
+	ck_assert_msg(strstr(out, "no domain nobody is open"), "mrctl said: %s", out);
+	ck_assert_int_eq(mrctl_pools((const char *[]){ "pools", "set", "--pages", "8",
+						       "--aging", "1", NULL }), 0);
+	ck_assert_msg(strstr(out, "0 pools changed"), "mrctl said: %s", out);
+
+	ck_assert_int_eq(mrctl_pools((const char *[]){ "pools", "set", "--pages", "16", "--access",
+						       "lw,rw,rr,ra", "--odp", "no", "--aging",
+						       "1", "--pinned", "0", NULL }), 0);
+	ck_assert_msg(strstr(out, "1 pool changed"), "mrctl said: %s", out);
+	ck_assert_int_eq(mrd_mem_free(c, buf), 0);
+	/* Parked now; the once-a-second aging destroys it a second or two later. */
+	for (int i = 0; i < 100; i++) {
+		ck_assert_int_eq(mrctl_pools((const char *[]){ "--json", "pools", NULL }), 0);
+		if (strstr(out, "\"aged\":1"))
+			break;
+		usleep(50 * 1000);
+	}
+	ck_assert_msg(strstr(out, "\"queued\":0,\"in_use\":0,\"max_in_use\":1,\"hits\":1,"
+				  "\"misses\":1,\"aged\":1,\"aging_s\":1"), "mrctl said: %s", out);
+	mrd_lookup_done(&l);
+	ck_assert_ptr_null(mrd_client_close(c));
 }
 END_TEST
 
@@ -337,6 +408,7 @@ int main(void)
 	tcase_add_test(tc, test_not_running);
 	tcase_add_test(tc, test_mrctl_status);
 	tcase_add_test(tc, test_mrctl_usage);
+	tcase_add_test(tc, test_mrctl_pools);
 	tcase_add_test(tc, test_status_needs_admin);
 	tcase_add_test(tc, test_flood_of_malformed_frames);
 	tcase_add_test(tc, test_client_limit);

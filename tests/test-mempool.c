@@ -254,7 +254,7 @@ START_TEST(test_pools_and_quota)
 	uint64_t a = td_alloc(fd, 2, 64 * KiB), len = 4 * KiB;
 	const char *names[] = { "p0", "p1", "p2", "p3" };
 	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__PoolsRequest q = MRD__POOLS_REQUEST__INIT;
+	Mrd__MempoolsRequest q = MRD__MEMPOOLS_REQUEST__INIT;
 	Mrd__Response *resp;
 
 	for (int i = 0; i < 4; i++)
@@ -262,18 +262,18 @@ START_TEST(test_pools_and_quota)
 	reg(fd, 8, "p4", &a, &len, 1, false, EDQUOT);
 
 	req.id = 9;
-	req.body_case = MRD__REQUEST__BODY_POOLS;
-	req.pools = &q;
+	req.body_case = MRD__REQUEST__BODY_MEMPOOLS;
+	req.mempools = &q;
 	td_send_request(fd, &req, NULL, 0);
 	td_expect_free(fd, 9, EPERM); /* admin only */
 	td_send_request(admin, &req, NULL, 0);
 	resp = td_expect(admin, 9, 0);
-	ck_assert_uint_eq(resp->pools->n_pools, 4);
+	ck_assert_uint_eq(resp->mempools->n_mempools, 4);
 	for (size_t i = 0; i < 4; i++) {
-		ck_assert_str_eq(resp->pools->pools[i]->domain, "uid-1000");
-		ck_assert_uint_eq(resp->pools->pools[i]->n_mrs, 1);
-		ck_assert_uint_eq(resp->pools->pools[i]->mrs[0]->start, a);
-		ck_assert_uint_eq(resp->pools->pools[i]->mrs[0]->sharers, 1); /* 4 KiB pages */
+		ck_assert_str_eq(resp->mempools->mempools[i]->domain, "uid-1000");
+		ck_assert_uint_eq(resp->mempools->mempools[i]->n_mrs, 1);
+		ck_assert_uint_eq(resp->mempools->mempools[i]->mrs[0]->start, a);
+		ck_assert_uint_eq(resp->mempools->mempools[i]->mrs[0]->sharers, 1); /* 4 KiB pages */
 	}
 	mrd__response__free_unpacked(resp, NULL);
 	close(fd);

@@ -118,6 +118,47 @@ START_TEST(test_free_retires_keys)
 }
 END_TEST
 
+/* Freed memory and its MR handle both go to the next client of the domain: the handle moves
+ * to the new memory (a pool hit) with new keys, and the first client's key reaches nothing. */
+START_TEST(test_handle_reuse_keeps_stale_keys_out)
+{
+	struct client *ca, *cb;
+	int fa = td_hello_client(1000, &ca), fb = td_hello_client(1000, &cb);
+	uint64_t a = td_alloc(fa, 2, 256 * 1024), src = td_alloc(fb, 3, 4096), b;
+	Mrd__MrEntry ea, eb, esrc;
+	struct frmr_pool_stats st[8];
+	size_t n;
+
+	ck_assert_ptr_eq(ca->domain, cb->domain);
+	ck_assert_ptr_null(ca->domain->pools.off);
+	lookup(fa, 4, &a, 1, 0, &ea);
+	lookup(fb, 5, &src, 1, 0, &esrc);
+	td_free(fa, 6, a, 0);
+	b = td_alloc(fb, 7, 256 * 1024);
+	ck_assert_uint_eq(b, a); /* the same pages */
+	lookup(fb, 8, &b, 1, 0, &eb);
+	ck_assert_uint_ne(eb.rkey, ea.rkey);
+	ck_assert_uint_ne(eb.lkey, ea.lkey);
+
+	n = frmr_pools_stats(&ca->domain->pools, st, 8);
+	ck_assert_uint_eq(n, 2); /* 1 page and 64 pages */
+	ck_assert_uint_eq(st[1].key.pages, 64);
+	ck_assert_uint_eq(st[1].hits, 1);
+	ck_assert_uint_eq(st[1].misses, 1);
+	ck_assert_uint_eq(st[1].in_use, 1);
+
+	memset((void *)(uintptr_t)b, 0, 16);
+	memcpy((void *)(uintptr_t)src, "new owner", 10);
+	td_dma(fb, 9, PROVIDER_DMA_WRITE, &esrc, src, &ea, b, 10, ENOKEY);
+	ck_assert_int_eq(*(char *)(uintptr_t)b, 0);
+	td_dma(fb, 10, PROVIDER_DMA_WRITE, &esrc, src, &eb, b, 10, 0);
+	ck_assert_str_eq((char *)(uintptr_t)b, "new owner");
+	close(fa);
+	close(fb);
+	td_wait_domains_closed();
+}
+END_TEST
+
 START_TEST(test_bad_lookups)
 {
 	int fd = td_hello_client(1000, NULL), other = td_hello_client(2000, NULL);
@@ -427,6 +468,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_contig_lookup_and_dma);
 	tcase_add_test(tc, test_free_retires_keys);
+	tcase_add_test(tc, test_handle_reuse_keeps_stale_keys_out);
 	tcase_add_test(tc, test_bad_lookups);
 	tcase_add_test(tc, test_page_policy);
 	tcase_add_test(tc, test_contig_around_existing);

@@ -461,6 +461,56 @@ START_TEST(test_rereg_translation)
 }
 END_TEST
 
+/* ---- parking a handle for a pool (ops.park, caps.rereg_new_keys) ---- */
+
+START_TEST(test_park_then_move)
+{
+	struct provider_mr *src = reg(buf_a, ps, 0);
+	struct provider_mr *mr = reg(buf_b, 2 * ps, MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE);
+	uint32_t old_lkey = mr->lkey, old_rkey = mr->rkey;
+	uint8_t *target = buf_b + 8 * ps;
+	struct provider_stats s;
+	uint64_t pinned = stat_pinned();
+
+	ck_assert_int_eq(provider_park(mr), 0);
+	provider_stats(p, &s);
+	ck_assert_uint_eq(s.mrs, 1); /* src alone has memory */
+	ck_assert_uint_eq(s.parked, 1);
+	ck_assert_uint_le(stat_pinned(), pinned - 2 * ps + ps); /* at most a parking page */
+	if (p->caps.dma) /* dead at once, though nobody moved it yet */
+		ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova,
+					      old_rkey, (uintptr_t)buf_b, 1), -ENOKEY);
+
+	ck_assert_int_eq(provider_rereg(mr, PROVIDER_REREG_TRANSLATION, target, 3 * ps,
+					(uintptr_t)target, 0), 0);
+	ck_assert_uint_eq(mr->addr, (uintptr_t)target);
+	ck_assert_uint_eq(mr->length, 3 * ps);
+	ck_assert_uint_eq(mr->access, MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE);
+	ck_assert_uint_ne(mr->lkey, old_lkey);
+	ck_assert_uint_ne(mr->rkey, old_rkey);
+	provider_stats(p, &s);
+	ck_assert_uint_eq(s.mrs, 2);
+	ck_assert_uint_eq(s.parked, 0);
+	ck_assert_uint_eq(stat_pinned(), pinned - 2 * ps + 3 * ps);
+	if (p->caps.dma) {
+		buf_a[0] = 0x3c;
+		ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova,
+					      old_rkey, (uintptr_t)target, 1), -ENOKEY);
+		ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova,
+					      mr->rkey, (uintptr_t)target + 2 * ps, 1), 0);
+		ck_assert_int_eq(target[2 * ps], 0x3c);
+		ck_assert_int_eq(target[0], 0);
+	}
+	/* Parked again, a handle goes with a plain dereg. */
+	ck_assert_int_eq(provider_park(mr), 0);
+	ck_assert_int_eq(provider_dereg(mr), 0);
+	provider_stats(p, &s);
+	ck_assert_uint_eq(s.parked, 0);
+	ck_assert_int_eq(provider_dereg(src), 0);
+	ck_assert_uint_eq(stat_pinned(), pinned - 2 * ps - ps);
+}
+END_TEST
+
 /* ---- on-demand paging (caps.odp) ---- */
 
 START_TEST(test_odp_pins_nothing_and_faults)
@@ -593,6 +643,10 @@ int main(void)
 		tcase_add_test(tc, test_rereg_translation);
 	else
 		printf("not run: rereg with a translation change (the device cannot)\n");
+	if (probe->caps.rereg_translation && probe->caps.rereg_new_keys && probe->ops->park)
+		tcase_add_test(tc, test_park_then_move);
+	else
+		printf("not run: parking a handle (moves keep keys or cannot happen: no pools)\n");
 	if (probe->caps.odp) {
 		tcase_add_test(tc, test_odp_pins_nothing_and_faults);
 		tcase_add_test(tc, test_odp_write_prefetch_needs_write);

@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/* FrmrPools and FrmrPoolsSet: the admin's view and control of the handle pools. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "dispatch.h"
+#include "domain.h"
+#include "frmr-pool.h"
+#include "macro.h"
+#include "manager.h"
+
+static void pool_info(Mrd__FrmrPoolInfo *pi, const struct frmr_pool_stats *s)
+{
+	mrd__frmr_pool_info__init(pi);
+	pi->access = s->key.access;
+	pi->odp = s->key.odp;
+	pi->internal = s->key.internal;
+	pi->vendor = s->key.vendor;
+	pi->pages = s->key.pages;
+	pi->queued = s->queued;
+	pi->in_use = s->in_use;
+	pi->max_in_use = s->max_in_use;
+	pi->hits = s->hits;
+	pi->misses = s->misses;
+	pi->aged = s->aged;
+	pi->aging_s = s->aging_s;
+	pi->pinned = s->pinned;
+}
+
+int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		       struct reply *r)
+{
+	const struct manager *m = c->manager;
+	_cleanup_free_ struct frmr_pool_stats *stats = NULL;
+	Mrd__FrmrDomainInfo *di, **dip;
+	Mrd__FrmrPoolInfo *pi, **pip;
+	size_t n_domains = 0, n_pools = 0, i = 0, j = 0;
+	struct domain *d;
+
+	LIST_FOREACH(d, &m->domains, link) {
+		n_domains++;
+		n_pools += frmr_pools_stats(&d->pools, NULL, 0);
+	}
+	/* One block per array, freed with the reply. Workers may add pools meanwhile: those
+	 * beyond this count wait for the next request. */
+	di = calloc(n_domains, sizeof(*di));
+	dip = calloc(n_domains, sizeof(*dip));
+	pi = calloc(n_pools, sizeof(*pi));
+	pip = calloc(n_pools, sizeof(*pip));
+	stats = calloc(n_pools, sizeof(*stats));
+	r->owned[r->n_owned++] = di;
+	r->owned[r->n_owned++] = dip;
+	r->owned[r->n_owned++] = pi;
+	r->owned[r->n_owned++] = pip;
+	if ((n_domains && (!di || !dip)) || (n_pools && (!pi || !pip || !stats)))
+		return -ENOMEM;
+
+	LIST_FOREACH(d, &m->domains, link) {
+		size_t got = frmr_pools_stats(&d->pools, stats + j, n_pools - j);
+
+		got = got < n_pools - j ? got : n_pools - j;
+		mrd__frmr_domain_info__init(&di[i]);
+		di[i].domain = d->name;
+		di[i].off = (char *)(d->pools.off ? d->pools.off : "");
+		di[i].queued = d->pools.queued;
+		di[i].max_queued = d->pools.config.max_queued;
+		di[i].aging_s = d->pools.config.aging_s;
+		di[i].pinned = d->pools.config.pinned;
+		di[i].pools = &pip[j];
+		di[i].n_pools = got;
+		for (size_t k = 0; k < got; k++, j++) {
+			pool_info(&pi[j], &stats[j]);
+			pip[j] = &pi[j];
+		}
+		dip[i] = &di[i];
+		i++;
+	}
+	mrd__frmr_pools_response__init(&r->body.frmr_pools);
+	r->body.frmr_pools.n_domains = n_domains;
+	r->body.frmr_pools.domains = dip;
+	r->resp.body_case = MRD__RESPONSE__BODY_FRMR_POOLS;
+	r->resp.frmr_pools = &r->body.frmr_pools;
+	return 0;
+}
+
+int request_frmr_pools_set(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+			   struct reply *r)
+{
+	const Mrd__FrmrPoolsSetRequest *q = req->frmr_pools_set;
+	struct frmr_match match = FRMR_MATCH_ANY;
+	uint32_t given = q->given;
+	int64_t aging = given & MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_AGING ? (int64_t)q->aging_s : -1;
+	int64_t pinned = given & MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_PINNED ? (int64_t)q->pinned : -1;
+	bool found = !*q->domain;
+	struct domain *d;
+	unsigned changed = 0;
+
+	if (aging < 0 && pinned < 0) {
+		reply_set_message(r, "nothing to set: give aging or pinned");
+		return -EINVAL;
+	}
+	if (aging == 0) {
+		reply_set_message(r, "aging must be at least 1 second");
+		return -EINVAL;
+	}
+	if (given & MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_ACCESS)
+		match.access = q->access;
+	if (given & MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_ODP)
+		match.odp = q->odp;
+	if (given & MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_INTERNAL)
+		match.internal = q->internal;
+	if (given & MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_VENDOR)
+		match.vendor = q->vendor;
+	if (given & MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_PAGES)
+		match.pages = q->pages > INT64_MAX ? INT64_MAX : (int64_t)q->pages;
+
+	LIST_FOREACH(d, &c->manager->domains, link) {
+		int n;
+
+		if (*q->domain && strcmp(q->domain, d->name) != 0)
+			continue;
+		found = true;
+		n = frmr_pools_set(&d->pools, &match, aging, pinned);
+		if (n < 0)
+			return n;
+		changed += (unsigned)n;
+	}
+	if (!found) {
+		reply_set_message(r, "no domain %s is open", q->domain);
+		return -ENOENT;
+	}
+	if (!*q->domain && memcmp(&match, &FRMR_MATCH_ANY, sizeof(match)) == 0) {
+		/* Every pool: domains opened later start with it too. */
+		if (aging >= 0)
+			c->manager->config.pools.aging_s = (unsigned)aging;
+		if (pinned >= 0)
+			c->manager->config.pools.pinned = (unsigned)pinned;
+	}
+	mrd__frmr_pools_set_response__init(&r->body.frmr_pools_set);
+	r->body.frmr_pools_set.changed = changed;
+	r->resp.body_case = MRD__RESPONSE__BODY_FRMR_POOLS_SET;
+	r->resp.frmr_pools_set = &r->body.frmr_pools_set;
+	return 0;
+}
