@@ -427,6 +427,20 @@ int frmr_pools_set(struct frmr_pools *p, const struct frmr_match *m, int64_t agi
 	return n;
 }
 
+void frmr_pools_summary(struct frmr_pools *p, struct frmr_pools_config *ret_config,
+			uint64_t *ret_queued)
+{
+	if (!p->ready) {
+		*ret_config = p->config;
+		*ret_queued = 0;
+		return;
+	}
+	pthread_mutex_lock(&p->lock);
+	*ret_config = p->config;
+	*ret_queued = p->queued;
+	pthread_mutex_unlock(&p->lock);
+}
+
 size_t frmr_pools_stats(struct frmr_pools *p, struct frmr_pool_stats *ret, size_t max)
 {
 	size_t n;

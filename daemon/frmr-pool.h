@@ -103,5 +103,9 @@ void frmr_pools_destroy(struct provider_mr **handles, size_t n);
 int frmr_pools_set(struct frmr_pools *p, const struct frmr_match *m, int64_t aging_s,
 		   int64_t pinned);
 
+/* The settings new pools get and max_queued, and how many handles are parked now. */
+void frmr_pools_summary(struct frmr_pools *p, struct frmr_pools_config *ret_config,
+			uint64_t *ret_queued);
+
 /* Copies the stats of up to max pools, in key order; returns how many pools there are. */
 size_t frmr_pools_stats(struct frmr_pools *p, struct frmr_pool_stats *ret, size_t max);

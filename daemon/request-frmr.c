@@ -59,15 +59,18 @@ int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_pa
 
 	LIST_FOREACH(d, &m->domains, link) {
 		size_t got = frmr_pools_stats(&d->pools, stats + j, n_pools - j);
+		struct frmr_pools_config config;
+		uint64_t queued;
 
 		got = got < n_pools - j ? got : n_pools - j;
+		frmr_pools_summary(&d->pools, &config, &queued);
 		mrd__frmr_domain_info__init(&di[i]);
 		di[i].domain = d->name;
 		di[i].off = (char *)(d->pools.off ? d->pools.off : "");
-		di[i].queued = d->pools.queued;
-		di[i].max_queued = d->pools.config.max_queued;
-		di[i].aging_s = d->pools.config.aging_s;
-		di[i].pinned = d->pools.config.pinned;
+		di[i].queued = queued;
+		di[i].max_queued = config.max_queued;
+		di[i].aging_s = config.aging_s;
+		di[i].pinned = config.pinned;
 		di[i].pools = &pip[j];
 		di[i].n_pools = got;
 		for (size_t k = 0; k < got; k++, j++) {

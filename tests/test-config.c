@@ -194,6 +194,34 @@ START_TEST(test_cache_keys)
 }
 END_TEST
 
+START_TEST(test_pools_keys)
+{
+	struct config c;
+
+	config_init(&c);
+	ck_assert(c.pools.enabled);
+	ck_assert_uint_eq(c.pools.aging_s, 60);
+	ck_assert_uint_eq(c.pools.pinned, 0);
+	ck_assert_uint_eq(c.pools.max_queued, 4096);
+	ck_assert_int_eq(config_set(&c, "pools", "enabled", "no"), 0);
+	ck_assert(!c.pools.enabled);
+	ck_assert_int_eq(config_set(&c, "pools", "enabled", "yes"), 0);
+	ck_assert(c.pools.enabled);
+	ck_assert_int_eq(config_set(&c, "pools", "enabled", "maybe"), -EINVAL);
+	ck_assert_int_eq(config_set(&c, "pools", "aging", "5"), 0);
+	ck_assert_uint_eq(c.pools.aging_s, 5);
+	ck_assert_int_eq(config_set(&c, "pools", "aging", "0"), -ERANGE);
+	ck_assert_int_eq(config_set(&c, "pools", "pinned", "8"), 0);
+	ck_assert_uint_eq(c.pools.pinned, 8);
+	ck_assert_int_eq(config_set(&c, "pools", "max_queued", "0"), 0);
+	ck_assert_uint_eq(c.pools.max_queued, 0);
+	ck_assert_int_eq(config_set(&c, "pools", "max_queued", "-1"), -EINVAL);
+	ck_assert_int_eq(config_set(&c, "pools", "size", "1"), -ENOENT);
+	ck_assert_int_eq(config_finish(&c), 0);
+	config_done(&c);
+}
+END_TEST
+
 START_TEST(test_admin_group_names)
 {
 	struct config c;
@@ -225,6 +253,7 @@ int main(void)
 	tcase_add_test(tc, test_memory_keys);
 	tcase_add_test(tc, test_admin_group_names);
 	tcase_add_test(tc, test_cache_keys);
+	tcase_add_test(tc, test_pools_keys);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

@@ -131,7 +131,7 @@ START_TEST(test_pools_share_a_huge_page)
 {
 	char mrctl[512];
 	const char *argv[] = { test_build_path("mrctl", mrctl, sizeof(mrctl)), "--socket",
-			       mrd.socket, "--json", "pools", NULL };
+			       mrd.socket, "--json", "mempools", NULL };
 	mrd_client *c = NULL;
 	mrd_mempool *a, *b;
 	struct mrd_lookup l;

@@ -202,7 +202,7 @@ START_TEST(test_register_populate_lookup)
 	mrd_lookup_done(&l);
 	mrd_mempool_free(rx);
 	mrd_mempool_free(tx); /* unregisters too */
-	ck_assert_ptr_nonnull(strstr(mrctl("pools", false), "no mempools"));
+	ck_assert_ptr_nonnull(strstr(mrctl("mempools", false), "no mempools"));
 	mrd_client_close(c);
 }
 END_TEST
@@ -227,7 +227,7 @@ START_TEST(test_extmem_pool)
 	ck_assert_int_eq(mrd_mempool_register(p, 0), 0); /* the whole chunk first */
 	ck_assert_int_eq(mrd_mempool_register(p, MRD_MEMPOOL_EXTMEM), 0); /* replaced */
 	ck_assert_int_eq(mrd_mempool_register(p, MRD_MEMPOOL_EXTMEM), -EEXIST);
-	json = mrctl("pools", true);
+	json = mrctl("mempools", true);
 	ck_assert_msg(strstr(json, "\"extmem\":true") != NULL, "%s", json);
 	ck_assert_uint_eq(json_number(mrctl("clients", true), "\"pinned_bytes\":"), 32 * 4 * KiB);
 	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
@@ -290,9 +290,9 @@ START_TEST(test_death_releases_pools)
 	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
 	ck_assert_int_eq(WEXITSTATUS(status), 0);
 	/* mrd noticed, and took its registration and memory back. */
-	for (int i = 0; i < 200 && !strstr(mrctl("pools", false), "no mempools"); i++)
+	for (int i = 0; i < 200 && !strstr(mrctl("mempools", false), "no mempools"); i++)
 		usleep(10000);
-	ck_assert_ptr_nonnull(strstr(mrctl("pools", false), "no mempools"));
+	ck_assert_ptr_nonnull(strstr(mrctl("mempools", false), "no mempools"));
 	ck_assert_uint_eq(json_number(mrctl("clients", true), "\"pinned_bytes\":"), 0);
 	mrd_client_close(c);
 }

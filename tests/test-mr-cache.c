@@ -159,6 +159,93 @@ START_TEST(test_handle_reuse_keeps_stale_keys_out)
 }
 END_TEST
 
+static void send_pools_set(int fd, uint64_t id, const char *domain, uint32_t given,
+			   uint64_t pages, uint32_t aging, uint32_t pinned)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__FrmrPoolsSetRequest q = MRD__FRMR_POOLS_SET_REQUEST__INIT;
+
+	q.domain = (char *)domain;
+	q.given = given;
+	q.pages = pages;
+	q.aging_s = aging;
+	q.pinned = pinned;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_FRMR_POOLS_SET;
+	req.frmr_pools_set = &q;
+	td_send_request(fd, &req, NULL, 0);
+}
+
+/* FrmrPools and FrmrPoolsSet: admin only, checked values, per domain or all. */
+START_TEST(test_frmr_admin_requests)
+{
+	enum {
+		PAGES = MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_PAGES,
+		AGING = MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_AGING,
+		PINNED = MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_PINNED,
+	};
+	struct client *c;
+	int fd = td_hello_client(1000, &c), admin = td_hello_client(0, NULL);
+	uint64_t a = td_alloc(fd, 2, 8192);
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__FrmrPoolsRequest q = MRD__FRMR_POOLS_REQUEST__INIT;
+	Mrd__Response *resp;
+	Mrd__MrEntry e;
+
+	lookup(fd, 3, &a, 1, 0, &e);
+	req.id = 4;
+	req.body_case = MRD__REQUEST__BODY_FRMR_POOLS;
+	req.frmr_pools = &q;
+	td_send_request(fd, &req, NULL, 0);
+	td_expect_free(fd, 4, EPERM);
+	send_pools_set(fd, 5, "", AGING, 0, 5, 0);
+	td_expect_free(fd, 5, EPERM);
+
+	send_pools_set(admin, 6, "", 0, 0, 0, 0);
+	td_expect_free(admin, 6, EINVAL); /* nothing to set */
+	send_pools_set(admin, 7, "", AGING, 0, 0, 0);
+	td_expect_free(admin, 7, EINVAL); /* aging 0 */
+	send_pools_set(admin, 8, "nobody", AGING, 0, 5, 0);
+	td_expect_free(admin, 8, ENOENT);
+	send_pools_set(admin, 9, "uid-1000", PAGES | AGING, 3, 5, 0);
+	resp = td_expect(admin, 9, 0);
+	ck_assert_uint_eq(resp->frmr_pools_set->changed, 0);
+	mrd__response__free_unpacked(resp, NULL);
+	send_pools_set(admin, 10, "uid-1000", PAGES | AGING | PINNED, 2, 5, 1);
+	resp = td_expect(admin, 10, 0);
+	ck_assert_uint_eq(resp->frmr_pools_set->changed, 1);
+	mrd__response__free_unpacked(resp, NULL);
+
+	req.id = 11;
+	td_send_request(admin, &req, NULL, 0);
+	resp = td_expect(admin, 11, 0);
+	ck_assert_uint_eq(resp->frmr_pools->n_domains, 1);
+	ck_assert_str_eq(resp->frmr_pools->domains[0]->domain, "uid-1000");
+	ck_assert_str_eq(resp->frmr_pools->domains[0]->off, "");
+	ck_assert_uint_eq(resp->frmr_pools->domains[0]->aging_s, FRMR_AGING_DEFAULT_S);
+	ck_assert_uint_eq(resp->frmr_pools->domains[0]->n_pools, 1);
+	ck_assert_uint_eq(resp->frmr_pools->domains[0]->pools[0]->pages, 2);
+	ck_assert_uint_eq(resp->frmr_pools->domains[0]->pools[0]->in_use, 1);
+	ck_assert_uint_eq(resp->frmr_pools->domains[0]->pools[0]->misses, 1);
+	ck_assert_uint_eq(resp->frmr_pools->domains[0]->pools[0]->aging_s, 5);
+	ck_assert_uint_eq(resp->frmr_pools->domains[0]->pools[0]->pinned, 1);
+	ck_assert_uint_eq(resp->frmr_pools->domains[0]->pools[0]->access, MR_CACHE_ACCESS);
+	mrd__response__free_unpacked(resp, NULL);
+
+	/* Every pool, every domain: domains opened later start with it. */
+	send_pools_set(admin, 12, "", AGING, 0, 9, 0);
+	resp = td_expect(admin, 12, 0);
+	ck_assert_uint_eq(resp->frmr_pools_set->changed, 1);
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_uint_eq(c->domain->pools.config.aging_s, 9);
+	ck_assert_uint_eq(c->manager->config.pools.aging_s, 9);
+	c->manager->config.pools.aging_s = FRMR_AGING_DEFAULT_S; /* as the next test expects */
+	close(fd);
+	close(admin);
+	td_wait_domains_closed();
+}
+END_TEST
+
 START_TEST(test_bad_lookups)
 {
 	int fd = td_hello_client(1000, NULL), other = td_hello_client(2000, NULL);
@@ -469,6 +556,7 @@ int main(void)
 	tcase_add_test(tc, test_contig_lookup_and_dma);
 	tcase_add_test(tc, test_free_retires_keys);
 	tcase_add_test(tc, test_handle_reuse_keeps_stale_keys_out);
+	tcase_add_test(tc, test_frmr_admin_requests);
 	tcase_add_test(tc, test_bad_lookups);
 	tcase_add_test(tc, test_page_policy);
 	tcase_add_test(tc, test_contig_around_existing);
