@@ -260,36 +260,49 @@ int frmr_pools_reg(struct frmr_pools *p, void *addr, size_t length, unsigned acc
 	pthread_mutex_unlock(&p->lock);
 
 	if (hit.mr) {
+		struct frmr_pool *home = pool; /* the handle's pool, counting it in use */
+
 		r = provider_rereg(hit.mr, PROVIDER_REREG_TRANSLATION, addr, length, a, 0);
 		if (r == 0 && hit.mr->lkey != hit.lkey && hit.mr->rkey != hit.rkey) {
 			*ret = hit.mr;
 			return 0;
 		}
-		pthread_mutex_lock(&p->lock);
-		pool->hits--;
-		if (r < 0 && r != -ESTALE && queue_push(p, pool, &hit)) {
-			/* The memory was at fault (say, unmapped): the handle is still parked. */
-			pool->in_use--;
-			pthread_mutex_unlock(&p->lock);
-			return r;
+		if (r == 0 || r == -ESTALE) {
+			/* Back with an old key, or gone: that handle must never serve. */
+			hit.mr->pool = NULL;
+			(void)provider_dereg(hit.mr);
+			hit.mr = NULL;
 		}
-		/* Gone (-ESTALE), or back with an old key: that handle must never serve. */
-		pool->in_use--;
-		pthread_mutex_unlock(&p->lock);
-		hit.mr->pool = NULL;
-		(void)provider_dereg(hit.mr);
-		if (r < 0 && r != -ESTALE)
-			return r;
+		/* Else it is still parked: the memory may be at fault, or the handle. A fresh
+		 * registration tells. Either way the request's own pool counts a miss. */
 		pthread_mutex_lock(&p->lock);
+		home->hits--;
+		if (!hit.mr)
+			home->in_use--;
 		pool = pool_get(p, &key, lower_bound(p, &key));
 		if (pool) {
 			pool->misses++;
 			count_use(pool, p->clock(p->clock_data));
 		}
 		pthread_mutex_unlock(&p->lock);
+		if (hit.mr) {
+			bool kept;
+
+			r = provider_reg(p->pd, addr, length, a, access, &mr);
+			pthread_mutex_lock(&p->lock);
+			kept = r < 0 && queue_push(p, home, &hit); /* the memory's fault: keep it */
+			home->in_use--;
+			pthread_mutex_unlock(&p->lock);
+			if (!kept) { /* it cannot go where a fresh MR can */
+				hit.mr->pool = NULL;
+				(void)provider_dereg(hit.mr);
+			}
+			goto registered;
+		}
 	}
 
 	r = provider_reg(p->pd, addr, length, a, access, &mr);
+registered:
 	if (r < 0) {
 		if (pool)
 			untake(p, pool);

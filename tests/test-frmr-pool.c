@@ -389,6 +389,35 @@ START_TEST(test_handle_with_old_key_never_served)
 }
 END_TEST
 
+static int rereg_failing(struct provider_mr *mr, unsigned flags, void *addr, size_t length,
+			 uint64_t iova, unsigned access)
+{
+	return -EIO;
+}
+
+/* A handle that cannot move where a fresh MR can is destroyed, and the fresh MR serves. */
+START_TEST(test_handle_failing_to_move_destroyed)
+{
+	struct provider_ops failing = provider_soft_ops;
+	struct provider_mr *a, *mr;
+
+	a = reg_pages(0, 2, RW);
+	ck_assert_int_eq(frmr_pools_dereg(&pools, a), 0);
+	failing.rereg = rereg_failing;
+	p->ops = &failing;
+	mr = reg_pages(4, 2, RW);
+	p->ops = &provider_soft_ops;
+	ck_assert_uint_eq(provider_now().parked, 0);
+	ck_assert_uint_eq(provider_now().mrs, 1);
+	ck_assert_uint_eq(pool_of(2, RW).queued, 0);
+	ck_assert_uint_eq(pool_of(2, RW).in_use, 1);
+	ck_assert_uint_eq(pool_of(2, RW).hits, 0);
+	ck_assert_uint_eq(pool_of(2, RW).misses, 2);
+	ck_assert_int_eq(frmr_pools_dereg(&pools, mr), 0);
+	ck_assert_uint_eq(pool_of(2, RW).queued, 1);
+}
+END_TEST
+
 START_TEST(test_cleanup_in_every_state)
 {
 	struct frmr_pools zeroed;
@@ -493,6 +522,7 @@ int main(void)
 	tcase_add_test(tc, test_bad_memory_keeps_handle);
 	tcase_add_test(tc, test_off_when_disabled_or_unsafe);
 	tcase_add_test(tc, test_handle_with_old_key_never_served);
+	tcase_add_test(tc, test_handle_failing_to_move_destroyed);
 	tcase_add_test(tc, test_cleanup_in_every_state);
 	tcase_add_test(tc, test_concurrent_pop_push);
 	suite_add_tcase(s, tc);
