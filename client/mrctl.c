@@ -513,6 +513,8 @@ static int parse_access(const char *s, uint32_t *ret)
 		return -EINVAL;
 	snprintf(buf, sizeof(buf), "%s", s);
 	*ret = 0;
+	if (!*s || s[0] == ',' || s[strlen(s) - 1] == ',' || strstr(s, ",,"))
+		return -EINVAL; /* an empty name */
 	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
 		size_t i;
 

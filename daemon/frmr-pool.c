@@ -328,6 +328,8 @@ int frmr_pools_dereg(struct frmr_pools *p, struct provider_mr *mr)
 
 	e = (struct parked){ .mr = mr, .lkey = mr->lkey, .rkey = mr->rkey };
 	r = provider_park(mr); /* its keys die here, before anyone else may get the memory */
+	if (r == 0 && (mr->lkey == e.lkey || mr->rkey == e.rkey))
+		r = -EKEYREJECTED; /* parked under its old key (verbs moves it): it keeps keys */
 
 	pthread_mutex_lock(&p->lock);
 	e.since_ms = pool->last_use_ms = p->clock(p->clock_data);

@@ -6,11 +6,12 @@
  * device object. Pools sit in a map ordered by key; each queues its handles in page-sized
  * chunks, newest on top.
  *
- * A key handed out for freed memory never reaches the memory's next user: parking kills the
+ * A key handed out for freed memory does not reach the memory's next user: parking kills the
  * handle's keys at once (soft: the MR leaves the key table; verbs: the MR moves to the
  * provider's parking page), pools run only on providers whose moves give new keys
- * (caps.rereg_new_keys), and each pop checks it — a handle that came back with a key it had
- * before is destroyed, never handed out.
+ * (caps.rereg_new_keys), and both park and pop check it — a handle that keeps or gets back the
+ * keys it had is destroyed, never handed out. Keys are an index and an 8-bit variant (soft, as
+ * mlx5 mkeys): one recurs after 256 uses of its index, pooled or not.
  *
  * Thread-safe: the loop and worker threads register and release concurrently. Provider ops
  * run outside the pools' lock. */

@@ -290,7 +290,11 @@ static int verbs_rereg(struct provider_mr *base, unsigned flags, void *addr, siz
 	if (!vmr->mr)
 		return -ESTALE;
 	r = ibv_rereg_mr(vmr->mr, ibv_flags, NULL, addr, length, (int)to_ibv_access(access));
-	if (r != 0) {
+	/* DO_FORK_OLD comes after the device moved the MR: only the old range stays DONTFORK,
+	 * which costs a child process those pages, nothing more. The move holds. */
+	if (r == IBV_REREG_MR_ERR_DO_FORK_OLD)
+		log_debug("verbs: rereg moved the MR but left its old range DONTFORK");
+	else if (r != 0) {
 		int error = verbs_errno();
 
 		/* IBV_REREG_MR_ERR_CMD and worse: the kernel destroyed the old MR on the way. Free

@@ -43,7 +43,7 @@ struct provider_caps {
 	bool odp_implicit;      /* an implicit (whole address space) ODP MR */
 	uint32_t odp_rc_caps;   /* IBV_ODP_SUPPORT_* bits for RC */
 	bool rereg_translation; /* rereg may move an MR to new memory */
-	bool rereg_new_keys;    /* ... and a moved MR always gets keys it never had before */
+	bool rereg_new_keys;    /* ... and a moved MR gets keys other than the ones it had */
 	bool dma;               /* emulated DMA (provider_dma) */
 	bool export_pd;         /* clients may import context and PD */
 };

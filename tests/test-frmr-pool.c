@@ -389,6 +389,33 @@ START_TEST(test_handle_with_old_key_never_served)
 }
 END_TEST
 
+static int park_keeping_keys(struct provider_mr *mr)
+{
+	uint32_t lkey = mr->lkey, rkey = mr->rkey;
+	int r = provider_soft_ops.park(mr);
+
+	mr->lkey = lkey;
+	mr->rkey = rkey;
+	return r;
+}
+
+/* Parked under the keys it had (as verbs parks: by a move): destroyed at once. */
+START_TEST(test_handle_parked_with_old_key_destroyed)
+{
+	struct provider_ops lying = provider_soft_ops;
+	struct provider_mr *a = reg_pages(0, 2, RW);
+
+	lying.park = park_keeping_keys;
+	p->ops = &lying;
+	ck_assert_int_eq(frmr_pools_dereg(&pools, a), 0);
+	p->ops = &provider_soft_ops;
+	ck_assert_uint_eq(provider_now().parked, 0);
+	ck_assert_uint_eq(provider_now().mrs, 0);
+	ck_assert_uint_eq(pool_of(2, RW).queued, 0);
+	ck_assert_uint_eq(pool_of(2, RW).in_use, 0);
+}
+END_TEST
+
 static int rereg_failing(struct provider_mr *mr, unsigned flags, void *addr, size_t length,
 			 uint64_t iova, unsigned access)
 {
@@ -523,6 +550,7 @@ int main(void)
 	tcase_add_test(tc, test_off_when_disabled_or_unsafe);
 	tcase_add_test(tc, test_handle_with_old_key_never_served);
 	tcase_add_test(tc, test_handle_failing_to_move_destroyed);
+	tcase_add_test(tc, test_handle_parked_with_old_key_destroyed);
 	tcase_add_test(tc, test_cleanup_in_every_state);
 	tcase_add_test(tc, test_concurrent_pop_push);
 	suite_add_tcase(s, tc);
