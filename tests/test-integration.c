@@ -30,7 +30,11 @@ static void start(const char *config_text)
 	test_build_path("mrctl", mrctl, sizeof(mrctl));
 }
 
-static void setup(void) { start("[limits]\nclients = 8\nprotocol_errors = 4\n"); }
+/* No huge pages: test-hugetlb, running beside, counts the free ones. */
+static void setup(void)
+{
+	start("[limits]\nclients = 8\nprotocol_errors = 4\n[memory]\nhugepages = no\n");
+}
 
 static void teardown(void)
 {
