@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <grp.h>
 #include <pwd.h>
@@ -404,6 +405,49 @@ int config_load_file(struct config *c, const char *path)
 		r = log_error_errno(-EIO, "%s: read error", path);
 	fclose(f);
 	return r;
+}
+
+static int conf_file(const struct dirent *e)
+{
+	size_t n = strlen(e->d_name);
+
+	return e->d_name[0] != '.' && n > 5 && strcmp(e->d_name + n - 5, ".conf") == 0;
+}
+
+int config_load(struct config *c, const char *path, bool must_exist)
+{
+	char dir[PATH_MAX], file[PATH_MAX];
+	struct dirent **names = NULL;
+	int n, r;
+
+	r = config_load_file(c, path);
+	if (r == -ENOENT && !must_exist)
+		r = 0;
+	if (r < 0)
+		return r;
+	if ((size_t)snprintf(dir, sizeof(dir), "%s.d", path) >= sizeof(dir))
+		return log_error_errno(-ENAMETOOLONG, "%s.d: path too long", path);
+	n = scandir(dir, &names, conf_file, alphasort);
+	if (n < 0)
+		return errno == ENOENT || errno == ENOTDIR ? 0 :
+		       log_error_errno(negative_errno(), "cannot read %s: %m", dir);
+	for (int i = 0; i < n; i++) {
+		if (r == 0) {
+			if ((size_t)snprintf(file, sizeof(file), "%s/%s", dir, names[i]->d_name) >=
+			    sizeof(file))
+				r = log_error_errno(-ENAMETOOLONG, "%s/%s: path too long", dir,
+						    names[i]->d_name);
+			else
+				r = config_load_file(c, file);
+			if (r == -ENOENT) /* gone since the listing */
+				r = 0;
+			else if (r < 0 && r != -EINVAL && r != -EIO)
+				r = log_error_errno(r, "cannot read %s: %m", file);
+		}
+		free(names[i]);
+	}
+	free(names);
+	return r < 0 ? -EINVAL : 0;
 }
 
 int config_finish(struct config *c)

@@ -74,6 +74,11 @@ int config_load_file(struct config *c, const char *path);
  * bounds. Shared by the file parser and tests. */
 int config_set(struct config *c, const char *section, const char *key, const char *value);
 
+/* config_load_file of path (missing: -ENOENT when must_exist, else nothing), then of each
+ * *.conf file in the folder path.d, in lexical order: later files override earlier ones.
+ * Every failure is logged with file:line; returns -ENOENT (path missing) or -EINVAL. */
+int config_load(struct config *c, const char *path, bool must_exist);
+
 /* Resolves names (admin group) and checks cross-key rules; logs what is wrong. */
 int config_finish(struct config *c);
 

@@ -108,13 +108,12 @@ static int load_config(const struct overrides *o, struct config *cfg)
 {
 	int r;
 
-	r = config_load_file(cfg, o->config_file);
-	if (r == -ENOENT && !o->config_explicit)
-		r = 0; /* no config file: defaults */
-	else if (r < 0 && r != -EINVAL && r != -ERANGE && r != -EIO)
+	/* Without --config a missing file means the defaults. */
+	r = config_load(cfg, o->config_file, o->config_explicit);
+	if (r == -ENOENT)
 		return log_error_errno(r, "cannot read %s: %m", o->config_file);
 	if (r < 0)
-		return r; /* config_load_file named the line */
+		return r; /* config_load named the file and line */
 
 	if (apply_override(cfg, "mrd", "socket", o->socket, "--socket") < 0 ||
 	    apply_override(cfg, "mrd", "provider", o->provider, "--provider") < 0 ||
@@ -150,6 +149,12 @@ static bool under_systemd(void)
 	return getenv("NOTIFY_SOCKET") || getenv("LISTEN_FDS");
 }
 
+/* SIGHUP's reload: the same files and the same command line as at start. */
+static int reload_config(void *data, struct config *ret)
+{
+	return load_config(data, ret);
+}
+
 int main(int argc, char **argv)
 {
 	_cleanup_(manager_freep) struct manager *m = NULL;
@@ -182,8 +187,11 @@ int main(int argc, char **argv)
 	config_done(&cfg);
 	if (r < 0)
 		log_error_errno(r, "cannot start: %m");
-	else
+	else {
+		m->load_config = reload_config;
+		m->load_config_data = &o;
 		r = manager_listen(m);
+	}
 	if (detach)
 		detach_finish(r);
 	if (r < 0)

@@ -26,12 +26,92 @@
 
 #define REFUSED_LOG_INTERVAL_USEC (5 * USEC_PER_SEC)
 
+/* Keeps old's value of a key read only at start in new, noting its name when it changed. */
+#define KEEP(field, name)                                                        \
+	do {                                                                     \
+		if (old->field != new->field) {                                  \
+			new->field = old->field;                                 \
+			n += (size_t)snprintf(changed + n, n < size ? size - n : 0, \
+					      "%s%s", n ? ", " : "", name);      \
+		}                                                                \
+	} while (0)
+#define KEEP_STRING(field, name)                                                 \
+	do {                                                                     \
+		if (!streq_ptr(old->field, new->field)) {                        \
+			char *t_ = new->field;                                   \
+			new->field = old->field;                                 \
+			old->field = t_; /* freed with old */                    \
+			n += (size_t)snprintf(changed + n, n < size ? size - n : 0, \
+					      "%s%s", n ? ", " : "", name);      \
+		}                                                                \
+	} while (0)
+
+static bool streq_ptr(const char *a, const char *b)
+{
+	return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+void manager_reconfigure(struct manager *m, struct config *new, char *changed, size_t size)
+{
+	struct config *old = &m->config;
+	size_t n = 0;
+
+	changed[0] = '\0';
+	/* The listener, the provider, the window, the receive buffer and the workers were made
+	 * from these. */
+	KEEP_STRING(socket_path, "[mrd] socket");
+	KEEP_STRING(provider, "[mrd] provider");
+	KEEP_STRING(device, "[mrd] device");
+	KEEP(max_frame, "[limits] frame_bytes");
+	KEEP(max_fds, "[limits] fds_per_message");
+	KEEP(window_base, "[memory] window_base");
+	KEEP(window_size, "[memory] window_size");
+	KEEP(arena_size, "[memory] arena_size");
+	KEEP(workers, "[cache] workers");
+	KEEP(odp_chunk, "[cache] odp_chunk");
+	config_done(old);
+	*old = *new;
+	config_init(new);
+	log_set_level(old->log_level);
+}
+
+#undef KEEP
+#undef KEEP_STRING
+
+static void manager_reload(struct manager *m)
+{
+	struct config new;
+	char changed[512];
+	int r;
+
+	(void)sd_notify(0, "RELOADING=1");
+	config_init(&new);
+	r = m->load_config(m->load_config_data, &new);
+	if (r < 0) {
+		config_done(&new);
+		log_error("SIGHUP: the configuration has errors (above): the running one stays");
+		(void)sd_notify(0, "READY=1\nSTATUS=reload failed: the running configuration stays");
+		return;
+	}
+	manager_reconfigure(m, &new, changed, sizeof(changed));
+	if (*changed)
+		log_notice("SIGHUP: configuration reloaded; these keys change only at a restart, and "
+			   "keep their running values: %s", changed);
+	else
+		log_notice("SIGHUP: configuration reloaded");
+	(void)sd_notifyf(0, "READY=1\nSTATUS=configuration reloaded%s%s",
+			 *changed ? "; needs a restart: " : "", changed);
+}
+
 static void manager_on_signal(evutil_socket_t sig, short what, void *userdata)
 {
 	struct manager *m = userdata;
 
 	if (sig == SIGHUP) {
-		log_notice("SIGHUP: this mrd does not reload its configuration; restart it instead");
+		if (m->load_config)
+			manager_reload(m);
+		else
+			log_notice("SIGHUP: no configuration to reload");
 		return;
 	}
 	log_info("received %s, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");

@@ -48,6 +48,11 @@ struct manager {
 	uint64_t refused_log_usec; /* rate limit for "too many clients" */
 	unsigned refused_since_log;
 
+	/* SIGHUP: reads the configuration again (main's: file, folder, command line) into *ret;
+	 * NULL: no reload. */
+	int (*load_config)(void *data, struct config *ret);
+	void *load_config_data;
+
 	/* counters shown by Status */
 	uint64_t n_requests;
 	uint64_t n_protocol_errors;
@@ -58,6 +63,10 @@ struct manager {
 int manager_new(struct config *config, struct manager **ret);
 struct manager *manager_free(struct manager *m);
 DEFINE_CLEANUP(struct manager, manager_free)
+
+/* Swaps in new (taken over, left re-initialised). Keys mrd reads only at start keep their
+ * running values; their names, when they changed, go to changed ("" when none). */
+void manager_reconfigure(struct manager *m, struct config *new, char *changed, size_t size);
 
 /* Takes the socket from systemd (LISTEN_FDS) or binds config.socket_path. */
 int manager_listen(struct manager *m);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -138,6 +139,50 @@ START_TEST(test_missing_file)
 }
 END_TEST
 
+static void put(const char *dir, const char *name, const char *text)
+{
+	char file[256];
+	FILE *f;
+
+	snprintf(file, sizeof(file), "%s/%s", dir, name);
+	f = fopen(file, "we");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* The file, then path.d/ *.conf in lexical order; a missing file is fine unless asked for. */
+START_TEST(test_drop_in_folder)
+{
+	char dir[] = "/tmp/mrd-conf.XXXXXX", conf[128], dropins[128];
+	struct config c;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(conf, sizeof(conf), "%s/mrd.conf", dir);
+	snprintf(dropins, sizeof(dropins), "%s/mrd.conf.d", dir);
+	config_init(&c);
+	ck_assert_int_eq(config_load(&c, conf, true), -ENOENT);
+	ck_assert_int_eq(config_load(&c, conf, false), 0); /* neither file nor folder */
+
+	put(dir, "mrd.conf", "[quota]\nallocations = 10\nmempools = 5\n");
+	ck_assert_int_eq(mkdir(dropins, 0755), 0);
+	put(dropins, "20-b.conf", "[quota]\nallocations = 30\n");
+	put(dropins, "10-a.conf", "[quota]\nallocations = 20\narenas = 7\n");
+	put(dropins, "30-c.conf.disabled", "[quota]\nallocations = 99\n");
+	put(dropins, ".40-hidden.conf", "[quota]\nallocations = 98\n");
+	ck_assert_int_eq(config_load(&c, conf, true), 0);
+	ck_assert_uint_eq(c.quota_allocations, 30); /* 20-b after 10-a */
+	ck_assert_uint_eq(c.quota_arenas, 7);
+	ck_assert_uint_eq(c.quota_mempools, 5);
+
+	put(dropins, "15-bad.conf", "[quota]\nallocations = many\n");
+	ck_assert_int_eq(config_load(&c, conf, true), -EINVAL);
+	config_done(&c);
+	snprintf(conf, sizeof(conf), "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(conf), 0);
+}
+END_TEST
+
 START_TEST(test_set_errors)
 {
 	struct config c;
@@ -249,6 +294,7 @@ int main(void)
 	tcase_add_test(tc, test_full_file);
 	tcase_add_test(tc, test_bad_files);
 	tcase_add_test(tc, test_missing_file);
+	tcase_add_test(tc, test_drop_in_folder);
 	tcase_add_test(tc, test_set_errors);
 	tcase_add_test(tc, test_memory_keys);
 	tcase_add_test(tc, test_admin_group_names);

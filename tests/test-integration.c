@@ -152,6 +152,66 @@ START_TEST(test_mrctl_pools)
 }
 END_TEST
 
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "we");
+
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+static void sighup_wait(char *status, size_t size)
+{
+	ck_assert_int_eq(kill(mrd.pid, SIGHUP), 0);
+	ck_assert_int_eq(mrd_proc_notified(&mrd, "RELOADING=1", status, size, 10000), 0);
+	if (!strstr(status, "READY=1"))
+		ck_assert_int_eq(mrd_proc_notified(&mrd, "READY=1", status, size, 10000), 0);
+}
+
+/* SIGHUP reads mrd.conf and mrd.conf.d again: a runtime key changes at once, a key read only
+ * at start keeps its value and is named, and a broken file changes nothing. */
+START_TEST(test_sighup_reload)
+{
+	mrd_client *c = NULL;
+	char path[256], status[512], extra[160];
+	void *buf[5];
+
+	ck_assert_int_eq(mrd_proc_stop(&mrd), 0);
+	start("[quota]\nallocations = 2\n[memory]\nhugepages = no\n");
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 4096, 0, 0, &buf[0]), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 4096, 0, 0, &buf[1]), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 4096, 0, 0, &buf[2]), -EDQUOT);
+
+	/* The file raises the quota to 3, a drop-in to 4; the window cannot move while mrd runs. */
+	snprintf(extra, sizeof(extra), "%s", getenv("MRD_TEST_CONF") ? getenv("MRD_TEST_CONF") : "");
+	snprintf(path, sizeof(path), "%s\n[quota]\nallocations = 3\n[memory]\nhugepages = no\n"
+		 "window_size = %s\n", extra, getenv("MRD_TEST_WRAPPER") ? "16G" : "8G");
+	write_file(mrd.config, path);
+	snprintf(path, sizeof(path), "%s.d", mrd.config);
+	ck_assert_int_eq(mkdir(path, 0755), 0);
+	snprintf(path, sizeof(path), "%s.d/50-quota.conf", mrd.config);
+	write_file(path, "[quota]\nallocations = 4\n");
+	snprintf(path, sizeof(path), "%s.d/README", mrd.config); /* not *.conf: not read */
+	write_file(path, "this is not INI\n");
+	sighup_wait(status, sizeof(status));
+	ck_assert_msg(strstr(status, "STATUS=configuration reloaded; needs a restart: "
+				     "[memory] window_size"), "%s", status);
+	ck_assert_int_eq(mrd_mem_alloc(c, 4096, 0, 0, &buf[2]), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 4096, 0, 0, &buf[3]), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 4096, 0, 0, &buf[4]), -EDQUOT);
+
+	/* A bad line anywhere: nothing changes. */
+	snprintf(path, sizeof(path), "%s.d/60-broken.conf", mrd.config);
+	write_file(path, "[quota]\nallocations = 100\nno equals sign\n");
+	sighup_wait(status, sizeof(status));
+	ck_assert_msg(strstr(status, "reload failed"), "%s", status);
+	ck_assert_int_eq(mrd_mem_alloc(c, 4096, 0, 0, &buf[4]), -EDQUOT);
+	ck_assert_ptr_null(mrd_client_close(c));
+}
+END_TEST
+
 START_TEST(test_get_pd_on_soft)
 {
 	mrd_client *c = NULL;
@@ -423,6 +483,7 @@ int main(void)
 	tcase_add_test(tc, test_mrctl_status);
 	tcase_add_test(tc, test_mrctl_usage);
 	tcase_add_test(tc, test_mrctl_pools);
+	tcase_add_test(tc, test_sighup_reload);
 	tcase_add_test(tc, test_status_needs_admin);
 	tcase_add_test(tc, test_flood_of_malformed_frames);
 	tcase_add_test(tc, test_client_limit);

@@ -144,6 +144,25 @@ int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *cons
 	return -ETIMEDOUT;
 }
 
+int mrd_proc_notified(struct mrd_proc *p, const char *want, char *buf, size_t size,
+		      int timeout_ms)
+{
+	for (int waited = 0; waited < timeout_ms; waited += 100) {
+		struct pollfd pfd = { .fd = p->notify_fd, .events = POLLIN };
+		ssize_t len;
+
+		if (poll(&pfd, 1, 100) <= 0)
+			continue;
+		len = recv(p->notify_fd, buf, size - 1, 0);
+		if (len <= 0)
+			continue;
+		buf[len] = '\0';
+		if (strstr(buf, want))
+			return 0;
+	}
+	return -ETIMEDOUT;
+}
+
 int mrd_proc_stop(struct mrd_proc *p)
 {
 	char cmd[128];

@@ -24,6 +24,11 @@ const char *test_build_path(const char *name, char *buf, size_t size);
  * $MRD_TEST_CONF is written ahead of config_text (a sanitizer run moves the window so). */
 int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *const *extra_args);
 
+/* Reads mrd's notifications until one holds want (copied to buf), up to timeout_ms:
+ * 0, or -ETIMEDOUT. */
+int mrd_proc_notified(struct mrd_proc *p, const char *want, char *buf, size_t size,
+		      int timeout_ms);
+
 /* SIGTERM, wait, remove the directory. Returns mrd's exit status (or 128+signal) and sets
  * p->stopping_seen when mrd told systemd STOPPING=1. */
 int mrd_proc_stop(struct mrd_proc *p);
