@@ -25,6 +25,8 @@ static void help(void)
 	       "                      handles, hits, misses, aging, pinned minimum\n"
 	       "  pools set           change aging and/or the pinned minimum of pools (below)\n"
 	       "  mempools            registered mempools, their MRs and how many share each\n"
+	       "  flush               rebuild the MR tables and bump the generations, so every\n"
+	       "                      client's lookup caches start over (options below)\n"
 	       "  dump                status, clients, stats, pools and mempools together\n\n"
 	       "Options:\n"
 	       "  -s, --socket PATH   talk to mrd at PATH (default: $MRD_SOCKET, else %s)\n"
@@ -41,6 +43,13 @@ static void help(void)
 	       "  --odp yes|no        on-demand pools, or not\n"
 	       "  --internal yes|no   pools of MRs whose keys stay in mrd, or not\n"
 	       "  --vendor N          pools of this vendor key\n\n"
+	       "Options of 'flush' (without --domain or --uid: every domain):\n"
+	       "  --domain NAME       domain NAME only\n"
+	       "  --uid N             the domain of uid N only\n"
+	       "  --pools             also destroy the parked MR handles above each pool's\n"
+	       "                      pinned minimum\n"
+	       "  --gc                also destroy every parked handle, pinned ones too, and the\n"
+	       "                      pools left empty (not those set by their key)\n\n"
 	       "Admin commands need root or mrd's admin group. See mrctl(8).\n",
 	       MRD_SOCKET_DEFAULT);
 }
@@ -485,6 +494,41 @@ static int cmd_pools_set(struct conn *c)
 	return 0;
 }
 
+/* Which command an option belongs to. */
+enum {
+	OPT_POOLS_SET = 1u << 0,
+	OPT_FLUSH = 1u << 1,
+	OPT_DOMAIN = 1u << 2, /* flush and pools set */
+};
+
+/* mrctl flush: what the options asked for. */
+static Mrd__FlushRequest arg_flush = MRD__FLUSH_REQUEST__INIT;
+
+static int cmd_flush(struct conn *c)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__Response *resp;
+	const Mrd__FlushResponse *f;
+	int r;
+
+	req.body_case = MRD__REQUEST__BODY_FLUSH;
+	req.flush = &arg_flush;
+	r = call(c, "flush", &req, MRD__RESPONSE__BODY_FLUSH, &resp);
+	if (r < 0)
+		return r;
+	f = resp->flush;
+	if (arg_json)
+		printf("{\"domains\":%" PRIu32 ",\"handles\":%" PRIu64 ",\"pools_removed\":%" PRIu32
+		       "}\n", f->domains, f->handles, f->pools_removed);
+	else
+		printf("%" PRIu32 " domain%s flushed: tables rebuilt, generation bumped; %" PRIu64
+		       " parked handle%s destroyed, %" PRIu32 " pool%s removed\n", f->domains,
+		       f->domains == 1 ? "" : "s", f->handles, f->handles == 1 ? "" : "s",
+		       f->pools_removed, f->pools_removed == 1 ? "" : "s");
+	mrd__response__free_unpacked(resp, NULL);
+	return 0;
+}
+
 static int parse_u64(const char *s, uint64_t max, uint64_t *ret)
 {
 	unsigned long long v;
@@ -558,10 +602,6 @@ static int parse_set_option(int opt, const char *value)
 		arg_set.pinned = (uint32_t)v;
 		arg_set.given |= MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_PINNED;
 		break;
-	case 'D':
-		arg_set.domain = (char *)value;
-		r = *value ? 0 : -EINVAL;
-		break;
 	case 'a':
 		r = parse_access(value, &arg_set.access);
 		arg_set.given |= MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_ACCESS;
@@ -628,6 +668,7 @@ static const struct {
 	{ "pools", cmd_pools },
 	{ "pools set", cmd_pools_set },
 	{ "mempools", cmd_mempools },
+	{ "flush", cmd_flush },
 	{ "dump", cmd_dump },
 };
 
@@ -646,10 +687,13 @@ int main(int argc, char **argv)
 		{ "odp", required_argument, NULL, 'o' },
 		{ "internal", required_argument, NULL, 'i' },
 		{ "vendor", required_argument, NULL, 'v' },
+		{ "uid", required_argument, NULL, 'U' },
+		{ "pools", no_argument, NULL, 'p' },
+		{ "gc", no_argument, NULL, 'g' },
 		{}
 	};
 	char command[32];
-	bool set_options = false;
+	unsigned given = 0; /* COMMAND_OPTION bits */
 	_cleanup_(conn_freep) struct conn *c = NULL;
 	char error[256];
 	int opt, r;
@@ -668,10 +712,38 @@ int main(int argc, char **argv)
 		case 'V':
 			printf("mrctl %s\n", PACKAGE_VERSION);
 			return EXIT_SUCCESS;
-		case 'A': case 'P': case 'D': case 'a': case 'n': case 'o': case 'i': case 'v':
+		case 'A': case 'P': case 'a': case 'n': case 'o': case 'i': case 'v':
 			if (parse_set_option(opt, optarg) < 0)
 				return 2;
-			set_options = true;
+			given |= OPT_POOLS_SET;
+			break;
+		case 'D':
+			if (!*optarg) {
+				fprintf(stderr, "mrctl: --domain needs a name\n");
+				return 2;
+			}
+			arg_set.domain = arg_flush.domain = optarg;
+			given |= OPT_DOMAIN;
+			break;
+		case 'U': {
+			uint64_t v;
+
+			if (parse_u64(optarg, UINT32_MAX - 1, &v) < 0) {
+				fprintf(stderr, "mrctl: bad value '%s' for --uid\n", optarg);
+				return 2;
+			}
+			arg_flush.by_uid = true;
+			arg_flush.uid = (uint32_t)v;
+			given |= OPT_FLUSH;
+			break;
+		}
+		case 'p':
+			arg_flush.pools = true;
+			given |= OPT_FLUSH;
+			break;
+		case 'g':
+			arg_flush.gc = true;
+			given |= OPT_FLUSH;
 			break;
 		default:
 			fprintf(stderr, "Try 'mrctl --help'.\n");
@@ -686,15 +758,27 @@ int main(int argc, char **argv)
 	}
 	snprintf(command, sizeof(command), "%s%s%s", argv[optind], argc - optind == 2 ? " " : "",
 		 argc - optind == 2 ? argv[optind + 1] : "");
-	if (set_options != (strcmp(command, "pools set") == 0)) {
-		fprintf(stderr, set_options ? "mrctl: --aging, --pinned and the key options belong "
-					      "to 'pools set'\n" :
-					      "mrctl: pools set: give --aging SEC and/or --pinned N\n");
+	if ((given & OPT_POOLS_SET) && strcmp(command, "pools set") != 0) {
+		fprintf(stderr, "mrctl: --aging, --pinned and the key options belong to 'pools set'\n");
 		return 2;
 	}
-	if (set_options && !(arg_set.given & (MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_AGING |
-					      MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_PINNED))) {
+	if ((given & OPT_FLUSH) && strcmp(command, "flush") != 0) {
+		fprintf(stderr, "mrctl: --pools, --gc and --uid belong to 'flush'\n");
+		return 2;
+	}
+	if ((given & OPT_DOMAIN) && strcmp(command, "flush") != 0 &&
+	    strcmp(command, "pools set") != 0) {
+		fprintf(stderr, "mrctl: --domain belongs to 'flush' and 'pools set'\n");
+		return 2;
+	}
+	if (strcmp(command, "pools set") == 0 &&
+	    !(arg_set.given & (MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_AGING |
+			       MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_PINNED))) {
 		fprintf(stderr, "mrctl: pools set: give --aging SEC and/or --pinned N\n");
+		return 2;
+	}
+	if (arg_flush.by_uid && (given & OPT_DOMAIN)) {
+		fprintf(stderr, "mrctl: flush: give --domain or --uid, not both\n");
 		return 2;
 	}
 

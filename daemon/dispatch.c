@@ -34,6 +34,7 @@ static const struct request_type request_types[] = {
 	[MRD__REQUEST__BODY_FRMR_POOLS] = { "FrmrPools", request_frmr_pools, .admin = true },
 	[MRD__REQUEST__BODY_FRMR_POOLS_SET] = { "FrmrPoolsSet", request_frmr_pools_set,
 						.admin = true },
+	[MRD__REQUEST__BODY_FLUSH] = { "Flush", request_flush, .admin = true },
 };
 
 const struct request_type *request_type_lookup(int body_case)

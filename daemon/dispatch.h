@@ -34,6 +34,7 @@ struct reply {
 		Mrd__PrefetchResponse prefetch;
 		Mrd__FrmrPoolsResponse frmr_pools;
 		Mrd__FrmrPoolsSetResponse frmr_pools_set;
+		Mrd__FlushResponse flush;
 	} body;
 	Mrd__ArenaInfo arena;   /* for bodies that describe an arena */
 	void *owned[4];         /* freed after the reply is sent (repeated fields) */
@@ -133,3 +134,5 @@ int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_pa
 		       struct reply *r);
 int request_frmr_pools_set(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 			   struct reply *r);
+int request_flush(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		  struct reply *r);

@@ -125,6 +125,8 @@ static int status_page_new(struct domain *d)
 	return 0;
 }
 
+static void bump_generation(struct domain *d);
+
 /* Destroying handles may take a device command each (verbs): a worker does it. */
 struct aging_job {
 	struct work work;
@@ -145,21 +147,16 @@ static void aging_job_done(struct work *w)
 	struct aging_job *j = (struct aging_job *)w;
 
 	j->domain->cache.jobs--;
-	j->domain->aging_job = false;
+	j->domain->aging_jobs--;
 	domain_release(j->domain);
 	free(j);
 }
 
-static void on_aging_tick(evutil_socket_t fd, short what, void *data)
+/* Destroys handles taken out of the pools: on a worker, since each may be a device command. */
+static void destroy_handles(struct domain *d, struct provider_mr **handles, size_t n)
 {
-	struct domain *d = data;
-	struct provider_mr **handles;
 	struct aging_job *j;
-	size_t n;
 
-	if (d->aging_job)
-		return;
-	n = frmr_pools_age(&d->pools, &handles);
 	if (n == 0)
 		return;
 	j = d->manager->workers ? calloc(1, sizeof(*j)) : NULL;
@@ -172,9 +169,36 @@ static void on_aging_tick(evutil_socket_t fd, short what, void *data)
 	j->domain = domain_ref(d);
 	j->handles = handles;
 	j->n = n;
-	d->aging_job = true;
+	d->aging_jobs++;
 	d->cache.jobs++;
 	worker_pool_submit(d->manager->workers, &j->work);
+}
+
+static void on_aging_tick(evutil_socket_t fd, short what, void *data)
+{
+	struct domain *d = data;
+	struct provider_mr **handles;
+	size_t n;
+
+	if (d->aging_jobs > 0)
+		return; /* one round at a time */
+	n = frmr_pools_age(&d->pools, &handles);
+	destroy_handles(d, handles, n);
+}
+
+size_t domain_flush(struct domain *d, bool pools, bool gc, unsigned *ret_pools_removed)
+{
+	struct provider_mr **handles = NULL;
+	size_t n = 0;
+
+	*ret_pools_removed = 0;
+	mr_cache_flush(&d->cache);
+	bump_generation(d);
+	domain_update_status(d);
+	if (pools || gc)
+		n = frmr_pools_drain(&d->pools, gc, &handles, ret_pools_removed);
+	destroy_handles(d, handles, n);
+	return n;
 }
 
 /* Once a second: aging is in whole seconds, and a tick that finds nothing costs a lock. */

@@ -64,7 +64,7 @@ struct domain {
 	struct odp odp;
 	struct frmr_pools pools;    /* every registration of the domain goes through them */
 	struct event *aging_timer;  /* ages the pools, while they are on */
-	bool aging_job;             /* a worker destroys aged handles */
+	unsigned aging_jobs;        /* workers destroying handles out of the pools */
 
 	int status_fd; /* memfd; clients map it read-only */
 	struct mrd_status_page *status;
@@ -126,6 +126,11 @@ static inline unsigned allocation_access(const struct allocation *a)
 {
 	return a->read_only ? MRD_ACCESS_REMOTE_READ : MR_CACHE_ACCESS;
 }
+
+/* mrctl flush: the MR table rebuilt from the MR list and the generation bumped, so every
+ * client's caches start over; with pools the idle parked handles go (above each pool's pinned
+ * minimum), with gc all of them and the pools left empty. Returns the handles destroyed. */
+size_t domain_flush(struct domain *d, bool pools, bool gc, unsigned *ret_pools_removed);
 
 /* The last ODP child of a freed allocation went (daemon/odp.c): its pages go back now. */
 void domain_finish_free(struct domain *d, struct allocation *a);

@@ -343,54 +343,100 @@ int frmr_pools_dereg(struct frmr_pools *p, struct provider_mr *mr)
 	return provider_dereg(mr);
 }
 
-size_t frmr_pools_age(struct frmr_pools *p, struct provider_mr ***ret)
+/* Appends the oldest parked handle of pool to *doomed; false when out of memory. Locked. */
+static bool take_oldest(struct frmr_pools *p, struct frmr_pool *pool, struct provider_mr ***doomed,
+			size_t *n, size_t *cap)
+{
+	struct chunk *c = TAILQ_FIRST(&pool->chunks);
+
+	if (*n == *cap) {
+		size_t ncap = *cap ? 2 * *cap : 64;
+		struct provider_mr **d = realloc(*doomed, ncap * sizeof(*d));
+
+		if (!d)
+			return false;
+		*doomed = d;
+		*cap = ncap;
+	}
+	(*doomed)[(*n)++] = c->e[c->head++].mr;
+	if (c->head == c->tail) {
+		TAILQ_REMOVE(&pool->chunks, c, link);
+		free(c);
+	}
+	pool->queued--;
+	p->queued--;
+	return true;
+}
+
+/* Takes out parked handles, oldest first, down to each pool's pinned minimum (to none with
+ * pinned_too) — by_age: only those idle for their pool's aging. Drops the pools left empty,
+ * unused and not set by their key: by_age once idle for an aging period, else with
+ * pinned_too. Locked; the caller destroys what it got. */
+static size_t take_out(struct frmr_pools *p, uint64_t now, bool pinned_too, bool by_age,
+		       struct provider_mr ***ret, unsigned *ret_pools_removed)
 {
 	struct provider_mr **doomed = NULL;
 	size_t n = 0, cap = 0, kept = 0;
-	uint64_t now;
+	unsigned removed = 0;
 
-	*ret = NULL;
-	if (!p->ready || p->off)
-		return 0;
-	pthread_mutex_lock(&p->lock);
-	now = p->clock(p->clock_data);
 	for (size_t i = 0; i < p->n_pools; i++) {
 		struct frmr_pool *pool = p->pools[i];
-		uint64_t aging_ms = (uint64_t)pool->aging_s * 1000;
-		struct chunk *c;
+		uint64_t aging_ms = (uint64_t)pool->aging_s * 1000, floor = pinned_too ? 0 : pool->pinned;
+		bool drop;
 
-		while (pool->queued > pool->pinned && (c = TAILQ_FIRST(&pool->chunks)) &&
-		       c->e[c->head].since_ms + aging_ms <= now) {
-			if (n == cap) {
-				size_t ncap = cap ? 2 * cap : 64;
-				struct provider_mr **d = realloc(doomed, ncap * sizeof(*d));
+		while (pool->queued > floor) {
+			struct chunk *c = TAILQ_FIRST(&pool->chunks);
 
-				if (!d)
-					break; /* the next round takes the rest */
-				doomed = d;
-				cap = ncap;
-			}
-			doomed[n++] = c->e[c->head++].mr;
-			if (c->head == c->tail) {
-				TAILQ_REMOVE(&pool->chunks, c, link);
-				free(c);
-			}
-			pool->queued--;
-			p->queued--;
-			pool->aged++;
+			if (by_age && c->e[c->head].since_ms + aging_ms > now)
+				break;
+			if (!take_oldest(p, pool, &doomed, &n, &cap))
+				break; /* the next round takes the rest */
+			if (by_age)
+				pool->aged++;
 		}
-		if (pool->queued == 0 && pool->in_use == 0 && !pool->custom &&
-		    pool->last_use_ms + aging_ms <= now) {
+		drop = pool->queued == 0 && pool->in_use == 0 && !pool->custom &&
+		       (by_age ? pool->last_use_ms + aging_ms <= now : pinned_too);
+		if (drop) {
 			pool_free(pool);
+			removed++;
 			continue;
 		}
 		p->pools[kept++] = pool;
 	}
 	p->n_pools = kept;
-	pthread_mutex_unlock(&p->lock);
 	for (size_t i = 0; i < n; i++)
 		doomed[i]->pool = NULL;
 	*ret = doomed;
+	if (ret_pools_removed)
+		*ret_pools_removed = removed;
+	return n;
+}
+
+size_t frmr_pools_age(struct frmr_pools *p, struct provider_mr ***ret)
+{
+	size_t n;
+
+	*ret = NULL;
+	if (!p->ready || p->off)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	n = take_out(p, p->clock(p->clock_data), false, true, ret, NULL);
+	pthread_mutex_unlock(&p->lock);
+	return n;
+}
+
+size_t frmr_pools_drain(struct frmr_pools *p, bool pinned_too, struct provider_mr ***ret,
+			unsigned *ret_pools_removed)
+{
+	size_t n;
+
+	*ret = NULL;
+	*ret_pools_removed = 0;
+	if (!p->ready || p->off)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	n = take_out(p, 0, pinned_too, false, ret, ret_pools_removed);
+	pthread_mutex_unlock(&p->lock);
 	return n;
 }
 

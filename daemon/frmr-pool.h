@@ -98,6 +98,12 @@ int frmr_pools_dereg(struct frmr_pools *p, struct provider_mr *mr);
 size_t frmr_pools_age(struct frmr_pools *p, struct provider_mr ***ret);
 void frmr_pools_destroy(struct provider_mr **handles, size_t n);
 
+/* mrctl flush: takes out every parked handle above each pool's pinned minimum (all of them
+ * with pinned_too) into *ret, as frmr_pools_age does; with pinned_too it also drops the pools
+ * left with nothing in them, but those set by their key (*ret_pools_removed counts them). */
+size_t frmr_pools_drain(struct frmr_pools *p, bool pinned_too, struct provider_mr ***ret,
+			unsigned *ret_pools_removed);
+
 /* Sets aging (seconds, >= 1) and/or the pinned minimum (< 0: keep) of every pool matching m;
  * a match of any key also makes them the settings of pools made later. Returns how many
  * pools changed, -EINVAL for a bad value. */

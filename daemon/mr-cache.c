@@ -259,6 +259,11 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 	return 0;
 }
 
+void mr_cache_flush(struct mr_cache *c)
+{
+	rebuild(c);
+}
+
 uint64_t mr_cache_retire(struct mr_cache *c, struct allocation *a)
 {
 	struct cached_mr *mr;

@@ -72,6 +72,9 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
  * provider, which locks itself): the device lets go of the pages. Release, on the loop: the
  * MRs are counted gone and freed. */
 uint64_t mr_cache_retire(struct mr_cache *c, struct allocation *a);
+/* Rebuilds the table from the MR list (clearing an overflow when it fits); on-demand children
+ * come back at their next miss. */
+void mr_cache_flush(struct mr_cache *c);
 /* Whether the provider may be busy with a worker's job: a new op on the loop would wait. */
 static inline bool mr_cache_busy(const struct mr_cache *c)
 {

@@ -147,6 +147,21 @@ START_TEST(test_mrctl_pools)
 	}
 	ck_assert_msg(strstr(out, "\"queued\":0,\"in_use\":0,\"max_in_use\":1,\"hits\":1,"
 				  "\"misses\":1,\"aged\":1,\"aging_s\":1"), "mrctl said: %s", out);
+
+	/* flush: options checked, then every domain, or one. */
+	ck_assert_int_eq(mrctl_pools((const char *[]){ "flush", "--aging", "1", NULL }), 2);
+	ck_assert_int_eq(mrctl_pools((const char *[]){ "pools", "--gc", NULL }), 2);
+	ck_assert_int_eq(mrctl_pools((const char *[]){ "flush", "--uid", "0", "--domain", "uid-0",
+						       NULL }), 2);
+	ck_assert_int_eq(mrctl_pools((const char *[]){ "flush", "--domain", "nobody", NULL }), 1);
+	ck_assert_msg(strstr(out, "no domain nobody is open"), "mrctl said: %s", out);
+	ck_assert_int_eq(mrctl_pools((const char *[]){ "flush", "--gc", NULL }), 0);
+	/* The aged pool stays: it was set by its key. */
+	ck_assert_msg(strstr(out, "1 domain flushed: tables rebuilt, generation bumped; 0 parked "
+				  "handles destroyed, 0 pools removed"), "mrctl said: %s", out);
+	ck_assert_int_eq(mrctl_pools((const char *[]){ "--json", "flush", "--uid", "0", NULL }), 0);
+	ck_assert_msg(strstr(out, "{\"domains\":1,\"handles\":0,\"pools_removed\":0}"),
+		      "mrctl said: %s", out);
 	mrd_lookup_done(&l);
 	ck_assert_ptr_null(mrd_client_close(c));
 }

@@ -246,6 +246,90 @@ START_TEST(test_frmr_admin_requests)
 }
 END_TEST
 
+static Mrd__Response *flush(int fd, uint64_t id, const char *domain, bool by_uid, uint32_t uid,
+			    bool pools, bool gc, int error)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__FlushRequest q = MRD__FLUSH_REQUEST__INIT;
+
+	q.domain = (char *)domain;
+	q.by_uid = by_uid;
+	q.uid = uid;
+	q.pools = pools;
+	q.gc = gc;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_FLUSH;
+	req.flush = &q;
+	td_send_request(fd, &req, NULL, 0);
+	if (error) {
+		td_expect_free(fd, id, error);
+		return NULL;
+	}
+	return td_expect(fd, id, 0);
+}
+
+/* Flush: the generation moves and the keys still come from the rebuilt table; --pools takes
+ * the idle handles above the pinned minimum, --gc the rest and the empty pools. */
+START_TEST(test_flush)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c), admin = td_hello_client(0, NULL);
+	uint64_t a = td_alloc(fd, 2, 8192), b = td_alloc(fd, 3, 8192), gen;
+	struct domain *d = c->domain;
+	Mrd__MrEntry ea, again;
+	Mrd__Response *resp;
+
+	lookup(fd, 4, &a, 1, 0, &ea);
+	lookup(fd, 5, &b, 1, 0, &again);
+	td_free(fd, 6, b, 0); /* one handle parked in the 2-page pool */
+	ck_assert_uint_eq(d->pools.queued, 1);
+	flush(fd, 7, "", false, 0, false, false, EPERM);
+	flush(admin, 8, "uid-1000", true, 1000, false, false, EINVAL);
+	flush(admin, 9, "nobody", false, 0, false, false, ENOENT);
+	flush(admin, 10, "", true, 4242, false, false, ENOENT);
+
+	gen = d->status->generation;
+	resp = flush(admin, 11, "", true, 1000, false, false, 0);
+	ck_assert_uint_eq(resp->flush->domains, 1);
+	ck_assert_uint_eq(resp->flush->handles, 0);
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_uint_gt(d->status->generation, gen);
+	ck_assert_uint_eq(d->pools.queued, 1);
+	lookup(fd, 12, &a, 1, 0, &again); /* served from the rebuilt table: no new MR */
+	ck_assert_uint_eq(again.lkey, ea.lkey);
+	ck_assert_uint_eq(d->cache.registrations, 2);
+
+	/* A pinned minimum of 1: --pools leaves it, --gc takes it and then the empty pool. */
+	ck_assert_int_eq(frmr_pools_set(&d->pools, &FRMR_MATCH_ANY, -1, 1), 1);
+	resp = flush(admin, 13, "uid-1000", false, 0, true, false, 0);
+	ck_assert_uint_eq(resp->flush->handles, 0);
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_uint_eq(d->pools.queued, 1);
+	ck_assert_int_eq(frmr_pools_set(&d->pools, &FRMR_MATCH_ANY, -1, 0), 1);
+	resp = flush(admin, 14, "", false, 0, true, false, 0);
+	ck_assert_uint_eq(resp->flush->handles, 1);
+	ck_assert_uint_eq(resp->flush->pools_removed, 0);
+	mrd__response__free_unpacked(resp, NULL);
+	td_pump_until_zero(&d->aging_jobs); /* destroyed on a worker */
+	ck_assert_uint_eq(d->pools.queued, 0);
+	ck_assert_uint_eq(frmr_pools_stats(&d->pools, NULL, 0), 1);
+	resp = flush(admin, 15, "", false, 0, false, true, 0);
+	ck_assert_uint_eq(resp->flush->handles, 0);
+	ck_assert_uint_eq(resp->flush->pools_removed, 0); /* the 2-page pool: a's MR is in use */
+	mrd__response__free_unpacked(resp, NULL);
+	td_free(fd, 16, a, 0);
+	resp = flush(admin, 17, "", false, 0, false, true, 0);
+	ck_assert_uint_eq(resp->flush->handles, 1);
+	ck_assert_uint_eq(resp->flush->pools_removed, 1);
+	mrd__response__free_unpacked(resp, NULL);
+	td_pump_until_zero(&d->aging_jobs);
+	ck_assert_uint_eq(frmr_pools_stats(&d->pools, NULL, 0), 0);
+	close(fd);
+	close(admin);
+	td_wait_domains_closed();
+}
+END_TEST
+
 START_TEST(test_bad_lookups)
 {
 	int fd = td_hello_client(1000, NULL), other = td_hello_client(2000, NULL);
@@ -557,6 +641,7 @@ int main(void)
 	tcase_add_test(tc, test_free_retires_keys);
 	tcase_add_test(tc, test_handle_reuse_keeps_stale_keys_out);
 	tcase_add_test(tc, test_frmr_admin_requests);
+	tcase_add_test(tc, test_flush);
 	tcase_add_test(tc, test_bad_lookups);
 	tcase_add_test(tc, test_page_policy);
 	tcase_add_test(tc, test_contig_around_existing);

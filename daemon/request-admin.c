@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* FrmrPools and FrmrPoolsSet: the admin's view and control of the handle pools. */
+/* FrmrPools, FrmrPoolsSet and Flush: the admin's view and control of the handle pools and
+ * of the domains' tables. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,5 +146,46 @@ int request_frmr_pools_set(struct client *c, const Mrd__Request *req, struct wir
 	r->body.frmr_pools_set.changed = changed;
 	r->resp.body_case = MRD__RESPONSE__BODY_FRMR_POOLS_SET;
 	r->resp.frmr_pools_set = &r->body.frmr_pools_set;
+	return 0;
+}
+
+int request_flush(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		  struct reply *r)
+{
+	const Mrd__FlushRequest *q = req->flush;
+	struct manager *m = c->manager;
+	char name[64];
+	const char *want = NULL;
+	struct domain *d;
+	unsigned domains = 0, removed_all = 0;
+	uint64_t handles = 0;
+
+	if (*q->domain && q->by_uid) {
+		reply_set_message(r, "give a domain or a uid, not both");
+		return -EINVAL;
+	}
+	if (*q->domain)
+		want = q->domain;
+	else if (q->by_uid) /* the domain the uid's clients join, by uid alone */
+		want = domain_name_for(m, (uid_t)q->uid, (gid_t)-1, -1, name, sizeof(name));
+	LIST_FOREACH(d, &m->domains, link) {
+		unsigned removed;
+
+		if (want && strcmp(want, d->name) != 0)
+			continue;
+		handles += domain_flush(d, q->pools, q->gc, &removed);
+		removed_all += removed;
+		domains++;
+	}
+	if (want && domains == 0) {
+		reply_set_message(r, "no domain %s is open", want);
+		return -ENOENT;
+	}
+	mrd__flush_response__init(&r->body.flush);
+	r->body.flush.domains = domains;
+	r->body.flush.handles = handles;
+	r->body.flush.pools_removed = removed_all;
+	r->resp.body_case = MRD__RESPONSE__BODY_FLUSH;
+	r->resp.flush = &r->body.flush;
 	return 0;
 }
