@@ -201,6 +201,57 @@ size_t domain_flush(struct domain *d, bool pools, bool gc, unsigned *ret_pools_r
 	return n;
 }
 
+int domains_flush(struct manager *m, const char *name, bool pools, bool gc,
+		  struct flush_counts *ret)
+{
+	struct domain *d;
+
+	*ret = (struct flush_counts){ 0 };
+	LIST_FOREACH(d, &m->domains, link) {
+		unsigned removed;
+
+		if (name && strcmp(name, d->name) != 0)
+			continue;
+		ret->handles += domain_flush(d, pools, gc, &removed);
+		ret->pools_removed += removed;
+		ret->domains++;
+	}
+	return name && ret->domains == 0 ? -ENOENT : 0;
+}
+
+int domains_set_pools(struct manager *m, const char *name, const struct frmr_match *match,
+		      int64_t aging_s, int64_t pinned, unsigned *ret_changed)
+{
+	bool every = !name || !*name;
+	struct domain *d;
+
+	*ret_changed = 0;
+	if ((aging_s >= 0 && (aging_s < 1 || aging_s > UINT32_MAX)) || pinned > UINT32_MAX)
+		return -EINVAL;
+	LIST_FOREACH(d, &m->domains, link) {
+		int n;
+
+		if (!every && strcmp(name, d->name) != 0)
+			continue;
+		n = frmr_pools_set(&d->pools, match, aging_s, pinned);
+		if (n < 0)
+			return n;
+		*ret_changed += (unsigned)n;
+		if (!every)
+			return 0;
+	}
+	if (!every)
+		return -ENOENT;
+	if (memcmp(match, &FRMR_MATCH_ANY, sizeof(*match)) == 0) {
+		/* Every pool: domains opened later start with it too. */
+		if (aging_s >= 0)
+			m->config.pools.aging_s = (unsigned)aging_s;
+		if (pinned >= 0)
+			m->config.pools.pinned = (unsigned)pinned;
+	}
+	return 0;
+}
+
 /* Once a second: aging is in whole seconds, and a tick that finds nothing costs a lock. */
 static int aging_start(struct domain *d)
 {

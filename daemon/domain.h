@@ -132,5 +132,19 @@ static inline unsigned allocation_access(const struct allocation *a)
  * minimum), with gc all of them and the pools left empty. Returns the handles destroyed. */
 size_t domain_flush(struct domain *d, bool pools, bool gc, unsigned *ret_pools_removed);
 
+/* domain_flush of the domain named name (NULL: of every domain); -ENOENT when it is not open. */
+struct flush_counts {
+	unsigned domains, pools_removed;
+	uint64_t handles;
+};
+int domains_flush(struct manager *m, const char *name, bool pools, bool gc,
+		  struct flush_counts *ret);
+
+/* frmr_pools_set in the domain named name ("" or NULL: every domain; matching every pool there
+ * also sets what domains opened later get). -ENOENT when it is not open, -EINVAL for a bad
+ * value; *ret_changed counts the pools. */
+int domains_set_pools(struct manager *m, const char *name, const struct frmr_match *match,
+		      int64_t aging_s, int64_t pinned, unsigned *ret_changed);
+
 /* The last ODP child of a freed allocation went (daemon/odp.c): its pages go back now. */
 void domain_finish_free(struct domain *d, struct allocation *a);

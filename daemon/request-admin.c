@@ -97,9 +97,8 @@ int request_frmr_pools_set(struct client *c, const Mrd__Request *req, struct wir
 	uint32_t given = q->given;
 	int64_t aging = given & MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_AGING ? (int64_t)q->aging_s : -1;
 	int64_t pinned = given & MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_PINNED ? (int64_t)q->pinned : -1;
-	bool found = !*q->domain;
-	struct domain *d;
 	unsigned changed = 0;
+	int r2;
 
 	if (aging < 0 && pinned < 0) {
 		reply_set_message(r, "nothing to set: give aging or pinned");
@@ -120,28 +119,13 @@ int request_frmr_pools_set(struct client *c, const Mrd__Request *req, struct wir
 	if (given & MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_PAGES)
 		match.pages = q->pages > INT64_MAX ? INT64_MAX : (int64_t)q->pages;
 
-	LIST_FOREACH(d, &c->manager->domains, link) {
-		int n;
-
-		if (*q->domain && strcmp(q->domain, d->name) != 0)
-			continue;
-		found = true;
-		n = frmr_pools_set(&d->pools, &match, aging, pinned);
-		if (n < 0)
-			return n;
-		changed += (unsigned)n;
-	}
-	if (!found) {
+	r2 = domains_set_pools(c->manager, q->domain, &match, aging, pinned, &changed);
+	if (r2 == -ENOENT) {
 		reply_set_message(r, "no domain %s is open", q->domain);
-		return -ENOENT;
+		return r2;
 	}
-	if (!*q->domain && memcmp(&match, &FRMR_MATCH_ANY, sizeof(match)) == 0) {
-		/* Every pool: domains opened later start with it too. */
-		if (aging >= 0)
-			c->manager->config.pools.aging_s = (unsigned)aging;
-		if (pinned >= 0)
-			c->manager->config.pools.pinned = (unsigned)pinned;
-	}
+	if (r2 < 0)
+		return r2;
 	mrd__frmr_pools_set_response__init(&r->body.frmr_pools_set);
 	r->body.frmr_pools_set.changed = changed;
 	r->resp.body_case = MRD__RESPONSE__BODY_FRMR_POOLS_SET;
@@ -154,11 +138,10 @@ int request_flush(struct client *c, const Mrd__Request *req, struct wire_packet 
 {
 	const Mrd__FlushRequest *q = req->flush;
 	struct manager *m = c->manager;
+	struct flush_counts counts;
 	char name[64];
 	const char *want = NULL;
-	struct domain *d;
-	unsigned domains = 0, removed_all = 0;
-	uint64_t handles = 0;
+	int k;
 
 	if (*q->domain && q->by_uid) {
 		reply_set_message(r, "give a domain or a uid, not both");
@@ -168,23 +151,15 @@ int request_flush(struct client *c, const Mrd__Request *req, struct wire_packet 
 		want = q->domain;
 	else if (q->by_uid) /* the domain the uid's clients join, by uid alone */
 		want = domain_name_for(m, (uid_t)q->uid, (gid_t)-1, -1, name, sizeof(name));
-	LIST_FOREACH(d, &m->domains, link) {
-		unsigned removed;
-
-		if (want && strcmp(want, d->name) != 0)
-			continue;
-		handles += domain_flush(d, q->pools, q->gc, &removed);
-		removed_all += removed;
-		domains++;
-	}
-	if (want && domains == 0) {
+	k = domains_flush(m, want, q->pools, q->gc, &counts);
+	if (k == -ENOENT) {
 		reply_set_message(r, "no domain %s is open", want);
-		return -ENOENT;
+		return k;
 	}
 	mrd__flush_response__init(&r->body.flush);
-	r->body.flush.domains = domains;
-	r->body.flush.handles = handles;
-	r->body.flush.pools_removed = removed_all;
+	r->body.flush.domains = counts.domains;
+	r->body.flush.handles = counts.handles;
+	r->body.flush.pools_removed = counts.pools_removed;
 	r->resp.body_case = MRD__RESPONSE__BODY_FLUSH;
 	r->resp.flush = &r->body.flush;
 	return 0;
