@@ -19,6 +19,7 @@ void config_init(struct config *c)
 {
 	*c = (struct config){
 		.log_level = LOG_LEVEL_INFO,
+		.bus = true,
 		.max_clients = 1024,
 		.max_inflight = 64,
 		.max_frame = WIRE_FRAME_DEFAULT,
@@ -263,6 +264,8 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 			return set_string(&c->device, value);
 		if (strcmp(key, "admin_group") == 0)
 			return set_string(&c->admin_group, value);
+		if (strcmp(key, "bus") == 0)
+			return set_bool(&c->bus, value);
 		if (strcmp(key, "log_level") == 0) {
 			r = log_level_from_string(value);
 			if (r < 0)

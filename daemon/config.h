@@ -29,6 +29,7 @@ struct config {
 	char *admin_group;
 	gid_t admin_gid;  /* resolved from admin_group; valid when admin_group is set */
 	enum log_level log_level;
+	bool bus;         /* serve org.mrd.Mrd1 on the system bus */
 
 	unsigned max_clients;
 	unsigned max_inflight;         /* replies queued per client before mrd stops reading it */

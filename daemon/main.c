@@ -24,6 +24,7 @@ static void help(void)
 	       "  -d, --device NAME       RDMA device for the verbs provider\n"
 	       "  -l, --log-level LEVEL   err, warning, notice, info or debug\n"
 	       "  -f, --foreground        stay attached to the terminal\n"
+	       "      --no-bus            stay off the system bus ([mrd] bus = no)\n"
 	       "  -h, --help              show this help\n"
 	       "  -V, --version           show the version\n\n"
 	       "See mrd(8) and mrd.conf(5).\n");
@@ -34,6 +35,7 @@ struct overrides {
 	const char *config_file;
 	bool config_explicit;
 	const char *socket, *provider, *device, *log_level;
+	bool no_bus;
 	bool foreground;
 };
 
@@ -46,6 +48,7 @@ static int parse_argv(int argc, char **argv, struct overrides *o)
 		{ "device", required_argument, NULL, 'd' },
 		{ "log-level", required_argument, NULL, 'l' },
 		{ "foreground", no_argument, NULL, 'f' },
+		{ "no-bus", no_argument, NULL, 'B' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{}
@@ -70,6 +73,9 @@ static int parse_argv(int argc, char **argv, struct overrides *o)
 			break;
 		case 'l':
 			o->log_level = optarg;
+			break;
+		case 'B':
+			o->no_bus = true;
 			break;
 		case 'f':
 			o->foreground = true;
@@ -118,7 +124,8 @@ static int load_config(const struct overrides *o, struct config *cfg)
 	if (apply_override(cfg, "mrd", "socket", o->socket, "--socket") < 0 ||
 	    apply_override(cfg, "mrd", "provider", o->provider, "--provider") < 0 ||
 	    apply_override(cfg, "mrd", "device", o->device, "--device") < 0 ||
-	    apply_override(cfg, "mrd", "log_level", o->log_level, "--log-level") < 0)
+	    apply_override(cfg, "mrd", "log_level", o->log_level, "--log-level") < 0 ||
+	    apply_override(cfg, "mrd", "bus", o->no_bus ? "no" : NULL, "--no-bus") < 0)
 		return -EINVAL;
 	return config_finish(cfg);
 }

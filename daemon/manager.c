@@ -22,6 +22,7 @@
 #include "manager.h"
 #include "time-util.h"
 #include "wire.h"
+#include "bus.h"
 #include "worker-pool.h"
 
 #define REFUSED_LOG_INTERVAL_USEC (5 * USEC_PER_SEC)
@@ -62,6 +63,7 @@ void manager_reconfigure(struct manager *m, struct config *new, char *changed, s
 	KEEP_STRING(socket_path, "[mrd] socket");
 	KEEP_STRING(provider, "[mrd] provider");
 	KEEP_STRING(device, "[mrd] device");
+	KEEP(bus, "[mrd] bus");
 	KEEP(max_frame, "[limits] frame_bytes");
 	KEEP(max_fds, "[limits] fds_per_message");
 	KEEP(window_base, "[memory] window_base");
@@ -198,6 +200,7 @@ struct manager *manager_free(struct manager *m)
 {
 	if (!m)
 		return NULL;
+	m->bus = bus_free(m->bus);
 	/* Jobs finish first: their completions still need clients and domains. */
 	m->workers = worker_pool_free(m->workers);
 	while (!LIST_EMPTY(&m->clients))
@@ -425,7 +428,7 @@ int manager_listen(struct manager *m)
 		return -ENOMEM;
 	if (event_add(m->listen_event, NULL) < 0)
 		return -EIO;
-	return 0;
+	return m->config.bus ? bus_new(m, &m->bus) : 0;
 }
 
 int manager_run(struct manager *m)

@@ -15,6 +15,7 @@ struct client;
 struct domain;
 struct provider;
 struct worker_pool;
+struct bus;
 
 /* The daemon: owns the event loop, the configuration, the listening socket and every client. */
 struct manager {
@@ -32,6 +33,7 @@ struct manager {
 	struct provider *provider;
 	struct window window; /* every arena of every domain lives here */
 	struct worker_pool *workers; /* slow registrations */
+	struct bus *bus;             /* NULL: not on the system bus */
 	LIST_HEAD(, domain) domains;
 	unsigned n_domains;
 
@@ -68,7 +70,8 @@ DEFINE_CLEANUP(struct manager, manager_free)
  * running values; their names, when they changed, go to changed ("" when none). */
 void manager_reconfigure(struct manager *m, struct config *new, char *changed, size_t size);
 
-/* Takes the socket from systemd (LISTEN_FDS) or binds config.socket_path. */
+/* Takes the socket from systemd (LISTEN_FDS) or binds config.socket_path; then joins the
+ * system bus unless [mrd] bus = no. */
 int manager_listen(struct manager *m);
 
 /* Serves until SIGTERM/SIGINT; tells systemd READY=1 and STOPPING=1. */

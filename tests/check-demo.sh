@@ -6,7 +6,7 @@ dir=$(mktemp -d /tmp/mrd-demo-test.XXXXXX)
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
 # No huge pages: test-hugetlb, running beside, counts the free ones.
 printf '[memory]\nhugepages = no\n' > "$dir/mrd.conf"
-"$MRD_BUILDDIR/mrd" --foreground --config "$dir/mrd.conf" --socket "$dir/mrd.sock" \
+"$MRD_BUILDDIR/mrd" --foreground --no-bus --config "$dir/mrd.conf" --socket "$dir/mrd.sock" \
 	--log-level warning > "$dir/log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do [ -S "$dir/mrd.sock" ] && break; sleep 0.05; done

@@ -10,7 +10,7 @@ trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
 sock="$dir/mrd.sock"
 : > "$dir/empty.conf"
 
-"$activate" --seqpacket -l "$sock" "$MRD_BUILDDIR/mrd" --foreground --config "$dir/empty.conf" \
+"$activate" --seqpacket -l "$sock" "$MRD_BUILDDIR/mrd" --foreground --no-bus --config "$dir/empty.conf" \
 	--socket "$dir/unused.sock" > "$dir/log" 2>&1 &
 pid=$!
 for i in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done

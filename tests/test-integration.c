@@ -201,7 +201,8 @@ START_TEST(test_sighup_reload)
 
 	/* The file raises the quota to 3, a drop-in to 4; the window cannot move while mrd runs. */
 	snprintf(extra, sizeof(extra), "%s", getenv("MRD_TEST_CONF") ? getenv("MRD_TEST_CONF") : "");
-	snprintf(path, sizeof(path), "%s\n[quota]\nallocations = 3\n[memory]\nhugepages = no\n"
+	snprintf(path, sizeof(path), "%s\n[mrd]\nbus = no\n[quota]\nallocations = 3\n"
+		 "[memory]\nhugepages = no\n"
 		 "window_size = %s\n", extra, getenv("MRD_TEST_WRAPPER") ? "16G" : "8G");
 	write_file(mrd.config, path);
 	snprintf(path, sizeof(path), "%s.d", mrd.config);

@@ -8,7 +8,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 MRD_BUILD_DEPS="gcc g++ make autoconf automake libtool pkgconf \
 libevent-dev libprotobuf-c-dev protobuf-c-compiler libibverbs-dev libsystemd-dev \
 check libsubunit-dev"
-MRD_TEST_DEPS="valgrind systemd"
+MRD_TEST_DEPS="valgrind systemd dbus-daemon"
 
 have_deps() {
 	for tool in gcc g++ make autoreconf libtoolize pkg-config protoc-c; do
@@ -17,7 +17,7 @@ have_deps() {
 	pkg-config --exists libevent_core libevent_pthreads libprotobuf-c libibverbs libsystemd check ||
 		return 1
 	[ "${1:-}" != test ] && return 0
-	for tool in valgrind systemd-socket-activate systemd-analyze; do
+	for tool in valgrind systemd-socket-activate systemd-analyze busctl dbus-daemon; do
 		command -v "$tool" >/dev/null 2>&1 || return 1
 	done
 }

@@ -15,8 +15,9 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-echo "== mrd --foreground --socket $sock"
-./mrd --foreground --config "$dir/mrd.conf" --socket "$sock" &
+# --no-bus: run from the build tree, mrd's D-Bus policy is not installed to own its name.
+echo "== mrd --foreground --no-bus --socket $sock"
+./mrd --foreground --no-bus --config "$dir/mrd.conf" --socket "$sock" &
 pid=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 

@@ -1,0 +1,115 @@
+#!/bin/sh
+# mrd on a private system bus with the project's policy: properties for anyone; Dump, Flush and
+# SetPoolSettings for root alone; errors for bad arguments; no bus or --no-bus: the socket serves.
+set -u
+for tool in dbus-daemon busctl setpriv; do
+	command -v "$tool" >/dev/null 2>&1 || { echo "not run: no $tool (Debian dbus-daemon, systemd, util-linux)"; exit 77; }
+done
+[ "$(id -u)" -eq 0 ] || { echo "not run: needs root (the policy gives root the name)"; exit 77; }
+
+dir=$(mktemp -d /tmp/mrd-bus-test.XXXXXX)
+chmod 0755 "$dir"
+bus_pid= mrd_pid=
+cleanup() {
+	[ -n "$mrd_pid" ] && kill "$mrd_pid" 2>/dev/null && wait "$mrd_pid" 2>/dev/null
+	[ -n "$bus_pid" ] && kill "$bus_pid" 2>/dev/null && wait "$bus_pid" 2>/dev/null
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; [ -f "$dir/log" ] && cat "$dir/log"; exit 1; }
+
+# The defaults of Debian's system bus (deny method calls unless a policy allows them), and ours.
+cat > "$dir/bus.conf" <<CONF
+<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path=$dir/bus</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <deny own="*"/>
+    <deny send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
+  </policy>
+  <include>$MRD_SRCDIR/dbus/org.mrd.Mrd1.conf</include>
+</busconfig>
+CONF
+dbus-daemon --config-file="$dir/bus.conf" --nofork > "$dir/bus.log" 2>&1 &
+bus_pid=$!
+for _ in $(seq 100); do [ -S "$dir/bus" ] && break; sleep 0.05; done
+[ -S "$dir/bus" ] || { cat "$dir/bus.log"; fail "dbus-daemon did not start"; }
+addr="unix:path=$dir/bus"
+export DBUS_SYSTEM_BUS_ADDRESS="$addr"
+bctl() { busctl --address="$addr" "$@"; }
+obj="org.mrd.Mrd1 /org/mrd/Mrd1 org.mrd.Mrd1"
+
+printf '[memory]\nhugepages = no\n' > "$dir/mrd.conf"
+"$MRD_BUILDDIR/mrd" --foreground --provider soft --config "$dir/mrd.conf" \
+	--socket "$dir/mrd.sock" > "$dir/log" 2>&1 &
+mrd_pid=$!
+for _ in $(seq 100); do
+	bctl get-property $obj Version > "$dir/out" 2>/dev/null && break
+	sleep 0.05
+done
+version=$("$MRD_BUILDDIR/mrd" --version | awk '{print $2}')
+grep -qx "s \"$version\"" "$dir/out" || fail "Version: $(cat "$dir/out")"
+[ "$(bctl get-property $obj Provider)" = 's "soft"' ] || fail "Provider"
+
+# A client frees 1 MiB and allocates it again (mrd-demo); while it is connected, Dump shows its
+# domain with the pool hit. mrd-demo runs $MRD_DEMO_MRCTL: here, a Dump over the bus.
+cat > "$dir/dump.sh" <<DUMP
+#!/bin/sh
+case "\$*" in *pools*) busctl --address="$addr" call $obj Dump | sed 's/\\\\"/"/g' > "$dir/dump" ;; esac
+DUMP
+chmod +x "$dir/dump.sh"
+MRD_DEMO_MRCTL="$dir/dump.sh" "$MRD_BUILDDIR/mrd-demo" "$dir/mrd.sock" > "$dir/demo" 2>&1 ||
+	{ cat "$dir/demo"; fail "mrd-demo"; }
+for want in '"domains":[{"name":"uid-0","clients":2' '"pools_off":""' '"pages":256,"queued":0,"in_use":2,"max_in_use":2,"hits":1,"misses":2'; do
+	grep -qF "$want" "$dir/dump" || fail "Dump lacks $want: $(cat "$dir/dump")"
+done
+[ "$(bctl get-property $obj Domains)" = 'u 0' ] || fail "Domains after the demo"
+
+# Root may flush and set; bad arguments are errors that say why.
+[ "$(bctl call $obj Flush sbb "" true true)" = 'utu 0 0 0' ] || fail "Flush"
+bctl call $obj Flush sbb nobody false false > "$dir/out" 2>&1 && fail "Flush of an unknown domain"
+grep -q 'no domain nobody is open' "$dir/out" || fail "Flush error: $(cat "$dir/out")"
+[ "$(bctl call $obj SetPoolSettings 'sa{sv}a{sv}' "" 0 2 aging u 5 pinned u 1)" = 'u 0' ] ||
+	fail "SetPoolSettings"
+bctl call $obj SetPoolSettings 'sa{sv}a{sv}' "" 0 0 > "$dir/out" 2>&1 && fail "nothing to set"
+grep -q 'nothing to set' "$dir/out" || fail "SetPoolSettings error: $(cat "$dir/out")"
+bctl call $obj SetPoolSettings 'sa{sv}a{sv}' "" 1 size u 1 1 aging u 5 > "$dir/out" 2>&1 &&
+	fail "an unknown key"
+grep -q "unknown key 'size'" "$dir/out" || fail "unknown key: $(cat "$dir/out")"
+
+# Anyone else: properties yes, methods no.
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups busctl --address="$addr" "$@"; }
+[ "$(as_nobody get-property $obj Version)" = "s \"$version\"" ] || fail "nobody's Version"
+for call in "Dump" "Flush sbb '' false false"; do
+	eval as_nobody call $obj $call > "$dir/out" 2>&1 && fail "nobody called $call"
+	grep -qi 'denied' "$dir/out" || fail "nobody's $call: $(cat "$dir/out")"
+done
+kill "$mrd_pid"; wait "$mrd_pid"; mrd_pid=
+
+# --no-bus: the name stays free. No bus at all: a warning, and the socket serves.
+"$MRD_BUILDDIR/mrd" --foreground --no-bus --config "$dir/mrd.conf" --socket "$dir/mrd.sock" \
+	> "$dir/log" 2>&1 &
+mrd_pid=$!
+for _ in $(seq 100); do [ -S "$dir/mrd.sock" ] && break; sleep 0.05; done
+bctl get-property $obj Version > /dev/null 2>&1 && fail "--no-bus took the name"
+kill "$mrd_pid"; wait "$mrd_pid"; mrd_pid=
+DBUS_SYSTEM_BUS_ADDRESS="unix:path=$dir/nothing" "$MRD_BUILDDIR/mrd" --foreground \
+	--config "$dir/mrd.conf" --socket "$dir/mrd.sock" > "$dir/log" 2>&1 &
+mrd_pid=$!
+for _ in $(seq 100); do [ -S "$dir/mrd.sock" ] && break; sleep 0.05; done
+"$MRD_BUILDDIR/mrctl" --socket "$dir/mrd.sock" status > "$dir/out" 2>&1 || fail "status without a bus"
+grep -q 'bus: no system bus' "$dir/log" || fail "no warning without a bus"
+echo "bus: properties, Dump, Flush, SetPoolSettings, policy, --no-bus and no bus all as documented"
