@@ -16,4 +16,19 @@ if [ $rc -ne 0 ] || [ -n "$out" ]; then
 	echo "$out"
 	exit 1
 fi
-echo "mrd.service and mrd.socket verify cleanly"
+# The group the socket names, and the folder it lives in, made in a scratch root.
+if command -v systemd-sysusers >/dev/null && command -v systemd-tmpfiles >/dev/null; then
+	mkdir -p "$d/root/etc"
+	: > "$d/root/etc/group"; : > "$d/root/etc/passwd"
+	systemd-sysusers --root="$d/root" "$MRD_SRCDIR/systemd/mrd.sysusers" ||
+		{ echo "systemd-sysusers failed"; exit 1; }
+	grep -q '^mrd:x:[0-9]*:$' "$d/root/etc/group" || { echo "no group mrd:"; cat "$d/root/etc/group"; exit 1; }
+	systemd-tmpfiles --root="$d/root" --create "$MRD_SRCDIR/systemd/mrd.tmpfiles" ||
+		{ echo "systemd-tmpfiles failed"; exit 1; }
+	gid=$(sed -n 's/^mrd:x:\([0-9]*\):$/\1/p' "$d/root/etc/group")
+	[ "$(stat -c '%a %u %g' "$d/root/run/mrd")" = "755 0 $gid" ] ||
+		{ echo "/run/mrd: $(stat -c '%a %u %g' "$d/root/run/mrd"), want 755 0 $gid"; exit 1; }
+	grep -q '^SocketGroup=mrd$' "$d/mrd.socket" && grep -q '^SocketMode=0660$' "$d/mrd.socket" ||
+		{ echo "mrd.socket is not 0660 group mrd"; exit 1; }
+fi
+echo "mrd.service and mrd.socket verify cleanly; the group mrd and /run/mrd are made as declared"
