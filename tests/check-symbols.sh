@@ -1,5 +1,6 @@
 #!/bin/sh
-# libmrd.so exports exactly the names in client/libmrd.map, and nothing else.
+# libmrd.so exports exactly the names in client/libmrd.map, and nothing else; each is declared
+# in <mrd/mrd.h> and documented in libmrd(3) (named by a .B, .BR or .BI line).
 set -eu
 lib="$MRD_BUILDDIR/.libs/libmrd.so"
 map="$MRD_SRCDIR/client/libmrd.map"
@@ -21,4 +22,8 @@ fi
 for sym in $listed; do
 	grep -q "\b$sym(" "$MRD_SRCDIR/include/mrd/mrd.h" || { echo "$sym is not in mrd.h"; exit 1; }
 done
-echo "libmrd exports $(echo "$listed" | wc -l) symbols, exactly those of libmrd.map"
+for sym in $listed; do
+	grep -Eq "^\.(B|BR|BI) \"?$sym\b" "$MRD_SRCDIR/man/libmrd.3" ||
+		{ echo "$sym is not documented in man/libmrd.3"; exit 1; }
+done
+echo "libmrd exports $(echo "$listed" | wc -l) symbols, exactly those of libmrd.map, each in mrd.h and libmrd(3)"
