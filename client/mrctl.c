@@ -50,7 +50,8 @@ static void help(void)
 	       "                      pinned minimum\n"
 	       "  --gc                also destroy every parked handle, pinned ones too, and the\n"
 	       "                      pools left empty (not those set by their key)\n\n"
-	       "Admin commands need root or mrd's admin group. See mrctl(8).\n",
+	       "pools set and flush need root or mrd's admin group; the other commands show anyone\n"
+	       "its own domain, and root and the admin group every domain. See mrctl(8).\n",
 	       MRD_SOCKET_DEFAULT);
 }
 

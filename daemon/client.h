@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #pragma once
 
+#include <string.h>
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -70,6 +72,19 @@ struct client {
 #define CLIENT_FDS_IN_FLIGHT 16
 
 /* Takes fd on success. */
+/* What the read-only admin views show this client: NULL, everything (root or the admin
+ * group); else the name of its own domain, and nothing of any other. */
+static inline const char *client_view(const struct client *c)
+{
+	return c->admin ? NULL : c->domain_name;
+}
+
+/* Whether view (client_view's) shows the domain named name. */
+static inline bool view_shows(const char *view, const char *name)
+{
+	return !view || strcmp(view, name) == 0;
+}
+
 int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool admin,
 	       const char *domain_name, struct client **ret);
 struct client *client_free(struct client *c);

@@ -41,6 +41,8 @@ int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_pa
 	struct domain *d;
 
 	LIST_FOREACH(d, &m->domains, link) {
+		if (!view_shows(client_view(c), d->name))
+			continue;
 		n_domains++;
 		n_pools += frmr_pools_stats(&d->pools, NULL, 0);
 	}
@@ -59,7 +61,11 @@ int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_pa
 		return -ENOMEM;
 
 	LIST_FOREACH(d, &m->domains, link) {
-		size_t got = frmr_pools_stats(&d->pools, stats + j, n_pools - j);
+		size_t got;
+
+		if (!view_shows(client_view(c), d->name))
+			continue;
+		got = frmr_pools_stats(&d->pools, stats + j, n_pools - j);
 		struct frmr_pools_config config;
 		uint64_t queued;
 

@@ -174,6 +174,8 @@ int request_mempools(struct client *c, const Mrd__Request *req, struct wire_pack
 
 	LIST_FOREACH(d, &m->domains, link)
 		LIST_FOREACH(reg, &d->pool_regs, link) {
+			if (!view_shows(client_view(c), d->name))
+				continue;
 			n_pools++;
 			n_mrs += reg->n_mrs;
 		}
@@ -191,6 +193,8 @@ int request_mempools(struct client *c, const Mrd__Request *req, struct wire_pack
 
 	LIST_FOREACH(d, &m->domains, link)
 		LIST_FOREACH(reg, &d->pool_regs, link) {
+			if (!view_shows(client_view(c), d->name))
+				continue;
 			mrd__mempool_info__init(&pi[i]);
 			pi[i].domain = d->name;
 			pi[i].pid = (int32_t)reg->owner->pid;

@@ -46,6 +46,7 @@ int request_clients(struct client *c, const Mrd__Request *req, struct wire_packe
 	Mrd__ClientsResponse *body = &r->body.clients;
 	Mrd__ClientInfo *ci, **cip;
 	Mrd__DomainInfo *di, **dip;
+	const char *view = client_view(c);
 	struct client *it;
 	struct domain *d;
 	size_t i;
@@ -65,6 +66,8 @@ int request_clients(struct client *c, const Mrd__Request *req, struct wire_packe
 	mrd__clients_response__init(body);
 	i = 0;
 	LIST_FOREACH(it, &m->clients, link) {
+		if (!view_shows(view, it->domain_name))
+			continue;
 		mrd__client_info__init(&ci[i]);
 		ci[i].id = it->id;
 		ci[i].pid = (uint32_t)it->pid;
@@ -85,6 +88,8 @@ int request_clients(struct client *c, const Mrd__Request *req, struct wire_packe
 
 	i = 0;
 	LIST_FOREACH(d, &m->domains, link) {
+		if (!view_shows(view, d->name))
+			continue;
 		mrd__domain_info__init(&di[i]);
 		di[i].name = d->name;
 		di[i].clients = d->n_users;

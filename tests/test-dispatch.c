@@ -73,6 +73,16 @@ static void send_status(int fd, uint64_t id)
 	td_send_request(fd, &req, NULL, 0);
 }
 
+static void send_flush(int fd, uint64_t id)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__FlushRequest flush = MRD__FLUSH_REQUEST__INIT;
+
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_FLUSH;
+	req.flush = &flush;
+	td_send_request(fd, &req, NULL, 0);
+}
 
 START_TEST(test_hello_first)
 {
@@ -135,11 +145,15 @@ START_TEST(test_admin_rule)
 	int root = td_hello_client(0, NULL);
 	uint64_t errors = td_manager->n_protocol_errors;
 
-	send_status(user, 2);
+	send_flush(user, 2);
 	resp = td_expect(user, 2, EPERM);
 	ck_assert_ptr_nonnull(strstr(resp->message, "admin"));
 	mrd__response__free_unpacked(resp, NULL);
 	ck_assert_uint_eq(td_manager->n_protocol_errors, errors); /* refused, not malformed */
+	send_status(user, 3); /* a view: anyone's */
+	td_expect_free(user, 3, 0);
+	send_flush(root, 4);
+	td_expect_free(root, 4, 0);
 
 	send_status(root, 2);
 	resp = td_expect(root, 2, 0);
@@ -163,13 +177,13 @@ START_TEST(test_admin_group)
 	member = td_add_client(1000, 4242, NULL);
 	send_hello(member, 1, 1, 1);
 	td_expect_free(member, 1, 0);
-	send_status(member, 2);
+	send_flush(member, 2);
 	td_expect_free(member, 2, 0);
 
 	other = td_add_client(1000, 1000, NULL);
 	send_hello(other, 1, 1, 1);
 	td_expect_free(other, 1, 0);
-	send_status(other, 2);
+	send_flush(other, 2);
 	td_expect_free(other, 2, EPERM);
 	close(member);
 	close(other);
@@ -418,7 +432,9 @@ START_TEST(test_request_table)
 	ck_assert_ptr_null(request_type_lookup(100000));
 	ck_assert(request_type_lookup(MRD__REQUEST__BODY_HELLO)->before_hello);
 	ck_assert(!request_type_lookup(MRD__REQUEST__BODY_PING)->before_hello);
-	ck_assert(request_type_lookup(MRD__REQUEST__BODY_STATUS)->admin);
+	ck_assert(!request_type_lookup(MRD__REQUEST__BODY_STATUS)->admin); /* a view */
+	ck_assert(request_type_lookup(MRD__REQUEST__BODY_FLUSH)->admin);
+	ck_assert(request_type_lookup(MRD__REQUEST__BODY_FRMR_POOLS_SET)->admin);
 	ck_assert(!request_type_lookup(MRD__REQUEST__BODY_PING)->admin);
 	ck_assert(!request_type_lookup(MRD__REQUEST__BODY_EXPORT_PD)->admin);
 	ck_assert_uint_eq(request_type_lookup(MRD__REQUEST__BODY_EXPORT_PD)->n_fds, 0);

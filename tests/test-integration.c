@@ -337,12 +337,15 @@ START_TEST(test_mrctl_usage)
 }
 END_TEST
 
-START_TEST(test_status_needs_admin)
+/* Someone else (nobody): the views work and show their own domain alone; changes are refused. */
+START_TEST(test_views_and_changes_for_others)
 {
 	/* As root, drop to nobody; as a user, we are not admin anyway. nobody may not reach the
 	 * build tree (a clone in a 0700 directory): it runs a copy from mrd's own directory. */
 	uid_t uid = geteuid() == 0 ? 65534 : (uid_t)-1;
+	mrd_client *c = NULL;
 	char cmd[1200];
+	void *buf;
 
 	if (uid != (uid_t)-1) {
 		snprintf(cmd, sizeof(cmd), "cp '%s' '%s/mrctl' && chmod 0755 '%s/mrctl'", mrctl, mrd.dir,
@@ -350,8 +353,21 @@ START_TEST(test_status_needs_admin)
 		ck_assert_int_eq(system(cmd), 0);
 		snprintf(mrctl, sizeof(mrctl), "%s/mrctl", mrd.dir);
 	}
-	ck_assert_int_eq(mrctl_run(uid, "status", NULL), 1);
-	ck_assert_msg(strstr(out, "needs root or the admin group"), "mrctl said: %s", out);
+	/* Our own domain, with memory in it, that nobody must not see. */
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 4096, 0, 0, &buf), 0);
+	ck_assert_int_eq(mrctl_run(uid, "status", NULL), 0);
+	ck_assert_int_eq(mrctl_run(uid, "clients", NULL), 0);
+	ck_assert_msg(!strstr(out, mrd_client_domain(c)), "mrctl said: %s", out);
+	ck_assert_int_eq(mrctl_run(uid, "--json", "pools"), 0);
+	ck_assert_msg(strstr(out, "{\"domains\":[]}"), "mrctl said: %s", out);
+	ck_assert_int_eq(mrctl_run(uid, "dump", NULL), 0);
+	ck_assert_msg(!strstr(out, mrd_client_domain(c)), "mrctl said: %s", out);
+	ck_assert_int_eq(mrctl_run(uid, "flush", NULL), 1);
+	ck_assert_msg(strstr(out, "Flush needs root or the admin group"), "mrctl said: %s", out);
+	ck_assert_int_eq(mrctl_run((uid_t)-1, "clients", NULL), 0); /* root sees it */
+	ck_assert_msg(strstr(out, mrd_client_domain(c)), "mrctl said: %s", out);
+	ck_assert_ptr_null(mrd_client_close(c));
 }
 END_TEST
 
@@ -500,7 +516,7 @@ int main(void)
 	tcase_add_test(tc, test_mrctl_usage);
 	tcase_add_test(tc, test_mrctl_pools);
 	tcase_add_test(tc, test_sighup_reload);
-	tcase_add_test(tc, test_status_needs_admin);
+	tcase_add_test(tc, test_views_and_changes_for_others);
 	tcase_add_test(tc, test_flood_of_malformed_frames);
 	tcase_add_test(tc, test_client_limit);
 	tcase_add_test(tc, test_second_daemon_refused);

@@ -462,8 +462,14 @@ START_TEST(test_clients_listing)
 	req.id = 3;
 	req.body_case = MRD__REQUEST__BODY_CLIENTS;
 	req.clients = &cl;
+	/* A user sees its own domain: itself, not root (which joined none). */
 	td_send_request(user, &req, NULL, 0);
-	td_expect_free(user, 3, EPERM);
+	resp = td_expect(user, 3, 0);
+	ck_assert_uint_eq(resp->clients->n_clients, 1);
+	ck_assert_uint_eq(resp->clients->clients[0]->uid, 1000);
+	ck_assert_uint_eq(resp->clients->n_domains, 1);
+	ck_assert_str_eq(resp->clients->domains[0]->name, "uid-1000");
+	mrd__response__free_unpacked(resp, NULL);
 	td_send_request(root, &req, NULL, 0);
 	resp = td_expect(root, 3, 0);
 	ck_assert_uint_eq(resp->clients->n_clients, 2);

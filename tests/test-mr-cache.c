@@ -186,6 +186,7 @@ START_TEST(test_frmr_admin_requests)
 	};
 	struct client *c;
 	int fd = td_hello_client(1000, &c), admin = td_hello_client(0, NULL);
+	int other = td_hello_client(2000, NULL);
 	uint64_t a = td_alloc(fd, 2, 8192);
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__FrmrPoolsRequest q = MRD__FRMR_POOLS_REQUEST__INIT;
@@ -196,8 +197,15 @@ START_TEST(test_frmr_admin_requests)
 	req.id = 4;
 	req.body_case = MRD__REQUEST__BODY_FRMR_POOLS;
 	req.frmr_pools = &q;
+	/* Anyone may look, at their own domain alone; only admins may change. */
+	td_send_request(other, &req, NULL, 0);
+	resp = td_expect(other, 4, 0);
+	ck_assert_uint_eq(resp->frmr_pools->n_domains, 0);
+	mrd__response__free_unpacked(resp, NULL);
 	td_send_request(fd, &req, NULL, 0);
-	td_expect_free(fd, 4, EPERM);
+	resp = td_expect(fd, 4, 0);
+	ck_assert_uint_eq(resp->frmr_pools->n_domains, 1);
+	mrd__response__free_unpacked(resp, NULL);
 	send_pools_set(fd, 5, "", AGING, 0, 5, 0);
 	td_expect_free(fd, 5, EPERM);
 
@@ -242,6 +250,7 @@ START_TEST(test_frmr_admin_requests)
 	c->manager->config.pools.aging_s = FRMR_AGING_DEFAULT_S; /* as the next test expects */
 	close(fd);
 	close(admin);
+	close(other);
 	td_wait_domains_closed();
 }
 END_TEST
