@@ -27,7 +27,9 @@ static void help(void)
 	       "  mempools            registered mempools, their MRs and how many share each\n"
 	       "  flush               rebuild the MR tables and bump the generations, so every\n"
 	       "                      client's lookup caches start over (options below)\n"
-	       "  dump                status, clients, stats, pools and mempools together\n\n"
+	       "  dump                status, clients, stats, pools and mempools together, then each\n"
+	       "                      domain: arenas, MR table, and every MR with keys, kind\n"
+	       "                      (cache, odp, mempool), pages and owner\n\n"
 	       "Options:\n"
 	       "  -s, --socket PATH   talk to mrd at PATH (default: $MRD_SOCKET, else %s)\n"
 	       "  -j, --json          print JSON instead of text\n"
@@ -635,12 +637,113 @@ static int parse_set_option(int opt, const char *value)
 	return r;
 }
 
+static const char *const mr_kinds[] = { "cache", "odp", "mempool" };
+
+/* One domain's arenas, table and MRs, page by page. */
+static int print_domain_detail(struct conn *c, const char *domain, bool first)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__DomainDumpRequest q = MRD__DOMAIN_DUMP_REQUEST__INIT;
+	uint32_t next = 0, n_printed = 0;
+
+	req.body_case = MRD__REQUEST__BODY_DOMAIN_DUMP;
+	req.domain_dump = &q;
+	q.domain = (char *)domain;
+	do {
+		const Mrd__DomainDumpResponse *d;
+		Mrd__Response *resp;
+		int r;
+
+		q.first_mr = next;
+		r = call(c, "dump", &req, MRD__RESPONSE__BODY_DOMAIN_DUMP, &resp);
+		if (r < 0)
+			return r;
+		d = resp->domain_dump;
+		if (next == 0) { /* the first page: the domain's header and arenas */
+			if (arg_json) {
+				printf("%s{\"domain\":", first ? "" : ",");
+				print_json_string(d->domain);
+				printf(",\"table\":{\"entries\":%" PRIu32 ",\"capacity\":%" PRIu32
+				       ",\"overflow\":%s},\"arenas\":[", d->table_entries,
+				       d->table_capacity, json_bool(d->table_overflow));
+			} else
+				printf("%sdomain %s: %zu arena%s, table %" PRIu32 " of %" PRIu32
+				       " entries%s, %" PRIu32 " MR%s\n", first ? "" : "\n", d->domain,
+				       d->n_arenas, d->n_arenas == 1 ? "" : "s", d->table_entries,
+				       d->table_capacity, d->table_overflow ? " (overflowed)" : "",
+				       d->mrs_total, d->mrs_total == 1 ? "" : "s");
+			for (size_t i = 0; i < d->n_arenas; i++) {
+				const Mrd__DumpArena *a = d->arenas[i];
+
+				if (arg_json)
+					printf("%s{\"address\":%" PRIu64 ",\"size\":%" PRIu64
+					       ",\"page_size\":%" PRIu32 ",\"hugetlb\":%s,\"external\":%s"
+					       ",\"allocations\":%" PRIu32 "}", i ? "," : "", a->address,
+					       a->size, a->page_size, json_bool(a->hugetlb),
+					       json_bool(a->external), a->allocations);
+				else
+					printf("  arena 0x%016" PRIx64 " %12" PRIu64 " bytes, %7" PRIu32
+					       "-byte pages%s%s, %" PRIu32 " allocation%s\n", a->address,
+					       a->size, a->page_size, a->hugetlb ? ", huge" : "",
+					       a->external ? ", external" : "", a->allocations,
+					       a->allocations == 1 ? "" : "s");
+			}
+			if (arg_json)
+				printf("],\"mrs\":[");
+			else if (d->mrs_total)
+				printf("  %-18s %-18s %10s %10s %-7s %8s %8s %7s\n", "START", "END",
+				       "LKEY", "RKEY", "KIND", "PAGES", "PID", "SHARERS");
+		}
+		for (size_t i = 0; i < d->n_mrs; i++, n_printed++) {
+			const Mrd__DumpMr *m = d->mrs[i];
+			const char *kind = m->kind < ELEMENTSOF(mr_kinds) ? mr_kinds[m->kind] : "?";
+
+			if (arg_json)
+				printf("%s{\"start\":%" PRIu64 ",\"end\":%" PRIu64 ",\"lkey\":%" PRIu32
+				       ",\"rkey\":%" PRIu32 ",\"kind\":\"%s\",\"pages\":%" PRIu64
+				       ",\"owner_pid\":%" PRId32 ",\"sharers\":%" PRIu32 "}",
+				       n_printed ? "," : "", m->start, m->end, m->lkey, m->rkey, kind,
+				       m->pages, m->owner_pid, m->sharers);
+			else
+				printf("  0x%016" PRIx64 " 0x%016" PRIx64 " 0x%08" PRIx32 " 0x%08" PRIx32
+				       " %-7s %8" PRIu64 " %8" PRId32 " %7" PRIu32 "\n", m->start, m->end,
+				       m->lkey, m->rkey, kind, m->pages, m->owner_pid, m->sharers);
+		}
+		next = d->next_mr;
+		mrd__response__free_unpacked(resp, NULL);
+	} while (next != 0);
+	if (arg_json)
+		printf("]}");
+	return 0;
+}
+
+/* Every domain the caller may see, in detail. */
+static int cmd_domains(struct conn *c)
+{
+	Mrd__Response *resp;
+	int r = call_clients(c, "dump", &resp);
+
+	if (r < 0)
+		return r;
+	if (arg_json)
+		printf("[");
+	else if (resp->clients->n_domains == 0)
+		printf("no domain is open\n");
+	for (size_t i = 0; i < resp->clients->n_domains && r >= 0; i++)
+		r = print_domain_detail(c, resp->clients->domains[i]->name, i == 0);
+	if (arg_json && r >= 0)
+		printf("]\n");
+	mrd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
 /* Everything mrctl can show, in one go: one JSON object, or the sections one after another. */
 static int cmd_dump(struct conn *c)
 {
 	static int (*const parts[])(struct conn *c) = { cmd_status, cmd_clients, cmd_stats,
-							 cmd_pools, cmd_mempools };
-	static const char *const names[] = { "status", "clients", "stats", "pools", "mempools" };
+							 cmd_pools, cmd_mempools, cmd_domains };
+	static const char *const names[] = { "status", "clients", "stats", "pools", "mempools",
+					     "domains" };
 
 	for (size_t i = 0; i < ELEMENTSOF(parts); i++) {
 		int r;

@@ -36,6 +36,7 @@ static const struct request_type request_types[] = {
 	[MRD__REQUEST__BODY_FRMR_POOLS_SET] = { "FrmrPoolsSet", request_frmr_pools_set,
 						.admin = true },
 	[MRD__REQUEST__BODY_FLUSH] = { "Flush", request_flush, .admin = true },
+	[MRD__REQUEST__BODY_DOMAIN_DUMP] = { "DomainDump", request_domain_dump },
 };
 
 const struct request_type *request_type_lookup(int body_case)

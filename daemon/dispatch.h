@@ -35,6 +35,7 @@ struct reply {
 		Mrd__FrmrPoolsResponse frmr_pools;
 		Mrd__FrmrPoolsSetResponse frmr_pools_set;
 		Mrd__FlushResponse flush;
+		Mrd__DomainDumpResponse domain_dump;
 	} body;
 	Mrd__ArenaInfo arena;   /* for bodies that describe an arena */
 	void *owned[4];         /* freed after the reply is sent (repeated fields) */
@@ -136,3 +137,5 @@ int request_frmr_pools_set(struct client *c, const Mrd__Request *req, struct wir
 			   struct reply *r);
 int request_flush(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 		  struct reply *r);
+int request_domain_dump(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+			struct reply *r);

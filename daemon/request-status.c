@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* The admin family: Status. */
+/* The views: Status, Clients and DomainDump. */
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "client.h"
 #include "dispatch.h"
 #include "domain.h"
@@ -123,5 +126,119 @@ int request_clients(struct client *c, const Mrd__Request *req, struct wire_packe
 	body->domains = dip;
 	r->resp.body_case = MRD__RESPONSE__BODY_CLIENTS;
 	r->resp.clients = body;
+	return 0;
+}
+
+#define DUMP_MRS_MAX 512 /* a reply's worth: ~40 bytes each */
+
+/* A page of the domain's MRs in dump order (dump_walk): index counts them all, the page is
+ * first .. first + DUMP_MRS_MAX. */
+struct dump_walk {
+	uint32_t index, first, n;
+	Mrd__DumpMr *mrs;
+};
+
+static void dump_mr(struct dump_walk *w, uint64_t start, uint64_t end,
+		    const struct provider_mr *pmr, uint32_t kind, const struct allocation *a,
+		    uint32_t sharers)
+{
+	Mrd__DumpMr *e;
+
+	if (w->index++ < w->first || w->n >= DUMP_MRS_MAX)
+		return;
+	e = &w->mrs[w->n++];
+	mrd__dump_mr__init(e);
+	e->start = start;
+	e->end = end;
+	e->lkey = pmr ? pmr->lkey : MRD_KEY_INVALID;
+	e->rkey = pmr ? pmr->rkey : MRD_KEY_INVALID;
+	e->kind = kind;
+	e->pages = (end - start + a->arena->page_size - 1) / a->arena->page_size;
+	e->owner_pid = a->owner ? (int32_t)a->owner->pid : 0;
+	e->sharers = sharers;
+}
+
+/* By arena, by allocation (its cache MRs, then its on-demand children), then the mempools'. */
+static void dump_walk(struct domain *d, struct dump_walk *w)
+{
+	const struct arena *arena;
+	const struct pool_mr *pm;
+
+	LIST_FOREACH(arena, &d->arenas, link)
+		for (size_t i = 0; i < arena->n_runs; i++) {
+			const struct allocation *a = arena->runs[i];
+			const struct cached_mr *mr;
+			const struct odp_child *ch;
+
+			LIST_FOREACH(mr, &a->mrs, alloc_link)
+				dump_mr(w, mr->start, mr->end, mr->pmr, MRD__DUMP_MR_KIND__DUMP_MR_CACHE,
+					a, 0);
+			LIST_FOREACH(ch, &a->odp_children, link)
+				dump_mr(w, ch->start, ch->end, ch->pmr, MRD__DUMP_MR_KIND__DUMP_MR_ODP, a,
+					0);
+		}
+	LIST_FOREACH(pm, &d->pool_mrs, link) /* a worker may be writing a pending one's pmr */
+		dump_mr(w, pm->start, pm->end, pm->pending ? NULL : pm->pmr,
+			MRD__DUMP_MR_KIND__DUMP_MR_MEMPOOL, pm->allocation, pm->sharers);
+}
+
+int request_domain_dump(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+			struct reply *r)
+{
+	const Mrd__DomainDumpRequest *q = req->domain_dump;
+	Mrd__DomainDumpResponse *body = &r->body.domain_dump;
+	Mrd__DumpArena *ai, **aip;
+	Mrd__DumpMr **mip;
+	struct dump_walk w = { .first = q->first_mr };
+	const struct arena *arena;
+	struct domain *d;
+	size_t i = 0;
+
+	LIST_FOREACH(d, &c->manager->domains, link)
+		if (strcmp(d->name, q->domain) == 0)
+			break;
+	if (!d || !view_shows(client_view(c), d->name)) {
+		reply_set_message(r, "no domain %s is open%s", q->domain,
+				  d ? " (or it is not yours)" : "");
+		return -ENOENT;
+	}
+	ai = calloc(d->n_arenas, sizeof(*ai));
+	aip = calloc(d->n_arenas, sizeof(*aip));
+	w.mrs = calloc(DUMP_MRS_MAX, sizeof(*w.mrs));
+	mip = calloc(DUMP_MRS_MAX, sizeof(*mip));
+	r->owned[r->n_owned++] = ai;
+	r->owned[r->n_owned++] = aip;
+	r->owned[r->n_owned++] = w.mrs;
+	r->owned[r->n_owned++] = mip;
+	if ((d->n_arenas && (!ai || !aip)) || !w.mrs || !mip)
+		return -ENOMEM;
+
+	mrd__domain_dump_response__init(body);
+	body->domain = d->name;
+	LIST_FOREACH(arena, &d->arenas, link) {
+		mrd__dump_arena__init(&ai[i]);
+		ai[i].address = (uint64_t)(uintptr_t)arena->base;
+		ai[i].size = arena->size;
+		ai[i].page_size = arena->page_size;
+		ai[i].hugetlb = arena->hugetlb;
+		ai[i].external = arena->external;
+		ai[i].allocations = arena->n_allocations;
+		aip[i] = &ai[i];
+		i++;
+	}
+	body->n_arenas = i;
+	body->arenas = aip;
+	body->table_overflow = d->cache.table.overflow;
+	body->table_entries = d->cache.table.overflow ? 0 : (uint32_t)(d->cache.table.n - 1);
+	body->table_capacity = (uint32_t)d->cache.table.cap;
+	dump_walk(d, &w);
+	for (uint32_t k = 0; k < w.n; k++)
+		mip[k] = &w.mrs[k];
+	body->n_mrs = w.n;
+	body->mrs = mip;
+	body->mrs_total = w.index;
+	body->next_mr = w.first + w.n < w.index ? w.first + w.n : 0;
+	r->resp.body_case = MRD__RESPONSE__BODY_DOMAIN_DUMP;
+	r->resp.domain_dump = body;
 	return 0;
 }

@@ -339,6 +339,84 @@ START_TEST(test_flush)
 }
 END_TEST
 
+static Mrd__Response *domain_dump(int fd, uint64_t id, const char *domain, uint32_t first,
+				  int error)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__DomainDumpRequest q = MRD__DOMAIN_DUMP_REQUEST__INIT;
+
+	q.domain = (char *)domain;
+	q.first_mr = first;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_DOMAIN_DUMP;
+	req.domain_dump = &q;
+	td_send_request(fd, &req, NULL, 0);
+	if (error) {
+		td_expect_free(fd, id, error);
+		return NULL;
+	}
+	return td_expect(fd, id, 0);
+}
+
+/* DomainDump: arenas, the table, every MR with its kind, page by page; one's own domain only. */
+START_TEST(test_domain_dump)
+{
+	int fd = td_hello_client(1000, NULL), other = td_hello_client(2000, NULL);
+	int admin = td_hello_client(0, NULL);
+	uint64_t a = td_alloc(fd, 2, 8192);
+	uint64_t b = td_alloc_flags(fd, 3, 2 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
+	Mrd__MrEntry ea, eb;
+	Mrd__Response *resp;
+	const Mrd__DomainDumpResponse *d;
+
+	lookup(fd, 4, &a, 1, 0, &ea);
+	lookup(fd, 5, &b, 1, 0, &eb);
+	resp = domain_dump(fd, 6, "uid-1000", 0, 0);
+	d = resp->domain_dump;
+	ck_assert_str_eq(d->domain, "uid-1000");
+	ck_assert_uint_ge(d->n_arenas, 1);
+	ck_assert_uint_eq(d->arenas[0]->allocations + (d->n_arenas > 1 ? d->arenas[1]->allocations : 0),
+			  2);
+	ck_assert(!d->table_overflow);
+	ck_assert_uint_eq(d->table_entries, 2);
+	ck_assert_uint_eq(d->mrs_total, 2);
+	ck_assert_uint_eq(d->n_mrs, 2);
+	ck_assert_uint_eq(d->next_mr, 0);
+	for (size_t i = 0; i < 2; i++) {
+		const Mrd__DumpMr *m = d->mrs[i];
+		bool odp = m->kind == MRD__DUMP_MR_KIND__DUMP_MR_ODP;
+
+		ck_assert_uint_eq(m->start, odp ? eb.start : ea.start);
+		ck_assert_uint_eq(m->end, odp ? eb.end : ea.end);
+		ck_assert_uint_eq(m->lkey, odp ? eb.lkey : ea.lkey);
+		ck_assert_uint_eq(m->pages, (m->end - m->start) / 4096);
+		ck_assert_int_eq(m->owner_pid, (int32_t)getpid());
+	}
+	ck_assert_uint_ne(d->mrs[0]->kind, d->mrs[1]->kind);
+	mrd__response__free_unpacked(resp, NULL);
+
+	/* From the second on: one, and done. */
+	resp = domain_dump(fd, 7, "uid-1000", 1, 0);
+	ck_assert_uint_eq(resp->domain_dump->n_mrs, 1);
+	ck_assert_uint_eq(resp->domain_dump->mrs_total, 2);
+	ck_assert_uint_eq(resp->domain_dump->next_mr, 0);
+	mrd__response__free_unpacked(resp, NULL);
+	resp = domain_dump(fd, 8, "uid-1000", 5, 0);
+	ck_assert_uint_eq(resp->domain_dump->n_mrs, 0);
+	mrd__response__free_unpacked(resp, NULL);
+
+	domain_dump(other, 9, "uid-1000", 0, ENOENT); /* not theirs */
+	domain_dump(admin, 10, "nobody", 0, ENOENT);
+	resp = domain_dump(admin, 11, "uid-1000", 0, 0);
+	ck_assert_uint_eq(resp->domain_dump->mrs_total, 2);
+	mrd__response__free_unpacked(resp, NULL);
+	close(fd);
+	close(other);
+	close(admin);
+	td_wait_domains_closed();
+}
+END_TEST
+
 START_TEST(test_bad_lookups)
 {
 	int fd = td_hello_client(1000, NULL), other = td_hello_client(2000, NULL);
@@ -651,6 +729,7 @@ int main(void)
 	tcase_add_test(tc, test_handle_reuse_keeps_stale_keys_out);
 	tcase_add_test(tc, test_frmr_admin_requests);
 	tcase_add_test(tc, test_flush);
+	tcase_add_test(tc, test_domain_dump);
 	tcase_add_test(tc, test_bad_lookups);
 	tcase_add_test(tc, test_page_policy);
 	tcase_add_test(tc, test_contig_around_existing);
