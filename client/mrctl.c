@@ -532,15 +532,16 @@ static int cmd_flush(struct conn *c)
 	return 0;
 }
 
+/* Decimal digits only: no sign, no spaces, no octal or hex. */
 static int parse_u64(const char *s, uint64_t max, uint64_t *ret)
 {
 	unsigned long long v;
 	char *end;
 
-	errno = 0;
-	if (*s == '-' || *s == '\0')
+	if (*s < '0' || *s > '9')
 		return -EINVAL;
-	v = strtoull(s, &end, 0);
+	errno = 0;
+	v = strtoull(s, &end, 10);
 	if (errno || *end || v > max)
 		return -ERANGE;
 	*ret = v;
@@ -552,6 +553,16 @@ static int parse_access(const char *s, uint32_t *ret)
 	uint64_t v;
 	char buf[64], *save = NULL;
 
+	if (strncmp(s, "0x", 2) == 0 && s[2]) { /* the bits, in hex */
+		char *end;
+
+		errno = 0;
+		v = strtoull(s + 2, &end, 16);
+		if (errno || *end || v > 0xf)
+			return -EINVAL;
+		*ret = (uint32_t)v;
+		return 0;
+	}
 	if (parse_u64(s, 0xf, &v) == 0) {
 		*ret = (uint32_t)v;
 		return 0;

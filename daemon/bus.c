@@ -147,6 +147,24 @@ static int method_dump(sd_bus_message *msg, void *userdata, sd_bus_error *error)
 
 /* ---- Flush and SetPoolSettings: root ---- */
 
+/* Decimal digits only, no sign, no spaces, and not (uid_t)-1. */
+static int parse_uid(const char *s, unsigned *ret)
+{
+	unsigned long long v = 0;
+
+	if (!*s)
+		return -EINVAL;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -EINVAL;
+		v = v * 10 + (unsigned)(*s - '0');
+		if (v >= UINT32_MAX)
+			return -ERANGE;
+	}
+	*ret = (unsigned)v;
+	return 0;
+}
+
 static int method_flush(sd_bus_message *msg, void *userdata, sd_bus_error *error)
 {
 	struct manager *m = userdata;
@@ -159,9 +177,13 @@ static int method_flush(sd_bus_message *msg, void *userdata, sd_bus_error *error
 	r = sd_bus_message_read(msg, "sbb", &scope, &pools, &gc);
 	if (r < 0)
 		return r;
-	if (sscanf(scope, "uid:%u", &uid) == 1)
+	if (strncmp(scope, "uid:", 4) == 0) {
+		r = parse_uid(scope + 4, &uid);
+		if (r < 0)
+			return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
+						 "bad uid in '%s': decimal, below 4294967295", scope);
 		want = domain_name_for(m, (uid_t)uid, (gid_t)-1, -1, name, sizeof(name));
-	else if (*scope)
+	} else if (*scope)
 		want = scope;
 	r = domains_flush(m, want, pools, gc, &counts);
 	if (r == -ENOENT)
@@ -214,6 +236,9 @@ static int read_match(sd_bus_message *msg, struct frmr_match *match, int64_t *ag
 		} else
 			return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
 						 "unknown key '%s'", key);
+		if (r == -ENXIO) /* a variant of another type */
+			return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
+						 "'%s' has the wrong type (see mrd(8), D-BUS)", key);
 		if (r < 0)
 			return r;
 		r = sd_bus_message_exit_container(msg);

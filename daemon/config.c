@@ -153,12 +153,14 @@ static int add_policy(struct config *c, const char *name, const char *value)
 
 	if (strlen(name) == 0 || strlen(name) >= sizeof(p.name))
 		return -EINVAL;
-	for (size_t i = 0; i < c->n_policies; i++)
-		if (strcmp(c->policies[i].name, name) == 0)
-			return -EEXIST;
 	r = parse_policy(value, &p.policy);
 	if (r < 0)
 		return r;
+	for (size_t i = 0; i < c->n_policies; i++)
+		if (strcmp(c->policies[i].name, name) == 0) {
+			c->policies[i].policy = p.policy; /* the later line wins, as for any key */
+			return 0;
+		}
 	snprintf(p.name, sizeof(p.name), "%s", name);
 	grown = realloc(c->policies, (c->n_policies + 1) * sizeof(*grown));
 	if (!grown)

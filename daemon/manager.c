@@ -52,8 +52,17 @@ static bool streq_ptr(const char *a, const char *b)
 	return a == b || (a && b && strcmp(a, b) == 0);
 }
 
+/* Root, or the admin group as the peer's primary or supplementary group. */
+static bool is_admin(const struct manager *m, uid_t uid, gid_t gid, int fd)
+{
+	return uid == 0 || (m->config.admin_group &&
+			    (gid == m->config.admin_gid || peer_in_group(fd, m->config.admin_gid)));
+}
+
 void manager_reconfigure(struct manager *m, struct config *new, char *changed, size_t size)
 {
+	struct client *c;
+
 	struct config *old = &m->config;
 	size_t n = 0;
 
@@ -75,6 +84,9 @@ void manager_reconfigure(struct manager *m, struct config *new, char *changed, s
 	*old = *new;
 	config_init(new);
 	log_set_level(old->log_level);
+	/* admin_group may have changed: the clients connected now are judged by the new one. */
+	LIST_FOREACH(c, &m->clients, link)
+		c->admin = is_admin(m, c->uid, c->gid, c->fd);
 }
 
 #undef KEEP
@@ -276,9 +288,7 @@ int manager_add_client(struct manager *m, int fd, const struct ucred *cred, stru
 		return -EUSERS;
 	char domain[64];
 
-	admin = cred->uid == 0 ||
-		(m->config.admin_group &&
-		 (cred->gid == m->config.admin_gid || peer_in_group(fd, m->config.admin_gid)));
+	admin = is_admin(m, cred->uid, cred->gid, fd);
 	domain_name_for(m, cred->uid, cred->gid, fd, domain, sizeof(domain));
 	return client_new(m, fd, cred->pid, cred->uid, cred->gid, admin, domain, ret);
 }

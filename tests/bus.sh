@@ -82,6 +82,12 @@ done
 [ "$(bctl call $obj Flush sbb "" true true)" = 'utu 0 0 0' ] || fail "Flush"
 bctl call $obj Flush sbb nobody false false > "$dir/out" 2>&1 && fail "Flush of an unknown domain"
 grep -q 'no domain nobody is open' "$dir/out" || fail "Flush error: $(cat "$dir/out")"
+for scope in uid:4294967296 uid:0junk 'uid: 0' uid:; do
+	bctl call $obj Flush sbb "$scope" false false > "$dir/out" 2>&1 && fail "Flush of $scope"
+	grep -q 'bad uid' "$dir/out" || fail "Flush $scope: $(cat "$dir/out")"
+done
+bctl call $obj Flush sbb uid:0 false false > "$dir/out" 2>&1 # parsed: uid 0's domain, closed
+grep -q 'no domain uid-0 is open' "$dir/out" || fail "Flush uid:0: $(cat "$dir/out")"
 [ "$(bctl call $obj SetPoolSettings 'sa{sv}a{sv}' "" 0 2 aging u 5 pinned u 1)" = 'u 0' ] ||
 	fail "SetPoolSettings"
 bctl call $obj SetPoolSettings 'sa{sv}a{sv}' "" 0 0 > "$dir/out" 2>&1 && fail "nothing to set"
@@ -89,6 +95,8 @@ grep -q 'nothing to set' "$dir/out" || fail "SetPoolSettings error: $(cat "$dir/
 bctl call $obj SetPoolSettings 'sa{sv}a{sv}' "" 1 size u 1 1 aging u 5 > "$dir/out" 2>&1 &&
 	fail "an unknown key"
 grep -q "unknown key 'size'" "$dir/out" || fail "unknown key: $(cat "$dir/out")"
+bctl call $obj SetPoolSettings 'sa{sv}a{sv}' "" 0 1 aging t 5 > "$dir/out" 2>&1 && fail "a t aging"
+grep -q "'aging' has the wrong type" "$dir/out" || fail "wrong type: $(cat "$dir/out")"
 
 # Anyone else: properties yes, methods no.
 as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups busctl --address="$addr" "$@"; }

@@ -111,7 +111,6 @@ START_TEST(test_bad_files)
 		"[domains]\nbad name = uid:1\n",
 		"[domains]\nlab = user:1\n",
 		"[policies]\nlab = fast\n",
-		"[policies]\nlab = odp\nlab = page\n",
 		"[cache]\nodp_chunk = 1M\n", /* below 2 MiB */
 	};
 
@@ -226,7 +225,8 @@ START_TEST(test_cache_keys)
 	config_init(&c);
 	ck_assert_int_eq(config_set(&c, "cache", "policy", "page"), 0);
 	ck_assert_int_eq(config_set(&c, "policies", "lab", "odp"), 0);
-	ck_assert_int_eq(config_set(&c, "policies", "uid-7", "contig"), 0);
+	ck_assert_int_eq(config_set(&c, "policies", "uid-7", "page"), 0);
+	ck_assert_int_eq(config_set(&c, "policies", "uid-7", "contig"), 0); /* the later wins */
 	ck_assert_int_eq(config_set(&c, "cache", "odp_chunk", "64M"), 0);
 	ck_assert_int_eq(config_finish(&c), 0);
 	ck_assert_int_eq(config_policy_for(&c, "lab"), MR_POLICY_ODP);

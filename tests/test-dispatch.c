@@ -185,6 +185,19 @@ START_TEST(test_admin_group)
 	td_expect_free(other, 1, 0);
 	send_flush(other, 2);
 	td_expect_free(other, 2, EPERM);
+
+	/* A reload without the group: the member connected before it is no admin any more. */
+	{
+		struct config cfg;
+		char changed[256];
+
+		config_init(&cfg);
+		ck_assert_int_eq(config_finish(&cfg), 0);
+		manager_reconfigure(td_manager, &cfg, changed, sizeof(changed));
+		config_done(&cfg);
+	}
+	send_flush(member, 3);
+	td_expect_free(member, 3, EPERM);
 	close(member);
 	close(other);
 }
