@@ -22,8 +22,11 @@ fi
 for sym in $listed; do
 	grep -q "\b$sym(" "$MRD_SRCDIR/include/mrd/mrd.h" || { echo "$sym is not in mrd.h"; exit 1; }
 done
+# man mrd_x finds it: make install links each name to libmrd(3), whose NAME lists them all.
+names=$(sed -n '/^\.SH NAME/,/^\.SH/p' "$MRD_SRCDIR/man/libmrd.3")
 for sym in $listed; do
 	grep -Eq "^\.(B|BR|BI) \"?$sym\b" "$MRD_SRCDIR/man/libmrd.3" ||
 		{ echo "$sym is not documented in man/libmrd.3"; exit 1; }
+	echo "$names" | grep -q "\b$sym\b" || { echo "$sym is not in libmrd(3)'s NAME"; exit 1; }
 done
 echo "libmrd exports $(echo "$listed" | wc -l) symbols, exactly those of libmrd.map, each in mrd.h and libmrd(3)"
