@@ -1,5 +1,6 @@
 #!/bin/sh
-# mrd takes its listening socket from systemd (LISTEN_FDS) and reports READY=1.
+# mrd takes its listening socket from systemd (LISTEN_FDS). (READY=1 and STOPPING=1 over
+# NOTIFY_SOCKET are checked for every mrd the C suites start: tests/test-util.c.)
 set -u
 activate=${SOCKET_ACTIVATE:-}
 [ -n "$activate" ] && command -v "$activate" >/dev/null ||
