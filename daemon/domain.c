@@ -148,7 +148,7 @@ static void aging_job_done(struct work *w)
 
 	j->domain->cache.jobs--;
 	j->domain->aging_jobs--;
-	domain_release(j->domain);
+	domain_unref(j->domain);
 	free(j);
 }
 
@@ -317,16 +317,28 @@ int domain_acquire(struct manager *m, const char *name, struct domain **ret)
 	return 0;
 }
 
-struct domain *domain_release(struct domain *d)
+static struct domain *close_when_unheld(struct domain *d)
 {
-	if (!d)
-		return NULL;
-	if (--d->n_users == 0) {
+	if (d->n_users == 0 && d->n_job_refs == 0) {
 		log_debug("domain %s closed", d->name);
 		domain_free(d);
 	} else
 		domain_update_status(d);
 	return NULL;
+}
+
+struct domain *domain_release(struct domain *d)
+{
+	if (!d)
+		return NULL;
+	d->n_users--;
+	return close_when_unheld(d);
+}
+
+struct domain *domain_unref(struct domain *d)
+{
+	d->n_job_refs--;
+	return close_when_unheld(d);
 }
 
 void domain_update_status(struct domain *d)
@@ -697,7 +709,7 @@ static void free_job_done(struct work *w)
 	if (j->waiter)
 		j->waiter->resume(j->waiter, 0, NULL, "");
 	free(j);
-	domain_release(d);
+	domain_unref(d);
 }
 
 int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_waiter *waiter)

@@ -47,7 +47,8 @@ struct domain {
 	struct manager *manager;
 	LIST_ENTRY(domain) link;
 	char name[64];
-	unsigned n_users; /* clients holding it */
+	unsigned n_users; /* clients holding it (quota.clients counts these) */
+	unsigned n_job_refs; /* jobs on workers holding it (domain_ref) */
 
 	struct provider *provider;
 	struct provider_pd *pd;
@@ -77,13 +78,16 @@ const char *domain_name_for(const struct manager *m, uid_t uid, gid_t gid, int f
 /* The domain named name, opened on first use; the caller holds a reference. Fails with
  * -EDQUOT when it already serves quota.clients clients. */
 int domain_acquire(struct manager *m, const char *name, struct domain **ret);
-/* One more reference (a job working for the domain). */
+/* A job working for the domain holds it open; it counts as no client. */
 static inline struct domain *domain_ref(struct domain *d)
 {
-	d->n_users++;
+	d->n_job_refs++;
 	return d;
 }
-/* Drops a reference; the last one closes the domain. NULL-safe; returns NULL. */
+/* Drops a job's reference (domain_ref); the last holder closes the domain. Returns NULL. */
+struct domain *domain_unref(struct domain *d);
+/* Drops a client's reference (domain_acquire); the last holder closes the domain. NULL-safe;
+ * returns NULL. */
 struct domain *domain_release(struct domain *d);
 
 /* Allocates size bytes aligned to align for owner: an existing arena with room, else a new

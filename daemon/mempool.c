@@ -144,7 +144,7 @@ static void dereg_job_done(struct work *w)
 		free(t);
 	}
 	free(j);
-	domain_release(d);
+	domain_unref(d);
 }
 
 /* Out of the domain; deregistered (when it was registered) here or on a worker — then ticket,
@@ -314,7 +314,7 @@ static void pool_job_done(struct work *w)
 		reg_settle(d, reg);
 	}
 	free(j);
-	domain_release(d);
+	domain_unref(d);
 }
 
 int mempool_register(struct domain *d, struct client *owner, const char *name,

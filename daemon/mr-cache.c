@@ -188,7 +188,7 @@ static void reg_job_done(struct work *w)
 		e = (struct mr_entry){ j->start, j->end, j->pmr->lkey, j->pmr->rkey };
 	j->waiter->resume(j->waiter, r, r < 0 ? NULL : &e, why);
 	free(j);
-	domain_release(d);
+	domain_unref(d);
 }
 
 int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,

@@ -369,7 +369,7 @@ static void prefetch_done(struct work *w)
 	free(j);
 	maybe_finish(d, a); /* before reap(), which may finish a itself */
 	reap(d);
-	domain_release(d);
+	domain_unref(d);
 }
 
 int odp_prefetch(struct domain *d, struct client *owner, struct allocation *a, uint64_t addr,

@@ -673,6 +673,10 @@ START_TEST(test_big_free_on_worker)
 	td_pump();
 	ck_assert_ptr_nonnull(ca->pending); /* A waits for its Free */
 	ck_assert(!ca->reading);
+	/* The job holds the domain open but is no client: quota.clients counts two. */
+	ck_assert_uint_eq(ca->domain->n_users, 2);
+	ck_assert_uint_eq(ca->domain->n_job_refs, 1);
+	ck_assert_uint_eq(ca->domain->status->clients, 2);
 	/* Retired already: nobody gets a key for it, and the others are served meanwhile. */
 	lookup(peer, 4, &big, 1, ENOENT, NULL);
 	lookup(peer, 5, &small, 1, 0, NULL);
