@@ -239,13 +239,23 @@ START_TEST(test_rereg_access)
 {
 	struct provider_mr *mr = reg(buf_a, ps, MRD_ACCESS_LOCAL_WRITE);
 	uint32_t key = mr->lkey;
+	int r;
 
 	ck_assert_int_eq(provider_rereg(mr, 0, NULL, 0, 0, 0), -EINVAL);
 	ck_assert_int_eq(provider_rereg(mr, PROVIDER_REREG_ACCESS, NULL, 0, 0,
 					MRD_ACCESS_REMOTE_WRITE), -EINVAL);
 	ck_assert_uint_eq(mr->access, MRD_ACCESS_LOCAL_WRITE); /* unchanged by the failures */
-	ck_assert_int_eq(provider_rereg(mr, PROVIDER_REREG_ACCESS, NULL, 0, 0,
-					MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_READ), 0);
+	r = provider_rereg(mr, PROVIDER_REREG_ACCESS, NULL, 0, 0,
+			   MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_READ);
+	if (r == -ESTALE && strcmp(provider_name(p), "soft") != 0) {
+		/* The device refused the command (rdma_rxe has no rereg): libibverbs says the MR
+		 * must not be used any more, and dereg is all that is left. */
+		printf("note: %s cannot rereg access: the MR is gone, as documented\n",
+		       p->caps.device);
+		ck_assert_int_eq(provider_dereg(mr), 0);
+		return;
+	}
+	ck_assert_int_eq(r, 0);
 	ck_assert_uint_eq(mr->access, MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_READ);
 	ck_assert_uint_eq(mr->addr, (uintptr_t)buf_a);
 	if (strcmp(provider_name(p), "soft") == 0)
