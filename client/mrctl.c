@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "connection.h"
+#include "json.h"
 #include "macro.h"
 
 static const char *arg_socket;
@@ -57,21 +58,6 @@ static void help(void)
 	       MRD_SOCKET_DEFAULT);
 }
 
-/* JSON string body: mrd's strings are printable already, but quote defensively. */
-static void print_json_string(const char *s)
-{
-	putchar('"');
-	for (; s && *s; s++) {
-		if (*s == '"' || *s == '\\')
-			printf("\\%c", *s);
-		else if ((unsigned char)*s < 0x20)
-			printf("\\u%04x", (unsigned)(unsigned char)*s);
-		else
-			putchar(*s);
-	}
-	putchar('"');
-}
-
 static const char *yes_no(bool b) { return b ? "yes" : "no"; }
 static const char *json_bool(bool b) { return b ? "true" : "false"; }
 
@@ -79,12 +65,12 @@ static void print_status(const Mrd__StatusResponse *s)
 {
 	if (arg_json) {
 		printf("{\"version\":");
-		print_json_string(s->server_version);
+		json_write_string(stdout, s->server_version);
 		printf(",\"pid\":%" PRIu32 ",\"uptime_usec\":%" PRIu64 ",\"provider\":", s->pid,
 		       s->uptime_usec);
-		print_json_string(s->provider);
+		json_write_string(stdout, s->provider);
 		printf(",\"device\":");
-		print_json_string(s->device);
+		json_write_string(stdout, s->device);
 		printf(",\"max_mr_size\":%" PRIu64 ",\"odp\":%s,\"odp_implicit\":%s"
 		       ",\"rereg_translation\":%s,\"dma\":%s",
 		       s->max_mr_size, json_bool(s->odp), json_bool(s->odp_implicit),
@@ -171,9 +157,9 @@ static void print_clients(const Mrd__ClientsResponse *r)
 			printf("%s{\"id\":%" PRIu64 ",\"pid\":%" PRIu32 ",\"uid\":%" PRIu32
 			       ",\"gid\":%" PRIu32 ",\"name\":", i ? "," : "", c->id, c->pid, c->uid,
 			       c->gid);
-			print_json_string(c->name);
+			json_write_string(stdout, c->name);
 			printf(",\"domain\":");
-			print_json_string(c->domain);
+			json_write_string(stdout, c->domain);
 			printf(",\"allocated_bytes\":%" PRIu64 ",\"allocations\":%" PRIu32
 			       ",\"admin\":%s}", c->allocated_bytes, c->allocations,
 			       json_bool(c->admin));
@@ -183,7 +169,7 @@ static void print_clients(const Mrd__ClientsResponse *r)
 			const Mrd__DomainInfo *d = r->domains[i];
 
 			printf("%s{\"name\":", i ? "," : "");
-			print_json_string(d->name);
+			json_write_string(stdout, d->name);
 			printf(",\"clients\":%" PRIu32 ",\"allocated_bytes\":%" PRIu64
 			       ",\"allocations\":%" PRIu32 ",\"arenas\":%" PRIu32
 			       ",\"pinned_bytes\":%" PRIu64 ",\"generation\":%" PRIu64
@@ -264,7 +250,7 @@ static void print_stats(const Mrd__ClientsResponse *r)
 
 		if (arg_json) {
 			printf("%s{\"name\":", i ? "," : "");
-			print_json_string(d->name);
+			json_write_string(stdout, d->name);
 			printf(",\"lookups\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"mrs\":%" PRIu32
 			       ",\"registrations\":%" PRIu64 ",\"deregistrations\":%" PRIu64
 			       ",\"odp_children\":%" PRIu32 ",\"odp_faults\":%" PRIu64
@@ -318,11 +304,11 @@ static void print_mempools(const Mrd__MempoolsResponse *r)
 			const Mrd__MempoolInfo *p = r->mempools[i];
 
 			printf("%s{\"domain\":", i ? "," : "");
-			print_json_string(p->domain);
+			json_write_string(stdout, p->domain);
 			printf(",\"pid\":%" PRId32 ",\"client\":", p->pid);
-			print_json_string(p->client_name);
+			json_write_string(stdout, p->client_name);
 			printf(",\"name\":");
-			print_json_string(p->name);
+			json_write_string(stdout, p->name);
 			printf(",\"extmem\":%s,\"mrs\":[", json_bool(p->extmem));
 			for (size_t k = 0; k < p->n_mrs; k++) {
 				const Mrd__MempoolMrInfo *m = p->mrs[k];
@@ -401,9 +387,9 @@ static void print_frmr_pools(const Mrd__FrmrPoolsResponse *r)
 			const Mrd__FrmrDomainInfo *d = r->domains[i];
 
 			printf("%s{\"domain\":", i ? "," : "");
-			print_json_string(d->domain);
+			json_write_string(stdout, d->domain);
 			printf(",\"on\":%s,\"off_reason\":", json_bool(!*d->off));
-			print_json_string(d->off);
+			json_write_string(stdout, d->off);
 			printf(",\"queued\":%" PRIu64 ",\"max_queued\":%" PRIu32 ",\"aging_s\":%" PRIu32
 			       ",\"pinned\":%" PRIu32 ",\"pools\":[", d->queued, d->max_queued,
 			       d->aging_s, d->pinned);
@@ -673,7 +659,7 @@ static int print_domain_detail(struct conn *c, const char *domain, bool first)
 		if (next == 0) { /* the first page: the domain's header and arenas */
 			if (arg_json) {
 				printf("%s{\"domain\":", first ? "" : ",");
-				print_json_string(d->domain);
+				json_write_string(stdout, d->domain);
 				printf(",\"table\":{\"entries\":%" PRIu32 ",\"capacity\":%" PRIu32
 				       ",\"overflow\":%s},\"arenas\":[", d->table_entries,
 				       d->table_capacity, json_bool(d->table_overflow));

@@ -13,6 +13,7 @@
 #include "client.h"
 #include "domain.h"
 #include "frmr-pool.h"
+#include "json.h"
 #include "log.h"
 #include "macro.h"
 #include "manager.h"
@@ -64,27 +65,13 @@ static int prop_count(sd_bus *bus, const char *path, const char *interface,
 
 /* ---- Dump: one JSON object, the daemon's and every domain's figures and pools ---- */
 
-static void json_string(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		if (*s == '"' || *s == '\\')
-			fprintf(f, "\\%c", *s);
-		else if ((unsigned char)*s < 0x20)
-			fprintf(f, "\\u%04x", (unsigned)(unsigned char)*s);
-		else
-			fputc(*s, f);
-	}
-	fputc('"', f);
-}
-
 static void dump_pools(FILE *f, struct domain *d)
 {
 	struct frmr_pool_stats *st;
 	size_t n = frmr_pools_stats(&d->pools, NULL, 0);
 
 	fputs(",\"pools_off\":", f);
-	json_string(f, d->pools.off ? d->pools.off : "");
+	json_write_string(f, d->pools.off ? d->pools.off : "");
 	fputs(",\"pools\":[", f);
 	st = n ? calloc(n, sizeof(*st)) : NULL;
 	if (st) {
@@ -117,17 +104,17 @@ static int method_dump(sd_bus_message *msg, void *userdata, sd_bus_error *error)
 	if (!f)
 		return -ENOMEM;
 	fputs("{\"version\":", f);
-	json_string(f, PACKAGE_VERSION);
+	json_write_string(f, PACKAGE_VERSION);
 	fputs(",\"provider\":", f);
-	json_string(f, provider_name(m->provider));
+	json_write_string(f, provider_name(m->provider));
 	fputs(",\"device\":", f);
-	json_string(f, m->provider->caps.device);
+	json_write_string(f, m->provider->caps.device);
 	fprintf(f, ",\"uptime_usec\":%" PRIu64 ",\"clients\":%u,\"requests\":%" PRIu64
 		",\"domains\":[", manager_uptime_usec(m), m->n_clients, m->n_requests);
 	LIST_FOREACH(d, &m->domains, link) {
 		fputs(first ? "{\"name\":" : ",{\"name\":", f);
 		first = false;
-		json_string(f, d->name);
+		json_write_string(f, d->name);
 		fprintf(f, ",\"clients\":%u,\"allocated_bytes\":%" PRIu64 ",\"allocations\":%zu"
 			",\"arenas\":%u,\"pinned_bytes\":%" PRIu64 ",\"generation\":%" PRIu64
 			",\"mrs\":%u,\"lookups\":%" PRIu64 ",\"misses\":%" PRIu64

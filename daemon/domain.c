@@ -226,7 +226,8 @@ int domains_set_pools(struct manager *m, const char *name, const struct frmr_mat
 	struct domain *d;
 
 	*ret_changed = 0;
-	if ((aging_s >= 0 && (aging_s < 1 || aging_s > UINT32_MAX)) || pinned > UINT32_MAX)
+	/* Checked here too: with no domain open nothing else would, and the defaults change. */
+	if (frmr_pools_check_settings(aging_s, pinned) < 0)
 		return -EINVAL;
 	LIST_FOREACH(d, &m->domains, link) {
 		int n;

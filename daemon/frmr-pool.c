@@ -454,6 +454,13 @@ static bool matches(const struct frmr_match *m, const struct frmr_key *k)
 	       (m->vendor < 0 || m->vendor == k->vendor) && (m->pages < 0 || (uint64_t)m->pages == k->pages);
 }
 
+int frmr_pools_check_settings(int64_t aging_s, int64_t pinned)
+{
+	if ((aging_s >= 0 && (aging_s < 1 || aging_s > UINT32_MAX)) || pinned > UINT32_MAX)
+		return -EINVAL;
+	return 0;
+}
+
 int frmr_pools_set(struct frmr_pools *p, const struct frmr_match *m, int64_t aging_s,
 		   int64_t pinned)
 {
@@ -461,7 +468,7 @@ int frmr_pools_set(struct frmr_pools *p, const struct frmr_match *m, int64_t agi
 		     m->pages < 0;
 	int n = 0;
 
-	if ((aging_s >= 0 && (aging_s < 1 || aging_s > UINT32_MAX)) || pinned > UINT32_MAX)
+	if (frmr_pools_check_settings(aging_s, pinned) < 0)
 		return -EINVAL;
 	if (!p->ready)
 		return 0;

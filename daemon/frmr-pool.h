@@ -104,6 +104,9 @@ void frmr_pools_destroy(struct provider_mr **handles, size_t n);
 size_t frmr_pools_drain(struct frmr_pools *p, bool pinned_too, struct provider_mr ***ret,
 			unsigned *ret_pools_removed);
 
+/* Whether aging (seconds, >= 1) and pinned (< 0: not set) are values pools take: 0 or -EINVAL. */
+int frmr_pools_check_settings(int64_t aging_s, int64_t pinned);
+
 /* Sets aging (seconds, >= 1) and/or the pinned minimum (< 0: keep) of every pool matching m;
  * a match of any key also makes them the settings of pools made later. Returns how many
  * pools changed, -EINVAL for a bad value. */

@@ -37,6 +37,7 @@ struct soft_provider {
 	struct pin_map pins;
 	struct provider_stats stats;
 	uintptr_t page_size;
+	bool populate; /* MADV_POPULATE_* checks mappings (mapped_for) */
 };
 
 struct soft_mr {
@@ -54,6 +55,29 @@ static struct soft_provider *to_soft(struct provider *p) { return (struct soft_p
 
 static uint32_t make_key(uint32_t index, uint8_t variant) { return index << 8 | variant; }
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/* Whether the kernel has MADV_POPULATE_*: tried at open on a page of our own, since EINVAL
+ * also means the wrong protection. $MRD_SOFT_MAPS=1 takes the older way (its tests use it). */
+static bool populate_works(uintptr_t ps)
+{
+	const char *maps = getenv("MRD_SOFT_MAPS");
+	void *page;
+	bool works;
+
+	if (maps && strcmp(maps, "1") == 0)
+		return false;
+	page = mmap(NULL, ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (page == MAP_FAILED)
+		return false;
+	works = madvise(page, ps, MADV_POPULATE_WRITE) == 0;
+	munmap(page, ps);
+	return works;
+}
+
 static int soft_open(const char *device, struct provider **ret)
 {
 	struct soft_provider *sp;
@@ -66,6 +90,7 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->base.ops = &provider_soft_ops;
 	pthread_mutex_init(&sp->base.lock, NULL);
 	sp->page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
+	sp->populate = populate_works(sp->page_size);
 	sp->n_slots = 1;
 	pin_map_init(&sp->pins);
 	snprintf(sp->base.caps.device, sizeof(sp->base.caps.device), "soft");
@@ -175,34 +200,6 @@ static struct soft_mr *key_lookup(struct soft_provider *sp, uint32_t key)
 	return slot->mr;
 }
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22 /* Linux 5.14 */
-#define MADV_POPULATE_WRITE 23
-#endif
-
-/* Whether the kernel has MADV_POPULATE_*: tried once on a page of our own, since EINVAL also
- * means the wrong protection. $MRD_SOFT_MAPS=1 takes the older way (its tests use it). */
-static bool populate_works(void)
-{
-	static int works = -1;
-	long ps = sysconf(_SC_PAGESIZE);
-	void *page;
-
-	if (__atomic_load_n(&works, __ATOMIC_RELAXED) >= 0)
-		return works;
-	if (getenv("MRD_SOFT_MAPS") && strcmp(getenv("MRD_SOFT_MAPS"), "1") == 0) {
-		__atomic_store_n(&works, 0, __ATOMIC_RELAXED);
-		return false;
-	}
-	page = mmap(NULL, (size_t)ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (page == MAP_FAILED)
-		return false;
-	__atomic_store_n(&works, madvise(page, (size_t)ps, MADV_POPULATE_WRITE) == 0,
-			 __ATOMIC_RELAXED);
-	munmap(page, (size_t)ps);
-	return works;
-}
-
 /* Whether every page of [start, end) is mapped readable (and writable when write), as the
  * kernel's get_user_pages would insist before a NIC may touch it. MADV_POPULATE_READ/WRITE
  * asks exactly that (a hole is ENOMEM, the wrong protection EINVAL or EFAULT) at a fraction
@@ -210,7 +207,8 @@ static bool populate_works(void)
  * to POPULATE_MAX_PAGES (4 KiB registrations went from ~24 to ~7 us), the maps beyond, and
  * always on kernels before 5.14. */
 #define POPULATE_MAX_PAGES 32
-static bool mapped_for(uintptr_t start, uintptr_t end, bool write)
+static bool mapped_for(const struct soft_provider *sp, uintptr_t start, uintptr_t end,
+		       bool write)
 {
 	char line[512];
 	uintptr_t cursor = start;
@@ -218,8 +216,7 @@ static bool mapped_for(uintptr_t start, uintptr_t end, bool write)
 
 	if (start >= end)
 		return false;
-	if (end - start <= POPULATE_MAX_PAGES * (uintptr_t)sysconf(_SC_PAGESIZE) &&
-	    populate_works())
+	if (sp->populate && end - start <= POPULATE_MAX_PAGES * sp->page_size)
 		return madvise((void *)start, end - start,
 			       write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0;
 	f = fopen("/proc/self/maps", "re");
@@ -296,7 +293,7 @@ static int soft_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t 
 	if (r < 0)
 		goto fail;
 	if (!mr->on_demand) {
-		if (!mapped_for(mr->pin_start, mr->pin_end, access_writes(access))) {
+		if (!mapped_for(sp, mr->pin_start, mr->pin_end, access_writes(access))) {
 			r = -EFAULT;
 			goto fail;
 		}
@@ -354,7 +351,7 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 		if (r < 0)
 			return r;
 		if (!mr->on_demand) {
-			r = mapped_for(moved.pin_start, moved.pin_end, access_writes(access)) ?
+			r = mapped_for(sp, moved.pin_start, moved.pin_end, access_writes(access)) ?
 				    pin_map_pin(&sp->pins, moved.pin_start, moved.pin_end) :
 				    -EFAULT;
 			if (r < 0) {
@@ -415,7 +412,7 @@ static int fault_page(struct soft_provider *sp, struct soft_mr *mr, size_t i, bo
 	uintptr_t host = (mr->base.addr & ~(sp->page_size - 1)) + i * sp->page_size;
 
 	/* Nothing mapped there, or not writable: the DMA fails, the daemon does not. */
-	if (!mapped_for(host, host + sp->page_size, write))
+	if (!mapped_for(sp, host, host + sp->page_size, write))
 		return -EFAULT;
 	mr->pages[i] = (uint8_t *)host;
 	return 0;
