@@ -127,27 +127,28 @@ static int status_page_new(struct domain *d)
 
 static void bump_generation(struct domain *d);
 
-/* Destroying handles may take a device command each (verbs): a worker does it. */
-struct aging_job {
+/* Handles aged or flushed out of the pools, destroyed on a worker (a device command each on
+ * verbs). */
+struct destroy_job {
 	struct work work;
 	struct domain *domain; /* held while the job lives */
 	struct provider_mr **handles;
 	size_t n;
 };
 
-static void aging_job_run(struct work *w)
+static void destroy_job_run(struct work *w)
 {
-	struct aging_job *j = (struct aging_job *)w;
+	struct destroy_job *j = (struct destroy_job *)w;
 
 	frmr_pools_destroy(j->handles, j->n);
 }
 
-static void aging_job_done(struct work *w)
+static void destroy_job_done(struct work *w)
 {
-	struct aging_job *j = (struct aging_job *)w;
+	struct destroy_job *j = (struct destroy_job *)w;
 
 	j->domain->cache.jobs--;
-	j->domain->aging_jobs--;
+	j->domain->destroy_jobs--;
 	domain_unref(j->domain);
 	free(j);
 }
@@ -155,7 +156,7 @@ static void aging_job_done(struct work *w)
 /* Destroys handles taken out of the pools: on a worker, since each may be a device command. */
 static void destroy_handles(struct domain *d, struct provider_mr **handles, size_t n)
 {
-	struct aging_job *j;
+	struct destroy_job *j;
 
 	if (n == 0)
 		return;
@@ -164,12 +165,12 @@ static void destroy_handles(struct domain *d, struct provider_mr **handles, size
 		frmr_pools_destroy(handles, n);
 		return;
 	}
-	j->work.run = aging_job_run;
-	j->work.done = aging_job_done;
+	j->work.run = destroy_job_run;
+	j->work.done = destroy_job_done;
 	j->domain = domain_ref(d);
 	j->handles = handles;
 	j->n = n;
-	d->aging_jobs++;
+	d->destroy_jobs++;
 	d->cache.jobs++;
 	worker_pool_submit(d->manager->workers, &j->work);
 }
@@ -180,7 +181,7 @@ static void on_aging_tick(evutil_socket_t fd, short what, void *data)
 	struct provider_mr **handles;
 	size_t n;
 
-	if (d->aging_jobs > 0)
+	if (d->destroy_jobs > 0)
 		return; /* one round at a time */
 	n = frmr_pools_age(&d->pools, &handles);
 	destroy_handles(d, handles, n);

@@ -65,7 +65,7 @@ struct domain {
 	struct odp odp;
 	struct frmr_pools pools;    /* every registration of the domain goes through them */
 	struct event *aging_timer;  /* ages the pools, while they are on */
-	unsigned aging_jobs;        /* workers destroying handles out of the pools */
+	unsigned destroy_jobs;      /* workers destroying handles taken out of the pools */
 
 	int status_fd; /* memfd; clients map it read-only */
 	struct mrd_status_page *status;

@@ -319,7 +319,7 @@ START_TEST(test_flush)
 	ck_assert_uint_eq(resp->flush->handles, 1);
 	ck_assert_uint_eq(resp->flush->pools_removed, 0);
 	mrd__response__free_unpacked(resp, NULL);
-	td_pump_until_zero(&d->aging_jobs); /* destroyed on a worker */
+	td_pump_until_zero(&d->destroy_jobs); /* destroyed on a worker */
 	ck_assert_uint_eq(d->pools.queued, 0);
 	ck_assert_uint_eq(frmr_pools_stats(&d->pools, NULL, 0), 1);
 	resp = flush(admin, 15, "", false, 0, false, true, 0);
@@ -331,7 +331,7 @@ START_TEST(test_flush)
 	ck_assert_uint_eq(resp->flush->handles, 1);
 	ck_assert_uint_eq(resp->flush->pools_removed, 1);
 	mrd__response__free_unpacked(resp, NULL);
-	td_pump_until_zero(&d->aging_jobs);
+	td_pump_until_zero(&d->destroy_jobs);
 	ck_assert_uint_eq(frmr_pools_stats(&d->pools, NULL, 0), 0);
 	close(fd);
 	close(admin);
