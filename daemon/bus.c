@@ -63,6 +63,24 @@ static int prop_count(sd_bus *bus, const char *path, const char *interface,
 	return sd_bus_message_append(reply, "t", sum);
 }
 
+/* Each open domain's generation, by name: what moves when its clients' caches must flush. */
+static int prop_generations(sd_bus *bus, const char *path, const char *interface,
+			    const char *property, sd_bus_message *reply, void *userdata,
+			    sd_bus_error *error)
+{
+	const struct manager *m = userdata;
+	const struct domain *d;
+	int r = sd_bus_message_open_container(reply, 'a', "{st}");
+
+	LIST_FOREACH(d, &m->domains, link) {
+		if (r < 0)
+			return r;
+		r = sd_bus_message_append(reply, "{st}", d->name,
+					  __atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE));
+	}
+	return r < 0 ? r : sd_bus_message_close_container(reply);
+}
+
 /* ---- Dump: one JSON object, the daemon's and every domain's figures and pools ---- */
 
 static void dump_pools(FILE *f, struct domain *d)
@@ -278,6 +296,7 @@ static const sd_bus_vtable mrd_vtable[] = {
 	SD_BUS_PROPERTY("Requests", "t", prop_count, 0, 0),
 	SD_BUS_PROPERTY("PinnedBytes", "t", prop_count, 0, 0),
 	SD_BUS_PROPERTY("AllocatedBytes", "t", prop_count, 0, 0),
+	SD_BUS_PROPERTY("Generations", "a{st}", prop_generations, 0, 0),
 	SD_BUS_METHOD("Dump", "", "s", method_dump, 0),
 	SD_BUS_METHOD("Flush", "sbb", "utu", method_flush, 0),
 	SD_BUS_METHOD("SetPoolSettings", "sa{sv}a{sv}", "u", method_set_pools, 0),

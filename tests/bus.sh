@@ -68,7 +68,8 @@ grep -qx "s \"$version\"" "$dir/out" || fail "Version: $(cat "$dir/out")"
 # domain with the pool hit. mrd-demo runs $MRD_DEMO_MRCTL: here, a Dump over the bus.
 cat > "$dir/dump.sh" <<DUMP
 #!/bin/sh
-case "\$*" in *pools*) busctl --address="$addr" call $obj Dump | sed 's/\\\\"/"/g' > "$dir/dump" ;; esac
+case "\$*" in *pools*) busctl --address="$addr" call $obj Dump | sed 's/\\\\"/"/g' > "$dir/dump"
+	busctl --address="$addr" get-property $obj Generations > "$dir/generations" ;; esac
 DUMP
 chmod +x "$dir/dump.sh"
 MRD_DEMO_MRCTL="$dir/dump.sh" "$MRD_BUILDDIR/mrd-demo" "$dir/mrd.sock" > "$dir/demo" 2>&1 ||
@@ -76,6 +77,8 @@ MRD_DEMO_MRCTL="$dir/dump.sh" "$MRD_BUILDDIR/mrd-demo" "$dir/mrd.sock" > "$dir/d
 for want in '"domains":[{"name":"uid-0","clients":2' '"pools_off":""' '"pages":256,"queued":0,"in_use":2,"max_in_use":2,"hits":1,"misses":2'; do
 	grep -qF "$want" "$dir/dump" || fail "Dump lacks $want: $(cat "$dir/dump")"
 done
+[ "$(cat "$dir/generations")" = 'a{st} 1 "uid-0" 2' ] || fail "Generations: $(cat "$dir/generations")"
+[ "$(bctl get-property $obj Generations)" = 'a{st} 0' ] || fail "Generations after the demo"
 [ "$(bctl get-property $obj Domains)" = 'u 0' ] || fail "Domains after the demo"
 
 # Root may flush and set; bad arguments are errors that say why.
