@@ -2,10 +2,13 @@
 #pragma once
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #define ELEMENTSOF(a) (sizeof(a) / sizeof((a)[0]))
+/* The object whose member ptr points at. */
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 #define _cleanup_(f) __attribute__((cleanup(f)))
 #define _unused_ __attribute__((unused))
 #define _printf_(a, b) __attribute__((format(printf, a, b)))

@@ -102,6 +102,7 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->base.caps.rereg_translation = true;
 	sp->base.caps.rereg_new_keys = true; /* every move takes the index's next variant */
 	sp->base.caps.dma = true;
+	sp->base.caps.dma_emulated = true;
 	*ret = &sp->base;
 	return 0;
 }
@@ -444,8 +445,8 @@ static int translate(struct soft_provider *sp, struct soft_mr *mr, uint64_t iova
 	return 0;
 }
 
-static int soft_dma(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey,
-		    uint64_t laddr, uint32_t rkey, uint64_t raddr, size_t length)
+static int dma_locked(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey,
+		      uint64_t laddr, uint32_t rkey, uint64_t raddr, size_t length)
 {
 	struct soft_provider *sp = to_soft(pd->provider);
 	struct soft_mr *local = key_lookup(sp, lkey), *remote = key_lookup(sp, rkey);
@@ -489,6 +490,13 @@ static int soft_dma(struct provider_pd *pd, enum provider_dma_op op, uint32_t lk
 		length -= n;
 	}
 	return 0;
+}
+
+static int soft_dma(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey,
+		    uint64_t laddr, uint32_t rkey, uint64_t raddr, size_t length)
+{
+	return PROVIDER_LOCKED(pd->provider,
+			       dma_locked(pd, op, lkey, laddr, rkey, raddr, length));
 }
 
 static int soft_advise(struct provider_mr *base, enum provider_advice advice, uint64_t iova,

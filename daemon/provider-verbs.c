@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* verbs: rdma-core. The only daemon file that includes <infiniband/verbs.h>; it converts
- * libibverbs' error conventions (NULL + errno, positive errno returns, rereg's own codes) to
- * -errno here, once. */
+/* verbs: rdma-core. With verbs-loopback.c, the only daemon file that includes
+ * <infiniband/verbs.h>; it converts libibverbs' error conventions (NULL + errno, positive errno
+ * returns, rereg's own codes) to -errno here, once. */
 #include <errno.h>
 #include <stdio.h>
 #include <fcntl.h>
@@ -15,6 +15,7 @@
 #include "log.h"
 #include "macro.h"
 #include "provider.h"
+#include "verbs-loopback.h"
 
 struct verbs_provider {
 	struct provider base;
@@ -26,6 +27,10 @@ struct verbs_provider {
 struct verbs_pd {
 	struct provider_pd base;
 	struct ibv_pd *pd;
+	/* The Dma request's QPs, made on first use. Its own lock: a transfer waits for the
+	 * device, and must not hold up every other op as the provider's lock would. */
+	pthread_mutex_t dma_lock;
+	struct verbs_loopback *loopback;
 };
 
 struct verbs_mr {
@@ -148,6 +153,7 @@ static int verbs_open(const char *device, struct provider **ret)
 	vp->base.caps.rereg_translation =
 		probe_rereg_translation(vp->ctx, &vp->base.caps.rereg_new_keys);
 	vp->base.caps.export_pd = true;
+	vp->base.caps.dma = true;
 	vp->parking = mmap(NULL, (size_t)vp->base.caps.page_size, PROT_READ | PROT_WRITE,
 			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	if (vp->parking == MAP_FAILED)
@@ -186,6 +192,7 @@ static int verbs_pd_alloc(struct provider *p, struct provider_pd **ret)
 		free(vpd);
 		return r;
 	}
+	pthread_mutex_init(&vpd->dma_lock, NULL);
 	vpd->base.provider = p;
 	*ret = &vpd->base;
 	return 0;
@@ -198,9 +205,12 @@ static int verbs_pd_free(struct provider_pd *base)
 
 	if (base->n_mrs > 0)
 		return -EBUSY;
+	verbs_loopback_free(vpd->loopback); /* its QPs hold the PD */
+	vpd->loopback = NULL;
 	r = verbs_ret(ibv_dealloc_pd(vpd->pd));
 	if (r < 0)
 		return r;
+	pthread_mutex_destroy(&vpd->dma_lock);
 	free(vpd);
 	return 0;
 }
@@ -384,6 +394,25 @@ static int verbs_export_pd(struct provider_pd *base, int *ret_cmd_fd, uint32_t *
 	return 0;
 }
 
+/* The device does the transfer, on the PD's loopback QPs, and judges the keys itself. */
+static int verbs_dma(struct provider_pd *base, enum provider_dma_op op, uint32_t lkey,
+		     uint64_t laddr, uint32_t rkey, uint64_t raddr, size_t length)
+{
+	struct verbs_pd *vpd = (struct verbs_pd *)base;
+	int r = 0;
+
+	if (op != PROVIDER_DMA_WRITE && op != PROVIDER_DMA_READ)
+		return -EINVAL;
+	pthread_mutex_lock(&vpd->dma_lock);
+	if (!vpd->loopback)
+		r = verbs_loopback_new(vpd->pd, &vpd->loopback);
+	if (r == 0)
+		r = verbs_loopback_transfer(vpd->loopback, op == PROVIDER_DMA_READ, lkey, laddr,
+					    rkey, raddr, length);
+	pthread_mutex_unlock(&vpd->dma_lock);
+	return r;
+}
+
 static void verbs_stats(const struct provider *p, struct provider_stats *ret)
 {
 	*ret = ((const struct verbs_provider *)p)->stats;
@@ -401,5 +430,6 @@ const struct provider_ops provider_verbs_ops = {
 	.park = verbs_park,
 	.advise = verbs_advise,
 	.export_pd = verbs_export_pd,
+	.dma = verbs_dma,
 	.stats = verbs_stats,
 };

@@ -44,7 +44,8 @@ struct provider_caps {
 	uint32_t odp_rc_caps;   /* IBV_ODP_SUPPORT_* bits for RC */
 	bool rereg_translation; /* rereg may move an MR to new memory */
 	bool rereg_new_keys;    /* ... and a moved MR gets keys other than the ones it had */
-	bool dma;               /* emulated DMA (provider_dma) */
+	bool dma;               /* RDMA through keys (provider_dma) */
+	bool dma_emulated;      /* ... by mrd itself (soft): exact errors, counted ODP faults */
 	bool export_pd;         /* clients may import context and PD */
 };
 
@@ -105,7 +106,9 @@ struct provider_ops {
 	/* A dup'd command fd (O_CLOEXEC, the caller's) and the PD handle; -EOPNOTSUPP when the
 	 * provider has no device to share. */
 	int (*export_pd)(struct provider_pd *pd, int *ret_cmd_fd, uint32_t *ret_pd_handle);
-	/* Emulated DMA through the keys' translations; NULL when the provider has none. */
+	/* An RDMA WRITE or READ through keys: soft emulates it through the keys' translations,
+	 * verbs has the device do it. Called without the provider's lock: it locks what it
+	 * needs, as a device transfer waits. NULL when the provider has none. */
 	int (*dma)(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey, uint64_t laddr,
 		   uint32_t rkey, uint64_t raddr, size_t length);
 	/* ODP: zaps the translations of [iova, iova + length) as an MMU notifier would; NULL
@@ -246,7 +249,7 @@ static inline int provider_dma(struct provider_pd *pd, enum provider_dma_op op, 
 
 	if (!p->ops->dma)
 		return -EOPNOTSUPP;
-	return PROVIDER_LOCKED(p, p->ops->dma(pd, op, lkey, laddr, rkey, raddr, length));
+	return p->ops->dma(pd, op, lkey, laddr, rkey, raddr, length);
 }
 
 static inline int provider_invalidate(struct provider_mr *mr, uint64_t iova, size_t length)

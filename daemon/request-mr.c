@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The MR family: MrLookup (keys for addresses, registering on a miss), Dma (the soft
- * provider's emulated DMA, driven by keys alone) and Prefetch (advice for on-demand memory). */
+/* The MR family: MrLookup (keys for addresses, registering on a miss), Dma (an RDMA WRITE or
+ * READ driven by keys alone: emulated on soft, done by the device on verbs) and Prefetch
+ * (advice for on-demand memory). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -9,7 +10,10 @@
 #include "client.h"
 #include "dispatch.h"
 #include "domain.h"
+#include "macro.h"
+#include "manager.h"
 #include "provider.h"
+#include "worker-pool.h"
 
 /* A lookup of several addresses; it waits, whole, while a worker registers for one of them. */
 struct pending_lookup {
@@ -129,10 +133,71 @@ int request_mr_lookup(struct client *c, const Mrd__Request *req, struct wire_pac
 	return k;
 }
 
+/* A Dma the device carries out: it waits for the device's completion, so on a worker. */
+struct dma_job {
+	struct pending_request base; /* first */
+	struct work work;
+	struct domain *domain; /* held while the job lives */
+	Mrd__DmaRequest q;
+	int result;
+};
+
+static int dma_result(struct domain *d, int k, struct reply *r)
+{
+	if (k == -EOPNOTSUPP)
+		reply_set_message(r, "the %s provider does no DMA", provider_name(d->provider));
+	else if (k == -ENOKEY)
+		reply_set_message(r, "a key is not valid: never handed out, or its memory was freed");
+	else if (k == -EACCES)
+		reply_set_message(r, "the keys do not grant this access");
+	else if (k == -EFAULT)
+		reply_set_message(r, "the range lies outside a key's registration");
+	else if (k == -EKEYREJECTED)
+		reply_set_message(r, "the device refused a key: not valid, not granting this access, "
+				     "or the range outside its registration");
+	else if (k == -ETIMEDOUT)
+		reply_set_message(r, "the device did not complete the transfer in time");
+	else if (k == -ENETDOWN)
+		reply_set_message(r, "no port of the device is active");
+	if (k < 0)
+		return k;
+	mrd__dma_response__init(&r->body.dma);
+	r->resp.body_case = MRD__RESPONSE__BODY_DMA;
+	r->resp.dma = &r->body.dma;
+	return 0;
+}
+
+static int do_dma(struct domain *d, const Mrd__DmaRequest *q)
+{
+	return provider_dma(d->pd, (enum provider_dma_op)q->op, q->lkey, q->laddr, q->rkey,
+			    q->raddr, q->length);
+}
+
+static void dma_job_run(struct work *w)
+{
+	struct dma_job *j = container_of(w, struct dma_job, work);
+
+	j->result = do_dma(j->domain, &j->q);
+}
+
+static void dma_job_done(struct work *w)
+{
+	struct dma_job *j = container_of(w, struct dma_job, work);
+	struct reply r;
+
+	if (j->base.client) {
+		reply_init(&r, j->base.id);
+		request_answer(&j->base, &r, dma_result(j->domain, j->result, &r));
+	}
+	domain_unref(j->domain);
+	free(j);
+}
+
 int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 		struct reply *r)
 {
 	const Mrd__DmaRequest *q = req->dma;
+	struct dma_job *j;
 	struct domain *d;
 	int k;
 
@@ -144,22 +209,20 @@ int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *p
 	k = request_domain(c, r, &d);
 	if (k < 0)
 		return k;
-	k = provider_dma(d->pd, (enum provider_dma_op)q->op, q->lkey, q->laddr, q->rkey, q->raddr,
-			 q->length);
-	if (k == -EOPNOTSUPP)
-		reply_set_message(r, "the %s provider does no emulated DMA", provider_name(d->provider));
-	else if (k == -ENOKEY)
-		reply_set_message(r, "a key is not valid: never handed out, or its memory was freed");
-	else if (k == -EACCES)
-		reply_set_message(r, "the keys do not grant this access");
-	else if (k == -EFAULT)
-		reply_set_message(r, "the range lies outside a key's registration");
-	if (k < 0)
-		return k;
-	mrd__dma_response__init(&r->body.dma);
-	r->resp.body_case = MRD__RESPONSE__BODY_DMA;
-	r->resp.dma = &r->body.dma;
-	return 0;
+	/* Emulation is a copy under the provider's lock, done here like any other op. */
+	if (d->provider->caps.dma_emulated || !c->manager->workers)
+		return dma_result(d, do_dma(d, q), r);
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	j->work.run = dma_job_run;
+	j->work.done = dma_job_done;
+	j->domain = domain_ref(d);
+	j->q = *q;
+	j->base.id = req->id;
+	request_wait(c, &j->base);
+	worker_pool_submit(c->manager->workers, &j->work);
+	return -EINPROGRESS;
 }
 
 /* A Prefetch with flush: answered when the work is done. */

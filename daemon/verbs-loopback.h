@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: MIT */
+/* Two RC QPs of one PD, connected to each other through the device's own port. They let mrd
+ * carry out an RDMA WRITE or READ through keys a client holds (the Dma request) on a real
+ * device, so that the device, not mrd, judges the keys, their access and their bounds.
+ * Not thread-safe: its owner serialises transfers. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct ibv_pd;
+struct verbs_loopback;
+
+/* -ENETDOWN when no port of the device is active. */
+int verbs_loopback_new(struct ibv_pd *pd, struct verbs_loopback **ret);
+void verbs_loopback_free(struct verbs_loopback *lb);
+
+/* An RDMA WRITE (local -> remote) or READ (remote -> local) of length bytes, posted on one QP
+ * to the other, split at the port's largest message, each part awaited. -EKEYREJECTED when
+ * the device refused a key (not valid, not granting the access, or the range outside it: a
+ * completion does not say which), -ETIMEDOUT when a part did not complete in time, -EIO for
+ * any other failed completion. After a failure the QPs are connected afresh. */
+int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey, uint64_t laddr,
+			    uint32_t rkey, uint64_t raddr, uint64_t length);
