@@ -1,0 +1,149 @@
+#!/bin/sh
+# /init of the rxe test VM (tests/vm/rdma-vm.sh builds it): brings up Soft-RoCE on lo, runs
+# mrd on it with the verbs provider and drives it with real clients. Every check prints one
+# "@@ RESULT name: PASS|FAIL ...|SKIP reason" line; "@@ ALL_DONE" ends the run.
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin:/opt/mrd/bin LD_LIBRARY_PATH=/opt/mrd/lib
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /tmp /run
+echo "@@ INIT kernel $(uname -r)"
+
+result() { # name rc [detail]
+	if [ "$2" = 0 ]; then echo "@@ RESULT $1: PASS"; else echo "@@ RESULT $1: FAIL ${3:-rc=$2}"; fi
+}
+skip() { echo "@@ RESULT $1: SKIP $2"; }
+finish() {
+	echo "@@ ALL_DONE"
+	sync
+	poweroff -f
+}
+# The first number after "KEY": in mrctl's JSON for domain DOMAIN ("" when it is not there).
+domain_field() { # json domain key
+	echo "$1" | grep -o "{\"name\":\"$2\"[^]]*" | head -n 1 | grep -o "\"$3\":[0-9]*" |
+		head -n 1 | cut -d: -f2
+}
+
+for m in $(cat /modules.load); do
+	insmod "/lib/modules/$(uname -r)/$m" 2>&1 | grep -v 'File exists'
+done
+ip link set lo up
+rdma link add rxe0 type rxe netdev lo
+result "rdma link add rxe0 type rxe netdev lo" $?
+if ! [ -e /sys/class/infiniband/rxe0/ports/1 ]; then
+	result "rxe0 is there" 1 "$(dmesg | tail -n 5)"
+	finish
+fi
+
+# The RoCEv2 GID of 127.0.0.1 (or ::1): QPs on lo address each other by it.
+GIDX=
+for g in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+	case "$(cat "$g" 2>/dev/null)" in
+	0000:0000:0000:0000:0000:ffff:*|0000:0000:0000:0000:0000:0000:0000:0001) GIDX=${g##*/}; break ;;
+	esac
+done
+ibv_devinfo -v > /tmp/devinfo.txt 2>&1
+DEV_ODP=false
+grep -q ODP_SUPPORT /tmp/devinfo.txt && DEV_ODP=true
+echo "@@ INFO GID index $GIDX; device ODP $DEV_ODP"
+
+# 1. The provider contract, on the device itself: each case one result.
+CK_VERBOSITY=verbose CK_FORK=yes test-contract-verbs > /tmp/contract.txt 2>&1
+rc=$?
+if [ $rc = 0 ]; then grep '^note:' /tmp/contract.txt; else cat /tmp/contract.txt; fi
+sed -n 's/^[^:]*:[0-9]*:P:[^:]*:\([^:]*\):.*/@@ RESULT provider contract, verbs on rxe0: \1: PASS/p
+	s/^[^:]*:[0-9]*:[FE]:[^:]*:\([^:]*\):[^:]*: \(.*\)/@@ RESULT provider contract, verbs on rxe0: \1: FAIL \2/p
+	s/^not run: \(.*\) (\(.*\))$/@@ RESULT provider contract, verbs on rxe0: \1: SKIP \2/p' \
+	/tmp/contract.txt
+grep -q '^[0-9]*%: Checks' /tmp/contract.txt || { cat /tmp/contract.txt; result "provider contract runs to its end" 1 "rc=$rc"; }
+
+# 2. mrd on the device. Domain uid-1001 registers on demand (ODP children).
+SOCK=/run/mrd.sock
+printf '[memory]\nhugepages = no\n[policies]\nuid-1001 = odp\n' > /tmp/mrd.conf
+mrd --foreground --no-bus --provider verbs --device rxe0 --config /tmp/mrd.conf \
+	--socket "$SOCK" > /tmp/mrd.log 2>&1 &
+MRD=$!
+for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
+if [ -S "$SOCK" ]; then
+	result "mrd --provider verbs --device rxe0 serves its socket" 0
+else
+	result "mrd --provider verbs --device rxe0 serves its socket" 1 "$(tail -n 5 /tmp/mrd.log)"
+	finish
+fi
+export MRD_SOCKET=$SOCK
+STATUS=$(mrctl --json status)
+echo "$STATUS"
+echo "$STATUS" | grep -q '"provider":"verbs","device":"rxe0"'
+result "mrctl status: provider verbs, device rxe0" $?
+echo "$STATUS" | grep -q "\"odp\":$DEV_ODP"
+result "mrd reports ODP as the kernel's rxe does ($DEV_ODP)" $?
+echo "$STATUS" | grep -q '"dma":true'
+result "mrd offers DMA through keys on the device" $?
+
+# 3. The example clients.
+timeout 60 mrd-hello "$SOCK" > /tmp/hello.txt 2>&1
+result "mrd-hello" $? "$(tail -n 3 /tmp/hello.txt)"
+timeout 120 mrd-demo "$SOCK" > /tmp/demo.txt 2>&1
+rc=$?
+cat /tmp/demo.txt
+result "mrd-demo: two processes, keys from the lookup cache, RDMA by the device" $rc
+
+# 4. A client in a domain of its own, killed mid-request while the pair works.
+rdma-peers victim "$SOCK" 1000 > /tmp/victim.txt 2>&1 &
+VICTIM=$!
+for _ in $(seq 100); do grep -q VICTIM_READY /tmp/victim.txt && break; sleep 0.1; done
+cat /tmp/victim.txt
+CLIENTS=$(mrctl --json clients)
+a=$(domain_field "$CLIENTS" uid-1000 allocated_bytes)
+m=$(domain_field "$CLIENTS" uid-1000 mrs)
+echo "@@ INFO victim's domain before: allocated ${a:-none}, MRs ${m:-none}"
+[ "${a:-0}" -ge $((8 << 20)) ] && [ "${m:-0}" -ge 4 ]
+result "the victim holds 8 MiB of mrd memory and its MRs" $?
+
+# 5. Two clients of one domain: RDMA between their buffers, mempool source, refetch.
+timeout 240 rdma-peers pair "$SOCK" "$GIDX" "$VICTIM"
+result "rdma-peers exits cleanly" $?
+wait "$VICTIM" 2>/dev/null
+
+# 6. What the killed client held is released, and mrd still serves.
+gone=1
+for _ in $(seq 50); do
+	CLIENTS=$(mrctl --json clients)
+	a=$(domain_field "$CLIENTS" uid-1000 allocated_bytes)
+	m=$(domain_field "$CLIENTS" uid-1000 mrs)
+	p=$(domain_field "$CLIENTS" uid-1000 pinned_bytes)
+	if [ "${a:-0}" = 0 ] && [ "${m:-0}" = 0 ] && [ "${p:-0}" = 0 ] &&
+		! echo "$CLIENTS" | grep -q "\"pid\":$VICTIM,"; then
+		gone=0
+		break
+	fi
+	sleep 0.1
+done
+echo "$CLIENTS"
+result "mrd released the killed client's memory, MRs and pins (domain uid-1000: allocated ${a:-gone}, MRs ${m:-gone}, pinned ${p:-gone})" $gone
+mrd-hello "$SOCK" > /dev/null 2>&1
+result "mrd serves a new client after the kill" $?
+
+# 7. ODP: on a kernel whose rxe has it, a domain with policy odp gets on-demand children.
+# Registration and counts only: rxe's ODP copy ignores the offset inside a page.
+if [ "$DEV_ODP" = true ]; then
+	rdma-peers hold "$SOCK" 1001 > /tmp/hold.txt 2>&1 &
+	HOLD=$!
+	for _ in $(seq 100); do grep -q HOLDING /tmp/hold.txt && break; sleep 0.1; done
+	grep RESULT /tmp/hold.txt
+	STATS=$(mrctl --json stats)
+	echo "$STATS"
+	c=$(domain_field "$STATS" uid-1001 odp_children_created)
+	[ "${c:-0}" -ge 1 ]
+	result "mrd creates on-demand children for policy odp (created: ${c:-none})" $?
+	kill "$HOLD"
+	wait "$HOLD" 2>/dev/null
+else
+	skip "mrd creates on-demand children for policy odp" "this kernel's rxe reports no ODP"
+fi
+
+# 8. mrd stops cleanly.
+kill "$MRD"
+wait "$MRD"
+result "mrd exits cleanly on SIGTERM" $? "$(tail -n 5 /tmp/mrd.log)"
+finish

@@ -1,0 +1,467 @@
+/* SPDX-License-Identifier: MIT */
+/* Clients of one mrd on a real RDMA device (Soft-RoCE in the VM test, tests/vm/).
+ *
+ *   rdma-peers pair SOCKET GID_INDEX [VICTIM_PID]
+ *     Two client processes of one domain. Each allocates mrd memory and gets its keys through
+ *     libmrd's lookup path; the initiator moves bytes into the target's buffer with RDMA WRITE,
+ *     reads them back with RDMA READ, writes from a registered mempool, and, after the target
+ *     freed and allocated again (a new generation), finds the old key refused and the new one,
+ *     looked up afresh, working. The transfers run on RC QPs the clients create on the
+ *     domain's PD, imported through mrd_verbs_import_pd(); where the device cannot be
+ *     imported (rxe: librxe has no import_context) that check is a SKIP and mrd posts the
+ *     same work requests on its own QPs in the domain's PD (mrd_dma), so the device still
+ *     judges every key. Between two transfers the initiator SIGKILLs VICTIM_PID.
+ *   rdma-peers victim SOCKET UID
+ *     Becomes UID, allocates and registers memory in its own domain, prints "@@ VICTIM_READY",
+ *     then sends requests in a loop until it is killed.
+ *   rdma-peers hold SOCKET UID
+ *     Becomes UID, allocates 4 MiB and looks up its keys (in a domain whose policy is odp: mrd
+ *     registers on-demand children), prints "@@ HOLDING", and holds it until killed.
+ *
+ * Prints "@@ RESULT name: PASS|FAIL|SKIP reason" lines; exits 0 unless a check failed. */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <mrd/mrd.h>
+#include <mrd/mrd-verbs.h>
+
+#define BUF_SIZE (1u << 20)
+
+struct wire_qp {
+	uint32_t qpn, psn;
+	union ibv_gid gid;
+};
+
+struct peer {
+	const char *who;
+	mrd_client *client;
+	bool own_qp; /* the imported PD's QP, else mrd_dma */
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct mrd_lookup l;
+	int gid_index;
+	int sock; /* to the other peer */
+};
+
+static int failures;
+
+static void result(const char *name, bool ok)
+{
+	printf("@@ RESULT %s: %s\n", name, ok ? "PASS" : "FAIL");
+	fflush(stdout);
+	failures += !ok;
+}
+
+static void die(const char *who, const char *what, int r)
+{
+	printf("@@ RESULT %s: FAIL %s: %s (%s)\n", who, what, strerror(r < 0 ? -r : r),
+	       mrd_last_error());
+	exit(2);
+}
+
+static void xsend(struct peer *p, const void *buf, size_t n)
+{
+	if (write(p->sock, buf, n) != (ssize_t)n)
+		die(p->who, "write to peer", errno);
+}
+
+static void xrecv(struct peer *p, void *buf, size_t n)
+{
+	if (read(p->sock, buf, n) != (ssize_t)n)
+		die(p->who, "read from peer", errno ? errno : EPIPE);
+}
+
+/* Does the device let a client import its domain's context and PD? Asked once, by a client
+ * of its own, so both peers take the same path. */
+static bool probe_import(const char *sock)
+{
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	mrd_client *c;
+	int r;
+
+	r = mrd_client_connect(sock, &c);
+	if (r < 0)
+		die("probe", "connect", r);
+	r = mrd_verbs_import_pd(c, &ctx, &pd);
+	if (r == 0) {
+		printf("@@ RESULT a client imports its domain's device and PD: PASS\n");
+		ibv_unimport_pd(pd);
+		ibv_close_device(ctx);
+	} else if (r == -EOPNOTSUPP)
+		printf("@@ RESULT a client imports its domain's device and PD: SKIP "
+		       "ibv_import_device: the provider library has no import_context (librxe); "
+		       "transfers go through mrd_dma on the domain's PD instead\n");
+	else
+		die("probe", "mrd_verbs_import_pd", r);
+	fflush(stdout);
+	mrd_client_close(c);
+	return r == 0;
+}
+
+static void peer_open(struct peer *p)
+{
+	struct ibv_qp_init_attr init = {
+		.qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	int r;
+
+	r = mrd_client_connect(getenv("MRD_SOCKET"), &p->client);
+	if (r < 0)
+		die(p->who, "connect", r);
+	r = mrd_lookup_init(&p->l, p->client);
+	if (r < 0)
+		die(p->who, "lookup init", r);
+	if (!p->own_qp)
+		return;
+	r = mrd_verbs_import_pd(p->client, &p->ctx, &p->pd);
+	if (r < 0)
+		die(p->who, "import PD", r);
+	p->cq = ibv_create_cq(p->ctx, 32, NULL, NULL, 0);
+	if (!p->cq)
+		die(p->who, "create CQ", errno);
+	init.send_cq = init.recv_cq = p->cq;
+	p->qp = ibv_create_qp(p->pd, &init);
+	if (!p->qp)
+		die(p->who, "create QP", errno);
+}
+
+/* RESET -> INIT -> RTR -> RTS against the other side's QP. */
+static void peer_connect(struct peer *p)
+{
+	const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	struct wire_qp mine = { .qpn = p->qp ? p->qp->qp_num : 0, .psn = 1 }, theirs;
+	struct ibv_qp_attr a;
+	int r;
+
+	if (!p->own_qp)
+		return;
+	if (ibv_query_gid(p->ctx, 1, p->gid_index, &mine.gid))
+		die(p->who, "query GID", errno);
+	xsend(p, &mine, sizeof(mine));
+	xrecv(p, &theirs, sizeof(theirs));
+
+	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_INIT, .port_num = 1,
+				  .qp_access_flags = access };
+	r = ibv_modify_qp(p->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					     IBV_QP_ACCESS_FLAGS);
+	if (r)
+		die(p->who, "QP to INIT", r);
+	a = (struct ibv_qp_attr){
+		.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = theirs.qpn,
+		.rq_psn = theirs.psn, .max_dest_rd_atomic = 1, .min_rnr_timer = 12,
+		.ah_attr = { .is_global = 1, .port_num = 1,
+			     .grh = { .dgid = theirs.gid, .sgid_index = (uint8_t)p->gid_index,
+				      .hop_limit = 1 } },
+	};
+	r = ibv_modify_qp(p->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+					     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+					     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	if (r)
+		die(p->who, "QP to RTR", r);
+	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7,
+				  .rnr_retry = 7, .sq_psn = mine.psn, .max_rd_atomic = 1 };
+	r = ibv_modify_qp(p->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+					     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	if (r)
+		die(p->who, "QP to RTS", r);
+}
+
+/* One RDMA WRITE (local -> remote) or READ (remote -> local); 0 when the device completed it,
+ * else why not (on stderr). */
+static int rdma(struct peer *p, bool read, void *local, uint32_t lkey, uint64_t remote,
+		uint32_t rkey, uint32_t len)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)local, .length = len, .lkey = lkey };
+	struct ibv_send_wr wr = { .sg_list = &sge, .num_sge = 1,
+				  .opcode = read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE,
+				  .send_flags = IBV_SEND_SIGNALED,
+				  .wr.rdma = { .remote_addr = remote, .rkey = rkey } }, *bad;
+	struct ibv_wc wc;
+	int n;
+
+	if (!p->own_qp) {
+		n = mrd_dma(p->client, read ? MRD_DMA_READ : MRD_DMA_WRITE, lkey, local, rkey,
+			    (const void *)(uintptr_t)remote, len);
+		if (n < 0)
+			fprintf(stderr, "%s: mrd_dma: %s\n", p->who, mrd_last_error());
+		return n;
+	}
+	if (ibv_post_send(p->qp, &wr, &bad))
+		return -EIO;
+	while ((n = ibv_poll_cq(p->cq, 1, &wc)) == 0)
+		;
+	if (n < 0 || wc.status != IBV_WC_SUCCESS) {
+		fprintf(stderr, "%s: completion: %s\n", p->who,
+			n < 0 ? "poll failed" : ibv_wc_status_str(wc.status));
+		return -EIO;
+	}
+	return 0;
+}
+
+/* The target: owns the buffer the initiator writes into and reads from. */
+static int target(struct peer *p)
+{
+	struct mrd_mr mr;
+	uint64_t addr, gen;
+	char *buf, go;
+	int r;
+
+	peer_open(p);
+	r = mrd_mem_alloc(p->client, BUF_SIZE, 0, 0, (void **)&buf);
+	if (r < 0)
+		die(p->who, "alloc", r);
+	r = mrd_lookup_mr(&p->l, buf, &mr); /* registered now, so the peer finds its keys */
+	if (r < 0)
+		die(p->who, "lookup", r);
+	memset(buf, 0, BUF_SIZE);
+	strcpy(buf + 8192, "target's own bytes, read back by RDMA READ");
+	peer_connect(p);
+	addr = (uintptr_t)buf;
+	xsend(p, &addr, sizeof(addr));
+
+	xrecv(p, &go, 1); /* the initiator wrote */
+	go = strcmp(buf + 4096, "written by RDMA WRITE through mrd's keys") == 0;
+	xsend(p, &go, 1);
+	xrecv(p, &go, 1); /* ... then from its mempool */
+	go = strcmp(buf + 12288, "from a registered mempool") == 0;
+	xsend(p, &go, 1);
+
+	/* Free and allocate again: the generation moves, the initiator must refetch. */
+	xrecv(p, &go, 1);
+	gen = mrd_client_generation(p->client);
+	mrd_mem_free(p->client, buf);
+	r = mrd_mem_alloc(p->client, BUF_SIZE, 0, 0, (void **)&buf);
+	if (r < 0)
+		die(p->who, "alloc again", r);
+	memset(buf, 0, BUF_SIZE);
+	r = mrd_lookup_mr(&p->l, buf, &mr);
+	if (r < 0)
+		die(p->who, "lookup again", r);
+	go = mrd_client_generation(p->client) > gen;
+	xsend(p, &go, 1);
+	addr = (uintptr_t)buf;
+	xsend(p, &addr, sizeof(addr));
+	xrecv(p, &go, 1);
+	go = strcmp(buf + 4096, "after the generation moved") == 0;
+	xsend(p, &go, 1);
+	xrecv(p, &go, 1); /* the initiator tried the freed buffer's old key */
+	go = buf[16384] == 0; /* the new buffer may lie where the old one did */
+	xsend(p, &go, 1);
+	xrecv(p, &go, 1); /* done */
+	mrd_lookup_done(&p->l);
+	return 0;
+}
+
+static int initiator(struct peer *p, pid_t victim)
+{
+	struct mrd_mr src, dst, obj_mr;
+	uint32_t stale_rkey;
+	mrd_mempool *pool;
+	uint64_t remote, old_remote;
+	char *buf, ok, *obj;
+	int r;
+
+	peer_open(p);
+	r = mrd_mem_alloc(p->client, BUF_SIZE, 0, 0, (void **)&buf);
+	if (r < 0)
+		die(p->who, "alloc", r);
+	peer_connect(p);
+	xrecv(p, &remote, sizeof(remote));
+	/* The target's buffer is mrd memory of our domain: map it, and its keys come from our
+	 * own lookup path, as any address's do. */
+	r = mrd_mem_map(p->client, (void *)(uintptr_t)remote);
+	if (r < 0)
+		die(p->who, "map the target's arena", r);
+	if (mrd_lookup_mr(&p->l, buf, &src) < 0 ||
+	    mrd_lookup_mr(&p->l, (void *)(uintptr_t)remote, &dst) < 0)
+		die(p->who, "lookup", -EIO);
+
+	strcpy(buf, "written by RDMA WRITE through mrd's keys");
+	r = rdma(p, false, buf, src.lkey, remote + 4096, dst.rkey, (uint32_t)strlen(buf) + 1);
+	result("RDMA WRITE from mrd memory into another client's", r == 0);
+	ok = 1;
+	xsend(p, &ok, 1);
+	xrecv(p, &ok, 1);
+	result("the target reads what was written", ok);
+
+	if (victim > 0) {
+		/* The victim is mid-request: mrd must go on serving us (the next checks), and
+		 * release all it held (the guest script checks mrd's accounting). */
+		result("another client killed with SIGKILL mid-run", kill(victim, SIGKILL) == 0);
+	}
+
+	memset(buf + 65536, 0, 128);
+	r = rdma(p, true, buf + 65536, src.lkey, remote + 8192, dst.rkey, 64);
+	result("RDMA READ back", r == 0 &&
+				     strcmp(buf + 65536, "target's own bytes, read back by RDMA READ") == 0);
+	/* Across the registration's end: the device must refuse it. (On a client's own QP only
+	 * at the end, as a refusal leaves the QP in error.) */
+	if (!p->own_qp) {
+		r = rdma(p, true, buf, src.lkey, remote + BUF_SIZE - 64, dst.rkey, 128);
+		result("RDMA READ across the registration's end is refused", r < 0);
+	}
+
+	/* A registered mempool as the source. */
+	r = mrd_mempool_create(p->client, "vm-src", 64, 4096, 64, 0, 0, &pool);
+	if (r >= 0)
+		r = mrd_mempool_register(pool, 0);
+	obj = r >= 0 ? mrd_mempool_get(pool) : NULL;
+	if (obj) {
+		strcpy(obj, "from a registered mempool");
+		r = mrd_mempool_lookup(&p->l, pool, obj, &obj_mr);
+		if (r >= 0)
+			r = rdma(p, false, obj, obj_mr.lkey, remote + 12288, dst.rkey, 64);
+	}
+	result("RDMA WRITE from a registered mempool", obj && r == 0);
+	ok = 1;
+	xsend(p, &ok, 1);
+	xrecv(p, &ok, 1);
+	result("the target reads the mempool's bytes", ok);
+
+	/* The target frees and allocates again. */
+	stale_rkey = dst.rkey;
+	old_remote = remote;
+	xsend(p, &ok, 1);
+	xrecv(p, &ok, 1);
+	result("the target's free moved the generation", ok);
+	xrecv(p, &remote, sizeof(remote));
+	r = mrd_mem_map(p->client, (void *)(uintptr_t)remote);
+	if (r < 0 && r != -EEXIST)
+		die(p->who, "map again", r);
+	r = mrd_lookup_mr(&p->l, (void *)(uintptr_t)remote, &dst); /* the cache saw the move */
+	result("the peer's lookup refetched new keys", r == 0);
+	strcpy(buf, "after the generation moved");
+	r = r < 0 ? r : rdma(p, false, buf, src.lkey, remote + 4096, dst.rkey, 64);
+	result("RDMA WRITE with keys looked up again after the generation moved", r == 0);
+	ok = 1;
+	xsend(p, &ok, 1);
+	xrecv(p, &ok, 1);
+	result("the target reads them", ok);
+	/* Last, as a refusal leaves a QP in error: the freed buffer's rkey reaches nothing. */
+	strcpy(buf, "never written");
+	r = rdma(p, false, buf, src.lkey, old_remote + 16384, stale_rkey, 64);
+	result("the freed buffer's old rkey is refused by the device", r < 0);
+	xsend(p, &ok, 1);
+	xrecv(p, &ok, 1);
+	result("nothing was written through the old rkey", ok);
+	xsend(p, &ok, 1);
+	mrd_mempool_put(pool, obj);
+	mrd_mempool_free(pool);
+	mrd_lookup_done(&p->l);
+	return failures ? 1 : 0;
+}
+
+static int pair(const char *sock, int gid_index, pid_t victim)
+{
+	bool own_qp = probe_import(sock);
+	int sv[2], status, rc;
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		return 2;
+	pid = fork();
+	if (pid == 0) {
+		struct peer p = { .who = "target", .own_qp = own_qp, .gid_index = gid_index,
+				  .sock = sv[1] };
+
+		close(sv[0]);
+		_exit(target(&p));
+	}
+	close(sv[1]);
+	{
+		struct peer p = { .who = "initiator", .own_qp = own_qp, .gid_index = gid_index,
+				  .sock = sv[0] };
+
+		rc = initiator(&p, victim);
+	}
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		rc = 1;
+	return rc;
+}
+
+/* A client in a domain of its own, killed mid-request by the pair's initiator. */
+_Noreturn static void victim(const char *sock, uid_t uid)
+{
+	struct mrd_lookup l;
+	mrd_client *c;
+	struct mrd_mr mr;
+	void *mem[4];
+	int r;
+
+	if (setgid(uid) < 0 || setuid(uid) < 0)
+		die("victim", "setuid", errno);
+	r = mrd_client_connect(sock, &c);
+	if (r < 0)
+		die("victim", "connect", r);
+	r = mrd_lookup_init(&l, c);
+	for (int i = 0; i < 4 && r >= 0; i++) {
+		r = mrd_mem_alloc(c, 2u << 20, 0, 0, &mem[i]);
+		if (r >= 0)
+			r = mrd_lookup_mr(&l, mem[i], &mr);
+	}
+	if (r < 0)
+		die("victim", "alloc and register", r);
+	printf("@@ VICTIM_READY pid %d domain %s\n", (int)getpid(), mrd_client_domain(c));
+	fflush(stdout);
+	for (;;) {
+		void *p;
+
+		if (mrd_mem_alloc(c, 64u << 10, 0, 0, &p) >= 0) {
+			(void)mrd_lookup_mr(&l, p, &mr);
+			(void)mrd_mem_free(c, p);
+		}
+	}
+}
+
+/* Memory looked up and held, so the guest script can read mrd's view of the domain. */
+_Noreturn static void hold(const char *sock, uid_t uid)
+{
+	struct mrd_lookup l;
+	struct mrd_mr mr;
+	mrd_client *c;
+	void *mem;
+	int r;
+
+	if (setgid(uid) < 0 || setuid(uid) < 0)
+		die("hold", "setuid", errno);
+	r = mrd_client_connect(sock, &c);
+	if (r >= 0)
+		r = mrd_lookup_init(&l, c);
+	if (r >= 0)
+		r = mrd_mem_alloc(c, 4u << 20, 0, 0, &mem);
+	if (r >= 0)
+		r = mrd_lookup_mr(&l, (char *)mem + (3u << 20), &mr);
+	result("keys for memory of a domain with cache policy odp", r >= 0);
+	printf("@@ HOLDING domain %s\n", r >= 0 ? mrd_client_domain(c) : "-");
+	fflush(stdout);
+	for (;;)
+		pause();
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 4 && strcmp(argv[1], "pair") == 0) {
+		setenv("MRD_SOCKET", argv[2], 1);
+		return pair(argv[2], atoi(argv[3]), argc > 4 ? (pid_t)atoi(argv[4]) : 0);
+	}
+	if (argc == 4 && strcmp(argv[1], "victim") == 0)
+		victim(argv[2], (uid_t)atoi(argv[3]));
+	if (argc == 4 && strcmp(argv[1], "hold") == 0)
+		hold(argv[2], (uid_t)atoi(argv[3]));
+	fprintf(stderr, "usage: rdma-peers pair SOCKET GID_INDEX [VICTIM_PID]\n"
+			"       rdma-peers victim SOCKET UID\n"
+			"       rdma-peers hold SOCKET UID\n");
+	return 2;
+}

@@ -1,0 +1,185 @@
+#!/bin/bash
+# make check-rdma: boots a stock Debian kernel under qemu (software emulation, no KVM needed),
+# brings up Soft-RoCE (rdma_rxe) on lo and runs mrd on it with the verbs provider
+# (tests/vm/guest-init.sh). The kernel comes from Debian's archive: by default the newest 7.x
+# in trixie-backports, whose rxe has ODP; MRD_VM_KERNEL=<version> picks one (with
+# MRD_VM_SUITE=<suite> for another suite). What it fetches is cached in the build tree
+# (tests/vm/cache). Each guest check becomes one line "PASS|FAIL|SKIP: vm: NAME" and one TAP
+# line in tests/vm/rdma-vm.tap; the last line counts them. Exit 0 when none failed, 77 when
+# the host lacks a tool (it says which).
+set -euo pipefail
+: "${top_srcdir:?}" "${top_builddir:?}"
+VM=$top_builddir/tests/vm
+CACHE=$VM/cache
+SUITE=${MRD_VM_SUITE:-trixie-backports}
+TIMEOUT=${MRD_VM_TIMEOUT:-400}
+mkdir -p "$CACHE"
+
+missing=
+for tool in qemu-system-x86_64:qemu-system-x86 busybox:busybox-static cpio:cpio \
+	depmod:kmod xz:xz-utils apt-get:apt dpkg-deb:dpkg rdma:iproute2 ibv_devinfo:ibverbs-utils; do
+	command -v "${tool%%:*}" > /dev/null || missing="$missing ${tool#*:}"
+done
+rxe_lib=$(ls /usr/lib/*/libibverbs/librxe-rdmav*.so 2>/dev/null | head -n 1 || true)
+[ -n "$rxe_lib" ] || missing="$missing ibverbs-providers"
+if [ -n "$missing" ]; then
+	echo "check-rdma: not run: install the Debian packages:$missing"
+	exit 77
+fi
+
+# ---- the kernel: a private apt configuration, so the system's sources stay as they are
+fetch_kernel() {
+	local apt=$CACHE/apt src
+	mkdir -p "$apt/state/lists/partial" "$apt/cache/archives/partial" "$apt/parts" "$CACHE/debs"
+	touch "$apt/state/status"
+	# The machine's own Debian mirror, with the suite changed.
+	src=$(sed -n 's/^URIs: *\(http[^ ]*debian\)\/*$/\1/p' /etc/apt/sources.list.d/*.sources \
+		2>/dev/null | head -n 1)
+	[ -n "$src" ] || src=$(sed -n 's/^deb \(http[^ ]*debian\)\/* .*/\1/p' /etc/apt/sources.list \
+		2>/dev/null | head -n 1)
+	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${src:-http://deb.debian.org/debian} $SUITE main" \
+		> "$apt/sources.list"
+	cat > "$apt/apt.conf" <<-EOF
+	Dir::State "$apt/state";
+	Dir::State::status "$apt/state/status";
+	Dir::Cache "$apt/cache";
+	Dir::Etc::SourceList "$apt/sources.list";
+	Dir::Etc::SourceParts "$apt/parts";
+	Dir::Etc::Preferences "$apt/preferences";
+	Dir::Etc::PreferencesParts "$apt/parts";
+	APT::Architectures { "amd64"; };
+	Acquire::Languages "none";
+	EOF
+	export APT_CONFIG=$apt/apt.conf
+	apt-get update -qq
+	if [ -z "${KVER:-}" ]; then
+		# Versions with both halves: some linux-binary versions have no linux-modules.
+		KVER=$(comm -12 \
+			<(apt-cache pkgnames linux-binary-7. | sed -n 's/^linux-binary-\(7\.[0-9.]*+deb[0-9]*-amd64\)$/\1/p' | sort) \
+			<(apt-cache pkgnames linux-modules-7. | sed -n 's/^linux-modules-\(7\.[0-9.]*+deb[0-9]*-amd64\)$/\1/p' | sort) |
+			sort -V | tail -n 1)
+		[ -n "$KVER" ] || { echo "check-rdma: no 7.x kernel found in $SUITE" >&2; exit 1; }
+	fi
+	[ -e "$CACHE/kroot/$KVER/.ready" ] && return
+	rm -rf "$CACHE/kroot/$KVER" && mkdir -p "$CACHE/kroot/$KVER"
+	(cd "$CACHE/debs" && apt-get download -q "linux-binary-$KVER" "linux-modules-$KVER" \
+		"linux-base-$KVER" 2>&1 | grep -v unsandboxed || true)
+	for deb in "$CACHE"/debs/linux-{binary,modules,base}-"${KVER}"_*.deb; do
+		dpkg-deb -x "$deb" "$CACHE/kroot/$KVER"
+	done
+	ln -s usr/lib "$CACHE/kroot/$KVER/lib"
+	depmod -b "$CACHE/kroot/$KVER" "$KVER"
+	rm -f "$CACHE"/debs/linux-*-"${KVER}"_*.deb
+	touch "$CACHE/kroot/$KVER/.ready"
+}
+
+KVER=${MRD_VM_KERNEL:-}
+if [ -z "$KVER" ] && [ -e "$CACHE/kernel" ] &&
+	[ -n "$(find "$CACHE/kernel" -mtime -7 2>/dev/null)" ]; then
+	KVER=$(cat "$CACHE/kernel") # resolved within the week: no apt-get update
+fi
+t0=$(date +%s)
+[ -n "$KVER" ] && [ -e "$CACHE/kroot/$KVER/.ready" ] || fetch_kernel
+echo "$KVER" > "$CACHE/kernel"
+KROOT=$CACHE/kroot/$KVER
+echo "check-rdma: kernel $KVER ($SUITE), ready in $(($(date +%s) - t0)) s"
+
+# ---- the initramfs: busybox, the rxe modules, rdma-core's tools and mrd's build
+ST=$VM/stage
+rm -rf "$ST"
+mkdir -p "$ST"/{bin,sbin,proc,sys,dev,tmp,run,etc/libibverbs.d,opt/mrd/bin,opt/mrd/lib,lib/modules/$KVER}
+cp /bin/busybox "$ST/bin/busybox"
+for a in $("$ST/bin/busybox" --list); do
+	[ -e "$ST/bin/$a" ] || ln -s busybox "$ST/bin/$a"
+done
+: > "$ST/modules.load"
+for m in ib_core ib_uverbs rdma_rxe; do
+	modprobe -d "$KROOT" -S "$KVER" --show-depends "$m" | while read -r kw path _; do
+		[ "$kw" = insmod ] || continue
+		base=$(basename "$path" .xz)
+		base=${base%.zst}
+		grep -qx "$base" "$ST/modules.load" && continue
+		case "$path" in
+		*.xz) xz -dc "$path" > "$ST/lib/modules/$KVER/$base" ;;
+		*.zst) zstd -qdc "$path" > "$ST/lib/modules/$KVER/$base" ;;
+		*) cp "$path" "$ST/lib/modules/$KVER/$base" ;;
+		esac
+		echo "$base" >> "$ST/modules.load"
+	done
+done
+copy_libs() { # binary: the shared libraries it needs, at their own paths
+	LD_LIBRARY_PATH=$top_builddir/.libs ldd "$1" |
+		awk '/=>/ { print $3; next } $1 ~ /^\// { print $1 }' | while read -r lib; do
+		[ -e "$lib" ] || continue
+		case "$lib" in
+		"$top_builddir"/*) cp -L "$lib" "$ST/opt/mrd/lib/" ;;
+		*) mkdir -p "$ST$(dirname "$lib")" && cp -Ln "$lib" "$ST$lib" 2> /dev/null || true ;;
+		esac
+	done
+}
+for b in /usr/bin/rdma /usr/bin/ibv_devinfo "$rxe_lib"; do
+	mkdir -p "$ST$(dirname "$b")"
+	cp -L "$b" "$ST$b"
+	copy_libs "$b"
+done
+cp /etc/libibverbs.d/rxe.driver "$ST/etc/libibverbs.d/" # rxe alone: no probing of others
+for b in mrd mrctl mrd-demo examples/mrd-hello tests/test-contract-verbs tests/vm/rdma-peers; do
+	dir=$top_builddir/$(dirname "$b")
+	name=$(basename "$b")
+	real=$dir/$name
+	[ -x "$dir/.libs/$name" ] && real=$dir/.libs/$name # libtool's wrapper: the real program
+	cp "$real" "$ST/opt/mrd/bin/$name"
+	copy_libs "$real"
+done
+# Debian is merged-/usr: let both library paths resolve.
+if [ -d "$ST/usr/lib/x86_64-linux-gnu" ]; then
+	mkdir -p "$ST/lib/x86_64-linux-gnu"
+	cp -an "$ST/usr/lib/x86_64-linux-gnu/." "$ST/lib/x86_64-linux-gnu/"
+	rm -rf "$ST/usr/lib/x86_64-linux-gnu"
+	ln -s ../../lib/x86_64-linux-gnu "$ST/usr/lib/x86_64-linux-gnu"
+fi
+printf 'root:x:0:0:root:/root:/bin/sh\nvictim:x:1000:1000::/tmp:/bin/sh\nodp:x:1001:1001::/tmp:/bin/sh\n' \
+	> "$ST/etc/passwd"
+printf 'root:x:0:\nvictim:x:1000:\nodp:x:1001:\n' > "$ST/etc/group"
+cp "$top_srcdir/tests/vm/guest-init.sh" "$ST/init"
+chmod +x "$ST/init"
+(cd "$ST" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) > "$VM/initramfs.cpio.gz"
+
+# ---- boot: 2 vCPUs (one busy-polling client would crawl on a single one)
+LOG=$VM/console.log
+t0=$(date +%s)
+set +e
+timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 \
+	-accel tcg,thread=multi -cpu max -smp 2 -m 1024 -nographic -no-reboot -nic none \
+	-kernel "$KROOT/usr/lib/modules/$KVER/vmlinuz" -initrd "$VM/initramfs.cpio.gz" \
+	-append "console=ttyS0 panic=-1 loglevel=4" < /dev/null > "$LOG" 2>&1
+qemu_rc=$?
+set -e
+echo "check-rdma: the VM ran $(($(date +%s) - t0)) s (qemu rc $qemu_rc; console: $LOG)"
+
+# ---- results
+TAP=$VM/rdma-vm.tap
+n=0 passed=0 failed=0 skipped=0
+: > "$TAP.body"
+while IFS=$'\t' read -r verdict name detail; do
+	n=$((n + 1))
+	case "$verdict" in
+	PASS) passed=$((passed + 1)); echo "PASS: vm: $name"; echo "ok $n - $name" >> "$TAP.body" ;;
+	SKIP) skipped=$((skipped + 1)); echo "SKIP: vm: $name ($detail)"
+		echo "ok $n - $name # SKIP $detail" >> "$TAP.body" ;;
+	*) failed=$((failed + 1)); echo "FAIL: vm: $name: $detail"
+		echo "not ok $n - $name # $detail" >> "$TAP.body" ;;
+	esac
+done < <(tr -d '\r' < "$LOG" | sed -nE 's/^@@ RESULT (.*): PASS$/PASS\t\1\t/p
+	s/^@@ RESULT (.*): (FAIL|SKIP) ?(.*)$/\2\t\1\t\3/p')
+if ! grep -q '^@@ ALL_DONE' "$LOG"; then
+	failed=$((failed + 1)); n=$((n + 1))
+	echo "FAIL: vm: the guest ran to its end"
+	echo "not ok $n - the guest ran to its end" >> "$TAP.body"
+	tail -n 40 "$LOG"
+fi
+{ echo "1..$n"; cat "$TAP.body"; } > "$TAP"
+rm -f "$TAP.body"
+[ "$failed" -eq 0 ] || grep -v '^@@ RESULT' "$LOG" | tail -n 80
+echo "check-rdma: $passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
