@@ -1,0 +1,32 @@
+#!/bin/sh
+# make check-rdma with what it needs: the build, and the host tools that boot the Soft-RoCE VM
+# (Debian packages, installed as root when missing). The VM's kernel comes from Debian's
+# archive at run time and is cached in build/tests/vm/cache (tests/vm/rdma-vm.sh).
+set -eu
+. "$(dirname "$0")/build.sh"
+
+# Debian package names; README.md lists the same set.
+MRD_VM_DEPS="qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 ibverbs-utils \
+ibverbs-providers"
+
+have_vm_deps() {
+	for tool in qemu-system-x86_64 busybox cpio depmod xz rdma ibv_devinfo; do
+		command -v "$tool" >/dev/null 2>&1 || return 1
+	done
+	ls /usr/lib/*/libibverbs/librxe-rdmav*.so >/dev/null 2>&1
+}
+
+install_deps
+if ! have_vm_deps; then
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "check-rdma: not run: the VM's host tools are missing; as root run:"
+		echo "  apt-get install -y $MRD_VM_DEPS"
+		exit 77
+	fi
+	echo "== installing the VM's host tools (apt-get)"
+	# shellcheck disable=SC2086
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $MRD_VM_DEPS
+fi
+build
+cd "$top/build"
+make check-rdma
