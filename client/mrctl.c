@@ -90,7 +90,7 @@ static void print_status(const Mrd__StatusResponse *s)
 	       "max MR size:      %" PRIu64 " bytes\n"
 	       "ODP:              %s (implicit: %s)\n"
 	       "rereg translate:  %s\n"
-	       "emulated DMA:     %s\n"
+	       "DMA by keys:      %s\n"
 	       "domains:          %" PRIu32 "\n"
 	       "clients:          %" PRIu32 " of %" PRIu32 "\n"
 	       "requests:         %" PRIu64 "\n"

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* mrd's main job, shown by two processes of one user: a receiver allocates a buffer from mrd
  * and tells a sender where it is; the sender looks up keys for its own buffer and for the
- * receiver's through libmrd's lookup cache and moves bytes between them with the soft
- * provider's emulated DMA, by keys alone; then memory is freed, the generation moves, and each
- * side shows how its lookups were served, and memory allocated again reuses the freed MR's
- * handle with new keys. Usage: mrd-demo [SOCKET]; with $MRD_DEMO_MRCTL set
+ * receiver's through libmrd's lookup cache and has mrd move bytes between them by keys alone
+ * (mrd_dma: emulated on the soft provider, done by the device on verbs); then memory is freed,
+ * the generation moves, and each side shows how its lookups were served, and memory allocated
+ * again reuses the freed MR's handle with new keys. Usage: mrd-demo [SOCKET]; with $MRD_DEMO_MRCTL set
  * to mrctl's path (and root), it also shows mrd's own view while both are connected. */
 #include <errno.h>
 #include <inttypes.h>

@@ -312,7 +312,7 @@ START_TEST(test_mrctl_status)
 	ck_assert_int_eq(mrctl_run((uid_t)-1, "status", NULL), 0);
 	ck_assert_msg(strstr(out, "version:          " PACKAGE_VERSION), "%s", out);
 	ck_assert_msg(strstr(out, "provider:         soft"), "%s", out);
-	ck_assert_msg(strstr(out, "emulated DMA:     yes"), "%s", out);
+	ck_assert_msg(strstr(out, "DMA by keys:      yes"), "%s", out);
 	ck_assert_msg(strstr(out, "clients:          1 of 8"), "%s", out);
 
 	ck_assert_int_eq(mrctl_run((uid_t)-1, "--json", "status"), 0);

@@ -23,7 +23,7 @@ for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 
 echo "== example client (examples/mrd-hello.c)"
 ./examples/mrd-hello "$sock"
-echo "== mrd-demo: two processes, keys and emulated DMA (examples/mrd-demo.c)"
+echo "== mrd-demo: two processes, keys and DMA by keys (examples/mrd-demo.c)"
 MRD_DEMO_MRCTL=./mrctl ./mrd-demo "$sock"
 echo "== mrctl status"
 ./mrctl --socket "$sock" status

@@ -162,9 +162,10 @@ MRD_INLINE uint32_t mrd_lookup_lkey(struct mrd_lookup *l, const void *addr)
 	return mrd_lookup_lkey_slow(l, addr);
 }
 
-/* Emulated DMA through keys (soft provider only; -EOPNOTSUPP on a real device): what the NIC
- * does for an RDMA write (MRD_DMA_WRITE: local -> remote) or read (MRD_DMA_READ: remote ->
- * local). -ENOKEY for a key that is not valid (its memory was freed), -EACCES, -EFAULT. */
+/* An RDMA write (MRD_DMA_WRITE: local -> remote) or read (MRD_DMA_READ: remote -> local) by
+ * keys alone: emulated on the soft provider (-ENOKEY for a key that is not valid, -EACCES,
+ * -EFAULT), done by the device on verbs, on mrd's queue pairs in the domain's PD
+ * (-EKEYREJECTED when the device refused a key, -ETIMEDOUT). */
 #define MRD_DMA_WRITE 0
 #define MRD_DMA_READ 1
 int mrd_dma(mrd_client *client, int op, uint32_t lkey, const void *laddr, uint32_t rkey,
