@@ -244,8 +244,8 @@ void td_wait_domains_closed(void)
 	td_pump_until_zero(&td_manager->n_domains);
 }
 
-void td_dma(int fd, uint64_t id, unsigned op, const Mrd__MrEntry *l, uint64_t laddr,
-	    const Mrd__MrEntry *rm, uint64_t raddr, uint64_t len, int error)
+void td_send_dma(int fd, uint64_t id, unsigned op, const Mrd__MrEntry *l, uint64_t laddr,
+		 const Mrd__MrEntry *rm, uint64_t raddr, uint64_t len)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__DmaRequest q = MRD__DMA_REQUEST__INIT;
@@ -260,5 +260,11 @@ void td_dma(int fd, uint64_t id, unsigned op, const Mrd__MrEntry *l, uint64_t la
 	req.body_case = MRD__REQUEST__BODY_DMA;
 	req.dma = &q;
 	td_send_request(fd, &req, NULL, 0);
+}
+
+void td_dma(int fd, uint64_t id, unsigned op, const Mrd__MrEntry *l, uint64_t laddr,
+	    const Mrd__MrEntry *rm, uint64_t raddr, uint64_t len, int error)
+{
+	td_send_dma(fd, id, op, l, laddr, rm, raddr, len);
 	td_expect_free(fd, id, error);
 }

@@ -47,8 +47,11 @@ void td_free(int fd, uint64_t id, uint64_t addr, int error);
 /* The same request, its reply left for the test to take. */
 void td_send_free(int fd, uint64_t id, uint64_t addr);
 
-/* Emulated DMA (op: PROVIDER_DMA_*) of len bytes between laddr under l's lkey and raddr under
- * rm's rkey; its reply must carry error. */
+/* Dma (op: PROVIDER_DMA_*) of len bytes between laddr under l's lkey and raddr under rm's
+ * rkey, its reply left for the test to take. */
+void td_send_dma(int fd, uint64_t id, unsigned op, const Mrd__MrEntry *l, uint64_t laddr,
+		 const Mrd__MrEntry *rm, uint64_t raddr, uint64_t len);
+/* The same; its reply must carry error. */
 void td_dma(int fd, uint64_t id, unsigned op, const Mrd__MrEntry *l, uint64_t laddr,
 	    const Mrd__MrEntry *rm, uint64_t raddr, uint64_t len, int error);
 

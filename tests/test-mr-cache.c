@@ -653,24 +653,6 @@ END_TEST
 /* Dma with keys on a device (verbs) waits for the device: on a worker. Soft's DMA, made to
  * look like a device's, shows the path: the loop serves others meanwhile, the reply carries
  * the result, and a client that dies while its Dma runs harms nothing. */
-static void send_dma(int fd, uint64_t id, const Mrd__MrEntry *l, uint64_t laddr,
-		     const Mrd__MrEntry *rm, uint64_t raddr, uint64_t len)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__DmaRequest q = MRD__DMA_REQUEST__INIT;
-
-	q.op = PROVIDER_DMA_WRITE;
-	q.lkey = l->lkey;
-	q.laddr = laddr;
-	q.rkey = rm->rkey;
-	q.raddr = raddr;
-	q.length = len;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_DMA;
-	req.dma = &q;
-	td_send_request(fd, &req, NULL, 0);
-}
-
 START_TEST(test_device_dma_on_worker)
 {
 	struct client *ca;
@@ -688,7 +670,7 @@ START_TEST(test_device_dma_on_worker)
 	ca->domain->provider->caps.dma_emulated = false;
 
 	td_block_worker(&b);
-	send_dma(a, 4, &e[0], buf[0], &e[1], buf[1] + 8, 100);
+	td_send_dma(a, 4, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1] + 8, 100);
 	td_pump();
 	ck_assert_ptr_nonnull(ca->pending); /* on the worker, behind the blocker */
 	ck_assert(!ca->reading);
@@ -698,12 +680,12 @@ START_TEST(test_device_dma_on_worker)
 	ck_assert_ptr_null(ca->pending);
 	ck_assert(ca->reading);
 	/* Its errors come back the same way. */
-	send_dma(a, 5, &e[0], buf[0], &e[1], buf[1] + 64 * 1024 - 8, 100);
+	td_send_dma(a, 5, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1] + 64 * 1024 - 8, 100);
 	td_expect_free(a, 5, EFAULT);
 
 	/* Gone while its Dma waits: the job holds the domain, and answers nobody. */
 	td_block_worker(&b);
-	send_dma(a, 6, &e[0], buf[0], &e[1], buf[1], 100);
+	td_send_dma(a, 6, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1], 100);
 	td_pump();
 	close(a);
 	close(other);
