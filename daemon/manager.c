@@ -215,6 +215,7 @@ struct manager *manager_free(struct manager *m)
 	m->bus = bus_free(m->bus);
 	/* Jobs finish first: their completions still need clients and domains. */
 	m->workers = worker_pool_free(m->workers);
+	m->dma_worker = worker_pool_free(m->dma_worker);
 	while (!LIST_EMPTY(&m->clients))
 		client_free(LIST_FIRST(&m->clients)); /* releases their domains */
 	provider_close(m->provider);

@@ -33,6 +33,9 @@ struct manager {
 	struct provider *provider;
 	struct window window; /* every arena of every domain lives here */
 	struct worker_pool *workers; /* slow registrations */
+	/* One thread for Dma on a device (request-mr.c), made on first use: a transfer waits for
+	 * the device, and Dma must never hold up the registrations of every domain. */
+	struct worker_pool *dma_worker;
 	struct bus *bus;             /* NULL: not on the system bus */
 	LIST_HEAD(, domain) domains;
 	unsigned n_domains;

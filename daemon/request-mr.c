@@ -133,7 +133,8 @@ int request_mr_lookup(struct client *c, const Mrd__Request *req, struct wire_pac
 	return k;
 }
 
-/* A Dma the device carries out: it waits for the device's completion, so on a worker. */
+/* A Dma the device carries out: it waits for the device's completion, so on the Dma thread,
+ * one transfer at a time, in the order asked (each client has one request in flight). */
 struct dma_job {
 	struct pending_request base; /* first */
 	struct work work;
@@ -201,8 +202,8 @@ int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *p
 	struct domain *d;
 	int k;
 
-	if (q->op > PROVIDER_DMA_READ || q->length > MRD_DMA_MAX) {
-		reply_set_message(r, "Dma: op must be 0 (write) or 1 (read), length at most %u",
+	if (q->op > PROVIDER_DMA_READ || q->length == 0 || q->length > MRD_DMA_MAX) {
+		reply_set_message(r, "Dma: op must be 0 (write) or 1 (read), length 1 to %u",
 				  MRD_DMA_MAX);
 		return -EINVAL;
 	}
@@ -210,8 +211,13 @@ int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *p
 	if (k < 0)
 		return k;
 	/* Emulation is a copy under the provider's lock, done here like any other op. */
-	if (d->provider->caps.dma_emulated || !c->manager->workers)
+	if (d->provider->caps.dma_emulated)
 		return dma_result(d, do_dma(d, q), r);
+	if (!c->manager->dma_worker) {
+		k = worker_pool_new(c->manager->base, 1, &c->manager->dma_worker);
+		if (k < 0)
+			return k;
+	}
 	j = calloc(1, sizeof(*j));
 	if (!j)
 		return -ENOMEM;
@@ -221,7 +227,7 @@ int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *p
 	j->q = *q;
 	j->base.id = req->id;
 	request_wait(c, &j->base);
-	worker_pool_submit(c->manager->workers, &j->work);
+	worker_pool_submit(c->manager->dma_worker, &j->work);
 	return -EINPROGRESS;
 }
 

@@ -211,12 +211,14 @@ static void blocker_run(struct work *w)
 
 static void blocker_done(struct work *w) { ((struct td_blocker *)w)->done = true; }
 
-void td_block_worker(struct td_blocker *b)
+void td_block_pool(struct td_blocker *b, struct worker_pool *pool)
 {
 	*b = (struct td_blocker){ .work = { .run = blocker_run, .done = blocker_done } };
 	ck_assert_int_eq(pipe(b->fd), 0);
-	worker_pool_submit(td_manager->workers, &b->work);
+	worker_pool_submit(pool, &b->work);
 }
+
+void td_block_worker(struct td_blocker *b) { td_block_pool(b, td_manager->workers); }
 
 void td_unblock_worker(struct td_blocker *b)
 {

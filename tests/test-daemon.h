@@ -67,6 +67,8 @@ struct td_blocker {
 	bool done;
 };
 void td_block_worker(struct td_blocker *b);
+/* The same, for another pool of td_manager's (its Dma thread). */
+void td_block_pool(struct td_blocker *b, struct worker_pool *pool);
 /* Lets it go and runs the loop until its completion ran. */
 void td_unblock_worker(struct td_blocker *b);
 

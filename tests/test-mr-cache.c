@@ -650,15 +650,16 @@ START_TEST(test_death_while_registering)
 }
 END_TEST
 
-/* Dma with keys on a device (verbs) waits for the device: on a worker. Soft's DMA, made to
- * look like a device's, shows the path: the loop serves others meanwhile, the reply carries
- * the result, and a client that dies while its Dma runs harms nothing. */
+/* Dma with keys on a device (verbs) waits for the device: on a thread of its own. Soft's DMA,
+ * made to look like a device's, shows the path: the loop and the registration workers serve
+ * others meanwhile, the reply carries the result, and a client that dies while its Dma runs
+ * harms nothing. */
 START_TEST(test_device_dma_on_worker)
 {
 	struct client *ca;
 	struct td_blocker b;
 	Mrd__MrEntry e[2];
-	uint64_t buf[2];
+	uint64_t buf[2], big;
 	int a, other;
 
 	td_start_one_worker();
@@ -666,26 +667,32 @@ START_TEST(test_device_dma_on_worker)
 	other = td_hello_client(1000, NULL);
 	buf[0] = td_alloc(a, 2, 64 * 1024);
 	buf[1] = td_alloc(other, 2, 64 * 1024);
+	big = td_alloc(other, 3, 4 * MiB);
 	lookup(a, 3, buf, 2, 0, e);
 	ca->domain->provider->caps.dma_emulated = false;
+	td_dma(a, 4, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1], 8, 0); /* the thread */
+	ck_assert_ptr_nonnull(td_manager->dma_worker);
 
-	td_block_worker(&b);
-	td_send_dma(a, 4, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1] + 8, 100);
+	td_block_pool(&b, td_manager->dma_worker);
+	td_send_dma(a, 5, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1] + 8, 100);
 	td_pump();
-	ck_assert_ptr_nonnull(ca->pending); /* on the worker, behind the blocker */
+	ck_assert_ptr_nonnull(ca->pending); /* on the Dma thread, behind the blocker */
 	ck_assert(!ca->reading);
-	lookup(other, 3, &buf[1], 1, 0, NULL); /* the loop serves the domain's others */
+	/* Meanwhile the loop serves the domain's others, and the registration workers too. */
+	lookup(other, 4, &big, 1, 0, NULL);
 	td_unblock_worker(&b);
-	td_expect_free(a, 4, 0);
+	td_expect_free(a, 5, 0);
 	ck_assert_ptr_null(ca->pending);
 	ck_assert(ca->reading);
 	/* Its errors come back the same way. */
-	td_send_dma(a, 5, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1] + 64 * 1024 - 8, 100);
-	td_expect_free(a, 5, EFAULT);
+	td_send_dma(a, 6, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1] + 64 * 1024 - 8, 100);
+	td_expect_free(a, 6, EFAULT);
+	td_send_dma(a, 7, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1], 0);
+	td_expect_free(a, 7, EINVAL); /* no length: nothing a device would check */
 
 	/* Gone while its Dma waits: the job holds the domain, and answers nobody. */
-	td_block_worker(&b);
-	td_send_dma(a, 6, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1], 100);
+	td_block_pool(&b, td_manager->dma_worker);
+	td_send_dma(a, 8, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1], 100);
 	td_pump();
 	close(a);
 	close(other);
