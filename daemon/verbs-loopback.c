@@ -66,18 +66,18 @@ static int pick_port(struct ibv_context *ctx, struct verbs_loopback *lb)
 	r = ibv_query_device(ctx, &dev);
 	if (r)
 		return -r;
-	for (uint8_t port = 1; port <= dev.phys_port_cnt; port++) {
+	for (unsigned port = 1; port <= dev.phys_port_cnt; port++) {
 		struct ibv_port_attr pa;
 
-		if (ibv_query_port(ctx, port, &pa) != 0 || pa.state != IBV_PORT_ACTIVE)
+		if (ibv_query_port(ctx, (uint8_t)port, &pa) != 0 || pa.state != IBV_PORT_ACTIVE)
 			continue;
-		lb->port = port;
+		lb->port = (uint8_t)port;
 		lb->mtu = pa.active_mtu;
 		lb->max_msg = pa.max_msg_sz ? pa.max_msg_sz : 1u << 20;
 		memset(&lb->ah, 0, sizeof(lb->ah));
 		lb->ah.port_num = port;
 		if (pa.link_layer == IBV_LINK_LAYER_ETHERNET)
-			return pick_gid(ctx, port, pa.gid_tbl_len, &lb->ah);
+			return pick_gid(ctx, (uint8_t)port, pa.gid_tbl_len, &lb->ah);
 		lb->ah.dlid = pa.lid;
 		return 0;
 	}

@@ -24,6 +24,7 @@ if ! have_vm_deps; then
 		exit 77
 	fi
 	echo "== installing the VM's host tools (apt-get)"
+	apt-get update -q
 	# shellcheck disable=SC2086
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $MRD_VM_DEPS
 fi

@@ -1,20 +1,31 @@
 #!/bin/sh
 # /init of the rxe test VM (tests/vm/rdma-vm.sh builds it): brings up Soft-RoCE on lo, runs
 # mrd on it with the verbs provider and drives it with real clients. Every check prints one
-# "@@ RESULT name: PASS|FAIL ...|SKIP reason" line; "@@ ALL_DONE" ends the run.
+# line "@@ RESULT<TAB>PASS|FAIL|SKIP<TAB>name<TAB>detail"; "@@ ALL_DONE results=N" ends the
+# run, so the host knows that none was lost.
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin:/opt/mrd/bin LD_LIBRARY_PATH=/opt/mrd/lib
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 mkdir -p /tmp /run
+: > /tmp/results
 echo "@@ INIT kernel $(uname -r)"
 
-result() { # name rc [detail]
-	if [ "$2" = 0 ]; then echo "@@ RESULT $1: PASS"; else echo "@@ RESULT $1: FAIL ${3:-rc=$2}"; fi
+TAB=$(printf '\t')
+report() { # verdict name [detail]
+	printf '@@ RESULT\t%s\t%s\t%s\n' "$1" "$2" "$(printf '%s' "${3:-}" | tr '\t\n' '  ')" |
+		tee -a /tmp/results
 }
-skip() { echo "@@ RESULT $1: SKIP $2"; }
+result() { # name rc [detail]
+	if [ "$2" = 0 ]; then report PASS "$1"; else report FAIL "$1" "${3:-rc=$2}"; fi
+}
+# A program's own result lines (rdma-peers): shown, and counted.
+collect() {
+	cat "$1"
+	grep "^@@ RESULT$TAB" "$1" >> /tmp/results
+}
 finish() {
-	echo "@@ ALL_DONE"
+	echo "@@ ALL_DONE results=$(wc -l < /tmp/results)"
 	sync
 	poweroff -f
 }
@@ -47,15 +58,22 @@ DEV_ODP=false
 grep -q ODP_SUPPORT /tmp/devinfo.txt && DEV_ODP=true
 echo "@@ INFO GID index $GIDX; device ODP $DEV_ODP"
 
-# 1. The provider contract, on the device itself: each case one result.
+# 1. The provider contract, on the device itself: each case one result; a failed fixture
+# (S: setup or teardown, which checks that nothing leaked) fails its case.
 CK_VERBOSITY=verbose CK_FORK=yes test-contract-verbs > /tmp/contract.txt 2>&1
 rc=$?
 if [ $rc = 0 ]; then grep '^note:' /tmp/contract.txt; else cat /tmp/contract.txt; fi
-sed -n 's/^[^:]*:[0-9]*:P:[^:]*:\([^:]*\):.*/@@ RESULT provider contract, verbs on rxe0: \1: PASS/p
-	s/^[^:]*:[0-9]*:[FE]:[^:]*:\([^:]*\):[^:]*: \(.*\)/@@ RESULT provider contract, verbs on rxe0: \1: FAIL \2/p
-	s/^not run: \(.*\) (\(.*\))$/@@ RESULT provider contract, verbs on rxe0: \1: SKIP \2/p' \
-	/tmp/contract.txt
-grep -q '^[0-9]*%: Checks' /tmp/contract.txt || { cat /tmp/contract.txt; result "provider contract runs to its end" 1 "rc=$rc"; }
+sed -n 's/^[^:]*:[0-9]*:\([PFES]\):[^:]*:\([^:]*\):[^:]*: *\(.*\)$/\1 \2 \3/p' /tmp/contract.txt \
+	> /tmp/cases
+while read -r v name detail; do
+	if [ "$v" = P ]; then result "provider contract, verbs on rxe0: $name" 0
+	else result "provider contract, verbs on rxe0: $name" 1 "$detail"; fi
+done < /tmp/cases
+sed -n 's/^not run: \(.*\) (\(.*\))$/\1|\2/p' /tmp/contract.txt > /tmp/notrun
+while IFS='|' read -r name why; do
+	report SKIP "provider contract, verbs on rxe0: $name" "$why"
+done < /tmp/notrun
+result "provider contract exits 0" $rc
 
 # 2. mrd on the device. Domain uid-1001 registers on demand (ODP children).
 SOCK=/run/mrd.sock
@@ -87,8 +105,19 @@ timeout 120 mrd-demo "$SOCK" > /tmp/demo.txt 2>&1
 rc=$?
 cat /tmp/demo.txt
 result "mrd-demo: two processes, keys from the lookup cache, RDMA by the device" $rc
+grep -q '^sender: the same DMA after free: Key was rejected' /tmp/demo.txt
+result "mrd-demo: the device refuses the freed buffer's key" $?
 
-# 4. A client in a domain of its own, killed mid-request while the pair works.
+# 4. A client killed mid-request while the pair works. A second client of its domain keeps
+# the domain open, so its figures must come back to what that one holds alone.
+rdma-peers hold "$SOCK" 1000 > /tmp/holder.txt 2>&1 &
+HOLDER=$!
+for _ in $(seq 100); do grep -q HOLDING /tmp/holder.txt && break; sleep 0.1; done
+collect /tmp/holder.txt
+CLIENTS=$(mrctl --json clients)
+a0=$(domain_field "$CLIENTS" uid-1000 allocated_bytes)
+m0=$(domain_field "$CLIENTS" uid-1000 mrs)
+p0=$(domain_field "$CLIENTS" uid-1000 pinned_bytes)
 rdma-peers victim "$SOCK" 1000 > /tmp/victim.txt 2>&1 &
 VICTIM=$!
 for _ in $(seq 100); do grep -q VICTIM_READY /tmp/victim.txt && break; sleep 0.1; done
@@ -96,31 +125,36 @@ cat /tmp/victim.txt
 CLIENTS=$(mrctl --json clients)
 a=$(domain_field "$CLIENTS" uid-1000 allocated_bytes)
 m=$(domain_field "$CLIENTS" uid-1000 mrs)
-echo "@@ INFO victim's domain before: allocated ${a:-none}, MRs ${m:-none}"
-[ "${a:-0}" -ge $((8 << 20)) ] && [ "${m:-0}" -ge 4 ]
-result "the victim holds 8 MiB of mrd memory and its MRs" $?
+echo "@@ INFO domain uid-1000: the holder alone: allocated ${a0:-none}, MRs ${m0:-none}, pinned ${p0:-none}; with the victim: allocated ${a:-none}, MRs ${m:-none}"
+[ -n "$a0" ] && [ -n "$m0" ] && [ -n "$p0" ] && [ "${a:-0}" -ge $((a0 + (8 << 20))) ] &&
+	[ "${m:-0}" -ge $((m0 + 4)) ]
+result "the victim holds 8 MiB of mrd memory and its MRs, beside a holder" $?
 
 # 5. Two clients of one domain: RDMA between their buffers, mempool source, refetch.
-timeout 240 rdma-peers pair "$SOCK" "$GIDX" "$VICTIM"
-result "rdma-peers exits cleanly" $?
+timeout 240 rdma-peers pair "$SOCK" "$GIDX" "$VICTIM" > /tmp/pair.txt 2>&1
+rc=$?
+collect /tmp/pair.txt
+result "rdma-peers pair exits cleanly" $rc
 wait "$VICTIM" 2>/dev/null
 
-# 6. What the killed client held is released, and mrd still serves.
-gone=1
+# 6. What the killed client held is released (its domain still open), and mrd still serves.
+same=1
 for _ in $(seq 50); do
 	CLIENTS=$(mrctl --json clients)
 	a=$(domain_field "$CLIENTS" uid-1000 allocated_bytes)
 	m=$(domain_field "$CLIENTS" uid-1000 mrs)
 	p=$(domain_field "$CLIENTS" uid-1000 pinned_bytes)
-	if [ "${a:-0}" = 0 ] && [ "${m:-0}" = 0 ] && [ "${p:-0}" = 0 ] &&
+	if [ -n "$a" ] && [ "$a" = "$a0" ] && [ "$m" = "$m0" ] && [ "$p" = "$p0" ] &&
 		! echo "$CLIENTS" | grep -q "\"pid\":$VICTIM,"; then
-		gone=0
+		same=0
 		break
 	fi
 	sleep 0.1
 done
 echo "$CLIENTS"
-result "mrd released the killed client's memory, MRs and pins (domain uid-1000: allocated ${a:-gone}, MRs ${m:-gone}, pinned ${p:-gone})" $gone
+result "mrd released the killed client's memory, MRs and pins (domain uid-1000: allocated ${a:-gone}, MRs ${m:-gone}, pinned ${p:-gone}; the holder's: $a0, $m0, $p0)" $same
+kill "$HOLDER"
+wait "$HOLDER" 2>/dev/null
 mrd-hello "$SOCK" > /dev/null 2>&1
 result "mrd serves a new client after the kill" $?
 
@@ -130,7 +164,7 @@ if [ "$DEV_ODP" = true ]; then
 	rdma-peers hold "$SOCK" 1001 > /tmp/hold.txt 2>&1 &
 	HOLD=$!
 	for _ in $(seq 100); do grep -q HOLDING /tmp/hold.txt && break; sleep 0.1; done
-	grep RESULT /tmp/hold.txt
+	collect /tmp/hold.txt
 	STATS=$(mrctl --json stats)
 	echo "$STATS"
 	c=$(domain_field "$STATS" uid-1001 odp_children_created)
@@ -139,7 +173,7 @@ if [ "$DEV_ODP" = true ]; then
 	kill "$HOLD"
 	wait "$HOLD" 2>/dev/null
 else
-	skip "mrd creates on-demand children for policy odp" "this kernel's rxe reports no ODP"
+	report SKIP "mrd creates on-demand children for policy odp" "this kernel's rxe reports no ODP"
 fi
 
 # 8. mrd stops cleanly.

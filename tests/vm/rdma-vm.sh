@@ -32,12 +32,13 @@ fetch_kernel() {
 	local apt=$CACHE/apt src
 	mkdir -p "$apt/state/lists/partial" "$apt/cache/archives/partial" "$apt/parts" "$CACHE/debs"
 	touch "$apt/state/status"
-	# The machine's own Debian mirror, with the suite changed.
-	src=$(sed -n 's/^URIs: *\(http[^ ]*debian\)\/*$/\1/p' /etc/apt/sources.list.d/*.sources \
-		2>/dev/null | head -n 1)
-	[ -n "$src" ] || src=$(sed -n 's/^deb \(http[^ ]*debian\)\/* .*/\1/p' /etc/apt/sources.list \
-		2>/dev/null | head -n 1)
-	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${src:-http://deb.debian.org/debian} $SUITE main" \
+	# The machine's own Debian mirror (deb822 or one-line sources), with the suite changed.
+	src=$(cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null |
+		sed -n 's/^URIs: *\(http[^ ]*debian\)\/*$/\1/p; s/^deb \(http[^ ]*debian\)\/* .*/\1/p' |
+		head -n 1 || true)
+	src=${src:-http://deb.debian.org/debian}
+	echo "check-rdma: fetching the kernel from $src $SUITE"
+	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $src $SUITE main" \
 		> "$apt/sources.list"
 	cat > "$apt/apt.conf" <<-EOF
 	Dir::State "$apt/state";
@@ -74,13 +75,13 @@ fetch_kernel() {
 }
 
 KVER=${MRD_VM_KERNEL:-}
-if [ -z "$KVER" ] && [ -e "$CACHE/kernel" ] &&
-	[ -n "$(find "$CACHE/kernel" -mtime -7 2>/dev/null)" ]; then
-	KVER=$(cat "$CACHE/kernel") # resolved within the week: no apt-get update
+if [ -z "$KVER" ] && [ -e "$CACHE/kernel-$SUITE" ] &&
+	[ -n "$(find "$CACHE/kernel-$SUITE" -mtime -7 2>/dev/null)" ]; then
+	KVER=$(cat "$CACHE/kernel-$SUITE") # resolved within the week: no apt-get update
 fi
 t0=$(date +%s)
 [ -n "$KVER" ] && [ -e "$CACHE/kroot/$KVER/.ready" ] || fetch_kernel
-echo "$KVER" > "$CACHE/kernel"
+echo "$KVER" > "$CACHE/kernel-$SUITE"
 KROOT=$CACHE/kroot/$KVER
 echo "check-rdma: kernel $KVER ($SUITE), ready in $(($(date +%s) - t0)) s"
 
@@ -152,34 +153,37 @@ set +e
 timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 \
 	-accel tcg,thread=multi -cpu max -smp 2 -m 1024 -nographic -no-reboot -nic none \
 	-kernel "$KROOT/usr/lib/modules/$KVER/vmlinuz" -initrd "$VM/initramfs.cpio.gz" \
-	-append "console=ttyS0 panic=-1 loglevel=4" < /dev/null > "$LOG" 2>&1
+	-append "console=ttyS0 panic=-1 loglevel=1" < /dev/null > "$LOG" 2>&1
 qemu_rc=$?
 set -e
 echo "check-rdma: the VM ran $(($(date +%s) - t0)) s (qemu rc $qemu_rc; console: $LOG)"
 
-# ---- results
+# ---- results: "@@ RESULT<TAB>verdict<TAB>name<TAB>detail", counted against "@@ ALL_DONE results=N"
 TAP=$VM/rdma-vm.tap
 n=0 passed=0 failed=0 skipped=0
-: > "$TAP.body"
-while IFS=$'\t' read -r verdict name detail; do
-	n=$((n + 1))
-	case "$verdict" in
-	PASS) passed=$((passed + 1)); echo "PASS: vm: $name"; echo "ok $n - $name" >> "$TAP.body" ;;
-	SKIP) skipped=$((skipped + 1)); echo "SKIP: vm: $name ($detail)"
-		echo "ok $n - $name # SKIP $detail" >> "$TAP.body" ;;
-	*) failed=$((failed + 1)); echo "FAIL: vm: $name: $detail"
-		echo "not ok $n - $name # $detail" >> "$TAP.body" ;;
-	esac
-done < <(tr -d '\r' < "$LOG" | sed -nE 's/^@@ RESULT (.*): PASS$/PASS\t\1\t/p
-	s/^@@ RESULT (.*): (FAIL|SKIP) ?(.*)$/\2\t\1\t\3/p')
-if ! grep -q '^@@ ALL_DONE' "$LOG"; then
+fail() { # name detail
 	failed=$((failed + 1)); n=$((n + 1))
-	echo "FAIL: vm: the guest ran to its end"
-	echo "not ok $n - the guest ran to its end" >> "$TAP.body"
+	echo "FAIL: vm: $1: $2"
+	echo "not ok $n - $1 # $2" >> "$TAP.body"
+}
+: > "$TAP.body"
+while IFS=$'\t' read -r _ verdict name detail; do
+	case "$verdict" in
+	PASS) passed=$((passed + 1)); n=$((n + 1)); echo "PASS: vm: $name"; echo "ok $n - $name" >> "$TAP.body" ;;
+	SKIP) skipped=$((skipped + 1)); n=$((n + 1)); echo "SKIP: vm: $name ($detail)"
+		echo "ok $n - $name # SKIP $detail" >> "$TAP.body" ;;
+	*) fail "$name" "$verdict $detail" ;;
+	esac
+done < <(tr -d '\r' < "$LOG" | grep $'^@@ RESULT\t' || true)
+sent=$(tr -d '\r' < "$LOG" | sed -n 's/^@@ ALL_DONE results=\([0-9]*\)$/\1/p' | tail -n 1)
+if [ -z "$sent" ]; then
+	fail "the guest ran to its end" "no ALL_DONE on the console"
 	tail -n 40 "$LOG"
+elif [ "$sent" -ne "$n" ]; then
+	fail "every guest result reached the host" "$sent sent, $n read"
 fi
 { echo "1..$n"; cat "$TAP.body"; } > "$TAP"
 rm -f "$TAP.body"
-[ "$failed" -eq 0 ] || grep -v '^@@ RESULT' "$LOG" | tail -n 80
+[ "$failed" -eq 0 ] || tr -d '\r' < "$LOG" | grep -v $'^@@ RESULT\t' | tail -n 80
 echo "check-rdma: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
