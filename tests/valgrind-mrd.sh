@@ -1,5 +1,6 @@
 #!/bin/sh
-# The integration suites with every mrd they start running under valgrind: no invalid
+# The integration suites (and the hostile clients' storm) with every mrd they start running
+# under valgrind: no invalid
 # access, no leak, clean exit (valgrind's error exit code fails the suites' teardown checks).
 set -u
 [ -n "${VALGRIND:-}" ] && command -v "$VALGRIND" >/dev/null ||
@@ -11,4 +12,5 @@ export MRD_TEST_WRAPPER
 "$MRD_BUILDDIR/tests/test-integration" || exit 1
 "$MRD_BUILDDIR/tests/test-libmrd-memory" || exit 1
 "$MRD_BUILDDIR/tests/test-libmrd-mempool" || exit 1
+"$MRD_BUILDDIR/tests/test-hostile" || exit 1
 exec "$MRD_BUILDDIR/tests/test-libmrd-lookup"
