@@ -27,6 +27,8 @@ int client_call(struct mrd_client *client, Mrd__Request *req, Mrd__Response **re
 
 /* Records a reason for mrd_last_error() and returns error. */
 int set_last_error(int error, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same for a call that got no answer (error: conn_call's): says what a lost mrd means. */
+int set_call_error(int error);
 
 /* memory.c: joins the domain (window, status page) on connect; undoes it on close. */
 int memory_join(struct mrd_client *client);

@@ -41,6 +41,15 @@ int set_last_error(int error, const char *fmt, ...)
 	return error;
 }
 
+int set_call_error(int error)
+{
+	if (error == -ECONNRESET)
+		return set_last_error(error, "mrd is gone (it exited or was killed): this handle "
+					     "can make no more requests; the memory it maps stays "
+					     "mapped, with its content, until mrd_client_close()");
+	return set_last_error(error, "no answer from mrd: %s", strerror(-error));
+}
+
 MRD_EXPORT const char *mrd_last_error(void)
 {
 	return last_error;
@@ -97,7 +106,7 @@ int client_call(mrd_client *client, Mrd__Request *req, Mrd__Response **ret,
 	r = conn_call(client->conn, req, &resp, &fds);
 	pthread_mutex_unlock(&client->lock);
 	if (r < 0)
-		return set_last_error(r, "no answer from mrd: %s", strerror(-r));
+		return set_call_error(r);
 	r = response_error(resp);
 	if (r < 0 || !ret_fds)
 		for (size_t i = 0; i < fds.n; i++)

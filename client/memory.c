@@ -383,7 +383,7 @@ MRD_EXPORT int mrd_extmem_attach(mrd_client *client, int fd, uint64_t offset, si
 	r = conn_call_with_fds(client->conn, &req, &fd, 1, &resp, &fds);
 	pthread_mutex_unlock(&client->lock);
 	if (r < 0)
-		return set_last_error(r, "no answer from mrd: %s", strerror(-r));
+		return set_call_error(r);
 	r = response_error(resp);
 	if (r < 0)
 		set_last_error(r, "%s", resp->message && *resp->message ? resp->message : strerror(-r));

@@ -162,6 +162,34 @@ START_TEST(test_death_gives_back)
 }
 END_TEST
 
+/* mrd killed under a client: the next request fails clearly, and the memory stays. */
+START_TEST(test_mrd_killed)
+{
+	mrd_client *c = connect_ok();
+	struct mrd_lookup l;
+	struct mrd_mr mr;
+	uint8_t *p;
+	void *q;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 1 << 20, 0, 0, (void **)&p), 0);
+	for (size_t i = 0; i < 1 << 20; i++)
+		p[i] = (uint8_t)(i * 13);
+	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
+	ck_assert_int_eq(mrd_lookup_mr(&l, p, &mr), 0);
+
+	ck_assert_int_eq(mrd_proc_signal(&mrd, SIGKILL), 128 + SIGKILL);
+	ck_assert_int_eq(mrd_client_ping(c), -ECONNRESET);
+	ck_assert_msg(strstr(mrd_last_error(), "mrd is gone"), "%s", mrd_last_error());
+	ck_assert_int_eq(mrd_mem_alloc(c, 4096, 0, 0, &q), -ECONNRESET);
+	ck_assert_int_eq(mrd_mem_free(c, p), -ECONNRESET);
+	for (size_t i = 0; i < 1 << 20; i++)
+		ck_assert_uint_eq(p[i], (uint8_t)(i * 13));
+	p[0] = 1; /* still writable */
+	mrd_lookup_done(&l);
+	mrd_client_close(c);
+}
+END_TEST
+
 START_TEST(test_quota_message)
 {
 	mrd_client *c = connect_ok();
@@ -291,6 +319,7 @@ int main(void)
 	tcase_add_test(tc, test_two_processes_share);
 	tcase_add_test(tc, test_death_gives_back);
 	tcase_add_test(tc, test_quota_message);
+	tcase_add_test(tc, test_mrd_killed);
 	tcase_add_test(tc, test_window_collision);
 	tcase_add_test(tc, test_window_taken_in_mrd);
 	tcase_add_test(tc, test_two_handles_one_window);

@@ -165,13 +165,13 @@ int mrd_proc_notified(struct mrd_proc *p, const char *want, char *buf, size_t si
 	return -ETIMEDOUT;
 }
 
-int mrd_proc_stop(struct mrd_proc *p)
+int mrd_proc_signal(struct mrd_proc *p, int sig)
 {
 	char cmd[128];
 	int status = 0, r = -ECHILD;
 
 	if (p->pid > 0) {
-		kill(p->pid, SIGTERM);
+		kill(p->pid, sig);
 		if (waitpid(p->pid, &status, 0) == p->pid)
 			r = exit_status(status);
 		p->pid = 0;
@@ -194,6 +194,8 @@ int mrd_proc_stop(struct mrd_proc *p)
 	}
 	return r;
 }
+
+int mrd_proc_stop(struct mrd_proc *p) { return mrd_proc_signal(p, SIGTERM); }
 
 int run_capture(const char *const *argv, char *out, size_t size, uid_t run_as_uid)
 {

@@ -32,6 +32,8 @@ int mrd_proc_notified(struct mrd_proc *p, const char *want, char *buf, size_t si
 /* SIGTERM, wait, remove the directory. Returns mrd's exit status (or 128+signal) and sets
  * p->stopping_seen when mrd told systemd STOPPING=1. */
 int mrd_proc_stop(struct mrd_proc *p);
+/* The same with another signal (SIGKILL: mrd dies on the spot). */
+int mrd_proc_signal(struct mrd_proc *p, int sig);
 
 /* Runs argv with stdout and stderr captured into out (NUL-terminated). Returns the exit
  * status (or 128+signal). When run_as_uid is not (uid_t)-1, the child drops to that uid. */
