@@ -2,6 +2,7 @@
 /* Memory requests in-process: arenas and their memfds, ownership, quotas, domains, the status
  * page, and what a client's death releases. */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -390,6 +391,79 @@ END_TEST
 
 /* A client that asks for descriptors and never reads them holds only a few hostage; the
  * others wait in mrd, and nobody else notices. */
+static unsigned open_fds(void)
+{
+	struct dirent *e;
+	unsigned n = 0;
+	DIR *d = opendir("/proc/self/fd");
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static unsigned window_slots_used(void)
+{
+	unsigned n = 0;
+
+	for (uint32_t i = 0; i < td_manager->window.n_slots; i++)
+		n += td_manager->window.used[i];
+	return n;
+}
+
+static void free_msg(uint64_t msg) { free((void *)(uintptr_t)msg); }
+
+/* Each memory quota at its exact boundary, allocations and attached memory alike: the last
+ * byte, page, allocation or arena allowed is granted, the next refused, and a refusal leaves
+ * nothing behind (usage, arenas, window slots, descriptors). */
+START_TEST(test_quota_boundaries)
+{
+	int memfd = memfd_create("ext", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	unsigned fds, slots;
+	struct client *c;
+	uint64_t a, b, msg;
+	int fd;
+
+	td_stop();
+	start_with("quota.allocated_bytes=1M", "quota.arenas=2");
+	fd = td_hello_client(1000, &c);
+	ck_assert_int_eq(ftruncate(memfd, 8 * 4096), 0);
+	ck_assert_int_eq(fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+
+	alloc(fd, 2, 1 * MiB, 0, 0, &a, NULL); /* exactly the quota */
+	fds = open_fds();
+	slots = window_slots_used();
+	alloc(fd, 3, 4096, 0, EDQUOT, &msg, NULL); /* one page more */
+	free_msg(msg);
+	mrd__response__free_unpacked(attach(fd, 4, memfd, 0, 4096, EDQUOT), NULL);
+	ck_assert_uint_eq(domain_of(c)->allocated_bytes, 1 * MiB);
+	ck_assert_uint_eq(domain_of(c)->allocations.n, 1);
+	ck_assert_uint_eq(domain_of(c)->n_arenas, 1);
+	ck_assert_uint_eq(window_slots_used(), slots);
+	ck_assert_uint_eq(open_fds(), fds); /* the refused memfd went back, no arena was made */
+
+	/* Freed, the whole quota is there again; attached memory counts in it. */
+	td_free(fd, 5, a, 0);
+	mrd__response__free_unpacked(attach(fd, 6, memfd, 0, 4096, 0), NULL);
+	alloc(fd, 7, 1 * MiB - 4096, 0, 0, &b, NULL);
+	ck_assert_uint_eq(domain_of(c)->allocated_bytes, 1 * MiB);
+	ck_assert_uint_eq(domain_of(c)->n_arenas, 2); /* the attached one, and one of pages */
+	alloc(fd, 8, 4096, 0, EDQUOT, &msg, NULL);
+	free_msg(msg);
+	td_free(fd, 9, b, 0);
+	/* quota.arenas (2) is reached: new memory fits the arena there is, an attach does not. */
+	alloc(fd, 10, 4096, 0, 0, &b, NULL);
+	mrd__response__free_unpacked(attach(fd, 11, memfd, 4096, 4096, EDQUOT), NULL);
+	ck_assert_uint_eq(domain_of(c)->n_arenas, 2);
+	close(fd);
+	td_wait_domains_closed();
+	ck_assert_uint_eq(window_slots_used(), 0);
+	close(memfd);
+}
+END_TEST
+
 START_TEST(test_unread_descriptors_bounded)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
@@ -507,6 +581,7 @@ int main(void)
 	tcase_add_test(tc, test_death_releases);
 	tcase_add_test(tc, test_generation_without_request);
 	tcase_add_test(tc, test_extmem);
+	tcase_add_test(tc, test_quota_boundaries);
 	tcase_add_test(tc, test_unread_descriptors_bounded);
 	tcase_add_test(tc, test_domain_groups);
 	tcase_add_test(tc, test_clients_listing);

@@ -486,6 +486,7 @@ END_TEST
 
 START_TEST(test_pinned_quota)
 {
+	struct client *c;
 	int fd;
 	uint64_t a, b;
 	Mrd__MrEntry e;
@@ -495,7 +496,7 @@ START_TEST(test_pinned_quota)
 
 	td_stop();
 	start_with("quota.pinned_bytes=1M");
-	fd = td_hello_client(1000, NULL);
+	fd = td_hello_client(1000, &c);
 	a = td_alloc(fd, 2, 768 * 1024);
 	b = td_alloc(fd, 3, 512 * 1024);
 	lookup(fd, 4, &a, 1, 0, &e);
@@ -510,6 +511,14 @@ START_TEST(test_pinned_quota)
 	mrd__response__free_unpacked(resp, NULL);
 	td_free(fd, 6, a, 0); /* unpinned: now it fits */
 	lookup(fd, 7, &b, 1, 0, &e);
+	/* At the exact boundary: 512 KiB more fills the quota to its last byte, a page more
+	 * does not fit, and the refusal pinned nothing. */
+	a = td_alloc(fd, 8, 512 * 1024);
+	lookup(fd, 9, &a, 1, 0, &e);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 1024 * 1024);
+	b = td_alloc(fd, 10, 4096);
+	lookup(fd, 11, &b, 1, EDQUOT, NULL);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 1024 * 1024);
 	close(fd);
 }
 END_TEST
