@@ -63,18 +63,35 @@ static int prop_count(sd_bus *bus, const char *path, const char *interface,
 	return sd_bus_message_append(reply, "t", sum);
 }
 
-/* Each open domain's generation, by name: what moves when its clients' caches must flush. */
+/* Each open domain's generation, by name: what moves when its clients' caches must flush.
+ * Root sees every domain; anyone else only the one its uid and gid make, as the socket's views
+ * show a non-admin only its own (which users use mrd is no one else's business). */
 static int prop_generations(sd_bus *bus, const char *path, const char *interface,
 			    const char *property, sd_bus_message *reply, void *userdata,
 			    sd_bus_error *error)
 {
 	const struct manager *m = userdata;
+	_cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
+	const char *only = NULL;
 	const struct domain *d;
-	int r = sd_bus_message_open_container(reply, 'a', "{st}");
+	char name[64];
+	uid_t uid;
+	gid_t gid;
+	int r;
 
+	r = sd_bus_query_sender_creds(sd_bus_get_current_message(bus),
+				      SD_BUS_CREDS_EUID | SD_BUS_CREDS_EGID | SD_BUS_CREDS_AUGMENT,
+				      &creds);
+	if (r < 0 || sd_bus_creds_get_euid(creds, &uid) < 0 || sd_bus_creds_get_egid(creds, &gid) < 0)
+		only = ""; /* who asks is unknown: nothing */
+	else if (uid != 0)
+		only = domain_name_for(m, uid, gid, -1, name, sizeof(name));
+	r = sd_bus_message_open_container(reply, 'a', "{st}");
 	LIST_FOREACH(d, &m->domains, link) {
 		if (r < 0)
 			return r;
+		if (only && strcmp(only, d->name) != 0)
+			continue;
 		r = sd_bus_message_append(reply, "{st}", d->name,
 					  __atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE));
 	}

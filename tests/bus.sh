@@ -69,7 +69,9 @@ grep -qx "s \"$version\"" "$dir/out" || fail "Version: $(cat "$dir/out")"
 cat > "$dir/dump.sh" <<DUMP
 #!/bin/sh
 case "\$*" in *pools*) busctl --address="$addr" call $obj Dump | sed 's/\\\\"/"/g' > "$dir/dump"
-	busctl --address="$addr" get-property $obj Generations > "$dir/generations" ;; esac
+	busctl --address="$addr" get-property $obj Generations > "$dir/generations"
+	setpriv --reuid=65534 --regid=65534 --clear-groups busctl --address="$addr" \
+		get-property $obj Generations > "$dir/generations-nobody" ;; esac
 DUMP
 chmod +x "$dir/dump.sh"
 MRD_DEMO_MRCTL="$dir/dump.sh" "$MRD_BUILDDIR/mrd-demo" "$dir/mrd.sock" > "$dir/demo" 2>&1 ||
@@ -78,6 +80,9 @@ for want in '"domains":[{"name":"uid-0","clients":2' '"pools_off":""' '"pages":2
 	grep -qF "$want" "$dir/dump" || fail "Dump lacks $want: $(cat "$dir/dump")"
 done
 [ "$(cat "$dir/generations")" = 'a{st} 1 "uid-0" 2' ] || fail "Generations: $(cat "$dir/generations")"
+# Another user does not learn that uid 0 uses mrd.
+[ "$(cat "$dir/generations-nobody")" = 'a{st} 0' ] ||
+	fail "nobody's Generations: $(cat "$dir/generations-nobody")"
 [ "$(bctl get-property $obj Generations)" = 'a{st} 0' ] || fail "Generations after the demo"
 [ "$(bctl get-property $obj Domains)" = 'u 0' ] || fail "Domains after the demo"
 

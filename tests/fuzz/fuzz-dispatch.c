@@ -1,12 +1,17 @@
 /* SPDX-License-Identifier: MIT */
-/* libFuzzer target: frame decode and dispatch. An input is a sequence of frames, each a
- * 2-byte little-endian length and that many bytes, sent by one fresh client; every reply mrd
- * sends must decode as a Response, and whatever the client allocated goes when it does. */
+/* libFuzzer target: frame decode and every request handler, on the soft provider and the real
+ * allocator. An input is a sequence of frames, each a 2-byte little-endian header and that
+ * many bytes: the header's low 14 bits are the length; bit 14 sends the frame from a second
+ * client (uid 2000, another domain, no admin) instead of the first (root, an admin); bit 15
+ * puts a sealed 16 KiB memfd beside it (ExtmemAttach takes it; any other request must refuse
+ * it). Every reply mrd sends must decode as a Response, and whatever both clients made goes
+ * when they do. */
 #include <assert.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -28,6 +33,8 @@ static struct manager *fuzz_manager(void)
 		return m;
 	log_set_level(LOG_LEVEL_SILENT);
 	config_init(&cfg);
+	(void)config_set(&cfg, "mrd", "provider", "soft");
+	(void)config_set(&cfg, "memory", "hugepages", "no");
 	(void)config_set(&cfg, "limits", "frame_bytes", "4096");
 	(void)config_set(&cfg, "limits", "protocol_errors", "8");
 	if (config_finish(&cfg) < 0 || manager_new(&cfg, &m) < 0)
@@ -52,12 +59,19 @@ static void drain(int fd)
 	}
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+static int memfd_beside(void)
 {
-	struct manager *m = fuzz_manager();
-	struct ucred cred = { .pid = 1, .uid = 0, .gid = 0 };
+	int fd = memfd_create("fuzz", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0 || ftruncate(fd, 16384) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0)
+		abort();
+	return fd;
+}
+
+static void add_client(struct manager *m, uid_t uid, int sv[2])
+{
+	struct ucred cred = { .pid = 1, .uid = uid, .gid = uid };
 	struct client *c;
-	int sv[2];
 
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
 		abort();
@@ -65,24 +79,41 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fcntl(sv[1], F_SETFL, O_NONBLOCK);
 	if (manager_add_client(m, sv[0], &cred, &c) < 0)
 		abort();
+}
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct manager *m = fuzz_manager();
+	int root[2], user[2];
+
+	add_client(m, 0, root);
+	add_client(m, 2000, user);
 	while (size >= 2) {
-		size_t len = (size_t)data[0] | (size_t)data[1] << 8;
+		unsigned header = (unsigned)data[0] | (unsigned)data[1] << 8;
+		size_t len = header & 0x3fff;
+		int to = header & 0x4000 ? user[1] : root[1], fd = -1, r;
 
 		data += 2;
 		size -= 2;
 		if (len > size)
 			len = size;
-		if (wire_send_raw(sv[1], data, len, NULL, 0, MSG_DONTWAIT) < 0)
+		if (header & 0x8000)
+			fd = memfd_beside();
+		r = wire_send_raw(to, data, len, fd >= 0 ? &fd : NULL, fd >= 0, MSG_DONTWAIT);
+		if (fd >= 0)
+			close(fd);
+		if (r < 0)
 			break;
 		data += len;
 		size -= len;
 		event_base_loop(m->base, EVLOOP_NONBLOCK);
-		drain(sv[1]);
+		drain(root[1]);
+		drain(user[1]);
 	}
 
-	close(sv[1]);
-	/* Let mrd see the hang-up and free the client, or free it if it is still there. */
+	close(root[1]);
+	close(user[1]);
+	/* Let mrd see the hang-ups and free the clients, or free those still there. */
 	event_base_loop(m->base, EVLOOP_NONBLOCK);
 	while (!LIST_EMPTY(&m->clients))
 		client_free(LIST_FIRST(&m->clients));
