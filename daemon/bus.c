@@ -63,29 +63,49 @@ static int prop_count(sd_bus *bus, const char *path, const char *interface,
 	return sd_bus_message_append(reply, "t", sum);
 }
 
+/* The domain whose figures the caller may read, as the socket's views judge it: NULL for an
+ * admin (root, or admin_group as primary or supplementary group: every domain), "" when the
+ * caller is unknown (none). */
+static const char *caller_view(sd_bus *bus, const struct manager *m, char *buf, size_t size)
+{
+	_cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
+	const gid_t *groups = NULL;
+	uid_t uid;
+	gid_t gid;
+	int n = 0;
+
+	if (sd_bus_query_sender_creds(sd_bus_get_current_message(bus),
+				      SD_BUS_CREDS_EUID | SD_BUS_CREDS_EGID |
+					      SD_BUS_CREDS_SUPPLEMENTARY_GIDS | SD_BUS_CREDS_AUGMENT,
+				      &creds) < 0 ||
+	    sd_bus_creds_get_euid(creds, &uid) < 0 || sd_bus_creds_get_egid(creds, &gid) < 0)
+		return "";
+	n = sd_bus_creds_get_supplementary_gids(creds, &groups);
+	if (n < 0)
+		n = 0, groups = NULL;
+	if (uid == 0)
+		return NULL;
+	if (m->config.admin_group && gid == m->config.admin_gid)
+		return NULL;
+	for (int i = 0; m->config.admin_group && i < n; i++)
+		if (groups[i] == m->config.admin_gid)
+			return NULL;
+	return domain_name_for_groups(m, uid, gid, groups, (size_t)n, buf, size);
+}
+
 /* Each open domain's generation, by name: what moves when its clients' caches must flush.
- * Root sees every domain; anyone else only the one its uid and gid make, as the socket's views
- * show a non-admin only its own (which users use mrd is no one else's business). */
+ * An admin sees every domain; anyone else only its own, as on the socket (which users use mrd
+ * is no one else's business). */
 static int prop_generations(sd_bus *bus, const char *path, const char *interface,
 			    const char *property, sd_bus_message *reply, void *userdata,
 			    sd_bus_error *error)
 {
 	const struct manager *m = userdata;
-	_cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
-	const char *only = NULL;
 	const struct domain *d;
 	char name[64];
-	uid_t uid;
-	gid_t gid;
+	const char *only = caller_view(bus, m, name, sizeof(name));
 	int r;
 
-	r = sd_bus_query_sender_creds(sd_bus_get_current_message(bus),
-				      SD_BUS_CREDS_EUID | SD_BUS_CREDS_EGID | SD_BUS_CREDS_AUGMENT,
-				      &creds);
-	if (r < 0 || sd_bus_creds_get_euid(creds, &uid) < 0 || sd_bus_creds_get_egid(creds, &gid) < 0)
-		only = ""; /* who asks is unknown: nothing */
-	else if (uid != 0)
-		only = domain_name_for(m, uid, gid, -1, name, sizeof(name));
 	r = sd_bus_message_open_container(reply, 'a', "{st}");
 	LIST_FOREACH(d, &m->domains, link) {
 		if (r < 0)

@@ -198,8 +198,8 @@ int request_domain_dump(struct client *c, const Mrd__Request *req, struct wire_p
 		if (strcmp(d->name, q->domain) == 0)
 			break;
 	if (!d || !view_shows(client_view(c), d->name)) {
-		reply_set_message(r, "no domain %s is open%s", q->domain,
-				  d ? " (or it is not yours)" : "");
+		/* The same words either way: a refusal must not tell that the domain exists. */
+		reply_set_message(r, "no domain %s is open, or it is not yours", q->domain);
 		return -ENOENT;
 	}
 	ai = calloc(d->n_arenas, sizeof(*ai));

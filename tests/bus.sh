@@ -113,6 +113,20 @@ for call in "Dump" "Flush sbb '' false false"; do
 	eval as_nobody call $obj $call > "$dir/out" 2>&1 && fail "nobody called $call"
 	grep -qi 'denied' "$dir/out" || fail "nobody's $call: $(cat "$dir/out")"
 done
+# ... and Generations shows nobody its own domain, while it has one: mrd-demo run as nobody
+# (copied where nobody may run it) reads it through its hook.
+mkdir -m 0777 "$dir/nobody"
+cp "$MRD_BUILDDIR/.libs/mrd-demo" "$MRD_BUILDDIR/.libs/libmrd.so.0" "$dir/nobody/"
+cat > "$dir/nobody/gen.sh" <<GEN
+#!/bin/sh
+case "\$*" in *pools*) busctl --address="$addr" get-property $obj Generations > "$dir/nobody/gen" ;; esac
+GEN
+chmod 0755 "$dir/nobody/gen.sh"
+setpriv --reuid=65534 --regid=65534 --clear-groups env LD_LIBRARY_PATH="$dir/nobody" \
+	MRD_DEMO_MRCTL="$dir/nobody/gen.sh" "$dir/nobody/mrd-demo" "$dir/mrd.sock" > "$dir/out" 2>&1 ||
+	fail "mrd-demo as nobody: $(cat "$dir/out")"
+[ "$(cat "$dir/nobody/gen")" = 'a{st} 1 "uid-65534" 2' ] ||
+	fail "nobody's own Generations: $(cat "$dir/nobody/gen")"
 kill "$mrd_pid"; wait "$mrd_pid"; mrd_pid=
 
 # --no-bus: the name stays free. No bus at all: a warning, and the socket serves.

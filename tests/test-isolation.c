@@ -6,6 +6,7 @@
  * cannot arrive without its isolation case. */
 #include <check.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -357,6 +358,7 @@ static void try_frmr_pools_set(struct world *w)
 	Mrd__FrmrPoolsSetRequest q = MRD__FRMR_POOLS_SET_REQUEST__INIT;
 
 	q.domain = (char *)"uid-1000";
+	q.given = MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_AGING; /* valid: only the rights are lacking */
 	q.aging_s = 1;
 	req.body_case = MRD__REQUEST__BODY_FRMR_POOLS_SET;
 	req.frmr_pools_set = &q;
@@ -383,11 +385,23 @@ static void try_domain_dump(struct world *w)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__DomainDumpRequest q = MRD__DOMAIN_DUMP_REQUEST__INIT;
+	Mrd__Response *theirs, *none;
+	char same[256], *at;
 
-	q.domain = (char *)"uid-1000";
 	req.body_case = MRD__REQUEST__BODY_DOMAIN_DUMP;
 	req.domain_dump = &q;
-	ask_free(w, &req, ENOENT);
+	q.domain = (char *)"uid-1000";
+	theirs = ask(w, &req, ENOENT);
+	/* Refused as a domain nobody uses is: the words do not tell that A's exists. */
+	q.domain = (char *)"uid-3000";
+	none = ask(w, &req, ENOENT);
+	snprintf(same, sizeof(same), "%s", theirs->message);
+	at = strstr(same, "uid-1000");
+	ck_assert_ptr_nonnull(at);
+	memcpy(at, "uid-3000", 8);
+	ck_assert_str_eq(same, none->message);
+	mrd__response__free_unpacked(theirs, NULL);
+	mrd__response__free_unpacked(none, NULL);
 }
 
 static const struct {

@@ -7,6 +7,7 @@
  * it). Every reply mrd sends must decode as a Response, and whatever both clients made goes
  * when they do. */
 #include <assert.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -17,7 +18,9 @@
 
 #include <event2/event.h>
 
+#include "arena.h"
 #include "client.h"
+#include "domain.h"
 #include "log.h"
 #include "manager.h"
 #include "wire.h"
@@ -43,9 +46,45 @@ static struct manager *fuzz_manager(void)
 	return m;
 }
 
-/* Reads every reply queued on fd and checks that each one decodes; descriptors (status pages,
- * arena memfds) are closed. */
-static void drain(int fd)
+/* The domain whose arena holds addr, NULL when none does. */
+static const struct domain *owner(struct manager *m, uint64_t addr)
+{
+	const struct domain *d;
+	const struct arena *a;
+
+	LIST_FOREACH(d, &m->domains, link)
+		LIST_FOREACH(a, &d->arenas, link)
+			if (addr >= (uintptr_t)a->base && addr < (uintptr_t)a->base + a->size)
+				return d;
+	return NULL;
+}
+
+/* An address a reply hands the second client must be memory of its own domain. */
+static void check_own(struct manager *m, uint64_t addr)
+{
+	const struct domain *d = owner(m, addr);
+
+	if (addr && d && strcmp(d->name, "uid-2000") != 0)
+		abort();
+}
+
+static void check_isolation(struct manager *m, const Mrd__Response *r)
+{
+	if (r->body_case == MRD__RESPONSE__BODY_ALLOC)
+		check_own(m, r->alloc->address);
+	else if (r->body_case == MRD__RESPONSE__BODY_MAP && r->map->arena)
+		check_own(m, r->map->arena->address);
+	else if (r->body_case == MRD__RESPONSE__BODY_EXTMEM_ATTACH)
+		check_own(m, r->extmem_attach->address);
+	else if (r->body_case == MRD__RESPONSE__BODY_MR_LOOKUP)
+		for (size_t i = 0; i < r->mr_lookup->n_entries; i++)
+			check_own(m, r->mr_lookup->entries[i]->start);
+}
+
+/* Reads every reply queued on fd and checks that each one decodes (and, for the second
+ * client, names nothing of another domain); descriptors (status pages, arena memfds) are
+ * closed. */
+static void drain(struct manager *m, int fd, bool second)
 {
 	static uint8_t buf[WIRE_FRAME_MAX];
 	struct wire_packet pkt;
@@ -54,6 +93,8 @@ static void drain(int fd)
 		Mrd__Response *resp = mrd__response__unpack(NULL, pkt.len, pkt.data);
 
 		assert(resp && !pkt.truncated);
+		if (second)
+			check_isolation(m, resp);
 		mrd__response__free_unpacked(resp, NULL);
 		wire_packet_close_fds(&pkt);
 	}
@@ -107,8 +148,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		data += len;
 		size -= len;
 		event_base_loop(m->base, EVLOOP_NONBLOCK);
-		drain(root[1]);
-		drain(user[1]);
+		drain(m, root[1], false);
+		drain(m, user[1], true);
 	}
 
 	close(root[1]);
@@ -117,5 +158,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	event_base_loop(m->base, EVLOOP_NONBLOCK);
 	while (!LIST_EMPTY(&m->clients))
 		client_free(LIST_FIRST(&m->clients));
+	/* Nothing of theirs is left: no domain (once the workers' jobs that hold one are done),
+	 * no arena's window slot. */
+	for (int i = 0; i < 5000 && m->n_domains; i++) {
+		event_base_loop(m->base, EVLOOP_NONBLOCK);
+		if (m->n_domains)
+			usleep(1000);
+	}
+	if (!LIST_EMPTY(&m->domains) || m->n_domains)
+		abort();
+	for (uint32_t i = 0; i < m->window.n_slots; i++)
+		if (m->window.used[i])
+			abort();
 	return 0;
 }
