@@ -29,6 +29,14 @@ finish() {
 	sync
 	poweroff -f
 }
+# Starts a client in the background (its pid in BG) and waits until its output has MARKER.
+start_bg() { # file marker command...
+	out=$1 marker=$2
+	shift 2
+	"$@" > "$out" 2>&1 &
+	BG=$!
+	for _ in $(seq 100); do grep -q "$marker" "$out" && break; sleep 0.1; done
+}
 # The first number after "KEY": in mrctl's JSON for domain DOMAIN ("" when it is not there).
 domain_field() { # json domain key
 	echo "$1" | grep -o "{\"name\":\"$2\"[^]]*" | head -n 1 | grep -o "\"$3\":[0-9]*" |
@@ -110,17 +118,15 @@ result "mrd-demo: the device refuses the freed buffer's key" $?
 
 # 4. A client killed mid-request while the pair works. A second client of its domain keeps
 # the domain open, so its figures must come back to what that one holds alone.
-rdma-peers hold "$SOCK" 1000 > /tmp/holder.txt 2>&1 &
-HOLDER=$!
-for _ in $(seq 100); do grep -q HOLDING /tmp/holder.txt && break; sleep 0.1; done
+start_bg /tmp/holder.txt HOLDING rdma-peers hold "$SOCK" 1000
+HOLDER=$BG
 collect /tmp/holder.txt
 CLIENTS=$(mrctl --json clients)
 a0=$(domain_field "$CLIENTS" uid-1000 allocated_bytes)
 m0=$(domain_field "$CLIENTS" uid-1000 mrs)
 p0=$(domain_field "$CLIENTS" uid-1000 pinned_bytes)
-rdma-peers victim "$SOCK" 1000 > /tmp/victim.txt 2>&1 &
-VICTIM=$!
-for _ in $(seq 100); do grep -q VICTIM_READY /tmp/victim.txt && break; sleep 0.1; done
+start_bg /tmp/victim.txt VICTIM_READY rdma-peers victim "$SOCK" 1000
+VICTIM=$BG
 cat /tmp/victim.txt
 CLIENTS=$(mrctl --json clients)
 a=$(domain_field "$CLIENTS" uid-1000 allocated_bytes)
@@ -161,9 +167,8 @@ result "mrd serves a new client after the kill" $?
 # 7. ODP: on a kernel whose rxe has it, a domain with policy odp gets on-demand children.
 # Registration and counts only: rxe's ODP copy ignores the offset inside a page.
 if [ "$DEV_ODP" = true ]; then
-	rdma-peers hold "$SOCK" 1001 > /tmp/hold.txt 2>&1 &
-	HOLD=$!
-	for _ in $(seq 100); do grep -q HOLDING /tmp/hold.txt && break; sleep 0.1; done
+	start_bg /tmp/hold.txt HOLDING rdma-peers hold "$SOCK" 1001
+	HOLD=$BG
 	collect /tmp/hold.txt
 	STATS=$(mrctl --json stats)
 	echo "$STATS"
