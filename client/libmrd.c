@@ -44,9 +44,10 @@ int set_last_error(int error, const char *fmt, ...)
 int set_call_error(int error)
 {
 	if (error == -ECONNRESET)
-		return set_last_error(error, "mrd is gone (it exited or was killed): this handle "
-					     "can make no more requests; the memory it maps stays "
-					     "mapped, with its content, until mrd_client_close()");
+		return set_last_error(error, "mrd closed the connection (it exited, was killed, or "
+					     "dropped this handle: see its log): the handle can make no "
+					     "more requests; the memory it maps stays mapped, with its "
+					     "content, until mrd_client_close()");
 	return set_last_error(error, "no answer from mrd: %s", strerror(-error));
 }
 

@@ -65,21 +65,24 @@ static int prop_count(sd_bus *bus, const char *path, const char *interface,
 
 /* The domain whose figures the caller may read, as the socket's views judge it: NULL for an
  * admin (root, or admin_group as primary or supplementary group: every domain), "" when the
- * caller is unknown (none). */
+ * caller is unknown (none). Only what the bus vouches for counts: no AUGMENT, whose fields
+ * come from /proc as it is now, not as it was when the caller connected. A bus that vouches
+ * for the uid alone (dbus-daemon) leaves groups out: such a caller sees its uid's domain. */
 static const char *caller_view(sd_bus *bus, const struct manager *m, char *buf, size_t size)
 {
 	_cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
 	const gid_t *groups = NULL;
+	gid_t gid = (gid_t)-1;
 	uid_t uid;
-	gid_t gid;
-	int n = 0;
+	int n;
 
 	if (sd_bus_query_sender_creds(sd_bus_get_current_message(bus),
 				      SD_BUS_CREDS_EUID | SD_BUS_CREDS_EGID |
-					      SD_BUS_CREDS_SUPPLEMENTARY_GIDS | SD_BUS_CREDS_AUGMENT,
+					      SD_BUS_CREDS_SUPPLEMENTARY_GIDS,
 				      &creds) < 0 ||
-	    sd_bus_creds_get_euid(creds, &uid) < 0 || sd_bus_creds_get_egid(creds, &gid) < 0)
+	    sd_bus_creds_get_euid(creds, &uid) < 0)
 		return "";
+	(void)sd_bus_creds_get_egid(creds, &gid);
 	n = sd_bus_creds_get_supplementary_gids(creds, &groups);
 	if (n < 0)
 		n = 0, groups = NULL;

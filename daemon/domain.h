@@ -66,6 +66,7 @@ struct domain {
 	struct frmr_pools pools;    /* every registration of the domain goes through them */
 	struct event *aging_timer;  /* ages the pools, while they are on */
 	unsigned destroy_jobs;      /* workers destroying handles taken out of the pools */
+	unsigned dma_jobs;          /* Dma requests queued or running on the Dma thread */
 
 	int status_fd; /* memfd; clients map it read-only */
 	struct mrd_status_page *status;

@@ -214,6 +214,7 @@ struct manager *manager_free(struct manager *m)
 		return NULL;
 	m->bus = bus_free(m->bus);
 	/* Jobs finish first: their completions still need clients and domains. */
+	__atomic_store_n(&m->stopping, true, __ATOMIC_RELEASE);
 	m->workers = worker_pool_free(m->workers);
 	m->dma_worker = worker_pool_free(m->dma_worker);
 	while (!LIST_EMPTY(&m->clients))

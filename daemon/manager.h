@@ -36,6 +36,7 @@ struct manager {
 	/* One thread for Dma on a device (request-mr.c), made on first use: a transfer waits for
 	 * the device, and Dma must never hold up the registrations of every domain. */
 	struct worker_pool *dma_worker;
+	bool stopping; /* set before the workers drain: queued Dma is cancelled, not done */
 	struct bus *bus;             /* NULL: not on the system bus */
 	LIST_HEAD(, domain) domains;
 	unsigned n_domains;

@@ -13,6 +13,7 @@
 #include "macro.h"
 #include "manager.h"
 #include "provider.h"
+#include "time-util.h"
 #include "worker-pool.h"
 
 /* A lookup of several addresses; it waits, whole, while a worker registers for one of them. */
@@ -134,12 +135,19 @@ int request_mr_lookup(struct client *c, const Mrd__Request *req, struct wire_pac
 }
 
 /* A Dma the device carries out: it waits for the device's completion, so on the Dma thread,
- * one transfer at a time, in the order asked (each client has one request in flight). */
+ * one transfer at a time, in the order asked (each client has one request in flight). A
+ * domain has at most DMA_QUEUED_MAX there, so one user cannot hold up the others' for long;
+ * a request that waited DMA_WAIT_USEC is answered without being done, before libmrd (30 s)
+ * stops waiting for it: a transfer never happens after its client was told it failed. */
+#define DMA_QUEUED_MAX 4
+#define DMA_WAIT_USEC (20 * USEC_PER_SEC)
+
 struct dma_job {
 	struct pending_request base; /* first */
 	struct work work;
 	struct domain *domain; /* held while the job lives */
 	Mrd__DmaRequest q;
+	uint64_t deadline;     /* CLOCK_MONOTONIC usec: not begun by then, not done */
 	int result;
 };
 
@@ -160,6 +168,13 @@ static int dma_result(struct domain *d, int k, struct reply *r)
 		reply_set_message(r, "the device did not complete the transfer in time");
 	else if (k == -ENETDOWN)
 		reply_set_message(r, "no port of the device is active");
+	else if (k == -EADDRNOTAVAIL)
+		reply_set_message(r, "the device's port has no address (GID) to loop back through");
+	else if (k == -EAGAIN)
+		reply_set_message(r, "not done: it waited %u s behind other Dma requests",
+				  (unsigned)(DMA_WAIT_USEC / USEC_PER_SEC));
+	else if (k == -ECANCELED)
+		reply_set_message(r, "not done: mrd is stopping");
 	if (k < 0)
 		return k;
 	mrd__dma_response__init(&r->body.dma);
@@ -178,7 +193,12 @@ static void dma_job_run(struct work *w)
 {
 	struct dma_job *j = container_of(w, struct dma_job, work);
 
-	j->result = do_dma(j->domain, &j->q);
+	if (__atomic_load_n(&j->domain->manager->stopping, __ATOMIC_ACQUIRE))
+		j->result = -ECANCELED;
+	else if (now_usec(CLOCK_MONOTONIC) > j->deadline)
+		j->result = -EAGAIN;
+	else
+		j->result = do_dma(j->domain, &j->q);
 }
 
 static void dma_job_done(struct work *w)
@@ -190,6 +210,7 @@ static void dma_job_done(struct work *w)
 		reply_init(&r, j->base.id);
 		request_answer(&j->base, &r, dma_result(j->domain, j->result, &r));
 	}
+	j->domain->dma_jobs--;
 	domain_unref(j->domain);
 	free(j);
 }
@@ -213,6 +234,11 @@ int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *p
 	/* Emulation is a copy under the provider's lock, done here like any other op. */
 	if (d->provider->caps.dma_emulated)
 		return dma_result(d, do_dma(d, q), r);
+	if (d->dma_jobs >= DMA_QUEUED_MAX) {
+		reply_set_message(r, "%u Dma requests of domain %s wait already: ask again when one "
+				     "is answered", DMA_QUEUED_MAX, d->name);
+		return -EBUSY;
+	}
 	if (!c->manager->dma_worker) {
 		k = worker_pool_new(c->manager->base, 1, &c->manager->dma_worker);
 		if (k < 0)
@@ -221,6 +247,8 @@ int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *p
 	j = calloc(1, sizeof(*j));
 	if (!j)
 		return -ENOMEM;
+	j->deadline = now_usec(CLOCK_MONOTONIC) + DMA_WAIT_USEC;
+	d->dma_jobs++;
 	j->work.run = dma_job_run;
 	j->work.done = dma_job_done;
 	j->domain = domain_ref(d);

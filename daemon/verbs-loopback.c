@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include <infiniband/verbs.h>
@@ -22,6 +23,7 @@ struct verbs_loopback {
 	uint32_t max_msg;
 	struct ibv_ah_attr ah; /* the port's own address */
 	uint64_t wr_id;        /* of the last part posted */
+	uint32_t psn[2];       /* each QP's starting send PSN, random: not guessable off the wire */
 };
 
 static int verbs_errno(void) { return errno > 0 ? -errno : -EIO; }
@@ -84,9 +86,12 @@ static int pick_port(struct ibv_context *ctx, struct verbs_loopback *lb)
 	return -ENETDOWN;
 }
 
-/* RESET -> INIT -> RTR -> RTS, aimed at the other QP of the pair. */
-static int connect_qp(struct verbs_loopback *lb, struct ibv_qp *qp, uint32_t peer_qpn)
+/* RESET -> INIT -> RTR -> RTS, aimed at the other QP of the pair. Only the answering QP
+ * takes remote access. */
+static int connect_qp(struct verbs_loopback *lb, int i)
 {
+	struct ibv_qp *qp = lb->qp[i];
+	uint32_t peer_qpn = lb->qp[!i]->qp_num;
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_RESET,
 	};
@@ -98,8 +103,7 @@ static int connect_qp(struct verbs_loopback *lb, struct ibv_qp *qp, uint32_t pee
 	a = (struct ibv_qp_attr){
 		.qp_state = IBV_QPS_INIT,
 		.port_num = lb->port,
-		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-				   IBV_ACCESS_REMOTE_READ,
+		.qp_access_flags = i == 1 ? IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ : 0,
 	};
 	r = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 					  IBV_QP_ACCESS_FLAGS);
@@ -109,6 +113,7 @@ static int connect_qp(struct verbs_loopback *lb, struct ibv_qp *qp, uint32_t pee
 		.qp_state = IBV_QPS_RTR,
 		.path_mtu = lb->mtu,
 		.dest_qp_num = peer_qpn,
+		.rq_psn = lb->psn[!i],
 		.max_dest_rd_atomic = 1,
 		.min_rnr_timer = 12,
 		.ah_attr = lb->ah,
@@ -123,6 +128,7 @@ static int connect_qp(struct verbs_loopback *lb, struct ibv_qp *qp, uint32_t pee
 		.timeout = 14,
 		.retry_cnt = 7,
 		.rnr_retry = 7,
+		.sq_psn = lb->psn[i],
 		.max_rd_atomic = 1,
 	};
 	r = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
@@ -163,10 +169,13 @@ static int make_qps(struct verbs_loopback *lb)
 		if (!lb->qp[i])
 			r = verbs_errno();
 	}
+	if (r == 0 && getrandom(lb->psn, sizeof(lb->psn), 0) != sizeof(lb->psn))
+		r = -EIO;
+	lb->psn[0] &= 0xffffff, lb->psn[1] &= 0xffffff; /* PSNs are 24 bits */
 	if (r == 0)
-		r = connect_qp(lb, lb->qp[0], lb->qp[1]->qp_num);
+		r = connect_qp(lb, 0);
 	if (r == 0)
-		r = connect_qp(lb, lb->qp[1], lb->qp[0]->qp_num);
+		r = connect_qp(lb, 1);
 	if (r < 0)
 		drop_qps(lb);
 	return r;

@@ -179,7 +179,7 @@ START_TEST(test_mrd_killed)
 
 	ck_assert_int_eq(mrd_proc_signal(&mrd, SIGKILL), 128 + SIGKILL);
 	ck_assert_int_eq(mrd_client_ping(c), -ECONNRESET);
-	ck_assert_msg(strstr(mrd_last_error(), "mrd is gone"), "%s", mrd_last_error());
+	ck_assert_msg(strstr(mrd_last_error(), "mrd closed the connection"), "%s", mrd_last_error());
 	ck_assert_int_eq(mrd_mem_alloc(c, 4096, 0, 0, &q), -ECONNRESET);
 	ck_assert_int_eq(mrd_mem_free(c, p), -ECONNRESET);
 	for (size_t i = 0; i < 1 << 20; i++)

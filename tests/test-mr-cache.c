@@ -699,6 +699,26 @@ START_TEST(test_device_dma_on_worker)
 	td_send_dma(a, 7, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1], 0);
 	td_expect_free(a, 7, EINVAL); /* no length: nothing a device would check */
 
+	/* A domain has at most 4 Dma waiting: the fifth is refused at once, not queued. */
+	{
+		int more[5];
+
+		td_block_pool(&b, td_manager->dma_worker);
+		for (int i = 0; i < 5; i++) {
+			more[i] = td_hello_client(1000, NULL);
+			td_send_dma(more[i], 20, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1], 8);
+			td_pump();
+		}
+		td_expect_free(more[4], 20, EBUSY);
+		ck_assert_uint_eq(ca->domain->dma_jobs, 4);
+		td_unblock_worker(&b);
+		for (int i = 0; i < 4; i++)
+			td_expect_free(more[i], 20, 0);
+		ck_assert_uint_eq(ca->domain->dma_jobs, 0);
+		for (int i = 0; i < 5; i++)
+			close(more[i]);
+	}
+
 	/* Gone while its Dma waits: the job holds the domain, and answers nobody. */
 	td_block_pool(&b, td_manager->dma_worker);
 	td_send_dma(a, 8, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1], 100);
