@@ -29,6 +29,14 @@ finish() {
 	sync
 	poweroff -f
 }
+# Domain uid-1000's figures now, into $a (allocated), $m (MRs), $p (pinned): "" when it is
+# not open; $CLIENTS keeps mrctl's JSON.
+read_victims_domain() {
+	CLIENTS=$(mrctl --json clients)
+	a=$(domain_field "$CLIENTS" uid-1000 allocated_bytes)
+	m=$(domain_field "$CLIENTS" uid-1000 mrs)
+	p=$(domain_field "$CLIENTS" uid-1000 pinned_bytes)
+}
 # Starts a client in the background (its pid in BG) and waits until its output has MARKER.
 start_bg() { # file marker command...
 	out=$1 marker=$2
@@ -121,16 +129,12 @@ result "mrd-demo: the device refuses the freed buffer's key" $?
 start_bg /tmp/holder.txt HOLDING rdma-peers hold "$SOCK" 1000
 HOLDER=$BG
 collect /tmp/holder.txt
-CLIENTS=$(mrctl --json clients)
-a0=$(domain_field "$CLIENTS" uid-1000 allocated_bytes)
-m0=$(domain_field "$CLIENTS" uid-1000 mrs)
-p0=$(domain_field "$CLIENTS" uid-1000 pinned_bytes)
+read_victims_domain
+a0=$a m0=$m p0=$p
 start_bg /tmp/victim.txt VICTIM_READY rdma-peers victim "$SOCK" 1000
 VICTIM=$BG
 cat /tmp/victim.txt
-CLIENTS=$(mrctl --json clients)
-a=$(domain_field "$CLIENTS" uid-1000 allocated_bytes)
-m=$(domain_field "$CLIENTS" uid-1000 mrs)
+read_victims_domain
 echo "@@ INFO domain uid-1000: the holder alone: allocated ${a0:-none}, MRs ${m0:-none}, pinned ${p0:-none}; with the victim: allocated ${a:-none}, MRs ${m:-none}"
 [ -n "$a0" ] && [ -n "$m0" ] && [ -n "$p0" ] && [ "${a:-0}" -ge $((a0 + (8 << 20))) ] &&
 	[ "${m:-0}" -ge $((m0 + 4)) ]
@@ -146,10 +150,7 @@ wait "$VICTIM" 2>/dev/null
 # 6. What the killed client held is released (its domain still open), and mrd still serves.
 same=1
 for _ in $(seq 50); do
-	CLIENTS=$(mrctl --json clients)
-	a=$(domain_field "$CLIENTS" uid-1000 allocated_bytes)
-	m=$(domain_field "$CLIENTS" uid-1000 mrs)
-	p=$(domain_field "$CLIENTS" uid-1000 pinned_bytes)
+	read_victims_domain
 	if [ -n "$a" ] && [ "$a" = "$a0" ] && [ "$m" = "$m0" ] && [ "$p" = "$p0" ] &&
 		! echo "$CLIENTS" | grep -q "\"pid\":$VICTIM,"; then
 		same=0
