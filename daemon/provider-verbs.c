@@ -42,9 +42,6 @@ struct verbs_mr {
 
 static struct verbs_provider *to_verbs(struct provider *p) { return (struct verbs_provider *)p; }
 
-/* errno after a libibverbs call that failed, as -errno; never 0. */
-static int verbs_errno(void) { return errno > 0 ? -errno : -EIO; }
-
 /* A positive errno return value (ibv_dereg_mr, ibv_advise_mr, ...) as -errno. */
 static int verbs_ret(int ret) { return ret > 0 ? -ret : ret < 0 ? ret : 0; }
 
@@ -114,7 +111,7 @@ static int verbs_open(const char *device, struct provider **ret)
 	list = ibv_get_device_list(&n);
 	if (!list)
 		/* ENOSYS: no RDMA support in this kernel at all, which is "no device" to us. */
-		return errno == ENOSYS ? -ENODEV : verbs_errno();
+		return errno == ENOSYS ? -ENODEV : negative_errno();
 	for (int i = 0; i < n && !dev; i++)
 		if (!device || strcmp(ibv_get_device_name(list[i]), device) == 0)
 			dev = list[i];
@@ -132,7 +129,7 @@ static int verbs_open(const char *device, struct provider **ret)
 	pthread_mutex_init(&vp->base.lock, NULL);
 	snprintf(vp->base.caps.device, sizeof(vp->base.caps.device), "%s", ibv_get_device_name(dev));
 	vp->ctx = ibv_open_device(dev);
-	r = vp->ctx ? 0 : verbs_errno();
+	r = vp->ctx ? 0 : negative_errno();
 	ibv_free_device_list(list);
 	if (r < 0) {
 		free(vp);
@@ -188,7 +185,7 @@ static int verbs_pd_alloc(struct provider *p, struct provider_pd **ret)
 		return -ENOMEM;
 	vpd->pd = ibv_alloc_pd(to_verbs(p)->ctx);
 	if (!vpd->pd) {
-		int r = verbs_errno();
+		int r = negative_errno();
 		free(vpd);
 		return r;
 	}
@@ -240,7 +237,7 @@ static int verbs_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t
 	vmr->mr = ibv_reg_mr_iova2(((struct verbs_pd *)pd)->pd, addr, length, iova,
 				   to_ibv_access(access));
 	if (!vmr->mr) {
-		r = verbs_errno();
+		r = negative_errno();
 		free(vmr);
 		return r;
 	}
@@ -305,7 +302,7 @@ static int verbs_rereg(struct provider_mr *base, unsigned flags, void *addr, siz
 	if (r == IBV_REREG_MR_ERR_DO_FORK_OLD)
 		log_debug("verbs: rereg moved the MR but left its old range DONTFORK");
 	else if (r != 0) {
-		int error = verbs_errno();
+		int error = negative_errno();
 
 		/* IBV_REREG_MR_ERR_CMD and worse: the kernel destroyed the old MR on the way. Free
 		 * what is left; only dereg remains valid on this handle. */

@@ -8,6 +8,7 @@
 #include <infiniband/verbs.h>
 
 #include "log.h"
+#include "macro.h"
 #include "time-util.h"
 #include "verbs-loopback.h"
 
@@ -26,7 +27,6 @@ struct verbs_loopback {
 	uint32_t psn[2];       /* each QP's starting send PSN, random: not guessable off the wire */
 };
 
-static int verbs_errno(void) { return errno > 0 ? -errno : -EIO; }
 
 /* The port's own GID for RoCE: a RoCEv2 IPv4-mapped entry routes on any netdev rxe sits on,
  * loopback included; else any RoCEv2 entry; else the first valid one. */
@@ -167,7 +167,7 @@ static int make_qps(struct verbs_loopback *lb)
 
 		lb->qp[i] = ibv_create_qp(lb->pd, &init);
 		if (!lb->qp[i])
-			r = verbs_errno();
+			r = negative_errno();
 	}
 	if (r == 0 && getrandom(lb->psn, sizeof(lb->psn), 0) != sizeof(lb->psn))
 		r = -EIO;
@@ -205,7 +205,7 @@ int verbs_loopback_new(struct ibv_pd *pd, struct verbs_loopback **ret)
 		goto fail;
 	lb->cq = ibv_create_cq(pd->context, 4, NULL, NULL, 0);
 	if (!lb->cq) {
-		r = verbs_errno();
+		r = negative_errno();
 		goto fail;
 	}
 	r = make_qps(lb);

@@ -18,7 +18,6 @@
 
 #include <event2/event.h>
 
-#include "arena.h"
 #include "client.h"
 #include "domain.h"
 #include "log.h"
@@ -49,13 +48,11 @@ static struct manager *fuzz_manager(void)
 /* The domain whose arena holds addr, NULL when none does. */
 static const struct domain *owner(struct manager *m, uint64_t addr)
 {
-	const struct domain *d;
-	const struct arena *a;
+	struct domain *d;
 
 	LIST_FOREACH(d, &m->domains, link)
-		LIST_FOREACH(a, &d->arenas, link)
-			if (addr >= (uintptr_t)a->base && addr < (uintptr_t)a->base + a->size)
-				return d;
+		if (domain_find_arena(d, addr))
+			return d;
 	return NULL;
 }
 
