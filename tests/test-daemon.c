@@ -246,6 +246,56 @@ void td_wait_domains_closed(void)
 	td_pump_until_zero(&td_manager->n_domains);
 }
 
+void td_lookup(int fd, uint64_t id, uint64_t addr, int error, Mrd__MrEntry *out)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MrLookupRequest q = MRD__MR_LOOKUP_REQUEST__INIT;
+	Mrd__Response *resp;
+
+	q.addresses = &addr;
+	q.n_addresses = 1;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;
+	req.mr_lookup = &q;
+	td_send_request(fd, &req, NULL, 0);
+	resp = td_expect(fd, id, error);
+	if (!error && out)
+		*out = *resp->mr_lookup->entries[0];
+	mrd__response__free_unpacked(resp, NULL);
+}
+
+Mrd__Response *td_attach(int fd, uint64_t id, int memfd, uint64_t off, uint64_t len, int error)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ExtmemAttachRequest at = MRD__EXTMEM_ATTACH_REQUEST__INIT;
+
+	at.offset = off;
+	at.length = len;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_EXTMEM_ATTACH;
+	req.extmem_attach = &at;
+	td_send_request(fd, &req, &memfd, 1);
+	return td_expect(fd, id, error);
+}
+
+void td_send_mempool_register(int fd, uint64_t id, const char *name, const uint64_t *starts,
+			      const uint64_t *lengths, size_t n, bool extmem)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MempoolRegisterRequest q = MRD__MEMPOOL_REGISTER_REQUEST__INIT;
+
+	q.name = (char *)name;
+	q.starts = (uint64_t *)starts;
+	q.n_starts = n;
+	q.lengths = (uint64_t *)lengths;
+	q.n_lengths = n;
+	q.extmem = extmem;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_MEMPOOL_REGISTER;
+	req.mempool_register = &q;
+	td_send_request(fd, &req, NULL, 0);
+}
+
 void td_send_dma(int fd, uint64_t id, unsigned op, const Mrd__MrEntry *l, uint64_t laddr,
 		 const Mrd__MrEntry *rm, uint64_t raddr, uint64_t len)
 {

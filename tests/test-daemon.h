@@ -47,6 +47,16 @@ void td_free(int fd, uint64_t id, uint64_t addr, int error);
 /* The same request, its reply left for the test to take. */
 void td_send_free(int fd, uint64_t id, uint64_t addr);
 
+/* MrLookup of one address; its reply must carry error; the entry goes to out (when not NULL)
+ * on success. */
+void td_lookup(int fd, uint64_t id, uint64_t addr, int error, Mrd__MrEntry *out);
+/* ExtmemAttach of [off, off + len) of memfd; its reply must carry error, and is returned. */
+Mrd__Response *td_attach(int fd, uint64_t id, int memfd, uint64_t off, uint64_t len, int error);
+/* MempoolRegister of n ranges (extmem: objects in attached memory), its reply left for the
+ * test to take. */
+void td_send_mempool_register(int fd, uint64_t id, const char *name, const uint64_t *starts,
+			      const uint64_t *lengths, size_t n, bool extmem);
+
 /* Dma (op: PROVIDER_DMA_*) of len bytes between laddr under l's lkey and raddr under rm's
  * rkey, its reply left for the test to take. */
 void td_send_dma(int fd, uint64_t id, unsigned op, const Mrd__MrEntry *l, uint64_t laddr,

@@ -7,7 +7,6 @@
  * with it; after all of them, mrd serves as before, with its descriptors and memory back near
  * the baseline taken before the first. */
 #include <check.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -68,22 +67,6 @@ static void close_all_tracked(void)
 {
 	while (n_socks)
 		close(socks[--n_socks]);
-}
-
-static unsigned count_fds(pid_t pid)
-{
-	char path[64];
-	struct dirent *e;
-	unsigned n = 0;
-	DIR *d;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	d = opendir(path);
-	ck_assert_ptr_nonnull(d);
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
 }
 
 static long rss_kb(pid_t pid)
@@ -166,11 +149,11 @@ static void wait_settled(void)
  * after mrctl exits). */
 static unsigned fds_at_most(unsigned max)
 {
-	unsigned n = count_fds(mrd.pid);
+	unsigned n = count_open_fds(mrd.pid);
 
 	for (int i = 0; i < 200 && n > max; i++) {
 		usleep(10000);
-		n = count_fds(mrd.pid);
+		n = count_open_fds(mrd.pid);
 	}
 	return n;
 }
@@ -304,13 +287,14 @@ static void start_mrd(void)
 		snprintf(domain, sizeof(domain), "%s", mrd_client_domain(holder));
 	}
 	wait_settled();
-	base_fds = count_fds(mrd.pid);
+	base_fds = count_open_fds(mrd.pid);
 	for (int i = 0; i < 10; i++) { /* the settled count: mrctl's last connection gone */
-		unsigned n = count_fds(mrd.pid);
+		unsigned n = count_open_fds(mrd.pid);
 
 		base_fds = n < base_fds ? n : base_fds;
 		usleep(20000);
 	}
+	ck_assert_uint_gt(base_fds, 0); /* /proc told */
 	base_rss_kb = rss_kb(mrd.pid);
 	printf("baseline: mrd has %u descriptors and %ld KiB resident\n", base_fds, base_rss_kb);
 }
@@ -401,7 +385,7 @@ START_TEST(test_wrong_and_flooded_descriptors)
 	}
 	printf("flood: %d requests with a descriptor each before the socket filled\n", sent);
 	ck_assert_int_ge(sent, 100);
-	ck_assert_uint_le(count_fds(mrd.pid), base_fds + 1 + 64); /* the client, 16 in replies */
+	ck_assert_uint_le(count_open_fds(mrd.pid), base_fds + 1 + 64); /* the client, 16 in replies */
 	good_session(); /* others are served meanwhile */
 	close_tracked(fd);
 	wait_settled();

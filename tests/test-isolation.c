@@ -53,20 +53,9 @@ static void ask_free(struct world *w, Mrd__Request *req, int error)
 
 static Mrd__MrEntry lookup(int fd, uint64_t addr)
 {
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__MrLookupRequest q = MRD__MR_LOOKUP_REQUEST__INIT;
-	Mrd__Response *resp;
 	Mrd__MrEntry e;
 
-	q.addresses = &addr;
-	q.n_addresses = 1;
-	req.id = ++next_id;
-	req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;
-	req.mr_lookup = &q;
-	td_send_request(fd, &req, NULL, 0);
-	resp = td_expect(fd, req.id, 0);
-	e = *resp->mr_lookup->entries[0];
-	mrd__response__free_unpacked(resp, NULL);
+	td_lookup(fd, ++next_id, addr, 0, &e);
 	return e;
 }
 
@@ -185,19 +174,12 @@ static void try_map(struct world *w)
 static void try_extmem_attach(struct world *w)
 {
 	/* B attaches memory of its own: nothing of A's is named. */
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__ExtmemAttachRequest x = MRD__EXTMEM_ATTACH_REQUEST__INIT;
 	int memfd = memfd_create("b", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	Mrd__Response *resp;
 
 	ck_assert_int_eq(ftruncate(memfd, 4096), 0);
 	ck_assert_int_eq(fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
-	x.length = 4096;
-	req.id = ++next_id;
-	req.body_case = MRD__REQUEST__BODY_EXTMEM_ATTACH;
-	req.extmem_attach = &x;
-	td_send_request(w->b, &req, &memfd, 1);
-	resp = td_expect(w->b, req.id, 0);
+	resp = td_attach(w->b, ++next_id, memfd, 0, 4096, 0);
 	ck_assert(resp->extmem_attach->address != w->ext);
 	mrd__response__free_unpacked(resp, NULL);
 	close(memfd);
@@ -437,9 +419,6 @@ static void build_world(struct world *w)
 	const char *settings[] = { "memory.window_size=4G", "memory.arena_size=64M",
 				   "memory.hugepages=no", NULL };
 	int memfd = memfd_create("a", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__ExtmemAttachRequest x = MRD__EXTMEM_ATTACH_REQUEST__INIT;
-	Mrd__MempoolRegisterRequest q = MRD__MEMPOOL_REGISTER_REQUEST__INIT;
 	Mrd__Response *resp;
 	uint64_t parked, start, length = 64 * 1024;
 
@@ -454,28 +433,14 @@ static void build_world(struct world *w)
 
 	ck_assert_int_eq(ftruncate(memfd, 4 * 4096), 0);
 	ck_assert_int_eq(fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
-	x.length = 4 * 4096;
-	req.id = 3;
-	req.body_case = MRD__REQUEST__BODY_EXTMEM_ATTACH;
-	req.extmem_attach = &x;
-	td_send_request(w->a, &req, &memfd, 1);
-	resp = td_expect(w->a, 3, 0);
+	resp = td_attach(w->a, 3, memfd, 0, 4 * 4096, 0);
 	w->ext = resp->extmem_attach->address;
 	mrd__response__free_unpacked(resp, NULL);
 	close(memfd);
 	(void)lookup(w->a, w->ext);
 
 	start = w->mem;
-	q.name = (char *)"a-pool";
-	q.starts = &start;
-	q.n_starts = 1;
-	q.lengths = &length;
-	q.n_lengths = 1;
-	req = (Mrd__Request)MRD__REQUEST__INIT;
-	req.id = 4;
-	req.body_case = MRD__REQUEST__BODY_MEMPOOL_REGISTER;
-	req.mempool_register = &q;
-	td_send_request(w->a, &req, NULL, 0);
+	td_send_mempool_register(w->a, 4, "a-pool", &start, &length, 1, false);
 	td_expect_free(w->a, 4, 0);
 
 	parked = td_alloc(w->a, 5, 64 * 1024); /* registered, then freed: its handle is parked */

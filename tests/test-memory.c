@@ -2,7 +2,6 @@
 /* Memory requests in-process: arenas and their memfds, ownership, quotas, domains, the status
  * page, and what a client's death releases. */
 #include <check.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -16,6 +15,7 @@
 #include "manager.h"
 #include "status-page.h"
 #include "test-daemon.h"
+#include "test-util.h"
 #include "check-run.h"
 
 #define MiB (1ull << 20)
@@ -323,21 +323,6 @@ START_TEST(test_generation_without_request)
 }
 END_TEST
 
-static Mrd__Response *attach(int fd, uint64_t id, int memfd, uint64_t off, uint64_t len,
-			     int error)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__ExtmemAttachRequest at = MRD__EXTMEM_ATTACH_REQUEST__INIT;
-
-	at.offset = off;
-	at.length = len;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_EXTMEM_ATTACH;
-	req.extmem_attach = &at;
-	td_send_request(fd, &req, &memfd, 1);
-	return td_expect(fd, id, error);
-}
-
 START_TEST(test_extmem)
 {
 	struct client *c;
@@ -355,12 +340,12 @@ START_TEST(test_extmem)
 	ck_assert_int_eq(ftruncate(loose, 8 * 4096), 0);
 	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
 
-	mrd__response__free_unpacked(attach(fd, 2, loose, 0, 4096, EPERM), NULL);
-	mrd__response__free_unpacked(attach(fd, 3, p[0], 0, 4096, EBADF), NULL);
-	mrd__response__free_unpacked(attach(fd, 4, sealed, 100, 4096, EINVAL), NULL);
-	mrd__response__free_unpacked(attach(fd, 5, sealed, 4096, 8 * 4096, EINVAL), NULL);
+	mrd__response__free_unpacked(td_attach(fd, 2, loose, 0, 4096, EPERM), NULL);
+	mrd__response__free_unpacked(td_attach(fd, 3, p[0], 0, 4096, EBADF), NULL);
+	mrd__response__free_unpacked(td_attach(fd, 4, sealed, 100, 4096, EINVAL), NULL);
+	mrd__response__free_unpacked(td_attach(fd, 5, sealed, 4096, 8 * 4096, EINVAL), NULL);
 
-	resp = attach(fd, 6, sealed, 4096, 4 * 4096, 0);
+	resp = td_attach(fd, 6, sealed, 4096, 4 * 4096, 0);
 	addr = resp->extmem_attach->address;
 	ck_assert(!resp->extmem_attach->arena->fd_attached); /* the client has it */
 	ck_assert_uint_eq(resp->extmem_attach->arena->file_offset, 4096);
@@ -391,19 +376,6 @@ END_TEST
 
 /* A client that asks for descriptors and never reads them holds only a few hostage; the
  * others wait in mrd, and nobody else notices. */
-static unsigned open_fds(void)
-{
-	struct dirent *e;
-	unsigned n = 0;
-	DIR *d = opendir("/proc/self/fd");
-
-	ck_assert_ptr_nonnull(d);
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
 static unsigned window_slots_used(void)
 {
 	unsigned n = 0;
@@ -433,20 +405,21 @@ START_TEST(test_quota_boundaries)
 	ck_assert_int_eq(fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
 
 	alloc(fd, 2, 1 * MiB, 0, 0, &a, NULL); /* exactly the quota */
-	fds = open_fds();
+	fds = count_open_fds(0);
+	ck_assert_uint_gt(fds, 0);
 	slots = window_slots_used();
 	alloc(fd, 3, 4096, 0, EDQUOT, &msg, NULL); /* one page more */
 	free_msg(msg);
-	mrd__response__free_unpacked(attach(fd, 4, memfd, 0, 4096, EDQUOT), NULL);
+	mrd__response__free_unpacked(td_attach(fd, 4, memfd, 0, 4096, EDQUOT), NULL);
 	ck_assert_uint_eq(domain_of(c)->allocated_bytes, 1 * MiB);
 	ck_assert_uint_eq(domain_of(c)->allocations.n, 1);
 	ck_assert_uint_eq(domain_of(c)->n_arenas, 1);
 	ck_assert_uint_eq(window_slots_used(), slots);
-	ck_assert_uint_eq(open_fds(), fds); /* the refused memfd went back, no arena was made */
+	ck_assert_uint_eq(count_open_fds(0), fds); /* the refused memfd went back, no arena was made */
 
 	/* Freed, the whole quota is there again; attached memory counts in it. */
 	td_free(fd, 5, a, 0);
-	mrd__response__free_unpacked(attach(fd, 6, memfd, 0, 4096, 0), NULL);
+	mrd__response__free_unpacked(td_attach(fd, 6, memfd, 0, 4096, 0), NULL);
 	alloc(fd, 7, 1 * MiB - 4096, 0, 0, &b, NULL);
 	ck_assert_uint_eq(domain_of(c)->allocated_bytes, 1 * MiB);
 	ck_assert_uint_eq(domain_of(c)->n_arenas, 2); /* the attached one, and one of pages */
@@ -455,7 +428,7 @@ START_TEST(test_quota_boundaries)
 	td_free(fd, 9, b, 0);
 	/* quota.arenas (2) is reached: new memory fits the arena there is, an attach does not. */
 	alloc(fd, 10, 4096, 0, 0, &b, NULL);
-	mrd__response__free_unpacked(attach(fd, 11, memfd, 4096, 4096, EDQUOT), NULL);
+	mrd__response__free_unpacked(td_attach(fd, 11, memfd, 4096, 4096, EDQUOT), NULL);
 	ck_assert_uint_eq(domain_of(c)->n_arenas, 2);
 	close(fd);
 	td_wait_domains_closed();

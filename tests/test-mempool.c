@@ -39,20 +39,9 @@ static void teardown(void) { td_stop(); }
 static Mrd__Response *reg(int fd, uint64_t id, const char *name, const uint64_t *starts,
 			  const uint64_t *lengths, size_t n, bool extmem, int error)
 {
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__MempoolRegisterRequest q = MRD__MEMPOOL_REGISTER_REQUEST__INIT;
 	Mrd__Response *resp;
 
-	q.name = (char *)name;
-	q.starts = (uint64_t *)starts;
-	q.n_starts = n;
-	q.lengths = (uint64_t *)lengths;
-	q.n_lengths = n;
-	q.extmem = extmem;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_MEMPOOL_REGISTER;
-	req.mempool_register = &q;
-	td_send_request(fd, &req, NULL, 0);
+	td_send_mempool_register(fd, id, name, starts, lengths, n, extmem);
 	resp = td_expect(fd, id, error);
 	if (error) {
 		mrd__response__free_unpacked(resp, NULL);
@@ -290,26 +279,9 @@ START_TEST(test_pools_and_quota)
 }
 END_TEST
 
-static void send_register_n(int fd, uint64_t id, const char *name, uint64_t *starts,
-			    uint64_t *lengths, size_t n)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__MempoolRegisterRequest q = MRD__MEMPOOL_REGISTER_REQUEST__INIT;
-
-	q.name = (char *)name;
-	q.starts = starts;
-	q.n_starts = n;
-	q.lengths = lengths;
-	q.n_lengths = n;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_MEMPOOL_REGISTER;
-	req.mempool_register = &q;
-	td_send_request(fd, &req, NULL, 0);
-}
-
 static void send_register(int fd, uint64_t id, const char *name, uint64_t start, uint64_t len)
 {
-	send_register_n(fd, id, name, &start, &len, 1);
+	td_send_mempool_register(fd, id, name, &start, &len, 1, false);
 }
 
 START_TEST(test_big_pool_on_worker)
@@ -487,7 +459,7 @@ START_TEST(test_failed_shared_mr_not_shared)
 	td_block_worker(&b2);
 	ys[0] = p;
 	ys[1] = mem + 16 * KiB;
-	send_register_n(y, 3, "y", ys, yl, 2); /* shares it, and waits behind b2 */
+	td_send_mempool_register(y, 3, "y", ys, yl, 2, false); /* shares it, and waits behind b2 */
 	td_pump();
 	ck_assert_int_eq(mprotect((void *)(uintptr_t)p, 4096, PROT_READ), 0);
 	td_unblock_worker(&b1);

@@ -39,24 +39,6 @@ static uint64_t alloc(int fd, uint64_t id, uint64_t size, uint32_t flags)
 	return td_alloc_flags(fd, id, size, flags);
 }
 
-static void lookup(int fd, uint64_t id, uint64_t addr, int error, Mrd__MrEntry *out)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__MrLookupRequest q = MRD__MR_LOOKUP_REQUEST__INIT;
-	Mrd__Response *resp;
-
-	q.addresses = &addr;
-	q.n_addresses = 1;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;
-	req.mr_lookup = &q;
-	td_send_request(fd, &req, NULL, 0);
-	resp = td_expect(fd, id, error);
-	if (!error && out)
-		*out = *resp->mr_lookup->entries[0];
-	mrd__response__free_unpacked(resp, NULL);
-}
-
 static void send_prefetch(int fd, uint64_t id, uint64_t addr, uint64_t len, unsigned advice,
 			  bool flush)
 {
@@ -90,12 +72,12 @@ START_TEST(test_lookups_make_children)
 	struct domain *d = c->domain;
 
 	ck_assert_uint_eq(a % (2 * MiB), 0);
-	lookup(fd, 3, a + 100, 0, &e0);
+	td_lookup(fd, 3, a + 100, 0, &e0);
 	ck_assert_uint_eq(e0.start, a); /* its chunk, cut to the allocation */
 	ck_assert_uint_eq(e0.end, a + 2 * MiB);
-	lookup(fd, 4, a + 5 * MiB, 0, &e2);
+	td_lookup(fd, 4, a + 5 * MiB, 0, &e2);
 	ck_assert_uint_eq(e2.start, a + 4 * MiB);
-	lookup(fd, 5, a + 2 * MiB - 1, 0, &again); /* from the table now */
+	td_lookup(fd, 5, a + 2 * MiB - 1, 0, &again); /* from the table now */
 	ck_assert_uint_eq(again.lkey, e0.lkey);
 	ck_assert_uint_eq(d->odp.children, 2);
 	ck_assert_uint_eq(d->odp.stats.children_created, 2);
@@ -122,7 +104,7 @@ START_TEST(test_lookups_make_children)
 	provider_stats(d->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
 	td_dma(fd, 8, PROVIDER_DMA_WRITE, &e0, a + 64, &e2, a + 4 * MiB + 8, 10, ENOKEY);
-	lookup(fd, 9, a, ENOENT, NULL);
+	td_lookup(fd, 9, a, ENOENT, NULL);
 	close(fd);
 }
 END_TEST
@@ -137,7 +119,7 @@ START_TEST(test_policy_per_domain)
 	start("policies.uid-1000=odp", "cache.workers=2"); /* its domain's policy alone */
 	fd = td_hello_client(1000, &c);
 	a = alloc(fd, 2, 3 * MiB, 0);
-	lookup(fd, 3, a + 2 * MiB + 5, 0, &e);
+	td_lookup(fd, 3, a + 2 * MiB + 5, 0, &e);
 	ck_assert_uint_eq(e.start, a + 2 * MiB);
 	ck_assert_uint_eq(e.end, a + 3 * MiB); /* cut to the allocation */
 	/* Read-only memory gets read-only children: a write into it is refused. */
@@ -145,7 +127,7 @@ START_TEST(test_policy_per_domain)
 	{
 		Mrd__MrEntry ro;
 
-		lookup(fd, 5, b, 0, &ro);
+		td_lookup(fd, 5, b, 0, &ro);
 		td_dma(fd, 6, PROVIDER_DMA_WRITE, &e, a + 2 * MiB, &ro, b, 8, EACCES);
 		td_dma(fd, 7, PROVIDER_DMA_WRITE, &e, a + 2 * MiB, &e, a + 2 * MiB + 64, 8, 0);
 	}
@@ -155,7 +137,7 @@ START_TEST(test_policy_per_domain)
 		uint64_t o = alloc(other, 2, 3 * MiB, 0);
 		Mrd__MrEntry oe;
 
-		lookup(other, 3, o + 2 * MiB + 5, 0, &oe);
+		td_lookup(other, 3, o + 2 * MiB + 5, 0, &oe);
 		ck_assert_uint_eq(oe.start, o);
 		ck_assert_uint_eq(oe.end, o + 3 * MiB);
 		close(other);
@@ -181,8 +163,8 @@ START_TEST(test_prefetch)
 	ck_assert_uint_ge(ps.odp_prefetched_pages, 8 * MiB / 4096);
 	/* Their entries went into the table: lookups find them without a miss. */
 	misses = d->cache.misses;
-	lookup(fd, 5, a + 7 * MiB, 0, NULL);
-	lookup(fd, 6, a + 1, 0, NULL);
+	td_lookup(fd, 5, a + 7 * MiB, 0, NULL);
+	td_lookup(fd, 6, a + 1, 0, NULL);
 	ck_assert_uint_eq(d->cache.misses, misses);
 
 	/* No-fault advice makes the children and faults nothing in. */
@@ -245,7 +227,7 @@ START_TEST(test_one_child_under_races)
 		send_prefetch(fd, 4, a + 4096, 4096, MRD__PREFETCH_ADVICE__PREFETCH, false);
 		td_expect_free(fd, 3, 0);
 		td_expect_free(fd, 4, 0);
-		lookup(fd, 5, a + 8192, 0, NULL); /* while the workers may still be at it */
+		td_lookup(fd, 5, a + 8192, 0, NULL); /* while the workers may still be at it */
 		td_pump_until_zero(&d->odp.jobs);
 		ck_assert_uint_eq(d->odp.children, 1);
 		ck_assert_uint_eq(d->odp.stats.children_created, created + 1);
@@ -272,7 +254,7 @@ START_TEST(test_prefetch_racing_free)
 	fd = td_hello_client(1000, &c);
 	a = alloc(fd, 2, 4 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
 	d = c->domain;
-	lookup(fd, 3, a, 0, NULL); /* the first chunk's child exists */
+	td_lookup(fd, 3, a, 0, NULL); /* the first chunk's child exists */
 	td_block_worker(&b);
 	prefetch(fd, 4, a, 4 * MiB, MRD__PREFETCH_ADVICE__PREFETCH, false, 0); /* holds it */
 	td_send_free(fd, 5, a);
@@ -286,7 +268,7 @@ START_TEST(test_prefetch_racing_free)
 	provider_stats(d->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
 	ck_assert(LIST_EMPTY(&d->odp.zombies));
-	lookup(fd, 6, a, ENOENT, NULL);
+	td_lookup(fd, 6, a, ENOENT, NULL);
 	close(fd);
 }
 END_TEST
@@ -300,7 +282,7 @@ START_TEST(test_teardown_with_work_pending)
 	start("cache.policy=contig", "cache.workers=1");
 	fd = td_hello_client(1000, NULL);
 	a = alloc(fd, 2, 4 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
-	lookup(fd, 3, a + 3 * MiB, 0, NULL);
+	td_lookup(fd, 3, a + 3 * MiB, 0, NULL);
 	td_block_worker(&b);
 	prefetch(fd, 4, a, 4 * MiB, MRD__PREFETCH_ADVICE__PREFETCH, false, 0);
 	close(fd); /* gone, and its memory, while the work waits */
@@ -406,9 +388,9 @@ START_TEST(test_chunk_capped_at_max_mr_size)
 	fd = td_hello_client(1000, &c);
 	a = alloc(fd, 2, 80ull << 30, MRD__ALLOC_FLAGS__ALLOC_ODP);
 	max = c->domain->provider->caps.max_mr_size;
-	lookup(fd, 3, a + 4096, 0, &e);
+	td_lookup(fd, 3, a + 4096, 0, &e);
 	ck_assert_uint_le(e.end - e.start, max);
-	lookup(fd, 4, a + (80ull << 30) - 1, 0, NULL); /* the last chunk too */
+	td_lookup(fd, 4, a + (80ull << 30) - 1, 0, NULL); /* the last chunk too */
 	close(fd);
 }
 END_TEST

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -237,6 +238,26 @@ int run_capture(const char *const *argv, char *out, size_t size, uid_t run_as_ui
 	if (waitpid(pid, &status, 0) != pid)
 		return -ECHILD;
 	return exit_status(status);
+}
+
+unsigned count_open_fds(pid_t pid)
+{
+	char path[64];
+	struct dirent *e;
+	unsigned n = 0;
+	DIR *d;
+
+	if (pid)
+		snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	else
+		snprintf(path, sizeof(path), "/proc/self/fd");
+	d = opendir(path);
+	if (!d)
+		return 0;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return pid ? n : n - 1; /* not the directory's own */
 }
 
 int raw_connect(const char *path)

@@ -39,5 +39,8 @@ int mrd_proc_signal(struct mrd_proc *p, int sig);
  * status (or 128+signal). When run_as_uid is not (uid_t)-1, the child drops to that uid. */
 int run_capture(const char *const *argv, char *out, size_t size, uid_t run_as_uid);
 
+/* How many descriptors process pid has open (pid 0: this process); 0 when /proc does not say. */
+unsigned count_open_fds(pid_t pid);
+
 /* A raw SOCK_SEQPACKET connection to path; -errno on failure. */
 int raw_connect(const char *path);
