@@ -246,11 +246,10 @@ void td_wait_domains_closed(void)
 	td_pump_until_zero(&td_manager->n_domains);
 }
 
-void td_lookup(int fd, uint64_t id, uint64_t addr, int error, Mrd__MrEntry *out)
+void td_send_lookup(int fd, uint64_t id, uint64_t addr)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__MrLookupRequest q = MRD__MR_LOOKUP_REQUEST__INIT;
-	Mrd__Response *resp;
 
 	q.addresses = &addr;
 	q.n_addresses = 1;
@@ -258,6 +257,13 @@ void td_lookup(int fd, uint64_t id, uint64_t addr, int error, Mrd__MrEntry *out)
 	req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;
 	req.mr_lookup = &q;
 	td_send_request(fd, &req, NULL, 0);
+}
+
+void td_lookup(int fd, uint64_t id, uint64_t addr, int error, Mrd__MrEntry *out)
+{
+	Mrd__Response *resp;
+
+	td_send_lookup(fd, id, addr);
 	resp = td_expect(fd, id, error);
 	if (!error && out)
 		*out = *resp->mr_lookup->entries[0];

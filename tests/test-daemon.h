@@ -47,7 +47,9 @@ void td_free(int fd, uint64_t id, uint64_t addr, int error);
 /* The same request, its reply left for the test to take. */
 void td_send_free(int fd, uint64_t id, uint64_t addr);
 
-/* MrLookup of one address; its reply must carry error; the entry goes to out (when not NULL)
+/* MrLookup of one address, its reply left for the test to take. */
+void td_send_lookup(int fd, uint64_t id, uint64_t addr);
+/* The same; its reply must carry error; the entry goes to out (when not NULL)
  * on success. */
 void td_lookup(int fd, uint64_t id, uint64_t addr, int error, Mrd__MrEntry *out);
 /* ExtmemAttach of [off, off + len) of memfd; its reply must carry error, and is returned. */

@@ -491,8 +491,6 @@ START_TEST(test_pinned_quota)
 	uint64_t a, b;
 	Mrd__MrEntry e;
 	Mrd__Response *resp;
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__MrLookupRequest q = MRD__MR_LOOKUP_REQUEST__INIT;
 
 	td_stop();
 	start_with("quota.pinned_bytes=1M");
@@ -500,12 +498,7 @@ START_TEST(test_pinned_quota)
 	a = td_alloc(fd, 2, 768 * 1024);
 	b = td_alloc(fd, 3, 512 * 1024);
 	lookup(fd, 4, &a, 1, 0, &e);
-	q.addresses = &b;
-	q.n_addresses = 1;
-	req.id = 5;
-	req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;
-	req.mr_lookup = &q;
-	td_send_request(fd, &req, NULL, 0);
+	td_send_lookup(fd, 5, b);
 	resp = td_expect(fd, 5, EDQUOT);
 	ck_assert_ptr_nonnull(strstr(resp->message, "quota.pinned_bytes (1048576)"));
 	mrd__response__free_unpacked(resp, NULL);
@@ -557,19 +550,6 @@ START_TEST(test_table_overflow)
 }
 END_TEST
 
-static void send_lookup(int fd, uint64_t id, uint64_t addr)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__MrLookupRequest q = MRD__MR_LOOKUP_REQUEST__INIT;
-
-	q.addresses = &addr;
-	q.n_addresses = 1;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;
-	req.mr_lookup = &q;
-	td_send_request(fd, &req, NULL, 0);
-}
-
 START_TEST(test_big_registration_blocks_nobody)
 {
 	struct client *ca;
@@ -585,8 +565,8 @@ START_TEST(test_big_registration_blocks_nobody)
 	small = td_alloc(other, 2, 4096);
 
 	td_block_worker(&b);
-	send_lookup(a, 3, big + 100);   /* to a worker, which is busy */
-	send_lookup(other, 3, small);   /* small: answered on the loop, now */
+	td_send_lookup(a, 3, big + 100);   /* to a worker, which is busy */
+	td_send_lookup(other, 3, small);   /* small: answered on the loop, now */
 	resp = td_expect(other, 3, 0);
 	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, small);
 	mrd__response__free_unpacked(resp, NULL);
@@ -619,8 +599,8 @@ START_TEST(test_racing_registrations)
 	other = td_hello_client(1000, NULL);
 	big = td_alloc(a, 2, 4 * MiB);
 	td_block_worker(&b);
-	send_lookup(a, 3, big);
-	send_lookup(other, 3, big + 4096); /* the same run: a second job races the first */
+	td_send_lookup(a, 3, big);
+	td_send_lookup(other, 3, big + 4096); /* the same run: a second job races the first */
 	td_pump();
 	td_unblock_worker(&b);
 	ra = td_expect(a, 3, 0);
@@ -647,7 +627,7 @@ START_TEST(test_death_while_registering)
 	a = td_hello_client(1000, NULL);
 	big = td_alloc(a, 2, 4 * MiB);
 	td_block_worker(&b);
-	send_lookup(a, 3, big);
+	td_send_lookup(a, 3, big);
 	td_pump();
 	close(a); /* gone, and its memory with it, while the worker has yet to pin it */
 	td_pump();
