@@ -406,8 +406,8 @@ static int verbs_dma(struct provider_pd *base, enum provider_dma_op op, uint32_t
 	if (r == 0)
 		r = verbs_loopback_transfer(vpd->loopback, op == PROVIDER_DMA_READ, lkey, laddr,
 					    rkey, raddr, length);
-	/* Anything but a refused key may be the port or its address gone: the next Dma picks
-	 * them afresh. */
+	/* Anything but a refused key (or a range refused before posting) may be the port or its
+	 * address gone: the next Dma makes a loopback afresh (verbs-loopback.h). */
 	if (r < 0 && r != -EKEYREJECTED && r != -EFAULT && vpd->loopback) {
 		verbs_loopback_free(vpd->loopback);
 		vpd->loopback = NULL;

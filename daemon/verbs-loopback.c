@@ -292,9 +292,9 @@ int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey,
 			r = wc_error(&wc);
 		laddr += part, raddr += part, length -= part;
 	}
-	if (r < 0 && lb->qp[0]) {
-		/* A failed completion left the QPs in the error state, a timeout in an unknown
-		 * one: replace them. */
+	if (r == -EKEYREJECTED) {
+		/* The refusal left the QPs in the error state: replace them (the next transfer
+		 * tries again if this fails). */
 		int k = make_qps(lb);
 
 		if (k < 0)

@@ -19,6 +19,7 @@ void verbs_loopback_free(struct verbs_loopback *lb);
  * to the other, split at the port's largest message, each part awaited. -EKEYREJECTED when
  * the device refused a key (not valid, not granting the access, or the range outside it: a
  * completion does not say which), -ETIMEDOUT when a part did not complete in time, -EIO for
- * any other failed completion. After a failure the QPs are connected afresh. */
+ * any other failed completion. After a refused key the QPs are replaced; after any other
+ * failure the loopback is of no further use (its port or address may be gone): free it. */
 int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey, uint64_t laddr,
 			    uint32_t rkey, uint64_t raddr, uint64_t length);
