@@ -15,10 +15,17 @@ struct mrd_client {
 	const struct mrd_status_page *status; /* the domain's, read-only */
 	uint32_t status_size;
 	bool holds_window;
+	uint64_t session; /* mrd's id for this connection: what a reconnect resumes */
+	unsigned epoch;   /* reconnects so far: what was registered before one is gone */
+	unsigned long n_held; /* allocations and attachments mrd holds for it: a reconnect must
+			       * get them all back */
 	uint32_t *arenas; /* ids of arenas this handle mapped */
 	size_t n_arenas, arenas_cap;
 };
 
+/* One request/response on conn, with no lock; otherwise as client_call. */
+int conn_request(struct conn *conn, Mrd__Request *req, Mrd__Response **ret,
+		 struct conn_fds *ret_fds);
 /* One request/response under the handle's lock; daemon errors become -errno and their reason
  * becomes mrd_last_error(). Descriptors of a successful reply go to ret_fds (closed when NULL
  * or on error). */
@@ -32,6 +39,10 @@ int set_call_error(int error);
 
 /* memory.c: joins the domain (window, status page) on connect; undoes it on close. */
 int memory_join(struct mrd_client *client);
+/* The same on conn, a new connection to an mrd that took over from the one this handle had
+ * (warm restart): the window and arenas stay, the status page is mapped anew at the same
+ * address. The allocations taken back, or -ESTALE when conn's mrd does not hold this memory. */
+int memory_rejoin(struct mrd_client *client, struct conn *conn);
 void memory_leave(struct mrd_client *client);
 
 struct mrd_lookup;

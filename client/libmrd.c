@@ -44,10 +44,11 @@ int set_last_error(int error, const char *fmt, ...)
 int set_call_error(int error)
 {
 	if (error == -ECONNRESET)
-		return set_last_error(error, "mrd closed the connection (it exited, was killed, or "
-					     "dropped this handle: see its log): the handle can make no "
-					     "more requests; the memory it maps stays mapped, with its "
-					     "content, until mrd_client_close()");
+		return set_last_error(error, "mrd closed the connection (it exited, restarted, was "
+					     "killed, or dropped this handle: see its log): the memory "
+					     "it maps stays mapped, with its content, until "
+					     "mrd_client_close(); after a warm restart of mrd, "
+					     "mrd_client_reconnect() takes it back");
 	return set_last_error(error, "no answer from mrd: %s", strerror(-error));
 }
 
@@ -96,16 +97,14 @@ MRD_EXPORT mrd_client *mrd_client_close(mrd_client *client)
 	return NULL;
 }
 
-int client_call(mrd_client *client, Mrd__Request *req, Mrd__Response **ret,
-		struct conn_fds *ret_fds)
+int conn_request(struct conn *conn, Mrd__Request *req, Mrd__Response **ret,
+		 struct conn_fds *ret_fds)
 {
 	Mrd__Response *resp = NULL;
 	struct conn_fds fds;
 	int r;
 
-	pthread_mutex_lock(&client->lock);
-	r = conn_call(client->conn, req, &resp, &fds);
-	pthread_mutex_unlock(&client->lock);
+	r = conn_call(conn, req, &resp, &fds);
 	if (r < 0)
 		return set_call_error(r);
 	r = response_error(resp);
@@ -122,6 +121,49 @@ int client_call(mrd_client *client, Mrd__Request *req, Mrd__Response **ret,
 		*ret_fds = fds;
 	*ret = resp;
 	return 0;
+}
+
+int client_call(mrd_client *client, Mrd__Request *req, Mrd__Response **ret,
+		struct conn_fds *ret_fds)
+{
+	int r;
+
+	pthread_mutex_lock(&client->lock);
+	r = conn_request(client->conn, req, ret, ret_fds);
+	pthread_mutex_unlock(&client->lock);
+	return r;
+}
+
+MRD_EXPORT int mrd_client_reconnect(mrd_client *client)
+{
+	char error[256] = "";
+	struct conn *conn, *old;
+	int r;
+
+	if (!client)
+		return set_last_error(-EINVAL, "mrd_client_reconnect: client is NULL");
+	/* A live connection must not be dropped: mrd would free what this handle holds. */
+	r = mrd_client_ping(client);
+	if (r == 0)
+		return set_last_error(-EISCONN, "the handle is still connected to mrd");
+	if (r != -ECONNRESET)
+		return r; /* not known to be gone (a timeout): nothing is done */
+	r = conn_open(client->conn->path, program_invocation_short_name, MRD_CAPS_SERVED, &conn,
+		      error, sizeof(error));
+	if (r < 0)
+		return set_last_error(r, "%s", error);
+	r = memory_rejoin(client, conn);
+	if (r < 0) {
+		conn_free(conn); /* the handle keeps its dead connection and its memory */
+		return r;
+	}
+	pthread_mutex_lock(&client->lock);
+	old = client->conn;
+	client->conn = conn;
+	__atomic_add_fetch(&client->epoch, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&client->lock);
+	conn_free(old);
+	return r;
 }
 
 MRD_EXPORT int mrd_client_ping(mrd_client *client)

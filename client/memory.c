@@ -186,47 +186,121 @@ out:
 	return r;
 }
 
-int memory_join(mrd_client *client)
+/* JoinDomain on conn: the reply and its status page descriptor. */
+static int join_domain(struct conn *conn, uint64_t resume_instance, uint64_t resume_session,
+		       Mrd__Response **ret, int *ret_status_fd)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__JoinDomainRequest join = MRD__JOIN_DOMAIN_REQUEST__INIT;
-	const Mrd__JoinDomainResponse *j;
 	Mrd__Response *resp;
 	struct conn_fds fds;
-	void *page;
 	int r;
 
+	join.resume_instance = resume_instance;
+	join.resume_session = resume_session;
 	req.body_case = MRD__REQUEST__BODY_JOIN_DOMAIN;
 	req.join_domain = &join;
-	r = client_call(client, &req, &resp, &fds);
+	r = conn_request(conn, &req, &resp, &fds);
+	if (r < 0)
+		return r;
+	if (resp->body_case != MRD__RESPONSE__BODY_JOIN_DOMAIN || fds.n != 1 ||
+	    resp->join_domain->status_page_size < sizeof(struct mrd_status_page)) {
+		for (size_t i = 0; i < fds.n; i++)
+			close(fds.fds[i]);
+		mrd__response__free_unpacked(resp, NULL);
+		return set_last_error(-EBADMSG, "malformed JoinDomain reply");
+	}
+	*ret = resp;
+	*ret_status_fd = fds.fds[0];
+	return 0;
+}
+
+/* Maps the status page at hint (MAP_FIXED when not NULL: lookups hold pointers into it). */
+static int map_status(int fd, uint32_t size, void *hint, const struct mrd_status_page **ret)
+{
+	void *page = mmap(hint, size, PROT_READ, MAP_SHARED | (hint ? MAP_FIXED : 0), fd, 0);
+
+	if (page == MAP_FAILED)
+		return set_last_error(-errno, "cannot map the status page: %s", strerror(errno));
+	*ret = page;
+	if ((*ret)->magic != MRD_STATUS_MAGIC)
+		return set_last_error(-EBADMSG, "the status page has the wrong magic");
+	return 0;
+}
+
+int memory_join(mrd_client *client)
+{
+	const Mrd__JoinDomainResponse *j;
+	Mrd__Response *resp;
+	int fd, r;
+
+	r = join_domain(client->conn, 0, 0, &resp, &fd);
 	if (r < 0)
 		return r;
 	j = resp->join_domain;
-	if (resp->body_case != MRD__RESPONSE__BODY_JOIN_DOMAIN || fds.n != 1 ||
-	    j->status_page_size < sizeof(struct mrd_status_page)) {
-		r = set_last_error(-EBADMSG, "malformed JoinDomain reply");
-		goto out;
-	}
-	page = mmap(NULL, j->status_page_size, PROT_READ, MAP_SHARED, fds.fds[0], 0);
-	if (page == MAP_FAILED) {
-		r = set_last_error(-errno, "cannot map the status page: %s", strerror(errno));
-		goto out;
-	}
-	client->status = page;
 	client->status_size = j->status_page_size;
-	if (client->status->magic != MRD_STATUS_MAGIC) {
-		r = set_last_error(-EBADMSG, "the status page has the wrong magic");
+	r = map_status(fd, j->status_page_size, NULL, &client->status);
+	if (r < 0)
 		goto out;
-	}
 	snprintf(client->domain, sizeof(client->domain), "%s", j->domain);
+	client->session = j->session;
 
 	pthread_mutex_lock(&window_lock);
 	r = window_hold(j->window_base, j->window_size, j->instance);
 	pthread_mutex_unlock(&window_lock);
 	client->holds_window = r >= 0;
 out:
-	for (size_t i = 0; i < fds.n; i++)
-		close(fds.fds[i]);
+	close(fd);
+	mrd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
+int memory_rejoin(mrd_client *client, struct conn *conn)
+{
+	const Mrd__JoinDomainResponse *j;
+	Mrd__Response *resp;
+	uint64_t instance, base, size;
+	unsigned long held;
+	int fd, r;
+
+	pthread_mutex_lock(&window_lock);
+	instance = window.instance;
+	base = window.base;
+	size = window.size;
+	pthread_mutex_unlock(&window_lock);
+	r = join_domain(conn, instance, client->session, &resp, &fd);
+	if (r < 0)
+		return r;
+	j = resp->join_domain;
+	if (j->instance != instance || j->window_base != base || j->window_size != size ||
+	    strcmp(j->domain, client->domain) != 0) {
+		r = set_last_error(-ESTALE, "mrd started without the memory of the one this handle "
+				   "knew (no warm restart; or another domain or window): close every "
+				   "handle of this process, which unmaps that memory, and connect anew");
+		goto out;
+	}
+	if (j->status_page_size != client->status_size) {
+		r = set_last_error(-EBADMSG, "the new mrd's status page has another size");
+		goto out;
+	}
+	/* In place: lookups compare against this page, and the new one's generation is above
+	 * anything they cached. */
+	r = map_status(fd, j->status_page_size, (void *)client->status, &client->status);
+	if (r < 0)
+		goto out;
+	held = __atomic_load_n(&client->n_held, __ATOMIC_ACQUIRE);
+	if (j->resumed != held) {
+		/* The rest is gone (mrd dropped this handle, or its process is not the one that had
+		 * it): its pages may already be someone else's. */
+		r = set_last_error(-ESTALE, "mrd gave back %u of the %lu allocations this handle had; "
+				   "the others are gone: close every handle of this process, which "
+				   "unmaps that memory, and connect anew", j->resumed, held);
+		goto out;
+	}
+	client->session = j->session;
+	r = (int)j->resumed;
+out:
+	close(fd);
 	mrd__response__free_unpacked(resp, NULL);
 	return r;
 }
@@ -281,6 +355,7 @@ MRD_EXPORT int mrd_mem_alloc(mrd_client *client, size_t size, size_t align, unsi
 		r = set_last_error(-EBADMSG, "malformed Alloc reply");
 		goto out;
 	}
+	__atomic_add_fetch(&client->n_held, 1, __ATOMIC_RELEASE); /* mrd holds it for us now */
 	r = map_arena(client, resp->alloc->arena, &fds);
 	if (r == -ENODATA)
 		r = mrd_mem_map(client, (void *)(uintptr_t)resp->alloc->address);
@@ -323,6 +398,7 @@ static int call_address(mrd_client *client, int body_case, uint64_t address)
 	if (r < 0)
 		return r;
 	mrd__response__free_unpacked(resp, NULL);
+	__atomic_sub_fetch(&client->n_held, 1, __ATOMIC_RELEASE);
 	return 0;
 }
 
@@ -391,14 +467,23 @@ MRD_EXPORT int mrd_extmem_attach(mrd_client *client, int fd, uint64_t offset, si
 		r = set_last_error(-EBADMSG, "malformed ExtmemAttach reply");
 	else {
 		/* mrd keeps its own copy; we map ours where it mapped its. */
+		address = resp->extmem_attach->address;
+		__atomic_add_fetch(&client->n_held, 1, __ATOMIC_RELEASE); /* mrd holds it for us now */
 		fds.fds[fds.n++] = fcntl(fd, F_DUPFD_CLOEXEC, 3);
 		if (fds.fds[fds.n - 1] < 0)
 			r = set_last_error(-errno, "dup: %s", strerror(errno));
-		else {
-			address = resp->extmem_attach->address;
+		else
 			r = map_arena(client, resp->extmem_attach->arena, &fds);
-			if (r >= 0)
-				*ret = (void *)(uintptr_t)address;
+		if (r >= 0)
+			*ret = (void *)(uintptr_t)address;
+		else {
+			/* Memory we cannot reach is memory we must not keep. */
+			char why[256];
+			int k = r;
+
+			snprintf(why, sizeof(why), "%s", mrd_last_error());
+			(void)call_address(client, MRD__REQUEST__BODY_EXTMEM_DETACH, address);
+			r = set_last_error(k, "%s", why);
 		}
 	}
 	for (size_t i = 0; i < fds.n; i++)

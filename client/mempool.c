@@ -31,9 +31,16 @@ struct mrd_mempool {
 	size_t n_free;
 
 	bool registered;
+	unsigned epoch; /* the handle's when registered: a reconnect since means mrd forgot it */
 	struct mrd_mr *mrs; /* the registration's MRs, by address */
 	size_t n_mrs;
 };
+
+/* Registered with the mrd the handle talks to now: a warm restart forgets registrations. */
+static bool is_registered(const mrd_mempool *p)
+{
+	return p->registered && p->epoch == __atomic_load_n(&p->client->epoch, __ATOMIC_ACQUIRE);
+}
 
 static bool is_pow2(size_t x) { return x && !(x & (x - 1)); }
 
@@ -298,6 +305,7 @@ MRD_EXPORT int mrd_mempool_register(mrd_mempool *p, unsigned flags)
 	p->mrs = mrs;
 	p->n_mrs = resp->mempool_register->n_entries;
 	p->registered = true;
+	p->epoch = __atomic_load_n(&p->client->epoch, __ATOMIC_ACQUIRE);
 	mrd__response__free_unpacked(resp, NULL);
 	return 0;
 }
@@ -311,6 +319,8 @@ MRD_EXPORT int mrd_mempool_unregister(mrd_mempool *p)
 
 	if (!p)
 		return set_last_error(-EINVAL, "mrd_mempool_unregister: NULL pool");
+	if (p->registered && !is_registered(p))
+		goto forget; /* the mrd that had it is gone */
 	q.name = p->name;
 	req.body_case = MRD__REQUEST__BODY_MEMPOOL_UNREGISTER;
 	req.mempool_unregister = &q;
@@ -318,11 +328,19 @@ MRD_EXPORT int mrd_mempool_unregister(mrd_mempool *p)
 	if (r < 0)
 		return r;
 	mrd__response__free_unpacked(resp, NULL);
+forget:
 	free(p->mrs);
 	p->mrs = NULL;
 	p->n_mrs = 0;
 	p->registered = false;
 	return 0;
+}
+
+/* -ESTALE, saying why, for a pool registered with an mrd that has restarted since. */
+static int stale(const mrd_mempool *p)
+{
+	return set_last_error(-ESTALE, "mempool '%s' was registered with mrd before it restarted: "
+			      "its keys are gone; mrd_mempool_register() it again", p->name);
 }
 
 MRD_EXPORT int mrd_mempool_populate(struct mrd_lookup *l, const mrd_mempool *p)
@@ -333,6 +351,8 @@ MRD_EXPORT int mrd_mempool_populate(struct mrd_lookup *l, const mrd_mempool *p)
 		return set_last_error(-EINVAL, "mrd_mempool_populate: NULL argument");
 	if (!p->registered)
 		return set_last_error(-ENOENT, "mempool '%s' is not registered", p->name);
+	if (!is_registered(p))
+		return stale(p);
 	(void)lookup_cached(l, 0, &cached); /* a flush first, if the generation moved */
 	for (size_t i = 0; i < p->n_mrs; i++)
 		lookup_insert(l, &p->mrs[i], false);
@@ -349,6 +369,8 @@ MRD_EXPORT int mrd_mempool_lookup(struct mrd_lookup *l, const mrd_mempool *p, co
 		return set_last_error(-EINVAL, "mrd_mempool_lookup: NULL argument");
 	if (lookup_cached(l, a, ret) == 0)
 		return 0;
+	if (p->registered && !is_registered(p))
+		return stale(p);
 	/* The pool's own MRs, by address: the last one starting at or below a. */
 	hi = p->n_mrs;
 	while (lo < hi) {

@@ -176,12 +176,12 @@ static void print_clients(const Mrd__ClientsResponse *r)
 			       ",\"quota\":{\"clients\":%" PRIu32 ",\"allocated_bytes\":%" PRIu64
 			       ",\"allocations\":%" PRIu32 ",\"arenas\":%" PRIu32
 			       ",\"pinned_bytes\":%" PRIu64 "},\"mrs\":%" PRIu32 ",\"lookups\":%" PRIu64
-			       ",\"misses\":%" PRIu64 ",\"table_overflow\":%s}",
+			       ",\"misses\":%" PRIu64 ",\"table_overflow\":%s,\"waiting\":%" PRIu32 "}",
 			       d->clients, d->allocated_bytes, d->allocations, d->arenas,
 			       d->pinned_bytes, d->generation, d->quota_clients,
 			       d->quota_allocated_bytes, d->quota_allocations, d->quota_arenas,
 			       d->quota_pinned_bytes, d->mrs, d->lookups, d->misses,
-			       json_bool(d->table_overflow));
+			       json_bool(d->table_overflow), d->waiting);
 		}
 		printf("]}\n");
 		return;
@@ -213,8 +213,11 @@ static void print_clients(const Mrd__ClientsResponse *r)
 		snprintf(pinned, sizeof(pinned), "%" PRIu64 "/%" PRIu64, d->pinned_bytes,
 			 d->quota_pinned_bytes);
 		printf("%-16s %9s %22s %16s %12s %22s %12" PRIu64 " %6" PRIu32 " %10" PRIu64 " %8" PRIu64
-		       "%s\n", d->name, clients, alloc, allocs, arenas, pinned, d->generation, d->mrs,
+		       "%s", d->name, clients, alloc, allocs, arenas, pinned, d->generation, d->mrs,
 		       d->lookups, d->misses, d->table_overflow ? "  (table overflow)" : "");
+		if (d->waiting)
+			printf("  (%" PRIu32 " waiting for their owners after a restart)", d->waiting);
+		printf("\n");
 	}
 }
 

@@ -42,13 +42,19 @@ static uint64_t pow2_at_least(uint64_t v)
 	return p;
 }
 
-static int arena_map(struct arena *a, struct window *w, uint64_t length, uint64_t offset)
+/* Maps the memfd at the first free slots that hold it, or at slot *at when at is not NULL. */
+static int arena_map(struct arena *a, struct window *w, uint64_t length, uint64_t offset,
+		     const uint32_t *at)
 {
 	uint32_t first;
 	int r;
 
 	a->n_slots = (uint32_t)((length + w->slot_size - 1) / w->slot_size);
-	r = window_take(w, a->n_slots, &first);
+	if (at) {
+		first = *at;
+		r = window_take_at(w, first, a->n_slots);
+	} else
+		r = window_take(w, a->n_slots, &first);
 	if (r < 0) {
 		a->n_slots = 0;
 		return r;
@@ -65,6 +71,34 @@ static int arena_map(struct arena *a, struct window *w, uint64_t length, uint64_
 		a->n_slots = 0;
 		return r;
 	}
+	return 0;
+}
+
+/* What mrd needs to know of a memfd before it maps one it did not just make. */
+struct memfd_info {
+	uint64_t size;
+	uint32_t page_size;
+	bool hugetlb;
+	int seals;
+};
+
+/* -EBADF unless fd is shared memory mrd can seal-check: a memfd (tmpfs or hugetlbfs). */
+static int memfd_check(int fd, struct memfd_info *ret)
+{
+	struct statfs sfs;
+	struct stat st;
+
+	if (fstat(fd, &st) < 0 || fstatfs(fd, &sfs) < 0)
+		return negative_errno();
+	if (!S_ISREG(st.st_mode) || (sfs.f_type != TMPFS_MAGIC && sfs.f_type != HUGETLBFS_MAGIC))
+		return -EBADF;
+	ret->seals = fcntl(fd, F_GET_SEALS);
+	if (ret->seals < 0)
+		return -EBADF;
+	ret->size = (uint64_t)st.st_size;
+	ret->hugetlb = sfs.f_type == HUGETLBFS_MAGIC;
+	ret->page_size = (uint32_t)(ret->hugetlb ? (uint64_t)sfs.f_bsize :
+						   (uint64_t)sysconf(_SC_PAGESIZE));
 	return 0;
 }
 
@@ -120,7 +154,7 @@ int arena_new(struct domain *d, uint64_t min_size, bool hugetlb, struct arena **
 	r = buddy_init(&a->buddy, (uint32_t)(a->size / a->page_size));
 	if (r < 0)
 		goto fail;
-	r = arena_map(a, w, a->size, 0);
+	r = arena_map(a, w, a->size, 0, NULL);
 	if (r < 0)
 		goto fail;
 	if (!hugetlb)
@@ -141,34 +175,30 @@ int arena_new_external(struct domain *d, int memfd, uint64_t offset, uint64_t le
 		       struct arena **ret)
 {
 	struct window *w = &d->manager->window;
-	struct statfs sfs;
-	struct stat st;
+	struct memfd_info info;
 	struct arena *a;
-	int seals, r;
+	int r;
 
-	if (fstat(memfd, &st) < 0 || fstatfs(memfd, &sfs) < 0)
-		return negative_errno();
-	if (!S_ISREG(st.st_mode) ||
-	    (sfs.f_type != TMPFS_MAGIC && sfs.f_type != HUGETLBFS_MAGIC))
-		return -EBADF; /* only memfds: shared memory mrd can seal-check */
-	seals = fcntl(memfd, F_GET_SEALS);
-	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+	r = memfd_check(memfd, &info);
+	if (r < 0)
+		return r;
+	if (!(info.seals & F_SEAL_SHRINK))
 		return -EPERM;
 	a = arena_alloc_struct(d);
 	if (!a)
 		return -ENOMEM;
 	a->external = true;
-	a->hugetlb = sfs.f_type == HUGETLBFS_MAGIC;
-	a->page_size = (uint32_t)(a->hugetlb ? (uint64_t)sfs.f_bsize : (uint64_t)sysconf(_SC_PAGESIZE));
+	a->hugetlb = info.hugetlb;
+	a->page_size = info.page_size;
 	if (length == 0 || offset % a->page_size || length % a->page_size ||
-	    offset + length < offset || offset + length > (uint64_t)st.st_size) {
+	    offset + length < offset || offset + length > info.size) {
 		free(a);
 		return -EINVAL;
 	}
 	a->size = length;
 	a->file_offset = offset;
 	a->memfd = memfd;
-	r = arena_map(a, w, length, offset);
+	r = arena_map(a, w, length, offset, NULL);
 	if (r < 0) {
 		a->memfd = -1; /* still the caller's */
 		arena_free(a);
@@ -176,6 +206,71 @@ int arena_new_external(struct domain *d, int memfd, uint64_t offset, uint64_t le
 	}
 	arena_link(a);
 	*ret = a;
+	return 0;
+}
+
+int arena_adopt(struct domain *d, int memfd, const struct arena_place *place, struct arena **ret)
+{
+	struct window *w = &d->manager->window;
+	struct memfd_info info;
+	struct arena *a;
+	int r;
+
+	r = memfd_check(memfd, &info);
+	if (r < 0)
+		return -EINVAL;
+	/* Only what mrd itself would have made: a wrong state must not map anything else. */
+	if (info.hugetlb != place->hugetlb || info.page_size != place->page_size ||
+	    !(info.seals & F_SEAL_SHRINK) || place->size == 0 || place->size % info.page_size ||
+	    place->file_offset % info.page_size || place->file_offset > info.size ||
+	    place->size > info.size - place->file_offset)
+		return -EINVAL;
+	if (!place->external &&
+	    (place->file_offset != 0 || place->size != info.size || !(info.seals & F_SEAL_GROW) ||
+	     (place->size / info.page_size) & (place->size / info.page_size - 1)))
+		return -EINVAL;
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	a->domain = d;
+	a->serial = place->serial;
+	a->external = place->external;
+	a->hugetlb = place->hugetlb;
+	a->page_size = place->page_size;
+	a->size = place->size;
+	a->file_offset = place->file_offset;
+	a->memfd = memfd;
+	r = a->external ? 0 : buddy_init_used(&a->buddy, (uint32_t)(a->size / a->page_size));
+	if (r >= 0)
+		r = arena_map(a, w, a->size, a->file_offset, &place->slot);
+	if (r < 0) {
+		a->memfd = -1; /* still the caller's */
+		arena_free(a);
+		return r;
+	}
+	if (a->serial > d->manager->arena_serial)
+		d->manager->arena_serial = a->serial;
+	arena_link(a);
+	*ret = a;
+	return 0;
+}
+
+int arena_adopt_finish(struct arena *a)
+{
+	uint64_t next = 0;
+
+	if (a->external)
+		return a->n_runs == 1 && a->runs[0]->offset == 0 && a->runs[0]->length == a->size ?
+			       0 : -EINVAL;
+	for (size_t i = 0; i <= a->n_runs; i++) {
+		uint64_t start = i < a->n_runs ? a->runs[i]->offset : a->size;
+
+		if (start > next)
+			buddy_free(&a->buddy, (uint32_t)(next / a->page_size),
+				   (uint32_t)((start - next) / a->page_size));
+		if (i < a->n_runs)
+			next = a->runs[i]->offset + a->runs[i]->length;
+	}
 	return 0;
 }
 
@@ -234,8 +329,10 @@ void arena_release(struct arena *a, uint64_t offset, uint64_t length)
 	a->n_allocations--;
 	if (a->external)
 		return;
-	/* Give the pages back to the kernel: the next owner starts from zeros. */
-	(void)fallocate(a->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset,
-			(off_t)length);
+	/* Give the pages back to the kernel: the next owner starts from zeros (not while another
+	 * mrd takes the memory over: their content is what it adopts). */
+	if (!a->domain->manager->keep_content)
+		(void)fallocate(a->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset,
+				(off_t)length);
 	buddy_free(&a->buddy, (uint32_t)(offset / a->page_size), (uint32_t)(length / a->page_size));
 }

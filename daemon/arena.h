@@ -39,6 +39,22 @@ int arena_new(struct domain *d, uint64_t min_size, bool hugetlb, struct arena **
 int arena_new_external(struct domain *d, int memfd, uint64_t offset, uint64_t length,
 		       struct arena **ret);
 
+/* Where an arena of the previous mrd was, and what it was (warm restart). */
+struct arena_place {
+	uint32_t slot;
+	uint64_t size, file_offset, serial;
+	uint32_t page_size;
+	bool hugetlb, external;
+};
+
+/* Maps the previous mrd's arena memfd (consumed on success) back at its slots, all its pages
+ * in use until arena_adopt_finish. -EINVAL when the memfd is not what place says, -EEXIST when
+ * its slots are taken. */
+int arena_adopt(struct domain *d, int memfd, const struct arena_place *place, struct arena **ret);
+/* Its adopted allocations are all recorded: the pages between them become free. -EINVAL for
+ * an attached memfd that is not one whole allocation. */
+int arena_adopt_finish(struct arena *a);
+
 /* Unmaps it, gives its slots back and closes the memfd. NULL-safe; returns NULL. */
 struct arena *arena_free(struct arena *a);
 

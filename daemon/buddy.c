@@ -54,6 +54,17 @@ int buddy_init(struct buddy *b, uint32_t n_pages)
 	return 0;
 }
 
+int buddy_init_used(struct buddy *b, uint32_t n_pages)
+{
+	int r = buddy_init(b, n_pages);
+
+	if (r < 0)
+		return r;
+	list_remove(b, 0, b->max_order);
+	b->free_pages = 0;
+	return 0;
+}
+
 void buddy_done(struct buddy *b)
 {
 	free(b->next);

@@ -20,11 +20,15 @@ struct buddy {
 
 /* n_pages must be a power of two (1 .. 2^31). All pages start free. */
 int buddy_init(struct buddy *b, uint32_t n_pages);
+/* The same with every page in use: a warm restart rebuilds an arena's allocator by freeing
+ * the gaps between the runs it adopted (buddy_free takes any run). */
+int buddy_init_used(struct buddy *b, uint32_t n_pages);
 void buddy_done(struct buddy *b);
 
 /* A run of n pages whose first page is a multiple of align (a power of two, in pages).
  * Returns the first page, or -ENOMEM when no such run is free. */
 int64_t buddy_alloc(struct buddy *b, uint32_t n, uint32_t align);
 
-/* Returns [first, first + n) to the free pool. The run must have come from buddy_alloc. */
+/* Returns [first, first + n) to the free pool: a run from buddy_alloc, or pages in use since
+ * buddy_init_used. */
 void buddy_free(struct buddy *b, uint32_t first, uint32_t n);

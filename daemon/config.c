@@ -29,6 +29,7 @@ void config_init(struct config *c)
 		.window_size = 4ULL << 40,
 		.arena_size = 1ULL << 30,
 		.hugepages = HUGEPAGES_AUTO,
+		.reconnect_grace_s = 60,
 		.quota_allocated_bytes = 64ULL << 30,
 		.quota_pinned_bytes = 64ULL << 30,
 		.quota_arenas = 64,
@@ -293,6 +294,8 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 			return set_bytes(&c->window_size, value, 1ULL << 30, 64ULL << 40);
 		if (strcmp(key, "arena_size") == 0)
 			return set_bytes(&c->arena_size, value, 2ULL << 20, 1ULL << 40);
+		if (strcmp(key, "reconnect_grace") == 0)
+			return set_unsigned(&c->reconnect_grace_s, value, 1, 86400);
 		if (strcmp(key, "hugepages") == 0) {
 			if (strcmp(value, "auto") == 0)
 				c->hugepages = HUGEPAGES_AUTO;

@@ -40,6 +40,7 @@ struct config {
 	/* [memory] */
 	uint64_t window_base, window_size, arena_size;
 	enum hugepages_mode hugepages;
+	unsigned reconnect_grace_s; /* after a warm restart: how often orphans of gone processes go */
 
 	/* [cache] */
 	int mr_policy;        /* enum mr_policy */

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -139,7 +140,6 @@ static int status_page_new(struct domain *d)
 	return 0;
 }
 
-static void bump_generation(struct domain *d);
 
 /* Handles aged or flushed out of the pools, destroyed on a worker (a device command each on
  * verbs). */
@@ -208,7 +208,7 @@ size_t domain_flush(struct domain *d, bool pools, bool gc, unsigned *ret_pools_r
 
 	*ret_pools_removed = 0;
 	mr_cache_flush(&d->cache);
-	bump_generation(d);
+	domain_bump_generation(d);
 	domain_update_status(d);
 	if (pools || gc)
 		n = frmr_pools_drain(&d->pools, gc, &handles, ret_pools_removed);
@@ -279,20 +279,21 @@ static int aging_start(struct domain *d)
 	return event_add(d->aging_timer, &second) < 0 ? -ENOMEM : 0;
 }
 
-int domain_acquire(struct manager *m, const char *name, struct domain **ret)
+static struct domain *domain_find(struct manager *m, const char *name)
+{
+	struct domain *d;
+
+	LIST_FOREACH(d, &m->domains, link)
+		if (strcmp(d->name, name) == 0)
+			return d;
+	return NULL;
+}
+
+/* A new domain, held by nobody yet. */
+static int domain_open(struct manager *m, const char *name, struct domain **ret)
 {
 	struct domain *d;
 	int r;
-
-	LIST_FOREACH(d, &m->domains, link)
-		if (strcmp(d->name, name) == 0) {
-			if (d->n_users >= m->config.quota_clients)
-				return -EDQUOT;
-			d->n_users++;
-			domain_update_status(d);
-			*ret = d;
-			return 0;
-		}
 
 	d = calloc(1, sizeof(*d));
 	if (!d)
@@ -303,6 +304,7 @@ int domain_acquire(struct manager *m, const char *name, struct domain **ret)
 	LIST_INIT(&d->arenas);
 	LIST_INIT(&d->pool_regs);
 	LIST_INIT(&d->pool_mrs);
+	LIST_INIT(&d->orphans);
 	LIST_INSERT_HEAD(&m->domains, d, link);
 	m->n_domains++;
 
@@ -327,8 +329,44 @@ int domain_acquire(struct manager *m, const char *name, struct domain **ret)
 		return r;
 	}
 	log_debug("domain %s opened on %s", name, m->provider->caps.device);
-	d->n_users = 1;
+	*ret = d;
+	return 0;
+}
+
+int domain_acquire(struct manager *m, const char *name, struct domain **ret)
+{
+	struct domain *d = domain_find(m, name);
+	int r;
+
+	if (d && d->n_users >= m->config.quota_clients)
+		return -EDQUOT;
+	if (!d) {
+		r = domain_open(m, name, &d);
+		if (r < 0)
+			return r;
+	}
+	d->n_users++;
 	domain_update_status(d);
+	*ret = d;
+	return 0;
+}
+
+int domain_adopt(struct manager *m, const char *name, uint64_t generation,
+		 uint64_t allocation_serial, struct domain **ret)
+{
+	struct domain *d;
+	int r;
+
+	if (domain_find(m, name))
+		return -EEXIST;
+	r = domain_open(m, name, &d);
+	if (r < 0)
+		return r;
+	/* Above anything a client may have cached from the previous mrd. */
+	d->status->generation = generation + 1;
+	d->allocation_serial = allocation_serial;
+	d->adopted = true;
+	domain_ref(d);
 	*ret = d;
 	return 0;
 }
@@ -370,8 +408,7 @@ void domain_update_status(struct domain *d)
 	s->clients = d->n_users;
 }
 
-/* Every client of the domain learns of memory going away by one load of this. */
-static void bump_generation(struct domain *d)
+void domain_bump_generation(struct domain *d)
 {
 	__atomic_add_fetch(&d->status->generation, 1, __ATOMIC_RELEASE);
 }
@@ -465,19 +502,16 @@ struct allocation *domain_allocation_containing(struct domain *d, uint64_t addre
 	return arena->runs[at - 1];
 }
 
-static int record(struct domain *d, struct client *owner, struct arena *arena, uint64_t offset,
-		  uint64_t length, struct allocation **ret)
+/* Puts a (whose other fields are set) where lookups find it: the domain's map and its arena's
+ * runs. Frees a on failure. */
+static int allocation_index(struct domain *d, struct arena *arena, uint64_t offset,
+			    uint64_t length, struct allocation *a)
 {
-	struct allocation *a = calloc(1, sizeof(*a));
 	int r;
 
-	if (!a)
-		return -ENOMEM;
 	a->arena = arena;
 	a->offset = offset;
 	a->length = length;
-	a->owner = owner;
-	a->serial = ++d->allocation_serial;
 	LIST_INIT(&a->mrs);
 	LIST_INIT(&a->odp_children);
 	r = u64_map_put(&d->allocations, allocation_address(a), a);
@@ -491,6 +525,22 @@ static int record(struct domain *d, struct client *owner, struct arena *arena, u
 		free(a);
 		return r;
 	}
+	return 0;
+}
+
+static int record(struct domain *d, struct client *owner, struct arena *arena, uint64_t offset,
+		  uint64_t length, struct allocation **ret)
+{
+	struct allocation *a = calloc(1, sizeof(*a));
+	int r;
+
+	if (!a)
+		return -ENOMEM;
+	a->owner = owner;
+	a->serial = ++d->allocation_serial;
+	r = allocation_index(d, arena, offset, length, a);
+	if (r < 0)
+		return r;
 	LIST_INSERT_HEAD(&owner->allocations, a, owner_link);
 	owner->allocated_bytes += length;
 	d->allocated_bytes += length;
@@ -649,6 +699,103 @@ int domain_attach_external(struct domain *d, struct client *owner, int fd, uint6
 	return r;
 }
 
+int domain_adopt_allocation(struct domain *d, struct arena *arena,
+			    const struct adopted_allocation *saved)
+{
+	struct allocation *a;
+	size_t at;
+	int r;
+
+	if (saved->length == 0 || saved->offset % arena->page_size ||
+	    saved->length % arena->page_size || saved->offset > arena->size ||
+	    saved->length > arena->size - saved->offset)
+		return -EINVAL;
+	at = run_index(arena, saved->offset);
+	if ((at > 0 && arena->runs[at - 1]->offset + arena->runs[at - 1]->length > saved->offset) ||
+	    (at < arena->n_runs && arena->runs[at]->offset < saved->offset + saved->length))
+		return -EEXIST;
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	a->serial = saved->serial;
+	a->odp = saved->odp && d->provider->caps.odp && d->provider->caps.odp_rc_caps;
+	a->read_only = saved->read_only;
+	a->orphan = true;
+	a->claim_session = saved->session;
+	a->claim_pid = saved->pid;
+	a->claim_uid = saved->uid;
+	r = allocation_index(d, arena, saved->offset, saved->length, a);
+	if (r < 0)
+		return r;
+	LIST_INSERT_HEAD(&d->orphans, a, owner_link);
+	d->n_orphans++;
+	arena->n_allocations++;
+	d->allocated_bytes += a->length;
+	domain_update_status(d);
+	return 0;
+}
+
+unsigned domain_claim(struct domain *d, struct client *c, uint64_t session)
+{
+	struct allocation *a, *next;
+	unsigned n = 0;
+
+	if (session == 0)
+		return 0;
+	for (a = LIST_FIRST(&d->orphans); a; a = next) {
+		next = LIST_NEXT(a, owner_link);
+		if (a->claim_session != session || a->claim_pid != c->pid || a->claim_uid != c->uid)
+			continue;
+		LIST_REMOVE(a, owner_link);
+		d->n_orphans--;
+		a->orphan = false;
+		a->owner = c;
+		LIST_INSERT_HEAD(&c->allocations, a, owner_link);
+		c->allocated_bytes += a->length;
+		n++;
+	}
+	return n;
+}
+
+/* Whether the process that owned an orphan is gone: no such pid, or one of another user
+ * (the pid was reused). While it lives it still maps the memory: freeing it would hand pages it
+ * may write to somebody else. */
+static bool owner_gone(pid_t pid, uid_t uid)
+{
+	char path[32];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+	return pid <= 0 || stat(path, &st) < 0 || st.st_uid != uid;
+}
+
+unsigned domain_reap_orphans(struct domain *d, bool all)
+{
+	struct allocation *a, *next;
+	unsigned freed = 0;
+
+	if (!d->adopted)
+		return 0;
+	for (a = LIST_FIRST(&d->orphans); a; a = next) {
+		next = LIST_NEXT(a, owner_link);
+		if (!all && !owner_gone(a->claim_pid, a->claim_uid))
+			continue;
+		LIST_REMOVE(a, owner_link);
+		d->n_orphans--;
+		a->orphan = false;
+		(void)domain_free_allocation(d, a, NULL);
+		freed++;
+	}
+	if (freed)
+		log_info("domain %s: freed %u allocation(s) of the previous mrd whose process is gone%s",
+			 d->name, freed, all ? " or will not come back" : "");
+	if (d->n_orphans > 0)
+		return d->n_orphans;
+	d->adopted = false;
+	domain_unref(d);
+	return 0;
+}
+
 struct allocation *domain_find_allocation(struct domain *d, uint64_t address)
 {
 	return u64_map_get(&d->allocations, address);
@@ -682,8 +829,9 @@ static void trim_arenas(struct domain *d, struct arena *emptied)
 			return;
 		}
 	/* Kept: clients map whole arenas, so give back pages touched outside their runs too. */
-	(void)fallocate(emptied->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
-			(off_t)emptied->size);
+	if (!d->manager->keep_content)
+		(void)fallocate(emptied->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+				(off_t)emptied->size);
 }
 
 /* Back on the loop with the device done with a retired allocation: its pages go back. */
@@ -747,7 +895,7 @@ int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_wai
 		a->owner = NULL;
 	}
 	d->status->frees++;
-	bump_generation(d);
+	domain_bump_generation(d);
 
 	if (zombies > 0) {
 		/* Prefetch work on it is queued or running, or holds its children: the pages go

@@ -41,6 +41,22 @@ struct allocation {
 	struct mr_waiter *free_waiter;
 	LIST_HEAD(, cached_mr) mrs; /* registrations inside it */
 	uint64_t serial;            /* tells it from a later allocation at the same address */
+	/* Adopted across a warm restart and not yet taken back (domain_claim): on the domain's
+	 * orphan list through owner_link, owner NULL. Only the process it belonged to, with the
+	 * session it had, takes it back. */
+	bool orphan;
+	uint64_t claim_session;
+	pid_t claim_pid;
+	uid_t claim_uid;
+};
+
+/* What the previous mrd knew of an allocation (warm restart, daemon/handover.c). */
+struct adopted_allocation {
+	uint64_t offset, length, serial;
+	bool odp, read_only;
+	uint64_t session;
+	pid_t pid;
+	uid_t uid;
 };
 
 struct domain {
@@ -67,6 +83,9 @@ struct domain {
 	struct event *aging_timer;  /* ages the pools, while they are on */
 	unsigned destroy_jobs;      /* workers destroying handles taken out of the pools */
 	unsigned dma_jobs;          /* Dma requests queued or running on the Dma thread */
+	LIST_HEAD(, allocation) orphans; /* adopted, waiting for their owners */
+	unsigned n_orphans;
+	bool adopted; /* held open (domain_ref) while orphans wait */
 
 	int status_fd; /* memfd; clients map it read-only */
 	struct mrd_status_page *status;
@@ -82,6 +101,21 @@ const char *domain_name_for_groups(const struct manager *m, uid_t uid, gid_t gid
 /* The domain named name, opened on first use; the caller holds a reference. Fails with
  * -EDQUOT when it already serves quota.clients clients. */
 int domain_acquire(struct manager *m, const char *name, struct domain **ret);
+/* A domain the previous mrd had open (warm restart): no client yet, held open while its
+ * orphans wait (domain_reap_orphans); its status page starts above generation, so every cached key is
+ * refetched. -EEXIST when it is open already. */
+int domain_adopt(struct manager *m, const char *name, uint64_t generation,
+		 uint64_t allocation_serial, struct domain **ret);
+/* Records an allocation of arena (adopted into d) as an orphan. -EINVAL when it is not page
+ * runs inside the arena, -EEXIST when it overlaps another. */
+int domain_adopt_allocation(struct domain *d, struct arena *arena,
+			    const struct adopted_allocation *saved);
+/* Hands c the orphans that were its process's under session: how many. */
+unsigned domain_claim(struct domain *d, struct client *c, uint64_t session);
+/* Frees the orphans whose process is gone (all: every orphan). Once none is left, the hold of
+ * domain_adopt goes (the domain closes when nobody else holds it). Returns how many wait on. */
+unsigned domain_reap_orphans(struct domain *d, bool all);
+
 /* A job working for the domain holds it open; it counts as no client. */
 static inline struct domain *domain_ref(struct domain *d)
 {
@@ -119,6 +153,9 @@ struct allocation *domain_find_allocation(struct domain *d, uint64_t address);
 struct allocation *domain_allocation_containing(struct domain *d, uint64_t address);
 /* The arena holding address, NULL when it is not this domain's memory. */
 struct arena *domain_find_arena(struct domain *d, uint64_t address);
+
+/* Every client of the domain learns of memory (or keys) going away by one load of this. */
+void domain_bump_generation(struct domain *d);
 
 /* Refreshes the status page counters (after any change of usage). */
 void domain_update_status(struct domain *d);

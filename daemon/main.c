@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "client.h"
 #include "config.h"
@@ -162,6 +164,19 @@ static int reload_config(void *data, struct config *ret)
 	return load_config(data, ret);
 }
 
+/* What SIGUSR2 re-executes: the binary mrd was started from, as its path reads now (an
+ * upgrade that replaced it is what a re-exec is for). */
+static const char *exe_path(void)
+{
+	static char path[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+
+	if (n <= 0)
+		return NULL;
+	path[n] = '\0';
+	return path;
+}
+
 int main(int argc, char **argv)
 {
 	_cleanup_(manager_freep) struct manager *m = NULL;
@@ -197,6 +212,8 @@ int main(int argc, char **argv)
 	else {
 		m->load_config = reload_config;
 		m->load_config_data = &o;
+		m->exe_path = exe_path();
+		m->argv = argv;
 		r = manager_listen(m);
 	}
 	if (detach)

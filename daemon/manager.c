@@ -17,6 +17,7 @@
 #include "client.h"
 #include "dispatch.h"
 #include "domain.h"
+#include "handover.h"
 #include "provider.h"
 #include "log.h"
 #include "manager.h"
@@ -128,6 +129,11 @@ static void manager_on_signal(evutil_socket_t sig, short what, void *userdata)
 			log_notice("SIGHUP: no configuration to reload");
 		return;
 	}
+	if (sig == SIGUSR2) {
+		m->reexec = true;
+		event_base_loopbreak(m->base);
+		return;
+	}
 	log_info("received %s, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	event_base_loopbreak(m->base);
 }
@@ -198,10 +204,11 @@ int manager_new(struct config *config, struct manager **ret)
 	m->sigterm_event = evsignal_new(m->base, SIGTERM, manager_on_signal, m);
 	m->sigint_event = evsignal_new(m->base, SIGINT, manager_on_signal, m);
 	m->sighup_event = evsignal_new(m->base, SIGHUP, manager_on_signal, m);
-	if (!m->sigterm_event || !m->sigint_event || !m->sighup_event)
+	m->sigusr2_event = evsignal_new(m->base, SIGUSR2, manager_on_signal, m);
+	if (!m->sigterm_event || !m->sigint_event || !m->sighup_event || !m->sigusr2_event)
 		return -ENOMEM;
 	if (evsignal_add(m->sigterm_event, NULL) < 0 || evsignal_add(m->sigint_event, NULL) < 0 ||
-	    evsignal_add(m->sighup_event, NULL) < 0)
+	    evsignal_add(m->sighup_event, NULL) < 0 || evsignal_add(m->sigusr2_event, NULL) < 0)
 		return -EIO;
 
 	*ret = TAKE_PTR(m);
@@ -217,8 +224,12 @@ struct manager *manager_free(struct manager *m)
 	__atomic_store_n(&m->stopping, true, __ATOMIC_RELEASE);
 	m->workers = worker_pool_free(m->workers);
 	m->dma_worker = worker_pool_free(m->dma_worker);
+	/* Clients may outlive mrd, their memory mapped: it keeps its content until they let go
+	 * (the kernel frees the pages with the last mapping). */
+	m->keep_content = true;
 	while (!LIST_EMPTY(&m->clients))
 		client_free(LIST_FIRST(&m->clients)); /* releases their domains */
+	handover_end_grace(m); /* and the domains still waiting for their owners */
 	provider_close(m->provider);
 	window_release(&m->window);
 	if (m->listen_event)
@@ -236,6 +247,8 @@ struct manager *manager_free(struct manager *m)
 		event_free(m->sigint_event);
 	if (m->sighup_event)
 		event_free(m->sighup_event);
+	if (m->sigusr2_event)
+		event_free(m->sigusr2_event);
 	if (m->base)
 		event_base_free(m->base);
 	free(m->recv_buf);
@@ -404,27 +417,85 @@ static int bind_socket(const char *path, int *ret_fd)
 	return 0;
 }
 
-int manager_listen(struct manager *m)
+/* A listening socket passed to mrd: systemd's (socket activation), or its own across a
+ * re-exec (then it is mrd's to unlink at exit). */
+static int take_listen_fd(struct manager *m, int fd, const char *name)
 {
-	int n, r;
+	if (m->listen_fd >= 0)
+		return log_error_errno(-EINVAL, "more than one socket passed (LISTEN_FDS); mrd takes "
+						"exactly one");
+	if (sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, NULL, 0) <= 0)
+		return log_error_errno(-EINVAL, "the socket passed (%s) is not a listening "
+						"AF_UNIX SOCK_SEQPACKET socket", name);
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0)
+		return log_error_errno(-errno, "fcntl: %m");
+	if (strcmp(name, HANDOVER_BOUND_SOCKET_NAME) == 0) {
+		m->bound_path = strdup(m->config.socket_path);
+		if (!m->bound_path)
+			return -ENOMEM;
+		log_info("serving on %s, kept across the re-exec", m->config.socket_path);
+	} else
+		log_info("serving on the socket passed by systemd");
+	m->listen_fd = fd;
+	return 0;
+}
 
-	n = sd_listen_fds(1);
+/* Descriptors passed as systemd passes them (LISTEN_FDS, LISTEN_FDNAMES): a listening socket,
+ * and what a previous mrd handed over. */
+static int take_passed_fds(struct manager *m)
+{
+	struct handover_fds passed = {};
+	char **names = NULL;
+	int n, r = 0;
+
+	n = sd_listen_fds_with_names(1, &names);
 	if (n < 0)
 		return log_error_errno(n, "sd_listen_fds: %m");
-	if (n > 1)
-		return log_error_errno(-EINVAL, "systemd passed %d sockets; mrd takes exactly one", n);
-	if (n == 1) {
-		int fd = SD_LISTEN_FDS_START;
+	for (int i = 0; i < n; i++) {
+		int fd = SD_LISTEN_FDS_START + i;
 
-		if (sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, NULL, 0) <= 0)
-			return log_error_errno(-EINVAL, "the socket from systemd is not a listening "
-							"AF_UNIX SOCK_SEQPACKET socket");
-		if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0 ||
-		    fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
-			return log_error_errno(-errno, "fcntl: %m");
-		m->listen_fd = fd;
-		log_info("serving on the socket passed by systemd");
-	} else {
+		(void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+		if (r >= 0 && handover_fd_name(names[i])) {
+			int *fds = realloc(passed.fds, (passed.n + 1) * sizeof(*fds));
+			char **nv = fds ? realloc(passed.names, (passed.n + 1) * sizeof(*nv)) : NULL;
+
+			if (fds)
+				passed.fds = fds;
+			if (nv)
+				passed.names = nv;
+			if (!nv) {
+				r = -ENOMEM;
+				close(fd);
+				continue;
+			}
+			passed.fds[passed.n] = fd;
+			passed.names[passed.n++] = TAKE_PTR(names[i]);
+		} else if (r >= 0)
+			r = take_listen_fd(m, fd, names[i]);
+		else
+			close(fd);
+	}
+	for (int i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	if (r >= 0)
+		r = handover_adopt(m, &passed);
+	if (passed.n > 0 && getenv("NOTIFY_SOCKET"))
+		/* Taken (or refused): out of systemd's FD store, or the next stop would add to them. */
+		for (size_t i = 0; i < passed.n; i++)
+			(void)sd_notifyf(0, "FDSTOREREMOVE=1\nFDNAME=%s", passed.names[i]);
+	handover_fds_done(&passed);
+	return r;
+}
+
+int manager_listen(struct manager *m)
+{
+	int r;
+
+	r = take_passed_fds(m);
+	if (r < 0)
+		return r;
+	if (m->listen_fd < 0) {
 		r = bind_socket(m->config.socket_path, &m->listen_fd);
 		if (r < 0)
 			return r;
@@ -449,7 +520,15 @@ int manager_run(struct manager *m)
 
 	(void)sd_notifyf(0, "READY=1\nSTATUS=serving %u client slots\nMAINPID=%lu",
 			 m->config.max_clients, (unsigned long)getpid());
-	r = event_base_dispatch(m->base);
+	for (;;) {
+		r = event_base_dispatch(m->base);
+		if (r < 0 || !m->reexec)
+			break;
+		m->reexec = false;
+		(void)handover_reexec(m); /* returns only when it could not */
+	}
+	if (r >= 0 && handover_fd_store_max() > 0)
+		(void)handover_to_fd_store(m);
 	(void)sd_notify(0, "STOPPING=1");
 	if (r < 0)
 		return log_error_errno(-EIO, "event loop failed");

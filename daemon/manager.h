@@ -21,7 +21,7 @@ struct bus;
 struct manager {
 	struct config config;
 	struct event_base *base;
-	struct event *sigterm_event, *sigint_event, *sighup_event;
+	struct event *sigterm_event, *sigint_event, *sighup_event, *sigusr2_event;
 
 	int listen_fd;
 	struct event *listen_event;
@@ -37,6 +37,13 @@ struct manager {
 	 * the device, and Dma must never hold up the registrations of every domain. */
 	struct worker_pool *dma_worker;
 	bool stopping; /* set before the workers drain: queued Dma is cancelled, not done */
+	/* Another mrd takes the arenas over (daemon/handover.c): pages freed from here on keep
+	 * their content. */
+	bool keep_content;
+	bool reexec;               /* SIGUSR2 asked for a re-exec with a hand-over */
+	const char *exe_path;      /* what a re-exec runs, with argv (main's); NULL: none */
+	char **argv;
+	struct event *grace_timer; /* after a hand-over: orphans wait for their owners */
 	struct bus *bus;             /* NULL: not on the system bus */
 	LIST_HEAD(, domain) domains;
 	unsigned n_domains;
@@ -74,11 +81,12 @@ DEFINE_CLEANUP(struct manager, manager_free)
  * running values; their names, when they changed, go to changed ("" when none). */
 void manager_reconfigure(struct manager *m, struct config *new, char *changed, size_t size);
 
-/* Takes the socket from systemd (LISTEN_FDS) or binds config.socket_path; then joins the
- * system bus unless [mrd] bus = no. */
+/* Takes the socket from systemd (LISTEN_FDS) or binds config.socket_path, and what a previous
+ * mrd handed over (daemon/handover.h), then joins the system bus unless [mrd] bus = no. */
 int manager_listen(struct manager *m);
 
-/* Serves until SIGTERM/SIGINT; tells systemd READY=1 and STOPPING=1. */
+/* Serves until SIGTERM/SIGINT; tells systemd READY=1 and STOPPING=1. Hands the memory over
+ * into systemd's FD store at the end when it has one, or re-executes at SIGUSR2. */
 int manager_run(struct manager *m);
 
 /* Adopts a connected socket with the given peer credentials (accept path and tests). */

@@ -8,6 +8,7 @@
 #include "client.h"
 #include "dispatch.h"
 #include "domain.h"
+#include "log.h"
 #include "manager.h"
 #include "status-page.h"
 
@@ -44,13 +45,22 @@ static int describe_arena(struct client *c, struct arena *a, bool force_fd, stru
 int request_join_domain(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 			struct reply *r)
 {
+	const Mrd__JoinDomainRequest *q = req->join_domain;
 	const struct manager *m = c->manager;
+	unsigned resumed = 0;
 	struct domain *d;
 	int k, fd;
 
 	k = request_domain(c, r, &d);
 	if (k < 0)
 		return k;
+	/* After a warm restart: what this process held under that session comes back to it. */
+	if (q->resume_instance == m->instance && d->n_orphans > 0) {
+		resumed = domain_claim(d, c, q->resume_session);
+		if (resumed)
+			log_info("client %" PRIu64 " (pid %d) took back %u allocation(s) of session %"
+				 PRIu64, c->id, (int)c->pid, resumed, q->resume_session);
+	}
 	fd = domain_status_fd(d);
 	if (fd < 0)
 		return fd;
@@ -61,6 +71,8 @@ int request_join_domain(struct client *c, const Mrd__Request *req, struct wire_p
 	r->body.join_domain.window_size = m->config.window_size;
 	r->body.join_domain.status_page_size = MRD_STATUS_PAGE_SIZE;
 	r->body.join_domain.instance = m->instance;
+	r->body.join_domain.session = c->id;
+	r->body.join_domain.resumed = resumed;
 	r->resp.body_case = MRD__RESPONSE__BODY_JOIN_DOMAIN;
 	r->resp.join_domain = &r->body.join_domain;
 	return 0;
@@ -125,6 +137,9 @@ static int owned_allocation(struct client *c, uint64_t address, bool external,
 		if (a->owner)
 			reply_set_message(r, "0x%" PRIx64 " belongs to another client (pid %d)",
 					  address, (int)a->owner->pid);
+		else if (a->orphan)
+			reply_set_message(r, "0x%" PRIx64 " waits for its owner (pid %d) to reconnect "
+					  "after mrd restarted", address, (int)a->claim_pid);
 		else
 			reply_set_message(r, "0x%" PRIx64 " belongs to a client that left; it stays "
 					  "while mempools of others are registered in it", address);

@@ -98,6 +98,7 @@ int request_clients(struct client *c, const Mrd__Request *req, struct wire_packe
 		di[i].clients = d->n_users;
 		di[i].allocated_bytes = d->allocated_bytes;
 		di[i].allocations = (uint32_t)d->allocations.n;
+		di[i].waiting = d->n_orphans;
 		di[i].arenas = d->n_arenas;
 		di[i].pinned_bytes = d->cache.pinned_bytes;
 		di[i].generation = __atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE);

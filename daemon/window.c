@@ -65,6 +65,18 @@ int window_take(struct window *w, uint32_t n, uint32_t *ret_first)
 	return -ENOSPC;
 }
 
+int window_take_at(struct window *w, uint32_t first, uint32_t n)
+{
+	if (n == 0 || first >= w->n_slots || n > w->n_slots - first)
+		return -EINVAL;
+	for (uint32_t j = first; j < first + n; j++)
+		if (w->used[j])
+			return -EEXIST;
+	for (uint32_t j = first; j < first + n; j++)
+		w->used[j] = true;
+	return 0;
+}
+
 void window_give_back(struct window *w, uint32_t first, uint32_t n)
 {
 	/* Replace whatever was mapped there with the reservation again. */

@@ -20,6 +20,9 @@ void window_release(struct window *w);
 
 /* First fit for n consecutive free slots; -ENOSPC when the window is full. */
 int window_take(struct window *w, uint32_t n, uint32_t *ret_first);
+/* Takes exactly [first, first + n): a warm restart puts each arena back where it was.
+ * -EINVAL outside the window, -EEXIST when any of them is taken. */
+int window_take_at(struct window *w, uint32_t first, uint32_t n);
 /* Puts the slots back under PROT_NONE and marks them free. */
 void window_give_back(struct window *w, uint32_t first, uint32_t n);
 

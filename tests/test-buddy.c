@@ -129,6 +129,66 @@ START_TEST(test_random_against_model)
 }
 END_TEST
 
+/* Frees every page that owner does not mark, run by run. */
+static void free_gaps(struct buddy *r, const uint8_t *owner)
+{
+	uint32_t next = 0;
+
+	for (uint32_t p = 0; p <= r->n_pages; p++) {
+		if (p < r->n_pages && !owner[p])
+			continue;
+		if (p > next)
+			buddy_free(r, next, p - next);
+		next = p + 1;
+	}
+}
+
+/* A warm restart's rebuild: the gaps between adopted runs freed into an allocator that starts
+ * full. It must never hand out an adopted page, and must coalesce back to one block. */
+START_TEST(test_rebuild_from_runs)
+{
+	static uint8_t owner[1024];
+	struct { uint32_t first, n; } live[64];
+	struct buddy r;
+	int n_live = 0;
+	int64_t page;
+
+	memset(owner, 0, sizeof(owner));
+	srand(11);
+	for (int i = 0; i < 64; i++) {
+		uint32_t n = 1 + (uint32_t)(rand() % 20);
+		int64_t first = buddy_alloc(&b, n, 1u << (rand() % 3));
+
+		if (first < 0)
+			break;
+		live[n_live].first = (uint32_t)first;
+		live[n_live++].n = n;
+		for (uint32_t p = 0; p < n; p++)
+			owner[first + p] = 1;
+	}
+	ck_assert_int_gt(n_live, 10);
+
+	ck_assert_int_eq(buddy_init_used(&r, 1024), 0);
+	ck_assert_uint_eq(r.free_pages, 0);
+	ck_assert_int_eq(buddy_alloc(&r, 1, 1), -ENOMEM);
+	free_gaps(&r, owner);
+	ck_assert_uint_eq(r.free_pages, b.free_pages);
+	while ((page = buddy_alloc(&r, 1, 1)) >= 0)
+		ck_assert_msg(!owner[page], "page %lld of an adopted run handed out", (long long)page);
+	ck_assert_int_eq(page, -ENOMEM);
+	buddy_done(&r);
+
+	/* The same again, then every adopted run freed: one whole block. */
+	ck_assert_int_eq(buddy_init_used(&r, 1024), 0);
+	free_gaps(&r, owner);
+	for (int i = 0; i < n_live; i++)
+		buddy_free(&r, live[i].first, live[i].n);
+	ck_assert_uint_eq(r.free_pages, 1024);
+	ck_assert_int_eq(buddy_alloc(&r, 1024, 1), 0);
+	buddy_done(&r);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("buddy");
@@ -138,6 +198,7 @@ int main(void)
 	tcase_add_test(tc, test_init_rules);
 	tcase_add_test(tc, test_exact_runs);
 	tcase_add_test(tc, test_alignment);
+	tcase_add_test(tc, test_rebuild_from_runs);
 	tcase_add_test(tc, test_exhaustion);
 	tcase_add_test(tc, test_fragmentation);
 	tcase_add_test(tc, test_random_against_model);

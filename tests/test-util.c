@@ -53,44 +53,40 @@ static int notify_socket(const char *path)
 	return fd;
 }
 
-int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *const *extra_args)
+/* Moves fds[0..n) to 3, 4, ... in this (child) process and says so as systemd would. */
+static void pass_fds(const int *fds, char *const *names, size_t n)
+{
+	char num[32], list[4096] = "";
+	int high[64];
+
+	if (n == 0 || n > 64)
+		return;
+	for (size_t i = 0; i < n; i++)
+		high[i] = fcntl(fds[i], F_DUPFD, (int)(3 + n));
+	for (size_t i = 0; i < n; i++) {
+		dup2(high[i], (int)(3 + i));
+		close(high[i]);
+		snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ":" : "",
+			 names[i]);
+	}
+	snprintf(num, sizeof(num), "%zu", n);
+	setenv("LISTEN_FDS", num, 1);
+	setenv("LISTEN_FDNAMES", list, 1);
+	snprintf(num, sizeof(num), "%d", (int)getpid());
+	setenv("LISTEN_PID", num, 1);
+}
+
+/* Starts mrd as p says, passing fds (with names) as systemd would; waits for READY=1 on nfd. */
+static int spawn(struct mrd_proc *p, int nfd, const char *const *extra_args, const int *fds,
+		 char *const *names, size_t n_fds)
 {
 	char mrd[512], notify[160], *wrapper_copy = NULL;
 	const char *argv[64];
 	const char *wrapper = getenv("MRD_TEST_WRAPPER");
 	size_t n = 0;
-	int nfd, r;
-	FILE *f;
+	int r;
 
-	memset(p, 0, sizeof(*p));
-	p->notify_fd = -1;
-	snprintf(p->dir, sizeof(p->dir), "/tmp/mrd-test.XXXXXX");
-	if (!mkdtemp(p->dir))
-		return negative_errno();
-	chmod(p->dir, 0755); /* tests connect as other users too */
-	snprintf(p->socket, sizeof(p->socket), "%s/mrd.sock", p->dir);
-	snprintf(p->config, sizeof(p->config), "%s/mrd.conf", p->dir);
 	snprintf(notify, sizeof(notify), "%s/notify", p->dir);
-
-	f = fopen(p->config, "we");
-	if (!f)
-		return negative_errno();
-	/* Valgrind crawls over a multi-TiB reservation: a small window keeps it quick. */
-	if (wrapper && *wrapper)
-		fputs("[memory]\nwindow_size = 8G\n", f);
-	/* Sanitizers claim address ranges of their own (TSan the default window's): a run
-	 * under one moves the window with this, e.g. "[memory]\nwindow_base = 0x4000000000". */
-	if (getenv("MRD_TEST_CONF"))
-		fprintf(f, "%s\n", getenv("MRD_TEST_CONF"));
-	/* Off the host's system bus; the bus test turns it on, on a private one. */
-	fputs("[mrd]\nbus = no\n", f);
-	fputs(config_text ? config_text : "", f);
-	fclose(f);
-
-	nfd = notify_socket(notify);
-	if (nfd < 0)
-		return nfd;
-
 	if (wrapper && *wrapper) {
 		wrapper_copy = strdup(wrapper);
 		for (char *tok = strtok(wrapper_copy, " "); tok && n < 32; tok = strtok(NULL, " "))
@@ -115,6 +111,7 @@ int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *cons
 	}
 	if (p->pid == 0) {
 		setenv("NOTIFY_SOCKET", notify, 1);
+		pass_fds(fds, names, n_fds);
 		execvp(argv[0], (char **)argv);
 		_exit(127);
 	}
@@ -145,6 +142,114 @@ int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *cons
 	}
 	close(nfd);
 	return -ETIMEDOUT;
+}
+
+int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *const *extra_args)
+{
+	const char *wrapper = getenv("MRD_TEST_WRAPPER");
+	char notify[160];
+	int nfd;
+	FILE *f;
+
+	memset(p, 0, sizeof(*p));
+	p->notify_fd = -1;
+	snprintf(p->dir, sizeof(p->dir), "/tmp/mrd-test.XXXXXX");
+	if (!mkdtemp(p->dir))
+		return negative_errno();
+	chmod(p->dir, 0755); /* tests connect as other users too */
+	snprintf(p->socket, sizeof(p->socket), "%s/mrd.sock", p->dir);
+	snprintf(p->config, sizeof(p->config), "%s/mrd.conf", p->dir);
+	snprintf(notify, sizeof(notify), "%s/notify", p->dir);
+
+	f = fopen(p->config, "we");
+	if (!f)
+		return negative_errno();
+	/* Valgrind crawls over a multi-TiB reservation: a small window keeps it quick. */
+	if (wrapper && *wrapper)
+		fputs("[memory]\nwindow_size = 8G\n", f);
+	/* Sanitizers claim address ranges of their own (TSan the default window's): a run
+	 * under one moves the window with this, e.g. "[memory]\nwindow_base = 0x4000000000". */
+	if (getenv("MRD_TEST_CONF"))
+		fprintf(f, "%s\n", getenv("MRD_TEST_CONF"));
+	/* Off the host's system bus; the bus test turns it on, on a private one. */
+	fputs("[mrd]\nbus = no\n", f);
+	fputs(config_text ? config_text : "", f);
+	fclose(f);
+
+	nfd = notify_socket(notify);
+	if (nfd < 0)
+		return nfd;
+	return spawn(p, nfd, extra_args, NULL, NULL, 0);
+}
+
+/* Takes one notification; descriptors it carried go to the store (FDSTORE=1, with FDNAME=) or
+ * are closed (BARRIER=1: closing is the answer). Returns its length, or -errno. */
+static ssize_t recv_notification(int nfd, char *buf, size_t size, struct mrd_fd_store *store)
+{
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int) * 16)];
+	} control;
+	struct iovec iov = { buf, size - 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = &control,
+			     .msg_controllen = sizeof(control) };
+	struct cmsghdr *cmsg;
+	ssize_t len = recvmsg(nfd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+	if (len < 0)
+		return negative_errno();
+	buf[len] = '\0';
+	for (cmsg = CMSG_FIRSTHDR(&mh); cmsg; cmsg = CMSG_NXTHDR(&mh, cmsg)) {
+		size_t n = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		const char *name = strstr(buf, "FDNAME=");
+		int fds[16];
+
+		if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS)
+			continue;
+		memcpy(fds, CMSG_DATA(cmsg), n * sizeof(int));
+		for (size_t i = 0; i < n; i++) {
+			if (strstr(buf, "FDSTORE=1") && name && store->n < ELEMENTSOF(store->fds)) {
+				store->fds[store->n] = fds[i];
+				snprintf(store->names[store->n], sizeof(store->names[0]), "%.*s",
+					 (int)strcspn(name + 7, "\n"), name + 7);
+				store->n++;
+			} else
+				close(fds[i]);
+		}
+	}
+	return len;
+}
+
+int mrd_proc_restart_fd_store(struct mrd_proc *p, struct mrd_fd_store *store)
+{
+	char buf[512], *names[ELEMENTSOF(store->fds)];
+	int status, r;
+
+	memset(store, 0, sizeof(*store));
+	if (p->pid <= 0)
+		return -ECHILD;
+	kill(p->pid, SIGTERM);
+	/* Take every notification until mrd is gone: FDSTORE=1 and BARRIER=1 come before. */
+	for (;;) {
+		struct pollfd pfd = { .fd = p->notify_fd, .events = POLLIN };
+		pid_t w = waitpid(p->pid, &status, WNOHANG);
+
+		if (poll(&pfd, 1, 50) > 0)
+			(void)recv_notification(p->notify_fd, buf, sizeof(buf), store);
+		if (w == p->pid)
+			break;
+	}
+	while (recv_notification(p->notify_fd, buf, sizeof(buf), store) > 0)
+		;
+	p->pid = 0;
+	if (exit_status(status) != 0)
+		return -ECHILD;
+	for (size_t i = 0; i < store->n; i++)
+		names[i] = store->names[i];
+	r = spawn(p, p->notify_fd, NULL, store->fds, names, store->n);
+	for (size_t i = 0; i < store->n; i++)
+		close(store->fds[i]);
+	return r;
 }
 
 int mrd_proc_notified(struct mrd_proc *p, const char *want, char *buf, size_t size,

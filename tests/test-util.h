@@ -24,6 +24,20 @@ const char *test_build_path(const char *name, char *buf, size_t size);
  * $MRD_TEST_CONF is written ahead of config_text (a sanitizer run moves the window so). */
 int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *const *extra_args);
 
+/* What mrd left in the "FD store" of a restart under an emulated systemd. */
+struct mrd_fd_store {
+	int fds[64];
+	char names[64][64];
+	size_t n;
+};
+
+/* systemctl restart, as systemd does it with an FD store: SIGTERM, keeping the descriptors
+ * mrd stores (FDSTORE=1, FDNAME=) and answering BARRIER=1; then mrd again (same directory,
+ * same configuration, no extra arguments) with them as LISTEN_FDS/LISTEN_FDNAMES. What was
+ * stored is in *store (its descriptors closed by then). 0, or -ECHILD when the old mrd did not
+ * exit cleanly or the new one did not start. mrd stores only when $FDSTORE is set. */
+int mrd_proc_restart_fd_store(struct mrd_proc *p, struct mrd_fd_store *store);
+
 /* Reads mrd's notifications until one holds want (copied to buf), up to timeout_ms:
  * 0, or -ETIMEDOUT. */
 int mrd_proc_notified(struct mrd_proc *p, const char *want, char *buf, size_t size,

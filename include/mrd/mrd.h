@@ -36,6 +36,17 @@ mrd_client *mrd_client_close(mrd_client *client);
 int mrd_client_ping(mrd_client *client);
 
 /*
+ * After mrd restarted warm (systemctl restart, or SIGUSR2: see mrd(8)), connects the handle
+ * again: its memory stays where it is, with its content, and is its own again; the generation
+ * moves above anything cached, so lookups refetch keys (the old ones died with the old mrd).
+ * Mempools must be registered again. Returns how many allocations were taken back (>= 0);
+ * -EISCONN when the handle's connection is still alive; -ECONNREFUSED or -ENOENT while no mrd
+ * listens (try again); -ESTALE when the mrd there does not hold this memory (it started cold):
+ * then close every handle of the process and connect anew.
+ */
+int mrd_client_reconnect(mrd_client *client);
+
+/*
  * The device context and protection domain of the caller's domain, for a client that creates
  * its own QPs: *ret_cmd_fd is a new O_CLOEXEC descriptor (the caller's, for
  * ibv_import_device()) and *ret_pd_handle the PD's handle (for ibv_import_pd()).

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/* Warm restart: what one mrd hands the next so that clients' memory outlives it. The arenas'
+ * memfds travel with a sealed memfd describing them (proto/handover.proto): into systemd's FD
+ * store at SIGTERM, or across mrd's own re-exec at SIGUSR2; either way they come back the way
+ * systemd passes descriptors (LISTEN_FDS, LISTEN_FDNAMES). The next mrd maps every arena at
+ * the same address, holds each allocation for the process that owned it until it reconnects
+ * ([memory] reconnect_grace), and starts every domain's generation above the old one, so
+ * clients refetch their keys. Registrations do not survive: keys belong to the old PDs. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct manager;
+
+#define HANDOVER_STATE_NAME "mrd-state"
+#define HANDOVER_ARENA_PREFIX "mrd-arena-"
+/* The listening socket across a re-exec: bound by mrd (unlinked at exit), or passed to it. */
+#define HANDOVER_BOUND_SOCKET_NAME "mrd-bound-socket"
+#define HANDOVER_SOCKET_NAME "mrd-socket"
+
+/* Descriptors with their names, as sd_listen_fds_with_names gives them. */
+struct handover_fds {
+	int *fds;
+	char **names;
+	size_t n;
+};
+void handover_fds_done(struct handover_fds *f); /* closes what is still open */
+
+/* Whether a descriptor passed under name is part of a hand-over. */
+bool handover_fd_name(const char *name);
+
+/* Every domain and the arenas worth keeping: the state memfd first, then dups of the arenas'
+ * memfds, in ret; *ret_allocations says how many allocations it holds. Bumps every domain's
+ * generation: clients stop trusting cached keys. */
+int handover_save(struct manager *m, struct handover_fds *ret, unsigned *ret_allocations);
+
+/* Takes over what the previous mrd handed over in passed (each descriptor used is set to -1).
+ * Nothing there: 0. A state mrd cannot trust whole is dropped whole, logged, and mrd starts
+ * cold (still 0): clients keep their mappings, but not through mrd. */
+int handover_adopt(struct manager *m, struct handover_fds *passed);
+
+/* At exit (or an adoption undone): every allocation still waiting for its owner is freed. */
+void handover_end_grace(struct manager *m);
+
+/* How many descriptors systemd keeps for mrd ($FDSTORE, FileDescriptorStoreMax=); 0: none. */
+unsigned handover_fd_store_max(void);
+/* At exit: every domain's arenas into systemd's FD store. */
+int handover_to_fd_store(struct manager *m);
+/* SIGUSR2: execs mrd again, passing the arenas and the listening socket. Returns only when it
+ * could not (negative errno; mrd goes on serving), or exits when the exec itself failed. */
+int handover_reexec(struct manager *m);
