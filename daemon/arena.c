@@ -102,7 +102,8 @@ static int memfd_check(int fd, struct memfd_info *ret)
 	return 0;
 }
 
-static struct arena *arena_alloc_struct(struct domain *d)
+/* serial: a warm restart's, else 0 for the next one. */
+static struct arena *arena_alloc_struct(struct domain *d, uint64_t serial)
 {
 	struct arena *a = calloc(1, sizeof(*a));
 
@@ -110,7 +111,7 @@ static struct arena *arena_alloc_struct(struct domain *d)
 		return NULL;
 	a->memfd = -1;
 	a->domain = d;
-	a->serial = ++d->manager->arena_serial;
+	a->serial = serial ? serial : ++d->manager->arena_serial;
 	return a;
 }
 
@@ -127,7 +128,7 @@ int arena_new(struct domain *d, uint64_t min_size, bool hugetlb, struct arena **
 	char name[96];
 	int r;
 
-	a = arena_alloc_struct(d);
+	a = arena_alloc_struct(d, 0);
 	if (!a)
 		return -ENOMEM;
 	a->hugetlb = hugetlb;
@@ -171,34 +172,26 @@ fail:
 	return r;
 }
 
-int arena_new_external(struct domain *d, int memfd, uint64_t offset, uint64_t length,
-		       struct arena **ret)
+/* An arena over memfd (consumed on success) as place says, at the first free slots or at
+ * place->slot (adopt: a warm restart's, all its pages in use until arena_adopt_finish). */
+static int arena_wrap(struct domain *d, int memfd, const struct arena_place *place, bool adopt,
+		      struct arena **ret)
 {
-	struct window *w = &d->manager->window;
-	struct memfd_info info;
-	struct arena *a;
+	struct arena *a = arena_alloc_struct(d, adopt ? place->serial : 0);
 	int r;
 
-	r = memfd_check(memfd, &info);
-	if (r < 0)
-		return r;
-	if (!(info.seals & F_SEAL_SHRINK))
-		return -EPERM;
-	a = arena_alloc_struct(d);
 	if (!a)
 		return -ENOMEM;
-	a->external = true;
-	a->hugetlb = info.hugetlb;
-	a->page_size = info.page_size;
-	if (length == 0 || offset % a->page_size || length % a->page_size ||
-	    offset + length < offset || offset + length > info.size) {
-		free(a);
-		return -EINVAL;
-	}
-	a->size = length;
-	a->file_offset = offset;
+	a->external = place->external;
+	a->hugetlb = place->hugetlb;
+	a->page_size = place->page_size;
+	a->size = place->size;
+	a->file_offset = place->file_offset;
 	a->memfd = memfd;
-	r = arena_map(a, w, length, offset, NULL);
+	r = a->external ? 0 : buddy_init_used(&a->buddy, (uint32_t)(a->size / a->page_size));
+	if (r >= 0)
+		r = arena_map(a, &d->manager->window, a->size, a->file_offset,
+			      adopt ? &place->slot : NULL);
 	if (r < 0) {
 		a->memfd = -1; /* still the caller's */
 		arena_free(a);
@@ -209,15 +202,32 @@ int arena_new_external(struct domain *d, int memfd, uint64_t offset, uint64_t le
 	return 0;
 }
 
-int arena_adopt(struct domain *d, int memfd, const struct arena_place *place, struct arena **ret)
+int arena_new_external(struct domain *d, int memfd, uint64_t offset, uint64_t length,
+		       struct arena **ret)
 {
-	struct window *w = &d->manager->window;
 	struct memfd_info info;
-	struct arena *a;
 	int r;
 
 	r = memfd_check(memfd, &info);
 	if (r < 0)
+		return r;
+	if (!(info.seals & F_SEAL_SHRINK))
+		return -EPERM;
+	if (length == 0 || offset % info.page_size || length % info.page_size ||
+	    offset + length < offset || offset + length > info.size)
+		return -EINVAL;
+	return arena_wrap(d, memfd,
+			  &(struct arena_place){ .size = length, .file_offset = offset,
+						 .page_size = info.page_size,
+						 .hugetlb = info.hugetlb, .external = true },
+			  false, ret);
+}
+
+int arena_adopt(struct domain *d, int memfd, const struct arena_place *place, struct arena **ret)
+{
+	struct memfd_info info;
+
+	if (memfd_check(memfd, &info) < 0)
 		return -EINVAL;
 	/* Only what mrd itself would have made: a wrong state must not map anything else. */
 	if (info.hugetlb != place->hugetlb || info.page_size != place->page_size ||
@@ -229,30 +239,9 @@ int arena_adopt(struct domain *d, int memfd, const struct arena_place *place, st
 	    (place->file_offset != 0 || place->size != info.size || !(info.seals & F_SEAL_GROW) ||
 	     (place->size / info.page_size) & (place->size / info.page_size - 1)))
 		return -EINVAL;
-	a = calloc(1, sizeof(*a));
-	if (!a)
-		return -ENOMEM;
-	a->domain = d;
-	a->serial = place->serial;
-	a->external = place->external;
-	a->hugetlb = place->hugetlb;
-	a->page_size = place->page_size;
-	a->size = place->size;
-	a->file_offset = place->file_offset;
-	a->memfd = memfd;
-	r = a->external ? 0 : buddy_init_used(&a->buddy, (uint32_t)(a->size / a->page_size));
-	if (r >= 0)
-		r = arena_map(a, w, a->size, a->file_offset, &place->slot);
-	if (r < 0) {
-		a->memfd = -1; /* still the caller's */
-		arena_free(a);
-		return r;
-	}
-	if (a->serial > d->manager->arena_serial)
-		d->manager->arena_serial = a->serial;
-	arena_link(a);
-	*ret = a;
-	return 0;
+	if (place->serial > d->manager->arena_serial)
+		d->manager->arena_serial = place->serial;
+	return arena_wrap(d, memfd, place, true, ret);
 }
 
 int arena_adopt_finish(struct arena *a)
