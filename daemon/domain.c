@@ -786,9 +786,9 @@ unsigned domain_reap_orphans(struct domain *d, bool all)
 		(void)domain_free_allocation(d, a, NULL);
 		freed++;
 	}
-	if (freed)
-		log_info("domain %s: freed %u allocation(s) of the previous mrd whose process is gone%s",
-			 d->name, freed, all ? " or will not come back" : "");
+	if (freed && !all)
+		log_info("domain %s: freed %u allocation(s) of the previous mrd whose process is gone",
+			 d->name, freed);
 	if (d->n_orphans > 0)
 		return d->n_orphans;
 	d->adopted = false;

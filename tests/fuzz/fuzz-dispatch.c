@@ -25,6 +25,7 @@
 #include "wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+const char fuzz_corpus[] = "corpus";
 
 static struct manager *fuzz_manager(void)
 {

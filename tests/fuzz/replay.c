@@ -8,6 +8,7 @@
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+extern const char fuzz_corpus[]; /* the target's corpus, a folder of $FUZZ_DIR */
 
 static int replay_file(const char *path)
 {
@@ -27,12 +28,16 @@ static int replay_file(const char *path)
 
 int main(int argc, char **argv)
 {
-	const char *dir = argc > 1 ? argv[1] : getenv("FUZZ_CORPUS");
+	const char *dir = argc > 1 ? argv[1] : NULL;
 	struct dirent *de;
 	unsigned count = 0;
-	char path[4096];
+	char corpus[4096], path[sizeof(corpus) + 258];
 	DIR *d;
 
+	if (!dir && getenv("FUZZ_DIR")) {
+		snprintf(corpus, sizeof(corpus), "%s/%s", getenv("FUZZ_DIR"), fuzz_corpus);
+		dir = corpus;
+	}
 	if (!dir) {
 		fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
 		return 2;
