@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,6 +187,9 @@ int main(int argc, char **argv)
 	int r;
 
 	log_set_ident("mrd");
+	/* Until the loop handles it, a SIGUSR2 (re-exec) must not kill mrd: a second one sent
+	 * while the re-executed image starts is dropped instead. */
+	(void)signal(SIGUSR2, SIG_IGN);
 	r = parse_argv(argc, argv, &o);
 	if (r <= 0)
 		return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
