@@ -19,6 +19,14 @@ struct mrd_client {
 	unsigned epoch;   /* reconnects so far: what was registered before one is gone */
 	unsigned long n_held; /* allocations and attachments mrd holds for it: a reconnect must
 			       * get them all back */
+	pthread_mutex_t reconnect_lock; /* one mrd_client_reconnect() at a time */
+	/* Free and ExtmemDetach that got no answer (mrd went away): done or not, the next mrd
+	 * tells (memory_settle_lost_frees). */
+	struct lost_free {
+		uint64_t address;
+		int body_case;
+	} lost_frees[64];
+	size_t n_lost_frees;
 	uint32_t *arenas; /* ids of arenas this handle mapped */
 	size_t n_arenas, arenas_cap;
 };
@@ -39,10 +47,17 @@ int set_call_error(int error);
 
 /* memory.c: joins the domain (window, status page) on connect; undoes it on close. */
 int memory_join(struct mrd_client *client);
-/* The same on conn, a new connection to an mrd that took over from the one this handle had
- * (warm restart): the window and arenas stay, the status page is mapped anew at the same
- * address. The allocations taken back, or -ESTALE when conn's mrd does not hold this memory. */
-int memory_rejoin(struct mrd_client *client, struct conn *conn);
+/* JoinDomain on conn, a new connection to an mrd that took over from the one this handle had
+ * (warm restart): the allocations it handed back, with the new status page's descriptor in
+ * *ret_status_fd; -ESTALE when conn's mrd does not hold this memory (nothing handed back). */
+int memory_rejoin(struct mrd_client *client, struct conn *conn, int *ret_status_fd);
+/* Maps the new status page where the old one was. */
+int memory_remap_status(struct mrd_client *client, int fd);
+/* A Free or ExtmemDetach of address got no answer: remembered for the next reconnect. */
+void memory_note_lost_free(struct mrd_client *client, int body_case, uint64_t address);
+/* After a reconnect, asks again what got no answer: each one done now takes one off
+ * *resumed; each one the old mrd had done takes one off n_held. */
+int memory_settle_lost_frees(struct mrd_client *client, unsigned *resumed);
 void memory_leave(struct mrd_client *client);
 
 struct mrd_lookup;

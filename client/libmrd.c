@@ -70,6 +70,7 @@ MRD_EXPORT int mrd_client_connect(const char *path, mrd_client **ret)
 	if (!client)
 		return set_last_error(-ENOMEM, "out of memory");
 	pthread_mutex_init(&client->lock, NULL);
+	pthread_mutex_init(&client->reconnect_lock, NULL);
 	r = conn_open(path, program_invocation_short_name, MRD_CAPS_SERVED, &client->conn, error,
 		      sizeof(error));
 	if (r < 0) {
@@ -93,6 +94,7 @@ MRD_EXPORT mrd_client *mrd_client_close(mrd_client *client)
 	memory_leave(client);
 	conn_free(client->conn);
 	pthread_mutex_destroy(&client->lock);
+	pthread_mutex_destroy(&client->reconnect_lock);
 	free(client);
 	return NULL;
 }
@@ -134,14 +136,14 @@ int client_call(mrd_client *client, Mrd__Request *req, Mrd__Response **ret,
 	return r;
 }
 
-MRD_EXPORT int mrd_client_reconnect(mrd_client *client)
+static int reconnect(mrd_client *client)
 {
 	char error[256] = "";
 	struct conn *conn, *old;
-	int r;
+	unsigned long held;
+	unsigned resumed;
+	int r, fd = -1;
 
-	if (!client)
-		return set_last_error(-EINVAL, "mrd_client_reconnect: client is NULL");
 	/* A live connection must not be dropped: mrd would free what this handle holds. */
 	r = mrd_client_ping(client);
 	if (r == 0)
@@ -152,17 +154,48 @@ MRD_EXPORT int mrd_client_reconnect(mrd_client *client)
 		      error, sizeof(error));
 	if (r < 0)
 		return set_last_error(r, "%s", error);
-	r = memory_rejoin(client, conn);
+	r = memory_rejoin(client, conn, &fd);
 	if (r < 0) {
-		conn_free(conn); /* the handle keeps its dead connection and its memory */
+		conn_free(conn); /* nothing came back: the handle keeps its dead connection */
 		return r;
 	}
+	resumed = (unsigned)r;
+	/* The new connection first, then the page: a lookup that sees the new generation asks
+	 * the new mrd. */
 	pthread_mutex_lock(&client->lock);
 	old = client->conn;
 	client->conn = conn;
 	__atomic_add_fetch(&client->epoch, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&client->lock);
 	conn_free(old);
+	r = memory_remap_status(client, fd);
+	close(fd);
+	if (r < 0)
+		return r;
+	r = memory_settle_lost_frees(client, &resumed);
+	if (r < 0)
+		return r;
+	held = __atomic_load_n(&client->n_held, __ATOMIC_ACQUIRE);
+	if (resumed != held)
+		/* What did not come back is gone (mrd had dropped this handle, or this is not the
+		 * process that had it): its pages may be someone else's by now. What did come back
+		 * stays the handle's until it closes. */
+		return set_last_error(-ESTALE, "mrd gave back %u of the %lu allocations this handle "
+				      "had; the others are gone: close every handle of this "
+				      "process, which unmaps that memory, and connect anew",
+				      resumed, held);
+	return (int)resumed;
+}
+
+MRD_EXPORT int mrd_client_reconnect(mrd_client *client)
+{
+	int r;
+
+	if (!client)
+		return set_last_error(-EINVAL, "mrd_client_reconnect: client is NULL");
+	pthread_mutex_lock(&client->reconnect_lock);
+	r = reconnect(client);
+	pthread_mutex_unlock(&client->reconnect_lock);
 	return r;
 }
 

@@ -255,12 +255,13 @@ out:
 	return r;
 }
 
-int memory_rejoin(mrd_client *client, struct conn *conn)
+static int call_address(mrd_client *client, int body_case, uint64_t address);
+
+int memory_rejoin(mrd_client *client, struct conn *conn, int *ret_status_fd)
 {
 	const Mrd__JoinDomainResponse *j;
 	Mrd__Response *resp;
 	uint64_t instance, base, size;
-	unsigned long held;
 	int fd, r;
 
 	pthread_mutex_lock(&window_lock);
@@ -277,32 +278,64 @@ int memory_rejoin(mrd_client *client, struct conn *conn)
 		r = set_last_error(-ESTALE, "mrd started without the memory of the one this handle "
 				   "knew (no warm restart; or another domain or window): close every "
 				   "handle of this process, which unmaps that memory, and connect anew");
-		goto out;
-	}
-	if (j->status_page_size != client->status_size) {
+		close(fd);
+	} else if (j->status_page_size != client->status_size) {
 		r = set_last_error(-EBADMSG, "the new mrd's status page has another size");
-		goto out;
+		close(fd);
+	} else {
+		client->session = j->session;
+		*ret_status_fd = fd;
+		r = (int)j->resumed;
 	}
-	/* In place: lookups compare against this page, and the new one's generation is above
-	 * anything they cached. */
-	r = map_status(fd, j->status_page_size, (void *)client->status, &client->status);
-	if (r < 0)
-		goto out;
-	held = __atomic_load_n(&client->n_held, __ATOMIC_ACQUIRE);
-	if (j->resumed != held) {
-		/* The rest is gone (mrd dropped this handle, or its process is not the one that had
-		 * it): its pages may already be someone else's. */
-		r = set_last_error(-ESTALE, "mrd gave back %u of the %lu allocations this handle had; "
-				   "the others are gone: close every handle of this process, which "
-				   "unmaps that memory, and connect anew", j->resumed, held);
-		goto out;
-	}
-	client->session = j->session;
-	r = (int)j->resumed;
-out:
-	close(fd);
 	mrd__response__free_unpacked(resp, NULL);
 	return r;
+}
+
+int memory_remap_status(mrd_client *client, int fd)
+{
+	/* In place: lookups hold a pointer into it, and the new page's generation is above
+	 * anything they cached. */
+	return map_status(fd, client->status_size, (void *)client->status, &client->status);
+}
+
+void memory_note_lost_free(mrd_client *client, int body_case, uint64_t address)
+{
+	pthread_mutex_lock(&client->lock);
+	if (client->n_lost_frees < ELEMENTSOF(client->lost_frees))
+		client->lost_frees[client->n_lost_frees++] =
+			(struct lost_free){ .address = address, .body_case = body_case };
+	pthread_mutex_unlock(&client->lock);
+}
+
+int memory_settle_lost_frees(mrd_client *client, unsigned *resumed)
+{
+	struct lost_free lost[ELEMENTSOF(client->lost_frees)];
+	size_t n;
+
+	pthread_mutex_lock(&client->lock);
+	n = client->n_lost_frees;
+	memcpy(lost, client->lost_frees, n * sizeof(*lost));
+	client->n_lost_frees = 0;
+	pthread_mutex_unlock(&client->lock);
+	for (size_t i = 0; i < n; i++) {
+		int r = call_address(client, lost[i].body_case, lost[i].address);
+
+		if (r == 0 && *resumed > 0) {
+			(*resumed)--; /* it came back, and is gone now as asked */
+			continue;
+		}
+		if (r == -ENOENT || r == -EPERM) {
+			/* The old mrd had done it: nothing came back. */
+			__atomic_sub_fetch(&client->n_held, 1, __ATOMIC_RELEASE);
+			continue;
+		}
+		if (r < 0) {
+			for (size_t k = i; k < n; k++)
+				memory_note_lost_free(client, lost[k].body_case, lost[k].address);
+			return r;
+		}
+	}
+	return 0;
 }
 
 void memory_leave(mrd_client *client)
@@ -395,6 +428,9 @@ static int call_address(mrd_client *client, int body_case, uint64_t address)
 		req.extmem_detach = &detach;
 	}
 	r = client_call(client, &req, &resp, NULL);
+	if (r == -ECONNRESET)
+		/* Done or not, nobody can tell now: a reconnect asks the next mrd. */
+		memory_note_lost_free(client, body_case, address);
 	if (r < 0)
 		return r;
 	mrd__response__free_unpacked(resp, NULL);

@@ -367,10 +367,10 @@ MRD_EXPORT int mrd_mempool_lookup(struct mrd_lookup *l, const mrd_mempool *p, co
 
 	if (!l || !p || !ret)
 		return set_last_error(-EINVAL, "mrd_mempool_lookup: NULL argument");
-	if (lookup_cached(l, a, ret) == 0)
-		return 0;
 	if (p->registered && !is_registered(p))
 		return stale(p);
+	if (lookup_cached(l, a, ret) == 0)
+		return 0;
 	/* The pool's own MRs, by address: the last one starting at or below a. */
 	hi = p->n_mrs;
 	while (lo < hi) {

@@ -14,6 +14,7 @@
 #include "client.h"
 #include "dispatch.h"
 #include "domain.h"
+#include "process.h"
 #include "log.h"
 #include "manager.h"
 #include "wire.h"
@@ -204,6 +205,7 @@ int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool 
 	c->manager = m;
 	c->id = ++m->next_client_id;
 	c->pid = pid;
+	c->start_time = process_start_time(pid);
 	c->uid = uid;
 	c->gid = gid;
 	c->admin = admin;

@@ -40,6 +40,7 @@ struct client {
 	bool reading;
 
 	pid_t pid;
+	uint64_t start_time; /* of its process: tells it from a later one with the same pid */
 	uid_t uid;
 	gid_t gid;
 	bool admin;
@@ -49,6 +50,7 @@ struct client {
 	char name[65];
 
 	char domain_name[64];  /* from uid/gid and [domains], fixed at connect */
+	bool joined;           /* JoinDomain answered once: resuming is for the first one */
 	struct domain *domain; /* acquired on first use */
 	LIST_HEAD(, allocation) allocations; /* owned: freed when the client goes */
 	LIST_HEAD(, pool_reg) pools;         /* its mempool registrations */

@@ -18,6 +18,7 @@
 #include "log.h"
 #include "macro.h"
 #include "manager.h"
+#include "process.h"
 #include "provider.h"
 #include "status-page.h"
 #include "worker-pool.h"
@@ -137,6 +138,10 @@ static int status_page_new(struct domain *d)
 	d->status->layout_version = MRD_STATUS_LAYOUT;
 	d->status->size = sizeof(*d->status);
 	d->status->generation = 1;
+	/* Above what the previous mrd's domain of that name reached (warm restart). */
+	for (size_t i = 0; i < d->manager->n_floors; i++)
+		if (strcmp(d->manager->floors[i].name, d->name) == 0)
+			d->status->generation = d->manager->floors[i].generation + 1;
 	return 0;
 }
 
@@ -351,8 +356,8 @@ int domain_acquire(struct manager *m, const char *name, struct domain **ret)
 	return 0;
 }
 
-int domain_adopt(struct manager *m, const char *name, uint64_t generation,
-		 uint64_t allocation_serial, struct domain **ret)
+int domain_adopt(struct manager *m, const char *name, uint64_t allocation_serial,
+		 struct domain **ret)
 {
 	struct domain *d;
 	int r;
@@ -362,8 +367,6 @@ int domain_adopt(struct manager *m, const char *name, uint64_t generation,
 	r = domain_open(m, name, &d);
 	if (r < 0)
 		return r;
-	/* Above anything a client may have cached from the previous mrd. */
-	d->status->generation = generation + 1;
 	d->allocation_serial = allocation_serial;
 	d->adopted = true;
 	domain_ref(d);
@@ -724,6 +727,7 @@ int domain_adopt_allocation(struct domain *d, struct arena *arena,
 	a->claim_session = saved->session;
 	a->claim_pid = saved->pid;
 	a->claim_uid = saved->uid;
+	a->claim_start_time = saved->start_time;
 	r = allocation_index(d, arena, saved->offset, saved->length, a);
 	if (r < 0)
 		return r;
@@ -757,18 +761,6 @@ unsigned domain_claim(struct domain *d, struct client *c, uint64_t session)
 	return n;
 }
 
-/* Whether the process that owned an orphan is gone: no such pid, or one of another user
- * (the pid was reused). While it lives it still maps the memory: freeing it would hand pages it
- * may write to somebody else. */
-static bool owner_gone(pid_t pid, uid_t uid)
-{
-	char path[32];
-	struct stat st;
-
-	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
-	return pid <= 0 || stat(path, &st) < 0 || st.st_uid != uid;
-}
-
 unsigned domain_reap_orphans(struct domain *d, bool all)
 {
 	struct allocation *a, *next;
@@ -778,11 +770,15 @@ unsigned domain_reap_orphans(struct domain *d, bool all)
 		return 0;
 	for (a = LIST_FIRST(&d->orphans); a; a = next) {
 		next = LIST_NEXT(a, owner_link);
-		if (!all && !owner_gone(a->claim_pid, a->claim_uid))
+		/* While its process lives it still maps the memory: freeing it would hand pages it
+		 * may write to somebody else. */
+		if (!all && !process_gone(a->claim_pid, a->claim_uid, a->claim_start_time))
 			continue;
 		LIST_REMOVE(a, owner_link);
 		d->n_orphans--;
 		a->orphan = false;
+		if (a->pool_refs > 0)
+			continue; /* others' mempools hold it: it goes with the last of them */
 		(void)domain_free_allocation(d, a, NULL);
 		freed++;
 	}

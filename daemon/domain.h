@@ -45,9 +45,10 @@ struct allocation {
 	 * orphan list through owner_link, owner NULL. Only the process it belonged to, with the
 	 * session it had, takes it back. */
 	bool orphan;
-	uint64_t claim_session;
+	uint64_t claim_session; /* 0: nobody's (kept for others' mempools) */
 	pid_t claim_pid;
 	uid_t claim_uid;
+	uint64_t claim_start_time;
 };
 
 /* What the previous mrd knew of an allocation (warm restart, daemon/handover.c). */
@@ -57,6 +58,7 @@ struct adopted_allocation {
 	uint64_t session;
 	pid_t pid;
 	uid_t uid;
+	uint64_t start_time;
 };
 
 struct domain {
@@ -102,17 +104,19 @@ const char *domain_name_for_groups(const struct manager *m, uid_t uid, gid_t gid
  * -EDQUOT when it already serves quota.clients clients. */
 int domain_acquire(struct manager *m, const char *name, struct domain **ret);
 /* A domain the previous mrd had open (warm restart): no client yet, held open while its
- * orphans wait (domain_reap_orphans); its status page starts above generation, so every cached key is
- * refetched. -EEXIST when it is open already. */
-int domain_adopt(struct manager *m, const char *name, uint64_t generation,
-		 uint64_t allocation_serial, struct domain **ret);
+ * orphans wait (domain_reap_orphans). -EEXIST when it is open already. Its status page, as
+ * that of any domain opened later under a name the previous mrd had, starts above the old
+ * generation (manager.floors): every cached key is refetched. */
+int domain_adopt(struct manager *m, const char *name, uint64_t allocation_serial,
+		 struct domain **ret);
 /* Records an allocation of arena (adopted into d) as an orphan. -EINVAL when it is not page
  * runs inside the arena, -EEXIST when it overlaps another. */
 int domain_adopt_allocation(struct domain *d, struct arena *arena,
 			    const struct adopted_allocation *saved);
 /* Hands c the orphans that were its process's under session: how many. */
 unsigned domain_claim(struct domain *d, struct client *c, uint64_t session);
-/* Frees the orphans whose process is gone (all: every orphan). Once none is left, the hold of
+/* Lets go of the orphans whose process is gone (all: every orphan): freed, or kept without an
+ * owner while mempools of other clients cover them. Once none is left, the hold of
  * domain_adopt goes (the domain closes when nobody else holds it). Returns how many wait on. */
 unsigned domain_reap_orphans(struct domain *d, bool all);
 

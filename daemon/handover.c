@@ -72,23 +72,22 @@ static int fds_add(struct handover_fds *f, int fd, const char *name)
 /* ---- saving ---- */
 
 /* Who may take an allocation back: its owner's process and session, or, for one still
- * waiting from an earlier hand-over, the same as then. NULL-free: false when nobody may
- * (memory kept only for other clients' mempools, whose registrations do not survive). */
-static bool claim_of(const struct allocation *a, SavedAllocation *s)
+ * waiting from an earlier hand-over, the same as then. */
+static void claim_of(const struct allocation *a, SavedAllocation *s)
 {
 	if (a->owner) {
 		s->session = a->owner->id;
 		s->pid = (uint32_t)a->owner->pid;
 		s->uid = (uint32_t)a->owner->uid;
-		return true;
-	}
-	if (a->orphan) {
+		s->start_time = a->owner->start_time;
+	} else if (a->orphan) {
 		s->session = a->claim_session;
 		s->pid = (uint32_t)a->claim_pid;
 		s->uid = (uint32_t)a->claim_uid;
-		return true;
+		s->start_time = a->claim_start_time;
 	}
-	return false;
+	/* else nobody's: its owner left while other clients' mempools cover it. It waits one
+	 * check for them to register those mempools again. */
 }
 
 static void saved_arena_free(SavedArena *sa)
@@ -116,7 +115,7 @@ static void state_free(State *st)
 	free(st->domains);
 }
 
-/* The arena's allocations somebody may take back; NULL with *ret_skip when there are none. */
+/* The arena's live allocations; NULL when there are none. */
 static int save_arena(struct arena *a, SavedArena **ret)
 {
 	SavedArena *sa = calloc(1, sizeof(*sa));
@@ -142,10 +141,7 @@ static int save_arena(struct arena *a, SavedArena **ret)
 			return -ENOMEM;
 		}
 		mrd__handover__allocation__init(s);
-		if (!claim_of(al, s)) {
-			free(s);
-			continue;
-		}
+		claim_of(al, s);
 		s->offset = al->offset;
 		s->length = al->length;
 		s->serial = al->serial;
@@ -304,7 +300,7 @@ int handover_to_fd_store(struct manager *m)
 	if (r < 0)
 		return log_error_errno(r, "cannot save the state for the next mrd: %m; its clients' "
 					  "memory is not handed over");
-	if (n_allocations == 0) {
+	if (m->n_domains == 0) {
 		handover_fds_done(&f);
 		return 0; /* nothing to keep */
 	}
@@ -339,16 +335,24 @@ int handover_to_fd_store(struct manager *m)
 	return 0;
 }
 
-/* Moves f's descriptors to 3, 4, ... (without close-on-exec), the way systemd passes them. */
-static void fds_to_listen_positions(struct handover_fds *f)
+/* First above every target of fds_to_listen_positions, so no move there overwrites a
+ * descriptor still to be moved. The only step that can fail (out of descriptors). */
+static int fds_above_listen_positions(struct handover_fds *f)
 {
-	/* First above every target, so no move overwrites a descriptor still to be moved. */
 	for (size_t i = 0; i < f->n; i++) {
 		int high = fcntl(f->fds[i], F_DUPFD_CLOEXEC, (int)(SD_LISTEN_FDS_START + f->n));
 
+		if (high < 0)
+			return negative_errno();
 		close(f->fds[i]);
 		f->fds[i] = high;
 	}
+	return 0;
+}
+
+/* Moves f's descriptors to 3, 4, ... (without close-on-exec), the way systemd passes them. */
+static void fds_to_listen_positions(struct handover_fds *f)
+{
 	for (size_t i = 0; i < f->n; i++) {
 		(void)dup2(f->fds[i], (int)(SD_LISTEN_FDS_START + i));
 		close(f->fds[i]);
@@ -379,7 +383,9 @@ int handover_reexec(struct manager *m)
 	for (size_t i = 0; r >= 0 && i < f.n; i++)
 		len += strlen(f.names[i]) + 1;
 	names = r >= 0 ? calloc(1, len) : NULL;
-	if (!names) {
+	if (names)
+		r = fds_above_listen_positions(&f);
+	if (!names || r < 0) {
 		handover_fds_done(&f);
 		return log_error_errno(r < 0 ? r : -ENOMEM, "SIGUSR2: %m; mrd goes on as it is");
 	}
@@ -390,12 +396,17 @@ int handover_reexec(struct manager *m)
 	}
 	log_notice("SIGUSR2: re-executing %s with %u allocation(s) in %zu arena(s)", m->exe_path,
 		   n_allocations, f.n - 2);
-	(void)sd_notify(0, "RELOADING=1\nSTATUS=re-executing");
+	(void)sd_notifyf(0, "RELOADING=1\nSTATUS=re-executing\nMONOTONIC_USEC=%" PRIu64,
+			 now_usec(CLOCK_MONOTONIC));
 	snprintf(num, sizeof(num), "%zu", f.n);
 	setenv("LISTEN_FDS", num, 1);
 	setenv("LISTEN_FDNAMES", names, 1);
 	snprintf(num, sizeof(num), "%d", (int)getpid());
 	setenv("LISTEN_PID", num, 1);
+	if (m->detached)
+		setenv(MANAGER_DETACHED_ENV, "1", 1);
+	/* A signal from here on waits for the new image's loop (the mask survives exec). */
+	manager_block_signals(true);
 	/* From here there is no way back: descriptors 3 and up are the hand-over's. */
 	fds_to_listen_positions(&f);
 	handover_fds_done(&f);
@@ -466,7 +477,7 @@ static int adopt_arena(struct domain *d, const SavedArena *sa, struct handover_f
 		struct adopted_allocation al = {
 			.offset = s->offset, .length = s->length, .serial = s->serial, .odp = s->odp,
 			.read_only = s->read_only, .session = s->session, .pid = (pid_t)s->pid,
-			.uid = (uid_t)s->uid,
+			.uid = (uid_t)s->uid, .start_time = s->start_time,
 		};
 
 		r = domain_adopt_allocation(d, a, &al);
@@ -526,9 +537,35 @@ static void adoption_undo(struct manager *m, uint64_t instance)
 	m->instance = instance;
 }
 
+/* Every saved domain's generation, kept whether or not the rest can be taken over: clients
+ * of the previous mrd cached keys under them. */
+static int record_floors(struct manager *m, const State *st)
+{
+	struct generation_floor *f;
+
+	if (st->n_domains == 0 || st->n_domains > SIZE_MAX / sizeof(*f))
+		return 0;
+	f = reallocarray(m->floors, m->n_floors + st->n_domains, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	m->floors = f;
+	for (size_t i = 0; i < st->n_domains; i++) {
+		struct generation_floor *g = &m->floors[m->n_floors];
+
+		if (!st->domains[i]->name)
+			continue;
+		snprintf(g->name, sizeof(g->name), "%s", st->domains[i]->name);
+		g->generation = st->domains[i]->generation;
+		m->n_floors++;
+	}
+	return 0;
+}
+
 static int adopt_state(struct manager *m, const State *st, struct handover_fds *passed,
 		       unsigned *ret_allocations, char *why, size_t why_size)
 {
+	int r;
+
 	*ret_allocations = 0;
 	if (st->version != HANDOVER_VERSION) {
 		snprintf(why, why_size, "state version %u, this mrd reads %u", st->version,
@@ -547,14 +584,17 @@ static int adopt_state(struct manager *m, const State *st, struct handover_fds *
 		m->arena_serial = st->arena_serial;
 	if (st->next_client_id > m->next_client_id)
 		m->next_client_id = st->next_client_id;
+	r = record_floors(m, st);
+	if (r < 0) {
+		snprintf(why, why_size, "%s", strerror(-r));
+		return r;
+	}
 	for (size_t i = 0; i < st->n_domains; i++) {
 		const SavedDomain *sd = st->domains[i];
 		struct domain *d;
-		int r;
 
 		r = sd->name && *sd->name && strlen(sd->name) < sizeof(d->name) ?
-			    domain_adopt(m, sd->name, sd->generation, sd->allocation_serial, &d) :
-			    -EINVAL;
+			    domain_adopt(m, sd->name, sd->allocation_serial, &d) : -EINVAL;
 		if (r < 0) {
 			snprintf(why, why_size, "domain '%s': %s", sd->name ? sd->name : "",
 				 strerror(-r));

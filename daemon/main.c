@@ -40,7 +40,19 @@ struct overrides {
 	const char *socket, *provider, *device, *log_level;
 	bool no_bus;
 	bool foreground;
+	char config_abs[PATH_MAX], socket_abs[PATH_MAX];
 };
+
+static int absolute(const char *path, char *buf, size_t size)
+{
+	char cwd[PATH_MAX];
+
+	if (path[0] == '/')
+		return snprintf(buf, size, "%s", path) < (int)size ? 0 : -ENAMETOOLONG;
+	if (!getcwd(cwd, sizeof(cwd)))
+		return -errno;
+	return snprintf(buf, size, "%s/%s", cwd, path) < (int)size ? 0 : -ENAMETOOLONG;
+}
 
 static int parse_argv(int argc, char **argv, struct overrides *o)
 {
@@ -97,6 +109,16 @@ static int parse_argv(int argc, char **argv, struct overrides *o)
 		fprintf(stderr, "mrd: unexpected argument '%s'\n", argv[optind]);
 		return -EINVAL;
 	}
+	/* From where mrd started: a detached mrd works from /, and SIGHUP and a re-exec read
+	 * them again. */
+	if (absolute(o->config_file, o->config_abs, sizeof(o->config_abs)) < 0 ||
+	    (o->socket && absolute(o->socket, o->socket_abs, sizeof(o->socket_abs)) < 0)) {
+		fprintf(stderr, "mrd: path too long, or the current folder unknown\n");
+		return -EINVAL;
+	}
+	o->config_file = o->config_abs;
+	if (o->socket)
+		o->socket = o->socket_abs;
 	return 1;
 }
 
@@ -165,6 +187,37 @@ static int reload_config(void *data, struct config *ret)
 	return load_config(data, ret);
 }
 
+/* The command line a re-exec runs: the same options, with absolute paths. */
+static char **reexec_argv(const struct overrides *o)
+{
+	static char *args[16];
+	size_t n = 0;
+
+	args[n++] = (char *)"mrd";
+	if (o->config_explicit) {
+		args[n++] = (char *)"--config";
+		args[n++] = (char *)o->config_file;
+	}
+#define ARG(option, value)                      \
+	do {                                    \
+		if (value) {                    \
+			args[n++] = (char *)option; \
+			args[n++] = (char *)value;  \
+		}                               \
+	} while (0)
+	ARG("--socket", o->socket);
+	ARG("--provider", o->provider);
+	ARG("--device", o->device);
+	ARG("--log-level", o->log_level);
+#undef ARG
+	if (o->no_bus)
+		args[n++] = (char *)"--no-bus";
+	if (o->foreground)
+		args[n++] = (char *)"--foreground";
+	args[n] = NULL;
+	return args;
+}
+
 /* What SIGUSR2 re-executes: the binary mrd was started from, as its path reads now (an
  * upgrade that replaced it is what a re-exec is for). */
 static const char *exe_path(void)
@@ -183,13 +236,13 @@ int main(int argc, char **argv)
 	_cleanup_(manager_freep) struct manager *m = NULL;
 	struct overrides o = {};
 	struct config cfg;
-	bool detach;
+	bool detach, detached = false;
 	int r;
 
 	log_set_ident("mrd");
-	/* Until the loop handles it, a SIGUSR2 (re-exec) must not kill mrd: a second one sent
-	 * while the re-executed image starts is dropped instead. */
-	(void)signal(SIGUSR2, SIG_IGN);
+	/* The signals the loop handles wait until it does: one that comes while mrd (or its
+	 * re-executed image, which inherits the mask) starts is handled then, not fatal. */
+	manager_block_signals(true);
 	r = parse_argv(argc, argv, &o);
 	if (r <= 0)
 		return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
@@ -203,6 +256,12 @@ int main(int argc, char **argv)
 	log_set_level(cfg.log_level);
 	raise_fd_limit(cfg.max_clients);
 
+	/* A re-executed detached mrd is detached already: its lines still go to syslog. */
+	if (getenv(MANAGER_DETACHED_ENV)) {
+		unsetenv(MANAGER_DETACHED_ENV);
+		log_open_syslog();
+		detached = true;
+	}
 	detach = !o.foreground && !under_systemd();
 	if (detach && detach_begin() < 0) {
 		config_done(&cfg);
@@ -217,7 +276,9 @@ int main(int argc, char **argv)
 		m->load_config = reload_config;
 		m->load_config_data = &o;
 		m->exe_path = exe_path();
-		m->argv = argv;
+		m->argv = reexec_argv(&o);
+		m->detached = detach || detached;
+		manager_block_signals(false); /* the loop's handlers are in place */
 		r = manager_listen(m);
 	}
 	if (detach)

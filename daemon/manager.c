@@ -135,6 +135,7 @@ static void manager_on_signal(evutil_socket_t sig, short what, void *userdata)
 		return;
 	}
 	log_info("received %s, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	m->stop = true;
 	event_base_loopbreak(m->base);
 }
 
@@ -156,6 +157,18 @@ static int manager_open_provider(struct manager *m)
 		log_info("no RDMA device found: using the soft provider (a software NIC)");
 	log_info("provider %s, device %s", provider_name(m->provider), m->provider->caps.device);
 	return 0;
+}
+
+void manager_block_signals(bool block)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGUSR2);
+	(void)sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
 }
 
 int manager_new(struct config *config, struct manager **ret)
@@ -252,6 +265,7 @@ struct manager *manager_free(struct manager *m)
 	if (m->base)
 		event_base_free(m->base);
 	free(m->recv_buf);
+	free(m->floors);
 	config_done(&m->config);
 	free(m);
 	return NULL;
@@ -478,12 +492,13 @@ static int take_passed_fds(struct manager *m)
 	for (int i = 0; i < n; i++)
 		free(names[i]);
 	free(names);
-	if (r >= 0)
+	if (r >= 0) {
 		r = handover_adopt(m, &passed);
-	if (passed.n > 0 && getenv("NOTIFY_SOCKET"))
-		/* Taken (or refused): out of systemd's FD store, or the next stop would add to them. */
-		for (size_t i = 0; i < passed.n; i++)
+		/* Taken (or refused): out of systemd's FD store, or the next stop would add to
+		 * them. Not when mrd fails to start: the next try may take them. */
+		for (size_t i = 0; r >= 0 && i < passed.n && getenv("NOTIFY_SOCKET"); i++)
 			(void)sd_notifyf(0, "FDSTOREREMOVE=1\nFDNAME=%s", passed.names[i]);
+	}
 	handover_fds_done(&passed);
 	return r;
 }
@@ -522,7 +537,7 @@ int manager_run(struct manager *m)
 			 m->config.max_clients, (unsigned long)getpid());
 	for (;;) {
 		r = event_base_dispatch(m->base);
-		if (r < 0 || !m->reexec)
+		if (r < 0 || !m->reexec || m->stop)
 			break;
 		m->reexec = false;
 		(void)handover_reexec(m); /* returns only when it could not */

@@ -43,7 +43,16 @@ struct manager {
 	bool reexec;               /* SIGUSR2 asked for a re-exec with a hand-over */
 	const char *exe_path;      /* what a re-exec runs, with argv (main's); NULL: none */
 	char **argv;
+	bool detached;             /* no terminal, logs to syslog: so is the re-executed image */
+	bool stop;                 /* SIGTERM/SIGINT came: it wins over a re-exec asked for */
 	struct event *grace_timer; /* after a hand-over: orphans wait for their owners */
+	/* The previous mrd's generation of each domain it had: a domain opened again starts
+	 * above it, so no client's cached keys can look current. */
+	struct generation_floor {
+		char name[64];
+		uint64_t generation;
+	} *floors;
+	size_t n_floors;
 	struct bus *bus;             /* NULL: not on the system bus */
 	LIST_HEAD(, domain) domains;
 	unsigned n_domains;
@@ -71,6 +80,12 @@ struct manager {
 	uint64_t n_protocol_errors;
 	uint64_t n_clients_dropped;
 };
+
+/* Set by a detached mrd for the image it re-executes. */
+#define MANAGER_DETACHED_ENV "MRD_DETACHED"
+
+/* Blocks (or unblocks) the signals the loop handles; the mask survives exec. */
+void manager_block_signals(bool block);
 
 /* Takes ownership of *config (left re-initialised). */
 int manager_new(struct config *config, struct manager **ret);

@@ -110,8 +110,9 @@ static void pool_mr_gone(struct domain *d, struct pool_mr *mr, int r)
 	}
 	d->cache.pinned_bytes -= mr->end - mr->start;
 	free(mr);
-	if (--a->pool_refs == 0 && !a->owner)
-		(void)domain_free_allocation(d, a, NULL); /* its owner left before the pools did */
+	/* Its owner left before the pools did (one waiting after a warm restart stays). */
+	if (--a->pool_refs == 0 && !a->owner && !a->orphan)
+		(void)domain_free_allocation(d, a, NULL);
 	domain_update_status(d);
 }
 

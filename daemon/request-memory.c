@@ -55,7 +55,7 @@ int request_join_domain(struct client *c, const Mrd__Request *req, struct wire_p
 	if (k < 0)
 		return k;
 	/* After a warm restart: what this process held under that session comes back to it. */
-	if (q->resume_instance == m->instance && d->n_orphans > 0) {
+	if (!c->joined && q->resume_instance == m->instance && d->n_orphans > 0) {
 		resumed = domain_claim(d, c, q->resume_session);
 		if (resumed)
 			log_info("client %" PRIu64 " (pid %d) took back %u allocation(s) of session %"
@@ -72,6 +72,7 @@ int request_join_domain(struct client *c, const Mrd__Request *req, struct wire_p
 	r->body.join_domain.status_page_size = MRD_STATUS_PAGE_SIZE;
 	r->body.join_domain.instance = m->instance;
 	r->body.join_domain.session = c->id;
+	c->joined = true;
 	r->body.join_domain.resumed = resumed;
 	r->resp.body_case = MRD__RESPONSE__BODY_JOIN_DOMAIN;
 	r->resp.join_domain = &r->body.join_domain;

@@ -326,3 +326,16 @@ void td_dma(int fd, uint64_t id, unsigned op, const Mrd__MrEntry *l, uint64_t la
 	td_send_dma(fd, id, op, l, laddr, rm, raddr, len);
 	td_expect_free(fd, id, error);
 }
+
+void td_mempool_unregister(int fd, uint64_t id, const char *name, int error)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MempoolUnregisterRequest q = MRD__MEMPOOL_UNREGISTER_REQUEST__INIT;
+
+	q.name = (char *)name;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_MEMPOOL_UNREGISTER;
+	req.mempool_unregister = &q;
+	td_send_request(fd, &req, NULL, 0);
+	td_expect_free(fd, id, error);
+}

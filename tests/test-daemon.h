@@ -59,6 +59,9 @@ Mrd__Response *td_attach(int fd, uint64_t id, int memfd, uint64_t off, uint64_t 
 void td_send_mempool_register(int fd, uint64_t id, const char *name, const uint64_t *starts,
 			      const uint64_t *lengths, size_t n, bool extmem);
 
+/* MempoolUnregister of name; its reply must carry error. */
+void td_mempool_unregister(int fd, uint64_t id, const char *name, int error);
+
 /* Dma (op: PROVIDER_DMA_*) of len bytes between laddr under l's lkey and raddr under rm's
  * rkey, its reply left for the test to take. */
 void td_send_dma(int fd, uint64_t id, unsigned op, const Mrd__MrEntry *l, uint64_t laddr,

@@ -7,6 +7,7 @@
 #include <event2/event.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -65,8 +66,18 @@ static unsigned join(int fd, uint64_t id, uint64_t instance, uint64_t resume, ui
 	return n;
 }
 
+/* A pid no process has now: its allocations wait for nobody. */
+static pid_t dead_pid(void)
+{
+	for (pid_t pid = 4000000; pid > 1; pid--)
+		if (kill(pid, 0) < 0 && errno == ESRCH)
+			return pid;
+	ck_abort_msg("no free pid");
+	return 0;
+}
+
 /* A client of another process: pid is what claims are checked against. */
-static int client_of_pid(pid_t pid, uid_t uid)
+static int client_of_pid(pid_t pid, uid_t uid, struct client **ret)
 {
 	struct ucred cred = { .pid = pid, .uid = uid, .gid = uid };
 	Mrd__Request req = MRD__REQUEST__INIT;
@@ -77,6 +88,8 @@ static int client_of_pid(pid_t pid, uid_t uid)
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
 	ck_assert_int_eq(fcntl(sv[0], F_SETFL, O_NONBLOCK), 0);
 	ck_assert_int_eq(manager_add_client(td_manager, sv[0], &cred, &c), 0);
+	if (ret)
+		*ret = c;
 	hello.min_version = hello.max_version = 1;
 	req.id = 1;
 	req.body_case = MRD__REQUEST__BODY_HELLO;
@@ -119,11 +132,13 @@ static void grace_tick(void)
 START_TEST(test_round_trip)
 {
 	struct client *ca, *cb;
-	int a = td_hello_client(1000, &ca), b = td_hello_client(2000, &cb);
+	int a = td_hello_client(1000, &ca), b = client_of_pid(dead_pid(), 2000, &cb);
 	uint64_t a1 = td_alloc(a, 2, 1 * MiB), a2 = td_alloc(a, 3, 3 * MiB);
 	uint64_t b1 = td_alloc(b, 2, 2 * MiB), ext;
 	uint64_t instance = td_manager->instance, session_a = ca->id, session_b = cb->id;
 	uint64_t generation, session;
+	unsigned arenas;
+	int b2;
 	struct handover_fds saved;
 	unsigned n_allocations;
 	Mrd__MrEntry mr;
@@ -148,6 +163,8 @@ START_TEST(test_round_trip)
 	ck_assert_int_eq(handover_save(td_manager, &saved, &n_allocations), 0);
 	ck_assert_uint_eq(n_allocations, 4);
 	ck_assert_str_eq(saved.names[0], HANDOVER_STATE_NAME);
+	ck_assert_int_eq(fcntl(saved.fds[0], F_GET_SEALS) & (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW),
+			 F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW);
 	ck_assert_uint_eq(saved.n, 4); /* the state, two arenas of uid-1000, one of uid-2000 */
 	/* Clients still on the old mrd stop trusting what they cached. */
 	ck_assert_uint_gt(find_domain("uid-1000")->status->generation, generation);
@@ -171,23 +188,36 @@ START_TEST(test_round_trip)
 	check_fill(b1, 2 * MiB, 3);
 	check_fill(ext, 8 * 4096, 4);
 
-	/* Not another process, not another uid, not another session, not another instance. */
-	b = client_of_pid(getpid() + 1, 1000);
+	/* Not another process, not another uid, not another session, not another instance, not
+	 * a connection's second JoinDomain. */
+	b = client_of_pid(getpid() + 1, 1000, NULL);
 	ck_assert_uint_eq(join(b, 2, instance, session_a, NULL), 0);
 	close(b);
 	b = td_hello_client(2000, NULL);
 	ck_assert_uint_eq(join(b, 2, instance, session_a, NULL), 0);
 	a = td_hello_client(1000, NULL);
 	ck_assert_uint_eq(join(a, 2, instance, session_b, NULL), 0);
-	ck_assert_uint_eq(join(a, 3, instance + 1, session_a, NULL), 0);
+	close(a);
+	a = td_hello_client(1000, NULL);
+	ck_assert_uint_eq(join(a, 2, instance + 1, session_a, NULL), 0);
+	ck_assert_uint_eq(join(a, 3, instance, session_a, NULL), 0);
 	td_free(a, 4, a1, EPERM); /* still nobody's: not this client's to free */
 	ck_assert_uint_eq(d->n_orphans, 3);
+	close(a);
 
 	/* The owner's process with its session takes them back, once. */
+	a = td_hello_client(1000, &ca);
 	ck_assert_uint_eq(join(a, 5, instance, session_a, &session), 3);
 	ck_assert_uint_gt(session, session_a); /* ids go on from the old mrd's */
-	ck_assert_uint_eq(join(a, 6, instance, session_a, NULL), 0);
+	ck_assert_uint_eq(ca->allocated_bytes, 4 * MiB + 8 * 4096);
 	ck_assert_uint_eq(d->n_orphans, 0);
+	b2 = td_hello_client(1000, NULL);
+	ck_assert_uint_eq(join(b2, 2, instance, session_a, NULL), 0);
+	close(b2);
+	/* The adopted arena's free pages serve new allocations: no arena more. */
+	arenas = d->n_arenas;
+	td_free(a, 6, td_alloc(a, 7, 1 * MiB), 0);
+	ck_assert_uint_eq(d->n_arenas, arenas);
 	td_lookup(a, 7, a2, 0, &mr);
 	ck_assert_uint_eq(mr.start, a2);
 	td_free(a, 8, a1, 0);
@@ -201,7 +231,7 @@ START_TEST(test_round_trip)
 		check_fill(b1, 2 * MiB, 3);
 	}
 
-	/* uid 2000's allocation: no process of uid 2000 has this pid, so the next check frees it. */
+	/* uid 2000's allocation: its process is gone, so the next check frees it. */
 	d = find_domain("uid-2000");
 	ck_assert_uint_eq(d->allocated_bytes, 2 * MiB);
 	grace_tick();
@@ -219,7 +249,7 @@ END_TEST
 START_TEST(test_waits_for_live_process)
 {
 	char live[32];
-	int a = td_hello_client(getuid(), NULL), b = td_hello_client(4242, NULL);
+	int a = td_hello_client(getuid(), NULL), b = client_of_pid(dead_pid(), 4242, NULL);
 	struct handover_fds saved;
 	unsigned n;
 
@@ -243,6 +273,115 @@ START_TEST(test_waits_for_live_process)
 	handover_end_grace(td_manager); /* at exit: everything */
 	ck_assert_uint_eq(td_manager->n_domains, 0);
 	ck_assert_ptr_null(td_manager->grace_timer);
+}
+END_TEST
+
+/* A domain of two uids: the allocation goes back to the uid that had it, not to the other. */
+START_TEST(test_claim_checks_uid)
+{
+	const char *const lab[] = { "memory.window_size=4G", "memory.arena_size=64M",
+				    "memory.hugepages=no", "domains.lab=uid:1000 uid:1001", NULL };
+	struct client *c;
+	int a, b;
+	uint64_t instance, session;
+	struct handover_fds saved;
+	unsigned n;
+
+	td_stop();
+	td_start(lab);
+	a = td_hello_client(1000, &c);
+	(void)td_alloc(a, 2, 1 * MiB);
+	instance = td_manager->instance;
+	session = c->id;
+	ck_assert_int_eq(handover_save(td_manager, &saved, &n), 0);
+	close(a);
+	td_manager->keep_content = true;
+	td_stop();
+	td_start(lab);
+	ck_assert_int_eq(handover_adopt(td_manager, &saved), 0);
+	handover_fds_done(&saved);
+	b = td_hello_client(1001, NULL);
+	ck_assert_uint_eq(join(b, 2, instance, session, NULL), 0);
+	a = td_hello_client(1000, NULL);
+	ck_assert_uint_eq(join(a, 2, instance, session, NULL), 1);
+	close(a);
+	close(b);
+	td_pump();
+}
+END_TEST
+
+/* Another client's mempool over a waiting allocation: its unregister must not free what waits,
+ * and the allocation outlives its waiting while the mempool covers it. */
+START_TEST(test_mempool_over_waiting)
+{
+	int a = client_of_pid(dead_pid(), 1000, NULL), b;
+	uint64_t a1 = td_alloc(a, 2, 1 * MiB), len = 64 * 1024;
+	struct handover_fds saved;
+	struct domain *d;
+	unsigned n;
+
+	ck_assert_int_eq(handover_save(td_manager, &saved, &n), 0);
+	close(a);
+	restart(&saved);
+	handover_fds_done(&saved);
+	d = find_domain("uid-1000");
+	b = td_hello_client(1000, NULL);
+	td_send_mempool_register(b, 2, "p", &a1, &len, 1, false);
+	td_expect_free(b, 2, 0);
+	td_mempool_unregister(b, 3, "p", 0);
+	ck_assert_uint_eq(d->n_orphans, 1);
+	ck_assert_ptr_nonnull(domain_find_allocation(d, a1));
+	td_send_mempool_register(b, 4, "p", &a1, &len, 1, false);
+	td_expect_free(b, 4, 0);
+	/* Its process is gone: it leaves the waiting list, but the mempool keeps it until it
+	 * goes. */
+	grace_tick();
+	ck_assert_uint_eq(d->n_orphans, 0);
+	ck_assert_uint_eq(d->allocated_bytes, 1 * MiB);
+	td_mempool_unregister(b, 5, "p", 0);
+	ck_assert_uint_eq(d->allocated_bytes, 0);
+	close(b);
+	td_pump();
+}
+END_TEST
+
+/* arena_adopt maps only what mrd would have made; allocations must be page runs that fit. */
+START_TEST(test_adopt_checks)
+{
+	struct arena_place place = { .slot = 2, .size = 64 * MiB, .page_size = 4096, .serial = 9 };
+	struct adopted_allocation al = { .offset = 0, .length = 1 * MiB, .session = 1, .pid = 1 };
+	struct domain *d;
+	struct arena *a;
+	int fd = memfd_create("arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, 64 * MiB), 0);
+	ck_assert_int_eq(domain_adopt(td_manager, "x", 0, &d), 0);
+	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), -EINVAL); /* not sealed */
+	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK), 0);
+	place.size = 32 * MiB;
+	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), -EINVAL); /* not its size */
+	place.size = 64 * MiB;
+	place.page_size = 2 << 20;
+	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), -EINVAL); /* not its pages */
+	place.page_size = 4096;
+	place.slot = td_manager->window.n_slots;
+	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), -EINVAL); /* outside the window */
+	place.slot = 2;
+	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), 0);
+	ck_assert_ptr_eq(a->base, window_slot(&td_manager->window, 2));
+	ck_assert_int_eq(domain_adopt_allocation(d, a, &al), 0);
+	al.offset = 512 * 1024;
+	ck_assert_int_eq(domain_adopt_allocation(d, a, &al), -EEXIST); /* overlaps */
+	al.offset = 1 * MiB + 100;
+	ck_assert_int_eq(domain_adopt_allocation(d, a, &al), -EINVAL); /* not a page run */
+	al.offset = 63 * MiB;
+	al.length = 2 * MiB;
+	ck_assert_int_eq(domain_adopt_allocation(d, a, &al), -EINVAL); /* past its end */
+	ck_assert_int_eq(arena_adopt_finish(a), 0);
+	ck_assert_uint_eq(a->buddy.free_pages, (63 * MiB) / 4096);
+	handover_end_grace(td_manager);
+	ck_assert_uint_eq(td_manager->n_domains, 0);
 }
 END_TEST
 
@@ -273,18 +412,30 @@ static void adopt_copy(struct handover_fds *saved)
 
 /* Garbage, or a state whose arena is missing or whose slots are taken: dropped whole, with
  * the memory untouched. */
+/* The first bytes of the memfd's pages, as fill() left them at offset 0 (any seed). */
+static void check_memfd_filled(int fd)
+{
+	uint8_t first = 0, second = 0;
+
+	ck_assert_int_eq(pread(fd, &first, 1, 0), 1);
+	ck_assert_int_eq(pread(fd, &second, 1, 4096), 1);
+	ck_assert_msg(first != 0 && second == (uint8_t)(first + 1), "memfd content lost");
+}
+
 START_TEST(test_untrusted_state_dropped)
 {
-	int a = td_hello_client(1000, NULL), b, fd;
-	uint64_t a1 = td_alloc(a, 2, 1 * MiB), b1, instance;
+	int a = td_hello_client(1000, NULL), c = td_hello_client(2000, NULL), b, fd;
+	uint64_t a1 = td_alloc(a, 2, 1 * MiB), c1 = td_alloc(c, 2, 1 * MiB), b1, instance;
 	struct handover_fds saved, garbage = {};
 	char *name;
 	unsigned n;
 
 	fill(a1, 1 * MiB, 5);
+	fill(c1, 1 * MiB, 7);
 	ck_assert_int_eq(handover_save(td_manager, &saved, &n), 0);
-	ck_assert_uint_eq(saved.n, 2);
+	ck_assert_uint_eq(saved.n, 3);
 	close(a);
+	close(c);
 	td_manager->keep_content = true;
 	td_stop();
 	td_start(settings);
@@ -298,16 +449,19 @@ START_TEST(test_untrusted_state_dropped)
 	ck_assert_int_eq(fd, -1);
 	ck_assert_uint_eq(td_manager->n_domains, 0);
 
-	/* Its arena passed under another name. */
-	name = saved.names[1];
-	saved.names[1] = (char *)HANDOVER_ARENA_PREFIX "999999";
+	/* Its second arena passed under another name: the first one, taken already with its
+	 * allocation, goes again untouched. */
+	name = saved.names[2];
+	saved.names[2] = (char *)HANDOVER_ARENA_PREFIX "999999";
 	adopt_copy(&saved);
-	saved.names[1] = name;
+	saved.names[2] = name;
 	ck_assert_uint_eq(td_manager->n_domains, 0);
 	ck_assert_uint_eq(td_manager->instance, instance);
+	check_memfd_filled(saved.fds[1]);
+	check_memfd_filled(saved.fds[2]);
 
-	/* Its slot taken by another domain's arena, which stays unharmed. */
-	b = td_hello_client(2000, NULL);
+	/* A slot taken by another domain's arena, which stays unharmed. */
+	b = td_hello_client(3000, NULL);
 	b1 = td_alloc(b, 2, 1 * MiB);
 	ck_assert_uint_eq(b1, a1);
 	fill(b1, 1 * MiB, 6);
@@ -319,11 +473,12 @@ START_TEST(test_untrusted_state_dropped)
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_domains, 0);
 
-	/* None of that touched the memfd: with its slot free again, it all comes back. */
+	/* None of that touched the memfds: with the slot free again, it all comes back. */
 	adopt_copy(&saved);
-	ck_assert_uint_eq(td_manager->n_domains, 1);
+	ck_assert_uint_eq(td_manager->n_domains, 2);
 	ck_assert_uint_ne(td_manager->instance, instance);
 	check_fill(a1, 1 * MiB, 5);
+	check_fill(c1, 1 * MiB, 7);
 	handover_fds_done(&saved);
 }
 END_TEST
@@ -336,6 +491,9 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_test(tc, test_waits_for_live_process);
+	tcase_add_test(tc, test_claim_checks_uid);
+	tcase_add_test(tc, test_mempool_over_waiting);
+	tcase_add_test(tc, test_adopt_checks);
 	tcase_add_test(tc, test_untrusted_state_dropped);
 	suite_add_tcase(s, tc);
 	return run_suite(s);

@@ -62,19 +62,6 @@ static size_t reg_ok(int fd, uint64_t id, const char *name, const uint64_t *star
 	return n_mrs;
 }
 
-static void unreg(int fd, uint64_t id, const char *name, int error)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__MempoolUnregisterRequest q = MRD__MEMPOOL_UNREGISTER_REQUEST__INIT;
-
-	q.name = (char *)name;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_MEMPOOL_UNREGISTER;
-	req.mempool_unregister = &q;
-	td_send_request(fd, &req, NULL, 0);
-	td_expect_free(fd, id, error);
-}
-
 START_TEST(test_ranges_rounded_and_merged)
 {
 	struct client *c;
@@ -103,13 +90,13 @@ START_TEST(test_ranges_rounded_and_merged)
 
 	reg(fd, 6, "rx", starts, lengths, 1, false, EEXIST);
 	gen = c->domain->status->generation;
-	unreg(fd, 7, "rx", 0);
+	td_mempool_unregister(fd, 7, "rx", 0);
 	ck_assert_uint_gt(c->domain->status->generation, gen);
 	td_dma(fd, 8, PROVIDER_DMA_WRITE, e[0], a, e[1], a + 256 * KiB, 8, ENOKEY);
 	provider_stats(c->domain->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
 	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 0);
-	unreg(fd, 9, "rx", ENOENT);
+	td_mempool_unregister(fd, 9, "rx", ENOENT);
 	mrd__response__free_unpacked(resp, NULL);
 	close(fd);
 }
@@ -131,7 +118,7 @@ START_TEST(test_bad_requests)
 	reg(fd, 7, "p", &a, &across, 1, false, EFAULT);  /* runs past the allocation */
 	reg(fd, 8, "p", &b, &len, 1, false, EFAULT);     /* another domain's memory */
 	reg(fd, 9, "p", &(uint64_t){ 0x1000 }, &len, 1, false, EFAULT);
-	unreg(fd, 10, "", EINVAL);
+	td_mempool_unregister(fd, 10, "", EINVAL);
 	/* Nothing of it was kept. */
 	ck_assert_uint_eq(reg_ok(fd, 11, "p", &a, &len, 1), 1);
 	close(fd);
@@ -185,7 +172,7 @@ START_TEST(test_memory_under_a_pool_stays)
 
 	ck_assert_uint_eq(reg_ok(fd, 3, "p", &a, &len, 1), 1);
 	td_free(fd, 4, a, EBUSY);
-	unreg(fd, 5, "p", 0);
+	td_mempool_unregister(fd, 5, "p", 0);
 	td_free(fd, 6, a, 0);
 	close(fd);
 }
@@ -229,7 +216,7 @@ START_TEST(test_pool_in_memory_of_a_client_that_left)
 	td_dma(b, 4, PROVIDER_DMA_WRITE, resp->mempool_register->entries[0], mem,
 	       resp->mempool_register->entries[0], mem + 4096, 8, 0);
 	td_free(b, 5, mem, EPERM);
-	unreg(b, 6, "in-a", 0);
+	td_mempool_unregister(b, 6, "in-a", 0);
 	ck_assert_uint_eq(d->allocations.n, 0); /* the last pool took it with it */
 	ck_assert_uint_eq(d->allocated_bytes, 0);
 	mrd__response__free_unpacked(resp, NULL);

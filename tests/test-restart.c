@@ -241,6 +241,27 @@ START_TEST(test_other_process_gets_nothing)
 }
 END_TEST
 
+/* A Free that got no answer because mrd went: the reconnect asks again, and counts right. */
+START_TEST(test_free_without_answer)
+{
+	mrd_client *c;
+	uint8_t *p, *q;
+
+	start(false);
+	c = connect_ok();
+	ck_assert_int_eq(mrd_mem_alloc(c, 1 * MiB, 0, 0, (void **)&p), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 1 * MiB, 0, 0, (void **)&q), 0);
+	fill(q, 1 * MiB, 9);
+	reexec();
+	ck_assert_int_eq(mrd_mem_free(c, p), -ECONNRESET);
+	ck_assert_int_eq(mrd_client_reconnect(c), 1);
+	ck_assert_uint_eq(domain_field("allocated_bytes"), 1 * MiB);
+	check_fill(q, 1 * MiB, 9);
+	ck_assert_int_eq(mrd_mem_free(c, q), 0);
+	mrd_client_close(c);
+}
+END_TEST
+
 START_TEST(test_mempool_registered_again)
 {
 	mrd_client *c;
@@ -293,6 +314,7 @@ START_TEST(test_fd_store_restart)
 
 	ck_assert_int_eq(mrd_proc_restart_fd_store(&mrd, &store), 0);
 	ck_assert_uint_eq(store.n, 2); /* the state and one arena */
+	ck_assert_uint_eq(store.removed, 2); /* taken out of the store again */
 	for (size_t i = 0; i < store.n; i++)
 		state |= strcmp(store.names[i], "mrd-state") == 0;
 	ck_assert(state);
@@ -300,7 +322,9 @@ START_TEST(test_fd_store_restart)
 	ck_assert_int_eq(mrd_client_reconnect(c), 1);
 	check_fill(p, 5 * MiB, 5);
 	ck_assert_int_eq(mrd_lookup_mr(&l, p, &mr), 0);
+	/* The lookup watches the new status page: a free there moves what it sees. */
 	ck_assert_int_eq(mrd_mem_free(c, p), 0);
+	ck_assert_int_lt(mrd_lookup_mr(&l, p, &mr), 0);
 	ck_assert_uint_eq(domain_field("allocated_bytes"), 0);
 	mrd_lookup_done(&l);
 	mrd_client_close(c);
@@ -312,17 +336,21 @@ END_TEST
 START_TEST(test_cold_restart_is_stale)
 {
 	struct mrd_fd_store store;
-	mrd_client *c, *again;
+	mrd_client *c, *again, *empty;
 	uint8_t *p;
 
 	start(false);
 	c = connect_ok();
+	empty = connect_ok();
 	ck_assert_int_eq(mrd_mem_alloc(c, 1 * MiB, 0, 0, (void **)&p), 0);
 	fill(p, 1 * MiB, 6);
 	ck_assert_int_eq(mrd_proc_restart_fd_store(&mrd, &store), 0);
 	ck_assert_uint_eq(store.n, 0);
 	ck_assert_int_eq(mrd_client_reconnect(c), -ESTALE);
 	ck_assert_msg(strstr(mrd_last_error(), "close every handle"), "%s", mrd_last_error());
+	/* Even a handle that holds nothing: the window is the old mrd's. */
+	ck_assert_int_eq(mrd_client_reconnect(empty), -ESTALE);
+	mrd_client_close(empty);
 	check_fill(p, 1 * MiB, 6);
 	ck_assert_int_eq(mrd_client_connect(mrd.socket, &again), -EADDRINUSE);
 	mrd_client_close(c);
@@ -340,6 +368,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, NULL, teardown);
 	tcase_add_test(tc, test_reexec_hands_memory_over);
 	tcase_add_test(tc, test_other_process_gets_nothing);
+	tcase_add_test(tc, test_free_without_answer);
 	tcase_add_test(tc, test_mempool_registered_again);
 	tcase_add_test(tc, test_fd_store_restart);
 	tcase_add_test(tc, test_cold_restart_is_stale);

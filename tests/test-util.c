@@ -78,7 +78,7 @@ static void pass_fds(const int *fds, char *const *names, size_t n)
 
 /* Starts mrd as p says, passing fds (with names) as systemd would; waits for READY=1 on nfd. */
 static int spawn(struct mrd_proc *p, int nfd, const char *const *extra_args, const int *fds,
-		 char *const *names, size_t n_fds)
+		 char *const *names, size_t n_fds, size_t *ret_removed)
 {
 	char mrd[512], notify[160], *wrapper_copy = NULL;
 	const char *argv[64];
@@ -128,6 +128,8 @@ static int spawn(struct mrd_proc *p, int nfd, const char *const *extra_args, con
 			len = recv(nfd, buf, sizeof(buf) - 1, 0);
 			if (len > 0) {
 				buf[len] = '\0';
+				if (ret_removed && strstr(buf, "FDSTOREREMOVE=1"))
+					(*ret_removed)++;
 				if (strstr(buf, "READY=1")) {
 					p->notify_fd = nfd;
 					return 0;
@@ -179,7 +181,7 @@ int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *cons
 	nfd = notify_socket(notify);
 	if (nfd < 0)
 		return nfd;
-	return spawn(p, nfd, extra_args, NULL, NULL, 0);
+	return spawn(p, nfd, extra_args, NULL, NULL, 0, NULL);
 }
 
 /* Takes one notification; descriptors it carried go to the store (FDSTORE=1, with FDNAME=) or
@@ -246,7 +248,7 @@ int mrd_proc_restart_fd_store(struct mrd_proc *p, struct mrd_fd_store *store)
 		return -ECHILD;
 	for (size_t i = 0; i < store->n; i++)
 		names[i] = store->names[i];
-	r = spawn(p, p->notify_fd, NULL, store->fds, names, store->n);
+	r = spawn(p, p->notify_fd, NULL, store->fds, names, store->n, &store->removed);
 	for (size_t i = 0; i < store->n; i++)
 		close(store->fds[i]);
 	return r;
