@@ -46,7 +46,12 @@ void td_stop(void)
 
 int td_add_client(uid_t uid, gid_t gid, struct client **ret)
 {
-	struct ucred cred = { .pid = getpid(), .uid = uid, .gid = gid };
+	return td_add_client_of(getpid(), uid, gid, ret);
+}
+
+int td_add_client_of(pid_t pid, uid_t uid, gid_t gid, struct client **ret)
+{
+	struct ucred cred = { .pid = pid, .uid = uid, .gid = gid };
 	struct client *c;
 	int sv[2];
 
@@ -60,9 +65,14 @@ int td_add_client(uid_t uid, gid_t gid, struct client **ret)
 
 int td_hello_client(uid_t uid, struct client **ret)
 {
+	return td_hello_client_of(getpid(), uid, ret);
+}
+
+int td_hello_client_of(pid_t pid, uid_t uid, struct client **ret)
+{
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__HelloRequest hello = MRD__HELLO_REQUEST__INIT;
-	int fd = td_add_client(uid, uid, ret);
+	int fd = td_add_client_of(pid, uid, uid, ret);
 
 	hello.min_version = hello.max_version = 1;
 	req.id = 1;
@@ -338,4 +348,28 @@ void td_mempool_unregister(int fd, uint64_t id, const char *name, int error)
 	req.mempool_unregister = &q;
 	td_send_request(fd, &req, NULL, 0);
 	td_expect_free(fd, id, error);
+}
+
+Mrd__Response *td_join(int fd, uint64_t id, uint64_t resume_instance, uint64_t resume_session,
+		       int *status_fd)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__JoinDomainRequest q = MRD__JOIN_DOMAIN_REQUEST__INIT;
+	Mrd__Response *resp;
+	int fds[WIRE_FDS_MAX];
+	size_t n;
+
+	q.resume_instance = resume_instance;
+	q.resume_session = resume_session;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_JOIN_DOMAIN;
+	req.join_domain = &q;
+	td_send_request(fd, &req, NULL, 0);
+	resp = td_expect_fds(fd, id, 0, fds, &n);
+	ck_assert_uint_eq(n, 1);
+	if (status_fd)
+		*status_fd = fds[0];
+	else
+		close(fds[0]);
+	return resp;
 }

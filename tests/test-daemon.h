@@ -23,6 +23,9 @@ void td_stop(void);
 int td_add_client(uid_t uid, gid_t gid, struct client **ret);
 /* td_add_client plus a successful Hello. */
 int td_hello_client(uid_t uid, struct client **ret);
+/* The same for a client of process pid (claims after a warm restart check it). */
+int td_add_client_of(pid_t pid, uid_t uid, gid_t gid, struct client **ret);
+int td_hello_client_of(pid_t pid, uid_t uid, struct client **ret);
 
 void td_pump(void);
 
@@ -58,6 +61,11 @@ Mrd__Response *td_attach(int fd, uint64_t id, int memfd, uint64_t off, uint64_t 
  * test to take. */
 void td_send_mempool_register(int fd, uint64_t id, const char *name, const uint64_t *starts,
 			      const uint64_t *lengths, size_t n, bool extmem);
+
+/* JoinDomain that must succeed, resuming (resume_instance, resume_session) when not 0; the
+ * status page's descriptor goes to *status_fd (closed when NULL). Returns the reply. */
+Mrd__Response *td_join(int fd, uint64_t id, uint64_t resume_instance, uint64_t resume_session,
+		       int *status_fd);
 
 /* MempoolUnregister of name; its reply must carry error. */
 void td_mempool_unregister(int fd, uint64_t id, const char *name, int error);

@@ -43,23 +43,9 @@ static struct domain *find_domain(const char *name)
 /* JoinDomain with a resume; returns how many allocations came back, the session in *session. */
 static unsigned join(int fd, uint64_t id, uint64_t instance, uint64_t resume, uint64_t *session)
 {
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__JoinDomainRequest q = MRD__JOIN_DOMAIN_REQUEST__INIT;
-	Mrd__Response *resp;
-	unsigned n;
-	int fds[4];
-	size_t n_fds;
+	Mrd__Response *resp = td_join(fd, id, instance, resume, NULL);
+	unsigned n = resp->join_domain->resumed;
 
-	q.resume_instance = instance;
-	q.resume_session = resume;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_JOIN_DOMAIN;
-	req.join_domain = &q;
-	td_send_request(fd, &req, NULL, 0);
-	resp = td_expect_fds(fd, id, 0, fds, &n_fds);
-	for (size_t i = 0; i < n_fds; i++)
-		close(fds[i]);
-	n = resp->join_domain->resumed;
 	if (session)
 		*session = resp->join_domain->session;
 	mrd__response__free_unpacked(resp, NULL);
@@ -74,29 +60,6 @@ static pid_t dead_pid(void)
 			return pid;
 	ck_abort_msg("no free pid");
 	return 0;
-}
-
-/* A client of another process: pid is what claims are checked against. */
-static int client_of_pid(pid_t pid, uid_t uid, struct client **ret)
-{
-	struct ucred cred = { .pid = pid, .uid = uid, .gid = uid };
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__HelloRequest hello = MRD__HELLO_REQUEST__INIT;
-	struct client *c;
-	int sv[2];
-
-	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
-	ck_assert_int_eq(fcntl(sv[0], F_SETFL, O_NONBLOCK), 0);
-	ck_assert_int_eq(manager_add_client(td_manager, sv[0], &cred, &c), 0);
-	if (ret)
-		*ret = c;
-	hello.min_version = hello.max_version = 1;
-	req.id = 1;
-	req.body_case = MRD__REQUEST__BODY_HELLO;
-	req.hello = &hello;
-	td_send_request(sv[1], &req, NULL, 0);
-	td_expect_free(sv[1], 1, 0);
-	return sv[1];
 }
 
 static void fill(uint64_t addr, uint64_t len, uint8_t seed)
@@ -132,7 +95,7 @@ static void grace_tick(void)
 START_TEST(test_round_trip)
 {
 	struct client *ca, *cb;
-	int a = td_hello_client(1000, &ca), b = client_of_pid(dead_pid(), 2000, &cb);
+	int a = td_hello_client(1000, &ca), b = td_hello_client_of(dead_pid(), 2000, &cb);
 	uint64_t a1 = td_alloc(a, 2, 1 * MiB), a2 = td_alloc(a, 3, 3 * MiB);
 	uint64_t b1 = td_alloc(b, 2, 2 * MiB), ext;
 	uint64_t instance = td_manager->instance, session_a = ca->id, session_b = cb->id;
@@ -190,7 +153,7 @@ START_TEST(test_round_trip)
 
 	/* Not another process, not another uid, not another session, not another instance, not
 	 * a connection's second JoinDomain. */
-	b = client_of_pid(getpid() + 1, 1000, NULL);
+	b = td_hello_client_of(getpid() + 1, 1000, NULL);
 	ck_assert_uint_eq(join(b, 2, instance, session_a, NULL), 0);
 	close(b);
 	b = td_hello_client(2000, NULL);
@@ -249,7 +212,7 @@ END_TEST
 START_TEST(test_waits_for_live_process)
 {
 	char live[32];
-	int a = td_hello_client(getuid(), NULL), b = client_of_pid(dead_pid(), 4242, NULL);
+	int a = td_hello_client(getuid(), NULL), b = td_hello_client_of(dead_pid(), 4242, NULL);
 	struct handover_fds saved;
 	unsigned n;
 
@@ -314,7 +277,7 @@ END_TEST
  * and the allocation outlives its waiting while the mempool covers it. */
 START_TEST(test_mempool_over_waiting)
 {
-	int a = client_of_pid(dead_pid(), 1000, NULL), b;
+	int a = td_hello_client_of(dead_pid(), 1000, NULL), b;
 	uint64_t a1 = td_alloc(a, 2, 1 * MiB), len = 64 * 1024;
 	struct handover_fds saved;
 	struct domain *d;

@@ -41,19 +41,11 @@ static void close_fds(int *fds, size_t n)
 /* JoinDomain: returns the status page, mapped read-only. */
 static const struct mrd_status_page *join(int fd, uint64_t id, Mrd__JoinDomainResponse *out)
 {
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__JoinDomainRequest join = MRD__JOIN_DOMAIN_REQUEST__INIT;
 	Mrd__Response *resp;
-	int fds[WIRE_FDS_MAX];
-	size_t n;
+	int status_fd;
 	void *page;
 
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_JOIN_DOMAIN;
-	req.join_domain = &join;
-	td_send_request(fd, &req, NULL, 0);
-	resp = td_expect_fds(fd, id, 0, fds, &n);
-	ck_assert_uint_eq(n, 1);
+	resp = td_join(fd, id, 0, 0, &status_fd);
 	ck_assert_uint_eq(resp->join_domain->window_size, 4ull << 30);
 	if (out) {
 		*out = *resp->join_domain;
@@ -61,10 +53,10 @@ static const struct mrd_status_page *join(int fd, uint64_t id, Mrd__JoinDomainRe
 	}
 	/* Read-only for clients: a writable shared mapping is refused by the seal. */
 	ck_assert_ptr_eq(mmap(NULL, MRD_STATUS_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
-			      fds[0], 0), MAP_FAILED);
-	page = mmap(NULL, MRD_STATUS_PAGE_SIZE, PROT_READ, MAP_SHARED, fds[0], 0);
+			      status_fd, 0), MAP_FAILED);
+	page = mmap(NULL, MRD_STATUS_PAGE_SIZE, PROT_READ, MAP_SHARED, status_fd, 0);
 	ck_assert_ptr_ne(page, MAP_FAILED);
-	close(fds[0]);
+	close(status_fd);
 	mrd__response__free_unpacked(resp, NULL);
 	return page;
 }

@@ -20,7 +20,7 @@
 
 #include "client.h"
 #include "domain.h"
-#include "log.h"
+#include "fuzz-manager.h"
 #include "manager.h"
 #include "wire.h"
 
@@ -29,20 +29,12 @@ const char fuzz_corpus[] = "corpus";
 
 static struct manager *fuzz_manager(void)
 {
+	static const char *const settings[] = { "limits.frame_bytes=4096",
+						"limits.protocol_errors=8", NULL };
 	static struct manager *m;
-	struct config cfg;
 
-	if (m)
-		return m;
-	log_set_level(LOG_LEVEL_SILENT);
-	config_init(&cfg);
-	(void)config_set(&cfg, "mrd", "provider", "soft");
-	(void)config_set(&cfg, "memory", "hugepages", "no");
-	(void)config_set(&cfg, "limits", "frame_bytes", "4096");
-	(void)config_set(&cfg, "limits", "protocol_errors", "8");
-	if (config_finish(&cfg) < 0 || manager_new(&cfg, &m) < 0)
-		abort();
-	config_done(&cfg);
+	if (!m)
+		m = fuzz_manager_new(settings);
 	return m;
 }
 

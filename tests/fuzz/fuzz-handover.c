@@ -14,8 +14,8 @@
 
 #include "arena.h"
 #include "domain.h"
+#include "fuzz-manager.h"
 #include "handover.h"
-#include "log.h"
 #include "manager.h"
 
 #define MiB (1ull << 20)
@@ -39,20 +39,13 @@ static int memfds[N_MEMFDS];
 
 static struct manager *fuzz_manager(void)
 {
+	static const char *const settings[] = { "memory.window_size=4G", "memory.arena_size=64M",
+						NULL };
 	static struct manager *m;
-	struct config cfg;
 
 	if (m)
 		return m;
-	log_set_level(LOG_LEVEL_SILENT);
-	config_init(&cfg);
-	(void)config_set(&cfg, "mrd", "provider", "soft");
-	(void)config_set(&cfg, "memory", "hugepages", "no");
-	(void)config_set(&cfg, "memory", "window_size", "4G");
-	(void)config_set(&cfg, "memory", "arena_size", "64M");
-	if (config_finish(&cfg) < 0 || manager_new(&cfg, &m) < 0)
-		abort();
-	config_done(&cfg);
+	m = fuzz_manager_new(settings);
 	/* Sparse memfds with a canary in their first and last page. */
 	for (size_t i = 0; i < N_MEMFDS; i++) {
 		uint8_t canary = CANARY;
