@@ -130,6 +130,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check_canaries();
 	if (!LIST_EMPTY(&m->domains) || m->n_domains || m->grace_timer)
 		abort();
+	/* The next input is another restart: the previous mrd's generations are not its own. */
+	free(m->floors);
+	m->floors = NULL;
+	m->n_floors = 0;
 	for (uint32_t i = 0; i < m->window.n_slots; i++)
 		if (m->window.used[i])
 			abort();
