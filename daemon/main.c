@@ -30,6 +30,8 @@ static void help(void)
 	       "      --no-bus            stay off the system bus ([mrd] bus = no)\n"
 	       "  -h, --help              show this help\n"
 	       "  -V, --version           show the version\n\n"
+	       "SIGHUP reads the configuration again; SIGUSR2 re-executes mrd, handing its\n"
+	       "clients' memory over (as systemctl restart does with systemd's FD store).\n\n"
 	       "See mrd(8) and mrd.conf(5).\n");
 }
 
