@@ -27,6 +27,7 @@ struct mrd_client {
 		int body_case;
 	} lost_frees[64];
 	size_t n_lost_frees;
+	bool lost_frees_dropped; /* more than lost_frees holds */
 	uint32_t *arenas; /* ids of arenas this handle mapped */
 	size_t n_arenas, arenas_cap;
 };
@@ -55,9 +56,11 @@ int memory_rejoin(struct mrd_client *client, struct conn *conn, int *ret_status_
 int memory_remap_status(struct mrd_client *client, int fd);
 /* A Free or ExtmemDetach of address got no answer: remembered for the next reconnect. */
 void memory_note_lost_free(struct mrd_client *client, int body_case, uint64_t address);
-/* After a reconnect, asks again what got no answer: each one done now takes one off
- * *resumed; each one the old mrd had done takes one off n_held. */
-int memory_settle_lost_frees(struct mrd_client *client, unsigned *resumed);
+/* After a reconnect, asks again on conn what got no answer, with the handle's lock held: each
+ * one done now takes one off *resumed and n_held; each one the old mrd had done, off n_held.
+ * Too many to have kept: *resumed becomes UINT_MAX (nothing can be told). -ECONNRESET or
+ * -ETIMEDOUT: conn failed too; what is left stays for the next try. */
+int memory_settle_lost_frees(struct mrd_client *client, struct conn *conn, unsigned *resumed);
 void memory_leave(struct mrd_client *client);
 
 struct mrd_lookup;

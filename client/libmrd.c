@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -160,9 +161,20 @@ static int reconnect(mrd_client *client)
 		return r;
 	}
 	resumed = (unsigned)r;
+	/* Under the handle's lock no other call runs: the unanswered Frees are settled on the
+	 * new connection before anything else can be allocated there (a run freed by the old
+	 * mrd may come back to another thread at the same address), and the count is whole. */
+	pthread_mutex_lock(&client->lock);
+	r = memory_settle_lost_frees(client, conn, &resumed);
+	held = __atomic_load_n(&client->n_held, __ATOMIC_ACQUIRE);
+	if (r == -ECONNRESET || r == -ETIMEDOUT) {
+		pthread_mutex_unlock(&client->lock);
+		conn_free(conn); /* gone again: the claims go back to waiting */
+		close(fd);
+		return set_call_error(r);
+	}
 	/* The new connection first, then the page: a lookup that sees the new generation asks
 	 * the new mrd. */
-	pthread_mutex_lock(&client->lock);
 	old = client->conn;
 	client->conn = conn;
 	__atomic_add_fetch(&client->epoch, 1, __ATOMIC_RELEASE);
@@ -172,10 +184,10 @@ static int reconnect(mrd_client *client)
 	close(fd);
 	if (r < 0)
 		return r;
-	r = memory_settle_lost_frees(client, &resumed);
-	if (r < 0)
-		return r;
-	held = __atomic_load_n(&client->n_held, __ATOMIC_ACQUIRE);
+	if (resumed == UINT_MAX)
+		return set_last_error(-ESTALE, "more Frees went unanswered than libmrd keeps: what "
+				      "came back cannot be told; close every handle of this "
+				      "process, which unmaps that memory, and connect anew");
 	if (resumed != held)
 		/* What did not come back is gone (mrd had dropped this handle, or this is not the
 		 * process that had it): its pages may be someone else's by now. What did come back

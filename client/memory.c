@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,7 +256,8 @@ out:
 	return r;
 }
 
-static int call_address(mrd_client *client, int body_case, uint64_t address);
+static int address_request(struct conn *conn, int body_case, uint64_t address,
+			   Mrd__Response **ret);
 
 int memory_rejoin(mrd_client *client, struct conn *conn, int *ret_status_fd)
 {
@@ -304,36 +306,39 @@ void memory_note_lost_free(mrd_client *client, int body_case, uint64_t address)
 	if (client->n_lost_frees < ELEMENTSOF(client->lost_frees))
 		client->lost_frees[client->n_lost_frees++] =
 			(struct lost_free){ .address = address, .body_case = body_case };
+	else
+		client->lost_frees_dropped = true;
 	pthread_mutex_unlock(&client->lock);
 }
 
-int memory_settle_lost_frees(mrd_client *client, unsigned *resumed)
+int memory_settle_lost_frees(mrd_client *client, struct conn *conn, unsigned *resumed)
 {
-	struct lost_free lost[ELEMENTSOF(client->lost_frees)];
-	size_t n;
+	if (client->lost_frees_dropped) {
+		/* More went unanswered than were kept: which came back cannot be told. */
+		client->n_lost_frees = 0;
+		client->lost_frees_dropped = false;
+		*resumed = UINT_MAX;
+		return 0;
+	}
+	while (client->n_lost_frees > 0) {
+		const struct lost_free *lost = &client->lost_frees[client->n_lost_frees - 1];
+		Mrd__Response *resp;
+		int r;
 
-	pthread_mutex_lock(&client->lock);
-	n = client->n_lost_frees;
-	memcpy(lost, client->lost_frees, n * sizeof(*lost));
-	client->n_lost_frees = 0;
-	pthread_mutex_unlock(&client->lock);
-	for (size_t i = 0; i < n; i++) {
-		int r = call_address(client, lost[i].body_case, lost[i].address);
-
-		if (r == 0 && *resumed > 0) {
-			(*resumed)--; /* it came back, and is gone now as asked */
-			continue;
-		}
-		if (r == -ENOENT || r == -EPERM) {
+		r = address_request(conn, lost->body_case, lost->address, &resp);
+		if (r == -ECONNRESET || r == -ETIMEDOUT)
+			return r; /* kept for the next try */
+		if (r == 0) {
+			mrd__response__free_unpacked(resp, NULL);
+			/* It came back, and is gone now as asked. */
+			if (*resumed > 0)
+				(*resumed)--;
+			__atomic_sub_fetch(&client->n_held, 1, __ATOMIC_RELEASE);
+		} else if (r == -ENOENT || r == -EPERM)
 			/* The old mrd had done it: nothing came back. */
 			__atomic_sub_fetch(&client->n_held, 1, __ATOMIC_RELEASE);
-			continue;
-		}
-		if (r < 0) {
-			for (size_t k = i; k < n; k++)
-				memory_note_lost_free(client, lost[k].body_case, lost[k].address);
-			return r;
-		}
+		/* else it stays the handle's, as after any refused Free (a mempool covers it) */
+		client->n_lost_frees--;
 	}
 	return 0;
 }
@@ -410,14 +415,13 @@ out:
 	return r;
 }
 
-/* Free and ExtmemDetach: one address, an empty answer. */
-static int call_address(mrd_client *client, int body_case, uint64_t address)
+/* Free or ExtmemDetach of address on conn, with no lock. */
+static int address_request(struct conn *conn, int body_case, uint64_t address,
+			   Mrd__Response **ret)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__FreeRequest free_req = MRD__FREE_REQUEST__INIT;
 	Mrd__ExtmemDetachRequest detach = MRD__EXTMEM_DETACH_REQUEST__INIT;
-	Mrd__Response *resp;
-	int r;
 
 	req.body_case = body_case;
 	if (body_case == MRD__REQUEST__BODY_FREE) {
@@ -427,7 +431,18 @@ static int call_address(mrd_client *client, int body_case, uint64_t address)
 		detach.address = address;
 		req.extmem_detach = &detach;
 	}
-	r = client_call(client, &req, &resp, NULL);
+	return conn_request(conn, &req, ret, NULL);
+}
+
+/* Free and ExtmemDetach: one address, an empty answer. */
+static int call_address(mrd_client *client, int body_case, uint64_t address)
+{
+	Mrd__Response *resp;
+	int r;
+
+	pthread_mutex_lock(&client->lock);
+	r = address_request(client->conn, body_case, address, &resp);
+	pthread_mutex_unlock(&client->lock);
 	if (r == -ECONNRESET)
 		/* Done or not, nobody can tell now: a reconnect asks the next mrd. */
 		memory_note_lost_free(client, body_case, address);

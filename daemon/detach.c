@@ -8,6 +8,7 @@
 #include "detach.h"
 #include "log.h"
 #include "macro.h"
+#include "manager.h"
 
 static int ready_fd = -1;
 
@@ -33,7 +34,9 @@ int detach_begin(void)
 		return 0;
 	}
 
-	/* Parent: exit with the child's verdict; a child that died says nothing. */
+	/* Parent: exit with the child's verdict; a child that died says nothing. Ctrl-C stops
+	 * the wait (main blocked it for the daemon's loop). */
+	manager_block_signals(false);
 	safe_close(pipefd[1]);
 	if (read(pipefd[0], &result, sizeof(result)) != sizeof(result))
 		result = -EIO;

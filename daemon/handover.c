@@ -405,8 +405,6 @@ int handover_reexec(struct manager *m)
 	setenv("LISTEN_PID", num, 1);
 	if (m->detached)
 		setenv(MANAGER_DETACHED_ENV, "1", 1);
-	/* A signal from here on waits for the new image's loop (the mask survives exec). */
-	manager_block_signals(true);
 	/* From here there is no way back: descriptors 3 and up are the hand-over's. */
 	fds_to_listen_positions(&f);
 	handover_fds_done(&f);

@@ -266,6 +266,7 @@ struct manager *manager_free(struct manager *m)
 		event_base_free(m->base);
 	free(m->recv_buf);
 	free(m->floors);
+	handover_fds_done(&m->fd_store_taken);
 	config_done(&m->config);
 	free(m);
 	return NULL;
@@ -492,14 +493,12 @@ static int take_passed_fds(struct manager *m)
 	for (int i = 0; i < n; i++)
 		free(names[i]);
 	free(names);
-	if (r >= 0) {
+	if (r >= 0)
 		r = handover_adopt(m, &passed);
-		/* Taken (or refused): out of systemd's FD store, or the next stop would add to
-		 * them. Not when mrd fails to start: the next try may take them. */
-		for (size_t i = 0; r >= 0 && i < passed.n && getenv("NOTIFY_SOCKET"); i++)
-			(void)sd_notifyf(0, "FDSTOREREMOVE=1\nFDNAME=%s", passed.names[i]);
-	}
-	handover_fds_done(&passed);
+	/* Their names stay, for FDSTOREREMOVE once mrd serves (manager_run). */
+	for (size_t i = 0; i < passed.n; i++)
+		passed.fds[i] = safe_close(passed.fds[i]);
+	m->fd_store_taken = passed;
 	return r;
 }
 
@@ -535,12 +534,24 @@ int manager_run(struct manager *m)
 
 	(void)sd_notifyf(0, "READY=1\nSTATUS=serving %u client slots\nMAINPID=%lu",
 			 m->config.max_clients, (unsigned long)getpid());
+	/* Taken (or refused) for good: out of systemd's FD store, or the next stop would add to
+	 * them. */
+	for (size_t i = 0; i < m->fd_store_taken.n && getenv("NOTIFY_SOCKET"); i++)
+		(void)sd_notifyf(0, "FDSTOREREMOVE=1\nFDNAME=%s", m->fd_store_taken.names[i]);
+	handover_fds_done(&m->fd_store_taken);
 	for (;;) {
 		r = event_base_dispatch(m->base);
 		if (r < 0 || !m->reexec || m->stop)
 			break;
+		/* From here a signal waits for the new image's loop (the mask survives exec); one
+		 * caught before the block is handled now, and a SIGTERM among them wins. */
+		manager_block_signals(true);
+		(void)event_base_loop(m->base, EVLOOP_NONBLOCK);
+		if (m->stop)
+			break;
 		m->reexec = false;
 		(void)handover_reexec(m); /* returns only when it could not */
+		manager_block_signals(false);
 	}
 	if (r >= 0 && handover_fd_store_max() > 0)
 		(void)handover_to_fd_store(m);

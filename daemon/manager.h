@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include "config.h"
+#include "handover.h"
 #include "window.h"
 
 struct event_base;
@@ -53,6 +54,9 @@ struct manager {
 		uint64_t generation;
 	} *floors;
 	size_t n_floors;
+	/* Names of what the previous mrd left in systemd's FD store: removed from it once mrd
+	 * serves (if it fails to start, the next try may still take them). */
+	struct handover_fds fd_store_taken;
 	struct bus *bus;             /* NULL: not on the system bus */
 	LIST_HEAD(, domain) domains;
 	unsigned n_domains;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,7 +27,16 @@ struct worker_pool {
 static void *worker_main(void *arg)
 {
 	struct worker_pool *p = arg;
+	sigset_t all;
 
+	/* Signals are the loop's: none interrupts a device command here (faults still come). */
+	sigfillset(&all);
+	sigdelset(&all, SIGSEGV);
+	sigdelset(&all, SIGBUS);
+	sigdelset(&all, SIGFPE);
+	sigdelset(&all, SIGILL);
+	sigdelset(&all, SIGABRT);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
 		struct work *w = STAILQ_FIRST(&p->todo);

@@ -8,9 +8,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "arena.h"
@@ -18,6 +20,7 @@
 #include "domain.h"
 #include "handover.h"
 #include "manager.h"
+#include "process.h"
 #include "status-page.h"
 #include "test-daemon.h"
 #include "check-run.h"
@@ -166,6 +169,11 @@ START_TEST(test_round_trip)
 	ck_assert_uint_eq(join(a, 3, instance, session_a, NULL), 0);
 	td_free(a, 4, a1, EPERM); /* still nobody's: not this client's to free */
 	ck_assert_uint_eq(d->n_orphans, 3);
+	close(a);
+	/* Nor a later process that got the pid (another start time). */
+	a = td_hello_client(1000, &ca);
+	ca->start_time++;
+	ck_assert_uint_eq(join(a, 2, instance, session_a, NULL), 0);
 	close(a);
 
 	/* The owner's process with its session takes them back, once. */
@@ -348,6 +356,45 @@ START_TEST(test_adopt_checks)
 }
 END_TEST
 
+/* Which process a pid names: the same one, another one started later, a zombie, none. */
+START_TEST(test_process_identity)
+{
+	uint64_t self = process_start_time(getpid());
+	char path[64], state = 0;
+	pid_t child;
+
+	ck_assert_uint_ne(self, 0);
+	ck_assert(!process_gone(getpid(), getuid(), self));
+	ck_assert(process_gone(getpid(), getuid(), self + 1));
+	ck_assert(!process_gone(getpid(), getuid(), 0));
+	ck_assert(process_gone(getpid(), getuid() + 1, 0));
+	ck_assert(!process_gone(0, getuid(), 0)); /* one mrd cannot see: taken as alive */
+	ck_assert(process_gone(dead_pid(), getuid(), 0));
+
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0)
+		_exit(0);
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)child);
+	for (int i = 0; i < 500 && state != 'Z'; i++) {
+		FILE *f = fopen(path, "re");
+		char buf[512], *p = NULL;
+
+		if (f && fgets(buf, sizeof(buf), f))
+			p = strrchr(buf, ')');
+		if (f)
+			fclose(f);
+		state = p ? p[2] : 0;
+		if (state != 'Z')
+			usleep(1000);
+	}
+	ck_assert_int_eq(state, 'Z');
+	ck_assert(process_gone(child, getuid(), 0)); /* a zombie maps nothing */
+	ck_assert_int_eq(waitpid(child, NULL, 0), child);
+	ck_assert(process_gone(child, getuid(), 0));
+}
+END_TEST
+
 static int state_fd(const void *data, size_t len)
 {
 	int fd = memfd_create("state", MFD_CLOEXEC);
@@ -457,6 +504,7 @@ int main(void)
 	tcase_add_test(tc, test_claim_checks_uid);
 	tcase_add_test(tc, test_mempool_over_waiting);
 	tcase_add_test(tc, test_adopt_checks);
+	tcase_add_test(tc, test_process_identity);
 	tcase_add_test(tc, test_untrusted_state_dropped);
 	suite_add_tcase(s, tc);
 	return run_suite(s);

@@ -262,6 +262,16 @@ START_TEST(test_free_without_answer)
 }
 END_TEST
 
+/* SIGUSR2 and SIGTERM at once: mrd ends cleanly, whichever comes first (a SIGTERM while the
+ * new image starts waits for its loop instead of killing it). */
+START_TEST(test_term_during_reexec)
+{
+	start(false);
+	ck_assert_int_eq(kill(mrd.pid, SIGUSR2), 0);
+	ck_assert_int_eq(mrd_proc_signal(&mrd, SIGTERM), 0);
+}
+END_TEST
+
 START_TEST(test_mempool_registered_again)
 {
 	mrd_client *c;
@@ -369,6 +379,7 @@ int main(void)
 	tcase_add_test(tc, test_reexec_hands_memory_over);
 	tcase_add_test(tc, test_other_process_gets_nothing);
 	tcase_add_test(tc, test_free_without_answer);
+	tcase_add_test(tc, test_term_during_reexec);
 	tcase_add_test(tc, test_mempool_registered_again);
 	tcase_add_test(tc, test_fd_store_restart);
 	tcase_add_test(tc, test_cold_restart_is_stale);

@@ -78,7 +78,7 @@ static void pass_fds(const int *fds, char *const *names, size_t n)
 
 /* Starts mrd as p says, passing fds (with names) as systemd would; waits for READY=1 on nfd. */
 static int spawn(struct mrd_proc *p, int nfd, const char *const *extra_args, const int *fds,
-		 char *const *names, size_t n_fds, size_t *ret_removed)
+		 char *const *names, size_t n_fds)
 {
 	char mrd[512], notify[160], *wrapper_copy = NULL;
 	const char *argv[64];
@@ -128,8 +128,6 @@ static int spawn(struct mrd_proc *p, int nfd, const char *const *extra_args, con
 			len = recv(nfd, buf, sizeof(buf) - 1, 0);
 			if (len > 0) {
 				buf[len] = '\0';
-				if (ret_removed && strstr(buf, "FDSTOREREMOVE=1"))
-					(*ret_removed)++;
 				if (strstr(buf, "READY=1")) {
 					p->notify_fd = nfd;
 					return 0;
@@ -181,7 +179,7 @@ int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *cons
 	nfd = notify_socket(notify);
 	if (nfd < 0)
 		return nfd;
-	return spawn(p, nfd, extra_args, NULL, NULL, 0, NULL);
+	return spawn(p, nfd, extra_args, NULL, NULL, 0);
 }
 
 /* Takes one notification; descriptors it carried go to the store (FDSTORE=1, with FDNAME=) or
@@ -210,7 +208,8 @@ static ssize_t recv_notification(int nfd, char *buf, size_t size, struct mrd_fd_
 			continue;
 		memcpy(fds, CMSG_DATA(cmsg), n * sizeof(int));
 		for (size_t i = 0; i < n; i++) {
-			if (strstr(buf, "FDSTORE=1") && name && store->n < ELEMENTSOF(store->fds)) {
+			if (store && strstr(buf, "FDSTORE=1") && name &&
+			    store->n < ELEMENTSOF(store->fds)) {
 				store->fds[store->n] = fds[i];
 				snprintf(store->names[store->n], sizeof(store->names[0]), "%.*s",
 					 (int)strcspn(name + 7, "\n"), name + 7);
@@ -248,9 +247,18 @@ int mrd_proc_restart_fd_store(struct mrd_proc *p, struct mrd_fd_store *store)
 		return -ECHILD;
 	for (size_t i = 0; i < store->n; i++)
 		names[i] = store->names[i];
-	r = spawn(p, p->notify_fd, NULL, store->fds, names, store->n, &store->removed);
+	r = spawn(p, p->notify_fd, NULL, store->fds, names, store->n);
 	for (size_t i = 0; i < store->n; i++)
 		close(store->fds[i]);
+	/* Once it serves, mrd takes what it was given out of the store. */
+	for (int waited = 0; r == 0 && store->removed < store->n && waited < 5000; waited += 100) {
+		struct pollfd pfd = { .fd = p->notify_fd, .events = POLLIN };
+
+		if (poll(&pfd, 1, 100) > 0 &&
+		    recv_notification(p->notify_fd, buf, sizeof(buf), NULL) > 0 &&
+		    strstr(buf, "FDSTOREREMOVE=1"))
+			store->removed++;
+	}
 	return r;
 }
 

@@ -29,7 +29,7 @@ struct mrd_fd_store {
 	int fds[64];
 	char names[64][64];
 	size_t n;
-	size_t removed; /* FDSTOREREMOVE=1 the new mrd sent before READY=1 */
+	size_t removed; /* FDSTOREREMOVE=1 the new mrd sent once it served */
 };
 
 /* systemctl restart, as systemd does it with an FD store: SIGTERM, keeping the descriptors
