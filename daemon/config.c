@@ -5,6 +5,7 @@
 #include <grp.h>
 #include <pwd.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,6 +344,19 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 	else if (strcmp(section, "policies") == 0)
 		return add_policy(c, key, value);
 	return -ENOENT;
+}
+
+int config_set_assignment(struct config *c, const char *assignment)
+{
+	const char *dot = strchr(assignment, '.'), *eq = strchr(assignment, '=');
+	char section[32], key[64];
+
+	if (!dot || !eq || eq < dot || dot - assignment >= (ptrdiff_t)sizeof(section) ||
+	    eq - dot - 1 >= (ptrdiff_t)sizeof(key))
+		return -EINVAL;
+	snprintf(section, sizeof(section), "%.*s", (int)(dot - assignment), assignment);
+	snprintf(key, sizeof(key), "%.*s", (int)(eq - dot - 1), dot + 1);
+	return config_set(c, section, key, eq + 1);
 }
 
 static char *strip(char *s)

@@ -76,6 +76,10 @@ int config_load_file(struct config *c, const char *path);
  * bounds. Shared by the file parser and tests. */
 int config_set(struct config *c, const char *section, const char *key, const char *value);
 
+/* config_set of one "section.key=value" (how tests and fuzzers write a setting); -EINVAL when it
+ * is not of that form. */
+int config_set_assignment(struct config *c, const char *assignment);
+
 /* config_load_file of path (missing: -ENOENT when must_exist, else nothing), then of each
  * *.conf file in the folder path.d, in lexical order: later files override earlier ones.
  * Every failure is logged with file:line; returns -ENOENT (path missing) or -EINVAL. */

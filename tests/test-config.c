@@ -190,6 +190,11 @@ START_TEST(test_set_errors)
 	ck_assert_int_eq(config_set(&c, "limits", "clients", "0"), -ERANGE);
 	ck_assert_int_eq(config_set(&c, "limits", "clients", "x"), -EINVAL);
 	ck_assert_int_eq(config_set(&c, "limits", "nope", "1"), -ENOENT);
+	ck_assert_int_eq(config_set_assignment(&c, "limits.clients=7"), 0);
+	ck_assert_uint_eq(c.max_clients, 7);
+	ck_assert_int_eq(config_set_assignment(&c, "limits.clients=0"), -ERANGE);
+	ck_assert_int_eq(config_set_assignment(&c, "clients=7"), -EINVAL);
+	ck_assert_int_eq(config_set_assignment(&c, "limits.clients"), -EINVAL);
 	ck_assert_int_eq(config_set(&c, "mrd", "device", ""), 0);
 	ck_assert_ptr_null(c.device); /* empty means "the first device" */
 	config_done(&c);

@@ -20,16 +20,9 @@ void td_start(const char *const *settings)
 	struct config cfg;
 
 	config_init(&cfg);
-	for (size_t i = 0; settings && settings[i]; i++) {
-		char section[32], key[64];
-		const char *dot = strchr(settings[i], '.'), *eq = strchr(settings[i], '=');
-
-		ck_assert(dot && eq && dot < eq);
-		snprintf(section, sizeof(section), "%.*s", (int)(dot - settings[i]), settings[i]);
-		snprintf(key, sizeof(key), "%.*s", (int)(eq - dot - 1), dot + 1);
-		ck_assert_msg(config_set(&cfg, section, key, eq + 1) == 0, "bad setting %s",
+	for (size_t i = 0; settings && settings[i]; i++)
+		ck_assert_msg(config_set_assignment(&cfg, settings[i]) == 0, "bad setting %s",
 			      settings[i]);
-	}
 	/* TSan claims mrd's default window: its runs move it (tools/check-sanitizers.sh). */
 	if (getenv("MRD_TEST_WINDOW_BASE"))
 		ck_assert_int_eq(config_set(&cfg, "memory", "window_base",

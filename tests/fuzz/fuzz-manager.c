@@ -1,7 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "config.h"
 #include "fuzz-manager.h"
@@ -17,17 +15,9 @@ struct manager *fuzz_manager_new(const char *const *settings)
 	config_init(&cfg);
 	(void)config_set(&cfg, "mrd", "provider", "soft");
 	(void)config_set(&cfg, "memory", "hugepages", "no");
-	for (size_t i = 0; settings && settings[i]; i++) {
-		char section[32], key[64];
-		const char *dot = strchr(settings[i], '.'), *eq = strchr(settings[i], '=');
-
-		if (!dot || !eq || eq < dot)
+	for (size_t i = 0; settings && settings[i]; i++)
+		if (config_set_assignment(&cfg, settings[i]) < 0)
 			abort();
-		snprintf(section, sizeof(section), "%.*s", (int)(dot - settings[i]), settings[i]);
-		snprintf(key, sizeof(key), "%.*s", (int)(eq - dot - 1), dot + 1);
-		if (config_set(&cfg, section, key, eq + 1) < 0)
-			abort();
-	}
 	if (config_finish(&cfg) < 0 || manager_new(&cfg, &m) < 0)
 		abort();
 	config_done(&cfg);
