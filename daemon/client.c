@@ -205,7 +205,6 @@ int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool 
 	c->manager = m;
 	c->id = ++m->next_client_id;
 	c->pid = pid;
-	c->start_time = process_start_time(pid);
 	c->uid = uid;
 	c->gid = gid;
 	c->admin = admin;
@@ -295,6 +294,14 @@ int client_get_domain(struct client *c, struct domain **ret)
 	}
 	*ret = c->domain;
 	return 0;
+}
+
+uint64_t client_start_time(struct client *c)
+{
+	/* Asked at a hand-over or a claim only: connecting costs no /proc read. */
+	if (!c->start_time)
+		c->start_time = process_start_time(c->pid);
+	return c->start_time;
 }
 
 bool client_has_arena(const struct client *c, uint32_t arena_id)

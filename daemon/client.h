@@ -40,7 +40,7 @@ struct client {
 	bool reading;
 
 	pid_t pid;
-	uint64_t start_time; /* of its process: tells it from a later one with the same pid */
+	uint64_t start_time; /* of its process (client_start_time): 0 until asked */
 	uid_t uid;
 	gid_t gid;
 	bool admin;
@@ -104,6 +104,10 @@ int client_get_domain(struct client *c, struct domain **ret);
  * waits for a worker. */
 void client_pause(struct client *c);
 void client_resume(struct client *c);
+
+/* When the client's process started (/proc), read once: it tells the process from a later one
+ * that got its pid. 0 when /proc does not say. */
+uint64_t client_start_time(struct client *c);
 
 /* Which arenas' memfds a client holds, so each is sent once. */
 bool client_has_arena(const struct client *c, uint32_t arena_id);

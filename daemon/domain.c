@@ -749,7 +749,8 @@ unsigned domain_claim(struct domain *d, struct client *c, uint64_t session)
 	for (a = LIST_FIRST(&d->orphans); a; a = next) {
 		next = LIST_NEXT(a, owner_link);
 		if (a->claim_session != session || a->claim_pid != c->pid || a->claim_uid != c->uid ||
-		    (a->claim_start_time && c->start_time && a->claim_start_time != c->start_time))
+		    (a->claim_start_time && client_start_time(c) &&
+		     a->claim_start_time != client_start_time(c)))
 			continue; /* not that process (a later one may have its pid) */
 		LIST_REMOVE(a, owner_link);
 		d->n_orphans--;

@@ -50,8 +50,7 @@ void handover_fds_done(struct handover_fds *f)
 	*f = (struct handover_fds){};
 }
 
-/* Takes fd (closed on failure) under a copy of name. */
-static int fds_add(struct handover_fds *f, int fd, const char *name)
+int handover_fds_add(struct handover_fds *f, int fd, const char *name)
 {
 	int *fds = realloc(f->fds, (f->n + 1) * sizeof(*fds));
 	char **names;
@@ -79,7 +78,7 @@ static void claim_of(const struct allocation *a, SavedAllocation *s)
 		s->session = a->owner->id;
 		s->pid = (uint32_t)a->owner->pid;
 		s->uid = (uint32_t)a->owner->uid;
-		s->start_time = a->owner->start_time;
+		s->start_time = client_start_time(a->owner);
 	} else if (a->orphan) {
 		s->session = a->claim_session;
 		s->pid = (uint32_t)a->claim_pid;
@@ -201,7 +200,7 @@ static int save_domain(struct domain *d, SavedDomain **ret, struct handover_fds 
 			saved_arena_free(sa);
 			return r;
 		}
-		r = fds_add(fds, fd, sa->fd_name);
+		r = handover_fds_add(fds, fd, sa->fd_name);
 		if (r < 0) {
 			saved_arena_free(sa);
 			return r;
@@ -254,7 +253,7 @@ int handover_save(struct manager *m, struct handover_fds *ret, unsigned *ret_all
 	if (!st.domains)
 		return -ENOMEM;
 	/* The state goes first; its slot is filled in once it is packed. */
-	r = fds_add(&fds, -1, HANDOVER_STATE_NAME);
+	r = handover_fds_add(&fds, -1, HANDOVER_STATE_NAME);
 	LIST_FOREACH(d, &m->domains, link) {
 		if (r < 0)
 			break;
@@ -379,7 +378,7 @@ int handover_reexec(struct manager *m)
 	/* The socket too: connections made meanwhile wait in its backlog. */
 	sock = fcntl(m->listen_fd, F_DUPFD_CLOEXEC, 3);
 	r = sock < 0 ? negative_errno() :
-		       fds_add(&f, sock, m->bound_path ? HANDOVER_BOUND_SOCKET_NAME : HANDOVER_SOCKET_NAME);
+		       handover_fds_add(&f, sock, m->bound_path ? HANDOVER_BOUND_SOCKET_NAME : HANDOVER_SOCKET_NAME);
 	for (size_t i = 0; r >= 0 && i < f.n; i++)
 		len += strlen(f.names[i]) + 1;
 	names = r >= 0 ? calloc(1, len) : NULL;

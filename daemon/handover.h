@@ -26,6 +26,8 @@ struct handover_fds {
 	size_t n;
 };
 void handover_fds_done(struct handover_fds *f); /* closes what is still open */
+/* Adds fd (taken: closed on failure) under a copy of name. */
+int handover_fds_add(struct handover_fds *f, int fd, const char *name);
 
 /* Whether a descriptor passed under name is part of a hand-over. */
 bool handover_fd_name(const char *name);

@@ -470,22 +470,9 @@ static int take_passed_fds(struct manager *m)
 		int fd = SD_LISTEN_FDS_START + i;
 
 		(void)fcntl(fd, F_SETFD, FD_CLOEXEC);
-		if (r >= 0 && handover_fd_name(names[i])) {
-			int *fds = realloc(passed.fds, (passed.n + 1) * sizeof(*fds));
-			char **nv = fds ? realloc(passed.names, (passed.n + 1) * sizeof(*nv)) : NULL;
-
-			if (fds)
-				passed.fds = fds;
-			if (nv)
-				passed.names = nv;
-			if (!nv) {
-				r = -ENOMEM;
-				close(fd);
-				continue;
-			}
-			passed.fds[passed.n] = fd;
-			passed.names[passed.n++] = TAKE_PTR(names[i]);
-		} else if (r >= 0)
+		if (r >= 0 && handover_fd_name(names[i]))
+			r = handover_fds_add(&passed, fd, names[i]);
+		else if (r >= 0)
 			r = take_listen_fd(m, fd, names[i]);
 		else
 			close(fd);
