@@ -49,7 +49,8 @@ struct arena_place {
 
 /* Maps the previous mrd's arena memfd (consumed on success) back at its slots, all its pages
  * in use until arena_adopt_finish. -EINVAL when the memfd is not what place says, -EEXIST when
- * its slots are taken. */
+ * its slots are taken, -EPERM when it is sealed against writes (an attached memfd's owner may
+ * add F_SEAL_FUTURE_WRITE at any time: mmap refuses a writable mapping). */
 int arena_adopt(struct domain *d, int memfd, const struct arena_place *place, struct arena **ret);
 /* Its adopted allocations are all recorded: the pages between them become free. -EINVAL for
  * an attached memfd that is not one whole allocation. */

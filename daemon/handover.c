@@ -446,6 +446,7 @@ static int read_state(int fd, State **ret)
 	return *ret ? 0 : -EBADMSG;
 }
 
+/* Returns how many allocations it took over: none of an attachment its owner sealed. */
 static int adopt_arena(struct domain *d, const SavedArena *sa, struct handover_fds *passed,
 		       char *why, size_t why_size)
 {
@@ -463,6 +464,14 @@ static int adopt_arena(struct domain *d, const SavedArena *sa, struct handover_f
 		return fd;
 	}
 	r = arena_adopt(d, fd, &place, &a);
+	if (r == -EPERM && sa->external) {
+		/* The client sealed its own memfd: its attachment is lost, nobody else's. */
+		close(fd);
+		log_warning("domain %s: attached memory at slot %u was sealed against writes by its "
+			    "owner and is not taken over (%zu allocation(s) dropped; the owner's "
+			    "mrd_client_reconnect() says so)", d->name, sa->slot, sa->n_allocations);
+		return 0;
+	}
 	if (r < 0) {
 		close(fd);
 		snprintf(why, why_size, "domain %s: arena %s at slot %u: %s", d->name, sa->fd_name,
@@ -486,10 +495,12 @@ static int adopt_arena(struct domain *d, const SavedArena *sa, struct handover_f
 		}
 	}
 	r = arena_adopt_finish(a);
-	if (r < 0)
+	if (r < 0) {
 		snprintf(why, why_size, "domain %s: attached arena %s is not one whole allocation",
 			 d->name, sa->fd_name);
-	return r;
+		return r;
+	}
+	return (int)sa->n_allocations;
 }
 
 static void on_grace_tick(evutil_socket_t fd, short what, void *userdata)
@@ -602,7 +613,7 @@ static int adopt_state(struct manager *m, const State *st, struct handover_fds *
 			r = adopt_arena(d, sd->arenas[j], passed, why, why_size);
 			if (r < 0)
 				return r;
-			*ret_allocations += (unsigned)sd->arenas[j]->n_allocations;
+			*ret_allocations += (unsigned)r;
 		}
 		domain_update_status(d);
 	}

@@ -493,6 +493,62 @@ START_TEST(test_untrusted_state_dropped)
 }
 END_TEST
 
+/* A client may seal its attached memfd against writes after attaching it (its own file): the
+ * next mrd cannot map that one, and drops it alone; everyone else's memory comes back. */
+START_TEST(test_sealed_attachment_dropped_alone)
+{
+	int a = td_hello_client(1000, NULL), b = td_hello_client(2000, NULL);
+	uint64_t a1 = td_alloc(a, 2, 1 * MiB), b1 = td_alloc(b, 2, 2 * MiB), ext;
+	int memfd = memfd_create("ext", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	struct handover_fds saved;
+	Mrd__Response *resp;
+	struct domain *d;
+	unsigned n;
+
+	ck_assert_int_ge(memfd, 0);
+	ck_assert_int_eq(ftruncate(memfd, 8 * 4096), 0);
+	ck_assert_int_eq(fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	resp = td_attach(a, 3, memfd, 0, 8 * 4096, 0);
+	ext = resp->extmem_attach->address;
+	mrd__response__free_unpacked(resp, NULL);
+	fill(a1, 1 * MiB, 1);
+	fill(b1, 2 * MiB, 2);
+	fill(ext, 8 * 4096, 3);
+	/* mrd's mapping stays writable; only new writable mappings are refused from now on. */
+	ck_assert_int_eq(fcntl(memfd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE), 0);
+	ck_assert_int_eq(handover_save(td_manager, &saved, &n), 0);
+	ck_assert_uint_eq(n, 3);
+	close(a);
+	close(b);
+	restart(&saved);
+	for (size_t i = 0; i < saved.n; i++)
+		ck_assert_int_eq(saved.fds[i], -1); /* the refused one is closed too */
+	handover_fds_done(&saved);
+
+	ck_assert_uint_eq(td_manager->n_domains, 2);
+	d = find_domain("uid-1000");
+	ck_assert_ptr_nonnull(d);
+	ck_assert_uint_eq(d->n_orphans, 1); /* its plain allocation waits; the attachment went */
+	ck_assert_uint_eq(d->allocated_bytes, 1 * MiB);
+	check_fill(a1, 1 * MiB, 1);
+	d = find_domain("uid-2000");
+	ck_assert_ptr_nonnull(d);
+	ck_assert_uint_eq(d->n_orphans, 1);
+	ck_assert_uint_eq(d->allocated_bytes, 2 * MiB);
+	check_fill(b1, 2 * MiB, 2);
+	/* The attached memfd's content is the client's still. */
+	for (uint64_t i = 0; i < 8 * 4096; i += 4096) {
+		uint8_t v = 0;
+
+		ck_assert_int_eq(pread(memfd, &v, 1, (off_t)i), 1);
+		ck_assert_uint_eq(v, (uint8_t)(3 + i / 4096));
+	}
+	close(memfd);
+	handover_end_grace(td_manager);
+	ck_assert_uint_eq(td_manager->n_domains, 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("handover");
@@ -506,6 +562,7 @@ int main(void)
 	tcase_add_test(tc, test_adopt_checks);
 	tcase_add_test(tc, test_process_identity);
 	tcase_add_test(tc, test_untrusted_state_dropped);
+	tcase_add_test(tc, test_sealed_attachment_dropped_alone);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }
