@@ -3,7 +3,8 @@
  * the ranges of its memory; mrd rounds them out to pages, merges the ones that touch inside one
  * allocation and registers each. A pool inside one huge page gets that huge page's MR, shared
  * and counted by every pool of the domain inside it. These MRs live beside the MR cache, not in
- * it: they belong to pool registrations, not to addresses, and last until their last pool goes.
+ * it: they belong to pool registrations, not to addresses, and last until their last pool goes
+ * (a cache lookup inside one answers with it rather than pin its pages again).
  * An allocation under a pool MR cannot be freed; when its owner dies it stays, ownerless, until
  * the last pool MR over it goes. */
 #pragma once

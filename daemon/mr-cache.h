@@ -53,7 +53,8 @@ struct mr_cache {
 	uint64_t pending_bytes; /* registrations under way on workers */
 	unsigned jobs;          /* other work of the domain under way on workers (deregistrations,
 				 * mempool registrations) */
-	uint64_t pinned_bytes;  /* what its MRs cover (they never overlap): the quota's measure,
+	uint64_t pinned_bytes;  /* what its MRs and the domain's pool MRs cover (the cache's overlap
+				 * neither each other nor an older pool MR): the quota's measure,
 				 * read on the loop without asking a provider a worker may hold */
 	LIST_HEAD(, cached_mr) mrs;
 	unsigned n_mrs;
