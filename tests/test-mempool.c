@@ -259,6 +259,47 @@ START_TEST(test_lookup_uses_the_pool_mr)
 }
 END_TEST
 
+/* A pool MR made while a lookup's registration of a run around it waits for a worker (as a
+ * second worker would, finishing first): that registration goes, and the lookup gets the run
+ * beside the pool. */
+START_TEST(test_pool_made_while_a_lookup_registers)
+{
+	struct client *ca;
+	struct td_blocker b;
+	Mrd__Response *resp;
+	struct provider_stats ps;
+	uint64_t big, start, len = 64 * KiB, pending;
+	int a, peer;
+
+	td_start_one_worker();
+	a = td_hello_client(1000, &ca);
+	peer = td_hello_client(1000, NULL);
+	big = td_alloc(a, 2, 4 * MiB);
+	start = big + 1 * MiB;
+	td_block_worker(&b);
+	td_send_lookup(a, 3, big); /* the whole 4 MiB, on the blocked worker */
+	td_pump();
+	ck_assert_uint_eq(ca->domain->cache.pending_bytes, 4 * MiB);
+	/* A small pool, registered on the loop right now. */
+	pending = ca->domain->cache.pending_bytes;
+	ca->domain->cache.pending_bytes = 0;
+	resp = reg(peer, 4, "p", &start, &len, 1, false, 0);
+	mrd__response__free_unpacked(resp, NULL);
+	ca->domain->cache.pending_bytes = pending;
+	td_unblock_worker(&b);
+	resp = td_expect(a, 3, 0);
+	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, big);
+	ck_assert_uint_eq(resp->mr_lookup->entries[0]->end, start);
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 1 * MiB + 64 * KiB);
+	provider_stats(ca->domain->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 2);
+	close(a);
+	close(peer);
+	td_wait_domains_closed();
+}
+END_TEST
+
 /* A lookup inside a pool MR a worker is still making waits for it, and gets it. */
 START_TEST(test_lookup_waits_for_a_pool_mr)
 {
@@ -279,6 +320,7 @@ START_TEST(test_lookup_waits_for_a_pool_mr)
 	td_send_lookup(peer, 3, big + 2 * MiB);
 	td_pump();
 	ck_assert_ptr_nonnull(cb->pending);
+	ck_assert_uint_eq(cb->domain->cache.pending_bytes, 0); /* it waits, pinning nothing */
 	td_unblock_worker(&b);
 	rp = td_expect(a, 3, 0);
 	rl = td_expect(peer, 3, 0);
@@ -603,6 +645,7 @@ int main(void)
 	tcase_add_test(tc, test_extmem_replaced_before_the_reply);
 	tcase_add_test(tc, test_lookup_uses_the_pool_mr);
 	tcase_add_test(tc, test_lookup_waits_for_a_pool_mr);
+	tcase_add_test(tc, test_pool_made_while_a_lookup_registers);
 	tcase_add_test(tc, test_memory_under_a_pool_stays);
 	tcase_add_test(tc, test_death_releases_pools);
 	tcase_add_test(tc, test_pool_in_memory_of_a_client_that_left);
