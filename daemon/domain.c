@@ -516,6 +516,7 @@ static int allocation_index(struct domain *d, struct arena *arena, uint64_t offs
 	a->offset = offset;
 	a->length = length;
 	LIST_INIT(&a->mrs);
+	LIST_INIT(&a->pool_mrs);
 	LIST_INIT(&a->odp_children);
 	r = u64_map_put(&d->allocations, allocation_address(a), a);
 	if (r < 0) {

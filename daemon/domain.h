@@ -31,6 +31,7 @@ struct allocation {
 	struct client *owner; /* NULL once it left while pool MRs still cover the memory */
 	LIST_ENTRY(allocation) owner_link;
 	unsigned pool_refs;         /* mempool MRs inside it: it cannot be freed while any are */
+	LIST_HEAD(, pool_mr) pool_mrs; /* the live ones of those (not yet being deregistered) */
 	bool odp;                   /* registered on demand, by ODP children (daemon/odp.h) */
 	bool read_only;             /* its registrations grant reads only */
 	LIST_HEAD(, odp_child) odp_children; /* live ones, in the domain's table */

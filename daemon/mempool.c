@@ -9,6 +9,7 @@
 #include "client.h"
 #include "domain.h"
 #include "log.h"
+#include "macro.h"
 #include "manager.h"
 #include "mempool.h"
 #include "mr-cache.h"
@@ -89,7 +90,18 @@ static struct pool_mr *shared_hugepage(const struct domain *d, const struct span
 	return NULL;
 }
 
-/* An unregistration whose MRs workers deregister: answered when the last is done. */
+struct pool_mr *mempool_mr_containing(const struct allocation *a, uint64_t addr)
+{
+	struct pool_mr *mr;
+
+	LIST_FOREACH(mr, &a->pool_mrs, alloc_link)
+		if (pool_mr_live(mr) && addr >= mr->start && addr < mr->end)
+			return mr;
+	return NULL;
+}
+
+/* An unregistration (or a replacement) whose MRs workers deregister: answered when the last
+ * is done. */
 struct unreg_ticket {
 	struct mr_waiter *waiter;
 	unsigned remaining;
@@ -155,6 +167,7 @@ static void pool_mr_destroy(struct domain *d, struct pool_mr *mr, struct unreg_t
 	struct dereg_job *j;
 
 	LIST_REMOVE(mr, link);
+	LIST_REMOVE(mr, alloc_link); /* lookups no longer answer with it */
 	j = mr->pmr && d->manager->workers &&
 			    (mr->end - mr->start >= d->manager->config.async_bytes ||
 			     mr_cache_busy(&d->cache)) ?
@@ -199,6 +212,7 @@ static struct pool_mr *pool_mr_new(struct domain *d, const struct span *s)
 	s->allocation->pool_refs++;
 	d->cache.pinned_bytes += s->end - s->start;
 	LIST_INSERT_HEAD(&d->pool_mrs, mr, link);
+	LIST_INSERT_HEAD(&s->allocation->pool_mrs, mr, alloc_link);
 	return mr;
 }
 
@@ -218,32 +232,39 @@ static void reg_free(struct domain *d, struct pool_reg *reg, struct unreg_ticket
 	d->n_pool_regs--;
 	for (size_t i = 0; i < reg->n_mrs; i++)
 		pool_mr_put(d, reg->mrs[i], ticket);
+	free(reg->ticket);
 	free(reg);
 	if (w)
 		w->resume(w, -ECANCELED, NULL, "the mempool's client left");
 }
 
-/* None of its MRs is pending any more: it takes over from the one it replaces, or fails. */
-static void reg_settle(struct domain *d, struct pool_reg *reg)
+/* None of its MRs is pending any more: it takes over from the one it replaces, or fails.
+ * Returns 0, -errno (why says so), or -EINPROGRESS while workers deregister the MRs it
+ * dropped: its waiter hears once they are gone, so that no answer counts them as pinned. */
+static int reg_settle(struct domain *d, struct pool_reg *reg, char *why, size_t why_size)
 {
-	struct mr_waiter *w = reg->waiter;
+	struct unreg_ticket *t = TAKE_PTR(reg->ticket);
+	struct mr_waiter *w = TAKE_PTR(reg->waiter);
 	int error = reg->error;
-	char why[160];
 
-	reg->waiter = NULL;
 	if (error < 0) {
-		snprintf(why, sizeof(why), "registering mempool '%s' failed: %s", reg->name,
+		snprintf(why, why_size, "registering mempool '%s' failed: %s", reg->name,
 			 strerror(-error));
 		reg_free(d, reg, NULL);
 	} else if (reg->replaces) {
 		/* Its old MRs cannot be in use for the objects any more: the pool says they live
 		 * in attached memory now. */
-		reg_free(d, reg->replaces, NULL);
-		reg->replaces = NULL;
+		t->waiter = w;
+		reg_free(d, TAKE_PTR(reg->replaces), t);
+		if (t->remaining > 0)
+			error = -EINPROGRESS; /* the last dereg_job_done() answers, and frees t */
+		else
+			free(t);
+		t = NULL;
 	}
+	free(t);
 	domain_update_status(d);
-	if (w)
-		w->resume(w, error, NULL, error < 0 ? why : "");
+	return error;
 }
 
 /* A worker registering the MRs one registration made. */
@@ -278,6 +299,7 @@ static void pool_job_done(struct work *w)
 	struct pool_job *j = (struct pool_job *)w;
 	struct domain *d = j->domain;
 	struct pool_reg *reg, *settle = NULL;
+	struct mr_wait *lookups = NULL;
 	size_t kept = 0;
 
 	d->cache.jobs--;
@@ -285,6 +307,13 @@ static void pool_job_done(struct work *w)
 		struct pool_mr *mr = j->mrs[i];
 
 		mr->pending = false;
+		while (mr->lookups) {
+			struct mr_wait *lw = mr->lookups;
+
+			mr->lookups = lw->next;
+			lw->next = lookups;
+			lookups = lw;
+		}
 		if (mr->pmr)
 			d->cache.registrations++;
 		else
@@ -310,10 +339,19 @@ static void pool_job_done(struct work *w)
 		}
 	}
 	while (settle) {
+		struct mr_waiter *waiter;
+		char why[160];
+		int k;
+
 		reg = settle;
 		settle = reg->settle_next;
-		reg_settle(d, reg);
+		waiter = reg->waiter;
+		k = reg_settle(d, reg, why, sizeof(why));
+		if (k != -EINPROGRESS)
+			waiter->resume(waiter, k, NULL, k < 0 ? why : "");
 	}
+	/* Lookups inside these MRs get them now, or register what a failed one left. */
+	mr_cache_resume_waits(&d->cache, lookups);
 	free(j);
 	domain_unref(d);
 }
@@ -359,7 +397,11 @@ int mempool_register(struct domain *d, struct client *owner, const char *name,
 	}
 	reg = calloc(1, sizeof(*reg) + (size_t)m * sizeof(reg->mrs[0]));
 	job = calloc(1, sizeof(*job) + (size_t)m * sizeof(job->mrs[0]));
-	if (!reg || !job) {
+	if (reg && old)
+		reg->ticket = calloc(1, sizeof(*reg->ticket));
+	if (!reg || !job || (old && !reg->ticket)) {
+		if (reg)
+			free(reg->ticket);
 		free(reg);
 		free(job);
 		free(spans);
@@ -425,12 +467,10 @@ int mempool_register(struct domain *d, struct client *owner, const char *name,
 		reg_free(d, reg, NULL); /* what it made goes again */
 		return r;
 	}
-	if (reg->pending > 0) {
-		reg->waiter = waiter; /* it shares a huge page MR a worker is still making */
-		return -EINPROGRESS;
-	}
-	reg_settle(d, reg);
-	return 0;
+	reg->waiter = waiter;
+	if (reg->pending > 0)
+		return -EINPROGRESS; /* it shares a huge page MR a worker is still making */
+	return reg_settle(d, reg, why, why_size);
 }
 
 int mempool_unregister(struct domain *d, struct client *owner, const char *name,

@@ -3,7 +3,8 @@
  * the ranges of its memory; mrd rounds them out to pages, merges the ones that touch inside one
  * allocation and registers each. A pool inside one huge page gets that huge page's MR, shared
  * and counted by every pool of the domain inside it. These MRs live beside the MR cache, not in
- * it: they belong to pool registrations, not to addresses, and last until their last pool goes.
+ * it: they belong to pool registrations, not to addresses, and last until their last pool goes
+ * (a cache lookup inside one answers with it rather than pin its pages again).
  * An allocation under a pool MR cannot be freed; when its owner dies it stays, ownerless, until
  * the last pool MR over it goes. */
 #pragma once
@@ -16,12 +17,15 @@
 struct allocation;
 struct client;
 struct domain;
+struct mr_wait;
 struct mr_waiter;
 struct provider_mr;
+struct unreg_ticket;
 
 /* One registered range, shared by the pools whose memory lies in it. */
 struct pool_mr {
-	LIST_ENTRY(pool_mr) link; /* the domain's */
+	LIST_ENTRY(pool_mr) link;       /* the domain's */
+	LIST_ENTRY(pool_mr) alloc_link; /* its allocation's */
 	struct allocation *allocation; /* holds it: allocation->pool_refs */
 	uint64_t start, end;
 	struct provider_mr *pmr; /* NULL until registered */
@@ -30,7 +34,15 @@ struct pool_mr {
 	bool pending;     /* a worker is registering it */
 	int error;        /* how the worker's registration failed */
 	unsigned access;  /* its allocation's */
+	struct mr_wait *lookups; /* lookups inside it, waiting while it is pending */
 };
+
+/* Whether it counts: registered, or being registered (one that failed is about to go).
+ * pending first: a worker writes pmr until the loop clears it. */
+static inline bool pool_mr_live(const struct pool_mr *mr)
+{
+	return mr->pending || mr->pmr;
+}
 
 struct pool_reg {
 	LIST_ENTRY(pool_reg) link;       /* the domain's */
@@ -42,10 +54,14 @@ struct pool_reg {
 	int error;                 /* the first of them that failed */
 	struct mr_waiter *waiter;  /* told once none is pending */
 	struct pool_reg *replaces; /* an older registration of the name, dropped once made */
+	struct unreg_ticket *ticket; /* with replaces: answers once the dropped MRs are gone */
 	struct pool_reg *settle_next; /* on a worker's completion: those to settle */
 	size_t n_mrs;
 	struct pool_mr *mrs[]; /* by address */
 };
+
+/* The live pool MR of a that holds addr, if any: lookups answer with it (mr-cache.c). */
+struct pool_mr *mempool_mr_containing(const struct allocation *a, uint64_t addr);
 
 /* Registers the owner's pool name over n ranges ([starts[i], starts[i] + lengths[i])). EEXIST
  * when the owner has it registered already, unless extmem replaces a registration that was
@@ -53,9 +69,10 @@ struct pool_reg {
  * quota.mempools or quota.pinned_bytes. why says what went wrong.
  * Like the cache, it registers [cache] async_bytes or more (or anything while a worker holds
  * the provider) on a worker, and a pool sharing a huge page MR that a worker is still making
- * waits for it: then -EINPROGRESS, *ret is set, and waiter->resume (result, no entry) runs on
- * the loop once it is made — or has failed, and is gone — or once its owner left. waiter
- * must not be NULL. */
+ * waits for it, and a registration that replaces one is answered once the MRs it drops are
+ * deregistered (here, or on a worker): then -EINPROGRESS, *ret is set, and waiter->resume
+ * (result, no entry) runs on the loop once it is made — or has failed, and is gone — or once
+ * its owner left. waiter must not be NULL. */
 int mempool_register(struct domain *d, struct client *owner, const char *name,
 		     const uint64_t *starts, const uint64_t *lengths, size_t n, bool extmem,
 		     struct mr_waiter *waiter, struct pool_reg **ret, char *why, size_t why_size);

@@ -9,6 +9,7 @@
 #include "domain.h"
 #include "log.h"
 #include "manager.h"
+#include "mempool.h"
 #include "mr-cache.h"
 #include "provider.h"
 #include "worker-pool.h"
@@ -68,25 +69,35 @@ static void rebuild(struct mr_cache *c)
 	}
 }
 
+/* Cuts the run [*start, *end) around addr at an MR [s, e) beside addr. */
+static void cut(uint64_t s, uint64_t e, uint64_t addr, uint64_t *start, uint64_t *end)
+{
+	if (e <= addr && e > *start)
+		*start = e;
+	if (s > addr && s < *end)
+		*end = s;
+}
+
 /* The part of a's pages around addr that no MR covers yet (contig), or addr's page. */
 static void pick_range(const struct mr_cache *c, const struct allocation *a, uint64_t addr,
 		       uint64_t *ret_start, uint64_t *ret_end)
 {
 	uint64_t ps = a->arena->page_size, start = allocation_address(a), end = start + a->length;
 	const struct cached_mr *mr;
+	const struct pool_mr *pm;
 
 	if (c->policy == MR_POLICY_PAGE) {
 		*ret_start = addr - (addr - start) % ps;
 		*ret_end = *ret_start + ps;
 		return;
 	}
-	/* MRs never cross allocations, so only a's own MRs can bound the run. */
-	LIST_FOREACH(mr, &a->mrs, alloc_link) {
-		if (mr->end <= addr && mr->end > start)
-			start = mr->end;
-		if (mr->start > addr && mr->start < end)
-			end = mr->start;
-	}
+	/* MRs never cross allocations, so only a's own MRs (the cache's and its pools') can
+	 * bound the run. */
+	LIST_FOREACH(mr, &a->mrs, alloc_link)
+		cut(mr->start, mr->end, addr, &start, &end);
+	LIST_FOREACH(pm, &a->pool_mrs, alloc_link)
+		if (pool_mr_live(pm))
+			cut(pm->start, pm->end, addr, &start, &end);
 	/* No more than the device takes in one MR: the part that starts at addr's page. */
 	if (end - start > c->domain->provider->caps.max_mr_size) {
 		start = addr - (addr - start) % ps;
@@ -97,7 +108,22 @@ static void pick_range(const struct mr_cache *c, const struct allocation *a, uin
 	*ret_end = end;
 }
 
-/* Takes a fresh registration into the cache; keeps the first when two raced. */
+/* Whether an MR of a — the cache's, or a pool's — covers part of [start, end). */
+static bool covered(const struct allocation *a, uint64_t start, uint64_t end)
+{
+	const struct cached_mr *mr;
+	const struct pool_mr *pm;
+
+	LIST_FOREACH(mr, &a->mrs, alloc_link)
+		if (mr->start < end && start < mr->end)
+			return true;
+	LIST_FOREACH(pm, &a->pool_mrs, alloc_link)
+		if (pool_mr_live(pm) && pm->start < end && start < pm->end)
+			return true;
+	return false;
+}
+
+/* Takes a fresh registration into the cache. */
 static struct cached_mr *adopt(struct mr_cache *c, struct allocation *a, struct provider_mr *pmr,
 			       uint64_t start, uint64_t end)
 {
@@ -159,61 +185,40 @@ static void reg_job_run(struct work *w)
 				   j->end - j->start, j->access, false, &j->pmr);
 }
 
-static void reg_job_done(struct work *w)
-{
-	struct reg_job *j = (struct reg_job *)w;
-	struct domain *d = j->domain;
-	struct mr_cache *c = &d->cache;
-	struct allocation *a = domain_allocation_containing(d, j->addr);
-	struct mr_entry e;
-	char why[160] = "";
-	int r = j->result;
+static void reg_job_done(struct work *w);
 
-	c->pending_bytes -= j->end - j->start;
-	if (r < 0)
-		snprintf(why, sizeof(why), "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s",
-			 j->start, j->end, strerror(-r));
-	else if (!a || a->serial != j->allocation_serial) {
-		/* Freed while the worker pinned it: the registration covers nobody's memory. */
-		(void)frmr_pools_dereg(&d->pools, j->pmr);
-		snprintf(why, sizeof(why), "0x%" PRIx64 " was freed while it was being registered",
-			 j->addr);
-		r = -ENOENT;
-	} else if (cached(c, j->addr, &e)) {
-		(void)frmr_pools_dereg(&d->pools, j->pmr); /* another lookup got there first: its MR wins */
-	} else if (!adopt(c, a, j->pmr, j->start, j->end)) {
-		(void)frmr_pools_dereg(&d->pools, j->pmr);
-		r = -ENOMEM;
-	} else
-		e = (struct mr_entry){ j->start, j->end, j->pmr->lkey, j->pmr->rkey };
-	j->waiter->resume(j->waiter, r, r < 0 ? NULL : &e, why);
-	free(j);
-	domain_unref(d);
-}
-
-int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
-		    size_t why_size, struct mr_waiter *waiter)
+/* Not in the table: the pool MR holding addr, else a registration of the uncovered run. */
+static int miss(struct mr_cache *c, struct allocation *a, uint64_t addr, struct mr_entry *ret,
+		char *why, size_t why_size, struct mr_waiter *waiter)
 {
 	struct domain *d = c->domain;
 	const struct config *cfg = &d->manager->config;
+	struct pool_mr *pm = mempool_mr_containing(a, addr);
 	struct provider_mr *pmr;
-	struct allocation *a;
 	uint64_t start, end;
 	int r;
 
-	c->lookups++;
-	if (cached(c, addr, ret))
+	if (pm && !pm->pending) {
+		/* Registered for a pool already: pinning the pages again would count them twice. */
+		*ret = (struct mr_entry){ pm->start, pm->end, pm->pmr->lkey, pm->pmr->rkey };
 		return 0;
-
-	c->misses++;
-	a = domain_allocation_containing(d, addr);
-	if (!a) {
-		snprintf(why, why_size, "0x%" PRIx64 " is not in memory allocated in domain %s",
-			 addr, d->name);
-		return -ENOENT;
 	}
-	if (a->odp)
-		return odp_fault(d, a, addr, ret, why, why_size);
+	if (pm) {
+		/* A worker is making that MR: the lookup takes it once it is made. */
+		struct mr_wait *w;
+
+		if (!waiter) {
+			snprintf(why, why_size, "0x%" PRIx64 " is being registered for a mempool",
+				 addr);
+			return -EAGAIN;
+		}
+		w = calloc(1, sizeof(*w));
+		if (!w)
+			return -ENOMEM;
+		*w = (struct mr_wait){ .next = pm->lookups, .waiter = waiter, .addr = addr };
+		pm->lookups = w;
+		return -EINPROGRESS;
+	}
 	pick_range(c, a, addr, &start, &end);
 
 	if (c->pinned_bytes + c->pending_bytes + (end - start) > cfg->quota_pinned_bytes) {
@@ -257,6 +262,98 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 	}
 	*ret = (struct mr_entry){ start, end, pmr->lkey, pmr->rkey };
 	return 0;
+}
+
+/* A lookup that waited, run again now that what it waited for is settled: answered now, or
+ * through waiter once more later. */
+static void retry(struct mr_cache *c, uint64_t addr, struct mr_waiter *waiter)
+{
+	struct allocation *a = domain_allocation_containing(c->domain, addr);
+	struct mr_entry e;
+	char why[160] = "";
+	int r;
+
+	if (cached(c, addr, &e))
+		r = 0;
+	else if (!a) {
+		snprintf(why, sizeof(why), "0x%" PRIx64 " was freed while it was being registered",
+			 addr);
+		r = -ENOENT;
+	} else
+		r = miss(c, a, addr, &e, why, sizeof(why), waiter);
+	if (r != -EINPROGRESS)
+		waiter->resume(waiter, r, r < 0 ? NULL : &e, why);
+}
+
+static void reg_job_done(struct work *w)
+{
+	struct reg_job *j = (struct reg_job *)w;
+	struct domain *d = j->domain;
+	struct mr_cache *c = &d->cache;
+	struct allocation *a = domain_allocation_containing(d, j->addr);
+	struct mr_entry e;
+	char why[160] = "";
+	int r = j->result;
+
+	c->pending_bytes -= j->end - j->start;
+	if (r < 0)
+		snprintf(why, sizeof(why), "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s",
+			 j->start, j->end, strerror(-r));
+	else if (!a || a->serial != j->allocation_serial) {
+		/* Freed while the worker pinned it: the registration covers nobody's memory. */
+		(void)frmr_pools_dereg(&d->pools, j->pmr);
+		snprintf(why, sizeof(why), "0x%" PRIx64 " was freed while it was being registered",
+			 j->addr);
+		r = -ENOENT;
+	} else if (covered(a, j->start, j->end)) {
+		/* An MR made meanwhile (another lookup's, a pool's) has pages of the run: the first
+		 * creator wins, this one goes, and the lookup runs again — for the winner's keys, or
+		 * for what is still uncovered — so that no page is pinned and counted twice. */
+		(void)frmr_pools_dereg(&d->pools, j->pmr);
+		retry(c, j->addr, j->waiter);
+		goto out;
+	} else if (!adopt(c, a, j->pmr, j->start, j->end)) {
+		(void)frmr_pools_dereg(&d->pools, j->pmr);
+		r = -ENOMEM;
+	} else
+		e = (struct mr_entry){ j->start, j->end, j->pmr->lkey, j->pmr->rkey };
+	j->waiter->resume(j->waiter, r, r < 0 ? NULL : &e, why);
+out:
+	free(j);
+	domain_unref(d);
+}
+
+void mr_cache_resume_waits(struct mr_cache *c, struct mr_wait *waits)
+{
+	while (waits) {
+		struct mr_wait *w = waits;
+
+		waits = w->next;
+		retry(c, w->addr, w->waiter);
+		free(w);
+	}
+}
+
+int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
+		    size_t why_size, struct mr_waiter *waiter)
+{
+	struct domain *d = c->domain;
+	struct allocation *a;
+
+	c->lookups++;
+	if (cached(c, addr, ret))
+		return 0;
+
+	c->misses++;
+	a = domain_allocation_containing(d, addr);
+	if (!a) {
+		snprintf(why, why_size, "0x%" PRIx64 " is not in memory allocated in domain %s",
+			 addr, d->name);
+		return -ENOENT;
+	}
+	if (a->odp)
+		return odp_fault(d, a, addr, ret, why, why_size);
+	return miss(c, a, addr, ret, why, why_size, waiter);
 }
 
 void mr_cache_flush(struct mr_cache *c)

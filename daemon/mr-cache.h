@@ -4,7 +4,8 @@
  * of the allocation around the address, minus what other MRs cover; page: the page alone —
  * through the provider ops. An MR never spans two allocations, so freeing an allocation
  * retires exactly its MRs: out of the table first, deregistered after — on a worker when
- * they are big. */
+ * they are big. Mempool MRs count as covered: a lookup inside one gets it, and no MR of the
+ * cache overlaps one made before it, so pinned bytes are the union of what is registered. */
 #pragma once
 
 #include <stdbool.h>
@@ -39,13 +40,21 @@ struct mr_waiter {
 		       const char *why);
 };
 
+/* A lookup waiting for a mempool MR that a worker is making (struct pool_mr's lookups). */
+struct mr_wait {
+	struct mr_wait *next;
+	struct mr_waiter *waiter;
+	uint64_t addr;
+};
+
 struct mr_cache {
 	struct domain *domain;
 	enum mr_policy policy;
 	uint64_t pending_bytes; /* registrations under way on workers */
 	unsigned jobs;          /* other work of the domain under way on workers (deregistrations,
 				 * mempool registrations) */
-	uint64_t pinned_bytes;  /* what its MRs cover (they never overlap): the quota's measure,
+	uint64_t pinned_bytes;  /* what its MRs and the domain's pool MRs cover (the cache's overlap
+				 * neither each other nor an older pool MR): the quota's measure,
 				 * read on the loop without asking a provider a worker may hold */
 	LIST_HEAD(, cached_mr) mrs;
 	unsigned n_mrs;
@@ -57,14 +66,20 @@ int mr_cache_init(struct mr_cache *c, struct domain *d, enum mr_policy policy);
 /* Deregisters every MR. */
 void mr_cache_done(struct mr_cache *c);
 
-/* The keys for addr, registering on a miss. -ENOENT (why says so) when addr is not in a live
- * allocation of the domain; -EDQUOT when registering would pass quota.pinned_bytes.
+/* The keys for addr, registering on a miss — unless a mempool MR holds addr: then that MR's
+ * (one a worker is still making is waited for). -ENOENT (why says so) when addr is not in a
+ * live allocation of the domain; -EDQUOT when registering would pass quota.pinned_bytes.
  * With a waiter, a registration of [cache] async_bytes or more — or any, while a registration
  * or deregistration of the domain's is under way, since it would wait for the provider — runs
  * on a worker thread:
- * -EINPROGRESS, and waiter->resume says how it went, later, on the loop. */
+ * -EINPROGRESS, and waiter->resume says how it went, later, on the loop. Without a waiter,
+ * an address inside a mempool MR being made is -EAGAIN. */
 int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
 		    size_t why_size, struct mr_waiter *waiter);
+
+/* On the loop, once the pool MR they waited for is made, or has failed and gone: each lookup
+ * runs again (answered now, or later again through its waiter). Frees the list. */
+void mr_cache_resume_waits(struct mr_cache *c, struct mr_wait *waits);
 
 /* Freeing an allocation takes three steps. Retire, on the loop: its MRs leave the table, so
  * no key for its memory is handed out from here on; returns the bytes they cover, which stay

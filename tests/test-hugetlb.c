@@ -1,25 +1,34 @@
 /* SPDX-License-Identifier: MIT */
 /* Arenas of 2 MiB huge pages. As root the test reserves a few huge pages for itself (and gives
- * them back); elsewhere it needs free ones, and says so when there are none (exit 77). */
+ * back as many); elsewhere it needs free ones, and says so when there are none (exit 77).
+ * What it counts are the huge pages in the memfds of the mrd it started, never the host's
+ * free count, which other processes (other runs of this test) move. */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <mrd/mrd.h>
 
+#include "macro.h"
 #include "test-util.h"
 #include "check-run.h"
 
 #define MiB (1ul << 20)
-#define NR_PATH "/proc/sys/vm/nr_hugepages"
-#define FREE_PATH "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
+#define HUGE_DIR "/sys/kernel/mm/hugepages/hugepages-2048kB/"
+#define NR_PATH HUGE_DIR "nr_hugepages"
+#define OVERCOMMIT_PATH HUGE_DIR "nr_overcommit_hugepages"
+#define FREE_PATH HUGE_DIR "free_hugepages"
+#define HUGETLBFS_MAGIC 0x958458f6
 
 static struct mrd_proc mrd;
-static long reserved_before = -1;
+static long reserved; /* pages this run added to the pool */
 static pid_t reserver; /* Check forks a child per test: only this process gives them back */
 
 static long read_long(const char *path)
@@ -48,10 +57,51 @@ static int write_long(const char *path, long v)
 	return r;
 }
 
+/* As many as it added, from whatever the pool holds now: runs side by side each take and
+ * give back their own. */
 static void give_back(void)
 {
-	if (reserved_before >= 0 && getpid() == reserver)
-		(void)write_long(NR_PATH, reserved_before);
+	long nr = read_long(NR_PATH);
+
+	if (reserved > 0 && getpid() == reserver && nr >= reserved)
+		(void)write_long(NR_PATH, nr - reserved);
+}
+
+/* The 2 MiB pages held by the memfds mrd has open (its arenas), from their allocated blocks;
+ * each file once (a reply's copy of a descriptor may still be open beside it). */
+static long mrd_huge_pages(void)
+{
+	char dir[64], path[sizeof(dir) + sizeof(((struct dirent *)0)->d_name)];
+	struct stat seen[64];
+	size_t n_seen = 0;
+	struct dirent *e;
+	long blocks = 0;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)mrd.pid);
+	d = opendir(dir);
+	ck_assert_msg(d != NULL, "%s: %s", dir, strerror(errno));
+	while ((e = readdir(d))) {
+		struct statfs fs;
+		struct stat st;
+		bool dup = false;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		/* Through the descriptor's link, to its file; one closed meanwhile is none. */
+		if (statfs(path, &fs) < 0 || fs.f_type != HUGETLBFS_MAGIC || stat(path, &st) < 0)
+			continue;
+		for (size_t i = 0; i < n_seen; i++)
+			dup = dup || (seen[i].st_dev == st.st_dev && seen[i].st_ino == st.st_ino);
+		if (dup)
+			continue;
+		ck_assert_uint_lt(n_seen, ELEMENTSOF(seen));
+		seen[n_seen++] = st;
+		blocks += st.st_blocks;
+	}
+	closedir(d);
+	return blocks * 512 / (long)(2 * MiB);
 }
 
 /* The page size the kernel uses for the mapping holding p, from /proc/self/smaps. */
@@ -89,37 +139,39 @@ static void teardown(void)
 START_TEST(test_huge_arena)
 {
 	mrd_client *c = NULL;
-	long free_before = read_long(FREE_PATH);
+	long held = mrd_huge_pages();
 	uint8_t *p;
 
 	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
 	ck_assert_int_eq(mrd_mem_alloc(c, 3 * MiB, 0, MRD_MEM_HUGEPAGE, (void **)&p), 0);
 	ck_assert_uint_eq((uintptr_t)p % (2 * MiB), 0);
+	/* Taken when allocated, before anyone touches them (two pages for 3 MiB)... */
+	ck_assert_int_eq(mrd_huge_pages(), held + 2);
 	memset(p, 0x11, 3 * MiB);
 	ck_assert_int_eq(kernel_page_kb(p), 2048);
-	/* Taken when allocated (two pages for 3 MiB), given back when freed. */
-	ck_assert_int_eq(read_long(FREE_PATH), free_before - 2);
+	/* ...and given back when freed. */
 	ck_assert_int_eq(mrd_mem_free(c, p), 0);
-	ck_assert_int_eq(read_long(FREE_PATH), free_before);
+	ck_assert_int_eq(mrd_huge_pages(), held);
 	mrd_client_close(c);
 }
 END_TEST
 
 START_TEST(test_huge_pages_run_out)
 {
-	long free_pages = read_long(FREE_PATH);
+	/* More than the pool can ever hold, with room for other runs adding their 16 meanwhile. */
+	size_t size = (size_t)(read_long(NR_PATH) + read_long(OVERCOMMIT_PATH) + 64) * 2 * MiB;
+	long held = mrd_huge_pages();
 	mrd_client *c = NULL;
 	void *p, *q;
 
 	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
-	/* More than the host has: refused with a reason when only huge pages will do... */
-	ck_assert_int_eq(mrd_mem_alloc(c, (size_t)(free_pages + 1) * 2 * MiB, 0, MRD_MEM_HUGEPAGE,
-				       &p), -ENOMEM);
+	/* Refused with a reason when only huge pages will do... */
+	ck_assert_int_eq(mrd_mem_alloc(c, size, 0, MRD_MEM_HUGEPAGE, &p), -ENOMEM);
 	ck_assert_ptr_nonnull(strstr(mrd_last_error(), "2 MiB"));
 	/* ...and served from 4 KiB pages otherwise. */
-	ck_assert_int_eq(mrd_mem_alloc(c, (size_t)(free_pages + 1) * 2 * MiB, 0, 0, &q), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, size, 0, 0, &q), 0);
 	ck_assert_int_eq(kernel_page_kb(q), 4);
-	ck_assert_int_eq(read_long(FREE_PATH), free_pages); /* nothing leaked */
+	ck_assert_int_eq(mrd_huge_pages(), held); /* nothing leaked */
 	mrd_client_close(c);
 }
 END_TEST
@@ -184,12 +236,13 @@ int main(void)
 	Suite *s = suite_create("hugetlb");
 	TCase *tc = tcase_create("arenas");
 
-	if (geteuid() == 0 && read_long(FREE_PATH) < 8) {
-		reserved_before = read_long(NR_PATH);
+	if (geteuid() == 0) {
+		long nr = read_long(NR_PATH);
+
 		reserver = getpid();
-		if (reserved_before < 0 || write_long(NR_PATH, reserved_before + 16) < 0)
-			reserved_before = -1;
 		atexit(give_back);
+		if (nr >= 0 && write_long(NR_PATH, nr + 16) == 0)
+			reserved = read_long(NR_PATH) - nr; /* what the kernel found, up to 16 */
 	}
 	if (read_long(FREE_PATH) < 8) {
 		printf("not run: fewer than 8 free 2 MiB huge pages (%s) and %s\n", FREE_PATH,

@@ -62,6 +62,11 @@ static size_t reg_ok(int fd, uint64_t id, const char *name, const uint64_t *star
 	return n_mrs;
 }
 
+static void send_register(int fd, uint64_t id, const char *name, uint64_t start, uint64_t len)
+{
+	td_send_mempool_register(fd, id, name, &start, &len, 1, false);
+}
+
 START_TEST(test_ranges_rounded_and_merged)
 {
 	struct client *c;
@@ -150,8 +155,7 @@ START_TEST(test_extmem_replaces)
 		ck_assert_uint_eq(pages->mempool_register->entries[i]->end,
 				  a + i * 16 * KiB + 8 * KiB);
 	}
-	/* The chunk registration is gone: the replacement's MRs alone are left. */
-	td_pump_until_zero(&c->domain->cache.jobs);
+	/* Answered once the chunk registration is gone: the replacement's MRs alone are left. */
 	provider_stats(c->domain->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 8);
 	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 64 * KiB);
@@ -162,6 +166,175 @@ START_TEST(test_extmem_replaces)
 	mrd__response__free_unpacked(whole, NULL);
 	mrd__response__free_unpacked(pages, NULL);
 	close(fd);
+}
+END_TEST
+
+/* The replaced chunk registration is gone when the extmem one is answered: its pinned bytes
+ * no longer counted, its MR off the device — even when a worker deregisters it. */
+START_TEST(test_extmem_replaced_before_the_reply)
+{
+	struct client *c;
+	struct td_blocker b;
+	struct provider_stats ps;
+	uint64_t a, chunk_len = 1 * MiB, objs[8], lens[8];
+	Mrd__Response *resp;
+	int fd;
+
+	td_start_one_worker();
+	fd = td_hello_client(1000, &c);
+	a = td_alloc(fd, 2, 1 * MiB);
+	resp = reg(fd, 3, "ext", &a, &chunk_len, 1, false, 0); /* 1 MiB: on the worker */
+	mrd__response__free_unpacked(resp, NULL);
+	for (int i = 0; i < 8; i++) {
+		objs[i] = a + (uint64_t)i * 16 * KiB;
+		lens[i] = 256;
+	}
+	td_block_worker(&b);
+	/* Small: registered on the loop; the 1 MiB it replaces is deregistered on the worker. */
+	td_send_mempool_register(fd, 4, "ext", objs, lens, 8, true);
+	td_pump();
+	ck_assert_ptr_nonnull(c->pending); /* no answer while the old MR is still pinned */
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 1 * MiB + 32 * KiB);
+	td_unblock_worker(&b);
+	resp = td_expect(fd, 4, 0);
+	ck_assert_uint_eq(resp->mempool_register->n_entries, 8);
+	/* Right at the reply: only the replacement is counted, and only it is on the device. */
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 32 * KiB);
+	provider_stats(c->domain->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 8);
+	ck_assert_uint_eq(ps.pinned_bytes, 32 * KiB);
+	mrd__response__free_unpacked(resp, NULL);
+	close(fd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* A lookup inside a registered pool's pages answers with the pool's MR instead of pinning
+ * them a second time; a lookup elsewhere in the allocation registers around the pool. */
+START_TEST(test_lookup_uses_the_pool_mr)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c);
+	uint64_t a = td_alloc(fd, 2, 1 * MiB), start, len = 64 * KiB, gen;
+	Mrd__MrEntry in, before, after, again;
+	const Mrd__MrEntry *pool;
+	Mrd__Response *resp;
+	struct provider_stats ps;
+
+	start = a + 64 * KiB;
+	resp = reg(fd, 3, "p", &start, &len, 1, false, 0);
+	pool = resp->mempool_register->entries[0];
+	td_lookup(fd, 4, start + 5, 0, &in);
+	ck_assert_uint_eq(in.start, pool->start);
+	ck_assert_uint_eq(in.end, pool->end);
+	ck_assert_uint_eq(in.lkey, pool->lkey);
+	ck_assert_uint_eq(in.rkey, pool->rkey);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 64 * KiB);
+	/* Around it: the runs on either side, not over it. */
+	td_lookup(fd, 5, a, 0, &before);
+	ck_assert_uint_eq(before.start, a);
+	ck_assert_uint_eq(before.end, start);
+	td_lookup(fd, 6, a + 512 * KiB, 0, &after);
+	ck_assert_uint_eq(after.start, start + len);
+	ck_assert_uint_eq(after.end, a + 1 * MiB);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 1 * MiB);
+	provider_stats(c->domain->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 3);
+	ck_assert_uint_eq(ps.pinned_bytes, 1 * MiB);
+	/* The keys it gave work. */
+	memcpy((void *)(uintptr_t)a, "around", 7);
+	td_dma(fd, 7, PROVIDER_DMA_WRITE, &before, a, &in, start + 100, 7, 0);
+	ck_assert_str_eq((char *)(uintptr_t)(start + 100), "around");
+	/* The pool goes: its pages get a registration of their own at the next lookup. */
+	gen = c->domain->status->generation;
+	td_mempool_unregister(fd, 8, "p", 0);
+	ck_assert_uint_gt(c->domain->status->generation, gen);
+	td_lookup(fd, 9, start + 5, 0, &again);
+	ck_assert_uint_eq(again.start, start);
+	ck_assert_uint_eq(again.end, start + len);
+	ck_assert_uint_ne(again.rkey, in.rkey);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 1 * MiB);
+	mrd__response__free_unpacked(resp, NULL);
+	close(fd);
+}
+END_TEST
+
+/* A pool MR made while a lookup's registration of a run around it waits for a worker (as a
+ * second worker would, finishing first): that registration goes, and the lookup gets the run
+ * beside the pool. */
+START_TEST(test_pool_made_while_a_lookup_registers)
+{
+	struct client *ca;
+	struct td_blocker b;
+	Mrd__Response *resp;
+	struct provider_stats ps;
+	uint64_t big, start, len = 64 * KiB, pending;
+	int a, peer;
+
+	td_start_one_worker();
+	a = td_hello_client(1000, &ca);
+	peer = td_hello_client(1000, NULL);
+	big = td_alloc(a, 2, 4 * MiB);
+	start = big + 1 * MiB;
+	td_block_worker(&b);
+	td_send_lookup(a, 3, big); /* the whole 4 MiB, on the blocked worker */
+	td_pump();
+	ck_assert_uint_eq(ca->domain->cache.pending_bytes, 4 * MiB);
+	/* A small pool, registered on the loop right now. */
+	pending = ca->domain->cache.pending_bytes;
+	ca->domain->cache.pending_bytes = 0;
+	resp = reg(peer, 4, "p", &start, &len, 1, false, 0);
+	mrd__response__free_unpacked(resp, NULL);
+	ca->domain->cache.pending_bytes = pending;
+	td_unblock_worker(&b);
+	resp = td_expect(a, 3, 0);
+	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, big);
+	ck_assert_uint_eq(resp->mr_lookup->entries[0]->end, start);
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 1 * MiB + 64 * KiB);
+	provider_stats(ca->domain->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 2);
+	close(a);
+	close(peer);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* A lookup inside a pool MR a worker is still making waits for it, and gets it. */
+START_TEST(test_lookup_waits_for_a_pool_mr)
+{
+	struct client *ca, *cb;
+	struct td_blocker b;
+	Mrd__Response *rp, *rl;
+	struct provider_stats ps;
+	uint64_t big;
+	int a, peer;
+
+	td_start_one_worker();
+	a = td_hello_client(1000, &ca);
+	peer = td_hello_client(1000, &cb);
+	big = td_alloc(a, 2, 4 * MiB);
+	td_block_worker(&b);
+	send_register(a, 3, "big", big + 1 * MiB, 2 * MiB); /* on the blocked worker */
+	td_pump();
+	td_send_lookup(peer, 3, big + 2 * MiB);
+	td_pump();
+	ck_assert_ptr_nonnull(cb->pending);
+	ck_assert_uint_eq(cb->domain->cache.pending_bytes, 0); /* it waits, pinning nothing */
+	td_unblock_worker(&b);
+	rp = td_expect(a, 3, 0);
+	rl = td_expect(peer, 3, 0);
+	ck_assert_uint_eq(rl->mr_lookup->entries[0]->start, big + 1 * MiB);
+	ck_assert_uint_eq(rl->mr_lookup->entries[0]->end, big + 3 * MiB);
+	ck_assert_uint_eq(rl->mr_lookup->entries[0]->lkey, rp->mempool_register->entries[0]->lkey);
+	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 2 * MiB);
+	provider_stats(ca->domain->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 1);
+	mrd__response__free_unpacked(rp, NULL);
+	mrd__response__free_unpacked(rl, NULL);
+	close(a);
+	close(peer);
+	td_wait_domains_closed();
 }
 END_TEST
 
@@ -265,11 +438,6 @@ START_TEST(test_pools_and_quota)
 	close(other);
 }
 END_TEST
-
-static void send_register(int fd, uint64_t id, const char *name, uint64_t start, uint64_t len)
-{
-	td_send_mempool_register(fd, id, name, &start, &len, 1, false);
-}
 
 START_TEST(test_big_pool_on_worker)
 {
@@ -474,6 +642,10 @@ int main(void)
 	tcase_add_test(tc, test_ranges_rounded_and_merged);
 	tcase_add_test(tc, test_bad_requests);
 	tcase_add_test(tc, test_extmem_replaces);
+	tcase_add_test(tc, test_extmem_replaced_before_the_reply);
+	tcase_add_test(tc, test_lookup_uses_the_pool_mr);
+	tcase_add_test(tc, test_lookup_waits_for_a_pool_mr);
+	tcase_add_test(tc, test_pool_made_while_a_lookup_registers);
 	tcase_add_test(tc, test_memory_under_a_pool_stays);
 	tcase_add_test(tc, test_death_releases_pools);
 	tcase_add_test(tc, test_pool_in_memory_of_a_client_that_left);

@@ -617,6 +617,58 @@ START_TEST(test_racing_registrations)
 }
 END_TEST
 
+/* Two misses whose runs overlap without either holding the other's address (the device's
+ * largest MR cuts each run at its address): both register on a worker, and the second one
+ * done must not keep a second MR over pages the first one pinned. */
+START_TEST(test_overlapping_registrations)
+{
+	struct client *ca;
+	struct td_blocker b;
+	int a, other;
+	uint64_t big;
+	Mrd__Response *ra, *rb;
+	struct provider_stats ps;
+	const Mrd__MrEntry *ea, *eb;
+
+	td_start_one_worker();
+	a = td_hello_client(1000, &ca);
+	other = td_hello_client(1000, NULL);
+	big = td_alloc(a, 2, 3 * MiB);
+	ca->domain->provider->caps.max_mr_size = 2 * MiB;
+	td_block_worker(&b);
+	td_send_lookup(other, 3, big + 1 * MiB); /* [1 MiB, 3 MiB): done first */
+	td_pump();
+	td_send_lookup(a, 3, big);               /* [0, 2 MiB): overlaps it */
+	td_pump();
+	td_unblock_worker(&b);
+	rb = td_expect(other, 3, 0);
+	ra = td_expect(a, 3, 0);
+	ea = ra->mr_lookup->entries[0];
+	eb = rb->mr_lookup->entries[0];
+	ck_assert_uint_le(ea->start, big);
+	ck_assert_uint_gt(ea->end, big);
+	ck_assert_uint_le(eb->start, big + 1 * MiB);
+	ck_assert_uint_gt(eb->end, big + 1 * MiB);
+	/* Pinned is the union, 3 MiB, in MRs that do not overlap. */
+	ck_assert_msg(ea->end <= eb->start || eb->end <= ea->start,
+		      "[%#lx, %#lx) and [%#lx, %#lx) overlap", (unsigned long)ea->start,
+		      (unsigned long)ea->end, (unsigned long)eb->start, (unsigned long)eb->end);
+	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 3 * MiB);
+	provider_stats(ca->domain->provider, &ps);
+	ck_assert_uint_eq(ps.pinned_bytes, 3 * MiB);
+	ck_assert_uint_eq(ps.mrs, 2);
+	/* The keys reach the bytes at both ends. */
+	memcpy((void *)(uintptr_t)big, "first", 6);
+	td_dma(a, 4, PROVIDER_DMA_WRITE, ea, big, eb, big + 3 * MiB - 6, 6, 0);
+	ck_assert_str_eq((char *)(uintptr_t)(big + 3 * MiB - 6), "first");
+	mrd__response__free_unpacked(ra, NULL);
+	mrd__response__free_unpacked(rb, NULL);
+	close(a);
+	close(other);
+	td_wait_domains_closed();
+}
+END_TEST
+
 START_TEST(test_death_while_registering)
 {
 	struct td_blocker b;
@@ -804,6 +856,7 @@ int main(void)
 	tcase_add_test(tc, test_table_overflow);
 	tcase_add_test(tc, test_big_registration_blocks_nobody);
 	tcase_add_test(tc, test_racing_registrations);
+	tcase_add_test(tc, test_overlapping_registrations);
 	tcase_add_test(tc, test_death_while_registering);
 	tcase_add_test(tc, test_big_free_on_worker);
 	tcase_add_test(tc, test_device_dma_on_worker);
