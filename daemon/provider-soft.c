@@ -18,20 +18,23 @@
 /* Indexes 1 .. 2^24 - 2: 0 is never a key, and index 2^24 - 1 could make 0xffffffff, which
  * libmrd reserves for "no key" (MRD_KEY_INVALID). */
 #define SOFT_INDEX_LIMIT ((1u << 24) - 1)
+/* Variants 1 .. 255: an index that gave its last is spent, never taken again, so no key comes
+ * back while anyone may hold it (a domain makes at most ~2^32 keys; then -ENOSPC). */
+#define SOFT_VARIANT_LAST 255
 #define SOFT_MAX_MR_SIZE (1ull << 36)    /* keeps a translation table within 128 MiB */
 
 struct soft_mr;
 
 struct soft_slot {
-	struct soft_mr *mr; /* NULL: free */
-	uint8_t variant;
+	struct soft_mr *mr; /* NULL: free, or spent */
+	uint8_t variant;    /* the last one given; 0: none yet */
 };
 
 struct soft_provider {
 	struct provider base;
 	struct soft_slot *slots; /* [0] unused */
 	uint32_t n_slots, slots_cap;
-	uint32_t *free_indexes;  /* LIFO, so reuse is immediate and tests see it */
+	uint32_t *free_indexes;  /* LIFO, so reuse is immediate and tests see it; none spent */
 	uint32_t n_free;
 	unsigned n_pds;
 	struct pin_map pins;
@@ -185,7 +188,8 @@ static int slot_take(struct soft_provider *sp, struct soft_mr *mr)
 static void slot_release(struct soft_provider *sp, struct soft_mr *mr)
 {
 	sp->slots[mr->index].mr = NULL;
-	sp->free_indexes[sp->n_free++] = mr->index;
+	if (sp->slots[mr->index].variant != SOFT_VARIANT_LAST)
+		sp->free_indexes[sp->n_free++] = mr->index;
 }
 
 static struct soft_mr *key_lookup(struct soft_provider *sp, uint32_t key)
@@ -346,6 +350,8 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 
 	if (mr->parked && !(flags & PROVIDER_REREG_TRANSLATION))
 		return -EINVAL; /* it has no memory whose access could change */
+	if ((flags & PROVIDER_REREG_TRANSLATION) && sp->slots[mr->index].variant == SOFT_VARIANT_LAST)
+		return -EKEYEXPIRED; /* a move needs a new key, and its index has none left */
 	if (flags & PROVIDER_REREG_TRANSLATION) {
 		/* Pin the new memory before letting go of the old: failure leaves mr intact. */
 		r = translation_new(sp, addr, length, iova, mr->on_demand, &moved);

@@ -92,7 +92,9 @@ struct provider_ops {
 	/* flags: provider_rereg_flags; access is the MR's new access (already checked). The MR
 	 * keeps its identity; keys may change (read them
 	 * again). On failure the MR is unchanged and still valid, except -ESTALE: the device
-	 * destroyed it on the way (verbs' IBV_REREG_MR_ERR_CMD) and only dereg remains. */
+	 * destroyed it on the way (verbs' IBV_REREG_MR_ERR_CMD) and only dereg remains.
+	 * -EKEYEXPIRED: a move would need a key it has none left of (soft: its index gave all its
+	 * variants); the MR is unchanged, but will never move. */
 	int (*rereg)(struct provider_mr *mr, unsigned flags, void *addr, size_t length,
 		     uint64_t iova, unsigned access);
 	int (*dereg)(struct provider_mr *mr);
