@@ -15,44 +15,9 @@
 #include "check-run.h"
 
 #define MiB (1ul << 20)
-#define NR_PATH "/proc/sys/vm/nr_hugepages"
-#define FREE_PATH "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
+#define FREE_PATH HUGEPAGES_FREE_PATH
 
 static struct mrd_proc mrd;
-static long reserved_before = -1;
-static pid_t reserver; /* Check forks a child per test: only this process gives them back */
-
-static long read_long(const char *path)
-{
-	long v = -1;
-	FILE *f = fopen(path, "re");
-
-	if (f) {
-		if (fscanf(f, "%ld", &v) != 1)
-			v = -1;
-		fclose(f);
-	}
-	return v;
-}
-
-static int write_long(const char *path, long v)
-{
-	FILE *f = fopen(path, "we");
-	int r;
-
-	if (!f)
-		return -errno;
-	r = fprintf(f, "%ld\n", v) > 0 ? 0 : -EIO;
-	if (fclose(f) != 0)
-		r = -errno;
-	return r;
-}
-
-static void give_back(void)
-{
-	if (reserved_before >= 0 && getpid() == reserver)
-		(void)write_long(NR_PATH, reserved_before);
-}
 
 /* The page size the kernel uses for the mapping holding p, from /proc/self/smaps. */
 static long kernel_page_kb(const void *p)
@@ -184,17 +149,10 @@ int main(void)
 	Suite *s = suite_create("hugetlb");
 	TCase *tc = tcase_create("arenas");
 
-	if (geteuid() == 0 && read_long(FREE_PATH) < 8) {
-		reserved_before = read_long(NR_PATH);
-		reserver = getpid();
-		if (reserved_before < 0 || write_long(NR_PATH, reserved_before + 16) < 0)
-			reserved_before = -1;
-		atexit(give_back);
-	}
-	if (read_long(FREE_PATH) < 8) {
-		printf("not run: fewer than 8 free 2 MiB huge pages (%s) and %s\n", FREE_PATH,
-		       geteuid() == 0 ? "the kernel reserved none when asked" :
-					"only root may reserve them");
+	char why[256];
+
+	if (hugepages_reserve(8, why, sizeof(why)) < 0) {
+		printf("not run: %s\n", why);
 		return 77;
 	}
 	tcase_add_checked_fixture(tc, setup, teardown);
