@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -60,7 +61,8 @@ START_TEST(test_fault_ends_the_copy)
 		ck_assert_uint_lt(fault, (uintptr_t)map + 2 * ps);
 		fault = 0;
 		ck_assert_int_eq(safe_memmove(buf, map + ps - 64, sizeof(buf), &fault), -EFAULT);
-		ck_assert_uint_eq(fault, (uintptr_t)map + ps);
+		ck_assert_uint_ge(fault, (uintptr_t)map + ps); /* memmove picks its order */
+		ck_assert_uint_lt(fault, (uintptr_t)map + ps + sizeof(buf));
 	}
 	ck_assert_int_eq(safe_memmove(buf, map, 64, NULL), 0); /* and copies go on */
 }
@@ -106,13 +108,24 @@ static int child_status(int how)
 	return status;
 }
 
+/* Killed by SIGBUS, as without the handler; under ASan, its own handler was there before
+ * and reports the fault, exiting non-zero. */
+static bool died_of_sigbus(int status)
+{
+#if defined(__SANITIZE_ADDRESS__)
+	if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+		return true;
+#endif
+	return WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS;
+}
+
 START_TEST(test_other_sigbus_still_kills)
 {
 	int status = child_status(0);
 
-	ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS, "status %#x", status);
+	ck_assert_msg(died_of_sigbus(status), "a fault outside a copy: status %#x", status);
 	status = child_status(1);
-	ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS, "status %#x", status);
+	ck_assert_msg(died_of_sigbus(status), "a SIGBUS sent: status %#x", status);
 }
 END_TEST
 
