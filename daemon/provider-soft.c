@@ -365,7 +365,8 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 
 	if (mr->parked && !(flags & PROVIDER_REREG_TRANSLATION))
 		return -EINVAL; /* it has no memory whose access could change */
-	if ((flags & PROVIDER_REREG_TRANSLATION) && sp->slots[mr->index].variant == SOFT_VARIANT_LAST)
+	if ((flags & PROVIDER_REREG_TRANSLATION) &&
+	    sp->slots[mr->index].variant == SOFT_VARIANT_LAST)
 		return -EKEYEXPIRED; /* a move needs a new key, and its index has none left */
 	if (flags & PROVIDER_REREG_TRANSLATION) {
 		wait_no_copies(sp, mr);

@@ -168,8 +168,7 @@ static int dma_result(struct domain *d, const Mrd__DmaRequest *q, int k, struct 
 				  "kernel could not fill (no free huge page)", q->laddr, q->length,
 				  q->raddr, q->length);
 		k = -EFAULT;
-	}
-	else if (k == -EKEYREJECTED)
+	} else if (k == -EKEYREJECTED)
 		reply_set_message(r, "the device refused a key: not valid, not granting this access, "
 				     "or the range outside its registration");
 	else if (k == -ETIMEDOUT)
