@@ -903,9 +903,12 @@ int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_wai
 		a->free_waiter = waiter;
 		return waiter ? -EINPROGRESS : 0;
 	}
-	/* Then the device lets go, and only then do its pages go back. */
+	/* Then the device lets go, and only then do its pages go back. A soft Dma copying
+	 * through its MRs holds them (their dereg waits for it): a worker waits then, not the
+	 * loop. */
 	j = workers && pinned > 0 &&
-			    (pinned >= d->manager->config.async_bytes || mr_cache_busy(&d->cache)) ?
+			    (pinned >= d->manager->config.async_bytes || mr_cache_busy(&d->cache) ||
+			     d->dma_jobs > 0) ?
 		    calloc(1, sizeof(*j)) :
 		    NULL;
 	if (!j) {

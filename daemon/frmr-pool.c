@@ -267,8 +267,8 @@ int frmr_pools_reg(struct frmr_pools *p, void *addr, size_t length, unsigned acc
 			*ret = hit.mr;
 			return 0;
 		}
-		if (r == 0 || r == -ESTALE) {
-			/* Back with an old key, or gone: that handle must never serve. */
+		if (r == 0 || r == -ESTALE || r == -EKEYEXPIRED) {
+			/* Back with an old key, gone, or out of keys: that handle must never serve. */
 			hit.mr->pool = NULL;
 			(void)provider_dereg(hit.mr);
 			hit.mr = NULL;

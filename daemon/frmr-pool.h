@@ -11,7 +11,8 @@
  * provider's parking page), pools run only on providers whose moves give new keys
  * (caps.rereg_new_keys), and both park and pop check it — a handle that keeps or gets back the
  * keys it had is destroyed, never handed out. Keys are an index and an 8-bit variant (soft, as
- * mlx5 mkeys): one recurs after 256 uses of its index, pooled or not.
+ * mlx5 mkeys): soft never gives an index's key twice, and a handle whose index is spent fails
+ * its move (-EKEYEXPIRED) and is destroyed for a fresh registration.
  *
  * Thread-safe: the loop and worker threads register and release concurrently. Provider ops
  * run outside the pools' lock. */

@@ -2,8 +2,9 @@
 /* soft: a software NIC. Keys are a 24-bit index and an 8-bit variant that changes whenever an
  * index is reused or its MR moves, so a stale key is caught, never silently valid (as mlx5
  * mkeys). It pins with mlock, keeps a translation per page, executes emulated DMA through
- * those translations with the access and bounds checks a NIC makes, and emulates ODP: an
- * on-demand MR pins nothing and its pages become present on fault or prefetch. */
+ * those translations with the access and bounds checks a NIC makes (fault-safe, outside the
+ * lock, holding both MRs), and emulates ODP: an on-demand MR pins nothing and its pages
+ * become present on fault or prefetch. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,27 +15,32 @@
 #include "macro.h"
 #include "pin-map.h"
 #include "provider.h"
+#include "safe-copy.h"
 
 /* Indexes 1 .. 2^24 - 2: 0 is never a key, and index 2^24 - 1 could make 0xffffffff, which
  * libmrd reserves for "no key" (MRD_KEY_INVALID). */
 #define SOFT_INDEX_LIMIT ((1u << 24) - 1)
+/* Variants 1 .. 255: an index that gave its last is spent, never taken again, so no key comes
+ * back while anyone may hold it (a domain makes at most ~2^32 keys; then -ENOSPC). */
+#define SOFT_VARIANT_LAST 255
 #define SOFT_MAX_MR_SIZE (1ull << 36)    /* keeps a translation table within 128 MiB */
 
 struct soft_mr;
 
 struct soft_slot {
-	struct soft_mr *mr; /* NULL: free */
-	uint8_t variant;
+	struct soft_mr *mr; /* NULL: free, or spent */
+	uint8_t variant;    /* the last one given; 0: none yet */
 };
 
 struct soft_provider {
 	struct provider base;
 	struct soft_slot *slots; /* [0] unused */
 	uint32_t n_slots, slots_cap;
-	uint32_t *free_indexes;  /* LIFO, so reuse is immediate and tests see it */
+	uint32_t *free_indexes;  /* LIFO, so reuse is immediate and tests see it; none spent */
 	uint32_t n_free;
 	unsigned n_pds;
 	struct pin_map pins;
+	pthread_cond_t idle; /* an MR's last copy ended (soft_mr.copies) */
 	struct provider_stats stats;
 	uintptr_t page_size;
 	bool populate; /* MADV_POPULATE_* checks mappings (mapped_for) */
@@ -49,6 +55,7 @@ struct soft_mr {
 	uint64_t iova_page0;          /* iova rounded down to a page */
 	uint8_t **pages;              /* host address of each page; NULL: not present (ODP) */
 	size_t n_pages;
+	unsigned copies;              /* DMA copies through it, run without the lock */
 };
 
 static struct soft_provider *to_soft(struct provider *p) { return (struct soft_provider *)p; }
@@ -89,6 +96,7 @@ static int soft_open(const char *device, struct provider **ret)
 		return -ENOMEM;
 	sp->base.ops = &provider_soft_ops;
 	pthread_mutex_init(&sp->base.lock, NULL);
+	pthread_cond_init(&sp->idle, NULL);
 	sp->page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
 	sp->populate = populate_works(sp->page_size);
 	sp->n_slots = 1;
@@ -124,6 +132,7 @@ static void soft_close(struct provider *p)
 	pin_map_done(&sp->pins);
 	free(sp->slots);
 	free(sp->free_indexes);
+	pthread_cond_destroy(&sp->idle);
 	pthread_mutex_destroy(&sp->base.lock);
 	free(sp);
 }
@@ -185,7 +194,8 @@ static int slot_take(struct soft_provider *sp, struct soft_mr *mr)
 static void slot_release(struct soft_provider *sp, struct soft_mr *mr)
 {
 	sp->slots[mr->index].mr = NULL;
-	sp->free_indexes[sp->n_free++] = mr->index;
+	if (sp->slots[mr->index].variant != SOFT_VARIANT_LAST)
+		sp->free_indexes[sp->n_free++] = mr->index;
 }
 
 static struct soft_mr *key_lookup(struct soft_provider *sp, uint32_t key)
@@ -199,6 +209,14 @@ static struct soft_mr *key_lookup(struct soft_provider *sp, uint32_t key)
 	if (!slot->mr || slot->mr->parked || slot->variant != (uint8_t)key)
 		return NULL; /* free, parked, or reused since this key was handed out */
 	return slot->mr;
+}
+
+/* A copy runs through mr without the lock: whatever would change what mr maps, or let its
+ * memory go, waits for it, as an MMU notifier waits for a device's DMA. Locked. */
+static void wait_no_copies(struct soft_provider *sp, struct soft_mr *mr)
+{
+	while (mr->copies > 0)
+		pthread_cond_wait(&sp->idle, &sp->base.lock);
 }
 
 /* Whether every page of [start, end) is mapped readable (and writable when write), as the
@@ -324,6 +342,7 @@ static int soft_dereg(struct provider_mr *base)
 	struct soft_mr *mr = (struct soft_mr *)base;
 	struct soft_provider *sp = to_soft(base->pd->provider);
 
+	wait_no_copies(sp, mr);
 	if (mr->pin_end > mr->pin_start)
 		(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
 	slot_release(sp, mr);
@@ -346,7 +365,11 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 
 	if (mr->parked && !(flags & PROVIDER_REREG_TRANSLATION))
 		return -EINVAL; /* it has no memory whose access could change */
+	if ((flags & PROVIDER_REREG_TRANSLATION) &&
+	    sp->slots[mr->index].variant == SOFT_VARIANT_LAST)
+		return -EKEYEXPIRED; /* a move needs a new key, and its index has none left */
 	if (flags & PROVIDER_REREG_TRANSLATION) {
+		wait_no_copies(sp, mr);
 		/* Pin the new memory before letting go of the old: failure leaves mr intact. */
 		r = translation_new(sp, addr, length, iova, mr->on_demand, &moved);
 		if (r < 0)
@@ -391,6 +414,7 @@ static int soft_park(struct provider_mr *base)
 	struct soft_mr *mr = (struct soft_mr *)base;
 	struct soft_provider *sp = to_soft(base->pd->provider);
 
+	wait_no_copies(sp, mr);
 	if (mr->pin_end > mr->pin_start)
 		(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
 	mr->pin_start = mr->pin_end = 0;
@@ -426,32 +450,40 @@ static bool in_bounds(const struct soft_mr *mr, uint64_t iova, size_t length)
 	       iova + length <= mr->base.iova + mr->base.length;
 }
 
-/* Host address of iova and how many bytes follow it on the same page; faults ODP pages. */
-static int translate(struct soft_provider *sp, struct soft_mr *mr, uint64_t iova, bool write,
-		     uint8_t **ret, size_t *ret_chunk)
+/* Makes the pages of [iova, iova + length) present, as a NIC's page faults would (ODP), and
+ * returns the host address of iova: soft maps an MR's pages in order, present or not. */
+static int translate(struct soft_provider *sp, struct soft_mr *mr, uint64_t iova, size_t length,
+		     bool write, uint8_t **ret)
 {
-	uint64_t off = iova - mr->iova_page0;
-	size_t i = (size_t)(off / sp->page_size), in_page = (size_t)(off % sp->page_size);
-	int r;
+	size_t first = (size_t)((iova - mr->iova_page0) / sp->page_size);
+	size_t end = (size_t)((iova + length + sp->page_size - 1 - mr->iova_page0) / sp->page_size);
 
-	if (!mr->pages[i]) {
+	for (size_t i = first; i < end; i++) {
+		int r;
+
+		if (mr->pages[i])
+			continue;
 		r = fault_page(sp, mr, i, write);
 		if (r < 0)
 			return r;
 		sp->stats.odp_faults++;
 	}
-	*ret = mr->pages[i] + in_page;
-	*ret_chunk = sp->page_size - in_page;
+	*ret = (uint8_t *)(uintptr_t)(mr->base.addr + (iova - mr->base.iova));
 	return 0;
 }
 
-static int dma_locked(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey,
-		      uint64_t laddr, uint32_t rkey, uint64_t raddr, size_t length)
+/* Checks a DMA as a NIC would and, when it may run, holds both MRs for the copy: nothing moves
+ * them or lets their memory go until dma_end. Locked. */
+static int dma_begin(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey,
+		     uint64_t laddr, uint32_t rkey, uint64_t raddr, size_t length,
+		     struct soft_mr **ret_src, struct soft_mr **ret_dst, uint8_t **ret_s,
+		     uint8_t **ret_d)
 {
 	struct soft_provider *sp = to_soft(pd->provider);
 	struct soft_mr *local = key_lookup(sp, lkey), *remote = key_lookup(sp, rkey);
 	struct soft_mr *src, *dst;
 	uint64_t src_addr, dst_addr;
+	int r;
 
 	if (!local || !remote)
 		return -ENOKEY;
@@ -472,31 +504,44 @@ static int dma_locked(struct provider_pd *pd, enum provider_dma_op op, uint32_t 
 	} else
 		return -EINVAL;
 
-	while (length > 0) {
-		uint8_t *s, *d;
-		size_t s_chunk, d_chunk, n;
-		int r;
-
-		r = translate(sp, src, src_addr, false, &s, &s_chunk);
-		if (r >= 0)
-			r = translate(sp, dst, dst_addr, true, &d, &d_chunk);
-		if (r < 0)
-			return r;
-		n = length < s_chunk ? length : s_chunk;
-		n = n < d_chunk ? n : d_chunk;
-		memmove(d, s, n);
-		src_addr += n;
-		dst_addr += n;
-		length -= n;
-	}
+	r = translate(sp, src, src_addr, length, false, ret_s);
+	if (r >= 0)
+		r = translate(sp, dst, dst_addr, length, true, ret_d);
+	if (r < 0)
+		return r;
+	src->copies++;
+	dst->copies++;
+	*ret_src = src;
+	*ret_dst = dst;
 	return 0;
 }
 
+static int dma_end(struct soft_provider *sp, struct soft_mr *src, struct soft_mr *dst)
+{
+	src->copies--;
+	dst->copies--;
+	pthread_cond_broadcast(&sp->idle);
+	return 0;
+}
+
+/* The copy runs without the provider's lock (up to MRD_DMA_MAX bytes: registrations of others
+ * go on meanwhile), and fault-safe: a client may have punched a hole in the memory behind
+ * either MR, which on hugetlb is SIGBUS once no huge page is free to fill it. */
 static int soft_dma(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey,
 		    uint64_t laddr, uint32_t rkey, uint64_t raddr, size_t length)
 {
-	return PROVIDER_LOCKED(pd->provider,
-			       dma_locked(pd, op, lkey, laddr, rkey, raddr, length));
+	struct soft_provider *sp = to_soft(pd->provider);
+	struct soft_mr *src, *dst;
+	uint8_t *s, *d;
+	int r;
+
+	r = PROVIDER_LOCKED(pd->provider, dma_begin(pd, op, lkey, laddr, rkey, raddr, length,
+						    &src, &dst, &s, &d));
+	if (r < 0)
+		return r;
+	r = safe_memmove(d, s, length, NULL);
+	(void)PROVIDER_LOCKED(pd->provider, dma_end(sp, src, dst));
+	return r == -EFAULT ? -ENXIO : r;
 }
 
 static int soft_advise(struct provider_mr *base, enum provider_advice advice, uint64_t iova,
@@ -540,6 +585,7 @@ static int soft_invalidate(struct provider_mr *base, uint64_t iova, size_t lengt
 		return -EINVAL; /* pinned pages cannot move under a pinned MR */
 	if (length == 0 || !in_bounds(mr, iova, length))
 		return -EFAULT;
+	wait_no_copies(sp, mr);
 	first = (size_t)((iova - mr->iova_page0) / sp->page_size);
 	last = (size_t)((iova + length - 1 - mr->iova_page0) / sp->page_size);
 	for (size_t i = first; i <= last; i++) {

@@ -92,7 +92,9 @@ struct provider_ops {
 	/* flags: provider_rereg_flags; access is the MR's new access (already checked). The MR
 	 * keeps its identity; keys may change (read them
 	 * again). On failure the MR is unchanged and still valid, except -ESTALE: the device
-	 * destroyed it on the way (verbs' IBV_REREG_MR_ERR_CMD) and only dereg remains. */
+	 * destroyed it on the way (verbs' IBV_REREG_MR_ERR_CMD) and only dereg remains.
+	 * -EKEYEXPIRED: a move would need a key it has none left of (soft: its index gave all its
+	 * variants); the MR is unchanged, but will never move. */
 	int (*rereg)(struct provider_mr *mr, unsigned flags, void *addr, size_t length,
 		     uint64_t iova, unsigned access);
 	int (*dereg)(struct provider_mr *mr);
@@ -108,7 +110,10 @@ struct provider_ops {
 	int (*export_pd)(struct provider_pd *pd, int *ret_cmd_fd, uint32_t *ret_pd_handle);
 	/* An RDMA WRITE or READ through keys: soft emulates it through the keys' translations,
 	 * verbs has the device do it. Called without the provider's lock: it locks what it
-	 * needs, as a device transfer waits. NULL when the provider has none. */
+	 * needs, as a device transfer waits (soft copies unlocked; a dereg, park, move or
+	 * invalidate of an MR it copies through waits for the copy). -ENXIO (soft): a page of a
+	 * range is gone, a hole in its memfd the kernel could not fill (hugetlb with no free
+	 * huge page). NULL when the provider has none. */
 	int (*dma)(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey, uint64_t laddr,
 		   uint32_t rkey, uint64_t raddr, size_t length);
 	/* ODP: zaps the translations of [iova, iova + length) as an MMU notifier would; NULL

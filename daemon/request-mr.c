@@ -134,8 +134,9 @@ int request_mr_lookup(struct client *c, const Mrd__Request *req, struct wire_pac
 	return k;
 }
 
-/* A Dma the device carries out: it waits for the device's completion, so on the Dma thread,
- * one transfer at a time, in the order asked (each client has one request in flight). A
+/* A Dma waits for the device's completion (verbs), or is a copy of up to MRD_DMA_MAX bytes
+ * (soft): either way on the Dma thread, not the loop, one transfer at a time, in the order
+ * asked (each client has one request in flight). A
  * domain has at most DMA_QUEUED_MAX there, so one user cannot hold up the others' for long;
  * a request that waited DMA_WAIT_USEC is answered without being done, before libmrd (30 s)
  * stops waiting for it: a transfer never happens after its client was told it failed. */
@@ -151,7 +152,7 @@ struct dma_job {
 	int result;
 };
 
-static int dma_result(struct domain *d, int k, struct reply *r)
+static int dma_result(struct domain *d, const Mrd__DmaRequest *q, int k, struct reply *r)
 {
 	if (k == -EOPNOTSUPP)
 		reply_set_message(r, "the %s provider does no DMA", provider_name(d->provider));
@@ -161,7 +162,13 @@ static int dma_result(struct domain *d, int k, struct reply *r)
 		reply_set_message(r, "the keys do not grant this access");
 	else if (k == -EFAULT)
 		reply_set_message(r, "the range lies outside a key's registration");
-	else if (k == -EKEYREJECTED)
+	else if (k == -ENXIO) {
+		reply_set_message(r, "the pages at [0x%" PRIx64 ", +%" PRIu64 ") or [0x%" PRIx64
+				  ", +%" PRIu64 ") are gone: a hole in their memfd (punched?) that the "
+				  "kernel could not fill (no free huge page)", q->laddr, q->length,
+				  q->raddr, q->length);
+		k = -EFAULT;
+	} else if (k == -EKEYREJECTED)
 		reply_set_message(r, "the device refused a key: not valid, not granting this access, "
 				     "or the range outside its registration");
 	else if (k == -ETIMEDOUT)
@@ -208,7 +215,7 @@ static void dma_job_done(struct work *w)
 
 	if (j->base.client) {
 		reply_init(&r, j->base.id);
-		request_answer(&j->base, &r, dma_result(j->domain, j->result, &r));
+		request_answer(&j->base, &r, dma_result(j->domain, &j->q, j->result, &r));
 	}
 	j->domain->dma_jobs--;
 	domain_unref(j->domain);
@@ -231,9 +238,6 @@ int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *p
 	k = request_domain(c, r, &d);
 	if (k < 0)
 		return k;
-	/* Emulation is a copy under the provider's lock, done here like any other op. */
-	if (d->provider->caps.dma_emulated)
-		return dma_result(d, do_dma(d, q), r);
 	if (d->dma_jobs >= DMA_QUEUED_MAX) {
 		reply_set_message(r, "%u Dma requests of domain %s wait already: ask again when one "
 				     "is answered", DMA_QUEUED_MAX, d->name);

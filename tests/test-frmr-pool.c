@@ -198,6 +198,35 @@ START_TEST(test_stale_key_refused_after_reuse)
 }
 END_TEST
 
+/* One pooled handle reused 300 times (past its 256 variants): none of the keys it had reaches
+ * its memory again, whichever handle serves now. */
+#define REUSE_ROUNDS 300
+START_TEST(test_pooled_keys_never_revisit)
+{
+	static uint32_t rkeys[REUSE_ROUNDS], lkeys[REUSE_ROUNDS];
+	struct provider_mr *src = reg_pages(NPAGES - 1, 1, 0), *mr;
+
+	for (int i = 0; i < REUSE_ROUNDS; i++) {
+		mr = reg_pages((size_t)(i % 2) * 4, 2, RW);
+		rkeys[i] = mr->rkey;
+		lkeys[i] = mr->lkey;
+		ck_assert_int_eq(frmr_pools_dereg(&pools, mr), 0);
+	}
+	ck_assert_uint_ge(pool_of(2, RW).hits, 255); /* the pool did reuse it */
+	mr = reg_pages(0, 2, RW);
+	buf[(NPAGES - 1) * ps] = 0x5a;
+	for (int i = 0; i < REUSE_ROUNDS; i++) {
+		ck_assert_msg(rkeys[i] != mr->rkey && lkeys[i] != mr->lkey,
+			      "the keys of use %d are back", i);
+		ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, rkeys[i],
+					      mr->iova, 1), -ENOKEY);
+	}
+	ck_assert_int_eq(buf[0], 0);
+	ck_assert_int_eq(frmr_pools_dereg(&pools, mr), 0);
+	ck_assert_int_eq(frmr_pools_dereg(&pools, src), 0);
+}
+END_TEST
+
 START_TEST(test_aging_and_pinned_minimum)
 {
 	struct provider_mr *mr[3], **doomed;
@@ -543,6 +572,7 @@ int main(void)
 	tcase_add_test(tc, test_twice_rule_boundaries);
 	tcase_add_test(tc, test_key_parts_must_match);
 	tcase_add_test(tc, test_stale_key_refused_after_reuse);
+	tcase_add_test(tc, test_pooled_keys_never_revisit);
 	tcase_add_test(tc, test_aging_and_pinned_minimum);
 	tcase_add_test(tc, test_set_per_key);
 	tcase_add_test(tc, test_max_queued);

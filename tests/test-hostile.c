@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,6 +25,7 @@
 #include <mrd/mrd.h>
 
 #include "check-run.h"
+#include "macro.h"
 #include "test-util.h"
 #include "time-util.h"
 #include "wire.h"
@@ -532,6 +534,73 @@ START_TEST(test_clients_killed_mid_request)
 }
 END_TEST
 
+/* ---- holes punched in memory mrd copies (soft Dma) ---- */
+
+/* Keys of the MR holding p, looked up afresh. */
+static struct mrd_mr keys_of(mrd_client *c, const void *p)
+{
+	struct mrd_mr mr;
+
+	ck_assert_msg(mrd_mr_lookup(c, p, &mr) == 0, "%s", mrd_last_error());
+	return mr;
+}
+
+/* A sealed memfd of size bytes, backed (huge pages: hugetlb), attached to mrd through c. */
+static void *attach_memfd(mrd_client *c, bool huge, size_t size, int *ret_fd)
+{
+	int fd = memfd_create("hostile-hole", MFD_CLOEXEC | MFD_ALLOW_SEALING |
+						      (huge ? MFD_HUGETLB : 0));
+	void *p;
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
+	ck_assert_int_eq(fallocate(fd, 0, 0, (off_t)size), 0);
+	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	ck_assert_msg(mrd_extmem_attach(c, fd, 0, size, &p) == 0, "%s", mrd_last_error());
+	*ret_fd = fd;
+	return p;
+}
+
+/* Dma both ways between p (whole) and the hole at hole: served, the hole reading as zeros. */
+static void dma_through_small_hole(mrd_client *c, uint8_t *p, uint8_t *hole)
+{
+	struct mrd_mr mr = keys_of(c, p);
+
+	memset(p, 0x6b, 4096);
+	ck_assert_int_eq(mrd_dma(c, MRD_DMA_READ, mr.lkey, p, mr.rkey, hole + 4096, 4096), 0);
+	ck_assert_int_eq(p[0] | p[4095], 0); /* a hole reads as zeros */
+	memset(p, 0x6c, 4096);
+	ck_assert_int_eq(mrd_dma(c, MRD_DMA_WRITE, mr.lkey, p, mr.rkey, hole, 4096), 0);
+	ck_assert_int_eq(hole[0], 0x6c); /* and a write fills it */
+	ck_assert_int_eq(hole[4095], 0x6c);
+}
+
+/* Holes in 4 KiB memory (mrd's arena, an attached memfd) fill on touch: a Dma into one is
+ * served, and nothing breaks. (A shrunk memfd would fault, but mrd attaches only memfds
+ * sealed against shrinking, and its own arenas are sealed too.) */
+START_TEST(test_holes_in_small_pages)
+{
+	mrd_client *c;
+	uint8_t *p, *q;
+	int fd;
+
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 256 * 1024, 0, 0, (void **)&p), 0);
+	ck_assert_int_eq(madvise(p + 128 * 1024, 64 * 1024, MADV_REMOVE), 0); /* a punched hole */
+	dma_through_small_hole(c, p, p + 128 * 1024);
+	q = attach_memfd(c, false, 256 * 1024, &fd);
+	ck_assert_int_eq(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 128 * 1024,
+				   64 * 1024), 0);
+	dma_through_small_hole(c, q, q + 128 * 1024);
+	ck_assert_int_eq(mrd_extmem_detach(c, q), 0);
+	close(fd);
+	ck_assert_int_eq(mrd_mem_free(c, p), 0);
+	mrd_client_close(c);
+	good_session();
+	wait_settled();
+}
+END_TEST
+
 START_TEST(test_after_the_storm)
 {
 	unsigned fds;
@@ -562,10 +631,131 @@ START_TEST(test_after_the_storm)
 }
 END_TEST
 
+/* Holes in huge-page memory: once the host has no free huge page, a touch of one is SIGBUS.
+ * Each case has an mrd of its own whose arenas are hugetlb (hugepages = yes). */
+static struct mrd_proc huge_mrd;
+static mrd_client *attacker, *other; /* closed by the fixture, whatever happened */
+static int hog = -1;                 /* holds the huge pages it took */
+
+static void start_huge_mrd(void)
+{
+	int r = mrd_proc_start(&huge_mrd, "[memory]\nhugepages = yes\narena_size = 64M\n", NULL);
+
+	ck_assert_msg(r == 0, "mrd did not start: %s", strerror(-r));
+	hog = memfd_create("hostile-hog", MFD_CLOEXEC | MFD_HUGETLB);
+	ck_assert_int_ge(hog, 0);
+}
+
+static void stop_huge_mrd(void)
+{
+	hog = safe_close(hog);
+	attacker = mrd_client_close(attacker);
+	other = mrd_client_close(other);
+	if (huge_mrd.pid > 0)
+		printf("mrd exited with %d\n", mrd_proc_stop(&huge_mrd));
+	huge_mrd.pid = 0;
+}
+
+/* Takes every free huge page of the host into fd (a hugetlb memfd grown a page at a time
+ * until the kernel has none left); closing it gives them back. */
+static void hog_huge_pages(int fd)
+{
+	struct stat st;
+
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	for (off_t off = st.st_size; fallocate(fd, 0, off, 2 * MiB) == 0; off += 2 * MiB)
+		;
+	ck_assert_msg(errno == ENOSPC, "taking huge pages: %s", strerror(errno));
+}
+
+/* A Dma (op) between p and hole, a huge page whose backing punch() removed, once the host has
+ * no huge page to fill it: refused with -EFAULT, saying why, and mrd lives on. Someone else
+ * freeing a huge page at that moment lets mrd fill the hole: then the hole is punched again. */
+static void dma_into_hole(mrd_client *c, int op, uint8_t *p, uint8_t *hole,
+			  void (*punch)(void *data), void *data)
+{
+	struct mrd_mr mr = keys_of(c, p);
+	int r = 0, status;
+
+	for (int i = 0; i < 5 && r == 0; i++) {
+		punch(data);
+		hog_huge_pages(hog);
+		r = mrd_dma(c, op, mr.lkey, p, mr.rkey, hole + 4096, 4096);
+	}
+	ck_assert_msg(r == -EFAULT, "Dma into a hole: %d (%s)", r, mrd_last_error());
+	ck_assert_msg(strstr(mrd_last_error(), "gone"), "%s", mrd_last_error());
+	ck_assert_int_eq(waitpid(huge_mrd.pid, &status, WNOHANG), 0); /* alive */
+}
+
+static void punch_arena(void *data)
+{
+	/* Clients map mrd's arena memfd writable: MADV_REMOVE is a hole punched in it. */
+	ck_assert_int_eq(madvise(data, 2 * MiB, MADV_REMOVE), 0);
+}
+
+static void punch_memfd(void *data)
+{
+	ck_assert_int_eq(fallocate(*(int *)data, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				   2 * MiB, 2 * MiB), 0);
+}
+
+/* After the attack: other clients are served, and mrd stops cleanly. */
+static void huge_mrd_serves(void)
+{
+	int status;
+
+	ck_assert_int_eq(mrd_client_ping(other), 0);
+	attacker = mrd_client_close(attacker);
+	other = mrd_client_close(other);
+	status = mrd_proc_stop(&huge_mrd);
+	huge_mrd.pid = 0;
+	ck_assert_msg(status == 0, "mrd exited with %d", status); /* 135: SIGBUS */
+}
+
+/* A hole punched in mrd's own hugetlb arena, the host's free huge pages taken, a Dma into it. */
+START_TEST(test_hole_in_huge_arena)
+{
+	uint8_t *p;
+
+	ck_assert_int_eq(mrd_client_connect(huge_mrd.socket, &attacker), 0);
+	ck_assert_int_eq(mrd_client_connect(huge_mrd.socket, &other), 0);
+	ck_assert_msg(mrd_mem_alloc(attacker, 4 * MiB, 0, MRD_MEM_HUGEPAGE, (void **)&p) == 0, "%s",
+		      mrd_last_error());
+	memset(p, 0x21, 2 * MiB);
+	dma_into_hole(attacker, MRD_DMA_WRITE, p, p + 2 * MiB, punch_arena, p + 2 * MiB);
+	dma_into_hole(attacker, MRD_DMA_READ, p, p + 2 * MiB, punch_arena, p + 2 * MiB);
+	ck_assert_int_eq(mrd_client_ping(other), 0); /* while the hog holds every huge page */
+	hog = safe_close(hog);
+	ck_assert_int_eq(mrd_mem_free(attacker, p), 0);
+	huge_mrd_serves();
+}
+END_TEST
+
+/* The same in a hugetlb memfd of the client's own, attached. */
+START_TEST(test_hole_in_attached_huge_memfd)
+{
+	uint8_t *p;
+	int fd;
+
+	ck_assert_int_eq(mrd_client_connect(huge_mrd.socket, &attacker), 0);
+	ck_assert_int_eq(mrd_client_connect(huge_mrd.socket, &other), 0);
+	p = attach_memfd(attacker, true, 4 * MiB, &fd);
+	memset(p, 0x22, 2 * MiB);
+	dma_into_hole(attacker, MRD_DMA_WRITE, p, p + 2 * MiB, punch_memfd, &fd);
+	dma_into_hole(attacker, MRD_DMA_READ, p, p + 2 * MiB, punch_memfd, &fd);
+	ck_assert_int_eq(mrd_client_ping(other), 0);
+	hog = safe_close(hog);
+	ck_assert_int_eq(mrd_extmem_detach(attacker, p), 0);
+	close(fd);
+	huge_mrd_serves();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("hostile");
 	TCase *tc = tcase_create("storm");
+	char why[256];
 
 	/* One mrd for the whole storm, in order: the last case looks at what the others left
 	 * and stops mrd, so the cases run in this process, mrd's parent. */
@@ -579,7 +769,18 @@ int main(void)
 	tcase_add_test(tc, test_client_that_never_reads);
 	tcase_add_test(tc, test_thousand_clients);
 	tcase_add_test(tc, test_clients_killed_mid_request);
+	tcase_add_test(tc, test_holes_in_small_pages);
 	tcase_add_test(tc, test_after_the_storm);
 	suite_add_tcase(s, tc);
+
+	tc = tcase_create("huge-holes");
+	if (hugepages_reserve(8, why, sizeof(why)) == 0) {
+		tcase_add_checked_fixture(tc, start_huge_mrd, stop_huge_mrd);
+		tcase_set_timeout(tc, 60);
+		tcase_add_test(tc, test_hole_in_huge_arena);
+		tcase_add_test(tc, test_hole_in_attached_huge_memfd);
+		suite_add_tcase(s, tc);
+	} else
+		printf("not run: holes in huge pages: %s\n", why);
 	return run_suite(s);
 }

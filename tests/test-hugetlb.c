@@ -24,48 +24,10 @@
 #define HUGE_DIR "/sys/kernel/mm/hugepages/hugepages-2048kB/"
 #define NR_PATH HUGE_DIR "nr_hugepages"
 #define OVERCOMMIT_PATH HUGE_DIR "nr_overcommit_hugepages"
-#define FREE_PATH HUGE_DIR "free_hugepages"
+#define FREE_PATH HUGEPAGES_FREE_PATH
 #define HUGETLBFS_MAGIC 0x958458f6
 
 static struct mrd_proc mrd;
-static long reserved; /* pages this run added to the pool */
-static pid_t reserver; /* Check forks a child per test: only this process gives them back */
-
-static long read_long(const char *path)
-{
-	long v = -1;
-	FILE *f = fopen(path, "re");
-
-	if (f) {
-		if (fscanf(f, "%ld", &v) != 1)
-			v = -1;
-		fclose(f);
-	}
-	return v;
-}
-
-static int write_long(const char *path, long v)
-{
-	FILE *f = fopen(path, "we");
-	int r;
-
-	if (!f)
-		return -errno;
-	r = fprintf(f, "%ld\n", v) > 0 ? 0 : -EIO;
-	if (fclose(f) != 0)
-		r = -errno;
-	return r;
-}
-
-/* As many as it added, from whatever the pool holds now: runs side by side each take and
- * give back their own. */
-static void give_back(void)
-{
-	long nr = read_long(NR_PATH);
-
-	if (reserved > 0 && getpid() == reserver && nr >= reserved)
-		(void)write_long(NR_PATH, nr - reserved);
-}
 
 /* The 2 MiB pages held by the memfds mrd has open (its arenas), from their allocated blocks;
  * each file once (a reply's copy of a descriptor may still be open beside it). */
@@ -158,7 +120,7 @@ END_TEST
 
 START_TEST(test_huge_pages_run_out)
 {
-	/* More than the pool can ever hold, with room for other runs adding their 16 meanwhile. */
+	/* More than the pool can ever hold, with room for other runs adding theirs meanwhile. */
 	size_t size = (size_t)(read_long(NR_PATH) + read_long(OVERCOMMIT_PATH) + 64) * 2 * MiB;
 	long held = mrd_huge_pages();
 	mrd_client *c = NULL;
@@ -236,18 +198,10 @@ int main(void)
 	Suite *s = suite_create("hugetlb");
 	TCase *tc = tcase_create("arenas");
 
-	if (geteuid() == 0) {
-		long nr = read_long(NR_PATH);
+	char why[256];
 
-		reserver = getpid();
-		atexit(give_back);
-		if (nr >= 0 && write_long(NR_PATH, nr + 16) == 0)
-			reserved = read_long(NR_PATH) - nr; /* what the kernel found, up to 16 */
-	}
-	if (read_long(FREE_PATH) < 8) {
-		printf("not run: fewer than 8 free 2 MiB huge pages (%s) and %s\n", FREE_PATH,
-		       geteuid() == 0 ? "the kernel reserved none when asked" :
-					"only root may reserve them");
+	if (hugepages_reserve(8, why, sizeof(why)) < 0) {
+		printf("not run: %s\n", why);
 		return 77;
 	}
 	tcase_add_checked_fixture(tc, setup, teardown);

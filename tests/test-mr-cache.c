@@ -3,9 +3,19 @@
  * checked by soft DMA, retirement on free, the pinned quota and the table's overflow path. */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "arena.h"
 
 #include "client.h"
 #include "domain.h"
@@ -765,6 +775,159 @@ START_TEST(test_device_dma_on_worker)
 }
 END_TEST
 
+/* A page of mrd's mapping whose first touch blocks until the test lets go (userfaultfd), so a
+ * copy into it stays in progress for as long as the test wants. If nobody lets go in 5 s (the
+ * copy ran on the test's own thread, the loop), it lets go by itself and says so. */
+struct page_hold {
+	int uffd;
+	uint64_t page;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool faulted, released, timed_out;
+};
+
+static void *hold_run(void *data)
+{
+	struct page_hold *h = data;
+	struct pollfd p = { .fd = h->uffd, .events = POLLIN };
+	struct uffd_msg msg;
+	struct timespec deadline;
+	struct uffdio_zeropage z = { .range = { .start = h->page, .len = 4096 } };
+
+	if (poll(&p, 1, 30000) != 1 || read(h->uffd, &msg, sizeof(msg)) != sizeof(msg))
+		return NULL;
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += 5;
+	pthread_mutex_lock(&h->lock);
+	h->faulted = true;
+	pthread_cond_broadcast(&h->cond);
+	while (!h->released && !h->timed_out)
+		h->timed_out = pthread_cond_timedwait(&h->cond, &h->lock, &deadline) == ETIMEDOUT;
+	pthread_mutex_unlock(&h->lock);
+	(void)ioctl(h->uffd, UFFDIO_ZEROPAGE, &z); /* the copy goes on into a zeroed page */
+	return NULL;
+}
+
+/* false when the kernel has no userfaultfd for shared memory (the case is not run). */
+static bool hold_page(struct page_hold *h, uint64_t page)
+{
+	struct uffdio_api api = { .api = UFFD_API };
+	struct uffdio_register reg = { .range = { .start = page, .len = 4096 },
+				       .mode = UFFDIO_REGISTER_MODE_MISSING };
+
+	*h = (struct page_hold){ .page = page };
+	h->uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+	if (h->uffd < 0)
+		h->uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	if (h->uffd < 0 || ioctl(h->uffd, UFFDIO_API, &api) < 0 ||
+	    ioctl(h->uffd, UFFDIO_REGISTER, &reg) < 0) {
+		printf("not run: userfaultfd on shared memory: %s\n", strerror(errno));
+		if (h->uffd >= 0)
+			close(h->uffd);
+		return false;
+	}
+	pthread_mutex_init(&h->lock, NULL);
+	pthread_cond_init(&h->cond, NULL);
+	ck_assert_int_eq(pthread_create(&h->thread, NULL, hold_run, h), 0);
+	return true;
+}
+
+static bool hold_wait_fault(struct page_hold *h)
+{
+	struct timespec deadline;
+	bool faulted;
+
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += 30;
+	pthread_mutex_lock(&h->lock);
+	while (!h->faulted && pthread_cond_timedwait(&h->cond, &h->lock, &deadline) == 0)
+		;
+	faulted = h->faulted;
+	pthread_mutex_unlock(&h->lock);
+	return faulted;
+}
+
+static bool hold_timed_out(struct page_hold *h)
+{
+	bool timed_out;
+
+	pthread_mutex_lock(&h->lock);
+	timed_out = h->timed_out;
+	pthread_mutex_unlock(&h->lock);
+	return timed_out;
+}
+
+static void hold_release(struct page_hold *h)
+{
+	pthread_mutex_lock(&h->lock);
+	h->released = true;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&h->lock);
+}
+
+static void hold_done(struct page_hold *h)
+{
+	ck_assert_int_eq(pthread_join(h->thread, NULL), 0);
+	close(h->uffd);
+	pthread_cond_destroy(&h->cond);
+	pthread_mutex_destroy(&h->lock);
+}
+
+/* Soft's Dma is a copy of up to 64 MiB: it runs on the Dma thread, so the loop serves others
+ * while it runs, and the memory it copies into does not go under it: a Free of that memory
+ * (by its owner, in the same domain) is answered only once the copy is done. */
+START_TEST(test_soft_dma_off_the_loop)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
+	struct client *ca, *cb;
+	struct page_hold h;
+	struct arena *arena;
+	Mrd__MrEntry e[2];
+	uint64_t addrs[2];
+	int a, b, other;
+
+	td_start_one_worker();
+	a = td_hello_client(1000, &ca);
+	b = td_hello_client(1000, &cb);      /* the target's owner, in A's domain */
+	other = td_hello_client(2000, NULL); /* another domain */
+	addrs[0] = td_alloc(a, 2, 64 * 1024);
+	addrs[1] = td_alloc(b, 2, 64 * 1024);
+	lookup(a, 3, addrs, 2, 0, e);
+	/* The target's first page taken away (registering filled it), its next touch held. */
+	arena = domain_find_arena(ca->domain, addrs[1]);
+	ck_assert_int_eq(fallocate(arena->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				   (off_t)(addrs[1] - (uintptr_t)arena->base), 4096), 0);
+	if (!hold_page(&h, addrs[1]))
+		return;
+
+	td_send_dma(a, 4, PROVIDER_DMA_WRITE, &e[0], addrs[0], &e[1], addrs[1], 64 * 1024);
+	td_pump();
+	ck_assert(hold_wait_fault(&h)); /* the copy is in progress, held */
+	td_send_free(b, 5, addrs[1]);
+	req.id = 6;
+	req.body_case = MRD__REQUEST__BODY_PING;
+	req.ping = &ping;
+	td_send_request(other, &req, NULL, 0);
+	td_expect_free(other, 6, 0);
+	ck_assert_msg(!hold_timed_out(&h), "the ping waited for the copy: it ran on the loop");
+	for (int i = 0; i < 20; i++) { /* time for a Free that did not wait to be answered */
+		usleep(10000);
+		td_pump();
+	}
+	ck_assert_ptr_nonnull(ca->pending); /* the Dma, */
+	ck_assert_ptr_nonnull(cb->pending); /* and the Free waiting for it */
+	hold_release(&h);
+	td_expect_free(a, 4, 0);
+	td_expect_free(b, 5, 0);
+	hold_done(&h);
+	close(a);
+	close(b);
+	close(other);
+}
+END_TEST
+
 START_TEST(test_big_free_on_worker)
 {
 	struct client *ca;
@@ -860,6 +1023,7 @@ int main(void)
 	tcase_add_test(tc, test_death_while_registering);
 	tcase_add_test(tc, test_big_free_on_worker);
 	tcase_add_test(tc, test_device_dma_on_worker);
+	tcase_add_test(tc, test_soft_dma_off_the_loop);
 	tcase_add_test(tc, test_death_while_deregistering);
 	suite_add_tcase(s, tc);
 	return run_suite(s);

@@ -427,6 +427,49 @@ START_TEST(test_stale_key_rejected)
 }
 END_TEST
 
+/* Soft keys are an index and an 8-bit variant: 300 registrations of one index, and one MR
+ * moved 300 times, go past 256 variants, and still no key comes back while one may be held. */
+#define REVISIT_ROUNDS 300
+START_TEST(test_keys_never_revisit)
+{
+	static uint32_t keys[2 * REVISIT_ROUNDS];
+	struct provider_mr *src = reg(buf_a, ps, 0), *mr, *live;
+	size_t n = 0;
+
+	for (int i = 0; i < REVISIT_ROUNDS; i++) {
+		mr = reg(buf_b, ps, MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE);
+		keys[n++] = mr->rkey;
+		ck_assert_int_eq(provider_dereg(mr), 0);
+	}
+	mr = reg(buf_b, ps, MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE);
+	for (int i = 0; i < REVISIT_ROUNDS; i++) {
+		uint8_t *target = buf_b + (size_t)(i % 2) * ps;
+		int r;
+
+		keys[n++] = mr->rkey;
+		r = provider_rereg(mr, PROVIDER_REREG_TRANSLATION, target, ps, (uintptr_t)target, 0);
+		if (r == -EKEYEXPIRED) { /* its variants are used up: only dereg remains */
+			ck_assert_int_eq(provider_dereg(mr), 0);
+			mr = reg(target, ps, MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE);
+		} else
+			ck_assert_int_eq(r, 0);
+	}
+	live = mr;
+	buf_a[0] = 0x42;
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_msg(keys[i] != live->rkey, "key 0x%x of round %zu handed out again",
+			      keys[i], i);
+		ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, keys[i],
+					      live->iova, 1), -ENOKEY);
+	}
+	ck_assert_int_eq(buf_b[0] | buf_b[ps], 0);
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, live->rkey,
+				      live->iova, 1), 0);
+	ck_assert_int_eq(provider_dereg(live), 0);
+	ck_assert_int_eq(provider_dereg(src), 0);
+}
+END_TEST
+
 START_TEST(test_other_pd_keys_refused)
 {
 	struct provider_pd *pd2;
@@ -700,6 +743,8 @@ int main(void)
 		tcase_add_test(tc, test_stale_key_rejected);
 		tcase_add_test(tc, test_other_pd_keys_refused);
 		tcase_add_test(tc, test_iova_addressing);
+		if (probe->caps.dma_emulated) /* a device's keys are the device's */
+			tcase_add_test(tc, test_keys_never_revisit);
 	} else
 		printf("not run: DMA cases (the provider does no DMA)\n");
 	if (probe->caps.rereg_translation)

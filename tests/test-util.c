@@ -393,3 +393,62 @@ int raw_connect(const char *path)
 	}
 	return fd;
 }
+
+#define NR_HUGEPAGES_PATH "/proc/sys/vm/nr_hugepages"
+
+static long reserved_added;
+static pid_t reserver; /* Check forks a child per test: only this process gives them back */
+
+long read_long(const char *path)
+{
+	long v = -1;
+	FILE *f = fopen(path, "re");
+
+	if (f) {
+		if (fscanf(f, "%ld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+static int write_long(const char *path, long v)
+{
+	FILE *f = fopen(path, "we");
+	int r;
+
+	if (!f)
+		return negative_errno();
+	r = fprintf(f, "%ld\n", v) > 0 ? 0 : -EIO;
+	if (fclose(f) != 0)
+		r = negative_errno();
+	return r;
+}
+
+/* What this process added, not the count it found: others may reserve meanwhile. */
+static void hugepages_give_back(void)
+{
+	long now = read_long(NR_HUGEPAGES_PATH);
+
+	if (getpid() == reserver && now >= 0)
+		(void)write_long(NR_HUGEPAGES_PATH, now > reserved_added ? now - reserved_added : 0);
+}
+
+int hugepages_reserve(long want, char *why, size_t why_size)
+{
+	long before = read_long(NR_HUGEPAGES_PATH);
+
+	if (geteuid() == 0 && read_long(HUGEPAGES_FREE_PATH) < want && reserved_added == 0 &&
+	    before >= 0 && write_long(NR_HUGEPAGES_PATH, before + 2 * want) == 0) {
+		reserved_added = read_long(NR_HUGEPAGES_PATH) - before;
+		reserver = getpid();
+		if (reserved_added > 0)
+			atexit(hugepages_give_back);
+	}
+	if (read_long(HUGEPAGES_FREE_PATH) >= want)
+		return 0;
+	snprintf(why, why_size, "fewer than %ld free 2 MiB huge pages (%s) and %s", want,
+		 HUGEPAGES_FREE_PATH, geteuid() == 0 ? "the kernel reserved none when asked" :
+						       "only root may reserve them");
+	return -ENOSPC;
+}

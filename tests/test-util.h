@@ -59,3 +59,12 @@ unsigned count_open_fds(pid_t pid);
 
 /* A raw SOCK_SEQPACKET connection to path; -errno on failure. */
 int raw_connect(const char *path);
+
+#define HUGEPAGES_FREE_PATH "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
+
+/* The number in the file at path, -1 when it cannot be read. */
+long read_long(const char *path);
+
+/* Makes sure at least want 2 MiB huge pages are free: as root, by reserving more (given back
+ * when this process exits). 0, or -ENOSPC with the reason in why. */
+int hugepages_reserve(long want, char *why, size_t why_size);
