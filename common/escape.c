@@ -45,41 +45,52 @@ static bool shows_as_itself(int32_t c)
 	       !(c >= 0xe0000 && c <= 0xe007f);
 }
 
+/* The escape of the character at p into e (16 bytes), its length returned; the character's
+ * length to *len. */
+static size_t escape_one(const unsigned char *p, unsigned flags, char *e, size_t *len)
+{
+	int32_t c = utf8_decode(p, len);
+
+	if (c == '\\' || c == '"')
+		return (size_t)snprintf(e, 16, "\\%c", (char)c);
+	if (c == '\n' || c == '\t' || c == '\r')
+		return (size_t)snprintf(e, 16, "\\%c", c == '\n' ? 'n' : c == '\t' ? 't' : 'r');
+	if (c == ' ' && (flags & ESCAPE_SPACE))
+		return (size_t)snprintf(e, 16, "\\x20");
+	if (c < 0 || (c < 0x80 && !shows_as_itself(c)))
+		return (size_t)snprintf(e, 16, "\\x%02x", (unsigned)*p);
+	if (!shows_as_itself(c))
+		return (size_t)snprintf(e, 16, c > 0xffff ? "\\U%08x" : "\\u%04x", (unsigned)c);
+	memcpy(e, p, *len);
+	return *len;
+}
+
 const char *text_escape(const char *s, unsigned flags, char *buf, size_t size)
 {
-	const unsigned char *p = (const unsigned char *)(s ? s : "");
-	size_t n = 0;
+	const unsigned char *start = (const unsigned char *)(s ? s : "");
+	size_t n = 0, whole = 0, reserve;
+	char e[16];
 
 	if (size == 0)
 		return buf;
-	while (*p) {
-		char e[16];
-		size_t len, k;
-		int32_t c = utf8_decode(p, &len);
+	for (const unsigned char *p = start; *p;) { /* whether it all fits */
+		size_t len;
 
-		if (c == '\\' || c == '"')
-			k = (size_t)snprintf(e, sizeof(e), "\\%c", (char)c);
-		else if (c == '\n' || c == '\t' || c == '\r')
-			k = (size_t)snprintf(e, sizeof(e), "\\%c", c == '\n' ? 'n' : c == '\t' ? 't' : 'r');
-		else if (c == ' ' && (flags & ESCAPE_SPACE))
-			k = (size_t)snprintf(e, sizeof(e), "\\x20");
-		else if (c < 0 || (c < 0x80 && !shows_as_itself(c)))
-			k = (size_t)snprintf(e, sizeof(e), "\\x%02x", (unsigned)*p);
-		else if (!shows_as_itself(c))
-			k = (size_t)snprintf(e, sizeof(e), c > 0xffff ? "\\U%08x" : "\\u%04x",
-					     (unsigned)c);
-		else
-			memcpy(e, p, len), k = len;
-		/* Room for it and, unless it is the last, for "..." after it. */
-		if (n + k + (p[len] ? 3 : 0) >= size) {
-			if (n + 3 < size)
-				memcpy(buf + n, "...", 3), n += 3;
+		whole += escape_one(p, flags, e, &len);
+		p += len;
+	}
+	reserve = whole < size ? 0 : 3; /* room for "..." when it does not */
+	for (const unsigned char *p = start; *p;) {
+		size_t len, k = escape_one(p, flags, e, &len);
+
+		if (n + k + reserve >= size)
 			break;
-		}
 		memcpy(buf + n, e, k);
 		n += k;
 		p += len;
 	}
+	if (reserve && n + 3 < size)
+		memcpy(buf + n, "...", 3), n += 3;
 	buf[n] = '\0';
 	return buf;
 }

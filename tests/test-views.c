@@ -22,6 +22,7 @@
 #include <mrd/mrd.h>
 
 #include "check-run.h"
+#include "escape.h"
 #include "status-page.h"
 #include "test-util.h"
 #include "wire.h"
@@ -413,6 +414,53 @@ START_TEST(test_status_page_read_only)
 }
 END_TEST
 
+static void escapes_to(const char *s, unsigned flags, size_t size, const char *want)
+{
+	char buf[256];
+
+	ck_assert_uint_le(size, sizeof(buf));
+	ck_assert_str_eq(text_escape(s, flags, buf, size), want);
+}
+
+START_TEST(test_text_escape)
+{
+	escapes_to(NULL, 0, 256, "");
+	escapes_to("rx-pool_0.1", 0, 256, "rx-pool_0.1");
+	escapes_to("a\x1b[2J\n\t\r\\\"b", 0, 256, "a\\x1b[2J\\n\\t\\r\\\\\\\"b");
+	escapes_to("\x07\x7f", 0, 256, "\\x07\\x7f");
+	escapes_to("a b", 0, 256, "a b");
+	escapes_to("a b", ESCAPE_SPACE, 256, "a\\x20b");
+	/* UTF-8: shown when valid and harmless; not UTF-8 byte by byte; marks as \u. */
+	escapes_to("\xc3\xa9t\xc3\xa9 \xf0\x9f\x98\x80", 0, 256, "\xc3\xa9t\xc3\xa9 \xf0\x9f\x98\x80");
+	escapes_to("\xff\xc0\xaf\xed\xa0\x80\xe2\x80", 0, 256,
+		   "\\xff\\xc0\\xaf\\xed\\xa0\\x80\\xe2\\x80");
+	escapes_to("\xc2\x9b" "2J", 0, 256, "\\u009b2J"); /* C1 CSI */
+	escapes_to("txt\xe2\x80\xae" "exe", 0, 256, "txt\\u202eexe"); /* right-to-left override */
+	escapes_to("\xe2\x80\xa8", 0, 256, "\\u2028");
+	escapes_to("\xf3\xa0\x81\x81", 0, 256, "\\U000e0041");
+	/* What does not fit ends in "...", never in half an escape. */
+	escapes_to("abcdefghijklmnop", 0, 10, "abcdef...");
+	escapes_to("abcdefghi", 0, 10, "abcdefghi");
+	escapes_to("\x01\x01\x01", 0, 10, "\\x01...");
+}
+END_TEST
+
+START_TEST(test_json_write_string)
+{
+	char *json = NULL;
+	size_t size;
+	FILE *f = open_memstream(&json, &size);
+
+	ck_assert_ptr_nonnull(f);
+	json_write_string(f, "\x01\"\\\n\xff\xe2\x80\xae\xf3\xa0\x81\x81\xc3\xa9\x7f");
+	fputc(' ', f);
+	json_write_string(f, NULL);
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_str_eq(json, "\"\\u0001\\\"\\\\\\n\\ufffd\\u202e\\udb40\\udc41\xc3\xa9\\u007f\" \"\"");
+	free(json);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("views");
@@ -425,6 +473,10 @@ int main(void)
 	tcase_add_test(tc, test_mempools_beyond_one_reply);
 	tcase_add_test(tc, test_clients_beyond_one_reply);
 	tcase_add_test(tc, test_status_page_read_only);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("escapes");
+	tcase_add_test(tc, test_text_escape);
+	tcase_add_test(tc, test_json_write_string);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }
