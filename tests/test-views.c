@@ -365,7 +365,8 @@ START_TEST(test_status_page_read_only)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__JoinDomainRequest j = MRD__JOIN_DOMAIN_REQUEST__INIT;
-	int sock = hello_as("status"), fd = -1, status;
+	int sock = hello_as("status"), fd = -1, rw, status;
+	char path[64];
 	const struct mrd_status_page *page;
 	Mrd__Response *resp;
 	uint64_t gen;
@@ -383,10 +384,17 @@ START_TEST(test_status_page_read_only)
 	ck_assert_ptr_ne(page, MAP_FAILED);
 	gen = page->generation;
 
-	/* Not even root (who may reopen it) writes or seals it. */
-	ck_assert_int_lt(write(fd, "x", 1), 0);
-	ck_assert_int_lt(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), 0);
+	/* Not even root, who may reopen it read-write, writes or seals it. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	rw = open(path, O_RDWR | O_CLOEXEC);
+	ck_assert_int_ge(rw, 0);
+	ck_assert_int_lt(write(rw, "x", 1), 0);
+	ck_assert_int_lt(fallocate(rw, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096), 0);
+	ck_assert_ptr_eq(mmap(NULL, MRD_STATUS_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0),
+			 MAP_FAILED);
+	ck_assert_int_lt(fcntl(rw, F_ADD_SEALS, F_SEAL_GROW), 0); /* F_SEAL_SEAL */
 	ck_assert_int_eq(errno, EPERM);
+	close(rw);
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0)
