@@ -501,6 +501,32 @@ START_TEST(test_reply_beyond_the_socket)
 	mrd__response__free_unpacked(resp, NULL);
 	send_ping(fd, ++id);
 	td_expect_free(fd, id, 0);
+
+	/* The domain's 800 MRs (it stays registered: the request was done) in dump pages. */
+	{
+		Mrd__Request req = MRD__REQUEST__INIT;
+		Mrd__DomainDumpRequest q = MRD__DOMAIN_DUMP_REQUEST__INIT;
+		uint32_t mrs = 0;
+
+		q.domain = (char *)"uid-1000";
+		req.body_case = MRD__REQUEST__BODY_DOMAIN_DUMP;
+		req.domain_dump = &q;
+		pages = 0;
+		do {
+			req.id = ++id;
+			td_send_request(fd, &req, NULL, 0);
+			resp = td_expect(fd, id, 0);
+			ck_assert_uint_le(mrd__response__get_packed_size(resp), (size_t)sndbuf);
+			ck_assert_uint_gt(resp->domain_dump->n_mrs, 0);
+			ck_assert_uint_eq(resp->domain_dump->mrs_total, 800);
+			mrs += (uint32_t)resp->domain_dump->n_mrs;
+			pages++;
+			q.first_mr = resp->domain_dump->next_mr;
+			mrd__response__free_unpacked(resp, NULL);
+		} while (q.first_mr);
+		ck_assert_uint_eq(mrs, 800);
+		ck_assert_uint_gt(pages, 2); /* more than 512 a page could hold */
+	}
 	close(fd);
 }
 END_TEST
