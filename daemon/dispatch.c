@@ -78,7 +78,8 @@ void reply_init(struct reply *r, uint64_t id)
 /* Room for a reply's envelope: id, status, message. */
 #define REPLY_ENVELOPE 512u
 
-size_t reply_max(const struct client *c)
+/* The largest reply c's socket takes in one packet: its send buffer, at most WIRE_FRAME_MAX. */
+static size_t reply_max(const struct client *c)
 {
 	int sndbuf = 0;
 	socklen_t len = sizeof(sndbuf);

@@ -47,11 +47,10 @@ struct reply {
 
 void reply_set_message(struct reply *r, const char *fmt, ...) _printf_(2, 3);
 
-/* The largest reply c's socket takes in one packet (its send buffer, at most WIRE_FRAME_MAX).
- * A reply beyond it is answered with EMSGSIZE and a message instead (reply_send). */
-size_t reply_max(const struct client *c);
-/* What a view puts in one reply to c: REPLY_PAGE_BYTES, less when c's socket takes less. Views
- * page (Mempools, DomainDump) or cut and count what they leave out (Clients, FrmrPools). */
+/* What a view puts in one reply to c: REPLY_PAGE_BYTES, less when c's socket (its send
+ * buffer) takes less. Views page (Mempools, DomainDump) or cut and count what they leave out
+ * (Clients, FrmrPools); any other reply the socket cannot take is answered with EMSGSIZE and a
+ * message instead (reply_send). */
 #define REPLY_PAGE_BYTES (128u * 1024u)
 size_t reply_budget(const struct client *c);
 /* What m adds to its parent as one element of a repeated field. */
