@@ -44,6 +44,15 @@ static bool is_registered(const mrd_mempool *p)
 
 static bool is_pow2(size_t x) { return x && !(x & (x - 1)); }
 
+/* What mrd takes (it shows names to root): printable ASCII. */
+static bool name_printable(const char *name, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)name[i] < 0x20 || (unsigned char)name[i] > 0x7e)
+			return false;
+	return true;
+}
+
 static int pool_new(mrd_client *client, const char *name, size_t n, size_t obj_size,
 		    size_t obj_align, mrd_mempool **ret)
 {
@@ -52,11 +61,12 @@ static int pool_new(mrd_client *client, const char *name, size_t n, size_t obj_s
 
 	if (obj_align == 0)
 		obj_align = 8;
-	if (!client || !ret || len == 0 || len >= MRD_MEMPOOL_NAME_MAX || n == 0 ||
-	    obj_size == 0 || !is_pow2(obj_align) || obj_size > SIZE_MAX - obj_align)
-		return set_last_error(-EINVAL, "mrd_mempool: bad argument (a name of 1 to %d bytes, "
-				      "n and obj_size above 0, obj_align a power of two)",
-				      MRD_MEMPOOL_NAME_MAX - 1);
+	if (!client || !ret || len == 0 || len >= MRD_MEMPOOL_NAME_MAX ||
+	    !name_printable(name, len) || n == 0 || obj_size == 0 || !is_pow2(obj_align) ||
+	    obj_size > SIZE_MAX - obj_align)
+		return set_last_error(-EINVAL, "mrd_mempool: bad argument (a name of 1 to %d bytes "
+				      "of printable ASCII, n and obj_size above 0, obj_align a power "
+				      "of two)", MRD_MEMPOOL_NAME_MAX - 1);
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return set_last_error(-ENOMEM, "out of memory");

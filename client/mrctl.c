@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "connection.h"
-#include "json.h"
+#include "escape.h"
 #include "macro.h"
 
 static const char *arg_socket;
@@ -58,6 +58,20 @@ static void help(void)
 	       MRD_SOCKET_DEFAULT);
 }
 
+/* Strings from mrd, names clients chose among them, escaped for root's terminal (a ring of
+ * buffers: one printf may take several). cell: in a table, where a space would forge a
+ * column. */
+static const char *escape_ring(const char *s, unsigned flags)
+{
+	static char ring[8][ESCAPE_SIZE(256)];
+	static unsigned next;
+	char *buf = ring[next++ % ELEMENTSOF(ring)];
+
+	return text_escape(s, flags, buf, sizeof(ring[0]));
+}
+static const char *esc(const char *s) { return escape_ring(s, 0); }
+static const char *cell(const char *s) { return escape_ring(s, ESCAPE_SPACE); }
+
 static const char *yes_no(bool b) { return b ? "yes" : "no"; }
 static const char *json_bool(bool b) { return b ? "true" : "false"; }
 
@@ -75,11 +89,35 @@ static void print_status(const Mrd__StatusResponse *s)
 		       ",\"rereg_translation\":%s,\"dma\":%s",
 		       s->max_mr_size, json_bool(s->odp), json_bool(s->odp_implicit),
 		       json_bool(s->rereg_translation), json_bool(s->dma));
-		printf(",\"domains\":%" PRIu32 ",\"clients\":%" PRIu32 ",\"max_clients\":%" PRIu32
-		       ",\"requests\":%" PRIu64 ",\"protocol_errors\":%" PRIu64
+		printf(",\"domains\":%" PRIu32 ",\"clients\":%" PRIu32 ",\"max_clients\":%" PRIu32,
+		       s->domains, s->clients, s->max_clients);
+		if (*s->view) { /* not an administrator: its own domain's figures alone */
+			printf(",\"view\":");
+			json_write_string(stdout, s->view);
+			printf("}\n");
+			return;
+		}
+		printf(",\"view\":null,\"requests\":%" PRIu64 ",\"protocol_errors\":%" PRIu64
 		       ",\"clients_dropped\":%" PRIu64 "}\n",
-		       s->domains, s->clients, s->max_clients, s->requests, s->protocol_errors,
-		       s->clients_dropped);
+		       s->requests, s->protocol_errors, s->clients_dropped);
+		return;
+	}
+	if (*s->view) {
+		printf("version:          %s\n"
+		       "pid:              %" PRIu32 "\n"
+		       "uptime:           %.1f s\n"
+		       "provider:         %s\n"
+		       "device:           %s\n"
+		       "max MR size:      %" PRIu64 " bytes\n"
+		       "ODP:              %s (implicit: %s)\n"
+		       "rereg translate:  %s\n"
+		       "DMA by keys:      %s\n"
+		       "domain:           %s (%s open; root and the admin group see every domain)\n"
+		       "clients:          %" PRIu32 " of %" PRIu32 " in the domain\n",
+		       esc(s->server_version), s->pid, (double)s->uptime_usec / 1e6,
+		       esc(s->provider), esc(s->device), s->max_mr_size, yes_no(s->odp),
+		       yes_no(s->odp_implicit), yes_no(s->rereg_translation), yes_no(s->dma),
+		       esc(s->view), s->domains ? "yours," : "not", s->clients, s->max_clients);
 		return;
 	}
 	printf("version:          %s\n"
@@ -96,8 +134,8 @@ static void print_status(const Mrd__StatusResponse *s)
 	       "requests:         %" PRIu64 "\n"
 	       "protocol errors:  %" PRIu64 "\n"
 	       "clients dropped:  %" PRIu64 "\n",
-	       s->server_version, s->pid, (double)s->uptime_usec / 1e6, s->provider, s->device,
-	       s->max_mr_size, yes_no(s->odp), yes_no(s->odp_implicit),
+	       esc(s->server_version), s->pid, (double)s->uptime_usec / 1e6, esc(s->provider),
+	       esc(s->device), s->max_mr_size, yes_no(s->odp), yes_no(s->odp_implicit),
 	       yes_no(s->rereg_translation), yes_no(s->dma), s->domains, s->clients,
 	       s->max_clients, s->requests, s->protocol_errors, s->clients_dropped);
 }
@@ -117,7 +155,7 @@ static int call(struct conn *c, const char *name, Mrd__Request *req, int body_ca
 	r = response_error(resp);
 	if (r < 0)
 		fprintf(stderr, "mrctl: %s: %s\n", name,
-			resp->message && *resp->message ? resp->message : strerror(-r));
+			resp->message && *resp->message ? esc(resp->message) : strerror(-r));
 	else if ((int)resp->body_case != body_case) {
 		fprintf(stderr, "mrctl: %s: malformed reply\n", name);
 		r = -EBADMSG;
@@ -145,6 +183,12 @@ static int cmd_status(struct conn *c)
 	print_status(resp->status_reply);
 	mrd__response__free_unpacked(resp, NULL);
 	return 0;
+}
+
+static void print_domains_omitted(uint32_t n)
+{
+	if (n)
+		printf("... %" PRIu32 " more domains not shown (one reply holds what fits)\n", n);
 }
 
 static void print_clients(const Mrd__ClientsResponse *r)
@@ -183,7 +227,8 @@ static void print_clients(const Mrd__ClientsResponse *r)
 			       d->quota_pinned_bytes, d->mrs, d->lookups, d->misses,
 			       json_bool(d->table_overflow), d->waiting);
 		}
-		printf("]}\n");
+		printf("],\"clients_omitted\":%" PRIu32 ",\"domains_omitted\":%" PRIu32 "}\n",
+		       r->clients_omitted, r->domains_omitted);
 		return;
 	}
 	printf("%-6s %-8s %-6s %-6s %-16s %-16s %14s %6s\n", "ID", "PID", "UID", "GID", "NAME",
@@ -192,10 +237,13 @@ static void print_clients(const Mrd__ClientsResponse *r)
 		const Mrd__ClientInfo *c = r->clients[i];
 
 		printf("%-6" PRIu64 " %-8" PRIu32 " %-6" PRIu32 " %-6" PRIu32 " %-16s %-16s %14" PRIu64
-		       " %6" PRIu32 "%s\n", c->id, c->pid, c->uid, c->gid, c->name,
-		       *c->domain ? c->domain : "-", c->allocated_bytes, c->allocations,
+		       " %6" PRIu32 "%s\n", c->id, c->pid, c->uid, c->gid, cell(c->name),
+		       *c->domain ? cell(c->domain) : "-", c->allocated_bytes, c->allocations,
 		       c->admin ? "  admin" : "");
 	}
+	if (r->clients_omitted)
+		printf("... %" PRIu32 " more clients not shown (one reply holds what fits)\n",
+		       r->clients_omitted);
 	printf("\n%-16s %9s %22s %16s %12s %22s %12s %6s %10s %8s\n", "DOMAIN", "CLIENTS",
 	       "ALLOCATED BYTES", "ALLOCATIONS", "ARENAS", "PINNED BYTES", "GENERATION", "MRS",
 	       "LOOKUPS", "MISSES");
@@ -213,12 +261,13 @@ static void print_clients(const Mrd__ClientsResponse *r)
 		snprintf(pinned, sizeof(pinned), "%" PRIu64 "/%" PRIu64, d->pinned_bytes,
 			 d->quota_pinned_bytes);
 		printf("%-16s %9s %22s %16s %12s %22s %12" PRIu64 " %6" PRIu32 " %10" PRIu64 " %8" PRIu64
-		       "%s", d->name, clients, alloc, allocs, arenas, pinned, d->generation, d->mrs,
+		       "%s", cell(d->name), clients, alloc, allocs, arenas, pinned, d->generation, d->mrs,
 		       d->lookups, d->misses, d->table_overflow ? "  (table overflow)" : "");
 		if (d->waiting)
 			printf("  (%" PRIu32 " waiting for their owners after a restart)", d->waiting);
 		printf("\n");
 	}
+	print_domains_omitted(r->domains_omitted);
 }
 
 /* The Clients request, which clients and stats both show. */
@@ -276,15 +325,17 @@ static void print_stats(const Mrd__ClientsResponse *r)
 		       "  ODP faults:             %" PRIu64 "\n"
 		       "  ODP prefetches:         %" PRIu64 " requests, %" PRIu64 " pages\n"
 		       "  ODP invalidations:      %" PRIu64 "\n",
-		       i ? "\n" : "", d->name, d->lookups, d->misses, d->mrs, d->registrations,
+		       i ? "\n" : "", esc(d->name), d->lookups, d->misses, d->mrs, d->registrations,
 		       d->deregistrations, d->odp_children, d->odp_children_created,
 		       d->odp_children_destroyed, d->odp_faults, d->odp_prefetch_requests,
 		       d->odp_prefetch_pages, d->odp_invalidations);
 	}
 	if (arg_json)
-		printf("]}\n");
-	else if (r->n_domains == 0)
+		printf("],\"domains_omitted\":%" PRIu32 "}\n", r->domains_omitted);
+	else if (r->n_domains == 0 && r->domains_omitted == 0)
 		printf("no domain is open\n");
+	else
+		print_domains_omitted(r->domains_omitted);
 }
 
 static int cmd_stats(struct conn *c)
@@ -299,69 +350,73 @@ static int cmd_stats(struct conn *c)
 	return 0;
 }
 
-static void print_mempools(const Mrd__MempoolsResponse *r)
+static void print_mempool(const Mrd__MempoolInfo *p, bool first)
 {
 	if (arg_json) {
-		printf("{\"mempools\":[");
-		for (size_t i = 0; i < r->n_mempools; i++) {
-			const Mrd__MempoolInfo *p = r->mempools[i];
-
-			printf("%s{\"domain\":", i ? "," : "");
-			json_write_string(stdout, p->domain);
-			printf(",\"pid\":%" PRId32 ",\"client\":", p->pid);
-			json_write_string(stdout, p->client_name);
-			printf(",\"name\":");
-			json_write_string(stdout, p->name);
-			printf(",\"extmem\":%s,\"mrs\":[", json_bool(p->extmem));
-			for (size_t k = 0; k < p->n_mrs; k++) {
-				const Mrd__MempoolMrInfo *m = p->mrs[k];
-
-				printf("%s{\"start\":%" PRIu64 ",\"end\":%" PRIu64 ",\"lkey\":%" PRIu32
-				       ",\"rkey\":%" PRIu32 ",\"sharers\":%" PRIu32 ",\"hugepage\":%s"
-				       ",\"pending\":%s}", k ? "," : "", m->start, m->end, m->lkey,
-				       m->rkey, m->sharers, json_bool(m->hugepage),
-				       json_bool(m->pending));
-			}
-			printf("]}");
-		}
-		printf("]}\n");
-		return;
-	}
-	if (r->n_mempools == 0) {
-		printf("no mempools registered\n");
-		return;
-	}
-	for (size_t i = 0; i < r->n_mempools; i++) {
-		const Mrd__MempoolInfo *p = r->mempools[i];
-
-		printf("%spool %s of pid %" PRId32 " (%s), domain %s%s: %zu MR%s\n", i ? "\n" : "",
-		       p->name, p->pid, *p->client_name ? p->client_name : "-", p->domain,
-		       p->extmem ? ", extmem" : "", p->n_mrs, p->n_mrs == 1 ? "" : "s");
-		printf("  %-18s %-18s %10s %10s %8s\n", "START", "END", "LKEY", "RKEY", "SHARERS");
+		printf("%s{\"domain\":", first ? "" : ",");
+		json_write_string(stdout, p->domain);
+		printf(",\"pid\":%" PRId32 ",\"client\":", p->pid);
+		json_write_string(stdout, p->client_name);
+		printf(",\"name\":");
+		json_write_string(stdout, p->name);
+		printf(",\"extmem\":%s,\"mrs\":[", json_bool(p->extmem));
 		for (size_t k = 0; k < p->n_mrs; k++) {
 			const Mrd__MempoolMrInfo *m = p->mrs[k];
 
-			printf("  0x%016" PRIx64 " 0x%016" PRIx64 " 0x%08" PRIx32 " 0x%08" PRIx32
-			       " %8" PRIu32 "%s%s\n", m->start, m->end, m->lkey, m->rkey, m->sharers,
-			       m->hugepage ? "  huge page" : "", m->pending ? "  (registering)" : "");
+			printf("%s{\"start\":%" PRIu64 ",\"end\":%" PRIu64 ",\"lkey\":%" PRIu32
+			       ",\"rkey\":%" PRIu32 ",\"sharers\":%" PRIu32 ",\"hugepage\":%s"
+			       ",\"pending\":%s}", k ? "," : "", m->start, m->end, m->lkey, m->rkey,
+			       m->sharers, json_bool(m->hugepage), json_bool(m->pending));
 		}
+		printf("]}");
+		return;
+	}
+	/* Names quoted and escaped: a name cannot pass for the rest of the line. */
+	printf("%spool \"%s\" of pid %" PRId32 " (\"%s\"), domain %s%s: %zu MR%s\n",
+	       first ? "" : "\n", esc(p->name), p->pid, esc(p->client_name), esc(p->domain),
+	       p->extmem ? ", extmem" : "", p->n_mrs, p->n_mrs == 1 ? "" : "s");
+	printf("  %-18s %-18s %10s %10s %8s\n", "START", "END", "LKEY", "RKEY", "SHARERS");
+	for (size_t k = 0; k < p->n_mrs; k++) {
+		const Mrd__MempoolMrInfo *m = p->mrs[k];
+
+		printf("  0x%016" PRIx64 " 0x%016" PRIx64 " 0x%08" PRIx32 " 0x%08" PRIx32 " %8" PRIu32
+		       "%s%s\n", m->start, m->end, m->lkey, m->rkey, m->sharers,
+		       m->hugepage ? "  huge page" : "", m->pending ? "  (registering)" : "");
 	}
 }
 
+/* Page by page (each a snapshot: a pool registered or dropped meanwhile may be missed). */
 static int cmd_mempools(struct conn *c)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__MempoolsRequest mempools = MRD__MEMPOOLS_REQUEST__INIT;
-	Mrd__Response *resp;
-	int r;
+	size_t shown = 0;
+	uint32_t next = 0;
 
 	req.body_case = MRD__REQUEST__BODY_MEMPOOLS;
 	req.mempools = &mempools;
-	r = call(c, "mempools", &req, MRD__RESPONSE__BODY_MEMPOOLS, &resp);
-	if (r < 0)
-		return r;
-	print_mempools(resp->mempools);
-	mrd__response__free_unpacked(resp, NULL);
+	if (arg_json)
+		printf("{\"mempools\":[");
+	do {
+		const Mrd__MempoolsResponse *page;
+		Mrd__Response *resp;
+		int r;
+
+		mempools.first = next;
+		r = call(c, "mempools", &req, MRD__RESPONSE__BODY_MEMPOOLS, &resp);
+		if (r < 0)
+			return r;
+		page = resp->mempools;
+		for (size_t i = 0; i < page->n_mempools; i++, shown++)
+			print_mempool(page->mempools[i], shown == 0);
+		/* An mrd without pages answers with next 0; one that moved nothing on is done. */
+		next = page->n_mempools ? page->next : 0;
+		mrd__response__free_unpacked(resp, NULL);
+	} while (next);
+	if (arg_json)
+		printf("]}\n");
+	else if (shown == 0)
+		printf("no mempools registered\n");
 	return 0;
 }
 
@@ -410,10 +465,11 @@ static void print_frmr_pools(const Mrd__FrmrPoolsResponse *r)
 			}
 			printf("]}");
 		}
-		printf("]}\n");
+		printf("],\"pools_omitted\":%" PRIu32 ",\"domains_omitted\":%" PRIu32 "}\n",
+		       r->pools_omitted, r->domains_omitted);
 		return;
 	}
-	if (r->n_domains == 0) {
+	if (r->n_domains == 0 && r->domains_omitted == 0) {
 		printf("no domain is open\n");
 		return;
 	}
@@ -421,12 +477,13 @@ static void print_frmr_pools(const Mrd__FrmrPoolsResponse *r)
 		const Mrd__FrmrDomainInfo *d = r->domains[i];
 
 		if (*d->off) {
-			printf("%sdomain %s: handle pools off: %s\n", i ? "\n" : "", d->domain, d->off);
+			printf("%sdomain %s: handle pools off: %s\n", i ? "\n" : "", esc(d->domain),
+			       esc(d->off));
 			continue;
 		}
 		printf("%sdomain %s: %zu pool%s, %" PRIu64 " handle%s parked (at most %" PRIu32
 		       "); new pools: aging %" PRIu32 " s, pinned %" PRIu32 "\n", i ? "\n" : "",
-		       d->domain, d->n_pools, d->n_pools == 1 ? "" : "s", d->queued,
+		       esc(d->domain), d->n_pools, d->n_pools == 1 ? "" : "s", d->queued,
 		       d->queued == 1 ? "" : "s", d->max_queued, d->aging_s, d->pinned);
 		if (d->n_pools == 0)
 			continue;
@@ -444,6 +501,9 @@ static void print_frmr_pools(const Mrd__FrmrPoolsResponse *r)
 			       p->pinned);
 		}
 	}
+	if (r->pools_omitted)
+		printf("... %" PRIu32 " more pools%s not shown (one reply holds what fits)\n",
+		       r->pools_omitted, r->domains_omitted ? " and domains" : "");
 }
 
 static int cmd_pools(struct conn *c)
@@ -668,7 +728,7 @@ static int print_domain_detail(struct conn *c, const char *domain, bool first)
 				       d->table_capacity, json_bool(d->table_overflow));
 			} else
 				printf("%sdomain %s: %zu arena%s, table %" PRIu32 " of %" PRIu32
-				       " entries%s, %" PRIu32 " MR%s\n", first ? "" : "\n", d->domain,
+				       " entries%s, %" PRIu32 " MR%s\n", first ? "" : "\n", esc(d->domain),
 				       d->n_arenas, d->n_arenas == 1 ? "" : "s", d->table_entries,
 				       d->table_capacity, d->table_overflow ? " (overflowed)" : "",
 				       d->mrs_total, d->mrs_total == 1 ? "" : "s");
@@ -733,6 +793,8 @@ static int cmd_domains(struct conn *c)
 		r = print_domain_detail(c, resp->clients->domains[i]->name, i == 0);
 	if (arg_json && r >= 0)
 		printf("]\n");
+	else if (r >= 0)
+		print_domains_omitted(resp->clients->domains_omitted);
 	mrd__response__free_unpacked(resp, NULL);
 	return r;
 }

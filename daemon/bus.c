@@ -13,7 +13,7 @@
 #include "client.h"
 #include "domain.h"
 #include "frmr-pool.h"
-#include "json.h"
+#include "escape.h"
 #include "log.h"
 #include "macro.h"
 #include "manager.h"
@@ -43,31 +43,11 @@ static int prop_string(sd_bus *bus, const char *path, const char *interface,
 	return sd_bus_message_append(reply, "s", m->provider->caps.device);
 }
 
-static int prop_count(sd_bus *bus, const char *path, const char *interface,
-		      const char *property, sd_bus_message *reply, void *userdata,
-		      sd_bus_error *error)
-{
-	const struct manager *m = userdata;
-	const struct domain *d;
-	uint64_t sum = 0;
-
-	if (strcmp(property, "Clients") == 0)
-		return sd_bus_message_append(reply, "u", m->n_clients);
-	if (strcmp(property, "Domains") == 0)
-		return sd_bus_message_append(reply, "u", m->n_domains);
-	if (strcmp(property, "Requests") == 0)
-		return sd_bus_message_append(reply, "t", m->n_requests);
-	LIST_FOREACH(d, &m->domains, link)
-		sum += strcmp(property, "PinnedBytes") == 0 ? d->cache.pinned_bytes :
-							      d->allocated_bytes;
-	return sd_bus_message_append(reply, "t", sum);
-}
-
-/* The domain whose figures the caller may read, as the socket's views judge it: NULL for an
- * admin (root, or admin_group as primary or supplementary group: every domain), "" when the
- * caller is unknown (none). Only what the bus vouches for counts: no AUGMENT, whose fields
- * come from /proc as it is now, not as it was when the caller connected. A bus that vouches
- * for the uid alone (dbus-daemon) leaves groups out: such a caller sees its uid's domain. */
+/* The domain whose figures the caller may read, as the socket's views judge it
+ * (manager_is_admin): NULL for an admin (every domain), "" when the caller is unknown (none).
+ * Only what the bus vouches for counts: no AUGMENT, whose fields come from /proc as it is now,
+ * not as it was when the caller connected. A bus that vouches for the uid alone (dbus-daemon)
+ * leaves groups out: such a caller sees its uid's domain. */
 static const char *caller_view(sd_bus *bus, const struct manager *m, char *buf, size_t size)
 {
 	_cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
@@ -86,14 +66,31 @@ static const char *caller_view(sd_bus *bus, const struct manager *m, char *buf, 
 	n = sd_bus_creds_get_supplementary_gids(creds, &groups);
 	if (n < 0)
 		n = 0, groups = NULL;
-	if (uid == 0)
+	if (manager_is_admin(m, uid, gid, -1, groups, (size_t)n))
 		return NULL;
-	if (m->config.admin_group && gid == m->config.admin_gid)
-		return NULL;
-	for (int i = 0; m->config.admin_group && i < n; i++)
-		if (groups[i] == m->config.admin_gid)
-			return NULL;
 	return domain_name_for_groups(m, uid, gid, groups, (size_t)n, buf, size);
+}
+
+/* The caller's figures: an admin's are the daemon's, anyone else's its own domain's, as Status
+ * on the socket (which users use mrd, and how much, is no one else's business). */
+static int prop_count(sd_bus *bus, const char *path, const char *interface,
+		      const char *property, sd_bus_message *reply, void *userdata,
+		      sd_bus_error *error)
+{
+	const struct manager *m = userdata;
+	char name[64];
+	const char *view = caller_view(bus, m, name, sizeof(name));
+	struct view_totals t;
+
+	manager_view_totals(m, view, &t);
+	if (strcmp(property, "Clients") == 0)
+		return sd_bus_message_append(reply, "u", t.clients);
+	if (strcmp(property, "Domains") == 0)
+		return sd_bus_message_append(reply, "u", t.domains);
+	if (strcmp(property, "Requests") == 0) /* daemon-wide: administrators alone */
+		return sd_bus_message_append(reply, "t", view ? (uint64_t)0 : m->n_requests);
+	return sd_bus_message_append(reply, "t", strcmp(property, "PinnedBytes") == 0 ?
+							 t.pinned_bytes : t.allocated_bytes);
 }
 
 /* Each open domain's generation, by name: what moves when its clients' caches must flush.

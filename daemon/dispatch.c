@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "client.h"
 #include "dispatch.h"
@@ -71,6 +72,76 @@ void reply_init(struct reply *r, uint64_t id)
 	r->resp.id = id;
 }
 
+/* Below the smallest send buffer the kernel allows (SOCK_MIN_SNDBUF, some 4.6 KB): no need to
+ * ask the socket. */
+#define REPLY_ALWAYS_FITS 4096u
+/* Room for a reply's envelope: id, status, message. */
+#define REPLY_ENVELOPE 512u
+
+/* The largest reply c's socket takes in one packet: its send buffer, at most WIRE_FRAME_MAX. */
+static size_t reply_max(const struct client *c)
+{
+	int sndbuf = 0;
+	socklen_t len = sizeof(sndbuf);
+
+	/* A SEQPACKET send of more than the send buffer less 32 bytes fails (EMSGSIZE). */
+	if (getsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) < 0 || sndbuf <= 32 ||
+	    (size_t)sndbuf - 32 > WIRE_FRAME_MAX)
+		return WIRE_FRAME_MAX;
+	return (size_t)sndbuf - 32;
+}
+
+size_t reply_budget(const struct client *c)
+{
+	size_t max = reply_max(c);
+
+	max = max > REPLY_ENVELOPE ? max - REPLY_ENVELOPE : 0;
+	return max < REPLY_PAGE_BYTES ? max : REPLY_PAGE_BYTES;
+}
+
+size_t reply_repeated_size(const ProtobufCMessage *m)
+{
+	size_t len = protobuf_c_message_get_packed_size(m), n = 1;
+
+	for (size_t v = len; v >= 0x80; v >>= 7)
+		n++;
+	return 1 + n + len; /* the tag (fields 1..15), the length, the message */
+}
+
+/* An error reply carries no body, only status and reason. */
+static void reply_set_error(struct reply *r, int error)
+{
+	r->resp.body_case = MRD__RESPONSE__BODY__NOT_SET;
+	r->resp.status = -error;
+	if (!r->message[0])
+		snprintf(r->message, sizeof(r->message), "%s", strerror(-error));
+	reply_close_fds(r);
+}
+
+/* r packed, or, when it would not go through c's socket, an error reply that says so: a
+ * client is never left waiting for an answer that cannot be sent. */
+static int reply_pack(struct client *c, struct reply *r, uint8_t **buf, size_t *len)
+{
+	size_t want, max = WIRE_FRAME_MAX;
+	int k;
+
+	r->resp.message = r->message;
+	k = wire_pack(&r->resp.base, max, buf, len);
+	if (k == 0 && *len > REPLY_ALWAYS_FITS && *len > (max = reply_max(c))) {
+		free(*buf);
+		*buf = NULL;
+		k = -EMSGSIZE;
+	}
+	if (k != -EMSGSIZE)
+		return k;
+	want = protobuf_c_message_get_packed_size(&r->resp.base);
+	log_debug("client %" PRIu64 ": a reply of %zu bytes does not fit in %zu", c->id, want, max);
+	reply_set_message(r, "the reply (%zu bytes) does not fit in one packet of this connection "
+			  "(%zu bytes); what the request did stays done", want, max);
+	reply_set_error(r, -EMSGSIZE);
+	return wire_pack(&r->resp.base, max, buf, len);
+}
+
 /* Packs and sends r; error (negative errno or 0) becomes the status. */
 void reply_send(struct client *c, struct reply *r, int error)
 {
@@ -78,17 +149,9 @@ void reply_send(struct client *c, struct reply *r, int error)
 	size_t len;
 	int k;
 
-	if (error < 0) {
-		/* An error reply carries no body, only status and reason. */
-		r->resp.body_case = MRD__RESPONSE__BODY__NOT_SET;
-		r->resp.status = -error;
-		if (!r->message[0])
-			snprintf(r->message, sizeof(r->message), "%s", strerror(-error));
-		reply_close_fds(r);
-	}
-	r->resp.message = r->message;
-
-	k = wire_pack(&r->resp.base, WIRE_FRAME_MAX, &buf, &len);
+	if (error < 0)
+		reply_set_error(r, error);
+	k = reply_pack(c, r, &buf, &len);
 	if (k >= 0)
 		k = client_send_frame(c, buf, len, r->fds, r->n_fds);
 	if (k < 0)

@@ -46,6 +46,15 @@ struct reply {
 };
 
 void reply_set_message(struct reply *r, const char *fmt, ...) _printf_(2, 3);
+
+/* What a view puts in one reply to c: REPLY_PAGE_BYTES, less when c's socket (its send
+ * buffer) takes less. Views page (Mempools, DomainDump) or cut and count what they leave out
+ * (Clients, FrmrPools); any other reply the socket cannot take is answered with EMSGSIZE and a
+ * message instead (reply_send). */
+#define REPLY_PAGE_BYTES (128u * 1024u)
+size_t reply_budget(const struct client *c);
+/* What m adds to its parent as one element of a repeated field. */
+size_t reply_repeated_size(const ProtobufCMessage *m);
 void reply_init(struct reply *r, uint64_t id);
 /* Packs and sends r; error (negative errno or 0) becomes the status. Frees what r owns. */
 void reply_send(struct client *c, struct reply *r, int error);

@@ -129,10 +129,17 @@ static int status_page_new(struct domain *d)
 		d->status = NULL;
 		return negative_errno();
 	}
-	/* FUTURE_WRITE (Linux 5.1) keeps even a dup of the memfd from writing; clients get a
-	 * read-only reopen besides (domain_status_fd), which holds on older kernels too. */
-	if (fcntl(d->status_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE) < 0 &&
-	    fcntl(d->status_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
+	/* Every client of the domain trusts what it reads here, so no client may write it, by
+	 * any path: clients get a read-only reopen (domain_status_fd), and the file's mode keeps
+	 * them from reopening it read-write through /proc/self/fd (a memfd is born 0777; the
+	 * mode is all that stops that on kernels before FUTURE_WRITE). FUTURE_WRITE (Linux 5.1)
+	 * keeps this writable mapping of ours and refuses any new one, write(), and punching
+	 * holes, to everyone, root included; SEAL keeps anyone from adding seals of their own. */
+	if (fchmod(d->status_fd, 0444) < 0)
+		return negative_errno();
+	if (fcntl(d->status_fd, F_ADD_SEALS,
+		  F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) < 0 &&
+	    fcntl(d->status_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
 		return negative_errno();
 	d->status->magic = MRD_STATUS_MAGIC;
 	d->status->layout_version = MRD_STATUS_LAYOUT;

@@ -53,11 +53,38 @@ static bool streq_ptr(const char *a, const char *b)
 	return a == b || (a && b && strcmp(a, b) == 0);
 }
 
-/* Root, or the admin group as the peer's primary or supplementary group. */
-static bool is_admin(const struct manager *m, uid_t uid, gid_t gid, int fd)
+bool manager_is_admin(const struct manager *m, uid_t uid, gid_t gid, int fd, const gid_t *groups,
+		      size_t n_groups)
 {
-	return uid == 0 || (m->config.admin_group &&
-			    (gid == m->config.admin_gid || peer_in_group(fd, m->config.admin_gid)));
+	if (uid == 0)
+		return true;
+	if (!m->config.admin_group)
+		return false;
+	if (gid == m->config.admin_gid)
+		return true;
+	if (fd >= 0)
+		return peer_in_group(fd, m->config.admin_gid);
+	for (size_t i = 0; i < n_groups; i++)
+		if (groups[i] == m->config.admin_gid)
+			return true;
+	return false;
+}
+
+void manager_view_totals(const struct manager *m, const char *view, struct view_totals *ret)
+{
+	const struct client *c;
+	const struct domain *d;
+
+	memset(ret, 0, sizeof(*ret));
+	LIST_FOREACH(c, &m->clients, link)
+		ret->clients += view_shows(view, c->domain_name);
+	LIST_FOREACH(d, &m->domains, link) {
+		if (!view_shows(view, d->name))
+			continue;
+		ret->domains++;
+		ret->allocated_bytes += d->allocated_bytes;
+		ret->pinned_bytes += d->cache.pinned_bytes;
+	}
 }
 
 void manager_reconfigure(struct manager *m, struct config *new, char *changed, size_t size)
@@ -87,7 +114,7 @@ void manager_reconfigure(struct manager *m, struct config *new, char *changed, s
 	log_set_level(old->log_level);
 	/* admin_group may have changed: the clients connected now are judged by the new one. */
 	LIST_FOREACH(c, &m->clients, link)
-		c->admin = is_admin(m, c->uid, c->gid, c->fd);
+		c->admin = manager_is_admin(m, c->uid, c->gid, c->fd, NULL, 0);
 }
 
 #undef KEEP
@@ -318,7 +345,7 @@ int manager_add_client(struct manager *m, int fd, const struct ucred *cred, stru
 		return -EUSERS;
 	char domain[64];
 
-	admin = is_admin(m, cred->uid, cred->gid, fd);
+	admin = manager_is_admin(m, cred->uid, cred->gid, fd, NULL, 0);
 	domain_name_for(m, cred->uid, cred->gid, fd, domain, sizeof(domain));
 	return client_new(m, fd, cred->pid, cred->uid, cred->gid, admin, domain, ret);
 }

@@ -37,7 +37,7 @@ int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_pa
 	_cleanup_free_ struct frmr_pool_stats *stats = NULL;
 	Mrd__FrmrDomainInfo *di, **dip;
 	Mrd__FrmrPoolInfo *pi, **pip;
-	size_t n_domains = 0, n_pools = 0, i = 0, j = 0;
+	size_t n_domains = 0, n_pools = 0, i = 0, j = 0, budget = reply_budget(c), bytes = 0;
 	struct domain *d;
 
 	LIST_FOREACH(d, &m->domains, link) {
@@ -60,6 +60,7 @@ int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_pa
 	if ((n_domains && (!di || !dip)) || (n_pools && (!pi || !pip || !stats)))
 		return -ENOMEM;
 
+	mrd__frmr_pools_response__init(&r->body.frmr_pools);
 	LIST_FOREACH(d, &m->domains, link) {
 		size_t got;
 
@@ -70,6 +71,11 @@ int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_pa
 		uint64_t queued;
 
 		got = got < n_pools - j ? got : n_pools - j;
+		if (bytes > budget) { /* what does not fit is counted */
+			r->body.frmr_pools.domains_omitted++;
+			r->body.frmr_pools.pools_omitted += (uint32_t)got;
+			continue;
+		}
 		frmr_pools_summary(&d->pools, &config, &queued);
 		mrd__frmr_domain_info__init(&di[i]);
 		di[i].domain = d->name;
@@ -79,16 +85,22 @@ int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_pa
 		di[i].aging_s = config.aging_s;
 		di[i].pinned = config.pinned;
 		di[i].pools = &pip[j];
-		di[i].n_pools = got;
-		for (size_t k = 0; k < got; k++, j++) {
-			pool_info(&pi[j], &stats[j]);
-			pip[j] = &pi[j];
+		bytes += reply_repeated_size(&di[i].base) + 4; /* its length grows with its pools */
+		for (size_t k = 0; k < got; k++) {
+			pool_info(&pi[j + k], &stats[j + k]);
+			bytes += reply_repeated_size(&pi[j + k].base);
+			if (bytes > budget) {
+				r->body.frmr_pools.pools_omitted += (uint32_t)(got - k);
+				break;
+			}
+			pip[j + k] = &pi[j + k];
+			di[i].n_pools++;
 		}
+		j += got;
 		dip[i] = &di[i];
 		i++;
 	}
-	mrd__frmr_pools_response__init(&r->body.frmr_pools);
-	r->body.frmr_pools.n_domains = n_domains;
+	r->body.frmr_pools.n_domains = i;
 	r->body.frmr_pools.domains = dip;
 	r->resp.body_case = MRD__RESPONSE__BODY_FRMR_POOLS;
 	r->resp.frmr_pools = &r->body.frmr_pools;

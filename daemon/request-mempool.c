@@ -12,14 +12,23 @@
 #include "mrd/mrd.h"
 #include "provider.h"
 
+/* Names end up in root's mrctl output and in logs: printable ASCII alone, refused at the door
+ * (mrctl escapes what it prints besides). */
 static int check_name(const char *name, struct reply *r)
 {
 	size_t len = strnlen(name, MRD_MEMPOOL_NAME_MAX);
 
 	if (len == 0 || len >= MRD_MEMPOOL_NAME_MAX) {
-		reply_set_message(r, "a mempool name is 1 to %u bytes", MRD_MEMPOOL_NAME_MAX - 1);
+		reply_set_message(r, "a mempool name is 1 to %u bytes of printable ASCII",
+				  MRD_MEMPOOL_NAME_MAX - 1);
 		return -EINVAL;
 	}
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)name[i] < 0x20 || (unsigned char)name[i] > 0x7e) {
+			reply_set_message(r, "a mempool name is printable ASCII: byte %zu is 0x%02x",
+					  i, (unsigned)(unsigned char)name[i]);
+			return -EINVAL;
+		}
 	return 0;
 }
 
@@ -162,20 +171,77 @@ int request_mempool_unregister(struct client *c, const Mrd__Request *req,
 	return 0;
 }
 
+static void mempool_info(Mrd__MempoolInfo *pi, const struct domain *d, const struct pool_reg *reg)
+{
+	mrd__mempool_info__init(pi);
+	pi->domain = (char *)d->name;
+	pi->pid = (int32_t)reg->owner->pid;
+	pi->client_name = reg->owner->name;
+	pi->name = (char *)reg->name;
+	pi->extmem = reg->extmem;
+}
+
+static void mempool_mr_info(Mrd__MempoolMrInfo *mi, const struct pool_mr *mr)
+{
+	mrd__mempool_mr_info__init(mi);
+	mi->start = mr->start;
+	mi->end = mr->end;
+	/* A worker may be writing pmr: only a settled MR has keys. */
+	mi->lkey = !mr->pending && mr->pmr ? mr->pmr->lkey : MRD_KEY_INVALID;
+	mi->rkey = !mr->pending && mr->pmr ? mr->pmr->rkey : MRD_KEY_INVALID;
+	mi->pending = mr->pending;
+	mi->sharers = mr->sharers;
+	mi->hugepage = mr->hugepage;
+}
+
+/* What reg takes in a Mempools reply. */
+static size_t mempool_size(const struct domain *d, const struct pool_reg *reg)
+{
+	Mrd__MempoolInfo pi;
+	size_t mrs = 0, len, n = 1;
+
+	mempool_info(&pi, d, reg);
+	for (size_t k = 0; k < reg->n_mrs; k++) {
+		Mrd__MempoolMrInfo mi;
+
+		mempool_mr_info(&mi, reg->mrs[k]);
+		mrs += reply_repeated_size(&mi.base);
+	}
+	len = protobuf_c_message_get_packed_size(&pi.base) + mrs;
+	for (size_t v = len; v >= 0x80; v >>= 7)
+		n++;
+	return 1 + n + len;
+}
+
+/* A page: the pools the caller may see from q->first on, as many as fit in a reply (one at
+ * least, so that every page moves on). */
 int request_mempools(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
 		     struct reply *r)
 {
 	const struct manager *m = c->manager;
+	const uint32_t first = req->mempools->first;
+	const char *view = client_view(c);
+	size_t budget = reply_budget(c), bytes = 0;
+	size_t n_pools = 0, n_mrs = 0, i = 0, j = 0;
 	Mrd__MempoolInfo *pi, **pip;
 	Mrd__MempoolMrInfo *mi, **mip;
-	size_t n_pools = 0, n_mrs = 0, i = 0, j = 0;
+	uint32_t total = 0;
 	struct pool_reg *reg;
 	struct domain *d;
+	bool full = false;
 
+	/* First the page's extent, then the page. */
 	LIST_FOREACH(d, &m->domains, link)
 		LIST_FOREACH(reg, &d->pool_regs, link) {
-			if (!view_shows(client_view(c), d->name))
+			if (!view_shows(view, d->name))
 				continue;
+			if (total++ < first || full)
+				continue;
+			bytes += mempool_size(d, reg);
+			if (n_pools > 0 && bytes > budget) {
+				full = true;
+				continue;
+			}
 			n_pools++;
 			n_mrs += reg->n_mrs;
 		}
@@ -191,32 +257,18 @@ int request_mempools(struct client *c, const Mrd__Request *req, struct wire_pack
 	if ((n_pools && (!pi || !pip)) || (n_mrs && (!mi || !mip)))
 		return -ENOMEM;
 
+	total = 0;
 	LIST_FOREACH(d, &m->domains, link)
 		LIST_FOREACH(reg, &d->pool_regs, link) {
-			if (!view_shows(client_view(c), d->name))
+			if (!view_shows(view, d->name))
 				continue;
-			mrd__mempool_info__init(&pi[i]);
-			pi[i].domain = d->name;
-			pi[i].pid = (int32_t)reg->owner->pid;
-			pi[i].client_name = reg->owner->name;
-			pi[i].name = reg->name;
-			pi[i].extmem = reg->extmem;
+			if (total++ < first || i == n_pools)
+				continue;
+			mempool_info(&pi[i], d, reg);
 			pi[i].mrs = &mip[j];
 			pi[i].n_mrs = reg->n_mrs;
 			for (size_t k = 0; k < reg->n_mrs; k++, j++) {
-				const struct pool_mr *mr = reg->mrs[k];
-
-				mrd__mempool_mr_info__init(&mi[j]);
-				mi[j].start = mr->start;
-				mi[j].end = mr->end;
-				/* A worker may be writing pmr: only a settled MR has keys. */
-				mi[j].lkey = !mr->pending && mr->pmr ? mr->pmr->lkey :
-								       MRD_KEY_INVALID;
-				mi[j].rkey = !mr->pending && mr->pmr ? mr->pmr->rkey :
-								       MRD_KEY_INVALID;
-				mi[j].pending = mr->pending;
-				mi[j].sharers = mr->sharers;
-				mi[j].hugepage = mr->hugepage;
+				mempool_mr_info(&mi[j], reg->mrs[k]);
 				mip[j] = &mi[j];
 			}
 			pip[i] = &pi[i];
@@ -225,6 +277,8 @@ int request_mempools(struct client *c, const Mrd__Request *req, struct wire_pack
 	mrd__mempools_response__init(&r->body.mempools);
 	r->body.mempools.n_mempools = n_pools;
 	r->body.mempools.mempools = pip;
+	r->body.mempools.total = total;
+	r->body.mempools.next = first + n_pools < total ? first + (uint32_t)n_pools : 0;
 	r->resp.body_case = MRD__RESPONSE__BODY_MEMPOOLS;
 	r->resp.mempools = &r->body.mempools;
 	return 0;

@@ -18,6 +18,8 @@ int request_status(struct client *c, const Mrd__Request *req, struct wire_packet
 {
 	const struct manager *m = c->manager;
 	Mrd__StatusResponse *s = &r->body.status;
+	const char *view = client_view(c);
+	struct view_totals t;
 
 	mrd__status_response__init(s);
 	s->server_version = (char *)PACKAGE_VERSION;
@@ -29,16 +31,56 @@ int request_status(struct client *c, const Mrd__Request *req, struct wire_packet
 	s->odp_implicit = m->provider->caps.odp_implicit;
 	s->rereg_translation = m->provider->caps.rereg_translation;
 	s->dma = m->provider->caps.dma;
-	s->domains = m->n_domains;
-	s->clients = m->n_clients;
-	s->max_clients = m->config.max_clients;
 	s->pid = (uint32_t)getpid();
-	s->requests = m->n_requests;
-	s->protocol_errors = m->n_protocol_errors;
-	s->clients_dropped = m->n_clients_dropped;
+	/* Which users use mrd, and how much, is no one else's business: a user sees its own
+	 * domain's figures and no daemon-wide count. */
+	manager_view_totals(m, view, &t);
+	s->domains = t.domains;
+	s->clients = t.clients;
+	if (view) {
+		s->view = (char *)view;
+		s->max_clients = m->config.quota_clients;
+	} else {
+		s->view = (char *)"";
+		s->max_clients = m->config.max_clients;
+		s->requests = m->n_requests;
+		s->protocol_errors = m->n_protocol_errors;
+		s->clients_dropped = m->n_clients_dropped;
+	}
 	r->resp.body_case = MRD__RESPONSE__BODY_STATUS_REPLY;
 	r->resp.status_reply = s;
 	return 0;
+}
+
+static void domain_info(Mrd__DomainInfo *di, const struct domain *d, const struct config *cfg)
+{
+	mrd__domain_info__init(di);
+	di->name = (char *)d->name;
+	di->clients = d->n_users;
+	di->allocated_bytes = d->allocated_bytes;
+	di->allocations = (uint32_t)d->allocations.n;
+	di->waiting = d->n_orphans;
+	di->arenas = d->n_arenas;
+	di->pinned_bytes = d->cache.pinned_bytes;
+	di->generation = __atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE);
+	di->quota_allocated_bytes = cfg->quota_allocated_bytes;
+	di->quota_pinned_bytes = cfg->quota_pinned_bytes;
+	di->quota_arenas = cfg->quota_arenas;
+	di->quota_allocations = cfg->quota_allocations;
+	di->quota_clients = cfg->quota_clients;
+	di->mrs = d->cache.n_mrs;
+	di->lookups = d->cache.lookups;
+	di->misses = d->cache.misses;
+	di->table_overflow = d->cache.table.overflow;
+	di->registrations = d->cache.registrations;
+	di->deregistrations = d->cache.deregistrations;
+	di->odp_faults = d->odp.stats.faults;
+	di->odp_children_created = d->odp.stats.children_created;
+	di->odp_children_destroyed = d->odp.stats.children_destroyed;
+	di->odp_prefetch_requests = d->odp.stats.prefetch_requests;
+	di->odp_prefetch_pages = d->odp.stats.prefetch_pages;
+	di->odp_invalidations = d->odp.stats.invalidations;
+	di->odp_children = d->odp.children;
 }
 
 int request_clients(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
@@ -50,9 +92,9 @@ int request_clients(struct client *c, const Mrd__Request *req, struct wire_packe
 	Mrd__ClientInfo *ci, **cip;
 	Mrd__DomainInfo *di, **dip;
 	const char *view = client_view(c);
+	size_t budget = reply_budget(c), bytes = 0, i;
 	struct client *it;
 	struct domain *d;
-	size_t i;
 
 	/* One block per array, freed with the reply. */
 	ci = calloc(m->n_clients, sizeof(*ci));
@@ -66,11 +108,37 @@ int request_clients(struct client *c, const Mrd__Request *req, struct wire_packe
 	if ((m->n_clients && (!ci || !cip)) || (m->n_domains && (!di || !dip)))
 		return -ENOMEM;
 
+	/* What fits in one reply, domains first (stats and dump go by them); the rest is
+	 * counted. */
 	mrd__clients_response__init(body);
+	i = 0;
+	LIST_FOREACH(d, &m->domains, link) {
+		if (!view_shows(view, d->name))
+			continue;
+		if (bytes > budget) {
+			body->domains_omitted++;
+			continue;
+		}
+		domain_info(&di[i], d, cfg);
+		bytes += reply_repeated_size(&di[i].base);
+		if (bytes > budget) {
+			body->domains_omitted++;
+			continue;
+		}
+		dip[i] = &di[i];
+		i++;
+	}
+	body->n_domains = i;
+	body->domains = dip;
+
 	i = 0;
 	LIST_FOREACH(it, &m->clients, link) {
 		if (!view_shows(view, it->domain_name))
 			continue;
+		if (bytes > budget) {
+			body->clients_omitted++;
+			continue;
+		}
 		mrd__client_info__init(&ci[i]);
 		ci[i].id = it->id;
 		ci[i].pid = (uint32_t)it->pid;
@@ -83,48 +151,16 @@ int request_clients(struct client *c, const Mrd__Request *req, struct wire_packe
 		     a = LIST_NEXT(a, owner_link))
 			ci[i].allocations++;
 		ci[i].admin = it->admin;
+		bytes += reply_repeated_size(&ci[i].base);
+		if (bytes > budget) {
+			body->clients_omitted++;
+			continue;
+		}
 		cip[i] = &ci[i];
 		i++;
 	}
 	body->n_clients = i;
 	body->clients = cip;
-
-	i = 0;
-	LIST_FOREACH(d, &m->domains, link) {
-		if (!view_shows(view, d->name))
-			continue;
-		mrd__domain_info__init(&di[i]);
-		di[i].name = d->name;
-		di[i].clients = d->n_users;
-		di[i].allocated_bytes = d->allocated_bytes;
-		di[i].allocations = (uint32_t)d->allocations.n;
-		di[i].waiting = d->n_orphans;
-		di[i].arenas = d->n_arenas;
-		di[i].pinned_bytes = d->cache.pinned_bytes;
-		di[i].generation = __atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE);
-		di[i].quota_allocated_bytes = cfg->quota_allocated_bytes;
-		di[i].quota_pinned_bytes = cfg->quota_pinned_bytes;
-		di[i].quota_arenas = cfg->quota_arenas;
-		di[i].quota_allocations = cfg->quota_allocations;
-		di[i].quota_clients = cfg->quota_clients;
-		di[i].mrs = d->cache.n_mrs;
-		di[i].lookups = d->cache.lookups;
-		di[i].misses = d->cache.misses;
-		di[i].table_overflow = d->cache.table.overflow;
-		di[i].registrations = d->cache.registrations;
-		di[i].deregistrations = d->cache.deregistrations;
-		di[i].odp_faults = d->odp.stats.faults;
-		di[i].odp_children_created = d->odp.stats.children_created;
-		di[i].odp_children_destroyed = d->odp.stats.children_destroyed;
-		di[i].odp_prefetch_requests = d->odp.stats.prefetch_requests;
-		di[i].odp_prefetch_pages = d->odp.stats.prefetch_pages;
-		di[i].odp_invalidations = d->odp.stats.invalidations;
-		di[i].odp_children = d->odp.children;
-		dip[i] = &di[i];
-		i++;
-	}
-	body->n_domains = i;
-	body->domains = dip;
 	r->resp.body_case = MRD__RESPONSE__BODY_CLIENTS;
 	r->resp.clients = body;
 	return 0;
@@ -133,9 +169,11 @@ int request_clients(struct client *c, const Mrd__Request *req, struct wire_packe
 #define DUMP_MRS_MAX 512 /* a reply's worth: ~40 bytes each */
 
 /* A page of the domain's MRs in dump order (dump_walk): index counts them all, the page is
- * first .. first + DUMP_MRS_MAX. */
+ * first .. first + n, at most DUMP_MRS_MAX and what fits in budget bytes. */
 struct dump_walk {
 	uint32_t index, first, n;
+	bool full;
+	size_t bytes, budget;
 	Mrd__DumpMr *mrs;
 };
 
@@ -145,9 +183,9 @@ static void dump_mr(struct dump_walk *w, uint64_t start, uint64_t end,
 {
 	Mrd__DumpMr *e;
 
-	if (w->index++ < w->first || w->n >= DUMP_MRS_MAX)
+	if (w->index++ < w->first || w->full)
 		return;
-	e = &w->mrs[w->n++];
+	e = &w->mrs[w->n];
 	mrd__dump_mr__init(e);
 	e->start = start;
 	e->end = end;
@@ -157,6 +195,12 @@ static void dump_mr(struct dump_walk *w, uint64_t start, uint64_t end,
 	e->pages = (end - start + a->arena->page_size - 1) / a->arena->page_size;
 	e->owner_pid = a->owner ? (int32_t)a->owner->pid : 0;
 	e->sharers = sharers;
+	w->bytes += reply_repeated_size(&e->base);
+	if (w->n > 0 && w->bytes > w->budget) {
+		w->full = true; /* the next page starts with this one */
+		return;
+	}
+	w->full = ++w->n == DUMP_MRS_MAX;
 }
 
 /* By arena, by allocation (its cache MRs, then its on-demand children), then the mempools'. */
@@ -190,7 +234,7 @@ int request_domain_dump(struct client *c, const Mrd__Request *req, struct wire_p
 	Mrd__DomainDumpResponse *body = &r->body.domain_dump;
 	Mrd__DumpArena *ai, **aip;
 	Mrd__DumpMr **mip;
-	struct dump_walk w = { .first = q->first_mr };
+	struct dump_walk w = { .first = q->first_mr, .budget = reply_budget(c) };
 	const struct arena *arena;
 	struct domain *d;
 	size_t i = 0;
@@ -224,6 +268,7 @@ int request_domain_dump(struct client *c, const Mrd__Request *req, struct wire_p
 		ai[i].hugetlb = arena->hugetlb;
 		ai[i].external = arena->external;
 		ai[i].allocations = arena->n_allocations;
+		w.bytes += reply_repeated_size(&ai[i].base);
 		aip[i] = &ai[i];
 		i++;
 	}

@@ -71,7 +71,8 @@ cat > "$dir/dump.sh" <<DUMP
 case "\$*" in *pools*) busctl --address="$addr" call $obj Dump | sed 's/\\\\"/"/g' > "$dir/dump"
 	busctl --address="$addr" get-property $obj Generations > "$dir/generations"
 	setpriv --reuid=65534 --regid=65534 --clear-groups busctl --address="$addr" \
-		get-property $obj Generations > "$dir/generations-nobody" ;; esac
+		get-property $obj Generations Domains Clients AllocatedBytes PinnedBytes Requests \
+		> "$dir/generations-nobody" ;; esac
 DUMP
 chmod +x "$dir/dump.sh"
 MRD_DEMO_MRCTL="$dir/dump.sh" "$MRD_BUILDDIR/mrd-demo" "$dir/mrd.sock" > "$dir/demo" 2>&1 ||
@@ -80,9 +81,9 @@ for want in '"domains":[{"name":"uid-0","clients":2' '"pools_off":""' '"pages":2
 	grep -qF "$want" "$dir/dump" || fail "Dump lacks $want: $(cat "$dir/dump")"
 done
 [ "$(cat "$dir/generations")" = 'a{st} 1 "uid-0" 2' ] || fail "Generations: $(cat "$dir/generations")"
-# Another user does not learn that uid 0 uses mrd.
-[ "$(cat "$dir/generations-nobody")" = 'a{st} 0' ] ||
-	fail "nobody's Generations: $(cat "$dir/generations-nobody")"
+# Another user does not learn that uid 0 uses mrd, nor how much: its figures are its own.
+[ "$(cat "$dir/generations-nobody" | tr '\n' ' ')" = 'a{st} 0 u 0 u 0 t 0 t 0 t 0 ' ] ||
+	fail "nobody's properties: $(cat "$dir/generations-nobody")"
 [ "$(bctl get-property $obj Generations)" = 'a{st} 0' ] || fail "Generations after the demo"
 [ "$(bctl get-property $obj Domains)" = 'u 0' ] || fail "Domains after the demo"
 
@@ -119,13 +120,14 @@ mkdir -m 0777 "$dir/nobody"
 cp "$MRD_BUILDDIR/.libs/mrd-demo" "$MRD_BUILDDIR/.libs/libmrd.so.0" "$dir/nobody/"
 cat > "$dir/nobody/gen.sh" <<GEN
 #!/bin/sh
-case "\$*" in *pools*) busctl --address="$addr" get-property $obj Generations > "$dir/nobody/gen" ;; esac
+case "\$*" in *pools*) busctl --address="$addr" get-property $obj Generations Domains Clients \
+	AllocatedBytes PinnedBytes > "$dir/nobody/gen" ;; esac
 GEN
 chmod 0755 "$dir/nobody/gen.sh"
 setpriv --reuid=65534 --regid=65534 --clear-groups env LD_LIBRARY_PATH="$dir/nobody" \
 	MRD_DEMO_MRCTL="$dir/nobody/gen.sh" "$dir/nobody/mrd-demo" "$dir/mrd.sock" > "$dir/out" 2>&1 ||
 	fail "mrd-demo as nobody: $(cat "$dir/out")"
-[ "$(cat "$dir/nobody/gen")" = 'a{st} 1 "uid-65534" 2' ] ||
+[ "$(cat "$dir/nobody/gen" | tr '\n' ' ')" = 'a{st} 1 "uid-65534" 2 u 1 u 2 t 2097152 t 2097152 ' ] ||
 	fail "nobody's own Generations: $(cat "$dir/nobody/gen")"
 kill "$mrd_pid"; wait "$mrd_pid"; mrd_pid=
 

@@ -437,6 +437,103 @@ START_TEST(test_export_pd_domains)
 }
 END_TEST
 
+/* One Mempools page from first; its reply must succeed and is returned. */
+static Mrd__Response *mempools_page(int fd, uint64_t id, uint32_t first)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MempoolsRequest q = MRD__MEMPOOLS_REQUEST__INIT;
+
+	q.first = first;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_MEMPOOLS;
+	req.mempools = &q;
+	td_send_request(fd, &req, NULL, 0);
+	return td_expect(fd, id, 0);
+}
+
+/* A client's socket takes replies up to its send buffer: a view pages itself down to what it
+ * takes, and a reply that cannot be cut is answered with an error that says so, never not at
+ * all. */
+START_TEST(test_reply_beyond_the_socket)
+{
+	uint64_t starts[400], lengths[400], mem, id = 10;
+	unsigned pools = 0, pages = 0;
+	uint32_t first = 0;
+	struct client *c;
+	int fd, sndbuf = 1;
+	socklen_t sl = sizeof(sndbuf);
+	Mrd__Response *resp;
+	char name[16];
+
+	/* 4 KiB pages whatever the host has free: each range an MR of its own. */
+	const char *settings[] = { "limits.frame_bytes=65536", "memory.hugepages=no", NULL };
+
+	teardown();
+	td_start(settings);
+	fd = td_hello_client(1000, &c);
+	mem = td_alloc(fd, 2, 800 * 4096);
+	for (size_t i = 0; i < 400; i++) {
+		starts[i] = mem + 2 * i * 4096;
+		lengths[i] = 4096;
+	}
+	for (int i = 0; i < 20; i++) { /* 20 pools of 20 MRs: some KiB in all */
+		snprintf(name, sizeof(name), "p%d", i);
+		td_send_mempool_register(fd, ++id, name, starts + 20 * i, lengths, 20, false);
+		td_expect_free(fd, id, 0);
+	}
+	/* The smallest send buffer (the kernel makes it some 4.6 KB). */
+	ck_assert_int_eq(setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)), 0);
+	ck_assert_int_eq(getsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &sl), 0);
+	do {
+		resp = mempools_page(fd, ++id, first);
+		ck_assert_uint_le(mrd__response__get_packed_size(resp), (size_t)sndbuf);
+		ck_assert_uint_gt(resp->mempools->n_mempools, 0);
+		ck_assert_uint_eq(resp->mempools->total, 20);
+		pools += resp->mempools->n_mempools;
+		pages++;
+		first = resp->mempools->next;
+		mrd__response__free_unpacked(resp, NULL);
+	} while (first);
+	ck_assert_uint_eq(pools, 20);
+	ck_assert_uint_gt(pages, 1);
+
+	/* 400 MRs in one MempoolRegister reply: more than the socket takes. */
+	td_send_mempool_register(fd, ++id, "big", starts, lengths, 400, false);
+	resp = td_expect(fd, id, EMSGSIZE);
+	ck_assert_msg(strstr(resp->message, "does not fit"), "%s", resp->message);
+	mrd__response__free_unpacked(resp, NULL);
+	send_ping(fd, ++id);
+	td_expect_free(fd, id, 0);
+
+	/* The domain's 800 MRs (it stays registered: the request was done) in dump pages. */
+	{
+		Mrd__Request req = MRD__REQUEST__INIT;
+		Mrd__DomainDumpRequest q = MRD__DOMAIN_DUMP_REQUEST__INIT;
+		uint32_t mrs = 0;
+
+		q.domain = (char *)"uid-1000";
+		req.body_case = MRD__REQUEST__BODY_DOMAIN_DUMP;
+		req.domain_dump = &q;
+		pages = 0;
+		do {
+			req.id = ++id;
+			td_send_request(fd, &req, NULL, 0);
+			resp = td_expect(fd, id, 0);
+			ck_assert_uint_le(mrd__response__get_packed_size(resp), (size_t)sndbuf);
+			ck_assert_uint_gt(resp->domain_dump->n_mrs, 0);
+			ck_assert_uint_eq(resp->domain_dump->mrs_total, 800);
+			mrs += (uint32_t)resp->domain_dump->n_mrs;
+			pages++;
+			q.first_mr = resp->domain_dump->next_mr;
+			mrd__response__free_unpacked(resp, NULL);
+		} while (q.first_mr);
+		ck_assert_uint_eq(mrs, 800);
+		ck_assert_uint_gt(pages, 2); /* more than 512 a page could hold */
+	}
+	close(fd);
+}
+END_TEST
+
 START_TEST(test_request_table)
 {
 	ck_assert_ptr_null(request_type_lookup(0));
@@ -474,6 +571,7 @@ static Suite *dispatch_suite(void)
 	tcase_add_test(tc, test_status_shows_provider);
 	tcase_add_test(tc, test_export_pd_domains);
 	tcase_add_test(tc, test_request_table);
+	tcase_add_test(tc, test_reply_beyond_the_socket);
 	suite_add_tcase(s, tc);
 	return s;
 }

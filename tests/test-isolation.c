@@ -102,7 +102,13 @@ static void try_status(struct world *w)
 	req.body_case = MRD__REQUEST__BODY_STATUS;
 	req.status = &s;
 	resp = ask(w, &req, 0);
-	names_only_own(resp); /* counts for the host, no domain's detail */
+	names_only_own(resp);
+	/* Counts of B's own domain alone: nothing tells that A uses mrd, or how much. */
+	ck_assert_str_eq(resp->status_reply->view, "uid-2000");
+	ck_assert_uint_eq(resp->status_reply->domains, 1);
+	ck_assert_uint_eq(resp->status_reply->clients, 1);
+	ck_assert_uint_eq(resp->status_reply->requests, 0);
+	ck_assert_uint_eq(resp->status_reply->max_clients, td_manager->config.quota_clients);
 	mrd__response__free_unpacked(resp, NULL);
 }
 

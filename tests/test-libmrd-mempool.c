@@ -91,6 +91,8 @@ START_TEST(test_objects)
 	mrd_mempool_free(p);
 
 	ck_assert_int_eq(mrd_mempool_create(c, "", 1, 8, 0, 0, 0, &p), -EINVAL);
+	ck_assert_int_eq(mrd_mempool_create(c, "rx\x1b[2J", 1, 8, 0, 0, 0, &p), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(mrd_last_error(), "printable ASCII"));
 	ck_assert_int_eq(mrd_mempool_create(c, "x", 1, 8, 3, 0, 0, &p), -EINVAL);
 	ck_assert_int_eq(mrd_mempool_create(c, "x", 4, 64, 0, 32, 0, &p), -EINVAL);
 	mrd_client_close(c);

@@ -190,7 +190,8 @@ typedef struct mrd_mempool mrd_mempool;
 /*
  * A pool of n objects of obj_size bytes, each aligned to obj_align (a power of two; 0: 8),
  * in chunks of at most chunk_size bytes (0: one chunk) that libmrd allocates from mrd with
- * mem_flags (MRD_MEM_HUGEPAGE). name (1 to 63 bytes) names it to mrd and in mrctl mempools.
+ * mem_flags (MRD_MEM_HUGEPAGE). name (1 to 63 bytes of printable ASCII) names it to mrd and
+ * in mrctl mempools.
  * Errors as mrd_mem_alloc(), and -EINVAL.
  */
 int mrd_mempool_create(mrd_client *client, const char *name, size_t n, size_t obj_size,
