@@ -313,8 +313,9 @@ void memory_poison_status(mrd_client *client)
 		goto fail;
 	}
 	memcpy(copy, client->status, sizeof(*copy));
-	/* mrd counts up from 1: no lookup can have cached this one. */
-	copy->generation = UINT64_MAX;
+	/* mrd counts up from 1: no lookup can have cached this one, nor (one less per reconnect)
+	 * one that a cache adopted from an earlier poisoning and filled after the reconnect. */
+	copy->generation = UINT64_MAX - client->epoch;
 	/* One mremap: a reader sees the old page or the filled copy, never an empty one. */
 	if (mprotect(copy, size, PROT_READ) < 0 ||
 	    mremap(copy, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)client->status) ==

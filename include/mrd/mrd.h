@@ -83,8 +83,8 @@ const char *mrd_client_domain(const mrd_client *client);
 /*
  * The domain's generation: it changes whenever memory of the domain is freed, so a client that
  * cached anything about addresses compares it with the value it saw then. One load from the
- * status page; no request. 0 for NULL; UINT64_MAX once the connection is gone (or in a fork()
- * child), which nothing can have cached.
+ * status page; no request. 0 for NULL. Once the connection is gone (or in a fork() child):
+ * UINT64_MAX less the number of reconnects so far, which nothing can have cached.
  */
 uint64_t mrd_client_generation(const mrd_client *client);
 
