@@ -346,7 +346,6 @@ static int stale(const mrd_mempool *p)
 MRD_EXPORT int mrd_mempool_populate(struct mrd_lookup *l, const mrd_mempool *p)
 {
 	struct mrd_mr cached;
-
 	int r;
 
 	if (!l || !p)
