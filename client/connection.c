@@ -91,12 +91,17 @@ int conn_call_with_fds(struct conn *c, Mrd__Request *req, const int *fds, size_t
 
 	if (ret_fds)
 		ret_fds->n = 0;
+	if (c->broken)
+		return -ECONNRESET;
 	req->id = ++c->next_id;
 	r = wire_send(c->fd, &req->base, WIRE_FRAME_MAX, fds, n_fds, 0);
 	/* A peer that hung up may have left its reason queued (a refused connection): read it. */
 	if (r < 0 && r != -EPIPE && r != -ECONNRESET)
 		return r;
-	return conn_recv_response(c, req->id, ret, ret_fds);
+	r = conn_recv_response(c, req->id, ret, ret_fds);
+	if (r == -ECONNRESET)
+		c->broken = true; /* a SEQPACKET peer that hung up never comes back */
+	return r;
 }
 
 static _printf_(3, 4) void set_error(char *error, size_t size, const char *fmt, ...)

@@ -21,6 +21,7 @@ struct conn {
 	uint8_t *buf; /* one reply at a time */
 	size_t buf_size;
 	char path[108];
+	bool broken; /* mrd hung up: nothing more goes over it */
 };
 
 /* The socket path a client uses: path, else $MRD_SOCKET, else the default. */
@@ -41,7 +42,7 @@ struct conn_fds {
 
 /* Sends req (its id is assigned here) and waits for the matching response. Returns 0 with
  * *ret (free with mrd__response__free_unpacked) even when the daemon answered an error, or a
- * transport error as -errno. Descriptors of the reply go to ret_fds, or are closed when it is
+ * transport error as -errno (-ECONNRESET at once once mrd has hung up: c->broken). Descriptors of the reply go to ret_fds, or are closed when it is
  * NULL. */
 int conn_call(struct conn *c, Mrd__Request *req, Mrd__Response **ret, struct conn_fds *ret_fds);
 /* The same, with n_fds descriptors (not consumed) sent along with the request. */

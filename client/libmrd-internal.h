@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "connection.h"
 #include "status-page.h"
@@ -11,6 +12,12 @@
 struct mrd_client {
 	struct conn *conn;
 	pthread_mutex_t lock; /* one call on the socket at a time */
+	int fd;		      /* conn's descriptor, one number for the handle's life (a reconnect
+			       * moves the new connection onto it): what mrd_client_fd() gives */
+	bool gone;   /* conn is dead (atomic): calls fail at once, the status page is poisoned */
+	bool forked; /* this process is a fork() child of the one that opened the handle */
+	pid_t pid;   /* the one that opened it */
+	struct mrd_client *prev, *next; /* the process's open handles, which fork() marks */
 	char domain[64];
 	const struct mrd_status_page *status; /* the domain's, read-only */
 	uint32_t status_size;
@@ -31,6 +38,15 @@ struct mrd_client {
 	uint32_t *arenas; /* ids of arenas this handle mapped */
 	size_t n_arenas, arenas_cap;
 };
+
+/* Takes the handle's lock for a call on client->conn: -ECHILD in a fork() child (before any
+ * lock: one held at the fork stays held there), -ECONNRESET when the connection is gone
+ * (nothing is sent), both with their reason for mrd_last_error() and the lock not held. */
+int client_lock(struct mrd_client *client);
+/* Drops it; a call that found mrd gone marks the handle gone (client_gone). */
+void client_unlock(struct mrd_client *client);
+/* Whether cached keys may be handed out, with no lock: 0, or the error client_lock gives. */
+int client_usable(const struct mrd_client *client);
 
 /* One request/response on conn, with no lock; otherwise as client_call. */
 int conn_request(struct conn *conn, Mrd__Request *req, Mrd__Response **ret,
@@ -54,6 +70,12 @@ int memory_join(struct mrd_client *client);
 int memory_rejoin(struct mrd_client *client, struct conn *conn, int *ret_status_fd);
 /* Maps the new status page where the old one was. */
 int memory_remap_status(struct mrd_client *client, int fd);
+/* Maps over the status page a private copy whose generation no lookup can have cached, so
+ * that every thread's next lookup through the handle leaves the inline hit and asks libmrd
+ * (which refuses). Undone by memory_remap_status(). */
+void memory_poison_status(struct mrd_client *client);
+/* Holds (lock) and releases the window's lock across fork(): the child gets it unlocked. */
+void memory_fork_lock(bool lock);
 /* A Free or ExtmemDetach of address got no answer: remembered for the next reconnect. */
 void memory_note_lost_free(struct mrd_client *client, int body_case, uint64_t address);
 /* After a reconnect, asks again on conn what got no answer, with the handle's lock held: each

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "libmrd-internal.h"
 #include "log.h"
@@ -15,20 +18,48 @@
 
 static __thread char last_error[256];
 
+/* The process's open handles: a fork() child marks each one its parent's. */
+static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
+static mrd_client *handles;
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&handles_lock);
+	memory_fork_lock(true);
+}
+
+static void fork_parent(void)
+{
+	memory_fork_lock(false);
+	pthread_mutex_unlock(&handles_lock);
+}
+
+/* The child shares the parent's socket and memory: it must not talk to mrd in the parent's
+ * name (their requests and replies would cross), nor hand out the parent's cached keys. */
+static void fork_child(void)
+{
+	for (mrd_client *c = handles; c; c = c->next) {
+		c->forked = true;
+		memory_poison_status(c);
+	}
+	fork_parent();
+}
+
 /* libmrd is silent unless MRD_LOG_LEVEL asks, as libibverbs is with VERBS_LOG_LEVEL. */
-static void libmrd_log_init(void)
+static void libmrd_init(void)
 {
 	int level = log_level_from_string(getenv("MRD_LOG_LEVEL"));
 
 	log_set_ident("libmrd");
 	log_set_level(level < 0 ? LOG_LEVEL_SILENT : (enum log_level)level);
+	(void)pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
-static void log_init_once(void)
+static void init_once(void)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-	pthread_once(&once, libmrd_log_init);
+	pthread_once(&once, libmrd_init);
 }
 
 int set_last_error(int error, const char *fmt, ...)
@@ -53,6 +84,45 @@ int set_call_error(int error)
 	return set_last_error(error, "no answer from mrd: %s", strerror(-error));
 }
 
+static int forked_error(const mrd_client *client)
+{
+	return set_last_error(-ECHILD, "this handle was opened by process %d, which has since "
+			      "fork()ed: in the child it cannot be used (its connection and memory "
+			      "are the parent's); mrd_client_close() it there (only the child's copy "
+			      "goes) and connect anew with mrd_client_connect()", (int)client->pid);
+}
+
+int client_usable(const mrd_client *client)
+{
+	if (client->forked)
+		return forked_error(client);
+	if (__atomic_load_n(&client->gone, __ATOMIC_ACQUIRE))
+		return set_call_error(-ECONNRESET);
+	return 0;
+}
+
+int client_lock(mrd_client *client)
+{
+	if (client->forked)
+		return forked_error(client);
+	pthread_mutex_lock(&client->lock);
+	if (client->gone) {
+		pthread_mutex_unlock(&client->lock);
+		return set_call_error(-ECONNRESET);
+	}
+	return 0;
+}
+
+void client_unlock(mrd_client *client)
+{
+	/* Under the lock, so that a reconnect's new page never goes under the poison. */
+	if (client->conn->broken && !client->gone) {
+		__atomic_store_n(&client->gone, true, __ATOMIC_RELEASE);
+		memory_poison_status(client);
+	}
+	pthread_mutex_unlock(&client->lock);
+}
+
 MRD_EXPORT const char *mrd_last_error(void)
 {
 	return last_error;
@@ -64,7 +134,7 @@ MRD_EXPORT int mrd_client_connect(const char *path, mrd_client **ret)
 	mrd_client *client;
 	int r;
 
-	log_init_once();
+	init_once();
 	if (!ret)
 		return set_last_error(-EINVAL, "mrd_client_connect: ret is NULL");
 	client = calloc(1, sizeof(*client));
@@ -72,6 +142,8 @@ MRD_EXPORT int mrd_client_connect(const char *path, mrd_client **ret)
 		return set_last_error(-ENOMEM, "out of memory");
 	pthread_mutex_init(&client->lock, NULL);
 	pthread_mutex_init(&client->reconnect_lock, NULL);
+	client->fd = -1;
+	client->pid = getpid();
 	r = conn_open(path, program_invocation_short_name, MRD_CAPS_SERVED, &client->conn, error,
 		      sizeof(error));
 	if (r < 0) {
@@ -79,11 +151,18 @@ MRD_EXPORT int mrd_client_connect(const char *path, mrd_client **ret)
 		mrd_client_close(client);
 		return r;
 	}
+	client->fd = client->conn->fd;
 	r = memory_join(client);
 	if (r < 0) {
 		mrd_client_close(client);
 		return r;
 	}
+	pthread_mutex_lock(&handles_lock);
+	client->next = handles;
+	if (handles)
+		handles->prev = client;
+	handles = client;
+	pthread_mutex_unlock(&handles_lock);
 	*ret = client;
 	return 0;
 }
@@ -92,6 +171,14 @@ MRD_EXPORT mrd_client *mrd_client_close(mrd_client *client)
 {
 	if (!client)
 		return NULL;
+	pthread_mutex_lock(&handles_lock);
+	if (client->prev)
+		client->prev->next = client->next;
+	else if (handles == client)
+		handles = client->next;
+	if (client->next)
+		client->next->prev = client->prev;
+	pthread_mutex_unlock(&handles_lock);
 	memory_leave(client);
 	conn_free(client->conn);
 	pthread_mutex_destroy(&client->lock);
@@ -131,9 +218,11 @@ int client_call(mrd_client *client, Mrd__Request *req, Mrd__Response **ret,
 {
 	int r;
 
-	pthread_mutex_lock(&client->lock);
+	r = client_lock(client);
+	if (r < 0)
+		return r;
 	r = conn_request(client->conn, req, ret, ret_fds);
-	pthread_mutex_unlock(&client->lock);
+	client_unlock(client);
 	return r;
 }
 
@@ -167,20 +256,29 @@ static int reconnect(mrd_client *client)
 	pthread_mutex_lock(&client->lock);
 	r = memory_settle_lost_frees(client, conn, &resumed);
 	held = __atomic_load_n(&client->n_held, __ATOMIC_ACQUIRE);
-	if (r == -ECONNRESET || r == -ETIMEDOUT) {
+	if (r == -ECONNRESET || r == -ETIMEDOUT)
+		r = set_call_error(r);
+	/* The new connection under the handle's descriptor number (mrd_client_fd). */
+	else if (dup3(conn->fd, client->fd, O_CLOEXEC) < 0)
+		r = set_last_error(-errno, "dup3: %s", strerror(errno));
+	if (r < 0) {
 		pthread_mutex_unlock(&client->lock);
 		conn_free(conn); /* gone again: the claims go back to waiting */
 		close(fd);
-		return set_call_error(r);
+		return r;
 	}
+	close(conn->fd);
+	conn->fd = client->fd;
 	/* The new connection first, then the page: a lookup that sees the new generation asks
 	 * the new mrd. */
 	old = client->conn;
+	old->fd = -1; /* dup3 closed it */
 	client->conn = conn;
+	__atomic_store_n(&client->gone, false, __ATOMIC_RELEASE);
 	__atomic_add_fetch(&client->epoch, 1, __ATOMIC_RELEASE);
+	r = memory_remap_status(client, fd);
 	pthread_mutex_unlock(&client->lock);
 	conn_free(old);
-	r = memory_remap_status(client, fd);
 	close(fd);
 	if (r < 0)
 		return r;
@@ -205,6 +303,8 @@ MRD_EXPORT int mrd_client_reconnect(mrd_client *client)
 
 	if (!client)
 		return set_last_error(-EINVAL, "mrd_client_reconnect: client is NULL");
+	if (client->forked)
+		return forked_error(client); /* before the lock: one held at the fork stays held */
 	pthread_mutex_lock(&client->reconnect_lock);
 	r = reconnect(client);
 	pthread_mutex_unlock(&client->reconnect_lock);
@@ -233,6 +333,38 @@ MRD_EXPORT int mrd_client_ping(mrd_client *client)
 		r = set_last_error(-EBADMSG, "malformed Ping reply");
 	mrd__response__free_unpacked(resp, NULL);
 	return r;
+}
+
+MRD_EXPORT int mrd_client_fd(const mrd_client *client)
+{
+	return client ? client->fd : set_last_error(-EINVAL, "mrd_client_fd: client is NULL");
+}
+
+/* POLLHUP: mrd hung up (POLLIN alone is only a reply on its way to a caller). */
+static bool hung_up(int fd)
+{
+	struct pollfd pfd = { .fd = fd };
+
+	return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR));
+}
+
+MRD_EXPORT int mrd_client_check(mrd_client *client)
+{
+	int r;
+
+	if (!client)
+		return set_last_error(-EINVAL, "mrd_client_check: client is NULL");
+	r = client_usable(client);
+	if (r < 0 || !hung_up(client->fd))
+		return r;
+	r = client_lock(client);
+	if (r < 0)
+		return r;
+	/* Again under the lock: a reconnect may have put a new connection there since. */
+	if (hung_up(client->fd))
+		client->conn->broken = true;
+	client_unlock(client);
+	return client_usable(client);
 }
 
 MRD_EXPORT int mrd_client_get_pd(mrd_client *client, int *ret_cmd_fd, uint32_t *ret_pd_handle)

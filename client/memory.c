@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "libmrd-internal.h"
+#include "log.h"
 #include "mrd/mrd.h"
 
 #define MRD_EXPORT __attribute__((visibility("default")))
@@ -300,6 +301,43 @@ int memory_remap_status(mrd_client *client, int fd)
 	return map_status(fd, client->status_size, (void *)client->status, &client->status);
 }
 
+void memory_poison_status(mrd_client *client)
+{
+	size_t size = client->status_size;
+	struct mrd_status_page *copy;
+	int r;
+
+	copy = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (copy == MAP_FAILED) {
+		r = -errno;
+		goto fail;
+	}
+	memcpy(copy, client->status, sizeof(*copy));
+	/* mrd counts up from 1: no lookup can have cached this one, nor (one less per reconnect)
+	 * one that a cache adopted from an earlier poisoning and filled after the reconnect. */
+	copy->generation = UINT64_MAX - client->epoch;
+	/* One mremap: a reader sees the old page or the filled copy, never an empty one. */
+	if (mprotect(copy, size, PROT_READ) < 0 ||
+	    mremap(copy, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)client->status) ==
+		    MAP_FAILED) {
+		r = -errno;
+		munmap(copy, size);
+		goto fail;
+	}
+	return;
+fail:
+	/* Out of memory: calls still fail, but keys already cached can still hit. */
+	log_error_errno(r, "cannot poison the status page: %m");
+}
+
+void memory_fork_lock(bool lock)
+{
+	if (lock)
+		pthread_mutex_lock(&window_lock);
+	else
+		pthread_mutex_unlock(&window_lock);
+}
+
 void memory_note_lost_free(mrd_client *client, int body_case, uint64_t address)
 {
 	pthread_mutex_lock(&client->lock);
@@ -440,9 +478,11 @@ static int call_address(mrd_client *client, int body_case, uint64_t address)
 	Mrd__Response *resp;
 	int r;
 
-	pthread_mutex_lock(&client->lock);
-	r = address_request(client->conn, body_case, address, &resp);
-	pthread_mutex_unlock(&client->lock);
+	r = client_lock(client);
+	if (r == 0) {
+		r = address_request(client->conn, body_case, address, &resp);
+		client_unlock(client);
+	}
 	if (r == -ECONNRESET)
 		/* Done or not, nobody can tell now: a reconnect asks the next mrd. */
 		memory_note_lost_free(client, body_case, address);
@@ -506,9 +546,11 @@ MRD_EXPORT int mrd_extmem_attach(mrd_client *client, int fd, uint64_t offset, si
 	req.extmem_attach = &attach;
 
 	/* This request carries the fd, so it is sent by hand. */
-	pthread_mutex_lock(&client->lock);
+	r = client_lock(client);
+	if (r < 0)
+		return r;
 	r = conn_call_with_fds(client->conn, &req, &fd, 1, &resp, &fds);
-	pthread_mutex_unlock(&client->lock);
+	client_unlock(client);
 	if (r < 0)
 		return set_call_error(r);
 	r = response_error(resp);

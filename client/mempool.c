@@ -356,9 +356,13 @@ static int stale(const mrd_mempool *p)
 MRD_EXPORT int mrd_mempool_populate(struct mrd_lookup *l, const mrd_mempool *p)
 {
 	struct mrd_mr cached;
+	int r;
 
 	if (!l || !p)
 		return set_last_error(-EINVAL, "mrd_mempool_populate: NULL argument");
+	r = client_usable(p->client);
+	if (r < 0)
+		return r; /* no keys from an mrd that is gone */
 	if (!p->registered)
 		return set_last_error(-ENOENT, "mempool '%s' is not registered", p->name);
 	if (!is_registered(p))
@@ -374,9 +378,13 @@ MRD_EXPORT int mrd_mempool_lookup(struct mrd_lookup *l, const mrd_mempool *p, co
 {
 	uintptr_t a = (uintptr_t)addr;
 	size_t lo = 0, hi;
+	int r;
 
 	if (!l || !p || !ret)
 		return set_last_error(-EINVAL, "mrd_mempool_lookup: NULL argument");
+	r = client_usable(p->client);
+	if (r < 0)
+		return r; /* no keys from an mrd that is gone */
 	if (p->registered && !is_registered(p))
 		return stale(p);
 	if (lookup_cached(l, a, ret) == 0)

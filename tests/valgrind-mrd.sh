@@ -15,4 +15,5 @@ export MRD_TEST_WRAPPER
 "$MRD_BUILDDIR/tests/test-hostile" || exit 1
 "$MRD_BUILDDIR/tests/test-restart" || exit 1
 "$MRD_BUILDDIR/tests/test-views" || exit 1
+"$MRD_BUILDDIR/tests/test-libmrd-lifecycle" || exit 1
 exec "$MRD_BUILDDIR/tests/test-libmrd-lookup"

@@ -18,7 +18,10 @@ extern "C" {
 /* Where clients look for mrd when neither an argument nor $MRD_SOCKET names a socket. */
 #define MRD_SOCKET_DEFAULT "/run/mrd/mrd.sock"
 
-/* A connection to mrd. One handle may be shared by threads; calls on it are serialised. */
+/* A connection to mrd. One handle may be shared by threads; calls on it are serialised. It
+ * belongs to the process that opened it: in a child of fork() every call on it fails with
+ * -ECHILD (mrd_client_close() is allowed there and frees only the child's copy); the child
+ * connects anew. See libmrd(3), FORK. */
 typedef struct mrd_client mrd_client;
 
 /*
@@ -34,6 +37,22 @@ mrd_client *mrd_client_close(mrd_client *client);
 
 /* One round trip to mrd; the echoed payload is checked. -ECONNRESET when mrd went away. */
 int mrd_client_ping(mrd_client *client);
+
+/*
+ * A descriptor to poll(2) (events 0 or POLLRDHUP; not POLLIN) or add to an event loop: it
+ * reports POLLHUP once mrd went away; then call mrd_client_check(). The same number for the
+ * handle's life (after mrd_client_reconnect() it is the new connection's: epoll wants it added
+ * again). libmrd's: never read, write or close it. -EINVAL for NULL.
+ */
+int mrd_client_fd(const mrd_client *client);
+
+/*
+ * Whether the handle's connection is alive, with no request: 0, or -ECONNRESET once mrd went
+ * away (-ECHILD in a fork() child). Any call that finds mrd gone does the same: from then on
+ * every call fails at once and no thread's lookup returns a cached key (each asks libmrd, which
+ * refuses), until mrd_client_reconnect() succeeds.
+ */
+int mrd_client_check(mrd_client *client);
 
 /*
  * After mrd restarted warm (systemctl restart, or SIGUSR2: see mrd(8)), connects the handle
@@ -64,7 +83,8 @@ const char *mrd_client_domain(const mrd_client *client);
 /*
  * The domain's generation: it changes whenever memory of the domain is freed, so a client that
  * cached anything about addresses compares it with the value it saw then. One load from the
- * status page; no request. 0 for NULL.
+ * status page; no request. 0 for NULL. Once the connection is gone (or in a fork() child):
+ * UINT64_MAX less the number of reconnects so far, which nothing can have cached.
  */
 uint64_t mrd_client_generation(const mrd_client *client);
 
