@@ -54,8 +54,8 @@ struct client {
 	struct domain *domain; /* acquired on first use */
 	LIST_HEAD(, allocation) allocations; /* owned: freed when the client goes */
 	LIST_HEAD(, pool_reg) pools;         /* its mempool registrations */
-	LIST_HEAD(, prefetch_job) prefetches; /* its queued ODP prefetch work */
-	unsigned n_prefetches;
+	LIST_HEAD(, prefetch_job) prefetches; /* its ODP prefetch work, and a flush waiting */
+	unsigned n_prefetches;               /* of those, queued or running */
 	uint64_t allocated_bytes;
 	uint32_t *arenas_sent; /* arenas whose memfd this client has received */
 	size_t n_arenas_sent, arenas_sent_cap;

@@ -34,11 +34,11 @@ struct allocation {
 	LIST_HEAD(, pool_mr) pool_mrs; /* the live ones of those (not yet being deregistered) */
 	bool odp;                   /* registered on demand, by ODP children (daemon/odp.h) */
 	bool read_only;             /* its registrations grant reads only */
-	LIST_HEAD(, odp_child) odp_children; /* live ones, in the domain's table */
-	unsigned odp_jobs;          /* prefetch work queued or running on it */
-	unsigned odp_zombies;       /* its children retired but not yet destroyed */
+	LIST_HEAD(, odp_child) odp_children; /* in the domain's table; once retired, its zombies
+					      * whose MRs wait for odp_jobs */
+	unsigned odp_jobs;          /* prefetch work waiting, queued or running on it */
 	bool retired;               /* being freed: nobody finds it any more */
-	bool free_waits;            /* its free waits for odp_jobs and odp_zombies to reach 0 */
+	bool free_waits;            /* its free waits for odp_jobs and odp_children to go */
 	struct mr_waiter *free_waiter;
 	LIST_HEAD(, cached_mr) mrs; /* registrations inside it */
 	uint64_t serial;            /* tells it from a later allocation at the same address */

@@ -88,9 +88,11 @@ static struct odp_child *child_new(struct domain *d, struct allocation *a, uint6
 	return c;
 }
 
+/* A child no walker can reach: one that lost the race to be installed, or at teardown. */
 static void child_free(struct domain *d, struct odp_child *c)
 {
-	(void)frmr_pools_dereg(&d->pools, c->pmr);
+	if (c->pmr)
+		(void)frmr_pools_dereg(&d->pools, c->pmr);
 	free(c);
 }
 
@@ -142,44 +144,83 @@ static void link_child(struct domain *d, struct odp_child *c)
 	d->odp.children++;
 }
 
-/* Out of the index, into the zombies: destroyed by reap() once nothing can touch it. */
+/* One chunk's part of a prefetch. */
+struct odp_piece {
+	uint64_t start, end;     /* the child's range */
+	uint64_t addr, length;   /* the advice's */
+	struct odp_child *child; /* its allocation's: the job's count keeps it */
+	bool created;            /* this job installed it */
+};
+
+struct prefetch_job {
+	struct work work;
+	struct domain *domain; /* held while the job lives */
+	struct client *owner;  /* NULL once it left */
+	LIST_ENTRY(prefetch_job) owner_link;
+	TAILQ_ENTRY(prefetch_job) queue; /* the domain's running (submission order) or waiting */
+	uint64_t epoch;        /* the domain's when submitted */
+	bool waiting;          /* a flush waiting for room, not submitted yet */
+	struct mr_waiter *waiter;
+	struct allocation *allocation; /* counts the job: it stays until the job is done */
+	enum odp_advice advice;
+	uint64_t serial;
+	unsigned access;
+	int result;
+	uint64_t pages, created;
+	size_t n;
+	struct odp_piece pieces[];
+};
+
+/* Out of the index: a zombie, on its retired allocation's list still. Its MR goes once no
+ * work on the allocation remains (kill_zombies), its memory once no walker can hold it (reap).
+ * Every prefetch submitted from now on is stamped later than it left. */
 static void make_zombie(struct domain *d, struct odp_child *c)
 {
 	unlink_child(slot_of(&d->odp, c->start), c);
 	c->zombie = true;
-	c->allocation->odp_zombies++;
-	LIST_INSERT_HEAD(&d->odp.zombies, c, link);
+	c->gone = d->odp.epoch++;
+	TAILQ_INSERT_TAIL(&d->odp.zombies, c, grace);
 }
 
-/* A freed allocation whose Free waited: done once no work and no child of it remains. */
+/* a is retired and no work on it remains: its zombies' MRs go (their keys die), so its pages
+ * may go back. Walkers of other allocations only read a zombie's range and links. */
+static void kill_zombies(struct domain *d, struct allocation *a)
+{
+	struct odp_child *c;
+
+	if (!a->retired || a->odp_jobs > 0)
+		return;
+	while ((c = LIST_FIRST(&a->odp_children))) {
+		LIST_REMOVE(c, link);
+		(void)frmr_pools_dereg(&d->pools, c->pmr);
+		c->pmr = NULL;
+		c->allocation = NULL;
+		d->odp.stats.children_destroyed++;
+	}
+}
+
+/* A freed allocation whose Free waited: done once no work and no MR of it remains. */
 static void maybe_finish(struct domain *d, struct allocation *a)
 {
-	if (a->free_waits && a->odp_jobs == 0 && a->odp_zombies == 0)
+	if (a->free_waits && a->odp_jobs == 0 && LIST_EMPTY(&a->odp_children))
 		domain_finish_free(d, a);
 }
 
-static void destroy(struct domain *d, struct odp_child *c)
-{
-	child_free(d, c);
-	d->odp.stats.children_destroyed++;
-}
-
-/* Zombies go once nothing is pending on them and no work on their allocation remains: a
- * worker that lost a race to install a child uses the winner before its reference counts. */
+/* Zombies whose MRs went are freed once every prefetch submitted before they left the index
+ * is done: the oldest one still running bounds them (later ones never saw them), so prefetches
+ * that keep coming delay no zombie past the work that was there when it left. */
 static void reap(struct domain *d)
 {
+	const struct prefetch_job *oldest = TAILQ_FIRST(&d->odp.running);
+	uint64_t bound = oldest ? oldest->epoch : UINT64_MAX;
 	struct odp_child *c, *next;
 
-	for (c = LIST_FIRST(&d->odp.zombies); c; c = next) {
-		struct allocation *a = c->allocation;
-
-		next = LIST_NEXT(c, link);
-		if (a->odp_jobs > 0 || __atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) > 0)
-			continue;
-		LIST_REMOVE(c, link);
-		destroy(d, c);
-		a->odp_zombies--;
-		maybe_finish(d, a); /* frees a once its last zombie went: no other one is next */
+	for (c = TAILQ_FIRST(&d->odp.zombies); c && c->gone < bound; c = next) {
+		next = TAILQ_NEXT(c, grace);
+		if (c->pmr)
+			continue; /* work on its allocation remains */
+		TAILQ_REMOVE(&d->odp.zombies, c, grace);
+		free(c);
 	}
 }
 
@@ -196,7 +237,9 @@ int odp_init(struct domain *d)
 		o->chunk_shift++;
 	chunks = (m->window.size + ((uint64_t)1 << o->chunk_shift) - 1) >> o->chunk_shift;
 	o->n_leaves = (size_t)((chunks + ODP_LEAF - 1) / ODP_LEAF);
-	LIST_INIT(&o->zombies);
+	TAILQ_INIT(&o->zombies);
+	TAILQ_INIT(&o->running);
+	TAILQ_INIT(&o->waiting);
 	o->leaves = calloc(o->n_leaves ? o->n_leaves : 1, sizeof(*o->leaves));
 	return o->leaves ? 0 : -ENOMEM;
 }
@@ -206,7 +249,11 @@ void odp_done(struct domain *d)
 	struct odp *o = &d->odp;
 	struct odp_child *c;
 
-	reap(d); /* jobs hold the domain: none is left */
+	/* Jobs hold the domain and allocations went: no work, no MR of a zombie is left. */
+	while ((c = TAILQ_FIRST(&o->zombies))) {
+		TAILQ_REMOVE(&o->zombies, c, grace);
+		child_free(d, c);
+	}
 	for (size_t i = 0; o->leaves && i < o->n_leaves; i++) {
 		if (!o->leaves[i])
 			continue;
@@ -259,30 +306,6 @@ int odp_fault(struct domain *d, struct allocation *a, uint64_t addr, struct mr_e
 	return 0;
 }
 
-/* One chunk's part of a prefetch. */
-struct odp_piece {
-	uint64_t start, end;     /* the child's range */
-	uint64_t addr, length;   /* the advice's */
-	struct odp_child *child; /* held (pending) */
-	bool created;            /* this job installed it */
-};
-
-struct prefetch_job {
-	struct work work;
-	struct domain *domain; /* held while the job lives */
-	struct client *owner;  /* NULL once it left */
-	LIST_ENTRY(prefetch_job) owner_link;
-	struct mr_waiter *waiter;
-	struct allocation *allocation; /* counts the job: it stays until the job is done */
-	enum odp_advice advice;
-	uint64_t serial;
-	unsigned access;
-	int result;
-	uint64_t pages, created;
-	size_t n;
-	struct odp_piece pieces[];
-};
-
 static void prefetch_run(struct work *w)
 {
 	struct prefetch_job *j = (struct prefetch_job *)w;
@@ -300,12 +323,10 @@ static void prefetch_run(struct work *w)
 				j->result = r;
 				continue;
 			}
-			c->pending = 1;
 			got = install(slot_of(&d->odp, p->start), c);
-			if (got != c) {
+			if (got != c)
 				child_free(d, c); /* the loop or another job made it first */
-				__atomic_add_fetch(&got->pending, 1, __ATOMIC_ACQ_REL);
-			} else {
+			else {
 				p->created = true;
 				j->created++;
 			}
@@ -324,6 +345,60 @@ static void prefetch_run(struct work *w)
 	}
 }
 
+static bool room_for(const struct odp *o, const struct client *owner)
+{
+	return owner->n_prefetches < ODP_PREFETCH_IN_FLIGHT && o->jobs < ODP_DOMAIN_JOBS_MAX;
+}
+
+/* To the workers, stamped and last in the domain's running work. */
+static void submit(struct domain *d, struct prefetch_job *j)
+{
+	struct odp *o = &d->odp;
+
+	j->waiting = false;
+	j->epoch = o->epoch;
+	TAILQ_INSERT_TAIL(&o->running, j, queue);
+	j->owner->n_prefetches++;
+	o->jobs++;
+	worker_pool_submit(d->manager->workers, &j->work);
+}
+
+/* The end of a job, done or never submitted: the counts, the answer, the allocation. */
+static void job_end(struct domain *d, struct prefetch_job *j)
+{
+	struct allocation *a = j->allocation;
+	char why[128] = "";
+
+	a->odp_jobs--;
+	if (j->owner)
+		LIST_REMOVE(j, owner_link);
+	if (j->waiter) {
+		if (j->result < 0)
+			snprintf(why, sizeof(why), "prefetch failed: %s", strerror(-j->result));
+		j->waiter->resume(j->waiter, j->result, NULL, why);
+	}
+	free(j);
+	kill_zombies(d, a);
+	maybe_finish(d, a);
+}
+
+/* Flushes that waited for room, in the order they came (not while the workers drain: a client
+ * that goes cancels its own). */
+static void start_waiting(struct domain *d)
+{
+	struct prefetch_job *j, *next;
+
+	if (__atomic_load_n(&d->manager->stopping, __ATOMIC_ACQUIRE))
+		return;
+	for (j = TAILQ_FIRST(&d->odp.waiting); j && d->odp.jobs < ODP_DOMAIN_JOBS_MAX; j = next) {
+		next = TAILQ_NEXT(j, queue);
+		if (!room_for(&d->odp, j->owner))
+			continue;
+		TAILQ_REMOVE(&d->odp.waiting, j, queue);
+		submit(d, j);
+	}
+}
+
 static void prefetch_done(struct work *w)
 {
 	struct prefetch_job *j = (struct prefetch_job *)w;
@@ -332,42 +407,33 @@ static void prefetch_done(struct work *w)
 	struct odp *o = &d->odp;
 	struct mr_entry *fresh = calloc(j->n, sizeof(*fresh));
 	size_t n_fresh = 0;
-	char why[128] = "";
 
+	TAILQ_REMOVE(&o->running, j, queue);
 	o->jobs--;
-	a->odp_jobs--;
-	if (j->owner) {
+	if (j->owner)
 		j->owner->n_prefetches--;
-		LIST_REMOVE(j, owner_link);
-	}
 	o->stats.children_created += j->created;
 	o->stats.prefetch_pages += j->pages;
 	for (size_t i = 0; i < j->n; i++) {
 		struct odp_child *c = j->pieces[i].child;
 
-		if (!c)
-			continue;
 		/* Workers only make children; the loop links them (or a lookup did already). */
-		if (j->pieces[i].created && !c->linked && !c->zombie) {
-			if (!a->retired) {
-				link_child(d, c);
-				if (fresh)
-					fresh[n_fresh++] = entry_of(c); /* into the table together */
-			} else
-				make_zombie(d, c); /* freed while it was made: nobody gets its key */
+		if (!c || !j->pieces[i].created || c->linked || c->zombie)
+			continue;
+		if (!a->retired) {
+			link_child(d, c);
+			if (fresh)
+				fresh[n_fresh++] = entry_of(c); /* into the table together */
+		} else { /* freed while it was made: nobody gets its key */
+			make_zombie(d, c);
+			LIST_INSERT_HEAD(&a->odp_children, c, link);
 		}
-		__atomic_sub_fetch(&c->pending, 1, __ATOMIC_ACQ_REL);
 	}
 	if (n_fresh && !d->cache.table.overflow)
 		(void)mr_table_insert_many(&d->cache.table, fresh, n_fresh);
 	free(fresh);
-	if (j->waiter) {
-		if (j->result < 0)
-			snprintf(why, sizeof(why), "prefetch failed: %s", strerror(-j->result));
-		j->waiter->resume(j->waiter, j->result, NULL, why);
-	}
-	free(j);
-	maybe_finish(d, a); /* before reap(), which may finish a itself */
+	job_end(d, j);
+	start_waiting(d);
 	reap(d);
 	domain_unref(d);
 }
@@ -382,8 +448,9 @@ int odp_prefetch(struct domain *d, struct client *owner, struct allocation *a, u
 
 	if (!d->manager->workers)
 		return -ESHUTDOWN;
-	if (owner->n_prefetches >= ODP_PREFETCH_IN_FLIGHT || o->jobs >= ODP_DOMAIN_JOBS_MAX) {
-		snprintf(why, why_size, "%u prefetches are queued already: wait for one (flush)",
+	if (!room_for(o, owner) && !waiter) {
+		snprintf(why, why_size, "%u prefetches are queued already: wait for one, or prefetch "
+			 "with flush (it waits for room)",
 			 o->jobs >= ODP_DOMAIN_JOBS_MAX ? o->jobs : owner->n_prefetches);
 		return -EAGAIN;
 	}
@@ -403,21 +470,15 @@ int odp_prefetch(struct domain *d, struct client *owner, struct allocation *a, u
 		int r = ensure_leaf(o, at);
 
 		if (r < 0) {
-			for (size_t k = 0; k < i; k++)
-				if (j->pieces[k].child)
-					__atomic_sub_fetch(&j->pieces[k].child->pending, 1,
-							   __ATOMIC_ACQ_REL);
 			free(j);
 			return r;
 		}
 		piece_of(o, a, at, &p->start, &p->end);
 		p->addr = at;
 		p->length = (addr + length < p->end ? addr + length : p->end) - at;
-		/* A child there already is held from now on: it cannot go while the work waits. */
+		/* Its allocation's children stay while the job counts on it. */
 		p->child = find(__atomic_load_n(slot_of(o, at), __ATOMIC_ACQUIRE), p->start,
 				a->serial);
-		if (p->child)
-			__atomic_add_fetch(&p->child->pending, 1, __ATOMIC_ACQ_REL);
 	}
 	j->work.run = prefetch_run;
 	j->work.done = prefetch_done;
@@ -431,10 +492,15 @@ int odp_prefetch(struct domain *d, struct client *owner, struct allocation *a, u
 	j->access = allocation_access(a);
 	j->n = n;
 	LIST_INSERT_HEAD(&owner->prefetches, j, owner_link);
-	owner->n_prefetches++;
-	o->jobs++;
 	o->stats.prefetch_requests++;
-	worker_pool_submit(d->manager->workers, &j->work);
+	if (room_for(o, owner))
+		submit(d, j);
+	else {
+		/* A flush waits for room: its client reads nothing more until it is answered, so
+		 * each client has at most one waiting. */
+		j->waiting = true;
+		TAILQ_INSERT_TAIL(&o->waiting, j, queue);
+	}
 	return waiter ? -EINPROGRESS : 0;
 }
 
@@ -443,8 +509,8 @@ unsigned odp_retire(struct domain *d, struct allocation *a)
 	struct odp *o = &d->odp;
 	struct odp_child *c;
 
-	while ((c = LIST_FIRST(&a->odp_children))) {
-		LIST_REMOVE(c, link);
+	/* Its children become its zombies, on the same list. */
+	LIST_FOREACH(c, &a->odp_children, link) {
 		c->linked = false;
 		o->children--;
 		if (!d->cache.table.overflow)
@@ -452,24 +518,29 @@ unsigned odp_retire(struct domain *d, struct allocation *a)
 		/* Zapped first, as an MMU notifier would: the device faults no page of it in. */
 		(void)provider_invalidate(c->pmr, c->start, c->end - c->start);
 		o->stats.invalidations++;
-		if (a->odp_jobs == 0 && __atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) == 0) {
-			unlink_child(slot_of(o, c->start), c);
-			destroy(d, c);
-		} else
-			make_zombie(d, c);
+		make_zombie(d, c);
 	}
-	/* Work on a not yet done may still make children of it and fault its pages in: the
-	 * pages wait for it (prefetch_done() finishes the free). */
-	return a->odp_zombies + a->odp_jobs;
+	/* Work on a not yet done may still use its children, make more and fault its pages in:
+	 * the pages wait for it (prefetch_done() finishes the free). */
+	kill_zombies(d, a);
+	reap(d);
+	return a->odp_jobs + !LIST_EMPTY(&a->odp_children);
 }
 
 void odp_forget_client(struct client *c)
 {
+	struct domain *d = c->domain;
 	struct prefetch_job *j;
 
 	while ((j = LIST_FIRST(&c->prefetches))) {
 		LIST_REMOVE(j, owner_link);
 		j->owner = NULL;
+		if (!j->waiting)
+			continue;
+		/* Never submitted: it ends here, answering nobody. */
+		TAILQ_REMOVE(&d->odp.waiting, j, queue);
+		job_end(d, j);
+		domain_unref(d);
 	}
 	c->n_prefetches = 0;
 }

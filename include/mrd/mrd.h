@@ -262,9 +262,10 @@ int mrd_mempool_lookup(struct mrd_lookup *l, const mrd_mempool *pool, const void
  * Advice for on-demand memory (MRD_MEM_ODP, or mrd's [cache] policy = odp), carried out on one
  * of mrd's worker threads: the registrations of [addr, addr + length) are made, and with
  * MRD_PREFETCH or MRD_PREFETCH_WRITE their pages are made present, so that the device's first
- * access does not fault. With MRD_PREFETCH_FLUSH it returns once done, else once queued (at
- * most 16 queued per handle: -EAGAIN past that). Errors: -EFAULT (not inside one allocation of
- * the domain), -EINVAL (not on-demand memory; MRD_PREFETCH_WRITE on MRD_MEM_READ_ONLY memory).
+ * access does not fault. With MRD_PREFETCH_FLUSH it returns once done, else once queued. At
+ * most 16 are queued per handle and 256 per domain: past that a flush waits for room, anything
+ * else is -EAGAIN. Errors: -EFAULT (not inside one allocation of the domain), -EINVAL (not
+ * on-demand memory; MRD_PREFETCH_WRITE on MRD_MEM_READ_ONLY memory).
  */
 #define MRD_PREFETCH 0
 #define MRD_PREFETCH_WRITE 1
