@@ -22,56 +22,10 @@ static struct mrd_proc mrd;
 static long reserved_before = -1;
 static pid_t reserver; /* Check forks a child per test: only this process gives them back */
 
-static long read_long(const char *path)
-{
-	long v = -1;
-	FILE *f = fopen(path, "re");
-
-	if (f) {
-		if (fscanf(f, "%ld", &v) != 1)
-			v = -1;
-		fclose(f);
-	}
-	return v;
-}
-
-static int write_long(const char *path, long v)
-{
-	FILE *f = fopen(path, "we");
-	int r;
-
-	if (!f)
-		return -errno;
-	r = fprintf(f, "%ld\n", v) > 0 ? 0 : -EIO;
-	if (fclose(f) != 0)
-		r = -errno;
-	return r;
-}
-
 static void give_back(void)
 {
 	if (reserved_before >= 0 && getpid() == reserver)
 		(void)write_long(NR_PATH, reserved_before);
-}
-
-/* The page size the kernel uses for the mapping holding p, from /proc/self/smaps. */
-static long kernel_page_kb(const void *p)
-{
-	char line[256];
-	unsigned long lo, hi;
-	bool inside = false;
-	long kb = -1;
-	FILE *f = fopen("/proc/self/smaps", "re");
-
-	ck_assert_ptr_nonnull(f);
-	while (fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
-			inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
-		else if (inside && sscanf(line, "KernelPageSize: %ld kB", &kb) == 1)
-			break;
-	}
-	fclose(f);
-	return kb;
 }
 
 static void setup(void)

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -392,4 +393,51 @@ int raw_connect(const char *path)
 		return r;
 	}
 	return fd;
+}
+
+long read_long(const char *path)
+{
+	long v = -1;
+	FILE *f = fopen(path, "re");
+
+	if (f) {
+		if (fscanf(f, "%ld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+int write_long(const char *path, long v)
+{
+	FILE *f = fopen(path, "we");
+	int r;
+
+	if (!f)
+		return -errno;
+	r = fprintf(f, "%ld\n", v) > 0 ? 0 : -EIO;
+	if (fclose(f) != 0)
+		r = -errno;
+	return r;
+}
+
+/* The page size the kernel uses for the mapping holding p, from /proc/self/smaps. */
+long kernel_page_kb(const void *p)
+{
+	char line[256];
+	unsigned long lo, hi;
+	bool inside = false;
+	long kb = -1;
+	FILE *f = fopen("/proc/self/smaps", "re");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+			inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+		else if (inside && sscanf(line, "KernelPageSize: %ld kB", &kb) == 1)
+			break;
+	}
+	fclose(f);
+	return kb;
 }

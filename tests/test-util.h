@@ -59,3 +59,12 @@ unsigned count_open_fds(pid_t pid);
 
 /* A raw SOCK_SEQPACKET connection to path; -errno on failure. */
 int raw_connect(const char *path);
+
+/* The number a file such as /proc/sys/vm/nr_hugepages holds, -1 when unreadable. */
+long read_long(const char *path);
+/* Writes v to such a file: 0 or -errno. */
+int write_long(const char *path, long v);
+
+/* The page size (KiB) the kernel uses for this process's mapping holding p, from
+ * /proc/self/smaps; -1 when none holds it. */
+long kernel_page_kb(const void *p);
