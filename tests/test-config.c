@@ -289,6 +289,58 @@ START_TEST(test_admin_group_names)
 }
 END_TEST
 
+/* Byte limits left to their defaults are fractions of the host's memory; one set above it is
+ * cut to it; one below it stays. */
+START_TEST(test_fit_host)
+{
+	const uint64_t host = 16ULL << 30;
+	struct config c;
+
+	config_init(&c);
+	config_fit_host(&c, host);
+	ck_assert_uint_eq(c.quota_allocated_bytes, host / 2);
+	ck_assert_uint_eq(c.quota_pinned_bytes, host / 4);
+	ck_assert_uint_eq(c.max_pinned_bytes, host / 2);
+	config_done(&c);
+
+	config_init(&c);
+	ck_assert_int_eq(config_set(&c, "quota", "pinned_bytes", "64G"), 0);
+	ck_assert_int_eq(config_set(&c, "quota", "allocated_bytes", "1G"), 0);
+	ck_assert_int_eq(config_set(&c, "limits", "pinned_bytes", "0"), 0);
+	config_fit_host(&c, host);
+	ck_assert_uint_eq(c.quota_pinned_bytes, host);
+	ck_assert_uint_eq(c.quota_allocated_bytes, 1ULL << 30);
+	ck_assert_uint_eq(c.max_pinned_bytes, 0);
+	config_done(&c);
+}
+END_TEST
+
+/* The socket mrd binds: 0660 and group mrd unless told; the mode in octal, the group by name
+ * or number, one that does not exist refused. */
+START_TEST(test_socket_settings)
+{
+	struct config c;
+
+	config_init(&c);
+	ck_assert_uint_eq(c.socket_mode, 0660);
+	ck_assert_int_eq(config_set(&c, "mrd", "socket_mode", "0600"), 0);
+	ck_assert_uint_eq(c.socket_mode, 0600);
+	ck_assert_int_eq(config_set(&c, "mrd", "socket_mode", "666"), 0);
+	ck_assert_uint_eq(c.socket_mode, 0666);
+	ck_assert_int_eq(config_set(&c, "mrd", "socket_mode", "1777"), -ERANGE);
+	ck_assert_int_eq(config_set(&c, "mrd", "socket_mode", "0668"), -EINVAL);
+	ck_assert_int_eq(config_set(&c, "mrd", "socket_mode", "rw"), -EINVAL);
+	ck_assert_uint_eq(c.socket_mode, 0666);
+	ck_assert_int_eq(config_set(&c, "mrd", "socket_group", "65534"), 0);
+	ck_assert_int_eq(config_finish(&c), 0);
+	ck_assert_uint_eq(c.socket_gid, 65534);
+	ck_assert(!c.socket_group_missing);
+	ck_assert_int_eq(config_set(&c, "mrd", "socket_group", "no-such-group-here"), 0);
+	ck_assert_int_eq(config_finish(&c), -ENOENT);
+	config_done(&c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("config");
@@ -305,6 +357,8 @@ int main(void)
 	tcase_add_test(tc, test_admin_group_names);
 	tcase_add_test(tc, test_cache_keys);
 	tcase_add_test(tc, test_pools_keys);
+	tcase_add_test(tc, test_fit_host);
+	tcase_add_test(tc, test_socket_settings);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

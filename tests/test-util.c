@@ -172,8 +172,9 @@ int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *cons
 	 * under one moves the window with this, e.g. "[memory]\nwindow_base = 0x4000000000". */
 	if (getenv("MRD_TEST_CONF"))
 		fprintf(f, "%s\n", getenv("MRD_TEST_CONF"));
-	/* Off the host's system bus; the bus test turns it on, on a private one. */
-	fputs("[mrd]\nbus = no\n", f);
+	/* Off the host's system bus; the bus test turns it on, on a private one. Clients connect
+	 * as several users, members of no group mrd: a socket anyone may use. */
+	fputs("[mrd]\nbus = no\nsocket_mode = 0666\n", f);
 	fputs(config_text ? config_text : "", f);
 	fclose(f);
 

@@ -21,7 +21,8 @@ const char *test_build_path(const char *name, char *buf, size_t size);
 /* Writes config_text to p->config and starts mrd --foreground on p->socket, with extra_args
  * (NULL-terminated, may be NULL) appended; waits for READY=1 over NOTIFY_SOCKET.
  * $MRD_TEST_WRAPPER (e.g. "valgrind -q ...") is put in front of mrd when set, and
- * $MRD_TEST_CONF is written ahead of config_text (a sanitizer run moves the window so). */
+ * $MRD_TEST_CONF is written ahead of config_text (a sanitizer run moves the window so), and
+ * so is socket_mode = 0666 (the tests' clients run as several users). */
 int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *const *extra_args);
 
 /* What mrd left in the "FD store" of a restart under an emulated systemd. */
