@@ -156,6 +156,16 @@ static int set_bytes(uint64_t *field, const char *value, uint64_t min, uint64_t 
 	return 0;
 }
 
+/* A byte limit whose default follows the host's memory: empty is that default. */
+static int set_host_bytes(uint64_t *field, const char *value)
+{
+	if (*value == '\0') {
+		*field = QUOTA_HOST_DEFAULT;
+		return 0;
+	}
+	return set_bytes(field, value, 0, UINT64_MAX);
+}
+
 /* "uid:1000 uid:1001 gid:27" (names work too: "uid:alice gid:rdma"). */
 static int parse_policy(const char *value, int *ret)
 {
@@ -317,7 +327,7 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 		if (strcmp(key, "protocol_errors") == 0)
 			return set_unsigned(&c->max_protocol_errors, value, 0, 1u << 20);
 		if (strcmp(key, "pinned_bytes") == 0)
-			return set_bytes(&c->max_pinned_bytes, value, 0, UINT64_MAX);
+			return set_host_bytes(&c->max_pinned_bytes, value);
 	} else if (strcmp(section, "memory") == 0) {
 		if (strcmp(key, "window_base") == 0)
 			return set_bytes(&c->window_base, value, 1ULL << 32, 1ULL << 47);
@@ -340,9 +350,9 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 		}
 	} else if (strcmp(section, "quota") == 0) {
 		if (strcmp(key, "allocated_bytes") == 0)
-			return set_bytes(&c->quota_allocated_bytes, value, 0, UINT64_MAX);
+			return set_host_bytes(&c->quota_allocated_bytes, value);
 		if (strcmp(key, "pinned_bytes") == 0)
-			return set_bytes(&c->quota_pinned_bytes, value, 0, UINT64_MAX);
+			return set_host_bytes(&c->quota_pinned_bytes, value);
 		if (strcmp(key, "arenas") == 0)
 			return set_unsigned(&c->quota_arenas, value, 1, 1u << 16);
 		if (strcmp(key, "allocations") == 0)
