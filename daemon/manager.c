@@ -464,10 +464,12 @@ static int bind_socket(const char *path, unsigned mode, gid_t gid, int *ret_fd)
 		return r;
 	/* Who may connect: the socket's group (identity still comes from SO_PEERCRED, limits
 	 * from quotas). */
-	if (chown(path, (uid_t)-1, gid) < 0)
-		return log_error_errno(-errno, "cannot give %s to group %u: %m", path, (unsigned)gid);
-	if (chmod(path, mode) < 0)
-		return log_error_errno(-errno, "chmod %s: %m", path);
+	if (chown(path, (uid_t)-1, gid) < 0 || chmod(path, mode) < 0) {
+		r = log_error_errno(-errno, "cannot give %s group %u and mode %04o: %m", path,
+				    (unsigned)gid, mode);
+		(void)unlink(path);
+		return r;
+	}
 	if (listen(fd, SOMAXCONN) < 0)
 		return log_error_errno(-errno, "listen: %m");
 	*ret_fd = TAKE_FD(fd);
