@@ -522,22 +522,27 @@ static uint64_t host_memory(void)
 	return (uint64_t)si.totalram * (si.mem_unit ? si.mem_unit : 1);
 }
 
-static void fit(uint64_t *field, const char *key, uint64_t host, uint64_t fraction)
+/* A limit left to its default becomes host / fraction. One set above the host's memory is cut
+ * to it when it bounds pinned memory (more cannot be pinned: it would only let the host run out),
+ * and kept, with a warning, when it bounds allocated memory, which is sparse and pageable (an
+ * ODP allocation takes pages only where it is touched). */
+static void fit(uint64_t *field, const char *key, uint64_t host, uint64_t fraction, bool cut)
 {
 	if (*field == QUOTA_HOST_DEFAULT)
 		*field = host == UINT64_MAX ? UINT64_MAX : host / fraction;
 	else if (*field > host) {
-		log_warning("%s = %" PRIu64 " is more than this host's memory (%" PRIu64 " bytes): "
-			    "using %" PRIu64, key, *field, host, host);
-		*field = host;
+		log_warning("%s = %" PRIu64 " is more than this host's memory (%" PRIu64 " bytes)%s",
+			    key, *field, host, cut ? ": using that" : "");
+		if (cut)
+			*field = host;
 	}
 }
 
 void config_fit_host(struct config *c, uint64_t host_bytes)
 {
-	fit(&c->quota_allocated_bytes, "[quota] allocated_bytes", host_bytes, 2);
-	fit(&c->quota_pinned_bytes, "[quota] pinned_bytes", host_bytes, 4);
-	fit(&c->max_pinned_bytes, "[limits] pinned_bytes", host_bytes, 2);
+	fit(&c->quota_allocated_bytes, "[quota] allocated_bytes", host_bytes, 2, false);
+	fit(&c->quota_pinned_bytes, "[quota] pinned_bytes", host_bytes, 4, true);
+	fit(&c->max_pinned_bytes, "[limits] pinned_bytes", host_bytes, 2, true);
 }
 
 /* A group by number or name: 0, or -ENOENT. */

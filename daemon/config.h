@@ -103,7 +103,7 @@ int config_finish(struct config *c);
 
 /* Byte limits left to their defaults become fractions of host_bytes (the host's memory): per
  * domain, allocated_bytes 1/2 and pinned_bytes 1/4; [limits] pinned_bytes, the sum over all
- * domains, 1/2. A limit set above host_bytes is cut to it, with a warning. */
+ * domains, 1/2. One set above host_bytes gets a warning, and a pinned one is cut to it. */
 void config_fit_host(struct config *c, uint64_t host_bytes);
 
 /* The cache policy of the domain named name: its [policies] line, else [cache] policy. */

@@ -289,8 +289,8 @@ START_TEST(test_admin_group_names)
 }
 END_TEST
 
-/* Byte limits left to their defaults are fractions of the host's memory; one set above it is
- * cut to it; one below it stays. */
+/* Byte limits left to their defaults are fractions of the host's memory; a pinned one set
+ * above it is cut to it; one below it stays. */
 START_TEST(test_fit_host)
 {
 	const uint64_t host = 16ULL << 30;
@@ -311,6 +311,15 @@ START_TEST(test_fit_host)
 	ck_assert_uint_eq(c.quota_pinned_bytes, host);
 	ck_assert_uint_eq(c.quota_allocated_bytes, 1ULL << 30);
 	ck_assert_uint_eq(c.max_pinned_bytes, 0);
+	config_done(&c);
+
+	/* Allocated memory is sparse (ODP takes pages where touched): more than the host stays. */
+	config_init(&c);
+	ck_assert_int_eq(config_set(&c, "quota", "allocated_bytes", "64G"), 0);
+	ck_assert_int_eq(config_set(&c, "limits", "pinned_bytes", "1T"), 0);
+	config_fit_host(&c, host);
+	ck_assert_uint_eq(c.quota_allocated_bytes, 64ULL << 30);
+	ck_assert_uint_eq(c.max_pinned_bytes, host);
 	config_done(&c);
 }
 END_TEST
