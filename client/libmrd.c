@@ -69,7 +69,7 @@ int set_last_error(int error, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(last_error, sizeof(last_error), fmt, ap);
 	va_end(ap);
-	log_debug("%s", last_error);
+	log_error("%s", last_error); /* every failure a call returns, when MRD_LOG_LEVEL asks */
 	return error;
 }
 
@@ -152,6 +152,8 @@ MRD_EXPORT int mrd_client_connect(const char *path, mrd_client **ret)
 		return r;
 	}
 	client->fd = client->conn->fd;
+	log_debug("connected to %s: mrd %s, protocol %u", client->conn->path,
+		  client->conn->server_version, (unsigned)client->conn->version);
 	r = memory_join(client);
 	if (r < 0) {
 		mrd_client_close(client);
@@ -179,6 +181,8 @@ MRD_EXPORT mrd_client *mrd_client_close(mrd_client *client)
 	if (client->next)
 		client->next->prev = client->prev;
 	pthread_mutex_unlock(&handles_lock);
+	log_debug("closing the connection to %s (%lu allocations held)", client->conn->path,
+		  __atomic_load_n(&client->n_held, __ATOMIC_ACQUIRE));
 	memory_leave(client);
 	conn_free(client->conn);
 	pthread_mutex_destroy(&client->lock);
@@ -250,6 +254,8 @@ static int reconnect(mrd_client *client)
 		return r;
 	}
 	resumed = (unsigned)r;
+	log_debug("reconnected to %s: mrd %s gave back %u allocations", conn->path,
+		  conn->server_version, resumed);
 	/* Under the handle's lock no other call runs: the unanswered Frees are settled on the
 	 * new connection before anything else can be allocated there (a run freed by the old
 	 * mrd may come back to another thread at the same address), and the count is whole. */

@@ -3,10 +3,12 @@
  * per-queue MR control): 8 recent entries with an MRU index and a round-robin victim, then a
  * sorted array, both flushed when the domain's generation moves. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "libmrd-internal.h"
+#include "log.h"
 #include "mr-table.h"
 #include "mrd/mrd.h"
 
@@ -47,6 +49,8 @@ MRD_EXPORT int mrd_mr_lookup(mrd_client *client, const void *addr, struct mrd_mr
 		ret->end = (uintptr_t)e->end;
 		ret->lkey = e->lkey;
 		ret->rkey = e->rkey;
+		log_debug("lookup of 0x%" PRIx64 " asked mrd: [0x%" PRIx64 ", 0x%" PRIx64
+			  ") lkey 0x%08x rkey 0x%08x", address, e->start, e->end, e->lkey, e->rkey);
 	}
 	mrd__response__free_unpacked(resp, NULL);
 	return r;

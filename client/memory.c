@@ -251,6 +251,10 @@ int memory_join(mrd_client *client)
 	r = window_hold(j->window_base, j->window_size, j->instance);
 	pthread_mutex_unlock(&window_lock);
 	client->holds_window = r >= 0;
+	if (r >= 0)
+		log_debug("joined domain %s: window 0x%" PRIx64 "+0x%" PRIx64 ", generation %" PRIu64,
+			  client->domain, j->window_base, j->window_size,
+			  client->status->generation);
 out:
 	close(fd);
 	mrd__response__free_unpacked(resp, NULL);
@@ -446,6 +450,8 @@ MRD_EXPORT int mrd_mem_alloc(mrd_client *client, size_t size, size_t align, unsi
 		goto out;
 	}
 	*ret = (void *)(uintptr_t)resp->alloc->address;
+	log_debug("allocated %zu bytes at 0x%" PRIx64 " (flags 0x%x)", size, resp->alloc->address,
+		  flags);
 out:
 	for (size_t i = 0; i < fds.n; i++)
 		close(fds.fds[i]);
@@ -490,6 +496,8 @@ static int call_address(mrd_client *client, int body_case, uint64_t address)
 		return r;
 	mrd__response__free_unpacked(resp, NULL);
 	__atomic_sub_fetch(&client->n_held, 1, __ATOMIC_RELEASE);
+	log_debug("%s 0x%" PRIx64, body_case == MRD__REQUEST__BODY_FREE ? "freed" : "detached",
+		  address);
 	return 0;
 }
 

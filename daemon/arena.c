@@ -16,7 +16,6 @@
 #include "macro.h"
 #include "manager.h"
 
-#define HUGE_PAGE_SIZE (2u << 20)
 
 uint64_t hugepages_free(void)
 {

@@ -67,5 +67,8 @@ int arena_alloc(struct arena *a, uint64_t size, uint64_t align, uint64_t *ret_of
 /* Returns a run to the allocator and its pages to the kernel. */
 void arena_release(struct arena *a, uint64_t offset, uint64_t length);
 
+/* The huge pages of hugetlb arenas: 2 MiB. */
+#define HUGE_PAGE_SIZE (2u << 20)
+
 /* Free huge pages of the default size on this host, 0 when none (or unknown). */
 uint64_t hugepages_free(void);

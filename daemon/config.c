@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+#include <inttypes.h>
 
 #include "config.h"
 #include "mr-cache.h"
@@ -26,13 +29,15 @@ void config_init(struct config *c)
 		.max_frame = WIRE_FRAME_DEFAULT,
 		.max_fds = 4,
 		.max_protocol_errors = 16,
+		.max_pinned_bytes = QUOTA_HOST_DEFAULT,
+		.socket_mode = 0660,
 		.window_base = 0x200000000000ULL, /* 32 TiB: clear of heaps, stacks and ASan */
 		.window_size = 4ULL << 40,
 		.arena_size = 1ULL << 30,
 		.hugepages = HUGEPAGES_AUTO,
 		.reconnect_grace_s = 60,
-		.quota_allocated_bytes = 64ULL << 30,
-		.quota_pinned_bytes = 64ULL << 30,
+		.quota_allocated_bytes = QUOTA_HOST_DEFAULT,
+		.quota_pinned_bytes = QUOTA_HOST_DEFAULT,
 		.quota_arenas = 64,
 		.quota_allocations = 65536,
 		.quota_clients = 256,
@@ -50,6 +55,7 @@ void config_done(struct config *c)
 	free(c->provider);
 	free(c->device);
 	free(c->admin_group);
+	free(c->socket_group);
 	for (size_t i = 0; i < c->n_groups; i++) {
 		free(c->groups[i].name);
 		free(c->groups[i].uids);
@@ -91,7 +97,24 @@ static int set_unsigned(unsigned *field, const char *value, unsigned min, unsign
 	return 0;
 }
 
-/* Bytes with an optional binary suffix: 4096, 64K, 2M, 1G, 4T. */
+/* File permission bits, in octal as chmod takes them: 0660, 660. */
+static int set_mode(unsigned *field, const char *value)
+{
+	unsigned long v;
+	char *end;
+
+	if (!isdigit((unsigned char)*value))
+		return -EINVAL;
+	errno = 0;
+	v = strtoul(value, &end, 8);
+	if (errno || *end)
+		return -EINVAL;
+	if (v > 0777)
+		return -ERANGE;
+	*field = (unsigned)v;
+	return 0;
+}
+
 static int set_bool(bool *field, const char *value)
 {
 	if (strcmp(value, "yes") == 0 || strcmp(value, "true") == 0 || strcmp(value, "1") == 0)
@@ -103,6 +126,7 @@ static int set_bool(bool *field, const char *value)
 	return 0;
 }
 
+/* Bytes with an optional binary suffix: 4096, 64K, 2M, 1G, 4T. */
 static int set_bytes(uint64_t *field, const char *value, uint64_t min, uint64_t max)
 {
 	unsigned long long v;
@@ -130,6 +154,16 @@ static int set_bytes(uint64_t *field, const char *value, uint64_t min, uint64_t 
 		return -ERANGE;
 	*field = v;
 	return 0;
+}
+
+/* A byte limit whose default follows the host's memory: empty is that default. */
+static int set_host_bytes(uint64_t *field, const char *value)
+{
+	if (*value == '\0') {
+		*field = QUOTA_HOST_DEFAULT;
+		return 0;
+	}
+	return set_bytes(field, value, 0, UINT64_MAX);
 }
 
 /* "uid:1000 uid:1001 gid:27" (names work too: "uid:alice gid:rdma"). */
@@ -268,6 +302,10 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 			return set_string(&c->device, value);
 		if (strcmp(key, "admin_group") == 0)
 			return set_string(&c->admin_group, value);
+		if (strcmp(key, "socket_group") == 0)
+			return set_string(&c->socket_group, value);
+		if (strcmp(key, "socket_mode") == 0)
+			return set_mode(&c->socket_mode, value);
 		if (strcmp(key, "bus") == 0)
 			return set_bool(&c->bus, value);
 		if (strcmp(key, "log_level") == 0) {
@@ -288,6 +326,8 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 			return set_unsigned(&c->max_fds, value, 0, WIRE_FDS_MAX);
 		if (strcmp(key, "protocol_errors") == 0)
 			return set_unsigned(&c->max_protocol_errors, value, 0, 1u << 20);
+		if (strcmp(key, "pinned_bytes") == 0)
+			return set_host_bytes(&c->max_pinned_bytes, value);
 	} else if (strcmp(section, "memory") == 0) {
 		if (strcmp(key, "window_base") == 0)
 			return set_bytes(&c->window_base, value, 1ULL << 32, 1ULL << 47);
@@ -310,9 +350,9 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 		}
 	} else if (strcmp(section, "quota") == 0) {
 		if (strcmp(key, "allocated_bytes") == 0)
-			return set_bytes(&c->quota_allocated_bytes, value, 0, UINT64_MAX);
+			return set_host_bytes(&c->quota_allocated_bytes, value);
 		if (strcmp(key, "pinned_bytes") == 0)
-			return set_bytes(&c->quota_pinned_bytes, value, 0, UINT64_MAX);
+			return set_host_bytes(&c->quota_pinned_bytes, value);
 		if (strcmp(key, "arenas") == 0)
 			return set_unsigned(&c->quota_arenas, value, 1, 1u << 16);
 		if (strcmp(key, "allocations") == 0)
@@ -472,6 +512,57 @@ int config_load(struct config *c, const char *path, bool must_exist)
 	return r < 0 ? -EINVAL : 0;
 }
 
+/* MemTotal: what the kernel can give out, less what it keeps for itself. */
+static uint64_t host_memory(void)
+{
+	struct sysinfo si;
+
+	if (sysinfo(&si) < 0 || si.totalram == 0)
+		return UINT64_MAX; /* unknown: no cut */
+	return (uint64_t)si.totalram * (si.mem_unit ? si.mem_unit : 1);
+}
+
+/* A limit left to its default becomes host / fraction. One set above the host's memory is cut
+ * to it when it bounds pinned memory (more cannot be pinned: it would only let the host run out),
+ * and kept, with a warning, when it bounds allocated memory, which is sparse and pageable (an
+ * ODP allocation takes pages only where it is touched). */
+static void fit(uint64_t *field, const char *key, uint64_t host, uint64_t fraction, bool cut)
+{
+	if (*field == QUOTA_HOST_DEFAULT)
+		*field = host == UINT64_MAX ? UINT64_MAX : host / fraction;
+	else if (*field > host) {
+		log_warning("%s = %" PRIu64 " is more than this host's memory (%" PRIu64 " bytes)%s",
+			    key, *field, host, cut ? ": using that" : "");
+		if (cut)
+			*field = host;
+	}
+}
+
+void config_fit_host(struct config *c, uint64_t host_bytes)
+{
+	fit(&c->quota_allocated_bytes, "[quota] allocated_bytes", host_bytes, 2, false);
+	fit(&c->quota_pinned_bytes, "[quota] pinned_bytes", host_bytes, 4, true);
+	fit(&c->max_pinned_bytes, "[limits] pinned_bytes", host_bytes, 2, true);
+}
+
+/* A group by number or name: 0, or -ENOENT. */
+static int resolve_group(const char *name, gid_t *ret)
+{
+	struct group *g;
+	char *end;
+	unsigned long gid;
+
+	errno = 0;
+	gid = strtoul(name, &end, 10);
+	if (*name && *end == '\0' && !errno && gid < UINT_MAX)
+		*ret = (gid_t)gid;
+	else if ((g = getgrnam(name)))
+		*ret = g->gr_gid;
+	else
+		return -ENOENT;
+	return 0;
+}
+
 int config_finish(struct config *c)
 {
 	/* The window is carved into arena-sized slots. */
@@ -490,20 +581,19 @@ int config_finish(struct config *c)
 		return -ENOMEM;
 	if (!c->provider && set_string(&c->provider, "auto") < 0)
 		return -ENOMEM;
-	if (c->admin_group) {
-		struct group *g;
-		char *end;
-		unsigned long gid;
-
-		errno = 0;
-		gid = strtoul(c->admin_group, &end, 10);
-		if (*end == '\0' && !errno && gid < UINT_MAX)
-			c->admin_gid = (gid_t)gid;
-		else if ((g = getgrnam(c->admin_group)))
-			c->admin_gid = g->gr_gid;
-		else
-			return log_error_errno(-ENOENT, "admin_group '%s': no such group",
-					       c->admin_group);
+	if (c->admin_group && resolve_group(c->admin_group, &c->admin_gid) < 0)
+		return log_error_errno(-ENOENT, "admin_group '%s': no such group", c->admin_group);
+	/* The group mrd.socket and mrd.sysusers name; a host without it gets a socket only root
+	 * may use, and mrd says so when it binds one. */
+	c->socket_group_missing = false;
+	if (c->socket_group) {
+		if (resolve_group(c->socket_group, &c->socket_gid) < 0)
+			return log_error_errno(-ENOENT, "socket_group '%s': no such group",
+					       c->socket_group);
+	} else if (resolve_group(SOCKET_GROUP_DEFAULT, &c->socket_gid) < 0) {
+		c->socket_gid = getegid();
+		c->socket_group_missing = true;
 	}
+	config_fit_host(c, host_memory());
 	return 0;
 }

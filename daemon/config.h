@@ -28,6 +28,12 @@ struct config {
 	char *device;     /* NULL: the first device */
 	char *admin_group;
 	gid_t admin_gid;  /* resolved from admin_group; valid when admin_group is set */
+	/* The socket mrd binds itself (not one systemd passes): its mode, and its group, by name
+	 * or number; NULL: the group mrd, where it exists. */
+	unsigned socket_mode;
+	char *socket_group;
+	gid_t socket_gid;           /* resolved by config_finish */
+	bool socket_group_missing;  /* socket_group unset and no group mrd: socket_gid is root's */
 	enum log_level log_level;
 	bool bus;         /* serve org.mrd.Mrd1 on the system bus */
 
@@ -36,6 +42,7 @@ struct config {
 	unsigned max_frame;            /* bytes per request packet */
 	unsigned max_fds;              /* descriptors per request packet */
 	unsigned max_protocol_errors;  /* malformed frames before a client is dropped */
+	uint64_t max_pinned_bytes;     /* pinned by all domains together */
 
 	/* [memory] */
 	uint64_t window_base, window_size, arena_size;
@@ -51,7 +58,7 @@ struct config {
 	/* [pools]: FRMR-style handle pools, per domain */
 	struct frmr_pools_config pools;
 
-	/* [quota], per domain */
+	/* [quota], per domain. QUOTA_HOST_DEFAULT until config_finish sizes it to the host. */
 	uint64_t quota_allocated_bytes, quota_pinned_bytes;
 	unsigned quota_arenas, quota_allocations, quota_clients, quota_mempools;
 
@@ -64,6 +71,11 @@ struct config {
 	} *policies;
 	size_t n_policies;
 };
+
+/* A byte limit left to its default, a fraction of the host's memory (config_fit_host). */
+#define QUOTA_HOST_DEFAULT UINT64_MAX
+/* The group of the socket mrd binds, as mrd.socket has it (SocketGroup=mrd). */
+#define SOCKET_GROUP_DEFAULT "mrd"
 
 void config_init(struct config *c);
 void config_done(struct config *c);
@@ -85,8 +97,14 @@ int config_set_assignment(struct config *c, const char *assignment);
  * Every failure is logged with file:line; returns -ENOENT (path missing) or -EINVAL. */
 int config_load(struct config *c, const char *path, bool must_exist);
 
-/* Resolves names (admin group) and checks cross-key rules; logs what is wrong. */
+/* Resolves names (admin and socket groups), sizes the byte limits to the host
+ * (config_fit_host) and checks cross-key rules; logs what is wrong. */
 int config_finish(struct config *c);
+
+/* Byte limits left to their defaults become fractions of host_bytes (the host's memory): per
+ * domain, allocated_bytes 1/2 and pinned_bytes 1/4; [limits] pinned_bytes, the sum over all
+ * domains, 1/2. One set above host_bytes gets a warning, and a pinned one is cut to it. */
+void config_fit_host(struct config *c, uint64_t host_bytes);
 
 /* The cache policy of the domain named name: its [policies] line, else [cache] policy. */
 int config_policy_for(const struct config *c, const char *name);

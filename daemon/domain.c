@@ -451,6 +451,30 @@ static int check_quota(struct domain *d, uint64_t bytes, bool new_arena, char *w
 	return 0;
 }
 
+int domain_check_pinned(struct domain *d, uint64_t more, char *why, size_t why_size)
+{
+	const struct config *c = &d->manager->config;
+	uint64_t mine = d->cache.pinned_bytes + d->cache.pending_bytes, all = 0;
+	struct domain *o;
+
+	if (mine + more > c->quota_pinned_bytes) {
+		snprintf(why, why_size, "quota.pinned_bytes (%" PRIu64 ") would be exceeded in domain "
+			 "%s: %" PRIu64 " pinned, %" PRIu64 " more asked", c->quota_pinned_bytes,
+			 d->name, mine, more);
+		return -EDQUOT;
+	}
+	/* A walk over the domains: a registration costs far more, and there are few. */
+	LIST_FOREACH(o, &d->manager->domains, link)
+		all += o->cache.pinned_bytes + o->cache.pending_bytes;
+	if (all + more > c->max_pinned_bytes) {
+		snprintf(why, why_size, "limits.pinned_bytes (%" PRIu64 ") would be exceeded: all "
+			 "domains pin %" PRIu64 ", %" PRIu64 " more asked", c->max_pinned_bytes,
+			 all, more);
+		return -EDQUOT;
+	}
+	return 0;
+}
+
 /* Index of the first run of arena at or after offset. */
 static size_t run_index(const struct arena *arena, uint64_t offset)
 {
@@ -560,7 +584,9 @@ static int record(struct domain *d, struct client *owner, struct arena *arena, u
 	return 0;
 }
 
-static bool want_hugetlb(const struct domain *d)
+/* auto: huge pages only for a run that fills at least one, while the host has free ones. A
+ * smaller run would take a whole huge page (charged for it, and gone for everyone else). */
+static bool want_hugetlb(const struct domain *d, uint64_t size)
 {
 	switch (d->manager->config.hugepages) {
 	case HUGEPAGES_NO:
@@ -568,7 +594,7 @@ static bool want_hugetlb(const struct domain *d)
 	case HUGEPAGES_YES:
 		return true;
 	default:
-		return hugepages_free() > 0;
+		return size >= HUGE_PAGE_SIZE && hugepages_free() > 0;
 	}
 }
 
@@ -613,7 +639,7 @@ static int new_arena_alloc(struct domain *d, bool hugetlb, uint64_t size, uint64
 int domain_alloc(struct domain *d, struct client *owner, uint64_t size, uint64_t align,
 		 bool hugepage_only, struct allocation **ret, char *why, size_t why_size)
 {
-	bool hugetlb = hugepage_only || want_hugetlb(d);
+	bool hugetlb = hugepage_only || want_hugetlb(d, size);
 	uint64_t offset, length;
 	struct arena *arena;
 	int r;

@@ -139,6 +139,10 @@ struct domain *domain_release(struct domain *d);
 int domain_alloc(struct domain *d, struct client *owner, uint64_t size, uint64_t align,
 		 bool hugepage_only, struct allocation **ret, char *why, size_t why_size);
 
+/* Whether the domain may pin more bytes: -EDQUOT, with the reason in why, when that would
+ * pass quota.pinned_bytes or, all domains together, limits.pinned_bytes. */
+int domain_check_pinned(struct domain *d, uint64_t more, char *why, size_t why_size);
+
 /* Maps a client's memfd into the window as an allocation of owner (fd consumed on success). */
 int domain_attach_external(struct domain *d, struct client *owner, int fd, uint64_t offset,
 			   uint64_t length, struct allocation **ret, char *why, size_t why_size);

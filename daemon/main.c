@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <linux/capability.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "client.h"
@@ -22,7 +25,8 @@ static void help(void)
 	printf("Usage: mrd [OPTION]...\n"
 	       "Memory-registration daemon for RDMA.\n\n"
 	       "  -c, --config FILE       read FILE instead of " DEFAULT_CONFIG_FILE "\n"
-	       "  -s, --socket PATH       listen on PATH (default " MRD_SOCKET_DEFAULT ")\n"
+	       "  -s, --socket PATH       listen on PATH (default " MRD_SOCKET_DEFAULT "; made\n"
+	       "                          0660, group mrd: [mrd] socket_mode, socket_group)\n"
 	       "  -p, --provider NAME     auto, soft or verbs (default auto)\n"
 	       "  -d, --device NAME       RDMA device for the verbs provider\n"
 	       "  -l, --log-level LEVEL   err, warning, notice, info or debug\n"
@@ -177,6 +181,29 @@ static void raise_fd_limit(unsigned max_clients)
 			    (unsigned long long)rl.rlim_cur, max_clients);
 }
 
+/* Without CAP_IPC_LOCK every page mrd pins counts against its own RLIMIT_MEMLOCK: say so at
+ * start when that is less than the pinning its limits allow, rather than at the first
+ * registration that fails. */
+static void check_memlock(const struct config *cfg)
+{
+	struct __user_cap_header_struct head = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3] = {};
+	uint64_t need = cfg->max_pinned_bytes;
+	struct rlimit rl;
+
+	if (syscall(SYS_capget, &head, caps) == 0 &&
+	    (caps[CAP_TO_INDEX(CAP_IPC_LOCK)].effective & CAP_TO_MASK(CAP_IPC_LOCK)))
+		return;
+	if (getrlimit(RLIMIT_MEMLOCK, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY ||
+	    (uint64_t)rl.rlim_cur >= need)
+		return;
+	log_warning("mrd lacks CAP_IPC_LOCK and may lock only %llu bytes (RLIMIT_MEMLOCK), less "
+		    "than the %" PRIu64 " its limits let clients pin ([limits] pinned_bytes): "
+		    "registrations past it will fail; run mrd as root (the unit keeps CAP_IPC_LOCK), "
+		    "raise ulimit -l (LimitMEMLOCK=) or lower the limit",
+		    (unsigned long long)rl.rlim_cur, need);
+}
+
 /* systemd runs us in the foreground: it tracks the main process itself. */
 static bool under_systemd(void)
 {
@@ -257,6 +284,7 @@ int main(int argc, char **argv)
 	}
 	log_set_level(cfg.log_level);
 	raise_fd_limit(cfg.max_clients);
+	check_memlock(&cfg);
 
 	/* A re-executed detached mrd is detached already: its lines still go to syslog. */
 	if (getenv(MANAGER_DETACHED_ENV)) {

@@ -101,6 +101,10 @@ void manager_reconfigure(struct manager *m, struct config *new, char *changed, s
 	KEEP_STRING(provider, "[mrd] provider");
 	KEEP_STRING(device, "[mrd] device");
 	KEEP(bus, "[mrd] bus");
+	KEEP(socket_mode, "[mrd] socket_mode");
+	KEEP_STRING(socket_group, "[mrd] socket_group");
+	new->socket_gid = old->socket_gid; /* resolved from it */
+	new->socket_group_missing = old->socket_group_missing;
 	KEEP(max_frame, "[limits] frame_bytes");
 	KEEP(max_fds, "[limits] fds_per_message");
 	KEEP(window_base, "[memory] window_base");
@@ -409,23 +413,50 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 	}
 }
 
-/* Binds path, replacing a stale socket but never a live mrd's. */
-static int bind_socket(const char *path, int *ret_fd)
+/* Creates the socket's folder (/run/mrd) when missing, as mrd.tmpfiles would: 0755 whatever
+ * the umask, in the socket's group; its parent must exist. One that exists is left as it is,
+ * with a warning when others than its owner may replace the socket in it. */
+static int socket_folder(char *folder, gid_t gid)
+{
+	struct stat st;
+
+	if (mkdir(folder, 0755) == 0) {
+		if (chmod(folder, 0755) < 0 || chown(folder, (uid_t)-1, gid) < 0)
+			return log_error_errno(-errno, "cannot set up %s: %m", folder);
+		return 0;
+	}
+	if (errno != EEXIST)
+		return log_error_errno(-errno, "cannot create %s: %m", folder);
+	if (stat(folder, &st) < 0)
+		return log_error_errno(-errno, "cannot stat %s: %m", folder);
+	if (!S_ISDIR(st.st_mode))
+		return log_error_errno(-ENOTDIR, "%s is not a folder", folder);
+	if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
+		log_warning("%s is writable by others (mode %04o): they can replace mrd's socket "
+			    "there; make it 0755", folder, (unsigned)(st.st_mode & 07777));
+	return 0;
+}
+
+/* Binds path, replacing a stale socket but never a live mrd's; the socket gets mode and gid
+ * ([mrd] socket_mode, socket_group), and no one else gets in before they are set. */
+static int bind_socket(const char *path, unsigned mode, gid_t gid, int *ret_fd)
 {
 	_cleanup_close_ int fd = -1;
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	char *slash;
+	mode_t old_umask;
+	int r;
 
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return log_error_errno(-ENAMETOOLONG, "socket path too long: %s", path);
 	strcpy(sa.sun_path, path);
 
-	/* Create the runtime directory (/run/mrd) if missing; its parent must exist. */
 	slash = strrchr(sa.sun_path, '/');
 	if (slash && slash != sa.sun_path) {
 		*slash = '\0';
-		if (mkdir(sa.sun_path, 0755) < 0 && errno != EEXIST)
-			return log_error_errno(-errno, "cannot create %s: %m", sa.sun_path);
+		r = socket_folder(sa.sun_path, gid);
+		if (r < 0)
+			return r;
 		*slash = '/';
 	}
 
@@ -433,26 +464,39 @@ static int bind_socket(const char *path, int *ret_fd)
 	if (fd < 0)
 		return log_error_errno(-errno, "socket: %m");
 
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+	/* Root's alone until chown and chmod below (the kernel checks write permission on the
+	 * socket at connect). */
+	old_umask = umask(0177);
+	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
+	if (r == -EADDRINUSE) {
 		_cleanup_close_ int probe = -1;
 
-		if (errno != EADDRINUSE)
-			return log_error_errno(-errno, "cannot bind %s: %m", path);
 		probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 		if (probe < 0)
-			return log_error_errno(-errno, "socket: %m");
-		if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0)
-			return log_error_errno(-EADDRINUSE, "another mrd is serving %s", path);
-		if (errno != ECONNREFUSED)
-			return log_error_errno(-errno, "%s exists and is not a socket we can replace: %m",
-					       path);
-		log_info("removing stale socket %s", path);
-		if (unlink(path) < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-			return log_error_errno(-errno, "cannot bind %s: %m", path);
+			r = log_error_errno(-errno, "socket: %m");
+		else if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			r = log_error_errno(-EADDRINUSE, "another mrd is serving %s", path);
+		else if (errno != ECONNREFUSED)
+			r = log_error_errno(-errno, "%s exists and is not a socket we can replace: %m",
+					    path);
+		else {
+			log_info("removing stale socket %s", path);
+			r = unlink(path) < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ?
+				    log_error_errno(-errno, "cannot bind %s: %m", path) : 0;
+		}
+	} else if (r < 0)
+		log_error_errno(r, "cannot bind %s: %m", path);
+	umask(old_umask);
+	if (r < 0)
+		return r;
+	/* Who may connect: the socket's group (identity still comes from SO_PEERCRED, limits
+	 * from quotas). */
+	if (chown(path, (uid_t)-1, gid) < 0 || chmod(path, mode) < 0) {
+		r = log_error_errno(-errno, "cannot give %s group %u and mode %04o: %m", path,
+				    (unsigned)gid, mode);
+		(void)unlink(path);
+		return r;
 	}
-	/* Anyone may connect: identity comes from SO_PEERCRED, limits from quotas. */
-	if (chmod(path, 0666) < 0)
-		return log_error_errno(-errno, "chmod %s: %m", path);
 	if (listen(fd, SOMAXCONN) < 0)
 		return log_error_errno(-errno, "listen: %m");
 	*ret_fd = TAKE_FD(fd);
@@ -524,13 +568,21 @@ int manager_listen(struct manager *m)
 	if (r < 0)
 		return r;
 	if (m->listen_fd < 0) {
-		r = bind_socket(m->config.socket_path, &m->listen_fd);
+		const struct config *c = &m->config;
+
+		r = bind_socket(c->socket_path, c->socket_mode, c->socket_gid, &m->listen_fd);
 		if (r < 0)
 			return r;
-		m->bound_path = strdup(m->config.socket_path);
+		m->bound_path = strdup(c->socket_path);
 		if (!m->bound_path)
 			return -ENOMEM;
-		log_info("serving on %s", m->config.socket_path);
+		if (c->socket_group_missing && !(c->socket_mode & 0006)) /* the group matters */
+			log_warning("no group " SOCKET_GROUP_DEFAULT " on this host: %s keeps mrd's "
+				    "group (%u), so only root and its members may connect; create it "
+				    "(systemd-sysusers) or name another with [mrd] socket_group",
+				    c->socket_path, (unsigned)c->socket_gid);
+		log_info("serving on %s (mode %04o, group %u)", c->socket_path, c->socket_mode,
+			 (unsigned)c->socket_gid);
 	}
 
 	m->listen_event = event_new(m->base, m->listen_fd, EV_READ | EV_PERSIST, manager_on_accept, m);

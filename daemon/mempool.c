@@ -388,12 +388,10 @@ int mempool_register(struct domain *d, struct client *owner, const char *name,
 	for (int i = 0; i < m; i++)
 		if (!shared_hugepage(d, &spans[i]))
 			new_bytes += spans[i].end - spans[i].start;
-	if (d->cache.pinned_bytes + d->cache.pending_bytes + new_bytes > cfg->quota_pinned_bytes) {
-		snprintf(why, why_size, "quota.pinned_bytes (%" PRIu64 ") would be exceeded in domain "
-			 "%s: %" PRIu64 " pinned, %" PRIu64 " more asked", cfg->quota_pinned_bytes,
-			 d->name, d->cache.pinned_bytes + d->cache.pending_bytes, new_bytes);
+	r = domain_check_pinned(d, new_bytes, why, why_size);
+	if (r < 0) {
 		free(spans);
-		return -EDQUOT;
+		return r;
 	}
 	reg = calloc(1, sizeof(*reg) + (size_t)m * sizeof(reg->mrs[0]));
 	job = calloc(1, sizeof(*job) + (size_t)m * sizeof(job->mrs[0]));

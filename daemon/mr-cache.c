@@ -221,12 +221,9 @@ static int miss(struct mr_cache *c, struct allocation *a, uint64_t addr, struct 
 	}
 	pick_range(c, a, addr, &start, &end);
 
-	if (c->pinned_bytes + c->pending_bytes + (end - start) > cfg->quota_pinned_bytes) {
-		snprintf(why, why_size, "quota.pinned_bytes (%" PRIu64 ") would be exceeded in domain "
-			 "%s: %" PRIu64 " pinned, %" PRIu64 " more asked", cfg->quota_pinned_bytes,
-			 d->name, c->pinned_bytes + c->pending_bytes, end - start);
-		return -EDQUOT;
-	}
+	r = domain_check_pinned(d, end - start, why, why_size);
+	if (r < 0)
+		return r;
 
 	if (waiter && d->manager->workers &&
 	    (end - start >= cfg->async_bytes || mr_cache_busy(c))) {

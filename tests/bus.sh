@@ -52,7 +52,8 @@ export DBUS_SYSTEM_BUS_ADDRESS="$addr"
 bctl() { busctl --address="$addr" "$@"; }
 obj="org.mrd.Mrd1 /org/mrd/Mrd1 org.mrd.Mrd1"
 
-printf '[memory]\nhugepages = no\n' > "$dir/mrd.conf"
+# nobody runs mrd-demo below: a socket anyone may use.
+printf '[mrd]\nsocket_mode = 0666\n[memory]\nhugepages = no\n' > "$dir/mrd.conf"
 "$MRD_BUILDDIR/mrd" --foreground --provider soft --config "$dir/mrd.conf" \
 	--socket "$dir/mrd.sock" > "$dir/log" 2>&1 &
 mrd_pid=$!

@@ -289,6 +289,120 @@ START_TEST(test_admin_group_names)
 }
 END_TEST
 
+/* Byte limits left to their defaults are fractions of the host's memory; a pinned one set
+ * above it is cut to it; one below it stays. */
+START_TEST(test_fit_host)
+{
+	const uint64_t host = 16ULL << 30;
+	struct config c;
+
+	config_init(&c);
+	config_fit_host(&c, host);
+	ck_assert_uint_eq(c.quota_allocated_bytes, host / 2);
+	ck_assert_uint_eq(c.quota_pinned_bytes, host / 4);
+	ck_assert_uint_eq(c.max_pinned_bytes, host / 2);
+	config_done(&c);
+
+	config_init(&c);
+	ck_assert_int_eq(config_set(&c, "quota", "pinned_bytes", "64G"), 0);
+	ck_assert_int_eq(config_set(&c, "quota", "allocated_bytes", "1G"), 0);
+	ck_assert_int_eq(config_set(&c, "limits", "pinned_bytes", "0"), 0);
+	config_fit_host(&c, host);
+	ck_assert_uint_eq(c.quota_pinned_bytes, host);
+	ck_assert_uint_eq(c.quota_allocated_bytes, 1ULL << 30);
+	ck_assert_uint_eq(c.max_pinned_bytes, 0);
+	config_done(&c);
+
+	/* Allocated memory is sparse (ODP takes pages where touched): more than the host stays. */
+	config_init(&c);
+	ck_assert_int_eq(config_set(&c, "quota", "allocated_bytes", "64G"), 0);
+	ck_assert_int_eq(config_set(&c, "limits", "pinned_bytes", "1T"), 0);
+	config_fit_host(&c, host);
+	ck_assert_uint_eq(c.quota_allocated_bytes, 64ULL << 30);
+	ck_assert_uint_eq(c.max_pinned_bytes, host);
+	config_done(&c);
+}
+END_TEST
+
+/* The socket mrd binds: 0660 and group mrd unless told; the mode in octal, the group by name
+ * or number, one that does not exist refused. */
+START_TEST(test_socket_settings)
+{
+	struct config c;
+
+	config_init(&c);
+	ck_assert_uint_eq(c.socket_mode, 0660);
+	ck_assert_int_eq(config_set(&c, "mrd", "socket_mode", "0600"), 0);
+	ck_assert_uint_eq(c.socket_mode, 0600);
+	ck_assert_int_eq(config_set(&c, "mrd", "socket_mode", "666"), 0);
+	ck_assert_uint_eq(c.socket_mode, 0666);
+	ck_assert_int_eq(config_set(&c, "mrd", "socket_mode", "1777"), -ERANGE);
+	ck_assert_int_eq(config_set(&c, "mrd", "socket_mode", "0668"), -EINVAL);
+	ck_assert_int_eq(config_set(&c, "mrd", "socket_mode", "rw"), -EINVAL);
+	ck_assert_uint_eq(c.socket_mode, 0666);
+	ck_assert_int_eq(config_set(&c, "mrd", "socket_group", "65534"), 0);
+	ck_assert_int_eq(config_finish(&c), 0);
+	ck_assert_uint_eq(c.socket_gid, 65534);
+	ck_assert(!c.socket_group_missing);
+	ck_assert_int_eq(config_set(&c, "mrd", "socket_group", "no-such-group-here"), 0);
+	ck_assert_int_eq(config_finish(&c), -ENOENT);
+	config_done(&c);
+}
+END_TEST
+
+/* conf/mrd.conf shows every key commented out at its default: with them all uncommented (the
+ * [domains] example names users this host may not have) it reads as no file at all. */
+START_TEST(test_shipped_conf_is_the_defaults)
+{
+	static char text[65536];
+	char conf[512], line[512], section[64] = "";
+	const char *src = getenv("MRD_SRCDIR");
+	struct config c, d;
+	size_t n = 0;
+	FILE *f;
+
+	snprintf(conf, sizeof(conf), "%s/conf/mrd.conf", src ? src : "..");
+	f = fopen(conf, "re");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f)) {
+		size_t key = strspn(line + 1, "abcdefghijklmnopqrstuvwxyz_");
+		bool setting = line[0] == '#' && key > 0 && strncmp(line + 1 + key, " =", 2) == 0;
+
+		if (line[0] == '[')
+			sscanf(line, "[%63[^]]", section);
+		n += (size_t)snprintf(text + n, sizeof(text) - n, "%s",
+				      setting && strcmp(section, "domains") ? line + 1 : line);
+		ck_assert_uint_lt(n, sizeof(text));
+	}
+	fclose(f);
+	write_file(text);
+	config_init(&c);
+	ck_assert_int_eq(config_load_file(&c, path), 0);
+	ck_assert_int_eq(config_finish(&c), 0);
+	config_init(&d);
+	ck_assert_int_eq(config_finish(&d), 0);
+	ck_assert_str_eq(c.socket_path, d.socket_path);
+	ck_assert_uint_eq(c.socket_mode, d.socket_mode);
+	ck_assert_uint_eq(c.socket_gid, d.socket_gid);
+	ck_assert_uint_eq(c.max_clients, d.max_clients);
+	ck_assert_uint_eq(c.max_pinned_bytes, d.max_pinned_bytes);
+	ck_assert_uint_eq(c.window_base, d.window_base);
+	ck_assert_uint_eq(c.window_size, d.window_size);
+	ck_assert_uint_eq(c.arena_size, d.arena_size);
+	ck_assert_int_eq(c.hugepages, d.hugepages);
+	ck_assert_int_eq(c.mr_policy, d.mr_policy);
+	ck_assert_uint_eq(c.quota_allocated_bytes, d.quota_allocated_bytes);
+	ck_assert_uint_eq(c.quota_pinned_bytes, d.quota_pinned_bytes);
+	ck_assert_uint_eq(c.quota_arenas, d.quota_arenas);
+	ck_assert_uint_eq(c.quota_allocations, d.quota_allocations);
+	ck_assert_uint_eq(c.quota_clients, d.quota_clients);
+	ck_assert_uint_eq(c.quota_mempools, d.quota_mempools);
+	ck_assert_uint_eq(c.pools.max_queued, d.pools.max_queued);
+	config_done(&c);
+	config_done(&d);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("config");
@@ -305,6 +419,9 @@ int main(void)
 	tcase_add_test(tc, test_admin_group_names);
 	tcase_add_test(tc, test_cache_keys);
 	tcase_add_test(tc, test_pools_keys);
+	tcase_add_test(tc, test_fit_host);
+	tcase_add_test(tc, test_socket_settings);
+	tcase_add_test(tc, test_shipped_conf_is_the_defaults);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

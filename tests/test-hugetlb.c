@@ -66,26 +66,6 @@ static long mrd_huge_pages(void)
 	return blocks * 512 / (long)(2 * MiB);
 }
 
-/* The page size the kernel uses for the mapping holding p, from /proc/self/smaps. */
-static long kernel_page_kb(const void *p)
-{
-	char line[256];
-	unsigned long lo, hi;
-	bool inside = false;
-	long kb = -1;
-	FILE *f = fopen("/proc/self/smaps", "re");
-
-	ck_assert_ptr_nonnull(f);
-	while (fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
-			inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
-		else if (inside && sscanf(line, "KernelPageSize: %ld kB", &kb) == 1)
-			break;
-	}
-	fclose(f);
-	return kb;
-}
-
 static void setup(void)
 {
 	ck_assert_int_eq(mrd_proc_start(&mrd, "[memory]\nhugepages = auto\narena_size = 64M\n",

@@ -189,7 +189,7 @@ static void sighup_wait(char *status, size_t size)
 START_TEST(test_sighup_reload)
 {
 	mrd_client *c = NULL;
-	char path[256], status[512], extra[160];
+	char path[288], status[512], extra[160];
 	void *buf[5];
 
 	ck_assert_int_eq(mrd_proc_stop(&mrd), 0);
@@ -201,7 +201,7 @@ START_TEST(test_sighup_reload)
 
 	/* The file raises the quota to 3, a drop-in to 4; the window cannot move while mrd runs. */
 	snprintf(extra, sizeof(extra), "%s", getenv("MRD_TEST_CONF") ? getenv("MRD_TEST_CONF") : "");
-	snprintf(path, sizeof(path), "%s\n[mrd]\nbus = no\n[quota]\nallocations = 3\n"
+	snprintf(path, sizeof(path), "%s\n[mrd]\nbus = no\nsocket_mode = 0666\n[quota]\nallocations = 3\n"
 		 "[memory]\nhugepages = no\n"
 		 "window_size = %s\n", extra, getenv("MRD_TEST_WRAPPER") ? "16G" : "8G");
 	write_file(mrd.config, path);

@@ -526,6 +526,37 @@ START_TEST(test_pinned_quota)
 }
 END_TEST
 
+/* [limits] pinned_bytes bounds what all domains pin together: many users cannot pin the host
+ * whole, each within its own quota. */
+START_TEST(test_host_pinned_limit)
+{
+	struct client *c1, *c2;
+	int fd1, fd2;
+	uint64_t a, b;
+	Mrd__MrEntry e;
+	Mrd__Response *resp;
+
+	td_stop();
+	start_with("limits.pinned_bytes=1M");
+	fd1 = td_hello_client(1000, &c1);
+	fd2 = td_hello_client(2000, &c2);
+	a = td_alloc(fd1, 2, 768 * 1024);
+	lookup(fd1, 3, &a, 1, 0, &e);
+	b = td_alloc(fd2, 4, 512 * 1024);
+	ck_assert_ptr_ne(c1->domain, c2->domain);
+	td_send_lookup(fd2, 5, b);
+	resp = td_expect(fd2, 5, EDQUOT);
+	ck_assert_msg(strstr(resp->message, "limits.pinned_bytes (1048576)"), "%s", resp->message);
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_uint_eq(c2->domain->cache.pinned_bytes, 0);
+	td_free(fd1, 6, a, 0); /* the other domain unpins: now it fits */
+	lookup(fd2, 7, &b, 1, 0, &e);
+	ck_assert_uint_eq(c2->domain->cache.pinned_bytes, 512 * 1024);
+	close(fd1);
+	close(fd2);
+}
+END_TEST
+
 START_TEST(test_table_overflow)
 {
 	struct client *c;
@@ -1016,6 +1047,7 @@ int main(void)
 	tcase_add_test(tc, test_page_policy);
 	tcase_add_test(tc, test_contig_around_existing);
 	tcase_add_test(tc, test_pinned_quota);
+	tcase_add_test(tc, test_host_pinned_limit);
 	tcase_add_test(tc, test_table_overflow);
 	tcase_add_test(tc, test_big_registration_blocks_nobody);
 	tcase_add_test(tc, test_racing_registrations);

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,8 +172,9 @@ int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *cons
 	 * under one moves the window with this, e.g. "[memory]\nwindow_base = 0x4000000000". */
 	if (getenv("MRD_TEST_CONF"))
 		fprintf(f, "%s\n", getenv("MRD_TEST_CONF"));
-	/* Off the host's system bus; the bus test turns it on, on a private one. */
-	fputs("[mrd]\nbus = no\n", f);
+	/* Off the host's system bus; the bus test turns it on, on a private one. Clients connect
+	 * as several users, members of no group mrd: a socket anyone may use. */
+	fputs("[mrd]\nbus = no\nsocket_mode = 0666\n", f);
 	fputs(config_text ? config_text : "", f);
 	fclose(f);
 
@@ -412,7 +414,7 @@ long read_long(const char *path)
 	return v;
 }
 
-static int write_long(const char *path, long v)
+int write_long(const char *path, long v)
 {
 	FILE *f = fopen(path, "we");
 	int r;
@@ -451,4 +453,25 @@ int hugepages_reserve(long want, char *why, size_t why_size)
 		 HUGEPAGES_FREE_PATH, geteuid() == 0 ? "the kernel reserved none when asked" :
 						       "only root may reserve them");
 	return -ENOSPC;
+}
+
+/* The page size the kernel uses for the mapping holding p, from /proc/self/smaps. */
+long kernel_page_kb(const void *p)
+{
+	char line[256];
+	unsigned long lo, hi;
+	bool inside = false;
+	long kb = -1;
+	FILE *f = fopen("/proc/self/smaps", "re");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+			inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+		else if (inside && sscanf(line, "KernelPageSize: %ld kB", &kb) == 1)
+			break;
+	}
+	fclose(f);
+	return kb;
 }

@@ -21,7 +21,8 @@ const char *test_build_path(const char *name, char *buf, size_t size);
 /* Writes config_text to p->config and starts mrd --foreground on p->socket, with extra_args
  * (NULL-terminated, may be NULL) appended; waits for READY=1 over NOTIFY_SOCKET.
  * $MRD_TEST_WRAPPER (e.g. "valgrind -q ...") is put in front of mrd when set, and
- * $MRD_TEST_CONF is written ahead of config_text (a sanitizer run moves the window so). */
+ * $MRD_TEST_CONF is written ahead of config_text (a sanitizer run moves the window so), and
+ * so is socket_mode = 0666 (the tests' clients run as several users). */
 int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *const *extra_args);
 
 /* What mrd left in the "FD store" of a restart under an emulated systemd. */
@@ -62,9 +63,15 @@ int raw_connect(const char *path);
 
 #define HUGEPAGES_FREE_PATH "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
 
-/* The number in the file at path, -1 when it cannot be read. */
+/* The number a file such as /proc/sys/vm/nr_hugepages holds, -1 when unreadable. */
 long read_long(const char *path);
+/* Writes v to such a file: 0 or -errno. */
+int write_long(const char *path, long v);
 
 /* Makes sure at least want 2 MiB huge pages are free: as root, by reserving more (given back
  * when this process exits). 0, or -ENOSPC with the reason in why. */
 int hugepages_reserve(long want, char *why, size_t why_size);
+
+/* The page size (KiB) the kernel uses for this process's mapping holding p, from
+ * /proc/self/smaps; -1 when none holds it. */
+long kernel_page_kb(const void *p);

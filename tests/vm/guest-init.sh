@@ -93,7 +93,8 @@ result "provider contract exits 0" $rc
 
 # 2. mrd on the device. Domain uid-1001 registers on demand (ODP children).
 SOCK=/run/mrd.sock
-printf '[memory]\nhugepages = no\n[policies]\nuid-1001 = odp\n' > /tmp/mrd.conf
+# Clients run as uids 1000 and 1001, in no group mrd: a socket anyone may use.
+printf '[mrd]\nsocket_mode = 0666\n[memory]\nhugepages = no\n[policies]\nuid-1001 = odp\n' > /tmp/mrd.conf
 mrd --foreground --no-bus --provider verbs --device rxe0 --config /tmp/mrd.conf \
 	--socket "$SOCK" > /tmp/mrd.log 2>&1 &
 MRD=$!
