@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Hostile and dying clients against one real mrd, in order: garbage and oversized frames,
  * wrong and excess descriptors and a flood of them, every request before Hello, a client that
- * never reads its replies, 1,000 clients at once, clients killed with SIGKILL mid-request.
+ * never reads its replies, 1,000 clients at once, clients killed with SIGKILL mid-request,
+ * descriptors whose last close() blocks for as long as the client likes (lingering sockets).
  * A well-behaved client holds memory in the same domain throughout: after each case the
  * domain holds exactly what that client holds, so what a hostile client made must have gone
  * with it; after all of them, mrd serves as before, with its descriptors and memory back near
@@ -14,6 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -488,6 +493,138 @@ START_TEST(test_thousand_clients)
 }
 END_TEST
 
+/* A TCP connection on 127.0.0.1 whose peer never reads, its send buffer full and SO_LINGER
+ * {1, 30}: the last close() of it waits 30 s for data that cannot go. *ret_peer: the peer. */
+static int lingering_socket(int *ret_peer)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct linger linger = { 1, 30 };
+	socklen_t len = sizeof(sa);
+	static char junk[64 * 1024];
+	int small = 4096, lfd, fd, unsent = 0;
+
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(lfd, 0);
+	ck_assert_int_eq(setsockopt(lfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(lfd, 1), 0);
+	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	*ret_peer = track(accept4(lfd, NULL, NULL, SOCK_CLOEXEC));
+	close(lfd);
+	ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, sizeof(linger)), 0);
+	while (send(fd, junk, sizeof(junk), MSG_DONTWAIT | MSG_NOSIGNAL) > 0)
+		;
+	ck_assert_int_eq(errno, EAGAIN);
+	ck_assert_int_eq(ioctl(fd, SIOCOUTQ, &unsent), 0);
+	ck_assert_int_gt(unsent, 0);
+	return fd;
+}
+
+/* The status of the next reply, waiting at most timeout_ms: -ETIMEDOUT when none came. */
+static int reply_status_within(int fd, int timeout_ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	if (poll(&p, 1, timeout_ms) != 1)
+		return -ETIMEDOUT;
+	return reply_status(fd);
+}
+
+/* Whether a TCP peer saw its connection end (mrd reset it) within timeout_ms. */
+static bool reset_within(int peer, int timeout_ms)
+{
+	struct pollfd p = { .fd = peer, .events = 0 };
+
+	return poll(&p, 1, timeout_ms) == 1 && (p.revents & (POLLHUP | POLLERR));
+}
+
+static void send_extmem_attach(int fd, uint64_t id, int passed)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ExtmemAttachRequest x = MRD__EXTMEM_ATTACH_REQUEST__INIT;
+
+	x.length = 4096;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_EXTMEM_ATTACH;
+	req.extmem_attach = &x;
+	send_request(fd, &req, &passed, 1);
+}
+
+START_TEST(test_lingering_sockets)
+{
+	int attacker = connect_hello(), victim = connect_hello(), peer[3], tcp[3], carrier[2];
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__AllocRequest a = MRD__ALLOC_REQUEST__INIT;
+	Mrd__MapRequest map = MRD__MAP_REQUEST__INIT;
+	static uint8_t buf[WIRE_FRAME_MAX];
+	Mrd__Response *resp;
+	struct wire_packet pkt;
+
+	/* Memory to Map: each Map reply carries a descriptor, and past 16 of them unread mrd stops
+	 * reading the attacker; what it sends next waits in the kernel, so that its own copies are
+	 * closed before mrd takes the sockets and mrd holds the last reference. */
+	a.size = 4096;
+	req.id = 2;
+	req.body_case = MRD__REQUEST__BODY_ALLOC;
+	req.alloc = &a;
+	send_request(attacker, &req, NULL, 0);
+	ck_assert_int_eq(wire_recv(attacker, buf, sizeof(buf), &pkt, 0), 1);
+	wire_packet_close_fds(&pkt);
+	resp = mrd__response__unpack(NULL, pkt.len, pkt.data);
+	ck_assert_ptr_nonnull(resp);
+	ck_assert_int_eq(resp->status, 0);
+	map.address = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	for (int i = 0; i < 20; i++) {
+		req.id = 10 + (uint64_t)i;
+		req.body_case = MRD__REQUEST__BODY_MAP;
+		req.map = &map;
+		send_request(attacker, &req, NULL, 0);
+	}
+
+	for (int i = 0; i < 3; i++)
+		tcp[i] = lingering_socket(&peer[i]);
+	/* The third travels inside a Unix socket: mrd's close of that one releases it. */
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, carrier), 0);
+	ck_assert_int_eq(wire_send_raw(carrier[0], "x", 1, &tcp[2], 1, 0), 0);
+	close(tcp[2]);
+	close(carrier[0]);
+	send_ping(attacker, 40, &tcp[0], 1);          /* a Ping takes none: refused */
+	send_extmem_attach(attacker, 41, tcp[1]);     /* not a memfd: refused */
+	send_ping(attacker, 42, &carrier[1], 1);
+	close(tcp[0]);
+	close(tcp[1]);
+	close(carrier[1]);
+
+	/* The attacker reads: mrd goes on with its requests, and after each the victim is served. */
+	for (int i = 0; i < 20; i++)
+		ck_assert_int_eq(reply_status_within(attacker, 5000), 0);
+	ck_assert_int_eq(reply_status_within(attacker, 5000), EBADMSG);
+	send_ping(victim, 2, NULL, 0);
+	ck_assert_msg(reply_status_within(victim, 2000) == 0,
+		      "a ping waited while mrd closed a lingering socket passed with a Ping");
+	ck_assert_int_eq(reply_status_within(attacker, 5000), EBADF);
+	send_ping(victim, 3, NULL, 0);
+	ck_assert_msg(reply_status_within(victim, 2000) == 0,
+		      "a ping waited while mrd closed a lingering socket of a failed ExtmemAttach");
+	ck_assert_int_eq(reply_status_within(attacker, 5000), EBADMSG);
+	send_ping(victim, 4, NULL, 0);
+	ck_assert_msg(reply_status_within(victim, 2000) == 0,
+		      "a ping waited while mrd closed a Unix socket holding a lingering one");
+	/* mrd did not wait out the linger anywhere: every connection was reset at once. */
+	for (int i = 0; i < 3; i++)
+		ck_assert_msg(reset_within(peer[i], 5000), "lingering socket %d still open", i);
+	close_tracked(attacker);
+	close_tracked(victim);
+	good_session();
+	wait_settled();
+}
+END_TEST
+
 /* A libmrd client that works until it is killed: registrations, frees, Dma, pings. */
 _Noreturn static void busy_client(void)
 {
@@ -579,6 +716,7 @@ int main(void)
 	tcase_add_test(tc, test_client_that_never_reads);
 	tcase_add_test(tc, test_thousand_clients);
 	tcase_add_test(tc, test_clients_killed_mid_request);
+	tcase_add_test(tc, test_lingering_sockets);
 	tcase_add_test(tc, test_after_the_storm);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
