@@ -14,10 +14,10 @@
 #include "log.h"
 #include "macro.h"
 
-/* A Unix socket is emptied before its close: at most this many packets, and at most this many
- * empty ones in a row (a SEQPACKET socket reads as empty packets once shut down). */
-#define DRAIN_MAX 4096u
-#define DRAIN_EMPTY_MAX 16u
+/* Bounds on emptying one Unix socket: packets (finite anyway once it is shut down, but a
+ * closer thread should not spin for ever on a kernel that differs), pending connections. */
+#define DRAIN_MAX (1u << 20)
+#define ACCEPT_MAX 4096u
 
 struct closing {
 	int fd;
@@ -71,17 +71,20 @@ static struct closing queue_pop(struct fd_closer *fc)
  * as they are: each is taken out and queued like any other, so that it is defused too. */
 static void take_in_flight(struct fd_closer *fc, int fd, uid_t uid)
 {
-	int type, listening = 0;
-	socklen_t len = sizeof(type);
-	unsigned empty = 0;
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(struct ucred)) +
+			 CMSG_SPACE(sizeof(int) * WIRE_RECV_FDS_MAX)];
+	} control;
+	int one = 1, listening = 0;
+	socklen_t len = sizeof(listening);
 	uint8_t buf[4096];
 
-	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
-		return;
-	len = sizeof(listening);
+	/* Nothing more comes in: the peer's sends and connects fail from now on. */
+	(void)shutdown(fd, SHUT_RDWR);
 	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening) {
 		/* Connections not yet accepted hold what their clients sent. */
-		for (unsigned i = 0; i < DRAIN_MAX; i++) {
+		for (unsigned i = 0; i < ACCEPT_MAX; i++) {
 			int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 
 			if (c < 0)
@@ -90,16 +93,32 @@ static void take_in_flight(struct fd_closer *fc, int fd, uid_t uid)
 		}
 		return;
 	}
-	(void)shutdown(fd, SHUT_RDWR); /* the peer can queue nothing more (EPIPE) */
-	for (unsigned i = 0; i < DRAIN_MAX && empty < DRAIN_EMPTY_MAX; i++) {
-		struct wire_packet pkt;
-		int r = wire_recv(fd, buf, sizeof(buf), &pkt, MSG_DONTWAIT);
+	/* With SO_PASSCRED every packet read brings its sender's credentials, so a read with
+	 * no control message is the end, where an empty SEQPACKET packet reads the same. */
+	if (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) < 0)
+		return;
+	for (unsigned i = 0; i < DRAIN_MAX; i++) {
+		struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+				     .msg_controllen = sizeof(control.buf) };
+		ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 
-		if (r < 0 || (r == 0 && type == SOCK_STREAM))
-			break; /* empty, or the end of a stream */
-		empty = r == 0 ? empty + 1 : 0;
-		if (r > 0)
-			fd_closer_consume_packet(fc, &pkt, uid);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 || (n == 0 && mh.msg_controllen == 0))
+			break;
+		for (struct cmsghdr *cmsg = CMSG_FIRSTHDR(&mh); cmsg; cmsg = CMSG_NXTHDR(&mh, cmsg)) {
+			size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+			if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS)
+				continue;
+			for (size_t k = 0; k < count; k++) {
+				int rfd;
+
+				memcpy(&rfd, CMSG_DATA(cmsg) + k * sizeof(int), sizeof(int));
+				fd_closer_consume(fc, rfd, uid);
+			}
+		}
 	}
 }
 

@@ -554,9 +554,12 @@ static void send_extmem_attach(int fd, uint64_t id, int passed)
 	send_request(fd, &req, &passed, 1);
 }
 
-START_TEST(test_lingering_sockets)
+/* Has mrd stop reading fd (a client after Hello) until it reads its replies: each Map reply
+ * carries a descriptor, and past 16 of them unread mrd waits. What fd sends meanwhile stays in
+ * the kernel, so the sender's own copies of descriptors in it are closed before mrd takes them,
+ * and mrd holds the last reference. Returns how many replies fd must read to let mrd go on. */
+static int stop_reading_me(int fd)
 {
-	int attacker = connect_hello(), victim = connect_hello(), peer[3], tcp[3], carrier[2];
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__AllocRequest a = MRD__ALLOC_REQUEST__INIT;
 	Mrd__MapRequest map = MRD__MAP_REQUEST__INIT;
@@ -564,15 +567,12 @@ START_TEST(test_lingering_sockets)
 	Mrd__Response *resp;
 	struct wire_packet pkt;
 
-	/* Memory to Map: each Map reply carries a descriptor, and past 16 of them unread mrd stops
-	 * reading the attacker; what it sends next waits in the kernel, so that its own copies are
-	 * closed before mrd takes the sockets and mrd holds the last reference. */
 	a.size = 4096;
 	req.id = 2;
 	req.body_case = MRD__REQUEST__BODY_ALLOC;
 	req.alloc = &a;
-	send_request(attacker, &req, NULL, 0);
-	ck_assert_int_eq(wire_recv(attacker, buf, sizeof(buf), &pkt, 0), 1);
+	send_request(fd, &req, NULL, 0);
+	ck_assert_int_eq(wire_recv(fd, buf, sizeof(buf), &pkt, 0), 1);
 	wire_packet_close_fds(&pkt);
 	resp = mrd__response__unpack(NULL, pkt.len, pkt.data);
 	ck_assert_ptr_nonnull(resp);
@@ -583,40 +583,77 @@ START_TEST(test_lingering_sockets)
 		req.id = 10 + (uint64_t)i;
 		req.body_case = MRD__REQUEST__BODY_MAP;
 		req.map = &map;
-		send_request(attacker, &req, NULL, 0);
+		send_request(fd, &req, NULL, 0);
 	}
+	return 20;
+}
+
+static void victim_served(int victim, const char *while_what)
+{
+	static uint64_t id = 2;
+
+	send_ping(victim, id++, NULL, 0);
+	ck_assert_msg(reply_status_within(victim, 2000) == 0, "a ping waited while mrd closed %s",
+		      while_what);
+}
+
+START_TEST(test_lingering_sockets)
+{
+	int attacker = connect_hello(), victim = connect_hello(), peer[4], tcp[4], carrier[2];
+	int replies = stop_reading_me(attacker);
+	static const char garbage[12] = "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff";
 
 	for (int i = 0; i < 3; i++)
 		tcp[i] = lingering_socket(&peer[i]);
-	/* The third travels inside a Unix socket: mrd's close of that one releases it. */
-	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, carrier), 0);
+	/* The third travels inside a Unix socket, behind empty packets: mrd's close of that one
+	 * releases it. */
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, carrier), 0);
+	for (int i = 0; i < 100; i++)
+		ck_assert_int_eq(wire_send_raw(carrier[0], "", 0, NULL, 0, 0), 0);
 	ck_assert_int_eq(wire_send_raw(carrier[0], "x", 1, &tcp[2], 1, 0), 0);
 	close(tcp[2]);
 	close(carrier[0]);
-	send_ping(attacker, 40, &tcp[0], 1);          /* a Ping takes none: refused */
-	send_extmem_attach(attacker, 41, tcp[1]);     /* not a memfd: refused */
+	send_ping(attacker, 40, &tcp[0], 1);      /* a Ping takes none: refused */
+	send_extmem_attach(attacker, 41, tcp[1]); /* not a memfd: refused */
 	send_ping(attacker, 42, &carrier[1], 1);
 	close(tcp[0]);
 	close(tcp[1]);
 	close(carrier[1]);
 
-	/* The attacker reads: mrd goes on with its requests, and after each the victim is served. */
-	for (int i = 0; i < 20; i++)
+	/* The attacker reads: mrd goes on with its requests (it may read all three at once), and
+	 * the victim is served. */
+	for (int i = 0; i < replies; i++)
 		ck_assert_int_eq(reply_status_within(attacker, 5000), 0);
 	ck_assert_int_eq(reply_status_within(attacker, 5000), EBADMSG);
-	send_ping(victim, 2, NULL, 0);
-	ck_assert_msg(reply_status_within(victim, 2000) == 0,
-		      "a ping waited while mrd closed a lingering socket passed with a Ping");
+	victim_served(victim, "lingering sockets passed with a Ping, a failed ExtmemAttach, "
+			      "or inside a Unix socket");
 	ck_assert_int_eq(reply_status_within(attacker, 5000), EBADF);
-	send_ping(victim, 3, NULL, 0);
-	ck_assert_msg(reply_status_within(victim, 2000) == 0,
-		      "a ping waited while mrd closed a lingering socket of a failed ExtmemAttach");
 	ck_assert_int_eq(reply_status_within(attacker, 5000), EBADMSG);
-	send_ping(victim, 4, NULL, 0);
-	ck_assert_msg(reply_status_within(victim, 2000) == 0,
-		      "a ping waited while mrd closed a Unix socket holding a lingering one");
-	/* mrd did not wait out the linger anywhere: every connection was reset at once. */
-	for (int i = 0; i < 3; i++)
+	victim_served(victim, "lingering sockets passed with a failed ExtmemAttach or inside a "
+			      "Unix socket");
+	close_tracked(attacker);
+
+	/* A client dropped with a lingering socket in a request mrd never read: it goes with the
+	 * connection's socket. */
+	attacker = connect_hello();
+	replies = stop_reading_me(attacker);
+	tcp[3] = lingering_socket(&peer[3]);
+	for (int i = 0; i < 5; i++) /* undecodable: past [limits] protocol_errors (4) */
+		ck_assert_int_eq(send(attacker, garbage, sizeof(garbage), MSG_NOSIGNAL),
+				 (ssize_t)sizeof(garbage));
+	send_ping(attacker, 43, &tcp[3], 1);
+	close(tcp[3]);
+	for (int i = 0, status; i < replies; i++) {
+		status = reply_status_within(attacker, 5000);
+		if (status == -1)
+			break; /* reset: mrd closed it with a request unread */
+		ck_assert_int_eq(status, 0);
+	}
+	ck_assert_msg(hung_up(attacker), "mrd kept a client after 5 undecodable frames");
+	victim_served(victim, "the socket of a dropped client with a lingering socket queued");
+
+	/* mrd waited out no linger anywhere: each connection was reset at once. */
+	for (int i = 0; i < 4; i++)
 		ck_assert_msg(reset_within(peer[i], 5000), "lingering socket %d still open", i);
 	close_tracked(attacker);
 	close_tracked(victim);
