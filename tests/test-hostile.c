@@ -809,9 +809,17 @@ static void send_ping_fds(int fd, int passed, size_t n)
  * accepts again. */
 START_TEST(test_close_that_never_returns)
 {
+	const char *wrapper = getenv("MRD_TEST_WRAPPER");
 	char path[96], opts[128];
 	int dev, file, victim, c, waiting;
 
+	if (wrapper && strstr(wrapper, "valgrind")) {
+		/* Seen: a thread of a program under valgrind blocked in close() stops all its
+		 * threads; valgrind holds its lock across that call. */
+		printf("a close that never returns: not tried under valgrind, which stops every "
+		       "thread of mrd while one is in a close() that blocks\n");
+		return;
+	}
 	snprintf(fuse_dir, sizeof(fuse_dir), "/tmp/mrd-hostile-fuse-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(fuse_dir));
 	dev = open("/dev/fuse", O_RDWR | O_CLOEXEC);
