@@ -134,13 +134,19 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 	const struct request_type *type;
 	Mrd__Request *req;
 	struct reply r;
+	bool slow = false;
 	int k;
 
 	reply_init(&r, 0);
 
-	/* Descriptors mrd does not keep wait for closer threads; a client whose user has too many
-	 * of them waiting goes before it adds more. */
-	if (pkt->n_fds > 0) {
+	/* Descriptors mrd does not keep wait for closer threads (memfds do not); a client whose
+	 * user has too many of them waiting goes before it adds more. */
+	for (size_t i = 0; i < pkt->n_fds; i++)
+		if (!fd_closer_quick(pkt->fds[i])) {
+			slow = true;
+			break;
+		}
+	if (slow) {
 		unsigned mine = fd_closer_waiting(m->closer, c->uid);
 		unsigned all = fd_closer_waiting(m->closer, (uid_t)-1);
 

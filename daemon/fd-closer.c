@@ -204,16 +204,18 @@ struct fd_closer *fd_closer_free(struct fd_closer *fc)
 {
 	struct timespec deadline;
 	bool stuck = false;
+	unsigned n_threads;
 
 	if (!fc)
 		return NULL;
 	pthread_mutex_lock(&fc->lock);
-	fc->stopping = true;
+	fc->stopping = true; /* no thread starts from now on: n_threads stays */
 	pthread_cond_broadcast(&fc->wake);
+	n_threads = fc->n_threads;
 	pthread_mutex_unlock(&fc->lock);
 	clock_gettime(CLOCK_REALTIME, &deadline);
 	deadline.tv_sec += 2;
-	for (unsigned i = 0; i < fc->n_threads; i++)
+	for (unsigned i = 0; i < n_threads; i++)
 		if (pthread_timedjoin_np(fc->threads[i], NULL, &deadline) != 0) {
 			pthread_detach(fc->threads[i]);
 			stuck = true;
@@ -231,13 +233,18 @@ struct fd_closer *fd_closer_free(struct fd_closer *fc)
 	return NULL;
 }
 
+bool fd_closer_quick(int fd)
+{
+	/* F_GET_SEALS answers for shmem and hugetlbfs files only, asking no filesystem: those
+	 * have nothing to flush and no one to wait for. */
+	return fcntl(fd, F_GET_SEALS) >= 0;
+}
+
 void fd_closer_consume(struct fd_closer *fc, int fd, uid_t uid)
 {
 	if (fd < 0)
 		return;
-	/* F_GET_SEALS answers for shmem and hugetlbfs files only, asking no filesystem: those
-	 * have nothing to flush and no one to wait for. */
-	if (fcntl(fd, F_GET_SEALS) >= 0) {
+	if (fd_closer_quick(fd)) {
 		close(fd);
 		return;
 	}
@@ -250,7 +257,7 @@ void fd_closer_consume(struct fd_closer *fc, int fd, uid_t uid)
 	}
 	if (fc->n_idle > 0)
 		pthread_cond_signal(&fc->wake);
-	else if (fc->n_threads < FD_CLOSER_THREADS &&
+	else if (fc->n_threads < FD_CLOSER_THREADS && !fc->stopping &&
 		 pthread_create(&fc->threads[fc->n_threads], NULL, closer_main, fc) == 0)
 		fc->n_threads++; /* else a busy thread takes it when it is done */
 	pthread_mutex_unlock(&fc->lock);

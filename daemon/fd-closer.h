@@ -5,6 +5,7 @@
  * threads of their own, never on the loop. */
 #pragma once
 
+#include <stdbool.h>
 #include <sys/types.h>
 
 #include "wire.h"
@@ -12,8 +13,9 @@
 struct fd_closer;
 
 /* Descriptors waiting to be closed (queued or in a close() that has not returned). Past
- * FD_CLOSER_UID_MAX of one uid, that uid's clients that send more are dropped; past
- * FD_CLOSER_MAX in all, mrd accepts no connection until the closers catch up. */
+ * FD_CLOSER_UID_MAX of one uid, that uid's clients that send more (but memfds) are dropped;
+ * past FD_CLOSER_MAX in all, so is anyone's, and mrd accepts no connection until the closers
+ * catch up. */
 #define FD_CLOSER_UID_MAX 64u
 #define FD_CLOSER_MAX 1024u
 /* Closer threads, started as needed: one close that never returns holds up only its own. */
@@ -23,6 +25,9 @@ int fd_closer_new(struct fd_closer **ret);
 /* Lets the threads close what waits, for at most a second or two; threads still stuck in a
  * close() then are left to the process's exit (with what they use). NULL-safe. */
 struct fd_closer *fd_closer_free(struct fd_closer *fc);
+
+/* Whether fd closes at once, without a thread (a memfd), so it counts against no bound. */
+bool fd_closer_quick(int fd);
 
 /* Takes fd, which came from a client of uid, and closes it without blocking the caller: a
  * memfd at once, anything else on a closer thread. Never fails. fd < 0: nothing. */

@@ -852,6 +852,18 @@ START_TEST(test_close_that_never_returns)
 	ck_assert_int_eq(reply_status_within(c, 5000), ETOOMANYREFS);
 	ck_assert_msg(hung_up(c), "mrd kept a client past 64 descriptors waiting to be closed");
 	close_tracked(c);
+	{ /* a memfd waits for no thread: its user is still served */
+		int memfd = memfd_create("attach", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+		ck_assert_int_ge(memfd, 0);
+		ck_assert_int_eq(ftruncate(memfd, 4096), 0);
+		ck_assert_int_eq(fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+		c = connect_hello();
+		send_extmem_attach(c, 98, memfd);
+		close(memfd);
+		ck_assert_int_eq(reply_status_within(c, 5000), 0);
+		close_tracked(c);
+	}
 
 	/* Past 1,024 waiting in all (each of these is dropped at once, its 253 waiting too). */
 	for (int i = 0; i < 4; i++) {
