@@ -87,12 +87,14 @@ static int memfd_check(int fd, struct memfd_info *ret)
 	struct statfs sfs;
 	struct stat st;
 
+	/* F_GET_SEALS first: it answers for shmem and hugetlbfs files alone and asks no
+	 * filesystem, while fstat and fstatfs of a client's FUSE file would wait for its server. */
+	ret->seals = fcntl(fd, F_GET_SEALS);
+	if (ret->seals < 0)
+		return -EBADF;
 	if (fstat(fd, &st) < 0 || fstatfs(fd, &sfs) < 0)
 		return negative_errno();
 	if (!S_ISREG(st.st_mode) || (sfs.f_type != TMPFS_MAGIC && sfs.f_type != HUGETLBFS_MAGIC))
-		return -EBADF;
-	ret->seals = fcntl(fd, F_GET_SEALS);
-	if (ret->seals < 0)
 		return -EBADF;
 	ret->size = (uint64_t)st.st_size;
 	ret->hugetlb = sfs.f_type == HUGETLBFS_MAGIC;

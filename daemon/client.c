@@ -14,6 +14,7 @@
 #include "client.h"
 #include "dispatch.h"
 #include "domain.h"
+#include "fd-closer.h"
 #include "process.h"
 #include "log.h"
 #include "manager.h"
@@ -248,7 +249,12 @@ struct client *client_free(struct client *c)
 		event_free(c->drain_event);
 	if (c->hangup_event)
 		event_free(c->hangup_event);
-	safe_close(c->fd);
+	if (c->fd >= 0) {
+		/* The peer sees the end now; what it sent and mrd did not read (descriptors too)
+		 * goes with the socket, to a closer thread. */
+		(void)shutdown(c->fd, SHUT_RDWR);
+		fd_closer_consume(c->manager->closer, c->fd, c->uid);
+	}
 	request_abandon(c); /* a worker may still finish for it: nobody to answer */
 	/* Everything it owns goes; memory of other clients stays, and so does its memory that
 	 * other clients' pools still have registered. */

@@ -10,6 +10,7 @@
 
 #include "client.h"
 #include "dispatch.h"
+#include "fd-closer.h"
 #include "log.h"
 #include "manager.h"
 
@@ -196,19 +197,46 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 	const struct request_type *type;
 	Mrd__Request *req;
 	struct reply r;
+	bool slow = false;
 	int k;
 
 	reply_init(&r, 0);
 
+	/* Descriptors mrd does not keep wait for closer threads (memfds do not); a client whose
+	 * user has too many of them waiting goes before it adds more. */
+	for (size_t i = 0; i < pkt->n_fds; i++)
+		if (!fd_closer_quick(pkt->fds[i])) {
+			slow = true;
+			break;
+		}
+	if (slow) {
+		unsigned mine = fd_closer_waiting(m->closer, c->uid);
+		unsigned all = fd_closer_waiting(m->closer, (uid_t)-1);
+
+		if (mine >= FD_CLOSER_UID_MAX || all >= FD_CLOSER_MAX) {
+			char reason[128];
+
+			fd_closer_consume_packet(m->closer, pkt, c->uid);
+			snprintf(reason, sizeof(reason),
+				 "%u descriptors of its user (limit %u), %u in all (limit %u), still "
+				 "being closed", mine, FD_CLOSER_UID_MAX, all, FD_CLOSER_MAX);
+			reply_set_message(&r, "mrd is still closing descriptors sent to it: %s",
+					  reason);
+			reply_send(c, &r, -ETOOMANYREFS);
+			client_drop(c, reason);
+			return -ECONNRESET;
+		}
+	}
+
 	/* Everything about the frame is checked before a byte of it is decoded. */
 	if (pkt->truncated || pkt->len > m->config.max_frame) {
-		wire_packet_close_fds(pkt);
+		fd_closer_consume_packet(m->closer, pkt, c->uid);
 		reply_set_message(&r, "frame of %zu bytes exceeds the limit of %u", pkt->len,
 				  m->config.max_frame);
 		return protocol_error(c, &r, -EMSGSIZE);
 	}
 	if (pkt->fds_truncated || pkt->n_fds > m->config.max_fds) {
-		wire_packet_close_fds(pkt);
+		fd_closer_consume_packet(m->closer, pkt, c->uid);
 		reply_set_message(&r, "too many file descriptors in one frame (limit %u)",
 				  m->config.max_fds);
 		return protocol_error(c, &r, -EBADMSG);
@@ -216,7 +244,7 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 
 	req = mrd__request__unpack(NULL, pkt->len, pkt->data);
 	if (!req) {
-		wire_packet_close_fds(pkt);
+		fd_closer_consume_packet(m->closer, pkt, c->uid);
 		reply_set_message(&r, "undecodable frame of %zu bytes", pkt->len);
 		return protocol_error(c, &r, -EBADMSG);
 	}
@@ -246,7 +274,8 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 		k = 0;
 	}
 
-	wire_packet_close_fds(pkt); /* handlers dup what they keep */
+	/* Handlers take what they keep. */
+	fd_closer_consume_packet(m->closer, pkt, c->uid);
 	mrd__request__free_unpacked(req, NULL);
 	return k;
 }

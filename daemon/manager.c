@@ -17,6 +17,7 @@
 #include "client.h"
 #include "dispatch.h"
 #include "domain.h"
+#include "fd-closer.h"
 #include "handover.h"
 #include "provider.h"
 #include "log.h"
@@ -235,6 +236,9 @@ int manager_new(struct config *config, struct manager **ret)
 	m->base = event_base_new();
 	if (!m->base)
 		return -ENOMEM;
+	r = fd_closer_new(&m->closer);
+	if (r < 0)
+		return log_error_errno(r, "cannot start the descriptor closer: %m");
 	r = worker_pool_new(m->base, m->config.workers, &m->workers);
 	if (r < 0)
 		return log_error_errno(r, "cannot start worker threads: %m");
@@ -274,6 +278,7 @@ struct manager *manager_free(struct manager *m)
 	while (!LIST_EMPTY(&m->clients))
 		client_free(LIST_FIRST(&m->clients)); /* releases their domains */
 	handover_end_grace(m); /* and the domains still waiting for their owners */
+	m->closer = fd_closer_free(m->closer); /* after every client's descriptors */
 	provider_close(m->provider);
 	window_release(&m->window);
 	if (m->listen_event)
@@ -371,6 +376,20 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 		struct client *c;
 		int fd, r;
 
+		if (fd_closer_waiting(m->closer, (uid_t)-1) >= FD_CLOSER_MAX) {
+			/* Each connection is one more descriptor to close one day: none is taken
+			 * until the closer threads catch up. */
+			struct timeval tv = { 0, 100 * 1000 };
+
+			if (!m->closer_full)
+				log_warning("%u descriptors from clients wait to be closed; not "
+					    "accepting connections until fewer do", FD_CLOSER_MAX);
+			m->closer_full = true;
+			event_del(m->listen_event);
+			event_add(m->accept_retry_event, &tv);
+			return;
+		}
+		m->closer_full = false;
 		fd = accept4(m->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		if (fd < 0) {
 			if (errno == EMFILE || errno == ENFILE) {
@@ -385,7 +404,7 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 		}
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
 			log_warning_errno(-errno, "SO_PEERCRED: %m");
-			safe_close(fd);
+			fd_closer_consume(m->closer, fd, (uid_t)-1);
 			continue;
 		}
 		r = manager_add_client(m, fd, &cred, &c);
@@ -405,7 +424,8 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 		} else if (r < 0)
 			log_warning_errno(r, "cannot add client pid %d: %m", (int)cred.pid);
 		if (r < 0) {
-			safe_close(fd);
+			/* It may hold what the client sent already, descriptors too. */
+			fd_closer_consume(m->closer, fd, cred.uid);
 			continue;
 		}
 		log_debug("client %" PRIu64 " connected: pid %d uid %u gid %u", c->id, (int)cred.pid,

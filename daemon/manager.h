@@ -17,6 +17,7 @@ struct domain;
 struct provider;
 struct worker_pool;
 struct bus;
+struct fd_closer;
 
 /* The daemon: owns the event loop, the configuration, the listening socket and every client. */
 struct manager {
@@ -63,6 +64,8 @@ struct manager {
 
 	LIST_HEAD(, client) clients;
 	unsigned n_clients;
+	struct fd_closer *closer; /* every descriptor from a client that mrd lets go of */
+	bool closer_full;         /* the listener waits for the closer (logged once) */
 	uint64_t next_client_id;
 
 	uint8_t *recv_buf; /* one packet at a time: the loop is single-threaded */

@@ -8,6 +8,7 @@
 #include "client.h"
 #include "dispatch.h"
 #include "domain.h"
+#include "fd-closer.h"
 #include "log.h"
 #include "manager.h"
 #include "status-page.h"
@@ -271,7 +272,7 @@ int request_extmem_attach(struct client *c, const Mrd__Request *req, struct wire
 	k = domain_attach_external(d, c, fd, q->offset, q->length, &a, r->message,
 				   sizeof(r->message));
 	if (k < 0) {
-		close(fd);
+		fd_closer_consume(c->manager->closer, fd, c->uid);
 		return k;
 	}
 	a->odp = d->provider->caps.odp && d->provider->caps.odp_rc_caps &&

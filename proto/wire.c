@@ -72,11 +72,10 @@ int wire_send(int fd, const ProtobufCMessage *msg, size_t max_frame, const int *
 
 int wire_recv(int fd, uint8_t *buf, size_t cap, struct wire_packet *pkt, int flags)
 {
-	/* Room for one more descriptor than we accept, so an excess is seen rather than silently
-	 * dropped; MSG_CTRUNC covers anything beyond. */
+	/* Room for all a packet can carry: what does not fit the kernel would close here. */
 	union {
 		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int) * WIRE_FDS_MAX)];
+		char buf[CMSG_SPACE(sizeof(int) * WIRE_RECV_FDS_MAX)];
 	} control;
 	struct iovec iov = { .iov_base = buf, .iov_len = cap };
 	struct msghdr mh = {
@@ -106,9 +105,9 @@ int wire_recv(int fd, uint8_t *buf, size_t cap, struct wire_packet *pkt, int fla
 			int rfd;
 
 			memcpy(&rfd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
-			if (pkt->n_fds < WIRE_FDS_MAX)
+			if (pkt->n_fds < WIRE_RECV_FDS_MAX)
 				pkt->fds[pkt->n_fds++] = rfd;
-			else {
+			else { /* never: one packet carries no more */
 				safe_close(rfd);
 				pkt->fds_truncated = true;
 			}

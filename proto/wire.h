@@ -35,14 +35,18 @@ enum {
 /* Hard ceilings; the daemon's configured limits must stay below them. */
 #define WIRE_FRAME_MAX (1024u * 1024u)
 #define WIRE_FDS_MAX 16u
+/* The most descriptors one sendmsg can carry (the kernel's SCM_MAX_FD). wire_recv takes them
+ * all: any the kernel could not hand over it would release itself, in the receiver's thread,
+ * and that last close can block (a lingering socket). */
+#define WIRE_RECV_FDS_MAX 253u
 #define WIRE_FRAME_DEFAULT (64u * 1024u)
 
 struct wire_packet {
 	uint8_t *data;
 	size_t len;           /* bytes received (or the packet's real size when truncated) */
 	bool truncated;       /* the packet did not fit the buffer */
-	bool fds_truncated;   /* the kernel dropped descriptors beyond WIRE_FDS_MAX */
-	int fds[WIRE_FDS_MAX];
+	bool fds_truncated;   /* the kernel dropped descriptors (MSG_CTRUNC) */
+	int fds[WIRE_RECV_FDS_MAX]; /* every one received: more than WIRE_FDS_MAX is the caller's to refuse */
 	size_t n_fds;
 };
 
@@ -56,7 +60,8 @@ int wire_send_raw(int fd, const void *data, size_t len, const int *fds, size_t n
 
 /* Receives one packet into buf (cap bytes). Returns 1 with *pkt filled, 0 at end of stream,
  * or -errno (-EAGAIN on a non-blocking socket with nothing queued). Received descriptors
- * are O_CLOEXEC and owned by the caller (wire_packet_close_fds). */
+ * are O_CLOEXEC and owned by the caller (wire_packet_close_fds; mrd: fd_closer), all of
+ * them: wire_recv closes none. */
 int wire_recv(int fd, uint8_t *buf, size_t cap, struct wire_packet *pkt, int flags);
 
 void wire_packet_close_fds(struct wire_packet *pkt);

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Hostile and dying clients against one real mrd, in order: garbage and oversized frames,
  * wrong and excess descriptors and a flood of them, every request before Hello, a client that
- * never reads its replies, 1,000 clients at once, clients killed with SIGKILL mid-request.
+ * never reads its replies, 1,000 clients at once, clients killed with SIGKILL mid-request,
+ * descriptors whose last close() blocks for as long as the client likes (lingering sockets, a
+ * FUSE file whose server never answers FLUSH).
  * A well-behaved client holds memory in the same domain throughout: after each case the
  * domain holds exactly what that client holds, so what a hostile client made must have gone
  * with it; after all of them, mrd serves as before, with its descriptors and memory back near
@@ -14,7 +16,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <linux/fuse.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -490,6 +499,409 @@ START_TEST(test_thousand_clients)
 }
 END_TEST
 
+/* A TCP connection on 127.0.0.1 whose peer never reads, its send buffer full and SO_LINGER
+ * {1, 30}: the last close() of it waits 30 s for data that cannot go. *ret_peer: the peer. */
+static int lingering_socket(int *ret_peer)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct linger linger = { 1, 30 };
+	socklen_t len = sizeof(sa);
+	static char junk[64 * 1024];
+	int small = 4096, lfd, fd, unsent = 0;
+
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(lfd, 0);
+	ck_assert_int_eq(setsockopt(lfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(lfd, 1), 0);
+	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	*ret_peer = track(accept4(lfd, NULL, NULL, SOCK_CLOEXEC));
+	close(lfd);
+	ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, sizeof(linger)), 0);
+	while (send(fd, junk, sizeof(junk), MSG_DONTWAIT | MSG_NOSIGNAL) > 0)
+		;
+	ck_assert_int_eq(errno, EAGAIN);
+	ck_assert_int_eq(ioctl(fd, SIOCOUTQ, &unsent), 0);
+	ck_assert_int_gt(unsent, 0);
+	return fd;
+}
+
+/* The status of the next reply, waiting at most timeout_ms: -ETIMEDOUT when none came. */
+static int reply_status_within(int fd, int timeout_ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	if (poll(&p, 1, timeout_ms) != 1)
+		return -ETIMEDOUT;
+	return reply_status(fd);
+}
+
+/* Whether a TCP peer saw its connection end (mrd reset it) within timeout_ms. */
+static bool reset_within(int peer, int timeout_ms)
+{
+	struct pollfd p = { .fd = peer, .events = 0 };
+
+	return poll(&p, 1, timeout_ms) == 1 && (p.revents & (POLLHUP | POLLERR));
+}
+
+static void send_extmem_attach(int fd, uint64_t id, int passed)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ExtmemAttachRequest x = MRD__EXTMEM_ATTACH_REQUEST__INIT;
+
+	x.length = 4096;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_EXTMEM_ATTACH;
+	req.extmem_attach = &x;
+	send_request(fd, &req, &passed, 1);
+}
+
+/* Has mrd stop reading fd (a client after Hello) until it reads its replies: each Map reply
+ * carries a descriptor, and past 16 of them unread mrd waits. What fd sends meanwhile stays in
+ * the kernel, so the sender's own copies of descriptors in it are closed before mrd takes them,
+ * and mrd holds the last reference. Returns how many replies fd must read to let mrd go on. */
+static int stop_reading_me(int fd)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__AllocRequest a = MRD__ALLOC_REQUEST__INIT;
+	Mrd__MapRequest map = MRD__MAP_REQUEST__INIT;
+	static uint8_t buf[WIRE_FRAME_MAX];
+	Mrd__Response *resp;
+	struct wire_packet pkt;
+
+	a.size = 4096;
+	req.id = 2;
+	req.body_case = MRD__REQUEST__BODY_ALLOC;
+	req.alloc = &a;
+	send_request(fd, &req, NULL, 0);
+	ck_assert_int_eq(wire_recv(fd, buf, sizeof(buf), &pkt, 0), 1);
+	wire_packet_close_fds(&pkt);
+	resp = mrd__response__unpack(NULL, pkt.len, pkt.data);
+	ck_assert_ptr_nonnull(resp);
+	ck_assert_int_eq(resp->status, 0);
+	map.address = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	for (int i = 0; i < 20; i++) {
+		req.id = 10 + (uint64_t)i;
+		req.body_case = MRD__REQUEST__BODY_MAP;
+		req.map = &map;
+		send_request(fd, &req, NULL, 0);
+	}
+	return 20;
+}
+
+static void victim_served(int victim, const char *while_what)
+{
+	static uint64_t id = 2;
+
+	send_ping(victim, id++, NULL, 0);
+	ck_assert_msg(reply_status_within(victim, 2000) == 0, "a ping waited while mrd closed %s",
+		      while_what);
+}
+
+START_TEST(test_lingering_sockets)
+{
+	int attacker = connect_hello(), victim = connect_hello(), peer[4], tcp[4], carrier[2];
+	int replies = stop_reading_me(attacker);
+	static const char garbage[12] = "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff";
+
+	for (int i = 0; i < 3; i++)
+		tcp[i] = lingering_socket(&peer[i]);
+	/* The third travels inside a Unix socket, behind empty packets: mrd's close of that one
+	 * releases it. */
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, carrier), 0);
+	for (int i = 0; i < 100; i++)
+		ck_assert_int_eq(wire_send_raw(carrier[0], "", 0, NULL, 0, 0), 0);
+	ck_assert_int_eq(wire_send_raw(carrier[0], "x", 1, &tcp[2], 1, 0), 0);
+	close(tcp[2]);
+	close(carrier[0]);
+	send_ping(attacker, 40, &tcp[0], 1);      /* a Ping takes none: refused */
+	send_extmem_attach(attacker, 41, tcp[1]); /* not a memfd: refused */
+	send_ping(attacker, 42, &carrier[1], 1);
+	close(tcp[0]);
+	close(tcp[1]);
+	close(carrier[1]);
+
+	/* The attacker reads: mrd goes on with its requests (it may read all three at once), and
+	 * the victim is served. */
+	for (int i = 0; i < replies; i++)
+		ck_assert_int_eq(reply_status_within(attacker, 5000), 0);
+	ck_assert_int_eq(reply_status_within(attacker, 5000), EBADMSG);
+	victim_served(victim, "lingering sockets passed with a Ping, a failed ExtmemAttach, "
+			      "or inside a Unix socket");
+	ck_assert_int_eq(reply_status_within(attacker, 5000), EBADF);
+	ck_assert_int_eq(reply_status_within(attacker, 5000), EBADMSG);
+	victim_served(victim, "lingering sockets passed with a failed ExtmemAttach or inside a "
+			      "Unix socket");
+	close_tracked(attacker);
+
+	/* A client dropped with a lingering socket in a request mrd never read: it goes with the
+	 * connection's socket. */
+	attacker = connect_hello();
+	replies = stop_reading_me(attacker);
+	tcp[3] = lingering_socket(&peer[3]);
+	for (int i = 0; i < 5; i++) /* undecodable: past [limits] protocol_errors (4) */
+		ck_assert_int_eq(send(attacker, garbage, sizeof(garbage), MSG_NOSIGNAL),
+				 (ssize_t)sizeof(garbage));
+	send_ping(attacker, 43, &tcp[3], 1);
+	close(tcp[3]);
+	for (int i = 0, status; i < replies; i++) {
+		status = reply_status_within(attacker, 5000);
+		if (status == -1)
+			break; /* reset: mrd closed it with a request unread */
+		ck_assert_int_eq(status, 0);
+	}
+	ck_assert_msg(hung_up(attacker), "mrd kept a client after 5 undecodable frames");
+	victim_served(victim, "the socket of a dropped client with a lingering socket queued");
+
+	/* mrd waited out no linger anywhere: each connection was reset at once. */
+	for (int i = 0; i < 4; i++)
+		ck_assert_msg(reset_within(peer[i], 5000), "lingering socket %d still open", i);
+	close_tracked(attacker);
+	close_tracked(victim);
+	good_session();
+	wait_settled();
+}
+END_TEST
+
+/* A FUSE server for one empty file, "f", that answers everything but FLUSH and STATFS: each
+ * close() of the file (and any fstatfs) waits until the server goes. Runs in a child until
+ * killed. */
+_Noreturn static void fuse_serve(int dev)
+{
+	static uint8_t buf[FUSE_MIN_READ_BUFFER + 65536];
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+	/* Gone with the suite, and holding none of its output pipes. */
+	(void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+	(void)dup2(null, STDOUT_FILENO);
+	(void)dup2(null, STDERR_FILENO);
+
+	for (;;) {
+		struct fuse_in_header *in = (void *)buf;
+		struct {
+			struct fuse_out_header h;
+			union {
+				struct fuse_init_out init;
+				struct fuse_entry_out entry;
+				struct fuse_attr_out attr;
+				struct fuse_open_out open;
+			} u;
+		} ans;
+		struct fuse_attr *attr = NULL;
+		size_t len = 0;
+		ssize_t n = read(dev, buf, sizeof(buf));
+
+		if (n < 0 && (errno == EINTR || errno == ENOENT))
+			continue;
+		if (n < (ssize_t)sizeof(*in))
+			_exit(0); /* unmounted */
+		memset(&ans, 0, sizeof(ans));
+		switch (in->opcode) {
+		case FUSE_INIT: {
+			const struct fuse_init_in *i = (const void *)(in + 1);
+
+			ans.u.init.major = FUSE_KERNEL_VERSION;
+			ans.u.init.minor = FUSE_KERNEL_MINOR_VERSION;
+			ans.u.init.max_readahead = i->max_readahead;
+			ans.u.init.max_write = 4096;
+			len = sizeof(ans.u.init);
+			break;
+		}
+		case FUSE_LOOKUP:
+			if (strcmp((const char *)(in + 1), "f") != 0) {
+				ans.h.error = -ENOENT;
+				break;
+			}
+			ans.u.entry.nodeid = 2;
+			ans.u.entry.entry_valid = ans.u.entry.attr_valid = 3600;
+			attr = &ans.u.entry.attr;
+			len = sizeof(ans.u.entry);
+			break;
+		case FUSE_GETATTR:
+			ans.u.attr.attr_valid = 3600;
+			attr = &ans.u.attr.attr;
+			len = sizeof(ans.u.attr);
+			break;
+		case FUSE_OPEN:
+			ans.u.open.fh = 1;
+			len = sizeof(ans.u.open);
+			break;
+		case FUSE_RELEASE:
+		case FUSE_RELEASEDIR:
+			break;
+		case FUSE_FLUSH:
+		case FUSE_STATFS: /* mrd must not ask: fstatfs would wait here too */
+		case FUSE_FORGET:
+		case FUSE_BATCH_FORGET:
+		case FUSE_INTERRUPT:
+			continue; /* no answer */
+		default:
+			ans.h.error = -ENOSYS;
+		}
+		if (attr) {
+			attr->ino = in->opcode == FUSE_LOOKUP ? 2 : in->nodeid;
+			attr->mode = attr->ino == FUSE_ROOT_ID ? S_IFDIR | 0755 : S_IFREG | 0600;
+			attr->nlink = 1;
+			attr->blksize = 4096;
+		}
+		ans.h.unique = in->unique;
+		ans.h.len = (uint32_t)(sizeof(ans.h) + (ans.h.error ? 0 : len));
+		(void)!write(dev, &ans, ans.h.len);
+	}
+}
+
+static pid_t fuse_server;
+static char fuse_dir[64];
+
+/* After the case, passed or not: the server goes (every close waiting on it returns), then
+ * the mount. */
+static void fuse_stop(void)
+{
+	if (fuse_server > 0) {
+		(void)kill(fuse_server, SIGKILL);
+		(void)waitpid(fuse_server, NULL, 0);
+		fuse_server = 0;
+	}
+	if (fuse_dir[0]) {
+		(void)umount2(fuse_dir, MNT_DETACH);
+		(void)rmdir(fuse_dir);
+		fuse_dir[0] = '\0';
+	}
+}
+
+/* A Ping with n copies of passed, more than wire_send takes. */
+static void send_ping_fds(int fd, int passed, size_t n)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * WIRE_RECV_FDS_MAX)];
+	} control;
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PingRequest p = MRD__PING_REQUEST__INIT;
+	uint8_t frame[64];
+	struct iovec iov = { .iov_base = frame };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+			     .msg_controllen = CMSG_SPACE(sizeof(int) * n) };
+	struct cmsghdr *cmsg;
+
+	ck_assert_uint_le(n, WIRE_RECV_FDS_MAX);
+	req.id = 9;
+	req.body_case = MRD__REQUEST__BODY_PING;
+	req.ping = &p;
+	iov.iov_len = protobuf_c_message_pack(&req.base, frame);
+	memset(&control, 0, sizeof(control));
+	cmsg = CMSG_FIRSTHDR(&mh);
+	cmsg->cmsg_level = SOL_SOCKET;
+	cmsg->cmsg_type = SCM_RIGHTS;
+	cmsg->cmsg_len = CMSG_LEN(sizeof(int) * n);
+	for (size_t i = 0; i < n; i++)
+		memcpy(CMSG_DATA(cmsg) + i * sizeof(int), &passed, sizeof(int));
+	ck_assert_int_eq(sendmsg(fd, &mh, MSG_NOSIGNAL), (ssize_t)iov.iov_len);
+}
+
+/* Closes that never return, until the FUSE server goes: they hold closer threads, never the
+ * loop; past 64 waiting for one uid its client that sends more is dropped, past 1,024 in all
+ * mrd takes no new connection, and once the server is gone everything is closed and mrd
+ * accepts again. */
+START_TEST(test_close_that_never_returns)
+{
+	const char *wrapper = getenv("MRD_TEST_WRAPPER");
+	char path[96], opts[128];
+	int dev, file, victim, c, waiting;
+
+	if (wrapper && strstr(wrapper, "valgrind")) {
+		/* Seen: a thread of a program under valgrind blocked in close() stops all its
+		 * threads; valgrind holds its lock across that call. */
+		printf("a close that never returns: not tried under valgrind, which stops every "
+		       "thread of mrd while one is in a close() that blocks\n");
+		return;
+	}
+	snprintf(fuse_dir, sizeof(fuse_dir), "/tmp/mrd-hostile-fuse-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(fuse_dir));
+	dev = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+	snprintf(opts, sizeof(opts), "fd=%d,rootmode=40000,user_id=0,group_id=0", dev);
+	if (dev < 0 || mount("mrd-test", fuse_dir, "fuse", MS_NOSUID | MS_NODEV, opts) < 0) {
+		printf("a close that never returns: not tried, no FUSE mount here (%s)\n",
+		       strerror(errno));
+		if (dev >= 0)
+			close(dev);
+		rmdir(fuse_dir);
+		fuse_dir[0] = '\0';
+		return;
+	}
+	fuse_server = fork();
+	ck_assert_int_ge(fuse_server, 0);
+	if (fuse_server == 0)
+		fuse_serve(dev);
+	close(dev);
+	snprintf(path, sizeof(path), "%s/f", fuse_dir);
+	file = track(open(path, O_RDWR | O_CLOEXEC)); /* closed once the server is gone */
+
+	victim = connect_hello();
+	c = connect_hello();
+	for (waiting = 0; waiting < (int)64; waiting++) /* refused: not a memfd */
+		send_extmem_attach(c, 100 + (uint64_t)waiting, file);
+	for (int i = 0; i < waiting; i++)
+		ck_assert_int_eq(reply_status_within(c, 5000), EBADF);
+	victim_served(victim, "files whose FUSE server never answers FLUSH");
+	send_extmem_attach(c, 99, file);
+	ck_assert_int_eq(reply_status_within(c, 5000), ETOOMANYREFS);
+	ck_assert_msg(hung_up(c), "mrd kept a client past 64 descriptors waiting to be closed");
+	close_tracked(c);
+	{ /* a memfd waits for no thread: its user is still served */
+		int memfd = memfd_create("attach", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+		ck_assert_int_ge(memfd, 0);
+		ck_assert_int_eq(ftruncate(memfd, 4096), 0);
+		ck_assert_int_eq(fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+		c = connect_hello();
+		send_extmem_attach(c, 98, memfd);
+		close(memfd);
+		ck_assert_int_eq(reply_status_within(c, 5000), 0);
+		close_tracked(c);
+	}
+
+	/* Past 1,024 waiting in all (each of these is dropped at once, its 253 waiting too). */
+	for (int i = 0; i < 4; i++) {
+		c = connect_hello();
+		send_ping_fds(c, file, WIRE_RECV_FDS_MAX);
+		ck_assert_int_eq(reply_status_within(c, 5000), ETOOMANYREFS);
+		close_tracked(c);
+	}
+	c = connect_raw();
+	ck_assert_int_eq(fcntl(c, F_SETFL, O_NONBLOCK), 0);
+	{
+		Mrd__Request req = MRD__REQUEST__INIT;
+		Mrd__HelloRequest h = MRD__HELLO_REQUEST__INIT;
+
+		h.min_version = h.max_version = MRD_PROTOCOL_VERSION_MAX;
+		req.id = 1;
+		req.body_case = MRD__REQUEST__BODY_HELLO;
+		req.hello = &h;
+		send_request(c, &req, NULL, 0);
+	}
+	ck_assert_msg(reply_status_within(c, 1000) == -ETIMEDOUT,
+		      "mrd accepted a connection with over 1,024 descriptors waiting to be closed");
+	victim_served(victim, "over 1,024 descriptors waiting to be closed");
+
+	/* The server goes: every FLUSH fails, the closers catch up, mrd accepts again. */
+	fuse_stop();
+	close_tracked(file);
+	ck_assert_int_eq(fcntl(c, F_SETFL, 0), 0);
+	ck_assert_int_eq(reply_status_within(c, 5000), 0);
+	close_tracked(c);
+	close_tracked(victim);
+	good_session();
+	wait_settled();
+	ck_assert_uint_le(fds_at_most(base_fds), base_fds);
+}
+END_TEST
+
 /* A libmrd client that works until it is killed: registrations, frees, Dma, pings. */
 _Noreturn static void busy_client(void)
 {
@@ -762,6 +1174,7 @@ int main(void)
 	setenv("CK_FORK", "no", 1);
 	tcase_add_unchecked_fixture(tc, start_mrd, stop_mrd);
 	tcase_add_checked_fixture(tc, NULL, close_all_tracked);
+	tcase_add_checked_fixture(tc, NULL, fuse_stop); /* runs before close_all_tracked */
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_garbage_and_oversized_frames);
 	tcase_add_test(tc, test_wrong_and_flooded_descriptors);
@@ -770,6 +1183,8 @@ int main(void)
 	tcase_add_test(tc, test_thousand_clients);
 	tcase_add_test(tc, test_clients_killed_mid_request);
 	tcase_add_test(tc, test_holes_in_small_pages);
+	tcase_add_test(tc, test_lingering_sockets);
+	tcase_add_test(tc, test_close_that_never_returns);
 	tcase_add_test(tc, test_after_the_storm);
 	suite_add_tcase(s, tc);
 
