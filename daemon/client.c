@@ -263,6 +263,8 @@ struct client *client_free(struct client *c)
 	if (c->manager) {
 		LIST_REMOVE(c, link);
 		c->manager->n_clients--;
+		if (c->share)
+			manager_user_share_put(c->manager, c->share);
 	}
 	free(c);
 	return NULL;

@@ -32,6 +32,7 @@ struct config {
 	bool bus;         /* serve org.mrd.Mrd1 on the system bus */
 
 	unsigned max_clients;
+	unsigned max_clients_per_user; /* connections of one user (process_owner_uid), root aside */
 	unsigned max_inflight;         /* replies queued per client before mrd stops reading it */
 	unsigned max_frame;            /* bytes per request packet */
 	unsigned max_fds;              /* descriptors per request packet */
@@ -54,6 +55,7 @@ struct config {
 	/* [quota], per domain */
 	uint64_t quota_allocated_bytes, quota_pinned_bytes;
 	unsigned quota_arenas, quota_allocations, quota_clients, quota_mempools;
+	uint64_t quota_window_bytes; /* 0: config_window_bytes' default */
 
 	struct domain_group *groups;
 	size_t n_groups;
@@ -87,6 +89,10 @@ int config_load(struct config *c, const char *path, bool must_exist);
 
 /* Resolves names (admin group) and checks cross-key rules; logs what is wrong. */
 int config_finish(struct config *c);
+
+/* How much of the address window one domain's arenas may take: [quota] window_bytes, by
+ * default an eighth of the window (so that eight domains always fit), at least 4 arenas. */
+uint64_t config_window_bytes(const struct config *c);
 
 /* The cache policy of the domain named name: its [policies] line, else [cache] policy. */
 int config_policy_for(const struct config *c, const char *name);
