@@ -612,8 +612,8 @@ static pid_t kid(pid_t pid)
 	return pid;
 }
 
-/* Whether pid (a kid) exited with status 0, waiting up to 10 s before it is killed. */
-static bool reaped(pid_t pid)
+/* The exit status of pid (a kid), -1 when it did not exit; it is killed after 10 s. */
+static int reap(pid_t pid)
 {
 	int status = -1;
 
@@ -626,16 +626,18 @@ static bool reaped(pid_t pid)
 	for (size_t i = 0; i < n_kids; i++)
 		if (kids[i] == pid)
 			kids[i] = kids[--n_kids];
-	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 static void release_children(void)
 {
+	if (users.pid > 0)
+		(void)kill(users.pid, SIGCONT); /* a case that stopped it failed before it went on */
 	if (hold_end >= 0)
 		close(hold_end);
 	hold_end = -1;
 	while (n_kids)
-		(void)reaped(kids[0]);
+		(void)reap(kids[0]);
 }
 
 /* The next report on fd, within 60 s. */
@@ -768,7 +770,7 @@ START_TEST(test_bare_connections_of_one_uid)
 	ck_assert(served_as(0));
 	close(hold_end);
 	hold_end = -1;
-	ck_assert(reaped(pid));
+	ck_assert_int_eq(reap(pid), 0);
 	/* Its slots come back with it gone (mrd sees the hang-ups a moment later). */
 	for (int i = 0; i < 100 && !served_as(ATTACKER); i++)
 		usleep(20000);
@@ -880,7 +882,7 @@ static pid_t identities_in_namespace(uid_t owner, unsigned first, const struct i
 		snprintf(skip, skip_size, "unshare(CLONE_NEWUSER) as uid %u: %s", (unsigned)owner,
 			 strerror(err));
 		close(mapped[1]);
-		(void)reaped(pid);
+		(void)reap(pid);
 		return -1;
 	}
 	for (int k = 0; k < 2; k++) {
@@ -898,6 +900,77 @@ static pid_t identities_in_namespace(uid_t owner, unsigned first, const struct i
 	close(mapped[1]);
 	return pid;
 }
+
+/* The first reply on fd within 10 s: its status (-1: none), its message in why. */
+static int first_reply(int fd, char *why, size_t size)
+{
+	static uint8_t buf[WIRE_FRAME_MAX];
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct wire_packet pkt;
+	Mrd__Response *resp;
+	int status;
+
+	if (poll(&p, 1, 10000) != 1 || wire_recv(fd, buf, sizeof(buf), &pkt, 0) <= 0)
+		return -1;
+	wire_packet_close_fds(&pkt);
+	resp = mrd__response__unpack(NULL, pkt.len, pkt.data);
+	if (!resp)
+		return -1;
+	status = resp->status;
+	snprintf(why, size, "%s", resp->message ? resp->message : "");
+	mrd__response__free_unpacked(resp, NULL);
+	return status;
+}
+
+/* A connection whose process mrd can no longer tell (it changed its uid before mrd took the
+ * connection, or it is gone and its pid free for anyone) is refused: its namespace, and so
+ * whom it is charged to, cannot be known. mrd is stopped while they connect, so that it takes
+ * the connections only after. */
+START_TEST(test_peers_that_cannot_be_told)
+{
+	static uint8_t buf[64];
+	struct wire_packet pkt;
+	int ready[2], sv[2], gone;
+	pid_t changed, exited;
+	char why[200], ch;
+
+	ck_assert_int_eq(pipe2(ready, O_CLOEXEC), 0);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+	ck_assert_int_eq(kill(users.pid, SIGSTOP), 0);
+	/* One connects as root and then runs as uid 1000; it exits with mrd's answer. */
+	changed = kid(fork());
+	if (changed == 0) {
+		int fd = raw_connect(users.socket);
+
+		if (fd < 0 || !become(ATTACKER) || write(ready[1], "x", 1) != 1)
+			_exit(100);
+		_exit(first_reply(fd, why, sizeof(why)) == ESRCH ? 0 : 101);
+	}
+	/* One connects, hands its socket over and exits. */
+	exited = kid(fork());
+	if (exited == 0) {
+		int fd = raw_connect(users.socket);
+
+		_exit(fd >= 0 && wire_send_raw(sv[1], "x", 1, &fd, 1, 0) == 0 ? 0 : 100);
+	}
+	ck_assert_int_eq(reap(exited), 0);
+	ck_assert_int_eq(wire_recv(sv[0], buf, sizeof(buf), &pkt, 0), 1);
+	ck_assert_uint_eq(pkt.n_fds, 1);
+	gone = pkt.fds[0];
+	ck_assert_int_eq(read(ready[0], &ch, 1), 1);
+	ck_assert_int_eq(kill(users.pid, SIGCONT), 0);
+
+	ck_assert_int_eq(first_reply(gone, why, sizeof(why)), ESRCH);
+	ck_assert_msg(strstr(why, "cannot tell which user namespace"), "%s", why);
+	ck_assert_int_eq(reap(changed), 0);
+	close(gone);
+	close(sv[0]);
+	close(sv[1]);
+	close(ready[0]);
+	close(ready[1]);
+	ck_assert(served_as(0)); /* and mrd serves on */
+}
+END_TEST
 
 #define IDENTITIES 64
 
@@ -957,7 +1030,7 @@ START_TEST(test_user_namespace_identities)
 	close(hold_end);
 	hold_end = -1;
 	while (n_kids)
-		ck_assert(reaped(kids[0]));
+		ck_assert_int_eq(reap(kids[0]), 0);
 	close(reports[0]);
 }
 END_TEST
@@ -987,6 +1060,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, NULL, release_children);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_bare_connections_of_one_uid);
+	tcase_add_test(tc, test_peers_that_cannot_be_told);
 	tcase_add_test(tc, test_user_namespace_identities);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
