@@ -378,11 +378,11 @@ START_TEST(test_clients_per_user)
 {
 	struct ucred cred = { .pid = 1, .uid = 1000, .gid = 1000 };
 	struct client *c, *nested;
-	int fds[6], n = 0;
+	int fds[7], n = 0;
 
 	teardown();
 	setup_with("limits.clients_per_user=2");
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < 7; i++)
 		fds[i] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 1000, &c), 0);
 	/* uid 100005 of a namespace uid 1000 made: uid 1000's second slot, and its domain. */
@@ -397,14 +397,14 @@ START_TEST(test_clients_per_user)
 	cred.uid = cred.gid = 1001;
 	ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 1001, &c), 0);
 	cred.uid = cred.gid = 0;
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 3; i++)
 		ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 0, &c), 0);
-	ck_assert_uint_eq(td_manager->n_clients, 5);
+	ck_assert_uint_eq(td_manager->n_clients, 6);
 	/* uid 1000 gets its slot back with the namespaced client gone. */
 	client_free(nested);
 	cred.uid = cred.gid = 1000;
 	ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 1000, &c), 0);
-	ck_assert_uint_eq(td_manager->n_clients, 5);
+	ck_assert_uint_eq(td_manager->n_clients, 6);
 }
 END_TEST
 
