@@ -28,6 +28,7 @@
 #include "worker-pool.h"
 
 #define REFUSED_LOG_INTERVAL_USEC (5 * USEC_PER_SEC)
+#define SUBUID_PATH "/etc/subuid"
 
 /* Keeps old's value of a key read only at start in new, noting its name when it changed. */
 #define KEEP(field, name)                                                        \
@@ -424,6 +425,11 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 			continue;
 		}
 		r = process_owner_uid(cred.pid, cred.uid, m->userns_dev, m->userns_ino, &owner);
+		if (r == -EACCES) {
+			/* No CAP_SYS_PTRACE (the shipped unit): newuidmap's ranges still group. */
+			owner = subuid_owner(SUBUID_PATH, cred.uid);
+			r = 0;
+		}
 		if (r < 0) {
 			/* Its namespace cannot be told, so neither can whom it is charged to. */
 			log_debug_errno(r, "refusing pid %d uid %u: cannot read its user namespace: %m",

@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <linux/nsfs.h>
+#include <pwd.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -124,6 +126,8 @@ int process_owner_uid(pid_t pid, uid_t uid, dev_t own_ns_dev, ino_t own_ns_ino,
 	if (dir < 0)
 		return errno == ENOENT ? -ESRCH : negative_errno();
 	ns = openat(dir, "ns/user", O_RDONLY | O_CLOEXEC);
+	if (ns < 0 && (errno == EACCES || errno == EPERM))
+		return -EACCES; /* another user's process, and no CAP_SYS_PTRACE */
 	if (ns < 0)
 		return errno == ENOENT ? -ESRCH : negative_errno();
 	/* A process with the peer's uid is in a namespace that maps it, which only its owner
@@ -136,7 +140,7 @@ int process_owner_uid(pid_t pid, uid_t uid, dev_t own_ns_dev, ino_t own_ns_ino,
 	if (euid != uid)
 		return -ESRCH;
 	for (int depth = 0; !same_ns(ns, own_ns_dev, own_ns_ino); depth++) {
-		uid_t made_by;
+		uid_t made_by = 0; /* valgrind does not know the ioctl writes it */
 		int parent;
 
 		if (depth >= USERNS_DEPTH_MAX)
@@ -158,4 +162,37 @@ int process_owner_uid(pid_t pid, uid_t uid, dev_t own_ns_dev, ino_t own_ns_ino,
 	}
 	*ret_owner = owner;
 	return 0;
+}
+
+uid_t subuid_owner(const char *path, uid_t uid)
+{
+	char line[512], *colon;
+	uid_t owner = uid;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return uid;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long first, count;
+		struct passwd *pw;
+		char *end;
+
+		colon = strchr(line, ':');
+		if (!colon || sscanf(colon + 1, "%llu:%llu", &first, &count) != 2 || uid < first ||
+		    uid - first >= count)
+			continue;
+		*colon = '\0';
+		/* A name, as useradd writes them, or a number. */
+		owner = (uid_t)strtoul(line, &end, 10);
+		if (*end || end == line) {
+			pw = getpwnam(line);
+			owner = pw ? pw->pw_uid : uid;
+		}
+		/* Root's ranges go to containers an administrator made: their uids are their own. */
+		if (owner == 0)
+			owner = uid;
+		break;
+	}
+	fclose(f);
+	return owner;
 }

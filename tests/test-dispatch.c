@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -16,6 +17,7 @@
 #include "dispatch.h"
 #include "domain.h"
 #include "manager.h"
+#include "process.h"
 #include "test-daemon.h"
 #include "wire.h"
 #include "check-run.h"
@@ -408,6 +410,28 @@ START_TEST(test_clients_per_user)
 }
 END_TEST
 
+/* Without CAP_SYS_PTRACE mrd cannot read another user's namespaces: /etc/subuid's ranges
+ * (what newuidmap maps) still give their uids to their owner, root's aside. */
+START_TEST(test_subuid_owner)
+{
+	char path[] = "/tmp/mrd-subuid.XXXXXX";
+	int fd = mkstemp(path);
+	FILE *f = fdopen(fd, "w");
+
+	ck_assert_ptr_nonnull(f);
+	fputs("garbage\nroot:200000:65536\n1000:100000:65536\nnobody:300000:10\n", f);
+	fclose(f);
+	ck_assert_uint_eq(subuid_owner(path, 100000), 1000);
+	ck_assert_uint_eq(subuid_owner(path, 165535), 1000);
+	ck_assert_uint_eq(subuid_owner(path, 165536), 165536);
+	ck_assert_uint_eq(subuid_owner(path, 300009), 65534); /* by name */
+	ck_assert_uint_eq(subuid_owner(path, 200005), 200005); /* root's: its own */
+	ck_assert_uint_eq(subuid_owner(path, 1000), 1000);
+	unlink(path);
+	ck_assert_uint_eq(subuid_owner(path, 100000), 100000); /* no file */
+}
+END_TEST
+
 static void send_export_pd(int fd, uint64_t id)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
@@ -509,6 +533,7 @@ static Suite *dispatch_suite(void)
 	tcase_add_test(tc, test_inflight_bound);
 	tcase_add_test(tc, test_client_limit);
 	tcase_add_test(tc, test_clients_per_user);
+	tcase_add_test(tc, test_subuid_owner);
 	tcase_add_test(tc, test_status_shows_provider);
 	tcase_add_test(tc, test_export_pd_domains);
 	tcase_add_test(tc, test_request_table);
