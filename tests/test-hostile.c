@@ -649,6 +649,22 @@ static void read_report(int fd, void *buf, size_t size)
 	ck_assert_int_eq(read(fd, buf, size), (ssize_t)size);
 }
 
+/* Whether this process (and so the mrd it starts) may read other users' namespaces: without
+ * CAP_SYS_PTRACE (a container's root, often) mrd groups by /etc/subuid alone. */
+static bool can_read_namespaces(void)
+{
+	unsigned long long eff = 0;
+	char line[256];
+	FILE *f = fopen("/proc/self/status", "re");
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "CapEff: %llx", &eff) == 1)
+			break;
+	fclose(f);
+	return eff & (1ULL << 19); /* CAP_SYS_PTRACE */
+}
+
 /* This (forked) process as uid, gid uid, and no supplementary group. */
 static bool become(uid_t uid)
 {
@@ -937,8 +953,11 @@ START_TEST(test_peers_that_cannot_be_told)
 	ck_assert_int_eq(pipe2(ready, O_CLOEXEC), 0);
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
 	ck_assert_int_eq(kill(users.pid, SIGSTOP), 0);
-	/* One connects as root and then runs as uid 1000; it exits with mrd's answer. */
-	changed = kid(fork());
+	/* One connects as root and then runs as uid 1000; it exits with mrd's answer. (An mrd that
+	 * cannot read namespaces charges it by its uid alone, as root: nothing to tell.) */
+	changed = can_read_namespaces() ? kid(fork()) : -1;
+	if (changed < 0)
+		printf("SKIP a process that changed its uid: no CAP_SYS_PTRACE\n");
 	if (changed == 0) {
 		int fd = raw_connect(users.socket);
 
@@ -957,12 +976,12 @@ START_TEST(test_peers_that_cannot_be_told)
 	ck_assert_int_eq(wire_recv(sv[0], buf, sizeof(buf), &pkt, 0), 1);
 	ck_assert_uint_eq(pkt.n_fds, 1);
 	gone = pkt.fds[0];
-	ck_assert_int_eq(read(ready[0], &ch, 1), 1);
+	ck_assert(changed < 0 || read(ready[0], &ch, 1) == 1);
 	ck_assert_int_eq(kill(users.pid, SIGCONT), 0);
 
 	ck_assert_int_eq(first_reply(gone, why, sizeof(why)), ESRCH);
 	ck_assert_msg(strstr(why, "cannot tell which user namespace"), "%s", why);
-	ck_assert_int_eq(reap(changed), 0);
+	ck_assert(changed < 0 || reap(changed) == 0);
 	close(gone);
 	close(sv[0]);
 	close(sv[1]);
@@ -986,6 +1005,11 @@ START_TEST(test_user_namespace_identities)
 	struct ns_report rep;
 	char skip[160];
 
+	if (!can_read_namespaces()) {
+		printf("SKIP user namespaces: without CAP_SYS_PTRACE mrd cannot read another user's "
+		       "namespace (it groups by /etc/subuid, which this host need not fill)\n");
+		return;
+	}
 	ck_assert_int_eq(pipe2(reports, O_CLOEXEC), 0);
 	ck_assert_int_eq(pipe2(hold, O_CLOEXEC), 0);
 	hold_end = hold[1];
