@@ -50,9 +50,12 @@ static int arena_map(struct arena *a, struct window *w, uint64_t length, uint64_
 
 	a->n_slots = (uint32_t)((length + w->slot_size - 1) / w->slot_size);
 	if (at) {
-		first = *at;
+		first = *at; /* the previous mrd's: it kept to the share */
 		r = window_take_at(w, first, a->n_slots);
-	} else
+	} else if (a->domain->window_bytes + (uint64_t)a->n_slots * w->slot_size >
+		   config_window_bytes(&a->domain->manager->config))
+		r = -EDQUOT; /* its share of the window, so one domain never takes it all */
+	else
 		r = window_take(w, a->n_slots, &first);
 	if (r < 0) {
 		a->n_slots = 0;
@@ -120,6 +123,7 @@ static void arena_link(struct arena *a)
 {
 	LIST_INSERT_HEAD(&a->domain->arenas, a, link);
 	a->domain->n_arenas++;
+	a->domain->window_bytes += (uint64_t)a->n_slots * a->domain->manager->window.slot_size;
 }
 
 int arena_new(struct domain *d, uint64_t min_size, bool hugetlb, struct arena **ret)
@@ -273,6 +277,7 @@ struct arena *arena_free(struct arena *a)
 	if (a->link.le_prev) {
 		LIST_REMOVE(a, link);
 		a->domain->n_arenas--;
+		a->domain->window_bytes -= (uint64_t)a->n_slots * a->domain->manager->window.slot_size;
 	}
 	buddy_done(&a->buddy);
 	free(a->runs);

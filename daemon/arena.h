@@ -31,7 +31,8 @@ struct arena {
 	size_t n_runs, runs_cap;
 };
 
-/* A new arena of at least min_size bytes in d's part of the window. */
+/* A new arena of at least min_size bytes in d's part of the window. Like arena_new_external,
+ * -EDQUOT when d's arenas would take more than config_window_bytes of the window. */
 int arena_new(struct domain *d, uint64_t min_size, bool hugetlb, struct arena **ret);
 
 /* Maps [offset, offset + length) of a client's memfd (consumed on success) into the window.

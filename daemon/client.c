@@ -253,7 +253,7 @@ struct client *client_free(struct client *c)
 		/* The peer sees the end now; what it sent and mrd did not read (descriptors too)
 		 * goes with the socket, to a closer thread. */
 		(void)shutdown(c->fd, SHUT_RDWR);
-		fd_closer_consume(c->manager->closer, c->fd, c->uid);
+		fd_closer_consume(c->manager->closer, c->fd, c->owner_uid);
 	}
 	request_abandon(c); /* a worker may still finish for it: nobody to answer */
 	/* Everything it owns goes; memory of other clients stays, and so does its memory that
@@ -269,6 +269,8 @@ struct client *client_free(struct client *c)
 	if (c->manager) {
 		LIST_REMOVE(c, link);
 		c->manager->n_clients--;
+		if (c->share)
+			manager_user_share_put(c->manager, c->share);
 	}
 	free(c);
 	return NULL;

@@ -16,6 +16,7 @@ struct manager;
 struct pending_request;
 struct pool_reg;
 struct prefetch_job;
+struct user_share;
 struct event;
 
 struct out_frame {
@@ -44,6 +45,8 @@ struct client {
 	uid_t uid;
 	gid_t gid;
 	bool admin;
+	uid_t owner_uid;           /* who answers for it: uid, or its user namespace's owner */
+	struct user_share *share;  /* owner_uid's, holding one of its connections */
 
 	bool hello_done;
 	uint32_t version;

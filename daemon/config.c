@@ -25,6 +25,7 @@ void config_init(struct config *c)
 		.log_level = LOG_LEVEL_INFO,
 		.bus = true,
 		.max_clients = 1024,
+		.max_clients_per_user = 256,
 		.max_inflight = 64,
 		.max_frame = WIRE_FRAME_DEFAULT,
 		.max_fds = 4,
@@ -206,6 +207,17 @@ static int add_policy(struct config *c, const char *name, const char *value)
 	return 0;
 }
 
+uint64_t config_window_bytes(const struct config *c)
+{
+	uint64_t share = c->window_size / 8;
+
+	if (c->quota_window_bytes)
+		return c->quota_window_bytes;
+	if (share < 4 * c->arena_size)
+		share = 4 * c->arena_size;
+	return share < c->window_size ? share : c->window_size;
+}
+
 int config_policy_for(const struct config *c, const char *name)
 {
 	for (size_t i = 0; i < c->n_policies; i++)
@@ -318,6 +330,8 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 	} else if (strcmp(section, "limits") == 0) {
 		if (strcmp(key, "clients") == 0)
 			return set_unsigned(&c->max_clients, value, 1, 1u << 20);
+		if (strcmp(key, "clients_per_user") == 0)
+			return set_unsigned(&c->max_clients_per_user, value, 1, 1u << 20);
 		if (strcmp(key, "requests_in_flight") == 0)
 			return set_unsigned(&c->max_inflight, value, 1, 4096);
 		if (strcmp(key, "frame_bytes") == 0)
@@ -361,6 +375,8 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 			return set_unsigned(&c->quota_clients, value, 1, 1u << 20);
 		if (strcmp(key, "mempools") == 0)
 			return set_unsigned(&c->quota_mempools, value, 1, 1u << 20);
+		if (strcmp(key, "window_bytes") == 0)
+			return set_bytes(&c->quota_window_bytes, value, 0, UINT64_MAX);
 	} else if (strcmp(section, "cache") == 0) {
 		if (strcmp(key, "policy") == 0)
 			return parse_policy(value, &c->mr_policy);
@@ -573,6 +589,9 @@ int config_finish(struct config *c)
 	if (c->window_base % c->arena_size || c->window_size % c->arena_size)
 		return log_error_errno(-EINVAL, "[memory] window_base and window_size must be "
 						"multiples of arena_size");
+	if (c->quota_window_bytes && c->quota_window_bytes < c->arena_size)
+		return log_error_errno(-EINVAL, "[quota] window_bytes must be at least [memory] "
+						"arena_size (or 0: an eighth of the window)");
 	/* The last page below 128 TiB is never mappable: stay strictly below it. */
 	if (c->window_base + c->window_size >= (1ULL << 47))
 		return log_error_errno(-EINVAL, "[memory] window_base + window_size must stay "

@@ -38,6 +38,7 @@ struct config {
 	bool bus;         /* serve org.mrd.Mrd1 on the system bus */
 
 	unsigned max_clients;
+	unsigned max_clients_per_user; /* connections of one user (process_owner_uid), root aside */
 	unsigned max_inflight;         /* replies queued per client before mrd stops reading it */
 	unsigned max_frame;            /* bytes per request packet */
 	unsigned max_fds;              /* descriptors per request packet */
@@ -61,6 +62,7 @@ struct config {
 	/* [quota], per domain. QUOTA_HOST_DEFAULT until config_finish sizes it to the host. */
 	uint64_t quota_allocated_bytes, quota_pinned_bytes;
 	unsigned quota_arenas, quota_allocations, quota_clients, quota_mempools;
+	uint64_t quota_window_bytes; /* 0: config_window_bytes' default */
 
 	struct domain_group *groups;
 	size_t n_groups;
@@ -105,6 +107,9 @@ int config_finish(struct config *c);
  * domain, allocated_bytes 1/2 and pinned_bytes 1/4; [limits] pinned_bytes, the sum over all
  * domains, 1/2. One set above host_bytes gets a warning, and a pinned one is cut to it. */
 void config_fit_host(struct config *c, uint64_t host_bytes);
+/* How much of the address window one domain's arenas may take: [quota] window_bytes, by
+ * default an eighth of the window (so that eight domains always fit), at least 4 arenas. */
+uint64_t config_window_bytes(const struct config *c);
 
 /* The cache policy of the domain named name: its [policies] line, else [cache] policy. */
 int config_policy_for(const struct config *c, const char *name);

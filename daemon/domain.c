@@ -425,6 +425,15 @@ void domain_bump_generation(struct domain *d)
 
 static void trim_arenas(struct domain *d, struct arena *emptied);
 
+/* arena_new and arena_new_external refuse past the domain's share of the window: why. */
+static int window_quota(struct domain *d, char *why, size_t why_size)
+{
+	snprintf(why, why_size, "quota.window_bytes (%" PRIu64 ") reached for domain %s: its %u "
+		 "arenas take %" PRIu64 " bytes of the address window",
+		 config_window_bytes(&d->manager->config), d->name, d->n_arenas, d->window_bytes);
+	return -EDQUOT;
+}
+
 static int check_quota(struct domain *d, uint64_t bytes, bool new_arena, char *why,
 		       size_t why_size)
 {
@@ -666,7 +675,8 @@ int domain_alloc(struct domain *d, struct client *owner, uint64_t size, uint64_t
 		return r;
 	r = new_arena_alloc(d, hugetlb, size, align, &arena, &offset, &length);
 	if (r < 0 && hugetlb && !hugepage_only && d->manager->config.hugepages == HUGEPAGES_AUTO) {
-		/* No huge page left: 4 KiB pages serve as well, only slower to register. */
+		/* No huge page left (or no room for a new arena of them): 4 KiB pages serve as
+		 * well, only slower to register. */
 		log_debug("domain %s: no huge page for %" PRIu64 " bytes, using 4 KiB pages",
 			  d->name, size);
 		hugetlb = false;
@@ -679,6 +689,8 @@ int domain_alloc(struct domain *d, struct client *owner, uint64_t size, uint64_t
 		}
 	}
 done:
+	if (r == -EDQUOT)
+		return window_quota(d, why, why_size);
 	if (r < 0) {
 		snprintf(why, why_size, "no memory for %" PRIu64 " bytes (%s pages): %s", size,
 			 hugetlb ? "2 MiB" : "4 KiB", strerror(-r));
@@ -724,7 +736,8 @@ int domain_attach_external(struct domain *d, struct client *owner, int fd, uint6
 		snprintf(why, why_size, "no room for %" PRIu64 " bytes in the address window "
 			 "([memory] window_size)", length);
 		r = -ENOMEM;
-	}
+	} else if (r == -EDQUOT)
+		r = window_quota(d, why, why_size);
 	if (r < 0)
 		return r;
 	arena->n_allocations = 1;

@@ -74,6 +74,7 @@ struct domain {
 
 	LIST_HEAD(, arena) arenas;
 	unsigned n_arenas;
+	uint64_t window_bytes; /* of the address window, its arenas' slots (quota.window_bytes) */
 	struct u64_map allocations; /* address -> struct allocation */
 	uint64_t allocated_bytes;
 	struct mr_cache cache;

@@ -22,12 +22,14 @@
 #include "provider.h"
 #include "log.h"
 #include "manager.h"
+#include "process.h"
 #include "time-util.h"
 #include "wire.h"
 #include "bus.h"
 #include "worker-pool.h"
 
 #define REFUSED_LOG_INTERVAL_USEC (5 * USEC_PER_SEC)
+#define SUBUID_PATH "/etc/subuid"
 
 /* Keeps old's value of a key read only at start in new, noting its name when it changed. */
 #define KEEP(field, name)                                                        \
@@ -206,6 +208,7 @@ void manager_block_signals(bool block)
 int manager_new(struct config *config, struct manager **ret)
 {
 	_cleanup_(manager_freep) struct manager *m = NULL;
+	struct stat st;
 	int r;
 
 	m = calloc(1, sizeof(*m));
@@ -217,6 +220,13 @@ int manager_new(struct config *config, struct manager **ret)
 	m->config = *config;
 	config_init(config);
 	m->start_usec = now_usec(CLOCK_MONOTONIC);
+	/* Clients in user namespaces below this one answer to their owners (manager_on_accept). */
+	if (stat("/proc/self/ns/user", &st) == 0) {
+		m->userns_dev = st.st_dev;
+		m->userns_ino = st.st_ino;
+	} else
+		log_warning_errno(-errno, "cannot tell mrd's user namespace (/proc/self/ns/user: %m): "
+					  "clients in user namespaces count as the uids they show");
 	if (getrandom(&m->instance, sizeof(m->instance), 0) != sizeof(m->instance))
 		m->instance = m->start_usec ^ ((uint64_t)getpid() << 32);
 
@@ -279,6 +289,7 @@ struct manager *manager_free(struct manager *m)
 		client_free(LIST_FIRST(&m->clients)); /* releases their domains */
 	handover_end_grace(m); /* and the domains still waiting for their owners */
 	m->closer = fd_closer_free(m->closer); /* after every client's descriptors */
+	u64_map_done(&m->users); /* empty: the clients took their shares along */
 	provider_close(m->provider);
 	window_release(&m->window);
 	if (m->listen_event)
@@ -346,17 +357,72 @@ static void send_refusal(int fd, int error, const char *message)
 	(void)wire_send(fd, &resp.base, WIRE_FRAME_MAX, NULL, 0, MSG_DONTWAIT);
 }
 
-int manager_add_client(struct manager *m, int fd, const struct ucred *cred, struct client **ret)
+static uint64_t user_key(uid_t uid) { return (uint64_t)uid + 1; /* 0 is no key */ }
+
+void manager_user_share_put(struct manager *m, struct user_share *u)
 {
+	if (--u->clients > 0)
+		return;
+	u64_map_remove(&m->users, user_key(u->uid));
+	free(u);
+}
+
+int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_t owner,
+		       struct client **ret)
+{
+	struct user_share *u;
+	char domain[64];
 	bool admin;
+	int r;
 
 	if (m->n_clients >= m->config.max_clients)
 		return -EUSERS;
-	char domain[64];
+	/* Bare connections count too: a slot is taken at accept, Hello or not. Root's are
+	 * not limited, so an administrator gets in while users hold their shares. */
+	u = u64_map_get(&m->users, user_key(owner));
+	if (u && owner != 0 && u->clients >= m->config.max_clients_per_user)
+		return -EUSERS;
+	if (!u) {
+		u = calloc(1, sizeof(*u));
+		if (!u)
+			return -ENOMEM;
+		u->uid = owner;
+		r = u64_map_put(&m->users, user_key(owner), u);
+		if (r < 0) {
+			free(u);
+			return r;
+		}
+	}
+	u->clients++;
 
 	admin = manager_is_admin(m, cred->uid, cred->gid, fd, NULL, 0);
-	domain_name_for(m, cred->uid, cred->gid, fd, domain, sizeof(domain));
-	return client_new(m, fd, cred->pid, cred->uid, cred->gid, admin, domain, ret);
+	/* The owner's domain: its namespaces' identities are its own (README, design notes). */
+	domain_name_for(m, owner, cred->gid, fd, domain, sizeof(domain));
+	r = client_new(m, fd, cred->pid, cred->uid, cred->gid, admin, domain, ret);
+	if (r < 0) {
+		manager_user_share_put(m, u);
+		return r;
+	}
+	(*ret)->owner_uid = owner;
+	(*ret)->share = u;
+	return 0;
+}
+
+/* Why manager_add_client said -EUSERS, for the refused peer (uid, answered for by owner). */
+static void refusal_reason(const struct manager *m, uid_t uid, uid_t owner, char *buf,
+			   size_t size)
+{
+	int n;
+
+	if (m->n_clients >= m->config.max_clients) {
+		snprintf(buf, size, "mrd serves too many clients; see limits.clients");
+		return;
+	}
+	n = snprintf(buf, size, "uid %u has %u connections open ([limits] clients_per_user)",
+		     (unsigned)owner, m->config.max_clients_per_user);
+	if (owner != uid && n >= 0 && (size_t)n < size)
+		snprintf(buf + n, size - (size_t)n, "; this is uid %u, in a user namespace of uid %u",
+			 (unsigned)uid, (unsigned)owner);
 }
 
 static void manager_on_accept_retry(evutil_socket_t fd, short what, void *userdata)
@@ -374,6 +440,7 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 		struct ucred cred;
 		socklen_t len = sizeof(cred);
 		struct client *c;
+		uid_t owner;
 		int fd, r;
 
 		if (fd_closer_waiting(m->closer, (uid_t)-1) >= FD_CLOSER_MAX) {
@@ -407,17 +474,34 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 			fd_closer_consume(m->closer, fd, (uid_t)-1);
 			continue;
 		}
-		r = manager_add_client(m, fd, &cred, &c);
+		r = process_owner_uid(cred.pid, cred.uid, m->userns_dev, m->userns_ino, &owner);
+		if (r == -EACCES) {
+			/* No CAP_SYS_PTRACE (the shipped unit): newuidmap's ranges still group. */
+			owner = subuid_owner(SUBUID_PATH, cred.uid);
+			r = 0;
+		}
+		if (r < 0) {
+			/* Its namespace cannot be told, so neither can whom it is charged to. */
+			log_debug_errno(r, "refusing pid %d uid %u: cannot read its user namespace: %m",
+					(int)cred.pid, (unsigned)cred.uid);
+			send_refusal(fd, -ESRCH, "mrd cannot tell which user namespace the connecting "
+						 "process is in (it exited or changed its uid before "
+						 "mrd took the connection): connect again");
+			fd_closer_consume(m->closer, fd, cred.uid); /* may hold what it sent */
+			continue;
+		}
+		r = manager_add_client(m, fd, &cred, owner, &c);
 		if (r == -EUSERS) {
 			uint64_t now = now_usec(CLOCK_MONOTONIC);
+			char why[200];
 
-			send_refusal(fd, r, "mrd serves too many clients; see limits.clients");
+			refusal_reason(m, cred.uid, owner, why, sizeof(why));
+			send_refusal(fd, r, why);
 			m->refused_since_log++;
 			if (now - m->refused_log_usec >= REFUSED_LOG_INTERVAL_USEC) {
-				log_warning("refused %u connection(s), last from pid %d uid %u: "
-					    "limit of %u clients reached",
+				log_warning("refused %u connection(s), last from pid %d uid %u: %s",
 					    m->refused_since_log, (int)cred.pid, (unsigned)cred.uid,
-					    m->config.max_clients);
+					    why);
 				m->refused_log_usec = now;
 				m->refused_since_log = 0;
 			}
@@ -425,11 +509,12 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 			log_warning_errno(r, "cannot add client pid %d: %m", (int)cred.pid);
 		if (r < 0) {
 			/* It may hold what the client sent already, descriptors too. */
-			fd_closer_consume(m->closer, fd, cred.uid);
+			fd_closer_consume(m->closer, fd, owner);
 			continue;
 		}
-		log_debug("client %" PRIu64 " connected: pid %d uid %u gid %u", c->id, (int)cred.pid,
-			  (unsigned)cred.uid, (unsigned)cred.gid);
+		log_debug("client %" PRIu64 " connected: pid %d uid %u gid %u, charged to uid %u",
+			  c->id, (int)cred.pid, (unsigned)cred.uid, (unsigned)cred.gid,
+			  (unsigned)owner);
 	}
 }
 

@@ -8,6 +8,7 @@
 
 #include "config.h"
 #include "handover.h"
+#include "u64-map.h"
 #include "window.h"
 
 struct event_base;
@@ -18,6 +19,13 @@ struct provider;
 struct worker_pool;
 struct bus;
 struct fd_closer;
+
+/* What one user holds of the slots mrd shares out: its uid (process_owner_uid: a user
+ * namespace's identities are its owner's) and its connections, bare ones included. */
+struct user_share {
+	uid_t uid;
+	unsigned clients;
+};
 
 /* The daemon: owns the event loop, the configuration, the listening socket and every client. */
 struct manager {
@@ -66,6 +74,9 @@ struct manager {
 	unsigned n_clients;
 	struct fd_closer *closer; /* every descriptor from a client that mrd lets go of */
 	bool closer_full;         /* the listener waits for the closer (logged once) */
+	struct u64_map users; /* uid + 1 -> struct user_share, while it has a connection */
+	dev_t userns_dev;     /* mrd's own user namespace (0: unknown) */
+	ino_t userns_ino;
 	uint64_t next_client_id;
 
 	uint8_t *recv_buf; /* one packet at a time: the loop is single-threaded */
@@ -111,8 +122,13 @@ int manager_listen(struct manager *m);
  * into systemd's FD store at the end when it has one, or re-executes at SIGUSR2. */
 int manager_run(struct manager *m);
 
-/* Adopts a connected socket with the given peer credentials (accept path and tests). */
-int manager_add_client(struct manager *m, int fd, const struct ucred *cred, struct client **ret);
+/* Adopts a connected socket with the given peer credentials (accept path and tests), charged to
+ * owner (the user who answers for the peer: process_owner_uid). -EUSERS when mrd serves
+ * [limits] clients, or owner (other than root) [limits] clients_per_user. */
+int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_t owner,
+		       struct client **ret);
+/* A client's connection closed: its user's share goes down (and away at 0). */
+void manager_user_share_put(struct manager *m, struct user_share *u);
 
 uint64_t manager_uptime_usec(const struct manager *m);
 

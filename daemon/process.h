@@ -13,3 +13,21 @@ uint64_t process_start_time(pid_t pid);
  * as uid) is gone: no such pid, a zombie, or another process under it. Only a certain answer
  * says gone: what cannot be read (and pid 0, a process mrd cannot see) is taken as alive. */
 bool process_gone(pid_t pid, uid_t uid, uint64_t start_time);
+
+/* The user who answers for the process pid that connected as uid (both as mrd sees them): uid,
+ * or where the process runs in user namespaces below mrd's, the owner of the outermost one a
+ * user other than root made — whoever made it holds every uid mapped in it and anything nested
+ * (a user's /etc/subuid range through newuidmap), so one user never counts as many. Namespaces
+ * root made alone (a container's) are an administrator's: their uids are their own. own_ns is
+ * mrd's user namespace (st_dev and st_ino of /proc/self/ns/user; 0: unknown, then uid).
+ * -ESRCH when pid no longer runs as uid: it exited and the pid went to another process, or it
+ * changed uid, so its namespace tells nothing. -EACCES when mrd may not read the namespace of
+ * another user's process (it lacks CAP_SYS_PTRACE, as under the shipped unit): subuid_owner
+ * is what is left. */
+int process_owner_uid(pid_t pid, uid_t uid, dev_t own_ns_dev, ino_t own_ns_ino,
+		      uid_t *ret_owner);
+
+/* The user whose subordinate uids (path: /etc/subuid, "user:first:count" lines, the ranges
+ * newuidmap maps for a user) hold uid; uid itself when none does, when that is root, or when
+ * path cannot be read. */
+uid_t subuid_owner(const char *path, uid_t uid);

@@ -272,7 +272,7 @@ int request_extmem_attach(struct client *c, const Mrd__Request *req, struct wire
 	k = domain_attach_external(d, c, fd, q->offset, q->length, &a, r->message,
 				   sizeof(r->message));
 	if (k < 0) {
-		fd_closer_consume(c->manager->closer, fd, c->uid);
+		fd_closer_consume(c->manager->closer, fd, c->owner_uid);
 		return k;
 	}
 	a->odp = d->provider->caps.odp && d->provider->caps.odp_rc_caps &&

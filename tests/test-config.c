@@ -223,6 +223,33 @@ START_TEST(test_memory_keys)
 }
 END_TEST
 
+START_TEST(test_per_user_keys)
+{
+	struct config c;
+
+	config_init(&c);
+	ck_assert_int_eq(config_finish(&c), 0);
+	ck_assert_uint_eq(c.max_clients_per_user, 256); /* a quarter of the 1024 [limits] clients */
+	/* An eighth of the window by default: 512 GiB of 4 TiB. */
+	ck_assert_uint_eq(config_window_bytes(&c), 512ULL << 30);
+	ck_assert_int_eq(config_set(&c, "memory", "window_size", "8G"), 0);
+	ck_assert_uint_eq(config_window_bytes(&c), 4ULL << 30); /* at least 4 arenas */
+	ck_assert_int_eq(config_set(&c, "memory", "window_size", "2G"), 0);
+	ck_assert_uint_eq(config_window_bytes(&c), 2ULL << 30); /* at most the window */
+	ck_assert_int_eq(config_set(&c, "quota", "window_bytes", "1G"), 0);
+	ck_assert_uint_eq(config_window_bytes(&c), 1ULL << 30);
+	ck_assert_int_eq(config_finish(&c), 0);
+	ck_assert_int_eq(config_set(&c, "quota", "window_bytes", "512M"), 0);
+	ck_assert_int_eq(config_finish(&c), -EINVAL); /* not even one arena */
+	ck_assert_int_eq(config_set(&c, "quota", "window_bytes", "0"), 0); /* the default again */
+	ck_assert_int_eq(config_finish(&c), 0);
+	ck_assert_int_eq(config_set(&c, "limits", "clients_per_user", "3"), 0);
+	ck_assert_uint_eq(c.max_clients_per_user, 3);
+	ck_assert_int_eq(config_set(&c, "limits", "clients_per_user", "0"), -ERANGE);
+	config_done(&c);
+}
+END_TEST
+
 START_TEST(test_cache_keys)
 {
 	struct config c;
@@ -418,6 +445,7 @@ int main(void)
 	tcase_add_test(tc, test_memory_keys);
 	tcase_add_test(tc, test_admin_group_names);
 	tcase_add_test(tc, test_cache_keys);
+	tcase_add_test(tc, test_per_user_keys);
 	tcase_add_test(tc, test_pools_keys);
 	tcase_add_test(tc, test_fit_host);
 	tcase_add_test(tc, test_socket_settings);

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -16,6 +17,7 @@
 #include "dispatch.h"
 #include "domain.h"
 #include "manager.h"
+#include "process.h"
 #include "test-daemon.h"
 #include "wire.h"
 #include "check-run.h"
@@ -366,10 +368,69 @@ START_TEST(test_client_limit)
 	fds[0] = td_add_client(1000, 1000, NULL);
 	fds[1] = td_add_client(1000, 1000, NULL);
 	fds[2] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	ck_assert_int_eq(manager_add_client(td_manager, fds[2], &cred, &c), -EUSERS);
+	ck_assert_int_eq(manager_add_client(td_manager, fds[2], &cred, cred.uid, &c), -EUSERS);
 	ck_assert_uint_eq(td_manager->n_clients, 2);
 	for (int i = 0; i < 3; i++)
 		close(fds[i]);
+}
+END_TEST
+
+/* [limits] clients_per_user counts every connection of a user, Hello or not, its user
+ * namespaces' identities included (charged to their owner, in its domain); root has no such
+ * limit; a closed connection gives its slot back. */
+START_TEST(test_clients_per_user)
+{
+	struct ucred cred = { .pid = 1, .uid = 1000, .gid = 1000 };
+	struct client *c, *nested;
+	int fds[7], n = 0;
+
+	teardown();
+	setup_with("limits.clients_per_user=2");
+	for (int i = 0; i < 7; i++)
+		fds[i] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 1000, &c), 0);
+	/* uid 100005 of a namespace uid 1000 made: uid 1000's second slot, and its domain. */
+	cred.uid = cred.gid = 100005;
+	ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 1000, &nested), 0);
+	ck_assert_str_eq(nested->domain_name, "uid-1000");
+	ck_assert_uint_eq(nested->uid, 100005);
+	ck_assert_int_eq(manager_add_client(td_manager, fds[n], &cred, 1000, &c), -EUSERS);
+	cred.uid = cred.gid = 1000;
+	ck_assert_int_eq(manager_add_client(td_manager, fds[n], &cred, 1000, &c), -EUSERS);
+	/* Another user, and root past the limit, are served. */
+	cred.uid = cred.gid = 1001;
+	ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 1001, &c), 0);
+	cred.uid = cred.gid = 0;
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 0, &c), 0);
+	ck_assert_uint_eq(td_manager->n_clients, 6);
+	/* uid 1000 gets its slot back with the namespaced client gone. */
+	client_free(nested);
+	cred.uid = cred.gid = 1000;
+	ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 1000, &c), 0);
+	ck_assert_uint_eq(td_manager->n_clients, 6);
+}
+END_TEST
+
+/* Without CAP_SYS_PTRACE mrd cannot read another user's namespaces: /etc/subuid's ranges
+ * (what newuidmap maps) still give their uids to their owner, root's aside. */
+START_TEST(test_subuid_owner)
+{
+	char path[] = "/tmp/mrd-subuid.XXXXXX";
+	int fd = mkstemp(path);
+	FILE *f = fdopen(fd, "w");
+
+	ck_assert_ptr_nonnull(f);
+	fputs("garbage\nroot:200000:65536\n1000:100000:65536\nnobody:300000:10\n", f);
+	fclose(f);
+	ck_assert_uint_eq(subuid_owner(path, 100000), 1000);
+	ck_assert_uint_eq(subuid_owner(path, 165535), 1000);
+	ck_assert_uint_eq(subuid_owner(path, 165536), 165536);
+	ck_assert_uint_eq(subuid_owner(path, 300009), 65534); /* by name */
+	ck_assert_uint_eq(subuid_owner(path, 200005), 200005); /* root's: its own */
+	ck_assert_uint_eq(subuid_owner(path, 1000), 1000);
+	unlink(path);
+	ck_assert_uint_eq(subuid_owner(path, 100000), 100000); /* no file */
 }
 END_TEST
 
@@ -570,6 +631,8 @@ static Suite *dispatch_suite(void)
 	tcase_add_test(tc, test_drop_after_protocol_errors);
 	tcase_add_test(tc, test_inflight_bound);
 	tcase_add_test(tc, test_client_limit);
+	tcase_add_test(tc, test_clients_per_user);
+	tcase_add_test(tc, test_subuid_owner);
 	tcase_add_test(tc, test_status_shows_provider);
 	tcase_add_test(tc, test_export_pd_domains);
 	tcase_add_test(tc, test_request_table);

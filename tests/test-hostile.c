@@ -7,11 +7,15 @@
  * A well-behaved client holds memory in the same domain throughout: after each case the
  * domain holds exactly what that client holds, so what a hostile client made must have gone
  * with it; after all of them, mrd serves as before, with its descriptors and memory back near
- * the baseline taken before the first. */
+ * the baseline taken before the first. Then, against a second mrd, what one user may take
+ * however it comes: a thousand bare connections of one uid, and 64 uids of its user
+ * namespaces. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1163,6 +1167,498 @@ START_TEST(test_hole_in_attached_huge_memfd)
 }
 END_TEST
 
+/* Slots and quotas per user, against a second mrd: the shipped [limits] and [quota], and a
+ * 64 GiB window (64 arena slots of 1 GiB) so that what one user can take shows against the
+ * whole. */
+static struct mrd_proc users;
+
+#define ATTACKER 1000
+#define VICTIM 1001
+#define BARE 1024 /* [limits] clients: the shipped default */
+
+static void start_users(void)
+{
+	struct rlimit rl;
+	int r;
+
+	/* The attacker holds BARE connections, and mrd as many (it raises its soft limit). */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < BARE + 64) {
+		rl.rlim_cur = rl.rlim_max < BARE + 64 ? rl.rlim_max : BARE + 64;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	r = mrd_proc_start(&users, "[memory]\nhugepages = no\nwindow_size = 64G\n", NULL);
+	ck_assert_msg(r == 0, "mrd did not start: %s", strerror(-r));
+}
+
+static void stop_users(void)
+{
+	if (users.pid > 0)
+		ck_assert_int_eq(mrd_proc_stop(&users), 0);
+}
+
+/* A case's children hold what they made until the write end of the hold pipe closes; so that a
+ * failed case leaves the next one a clean mrd, the teardown closes it and reaps them. */
+static int hold_end = -1;
+static pid_t kids[4];
+static size_t n_kids;
+
+static pid_t kid(pid_t pid)
+{
+	ck_assert_int_ge(pid, 0);
+	if (pid > 0) {
+		ck_assert_uint_lt(n_kids, sizeof(kids) / sizeof(kids[0]));
+		kids[n_kids++] = pid;
+	}
+	return pid;
+}
+
+/* The exit status of pid (a kid), -1 when it did not exit; it is killed after 10 s. */
+static int reap(pid_t pid)
+{
+	int status = -1;
+
+	for (int i = 0; i < 1000 && waitpid(pid, &status, WNOHANG) == 0; i++)
+		usleep(10000);
+	if (status == -1) {
+		kill(pid, SIGKILL);
+		(void)waitpid(pid, &status, 0);
+	}
+	for (size_t i = 0; i < n_kids; i++)
+		if (kids[i] == pid)
+			kids[i] = kids[--n_kids];
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void release_children(void)
+{
+	if (users.pid > 0)
+		(void)kill(users.pid, SIGCONT); /* a case that stopped it failed before it went on */
+	if (hold_end >= 0)
+		close(hold_end);
+	hold_end = -1;
+	while (n_kids)
+		(void)reap(kids[0]);
+}
+
+/* The next report on fd, within 60 s. */
+static void read_report(int fd, void *buf, size_t size)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	ck_assert_msg(poll(&p, 1, 60000) == 1, "no report within 60 s");
+	ck_assert_int_eq(read(fd, buf, size), (ssize_t)size);
+}
+
+/* Whether this process (and so the mrd it starts) may read other users' namespaces: without
+ * CAP_SYS_PTRACE (a container's root, often) mrd groups by /etc/subuid alone. */
+static bool can_read_namespaces(void)
+{
+	unsigned long long eff = 0;
+	char line[256];
+	FILE *f = fopen("/proc/self/status", "re");
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "CapEff: %llx", &eff) == 1)
+			break;
+	fclose(f);
+	return eff & (1ULL << 19); /* CAP_SYS_PTRACE */
+}
+
+/* This (forked) process as uid, gid uid, and no supplementary group. */
+static bool become(uid_t uid)
+{
+	return setgroups(0, NULL) == 0 && setresgid(uid, uid, uid) == 0 &&
+	       setresuid(uid, uid, uid) == 0;
+}
+
+/* Whether uid, in a child of its own, connects, allocates 1 MiB and frees it. */
+static bool served_as(uid_t uid)
+{
+	pid_t pid = fork();
+	int status;
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		mrd_client *c = NULL;
+		void *p;
+		int r;
+
+		if (!become(uid))
+			_exit(3);
+		r = mrd_client_connect(users.socket, &c);
+		if (r == 0)
+			r = mrd_mem_alloc(c, MiB, 0, 0, &p);
+		if (r == 0)
+			r = mrd_mem_free(c, p);
+		if (r < 0)
+			fprintf(stderr, "uid %u not served: %s: %s\n", (unsigned)uid, strerror(-r),
+				mrd_last_error());
+		mrd_client_close(c);
+		_exit(r == 0 ? 0 : 1);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* What the attacker saw of its connections. */
+struct bare_report {
+	unsigned served, refused;
+	char refusal[200]; /* mrd's reason, as the last refused one got it */
+};
+
+/* BARE connections as ATTACKER, none saying Hello. Each sends a Ping: answered EPROTO (before
+ * Hello) where mrd took the connection, which then holds a slot; EUSERS with mrd's reason where
+ * it refused it. Reports on report, then holds them all until hold closes. */
+_Noreturn static void bare_attacker(int report, int hold)
+{
+	static uint8_t buf[WIRE_FRAME_MAX];
+	static int fd[BARE];
+	struct bare_report rep = { 0 };
+	char ch;
+
+	if (!become(ATTACKER))
+		_exit(3);
+	for (int i = 0; i < BARE; i++) {
+		fd[i] = raw_connect(users.socket);
+		if (fd[i] < 0)
+			_exit(4);
+	}
+	for (int i = 0; i < BARE; i++) {
+		Mrd__Request req = MRD__REQUEST__INIT;
+		Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
+		struct wire_packet pkt;
+		Mrd__Response *resp;
+
+		req.id = 2;
+		req.body_case = MRD__REQUEST__BODY_PING;
+		req.ping = &ping;
+		/* A refused connection may be closed already: its refusal is still there to read. */
+		(void)wire_send(fd[i], &req.base, WIRE_FRAME_MAX, NULL, 0, MSG_NOSIGNAL);
+		if (wire_recv(fd[i], buf, sizeof(buf), &pkt, 0) <= 0)
+			_exit(5);
+		resp = mrd__response__unpack(NULL, pkt.len, pkt.data);
+		if (!resp)
+			_exit(6);
+		if (resp->status == EPROTO) {
+			rep.served++;
+		} else if (resp->status == EUSERS) {
+			rep.refused++;
+			snprintf(rep.refusal, sizeof(rep.refusal), "%s", resp->message);
+			close(fd[i]);
+		} else
+			_exit(7);
+		mrd__response__free_unpacked(resp, NULL);
+	}
+	if (write(report, &rep, sizeof(rep)) != sizeof(rep))
+		_exit(8);
+	(void)read(hold, &ch, 1); /* EOF: the test is done looking */
+	_exit(0);
+}
+
+/* One uid's bare connections (no Hello) take its share of the slots, not everyone's. */
+START_TEST(test_bare_connections_of_one_uid)
+{
+	struct bare_report rep;
+	int reports[2], hold[2];
+	pid_t pid;
+
+	ck_assert_int_eq(pipe2(reports, O_CLOEXEC), 0);
+	ck_assert_int_eq(pipe2(hold, O_CLOEXEC), 0);
+	pid = kid(fork());
+	if (pid == 0) {
+		close(hold[1]);
+		bare_attacker(reports[1], hold[0]);
+	}
+	close(reports[1]);
+	close(hold[0]);
+	hold_end = hold[1];
+	read_report(reports[0], &rep, sizeof(rep));
+	close(reports[0]);
+	printf("%u bare connections of uid %u: %u served, %u refused (\"%s\")\n", BARE, ATTACKER,
+	       rep.served, rep.refused, rep.refusal);
+	/* The shipped [limits] clients_per_user. */
+	ck_assert_uint_eq(rep.served, 256);
+	ck_assert_uint_eq(rep.refused, BARE - 256);
+	ck_assert_str_eq(rep.refusal, "uid 1000 has 256 connections open ([limits] clients_per_user)");
+	/* While it holds them, another user is served, and so is root. */
+	ck_assert(served_as(VICTIM));
+	ck_assert(served_as(0));
+	close(hold_end);
+	hold_end = -1;
+	ck_assert_int_eq(reap(pid), 0);
+	/* Its slots come back with it gone (mrd sees the hang-ups a moment later). */
+	for (int i = 0; i < 100 && !served_as(ATTACKER); i++)
+		usleep(20000);
+	ck_assert(served_as(ATTACKER));
+}
+END_TEST
+
+/* What one namespaced identity saw: its domain, and whether mrd took its 4 KiB memfd into the
+ * window (an arena of a whole 1 GiB slot), or why not. */
+struct ns_report {
+	int attach;
+	char domain[64];
+	char why[200];
+};
+
+/* How the identities inside a namespace run: n of them, uid (and gid) first.. inside; the last
+ * one makes a namespace of its own first, as any unprivileged process may. Each reports on out
+ * and holds its connection until hold closes. */
+struct identities {
+	unsigned first, n;
+	bool nest_last;
+	int out, hold;
+};
+
+_Noreturn static void ns_identity(const struct identities *ids, unsigned i)
+{
+	struct ns_report rep = { 0 };
+	uid_t id = ids->first + i;
+	mrd_client *c;
+	void *p;
+	char ch;
+	int fd;
+
+	if (setgroups(0, NULL) < 0 || setresgid(id, id, id) < 0 || setresuid(id, id, id) < 0)
+		_exit(3);
+	if (ids->nest_last && i == ids->n - 1) {
+		char map[32];
+
+		snprintf(map, sizeof(map), "0 %u 1\n", (unsigned)id);
+		/* The uid change left it undumpable, its /proc files root's: writable again. */
+		if (prctl(PR_SET_DUMPABLE, 1) < 0 || unshare(CLONE_NEWUSER) < 0)
+			_exit(4);
+		fd = open("/proc/self/uid_map", O_WRONLY | O_CLOEXEC);
+		if (fd < 0 || write(fd, map, strlen(map)) != (ssize_t)strlen(map))
+			_exit(5);
+		close(fd);
+	}
+	rep.attach = mrd_client_connect(users.socket, &c);
+	if (rep.attach == 0) {
+		snprintf(rep.domain, sizeof(rep.domain), "%s", mrd_client_domain(c));
+		fd = memfd_create("identity", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		if (fd < 0 || ftruncate(fd, 4096) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0)
+			_exit(7);
+		rep.attach = mrd_extmem_attach(c, fd, 0, 4096, &p);
+	}
+	snprintf(rep.why, sizeof(rep.why), "%s", rep.attach < 0 ? mrd_last_error() : "");
+	if (write(ids->out, &rep, sizeof(rep)) != sizeof(rep))
+		_exit(8);
+	(void)read(ids->hold, &ch, 1);
+	_exit(0);
+}
+
+/* A child that makes a user namespace as uid owner (gid owner), whose uids and gids 0.. map to
+ * first.. (written from here, as newuidmap does with a user's /etc/subuid range, or as root
+ * makes a container's); inside, as uid 0, it runs ids's identities and waits for them.
+ * Returns its pid, or -1 with the reason in skip when the kernel refuses the namespace. */
+static pid_t identities_in_namespace(uid_t owner, unsigned first, const struct identities *ids,
+				     char *skip, size_t skip_size)
+{
+	int ready[2], mapped[2], err = 0;
+	const char *file[] = { "uid_map", "gid_map" };
+	char ch = 0;
+	pid_t pid;
+
+	ck_assert_int_eq(pipe2(ready, O_CLOEXEC), 0);
+	ck_assert_int_eq(pipe2(mapped, O_CLOEXEC), 0);
+	pid = kid(fork());
+	if (pid == 0) {
+		int status;
+
+		close(ready[0]);
+		close(mapped[1]);
+		close(hold_end); /* the identities wait for its EOF */
+		if (owner != 0 && !become(owner))
+			_exit(3);
+		err = unshare(CLONE_NEWUSER) < 0 ? errno : 0;
+		if (write(ready[1], &err, sizeof(err)) != sizeof(err) || err)
+			_exit(77);
+		if (read(mapped[0], &ch, 1) != 1 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
+			_exit(4);
+		for (unsigned i = 0; i < ids->n; i++) {
+			pid_t child = fork();
+
+			if (child < 0)
+				_exit(5);
+			if (child == 0)
+				ns_identity(ids, i);
+		}
+		for (unsigned i = 0; i < ids->n; i++)
+			if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+				_exit(6);
+		_exit(0);
+	}
+	close(ready[1]);
+	close(mapped[0]);
+	ck_assert_int_eq(read(ready[0], &err, sizeof(err)), (ssize_t)sizeof(err));
+	close(ready[0]);
+	if (err) {
+		snprintf(skip, skip_size, "unshare(CLONE_NEWUSER) as uid %u: %s", (unsigned)owner,
+			 strerror(err));
+		close(mapped[1]);
+		(void)reap(pid);
+		return -1;
+	}
+	for (int k = 0; k < 2; k++) {
+		char path[64], map[64];
+		int fd;
+
+		snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file[k]);
+		snprintf(map, sizeof(map), "0 %u 65536\n", first);
+		fd = open(path, O_WRONLY | O_CLOEXEC);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(write(fd, map, strlen(map)), (ssize_t)strlen(map));
+		close(fd);
+	}
+	ck_assert_int_eq(write(mapped[1], &ch, 1), 1);
+	close(mapped[1]);
+	return pid;
+}
+
+/* The first reply on fd within 10 s: its status (-1: none), its message in why. */
+static int first_reply(int fd, char *why, size_t size)
+{
+	static uint8_t buf[WIRE_FRAME_MAX];
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct wire_packet pkt;
+	Mrd__Response *resp;
+	int status;
+
+	if (poll(&p, 1, 10000) != 1 || wire_recv(fd, buf, sizeof(buf), &pkt, 0) <= 0)
+		return -1;
+	wire_packet_close_fds(&pkt);
+	resp = mrd__response__unpack(NULL, pkt.len, pkt.data);
+	if (!resp)
+		return -1;
+	status = resp->status;
+	snprintf(why, size, "%s", resp->message ? resp->message : "");
+	mrd__response__free_unpacked(resp, NULL);
+	return status;
+}
+
+/* A connection whose process mrd can no longer tell (it changed its uid before mrd took the
+ * connection, or it is gone and its pid free for anyone) is refused: its namespace, and so
+ * whom it is charged to, cannot be known. mrd is stopped while they connect, so that it takes
+ * the connections only after. */
+START_TEST(test_peers_that_cannot_be_told)
+{
+	static uint8_t buf[64];
+	struct wire_packet pkt;
+	int ready[2], sv[2], gone;
+	pid_t changed, exited;
+	char why[200], ch;
+
+	ck_assert_int_eq(pipe2(ready, O_CLOEXEC), 0);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+	ck_assert_int_eq(kill(users.pid, SIGSTOP), 0);
+	/* One connects as root and then runs as uid 1000; it exits with mrd's answer. (An mrd that
+	 * cannot read namespaces charges it by its uid alone, as root: nothing to tell.) */
+	changed = can_read_namespaces() ? kid(fork()) : -1;
+	if (changed < 0)
+		printf("SKIP a process that changed its uid: no CAP_SYS_PTRACE\n");
+	if (changed == 0) {
+		int fd = raw_connect(users.socket);
+
+		if (fd < 0 || !become(ATTACKER) || write(ready[1], "x", 1) != 1)
+			_exit(100);
+		_exit(first_reply(fd, why, sizeof(why)) == ESRCH ? 0 : 101);
+	}
+	/* One connects, hands its socket over and exits. */
+	exited = kid(fork());
+	if (exited == 0) {
+		int fd = raw_connect(users.socket);
+
+		_exit(fd >= 0 && wire_send_raw(sv[1], "x", 1, &fd, 1, 0) == 0 ? 0 : 100);
+	}
+	ck_assert_int_eq(reap(exited), 0);
+	ck_assert_int_eq(wire_recv(sv[0], buf, sizeof(buf), &pkt, 0), 1);
+	ck_assert_uint_eq(pkt.n_fds, 1);
+	gone = pkt.fds[0];
+	ck_assert(changed < 0 || read(ready[0], &ch, 1) == 1);
+	ck_assert_int_eq(kill(users.pid, SIGCONT), 0);
+
+	ck_assert_int_eq(first_reply(gone, why, sizeof(why)), ESRCH);
+	ck_assert_msg(strstr(why, "cannot tell which user namespace"), "%s", why);
+	ck_assert(changed < 0 || reap(changed) == 0);
+	close(gone);
+	close(sv[0]);
+	close(sv[1]);
+	close(ready[0]);
+	close(ready[1]);
+	ck_assert(served_as(0)); /* and mrd serves on */
+}
+END_TEST
+
+#define IDENTITIES 64
+
+/* One user given /etc/subuid's 65,536 uids is 64 users to the kernel (one of them in a
+ * namespace nested in the first). mrd charges them all to that user: one domain, whose share of
+ * the window ([quota] window_bytes, an eighth of it by default) leaves room for everyone else.
+ * A namespace root made is an administrator's: its uids count as their own. */
+START_TEST(test_user_namespace_identities)
+{
+	struct identities ids = { .first = 0, .n = IDENTITIES, .nest_last = true };
+	unsigned attached = 0, refused = 0;
+	int reports[2], hold[2];
+	struct ns_report rep;
+	char skip[160];
+
+	if (!can_read_namespaces()) {
+		printf("SKIP user namespaces: without CAP_SYS_PTRACE mrd cannot read another user's "
+		       "namespace (it groups by /etc/subuid, which this host need not fill)\n");
+		return;
+	}
+	ck_assert_int_eq(pipe2(reports, O_CLOEXEC), 0);
+	ck_assert_int_eq(pipe2(hold, O_CLOEXEC), 0);
+	hold_end = hold[1];
+	ids.out = reports[1];
+	ids.hold = hold[0];
+	if (identities_in_namespace(ATTACKER, 100000, &ids, skip, sizeof(skip)) < 0) {
+		printf("SKIP user namespaces: %s\n", skip);
+		close(hold[0]);
+		close(reports[0]);
+		close(reports[1]);
+		return;
+	}
+	for (unsigned i = 0; i < IDENTITIES; i++) {
+		read_report(reports[0], &rep, sizeof(rep));
+		ck_assert_msg(strcmp(rep.domain, "uid-1000") == 0, "identity %u: domain \"%s\" (%s)",
+			      i, rep.domain, rep.attach < 0 ? rep.why : "attached");
+		if (rep.attach == 0) {
+			attached++;
+			continue;
+		}
+		ck_assert_int_eq(rep.attach, -EDQUOT);
+		ck_assert_msg(strstr(rep.why, "quota.window_bytes (8589934592) reached for domain "
+					      "uid-1000"), "refused with: %s", rep.why);
+		refused++;
+	}
+	printf("%u identities of uid %u in user namespaces: %u memfds attached, %u refused (%s)\n",
+	       IDENTITIES, ATTACKER, attached, refused, rep.why);
+	ck_assert_uint_eq(attached, 8); /* 8 GiB of the 64 GiB window: 8 slots */
+	/* While they hold their memory, others are served. */
+	ck_assert(served_as(VICTIM));
+	ck_assert(served_as(0));
+
+	/* Root's namespace, mapping its uids to 200000..: uid 200000 is nobody else's. */
+	ids = (struct identities){ .first = 0, .n = 1, .out = reports[1], .hold = hold[0] };
+	ck_assert_int_ge(identities_in_namespace(0, 200000, &ids, skip, sizeof(skip)), 0);
+	read_report(reports[0], &rep, sizeof(rep));
+	ck_assert_str_eq(rep.domain, "uid-200000");
+	ck_assert_int_eq(rep.attach, 0);
+
+	close(hold[0]);
+	close(reports[1]);
+	close(hold_end);
+	hold_end = -1;
+	while (n_kids)
+		ck_assert_int_eq(reap(kids[0]), 0);
+	close(reports[0]);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("hostile");
@@ -1197,5 +1693,14 @@ int main(void)
 		suite_add_tcase(s, tc);
 	} else
 		printf("not run: holes in huge pages: %s\n", why);
+
+	tc = tcase_create("users");
+	tcase_add_unchecked_fixture(tc, start_users, stop_users);
+	tcase_add_checked_fixture(tc, NULL, release_children);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_bare_connections_of_one_uid);
+	tcase_add_test(tc, test_peers_that_cannot_be_told);
+	tcase_add_test(tc, test_user_namespace_identities);
+	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

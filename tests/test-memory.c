@@ -429,6 +429,42 @@ START_TEST(test_quota_boundaries)
 }
 END_TEST
 
+/* quota.window_bytes: a domain's arenas take at most its share of the window (by default an
+ * eighth: 8 of the 64 slots here), however little memory is in them, so others always fit. */
+START_TEST(test_quota_window_bytes)
+{
+	int memfd = memfd_create("ext", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	int fd = td_hello_client(1000, NULL), other = td_hello_client(2000, NULL);
+	Mrd__Response *resp;
+	uint64_t a, msg;
+
+	ck_assert_int_eq(ftruncate(memfd, 16 * 4096), 0);
+	ck_assert_int_eq(fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	/* A page each, a 64 MiB slot each. */
+	for (int i = 0; i < 8; i++)
+		mrd__response__free_unpacked(td_attach(fd, 2 + (uint64_t)i, memfd,
+						       (uint64_t)i * 4096, 4096, 0), NULL);
+	ck_assert_uint_eq(window_slots_used(), 8);
+	resp = td_attach(fd, 10, memfd, 8 * 4096, 4096, EDQUOT);
+	ck_assert_msg(strstr(resp->message, "quota.window_bytes (536870912) reached for domain "
+					    "uid-1000: its 8 arenas take 536870912 bytes"),
+		      "%s", resp->message);
+	mrd__response__free_unpacked(resp, NULL);
+	alloc(fd, 11, 4096, 0, EDQUOT, &msg, NULL); /* a new arena of pages, too */
+	ck_assert_ptr_nonnull(strstr((char *)(uintptr_t)msg, "quota.window_bytes"));
+	free_msg(msg);
+	ck_assert_uint_eq(window_slots_used(), 8);
+	/* Another domain has the rest. */
+	alloc(other, 2, 100 * MiB, 0, 0, &a, NULL);
+	ck_assert_uint_eq(window_slots_used(), 10); /* 128 MiB: two slots */
+	close(fd);
+	close(other);
+	td_wait_domains_closed();
+	ck_assert_uint_eq(window_slots_used(), 0);
+	close(memfd);
+}
+END_TEST
+
 START_TEST(test_unread_descriptors_bounded)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
@@ -543,6 +579,7 @@ int main(void)
 	tcase_add_test(tc, test_quota_allocated_bytes);
 	tcase_add_test(tc, test_quota_allocations_and_arenas);
 	tcase_add_test(tc, test_quota_clients);
+	tcase_add_test(tc, test_quota_window_bytes);
 	tcase_add_test(tc, test_death_releases);
 	tcase_add_test(tc, test_generation_without_request);
 	tcase_add_test(tc, test_extmem);

@@ -637,7 +637,7 @@ START_TEST(test_chunk_capped_at_max_mr_size)
 {
 	const char *settings[] = { "memory.window_size=256G", "memory.arena_size=64M",
 				   "memory.hugepages=no", "cache.odp_chunk=1T", "cache.workers=1",
-				   "quota.allocated_bytes=200G", NULL };
+				   "quota.allocated_bytes=200G", "quota.window_bytes=128G", NULL };
 	struct client *c;
 	Mrd__MrEntry e;
 	uint64_t a, max;

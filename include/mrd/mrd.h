@@ -28,7 +28,8 @@ typedef struct mrd_client mrd_client;
  * Connects to mrd at path (NULL or "": $MRD_SOCKET, else MRD_SOCKET_DEFAULT) and negotiates the
  * protocol version. On success *ret is a new handle; on failure *ret is untouched.
  * Errors: -ENOENT or -ECONNREFUSED when mrd is not running, -EPROTONOSUPPORT when no protocol
- * version is shared, -EUSERS when mrd serves its limit of clients, -ETIMEDOUT, -ENOMEM.
+ * version is shared, -EUSERS when mrd serves its limit of clients (all, or the caller's user's),
+ * -ETIMEDOUT, -ENOMEM.
  */
 int mrd_client_connect(const char *path, mrd_client **ret);
 
