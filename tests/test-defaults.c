@@ -21,14 +21,11 @@
 #include "check-run.h"
 
 #define MiB (1ul << 20)
-#define NR_PATH "/proc/sys/vm/nr_hugepages"
-#define FREE_PATH "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
+#define FREE_PATH HUGEPAGES_FREE_PATH
 #define RESERVE_PAGES 4
 
 static struct mrd_proc mrd;
 static char conf_dir[64]; /* the configuration under test, outside mrd's own directory */
-static long reserved;     /* huge pages this suite added to the pool */
-static pid_t reserver;    /* Check forks a child per test: only this process gives them back */
 static char out[65536];
 
 static uint64_t mem_total(void)
@@ -394,33 +391,15 @@ START_TEST(test_libmrd_debug)
 }
 END_TEST
 
-static void reserve_hugepages(void)
-{
-	long nr = read_long(NR_PATH);
-
-	/* Relative, not back to a saved count: test-hugetlb may reserve at the same time. */
-	if (geteuid() == 0 && nr >= 0 && write_long(NR_PATH, nr + RESERVE_PAGES) == 0) {
-		reserved = RESERVE_PAGES;
-		reserver = getpid();
-	}
-}
-
-static void give_back(void)
-{
-	long nr = read_long(NR_PATH);
-
-	if (reserved && getpid() == reserver && nr >= reserved)
-		(void)write_long(NR_PATH, nr - reserved);
-}
-
 int main(void)
 {
 	Suite *s = suite_create("defaults");
 	TCase *shipped = tcase_create("shipped"), *empty = tcase_create("empty");
 	TCase *other = tcase_create("settings");
+	char why[256];
 
-	reserve_hugepages();
-	atexit(give_back);
+	if (hugepages_reserve(RESERVE_PAGES, why, sizeof(why)) < 0)
+		printf("huge pages: %s\n", why);
 	tcase_add_checked_fixture(shipped, setup_shipped, teardown);
 	tcase_add_checked_fixture(empty, setup_empty, teardown);
 	tcase_add_checked_fixture(other, NULL, teardown);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -175,6 +176,9 @@ int mrd_proc_start(struct mrd_proc *p, const char *config_text, const char *cons
 	/* Off the host's system bus; the bus test turns it on, on a private one. Clients connect
 	 * as several users, members of no group mrd: a socket anyone may use. */
 	fputs("[mrd]\nbus = no\nsocket_mode = 0666\n", f);
+	/* 4 KiB pages unless a test asks for huge ones: whether a host has free huge pages at
+	 * the moment (another suite may have reserved them) must not change what a test sees. */
+	fputs("[memory]\nhugepages = no\n", f);
 	fputs(config_text ? config_text : "", f);
 	fclose(f);
 
@@ -436,9 +440,29 @@ static void hugepages_give_back(void)
 		(void)write_long(NR_HUGEPAGES_PATH, now > reserved_added ? now - reserved_added : 0);
 }
 
+/* Suites that use huge pages take turns, whole processes at a time: one takes every free
+ * page on purpose (test-hostile's holes), another counts them (test-hugetlb), and make -j2
+ * check runs them side by side. Released when the process exits. */
+#define HUGEPAGES_LOCK_PATH "/tmp/mrd-tests-hugepages.lock"
+
+static void hugepages_take_turn(void)
+{
+	static int lock_fd = -1;
+
+	if (lock_fd >= 0)
+		return;
+	lock_fd = open(HUGEPAGES_LOCK_PATH, O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
+	if (lock_fd >= 0)
+		while (flock(lock_fd, LOCK_EX) < 0 && errno == EINTR)
+			;
+}
+
 int hugepages_reserve(long want, char *why, size_t why_size)
 {
-	long before = read_long(NR_HUGEPAGES_PATH);
+	long before;
+
+	hugepages_take_turn();
+	before = read_long(NR_HUGEPAGES_PATH);
 
 	if (geteuid() == 0 && read_long(HUGEPAGES_FREE_PATH) < want && reserved_added == 0 &&
 	    before >= 0 && write_long(NR_HUGEPAGES_PATH, before + 2 * want) == 0) {
