@@ -181,8 +181,9 @@ MRD_EXPORT mrd_client *mrd_client_close(mrd_client *client)
 	if (client->next)
 		client->next->prev = client->prev;
 	pthread_mutex_unlock(&handles_lock);
-	log_debug("closing the connection to %s (%lu allocations held)", client->conn->path,
-		  __atomic_load_n(&client->n_held, __ATOMIC_ACQUIRE));
+	if (client->conn) /* none when connecting failed */
+		log_debug("closing the connection to %s (%lu allocations held)", client->conn->path,
+			  __atomic_load_n(&client->n_held, __ATOMIC_ACQUIRE));
 	memory_leave(client);
 	conn_free(client->conn);
 	pthread_mutex_destroy(&client->lock);

@@ -194,6 +194,7 @@ static int protocol_error(struct client *c, struct reply *r, int error)
 int dispatch_packet(struct client *c, struct wire_packet *pkt)
 {
 	struct manager *m = c->manager;
+	uid_t owner = c->owner_uid; /* a protocol error frees c */
 	const struct request_type *type;
 	Mrd__Request *req;
 	struct reply r;
@@ -210,13 +211,13 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 			break;
 		}
 	if (slow) {
-		unsigned mine = fd_closer_waiting(m->closer, c->owner_uid);
+		unsigned mine = fd_closer_waiting(m->closer, owner);
 		unsigned all = fd_closer_waiting(m->closer, (uid_t)-1);
 
 		if (mine >= FD_CLOSER_UID_MAX || all >= FD_CLOSER_MAX) {
 			char reason[128];
 
-			fd_closer_consume_packet(m->closer, pkt, c->owner_uid);
+			fd_closer_consume_packet(m->closer, pkt, owner);
 			snprintf(reason, sizeof(reason),
 				 "%u descriptors of its user (limit %u), %u in all (limit %u), still "
 				 "being closed", mine, FD_CLOSER_UID_MAX, all, FD_CLOSER_MAX);
@@ -230,13 +231,13 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 
 	/* Everything about the frame is checked before a byte of it is decoded. */
 	if (pkt->truncated || pkt->len > m->config.max_frame) {
-		fd_closer_consume_packet(m->closer, pkt, c->owner_uid);
+		fd_closer_consume_packet(m->closer, pkt, owner);
 		reply_set_message(&r, "frame of %zu bytes exceeds the limit of %u", pkt->len,
 				  m->config.max_frame);
 		return protocol_error(c, &r, -EMSGSIZE);
 	}
 	if (pkt->fds_truncated || pkt->n_fds > m->config.max_fds) {
-		fd_closer_consume_packet(m->closer, pkt, c->owner_uid);
+		fd_closer_consume_packet(m->closer, pkt, owner);
 		reply_set_message(&r, "too many file descriptors in one frame (limit %u)",
 				  m->config.max_fds);
 		return protocol_error(c, &r, -EBADMSG);
@@ -244,7 +245,7 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 
 	req = mrd__request__unpack(NULL, pkt->len, pkt->data);
 	if (!req) {
-		fd_closer_consume_packet(m->closer, pkt, c->owner_uid);
+		fd_closer_consume_packet(m->closer, pkt, owner);
 		reply_set_message(&r, "undecodable frame of %zu bytes", pkt->len);
 		return protocol_error(c, &r, -EBADMSG);
 	}
@@ -275,7 +276,7 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 	}
 
 	/* Handlers take what they keep. */
-	fd_closer_consume_packet(m->closer, pkt, c->owner_uid);
+	fd_closer_consume_packet(m->closer, pkt, owner);
 	mrd__request__free_unpacked(req, NULL);
 	return k;
 }
