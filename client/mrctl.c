@@ -102,24 +102,6 @@ static void print_status(const Mrd__StatusResponse *s)
 		       s->requests, s->protocol_errors, s->clients_dropped);
 		return;
 	}
-	if (*s->view) {
-		printf("version:          %s\n"
-		       "pid:              %" PRIu32 "\n"
-		       "uptime:           %.1f s\n"
-		       "provider:         %s\n"
-		       "device:           %s\n"
-		       "max MR size:      %" PRIu64 " bytes\n"
-		       "ODP:              %s (implicit: %s)\n"
-		       "rereg translate:  %s\n"
-		       "DMA by keys:      %s\n"
-		       "domain:           %s (%s open; root and the admin group see every domain)\n"
-		       "clients:          %" PRIu32 " of %" PRIu32 " in the domain\n",
-		       esc(s->server_version), s->pid, (double)s->uptime_usec / 1e6,
-		       esc(s->provider), esc(s->device), s->max_mr_size, yes_no(s->odp),
-		       yes_no(s->odp_implicit), yes_no(s->rereg_translation), yes_no(s->dma),
-		       esc(s->view), s->domains ? "yours," : "not", s->clients, s->max_clients);
-		return;
-	}
 	printf("version:          %s\n"
 	       "pid:              %" PRIu32 "\n"
 	       "uptime:           %.1f s\n"
@@ -128,16 +110,23 @@ static void print_status(const Mrd__StatusResponse *s)
 	       "max MR size:      %" PRIu64 " bytes\n"
 	       "ODP:              %s (implicit: %s)\n"
 	       "rereg translate:  %s\n"
-	       "DMA by keys:      %s\n"
-	       "domains:          %" PRIu32 "\n"
+	       "DMA by keys:      %s\n",
+	       esc(s->server_version), s->pid, (double)s->uptime_usec / 1e6, esc(s->provider),
+	       esc(s->device), s->max_mr_size, yes_no(s->odp), yes_no(s->odp_implicit),
+	       yes_no(s->rereg_translation), yes_no(s->dma));
+	if (*s->view) {
+		printf("domain:           %s (%s open; root and the admin group see every domain)\n"
+		       "clients:          %" PRIu32 " of %" PRIu32 " in the domain\n",
+		       esc(s->view), s->domains ? "yours," : "not", s->clients, s->max_clients);
+		return;
+	}
+	printf("domains:          %" PRIu32 "\n"
 	       "clients:          %" PRIu32 " of %" PRIu32 "\n"
 	       "requests:         %" PRIu64 "\n"
 	       "protocol errors:  %" PRIu64 "\n"
 	       "clients dropped:  %" PRIu64 "\n",
-	       esc(s->server_version), s->pid, (double)s->uptime_usec / 1e6, esc(s->provider),
-	       esc(s->device), s->max_mr_size, yes_no(s->odp), yes_no(s->odp_implicit),
-	       yes_no(s->rereg_translation), yes_no(s->dma), s->domains, s->clients,
-	       s->max_clients, s->requests, s->protocol_errors, s->clients_dropped);
+	       s->domains, s->clients, s->max_clients, s->requests, s->protocol_errors,
+	       s->clients_dropped);
 }
 
 /* Sends req; on success *ret is a reply carrying body_case. Every failure is printed. */
