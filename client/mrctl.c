@@ -102,24 +102,6 @@ static void print_status(const Mrd__StatusResponse *s)
 		       s->requests, s->protocol_errors, s->clients_dropped);
 		return;
 	}
-	if (*s->view) {
-		printf("version:          %s\n"
-		       "pid:              %" PRIu32 "\n"
-		       "uptime:           %.1f s\n"
-		       "provider:         %s\n"
-		       "device:           %s\n"
-		       "max MR size:      %" PRIu64 " bytes\n"
-		       "ODP:              %s (implicit: %s)\n"
-		       "rereg translate:  %s\n"
-		       "DMA by keys:      %s\n"
-		       "domain:           %s (%s open; root and the admin group see every domain)\n"
-		       "clients:          %" PRIu32 " of %" PRIu32 " in the domain\n",
-		       esc(s->server_version), s->pid, (double)s->uptime_usec / 1e6,
-		       esc(s->provider), esc(s->device), s->max_mr_size, yes_no(s->odp),
-		       yes_no(s->odp_implicit), yes_no(s->rereg_translation), yes_no(s->dma),
-		       esc(s->view), s->domains ? "yours," : "not", s->clients, s->max_clients);
-		return;
-	}
 	printf("version:          %s\n"
 	       "pid:              %" PRIu32 "\n"
 	       "uptime:           %.1f s\n"
@@ -128,16 +110,23 @@ static void print_status(const Mrd__StatusResponse *s)
 	       "max MR size:      %" PRIu64 " bytes\n"
 	       "ODP:              %s (implicit: %s)\n"
 	       "rereg translate:  %s\n"
-	       "DMA by keys:      %s\n"
-	       "domains:          %" PRIu32 "\n"
+	       "DMA by keys:      %s\n",
+	       esc(s->server_version), s->pid, (double)s->uptime_usec / 1e6, esc(s->provider),
+	       esc(s->device), s->max_mr_size, yes_no(s->odp), yes_no(s->odp_implicit),
+	       yes_no(s->rereg_translation), yes_no(s->dma));
+	if (*s->view) {
+		printf("domain:           %s (%s open; root and the admin group see every domain)\n"
+		       "clients:          %" PRIu32 " of %" PRIu32 " in the domain\n",
+		       esc(s->view), s->domains ? "yours," : "not", s->clients, s->max_clients);
+		return;
+	}
+	printf("domains:          %" PRIu32 "\n"
 	       "clients:          %" PRIu32 " of %" PRIu32 "\n"
 	       "requests:         %" PRIu64 "\n"
 	       "protocol errors:  %" PRIu64 "\n"
 	       "clients dropped:  %" PRIu64 "\n",
-	       esc(s->server_version), s->pid, (double)s->uptime_usec / 1e6, esc(s->provider),
-	       esc(s->device), s->max_mr_size, yes_no(s->odp), yes_no(s->odp_implicit),
-	       yes_no(s->rereg_translation), yes_no(s->dma), s->domains, s->clients,
-	       s->max_clients, s->requests, s->protocol_errors, s->clients_dropped);
+	       s->domains, s->clients, s->max_clients, s->requests, s->protocol_errors,
+	       s->clients_dropped);
 }
 
 /* Sends req; on success *ret is a reply carrying body_case. Every failure is printed. */
@@ -165,6 +154,25 @@ static int call(struct conn *c, const char *name, Mrd__Request *req, int body_ca
 		return r;
 	}
 	*ret = resp;
+	return 0;
+}
+
+/* A paged request: sent with *cursor 0, then again from each page's next until one says 0.
+ * page() shows one reply and returns its next. */
+static int call_pages(struct conn *c, const char *name, Mrd__Request *req, int body_case,
+		      uint32_t *cursor, uint32_t (*page)(const Mrd__Response *resp, void *userdata),
+		      void *userdata)
+{
+	*cursor = 0;
+	do {
+		Mrd__Response *resp;
+		int r = call(c, name, req, body_case, &resp);
+
+		if (r < 0)
+			return r;
+		*cursor = page(resp, userdata);
+		mrd__response__free_unpacked(resp, NULL);
+	} while (*cursor);
 	return 0;
 }
 
@@ -385,34 +393,34 @@ static void print_mempool(const Mrd__MempoolInfo *p, bool first)
 	}
 }
 
+/* shown: how many pools the pages before showed. */
+static uint32_t print_mempools_page(const Mrd__Response *resp, void *shown)
+{
+	const Mrd__MempoolsResponse *page = resp->mempools;
+	size_t *n = shown;
+
+	for (size_t i = 0; i < page->n_mempools; i++, (*n)++)
+		print_mempool(page->mempools[i], *n == 0);
+	/* An mrd without pages answers with next 0; one that moved nothing on is done. */
+	return page->n_mempools ? page->next : 0;
+}
+
 /* Page by page (each a snapshot: a pool registered or dropped meanwhile may be missed). */
 static int cmd_mempools(struct conn *c)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__MempoolsRequest mempools = MRD__MEMPOOLS_REQUEST__INIT;
 	size_t shown = 0;
-	uint32_t next = 0;
+	int r;
 
 	req.body_case = MRD__REQUEST__BODY_MEMPOOLS;
 	req.mempools = &mempools;
 	if (arg_json)
 		printf("{\"mempools\":[");
-	do {
-		const Mrd__MempoolsResponse *page;
-		Mrd__Response *resp;
-		int r;
-
-		mempools.first = next;
-		r = call(c, "mempools", &req, MRD__RESPONSE__BODY_MEMPOOLS, &resp);
-		if (r < 0)
-			return r;
-		page = resp->mempools;
-		for (size_t i = 0; i < page->n_mempools; i++, shown++)
-			print_mempool(page->mempools[i], shown == 0);
-		/* An mrd without pages answers with next 0; one that moved nothing on is done. */
-		next = page->n_mempools ? page->next : 0;
-		mrd__response__free_unpacked(resp, NULL);
-	} while (next);
+	r = call_pages(c, "mempools", &req, MRD__RESPONSE__BODY_MEMPOOLS, &mempools.first,
+		       print_mempools_page, &shown);
+	if (r < 0)
+		return r;
 	if (arg_json)
 		printf("]}\n");
 	else if (shown == 0)
@@ -699,79 +707,87 @@ static int parse_set_option(int opt, const char *value)
 
 static const char *const mr_kinds[] = { "cache", "odp", "mempool" };
 
+struct dump_state {
+	bool first_domain;  /* the first domain shown */
+	bool header_shown;  /* the first page's: the domain's header and arenas */
+	uint32_t n_printed; /* MRs the pages before showed */
+};
+
+static uint32_t print_dump_page(const Mrd__Response *resp, void *userdata)
+{
+	const Mrd__DomainDumpResponse *d = resp->domain_dump;
+	struct dump_state *st = userdata;
+
+	if (!st->header_shown) {
+		st->header_shown = true;
+		if (arg_json) {
+			printf("%s{\"domain\":", st->first_domain ? "" : ",");
+			json_write_string(stdout, d->domain);
+			printf(",\"table\":{\"entries\":%" PRIu32 ",\"capacity\":%" PRIu32
+			       ",\"overflow\":%s},\"arenas\":[", d->table_entries,
+			       d->table_capacity, json_bool(d->table_overflow));
+		} else
+			printf("%sdomain %s: %zu arena%s, table %" PRIu32 " of %" PRIu32
+			       " entries%s, %" PRIu32 " MR%s\n", st->first_domain ? "" : "\n",
+			       esc(d->domain), d->n_arenas, d->n_arenas == 1 ? "" : "s",
+			       d->table_entries, d->table_capacity,
+			       d->table_overflow ? " (overflowed)" : "", d->mrs_total,
+			       d->mrs_total == 1 ? "" : "s");
+		for (size_t i = 0; i < d->n_arenas; i++) {
+			const Mrd__DumpArena *a = d->arenas[i];
+
+			if (arg_json)
+				printf("%s{\"address\":%" PRIu64 ",\"size\":%" PRIu64
+				       ",\"page_size\":%" PRIu32 ",\"hugetlb\":%s,\"external\":%s"
+				       ",\"allocations\":%" PRIu32 "}", i ? "," : "", a->address,
+				       a->size, a->page_size, json_bool(a->hugetlb),
+				       json_bool(a->external), a->allocations);
+			else
+				printf("  arena 0x%016" PRIx64 " %12" PRIu64 " bytes, %7" PRIu32
+				       "-byte pages%s%s, %" PRIu32 " allocation%s\n", a->address,
+				       a->size, a->page_size, a->hugetlb ? ", huge" : "",
+				       a->external ? ", external" : "", a->allocations,
+				       a->allocations == 1 ? "" : "s");
+		}
+		if (arg_json)
+			printf("],\"mrs\":[");
+		else if (d->mrs_total)
+			printf("  %-18s %-18s %10s %10s %-7s %8s %8s %7s\n", "START", "END",
+			       "LKEY", "RKEY", "KIND", "PAGES", "PID", "SHARERS");
+	}
+	for (size_t i = 0; i < d->n_mrs; i++, st->n_printed++) {
+		const Mrd__DumpMr *m = d->mrs[i];
+		const char *kind = m->kind < ELEMENTSOF(mr_kinds) ? mr_kinds[m->kind] : "?";
+
+		if (arg_json)
+			printf("%s{\"start\":%" PRIu64 ",\"end\":%" PRIu64 ",\"lkey\":%" PRIu32
+			       ",\"rkey\":%" PRIu32 ",\"kind\":\"%s\",\"pages\":%" PRIu64
+			       ",\"owner_pid\":%" PRId32 ",\"sharers\":%" PRIu32 "}",
+			       st->n_printed ? "," : "", m->start, m->end, m->lkey, m->rkey, kind,
+			       m->pages, m->owner_pid, m->sharers);
+		else
+			printf("  0x%016" PRIx64 " 0x%016" PRIx64 " 0x%08" PRIx32 " 0x%08" PRIx32
+			       " %-7s %8" PRIu64 " %8" PRId32 " %7" PRIu32 "\n", m->start, m->end,
+			       m->lkey, m->rkey, kind, m->pages, m->owner_pid, m->sharers);
+	}
+	return d->next_mr;
+}
+
 /* One domain's arenas, table and MRs, page by page. */
 static int print_domain_detail(struct conn *c, const char *domain, bool first)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__DomainDumpRequest q = MRD__DOMAIN_DUMP_REQUEST__INIT;
-	uint32_t next = 0, n_printed = 0;
+	struct dump_state st = { .first_domain = first };
+	int r;
 
 	req.body_case = MRD__REQUEST__BODY_DOMAIN_DUMP;
 	req.domain_dump = &q;
 	q.domain = (char *)domain;
-	do {
-		const Mrd__DomainDumpResponse *d;
-		Mrd__Response *resp;
-		int r;
-
-		q.first_mr = next;
-		r = call(c, "dump", &req, MRD__RESPONSE__BODY_DOMAIN_DUMP, &resp);
-		if (r < 0)
-			return r;
-		d = resp->domain_dump;
-		if (next == 0) { /* the first page: the domain's header and arenas */
-			if (arg_json) {
-				printf("%s{\"domain\":", first ? "" : ",");
-				json_write_string(stdout, d->domain);
-				printf(",\"table\":{\"entries\":%" PRIu32 ",\"capacity\":%" PRIu32
-				       ",\"overflow\":%s},\"arenas\":[", d->table_entries,
-				       d->table_capacity, json_bool(d->table_overflow));
-			} else
-				printf("%sdomain %s: %zu arena%s, table %" PRIu32 " of %" PRIu32
-				       " entries%s, %" PRIu32 " MR%s\n", first ? "" : "\n", esc(d->domain),
-				       d->n_arenas, d->n_arenas == 1 ? "" : "s", d->table_entries,
-				       d->table_capacity, d->table_overflow ? " (overflowed)" : "",
-				       d->mrs_total, d->mrs_total == 1 ? "" : "s");
-			for (size_t i = 0; i < d->n_arenas; i++) {
-				const Mrd__DumpArena *a = d->arenas[i];
-
-				if (arg_json)
-					printf("%s{\"address\":%" PRIu64 ",\"size\":%" PRIu64
-					       ",\"page_size\":%" PRIu32 ",\"hugetlb\":%s,\"external\":%s"
-					       ",\"allocations\":%" PRIu32 "}", i ? "," : "", a->address,
-					       a->size, a->page_size, json_bool(a->hugetlb),
-					       json_bool(a->external), a->allocations);
-				else
-					printf("  arena 0x%016" PRIx64 " %12" PRIu64 " bytes, %7" PRIu32
-					       "-byte pages%s%s, %" PRIu32 " allocation%s\n", a->address,
-					       a->size, a->page_size, a->hugetlb ? ", huge" : "",
-					       a->external ? ", external" : "", a->allocations,
-					       a->allocations == 1 ? "" : "s");
-			}
-			if (arg_json)
-				printf("],\"mrs\":[");
-			else if (d->mrs_total)
-				printf("  %-18s %-18s %10s %10s %-7s %8s %8s %7s\n", "START", "END",
-				       "LKEY", "RKEY", "KIND", "PAGES", "PID", "SHARERS");
-		}
-		for (size_t i = 0; i < d->n_mrs; i++, n_printed++) {
-			const Mrd__DumpMr *m = d->mrs[i];
-			const char *kind = m->kind < ELEMENTSOF(mr_kinds) ? mr_kinds[m->kind] : "?";
-
-			if (arg_json)
-				printf("%s{\"start\":%" PRIu64 ",\"end\":%" PRIu64 ",\"lkey\":%" PRIu32
-				       ",\"rkey\":%" PRIu32 ",\"kind\":\"%s\",\"pages\":%" PRIu64
-				       ",\"owner_pid\":%" PRId32 ",\"sharers\":%" PRIu32 "}",
-				       n_printed ? "," : "", m->start, m->end, m->lkey, m->rkey, kind,
-				       m->pages, m->owner_pid, m->sharers);
-			else
-				printf("  0x%016" PRIx64 " 0x%016" PRIx64 " 0x%08" PRIx32 " 0x%08" PRIx32
-				       " %-7s %8" PRIu64 " %8" PRId32 " %7" PRIu32 "\n", m->start, m->end,
-				       m->lkey, m->rkey, kind, m->pages, m->owner_pid, m->sharers);
-		}
-		next = d->next_mr;
-		mrd__response__free_unpacked(resp, NULL);
-	} while (next != 0);
+	r = call_pages(c, "dump", &req, MRD__RESPONSE__BODY_DOMAIN_DUMP, &q.first_mr,
+		       print_dump_page, &st);
+	if (r < 0)
+		return r;
 	if (arg_json)
 		printf("]}");
 	return 0;

@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 #include "fd-closer.h"
 #include "log.h"
 #include "macro.h"
+#include "worker-pool.h"
 
 /* Bounds on emptying one Unix socket: packets (finite anyway once it is shut down, but a
  * closer thread should not spin for ever on a kernel that differs), pending connections. */
@@ -141,16 +141,8 @@ static void defuse(struct fd_closer *fc, int fd, uid_t uid)
 static void *closer_main(void *arg)
 {
 	struct fd_closer *fc = arg;
-	sigset_t all;
 
-	/* Signals are the loop's (faults still come). */
-	sigfillset(&all);
-	sigdelset(&all, SIGSEGV);
-	sigdelset(&all, SIGBUS);
-	sigdelset(&all, SIGFPE);
-	sigdelset(&all, SIGILL);
-	sigdelset(&all, SIGABRT);
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	thread_block_loop_signals();
 	pthread_mutex_lock(&fc->lock);
 	for (;;) {
 		struct closing e;

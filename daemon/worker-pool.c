@@ -24,12 +24,10 @@ struct worker_pool {
 	struct event *event;
 };
 
-static void *worker_main(void *arg)
+void thread_block_loop_signals(void)
 {
-	struct worker_pool *p = arg;
 	sigset_t all;
 
-	/* Signals are the loop's: none interrupts a device command here (faults still come). */
 	sigfillset(&all);
 	sigdelset(&all, SIGSEGV);
 	sigdelset(&all, SIGBUS);
@@ -37,6 +35,14 @@ static void *worker_main(void *arg)
 	sigdelset(&all, SIGILL);
 	sigdelset(&all, SIGABRT);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker_pool *p = arg;
+
+	/* None interrupts a device command here. */
+	thread_block_loop_signals();
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
 		struct work *w = STAILQ_FIRST(&p->todo);

@@ -18,3 +18,7 @@ int worker_pool_new(struct event_base *base, unsigned n_threads, struct worker_p
 /* Runs every job already submitted to its end (done included), then stops. NULL-safe. */
 struct worker_pool *worker_pool_free(struct worker_pool *p);
 void worker_pool_submit(struct worker_pool *p, struct work *w);
+
+/* For a helper thread of mrd (a worker, the fd closer): signals are the loop's, blocked here
+ * (faults still come). */
+void thread_block_loop_signals(void);

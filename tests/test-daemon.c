@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -285,6 +286,20 @@ Mrd__Response *td_attach(int fd, uint64_t id, int memfd, uint64_t off, uint64_t 
 	req.extmem_attach = &at;
 	td_send_request(fd, &req, &memfd, 1);
 	return td_expect(fd, id, error);
+}
+
+int td_attach_sealed(int fd, uint64_t id, uint64_t size, uint64_t *ret_address)
+{
+	int memfd = memfd_create("ext", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	Mrd__Response *resp;
+
+	ck_assert_int_ge(memfd, 0);
+	ck_assert_int_eq(ftruncate(memfd, (off_t)size), 0);
+	ck_assert_int_eq(fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	resp = td_attach(fd, id, memfd, 0, size, 0);
+	*ret_address = resp->extmem_attach->address;
+	mrd__response__free_unpacked(resp, NULL);
+	return memfd;
 }
 
 void td_send_mempool_register(int fd, uint64_t id, const char *name, const uint64_t *starts,

@@ -57,6 +57,9 @@ void td_send_lookup(int fd, uint64_t id, uint64_t addr);
 void td_lookup(int fd, uint64_t id, uint64_t addr, int error, Mrd__MrEntry *out);
 /* ExtmemAttach of [off, off + len) of memfd; its reply must carry error, and is returned. */
 Mrd__Response *td_attach(int fd, uint64_t id, int memfd, uint64_t off, uint64_t len, int error);
+/* A new memfd of size bytes, sealed against shrinking, attached whole (the attach must
+ * succeed, its address goes to *ret_address); returns the memfd, the caller's to close. */
+int td_attach_sealed(int fd, uint64_t id, uint64_t size, uint64_t *ret_address);
 /* MempoolRegister of n ranges (extmem: objects in attached memory), its reply left for the
  * test to take. */
 void td_send_mempool_register(int fd, uint64_t id, const char *name, const uint64_t *starts,

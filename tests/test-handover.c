@@ -108,17 +108,9 @@ START_TEST(test_round_trip)
 	struct handover_fds saved;
 	unsigned n_allocations;
 	Mrd__MrEntry mr;
-	Mrd__Response *resp;
 	struct domain *d;
-	int memfd = memfd_create("ext", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 
-	ck_assert_int_ge(memfd, 0);
-	ck_assert_int_eq(ftruncate(memfd, 8 * 4096), 0);
-	ck_assert_int_eq(fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
-	resp = td_attach(a, 4, memfd, 0, 8 * 4096, 0);
-	ext = resp->extmem_attach->address;
-	mrd__response__free_unpacked(resp, NULL);
-	close(memfd);
+	close(td_attach_sealed(a, 4, 8 * 4096, &ext));
 	fill(a1, 1 * MiB, 1);
 	fill(a2, 3 * MiB, 2);
 	fill(b1, 2 * MiB, 3);
@@ -499,18 +491,11 @@ START_TEST(test_sealed_attachment_dropped_alone)
 {
 	int a = td_hello_client(1000, NULL), b = td_hello_client(2000, NULL);
 	uint64_t a1 = td_alloc(a, 2, 1 * MiB), b1 = td_alloc(b, 2, 2 * MiB), ext;
-	int memfd = memfd_create("ext", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	int memfd = td_attach_sealed(a, 3, 8 * 4096, &ext);
 	struct handover_fds saved;
-	Mrd__Response *resp;
 	struct domain *d;
 	unsigned n;
 
-	ck_assert_int_ge(memfd, 0);
-	ck_assert_int_eq(ftruncate(memfd, 8 * 4096), 0);
-	ck_assert_int_eq(fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
-	resp = td_attach(a, 3, memfd, 0, 8 * 4096, 0);
-	ext = resp->extmem_attach->address;
-	mrd__response__free_unpacked(resp, NULL);
 	fill(a1, 1 * MiB, 1);
 	fill(b1, 2 * MiB, 2);
 	fill(ext, 8 * 4096, 3);

@@ -274,16 +274,11 @@ static void good_session(void)
 
 static void start_mrd(void)
 {
-	struct rlimit rl = { 16384, 16384 };
 	int r;
 
 	/* MANY clients here, and as many connections in mrd (which raises its soft limit to the
 	 * hard one it inherits). */
-	if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
-		ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
-		rl.rlim_cur = rl.rlim_max;
-		(void)setrlimit(RLIMIT_NOFILE, &rl);
-	}
+	ck_assert_int_eq(open_files_limit_set(16384), 0);
 	r = mrd_proc_start(&mrd, "[limits]\nclients = 1100\nprotocol_errors = 4\n"
 				 "[quota]\nclients = 1100\n[memory]\nhugepages = no\n", NULL);
 	ck_assert_msg(r == 0, "mrd did not start: %s", strerror(-r));

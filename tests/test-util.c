@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -379,6 +380,19 @@ unsigned count_open_fds(pid_t pid)
 		n += e->d_name[0] != '.';
 	closedir(d);
 	return pid ? n : n - 1; /* not the directory's own */
+}
+
+int open_files_limit_set(rlim_t n)
+{
+	struct rlimit rl = { n, n };
+
+	if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+		return 0;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return -errno;
+	rl.rlim_cur = rl.rlim_max;
+	(void)setrlimit(RLIMIT_NOFILE, &rl);
+	return 0;
 }
 
 int raw_connect(const char *path)

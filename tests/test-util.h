@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 struct mrd_proc {
@@ -57,6 +58,10 @@ int run_capture(const char *const *argv, char *out, size_t size, uid_t run_as_ui
 
 /* How many descriptors process pid has open (pid 0: this process); 0 when /proc does not say. */
 unsigned count_open_fds(pid_t pid);
+
+/* RLIMIT_NOFILE to n, soft and hard (for this process and the mrd it starts); where the hard
+ * limit cannot move, the soft one up to it. 0, or -errno when the limits cannot be read. */
+int open_files_limit_set(rlim_t n);
 
 /* A raw SOCK_SEQPACKET connection to path; -errno on failure. */
 int raw_connect(const char *path);

@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -163,14 +162,9 @@ static void output_is_clean(void)
 
 static void start_mrd(void)
 {
-	struct rlimit rl = { 16384, 16384 };
 	int r;
 
-	if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
-		ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
-		rl.rlim_cur = rl.rlim_max;
-		(void)setrlimit(RLIMIT_NOFILE, &rl);
-	}
+	ck_assert_int_eq(open_files_limit_set(16384), 0);
 	r = mrd_proc_start(&mrd, "[limits]\nclients = 4000\n[memory]\nhugepages = no\n"
 				 "[quota]\npinned_bytes = 1G\nallocated_bytes = 1G\n", NULL);
 	ck_assert_msg(r == 0, "mrd did not start: %s", strerror(-r));
