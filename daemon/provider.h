@@ -47,6 +47,7 @@ struct provider_caps {
 	bool dma;               /* RDMA through keys (provider_dma) */
 	bool dma_emulated;      /* ... by mrd itself (soft): exact errors, counted ODP faults */
 	bool export_pd;         /* clients may import context and PD */
+	uint64_t max_keys;      /* keys a context makes in its life, then -EKEYEXPIRED; 0: no limit */
 };
 
 struct provider_stats {
