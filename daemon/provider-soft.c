@@ -35,8 +35,9 @@ struct soft_slot {
 };
 
 /* The key table in chunks of indexes: a chunk whose indexes are all spent is freed, so what
- * a context has retired costs a pointer per SOFT_CHUNK indexes (2 MiB for all 2^24), and its
- * chunks number at most its live MRs plus one. */
+ * a context has retired costs a pointer per SOFT_CHUNK indexes (2 MiB for all 2^24). A fresh
+ * index is taken only when every index not spent is in use, so the chunks that stay number
+ * at most the most MRs the context held at once, plus one. */
 #define SOFT_CHUNK 64
 struct soft_chunk {
 	unsigned spent; /* indexes that will never be a key again (or never were) */
@@ -49,7 +50,7 @@ struct soft_provider {
 	uint32_t n_chunks, chunks_cap;
 	uint32_t n_slots;           /* indexes taken so far; fresh ones come from here */
 	uint32_t free_head;         /* LIFO, so reuse is immediate and tests see it; none spent */
-	uint32_t index_limit;    /* the first index that is never a key */
+	uint32_t index_limit;       /* the first index that is never a key */
 	unsigned n_pds;
 	struct pin_map pins;
 	pthread_cond_t idle; /* an MR's last copy ended (soft_mr.copies) */
