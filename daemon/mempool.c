@@ -249,7 +249,7 @@ static int reg_settle(struct domain *d, struct pool_reg *reg, char *why, size_t 
 
 	if (error < 0) {
 		snprintf(why, why_size, "registering mempool '%s' failed: %s", reg->name,
-			 strerror(-error));
+			 provider_strerror(d->provider, error));
 		reg_free(d, reg, NULL);
 	} else if (reg->replaces) {
 		/* Its old MRs cannot be in use for the objects any more: the pool says they live
@@ -455,7 +455,8 @@ int mempool_register(struct domain *d, struct client *owner, const char *name,
 				mr->pmr = NULL;
 				mr->error = r;
 				snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64
-					 ") failed: %s", mr->start, mr->end, strerror(-r));
+					 ") failed: %s", mr->start, mr->end,
+					 provider_strerror(d->provider, r));
 			} else
 				d->cache.registrations++;
 		}

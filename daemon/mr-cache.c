@@ -250,7 +250,7 @@ static int miss(struct mr_cache *c, struct allocation *a, uint64_t addr, struct 
 			   false, &pmr);
 	if (r < 0) {
 		snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s", start,
-			 end, strerror(-r));
+			 end, provider_strerror(d->provider, r));
 		return r;
 	}
 	if (!adopt(c, a, pmr, start, end)) {
@@ -295,7 +295,7 @@ static void reg_job_done(struct work *w)
 	c->pending_bytes -= j->end - j->start;
 	if (r < 0)
 		snprintf(why, sizeof(why), "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s",
-			 j->start, j->end, strerror(-r));
+			 j->start, j->end, provider_strerror(d->provider, r));
 	else if (!a || a->serial != j->allocation_serial) {
 		/* Freed while the worker pinned it: the registration covers nobody's memory. */
 		(void)frmr_pools_dereg(&d->pools, j->pmr);

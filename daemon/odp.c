@@ -287,7 +287,7 @@ int odp_fault(struct domain *d, struct allocation *a, uint64_t addr, struct mr_e
 		c = child_new(d, a, start, end, a->serial, allocation_access(a), &r);
 		if (!c) {
 			snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") on demand "
-				 "failed: %s", start, end, strerror(-r));
+				 "failed: %s", start, end, provider_strerror(d->provider, r));
 			return r;
 		}
 		got = install(slot, c);

@@ -17,27 +17,40 @@
 #include "provider.h"
 #include "safe-copy.h"
 
-/* Indexes 1 .. 2^24 - 2: 0 is never a key, and index 2^24 - 1 could make 0xffffffff, which
- * libmrd reserves for "no key" (MRD_KEY_INVALID). */
-#define SOFT_INDEX_LIMIT ((1u << 24) - 1)
+/* Indexes 1 .. 2^bits - 2: 0 is never a key, and index 2^24 - 1 could make 0xffffffff, which
+ * libmrd reserves for "no key" (MRD_KEY_INVALID). Each context (a domain: mrd opens one per
+ * domain) has its own; $MRD_SOFT_KEY_BITS (2..24) makes it smaller, so tests can use it up. */
+#define SOFT_INDEX_BITS 24
 /* Variants 1 .. 255: an index that gave its last is spent, never taken again, so no key comes
- * back while anyone may hold it (a domain makes at most ~2^32 keys; then -ENOSPC). */
+ * back while anyone may hold it (a context makes at most ~2^32 keys; then -EKEYEXPIRED). */
 #define SOFT_VARIANT_LAST 255
 #define SOFT_MAX_MR_SIZE (1ull << 36)    /* keeps a translation table within 128 MiB */
 
 struct soft_mr;
 
 struct soft_slot {
-	struct soft_mr *mr; /* NULL: free, or spent */
-	uint8_t variant;    /* the last one given; 0: none yet */
+	struct soft_mr *mr;  /* NULL: free, or spent */
+	uint32_t next_free;  /* while free: the next free index; 0: none */
+	uint8_t variant;     /* the last one given; 0: none yet */
+};
+
+/* The key table in chunks of indexes: a chunk whose indexes are all spent is freed, so what
+ * a context has retired costs a pointer per SOFT_CHUNK indexes (2 MiB for all 2^24). A fresh
+ * index is taken only when every index not spent is in use, so the chunks that stay number
+ * at most the most MRs the context held at once, plus one. */
+#define SOFT_CHUNK 64
+struct soft_chunk {
+	unsigned spent; /* indexes that will never be a key again (or never were) */
+	struct soft_slot slot[SOFT_CHUNK];
 };
 
 struct soft_provider {
 	struct provider base;
-	struct soft_slot *slots; /* [0] unused */
-	uint32_t n_slots, slots_cap;
-	uint32_t *free_indexes;  /* LIFO, so reuse is immediate and tests see it; none spent */
-	uint32_t n_free;
+	struct soft_chunk **chunks; /* by index / SOFT_CHUNK; NULL below n_slots: all spent */
+	uint32_t n_chunks, chunks_cap;
+	uint32_t n_slots;           /* indexes taken so far; fresh ones come from here */
+	uint32_t free_head;         /* LIFO, so reuse is immediate and tests see it; none spent */
+	uint32_t index_limit;       /* the first index that is never a key */
 	unsigned n_pds;
 	struct pin_map pins;
 	pthread_cond_t idle; /* an MR's last copy ended (soft_mr.copies) */
@@ -85,12 +98,33 @@ static bool populate_works(uintptr_t ps)
 	return works;
 }
 
+/* $MRD_SOFT_KEY_BITS, a test knob: index bits of each context's keys. */
+static int index_bits(unsigned *ret)
+{
+	const char *e = getenv("MRD_SOFT_KEY_BITS");
+	unsigned long bits;
+	char *end;
+
+	*ret = SOFT_INDEX_BITS;
+	if (!e || !*e)
+		return 0;
+	errno = 0;
+	bits = strtoul(e, &end, 10);
+	if (errno || *end || bits < 2 || bits > SOFT_INDEX_BITS)
+		return -EINVAL;
+	*ret = (unsigned)bits;
+	return 0;
+}
+
 static int soft_open(const char *device, struct provider **ret)
 {
 	struct soft_provider *sp;
+	unsigned bits;
 
 	if (device && strcmp(device, "soft") != 0)
 		return -ENODEV;
+	if (index_bits(&bits) < 0)
+		return -EINVAL;
 	sp = calloc(1, sizeof(*sp));
 	if (!sp)
 		return -ENOMEM;
@@ -100,6 +134,7 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
 	sp->populate = populate_works(sp->page_size);
 	sp->n_slots = 1;
+	sp->index_limit = (1u << bits) - 1;
 	pin_map_init(&sp->pins);
 	snprintf(sp->base.caps.device, sizeof(sp->base.caps.device), "soft");
 	sp->base.caps.max_mr_size = SOFT_MAX_MR_SIZE;
@@ -111,6 +146,7 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->base.caps.rereg_new_keys = true; /* every move takes the index's next variant */
 	sp->base.caps.dma = true;
 	sp->base.caps.dma_emulated = true;
+	sp->base.caps.max_keys = (uint64_t)(sp->index_limit - 1) * SOFT_VARIANT_LAST;
 	*ret = &sp->base;
 	return 0;
 }
@@ -126,12 +162,16 @@ static void soft_close(struct provider *p)
 	struct soft_provider *sp = to_soft(p);
 
 	/* Whatever callers left behind goes; the pin map unlocks it all at once. */
-	for (uint32_t i = 1; i < sp->n_slots; i++)
-		if (sp->slots[i].mr)
-			soft_mr_free(sp->slots[i].mr);
+	for (uint32_t c = 0; c < sp->n_chunks; c++) {
+		if (!sp->chunks[c])
+			continue;
+		for (unsigned i = 0; i < SOFT_CHUNK; i++)
+			if (sp->chunks[c]->slot[i].mr)
+				soft_mr_free(sp->chunks[c]->slot[i].mr);
+		free(sp->chunks[c]);
+	}
 	pin_map_done(&sp->pins);
-	free(sp->slots);
-	free(sp->free_indexes);
+	free(sp->chunks);
 	pthread_cond_destroy(&sp->idle);
 	pthread_mutex_destroy(&sp->base.lock);
 	free(sp);
@@ -158,44 +198,78 @@ static int soft_pd_free(struct provider_pd *pd)
 	return 0;
 }
 
+static struct soft_slot *slot_of(struct soft_provider *sp, uint32_t index)
+{
+	return &sp->chunks[index / SOFT_CHUNK]->slot[index % SOFT_CHUNK];
+}
+
+/* Makes room for fresh index sp->n_slots. */
+static int chunk_add(struct soft_provider *sp)
+{
+	uint32_t c = sp->n_slots / SOFT_CHUNK;
+	struct soft_chunk *chunk;
+
+	if (c < sp->n_chunks)
+		return 0;
+	if (c >= sp->chunks_cap) {
+		uint32_t cap = sp->chunks_cap ? sp->chunks_cap * 2 : 4;
+		struct soft_chunk **chunks = realloc(sp->chunks, cap * sizeof(*chunks));
+
+		if (!chunks)
+			return -ENOMEM;
+		sp->chunks = chunks;
+		sp->chunks_cap = cap;
+	}
+	chunk = calloc(1, sizeof(*chunk));
+	if (!chunk)
+		return -ENOMEM;
+	/* Index 0 and those from index_limit on are never keys: spent from the start. */
+	for (uint32_t i = c * SOFT_CHUNK; i < (c + 1) * SOFT_CHUNK; i++)
+		if (i == 0 || i >= sp->index_limit)
+			chunk->spent++;
+	sp->chunks[sp->n_chunks++] = chunk;
+	return 0;
+}
+
 /* Takes a free index (or a fresh one) for mr and gives it its next variant. */
 static int slot_take(struct soft_provider *sp, struct soft_mr *mr)
 {
+	struct soft_slot *slot;
 	uint32_t index;
+	int r;
 
-	if (sp->n_free > 0)
-		index = sp->free_indexes[--sp->n_free];
-	else {
-		if (sp->n_slots >= SOFT_INDEX_LIMIT)
-			return -ENOSPC;
-		if (sp->n_slots >= sp->slots_cap) {
-			uint32_t cap = sp->slots_cap ? sp->slots_cap * 2 : 64;
-			struct soft_slot *slots = realloc(sp->slots, cap * sizeof(*slots));
-			uint32_t *free_indexes = realloc(sp->free_indexes, cap * sizeof(uint32_t));
-
-			if (slots)
-				sp->slots = slots;
-			if (free_indexes)
-				sp->free_indexes = free_indexes;
-			if (!slots || !free_indexes)
-				return -ENOMEM;
-			memset(sp->slots + sp->slots_cap, 0, (cap - sp->slots_cap) * sizeof(*slots));
-			sp->slots_cap = cap;
-		}
+	if (sp->free_head) {
+		index = sp->free_head;
+		sp->free_head = slot_of(sp, index)->next_free;
+	} else {
+		if (sp->n_slots >= sp->index_limit)
+			return -EKEYEXPIRED; /* caps.max_keys made */
+		r = chunk_add(sp);
+		if (r < 0)
+			return r;
 		index = sp->n_slots++;
 	}
-	sp->slots[index].mr = mr;
-	sp->slots[index].variant++;
+	slot = slot_of(sp, index);
+	slot->mr = mr;
+	slot->variant++;
 	mr->index = index;
-	mr->base.lkey = mr->base.rkey = make_key(index, sp->slots[index].variant);
+	mr->base.lkey = mr->base.rkey = make_key(index, slot->variant);
 	return 0;
 }
 
 static void slot_release(struct soft_provider *sp, struct soft_mr *mr)
 {
-	sp->slots[mr->index].mr = NULL;
-	if (sp->slots[mr->index].variant != SOFT_VARIANT_LAST)
-		sp->free_indexes[sp->n_free++] = mr->index;
+	struct soft_chunk **chunk = &sp->chunks[mr->index / SOFT_CHUNK];
+	struct soft_slot *slot = slot_of(sp, mr->index);
+
+	slot->mr = NULL;
+	if (slot->variant != SOFT_VARIANT_LAST) {
+		slot->next_free = sp->free_head;
+		sp->free_head = mr->index;
+	} else if (++(*chunk)->spent == SOFT_CHUNK) {
+		free(*chunk);
+		*chunk = NULL;
+	}
 }
 
 static struct soft_mr *key_lookup(struct soft_provider *sp, uint32_t key)
@@ -203,9 +277,9 @@ static struct soft_mr *key_lookup(struct soft_provider *sp, uint32_t key)
 	uint32_t index = key >> 8;
 	struct soft_slot *slot;
 
-	if (index == 0 || index >= sp->n_slots)
-		return NULL;
-	slot = &sp->slots[index];
+	if (index == 0 || index >= sp->n_slots || !sp->chunks[index / SOFT_CHUNK])
+		return NULL; /* never handed out, or spent */
+	slot = slot_of(sp, index);
 	if (!slot->mr || slot->mr->parked || slot->variant != (uint8_t)key)
 		return NULL; /* free, parked, or reused since this key was handed out */
 	return slot->mr;
@@ -366,7 +440,7 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 	if (mr->parked && !(flags & PROVIDER_REREG_TRANSLATION))
 		return -EINVAL; /* it has no memory whose access could change */
 	if ((flags & PROVIDER_REREG_TRANSLATION) &&
-	    sp->slots[mr->index].variant == SOFT_VARIANT_LAST)
+	    slot_of(sp, mr->index)->variant == SOFT_VARIANT_LAST)
 		return -EKEYEXPIRED; /* a move needs a new key, and its index has none left */
 	if (flags & PROVIDER_REREG_TRANSLATION) {
 		wait_no_copies(sp, mr);
@@ -395,13 +469,13 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 		base->length = moved.base.length;
 		base->iova = moved.base.iova;
 		/* Same index, new variant: keys to the old memory die here. */
-		sp->slots[mr->index].variant++;
+		slot_of(sp, mr->index)->variant++;
 		if (mr->parked) {
 			mr->parked = false;
 			sp->stats.parked--;
 			sp->stats.mrs++;
 		}
-		base->lkey = base->rkey = make_key(mr->index, sp->slots[mr->index].variant);
+		base->lkey = base->rkey = make_key(mr->index, slot_of(sp, mr->index)->variant);
 	}
 	base->access = access;
 	return 0;

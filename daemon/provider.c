@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "provider.h"
@@ -23,4 +25,15 @@ int provider_open(const char *kind, const char *device, struct provider **ret,
 	if (strcmp(kind, "soft") == 0)
 		return provider_soft_ops.open(device, ret);
 	return -EINVAL;
+}
+
+const char *provider_strerror(const struct provider *p, int r)
+{
+	static __thread char why[96];
+
+	if (r != -EKEYEXPIRED || !p->caps.max_keys)
+		return strerror(-r);
+	snprintf(why, sizeof(why), "the domain's %" PRIu64 " %s keys are used up (mrd(8), PROVIDERS)",
+		 p->caps.max_keys, provider_name(p));
+	return why;
 }

@@ -47,6 +47,7 @@ struct provider_caps {
 	bool dma;               /* RDMA through keys (provider_dma) */
 	bool dma_emulated;      /* ... by mrd itself (soft): exact errors, counted ODP faults */
 	bool export_pd;         /* clients may import context and PD */
+	uint64_t max_keys;      /* keys a context makes in its life, then -EKEYEXPIRED; 0: no limit */
 };
 
 struct provider_stats {
@@ -145,6 +146,8 @@ static inline void provider_close(struct provider *p)
 }
 
 static inline const char *provider_name(const struct provider *p) { return p->ops->name; }
+/* strerror(-r) for a failed registration on p, naming the limit when its keys ran out. */
+const char *provider_strerror(const struct provider *p, int r);
 
 /* Access rules shared by every provider, as ibv_reg_mr applies them: known bits only, and
  * remote write or atomic needs local write. */

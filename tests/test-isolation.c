@@ -6,6 +6,7 @@
  * cannot arrive without its isolation case. */
 #include <check.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -487,12 +488,66 @@ START_TEST(test_every_request_refuses_the_other_user)
 }
 END_TEST
 
+/* Each domain has its own keys (soft: a context each), so A using up its own, with a small key
+ * space ($MRD_SOFT_KEY_BITS), fails A's registrations with a message naming the limit and
+ * leaves B registering and moving data as before. */
+START_TEST(test_one_domain_uses_up_only_its_keys)
+{
+	const char *settings[] = { "mrd.provider=soft", "memory.window_size=4G",
+				   "memory.arena_size=64M", "memory.hugepages=no", NULL };
+	struct client *ca, *cb;
+	Mrd__MrEntry own, dst;
+	Mrd__Response *resp;
+	const uint64_t max_keys = ((1u << 6) - 2) * 255;
+	uint64_t made = 0, mem = 0, b_mem;
+	int a, b, fds[WIRE_FDS_MAX];
+	size_t n_fds;
+
+	ck_assert_int_eq(setenv("MRD_SOFT_KEY_BITS", "6", 1), 0); /* 62 indexes */
+	td_start(settings);
+	a = td_hello_client(1000, &ca);
+	b = td_hello_client(2000, &cb);
+	b_mem = td_alloc(b, 2, 64 * 1024);
+	own = lookup(b, b_mem);
+	for (;; made++) {
+		ck_assert_uint_lt(made, max_keys + 1000);
+		mem = td_alloc(a, ++next_id, 4096);
+		td_send_lookup(a, ++next_id, mem);
+		n_fds = 0;
+		resp = td_recv_reply(a, fds, &n_fds);
+		ck_assert_ptr_nonnull(resp);
+		ck_assert_uint_eq(n_fds, 0);
+		if (resp->status != 0)
+			break;
+		mrd__response__free_unpacked(resp, NULL);
+		td_free(a, ++next_id, mem, 0);
+	}
+	ck_assert_msg(resp->status == EKEYEXPIRED && strstr(resp->message, "keys are used up") &&
+			      strstr(resp->message, "15810"),
+		      "after %" PRIu64 " keys: status %d (%s)", made, resp->status, resp->message);
+	ck_assert_uint_le(made, max_keys);
+	mrd__response__free_unpacked(resp, NULL);
+	td_free(a, ++next_id, mem, 0);
+
+	/* B is untouched: new registrations, and a Dma between them. */
+	dst = lookup(b, td_alloc(b, ++next_id, 64 * 1024));
+	memset((void *)(uintptr_t)own.start, 0x5a, 8);
+	td_dma(b, ++next_id, 0, &own, own.start, &dst, dst.start, 8, 0);
+	ck_assert_uint_eq(*(uint8_t *)(uintptr_t)dst.start, 0x5a);
+	close(a);
+	close(b);
+	td_stop();
+	ck_assert_int_eq(unsetenv("MRD_SOFT_KEY_BITS"), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("isolation");
 	TCase *tc = tcase_create("two users");
 
 	tcase_add_test(tc, test_every_request_refuses_the_other_user);
+	tcase_add_test(tc, test_one_domain_uses_up_only_its_keys);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

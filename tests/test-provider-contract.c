@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -704,6 +705,82 @@ START_TEST(test_odp_unmapped_faults_safely)
 }
 END_TEST
 
+/* A context's keys run out (soft: $MRD_SOFT_KEY_BITS makes that quick) with -EKEYEXPIRED after
+ * caps.max_keys, none handed out twice, and its spent indexes cost next to nothing; another
+ * context (mrd opens one per domain) registers as before, and the first one's keys never
+ * reach its MRs nor its keys the first one's memory. */
+#define SMALL_KEY_BITS 12
+#define STR(x) #x
+#define XSTR(x) STR(x)
+START_TEST(test_keys_used_up_per_context)
+{
+	static uint8_t seen[1u << (SMALL_KEY_BITS + 8)];
+	struct provider *small, *other;
+	struct provider_pd *spd, *opd;
+	struct provider_mr *mr, *keep = NULL, *src, *dst;
+	uint64_t n = 0;
+	uint32_t spent = 0;
+	size_t heap;
+	int verbs_error, r;
+
+	ck_assert_int_eq(setenv("MRD_SOFT_KEY_BITS", XSTR(SMALL_KEY_BITS), 1), 0);
+	r = provider_open(CONTRACT_PROVIDER, NULL, &small, &verbs_error);
+	ck_assert_int_eq(unsetenv("MRD_SOFT_KEY_BITS"), 0);
+	ck_assert_int_eq(r, 0);
+	ck_assert_uint_eq(small->caps.max_keys, ((1u << SMALL_KEY_BITS) - 2) * 255);
+	ck_assert_int_eq(provider_pd_alloc(small, &spd), 0);
+	heap = mallinfo2().uordblks;
+	for (;;) {
+		/* On demand: nothing checked or pinned, so a million take a second either way. */
+		r = provider_reg(spd, buf_a, ps, (uintptr_t)buf_a, MRD_ACCESS_ON_DEMAND |
+				 MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE, &mr);
+		if (r < 0)
+			break;
+		ck_assert_uint_lt(mr->lkey, sizeof(seen));
+		ck_assert_msg(!seen[mr->lkey], "key 0x%x handed out again", mr->lkey);
+		seen[mr->lkey] = 1;
+		if (n == 100000) /* an index of a chunk that will be spent whole */
+			spent = mr->rkey;
+		if (++n == 300) { /* an index past the other context's first keys */
+			keep = mr;
+			continue;
+		}
+		ck_assert_int_eq(provider_dereg(mr), 0);
+	}
+	ck_assert_int_eq(r, -EKEYEXPIRED);
+	/* All made but the variants keep's index has still to give. */
+	ck_assert_uint_eq(n + 255 - (keep->lkey & 0xff), small->caps.max_keys);
+	ck_assert_int_eq(provider_dma(spd, PROVIDER_DMA_WRITE, keep->lkey, keep->iova, spent,
+				      keep->iova, 1), -ENOKEY); /* a spent index's key */
+	/* The old table kept 20 bytes an index, spent or not: 80 KiB here. What malloc caches
+	 * for reuse counts as in use (~15 KiB). */
+	ck_assert_msg(mallinfo2().uordblks < heap + 32 * 1024, "key table grew by %zu bytes",
+		      mallinfo2().uordblks - heap);
+
+	ck_assert_int_eq(provider_open(CONTRACT_PROVIDER, NULL, &other, &verbs_error), 0);
+	ck_assert_int_eq(provider_pd_alloc(other, &opd), 0);
+	ck_assert_int_eq(provider_reg(opd, buf_b, ps, (uintptr_t)buf_b, 0, &src), 0);
+	ck_assert_int_eq(provider_reg(opd, buf_b + ps, ps, (uintptr_t)buf_b + ps,
+				      MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE, &dst), 0);
+	buf_b[0] = 0x42;
+	ck_assert_int_eq(provider_dma(opd, PROVIDER_DMA_WRITE, src->lkey, src->iova, keep->rkey,
+				      keep->iova, 1), -ENOKEY);
+	ck_assert_int_eq(provider_dma(spd, PROVIDER_DMA_WRITE, keep->lkey, keep->iova, dst->rkey,
+				      dst->iova, 1), -ENOKEY);
+	ck_assert_int_eq(buf_a[0] | buf_b[ps], 0);
+	ck_assert_int_eq(provider_dma(opd, PROVIDER_DMA_WRITE, src->lkey, src->iova, dst->rkey,
+				      dst->iova, 1), 0);
+	ck_assert_int_eq(buf_b[ps], 0x42);
+	ck_assert_int_eq(provider_dereg(src), 0);
+	ck_assert_int_eq(provider_dereg(dst), 0);
+	ck_assert_int_eq(provider_pd_free(opd), 0);
+	provider_close(other);
+	ck_assert_int_eq(provider_dereg(keep), 0);
+	ck_assert_int_eq(provider_pd_free(spd), 0);
+	provider_close(small);
+}
+END_TEST
+
 int main(void)
 {
 	struct provider *probe;
@@ -745,6 +822,8 @@ int main(void)
 		tcase_add_test(tc, test_iova_addressing);
 		if (probe->caps.dma_emulated) /* a device's keys are the device's */
 			tcase_add_test(tc, test_keys_never_revisit);
+		if (probe->caps.max_keys && probe->caps.odp)
+			tcase_add_test(tc, test_keys_used_up_per_context);
 	} else
 		printf("not run: DMA cases (the provider does no DMA)\n");
 	if (probe->caps.rereg_translation)
