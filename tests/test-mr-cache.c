@@ -1018,6 +1018,56 @@ START_TEST(test_review_unregister_during_copy)
 }
 END_TEST
 
+/* REVIEW (issue 18, soft Dma off the loop): the Free of on-demand memory a Dma copies into
+ * zaps its children on the loop (odp_retire: provider_invalidate, which waits for the copy). */
+START_TEST(test_review_odp_free_during_copy)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
+	struct client *ca;
+	struct page_hold h;
+	struct arena *arena;
+	Mrd__MrEntry e[2];
+	uint64_t addrs[2];
+	bool blocked;
+	int a, b, other;
+
+	td_start_one_worker();
+	a = td_hello_client(1000, &ca);
+	b = td_hello_client(1000, NULL);
+	other = td_hello_client(2000, NULL);
+	addrs[0] = td_alloc(a, 2, 64 * 1024);
+	addrs[1] = td_alloc_flags(b, 2, 64 * 1024, MRD__ALLOC_FLAGS__ALLOC_ODP);
+	lookup(a, 3, &addrs[0], 1, 0, &e[0]);
+	lookup(b, 3, &addrs[1], 1, 0, &e[1]);
+	/* Its pages present first (a prefetching copy), then the first one taken away. */
+	td_dma(a, 4, PROVIDER_DMA_WRITE, &e[0], addrs[0], &e[1], addrs[1], 64 * 1024, 0);
+	arena = domain_find_arena(ca->domain, addrs[1]);
+	ck_assert_int_eq(fallocate(arena->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				   (off_t)(addrs[1] - (uintptr_t)arena->base), 4096), 0);
+	if (!hold_page(&h, addrs[1]))
+		return;
+	td_send_dma(a, 5, PROVIDER_DMA_WRITE, &e[0], addrs[0], &e[1], addrs[1], 64 * 1024);
+	td_pump();
+	ck_assert(hold_wait_fault(&h));
+	td_send_free(b, 6, addrs[1]);
+	req.id = 7;
+	req.body_case = MRD__REQUEST__BODY_PING;
+	req.ping = &ping;
+	td_send_request(other, &req, NULL, 0);
+	td_expect_free(other, 7, 0);
+	blocked = hold_timed_out(&h);
+	hold_release(&h);
+	td_expect_free(a, 5, 0);
+	td_expect_free(b, 6, 0);
+	hold_done(&h);
+	ck_assert_msg(!blocked, "the ping waited for the copy: the ODP Free zapped on the loop");
+	close(a);
+	close(b);
+	close(other);
+}
+END_TEST
+
 START_TEST(test_big_free_on_worker)
 {
 	struct client *ca;
@@ -1116,6 +1166,7 @@ int main(void)
 	tcase_add_test(tc, test_device_dma_on_worker);
 	tcase_add_test(tc, test_soft_dma_off_the_loop);
 	tcase_add_test(tc, test_review_unregister_during_copy);
+	tcase_add_test(tc, test_review_odp_free_during_copy);
 	tcase_add_test(tc, test_death_while_deregistering);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
