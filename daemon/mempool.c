@@ -128,7 +128,8 @@ static void pool_mr_gone(struct domain *d, struct pool_mr *mr, int r)
 	domain_update_status(d);
 }
 
-/* Deregistering GiBs unpins them for long: a worker does it, as for a Free. */
+/* Deregistering GiBs unpins them for long, and a soft Dma through the MR holds it: a worker
+ * does it then, as for a Free. */
 struct dereg_job {
 	struct work work;
 	struct domain *domain; /* held while the job lives */
@@ -168,11 +169,7 @@ static void pool_mr_destroy(struct domain *d, struct pool_mr *mr, struct unreg_t
 
 	LIST_REMOVE(mr, link);
 	LIST_REMOVE(mr, alloc_link); /* lookups no longer answer with it */
-	j = mr->pmr && d->manager->workers &&
-			    (mr->end - mr->start >= d->manager->config.async_bytes ||
-			     mr_cache_busy(&d->cache)) ?
-		    calloc(1, sizeof(*j)) :
-		    NULL;
+	j = mr->pmr && domain_dereg_waits(d, mr->end - mr->start) ? calloc(1, sizeof(*j)) : NULL;
 	if (!j) {
 		pool_mr_gone(d, mr, mr->pmr ? frmr_pools_dereg(&d->pools, mr->pmr) : 0);
 		return;

@@ -629,7 +629,7 @@ END_TEST
 START_TEST(test_racing_registrations)
 {
 	struct client *ca;
-	struct td_blocker b;
+	struct td_blocker b, later;
 	int a, other;
 	uint64_t big;
 	Mrd__Response *ra, *rb;
@@ -643,12 +643,19 @@ START_TEST(test_racing_registrations)
 	td_send_lookup(a, 3, big);
 	td_send_lookup(other, 3, big + 4096); /* the same run: a second job races the first */
 	td_pump();
+	td_block_worker(&later); /* behind both registrations */
 	td_unblock_worker(&b);
 	ra = td_expect(a, 3, 0);
 	rb = td_expect(other, 3, 0);
-	/* The first creator wins; the loser's registration went again. */
+	/* The first creator wins; the loser's registration (4 MiB: [cache] async_bytes) goes on
+	 * a worker, not on the loop, so it is still there while the worker is held. */
 	ck_assert_uint_eq(ra->mr_lookup->entries[0]->lkey, rb->mr_lookup->entries[0]->lkey);
 	ck_assert_uint_eq(ca->domain->cache.registrations, 1);
+	provider_stats(ca->domain->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 2);
+	ck_assert_uint_eq(ca->domain->cache.jobs, 1);
+	td_unblock_worker(&later);
+	td_pump_until_zero(&ca->domain->cache.jobs);
 	provider_stats(ca->domain->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
 	mrd__response__free_unpacked(ra, NULL);
@@ -959,10 +966,10 @@ START_TEST(test_soft_dma_off_the_loop)
 }
 END_TEST
 
-/* REVIEW (issue 18, soft Dma off the loop): a Free waits for a copy on a worker, but other
- * deregistrations still run on the loop, where soft_dereg() waits for the copy: here the owner
- * of a pool MR the Dma copies into unregisters its pool; another domain's ping must not wait. */
-START_TEST(test_review_unregister_during_copy)
+/* Every deregistration waits for a copy through its MR (soft_dereg), so while a Dma runs a
+ * worker does it: here the owner of a pool MR the Dma copies into unregisters its pool;
+ * another domain's ping must not wait. */
+START_TEST(test_unregister_during_copy)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
@@ -1006,6 +1013,11 @@ START_TEST(test_review_unregister_during_copy)
 	td_send_request(other, &req, NULL, 0);
 	td_expect_free(other, 6, 0);
 	blocked = hold_timed_out(&h);
+	for (int i = 0; i < 20; i++) { /* time for an unregister that did not wait */
+		usleep(10000);
+		td_pump();
+	}
+	ck_assert_ptr_nonnull(cb->pending); /* answered once the MR is gone */
 	hold_release(&h);
 	td_expect_free(a, 4, 0);
 	td_expect_free(b, 5, 0);
@@ -1018,13 +1030,14 @@ START_TEST(test_review_unregister_during_copy)
 }
 END_TEST
 
-/* REVIEW (issue 18, soft Dma off the loop): the Free of on-demand memory a Dma copies into
- * zaps its children on the loop (odp_retire: provider_invalidate, which waits for the copy). */
-START_TEST(test_review_odp_free_during_copy)
+/* The Free of on-demand memory a Dma copies into: its children are not zapped on the loop
+ * (provider_invalidate waits for the copy), their MRs go on a worker, and the Free answers
+ * after them. */
+START_TEST(test_odp_free_during_copy)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
-	struct client *ca;
+	struct client *ca, *cb;
 	struct page_hold h;
 	struct arena *arena;
 	Mrd__MrEntry e[2];
@@ -1034,7 +1047,7 @@ START_TEST(test_review_odp_free_during_copy)
 
 	td_start_one_worker();
 	a = td_hello_client(1000, &ca);
-	b = td_hello_client(1000, NULL);
+	b = td_hello_client(1000, &cb);
 	other = td_hello_client(2000, NULL);
 	addrs[0] = td_alloc(a, 2, 64 * 1024);
 	addrs[1] = td_alloc_flags(b, 2, 64 * 1024, MRD__ALLOC_FLAGS__ALLOC_ODP);
@@ -1057,6 +1070,11 @@ START_TEST(test_review_odp_free_during_copy)
 	td_send_request(other, &req, NULL, 0);
 	td_expect_free(other, 7, 0);
 	blocked = hold_timed_out(&h);
+	for (int i = 0; i < 20; i++) { /* time for a Free that did not wait */
+		usleep(10000);
+		td_pump();
+	}
+	ck_assert_ptr_nonnull(cb->pending); /* no page goes back while the copy may touch it */
 	hold_release(&h);
 	td_expect_free(a, 5, 0);
 	td_expect_free(b, 6, 0);
@@ -1165,8 +1183,8 @@ int main(void)
 	tcase_add_test(tc, test_big_free_on_worker);
 	tcase_add_test(tc, test_device_dma_on_worker);
 	tcase_add_test(tc, test_soft_dma_off_the_loop);
-	tcase_add_test(tc, test_review_unregister_during_copy);
-	tcase_add_test(tc, test_review_odp_free_during_copy);
+	tcase_add_test(tc, test_unregister_during_copy);
+	tcase_add_test(tc, test_odp_free_during_copy);
 	tcase_add_test(tc, test_death_while_deregistering);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
