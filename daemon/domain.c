@@ -926,7 +926,7 @@ bool domain_dereg_waits(const struct domain *d, uint64_t bytes)
 	return d->manager->workers && (bytes >= d->manager->config.async_bytes || domain_busy(d));
 }
 
-/* One MR with nothing else to free: a registration that lost a race, an on-demand child. */
+/* One MR on a worker: a mempool's, a registration that lost a race, an on-demand child. */
 struct dereg_job {
 	struct work work;
 	struct domain *domain; /* held while the job lives */
