@@ -980,7 +980,7 @@ START_TEST(test_unregister_during_copy)
 	Mrd__MrEntry e[1];
 	Mrd__Response *resp;
 	uint64_t addrs[2], len = 64 * 1024;
-	bool blocked;
+	bool blocked, waited;
 	int a, b, other;
 
 	td_start_one_worker();
@@ -1017,13 +1017,14 @@ START_TEST(test_unregister_during_copy)
 		usleep(10000);
 		td_pump();
 	}
-	ck_assert_ptr_nonnull(cb->pending); /* answered once the MR is gone */
+	waited = cb->pending != NULL; /* answered once the MR is gone */
 	hold_release(&h);
 	td_expect_free(a, 4, 0);
 	td_expect_free(b, 5, 0);
 	hold_done(&h);
 	mrd__response__free_unpacked(resp, NULL);
 	ck_assert_msg(!blocked, "the ping waited for the copy: the unregister's dereg ran on the loop");
+	ck_assert_msg(waited, "the unregister was answered before the copy ended");
 	close(a);
 	close(b);
 	close(other);
@@ -1042,7 +1043,7 @@ START_TEST(test_odp_free_during_copy)
 	struct arena *arena;
 	Mrd__MrEntry e[2];
 	uint64_t addrs[2];
-	bool blocked;
+	bool blocked, waited;
 	int a, b, other;
 
 	td_start_one_worker();
@@ -1074,12 +1075,13 @@ START_TEST(test_odp_free_during_copy)
 		usleep(10000);
 		td_pump();
 	}
-	ck_assert_ptr_nonnull(cb->pending); /* no page goes back while the copy may touch it */
+	waited = cb->pending != NULL; /* no page goes back while the copy may touch it */
 	hold_release(&h);
 	td_expect_free(a, 5, 0);
 	td_expect_free(b, 6, 0);
 	hold_done(&h);
 	ck_assert_msg(!blocked, "the ping waited for the copy: the ODP Free zapped on the loop");
+	ck_assert_msg(waited, "the Free was answered while the copy could touch its pages");
 	close(a);
 	close(b);
 	close(other);
