@@ -1031,9 +1031,9 @@ START_TEST(test_unregister_during_copy)
 }
 END_TEST
 
-/* The Free of on-demand memory a Dma copies into: its children are not zapped on the loop
- * (provider_invalidate waits for the copy), their MRs go on a worker, and the Free answers
- * after them. */
+/* The Free of on-demand memory a Dma copies into (_i 0), or its owner leaving (_i 1): its
+ * children are not zapped on the loop (provider_invalidate waits for the copy), their MRs go
+ * on a worker, and the pages go back (and the Free answers) only after them. */
 START_TEST(test_odp_free_during_copy)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
@@ -1042,7 +1042,7 @@ START_TEST(test_odp_free_during_copy)
 	struct page_hold h;
 	struct arena *arena;
 	Mrd__MrEntry e[2];
-	uint64_t addrs[2];
+	uint64_t addrs[2], allocated;
 	bool blocked, waited;
 	int a, b, other;
 
@@ -1054,6 +1054,7 @@ START_TEST(test_odp_free_during_copy)
 	addrs[1] = td_alloc_flags(b, 2, 64 * 1024, MRD__ALLOC_FLAGS__ALLOC_ODP);
 	lookup(a, 3, &addrs[0], 1, 0, &e[0]);
 	lookup(b, 3, &addrs[1], 1, 0, &e[1]);
+	allocated = ca->domain->allocated_bytes;
 	/* Its pages present first (a prefetching copy), then the first one taken away. */
 	td_dma(a, 4, PROVIDER_DMA_WRITE, &e[0], addrs[0], &e[1], addrs[1], 64 * 1024, 0);
 	arena = domain_find_arena(ca->domain, addrs[1]);
@@ -1064,7 +1065,10 @@ START_TEST(test_odp_free_during_copy)
 	td_send_dma(a, 5, PROVIDER_DMA_WRITE, &e[0], addrs[0], &e[1], addrs[1], 64 * 1024);
 	td_pump();
 	ck_assert(hold_wait_fault(&h));
-	td_send_free(b, 6, addrs[1]);
+	if (_i == 0)
+		td_send_free(b, 6, addrs[1]);
+	else
+		close(b);
 	req.id = 7;
 	req.body_case = MRD__REQUEST__BODY_PING;
 	req.ping = &ping;
@@ -1075,15 +1079,18 @@ START_TEST(test_odp_free_during_copy)
 		usleep(10000);
 		td_pump();
 	}
-	waited = cb->pending != NULL; /* no page goes back while the copy may touch it */
+	/* No page goes back while the copy may touch it. */
+	waited = ca->domain->allocated_bytes == allocated && (_i == 1 || cb->pending);
 	hold_release(&h);
 	td_expect_free(a, 5, 0);
-	td_expect_free(b, 6, 0);
+	if (_i == 0)
+		td_expect_free(b, 6, 0);
 	hold_done(&h);
 	ck_assert_msg(!blocked, "the ping waited for the copy: the ODP Free zapped on the loop");
-	ck_assert_msg(waited, "the Free was answered while the copy could touch its pages");
+	ck_assert_msg(waited, "the pages went back while the copy could touch them");
+	if (_i == 0)
+		close(b);
 	close(a);
-	close(b);
 	close(other);
 }
 END_TEST
@@ -1186,7 +1193,7 @@ int main(void)
 	tcase_add_test(tc, test_device_dma_on_worker);
 	tcase_add_test(tc, test_soft_dma_off_the_loop);
 	tcase_add_test(tc, test_unregister_during_copy);
-	tcase_add_test(tc, test_odp_free_during_copy);
+	tcase_add_loop_test(tc, test_odp_free_during_copy, 0, 2);
 	tcase_add_test(tc, test_death_while_deregistering);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
