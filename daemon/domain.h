@@ -36,7 +36,8 @@ struct allocation {
 	bool read_only;             /* its registrations grant reads only */
 	LIST_HEAD(, odp_child) odp_children; /* in the domain's table; once retired, its zombies
 					      * whose MRs wait for odp_jobs */
-	unsigned odp_jobs;          /* prefetch work waiting, queued or running on it */
+	unsigned odp_jobs;          /* prefetch work waiting, queued or running on it, and
+				     * its children's MRs going on workers */
 	bool retired;               /* being freed: nobody finds it any more */
 	bool free_waits;            /* its free waits for odp_jobs and odp_children to go */
 	struct mr_waiter *free_waiter;
@@ -165,8 +166,9 @@ int domain_dereg_on_worker(struct domain *d, struct provider_mr *pmr,
 
 /* Frees one allocation. At once: no lookup finds it, its keys leave the cache, the generation
  * bumps. Its MRs are deregistered and its pages go back to the kernel right away — or, when
- * the MRs cover [cache] async_bytes or more (or domain_busy()), on a worker: then, with a waiter, -EINPROGRESS
- * and waiter->resume (result 0, no entry) runs on the loop once the pages are back. */
+ * the MRs cover [cache] async_bytes or more (or domain_busy()), on a worker: then, with a
+ * waiter, -EINPROGRESS and waiter->resume (result 0, no entry) runs on the loop once the
+ * pages are back. */
 int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_waiter *waiter);
 /* Its owner is going: freed, or — while mempool MRs of other clients cover it — kept without
  * an owner until the last of them goes. */

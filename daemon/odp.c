@@ -216,7 +216,8 @@ static void kill_zombies(struct domain *d, struct allocation *a)
 		return;
 	while ((c = LIST_FIRST(&a->odp_children))) {
 		LIST_REMOVE(c, link);
-		if (domain_dereg_waits(d, 0) && domain_dereg_on_worker(d, c->pmr, zombie_gone, c) == 0) {
+		if (domain_dereg_waits(d, 0) &&
+		    domain_dereg_on_worker(d, c->pmr, zombie_gone, c) == 0) {
 			a->odp_jobs++;
 			continue;
 		}
