@@ -184,8 +184,9 @@ MRD_EXPORT uint32_t mrd_lookup_lkey_slow(struct mrd_lookup *l, const void *addr)
 /* mrd queues at most 4 Dma requests per domain and refuses more with -EBUSY, not done. A
  * handle has one request in flight, so those are other handles' (threads, processes of the
  * same user), and the caller could only ask again: libmrd does, backing off from 1 ms to
- * 64 ms, until it has waited DMA_BUSY_WAIT_USEC in all. */
-#define DMA_BUSY_WAIT_USEC (5 * 1000000u)
+ * 16 ms (short, or callers that never stop asking take every slot first), until it has waited
+ * DMA_BUSY_WAIT_USEC in all. */
+#define DMA_BUSY_WAIT_USEC (10 * 1000000u)
 
 MRD_EXPORT int mrd_dma(mrd_client *client, int op, uint32_t lkey, const void *laddr,
 		       uint32_t rkey, const void *raddr, size_t length)
@@ -210,7 +211,7 @@ MRD_EXPORT int mrd_dma(mrd_client *client, int op, uint32_t lkey, const void *la
 	       waited < DMA_BUSY_WAIT_USEC) {
 		usleep(backoff);
 		waited += backoff;
-		backoff = backoff < 64000 ? backoff * 2 : backoff;
+		backoff = backoff < 16000 ? backoff * 2 : backoff;
 	}
 	if (r == -EBUSY)
 		return set_last_error(r, "mrd_dma: 4 Dma requests of the domain (other handles') "

@@ -269,6 +269,7 @@ END_TEST
 /* Each caller of a Dma thread: its own handle, in the shared domain. */
 struct dma_caller {
 	pthread_t thread;
+	pthread_barrier_t *start; /* all connected: the first copies find the others queued */
 	uint32_t lkey, rkey;
 	uint8_t *src, *dst;
 	int busy, failed; /* counts of -EBUSY and of other failures */
@@ -281,9 +282,10 @@ static void *dma_caller_run(void *arg)
 
 	if (mrd_client_connect(mrd.socket, &h) < 0) {
 		c->failed++;
-		return NULL;
+		h = NULL;
 	}
-	for (int i = 0; i < 10; i++) {
+	pthread_barrier_wait(c->start);
+	for (int i = 0; h && i < 3; i++) {
 		int r = mrd_dma(h, MRD_DMA_WRITE, c->lkey, c->src, c->rkey, c->dst, 16 * MiB);
 
 		if (r == -EBUSY)
@@ -291,7 +293,8 @@ static void *dma_caller_run(void *arg)
 		else if (r < 0)
 			c->failed++;
 	}
-	mrd_client_close(h);
+	if (h)
+		mrd_client_close(h);
 	return NULL;
 }
 
@@ -302,6 +305,7 @@ START_TEST(test_dma_busy_is_retried)
 {
 	mrd_client *c = connect_ok();
 	struct dma_caller callers[8];
+	pthread_barrier_t start;
 	struct mrd_lookup l;
 	struct mrd_mr src, dst;
 	uint8_t *p;
@@ -311,9 +315,10 @@ START_TEST(test_dma_busy_is_retried)
 	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
 	ck_assert_int_eq(mrd_lookup_mr(&l, p, &src), 0);
 	ck_assert_int_eq(mrd_lookup_mr(&l, p + 16 * MiB, &dst), 0);
+	ck_assert_int_eq(pthread_barrier_init(&start, NULL, 8), 0);
 	for (int i = 0; i < 8; i++) {
-		callers[i] = (struct dma_caller){ .lkey = src.lkey, .rkey = dst.rkey, .src = p,
-						  .dst = p + 16 * MiB };
+		callers[i] = (struct dma_caller){ .start = &start, .lkey = src.lkey,
+						  .rkey = dst.rkey, .src = p, .dst = p + 16 * MiB };
 		ck_assert_int_eq(pthread_create(&callers[i].thread, NULL, dma_caller_run,
 						&callers[i]), 0);
 	}
@@ -322,6 +327,7 @@ START_TEST(test_dma_busy_is_retried)
 		busy += callers[i].busy;
 		failed += callers[i].failed;
 	}
+	pthread_barrier_destroy(&start);
 	ck_assert_msg(busy == 0 && failed == 0, "%d Dma calls failed with -EBUSY, %d otherwise",
 		      busy, failed);
 	mrd_lookup_done(&l);
