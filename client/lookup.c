@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "libmrd-internal.h"
 #include "log.h"
@@ -180,11 +181,19 @@ MRD_EXPORT uint32_t mrd_lookup_lkey_slow(struct mrd_lookup *l, const void *addr)
 	return MRD_KEY_INVALID;
 }
 
+/* mrd queues at most 4 Dma requests per domain and refuses more with -EBUSY, not done. A
+ * handle has one request in flight, so those are other handles' (threads, processes of the
+ * same user), and the caller could only ask again: libmrd does, backing off from 1 ms to
+ * 16 ms (short, or callers that never stop asking take every slot first), until it has waited
+ * DMA_BUSY_WAIT_USEC in all. */
+#define DMA_BUSY_WAIT_USEC (10 * 1000000u)
+
 MRD_EXPORT int mrd_dma(mrd_client *client, int op, uint32_t lkey, const void *laddr,
 		       uint32_t rkey, const void *raddr, size_t length)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__DmaRequest q = MRD__DMA_REQUEST__INIT;
+	unsigned waited = 0, backoff = 1000;
 	Mrd__Response *resp;
 	int r;
 
@@ -198,7 +207,15 @@ MRD_EXPORT int mrd_dma(mrd_client *client, int op, uint32_t lkey, const void *la
 	q.length = length;
 	req.body_case = MRD__REQUEST__BODY_DMA;
 	req.dma = &q;
-	r = client_call(client, &req, &resp, NULL);
+	while ((r = client_call(client, &req, &resp, NULL)) == -EBUSY &&
+	       waited < DMA_BUSY_WAIT_USEC) {
+		usleep(backoff);
+		waited += backoff;
+		backoff = backoff < 16000 ? backoff * 2 : backoff;
+	}
+	if (r == -EBUSY)
+		return set_last_error(r, "mrd_dma: 4 Dma requests of the domain (other handles') "
+				      "kept waiting for %u s: not done", DMA_BUSY_WAIT_USEC / 1000000);
 	if (r < 0)
 		return r;
 	if (resp->body_case != MRD__RESPONSE__BODY_DMA)

@@ -921,6 +921,58 @@ static void free_job_done(struct work *w)
 	domain_unref(d);
 }
 
+bool domain_dereg_waits(const struct domain *d, uint64_t bytes)
+{
+	return d->manager->workers && (bytes >= d->manager->config.async_bytes || domain_busy(d));
+}
+
+/* One MR on a worker: a mempool's, a registration that lost a race, an on-demand child. */
+struct dereg_job {
+	struct work work;
+	struct domain *domain; /* held while the job lives */
+	struct provider_mr *pmr;
+	void (*gone)(struct domain *d, void *arg, int result);
+	void *arg;
+	int result;
+};
+
+static void dereg_job_run(struct work *w)
+{
+	struct dereg_job *j = (struct dereg_job *)w;
+
+	j->result = frmr_pools_dereg(&j->domain->pools, j->pmr);
+}
+
+static void dereg_job_done(struct work *w)
+{
+	struct dereg_job *j = (struct dereg_job *)w;
+	struct domain *d = j->domain;
+
+	d->cache.jobs--;
+	if (j->gone)
+		j->gone(d, j->arg, j->result);
+	free(j);
+	domain_unref(d);
+}
+
+int domain_dereg_on_worker(struct domain *d, struct provider_mr *pmr,
+			   void (*gone)(struct domain *d, void *arg, int result), void *arg)
+{
+	struct dereg_job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return -ENOMEM;
+	j->work.run = dereg_job_run;
+	j->work.done = dereg_job_done;
+	j->domain = domain_ref(d);
+	j->pmr = pmr;
+	j->gone = gone;
+	j->arg = arg;
+	d->cache.jobs++;
+	worker_pool_submit(d->manager->workers, &j->work);
+	return 0;
+}
+
 int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_waiter *waiter)
 {
 	struct worker_pool *workers = d->manager->workers;
@@ -952,11 +1004,7 @@ int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_wai
 	/* Then the device lets go, and only then do its pages go back. A soft Dma copying
 	 * through its MRs holds them (their dereg waits for it): a worker waits then, not the
 	 * loop. */
-	j = workers && pinned > 0 &&
-			    (pinned >= d->manager->config.async_bytes || mr_cache_busy(&d->cache) ||
-			     d->dma_jobs > 0) ?
-		    calloc(1, sizeof(*j)) :
-		    NULL;
+	j = pinned > 0 && domain_dereg_waits(d, pinned) ? calloc(1, sizeof(*j)) : NULL;
 	if (!j) {
 		mr_cache_deregister(&d->cache, a);
 		release(d, a);

@@ -36,7 +36,8 @@ struct allocation {
 	bool read_only;             /* its registrations grant reads only */
 	LIST_HEAD(, odp_child) odp_children; /* in the domain's table; once retired, its zombies
 					      * whose MRs wait for odp_jobs */
-	unsigned odp_jobs;          /* prefetch work waiting, queued or running on it */
+	unsigned odp_jobs;          /* prefetch work waiting, queued or running on it, and
+				     * its children's MRs going on workers */
 	bool retired;               /* being freed: nobody finds it any more */
 	bool free_waits;            /* its free waits for odp_jobs and odp_children to go */
 	struct mr_waiter *free_waiter;
@@ -148,11 +149,26 @@ int domain_check_pinned(struct domain *d, uint64_t more, char *why, size_t why_s
 int domain_attach_external(struct domain *d, struct client *owner, int fd, uint64_t offset,
 			   uint64_t length, struct allocation **ret, char *why, size_t why_size);
 
+/* Whether a provider op on the loop could wait: a worker's job may hold the provider, or a
+ * soft Dma may be copying through the domain's MRs (a dereg, park or invalidate of those
+ * waits for the copy, up to MRD_DMA_MAX bytes). dma_jobs counts every Dma not yet answered,
+ * and only the loop starts one, so at 0 no copy runs. */
+static inline bool domain_busy(const struct domain *d)
+{
+	return mr_cache_busy(&d->cache) || d->dma_jobs > 0;
+}
+/* Whether deregistering bytes of the domain must go to a worker, not stall the loop. */
+bool domain_dereg_waits(const struct domain *d, uint64_t bytes);
+/* Deregisters pmr on a worker; then, on the loop, gone(d, arg, result) (gone may be NULL).
+ * The job counts in the cache's jobs (domain_busy) until then. -ENOMEM: not submitted. */
+int domain_dereg_on_worker(struct domain *d, struct provider_mr *pmr,
+			   void (*gone)(struct domain *d, void *arg, int result), void *arg);
+
 /* Frees one allocation. At once: no lookup finds it, its keys leave the cache, the generation
  * bumps. Its MRs are deregistered and its pages go back to the kernel right away — or, when
- * the MRs cover [cache] async_bytes or more (or a worker is busy with the provider), on a
- * worker: then, with a waiter, -EINPROGRESS
- * and waiter->resume (result 0, no entry) runs on the loop once the pages are back. */
+ * the MRs cover [cache] async_bytes or more (or domain_busy()), on a worker: then, with a
+ * waiter, -EINPROGRESS and waiter->resume (result 0, no entry) runs on the loop once the
+ * pages are back. */
 int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_waiter *waiter);
 /* Its owner is going: freed, or — while mempool MRs of other clients cover it — kept without
  * an owner until the last of them goes. */

@@ -128,64 +128,35 @@ static void pool_mr_gone(struct domain *d, struct pool_mr *mr, int r)
 	domain_update_status(d);
 }
 
-/* Deregistering GiBs unpins them for long: a worker does it, as for a Free. */
-struct dereg_job {
-	struct work work;
-	struct domain *domain; /* held while the job lives */
-	struct pool_mr *mr;
-	struct unreg_ticket *ticket;
-	int result;
-};
-
-static void dereg_job_run(struct work *w)
+/* Deregistered on a worker (domain_dereg_waits): gone now, and its ticket counts it. */
+static void pool_mr_dereged(struct domain *d, void *arg, int result)
 {
-	struct dereg_job *j = (struct dereg_job *)w;
+	struct pool_mr *mr = arg;
+	struct unreg_ticket *t = mr->ticket;
 
-	j->result = frmr_pools_dereg(&j->domain->pools, j->mr->pmr);
-}
-
-static void dereg_job_done(struct work *w)
-{
-	struct dereg_job *j = (struct dereg_job *)w;
-	struct domain *d = j->domain;
-	struct unreg_ticket *t = j->ticket;
-
-	d->cache.jobs--;
-	pool_mr_gone(d, j->mr, j->result);
+	pool_mr_gone(d, mr, result);
 	if (t && --t->remaining == 0) {
 		t->waiter->resume(t->waiter, 0, NULL, "");
 		free(t);
 	}
-	free(j);
-	domain_unref(d);
 }
 
-/* Out of the domain; deregistered (when it was registered) here or on a worker — then ticket,
- * when not NULL, counts it — and only then is its allocation let go. */
+/* Out of the domain; deregistered (when it was registered) here or — GiBs to unpin, or a soft
+ * Dma that may hold it — on a worker, when ticket, if not NULL, counts it; only then is its
+ * allocation let go. */
 static void pool_mr_destroy(struct domain *d, struct pool_mr *mr, struct unreg_ticket *ticket)
 {
-	struct dereg_job *j;
-
 	LIST_REMOVE(mr, link);
 	LIST_REMOVE(mr, alloc_link); /* lookups no longer answer with it */
-	j = mr->pmr && d->manager->workers &&
-			    (mr->end - mr->start >= d->manager->config.async_bytes ||
-			     mr_cache_busy(&d->cache)) ?
-		    calloc(1, sizeof(*j)) :
-		    NULL;
-	if (!j) {
-		pool_mr_gone(d, mr, mr->pmr ? frmr_pools_dereg(&d->pools, mr->pmr) : 0);
-		return;
+	if (mr->pmr && domain_dereg_waits(d, mr->end - mr->start)) {
+		mr->ticket = ticket;
+		if (domain_dereg_on_worker(d, mr->pmr, pool_mr_dereged, mr) == 0) {
+			if (ticket)
+				ticket->remaining++;
+			return;
+		}
 	}
-	j->work.run = dereg_job_run;
-	j->work.done = dereg_job_done;
-	j->domain = domain_ref(d);
-	j->mr = mr;
-	j->ticket = ticket;
-	if (ticket)
-		ticket->remaining++;
-	d->cache.jobs++;
-	worker_pool_submit(d->manager->workers, &j->work);
+	pool_mr_gone(d, mr, mr->pmr ? frmr_pools_dereg(&d->pools, mr->pmr) : 0);
 }
 
 static void pool_mr_put(struct domain *d, struct pool_mr *mr, struct unreg_ticket *ticket)
@@ -257,7 +228,7 @@ static int reg_settle(struct domain *d, struct pool_reg *reg, char *why, size_t 
 		t->waiter = w;
 		reg_free(d, TAKE_PTR(reg->replaces), t);
 		if (t->remaining > 0)
-			error = -EINPROGRESS; /* the last dereg_job_done() answers, and frees t */
+			error = -EINPROGRESS; /* the last pool_mr_dereged() answers, and frees t */
 		else
 			free(t);
 		t = NULL;
@@ -492,7 +463,7 @@ int mempool_unregister(struct domain *d, struct client *owner, const char *name,
 		free(t);
 		return 0;
 	}
-	return -EINPROGRESS; /* the last dereg_job_done() answers, and frees t */
+	return -EINPROGRESS; /* the last pool_mr_dereged() answers, and frees t */
 }
 
 void mempool_unregister_all(struct domain *d, struct client *owner)

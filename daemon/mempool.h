@@ -35,6 +35,7 @@ struct pool_mr {
 	int error;        /* how the worker's registration failed */
 	unsigned access;  /* its allocation's */
 	struct mr_wait *lookups; /* lookups inside it, waiting while it is pending */
+	struct unreg_ticket *ticket; /* counts its deregistration on a worker, when not NULL */
 };
 
 /* Whether it counts: registered, or being registered (one that failed is about to go).

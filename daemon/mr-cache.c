@@ -261,6 +261,13 @@ static int miss(struct mr_cache *c, struct allocation *a, uint64_t addr, struct 
 	return 0;
 }
 
+/* A registration nobody takes: deregistered where it cannot stall the loop. */
+static void drop(struct domain *d, struct provider_mr *pmr, uint64_t bytes)
+{
+	if (!domain_dereg_waits(d, bytes) || domain_dereg_on_worker(d, pmr, NULL, NULL) < 0)
+		(void)frmr_pools_dereg(&d->pools, pmr);
+}
+
 /* A lookup that waited, run again now that what it waited for is settled: answered now, or
  * through waiter once more later. */
 static void retry(struct mr_cache *c, uint64_t addr, struct mr_waiter *waiter)
@@ -298,7 +305,7 @@ static void reg_job_done(struct work *w)
 			 j->start, j->end, provider_strerror(d->provider, r));
 	else if (!a || a->serial != j->allocation_serial) {
 		/* Freed while the worker pinned it: the registration covers nobody's memory. */
-		(void)frmr_pools_dereg(&d->pools, j->pmr);
+		drop(d, j->pmr, j->end - j->start);
 		snprintf(why, sizeof(why), "0x%" PRIx64 " was freed while it was being registered",
 			 j->addr);
 		r = -ENOENT;
@@ -306,11 +313,11 @@ static void reg_job_done(struct work *w)
 		/* An MR made meanwhile (another lookup's, a pool's) has pages of the run: the first
 		 * creator wins, this one goes, and the lookup runs again — for the winner's keys, or
 		 * for what is still uncovered — so that no page is pinned and counted twice. */
-		(void)frmr_pools_dereg(&d->pools, j->pmr);
+		drop(d, j->pmr, j->end - j->start);
 		retry(c, j->addr, j->waiter);
 		goto out;
 	} else if (!adopt(c, a, j->pmr, j->start, j->end)) {
-		(void)frmr_pools_dereg(&d->pools, j->pmr);
+		drop(d, j->pmr, j->end - j->start);
 		r = -ENOMEM;
 	} else
 		e = (struct mr_entry){ j->start, j->end, j->pmr->lkey, j->pmr->rkey };

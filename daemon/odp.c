@@ -182,8 +182,32 @@ static void make_zombie(struct domain *d, struct odp_child *c)
 	TAILQ_INSERT_TAIL(&d->odp.zombies, c, grace);
 }
 
+static void maybe_finish(struct domain *d, struct allocation *a);
+static void reap(struct domain *d);
+
+static void zombie_dead(struct domain *d, struct odp_child *c)
+{
+	c->pmr = NULL;
+	c->allocation = NULL;
+	d->odp.stats.children_destroyed++;
+}
+
+/* A zombie's MR gone on a worker: it counted as work on its allocation until now. */
+static void zombie_gone(struct domain *d, void *arg, int result)
+{
+	struct odp_child *c = arg;
+	struct allocation *a = c->allocation;
+
+	zombie_dead(d, c);
+	a->odp_jobs--;
+	maybe_finish(d, a);
+	reap(d);
+}
+
 /* a is retired and no work on it remains: its zombies' MRs go (their keys die), so its pages
- * may go back. Walkers of other allocations only read a zombie's range and links. */
+ * may go back. Walkers of other allocations only read a zombie's range and links. While a
+ * soft Dma may copy through them (domain_busy) workers deregister them, each counted as work
+ * on a (so a's Free waits), and the loop goes on. */
 static void kill_zombies(struct domain *d, struct allocation *a)
 {
 	struct odp_child *c;
@@ -192,10 +216,13 @@ static void kill_zombies(struct domain *d, struct allocation *a)
 		return;
 	while ((c = LIST_FIRST(&a->odp_children))) {
 		LIST_REMOVE(c, link);
+		if (domain_dereg_waits(d, 0) &&
+		    domain_dereg_on_worker(d, c->pmr, zombie_gone, c) == 0) {
+			a->odp_jobs++;
+			continue;
+		}
 		(void)frmr_pools_dereg(&d->pools, c->pmr);
-		c->pmr = NULL;
-		c->allocation = NULL;
-		d->odp.stats.children_destroyed++;
+		zombie_dead(d, c);
 	}
 }
 
@@ -515,9 +542,13 @@ unsigned odp_retire(struct domain *d, struct allocation *a)
 		o->children--;
 		if (!d->cache.table.overflow)
 			(void)mr_table_remove(&d->cache.table, c->start);
-		/* Zapped first, as an MMU notifier would: the device faults no page of it in. */
-		(void)provider_invalidate(c->pmr, c->start, c->end - c->start);
-		o->stats.invalidations++;
+		/* Zapped first, as an MMU notifier would: the device faults no page of it in. Not
+		 * while a Dma may copy through it (the zap would wait for the copy): its MR goes
+		 * on a worker, and its pages stay a's until then. */
+		if (!domain_busy(d)) {
+			(void)provider_invalidate(c->pmr, c->start, c->end - c->start);
+			o->stats.invalidations++;
+		}
 		make_zombie(d, c);
 	}
 	/* Work on a not yet done may still use its children, make more and fault its pages in:

@@ -9,8 +9,9 @@
  * enters all of them in the domain's table at once. Prefetch work counts on its allocation;
  * only it uses that allocation's children's MRs, but walking a chunk's list it reads every
  * child there. Freeing memory zaps its children and takes them out of the table and the index:
- * they become zombies. A zombie's MR is deregistered once no work on its allocation remains,
- * and the Free answers then (no key of the memory works and no work touches its pages after
+ * they become zombies. A zombie's MR is deregistered once no work on its allocation remains
+ * (while domain_busy() — a soft Dma may copy through it — not zapped, and deregistered on a
+ * worker, which counts as work on the allocation), and the Free answers then (no key of the memory works and no work touches its pages after
  * they went back). Its memory waits longer, for a grace period over all the domain's prefetch
  * work, as SRCU would: the domain's epoch moves each time a child leaves the index, each job is
  * stamped with it at submission and kept in submission order, and a zombie is freed once the

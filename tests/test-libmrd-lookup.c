@@ -266,6 +266,76 @@ START_TEST(test_odp_memory)
 }
 END_TEST
 
+/* Each caller of a Dma thread: its own handle, in the shared domain. */
+struct dma_caller {
+	pthread_t thread;
+	pthread_barrier_t *start; /* all connected: the first copies find the others queued */
+	uint32_t lkey, rkey;
+	uint8_t *src, *dst;
+	int busy, failed; /* counts of -EBUSY and of other failures */
+};
+
+static void *dma_caller_run(void *arg)
+{
+	struct dma_caller *c = arg;
+	mrd_client *h = NULL;
+
+	if (mrd_client_connect(mrd.socket, &h) < 0) {
+		c->failed++;
+		h = NULL;
+	}
+	pthread_barrier_wait(c->start);
+	for (int i = 0; h && i < 3; i++) {
+		int r = mrd_dma(h, MRD_DMA_WRITE, c->lkey, c->src, c->rkey, c->dst, 16 * MiB);
+
+		if (r == -EBUSY)
+			c->busy++;
+		else if (r < 0)
+			c->failed++;
+	}
+	if (h)
+		mrd_client_close(h);
+	return NULL;
+}
+
+/* mrd queues 4 Dma requests per domain and refuses a fifth (-EBUSY, not done): 8 handles of
+ * one user copying 16 MiB at once find it full all the time, and libmrd asks again for them
+ * (bounded), so every copy is done. */
+START_TEST(test_dma_busy_is_retried)
+{
+	mrd_client *c = connect_ok();
+	struct dma_caller callers[8];
+	pthread_barrier_t start;
+	struct mrd_lookup l;
+	struct mrd_mr src, dst;
+	uint8_t *p;
+	int busy = 0, failed = 0;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 32 * MiB, 0, 0, (void **)&p), 0);
+	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
+	ck_assert_int_eq(mrd_lookup_mr(&l, p, &src), 0);
+	ck_assert_int_eq(mrd_lookup_mr(&l, p + 16 * MiB, &dst), 0);
+	ck_assert_int_eq(pthread_barrier_init(&start, NULL, 8), 0);
+	for (int i = 0; i < 8; i++) {
+		callers[i] = (struct dma_caller){ .start = &start, .lkey = src.lkey,
+						  .rkey = dst.rkey, .src = p, .dst = p + 16 * MiB };
+		ck_assert_int_eq(pthread_create(&callers[i].thread, NULL, dma_caller_run,
+						&callers[i]), 0);
+	}
+	for (int i = 0; i < 8; i++) {
+		pthread_join(callers[i].thread, NULL);
+		busy += callers[i].busy;
+		failed += callers[i].failed;
+	}
+	pthread_barrier_destroy(&start);
+	ck_assert_msg(busy == 0 && failed == 0, "%d Dma calls failed with -EBUSY, %d otherwise",
+		      busy, failed);
+	mrd_lookup_done(&l);
+	ck_assert_int_eq(mrd_mem_free(c, p), 0);
+	mrd_client_close(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("libmrd-lookup");
@@ -279,6 +349,7 @@ int main(void)
 	tcase_add_test(tc, test_dma_between_processes);
 	tcase_add_test(tc, test_threads_while_memory_churns);
 	tcase_add_test(tc, test_odp_memory);
+	tcase_add_test(tc, test_dma_busy_is_retried);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

@@ -629,7 +629,7 @@ END_TEST
 START_TEST(test_racing_registrations)
 {
 	struct client *ca;
-	struct td_blocker b;
+	struct td_blocker b, later;
 	int a, other;
 	uint64_t big;
 	Mrd__Response *ra, *rb;
@@ -643,12 +643,19 @@ START_TEST(test_racing_registrations)
 	td_send_lookup(a, 3, big);
 	td_send_lookup(other, 3, big + 4096); /* the same run: a second job races the first */
 	td_pump();
+	td_block_worker(&later); /* behind both registrations */
 	td_unblock_worker(&b);
 	ra = td_expect(a, 3, 0);
 	rb = td_expect(other, 3, 0);
-	/* The first creator wins; the loser's registration went again. */
+	/* The first creator wins; the loser's registration (4 MiB: [cache] async_bytes) goes on
+	 * a worker, not on the loop, so it is still there while the worker is held. */
 	ck_assert_uint_eq(ra->mr_lookup->entries[0]->lkey, rb->mr_lookup->entries[0]->lkey);
 	ck_assert_uint_eq(ca->domain->cache.registrations, 1);
+	provider_stats(ca->domain->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 2);
+	ck_assert_uint_eq(ca->domain->cache.jobs, 1);
+	td_unblock_worker(&later);
+	td_pump_until_zero(&ca->domain->cache.jobs);
 	provider_stats(ca->domain->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
 	mrd__response__free_unpacked(ra, NULL);
@@ -959,6 +966,135 @@ START_TEST(test_soft_dma_off_the_loop)
 }
 END_TEST
 
+/* Every deregistration waits for a copy through its MR (soft_dereg), so while a Dma runs a
+ * worker does it: here the owner of a pool MR the Dma copies into unregisters its pool;
+ * another domain's ping must not wait. */
+START_TEST(test_unregister_during_copy)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
+	Mrd__MempoolUnregisterRequest uq = MRD__MEMPOOL_UNREGISTER_REQUEST__INIT;
+	struct client *ca, *cb;
+	struct page_hold h;
+	struct arena *arena;
+	Mrd__MrEntry e[1];
+	Mrd__Response *resp;
+	uint64_t addrs[2], len = 64 * 1024;
+	bool blocked, waited;
+	int a, b, other;
+
+	td_start_one_worker();
+	a = td_hello_client(1000, &ca);
+	b = td_hello_client(1000, &cb);
+	other = td_hello_client(2000, NULL);
+	addrs[0] = td_alloc(a, 2, 64 * 1024);
+	addrs[1] = td_alloc(b, 2, 64 * 1024);
+	lookup(a, 3, addrs, 1, 0, e);
+	td_send_mempool_register(b, 3, "p", &addrs[1], &len, 1, false);
+	resp = td_expect(b, 3, 0);
+	arena = domain_find_arena(ca->domain, addrs[1]);
+	ck_assert_int_eq(fallocate(arena->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				   (off_t)(addrs[1] - (uintptr_t)arena->base), 4096), 0);
+	if (!hold_page(&h, addrs[1]))
+		return;
+	td_send_dma(a, 4, PROVIDER_DMA_WRITE, &e[0], addrs[0], resp->mempool_register->entries[0],
+		    addrs[1], 64 * 1024);
+	td_pump();
+	ck_assert(hold_wait_fault(&h));
+	uq.name = (char *)"p";
+	req.id = 5;
+	req.body_case = MRD__REQUEST__BODY_MEMPOOL_UNREGISTER;
+	req.mempool_unregister = &uq;
+	td_send_request(b, &req, NULL, 0);
+	req = (Mrd__Request)MRD__REQUEST__INIT;
+	req.id = 6;
+	req.body_case = MRD__REQUEST__BODY_PING;
+	req.ping = &ping;
+	td_send_request(other, &req, NULL, 0);
+	td_expect_free(other, 6, 0);
+	blocked = hold_timed_out(&h);
+	for (int i = 0; i < 20; i++) { /* time for an unregister that did not wait */
+		usleep(10000);
+		td_pump();
+	}
+	waited = cb->pending != NULL; /* answered once the MR is gone */
+	hold_release(&h);
+	td_expect_free(a, 4, 0);
+	td_expect_free(b, 5, 0);
+	hold_done(&h);
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_msg(!blocked, "the ping waited for the copy: the unregister's dereg ran on the loop");
+	ck_assert_msg(waited, "the unregister was answered before the copy ended");
+	close(a);
+	close(b);
+	close(other);
+}
+END_TEST
+
+/* The Free of on-demand memory a Dma copies into (_i 0), or its owner leaving (_i 1): its
+ * children are not zapped on the loop (provider_invalidate waits for the copy), their MRs go
+ * on a worker, and the pages go back (and the Free answers) only after them. */
+START_TEST(test_odp_free_during_copy)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
+	struct client *ca, *cb;
+	struct page_hold h;
+	struct arena *arena;
+	Mrd__MrEntry e[2];
+	uint64_t addrs[2], allocated;
+	bool blocked, waited;
+	int a, b, other;
+
+	td_start_one_worker();
+	a = td_hello_client(1000, &ca);
+	b = td_hello_client(1000, &cb);
+	other = td_hello_client(2000, NULL);
+	addrs[0] = td_alloc(a, 2, 64 * 1024);
+	addrs[1] = td_alloc_flags(b, 2, 64 * 1024, MRD__ALLOC_FLAGS__ALLOC_ODP);
+	lookup(a, 3, &addrs[0], 1, 0, &e[0]);
+	lookup(b, 3, &addrs[1], 1, 0, &e[1]);
+	allocated = ca->domain->allocated_bytes;
+	/* Its pages present first (a prefetching copy), then the first one taken away. */
+	td_dma(a, 4, PROVIDER_DMA_WRITE, &e[0], addrs[0], &e[1], addrs[1], 64 * 1024, 0);
+	arena = domain_find_arena(ca->domain, addrs[1]);
+	ck_assert_int_eq(fallocate(arena->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				   (off_t)(addrs[1] - (uintptr_t)arena->base), 4096), 0);
+	if (!hold_page(&h, addrs[1]))
+		return;
+	td_send_dma(a, 5, PROVIDER_DMA_WRITE, &e[0], addrs[0], &e[1], addrs[1], 64 * 1024);
+	td_pump();
+	ck_assert(hold_wait_fault(&h));
+	if (_i == 0)
+		td_send_free(b, 6, addrs[1]);
+	else
+		close(b);
+	req.id = 7;
+	req.body_case = MRD__REQUEST__BODY_PING;
+	req.ping = &ping;
+	td_send_request(other, &req, NULL, 0);
+	td_expect_free(other, 7, 0);
+	blocked = hold_timed_out(&h);
+	for (int i = 0; i < 20; i++) { /* time for a Free that did not wait */
+		usleep(10000);
+		td_pump();
+	}
+	/* No page goes back while the copy may touch it. */
+	waited = ca->domain->allocated_bytes == allocated && (_i == 1 || cb->pending);
+	hold_release(&h);
+	td_expect_free(a, 5, 0);
+	if (_i == 0)
+		td_expect_free(b, 6, 0);
+	hold_done(&h);
+	ck_assert_msg(!blocked, "the ping waited for the copy: the ODP Free zapped on the loop");
+	ck_assert_msg(waited, "the pages went back while the copy could touch them");
+	if (_i == 0)
+		close(b);
+	close(a);
+	close(other);
+}
+END_TEST
+
 START_TEST(test_big_free_on_worker)
 {
 	struct client *ca;
@@ -1056,6 +1192,8 @@ int main(void)
 	tcase_add_test(tc, test_big_free_on_worker);
 	tcase_add_test(tc, test_device_dma_on_worker);
 	tcase_add_test(tc, test_soft_dma_off_the_loop);
+	tcase_add_test(tc, test_unregister_during_copy);
+	tcase_add_loop_test(tc, test_odp_free_during_copy, 0, 2);
 	tcase_add_test(tc, test_death_while_deregistering);
 	suite_add_tcase(s, tc);
 	return run_suite(s);

@@ -197,7 +197,9 @@ MRD_INLINE uint32_t mrd_lookup_lkey(struct mrd_lookup *l, const void *addr)
 /* An RDMA write (MRD_DMA_WRITE: local -> remote) or read (MRD_DMA_READ: remote -> local) by
  * keys alone: emulated on the soft provider (-ENOKEY for a key that is not valid, -EACCES,
  * -EFAULT), done by the device on verbs, on mrd's queue pairs in the domain's PD
- * (-EKEYREJECTED when the device refused a key, -ETIMEDOUT). */
+ * (-EKEYREJECTED when the device refused a key, -ETIMEDOUT). mrd queues 4 per domain: while
+ * other handles of the domain keep it full, mrd_dma asks again (backing off) for up to 10 s,
+ * then fails with -EBUSY, not done. */
 #define MRD_DMA_WRITE 0
 #define MRD_DMA_READ 1
 int mrd_dma(mrd_client *client, int op, uint32_t lkey, const void *laddr, uint32_t rkey,
