@@ -320,6 +320,24 @@ START_TEST(test_review_concurrent_lookups_quota)
 }
 END_TEST
 
+/* REVIEW (issue 18 accounting): two pools over the same pages each get an MR of their own
+ * (4 KiB pages), and each counts them: 128 KiB charged for 64 KiB pinned. */
+START_TEST(test_review_overlapping_pools_count_once)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c);
+	uint64_t a = td_alloc(fd, 2, 64 * KiB), len = 64 * KiB;
+	struct provider_stats ps;
+
+	ck_assert_uint_eq(reg_ok(fd, 3, "p0", &a, &len, 1), 1);
+	ck_assert_uint_eq(reg_ok(fd, 4, "p1", &a, &len, 1), 1);
+	provider_stats(c->domain->provider, &ps);
+	ck_assert_uint_eq(ps.pinned_bytes, 64 * KiB);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 64 * KiB);
+	close(fd);
+}
+END_TEST
+
 /* A pool MR made while a lookup's registration of a run around it waits for a worker (as a
  * second worker would, finishing first): that registration goes, and the lookup gets the run
  * beside the pool. */
@@ -707,6 +725,7 @@ int main(void)
 	tcase_add_test(tc, test_lookup_uses_the_pool_mr);
 	tcase_add_test(tc, test_review_pool_after_lookup_counts_once);
 	tcase_add_test(tc, test_review_concurrent_lookups_quota);
+	tcase_add_test(tc, test_review_overlapping_pools_count_once);
 	tcase_add_test(tc, test_lookup_waits_for_a_pool_mr);
 	tcase_add_test(tc, test_pool_made_while_a_lookup_registers);
 	tcase_add_test(tc, test_memory_under_a_pool_stays);
