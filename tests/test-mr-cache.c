@@ -959,65 +959,6 @@ START_TEST(test_soft_dma_off_the_loop)
 }
 END_TEST
 
-/* REVIEW (issue 18, soft Dma off the loop): a Free waits for a copy on a worker, but other
- * deregistrations still run on the loop, where soft_dereg() waits for the copy: here the owner
- * of a pool MR the Dma copies into unregisters its pool; another domain's ping must not wait. */
-START_TEST(test_review_unregister_during_copy)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
-	Mrd__MempoolUnregisterRequest uq = MRD__MEMPOOL_UNREGISTER_REQUEST__INIT;
-	struct client *ca, *cb;
-	struct page_hold h;
-	struct arena *arena;
-	Mrd__MrEntry e[1];
-	Mrd__Response *resp;
-	uint64_t addrs[2], len = 64 * 1024;
-	bool blocked;
-	int a, b, other;
-
-	td_start_one_worker();
-	a = td_hello_client(1000, &ca);
-	b = td_hello_client(1000, &cb);
-	other = td_hello_client(2000, NULL);
-	addrs[0] = td_alloc(a, 2, 64 * 1024);
-	addrs[1] = td_alloc(b, 2, 64 * 1024);
-	lookup(a, 3, addrs, 1, 0, e);
-	td_send_mempool_register(b, 3, "p", &addrs[1], &len, 1, false);
-	resp = td_expect(b, 3, 0);
-	arena = domain_find_arena(ca->domain, addrs[1]);
-	ck_assert_int_eq(fallocate(arena->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-				   (off_t)(addrs[1] - (uintptr_t)arena->base), 4096), 0);
-	if (!hold_page(&h, addrs[1]))
-		return;
-	td_send_dma(a, 4, PROVIDER_DMA_WRITE, &e[0], addrs[0], resp->mempool_register->entries[0],
-		    addrs[1], 64 * 1024);
-	td_pump();
-	ck_assert(hold_wait_fault(&h));
-	uq.name = (char *)"p";
-	req.id = 5;
-	req.body_case = MRD__REQUEST__BODY_MEMPOOL_UNREGISTER;
-	req.mempool_unregister = &uq;
-	td_send_request(b, &req, NULL, 0);
-	req = (Mrd__Request)MRD__REQUEST__INIT;
-	req.id = 6;
-	req.body_case = MRD__REQUEST__BODY_PING;
-	req.ping = &ping;
-	td_send_request(other, &req, NULL, 0);
-	td_expect_free(other, 6, 0);
-	blocked = hold_timed_out(&h);
-	hold_release(&h);
-	td_expect_free(a, 4, 0);
-	td_expect_free(b, 5, 0);
-	hold_done(&h);
-	mrd__response__free_unpacked(resp, NULL);
-	ck_assert_msg(!blocked, "the ping waited for the copy: the unregister's dereg ran on the loop");
-	close(a);
-	close(b);
-	close(other);
-}
-END_TEST
-
 START_TEST(test_big_free_on_worker)
 {
 	struct client *ca;
@@ -1115,7 +1056,6 @@ int main(void)
 	tcase_add_test(tc, test_big_free_on_worker);
 	tcase_add_test(tc, test_device_dma_on_worker);
 	tcase_add_test(tc, test_soft_dma_off_the_loop);
-	tcase_add_test(tc, test_review_unregister_during_copy);
 	tcase_add_test(tc, test_death_while_deregistering);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
