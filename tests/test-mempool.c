@@ -194,7 +194,8 @@ START_TEST(test_extmem_replaced_before_the_reply)
 	td_send_mempool_register(fd, 4, "ext", objs, lens, 8, true);
 	td_pump();
 	ck_assert_ptr_nonnull(c->pending); /* no answer while the old MR is still pinned */
-	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 1 * MiB + 32 * KiB);
+	/* The replacement's pages lie inside the old MR's: counted once. */
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 1 * MiB);
 	td_unblock_worker(&b);
 	resp = td_expect(fd, 4, 0);
 	ck_assert_uint_eq(resp->mempool_register->n_entries, 8);
@@ -259,9 +260,10 @@ START_TEST(test_lookup_uses_the_pool_mr)
 }
 END_TEST
 
-/* REVIEW (issue 18 accounting): a lookup before the pool. The lookup registers the whole
- * allocation; a pool over part of it then pins no new page, yet its bytes are counted again. */
-START_TEST(test_review_pool_after_lookup_counts_once)
+/* A lookup before the pool registers the whole allocation; a pool over part of it pins no
+ * new page, so it is not counted again — nor refused with the domain's quota all taken — and
+ * the pages stay counted until the last MR over them goes. */
+START_TEST(test_pool_after_lookup_counts_once)
 {
 	struct client *c;
 	int fd = td_hello_client(1000, &c);
@@ -274,20 +276,25 @@ START_TEST(test_review_pool_after_lookup_counts_once)
 	ck_assert_uint_eq(e.start, a);
 	ck_assert_uint_eq(e.end, a + 1 * MiB);
 	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 1 * MiB);
+	td_manager->config.quota_pinned_bytes = 1 * MiB;
 	start = a + 64 * KiB;
 	resp = reg(fd, 4, "p", &start, &len, 1, false, 0);
 	mrd__response__free_unpacked(resp, NULL);
 	provider_stats(c->domain->provider, &ps);
 	ck_assert_uint_eq(ps.pinned_bytes, 1 * MiB); /* the provider pinned no new page */
 	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 1 * MiB);
+	td_mempool_unregister(fd, 5, "p", 0);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 1 * MiB); /* the lookup's MR stays */
+	td_free(fd, 6, a, 0);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 0);
 	close(fd);
 }
 END_TEST
 
-/* REVIEW (issue 18 accounting): two lookups in one allocation while the first one's
- * registration waits for a worker. Both pick the same run; the second is charged for it too
- * (pending_bytes), so it is refused with EDQUOT though only 2 MiB would ever be pinned. */
-START_TEST(test_review_concurrent_lookups_quota)
+/* Two lookups in one allocation while the first one's registration waits for a worker: the
+ * second, inside the run being registered, waits for it rather than register (and count) the
+ * run again, so that 2 MiB under a 3 MiB quota is not refused. */
+START_TEST(test_concurrent_lookups_quota)
 {
 	struct client *ca;
 	struct td_blocker b;
@@ -304,8 +311,10 @@ START_TEST(test_review_concurrent_lookups_quota)
 	td_send_lookup(a, 3, big); /* the whole 2 MiB, on the blocked worker */
 	td_pump();
 	ck_assert_uint_eq(ca->domain->cache.pending_bytes, 2 * MiB);
+	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 2 * MiB); /* counted from the start */
 	td_send_lookup(peer, 3, big + 1 * MiB);
 	td_pump();
+	ck_assert_uint_eq(ca->domain->cache.pending_bytes, 2 * MiB); /* no second registration */
 	td_unblock_worker(&b);
 	resp = td_expect(a, 3, 0);
 	mrd__response__free_unpacked(resp, NULL);
@@ -314,26 +323,40 @@ START_TEST(test_review_concurrent_lookups_quota)
 	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, big);
 	mrd__response__free_unpacked(resp, NULL);
 	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 2 * MiB);
+	ck_assert_uint_eq(ca->domain->cache.registrations, 1);
 	close(a);
 	close(peer);
 	td_wait_domains_closed();
 }
 END_TEST
 
-/* REVIEW (issue 18 accounting): two pools over the same pages each get an MR of their own
- * (4 KiB pages), and each counts them: 128 KiB charged for 64 KiB pinned. */
-START_TEST(test_review_overlapping_pools_count_once)
+/* Two pools over partly the same pages (4 KiB pages: an MR each) count the union, in
+ * whichever order they go; a pool refused for the quota leaves nothing behind. */
+START_TEST(test_overlapping_pools_count_once)
 {
 	struct client *c;
 	int fd = td_hello_client(1000, &c);
-	uint64_t a = td_alloc(fd, 2, 64 * KiB), len = 64 * KiB;
+	uint64_t a = td_alloc(fd, 2, 64 * KiB), b = td_alloc(fd, 3, 64 * KiB);
+	uint64_t len = 48 * KiB, late = a + 16 * KiB, all = 64 * KiB;
 	struct provider_stats ps;
 
-	ck_assert_uint_eq(reg_ok(fd, 3, "p0", &a, &len, 1), 1);
-	ck_assert_uint_eq(reg_ok(fd, 4, "p1", &a, &len, 1), 1);
+	ck_assert_uint_eq(reg_ok(fd, 4, "p0", &a, &len, 1), 1);
+	ck_assert_uint_eq(reg_ok(fd, 5, "p1", &late, &len, 1), 1);
 	provider_stats(c->domain->provider, &ps);
 	ck_assert_uint_eq(ps.pinned_bytes, 64 * KiB);
 	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 64 * KiB);
+	/* The whole allocation again: no new page, so a full quota still takes it. */
+	td_manager->config.quota_pinned_bytes = 64 * KiB;
+	ck_assert_uint_eq(reg_ok(fd, 6, "p2", &a, &all, 1), 1);
+	reg(fd, 7, "p3", &b, &all, 1, false, EDQUOT);
+	provider_stats(c->domain->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 3);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 64 * KiB);
+	td_mempool_unregister(fd, 8, "p2", 0);
+	td_mempool_unregister(fd, 9, "p0", 0);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 48 * KiB); /* p1's pages */
+	td_mempool_unregister(fd, 10, "p1", 0);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 0);
 	close(fd);
 }
 END_TEST
@@ -478,7 +501,8 @@ END_TEST
 
 START_TEST(test_pools_and_quota)
 {
-	int fd = td_hello_client(1000, NULL), admin = td_hello_client(0, NULL);
+	struct client *c;
+	int fd = td_hello_client(1000, &c), admin = td_hello_client(0, NULL);
 	int other = td_hello_client(2000, NULL);
 	uint64_t a = td_alloc(fd, 2, 64 * KiB), len = 4 * KiB;
 	const char *names[] = { "p0", "p1", "p2", "p3" };
@@ -489,6 +513,8 @@ START_TEST(test_pools_and_quota)
 	for (int i = 0; i < 4; i++)
 		ck_assert_uint_eq(reg_ok(fd, 3 + (uint64_t)i, names[i], &a, &len, 1), 1);
 	reg(fd, 8, "p4", &a, &len, 1, false, EDQUOT);
+	/* Four MRs over one page: the page counts once. */
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 4 * KiB);
 
 	req.id = 9;
 	req.body_case = MRD__REQUEST__BODY_MEMPOOLS;
@@ -723,9 +749,9 @@ int main(void)
 	tcase_add_test(tc, test_extmem_replaces);
 	tcase_add_test(tc, test_extmem_replaced_before_the_reply);
 	tcase_add_test(tc, test_lookup_uses_the_pool_mr);
-	tcase_add_test(tc, test_review_pool_after_lookup_counts_once);
-	tcase_add_test(tc, test_review_concurrent_lookups_quota);
-	tcase_add_test(tc, test_review_overlapping_pools_count_once);
+	tcase_add_test(tc, test_pool_after_lookup_counts_once);
+	tcase_add_test(tc, test_concurrent_lookups_quota);
+	tcase_add_test(tc, test_overlapping_pools_count_once);
 	tcase_add_test(tc, test_lookup_waits_for_a_pool_mr);
 	tcase_add_test(tc, test_pool_made_while_a_lookup_registers);
 	tcase_add_test(tc, test_memory_under_a_pool_stays);
