@@ -339,6 +339,7 @@ START_TEST(test_overlapping_pools_count_once)
 	uint64_t a = td_alloc(fd, 2, 64 * KiB), b = td_alloc(fd, 3, 64 * KiB);
 	uint64_t len = 48 * KiB, late = a + 16 * KiB, all = 64 * KiB;
 	struct provider_stats ps;
+	Mrd__Response *resp;
 
 	ck_assert_uint_eq(reg_ok(fd, 4, "p0", &a, &len, 1), 1);
 	ck_assert_uint_eq(reg_ok(fd, 5, "p1", &late, &len, 1), 1);
@@ -348,7 +349,11 @@ START_TEST(test_overlapping_pools_count_once)
 	/* The whole allocation again: no new page, so a full quota still takes it. */
 	td_manager->config.quota_pinned_bytes = 64 * KiB;
 	ck_assert_uint_eq(reg_ok(fd, 6, "p2", &a, &all, 1), 1);
-	reg(fd, 7, "p3", &b, &all, 1, false, EDQUOT);
+	td_send_mempool_register(fd, 7, "p3", &b, &all, 1, false);
+	resp = td_expect(fd, 7, EDQUOT);
+	ck_assert_msg(strstr(resp->message, "65536 pinned or being pinned, 65536 more asked"), "%s",
+		      resp->message);
+	mrd__response__free_unpacked(resp, NULL);
 	provider_stats(c->domain->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 3);
 	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 64 * KiB);
