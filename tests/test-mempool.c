@@ -330,6 +330,44 @@ START_TEST(test_concurrent_lookups_quota)
 }
 END_TEST
 
+/* A lookup beside a run a worker is registering (cut at the device's largest MR) registers
+ * only up to it: no page is registered, or counted, twice, even for a while — the quota just
+ * holds both. */
+START_TEST(test_lookup_beside_a_run_being_registered)
+{
+	struct client *ca;
+	struct td_blocker b;
+	Mrd__Response *resp;
+	uint64_t big;
+	int a, peer;
+
+	td_start_one_worker();
+	a = td_hello_client(1000, &ca);
+	peer = td_hello_client(1000, NULL);
+	big = td_alloc(a, 2, 4 * MiB);
+	ca->domain->provider->caps.max_mr_size = 1 * MiB;
+	td_manager->config.quota_pinned_bytes = 1 * MiB + 512 * KiB;
+	td_block_worker(&b);
+	td_send_lookup(a, 3, big + 2 * MiB); /* [2 MiB, 3 MiB), on the blocked worker */
+	td_pump();
+	td_send_lookup(peer, 3, big + 1 * MiB + 512 * KiB); /* up to 2 MiB only */
+	td_pump();
+	ck_assert_uint_eq(ca->domain->cache.pending_bytes, 1 * MiB + 512 * KiB);
+	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 1 * MiB + 512 * KiB);
+	td_unblock_worker(&b);
+	resp = td_expect(a, 3, 0);
+	mrd__response__free_unpacked(resp, NULL);
+	resp = td_expect(peer, 3, 0);
+	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, big + 1 * MiB + 512 * KiB);
+	ck_assert_uint_eq(resp->mr_lookup->entries[0]->end, big + 2 * MiB);
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 1 * MiB + 512 * KiB);
+	close(a);
+	close(peer);
+	td_wait_domains_closed();
+}
+END_TEST
+
 /* Two pools over partly the same pages (4 KiB pages: an MR each) count the union, in
  * whichever order they go; a pool refused for the quota leaves nothing behind. */
 START_TEST(test_overlapping_pools_count_once)
@@ -756,6 +794,7 @@ int main(void)
 	tcase_add_test(tc, test_lookup_uses_the_pool_mr);
 	tcase_add_test(tc, test_pool_after_lookup_counts_once);
 	tcase_add_test(tc, test_concurrent_lookups_quota);
+	tcase_add_test(tc, test_lookup_beside_a_run_being_registered);
 	tcase_add_test(tc, test_overlapping_pools_count_once);
 	tcase_add_test(tc, test_lookup_waits_for_a_pool_mr);
 	tcase_add_test(tc, test_pool_made_while_a_lookup_registers);
