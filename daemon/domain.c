@@ -463,22 +463,23 @@ static int check_quota(struct domain *d, uint64_t bytes, bool new_arena, char *w
 int domain_check_pinned(struct domain *d, uint64_t more, char *why, size_t why_size)
 {
 	const struct config *c = &d->manager->config;
-	uint64_t mine = d->cache.pinned_bytes + d->cache.pending_bytes, all = 0;
+	uint64_t mine = d->cache.pinned_bytes, all = 0;
 	struct domain *o;
 
+	/* Registrations under way are charged already (mr-cache.h). */
 	if (mine + more > c->quota_pinned_bytes) {
 		snprintf(why, why_size, "quota.pinned_bytes (%" PRIu64 ") would be exceeded in domain "
-			 "%s: %" PRIu64 " pinned, %" PRIu64 " more asked", c->quota_pinned_bytes,
-			 d->name, mine, more);
+			 "%s: %" PRIu64 " pinned or being pinned, %" PRIu64 " more asked",
+			 c->quota_pinned_bytes, d->name, mine, more);
 		return -EDQUOT;
 	}
 	/* A walk over the domains: a registration costs far more, and there are few. */
 	LIST_FOREACH(o, &d->manager->domains, link)
-		all += o->cache.pinned_bytes + o->cache.pending_bytes;
+		all += o->cache.pinned_bytes;
 	if (all + more > c->max_pinned_bytes) {
 		snprintf(why, why_size, "limits.pinned_bytes (%" PRIu64 ") would be exceeded: all "
-			 "domains pin %" PRIu64 ", %" PRIu64 " more asked", c->max_pinned_bytes,
-			 all, more);
+			 "domains pin or are pinning %" PRIu64 ", %" PRIu64 " more asked",
+			 c->max_pinned_bytes, all, more);
 		return -EDQUOT;
 	}
 	return 0;

@@ -120,7 +120,7 @@ static void pool_mr_gone(struct domain *d, struct pool_mr *mr, int r)
 		/* Keys of that memory are dead now: clients must flush what they cached. */
 		__atomic_add_fetch(&d->status->generation, 1, __ATOMIC_RELEASE);
 	}
-	d->cache.pinned_bytes -= mr->end - mr->start;
+	mr_cache_uncharge(&d->cache, mr->start, mr->end);
 	free(mr);
 	/* Its owner left before the pools did (one waiting after a warm restart stays). */
 	if (--a->pool_refs == 0 && !a->owner && !a->orphan)
@@ -166,13 +166,17 @@ static void pool_mr_put(struct domain *d, struct pool_mr *mr, struct unreg_ticke
 }
 
 /* Not registered yet: a place in the domain (so that pools in its huge page find it), its
- * bytes counted against the quota, its allocation held. */
+ * pages charged (once, with those other MRs cover), its allocation held. */
 static struct pool_mr *pool_mr_new(struct domain *d, const struct span *s)
 {
 	struct pool_mr *mr = calloc(1, sizeof(*mr));
 
 	if (!mr)
 		return NULL;
+	if (mr_cache_charge(&d->cache, s->start, s->end) < 0) {
+		free(mr);
+		return NULL;
+	}
 	mr->allocation = s->allocation;
 	mr->start = s->start;
 	mr->end = s->end;
@@ -181,7 +185,6 @@ static struct pool_mr *pool_mr_new(struct domain *d, const struct span *s)
 	mr->pending = true;
 	mr->access = allocation_access(s->allocation);
 	s->allocation->pool_refs++;
-	d->cache.pinned_bytes += s->end - s->start;
 	LIST_INSERT_HEAD(&d->pool_mrs, mr, link);
 	LIST_INSERT_HEAD(&s->allocation->pool_mrs, mr, alloc_link);
 	return mr;
@@ -335,7 +338,7 @@ int mempool_register(struct domain *d, struct client *owner, const char *name,
 	struct pool_reg *old = find(d, owner, name), *reg;
 	struct pool_job *job;
 	struct span *spans;
-	uint64_t new_bytes = 0;
+	uint64_t new_bytes = 0, more_pinned = 0;
 	size_t n_fresh = 0;
 	int m, r = 0;
 
@@ -356,10 +359,14 @@ int mempool_register(struct domain *d, struct client *owner, const char *name,
 		free(spans);
 		return m;
 	}
-	for (int i = 0; i < m; i++)
+	/* Spans are disjoint: only the pages no MR covers yet pin more (a shared huge page's
+	 * none). */
+	for (int i = 0; i < m; i++) {
 		if (!shared_hugepage(d, &spans[i]))
 			new_bytes += spans[i].end - spans[i].start;
-	r = domain_check_pinned(d, new_bytes, why, why_size);
+		more_pinned += mr_cache_uncharged(&d->cache, spans[i].start, spans[i].end);
+	}
+	r = domain_check_pinned(d, more_pinned, why, why_size);
 	if (r < 0) {
 		free(spans);
 		return r;

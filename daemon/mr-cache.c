@@ -17,11 +17,45 @@
 #define MR_TABLE_FIRST 256
 #define MR_TABLE_MAX (1u << 20)
 
+/* The charge map counts pages; the provider pins them. */
+static int count_only(uintptr_t start, size_t len)
+{
+	(void)start;
+	(void)len;
+	return 0;
+}
+
 int mr_cache_init(struct mr_cache *c, struct domain *d, enum mr_policy policy)
 {
 	*c = (struct mr_cache){ .domain = d, .policy = policy };
 	LIST_INIT(&c->mrs);
+	LIST_INIT(&c->reg_jobs);
+	pin_map_init(&c->charges);
+	c->charges.lock = c->charges.unlock = count_only;
 	return mr_table_init(&c->table, MR_TABLE_FIRST, MR_TABLE_MAX);
+}
+
+int mr_cache_charge(struct mr_cache *c, uint64_t start, uint64_t end)
+{
+	int r = pin_map_pin(&c->charges, (uintptr_t)start, (uintptr_t)end);
+
+	c->pinned_bytes = c->charges.pinned_bytes;
+	return r;
+}
+
+void mr_cache_uncharge(struct mr_cache *c, uint64_t start, uint64_t end)
+{
+	int r = pin_map_unpin(&c->charges, (uintptr_t)start, (uintptr_t)end);
+
+	if (r < 0)
+		log_error_errno(r, "domain %s: uncharging [0x%" PRIx64 ", 0x%" PRIx64 "): %m",
+				c->domain->name, start, end);
+	c->pinned_bytes = c->charges.pinned_bytes;
+}
+
+uint64_t mr_cache_uncharged(const struct mr_cache *c, uint64_t start, uint64_t end)
+{
+	return pin_map_unpinned_bytes(&c->charges, (uintptr_t)start, (uintptr_t)end);
 }
 
 void mr_cache_done(struct mr_cache *c)
@@ -37,6 +71,8 @@ void mr_cache_done(struct mr_cache *c)
 	}
 	c->n_mrs = 0;
 	mr_table_done(&c->table);
+	pin_map_done(&c->charges);
+	c->pinned_bytes = 0;
 }
 
 static struct mr_entry entry_of(const struct cached_mr *mr)
@@ -69,6 +105,19 @@ static void rebuild(struct mr_cache *c)
 	}
 }
 
+/* A registration on a worker thread, for one waiting lookup. */
+struct reg_job {
+	struct work work;
+	LIST_ENTRY(reg_job) link; /* the cache's */
+	struct domain *domain; /* held while the job lives */
+	struct mr_waiter *waiter;
+	struct mr_wait *lookups; /* other lookups inside the run, waiting for it */
+	uint64_t addr, start, end, allocation_serial;
+	unsigned access;
+	struct provider_mr *pmr;
+	int result;
+};
+
 /* Cuts the run [*start, *end) around addr at an MR [s, e) beside addr. */
 static void cut(uint64_t s, uint64_t e, uint64_t addr, uint64_t *start, uint64_t *end)
 {
@@ -78,26 +127,43 @@ static void cut(uint64_t s, uint64_t e, uint64_t addr, uint64_t *start, uint64_t
 		*end = s;
 }
 
-/* The part of a's pages around addr that no MR covers yet (contig), or addr's page. */
+/* The registration a worker is making of a's pages around addr, if any. */
+static struct reg_job *pending_run(const struct mr_cache *c, const struct allocation *a,
+				   uint64_t addr)
+{
+	struct reg_job *j;
+
+	LIST_FOREACH(j, &c->reg_jobs, link)
+		if (j->allocation_serial == a->serial && addr >= j->start && addr < j->end)
+			return j;
+	return NULL;
+}
+
+/* The part of a's pages around addr that no MR covers yet, nor a registration under way
+ * (contig), or addr's page. */
 static void pick_range(const struct mr_cache *c, const struct allocation *a, uint64_t addr,
 		       uint64_t *ret_start, uint64_t *ret_end)
 {
 	uint64_t ps = a->arena->page_size, start = allocation_address(a), end = start + a->length;
 	const struct cached_mr *mr;
 	const struct pool_mr *pm;
+	const struct reg_job *j;
 
 	if (c->policy == MR_POLICY_PAGE) {
 		*ret_start = addr - (addr - start) % ps;
 		*ret_end = *ret_start + ps;
 		return;
 	}
-	/* MRs never cross allocations, so only a's own MRs (the cache's and its pools') can
-	 * bound the run. */
+	/* MRs never cross allocations, so only a's own MRs (the cache's and its pools') and
+	 * runs being registered can bound the run. */
 	LIST_FOREACH(mr, &a->mrs, alloc_link)
 		cut(mr->start, mr->end, addr, &start, &end);
 	LIST_FOREACH(pm, &a->pool_mrs, alloc_link)
 		if (pool_mr_live(pm))
 			cut(pm->start, pm->end, addr, &start, &end);
+	LIST_FOREACH(j, &c->reg_jobs, link)
+		if (j->allocation_serial == a->serial)
+			cut(j->start, j->end, addr, &start, &end);
 	/* No more than the device takes in one MR: the part that starts at addr's page. */
 	if (end - start > c->domain->provider->caps.max_mr_size) {
 		start = addr - (addr - start) % ps;
@@ -123,7 +189,7 @@ static bool covered(const struct allocation *a, uint64_t start, uint64_t end)
 	return false;
 }
 
-/* Takes a fresh registration into the cache. */
+/* Takes a fresh registration, charged already, into the cache. */
 static struct cached_mr *adopt(struct mr_cache *c, struct allocation *a, struct provider_mr *pmr,
 			       uint64_t start, uint64_t end)
 {
@@ -140,7 +206,6 @@ static struct cached_mr *adopt(struct mr_cache *c, struct allocation *a, struct 
 	LIST_INSERT_HEAD(&a->mrs, mr, alloc_link);
 	c->n_mrs++;
 	c->registrations++;
-	c->pinned_bytes += end - start;
 	e = entry_of(mr);
 	if (!c->table.overflow)
 		(void)mr_table_insert(&c->table, &e); /* on overflow the list serves */
@@ -166,17 +231,6 @@ static bool cached(const struct mr_cache *c, uint64_t addr, struct mr_entry *ret
 	}
 }
 
-/* A registration on a worker thread, for one waiting lookup. */
-struct reg_job {
-	struct work work;
-	struct domain *domain; /* held while the job lives */
-	struct mr_waiter *waiter;
-	uint64_t addr, start, end, allocation_serial;
-	unsigned access;
-	struct provider_mr *pmr;
-	int result;
-};
-
 static void reg_job_run(struct work *w)
 {
 	struct reg_job *j = (struct reg_job *)w;
@@ -187,6 +241,25 @@ static void reg_job_run(struct work *w)
 
 static void reg_job_done(struct work *w);
 
+/* A lookup waiting on the loop for an MR a worker is making; without a waiter, -EAGAIN. */
+static int wait_for(struct mr_wait **lookups, uint64_t addr, struct mr_waiter *waiter,
+		    const char *what, char *why, size_t why_size)
+{
+	struct mr_wait *w;
+
+	if (!waiter) {
+		snprintf(why, why_size, "0x%" PRIx64 " is being registered%s%s", addr,
+			 *what ? " " : "", what);
+		return -EAGAIN;
+	}
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	*w = (struct mr_wait){ .next = *lookups, .waiter = waiter, .addr = addr };
+	*lookups = w;
+	return -EINPROGRESS;
+}
+
 /* Not in the table: the pool MR holding addr, else a registration of the uncovered run. */
 static int miss(struct mr_cache *c, struct allocation *a, uint64_t addr, struct mr_entry *ret,
 		char *why, size_t why_size, struct mr_waiter *waiter)
@@ -194,6 +267,7 @@ static int miss(struct mr_cache *c, struct allocation *a, uint64_t addr, struct 
 	struct domain *d = c->domain;
 	const struct config *cfg = &d->manager->config;
 	struct pool_mr *pm = mempool_mr_containing(a, addr);
+	struct reg_job *job;
 	struct provider_mr *pmr;
 	uint64_t start, end;
 	int r;
@@ -203,25 +277,20 @@ static int miss(struct mr_cache *c, struct allocation *a, uint64_t addr, struct 
 		*ret = (struct mr_entry){ pm->start, pm->end, pm->pmr->lkey, pm->pmr->rkey };
 		return 0;
 	}
-	if (pm) {
+	if (pm)
 		/* A worker is making that MR: the lookup takes it once it is made. */
-		struct mr_wait *w;
-
-		if (!waiter) {
-			snprintf(why, why_size, "0x%" PRIx64 " is being registered for a mempool",
-				 addr);
-			return -EAGAIN;
-		}
-		w = calloc(1, sizeof(*w));
-		if (!w)
-			return -ENOMEM;
-		*w = (struct mr_wait){ .next = pm->lookups, .waiter = waiter, .addr = addr };
-		pm->lookups = w;
-		return -EINPROGRESS;
-	}
+		return wait_for(&pm->lookups, addr, waiter, "for a mempool", why, why_size);
+	job = pending_run(c, a, addr);
+	if (job)
+		/* Registering the run again would pin and count its pages twice. */
+		return wait_for(&job->lookups, addr, waiter, "", why, why_size);
 	pick_range(c, a, addr, &start, &end);
 
-	r = domain_check_pinned(d, end - start, why, why_size);
+	r = domain_check_pinned(d, mr_cache_uncharged(c, start, end), why, why_size);
+	if (r < 0)
+		return r;
+	/* Counted from now: a lookup or pool meanwhile sees these pages taken. */
+	r = mr_cache_charge(c, start, end);
 	if (r < 0)
 		return r;
 
@@ -230,8 +299,10 @@ static int miss(struct mr_cache *c, struct allocation *a, uint64_t addr, struct 
 		/* Pinning this much takes long: a worker does it, and nobody waits but the asker. */
 		struct reg_job *j = calloc(1, sizeof(*j));
 
-		if (!j)
+		if (!j) {
+			mr_cache_uncharge(c, start, end);
 			return -ENOMEM;
+		}
 		j->work.run = reg_job_run;
 		j->work.done = reg_job_done;
 		j->domain = domain_ref(d);
@@ -242,6 +313,7 @@ static int miss(struct mr_cache *c, struct allocation *a, uint64_t addr, struct 
 		j->allocation_serial = a->serial;
 		j->access = allocation_access(a);
 		c->pending_bytes += end - start;
+		LIST_INSERT_HEAD(&c->reg_jobs, j, link);
 		worker_pool_submit(d->manager->workers, &j->work);
 		return -EINPROGRESS;
 	}
@@ -249,23 +321,47 @@ static int miss(struct mr_cache *c, struct allocation *a, uint64_t addr, struct 
 	r = frmr_pools_reg(&d->pools, (void *)(uintptr_t)start, end - start, allocation_access(a),
 			   false, &pmr);
 	if (r < 0) {
+		mr_cache_uncharge(c, start, end);
 		snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s", start,
 			 end, provider_strerror(d->provider, r));
 		return r;
 	}
 	if (!adopt(c, a, pmr, start, end)) {
 		(void)frmr_pools_dereg(&d->pools, pmr);
+		mr_cache_uncharge(c, start, end);
 		return -ENOMEM;
 	}
 	*ret = (struct mr_entry){ start, end, pmr->lkey, pmr->rkey };
 	return 0;
 }
 
-/* A registration nobody takes: deregistered where it cannot stall the loop. */
-static void drop(struct domain *d, struct provider_mr *pmr, uint64_t bytes)
+struct dropped {
+	uint64_t start, end;
+};
+
+static void dropped_gone(struct domain *d, void *arg, int result)
 {
-	if (!domain_dereg_waits(d, bytes) || domain_dereg_on_worker(d, pmr, NULL, NULL) < 0)
-		(void)frmr_pools_dereg(&d->pools, pmr);
+	struct dropped *g = arg;
+
+	mr_cache_uncharge(&d->cache, g->start, g->end);
+	free(g);
+}
+
+/* A registration nobody takes over [start, end): deregistered where it cannot stall the
+ * loop, and uncharged once the device has let go of it. */
+static void drop(struct mr_cache *c, struct provider_mr *pmr, uint64_t start, uint64_t end)
+{
+	struct domain *d = c->domain;
+	struct dropped *g;
+
+	if (domain_dereg_waits(d, end - start) && (g = malloc(sizeof(*g)))) {
+		*g = (struct dropped){ start, end };
+		if (domain_dereg_on_worker(d, pmr, dropped_gone, g) == 0)
+			return;
+		free(g);
+	}
+	(void)frmr_pools_dereg(&d->pools, pmr);
+	mr_cache_uncharge(c, start, end);
 }
 
 /* A lookup that waited, run again now that what it waited for is settled: answered now, or
@@ -300,12 +396,14 @@ static void reg_job_done(struct work *w)
 	int r = j->result;
 
 	c->pending_bytes -= j->end - j->start;
-	if (r < 0)
+	LIST_REMOVE(j, link);
+	if (r < 0) {
+		mr_cache_uncharge(c, j->start, j->end);
 		snprintf(why, sizeof(why), "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s",
 			 j->start, j->end, provider_strerror(d->provider, r));
-	else if (!a || a->serial != j->allocation_serial) {
+	} else if (!a || a->serial != j->allocation_serial) {
 		/* Freed while the worker pinned it: the registration covers nobody's memory. */
-		drop(d, j->pmr, j->end - j->start);
+		drop(c, j->pmr, j->start, j->end);
 		snprintf(why, sizeof(why), "0x%" PRIx64 " was freed while it was being registered",
 			 j->addr);
 		r = -ENOENT;
@@ -313,16 +411,18 @@ static void reg_job_done(struct work *w)
 		/* An MR made meanwhile (another lookup's, a pool's) has pages of the run: the first
 		 * creator wins, this one goes, and the lookup runs again — for the winner's keys, or
 		 * for what is still uncovered — so that no page is pinned and counted twice. */
-		drop(d, j->pmr, j->end - j->start);
+		drop(c, j->pmr, j->start, j->end);
 		retry(c, j->addr, j->waiter);
 		goto out;
 	} else if (!adopt(c, a, j->pmr, j->start, j->end)) {
-		drop(d, j->pmr, j->end - j->start);
+		drop(c, j->pmr, j->start, j->end);
 		r = -ENOMEM;
 	} else
 		e = (struct mr_entry){ j->start, j->end, j->pmr->lkey, j->pmr->rkey };
 	j->waiter->resume(j->waiter, r, r < 0 ? NULL : &e, why);
 out:
+	/* Lookups inside the run get its keys now, or register what is left. */
+	mr_cache_resume_waits(c, j->lookups);
 	free(j);
 	domain_unref(d);
 }
@@ -402,7 +502,7 @@ void mr_cache_release(struct mr_cache *c, struct allocation *a)
 
 	while ((mr = LIST_FIRST(&a->mrs))) {
 		LIST_REMOVE(mr, alloc_link);
-		c->pinned_bytes -= mr->end - mr->start;
+		mr_cache_uncharge(c, mr->start, mr->end);
 		c->deregistrations++;
 		free(mr);
 	}

@@ -5,7 +5,10 @@
  * through the provider ops. An MR never spans two allocations, so freeing an allocation
  * retires exactly its MRs: out of the table first, deregistered after — on a worker when
  * they are big. Mempool MRs count as covered: a lookup inside one gets it, and no MR of the
- * cache overlaps one made before it, so pinned bytes are the union of what is registered. */
+ * cache overlaps one made before it, nor a run a worker is registering (a lookup inside one
+ * waits for it). Pinned bytes are the union of what is registered: a page counts once however
+ * many MRs (the cache's, the pools') cover it, from when mrd starts registering it until the
+ * device lets go of its last MR over it. */
 #pragma once
 
 #include <stdbool.h>
@@ -13,6 +16,7 @@
 #include <sys/queue.h>
 
 #include "mr-table.h"
+#include "pin-map.h"
 
 struct allocation;
 struct domain;
@@ -47,15 +51,20 @@ struct mr_wait {
 	uint64_t addr;
 };
 
+struct reg_job;
+
 struct mr_cache {
 	struct domain *domain;
 	enum mr_policy policy;
 	uint64_t pending_bytes; /* registrations under way on workers */
+	LIST_HEAD(, reg_job) reg_jobs; /* those registrations */
 	unsigned jobs;          /* other work of the domain under way on workers (deregistrations,
 				 * mempool registrations) */
-	uint64_t pinned_bytes;  /* what its MRs and the domain's pool MRs cover (the cache's overlap
-				 * neither each other nor an older pool MR): the quota's measure,
-				 * read on the loop without asking a provider a worker may hold */
+	struct pin_map charges; /* how many of its MRs, pool MRs and registrations under way
+				 * cover each page (counts only: the provider pins) */
+	uint64_t pinned_bytes;  /* charges.pinned_bytes: the pages they cover, each once — the
+				 * quota's measure, read on the loop without asking a provider a
+				 * worker may hold */
 	LIST_HEAD(, cached_mr) mrs;
 	unsigned n_mrs;
 	struct mr_table table;
@@ -67,17 +76,26 @@ int mr_cache_init(struct mr_cache *c, struct domain *d, enum mr_policy policy);
 void mr_cache_done(struct mr_cache *c);
 
 /* The keys for addr, registering on a miss — unless a mempool MR holds addr: then that MR's
- * (one a worker is still making is waited for). -ENOENT (why says so) when addr is not in a
+ * (one a worker is still making is waited for, as is a run of the cache's a worker is
+ * registering around addr). -ENOENT (why says so) when addr is not in a
  * live allocation of the domain; -EDQUOT when registering would pass quota.pinned_bytes.
  * With a waiter, a registration of [cache] async_bytes or more — or any, while a registration
  * or deregistration of the domain's is under way, since it would wait for the provider — runs
  * on a worker thread:
  * -EINPROGRESS, and waiter->resume says how it went, later, on the loop. Without a waiter,
- * an address inside a mempool MR being made is -EAGAIN. */
+ * an address inside a mempool MR or run being made is -EAGAIN. */
 int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
 		    size_t why_size, struct mr_waiter *waiter);
 
-/* On the loop, once the pool MR they waited for is made, or has failed and gone: each lookup
+/* Counts [start, end) as pinned by one more registration (pages already counted stay counted
+ * once); -ENOMEM. Uncharging a range charged so needs no memory. */
+int mr_cache_charge(struct mr_cache *c, uint64_t start, uint64_t end);
+void mr_cache_uncharge(struct mr_cache *c, uint64_t start, uint64_t end);
+/* The bytes of [start, end) that charging would add: the pages no registration covers. */
+uint64_t mr_cache_uncharged(const struct mr_cache *c, uint64_t start, uint64_t end);
+
+/* On the loop, once the MR they waited for (a pool's, or a run a worker registered) is made,
+ * or has failed and gone: each lookup
  * runs again (answered now, or later again through its waiter). Frees the list. */
 void mr_cache_resume_waits(struct mr_cache *c, struct mr_wait *waits);
 

@@ -194,7 +194,8 @@ START_TEST(test_extmem_replaced_before_the_reply)
 	td_send_mempool_register(fd, 4, "ext", objs, lens, 8, true);
 	td_pump();
 	ck_assert_ptr_nonnull(c->pending); /* no answer while the old MR is still pinned */
-	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 1 * MiB + 32 * KiB);
+	/* The replacement's pages lie inside the old MR's: counted once. */
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 1 * MiB);
 	td_unblock_worker(&b);
 	resp = td_expect(fd, 4, 0);
 	ck_assert_uint_eq(resp->mempool_register->n_entries, 8);
@@ -255,6 +256,150 @@ START_TEST(test_lookup_uses_the_pool_mr)
 	ck_assert_uint_ne(again.rkey, in.rkey);
 	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 1 * MiB);
 	mrd__response__free_unpacked(resp, NULL);
+	close(fd);
+}
+END_TEST
+
+/* A lookup before the pool registers the whole allocation; a pool over part of it pins no
+ * new page, so it is not counted again — nor refused with the domain's quota all taken — and
+ * the pages stay counted until the last MR over them goes. */
+START_TEST(test_pool_after_lookup_counts_once)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c);
+	uint64_t a = td_alloc(fd, 2, 1 * MiB), start, len = 64 * KiB;
+	Mrd__MrEntry e;
+	Mrd__Response *resp;
+	struct provider_stats ps;
+
+	td_lookup(fd, 3, a, 0, &e);
+	ck_assert_uint_eq(e.start, a);
+	ck_assert_uint_eq(e.end, a + 1 * MiB);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 1 * MiB);
+	td_manager->config.quota_pinned_bytes = 1 * MiB;
+	start = a + 64 * KiB;
+	resp = reg(fd, 4, "p", &start, &len, 1, false, 0);
+	mrd__response__free_unpacked(resp, NULL);
+	provider_stats(c->domain->provider, &ps);
+	ck_assert_uint_eq(ps.pinned_bytes, 1 * MiB); /* the provider pinned no new page */
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 1 * MiB);
+	td_mempool_unregister(fd, 5, "p", 0);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 1 * MiB); /* the lookup's MR stays */
+	td_free(fd, 6, a, 0);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 0);
+	close(fd);
+}
+END_TEST
+
+/* Two lookups in one allocation while the first one's registration waits for a worker: the
+ * second, inside the run being registered, waits for it rather than register (and count) the
+ * run again, so that 2 MiB under a 3 MiB quota is not refused. */
+START_TEST(test_concurrent_lookups_quota)
+{
+	struct client *ca;
+	struct td_blocker b;
+	Mrd__Response *resp;
+	uint64_t big;
+	int a, peer;
+
+	td_start_one_worker();
+	td_manager->config.quota_pinned_bytes = 3 * MiB;
+	a = td_hello_client(1000, &ca);
+	peer = td_hello_client(1000, NULL);
+	big = td_alloc(a, 2, 2 * MiB);
+	td_block_worker(&b);
+	td_send_lookup(a, 3, big); /* the whole 2 MiB, on the blocked worker */
+	td_pump();
+	ck_assert_uint_eq(ca->domain->cache.pending_bytes, 2 * MiB);
+	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 2 * MiB); /* counted from the start */
+	td_send_lookup(peer, 3, big + 1 * MiB);
+	td_pump();
+	ck_assert_uint_eq(ca->domain->cache.pending_bytes, 2 * MiB); /* no second registration */
+	td_unblock_worker(&b);
+	resp = td_expect(a, 3, 0);
+	mrd__response__free_unpacked(resp, NULL);
+	td_pump_until_zero(&ca->domain->cache.jobs);
+	resp = td_expect(peer, 3, 0);
+	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, big);
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 2 * MiB);
+	ck_assert_uint_eq(ca->domain->cache.registrations, 1);
+	close(a);
+	close(peer);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* A lookup beside a run a worker is registering (cut at the device's largest MR) registers
+ * only up to it: no page is registered, or counted, twice, even for a while — the quota just
+ * holds both. */
+START_TEST(test_lookup_beside_a_run_being_registered)
+{
+	struct client *ca;
+	struct td_blocker b;
+	Mrd__Response *resp;
+	uint64_t big;
+	int a, peer;
+
+	td_start_one_worker();
+	a = td_hello_client(1000, &ca);
+	peer = td_hello_client(1000, NULL);
+	big = td_alloc(a, 2, 4 * MiB);
+	ca->domain->provider->caps.max_mr_size = 1 * MiB;
+	td_manager->config.quota_pinned_bytes = 1 * MiB + 512 * KiB;
+	td_block_worker(&b);
+	td_send_lookup(a, 3, big + 2 * MiB); /* [2 MiB, 3 MiB), on the blocked worker */
+	td_pump();
+	td_send_lookup(peer, 3, big + 1 * MiB + 512 * KiB); /* up to 2 MiB only */
+	td_pump();
+	ck_assert_uint_eq(ca->domain->cache.pending_bytes, 1 * MiB + 512 * KiB);
+	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 1 * MiB + 512 * KiB);
+	td_unblock_worker(&b);
+	resp = td_expect(a, 3, 0);
+	mrd__response__free_unpacked(resp, NULL);
+	resp = td_expect(peer, 3, 0);
+	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, big + 1 * MiB + 512 * KiB);
+	ck_assert_uint_eq(resp->mr_lookup->entries[0]->end, big + 2 * MiB);
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 1 * MiB + 512 * KiB);
+	close(a);
+	close(peer);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* Two pools over partly the same pages (4 KiB pages: an MR each) count the union, in
+ * whichever order they go; a pool refused for the quota leaves nothing behind. */
+START_TEST(test_overlapping_pools_count_once)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c);
+	uint64_t a = td_alloc(fd, 2, 64 * KiB), b = td_alloc(fd, 3, 64 * KiB);
+	uint64_t len = 48 * KiB, late = a + 16 * KiB, all = 64 * KiB;
+	struct provider_stats ps;
+	Mrd__Response *resp;
+
+	ck_assert_uint_eq(reg_ok(fd, 4, "p0", &a, &len, 1), 1);
+	ck_assert_uint_eq(reg_ok(fd, 5, "p1", &late, &len, 1), 1);
+	provider_stats(c->domain->provider, &ps);
+	ck_assert_uint_eq(ps.pinned_bytes, 64 * KiB);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 64 * KiB);
+	/* The whole allocation again: no new page, so a full quota still takes it. */
+	td_manager->config.quota_pinned_bytes = 64 * KiB;
+	ck_assert_uint_eq(reg_ok(fd, 6, "p2", &a, &all, 1), 1);
+	td_send_mempool_register(fd, 7, "p3", &b, &all, 1, false);
+	resp = td_expect(fd, 7, EDQUOT);
+	ck_assert_msg(strstr(resp->message, "65536 pinned or being pinned, 65536 more asked"), "%s",
+		      resp->message);
+	mrd__response__free_unpacked(resp, NULL);
+	provider_stats(c->domain->provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 3);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 64 * KiB);
+	td_mempool_unregister(fd, 8, "p2", 0);
+	td_mempool_unregister(fd, 9, "p0", 0);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 48 * KiB); /* p1's pages */
+	td_mempool_unregister(fd, 10, "p1", 0);
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 0);
 	close(fd);
 }
 END_TEST
@@ -399,7 +544,8 @@ END_TEST
 
 START_TEST(test_pools_and_quota)
 {
-	int fd = td_hello_client(1000, NULL), admin = td_hello_client(0, NULL);
+	struct client *c;
+	int fd = td_hello_client(1000, &c), admin = td_hello_client(0, NULL);
 	int other = td_hello_client(2000, NULL);
 	uint64_t a = td_alloc(fd, 2, 64 * KiB), len = 4 * KiB;
 	const char *names[] = { "p0", "p1", "p2", "p3" };
@@ -410,6 +556,8 @@ START_TEST(test_pools_and_quota)
 	for (int i = 0; i < 4; i++)
 		ck_assert_uint_eq(reg_ok(fd, 3 + (uint64_t)i, names[i], &a, &len, 1), 1);
 	reg(fd, 8, "p4", &a, &len, 1, false, EDQUOT);
+	/* Four MRs over one page: the page counts once. */
+	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 4 * KiB);
 
 	req.id = 9;
 	req.body_case = MRD__REQUEST__BODY_MEMPOOLS;
@@ -644,6 +792,10 @@ int main(void)
 	tcase_add_test(tc, test_extmem_replaces);
 	tcase_add_test(tc, test_extmem_replaced_before_the_reply);
 	tcase_add_test(tc, test_lookup_uses_the_pool_mr);
+	tcase_add_test(tc, test_pool_after_lookup_counts_once);
+	tcase_add_test(tc, test_concurrent_lookups_quota);
+	tcase_add_test(tc, test_lookup_beside_a_run_being_registered);
+	tcase_add_test(tc, test_overlapping_pools_count_once);
 	tcase_add_test(tc, test_lookup_waits_for_a_pool_mr);
 	tcase_add_test(tc, test_pool_made_while_a_lookup_registers);
 	tcase_add_test(tc, test_memory_under_a_pool_stays);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The pin map locks a page once however many registrations cover it, and unlocks it with the
- * last one. Lock calls are recorded instead of made. */
+ * last one; unpinning needs no memory. Lock calls are recorded instead of made. */
 #include <check.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -141,6 +141,42 @@ START_TEST(test_many_segments)
 }
 END_TEST
 
+/* Adjacent pins merge into one segment; unpinning every other one splits it again, each time
+ * without growing the map (an unpin must not fail for want of memory). */
+START_TEST(test_unpin_within_room)
+{
+	size_t cap;
+
+	for (uintptr_t i = 0; i < 1000; i++)
+		ck_assert_int_eq(pin_map_pin(&m, i * P, (i + 1) * P), 0);
+	ck_assert_uint_eq(m.n, 1);
+	cap = m.cap;
+	for (uintptr_t i = 0; i < 1000; i += 2)
+		ck_assert_int_eq(pin_map_unpin(&m, i * P, (i + 1) * P), 0);
+	ck_assert_uint_eq(m.n, 500);
+	ck_assert_uint_eq(m.cap, cap);
+	ck_assert_uint_eq(m.pinned_bytes, 500 * P);
+	for (uintptr_t i = 1; i < 1000; i += 2)
+		ck_assert_int_eq(pin_map_unpin(&m, i * P, (i + 1) * P), 0);
+	ck_assert_uint_eq(m.n, 0);
+	ck_assert_uint_eq(m.pinned_bytes, 0);
+}
+END_TEST
+
+START_TEST(test_unpinned_bytes)
+{
+	ck_assert_uint_eq(pin_map_unpinned_bytes(&m, 0, 10 * P), 10 * P);
+	ck_assert_int_eq(pin_map_pin(&m, 2 * P, 4 * P), 0);
+	ck_assert_int_eq(pin_map_pin(&m, 3 * P, 6 * P), 0);
+	ck_assert_int_eq(pin_map_pin(&m, 8 * P, 9 * P), 0);
+	ck_assert_uint_eq(pin_map_unpinned_bytes(&m, 0, 10 * P), 5 * P);
+	ck_assert_uint_eq(pin_map_unpinned_bytes(&m, 3 * P, 5 * P), 0);
+	ck_assert_uint_eq(pin_map_unpinned_bytes(&m, 5 * P, 9 * P), 2 * P);
+	ck_assert_uint_eq(pin_map_unpinned_bytes(&m, 9 * P, 12 * P), 3 * P);
+	ck_assert_uint_eq(pin_map_unpinned_bytes(&m, P, P + 1), 1);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("pin-map");
@@ -153,6 +189,8 @@ int main(void)
 	tcase_add_test(tc, test_unpin_unpinned_refused);
 	tcase_add_test(tc, test_lock_failure_rolls_back);
 	tcase_add_test(tc, test_many_segments);
+	tcase_add_test(tc, test_unpin_within_room);
+	tcase_add_test(tc, test_unpinned_bytes);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }
