@@ -19,8 +19,16 @@ for i in $(seq 100); do [ -S "$dir/notify" ] && break; sleep 0.05; done
 pid=$!
 for i in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 
-# The first connection starts mrd, which must serve it on the inherited socket.
-out=$("$MRD_BUILDDIR/mrctl" --socket "$sock" status 2>&1) || { echo "mrctl failed: $out"; cat "$dir/log"; exit 1; }
+# The first connection starts mrd, which must serve it on the inherited socket. The socket's
+# file appears at bind(), a moment before systemd-socket-activate listens on it: until then a
+# connection is refused.
+for i in $(seq 50); do
+	out=$("$MRD_BUILDDIR/mrctl" --socket "$sock" status 2>&1) && break
+	echo "$out" | grep -q 'Connection refused' || break
+	sleep 0.1
+done
+[ -n "${out##*refused*}" ] && echo "$out" | grep -q '^clients:' ||
+	{ echo "mrctl failed: $out"; cat "$dir/log"; exit 1; }
 echo "$out" | grep -q '^clients: *1 of' || { echo "unexpected status: $out"; exit 1; }
 grep -q 'serving on the socket passed by systemd' "$dir/log" || { echo "mrd did not use LISTEN_FDS:"; cat "$dir/log"; exit 1; }
 [ ! -e "$dir/unused.sock" ] || { echo "mrd bound its own socket despite LISTEN_FDS"; exit 1; }
