@@ -235,13 +235,18 @@ START_TEST(test_mempools_beyond_one_reply)
 	size_t total = 0, len, n_pools = 0, n_mrs = 0;
 	uint32_t first = 0;
 	char name[32], why[256];
+	/* Under valgrind (every page of it a crawl) pages enough to need several replies, not
+	 * more than one frame could ever hold. */
+	const bool slow = getenv("MRD_TEST_WRAPPER") && *getenv("MRD_TEST_WRAPPER");
+	const int pools = slow ? 8 : POOLS;
+	const size_t beyond = slow ? 128 * 1024 : WIRE_FRAME_MAX; /* a page's budget */
 
 	/* Every other page: ranges that never merge, one MR each. */
 	for (size_t i = 0; i < POOL_RANGES; i++) {
 		starts[i] = mem + 2 * i * 4096;
 		lengths[i] = 4096;
 	}
-	for (int i = 0; i < POOLS; i++) {
+	for (int i = 0; i < pools; i++) {
 		snprintf(name, sizeof(name), "pool-%02d", i);
 		ck_assert_msg(pool_register(fd, name, starts, lengths, POOL_RANGES, why,
 					    sizeof(why)) == 0, "%s: %s", name, why);
@@ -256,7 +261,7 @@ START_TEST(test_mempools_beyond_one_reply)
 		ck_assert_int_eq(resp->status, 0);
 		ck_assert_uint_le(len, 160 * 1024);
 		ck_assert_uint_gt(resp->mempools->n_mempools, 0);
-		ck_assert_uint_eq(resp->mempools->total, POOLS);
+		ck_assert_uint_eq(resp->mempools->total, pools);
 		for (size_t i = 0; i < resp->mempools->n_mempools; i++)
 			n_mrs += resp->mempools->mempools[i]->n_mrs;
 		n_pools += resp->mempools->n_mempools;
@@ -265,39 +270,31 @@ START_TEST(test_mempools_beyond_one_reply)
 		mrd__response__free_unpacked(resp, NULL);
 	} while (first);
 	printf("Mempools: %zu pools, %zu MRs in %zu bytes of replies\n", n_pools, n_mrs, total);
-	ck_assert_uint_eq(n_pools, POOLS);
-	ck_assert_uint_eq(n_mrs, POOLS * POOL_RANGES);
-	ck_assert_uint_gt(total, WIRE_FRAME_MAX);
+	ck_assert_uint_eq(n_pools, pools);
+	ck_assert_uint_eq(n_mrs, pools * POOL_RANGES);
+	ck_assert_uint_gt(total, beyond);
 
 	/* mrctl goes through the pages. */
 	ck_assert_int_eq(mrctl_run("mempools", NULL), 0);
-	ck_assert_uint_eq(count(out, "\npool \"pool-"), POOLS - 1);
-	ck_assert_uint_eq(count(out, "\n  0x"), POOLS * POOL_RANGES);
+	ck_assert_uint_eq(count(out, "\npool \"pool-"), pools - 1);
+	ck_assert_uint_eq(count(out, "\n  0x"), pools * POOL_RANGES);
 	ck_assert_int_eq(mrctl_run("--json", "mempools"), 0);
-	ck_assert_uint_eq(count(out, "\"name\":\"pool-"), POOLS);
-	ck_assert_uint_eq(count(out, "{\"start\":"), POOLS * POOL_RANGES);
+	ck_assert_uint_eq(count(out, "\"name\":\"pool-"), pools);
+	ck_assert_uint_eq(count(out, "{\"start\":"), pools * POOL_RANGES);
 	ck_assert_int_eq(mrctl_run("--json", "dump"), 0);
-	ck_assert_uint_eq(count(out, "\"name\":\"pool-"), POOLS);
+	ck_assert_uint_eq(count(out, "\"name\":\"pool-"), pools);
 	close(fd); /* its pools go with it */
 	close(admin);
 }
 END_TEST
 
-START_TEST(test_clients_beyond_one_reply)
+/* How many clients mrd has, as admin's Clients view counts them. */
+static size_t clients_counted(int admin)
 {
-	static int fds[MANY_CLIENTS];
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__ClientsRequest q = MRD__CLIENTS_REQUEST__INIT;
 	Mrd__Response *resp;
-	char name[65];
-	size_t len;
-	int admin;
-
-	memset(name, 'n', 64);
-	name[64] = '\0';
-	for (int i = 0; i < MANY_CLIENTS; i++)
-		fds[i] = hello_as(name);
-	admin = hello_as("admin");
+	size_t len, n;
 
 	req.body_case = MRD__REQUEST__BODY_CLIENTS;
 	req.clients = &q;
@@ -306,10 +303,29 @@ START_TEST(test_clients_beyond_one_reply)
 	ck_assert_msg(resp, "no Clients reply in 10 s");
 	ck_assert_int_eq(resp->status, 0);
 	ck_assert_uint_le(len, 160 * 1024);
-	ck_assert_uint_gt(resp->clients->n_clients, 100);
-	ck_assert_uint_eq(resp->clients->n_clients + resp->clients->clients_omitted,
-			  MANY_CLIENTS + 1);
+	n = resp->clients->n_clients + resp->clients->clients_omitted;
+	if (n > 1)
+		ck_assert_uint_gt(resp->clients->n_clients, 100);
 	mrd__response__free_unpacked(resp, NULL);
+	return n;
+}
+
+START_TEST(test_clients_beyond_one_reply)
+{
+	static int fds[MANY_CLIENTS];
+	char name[65];
+	int admin;
+
+	memset(name, 'n', 64);
+	name[64] = '\0';
+	admin = hello_as("admin");
+	/* The earlier cases' clients may still be going (slowly, under valgrind). */
+	for (int i = 0; i < 200 && clients_counted(admin) > 1; i++)
+		usleep(100 * 1000);
+	ck_assert_uint_eq(clients_counted(admin), 1);
+	for (int i = 0; i < MANY_CLIENTS; i++)
+		fds[i] = hello_as(name);
+	ck_assert_uint_eq(clients_counted(admin), MANY_CLIENTS + 1);
 
 	ck_assert_int_eq(mrctl_run("clients", NULL), 0);
 	ck_assert_msg(strstr(out, " more clients not shown"), "%.300s", out);
