@@ -128,12 +128,20 @@ int main(void)
 
 		for (size_t i = 0; i < n && i < 8; i++)
 			misses += st[i].misses;
-		/* Every pooled registration but the first of each size must have been a hit. */
-		if (misses != ELEMENTSOF(sizes)) {
-			fprintf(stderr, "bench-frmr: %" PRIu64 " misses, expected %zu\n", misses,
-				ELEMENTSOF(sizes));
+		uint64_t most = 0;
+
+		/* Every pooled registration must have been a hit but the first of each size and
+		 * about one per 255 uses of a handle (its soft key index is spent then: retired;
+		 * two handles may take turns). */
+		for (size_t k = 0; k < ELEMENTSOF(sizes); k++)
+			most += 1 + 2 * (1 + (1 + (uint64_t)REPS * sizes[k].iters) / 255);
+		if (misses < ELEMENTSOF(sizes) || misses > most) {
+			fprintf(stderr, "bench-frmr: %" PRIu64 " misses, expected %zu to %" PRIu64 "\n",
+				misses, ELEMENTSOF(sizes), most);
 			return EXIT_FAILURE;
 		}
+		printf("pool misses: %" PRIu64 " (one per size, then about one per 255 uses of a handle)\n",
+		       misses);
 	}
 	printf("summary (target from PERF.md: a pool hit <= %.1fx a fresh registration):\n", TARGET);
 	bench_print_summary(sum, n_sum);
