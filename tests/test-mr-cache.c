@@ -922,16 +922,51 @@ static void hold_done(struct page_hold *h)
 	pthread_mutex_destroy(&h->lock);
 }
 
+/* A soft Dma of 64 KiB from src into dst held mid-way: dst's first page taken away
+ * (registering filled it) and its next touch held. false: no userfaultfd (not run). */
+static bool copy_held(struct page_hold *h, struct domain *d, int fd, uint64_t id,
+		      const Mrd__MrEntry *src_mr, uint64_t src, const Mrd__MrEntry *dst_mr, uint64_t dst)
+{
+	struct arena *arena = domain_find_arena(d, dst);
+
+	ck_assert_int_eq(fallocate(arena->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				   (off_t)(dst - (uintptr_t)arena->base), 4096), 0);
+	if (!hold_page(h, dst))
+		return false;
+	td_send_dma(fd, id, PROVIDER_DMA_WRITE, src_mr, src, dst_mr, dst, 64 * 1024);
+	td_pump();
+	ck_assert(hold_wait_fault(h)); /* the copy is in progress, held */
+	return true;
+}
+
+/* Whether a Ping from fd (another domain's) waited for the held copy; then time for answers
+ * that did not wait for it to come. */
+static bool ping_waited(struct page_hold *h, int fd, uint64_t id)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
+	bool waited;
+
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_PING;
+	req.ping = &ping;
+	td_send_request(fd, &req, NULL, 0);
+	td_expect_free(fd, id, 0);
+	waited = hold_timed_out(h);
+	for (int i = 0; i < 20; i++) {
+		usleep(10000);
+		td_pump();
+	}
+	return waited;
+}
+
 /* Soft's Dma is a copy of up to 64 MiB: it runs on the Dma thread, so the loop serves others
  * while it runs, and the memory it copies into does not go under it: a Free of that memory
  * (by its owner, in the same domain) is answered only once the copy is done. */
 START_TEST(test_soft_dma_off_the_loop)
 {
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
 	struct client *ca, *cb;
 	struct page_hold h;
-	struct arena *arena;
 	Mrd__MrEntry e[2];
 	uint64_t addrs[2];
 	int a, b, other;
@@ -943,27 +978,10 @@ START_TEST(test_soft_dma_off_the_loop)
 	addrs[0] = td_alloc(a, 2, 64 * 1024);
 	addrs[1] = td_alloc(b, 2, 64 * 1024);
 	lookup(a, 3, addrs, 2, 0, e);
-	/* The target's first page taken away (registering filled it), its next touch held. */
-	arena = domain_find_arena(ca->domain, addrs[1]);
-	ck_assert_int_eq(fallocate(arena->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-				   (off_t)(addrs[1] - (uintptr_t)arena->base), 4096), 0);
-	if (!hold_page(&h, addrs[1]))
+	if (!copy_held(&h, ca->domain, a, 4, &e[0], addrs[0], &e[1], addrs[1]))
 		return;
-
-	td_send_dma(a, 4, PROVIDER_DMA_WRITE, &e[0], addrs[0], &e[1], addrs[1], 64 * 1024);
-	td_pump();
-	ck_assert(hold_wait_fault(&h)); /* the copy is in progress, held */
 	td_send_free(b, 5, addrs[1]);
-	req.id = 6;
-	req.body_case = MRD__REQUEST__BODY_PING;
-	req.ping = &ping;
-	td_send_request(other, &req, NULL, 0);
-	td_expect_free(other, 6, 0);
-	ck_assert_msg(!hold_timed_out(&h), "the ping waited for the copy: it ran on the loop");
-	for (int i = 0; i < 20; i++) { /* time for a Free that did not wait to be answered */
-		usleep(10000);
-		td_pump();
-	}
+	ck_assert_msg(!ping_waited(&h, other, 6), "the ping waited for the copy: it ran on the loop");
 	ck_assert_ptr_nonnull(ca->pending); /* the Dma, */
 	ck_assert_ptr_nonnull(cb->pending); /* and the Free waiting for it */
 	hold_release(&h);
@@ -982,11 +1000,9 @@ END_TEST
 START_TEST(test_unregister_during_copy)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
 	Mrd__MempoolUnregisterRequest uq = MRD__MEMPOOL_UNREGISTER_REQUEST__INIT;
 	struct client *ca, *cb;
 	struct page_hold h;
-	struct arena *arena;
 	Mrd__MrEntry e[1];
 	Mrd__Response *resp;
 	uint64_t addrs[2], len = 64 * 1024;
@@ -1002,31 +1018,17 @@ START_TEST(test_unregister_during_copy)
 	lookup(a, 3, addrs, 1, 0, e);
 	td_send_mempool_register(b, 3, "p", &addrs[1], &len, 1, false);
 	resp = td_expect(b, 3, 0);
-	arena = domain_find_arena(ca->domain, addrs[1]);
-	ck_assert_int_eq(fallocate(arena->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-				   (off_t)(addrs[1] - (uintptr_t)arena->base), 4096), 0);
-	if (!hold_page(&h, addrs[1]))
+	if (!copy_held(&h, ca->domain, a, 4, &e[0], addrs[0], resp->mempool_register->entries[0],
+		       addrs[1])) {
+		mrd__response__free_unpacked(resp, NULL);
 		return;
-	td_send_dma(a, 4, PROVIDER_DMA_WRITE, &e[0], addrs[0], resp->mempool_register->entries[0],
-		    addrs[1], 64 * 1024);
-	td_pump();
-	ck_assert(hold_wait_fault(&h));
+	}
 	uq.name = (char *)"p";
 	req.id = 5;
 	req.body_case = MRD__REQUEST__BODY_MEMPOOL_UNREGISTER;
 	req.mempool_unregister = &uq;
 	td_send_request(b, &req, NULL, 0);
-	req = (Mrd__Request)MRD__REQUEST__INIT;
-	req.id = 6;
-	req.body_case = MRD__REQUEST__BODY_PING;
-	req.ping = &ping;
-	td_send_request(other, &req, NULL, 0);
-	td_expect_free(other, 6, 0);
-	blocked = hold_timed_out(&h);
-	for (int i = 0; i < 20; i++) { /* time for an unregister that did not wait */
-		usleep(10000);
-		td_pump();
-	}
+	blocked = ping_waited(&h, other, 6);
 	waited = cb->pending != NULL; /* answered once the MR is gone */
 	hold_release(&h);
 	td_expect_free(a, 4, 0);
@@ -1046,11 +1048,8 @@ END_TEST
  * on a worker, and the pages go back (and the Free answers) only after them. */
 START_TEST(test_odp_free_during_copy)
 {
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
 	struct client *ca, *cb;
 	struct page_hold h;
-	struct arena *arena;
 	Mrd__MrEntry e[2];
 	uint64_t addrs[2], allocated;
 	bool blocked, waited;
@@ -1067,28 +1066,13 @@ START_TEST(test_odp_free_during_copy)
 	allocated = ca->domain->allocated_bytes;
 	/* Its pages present first (a prefetching copy), then the first one taken away. */
 	td_dma(a, 4, PROVIDER_DMA_WRITE, &e[0], addrs[0], &e[1], addrs[1], 64 * 1024, 0);
-	arena = domain_find_arena(ca->domain, addrs[1]);
-	ck_assert_int_eq(fallocate(arena->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-				   (off_t)(addrs[1] - (uintptr_t)arena->base), 4096), 0);
-	if (!hold_page(&h, addrs[1]))
+	if (!copy_held(&h, ca->domain, a, 5, &e[0], addrs[0], &e[1], addrs[1]))
 		return;
-	td_send_dma(a, 5, PROVIDER_DMA_WRITE, &e[0], addrs[0], &e[1], addrs[1], 64 * 1024);
-	td_pump();
-	ck_assert(hold_wait_fault(&h));
 	if (_i == 0)
 		td_send_free(b, 6, addrs[1]);
 	else
 		close(b);
-	req.id = 7;
-	req.body_case = MRD__REQUEST__BODY_PING;
-	req.ping = &ping;
-	td_send_request(other, &req, NULL, 0);
-	td_expect_free(other, 7, 0);
-	blocked = hold_timed_out(&h);
-	for (int i = 0; i < 20; i++) { /* time for a Free that did not wait */
-		usleep(10000);
-		td_pump();
-	}
+	blocked = ping_waited(&h, other, 7);
 	/* No page goes back while the copy may touch it. */
 	waited = ca->domain->allocated_bytes == allocated && (_i == 1 || cb->pending);
 	hold_release(&h);
