@@ -174,7 +174,7 @@ static int method_dump(sd_bus_message *msg, void *userdata, sd_bus_error *error)
 			",\"arenas\":%u,\"pinned_bytes\":%" PRIu64 ",\"generation\":%" PRIu64
 			",\"mrs\":%u,\"lookups\":%" PRIu64 ",\"misses\":%" PRIu64
 			",\"registrations\":%" PRIu64 ",\"deregistrations\":%" PRIu64, d->n_users,
-			d->allocated_bytes, d->allocations.n, d->n_arenas, d->cache.pinned_bytes,
+			d->allocated_bytes, d->allocations.n, d->n_arenas, d->cache.charges.pinned_bytes,
 			__atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE), d->cache.n_mrs,
 			d->cache.lookups, d->cache.misses, d->cache.registrations,
 			d->cache.deregistrations);

@@ -412,7 +412,7 @@ void domain_update_status(struct domain *d)
 	if (!s)
 		return;
 	s->allocated_bytes = d->allocated_bytes;
-	s->pinned_bytes = d->cache.pinned_bytes;
+	s->pinned_bytes = d->cache.charges.pinned_bytes;
 	s->allocations = d->allocations.n;
 	s->arenas = d->n_arenas;
 	s->clients = d->n_users;
@@ -463,7 +463,7 @@ static int check_quota(struct domain *d, uint64_t bytes, bool new_arena, char *w
 int domain_check_pinned(struct domain *d, uint64_t more, char *why, size_t why_size)
 {
 	const struct config *c = &d->manager->config;
-	uint64_t mine = d->cache.pinned_bytes, all = 0;
+	uint64_t mine = d->cache.charges.pinned_bytes, all = 0;
 	struct domain *o;
 
 	/* Registrations under way are charged already (mr-cache.h). */
@@ -475,7 +475,7 @@ int domain_check_pinned(struct domain *d, uint64_t more, char *why, size_t why_s
 	}
 	/* A walk over the domains: a registration costs far more, and there are few. */
 	LIST_FOREACH(o, &d->manager->domains, link)
-		all += o->cache.pinned_bytes;
+		all += o->cache.charges.pinned_bytes;
 	if (all + more > c->max_pinned_bytes) {
 		snprintf(why, why_size, "limits.pinned_bytes (%" PRIu64 ") would be exceeded: all "
 			 "domains pin or are pinning %" PRIu64 ", %" PRIu64 " more asked",

@@ -86,7 +86,7 @@ void manager_view_totals(const struct manager *m, const char *view, struct view_
 			continue;
 		ret->domains++;
 		ret->allocated_bytes += d->allocated_bytes;
-		ret->pinned_bytes += d->cache.pinned_bytes;
+		ret->pinned_bytes += d->cache.charges.pinned_bytes;
 	}
 }
 

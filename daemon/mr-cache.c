@@ -37,10 +37,7 @@ int mr_cache_init(struct mr_cache *c, struct domain *d, enum mr_policy policy)
 
 int mr_cache_charge(struct mr_cache *c, uint64_t start, uint64_t end)
 {
-	int r = pin_map_pin(&c->charges, (uintptr_t)start, (uintptr_t)end);
-
-	c->pinned_bytes = c->charges.pinned_bytes;
-	return r;
+	return pin_map_pin(&c->charges, (uintptr_t)start, (uintptr_t)end);
 }
 
 void mr_cache_uncharge(struct mr_cache *c, uint64_t start, uint64_t end)
@@ -50,7 +47,6 @@ void mr_cache_uncharge(struct mr_cache *c, uint64_t start, uint64_t end)
 	if (r < 0)
 		log_error_errno(r, "domain %s: uncharging [0x%" PRIx64 ", 0x%" PRIx64 "): %m",
 				c->domain->name, start, end);
-	c->pinned_bytes = c->charges.pinned_bytes;
 }
 
 uint64_t mr_cache_uncharged(const struct mr_cache *c, uint64_t start, uint64_t end)
@@ -72,7 +68,6 @@ void mr_cache_done(struct mr_cache *c)
 	c->n_mrs = 0;
 	mr_table_done(&c->table);
 	pin_map_done(&c->charges);
-	c->pinned_bytes = 0;
 }
 
 static struct mr_entry entry_of(const struct cached_mr *mr)

@@ -61,10 +61,10 @@ struct mr_cache {
 	unsigned jobs;          /* other work of the domain under way on workers (deregistrations,
 				 * mempool registrations) */
 	struct pin_map charges; /* how many of its MRs, pool MRs and registrations under way
-				 * cover each page (counts only: the provider pins) */
-	uint64_t pinned_bytes;  /* charges.pinned_bytes: the pages they cover, each once — the
-				 * quota's measure, read on the loop without asking a provider a
-				 * worker may hold */
+				 * cover each page (counts only: the provider pins); its
+				 * pinned_bytes, the pages they cover each once, is the quota's
+				 * measure, read on the loop without asking a provider a worker
+				 * may hold */
 	LIST_HEAD(, cached_mr) mrs;
 	unsigned n_mrs;
 	struct mr_table table;

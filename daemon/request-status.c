@@ -61,7 +61,7 @@ static void domain_info(Mrd__DomainInfo *di, const struct domain *d, const struc
 	di->allocations = (uint32_t)d->allocations.n;
 	di->waiting = d->n_orphans;
 	di->arenas = d->n_arenas;
-	di->pinned_bytes = d->cache.pinned_bytes;
+	di->pinned_bytes = d->cache.charges.pinned_bytes;
 	di->generation = __atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE);
 	di->quota_allocated_bytes = cfg->quota_allocated_bytes;
 	di->quota_pinned_bytes = cfg->quota_pinned_bytes;

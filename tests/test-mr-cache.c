@@ -518,10 +518,10 @@ START_TEST(test_pinned_quota)
 	 * does not fit, and the refusal pinned nothing. */
 	a = td_alloc(fd, 8, 512 * 1024);
 	lookup(fd, 9, &a, 1, 0, &e);
-	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 1024 * 1024);
+	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 1024 * 1024);
 	b = td_alloc(fd, 10, 4096);
 	lookup(fd, 11, &b, 1, EDQUOT, NULL);
-	ck_assert_uint_eq(c->domain->cache.pinned_bytes, 1024 * 1024);
+	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 1024 * 1024);
 	close(fd);
 }
 END_TEST
@@ -548,10 +548,10 @@ START_TEST(test_host_pinned_limit)
 	resp = td_expect(fd2, 5, EDQUOT);
 	ck_assert_msg(strstr(resp->message, "limits.pinned_bytes (1048576)"), "%s", resp->message);
 	mrd__response__free_unpacked(resp, NULL);
-	ck_assert_uint_eq(c2->domain->cache.pinned_bytes, 0);
+	ck_assert_uint_eq(c2->domain->cache.charges.pinned_bytes, 0);
 	td_free(fd1, 6, a, 0); /* the other domain unpins: now it fits */
 	lookup(fd2, 7, &b, 1, 0, &e);
-	ck_assert_uint_eq(c2->domain->cache.pinned_bytes, 512 * 1024);
+	ck_assert_uint_eq(c2->domain->cache.charges.pinned_bytes, 512 * 1024);
 	close(fd1);
 	close(fd2);
 }
@@ -646,7 +646,7 @@ START_TEST(test_racing_registrations)
 	td_send_lookup(other, 3, big + 4096); /* the same run, while the first is registered */
 	td_pump();
 	ck_assert_uint_eq(ca->domain->cache.pending_bytes, 4 * MiB); /* one registration */
-	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 4 * MiB);
+	ck_assert_uint_eq(ca->domain->cache.charges.pinned_bytes, 4 * MiB);
 	td_unblock_worker(&b);
 	ra = td_expect(a, 3, 0);
 	rb = td_expect(other, 3, 0);
@@ -697,7 +697,7 @@ START_TEST(test_overlapping_registrations)
 	ck_assert_msg(ea->end <= eb->start || eb->end <= ea->start,
 		      "[%#lx, %#lx) and [%#lx, %#lx) overlap", (unsigned long)ea->start,
 		      (unsigned long)ea->end, (unsigned long)eb->start, (unsigned long)eb->end);
-	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 3 * MiB);
+	ck_assert_uint_eq(ca->domain->cache.charges.pinned_bytes, 3 * MiB);
 	provider_stats(ca->domain->provider, &ps);
 	ck_assert_uint_eq(ps.pinned_bytes, 3 * MiB);
 	ck_assert_uint_eq(ps.mrs, 2);
@@ -742,7 +742,7 @@ START_TEST(test_death_while_registering)
 	ck_assert_uint_eq(td_manager->n_domains, 1); /* the dereg's job holds it */
 	provider_stats(d->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
-	ck_assert_uint_eq(d->cache.pinned_bytes, 4 * MiB);
+	ck_assert_uint_eq(d->cache.charges.pinned_bytes, 4 * MiB);
 	td_unblock_worker(&later);
 	/* ...and once it went, nothing is pinned and the domain closed. */
 	td_wait_domains_closed();
@@ -1122,7 +1122,7 @@ START_TEST(test_big_free_on_worker)
 	lookup(other, 3, &(uint64_t){ td_alloc(other, 2, 4096) }, 1, 0, NULL);
 	provider_stats(ca->domain->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 2); /* the device still holds it */
-	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 8 * MiB + 4096);
+	ck_assert_uint_eq(ca->domain->cache.charges.pinned_bytes, 8 * MiB + 4096);
 
 	td_unblock_worker(&b);
 	td_expect_free(a, 4, 0);
@@ -1130,7 +1130,7 @@ START_TEST(test_big_free_on_worker)
 	ck_assert(ca->reading);
 	provider_stats(ca->domain->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
-	ck_assert_uint_eq(ca->domain->cache.pinned_bytes, 4096);
+	ck_assert_uint_eq(ca->domain->cache.charges.pinned_bytes, 4096);
 	ck_assert_uint_eq(ca->domain->cache.deregistrations, 1);
 	/* Once Free answered, the old key is dead and the pages are free to hand out again. */
 	td_dma(peer, 6, PROVIDER_DMA_WRITE, &es, small, &e, big, 8, ENOKEY);

@@ -92,7 +92,7 @@ START_TEST(test_lookups_make_children)
 	provider_stats(d->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 2);
 	ck_assert_uint_eq(ps.pinned_bytes, 0); /* on demand: nothing pinned */
-	ck_assert_uint_eq(d->cache.pinned_bytes, 0);
+	ck_assert_uint_eq(d->cache.charges.pinned_bytes, 0);
 
 	/* The keys move bytes; the device faults the pages in as it goes. */
 	strcpy((char *)(uintptr_t)(a + 64), "on demand");
