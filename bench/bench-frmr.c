@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "bench-util.h"
-#include "frmr-pool.h"
+#include "registration/frmr-pool.h"
 #include "macro.h"
-#include "provider.h"
+#include "provider/provider.h"
 
 #define REPS 7
 #define TARGET 0.2

@@ -12,11 +12,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "client.h"
-#include "config.h"
-#include "detach.h"
+#include "control/client.h"
+#include "base/config.h"
+#include "control/detach.h"
 #include "log.h"
-#include "manager.h"
+#include "control/manager.h"
 
 #define DEFAULT_CONFIG_FILE SYSCONFDIR "/mrd/mrd.conf"
 

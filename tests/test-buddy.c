@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buddy.h"
+#include "memory/buddy.h"
 #include "check-run.h"
 
 static struct buddy b;

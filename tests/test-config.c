@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "mr-cache.h"
+#include "base/config.h"
+#include "registration/mr-cache.h"
 #include "wire.h"
 #include "check-run.h"
 

@@ -10,8 +10,8 @@
 
 #include <event2/event.h>
 
-#include "client.h"
-#include "manager.h"
+#include "control/client.h"
+#include "control/manager.h"
 #include "test-daemon.h"
 
 struct manager *td_manager;

@@ -8,7 +8,7 @@
 #include <sys/types.h>
 
 #include "wire.h"
-#include "worker-pool.h"
+#include "base/worker-pool.h"
 
 struct client;
 struct manager;

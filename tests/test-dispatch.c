@@ -13,11 +13,11 @@
 
 #include <event2/event.h>
 
-#include "client.h"
-#include "dispatch.h"
-#include "domain.h"
-#include "manager.h"
-#include "process.h"
+#include "control/client.h"
+#include "control/dispatch.h"
+#include "core/domain.h"
+#include "control/manager.h"
+#include "base/process.h"
 #include "test-daemon.h"
 #include "wire.h"
 #include "check-run.h"

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "check-run.h"
-#include "frmr-pool.h"
-#include "provider.h"
+#include "registration/frmr-pool.h"
+#include "provider/provider.h"
 
 #define NPAGES 64
 #define RW (MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ)

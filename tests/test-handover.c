@@ -15,12 +15,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "arena.h"
-#include "client.h"
-#include "domain.h"
-#include "handover.h"
-#include "manager.h"
-#include "process.h"
+#include "memory/arena.h"
+#include "control/client.h"
+#include "core/domain.h"
+#include "control/handover.h"
+#include "control/manager.h"
+#include "base/process.h"
 #include "status-page.h"
 #include "test-daemon.h"
 #include "check-run.h"

@@ -12,11 +12,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "client.h"
-#include "domain.h"
-#include "frmr-pool.h"
+#include "control/client.h"
+#include "core/domain.h"
+#include "registration/frmr-pool.h"
 #include "macro.h"
-#include "manager.h"
+#include "control/manager.h"
 #include "test-daemon.h"
 #include "check-run.h"
 

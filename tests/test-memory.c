@@ -9,10 +9,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "arena.h"
-#include "client.h"
-#include "domain.h"
-#include "manager.h"
+#include "memory/arena.h"
+#include "control/client.h"
+#include "core/domain.h"
+#include "control/manager.h"
 #include "status-page.h"
 #include "test-daemon.h"
 #include "test-util.h"

@@ -15,14 +15,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "arena.h"
+#include "memory/arena.h"
 
-#include "client.h"
-#include "domain.h"
-#include "manager.h"
-#include "provider.h"
+#include "control/client.h"
+#include "core/domain.h"
+#include "control/manager.h"
+#include "provider/provider.h"
 #include "status-page.h"
-#include "worker-pool.h"
+#include "base/worker-pool.h"
 #include "test-daemon.h"
 #include "check-run.h"
 

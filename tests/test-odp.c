@@ -14,14 +14,14 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include "client.h"
-#include "domain.h"
-#include "manager.h"
-#include "odp.h"
-#include "provider.h"
+#include "control/client.h"
+#include "core/domain.h"
+#include "control/manager.h"
+#include "registration/odp.h"
+#include "provider/provider.h"
 #include "status-page.h"
 #include "time-util.h"
-#include "worker-pool.h"
+#include "base/worker-pool.h"
 #include "test-daemon.h"
 #include "check-run.h"
 

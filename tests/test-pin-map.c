@@ -5,7 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "pin-map.h"
+#include "provider/pin-map.h"
 #include "check-run.h"
 
 #define P 4096u

@@ -15,7 +15,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "provider.h"
+#include "provider/provider.h"
 #include "check-run.h"
 
 #ifndef CONTRACT_PROVIDER

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "check-run.h"
-#include "safe-copy.h"
+#include "provider/safe-copy.h"
 
 static size_t ps;
 static uint8_t *map; /* two pages of a memfd; the second is gone (beyond its end) */

@@ -18,10 +18,10 @@
 
 #include <event2/event.h>
 
-#include "client.h"
-#include "domain.h"
+#include "control/client.h"
+#include "core/domain.h"
 #include "fuzz-manager.h"
-#include "manager.h"
+#include "control/manager.h"
 #include "wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

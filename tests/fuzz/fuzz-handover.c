@@ -12,11 +12,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "arena.h"
-#include "domain.h"
+#include "memory/arena.h"
+#include "core/domain.h"
 #include "fuzz-manager.h"
-#include "handover.h"
-#include "manager.h"
+#include "control/handover.h"
+#include "control/manager.h"
 
 #define MiB (1ull << 20)
 

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 #include <stdlib.h>
 
-#include "config.h"
+#include "base/config.h"
 #include "fuzz-manager.h"
 #include "log.h"
-#include "manager.h"
+#include "control/manager.h"
 
 struct manager *fuzz_manager_new(const char *const *settings)
 {

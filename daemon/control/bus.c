@@ -1,0 +1,430 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <systemd/sd-bus.h>
+
+#include "control/bus.h"
+#include "control/client.h"
+#include "core/domain.h"
+#include "registration/frmr-pool.h"
+#include "escape.h"
+#include "log.h"
+#include "macro.h"
+#include "control/manager.h"
+#include "provider/provider.h"
+#include "status-page.h"
+#include "time-util.h"
+
+struct bus {
+	struct manager *manager;
+	sd_bus *bus;
+	sd_bus_slot *slot;
+	struct event *io, *timer;
+};
+
+/* ---- properties: anyone may read them ---- */
+
+static int prop_string(sd_bus *bus, const char *path, const char *interface,
+		       const char *property, sd_bus_message *reply, void *userdata,
+		       sd_bus_error *error)
+{
+	const struct manager *m = userdata;
+
+	if (strcmp(property, "Version") == 0)
+		return sd_bus_message_append(reply, "s", PACKAGE_VERSION);
+	if (strcmp(property, "Provider") == 0)
+		return sd_bus_message_append(reply, "s", provider_name(m->provider));
+	return sd_bus_message_append(reply, "s", m->provider->caps.device);
+}
+
+/* The domain whose figures the caller may read, as the socket's views judge it
+ * (manager_is_admin): NULL for an admin (every domain), "" when the caller is unknown (none).
+ * Only what the bus vouches for counts: no AUGMENT, whose fields come from /proc as it is now,
+ * not as it was when the caller connected. A bus that vouches for the uid alone (dbus-daemon)
+ * leaves groups out: such a caller sees its uid's domain. */
+static const char *caller_view(sd_bus *bus, const struct manager *m, char *buf, size_t size)
+{
+	_cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
+	const gid_t *groups = NULL;
+	gid_t gid = (gid_t)-1;
+	uid_t uid;
+	int n;
+
+	if (sd_bus_query_sender_creds(sd_bus_get_current_message(bus),
+				      SD_BUS_CREDS_EUID | SD_BUS_CREDS_EGID |
+					      SD_BUS_CREDS_SUPPLEMENTARY_GIDS,
+				      &creds) < 0 ||
+	    sd_bus_creds_get_euid(creds, &uid) < 0)
+		return "";
+	(void)sd_bus_creds_get_egid(creds, &gid);
+	n = sd_bus_creds_get_supplementary_gids(creds, &groups);
+	if (n < 0)
+		n = 0, groups = NULL;
+	if (manager_is_admin(m, uid, gid, -1, groups, (size_t)n))
+		return NULL;
+	return domain_name_for_groups(m, uid, gid, groups, (size_t)n, buf, size);
+}
+
+/* The caller's figures: an admin's are the daemon's, anyone else's its own domain's, as Status
+ * on the socket (which users use mrd, and how much, is no one else's business). */
+static int prop_count(sd_bus *bus, const char *path, const char *interface,
+		      const char *property, sd_bus_message *reply, void *userdata,
+		      sd_bus_error *error)
+{
+	const struct manager *m = userdata;
+	char name[64];
+	const char *view = caller_view(bus, m, name, sizeof(name));
+	struct view_totals t;
+
+	manager_view_totals(m, view, &t);
+	if (strcmp(property, "Clients") == 0)
+		return sd_bus_message_append(reply, "u", t.clients);
+	if (strcmp(property, "Domains") == 0)
+		return sd_bus_message_append(reply, "u", t.domains);
+	if (strcmp(property, "Requests") == 0) /* daemon-wide: administrators alone */
+		return sd_bus_message_append(reply, "t", view ? (uint64_t)0 : m->n_requests);
+	return sd_bus_message_append(reply, "t", strcmp(property, "PinnedBytes") == 0 ?
+							 t.pinned_bytes : t.allocated_bytes);
+}
+
+/* Each open domain's generation, by name: what moves when its clients' caches must flush.
+ * An admin sees every domain; anyone else only its own, as on the socket (which users use mrd
+ * is no one else's business). */
+static int prop_generations(sd_bus *bus, const char *path, const char *interface,
+			    const char *property, sd_bus_message *reply, void *userdata,
+			    sd_bus_error *error)
+{
+	const struct manager *m = userdata;
+	const struct domain *d;
+	char name[64];
+	const char *only = caller_view(bus, m, name, sizeof(name));
+	int r;
+
+	r = sd_bus_message_open_container(reply, 'a', "{st}");
+	LIST_FOREACH(d, &m->domains, link) {
+		if (r < 0)
+			return r;
+		if (only && strcmp(only, d->name) != 0)
+			continue;
+		r = sd_bus_message_append(reply, "{st}", d->name,
+					  __atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE));
+	}
+	return r < 0 ? r : sd_bus_message_close_container(reply);
+}
+
+/* ---- Dump: one JSON object, the daemon's and every domain's figures and pools ---- */
+
+static void dump_pools(FILE *f, struct domain *d)
+{
+	struct frmr_pool_stats *st;
+	size_t n = frmr_pools_stats(&d->pools, NULL, 0);
+
+	fputs(",\"pools_off\":", f);
+	json_write_string(f, d->pools.off ? d->pools.off : "");
+	fputs(",\"pools\":[", f);
+	st = n ? calloc(n, sizeof(*st)) : NULL;
+	if (st) {
+		size_t got = frmr_pools_stats(&d->pools, st, n);
+
+		for (size_t i = 0; i < got && i < n; i++)
+			fprintf(f, "%s{\"access\":%u,\"odp\":%s,\"internal\":%s,\"vendor\":%" PRIu32
+				",\"pages\":%" PRIu64 ",\"queued\":%" PRIu64 ",\"in_use\":%" PRIu64
+				",\"max_in_use\":%" PRIu64 ",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64
+				",\"aged\":%" PRIu64 ",\"aging_s\":%u,\"pinned\":%u}",
+				i ? "," : "", st[i].key.access, st[i].key.odp ? "true" : "false",
+				st[i].key.internal ? "true" : "false", st[i].key.vendor,
+				st[i].key.pages, st[i].queued, st[i].in_use, st[i].max_in_use,
+				st[i].hits, st[i].misses, st[i].aged, st[i].aging_s, st[i].pinned);
+		free(st);
+	}
+	fputc(']', f);
+}
+
+static int method_dump(sd_bus_message *msg, void *userdata, sd_bus_error *error)
+{
+	struct manager *m = userdata;
+	_cleanup_free_ char *json = NULL;
+	struct domain *d;
+	size_t size;
+	FILE *f;
+	bool first = true;
+
+	f = open_memstream(&json, &size);
+	if (!f)
+		return -ENOMEM;
+	fputs("{\"version\":", f);
+	json_write_string(f, PACKAGE_VERSION);
+	fputs(",\"provider\":", f);
+	json_write_string(f, provider_name(m->provider));
+	fputs(",\"device\":", f);
+	json_write_string(f, m->provider->caps.device);
+	fprintf(f, ",\"uptime_usec\":%" PRIu64 ",\"clients\":%u,\"requests\":%" PRIu64
+		",\"domains\":[", manager_uptime_usec(m), m->n_clients, m->n_requests);
+	LIST_FOREACH(d, &m->domains, link) {
+		fputs(first ? "{\"name\":" : ",{\"name\":", f);
+		first = false;
+		json_write_string(f, d->name);
+		fprintf(f, ",\"clients\":%u,\"allocated_bytes\":%" PRIu64 ",\"allocations\":%zu"
+			",\"arenas\":%u,\"pinned_bytes\":%" PRIu64 ",\"generation\":%" PRIu64
+			",\"mrs\":%u,\"lookups\":%" PRIu64 ",\"misses\":%" PRIu64
+			",\"registrations\":%" PRIu64 ",\"deregistrations\":%" PRIu64, d->n_users,
+			d->allocated_bytes, d->allocations.n, d->n_arenas, d->cache.charges.pinned_bytes,
+			__atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE), d->cache.n_mrs,
+			d->cache.lookups, d->cache.misses, d->cache.registrations,
+			d->cache.deregistrations);
+		dump_pools(f, d);
+		fputc('}', f);
+	}
+	fputs("]}", f);
+	if (fclose(f) != 0)
+		return -ENOMEM;
+	return sd_bus_reply_method_return(msg, "s", json);
+}
+
+/* ---- Flush and SetPoolSettings: root ---- */
+
+/* Decimal digits only, no sign, no spaces, and not (uid_t)-1. */
+static int parse_uid(const char *s, unsigned *ret)
+{
+	unsigned long long v = 0;
+
+	if (!*s)
+		return -EINVAL;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -EINVAL;
+		v = v * 10 + (unsigned)(*s - '0');
+		if (v >= UINT32_MAX)
+			return -ERANGE;
+	}
+	*ret = (unsigned)v;
+	return 0;
+}
+
+static int method_flush(sd_bus_message *msg, void *userdata, sd_bus_error *error)
+{
+	struct manager *m = userdata;
+	struct flush_counts counts;
+	const char *scope, *want = NULL;
+	char name[64];
+	int pools, gc, r;
+	unsigned uid;
+
+	r = sd_bus_message_read(msg, "sbb", &scope, &pools, &gc);
+	if (r < 0)
+		return r;
+	if (strncmp(scope, "uid:", 4) == 0) {
+		r = parse_uid(scope + 4, &uid);
+		if (r < 0)
+			return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
+						 "bad uid in '%s': decimal, below 4294967295", scope);
+		want = domain_name_for(m, (uid_t)uid, (gid_t)-1, -1, name, sizeof(name));
+	} else if (*scope)
+		want = scope;
+	r = domains_flush(m, want, pools, gc, &counts);
+	if (r == -ENOENT)
+		return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "no domain %s is open",
+					 want);
+	log_info("bus: flushed %u domain(s)%s%s", counts.domains, pools ? ", pools" : "",
+		 gc ? ", gc" : "");
+	return sd_bus_reply_method_return(msg, "utu", counts.domains, counts.handles,
+					  counts.pools_removed);
+}
+
+/* a{sv} of key parts (access u, odp b, internal b, vendor u, pages t) into a match. */
+static int read_match(sd_bus_message *msg, struct frmr_match *match, int64_t *aging,
+		      int64_t *pinned, sd_bus_error *error)
+{
+	int r = sd_bus_message_enter_container(msg, 'a', "{sv}");
+
+	if (r < 0)
+		return r;
+	while ((r = sd_bus_message_enter_container(msg, 'e', "sv")) > 0) {
+		const char *key;
+		uint32_t u;
+		uint64_t t;
+		int b;
+
+		r = sd_bus_message_read(msg, "s", &key);
+		if (r < 0)
+			return r;
+		if (match && (strcmp(key, "access") == 0 || strcmp(key, "vendor") == 0)) {
+			r = sd_bus_message_read(msg, "v", "u", &u);
+			if (strcmp(key, "access") == 0)
+				match->access = u;
+			else
+				match->vendor = u;
+		} else if (match && (strcmp(key, "odp") == 0 || strcmp(key, "internal") == 0)) {
+			r = sd_bus_message_read(msg, "v", "b", &b);
+			if (strcmp(key, "odp") == 0)
+				match->odp = b;
+			else
+				match->internal = b;
+		} else if (match && strcmp(key, "pages") == 0) {
+			r = sd_bus_message_read(msg, "v", "t", &t);
+			match->pages = t > INT64_MAX ? INT64_MAX : (int64_t)t;
+		} else if (!match && (strcmp(key, "aging") == 0 || strcmp(key, "pinned") == 0)) {
+			r = sd_bus_message_read(msg, "v", "u", &u);
+			if (strcmp(key, "aging") == 0)
+				*aging = u;
+			else
+				*pinned = u;
+		} else
+			return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
+						 "unknown key '%s'", key);
+		if (r == -ENXIO) /* a variant of another type */
+			return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
+						 "'%s' has the wrong type (see mrd(8), D-BUS)", key);
+		if (r < 0)
+			return r;
+		r = sd_bus_message_exit_container(msg);
+		if (r < 0)
+			return r;
+	}
+	if (r < 0)
+		return r;
+	return sd_bus_message_exit_container(msg);
+}
+
+static int method_set_pools(sd_bus_message *msg, void *userdata, sd_bus_error *error)
+{
+	struct manager *m = userdata;
+	struct frmr_match match = FRMR_MATCH_ANY;
+	int64_t aging = -1, pinned = -1;
+	unsigned changed;
+	const char *domain;
+	int r;
+
+	r = sd_bus_message_read(msg, "s", &domain);
+	if (r >= 0)
+		r = read_match(msg, &match, NULL, NULL, error);
+	if (r >= 0)
+		r = read_match(msg, NULL, &aging, &pinned, error);
+	if (r < 0)
+		return r;
+	if (aging < 0 && pinned < 0)
+		return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
+					 "nothing to set: give aging or pinned");
+	r = domains_set_pools(m, domain, &match, aging, pinned, &changed);
+	if (r == -ENOENT)
+		return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "no domain %s is open",
+					 domain);
+	if (r == -EINVAL)
+		return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
+					 "aging must be 1 second or more");
+	if (r < 0)
+		return r;
+	return sd_bus_reply_method_return(msg, "u", changed);
+}
+
+static const sd_bus_vtable mrd_vtable[] = {
+	SD_BUS_VTABLE_START(0),
+	SD_BUS_PROPERTY("Version", "s", prop_string, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("Provider", "s", prop_string, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("Device", "s", prop_string, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("Clients", "u", prop_count, 0, 0),
+	SD_BUS_PROPERTY("Domains", "u", prop_count, 0, 0),
+	SD_BUS_PROPERTY("Requests", "t", prop_count, 0, 0),
+	SD_BUS_PROPERTY("PinnedBytes", "t", prop_count, 0, 0),
+	SD_BUS_PROPERTY("AllocatedBytes", "t", prop_count, 0, 0),
+	SD_BUS_PROPERTY("Generations", "a{st}", prop_generations, 0, 0),
+	SD_BUS_METHOD("Dump", "", "s", method_dump, 0),
+	SD_BUS_METHOD("Flush", "sbb", "utu", method_flush, 0),
+	SD_BUS_METHOD("SetPoolSettings", "sa{sv}a{sv}", "u", method_set_pools, 0),
+	SD_BUS_VTABLE_END
+};
+
+/* ---- sd-bus on the libevent loop: one event on the bus fd, re-armed after each round ---- */
+
+static void bus_arm(struct bus *b);
+
+static void bus_on_event(evutil_socket_t fd, short what, void *userdata)
+{
+	struct bus *b = userdata;
+	int r;
+
+	while ((r = sd_bus_process(b->bus, NULL)) > 0)
+		;
+	if (r < 0) {
+		log_warning_errno(r, "bus: lost the connection: %m; serving on without it");
+		event_del(b->io);
+		event_del(b->timer);
+		return;
+	}
+	bus_arm(b);
+}
+
+static void bus_arm(struct bus *b)
+{
+	int events = sd_bus_get_events(b->bus);
+	uint64_t until;
+
+	event_del(b->io);
+	event_assign(b->io, b->manager->base, sd_bus_get_fd(b->bus),
+		     (events & POLLIN ? EV_READ : 0) | (events & POLLOUT ? EV_WRITE : 0),
+		     bus_on_event, b);
+	(void)event_add(b->io, NULL);
+	event_del(b->timer);
+	if (sd_bus_get_timeout(b->bus, &until) >= 0 && until != UINT64_MAX) {
+		uint64_t now = now_usec(CLOCK_MONOTONIC), left = until > now ? until - now : 0;
+		struct timeval tv = { (time_t)(left / 1000000), (suseconds_t)(left % 1000000) };
+
+		(void)evtimer_add(b->timer, &tv);
+	}
+}
+
+struct bus *bus_free(struct bus *b)
+{
+	if (!b)
+		return NULL;
+	if (b->io)
+		event_free(b->io);
+	if (b->timer)
+		event_free(b->timer);
+	sd_bus_slot_unref(b->slot);
+	sd_bus_flush_close_unref(b->bus);
+	free(b);
+	return NULL;
+}
+
+int bus_new(struct manager *m, struct bus **ret)
+{
+	struct bus *b;
+	int r;
+
+	*ret = NULL;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->manager = m;
+	r = sd_bus_open_system(&b->bus);
+	if (r < 0) {
+		log_warning_errno(r, "bus: no system bus: %m; serving on the socket alone");
+		bus_free(b);
+		return 0;
+	}
+	r = sd_bus_add_object_vtable(b->bus, &b->slot, BUS_PATH, BUS_INTERFACE, mrd_vtable, m);
+	if (r >= 0)
+		r = sd_bus_request_name(b->bus, BUS_NAME, 0);
+	if (r < 0) {
+		log_warning_errno(r, "bus: cannot own %s: %m; serving on the socket alone", BUS_NAME);
+		bus_free(b);
+		return r == -ENOMEM ? r : 0;
+	}
+	b->io = event_new(m->base, -1, 0, bus_on_event, b);
+	b->timer = evtimer_new(m->base, bus_on_event, b);
+	if (!b->io || !b->timer) {
+		bus_free(b);
+		return -ENOMEM;
+	}
+	bus_arm(b);
+	log_info("bus: %s on the system bus", BUS_NAME);
+	*ret = b;
+	return 0;
+}

@@ -1,0 +1,335 @@
+/* SPDX-License-Identifier: MIT */
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "control/client.h"
+#include "control/dispatch.h"
+#include "base/fd-closer.h"
+#include "log.h"
+#include "control/manager.h"
+
+static const struct request_type request_types[] = {
+	[MRD__REQUEST__BODY_HELLO] = { "Hello", request_hello, .before_hello = true },
+	[MRD__REQUEST__BODY_PING] = { "Ping", request_ping },
+	/* Read-only views: anyone, who sees its own domain alone (client_view). */
+	[MRD__REQUEST__BODY_STATUS] = { "Status", request_status },
+	[MRD__REQUEST__BODY_EXPORT_PD] = { "ExportPd", request_export_pd },
+	[MRD__REQUEST__BODY_JOIN_DOMAIN] = { "JoinDomain", request_join_domain },
+	[MRD__REQUEST__BODY_ALLOC] = { "Alloc", request_alloc },
+	[MRD__REQUEST__BODY_FREE] = { "Free", request_free },
+	[MRD__REQUEST__BODY_MAP] = { "Map", request_map },
+	[MRD__REQUEST__BODY_EXTMEM_ATTACH] = { "ExtmemAttach", request_extmem_attach, .n_fds = 1 },
+	[MRD__REQUEST__BODY_EXTMEM_DETACH] = { "ExtmemDetach", request_extmem_detach },
+	[MRD__REQUEST__BODY_CLIENTS] = { "Clients", request_clients },
+	[MRD__REQUEST__BODY_MR_LOOKUP] = { "MrLookup", request_mr_lookup },
+	[MRD__REQUEST__BODY_DMA] = { "Dma", request_dma },
+	[MRD__REQUEST__BODY_MEMPOOL_REGISTER] = { "MempoolRegister", request_mempool_register },
+	[MRD__REQUEST__BODY_MEMPOOL_UNREGISTER] = { "MempoolUnregister",
+						    request_mempool_unregister },
+	[MRD__REQUEST__BODY_MEMPOOLS] = { "Mempools", request_mempools },
+	[MRD__REQUEST__BODY_PREFETCH] = { "Prefetch", request_prefetch },
+	[MRD__REQUEST__BODY_FRMR_POOLS] = { "FrmrPools", request_frmr_pools },
+	[MRD__REQUEST__BODY_FRMR_POOLS_SET] = { "FrmrPoolsSet", request_frmr_pools_set,
+						.admin = true },
+	[MRD__REQUEST__BODY_FLUSH] = { "Flush", request_flush, .admin = true },
+	[MRD__REQUEST__BODY_DOMAIN_DUMP] = { "DomainDump", request_domain_dump },
+};
+
+const struct request_type *request_type_lookup(int body_case)
+{
+	if (body_case <= 0 || (size_t)body_case >= ELEMENTSOF(request_types))
+		return NULL;
+	if (!request_types[body_case].handler)
+		return NULL;
+	return &request_types[body_case];
+}
+
+void reply_set_message(struct reply *r, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(r->message, sizeof(r->message), fmt, ap);
+	va_end(ap);
+}
+
+static void reply_close_fds(struct reply *r)
+{
+	for (size_t i = 0; i < r->n_fds; i++)
+		safe_close(r->fds[i]);
+	r->n_fds = 0;
+}
+
+void reply_init(struct reply *r, uint64_t id)
+{
+	memset(r, 0, sizeof(*r));
+	mrd__response__init(&r->resp);
+	r->resp.id = id;
+}
+
+/* Below the smallest send buffer the kernel allows (SOCK_MIN_SNDBUF, some 4.6 KB): no need to
+ * ask the socket. */
+#define REPLY_ALWAYS_FITS 4096u
+/* Room for a reply's envelope: id, status, message. */
+#define REPLY_ENVELOPE 512u
+
+/* The largest reply c's socket takes in one packet: its send buffer, at most WIRE_FRAME_MAX. */
+static size_t reply_max(const struct client *c)
+{
+	int sndbuf = 0;
+	socklen_t len = sizeof(sndbuf);
+
+	/* A SEQPACKET send of more than the send buffer less 32 bytes fails (EMSGSIZE). */
+	if (getsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) < 0 || sndbuf <= 32 ||
+	    (size_t)sndbuf - 32 > WIRE_FRAME_MAX)
+		return WIRE_FRAME_MAX;
+	return (size_t)sndbuf - 32;
+}
+
+size_t reply_budget(const struct client *c)
+{
+	size_t max = reply_max(c);
+
+	max = max > REPLY_ENVELOPE ? max - REPLY_ENVELOPE : 0;
+	return max < REPLY_PAGE_BYTES ? max : REPLY_PAGE_BYTES;
+}
+
+size_t reply_repeated_size(const ProtobufCMessage *m)
+{
+	size_t len = protobuf_c_message_get_packed_size(m), n = 1;
+
+	for (size_t v = len; v >= 0x80; v >>= 7)
+		n++;
+	return 1 + n + len; /* the tag (fields 1..15), the length, the message */
+}
+
+/* An error reply carries no body, only status and reason. */
+static void reply_set_error(struct reply *r, int error)
+{
+	r->resp.body_case = MRD__RESPONSE__BODY__NOT_SET;
+	r->resp.status = -error;
+	if (!r->message[0])
+		snprintf(r->message, sizeof(r->message), "%s", strerror(-error));
+	reply_close_fds(r);
+}
+
+/* r packed, or, when it would not go through c's socket, an error reply that says so: a
+ * client is never left waiting for an answer that cannot be sent. */
+static int reply_pack(struct client *c, struct reply *r, uint8_t **buf, size_t *len)
+{
+	size_t want, max = WIRE_FRAME_MAX;
+	int k;
+
+	r->resp.message = r->message;
+	k = wire_pack(&r->resp.base, max, buf, len);
+	if (k == 0 && *len > REPLY_ALWAYS_FITS && *len > (max = reply_max(c))) {
+		free(*buf);
+		*buf = NULL;
+		k = -EMSGSIZE;
+	}
+	if (k != -EMSGSIZE)
+		return k;
+	want = protobuf_c_message_get_packed_size(&r->resp.base);
+	log_debug("client %" PRIu64 ": a reply of %zu bytes does not fit in %zu", c->id, want, max);
+	reply_set_message(r, "the reply (%zu bytes) does not fit in one packet of this connection "
+			  "(%zu bytes); what the request did stays done", want, max);
+	reply_set_error(r, -EMSGSIZE);
+	return wire_pack(&r->resp.base, max, buf, len);
+}
+
+/* Packs and sends r; error (negative errno or 0) becomes the status. */
+void reply_send(struct client *c, struct reply *r, int error)
+{
+	_cleanup_free_ uint8_t *buf = NULL;
+	size_t len;
+	int k;
+
+	if (error < 0)
+		reply_set_error(r, error);
+	k = reply_pack(c, r, &buf, &len);
+	if (k >= 0)
+		k = client_send_frame(c, buf, len, r->fds, r->n_fds);
+	if (k < 0)
+		log_debug_errno(k, "client %" PRIu64 ": cannot send reply: %m", c->id);
+	reply_close_fds(r); /* the kernel (or the send queue) holds its own copies */
+	for (size_t i = 0; i < r->n_owned; i++)
+		free(r->owned[i]);
+	r->n_owned = 0;
+}
+
+int take_request_fd(struct wire_packet *pkt, size_t i)
+{
+	int fd = pkt->fds[i];
+
+	pkt->fds[i] = -1;
+	return fd;
+}
+
+/* A frame that breaks the protocol: answer it, count it, and drop the client that keeps on. */
+static int protocol_error(struct client *c, struct reply *r, int error)
+{
+	struct manager *m = c->manager;
+	char reason[sizeof(r->message) + 64];
+
+	m->n_protocol_errors++;
+	c->protocol_errors++;
+	log_debug("client %" PRIu64 " (pid %d, uid %u): %s", c->id, (int)c->pid, (unsigned)c->uid,
+		  r->message);
+	if (c->protocol_errors > m->config.max_protocol_errors) {
+		snprintf(reason, sizeof(reason), "%u malformed requests, last: %s", c->protocol_errors,
+			 r->message);
+		client_drop(c, reason);
+		return -ECONNRESET;
+	}
+	reply_send(c, r, error);
+	return 0;
+}
+
+int dispatch_packet(struct client *c, struct wire_packet *pkt)
+{
+	struct manager *m = c->manager;
+	uid_t owner = c->owner_uid; /* a protocol error frees c */
+	const struct request_type *type;
+	Mrd__Request *req;
+	struct reply r;
+	bool slow = false;
+	int k;
+
+	reply_init(&r, 0);
+
+	/* Descriptors mrd does not keep wait for closer threads (memfds do not); a client whose
+	 * user has too many of them waiting goes before it adds more. */
+	for (size_t i = 0; i < pkt->n_fds; i++)
+		if (!fd_closer_quick(pkt->fds[i])) {
+			slow = true;
+			break;
+		}
+	if (slow) {
+		unsigned mine = fd_closer_waiting(m->closer, owner);
+		unsigned all = fd_closer_waiting(m->closer, (uid_t)-1);
+
+		if (mine >= FD_CLOSER_UID_MAX || all >= FD_CLOSER_MAX) {
+			char reason[128];
+
+			fd_closer_consume_packet(m->closer, pkt, owner);
+			snprintf(reason, sizeof(reason),
+				 "%u descriptors of its user (limit %u), %u in all (limit %u), still "
+				 "being closed", mine, FD_CLOSER_UID_MAX, all, FD_CLOSER_MAX);
+			reply_set_message(&r, "mrd is still closing descriptors sent to it: %s",
+					  reason);
+			reply_send(c, &r, -ETOOMANYREFS);
+			client_drop(c, reason);
+			return -ECONNRESET;
+		}
+	}
+
+	/* Everything about the frame is checked before a byte of it is decoded. */
+	if (pkt->truncated || pkt->len > m->config.max_frame) {
+		fd_closer_consume_packet(m->closer, pkt, owner);
+		reply_set_message(&r, "frame of %zu bytes exceeds the limit of %u", pkt->len,
+				  m->config.max_frame);
+		return protocol_error(c, &r, -EMSGSIZE);
+	}
+	if (pkt->fds_truncated || pkt->n_fds > m->config.max_fds) {
+		fd_closer_consume_packet(m->closer, pkt, owner);
+		reply_set_message(&r, "too many file descriptors in one frame (limit %u)",
+				  m->config.max_fds);
+		return protocol_error(c, &r, -EBADMSG);
+	}
+
+	req = mrd__request__unpack(NULL, pkt->len, pkt->data);
+	if (!req) {
+		fd_closer_consume_packet(m->closer, pkt, owner);
+		reply_set_message(&r, "undecodable frame of %zu bytes", pkt->len);
+		return protocol_error(c, &r, -EBADMSG);
+	}
+	r.resp.id = req->id;
+
+	type = request_type_lookup(req->body_case);
+	if (!type) {
+		reply_set_message(&r, "unknown request (body case %d)", (int)req->body_case);
+		k = protocol_error(c, &r, -EOPNOTSUPP);
+	} else if (pkt->n_fds != type->n_fds) {
+		reply_set_message(&r, "%s takes %u file descriptors, got %zu", type->name,
+				  type->n_fds, pkt->n_fds);
+		k = protocol_error(c, &r, -EBADMSG);
+	} else if (!type->before_hello && !c->hello_done) {
+		reply_set_message(&r, "%s before Hello", type->name);
+		k = protocol_error(c, &r, -EPROTO);
+	} else if (type->admin && !c->admin) {
+		/* Not a protocol error: a well-formed request this peer may not make. */
+		reply_set_message(&r, "%s needs root or the admin group", type->name);
+		reply_send(c, &r, -EPERM);
+		k = 0;
+	} else {
+		m->n_requests++;
+		k = type->handler(c, req, pkt, &r);
+		if (k != -EINPROGRESS) /* else the handler answers later, itself */
+			reply_send(c, &r, k);
+		k = 0;
+	}
+
+	/* Handlers take what they keep. */
+	fd_closer_consume_packet(m->closer, pkt, owner);
+	mrd__request__free_unpacked(req, NULL);
+	return k;
+}
+
+void request_wait(struct client *c, struct pending_request *p)
+{
+	assert(!c->pending); /* a waiting client reads no further request */
+	p->client = c;
+	c->pending = p;
+	client_pause(c);
+}
+
+void request_answer(struct pending_request *p, struct reply *r, int error)
+{
+	struct client *c = p->client;
+
+	reply_send(c, r, error);
+	c->pending = NULL;
+	client_resume(c);
+}
+
+void request_abandon(struct client *c)
+{
+	if (c->pending)
+		c->pending->client = NULL;
+	c->pending = NULL;
+}
+
+int request_domain(struct client *c, struct reply *r, struct domain **ret)
+{
+	int k = client_get_domain(c, ret);
+
+	if (k == -EDQUOT)
+		reply_set_message(r, "quota.clients (%u) reached for domain %s",
+				  c->manager->config.quota_clients, c->domain_name);
+	else if (k < 0)
+		reply_set_message(r, "cannot open domain %s", c->domain_name);
+	return k;
+}
+
+Mrd__MrEntry **reply_mr_entries(struct reply *r, size_t n)
+{
+	Mrd__MrEntry *entries = calloc(n, sizeof(*entries));
+	Mrd__MrEntry **ptrs = calloc(n, sizeof(*ptrs));
+
+	r->owned[r->n_owned++] = entries;
+	r->owned[r->n_owned++] = ptrs;
+	if (!entries || !ptrs)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		mrd__mr_entry__init(&entries[i]);
+		ptrs[i] = &entries[i];
+	}
+	return ptrs;
+}
+

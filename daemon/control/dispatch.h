@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "macro.h"
+#include "registration/mr-cache.h"
+#include "wire.h"
+
+struct client;
+struct domain;
+
+/* A reply under construction: the envelope plus storage for whichever body it carries. */
+struct reply {
+	Mrd__Response resp;
+	union {
+		Mrd__HelloResponse hello;
+		Mrd__PingResponse ping;
+		Mrd__StatusResponse status;
+		Mrd__ExportPdResponse export_pd;
+		Mrd__JoinDomainResponse join_domain;
+		Mrd__AllocResponse alloc;
+		Mrd__FreeResponse free;
+		Mrd__MapResponse map;
+		Mrd__ExtmemAttachResponse extmem_attach;
+		Mrd__ExtmemDetachResponse extmem_detach;
+		Mrd__ClientsResponse clients;
+		Mrd__MrLookupResponse mr_lookup;
+		Mrd__DmaResponse dma;
+		Mrd__MempoolRegisterResponse mempool_register;
+		Mrd__MempoolUnregisterResponse mempool_unregister;
+		Mrd__MempoolsResponse mempools;
+		Mrd__PrefetchResponse prefetch;
+		Mrd__FrmrPoolsResponse frmr_pools;
+		Mrd__FrmrPoolsSetResponse frmr_pools_set;
+		Mrd__FlushResponse flush;
+		Mrd__DomainDumpResponse domain_dump;
+	} body;
+	Mrd__ArenaInfo arena;   /* for bodies that describe an arena */
+	void *owned[4];         /* freed after the reply is sent (repeated fields) */
+	size_t n_owned;
+	char message[256];
+	int fds[WIRE_FDS_MAX]; /* owned; sent with the reply, then closed */
+	size_t n_fds;
+};
+
+void reply_set_message(struct reply *r, const char *fmt, ...) _printf_(2, 3);
+
+/* What a view puts in one reply to c: REPLY_PAGE_BYTES, less when c's socket (its send
+ * buffer) takes less. Views page (Mempools, DomainDump) or cut and count what they leave out
+ * (Clients, FrmrPools); any other reply the socket cannot take is answered with EMSGSIZE and a
+ * message instead (reply_send). */
+#define REPLY_PAGE_BYTES (128u * 1024u)
+size_t reply_budget(const struct client *c);
+/* What m adds to its parent as one element of a repeated field. */
+size_t reply_repeated_size(const ProtobufCMessage *m);
+void reply_init(struct reply *r, uint64_t id);
+/* Packs and sends r; error (negative errno or 0) becomes the status. Frees what r owns. */
+void reply_send(struct client *c, struct reply *r, int error);
+
+/* A request whose answer waits for a worker. Its handler returns -EINPROGRESS after
+ * request_wait(); the client reads nothing more until request_answer() sends the reply. */
+struct pending_request {
+	struct mr_waiter waiter; /* first: the worker's completion hands it back */
+	struct client *client;   /* NULL once the client left: nobody to answer */
+	uint64_t id;
+};
+
+void request_wait(struct client *c, struct pending_request *p);
+/* Sends r for p (error as for reply_send) and lets the client read again. */
+void request_answer(struct pending_request *p, struct reply *r, int error);
+/* The client is going: a request of its that waits for a worker will answer nobody. */
+void request_abandon(struct client *c);
+
+/* The client's domain, joined on first use; a refusal says why in r (quota.clients, or that it
+ * cannot be opened). */
+int request_domain(struct client *c, struct reply *r, struct domain **ret);
+
+/* n MrEntry messages for r's body, initialised and pointed to by the returned array (which r
+ * owns, like the entries); NULL when out of memory. */
+Mrd__MrEntry **reply_mr_entries(struct reply *r, size_t n);
+
+/* Takes ownership of a descriptor the request carried (so dispatch does not close it). */
+int take_request_fd(struct wire_packet *pkt, size_t i);
+
+/* Handlers return 0 or -errno for their reply, or -EINPROGRESS when they answer later
+ * themselves (a lookup waiting for a worker); the client is paused until they do. */
+typedef int (*request_handler_fn)(struct client *c, const Mrd__Request *req,
+				  struct wire_packet *pkt, struct reply *r);
+
+/* What the dispatcher checks before a handler runs. */
+struct request_type {
+	const char *name;
+	request_handler_fn handler;
+	bool before_hello; /* allowed before Hello (only Hello itself) */
+	bool admin;        /* needs root or the admin group */
+	unsigned n_fds;    /* exact number of descriptors the request carries */
+};
+
+/* NULL for a body case mrd does not know. */
+const struct request_type *request_type_lookup(int body_case);
+
+/* Decodes, checks and answers one packet. Descriptors in pkt are consumed. Returns 0, or
+ * -ECONNRESET after the client was dropped and freed: the caller must not touch it again. */
+int dispatch_packet(struct client *c, struct wire_packet *pkt);
+
+/* Handlers, one file per request family (request-*.c). */
+int request_hello(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		  struct reply *r);
+int request_ping(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		 struct reply *r);
+int request_status(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		   struct reply *r);
+int request_export_pd(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		      struct reply *r);
+int request_join_domain(struct client *c, const Mrd__Request *req,
+			struct wire_packet *pkt, struct reply *r);
+int request_alloc(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		  struct reply *r);
+int request_free(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		 struct reply *r);
+int request_map(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		struct reply *r);
+int request_extmem_attach(struct client *c, const Mrd__Request *req,
+			  struct wire_packet *pkt, struct reply *r);
+int request_extmem_detach(struct client *c, const Mrd__Request *req,
+			  struct wire_packet *pkt, struct reply *r);
+int request_clients(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		    struct reply *r);
+int request_mr_lookup(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		      struct reply *r);
+int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		struct reply *r);
+int request_mempool_register(struct client *c, const Mrd__Request *req,
+			     struct wire_packet *pkt, struct reply *r);
+int request_mempool_unregister(struct client *c, const Mrd__Request *req,
+			       struct wire_packet *pkt, struct reply *r);
+int request_mempools(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		     struct reply *r);
+int request_prefetch(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		     struct reply *r);
+int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		       struct reply *r);
+int request_frmr_pools_set(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+			   struct reply *r);
+int request_flush(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		  struct reply *r);
+int request_domain_dump(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+			struct reply *r);

@@ -1,0 +1,733 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <systemd/sd-daemon.h>
+
+#include "control/client.h"
+#include "control/dispatch.h"
+#include "core/domain.h"
+#include "base/fd-closer.h"
+#include "control/handover.h"
+#include "provider/provider.h"
+#include "log.h"
+#include "control/manager.h"
+#include "base/process.h"
+#include "time-util.h"
+#include "wire.h"
+#include "control/bus.h"
+#include "base/worker-pool.h"
+
+#define REFUSED_LOG_INTERVAL_USEC (5 * USEC_PER_SEC)
+#define SUBUID_PATH "/etc/subuid"
+
+/* Keeps old's value of a key read only at start in new, noting its name when it changed. */
+#define KEEP(field, name)                                                        \
+	do {                                                                     \
+		if (old->field != new->field) {                                  \
+			new->field = old->field;                                 \
+			n += (size_t)snprintf(changed + n, n < size ? size - n : 0, \
+					      "%s%s", n ? ", " : "", name);      \
+		}                                                                \
+	} while (0)
+#define KEEP_STRING(field, name)                                                 \
+	do {                                                                     \
+		if (!streq_ptr(old->field, new->field)) {                        \
+			char *t_ = new->field;                                   \
+			new->field = old->field;                                 \
+			old->field = t_; /* freed with old */                    \
+			n += (size_t)snprintf(changed + n, n < size ? size - n : 0, \
+					      "%s%s", n ? ", " : "", name);      \
+		}                                                                \
+	} while (0)
+
+static bool streq_ptr(const char *a, const char *b)
+{
+	return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+bool manager_is_admin(const struct manager *m, uid_t uid, gid_t gid, int fd, const gid_t *groups,
+		      size_t n_groups)
+{
+	if (uid == 0)
+		return true;
+	if (!m->config.admin_group)
+		return false;
+	if (gid == m->config.admin_gid)
+		return true;
+	if (fd >= 0)
+		return peer_in_group(fd, m->config.admin_gid);
+	for (size_t i = 0; i < n_groups; i++)
+		if (groups[i] == m->config.admin_gid)
+			return true;
+	return false;
+}
+
+void manager_view_totals(const struct manager *m, const char *view, struct view_totals *ret)
+{
+	const struct client *c;
+	const struct domain *d;
+
+	memset(ret, 0, sizeof(*ret));
+	LIST_FOREACH(c, &m->clients, link)
+		ret->clients += view_shows(view, c->domain_name);
+	LIST_FOREACH(d, &m->domains, link) {
+		if (!view_shows(view, d->name))
+			continue;
+		ret->domains++;
+		ret->allocated_bytes += d->allocated_bytes;
+		ret->pinned_bytes += d->cache.charges.pinned_bytes;
+	}
+}
+
+void manager_reconfigure(struct manager *m, struct config *new, char *changed, size_t size)
+{
+	struct client *c;
+
+	struct config *old = &m->config;
+	size_t n = 0;
+
+	changed[0] = '\0';
+	/* The listener, the provider, the window, the receive buffer and the workers were made
+	 * from these. */
+	KEEP_STRING(socket_path, "[mrd] socket");
+	KEEP_STRING(provider, "[mrd] provider");
+	KEEP_STRING(device, "[mrd] device");
+	KEEP(bus, "[mrd] bus");
+	KEEP(socket_mode, "[mrd] socket_mode");
+	KEEP_STRING(socket_group, "[mrd] socket_group");
+	new->socket_gid = old->socket_gid; /* resolved from it */
+	new->socket_group_missing = old->socket_group_missing;
+	KEEP(max_frame, "[limits] frame_bytes");
+	KEEP(max_fds, "[limits] fds_per_message");
+	KEEP(window_base, "[memory] window_base");
+	KEEP(window_size, "[memory] window_size");
+	KEEP(arena_size, "[memory] arena_size");
+	KEEP(workers, "[cache] workers");
+	KEEP(odp_chunk, "[cache] odp_chunk");
+	config_done(old);
+	*old = *new;
+	config_init(new);
+	log_set_level(old->log_level);
+	/* admin_group may have changed: the clients connected now are judged by the new one. */
+	LIST_FOREACH(c, &m->clients, link)
+		c->admin = manager_is_admin(m, c->uid, c->gid, c->fd, NULL, 0);
+}
+
+#undef KEEP
+#undef KEEP_STRING
+
+static void manager_reload(struct manager *m)
+{
+	struct config new;
+	char changed[512];
+	int r;
+
+	(void)sd_notify(0, "RELOADING=1");
+	config_init(&new);
+	r = m->load_config(m->load_config_data, &new);
+	if (r < 0) {
+		config_done(&new);
+		log_error("SIGHUP: the configuration has errors (above): the running one stays");
+		(void)sd_notify(0, "READY=1\nSTATUS=reload failed: the running configuration stays");
+		return;
+	}
+	manager_reconfigure(m, &new, changed, sizeof(changed));
+	if (*changed)
+		log_notice("SIGHUP: configuration reloaded; these keys change only at a restart, and "
+			   "keep their running values: %s", changed);
+	else
+		log_notice("SIGHUP: configuration reloaded");
+	(void)sd_notifyf(0, "READY=1\nSTATUS=configuration reloaded%s%s",
+			 *changed ? "; needs a restart: " : "", changed);
+}
+
+static void manager_on_signal(evutil_socket_t sig, short what, void *userdata)
+{
+	struct manager *m = userdata;
+
+	if (sig == SIGHUP) {
+		if (m->load_config)
+			manager_reload(m);
+		else
+			log_notice("SIGHUP: no configuration to reload");
+		return;
+	}
+	if (sig == SIGUSR2) {
+		m->reexec = true;
+		event_base_loopbreak(m->base);
+		return;
+	}
+	log_info("received %s, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	m->stop = true;
+	event_base_loopbreak(m->base);
+}
+
+static int manager_open_provider(struct manager *m)
+{
+	const struct config *c = &m->config;
+	int verbs_error, r;
+
+	r = provider_open(c->provider, c->device, &m->provider, &verbs_error);
+	if (r == -ENODEV && c->device)
+		return log_error_errno(r, "RDMA device '%s' not found (provider %s)", c->device,
+				       c->provider);
+	if (r == -ENODEV)
+		return log_error_errno(r, "no RDMA device found; use provider = soft (or auto) to "
+					  "run on the software NIC");
+	if (r < 0)
+		return log_error_errno(r, "cannot open the %s provider: %m", c->provider);
+	if (verbs_error)
+		log_info("no RDMA device found: using the soft provider (a software NIC)");
+	log_info("provider %s, device %s", provider_name(m->provider), m->provider->caps.device);
+	return 0;
+}
+
+void manager_block_signals(bool block)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGUSR2);
+	(void)sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
+}
+
+int manager_new(struct config *config, struct manager **ret)
+{
+	_cleanup_(manager_freep) struct manager *m = NULL;
+	struct stat st;
+	int r;
+
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->listen_fd = -1;
+	LIST_INIT(&m->clients);
+	LIST_INIT(&m->domains);
+	m->config = *config;
+	config_init(config);
+	m->start_usec = now_usec(CLOCK_MONOTONIC);
+	/* Clients in user namespaces below this one answer to their owners (manager_on_accept). */
+	if (stat("/proc/self/ns/user", &st) == 0) {
+		m->userns_dev = st.st_dev;
+		m->userns_ino = st.st_ino;
+	} else
+		log_warning_errno(-errno, "cannot tell mrd's user namespace (/proc/self/ns/user: %m): "
+					  "clients in user namespaces count as the uids they show");
+	if (getrandom(&m->instance, sizeof(m->instance), 0) != sizeof(m->instance))
+		m->instance = m->start_usec ^ ((uint64_t)getpid() << 32);
+
+	r = manager_open_provider(m);
+	if (r < 0)
+		return r;
+	r = window_reserve(&m->window, m->config.window_base, m->config.window_size,
+			   m->config.arena_size);
+	if (r == -EADDRINUSE)
+		return log_error_errno(r, "the address window 0x%llx+0x%llx is taken in mrd; move it "
+					  "with [memory] window_base (or window_size) in mrd.conf",
+				       (unsigned long long)m->config.window_base,
+				       (unsigned long long)m->config.window_size);
+	if (r < 0)
+		return log_error_errno(r, "cannot reserve the address window: %m");
+
+	m->base = event_base_new();
+	if (!m->base)
+		return -ENOMEM;
+	r = fd_closer_new(&m->closer);
+	if (r < 0)
+		return log_error_errno(r, "cannot start the descriptor closer: %m");
+	r = worker_pool_new(m->base, m->config.workers, &m->workers);
+	if (r < 0)
+		return log_error_errno(r, "cannot start worker threads: %m");
+
+	/* One packet at a time, plus one byte so an oversized frame shows as truncated. */
+	m->recv_buf_size = m->config.max_frame + 1;
+	m->recv_buf = malloc(m->recv_buf_size);
+	if (!m->recv_buf)
+		return -ENOMEM;
+
+	m->sigterm_event = evsignal_new(m->base, SIGTERM, manager_on_signal, m);
+	m->sigint_event = evsignal_new(m->base, SIGINT, manager_on_signal, m);
+	m->sighup_event = evsignal_new(m->base, SIGHUP, manager_on_signal, m);
+	m->sigusr2_event = evsignal_new(m->base, SIGUSR2, manager_on_signal, m);
+	if (!m->sigterm_event || !m->sigint_event || !m->sighup_event || !m->sigusr2_event)
+		return -ENOMEM;
+	if (evsignal_add(m->sigterm_event, NULL) < 0 || evsignal_add(m->sigint_event, NULL) < 0 ||
+	    evsignal_add(m->sighup_event, NULL) < 0 || evsignal_add(m->sigusr2_event, NULL) < 0)
+		return -EIO;
+
+	*ret = TAKE_PTR(m);
+	return 0;
+}
+
+struct manager *manager_free(struct manager *m)
+{
+	if (!m)
+		return NULL;
+	m->bus = bus_free(m->bus);
+	/* Jobs finish first: their completions still need clients and domains. */
+	__atomic_store_n(&m->stopping, true, __ATOMIC_RELEASE);
+	m->workers = worker_pool_free(m->workers);
+	m->dma_worker = worker_pool_free(m->dma_worker);
+	/* Clients may outlive mrd, their memory mapped: it keeps its content until they let go
+	 * (the kernel frees the pages with the last mapping). */
+	m->keep_content = true;
+	while (!LIST_EMPTY(&m->clients))
+		client_free(LIST_FIRST(&m->clients)); /* releases their domains */
+	handover_end_grace(m); /* and the domains still waiting for their owners */
+	m->closer = fd_closer_free(m->closer); /* after every client's descriptors */
+	u64_map_done(&m->users); /* empty: the clients took their shares along */
+	provider_close(m->provider);
+	window_release(&m->window);
+	if (m->listen_event)
+		event_free(m->listen_event);
+	if (m->accept_retry_event)
+		event_free(m->accept_retry_event);
+	safe_close(m->listen_fd);
+	if (m->bound_path) {
+		unlink(m->bound_path);
+		free(m->bound_path);
+	}
+	if (m->sigterm_event)
+		event_free(m->sigterm_event);
+	if (m->sigint_event)
+		event_free(m->sigint_event);
+	if (m->sighup_event)
+		event_free(m->sighup_event);
+	if (m->sigusr2_event)
+		event_free(m->sigusr2_event);
+	if (m->base)
+		event_base_free(m->base);
+	free(m->recv_buf);
+	free(m->floors);
+	handover_fds_done(&m->fd_store_taken);
+	config_done(&m->config);
+	free(m);
+	return NULL;
+}
+
+uint64_t manager_uptime_usec(const struct manager *m)
+{
+	return now_usec(CLOCK_MONOTONIC) - m->start_usec;
+}
+
+bool peer_in_group(int fd, gid_t gid)
+{
+	_cleanup_free_ gid_t *groups = NULL;
+	socklen_t len = 64 * sizeof(gid_t);
+
+	/* The kernel reports the size it needs with ERANGE; a peer has at most NGROUPS_MAX. */
+	for (;;) {
+		gid_t *g = realloc(groups, len);
+
+		if (!g)
+			return false;
+		groups = g;
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
+			break;
+		if (errno != ERANGE)
+			return false;
+	}
+	for (size_t i = 0; i < len / sizeof(gid_t); i++)
+		if (groups[i] == gid)
+			return true;
+	return false;
+}
+
+/* Sends the one reply a refused connection gets, so its Hello fails with a reason. */
+static void send_refusal(int fd, int error, const char *message)
+{
+	Mrd__Response resp = MRD__RESPONSE__INIT;
+
+	resp.status = -error;
+	resp.message = (char *)message;
+	(void)wire_send(fd, &resp.base, WIRE_FRAME_MAX, NULL, 0, MSG_DONTWAIT);
+}
+
+static uint64_t user_key(uid_t uid) { return (uint64_t)uid + 1; /* 0 is no key */ }
+
+void manager_user_share_put(struct manager *m, struct user_share *u)
+{
+	if (--u->clients > 0)
+		return;
+	u64_map_remove(&m->users, user_key(u->uid));
+	free(u);
+}
+
+int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_t owner,
+		       struct client **ret)
+{
+	struct user_share *u;
+	char domain[64];
+	bool admin;
+	int r;
+
+	if (m->n_clients >= m->config.max_clients)
+		return -EUSERS;
+	/* Bare connections count too: a slot is taken at accept, Hello or not. Root's are
+	 * not limited, so an administrator gets in while users hold their shares. */
+	u = u64_map_get(&m->users, user_key(owner));
+	if (u && owner != 0 && u->clients >= m->config.max_clients_per_user)
+		return -EUSERS;
+	if (!u) {
+		u = calloc(1, sizeof(*u));
+		if (!u)
+			return -ENOMEM;
+		u->uid = owner;
+		r = u64_map_put(&m->users, user_key(owner), u);
+		if (r < 0) {
+			free(u);
+			return r;
+		}
+	}
+	u->clients++;
+
+	admin = manager_is_admin(m, cred->uid, cred->gid, fd, NULL, 0);
+	/* The owner's domain: its namespaces' identities are its own (README, design notes). */
+	domain_name_for(m, owner, cred->gid, fd, domain, sizeof(domain));
+	r = client_new(m, fd, cred->pid, cred->uid, cred->gid, admin, domain, ret);
+	if (r < 0) {
+		manager_user_share_put(m, u);
+		return r;
+	}
+	(*ret)->owner_uid = owner;
+	(*ret)->share = u;
+	return 0;
+}
+
+/* Why manager_add_client said -EUSERS, for the refused peer (uid, answered for by owner). */
+static void refusal_reason(const struct manager *m, uid_t uid, uid_t owner, char *buf,
+			   size_t size)
+{
+	int n;
+
+	if (m->n_clients >= m->config.max_clients) {
+		snprintf(buf, size, "mrd serves too many clients; see limits.clients");
+		return;
+	}
+	n = snprintf(buf, size, "uid %u has %u connections open ([limits] clients_per_user)",
+		     (unsigned)owner, m->config.max_clients_per_user);
+	if (owner != uid && n >= 0 && (size_t)n < size)
+		snprintf(buf + n, size - (size_t)n, "; this is uid %u, in a user namespace of uid %u",
+			 (unsigned)uid, (unsigned)owner);
+}
+
+static void manager_on_accept_retry(evutil_socket_t fd, short what, void *userdata)
+{
+	struct manager *m = userdata;
+
+	event_add(m->listen_event, NULL);
+}
+
+static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
+{
+	struct manager *m = userdata;
+
+	for (;;) {
+		struct ucred cred;
+		socklen_t len = sizeof(cred);
+		struct client *c;
+		uid_t owner;
+		int fd, r;
+
+		if (fd_closer_waiting(m->closer, (uid_t)-1) >= FD_CLOSER_MAX) {
+			/* Each connection is one more descriptor to close one day: none is taken
+			 * until the closer threads catch up. */
+			struct timeval tv = { 0, 100 * 1000 };
+
+			if (!m->closer_full)
+				log_warning("%u descriptors from clients wait to be closed; not "
+					    "accepting connections until fewer do", FD_CLOSER_MAX);
+			m->closer_full = true;
+			event_del(m->listen_event);
+			event_add(m->accept_retry_event, &tv);
+			return;
+		}
+		m->closer_full = false;
+		fd = accept4(m->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE) {
+				/* Out of descriptors: stop accepting for a moment instead of spinning. */
+				struct timeval tv = { 0, 100 * 1000 };
+				log_warning_errno(-errno, "accept: %m; pausing the listener");
+				event_del(m->listen_event);
+				event_add(m->accept_retry_event, &tv);
+			} else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+				log_warning_errno(-errno, "accept: %m");
+			return;
+		}
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+			log_warning_errno(-errno, "SO_PEERCRED: %m");
+			fd_closer_consume(m->closer, fd, (uid_t)-1);
+			continue;
+		}
+		r = process_owner_uid(cred.pid, cred.uid, m->userns_dev, m->userns_ino, &owner);
+		if (r == -EACCES) {
+			/* No CAP_SYS_PTRACE (the shipped unit): newuidmap's ranges still group. */
+			owner = subuid_owner(SUBUID_PATH, cred.uid);
+			r = 0;
+		}
+		if (r < 0) {
+			/* Its namespace cannot be told, so neither can whom it is charged to. */
+			log_debug_errno(r, "refusing pid %d uid %u: cannot read its user namespace: %m",
+					(int)cred.pid, (unsigned)cred.uid);
+			send_refusal(fd, -ESRCH, "mrd cannot tell which user namespace the connecting "
+						 "process is in (it exited or changed its uid before "
+						 "mrd took the connection): connect again");
+			fd_closer_consume(m->closer, fd, cred.uid); /* may hold what it sent */
+			continue;
+		}
+		r = manager_add_client(m, fd, &cred, owner, &c);
+		if (r == -EUSERS) {
+			uint64_t now = now_usec(CLOCK_MONOTONIC);
+			char why[200];
+
+			refusal_reason(m, cred.uid, owner, why, sizeof(why));
+			send_refusal(fd, r, why);
+			m->refused_since_log++;
+			if (now - m->refused_log_usec >= REFUSED_LOG_INTERVAL_USEC) {
+				log_warning("refused %u connection(s), last from pid %d uid %u: %s",
+					    m->refused_since_log, (int)cred.pid, (unsigned)cred.uid,
+					    why);
+				m->refused_log_usec = now;
+				m->refused_since_log = 0;
+			}
+		} else if (r < 0)
+			log_warning_errno(r, "cannot add client pid %d: %m", (int)cred.pid);
+		if (r < 0) {
+			/* It may hold what the client sent already, descriptors too. */
+			fd_closer_consume(m->closer, fd, owner);
+			continue;
+		}
+		log_debug("client %" PRIu64 " connected: pid %d uid %u gid %u, charged to uid %u",
+			  c->id, (int)cred.pid, (unsigned)cred.uid, (unsigned)cred.gid,
+			  (unsigned)owner);
+	}
+}
+
+/* Creates the socket's folder (/run/mrd) when missing, as mrd.tmpfiles would: 0755 whatever
+ * the umask, in the socket's group; its parent must exist. One that exists is left as it is,
+ * with a warning when others than its owner may replace the socket in it. */
+static int socket_folder(char *folder, gid_t gid)
+{
+	struct stat st;
+
+	if (mkdir(folder, 0755) == 0) {
+		if (chmod(folder, 0755) < 0 || chown(folder, (uid_t)-1, gid) < 0)
+			return log_error_errno(-errno, "cannot set up %s: %m", folder);
+		return 0;
+	}
+	if (errno != EEXIST)
+		return log_error_errno(-errno, "cannot create %s: %m", folder);
+	if (stat(folder, &st) < 0)
+		return log_error_errno(-errno, "cannot stat %s: %m", folder);
+	if (!S_ISDIR(st.st_mode))
+		return log_error_errno(-ENOTDIR, "%s is not a folder", folder);
+	if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
+		log_warning("%s is writable by others (mode %04o): they can replace mrd's socket "
+			    "there; make it 0755", folder, (unsigned)(st.st_mode & 07777));
+	return 0;
+}
+
+/* Binds path, replacing a stale socket but never a live mrd's; the socket gets mode and gid
+ * ([mrd] socket_mode, socket_group), and no one else gets in before they are set. */
+static int bind_socket(const char *path, unsigned mode, gid_t gid, int *ret_fd)
+{
+	_cleanup_close_ int fd = -1;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char *slash;
+	mode_t old_umask;
+	int r;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return log_error_errno(-ENAMETOOLONG, "socket path too long: %s", path);
+	strcpy(sa.sun_path, path);
+
+	slash = strrchr(sa.sun_path, '/');
+	if (slash && slash != sa.sun_path) {
+		*slash = '\0';
+		r = socket_folder(sa.sun_path, gid);
+		if (r < 0)
+			return r;
+		*slash = '/';
+	}
+
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return log_error_errno(-errno, "socket: %m");
+
+	/* Root's alone until chown and chmod below (the kernel checks write permission on the
+	 * socket at connect). */
+	old_umask = umask(0177);
+	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
+	if (r == -EADDRINUSE) {
+		_cleanup_close_ int probe = -1;
+
+		probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		if (probe < 0)
+			r = log_error_errno(-errno, "socket: %m");
+		else if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			r = log_error_errno(-EADDRINUSE, "another mrd is serving %s", path);
+		else if (errno != ECONNREFUSED)
+			r = log_error_errno(-errno, "%s exists and is not a socket we can replace: %m",
+					    path);
+		else {
+			log_info("removing stale socket %s", path);
+			r = unlink(path) < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ?
+				    log_error_errno(-errno, "cannot bind %s: %m", path) : 0;
+		}
+	} else if (r < 0)
+		log_error_errno(r, "cannot bind %s: %m", path);
+	umask(old_umask);
+	if (r < 0)
+		return r;
+	/* Who may connect: the socket's group (identity still comes from SO_PEERCRED, limits
+	 * from quotas). */
+	if (chown(path, (uid_t)-1, gid) < 0 || chmod(path, mode) < 0) {
+		r = log_error_errno(-errno, "cannot give %s group %u and mode %04o: %m", path,
+				    (unsigned)gid, mode);
+		(void)unlink(path);
+		return r;
+	}
+	if (listen(fd, SOMAXCONN) < 0)
+		return log_error_errno(-errno, "listen: %m");
+	*ret_fd = TAKE_FD(fd);
+	return 0;
+}
+
+/* A listening socket passed to mrd: systemd's (socket activation), or its own across a
+ * re-exec (then it is mrd's to unlink at exit). */
+static int take_listen_fd(struct manager *m, int fd, const char *name)
+{
+	if (m->listen_fd >= 0)
+		return log_error_errno(-EINVAL, "more than one socket passed (LISTEN_FDS); mrd takes "
+						"exactly one");
+	if (sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, NULL, 0) <= 0)
+		return log_error_errno(-EINVAL, "the socket passed (%s) is not a listening "
+						"AF_UNIX SOCK_SEQPACKET socket", name);
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0)
+		return log_error_errno(-errno, "fcntl: %m");
+	if (strcmp(name, HANDOVER_BOUND_SOCKET_NAME) == 0) {
+		m->bound_path = strdup(m->config.socket_path);
+		if (!m->bound_path)
+			return -ENOMEM;
+		log_info("serving on %s, kept across the re-exec", m->config.socket_path);
+	} else
+		log_info("serving on the socket passed by systemd");
+	m->listen_fd = fd;
+	return 0;
+}
+
+/* Descriptors passed as systemd passes them (LISTEN_FDS, LISTEN_FDNAMES): a listening socket,
+ * and what a previous mrd handed over. */
+static int take_passed_fds(struct manager *m)
+{
+	struct handover_fds passed = {};
+	char **names = NULL;
+	int n, r = 0;
+
+	n = sd_listen_fds_with_names(1, &names);
+	if (n < 0)
+		return log_error_errno(n, "sd_listen_fds: %m");
+	for (int i = 0; i < n; i++) {
+		int fd = SD_LISTEN_FDS_START + i;
+
+		(void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+		if (r >= 0 && handover_fd_name(names[i]))
+			r = handover_fds_add(&passed, fd, names[i]);
+		else if (r >= 0)
+			r = take_listen_fd(m, fd, names[i]);
+		else
+			close(fd);
+	}
+	for (int i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	if (r >= 0)
+		r = handover_adopt(m, &passed);
+	/* Their names stay, for FDSTOREREMOVE once mrd serves (manager_run). */
+	for (size_t i = 0; i < passed.n; i++)
+		passed.fds[i] = safe_close(passed.fds[i]);
+	m->fd_store_taken = passed;
+	return r;
+}
+
+int manager_listen(struct manager *m)
+{
+	int r;
+
+	r = take_passed_fds(m);
+	if (r < 0)
+		return r;
+	if (m->listen_fd < 0) {
+		const struct config *c = &m->config;
+
+		r = bind_socket(c->socket_path, c->socket_mode, c->socket_gid, &m->listen_fd);
+		if (r < 0)
+			return r;
+		m->bound_path = strdup(c->socket_path);
+		if (!m->bound_path)
+			return -ENOMEM;
+		if (c->socket_group_missing && !(c->socket_mode & 0006)) /* the group matters */
+			log_warning("no group " SOCKET_GROUP_DEFAULT " on this host: %s keeps mrd's "
+				    "group (%u), so only root and its members may connect; create it "
+				    "(systemd-sysusers) or name another with [mrd] socket_group",
+				    c->socket_path, (unsigned)c->socket_gid);
+		log_info("serving on %s (mode %04o, group %u)", c->socket_path, c->socket_mode,
+			 (unsigned)c->socket_gid);
+	}
+
+	m->listen_event = event_new(m->base, m->listen_fd, EV_READ | EV_PERSIST, manager_on_accept, m);
+	m->accept_retry_event = evtimer_new(m->base, manager_on_accept_retry, m);
+	if (!m->listen_event || !m->accept_retry_event)
+		return -ENOMEM;
+	if (event_add(m->listen_event, NULL) < 0)
+		return -EIO;
+	return m->config.bus ? bus_new(m, &m->bus) : 0;
+}
+
+int manager_run(struct manager *m)
+{
+	int r;
+
+	(void)sd_notifyf(0, "READY=1\nSTATUS=serving %u client slots\nMAINPID=%lu",
+			 m->config.max_clients, (unsigned long)getpid());
+	/* Taken (or refused) for good: out of systemd's FD store, or the next stop would add to
+	 * them. */
+	for (size_t i = 0; i < m->fd_store_taken.n && getenv("NOTIFY_SOCKET"); i++)
+		(void)sd_notifyf(0, "FDSTOREREMOVE=1\nFDNAME=%s", m->fd_store_taken.names[i]);
+	handover_fds_done(&m->fd_store_taken);
+	for (;;) {
+		r = event_base_dispatch(m->base);
+		if (r < 0 || !m->reexec || m->stop)
+			break;
+		/* From here a signal waits for the new image's loop (the mask survives exec); one
+		 * caught before the block is handled now, and a SIGTERM among them wins. */
+		manager_block_signals(true);
+		(void)event_base_loop(m->base, EVLOOP_NONBLOCK);
+		if (m->stop)
+			break;
+		m->reexec = false;
+		(void)handover_reexec(m); /* returns only when it could not */
+		manager_block_signals(false);
+	}
+	if (r >= 0 && handover_fd_store_max() > 0)
+		(void)handover_to_fd_store(m);
+	(void)sd_notify(0, "STOPPING=1");
+	if (r < 0)
+		return log_error_errno(-EIO, "event loop failed");
+	return 0;
+}

@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+
+#include "base/config.h"
+#include "control/handover.h"
+#include "u64-map.h"
+#include "memory/window.h"
+
+struct event_base;
+struct event;
+struct client;
+struct domain;
+struct provider;
+struct worker_pool;
+struct bus;
+struct fd_closer;
+
+/* What one user holds of the slots mrd shares out: its uid (process_owner_uid: a user
+ * namespace's identities are its owner's) and its connections, bare ones included. */
+struct user_share {
+	uid_t uid;
+	unsigned clients;
+};
+
+/* The daemon: owns the event loop, the configuration, the listening socket and every client. */
+struct manager {
+	struct config config;
+	struct event_base *base;
+	struct event *sigterm_event, *sigint_event, *sighup_event, *sigusr2_event;
+
+	int listen_fd;
+	struct event *listen_event;
+	struct event *accept_retry_event; /* re-arms the listener after EMFILE */
+	char *bound_path;                 /* unlinked on exit; NULL when systemd owns the socket */
+
+	/* Opened at start to check the configuration and answer Status; each domain opens its
+	 * own context on the same device. */
+	struct provider *provider;
+	struct window window; /* every arena of every domain lives here */
+	struct worker_pool *workers; /* slow registrations */
+	/* One thread for Dma on a device (request-mr.c), made on first use: a transfer waits for
+	 * the device, and Dma must never hold up the registrations of every domain. */
+	struct worker_pool *dma_worker;
+	bool stopping; /* set before the workers drain: queued Dma is cancelled, not done */
+	/* Another mrd takes the arenas over (daemon/handover.c): pages freed from here on keep
+	 * their content. */
+	bool keep_content;
+	bool reexec;               /* SIGUSR2 asked for a re-exec with a hand-over */
+	const char *exe_path;      /* what a re-exec runs, with argv (main's); NULL: none */
+	char **argv;
+	bool detached;             /* no terminal, logs to syslog: so is the re-executed image */
+	bool stop;                 /* SIGTERM/SIGINT came: it wins over a re-exec asked for */
+	struct event *grace_timer; /* after a hand-over: orphans wait for their owners */
+	/* The previous mrd's generation of each domain it had: a domain opened again starts
+	 * above it, so no client's cached keys can look current. */
+	struct generation_floor {
+		char name[64];
+		uint64_t generation;
+	} *floors;
+	size_t n_floors;
+	/* Names of what the previous mrd left in systemd's FD store: removed from it once mrd
+	 * serves (if it fails to start, the next try may still take them). */
+	struct handover_fds fd_store_taken;
+	struct bus *bus;             /* NULL: not on the system bus */
+	LIST_HEAD(, domain) domains;
+	unsigned n_domains;
+
+	LIST_HEAD(, client) clients;
+	unsigned n_clients;
+	struct fd_closer *closer; /* every descriptor from a client that mrd lets go of */
+	bool closer_full;         /* the listener waits for the closer (logged once) */
+	struct u64_map users; /* uid + 1 -> struct user_share, while it has a connection */
+	dev_t userns_dev;     /* mrd's own user namespace (0: unknown) */
+	ino_t userns_ino;
+	uint64_t next_client_id;
+
+	uint8_t *recv_buf; /* one packet at a time: the loop is single-threaded */
+	size_t recv_buf_size;
+
+	uint64_t start_usec;
+	uint64_t instance; /* random: tells clients two mrd starts apart */
+	uint64_t arena_serial; /* last serial given to an arena */
+	uint64_t refused_log_usec; /* rate limit for "too many clients" */
+	unsigned refused_since_log;
+
+	/* SIGHUP: reads the configuration again (main's: file, folder, command line) into *ret;
+	 * NULL: no reload. */
+	int (*load_config)(void *data, struct config *ret);
+	void *load_config_data;
+
+	/* counters shown by Status */
+	uint64_t n_requests;
+	uint64_t n_protocol_errors;
+	uint64_t n_clients_dropped;
+};
+
+/* Set by a detached mrd for the image it re-executes. */
+#define MANAGER_DETACHED_ENV "MRD_DETACHED"
+
+/* Blocks (or unblocks) the signals the loop handles; the mask survives exec. */
+void manager_block_signals(bool block);
+
+/* Takes ownership of *config (left re-initialised). */
+int manager_new(struct config *config, struct manager **ret);
+struct manager *manager_free(struct manager *m);
+DEFINE_CLEANUP(struct manager, manager_free)
+
+/* Swaps in new (taken over, left re-initialised). Keys mrd reads only at start keep their
+ * running values; their names, when they changed, go to changed ("" when none). */
+void manager_reconfigure(struct manager *m, struct config *new, char *changed, size_t size);
+
+/* Takes the socket from systemd (LISTEN_FDS) or binds config.socket_path, and what a previous
+ * mrd handed over (daemon/handover.h), then joins the system bus unless [mrd] bus = no. */
+int manager_listen(struct manager *m);
+
+/* Serves until SIGTERM/SIGINT; tells systemd READY=1 and STOPPING=1. Hands the memory over
+ * into systemd's FD store at the end when it has one, or re-executes at SIGUSR2. */
+int manager_run(struct manager *m);
+
+/* Adopts a connected socket with the given peer credentials (accept path and tests), charged to
+ * owner (the user who answers for the peer: process_owner_uid). -EUSERS when mrd serves
+ * [limits] clients, or owner (other than root) [limits] clients_per_user. */
+int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_t owner,
+		       struct client **ret);
+/* A client's connection closed: its user's share goes down (and away at 0). */
+void manager_user_share_put(struct manager *m, struct user_share *u);
+
+uint64_t manager_uptime_usec(const struct manager *m);
+
+/* The one rule of who sees every domain and may change settings, on the socket and on the bus:
+ * root, or admin_group as primary or supplementary group (the socket peer's on fd when
+ * fd >= 0, else groups). Anyone else sees its own domain alone (client_view). */
+bool manager_is_admin(const struct manager *m, uid_t uid, gid_t gid, int fd, const gid_t *groups,
+		      size_t n_groups);
+
+/* The daemon's figures as far as view (client_view's: NULL for everything) shows them. */
+struct view_totals {
+	uint32_t domains, clients;
+	uint64_t allocated_bytes, pinned_bytes;
+};
+void manager_view_totals(const struct manager *m, const char *view, struct view_totals *ret);
+
+/* Whether the peer on fd has gid among its supplementary groups (SO_PEERGROUPS). */
+bool peer_in_group(int fd, gid_t gid);

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/* The domain family: ExportPd (share the domain's device context and PD with a client). */
+#include <errno.h>
+
+#include "control/client.h"
+#include "control/dispatch.h"
+#include "core/domain.h"
+#include "provider/provider.h"
+
+int request_export_pd(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		      struct reply *r)
+{
+	struct domain *d;
+	uint32_t handle;
+	int fd, k;
+
+	k = client_get_domain(c, &d);
+	if (k < 0) {
+		reply_set_message(r, "cannot open domain %s", c->domain_name);
+		return k;
+	}
+	k = provider_export_pd(d->pd, &fd, &handle);
+	if (k == -EOPNOTSUPP) {
+		reply_set_message(r, "the %s provider has no device to share",
+				  provider_name(d->provider));
+		return k;
+	}
+	if (k < 0)
+		return k;
+
+	r->fds[r->n_fds++] = fd;
+	mrd__export_pd_response__init(&r->body.export_pd);
+	r->body.export_pd.pd_handle = handle;
+	r->body.export_pd.device = d->provider->caps.device;
+	r->resp.body_case = MRD__RESPONSE__BODY_EXPORT_PD;
+	r->resp.export_pd = &r->body.export_pd;
+	return 0;
+}

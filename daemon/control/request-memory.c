@@ -1,0 +1,300 @@
+/* SPDX-License-Identifier: MIT */
+/* The memory family: JoinDomain, Alloc, Free, Map, ExtmemAttach, ExtmemDetach. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+
+#include "memory/arena.h"
+#include "control/client.h"
+#include "control/dispatch.h"
+#include "core/domain.h"
+#include "base/fd-closer.h"
+#include "log.h"
+#include "control/manager.h"
+#include "status-page.h"
+
+/* Requests of this family need the caller's domain. */
+/* Describes arena in r, attaching a dup of its memfd the first time c meets it. */
+static int describe_arena(struct client *c, struct arena *a, bool force_fd, struct reply *r)
+{
+	Mrd__ArenaInfo *info = &r->arena;
+	int fd;
+
+	mrd__arena_info__init(info);
+	info->id = a->id;
+	info->address = (uint64_t)(uintptr_t)a->base;
+	info->size = a->size;
+	info->page_size = a->page_size;
+	info->hugetlb = a->hugetlb;
+	info->external = a->external;
+	info->file_offset = a->file_offset;
+	info->serial = a->serial;
+	if (force_fd || !client_has_arena(c, a->id)) {
+		fd = fcntl(a->memfd, F_DUPFD_CLOEXEC, 3);
+		if (fd < 0)
+			return -errno;
+		if (!client_has_arena(c, a->id) && client_add_arena(c, a->id) < 0) {
+			close(fd);
+			return -ENOMEM;
+		}
+		r->fds[r->n_fds++] = fd;
+		info->fd_attached = true;
+	}
+	return 0;
+}
+
+int request_join_domain(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+			struct reply *r)
+{
+	const Mrd__JoinDomainRequest *q = req->join_domain;
+	const struct manager *m = c->manager;
+	unsigned resumed = 0;
+	struct domain *d;
+	int k, fd;
+
+	k = request_domain(c, r, &d);
+	if (k < 0)
+		return k;
+	/* After a warm restart: what this process held under that session comes back to it. */
+	if (!c->joined && q->resume_instance == m->instance && d->n_orphans > 0) {
+		resumed = domain_claim(d, c, q->resume_session);
+		if (resumed)
+			log_info("client %" PRIu64 " (pid %d) took back %u allocation(s) of session %"
+				 PRIu64, c->id, (int)c->pid, resumed, q->resume_session);
+	}
+	fd = domain_status_fd(d);
+	if (fd < 0)
+		return fd;
+	r->fds[r->n_fds++] = fd;
+	mrd__join_domain_response__init(&r->body.join_domain);
+	r->body.join_domain.domain = d->name;
+	r->body.join_domain.window_base = m->config.window_base;
+	r->body.join_domain.window_size = m->config.window_size;
+	r->body.join_domain.status_page_size = MRD_STATUS_PAGE_SIZE;
+	r->body.join_domain.instance = m->instance;
+	r->body.join_domain.session = c->id;
+	c->joined = true;
+	r->body.join_domain.resumed = resumed;
+	r->resp.body_case = MRD__RESPONSE__BODY_JOIN_DOMAIN;
+	r->resp.join_domain = &r->body.join_domain;
+	return 0;
+}
+
+int request_alloc(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		  struct reply *r)
+{
+	const Mrd__AllocRequest *q = req->alloc;
+	struct allocation *a;
+	struct domain *d;
+	int k;
+
+	if (q->flags & ~(uint32_t)(MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE | MRD__ALLOC_FLAGS__ALLOC_ODP |
+				   MRD__ALLOC_FLAGS__ALLOC_READ_ONLY)) {
+		reply_set_message(r, "unknown allocation flags 0x%x", q->flags);
+		return -EINVAL;
+	}
+	k = request_domain(c, r, &d);
+	if (k < 0)
+		return k;
+	k = domain_alloc(d, c, q->size, q->align, q->flags & MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE, &a,
+			 r->message, sizeof(r->message));
+	if (k < 0)
+		return k;
+	/* On demand where the device pages on demand over RC; elsewhere as the policy says. */
+	a->odp = d->provider->caps.odp && d->provider->caps.odp_rc_caps &&
+		 ((q->flags & MRD__ALLOC_FLAGS__ALLOC_ODP) || d->cache.policy == MR_POLICY_ODP);
+	a->read_only = q->flags & MRD__ALLOC_FLAGS__ALLOC_READ_ONLY;
+	k = describe_arena(c, a->arena, false, r);
+	if (k < 0) {
+		(void)domain_free_allocation(d, a, NULL);
+		return k;
+	}
+	mrd__alloc_response__init(&r->body.alloc);
+	r->body.alloc.address = allocation_address(a);
+	r->body.alloc.length = a->length;
+	r->body.alloc.arena = &r->arena;
+	r->resp.body_case = MRD__RESPONSE__BODY_ALLOC;
+	r->resp.alloc = &r->body.alloc;
+	return 0;
+}
+
+/* The caller's allocation at address, or an error that says why not. */
+static int owned_allocation(struct client *c, uint64_t address, bool external,
+			    struct reply *r, struct domain **ret_d, struct allocation **ret)
+{
+	struct allocation *a;
+	struct domain *d;
+	int k;
+
+	k = request_domain(c, r, &d);
+	if (k < 0)
+		return k;
+	a = domain_find_allocation(d, address);
+	if (!a) {
+		reply_set_message(r, "0x%" PRIx64 " is not the start of an allocation of domain %s",
+				  address, d->name);
+		return -ENOENT;
+	}
+	if (a->owner != c) {
+		if (a->owner)
+			reply_set_message(r, "0x%" PRIx64 " belongs to another client (pid %d)",
+					  address, (int)a->owner->pid);
+		else if (a->orphan)
+			reply_set_message(r, "0x%" PRIx64 " waits for its owner (pid %d) to reconnect "
+					  "after mrd restarted", address, (int)a->claim_pid);
+		else
+			reply_set_message(r, "0x%" PRIx64 " belongs to a client that left; it stays "
+					  "while mempools of others are registered in it", address);
+		return -EPERM;
+	}
+	if (a->arena->external != external) {
+		reply_set_message(r, "0x%" PRIx64 " is %s: use %s", address,
+				  external ? "allocated memory" : "attached memory",
+				  external ? "Free" : "ExtmemDetach");
+		return -EINVAL;
+	}
+	*ret_d = d;
+	*ret = a;
+	return 0;
+}
+
+static void set_free_body(struct reply *r, bool external)
+{
+	if (external) {
+		mrd__extmem_detach_response__init(&r->body.extmem_detach);
+		r->resp.body_case = MRD__RESPONSE__BODY_EXTMEM_DETACH;
+		r->resp.extmem_detach = &r->body.extmem_detach;
+	} else {
+		mrd__free_response__init(&r->body.free);
+		r->resp.body_case = MRD__RESPONSE__BODY_FREE;
+		r->resp.free = &r->body.free;
+	}
+}
+
+/* A Free or ExtmemDetach whose MRs a worker deregisters: answered once the pages are back, so
+ * that when it returns no key for the memory works any more. */
+struct pending_free {
+	struct pending_request base; /* first */
+	bool external;
+};
+
+static void free_resume(struct mr_waiter *w, int result, const struct mr_entry *entry,
+			const char *why)
+{
+	struct pending_free *p = (struct pending_free *)w;
+	struct reply r;
+
+	if (p->base.client) {
+		reply_init(&r, p->base.id);
+		set_free_body(&r, p->external);
+		request_answer(&p->base, &r, 0);
+	}
+	free(p);
+}
+
+static int free_owned(struct client *c, uint64_t id, uint64_t address, bool external,
+		      struct reply *r)
+{
+	struct pending_free *p;
+	struct allocation *a;
+	struct domain *d;
+	int k;
+
+	k = owned_allocation(c, address, external, r, &d, &a);
+	if (k < 0)
+		return k;
+	if (a->pool_refs > 0) {
+		reply_set_message(r, "0x%" PRIx64 " holds %u mempool MR%s: unregister its pools "
+				  "first", address, a->pool_refs, a->pool_refs == 1 ? "" : "s");
+		return -EBUSY;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->base.waiter.resume = free_resume;
+	p->base.id = id;
+	p->external = external;
+	k = domain_free_allocation(d, a, &p->base.waiter);
+	if (k == -EINPROGRESS) {
+		request_wait(c, &p->base);
+		return k;
+	}
+	free(p);
+	set_free_body(r, external);
+	return 0;
+}
+
+int request_free(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		 struct reply *r)
+{
+	return free_owned(c, req->id, req->free->address, false, r);
+}
+
+int request_map(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		struct reply *r)
+{
+	struct domain *d;
+	struct arena *a;
+	int k;
+
+	k = request_domain(c, r, &d);
+	if (k < 0)
+		return k;
+	a = domain_find_arena(d, req->map->address);
+	if (!a) {
+		/* Another domain's memory looks exactly like no memory at all. */
+		reply_set_message(r, "0x%" PRIx64 " is not memory of domain %s", req->map->address,
+				  d->name);
+		return -ENOENT;
+	}
+	k = describe_arena(c, a, true, r);
+	if (k < 0)
+		return k;
+	mrd__map_response__init(&r->body.map);
+	r->body.map.arena = &r->arena;
+	r->resp.body_case = MRD__RESPONSE__BODY_MAP;
+	r->resp.map = &r->body.map;
+	return 0;
+}
+
+int request_extmem_attach(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+			  struct reply *r)
+{
+	const Mrd__ExtmemAttachRequest *q = req->extmem_attach;
+	struct allocation *a;
+	struct domain *d;
+	int k, fd;
+
+	k = request_domain(c, r, &d);
+	if (k < 0)
+		return k;
+	fd = take_request_fd(pkt, 0);
+	k = domain_attach_external(d, c, fd, q->offset, q->length, &a, r->message,
+				   sizeof(r->message));
+	if (k < 0) {
+		fd_closer_consume(c->manager->closer, fd, c->owner_uid);
+		return k;
+	}
+	a->odp = d->provider->caps.odp && d->provider->caps.odp_rc_caps &&
+		 d->cache.policy == MR_POLICY_ODP;
+	/* The client has the memfd already; it maps it itself. */
+	k = client_add_arena(c, a->arena->id);
+	if (k >= 0)
+		k = describe_arena(c, a->arena, false, r);
+	if (k < 0) {
+		(void)domain_free_allocation(d, a, NULL);
+		return k;
+	}
+	mrd__extmem_attach_response__init(&r->body.extmem_attach);
+	r->body.extmem_attach.address = allocation_address(a);
+	r->body.extmem_attach.arena = &r->arena;
+	r->resp.body_case = MRD__RESPONSE__BODY_EXTMEM_ATTACH;
+	r->resp.extmem_attach = &r->body.extmem_attach;
+	return 0;
+}
+
+int request_extmem_detach(struct client *c, const Mrd__Request *req,
+			  struct wire_packet *pkt, struct reply *r)
+{
+	return free_owned(c, req->id, req->extmem_detach->address, true, r);
+}

@@ -1,0 +1,285 @@
+/* SPDX-License-Identifier: MIT */
+/* The mempool family: MempoolRegister, MempoolUnregister, and the admin's Pools. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "control/client.h"
+#include "control/dispatch.h"
+#include "core/domain.h"
+#include "control/manager.h"
+#include "registration/mempool.h"
+#include "mrd/mrd.h"
+#include "provider/provider.h"
+
+/* Names end up in root's mrctl output and in logs: printable ASCII alone, refused at the door
+ * (mrctl escapes what it prints besides). */
+static int check_name(const char *name, struct reply *r)
+{
+	size_t len = strnlen(name, MRD_MEMPOOL_NAME_MAX);
+
+	if (len == 0 || len >= MRD_MEMPOOL_NAME_MAX) {
+		reply_set_message(r, "a mempool name is 1 to %u bytes of printable ASCII",
+				  MRD_MEMPOOL_NAME_MAX - 1);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)name[i] < 0x20 || (unsigned char)name[i] > 0x7e) {
+			reply_set_message(r, "a mempool name is printable ASCII: byte %zu is 0x%02x",
+					  i, (unsigned)(unsigned char)name[i]);
+			return -EINVAL;
+		}
+	return 0;
+}
+
+/* The reply: the registration's MRs, by address. */
+static int fill_register_reply(const struct pool_reg *reg, struct reply *r)
+{
+	Mrd__MrEntry **ptrs = reply_mr_entries(r, reg->n_mrs);
+
+	if (!ptrs)
+		return -ENOMEM;
+	for (size_t i = 0; i < reg->n_mrs; i++) {
+		ptrs[i]->start = reg->mrs[i]->start;
+		ptrs[i]->end = reg->mrs[i]->end;
+		ptrs[i]->lkey = reg->mrs[i]->pmr->lkey;
+		ptrs[i]->rkey = reg->mrs[i]->pmr->rkey;
+	}
+	mrd__mempool_register_response__init(&r->body.mempool_register);
+	r->body.mempool_register.n_entries = reg->n_mrs;
+	r->body.mempool_register.entries = ptrs;
+	r->resp.body_case = MRD__RESPONSE__BODY_MEMPOOL_REGISTER;
+	r->resp.mempool_register = &r->body.mempool_register;
+	return 0;
+}
+
+/* A registration a worker makes: answered when it is made. */
+struct pending_register {
+	struct pending_request base; /* first */
+	struct pool_reg *reg;
+};
+
+static void register_resume(struct mr_waiter *w, int result, const struct mr_entry *entry,
+			    const char *why)
+{
+	struct pending_register *p = (struct pending_register *)w;
+	struct reply r;
+	int k = result;
+
+	if (p->base.client) {
+		reply_init(&r, p->base.id);
+		if (k < 0)
+			reply_set_message(&r, "%s", why);
+		else
+			k = fill_register_reply(p->reg, &r);
+		request_answer(&p->base, &r, k);
+	}
+	free(p);
+}
+
+int request_mempool_register(struct client *c, const Mrd__Request *req,
+			     struct wire_packet *pkt, struct reply *r)
+{
+	const Mrd__MempoolRegisterRequest *q = req->mempool_register;
+	struct pending_register *p;
+	struct domain *d;
+	int k;
+
+	k = check_name(q->name, r);
+	if (k < 0)
+		return k;
+	if (q->n_starts == 0 || q->n_starts > MRD_MEMPOOL_RANGES_MAX ||
+	    q->n_starts != q->n_lengths) {
+		reply_set_message(r, "MempoolRegister takes 1 to %u ranges, as many starts as "
+				  "lengths", MRD_MEMPOOL_RANGES_MAX);
+		return -EINVAL;
+	}
+	k = request_domain(c, r, &d);
+	if (k < 0)
+		return k;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->base.waiter.resume = register_resume;
+	p->base.id = req->id;
+	k = mempool_register(d, c, q->name, q->starts, q->lengths, q->n_starts, q->extmem,
+			     &p->base.waiter, &p->reg, r->message, sizeof(r->message));
+	if (k == -EINPROGRESS) {
+		request_wait(c, &p->base);
+		return k;
+	}
+	if (k >= 0) {
+		k = fill_register_reply(p->reg, r);
+		if (k < 0) /* the client hears of a failure: nothing may stay registered */
+			(void)mempool_unregister(d, c, q->name, NULL, r->message,
+						 sizeof(r->message));
+	}
+	free(p);
+	return k;
+}
+
+static void set_unregister_body(struct reply *r)
+{
+	mrd__mempool_unregister_response__init(&r->body.mempool_unregister);
+	r->resp.body_case = MRD__RESPONSE__BODY_MEMPOOL_UNREGISTER;
+	r->resp.mempool_unregister = &r->body.mempool_unregister;
+}
+
+/* An unregistration whose MRs workers deregister: answered once their keys are dead. */
+static void unregister_resume(struct mr_waiter *w, int result, const struct mr_entry *entry,
+			      const char *why)
+{
+	struct pending_request *p = (struct pending_request *)w;
+	struct reply r;
+
+	if (p->client) {
+		reply_init(&r, p->id);
+		set_unregister_body(&r);
+		request_answer(p, &r, 0);
+	}
+	free(p);
+}
+
+int request_mempool_unregister(struct client *c, const Mrd__Request *req,
+			       struct wire_packet *pkt, struct reply *r)
+{
+	const char *name = req->mempool_unregister->name;
+	struct pending_request *p;
+	struct domain *d;
+	int k;
+
+	k = check_name(name, r);
+	if (k < 0)
+		return k;
+	k = request_domain(c, r, &d);
+	if (k < 0)
+		return k;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->waiter.resume = unregister_resume;
+	p->id = req->id;
+	k = mempool_unregister(d, c, name, &p->waiter, r->message, sizeof(r->message));
+	if (k == -EINPROGRESS) {
+		request_wait(c, p);
+		return k;
+	}
+	free(p);
+	if (k < 0)
+		return k;
+	set_unregister_body(r);
+	return 0;
+}
+
+static void mempool_info(Mrd__MempoolInfo *pi, const struct domain *d, const struct pool_reg *reg)
+{
+	mrd__mempool_info__init(pi);
+	pi->domain = (char *)d->name;
+	pi->pid = (int32_t)reg->owner->pid;
+	pi->client_name = reg->owner->name;
+	pi->name = (char *)reg->name;
+	pi->extmem = reg->extmem;
+}
+
+static void mempool_mr_info(Mrd__MempoolMrInfo *mi, const struct pool_mr *mr)
+{
+	mrd__mempool_mr_info__init(mi);
+	mi->start = mr->start;
+	mi->end = mr->end;
+	/* A worker may be writing pmr: only a settled MR has keys. */
+	mi->lkey = !mr->pending && mr->pmr ? mr->pmr->lkey : MRD_KEY_INVALID;
+	mi->rkey = !mr->pending && mr->pmr ? mr->pmr->rkey : MRD_KEY_INVALID;
+	mi->pending = mr->pending;
+	mi->sharers = mr->sharers;
+	mi->hugepage = mr->hugepage;
+}
+
+/* What reg takes in a Mempools reply. */
+static size_t mempool_size(const struct domain *d, const struct pool_reg *reg)
+{
+	Mrd__MempoolInfo pi;
+	size_t mrs = 0, len, n = 1;
+
+	mempool_info(&pi, d, reg);
+	for (size_t k = 0; k < reg->n_mrs; k++) {
+		Mrd__MempoolMrInfo mi;
+
+		mempool_mr_info(&mi, reg->mrs[k]);
+		mrs += reply_repeated_size(&mi.base);
+	}
+	len = protobuf_c_message_get_packed_size(&pi.base) + mrs;
+	for (size_t v = len; v >= 0x80; v >>= 7)
+		n++;
+	return 1 + n + len;
+}
+
+/* A page: the pools the caller may see from q->first on, as many as fit in a reply (one at
+ * least, so that every page moves on). */
+int request_mempools(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		     struct reply *r)
+{
+	const struct manager *m = c->manager;
+	const uint32_t first = req->mempools->first;
+	const char *view = client_view(c);
+	size_t budget = reply_budget(c), bytes = 0;
+	size_t n_pools = 0, n_mrs = 0, i = 0, j = 0;
+	Mrd__MempoolInfo *pi, **pip;
+	Mrd__MempoolMrInfo *mi, **mip;
+	uint32_t total = 0;
+	struct pool_reg *reg;
+	struct domain *d;
+	bool full = false;
+
+	/* First the page's extent, then the page. */
+	LIST_FOREACH(d, &m->domains, link)
+		LIST_FOREACH(reg, &d->pool_regs, link) {
+			if (!view_shows(view, d->name))
+				continue;
+			if (total++ < first || full)
+				continue;
+			bytes += mempool_size(d, reg);
+			if (n_pools > 0 && bytes > budget) {
+				full = true;
+				continue;
+			}
+			n_pools++;
+			n_mrs += reg->n_mrs;
+		}
+	/* One block per array, freed with the reply. */
+	pi = calloc(n_pools, sizeof(*pi));
+	pip = calloc(n_pools, sizeof(*pip));
+	mi = calloc(n_mrs, sizeof(*mi));
+	mip = calloc(n_mrs, sizeof(*mip));
+	r->owned[r->n_owned++] = pi;
+	r->owned[r->n_owned++] = pip;
+	r->owned[r->n_owned++] = mi;
+	r->owned[r->n_owned++] = mip;
+	if ((n_pools && (!pi || !pip)) || (n_mrs && (!mi || !mip)))
+		return -ENOMEM;
+
+	total = 0;
+	LIST_FOREACH(d, &m->domains, link)
+		LIST_FOREACH(reg, &d->pool_regs, link) {
+			if (!view_shows(view, d->name))
+				continue;
+			if (total++ < first || i == n_pools)
+				continue;
+			mempool_info(&pi[i], d, reg);
+			pi[i].mrs = &mip[j];
+			pi[i].n_mrs = reg->n_mrs;
+			for (size_t k = 0; k < reg->n_mrs; k++, j++) {
+				mempool_mr_info(&mi[j], reg->mrs[k]);
+				mip[j] = &mi[j];
+			}
+			pip[i] = &pi[i];
+			i++;
+		}
+	mrd__mempools_response__init(&r->body.mempools);
+	r->body.mempools.n_mempools = n_pools;
+	r->body.mempools.mempools = pip;
+	r->body.mempools.total = total;
+	r->body.mempools.next = first + n_pools < total ? first + (uint32_t)n_pools : 0;
+	r->resp.body_case = MRD__RESPONSE__BODY_MEMPOOLS;
+	r->resp.mempools = &r->body.mempools;
+	return 0;
+}

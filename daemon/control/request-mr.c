@@ -1,0 +1,339 @@
+/* SPDX-License-Identifier: MIT */
+/* The MR family: MrLookup (keys for addresses, registering on a miss), Dma (an RDMA WRITE or
+ * READ driven by keys alone: emulated on soft, done by the device on verbs) and Prefetch
+ * (advice for on-demand memory). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "control/client.h"
+#include "control/dispatch.h"
+#include "core/domain.h"
+#include "macro.h"
+#include "control/manager.h"
+#include "provider/provider.h"
+#include "time-util.h"
+#include "base/worker-pool.h"
+
+/* A lookup of several addresses; it waits, whole, while a worker registers for one of them. */
+struct pending_lookup {
+	struct pending_request base; /* first */
+	size_t n, next;
+	uint64_t *addrs;
+	struct mr_entry *entries;
+};
+
+static void pending_free(struct pending_lookup *p)
+{
+	free(p->addrs);
+	free(p->entries);
+	free(p);
+}
+
+/* Looks up from p->next on; -EINPROGRESS when it has to wait. */
+static int lookup_run(struct pending_lookup *p, char *why, size_t why_size)
+{
+	struct domain *d = p->base.client->domain;
+
+	for (; p->next < p->n; p->next++) {
+		int k = mr_cache_lookup(&d->cache, p->addrs[p->next], &p->entries[p->next], why,
+					why_size, &p->base.waiter);
+		if (k < 0)
+			return k;
+	}
+	return 0;
+}
+
+/* The reply body: one entry per address, in order. */
+static int fill_reply(const struct pending_lookup *p, struct reply *r)
+{
+	Mrd__MrEntry **ptrs = reply_mr_entries(r, p->n);
+
+	if (!ptrs)
+		return -ENOMEM;
+	for (size_t i = 0; i < p->n; i++) {
+		ptrs[i]->start = p->entries[i].start;
+		ptrs[i]->end = p->entries[i].end;
+		ptrs[i]->lkey = p->entries[i].lkey;
+		ptrs[i]->rkey = p->entries[i].rkey;
+	}
+	mrd__mr_lookup_response__init(&r->body.mr_lookup);
+	r->body.mr_lookup.n_entries = p->n;
+	r->body.mr_lookup.entries = ptrs;
+	r->resp.body_case = MRD__RESPONSE__BODY_MR_LOOKUP;
+	r->resp.mr_lookup = &r->body.mr_lookup;
+	return 0;
+}
+
+static void lookup_resume(struct mr_waiter *w, int result, const struct mr_entry *entry,
+			  const char *why)
+{
+	struct pending_lookup *p = (struct pending_lookup *)w;
+	struct reply r;
+	int k = result;
+
+	if (!p->base.client) {
+		pending_free(p);
+		return;
+	}
+	reply_init(&r, p->base.id);
+	if (k >= 0) {
+		p->entries[p->next++] = *entry;
+		k = lookup_run(p, r.message, sizeof(r.message));
+		if (k == -EINPROGRESS)
+			return; /* waits for the next one */
+	} else
+		reply_set_message(&r, "%s", why);
+	if (k >= 0)
+		k = fill_reply(p, &r);
+	request_answer(&p->base, &r, k);
+	pending_free(p);
+}
+
+int request_mr_lookup(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		      struct reply *r)
+{
+	const Mrd__MrLookupRequest *q = req->mr_lookup;
+	struct pending_lookup *p;
+	struct domain *d;
+	int k;
+
+	if (q->n_addresses == 0 || q->n_addresses > MRD_LOOKUP_BATCH_MAX) {
+		reply_set_message(r, "MrLookup takes 1 to %u addresses, got %zu",
+				  MRD_LOOKUP_BATCH_MAX, q->n_addresses);
+		return -EINVAL;
+	}
+	k = request_domain(c, r, &d);
+	if (k < 0)
+		return k;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->base.waiter.resume = lookup_resume;
+	p->base.client = c;
+	p->base.id = req->id;
+	p->n = q->n_addresses;
+	p->addrs = malloc(p->n * sizeof(*p->addrs));
+	p->entries = calloc(p->n, sizeof(*p->entries));
+	if (!p->addrs || !p->entries) {
+		pending_free(p);
+		return -ENOMEM;
+	}
+	memcpy(p->addrs, q->addresses, p->n * sizeof(*p->addrs));
+
+	k = lookup_run(p, r->message, sizeof(r->message));
+	if (k == -EINPROGRESS) {
+		/* Its answer comes from lookup_resume; its next requests wait behind it. */
+		request_wait(c, &p->base);
+		return k;
+	}
+	if (k >= 0)
+		k = fill_reply(p, r);
+	pending_free(p);
+	return k;
+}
+
+/* A Dma waits for the device's completion (verbs), or is a copy of up to MRD_DMA_MAX bytes
+ * (soft): either way on the Dma thread, not the loop, one transfer at a time, in the order
+ * asked (each client has one request in flight). A
+ * domain has at most DMA_QUEUED_MAX there, so one user cannot hold up the others' for long;
+ * a request that waited DMA_WAIT_USEC is answered without being done, before libmrd (30 s)
+ * stops waiting for it: a transfer never happens after its client was told it failed. */
+#define DMA_QUEUED_MAX 4
+#define DMA_WAIT_USEC (20 * USEC_PER_SEC)
+
+struct dma_job {
+	struct pending_request base; /* first */
+	struct work work;
+	struct domain *domain; /* held while the job lives */
+	Mrd__DmaRequest q;
+	uint64_t deadline;     /* CLOCK_MONOTONIC usec: not begun by then, not done */
+	int result;
+};
+
+static int dma_result(struct domain *d, const Mrd__DmaRequest *q, int k, struct reply *r)
+{
+	if (k == -EOPNOTSUPP)
+		reply_set_message(r, "the %s provider does no DMA", provider_name(d->provider));
+	else if (k == -ENOKEY)
+		reply_set_message(r, "a key is not valid: never handed out, or its memory was freed");
+	else if (k == -EACCES)
+		reply_set_message(r, "the keys do not grant this access");
+	else if (k == -EFAULT)
+		reply_set_message(r, "the range lies outside a key's registration");
+	else if (k == -ENXIO) {
+		reply_set_message(r, "the pages at [0x%" PRIx64 ", +%" PRIu64 ") or [0x%" PRIx64
+				  ", +%" PRIu64 ") are gone: a hole in their memfd (punched?) that the "
+				  "kernel could not fill (no free huge page)", q->laddr, q->length,
+				  q->raddr, q->length);
+		k = -EFAULT;
+	} else if (k == -EKEYREJECTED)
+		reply_set_message(r, "the device refused a key: not valid, not granting this access, "
+				     "or the range outside its registration");
+	else if (k == -ETIMEDOUT)
+		reply_set_message(r, "the device did not complete the transfer in time");
+	else if (k == -ENETDOWN)
+		reply_set_message(r, "no port of the device is active");
+	else if (k == -EADDRNOTAVAIL)
+		reply_set_message(r, "the device's port has no address (GID) to loop back through");
+	else if (k == -EAGAIN)
+		reply_set_message(r, "not done: it waited %u s behind other Dma requests",
+				  (unsigned)(DMA_WAIT_USEC / USEC_PER_SEC));
+	else if (k == -ECANCELED)
+		reply_set_message(r, "not done: mrd is stopping");
+	if (k < 0)
+		return k;
+	mrd__dma_response__init(&r->body.dma);
+	r->resp.body_case = MRD__RESPONSE__BODY_DMA;
+	r->resp.dma = &r->body.dma;
+	return 0;
+}
+
+static int do_dma(struct domain *d, const Mrd__DmaRequest *q)
+{
+	return provider_dma(d->pd, (enum provider_dma_op)q->op, q->lkey, q->laddr, q->rkey,
+			    q->raddr, q->length);
+}
+
+static void dma_job_run(struct work *w)
+{
+	struct dma_job *j = container_of(w, struct dma_job, work);
+
+	if (__atomic_load_n(&j->domain->manager->stopping, __ATOMIC_ACQUIRE))
+		j->result = -ECANCELED;
+	else if (now_usec(CLOCK_MONOTONIC) > j->deadline)
+		j->result = -EAGAIN;
+	else
+		j->result = do_dma(j->domain, &j->q);
+}
+
+static void dma_job_done(struct work *w)
+{
+	struct dma_job *j = container_of(w, struct dma_job, work);
+	struct reply r;
+
+	if (j->base.client) {
+		reply_init(&r, j->base.id);
+		request_answer(&j->base, &r, dma_result(j->domain, &j->q, j->result, &r));
+	}
+	j->domain->dma_jobs--;
+	domain_unref(j->domain);
+	free(j);
+}
+
+int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		struct reply *r)
+{
+	const Mrd__DmaRequest *q = req->dma;
+	struct dma_job *j;
+	struct domain *d;
+	int k;
+
+	if (q->op > PROVIDER_DMA_READ || q->length == 0 || q->length > MRD_DMA_MAX) {
+		reply_set_message(r, "Dma: op must be 0 (write) or 1 (read), length 1 to %u",
+				  MRD_DMA_MAX);
+		return -EINVAL;
+	}
+	k = request_domain(c, r, &d);
+	if (k < 0)
+		return k;
+	if (d->dma_jobs >= DMA_QUEUED_MAX) {
+		reply_set_message(r, "%u Dma requests of domain %s wait already: ask again when one "
+				     "is answered", DMA_QUEUED_MAX, d->name);
+		return -EBUSY;
+	}
+	if (!c->manager->dma_worker) {
+		k = worker_pool_new(c->manager->base, 1, &c->manager->dma_worker);
+		if (k < 0)
+			return k;
+	}
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	j->deadline = now_usec(CLOCK_MONOTONIC) + DMA_WAIT_USEC;
+	d->dma_jobs++;
+	j->work.run = dma_job_run;
+	j->work.done = dma_job_done;
+	j->domain = domain_ref(d);
+	j->q = *q;
+	j->base.id = req->id;
+	request_wait(c, &j->base);
+	worker_pool_submit(c->manager->dma_worker, &j->work);
+	return -EINPROGRESS;
+}
+
+/* A Prefetch with flush: answered when the work is done. */
+static void prefetch_resume(struct mr_waiter *w, int result, const struct mr_entry *entry,
+			    const char *why)
+{
+	struct pending_request *p = (struct pending_request *)w;
+	struct reply r;
+
+	if (p->client) {
+		reply_init(&r, p->id);
+		if (result < 0)
+			reply_set_message(&r, "%s", why);
+		mrd__prefetch_response__init(&r.body.prefetch);
+		r.resp.body_case = MRD__RESPONSE__BODY_PREFETCH;
+		r.resp.prefetch = &r.body.prefetch;
+		request_answer(p, &r, result);
+	}
+	free(p);
+}
+
+int request_prefetch(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		     struct reply *r)
+{
+	const Mrd__PrefetchRequest *q = req->prefetch;
+	struct pending_request *p = NULL;
+	struct allocation *a;
+	struct domain *d;
+	int k;
+
+	if (q->advice > MRD__PREFETCH_ADVICE__PREFETCH_NO_FAULT || q->length == 0 ||
+	    q->address + q->length < q->address) {
+		reply_set_message(r, "Prefetch: advice 0, 1 or 2 over a non-empty range");
+		return -EINVAL;
+	}
+	k = request_domain(c, r, &d);
+	if (k < 0)
+		return k;
+	/* Addresses of the caller's domain only, never keys: it names memory, not MRs. */
+	a = domain_allocation_containing(d, q->address);
+	if (!a || q->address + q->length > allocation_address(a) + a->length) {
+		reply_set_message(r, "[0x%" PRIx64 ", +0x%" PRIx64 ") is not inside one allocation "
+				  "of domain %s", q->address, q->length, d->name);
+		return -EFAULT;
+	}
+	if (!a->odp) {
+		reply_set_message(r, "0x%" PRIx64 " is not on-demand memory (allocate it with the ODP "
+				  "flag, or set [cache] policy = odp)", q->address);
+		return -EINVAL;
+	}
+	if (q->advice == MRD__PREFETCH_ADVICE__PREFETCH_WRITE && a->read_only) {
+		reply_set_message(r, "prefetch for writing, but 0x%" PRIx64 " is read-only memory",
+				  q->address);
+		return -EINVAL;
+	}
+	if (q->flush) {
+		p = calloc(1, sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		p->waiter.resume = prefetch_resume;
+		p->id = req->id;
+	}
+	k = odp_prefetch(d, c, a, q->address, q->length, (enum odp_advice)q->advice,
+			 p ? &p->waiter : NULL, r->message, sizeof(r->message));
+	if (k == -EINPROGRESS) {
+		request_wait(c, p);
+		return k;
+	}
+	free(p);
+	if (k < 0)
+		return k;
+	mrd__prefetch_response__init(&r->body.prefetch);
+	r->resp.body_case = MRD__RESPONSE__BODY_PREFETCH;
+	r->resp.prefetch = &r->body.prefetch;
+	return 0;
+}

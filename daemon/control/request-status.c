@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: MIT */
+/* The views: Status, Clients and DomainDump. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "memory/arena.h"
+#include "control/client.h"
+#include "control/dispatch.h"
+#include "core/domain.h"
+#include "status-page.h"
+#include "control/manager.h"
+#include "provider/provider.h"
+
+int request_status(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		   struct reply *r)
+{
+	const struct manager *m = c->manager;
+	Mrd__StatusResponse *s = &r->body.status;
+	const char *view = client_view(c);
+	struct view_totals t;
+
+	mrd__status_response__init(s);
+	s->server_version = (char *)PACKAGE_VERSION;
+	s->uptime_usec = manager_uptime_usec(m);
+	s->provider = (char *)provider_name(m->provider);
+	s->device = (char *)m->provider->caps.device;
+	s->max_mr_size = m->provider->caps.max_mr_size;
+	s->odp = m->provider->caps.odp;
+	s->odp_implicit = m->provider->caps.odp_implicit;
+	s->rereg_translation = m->provider->caps.rereg_translation;
+	s->dma = m->provider->caps.dma;
+	s->pid = (uint32_t)getpid();
+	/* Which users use mrd, and how much, is no one else's business: a user sees its own
+	 * domain's figures and no daemon-wide count. */
+	manager_view_totals(m, view, &t);
+	s->domains = t.domains;
+	s->clients = t.clients;
+	if (view) {
+		s->view = (char *)view;
+		s->max_clients = m->config.quota_clients;
+	} else {
+		s->view = (char *)"";
+		s->max_clients = m->config.max_clients;
+		s->requests = m->n_requests;
+		s->protocol_errors = m->n_protocol_errors;
+		s->clients_dropped = m->n_clients_dropped;
+	}
+	r->resp.body_case = MRD__RESPONSE__BODY_STATUS_REPLY;
+	r->resp.status_reply = s;
+	return 0;
+}
+
+static void domain_info(Mrd__DomainInfo *di, const struct domain *d, const struct config *cfg)
+{
+	mrd__domain_info__init(di);
+	di->name = (char *)d->name;
+	di->clients = d->n_users;
+	di->allocated_bytes = d->allocated_bytes;
+	di->allocations = (uint32_t)d->allocations.n;
+	di->waiting = d->n_orphans;
+	di->arenas = d->n_arenas;
+	di->pinned_bytes = d->cache.charges.pinned_bytes;
+	di->generation = __atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE);
+	di->quota_allocated_bytes = cfg->quota_allocated_bytes;
+	di->quota_pinned_bytes = cfg->quota_pinned_bytes;
+	di->quota_arenas = cfg->quota_arenas;
+	di->quota_allocations = cfg->quota_allocations;
+	di->quota_clients = cfg->quota_clients;
+	di->mrs = d->cache.n_mrs;
+	di->lookups = d->cache.lookups;
+	di->misses = d->cache.misses;
+	di->table_overflow = d->cache.table.overflow;
+	di->registrations = d->cache.registrations;
+	di->deregistrations = d->cache.deregistrations;
+	di->odp_faults = d->odp.stats.faults;
+	di->odp_children_created = d->odp.stats.children_created;
+	di->odp_children_destroyed = d->odp.stats.children_destroyed;
+	di->odp_prefetch_requests = d->odp.stats.prefetch_requests;
+	di->odp_prefetch_pages = d->odp.stats.prefetch_pages;
+	di->odp_invalidations = d->odp.stats.invalidations;
+	di->odp_children = d->odp.children;
+}
+
+int request_clients(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+		    struct reply *r)
+{
+	const struct manager *m = c->manager;
+	const struct config *cfg = &m->config;
+	Mrd__ClientsResponse *body = &r->body.clients;
+	Mrd__ClientInfo *ci, **cip;
+	Mrd__DomainInfo *di, **dip;
+	const char *view = client_view(c);
+	size_t budget = reply_budget(c), bytes = 0, i;
+	struct client *it;
+	struct domain *d;
+
+	/* One block per array, freed with the reply. */
+	ci = calloc(m->n_clients, sizeof(*ci));
+	cip = calloc(m->n_clients, sizeof(*cip));
+	di = calloc(m->n_domains, sizeof(*di));
+	dip = calloc(m->n_domains, sizeof(*dip));
+	r->owned[r->n_owned++] = ci;
+	r->owned[r->n_owned++] = cip;
+	r->owned[r->n_owned++] = di;
+	r->owned[r->n_owned++] = dip;
+	if ((m->n_clients && (!ci || !cip)) || (m->n_domains && (!di || !dip)))
+		return -ENOMEM;
+
+	/* What fits in one reply, domains first (stats and dump go by them); the rest is
+	 * counted. */
+	mrd__clients_response__init(body);
+	i = 0;
+	LIST_FOREACH(d, &m->domains, link) {
+		if (!view_shows(view, d->name))
+			continue;
+		if (bytes > budget) {
+			body->domains_omitted++;
+			continue;
+		}
+		domain_info(&di[i], d, cfg);
+		bytes += reply_repeated_size(&di[i].base);
+		if (bytes > budget) {
+			body->domains_omitted++;
+			continue;
+		}
+		dip[i] = &di[i];
+		i++;
+	}
+	body->n_domains = i;
+	body->domains = dip;
+
+	i = 0;
+	LIST_FOREACH(it, &m->clients, link) {
+		if (!view_shows(view, it->domain_name))
+			continue;
+		if (bytes > budget) {
+			body->clients_omitted++;
+			continue;
+		}
+		mrd__client_info__init(&ci[i]);
+		ci[i].id = it->id;
+		ci[i].pid = (uint32_t)it->pid;
+		ci[i].uid = it->uid;
+		ci[i].gid = it->gid;
+		ci[i].name = it->name;
+		ci[i].domain = it->domain ? it->domain->name : (char *)"";
+		ci[i].allocated_bytes = it->allocated_bytes;
+		for (struct allocation *a = LIST_FIRST(&it->allocations); a;
+		     a = LIST_NEXT(a, owner_link))
+			ci[i].allocations++;
+		ci[i].admin = it->admin;
+		bytes += reply_repeated_size(&ci[i].base);
+		if (bytes > budget) {
+			body->clients_omitted++;
+			continue;
+		}
+		cip[i] = &ci[i];
+		i++;
+	}
+	body->n_clients = i;
+	body->clients = cip;
+	r->resp.body_case = MRD__RESPONSE__BODY_CLIENTS;
+	r->resp.clients = body;
+	return 0;
+}
+
+#define DUMP_MRS_MAX 512 /* a reply's worth: ~40 bytes each */
+
+/* A page of the domain's MRs in dump order (dump_walk): index counts them all, the page is
+ * first .. first + n, at most DUMP_MRS_MAX and what fits in budget bytes. */
+struct dump_walk {
+	uint32_t index, first, n;
+	bool full;
+	size_t bytes, budget;
+	Mrd__DumpMr *mrs;
+};
+
+static void dump_mr(struct dump_walk *w, uint64_t start, uint64_t end,
+		    const struct provider_mr *pmr, uint32_t kind, const struct allocation *a,
+		    uint32_t sharers)
+{
+	Mrd__DumpMr *e;
+
+	if (w->index++ < w->first || w->full)
+		return;
+	e = &w->mrs[w->n];
+	mrd__dump_mr__init(e);
+	e->start = start;
+	e->end = end;
+	e->lkey = pmr ? pmr->lkey : MRD_KEY_INVALID;
+	e->rkey = pmr ? pmr->rkey : MRD_KEY_INVALID;
+	e->kind = kind;
+	e->pages = (end - start + a->arena->page_size - 1) / a->arena->page_size;
+	e->owner_pid = a->owner ? (int32_t)a->owner->pid : 0;
+	e->sharers = sharers;
+	w->bytes += reply_repeated_size(&e->base);
+	if (w->n > 0 && w->bytes > w->budget) {
+		w->full = true; /* the next page starts with this one */
+		return;
+	}
+	w->full = ++w->n == DUMP_MRS_MAX;
+}
+
+/* By arena, by allocation (its cache MRs, then its on-demand children), then the mempools'. */
+static void dump_walk(struct domain *d, struct dump_walk *w)
+{
+	const struct arena *arena;
+	const struct pool_mr *pm;
+
+	LIST_FOREACH(arena, &d->arenas, link)
+		for (size_t i = 0; i < arena->n_runs; i++) {
+			const struct allocation *a = arena->runs[i];
+			const struct cached_mr *mr;
+			const struct odp_child *ch;
+
+			LIST_FOREACH(mr, &a->mrs, alloc_link)
+				dump_mr(w, mr->start, mr->end, mr->pmr, MRD__DUMP_MR_KIND__DUMP_MR_CACHE,
+					a, 0);
+			LIST_FOREACH(ch, &a->odp_children, link)
+				dump_mr(w, ch->start, ch->end, ch->pmr, MRD__DUMP_MR_KIND__DUMP_MR_ODP, a,
+					0);
+		}
+	LIST_FOREACH(pm, &d->pool_mrs, link) /* a worker may be writing a pending one's pmr */
+		dump_mr(w, pm->start, pm->end, pm->pending ? NULL : pm->pmr,
+			MRD__DUMP_MR_KIND__DUMP_MR_MEMPOOL, pm->allocation, pm->sharers);
+}
+
+int request_domain_dump(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
+			struct reply *r)
+{
+	const Mrd__DomainDumpRequest *q = req->domain_dump;
+	Mrd__DomainDumpResponse *body = &r->body.domain_dump;
+	Mrd__DumpArena *ai, **aip;
+	Mrd__DumpMr **mip;
+	struct dump_walk w = { .first = q->first_mr, .budget = reply_budget(c) };
+	const struct arena *arena;
+	struct domain *d;
+	size_t i = 0;
+
+	LIST_FOREACH(d, &c->manager->domains, link)
+		if (strcmp(d->name, q->domain) == 0)
+			break;
+	if (!d || !view_shows(client_view(c), d->name)) {
+		/* The same words either way: a refusal must not tell that the domain exists. */
+		reply_set_message(r, "no domain %s is open, or it is not yours", q->domain);
+		return -ENOENT;
+	}
+	ai = calloc(d->n_arenas, sizeof(*ai));
+	aip = calloc(d->n_arenas, sizeof(*aip));
+	w.mrs = calloc(DUMP_MRS_MAX, sizeof(*w.mrs));
+	mip = calloc(DUMP_MRS_MAX, sizeof(*mip));
+	r->owned[r->n_owned++] = ai;
+	r->owned[r->n_owned++] = aip;
+	r->owned[r->n_owned++] = w.mrs;
+	r->owned[r->n_owned++] = mip;
+	if ((d->n_arenas && (!ai || !aip)) || !w.mrs || !mip)
+		return -ENOMEM;
+
+	mrd__domain_dump_response__init(body);
+	body->domain = d->name;
+	LIST_FOREACH(arena, &d->arenas, link) {
+		mrd__dump_arena__init(&ai[i]);
+		ai[i].address = (uint64_t)(uintptr_t)arena->base;
+		ai[i].size = arena->size;
+		ai[i].page_size = arena->page_size;
+		ai[i].hugetlb = arena->hugetlb;
+		ai[i].external = arena->external;
+		ai[i].allocations = arena->n_allocations;
+		w.bytes += reply_repeated_size(&ai[i].base);
+		aip[i] = &ai[i];
+		i++;
+	}
+	body->n_arenas = i;
+	body->arenas = aip;
+	body->table_overflow = d->cache.table.overflow;
+	body->table_entries = d->cache.table.overflow ? 0 : (uint32_t)(d->cache.table.n - 1);
+	body->table_capacity = (uint32_t)d->cache.table.cap;
+	dump_walk(d, &w);
+	for (uint32_t k = 0; k < w.n; k++)
+		mip[k] = &w.mrs[k];
+	body->n_mrs = w.n;
+	body->mrs = mip;
+	body->mrs_total = w.index;
+	body->next_mr = w.first + w.n < w.index ? w.first + w.n : 0;
+	r->resp.body_case = MRD__RESPONSE__BODY_DOMAIN_DUMP;
+	r->resp.domain_dump = body;
+	return 0;
+}

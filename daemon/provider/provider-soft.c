@@ -1,0 +1,702 @@
+/* SPDX-License-Identifier: MIT */
+/* soft: a software NIC. Keys are a 24-bit index and an 8-bit variant that changes whenever an
+ * index is reused or its MR moves, so a stale key is caught, never silently valid (as mlx5
+ * mkeys). It pins with mlock, keeps a translation per page, executes emulated DMA through
+ * those translations with the access and bounds checks a NIC makes (fault-safe, outside the
+ * lock, holding both MRs), and emulates ODP: an on-demand MR pins nothing and its pages
+ * become present on fault or prefetch. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "macro.h"
+#include "provider/pin-map.h"
+#include "provider/provider.h"
+#include "provider/safe-copy.h"
+
+/* Indexes 1 .. 2^bits - 2: 0 is never a key, and index 2^24 - 1 could make 0xffffffff, which
+ * libmrd reserves for "no key" (MRD_KEY_INVALID). Each context (a domain: mrd opens one per
+ * domain) has its own; $MRD_SOFT_KEY_BITS (2..24) makes it smaller, so tests can use it up. */
+#define SOFT_INDEX_BITS 24
+/* Variants 1 .. 255: an index that gave its last is spent, never taken again, so no key comes
+ * back while anyone may hold it (a context makes at most ~2^32 keys; then -EKEYEXPIRED). */
+#define SOFT_VARIANT_LAST 255
+#define SOFT_MAX_MR_SIZE (1ull << 36)    /* keeps a translation table within 128 MiB */
+
+struct soft_mr;
+
+struct soft_slot {
+	struct soft_mr *mr;  /* NULL: free, or spent */
+	uint32_t next_free;  /* while free: the next free index; 0: none */
+	uint8_t variant;     /* the last one given; 0: none yet */
+};
+
+/* The key table in chunks of indexes: a chunk whose indexes are all spent is freed, so what
+ * a context has retired costs a pointer per SOFT_CHUNK indexes (2 MiB for all 2^24). A fresh
+ * index is taken only when every index not spent is in use, so the chunks that stay number
+ * at most the most MRs the context held at once, plus one. */
+#define SOFT_CHUNK 64
+struct soft_chunk {
+	unsigned spent; /* indexes that will never be a key again (or never were) */
+	struct soft_slot slot[SOFT_CHUNK];
+};
+
+struct soft_provider {
+	struct provider base;
+	struct soft_chunk **chunks; /* by index / SOFT_CHUNK; NULL below n_slots: all spent */
+	uint32_t n_chunks, chunks_cap;
+	uint32_t n_slots;           /* indexes taken so far; fresh ones come from here */
+	uint32_t free_head;         /* LIFO, so reuse is immediate and tests see it; none spent */
+	uint32_t index_limit;       /* the first index that is never a key */
+	unsigned n_pds;
+	struct pin_map pins;
+	pthread_cond_t idle; /* an MR's last copy ended (soft_mr.copies) */
+	struct provider_stats stats;
+	uintptr_t page_size;
+	bool populate; /* MADV_POPULATE_* checks mappings (mapped_for) */
+};
+
+struct soft_mr {
+	struct provider_mr base;
+	uint32_t index;
+	bool on_demand;
+	bool parked;                  /* kept by a pool: no key reaches it, it pins nothing */
+	uintptr_t pin_start, pin_end; /* pinned page range; empty for ODP */
+	uint64_t iova_page0;          /* iova rounded down to a page */
+	uint8_t **pages;              /* host address of each page; NULL: not present (ODP) */
+	size_t n_pages;
+	unsigned copies;              /* DMA copies through it, run without the lock */
+};
+
+static struct soft_provider *to_soft(struct provider *p) { return (struct soft_provider *)p; }
+
+static uint32_t make_key(uint32_t index, uint8_t variant) { return index << 8 | variant; }
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/* Whether the kernel has MADV_POPULATE_*: tried at open on a page of our own, since EINVAL
+ * also means the wrong protection. $MRD_SOFT_MAPS=1 takes the older way (its tests use it). */
+static bool populate_works(uintptr_t ps)
+{
+	const char *maps = getenv("MRD_SOFT_MAPS");
+	void *page;
+	bool works;
+
+	if (maps && strcmp(maps, "1") == 0)
+		return false;
+	page = mmap(NULL, ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (page == MAP_FAILED)
+		return false;
+	works = madvise(page, ps, MADV_POPULATE_WRITE) == 0;
+	munmap(page, ps);
+	return works;
+}
+
+/* $MRD_SOFT_KEY_BITS, a test knob: index bits of each context's keys. */
+static int index_bits(unsigned *ret)
+{
+	const char *e = getenv("MRD_SOFT_KEY_BITS");
+	unsigned long bits;
+	char *end;
+
+	*ret = SOFT_INDEX_BITS;
+	if (!e || !*e)
+		return 0;
+	errno = 0;
+	bits = strtoul(e, &end, 10);
+	if (errno || *end || bits < 2 || bits > SOFT_INDEX_BITS)
+		return -EINVAL;
+	*ret = (unsigned)bits;
+	return 0;
+}
+
+static int soft_open(const char *device, struct provider **ret)
+{
+	struct soft_provider *sp;
+	unsigned bits;
+
+	if (device && strcmp(device, "soft") != 0)
+		return -ENODEV;
+	if (index_bits(&bits) < 0)
+		return -EINVAL;
+	sp = calloc(1, sizeof(*sp));
+	if (!sp)
+		return -ENOMEM;
+	sp->base.ops = &provider_soft_ops;
+	pthread_mutex_init(&sp->base.lock, NULL);
+	pthread_cond_init(&sp->idle, NULL);
+	sp->page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
+	sp->populate = populate_works(sp->page_size);
+	sp->n_slots = 1;
+	sp->index_limit = (1u << bits) - 1;
+	pin_map_init(&sp->pins);
+	snprintf(sp->base.caps.device, sizeof(sp->base.caps.device), "soft");
+	sp->base.caps.max_mr_size = SOFT_MAX_MR_SIZE;
+	sp->base.caps.page_size = (uint32_t)sp->page_size;
+	sp->base.caps.odp = true;
+	sp->base.caps.odp_implicit = true;
+	sp->base.caps.odp_rc_caps = 0x3f; /* send, receive, write, read, atomic, srq receive */
+	sp->base.caps.rereg_translation = true;
+	sp->base.caps.rereg_new_keys = true; /* every move takes the index's next variant */
+	sp->base.caps.dma = true;
+	sp->base.caps.dma_emulated = true;
+	sp->base.caps.max_keys = (uint64_t)(sp->index_limit - 1) * SOFT_VARIANT_LAST;
+	*ret = &sp->base;
+	return 0;
+}
+
+static void soft_mr_free(struct soft_mr *mr)
+{
+	free(mr->pages);
+	free(mr);
+}
+
+static void soft_close(struct provider *p)
+{
+	struct soft_provider *sp = to_soft(p);
+
+	/* Whatever callers left behind goes; the pin map unlocks it all at once. */
+	for (uint32_t c = 0; c < sp->n_chunks; c++) {
+		if (!sp->chunks[c])
+			continue;
+		for (unsigned i = 0; i < SOFT_CHUNK; i++)
+			if (sp->chunks[c]->slot[i].mr)
+				soft_mr_free(sp->chunks[c]->slot[i].mr);
+		free(sp->chunks[c]);
+	}
+	pin_map_done(&sp->pins);
+	free(sp->chunks);
+	pthread_cond_destroy(&sp->idle);
+	pthread_mutex_destroy(&sp->base.lock);
+	free(sp);
+}
+
+static int soft_pd_alloc(struct provider *p, struct provider_pd **ret)
+{
+	struct provider_pd *pd = calloc(1, sizeof(*pd));
+
+	if (!pd)
+		return -ENOMEM;
+	pd->provider = p;
+	to_soft(p)->n_pds++;
+	*ret = pd;
+	return 0;
+}
+
+static int soft_pd_free(struct provider_pd *pd)
+{
+	if (pd->n_mrs > 0)
+		return -EBUSY;
+	to_soft(pd->provider)->n_pds--;
+	free(pd);
+	return 0;
+}
+
+static struct soft_slot *slot_of(struct soft_provider *sp, uint32_t index)
+{
+	return &sp->chunks[index / SOFT_CHUNK]->slot[index % SOFT_CHUNK];
+}
+
+/* Makes room for fresh index sp->n_slots. */
+static int chunk_add(struct soft_provider *sp)
+{
+	uint32_t c = sp->n_slots / SOFT_CHUNK;
+	struct soft_chunk *chunk;
+
+	if (c < sp->n_chunks)
+		return 0;
+	if (c >= sp->chunks_cap) {
+		uint32_t cap = sp->chunks_cap ? sp->chunks_cap * 2 : 4;
+		struct soft_chunk **chunks = realloc(sp->chunks, cap * sizeof(*chunks));
+
+		if (!chunks)
+			return -ENOMEM;
+		sp->chunks = chunks;
+		sp->chunks_cap = cap;
+	}
+	chunk = calloc(1, sizeof(*chunk));
+	if (!chunk)
+		return -ENOMEM;
+	/* Index 0 and those from index_limit on are never keys: spent from the start. */
+	for (uint32_t i = c * SOFT_CHUNK; i < (c + 1) * SOFT_CHUNK; i++)
+		if (i == 0 || i >= sp->index_limit)
+			chunk->spent++;
+	sp->chunks[sp->n_chunks++] = chunk;
+	return 0;
+}
+
+/* Takes a free index (or a fresh one) for mr and gives it its next variant. */
+static int slot_take(struct soft_provider *sp, struct soft_mr *mr)
+{
+	struct soft_slot *slot;
+	uint32_t index;
+	int r;
+
+	if (sp->free_head) {
+		index = sp->free_head;
+		sp->free_head = slot_of(sp, index)->next_free;
+	} else {
+		if (sp->n_slots >= sp->index_limit)
+			return -EKEYEXPIRED; /* caps.max_keys made */
+		r = chunk_add(sp);
+		if (r < 0)
+			return r;
+		index = sp->n_slots++;
+	}
+	slot = slot_of(sp, index);
+	slot->mr = mr;
+	slot->variant++;
+	mr->index = index;
+	mr->base.lkey = mr->base.rkey = make_key(index, slot->variant);
+	return 0;
+}
+
+static void slot_release(struct soft_provider *sp, struct soft_mr *mr)
+{
+	struct soft_chunk **chunk = &sp->chunks[mr->index / SOFT_CHUNK];
+	struct soft_slot *slot = slot_of(sp, mr->index);
+
+	slot->mr = NULL;
+	if (slot->variant != SOFT_VARIANT_LAST) {
+		slot->next_free = sp->free_head;
+		sp->free_head = mr->index;
+	} else if (++(*chunk)->spent == SOFT_CHUNK) {
+		free(*chunk);
+		*chunk = NULL;
+	}
+}
+
+static struct soft_mr *key_lookup(struct soft_provider *sp, uint32_t key)
+{
+	uint32_t index = key >> 8;
+	struct soft_slot *slot;
+
+	if (index == 0 || index >= sp->n_slots || !sp->chunks[index / SOFT_CHUNK])
+		return NULL; /* never handed out, or spent */
+	slot = slot_of(sp, index);
+	if (!slot->mr || slot->mr->parked || slot->variant != (uint8_t)key)
+		return NULL; /* free, parked, or reused since this key was handed out */
+	return slot->mr;
+}
+
+/* A copy runs through mr without the lock: whatever would change what mr maps, or let its
+ * memory go, waits for it, as an MMU notifier waits for a device's DMA. Locked. */
+static void wait_no_copies(struct soft_provider *sp, struct soft_mr *mr)
+{
+	while (mr->copies > 0)
+		pthread_cond_wait(&sp->idle, &sp->base.lock);
+}
+
+/* Whether every page of [start, end) is mapped readable (and writable when write), as the
+ * kernel's get_user_pages would insist before a NIC may touch it. MADV_POPULATE_READ/WRITE
+ * asks exactly that (a hole is ENOMEM, the wrong protection EINVAL or EFAULT) at a fraction
+ * of a microsecond a page; /proc/self/maps answers for any length at ~20 us. So: populate up
+ * to POPULATE_MAX_PAGES (4 KiB registrations went from ~24 to ~7 us), the maps beyond, and
+ * always on kernels before 5.14. */
+#define POPULATE_MAX_PAGES 32
+static bool mapped_for(const struct soft_provider *sp, uintptr_t start, uintptr_t end,
+		       bool write)
+{
+	char line[512];
+	uintptr_t cursor = start;
+	FILE *f;
+
+	if (start >= end)
+		return false;
+	if (sp->populate && end - start <= POPULATE_MAX_PAGES * sp->page_size)
+		return madvise((void *)start, end - start,
+			       write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0;
+	f = fopen("/proc/self/maps", "re");
+	if (!f)
+		return false;
+	while (cursor < end && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char perms[5];
+
+		if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) != 3)
+			break;
+		if (hi <= cursor)
+			continue;
+		if (lo > cursor || perms[0] != 'r' || (write && perms[1] != 'w'))
+			break; /* a hole, or the wrong protection */
+		cursor = hi;
+	}
+	fclose(f);
+	return cursor >= end;
+}
+
+static bool access_writes(unsigned access)
+{
+	return access & (MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_ATOMIC);
+}
+
+/* Checks a translation request and builds its page table (filled unless on demand). */
+static int translation_new(struct soft_provider *sp, void *addr, size_t length, uint64_t iova,
+			   bool on_demand, struct soft_mr *mr)
+{
+	uintptr_t a = (uintptr_t)addr, ps = sp->page_size, first;
+
+	/* Whole pages around it must not wrap either. */
+	if (length == 0 || length > SOFT_MAX_MR_SIZE || a + length + ps < a ||
+	    iova + length + ps < iova)
+		return -EINVAL;
+	if ((a ^ iova) & (ps - 1)) /* a page maps whole: same offset within it */
+		return -EINVAL;
+
+	first = a & ~(ps - 1);
+	mr->iova_page0 = iova & ~(uint64_t)(ps - 1);
+	mr->n_pages = (size_t)((iova + length - mr->iova_page0 + ps - 1) / ps);
+	mr->pages = calloc(mr->n_pages, sizeof(*mr->pages));
+	if (!mr->pages)
+		return -ENOMEM;
+	mr->pin_start = mr->pin_end = 0;
+	if (!on_demand) {
+		for (size_t i = 0; i < mr->n_pages; i++)
+			mr->pages[i] = (uint8_t *)(first + i * ps);
+		mr->pin_start = first;
+		mr->pin_end = first + mr->n_pages * ps;
+	}
+	mr->base.addr = a;
+	mr->base.length = length;
+	mr->base.iova = iova;
+	return 0;
+}
+
+static int soft_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t iova,
+		    unsigned access, struct provider_mr **ret)
+{
+	struct soft_provider *sp = to_soft(pd->provider);
+	struct soft_mr *mr;
+	int r;
+
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return -ENOMEM;
+	mr->base.pd = pd;
+	mr->base.access = access;
+	mr->on_demand = access & MRD_ACCESS_ON_DEMAND;
+
+	r = translation_new(sp, addr, length, iova, mr->on_demand, mr);
+	if (r < 0)
+		goto fail;
+	if (!mr->on_demand) {
+		if (!mapped_for(sp, mr->pin_start, mr->pin_end, access_writes(access))) {
+			r = -EFAULT;
+			goto fail;
+		}
+		r = pin_map_pin(&sp->pins, mr->pin_start, mr->pin_end);
+		if (r < 0)
+			goto fail;
+	}
+	r = slot_take(sp, mr);
+	if (r < 0) {
+		if (!mr->on_demand)
+			(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
+		goto fail;
+	}
+	pd->n_mrs++;
+	sp->stats.mrs++;
+	sp->stats.registrations++;
+	*ret = &mr->base;
+	return 0;
+
+fail:
+	soft_mr_free(mr);
+	return r;
+}
+
+static int soft_dereg(struct provider_mr *base)
+{
+	struct soft_mr *mr = (struct soft_mr *)base;
+	struct soft_provider *sp = to_soft(base->pd->provider);
+
+	wait_no_copies(sp, mr);
+	if (mr->pin_end > mr->pin_start)
+		(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
+	slot_release(sp, mr);
+	base->pd->n_mrs--;
+	if (mr->parked)
+		sp->stats.parked--;
+	else
+		sp->stats.mrs--;
+	soft_mr_free(mr);
+	return 0;
+}
+
+static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size_t length,
+		      uint64_t iova, unsigned access)
+{
+	struct soft_mr *mr = (struct soft_mr *)base;
+	struct soft_provider *sp = to_soft(base->pd->provider);
+	struct soft_mr moved = { .base = *base };
+	int r;
+
+	if (mr->parked && !(flags & PROVIDER_REREG_TRANSLATION))
+		return -EINVAL; /* it has no memory whose access could change */
+	if ((flags & PROVIDER_REREG_TRANSLATION) &&
+	    slot_of(sp, mr->index)->variant == SOFT_VARIANT_LAST)
+		return -EKEYEXPIRED; /* a move needs a new key, and its index has none left */
+	if (flags & PROVIDER_REREG_TRANSLATION) {
+		wait_no_copies(sp, mr);
+		/* Pin the new memory before letting go of the old: failure leaves mr intact. */
+		r = translation_new(sp, addr, length, iova, mr->on_demand, &moved);
+		if (r < 0)
+			return r;
+		if (!mr->on_demand) {
+			r = mapped_for(sp, moved.pin_start, moved.pin_end, access_writes(access)) ?
+				    pin_map_pin(&sp->pins, moved.pin_start, moved.pin_end) :
+				    -EFAULT;
+			if (r < 0) {
+				free(moved.pages);
+				return r;
+			}
+			if (mr->pin_end > mr->pin_start)
+				(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
+		}
+		free(mr->pages);
+		mr->pages = moved.pages;
+		mr->n_pages = moved.n_pages;
+		mr->iova_page0 = moved.iova_page0;
+		mr->pin_start = moved.pin_start;
+		mr->pin_end = moved.pin_end;
+		base->addr = moved.base.addr;
+		base->length = moved.base.length;
+		base->iova = moved.base.iova;
+		/* Same index, new variant: keys to the old memory die here. */
+		slot_of(sp, mr->index)->variant++;
+		if (mr->parked) {
+			mr->parked = false;
+			sp->stats.parked--;
+			sp->stats.mrs++;
+		}
+		base->lkey = base->rkey = make_key(mr->index, slot_of(sp, mr->index)->variant);
+	}
+	base->access = access;
+	return 0;
+}
+
+/* Keeps the index, so the next move takes its next variant; drops the memory, so no key
+ * reaches it (key_lookup refuses a parked MR) and nothing stays pinned. */
+static int soft_park(struct provider_mr *base)
+{
+	struct soft_mr *mr = (struct soft_mr *)base;
+	struct soft_provider *sp = to_soft(base->pd->provider);
+
+	wait_no_copies(sp, mr);
+	if (mr->pin_end > mr->pin_start)
+		(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
+	mr->pin_start = mr->pin_end = 0;
+	free(mr->pages);
+	mr->pages = NULL;
+	mr->n_pages = 0;
+	if (!mr->parked) {
+		mr->parked = true;
+		sp->stats.mrs--;
+		sp->stats.parked++;
+	}
+	base->addr = base->length = base->iova = 0;
+	base->lkey = base->rkey = 0; /* never a soft key */
+	return 0;
+}
+
+/* Makes page i of an on-demand MR present, as a NIC page fault would. */
+static int fault_page(struct soft_provider *sp, struct soft_mr *mr, size_t i, bool write)
+{
+	uintptr_t host = (mr->base.addr & ~(sp->page_size - 1)) + i * sp->page_size;
+
+	/* Nothing mapped there, or not writable: the DMA fails, the daemon does not. */
+	if (!mapped_for(sp, host, host + sp->page_size, write))
+		return -EFAULT;
+	mr->pages[i] = (uint8_t *)host;
+	return 0;
+}
+
+/* [iova, iova + length) inside mr? */
+static bool in_bounds(const struct soft_mr *mr, uint64_t iova, size_t length)
+{
+	return iova >= mr->base.iova && iova + length >= iova &&
+	       iova + length <= mr->base.iova + mr->base.length;
+}
+
+/* Makes the pages of [iova, iova + length) present, as a NIC's page faults would (ODP), and
+ * returns the host address of iova: soft maps an MR's pages in order, present or not. */
+static int translate(struct soft_provider *sp, struct soft_mr *mr, uint64_t iova, size_t length,
+		     bool write, uint8_t **ret)
+{
+	size_t first = (size_t)((iova - mr->iova_page0) / sp->page_size);
+	size_t end = (size_t)((iova + length + sp->page_size - 1 - mr->iova_page0) / sp->page_size);
+
+	for (size_t i = first; i < end; i++) {
+		int r;
+
+		if (mr->pages[i])
+			continue;
+		r = fault_page(sp, mr, i, write);
+		if (r < 0)
+			return r;
+		sp->stats.odp_faults++;
+	}
+	*ret = (uint8_t *)(uintptr_t)(mr->base.addr + (iova - mr->base.iova));
+	return 0;
+}
+
+/* Checks a DMA as a NIC would and, when it may run, holds both MRs for the copy: nothing moves
+ * them or lets their memory go until dma_end. Locked. */
+static int dma_begin(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey,
+		     uint64_t laddr, uint32_t rkey, uint64_t raddr, size_t length,
+		     struct soft_mr **ret_src, struct soft_mr **ret_dst, uint8_t **ret_s,
+		     uint8_t **ret_d)
+{
+	struct soft_provider *sp = to_soft(pd->provider);
+	struct soft_mr *local = key_lookup(sp, lkey), *remote = key_lookup(sp, rkey);
+	struct soft_mr *src, *dst;
+	uint64_t src_addr, dst_addr;
+	int r;
+
+	if (!local || !remote)
+		return -ENOKEY;
+	if (local->base.pd != pd || remote->base.pd != pd)
+		return -EACCES; /* keys of another protection domain */
+	if (!in_bounds(local, laddr, length) || !in_bounds(remote, raddr, length))
+		return -EFAULT;
+
+	if (op == PROVIDER_DMA_WRITE) {
+		if (!(remote->base.access & MRD_ACCESS_REMOTE_WRITE))
+			return -EACCES;
+		src = local, src_addr = laddr, dst = remote, dst_addr = raddr;
+	} else if (op == PROVIDER_DMA_READ) {
+		if (!(remote->base.access & MRD_ACCESS_REMOTE_READ) ||
+		    !(local->base.access & MRD_ACCESS_LOCAL_WRITE))
+			return -EACCES;
+		src = remote, src_addr = raddr, dst = local, dst_addr = laddr;
+	} else
+		return -EINVAL;
+
+	r = translate(sp, src, src_addr, length, false, ret_s);
+	if (r >= 0)
+		r = translate(sp, dst, dst_addr, length, true, ret_d);
+	if (r < 0)
+		return r;
+	src->copies++;
+	dst->copies++;
+	*ret_src = src;
+	*ret_dst = dst;
+	return 0;
+}
+
+static int dma_end(struct soft_provider *sp, struct soft_mr *src, struct soft_mr *dst)
+{
+	src->copies--;
+	dst->copies--;
+	pthread_cond_broadcast(&sp->idle);
+	return 0;
+}
+
+/* The copy runs without the provider's lock (up to MRD_DMA_MAX bytes: registrations of others
+ * go on meanwhile), and fault-safe: a client may have punched a hole in the memory behind
+ * either MR, which on hugetlb is SIGBUS once no huge page is free to fill it. */
+static int soft_dma(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey,
+		    uint64_t laddr, uint32_t rkey, uint64_t raddr, size_t length)
+{
+	struct soft_provider *sp = to_soft(pd->provider);
+	struct soft_mr *src, *dst;
+	uint8_t *s, *d;
+	int r;
+
+	r = PROVIDER_LOCKED(pd->provider, dma_begin(pd, op, lkey, laddr, rkey, raddr, length,
+						    &src, &dst, &s, &d));
+	if (r < 0)
+		return r;
+	r = safe_memmove(d, s, length, NULL);
+	(void)PROVIDER_LOCKED(pd->provider, dma_end(sp, src, dst));
+	return r == -EFAULT ? -ENXIO : r;
+}
+
+static int soft_advise(struct provider_mr *base, enum provider_advice advice, uint64_t iova,
+		       size_t length)
+{
+	struct soft_mr *mr = (struct soft_mr *)base;
+	struct soft_provider *sp = to_soft(base->pd->provider);
+	size_t first, last;
+
+	if (!mr->on_demand)
+		return -EINVAL; /* only ODP MRs take advice */
+	if (advice == PROVIDER_ADVISE_PREFETCH_WRITE && !(base->access & MRD_ACCESS_LOCAL_WRITE))
+		return -EACCES;
+	if (advice != PROVIDER_ADVISE_PREFETCH && advice != PROVIDER_ADVISE_PREFETCH_WRITE)
+		return -EINVAL;
+	if (length == 0 || !in_bounds(mr, iova, length))
+		return -EFAULT;
+
+	first = (size_t)((iova - mr->iova_page0) / sp->page_size);
+	last = (size_t)((iova + length - 1 - mr->iova_page0) / sp->page_size);
+	for (size_t i = first; i <= last; i++) {
+		int r;
+
+		if (mr->pages[i])
+			continue;
+		r = fault_page(sp, mr, i, advice == PROVIDER_ADVISE_PREFETCH_WRITE);
+		if (r < 0)
+			return r;
+		sp->stats.odp_prefetched_pages++;
+	}
+	return 0;
+}
+
+static int soft_invalidate(struct provider_mr *base, uint64_t iova, size_t length)
+{
+	struct soft_mr *mr = (struct soft_mr *)base;
+	struct soft_provider *sp = to_soft(base->pd->provider);
+	size_t first, last;
+
+	if (!mr->on_demand)
+		return -EINVAL; /* pinned pages cannot move under a pinned MR */
+	if (length == 0 || !in_bounds(mr, iova, length))
+		return -EFAULT;
+	wait_no_copies(sp, mr);
+	first = (size_t)((iova - mr->iova_page0) / sp->page_size);
+	last = (size_t)((iova + length - 1 - mr->iova_page0) / sp->page_size);
+	for (size_t i = first; i <= last; i++) {
+		if (!mr->pages[i])
+			continue;
+		mr->pages[i] = NULL;
+		sp->stats.odp_invalidations++;
+	}
+	return 0;
+}
+
+static int soft_export_pd(struct provider_pd *pd, int *ret_cmd_fd, uint32_t *ret_pd_handle)
+{
+	return -EOPNOTSUPP; /* a software NIC has no device file a client could import */
+}
+
+static void soft_stats(const struct provider *p, struct provider_stats *ret)
+{
+	const struct soft_provider *sp = (const struct soft_provider *)p;
+
+	*ret = sp->stats;
+	ret->pinned_bytes = sp->pins.pinned_bytes;
+}
+
+const struct provider_ops provider_soft_ops = {
+	.name = "soft",
+	.open = soft_open,
+	.close = soft_close,
+	.pd_alloc = soft_pd_alloc,
+	.pd_free = soft_pd_free,
+	.reg = soft_reg,
+	.rereg = soft_rereg,
+	.dereg = soft_dereg,
+	.park = soft_park,
+	.advise = soft_advise,
+	.export_pd = soft_export_pd,
+	.dma = soft_dma,
+	.invalidate = soft_invalidate,
+	.stats = soft_stats,
+};

@@ -1,0 +1,438 @@
+/* SPDX-License-Identifier: MIT */
+/* verbs: rdma-core. With verbs-loopback.c, the only daemon file that includes
+ * <infiniband/verbs.h>; it converts libibverbs' error conventions (NULL + errno, positive errno
+ * returns, rereg's own codes) to -errno here, once. */
+#include <errno.h>
+#include <stdio.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+#include "log.h"
+#include "macro.h"
+#include "provider/provider.h"
+#include "provider/verbs-loopback.h"
+
+struct verbs_provider {
+	struct provider base;
+	struct ibv_context *ctx;
+	struct provider_stats stats;
+	void *parking; /* one page that parked MRs point at (verbs_park) */
+};
+
+struct verbs_pd {
+	struct provider_pd base;
+	struct ibv_pd *pd;
+	/* The Dma request's QPs, made on first use. Its own lock: a transfer waits for the
+	 * device, and must not hold up every other op as the provider's lock would. */
+	pthread_mutex_t dma_lock;
+	struct verbs_loopback *loopback;
+};
+
+struct verbs_mr {
+	struct provider_mr base;
+	struct ibv_mr *mr;
+	uint64_t pinned; /* bytes the kernel pinned for it (0 for ODP) */
+	bool parked;     /* on the parking page (verbs_park) */
+};
+
+static struct verbs_provider *to_verbs(struct provider *p) { return (struct verbs_provider *)p; }
+
+/* A positive errno return value (ibv_dereg_mr, ibv_advise_mr, ...) as -errno. */
+static int verbs_ret(int ret) { return ret > 0 ? -ret : ret < 0 ? ret : 0; }
+
+static unsigned to_ibv_access(unsigned access)
+{
+	unsigned a = 0;
+
+	if (access & MRD_ACCESS_LOCAL_WRITE)
+		a |= IBV_ACCESS_LOCAL_WRITE;
+	if (access & MRD_ACCESS_REMOTE_WRITE)
+		a |= IBV_ACCESS_REMOTE_WRITE;
+	if (access & MRD_ACCESS_REMOTE_READ)
+		a |= IBV_ACCESS_REMOTE_READ;
+	if (access & MRD_ACCESS_REMOTE_ATOMIC)
+		a |= IBV_ACCESS_REMOTE_ATOMIC;
+	if (access & MRD_ACCESS_ON_DEMAND)
+		a |= IBV_ACCESS_ON_DEMAND;
+	return a;
+}
+
+static uint64_t page_span(uint64_t addr, uint64_t length)
+{
+	uint64_t ps = (uint64_t)sysconf(_SC_PAGESIZE);
+
+	return ((addr + length + ps - 1) & ~(ps - 1)) - (addr & ~(ps - 1));
+}
+
+/* There is no capability bit for it: try moving a one-page MR to another page. *ret_new_keys
+ * says whether the move gave it new keys; a driver that keeps them (a UMR update in place)
+ * would let a key handed out for the old memory reach the new. */
+static bool probe_rereg_translation(struct ibv_context *ctx, bool *ret_new_keys)
+{
+	long ps = sysconf(_SC_PAGESIZE);
+	struct ibv_pd *pd;
+	struct ibv_mr *mr;
+	bool ok = false;
+	uint8_t *buf;
+
+	*ret_new_keys = false;
+	buf = mmap(NULL, 2 * (size_t)ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (buf == MAP_FAILED)
+		return false;
+	pd = ibv_alloc_pd(ctx);
+	if (pd) {
+		mr = ibv_reg_mr(pd, buf, (size_t)ps, IBV_ACCESS_LOCAL_WRITE);
+		if (mr) {
+			uint32_t lkey = mr->lkey, rkey = mr->rkey;
+
+			ok = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, buf + ps,
+					  (size_t)ps, IBV_ACCESS_LOCAL_WRITE) == 0;
+			*ret_new_keys = ok && mr->lkey != lkey && mr->rkey != rkey;
+			(void)ibv_dereg_mr(mr);
+		}
+		(void)ibv_dealloc_pd(pd);
+	}
+	munmap(buf, 2 * (size_t)ps);
+	return ok;
+}
+
+static int verbs_open(const char *device, struct provider **ret)
+{
+	struct ibv_device **list, *dev = NULL;
+	struct ibv_device_attr_ex attr = {};
+	struct verbs_provider *vp;
+	int n = 0, r;
+
+	list = ibv_get_device_list(&n);
+	if (!list)
+		/* ENOSYS: no RDMA support in this kernel at all, which is "no device" to us. */
+		return errno == ENOSYS ? -ENODEV : negative_errno();
+	for (int i = 0; i < n && !dev; i++)
+		if (!device || strcmp(ibv_get_device_name(list[i]), device) == 0)
+			dev = list[i];
+	if (!dev) {
+		ibv_free_device_list(list);
+		return -ENODEV;
+	}
+
+	vp = calloc(1, sizeof(*vp));
+	if (!vp) {
+		ibv_free_device_list(list);
+		return -ENOMEM;
+	}
+	vp->base.ops = &provider_verbs_ops;
+	pthread_mutex_init(&vp->base.lock, NULL);
+	snprintf(vp->base.caps.device, sizeof(vp->base.caps.device), "%s", ibv_get_device_name(dev));
+	vp->ctx = ibv_open_device(dev);
+	r = vp->ctx ? 0 : negative_errno();
+	ibv_free_device_list(list);
+	if (r < 0) {
+		free(vp);
+		return r;
+	}
+
+	r = verbs_ret(ibv_query_device_ex(vp->ctx, NULL, &attr));
+	if (r < 0) {
+		ibv_close_device(vp->ctx);
+		free(vp);
+		return r;
+	}
+	vp->base.caps.max_mr_size = attr.orig_attr.max_mr_size;
+	vp->base.caps.page_size = (uint32_t)sysconf(_SC_PAGESIZE);
+	vp->base.caps.odp = attr.odp_caps.general_caps & IBV_ODP_SUPPORT;
+	vp->base.caps.odp_implicit = attr.odp_caps.general_caps & IBV_ODP_SUPPORT_IMPLICIT;
+	vp->base.caps.odp_rc_caps = attr.odp_caps.per_transport_caps.rc_odp_caps;
+	vp->base.caps.rereg_translation =
+		probe_rereg_translation(vp->ctx, &vp->base.caps.rereg_new_keys);
+	vp->base.caps.export_pd = true;
+	vp->base.caps.dma = true;
+	vp->parking = mmap(NULL, (size_t)vp->base.caps.page_size, PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (vp->parking == MAP_FAILED)
+		vp->parking = NULL; /* no parking: verbs_park refuses, and pools stay off */
+	log_debug("verbs: %s: max MR %llu, ODP %s%s, rereg translation %s%s",
+		  vp->base.caps.device, (unsigned long long)vp->base.caps.max_mr_size,
+		  vp->base.caps.odp ? "yes" : "no", vp->base.caps.odp_implicit ? " (implicit)" : "",
+		  vp->base.caps.rereg_translation ? "yes" : "no",
+		  vp->base.caps.rereg_translation && !vp->base.caps.rereg_new_keys ?
+			  " (keeps keys)" : "");
+	*ret = &vp->base;
+	return 0;
+}
+
+static void verbs_close(struct provider *p)
+{
+	struct verbs_provider *vp = to_verbs(p);
+
+	if (vp->ctx)
+		(void)ibv_close_device(vp->ctx);
+	if (vp->parking)
+		munmap(vp->parking, vp->base.caps.page_size);
+	pthread_mutex_destroy(&vp->base.lock);
+	free(vp);
+}
+
+static int verbs_pd_alloc(struct provider *p, struct provider_pd **ret)
+{
+	struct verbs_pd *vpd = calloc(1, sizeof(*vpd));
+
+	if (!vpd)
+		return -ENOMEM;
+	vpd->pd = ibv_alloc_pd(to_verbs(p)->ctx);
+	if (!vpd->pd) {
+		int r = negative_errno();
+		free(vpd);
+		return r;
+	}
+	pthread_mutex_init(&vpd->dma_lock, NULL);
+	vpd->base.provider = p;
+	*ret = &vpd->base;
+	return 0;
+}
+
+static int verbs_pd_free(struct provider_pd *base)
+{
+	struct verbs_pd *vpd = (struct verbs_pd *)base;
+	int r;
+
+	if (base->n_mrs > 0)
+		return -EBUSY;
+	verbs_loopback_free(vpd->loopback); /* its QPs hold the PD */
+	vpd->loopback = NULL;
+	r = verbs_ret(ibv_dealloc_pd(vpd->pd));
+	if (r < 0)
+		return r;
+	pthread_mutex_destroy(&vpd->dma_lock);
+	free(vpd);
+	return 0;
+}
+
+static void mr_sync(struct verbs_mr *vmr, uint64_t iova)
+{
+	vmr->base.addr = (uint64_t)(uintptr_t)vmr->mr->addr;
+	vmr->base.length = vmr->mr->length;
+	vmr->base.iova = iova;
+	vmr->base.lkey = vmr->mr->lkey;
+	vmr->base.rkey = vmr->mr->rkey;
+}
+
+static int verbs_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t iova,
+		     unsigned access, struct provider_mr **ret)
+{
+	struct verbs_provider *vp = to_verbs(pd->provider);
+	struct verbs_mr *vmr;
+	int r;
+
+	if ((access & MRD_ACCESS_ON_DEMAND) && !vp->base.caps.odp)
+		return -EOPNOTSUPP;
+
+	vmr = calloc(1, sizeof(*vmr));
+	if (!vmr)
+		return -ENOMEM;
+	vmr->mr = ibv_reg_mr_iova2(((struct verbs_pd *)pd)->pd, addr, length, iova,
+				   to_ibv_access(access));
+	if (!vmr->mr) {
+		r = negative_errno();
+		free(vmr);
+		return r;
+	}
+	vmr->base.pd = pd;
+	vmr->base.access = access;
+	mr_sync(vmr, iova);
+	vmr->pinned = access & MRD_ACCESS_ON_DEMAND ? 0 : page_span((uintptr_t)addr, length);
+	pd->n_mrs++;
+	vp->stats.mrs++;
+	vp->stats.registrations++;
+	vp->stats.pinned_bytes += vmr->pinned;
+	*ret = &vmr->base;
+	return 0;
+}
+
+static int verbs_dereg(struct provider_mr *base)
+{
+	struct verbs_mr *vmr = (struct verbs_mr *)base;
+	struct verbs_provider *vp = to_verbs(base->pd->provider);
+	int r;
+
+	r = vmr->mr ? verbs_ret(ibv_dereg_mr(vmr->mr)) : 0; /* NULL: lost in a failed rereg */
+	if (r < 0)
+		return r;
+	base->pd->n_mrs--;
+	if (vmr->parked)
+		vp->stats.parked--;
+	else
+		vp->stats.mrs--;
+	vp->stats.pinned_bytes -= vmr->pinned;
+	free(vmr);
+	return 0;
+}
+
+static int verbs_rereg(struct provider_mr *base, unsigned flags, void *addr, size_t length,
+		       uint64_t iova, unsigned access)
+{
+	struct verbs_mr *vmr = (struct verbs_mr *)base;
+	struct verbs_provider *vp = to_verbs(base->pd->provider);
+	int ibv_flags = 0, r;
+
+	if (flags & PROVIDER_REREG_TRANSLATION) {
+		if (!vp->base.caps.rereg_translation)
+			return -EOPNOTSUPP;
+		/* ibv_rereg_mr has no iova: a moved MR is addressed by its virtual address. */
+		if (iova != (uintptr_t)addr)
+			return -EINVAL;
+		ibv_flags |= IBV_REREG_MR_CHANGE_TRANSLATION;
+	} else {
+		addr = NULL;
+		length = 0;
+		iova = base->iova;
+	}
+	if (flags & PROVIDER_REREG_ACCESS)
+		ibv_flags |= IBV_REREG_MR_CHANGE_ACCESS;
+
+	if (!vmr->mr)
+		return -ESTALE;
+	r = ibv_rereg_mr(vmr->mr, ibv_flags, NULL, addr, length, (int)to_ibv_access(access));
+	/* DO_FORK_OLD comes after the device moved the MR: only the old range stays DONTFORK,
+	 * which costs a child process those pages, nothing more. The move holds. */
+	if (r == IBV_REREG_MR_ERR_DO_FORK_OLD)
+		log_debug("verbs: rereg moved the MR but left its old range DONTFORK");
+	else if (r != 0) {
+		int error = negative_errno();
+
+		/* IBV_REREG_MR_ERR_CMD and worse: the kernel destroyed the old MR on the way. Free
+		 * what is left; only dereg remains valid on this handle. */
+		if (r <= IBV_REREG_MR_ERR_CMD) {
+			log_debug("verbs: rereg failed after the MR was invalidated: %s",
+				  strerror(-error));
+			(void)ibv_dereg_mr(vmr->mr);
+			vmr->mr = NULL;
+			base->lkey = base->rkey = 0;
+			vp->stats.pinned_bytes -= vmr->pinned;
+			vmr->pinned = 0;
+			return -ESTALE;
+		}
+		return error;
+	}
+	mr_sync(vmr, iova);
+	base->access = access;
+	if (flags & PROVIDER_REREG_TRANSLATION && !(access & MRD_ACCESS_ON_DEMAND)) {
+		vp->stats.pinned_bytes -= vmr->pinned;
+		vmr->pinned = page_span((uintptr_t)addr, length);
+		vp->stats.pinned_bytes += vmr->pinned;
+	}
+	if (flags & PROVIDER_REREG_TRANSLATION && vmr->parked) {
+		vmr->parked = false; /* verbs_park parks it again when that was the move */
+		vp->stats.parked--;
+		vp->stats.mrs++;
+	}
+	return 0;
+}
+
+/* Verbs has no "detach": the MR moves to the provider's parking page, so its keys — the same
+ * ones, on a driver that keeps them — reach nothing but that page, and the client memory it
+ * pinned is let go. */
+static int verbs_park(struct provider_mr *base)
+{
+	struct verbs_provider *vp = to_verbs(base->pd->provider);
+
+	struct verbs_mr *vmr = (struct verbs_mr *)base;
+	int r;
+
+	if (!vp->parking || !vp->base.caps.rereg_translation)
+		return -EOPNOTSUPP;
+	r = verbs_rereg(base, PROVIDER_REREG_TRANSLATION, vp->parking, vp->base.caps.page_size,
+			(uintptr_t)vp->parking, base->access);
+	if (r == 0 && !vmr->parked) {
+		vmr->parked = true;
+		vp->stats.mrs--;
+		vp->stats.parked++;
+	}
+	return r;
+}
+
+static int verbs_advise(struct provider_mr *base, enum provider_advice advice, uint64_t iova,
+			size_t length)
+{
+	struct verbs_mr *vmr = (struct verbs_mr *)base;
+	struct ibv_sge sge = { .addr = iova, .length = (uint32_t)length, .lkey = base->lkey };
+	enum ibv_advise_mr_advice a;
+
+	if (!(base->access & MRD_ACCESS_ON_DEMAND) || !vmr->mr)
+		return -EINVAL;
+	if (length == 0 || length > UINT32_MAX)
+		return -EINVAL;
+	if (advice == PROVIDER_ADVISE_PREFETCH)
+		a = IBV_ADVISE_MR_ADVICE_PREFETCH;
+	else if (advice == PROVIDER_ADVISE_PREFETCH_WRITE) {
+		if (!(base->access & MRD_ACCESS_LOCAL_WRITE))
+			return -EACCES;
+		a = IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE;
+	} else
+		return -EINVAL;
+	/* FLUSH: return once the pages are present, so callers may count on them. */
+	return verbs_ret(ibv_advise_mr(vmr->mr->pd, a, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+}
+
+static int verbs_export_pd(struct provider_pd *base, int *ret_cmd_fd, uint32_t *ret_pd_handle)
+{
+	struct verbs_pd *vpd = (struct verbs_pd *)base;
+	int fd;
+
+	fd = fcntl(to_verbs(base->provider)->ctx->cmd_fd, F_DUPFD_CLOEXEC, 3);
+	if (fd < 0)
+		return negative_errno();
+	*ret_cmd_fd = fd;
+	*ret_pd_handle = vpd->pd->handle;
+	return 0;
+}
+
+/* The device does the transfer, on the PD's loopback QPs, and judges the keys itself. */
+static int verbs_dma(struct provider_pd *base, enum provider_dma_op op, uint32_t lkey,
+		     uint64_t laddr, uint32_t rkey, uint64_t raddr, size_t length)
+{
+	struct verbs_pd *vpd = (struct verbs_pd *)base;
+	int r = 0;
+
+	if (op != PROVIDER_DMA_WRITE && op != PROVIDER_DMA_READ)
+		return -EINVAL;
+	pthread_mutex_lock(&vpd->dma_lock);
+	if (!vpd->loopback)
+		r = verbs_loopback_new(vpd->pd, &vpd->loopback);
+	if (r == 0)
+		r = verbs_loopback_transfer(vpd->loopback, op == PROVIDER_DMA_READ, lkey, laddr,
+					    rkey, raddr, length);
+	/* Anything but a refused key (or a range refused before posting) may be the port or its
+	 * address gone: the next Dma makes a loopback afresh (verbs-loopback.h). */
+	if (r < 0 && r != -EKEYREJECTED && r != -EFAULT && vpd->loopback) {
+		verbs_loopback_free(vpd->loopback);
+		vpd->loopback = NULL;
+	}
+	pthread_mutex_unlock(&vpd->dma_lock);
+	return r;
+}
+
+static void verbs_stats(const struct provider *p, struct provider_stats *ret)
+{
+	*ret = ((const struct verbs_provider *)p)->stats;
+}
+
+const struct provider_ops provider_verbs_ops = {
+	.name = "verbs",
+	.open = verbs_open,
+	.close = verbs_close,
+	.pd_alloc = verbs_pd_alloc,
+	.pd_free = verbs_pd_free,
+	.reg = verbs_reg,
+	.rereg = verbs_rereg,
+	.dereg = verbs_dereg,
+	.park = verbs_park,
+	.advise = verbs_advise,
+	.export_pd = verbs_export_pd,
+	.dma = verbs_dma,
+	.stats = verbs_stats,
+};

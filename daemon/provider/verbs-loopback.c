@@ -1,0 +1,304 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include <infiniband/verbs.h>
+
+#include "log.h"
+#include "macro.h"
+#include "time-util.h"
+#include "provider/verbs-loopback.h"
+
+/* Each part gets this long to complete: ample for a device, and for rxe under emulation. */
+#define PART_TIMEOUT_USEC (10 * USEC_PER_SEC)
+
+struct verbs_loopback {
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp[2]; /* [0] posts, [1] answers */
+	uint8_t port;
+	enum ibv_mtu mtu;
+	uint32_t max_msg;
+	struct ibv_ah_attr ah; /* the port's own address */
+	uint64_t wr_id;        /* of the last part posted */
+	uint32_t psn[2];       /* each QP's starting send PSN, random: not guessable off the wire */
+};
+
+
+/* The port's own GID for RoCE: a RoCEv2 IPv4-mapped entry routes on any netdev rxe sits on,
+ * loopback included; else any RoCEv2 entry; else the first valid one. */
+static int pick_gid(struct ibv_context *ctx, uint8_t port, int tbl_len, struct ibv_ah_attr *ah)
+{
+	int best = -1, best_rank = 0;
+	struct ibv_gid_entry e, chosen;
+
+	for (int i = 0; i < tbl_len; i++) {
+		int rank;
+
+		if (ibv_query_gid_ex(ctx, port, (uint32_t)i, &e, 0) != 0)
+			continue; /* an empty entry */
+		rank = 1;
+		if (e.gid_type == IBV_GID_TYPE_ROCE_V2) {
+			static const uint8_t v4_mapped[12] = { [10] = 0xff, [11] = 0xff };
+
+			rank = memcmp(e.gid.raw, v4_mapped, sizeof(v4_mapped)) == 0 ? 3 : 2;
+		}
+		if (rank > best_rank) {
+			best = i, best_rank = rank;
+			chosen = e;
+		}
+	}
+	if (best < 0)
+		return -EADDRNOTAVAIL;
+	ah->is_global = 1;
+	ah->grh.dgid = chosen.gid;
+	ah->grh.sgid_index = (uint8_t)best;
+	ah->grh.hop_limit = 1;
+	return 0;
+}
+
+static int pick_port(struct ibv_context *ctx, struct verbs_loopback *lb)
+{
+	struct ibv_device_attr dev;
+	int r;
+
+	r = ibv_query_device(ctx, &dev);
+	if (r)
+		return -r;
+	for (unsigned port = 1; port <= dev.phys_port_cnt; port++) {
+		struct ibv_port_attr pa;
+
+		if (ibv_query_port(ctx, (uint8_t)port, &pa) != 0 || pa.state != IBV_PORT_ACTIVE)
+			continue;
+		lb->port = (uint8_t)port;
+		lb->mtu = pa.active_mtu;
+		lb->max_msg = pa.max_msg_sz ? pa.max_msg_sz : 1u << 20;
+		memset(&lb->ah, 0, sizeof(lb->ah));
+		lb->ah.port_num = port;
+		if (pa.link_layer == IBV_LINK_LAYER_ETHERNET)
+			return pick_gid(ctx, (uint8_t)port, pa.gid_tbl_len, &lb->ah);
+		lb->ah.dlid = pa.lid;
+		return 0;
+	}
+	return -ENETDOWN;
+}
+
+/* RESET -> INIT -> RTR -> RTS, aimed at the other QP of the pair. Only the answering QP
+ * takes remote access. */
+static int connect_qp(struct verbs_loopback *lb, int i)
+{
+	struct ibv_qp *qp = lb->qp[i];
+	uint32_t peer_qpn = lb->qp[!i]->qp_num;
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_RESET,
+	};
+	int r;
+
+	r = ibv_modify_qp(qp, &a, IBV_QP_STATE);
+	if (r)
+		return -r;
+	a = (struct ibv_qp_attr){
+		.qp_state = IBV_QPS_INIT,
+		.port_num = lb->port,
+		.qp_access_flags = i == 1 ? IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ : 0,
+	};
+	r = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					  IBV_QP_ACCESS_FLAGS);
+	if (r)
+		return -r;
+	a = (struct ibv_qp_attr){
+		.qp_state = IBV_QPS_RTR,
+		.path_mtu = lb->mtu,
+		.dest_qp_num = peer_qpn,
+		.rq_psn = lb->psn[!i],
+		.max_dest_rd_atomic = 1,
+		.min_rnr_timer = 12,
+		.ah_attr = lb->ah,
+	};
+	r = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+					  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+					  IBV_QP_MIN_RNR_TIMER);
+	if (r)
+		return -r;
+	a = (struct ibv_qp_attr){
+		.qp_state = IBV_QPS_RTS,
+		.timeout = 14,
+		.retry_cnt = 7,
+		.rnr_retry = 7,
+		.sq_psn = lb->psn[i],
+		.max_rd_atomic = 1,
+	};
+	r = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+					  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	return -r;
+}
+
+static void drop_qps(struct verbs_loopback *lb)
+{
+	struct ibv_wc wc;
+
+	for (int i = 0; i < 2; i++)
+		if (lb->qp[i])
+			(void)ibv_destroy_qp(lb->qp[i]);
+	lb->qp[0] = lb->qp[1] = NULL;
+	while (ibv_poll_cq(lb->cq, 1, &wc) > 0)
+		; /* what they left behind */
+}
+
+/* A fresh pair, connected. After a failure the old pair is not reset but replaced: a QP moves
+ * to the error state on the device's own time, and might do so after a reset. */
+static int make_qps(struct verbs_loopback *lb)
+{
+	int r = 0;
+
+	drop_qps(lb);
+	for (int i = 0; i < 2 && r == 0; i++) {
+		struct ibv_qp_init_attr init = {
+			.send_cq = lb->cq,
+			.recv_cq = lb->cq,
+			.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1,
+				 .max_recv_sge = 1 },
+			.qp_type = IBV_QPT_RC,
+			.sq_sig_all = 1,
+		};
+
+		lb->qp[i] = ibv_create_qp(lb->pd, &init);
+		if (!lb->qp[i])
+			r = negative_errno();
+	}
+	if (r == 0 && getrandom(lb->psn, sizeof(lb->psn), 0) != sizeof(lb->psn))
+		r = -EIO;
+	lb->psn[0] &= 0xffffff, lb->psn[1] &= 0xffffff; /* PSNs are 24 bits */
+	if (r == 0)
+		r = connect_qp(lb, 0);
+	if (r == 0)
+		r = connect_qp(lb, 1);
+	if (r < 0)
+		drop_qps(lb);
+	return r;
+}
+
+void verbs_loopback_free(struct verbs_loopback *lb)
+{
+	if (!lb)
+		return;
+	if (lb->cq) {
+		drop_qps(lb);
+		(void)ibv_destroy_cq(lb->cq);
+	}
+	free(lb);
+}
+
+int verbs_loopback_new(struct ibv_pd *pd, struct verbs_loopback **ret)
+{
+	struct verbs_loopback *lb = calloc(1, sizeof(*lb));
+	int r;
+
+	if (!lb)
+		return -ENOMEM;
+	lb->pd = pd;
+	r = pick_port(pd->context, lb);
+	if (r < 0)
+		goto fail;
+	lb->cq = ibv_create_cq(pd->context, 4, NULL, NULL, 0);
+	if (!lb->cq) {
+		r = negative_errno();
+		goto fail;
+	}
+	r = make_qps(lb);
+	if (r < 0)
+		goto fail;
+	*ret = lb;
+	return 0;
+fail:
+	verbs_loopback_free(lb);
+	return r;
+}
+
+/* Waits for the completion of the part posted last. Another one is what a failure left behind
+ * (a QP entering the error state flushes late): it is passed over. */
+static int await_completion(struct verbs_loopback *lb, struct ibv_wc *wc)
+{
+	uint64_t deadline = now_usec(CLOCK_MONOTONIC) + PART_TIMEOUT_USEC;
+	struct timespec nap = { 0, 1000 };
+
+	for (;;) {
+		int n = ibv_poll_cq(lb->cq, 1, wc);
+
+		if (n < 0)
+			return -EIO;
+		if (n > 0 && wc->wr_id == lb->wr_id)
+			return 0;
+		if (n > 0)
+			continue;
+		if (now_usec(CLOCK_MONOTONIC) > deadline)
+			return -ETIMEDOUT;
+		nanosleep(&nap, NULL);
+		if (nap.tv_nsec < 1000000)
+			nap.tv_nsec *= 2; /* a device answers in microseconds; emulation in ms */
+	}
+}
+
+static int wc_error(const struct ibv_wc *wc)
+{
+	switch (wc->status) {
+	case IBV_WC_SUCCESS:
+		return 0;
+	case IBV_WC_LOC_PROT_ERR:
+	case IBV_WC_LOC_ACCESS_ERR:
+	case IBV_WC_REM_ACCESS_ERR:
+	case IBV_WC_REM_INV_REQ_ERR:
+		return -EKEYREJECTED;
+	case IBV_WC_WR_FLUSH_ERR:
+		/* This part is the pair's only work (one at a time): its own error flushed it. rxe
+		 * reports a bad local key or range that way (seen on 7.3). */
+		return -EKEYREJECTED;
+	default:
+		log_debug("verbs: loopback transfer failed: %s (%d)", ibv_wc_status_str(wc->status),
+			  (int)wc->status);
+		return -EIO;
+	}
+}
+
+int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey, uint64_t laddr,
+			    uint32_t rkey, uint64_t raddr, uint64_t length)
+{
+	int r = 0;
+
+	if (laddr + length < laddr || raddr + length < raddr)
+		return -EFAULT;
+	if (!lb->qp[0])
+		r = make_qps(lb); /* the last replacement failed */
+	while (length > 0 && r == 0) {
+		uint32_t part = length < lb->max_msg ? (uint32_t)length : lb->max_msg;
+		struct ibv_sge sge = { .addr = laddr, .length = part, .lkey = lkey };
+		struct ibv_send_wr wr = {
+			.wr_id = ++lb->wr_id,
+			.sg_list = &sge,
+			.num_sge = 1,
+			.opcode = read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE,
+			.send_flags = IBV_SEND_SIGNALED,
+			.wr.rdma = { .remote_addr = raddr, .rkey = rkey },
+		}, *bad;
+		struct ibv_wc wc;
+
+		r = -ibv_post_send(lb->qp[0], &wr, &bad);
+		if (r == 0)
+			r = await_completion(lb, &wc);
+		if (r == 0)
+			r = wc_error(&wc);
+		laddr += part, raddr += part, length -= part;
+	}
+	if (r == -EKEYREJECTED) {
+		/* The refusal left the QPs in the error state: replace them (the next transfer
+		 * tries again if this fails). */
+		int k = make_qps(lb);
+
+		if (k < 0)
+			log_debug("verbs: new loopback QPs: %s", strerror(-k));
+	}
+	return r;
+}

@@ -1,0 +1,480 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memory/arena.h"
+#include "control/client.h"
+#include "core/domain.h"
+#include "log.h"
+#include "macro.h"
+#include "control/manager.h"
+#include "registration/mempool.h"
+#include "registration/mr-cache.h"
+#include "provider/provider.h"
+#include "status-page.h"
+#include "base/worker-pool.h"
+
+/* A range to register, rounded out to the pages of the allocation holding it. */
+struct span {
+	uint64_t start, end;
+	struct allocation *allocation;
+};
+
+static struct pool_reg *find(const struct domain *d, const struct client *owner,
+			     const char *name)
+{
+	struct pool_reg *r;
+
+	LIST_FOREACH(r, &d->pool_regs, link)
+		if (r->owner == owner && strcmp(r->name, name) == 0)
+			return r;
+	return NULL;
+}
+
+static int span_compare(const void *a, const void *b)
+{
+	const struct span *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Rounds the ranges out to pages and merges the ones that touch in one allocation (an MR that
+ * spanned two would outlive the first one freed). Returns how many spans are left. */
+static int analyze(struct domain *d, const uint64_t *starts, const uint64_t *lengths, size_t n,
+		   struct span *spans, char *why, size_t why_size)
+{
+	size_t m = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct allocation *a = domain_allocation_containing(d, starts[i]);
+		uint64_t ps, base, end = starts[i] + lengths[i];
+
+		if (lengths[i] == 0 || end < starts[i] || !a ||
+		    end > allocation_address(a) + a->length) {
+			snprintf(why, why_size, "range [0x%" PRIx64 ", +0x%" PRIx64 ") is not inside "
+				 "one allocation of domain %s", starts[i], lengths[i], d->name);
+			return -EFAULT;
+		}
+		ps = a->arena->page_size;
+		base = allocation_address(a);
+		spans[i].start = starts[i] - (starts[i] - base) % ps;
+		spans[i].end = end + (ps - (end - base) % ps) % ps;
+		spans[i].allocation = a;
+	}
+	qsort(spans, n, sizeof(*spans), span_compare);
+	for (size_t i = 0; i < n; i++) {
+		if (m > 0 && spans[m - 1].allocation == spans[i].allocation &&
+		    spans[i].start <= spans[m - 1].end) {
+			if (spans[i].end > spans[m - 1].end)
+				spans[m - 1].end = spans[i].end;
+			continue;
+		}
+		spans[m++] = spans[i];
+	}
+	return (int)m;
+}
+
+/* The huge page MR an earlier pool made for exactly this span, if any. */
+static struct pool_mr *shared_hugepage(const struct domain *d, const struct span *s)
+{
+	struct pool_mr *mr;
+
+	if (!s->allocation->arena->hugetlb || s->end - s->start != s->allocation->arena->page_size)
+		return NULL;
+	LIST_FOREACH(mr, &d->pool_mrs, link)
+		if (mr->hugepage && mr->start == s->start && (mr->pending || mr->pmr))
+			return mr; /* one whose registration failed is nobody's to share */
+	return NULL;
+}
+
+struct pool_mr *mempool_mr_containing(const struct allocation *a, uint64_t addr)
+{
+	struct pool_mr *mr;
+
+	LIST_FOREACH(mr, &a->pool_mrs, alloc_link)
+		if (pool_mr_live(mr) && addr >= mr->start && addr < mr->end)
+			return mr;
+	return NULL;
+}
+
+/* An unregistration (or a replacement) whose MRs workers deregister: answered when the last
+ * is done. */
+struct unreg_ticket {
+	struct mr_waiter *waiter;
+	unsigned remaining;
+};
+
+/* The MR is gone from the device: its keys are dead, its pages may go. */
+static void pool_mr_gone(struct domain *d, struct pool_mr *mr, int r)
+{
+	struct allocation *a = mr->allocation;
+
+	if (mr->pmr) {
+		if (r < 0)
+			log_warning_errno(r, "domain %s: cannot deregister mempool MR [0x%" PRIx64
+					  ", 0x%" PRIx64 "): %m", d->name, mr->start, mr->end);
+		d->cache.deregistrations++;
+		/* Keys of that memory are dead now: clients must flush what they cached. */
+		__atomic_add_fetch(&d->status->generation, 1, __ATOMIC_RELEASE);
+	}
+	mr_cache_uncharge(&d->cache, mr->start, mr->end);
+	free(mr);
+	/* Its owner left before the pools did (one waiting after a warm restart stays). */
+	if (--a->pool_refs == 0 && !a->owner && !a->orphan)
+		(void)domain_free_allocation(d, a, NULL);
+	domain_update_status(d);
+}
+
+/* Deregistered on a worker (domain_dereg_waits): gone now, and its ticket counts it. */
+static void pool_mr_dereged(struct domain *d, void *arg, int result)
+{
+	struct pool_mr *mr = arg;
+	struct unreg_ticket *t = mr->ticket;
+
+	pool_mr_gone(d, mr, result);
+	if (t && --t->remaining == 0) {
+		t->waiter->resume(t->waiter, 0, NULL, "");
+		free(t);
+	}
+}
+
+/* Out of the domain; deregistered (when it was registered) here or — GiBs to unpin, or a soft
+ * Dma that may hold it — on a worker, when ticket, if not NULL, counts it; only then is its
+ * allocation let go. */
+static void pool_mr_destroy(struct domain *d, struct pool_mr *mr, struct unreg_ticket *ticket)
+{
+	LIST_REMOVE(mr, link);
+	LIST_REMOVE(mr, alloc_link); /* lookups no longer answer with it */
+	if (mr->pmr && domain_dereg_waits(d, mr->end - mr->start)) {
+		mr->ticket = ticket;
+		if (domain_dereg_on_worker(d, mr->pmr, pool_mr_dereged, mr) == 0) {
+			if (ticket)
+				ticket->remaining++;
+			return;
+		}
+	}
+	pool_mr_gone(d, mr, mr->pmr ? frmr_pools_dereg(&d->pools, mr->pmr) : 0);
+}
+
+static void pool_mr_put(struct domain *d, struct pool_mr *mr, struct unreg_ticket *ticket)
+{
+	if (--mr->sharers == 0 && !mr->pending)
+		pool_mr_destroy(d, mr, ticket); /* a pending one goes when its worker is done */
+}
+
+/* Not registered yet: a place in the domain (so that pools in its huge page find it), its
+ * pages charged (once, with those other MRs cover), its allocation held. */
+static struct pool_mr *pool_mr_new(struct domain *d, const struct span *s)
+{
+	struct pool_mr *mr = calloc(1, sizeof(*mr));
+
+	if (!mr)
+		return NULL;
+	if (mr_cache_charge(&d->cache, s->start, s->end) < 0) {
+		free(mr);
+		return NULL;
+	}
+	mr->allocation = s->allocation;
+	mr->start = s->start;
+	mr->end = s->end;
+	mr->hugepage = s->allocation->arena->hugetlb &&
+		       s->end - s->start == s->allocation->arena->page_size;
+	mr->pending = true;
+	mr->access = allocation_access(s->allocation);
+	s->allocation->pool_refs++;
+	LIST_INSERT_HEAD(&d->pool_mrs, mr, link);
+	LIST_INSERT_HEAD(&s->allocation->pool_mrs, mr, alloc_link);
+	return mr;
+}
+
+/* On the loop or on a worker: touches only the MR and the provider. */
+static int pool_mr_register(struct domain *d, struct pool_mr *mr)
+{
+	return frmr_pools_reg(&d->pools, (void *)(uintptr_t)mr->start, mr->end - mr->start,
+			      mr->access, false, &mr->pmr);
+}
+
+static void reg_free(struct domain *d, struct pool_reg *reg, struct unreg_ticket *ticket)
+{
+	struct mr_waiter *w = reg->waiter;
+
+	LIST_REMOVE(reg, link);
+	LIST_REMOVE(reg, owner_link);
+	d->n_pool_regs--;
+	for (size_t i = 0; i < reg->n_mrs; i++)
+		pool_mr_put(d, reg->mrs[i], ticket);
+	free(reg->ticket);
+	free(reg);
+	if (w)
+		w->resume(w, -ECANCELED, NULL, "the mempool's client left");
+}
+
+/* None of its MRs is pending any more: it takes over from the one it replaces, or fails.
+ * Returns 0, -errno (why says so), or -EINPROGRESS while workers deregister the MRs it
+ * dropped: its waiter hears once they are gone, so that no answer counts them as pinned. */
+static int reg_settle(struct domain *d, struct pool_reg *reg, char *why, size_t why_size)
+{
+	struct unreg_ticket *t = TAKE_PTR(reg->ticket);
+	struct mr_waiter *w = TAKE_PTR(reg->waiter);
+	int error = reg->error;
+
+	if (error < 0) {
+		snprintf(why, why_size, "registering mempool '%s' failed: %s", reg->name,
+			 provider_strerror(d->provider, error));
+		reg_free(d, reg, NULL);
+	} else if (reg->replaces) {
+		/* Its old MRs cannot be in use for the objects any more: the pool says they live
+		 * in attached memory now. */
+		t->waiter = w;
+		reg_free(d, TAKE_PTR(reg->replaces), t);
+		if (t->remaining > 0)
+			error = -EINPROGRESS; /* the last pool_mr_dereged() answers, and frees t */
+		else
+			free(t);
+		t = NULL;
+	}
+	free(t);
+	domain_update_status(d);
+	return error;
+}
+
+/* A worker registering the MRs one registration made. */
+struct pool_job {
+	struct work work;
+	struct domain *domain; /* held while the job lives */
+	size_t n;
+	struct pool_mr *mrs[];
+};
+
+static void pool_job_run(struct work *w)
+{
+	struct pool_job *j = (struct pool_job *)w;
+
+	for (size_t i = 0; i < j->n; i++) {
+		j->mrs[i]->error = pool_mr_register(j->domain, j->mrs[i]);
+		if (j->mrs[i]->error < 0)
+			j->mrs[i]->pmr = NULL;
+	}
+}
+
+static bool in_job(const struct pool_job *j, const struct pool_mr *mr)
+{
+	for (size_t i = 0; i < j->n; i++)
+		if (j->mrs[i] == mr)
+			return true;
+	return false;
+}
+
+static void pool_job_done(struct work *w)
+{
+	struct pool_job *j = (struct pool_job *)w;
+	struct domain *d = j->domain;
+	struct pool_reg *reg, *settle = NULL;
+	struct mr_wait *lookups = NULL;
+	size_t kept = 0;
+
+	d->cache.jobs--;
+	for (size_t i = 0; i < j->n; i++) {
+		struct pool_mr *mr = j->mrs[i];
+
+		mr->pending = false;
+		while (mr->lookups) {
+			struct mr_wait *lw = mr->lookups;
+
+			mr->lookups = lw->next;
+			lw->next = lookups;
+			lookups = lw;
+		}
+		if (mr->pmr)
+			d->cache.registrations++;
+		else
+			mr->hugepage = false; /* failed: no later pool may share it */
+		if (mr->sharers == 0)
+			pool_mr_destroy(d, mr, NULL); /* every pool that wanted it left meanwhile */
+		else
+			j->mrs[kept++] = mr;
+	}
+	j->n = kept;
+	/* Every registration waiting for these MRs hears of them; those with nothing left to
+	 * wait for settle after the walk, since settling drops the registrations they replace. */
+	LIST_FOREACH(reg, &d->pool_regs, link) {
+		for (size_t k = 0; reg->pending && k < reg->n_mrs; k++)
+			if (in_job(j, reg->mrs[k])) {
+				reg->pending--;
+				if (reg->mrs[k]->error < 0 && reg->error == 0)
+					reg->error = reg->mrs[k]->error;
+			}
+		if (reg->pending == 0 && reg->waiter) {
+			reg->settle_next = settle;
+			settle = reg;
+		}
+	}
+	while (settle) {
+		struct mr_waiter *waiter;
+		char why[160];
+		int k;
+
+		reg = settle;
+		settle = reg->settle_next;
+		waiter = reg->waiter;
+		k = reg_settle(d, reg, why, sizeof(why));
+		if (k != -EINPROGRESS)
+			waiter->resume(waiter, k, NULL, k < 0 ? why : "");
+	}
+	/* Lookups inside these MRs get them now, or register what a failed one left. */
+	mr_cache_resume_waits(&d->cache, lookups);
+	free(j);
+	domain_unref(d);
+}
+
+int mempool_register(struct domain *d, struct client *owner, const char *name,
+		     const uint64_t *starts, const uint64_t *lengths, size_t n, bool extmem,
+		     struct mr_waiter *waiter, struct pool_reg **ret, char *why, size_t why_size)
+{
+	const struct config *cfg = &d->manager->config;
+	struct pool_reg *old = find(d, owner, name), *reg;
+	struct pool_job *job;
+	struct span *spans;
+	uint64_t new_bytes = 0, more_pinned = 0;
+	size_t n_fresh = 0;
+	int m, r = 0;
+
+	if (old && (!extmem || old->extmem)) {
+		snprintf(why, why_size, "mempool '%s' is registered already", name);
+		return -EEXIST;
+	}
+	if (!old && d->n_pool_regs >= cfg->quota_mempools) {
+		snprintf(why, why_size, "quota.mempools (%u) reached for domain %s",
+			 cfg->quota_mempools, d->name);
+		return -EDQUOT;
+	}
+	spans = calloc(n, sizeof(*spans));
+	if (!spans)
+		return -ENOMEM;
+	m = analyze(d, starts, lengths, n, spans, why, why_size);
+	if (m < 0) {
+		free(spans);
+		return m;
+	}
+	/* Spans are disjoint: only the pages no MR covers yet pin more (a shared huge page's
+	 * none). */
+	for (int i = 0; i < m; i++) {
+		if (!shared_hugepage(d, &spans[i]))
+			new_bytes += spans[i].end - spans[i].start;
+		more_pinned += mr_cache_uncharged(&d->cache, spans[i].start, spans[i].end);
+	}
+	r = domain_check_pinned(d, more_pinned, why, why_size);
+	if (r < 0) {
+		free(spans);
+		return r;
+	}
+	reg = calloc(1, sizeof(*reg) + (size_t)m * sizeof(reg->mrs[0]));
+	job = calloc(1, sizeof(*job) + (size_t)m * sizeof(job->mrs[0]));
+	if (reg && old)
+		reg->ticket = calloc(1, sizeof(*reg->ticket));
+	if (!reg || !job || (old && !reg->ticket)) {
+		if (reg)
+			free(reg->ticket);
+		free(reg);
+		free(job);
+		free(spans);
+		return -ENOMEM;
+	}
+	snprintf(reg->name, sizeof(reg->name), "%s", name);
+	reg->owner = owner;
+	reg->extmem = extmem;
+	reg->replaces = old;
+	LIST_INSERT_HEAD(&d->pool_regs, reg, link);
+	LIST_INSERT_HEAD(&owner->pools, reg, owner_link);
+	d->n_pool_regs++;
+	for (int i = 0; i < m; i++) {
+		struct pool_mr *mr = shared_hugepage(d, &spans[i]);
+
+		if (!mr) {
+			mr = pool_mr_new(d, &spans[i]);
+			if (!mr) {
+				r = -ENOMEM;
+				break;
+			}
+			job->mrs[n_fresh++] = mr;
+		}
+		mr->sharers++;
+		reg->mrs[reg->n_mrs++] = mr;
+		if (mr->pending)
+			reg->pending++;
+	}
+	free(spans);
+	*ret = reg;
+
+	if (r == 0 && n_fresh > 0 && d->manager->workers &&
+	    (new_bytes >= cfg->async_bytes || mr_cache_busy(&d->cache))) {
+		/* Pinning this much takes long: a worker does it, and only the asker waits. */
+		job->work.run = pool_job_run;
+		job->work.done = pool_job_done;
+		job->domain = domain_ref(d);
+		job->n = n_fresh;
+		d->cache.jobs++;
+		worker_pool_submit(d->manager->workers, &job->work);
+		reg->waiter = waiter;
+		return -EINPROGRESS;
+	}
+	/* Small: registered here and now. */
+	for (size_t i = 0; i < n_fresh; i++) {
+		struct pool_mr *mr = job->mrs[i];
+
+		mr->pending = false;
+		reg->pending--;
+		if (r == 0) {
+			r = pool_mr_register(d, mr);
+			if (r < 0) {
+				mr->pmr = NULL;
+				mr->error = r;
+				snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64
+					 ") failed: %s", mr->start, mr->end,
+					 provider_strerror(d->provider, r));
+			} else
+				d->cache.registrations++;
+		}
+	}
+	free(job);
+	if (r < 0) {
+		reg_free(d, reg, NULL); /* what it made goes again */
+		return r;
+	}
+	reg->waiter = waiter;
+	if (reg->pending > 0)
+		return -EINPROGRESS; /* it shares a huge page MR a worker is still making */
+	return reg_settle(d, reg, why, why_size);
+}
+
+int mempool_unregister(struct domain *d, struct client *owner, const char *name,
+		       struct mr_waiter *waiter, char *why, size_t why_size)
+{
+	struct pool_reg *reg = find(d, owner, name);
+	struct unreg_ticket *t;
+
+	if (!reg) {
+		snprintf(why, why_size, "no mempool '%s' is registered", name);
+		return -ENOENT;
+	}
+	t = waiter ? calloc(1, sizeof(*t)) : NULL;
+	if (waiter && !t)
+		return -ENOMEM;
+	if (t)
+		t->waiter = waiter;
+	reg_free(d, reg, t);
+	if (!t || t->remaining == 0) {
+		free(t);
+		return 0;
+	}
+	return -EINPROGRESS; /* the last pool_mr_dereged() answers, and frees t */
+}
+
+void mempool_unregister_all(struct domain *d, struct client *owner)
+{
+	while (!LIST_EMPTY(&owner->pools))
+		reg_free(d, LIST_FIRST(&owner->pools), NULL);
+}

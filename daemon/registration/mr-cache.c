@@ -1,0 +1,504 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memory/arena.h"
+#include "core/domain.h"
+#include "log.h"
+#include "control/manager.h"
+#include "registration/mempool.h"
+#include "registration/mr-cache.h"
+#include "provider/provider.h"
+#include "base/worker-pool.h"
+
+#define MR_TABLE_FIRST 256
+#define MR_TABLE_MAX (1u << 20)
+
+/* The charge map counts pages; the provider pins them. */
+static int count_only(uintptr_t start, size_t len)
+{
+	(void)start;
+	(void)len;
+	return 0;
+}
+
+int mr_cache_init(struct mr_cache *c, struct domain *d, enum mr_policy policy)
+{
+	*c = (struct mr_cache){ .domain = d, .policy = policy };
+	LIST_INIT(&c->mrs);
+	LIST_INIT(&c->reg_jobs);
+	pin_map_init(&c->charges);
+	c->charges.lock = c->charges.unlock = count_only;
+	return mr_table_init(&c->table, MR_TABLE_FIRST, MR_TABLE_MAX);
+}
+
+int mr_cache_charge(struct mr_cache *c, uint64_t start, uint64_t end)
+{
+	return pin_map_pin(&c->charges, (uintptr_t)start, (uintptr_t)end);
+}
+
+void mr_cache_uncharge(struct mr_cache *c, uint64_t start, uint64_t end)
+{
+	int r = pin_map_unpin(&c->charges, (uintptr_t)start, (uintptr_t)end);
+
+	if (r < 0)
+		log_error_errno(r, "domain %s: uncharging [0x%" PRIx64 ", 0x%" PRIx64 "): %m",
+				c->domain->name, start, end);
+}
+
+uint64_t mr_cache_uncharged(const struct mr_cache *c, uint64_t start, uint64_t end)
+{
+	return pin_map_unpinned_bytes(&c->charges, (uintptr_t)start, (uintptr_t)end);
+}
+
+void mr_cache_done(struct mr_cache *c)
+{
+	struct cached_mr *mr;
+
+	/* Allocations go before their domain, so what is left here belongs to none of them. */
+	while ((mr = LIST_FIRST(&c->mrs))) {
+		LIST_REMOVE(mr, link);
+		LIST_REMOVE(mr, alloc_link);
+		(void)frmr_pools_dereg(&c->domain->pools, mr->pmr);
+		free(mr);
+	}
+	c->n_mrs = 0;
+	mr_table_done(&c->table);
+	pin_map_done(&c->charges);
+}
+
+static struct mr_entry entry_of(const struct cached_mr *mr)
+{
+	return (struct mr_entry){ mr->start, mr->end, mr->pmr->lkey, mr->pmr->rkey };
+}
+
+/* With the table overflowed, the list is the truth. */
+static const struct cached_mr *list_lookup(const struct mr_cache *c, uint64_t addr)
+{
+	const struct cached_mr *mr;
+
+	LIST_FOREACH(mr, &c->mrs, link)
+		if (addr >= mr->start && addr < mr->end)
+			return mr;
+	return NULL;
+}
+
+/* Rebuilds the table from the list, which clears an overflow when it fits again. */
+static void rebuild(struct mr_cache *c)
+{
+	const struct cached_mr *mr;
+
+	mr_table_clear(&c->table);
+	LIST_FOREACH(mr, &c->mrs, link) {
+		struct mr_entry e = entry_of(mr);
+
+		if (mr_table_insert(&c->table, &e) < 0)
+			break; /* overflow again: lookups keep walking the list */
+	}
+}
+
+/* A registration on a worker thread, for one waiting lookup. */
+struct reg_job {
+	struct work work;
+	LIST_ENTRY(reg_job) link; /* the cache's */
+	struct domain *domain; /* held while the job lives */
+	struct mr_waiter *waiter;
+	struct mr_wait *lookups; /* other lookups inside the run, waiting for it */
+	uint64_t addr, start, end, allocation_serial;
+	unsigned access;
+	struct provider_mr *pmr;
+	int result;
+};
+
+/* Cuts the run [*start, *end) around addr at an MR [s, e) beside addr. */
+static void cut(uint64_t s, uint64_t e, uint64_t addr, uint64_t *start, uint64_t *end)
+{
+	if (e <= addr && e > *start)
+		*start = e;
+	if (s > addr && s < *end)
+		*end = s;
+}
+
+/* The registration a worker is making of a's pages around addr, if any. */
+static struct reg_job *pending_run(const struct mr_cache *c, const struct allocation *a,
+				   uint64_t addr)
+{
+	struct reg_job *j;
+
+	LIST_FOREACH(j, &c->reg_jobs, link)
+		if (j->allocation_serial == a->serial && addr >= j->start && addr < j->end)
+			return j;
+	return NULL;
+}
+
+/* The part of a's pages around addr that no MR covers yet, nor a registration under way
+ * (contig), or addr's page. */
+static void pick_range(const struct mr_cache *c, const struct allocation *a, uint64_t addr,
+		       uint64_t *ret_start, uint64_t *ret_end)
+{
+	uint64_t ps = a->arena->page_size, start = allocation_address(a), end = start + a->length;
+	const struct cached_mr *mr;
+	const struct pool_mr *pm;
+	const struct reg_job *j;
+
+	if (c->policy == MR_POLICY_PAGE) {
+		*ret_start = addr - (addr - start) % ps;
+		*ret_end = *ret_start + ps;
+		return;
+	}
+	/* MRs never cross allocations, so only a's own MRs (the cache's and its pools') and
+	 * runs being registered can bound the run. */
+	LIST_FOREACH(mr, &a->mrs, alloc_link)
+		cut(mr->start, mr->end, addr, &start, &end);
+	LIST_FOREACH(pm, &a->pool_mrs, alloc_link)
+		if (pool_mr_live(pm))
+			cut(pm->start, pm->end, addr, &start, &end);
+	LIST_FOREACH(j, &c->reg_jobs, link)
+		if (j->allocation_serial == a->serial)
+			cut(j->start, j->end, addr, &start, &end);
+	/* No more than the device takes in one MR: the part that starts at addr's page. */
+	if (end - start > c->domain->provider->caps.max_mr_size) {
+		start = addr - (addr - start) % ps;
+		if (end - start > c->domain->provider->caps.max_mr_size)
+			end = start + c->domain->provider->caps.max_mr_size / ps * ps;
+	}
+	*ret_start = start;
+	*ret_end = end;
+}
+
+/* Whether an MR of a — the cache's, or a pool's — covers part of [start, end). */
+static bool covered(const struct allocation *a, uint64_t start, uint64_t end)
+{
+	const struct cached_mr *mr;
+	const struct pool_mr *pm;
+
+	LIST_FOREACH(mr, &a->mrs, alloc_link)
+		if (mr->start < end && start < mr->end)
+			return true;
+	LIST_FOREACH(pm, &a->pool_mrs, alloc_link)
+		if (pool_mr_live(pm) && pm->start < end && start < pm->end)
+			return true;
+	return false;
+}
+
+/* Takes a fresh registration, charged already, into the cache. */
+static struct cached_mr *adopt(struct mr_cache *c, struct allocation *a, struct provider_mr *pmr,
+			       uint64_t start, uint64_t end)
+{
+	struct cached_mr *mr = calloc(1, sizeof(*mr));
+	struct mr_entry e;
+
+	if (!mr)
+		return NULL;
+	mr->pmr = pmr;
+	mr->allocation = a;
+	mr->start = start;
+	mr->end = end;
+	LIST_INSERT_HEAD(&c->mrs, mr, link);
+	LIST_INSERT_HEAD(&a->mrs, mr, alloc_link);
+	c->n_mrs++;
+	c->registrations++;
+	e = entry_of(mr);
+	if (!c->table.overflow)
+		(void)mr_table_insert(&c->table, &e); /* on overflow the list serves */
+	domain_update_status(c->domain);
+	return mr;
+}
+
+/* The cached entry for addr, if any. */
+static bool cached(const struct mr_cache *c, uint64_t addr, struct mr_entry *ret)
+{
+	if (!c->table.overflow) {
+		const struct mr_entry *e = mr_table_lookup(&c->table, addr);
+
+		if (e)
+			*ret = *e;
+		return e != NULL;
+	} else {
+		const struct cached_mr *hit = list_lookup(c, addr);
+
+		if (hit)
+			*ret = entry_of(hit);
+		return hit != NULL;
+	}
+}
+
+static void reg_job_run(struct work *w)
+{
+	struct reg_job *j = (struct reg_job *)w;
+
+	j->result = frmr_pools_reg(&j->domain->pools, (void *)(uintptr_t)j->start,
+				   j->end - j->start, j->access, false, &j->pmr);
+}
+
+static void reg_job_done(struct work *w);
+
+/* A lookup waiting on the loop for an MR a worker is making; without a waiter, -EAGAIN. */
+static int wait_for(struct mr_wait **lookups, uint64_t addr, struct mr_waiter *waiter,
+		    const char *what, char *why, size_t why_size)
+{
+	struct mr_wait *w;
+
+	if (!waiter) {
+		snprintf(why, why_size, "0x%" PRIx64 " is being registered%s%s", addr,
+			 *what ? " " : "", what);
+		return -EAGAIN;
+	}
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	*w = (struct mr_wait){ .next = *lookups, .waiter = waiter, .addr = addr };
+	*lookups = w;
+	return -EINPROGRESS;
+}
+
+/* Not in the table: the pool MR holding addr, else a registration of the uncovered run. */
+static int miss(struct mr_cache *c, struct allocation *a, uint64_t addr, struct mr_entry *ret,
+		char *why, size_t why_size, struct mr_waiter *waiter)
+{
+	struct domain *d = c->domain;
+	const struct config *cfg = &d->manager->config;
+	struct pool_mr *pm = mempool_mr_containing(a, addr);
+	struct reg_job *job;
+	struct provider_mr *pmr;
+	uint64_t start, end;
+	int r;
+
+	if (pm && !pm->pending) {
+		/* Registered for a pool already: pinning the pages again would count them twice. */
+		*ret = (struct mr_entry){ pm->start, pm->end, pm->pmr->lkey, pm->pmr->rkey };
+		return 0;
+	}
+	if (pm)
+		/* A worker is making that MR: the lookup takes it once it is made. */
+		return wait_for(&pm->lookups, addr, waiter, "for a mempool", why, why_size);
+	job = pending_run(c, a, addr);
+	if (job)
+		/* Registering the run again would pin and count its pages twice. */
+		return wait_for(&job->lookups, addr, waiter, "", why, why_size);
+	pick_range(c, a, addr, &start, &end);
+
+	r = domain_check_pinned(d, mr_cache_uncharged(c, start, end), why, why_size);
+	if (r < 0)
+		return r;
+	/* Counted from now: a lookup or pool meanwhile sees these pages taken. */
+	r = mr_cache_charge(c, start, end);
+	if (r < 0)
+		return r;
+
+	if (waiter && d->manager->workers &&
+	    (end - start >= cfg->async_bytes || mr_cache_busy(c))) {
+		/* Pinning this much takes long: a worker does it, and nobody waits but the asker. */
+		struct reg_job *j = calloc(1, sizeof(*j));
+
+		if (!j) {
+			mr_cache_uncharge(c, start, end);
+			return -ENOMEM;
+		}
+		j->work.run = reg_job_run;
+		j->work.done = reg_job_done;
+		j->domain = domain_ref(d);
+		j->waiter = waiter;
+		j->addr = addr;
+		j->start = start;
+		j->end = end;
+		j->allocation_serial = a->serial;
+		j->access = allocation_access(a);
+		c->pending_bytes += end - start;
+		LIST_INSERT_HEAD(&c->reg_jobs, j, link);
+		worker_pool_submit(d->manager->workers, &j->work);
+		return -EINPROGRESS;
+	}
+
+	r = frmr_pools_reg(&d->pools, (void *)(uintptr_t)start, end - start, allocation_access(a),
+			   false, &pmr);
+	if (r < 0) {
+		mr_cache_uncharge(c, start, end);
+		snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s", start,
+			 end, provider_strerror(d->provider, r));
+		return r;
+	}
+	if (!adopt(c, a, pmr, start, end)) {
+		(void)frmr_pools_dereg(&d->pools, pmr);
+		mr_cache_uncharge(c, start, end);
+		return -ENOMEM;
+	}
+	*ret = (struct mr_entry){ start, end, pmr->lkey, pmr->rkey };
+	return 0;
+}
+
+struct dropped {
+	uint64_t start, end;
+};
+
+static void dropped_gone(struct domain *d, void *arg, int result)
+{
+	struct dropped *g = arg;
+
+	mr_cache_uncharge(&d->cache, g->start, g->end);
+	free(g);
+}
+
+/* A registration nobody takes over [start, end): deregistered where it cannot stall the
+ * loop, and uncharged once the device has let go of it. */
+static void drop(struct mr_cache *c, struct provider_mr *pmr, uint64_t start, uint64_t end)
+{
+	struct domain *d = c->domain;
+	struct dropped *g;
+
+	if (domain_dereg_waits(d, end - start) && (g = malloc(sizeof(*g)))) {
+		*g = (struct dropped){ start, end };
+		if (domain_dereg_on_worker(d, pmr, dropped_gone, g) == 0)
+			return;
+		free(g);
+	}
+	(void)frmr_pools_dereg(&d->pools, pmr);
+	mr_cache_uncharge(c, start, end);
+}
+
+/* A lookup that waited, run again now that what it waited for is settled: answered now, or
+ * through waiter once more later. */
+static void retry(struct mr_cache *c, uint64_t addr, struct mr_waiter *waiter)
+{
+	struct allocation *a = domain_allocation_containing(c->domain, addr);
+	struct mr_entry e;
+	char why[160] = "";
+	int r;
+
+	if (cached(c, addr, &e))
+		r = 0;
+	else if (!a) {
+		snprintf(why, sizeof(why), "0x%" PRIx64 " was freed while it was being registered",
+			 addr);
+		r = -ENOENT;
+	} else
+		r = miss(c, a, addr, &e, why, sizeof(why), waiter);
+	if (r != -EINPROGRESS)
+		waiter->resume(waiter, r, r < 0 ? NULL : &e, why);
+}
+
+static void reg_job_done(struct work *w)
+{
+	struct reg_job *j = (struct reg_job *)w;
+	struct domain *d = j->domain;
+	struct mr_cache *c = &d->cache;
+	struct allocation *a = domain_allocation_containing(d, j->addr);
+	struct mr_entry e;
+	char why[160] = "";
+	int r = j->result;
+
+	c->pending_bytes -= j->end - j->start;
+	LIST_REMOVE(j, link);
+	if (r < 0) {
+		mr_cache_uncharge(c, j->start, j->end);
+		snprintf(why, sizeof(why), "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s",
+			 j->start, j->end, provider_strerror(d->provider, r));
+	} else if (!a || a->serial != j->allocation_serial) {
+		/* Freed while the worker pinned it: the registration covers nobody's memory. */
+		drop(c, j->pmr, j->start, j->end);
+		snprintf(why, sizeof(why), "0x%" PRIx64 " was freed while it was being registered",
+			 j->addr);
+		r = -ENOENT;
+	} else if (covered(a, j->start, j->end)) {
+		/* An MR made meanwhile (another lookup's, a pool's) has pages of the run: the first
+		 * creator wins, this one goes, and the lookup runs again — for the winner's keys, or
+		 * for what is still uncovered — so that no page is pinned and counted twice. */
+		drop(c, j->pmr, j->start, j->end);
+		retry(c, j->addr, j->waiter);
+		goto out;
+	} else if (!adopt(c, a, j->pmr, j->start, j->end)) {
+		drop(c, j->pmr, j->start, j->end);
+		r = -ENOMEM;
+	} else
+		e = (struct mr_entry){ j->start, j->end, j->pmr->lkey, j->pmr->rkey };
+	j->waiter->resume(j->waiter, r, r < 0 ? NULL : &e, why);
+out:
+	/* Lookups inside the run get its keys now, or register what is left. */
+	mr_cache_resume_waits(c, j->lookups);
+	free(j);
+	domain_unref(d);
+}
+
+void mr_cache_resume_waits(struct mr_cache *c, struct mr_wait *waits)
+{
+	while (waits) {
+		struct mr_wait *w = waits;
+
+		waits = w->next;
+		retry(c, w->addr, w->waiter);
+		free(w);
+	}
+}
+
+int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
+		    size_t why_size, struct mr_waiter *waiter)
+{
+	struct domain *d = c->domain;
+	struct allocation *a;
+
+	c->lookups++;
+	if (cached(c, addr, ret))
+		return 0;
+
+	c->misses++;
+	a = domain_allocation_containing(d, addr);
+	if (!a) {
+		snprintf(why, why_size, "0x%" PRIx64 " is not in memory allocated in domain %s",
+			 addr, d->name);
+		return -ENOENT;
+	}
+	if (a->odp)
+		return odp_fault(d, a, addr, ret, why, why_size);
+	return miss(c, a, addr, ret, why, why_size, waiter);
+}
+
+void mr_cache_flush(struct mr_cache *c)
+{
+	rebuild(c);
+}
+
+uint64_t mr_cache_retire(struct mr_cache *c, struct allocation *a)
+{
+	struct cached_mr *mr;
+	uint64_t bytes = 0;
+
+	LIST_FOREACH(mr, &a->mrs, alloc_link) {
+		if (!c->table.overflow)
+			(void)mr_table_remove(&c->table, mr->start);
+		LIST_REMOVE(mr, link);
+		c->n_mrs--;
+		bytes += mr->end - mr->start;
+	}
+	if (bytes && c->table.overflow)
+		rebuild(c);
+	return bytes;
+}
+
+void mr_cache_deregister(const struct mr_cache *c, struct allocation *a)
+{
+	struct cached_mr *mr;
+
+	LIST_FOREACH(mr, &a->mrs, alloc_link) {
+		int r = frmr_pools_dereg(&c->domain->pools, mr->pmr);
+
+		if (r < 0)
+			log_warning_errno(r, "domain %s: cannot deregister [0x%" PRIx64 ", 0x%" PRIx64
+					  "): %m", c->domain->name, mr->start, mr->end);
+		mr->pmr = NULL;
+	}
+}
+
+void mr_cache_release(struct mr_cache *c, struct allocation *a)
+{
+	struct cached_mr *mr;
+
+	while ((mr = LIST_FIRST(&a->mrs))) {
+		LIST_REMOVE(mr, alloc_link);
+		mr_cache_uncharge(c, mr->start, mr->end);
+		c->deregistrations++;
+		free(mr);
+	}
+}

@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: MIT */
+/* A domain's global MR cache (DPDK's algorithm, in the daemon): a list of MRs and a sorted
+ * table that maps an address to its keys. A miss registers by policy — contig: the whole run
+ * of the allocation around the address, minus what other MRs cover; page: the page alone —
+ * through the provider ops. An MR never spans two allocations, so freeing an allocation
+ * retires exactly its MRs: out of the table first, deregistered after — on a worker when
+ * they are big. Mempool MRs count as covered: a lookup inside one gets it, and no MR of the
+ * cache overlaps one made before it, nor a run a worker is registering (a lookup inside one
+ * waits for it). Pinned bytes are the union of what is registered: a page counts once however
+ * many MRs (the cache's, the pools') cover it, from when mrd starts registering it until the
+ * device lets go of its last MR over it. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "base/config.h"
+#include "mr-table.h"
+#include "provider/pin-map.h"
+
+struct allocation;
+struct domain;
+struct provider_mr;
+
+
+/* Access of every MR the cache makes: whatever a peer may do to a client's buffers. */
+#define MR_CACHE_ACCESS \
+	(MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ | \
+	 MRD_ACCESS_REMOTE_ATOMIC)
+
+struct cached_mr {
+	LIST_ENTRY(cached_mr) link;       /* the cache's */
+	LIST_ENTRY(cached_mr) alloc_link; /* its allocation's */
+	struct allocation *allocation;
+	uint64_t start, end;
+	struct provider_mr *pmr;
+};
+
+/* A lookup waiting for a registration a worker thread makes. */
+struct mr_waiter {
+	/* On the loop, once: result 0 with entry, or -errno with why. */
+	void (*resume)(struct mr_waiter *w, int result, const struct mr_entry *entry,
+		       const char *why);
+};
+
+/* A lookup waiting for a mempool MR that a worker is making (struct pool_mr's lookups). */
+struct mr_wait {
+	struct mr_wait *next;
+	struct mr_waiter *waiter;
+	uint64_t addr;
+};
+
+struct reg_job;
+
+struct mr_cache {
+	struct domain *domain;
+	enum mr_policy policy;
+	uint64_t pending_bytes; /* registrations under way on workers */
+	LIST_HEAD(, reg_job) reg_jobs; /* those registrations */
+	unsigned jobs;          /* other work of the domain under way on workers (deregistrations,
+				 * mempool registrations) */
+	struct pin_map charges; /* how many of its MRs, pool MRs and registrations under way
+				 * cover each page (counts only: the provider pins); its
+				 * pinned_bytes, the pages they cover each once, is the quota's
+				 * measure, read on the loop without asking a provider a worker
+				 * may hold */
+	LIST_HEAD(, cached_mr) mrs;
+	unsigned n_mrs;
+	struct mr_table table;
+	uint64_t lookups, misses, registrations, deregistrations;
+};
+
+int mr_cache_init(struct mr_cache *c, struct domain *d, enum mr_policy policy);
+/* Deregisters every MR. */
+void mr_cache_done(struct mr_cache *c);
+
+/* The keys for addr, registering on a miss — unless a mempool MR holds addr: then that MR's
+ * (one a worker is still making is waited for, as is a run of the cache's a worker is
+ * registering around addr). -ENOENT (why says so) when addr is not in a
+ * live allocation of the domain; -EDQUOT when registering would pass quota.pinned_bytes.
+ * With a waiter, a registration of [cache] async_bytes or more — or any, while a registration
+ * or deregistration of the domain's is under way, since it would wait for the provider — runs
+ * on a worker thread:
+ * -EINPROGRESS, and waiter->resume says how it went, later, on the loop. Without a waiter,
+ * an address inside a mempool MR or run being made is -EAGAIN. */
+int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
+		    size_t why_size, struct mr_waiter *waiter);
+
+/* Counts [start, end) as pinned by one more registration (pages already counted stay counted
+ * once); -ENOMEM. Uncharging a range charged so needs no memory. */
+int mr_cache_charge(struct mr_cache *c, uint64_t start, uint64_t end);
+void mr_cache_uncharge(struct mr_cache *c, uint64_t start, uint64_t end);
+/* The bytes of [start, end) that charging would add: the pages no registration covers. */
+uint64_t mr_cache_uncharged(const struct mr_cache *c, uint64_t start, uint64_t end);
+
+/* On the loop, once the MR they waited for (a pool's, or a run a worker registered) is made,
+ * or has failed and gone: each lookup
+ * runs again (answered now, or later again through its waiter). Frees the list. */
+void mr_cache_resume_waits(struct mr_cache *c, struct mr_wait *waits);
+
+/* Freeing an allocation takes three steps. Retire, on the loop: its MRs leave the table, so
+ * no key for its memory is handed out from here on; returns the bytes they cover, which stay
+ * counted as pinned. Deregister, on the loop or on a worker (it touches only those MRs and the
+ * provider, which locks itself): the device lets go of the pages. Release, on the loop: the
+ * MRs are counted gone and freed. */
+uint64_t mr_cache_retire(struct mr_cache *c, struct allocation *a);
+/* Rebuilds the table from the MR list (clearing an overflow when it fits); on-demand children
+ * come back at their next miss. */
+void mr_cache_flush(struct mr_cache *c);
+/* Whether the provider may be busy with a worker's job: a new op on the loop would wait. */
+static inline bool mr_cache_busy(const struct mr_cache *c)
+{
+	return c->pending_bytes > 0 || c->jobs > 0;
+}
+void mr_cache_deregister(const struct mr_cache *c, struct allocation *a);
+void mr_cache_release(struct mr_cache *c, struct allocation *a);

@@ -1,0 +1,577 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memory/arena.h"
+#include "control/client.h"
+#include "core/domain.h"
+#include "log.h"
+#include "control/manager.h"
+#include "registration/odp.h"
+#include "provider/provider.h"
+#include "base/worker-pool.h"
+
+#define ODP_LEAF 512 /* chunk slots per leaf of the index */
+
+static size_t chunk_of(const struct odp *o, uint64_t addr)
+{
+	return (size_t)((addr - o->base) >> o->chunk_shift);
+}
+
+/* Its chunk's slot; the leaf exists (ensure_leaf() ran on the loop first). */
+static struct odp_child **slot_of(const struct odp *o, uint64_t addr)
+{
+	size_t chunk = chunk_of(o, addr);
+
+	return &o->leaves[chunk / ODP_LEAF][chunk % ODP_LEAF];
+}
+
+/* On the loop, before any worker may look in the slot. */
+static int ensure_leaf(struct odp *o, uint64_t addr)
+{
+	size_t leaf = chunk_of(o, addr) / ODP_LEAF;
+
+	if (!o->leaves[leaf]) {
+		o->leaves[leaf] = calloc(ODP_LEAF, sizeof(*o->leaves[leaf]));
+		if (!o->leaves[leaf])
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* The piece of a in addr's chunk. */
+static void piece_of(const struct odp *o, const struct allocation *a, uint64_t addr,
+		     uint64_t *ret_start, uint64_t *ret_end)
+{
+	uint64_t chunk = o->base + ((uint64_t)chunk_of(o, addr) << o->chunk_shift);
+	uint64_t start = allocation_address(a), end = start + a->length;
+
+	*ret_start = chunk > start ? chunk : start;
+	*ret_end = chunk + ((uint64_t)1 << o->chunk_shift) < end ?
+			   chunk + ((uint64_t)1 << o->chunk_shift) :
+			   end;
+}
+
+static struct odp_child *find(struct odp_child *head, uint64_t start, uint64_t serial)
+{
+	for (struct odp_child *c = head; c; c = __atomic_load_n(&c->next, __ATOMIC_ACQUIRE))
+		if (c->start == start && c->allocation_serial == serial)
+			return c;
+	return NULL;
+}
+
+/* An on-demand MR over [start, end): on the loop or on a worker. */
+static struct odp_child *child_new(struct domain *d, struct allocation *a, uint64_t start,
+				   uint64_t end, uint64_t serial, unsigned access, int *ret_error)
+{
+	struct odp_child *c = calloc(1, sizeof(*c));
+	int r;
+
+	if (!c) {
+		*ret_error = -ENOMEM;
+		return NULL;
+	}
+	r = frmr_pools_reg(&d->pools, (void *)(uintptr_t)start, end - start,
+			   access | MRD_ACCESS_ON_DEMAND, false, &c->pmr);
+	if (r < 0) {
+		free(c);
+		*ret_error = r;
+		return NULL;
+	}
+	c->start = start;
+	c->end = end;
+	c->allocation = a; /* only stored here: a worker never reads the allocation */
+	c->allocation_serial = serial;
+	return c;
+}
+
+/* A child no walker can reach: one that lost the race to be installed, or at teardown. */
+static void child_free(struct domain *d, struct odp_child *c)
+{
+	if (c->pmr)
+		(void)frmr_pools_dereg(&d->pools, c->pmr);
+	free(c);
+}
+
+/* Installs c in its slot with a compare-and-exchange, unless a child of the same piece is
+ * there already: returns the one that stays (the caller frees c when it is not c). */
+static struct odp_child *install(struct odp_child **slot, struct odp_child *c)
+{
+	struct odp_child *head = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+
+	for (;;) {
+		struct odp_child *have = find(head, c->start, c->allocation_serial);
+
+		if (have)
+			return have;
+		__atomic_store_n(&c->next, head, __ATOMIC_RELAXED);
+		if (__atomic_compare_exchange_n(slot, &head, c, false, __ATOMIC_RELEASE,
+						__ATOMIC_ACQUIRE))
+			return c;
+	}
+}
+
+/* Out of its slot. Only the loop unlinks; workers only push at the head, so c is either the
+ * head or behind a node whose next only the loop writes. */
+static void unlink_child(struct odp_child **slot, struct odp_child *c)
+{
+	struct odp_child *head = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+	struct odp_child *next = __atomic_load_n(&c->next, __ATOMIC_ACQUIRE);
+
+	if (head == c &&
+	    __atomic_compare_exchange_n(slot, &head, next, false, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE))
+		return;
+	for (struct odp_child *p = head; p; p = __atomic_load_n(&p->next, __ATOMIC_ACQUIRE))
+		if (__atomic_load_n(&p->next, __ATOMIC_ACQUIRE) == c) {
+			__atomic_store_n(&p->next, next, __ATOMIC_RELEASE);
+			return;
+		}
+}
+
+static struct mr_entry entry_of(const struct odp_child *c)
+{
+	return (struct mr_entry){ c->start, c->end, c->pmr->lkey, c->pmr->rkey };
+}
+
+/* Into its allocation's list (the caller enters it in the table). */
+static void link_child(struct domain *d, struct odp_child *c)
+{
+	c->linked = true;
+	LIST_INSERT_HEAD(&c->allocation->odp_children, c, link);
+	d->odp.children++;
+}
+
+/* One chunk's part of a prefetch. */
+struct odp_piece {
+	uint64_t start, end;     /* the child's range */
+	uint64_t addr, length;   /* the advice's */
+	struct odp_child *child; /* its allocation's: the job's count keeps it */
+	bool created;            /* this job installed it */
+};
+
+struct prefetch_job {
+	struct work work;
+	struct domain *domain; /* held while the job lives */
+	struct client *owner;  /* NULL once it left */
+	LIST_ENTRY(prefetch_job) owner_link;
+	TAILQ_ENTRY(prefetch_job) queue; /* the domain's running (submission order) or waiting */
+	uint64_t epoch;        /* the domain's when submitted */
+	bool waiting;          /* a flush waiting for room, not submitted yet */
+	struct mr_waiter *waiter;
+	struct allocation *allocation; /* counts the job: it stays until the job is done */
+	enum odp_advice advice;
+	uint64_t serial;
+	unsigned access;
+	int result;
+	uint64_t pages, created;
+	size_t n;
+	struct odp_piece pieces[];
+};
+
+/* Out of the index: a zombie, on its retired allocation's list still. Its MR goes once no
+ * work on the allocation remains (kill_zombies), its memory once no walker can hold it (reap).
+ * Every prefetch submitted from now on is stamped later than it left. */
+static void make_zombie(struct domain *d, struct odp_child *c)
+{
+	unlink_child(slot_of(&d->odp, c->start), c);
+	c->zombie = true;
+	c->gone = d->odp.epoch++;
+	TAILQ_INSERT_TAIL(&d->odp.zombies, c, grace);
+}
+
+static void maybe_finish(struct domain *d, struct allocation *a);
+static void reap(struct domain *d);
+
+static void zombie_dead(struct domain *d, struct odp_child *c)
+{
+	c->pmr = NULL;
+	c->allocation = NULL;
+	d->odp.stats.children_destroyed++;
+}
+
+/* A zombie's MR gone on a worker: it counted as work on its allocation until now. */
+static void zombie_gone(struct domain *d, void *arg, int result)
+{
+	struct odp_child *c = arg;
+	struct allocation *a = c->allocation;
+
+	zombie_dead(d, c);
+	a->odp_jobs--;
+	maybe_finish(d, a);
+	reap(d);
+}
+
+/* a is retired and no work on it remains: its zombies' MRs go (their keys die), so its pages
+ * may go back. Walkers of other allocations only read a zombie's range and links. While a
+ * soft Dma may copy through them (domain_busy) workers deregister them, each counted as work
+ * on a (so a's Free waits), and the loop goes on. */
+static void kill_zombies(struct domain *d, struct allocation *a)
+{
+	struct odp_child *c;
+
+	if (!a->retired || a->odp_jobs > 0)
+		return;
+	while ((c = LIST_FIRST(&a->odp_children))) {
+		LIST_REMOVE(c, link);
+		if (domain_dereg_waits(d, 0) &&
+		    domain_dereg_on_worker(d, c->pmr, zombie_gone, c) == 0) {
+			a->odp_jobs++;
+			continue;
+		}
+		(void)frmr_pools_dereg(&d->pools, c->pmr);
+		zombie_dead(d, c);
+	}
+}
+
+/* A freed allocation whose Free waited: done once no work and no MR of it remains. */
+static void maybe_finish(struct domain *d, struct allocation *a)
+{
+	if (a->free_waits && a->odp_jobs == 0 && LIST_EMPTY(&a->odp_children))
+		domain_finish_free(d, a);
+}
+
+/* Zombies whose MRs went are freed once every prefetch submitted before they left the index
+ * is done: the oldest one still running bounds them (later ones never saw them), so prefetches
+ * that keep coming delay no zombie past the work that was there when it left. */
+static void reap(struct domain *d)
+{
+	const struct prefetch_job *oldest = TAILQ_FIRST(&d->odp.running);
+	uint64_t bound = oldest ? oldest->epoch : UINT64_MAX;
+	struct odp_child *c, *next;
+
+	for (c = TAILQ_FIRST(&d->odp.zombies); c && c->gone < bound; c = next) {
+		next = TAILQ_NEXT(c, grace);
+		if (c->pmr)
+			continue; /* work on its allocation remains */
+		TAILQ_REMOVE(&d->odp.zombies, c, grace);
+		free(c);
+	}
+}
+
+int odp_init(struct domain *d)
+{
+	const struct manager *m = d->manager;
+	struct odp *o = &d->odp;
+	uint64_t chunks;
+
+	*o = (struct odp){ .base = (uintptr_t)m->window.base };
+	/* A child must fit the device: chunks no larger than its largest MR. */
+	while (((uint64_t)1 << o->chunk_shift) < m->config.odp_chunk &&
+	       ((uint64_t)2 << o->chunk_shift) <= d->provider->caps.max_mr_size)
+		o->chunk_shift++;
+	chunks = (m->window.size + ((uint64_t)1 << o->chunk_shift) - 1) >> o->chunk_shift;
+	o->n_leaves = (size_t)((chunks + ODP_LEAF - 1) / ODP_LEAF);
+	TAILQ_INIT(&o->zombies);
+	TAILQ_INIT(&o->running);
+	TAILQ_INIT(&o->waiting);
+	o->leaves = calloc(o->n_leaves ? o->n_leaves : 1, sizeof(*o->leaves));
+	return o->leaves ? 0 : -ENOMEM;
+}
+
+void odp_done(struct domain *d)
+{
+	struct odp *o = &d->odp;
+	struct odp_child *c;
+
+	/* Jobs hold the domain and allocations went: no work, no MR of a zombie is left. */
+	while ((c = TAILQ_FIRST(&o->zombies))) {
+		TAILQ_REMOVE(&o->zombies, c, grace);
+		child_free(d, c);
+	}
+	for (size_t i = 0; o->leaves && i < o->n_leaves; i++) {
+		if (!o->leaves[i])
+			continue;
+		for (size_t j = 0; j < ODP_LEAF; j++)
+			while ((c = o->leaves[i][j])) { /* none should be left: allocations went */
+				o->leaves[i][j] = c->next;
+				child_free(d, c);
+			}
+		free(o->leaves[i]);
+	}
+	free(o->leaves);
+	o->leaves = NULL;
+}
+
+int odp_fault(struct domain *d, struct allocation *a, uint64_t addr, struct mr_entry *ret,
+	      char *why, size_t why_size)
+{
+	struct odp *o = &d->odp;
+	struct odp_child **slot, *c, *got;
+	uint64_t start, end;
+	int r;
+
+	o->stats.faults++;
+	piece_of(o, a, addr, &start, &end);
+	r = ensure_leaf(o, addr);
+	if (r < 0)
+		return r;
+	slot = slot_of(o, addr);
+	c = find(__atomic_load_n(slot, __ATOMIC_ACQUIRE), start, a->serial);
+	if (!c) {
+		c = child_new(d, a, start, end, a->serial, allocation_access(a), &r);
+		if (!c) {
+			snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") on demand "
+				 "failed: %s", start, end, provider_strerror(d->provider, r));
+			return r;
+		}
+		got = install(slot, c);
+		if (got != c)
+			child_free(d, c); /* a worker's prefetch made it first */
+		else
+			o->stats.children_created++;
+		c = got;
+	}
+	*ret = entry_of(c);
+	if (!c->linked)
+		link_child(d, c);
+	/* A miss led here, so it is not in the table (again, after an overflow's rebuild). */
+	if (!d->cache.table.overflow)
+		(void)mr_table_insert(&d->cache.table, ret);
+	return 0;
+}
+
+static void prefetch_run(struct work *w)
+{
+	struct prefetch_job *j = (struct prefetch_job *)w;
+	struct domain *d = j->domain;
+	long page = d->provider->caps.page_size ? d->provider->caps.page_size : 4096;
+
+	for (size_t i = 0; i < j->n; i++) {
+		struct odp_piece *p = &j->pieces[i];
+		struct odp_child *c = p->child, *got;
+		int r = 0;
+
+		if (!c) {
+			c = child_new(d, j->allocation, p->start, p->end, j->serial, j->access, &r);
+			if (!c) {
+				j->result = r;
+				continue;
+			}
+			got = install(slot_of(&d->odp, p->start), c);
+			if (got != c)
+				child_free(d, c); /* the loop or another job made it first */
+			else {
+				p->created = true;
+				j->created++;
+			}
+			p->child = c = got;
+		}
+		if (j->advice == ODP_PREFETCH_NO_FAULT)
+			continue;
+		r = provider_advise(c->pmr,
+				    j->advice == ODP_PREFETCH_WRITE ? PROVIDER_ADVISE_PREFETCH_WRITE :
+								      PROVIDER_ADVISE_PREFETCH,
+				    p->addr, p->length);
+		if (r < 0)
+			j->result = r;
+		else
+			j->pages += (p->addr + p->length + page - 1) / page - p->addr / page;
+	}
+}
+
+static bool room_for(const struct odp *o, const struct client *owner)
+{
+	return owner->n_prefetches < ODP_PREFETCH_IN_FLIGHT && o->jobs < ODP_DOMAIN_JOBS_MAX;
+}
+
+/* To the workers, stamped and last in the domain's running work. */
+static void submit(struct domain *d, struct prefetch_job *j)
+{
+	struct odp *o = &d->odp;
+
+	j->waiting = false;
+	j->epoch = o->epoch;
+	TAILQ_INSERT_TAIL(&o->running, j, queue);
+	j->owner->n_prefetches++;
+	o->jobs++;
+	worker_pool_submit(d->manager->workers, &j->work);
+}
+
+/* The end of a job, done or never submitted: the counts, the answer, the allocation. */
+static void job_end(struct domain *d, struct prefetch_job *j)
+{
+	struct allocation *a = j->allocation;
+	char why[128] = "";
+
+	a->odp_jobs--;
+	if (j->owner)
+		LIST_REMOVE(j, owner_link);
+	if (j->waiter) {
+		if (j->result < 0)
+			snprintf(why, sizeof(why), "prefetch failed: %s", strerror(-j->result));
+		j->waiter->resume(j->waiter, j->result, NULL, why);
+	}
+	free(j);
+	kill_zombies(d, a);
+	maybe_finish(d, a);
+}
+
+/* Flushes that waited for room, in the order they came (not while the workers drain: a client
+ * that goes cancels its own). */
+static void start_waiting(struct domain *d)
+{
+	struct prefetch_job *j, *next;
+
+	if (__atomic_load_n(&d->manager->stopping, __ATOMIC_ACQUIRE))
+		return;
+	for (j = TAILQ_FIRST(&d->odp.waiting); j && d->odp.jobs < ODP_DOMAIN_JOBS_MAX; j = next) {
+		next = TAILQ_NEXT(j, queue);
+		if (!room_for(&d->odp, j->owner))
+			continue;
+		TAILQ_REMOVE(&d->odp.waiting, j, queue);
+		submit(d, j);
+	}
+}
+
+static void prefetch_done(struct work *w)
+{
+	struct prefetch_job *j = (struct prefetch_job *)w;
+	struct domain *d = j->domain;
+	struct allocation *a = j->allocation;
+	struct odp *o = &d->odp;
+	struct mr_entry *fresh = calloc(j->n, sizeof(*fresh));
+	size_t n_fresh = 0;
+
+	TAILQ_REMOVE(&o->running, j, queue);
+	o->jobs--;
+	if (j->owner)
+		j->owner->n_prefetches--;
+	o->stats.children_created += j->created;
+	o->stats.prefetch_pages += j->pages;
+	for (size_t i = 0; i < j->n; i++) {
+		struct odp_child *c = j->pieces[i].child;
+
+		/* Workers only make children; the loop links them (or a lookup did already). */
+		if (!c || !j->pieces[i].created || c->linked || c->zombie)
+			continue;
+		if (!a->retired) {
+			link_child(d, c);
+			if (fresh)
+				fresh[n_fresh++] = entry_of(c); /* into the table together */
+		} else { /* freed while it was made: nobody gets its key */
+			make_zombie(d, c);
+			LIST_INSERT_HEAD(&a->odp_children, c, link);
+		}
+	}
+	if (n_fresh && !d->cache.table.overflow)
+		(void)mr_table_insert_many(&d->cache.table, fresh, n_fresh);
+	free(fresh);
+	job_end(d, j);
+	start_waiting(d);
+	reap(d);
+	domain_unref(d);
+}
+
+int odp_prefetch(struct domain *d, struct client *owner, struct allocation *a, uint64_t addr,
+		 uint64_t length, enum odp_advice advice, struct mr_waiter *waiter, char *why,
+		 size_t why_size)
+{
+	struct odp *o = &d->odp;
+	struct prefetch_job *j;
+	size_t n;
+
+	if (!d->manager->workers)
+		return -ESHUTDOWN;
+	if (!room_for(o, owner) && !waiter) {
+		snprintf(why, why_size, "%u prefetches are queued already: wait for one, or prefetch "
+			 "with flush (it waits for room)",
+			 o->jobs >= ODP_DOMAIN_JOBS_MAX ? o->jobs : owner->n_prefetches);
+		return -EAGAIN;
+	}
+	n = chunk_of(o, addr + length - 1) - chunk_of(o, addr) + 1;
+	if (n > ODP_PREFETCH_CHUNKS_MAX) {
+		snprintf(why, why_size, "a prefetch spans at most %u chunks of %" PRIu64 " bytes",
+			 ODP_PREFETCH_CHUNKS_MAX, (uint64_t)1 << o->chunk_shift);
+		return -EINVAL;
+	}
+	j = calloc(1, sizeof(*j) + n * sizeof(j->pieces[0]));
+	if (!j)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		struct odp_piece *p = &j->pieces[i];
+		uint64_t at = i == 0 ? addr : o->base + ((uint64_t)(chunk_of(o, addr) + i)
+							 << o->chunk_shift);
+		int r = ensure_leaf(o, at);
+
+		if (r < 0) {
+			free(j);
+			return r;
+		}
+		piece_of(o, a, at, &p->start, &p->end);
+		p->addr = at;
+		p->length = (addr + length < p->end ? addr + length : p->end) - at;
+		/* Its allocation's children stay while the job counts on it. */
+		p->child = find(__atomic_load_n(slot_of(o, at), __ATOMIC_ACQUIRE), p->start,
+				a->serial);
+	}
+	j->work.run = prefetch_run;
+	j->work.done = prefetch_done;
+	j->domain = domain_ref(d);
+	j->owner = owner;
+	j->waiter = waiter;
+	j->allocation = a;
+	a->odp_jobs++;
+	j->advice = advice;
+	j->serial = a->serial;
+	j->access = allocation_access(a);
+	j->n = n;
+	LIST_INSERT_HEAD(&owner->prefetches, j, owner_link);
+	o->stats.prefetch_requests++;
+	if (room_for(o, owner))
+		submit(d, j);
+	else {
+		/* A flush waits for room: its client reads nothing more until it is answered, so
+		 * each client has at most one waiting. */
+		j->waiting = true;
+		TAILQ_INSERT_TAIL(&o->waiting, j, queue);
+	}
+	return waiter ? -EINPROGRESS : 0;
+}
+
+unsigned odp_retire(struct domain *d, struct allocation *a)
+{
+	struct odp *o = &d->odp;
+	struct odp_child *c;
+
+	/* Its children become its zombies, on the same list. */
+	LIST_FOREACH(c, &a->odp_children, link) {
+		c->linked = false;
+		o->children--;
+		if (!d->cache.table.overflow)
+			(void)mr_table_remove(&d->cache.table, c->start);
+		/* Zapped first, as an MMU notifier would: the device faults no page of it in. Not
+		 * while a Dma may copy through it (the zap would wait for the copy): its MR goes
+		 * on a worker, and its pages stay a's until then. */
+		if (!domain_busy(d)) {
+			(void)provider_invalidate(c->pmr, c->start, c->end - c->start);
+			o->stats.invalidations++;
+		}
+		make_zombie(d, c);
+	}
+	/* Work on a not yet done may still use its children, make more and fault its pages in:
+	 * the pages wait for it (prefetch_done() finishes the free). */
+	kill_zombies(d, a);
+	reap(d);
+	return a->odp_jobs + !LIST_EMPTY(&a->odp_children);
+}
+
+void odp_forget_client(struct client *c)
+{
+	struct domain *d = c->domain;
+	struct prefetch_job *j;
+
+	while ((j = LIST_FIRST(&c->prefetches))) {
+		LIST_REMOVE(j, owner_link);
+		j->owner = NULL;
+		if (!j->waiting)
+			continue;
+		/* Never submitted: it ends here, answering nobody. */
+		TAILQ_REMOVE(&d->odp.waiting, j, queue);
+		job_end(d, j);
+		domain_unref(d);
+	}
+	c->n_prefetches = 0;
+}
