@@ -11,6 +11,7 @@
 
 #include "control/bus.h"
 #include "control/client.h"
+#include "core/access.h"
 #include "core/domain.h"
 #include "registration/frmr-pool.h"
 #include "escape.h"
@@ -44,7 +45,7 @@ static int prop_string(sd_bus *bus, const char *path, const char *interface,
 }
 
 /* The domain whose figures the caller may read, as the socket's views judge it
- * (manager_is_admin): NULL for an admin (every domain), "" when the caller is unknown (none).
+ * (access_peer_view): NULL for an admin (every domain), "" when the caller is unknown (none).
  * Only what the bus vouches for counts: no AUGMENT, whose fields come from /proc as it is now,
  * not as it was when the caller connected. A bus that vouches for the uid alone (dbus-daemon)
  * leaves groups out: such a caller sees its uid's domain. */
@@ -66,9 +67,10 @@ static const char *caller_view(sd_bus *bus, const struct manager *m, char *buf, 
 	n = sd_bus_creds_get_supplementary_gids(creds, &groups);
 	if (n < 0)
 		n = 0, groups = NULL;
-	if (manager_is_admin(m, uid, gid, -1, groups, (size_t)n))
-		return NULL;
-	return domain_name_for_groups(m, uid, gid, groups, (size_t)n, buf, size);
+	return access_peer_view(&m->config, &(struct access_peer){ .uid = uid, .gid = gid, .fd = -1,
+								   .groups = groups,
+								   .n_groups = (size_t)n },
+				buf, size);
 }
 
 /* The caller's figures: an admin's are the daemon's, anyone else's its own domain's, as Status
@@ -110,7 +112,7 @@ static int prop_generations(sd_bus *bus, const char *path, const char *interface
 	LIST_FOREACH(d, &m->domains, link) {
 		if (r < 0)
 			return r;
-		if (only && strcmp(only, d->name) != 0)
+		if (!access_view_shows(only, d->name))
 			continue;
 		r = sd_bus_message_append(reply, "{st}", d->name,
 					  __atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE));
@@ -224,7 +226,8 @@ static int method_flush(sd_bus_message *msg, void *userdata, sd_bus_error *error
 		if (r < 0)
 			return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
 						 "bad uid in '%s': decimal, below 4294967295", scope);
-		want = domain_name_for(m, (uid_t)uid, (gid_t)-1, -1, name, sizeof(name));
+		want = access_domain_name(&m->config, &ACCESS_PEER_UID((uid_t)uid), name,
+					  sizeof(name));
 	} else if (*scope)
 		want = scope;
 	r = domains_flush(m, want, pools, gc, &counts);

@@ -1,14 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 #pragma once
 
-#include <string.h>
-
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/queue.h>
 #include <sys/types.h>
 
+#include "core/access.h"
 #include "macro.h"
 #include "wire.h"
 
@@ -77,17 +76,10 @@ struct client {
 #define CLIENT_FDS_IN_FLIGHT 16
 
 /* Takes fd on success. */
-/* What the read-only admin views show this client: NULL, everything (root or the admin
- * group); else the name of its own domain, and nothing of any other. */
+/* What the read-only views show this client (access_view). */
 static inline const char *client_view(const struct client *c)
 {
-	return c->admin ? NULL : c->domain_name;
-}
-
-/* Whether view (client_view's) shows the domain named name. */
-static inline bool view_shows(const char *view, const char *name)
-{
-	return !view || strcmp(view, name) == 0;
+	return access_view(c->admin, c->domain_name);
 }
 
 int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool admin,

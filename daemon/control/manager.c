@@ -16,6 +16,7 @@
 
 #include "control/client.h"
 #include "control/dispatch.h"
+#include "core/access.h"
 #include "core/domain.h"
 #include "base/fd-closer.h"
 #include "control/handover.h"
@@ -56,23 +57,6 @@ static bool streq_ptr(const char *a, const char *b)
 	return a == b || (a && b && strcmp(a, b) == 0);
 }
 
-bool manager_is_admin(const struct manager *m, uid_t uid, gid_t gid, int fd, const gid_t *groups,
-		      size_t n_groups)
-{
-	if (uid == 0)
-		return true;
-	if (!m->config.admin_group)
-		return false;
-	if (gid == m->config.admin_gid)
-		return true;
-	if (fd >= 0)
-		return peer_in_group(fd, m->config.admin_gid);
-	for (size_t i = 0; i < n_groups; i++)
-		if (groups[i] == m->config.admin_gid)
-			return true;
-	return false;
-}
-
 void manager_view_totals(const struct manager *m, const char *view, struct view_totals *ret)
 {
 	const struct client *c;
@@ -80,9 +64,9 @@ void manager_view_totals(const struct manager *m, const char *view, struct view_
 
 	memset(ret, 0, sizeof(*ret));
 	LIST_FOREACH(c, &m->clients, link)
-		ret->clients += view_shows(view, c->domain_name);
+		ret->clients += access_view_shows(view, c->domain_name);
 	LIST_FOREACH(d, &m->domains, link) {
-		if (!view_shows(view, d->name))
+		if (!access_view_shows(view, d->name))
 			continue;
 		ret->domains++;
 		ret->allocated_bytes += d->allocated_bytes;
@@ -121,7 +105,8 @@ void manager_reconfigure(struct manager *m, struct config *new, char *changed, s
 	log_set_level(old->log_level);
 	/* admin_group may have changed: the clients connected now are judged by the new one. */
 	LIST_FOREACH(c, &m->clients, link)
-		c->admin = manager_is_admin(m, c->uid, c->gid, c->fd, NULL, 0);
+		c->admin = access_is_admin(&m->config, &(struct access_peer){
+			.uid = c->uid, .gid = c->gid, .fd = c->fd });
 }
 
 #undef KEEP
@@ -324,29 +309,6 @@ uint64_t manager_uptime_usec(const struct manager *m)
 	return now_usec(CLOCK_MONOTONIC) - m->start_usec;
 }
 
-bool peer_in_group(int fd, gid_t gid)
-{
-	_cleanup_free_ gid_t *groups = NULL;
-	socklen_t len = 64 * sizeof(gid_t);
-
-	/* The kernel reports the size it needs with ERANGE; a peer has at most NGROUPS_MAX. */
-	for (;;) {
-		gid_t *g = realloc(groups, len);
-
-		if (!g)
-			return false;
-		groups = g;
-		if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
-			break;
-		if (errno != ERANGE)
-			return false;
-	}
-	for (size_t i = 0; i < len / sizeof(gid_t); i++)
-		if (groups[i] == gid)
-			return true;
-	return false;
-}
-
 /* Sends the one reply a refused connection gets, so its Hello fails with a reason. */
 static void send_refusal(int fd, int error, const char *message)
 {
@@ -370,6 +332,7 @@ void manager_user_share_put(struct manager *m, struct user_share *u)
 int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_t owner,
 		       struct client **ret)
 {
+	struct access_peer peer = { .uid = cred->uid, .gid = cred->gid, .fd = fd };
 	struct user_share *u;
 	char domain[64];
 	bool admin;
@@ -395,9 +358,10 @@ int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_
 	}
 	u->clients++;
 
-	admin = manager_is_admin(m, cred->uid, cred->gid, fd, NULL, 0);
+	admin = access_is_admin(&m->config, &peer);
 	/* The owner's domain: its namespaces' identities are its own (README, design notes). */
-	domain_name_for(m, owner, cred->gid, fd, domain, sizeof(domain));
+	peer.uid = owner;
+	access_domain_name(&m->config, &peer, domain, sizeof(domain));
 	r = client_new(m, fd, cred->pid, cred->uid, cred->gid, admin, domain, ret);
 	if (r < 0) {
 		manager_user_share_put(m, u);

@@ -132,18 +132,9 @@ void manager_user_share_put(struct manager *m, struct user_share *u);
 
 uint64_t manager_uptime_usec(const struct manager *m);
 
-/* The one rule of who sees every domain and may change settings, on the socket and on the bus:
- * root, or admin_group as primary or supplementary group (the socket peer's on fd when
- * fd >= 0, else groups). Anyone else sees its own domain alone (client_view). */
-bool manager_is_admin(const struct manager *m, uid_t uid, gid_t gid, int fd, const gid_t *groups,
-		      size_t n_groups);
-
-/* The daemon's figures as far as view (client_view's: NULL for everything) shows them. */
+/* The daemon's figures as far as view (access_view's: NULL for everything) shows them. */
 struct view_totals {
 	uint32_t domains, clients;
 	uint64_t allocated_bytes, pinned_bytes;
 };
 void manager_view_totals(const struct manager *m, const char *view, struct view_totals *ret);
-
-/* Whether the peer on fd has gid among its supplementary groups (SO_PEERGROUPS). */
-bool peer_in_group(int fd, gid_t gid);

@@ -7,6 +7,7 @@
 
 #include "control/client.h"
 #include "control/dispatch.h"
+#include "core/access.h"
 #include "core/domain.h"
 #include "registration/frmr-pool.h"
 #include "macro.h"
@@ -41,7 +42,7 @@ int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_pa
 	struct domain *d;
 
 	LIST_FOREACH(d, &m->domains, link) {
-		if (!view_shows(client_view(c), d->name))
+		if (!access_view_shows(client_view(c), d->name))
 			continue;
 		n_domains++;
 		n_pools += frmr_pools_stats(&d->pools, NULL, 0);
@@ -64,7 +65,7 @@ int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_pa
 	LIST_FOREACH(d, &m->domains, link) {
 		size_t got;
 
-		if (!view_shows(client_view(c), d->name))
+		if (!access_view_shows(client_view(c), d->name))
 			continue;
 		got = frmr_pools_stats(&d->pools, stats + j, n_pools - j);
 		struct frmr_pools_config config;
@@ -168,7 +169,8 @@ int request_flush(struct client *c, const Mrd__Request *req, struct wire_packet 
 	if (*q->domain)
 		want = q->domain;
 	else if (q->by_uid) /* the domain the uid's clients join, by uid alone */
-		want = domain_name_for(m, (uid_t)q->uid, (gid_t)-1, -1, name, sizeof(name));
+		want = access_domain_name(&m->config, &ACCESS_PEER_UID((uid_t)q->uid), name,
+					  sizeof(name));
 	k = domains_flush(m, want, q->pools, q->gc, &counts);
 	if (k == -ENOENT) {
 		reply_set_message(r, "no domain %s is open", want);

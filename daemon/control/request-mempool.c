@@ -233,7 +233,7 @@ int request_mempools(struct client *c, const Mrd__Request *req, struct wire_pack
 	/* First the page's extent, then the page. */
 	LIST_FOREACH(d, &m->domains, link)
 		LIST_FOREACH(reg, &d->pool_regs, link) {
-			if (!view_shows(view, d->name))
+			if (!access_view_shows(view, d->name))
 				continue;
 			if (total++ < first || full)
 				continue;
@@ -260,7 +260,7 @@ int request_mempools(struct client *c, const Mrd__Request *req, struct wire_pack
 	total = 0;
 	LIST_FOREACH(d, &m->domains, link)
 		LIST_FOREACH(reg, &d->pool_regs, link) {
-			if (!view_shows(view, d->name))
+			if (!access_view_shows(view, d->name))
 				continue;
 			if (total++ < first || i == n_pools)
 				continue;

@@ -113,7 +113,7 @@ int request_clients(struct client *c, const Mrd__Request *req, struct wire_packe
 	mrd__clients_response__init(body);
 	i = 0;
 	LIST_FOREACH(d, &m->domains, link) {
-		if (!view_shows(view, d->name))
+		if (!access_view_shows(view, d->name))
 			continue;
 		if (bytes > budget) {
 			body->domains_omitted++;
@@ -133,7 +133,7 @@ int request_clients(struct client *c, const Mrd__Request *req, struct wire_packe
 
 	i = 0;
 	LIST_FOREACH(it, &m->clients, link) {
-		if (!view_shows(view, it->domain_name))
+		if (!access_view_shows(view, it->domain_name))
 			continue;
 		if (bytes > budget) {
 			body->clients_omitted++;
@@ -242,7 +242,7 @@ int request_domain_dump(struct client *c, const Mrd__Request *req, struct wire_p
 	LIST_FOREACH(d, &c->manager->domains, link)
 		if (strcmp(d->name, q->domain) == 0)
 			break;
-	if (!d || !view_shows(client_view(c), d->name)) {
+	if (!d || !access_view_shows(client_view(c), d->name)) {
 		/* The same words either way: a refusal must not tell that the domain exists. */
 		reply_set_message(r, "no domain %s is open, or it is not yours", q->domain);
 		return -ENOENT;

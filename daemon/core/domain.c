@@ -38,47 +38,6 @@ uint64_t allocation_address(const struct allocation *a)
 	return (uint64_t)(uintptr_t)a->arena->base + a->offset;
 }
 
-static bool in_list(const void *ids, size_t n, unsigned id, size_t width)
-{
-	for (size_t i = 0; i < n; i++) {
-		unsigned v = width == sizeof(uid_t) ? ((const uid_t *)ids)[i] : ((const gid_t *)ids)[i];
-		if (v == id)
-			return true;
-	}
-	return false;
-}
-
-/* Supplementary groups: the socket peer's (fd >= 0), else the list. */
-static const char *name_for(const struct manager *m, uid_t uid, gid_t gid, int fd,
-			    const gid_t *groups, size_t n_groups, char *buf, size_t size)
-{
-	for (size_t i = 0; i < m->config.n_groups; i++) {
-		const struct domain_group *g = &m->config.groups[i];
-
-		if (in_list(g->uids, g->n_uids, uid, sizeof(uid_t)) ||
-		    in_list(g->gids, g->n_gids, gid, sizeof(gid_t)))
-			return snprintf(buf, size, "%s", g->name), buf;
-		for (size_t j = 0; j < g->n_gids; j++)
-			if (fd >= 0 ? peer_in_group(fd, g->gids[j]) :
-				      in_list(groups, n_groups, g->gids[j], sizeof(gid_t)))
-				return snprintf(buf, size, "%s", g->name), buf;
-	}
-	snprintf(buf, size, "uid-%u", (unsigned)uid);
-	return buf;
-}
-
-const char *domain_name_for(const struct manager *m, uid_t uid, gid_t gid, int fd, char *buf,
-			    size_t size)
-{
-	return name_for(m, uid, gid, fd, NULL, 0, buf, size);
-}
-
-const char *domain_name_for_groups(const struct manager *m, uid_t uid, gid_t gid,
-				   const gid_t *groups, size_t n_groups, char *buf, size_t size)
-{
-	return name_for(m, uid, gid, -1, groups, n_groups, buf, size);
-}
-
 static struct domain *domain_free(struct domain *d)
 {
 	int r;

@@ -96,13 +96,6 @@ struct domain {
 	struct mrd_status_page *status;
 };
 
-/* The domain a peer with these credentials belongs to (its name), in buf. */
-const char *domain_name_for(const struct manager *m, uid_t uid, gid_t gid, int fd, char *buf,
-			    size_t size);
-/* The same for an identity known by its supplementary groups (a D-Bus caller's). */
-const char *domain_name_for_groups(const struct manager *m, uid_t uid, gid_t gid,
-				   const gid_t *groups, size_t n_groups, char *buf, size_t size);
-
 /* The domain named name, opened on first use; the caller holds a reference. Fails with
  * -EDQUOT when it already serves quota.clients clients. */
 int domain_acquire(struct manager *m, const char *name, struct domain **ret);

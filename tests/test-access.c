@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: MIT */
+/* The access rules (core/access.c) over a configuration built here: who is an admin, what the
+ * views show whom, which domain an identity joins. No manager, no daemon socket. */
+#include <check.h>
+#include <errno.h>
+#include <grp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/config.h"
+#include "core/access.h"
+#include "macro.h"
+#include "check-run.h"
+
+#define ADMIN_GID 4000
+#define TEAM_GID 2000
+#define LAB_GID 3000
+
+static struct config cfg;
+
+/* admin_group 4000; [domains] team = uid 1001 or gid 2000; lab = gid 3000 or uid 1005. */
+static void setup(void)
+{
+	config_init(&cfg);
+	ck_assert_int_eq(config_set(&cfg, "mrd", "admin_group", "4000"), 0);
+	ck_assert_int_eq(config_set(&cfg, "domains", "team", "uid:1001, gid:2000"), 0);
+	ck_assert_int_eq(config_set(&cfg, "domains", "lab", "gid:3000 uid:1005"), 0);
+	ck_assert_int_eq(config_finish(&cfg), 0);
+	ck_assert_uint_eq(cfg.admin_gid, ADMIN_GID);
+}
+
+static void teardown(void)
+{
+	config_done(&cfg);
+}
+
+static struct access_peer peer(uid_t uid, gid_t gid, const gid_t *groups, size_t n)
+{
+	return (struct access_peer){ .uid = uid, .gid = gid, .fd = -1, .groups = groups,
+				     .n_groups = n };
+}
+
+static const char *name_of(struct access_peer p)
+{
+	static char buf[64];
+
+	return access_domain_name(&cfg, &p, buf, sizeof(buf));
+}
+
+START_TEST(test_admin)
+{
+	const gid_t with_admin[] = { 10, ADMIN_GID, 20 }, without[] = { 10, 20 };
+	struct access_peer p;
+
+	p = peer(0, 0, NULL, 0); /* root, whatever its groups */
+	ck_assert(access_is_admin(&cfg, &p));
+	p = peer(1000, ADMIN_GID, NULL, 0); /* primary group */
+	ck_assert(access_is_admin(&cfg, &p));
+	p = peer(1000, 1000, with_admin, ELEMENTSOF(with_admin)); /* supplementary group */
+	ck_assert(access_is_admin(&cfg, &p));
+	p = peer(1000, 1000, without, ELEMENTSOF(without));
+	ck_assert(!access_is_admin(&cfg, &p));
+	p = peer(1000, (gid_t)-1, NULL, 0); /* a bus caller whose gid nobody vouches for */
+	ck_assert(!access_is_admin(&cfg, &p));
+	p = ACCESS_PEER_UID(1001);
+	ck_assert(!access_is_admin(&cfg, &p));
+}
+END_TEST
+
+/* Without admin_group only root administers, whatever gid equals the unset admin_gid. */
+START_TEST(test_admin_without_group)
+{
+	const gid_t groups[] = { 0 };
+	struct config plain;
+	struct access_peer p;
+
+	config_init(&plain);
+	ck_assert_int_eq(config_finish(&plain), 0);
+	p = peer(0, 0, NULL, 0);
+	ck_assert(access_is_admin(&plain, &p));
+	p = peer(1000, plain.admin_gid, groups, 1);
+	ck_assert(!access_is_admin(&plain, &p));
+	config_done(&plain);
+}
+END_TEST
+
+START_TEST(test_views)
+{
+	const gid_t with_admin[] = { ADMIN_GID }, team[] = { TEAM_GID };
+	struct access_peer p;
+	char buf[64];
+
+	ck_assert_ptr_null(access_view(true, "team"));
+	ck_assert_str_eq(access_view(false, "team"), "team");
+	/* NULL shows everything; a name shows that domain alone, not one it is a prefix of. */
+	ck_assert(access_view_shows(NULL, "team"));
+	ck_assert(access_view_shows(NULL, ""));
+	ck_assert(access_view_shows("team", "team"));
+	ck_assert(!access_view_shows("team", "lab"));
+	ck_assert(!access_view_shows("team", "team2"));
+	ck_assert(!access_view_shows("team2", "team"));
+	ck_assert(!access_view_shows("", "team"));
+
+	p = peer(1000, 1000, with_admin, 1);
+	ck_assert_ptr_null(access_peer_view(&cfg, &p, buf, sizeof(buf)));
+	p = peer(0, 0, NULL, 0);
+	ck_assert_ptr_null(access_peer_view(&cfg, &p, buf, sizeof(buf)));
+	p = peer(1000, 1000, team, 1);
+	ck_assert_str_eq(access_peer_view(&cfg, &p, buf, sizeof(buf)), "team");
+	p = peer(1000, 1000, NULL, 0);
+	ck_assert_str_eq(access_peer_view(&cfg, &p, buf, sizeof(buf)), "uid-1000");
+}
+END_TEST
+
+START_TEST(test_domain_names)
+{
+	const gid_t team[] = { 10, TEAM_GID }, lab[] = { LAB_GID }, both[] = { LAB_GID, TEAM_GID };
+	const gid_t none[] = { 10, 11 };
+
+	ck_assert_str_eq(name_of(peer(1001, 1001, NULL, 0)), "team");   /* by uid */
+	ck_assert_str_eq(name_of(peer(1002, TEAM_GID, NULL, 0)), "team"); /* by primary gid */
+	ck_assert_str_eq(name_of(peer(1002, 1002, team, 2)), "team");   /* by supplementary gid */
+	ck_assert_str_eq(name_of(peer(1002, 1002, lab, 1)), "lab");
+	ck_assert_str_eq(name_of(peer(1005, 1005, NULL, 0)), "lab");    /* uid after a gid */
+	ck_assert_str_eq(name_of(peer(1002, 1002, none, 2)), "uid-1002");
+	ck_assert_str_eq(name_of(peer(1002, 1002, NULL, 0)), "uid-1002");
+	/* The first group that lists any of the identity wins: team before lab. */
+	ck_assert_str_eq(name_of(peer(1005, 1005, team, 2)), "team");
+	ck_assert_str_eq(name_of(peer(1002, LAB_GID, team, 2)), "team");
+	ck_assert_str_eq(name_of(peer(1002, 1002, both, 2)), "team");
+	/* By uid alone (Flush by uid): groups do not count, the uid does. */
+	ck_assert_str_eq(name_of(ACCESS_PEER_UID(1001)), "team");
+	ck_assert_str_eq(name_of(ACCESS_PEER_UID(2000)), "uid-2000");
+	ck_assert_str_eq(name_of(ACCESS_PEER_UID(0)), "uid-0");
+	ck_assert_str_eq(name_of(ACCESS_PEER_UID((uid_t)-2)), "uid-4294967294");
+}
+END_TEST
+
+/* Group names are at most 63 bytes, so they fit a 64-byte name; a shorter buffer cuts. */
+START_TEST(test_names_too_long)
+{
+	char longest[64], too_long[65], buf[64], small[8];
+	struct access_peer p = peer(1009, 1009, NULL, 0);
+
+	memset(longest, 'a', 63);
+	longest[63] = '\0';
+	memset(too_long, 'b', 64);
+	too_long[64] = '\0';
+	ck_assert_int_eq(config_set(&cfg, "domains", too_long, "uid:1009"), -EINVAL);
+	ck_assert_str_eq(name_of(p), "uid-1009");
+	ck_assert_int_eq(config_set(&cfg, "domains", longest, "uid:1009"), 0);
+	ck_assert_str_eq(access_domain_name(&cfg, &p, buf, sizeof(buf)), longest);
+	ck_assert_ptr_eq(access_domain_name(&cfg, &p, small, sizeof(small)), small);
+	ck_assert_str_eq(small, "aaaaaaa");
+	p = peer(4000000000u, 1009, NULL, 0);
+	ck_assert_str_eq(access_domain_name(&cfg, &p, small, sizeof(small)), "uid-400");
+}
+END_TEST
+
+/* A socket peer's supplementary groups are the kernel's (SO_PEERGROUPS), not a list. */
+START_TEST(test_socket_peer_groups)
+{
+	const gid_t mine[] = { 10, ADMIN_GID, LAB_GID }, listed[] = { TEAM_GID };
+	struct access_peer p;
+	int sv[2];
+
+	if (setgroups(ELEMENTSOF(mine), mine) < 0) {
+		fprintf(stderr, "test_socket_peer_groups: setgroups: %m (needs root): skipped\n");
+		return;
+	}
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+	ck_assert(access_peer_in_group(sv[0], ADMIN_GID));
+	ck_assert(access_peer_in_group(sv[0], LAB_GID));
+	ck_assert(!access_peer_in_group(sv[0], TEAM_GID));
+	ck_assert(!access_peer_in_group(-1, ADMIN_GID));
+
+	p = (struct access_peer){ .uid = 1002, .gid = 1002, .fd = sv[0], .groups = listed,
+				  .n_groups = 1 };
+	ck_assert(access_is_admin(&cfg, &p));
+	ck_assert_str_eq(name_of(p), "lab"); /* the socket's groups, not the list's team */
+	p.fd = -1;
+	ck_assert(!access_is_admin(&cfg, &p));
+	ck_assert_str_eq(name_of(p), "team");
+	close(sv[0]);
+	close(sv[1]);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("access");
+	TCase *tc = tcase_create("rules");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_admin);
+	tcase_add_test(tc, test_admin_without_group);
+	tcase_add_test(tc, test_views);
+	tcase_add_test(tc, test_domain_names);
+	tcase_add_test(tc, test_names_too_long);
+	tcase_add_test(tc, test_socket_peer_groups);
+	suite_add_tcase(s, tc);
+	return run_suite(s);
+}
