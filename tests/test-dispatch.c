@@ -500,6 +500,62 @@ START_TEST(test_export_pd_domains)
 }
 END_TEST
 
+static void send_alloc(int fd, uint64_t id, uint64_t size, uint32_t flags)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__AllocRequest q = MRD__ALLOC_REQUEST__INIT;
+
+	q.size = size;
+	q.flags = flags;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_ALLOC;
+	req.alloc = &q;
+	td_send_request(fd, &req, NULL, 0);
+}
+
+/* The reply to id must carry error and a message containing what. */
+static void expect_message(int fd, uint64_t id, int error, const char *what)
+{
+	Mrd__Response *resp = td_expect(fd, id, error);
+
+	ck_assert_msg(strstr(resp->message, what), "'%s' does not say '%s'", resp->message, what);
+	mrd__response__free_unpacked(resp, NULL);
+}
+
+/* A request's own check comes before its domain (.needs_domain): a malformed one is refused
+ * for what it says, and joins no domain; a well-formed one is refused with the quota. */
+START_TEST(test_domain_after_check)
+{
+	struct client *b, *c;
+	int fa, fb, fc;
+
+	td_stop();
+	setup_with("quota.clients=1");
+	fa = td_hello_client(1000, NULL);
+	fb = td_hello_client(1000, &b);
+	fc = td_hello_client(2000, &c);
+	mrd__response__free_unpacked(td_join(fa, 2, 0, 0, NULL), NULL);
+	send_alloc(fb, 3, 4096, 0x80);
+	expect_message(fb, 3, EINVAL, "unknown allocation flags 0x80");
+	ck_assert_ptr_null(b->domain);
+	send_alloc(fb, 4, 4096, 0);
+	expect_message(fb, 4, EDQUOT, "quota.clients (1) reached for domain uid-1000");
+	td_send_lookup(fb, 5, 0x1000);
+	expect_message(fb, 5, EDQUOT, "quota.clients (1) reached for domain uid-1000");
+	send_export_pd(fb, 6);
+	expect_message(fb, 6, EDQUOT, "cannot open domain uid-1000");
+	ck_assert_ptr_null(b->domain);
+
+	send_alloc(fc, 7, 4096, 0x80);
+	td_expect_free(fc, 7, EINVAL);
+	ck_assert_ptr_null(c->domain);
+	ck_assert_uint_eq(td_manager->n_domains, 1);
+	close(fa);
+	close(fb);
+	close(fc);
+}
+END_TEST
+
 /* One Mempools page from first; its reply must succeed and is returned. */
 static Mrd__Response *mempools_page(int fd, uint64_t id, uint32_t first)
 {
@@ -611,6 +667,11 @@ START_TEST(test_request_table)
 	ck_assert(!request_type_lookup(MRD__REQUEST__BODY_PING)->admin);
 	ck_assert(!request_type_lookup(MRD__REQUEST__BODY_EXPORT_PD)->admin);
 	ck_assert_uint_eq(request_type_lookup(MRD__REQUEST__BODY_EXPORT_PD)->n_fds, 0);
+	ck_assert(request_type_lookup(MRD__REQUEST__BODY_ALLOC)->needs_domain);
+	ck_assert_ptr_nonnull(request_type_lookup(MRD__REQUEST__BODY_ALLOC)->check);
+	ck_assert(request_type_lookup(MRD__REQUEST__BODY_JOIN_DOMAIN)->needs_domain);
+	ck_assert(!request_type_lookup(MRD__REQUEST__BODY_STATUS)->needs_domain); /* a view */
+	ck_assert(!request_type_lookup(MRD__REQUEST__BODY_HELLO)->needs_domain);
 }
 END_TEST
 
@@ -635,6 +696,7 @@ static Suite *dispatch_suite(void)
 	tcase_add_test(tc, test_subuid_owner);
 	tcase_add_test(tc, test_status_shows_provider);
 	tcase_add_test(tc, test_export_pd_domains);
+	tcase_add_test(tc, test_domain_after_check);
 	tcase_add_test(tc, test_request_table);
 	tcase_add_test(tc, test_reply_beyond_the_socket);
 	suite_add_tcase(s, tc);

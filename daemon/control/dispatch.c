@@ -17,23 +17,34 @@
 static const struct request_type request_types[] = {
 	[MRD__REQUEST__BODY_HELLO] = { "Hello", request_hello, .before_hello = true },
 	[MRD__REQUEST__BODY_PING] = { "Ping", request_ping },
-	/* Read-only views: anyone, who sees its own domain alone (client_view). */
+	/* Read-only views: anyone, who sees its own domain alone (access_view). */
 	[MRD__REQUEST__BODY_STATUS] = { "Status", request_status },
 	[MRD__REQUEST__BODY_EXPORT_PD] = { "ExportPd", request_export_pd },
-	[MRD__REQUEST__BODY_JOIN_DOMAIN] = { "JoinDomain", request_join_domain },
-	[MRD__REQUEST__BODY_ALLOC] = { "Alloc", request_alloc },
-	[MRD__REQUEST__BODY_FREE] = { "Free", request_free },
-	[MRD__REQUEST__BODY_MAP] = { "Map", request_map },
-	[MRD__REQUEST__BODY_EXTMEM_ATTACH] = { "ExtmemAttach", request_extmem_attach, .n_fds = 1 },
-	[MRD__REQUEST__BODY_EXTMEM_DETACH] = { "ExtmemDetach", request_extmem_detach },
+	[MRD__REQUEST__BODY_JOIN_DOMAIN] = { "JoinDomain", request_join_domain,
+					     .needs_domain = true },
+	[MRD__REQUEST__BODY_ALLOC] = { "Alloc", request_alloc, .check = request_alloc_check,
+				       .needs_domain = true },
+	[MRD__REQUEST__BODY_FREE] = { "Free", request_free, .needs_domain = true },
+	[MRD__REQUEST__BODY_MAP] = { "Map", request_map, .needs_domain = true },
+	[MRD__REQUEST__BODY_EXTMEM_ATTACH] = { "ExtmemAttach", request_extmem_attach,
+					       .needs_domain = true, .n_fds = 1 },
+	[MRD__REQUEST__BODY_EXTMEM_DETACH] = { "ExtmemDetach", request_extmem_detach,
+					       .needs_domain = true },
 	[MRD__REQUEST__BODY_CLIENTS] = { "Clients", request_clients },
-	[MRD__REQUEST__BODY_MR_LOOKUP] = { "MrLookup", request_mr_lookup },
-	[MRD__REQUEST__BODY_DMA] = { "Dma", request_dma },
-	[MRD__REQUEST__BODY_MEMPOOL_REGISTER] = { "MempoolRegister", request_mempool_register },
+	[MRD__REQUEST__BODY_MR_LOOKUP] = { "MrLookup", request_mr_lookup,
+					   .check = request_mr_lookup_check, .needs_domain = true },
+	[MRD__REQUEST__BODY_DMA] = { "Dma", request_dma, .check = request_dma_check,
+				     .needs_domain = true },
+	[MRD__REQUEST__BODY_MEMPOOL_REGISTER] = { "MempoolRegister", request_mempool_register,
+						  .check = request_mempool_register_check,
+						  .needs_domain = true },
 	[MRD__REQUEST__BODY_MEMPOOL_UNREGISTER] = { "MempoolUnregister",
-						    request_mempool_unregister },
+						    request_mempool_unregister,
+						    .check = request_mempool_unregister_check,
+						    .needs_domain = true },
 	[MRD__REQUEST__BODY_MEMPOOLS] = { "Mempools", request_mempools },
-	[MRD__REQUEST__BODY_PREFETCH] = { "Prefetch", request_prefetch },
+	[MRD__REQUEST__BODY_PREFETCH] = { "Prefetch", request_prefetch,
+					  .check = request_prefetch_check, .needs_domain = true },
 	[MRD__REQUEST__BODY_FRMR_POOLS] = { "FrmrPools", request_frmr_pools },
 	[MRD__REQUEST__BODY_FRMR_POOLS_SET] = { "FrmrPoolsSet", request_frmr_pools_set,
 						.admin = true },
@@ -191,6 +202,39 @@ static int protocol_error(struct client *c, struct reply *r, int error)
 	return 0;
 }
 
+/* The client's domain, joined on first use; a refusal says why in r. */
+static int request_domain(struct client *c, struct reply *r, struct domain **ret)
+{
+	int k = client_get_domain(c, ret);
+
+	if (k == -EDQUOT)
+		reply_set_message(r, "quota.clients (%u) reached for domain %s",
+				  c->manager->config.quota_clients, c->domain_name);
+	else if (k < 0)
+		reply_set_message(r, "cannot open domain %s", c->domain_name);
+	return k;
+}
+
+/* A request that passed the table's checks: its own check, its domain, then its handler. */
+static int run_handler(struct client *c, const struct request_type *type,
+		       const Mrd__Request *req, struct wire_packet *pkt, struct reply *r)
+{
+	struct domain *d = NULL;
+	int k;
+
+	if (type->check) {
+		k = type->check(req, r);
+		if (k < 0)
+			return k;
+	}
+	if (type->needs_domain) {
+		k = request_domain(c, r, &d);
+		if (k < 0)
+			return k;
+	}
+	return type->handler(c, d, req, pkt, r);
+}
+
 int dispatch_packet(struct client *c, struct wire_packet *pkt)
 {
 	struct manager *m = c->manager;
@@ -269,7 +313,7 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 		k = 0;
 	} else {
 		m->n_requests++;
-		k = type->handler(c, req, pkt, &r);
+		k = run_handler(c, type, req, pkt, &r);
 		if (k != -EINPROGRESS) /* else the handler answers later, itself */
 			reply_send(c, &r, k);
 		k = 0;
@@ -303,18 +347,6 @@ void request_abandon(struct client *c)
 	if (c->pending)
 		c->pending->client = NULL;
 	c->pending = NULL;
-}
-
-int request_domain(struct client *c, struct reply *r, struct domain **ret)
-{
-	int k = client_get_domain(c, ret);
-
-	if (k == -EDQUOT)
-		reply_set_message(r, "quota.clients (%u) reached for domain %s",
-				  c->manager->config.quota_clients, c->domain_name);
-	else if (k < 0)
-		reply_set_message(r, "cannot open domain %s", c->domain_name);
-	return k;
 }
 
 Mrd__MrEntry **reply_mr_entries(struct reply *r, size_t n)

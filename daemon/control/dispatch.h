@@ -73,10 +73,6 @@ void request_answer(struct pending_request *p, struct reply *r, int error);
 /* The client is going: a request of its that waits for a worker will answer nobody. */
 void request_abandon(struct client *c);
 
-/* The client's domain, joined on first use; a refusal says why in r (quota.clients, or that it
- * cannot be opened). */
-int request_domain(struct client *c, struct reply *r, struct domain **ret);
-
 /* n MrEntry messages for r's body, initialised and pointed to by the returned array (which r
  * owns, like the entries); NULL when out of memory. */
 Mrd__MrEntry **reply_mr_entries(struct reply *r, size_t n);
@@ -85,16 +81,25 @@ Mrd__MrEntry **reply_mr_entries(struct reply *r, size_t n);
 int take_request_fd(struct wire_packet *pkt, size_t i);
 
 /* Handlers return 0 or -errno for their reply, or -EINPROGRESS when they answer later
- * themselves (a lookup waiting for a worker); the client is paused until they do. */
-typedef int (*request_handler_fn)(struct client *c, const Mrd__Request *req,
+ * themselves (a lookup waiting for a worker); the client is paused until they do. d is the
+ * client's domain for a type that needs_domain, else NULL. */
+typedef int (*request_handler_fn)(struct client *c, struct domain *d, const Mrd__Request *req,
 				  struct wire_packet *pkt, struct reply *r);
+/* Checks what a request says by itself, before its domain is acquired: 0, or -errno with r's
+ * message saying why not. */
+typedef int (*request_check_fn)(const Mrd__Request *req, struct reply *r);
 
-/* What the dispatcher checks before a handler runs. */
+/* What the dispatcher checks and provides before a handler runs. */
 struct request_type {
 	const char *name;
 	request_handler_fn handler;
+	request_check_fn check; /* NULL: nothing to check but what this table says */
 	bool before_hello; /* allowed before Hello (only Hello itself) */
 	bool admin;        /* needs root or the admin group */
+	/* The handler works in the client's domain: the dispatcher acquires it (joining it on
+	 * first use) after check, and answers a refusal itself (quota.clients, or that it cannot
+	 * be opened). */
+	bool needs_domain;
 	unsigned n_fds;    /* exact number of descriptors the request carries */
 };
 
@@ -106,45 +111,53 @@ const struct request_type *request_type_lookup(int body_case);
 int dispatch_packet(struct client *c, struct wire_packet *pkt);
 
 /* Handlers, one file per request family (request-*.c). */
-int request_hello(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		  struct reply *r);
-int request_ping(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		 struct reply *r);
-int request_status(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		   struct reply *r);
-int request_export_pd(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		      struct reply *r);
-int request_join_domain(struct client *c, const Mrd__Request *req,
+int request_hello(struct client *c, struct domain *d, const Mrd__Request *req,
+		  struct wire_packet *pkt, struct reply *r);
+int request_ping(struct client *c, struct domain *d, const Mrd__Request *req,
+		 struct wire_packet *pkt, struct reply *r);
+int request_status(struct client *c, struct domain *d, const Mrd__Request *req,
+		   struct wire_packet *pkt, struct reply *r);
+int request_export_pd(struct client *c, struct domain *d, const Mrd__Request *req,
+		      struct wire_packet *pkt, struct reply *r);
+int request_join_domain(struct client *c, struct domain *d, const Mrd__Request *req,
 			struct wire_packet *pkt, struct reply *r);
-int request_alloc(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		  struct reply *r);
-int request_free(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		 struct reply *r);
-int request_map(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		struct reply *r);
-int request_extmem_attach(struct client *c, const Mrd__Request *req,
+int request_alloc(struct client *c, struct domain *d, const Mrd__Request *req,
+		  struct wire_packet *pkt, struct reply *r);
+int request_free(struct client *c, struct domain *d, const Mrd__Request *req,
+		 struct wire_packet *pkt, struct reply *r);
+int request_map(struct client *c, struct domain *d, const Mrd__Request *req,
+		struct wire_packet *pkt, struct reply *r);
+int request_extmem_attach(struct client *c, struct domain *d, const Mrd__Request *req,
 			  struct wire_packet *pkt, struct reply *r);
-int request_extmem_detach(struct client *c, const Mrd__Request *req,
+int request_extmem_detach(struct client *c, struct domain *d, const Mrd__Request *req,
 			  struct wire_packet *pkt, struct reply *r);
-int request_clients(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		    struct reply *r);
-int request_mr_lookup(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		      struct reply *r);
-int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		struct reply *r);
-int request_mempool_register(struct client *c, const Mrd__Request *req,
+int request_clients(struct client *c, struct domain *d, const Mrd__Request *req,
+		    struct wire_packet *pkt, struct reply *r);
+int request_mr_lookup(struct client *c, struct domain *d, const Mrd__Request *req,
+		      struct wire_packet *pkt, struct reply *r);
+int request_dma(struct client *c, struct domain *d, const Mrd__Request *req,
+		struct wire_packet *pkt, struct reply *r);
+int request_mempool_register(struct client *c, struct domain *d, const Mrd__Request *req,
 			     struct wire_packet *pkt, struct reply *r);
-int request_mempool_unregister(struct client *c, const Mrd__Request *req,
+int request_mempool_unregister(struct client *c, struct domain *d, const Mrd__Request *req,
 			       struct wire_packet *pkt, struct reply *r);
-int request_mempools(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		     struct reply *r);
-int request_prefetch(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		     struct reply *r);
-int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		       struct reply *r);
-int request_frmr_pools_set(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-			   struct reply *r);
-int request_flush(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		  struct reply *r);
-int request_domain_dump(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-			struct reply *r);
+int request_mempools(struct client *c, struct domain *d, const Mrd__Request *req,
+		     struct wire_packet *pkt, struct reply *r);
+int request_prefetch(struct client *c, struct domain *d, const Mrd__Request *req,
+		     struct wire_packet *pkt, struct reply *r);
+int request_frmr_pools(struct client *c, struct domain *d, const Mrd__Request *req,
+		       struct wire_packet *pkt, struct reply *r);
+int request_frmr_pools_set(struct client *c, struct domain *d, const Mrd__Request *req,
+			   struct wire_packet *pkt, struct reply *r);
+int request_flush(struct client *c, struct domain *d, const Mrd__Request *req,
+		  struct wire_packet *pkt, struct reply *r);
+int request_domain_dump(struct client *c, struct domain *d, const Mrd__Request *req,
+			struct wire_packet *pkt, struct reply *r);
+
+/* The checks of the requests that have one (request_check_fn). */
+int request_alloc_check(const Mrd__Request *req, struct reply *r);
+int request_mempool_register_check(const Mrd__Request *req, struct reply *r);
+int request_mempool_unregister_check(const Mrd__Request *req, struct reply *r);
+int request_mr_lookup_check(const Mrd__Request *req, struct reply *r);
+int request_dma_check(const Mrd__Request *req, struct reply *r);
+int request_prefetch_check(const Mrd__Request *req, struct reply *r);

@@ -31,8 +31,8 @@ static void pool_info(Mrd__FrmrPoolInfo *pi, const struct frmr_pool_stats *s)
 	pi->pinned = s->pinned;
 }
 
-int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		       struct reply *r)
+int request_frmr_pools(struct client *c, struct domain *no_domain, const Mrd__Request *req,
+		       struct wire_packet *pkt, struct reply *r)
 {
 	const struct manager *m = c->manager;
 	_cleanup_free_ struct frmr_pool_stats *stats = NULL;
@@ -108,8 +108,8 @@ int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_pa
 	return 0;
 }
 
-int request_frmr_pools_set(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-			   struct reply *r)
+int request_frmr_pools_set(struct client *c, struct domain *no_domain, const Mrd__Request *req,
+			   struct wire_packet *pkt, struct reply *r)
 {
 	const Mrd__FrmrPoolsSetRequest *q = req->frmr_pools_set;
 	struct frmr_match match = FRMR_MATCH_ANY;
@@ -152,8 +152,8 @@ int request_frmr_pools_set(struct client *c, const Mrd__Request *req, struct wir
 	return 0;
 }
 
-int request_flush(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		  struct reply *r)
+int request_flush(struct client *c, struct domain *no_domain, const Mrd__Request *req,
+		  struct wire_packet *pkt, struct reply *r)
 {
 	const Mrd__FlushRequest *q = req->flush;
 	struct manager *m = c->manager;

@@ -7,8 +7,8 @@
 #include "core/domain.h"
 #include "provider/provider.h"
 
-int request_export_pd(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		      struct reply *r)
+int request_export_pd(struct client *c, struct domain *no_domain, const Mrd__Request *req,
+		      struct wire_packet *pkt, struct reply *r)
 {
 	struct domain *d;
 	uint32_t handle;

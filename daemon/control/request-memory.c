@@ -43,18 +43,14 @@ static int describe_arena(struct client *c, struct arena *a, bool force_fd, stru
 	return 0;
 }
 
-int request_join_domain(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-			struct reply *r)
+int request_join_domain(struct client *c, struct domain *d, const Mrd__Request *req,
+			struct wire_packet *pkt, struct reply *r)
 {
 	const Mrd__JoinDomainRequest *q = req->join_domain;
 	const struct manager *m = c->manager;
 	unsigned resumed = 0;
-	struct domain *d;
-	int k, fd;
+	int fd;
 
-	k = request_domain(c, r, &d);
-	if (k < 0)
-		return k;
 	/* After a warm restart: what this process held under that session comes back to it. */
 	if (!c->joined && q->resume_instance == m->instance && d->n_orphans > 0) {
 		resumed = domain_claim(d, c, q->resume_session);
@@ -80,22 +76,25 @@ int request_join_domain(struct client *c, const Mrd__Request *req, struct wire_p
 	return 0;
 }
 
-int request_alloc(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		  struct reply *r)
+int request_alloc_check(const Mrd__Request *req, struct reply *r)
 {
 	const Mrd__AllocRequest *q = req->alloc;
-	struct allocation *a;
-	struct domain *d;
-	int k;
 
 	if (q->flags & ~(uint32_t)(MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE | MRD__ALLOC_FLAGS__ALLOC_ODP |
 				   MRD__ALLOC_FLAGS__ALLOC_READ_ONLY)) {
 		reply_set_message(r, "unknown allocation flags 0x%x", q->flags);
 		return -EINVAL;
 	}
-	k = request_domain(c, r, &d);
-	if (k < 0)
-		return k;
+	return 0;
+}
+
+int request_alloc(struct client *c, struct domain *d, const Mrd__Request *req,
+		  struct wire_packet *pkt, struct reply *r)
+{
+	const Mrd__AllocRequest *q = req->alloc;
+	struct allocation *a;
+	int k;
+
 	k = domain_alloc(d, c, q->size, q->align, q->flags & MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE, &a,
 			 r->message, sizeof(r->message));
 	if (k < 0)
@@ -119,16 +118,11 @@ int request_alloc(struct client *c, const Mrd__Request *req, struct wire_packet 
 }
 
 /* The caller's allocation at address, or an error that says why not. */
-static int owned_allocation(struct client *c, uint64_t address, bool external,
-			    struct reply *r, struct domain **ret_d, struct allocation **ret)
+static int owned_allocation(struct client *c, struct domain *d, uint64_t address, bool external,
+			    struct reply *r, struct allocation **ret)
 {
 	struct allocation *a;
-	struct domain *d;
-	int k;
 
-	k = request_domain(c, r, &d);
-	if (k < 0)
-		return k;
 	a = domain_find_allocation(d, address);
 	if (!a) {
 		reply_set_message(r, "0x%" PRIx64 " is not the start of an allocation of domain %s",
@@ -153,7 +147,6 @@ static int owned_allocation(struct client *c, uint64_t address, bool external,
 				  external ? "Free" : "ExtmemDetach");
 		return -EINVAL;
 	}
-	*ret_d = d;
 	*ret = a;
 	return 0;
 }
@@ -192,15 +185,14 @@ static void free_resume(struct mr_waiter *w, int result, const struct mr_entry *
 	free(p);
 }
 
-static int free_owned(struct client *c, uint64_t id, uint64_t address, bool external,
-		      struct reply *r)
+static int free_owned(struct client *c, struct domain *d, uint64_t id, uint64_t address,
+		      bool external, struct reply *r)
 {
 	struct pending_free *p;
 	struct allocation *a;
-	struct domain *d;
 	int k;
 
-	k = owned_allocation(c, address, external, r, &d, &a);
+	k = owned_allocation(c, d, address, external, r, &a);
 	if (k < 0)
 		return k;
 	if (a->pool_refs > 0) {
@@ -224,22 +216,18 @@ static int free_owned(struct client *c, uint64_t id, uint64_t address, bool exte
 	return 0;
 }
 
-int request_free(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		 struct reply *r)
+int request_free(struct client *c, struct domain *d, const Mrd__Request *req,
+		 struct wire_packet *pkt, struct reply *r)
 {
-	return free_owned(c, req->id, req->free->address, false, r);
+	return free_owned(c, d, req->id, req->free->address, false, r);
 }
 
-int request_map(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		struct reply *r)
+int request_map(struct client *c, struct domain *d, const Mrd__Request *req,
+		struct wire_packet *pkt, struct reply *r)
 {
-	struct domain *d;
 	struct arena *a;
 	int k;
 
-	k = request_domain(c, r, &d);
-	if (k < 0)
-		return k;
 	a = domain_find_arena(d, req->map->address);
 	if (!a) {
 		/* Another domain's memory looks exactly like no memory at all. */
@@ -257,17 +245,13 @@ int request_map(struct client *c, const Mrd__Request *req, struct wire_packet *p
 	return 0;
 }
 
-int request_extmem_attach(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-			  struct reply *r)
+int request_extmem_attach(struct client *c, struct domain *d, const Mrd__Request *req,
+			  struct wire_packet *pkt, struct reply *r)
 {
 	const Mrd__ExtmemAttachRequest *q = req->extmem_attach;
 	struct allocation *a;
-	struct domain *d;
 	int k, fd;
 
-	k = request_domain(c, r, &d);
-	if (k < 0)
-		return k;
 	fd = take_request_fd(pkt, 0);
 	k = domain_attach_external(d, c, fd, q->offset, q->length, &a, r->message,
 				   sizeof(r->message));
@@ -293,8 +277,8 @@ int request_extmem_attach(struct client *c, const Mrd__Request *req, struct wire
 	return 0;
 }
 
-int request_extmem_detach(struct client *c, const Mrd__Request *req,
+int request_extmem_detach(struct client *c, struct domain *d, const Mrd__Request *req,
 			  struct wire_packet *pkt, struct reply *r)
 {
-	return free_owned(c, req->id, req->extmem_detach->address, true, r);
+	return free_owned(c, d, req->id, req->extmem_detach->address, true, r);
 }

@@ -77,12 +77,9 @@ static void register_resume(struct mr_waiter *w, int result, const struct mr_ent
 	free(p);
 }
 
-int request_mempool_register(struct client *c, const Mrd__Request *req,
-			     struct wire_packet *pkt, struct reply *r)
+int request_mempool_register_check(const Mrd__Request *req, struct reply *r)
 {
 	const Mrd__MempoolRegisterRequest *q = req->mempool_register;
-	struct pending_register *p;
-	struct domain *d;
 	int k;
 
 	k = check_name(q->name, r);
@@ -94,9 +91,16 @@ int request_mempool_register(struct client *c, const Mrd__Request *req,
 				  "lengths", MRD_MEMPOOL_RANGES_MAX);
 		return -EINVAL;
 	}
-	k = request_domain(c, r, &d);
-	if (k < 0)
-		return k;
+	return 0;
+}
+
+int request_mempool_register(struct client *c, struct domain *d, const Mrd__Request *req,
+			     struct wire_packet *pkt, struct reply *r)
+{
+	const Mrd__MempoolRegisterRequest *q = req->mempool_register;
+	struct pending_register *p;
+	int k;
+
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
@@ -140,20 +144,18 @@ static void unregister_resume(struct mr_waiter *w, int result, const struct mr_e
 	free(p);
 }
 
-int request_mempool_unregister(struct client *c, const Mrd__Request *req,
+int request_mempool_unregister_check(const Mrd__Request *req, struct reply *r)
+{
+	return check_name(req->mempool_unregister->name, r);
+}
+
+int request_mempool_unregister(struct client *c, struct domain *d, const Mrd__Request *req,
 			       struct wire_packet *pkt, struct reply *r)
 {
 	const char *name = req->mempool_unregister->name;
 	struct pending_request *p;
-	struct domain *d;
 	int k;
 
-	k = check_name(name, r);
-	if (k < 0)
-		return k;
-	k = request_domain(c, r, &d);
-	if (k < 0)
-		return k;
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
@@ -215,8 +217,8 @@ static size_t mempool_size(const struct domain *d, const struct pool_reg *reg)
 
 /* A page: the pools the caller may see from q->first on, as many as fit in a reply (one at
  * least, so that every page moves on). */
-int request_mempools(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		     struct reply *r)
+int request_mempools(struct client *c, struct domain *no_domain, const Mrd__Request *req,
+		     struct wire_packet *pkt, struct reply *r)
 {
 	const struct manager *m = c->manager;
 	const uint32_t first = req->mempools->first;

@@ -91,22 +91,25 @@ static void lookup_resume(struct mr_waiter *w, int result, const struct mr_entry
 	pending_free(p);
 }
 
-int request_mr_lookup(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		      struct reply *r)
+int request_mr_lookup_check(const Mrd__Request *req, struct reply *r)
 {
 	const Mrd__MrLookupRequest *q = req->mr_lookup;
-	struct pending_lookup *p;
-	struct domain *d;
-	int k;
 
 	if (q->n_addresses == 0 || q->n_addresses > MRD_LOOKUP_BATCH_MAX) {
 		reply_set_message(r, "MrLookup takes 1 to %u addresses, got %zu",
 				  MRD_LOOKUP_BATCH_MAX, q->n_addresses);
 		return -EINVAL;
 	}
-	k = request_domain(c, r, &d);
-	if (k < 0)
-		return k;
+	return 0;
+}
+
+int request_mr_lookup(struct client *c, struct domain *d, const Mrd__Request *req,
+		      struct wire_packet *pkt, struct reply *r)
+{
+	const Mrd__MrLookupRequest *q = req->mr_lookup;
+	struct pending_lookup *p;
+	int k;
+
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
@@ -222,22 +225,25 @@ static void dma_job_done(struct work *w)
 	free(j);
 }
 
-int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		struct reply *r)
+int request_dma_check(const Mrd__Request *req, struct reply *r)
 {
 	const Mrd__DmaRequest *q = req->dma;
-	struct dma_job *j;
-	struct domain *d;
-	int k;
 
 	if (q->op > PROVIDER_DMA_READ || q->length == 0 || q->length > MRD_DMA_MAX) {
 		reply_set_message(r, "Dma: op must be 0 (write) or 1 (read), length 1 to %u",
 				  MRD_DMA_MAX);
 		return -EINVAL;
 	}
-	k = request_domain(c, r, &d);
-	if (k < 0)
-		return k;
+	return 0;
+}
+
+int request_dma(struct client *c, struct domain *d, const Mrd__Request *req,
+		struct wire_packet *pkt, struct reply *r)
+{
+	const Mrd__DmaRequest *q = req->dma;
+	struct dma_job *j;
+	int k;
+
 	if (d->dma_jobs >= DMA_QUEUED_MAX) {
 		reply_set_message(r, "%u Dma requests of domain %s wait already: ask again when one "
 				     "is answered", DMA_QUEUED_MAX, d->name);
@@ -282,23 +288,26 @@ static void prefetch_resume(struct mr_waiter *w, int result, const struct mr_ent
 	free(p);
 }
 
-int request_prefetch(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		     struct reply *r)
+int request_prefetch_check(const Mrd__Request *req, struct reply *r)
 {
 	const Mrd__PrefetchRequest *q = req->prefetch;
-	struct pending_request *p = NULL;
-	struct allocation *a;
-	struct domain *d;
-	int k;
 
 	if (q->advice > MRD__PREFETCH_ADVICE__PREFETCH_NO_FAULT || q->length == 0 ||
 	    q->address + q->length < q->address) {
 		reply_set_message(r, "Prefetch: advice 0, 1 or 2 over a non-empty range");
 		return -EINVAL;
 	}
-	k = request_domain(c, r, &d);
-	if (k < 0)
-		return k;
+	return 0;
+}
+
+int request_prefetch(struct client *c, struct domain *d, const Mrd__Request *req,
+		     struct wire_packet *pkt, struct reply *r)
+{
+	const Mrd__PrefetchRequest *q = req->prefetch;
+	struct pending_request *p = NULL;
+	struct allocation *a;
+	int k;
+
 	/* Addresses of the caller's domain only, never keys: it names memory, not MRs. */
 	a = domain_allocation_containing(d, q->address);
 	if (!a || q->address + q->length > allocation_address(a) + a->length) {

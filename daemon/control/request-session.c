@@ -20,8 +20,8 @@ static void copy_name(char *dst, size_t size, const char *src)
 	dst[i] = '\0';
 }
 
-int request_hello(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		  struct reply *r)
+int request_hello(struct client *c, struct domain *no_domain, const Mrd__Request *req,
+		  struct wire_packet *pkt, struct reply *r)
 {
 	const Mrd__HelloRequest *h = req->hello;
 	uint32_t lo, hi;
@@ -56,8 +56,8 @@ int request_hello(struct client *c, const Mrd__Request *req, struct wire_packet 
 	return 0;
 }
 
-int request_ping(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		 struct reply *r)
+int request_ping(struct client *c, struct domain *no_domain, const Mrd__Request *req,
+		 struct wire_packet *pkt, struct reply *r)
 {
 	mrd__ping_response__init(&r->body.ping);
 	r->body.ping.payload = req->ping->payload; /* req outlives the packed reply */

@@ -13,8 +13,8 @@
 #include "control/manager.h"
 #include "provider/provider.h"
 
-int request_status(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		   struct reply *r)
+int request_status(struct client *c, struct domain *no_domain, const Mrd__Request *req,
+		   struct wire_packet *pkt, struct reply *r)
 {
 	const struct manager *m = c->manager;
 	Mrd__StatusResponse *s = &r->body.status;
@@ -83,8 +83,8 @@ static void domain_info(Mrd__DomainInfo *di, const struct domain *d, const struc
 	di->odp_children = d->odp.children;
 }
 
-int request_clients(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-		    struct reply *r)
+int request_clients(struct client *c, struct domain *no_domain, const Mrd__Request *req,
+		    struct wire_packet *pkt, struct reply *r)
 {
 	const struct manager *m = c->manager;
 	const struct config *cfg = &m->config;
@@ -227,8 +227,8 @@ static void dump_walk(struct domain *d, struct dump_walk *w)
 			MRD__DUMP_MR_KIND__DUMP_MR_MEMPOOL, pm->allocation, pm->sharers);
 }
 
-int request_domain_dump(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
-			struct reply *r)
+int request_domain_dump(struct client *c, struct domain *no_domain, const Mrd__Request *req,
+			struct wire_packet *pkt, struct reply *r)
 {
 	const Mrd__DomainDumpRequest *q = req->domain_dump;
 	Mrd__DomainDumpResponse *body = &r->body.domain_dump;
