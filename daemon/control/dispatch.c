@@ -19,7 +19,7 @@ static const struct request_type request_types[] = {
 	[MRD__REQUEST__BODY_PING] = { "Ping", request_ping },
 	/* Read-only views: anyone, who sees its own domain alone (access_view). */
 	[MRD__REQUEST__BODY_STATUS] = { "Status", request_status },
-	[MRD__REQUEST__BODY_EXPORT_PD] = { "ExportPd", request_export_pd },
+	[MRD__REQUEST__BODY_EXPORT_PD] = { "ExportPd", request_export_pd, .needs_domain = true },
 	[MRD__REQUEST__BODY_JOIN_DOMAIN] = { "JoinDomain", request_join_domain,
 					     .needs_domain = true },
 	[MRD__REQUEST__BODY_ALLOC] = { "Alloc", request_alloc, .check = request_alloc_check,

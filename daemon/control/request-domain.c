@@ -7,18 +7,12 @@
 #include "core/domain.h"
 #include "provider/provider.h"
 
-int request_export_pd(struct client *c, struct domain *no_domain, const Mrd__Request *req,
+int request_export_pd(struct client *c, struct domain *d, const Mrd__Request *req,
 		      struct wire_packet *pkt, struct reply *r)
 {
-	struct domain *d;
 	uint32_t handle;
 	int fd, k;
 
-	k = client_get_domain(c, &d);
-	if (k < 0) {
-		reply_set_message(r, "cannot open domain %s", c->domain_name);
-		return k;
-	}
 	k = provider_export_pd(d->pd, &fd, &handle);
 	if (k == -EOPNOTSUPP) {
 		reply_set_message(r, "the %s provider has no device to share",
