@@ -8,12 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "libmrd-internal.h"
+#include "call.h"
+#include "lookup.h"
 #include "log.h"
 #include "mr-table.h"
 #include "mrd/mrd.h"
-
-#define MRD_EXPORT __attribute__((visibility("default")))
 
 #define BOTTOM_FIRST 256
 #define BOTTOM_MAX 65536

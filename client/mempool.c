@@ -8,10 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "libmrd-internal.h"
+#include "call.h"
+#include "lookup.h"
 #include "mrd/mrd.h"
-
-#define MRD_EXPORT __attribute__((visibility("default")))
 
 struct chunk {
 	uint8_t *base;
