@@ -65,7 +65,10 @@ START_TEST(test_cached_lookups)
 	uint32_t key;
 
 	ck_assert_int_eq(mrd_mem_alloc(c, 2 * MiB, 0, 0, (void **)&p), 0);
+	ck_assert_int_eq(mrd_cache_new(NULL, &l), -EINVAL);
+	ck_assert_int_eq(mrd_cache_new(c, NULL), -EINVAL);
 	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_uint_eq(mrd_cache_asked(l), 0);
 	key = mrd_cache_lkey(l, p + 10);
 	ck_assert_uint_ne(key, MRD_KEY_INVALID);
 	ck_assert_int_eq(mrd_cache_keys(l, p + 2 * MiB - 1, &mr), 0);
@@ -76,12 +79,15 @@ START_TEST(test_cached_lookups)
 	for (int i = 0; i < 1000; i++)
 		ck_assert_uint_eq(mrd_cache_lkey(l, p + (i * 4099) % (2 * MiB)), key);
 	ck_assert_uint_eq(daemon_lookups(), 1);
+	ck_assert_uint_eq(mrd_cache_asked(l), 1); /* the cache counts what it asked, as mrd does */
 
 	/* Outside any allocation: the documented error value, and why. */
 	ck_assert_uint_eq(mrd_cache_lkey(l, (void *)0x1000), MRD_KEY_INVALID);
 	ck_assert_ptr_nonnull(strstr(mrd_last_error(), "not in memory allocated"));
-	mrd_cache_free(l);
-	mrd_cache_free(NULL);
+	ck_assert_uint_eq(mrd_cache_asked(l), 2); /* a miss that failed asked too */
+	ck_assert_uint_eq(mrd_cache_asked(NULL), 0);
+	ck_assert_ptr_null(mrd_cache_free(l));
+	ck_assert_ptr_null(mrd_cache_free(NULL));
 	mrd_client_close(c);
 }
 END_TEST
@@ -103,6 +109,7 @@ START_TEST(test_generation_flushes)
 	ck_assert_int_eq(mrd_mem_free(b, q), 0);
 	ck_assert_uint_ne(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
 	ck_assert_uint_eq(daemon_lookups(), before + 1);
+	ck_assert_uint_eq(mrd_cache_asked(l), 2);
 	ck_assert_uint_ne(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
 	ck_assert_uint_eq(daemon_lookups(), before + 1);
 	mrd_cache_free(l);
