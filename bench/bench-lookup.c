@@ -3,9 +3,9 @@
  * make bench, figure set "lookup": libmrd's key lookup path against hand-written baselines, in
  * one run, interleaved (shared/PERF.md).
  *
- *   top-mru      mrd_lookup_lkey() (the inline fast path) on addresses in the most recently
+ *   top-mru      mrd_cache_lkey() (the inline fast path) on addresses in the most recently
  *                used entry, against one compare over a single {start, end, lkey} entry
- *   top-random8  mrd_lookup_lkey() on addresses spread at random over the 8 entries of the top
+ *   top-random8  mrd_cache_lkey() on addresses spread at random over the 8 entries of the top
  *                half (so 7 in 8 take the out-of-line path), against a branch-free scan of the
  *                same 8 entries
  *   bottom-N     mr_table_lookup() over N synthetic entries (common/mr-table.c: the table of
@@ -14,9 +14,9 @@
  *                allocations and registrations in mrd, so the data structure is timed alone.
  *                bottom-4096-crowded: the same with one more entry 1 TiB away, which leaves
  *                the table's directory nothing to narrow (its worst case).
- *   miss         mrd_mr_lookup() of an address whose MR mrd has cached (p50 and p99), against
+ *   miss         mrd_keys_query() of an address whose MR mrd has cached (p50 and p99), against
  *                a blocking SOCK_SEQPACKET echo process moving the same bytes
- *   first-touch  [informational, no PERF.md target] the first mrd_mr_lookup() of a fresh 32 MiB
+ *   first-touch  [informational, no PERF.md target] the first mrd_keys_query() of a fresh 32 MiB
  *                allocation made with MRD_MEM_ODP (one on-demand child, nothing pinned) against
  *                the same of a plain allocation (contig: the whole 32 MiB pinned, on a worker)
  *   hol          client B's miss round trip (as above, to a second mrd) while client A, another
@@ -108,7 +108,7 @@ static const struct {
 #define CROWDING_ENTRY (1ull << 40)
 
 enum lat_case { LAT_LIBMRD, LAT_FRAME, LAT_ECHO, LAT_EPOLL, N_LAT };
-static const char *const lat_names[N_LAT] = { "mrd_mr_lookup->mrd", "frame->mrd",
+static const char *const lat_names[N_LAT] = { "mrd_keys_query->mrd", "frame->mrd",
 					      "blocking-echo", "epoll-echo" };
 
 /* The baseline's entry: what one cache slot needs, nothing else. */
@@ -128,7 +128,7 @@ struct hol_row {
 	uint64_t idle50[HOL_REPS], idle99[HOL_REPS];
 	uint64_t load50[HOL_REPS], load99[HOL_REPS], load_max[HOL_REPS];
 	size_t load_n[HOL_REPS]; /* B's samples counted while A's lookup was in flight */
-	double reg_ms[HOL_REPS]; /* A's mrd_mr_lookup() of the 1 GiB, as A timed it */
+	double reg_ms[HOL_REPS]; /* A's mrd_keys_query() of the 1 GiB, as A timed it */
 	double alone_ms[HOL_ALONE]; /* the same while B sends nothing */
 };
 
@@ -139,7 +139,7 @@ struct hol_shared {
 	uint32_t ack;      /* B: reg_seq as it was when B's latest finished sample began */
 	uint32_t done;     /* A: commands done (1 once connected) */
 	int error;         /* A: -errno of its first failure */
-	uint64_t reg_ns;   /* A: its latest registration's mrd_mr_lookup() */
+	uint64_t reg_ns;   /* A: its latest registration's mrd_keys_query() */
 };
 
 struct bench {
@@ -163,13 +163,13 @@ struct bench {
 };
 
 /* The timed loops (TIMED, bench-util.h) each sum the keys, so no lookup is dead code. */
-static TIMED uint64_t loop_lkey(struct mrd_lookup *l, const uintptr_t *addrs, size_t ops)
+static TIMED uint64_t loop_lkey(mrd_cache *l, const uintptr_t *addrs, size_t ops)
 {
 	uint64_t sum = 0;
 
 	for (size_t i = 0; i < ops; i++) {
 		RELOAD_BARRIER(l);
-		sum += mrd_lookup_lkey(l, (const void *)addrs[i & (TOP_ADDRS - 1)]);
+		sum += mrd_cache_lkey(l, (const void *)addrs[i & (TOP_ADDRS - 1)]);
 	}
 	return sum;
 }
@@ -199,7 +199,7 @@ static TIMED uint64_t loop_one_entry(const struct flat_entry *e, const uintptr_t
  * One unsigned compare per entry (a - start < end - start holds exactly when start <= a < end)
  * keeps it to a few instructions an entry: a strong baseline, not a strawman. The mask, not a
  * ?:, because GCC turns the ?: back into a branch. */
-static TIMED uint64_t loop_scan8(const struct mrd_mr *top, const uintptr_t *addrs, size_t ops)
+static TIMED uint64_t loop_scan8(const struct mrd_keys *top, const uintptr_t *addrs, size_t ops)
 {
 	uint64_t sum = 0;
 
@@ -211,7 +211,7 @@ static TIMED uint64_t loop_scan8(const struct mrd_mr *top, const uintptr_t *addr
 		/* At most one entry hits, so OR-ing the masked keys is the hit's key, and the
 		 * entries' compares stay independent of each other. */
 #pragma GCC unroll 8
-		for (unsigned j = 0; j < MRD_LOOKUP_TOP; j++) {
+		for (unsigned j = 0; j < MRD_CACHE_TOP; j++) {
 			uint32_t hit = -(uint32_t)(a - top[j].start < top[j].end - top[j].start);
 
 			keys |= top[j].lkey & hit;
@@ -310,11 +310,11 @@ static int bench_top(struct bench *b)
 	_Static_assert(TOP_OPS % TOP_ADDRS == 0, "whole passes over the addresses");
 
 	/* Row 1: buffer 3 is the MRU entry (its last lookup went through the top half). */
-	if (mrd_lookup_lkey(&b->m.l, b->m.buf[3]) != b->m.mr[3].lkey)
+	if (mrd_cache_lkey(b->m.l, b->m.buf[3]) != b->m.mr[3].lkey)
 		return -EBADMSG;
 	one = (struct flat_entry){ b->m.mr[3].start, b->m.mr[3].end, b->m.mr[3].lkey };
 	top_addrs(b, 3, addrs, &want);
-	r = check_sums("top-mru", loop_lkey(&b->m.l, addrs, TOP_OPS), want); /* warm-up */
+	r = check_sums("top-mru", loop_lkey(b->m.l, addrs, TOP_OPS), want); /* warm-up */
 	if (r >= 0)
 		r = check_sums("top-mru baseline", loop_one_entry(&one, addrs, TOP_OPS), want);
 	for (int rep = 0; rep < NS_REPS && r >= 0; rep++)
@@ -323,7 +323,7 @@ static int bench_top(struct bench *b)
 			uint64_t t0 = bench_now_ns();
 
 			if ((rep + j) % 2 == 0) {
-				got = loop_lkey(&b->m.l, addrs, TOP_OPS);
+				got = loop_lkey(b->m.l, addrs, TOP_OPS);
 				b->top_mru.ns_case[rep] = (double)(bench_now_ns() - t0) / TOP_OPS;
 			} else {
 				got = loop_one_entry(&one, addrs, TOP_OPS);
@@ -336,18 +336,18 @@ static int bench_top(struct bench *b)
 
 	/* Row 2: all 8 buffers, at random. */
 	top_addrs(b, -1, addrs, &want);
-	r = check_sums("top-random8", loop_lkey(&b->m.l, addrs, TOP_OPS), want);
+	r = check_sums("top-random8", loop_lkey(b->m.l, addrs, TOP_OPS), want);
 	if (r >= 0)
-		r = check_sums("top-random8 baseline", loop_scan8(b->m.l.top, addrs, TOP_OPS), want);
+		r = check_sums("top-random8 baseline", loop_scan8(b->m.mr, addrs, TOP_OPS), want);
 	for (int rep = 0; rep < NS_REPS && r >= 0; rep++)
 		for (int j = 0; j < 2 && r >= 0; j++) {
 			uint64_t t0 = bench_now_ns();
 
 			if ((rep + j) % 2 == 0) {
-				got = loop_lkey(&b->m.l, addrs, TOP_OPS);
+				got = loop_lkey(b->m.l, addrs, TOP_OPS);
 				b->top_random.ns_case[rep] = (double)(bench_now_ns() - t0) / TOP_OPS;
 			} else {
-				got = loop_scan8(b->m.l.top, addrs, TOP_OPS);
+				got = loop_scan8(b->m.mr, addrs, TOP_OPS);
 				b->top_random.ns_base[rep] = (double)(bench_now_ns() - t0) / TOP_OPS;
 			}
 			r = check_sums("top-random8", got, want);
@@ -457,14 +457,14 @@ static int probe_lookup(struct bench *b, int fd)
 	return r;
 }
 
-/* One timed mrd_mr_lookup() per sample, of an address mrd has the MR of; lat may be NULL
+/* One timed mrd_keys_query() per sample, of an address mrd has the MR of; lat may be NULL
  * (warm-up). */
 static int lat_libmrd(const struct bench *b, uint64_t *lat, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		struct mrd_mr mr;
+		struct mrd_keys mr;
 		uint64_t t0 = bench_now_ns();
-		int r = mrd_mr_lookup(b->m.client, b->m.buf[0], &mr);
+		int r = mrd_keys_query(b->m.client, b->m.buf[0], &mr);
 		uint64_t t1 = bench_now_ns();
 
 		if (r < 0)
@@ -524,11 +524,11 @@ static int bench_miss(struct bench *b)
 /*
  * The head-of-line row. Client A, a child process with its own connection, allocates 1 GiB,
  * looks it up (mrd pins the whole allocation: on a worker when it is async_bytes or more) and
- * frees it, once per loaded phase; B, this process, times mrd_mr_lookup() of a small buffer
+ * frees it, once per loaded phase; B, this process, times mrd_keys_query() of a small buffer
  * whose MR mrd has cached, back to back. A moves a counter through four states per
  * registration, and waits for B to finish a sample begun in the state before it moves on:
  *   4i+1  allocated: mrd is done with the allocation, so no sample begun now waits on it
- *   4i+2  A's mrd_mr_lookup() in flight
+ *   4i+2  A's mrd_keys_query() in flight
  *   4i+3  it returned: B's samples begun before are over before A frees (the free unpins and
  *         punches 1 GiB on mrd's loop, which is not what this row measures)
  *   4i+4  freed
@@ -563,7 +563,7 @@ static void hol_wait_ack(struct hol_shared *sh, uint32_t seq)
 static int hol_register(mrd_client *c, struct hol_shared *sh, bool acks)
 {
 	uint32_t seq = sh->reg_seq; /* only A writes it */
-	struct mrd_mr mr;
+	struct mrd_keys mr;
 	void *p = NULL;
 	uint64_t t0, t1;
 	int r, r2;
@@ -576,7 +576,7 @@ static int hol_register(mrd_client *c, struct hol_shared *sh, bool acks)
 		hol_wait_ack(sh, seq + HOL_ALLOCATED);
 	store_u32(&sh->reg_seq, seq + HOL_IN_FLIGHT);
 	t0 = bench_now_ns();
-	r = mrd_mr_lookup(c, p, &mr);
+	r = mrd_keys_query(c, p, &mr);
 	t1 = bench_now_ns();
 	store_u32(&sh->reg_seq, seq + HOL_RETURNED);
 	sh->reg_ns = t1 - t0;
@@ -627,7 +627,7 @@ struct hol_run {
 	uint32_t cmds;    /* A's commands so far, the connect included */
 	mrd_client *client;
 	void *buf;
-	struct mrd_mr mr; /* what mrd answered for buf */
+	struct mrd_keys mr; /* what mrd answered for buf */
 };
 
 static int hol_wait_done(struct hol_run *h)
@@ -685,7 +685,7 @@ static int hol_start(struct hol_run *h, const char *config)
 	if (r >= 0)
 		r = mrd_mem_alloc(h->client, BUF_SIZE, 0, 0, &h->buf);
 	if (r >= 0)
-		r = mrd_mr_lookup(h->client, h->buf, &h->mr);
+		r = mrd_keys_query(h->client, h->buf, &h->mr);
 	if (r < 0)
 		fprintf(stderr, "bench-lookup: client B: %s\n", mrd_last_error());
 	return r;
@@ -763,9 +763,9 @@ static int hol_place(struct hol_run *h, const char **ret_what)
 
 static int hol_sample(const struct hol_run *h, uint64_t *ret_ns)
 {
-	struct mrd_mr mr;
+	struct mrd_keys mr;
 	uint64_t t0 = bench_now_ns();
-	int r = mrd_mr_lookup(h->client, h->buf, &mr);
+	int r = mrd_keys_query(h->client, h->buf, &mr);
 
 	*ret_ns = bench_now_ns() - t0;
 	if (r < 0)
@@ -938,12 +938,12 @@ static void report_miss(const struct bench *b, struct bench_summary *sum, size_t
 	       b->pinned2 ? "client on CPU 0, servers on CPU 1" : "placed by the scheduler",
 	       LAT_REPS, LAT_N, WARMUP);
 	r50 = median_ratio(p50[LAT_LIBMRD], p50[LAT_ECHO], LAT_REPS, per50);
-	printf("lookup-miss-p50: ratio=%.3f (case=mrd_mr_lookup of an address whose MR mrd has "
+	printf("lookup-miss-p50: ratio=%.3f (case=mrd_keys_query of an address whose MR mrd has "
 	       "cached baseline=blocking SEQPACKET echo of the same bytes, separate process "
 	       "reps=%d)\n", r50, LAT_REPS);
 	bench_print_doubles("per-rep p50 ratio", per50, LAT_REPS);
 	r99 = median_ratio(p99[LAT_LIBMRD], p99[LAT_ECHO], LAT_REPS, per99);
-	printf("lookup-miss-p99: ratio=%.3f (case=mrd_mr_lookup of an address whose MR mrd has "
+	printf("lookup-miss-p99: ratio=%.3f (case=mrd_keys_query of an address whose MR mrd has "
 	       "cached baseline=blocking SEQPACKET echo of the same bytes, separate process "
 	       "reps=%d)\n", r99, LAT_REPS);
 	bench_print_doubles("per-rep p99 ratio", per99, LAT_REPS);
@@ -955,16 +955,16 @@ static void report_miss(const struct bench *b, struct bench_summary *sum, size_t
 	printf("lookup-miss-daemon-p50: ratio=%.3f (case=pre-packed MrLookup frame via mrd "
 	       "baseline=epoll echo reps=%d) [informational: mrd's share]\n",
 	       median_ratio(p50[LAT_FRAME], p50[LAT_EPOLL], LAT_REPS, per_rep), LAT_REPS);
-	printf("lookup-miss-client-p50: ratio=%.3f (case=mrd_mr_lookup via mrd baseline=pre-packed "
+	printf("lookup-miss-client-p50: ratio=%.3f (case=mrd_keys_query via mrd baseline=pre-packed "
 	       "MrLookup frame via mrd reps=%d) [informational: libmrd's protobuf-c, malloc, lock, "
 	       "poll]\n", median_ratio(p50[LAT_LIBMRD], p50[LAT_FRAME], LAT_REPS, per_rep),
 	       LAT_REPS);
 	/* PERF.md's "bare echo" could mean either server; the blocking one is the stricter, and
 	 * mrd is an epoll server. */
-	printf("lookup-miss-vs-epoll-p50: ratio=%.3f (case=mrd_mr_lookup via mrd baseline=epoll echo "
+	printf("lookup-miss-vs-epoll-p50: ratio=%.3f (case=mrd_keys_query via mrd baseline=epoll echo "
 	       "reps=%d) [informational: the target read against an event-loop echo]\n",
 	       median_ratio(p50[LAT_LIBMRD], p50[LAT_EPOLL], LAT_REPS, per_rep), LAT_REPS);
-	printf("lookup-miss-vs-epoll-p99: ratio=%.3f (case=mrd_mr_lookup via mrd baseline=epoll echo "
+	printf("lookup-miss-vs-epoll-p99: ratio=%.3f (case=mrd_keys_query via mrd baseline=epoll echo "
 	       "reps=%d) [informational]\n",
 	       median_ratio(p99[LAT_LIBMRD], p99[LAT_EPOLL], LAT_REPS, per_rep), LAT_REPS);
 	bench_add_summary(sum, n_sum, "lookup-miss-p50", r50, per50, LAT_REPS, TARGET_P50, true);
@@ -994,7 +994,7 @@ static double report_hol_row(const char *name, const struct hol_row *row, const 
 	for (int i = 0; i < n; i++)
 		ln[i] = (double)row->load_n[i];
 	r99 = median_ratio(l99, i99, (size_t)n, per99);
-	printf("%s-p99: ratio=%.3f (case=client B's mrd_mr_lookup of an address whose MR mrd has "
+	printf("%s-p99: ratio=%.3f (case=client B's mrd_keys_query of an address whose MR mrd has "
 	       "cached, while client A (another process) registers 1 GiB%s baseline=the same "
 	       "round trip while A is idle reps=%d)%s\n", name, r99, what, n, tag);
 	bench_print_doubles("per-rep p99 ratio", per99, (size_t)n);
@@ -1005,7 +1005,7 @@ static double report_hol_row(const char *name, const struct hol_row *row, const 
 		       "[informational]\n", name, r50, name, name, n);
 		bench_print_doubles("per-rep p50 ratio", per50, (size_t)n);
 	}
-	printf("  raw, median of reps: A's 1 GiB mrd_mr_lookup (pin) %.1f ms (reps:",
+	printf("  raw, median of reps: A's 1 GiB mrd_keys_query (pin) %.1f ms (reps:",
 	       median_of(row->reg_ms, (size_t)n));
 	for (int i = 0; i < n; i++)
 		printf(" %.0f", row->reg_ms[i]);
@@ -1052,11 +1052,11 @@ static void report(const struct bench *b, double busy_before)
 	       "top rows %u lookups per batch, bottom rows %u\n", b->cpu, NS_REPS, TOP_OPS,
 	       BOTTOM_OPS);
 	report_ns("lookup-top-mru", &b->top_mru,
-		  "inline mrd_lookup_lkey() on random addresses in the MRU entry",
+		  "inline mrd_cache_lkey() on random addresses in the MRU entry",
 		  "one L1 compare loop over a single local {start,end,lkey} entry",
 		  TARGET_TOP_MRU, sum, &n_sum);
 	report_ns("lookup-top-random8", &b->top_random,
-		  "mrd_lookup_lkey() on random addresses over the 8 top-half entries (precomputed "
+		  "mrd_cache_lkey() on random addresses over the 8 top-half entries (precomputed "
 		  "random array)", "branch-free scan of the same 8-entry array", TARGET_TOP_RANDOM,
 		  sum, &n_sum);
 	for (size_t i = 0; i < N_BOTTOM; i++) {
@@ -1077,7 +1077,7 @@ static void report(const struct bench *b, double busy_before)
 		double per_rep[FIRST_TOUCH_REPS];
 		double ratio = median_ratio(b->touch_odp, b->touch_contig, FIRST_TOUCH_REPS, per_rep);
 
-		printf("lookup-first-touch-odp: ratio=%.3f (case=first mrd_mr_lookup of a fresh 32 MiB "
+		printf("lookup-first-touch-odp: ratio=%.3f (case=first mrd_keys_query of a fresh 32 MiB "
 		       "MRD_MEM_ODP allocation baseline=the same of a plain one, contig policy "
 		       "reps=%d) [informational]\n", ratio, FIRST_TOUCH_REPS);
 		bench_print_doubles("per-rep ratio", per_rep, FIRST_TOUCH_REPS);
@@ -1110,7 +1110,7 @@ static int bench_first_touch(struct bench *b)
 	for (int rep = 0; rep < FIRST_TOUCH_REPS; rep++)
 		for (int j = 0; j < 2; j++) {
 			bool odp = (rep + j) % 2 == 0;
-			struct mrd_mr mr;
+			struct mrd_keys mr;
 			uint64_t t0;
 			void *p;
 			int r;
@@ -1121,7 +1121,7 @@ static int bench_first_touch(struct bench *b)
 				return r;
 			}
 			t0 = bench_now_ns();
-			r = mrd_mr_lookup(b->m.client, (uint8_t *)p + 4096, &mr);
+			r = mrd_keys_query(b->m.client, (uint8_t *)p + 4096, &mr);
 			(odp ? b->touch_odp : b->touch_contig)[rep] = (double)(bench_now_ns() - t0);
 			(void)mrd_mem_free(b->m.client, p);
 			if (r < 0) {

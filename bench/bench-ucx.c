@@ -7,12 +7,12 @@
  *                  libmrd's bottom half), against ucs_pgtable_lookup() over the same N regions
  *                  (UCX's radix page table: what its registration cache searches), the same
  *                  random hit addresses, N = 256 and 4096
- *   ucx-rcache     libmrd's full lookup hit: inline mrd_lookup_lkey() on addresses spread at
+ *   ucx-rcache     libmrd's full lookup hit: inline mrd_cache_lkey() on addresses spread at
  *                  random over 8 buffers allocated from a private mrd (as bench-lookup's
  *                  top-random8 case), against ucs_rcache_get() + ucs_rcache_region_put() hits on
  *                  the same 8 buffers in a UCX registration cache whose mem_reg and mem_dereg
  *                  only succeed, populated by one get of each buffer beforehand
- *   ucx-rcache-mr  [informational] the out-of-line mrd_lookup_mr() (the full lookup as a
+ *   ucx-rcache-mr  [informational] the out-of-line mrd_cache_keys() (the full lookup as a
  *                  function call returning the whole MR: generation check, top-half scan) on the
  *                  same addresses, against the same rcache hits. Its hits are top-half hits: a
  *                  bottom-half hit moves the MR into the top half, so random addresses over 8
@@ -108,27 +108,27 @@ static TIMED uint64_t loop_pgtable(const ucs_pgtable_t *pgt, const uint64_t *add
 	return sum;
 }
 
-static TIMED uint64_t loop_lkey(struct mrd_lookup *l, const uintptr_t *addrs, size_t ops)
+static TIMED uint64_t loop_lkey(mrd_cache *l, const uintptr_t *addrs, size_t ops)
 {
 	uint64_t sum = 0;
 
 	for (size_t i = 0; i < ops; i++) {
 		RELOAD_BARRIER(l);
-		sum += mrd_lookup_lkey(l, (const void *)addrs[i & (TOP_ADDRS - 1)]);
+		sum += mrd_cache_lkey(l, (const void *)addrs[i & (TOP_ADDRS - 1)]);
 	}
 	return sum;
 }
 
 /* The out-of-line full lookup, called directly. */
-static TIMED uint64_t loop_lookup_mr(struct mrd_lookup *l, const uintptr_t *addrs, size_t ops)
+static TIMED uint64_t loop_cache_keys(mrd_cache *l, const uintptr_t *addrs, size_t ops)
 {
 	uint64_t sum = 0;
 
 	for (size_t i = 0; i < ops; i++) {
-		struct mrd_mr mr;
+		struct mrd_keys mr;
 
 		RELOAD_BARRIER(l);
-		sum += mrd_lookup_mr(l, (const void *)addrs[i & (TOP_ADDRS - 1)], &mr) < 0 ?
+		sum += mrd_cache_keys(l, (const void *)addrs[i & (TOP_ADDRS - 1)], &mr) < 0 ?
 			       MRD_KEY_INVALID : mr.lkey;
 	}
 	return sum;
@@ -201,7 +201,7 @@ static int time_pair(const char *row, struct ns_row *out, uint64_t want, size_t 
 static uint64_t w_table(void *c, const void *a, size_t n) { return loop_table(c, a, n); }
 static uint64_t w_pgtable(void *c, const void *a, size_t n) { return loop_pgtable(c, a, n); }
 static uint64_t w_lkey(void *c, const void *a, size_t n) { return loop_lkey(c, a, n); }
-static uint64_t w_lookup_mr(void *c, const void *a, size_t n) { return loop_lookup_mr(c, a, n); }
+static uint64_t w_cache_keys(void *c, const void *a, size_t n) { return loop_cache_keys(c, a, n); }
 static uint64_t w_rcache(void *c, const void *a, size_t n) { return loop_rcache(c, a, n); }
 
 static ucs_pgt_dir_t *pgd_alloc(const ucs_pgtable_t *pgt)
@@ -353,12 +353,12 @@ static int bench_rcache(struct bench *b)
 	if (!addrs)
 		return -ENOMEM;
 	top_addrs(b, addrs, &want);
-	r = time_pair("ucx-rcache", &b->rcache_row, want, TOP_OPS, addrs, w_lkey, &b->m.l, w_rcache,
+	r = time_pair("ucx-rcache", &b->rcache_row, want, TOP_OPS, addrs, w_lkey, b->m.l, w_rcache,
 		      b->rcache);
 	if (r < 0)
 		return r;
-	return time_pair("ucx-rcache-mr", &b->rcache_mr, want, TOP_OPS, addrs, w_lookup_mr,
-			 &b->m.l, w_rcache, b->rcache);
+	return time_pair("ucx-rcache-mr", &b->rcache_mr, want, TOP_OPS, addrs, w_cache_keys,
+			 b->m.l, w_rcache, b->rcache);
 }
 
 static int bench_setup(struct bench *b)
@@ -418,11 +418,11 @@ static void report(const struct bench *b, double busy_before)
 		report_ns(name, &b->pgt[i], what, base, "", TARGET_PGTABLE, sum, &n_sum);
 	}
 	report_ns("ucx-rcache", &b->rcache_row,
-		  "inline mrd_lookup_lkey() on random addresses over 8 buffers from mrd (top half)",
+		  "inline mrd_cache_lkey() on random addresses over 8 buffers from mrd (top half)",
 		  "ucs_rcache_get(64 bytes)+ucs_rcache_region_put hit on the same 8 buffers, "
 		  "pre-registered, dummy mem_reg", "", TARGET_RCACHE, sum, &n_sum);
 	report_ns("ucx-rcache-mr", &b->rcache_mr,
-		  "out-of-line mrd_lookup_mr() (whole MR back) on the same addresses, top-half hits",
+		  "out-of-line mrd_cache_keys() (whole MR back) on the same addresses, top-half hits",
 		  "as ucx-rcache",
 		  " [informational]", 0, NULL, NULL);
 	printf("summary (targets from PERF.md: bottom half <= %.1fx ucs_pgtable_lookup; full "

@@ -414,7 +414,7 @@ int bench_mrd_start(struct bench_mrd *m, const char *prog)
 	for (int i = 0; i < BENCH_BUFS; i++) {
 		r = mrd_mem_alloc(m->client, BENCH_BUF_SIZE, 0, 0, (void **)&m->buf[i]);
 		if (r >= 0)
-			r = mrd_mr_lookup(m->client, m->buf[i], &m->mr[i]);
+			r = mrd_keys_query(m->client, m->buf[i], &m->mr[i]);
 		if (r < 0) {
 			fprintf(stderr, "%s: buffer %d: %s\n", prog, i, mrd_last_error());
 			return r;
@@ -424,22 +424,19 @@ int bench_mrd_start(struct bench_mrd *m, const char *prog)
 		    m->mr[i].end < (uintptr_t)m->buf[i] + BENCH_BUF_SIZE)
 			return -EBADMSG;
 	}
-	r = mrd_lookup_init(&m->l, m->client);
+	r = mrd_cache_new(m->client, &m->l);
 	if (r < 0)
 		return r;
-	m->lookup_ready = true;
 	/* One lookup each fills the 8 top-half slots (round-robin victims, so none is evicted). */
 	for (int i = 0; i < BENCH_BUFS; i++)
-		if (mrd_lookup_lkey(&m->l, m->buf[i]) != m->mr[i].lkey)
+		if (mrd_cache_lkey(m->l, m->buf[i]) != m->mr[i].lkey)
 			return -EBADMSG;
 	return 0;
 }
 
 void bench_mrd_stop(struct bench_mrd *m)
 {
-	if (m->lookup_ready)
-		mrd_lookup_done(&m->l);
-	m->lookup_ready = false;
+	m->l = mrd_cache_free(m->l);
 	m->client = mrd_client_close(m->client);
 	if (m->mrd.pid > 0)
 		mrd_proc_stop(&m->mrd);

@@ -101,15 +101,14 @@ size_t bench_print_summary(const struct bench_summary *sum, size_t n);
 
 /* A running mrd with BENCH_BUFS buffers of it, each looked up once, and a lookup cache whose
  * top half holds all of them: the common ground of the lookup benches. */
-#define BENCH_BUFS MRD_LOOKUP_TOP
+#define BENCH_BUFS MRD_CACHE_TOP
 #define BENCH_BUF_SIZE (64u << 10)
 struct bench_mrd {
 	struct mrd_proc mrd;
 	mrd_client *client;
-	struct mrd_lookup l;
-	bool lookup_ready;
+	mrd_cache *l;
 	uint8_t *buf[BENCH_BUFS];
-	struct mrd_mr mr[BENCH_BUFS]; /* what mrd answered for each buffer */
+	struct mrd_keys mr[BENCH_BUFS]; /* what mrd answered for each buffer */
 };
 
 /* prog names the program in messages. Returns 0 or -errno (said on stderr). */

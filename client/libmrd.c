@@ -4,19 +4,15 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "libmrd-internal.h"
+#include "call.h"
 #include "log.h"
+#include "memory.h"
 #include "mrd/mrd.h"
-
-#define MRD_EXPORT __attribute__((visibility("default")))
-
-static __thread char last_error[256];
 
 /* The process's open handles: a fork() child marks each one its parent's. */
 static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -40,7 +36,7 @@ static void fork_child(void)
 {
 	for (mrd_client *c = handles; c; c = c->next) {
 		c->forked = true;
-		memory_poison_status(c);
+		client_poison_status(c);
 	}
 	fork_parent();
 }
@@ -60,72 +56,6 @@ static void init_once(void)
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 	pthread_once(&once, libmrd_init);
-}
-
-int set_last_error(int error, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(last_error, sizeof(last_error), fmt, ap);
-	va_end(ap);
-	log_error("%s", last_error); /* every failure a call returns, when MRD_LOG_LEVEL asks */
-	return error;
-}
-
-int set_call_error(int error)
-{
-	if (error == -ECONNRESET)
-		return set_last_error(error, "mrd closed the connection (it exited, restarted, was "
-					     "killed, or dropped this handle: see its log): the memory "
-					     "it maps stays mapped, with its content, until "
-					     "mrd_client_close(); after a warm restart of mrd, "
-					     "mrd_client_reconnect() takes it back");
-	return set_last_error(error, "no answer from mrd: %s", strerror(-error));
-}
-
-static int forked_error(const mrd_client *client)
-{
-	return set_last_error(-ECHILD, "this handle was opened by process %d, which has since "
-			      "fork()ed: in the child it cannot be used (its connection and memory "
-			      "are the parent's); mrd_client_close() it there (only the child's copy "
-			      "goes) and connect anew with mrd_client_connect()", (int)client->pid);
-}
-
-int client_usable(const mrd_client *client)
-{
-	if (client->forked)
-		return forked_error(client);
-	if (__atomic_load_n(&client->gone, __ATOMIC_ACQUIRE))
-		return set_call_error(-ECONNRESET);
-	return 0;
-}
-
-int client_lock(mrd_client *client)
-{
-	if (client->forked)
-		return forked_error(client);
-	pthread_mutex_lock(&client->lock);
-	if (client->gone) {
-		pthread_mutex_unlock(&client->lock);
-		return set_call_error(-ECONNRESET);
-	}
-	return 0;
-}
-
-void client_unlock(mrd_client *client)
-{
-	/* Under the lock, so that a reconnect's new page never goes under the poison. */
-	if (client->conn->broken && !client->gone) {
-		__atomic_store_n(&client->gone, true, __ATOMIC_RELEASE);
-		memory_poison_status(client);
-	}
-	pthread_mutex_unlock(&client->lock);
-}
-
-MRD_EXPORT const char *mrd_last_error(void)
-{
-	return last_error;
 }
 
 MRD_EXPORT int mrd_client_connect(const char *path, mrd_client **ret)
@@ -190,45 +120,6 @@ MRD_EXPORT mrd_client *mrd_client_close(mrd_client *client)
 	pthread_mutex_destroy(&client->reconnect_lock);
 	free(client);
 	return NULL;
-}
-
-int conn_request(struct conn *conn, Mrd__Request *req, Mrd__Response **ret,
-		 struct conn_fds *ret_fds)
-{
-	Mrd__Response *resp = NULL;
-	struct conn_fds fds;
-	int r;
-
-	r = conn_call(conn, req, &resp, &fds);
-	if (r < 0)
-		return set_call_error(r);
-	r = response_error(resp);
-	if (r < 0 || !ret_fds)
-		for (size_t i = 0; i < fds.n; i++)
-			safe_close(fds.fds[i]);
-	if (r < 0) {
-		set_last_error(r, "%s", resp->message && *resp->message ? resp->message :
-									strerror(-r));
-		mrd__response__free_unpacked(resp, NULL);
-		return r;
-	}
-	if (ret_fds)
-		*ret_fds = fds;
-	*ret = resp;
-	return 0;
-}
-
-int client_call(mrd_client *client, Mrd__Request *req, Mrd__Response **ret,
-		struct conn_fds *ret_fds)
-{
-	int r;
-
-	r = client_lock(client);
-	if (r < 0)
-		return r;
-	r = conn_request(client->conn, req, ret, ret_fds);
-	client_unlock(client);
-	return r;
 }
 
 static int reconnect(mrd_client *client)
@@ -311,7 +202,8 @@ MRD_EXPORT int mrd_client_reconnect(mrd_client *client)
 	if (!client)
 		return set_last_error(-EINVAL, "mrd_client_reconnect: client is NULL");
 	if (client->forked)
-		return forked_error(client); /* before the lock: one held at the fork stays held */
+		/* Before the lock: one held at the fork stays held. */
+		return client_forked_error(client);
 	pthread_mutex_lock(&client->reconnect_lock);
 	r = reconnect(client);
 	pthread_mutex_unlock(&client->reconnect_lock);

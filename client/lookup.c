@@ -1,28 +1,32 @@
 /* SPDX-License-Identifier: MIT */
-/* libmrd's side of the datapath: asking mrd for keys, and the two-level lookup cache (DPDK's
+/* libmrd's side of the datapath: asking mrd for keys, and the two-level key cache (DPDK's
  * per-queue MR control): 8 recent entries with an MRU index and a round-robin victim, then a
  * sorted array, both flushed when the domain's generation moves. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "libmrd-internal.h"
+#include "cache.h"
+#include "call.h"
 #include "log.h"
 #include "mr-table.h"
 #include "mrd/mrd.h"
 
-#define MRD_EXPORT __attribute__((visibility("default")))
-
 #define BOTTOM_FIRST 256
 #define BOTTOM_MAX 65536
 
-struct mrd_lookup_bottom {
-	struct mr_table table;
+struct mrd_cache {
+	struct mrd_cache_hot hot; /* first: mrd_cache_lkey() reads it through the cache pointer */
+	struct mr_table bottom;
+	mrd_client *client;
+	uint64_t n_asked; /* lookups that had to ask mrd */
 };
+_Static_assert(offsetof(struct mrd_cache, hot) == 0, "mrd_cache_lkey() casts the cache to it");
 
-MRD_EXPORT int mrd_mr_lookup(mrd_client *client, const void *addr, struct mrd_mr *ret)
+MRD_EXPORT int mrd_keys_query(mrd_client *client, const void *addr, struct mrd_keys *ret)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__MrLookupRequest q = MRD__MR_LOOKUP_REQUEST__INIT;
@@ -31,7 +35,7 @@ MRD_EXPORT int mrd_mr_lookup(mrd_client *client, const void *addr, struct mrd_mr
 	int r;
 
 	if (!client || !ret)
-		return set_last_error(-EINVAL, "mrd_mr_lookup: NULL argument");
+		return set_last_error(-EINVAL, "mrd_keys_query: NULL argument");
 	q.addresses = &address;
 	q.n_addresses = 1;
 	req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;
@@ -57,127 +61,132 @@ MRD_EXPORT int mrd_mr_lookup(mrd_client *client, const void *addr, struct mrd_mr
 	return r;
 }
 
-static void flush(struct mrd_lookup *l)
+static void flush(mrd_cache *c)
 {
-	memset(l->top, 0, sizeof(l->top));
-	l->mru = l->head = 0;
-	mr_table_clear(&l->bottom->table);
+	memset(c->hot.top, 0, sizeof(c->hot.top));
+	c->hot.mru = c->hot.head = 0;
+	mr_table_clear(&c->bottom);
 }
 
-MRD_EXPORT int mrd_lookup_init(struct mrd_lookup *l, mrd_client *client)
+MRD_EXPORT int mrd_cache_new(mrd_client *client, mrd_cache **ret)
 {
+	mrd_cache *c;
 	int r;
 
-	if (!l || !client)
-		return set_last_error(-EINVAL, "mrd_lookup_init: NULL argument");
-	memset(l, 0, sizeof(*l));
-	l->bottom = calloc(1, sizeof(*l->bottom));
-	if (!l->bottom)
+	if (!client || !ret)
+		return set_last_error(-EINVAL, "mrd_cache_new: NULL argument");
+	c = calloc(1, sizeof(*c));
+	if (!c)
 		return set_last_error(-ENOMEM, "out of memory");
-	r = mr_table_init(&l->bottom->table, BOTTOM_FIRST, BOTTOM_MAX);
+	r = mr_table_init(&c->bottom, BOTTOM_FIRST, BOTTOM_MAX);
 	if (r < 0) {
-		free(l->bottom);
-		l->bottom = NULL;
+		free(c);
 		return set_last_error(r, "out of memory");
 	}
-	l->client = client;
-	l->generation_ptr = &client->status->generation;
-	l->generation = *l->generation_ptr;
+	c->client = client;
+	c->hot.generation_ptr = &client->status->generation;
+	c->hot.generation = *c->hot.generation_ptr;
+	*ret = c;
 	return 0;
 }
 
-MRD_EXPORT void mrd_lookup_done(struct mrd_lookup *l)
+MRD_EXPORT mrd_cache *mrd_cache_free(mrd_cache *c)
 {
-	if (!l || !l->bottom)
-		return;
-	mr_table_done(&l->bottom->table);
-	free(l->bottom);
-	l->bottom = NULL;
+	if (!c)
+		return NULL;
+	mr_table_done(&c->bottom);
+	free(c);
+	return NULL;
 }
 
-static void top_insert(struct mrd_lookup *l, const struct mrd_mr *mr)
+MRD_EXPORT uint64_t mrd_cache_asked(const mrd_cache *c)
 {
-	l->top[l->head] = *mr;
-	l->mru = l->head;
-	l->head = (l->head + 1) % MRD_LOOKUP_TOP;
+	return c ? c->n_asked : 0;
+}
+
+static void top_insert(mrd_cache *c, const struct mrd_keys *keys)
+{
+	c->hot.top[c->hot.head] = *keys;
+	c->hot.mru = c->hot.head;
+	c->hot.head = (c->hot.head + 1) % MRD_CACHE_TOP;
 }
 
 /* The top half, after the generation check: most lookups that miss the MRU end here. */
-static inline bool top_find(struct mrd_lookup *l, uintptr_t a, struct mrd_mr *ret)
+static inline bool top_find(mrd_cache *c, uintptr_t a, struct mrd_keys *ret)
 {
-	uint64_t generation = __atomic_load_n(l->generation_ptr, __ATOMIC_ACQUIRE);
+	uint64_t generation = __atomic_load_n(c->hot.generation_ptr, __ATOMIC_ACQUIRE);
 
 	/* Memory of the domain went away since we cached: nothing cached can be trusted. */
-	if (generation != l->generation) {
-		flush(l);
-		l->generation = generation;
+	if (generation != c->hot.generation) {
+		flush(c);
+		c->hot.generation = generation;
 		return false;
 	}
-	for (unsigned i = 0; i < MRD_LOOKUP_TOP; i++)
-		if (a >= l->top[i].start && a < l->top[i].end) {
-			l->mru = i;
-			*ret = l->top[i];
+	for (unsigned i = 0; i < MRD_CACHE_TOP; i++)
+		if (a >= c->hot.top[i].start && a < c->hot.top[i].end) {
+			c->hot.mru = i;
+			*ret = c->hot.top[i];
 			return true;
 		}
 	return false;
 }
 
 /* The bottom half, which refills the top on a hit. */
-static int bottom_find(struct mrd_lookup *l, uintptr_t a, struct mrd_mr *ret)
+static int bottom_find(mrd_cache *c, uintptr_t a, struct mrd_keys *ret)
 {
-	const struct mr_entry *e = mr_table_lookup(&l->bottom->table, a);
+	const struct mr_entry *e = mr_table_lookup(&c->bottom, a);
 
 	if (!e)
 		return -ENOENT;
-	*ret = (struct mrd_mr){ (uintptr_t)e->start, (uintptr_t)e->end, e->lkey, e->rkey };
-	top_insert(l, ret);
+	*ret = (struct mrd_keys){ (uintptr_t)e->start, (uintptr_t)e->end, e->lkey, e->rkey };
+	top_insert(c, ret);
 	return 0;
 }
 
-int lookup_cached(struct mrd_lookup *l, uintptr_t a, struct mrd_mr *ret)
+int cache_find(mrd_cache *c, uintptr_t a, struct mrd_keys *ret)
 {
-	return top_find(l, a, ret) ? 0 : bottom_find(l, a, ret);
+	return top_find(c, a, ret) ? 0 : bottom_find(c, a, ret);
 }
 
-void lookup_insert(struct mrd_lookup *l, const struct mrd_mr *mr, bool top)
+void cache_insert(mrd_cache *c, const struct mrd_keys *keys, bool top)
 {
-	struct mr_entry fresh = { mr->start, mr->end, mr->lkey, mr->rkey };
-	int r = mr_table_insert(&l->bottom->table, &fresh);
+	struct mr_entry fresh = { keys->start, keys->end, keys->lkey, keys->rkey };
+	int r = mr_table_insert(&c->bottom, &fresh);
 
 	if (r == -ENOSPC) {
 		/* Full at its ceiling: a cache may forget everything and start over. */
-		mr_table_clear(&l->bottom->table);
-		(void)mr_table_insert(&l->bottom->table, &fresh);
+		mr_table_clear(&c->bottom);
+		(void)mr_table_insert(&c->bottom, &fresh);
 	}
 	if (top)
-		top_insert(l, mr);
+		top_insert(c, keys);
 }
 
 /* Nothing cached holds addr: mrd answers, and both halves keep it. */
-static int ask(struct mrd_lookup *l, const void *addr, struct mrd_mr *ret)
+static int ask(mrd_cache *c, const void *addr, struct mrd_keys *ret)
 {
 	int r;
 
-	l->n_asked++;
-	r = mrd_mr_lookup(l->client, addr, ret);
+	c->n_asked++;
+	r = mrd_keys_query(c->client, addr, ret);
 	if (r >= 0)
-		lookup_insert(l, ret, true);
+		cache_insert(c, ret, true);
 	return r;
 }
 
-MRD_EXPORT int mrd_lookup_mr(struct mrd_lookup *l, const void *addr, struct mrd_mr *ret)
+MRD_EXPORT int mrd_cache_keys(mrd_cache *c, const void *addr, struct mrd_keys *ret)
 {
-	return lookup_cached(l, (uintptr_t)addr, ret) == 0 ? 0 : ask(l, addr, ret);
+	return cache_find(c, (uintptr_t)addr, ret) == 0 ? 0 : ask(c, addr, ret);
 }
 
-MRD_EXPORT uint32_t mrd_lookup_lkey_slow(struct mrd_lookup *l, const void *addr)
+MRD_EXPORT uint32_t mrd_cache_lkey_slow(mrd_cache *c, const void *addr)
 {
-	struct mrd_mr mr;
+	struct mrd_keys keys;
 
 	/* The top half inline, with no call: most lookups that miss the MRU end there. */
-	if (top_find(l, (uintptr_t)addr, &mr) || bottom_find(l, (uintptr_t)addr, &mr) == 0 ||
-	    ask(l, addr, &mr) == 0)
-		return mr.lkey;
+	if (top_find(c, (uintptr_t)addr, &keys) || bottom_find(c, (uintptr_t)addr, &keys) == 0 ||
+	    ask(c, addr, &keys) == 0)
+		return keys.lkey;
 	return MRD_KEY_INVALID;
 }
 

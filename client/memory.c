@@ -14,11 +14,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "libmrd-internal.h"
+#include "call.h"
 #include "log.h"
+#include "memory.h"
 #include "mrd/mrd.h"
-
-#define MRD_EXPORT __attribute__((visibility("default")))
 
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
@@ -305,35 +304,6 @@ int memory_remap_status(mrd_client *client, int fd)
 	return map_status(fd, client->status_size, (void *)client->status, &client->status);
 }
 
-void memory_poison_status(mrd_client *client)
-{
-	size_t size = client->status_size;
-	struct mrd_status_page *copy;
-	int r;
-
-	copy = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (copy == MAP_FAILED) {
-		r = -errno;
-		goto fail;
-	}
-	memcpy(copy, client->status, sizeof(*copy));
-	/* mrd counts up from 1: no lookup can have cached this one, nor (one less per reconnect)
-	 * one that a cache adopted from an earlier poisoning and filled after the reconnect. */
-	copy->generation = UINT64_MAX - client->epoch;
-	/* One mremap: a reader sees the old page or the filled copy, never an empty one. */
-	if (mprotect(copy, size, PROT_READ) < 0 ||
-	    mremap(copy, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)client->status) ==
-		    MAP_FAILED) {
-		r = -errno;
-		munmap(copy, size);
-		goto fail;
-	}
-	return;
-fail:
-	/* Out of memory: calls still fail, but keys already cached can still hit. */
-	log_error_errno(r, "cannot poison the status page: %m");
-}
-
 void memory_fork_lock(bool lock)
 {
 	if (lock)
@@ -342,7 +312,8 @@ void memory_fork_lock(bool lock)
 		pthread_mutex_unlock(&window_lock);
 }
 
-void memory_note_lost_free(mrd_client *client, int body_case, uint64_t address)
+/* A Free or ExtmemDetach of address got no answer: remembered for the next reconnect. */
+static void note_lost_free(mrd_client *client, int body_case, uint64_t address)
 {
 	pthread_mutex_lock(&client->lock);
 	if (client->n_lost_frees < ELEMENTSOF(client->lost_frees))
@@ -491,7 +462,7 @@ static int call_address(mrd_client *client, int body_case, uint64_t address)
 	}
 	if (r == -ECONNRESET)
 		/* Done or not, nobody can tell now: a reconnect asks the next mrd. */
-		memory_note_lost_free(client, body_case, address);
+		note_lost_free(client, body_case, address);
 	if (r < 0)
 		return r;
 	mrd__response__free_unpacked(resp, NULL);

@@ -8,10 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "libmrd-internal.h"
+#include "cache.h"
+#include "call.h"
 #include "mrd/mrd.h"
-
-#define MRD_EXPORT __attribute__((visibility("default")))
 
 struct chunk {
 	uint8_t *base;
@@ -32,7 +31,7 @@ struct mrd_mempool {
 
 	bool registered;
 	unsigned epoch; /* the handle's when registered: a reconnect since means mrd forgot it */
-	struct mrd_mr *mrs; /* the registration's MRs, by address */
+	struct mrd_keys *mrs; /* the registration's MRs, by address */
 	size_t n_mrs;
 };
 
@@ -266,7 +265,7 @@ MRD_EXPORT int mrd_mempool_register(mrd_mempool *p, unsigned flags)
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__MempoolRegisterRequest q = MRD__MEMPOOL_REGISTER_REQUEST__INIT;
 	Mrd__Response *resp;
-	struct mrd_mr *mrs;
+	struct mrd_keys *mrs;
 	uint64_t *starts = NULL, *lengths = NULL;
 	size_t n = 0;
 	int r;
@@ -309,7 +308,7 @@ MRD_EXPORT int mrd_mempool_register(mrd_mempool *p, unsigned flags)
 	for (size_t i = 0; i < resp->mempool_register->n_entries; i++) {
 		const Mrd__MrEntry *e = resp->mempool_register->entries[i];
 
-		mrs[i] = (struct mrd_mr){ (uintptr_t)e->start, (uintptr_t)e->end, e->lkey, e->rkey };
+		mrs[i] = (struct mrd_keys){ (uintptr_t)e->start, (uintptr_t)e->end, e->lkey, e->rkey };
 	}
 	free(p->mrs);
 	p->mrs = mrs;
@@ -353,13 +352,13 @@ static int stale(const mrd_mempool *p)
 			      "its keys are gone; mrd_mempool_register() it again", p->name);
 }
 
-MRD_EXPORT int mrd_mempool_populate(struct mrd_lookup *l, const mrd_mempool *p)
+MRD_EXPORT int mrd_cache_add_mempool(mrd_cache *cache, const mrd_mempool *p)
 {
-	struct mrd_mr cached;
+	struct mrd_keys cached;
 	int r;
 
-	if (!l || !p)
-		return set_last_error(-EINVAL, "mrd_mempool_populate: NULL argument");
+	if (!cache || !p)
+		return set_last_error(-EINVAL, "mrd_cache_add_mempool: NULL argument");
 	r = client_usable(p->client);
 	if (r < 0)
 		return r; /* no keys from an mrd that is gone */
@@ -367,27 +366,27 @@ MRD_EXPORT int mrd_mempool_populate(struct mrd_lookup *l, const mrd_mempool *p)
 		return set_last_error(-ENOENT, "mempool '%s' is not registered", p->name);
 	if (!is_registered(p))
 		return stale(p);
-	(void)lookup_cached(l, 0, &cached); /* a flush first, if the generation moved */
+	(void)cache_find(cache, 0, &cached); /* a flush first, if the generation moved */
 	for (size_t i = 0; i < p->n_mrs; i++)
-		lookup_insert(l, &p->mrs[i], false);
+		cache_insert(cache, &p->mrs[i], false);
 	return 0;
 }
 
-MRD_EXPORT int mrd_mempool_lookup(struct mrd_lookup *l, const mrd_mempool *p, const void *addr,
-				  struct mrd_mr *ret)
+MRD_EXPORT int mrd_cache_mempool_keys(mrd_cache *cache, const mrd_mempool *p,
+				      const void *addr, struct mrd_keys *ret)
 {
 	uintptr_t a = (uintptr_t)addr;
 	size_t lo = 0, hi;
 	int r;
 
-	if (!l || !p || !ret)
-		return set_last_error(-EINVAL, "mrd_mempool_lookup: NULL argument");
+	if (!cache || !p || !ret)
+		return set_last_error(-EINVAL, "mrd_cache_mempool_keys: NULL argument");
 	r = client_usable(p->client);
 	if (r < 0)
 		return r; /* no keys from an mrd that is gone */
 	if (p->registered && !is_registered(p))
 		return stale(p);
-	if (lookup_cached(l, a, ret) == 0)
+	if (cache_find(cache, a, ret) == 0)
 		return 0;
 	/* The pool's own MRs, by address: the last one starting at or below a. */
 	hi = p->n_mrs;
@@ -403,6 +402,6 @@ MRD_EXPORT int mrd_mempool_lookup(struct mrd_lookup *l, const mrd_mempool *p, co
 		return set_last_error(-ENOENT, "%p is not in the registration of mempool '%s'%s",
 				      addr, p->name, p->registered ? "" : " (not registered)");
 	*ret = p->mrs[lo - 1];
-	lookup_insert(l, ret, true);
+	cache_insert(cache, ret, true);
 	return 0;
 }

@@ -32,16 +32,16 @@ static mrd_client *connect_or_die(const char *who)
 	return c;
 }
 
-static void report(const char *who, const struct mrd_lookup *l, uint64_t total)
+static void report(const char *who, const mrd_cache *l, uint64_t total)
 {
 	printf("%s: %" PRIu64 " lookups: %" PRIu64 " served by the lookup cache, %" PRIu64
-	       " asked mrd\n", who, total, total - l->n_asked, l->n_asked);
+	       " asked mrd\n", who, total, total - mrd_cache_asked(l), mrd_cache_asked(l));
 }
 
 static int receiver(int to_sender, int from_sender)
 {
 	mrd_client *c = connect_or_die("receiver");
-	struct mrd_lookup l;
+	mrd_cache *l;
 	uint64_t addr, gen;
 	char *buf, go;
 
@@ -49,11 +49,11 @@ static int receiver(int to_sender, int from_sender)
 		fprintf(stderr, "receiver: alloc: %s\n", mrd_last_error());
 		return EXIT_FAILURE;
 	}
-	if (mrd_lookup_init(&l, c) < 0) {
+	if (mrd_cache_new(c, &l) < 0) {
 		fprintf(stderr, "receiver: %s\n", mrd_last_error());
 		return EXIT_FAILURE;
 	}
-	(void)mrd_lookup_lkey(&l, buf);
+	(void)mrd_cache_lkey(l, buf);
 	gen = mrd_client_generation(c);
 	printf("receiver (pid %d): domain %s, 1 MiB at %p, generation %" PRIu64 "\n", (int)getpid(),
 	       mrd_client_domain(c), (void *)buf, gen);
@@ -66,9 +66,9 @@ static int receiver(int to_sender, int from_sender)
 	/* The sender freed its buffer meanwhile: one load shows it, and the cache flushes. */
 	printf("receiver: generation %" PRIu64 " -> %" PRIu64 " without asking mrd\n", gen,
 	       mrd_client_generation(c));
-	(void)mrd_lookup_lkey(&l, buf);
-	report("receiver", &l, 2);
-	mrd_lookup_done(&l);
+	(void)mrd_cache_lkey(l, buf);
+	report("receiver", l, 2);
+	mrd_cache_free(l);
 	mrd_mem_free(c, buf);
 	mrd_client_close(c);
 	return EXIT_SUCCESS;
@@ -77,8 +77,8 @@ static int receiver(int to_sender, int from_sender)
 static int sender(int from_receiver, int to_receiver)
 {
 	mrd_client *c = connect_or_die("sender");
-	struct mrd_mr src, dst;
-	struct mrd_lookup l;
+	struct mrd_keys src, dst;
+	mrd_cache *l;
 	uint64_t remote, sum = 0;
 	char *buf;
 	int r;
@@ -86,12 +86,12 @@ static int sender(int from_receiver, int to_receiver)
 	if (read(from_receiver, &remote, sizeof(remote)) != sizeof(remote))
 		return EXIT_FAILURE;
 	if (mrd_mem_alloc(c, BUF_SIZE, 0, 0, (void **)&buf) < 0 ||
-	    mrd_mem_map(c, (void *)(uintptr_t)remote) < 0 || mrd_lookup_init(&l, c) < 0) {
+	    mrd_mem_map(c, (void *)(uintptr_t)remote) < 0 || mrd_cache_new(c, &l) < 0) {
 		fprintf(stderr, "sender: %s\n", mrd_last_error());
 		return EXIT_FAILURE;
 	}
 	snprintf(buf + 128, 64, "hello from pid %d, by keys alone", (int)getpid());
-	if (mrd_lookup_mr(&l, buf, &src) < 0 || mrd_lookup_mr(&l, (void *)(uintptr_t)remote, &dst) < 0) {
+	if (mrd_cache_keys(l, buf, &src) < 0 || mrd_cache_keys(l, (void *)(uintptr_t)remote, &dst) < 0) {
 		fprintf(stderr, "sender: lookup: %s\n", mrd_last_error());
 		return EXIT_FAILURE;
 	}
@@ -103,8 +103,8 @@ static int sender(int from_receiver, int to_receiver)
 
 	/* The lookups an RDMA application makes per work request: almost all inline hits. */
 	for (uint64_t i = 0; i < LOOKUPS; i++)
-		sum += mrd_lookup_lkey(&l, buf + (i * 64) % BUF_SIZE);
-	report("sender", &l, LOOKUPS + 2);
+		sum += mrd_cache_lkey(l, buf + (i * 64) % BUF_SIZE);
+	report("sender", l, LOOKUPS + 2);
 	fflush(stdout);
 	/* What mrd sees now, both of us connected (the demo script names mrctl). */
 	if (getenv("MRD_DEMO_MRCTL") && sock) {
@@ -123,7 +123,7 @@ static int sender(int from_receiver, int to_receiver)
 
 	/* Allocated again: mrd moves the MR handle it parked at the free to the new memory
 	 * instead of making a new one, and the move gives it new keys. */
-	if (mrd_mem_alloc(c, BUF_SIZE, 0, 0, (void **)&buf) < 0 || mrd_lookup_mr(&l, buf, &dst) < 0) {
+	if (mrd_mem_alloc(c, BUF_SIZE, 0, 0, (void **)&buf) < 0 || mrd_cache_keys(l, buf, &dst) < 0) {
 		fprintf(stderr, "sender: %s\n", mrd_last_error());
 		return EXIT_FAILURE;
 	}
@@ -140,7 +140,7 @@ static int sender(int from_receiver, int to_receiver)
 	mrd_mem_free(c, buf);
 	if (write(to_receiver, "x", 1) != 1)
 		return EXIT_FAILURE;
-	mrd_lookup_done(&l);
+	mrd_cache_free(l);
 	mrd_client_close(c);
 	return sum ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -254,21 +254,21 @@ static bool hung_up(int fd)
 /* What a well-behaved client does, all of it checked. */
 static void good_session(void)
 {
-	struct mrd_lookup l;
-	struct mrd_mr mr;
+	mrd_cache *l;
+	struct mrd_keys mr;
 	mrd_client *c;
 	char *p;
 
 	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
 	ck_assert_int_eq(mrd_client_ping(c), 0);
-	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
 	ck_assert_int_eq(mrd_mem_alloc(c, MiB, 0, 0, (void **)&p), 0);
 	memset(p, 0x5a, MiB);
-	ck_assert_int_eq(mrd_lookup_mr(&l, p + 4096, &mr), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, p + 4096, &mr), 0);
 	ck_assert_uint_le(mr.start, (uintptr_t)p);
 	ck_assert_int_eq(mrd_dma(c, MRD_DMA_WRITE, mr.lkey, p, mr.rkey, p + MiB / 2, 64), 0);
 	ck_assert_int_eq(mrd_mem_free(c, p), 0);
-	mrd_lookup_done(&l);
+	mrd_cache_free(l);
 	mrd_client_close(c);
 }
 
@@ -285,15 +285,15 @@ static void start_mrd(void)
 	test_build_path("mrctl", mrctl, sizeof(mrctl));
 	good_session(); /* what is made once, on first use, is part of the baseline */
 	{
-		struct mrd_lookup l;
-		struct mrd_mr mr;
+		mrd_cache *l;
+		struct mrd_keys mr;
 		void *p;
 
 		ck_assert_int_eq(mrd_client_connect(mrd.socket, &holder), 0);
 		ck_assert_int_eq(mrd_mem_alloc(holder, HELD, 0, 0, &p), 0);
-		ck_assert_int_eq(mrd_lookup_init(&l, holder), 0);
-		ck_assert_int_eq(mrd_lookup_mr(&l, p, &mr), 0);
-		mrd_lookup_done(&l);
+		ck_assert_int_eq(mrd_cache_new(holder, &l), 0);
+		ck_assert_int_eq(mrd_cache_keys(l, p, &mr), 0);
+		mrd_cache_free(l);
 		snprintf(domain, sizeof(domain), "%s", mrd_client_domain(holder));
 	}
 	wait_settled();
@@ -904,21 +904,21 @@ END_TEST
 /* A libmrd client that works until it is killed: registrations, frees, Dma, pings. */
 _Noreturn static void busy_client(void)
 {
-	struct mrd_lookup l;
-	struct mrd_mr mr;
+	mrd_cache *l;
+	struct mrd_keys mr;
 	mrd_client *c;
 	char *keep, *p;
 
-	if (mrd_client_connect(mrd.socket, &c) < 0 || mrd_lookup_init(&l, c) < 0 ||
+	if (mrd_client_connect(mrd.socket, &c) < 0 || mrd_cache_new(c, &l) < 0 ||
 	    mrd_mem_alloc(c, 4 * MiB, 0, 0, (void **)&keep) < 0)
 		_exit(2);
 	for (;;) {
 		if (mrd_mem_alloc(c, 256 * 1024, 0, 0, (void **)&p) == 0) {
-			if (mrd_lookup_mr(&l, p, &mr) == 0)
+			if (mrd_cache_keys(l, p, &mr) == 0)
 				(void)mrd_dma(c, MRD_DMA_WRITE, mr.lkey, p, mr.rkey, p + 4096, 4096);
 			(void)mrd_mem_free(c, p);
 		}
-		(void)mrd_lookup_mr(&l, keep + MiB, &mr);
+		(void)mrd_cache_keys(l, keep + MiB, &mr);
 		(void)mrd_client_ping(c);
 	}
 }
@@ -948,11 +948,11 @@ END_TEST
 /* ---- holes punched in memory mrd copies (soft Dma) ---- */
 
 /* Keys of the MR holding p, looked up afresh. */
-static struct mrd_mr keys_of(mrd_client *c, const void *p)
+static struct mrd_keys keys_of(mrd_client *c, const void *p)
 {
-	struct mrd_mr mr;
+	struct mrd_keys mr;
 
-	ck_assert_msg(mrd_mr_lookup(c, p, &mr) == 0, "%s", mrd_last_error());
+	ck_assert_msg(mrd_keys_query(c, p, &mr) == 0, "%s", mrd_last_error());
 	return mr;
 }
 
@@ -975,7 +975,7 @@ static void *attach_memfd(mrd_client *c, bool huge, size_t size, int *ret_fd)
 /* Dma both ways between p (whole) and the hole at hole: served, the hole reading as zeros. */
 static void dma_through_small_hole(mrd_client *c, uint8_t *p, uint8_t *hole)
 {
-	struct mrd_mr mr = keys_of(c, p);
+	struct mrd_keys mr = keys_of(c, p);
 
 	memset(p, 0x6b, 4096);
 	ck_assert_int_eq(mrd_dma(c, MRD_DMA_READ, mr.lkey, p, mr.rkey, hole + 4096, 4096), 0);
@@ -1085,7 +1085,7 @@ static void hog_huge_pages(int fd)
 static void dma_into_hole(mrd_client *c, int op, uint8_t *p, uint8_t *hole,
 			  void (*punch)(void *data), void *data)
 {
-	struct mrd_mr mr = keys_of(c, p);
+	struct mrd_keys mr = keys_of(c, p);
 	int r = 0, status;
 
 	for (int i = 0; i < 5 && r == 0; i++) {

@@ -128,8 +128,8 @@ START_TEST(test_pools_share_a_huge_page)
 			       mrd.socket, "--json", "mempools", NULL };
 	mrd_client *c = NULL;
 	mrd_mempool *a, *b;
-	struct mrd_lookup l;
-	struct mrd_mr ma, mb;
+	mrd_cache *l;
+	struct mrd_keys ma, mb;
 	uint64_t gen;
 	uint8_t *p;
 
@@ -140,12 +140,12 @@ START_TEST(test_pools_share_a_huge_page)
 	ck_assert_int_eq(mrd_mempool_create_in(c, "b", p + 1 * MiB, 64 * 1024, 256, 0, &b), 0);
 	ck_assert_int_eq(mrd_mempool_register(a, 0), 0);
 	ck_assert_int_eq(mrd_mempool_register(b, 0), 0);
-	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
-	ck_assert_int_eq(mrd_mempool_lookup(&l, a, p, &ma), 0);
-	mrd_lookup_done(&l);
-	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
-	ck_assert_int_eq(mrd_mempool_lookup(&l, b, p + 1 * MiB, &mb), 0);
-	mrd_lookup_done(&l);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_int_eq(mrd_cache_mempool_keys(l, a, p, &ma), 0);
+	mrd_cache_free(l);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_int_eq(mrd_cache_mempool_keys(l, b, p + 1 * MiB, &mb), 0);
+	mrd_cache_free(l);
 	/* One MR, the whole huge page, two sharers. */
 	ck_assert_uint_eq(ma.lkey, mb.lkey);
 	ck_assert_uint_eq(ma.start, (uintptr_t)p);

@@ -88,19 +88,19 @@ static int mrctl_pools(const char *const *args)
 START_TEST(test_mrctl_pools)
 {
 	mrd_client *c = NULL;
-	struct mrd_lookup l;
-	struct mrd_mr first, second;
+	mrd_cache *l;
+	struct mrd_keys first, second;
 	unsigned long long pages;
 	char row[512];
 	void *buf;
 
 	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
-	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
 	ck_assert_int_eq(mrd_mem_alloc(c, 64 * 1024, 0, 0, &buf), 0);
-	ck_assert_int_eq(mrd_lookup_mr(&l, buf, &first), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, buf, &first), 0);
 	ck_assert_int_eq(mrd_mem_free(c, buf), 0);
 	ck_assert_int_eq(mrd_mem_alloc(c, 64 * 1024, 0, 0, &buf), 0);
-	ck_assert_int_eq(mrd_lookup_mr(&l, buf, &second), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, buf, &second), 0);
 	ck_assert_uint_ne(second.lkey, first.lkey);
 
 	/* 64 KiB is 16 pages, or one 2 MiB page in a huge-page arena: the pool's size class. */
@@ -162,7 +162,7 @@ START_TEST(test_mrctl_pools)
 	ck_assert_int_eq(mrctl_pools((const char *[]){ "--json", "flush", "--uid", "0", NULL }), 0);
 	ck_assert_msg(strstr(out, "{\"domains\":1,\"handles\":0,\"pools_removed\":0}"),
 		      "mrctl said: %s", out);
-	mrd_lookup_done(&l);
+	mrd_cache_free(l);
 	ck_assert_ptr_null(mrd_client_close(c));
 }
 END_TEST

@@ -55,7 +55,7 @@ static double now(void)
 
 /* What the forked child does with its parent's handle; the exit status names the first step
  * that went wrong, and the pipe says how. */
-static int child_uses_parent_handle(mrd_client *c, struct mrd_lookup *l, uint8_t *p, int report)
+static int child_uses_parent_handle(mrd_client *c, mrd_cache *l, uint8_t *p, int report)
 {
 	mrd_client *own = NULL;
 	void *q;
@@ -80,7 +80,7 @@ static int child_uses_parent_handle(mrd_client *c, struct mrd_lookup *l, uint8_t
 	if (!strstr(mrd_last_error(), "fork"))
 		FAIL(3, "ping error: '%s'", mrd_last_error());
 	/* The parent's cached key is not handed out here. */
-	if (mrd_lookup_lkey(l, p) != MRD_KEY_INVALID)
+	if (mrd_cache_lkey(l, p) != MRD_KEY_INVALID)
 		FAIL(4, "a cached lookup in the child returned the parent's key");
 	if (!strstr(mrd_last_error(), "fork") || !strstr(mrd_last_error(), "connect anew"))
 		FAIL(5, "lookup error: '%s'", mrd_last_error());
@@ -97,7 +97,7 @@ static int child_uses_parent_handle(mrd_client *c, struct mrd_lookup *l, uint8_t
 	if (r != -ECHILD)
 		FAIL(8, "reconnect in the child: %d", r);
 	/* Closing the inherited copy is allowed, and a handle of its own works. */
-	mrd_lookup_done(l);
+	mrd_cache_free(l);
 	mrd_client_close(c);
 	r = mrd_client_connect(mrd.socket, &own);
 	if (r < 0)
@@ -142,7 +142,7 @@ START_TEST(test_fork_child_fails_at_once)
 {
 	mrd_client *c = connect_ok();
 	struct pinger pg = { .c = c };
-	struct mrd_lookup l;
+	mrd_cache *l;
 	char why[512] = "";
 	pthread_t t;
 	uint8_t *p;
@@ -153,8 +153,8 @@ START_TEST(test_fork_child_fails_at_once)
 
 	ck_assert_int_eq(mrd_mem_alloc(c, 1 << 20, 0, 0, (void **)&p), 0);
 	memset(p, 7, 4096);
-	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
-	key = mrd_lookup_lkey(&l, p);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	key = mrd_cache_lkey(l, p);
 	ck_assert_uint_ne(key, MRD_KEY_INVALID);
 	ck_assert_int_eq(pipe(report), 0);
 	ck_assert_int_eq(pthread_create(&t, NULL, ping_loop, &pg), 0);
@@ -167,7 +167,7 @@ START_TEST(test_fork_child_fails_at_once)
 		close(report[0]);
 		signal(SIGALRM, SIG_DFL); /* Check's handler would kill the whole test */
 		alarm(90);
-		_exit(child_uses_parent_handle(c, &l, p, report[1]));
+		_exit(child_uses_parent_handle(c, l, p, report[1]));
 	}
 	close(report[1]);
 	len = read(report[0], why, sizeof(why) - 1);
@@ -183,10 +183,10 @@ START_TEST(test_fork_child_fails_at_once)
 	ck_assert_int_gt(pg.n, 10);
 	ck_assert_int_eq(pg.failures, 0);
 	ck_assert_msg(pg.worst < 10, "a ping of the parent took %.1f s", pg.worst);
-	ck_assert_uint_eq(mrd_lookup_lkey(&l, p), key);
+	ck_assert_uint_eq(mrd_cache_lkey(l, p), key);
 	ck_assert_uint_eq(p[100], 7);
 	ck_assert_int_eq(mrd_client_ping(c), 0);
-	mrd_lookup_done(&l);
+	mrd_cache_free(l);
 	ck_assert_int_eq(mrd_mem_free(c, p), 0);
 	mrd_client_close(c);
 }
@@ -197,30 +197,30 @@ struct looker {
 	mrd_client *c;
 	uint8_t *p;
 	pthread_barrier_t *warm, *dead, *done;
-	int expect; /* what mrd_lookup_mr() returns once mrd is gone */
+	int expect; /* what mrd_cache_keys() returns once mrd is gone */
 	int keys_after, errors_after, bad_error;
 };
 
 static void *look_up(void *arg)
 {
 	struct looker *lk = arg;
-	struct mrd_lookup l;
-	struct mrd_mr mr;
+	mrd_cache *l;
+	struct mrd_keys mr;
 
-	if (mrd_lookup_init(&l, lk->c) < 0 || mrd_lookup_lkey(&l, lk->p) == MRD_KEY_INVALID)
+	if (mrd_cache_new(lk->c, &l) < 0 || mrd_cache_lkey(l, lk->p) == MRD_KEY_INVALID)
 		lk->bad_error = 1;
 	pthread_barrier_wait(lk->warm);
 	pthread_barrier_wait(lk->dead);
 	for (int i = 0; i < 10000; i++) {
-		if (mrd_lookup_lkey(&l, lk->p + (i % 64) * 64) != MRD_KEY_INVALID)
+		if (mrd_cache_lkey(l, lk->p + (i % 64) * 64) != MRD_KEY_INVALID)
 			lk->keys_after++;
 		else
 			lk->errors_after++;
 	}
-	if (mrd_lookup_mr(&l, lk->p, &mr) != lk->expect ||
+	if (mrd_cache_keys(l, lk->p, &mr) != lk->expect ||
 	    (lk->expect == -ECONNRESET && !strstr(mrd_last_error(), "mrd closed the connection")))
 		lk->bad_error = 1;
-	mrd_lookup_done(&l);
+	mrd_cache_free(l);
 	pthread_barrier_wait(lk->done);
 	return NULL;
 }
@@ -272,7 +272,7 @@ static void wait_hangup(mrd_client *c, int timeout_ms)
 	ck_assert_msg(pfd.revents & POLLHUP, "revents 0x%x", pfd.revents);
 }
 
-/* A registered mempool, for mrd_mempool_lookup() once mrd is gone. */
+/* A registered mempool, for mrd_cache_mempool_keys() once mrd is gone. */
 static mrd_mempool *pool_ok(mrd_client *c)
 {
 	mrd_mempool *pool = NULL;
@@ -288,17 +288,17 @@ static void dead_mrd(bool by_poll)
 	mrd_client *c = connect_ok();
 	mrd_mempool *pool = pool_ok(c);
 	struct warm_threads w;
-	struct mrd_lookup l;
+	mrd_cache *l;
 	struct pollfd pfd;
-	struct mrd_mr mr;
+	struct mrd_keys mr;
 	void *obj = mrd_mempool_get(pool);
 	uint8_t *p;
 
 	ck_assert_ptr_nonnull(obj);
 	ck_assert_int_eq(mrd_mem_alloc(c, 1 << 20, 0, 0, (void **)&p), 0);
-	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
-	ck_assert_int_eq(mrd_mempool_populate(&l, pool), 0);
-	ck_assert_int_eq(mrd_mempool_lookup(&l, pool, obj, &mr), 0);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_int_eq(mrd_cache_add_mempool(l, pool), 0);
+	ck_assert_int_eq(mrd_cache_mempool_keys(l, pool, obj, &mr), 0);
 	threads_start(&w, c, p, -ECONNRESET);
 	/* Alive: nothing to report, and replies to other calls do not count. */
 	pfd = (struct pollfd){ .fd = mrd_client_fd(c) };
@@ -314,14 +314,14 @@ static void dead_mrd(bool by_poll)
 		ck_assert_int_eq(mrd_client_ping(c), -ECONNRESET);
 	ck_assert_ptr_nonnull(strstr(mrd_last_error(), "mrd closed the connection"));
 	threads_check(&w, false);
-	ck_assert_uint_eq(mrd_lookup_lkey(&l, obj), MRD_KEY_INVALID);
-	ck_assert_int_eq(mrd_mempool_lookup(&l, pool, obj, &mr), -ECONNRESET);
-	ck_assert_int_eq(mrd_mempool_populate(&l, pool), -ECONNRESET);
+	ck_assert_uint_eq(mrd_cache_lkey(l, obj), MRD_KEY_INVALID);
+	ck_assert_int_eq(mrd_cache_mempool_keys(l, pool, obj, &mr), -ECONNRESET);
+	ck_assert_int_eq(mrd_cache_add_mempool(l, pool), -ECONNRESET);
 	ck_assert_uint_eq(mrd_client_generation(c), UINT64_MAX);
 	ck_assert_int_eq(mrd_client_check(c), -ECONNRESET);
 	ck_assert_int_eq(mrd_client_ping(c), -ECONNRESET);
 	mrd_mempool_put(pool, obj);
-	mrd_lookup_done(&l);
+	mrd_cache_free(l);
 	mrd_mempool_free(pool);
 	mrd_client_close(c);
 }
@@ -344,7 +344,7 @@ START_TEST(test_warm_restart_brings_back)
 {
 	mrd_client *c = connect_ok();
 	struct warm_threads w;
-	struct mrd_lookup l;
+	mrd_cache *l;
 	struct pollfd pfd;
 	uint32_t old_key, key;
 	char buf[512];
@@ -353,8 +353,8 @@ START_TEST(test_warm_restart_brings_back)
 
 	ck_assert_int_eq(mrd_mem_alloc(c, 1 << 20, 0, 0, (void **)&p), 0);
 	memset(p, 5, 4096);
-	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
-	old_key = mrd_lookup_lkey(&l, p);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	old_key = mrd_cache_lkey(l, p);
 	ck_assert_uint_ne(old_key, MRD_KEY_INVALID);
 	threads_start(&w, c, p, -ECONNRESET);
 
@@ -370,7 +370,7 @@ START_TEST(test_warm_restart_brings_back)
 	ck_assert_int_eq(poll(&pfd, 1, 0), 0);
 	ck_assert_int_eq(mrd_client_check(c), 0);
 	ck_assert_uint_ne(mrd_client_generation(c), UINT64_MAX);
-	key = mrd_lookup_lkey(&l, p);
+	key = mrd_cache_lkey(l, p);
 	ck_assert_uint_ne(key, MRD_KEY_INVALID);
 	ck_assert_uint_eq(p[100], 5);
 	threads_start(&w, c, p, 0);
@@ -379,13 +379,13 @@ START_TEST(test_warm_restart_brings_back)
 	/* A cache that adopted the first poisoning, then got a key from the new mrd (its lookup
 	 * left the generation check before the reconnect and asked after it), keeps no key when
 	 * this mrd dies too: the next poisoning is another value. */
-	l.generation = UINT64_MAX;
+	((struct mrd_cache_hot *)(void *)l)->generation = UINT64_MAX;
 	ck_assert_int_eq(mrd_proc_signal(&mrd, SIGKILL), 128 + SIGKILL);
 	wait_hangup(c, 10000);
 	ck_assert_int_eq(mrd_client_check(c), -ECONNRESET);
-	ck_assert_uint_eq(mrd_lookup_lkey(&l, p), MRD_KEY_INVALID);
+	ck_assert_uint_eq(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
 	ck_assert_uint_eq(mrd_client_generation(c), UINT64_MAX - 1);
-	mrd_lookup_done(&l);
+	mrd_cache_free(l);
 	mrd_client_close(c);
 }
 END_TEST

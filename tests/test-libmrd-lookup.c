@@ -59,29 +59,35 @@ static unsigned long daemon_lookups(void)
 START_TEST(test_cached_lookups)
 {
 	mrd_client *c = connect_ok();
-	struct mrd_lookup l;
-	struct mrd_mr mr;
+	mrd_cache *l;
+	struct mrd_keys mr;
 	uint8_t *p;
 	uint32_t key;
 
 	ck_assert_int_eq(mrd_mem_alloc(c, 2 * MiB, 0, 0, (void **)&p), 0);
-	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
-	key = mrd_lookup_lkey(&l, p + 10);
+	ck_assert_int_eq(mrd_cache_new(NULL, &l), -EINVAL);
+	ck_assert_int_eq(mrd_cache_new(c, NULL), -EINVAL);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_uint_eq(mrd_cache_asked(l), 0);
+	key = mrd_cache_lkey(l, p + 10);
 	ck_assert_uint_ne(key, MRD_KEY_INVALID);
-	ck_assert_int_eq(mrd_lookup_mr(&l, p + 2 * MiB - 1, &mr), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, p + 2 * MiB - 1, &mr), 0);
 	ck_assert_uint_eq(mr.start, (uintptr_t)p);
 	ck_assert_uint_eq(mr.end, (uintptr_t)p + 2 * MiB);
 	ck_assert_uint_eq(mr.lkey, key);
 	/* A thousand more lookups, none of which reaches mrd. */
 	for (int i = 0; i < 1000; i++)
-		ck_assert_uint_eq(mrd_lookup_lkey(&l, p + (i * 4099) % (2 * MiB)), key);
+		ck_assert_uint_eq(mrd_cache_lkey(l, p + (i * 4099) % (2 * MiB)), key);
 	ck_assert_uint_eq(daemon_lookups(), 1);
+	ck_assert_uint_eq(mrd_cache_asked(l), 1); /* the cache counts what it asked, as mrd does */
 
 	/* Outside any allocation: the documented error value, and why. */
-	ck_assert_uint_eq(mrd_lookup_lkey(&l, (void *)0x1000), MRD_KEY_INVALID);
+	ck_assert_uint_eq(mrd_cache_lkey(l, (void *)0x1000), MRD_KEY_INVALID);
 	ck_assert_ptr_nonnull(strstr(mrd_last_error(), "not in memory allocated"));
-	mrd_lookup_done(&l);
-	mrd_lookup_done(NULL);
+	ck_assert_uint_eq(mrd_cache_asked(l), 2); /* a miss that failed asked too */
+	ck_assert_uint_eq(mrd_cache_asked(NULL), 0);
+	ck_assert_ptr_null(mrd_cache_free(l));
+	ck_assert_ptr_null(mrd_cache_free(NULL));
 	mrd_client_close(c);
 }
 END_TEST
@@ -89,23 +95,24 @@ END_TEST
 START_TEST(test_generation_flushes)
 {
 	mrd_client *a = connect_ok(), *b = connect_ok();
-	struct mrd_lookup l;
+	mrd_cache *l;
 	uint8_t *p, *q;
 	unsigned long before;
 
 	ck_assert_int_eq(mrd_mem_alloc(a, 4096, 0, 0, (void **)&p), 0);
 	ck_assert_int_eq(mrd_mem_alloc(b, 4096, 0, 0, (void **)&q), 0);
-	ck_assert_int_eq(mrd_lookup_init(&l, a), 0);
-	ck_assert_uint_ne(mrd_lookup_lkey(&l, p), MRD_KEY_INVALID);
-	ck_assert_uint_ne(mrd_lookup_lkey(&l, p), MRD_KEY_INVALID);
+	ck_assert_int_eq(mrd_cache_new(a, &l), 0);
+	ck_assert_uint_ne(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
+	ck_assert_uint_ne(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
 	before = daemon_lookups();
 	/* Someone else frees something: the next lookup must not trust its cache. */
 	ck_assert_int_eq(mrd_mem_free(b, q), 0);
-	ck_assert_uint_ne(mrd_lookup_lkey(&l, p), MRD_KEY_INVALID);
+	ck_assert_uint_ne(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
 	ck_assert_uint_eq(daemon_lookups(), before + 1);
-	ck_assert_uint_ne(mrd_lookup_lkey(&l, p), MRD_KEY_INVALID);
+	ck_assert_uint_eq(mrd_cache_asked(l), 2);
+	ck_assert_uint_ne(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
 	ck_assert_uint_eq(daemon_lookups(), before + 1);
-	mrd_lookup_done(&l);
+	mrd_cache_free(l);
 	mrd_client_close(a);
 	mrd_client_close(b);
 }
@@ -139,17 +146,17 @@ START_TEST(test_dma_between_processes)
 
 	{
 		mrd_client *a = connect_ok();
-		struct mrd_lookup l;
-		struct mrd_mr src_mr, dst_mr;
+		mrd_cache *l;
+		struct mrd_keys src_mr, dst_mr;
 		char *src;
 		int r = 0;
 
 		ck_assert_int_eq(read(to_a[0], &dst, sizeof(dst)), sizeof(dst));
 		ck_assert_int_eq(mrd_mem_alloc(a, 4096, 0, 0, (void **)&src), 0);
 		strcpy(src + 100, "moved by keys");
-		ck_assert_int_eq(mrd_lookup_init(&l, a), 0);
-		ck_assert_int_eq(mrd_lookup_mr(&l, src, &src_mr), 0);
-		ck_assert_int_eq(mrd_lookup_mr(&l, (void *)(uintptr_t)(dst + 512), &dst_mr), 0);
+		ck_assert_int_eq(mrd_cache_new(a, &l), 0);
+		ck_assert_int_eq(mrd_cache_keys(l, src, &src_mr), 0);
+		ck_assert_int_eq(mrd_cache_keys(l, (void *)(uintptr_t)(dst + 512), &dst_mr), 0);
 		ck_assert_int_eq(mrd_dma(a, MRD_DMA_WRITE, src_mr.lkey, src + 100, dst_mr.rkey,
 					 (void *)(uintptr_t)(dst + 512), 14), 0);
 		ck_assert_int_eq(write(to_b[1], "x", 1), 1);
@@ -167,7 +174,7 @@ START_TEST(test_dma_between_processes)
 		}
 		ck_assert_int_eq(r, -ENOKEY);
 		ck_assert_int_eq(mrd_dma(a, 7, 0, src, 0, src, 1), -EINVAL);
-		mrd_lookup_done(&l);
+		mrd_cache_free(l);
 		mrd_client_close(a);
 	}
 }
@@ -184,20 +191,20 @@ struct worker {
 static void *lookup_worker(void *arg)
 {
 	struct worker *w = arg;
-	struct mrd_lookup l;
+	mrd_cache *l;
 
-	if (mrd_lookup_init(&l, w->client) < 0) {
+	if (mrd_cache_new(w->client, &l) < 0) {
 		w->failures++;
 		return NULL;
 	}
 	for (int i = 0; i < 4000; i++) {
 		uint8_t *p = w->bufs[i % w->n_bufs] + (i * 131) % 8192;
-		struct mrd_mr mr;
+		struct mrd_keys mr;
 
-		if (mrd_lookup_mr(&l, p, &mr) < 0 || (uintptr_t)p < mr.start || (uintptr_t)p >= mr.end)
+		if (mrd_cache_keys(l, p, &mr) < 0 || (uintptr_t)p < mr.start || (uintptr_t)p >= mr.end)
 			w->failures++;
 	}
-	mrd_lookup_done(&l);
+	mrd_cache_free(l);
 	return NULL;
 }
 
@@ -236,8 +243,8 @@ START_TEST(test_odp_memory)
 	const char *argv[] = { test_build_path("mrctl", mrctl, sizeof(mrctl)), "--socket",
 			       mrd.socket, "--json", "stats", NULL };
 	mrd_client *c = connect_ok();
-	struct mrd_lookup l;
-	struct mrd_mr mr;
+	mrd_cache *l;
+	struct mrd_keys mr;
 	uint8_t *p, *ro;
 
 	ck_assert_int_eq(mrd_mem_alloc(c, 4 * MiB, 0, MRD_MEM_ODP, (void **)&p), 0);
@@ -248,8 +255,8 @@ START_TEST(test_odp_memory)
 			 -EINVAL);
 	ck_assert_ptr_nonnull(strstr(mrd_last_error(), "read-only"));
 	ck_assert_int_eq(mrd_prefetch(c, p, 4096, 9, 0), -EINVAL);
-	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
-	ck_assert_int_eq(mrd_lookup_mr(&l, p + 3 * MiB, &mr), 0);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, p + 3 * MiB, &mr), 0);
 	/* The default chunk (1 GiB) holds the whole allocation: one child for all of it. */
 	ck_assert_uint_eq(mr.start, (uintptr_t)p);
 	ck_assert_uint_eq(mr.end, (uintptr_t)p + 4 * MiB);
@@ -259,7 +266,7 @@ START_TEST(test_odp_memory)
 	ck_assert_int_eq(run_capture(argv, out, sizeof(out), (uid_t)-1), 0);
 	ck_assert_msg(strstr(out, "\"odp_children\":1,") && strstr(out, "\"odp_prefetch_requests\":1,") &&
 		      strstr(out, "\"odp_prefetch_pages\":1024,"), "%s", out);
-	mrd_lookup_done(&l);
+	mrd_cache_free(l);
 	ck_assert_int_eq(mrd_mem_free(c, p), 0);
 	ck_assert_int_eq(mrd_mem_free(c, ro), 0);
 	mrd_client_close(c);
@@ -306,15 +313,15 @@ START_TEST(test_dma_busy_is_retried)
 	mrd_client *c = connect_ok();
 	struct dma_caller callers[8];
 	pthread_barrier_t start;
-	struct mrd_lookup l;
-	struct mrd_mr src, dst;
+	mrd_cache *l;
+	struct mrd_keys src, dst;
 	uint8_t *p;
 	int busy = 0, failed = 0;
 
 	ck_assert_int_eq(mrd_mem_alloc(c, 32 * MiB, 0, 0, (void **)&p), 0);
-	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
-	ck_assert_int_eq(mrd_lookup_mr(&l, p, &src), 0);
-	ck_assert_int_eq(mrd_lookup_mr(&l, p + 16 * MiB, &dst), 0);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, p, &src), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, p + 16 * MiB, &dst), 0);
 	ck_assert_int_eq(pthread_barrier_init(&start, NULL, 8), 0);
 	for (int i = 0; i < 8; i++) {
 		callers[i] = (struct dma_caller){ .start = &start, .lkey = src.lkey,
@@ -330,7 +337,7 @@ START_TEST(test_dma_busy_is_retried)
 	pthread_barrier_destroy(&start);
 	ck_assert_msg(busy == 0 && failed == 0, "%d Dma calls failed with -EBUSY, %d otherwise",
 		      busy, failed);
-	mrd_lookup_done(&l);
+	mrd_cache_free(l);
 	ck_assert_int_eq(mrd_mem_free(c, p), 0);
 	mrd_client_close(c);
 }

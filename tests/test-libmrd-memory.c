@@ -166,16 +166,16 @@ END_TEST
 START_TEST(test_mrd_killed)
 {
 	mrd_client *c = connect_ok();
-	struct mrd_lookup l;
-	struct mrd_mr mr;
+	mrd_cache *l;
+	struct mrd_keys mr;
 	uint8_t *p;
 	void *q;
 
 	ck_assert_int_eq(mrd_mem_alloc(c, 1 << 20, 0, 0, (void **)&p), 0);
 	for (size_t i = 0; i < 1 << 20; i++)
 		p[i] = (uint8_t)(i * 13);
-	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
-	ck_assert_int_eq(mrd_lookup_mr(&l, p, &mr), 0);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, p, &mr), 0);
 
 	ck_assert_int_eq(mrd_proc_signal(&mrd, SIGKILL), 128 + SIGKILL);
 	ck_assert_int_eq(mrd_client_ping(c), -ECONNRESET);
@@ -185,7 +185,7 @@ START_TEST(test_mrd_killed)
 	for (size_t i = 0; i < 1 << 20; i++)
 		ck_assert_uint_eq(p[i], (uint8_t)(i * 13));
 	p[0] = 1; /* still writable */
-	mrd_lookup_done(&l);
+	mrd_cache_free(l);
 	mrd_client_close(c);
 }
 END_TEST

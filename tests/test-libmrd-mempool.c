@@ -152,8 +152,8 @@ END_TEST
 START_TEST(test_register_populate_lookup)
 {
 	mrd_client *c = connect_ok();
-	struct mrd_lookup l;
-	struct mrd_mr mr, first;
+	mrd_cache *l;
+	struct mrd_keys mr, first;
 	mrd_mempool *rx, *tx;
 	unsigned long asked;
 	uint8_t *a, *b;
@@ -161,13 +161,13 @@ START_TEST(test_register_populate_lookup)
 	/* 4 chunks of 64 KiB: each its own allocation, each its own MR. */
 	ck_assert_int_eq(mrd_mempool_create(c, "rx", 256, 1 * KiB, 0, 64 * KiB, 0, &rx), 0);
 	ck_assert_int_eq(mrd_mempool_create(c, "tx", 64, 1 * KiB, 0, 0, 0, &tx), 0);
-	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
-	ck_assert_int_eq(mrd_mempool_populate(&l, rx), -ENOENT);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_int_eq(mrd_cache_add_mempool(l, rx), -ENOENT);
 	ck_assert_int_eq(mrd_mempool_register(rx, 0), 0);
 	ck_assert_int_eq(mrd_mempool_register(rx, 0), -EEXIST);
 	ck_assert_ptr_nonnull(strstr(mrd_last_error(), "registered already"));
 	ck_assert_int_eq(mrd_mempool_register(tx, 0), 0);
-	ck_assert_int_eq(mrd_mempool_populate(&l, rx), 0);
+	ck_assert_int_eq(mrd_cache_add_mempool(l, rx), 0);
 
 	asked = json_number(mrctl("clients", true), "\"lookups\":");
 	a = mrd_mempool_get(rx);
@@ -178,30 +178,30 @@ START_TEST(test_register_populate_lookup)
 
 		if (!o)
 			break;
-		ck_assert_int_eq(mrd_lookup_mr(&l, o, &mr), 0);
+		ck_assert_int_eq(mrd_cache_keys(l, o, &mr), 0);
 		ck_assert_uint_le(mr.start, (uintptr_t)o);
 		ck_assert_uint_gt(mr.end, (uintptr_t)o + 1 * KiB - 1);
 	}
 	/* tx was not populated: the mempool-aware lookup takes its key from the pool. */
-	ck_assert_int_eq(mrd_mempool_lookup(&l, tx, b, &mr), 0);
-	ck_assert_uint_eq(l.n_asked, 0);
+	ck_assert_int_eq(mrd_cache_mempool_keys(l, tx, b, &mr), 0);
+	ck_assert_uint_eq(mrd_cache_asked(l), 0);
 	ck_assert_uint_eq(json_number(mrctl("clients", true), "\"lookups\":"), asked);
 	/* The keys move bytes: rx object a to tx object b. */
 	memcpy(a, "pool to pool", 13);
-	ck_assert_int_eq(mrd_mempool_lookup(&l, rx, a, &first), 0);
+	ck_assert_int_eq(mrd_cache_mempool_keys(l, rx, a, &first), 0);
 	ck_assert_int_eq(mrd_dma(c, MRD_DMA_WRITE, first.lkey, a, mr.rkey, b, 13), 0);
 	ck_assert_str_eq((char *)b, "pool to pool");
 	/* An address of another pool is not this pool's. */
-	ck_assert_int_eq(mrd_mempool_lookup(&l, tx, a, &mr), 0); /* cached: found in l */
-	mrd_lookup_done(&l);
-	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
-	ck_assert_int_eq(mrd_mempool_lookup(&l, tx, a, &mr), -ENOENT);
+	ck_assert_int_eq(mrd_cache_mempool_keys(l, tx, a, &mr), 0); /* cached: found in l */
+	mrd_cache_free(l);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_int_eq(mrd_cache_mempool_keys(l, tx, a, &mr), -ENOENT);
 
 	/* Unregistered: keys dead, the pool's memory free to go. */
 	ck_assert_int_eq(mrd_mempool_unregister(rx), 0);
 	ck_assert_int_eq(mrd_mempool_unregister(rx), -ENOENT);
 	ck_assert_int_eq(mrd_dma(c, MRD_DMA_WRITE, first.lkey, a, first.rkey, a + 64, 8), -ENOKEY);
-	mrd_lookup_done(&l);
+	mrd_cache_free(l);
 	mrd_mempool_free(rx);
 	mrd_mempool_free(tx); /* unregisters too */
 	ck_assert_ptr_nonnull(strstr(mrctl("mempools", false), "no mempools"));
@@ -213,8 +213,8 @@ START_TEST(test_extmem_pool)
 {
 	mrd_client *c = connect_ok();
 	int fd = memfd_create("pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	struct mrd_mr mr;
-	struct mrd_lookup l;
+	struct mrd_keys mr;
+	mrd_cache *l;
 	mrd_mempool *p;
 	uint8_t *mem;
 	const char *json;
@@ -232,16 +232,16 @@ START_TEST(test_extmem_pool)
 	json = mrctl("mempools", true);
 	ck_assert_msg(strstr(json, "\"extmem\":true") != NULL, "%s", json);
 	ck_assert_uint_eq(json_number(mrctl("clients", true), "\"pinned_bytes\":"), 32 * 4 * KiB);
-	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
-	ck_assert_int_eq(mrd_mempool_lookup(&l, p, mem + 32 * KiB + 255, &mr), 0);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_int_eq(mrd_cache_mempool_keys(l, p, mem + 32 * KiB + 255, &mr), 0);
 	ck_assert_uint_eq(mr.start, (uintptr_t)mem + 32 * KiB);
 	ck_assert_uint_eq(mr.end, (uintptr_t)mem + 36 * KiB);
-	ck_assert_int_eq(mrd_mempool_lookup(&l, p, mem + 4 * KiB, &mr), -ENOENT);
+	ck_assert_int_eq(mrd_cache_mempool_keys(l, p, mem + 4 * KiB, &mr), -ENOENT);
 	/* Attached memory under a registered pool cannot go. */
 	ck_assert_int_eq(mrd_extmem_detach(c, mem), -EBUSY);
 	mrd_mempool_free(p);
 	ck_assert_int_eq(mrd_extmem_detach(c, mem), 0);
-	mrd_lookup_done(&l);
+	mrd_cache_free(l);
 	mrd_client_close(c);
 	close(fd);
 }
@@ -252,8 +252,8 @@ END_TEST
 START_TEST(test_extmem_ranges_merge)
 {
 	mrd_client *c = connect_ok();
-	struct mrd_lookup l;
-	struct mrd_mr mr;
+	mrd_cache *l;
+	struct mrd_keys mr;
 	mrd_mempool *p;
 	uint8_t *mem;
 
@@ -261,10 +261,10 @@ START_TEST(test_extmem_ranges_merge)
 	ck_assert_int_eq(mrd_mempool_create_in(c, "dense", mem, 2050 * 2048, 2000, 2048, &p), 0);
 	ck_assert_uint_eq(mrd_mempool_size(p), 2050);
 	ck_assert_int_eq(mrd_mempool_register(p, MRD_MEMPOOL_EXTMEM), 0);
-	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
-	ck_assert_int_eq(mrd_mempool_lookup(&l, p, mem + 2049 * 2048 + 1999, &mr), 0);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_int_eq(mrd_cache_mempool_keys(l, p, mem + 2049 * 2048 + 1999, &mr), 0);
 	ck_assert_uint_eq(mr.start, (uintptr_t)mem);
-	mrd_lookup_done(&l);
+	mrd_cache_free(l);
 	mrd_mempool_free(p);
 	ck_assert_int_eq(mrd_mem_free(c, mem), 0);
 	mrd_client_close(c);

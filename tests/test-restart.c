@@ -148,8 +148,8 @@ static void wait_for_waiting(unsigned long long want)
 START_TEST(test_reexec_hands_memory_over)
 {
 	mrd_client *c, *other;
-	struct mrd_lookup l;
-	struct mrd_mr mr, mr2;
+	mrd_cache *l;
+	struct mrd_keys mr, mr2;
 	uint64_t generation;
 	uint8_t *p, *e, *q;
 	pid_t child;
@@ -165,15 +165,15 @@ START_TEST(test_reexec_hands_memory_over)
 	fill(p, 3 * MiB, 1);
 	fill(e, 64 * 1024, 2);
 	fill(q, 1 * MiB, 3);
-	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
-	ck_assert_int_eq(mrd_lookup_mr(&l, p, &mr), 0);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, p, &mr), 0);
 	generation = mrd_client_generation(c);
 
 	reexec();
 	/* The old mrd moved the generation on its way out: no cached key is trusted, and the
 	 * lookup that would refetch fails clearly instead of handing out a dead key. */
 	ck_assert_uint_gt(mrd_client_generation(c), generation);
-	ck_assert_int_eq(mrd_lookup_mr(&l, p, &mr2), -ECONNRESET);
+	ck_assert_int_eq(mrd_cache_keys(l, p, &mr2), -ECONNRESET);
 	ck_assert_msg(strstr(mrd_last_error(), "mrd_client_reconnect"), "%s", mrd_last_error());
 	check_fill(p, 3 * MiB, 1);
 	ck_assert_uint_eq(domain_field("waiting"), 4);
@@ -183,7 +183,7 @@ START_TEST(test_reexec_hands_memory_over)
 	ck_assert_uint_eq(domain_field("waiting"), 2);
 	check_fill(p, 3 * MiB, 1);
 	check_fill(e, 64 * 1024, 2);
-	ck_assert_int_eq(mrd_lookup_mr(&l, p + 4096, &mr2), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, p + 4096, &mr2), 0);
 	ck_assert_uint_le(mr2.start, (uintptr_t)p + 4096);
 	ck_assert_uint_gt(mr2.end, (uintptr_t)p + 4096);
 	/* Its own again: this handle frees it, and new memory never lands on it. */
@@ -205,7 +205,7 @@ START_TEST(test_reexec_hands_memory_over)
 	ck_assert_int_eq(mrd_client_reconnect(other), 1);
 	check_fill(q, 1 * MiB, 3);
 	ck_assert_uint_eq(domain_field("waiting"), 0);
-	mrd_lookup_done(&l);
+	mrd_cache_free(l);
 	mrd_client_close(other);
 	mrd_client_close(c);
 }
@@ -276,8 +276,8 @@ START_TEST(test_mempool_registered_again)
 {
 	mrd_client *c;
 	mrd_mempool *pool;
-	struct mrd_lookup l;
-	struct mrd_mr mr;
+	mrd_cache *l;
+	struct mrd_keys mr;
 	void *obj;
 
 	start(false);
@@ -287,20 +287,20 @@ START_TEST(test_mempool_registered_again)
 	obj = mrd_mempool_get(pool);
 	ck_assert_ptr_nonnull(obj);
 	memset(obj, 7, 256);
-	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
-	ck_assert_int_eq(mrd_mempool_lookup(&l, pool, obj, &mr), 0);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_int_eq(mrd_cache_mempool_keys(l, pool, obj, &mr), 0);
 
 	reexec();
 	ck_assert_int_eq(mrd_client_reconnect(c), 1);
-	ck_assert_int_eq(mrd_mempool_lookup(&l, pool, obj, &mr), -ESTALE);
+	ck_assert_int_eq(mrd_cache_mempool_keys(l, pool, obj, &mr), -ESTALE);
 	ck_assert_msg(strstr(mrd_last_error(), "register it again") ||
 		      strstr(mrd_last_error(), "mrd_mempool_register"), "%s", mrd_last_error());
-	ck_assert_int_eq(mrd_mempool_populate(&l, pool), -ESTALE);
+	ck_assert_int_eq(mrd_cache_add_mempool(l, pool), -ESTALE);
 	ck_assert_int_eq(mrd_mempool_register(pool, 0), 0);
-	ck_assert_int_eq(mrd_mempool_lookup(&l, pool, obj, &mr), 0);
+	ck_assert_int_eq(mrd_cache_mempool_keys(l, pool, obj, &mr), 0);
 	ck_assert_uint_eq(((uint8_t *)obj)[255], 7);
 	mrd_mempool_put(pool, obj);
-	mrd_lookup_done(&l);
+	mrd_cache_free(l);
 	mrd_mempool_free(pool);
 	mrd_client_close(c);
 }
@@ -310,8 +310,8 @@ START_TEST(test_fd_store_restart)
 {
 	struct mrd_fd_store store;
 	mrd_client *c;
-	struct mrd_lookup l;
-	struct mrd_mr mr;
+	mrd_cache *l;
+	struct mrd_keys mr;
 	uint8_t *p;
 	bool state = false;
 
@@ -319,8 +319,8 @@ START_TEST(test_fd_store_restart)
 	c = connect_ok();
 	ck_assert_int_eq(mrd_mem_alloc(c, 5 * MiB, 0, 0, (void **)&p), 0);
 	fill(p, 5 * MiB, 5);
-	ck_assert_int_eq(mrd_lookup_init(&l, c), 0);
-	ck_assert_int_eq(mrd_lookup_mr(&l, p, &mr), 0);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, p, &mr), 0);
 
 	ck_assert_int_eq(mrd_proc_restart_fd_store(&mrd, &store), 0);
 	ck_assert_uint_eq(store.n, 2); /* the state and one arena */
@@ -331,12 +331,12 @@ START_TEST(test_fd_store_restart)
 	ck_assert_int_eq(mrd_client_ping(c), -ECONNRESET);
 	ck_assert_int_eq(mrd_client_reconnect(c), 1);
 	check_fill(p, 5 * MiB, 5);
-	ck_assert_int_eq(mrd_lookup_mr(&l, p, &mr), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, p, &mr), 0);
 	/* The lookup watches the new status page: a free there moves what it sees. */
 	ck_assert_int_eq(mrd_mem_free(c, p), 0);
-	ck_assert_int_lt(mrd_lookup_mr(&l, p, &mr), 0);
+	ck_assert_int_lt(mrd_cache_keys(l, p, &mr), 0);
 	ck_assert_uint_eq(domain_field("allocated_bytes"), 0);
-	mrd_lookup_done(&l);
+	mrd_cache_free(l);
 	mrd_client_close(c);
 }
 END_TEST

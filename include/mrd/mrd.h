@@ -4,6 +4,12 @@
  *
  * Every function returns 0 (or a non-negative value) on success and a negative errno value on
  * failure. Handles are opaque. Destructors accept NULL and return NULL. See libmrd(3).
+ *
+ * Each comment says what a call costs: "a request" is a round trip to mrd over the socket
+ * (microseconds; more when mrd registers memory for it), "no request" runs in the caller alone.
+ * Names are mrd_<object>_<verb>: mrd_client_* the connection, mrd_mem_* and mrd_extmem_* memory,
+ * mrd_keys_query() the keys of an address from mrd (always a request), mrd_cache_* the caller's
+ * own key cache (a few ns, a request only on a miss), mrd_mempool_* pools of objects.
  */
 #ifndef MRD_MRD_H
 #define MRD_MRD_H
@@ -25,25 +31,26 @@ extern "C" {
 typedef struct mrd_client mrd_client;
 
 /*
- * Connects to mrd at path (NULL or "": $MRD_SOCKET, else MRD_SOCKET_DEFAULT) and negotiates the
- * protocol version. On success *ret is a new handle; on failure *ret is untouched.
- * Errors: -ENOENT or -ECONNREFUSED when mrd is not running, -EPROTONOSUPPORT when no protocol
- * version is shared, -EUSERS when mrd serves its limit of clients (all, or the caller's user's),
- * -ETIMEDOUT, -ENOMEM.
+ * Connects to mrd at path (NULL or "": $MRD_SOCKET, else MRD_SOCKET_DEFAULT), negotiates the
+ * protocol version and joins the caller's domain (two requests). On success *ret is a new handle;
+ * on failure *ret is untouched. Errors: -ENOENT or -ECONNREFUSED when mrd is not running,
+ * -EPROTONOSUPPORT when no protocol version is shared, -EUSERS when mrd serves its limit of clients
+ * (all, or the caller's user's), -ETIMEDOUT, -ENOMEM.
  */
 int mrd_client_connect(const char *path, mrd_client **ret);
 
-/* Closes the connection and frees the handle. Returns NULL. */
+/* Closes the connection and frees the handle (no request: mrd sees the socket close and frees
+ * the handle's memory). Returns NULL. */
 mrd_client *mrd_client_close(mrd_client *client);
 
-/* One round trip to mrd; the echoed payload is checked. -ECONNRESET when mrd went away. */
+/* A request that does nothing; the echoed payload is checked. -ECONNRESET when mrd went away. */
 int mrd_client_ping(mrd_client *client);
 
 /*
  * A descriptor to poll(2) (events 0 or POLLRDHUP; not POLLIN) or add to an event loop: it
  * reports POLLHUP once mrd went away; then call mrd_client_check(). The same number for the
  * handle's life (after mrd_client_reconnect() it is the new connection's: epoll wants it added
- * again). libmrd's: never read, write or close it. -EINVAL for NULL.
+ * again). libmrd's: never read, write or close it. No request. -EINVAL for NULL.
  */
 int mrd_client_fd(const mrd_client *client);
 
@@ -56,29 +63,31 @@ int mrd_client_fd(const mrd_client *client);
 int mrd_client_check(mrd_client *client);
 
 /*
- * After mrd restarted warm (systemctl restart, or SIGUSR2: see mrd(8)), connects the handle
- * again: its memory stays where it is, with its content, and is its own again; the generation
- * moves above anything cached, so lookups refetch keys (the old ones died with the old mrd).
- * Mempools must be registered again. Returns how many allocations were taken back (>= 0);
+ * After mrd restarted warm (systemctl restart, or SIGUSR2: see mrd(8)), connects the handle again
+ * (a few requests): its memory stays where it is, with its content, and is its own again; the
+ * generation moves above anything cached, so lookups refetch keys (the old ones died with the old
+ * mrd). Mempools must be registered again. Returns how many allocations were taken back (>= 0);
  * -EISCONN when the handle's connection is still alive; -ECONNREFUSED or -ENOENT while no mrd
- * listens (try again); -ESTALE when the mrd there does not hold this memory (it started cold):
- * then close every handle of the process and connect anew.
+ * listens (try again); -ESTALE when the mrd there does not hold this memory (it started cold): then
+ * close every handle of the process and connect anew.
  */
 int mrd_client_reconnect(mrd_client *client);
 
 /*
  * The device context and protection domain of the caller's domain, for a client that creates
- * its own QPs: *ret_cmd_fd is a new O_CLOEXEC descriptor (the caller's, for
+ * its own QPs (a request): *ret_cmd_fd is a new O_CLOEXEC descriptor (the caller's, for
  * ibv_import_device()) and *ret_pd_handle the PD's handle (for ibv_import_pd()).
  * <mrd/mrd-verbs.h> does both. -EOPNOTSUPP on the soft provider, which has no device.
  */
 int mrd_client_get_pd(mrd_client *client, int *ret_cmd_fd, uint32_t *ret_pd_handle);
 
 /* Reason for the last failure of a libmrd call in this thread (mrd's own words when it refused,
- * e.g. which quota was reached); "" before any. Valid until the thread's next failing call. */
+ * e.g. which quota was reached); "" before any. Valid until the thread's next failing call. No
+ * request: thread-local. */
 const char *mrd_last_error(void);
 
-/* The name of the caller's domain (e.g. "uid-1000"); valid while the handle lives. */
+/* The name of the caller's domain (e.g. "uid-1000"); valid while the handle lives. No
+ * request. */
 const char *mrd_client_domain(const mrd_client *client);
 
 /*
@@ -101,80 +110,87 @@ uint64_t mrd_client_generation(const mrd_client *client);
 #define MRD_MEM_READ_ONLY 0x4u
 
 /*
- * Allocates size bytes (rounded up to whole pages) aligned to align (a power of two; 0 for the
- * page size) and stores the address in *ret. Errors: -EINVAL, -EDQUOT when a quota of the
+ * Allocates size bytes (rounded up to whole pages) aligned to align (a power of two; 0 for the page
+ * size), a request, and stores the address in *ret. Errors: -EINVAL, -EDQUOT when a quota of the
  * domain is reached (mrd_last_error() names it), -ENOMEM.
  */
 int mrd_mem_alloc(mrd_client *client, size_t size, size_t align, unsigned flags, void **ret);
 
-/* Frees memory this handle allocated. NULL is a no-op. -ENOENT for an address that is not the
- * start of an allocation, -EPERM for another client's. */
+/* Frees memory this handle allocated (a request). NULL is a no-op. -ENOENT for an address that is
+ * not the start of an allocation, -EPERM for another client's. */
 int mrd_mem_free(mrd_client *client, void *addr);
 
 /* Maps, in this process, the arena holding addr: memory another client of the same domain
- * allocated. -ENOENT when addr is not memory of the caller's domain. */
+ * allocated (a request). -ENOENT when addr is not memory of the caller's domain. */
 int mrd_mem_map(mrd_client *client, const void *addr);
 
 /*
  * Maps [offset, offset + length) of a memfd the caller owns (sealed with F_SEAL_SHRINK) into the
- * window and stores its address there in *ret. The caller keeps fd. Errors: -EBADF (not a
- * memfd), -EPERM (not sealed), -EINVAL (unaligned or past the end), -EDQUOT.
+ * window (a request) and stores its address there in *ret. The caller keeps fd. Errors: -EBADF (not
+ * a memfd), -EPERM (not sealed), -EINVAL (unaligned or past the end), -EDQUOT.
  */
 int mrd_extmem_attach(mrd_client *client, int fd, uint64_t offset, size_t length, void **ret);
 
-/* Takes attached memory out of the window: mrd unmaps it and forgets it; this process's
+/* Takes attached memory out of the window (a request): mrd unmaps it and forgets it; this process's
  * mapping stays until the handle closes. The memfd and its data stay the caller's. */
 int mrd_extmem_detach(mrd_client *client, void *addr);
 
 /* Keys. mrd registers a domain's memory on demand and caches the registrations; a client asks
- * for the keys of an address (a "lookup") and keeps them in its own two-level cache. */
+ * mrd for the keys of an address (mrd_keys_query: a request) or asks its own per-thread cache
+ * (mrd_cache_*: a few ns, and a request to mrd only on a miss). */
 
-/* A registered range and its keys. */
-struct mrd_mr {
+/* A registered range and its keys: a value, copied out (not a handle, unlike ibv_mr). */
+struct mrd_keys {
 	uintptr_t start, end; /* [start, end) */
 	uint32_t lkey, rkey;
 };
 
-/* What mrd_lookup_lkey() returns for an address it has no key for. */
+/* What mrd_cache_lkey() returns for an address it has no key for. */
 #define MRD_KEY_INVALID 0xffffffffu
 
 /*
- * The keys of addr, asking mrd (which registers on a miss). Errors: -ENOENT when addr is not in
- * memory allocated in the caller's domain, -EDQUOT when registering would pass the domain's
- * pinned-bytes quota (mrd_last_error() says which).
+ * The keys of addr, asking mrd (one request; mrd registers on a miss). Errors: -ENOENT when
+ * addr is not in memory allocated in the caller's domain, -EDQUOT when registering would pass
+ * the domain's pinned-bytes quota (mrd_last_error() says which).
  */
-int mrd_mr_lookup(mrd_client *client, const void *addr, struct mrd_mr *ret);
+int mrd_keys_query(mrd_client *client, const void *addr, struct mrd_keys *ret);
 
 /*
- * A lookup cache for one thread (or one queue): 8 recent entries with a most-recently-used
- * index (the "top half"), a sorted array behind them (the "bottom half"), and the domain's
- * generation they were filled at: when memory of the domain is freed, the next lookup flushes
- * both. The fields are public only for the inline fast path; treat them as private.
+ * A key cache for one thread (or one queue), allocated by libmrd: 8 recent entries with a
+ * most-recently-used index (the "top half"), a sorted array behind them (the "bottom half"),
+ * and the domain's generation they were filled at: when memory of the domain is freed, the
+ * next lookup flushes both. No lock: one thread at a time.
  */
-#define MRD_LOOKUP_TOP 8
-struct mrd_lookup_bottom;
-struct mrd_lookup {
-	uint64_t generation;
-	const volatile uint64_t *generation_ptr;
-	unsigned mru, head;
-	struct mrd_mr top[MRD_LOOKUP_TOP];
-	struct mrd_lookup_bottom *bottom;
-	mrd_client *client;
-	/* Statistics, for reading: lookups that had to ask mrd. (Nothing counts hits: a
-	 * counter on the hit path costs more than the hit.) */
-	uint64_t n_asked;
+typedef struct mrd_cache mrd_cache;
+
+/* A new cache for lookups through client (which must outlive it). No request. -ENOMEM. */
+int mrd_cache_new(mrd_client *client, mrd_cache **ret);
+/* Frees the cache. NULL-safe; returns NULL. */
+mrd_cache *mrd_cache_free(mrd_cache *cache);
+
+/* The full lookup: top half, bottom half (a few ns), then mrd (a request, as mrd_keys_query(),
+ * and its errors). */
+int mrd_cache_keys(mrd_cache *cache, const void *addr, struct mrd_keys *ret);
+
+/* How many lookups through the cache had to ask mrd. (Nothing counts hits: a counter on the
+ * hit path costs more than the hit.) 0 for NULL. */
+uint64_t mrd_cache_asked(const mrd_cache *cache);
+
+/* Out-of-line part of mrd_cache_lkey(). */
+uint32_t mrd_cache_lkey_slow(mrd_cache *cache, const void *addr);
+
+/*
+ * Not API: what mrd_cache_lkey() reads inline, the first member of every mrd_cache (so a
+ * pointer to the cache points to it). libmrd alone writes it; never touch it. Its layout is
+ * part of the ABI: it changes only with libmrd's soname.
+ */
+#define MRD_CACHE_TOP 8
+struct mrd_cache_hot {
+	uint64_t generation;			 /* the domain's, when the cache was filled */
+	const volatile uint64_t *generation_ptr; /* the domain's now, in the status page */
+	unsigned mru, head;			 /* top[mru] hit last; top[head] goes next */
+	struct mrd_keys top[MRD_CACHE_TOP];
 };
-
-/* Prepares l for lookups through client (which must outlive it). */
-int mrd_lookup_init(struct mrd_lookup *l, mrd_client *client);
-/* Frees what l holds. NULL-safe. */
-void mrd_lookup_done(struct mrd_lookup *l);
-
-/* The full lookup: top half, bottom half, then mrd. Errors as mrd_mr_lookup(). */
-int mrd_lookup_mr(struct mrd_lookup *l, const void *addr, struct mrd_mr *ret);
-
-/* Out-of-line part of mrd_lookup_lkey(). */
-uint32_t mrd_lookup_lkey_slow(struct mrd_lookup *l, const void *addr);
 
 #if defined(__cplusplus) || (defined(__STDC_VERSION__) && __STDC_VERSION__ >= 199901L)
 #define MRD_INLINE static inline
@@ -183,23 +199,25 @@ uint32_t mrd_lookup_lkey_slow(struct mrd_lookup *l, const void *addr);
 #endif
 
 /* The lkey for addr, or MRD_KEY_INVALID (mrd_last_error() says why). The hit on the most
- * recently used entry is inline: a load of the generation and two compares. */
-MRD_INLINE uint32_t mrd_lookup_lkey(struct mrd_lookup *l, const void *addr)
+ * recently used entry is inline: a load of the generation and two compares (about a ns);
+ * anything else is mrd_cache_keys(). */
+MRD_INLINE uint32_t mrd_cache_lkey(mrd_cache *cache, const void *addr)
 {
-	const struct mrd_mr *e = &l->top[l->mru];
+	const struct mrd_cache_hot *h = (const struct mrd_cache_hot *)(void *)cache;
+	const struct mrd_keys *e = &h->top[h->mru];
 	uintptr_t a = (uintptr_t)addr;
 
-	if (l->generation == *l->generation_ptr && a >= e->start && a < e->end)
+	if (h->generation == *h->generation_ptr && a >= e->start && a < e->end)
 		return e->lkey;
-	return mrd_lookup_lkey_slow(l, addr);
+	return mrd_cache_lkey_slow(cache, addr);
 }
 
-/* An RDMA write (MRD_DMA_WRITE: local -> remote) or read (MRD_DMA_READ: remote -> local) by
- * keys alone: emulated on the soft provider (-ENOKEY for a key that is not valid, -EACCES,
- * -EFAULT), done by the device on verbs, on mrd's queue pairs in the domain's PD
- * (-EKEYREJECTED when the device refused a key, -ETIMEDOUT). mrd queues 4 per domain: while
- * other handles of the domain keep it full, mrd_dma asks again (backing off) for up to 10 s,
- * then fails with -EBUSY, not done. */
+/* An RDMA write (MRD_DMA_WRITE: local -> remote) or read (MRD_DMA_READ: remote -> local) by keys
+ * alone, a request: emulated on the soft provider (-ENOKEY for a key that is not valid, -EACCES,
+ * -EFAULT), done by the device on verbs, on mrd's queue pairs in the domain's PD (-EKEYREJECTED
+ * when the device refused a key, -ETIMEDOUT). mrd queues 4 per domain: while other handles of the
+ * domain keep it full, mrd_dma asks again (backing off) for up to 10 s, then fails with -EBUSY, not
+ * done. */
 #define MRD_DMA_WRITE 0
 #define MRD_DMA_READ 1
 int mrd_dma(mrd_client *client, int op, uint32_t lkey, const void *laddr, uint32_t rkey,
@@ -211,25 +229,25 @@ int mrd_dma(mrd_client *client, int op, uint32_t lkey, const void *laddr, uint32
 typedef struct mrd_mempool mrd_mempool;
 
 /*
- * A pool of n objects of obj_size bytes, each aligned to obj_align (a power of two; 0: 8),
- * in chunks of at most chunk_size bytes (0: one chunk) that libmrd allocates from mrd with
- * mem_flags (MRD_MEM_HUGEPAGE). name (1 to 63 bytes of printable ASCII) names it to mrd and
- * in mrctl mempools.
- * Errors as mrd_mem_alloc(), and -EINVAL.
+ * A pool of n objects of obj_size bytes, each aligned to obj_align (a power of two; 0: 8), in
+ * chunks of at most chunk_size bytes (0: one chunk) that libmrd allocates from mrd with mem_flags
+ * (MRD_MEM_HUGEPAGE): a request per chunk. name (1 to 63 bytes of printable ASCII) names it to mrd
+ * and in mrctl mempools. Errors as mrd_mem_alloc(), and -EINVAL.
  */
 int mrd_mempool_create(mrd_client *client, const char *name, size_t n, size_t obj_size,
 		       size_t obj_align, size_t chunk_size, unsigned mem_flags, mrd_mempool **ret);
 
 /* A pool carved from memory the caller has: [mem, mem + length) must lie in one allocation of
- * the caller's domain (allocated, mapped or attached). The memory stays the caller's. */
+ * the caller's domain (allocated, mapped or attached). The memory stays the caller's. No
+ * request. */
 int mrd_mempool_create_in(mrd_client *client, const char *name, void *mem, size_t length,
 			  size_t obj_size, size_t obj_align, mrd_mempool **ret);
 
-/* Unregisters it (when registered) and frees the chunks it allocated. NULL-safe; returns
- * NULL. Objects still out are lost with it. */
+/* Unregisters it (when registered) and frees the chunks it allocated: a request each.
+ * NULL-safe; returns NULL. Objects still out are lost with it. */
 mrd_mempool *mrd_mempool_free(mrd_mempool *pool);
 
-/* An object, or NULL when all are out. */
+/* An object, or NULL when all are out. No request (a mutex), as for put, size, available. */
 void *mrd_mempool_get(mrd_mempool *pool);
 /* Gives back an object that mrd_mempool_get() returned. */
 void mrd_mempool_put(mrd_mempool *pool, void *obj);
@@ -242,33 +260,35 @@ size_t mrd_mempool_available(mrd_mempool *pool);
 #define MRD_MEMPOOL_EXTMEM 0x1u
 
 /*
- * Registers the pool's memory with mrd: its chunks (or, with MRD_MEMPOOL_EXTMEM, the pages its
- * objects use), rounded to pages, touching ranges merged. A pool inside one huge page shares
- * that page's MR with every other such pool of the domain. Errors: -EEXIST (registered already),
- * -EFAULT, -EDQUOT (quota.mempools, quota.pinned_bytes), -E2BIG (more than 1024 ranges).
+ * Registers the pool's memory with mrd (a request): its chunks (or, with MRD_MEMPOOL_EXTMEM, the
+ * pages its objects use), rounded to pages, touching ranges merged. A pool inside one huge page
+ * shares that page's MR with every other such pool of the domain. Errors: -EEXIST (registered
+ * already), -EFAULT, -EDQUOT (quota.mempools, quota.pinned_bytes), -E2BIG (more than 1024 ranges).
  */
 int mrd_mempool_register(mrd_mempool *pool, unsigned flags);
-/* -ENOENT when it is not registered. Its keys die unless another pool shares its MRs. */
+/* Drops the registration (a request). -ENOENT when it is not registered. Its keys die unless
+ * another pool shares its MRs. */
 int mrd_mempool_unregister(mrd_mempool *pool);
 
-/* Puts all the registered pool's MRs into l's bottom half (receive pools: no miss later). */
-int mrd_mempool_populate(struct mrd_lookup *l, const mrd_mempool *pool);
+/* The cache and a mempool (no request to mrd: the pool keeps the keys its registration got).
+ * mrd_cache_add_mempool puts all of a registered pool's keys into the cache's bottom half
+ * (receive pools: no miss later). */
+int mrd_cache_add_mempool(mrd_cache *cache, const mrd_mempool *pool);
 /*
- * The keys for addr, an address of the pool's objects: the lookup cache first, then the pool's
- * own registration (no request to mrd). -ENOENT when the pool is not registered or addr is not
- * in its registration.
+ * The keys for addr, an address of the pool's objects: the cache first, then the pool's own
+ * registration. -ENOENT when the pool is not registered or addr is not in its registration.
  */
-int mrd_mempool_lookup(struct mrd_lookup *l, const mrd_mempool *pool, const void *addr,
-		       struct mrd_mr *ret);
+int mrd_cache_mempool_keys(mrd_cache *cache, const mrd_mempool *pool, const void *addr,
+			   struct mrd_keys *ret);
 
 /*
- * Advice for on-demand memory (MRD_MEM_ODP, or mrd's [cache] policy = odp), carried out on one
- * of mrd's worker threads: the registrations of [addr, addr + length) are made, and with
+ * Advice for on-demand memory (MRD_MEM_ODP, or mrd's [cache] policy = odp), carried out on one of
+ * mrd's worker threads (a request): the registrations of [addr, addr + length) are made, and with
  * MRD_PREFETCH or MRD_PREFETCH_WRITE their pages are made present, so that the device's first
- * access does not fault. With MRD_PREFETCH_FLUSH it returns once done, else once queued. At
- * most 16 are queued per handle and 256 per domain: past that a flush waits for room, anything
- * else is -EAGAIN. Errors: -EFAULT (not inside one allocation of the domain), -EINVAL (not
- * on-demand memory; MRD_PREFETCH_WRITE on MRD_MEM_READ_ONLY memory).
+ * access does not fault. With MRD_PREFETCH_FLUSH it returns once done, else once queued. At most 16
+ * are queued per handle and 256 per domain: past that a flush waits for room, anything else is
+ * -EAGAIN. Errors: -EFAULT (not inside one allocation of the domain), -EINVAL (not on-demand
+ * memory; MRD_PREFETCH_WRITE on MRD_MEM_READ_ONLY memory).
  */
 #define MRD_PREFETCH 0
 #define MRD_PREFETCH_WRITE 1
@@ -277,7 +297,8 @@ int mrd_mempool_lookup(struct mrd_lookup *l, const mrd_mempool *pool, const void
 int mrd_prefetch(mrd_client *client, const void *addr, size_t length, int advice,
 		 unsigned flags);
 
-/* The negotiated protocol version (positive), or -EINVAL for a NULL handle. */
+/* The negotiated protocol version (positive), or -EINVAL for a NULL handle. No request, as
+ * for the versions below. */
 int mrd_client_protocol_version(const mrd_client *client);
 
 /* mrd's package version, e.g. "0.1.0"; valid while the handle lives. NULL for NULL. */

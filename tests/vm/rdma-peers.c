@@ -12,13 +12,13 @@
  *     same work requests on its own QPs in the domain's PD (mrd_dma), so the device still
  *     judges every key. Between two transfers the initiator SIGKILLs VICTIM_PID.
  *   rdma-peers victim SOCKET UID
- *     Becomes UID, allocates and registers memory in its domain, prints "@@ VICTIM_READY",
+ *     Becomes UID, allocates and registers memory in its domain, prints "& VICTIM_READY",
  *     then sends requests (registrations, frees, 2 MiB Dma) in a loop until it is killed.
  *   rdma-peers hold SOCKET UID
  *     Becomes UID, allocates 4 MiB and looks up its keys (in a domain whose policy is odp, mrd
- *     registers on-demand children), prints "@@ HOLDING", and holds them until killed.
+ *     registers on-demand children), prints "& HOLDING", and holds them until killed.
  *
- * Prints "@@ RESULT<TAB>PASS|FAIL|SKIP<TAB>name<TAB>detail" lines; exits 0 unless a check
+ * Prints "& RESULT<TAB>PASS|FAIL|SKIP<TAB>name<TAB>detail" lines; exits 0 unless a check
  * failed. */
 #include <errno.h>
 #include <inttypes.h>
@@ -49,7 +49,7 @@ struct peer {
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
 	struct ibv_qp *qp;
-	struct mrd_lookup l;
+	mrd_cache *l;
 	int gid_index;
 	int sock; /* to the other peer */
 };
@@ -58,7 +58,7 @@ static int failures;
 
 static void report(const char *verdict, const char *name, const char *detail)
 {
-	printf("@@ RESULT\t%s\t%s\t%s\n", verdict, name, detail);
+	printf("& RESULT\t%s\t%s\t%s\n", verdict, name, detail);
 	fflush(stdout);
 }
 
@@ -138,7 +138,7 @@ static void peer_open(struct peer *p)
 	r = mrd_client_connect(getenv("MRD_SOCKET"), &p->client);
 	if (r < 0)
 		die(p->who, "connect", r);
-	r = mrd_lookup_init(&p->l, p->client);
+	r = mrd_cache_new(p->client, &p->l);
 	if (r < 0)
 		die(p->who, "lookup init", r);
 	if (!p->own_qp)
@@ -235,7 +235,7 @@ static int rdma(struct peer *p, bool read, void *local, uint32_t lkey, uint64_t 
 /* The target: owns the buffer the initiator writes into and reads from. */
 static int target(struct peer *p)
 {
-	struct mrd_mr mr;
+	struct mrd_keys mr;
 	uint64_t addr, gen;
 	char *buf, go;
 	int r;
@@ -244,7 +244,7 @@ static int target(struct peer *p)
 	r = mrd_mem_alloc(p->client, BUF_SIZE, 0, 0, (void **)&buf);
 	if (r < 0)
 		die(p->who, "alloc", r);
-	r = mrd_lookup_mr(&p->l, buf, &mr); /* registered now, so the peer finds its keys */
+	r = mrd_cache_keys(p->l, buf, &mr); /* registered now, so the peer finds its keys */
 	if (r < 0)
 		die(p->who, "lookup", r);
 	memset(buf, 0, BUF_SIZE);
@@ -268,7 +268,7 @@ static int target(struct peer *p)
 	if (r < 0)
 		die(p->who, "alloc again", r);
 	memset(buf, 0, BUF_SIZE);
-	r = mrd_lookup_mr(&p->l, buf, &mr);
+	r = mrd_cache_keys(p->l, buf, &mr);
 	if (r < 0)
 		die(p->who, "lookup again", r);
 	go = mrd_client_generation(p->client) > gen;
@@ -282,13 +282,13 @@ static int target(struct peer *p)
 	go = buf[16384] == 0; /* the new buffer may lie where the old one did */
 	xsend(p, &go, 1);
 	xrecv(p, &go, 1); /* done */
-	mrd_lookup_done(&p->l);
+	mrd_cache_free(p->l);
 	return 0;
 }
 
 static int initiator(struct peer *p, pid_t victim)
 {
-	struct mrd_mr src, dst, obj_mr;
+	struct mrd_keys src, dst, obj_mr;
 	uint32_t stale_rkey;
 	mrd_mempool *pool;
 	uint64_t remote, old_remote;
@@ -306,8 +306,8 @@ static int initiator(struct peer *p, pid_t victim)
 	r = mrd_mem_map(p->client, (void *)(uintptr_t)remote);
 	if (r < 0)
 		die(p->who, "map the target's arena", r);
-	if (mrd_lookup_mr(&p->l, buf, &src) < 0 ||
-	    mrd_lookup_mr(&p->l, (void *)(uintptr_t)remote, &dst) < 0)
+	if (mrd_cache_keys(p->l, buf, &src) < 0 ||
+	    mrd_cache_keys(p->l, (void *)(uintptr_t)remote, &dst) < 0)
 		die(p->who, "lookup", -EIO);
 
 	strcpy(buf, "written by RDMA WRITE through mrd's keys");
@@ -342,7 +342,7 @@ static int initiator(struct peer *p, pid_t victim)
 	obj = r >= 0 ? mrd_mempool_get(pool) : NULL;
 	if (obj) {
 		strcpy(obj, "from a registered mempool");
-		r = mrd_mempool_lookup(&p->l, pool, obj, &obj_mr);
+		r = mrd_cache_mempool_keys(p->l, pool, obj, &obj_mr);
 		if (r >= 0)
 			r = rdma(p, false, obj, obj_mr.lkey, remote + 12288, dst.rkey, 64);
 	}
@@ -362,7 +362,7 @@ static int initiator(struct peer *p, pid_t victim)
 	r = mrd_mem_map(p->client, (void *)(uintptr_t)remote);
 	if (r < 0 && r != -EEXIST)
 		die(p->who, "map again", r);
-	r = mrd_lookup_mr(&p->l, (void *)(uintptr_t)remote, &dst); /* the cache saw the move */
+	r = mrd_cache_keys(p->l, (void *)(uintptr_t)remote, &dst); /* the cache saw the move */
 	result("the peer's lookup refetched new keys", r == 0);
 	strcpy(buf, "after the generation moved");
 	r = r < 0 ? r : rdma(p, false, buf, src.lkey, remote + 4096, dst.rkey, 64);
@@ -381,7 +381,7 @@ static int initiator(struct peer *p, pid_t victim)
 	xsend(p, &ok, 1);
 	mrd_mempool_put(pool, obj);
 	mrd_mempool_free(pool);
-	mrd_lookup_done(&p->l);
+	mrd_cache_free(p->l);
 	return failures ? 1 : 0;
 }
 
@@ -416,9 +416,9 @@ static int pair(const char *sock, int gid_index, pid_t victim)
 /* A client in a domain of its own, killed mid-request by the pair's initiator. */
 _Noreturn static void victim(const char *sock, uid_t uid)
 {
-	struct mrd_lookup l;
+	mrd_cache *l;
 	mrd_client *c;
-	struct mrd_mr mr;
+	struct mrd_keys mr;
 	void *mem[4];
 	int r;
 
@@ -427,26 +427,26 @@ _Noreturn static void victim(const char *sock, uid_t uid)
 	r = mrd_client_connect(sock, &c);
 	if (r < 0)
 		die("victim", "connect", r);
-	r = mrd_lookup_init(&l, c);
+	r = mrd_cache_new(c, &l);
 	for (int i = 0; i < 4 && r >= 0; i++) {
 		r = mrd_mem_alloc(c, 2u << 20, 0, 0, &mem[i]);
 		if (r >= 0)
-			r = mrd_lookup_mr(&l, mem[i], &mr);
+			r = mrd_cache_keys(l, mem[i], &mr);
 	}
 	if (r < 0)
 		die("victim", "alloc and register", r);
-	printf("@@ VICTIM_READY pid %d domain %s\n", (int)getpid(), mrd_client_domain(c));
+	printf("& VICTIM_READY pid %d domain %s\n", (int)getpid(), mrd_client_domain(c));
 	fflush(stdout);
 	/* Killed in any of these: a registration, a free, or a Dma the device is doing. */
 	for (;;) {
-		struct mrd_mr a, b;
+		struct mrd_keys a, b;
 		void *p;
 
 		if (mrd_mem_alloc(c, 64u << 10, 0, 0, &p) >= 0) {
-			(void)mrd_lookup_mr(&l, p, &mr);
+			(void)mrd_cache_keys(l, p, &mr);
 			(void)mrd_mem_free(c, p);
 		}
-		if (mrd_lookup_mr(&l, mem[0], &a) >= 0 && mrd_lookup_mr(&l, mem[1], &b) >= 0)
+		if (mrd_cache_keys(l, mem[0], &a) >= 0 && mrd_cache_keys(l, mem[1], &b) >= 0)
 			(void)mrd_dma(c, MRD_DMA_WRITE, a.lkey, mem[0], b.rkey, mem[1], 2u << 20);
 	}
 }
@@ -454,8 +454,8 @@ _Noreturn static void victim(const char *sock, uid_t uid)
 /* Memory looked up and held, so the guest script can read mrd's view of the domain. */
 _Noreturn static void hold(const char *sock, uid_t uid)
 {
-	struct mrd_lookup l;
-	struct mrd_mr mr;
+	mrd_cache *l;
+	struct mrd_keys mr;
 	mrd_client *c;
 	void *mem;
 	int r;
@@ -464,11 +464,11 @@ _Noreturn static void hold(const char *sock, uid_t uid)
 		die("hold", "setuid", errno);
 	r = mrd_client_connect(sock, &c);
 	if (r >= 0)
-		r = mrd_lookup_init(&l, c);
+		r = mrd_cache_new(c, &l);
 	if (r >= 0)
 		r = mrd_mem_alloc(c, 4u << 20, 0, 0, &mem);
 	if (r >= 0)
-		r = mrd_lookup_mr(&l, (char *)mem + (3u << 20), &mr);
+		r = mrd_cache_keys(l, (char *)mem + (3u << 20), &mr);
 	{
 		char name[128];
 
@@ -476,7 +476,7 @@ _Noreturn static void hold(const char *sock, uid_t uid)
 			 r >= 0 ? mrd_client_domain(c) : "?");
 		result(name, r >= 0);
 	}
-	printf("@@ HOLDING\n");
+	printf("& HOLDING\n");
 	fflush(stdout);
 	for (;;)
 		pause();

@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: MIT */
+/* What every file of libmrd shares: the client handle, and the mark of an exported function. */
+#pragma once
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "connection.h"
+#include "status-page.h"
+
+#define MRD_EXPORT __attribute__((visibility("default")))
+
+struct mrd_client {
+	struct conn *conn;
+	pthread_mutex_t lock; /* one call on the socket at a time */
+	int fd;		      /* conn's descriptor, one number for the handle's life (a reconnect
+			       * moves the new connection onto it): what mrd_client_fd() gives */
+	bool gone;   /* conn is dead (atomic): calls fail at once, the status page is poisoned */
+	bool forked; /* this process is a fork() child of the one that opened the handle */
+	pid_t pid;   /* the one that opened it */
+	struct mrd_client *prev, *next; /* the process's open handles, which fork() marks */
+	char domain[64];
+	const struct mrd_status_page *status; /* the domain's, read-only */
+	uint32_t status_size;
+	bool holds_window;
+	uint64_t session; /* mrd's id for this connection: what a reconnect resumes */
+	unsigned epoch;   /* reconnects so far: what was registered before one is gone */
+	unsigned long n_held; /* allocations and attachments mrd holds for it: a reconnect must
+			       * get them all back */
+	pthread_mutex_t reconnect_lock; /* one mrd_client_reconnect() at a time */
+	/* Free and ExtmemDetach that got no answer (mrd went away): done or not, the next mrd
+	 * tells (memory_settle_lost_frees). */
+	struct lost_free {
+		uint64_t address;
+		int body_case;
+	} lost_frees[64];
+	size_t n_lost_frees;
+	bool lost_frees_dropped; /* more than lost_frees holds */
+	uint32_t *arenas; /* ids of arenas this handle mapped */
+	size_t n_arenas, arenas_cap;
+};

@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: MIT */
+/* memory.c's part in a handle's life: the domain joined (window, status page) on connect,
+ * again on reconnect, and left on close. */
+#pragma once
+
+#include <stdbool.h>
+
+#include "handle.h"
+
+/* Joins the domain (window, status page) on connect; undone by memory_leave(). */
+int memory_join(struct mrd_client *client);
+/* JoinDomain on conn, a new connection to an mrd that took over from the one this handle had
+ * (warm restart): the allocations it handed back, with the new status page's descriptor in
+ * *ret_status_fd; -ESTALE when conn's mrd does not hold this memory (nothing handed back). */
+int memory_rejoin(struct mrd_client *client, struct conn *conn, int *ret_status_fd);
+/* Maps the new status page where the old one was (over a poisoned copy). */
+int memory_remap_status(struct mrd_client *client, int fd);
+/* Holds (lock) and releases the window's lock across fork(): the child gets it unlocked. */
+void memory_fork_lock(bool lock);
+/* After a reconnect, asks again on conn what got no answer, with the handle's lock held: each
+ * one done now takes one off *resumed and n_held; each one the old mrd had done, off n_held.
+ * Too many to have kept: *resumed becomes UINT_MAX (nothing can be told). -ECONNRESET or
+ * -ETIMEDOUT: conn failed too; what is left stays for the next try. */
+int memory_settle_lost_frees(struct mrd_client *client, struct conn *conn, unsigned *resumed);
+void memory_leave(struct mrd_client *client);
