@@ -570,6 +570,68 @@ static Mrd__Response *mempools_page(int fd, uint64_t id, uint32_t first)
 	return td_expect(fd, id, 0);
 }
 
+/* The requests without .needs_domain (Ping, the views, the admin requests) never join the
+ * caller's domain: a client of a domain at quota.clients makes them all, and root's Flush and
+ * FrmrPoolsSet open no domain of root's. */
+START_TEST(test_no_domain_requests_join_nothing)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ClientsRequest clients = MRD__CLIENTS_REQUEST__INIT;
+	Mrd__FrmrPoolsRequest pools = MRD__FRMR_POOLS_REQUEST__INIT;
+	Mrd__FrmrPoolsSetRequest set = MRD__FRMR_POOLS_SET_REQUEST__INIT;
+	Mrd__DomainDumpRequest dump = MRD__DOMAIN_DUMP_REQUEST__INIT;
+	struct client *b, *root;
+	int fa, fb, fr;
+
+	td_stop();
+	setup_with("quota.clients=1");
+	fa = td_hello_client(1000, NULL);
+	mrd__response__free_unpacked(td_join(fa, 2, 0, 0, NULL), NULL);
+	fb = td_hello_client(1000, &b);
+	fr = td_hello_client(0, &root);
+
+	for (int who = 0; who < 2; who++) {
+		int fd = who ? fr : fb;
+		uint64_t id = who ? 200 : 100;
+
+		send_ping(fd, ++id);
+		td_expect_free(fd, id, 0);
+		send_status(fd, ++id);
+		td_expect_free(fd, id, 0);
+		req.body_case = MRD__REQUEST__BODY_CLIENTS;
+		req.clients = &clients;
+		req.id = ++id;
+		td_send_request(fd, &req, NULL, 0);
+		td_expect_free(fd, id, 0);
+		mrd__response__free_unpacked(mempools_page(fd, ++id, 0), NULL);
+		req.body_case = MRD__REQUEST__BODY_FRMR_POOLS;
+		req.frmr_pools = &pools;
+		req.id = ++id;
+		td_send_request(fd, &req, NULL, 0);
+		td_expect_free(fd, id, 0);
+		dump.domain = (char *)"uid-1000";
+		req.body_case = MRD__REQUEST__BODY_DOMAIN_DUMP;
+		req.domain_dump = &dump;
+		req.id = ++id;
+		td_send_request(fd, &req, NULL, 0);
+		td_expect_free(fd, id, 0);
+		send_flush(fd, ++id); /* every domain: uid-1000's */
+		td_expect_free(fd, id, who ? 0 : EPERM);
+		req.body_case = MRD__REQUEST__BODY_FRMR_POOLS_SET;
+		req.frmr_pools_set = &set; /* sets nothing: refused for that, or as not root */
+		req.id = ++id;
+		td_send_request(fd, &req, NULL, 0);
+		td_expect_free(fd, id, who ? EINVAL : EPERM);
+	}
+	ck_assert_ptr_null(b->domain);
+	ck_assert_ptr_null(root->domain);
+	ck_assert_uint_eq(td_manager->n_domains, 1);
+	close(fa);
+	close(fb);
+	close(fr);
+}
+END_TEST
+
 /* A client's socket takes replies up to its send buffer: a view pages itself down to what it
  * takes, and a reply that cannot be cut is answered with an error that says so, never not at
  * all. */
@@ -697,6 +759,7 @@ static Suite *dispatch_suite(void)
 	tcase_add_test(tc, test_status_shows_provider);
 	tcase_add_test(tc, test_export_pd_domains);
 	tcase_add_test(tc, test_domain_after_check);
+	tcase_add_test(tc, test_no_domain_requests_join_nothing);
 	tcase_add_test(tc, test_request_table);
 	tcase_add_test(tc, test_reply_beyond_the_socket);
 	suite_add_tcase(s, tc);
