@@ -476,7 +476,7 @@ START_TEST(test_export_pd_domains)
 	resp = td_expect(fa, 5, EOPNOTSUPP);
 	ck_assert_ptr_nonnull(strstr(resp->message, "soft"));
 	mrd__response__free_unpacked(resp, NULL);
-	ck_assert_uint_eq(td_manager->n_domains, 1);
+	ck_assert_uint_eq(td_manager->core.n_domains, 1);
 	send_export_pd(fb, 6);
 	td_expect_free(fb, 6, EOPNOTSUPP);
 	ck_assert_ptr_eq(a->domain, b->domain); /* same uid, same domain */
@@ -485,18 +485,18 @@ START_TEST(test_export_pd_domains)
 	td_expect_free(fo, 7, EOPNOTSUPP);
 	ck_assert_ptr_ne(other->domain, a->domain);
 	ck_assert_ptr_ne(other->domain->provider, a->domain->provider); /* own context each */
-	ck_assert_uint_eq(td_manager->n_domains, 2);
+	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 
 	/* The last client of a uid closes its domain. */
 	close(fa);
 	td_pump();
-	ck_assert_uint_eq(td_manager->n_domains, 2);
+	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 	close(fb);
 	td_pump();
-	ck_assert_uint_eq(td_manager->n_domains, 1);
+	ck_assert_uint_eq(td_manager->core.n_domains, 1);
 	close(fo);
 	td_pump();
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	ck_assert_uint_eq(td_manager->core.n_domains, 0);
 }
 END_TEST
 

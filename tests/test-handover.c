@@ -37,7 +37,7 @@ static struct domain *find_domain(const char *name)
 {
 	struct domain *d;
 
-	LIST_FOREACH(d, &td_manager->domains, link)
+	LIST_FOREACH(d, &td_manager->core.domains, link)
 		if (strcmp(d->name, name) == 0)
 			return d;
 	return NULL;
@@ -81,7 +81,7 @@ static void check_fill(uint64_t addr, uint64_t len, uint8_t seed)
 /* Stops td_manager the way a hand-over does and starts the next one on what it saved. */
 static void restart(struct handover_fds *saved)
 {
-	td_manager->keep_content = true;
+	td_manager->core.window.keep_content = true;
 	td_stop();
 	td_start(settings);
 	ck_assert_int_eq(handover_adopt(td_manager, saved), 0);
@@ -135,7 +135,7 @@ START_TEST(test_round_trip)
 	handover_fds_done(&saved);
 
 	ck_assert_uint_eq(td_manager->instance, instance);
-	ck_assert_uint_eq(td_manager->n_domains, 2);
+	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 	d = find_domain("uid-1000");
 	ck_assert_ptr_nonnull(d);
 	ck_assert_uint_gt(d->status->generation, generation);
@@ -226,15 +226,15 @@ START_TEST(test_waits_for_live_process)
 	restart(&saved);
 	handover_fds_done(&saved);
 	td_pump();
-	ck_assert_uint_eq(td_manager->n_domains, 2);
+	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 	grace_tick();
 	grace_tick();
-	ck_assert_uint_eq(td_manager->n_domains, 1);
+	ck_assert_uint_eq(td_manager->core.n_domains, 1);
 	ck_assert_ptr_null(find_domain("uid-4242"));
 	ck_assert_uint_eq(find_domain(live)->n_orphans, 1);
 	ck_assert_ptr_nonnull(td_manager->grace_timer);
 	handover_end_grace(td_manager); /* at exit: everything */
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	ck_assert_uint_eq(td_manager->core.n_domains, 0);
 	ck_assert_ptr_null(td_manager->grace_timer);
 }
 END_TEST
@@ -258,7 +258,7 @@ START_TEST(test_claim_checks_uid)
 	session = c->id;
 	ck_assert_int_eq(handover_save(td_manager, &saved, &n), 0);
 	close(a);
-	td_manager->keep_content = true;
+	td_manager->core.window.keep_content = true;
 	td_stop();
 	td_start(lab);
 	ck_assert_int_eq(handover_adopt(td_manager, &saved), 0);
@@ -319,7 +319,7 @@ START_TEST(test_adopt_checks)
 
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(ftruncate(fd, 64 * MiB), 0);
-	ck_assert_int_eq(domain_adopt(td_manager, "x", 0, &d), 0);
+	ck_assert_int_eq(domain_adopt(&td_manager->core, "x", 0, &d), 0);
 	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), -EINVAL); /* not sealed */
 	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK), 0);
 	place.size = 32 * MiB;
@@ -328,11 +328,11 @@ START_TEST(test_adopt_checks)
 	place.page_size = 2 << 20;
 	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), -EINVAL); /* not its pages */
 	place.page_size = 4096;
-	place.slot = td_manager->window.n_slots;
+	place.slot = td_manager->core.window.n_slots;
 	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), -EINVAL); /* outside the window */
 	place.slot = 2;
 	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), 0);
-	ck_assert_ptr_eq(a->base, window_slot(&td_manager->window, 2));
+	ck_assert_ptr_eq(a->base, window_slot(&td_manager->core.window, 2));
 	ck_assert_int_eq(domain_adopt_allocation(d, a, &al), 0);
 	al.offset = 512 * 1024;
 	ck_assert_int_eq(domain_adopt_allocation(d, a, &al), -EEXIST); /* overlaps */
@@ -344,7 +344,7 @@ START_TEST(test_adopt_checks)
 	ck_assert_int_eq(arena_adopt_finish(a), 0);
 	ck_assert_uint_eq(a->buddy.free_pages, (63 * MiB) / 4096);
 	handover_end_grace(td_manager);
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	ck_assert_uint_eq(td_manager->core.n_domains, 0);
 }
 END_TEST
 
@@ -438,7 +438,7 @@ START_TEST(test_untrusted_state_dropped)
 	ck_assert_uint_eq(saved.n, 3);
 	close(a);
 	close(c);
-	td_manager->keep_content = true;
+	td_manager->core.window.keep_content = true;
 	td_stop();
 	td_start(settings);
 	instance = td_manager->instance;
@@ -449,7 +449,7 @@ START_TEST(test_untrusted_state_dropped)
 	garbage.n = 1;
 	ck_assert_int_eq(handover_adopt(td_manager, &garbage), 0);
 	ck_assert_int_eq(fd, -1);
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	ck_assert_uint_eq(td_manager->core.n_domains, 0);
 
 	/* Its second arena passed under another name: the first one, taken already with its
 	 * allocation, goes again untouched. */
@@ -457,7 +457,7 @@ START_TEST(test_untrusted_state_dropped)
 	saved.names[2] = (char *)HANDOVER_ARENA_PREFIX "999999";
 	adopt_copy(&saved);
 	saved.names[2] = name;
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	ck_assert_uint_eq(td_manager->core.n_domains, 0);
 	ck_assert_uint_eq(td_manager->instance, instance);
 	check_memfd_filled(saved.fds[1]);
 	check_memfd_filled(saved.fds[2]);
@@ -468,16 +468,16 @@ START_TEST(test_untrusted_state_dropped)
 	ck_assert_uint_eq(b1, a1);
 	fill(b1, 1 * MiB, 6);
 	adopt_copy(&saved);
-	ck_assert_uint_eq(td_manager->n_domains, 1);
+	ck_assert_uint_eq(td_manager->core.n_domains, 1);
 	ck_assert_uint_eq(td_manager->instance, instance);
 	check_fill(b1, 1 * MiB, 6);
 	close(b);
 	td_pump();
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	ck_assert_uint_eq(td_manager->core.n_domains, 0);
 
 	/* None of that touched the memfds: with the slot free again, it all comes back. */
 	adopt_copy(&saved);
-	ck_assert_uint_eq(td_manager->n_domains, 2);
+	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 	ck_assert_uint_ne(td_manager->instance, instance);
 	check_fill(a1, 1 * MiB, 5);
 	check_fill(c1, 1 * MiB, 7);
@@ -510,7 +510,7 @@ START_TEST(test_sealed_attachment_dropped_alone)
 		ck_assert_int_eq(saved.fds[i], -1); /* the refused one is closed too */
 	handover_fds_done(&saved);
 
-	ck_assert_uint_eq(td_manager->n_domains, 2);
+	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 	d = find_domain("uid-1000");
 	ck_assert_ptr_nonnull(d);
 	ck_assert_uint_eq(d->n_orphans, 1); /* its plain allocation waits; the attachment went */
@@ -530,7 +530,7 @@ START_TEST(test_sealed_attachment_dropped_alone)
 	}
 	close(memfd);
 	handover_end_grace(td_manager);
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	ck_assert_uint_eq(td_manager->core.n_domains, 0);
 }
 END_TEST
 

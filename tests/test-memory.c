@@ -104,8 +104,8 @@ START_TEST(test_alloc_in_window)
 
 	join(fd, 2, NULL);
 	ck_assert_int_eq(alloc(fd, 3, 10000, 0, 0, &a, &info), 1); /* first time: memfd */
-	ck_assert_uint_ge(a, m->config.window_base);
-	ck_assert_uint_lt(a, m->config.window_base + m->config.window_size);
+	ck_assert_uint_ge(a, m->core.config.window_base);
+	ck_assert_uint_lt(a, m->core.config.window_base + m->core.config.window_size);
 	ck_assert_uint_eq(info.address, a); /* first run of a fresh arena */
 	ck_assert_uint_eq(info.size, 64 * MiB);
 	ck_assert(!info.hugetlb);
@@ -186,7 +186,7 @@ START_TEST(test_ownership_and_sharing)
 	td_expect_free(x, 3, ENOENT);
 	td_free(x, 4, addr, ENOENT);
 	ck_assert_ptr_ne(domain_of(cx), domain_of(ca));
-	ck_assert_uint_eq(td_manager->n_domains, 2);
+	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 
 	td_free(a, 5, addr, 0);
 	close(a);
@@ -293,7 +293,7 @@ START_TEST(test_death_releases)
 	ck_assert_uint_eq(page->allocated_bytes, 0);
 	close(b);
 	td_pump();
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	ck_assert_uint_eq(td_manager->core.n_domains, 0);
 }
 END_TEST
 
@@ -372,8 +372,8 @@ static unsigned window_slots_used(void)
 {
 	unsigned n = 0;
 
-	for (uint32_t i = 0; i < td_manager->window.n_slots; i++)
-		n += td_manager->window.used[i];
+	for (uint32_t i = 0; i < td_manager->core.window.n_slots; i++)
+		n += td_manager->core.window.used[i];
 	return n;
 }
 

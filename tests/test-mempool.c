@@ -276,7 +276,7 @@ START_TEST(test_pool_after_lookup_counts_once)
 	ck_assert_uint_eq(e.start, a);
 	ck_assert_uint_eq(e.end, a + 1 * MiB);
 	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 1 * MiB);
-	td_manager->config.quota_pinned_bytes = 1 * MiB;
+	td_manager->core.config.quota_pinned_bytes = 1 * MiB;
 	start = a + 64 * KiB;
 	resp = reg(fd, 4, "p", &start, &len, 1, false, 0);
 	mrd__response__free_unpacked(resp, NULL);
@@ -303,7 +303,7 @@ START_TEST(test_concurrent_lookups_quota)
 	int a, peer;
 
 	td_start_one_worker();
-	td_manager->config.quota_pinned_bytes = 3 * MiB;
+	td_manager->core.config.quota_pinned_bytes = 3 * MiB;
 	a = td_hello_client(1000, &ca);
 	peer = td_hello_client(1000, NULL);
 	big = td_alloc(a, 2, 2 * MiB);
@@ -346,7 +346,7 @@ START_TEST(test_lookup_beside_a_run_being_registered)
 	peer = td_hello_client(1000, NULL);
 	big = td_alloc(a, 2, 4 * MiB);
 	ca->domain->provider->caps.max_mr_size = 1 * MiB;
-	td_manager->config.quota_pinned_bytes = 1 * MiB + 512 * KiB;
+	td_manager->core.config.quota_pinned_bytes = 1 * MiB + 512 * KiB;
 	td_block_worker(&b);
 	td_send_lookup(a, 3, big + 2 * MiB); /* [2 MiB, 3 MiB), on the blocked worker */
 	td_pump();
@@ -385,7 +385,7 @@ START_TEST(test_overlapping_pools_count_once)
 	ck_assert_uint_eq(ps.pinned_bytes, 64 * KiB);
 	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 64 * KiB);
 	/* The whole allocation again: no new page, so a full quota still takes it. */
-	td_manager->config.quota_pinned_bytes = 64 * KiB;
+	td_manager->core.config.quota_pinned_bytes = 64 * KiB;
 	ck_assert_uint_eq(reg_ok(fd, 6, "p2", &a, &all, 1), 1);
 	td_send_mempool_register(fd, 7, "p3", &b, &all, 1, false);
 	resp = td_expect(fd, 7, EDQUOT);
@@ -636,7 +636,7 @@ START_TEST(test_death_while_pool_registers)
 	close(a); /* gone while the worker has yet to pin its pool */
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 0);
-	ck_assert_uint_eq(td_manager->n_domains, 1); /* the job holds it */
+	ck_assert_uint_eq(td_manager->core.n_domains, 1); /* the job holds it */
 	td_unblock_worker(&b);
 	/* The job's MR had no pool left: deregistered, memory freed, domain closed. */
 	td_wait_domains_closed();

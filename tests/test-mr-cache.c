@@ -256,8 +256,8 @@ START_TEST(test_frmr_admin_requests)
 	ck_assert_uint_eq(resp->frmr_pools_set->changed, 1);
 	mrd__response__free_unpacked(resp, NULL);
 	ck_assert_uint_eq(c->domain->pools.config.aging_s, 9);
-	ck_assert_uint_eq(c->manager->config.pools.aging_s, 9);
-	c->manager->config.pools.aging_s = FRMR_AGING_DEFAULT_S; /* as the next test expects */
+	ck_assert_uint_eq(c->manager->core.config.pools.aging_s, 9);
+	c->manager->core.config.pools.aging_s = FRMR_AGING_DEFAULT_S; /* as the next test expects */
 	close(fd);
 	close(admin);
 	close(other);
@@ -481,7 +481,7 @@ START_TEST(test_contig_around_existing)
 	a = td_alloc(fd, 2, 16 * 4096);
 	addrs[0] = a + 8 * 4096;
 	lookup(fd, 3, addrs, 1, 0, &e);
-	td_manager->domains.lh_first->cache.policy = MR_POLICY_CONTIG;
+	td_manager->core.domains.lh_first->cache.policy = MR_POLICY_CONTIG;
 	addrs[0] = a + 4096;
 	lookup(fd, 4, addrs, 1, 0, &e);
 	ck_assert_uint_eq(e.start, a);
@@ -732,14 +732,14 @@ START_TEST(test_death_while_registering)
 	close(a); /* gone, and its memory with it, while the worker has yet to pin it */
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 0);
-	ck_assert_uint_eq(td_manager->n_domains, 1); /* the job holds it */
+	ck_assert_uint_eq(td_manager->core.n_domains, 1); /* the job holds it */
 	td_block_worker(&later); /* behind the registration */
 	td_unblock_worker(&b);
 	/* The job found the memory gone: its registration (4 MiB: [cache] async_bytes) is let
 	 * go of on a worker, not on the loop, so it is still there while the worker is held... */
-	while (td_manager->n_domains == 1 && d->cache.pending_bytes > 0)
+	while (td_manager->core.n_domains == 1 && d->cache.pending_bytes > 0)
 		td_pump();
-	ck_assert_uint_eq(td_manager->n_domains, 1); /* the dereg's job holds it */
+	ck_assert_uint_eq(td_manager->core.n_domains, 1); /* the dereg's job holds it */
 	provider_stats(d->provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
 	ck_assert_uint_eq(d->cache.charges.pinned_bytes, 4 * MiB);
@@ -770,9 +770,9 @@ START_TEST(test_device_dma_on_worker)
 	lookup(a, 3, buf, 2, 0, e);
 	ca->domain->provider->caps.dma_emulated = false;
 	td_dma(a, 4, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1], 8, 0); /* the thread */
-	ck_assert_ptr_nonnull(td_manager->dma_worker);
+	ck_assert_ptr_nonnull(td_manager->core.dma_worker);
 
-	td_block_pool(&b, td_manager->dma_worker);
+	td_block_pool(&b, td_manager->core.dma_worker);
 	td_send_dma(a, 5, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1] + 8, 100);
 	td_pump();
 	ck_assert_ptr_nonnull(ca->pending); /* on the Dma thread, behind the blocker */
@@ -793,7 +793,7 @@ START_TEST(test_device_dma_on_worker)
 	{
 		int more[5];
 
-		td_block_pool(&b, td_manager->dma_worker);
+		td_block_pool(&b, td_manager->core.dma_worker);
 		for (int i = 0; i < 5; i++) {
 			more[i] = td_hello_client(1000, NULL);
 			td_send_dma(more[i], 20, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1], 8);
@@ -810,14 +810,14 @@ START_TEST(test_device_dma_on_worker)
 	}
 
 	/* Gone while its Dma waits: the job holds the domain, and answers nobody. */
-	td_block_pool(&b, td_manager->dma_worker);
+	td_block_pool(&b, td_manager->core.dma_worker);
 	td_send_dma(a, 8, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1], 100);
 	td_pump();
 	close(a);
 	close(other);
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 0);
-	ck_assert_uint_eq(td_manager->n_domains, 1);
+	ck_assert_uint_eq(td_manager->core.n_domains, 1);
 	td_unblock_worker(&b);
 	td_wait_domains_closed();
 }
@@ -1155,7 +1155,7 @@ START_TEST(test_death_while_deregistering)
 	close(a); /* its MRs go to the worker, behind the blocker */
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 0);
-	ck_assert_uint_eq(td_manager->n_domains, 1); /* the job holds it */
+	ck_assert_uint_eq(td_manager->core.n_domains, 1); /* the job holds it */
 	td_unblock_worker(&b);
 	td_wait_domains_closed();
 }

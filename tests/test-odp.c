@@ -295,7 +295,7 @@ START_TEST(test_teardown_with_work_pending)
 	close(fd); /* gone, and its memory, while the work waits */
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 0);
-	ck_assert_uint_eq(td_manager->n_domains, 1); /* the work holds it */
+	ck_assert_uint_eq(td_manager->core.n_domains, 1); /* the work holds it */
 	td_unblock_worker(&b);
 	td_wait_domains_closed();
 }
@@ -463,7 +463,7 @@ START_TEST(test_neighbours_freed_under_prefetch)
 				ck_assert_int_eq(odp_fault(d, nb[k], allocation_address(nb[k]), &e,
 							   why, sizeof(why)), 0);
 			}
-			event_base_loop(td_manager->base, EVLOOP_NONBLOCK);
+			event_base_loop(td_manager->core.base, EVLOOP_NONBLOCK);
 			if (d->odp.jobs == jobs)
 				usleep(1000); /* it got nowhere (a sanitizer reporting?): let it run */
 		}

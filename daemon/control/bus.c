@@ -39,8 +39,8 @@ static int prop_string(sd_bus *bus, const char *path, const char *interface,
 	if (strcmp(property, "Version") == 0)
 		return sd_bus_message_append(reply, "s", PACKAGE_VERSION);
 	if (strcmp(property, "Provider") == 0)
-		return sd_bus_message_append(reply, "s", provider_name(m->provider));
-	return sd_bus_message_append(reply, "s", m->provider->caps.device);
+		return sd_bus_message_append(reply, "s", provider_name(m->core.provider));
+	return sd_bus_message_append(reply, "s", m->core.provider->caps.device);
 }
 
 /* The domain whose figures the caller may read, as the socket's views judge it
@@ -107,7 +107,7 @@ static int prop_generations(sd_bus *bus, const char *path, const char *interface
 	int r;
 
 	r = sd_bus_message_open_container(reply, 'a', "{st}");
-	LIST_FOREACH(d, &m->domains, link) {
+	LIST_FOREACH(d, &m->core.domains, link) {
 		if (r < 0)
 			return r;
 		if (only && strcmp(only, d->name) != 0)
@@ -161,12 +161,12 @@ static int method_dump(sd_bus_message *msg, void *userdata, sd_bus_error *error)
 	fputs("{\"version\":", f);
 	json_write_string(f, PACKAGE_VERSION);
 	fputs(",\"provider\":", f);
-	json_write_string(f, provider_name(m->provider));
+	json_write_string(f, provider_name(m->core.provider));
 	fputs(",\"device\":", f);
-	json_write_string(f, m->provider->caps.device);
+	json_write_string(f, m->core.provider->caps.device);
 	fprintf(f, ",\"uptime_usec\":%" PRIu64 ",\"clients\":%u,\"requests\":%" PRIu64
 		",\"domains\":[", manager_uptime_usec(m), m->n_clients, m->n_requests);
-	LIST_FOREACH(d, &m->domains, link) {
+	LIST_FOREACH(d, &m->core.domains, link) {
 		fputs(first ? "{\"name\":" : ",{\"name\":", f);
 		first = false;
 		json_write_string(f, d->name);
@@ -227,7 +227,7 @@ static int method_flush(sd_bus_message *msg, void *userdata, sd_bus_error *error
 		want = domain_name_for(m, (uid_t)uid, (gid_t)-1, -1, name, sizeof(name));
 	} else if (*scope)
 		want = scope;
-	r = domains_flush(m, want, pools, gc, &counts);
+	r = domains_flush(&m->core, want, pools, gc, &counts);
 	if (r == -ENOENT)
 		return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "no domain %s is open",
 					 want);
@@ -311,7 +311,7 @@ static int method_set_pools(sd_bus_message *msg, void *userdata, sd_bus_error *e
 	if (aging < 0 && pinned < 0)
 		return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
 					 "nothing to set: give aging or pinned");
-	r = domains_set_pools(m, domain, &match, aging, pinned, &changed);
+	r = domains_set_pools(&m->core, domain, &match, aging, pinned, &changed);
 	if (r == -ENOENT)
 		return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "no domain %s is open",
 					 domain);
@@ -366,7 +366,7 @@ static void bus_arm(struct bus *b)
 	uint64_t until;
 
 	event_del(b->io);
-	event_assign(b->io, b->manager->base, sd_bus_get_fd(b->bus),
+	event_assign(b->io, b->manager->core.base, sd_bus_get_fd(b->bus),
 		     (events & POLLIN ? EV_READ : 0) | (events & POLLOUT ? EV_WRITE : 0),
 		     bus_on_event, b);
 	(void)event_add(b->io, NULL);
@@ -417,8 +417,8 @@ int bus_new(struct manager *m, struct bus **ret)
 		bus_free(b);
 		return r == -ENOMEM ? r : 0;
 	}
-	b->io = event_new(m->base, -1, 0, bus_on_event, b);
-	b->timer = evtimer_new(m->base, bus_on_event, b);
+	b->io = event_new(m->core.base, -1, 0, bus_on_event, b);
+	b->timer = evtimer_new(m->core.base, bus_on_event, b);
 	if (!b->io || !b->timer) {
 		bus_free(b);
 		return -ENOMEM;

@@ -176,7 +176,7 @@ int client_send_frame(struct client *c, const uint8_t *data, size_t len, const i
 	}
 	STAILQ_INSERT_TAIL(&c->out, f, link);
 	c->n_out++;
-	if (c->n_out >= c->manager->config.max_inflight)
+	if (c->n_out >= c->manager->core.config.max_inflight)
 		client_set_reading(c, false);
 	if (!event_pending(c->drain_event, EV_TIMEOUT, NULL))
 		client_after_flush(c, fd_budget_allows(c, f->n_fds) ? 0 : 1);
@@ -216,10 +216,10 @@ int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool 
 	LIST_INSERT_HEAD(&m->clients, c, link);
 	m->n_clients++;
 
-	c->read_event = event_new(m->base, fd, EV_READ | EV_PERSIST, client_on_read, c);
-	c->write_event = event_new(m->base, fd, EV_WRITE | EV_PERSIST, client_on_write, c);
-	c->drain_event = evtimer_new(m->base, client_on_write, c);
-	c->hangup_event = event_new(m->base, fd, EV_CLOSED, client_on_hangup, c);
+	c->read_event = event_new(m->core.base, fd, EV_READ | EV_PERSIST, client_on_read, c);
+	c->write_event = event_new(m->core.base, fd, EV_WRITE | EV_PERSIST, client_on_write, c);
+	c->drain_event = evtimer_new(m->core.base, client_on_write, c);
+	c->hangup_event = event_new(m->core.base, fd, EV_CLOSED, client_on_hangup, c);
 	if (!c->read_event || !c->write_event || !c->drain_event || !c->hangup_event)
 		return -ENOMEM;
 	if (event_add(c->read_event, NULL) < 0)
@@ -287,7 +287,7 @@ void client_resume(struct client *c)
 {
 	if (!c->pending)
 		event_del(c->hangup_event);
-	if (c->n_out < c->manager->config.max_inflight && !c->pending)
+	if (c->n_out < c->manager->core.config.max_inflight && !c->pending)
 		client_set_reading(c, true);
 }
 
@@ -296,7 +296,7 @@ int client_get_domain(struct client *c, struct domain **ret)
 	int r;
 
 	if (!c->domain) {
-		r = domain_acquire(c->manager, c->domain_name, &c->domain);
+		r = domain_acquire(&c->manager->core, c->domain_name, &c->domain);
 		if (r < 0)
 			return r;
 	}

@@ -40,7 +40,7 @@ int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_pa
 	size_t n_domains = 0, n_pools = 0, i = 0, j = 0, budget = reply_budget(c), bytes = 0;
 	struct domain *d;
 
-	LIST_FOREACH(d, &m->domains, link) {
+	LIST_FOREACH(d, &m->core.domains, link) {
 		if (!view_shows(client_view(c), d->name))
 			continue;
 		n_domains++;
@@ -61,7 +61,7 @@ int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_pa
 		return -ENOMEM;
 
 	mrd__frmr_pools_response__init(&r->body.frmr_pools);
-	LIST_FOREACH(d, &m->domains, link) {
+	LIST_FOREACH(d, &m->core.domains, link) {
 		size_t got;
 
 		if (!view_shows(client_view(c), d->name))
@@ -137,7 +137,7 @@ int request_frmr_pools_set(struct client *c, const Mrd__Request *req, struct wir
 	if (given & MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_PAGES)
 		match.pages = q->pages > INT64_MAX ? INT64_MAX : (int64_t)q->pages;
 
-	r2 = domains_set_pools(c->manager, q->domain, &match, aging, pinned, &changed);
+	r2 = domains_set_pools(&c->manager->core, q->domain, &match, aging, pinned, &changed);
 	if (r2 == -ENOENT) {
 		reply_set_message(r, "no domain %s is open", q->domain);
 		return r2;
@@ -169,7 +169,7 @@ int request_flush(struct client *c, const Mrd__Request *req, struct wire_packet 
 		want = q->domain;
 	else if (q->by_uid) /* the domain the uid's clients join, by uid alone */
 		want = domain_name_for(m, (uid_t)q->uid, (gid_t)-1, -1, name, sizeof(name));
-	k = domains_flush(m, want, q->pools, q->gc, &counts);
+	k = domains_flush(&m->core, want, q->pools, q->gc, &counts);
 	if (k == -ENOENT) {
 		reply_set_message(r, "no domain %s is open", want);
 		return k;

@@ -68,8 +68,8 @@ int request_join_domain(struct client *c, const Mrd__Request *req, struct wire_p
 	r->fds[r->n_fds++] = fd;
 	mrd__join_domain_response__init(&r->body.join_domain);
 	r->body.join_domain.domain = d->name;
-	r->body.join_domain.window_base = m->config.window_base;
-	r->body.join_domain.window_size = m->config.window_size;
+	r->body.join_domain.window_base = m->core.config.window_base;
+	r->body.join_domain.window_size = m->core.config.window_size;
 	r->body.join_domain.status_page_size = MRD_STATUS_PAGE_SIZE;
 	r->body.join_domain.instance = m->instance;
 	r->body.join_domain.session = c->id;

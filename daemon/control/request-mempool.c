@@ -231,7 +231,7 @@ int request_mempools(struct client *c, const Mrd__Request *req, struct wire_pack
 	bool full = false;
 
 	/* First the page's extent, then the page. */
-	LIST_FOREACH(d, &m->domains, link)
+	LIST_FOREACH(d, &m->core.domains, link)
 		LIST_FOREACH(reg, &d->pool_regs, link) {
 			if (!view_shows(view, d->name))
 				continue;
@@ -258,7 +258,7 @@ int request_mempools(struct client *c, const Mrd__Request *req, struct wire_pack
 		return -ENOMEM;
 
 	total = 0;
-	LIST_FOREACH(d, &m->domains, link)
+	LIST_FOREACH(d, &m->core.domains, link)
 		LIST_FOREACH(reg, &d->pool_regs, link) {
 			if (!view_shows(view, d->name))
 				continue;

@@ -200,7 +200,7 @@ static void dma_job_run(struct work *w)
 {
 	struct dma_job *j = container_of(w, struct dma_job, work);
 
-	if (__atomic_load_n(&j->domain->manager->stopping, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(&j->domain->core->stopping, __ATOMIC_ACQUIRE))
 		j->result = -ECANCELED;
 	else if (now_usec(CLOCK_MONOTONIC) > j->deadline)
 		j->result = -EAGAIN;
@@ -243,8 +243,8 @@ int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *p
 				     "is answered", DMA_QUEUED_MAX, d->name);
 		return -EBUSY;
 	}
-	if (!c->manager->dma_worker) {
-		k = worker_pool_new(c->manager->base, 1, &c->manager->dma_worker);
+	if (!c->manager->core.dma_worker) {
+		k = worker_pool_new(c->manager->core.base, 1, &c->manager->core.dma_worker);
 		if (k < 0)
 			return k;
 	}
@@ -259,7 +259,7 @@ int request_dma(struct client *c, const Mrd__Request *req, struct wire_packet *p
 	j->q = *q;
 	j->base.id = req->id;
 	request_wait(c, &j->base);
-	worker_pool_submit(c->manager->dma_worker, &j->work);
+	worker_pool_submit(c->manager->core.dma_worker, &j->work);
 	return -EINPROGRESS;
 }
 

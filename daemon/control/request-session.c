@@ -49,7 +49,7 @@ int request_hello(struct client *c, const Mrd__Request *req, struct wire_packet 
 	r->body.hello.version = c->version;
 	r->body.hello.capabilities = h->capabilities & MRD_CAPS_SERVED;
 	r->body.hello.server_version = (char *)PACKAGE_VERSION;
-	r->body.hello.max_frame = c->manager->config.max_frame;
+	r->body.hello.max_frame = c->manager->core.config.max_frame;
 	r->body.hello.admin = c->admin;
 	r->resp.body_case = MRD__RESPONSE__BODY_HELLO;
 	r->resp.hello = &r->body.hello;

@@ -24,13 +24,13 @@ int request_status(struct client *c, const Mrd__Request *req, struct wire_packet
 	mrd__status_response__init(s);
 	s->server_version = (char *)PACKAGE_VERSION;
 	s->uptime_usec = manager_uptime_usec(m);
-	s->provider = (char *)provider_name(m->provider);
-	s->device = (char *)m->provider->caps.device;
-	s->max_mr_size = m->provider->caps.max_mr_size;
-	s->odp = m->provider->caps.odp;
-	s->odp_implicit = m->provider->caps.odp_implicit;
-	s->rereg_translation = m->provider->caps.rereg_translation;
-	s->dma = m->provider->caps.dma;
+	s->provider = (char *)provider_name(m->core.provider);
+	s->device = (char *)m->core.provider->caps.device;
+	s->max_mr_size = m->core.provider->caps.max_mr_size;
+	s->odp = m->core.provider->caps.odp;
+	s->odp_implicit = m->core.provider->caps.odp_implicit;
+	s->rereg_translation = m->core.provider->caps.rereg_translation;
+	s->dma = m->core.provider->caps.dma;
 	s->pid = (uint32_t)getpid();
 	/* Which users use mrd, and how much, is no one else's business: a user sees its own
 	 * domain's figures and no daemon-wide count. */
@@ -39,10 +39,10 @@ int request_status(struct client *c, const Mrd__Request *req, struct wire_packet
 	s->clients = t.clients;
 	if (view) {
 		s->view = (char *)view;
-		s->max_clients = m->config.quota_clients;
+		s->max_clients = m->core.config.quota_clients;
 	} else {
 		s->view = (char *)"";
-		s->max_clients = m->config.max_clients;
+		s->max_clients = m->core.config.max_clients;
 		s->requests = m->n_requests;
 		s->protocol_errors = m->n_protocol_errors;
 		s->clients_dropped = m->n_clients_dropped;
@@ -87,7 +87,7 @@ int request_clients(struct client *c, const Mrd__Request *req, struct wire_packe
 		    struct reply *r)
 {
 	const struct manager *m = c->manager;
-	const struct config *cfg = &m->config;
+	const struct config *cfg = &m->core.config;
 	Mrd__ClientsResponse *body = &r->body.clients;
 	Mrd__ClientInfo *ci, **cip;
 	Mrd__DomainInfo *di, **dip;
@@ -99,20 +99,20 @@ int request_clients(struct client *c, const Mrd__Request *req, struct wire_packe
 	/* One block per array, freed with the reply. */
 	ci = calloc(m->n_clients, sizeof(*ci));
 	cip = calloc(m->n_clients, sizeof(*cip));
-	di = calloc(m->n_domains, sizeof(*di));
-	dip = calloc(m->n_domains, sizeof(*dip));
+	di = calloc(m->core.n_domains, sizeof(*di));
+	dip = calloc(m->core.n_domains, sizeof(*dip));
 	r->owned[r->n_owned++] = ci;
 	r->owned[r->n_owned++] = cip;
 	r->owned[r->n_owned++] = di;
 	r->owned[r->n_owned++] = dip;
-	if ((m->n_clients && (!ci || !cip)) || (m->n_domains && (!di || !dip)))
+	if ((m->n_clients && (!ci || !cip)) || (m->core.n_domains && (!di || !dip)))
 		return -ENOMEM;
 
 	/* What fits in one reply, domains first (stats and dump go by them); the rest is
 	 * counted. */
 	mrd__clients_response__init(body);
 	i = 0;
-	LIST_FOREACH(d, &m->domains, link) {
+	LIST_FOREACH(d, &m->core.domains, link) {
 		if (!view_shows(view, d->name))
 			continue;
 		if (bytes > budget) {
@@ -239,7 +239,7 @@ int request_domain_dump(struct client *c, const Mrd__Request *req, struct wire_p
 	struct domain *d;
 	size_t i = 0;
 
-	LIST_FOREACH(d, &c->manager->domains, link)
+	LIST_FOREACH(d, &c->manager->core.domains, link)
 		if (strcmp(d->name, q->domain) == 0)
 			break;
 	if (!d || !view_shows(client_view(c), d->name)) {

@@ -17,7 +17,8 @@
 #include "core/domain.h"
 #include "log.h"
 #include "macro.h"
-#include "control/manager.h"
+#include "control/manager.h" /* domain_name_for: moves to core/access.c */
+#include "core/core.h"
 #include "base/process.h"
 #include "provider/provider.h"
 #include "status-page.h"
@@ -52,8 +53,8 @@ static bool in_list(const void *ids, size_t n, unsigned id, size_t width)
 static const char *name_for(const struct manager *m, uid_t uid, gid_t gid, int fd,
 			    const gid_t *groups, size_t n_groups, char *buf, size_t size)
 {
-	for (size_t i = 0; i < m->config.n_groups; i++) {
-		const struct domain_group *g = &m->config.groups[i];
+	for (size_t i = 0; i < m->core.config.n_groups; i++) {
+		const struct domain_group *g = &m->core.config.groups[i];
 
 		if (in_list(g->uids, g->n_uids, uid, sizeof(uid_t)) ||
 		    in_list(g->gids, g->n_gids, gid, sizeof(gid_t)))
@@ -103,9 +104,9 @@ static struct domain *domain_free(struct domain *d)
 	if (d->status)
 		munmap(d->status, MRD_STATUS_PAGE_SIZE);
 	safe_close(d->status_fd);
-	if (d->manager) {
+	if (d->core) {
 		LIST_REMOVE(d, link);
-		d->manager->n_domains--;
+		d->core->n_domains--;
 	}
 	free(d);
 	return NULL;
@@ -146,9 +147,9 @@ static int status_page_new(struct domain *d)
 	d->status->size = sizeof(*d->status);
 	d->status->generation = 1;
 	/* Above what the previous mrd's domain of that name reached (warm restart). */
-	for (size_t i = 0; i < d->manager->n_floors; i++)
-		if (strcmp(d->manager->floors[i].name, d->name) == 0)
-			d->status->generation = d->manager->floors[i].generation + 1;
+	for (size_t i = 0; i < d->core->n_floors; i++)
+		if (strcmp(d->core->floors[i].name, d->name) == 0)
+			d->status->generation = d->core->floors[i].generation + 1;
 	return 0;
 }
 
@@ -186,7 +187,7 @@ static void destroy_handles(struct domain *d, struct provider_mr **handles, size
 
 	if (n == 0)
 		return;
-	j = d->manager->workers ? calloc(1, sizeof(*j)) : NULL;
+	j = d->core->workers ? calloc(1, sizeof(*j)) : NULL;
 	if (!j) {
 		frmr_pools_destroy(handles, n);
 		return;
@@ -198,7 +199,7 @@ static void destroy_handles(struct domain *d, struct provider_mr **handles, size
 	j->n = n;
 	d->destroy_jobs++;
 	d->cache.jobs++;
-	worker_pool_submit(d->manager->workers, &j->work);
+	worker_pool_submit(d->core->workers, &j->work);
 }
 
 static void on_aging_tick(evutil_socket_t fd, short what, void *data)
@@ -228,7 +229,7 @@ size_t domain_flush(struct domain *d, bool pools, bool gc, unsigned *ret_pools_r
 	return n;
 }
 
-int domains_flush(struct manager *m, const char *name, bool pools, bool gc,
+int domains_flush(struct core *m, const char *name, bool pools, bool gc,
 		  struct flush_counts *ret)
 {
 	struct domain *d;
@@ -246,7 +247,7 @@ int domains_flush(struct manager *m, const char *name, bool pools, bool gc,
 	return name && ret->domains == 0 ? -ENOENT : 0;
 }
 
-int domains_set_pools(struct manager *m, const char *name, const struct frmr_match *match,
+int domains_set_pools(struct core *m, const char *name, const struct frmr_match *match,
 		      int64_t aging_s, int64_t pinned, unsigned *ret_changed)
 {
 	bool every = !name || !*name;
@@ -285,13 +286,13 @@ static int aging_start(struct domain *d)
 {
 	static const struct timeval second = { 1, 0 };
 
-	d->aging_timer = event_new(d->manager->base, -1, EV_PERSIST, on_aging_tick, d);
+	d->aging_timer = event_new(d->core->base, -1, EV_PERSIST, on_aging_tick, d);
 	if (!d->aging_timer)
 		return -ENOMEM;
 	return event_add(d->aging_timer, &second) < 0 ? -ENOMEM : 0;
 }
 
-static struct domain *domain_find(struct manager *m, const char *name)
+static struct domain *domain_find(struct core *m, const char *name)
 {
 	struct domain *d;
 
@@ -302,7 +303,7 @@ static struct domain *domain_find(struct manager *m, const char *name)
 }
 
 /* A new domain, held by nobody yet. */
-static int domain_open(struct manager *m, const char *name, struct domain **ret)
+static int domain_open(struct core *m, const char *name, struct domain **ret)
 {
 	struct domain *d;
 	int r;
@@ -312,7 +313,7 @@ static int domain_open(struct manager *m, const char *name, struct domain **ret)
 		return -ENOMEM;
 	snprintf(d->name, sizeof(d->name), "%s", name);
 	d->status_fd = -1;
-	d->manager = m;
+	d->core = m;
 	LIST_INIT(&d->arenas);
 	LIST_INIT(&d->pool_regs);
 	LIST_INIT(&d->pool_mrs);
@@ -345,7 +346,7 @@ static int domain_open(struct manager *m, const char *name, struct domain **ret)
 	return 0;
 }
 
-int domain_acquire(struct manager *m, const char *name, struct domain **ret)
+int domain_acquire(struct core *m, const char *name, struct domain **ret)
 {
 	struct domain *d = domain_find(m, name);
 	int r;
@@ -363,7 +364,7 @@ int domain_acquire(struct manager *m, const char *name, struct domain **ret)
 	return 0;
 }
 
-int domain_adopt(struct manager *m, const char *name, uint64_t allocation_serial,
+int domain_adopt(struct core *m, const char *name, uint64_t allocation_serial,
 		 struct domain **ret)
 {
 	struct domain *d;
@@ -430,14 +431,14 @@ static int window_quota(struct domain *d, char *why, size_t why_size)
 {
 	snprintf(why, why_size, "quota.window_bytes (%" PRIu64 ") reached for domain %s: its %u "
 		 "arenas take %" PRIu64 " bytes of the address window",
-		 config_window_bytes(&d->manager->config), d->name, d->n_arenas, d->window_bytes);
+		 config_window_bytes(&d->core->config), d->name, d->n_arenas, d->window_bytes);
 	return -EDQUOT;
 }
 
 static int check_quota(struct domain *d, uint64_t bytes, bool new_arena, char *why,
 		       size_t why_size)
 {
-	const struct config *c = &d->manager->config;
+	const struct config *c = &d->core->config;
 
 	if (d->allocations.n >= c->quota_allocations) {
 		snprintf(why, why_size, "quota.allocations (%u) reached for domain %s",
@@ -462,7 +463,7 @@ static int check_quota(struct domain *d, uint64_t bytes, bool new_arena, char *w
 
 int domain_check_pinned(struct domain *d, uint64_t more, char *why, size_t why_size)
 {
-	const struct config *c = &d->manager->config;
+	const struct config *c = &d->core->config;
 	uint64_t mine = d->cache.charges.pinned_bytes, all = 0;
 	struct domain *o;
 
@@ -474,7 +475,7 @@ int domain_check_pinned(struct domain *d, uint64_t more, char *why, size_t why_s
 		return -EDQUOT;
 	}
 	/* A walk over the domains: a registration costs far more, and there are few. */
-	LIST_FOREACH(o, &d->manager->domains, link)
+	LIST_FOREACH(o, &d->core->domains, link)
 		all += o->cache.charges.pinned_bytes;
 	if (all + more > c->max_pinned_bytes) {
 		snprintf(why, why_size, "limits.pinned_bytes (%" PRIu64 ") would be exceeded: all "
@@ -598,7 +599,7 @@ static int record(struct domain *d, struct client *owner, struct arena *arena, u
  * smaller run would take a whole huge page (charged for it, and gone for everyone else). */
 static bool want_hugetlb(const struct domain *d, uint64_t size)
 {
-	switch (d->manager->config.hugepages) {
+	switch (d->core->config.hugepages) {
 	case HUGEPAGES_NO:
 		return false;
 	case HUGEPAGES_YES:
@@ -654,12 +655,12 @@ int domain_alloc(struct domain *d, struct client *owner, uint64_t size, uint64_t
 	struct arena *arena;
 	int r;
 
-	if (size == 0 || (align & (align - 1)) || align > d->manager->config.arena_size) {
+	if (size == 0 || (align & (align - 1)) || align > d->core->config.arena_size) {
 		snprintf(why, why_size, "size must be > 0 and align a power of two up to the "
 					"arena size");
 		return -EINVAL;
 	}
-	if (size > d->manager->config.window_size / 2) {
+	if (size > d->core->config.window_size / 2) {
 		snprintf(why, why_size, "%" PRIu64 " bytes do not fit the address window "
 			 "([memory] window_size)", size);
 		return -ENOMEM;
@@ -675,7 +676,7 @@ int domain_alloc(struct domain *d, struct client *owner, uint64_t size, uint64_t
 	if (r < 0)
 		return r;
 	r = new_arena_alloc(d, hugetlb, size, align, &arena, &offset, &length);
-	if (r < 0 && hugetlb && !hugepage_only && d->manager->config.hugepages == HUGEPAGES_AUTO) {
+	if (r < 0 && hugetlb && !hugepage_only && d->core->config.hugepages == HUGEPAGES_AUTO) {
 		/* No huge page left (or no room for a new arena of them): 4 KiB pages serve as
 		 * well, only slower to register. */
 		log_debug("domain %s: no huge page for %" PRIu64 " bytes, using 4 KiB pages",
@@ -698,13 +699,13 @@ done:
 		/* Whatever the kernel said (no huge pages, no hugetlbfs): out of memory. */
 		return -ENOMEM;
 	}
-	if (d->allocated_bytes + length > d->manager->config.quota_allocated_bytes) {
+	if (d->allocated_bytes + length > d->core->config.quota_allocated_bytes) {
 		/* Rounding to pages crossed the quota. */
 		arena_release(arena, offset, length);
 		if (arena->n_allocations == 0)
 			trim_arenas(d, arena);
 		snprintf(why, why_size, "quota.allocated_bytes (%" PRIu64 ") would be exceeded in "
-			 "domain %s", d->manager->config.quota_allocated_bytes, d->name);
+			 "domain %s", d->core->config.quota_allocated_bytes, d->name);
 		return -EDQUOT;
 	}
 	r = record(d, owner, arena, offset, length, ret);
@@ -857,25 +858,31 @@ struct arena *domain_find_arena(struct domain *d, uint64_t address)
 	return NULL;
 }
 
+/* Its id is free again: whoever handed the arena out forgets it. */
+static void forget_arena(struct domain *d, struct arena *arena)
+{
+	if (d->core->arena_gone)
+		d->core->arena_gone(d->core, arena->id);
+	arena_free(arena);
+}
+
 /* Keeps one empty arena of the usual size for the next allocation; other empty ones (and
  * oversized ones, made for one big allocation) go back to the window. */
 static void trim_arenas(struct domain *d, struct arena *emptied)
 {
 	struct arena *a;
 
-	if (emptied->external || emptied->size > d->manager->config.arena_size) {
-		client_forget_arena_all(d->manager, emptied->id);
-		arena_free(emptied);
+	if (emptied->external || emptied->size > d->core->config.arena_size) {
+		forget_arena(d, emptied);
 		return;
 	}
 	LIST_FOREACH(a, &d->arenas, link)
 		if (a != emptied && !a->external && a->n_allocations == 0) {
-			client_forget_arena_all(d->manager, emptied->id);
-			arena_free(emptied);
+			forget_arena(d, emptied);
 			return;
 		}
 	/* Kept: clients map whole arenas, so give back pages touched outside their runs too. */
-	if (!d->manager->keep_content)
+	if (!d->core->window.keep_content)
 		(void)fallocate(emptied->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
 				(off_t)emptied->size);
 }
@@ -924,7 +931,7 @@ static void free_job_done(struct work *w)
 
 bool domain_dereg_waits(const struct domain *d, uint64_t bytes)
 {
-	return d->manager->workers && (bytes >= d->manager->config.async_bytes || domain_busy(d));
+	return d->core->workers && (bytes >= d->core->config.async_bytes || domain_busy(d));
 }
 
 /* One MR on a worker: a mempool's, a registration that lost a race, an on-demand child. */
@@ -970,13 +977,13 @@ int domain_dereg_on_worker(struct domain *d, struct provider_mr *pmr,
 	j->gone = gone;
 	j->arg = arg;
 	d->cache.jobs++;
-	worker_pool_submit(d->manager->workers, &j->work);
+	worker_pool_submit(d->core->workers, &j->work);
 	return 0;
 }
 
 int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_waiter *waiter)
 {
-	struct worker_pool *workers = d->manager->workers;
+	struct worker_pool *workers = d->core->workers;
 	uint64_t pinned;
 	unsigned zombies;
 	struct free_job *j;

@@ -19,6 +19,7 @@
 struct arena;
 struct client;
 struct event;
+struct core;
 struct manager;
 struct mrd_status_page;
 struct provider;
@@ -64,7 +65,7 @@ struct adopted_allocation {
 };
 
 struct domain {
-	struct manager *manager;
+	struct core *core;
 	LIST_ENTRY(domain) link;
 	char name[64];
 	unsigned n_users; /* clients holding it (quota.clients counts these) */
@@ -105,12 +106,12 @@ const char *domain_name_for_groups(const struct manager *m, uid_t uid, gid_t gid
 
 /* The domain named name, opened on first use; the caller holds a reference. Fails with
  * -EDQUOT when it already serves quota.clients clients. */
-int domain_acquire(struct manager *m, const char *name, struct domain **ret);
+int domain_acquire(struct core *m, const char *name, struct domain **ret);
 /* A domain the previous mrd had open (warm restart): no client yet, held open while its
  * orphans wait (domain_reap_orphans). -EEXIST when it is open already. Its status page, as
  * that of any domain opened later under a name the previous mrd had, starts above the old
- * generation (manager.floors): every cached key is refetched. */
-int domain_adopt(struct manager *m, const char *name, uint64_t allocation_serial,
+ * generation (core.floors): every cached key is refetched. */
+int domain_adopt(struct core *m, const char *name, uint64_t allocation_serial,
 		 struct domain **ret);
 /* Records an allocation of arena (adopted into d) as an orphan. -EINVAL when it is not page
  * runs inside the arena, -EEXIST when it overlaps another. */
@@ -208,13 +209,13 @@ struct flush_counts {
 	unsigned domains, pools_removed;
 	uint64_t handles;
 };
-int domains_flush(struct manager *m, const char *name, bool pools, bool gc,
+int domains_flush(struct core *m, const char *name, bool pools, bool gc,
 		  struct flush_counts *ret);
 
 /* frmr_pools_set in the domain named name ("" or NULL: every domain; matching every pool there
  * also sets what domains opened later get). -ENOENT when it is not open, -EINVAL for a bad
  * value; *ret_changed counts the pools. */
-int domains_set_pools(struct manager *m, const char *name, const struct frmr_match *match,
+int domains_set_pools(struct core *m, const char *name, const struct frmr_match *match,
 		      int64_t aging_s, int64_t pinned, unsigned *ret_changed);
 
 /* The last ODP child of a freed allocation went (daemon/odp.c): its pages go back now. */

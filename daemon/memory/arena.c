@@ -14,7 +14,7 @@
 #include "core/domain.h"
 #include "log.h"
 #include "macro.h"
-#include "control/manager.h"
+#include "core/core.h"
 
 
 uint64_t hugepages_free(void)
@@ -53,7 +53,7 @@ static int arena_map(struct arena *a, struct window *w, uint64_t length, uint64_
 		first = *at; /* the previous mrd's: it kept to the share */
 		r = window_take_at(w, first, a->n_slots);
 	} else if (a->domain->window_bytes + (uint64_t)a->n_slots * w->slot_size >
-		   config_window_bytes(&a->domain->manager->config))
+		   config_window_bytes(&a->domain->core->config))
 		r = -EDQUOT; /* its share of the window, so one domain never takes it all */
 	else
 		r = window_take(w, a->n_slots, &first);
@@ -115,7 +115,7 @@ static struct arena *arena_alloc_struct(struct domain *d, uint64_t serial)
 		return NULL;
 	a->memfd = -1;
 	a->domain = d;
-	a->serial = serial ? serial : ++d->manager->arena_serial;
+	a->serial = serial ? serial : ++d->core->window.arena_serial;
 	return a;
 }
 
@@ -123,12 +123,12 @@ static void arena_link(struct arena *a)
 {
 	LIST_INSERT_HEAD(&a->domain->arenas, a, link);
 	a->domain->n_arenas++;
-	a->domain->window_bytes += (uint64_t)a->n_slots * a->domain->manager->window.slot_size;
+	a->domain->window_bytes += (uint64_t)a->n_slots * a->domain->core->window.slot_size;
 }
 
 int arena_new(struct domain *d, uint64_t min_size, bool hugetlb, struct arena **ret)
 {
-	struct window *w = &d->manager->window;
+	struct window *w = &d->core->window;
 	struct arena *a;
 	char name[96];
 	int r;
@@ -139,8 +139,8 @@ int arena_new(struct domain *d, uint64_t min_size, bool hugetlb, struct arena **
 	a->hugetlb = hugetlb;
 	a->page_size = hugetlb ? HUGE_PAGE_SIZE : (uint32_t)sysconf(_SC_PAGESIZE);
 	/* Buddy allocators want a power of two pages; at least the configured arena size. */
-	a->size = pow2_at_least(round_up(min_size > d->manager->config.arena_size ?
-						 min_size : d->manager->config.arena_size,
+	a->size = pow2_at_least(round_up(min_size > d->core->config.arena_size ?
+						 min_size : d->core->config.arena_size,
 					 a->page_size));
 
 	snprintf(name, sizeof(name), "mrd-arena-%s", d->name);
@@ -195,7 +195,7 @@ static int arena_wrap(struct domain *d, int memfd, const struct arena_place *pla
 	a->memfd = memfd;
 	r = a->external ? 0 : buddy_init_used(&a->buddy, (uint32_t)(a->size / a->page_size));
 	if (r >= 0)
-		r = arena_map(a, &d->manager->window, a->size, a->file_offset,
+		r = arena_map(a, &d->core->window, a->size, a->file_offset,
 			      adopt ? &place->slot : NULL);
 	if (r < 0) {
 		a->memfd = -1; /* still the caller's */
@@ -244,8 +244,8 @@ int arena_adopt(struct domain *d, int memfd, const struct arena_place *place, st
 	    (place->file_offset != 0 || place->size != info.size || !(info.seals & F_SEAL_GROW) ||
 	     (place->size / info.page_size) & (place->size / info.page_size - 1)))
 		return -EINVAL;
-	if (place->serial > d->manager->arena_serial)
-		d->manager->arena_serial = place->serial;
+	if (place->serial > d->core->window.arena_serial)
+		d->core->window.arena_serial = place->serial;
 	return arena_wrap(d, memfd, place, true, ret);
 }
 
@@ -273,11 +273,11 @@ struct arena *arena_free(struct arena *a)
 	if (!a)
 		return NULL;
 	if (a->n_slots)
-		window_give_back(&a->domain->manager->window, a->id, a->n_slots);
+		window_give_back(&a->domain->core->window, a->id, a->n_slots);
 	if (a->link.le_prev) {
 		LIST_REMOVE(a, link);
 		a->domain->n_arenas--;
-		a->domain->window_bytes -= (uint64_t)a->n_slots * a->domain->manager->window.slot_size;
+		a->domain->window_bytes -= (uint64_t)a->n_slots * a->domain->core->window.slot_size;
 	}
 	buddy_done(&a->buddy);
 	free(a->runs);
@@ -326,7 +326,7 @@ void arena_release(struct arena *a, uint64_t offset, uint64_t length)
 		return;
 	/* Give the pages back to the kernel: the next owner starts from zeros (not while another
 	 * mrd takes the memory over: their content is what it adopts). */
-	if (!a->domain->manager->keep_content)
+	if (!a->domain->core->window.keep_content)
 		(void)fallocate(a->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset,
 				(off_t)length);
 	buddy_free(&a->buddy, (uint32_t)(offset / a->page_size), (uint32_t)(length / a->page_size));

@@ -10,7 +10,7 @@
 #include "core/domain.h"
 #include "log.h"
 #include "macro.h"
-#include "control/manager.h"
+#include "core/core.h"
 #include "registration/mempool.h"
 #include "registration/mr-cache.h"
 #include "provider/provider.h"
@@ -334,7 +334,7 @@ int mempool_register(struct domain *d, struct client *owner, const char *name,
 		     const uint64_t *starts, const uint64_t *lengths, size_t n, bool extmem,
 		     struct mr_waiter *waiter, struct pool_reg **ret, char *why, size_t why_size)
 {
-	const struct config *cfg = &d->manager->config;
+	const struct config *cfg = &d->core->config;
 	struct pool_reg *old = find(d, owner, name), *reg;
 	struct pool_job *job;
 	struct span *spans;
@@ -409,7 +409,7 @@ int mempool_register(struct domain *d, struct client *owner, const char *name,
 	free(spans);
 	*ret = reg;
 
-	if (r == 0 && n_fresh > 0 && d->manager->workers &&
+	if (r == 0 && n_fresh > 0 && d->core->workers &&
 	    (new_bytes >= cfg->async_bytes || mr_cache_busy(&d->cache))) {
 		/* Pinning this much takes long: a worker does it, and only the asker waits. */
 		job->work.run = pool_job_run;
@@ -417,7 +417,7 @@ int mempool_register(struct domain *d, struct client *owner, const char *name,
 		job->domain = domain_ref(d);
 		job->n = n_fresh;
 		d->cache.jobs++;
-		worker_pool_submit(d->manager->workers, &job->work);
+		worker_pool_submit(d->core->workers, &job->work);
 		reg->waiter = waiter;
 		return -EINPROGRESS;
 	}

@@ -8,7 +8,7 @@
 #include "memory/arena.h"
 #include "core/domain.h"
 #include "log.h"
-#include "control/manager.h"
+#include "core/core.h"
 #include "registration/mempool.h"
 #include "registration/mr-cache.h"
 #include "provider/provider.h"
@@ -260,7 +260,7 @@ static int miss(struct mr_cache *c, struct allocation *a, uint64_t addr, struct 
 		char *why, size_t why_size, struct mr_waiter *waiter)
 {
 	struct domain *d = c->domain;
-	const struct config *cfg = &d->manager->config;
+	const struct config *cfg = &d->core->config;
 	struct pool_mr *pm = mempool_mr_containing(a, addr);
 	struct reg_job *job;
 	struct provider_mr *pmr;
@@ -289,7 +289,7 @@ static int miss(struct mr_cache *c, struct allocation *a, uint64_t addr, struct 
 	if (r < 0)
 		return r;
 
-	if (waiter && d->manager->workers &&
+	if (waiter && d->core->workers &&
 	    (end - start >= cfg->async_bytes || mr_cache_busy(c))) {
 		/* Pinning this much takes long: a worker does it, and nobody waits but the asker. */
 		struct reg_job *j = calloc(1, sizeof(*j));
@@ -309,7 +309,7 @@ static int miss(struct mr_cache *c, struct allocation *a, uint64_t addr, struct 
 		j->access = allocation_access(a);
 		c->pending_bytes += end - start;
 		LIST_INSERT_HEAD(&c->reg_jobs, j, link);
-		worker_pool_submit(d->manager->workers, &j->work);
+		worker_pool_submit(d->core->workers, &j->work);
 		return -EINPROGRESS;
 	}
 

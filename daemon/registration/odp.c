@@ -9,7 +9,7 @@
 #include "control/client.h"
 #include "core/domain.h"
 #include "log.h"
-#include "control/manager.h"
+#include "core/core.h"
 #include "registration/odp.h"
 #include "provider/provider.h"
 #include "base/worker-pool.h"
@@ -253,7 +253,7 @@ static void reap(struct domain *d)
 
 int odp_init(struct domain *d)
 {
-	const struct manager *m = d->manager;
+	const struct core *m = d->core;
 	struct odp *o = &d->odp;
 	uint64_t chunks;
 
@@ -387,7 +387,7 @@ static void submit(struct domain *d, struct prefetch_job *j)
 	TAILQ_INSERT_TAIL(&o->running, j, queue);
 	j->owner->n_prefetches++;
 	o->jobs++;
-	worker_pool_submit(d->manager->workers, &j->work);
+	worker_pool_submit(d->core->workers, &j->work);
 }
 
 /* The end of a job, done or never submitted: the counts, the answer, the allocation. */
@@ -415,7 +415,7 @@ static void start_waiting(struct domain *d)
 {
 	struct prefetch_job *j, *next;
 
-	if (__atomic_load_n(&d->manager->stopping, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(&d->core->stopping, __ATOMIC_ACQUIRE))
 		return;
 	for (j = TAILQ_FIRST(&d->odp.waiting); j && d->odp.jobs < ODP_DOMAIN_JOBS_MAX; j = next) {
 		next = TAILQ_NEXT(j, queue);
@@ -473,7 +473,7 @@ int odp_prefetch(struct domain *d, struct client *owner, struct allocation *a, u
 	struct prefetch_job *j;
 	size_t n;
 
-	if (!d->manager->workers)
+	if (!d->core->workers)
 		return -ESHUTDOWN;
 	if (!room_for(o, owner) && !waiter) {
 		snprintf(why, why_size, "%u prefetches are queued already: wait for one, or prefetch "
