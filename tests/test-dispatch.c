@@ -393,7 +393,7 @@ START_TEST(test_clients_per_user)
 	cred.uid = cred.gid = 100005;
 	ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 1000, &nested), 0);
 	ck_assert_str_eq(nested->domain_name, "uid-1000");
-	ck_assert_uint_eq(nested->uid, 100005);
+	ck_assert_uint_eq(nested->owner.mem.uid, 100005);
 	ck_assert_int_eq(manager_add_client(td_manager, fds[n], &cred, 1000, &c), -EUSERS);
 	cred.uid = cred.gid = 1000;
 	ck_assert_int_eq(manager_add_client(td_manager, fds[n], &cred, 1000, &c), -EUSERS);
@@ -484,7 +484,7 @@ START_TEST(test_export_pd_domains)
 	send_export_pd(fo, 7);
 	td_expect_free(fo, 7, EOPNOTSUPP);
 	ck_assert_ptr_ne(other->domain, a->domain);
-	ck_assert_ptr_ne(other->domain->provider, a->domain->provider); /* own context each */
+	ck_assert_ptr_ne(other->domain->reg.provider, a->domain->reg.provider); /* own context each */
 	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 
 	/* The last client of a uid closes its domain. */

@@ -116,7 +116,7 @@ START_TEST(test_round_trip)
 	fill(b1, 2 * MiB, 3);
 	fill(ext, 8 * 4096, 4);
 	td_lookup(a, 5, a1, 0, NULL);
-	generation = find_domain("uid-1000")->status->generation;
+	generation = find_domain("uid-1000")->mem.status.page->generation;
 
 	ck_assert_int_eq(handover_save(td_manager, &saved, &n_allocations), 0);
 	ck_assert_uint_eq(n_allocations, 4);
@@ -125,8 +125,8 @@ START_TEST(test_round_trip)
 			 F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW);
 	ck_assert_uint_eq(saved.n, 4); /* the state, two arenas of uid-1000, one of uid-2000 */
 	/* Clients still on the old mrd stop trusting what they cached. */
-	ck_assert_uint_gt(find_domain("uid-1000")->status->generation, generation);
-	generation = find_domain("uid-1000")->status->generation;
+	ck_assert_uint_gt(find_domain("uid-1000")->mem.status.page->generation, generation);
+	generation = find_domain("uid-1000")->mem.status.page->generation;
 	close(a);
 	close(b);
 	restart(&saved);
@@ -138,8 +138,8 @@ START_TEST(test_round_trip)
 	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 	d = find_domain("uid-1000");
 	ck_assert_ptr_nonnull(d);
-	ck_assert_uint_gt(d->status->generation, generation);
-	ck_assert_uint_eq(d->allocated_bytes, 4 * MiB + 8 * 4096);
+	ck_assert_uint_gt(d->mem.status.page->generation, generation);
+	ck_assert_uint_eq(d->mem.allocated_bytes, 4 * MiB + 8 * 4096);
 	ck_assert_uint_eq(d->n_orphans, 3);
 	check_fill(a1, 1 * MiB, 1);
 	check_fill(a2, 3 * MiB, 2);
@@ -164,7 +164,7 @@ START_TEST(test_round_trip)
 	close(a);
 	/* Nor a later process that got the pid (another start time). */
 	a = td_hello_client(1000, &ca);
-	ca->start_time++;
+	ca->owner.mem.start_time++;
 	ck_assert_uint_eq(join(a, 2, instance, session_a, NULL), 0);
 	close(a);
 
@@ -172,15 +172,15 @@ START_TEST(test_round_trip)
 	a = td_hello_client(1000, &ca);
 	ck_assert_uint_eq(join(a, 5, instance, session_a, &session), 3);
 	ck_assert_uint_gt(session, session_a); /* ids go on from the old mrd's */
-	ck_assert_uint_eq(ca->allocated_bytes, 4 * MiB + 8 * 4096);
+	ck_assert_uint_eq(ca->owner.mem.allocated_bytes, 4 * MiB + 8 * 4096);
 	ck_assert_uint_eq(d->n_orphans, 0);
 	b2 = td_hello_client(1000, NULL);
 	ck_assert_uint_eq(join(b2, 2, instance, session_a, NULL), 0);
 	close(b2);
 	/* The adopted arena's free pages serve new allocations: no arena more. */
-	arenas = d->n_arenas;
+	arenas = d->mem.n_arenas;
 	td_free(a, 6, td_alloc(a, 7, 1 * MiB), 0);
-	ck_assert_uint_eq(d->n_arenas, arenas);
+	ck_assert_uint_eq(d->mem.n_arenas, arenas);
 	td_lookup(a, 7, a2, 0, &mr);
 	ck_assert_uint_eq(mr.start, a2);
 	td_free(a, 8, a1, 0);
@@ -196,9 +196,9 @@ START_TEST(test_round_trip)
 
 	/* uid 2000's allocation: its process is gone, so the next check frees it. */
 	d = find_domain("uid-2000");
-	ck_assert_uint_eq(d->allocated_bytes, 2 * MiB);
+	ck_assert_uint_eq(d->mem.allocated_bytes, 2 * MiB);
 	grace_tick();
-	ck_assert_uint_eq(d->allocated_bytes, 0);
+	ck_assert_uint_eq(d->mem.allocated_bytes, 0);
 	ck_assert_uint_eq(d->n_orphans, 0);
 	ck_assert_ptr_null(td_manager->grace_timer); /* nothing waits any more */
 	close(a);
@@ -300,9 +300,9 @@ START_TEST(test_mempool_over_waiting)
 	 * goes. */
 	grace_tick();
 	ck_assert_uint_eq(d->n_orphans, 0);
-	ck_assert_uint_eq(d->allocated_bytes, 1 * MiB);
+	ck_assert_uint_eq(d->mem.allocated_bytes, 1 * MiB);
 	td_mempool_unregister(b, 5, "p", 0);
-	ck_assert_uint_eq(d->allocated_bytes, 0);
+	ck_assert_uint_eq(d->mem.allocated_bytes, 0);
 	close(b);
 	td_pump();
 }
@@ -320,18 +320,18 @@ START_TEST(test_adopt_checks)
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(ftruncate(fd, 64 * MiB), 0);
 	ck_assert_int_eq(domain_adopt(&td_manager->core, "x", 0, &d), 0);
-	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), -EINVAL); /* not sealed */
+	ck_assert_int_eq(arena_adopt(&d->mem, fd, &place, &a), -EINVAL); /* not sealed */
 	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK), 0);
 	place.size = 32 * MiB;
-	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), -EINVAL); /* not its size */
+	ck_assert_int_eq(arena_adopt(&d->mem, fd, &place, &a), -EINVAL); /* not its size */
 	place.size = 64 * MiB;
 	place.page_size = 2 << 20;
-	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), -EINVAL); /* not its pages */
+	ck_assert_int_eq(arena_adopt(&d->mem, fd, &place, &a), -EINVAL); /* not its pages */
 	place.page_size = 4096;
 	place.slot = td_manager->core.window.n_slots;
-	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), -EINVAL); /* outside the window */
+	ck_assert_int_eq(arena_adopt(&d->mem, fd, &place, &a), -EINVAL); /* outside the window */
 	place.slot = 2;
-	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), 0);
+	ck_assert_int_eq(arena_adopt(&d->mem, fd, &place, &a), 0);
 	ck_assert_ptr_eq(a->base, window_slot(&td_manager->core.window, 2));
 	ck_assert_int_eq(domain_adopt_allocation(d, a, &al), 0);
 	al.offset = 512 * 1024;
@@ -514,12 +514,12 @@ START_TEST(test_sealed_attachment_dropped_alone)
 	d = find_domain("uid-1000");
 	ck_assert_ptr_nonnull(d);
 	ck_assert_uint_eq(d->n_orphans, 1); /* its plain allocation waits; the attachment went */
-	ck_assert_uint_eq(d->allocated_bytes, 1 * MiB);
+	ck_assert_uint_eq(d->mem.allocated_bytes, 1 * MiB);
 	check_fill(a1, 1 * MiB, 1);
 	d = find_domain("uid-2000");
 	ck_assert_ptr_nonnull(d);
 	ck_assert_uint_eq(d->n_orphans, 1);
-	ck_assert_uint_eq(d->allocated_bytes, 2 * MiB);
+	ck_assert_uint_eq(d->mem.allocated_bytes, 2 * MiB);
 	check_fill(b1, 2 * MiB, 2);
 	/* The attached memfd's content is the client's still. */
 	for (uint64_t i = 0; i < 8 * 4096; i += 4096) {

@@ -113,7 +113,7 @@ static int prop_generations(sd_bus *bus, const char *path, const char *interface
 		if (only && strcmp(only, d->name) != 0)
 			continue;
 		r = sd_bus_message_append(reply, "{st}", d->name,
-					  __atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE));
+					  __atomic_load_n(&d->mem.status.page->generation, __ATOMIC_ACQUIRE));
 	}
 	return r < 0 ? r : sd_bus_message_close_container(reply);
 }
@@ -123,14 +123,14 @@ static int prop_generations(sd_bus *bus, const char *path, const char *interface
 static void dump_pools(FILE *f, struct domain *d)
 {
 	struct frmr_pool_stats *st;
-	size_t n = frmr_pools_stats(&d->pools, NULL, 0);
+	size_t n = frmr_pools_stats(&d->reg.pools, NULL, 0);
 
 	fputs(",\"pools_off\":", f);
-	json_write_string(f, d->pools.off ? d->pools.off : "");
+	json_write_string(f, d->reg.pools.off ? d->reg.pools.off : "");
 	fputs(",\"pools\":[", f);
 	st = n ? calloc(n, sizeof(*st)) : NULL;
 	if (st) {
-		size_t got = frmr_pools_stats(&d->pools, st, n);
+		size_t got = frmr_pools_stats(&d->reg.pools, st, n);
 
 		for (size_t i = 0; i < got && i < n; i++)
 			fprintf(f, "%s{\"access\":%u,\"odp\":%s,\"internal\":%s,\"vendor\":%" PRIu32
@@ -174,10 +174,10 @@ static int method_dump(sd_bus_message *msg, void *userdata, sd_bus_error *error)
 			",\"arenas\":%u,\"pinned_bytes\":%" PRIu64 ",\"generation\":%" PRIu64
 			",\"mrs\":%u,\"lookups\":%" PRIu64 ",\"misses\":%" PRIu64
 			",\"registrations\":%" PRIu64 ",\"deregistrations\":%" PRIu64, d->n_users,
-			d->allocated_bytes, d->allocations.n, d->n_arenas, d->cache.charges.pinned_bytes,
-			__atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE), d->cache.n_mrs,
-			d->cache.lookups, d->cache.misses, d->cache.registrations,
-			d->cache.deregistrations);
+			d->mem.allocated_bytes, d->mem.allocations.n, d->mem.n_arenas, d->reg.cache.charges.pinned_bytes,
+			__atomic_load_n(&d->mem.status.page->generation, __ATOMIC_ACQUIRE), d->reg.cache.n_mrs,
+			d->reg.cache.lookups, d->reg.cache.misses, d->reg.cache.registrations,
+			d->reg.cache.deregistrations);
 		dump_pools(f, d);
 		fputc('}', f);
 	}

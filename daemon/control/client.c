@@ -58,13 +58,13 @@ static void client_on_read(evutil_socket_t fd, short what, void *userdata)
 		if (r == -EAGAIN)
 			return;
 		if (r == 0) {
-			log_debug("client %" PRIu64 " (pid %d) disconnected", c->id, (int)c->pid);
+			log_debug("client %" PRIu64 " (pid %d) disconnected", c->id, (int)c->owner.mem.pid);
 			client_free(c);
 			return;
 		}
 		if (r < 0) {
 			log_debug_errno(r, "client %" PRIu64 " (pid %d): receive failed: %m", c->id,
-					(int)c->pid);
+					(int)c->owner.mem.pid);
 			client_free(c);
 			return;
 		}
@@ -189,7 +189,7 @@ static void client_on_hangup(evutil_socket_t fd, short what, void *userdata)
 {
 	struct client *c = userdata;
 
-	log_debug("client %" PRIu64 " (pid %d) left while paused", c->id, (int)c->pid);
+	log_debug("client %" PRIu64 " (pid %d) left while paused", c->id, (int)c->owner.mem.pid);
 	client_free(c);
 }
 
@@ -205,14 +205,10 @@ int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool 
 	STAILQ_INIT(&c->out);
 	c->manager = m;
 	c->id = ++m->next_client_id;
-	c->pid = pid;
-	c->uid = uid;
+	reg_owner_init(&c->owner, c->id, pid, uid);
 	c->gid = gid;
 	c->admin = admin;
 	snprintf(c->domain_name, sizeof(c->domain_name), "%s", domain_name);
-	LIST_INIT(&c->allocations);
-	LIST_INIT(&c->pools);
-	LIST_INIT(&c->prefetches);
 	LIST_INSERT_HEAD(&m->clients, c, link);
 	m->n_clients++;
 
@@ -258,12 +254,8 @@ struct client *client_free(struct client *c)
 	request_abandon(c); /* a worker may still finish for it: nobody to answer */
 	/* Everything it owns goes; memory of other clients stays, and so does its memory that
 	 * other clients' pools still have registered. */
-	if (c->domain) {
-		odp_forget_client(c);
-		mempool_unregister_all(c->domain, c);
-	}
-	while (!LIST_EMPTY(&c->allocations))
-		domain_drop_allocation(c->domain, LIST_FIRST(&c->allocations));
+	if (c->domain)
+		domain_leave(c->domain, &c->owner);
 	domain_release(c->domain);
 	free(c->arenas_sent);
 	if (c->manager) {
@@ -304,14 +296,6 @@ int client_get_domain(struct client *c, struct domain **ret)
 	return 0;
 }
 
-uint64_t client_start_time(struct client *c)
-{
-	/* Asked at a hand-over or a claim only: connecting costs no /proc read. */
-	if (!c->start_time)
-		c->start_time = process_start_time(c->pid);
-	return c->start_time;
-}
-
 bool client_has_arena(const struct client *c, uint32_t arena_id)
 {
 	for (size_t i = 0; i < c->n_arenas_sent; i++)
@@ -349,8 +333,8 @@ void client_forget_arena_all(struct manager *m, uint32_t arena_id)
 
 void client_drop(struct client *c, const char *reason)
 {
-	log_warning("dropping client %" PRIu64 " (pid %d, uid %u, \"%s\"): %s", c->id, (int)c->pid,
-		    (unsigned)c->uid, c->name, reason);
+	log_warning("dropping client %" PRIu64 " (pid %d, uid %u, \"%s\"): %s", c->id, (int)c->owner.mem.pid,
+		    (unsigned)c->owner.mem.uid, c->name, reason);
 	c->manager->n_clients_dropped++;
 	client_free(c);
 }

@@ -75,10 +75,10 @@ int handover_fds_add(struct handover_fds *f, int fd, const char *name)
 static void claim_of(const struct allocation *a, SavedAllocation *s)
 {
 	if (a->owner) {
-		s->session = a->owner->id;
+		s->session = a->owner->session;
 		s->pid = (uint32_t)a->owner->pid;
 		s->uid = (uint32_t)a->owner->uid;
-		s->start_time = client_start_time(a->owner);
+		s->start_time = mem_owner_start_time(a->owner);
 	} else if (a->orphan) {
 		s->session = a->claim_session;
 		s->pid = (uint32_t)a->claim_pid;
@@ -172,7 +172,7 @@ static int save_domain(struct domain *d, SavedDomain **ret, struct handover_fds 
 	if (sd)
 		mrd__handover__domain__init(sd);
 	if (!sd || !(sd->name = strdup(d->name)) ||
-	    !(sd->arenas = calloc(d->n_arenas ? d->n_arenas : 1, sizeof(*sd->arenas)))) {
+	    !(sd->arenas = calloc(d->mem.n_arenas ? d->mem.n_arenas : 1, sizeof(*sd->arenas)))) {
 		if (sd)
 			free(sd->name);
 		free(sd);
@@ -181,11 +181,11 @@ static int save_domain(struct domain *d, SavedDomain **ret, struct handover_fds 
 	/* Clients still on this mrd stop trusting their cached keys now; the next mrd starts
 	 * above this. */
 	domain_bump_generation(d);
-	sd->generation = d->status->generation;
-	sd->allocation_serial = d->allocation_serial;
-	sd->frees = d->status->frees;
+	sd->generation = d->mem.status.page->generation;
+	sd->allocation_serial = d->mem.allocation_serial;
+	sd->frees = d->mem.status.page->frees;
 	*ret = sd; /* from here on freed with the state */
-	LIST_FOREACH(a, &d->arenas, link) {
+	LIST_FOREACH(a, &d->mem.arenas, link) {
 		SavedArena *sa;
 		int fd;
 
@@ -463,7 +463,7 @@ static int adopt_arena(struct domain *d, const SavedArena *sa, struct handover_f
 		snprintf(why, why_size, "domain %s: arena %s was not passed", d->name, sa->fd_name);
 		return fd;
 	}
-	r = arena_adopt(d, fd, &place, &a);
+	r = arena_adopt(&d->mem, fd, &place, &a);
 	if (r == -EPERM && sa->external) {
 		/* The client sealed its own memfd: its attachment is lost, nobody else's. */
 		close(fd);
@@ -608,7 +608,7 @@ static int adopt_state(struct manager *m, const State *st, struct handover_fds *
 				 strerror(-r));
 			return r;
 		}
-		d->status->frees = sd->frees;
+		d->mem.status.page->frees = sd->frees;
 		for (size_t j = 0; j < sd->n_arenas; j++) {
 			r = adopt_arena(d, sd->arenas[j], passed, why, why_size);
 			if (r < 0)

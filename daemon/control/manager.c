@@ -85,8 +85,8 @@ void manager_view_totals(const struct manager *m, const char *view, struct view_
 		if (!view_shows(view, d->name))
 			continue;
 		ret->domains++;
-		ret->allocated_bytes += d->allocated_bytes;
-		ret->pinned_bytes += d->cache.charges.pinned_bytes;
+		ret->allocated_bytes += d->mem.allocated_bytes;
+		ret->pinned_bytes += d->reg.cache.charges.pinned_bytes;
 	}
 }
 
@@ -121,7 +121,7 @@ void manager_reconfigure(struct manager *m, struct config *new, char *changed, s
 	log_set_level(old->log_level);
 	/* admin_group may have changed: the clients connected now are judged by the new one. */
 	LIST_FOREACH(c, &m->clients, link)
-		c->admin = manager_is_admin(m, c->uid, c->gid, c->fd, NULL, 0);
+		c->admin = manager_is_admin(m, c->owner.mem.uid, c->gid, c->fd, NULL, 0);
 }
 
 #undef KEEP

@@ -44,7 +44,7 @@ int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_pa
 		if (!view_shows(client_view(c), d->name))
 			continue;
 		n_domains++;
-		n_pools += frmr_pools_stats(&d->pools, NULL, 0);
+		n_pools += frmr_pools_stats(&d->reg.pools, NULL, 0);
 	}
 	/* One block per array, freed with the reply. Workers may add pools meanwhile: those
 	 * beyond this count wait for the next request. */
@@ -66,7 +66,7 @@ int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_pa
 
 		if (!view_shows(client_view(c), d->name))
 			continue;
-		got = frmr_pools_stats(&d->pools, stats + j, n_pools - j);
+		got = frmr_pools_stats(&d->reg.pools, stats + j, n_pools - j);
 		struct frmr_pools_config config;
 		uint64_t queued;
 
@@ -76,10 +76,10 @@ int request_frmr_pools(struct client *c, const Mrd__Request *req, struct wire_pa
 			r->body.frmr_pools.pools_omitted += (uint32_t)got;
 			continue;
 		}
-		frmr_pools_summary(&d->pools, &config, &queued);
+		frmr_pools_summary(&d->reg.pools, &config, &queued);
 		mrd__frmr_domain_info__init(&di[i]);
 		di[i].domain = d->name;
-		di[i].off = (char *)(d->pools.off ? d->pools.off : "");
+		di[i].off = (char *)(d->reg.pools.off ? d->reg.pools.off : "");
 		di[i].queued = queued;
 		di[i].max_queued = config.max_queued;
 		di[i].aging_s = config.aging_s;

@@ -19,10 +19,10 @@ int request_export_pd(struct client *c, const Mrd__Request *req, struct wire_pac
 		reply_set_message(r, "cannot open domain %s", c->domain_name);
 		return k;
 	}
-	k = provider_export_pd(d->pd, &fd, &handle);
+	k = provider_export_pd(d->reg.pd, &fd, &handle);
 	if (k == -EOPNOTSUPP) {
 		reply_set_message(r, "the %s provider has no device to share",
-				  provider_name(d->provider));
+				  provider_name(d->reg.provider));
 		return k;
 	}
 	if (k < 0)
@@ -31,7 +31,7 @@ int request_export_pd(struct client *c, const Mrd__Request *req, struct wire_pac
 	r->fds[r->n_fds++] = fd;
 	mrd__export_pd_response__init(&r->body.export_pd);
 	r->body.export_pd.pd_handle = handle;
-	r->body.export_pd.device = d->provider->caps.device;
+	r->body.export_pd.device = d->reg.provider->caps.device;
 	r->resp.body_case = MRD__RESPONSE__BODY_EXPORT_PD;
 	r->resp.export_pd = &r->body.export_pd;
 	return 0;

@@ -102,7 +102,7 @@ int request_mempool_register(struct client *c, const Mrd__Request *req,
 		return -ENOMEM;
 	p->base.waiter.resume = register_resume;
 	p->base.id = req->id;
-	k = mempool_register(d, c, q->name, q->starts, q->lengths, q->n_starts, q->extmem,
+	k = mempool_register(&d->reg, &c->owner, q->name, q->starts, q->lengths, q->n_starts, q->extmem,
 			     &p->base.waiter, &p->reg, r->message, sizeof(r->message));
 	if (k == -EINPROGRESS) {
 		request_wait(c, &p->base);
@@ -111,7 +111,7 @@ int request_mempool_register(struct client *c, const Mrd__Request *req,
 	if (k >= 0) {
 		k = fill_register_reply(p->reg, r);
 		if (k < 0) /* the client hears of a failure: nothing may stay registered */
-			(void)mempool_unregister(d, c, q->name, NULL, r->message,
+			(void)mempool_unregister(&d->reg, &c->owner, q->name, NULL, r->message,
 						 sizeof(r->message));
 	}
 	free(p);
@@ -159,7 +159,7 @@ int request_mempool_unregister(struct client *c, const Mrd__Request *req,
 		return -ENOMEM;
 	p->waiter.resume = unregister_resume;
 	p->id = req->id;
-	k = mempool_unregister(d, c, name, &p->waiter, r->message, sizeof(r->message));
+	k = mempool_unregister(&d->reg, &c->owner, name, &p->waiter, r->message, sizeof(r->message));
 	if (k == -EINPROGRESS) {
 		request_wait(c, p);
 		return k;
@@ -173,10 +173,12 @@ int request_mempool_unregister(struct client *c, const Mrd__Request *req,
 
 static void mempool_info(Mrd__MempoolInfo *pi, const struct domain *d, const struct pool_reg *reg)
 {
+	const struct client *owner = container_of(reg->owner, struct client, owner);
+
 	mrd__mempool_info__init(pi);
 	pi->domain = (char *)d->name;
-	pi->pid = (int32_t)reg->owner->pid;
-	pi->client_name = reg->owner->name;
+	pi->pid = (int32_t)owner->owner.mem.pid;
+	pi->client_name = (char *)owner->name;
 	pi->name = (char *)reg->name;
 	pi->extmem = reg->extmem;
 }
@@ -232,7 +234,7 @@ int request_mempools(struct client *c, const Mrd__Request *req, struct wire_pack
 
 	/* First the page's extent, then the page. */
 	LIST_FOREACH(d, &m->core.domains, link)
-		LIST_FOREACH(reg, &d->pool_regs, link) {
+		LIST_FOREACH(reg, &d->reg.mempools.regs, link) {
 			if (!view_shows(view, d->name))
 				continue;
 			if (total++ < first || full)
@@ -259,7 +261,7 @@ int request_mempools(struct client *c, const Mrd__Request *req, struct wire_pack
 
 	total = 0;
 	LIST_FOREACH(d, &m->core.domains, link)
-		LIST_FOREACH(reg, &d->pool_regs, link) {
+		LIST_FOREACH(reg, &d->reg.mempools.regs, link) {
 			if (!view_shows(view, d->name))
 				continue;
 			if (total++ < first || i == n_pools)

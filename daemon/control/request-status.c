@@ -57,30 +57,30 @@ static void domain_info(Mrd__DomainInfo *di, const struct domain *d, const struc
 	mrd__domain_info__init(di);
 	di->name = (char *)d->name;
 	di->clients = d->n_users;
-	di->allocated_bytes = d->allocated_bytes;
-	di->allocations = (uint32_t)d->allocations.n;
+	di->allocated_bytes = d->mem.allocated_bytes;
+	di->allocations = (uint32_t)d->mem.allocations.n;
 	di->waiting = d->n_orphans;
-	di->arenas = d->n_arenas;
-	di->pinned_bytes = d->cache.charges.pinned_bytes;
-	di->generation = __atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE);
+	di->arenas = d->mem.n_arenas;
+	di->pinned_bytes = d->reg.cache.charges.pinned_bytes;
+	di->generation = __atomic_load_n(&d->mem.status.page->generation, __ATOMIC_ACQUIRE);
 	di->quota_allocated_bytes = cfg->quota_allocated_bytes;
 	di->quota_pinned_bytes = cfg->quota_pinned_bytes;
 	di->quota_arenas = cfg->quota_arenas;
 	di->quota_allocations = cfg->quota_allocations;
 	di->quota_clients = cfg->quota_clients;
-	di->mrs = d->cache.n_mrs;
-	di->lookups = d->cache.lookups;
-	di->misses = d->cache.misses;
-	di->table_overflow = d->cache.table.overflow;
-	di->registrations = d->cache.registrations;
-	di->deregistrations = d->cache.deregistrations;
-	di->odp_faults = d->odp.stats.faults;
-	di->odp_children_created = d->odp.stats.children_created;
-	di->odp_children_destroyed = d->odp.stats.children_destroyed;
-	di->odp_prefetch_requests = d->odp.stats.prefetch_requests;
-	di->odp_prefetch_pages = d->odp.stats.prefetch_pages;
-	di->odp_invalidations = d->odp.stats.invalidations;
-	di->odp_children = d->odp.children;
+	di->mrs = d->reg.cache.n_mrs;
+	di->lookups = d->reg.cache.lookups;
+	di->misses = d->reg.cache.misses;
+	di->table_overflow = d->reg.cache.table.overflow;
+	di->registrations = d->reg.cache.registrations;
+	di->deregistrations = d->reg.cache.deregistrations;
+	di->odp_faults = d->reg.odp.stats.faults;
+	di->odp_children_created = d->reg.odp.stats.children_created;
+	di->odp_children_destroyed = d->reg.odp.stats.children_destroyed;
+	di->odp_prefetch_requests = d->reg.odp.stats.prefetch_requests;
+	di->odp_prefetch_pages = d->reg.odp.stats.prefetch_pages;
+	di->odp_invalidations = d->reg.odp.stats.invalidations;
+	di->odp_children = d->reg.odp.children;
 }
 
 int request_clients(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
@@ -141,13 +141,13 @@ int request_clients(struct client *c, const Mrd__Request *req, struct wire_packe
 		}
 		mrd__client_info__init(&ci[i]);
 		ci[i].id = it->id;
-		ci[i].pid = (uint32_t)it->pid;
-		ci[i].uid = it->uid;
+		ci[i].pid = (uint32_t)it->owner.mem.pid;
+		ci[i].uid = it->owner.mem.uid;
 		ci[i].gid = it->gid;
 		ci[i].name = it->name;
 		ci[i].domain = it->domain ? it->domain->name : (char *)"";
-		ci[i].allocated_bytes = it->allocated_bytes;
-		for (struct allocation *a = LIST_FIRST(&it->allocations); a;
+		ci[i].allocated_bytes = it->owner.mem.allocated_bytes;
+		for (struct allocation *a = LIST_FIRST(&it->owner.mem.allocations); a;
 		     a = LIST_NEXT(a, owner_link))
 			ci[i].allocations++;
 		ci[i].admin = it->admin;
@@ -209,22 +209,22 @@ static void dump_walk(struct domain *d, struct dump_walk *w)
 	const struct arena *arena;
 	const struct pool_mr *pm;
 
-	LIST_FOREACH(arena, &d->arenas, link)
+	LIST_FOREACH(arena, &d->mem.arenas, link)
 		for (size_t i = 0; i < arena->n_runs; i++) {
-			const struct allocation *a = arena->runs[i];
+			const struct reg_allocation *a = reg_allocation_of(arena->runs[i]);
 			const struct cached_mr *mr;
 			const struct odp_child *ch;
 
 			LIST_FOREACH(mr, &a->mrs, alloc_link)
 				dump_mr(w, mr->start, mr->end, mr->pmr, MRD__DUMP_MR_KIND__DUMP_MR_CACHE,
-					a, 0);
+					&a->mem, 0);
 			LIST_FOREACH(ch, &a->odp_children, link)
-				dump_mr(w, ch->start, ch->end, ch->pmr, MRD__DUMP_MR_KIND__DUMP_MR_ODP, a,
-					0);
+				dump_mr(w, ch->start, ch->end, ch->pmr, MRD__DUMP_MR_KIND__DUMP_MR_ODP,
+					&a->mem, 0);
 		}
-	LIST_FOREACH(pm, &d->pool_mrs, link) /* a worker may be writing a pending one's pmr */
+	LIST_FOREACH(pm, &d->reg.mempools.mrs, link) /* a worker may be writing a pending one's pmr */
 		dump_mr(w, pm->start, pm->end, pm->pending ? NULL : pm->pmr,
-			MRD__DUMP_MR_KIND__DUMP_MR_MEMPOOL, pm->allocation, pm->sharers);
+			MRD__DUMP_MR_KIND__DUMP_MR_MEMPOOL, &pm->allocation->mem, pm->sharers);
 }
 
 int request_domain_dump(struct client *c, const Mrd__Request *req, struct wire_packet *pkt,
@@ -247,20 +247,20 @@ int request_domain_dump(struct client *c, const Mrd__Request *req, struct wire_p
 		reply_set_message(r, "no domain %s is open, or it is not yours", q->domain);
 		return -ENOENT;
 	}
-	ai = calloc(d->n_arenas, sizeof(*ai));
-	aip = calloc(d->n_arenas, sizeof(*aip));
+	ai = calloc(d->mem.n_arenas, sizeof(*ai));
+	aip = calloc(d->mem.n_arenas, sizeof(*aip));
 	w.mrs = calloc(DUMP_MRS_MAX, sizeof(*w.mrs));
 	mip = calloc(DUMP_MRS_MAX, sizeof(*mip));
 	r->owned[r->n_owned++] = ai;
 	r->owned[r->n_owned++] = aip;
 	r->owned[r->n_owned++] = w.mrs;
 	r->owned[r->n_owned++] = mip;
-	if ((d->n_arenas && (!ai || !aip)) || !w.mrs || !mip)
+	if ((d->mem.n_arenas && (!ai || !aip)) || !w.mrs || !mip)
 		return -ENOMEM;
 
 	mrd__domain_dump_response__init(body);
 	body->domain = d->name;
-	LIST_FOREACH(arena, &d->arenas, link) {
+	LIST_FOREACH(arena, &d->mem.arenas, link) {
 		mrd__dump_arena__init(&ai[i]);
 		ai[i].address = (uint64_t)(uintptr_t)arena->base;
 		ai[i].size = arena->size;
@@ -274,9 +274,9 @@ int request_domain_dump(struct client *c, const Mrd__Request *req, struct wire_p
 	}
 	body->n_arenas = i;
 	body->arenas = aip;
-	body->table_overflow = d->cache.table.overflow;
-	body->table_entries = d->cache.table.overflow ? 0 : (uint32_t)(d->cache.table.n - 1);
-	body->table_capacity = (uint32_t)d->cache.table.cap;
+	body->table_overflow = d->reg.cache.table.overflow;
+	body->table_entries = d->reg.cache.table.overflow ? 0 : (uint32_t)(d->reg.cache.table.n - 1);
+	body->table_capacity = (uint32_t)d->reg.cache.table.cap;
 	dump_walk(d, &w);
 	for (uint32_t k = 0; k < w.n; k++)
 		mip[k] = &w.mrs[k];

@@ -40,6 +40,7 @@ struct core {
 	size_t n_floors;
 	LIST_HEAD(, domain) domains;
 	unsigned n_domains;
+	uint64_t pinned_bytes; /* what every domain pins, together (limits.pinned_bytes) */
 	/* An arena went away: whoever hands arenas out (the manager's clients) forgets its id,
 	 * since ids are reused. NULL: nobody to tell. */
 	void (*arena_gone)(struct core *core, uint32_t arena_id);

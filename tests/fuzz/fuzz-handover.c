@@ -83,7 +83,7 @@ static void check_adopted(struct manager *m)
 	LIST_FOREACH(d, &m->core.domains, link) {
 		struct arena *a;
 
-		LIST_FOREACH(a, &d->arenas, link) {
+		LIST_FOREACH(a, &d->mem.arenas, link) {
 			if (a->base != window_slot(&m->core.window, a->id) || a->n_slots == 0 ||
 			    a->id + (uint64_t)a->n_slots > m->core.window.n_slots ||
 			    a->size > (uint64_t)a->n_slots * m->core.window.slot_size)
