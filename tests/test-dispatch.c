@@ -484,7 +484,8 @@ START_TEST(test_export_pd_domains)
 	send_export_pd(fo, 7);
 	td_expect_free(fo, 7, EOPNOTSUPP);
 	ck_assert_ptr_ne(other->domain, a->domain);
-	ck_assert_ptr_ne(other->domain->reg.provider, a->domain->reg.provider); /* own context each */
+	/* Its own context each. */
+	ck_assert_ptr_ne(other->domain->reg.provider, a->domain->reg.provider);
 	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 
 	/* The last client of a uid closes its domain. */

@@ -284,7 +284,8 @@ START_TEST(test_pool_after_lookup_counts_once)
 	ck_assert_uint_eq(ps.pinned_bytes, 1 * MiB); /* the provider pinned no new page */
 	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 1 * MiB);
 	td_mempool_unregister(fd, 5, "p", 0);
-	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 1 * MiB); /* the lookup's MR stays */
+	/* The lookup's MR stays. */
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 1 * MiB);
 	td_free(fd, 6, a, 0);
 	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 0);
 	close(fd);
@@ -311,10 +312,12 @@ START_TEST(test_concurrent_lookups_quota)
 	td_send_lookup(a, 3, big); /* the whole 2 MiB, on the blocked worker */
 	td_pump();
 	ck_assert_uint_eq(ca->domain->reg.cache.pending_bytes, 2 * MiB);
-	ck_assert_uint_eq(ca->domain->reg.cache.charges.pinned_bytes, 2 * MiB); /* counted from the start */
+	/* Counted from the start. */
+	ck_assert_uint_eq(ca->domain->reg.cache.charges.pinned_bytes, 2 * MiB);
 	td_send_lookup(peer, 3, big + 1 * MiB);
 	td_pump();
-	ck_assert_uint_eq(ca->domain->reg.cache.pending_bytes, 2 * MiB); /* no second registration */
+	/* No second registration. */
+	ck_assert_uint_eq(ca->domain->reg.cache.pending_bytes, 2 * MiB);
 	td_unblock_worker(&b);
 	resp = td_expect(a, 3, 0);
 	mrd__response__free_unpacked(resp, NULL);

@@ -433,8 +433,8 @@ START_TEST(test_neighbours_freed_under_prefetch)
 		ck_assert_int_eq(domain_alloc(d, &cl[i % CLIENTS]->owner, 4 * KiB, 0, false, false,
 					      false, &nb[i], why, sizeof(why)), 0);
 		nb[i]->odp = true;
-		ck_assert_int_eq(odp_fault(&d->reg, reg_allocation_of(nb[i]), allocation_address(nb[i]), &e, why,
-					   sizeof(why)), 0);
+		ck_assert_int_eq(odp_fault(&d->reg, reg_allocation_of(nb[i]),
+					   allocation_address(nb[i]), &e, why, sizeof(why)), 0);
 	}
 	for (int round = 0; round < ROUNDS && now_usec(CLOCK_MONOTONIC) < deadline; round++) {
 		for (int i = 0; i < TARGETS; i++) {
@@ -628,7 +628,8 @@ START_TEST(test_flush_waits_for_domain_room)
 	td_pump_until_zero(&d->reg.odp.jobs);
 	ck_assert(TAILQ_EMPTY(&d->reg.odp.waiting));
 	ck_assert_uint_eq(d->reg.odp.stats.prefetch_requests, ODP_DOMAIN_JOBS_MAX + 2);
-	ck_assert_uint_eq(d->reg.odp.stats.children_created, 1 + FULL); /* the dropped one made none */
+	/* The dropped one made none. */
+	ck_assert_uint_eq(d->reg.odp.stats.children_created, 1 + FULL);
 	for (int i = 0; i < FULL; i++)
 		close(fds[i]);
 	close(fd);

@@ -113,7 +113,7 @@ static int prop_generations(sd_bus *bus, const char *path, const char *interface
 		if (only && strcmp(only, d->name) != 0)
 			continue;
 		r = sd_bus_message_append(reply, "{st}", d->name,
-					  __atomic_load_n(&d->mem.status.page->generation, __ATOMIC_ACQUIRE));
+					  status_page_generation(&d->mem.status));
 	}
 	return r < 0 ? r : sd_bus_message_close_container(reply);
 }
@@ -174,8 +174,9 @@ static int method_dump(sd_bus_message *msg, void *userdata, sd_bus_error *error)
 			",\"arenas\":%u,\"pinned_bytes\":%" PRIu64 ",\"generation\":%" PRIu64
 			",\"mrs\":%u,\"lookups\":%" PRIu64 ",\"misses\":%" PRIu64
 			",\"registrations\":%" PRIu64 ",\"deregistrations\":%" PRIu64, d->n_users,
-			d->mem.allocated_bytes, d->mem.allocations.n, d->mem.n_arenas, d->reg.cache.charges.pinned_bytes,
-			__atomic_load_n(&d->mem.status.page->generation, __ATOMIC_ACQUIRE), d->reg.cache.n_mrs,
+			d->mem.allocated_bytes, d->mem.allocations.n, d->mem.n_arenas,
+			d->reg.cache.charges.pinned_bytes, status_page_generation(&d->mem.status),
+			d->reg.cache.n_mrs,
 			d->reg.cache.lookups, d->reg.cache.misses, d->reg.cache.registrations,
 			d->reg.cache.deregistrations);
 		dump_pools(f, d);

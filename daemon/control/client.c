@@ -58,7 +58,8 @@ static void client_on_read(evutil_socket_t fd, short what, void *userdata)
 		if (r == -EAGAIN)
 			return;
 		if (r == 0) {
-			log_debug("client %" PRIu64 " (pid %d) disconnected", c->id, (int)c->owner.mem.pid);
+			log_debug("client %" PRIu64 " (pid %d) disconnected", c->id,
+				  (int)c->owner.mem.pid);
 			client_free(c);
 			return;
 		}
@@ -333,8 +334,8 @@ void client_forget_arena_all(struct manager *m, uint32_t arena_id)
 
 void client_drop(struct client *c, const char *reason)
 {
-	log_warning("dropping client %" PRIu64 " (pid %d, uid %u, \"%s\"): %s", c->id, (int)c->owner.mem.pid,
-		    (unsigned)c->owner.mem.uid, c->name, reason);
+	log_warning("dropping client %" PRIu64 " (pid %d, uid %u, \"%s\"): %s", c->id,
+		    (int)c->owner.mem.pid, (unsigned)c->owner.mem.uid, c->name, reason);
 	c->manager->n_clients_dropped++;
 	client_free(c);
 }

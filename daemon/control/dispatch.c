@@ -179,8 +179,8 @@ static int protocol_error(struct client *c, struct reply *r, int error)
 
 	m->n_protocol_errors++;
 	c->protocol_errors++;
-	log_debug("client %" PRIu64 " (pid %d, uid %u): %s", c->id, (int)c->owner.mem.pid, (unsigned)c->owner.mem.uid,
-		  r->message);
+	log_debug("client %" PRIu64 " (pid %d, uid %u): %s", c->id, (int)c->owner.mem.pid,
+		  (unsigned)c->owner.mem.uid, r->message);
 	if (c->protocol_errors > m->core.config.max_protocol_errors) {
 		snprintf(reason, sizeof(reason), "%u malformed requests, last: %s", c->protocol_errors,
 			 r->message);

@@ -580,8 +580,8 @@ static int adopt_state(struct manager *m, const State *st, struct handover_fds *
 			 HANDOVER_VERSION);
 		return -EPROTONOSUPPORT;
 	}
-	if (st->window_base != (uintptr_t)m->core.window.base || st->window_size != m->core.window.size ||
-	    st->slot_size != m->core.window.slot_size) {
+	if (st->window_base != (uintptr_t)m->core.window.base ||
+	    st->window_size != m->core.window.size || st->slot_size != m->core.window.slot_size) {
 		snprintf(why, why_size, "its window 0x%" PRIx64 "+0x%" PRIx64 " (arenas of 0x%" PRIx64
 			 ") differs from [memory] now", st->window_base, st->window_size,
 			 st->slot_size);
@@ -663,6 +663,7 @@ int handover_adopt(struct manager *m, struct handover_fds *passed)
 	}
 	log_notice("took over %u allocation(s) of %u domain(s) from the previous mrd; they wait "
 		   "for their processes to reconnect (those of processes gone are freed, checked "
-		   "every %u s)", n_allocations, m->core.n_domains, m->core.config.reconnect_grace_s);
+		   "every %u s)", n_allocations, m->core.n_domains,
+		   m->core.config.reconnect_grace_s);
 	return 0;
 }

@@ -189,7 +189,8 @@ static int manager_open_provider(struct manager *m)
 		return log_error_errno(r, "cannot open the %s provider: %m", c->provider);
 	if (verbs_error)
 		log_info("no RDMA device found: using the soft provider (a software NIC)");
-	log_info("provider %s, device %s", provider_name(m->core.provider), m->core.provider->caps.device);
+	log_info("provider %s, device %s", provider_name(m->core.provider),
+		 m->core.provider->caps.device);
 	return 0;
 }
 
@@ -697,7 +698,8 @@ int manager_listen(struct manager *m)
 			 (unsigned)c->socket_gid);
 	}
 
-	m->listen_event = event_new(m->core.base, m->listen_fd, EV_READ | EV_PERSIST, manager_on_accept, m);
+	m->listen_event = event_new(m->core.base, m->listen_fd, EV_READ | EV_PERSIST,
+				    manager_on_accept, m);
 	m->accept_retry_event = evtimer_new(m->core.base, manager_on_accept_retry, m);
 	if (!m->listen_event || !m->accept_retry_event)
 		return -ENOMEM;

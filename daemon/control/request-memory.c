@@ -96,7 +96,8 @@ int request_alloc(struct client *c, const Mrd__Request *req, struct wire_packet 
 	k = request_domain(c, r, &d);
 	if (k < 0)
 		return k;
-	k = domain_alloc(d, &c->owner, q->size, q->align, q->flags & MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE,
+	k = domain_alloc(d, &c->owner, q->size, q->align,
+			 q->flags & MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE,
 			 q->flags & MRD__ALLOC_FLAGS__ALLOC_ODP,
 			 q->flags & MRD__ALLOC_FLAGS__ALLOC_READ_ONLY, &a, r->message,
 			 sizeof(r->message));

@@ -102,8 +102,8 @@ int request_mempool_register(struct client *c, const Mrd__Request *req,
 		return -ENOMEM;
 	p->base.waiter.resume = register_resume;
 	p->base.id = req->id;
-	k = mempool_register(&d->reg, &c->owner, q->name, q->starts, q->lengths, q->n_starts, q->extmem,
-			     &p->base.waiter, &p->reg, r->message, sizeof(r->message));
+	k = mempool_register(&d->reg, &c->owner, q->name, q->starts, q->lengths, q->n_starts,
+			     q->extmem, &p->base.waiter, &p->reg, r->message, sizeof(r->message));
 	if (k == -EINPROGRESS) {
 		request_wait(c, &p->base);
 		return k;
@@ -159,7 +159,8 @@ int request_mempool_unregister(struct client *c, const Mrd__Request *req,
 		return -ENOMEM;
 	p->waiter.resume = unregister_resume;
 	p->id = req->id;
-	k = mempool_unregister(&d->reg, &c->owner, name, &p->waiter, r->message, sizeof(r->message));
+	k = mempool_unregister(&d->reg, &c->owner, name, &p->waiter, r->message,
+			       sizeof(r->message));
 	if (k == -EINPROGRESS) {
 		request_wait(c, p);
 		return k;

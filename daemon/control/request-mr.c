@@ -323,8 +323,9 @@ int request_prefetch(struct client *c, const Mrd__Request *req, struct wire_pack
 		p->waiter.resume = prefetch_resume;
 		p->id = req->id;
 	}
-	k = odp_prefetch(&d->reg, &c->owner, reg_allocation_of(a), q->address, q->length, (enum odp_advice)q->advice,
-			 p ? &p->waiter : NULL, r->message, sizeof(r->message));
+	k = odp_prefetch(&d->reg, &c->owner, reg_allocation_of(a), q->address, q->length,
+			 (enum odp_advice)q->advice, p ? &p->waiter : NULL, r->message,
+			 sizeof(r->message));
 	if (k == -EINPROGRESS) {
 		request_wait(c, p);
 		return k;

@@ -43,7 +43,8 @@ int request_hello(struct client *c, const Mrd__Request *req, struct wire_packet 
 	c->version = hi;
 	copy_name(c->name, sizeof(c->name), h->client_name);
 	log_debug("client %" PRIu64 " (pid %d, uid %u, \"%s\") speaks version %u%s", c->id,
-		  (int)c->owner.mem.pid, (unsigned)c->owner.mem.uid, c->name, c->version, c->admin ? ", admin" : "");
+		  (int)c->owner.mem.pid, (unsigned)c->owner.mem.uid, c->name, c->version,
+		  c->admin ? ", admin" : "");
 
 	mrd__hello_response__init(&r->body.hello);
 	r->body.hello.version = c->version;

@@ -222,7 +222,8 @@ static void dump_walk(struct domain *d, struct dump_walk *w)
 				dump_mr(w, ch->start, ch->end, ch->pmr, MRD__DUMP_MR_KIND__DUMP_MR_ODP,
 					&a->mem, 0);
 		}
-	LIST_FOREACH(pm, &d->reg.mempools.mrs, link) /* a worker may be writing a pending one's pmr */
+	/* A worker may be writing a pending one's pmr. */
+	LIST_FOREACH(pm, &d->reg.mempools.mrs, link)
 		dump_mr(w, pm->start, pm->end, pm->pending ? NULL : pm->pmr,
 			MRD__DUMP_MR_KIND__DUMP_MR_MEMPOOL, &pm->allocation->mem, pm->sharers);
 }
@@ -275,7 +276,8 @@ int request_domain_dump(struct client *c, const Mrd__Request *req, struct wire_p
 	body->n_arenas = i;
 	body->arenas = aip;
 	body->table_overflow = d->reg.cache.table.overflow;
-	body->table_entries = d->reg.cache.table.overflow ? 0 : (uint32_t)(d->reg.cache.table.n - 1);
+	body->table_entries =
+		d->reg.cache.table.overflow ? 0 : (uint32_t)(d->reg.cache.table.n - 1);
 	body->table_capacity = (uint32_t)d->reg.cache.table.cap;
 	dump_walk(d, &w);
 	for (uint32_t k = 0; k < w.n; k++)

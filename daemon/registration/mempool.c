@@ -88,9 +88,10 @@ static int analyze(struct registrar *r, const uint64_t *starts, const uint64_t *
 /* The huge page MR an earlier pool made for exactly this span, if any. */
 static struct pool_mr *shared_hugepage(const struct registrar *r, const struct span *s)
 {
+	const struct arena *arena = s->allocation->mem.arena;
 	struct pool_mr *mr;
 
-	if (!s->allocation->mem.arena->hugetlb || s->end - s->start != s->allocation->mem.arena->page_size)
+	if (!arena->hugetlb || s->end - s->start != arena->page_size)
 		return NULL;
 	LIST_FOREACH(mr, &r->mempools.mrs, link)
 		if (mr->hugepage && mr->start == s->start && (mr->pending || mr->pmr))

@@ -208,8 +208,8 @@ static bool covered(const struct reg_allocation *a, uint64_t start, uint64_t end
 }
 
 /* Takes a fresh registration, charged already, into the cache. */
-static struct cached_mr *adopt(struct mr_cache *c, struct reg_allocation *a, struct provider_mr *pmr,
-			       uint64_t start, uint64_t end)
+static struct cached_mr *adopt(struct mr_cache *c, struct reg_allocation *a,
+			       struct provider_mr *pmr, uint64_t start, uint64_t end)
 {
 	struct cached_mr *mr = calloc(1, sizeof(*mr));
 	struct mr_entry e;

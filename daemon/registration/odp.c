@@ -464,9 +464,9 @@ static void prefetch_done(struct registrar_work *w)
 	reap(r);
 }
 
-int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_allocation *a, uint64_t addr,
-		 uint64_t length, enum odp_advice advice, struct mr_waiter *waiter, char *why,
-		 size_t why_size)
+int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_allocation *a,
+		 uint64_t addr, uint64_t length, enum odp_advice advice, struct mr_waiter *waiter,
+		 char *why, size_t why_size)
 {
 	struct odp *o = &r->odp;
 	struct prefetch_job *j;

@@ -84,9 +84,9 @@ int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, stru
  * it answers through it once done (-EINPROGRESS); without, 0 once queued. owner's queued work is
  * bounded by ODP_PREFETCH_IN_FLIGHT, the domain's by ODP_DOMAIN_JOBS_MAX: past either, a flush
  * waits for room (its client, paused, has no other), anything else is -EAGAIN. */
-int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_allocation *a, uint64_t addr,
-		 uint64_t length, enum odp_advice advice, struct mr_waiter *waiter, char *why,
-		 size_t why_size);
+int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_allocation *a,
+		 uint64_t addr, uint64_t length, enum odp_advice advice, struct mr_waiter *waiter,
+		 char *why, size_t why_size);
 
 /* a is being freed: its children are zapped and leave the table and the index. Returns
  * nonzero when prefetch work on a remains (its children's MRs wait for it): then
