@@ -269,6 +269,56 @@ START_TEST(test_big_registration_and_free_on_a_worker)
 }
 END_TEST
 
+START_TEST(test_freed_while_a_worker_registers)
+{
+	struct reg_allocation *ra = alloc(4 * MiB);
+	struct test_waiter w = waiter();
+	struct mr_entry e;
+
+	ck_assert_int_eq(lookup(address(ra), &e, &w.base), -EINPROGRESS);
+	ck_assert_int_eq(free_allocation(ra, NULL), 0); /* no MR yet: its pages go at once */
+	ck_assert_uint_eq(released, 1);
+	pump_until(&w.calls, 1);
+	ck_assert_int_eq(w.result, -ENOENT); /* the registration covers nobody's memory */
+	/* It is let go of (on a worker: 4 MiB), and uncharged once the device let go. */
+	pump_until(&holds, 0);
+	ck_assert_uint_eq(reg.jobs, 0);
+	ck_assert_uint_eq(host_pinned, 0);
+	ck_assert_uint_eq(reg.cache.n_mrs, 0);
+}
+END_TEST
+
+START_TEST(test_big_mempool_on_a_worker)
+{
+	struct reg_allocation *ra = alloc(4 * MiB);
+	struct test_waiter w = waiter(), u = waiter();
+	uint64_t start = address(ra), len = 4 * MiB;
+	struct pool_reg *pool;
+	struct mr_entry e;
+	char why[160];
+
+	ck_assert_int_eq(mempool_register(&reg, &owner, "big", &start, &len, 1, false, &w.base,
+					  &pool, why, sizeof(why)), -EINPROGRESS);
+	ck_assert_uint_eq(holds, 1);
+	ck_assert_uint_eq(reg.jobs, 1); /* the provider may be busy: others offload too */
+	ck_assert(registrar_offload(&reg, 0, REG_MAKE));
+	ck_assert_int_eq(lookup(address(ra) + 4096, &e, NULL), -EAGAIN); /* being made */
+	pump_until(&w.calls, 1);
+	ck_assert_int_eq(w.result, 0);
+	ck_assert_uint_eq(reg.jobs, 0);
+	ck_assert_int_eq(lookup(address(ra) + 4096, &e, NULL), 0);
+	ck_assert_uint_eq(e.lkey, pool->mrs[0]->pmr->lkey);
+
+	ck_assert_int_eq(mempool_unregister(&reg, &owner, "big", &u.base, why, sizeof(why)),
+			 -EINPROGRESS); /* 4 MiB to unpin: on a worker */
+	ck_assert_uint_eq(idles, 0);
+	pump_until(&u.calls, 1);
+	ck_assert_uint_eq(idles, 1);
+	ck_assert_uint_eq(host_pinned, 0);
+	ck_assert_uint_eq(holds, 0);
+}
+END_TEST
+
 START_TEST(test_mempool_mr_serves_lookups_and_idles)
 {
 	struct reg_allocation *ra = alloc(64 * KiB);
@@ -387,6 +437,8 @@ static Suite *registrar_suite(void)
 	tcase_add_test(tc, test_pinned_quota_mine_and_the_hosts);
 	tcase_add_test(tc, test_offload_rule);
 	tcase_add_test(tc, test_big_registration_and_free_on_a_worker);
+	tcase_add_test(tc, test_freed_while_a_worker_registers);
+	tcase_add_test(tc, test_big_mempool_on_a_worker);
 	tcase_add_test(tc, test_mempool_mr_serves_lookups_and_idles);
 	tcase_add_test(tc, test_odp_child_made_and_retired);
 	tcase_add_test(tc, test_prefetch_holds_and_delays_the_free);
