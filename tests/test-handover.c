@@ -140,7 +140,7 @@ START_TEST(test_round_trip)
 	ck_assert_ptr_nonnull(d);
 	ck_assert_uint_gt(d->mem.status.page->generation, generation);
 	ck_assert_uint_eq(d->mem.allocated_bytes, 4 * MiB + 8 * 4096);
-	ck_assert_uint_eq(d->n_orphans, 3);
+	ck_assert_uint_eq(d->mem.n_orphans, 3);
 	check_fill(a1, 1 * MiB, 1);
 	check_fill(a2, 3 * MiB, 2);
 	check_fill(b1, 2 * MiB, 3);
@@ -160,7 +160,7 @@ START_TEST(test_round_trip)
 	ck_assert_uint_eq(join(a, 2, instance + 1, session_a, NULL), 0);
 	ck_assert_uint_eq(join(a, 3, instance, session_a, NULL), 0);
 	td_free(a, 4, a1, EPERM); /* still nobody's: not this client's to free */
-	ck_assert_uint_eq(d->n_orphans, 3);
+	ck_assert_uint_eq(d->mem.n_orphans, 3);
 	close(a);
 	/* Nor a later process that got the pid (another start time). */
 	a = td_hello_client(1000, &ca);
@@ -173,7 +173,7 @@ START_TEST(test_round_trip)
 	ck_assert_uint_eq(join(a, 5, instance, session_a, &session), 3);
 	ck_assert_uint_gt(session, session_a); /* ids go on from the old mrd's */
 	ck_assert_uint_eq(ca->owner.mem.allocated_bytes, 4 * MiB + 8 * 4096);
-	ck_assert_uint_eq(d->n_orphans, 0);
+	ck_assert_uint_eq(d->mem.n_orphans, 0);
 	b2 = td_hello_client(1000, NULL);
 	ck_assert_uint_eq(join(b2, 2, instance, session_a, NULL), 0);
 	close(b2);
@@ -199,7 +199,7 @@ START_TEST(test_round_trip)
 	ck_assert_uint_eq(d->mem.allocated_bytes, 2 * MiB);
 	grace_tick();
 	ck_assert_uint_eq(d->mem.allocated_bytes, 0);
-	ck_assert_uint_eq(d->n_orphans, 0);
+	ck_assert_uint_eq(d->mem.n_orphans, 0);
 	ck_assert_ptr_null(td_manager->grace_timer); /* nothing waits any more */
 	close(a);
 	close(b);
@@ -231,7 +231,7 @@ START_TEST(test_waits_for_live_process)
 	grace_tick();
 	ck_assert_uint_eq(td_manager->core.n_domains, 1);
 	ck_assert_ptr_null(find_domain("uid-4242"));
-	ck_assert_uint_eq(find_domain(live)->n_orphans, 1);
+	ck_assert_uint_eq(find_domain(live)->mem.n_orphans, 1);
 	ck_assert_ptr_nonnull(td_manager->grace_timer);
 	handover_end_grace(td_manager); /* at exit: everything */
 	ck_assert_uint_eq(td_manager->core.n_domains, 0);
@@ -292,14 +292,14 @@ START_TEST(test_mempool_over_waiting)
 	td_send_mempool_register(b, 2, "p", &a1, &len, 1, false);
 	td_expect_free(b, 2, 0);
 	td_mempool_unregister(b, 3, "p", 0);
-	ck_assert_uint_eq(d->n_orphans, 1);
+	ck_assert_uint_eq(d->mem.n_orphans, 1);
 	ck_assert_ptr_nonnull(domain_find_allocation(d, a1));
 	td_send_mempool_register(b, 4, "p", &a1, &len, 1, false);
 	td_expect_free(b, 4, 0);
 	/* Its process is gone: it leaves the waiting list, but the mempool keeps it until it
 	 * goes. */
 	grace_tick();
-	ck_assert_uint_eq(d->n_orphans, 0);
+	ck_assert_uint_eq(d->mem.n_orphans, 0);
 	ck_assert_uint_eq(d->mem.allocated_bytes, 1 * MiB);
 	td_mempool_unregister(b, 5, "p", 0);
 	ck_assert_uint_eq(d->mem.allocated_bytes, 0);
@@ -513,12 +513,12 @@ START_TEST(test_sealed_attachment_dropped_alone)
 	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 	d = find_domain("uid-1000");
 	ck_assert_ptr_nonnull(d);
-	ck_assert_uint_eq(d->n_orphans, 1); /* its plain allocation waits; the attachment went */
+	ck_assert_uint_eq(d->mem.n_orphans, 1); /* its plain allocation waits; the attachment went */
 	ck_assert_uint_eq(d->mem.allocated_bytes, 1 * MiB);
 	check_fill(a1, 1 * MiB, 1);
 	d = find_domain("uid-2000");
 	ck_assert_ptr_nonnull(d);
-	ck_assert_uint_eq(d->n_orphans, 1);
+	ck_assert_uint_eq(d->mem.n_orphans, 1);
 	ck_assert_uint_eq(d->mem.allocated_bytes, 2 * MiB);
 	check_fill(b1, 2 * MiB, 2);
 	/* The attached memfd's content is the client's still. */

@@ -649,7 +649,7 @@ int handover_adopt(struct manager *m, struct handover_fds *passed)
 	/* Domains where nothing waits need no hold. */
 	for (struct domain *d = LIST_FIRST(&m->core.domains), *next; d; d = next) {
 		next = LIST_NEXT(d, link);
-		if (d->n_orphans == 0)
+		if (d->mem.n_orphans == 0)
 			(void)domain_reap_orphans(d, true);
 	}
 	if (m->core.n_domains == 0)

@@ -56,7 +56,7 @@ int request_join_domain(struct client *c, const Mrd__Request *req, struct wire_p
 	if (k < 0)
 		return k;
 	/* After a warm restart: what this process held under that session comes back to it. */
-	if (!c->joined && q->resume_instance == m->instance && d->n_orphans > 0) {
+	if (!c->joined && q->resume_instance == m->instance && d->mem.n_orphans > 0) {
 		resumed = domain_claim(d, &c->owner, q->resume_session);
 		if (resumed)
 			log_info("client %" PRIu64 " (pid %d) took back %u allocation(s) of session %"

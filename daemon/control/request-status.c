@@ -59,7 +59,7 @@ static void domain_info(Mrd__DomainInfo *di, const struct domain *d, const struc
 	di->clients = d->n_users;
 	di->allocated_bytes = d->mem.allocated_bytes;
 	di->allocations = (uint32_t)d->mem.allocations.n;
-	di->waiting = d->n_orphans;
+	di->waiting = d->mem.n_orphans;
 	di->arenas = d->mem.n_arenas;
 	di->pinned_bytes = d->reg.cache.charges.pinned_bytes;
 	di->generation = __atomic_load_n(&d->mem.status.page->generation, __ATOMIC_ACQUIRE);

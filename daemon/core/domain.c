@@ -240,7 +240,6 @@ static int domain_open(struct core *core, const char *name, struct domain **ret)
 		return -ENOMEM;
 	snprintf(d->name, sizeof(d->name), "%s", name);
 	d->core = core;
-	LIST_INIT(&d->orphans);
 	LIST_INSERT_HEAD(&core->domains, d, link);
 	core->n_domains++;
 	memory_init(&d->mem, &core->config, &core->window, d->name);
@@ -371,8 +370,9 @@ int domain_alloc(struct domain *d, struct reg_owner *owner, uint64_t size, uint6
 		return r;
 	}
 	/* On demand where the device pages on demand over RC; elsewhere as the policy says. */
-	ra->mem.odp = registrar_on_demand(&d->reg, odp || d->reg.cache.policy == MR_POLICY_ODP);
-	ra->mem.read_only = read_only;
+	allocation_set_kind(&ra->mem,
+			    registrar_on_demand(&d->reg, odp || d->reg.cache.policy == MR_POLICY_ODP),
+			    read_only);
 	domain_update_status(d);
 	*ret = &ra->mem;
 	return 0;
@@ -391,7 +391,9 @@ int domain_attach_external(struct domain *d, struct reg_owner *owner, int fd, ui
 		free(ra);
 		return r;
 	}
-	ra->mem.odp = registrar_on_demand(&d->reg, d->reg.cache.policy == MR_POLICY_ODP);
+	allocation_set_kind(&ra->mem, registrar_on_demand(&d->reg,
+							  d->reg.cache.policy == MR_POLICY_ODP),
+			    false);
 	domain_update_status(d);
 	*ret = &ra->mem;
 	return 0;
@@ -410,30 +412,9 @@ int domain_adopt_allocation(struct domain *d, struct arena *arena,
 		free(ra);
 		return r;
 	}
-	ra->mem.odp = registrar_on_demand(&d->reg, saved->odp);
-	LIST_INSERT_HEAD(&d->orphans, &ra->mem, owner_link);
-	d->n_orphans++;
+	allocation_set_kind(&ra->mem, registrar_on_demand(&d->reg, saved->odp), saved->read_only);
 	domain_update_status(d);
 	return 0;
-}
-
-unsigned domain_claim(struct domain *d, struct reg_owner *owner, uint64_t session)
-{
-	struct allocation *a, *next;
-	unsigned n = 0;
-
-	if (session == 0)
-		return 0;
-	for (a = LIST_FIRST(&d->orphans); a; a = next) {
-		next = LIST_NEXT(a, owner_link);
-		if (!allocation_claims(a, &owner->mem, session))
-			continue; /* not that process (a later one may have its pid) */
-		LIST_REMOVE(a, owner_link);
-		d->n_orphans--;
-		allocation_give(a, &owner->mem);
-		n++;
-	}
-	return n;
 }
 
 unsigned domain_reap_orphans(struct domain *d, bool all)
@@ -443,15 +424,13 @@ unsigned domain_reap_orphans(struct domain *d, bool all)
 
 	if (!d->adopted)
 		return 0;
-	for (a = LIST_FIRST(&d->orphans); a; a = next) {
+	for (a = LIST_FIRST(&d->mem.orphans); a; a = next) {
 		next = LIST_NEXT(a, owner_link);
 		/* While its process lives it still maps the memory: freeing it would hand pages it
 		 * may write to somebody else. */
 		if (!all && !process_gone(a->claim_pid, a->claim_uid, a->claim_start_time))
 			continue;
-		LIST_REMOVE(a, owner_link);
-		d->n_orphans--;
-		a->orphan = false;
+		allocation_unorphan(&d->mem, a);
 		if (reg_allocation_of(a)->pool_refs > 0)
 			continue; /* others' mempools hold it: it goes with the last of them */
 		(void)domain_free_allocation(d, a, NULL);
@@ -460,8 +439,8 @@ unsigned domain_reap_orphans(struct domain *d, bool all)
 	if (freed && !all)
 		log_info("domain %s: freed %u allocation(s) of the previous mrd whose process is gone",
 			 d->name, freed);
-	if (d->n_orphans > 0)
-		return d->n_orphans;
+	if (d->mem.n_orphans > 0)
+		return d->mem.n_orphans;
 	d->adopted = false;
 	domain_unref(d);
 	return 0;

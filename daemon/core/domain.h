@@ -32,9 +32,7 @@ struct domain {
 	struct memory mem;
 	struct registrar reg;
 	struct event *aging_timer;  /* ages the pools, while they are on */
-	LIST_HEAD(, allocation) orphans; /* adopted, waiting for their owners */
-	unsigned n_orphans;
-	bool adopted; /* held open (domain_ref) while orphans wait */
+	bool adopted; /* held open (domain_ref) while orphans (mem.orphans) wait */
 };
 
 /* The domain a peer with these credentials belongs to (its name), in buf. */
@@ -58,7 +56,10 @@ int domain_adopt(struct core *core, const char *name, uint64_t allocation_serial
 int domain_adopt_allocation(struct domain *d, struct arena *arena,
 			    const struct adopted_allocation *saved);
 /* Hands owner the orphans that were its process's under session: how many. */
-unsigned domain_claim(struct domain *d, struct reg_owner *owner, uint64_t session);
+static inline unsigned domain_claim(struct domain *d, struct reg_owner *owner, uint64_t session)
+{
+	return allocation_claim(&d->mem, &owner->mem, session);
+}
 /* Lets go of the orphans whose process is gone (all: every orphan): freed, or kept without an
  * owner while mempools of other clients cover them. Once none is left, the hold of
  * domain_adopt goes (the domain closes when nobody else holds it). Returns how many wait on. */

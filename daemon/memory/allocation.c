@@ -324,7 +324,6 @@ int allocation_adopt(struct memory *m, struct allocation *a, struct arena *arena
 	    (at < arena->n_runs && arena->runs[at]->offset < saved->offset + saved->length))
 		return -EEXIST;
 	a->serial = saved->serial;
-	a->read_only = saved->read_only;
 	a->orphan = true;
 	a->claim_session = saved->session;
 	a->claim_pid = saved->pid;
@@ -333,25 +332,41 @@ int allocation_adopt(struct memory *m, struct allocation *a, struct arena *arena
 	r = allocation_index(m, arena, saved->offset, saved->length, a);
 	if (r < 0)
 		return r;
+	LIST_INSERT_HEAD(&m->orphans, a, owner_link);
+	m->n_orphans++;
 	arena->n_allocations++;
 	m->allocated_bytes += a->length;
 	return 0;
 }
 
-bool allocation_claims(const struct allocation *a, struct mem_owner *owner, uint64_t session)
+unsigned allocation_claim(struct memory *m, struct mem_owner *owner, uint64_t session)
 {
-	return a->claim_session == session && a->claim_pid == owner->pid &&
-	       a->claim_uid == owner->uid &&
-	       !(a->claim_start_time && mem_owner_start_time(owner) &&
-		 a->claim_start_time != mem_owner_start_time(owner));
+	struct allocation *a, *next;
+	unsigned n = 0;
+
+	if (session == 0)
+		return 0;
+	for (a = LIST_FIRST(&m->orphans); a; a = next) {
+		next = LIST_NEXT(a, owner_link);
+		if (a->claim_session != session || a->claim_pid != owner->pid ||
+		    a->claim_uid != owner->uid ||
+		    (a->claim_start_time && mem_owner_start_time(owner) &&
+		     a->claim_start_time != mem_owner_start_time(owner)))
+			continue; /* not that process (a later one may have its pid) */
+		allocation_unorphan(m, a);
+		a->owner = owner;
+		LIST_INSERT_HEAD(&owner->allocations, a, owner_link);
+		owner->allocated_bytes += a->length;
+		n++;
+	}
+	return n;
 }
 
-void allocation_give(struct allocation *a, struct mem_owner *owner)
+void allocation_unorphan(struct memory *m, struct allocation *a)
 {
+	LIST_REMOVE(a, owner_link);
+	m->n_orphans--;
 	a->orphan = false;
-	a->owner = owner;
-	LIST_INSERT_HEAD(&owner->allocations, a, owner_link);
-	owner->allocated_bytes += a->length;
 }
 
 void allocation_disown(struct allocation *a)

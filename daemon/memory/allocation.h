@@ -23,8 +23,8 @@ struct allocation {
 	uint64_t serial;    /* tells it from a later allocation at the same address */
 	bool odp;           /* registered on demand, by ODP children (registration/odp.h) */
 	bool read_only;     /* its registrations grant reads only */
-	/* Adopted across a warm restart and not yet taken back (allocation_give): on the
-	 * domain's orphan list through owner_link, owner NULL. Only the process it belonged to,
+	/* Adopted across a warm restart and not yet taken back (allocation_claim): on the
+	 * memory's orphan list through owner_link, owner NULL. Only the process it belonged to,
 	 * with the session it had, takes it back. */
 	bool orphan;
 	uint64_t claim_session; /* 0: nobody's (kept for others' mempools) */
@@ -60,13 +60,20 @@ int allocation_attach(struct memory *m, struct allocation *a, struct mem_owner *
  * nobody. -EINVAL when it is not page runs inside the arena, -EEXIST when it overlaps another. */
 int allocation_adopt(struct memory *m, struct allocation *a, struct arena *arena,
 		     const struct adopted_allocation *saved);
-
-/* Whether the orphan a was the process of owner under session (a later one may have its pid). */
-bool allocation_claims(const struct allocation *a, struct mem_owner *owner, uint64_t session);
-/* Hands a (no owner's) to owner. */
-void allocation_give(struct allocation *a, struct mem_owner *owner);
+/* Hands owner the orphans that were its process's under session (a later process may have
+ * its pid): how many. */
+unsigned allocation_claim(struct memory *m, struct mem_owner *owner, uint64_t session);
+/* The orphan a waits no more: nobody's, and no longer on the orphan list. */
+void allocation_unorphan(struct memory *m, struct allocation *a);
 /* Its owner lets go of it: it stays, nobody's. */
 void allocation_disown(struct allocation *a);
+
+/* How a's memory is registered: on demand, or pinned; for reads alone, or for all access. */
+static inline void allocation_set_kind(struct allocation *a, bool odp, bool read_only)
+{
+	a->odp = odp;
+	a->read_only = read_only;
+}
 
 struct allocation *allocation_find(struct memory *m, uint64_t address);
 /* The live allocation whose pages hold address, NULL when none does. */

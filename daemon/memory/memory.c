@@ -12,6 +12,7 @@ void memory_init(struct memory *m, const struct config *config, struct window *w
 	*m = (struct memory){ .config = config, .window = window, .name = name,
 			      .status = { .fd = -1 } };
 	LIST_INIT(&m->arenas);
+	LIST_INIT(&m->orphans);
 }
 
 void memory_done(struct memory *m)

@@ -25,6 +25,8 @@ struct memory {
 	struct u64_map allocations; /* address -> struct allocation */
 	uint64_t allocated_bytes;
 	uint64_t allocation_serial; /* last serial given to an allocation */
+	LIST_HEAD(, allocation) orphans; /* adopted across a warm restart, waiting for owners */
+	unsigned n_orphans;
 	struct status_page status;
 	/* An emptied arena went back to the window: whoever handed its id out forgets it. */
 	void (*arena_gone)(void *data, uint32_t arena_id);
