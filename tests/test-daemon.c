@@ -80,7 +80,7 @@ int td_hello_client_of(pid_t pid, uid_t uid, struct client **ret)
 void td_pump(void)
 {
 	for (int i = 0; i < 8; i++)
-		event_base_loop(td_manager->base, EVLOOP_NONBLOCK);
+		event_base_loop(td_manager->core.base, EVLOOP_NONBLOCK);
 }
 
 void td_send_frame(int fd, const void *data, size_t len, const int *fds, size_t n_fds)
@@ -222,7 +222,7 @@ void td_block_pool(struct td_blocker *b, struct worker_pool *pool)
 	worker_pool_submit(pool, &b->work);
 }
 
-void td_block_worker(struct td_blocker *b) { td_block_pool(b, td_manager->workers); }
+void td_block_worker(struct td_blocker *b) { td_block_pool(b, td_manager->core.workers); }
 
 void td_unblock_worker(struct td_blocker *b)
 {
@@ -247,7 +247,7 @@ void td_pump_until_zero(const unsigned *count)
 
 void td_wait_domains_closed(void)
 {
-	td_pump_until_zero(&td_manager->n_domains);
+	td_pump_until_zero(&td_manager->core.n_domains);
 }
 
 void td_send_lookup(int fd, uint64_t id, uint64_t addr)

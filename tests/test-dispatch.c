@@ -393,7 +393,7 @@ START_TEST(test_clients_per_user)
 	cred.uid = cred.gid = 100005;
 	ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 1000, &nested), 0);
 	ck_assert_str_eq(nested->domain_name, "uid-1000");
-	ck_assert_uint_eq(nested->uid, 100005);
+	ck_assert_uint_eq(nested->owner.mem.uid, 100005);
 	ck_assert_int_eq(manager_add_client(td_manager, fds[n], &cred, 1000, &c), -EUSERS);
 	cred.uid = cred.gid = 1000;
 	ck_assert_int_eq(manager_add_client(td_manager, fds[n], &cred, 1000, &c), -EUSERS);
@@ -476,7 +476,7 @@ START_TEST(test_export_pd_domains)
 	resp = td_expect(fa, 5, EOPNOTSUPP);
 	ck_assert_ptr_nonnull(strstr(resp->message, "soft"));
 	mrd__response__free_unpacked(resp, NULL);
-	ck_assert_uint_eq(td_manager->n_domains, 1);
+	ck_assert_uint_eq(td_manager->core.n_domains, 1);
 	send_export_pd(fb, 6);
 	td_expect_free(fb, 6, EOPNOTSUPP);
 	ck_assert_ptr_eq(a->domain, b->domain); /* same uid, same domain */
@@ -484,19 +484,20 @@ START_TEST(test_export_pd_domains)
 	send_export_pd(fo, 7);
 	td_expect_free(fo, 7, EOPNOTSUPP);
 	ck_assert_ptr_ne(other->domain, a->domain);
-	ck_assert_ptr_ne(other->domain->provider, a->domain->provider); /* own context each */
-	ck_assert_uint_eq(td_manager->n_domains, 2);
+	/* Its own context each. */
+	ck_assert_ptr_ne(other->domain->reg.provider, a->domain->reg.provider);
+	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 
 	/* The last client of a uid closes its domain. */
 	close(fa);
 	td_pump();
-	ck_assert_uint_eq(td_manager->n_domains, 2);
+	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 	close(fb);
 	td_pump();
-	ck_assert_uint_eq(td_manager->n_domains, 1);
+	ck_assert_uint_eq(td_manager->core.n_domains, 1);
 	close(fo);
 	td_pump();
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	ck_assert_uint_eq(td_manager->core.n_domains, 0);
 }
 END_TEST
 
@@ -549,7 +550,7 @@ START_TEST(test_domain_after_check)
 	send_alloc(fc, 7, 4096, 0x80);
 	td_expect_free(fc, 7, EINVAL);
 	ck_assert_ptr_null(c->domain);
-	ck_assert_uint_eq(td_manager->n_domains, 1);
+	ck_assert_uint_eq(td_manager->core.n_domains, 1);
 	close(fa);
 	close(fb);
 	close(fc);
@@ -625,7 +626,7 @@ START_TEST(test_no_domain_requests_join_nothing)
 	}
 	ck_assert_ptr_null(b->domain);
 	ck_assert_ptr_null(root->domain);
-	ck_assert_uint_eq(td_manager->n_domains, 1);
+	ck_assert_uint_eq(td_manager->core.n_domains, 1);
 	close(fa);
 	close(fb);
 	close(fr);

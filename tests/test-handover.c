@@ -37,7 +37,7 @@ static struct domain *find_domain(const char *name)
 {
 	struct domain *d;
 
-	LIST_FOREACH(d, &td_manager->domains, link)
+	LIST_FOREACH(d, &td_manager->core.domains, link)
 		if (strcmp(d->name, name) == 0)
 			return d;
 	return NULL;
@@ -81,7 +81,7 @@ static void check_fill(uint64_t addr, uint64_t len, uint8_t seed)
 /* Stops td_manager the way a hand-over does and starts the next one on what it saved. */
 static void restart(struct handover_fds *saved)
 {
-	td_manager->keep_content = true;
+	td_manager->core.window.keep_content = true;
 	td_stop();
 	td_start(settings);
 	ck_assert_int_eq(handover_adopt(td_manager, saved), 0);
@@ -116,7 +116,7 @@ START_TEST(test_round_trip)
 	fill(b1, 2 * MiB, 3);
 	fill(ext, 8 * 4096, 4);
 	td_lookup(a, 5, a1, 0, NULL);
-	generation = find_domain("uid-1000")->status->generation;
+	generation = find_domain("uid-1000")->mem.status.page->generation;
 
 	ck_assert_int_eq(handover_save(td_manager, &saved, &n_allocations), 0);
 	ck_assert_uint_eq(n_allocations, 4);
@@ -125,8 +125,8 @@ START_TEST(test_round_trip)
 			 F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW);
 	ck_assert_uint_eq(saved.n, 4); /* the state, two arenas of uid-1000, one of uid-2000 */
 	/* Clients still on the old mrd stop trusting what they cached. */
-	ck_assert_uint_gt(find_domain("uid-1000")->status->generation, generation);
-	generation = find_domain("uid-1000")->status->generation;
+	ck_assert_uint_gt(find_domain("uid-1000")->mem.status.page->generation, generation);
+	generation = find_domain("uid-1000")->mem.status.page->generation;
 	close(a);
 	close(b);
 	restart(&saved);
@@ -135,12 +135,12 @@ START_TEST(test_round_trip)
 	handover_fds_done(&saved);
 
 	ck_assert_uint_eq(td_manager->instance, instance);
-	ck_assert_uint_eq(td_manager->n_domains, 2);
+	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 	d = find_domain("uid-1000");
 	ck_assert_ptr_nonnull(d);
-	ck_assert_uint_gt(d->status->generation, generation);
-	ck_assert_uint_eq(d->allocated_bytes, 4 * MiB + 8 * 4096);
-	ck_assert_uint_eq(d->n_orphans, 3);
+	ck_assert_uint_gt(d->mem.status.page->generation, generation);
+	ck_assert_uint_eq(d->mem.allocated_bytes, 4 * MiB + 8 * 4096);
+	ck_assert_uint_eq(d->mem.n_orphans, 3);
 	check_fill(a1, 1 * MiB, 1);
 	check_fill(a2, 3 * MiB, 2);
 	check_fill(b1, 2 * MiB, 3);
@@ -160,11 +160,11 @@ START_TEST(test_round_trip)
 	ck_assert_uint_eq(join(a, 2, instance + 1, session_a, NULL), 0);
 	ck_assert_uint_eq(join(a, 3, instance, session_a, NULL), 0);
 	td_free(a, 4, a1, EPERM); /* still nobody's: not this client's to free */
-	ck_assert_uint_eq(d->n_orphans, 3);
+	ck_assert_uint_eq(d->mem.n_orphans, 3);
 	close(a);
 	/* Nor a later process that got the pid (another start time). */
 	a = td_hello_client(1000, &ca);
-	ca->start_time++;
+	ca->owner.mem.start_time++;
 	ck_assert_uint_eq(join(a, 2, instance, session_a, NULL), 0);
 	close(a);
 
@@ -172,15 +172,15 @@ START_TEST(test_round_trip)
 	a = td_hello_client(1000, &ca);
 	ck_assert_uint_eq(join(a, 5, instance, session_a, &session), 3);
 	ck_assert_uint_gt(session, session_a); /* ids go on from the old mrd's */
-	ck_assert_uint_eq(ca->allocated_bytes, 4 * MiB + 8 * 4096);
-	ck_assert_uint_eq(d->n_orphans, 0);
+	ck_assert_uint_eq(ca->owner.mem.allocated_bytes, 4 * MiB + 8 * 4096);
+	ck_assert_uint_eq(d->mem.n_orphans, 0);
 	b2 = td_hello_client(1000, NULL);
 	ck_assert_uint_eq(join(b2, 2, instance, session_a, NULL), 0);
 	close(b2);
 	/* The adopted arena's free pages serve new allocations: no arena more. */
-	arenas = d->n_arenas;
+	arenas = d->mem.n_arenas;
 	td_free(a, 6, td_alloc(a, 7, 1 * MiB), 0);
-	ck_assert_uint_eq(d->n_arenas, arenas);
+	ck_assert_uint_eq(d->mem.n_arenas, arenas);
 	td_lookup(a, 7, a2, 0, &mr);
 	ck_assert_uint_eq(mr.start, a2);
 	td_free(a, 8, a1, 0);
@@ -196,10 +196,10 @@ START_TEST(test_round_trip)
 
 	/* uid 2000's allocation: its process is gone, so the next check frees it. */
 	d = find_domain("uid-2000");
-	ck_assert_uint_eq(d->allocated_bytes, 2 * MiB);
+	ck_assert_uint_eq(d->mem.allocated_bytes, 2 * MiB);
 	grace_tick();
-	ck_assert_uint_eq(d->allocated_bytes, 0);
-	ck_assert_uint_eq(d->n_orphans, 0);
+	ck_assert_uint_eq(d->mem.allocated_bytes, 0);
+	ck_assert_uint_eq(d->mem.n_orphans, 0);
 	ck_assert_ptr_null(td_manager->grace_timer); /* nothing waits any more */
 	close(a);
 	close(b);
@@ -226,15 +226,15 @@ START_TEST(test_waits_for_live_process)
 	restart(&saved);
 	handover_fds_done(&saved);
 	td_pump();
-	ck_assert_uint_eq(td_manager->n_domains, 2);
+	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 	grace_tick();
 	grace_tick();
-	ck_assert_uint_eq(td_manager->n_domains, 1);
+	ck_assert_uint_eq(td_manager->core.n_domains, 1);
 	ck_assert_ptr_null(find_domain("uid-4242"));
-	ck_assert_uint_eq(find_domain(live)->n_orphans, 1);
+	ck_assert_uint_eq(find_domain(live)->mem.n_orphans, 1);
 	ck_assert_ptr_nonnull(td_manager->grace_timer);
 	handover_end_grace(td_manager); /* at exit: everything */
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	ck_assert_uint_eq(td_manager->core.n_domains, 0);
 	ck_assert_ptr_null(td_manager->grace_timer);
 }
 END_TEST
@@ -258,7 +258,7 @@ START_TEST(test_claim_checks_uid)
 	session = c->id;
 	ck_assert_int_eq(handover_save(td_manager, &saved, &n), 0);
 	close(a);
-	td_manager->keep_content = true;
+	td_manager->core.window.keep_content = true;
 	td_stop();
 	td_start(lab);
 	ck_assert_int_eq(handover_adopt(td_manager, &saved), 0);
@@ -292,17 +292,17 @@ START_TEST(test_mempool_over_waiting)
 	td_send_mempool_register(b, 2, "p", &a1, &len, 1, false);
 	td_expect_free(b, 2, 0);
 	td_mempool_unregister(b, 3, "p", 0);
-	ck_assert_uint_eq(d->n_orphans, 1);
+	ck_assert_uint_eq(d->mem.n_orphans, 1);
 	ck_assert_ptr_nonnull(domain_find_allocation(d, a1));
 	td_send_mempool_register(b, 4, "p", &a1, &len, 1, false);
 	td_expect_free(b, 4, 0);
 	/* Its process is gone: it leaves the waiting list, but the mempool keeps it until it
 	 * goes. */
 	grace_tick();
-	ck_assert_uint_eq(d->n_orphans, 0);
-	ck_assert_uint_eq(d->allocated_bytes, 1 * MiB);
+	ck_assert_uint_eq(d->mem.n_orphans, 0);
+	ck_assert_uint_eq(d->mem.allocated_bytes, 1 * MiB);
 	td_mempool_unregister(b, 5, "p", 0);
-	ck_assert_uint_eq(d->allocated_bytes, 0);
+	ck_assert_uint_eq(d->mem.allocated_bytes, 0);
 	close(b);
 	td_pump();
 }
@@ -319,20 +319,20 @@ START_TEST(test_adopt_checks)
 
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(ftruncate(fd, 64 * MiB), 0);
-	ck_assert_int_eq(domain_adopt(td_manager, "x", 0, &d), 0);
-	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), -EINVAL); /* not sealed */
+	ck_assert_int_eq(domain_adopt(&td_manager->core, "x", 0, &d), 0);
+	ck_assert_int_eq(arena_adopt(&d->mem, fd, &place, &a), -EINVAL); /* not sealed */
 	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK), 0);
 	place.size = 32 * MiB;
-	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), -EINVAL); /* not its size */
+	ck_assert_int_eq(arena_adopt(&d->mem, fd, &place, &a), -EINVAL); /* not its size */
 	place.size = 64 * MiB;
 	place.page_size = 2 << 20;
-	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), -EINVAL); /* not its pages */
+	ck_assert_int_eq(arena_adopt(&d->mem, fd, &place, &a), -EINVAL); /* not its pages */
 	place.page_size = 4096;
-	place.slot = td_manager->window.n_slots;
-	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), -EINVAL); /* outside the window */
+	place.slot = td_manager->core.window.n_slots;
+	ck_assert_int_eq(arena_adopt(&d->mem, fd, &place, &a), -EINVAL); /* outside the window */
 	place.slot = 2;
-	ck_assert_int_eq(arena_adopt(d, fd, &place, &a), 0);
-	ck_assert_ptr_eq(a->base, window_slot(&td_manager->window, 2));
+	ck_assert_int_eq(arena_adopt(&d->mem, fd, &place, &a), 0);
+	ck_assert_ptr_eq(a->base, window_slot(&td_manager->core.window, 2));
 	ck_assert_int_eq(domain_adopt_allocation(d, a, &al), 0);
 	al.offset = 512 * 1024;
 	ck_assert_int_eq(domain_adopt_allocation(d, a, &al), -EEXIST); /* overlaps */
@@ -344,7 +344,7 @@ START_TEST(test_adopt_checks)
 	ck_assert_int_eq(arena_adopt_finish(a), 0);
 	ck_assert_uint_eq(a->buddy.free_pages, (63 * MiB) / 4096);
 	handover_end_grace(td_manager);
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	ck_assert_uint_eq(td_manager->core.n_domains, 0);
 }
 END_TEST
 
@@ -438,7 +438,7 @@ START_TEST(test_untrusted_state_dropped)
 	ck_assert_uint_eq(saved.n, 3);
 	close(a);
 	close(c);
-	td_manager->keep_content = true;
+	td_manager->core.window.keep_content = true;
 	td_stop();
 	td_start(settings);
 	instance = td_manager->instance;
@@ -449,7 +449,7 @@ START_TEST(test_untrusted_state_dropped)
 	garbage.n = 1;
 	ck_assert_int_eq(handover_adopt(td_manager, &garbage), 0);
 	ck_assert_int_eq(fd, -1);
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	ck_assert_uint_eq(td_manager->core.n_domains, 0);
 
 	/* Its second arena passed under another name: the first one, taken already with its
 	 * allocation, goes again untouched. */
@@ -457,7 +457,7 @@ START_TEST(test_untrusted_state_dropped)
 	saved.names[2] = (char *)HANDOVER_ARENA_PREFIX "999999";
 	adopt_copy(&saved);
 	saved.names[2] = name;
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	ck_assert_uint_eq(td_manager->core.n_domains, 0);
 	ck_assert_uint_eq(td_manager->instance, instance);
 	check_memfd_filled(saved.fds[1]);
 	check_memfd_filled(saved.fds[2]);
@@ -468,16 +468,16 @@ START_TEST(test_untrusted_state_dropped)
 	ck_assert_uint_eq(b1, a1);
 	fill(b1, 1 * MiB, 6);
 	adopt_copy(&saved);
-	ck_assert_uint_eq(td_manager->n_domains, 1);
+	ck_assert_uint_eq(td_manager->core.n_domains, 1);
 	ck_assert_uint_eq(td_manager->instance, instance);
 	check_fill(b1, 1 * MiB, 6);
 	close(b);
 	td_pump();
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	ck_assert_uint_eq(td_manager->core.n_domains, 0);
 
 	/* None of that touched the memfds: with the slot free again, it all comes back. */
 	adopt_copy(&saved);
-	ck_assert_uint_eq(td_manager->n_domains, 2);
+	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 	ck_assert_uint_ne(td_manager->instance, instance);
 	check_fill(a1, 1 * MiB, 5);
 	check_fill(c1, 1 * MiB, 7);
@@ -510,16 +510,16 @@ START_TEST(test_sealed_attachment_dropped_alone)
 		ck_assert_int_eq(saved.fds[i], -1); /* the refused one is closed too */
 	handover_fds_done(&saved);
 
-	ck_assert_uint_eq(td_manager->n_domains, 2);
+	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 	d = find_domain("uid-1000");
 	ck_assert_ptr_nonnull(d);
-	ck_assert_uint_eq(d->n_orphans, 1); /* its plain allocation waits; the attachment went */
-	ck_assert_uint_eq(d->allocated_bytes, 1 * MiB);
+	ck_assert_uint_eq(d->mem.n_orphans, 1); /* its plain allocation waits; the attachment went */
+	ck_assert_uint_eq(d->mem.allocated_bytes, 1 * MiB);
 	check_fill(a1, 1 * MiB, 1);
 	d = find_domain("uid-2000");
 	ck_assert_ptr_nonnull(d);
-	ck_assert_uint_eq(d->n_orphans, 1);
-	ck_assert_uint_eq(d->allocated_bytes, 2 * MiB);
+	ck_assert_uint_eq(d->mem.n_orphans, 1);
+	ck_assert_uint_eq(d->mem.allocated_bytes, 2 * MiB);
 	check_fill(b1, 2 * MiB, 2);
 	/* The attached memfd's content is the client's still. */
 	for (uint64_t i = 0; i < 8 * 4096; i += 4096) {
@@ -530,7 +530,7 @@ START_TEST(test_sealed_attachment_dropped_alone)
 	}
 	close(memfd);
 	handover_end_grace(td_manager);
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	ck_assert_uint_eq(td_manager->core.n_domains, 0);
 }
 END_TEST
 

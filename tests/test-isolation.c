@@ -109,7 +109,7 @@ static void try_status(struct world *w)
 	ck_assert_uint_eq(resp->status_reply->domains, 1);
 	ck_assert_uint_eq(resp->status_reply->clients, 1);
 	ck_assert_uint_eq(resp->status_reply->requests, 0);
-	ck_assert_uint_eq(resp->status_reply->max_clients, td_manager->config.quota_clients);
+	ck_assert_uint_eq(resp->status_reply->max_clients, td_manager->core.config.quota_clients);
 	mrd__response__free_unpacked(resp, NULL);
 }
 
@@ -145,14 +145,14 @@ static void try_alloc(struct world *w)
 	uint64_t addr = td_alloc(w->b, ++next_id, 64 * 1024);
 	Mrd__MrEntry e = lookup(w->b, addr);
 	struct frmr_pool_stats st[16];
-	size_t n = frmr_pools_stats(&w->cb->domain->pools, st, 16);
+	size_t n = frmr_pools_stats(&w->cb->domain->reg.pools, st, 16);
 	uint64_t queued = 0;
 
 	ck_assert(addr + 64 * 1024 <= w->mem || addr >= w->mem + (1 << 20));
 	ck_assert_uint_ne(e.lkey, w->keys.lkey);
 	for (size_t i = 0; i < n; i++)
 		ck_assert_uint_eq(st[i].hits, 0);
-	n = frmr_pools_stats(&w->ca->domain->pools, st, 16);
+	n = frmr_pools_stats(&w->ca->domain->reg.pools, st, 16);
 	for (size_t i = 0; i < n; i++)
 		queued += st[i].queued;
 	ck_assert_uint_eq(queued, 1); /* A's parked handle stays A's */

@@ -104,15 +104,15 @@ START_TEST(test_alloc_in_window)
 
 	join(fd, 2, NULL);
 	ck_assert_int_eq(alloc(fd, 3, 10000, 0, 0, &a, &info), 1); /* first time: memfd */
-	ck_assert_uint_ge(a, m->config.window_base);
-	ck_assert_uint_lt(a, m->config.window_base + m->config.window_size);
+	ck_assert_uint_ge(a, m->core.config.window_base);
+	ck_assert_uint_lt(a, m->core.config.window_base + m->core.config.window_size);
 	ck_assert_uint_eq(info.address, a); /* first run of a fresh arena */
 	ck_assert_uint_eq(info.size, 64 * MiB);
 	ck_assert(!info.hugetlb);
 	ck_assert_int_eq(alloc(fd, 4, 4096, 1 * MiB, 0, &b, NULL), 0); /* same arena: no memfd */
 	ck_assert_uint_eq(b % MiB, 0);
-	ck_assert_uint_eq(domain_of(c)->allocated_bytes, 12288 + 4096);
-	ck_assert_uint_eq(c->allocated_bytes, 12288 + 4096);
+	ck_assert_uint_eq(domain_of(c)->mem.allocated_bytes, 12288 + 4096);
+	ck_assert_uint_eq(c->owner.mem.allocated_bytes, 12288 + 4096);
 
 	/* mrd's own mapping is the memory. */
 	memset((void *)(uintptr_t)a, 0x5a, 10000);
@@ -122,7 +122,7 @@ START_TEST(test_alloc_in_window)
 	td_free(fd, 7, b + 4096, ENOENT);                 /* not a start */
 	td_free(fd, 8, 0x1234, ENOENT);
 	td_free(fd, 9, b, 0);
-	ck_assert_uint_eq(domain_of(c)->allocated_bytes, 0);
+	ck_assert_uint_eq(domain_of(c)->mem.allocated_bytes, 0);
 	close(fd);
 }
 END_TEST
@@ -186,7 +186,7 @@ START_TEST(test_ownership_and_sharing)
 	td_expect_free(x, 3, ENOENT);
 	td_free(x, 4, addr, ENOENT);
 	ck_assert_ptr_ne(domain_of(cx), domain_of(ca));
-	ck_assert_uint_eq(td_manager->n_domains, 2);
+	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 
 	td_free(a, 5, addr, 0);
 	close(a);
@@ -211,8 +211,8 @@ START_TEST(test_quota_allocated_bytes)
 		      (char *)(uintptr_t)msg);
 	free((void *)(uintptr_t)msg);
 	/* Nothing half-done: usage is what it was. */
-	ck_assert_uint_eq(domain_of(c)->allocated_bytes, 768 * 1024);
-	ck_assert_uint_eq(domain_of(c)->allocations.n, 1);
+	ck_assert_uint_eq(domain_of(c)->mem.allocated_bytes, 768 * 1024);
+	ck_assert_uint_eq(domain_of(c)->mem.allocations.n, 1);
 	close(fd);
 }
 END_TEST
@@ -277,23 +277,23 @@ START_TEST(test_death_releases)
 	alloc(a, 3, 100 * MiB, 0, 0, &y, NULL); /* its own, bigger arena */
 	d = domain_of(ca);
 	ck_assert_uint_eq(page->allocations, 3);
-	ck_assert_uint_eq(d->n_arenas, 2);
+	ck_assert_uint_eq(d->mem.n_arenas, 2);
 	gen = page->generation;
 
 	/* A dies without freeing: all of A's memory goes, B's stays, B sees it happen. */
 	close(a);
 	td_pump();
-	ck_assert_uint_eq(d->allocated_bytes, 4096);
-	ck_assert_uint_eq(d->allocations.n, 1);
+	ck_assert_uint_eq(d->mem.allocated_bytes, 4096);
+	ck_assert_uint_eq(d->mem.allocations.n, 1);
 	ck_assert_uint_eq(page->allocated_bytes, 4096);
 	ck_assert_uint_eq(page->clients, 1);
 	ck_assert_uint_gt(page->generation, gen);
-	ck_assert_uint_eq(d->n_arenas, 1); /* the oversized arena went back; B's stays */
+	ck_assert_uint_eq(d->mem.n_arenas, 1); /* the oversized arena went back; B's stays */
 	td_free(b, 4, x, 0);
 	ck_assert_uint_eq(page->allocated_bytes, 0);
 	close(b);
 	td_pump();
-	ck_assert_uint_eq(td_manager->n_domains, 0);
+	ck_assert_uint_eq(td_manager->core.n_domains, 0);
 }
 END_TEST
 
@@ -346,7 +346,7 @@ START_TEST(test_extmem)
 	mine = mmap(NULL, 8 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED, sealed, 0);
 	mine[4096 + 3] = 0x33;
 	ck_assert_int_eq(((uint8_t *)(uintptr_t)addr)[3], 0x33);
-	ck_assert_uint_eq(c->allocated_bytes, 4 * 4096);
+	ck_assert_uint_eq(c->owner.mem.allocated_bytes, 4 * 4096);
 
 	td_free(fd, 7, addr, EINVAL); /* attached memory is detached, not freed */
 	det.address = addr;
@@ -355,7 +355,7 @@ START_TEST(test_extmem)
 	req.extmem_detach = &det;
 	td_send_request(fd, &req, NULL, 0);
 	td_expect_free(fd, 8, 0);
-	ck_assert_uint_eq(c->allocated_bytes, 0);
+	ck_assert_uint_eq(c->owner.mem.allocated_bytes, 0);
 	ck_assert_int_eq(mine[4096 + 3], 0x33); /* detaching never touches the client's data */
 	munmap(mine, 8 * 4096);
 	close(sealed);
@@ -372,8 +372,8 @@ static unsigned window_slots_used(void)
 {
 	unsigned n = 0;
 
-	for (uint32_t i = 0; i < td_manager->window.n_slots; i++)
-		n += td_manager->window.used[i];
+	for (uint32_t i = 0; i < td_manager->core.window.n_slots; i++)
+		n += td_manager->core.window.used[i];
 	return n;
 }
 
@@ -403,9 +403,9 @@ START_TEST(test_quota_boundaries)
 	alloc(fd, 3, 4096, 0, EDQUOT, &msg, NULL); /* one page more */
 	free_msg(msg);
 	mrd__response__free_unpacked(td_attach(fd, 4, memfd, 0, 4096, EDQUOT), NULL);
-	ck_assert_uint_eq(domain_of(c)->allocated_bytes, 1 * MiB);
-	ck_assert_uint_eq(domain_of(c)->allocations.n, 1);
-	ck_assert_uint_eq(domain_of(c)->n_arenas, 1);
+	ck_assert_uint_eq(domain_of(c)->mem.allocated_bytes, 1 * MiB);
+	ck_assert_uint_eq(domain_of(c)->mem.allocations.n, 1);
+	ck_assert_uint_eq(domain_of(c)->mem.n_arenas, 1);
 	ck_assert_uint_eq(window_slots_used(), slots);
 	ck_assert_uint_eq(count_open_fds(0), fds); /* the refused memfd went back, no arena was made */
 
@@ -413,15 +413,15 @@ START_TEST(test_quota_boundaries)
 	td_free(fd, 5, a, 0);
 	mrd__response__free_unpacked(td_attach(fd, 6, memfd, 0, 4096, 0), NULL);
 	alloc(fd, 7, 1 * MiB - 4096, 0, 0, &b, NULL);
-	ck_assert_uint_eq(domain_of(c)->allocated_bytes, 1 * MiB);
-	ck_assert_uint_eq(domain_of(c)->n_arenas, 2); /* the attached one, and one of pages */
+	ck_assert_uint_eq(domain_of(c)->mem.allocated_bytes, 1 * MiB);
+	ck_assert_uint_eq(domain_of(c)->mem.n_arenas, 2); /* the attached one, and one of pages */
 	alloc(fd, 8, 4096, 0, EDQUOT, &msg, NULL);
 	free_msg(msg);
 	td_free(fd, 9, b, 0);
 	/* quota.arenas (2) is reached: new memory fits the arena there is, an attach does not. */
 	alloc(fd, 10, 4096, 0, 0, &b, NULL);
 	mrd__response__free_unpacked(td_attach(fd, 11, memfd, 4096, 4096, EDQUOT), NULL);
-	ck_assert_uint_eq(domain_of(c)->n_arenas, 2);
+	ck_assert_uint_eq(domain_of(c)->mem.n_arenas, 2);
 	close(fd);
 	td_wait_domains_closed();
 	ck_assert_uint_eq(window_slots_used(), 0);

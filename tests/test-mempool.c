@@ -89,18 +89,18 @@ START_TEST(test_ranges_rounded_and_merged)
 	/* The keys work, and only inside their ranges. */
 	td_dma(fd, 4, PROVIDER_DMA_WRITE, e[0], a, e[1], a + 256 * KiB, 8, 0);
 	td_dma(fd, 5, PROVIDER_DMA_WRITE, e[0], a + 72 * KiB, e[1], a + 256 * KiB, 8, EFAULT);
-	provider_stats(c->domain->provider, &ps);
+	provider_stats(c->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 2);
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 76 * KiB);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 76 * KiB);
 
 	reg(fd, 6, "rx", starts, lengths, 1, false, EEXIST);
-	gen = c->domain->status->generation;
+	gen = c->domain->mem.status.page->generation;
 	td_mempool_unregister(fd, 7, "rx", 0);
-	ck_assert_uint_gt(c->domain->status->generation, gen);
+	ck_assert_uint_gt(c->domain->mem.status.page->generation, gen);
 	td_dma(fd, 8, PROVIDER_DMA_WRITE, e[0], a, e[1], a + 256 * KiB, 8, ENOKEY);
-	provider_stats(c->domain->provider, &ps);
+	provider_stats(c->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 0);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 0);
 	td_mempool_unregister(fd, 9, "rx", ENOENT);
 	mrd__response__free_unpacked(resp, NULL);
 	close(fd);
@@ -156,9 +156,9 @@ START_TEST(test_extmem_replaces)
 				  a + i * 16 * KiB + 8 * KiB);
 	}
 	/* Answered once the chunk registration is gone: the replacement's MRs alone are left. */
-	provider_stats(c->domain->provider, &ps);
+	provider_stats(c->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 8);
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 64 * KiB);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 64 * KiB);
 	td_dma(fd, 5, PROVIDER_DMA_WRITE, whole->mempool_register->entries[0], a,
 	       pages->mempool_register->entries[0], a, 8, ENOKEY);
 	reg(fd, 6, "ext", objs, lens, 8, true, EEXIST);
@@ -195,13 +195,13 @@ START_TEST(test_extmem_replaced_before_the_reply)
 	td_pump();
 	ck_assert_ptr_nonnull(c->pending); /* no answer while the old MR is still pinned */
 	/* The replacement's pages lie inside the old MR's: counted once. */
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 1 * MiB);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 1 * MiB);
 	td_unblock_worker(&b);
 	resp = td_expect(fd, 4, 0);
 	ck_assert_uint_eq(resp->mempool_register->n_entries, 8);
 	/* Right at the reply: only the replacement is counted, and only it is on the device. */
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 32 * KiB);
-	provider_stats(c->domain->provider, &ps);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 32 * KiB);
+	provider_stats(c->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 8);
 	ck_assert_uint_eq(ps.pinned_bytes, 32 * KiB);
 	mrd__response__free_unpacked(resp, NULL);
@@ -230,7 +230,7 @@ START_TEST(test_lookup_uses_the_pool_mr)
 	ck_assert_uint_eq(in.end, pool->end);
 	ck_assert_uint_eq(in.lkey, pool->lkey);
 	ck_assert_uint_eq(in.rkey, pool->rkey);
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 64 * KiB);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 64 * KiB);
 	/* Around it: the runs on either side, not over it. */
 	td_lookup(fd, 5, a, 0, &before);
 	ck_assert_uint_eq(before.start, a);
@@ -238,8 +238,8 @@ START_TEST(test_lookup_uses_the_pool_mr)
 	td_lookup(fd, 6, a + 512 * KiB, 0, &after);
 	ck_assert_uint_eq(after.start, start + len);
 	ck_assert_uint_eq(after.end, a + 1 * MiB);
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 1 * MiB);
-	provider_stats(c->domain->provider, &ps);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 1 * MiB);
+	provider_stats(c->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 3);
 	ck_assert_uint_eq(ps.pinned_bytes, 1 * MiB);
 	/* The keys it gave work. */
@@ -247,14 +247,14 @@ START_TEST(test_lookup_uses_the_pool_mr)
 	td_dma(fd, 7, PROVIDER_DMA_WRITE, &before, a, &in, start + 100, 7, 0);
 	ck_assert_str_eq((char *)(uintptr_t)(start + 100), "around");
 	/* The pool goes: its pages get a registration of their own at the next lookup. */
-	gen = c->domain->status->generation;
+	gen = c->domain->mem.status.page->generation;
 	td_mempool_unregister(fd, 8, "p", 0);
-	ck_assert_uint_gt(c->domain->status->generation, gen);
+	ck_assert_uint_gt(c->domain->mem.status.page->generation, gen);
 	td_lookup(fd, 9, start + 5, 0, &again);
 	ck_assert_uint_eq(again.start, start);
 	ck_assert_uint_eq(again.end, start + len);
 	ck_assert_uint_ne(again.rkey, in.rkey);
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 1 * MiB);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 1 * MiB);
 	mrd__response__free_unpacked(resp, NULL);
 	close(fd);
 }
@@ -275,18 +275,19 @@ START_TEST(test_pool_after_lookup_counts_once)
 	td_lookup(fd, 3, a, 0, &e);
 	ck_assert_uint_eq(e.start, a);
 	ck_assert_uint_eq(e.end, a + 1 * MiB);
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 1 * MiB);
-	td_manager->config.quota_pinned_bytes = 1 * MiB;
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 1 * MiB);
+	td_manager->core.config.quota_pinned_bytes = 1 * MiB;
 	start = a + 64 * KiB;
 	resp = reg(fd, 4, "p", &start, &len, 1, false, 0);
 	mrd__response__free_unpacked(resp, NULL);
-	provider_stats(c->domain->provider, &ps);
+	provider_stats(c->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.pinned_bytes, 1 * MiB); /* the provider pinned no new page */
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 1 * MiB);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 1 * MiB);
 	td_mempool_unregister(fd, 5, "p", 0);
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 1 * MiB); /* the lookup's MR stays */
+	/* The lookup's MR stays. */
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 1 * MiB);
 	td_free(fd, 6, a, 0);
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 0);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 0);
 	close(fd);
 }
 END_TEST
@@ -303,27 +304,29 @@ START_TEST(test_concurrent_lookups_quota)
 	int a, peer;
 
 	td_start_one_worker();
-	td_manager->config.quota_pinned_bytes = 3 * MiB;
+	td_manager->core.config.quota_pinned_bytes = 3 * MiB;
 	a = td_hello_client(1000, &ca);
 	peer = td_hello_client(1000, NULL);
 	big = td_alloc(a, 2, 2 * MiB);
 	td_block_worker(&b);
 	td_send_lookup(a, 3, big); /* the whole 2 MiB, on the blocked worker */
 	td_pump();
-	ck_assert_uint_eq(ca->domain->cache.pending_bytes, 2 * MiB);
-	ck_assert_uint_eq(ca->domain->cache.charges.pinned_bytes, 2 * MiB); /* counted from the start */
+	ck_assert_uint_eq(ca->domain->reg.cache.pending_bytes, 2 * MiB);
+	/* Counted from the start. */
+	ck_assert_uint_eq(ca->domain->reg.cache.charges.pinned_bytes, 2 * MiB);
 	td_send_lookup(peer, 3, big + 1 * MiB);
 	td_pump();
-	ck_assert_uint_eq(ca->domain->cache.pending_bytes, 2 * MiB); /* no second registration */
+	/* No second registration. */
+	ck_assert_uint_eq(ca->domain->reg.cache.pending_bytes, 2 * MiB);
 	td_unblock_worker(&b);
 	resp = td_expect(a, 3, 0);
 	mrd__response__free_unpacked(resp, NULL);
-	td_pump_until_zero(&ca->domain->cache.jobs);
+	td_pump_until_zero(&ca->domain->reg.jobs);
 	resp = td_expect(peer, 3, 0);
 	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, big);
 	mrd__response__free_unpacked(resp, NULL);
-	ck_assert_uint_eq(ca->domain->cache.charges.pinned_bytes, 2 * MiB);
-	ck_assert_uint_eq(ca->domain->cache.registrations, 1);
+	ck_assert_uint_eq(ca->domain->reg.cache.charges.pinned_bytes, 2 * MiB);
+	ck_assert_uint_eq(ca->domain->reg.cache.registrations, 1);
 	close(a);
 	close(peer);
 	td_wait_domains_closed();
@@ -345,15 +348,15 @@ START_TEST(test_lookup_beside_a_run_being_registered)
 	a = td_hello_client(1000, &ca);
 	peer = td_hello_client(1000, NULL);
 	big = td_alloc(a, 2, 4 * MiB);
-	ca->domain->provider->caps.max_mr_size = 1 * MiB;
-	td_manager->config.quota_pinned_bytes = 1 * MiB + 512 * KiB;
+	ca->domain->reg.provider->caps.max_mr_size = 1 * MiB;
+	td_manager->core.config.quota_pinned_bytes = 1 * MiB + 512 * KiB;
 	td_block_worker(&b);
 	td_send_lookup(a, 3, big + 2 * MiB); /* [2 MiB, 3 MiB), on the blocked worker */
 	td_pump();
 	td_send_lookup(peer, 3, big + 1 * MiB + 512 * KiB); /* up to 2 MiB only */
 	td_pump();
-	ck_assert_uint_eq(ca->domain->cache.pending_bytes, 1 * MiB + 512 * KiB);
-	ck_assert_uint_eq(ca->domain->cache.charges.pinned_bytes, 1 * MiB + 512 * KiB);
+	ck_assert_uint_eq(ca->domain->reg.cache.pending_bytes, 1 * MiB + 512 * KiB);
+	ck_assert_uint_eq(ca->domain->reg.cache.charges.pinned_bytes, 1 * MiB + 512 * KiB);
 	td_unblock_worker(&b);
 	resp = td_expect(a, 3, 0);
 	mrd__response__free_unpacked(resp, NULL);
@@ -361,7 +364,7 @@ START_TEST(test_lookup_beside_a_run_being_registered)
 	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, big + 1 * MiB + 512 * KiB);
 	ck_assert_uint_eq(resp->mr_lookup->entries[0]->end, big + 2 * MiB);
 	mrd__response__free_unpacked(resp, NULL);
-	ck_assert_uint_eq(ca->domain->cache.charges.pinned_bytes, 1 * MiB + 512 * KiB);
+	ck_assert_uint_eq(ca->domain->reg.cache.charges.pinned_bytes, 1 * MiB + 512 * KiB);
 	close(a);
 	close(peer);
 	td_wait_domains_closed();
@@ -381,25 +384,25 @@ START_TEST(test_overlapping_pools_count_once)
 
 	ck_assert_uint_eq(reg_ok(fd, 4, "p0", &a, &len, 1), 1);
 	ck_assert_uint_eq(reg_ok(fd, 5, "p1", &late, &len, 1), 1);
-	provider_stats(c->domain->provider, &ps);
+	provider_stats(c->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.pinned_bytes, 64 * KiB);
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 64 * KiB);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 64 * KiB);
 	/* The whole allocation again: no new page, so a full quota still takes it. */
-	td_manager->config.quota_pinned_bytes = 64 * KiB;
+	td_manager->core.config.quota_pinned_bytes = 64 * KiB;
 	ck_assert_uint_eq(reg_ok(fd, 6, "p2", &a, &all, 1), 1);
 	td_send_mempool_register(fd, 7, "p3", &b, &all, 1, false);
 	resp = td_expect(fd, 7, EDQUOT);
 	ck_assert_msg(strstr(resp->message, "65536 pinned or being pinned, 65536 more asked"), "%s",
 		      resp->message);
 	mrd__response__free_unpacked(resp, NULL);
-	provider_stats(c->domain->provider, &ps);
+	provider_stats(c->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 3);
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 64 * KiB);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 64 * KiB);
 	td_mempool_unregister(fd, 8, "p2", 0);
 	td_mempool_unregister(fd, 9, "p0", 0);
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 48 * KiB); /* p1's pages */
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 48 * KiB); /* p1's pages */
 	td_mempool_unregister(fd, 10, "p1", 0);
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 0);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 0);
 	close(fd);
 }
 END_TEST
@@ -424,20 +427,20 @@ START_TEST(test_pool_made_while_a_lookup_registers)
 	td_block_worker(&b);
 	td_send_lookup(a, 3, big); /* the whole 4 MiB, on the blocked worker */
 	td_pump();
-	ck_assert_uint_eq(ca->domain->cache.pending_bytes, 4 * MiB);
+	ck_assert_uint_eq(ca->domain->reg.cache.pending_bytes, 4 * MiB);
 	/* A small pool, registered on the loop right now. */
-	pending = ca->domain->cache.pending_bytes;
-	ca->domain->cache.pending_bytes = 0;
+	pending = ca->domain->reg.cache.pending_bytes;
+	ca->domain->reg.cache.pending_bytes = 0;
 	resp = reg(peer, 4, "p", &start, &len, 1, false, 0);
 	mrd__response__free_unpacked(resp, NULL);
-	ca->domain->cache.pending_bytes = pending;
+	ca->domain->reg.cache.pending_bytes = pending;
 	td_unblock_worker(&b);
 	resp = td_expect(a, 3, 0);
 	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, big);
 	ck_assert_uint_eq(resp->mr_lookup->entries[0]->end, start);
 	mrd__response__free_unpacked(resp, NULL);
-	ck_assert_uint_eq(ca->domain->cache.charges.pinned_bytes, 1 * MiB + 64 * KiB);
-	provider_stats(ca->domain->provider, &ps);
+	ck_assert_uint_eq(ca->domain->reg.cache.charges.pinned_bytes, 1 * MiB + 64 * KiB);
+	provider_stats(ca->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 2);
 	close(a);
 	close(peer);
@@ -465,15 +468,15 @@ START_TEST(test_lookup_waits_for_a_pool_mr)
 	td_send_lookup(peer, 3, big + 2 * MiB);
 	td_pump();
 	ck_assert_ptr_nonnull(cb->pending);
-	ck_assert_uint_eq(cb->domain->cache.pending_bytes, 0); /* it waits, pinning nothing */
+	ck_assert_uint_eq(cb->domain->reg.cache.pending_bytes, 0); /* it waits, pinning nothing */
 	td_unblock_worker(&b);
 	rp = td_expect(a, 3, 0);
 	rl = td_expect(peer, 3, 0);
 	ck_assert_uint_eq(rl->mr_lookup->entries[0]->start, big + 1 * MiB);
 	ck_assert_uint_eq(rl->mr_lookup->entries[0]->end, big + 3 * MiB);
 	ck_assert_uint_eq(rl->mr_lookup->entries[0]->lkey, rp->mempool_register->entries[0]->lkey);
-	ck_assert_uint_eq(ca->domain->cache.charges.pinned_bytes, 2 * MiB);
-	provider_stats(ca->domain->provider, &ps);
+	ck_assert_uint_eq(ca->domain->reg.cache.charges.pinned_bytes, 2 * MiB);
+	provider_stats(ca->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
 	mrd__response__free_unpacked(rp, NULL);
 	mrd__response__free_unpacked(rl, NULL);
@@ -509,12 +512,12 @@ START_TEST(test_death_releases_pools)
 	close(fd);
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 1);
-	td_pump_until_zero(&d->cache.jobs);
-	provider_stats(d->provider, &ps);
+	td_pump_until_zero(&d->reg.jobs);
+	provider_stats(d->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
-	ck_assert_uint_eq(d->cache.charges.pinned_bytes, 0);
-	ck_assert_uint_eq(d->allocations.n, 1); /* the peer's */
-	ck_assert(LIST_EMPTY(&d->pool_regs));
+	ck_assert_uint_eq(d->reg.cache.charges.pinned_bytes, 0);
+	ck_assert_uint_eq(d->mem.allocations.n, 1); /* the peer's */
+	ck_assert(LIST_EMPTY(&d->reg.mempools.regs));
 	close(peer);
 }
 END_TEST
@@ -530,13 +533,13 @@ START_TEST(test_pool_in_memory_of_a_client_that_left)
 	close(a);
 	td_pump();
 	/* A's memory stays, ownerless, for B's pool: its key still works. */
-	ck_assert_uint_eq(d->allocations.n, 1);
+	ck_assert_uint_eq(d->mem.allocations.n, 1);
 	td_dma(b, 4, PROVIDER_DMA_WRITE, resp->mempool_register->entries[0], mem,
 	       resp->mempool_register->entries[0], mem + 4096, 8, 0);
 	td_free(b, 5, mem, EPERM);
 	td_mempool_unregister(b, 6, "in-a", 0);
-	ck_assert_uint_eq(d->allocations.n, 0); /* the last pool took it with it */
-	ck_assert_uint_eq(d->allocated_bytes, 0);
+	ck_assert_uint_eq(d->mem.allocations.n, 0); /* the last pool took it with it */
+	ck_assert_uint_eq(d->mem.allocated_bytes, 0);
 	mrd__response__free_unpacked(resp, NULL);
 	close(b);
 }
@@ -557,7 +560,7 @@ START_TEST(test_pools_and_quota)
 		ck_assert_uint_eq(reg_ok(fd, 3 + (uint64_t)i, names[i], &a, &len, 1), 1);
 	reg(fd, 8, "p4", &a, &len, 1, false, EDQUOT);
 	/* Four MRs over one page: the page counts once. */
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 4 * KiB);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 4 * KiB);
 
 	req.id = 9;
 	req.body_case = MRD__REQUEST__BODY_MEMPOOLS;
@@ -613,7 +616,7 @@ START_TEST(test_big_pool_on_worker)
 	ck_assert_uint_eq(resp->mempool_register->entries[0]->start, big);
 	ck_assert_uint_eq(resp->mempool_register->entries[0]->end, big + 8 * MiB);
 	ck_assert_uint_ne(resp->mempool_register->entries[0]->lkey, MRD_KEY_INVALID);
-	ck_assert_uint_eq(ca->domain->cache.registrations, 1);
+	ck_assert_uint_eq(ca->domain->reg.cache.registrations, 1);
 	mrd__response__free_unpacked(resp, NULL);
 	td_expect_free(a, 4, EBUSY); /* ...and then finds the memory under the pool */
 	close(a);
@@ -636,7 +639,7 @@ START_TEST(test_death_while_pool_registers)
 	close(a); /* gone while the worker has yet to pin its pool */
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 0);
-	ck_assert_uint_eq(td_manager->n_domains, 1); /* the job holds it */
+	ck_assert_uint_eq(td_manager->core.n_domains, 1); /* the job holds it */
 	td_unblock_worker(&b);
 	/* The job's MR had no pool left: deregistered, memory freed, domain closed. */
 	td_wait_domains_closed();

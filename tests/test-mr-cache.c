@@ -75,7 +75,7 @@ START_TEST(test_contig_lookup_and_dma)
 	addrs[1] = a + 3 * MiB - 1;
 	addrs[2] = b + 4096;
 	lookup(fd, 4, addrs, 3, 0, e);
-	cache = &c->domain->cache;
+	cache = &c->domain->reg.cache;
 	/* contig: the whole allocation, once. */
 	ck_assert_uint_eq(e[0].start, a);
 	ck_assert_uint_eq(e[0].end, a + 3 * MiB);
@@ -105,17 +105,17 @@ START_TEST(test_free_retires_keys)
 
 	lookup(fd, 4, &a, 1, 0, &ea);
 	lookup(fd, 5, &b, 1, 0, &eb);
-	provider_stats(c->domain->provider, &ps);
+	provider_stats(c->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 2);
 	ck_assert_uint_eq(ps.pinned_bytes, 2 * MiB);
-	gen = c->domain->status->generation;
+	gen = c->domain->mem.status.page->generation;
 
 	td_free(fd, 6, b, 0);
-	provider_stats(c->domain->provider, &ps);
+	provider_stats(c->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
 	ck_assert_uint_eq(ps.pinned_bytes, 1 * MiB);
-	ck_assert_uint_gt(c->domain->status->generation, gen);
-	ck_assert_uint_eq(c->domain->cache.deregistrations, 1);
+	ck_assert_uint_gt(c->domain->mem.status.page->generation, gen);
+	ck_assert_uint_eq(c->domain->reg.cache.deregistrations, 1);
 	/* The old key is dead, and the address is nobody's now. */
 	td_dma(fd, 7, PROVIDER_DMA_WRITE, &ea, a, &eb, b, 8, ENOKEY);
 	lookup(fd, 8, &b, 1, ENOENT, NULL);
@@ -140,7 +140,7 @@ START_TEST(test_handle_reuse_keeps_stale_keys_out)
 	size_t n;
 
 	ck_assert_ptr_eq(ca->domain, cb->domain);
-	ck_assert_ptr_null(ca->domain->pools.off);
+	ck_assert_ptr_null(ca->domain->reg.pools.off);
 	lookup(fa, 4, &a, 1, 0, &ea);
 	lookup(fb, 5, &src, 1, 0, &esrc);
 	td_free(fa, 6, a, 0);
@@ -150,7 +150,7 @@ START_TEST(test_handle_reuse_keeps_stale_keys_out)
 	ck_assert_uint_ne(eb.rkey, ea.rkey);
 	ck_assert_uint_ne(eb.lkey, ea.lkey);
 
-	n = frmr_pools_stats(&ca->domain->pools, st, 8);
+	n = frmr_pools_stats(&ca->domain->reg.pools, st, 8);
 	ck_assert_uint_eq(n, 2); /* 1 page and 64 pages */
 	ck_assert_uint_eq(st[1].key.pages, 64);
 	ck_assert_uint_eq(st[1].hits, 1);
@@ -255,9 +255,9 @@ START_TEST(test_frmr_admin_requests)
 	resp = td_expect(admin, 12, 0);
 	ck_assert_uint_eq(resp->frmr_pools_set->changed, 1);
 	mrd__response__free_unpacked(resp, NULL);
-	ck_assert_uint_eq(c->domain->pools.config.aging_s, 9);
-	ck_assert_uint_eq(c->manager->config.pools.aging_s, 9);
-	c->manager->config.pools.aging_s = FRMR_AGING_DEFAULT_S; /* as the next test expects */
+	ck_assert_uint_eq(c->domain->reg.pools.config.aging_s, 9);
+	ck_assert_uint_eq(c->manager->core.config.pools.aging_s, 9);
+	c->manager->core.config.pools.aging_s = FRMR_AGING_DEFAULT_S; /* as the next test expects */
 	close(fd);
 	close(admin);
 	close(other);
@@ -301,37 +301,37 @@ START_TEST(test_flush)
 	lookup(fd, 4, &a, 1, 0, &ea);
 	lookup(fd, 5, &b, 1, 0, &again);
 	td_free(fd, 6, b, 0); /* one handle parked in the 2-page pool */
-	ck_assert_uint_eq(d->pools.queued, 1);
+	ck_assert_uint_eq(d->reg.pools.queued, 1);
 	flush(fd, 7, "", false, 0, false, false, EPERM);
 	flush(admin, 8, "uid-1000", true, 1000, false, false, EINVAL);
 	flush(admin, 9, "nobody", false, 0, false, false, ENOENT);
 	flush(admin, 10, "", true, 4242, false, false, ENOENT);
 
-	gen = d->status->generation;
+	gen = d->mem.status.page->generation;
 	resp = flush(admin, 11, "", true, 1000, false, false, 0);
 	ck_assert_uint_eq(resp->flush->domains, 1);
 	ck_assert_uint_eq(resp->flush->handles, 0);
 	mrd__response__free_unpacked(resp, NULL);
-	ck_assert_uint_gt(d->status->generation, gen);
-	ck_assert_uint_eq(d->pools.queued, 1);
+	ck_assert_uint_gt(d->mem.status.page->generation, gen);
+	ck_assert_uint_eq(d->reg.pools.queued, 1);
 	lookup(fd, 12, &a, 1, 0, &again); /* served from the rebuilt table: no new MR */
 	ck_assert_uint_eq(again.lkey, ea.lkey);
-	ck_assert_uint_eq(d->cache.registrations, 2);
+	ck_assert_uint_eq(d->reg.cache.registrations, 2);
 
 	/* A pinned minimum of 1: --pools leaves it, --gc takes it and then the empty pool. */
-	ck_assert_int_eq(frmr_pools_set(&d->pools, &FRMR_MATCH_ANY, -1, 1), 1);
+	ck_assert_int_eq(frmr_pools_set(&d->reg.pools, &FRMR_MATCH_ANY, -1, 1), 1);
 	resp = flush(admin, 13, "uid-1000", false, 0, true, false, 0);
 	ck_assert_uint_eq(resp->flush->handles, 0);
 	mrd__response__free_unpacked(resp, NULL);
-	ck_assert_uint_eq(d->pools.queued, 1);
-	ck_assert_int_eq(frmr_pools_set(&d->pools, &FRMR_MATCH_ANY, -1, 0), 1);
+	ck_assert_uint_eq(d->reg.pools.queued, 1);
+	ck_assert_int_eq(frmr_pools_set(&d->reg.pools, &FRMR_MATCH_ANY, -1, 0), 1);
 	resp = flush(admin, 14, "", false, 0, true, false, 0);
 	ck_assert_uint_eq(resp->flush->handles, 1);
 	ck_assert_uint_eq(resp->flush->pools_removed, 0);
 	mrd__response__free_unpacked(resp, NULL);
-	td_pump_until_zero(&d->destroy_jobs); /* destroyed on a worker */
-	ck_assert_uint_eq(d->pools.queued, 0);
-	ck_assert_uint_eq(frmr_pools_stats(&d->pools, NULL, 0), 1);
+	td_pump_until_zero(&d->reg.destroy_jobs); /* destroyed on a worker */
+	ck_assert_uint_eq(d->reg.pools.queued, 0);
+	ck_assert_uint_eq(frmr_pools_stats(&d->reg.pools, NULL, 0), 1);
 	resp = flush(admin, 15, "", false, 0, false, true, 0);
 	ck_assert_uint_eq(resp->flush->handles, 0);
 	ck_assert_uint_eq(resp->flush->pools_removed, 0); /* the 2-page pool: a's MR is in use */
@@ -341,8 +341,8 @@ START_TEST(test_flush)
 	ck_assert_uint_eq(resp->flush->handles, 1);
 	ck_assert_uint_eq(resp->flush->pools_removed, 1);
 	mrd__response__free_unpacked(resp, NULL);
-	td_pump_until_zero(&d->destroy_jobs);
-	ck_assert_uint_eq(frmr_pools_stats(&d->pools, NULL, 0), 0);
+	td_pump_until_zero(&d->reg.destroy_jobs);
+	ck_assert_uint_eq(frmr_pools_stats(&d->reg.pools, NULL, 0), 0);
 	close(fd);
 	close(admin);
 	td_wait_domains_closed();
@@ -481,7 +481,7 @@ START_TEST(test_contig_around_existing)
 	a = td_alloc(fd, 2, 16 * 4096);
 	addrs[0] = a + 8 * 4096;
 	lookup(fd, 3, addrs, 1, 0, &e);
-	td_manager->domains.lh_first->cache.policy = MR_POLICY_CONTIG;
+	td_manager->core.domains.lh_first->reg.cache.policy = MR_POLICY_CONTIG;
 	addrs[0] = a + 4096;
 	lookup(fd, 4, addrs, 1, 0, &e);
 	ck_assert_uint_eq(e.start, a);
@@ -518,10 +518,10 @@ START_TEST(test_pinned_quota)
 	 * does not fit, and the refusal pinned nothing. */
 	a = td_alloc(fd, 8, 512 * 1024);
 	lookup(fd, 9, &a, 1, 0, &e);
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 1024 * 1024);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 1024 * 1024);
 	b = td_alloc(fd, 10, 4096);
 	lookup(fd, 11, &b, 1, EDQUOT, NULL);
-	ck_assert_uint_eq(c->domain->cache.charges.pinned_bytes, 1024 * 1024);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 1024 * 1024);
 	close(fd);
 }
 END_TEST
@@ -548,10 +548,10 @@ START_TEST(test_host_pinned_limit)
 	resp = td_expect(fd2, 5, EDQUOT);
 	ck_assert_msg(strstr(resp->message, "limits.pinned_bytes (1048576)"), "%s", resp->message);
 	mrd__response__free_unpacked(resp, NULL);
-	ck_assert_uint_eq(c2->domain->cache.charges.pinned_bytes, 0);
+	ck_assert_uint_eq(c2->domain->reg.cache.charges.pinned_bytes, 0);
 	td_free(fd1, 6, a, 0); /* the other domain unpins: now it fits */
 	lookup(fd2, 7, &b, 1, 0, &e);
-	ck_assert_uint_eq(c2->domain->cache.charges.pinned_bytes, 512 * 1024);
+	ck_assert_uint_eq(c2->domain->reg.cache.charges.pinned_bytes, 512 * 1024);
 	close(fd1);
 	close(fd2);
 }
@@ -567,7 +567,7 @@ START_TEST(test_table_overflow)
 
 	for (int i = 0; i < 12; i++)
 		addr[i] = td_alloc(fd, 10 + (uint64_t)i, 4096);
-	cache = &c->domain->cache;
+	cache = &c->domain->reg.cache;
 	/* A table that cannot grow past 4 entries (the sentinel and 3). */
 	mr_table_done(&cache->table);
 	ck_assert_int_eq(mr_table_init(&cache->table, 2, 4), 0);
@@ -645,14 +645,14 @@ START_TEST(test_racing_registrations)
 	td_send_lookup(a, 3, big);
 	td_send_lookup(other, 3, big + 4096); /* the same run, while the first is registered */
 	td_pump();
-	ck_assert_uint_eq(ca->domain->cache.pending_bytes, 4 * MiB); /* one registration */
-	ck_assert_uint_eq(ca->domain->cache.charges.pinned_bytes, 4 * MiB);
+	ck_assert_uint_eq(ca->domain->reg.cache.pending_bytes, 4 * MiB); /* one registration */
+	ck_assert_uint_eq(ca->domain->reg.cache.charges.pinned_bytes, 4 * MiB);
 	td_unblock_worker(&b);
 	ra = td_expect(a, 3, 0);
 	rb = td_expect(other, 3, 0);
 	ck_assert_uint_eq(ra->mr_lookup->entries[0]->lkey, rb->mr_lookup->entries[0]->lkey);
-	ck_assert_uint_eq(ca->domain->cache.registrations, 1);
-	provider_stats(ca->domain->provider, &ps);
+	ck_assert_uint_eq(ca->domain->reg.cache.registrations, 1);
+	provider_stats(ca->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
 	mrd__response__free_unpacked(ra, NULL);
 	mrd__response__free_unpacked(rb, NULL);
@@ -678,7 +678,7 @@ START_TEST(test_overlapping_registrations)
 	a = td_hello_client(1000, &ca);
 	other = td_hello_client(1000, NULL);
 	big = td_alloc(a, 2, 3 * MiB);
-	ca->domain->provider->caps.max_mr_size = 2 * MiB;
+	ca->domain->reg.provider->caps.max_mr_size = 2 * MiB;
 	td_block_worker(&b);
 	td_send_lookup(other, 3, big + 1 * MiB); /* [1 MiB, 3 MiB): done first */
 	td_pump();
@@ -697,8 +697,8 @@ START_TEST(test_overlapping_registrations)
 	ck_assert_msg(ea->end <= eb->start || eb->end <= ea->start,
 		      "[%#lx, %#lx) and [%#lx, %#lx) overlap", (unsigned long)ea->start,
 		      (unsigned long)ea->end, (unsigned long)eb->start, (unsigned long)eb->end);
-	ck_assert_uint_eq(ca->domain->cache.charges.pinned_bytes, 3 * MiB);
-	provider_stats(ca->domain->provider, &ps);
+	ck_assert_uint_eq(ca->domain->reg.cache.charges.pinned_bytes, 3 * MiB);
+	provider_stats(ca->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.pinned_bytes, 3 * MiB);
 	ck_assert_uint_eq(ps.mrs, 2);
 	/* The keys reach the bytes at both ends. */
@@ -732,17 +732,17 @@ START_TEST(test_death_while_registering)
 	close(a); /* gone, and its memory with it, while the worker has yet to pin it */
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 0);
-	ck_assert_uint_eq(td_manager->n_domains, 1); /* the job holds it */
+	ck_assert_uint_eq(td_manager->core.n_domains, 1); /* the job holds it */
 	td_block_worker(&later); /* behind the registration */
 	td_unblock_worker(&b);
 	/* The job found the memory gone: its registration (4 MiB: [cache] async_bytes) is let
 	 * go of on a worker, not on the loop, so it is still there while the worker is held... */
-	while (td_manager->n_domains == 1 && d->cache.pending_bytes > 0)
+	while (td_manager->core.n_domains == 1 && d->reg.cache.pending_bytes > 0)
 		td_pump();
-	ck_assert_uint_eq(td_manager->n_domains, 1); /* the dereg's job holds it */
-	provider_stats(d->provider, &ps);
+	ck_assert_uint_eq(td_manager->core.n_domains, 1); /* the dereg's job holds it */
+	provider_stats(d->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
-	ck_assert_uint_eq(d->cache.charges.pinned_bytes, 4 * MiB);
+	ck_assert_uint_eq(d->reg.cache.charges.pinned_bytes, 4 * MiB);
 	td_unblock_worker(&later);
 	/* ...and once it went, nothing is pinned and the domain closed. */
 	td_wait_domains_closed();
@@ -768,11 +768,11 @@ START_TEST(test_device_dma_on_worker)
 	buf[1] = td_alloc(other, 2, 64 * 1024);
 	big = td_alloc(other, 3, 4 * MiB);
 	lookup(a, 3, buf, 2, 0, e);
-	ca->domain->provider->caps.dma_emulated = false;
+	ca->domain->reg.provider->caps.dma_emulated = false;
 	td_dma(a, 4, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1], 8, 0); /* the thread */
-	ck_assert_ptr_nonnull(td_manager->dma_worker);
+	ck_assert_ptr_nonnull(td_manager->core.dma_worker);
 
-	td_block_pool(&b, td_manager->dma_worker);
+	td_block_pool(&b, td_manager->core.dma_worker);
 	td_send_dma(a, 5, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1] + 8, 100);
 	td_pump();
 	ck_assert_ptr_nonnull(ca->pending); /* on the Dma thread, behind the blocker */
@@ -793,31 +793,31 @@ START_TEST(test_device_dma_on_worker)
 	{
 		int more[5];
 
-		td_block_pool(&b, td_manager->dma_worker);
+		td_block_pool(&b, td_manager->core.dma_worker);
 		for (int i = 0; i < 5; i++) {
 			more[i] = td_hello_client(1000, NULL);
 			td_send_dma(more[i], 20, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1], 8);
 			td_pump();
 		}
 		td_expect_free(more[4], 20, EBUSY);
-		ck_assert_uint_eq(ca->domain->dma_jobs, 4);
+		ck_assert_uint_eq(ca->domain->reg.dma_jobs, 4);
 		td_unblock_worker(&b);
 		for (int i = 0; i < 4; i++)
 			td_expect_free(more[i], 20, 0);
-		ck_assert_uint_eq(ca->domain->dma_jobs, 0);
+		ck_assert_uint_eq(ca->domain->reg.dma_jobs, 0);
 		for (int i = 0; i < 5; i++)
 			close(more[i]);
 	}
 
 	/* Gone while its Dma waits: the job holds the domain, and answers nobody. */
-	td_block_pool(&b, td_manager->dma_worker);
+	td_block_pool(&b, td_manager->core.dma_worker);
 	td_send_dma(a, 8, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1], 100);
 	td_pump();
 	close(a);
 	close(other);
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 0);
-	ck_assert_uint_eq(td_manager->n_domains, 1);
+	ck_assert_uint_eq(td_manager->core.n_domains, 1);
 	td_unblock_worker(&b);
 	td_wait_domains_closed();
 }
@@ -1063,7 +1063,7 @@ START_TEST(test_odp_free_during_copy)
 	addrs[1] = td_alloc_flags(b, 2, 64 * 1024, MRD__ALLOC_FLAGS__ALLOC_ODP);
 	lookup(a, 3, &addrs[0], 1, 0, &e[0]);
 	lookup(b, 3, &addrs[1], 1, 0, &e[1]);
-	allocated = ca->domain->allocated_bytes;
+	allocated = ca->domain->mem.allocated_bytes;
 	/* Its pages present first (a prefetching copy), then the first one taken away. */
 	td_dma(a, 4, PROVIDER_DMA_WRITE, &e[0], addrs[0], &e[1], addrs[1], 64 * 1024, 0);
 	if (!copy_held(&h, ca->domain, a, 5, &e[0], addrs[0], &e[1], addrs[1]))
@@ -1074,7 +1074,7 @@ START_TEST(test_odp_free_during_copy)
 		close(b);
 	blocked = ping_waited(&h, other, 7);
 	/* No page goes back while the copy may touch it. */
-	waited = ca->domain->allocated_bytes == allocated && (_i == 1 || cb->pending);
+	waited = ca->domain->mem.allocated_bytes == allocated && (_i == 1 || cb->pending);
 	hold_release(&h);
 	td_expect_free(a, 5, 0);
 	if (_i == 0)
@@ -1115,23 +1115,23 @@ START_TEST(test_big_free_on_worker)
 	/* The job holds the domain open but is no client: quota.clients counts two. */
 	ck_assert_uint_eq(ca->domain->n_users, 2);
 	ck_assert_uint_eq(ca->domain->n_job_refs, 1);
-	ck_assert_uint_eq(ca->domain->status->clients, 2);
+	ck_assert_uint_eq(ca->domain->mem.status.page->clients, 2);
 	/* Retired already: nobody gets a key for it, and the others are served meanwhile. */
 	lookup(peer, 4, &big, 1, ENOENT, NULL);
 	lookup(peer, 5, &small, 1, 0, NULL);
 	lookup(other, 3, &(uint64_t){ td_alloc(other, 2, 4096) }, 1, 0, NULL);
-	provider_stats(ca->domain->provider, &ps);
+	provider_stats(ca->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 2); /* the device still holds it */
-	ck_assert_uint_eq(ca->domain->cache.charges.pinned_bytes, 8 * MiB + 4096);
+	ck_assert_uint_eq(ca->domain->reg.cache.charges.pinned_bytes, 8 * MiB + 4096);
 
 	td_unblock_worker(&b);
 	td_expect_free(a, 4, 0);
 	ck_assert_ptr_null(ca->pending);
 	ck_assert(ca->reading);
-	provider_stats(ca->domain->provider, &ps);
+	provider_stats(ca->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
-	ck_assert_uint_eq(ca->domain->cache.charges.pinned_bytes, 4096);
-	ck_assert_uint_eq(ca->domain->cache.deregistrations, 1);
+	ck_assert_uint_eq(ca->domain->reg.cache.charges.pinned_bytes, 4096);
+	ck_assert_uint_eq(ca->domain->reg.cache.deregistrations, 1);
 	/* Once Free answered, the old key is dead and the pages are free to hand out again. */
 	td_dma(peer, 6, PROVIDER_DMA_WRITE, &es, small, &e, big, 8, ENOKEY);
 	ck_assert_uint_eq(td_alloc(a, 5, 8 * MiB), big);
@@ -1155,7 +1155,7 @@ START_TEST(test_death_while_deregistering)
 	close(a); /* its MRs go to the worker, behind the blocker */
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 0);
-	ck_assert_uint_eq(td_manager->n_domains, 1); /* the job holds it */
+	ck_assert_uint_eq(td_manager->core.n_domains, 1); /* the job holds it */
 	td_unblock_worker(&b);
 	td_wait_domains_closed();
 }

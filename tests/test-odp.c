@@ -86,29 +86,29 @@ START_TEST(test_lookups_make_children)
 	ck_assert_uint_eq(e2.start, a + 4 * MiB);
 	td_lookup(fd, 5, a + 2 * MiB - 1, 0, &again); /* from the table now */
 	ck_assert_uint_eq(again.lkey, e0.lkey);
-	ck_assert_uint_eq(d->odp.children, 2);
-	ck_assert_uint_eq(d->odp.stats.children_created, 2);
-	ck_assert_uint_eq(d->odp.stats.faults, 2);
-	provider_stats(d->provider, &ps);
+	ck_assert_uint_eq(d->reg.odp.children, 2);
+	ck_assert_uint_eq(d->reg.odp.stats.children_created, 2);
+	ck_assert_uint_eq(d->reg.odp.stats.faults, 2);
+	provider_stats(d->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 2);
 	ck_assert_uint_eq(ps.pinned_bytes, 0); /* on demand: nothing pinned */
-	ck_assert_uint_eq(d->cache.charges.pinned_bytes, 0);
+	ck_assert_uint_eq(d->reg.cache.charges.pinned_bytes, 0);
 
 	/* The keys move bytes; the device faults the pages in as it goes. */
 	strcpy((char *)(uintptr_t)(a + 64), "on demand");
 	td_dma(fd, 6, PROVIDER_DMA_WRITE, &e0, a + 64, &e2, a + 4 * MiB + 8, 10, 0);
 	ck_assert_str_eq((char *)(uintptr_t)(a + 4 * MiB + 8), "on demand");
-	provider_stats(d->provider, &ps);
+	provider_stats(d->reg.provider, &ps);
 	ck_assert_uint_gt(ps.odp_faults, 0);
 
 	/* Freed: children zapped, out of the table, destroyed; their keys are dead. */
-	gen = d->status->generation;
+	gen = d->mem.status.page->generation;
 	td_free(fd, 7, a, 0);
-	ck_assert_uint_gt(d->status->generation, gen);
-	ck_assert_uint_eq(d->odp.children, 0);
-	ck_assert_uint_eq(d->odp.stats.invalidations, 2);
-	ck_assert_uint_eq(d->odp.stats.children_destroyed, 2);
-	provider_stats(d->provider, &ps);
+	ck_assert_uint_gt(d->mem.status.page->generation, gen);
+	ck_assert_uint_eq(d->reg.odp.children, 0);
+	ck_assert_uint_eq(d->reg.odp.stats.invalidations, 2);
+	ck_assert_uint_eq(d->reg.odp.stats.children_destroyed, 2);
+	provider_stats(d->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
 	td_dma(fd, 8, PROVIDER_DMA_WRITE, &e0, a + 64, &e2, a + 4 * MiB + 8, 10, ENOKEY);
 	td_lookup(fd, 9, a, ENOENT, NULL);
@@ -163,25 +163,25 @@ START_TEST(test_prefetch)
 	struct provider_stats ps;
 
 	prefetch(fd, 4, a, 8 * MiB, MRD__PREFETCH_ADVICE__PREFETCH_WRITE, true, 0);
-	ck_assert_uint_eq(d->odp.children, 4);
-	ck_assert_uint_eq(d->odp.stats.prefetch_requests, 1);
-	ck_assert_uint_eq(d->odp.stats.prefetch_pages, 8 * MiB / 4096);
-	provider_stats(d->provider, &ps);
+	ck_assert_uint_eq(d->reg.odp.children, 4);
+	ck_assert_uint_eq(d->reg.odp.stats.prefetch_requests, 1);
+	ck_assert_uint_eq(d->reg.odp.stats.prefetch_pages, 8 * MiB / 4096);
+	provider_stats(d->reg.provider, &ps);
 	ck_assert_uint_ge(ps.odp_prefetched_pages, 8 * MiB / 4096);
 	/* Their entries went into the table: lookups find them without a miss. */
-	misses = d->cache.misses;
+	misses = d->reg.cache.misses;
 	td_lookup(fd, 5, a + 7 * MiB, 0, NULL);
 	td_lookup(fd, 6, a + 1, 0, NULL);
-	ck_assert_uint_eq(d->cache.misses, misses);
+	ck_assert_uint_eq(d->reg.cache.misses, misses);
 
 	/* No-fault advice makes the children and faults nothing in. */
 	prefetch(fd, 7, b + 1 * MiB, 2 * MiB, MRD__PREFETCH_ADVICE__PREFETCH_NO_FAULT, true, 0);
-	ck_assert_uint_eq(d->odp.children, 6);
-	ck_assert_uint_eq(d->odp.stats.prefetch_pages, 8 * MiB / 4096);
+	ck_assert_uint_eq(d->reg.odp.children, 6);
+	ck_assert_uint_eq(d->reg.odp.stats.prefetch_pages, 8 * MiB / 4096);
 	/* Without flush the answer comes once queued, the work after. */
 	prefetch(fd, 8, b, 4 * MiB, MRD__PREFETCH_ADVICE__PREFETCH, false, 0);
-	td_pump_until_zero(&d->odp.jobs);
-	ck_assert_uint_eq(d->odp.stats.prefetch_pages, 12 * MiB / 4096);
+	td_pump_until_zero(&d->reg.odp.jobs);
+	ck_assert_uint_eq(d->reg.odp.stats.prefetch_pages, 12 * MiB / 4096);
 	close(fd);
 }
 END_TEST
@@ -211,8 +211,8 @@ START_TEST(test_prefetch_errors)
 	prefetch(fd, 40, ro, 4096, MRD__PREFETCH_ADVICE__PREFETCH, false, EAGAIN);
 	td_unblock_worker(&b1);
 	td_unblock_worker(&b2);
-	td_pump_until_zero(&c->domain->odp.jobs);
-	ck_assert_uint_eq(c->n_prefetches, 0);
+	td_pump_until_zero(&c->domain->reg.odp.jobs);
+	ck_assert_uint_eq(c->owner.n_prefetches, 0);
 	close(fd);
 	close(other);
 }
@@ -228,17 +228,17 @@ START_TEST(test_one_child_under_races)
 	for (uint64_t round = 0; round < 40; round++) {
 		uint64_t a = alloc(fd, 2, 2 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
 		struct domain *d = c->domain;
-		uint64_t created = d->odp.stats.children_created;
+		uint64_t created = d->reg.odp.stats.children_created;
 
 		send_prefetch(fd, 3, a, 2 * MiB, MRD__PREFETCH_ADVICE__PREFETCH_NO_FAULT, false);
 		send_prefetch(fd, 4, a + 4096, 4096, MRD__PREFETCH_ADVICE__PREFETCH, false);
 		td_expect_free(fd, 3, 0);
 		td_expect_free(fd, 4, 0);
 		td_lookup(fd, 5, a + 8192, 0, NULL); /* while the workers may still be at it */
-		td_pump_until_zero(&d->odp.jobs);
-		ck_assert_uint_eq(d->odp.children, 1);
-		ck_assert_uint_eq(d->odp.stats.children_created, created + 1);
-		provider_stats(d->provider, &ps);
+		td_pump_until_zero(&d->reg.odp.jobs);
+		ck_assert_uint_eq(d->reg.odp.children, 1);
+		ck_assert_uint_eq(d->reg.odp.stats.children_created, created + 1);
+		provider_stats(d->reg.provider, &ps);
 		ck_assert_uint_eq(ps.mrs, 1);
 		td_free(fd, 6, a, 0);
 	}
@@ -267,14 +267,14 @@ START_TEST(test_prefetch_racing_free)
 	td_send_free(fd, 5, a);
 	td_pump();
 	ck_assert_ptr_nonnull(c->pending); /* the Free waits for the held child */
-	ck_assert_uint_eq(d->allocations.n, 0);
-	ck_assert_uint_eq(d->odp.children, 0); /* out of the index and the table already */
+	ck_assert_uint_eq(d->mem.allocations.n, 0);
+	ck_assert_uint_eq(d->reg.odp.children, 0); /* out of the index and the table already */
 	td_unblock_worker(&b);
 	td_expect_free(fd, 5, 0);
-	ck_assert_uint_eq(d->odp.stats.children_destroyed, 2);
-	provider_stats(d->provider, &ps);
+	ck_assert_uint_eq(d->reg.odp.stats.children_destroyed, 2);
+	provider_stats(d->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
-	ck_assert(TAILQ_EMPTY(&d->odp.zombies));
+	ck_assert(TAILQ_EMPTY(&d->reg.odp.zombies));
 	td_lookup(fd, 6, a, ENOENT, NULL);
 	close(fd);
 }
@@ -295,7 +295,7 @@ START_TEST(test_teardown_with_work_pending)
 	close(fd); /* gone, and its memory, while the work waits */
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 0);
-	ck_assert_uint_eq(td_manager->n_domains, 1); /* the work holds it */
+	ck_assert_uint_eq(td_manager->core.n_domains, 1); /* the work holds it */
 	td_unblock_worker(&b);
 	td_wait_domains_closed();
 }
@@ -323,24 +323,24 @@ START_TEST(test_child_linked_then_freed_before_completion)
 	prefetch(fd, 3, a, 4096, MRD__PREFETCH_ADVICE__PREFETCH_NO_FAULT, false, 0);
 	ck_assert_int_eq(write(b.fd[1], "x", 1), 1); /* the worker goes; the loop is not run */
 	for (int i = 0; i < 2000; i++) {
-		size_t ch = (a - d->odp.base) >> d->odp.chunk_shift;
-		struct odp_child **leaf = d->odp.leaves[ch / 512];
+		size_t ch = (a - d->reg.odp.base) >> d->reg.odp.chunk_shift;
+		struct odp_child **leaf = d->reg.odp.leaves[ch / 512];
 
 		if (leaf && __atomic_load_n(&leaf[ch % 512], __ATOMIC_ACQUIRE))
 			break; /* installed */
 		usleep(1000);
 	}
-	ck_assert_int_eq(mr_cache_lookup(&d->cache, a, &e, why, sizeof(why), NULL), 0);
+	ck_assert_int_eq(mr_cache_lookup(&d->reg.cache, a, &e, why, sizeof(why), NULL), 0);
 	al = domain_allocation_containing(d, a);
 	ck_assert_ptr_nonnull(al);
 	ck_assert_int_eq(domain_free_allocation(d, al, NULL), 0); /* deferred: work on it */
-	ck_assert(!TAILQ_EMPTY(&d->odp.zombies));
-	td_pump_until_zero(&d->odp.jobs);
+	ck_assert(!TAILQ_EMPTY(&d->reg.odp.zombies));
+	td_pump_until_zero(&d->reg.odp.jobs);
 	ck_assert(b.done);
 	close(b.fd[0]);
 	close(b.fd[1]);
-	ck_assert(TAILQ_EMPTY(&d->odp.zombies));
-	ck_assert_uint_eq(d->odp.stats.children_destroyed, 1);
+	ck_assert(TAILQ_EMPTY(&d->reg.odp.zombies));
+	ck_assert_uint_eq(d->reg.odp.stats.children_destroyed, 1);
 	close(fd);
 }
 END_TEST
@@ -371,9 +371,9 @@ START_TEST(test_free_waits_for_queued_prefetch)
 	ck_assert_uint_ne(o, a); /* the pages did not go back */
 	td_unblock_worker(&b);
 	td_expect_free(fd, 4, 0);
-	provider_stats(d->provider, &ps);
+	provider_stats(d->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0); /* the child the work made for it went too */
-	ck_assert_uint_eq(d->odp.stats.children_destroyed, d->odp.stats.children_created);
+	ck_assert_uint_eq(d->reg.odp.stats.children_destroyed, d->reg.odp.stats.children_created);
 	close(fd);
 	close(other);
 }
@@ -430,48 +430,51 @@ START_TEST(test_neighbours_freed_under_prefetch)
 		ck_assert_int_eq(client_get_domain(cl[i], &d), 0); /* all in one domain */
 	}
 	for (int i = 0; i < NEIGHBOURS; i++) {
-		ck_assert_int_eq(domain_alloc(d, cl[i % CLIENTS], 4 * KiB, 0, false, &nb[i], why,
-					      sizeof(why)), 0);
+		ck_assert_int_eq(domain_alloc(d, &cl[i % CLIENTS]->owner, 4 * KiB, 0, false, false,
+					      false, &nb[i], why, sizeof(why)), 0);
 		nb[i]->odp = true;
-		ck_assert_int_eq(odp_fault(d, nb[i], allocation_address(nb[i]), &e, why,
-					   sizeof(why)), 0);
+		ck_assert_int_eq(odp_fault(&d->reg, reg_allocation_of(nb[i]),
+					   allocation_address(nb[i]), &e, why, sizeof(why)), 0);
 	}
 	for (int round = 0; round < ROUNDS && now_usec(CLOCK_MONOTONIC) < deadline; round++) {
 		for (int i = 0; i < TARGETS; i++) {
-			struct client *owner = cl[i % CLIENTS];
+			struct reg_owner *owner = &cl[i % CLIENTS]->owner;
 
-			ck_assert_int_eq(domain_alloc(d, owner, 4 * KiB, 0, false, &tg[i], why,
-						      sizeof(why)), 0);
+			ck_assert_int_eq(domain_alloc(d, owner, 4 * KiB, 0, false, false, false,
+						      &tg[i], why, sizeof(why)), 0);
 			tg[i]->odp = true;
-			ck_assert_int_eq(odp_prefetch(d, owner, tg[i], allocation_address(tg[i]),
+			ck_assert_int_eq(odp_prefetch(&d->reg, owner, reg_allocation_of(tg[i]),
+						      allocation_address(tg[i]),
 						      4 * KiB, ODP_PREFETCH_NO_FAULT, NULL, why,
 						      sizeof(why)), 0);
 		}
-		while (d->odp.jobs > 0) {
-			unsigned jobs = d->odp.jobs;
+		while (d->reg.odp.jobs > 0) {
+			unsigned jobs = d->reg.odp.jobs;
 
 			usleep(20); /* the worker walks */
 			for (int i = 0; i < BATCH; i++) {
 				int k = (int)(rand_r(&seed) % NEIGHBOURS);
-				struct client *owner = nb[k]->owner;
+				struct reg_owner *owner =
+					container_of(nb[k]->owner, struct reg_owner, mem);
 
 				ck_assert_int_eq(domain_free_allocation(d, nb[k], NULL), 0);
-				held += !TAILQ_EMPTY(&d->odp.zombies);
-				ck_assert_int_eq(domain_alloc(d, owner, 4 * KiB, 0, false, &nb[k],
-							      why, sizeof(why)), 0);
+				held += !TAILQ_EMPTY(&d->reg.odp.zombies);
+				ck_assert_int_eq(domain_alloc(d, owner, 4 * KiB, 0, false, false,
+							      false, &nb[k], why, sizeof(why)), 0);
 				nb[k]->odp = true;
-				ck_assert_int_eq(odp_fault(d, nb[k], allocation_address(nb[k]), &e,
+				ck_assert_int_eq(odp_fault(&d->reg, reg_allocation_of(nb[k]),
+							   allocation_address(nb[k]), &e,
 							   why, sizeof(why)), 0);
 			}
-			event_base_loop(td_manager->base, EVLOOP_NONBLOCK);
-			if (d->odp.jobs == jobs)
+			event_base_loop(td_manager->core.base, EVLOOP_NONBLOCK);
+			if (d->reg.odp.jobs == jobs)
 				usleep(1000); /* it got nowhere (a sanitizer reporting?): let it run */
 		}
 		for (int i = 0; i < TARGETS; i++)
 			ck_assert_int_eq(domain_free_allocation(d, tg[i], NULL), 0);
 	}
 	ck_assert_uint_gt(held, 0);
-	ck_assert(TAILQ_EMPTY(&d->odp.zombies));
+	ck_assert(TAILQ_EMPTY(&d->reg.odp.zombies));
 	for (int i = 0; i < CLIENTS; i++)
 		close(fds[i]);
 	ck_assert_int_eq(sched_setaffinity(0, sizeof(cpus), &cpus), 0);
@@ -507,33 +510,33 @@ START_TEST(test_zombie_waits_for_older_work_only)
 	b = alloc(fd2, 2, 4 * KiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
 	b2nd = alloc(fd2, 3, 4 * KiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
 	d = c1->domain;
-	ck_assert_uint_eq((a - d->odp.base) >> d->odp.chunk_shift,
-			  (b - d->odp.base) >> d->odp.chunk_shift); /* one chunk, one slot */
+	ck_assert_uint_eq((a - d->reg.odp.base) >> d->reg.odp.chunk_shift,
+			  (b - d->reg.odp.base) >> d->reg.odp.chunk_shift); /* one chunk, one slot */
 	td_lookup(fd1, 3, a, 0, NULL); /* a's child is in the slot b's work will walk */
 	td_block_worker(&b1);
 	prefetch(fd2, 4, b, 4 * KiB, MRD__PREFETCH_ADVICE__PREFETCH_NO_FAULT, false, 0);
-	destroyed = d->odp.stats.children_destroyed;
+	destroyed = d->reg.odp.stats.children_destroyed;
 	td_free(fd1, 4, a, 0); /* answered at once: no work on a */
-	ck_assert_uint_eq(d->odp.stats.children_destroyed, destroyed + 1); /* its MR went */
-	provider_stats(d->provider, &ps);
+	ck_assert_uint_eq(d->reg.odp.stats.children_destroyed, destroyed + 1); /* its MR went */
+	provider_stats(d->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
-	ck_assert(!TAILQ_EMPTY(&d->odp.zombies)); /* its memory waits for b's work */
+	ck_assert(!TAILQ_EMPTY(&d->reg.odp.zombies)); /* its memory waits for b's work */
 	/* Work submitted later never saw it: it does not hold it. */
 	td_block_worker(&b2);
 	prefetch(fd2, 5, b2nd, 4 * KiB, MRD__PREFETCH_ADVICE__PREFETCH_NO_FAULT, false, 0);
-	ck_assert_uint_eq(d->odp.jobs, 2);
+	ck_assert_uint_eq(d->reg.odp.jobs, 2);
 	ck_assert_int_eq(write(b1.fd[1], "x", 1), 1); /* b's work runs, then b2 blocks */
-	for (int i = 0; i < 2000 && d->odp.jobs > 1; i++) {
+	for (int i = 0; i < 2000 && d->reg.odp.jobs > 1; i++) {
 		td_pump();
 		usleep(1000);
 	}
-	ck_assert_uint_eq(d->odp.jobs, 1);
-	ck_assert(TAILQ_EMPTY(&d->odp.zombies));
+	ck_assert_uint_eq(d->reg.odp.jobs, 1);
+	ck_assert(TAILQ_EMPTY(&d->reg.odp.zombies));
 	close(b1.fd[0]);
 	close(b1.fd[1]);
 	td_unblock_worker(&b2);
-	td_pump_until_zero(&d->odp.jobs);
-	ck_assert_uint_eq(d->odp.children, 2);
+	td_pump_until_zero(&d->reg.odp.jobs);
+	ck_assert_uint_eq(d->reg.odp.children, 2);
 	close(fd1);
 	close(fd2);
 }
@@ -563,18 +566,18 @@ START_TEST(test_flush_waits_for_room)
 	td_send_lookup(fd, 32, a); /* not read until the flush is answered */
 	expect_no_reply(fd);
 	ck_assert_ptr_nonnull(c->pending);
-	ck_assert_uint_eq(d->odp.jobs, ODP_PREFETCH_IN_FLIGHT); /* it waits, not queued */
-	ck_assert_uint_eq(d->odp.stats.prefetch_requests, ODP_PREFETCH_IN_FLIGHT + 1);
+	ck_assert_uint_eq(d->reg.odp.jobs, ODP_PREFETCH_IN_FLIGHT); /* it waits, not queued */
+	ck_assert_uint_eq(d->reg.odp.stats.prefetch_requests, ODP_PREFETCH_IN_FLIGHT + 1);
 	/* Another client of the domain has room of its own. */
 	prefetch(other, 2, a, 4096, MRD__PREFETCH_ADVICE__PREFETCH, false, 0);
-	pages = d->odp.stats.prefetch_pages;
+	pages = d->reg.odp.stats.prefetch_pages;
 	td_unblock_worker(&b);
 	td_expect_free(fd, 31, 0);
-	ck_assert_uint_eq(d->odp.stats.prefetch_pages, pages + ODP_PREFETCH_IN_FLIGHT + 1 +
+	ck_assert_uint_eq(d->reg.odp.stats.prefetch_pages, pages + ODP_PREFETCH_IN_FLIGHT + 1 +
 							  6 * MiB / 4096); /* done */
 	td_expect_free(fd, 32, 0);
-	td_pump_until_zero(&d->odp.jobs);
-	ck_assert_uint_eq(c->n_prefetches, 0);
+	td_pump_until_zero(&d->reg.odp.jobs);
+	ck_assert_uint_eq(c->owner.n_prefetches, 0);
 	close(fd);
 	close(other);
 }
@@ -606,7 +609,7 @@ START_TEST(test_flush_waits_for_domain_room)
 			prefetch(fds[i], 10 + k, mine, 4096, MRD__PREFETCH_ADVICE__PREFETCH, false,
 				 0);
 	}
-	ck_assert_uint_eq(d->odp.jobs, ODP_DOMAIN_JOBS_MAX);
+	ck_assert_uint_eq(d->reg.odp.jobs, ODP_DOMAIN_JOBS_MAX);
 	prefetch(fd, 3, a, 4096, MRD__PREFETCH_ADVICE__PREFETCH, false, EAGAIN);
 	{
 		uint64_t theirs = alloc(gone, 2, 4 * KiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
@@ -618,14 +621,15 @@ START_TEST(test_flush_waits_for_domain_room)
 	ck_assert_ptr_nonnull(c->pending);
 	close(gone); /* its flush goes with it */
 	td_pump();
-	ck_assert_uint_eq(d->odp.jobs, ODP_DOMAIN_JOBS_MAX);
-	ck_assert(!TAILQ_EMPTY(&d->odp.waiting));
+	ck_assert_uint_eq(d->reg.odp.jobs, ODP_DOMAIN_JOBS_MAX);
+	ck_assert(!TAILQ_EMPTY(&d->reg.odp.waiting));
 	td_unblock_worker(&b);
 	td_expect_free(fd, 4, 0);
-	td_pump_until_zero(&d->odp.jobs);
-	ck_assert(TAILQ_EMPTY(&d->odp.waiting));
-	ck_assert_uint_eq(d->odp.stats.prefetch_requests, ODP_DOMAIN_JOBS_MAX + 2);
-	ck_assert_uint_eq(d->odp.stats.children_created, 1 + FULL); /* the dropped one made none */
+	td_pump_until_zero(&d->reg.odp.jobs);
+	ck_assert(TAILQ_EMPTY(&d->reg.odp.waiting));
+	ck_assert_uint_eq(d->reg.odp.stats.prefetch_requests, ODP_DOMAIN_JOBS_MAX + 2);
+	/* The dropped one made none. */
+	ck_assert_uint_eq(d->reg.odp.stats.children_created, 1 + FULL);
 	for (int i = 0; i < FULL; i++)
 		close(fds[i]);
 	close(fd);
@@ -647,7 +651,7 @@ START_TEST(test_chunk_capped_at_max_mr_size)
 	td_start(settings);
 	fd = td_hello_client(1000, &c);
 	a = alloc(fd, 2, 80ull << 30, MRD__ALLOC_FLAGS__ALLOC_ODP);
-	max = c->domain->provider->caps.max_mr_size;
+	max = c->domain->reg.provider->caps.max_mr_size;
 	td_lookup(fd, 3, a + 4096, 0, &e);
 	ck_assert_uint_le(e.end - e.start, max);
 	td_lookup(fd, 4, a + (80ull << 30) - 1, 0, NULL); /* the last chunk too */

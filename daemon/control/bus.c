@@ -40,8 +40,8 @@ static int prop_string(sd_bus *bus, const char *path, const char *interface,
 	if (strcmp(property, "Version") == 0)
 		return sd_bus_message_append(reply, "s", PACKAGE_VERSION);
 	if (strcmp(property, "Provider") == 0)
-		return sd_bus_message_append(reply, "s", provider_name(m->provider));
-	return sd_bus_message_append(reply, "s", m->provider->caps.device);
+		return sd_bus_message_append(reply, "s", provider_name(m->core.provider));
+	return sd_bus_message_append(reply, "s", m->core.provider->caps.device);
 }
 
 /* The domain whose figures the caller may read, as the socket's views judge it
@@ -67,7 +67,7 @@ static const char *caller_view(sd_bus *bus, const struct manager *m, char *buf, 
 	n = sd_bus_creds_get_supplementary_gids(creds, &groups);
 	if (n < 0)
 		n = 0, groups = NULL;
-	return access_peer_view(&m->config, &(struct access_peer){ .uid = uid, .gid = gid, .fd = -1,
+	return access_peer_view(&m->core.config, &(struct access_peer){ .uid = uid, .gid = gid, .fd = -1,
 								   .groups = groups,
 								   .n_groups = (size_t)n },
 				buf, size);
@@ -109,13 +109,13 @@ static int prop_generations(sd_bus *bus, const char *path, const char *interface
 	int r;
 
 	r = sd_bus_message_open_container(reply, 'a', "{st}");
-	LIST_FOREACH(d, &m->domains, link) {
+	LIST_FOREACH(d, &m->core.domains, link) {
 		if (r < 0)
 			return r;
 		if (!access_view_shows(only, d->name))
 			continue;
 		r = sd_bus_message_append(reply, "{st}", d->name,
-					  __atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE));
+					  status_page_generation(&d->mem.status));
 	}
 	return r < 0 ? r : sd_bus_message_close_container(reply);
 }
@@ -125,14 +125,14 @@ static int prop_generations(sd_bus *bus, const char *path, const char *interface
 static void dump_pools(FILE *f, struct domain *d)
 {
 	struct frmr_pool_stats *st;
-	size_t n = frmr_pools_stats(&d->pools, NULL, 0);
+	size_t n = frmr_pools_stats(&d->reg.pools, NULL, 0);
 
 	fputs(",\"pools_off\":", f);
-	json_write_string(f, d->pools.off ? d->pools.off : "");
+	json_write_string(f, d->reg.pools.off ? d->reg.pools.off : "");
 	fputs(",\"pools\":[", f);
 	st = n ? calloc(n, sizeof(*st)) : NULL;
 	if (st) {
-		size_t got = frmr_pools_stats(&d->pools, st, n);
+		size_t got = frmr_pools_stats(&d->reg.pools, st, n);
 
 		for (size_t i = 0; i < got && i < n; i++)
 			fprintf(f, "%s{\"access\":%u,\"odp\":%s,\"internal\":%s,\"vendor\":%" PRIu32
@@ -163,12 +163,12 @@ static int method_dump(sd_bus_message *msg, void *userdata, sd_bus_error *error)
 	fputs("{\"version\":", f);
 	json_write_string(f, PACKAGE_VERSION);
 	fputs(",\"provider\":", f);
-	json_write_string(f, provider_name(m->provider));
+	json_write_string(f, provider_name(m->core.provider));
 	fputs(",\"device\":", f);
-	json_write_string(f, m->provider->caps.device);
+	json_write_string(f, m->core.provider->caps.device);
 	fprintf(f, ",\"uptime_usec\":%" PRIu64 ",\"clients\":%u,\"requests\":%" PRIu64
 		",\"domains\":[", manager_uptime_usec(m), m->n_clients, m->n_requests);
-	LIST_FOREACH(d, &m->domains, link) {
+	LIST_FOREACH(d, &m->core.domains, link) {
 		fputs(first ? "{\"name\":" : ",{\"name\":", f);
 		first = false;
 		json_write_string(f, d->name);
@@ -176,10 +176,11 @@ static int method_dump(sd_bus_message *msg, void *userdata, sd_bus_error *error)
 			",\"arenas\":%u,\"pinned_bytes\":%" PRIu64 ",\"generation\":%" PRIu64
 			",\"mrs\":%u,\"lookups\":%" PRIu64 ",\"misses\":%" PRIu64
 			",\"registrations\":%" PRIu64 ",\"deregistrations\":%" PRIu64, d->n_users,
-			d->allocated_bytes, d->allocations.n, d->n_arenas, d->cache.charges.pinned_bytes,
-			__atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE), d->cache.n_mrs,
-			d->cache.lookups, d->cache.misses, d->cache.registrations,
-			d->cache.deregistrations);
+			d->mem.allocated_bytes, d->mem.allocations.n, d->mem.n_arenas,
+			d->reg.cache.charges.pinned_bytes, status_page_generation(&d->mem.status),
+			d->reg.cache.n_mrs,
+			d->reg.cache.lookups, d->reg.cache.misses, d->reg.cache.registrations,
+			d->reg.cache.deregistrations);
 		dump_pools(f, d);
 		fputc('}', f);
 	}
@@ -226,11 +227,11 @@ static int method_flush(sd_bus_message *msg, void *userdata, sd_bus_error *error
 		if (r < 0)
 			return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
 						 "bad uid in '%s': decimal, below 4294967295", scope);
-		want = access_domain_name(&m->config, &ACCESS_PEER_UID((uid_t)uid), name,
+		want = access_domain_name(&m->core.config, &ACCESS_PEER_UID((uid_t)uid), name,
 					  sizeof(name));
 	} else if (*scope)
 		want = scope;
-	r = domains_flush(m, want, pools, gc, &counts);
+	r = domains_flush(&m->core, want, pools, gc, &counts);
 	if (r == -ENOENT)
 		return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "no domain %s is open",
 					 want);
@@ -314,7 +315,7 @@ static int method_set_pools(sd_bus_message *msg, void *userdata, sd_bus_error *e
 	if (aging < 0 && pinned < 0)
 		return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
 					 "nothing to set: give aging or pinned");
-	r = domains_set_pools(m, domain, &match, aging, pinned, &changed);
+	r = domains_set_pools(&m->core, domain, &match, aging, pinned, &changed);
 	if (r == -ENOENT)
 		return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "no domain %s is open",
 					 domain);
@@ -369,7 +370,7 @@ static void bus_arm(struct bus *b)
 	uint64_t until;
 
 	event_del(b->io);
-	event_assign(b->io, b->manager->base, sd_bus_get_fd(b->bus),
+	event_assign(b->io, b->manager->core.base, sd_bus_get_fd(b->bus),
 		     (events & POLLIN ? EV_READ : 0) | (events & POLLOUT ? EV_WRITE : 0),
 		     bus_on_event, b);
 	(void)event_add(b->io, NULL);
@@ -420,8 +421,8 @@ int bus_new(struct manager *m, struct bus **ret)
 		bus_free(b);
 		return r == -ENOMEM ? r : 0;
 	}
-	b->io = event_new(m->base, -1, 0, bus_on_event, b);
-	b->timer = evtimer_new(m->base, bus_on_event, b);
+	b->io = event_new(m->core.base, -1, 0, bus_on_event, b);
+	b->timer = evtimer_new(m->core.base, bus_on_event, b);
 	if (!b->io || !b->timer) {
 		bus_free(b);
 		return -ENOMEM;

@@ -58,13 +58,14 @@ static void client_on_read(evutil_socket_t fd, short what, void *userdata)
 		if (r == -EAGAIN)
 			return;
 		if (r == 0) {
-			log_debug("client %" PRIu64 " (pid %d) disconnected", c->id, (int)c->pid);
+			log_debug("client %" PRIu64 " (pid %d) disconnected", c->id,
+				  (int)c->owner.mem.pid);
 			client_free(c);
 			return;
 		}
 		if (r < 0) {
 			log_debug_errno(r, "client %" PRIu64 " (pid %d): receive failed: %m", c->id,
-					(int)c->pid);
+					(int)c->owner.mem.pid);
 			client_free(c);
 			return;
 		}
@@ -176,7 +177,7 @@ int client_send_frame(struct client *c, const uint8_t *data, size_t len, const i
 	}
 	STAILQ_INSERT_TAIL(&c->out, f, link);
 	c->n_out++;
-	if (c->n_out >= c->manager->config.max_inflight)
+	if (c->n_out >= c->manager->core.config.max_inflight)
 		client_set_reading(c, false);
 	if (!event_pending(c->drain_event, EV_TIMEOUT, NULL))
 		client_after_flush(c, fd_budget_allows(c, f->n_fds) ? 0 : 1);
@@ -189,7 +190,7 @@ static void client_on_hangup(evutil_socket_t fd, short what, void *userdata)
 {
 	struct client *c = userdata;
 
-	log_debug("client %" PRIu64 " (pid %d) left while paused", c->id, (int)c->pid);
+	log_debug("client %" PRIu64 " (pid %d) left while paused", c->id, (int)c->owner.mem.pid);
 	client_free(c);
 }
 
@@ -205,21 +206,17 @@ int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool 
 	STAILQ_INIT(&c->out);
 	c->manager = m;
 	c->id = ++m->next_client_id;
-	c->pid = pid;
-	c->uid = uid;
+	reg_owner_init(&c->owner, c->id, pid, uid);
 	c->gid = gid;
 	c->admin = admin;
 	snprintf(c->domain_name, sizeof(c->domain_name), "%s", domain_name);
-	LIST_INIT(&c->allocations);
-	LIST_INIT(&c->pools);
-	LIST_INIT(&c->prefetches);
 	LIST_INSERT_HEAD(&m->clients, c, link);
 	m->n_clients++;
 
-	c->read_event = event_new(m->base, fd, EV_READ | EV_PERSIST, client_on_read, c);
-	c->write_event = event_new(m->base, fd, EV_WRITE | EV_PERSIST, client_on_write, c);
-	c->drain_event = evtimer_new(m->base, client_on_write, c);
-	c->hangup_event = event_new(m->base, fd, EV_CLOSED, client_on_hangup, c);
+	c->read_event = event_new(m->core.base, fd, EV_READ | EV_PERSIST, client_on_read, c);
+	c->write_event = event_new(m->core.base, fd, EV_WRITE | EV_PERSIST, client_on_write, c);
+	c->drain_event = evtimer_new(m->core.base, client_on_write, c);
+	c->hangup_event = event_new(m->core.base, fd, EV_CLOSED, client_on_hangup, c);
 	if (!c->read_event || !c->write_event || !c->drain_event || !c->hangup_event)
 		return -ENOMEM;
 	if (event_add(c->read_event, NULL) < 0)
@@ -258,12 +255,8 @@ struct client *client_free(struct client *c)
 	request_abandon(c); /* a worker may still finish for it: nobody to answer */
 	/* Everything it owns goes; memory of other clients stays, and so does its memory that
 	 * other clients' pools still have registered. */
-	if (c->domain) {
-		odp_forget_client(c);
-		mempool_unregister_all(c->domain, c);
-	}
-	while (!LIST_EMPTY(&c->allocations))
-		domain_drop_allocation(c->domain, LIST_FIRST(&c->allocations));
+	if (c->domain)
+		domain_leave(c->domain, &c->owner);
 	domain_release(c->domain);
 	free(c->arenas_sent);
 	if (c->manager) {
@@ -287,7 +280,7 @@ void client_resume(struct client *c)
 {
 	if (!c->pending)
 		event_del(c->hangup_event);
-	if (c->n_out < c->manager->config.max_inflight && !c->pending)
+	if (c->n_out < c->manager->core.config.max_inflight && !c->pending)
 		client_set_reading(c, true);
 }
 
@@ -296,20 +289,12 @@ int client_get_domain(struct client *c, struct domain **ret)
 	int r;
 
 	if (!c->domain) {
-		r = domain_acquire(c->manager, c->domain_name, &c->domain);
+		r = domain_acquire(&c->manager->core, c->domain_name, &c->domain);
 		if (r < 0)
 			return r;
 	}
 	*ret = c->domain;
 	return 0;
-}
-
-uint64_t client_start_time(struct client *c)
-{
-	/* Asked at a hand-over or a claim only: connecting costs no /proc read. */
-	if (!c->start_time)
-		c->start_time = process_start_time(c->pid);
-	return c->start_time;
 }
 
 bool client_has_arena(const struct client *c, uint32_t arena_id)
@@ -349,8 +334,8 @@ void client_forget_arena_all(struct manager *m, uint32_t arena_id)
 
 void client_drop(struct client *c, const char *reason)
 {
-	log_warning("dropping client %" PRIu64 " (pid %d, uid %u, \"%s\"): %s", c->id, (int)c->pid,
-		    (unsigned)c->uid, c->name, reason);
+	log_warning("dropping client %" PRIu64 " (pid %d, uid %u, \"%s\"): %s", c->id,
+		    (int)c->owner.mem.pid, (unsigned)c->owner.mem.uid, c->name, reason);
 	c->manager->n_clients_dropped++;
 	client_free(c);
 }

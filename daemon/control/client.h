@@ -9,12 +9,11 @@
 
 #include "core/access.h"
 #include "macro.h"
+#include "registration/reg-owner.h"
 #include "wire.h"
 
 struct manager;
 struct pending_request;
-struct pool_reg;
-struct prefetch_job;
 struct user_share;
 struct event;
 
@@ -39,9 +38,9 @@ struct client {
 	unsigned fds_in_flight;    /* sent in replies the client may not have read yet */
 	bool reading;
 
-	pid_t pid;
-	uint64_t start_time; /* of its process (client_start_time): 0 until asked */
-	uid_t uid;
+	/* What memory and registration keep of it: its pid, uid, allocations, mempools and
+	 * prefetches (lower layers see this alone). */
+	struct reg_owner owner;
 	gid_t gid;
 	bool admin;
 	uid_t owner_uid;           /* who answers for it: uid, or its user namespace's owner */
@@ -54,11 +53,6 @@ struct client {
 	char domain_name[64];  /* from uid/gid and [domains], fixed at connect */
 	bool joined;           /* JoinDomain answered once: resuming is for the first one */
 	struct domain *domain; /* acquired on first use */
-	LIST_HEAD(, allocation) allocations; /* owned: freed when the client goes */
-	LIST_HEAD(, pool_reg) pools;         /* its mempool registrations */
-	LIST_HEAD(, prefetch_job) prefetches; /* its ODP prefetch work, and a flush waiting */
-	unsigned n_prefetches;               /* of those, queued or running */
-	uint64_t allocated_bytes;
 	uint32_t *arenas_sent; /* arenas whose memfd this client has received */
 	size_t n_arenas_sent, arenas_sent_cap;
 
@@ -99,10 +93,6 @@ int client_get_domain(struct client *c, struct domain **ret);
  * waits for a worker. */
 void client_pause(struct client *c);
 void client_resume(struct client *c);
-
-/* When the client's process started (/proc), read once: it tells the process from a later one
- * that got its pid. 0 when /proc does not say. */
-uint64_t client_start_time(struct client *c);
 
 /* Which arenas' memfds a client holds, so each is sent once. */
 bool client_has_arena(const struct client *c, uint32_t arena_id);

@@ -190,9 +190,9 @@ static int protocol_error(struct client *c, struct reply *r, int error)
 
 	m->n_protocol_errors++;
 	c->protocol_errors++;
-	log_debug("client %" PRIu64 " (pid %d, uid %u): %s", c->id, (int)c->pid, (unsigned)c->uid,
-		  r->message);
-	if (c->protocol_errors > m->config.max_protocol_errors) {
+	log_debug("client %" PRIu64 " (pid %d, uid %u): %s", c->id, (int)c->owner.mem.pid,
+		  (unsigned)c->owner.mem.uid, r->message);
+	if (c->protocol_errors > m->core.config.max_protocol_errors) {
 		snprintf(reason, sizeof(reason), "%u malformed requests, last: %s", c->protocol_errors,
 			 r->message);
 		client_drop(c, reason);
@@ -209,7 +209,7 @@ static int request_domain(struct client *c, struct reply *r, struct domain **ret
 
 	if (k == -EDQUOT)
 		reply_set_message(r, "quota.clients (%u) reached for domain %s",
-				  c->manager->config.quota_clients, c->domain_name);
+				  c->manager->core.config.quota_clients, c->domain_name);
 	else if (k < 0)
 		reply_set_message(r, "cannot open domain %s", c->domain_name);
 	return k;
@@ -274,16 +274,16 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 	}
 
 	/* Everything about the frame is checked before a byte of it is decoded. */
-	if (pkt->truncated || pkt->len > m->config.max_frame) {
+	if (pkt->truncated || pkt->len > m->core.config.max_frame) {
 		fd_closer_consume_packet(m->closer, pkt, owner);
 		reply_set_message(&r, "frame of %zu bytes exceeds the limit of %u", pkt->len,
-				  m->config.max_frame);
+				  m->core.config.max_frame);
 		return protocol_error(c, &r, -EMSGSIZE);
 	}
-	if (pkt->fds_truncated || pkt->n_fds > m->config.max_fds) {
+	if (pkt->fds_truncated || pkt->n_fds > m->core.config.max_fds) {
 		fd_closer_consume_packet(m->closer, pkt, owner);
 		reply_set_message(&r, "too many file descriptors in one frame (limit %u)",
-				  m->config.max_fds);
+				  m->core.config.max_fds);
 		return protocol_error(c, &r, -EBADMSG);
 	}
 

@@ -75,10 +75,10 @@ int handover_fds_add(struct handover_fds *f, int fd, const char *name)
 static void claim_of(const struct allocation *a, SavedAllocation *s)
 {
 	if (a->owner) {
-		s->session = a->owner->id;
+		s->session = a->owner->session;
 		s->pid = (uint32_t)a->owner->pid;
 		s->uid = (uint32_t)a->owner->uid;
-		s->start_time = client_start_time(a->owner);
+		s->start_time = mem_owner_start_time(a->owner);
 	} else if (a->orphan) {
 		s->session = a->claim_session;
 		s->pid = (uint32_t)a->claim_pid;
@@ -172,7 +172,7 @@ static int save_domain(struct domain *d, SavedDomain **ret, struct handover_fds 
 	if (sd)
 		mrd__handover__domain__init(sd);
 	if (!sd || !(sd->name = strdup(d->name)) ||
-	    !(sd->arenas = calloc(d->n_arenas ? d->n_arenas : 1, sizeof(*sd->arenas)))) {
+	    !(sd->arenas = calloc(d->mem.n_arenas ? d->mem.n_arenas : 1, sizeof(*sd->arenas)))) {
 		if (sd)
 			free(sd->name);
 		free(sd);
@@ -181,11 +181,11 @@ static int save_domain(struct domain *d, SavedDomain **ret, struct handover_fds 
 	/* Clients still on this mrd stop trusting their cached keys now; the next mrd starts
 	 * above this. */
 	domain_bump_generation(d);
-	sd->generation = d->status->generation;
-	sd->allocation_serial = d->allocation_serial;
-	sd->frees = d->status->frees;
+	sd->generation = d->mem.status.page->generation;
+	sd->allocation_serial = d->mem.allocation_serial;
+	sd->frees = d->mem.status.page->frees;
 	*ret = sd; /* from here on freed with the state */
-	LIST_FOREACH(a, &d->arenas, link) {
+	LIST_FOREACH(a, &d->mem.arenas, link) {
 		SavedArena *sa;
 		int fd;
 
@@ -244,17 +244,17 @@ int handover_save(struct manager *m, struct handover_fds *ret, unsigned *ret_all
 	*ret_allocations = 0;
 	st.version = HANDOVER_VERSION;
 	st.instance = m->instance;
-	st.arena_serial = m->arena_serial;
+	st.arena_serial = m->core.window.arena_serial;
 	st.next_client_id = m->next_client_id;
-	st.window_base = (uintptr_t)m->window.base;
-	st.window_size = m->window.size;
-	st.slot_size = m->window.slot_size;
-	st.domains = calloc(m->n_domains ? m->n_domains : 1, sizeof(*st.domains));
+	st.window_base = (uintptr_t)m->core.window.base;
+	st.window_size = m->core.window.size;
+	st.slot_size = m->core.window.slot_size;
+	st.domains = calloc(m->core.n_domains ? m->core.n_domains : 1, sizeof(*st.domains));
 	if (!st.domains)
 		return -ENOMEM;
 	/* The state goes first; its slot is filled in once it is packed. */
 	r = handover_fds_add(&fds, -1, HANDOVER_STATE_NAME);
-	LIST_FOREACH(d, &m->domains, link) {
+	LIST_FOREACH(d, &m->core.domains, link) {
 		if (r < 0)
 			break;
 		r = save_domain(d, &st.domains[st.n_domains], &fds);
@@ -299,7 +299,7 @@ int handover_to_fd_store(struct manager *m)
 	if (r < 0)
 		return log_error_errno(r, "cannot save the state for the next mrd: %m; its clients' "
 					  "memory is not handed over");
-	if (m->n_domains == 0) {
+	if (m->core.n_domains == 0) {
 		handover_fds_done(&f);
 		return 0; /* nothing to keep */
 	}
@@ -327,7 +327,7 @@ int handover_to_fd_store(struct manager *m)
 	r = sd_notify_barrier(0, BARRIER_TIMEOUT_USEC);
 	if (r < 0)
 		log_warning_errno(r, "systemd did not confirm the FD store: %m");
-	m->keep_content = true;
+	m->core.window.keep_content = true;
 	log_notice("handed %u allocation(s) in %zu arena(s) to systemd's FD store for the next mrd",
 		   n_allocations, f.n - 1);
 	handover_fds_done(&f);
@@ -463,7 +463,7 @@ static int adopt_arena(struct domain *d, const SavedArena *sa, struct handover_f
 		snprintf(why, why_size, "domain %s: arena %s was not passed", d->name, sa->fd_name);
 		return fd;
 	}
-	r = arena_adopt(d, fd, &place, &a);
+	r = arena_adopt(&d->mem, fd, &place, &a);
 	if (r == -EPERM && sa->external) {
 		/* The client sealed its own memfd: its attachment is lost, nobody else's. */
 		close(fd);
@@ -509,7 +509,7 @@ static void on_grace_tick(evutil_socket_t fd, short what, void *userdata)
 	struct domain *d, *next;
 	unsigned waiting = 0;
 
-	for (d = LIST_FIRST(&m->domains); d; d = next) {
+	for (d = LIST_FIRST(&m->core.domains); d; d = next) {
 		next = LIST_NEXT(d, link);
 		waiting += domain_reap_orphans(d, false); /* may close d */
 	}
@@ -528,7 +528,7 @@ void handover_end_grace(struct manager *m)
 		event_free(m->grace_timer);
 		m->grace_timer = NULL;
 	}
-	for (d = LIST_FIRST(&m->domains); d; d = next) {
+	for (d = LIST_FIRST(&m->core.domains); d; d = next) {
 		next = LIST_NEXT(d, link);
 		(void)domain_reap_orphans(d, true); /* may close d */
 	}
@@ -537,11 +537,11 @@ void handover_end_grace(struct manager *m)
 /* Undoes a partial adoption: nothing is freed from the memfds, clients still map them. */
 static void adoption_undo(struct manager *m, uint64_t instance)
 {
-	bool keep = m->keep_content;
+	bool keep = m->core.window.keep_content;
 
-	m->keep_content = true;
+	m->core.window.keep_content = true;
 	handover_end_grace(m);
-	m->keep_content = keep;
+	m->core.window.keep_content = keep;
 	m->instance = instance;
 }
 
@@ -553,18 +553,18 @@ static int record_floors(struct manager *m, const State *st)
 
 	if (st->n_domains == 0 || st->n_domains > SIZE_MAX / sizeof(*f))
 		return 0;
-	f = reallocarray(m->floors, m->n_floors + st->n_domains, sizeof(*f));
+	f = reallocarray(m->core.floors, m->core.n_floors + st->n_domains, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
-	m->floors = f;
+	m->core.floors = f;
 	for (size_t i = 0; i < st->n_domains; i++) {
-		struct generation_floor *g = &m->floors[m->n_floors];
+		struct generation_floor *g = &m->core.floors[m->core.n_floors];
 
 		if (!st->domains[i]->name)
 			continue;
 		snprintf(g->name, sizeof(g->name), "%s", st->domains[i]->name);
 		g->generation = st->domains[i]->generation;
-		m->n_floors++;
+		m->core.n_floors++;
 	}
 	return 0;
 }
@@ -580,16 +580,16 @@ static int adopt_state(struct manager *m, const State *st, struct handover_fds *
 			 HANDOVER_VERSION);
 		return -EPROTONOSUPPORT;
 	}
-	if (st->window_base != (uintptr_t)m->window.base || st->window_size != m->window.size ||
-	    st->slot_size != m->window.slot_size) {
+	if (st->window_base != (uintptr_t)m->core.window.base ||
+	    st->window_size != m->core.window.size || st->slot_size != m->core.window.slot_size) {
 		snprintf(why, why_size, "its window 0x%" PRIx64 "+0x%" PRIx64 " (arenas of 0x%" PRIx64
 			 ") differs from [memory] now", st->window_base, st->window_size,
 			 st->slot_size);
 		return -EINVAL;
 	}
 	m->instance = st->instance;
-	if (st->arena_serial > m->arena_serial)
-		m->arena_serial = st->arena_serial;
+	if (st->arena_serial > m->core.window.arena_serial)
+		m->core.window.arena_serial = st->arena_serial;
 	if (st->next_client_id > m->next_client_id)
 		m->next_client_id = st->next_client_id;
 	r = record_floors(m, st);
@@ -602,13 +602,13 @@ static int adopt_state(struct manager *m, const State *st, struct handover_fds *
 		struct domain *d;
 
 		r = sd->name && *sd->name && strlen(sd->name) < sizeof(d->name) ?
-			    domain_adopt(m, sd->name, sd->allocation_serial, &d) : -EINVAL;
+			    domain_adopt(&m->core, sd->name, sd->allocation_serial, &d) : -EINVAL;
 		if (r < 0) {
 			snprintf(why, why_size, "domain '%s': %s", sd->name ? sd->name : "",
 				 strerror(-r));
 			return r;
 		}
-		d->status->frees = sd->frees;
+		d->mem.status.page->frees = sd->frees;
 		for (size_t j = 0; j < sd->n_arenas; j++) {
 			r = adopt_arena(d, sd->arenas[j], passed, why, why_size);
 			if (r < 0)
@@ -647,22 +647,23 @@ int handover_adopt(struct manager *m, struct handover_fds *passed)
 		return 0;
 	}
 	/* Domains where nothing waits need no hold. */
-	for (struct domain *d = LIST_FIRST(&m->domains), *next; d; d = next) {
+	for (struct domain *d = LIST_FIRST(&m->core.domains), *next; d; d = next) {
 		next = LIST_NEXT(d, link);
-		if (d->n_orphans == 0)
+		if (d->mem.n_orphans == 0)
 			(void)domain_reap_orphans(d, true);
 	}
-	if (m->n_domains == 0)
+	if (m->core.n_domains == 0)
 		return 0;
 	/* Every so often, what waits for a process that is gone goes. */
-	grace.tv_sec = m->config.reconnect_grace_s;
-	m->grace_timer = event_new(m->base, -1, EV_PERSIST, on_grace_tick, m);
+	grace.tv_sec = m->core.config.reconnect_grace_s;
+	m->grace_timer = event_new(m->core.base, -1, EV_PERSIST, on_grace_tick, m);
 	if (!m->grace_timer || event_add(m->grace_timer, &grace) < 0) {
 		adoption_undo(m, instance);
 		return log_error_errno(-ENOMEM, "cannot start the reconnect grace timer");
 	}
 	log_notice("took over %u allocation(s) of %u domain(s) from the previous mrd; they wait "
 		   "for their processes to reconnect (those of processes gone are freed, checked "
-		   "every %u s)", n_allocations, m->n_domains, m->config.reconnect_grace_s);
+		   "every %u s)", n_allocations, m->core.n_domains,
+		   m->core.config.reconnect_grace_s);
 	return 0;
 }

@@ -65,12 +65,12 @@ void manager_view_totals(const struct manager *m, const char *view, struct view_
 	memset(ret, 0, sizeof(*ret));
 	LIST_FOREACH(c, &m->clients, link)
 		ret->clients += access_view_shows(view, c->domain_name);
-	LIST_FOREACH(d, &m->domains, link) {
+	LIST_FOREACH(d, &m->core.domains, link) {
 		if (!access_view_shows(view, d->name))
 			continue;
 		ret->domains++;
-		ret->allocated_bytes += d->allocated_bytes;
-		ret->pinned_bytes += d->cache.charges.pinned_bytes;
+		ret->allocated_bytes += d->mem.allocated_bytes;
+		ret->pinned_bytes += d->reg.cache.charges.pinned_bytes;
 	}
 }
 
@@ -78,7 +78,7 @@ void manager_reconfigure(struct manager *m, struct config *new, char *changed, s
 {
 	struct client *c;
 
-	struct config *old = &m->config;
+	struct config *old = &m->core.config;
 	size_t n = 0;
 
 	changed[0] = '\0';
@@ -105,8 +105,8 @@ void manager_reconfigure(struct manager *m, struct config *new, char *changed, s
 	log_set_level(old->log_level);
 	/* admin_group may have changed: the clients connected now are judged by the new one. */
 	LIST_FOREACH(c, &m->clients, link)
-		c->admin = access_is_admin(&m->config, &(struct access_peer){
-			.uid = c->uid, .gid = c->gid, .fd = c->fd });
+		c->admin = access_is_admin(&m->core.config, &(struct access_peer){
+			.uid = c->owner.mem.uid, .gid = c->gid, .fd = c->fd });
 }
 
 #undef KEEP
@@ -150,20 +150,20 @@ static void manager_on_signal(evutil_socket_t sig, short what, void *userdata)
 	}
 	if (sig == SIGUSR2) {
 		m->reexec = true;
-		event_base_loopbreak(m->base);
+		event_base_loopbreak(m->core.base);
 		return;
 	}
 	log_info("received %s, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	m->stop = true;
-	event_base_loopbreak(m->base);
+	event_base_loopbreak(m->core.base);
 }
 
 static int manager_open_provider(struct manager *m)
 {
-	const struct config *c = &m->config;
+	const struct config *c = &m->core.config;
 	int verbs_error, r;
 
-	r = provider_open(c->provider, c->device, &m->provider, &verbs_error);
+	r = provider_open(c->provider, c->device, &m->core.provider, &verbs_error);
 	if (r == -ENODEV && c->device)
 		return log_error_errno(r, "RDMA device '%s' not found (provider %s)", c->device,
 				       c->provider);
@@ -174,7 +174,8 @@ static int manager_open_provider(struct manager *m)
 		return log_error_errno(r, "cannot open the %s provider: %m", c->provider);
 	if (verbs_error)
 		log_info("no RDMA device found: using the soft provider (a software NIC)");
-	log_info("provider %s, device %s", provider_name(m->provider), m->provider->caps.device);
+	log_info("provider %s, device %s", provider_name(m->core.provider),
+		 m->core.provider->caps.device);
 	return 0;
 }
 
@@ -190,6 +191,12 @@ void manager_block_signals(bool block)
 	(void)sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
 }
 
+/* The one upcast from core to the manager: an arena went, so no client holds its id. */
+static void forget_arena(struct core *core, uint32_t arena_id)
+{
+	client_forget_arena_all(container_of(core, struct manager, core), arena_id);
+}
+
 int manager_new(struct config *config, struct manager **ret)
 {
 	_cleanup_(manager_freep) struct manager *m = NULL;
@@ -201,8 +208,9 @@ int manager_new(struct config *config, struct manager **ret)
 		return -ENOMEM;
 	m->listen_fd = -1;
 	LIST_INIT(&m->clients);
-	LIST_INIT(&m->domains);
-	m->config = *config;
+	LIST_INIT(&m->core.domains);
+	m->core.arena_gone = forget_arena;
+	m->core.config = *config;
 	config_init(config);
 	m->start_usec = now_usec(CLOCK_MONOTONIC);
 	/* Clients in user namespaces below this one answer to their owners (manager_on_accept). */
@@ -218,36 +226,36 @@ int manager_new(struct config *config, struct manager **ret)
 	r = manager_open_provider(m);
 	if (r < 0)
 		return r;
-	r = window_reserve(&m->window, m->config.window_base, m->config.window_size,
-			   m->config.arena_size);
+	r = window_reserve(&m->core.window, m->core.config.window_base, m->core.config.window_size,
+			   m->core.config.arena_size);
 	if (r == -EADDRINUSE)
 		return log_error_errno(r, "the address window 0x%llx+0x%llx is taken in mrd; move it "
 					  "with [memory] window_base (or window_size) in mrd.conf",
-				       (unsigned long long)m->config.window_base,
-				       (unsigned long long)m->config.window_size);
+				       (unsigned long long)m->core.config.window_base,
+				       (unsigned long long)m->core.config.window_size);
 	if (r < 0)
 		return log_error_errno(r, "cannot reserve the address window: %m");
 
-	m->base = event_base_new();
-	if (!m->base)
+	m->core.base = event_base_new();
+	if (!m->core.base)
 		return -ENOMEM;
 	r = fd_closer_new(&m->closer);
 	if (r < 0)
 		return log_error_errno(r, "cannot start the descriptor closer: %m");
-	r = worker_pool_new(m->base, m->config.workers, &m->workers);
+	r = worker_pool_new(m->core.base, m->core.config.workers, &m->core.workers);
 	if (r < 0)
 		return log_error_errno(r, "cannot start worker threads: %m");
 
 	/* One packet at a time, plus one byte so an oversized frame shows as truncated. */
-	m->recv_buf_size = m->config.max_frame + 1;
+	m->recv_buf_size = m->core.config.max_frame + 1;
 	m->recv_buf = malloc(m->recv_buf_size);
 	if (!m->recv_buf)
 		return -ENOMEM;
 
-	m->sigterm_event = evsignal_new(m->base, SIGTERM, manager_on_signal, m);
-	m->sigint_event = evsignal_new(m->base, SIGINT, manager_on_signal, m);
-	m->sighup_event = evsignal_new(m->base, SIGHUP, manager_on_signal, m);
-	m->sigusr2_event = evsignal_new(m->base, SIGUSR2, manager_on_signal, m);
+	m->sigterm_event = evsignal_new(m->core.base, SIGTERM, manager_on_signal, m);
+	m->sigint_event = evsignal_new(m->core.base, SIGINT, manager_on_signal, m);
+	m->sighup_event = evsignal_new(m->core.base, SIGHUP, manager_on_signal, m);
+	m->sigusr2_event = evsignal_new(m->core.base, SIGUSR2, manager_on_signal, m);
 	if (!m->sigterm_event || !m->sigint_event || !m->sighup_event || !m->sigusr2_event)
 		return -ENOMEM;
 	if (evsignal_add(m->sigterm_event, NULL) < 0 || evsignal_add(m->sigint_event, NULL) < 0 ||
@@ -264,19 +272,19 @@ struct manager *manager_free(struct manager *m)
 		return NULL;
 	m->bus = bus_free(m->bus);
 	/* Jobs finish first: their completions still need clients and domains. */
-	__atomic_store_n(&m->stopping, true, __ATOMIC_RELEASE);
-	m->workers = worker_pool_free(m->workers);
-	m->dma_worker = worker_pool_free(m->dma_worker);
+	__atomic_store_n(&m->core.stopping, true, __ATOMIC_RELEASE);
+	m->core.workers = worker_pool_free(m->core.workers);
+	m->core.dma_worker = worker_pool_free(m->core.dma_worker);
 	/* Clients may outlive mrd, their memory mapped: it keeps its content until they let go
 	 * (the kernel frees the pages with the last mapping). */
-	m->keep_content = true;
+	m->core.window.keep_content = true;
 	while (!LIST_EMPTY(&m->clients))
 		client_free(LIST_FIRST(&m->clients)); /* releases their domains */
 	handover_end_grace(m); /* and the domains still waiting for their owners */
 	m->closer = fd_closer_free(m->closer); /* after every client's descriptors */
 	u64_map_done(&m->users); /* empty: the clients took their shares along */
-	provider_close(m->provider);
-	window_release(&m->window);
+	provider_close(m->core.provider);
+	window_release(&m->core.window);
 	if (m->listen_event)
 		event_free(m->listen_event);
 	if (m->accept_retry_event)
@@ -294,12 +302,12 @@ struct manager *manager_free(struct manager *m)
 		event_free(m->sighup_event);
 	if (m->sigusr2_event)
 		event_free(m->sigusr2_event);
-	if (m->base)
-		event_base_free(m->base);
+	if (m->core.base)
+		event_base_free(m->core.base);
 	free(m->recv_buf);
-	free(m->floors);
+	free(m->core.floors);
 	handover_fds_done(&m->fd_store_taken);
-	config_done(&m->config);
+	config_done(&m->core.config);
 	free(m);
 	return NULL;
 }
@@ -338,12 +346,12 @@ int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_
 	bool admin;
 	int r;
 
-	if (m->n_clients >= m->config.max_clients)
+	if (m->n_clients >= m->core.config.max_clients)
 		return -EUSERS;
 	/* Bare connections count too: a slot is taken at accept, Hello or not. Root's are
 	 * not limited, so an administrator gets in while users hold their shares. */
 	u = u64_map_get(&m->users, user_key(owner));
-	if (u && owner != 0 && u->clients >= m->config.max_clients_per_user)
+	if (u && owner != 0 && u->clients >= m->core.config.max_clients_per_user)
 		return -EUSERS;
 	if (!u) {
 		u = calloc(1, sizeof(*u));
@@ -358,10 +366,10 @@ int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_
 	}
 	u->clients++;
 
-	admin = access_is_admin(&m->config, &peer);
+	admin = access_is_admin(&m->core.config, &peer);
 	/* The owner's domain: its namespaces' identities are its own (README, design notes). */
 	peer.uid = owner;
-	access_domain_name(&m->config, &peer, domain, sizeof(domain));
+	access_domain_name(&m->core.config, &peer, domain, sizeof(domain));
 	r = client_new(m, fd, cred->pid, cred->uid, cred->gid, admin, domain, ret);
 	if (r < 0) {
 		manager_user_share_put(m, u);
@@ -378,12 +386,12 @@ static void refusal_reason(const struct manager *m, uid_t uid, uid_t owner, char
 {
 	int n;
 
-	if (m->n_clients >= m->config.max_clients) {
+	if (m->n_clients >= m->core.config.max_clients) {
 		snprintf(buf, size, "mrd serves too many clients; see limits.clients");
 		return;
 	}
 	n = snprintf(buf, size, "uid %u has %u connections open ([limits] clients_per_user)",
-		     (unsigned)owner, m->config.max_clients_per_user);
+		     (unsigned)owner, m->core.config.max_clients_per_user);
 	if (owner != uid && n >= 0 && (size_t)n < size)
 		snprintf(buf + n, size - (size_t)n, "; this is uid %u, in a user namespace of uid %u",
 			 (unsigned)uid, (unsigned)owner);
@@ -585,10 +593,10 @@ static int take_listen_fd(struct manager *m, int fd, const char *name)
 	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0)
 		return log_error_errno(-errno, "fcntl: %m");
 	if (strcmp(name, HANDOVER_BOUND_SOCKET_NAME) == 0) {
-		m->bound_path = strdup(m->config.socket_path);
+		m->bound_path = strdup(m->core.config.socket_path);
 		if (!m->bound_path)
 			return -ENOMEM;
-		log_info("serving on %s, kept across the re-exec", m->config.socket_path);
+		log_info("serving on %s, kept across the re-exec", m->core.config.socket_path);
 	} else
 		log_info("serving on the socket passed by systemd");
 	m->listen_fd = fd;
@@ -637,7 +645,7 @@ int manager_listen(struct manager *m)
 	if (r < 0)
 		return r;
 	if (m->listen_fd < 0) {
-		const struct config *c = &m->config;
+		const struct config *c = &m->core.config;
 
 		r = bind_socket(c->socket_path, c->socket_mode, c->socket_gid, &m->listen_fd);
 		if (r < 0)
@@ -654,13 +662,14 @@ int manager_listen(struct manager *m)
 			 (unsigned)c->socket_gid);
 	}
 
-	m->listen_event = event_new(m->base, m->listen_fd, EV_READ | EV_PERSIST, manager_on_accept, m);
-	m->accept_retry_event = evtimer_new(m->base, manager_on_accept_retry, m);
+	m->listen_event = event_new(m->core.base, m->listen_fd, EV_READ | EV_PERSIST,
+				    manager_on_accept, m);
+	m->accept_retry_event = evtimer_new(m->core.base, manager_on_accept_retry, m);
 	if (!m->listen_event || !m->accept_retry_event)
 		return -ENOMEM;
 	if (event_add(m->listen_event, NULL) < 0)
 		return -EIO;
-	return m->config.bus ? bus_new(m, &m->bus) : 0;
+	return m->core.config.bus ? bus_new(m, &m->bus) : 0;
 }
 
 int manager_run(struct manager *m)
@@ -668,20 +677,20 @@ int manager_run(struct manager *m)
 	int r;
 
 	(void)sd_notifyf(0, "READY=1\nSTATUS=serving %u client slots\nMAINPID=%lu",
-			 m->config.max_clients, (unsigned long)getpid());
+			 m->core.config.max_clients, (unsigned long)getpid());
 	/* Taken (or refused) for good: out of systemd's FD store, or the next stop would add to
 	 * them. */
 	for (size_t i = 0; i < m->fd_store_taken.n && getenv("NOTIFY_SOCKET"); i++)
 		(void)sd_notifyf(0, "FDSTOREREMOVE=1\nFDNAME=%s", m->fd_store_taken.names[i]);
 	handover_fds_done(&m->fd_store_taken);
 	for (;;) {
-		r = event_base_dispatch(m->base);
+		r = event_base_dispatch(m->core.base);
 		if (r < 0 || !m->reexec || m->stop)
 			break;
 		/* From here a signal waits for the new image's loop (the mask survives exec); one
 		 * caught before the block is handled now, and a SIGTERM among them wins. */
 		manager_block_signals(true);
-		(void)event_base_loop(m->base, EVLOOP_NONBLOCK);
+		(void)event_base_loop(m->core.base, EVLOOP_NONBLOCK);
 		if (m->stop)
 			break;
 		m->reexec = false;

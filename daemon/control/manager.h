@@ -8,8 +8,8 @@
 
 #include "base/config.h"
 #include "control/handover.h"
+#include "core/core.h"
 #include "u64-map.h"
-#include "memory/window.h"
 
 struct event_base;
 struct event;
@@ -29,8 +29,7 @@ struct user_share {
 
 /* The daemon: owns the event loop, the configuration, the listening socket and every client. */
 struct manager {
-	struct config config;
-	struct event_base *base;
+	struct core core; /* what domains and the layers below read */
 	struct event *sigterm_event, *sigint_event, *sighup_event, *sigusr2_event;
 
 	int listen_fd;
@@ -38,37 +37,16 @@ struct manager {
 	struct event *accept_retry_event; /* re-arms the listener after EMFILE */
 	char *bound_path;                 /* unlinked on exit; NULL when systemd owns the socket */
 
-	/* Opened at start to check the configuration and answer Status; each domain opens its
-	 * own context on the same device. */
-	struct provider *provider;
-	struct window window; /* every arena of every domain lives here */
-	struct worker_pool *workers; /* slow registrations */
-	/* One thread for Dma on a device (request-mr.c), made on first use: a transfer waits for
-	 * the device, and Dma must never hold up the registrations of every domain. */
-	struct worker_pool *dma_worker;
-	bool stopping; /* set before the workers drain: queued Dma is cancelled, not done */
-	/* Another mrd takes the arenas over (daemon/handover.c): pages freed from here on keep
-	 * their content. */
-	bool keep_content;
 	bool reexec;               /* SIGUSR2 asked for a re-exec with a hand-over */
 	const char *exe_path;      /* what a re-exec runs, with argv (main's); NULL: none */
 	char **argv;
 	bool detached;             /* no terminal, logs to syslog: so is the re-executed image */
 	bool stop;                 /* SIGTERM/SIGINT came: it wins over a re-exec asked for */
 	struct event *grace_timer; /* after a hand-over: orphans wait for their owners */
-	/* The previous mrd's generation of each domain it had: a domain opened again starts
-	 * above it, so no client's cached keys can look current. */
-	struct generation_floor {
-		char name[64];
-		uint64_t generation;
-	} *floors;
-	size_t n_floors;
 	/* Names of what the previous mrd left in systemd's FD store: removed from it once mrd
 	 * serves (if it fails to start, the next try may still take them). */
 	struct handover_fds fd_store_taken;
 	struct bus *bus;             /* NULL: not on the system bus */
-	LIST_HEAD(, domain) domains;
-	unsigned n_domains;
 
 	LIST_HEAD(, client) clients;
 	unsigned n_clients;
@@ -84,7 +62,6 @@ struct manager {
 
 	uint64_t start_usec;
 	uint64_t instance; /* random: tells clients two mrd starts apart */
-	uint64_t arena_serial; /* last serial given to an arena */
 	uint64_t refused_log_usec; /* rate limit for "too many clients" */
 	unsigned refused_since_log;
 

@@ -41,11 +41,11 @@ int request_frmr_pools(struct client *c, struct domain *no_domain, const Mrd__Re
 	size_t n_domains = 0, n_pools = 0, i = 0, j = 0, budget = reply_budget(c), bytes = 0;
 	struct domain *d;
 
-	LIST_FOREACH(d, &m->domains, link) {
+	LIST_FOREACH(d, &m->core.domains, link) {
 		if (!access_view_shows(client_view(c), d->name))
 			continue;
 		n_domains++;
-		n_pools += frmr_pools_stats(&d->pools, NULL, 0);
+		n_pools += frmr_pools_stats(&d->reg.pools, NULL, 0);
 	}
 	/* One block per array, freed with the reply. Workers may add pools meanwhile: those
 	 * beyond this count wait for the next request. */
@@ -62,12 +62,12 @@ int request_frmr_pools(struct client *c, struct domain *no_domain, const Mrd__Re
 		return -ENOMEM;
 
 	mrd__frmr_pools_response__init(&r->body.frmr_pools);
-	LIST_FOREACH(d, &m->domains, link) {
+	LIST_FOREACH(d, &m->core.domains, link) {
 		size_t got;
 
 		if (!access_view_shows(client_view(c), d->name))
 			continue;
-		got = frmr_pools_stats(&d->pools, stats + j, n_pools - j);
+		got = frmr_pools_stats(&d->reg.pools, stats + j, n_pools - j);
 		struct frmr_pools_config config;
 		uint64_t queued;
 
@@ -77,10 +77,10 @@ int request_frmr_pools(struct client *c, struct domain *no_domain, const Mrd__Re
 			r->body.frmr_pools.pools_omitted += (uint32_t)got;
 			continue;
 		}
-		frmr_pools_summary(&d->pools, &config, &queued);
+		frmr_pools_summary(&d->reg.pools, &config, &queued);
 		mrd__frmr_domain_info__init(&di[i]);
 		di[i].domain = d->name;
-		di[i].off = (char *)(d->pools.off ? d->pools.off : "");
+		di[i].off = (char *)(d->reg.pools.off ? d->reg.pools.off : "");
 		di[i].queued = queued;
 		di[i].max_queued = config.max_queued;
 		di[i].aging_s = config.aging_s;
@@ -138,7 +138,7 @@ int request_frmr_pools_set(struct client *c, struct domain *no_domain, const Mrd
 	if (given & MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_PAGES)
 		match.pages = q->pages > INT64_MAX ? INT64_MAX : (int64_t)q->pages;
 
-	r2 = domains_set_pools(c->manager, q->domain, &match, aging, pinned, &changed);
+	r2 = domains_set_pools(&c->manager->core, q->domain, &match, aging, pinned, &changed);
 	if (r2 == -ENOENT) {
 		reply_set_message(r, "no domain %s is open", q->domain);
 		return r2;
@@ -169,9 +169,9 @@ int request_flush(struct client *c, struct domain *no_domain, const Mrd__Request
 	if (*q->domain)
 		want = q->domain;
 	else if (q->by_uid) /* the domain the uid's clients join, by uid alone */
-		want = access_domain_name(&m->config, &ACCESS_PEER_UID((uid_t)q->uid), name,
+		want = access_domain_name(&m->core.config, &ACCESS_PEER_UID((uid_t)q->uid), name,
 					  sizeof(name));
-	k = domains_flush(m, want, q->pools, q->gc, &counts);
+	k = domains_flush(&m->core, want, q->pools, q->gc, &counts);
 	if (k == -ENOENT) {
 		reply_set_message(r, "no domain %s is open", want);
 		return k;

@@ -13,10 +13,10 @@ int request_export_pd(struct client *c, struct domain *d, const Mrd__Request *re
 	uint32_t handle;
 	int fd, k;
 
-	k = provider_export_pd(d->pd, &fd, &handle);
+	k = provider_export_pd(d->reg.pd, &fd, &handle);
 	if (k == -EOPNOTSUPP) {
 		reply_set_message(r, "the %s provider has no device to share",
-				  provider_name(d->provider));
+				  provider_name(d->reg.provider));
 		return k;
 	}
 	if (k < 0)
@@ -25,7 +25,7 @@ int request_export_pd(struct client *c, struct domain *d, const Mrd__Request *re
 	r->fds[r->n_fds++] = fd;
 	mrd__export_pd_response__init(&r->body.export_pd);
 	r->body.export_pd.pd_handle = handle;
-	r->body.export_pd.device = d->provider->caps.device;
+	r->body.export_pd.device = d->reg.provider->caps.device;
 	r->resp.body_case = MRD__RESPONSE__BODY_EXPORT_PD;
 	r->resp.export_pd = &r->body.export_pd;
 	return 0;

@@ -52,11 +52,11 @@ int request_join_domain(struct client *c, struct domain *d, const Mrd__Request *
 	int fd;
 
 	/* After a warm restart: what this process held under that session comes back to it. */
-	if (!c->joined && q->resume_instance == m->instance && d->n_orphans > 0) {
-		resumed = domain_claim(d, c, q->resume_session);
+	if (!c->joined && q->resume_instance == m->instance && d->mem.n_orphans > 0) {
+		resumed = domain_claim(d, &c->owner, q->resume_session);
 		if (resumed)
 			log_info("client %" PRIu64 " (pid %d) took back %u allocation(s) of session %"
-				 PRIu64, c->id, (int)c->pid, resumed, q->resume_session);
+				 PRIu64, c->id, (int)c->owner.mem.pid, resumed, q->resume_session);
 	}
 	fd = domain_status_fd(d);
 	if (fd < 0)
@@ -64,8 +64,8 @@ int request_join_domain(struct client *c, struct domain *d, const Mrd__Request *
 	r->fds[r->n_fds++] = fd;
 	mrd__join_domain_response__init(&r->body.join_domain);
 	r->body.join_domain.domain = d->name;
-	r->body.join_domain.window_base = m->config.window_base;
-	r->body.join_domain.window_size = m->config.window_size;
+	r->body.join_domain.window_base = m->core.config.window_base;
+	r->body.join_domain.window_size = m->core.config.window_size;
 	r->body.join_domain.status_page_size = MRD_STATUS_PAGE_SIZE;
 	r->body.join_domain.instance = m->instance;
 	r->body.join_domain.session = c->id;
@@ -95,14 +95,13 @@ int request_alloc(struct client *c, struct domain *d, const Mrd__Request *req,
 	struct allocation *a;
 	int k;
 
-	k = domain_alloc(d, c, q->size, q->align, q->flags & MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE, &a,
-			 r->message, sizeof(r->message));
+	k = domain_alloc(d, &c->owner, q->size, q->align,
+			 q->flags & MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE,
+			 q->flags & MRD__ALLOC_FLAGS__ALLOC_ODP,
+			 q->flags & MRD__ALLOC_FLAGS__ALLOC_READ_ONLY, &a, r->message,
+			 sizeof(r->message));
 	if (k < 0)
 		return k;
-	/* On demand where the device pages on demand over RC; elsewhere as the policy says. */
-	a->odp = d->provider->caps.odp && d->provider->caps.odp_rc_caps &&
-		 ((q->flags & MRD__ALLOC_FLAGS__ALLOC_ODP) || d->cache.policy == MR_POLICY_ODP);
-	a->read_only = q->flags & MRD__ALLOC_FLAGS__ALLOC_READ_ONLY;
 	k = describe_arena(c, a->arena, false, r);
 	if (k < 0) {
 		(void)domain_free_allocation(d, a, NULL);
@@ -129,7 +128,7 @@ static int owned_allocation(struct client *c, struct domain *d, uint64_t address
 				  address, d->name);
 		return -ENOENT;
 	}
-	if (a->owner != c) {
+	if (a->owner != &c->owner.mem) {
 		if (a->owner)
 			reply_set_message(r, "0x%" PRIx64 " belongs to another client (pid %d)",
 					  address, (int)a->owner->pid);
@@ -190,14 +189,16 @@ static int free_owned(struct client *c, struct domain *d, uint64_t id, uint64_t 
 {
 	struct pending_free *p;
 	struct allocation *a;
+	unsigned pool_refs;
 	int k;
 
 	k = owned_allocation(c, d, address, external, r, &a);
 	if (k < 0)
 		return k;
-	if (a->pool_refs > 0) {
+	pool_refs = reg_allocation_of(a)->pool_refs;
+	if (pool_refs > 0) {
 		reply_set_message(r, "0x%" PRIx64 " holds %u mempool MR%s: unregister its pools "
-				  "first", address, a->pool_refs, a->pool_refs == 1 ? "" : "s");
+				  "first", address, pool_refs, pool_refs == 1 ? "" : "s");
 		return -EBUSY;
 	}
 	p = calloc(1, sizeof(*p));
@@ -253,14 +254,12 @@ int request_extmem_attach(struct client *c, struct domain *d, const Mrd__Request
 	int k, fd;
 
 	fd = take_request_fd(pkt, 0);
-	k = domain_attach_external(d, c, fd, q->offset, q->length, &a, r->message,
+	k = domain_attach_external(d, &c->owner, fd, q->offset, q->length, &a, r->message,
 				   sizeof(r->message));
 	if (k < 0) {
 		fd_closer_consume(c->manager->closer, fd, c->owner_uid);
 		return k;
 	}
-	a->odp = d->provider->caps.odp && d->provider->caps.odp_rc_caps &&
-		 d->cache.policy == MR_POLICY_ODP;
 	/* The client has the memfd already; it maps it itself. */
 	k = client_add_arena(c, a->arena->id);
 	if (k >= 0)

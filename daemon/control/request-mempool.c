@@ -106,8 +106,8 @@ int request_mempool_register(struct client *c, struct domain *d, const Mrd__Requ
 		return -ENOMEM;
 	p->base.waiter.resume = register_resume;
 	p->base.id = req->id;
-	k = mempool_register(d, c, q->name, q->starts, q->lengths, q->n_starts, q->extmem,
-			     &p->base.waiter, &p->reg, r->message, sizeof(r->message));
+	k = mempool_register(&d->reg, &c->owner, q->name, q->starts, q->lengths, q->n_starts,
+			     q->extmem, &p->base.waiter, &p->reg, r->message, sizeof(r->message));
 	if (k == -EINPROGRESS) {
 		request_wait(c, &p->base);
 		return k;
@@ -115,7 +115,7 @@ int request_mempool_register(struct client *c, struct domain *d, const Mrd__Requ
 	if (k >= 0) {
 		k = fill_register_reply(p->reg, r);
 		if (k < 0) /* the client hears of a failure: nothing may stay registered */
-			(void)mempool_unregister(d, c, q->name, NULL, r->message,
+			(void)mempool_unregister(&d->reg, &c->owner, q->name, NULL, r->message,
 						 sizeof(r->message));
 	}
 	free(p);
@@ -161,7 +161,8 @@ int request_mempool_unregister(struct client *c, struct domain *d, const Mrd__Re
 		return -ENOMEM;
 	p->waiter.resume = unregister_resume;
 	p->id = req->id;
-	k = mempool_unregister(d, c, name, &p->waiter, r->message, sizeof(r->message));
+	k = mempool_unregister(&d->reg, &c->owner, name, &p->waiter, r->message,
+			       sizeof(r->message));
 	if (k == -EINPROGRESS) {
 		request_wait(c, p);
 		return k;
@@ -175,10 +176,12 @@ int request_mempool_unregister(struct client *c, struct domain *d, const Mrd__Re
 
 static void mempool_info(Mrd__MempoolInfo *pi, const struct domain *d, const struct pool_reg *reg)
 {
+	const struct client *owner = container_of(reg->owner, struct client, owner);
+
 	mrd__mempool_info__init(pi);
 	pi->domain = (char *)d->name;
-	pi->pid = (int32_t)reg->owner->pid;
-	pi->client_name = reg->owner->name;
+	pi->pid = (int32_t)owner->owner.mem.pid;
+	pi->client_name = (char *)owner->name;
 	pi->name = (char *)reg->name;
 	pi->extmem = reg->extmem;
 }
@@ -233,8 +236,8 @@ int request_mempools(struct client *c, struct domain *no_domain, const Mrd__Requ
 	bool full = false;
 
 	/* First the page's extent, then the page. */
-	LIST_FOREACH(d, &m->domains, link)
-		LIST_FOREACH(reg, &d->pool_regs, link) {
+	LIST_FOREACH(d, &m->core.domains, link)
+		LIST_FOREACH(reg, &d->reg.mempools.regs, link) {
 			if (!access_view_shows(view, d->name))
 				continue;
 			if (total++ < first || full)
@@ -260,8 +263,8 @@ int request_mempools(struct client *c, struct domain *no_domain, const Mrd__Requ
 		return -ENOMEM;
 
 	total = 0;
-	LIST_FOREACH(d, &m->domains, link)
-		LIST_FOREACH(reg, &d->pool_regs, link) {
+	LIST_FOREACH(d, &m->core.domains, link)
+		LIST_FOREACH(reg, &d->reg.mempools.regs, link) {
 			if (!access_view_shows(view, d->name))
 				continue;
 			if (total++ < first || i == n_pools)

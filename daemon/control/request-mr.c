@@ -37,7 +37,7 @@ static int lookup_run(struct pending_lookup *p, char *why, size_t why_size)
 	struct domain *d = p->base.client->domain;
 
 	for (; p->next < p->n; p->next++) {
-		int k = mr_cache_lookup(&d->cache, p->addrs[p->next], &p->entries[p->next], why,
+		int k = mr_cache_lookup(&d->reg.cache, p->addrs[p->next], &p->entries[p->next], why,
 					why_size, &p->base.waiter);
 		if (k < 0)
 			return k;
@@ -158,7 +158,7 @@ struct dma_job {
 static int dma_result(struct domain *d, const Mrd__DmaRequest *q, int k, struct reply *r)
 {
 	if (k == -EOPNOTSUPP)
-		reply_set_message(r, "the %s provider does no DMA", provider_name(d->provider));
+		reply_set_message(r, "the %s provider does no DMA", provider_name(d->reg.provider));
 	else if (k == -ENOKEY)
 		reply_set_message(r, "a key is not valid: never handed out, or its memory was freed");
 	else if (k == -EACCES)
@@ -195,7 +195,7 @@ static int dma_result(struct domain *d, const Mrd__DmaRequest *q, int k, struct 
 
 static int do_dma(struct domain *d, const Mrd__DmaRequest *q)
 {
-	return provider_dma(d->pd, (enum provider_dma_op)q->op, q->lkey, q->laddr, q->rkey,
+	return provider_dma(d->reg.pd, (enum provider_dma_op)q->op, q->lkey, q->laddr, q->rkey,
 			    q->raddr, q->length);
 }
 
@@ -203,7 +203,7 @@ static void dma_job_run(struct work *w)
 {
 	struct dma_job *j = container_of(w, struct dma_job, work);
 
-	if (__atomic_load_n(&j->domain->manager->stopping, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(&j->domain->core->stopping, __ATOMIC_ACQUIRE))
 		j->result = -ECANCELED;
 	else if (now_usec(CLOCK_MONOTONIC) > j->deadline)
 		j->result = -EAGAIN;
@@ -220,7 +220,7 @@ static void dma_job_done(struct work *w)
 		reply_init(&r, j->base.id);
 		request_answer(&j->base, &r, dma_result(j->domain, &j->q, j->result, &r));
 	}
-	j->domain->dma_jobs--;
+	registrar_dma_end(&j->domain->reg);
 	domain_unref(j->domain);
 	free(j);
 }
@@ -244,13 +244,13 @@ int request_dma(struct client *c, struct domain *d, const Mrd__Request *req,
 	struct dma_job *j;
 	int k;
 
-	if (d->dma_jobs >= DMA_QUEUED_MAX) {
+	if (d->reg.dma_jobs >= DMA_QUEUED_MAX) {
 		reply_set_message(r, "%u Dma requests of domain %s wait already: ask again when one "
 				     "is answered", DMA_QUEUED_MAX, d->name);
 		return -EBUSY;
 	}
-	if (!c->manager->dma_worker) {
-		k = worker_pool_new(c->manager->base, 1, &c->manager->dma_worker);
+	if (!c->manager->core.dma_worker) {
+		k = worker_pool_new(c->manager->core.base, 1, &c->manager->core.dma_worker);
 		if (k < 0)
 			return k;
 	}
@@ -258,14 +258,14 @@ int request_dma(struct client *c, struct domain *d, const Mrd__Request *req,
 	if (!j)
 		return -ENOMEM;
 	j->deadline = now_usec(CLOCK_MONOTONIC) + DMA_WAIT_USEC;
-	d->dma_jobs++;
+	registrar_dma_start(&d->reg);
 	j->work.run = dma_job_run;
 	j->work.done = dma_job_done;
 	j->domain = domain_ref(d);
 	j->q = *q;
 	j->base.id = req->id;
 	request_wait(c, &j->base);
-	worker_pool_submit(c->manager->dma_worker, &j->work);
+	worker_pool_submit(c->manager->core.dma_worker, &j->work);
 	return -EINPROGRESS;
 }
 
@@ -332,8 +332,9 @@ int request_prefetch(struct client *c, struct domain *d, const Mrd__Request *req
 		p->waiter.resume = prefetch_resume;
 		p->id = req->id;
 	}
-	k = odp_prefetch(d, c, a, q->address, q->length, (enum odp_advice)q->advice,
-			 p ? &p->waiter : NULL, r->message, sizeof(r->message));
+	k = odp_prefetch(&d->reg, &c->owner, reg_allocation_of(a), q->address, q->length,
+			 (enum odp_advice)q->advice, p ? &p->waiter : NULL, r->message,
+			 sizeof(r->message));
 	if (k == -EINPROGRESS) {
 		request_wait(c, p);
 		return k;

@@ -43,13 +43,14 @@ int request_hello(struct client *c, struct domain *no_domain, const Mrd__Request
 	c->version = hi;
 	copy_name(c->name, sizeof(c->name), h->client_name);
 	log_debug("client %" PRIu64 " (pid %d, uid %u, \"%s\") speaks version %u%s", c->id,
-		  (int)c->pid, (unsigned)c->uid, c->name, c->version, c->admin ? ", admin" : "");
+		  (int)c->owner.mem.pid, (unsigned)c->owner.mem.uid, c->name, c->version,
+		  c->admin ? ", admin" : "");
 
 	mrd__hello_response__init(&r->body.hello);
 	r->body.hello.version = c->version;
 	r->body.hello.capabilities = h->capabilities & MRD_CAPS_SERVED;
 	r->body.hello.server_version = (char *)PACKAGE_VERSION;
-	r->body.hello.max_frame = c->manager->config.max_frame;
+	r->body.hello.max_frame = c->manager->core.config.max_frame;
 	r->body.hello.admin = c->admin;
 	r->resp.body_case = MRD__RESPONSE__BODY_HELLO;
 	r->resp.hello = &r->body.hello;

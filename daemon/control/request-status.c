@@ -24,13 +24,13 @@ int request_status(struct client *c, struct domain *no_domain, const Mrd__Reques
 	mrd__status_response__init(s);
 	s->server_version = (char *)PACKAGE_VERSION;
 	s->uptime_usec = manager_uptime_usec(m);
-	s->provider = (char *)provider_name(m->provider);
-	s->device = (char *)m->provider->caps.device;
-	s->max_mr_size = m->provider->caps.max_mr_size;
-	s->odp = m->provider->caps.odp;
-	s->odp_implicit = m->provider->caps.odp_implicit;
-	s->rereg_translation = m->provider->caps.rereg_translation;
-	s->dma = m->provider->caps.dma;
+	s->provider = (char *)provider_name(m->core.provider);
+	s->device = (char *)m->core.provider->caps.device;
+	s->max_mr_size = m->core.provider->caps.max_mr_size;
+	s->odp = m->core.provider->caps.odp;
+	s->odp_implicit = m->core.provider->caps.odp_implicit;
+	s->rereg_translation = m->core.provider->caps.rereg_translation;
+	s->dma = m->core.provider->caps.dma;
 	s->pid = (uint32_t)getpid();
 	/* Which users use mrd, and how much, is no one else's business: a user sees its own
 	 * domain's figures and no daemon-wide count. */
@@ -39,10 +39,10 @@ int request_status(struct client *c, struct domain *no_domain, const Mrd__Reques
 	s->clients = t.clients;
 	if (view) {
 		s->view = (char *)view;
-		s->max_clients = m->config.quota_clients;
+		s->max_clients = m->core.config.quota_clients;
 	} else {
 		s->view = (char *)"";
-		s->max_clients = m->config.max_clients;
+		s->max_clients = m->core.config.max_clients;
 		s->requests = m->n_requests;
 		s->protocol_errors = m->n_protocol_errors;
 		s->clients_dropped = m->n_clients_dropped;
@@ -57,37 +57,37 @@ static void domain_info(Mrd__DomainInfo *di, const struct domain *d, const struc
 	mrd__domain_info__init(di);
 	di->name = (char *)d->name;
 	di->clients = d->n_users;
-	di->allocated_bytes = d->allocated_bytes;
-	di->allocations = (uint32_t)d->allocations.n;
-	di->waiting = d->n_orphans;
-	di->arenas = d->n_arenas;
-	di->pinned_bytes = d->cache.charges.pinned_bytes;
-	di->generation = __atomic_load_n(&d->status->generation, __ATOMIC_ACQUIRE);
+	di->allocated_bytes = d->mem.allocated_bytes;
+	di->allocations = (uint32_t)d->mem.allocations.n;
+	di->waiting = d->mem.n_orphans;
+	di->arenas = d->mem.n_arenas;
+	di->pinned_bytes = d->reg.cache.charges.pinned_bytes;
+	di->generation = __atomic_load_n(&d->mem.status.page->generation, __ATOMIC_ACQUIRE);
 	di->quota_allocated_bytes = cfg->quota_allocated_bytes;
 	di->quota_pinned_bytes = cfg->quota_pinned_bytes;
 	di->quota_arenas = cfg->quota_arenas;
 	di->quota_allocations = cfg->quota_allocations;
 	di->quota_clients = cfg->quota_clients;
-	di->mrs = d->cache.n_mrs;
-	di->lookups = d->cache.lookups;
-	di->misses = d->cache.misses;
-	di->table_overflow = d->cache.table.overflow;
-	di->registrations = d->cache.registrations;
-	di->deregistrations = d->cache.deregistrations;
-	di->odp_faults = d->odp.stats.faults;
-	di->odp_children_created = d->odp.stats.children_created;
-	di->odp_children_destroyed = d->odp.stats.children_destroyed;
-	di->odp_prefetch_requests = d->odp.stats.prefetch_requests;
-	di->odp_prefetch_pages = d->odp.stats.prefetch_pages;
-	di->odp_invalidations = d->odp.stats.invalidations;
-	di->odp_children = d->odp.children;
+	di->mrs = d->reg.cache.n_mrs;
+	di->lookups = d->reg.cache.lookups;
+	di->misses = d->reg.cache.misses;
+	di->table_overflow = d->reg.cache.table.overflow;
+	di->registrations = d->reg.cache.registrations;
+	di->deregistrations = d->reg.cache.deregistrations;
+	di->odp_faults = d->reg.odp.stats.faults;
+	di->odp_children_created = d->reg.odp.stats.children_created;
+	di->odp_children_destroyed = d->reg.odp.stats.children_destroyed;
+	di->odp_prefetch_requests = d->reg.odp.stats.prefetch_requests;
+	di->odp_prefetch_pages = d->reg.odp.stats.prefetch_pages;
+	di->odp_invalidations = d->reg.odp.stats.invalidations;
+	di->odp_children = d->reg.odp.children;
 }
 
 int request_clients(struct client *c, struct domain *no_domain, const Mrd__Request *req,
 		    struct wire_packet *pkt, struct reply *r)
 {
 	const struct manager *m = c->manager;
-	const struct config *cfg = &m->config;
+	const struct config *cfg = &m->core.config;
 	Mrd__ClientsResponse *body = &r->body.clients;
 	Mrd__ClientInfo *ci, **cip;
 	Mrd__DomainInfo *di, **dip;
@@ -99,20 +99,20 @@ int request_clients(struct client *c, struct domain *no_domain, const Mrd__Reque
 	/* One block per array, freed with the reply. */
 	ci = calloc(m->n_clients, sizeof(*ci));
 	cip = calloc(m->n_clients, sizeof(*cip));
-	di = calloc(m->n_domains, sizeof(*di));
-	dip = calloc(m->n_domains, sizeof(*dip));
+	di = calloc(m->core.n_domains, sizeof(*di));
+	dip = calloc(m->core.n_domains, sizeof(*dip));
 	r->owned[r->n_owned++] = ci;
 	r->owned[r->n_owned++] = cip;
 	r->owned[r->n_owned++] = di;
 	r->owned[r->n_owned++] = dip;
-	if ((m->n_clients && (!ci || !cip)) || (m->n_domains && (!di || !dip)))
+	if ((m->n_clients && (!ci || !cip)) || (m->core.n_domains && (!di || !dip)))
 		return -ENOMEM;
 
 	/* What fits in one reply, domains first (stats and dump go by them); the rest is
 	 * counted. */
 	mrd__clients_response__init(body);
 	i = 0;
-	LIST_FOREACH(d, &m->domains, link) {
+	LIST_FOREACH(d, &m->core.domains, link) {
 		if (!access_view_shows(view, d->name))
 			continue;
 		if (bytes > budget) {
@@ -141,13 +141,13 @@ int request_clients(struct client *c, struct domain *no_domain, const Mrd__Reque
 		}
 		mrd__client_info__init(&ci[i]);
 		ci[i].id = it->id;
-		ci[i].pid = (uint32_t)it->pid;
-		ci[i].uid = it->uid;
+		ci[i].pid = (uint32_t)it->owner.mem.pid;
+		ci[i].uid = it->owner.mem.uid;
 		ci[i].gid = it->gid;
 		ci[i].name = it->name;
 		ci[i].domain = it->domain ? it->domain->name : (char *)"";
-		ci[i].allocated_bytes = it->allocated_bytes;
-		for (struct allocation *a = LIST_FIRST(&it->allocations); a;
+		ci[i].allocated_bytes = it->owner.mem.allocated_bytes;
+		for (struct allocation *a = LIST_FIRST(&it->owner.mem.allocations); a;
 		     a = LIST_NEXT(a, owner_link))
 			ci[i].allocations++;
 		ci[i].admin = it->admin;
@@ -209,22 +209,23 @@ static void dump_walk(struct domain *d, struct dump_walk *w)
 	const struct arena *arena;
 	const struct pool_mr *pm;
 
-	LIST_FOREACH(arena, &d->arenas, link)
+	LIST_FOREACH(arena, &d->mem.arenas, link)
 		for (size_t i = 0; i < arena->n_runs; i++) {
-			const struct allocation *a = arena->runs[i];
+			const struct reg_allocation *a = reg_allocation_of(arena->runs[i]);
 			const struct cached_mr *mr;
 			const struct odp_child *ch;
 
 			LIST_FOREACH(mr, &a->mrs, alloc_link)
 				dump_mr(w, mr->start, mr->end, mr->pmr, MRD__DUMP_MR_KIND__DUMP_MR_CACHE,
-					a, 0);
+					&a->mem, 0);
 			LIST_FOREACH(ch, &a->odp_children, link)
-				dump_mr(w, ch->start, ch->end, ch->pmr, MRD__DUMP_MR_KIND__DUMP_MR_ODP, a,
-					0);
+				dump_mr(w, ch->start, ch->end, ch->pmr, MRD__DUMP_MR_KIND__DUMP_MR_ODP,
+					&a->mem, 0);
 		}
-	LIST_FOREACH(pm, &d->pool_mrs, link) /* a worker may be writing a pending one's pmr */
+	/* A worker may be writing a pending one's pmr. */
+	LIST_FOREACH(pm, &d->reg.mempools.mrs, link)
 		dump_mr(w, pm->start, pm->end, pm->pending ? NULL : pm->pmr,
-			MRD__DUMP_MR_KIND__DUMP_MR_MEMPOOL, pm->allocation, pm->sharers);
+			MRD__DUMP_MR_KIND__DUMP_MR_MEMPOOL, &pm->allocation->mem, pm->sharers);
 }
 
 int request_domain_dump(struct client *c, struct domain *no_domain, const Mrd__Request *req,
@@ -239,7 +240,7 @@ int request_domain_dump(struct client *c, struct domain *no_domain, const Mrd__R
 	struct domain *d;
 	size_t i = 0;
 
-	LIST_FOREACH(d, &c->manager->domains, link)
+	LIST_FOREACH(d, &c->manager->core.domains, link)
 		if (strcmp(d->name, q->domain) == 0)
 			break;
 	if (!d || !access_view_shows(client_view(c), d->name)) {
@@ -247,20 +248,20 @@ int request_domain_dump(struct client *c, struct domain *no_domain, const Mrd__R
 		reply_set_message(r, "no domain %s is open, or it is not yours", q->domain);
 		return -ENOENT;
 	}
-	ai = calloc(d->n_arenas, sizeof(*ai));
-	aip = calloc(d->n_arenas, sizeof(*aip));
+	ai = calloc(d->mem.n_arenas, sizeof(*ai));
+	aip = calloc(d->mem.n_arenas, sizeof(*aip));
 	w.mrs = calloc(DUMP_MRS_MAX, sizeof(*w.mrs));
 	mip = calloc(DUMP_MRS_MAX, sizeof(*mip));
 	r->owned[r->n_owned++] = ai;
 	r->owned[r->n_owned++] = aip;
 	r->owned[r->n_owned++] = w.mrs;
 	r->owned[r->n_owned++] = mip;
-	if ((d->n_arenas && (!ai || !aip)) || !w.mrs || !mip)
+	if ((d->mem.n_arenas && (!ai || !aip)) || !w.mrs || !mip)
 		return -ENOMEM;
 
 	mrd__domain_dump_response__init(body);
 	body->domain = d->name;
-	LIST_FOREACH(arena, &d->arenas, link) {
+	LIST_FOREACH(arena, &d->mem.arenas, link) {
 		mrd__dump_arena__init(&ai[i]);
 		ai[i].address = (uint64_t)(uintptr_t)arena->base;
 		ai[i].size = arena->size;
@@ -274,9 +275,10 @@ int request_domain_dump(struct client *c, struct domain *no_domain, const Mrd__R
 	}
 	body->n_arenas = i;
 	body->arenas = aip;
-	body->table_overflow = d->cache.table.overflow;
-	body->table_entries = d->cache.table.overflow ? 0 : (uint32_t)(d->cache.table.n - 1);
-	body->table_capacity = (uint32_t)d->cache.table.cap;
+	body->table_overflow = d->reg.cache.table.overflow;
+	body->table_entries =
+		d->reg.cache.table.overflow ? 0 : (uint32_t)(d->reg.cache.table.n - 1);
+	body->table_capacity = (uint32_t)d->reg.cache.table.cap;
 	dump_walk(d, &w);
 	for (uint32_t k = 0; k < w.n; k++)
 		mip[k] = &w.mrs[k];

@@ -10,11 +10,12 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
-#include "memory/arena.h"
-#include "core/domain.h"
 #include "log.h"
 #include "macro.h"
-#include "control/manager.h"
+#include "memory/allocation.h"
+#include "memory/arena.h"
+#include "memory/memory.h"
+#include "memory/window.h"
 
 
 uint64_t hugepages_free(void)
@@ -52,8 +53,8 @@ static int arena_map(struct arena *a, struct window *w, uint64_t length, uint64_
 	if (at) {
 		first = *at; /* the previous mrd's: it kept to the share */
 		r = window_take_at(w, first, a->n_slots);
-	} else if (a->domain->window_bytes + (uint64_t)a->n_slots * w->slot_size >
-		   config_window_bytes(&a->domain->manager->config))
+	} else if (a->mem->window_bytes + (uint64_t)a->n_slots * w->slot_size >
+		   config_window_bytes(a->mem->config))
 		r = -EDQUOT; /* its share of the window, so one domain never takes it all */
 	else
 		r = window_take(w, a->n_slots, &first);
@@ -107,43 +108,43 @@ static int memfd_check(int fd, struct memfd_info *ret)
 }
 
 /* serial: a warm restart's, else 0 for the next one. */
-static struct arena *arena_alloc_struct(struct domain *d, uint64_t serial)
+static struct arena *arena_alloc_struct(struct memory *m, uint64_t serial)
 {
 	struct arena *a = calloc(1, sizeof(*a));
 
 	if (!a)
 		return NULL;
 	a->memfd = -1;
-	a->domain = d;
-	a->serial = serial ? serial : ++d->manager->arena_serial;
+	a->mem = m;
+	a->serial = serial ? serial : ++m->window->arena_serial;
 	return a;
 }
 
 static void arena_link(struct arena *a)
 {
-	LIST_INSERT_HEAD(&a->domain->arenas, a, link);
-	a->domain->n_arenas++;
-	a->domain->window_bytes += (uint64_t)a->n_slots * a->domain->manager->window.slot_size;
+	LIST_INSERT_HEAD(&a->mem->arenas, a, link);
+	a->mem->n_arenas++;
+	a->mem->window_bytes += (uint64_t)a->n_slots * a->mem->window->slot_size;
 }
 
-int arena_new(struct domain *d, uint64_t min_size, bool hugetlb, struct arena **ret)
+int arena_new(struct memory *m, uint64_t min_size, bool hugetlb, struct arena **ret)
 {
-	struct window *w = &d->manager->window;
+	struct window *w = m->window;
 	struct arena *a;
 	char name[96];
 	int r;
 
-	a = arena_alloc_struct(d, 0);
+	a = arena_alloc_struct(m, 0);
 	if (!a)
 		return -ENOMEM;
 	a->hugetlb = hugetlb;
 	a->page_size = hugetlb ? HUGE_PAGE_SIZE : (uint32_t)sysconf(_SC_PAGESIZE);
 	/* Buddy allocators want a power of two pages; at least the configured arena size. */
-	a->size = pow2_at_least(round_up(min_size > d->manager->config.arena_size ?
-						 min_size : d->manager->config.arena_size,
+	a->size = pow2_at_least(round_up(min_size > m->config->arena_size ?
+						 min_size : m->config->arena_size,
 					 a->page_size));
 
-	snprintf(name, sizeof(name), "mrd-arena-%s", d->name);
+	snprintf(name, sizeof(name), "mrd-arena-%s", m->name);
 	a->memfd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING |
 					      (hugetlb ? MFD_HUGETLB | (21 << MFD_HUGE_SHIFT) : 0));
 	if (a->memfd < 0) {
@@ -167,7 +168,7 @@ int arena_new(struct domain *d, uint64_t min_size, bool hugetlb, struct arena **
 		(void)madvise(a->base, a->size, MADV_HUGEPAGE); /* THP, where shmem allows it */
 
 	arena_link(a);
-	log_debug("domain %s: arena %u, %llu MiB of %s pages at %p", d->name, a->id,
+	log_debug("domain %s: arena %u, %llu MiB of %s pages at %p", m->name, a->id,
 		  (unsigned long long)(a->size >> 20), hugetlb ? "2 MiB" : "4 KiB", (void *)a->base);
 	*ret = a;
 	return 0;
@@ -179,10 +180,10 @@ fail:
 
 /* An arena over memfd (consumed on success) as place says, at the first free slots or at
  * place->slot (adopt: a warm restart's, all its pages in use until arena_adopt_finish). */
-static int arena_wrap(struct domain *d, int memfd, const struct arena_place *place, bool adopt,
+static int arena_wrap(struct memory *m, int memfd, const struct arena_place *place, bool adopt,
 		      struct arena **ret)
 {
-	struct arena *a = arena_alloc_struct(d, adopt ? place->serial : 0);
+	struct arena *a = arena_alloc_struct(m, adopt ? place->serial : 0);
 	int r;
 
 	if (!a)
@@ -195,7 +196,7 @@ static int arena_wrap(struct domain *d, int memfd, const struct arena_place *pla
 	a->memfd = memfd;
 	r = a->external ? 0 : buddy_init_used(&a->buddy, (uint32_t)(a->size / a->page_size));
 	if (r >= 0)
-		r = arena_map(a, &d->manager->window, a->size, a->file_offset,
+		r = arena_map(a, m->window, a->size, a->file_offset,
 			      adopt ? &place->slot : NULL);
 	if (r < 0) {
 		a->memfd = -1; /* still the caller's */
@@ -207,7 +208,7 @@ static int arena_wrap(struct domain *d, int memfd, const struct arena_place *pla
 	return 0;
 }
 
-int arena_new_external(struct domain *d, int memfd, uint64_t offset, uint64_t length,
+int arena_new_external(struct memory *m, int memfd, uint64_t offset, uint64_t length,
 		       struct arena **ret)
 {
 	struct memfd_info info;
@@ -221,14 +222,14 @@ int arena_new_external(struct domain *d, int memfd, uint64_t offset, uint64_t le
 	if (length == 0 || offset % info.page_size || length % info.page_size ||
 	    offset + length < offset || offset + length > info.size)
 		return -EINVAL;
-	return arena_wrap(d, memfd,
+	return arena_wrap(m, memfd,
 			  &(struct arena_place){ .size = length, .file_offset = offset,
 						 .page_size = info.page_size,
 						 .hugetlb = info.hugetlb, .external = true },
 			  false, ret);
 }
 
-int arena_adopt(struct domain *d, int memfd, const struct arena_place *place, struct arena **ret)
+int arena_adopt(struct memory *m, int memfd, const struct arena_place *place, struct arena **ret)
 {
 	struct memfd_info info;
 
@@ -244,9 +245,9 @@ int arena_adopt(struct domain *d, int memfd, const struct arena_place *place, st
 	    (place->file_offset != 0 || place->size != info.size || !(info.seals & F_SEAL_GROW) ||
 	     (place->size / info.page_size) & (place->size / info.page_size - 1)))
 		return -EINVAL;
-	if (place->serial > d->manager->arena_serial)
-		d->manager->arena_serial = place->serial;
-	return arena_wrap(d, memfd, place, true, ret);
+	if (place->serial > m->window->arena_serial)
+		m->window->arena_serial = place->serial;
+	return arena_wrap(m, memfd, place, true, ret);
 }
 
 int arena_adopt_finish(struct arena *a)
@@ -273,11 +274,11 @@ struct arena *arena_free(struct arena *a)
 	if (!a)
 		return NULL;
 	if (a->n_slots)
-		window_give_back(&a->domain->manager->window, a->id, a->n_slots);
+		window_give_back(a->mem->window, a->id, a->n_slots);
 	if (a->link.le_prev) {
 		LIST_REMOVE(a, link);
-		a->domain->n_arenas--;
-		a->domain->window_bytes -= (uint64_t)a->n_slots * a->domain->manager->window.slot_size;
+		a->mem->n_arenas--;
+		a->mem->window_bytes -= (uint64_t)a->n_slots * a->mem->window->slot_size;
 	}
 	buddy_done(&a->buddy);
 	free(a->runs);
@@ -326,7 +327,7 @@ void arena_release(struct arena *a, uint64_t offset, uint64_t length)
 		return;
 	/* Give the pages back to the kernel: the next owner starts from zeros (not while another
 	 * mrd takes the memory over: their content is what it adopts). */
-	if (!a->domain->manager->keep_content)
+	if (!a->mem->window->keep_content)
 		(void)fallocate(a->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset,
 				(off_t)length);
 	buddy_free(&a->buddy, (uint32_t)(offset / a->page_size), (uint32_t)(length / a->page_size));

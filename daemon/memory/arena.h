@@ -10,10 +10,11 @@
 
 #include "memory/buddy.h"
 
-struct domain;
+struct allocation;
+struct memory;
 
 struct arena {
-	struct domain *domain;
+	struct memory *mem; /* its domain's */
 	LIST_ENTRY(arena) link;
 	uint32_t id;        /* its first window slot: unique while it lives */
 	uint64_t serial;    /* unique for the life of mrd: ids are reused, serials never */
@@ -31,13 +32,13 @@ struct arena {
 	size_t n_runs, runs_cap;
 };
 
-/* A new arena of at least min_size bytes in d's part of the window. Like arena_new_external,
- * -EDQUOT when d's arenas would take more than config_window_bytes of the window. */
-int arena_new(struct domain *d, uint64_t min_size, bool hugetlb, struct arena **ret);
+/* A new arena of at least min_size bytes in m's part of the window. Like arena_new_external,
+ * -EDQUOT when m's arenas would take more than config_window_bytes of the window. */
+int arena_new(struct memory *m, uint64_t min_size, bool hugetlb, struct arena **ret);
 
 /* Maps [offset, offset + length) of a client's memfd (consumed on success) into the window.
  * The memfd must be sealed against shrinking so it can never vanish under a mapping. */
-int arena_new_external(struct domain *d, int memfd, uint64_t offset, uint64_t length,
+int arena_new_external(struct memory *m, int memfd, uint64_t offset, uint64_t length,
 		       struct arena **ret);
 
 /* Where an arena of the previous mrd was, and what it was (warm restart). */
@@ -52,7 +53,7 @@ struct arena_place {
  * in use until arena_adopt_finish. -EINVAL when the memfd is not what place says, -EEXIST when
  * its slots are taken, -EPERM when it is sealed against writes (an attached memfd's owner may
  * add F_SEAL_FUTURE_WRITE at any time: mmap refuses a writable mapping). */
-int arena_adopt(struct domain *d, int memfd, const struct arena_place *place, struct arena **ret);
+int arena_adopt(struct memory *m, int memfd, const struct arena_place *place, struct arena **ret);
 /* Its adopted allocations are all recorded: the pages between them become free. -EINVAL for
  * an attached memfd that is not one whole allocation. */
 int arena_adopt_finish(struct arena *a);

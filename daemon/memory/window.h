@@ -12,6 +12,10 @@ struct window {
 	uint64_t slot_size;
 	uint32_t n_slots;
 	bool *used;
+	uint64_t arena_serial; /* last serial given to an arena */
+	/* Another mrd takes the arenas over (control/handover.c): pages freed from here on keep
+	 * their content. */
+	bool keep_content;
 };
 
 /* Reserves [base, base + size). -EADDRINUSE when any of it is mapped already. */

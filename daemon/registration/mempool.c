@@ -5,32 +5,39 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "memory/arena.h"
-#include "control/client.h"
-#include "core/domain.h"
 #include "log.h"
 #include "macro.h"
-#include "control/manager.h"
+#include "memory/allocation.h"
+#include "memory/arena.h"
+#include "memory/memory.h"
+#include "provider/provider.h"
 #include "registration/mempool.h"
 #include "registration/mr-cache.h"
-#include "provider/provider.h"
-#include "status-page.h"
-#include "base/worker-pool.h"
+#include "registration/reg-allocation.h"
+#include "registration/reg-owner.h"
+#include "registration/registrar.h"
 
 /* A range to register, rounded out to the pages of the allocation holding it. */
 struct span {
 	uint64_t start, end;
-	struct allocation *allocation;
+	struct reg_allocation *allocation;
 };
 
-static struct pool_reg *find(const struct domain *d, const struct client *owner,
+void mempools_init(struct mempools *p)
+{
+	*p = (struct mempools){ 0 };
+	LIST_INIT(&p->regs);
+	LIST_INIT(&p->mrs);
+}
+
+static struct pool_reg *find(const struct registrar *r, const struct reg_owner *owner,
 			     const char *name)
 {
-	struct pool_reg *r;
+	struct pool_reg *reg;
 
-	LIST_FOREACH(r, &d->pool_regs, link)
-		if (r->owner == owner && strcmp(r->name, name) == 0)
-			return r;
+	LIST_FOREACH(reg, &r->mempools.regs, link)
+		if (reg->owner == owner && strcmp(reg->name, name) == 0)
+			return reg;
 	return NULL;
 }
 
@@ -43,23 +50,24 @@ static int span_compare(const void *a, const void *b)
 
 /* Rounds the ranges out to pages and merges the ones that touch in one allocation (an MR that
  * spanned two would outlive the first one freed). Returns how many spans are left. */
-static int analyze(struct domain *d, const uint64_t *starts, const uint64_t *lengths, size_t n,
+static int analyze(struct registrar *r, const uint64_t *starts, const uint64_t *lengths, size_t n,
 		   struct span *spans, char *why, size_t why_size)
 {
 	size_t m = 0;
 
 	for (size_t i = 0; i < n; i++) {
-		struct allocation *a = domain_allocation_containing(d, starts[i]);
+		struct reg_allocation *a =
+			reg_allocation_of(allocation_containing(r->mem, starts[i]));
 		uint64_t ps, base, end = starts[i] + lengths[i];
 
 		if (lengths[i] == 0 || end < starts[i] || !a ||
-		    end > allocation_address(a) + a->length) {
+		    end > allocation_address(&a->mem) + a->mem.length) {
 			snprintf(why, why_size, "range [0x%" PRIx64 ", +0x%" PRIx64 ") is not inside "
-				 "one allocation of domain %s", starts[i], lengths[i], d->name);
+				 "one allocation of domain %s", starts[i], lengths[i], r->name);
 			return -EFAULT;
 		}
-		ps = a->arena->page_size;
-		base = allocation_address(a);
+		ps = a->mem.arena->page_size;
+		base = allocation_address(&a->mem);
 		spans[i].start = starts[i] - (starts[i] - base) % ps;
 		spans[i].end = end + (ps - (end - base) % ps) % ps;
 		spans[i].allocation = a;
@@ -78,19 +86,20 @@ static int analyze(struct domain *d, const uint64_t *starts, const uint64_t *len
 }
 
 /* The huge page MR an earlier pool made for exactly this span, if any. */
-static struct pool_mr *shared_hugepage(const struct domain *d, const struct span *s)
+static struct pool_mr *shared_hugepage(const struct registrar *r, const struct span *s)
 {
+	const struct arena *arena = s->allocation->mem.arena;
 	struct pool_mr *mr;
 
-	if (!s->allocation->arena->hugetlb || s->end - s->start != s->allocation->arena->page_size)
+	if (!arena->hugetlb || s->end - s->start != arena->page_size)
 		return NULL;
-	LIST_FOREACH(mr, &d->pool_mrs, link)
+	LIST_FOREACH(mr, &r->mempools.mrs, link)
 		if (mr->hugepage && mr->start == s->start && (mr->pending || mr->pmr))
 			return mr; /* one whose registration failed is nobody's to share */
 	return NULL;
 }
 
-struct pool_mr *mempool_mr_containing(const struct allocation *a, uint64_t addr)
+struct pool_mr *mempool_mr_containing(const struct reg_allocation *a, uint64_t addr)
 {
 	struct pool_mr *mr;
 
@@ -108,33 +117,33 @@ struct unreg_ticket {
 };
 
 /* The MR is gone from the device: its keys are dead, its pages may go. */
-static void pool_mr_gone(struct domain *d, struct pool_mr *mr, int r)
+static void pool_mr_gone(struct registrar *r, struct pool_mr *mr, int k)
 {
-	struct allocation *a = mr->allocation;
+	struct reg_allocation *a = mr->allocation;
 
 	if (mr->pmr) {
-		if (r < 0)
-			log_warning_errno(r, "domain %s: cannot deregister mempool MR [0x%" PRIx64
-					  ", 0x%" PRIx64 "): %m", d->name, mr->start, mr->end);
-		d->cache.deregistrations++;
+		if (k < 0)
+			log_warning_errno(k, "domain %s: cannot deregister mempool MR [0x%" PRIx64
+					  ", 0x%" PRIx64 "): %m", r->name, mr->start, mr->end);
+		r->cache.deregistrations++;
 		/* Keys of that memory are dead now: clients must flush what they cached. */
-		__atomic_add_fetch(&d->status->generation, 1, __ATOMIC_RELEASE);
+		status_page_bump(&r->mem->status);
 	}
-	mr_cache_uncharge(&d->cache, mr->start, mr->end);
+	mr_cache_uncharge(&r->cache, mr->start, mr->end);
 	free(mr);
-	/* Its owner left before the pools did (one waiting after a warm restart stays). */
-	if (--a->pool_refs == 0 && !a->owner && !a->orphan)
-		(void)domain_free_allocation(d, a, NULL);
-	domain_update_status(d);
+	/* Its owner may have left before the pools did. */
+	if (--a->pool_refs == 0)
+		r->events.allocation_idle(r->data, a);
+	r->events.changed(r->data);
 }
 
-/* Deregistered on a worker (domain_dereg_waits): gone now, and its ticket counts it. */
-static void pool_mr_dereged(struct domain *d, void *arg, int result)
+/* Deregistered on a worker (registrar_offload): gone now, and its ticket counts it. */
+static void pool_mr_dereged(struct registrar *r, void *arg, int result)
 {
 	struct pool_mr *mr = arg;
 	struct unreg_ticket *t = mr->ticket;
 
-	pool_mr_gone(d, mr, result);
+	pool_mr_gone(r, mr, result);
 	if (t && --t->remaining == 0) {
 		t->waiter->resume(t->waiter, 0, NULL, "");
 		free(t);
@@ -144,68 +153,68 @@ static void pool_mr_dereged(struct domain *d, void *arg, int result)
 /* Out of the domain; deregistered (when it was registered) here or — GiBs to unpin, or a soft
  * Dma that may hold it — on a worker, when ticket, if not NULL, counts it; only then is its
  * allocation let go. */
-static void pool_mr_destroy(struct domain *d, struct pool_mr *mr, struct unreg_ticket *ticket)
+static void pool_mr_destroy(struct registrar *r, struct pool_mr *mr, struct unreg_ticket *ticket)
 {
 	LIST_REMOVE(mr, link);
 	LIST_REMOVE(mr, alloc_link); /* lookups no longer answer with it */
-	if (mr->pmr && domain_dereg_waits(d, mr->end - mr->start)) {
+	if (mr->pmr && registrar_offload(r, mr->end - mr->start, REG_DROP)) {
 		mr->ticket = ticket;
-		if (domain_dereg_on_worker(d, mr->pmr, pool_mr_dereged, mr) == 0) {
+		if (registrar_dereg_on_worker(r, mr->pmr, pool_mr_dereged, mr) == 0) {
 			if (ticket)
 				ticket->remaining++;
 			return;
 		}
 	}
-	pool_mr_gone(d, mr, mr->pmr ? frmr_pools_dereg(&d->pools, mr->pmr) : 0);
+	pool_mr_gone(r, mr, mr->pmr ? frmr_pools_dereg(&r->pools, mr->pmr) : 0);
 }
 
-static void pool_mr_put(struct domain *d, struct pool_mr *mr, struct unreg_ticket *ticket)
+static void pool_mr_put(struct registrar *r, struct pool_mr *mr, struct unreg_ticket *ticket)
 {
 	if (--mr->sharers == 0 && !mr->pending)
-		pool_mr_destroy(d, mr, ticket); /* a pending one goes when its worker is done */
+		pool_mr_destroy(r, mr, ticket); /* a pending one goes when its worker is done */
 }
 
 /* Not registered yet: a place in the domain (so that pools in its huge page find it), its
  * pages charged (once, with those other MRs cover), its allocation held. */
-static struct pool_mr *pool_mr_new(struct domain *d, const struct span *s)
+static struct pool_mr *pool_mr_new(struct registrar *r, const struct span *s)
 {
 	struct pool_mr *mr = calloc(1, sizeof(*mr));
 
 	if (!mr)
 		return NULL;
-	if (mr_cache_charge(&d->cache, s->start, s->end) < 0) {
+	if (mr_cache_charge(&r->cache, s->start, s->end) < 0) {
 		free(mr);
 		return NULL;
 	}
 	mr->allocation = s->allocation;
 	mr->start = s->start;
 	mr->end = s->end;
-	mr->hugepage = s->allocation->arena->hugetlb &&
-		       s->end - s->start == s->allocation->arena->page_size;
+	mr->hugepage = s->allocation->mem.arena->hugetlb &&
+		       s->end - s->start == s->allocation->mem.arena->page_size;
 	mr->pending = true;
-	mr->access = allocation_access(s->allocation);
+	mr->access = reg_allocation_access(s->allocation);
 	s->allocation->pool_refs++;
-	LIST_INSERT_HEAD(&d->pool_mrs, mr, link);
+	LIST_INSERT_HEAD(&r->mempools.mrs, mr, link);
 	LIST_INSERT_HEAD(&s->allocation->pool_mrs, mr, alloc_link);
 	return mr;
 }
 
 /* On the loop or on a worker: touches only the MR and the provider. */
-static int pool_mr_register(struct domain *d, struct pool_mr *mr)
+static int pool_mr_register(struct registrar *r, struct pool_mr *mr)
 {
-	return frmr_pools_reg(&d->pools, (void *)(uintptr_t)mr->start, mr->end - mr->start,
+	return frmr_pools_reg(&r->pools, (void *)(uintptr_t)mr->start, mr->end - mr->start,
 			      mr->access, false, &mr->pmr);
 }
 
-static void reg_free(struct domain *d, struct pool_reg *reg, struct unreg_ticket *ticket)
+static void reg_free(struct registrar *r, struct pool_reg *reg, struct unreg_ticket *ticket)
 {
 	struct mr_waiter *w = reg->waiter;
 
 	LIST_REMOVE(reg, link);
 	LIST_REMOVE(reg, owner_link);
-	d->n_pool_regs--;
+	r->mempools.n_regs--;
 	for (size_t i = 0; i < reg->n_mrs; i++)
-		pool_mr_put(d, reg->mrs[i], ticket);
+		pool_mr_put(r, reg->mrs[i], ticket);
 	free(reg->ticket);
 	free(reg);
 	if (w)
@@ -215,7 +224,7 @@ static void reg_free(struct domain *d, struct pool_reg *reg, struct unreg_ticket
 /* None of its MRs is pending any more: it takes over from the one it replaces, or fails.
  * Returns 0, -errno (why says so), or -EINPROGRESS while workers deregister the MRs it
  * dropped: its waiter hears once they are gone, so that no answer counts them as pinned. */
-static int reg_settle(struct domain *d, struct pool_reg *reg, char *why, size_t why_size)
+static int reg_settle(struct registrar *r, struct pool_reg *reg, char *why, size_t why_size)
 {
 	struct unreg_ticket *t = TAKE_PTR(reg->ticket);
 	struct mr_waiter *w = TAKE_PTR(reg->waiter);
@@ -223,13 +232,13 @@ static int reg_settle(struct domain *d, struct pool_reg *reg, char *why, size_t 
 
 	if (error < 0) {
 		snprintf(why, why_size, "registering mempool '%s' failed: %s", reg->name,
-			 provider_strerror(d->provider, error));
-		reg_free(d, reg, NULL);
+			 provider_strerror(r->provider, error));
+		reg_free(r, reg, NULL);
 	} else if (reg->replaces) {
 		/* Its old MRs cannot be in use for the objects any more: the pool says they live
 		 * in attached memory now. */
 		t->waiter = w;
-		reg_free(d, TAKE_PTR(reg->replaces), t);
+		reg_free(r, TAKE_PTR(reg->replaces), t);
 		if (t->remaining > 0)
 			error = -EINPROGRESS; /* the last pool_mr_dereged() answers, and frees t */
 		else
@@ -237,24 +246,23 @@ static int reg_settle(struct domain *d, struct pool_reg *reg, char *why, size_t 
 		t = NULL;
 	}
 	free(t);
-	domain_update_status(d);
+	r->events.changed(r->data);
 	return error;
 }
 
 /* A worker registering the MRs one registration made. */
 struct pool_job {
-	struct work work;
-	struct domain *domain; /* held while the job lives */
+	struct registrar_work base;
 	size_t n;
-	struct pool_mr *mrs[];
+	struct pool_mr *mrs[]; /* their pmr and error: written by the worker, read after it */
 };
 
-static void pool_job_run(struct work *w)
+static void pool_job_run(struct registrar_work *w)
 {
 	struct pool_job *j = (struct pool_job *)w;
 
 	for (size_t i = 0; i < j->n; i++) {
-		j->mrs[i]->error = pool_mr_register(j->domain, j->mrs[i]);
+		j->mrs[i]->error = pool_mr_register(w->reg, j->mrs[i]);
 		if (j->mrs[i]->error < 0)
 			j->mrs[i]->pmr = NULL;
 	}
@@ -268,15 +276,14 @@ static bool in_job(const struct pool_job *j, const struct pool_mr *mr)
 	return false;
 }
 
-static void pool_job_done(struct work *w)
+static void pool_job_done(struct registrar_work *w)
 {
 	struct pool_job *j = (struct pool_job *)w;
-	struct domain *d = j->domain;
+	struct registrar *r = w->reg;
 	struct pool_reg *reg, *settle = NULL;
 	struct mr_wait *lookups = NULL;
 	size_t kept = 0;
 
-	d->cache.jobs--;
 	for (size_t i = 0; i < j->n; i++) {
 		struct pool_mr *mr = j->mrs[i];
 
@@ -289,18 +296,18 @@ static void pool_job_done(struct work *w)
 			lookups = lw;
 		}
 		if (mr->pmr)
-			d->cache.registrations++;
+			r->cache.registrations++;
 		else
 			mr->hugepage = false; /* failed: no later pool may share it */
 		if (mr->sharers == 0)
-			pool_mr_destroy(d, mr, NULL); /* every pool that wanted it left meanwhile */
+			pool_mr_destroy(r, mr, NULL); /* every pool that wanted it left meanwhile */
 		else
 			j->mrs[kept++] = mr;
 	}
 	j->n = kept;
 	/* Every registration waiting for these MRs hears of them; those with nothing left to
 	 * wait for settle after the walk, since settling drops the registrations they replace. */
-	LIST_FOREACH(reg, &d->pool_regs, link) {
+	LIST_FOREACH(reg, &r->mempools.regs, link) {
 		for (size_t k = 0; reg->pending && k < reg->n_mrs; k++)
 			if (in_job(j, reg->mrs[k])) {
 				reg->pending--;
@@ -320,41 +327,40 @@ static void pool_job_done(struct work *w)
 		reg = settle;
 		settle = reg->settle_next;
 		waiter = reg->waiter;
-		k = reg_settle(d, reg, why, sizeof(why));
+		k = reg_settle(r, reg, why, sizeof(why));
 		if (k != -EINPROGRESS)
 			waiter->resume(waiter, k, NULL, k < 0 ? why : "");
 	}
 	/* Lookups inside these MRs get them now, or register what a failed one left. */
-	mr_cache_resume_waits(&d->cache, lookups);
+	mr_cache_resume_waits(&r->cache, lookups);
 	free(j);
-	domain_unref(d);
 }
 
-int mempool_register(struct domain *d, struct client *owner, const char *name,
+int mempool_register(struct registrar *r, struct reg_owner *owner, const char *name,
 		     const uint64_t *starts, const uint64_t *lengths, size_t n, bool extmem,
 		     struct mr_waiter *waiter, struct pool_reg **ret, char *why, size_t why_size)
 {
-	const struct config *cfg = &d->manager->config;
-	struct pool_reg *old = find(d, owner, name), *reg;
+	const struct config *cfg = r->config;
+	struct pool_reg *old = find(r, owner, name), *reg;
 	struct pool_job *job;
 	struct span *spans;
 	uint64_t new_bytes = 0, more_pinned = 0;
 	size_t n_fresh = 0;
-	int m, r = 0;
+	int m, k = 0;
 
 	if (old && (!extmem || old->extmem)) {
 		snprintf(why, why_size, "mempool '%s' is registered already", name);
 		return -EEXIST;
 	}
-	if (!old && d->n_pool_regs >= cfg->quota_mempools) {
+	if (!old && r->mempools.n_regs >= cfg->quota_mempools) {
 		snprintf(why, why_size, "quota.mempools (%u) reached for domain %s",
-			 cfg->quota_mempools, d->name);
+			 cfg->quota_mempools, r->name);
 		return -EDQUOT;
 	}
 	spans = calloc(n, sizeof(*spans));
 	if (!spans)
 		return -ENOMEM;
-	m = analyze(d, starts, lengths, n, spans, why, why_size);
+	m = analyze(r, starts, lengths, n, spans, why, why_size);
 	if (m < 0) {
 		free(spans);
 		return m;
@@ -362,14 +368,14 @@ int mempool_register(struct domain *d, struct client *owner, const char *name,
 	/* Spans are disjoint: only the pages no MR covers yet pin more (a shared huge page's
 	 * none). */
 	for (int i = 0; i < m; i++) {
-		if (!shared_hugepage(d, &spans[i]))
+		if (!shared_hugepage(r, &spans[i]))
 			new_bytes += spans[i].end - spans[i].start;
-		more_pinned += mr_cache_uncharged(&d->cache, spans[i].start, spans[i].end);
+		more_pinned += mr_cache_uncharged(&r->cache, spans[i].start, spans[i].end);
 	}
-	r = domain_check_pinned(d, more_pinned, why, why_size);
-	if (r < 0) {
+	k = registrar_check_pinned(r, more_pinned, why, why_size);
+	if (k < 0) {
 		free(spans);
-		return r;
+		return k;
 	}
 	reg = calloc(1, sizeof(*reg) + (size_t)m * sizeof(reg->mrs[0]));
 	job = calloc(1, sizeof(*job) + (size_t)m * sizeof(job->mrs[0]));
@@ -387,16 +393,16 @@ int mempool_register(struct domain *d, struct client *owner, const char *name,
 	reg->owner = owner;
 	reg->extmem = extmem;
 	reg->replaces = old;
-	LIST_INSERT_HEAD(&d->pool_regs, reg, link);
+	LIST_INSERT_HEAD(&r->mempools.regs, reg, link);
 	LIST_INSERT_HEAD(&owner->pools, reg, owner_link);
-	d->n_pool_regs++;
+	r->mempools.n_regs++;
 	for (int i = 0; i < m; i++) {
-		struct pool_mr *mr = shared_hugepage(d, &spans[i]);
+		struct pool_mr *mr = shared_hugepage(r, &spans[i]);
 
 		if (!mr) {
-			mr = pool_mr_new(d, &spans[i]);
+			mr = pool_mr_new(r, &spans[i]);
 			if (!mr) {
-				r = -ENOMEM;
+				k = -ENOMEM;
 				break;
 			}
 			job->mrs[n_fresh++] = mr;
@@ -409,15 +415,10 @@ int mempool_register(struct domain *d, struct client *owner, const char *name,
 	free(spans);
 	*ret = reg;
 
-	if (r == 0 && n_fresh > 0 && d->manager->workers &&
-	    (new_bytes >= cfg->async_bytes || mr_cache_busy(&d->cache))) {
+	if (k == 0 && n_fresh > 0 && registrar_offload(r, new_bytes, REG_MAKE)) {
 		/* Pinning this much takes long: a worker does it, and only the asker waits. */
-		job->work.run = pool_job_run;
-		job->work.done = pool_job_done;
-		job->domain = domain_ref(d);
 		job->n = n_fresh;
-		d->cache.jobs++;
-		worker_pool_submit(d->manager->workers, &job->work);
+		registrar_start(r, &job->base, pool_job_run, pool_job_done, true);
 		reg->waiter = waiter;
 		return -EINPROGRESS;
 	}
@@ -427,33 +428,33 @@ int mempool_register(struct domain *d, struct client *owner, const char *name,
 
 		mr->pending = false;
 		reg->pending--;
-		if (r == 0) {
-			r = pool_mr_register(d, mr);
-			if (r < 0) {
+		if (k == 0) {
+			k = pool_mr_register(r, mr);
+			if (k < 0) {
 				mr->pmr = NULL;
-				mr->error = r;
+				mr->error = k;
 				snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64
 					 ") failed: %s", mr->start, mr->end,
-					 provider_strerror(d->provider, r));
+					 provider_strerror(r->provider, k));
 			} else
-				d->cache.registrations++;
+				r->cache.registrations++;
 		}
 	}
 	free(job);
-	if (r < 0) {
-		reg_free(d, reg, NULL); /* what it made goes again */
-		return r;
+	if (k < 0) {
+		reg_free(r, reg, NULL); /* what it made goes again */
+		return k;
 	}
 	reg->waiter = waiter;
 	if (reg->pending > 0)
 		return -EINPROGRESS; /* it shares a huge page MR a worker is still making */
-	return reg_settle(d, reg, why, why_size);
+	return reg_settle(r, reg, why, why_size);
 }
 
-int mempool_unregister(struct domain *d, struct client *owner, const char *name,
+int mempool_unregister(struct registrar *r, struct reg_owner *owner, const char *name,
 		       struct mr_waiter *waiter, char *why, size_t why_size)
 {
-	struct pool_reg *reg = find(d, owner, name);
+	struct pool_reg *reg = find(r, owner, name);
 	struct unreg_ticket *t;
 
 	if (!reg) {
@@ -465,7 +466,7 @@ int mempool_unregister(struct domain *d, struct client *owner, const char *name,
 		return -ENOMEM;
 	if (t)
 		t->waiter = waiter;
-	reg_free(d, reg, t);
+	reg_free(r, reg, t);
 	if (!t || t->remaining == 0) {
 		free(t);
 		return 0;
@@ -473,8 +474,8 @@ int mempool_unregister(struct domain *d, struct client *owner, const char *name,
 	return -EINPROGRESS; /* the last pool_mr_dereged() answers, and frees t */
 }
 
-void mempool_unregister_all(struct domain *d, struct client *owner)
+void mempool_unregister_all(struct registrar *r, struct reg_owner *owner)
 {
 	while (!LIST_EMPTY(&owner->pools))
-		reg_free(d, LIST_FIRST(&owner->pools), NULL);
+		reg_free(r, LIST_FIRST(&owner->pools), NULL);
 }

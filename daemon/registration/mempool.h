@@ -14,19 +14,19 @@
 #include <stdint.h>
 #include <sys/queue.h>
 
-struct allocation;
-struct client;
-struct domain;
 struct mr_wait;
 struct mr_waiter;
 struct provider_mr;
+struct reg_allocation;
+struct reg_owner;
+struct registrar;
 struct unreg_ticket;
 
 /* One registered range, shared by the pools whose memory lies in it. */
 struct pool_mr {
 	LIST_ENTRY(pool_mr) link;       /* the domain's */
 	LIST_ENTRY(pool_mr) alloc_link; /* its allocation's */
-	struct allocation *allocation; /* holds it: allocation->pool_refs */
+	struct reg_allocation *allocation; /* holds it: allocation->pool_refs */
 	uint64_t start, end;
 	struct provider_mr *pmr; /* NULL until registered */
 	unsigned sharers; /* pool registrations using it */
@@ -46,9 +46,9 @@ static inline bool pool_mr_live(const struct pool_mr *mr)
 }
 
 struct pool_reg {
-	LIST_ENTRY(pool_reg) link;       /* the domain's */
+	LIST_ENTRY(pool_reg) link;       /* the domain's (mempools.regs) */
 	LIST_ENTRY(pool_reg) owner_link; /* its client's */
-	struct client *owner;
+	struct reg_owner *owner;
 	char name[64];
 	bool extmem;
 	unsigned pending;          /* its MRs that workers still register */
@@ -61,8 +61,17 @@ struct pool_reg {
 	struct pool_mr *mrs[]; /* by address */
 };
 
+/* A domain's mempool registrations and their MRs (in its registrar). */
+struct mempools {
+	LIST_HEAD(, pool_reg) regs;
+	LIST_HEAD(, pool_mr) mrs;
+	unsigned n_regs;
+};
+
+void mempools_init(struct mempools *p);
+
 /* The live pool MR of a that holds addr, if any: lookups answer with it (mr-cache.c). */
-struct pool_mr *mempool_mr_containing(const struct allocation *a, uint64_t addr);
+struct pool_mr *mempool_mr_containing(const struct reg_allocation *a, uint64_t addr);
 
 /* Registers the owner's pool name over n ranges ([starts[i], starts[i] + lengths[i])). EEXIST
  * when the owner has it registered already, unless extmem replaces a registration that was
@@ -74,15 +83,15 @@ struct pool_mr *mempool_mr_containing(const struct allocation *a, uint64_t addr)
  * deregistered (here, or on a worker): then -EINPROGRESS, *ret is set, and waiter->resume
  * (result, no entry) runs on the loop once it is made — or has failed, and is gone — or once
  * its owner left. waiter must not be NULL. */
-int mempool_register(struct domain *d, struct client *owner, const char *name,
+int mempool_register(struct registrar *r, struct reg_owner *owner, const char *name,
 		     const uint64_t *starts, const uint64_t *lengths, size_t n, bool extmem,
 		     struct mr_waiter *waiter, struct pool_reg **ret, char *why, size_t why_size);
 
 /* ENOENT when the owner has no pool of that name. An MR whose last sharer leaves is
  * deregistered — on a worker when it covers [cache] async_bytes or more: then, with a waiter,
  * -EINPROGRESS, and waiter->resume (result 0) runs once every such MR is gone. */
-int mempool_unregister(struct domain *d, struct client *owner, const char *name,
+int mempool_unregister(struct registrar *r, struct reg_owner *owner, const char *name,
 		       struct mr_waiter *waiter, char *why, size_t why_size);
 
 /* The owner is going: its registrations go (shared MRs stay while others use them). */
-void mempool_unregister_all(struct domain *d, struct client *owner);
+void mempool_unregister_all(struct registrar *r, struct reg_owner *owner);

@@ -5,14 +5,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "memory/arena.h"
-#include "core/domain.h"
 #include "log.h"
-#include "control/manager.h"
+#include "memory/allocation.h"
+#include "memory/arena.h"
+#include "memory/memory.h"
+#include "provider/provider.h"
 #include "registration/mempool.h"
 #include "registration/mr-cache.h"
-#include "provider/provider.h"
-#include "base/worker-pool.h"
+#include "registration/reg-allocation.h"
+#include "registration/registrar.h"
 
 #define MR_TABLE_FIRST 256
 #define MR_TABLE_MAX (1u << 20)
@@ -25,9 +26,9 @@ static int count_only(uintptr_t start, size_t len)
 	return 0;
 }
 
-int mr_cache_init(struct mr_cache *c, struct domain *d, enum mr_policy policy)
+int mr_cache_init(struct mr_cache *c, enum mr_policy policy)
 {
-	*c = (struct mr_cache){ .domain = d, .policy = policy };
+	*c = (struct mr_cache){ .policy = policy };
 	LIST_INIT(&c->mrs);
 	LIST_INIT(&c->reg_jobs);
 	pin_map_init(&c->charges);
@@ -35,18 +36,35 @@ int mr_cache_init(struct mr_cache *c, struct domain *d, enum mr_policy policy)
 	return mr_table_init(&c->table, MR_TABLE_FIRST, MR_TABLE_MAX);
 }
 
+static struct registrar *registrar_of(const struct mr_cache *c)
+{
+	return container_of(c, struct registrar, cache);
+}
+
+/* The host-wide sum moves with every change of the domain's own. */
+static void count_host(const struct mr_cache *c, uint64_t before)
+{
+	*registrar_of(c)->host_pinned += c->charges.pinned_bytes - before;
+}
+
 int mr_cache_charge(struct mr_cache *c, uint64_t start, uint64_t end)
 {
-	return pin_map_pin(&c->charges, (uintptr_t)start, (uintptr_t)end);
+	uint64_t before = c->charges.pinned_bytes;
+	int k = pin_map_pin(&c->charges, (uintptr_t)start, (uintptr_t)end);
+
+	count_host(c, before);
+	return k;
 }
 
 void mr_cache_uncharge(struct mr_cache *c, uint64_t start, uint64_t end)
 {
-	int r = pin_map_unpin(&c->charges, (uintptr_t)start, (uintptr_t)end);
+	uint64_t before = c->charges.pinned_bytes;
+	int k = pin_map_unpin(&c->charges, (uintptr_t)start, (uintptr_t)end);
 
-	if (r < 0)
-		log_error_errno(r, "domain %s: uncharging [0x%" PRIx64 ", 0x%" PRIx64 "): %m",
-				c->domain->name, start, end);
+	count_host(c, before);
+	if (k < 0)
+		log_error_errno(k, "domain %s: uncharging [0x%" PRIx64 ", 0x%" PRIx64 "): %m",
+				registrar_of(c)->name, start, end);
 }
 
 uint64_t mr_cache_uncharged(const struct mr_cache *c, uint64_t start, uint64_t end)
@@ -62,11 +80,13 @@ void mr_cache_done(struct mr_cache *c)
 	while ((mr = LIST_FIRST(&c->mrs))) {
 		LIST_REMOVE(mr, link);
 		LIST_REMOVE(mr, alloc_link);
-		(void)frmr_pools_dereg(&c->domain->pools, mr->pmr);
+		(void)frmr_pools_dereg(&registrar_of(c)->pools, mr->pmr);
 		free(mr);
 	}
 	c->n_mrs = 0;
 	mr_table_done(&c->table);
+	if (c->charges.pinned_bytes)
+		*registrar_of(c)->host_pinned -= c->charges.pinned_bytes;
 	pin_map_done(&c->charges);
 }
 
@@ -102,15 +122,17 @@ static void rebuild(struct mr_cache *c)
 
 /* A registration on a worker thread, for one waiting lookup. */
 struct reg_job {
-	struct work work;
+	struct registrar_work base;
 	LIST_ENTRY(reg_job) link; /* the cache's */
-	struct domain *domain; /* held while the job lives */
 	struct mr_waiter *waiter;
 	struct mr_wait *lookups; /* other lookups inside the run, waiting for it */
 	uint64_t addr, start, end, allocation_serial;
 	unsigned access;
-	struct provider_mr *pmr;
-	int result;
+	/* Written by the worker, read on the loop after it. */
+	struct {
+		struct provider_mr *pmr;
+		int result;
+	} rt;
 };
 
 /* Cuts the run [*start, *end) around addr at an MR [s, e) beside addr. */
@@ -123,23 +145,24 @@ static void cut(uint64_t s, uint64_t e, uint64_t addr, uint64_t *start, uint64_t
 }
 
 /* The registration a worker is making of a's pages around addr, if any. */
-static struct reg_job *pending_run(const struct mr_cache *c, const struct allocation *a,
+static struct reg_job *pending_run(const struct mr_cache *c, const struct reg_allocation *a,
 				   uint64_t addr)
 {
 	struct reg_job *j;
 
 	LIST_FOREACH(j, &c->reg_jobs, link)
-		if (j->allocation_serial == a->serial && addr >= j->start && addr < j->end)
+		if (j->allocation_serial == a->mem.serial && addr >= j->start && addr < j->end)
 			return j;
 	return NULL;
 }
 
 /* The part of a's pages around addr that no MR covers yet, nor a registration under way
  * (contig), or addr's page. */
-static void pick_range(const struct mr_cache *c, const struct allocation *a, uint64_t addr,
+static void pick_range(const struct mr_cache *c, const struct reg_allocation *a, uint64_t addr,
 		       uint64_t *ret_start, uint64_t *ret_end)
 {
-	uint64_t ps = a->arena->page_size, start = allocation_address(a), end = start + a->length;
+	uint64_t ps = a->mem.arena->page_size, start = allocation_address(&a->mem);
+	uint64_t end = start + a->mem.length, max = registrar_of(c)->provider->caps.max_mr_size;
 	const struct cached_mr *mr;
 	const struct pool_mr *pm;
 	const struct reg_job *j;
@@ -157,20 +180,20 @@ static void pick_range(const struct mr_cache *c, const struct allocation *a, uin
 		if (pool_mr_live(pm))
 			cut(pm->start, pm->end, addr, &start, &end);
 	LIST_FOREACH(j, &c->reg_jobs, link)
-		if (j->allocation_serial == a->serial)
+		if (j->allocation_serial == a->mem.serial)
 			cut(j->start, j->end, addr, &start, &end);
 	/* No more than the device takes in one MR: the part that starts at addr's page. */
-	if (end - start > c->domain->provider->caps.max_mr_size) {
+	if (end - start > max) {
 		start = addr - (addr - start) % ps;
-		if (end - start > c->domain->provider->caps.max_mr_size)
-			end = start + c->domain->provider->caps.max_mr_size / ps * ps;
+		if (end - start > max)
+			end = start + max / ps * ps;
 	}
 	*ret_start = start;
 	*ret_end = end;
 }
 
 /* Whether an MR of a — the cache's, or a pool's — covers part of [start, end). */
-static bool covered(const struct allocation *a, uint64_t start, uint64_t end)
+static bool covered(const struct reg_allocation *a, uint64_t start, uint64_t end)
 {
 	const struct cached_mr *mr;
 	const struct pool_mr *pm;
@@ -185,8 +208,8 @@ static bool covered(const struct allocation *a, uint64_t start, uint64_t end)
 }
 
 /* Takes a fresh registration, charged already, into the cache. */
-static struct cached_mr *adopt(struct mr_cache *c, struct allocation *a, struct provider_mr *pmr,
-			       uint64_t start, uint64_t end)
+static struct cached_mr *adopt(struct mr_cache *c, struct reg_allocation *a,
+			       struct provider_mr *pmr, uint64_t start, uint64_t end)
 {
 	struct cached_mr *mr = calloc(1, sizeof(*mr));
 	struct mr_entry e;
@@ -204,7 +227,7 @@ static struct cached_mr *adopt(struct mr_cache *c, struct allocation *a, struct 
 	e = entry_of(mr);
 	if (!c->table.overflow)
 		(void)mr_table_insert(&c->table, &e); /* on overflow the list serves */
-	domain_update_status(c->domain);
+	registrar_of(c)->events.changed(registrar_of(c)->data);
 	return mr;
 }
 
@@ -226,15 +249,15 @@ static bool cached(const struct mr_cache *c, uint64_t addr, struct mr_entry *ret
 	}
 }
 
-static void reg_job_run(struct work *w)
+static void reg_job_run(struct registrar_work *w)
 {
 	struct reg_job *j = (struct reg_job *)w;
 
-	j->result = frmr_pools_reg(&j->domain->pools, (void *)(uintptr_t)j->start,
-				   j->end - j->start, j->access, false, &j->pmr);
+	j->rt.result = frmr_pools_reg(&w->reg->pools, (void *)(uintptr_t)j->start,
+				   j->end - j->start, j->access, false, &j->rt.pmr);
 }
 
-static void reg_job_done(struct work *w);
+static void reg_job_done(struct registrar_work *w);
 
 /* A lookup waiting on the loop for an MR a worker is making; without a waiter, -EAGAIN. */
 static int wait_for(struct mr_wait **lookups, uint64_t addr, struct mr_waiter *waiter,
@@ -256,16 +279,15 @@ static int wait_for(struct mr_wait **lookups, uint64_t addr, struct mr_waiter *w
 }
 
 /* Not in the table: the pool MR holding addr, else a registration of the uncovered run. */
-static int miss(struct mr_cache *c, struct allocation *a, uint64_t addr, struct mr_entry *ret,
+static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
 		char *why, size_t why_size, struct mr_waiter *waiter)
 {
-	struct domain *d = c->domain;
-	const struct config *cfg = &d->manager->config;
+	struct registrar *r = registrar_of(c);
 	struct pool_mr *pm = mempool_mr_containing(a, addr);
 	struct reg_job *job;
 	struct provider_mr *pmr;
 	uint64_t start, end;
-	int r;
+	int k;
 
 	if (pm && !pm->pending) {
 		/* Registered for a pool already: pinning the pages again would count them twice. */
@@ -281,16 +303,15 @@ static int miss(struct mr_cache *c, struct allocation *a, uint64_t addr, struct 
 		return wait_for(&job->lookups, addr, waiter, "", why, why_size);
 	pick_range(c, a, addr, &start, &end);
 
-	r = domain_check_pinned(d, mr_cache_uncharged(c, start, end), why, why_size);
-	if (r < 0)
-		return r;
+	k = registrar_check_pinned(r, mr_cache_uncharged(c, start, end), why, why_size);
+	if (k < 0)
+		return k;
 	/* Counted from now: a lookup or pool meanwhile sees these pages taken. */
-	r = mr_cache_charge(c, start, end);
-	if (r < 0)
-		return r;
+	k = mr_cache_charge(c, start, end);
+	if (k < 0)
+		return k;
 
-	if (waiter && d->manager->workers &&
-	    (end - start >= cfg->async_bytes || mr_cache_busy(c))) {
+	if (waiter && registrar_offload(r, end - start, REG_MAKE)) {
 		/* Pinning this much takes long: a worker does it, and nobody waits but the asker. */
 		struct reg_job *j = calloc(1, sizeof(*j));
 
@@ -298,31 +319,28 @@ static int miss(struct mr_cache *c, struct allocation *a, uint64_t addr, struct 
 			mr_cache_uncharge(c, start, end);
 			return -ENOMEM;
 		}
-		j->work.run = reg_job_run;
-		j->work.done = reg_job_done;
-		j->domain = domain_ref(d);
 		j->waiter = waiter;
 		j->addr = addr;
 		j->start = start;
 		j->end = end;
-		j->allocation_serial = a->serial;
-		j->access = allocation_access(a);
+		j->allocation_serial = a->mem.serial;
+		j->access = reg_allocation_access(a);
 		c->pending_bytes += end - start;
 		LIST_INSERT_HEAD(&c->reg_jobs, j, link);
-		worker_pool_submit(d->manager->workers, &j->work);
+		registrar_start(r, &j->base, reg_job_run, reg_job_done, false);
 		return -EINPROGRESS;
 	}
 
-	r = frmr_pools_reg(&d->pools, (void *)(uintptr_t)start, end - start, allocation_access(a),
-			   false, &pmr);
-	if (r < 0) {
+	k = frmr_pools_reg(&r->pools, (void *)(uintptr_t)start, end - start,
+			   reg_allocation_access(a), false, &pmr);
+	if (k < 0) {
 		mr_cache_uncharge(c, start, end);
 		snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s", start,
-			 end, provider_strerror(d->provider, r));
-		return r;
+			 end, provider_strerror(r->provider, k));
+		return k;
 	}
 	if (!adopt(c, a, pmr, start, end)) {
-		(void)frmr_pools_dereg(&d->pools, pmr);
+		(void)frmr_pools_dereg(&r->pools, pmr);
 		mr_cache_uncharge(c, start, end);
 		return -ENOMEM;
 	}
@@ -334,11 +352,11 @@ struct dropped {
 	uint64_t start, end;
 };
 
-static void dropped_gone(struct domain *d, void *arg, int result)
+static void dropped_gone(struct registrar *r, void *arg, int result)
 {
 	struct dropped *g = arg;
 
-	mr_cache_uncharge(&d->cache, g->start, g->end);
+	mr_cache_uncharge(&r->cache, g->start, g->end);
 	free(g);
 }
 
@@ -346,16 +364,16 @@ static void dropped_gone(struct domain *d, void *arg, int result)
  * loop, and uncharged once the device has let go of it. */
 static void drop(struct mr_cache *c, struct provider_mr *pmr, uint64_t start, uint64_t end)
 {
-	struct domain *d = c->domain;
+	struct registrar *r = registrar_of(c);
 	struct dropped *g;
 
-	if (domain_dereg_waits(d, end - start) && (g = malloc(sizeof(*g)))) {
+	if (registrar_offload(r, end - start, REG_DROP) && (g = malloc(sizeof(*g)))) {
 		*g = (struct dropped){ start, end };
-		if (domain_dereg_on_worker(d, pmr, dropped_gone, g) == 0)
+		if (registrar_dereg_on_worker(r, pmr, dropped_gone, g) == 0)
 			return;
 		free(g);
 	}
-	(void)frmr_pools_dereg(&d->pools, pmr);
+	(void)frmr_pools_dereg(&r->pools, pmr);
 	mr_cache_uncharge(c, start, end);
 }
 
@@ -363,63 +381,63 @@ static void drop(struct mr_cache *c, struct provider_mr *pmr, uint64_t start, ui
  * through waiter once more later. */
 static void retry(struct mr_cache *c, uint64_t addr, struct mr_waiter *waiter)
 {
-	struct allocation *a = domain_allocation_containing(c->domain, addr);
+	struct reg_allocation *a =
+		reg_allocation_of(allocation_containing(registrar_of(c)->mem, addr));
 	struct mr_entry e;
 	char why[160] = "";
-	int r;
+	int k;
 
 	if (cached(c, addr, &e))
-		r = 0;
+		k = 0;
 	else if (!a) {
 		snprintf(why, sizeof(why), "0x%" PRIx64 " was freed while it was being registered",
 			 addr);
-		r = -ENOENT;
+		k = -ENOENT;
 	} else
-		r = miss(c, a, addr, &e, why, sizeof(why), waiter);
-	if (r != -EINPROGRESS)
-		waiter->resume(waiter, r, r < 0 ? NULL : &e, why);
+		k = miss(c, a, addr, &e, why, sizeof(why), waiter);
+	if (k != -EINPROGRESS)
+		waiter->resume(waiter, k, k < 0 ? NULL : &e, why);
 }
 
-static void reg_job_done(struct work *w)
+static void reg_job_done(struct registrar_work *w)
 {
 	struct reg_job *j = (struct reg_job *)w;
-	struct domain *d = j->domain;
-	struct mr_cache *c = &d->cache;
-	struct allocation *a = domain_allocation_containing(d, j->addr);
+	struct registrar *r = w->reg;
+	struct mr_cache *c = &r->cache;
+	struct reg_allocation *a = reg_allocation_of(allocation_containing(r->mem, j->addr));
 	struct mr_entry e;
 	char why[160] = "";
-	int r = j->result;
+	int k = j->rt.result;
 
 	c->pending_bytes -= j->end - j->start;
 	LIST_REMOVE(j, link);
-	if (r < 0) {
+	if (k < 0) {
 		mr_cache_uncharge(c, j->start, j->end);
 		snprintf(why, sizeof(why), "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s",
-			 j->start, j->end, provider_strerror(d->provider, r));
-	} else if (!a || a->serial != j->allocation_serial) {
+			 j->start, j->end, provider_strerror(r->provider, k));
+	} else if (!a || a->mem.serial != j->allocation_serial) {
 		/* Freed while the worker pinned it: the registration covers nobody's memory. */
-		drop(c, j->pmr, j->start, j->end);
+		drop(c, j->rt.pmr, j->start, j->end);
 		snprintf(why, sizeof(why), "0x%" PRIx64 " was freed while it was being registered",
 			 j->addr);
-		r = -ENOENT;
+		k = -ENOENT;
 	} else if (covered(a, j->start, j->end)) {
 		/* An MR made meanwhile (another lookup's, a pool's) has pages of the run: the first
 		 * creator wins, this one goes, and the lookup runs again — for the winner's keys, or
 		 * for what is still uncovered — so that no page is pinned and counted twice. */
-		drop(c, j->pmr, j->start, j->end);
+		drop(c, j->rt.pmr, j->start, j->end);
 		retry(c, j->addr, j->waiter);
 		goto out;
-	} else if (!adopt(c, a, j->pmr, j->start, j->end)) {
-		drop(c, j->pmr, j->start, j->end);
-		r = -ENOMEM;
+	} else if (!adopt(c, a, j->rt.pmr, j->start, j->end)) {
+		drop(c, j->rt.pmr, j->start, j->end);
+		k = -ENOMEM;
 	} else
-		e = (struct mr_entry){ j->start, j->end, j->pmr->lkey, j->pmr->rkey };
-	j->waiter->resume(j->waiter, r, r < 0 ? NULL : &e, why);
+		e = (struct mr_entry){ j->start, j->end, j->rt.pmr->lkey, j->rt.pmr->rkey };
+	j->waiter->resume(j->waiter, k, k < 0 ? NULL : &e, why);
 out:
 	/* Lookups inside the run get its keys now, or register what is left. */
 	mr_cache_resume_waits(c, j->lookups);
 	free(j);
-	domain_unref(d);
 }
 
 void mr_cache_resume_waits(struct mr_cache *c, struct mr_wait *waits)
@@ -436,22 +454,22 @@ void mr_cache_resume_waits(struct mr_cache *c, struct mr_wait *waits)
 int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
 		    size_t why_size, struct mr_waiter *waiter)
 {
-	struct domain *d = c->domain;
-	struct allocation *a;
+	struct registrar *r = registrar_of(c);
+	struct reg_allocation *a;
 
 	c->lookups++;
 	if (cached(c, addr, ret))
 		return 0;
 
 	c->misses++;
-	a = domain_allocation_containing(d, addr);
+	a = reg_allocation_of(allocation_containing(r->mem, addr));
 	if (!a) {
 		snprintf(why, why_size, "0x%" PRIx64 " is not in memory allocated in domain %s",
-			 addr, d->name);
+			 addr, r->name);
 		return -ENOENT;
 	}
-	if (a->odp)
-		return odp_fault(d, a, addr, ret, why, why_size);
+	if (a->mem.odp)
+		return odp_fault(r, a, addr, ret, why, why_size);
 	return miss(c, a, addr, ret, why, why_size, waiter);
 }
 
@@ -460,7 +478,7 @@ void mr_cache_flush(struct mr_cache *c)
 	rebuild(c);
 }
 
-uint64_t mr_cache_retire(struct mr_cache *c, struct allocation *a)
+uint64_t mr_cache_retire(struct mr_cache *c, struct reg_allocation *a)
 {
 	struct cached_mr *mr;
 	uint64_t bytes = 0;
@@ -477,21 +495,21 @@ uint64_t mr_cache_retire(struct mr_cache *c, struct allocation *a)
 	return bytes;
 }
 
-void mr_cache_deregister(const struct mr_cache *c, struct allocation *a)
+void mr_cache_deregister(const struct mr_cache *c, struct reg_allocation *a)
 {
 	struct cached_mr *mr;
 
 	LIST_FOREACH(mr, &a->mrs, alloc_link) {
-		int r = frmr_pools_dereg(&c->domain->pools, mr->pmr);
+		int k = frmr_pools_dereg(&registrar_of(c)->pools, mr->pmr);
 
-		if (r < 0)
-			log_warning_errno(r, "domain %s: cannot deregister [0x%" PRIx64 ", 0x%" PRIx64
-					  "): %m", c->domain->name, mr->start, mr->end);
+		if (k < 0)
+			log_warning_errno(k, "domain %s: cannot deregister [0x%" PRIx64 ", 0x%" PRIx64
+					  "): %m", registrar_of(c)->name, mr->start, mr->end);
 		mr->pmr = NULL;
 	}
 }
 
-void mr_cache_release(struct mr_cache *c, struct allocation *a)
+void mr_cache_release(struct mr_cache *c, struct reg_allocation *a)
 {
 	struct cached_mr *mr;
 

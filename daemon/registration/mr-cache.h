@@ -19,9 +19,8 @@
 #include "mr-table.h"
 #include "provider/pin-map.h"
 
-struct allocation;
-struct domain;
 struct provider_mr;
+struct reg_allocation;
 
 
 /* Access of every MR the cache makes: whatever a peer may do to a client's buffers. */
@@ -32,7 +31,7 @@ struct provider_mr;
 struct cached_mr {
 	LIST_ENTRY(cached_mr) link;       /* the cache's */
 	LIST_ENTRY(cached_mr) alloc_link; /* its allocation's */
-	struct allocation *allocation;
+	struct reg_allocation *allocation;
 	uint64_t start, end;
 	struct provider_mr *pmr;
 };
@@ -53,13 +52,11 @@ struct mr_wait {
 
 struct reg_job;
 
+/* Embedded in its registrar (registration/registrar.h), which it reaches by container_of. */
 struct mr_cache {
-	struct domain *domain;
 	enum mr_policy policy;
 	uint64_t pending_bytes; /* registrations under way on workers */
 	LIST_HEAD(, reg_job) reg_jobs; /* those registrations */
-	unsigned jobs;          /* other work of the domain under way on workers (deregistrations,
-				 * mempool registrations) */
 	struct pin_map charges; /* how many of its MRs, pool MRs and registrations under way
 				 * cover each page (counts only: the provider pins); its
 				 * pinned_bytes, the pages they cover each once, is the quota's
@@ -71,7 +68,7 @@ struct mr_cache {
 	uint64_t lookups, misses, registrations, deregistrations;
 };
 
-int mr_cache_init(struct mr_cache *c, struct domain *d, enum mr_policy policy);
+int mr_cache_init(struct mr_cache *c, enum mr_policy policy);
 /* Deregisters every MR. */
 void mr_cache_done(struct mr_cache *c);
 
@@ -88,7 +85,7 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 		    size_t why_size, struct mr_waiter *waiter);
 
 /* Counts [start, end) as pinned by one more registration (pages already counted stay counted
- * once); -ENOMEM. Uncharging a range charged so needs no memory. */
+ * once), in the host-wide sum too; -ENOMEM. Uncharging a range charged so needs no memory. */
 int mr_cache_charge(struct mr_cache *c, uint64_t start, uint64_t end);
 void mr_cache_uncharge(struct mr_cache *c, uint64_t start, uint64_t end);
 /* The bytes of [start, end) that charging would add: the pages no registration covers. */
@@ -104,14 +101,9 @@ void mr_cache_resume_waits(struct mr_cache *c, struct mr_wait *waits);
  * counted as pinned. Deregister, on the loop or on a worker (it touches only those MRs and the
  * provider, which locks itself): the device lets go of the pages. Release, on the loop: the
  * MRs are counted gone and freed. */
-uint64_t mr_cache_retire(struct mr_cache *c, struct allocation *a);
+uint64_t mr_cache_retire(struct mr_cache *c, struct reg_allocation *a);
 /* Rebuilds the table from the MR list (clearing an overflow when it fits); on-demand children
  * come back at their next miss. */
 void mr_cache_flush(struct mr_cache *c);
-/* Whether the provider may be busy with a worker's job: a new op on the loop would wait. */
-static inline bool mr_cache_busy(const struct mr_cache *c)
-{
-	return c->pending_bytes > 0 || c->jobs > 0;
-}
-void mr_cache_deregister(const struct mr_cache *c, struct allocation *a);
-void mr_cache_release(struct mr_cache *c, struct allocation *a);
+void mr_cache_deregister(const struct mr_cache *c, struct reg_allocation *a);
+void mr_cache_release(struct mr_cache *c, struct reg_allocation *a);

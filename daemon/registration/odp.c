@@ -5,14 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "memory/arena.h"
-#include "control/client.h"
-#include "core/domain.h"
 #include "log.h"
-#include "control/manager.h"
-#include "registration/odp.h"
+#include "memory/allocation.h"
 #include "provider/provider.h"
-#include "base/worker-pool.h"
+#include "registration/odp.h"
+#include "registration/reg-allocation.h"
+#include "registration/reg-owner.h"
+#include "registration/registrar.h"
 
 #define ODP_LEAF 512 /* chunk slots per leaf of the index */
 
@@ -43,11 +42,11 @@ static int ensure_leaf(struct odp *o, uint64_t addr)
 }
 
 /* The piece of a in addr's chunk. */
-static void piece_of(const struct odp *o, const struct allocation *a, uint64_t addr,
+static void piece_of(const struct odp *o, const struct reg_allocation *a, uint64_t addr,
 		     uint64_t *ret_start, uint64_t *ret_end)
 {
 	uint64_t chunk = o->base + ((uint64_t)chunk_of(o, addr) << o->chunk_shift);
-	uint64_t start = allocation_address(a), end = start + a->length;
+	uint64_t start = allocation_address(&a->mem), end = start + a->mem.length;
 
 	*ret_start = chunk > start ? chunk : start;
 	*ret_end = chunk + ((uint64_t)1 << o->chunk_shift) < end ?
@@ -64,21 +63,21 @@ static struct odp_child *find(struct odp_child *head, uint64_t start, uint64_t s
 }
 
 /* An on-demand MR over [start, end): on the loop or on a worker. */
-static struct odp_child *child_new(struct domain *d, struct allocation *a, uint64_t start,
+static struct odp_child *child_new(struct registrar *r, struct reg_allocation *a, uint64_t start,
 				   uint64_t end, uint64_t serial, unsigned access, int *ret_error)
 {
 	struct odp_child *c = calloc(1, sizeof(*c));
-	int r;
+	int k;
 
 	if (!c) {
 		*ret_error = -ENOMEM;
 		return NULL;
 	}
-	r = frmr_pools_reg(&d->pools, (void *)(uintptr_t)start, end - start,
+	k = frmr_pools_reg(&r->pools, (void *)(uintptr_t)start, end - start,
 			   access | MRD_ACCESS_ON_DEMAND, false, &c->pmr);
-	if (r < 0) {
+	if (k < 0) {
 		free(c);
-		*ret_error = r;
+		*ret_error = k;
 		return NULL;
 	}
 	c->start = start;
@@ -89,10 +88,10 @@ static struct odp_child *child_new(struct domain *d, struct allocation *a, uint6
 }
 
 /* A child no walker can reach: one that lost the race to be installed, or at teardown. */
-static void child_free(struct domain *d, struct odp_child *c)
+static void child_free(struct registrar *r, struct odp_child *c)
 {
 	if (c->pmr)
-		(void)frmr_pools_dereg(&d->pools, c->pmr);
+		(void)frmr_pools_dereg(&r->pools, c->pmr);
 	free(c);
 }
 
@@ -137,11 +136,11 @@ static struct mr_entry entry_of(const struct odp_child *c)
 }
 
 /* Into its allocation's list (the caller enters it in the table). */
-static void link_child(struct domain *d, struct odp_child *c)
+static void link_child(struct registrar *r, struct odp_child *c)
 {
 	c->linked = true;
 	LIST_INSERT_HEAD(&c->allocation->odp_children, c, link);
-	d->odp.children++;
+	r->odp.children++;
 }
 
 /* One chunk's part of a prefetch. */
@@ -153,20 +152,22 @@ struct odp_piece {
 };
 
 struct prefetch_job {
-	struct work work;
-	struct domain *domain; /* held while the job lives */
-	struct client *owner;  /* NULL once it left */
+	struct registrar_work base;
+	struct reg_owner *owner; /* NULL once it left */
 	LIST_ENTRY(prefetch_job) owner_link;
 	TAILQ_ENTRY(prefetch_job) queue; /* the domain's running (submission order) or waiting */
 	uint64_t epoch;        /* the domain's when submitted */
 	bool waiting;          /* a flush waiting for room, not submitted yet */
 	struct mr_waiter *waiter;
-	struct allocation *allocation; /* counts the job: it stays until the job is done */
+	struct reg_allocation *allocation; /* counts the job: it stays until the job is done */
 	enum odp_advice advice;
 	uint64_t serial;
 	unsigned access;
-	int result;
-	uint64_t pages, created;
+	/* Written by the worker (with pieces[].child and .created), read on the loop after it. */
+	struct {
+		int result;
+		uint64_t pages, created;
+	} rt;
 	size_t n;
 	struct odp_piece pieces[];
 };
@@ -174,41 +175,41 @@ struct prefetch_job {
 /* Out of the index: a zombie, on its retired allocation's list still. Its MR goes once no
  * work on the allocation remains (kill_zombies), its memory once no walker can hold it (reap).
  * Every prefetch submitted from now on is stamped later than it left. */
-static void make_zombie(struct domain *d, struct odp_child *c)
+static void make_zombie(struct registrar *r, struct odp_child *c)
 {
-	unlink_child(slot_of(&d->odp, c->start), c);
+	unlink_child(slot_of(&r->odp, c->start), c);
 	c->zombie = true;
-	c->gone = d->odp.epoch++;
-	TAILQ_INSERT_TAIL(&d->odp.zombies, c, grace);
+	c->gone = r->odp.epoch++;
+	TAILQ_INSERT_TAIL(&r->odp.zombies, c, grace);
 }
 
-static void maybe_finish(struct domain *d, struct allocation *a);
-static void reap(struct domain *d);
+static void maybe_finish(struct registrar *r, struct reg_allocation *a);
+static void reap(struct registrar *r);
 
-static void zombie_dead(struct domain *d, struct odp_child *c)
+static void zombie_dead(struct registrar *r, struct odp_child *c)
 {
 	c->pmr = NULL;
 	c->allocation = NULL;
-	d->odp.stats.children_destroyed++;
+	r->odp.stats.children_destroyed++;
 }
 
 /* A zombie's MR gone on a worker: it counted as work on its allocation until now. */
-static void zombie_gone(struct domain *d, void *arg, int result)
+static void zombie_gone(struct registrar *r, void *arg, int result)
 {
 	struct odp_child *c = arg;
-	struct allocation *a = c->allocation;
+	struct reg_allocation *a = c->allocation;
 
-	zombie_dead(d, c);
+	zombie_dead(r, c);
 	a->odp_jobs--;
-	maybe_finish(d, a);
-	reap(d);
+	maybe_finish(r, a);
+	reap(r);
 }
 
 /* a is retired and no work on it remains: its zombies' MRs go (their keys die), so its pages
  * may go back. Walkers of other allocations only read a zombie's range and links. While a
- * soft Dma may copy through them (domain_busy) workers deregister them, each counted as work
+ * soft Dma may copy through them (registrar_busy) workers deregister them, each counted as work
  * on a (so a's Free waits), and the loop goes on. */
-static void kill_zombies(struct domain *d, struct allocation *a)
+static void kill_zombies(struct registrar *r, struct reg_allocation *a)
 {
 	struct odp_child *c;
 
@@ -216,53 +217,52 @@ static void kill_zombies(struct domain *d, struct allocation *a)
 		return;
 	while ((c = LIST_FIRST(&a->odp_children))) {
 		LIST_REMOVE(c, link);
-		if (domain_dereg_waits(d, 0) &&
-		    domain_dereg_on_worker(d, c->pmr, zombie_gone, c) == 0) {
+		if (registrar_offload(r, 0, REG_DROP) &&
+		    registrar_dereg_on_worker(r, c->pmr, zombie_gone, c) == 0) {
 			a->odp_jobs++;
 			continue;
 		}
-		(void)frmr_pools_dereg(&d->pools, c->pmr);
-		zombie_dead(d, c);
+		(void)frmr_pools_dereg(&r->pools, c->pmr);
+		zombie_dead(r, c);
 	}
 }
 
 /* A freed allocation whose Free waited: done once no work and no MR of it remains. */
-static void maybe_finish(struct domain *d, struct allocation *a)
+static void maybe_finish(struct registrar *r, struct reg_allocation *a)
 {
 	if (a->free_waits && a->odp_jobs == 0 && LIST_EMPTY(&a->odp_children))
-		domain_finish_free(d, a);
+		registrar_release(r, a, a->free_waiter);
 }
 
 /* Zombies whose MRs went are freed once every prefetch submitted before they left the index
  * is done: the oldest one still running bounds them (later ones never saw them), so prefetches
  * that keep coming delay no zombie past the work that was there when it left. */
-static void reap(struct domain *d)
+static void reap(struct registrar *r)
 {
-	const struct prefetch_job *oldest = TAILQ_FIRST(&d->odp.running);
+	const struct prefetch_job *oldest = TAILQ_FIRST(&r->odp.running);
 	uint64_t bound = oldest ? oldest->epoch : UINT64_MAX;
 	struct odp_child *c, *next;
 
-	for (c = TAILQ_FIRST(&d->odp.zombies); c && c->gone < bound; c = next) {
+	for (c = TAILQ_FIRST(&r->odp.zombies); c && c->gone < bound; c = next) {
 		next = TAILQ_NEXT(c, grace);
 		if (c->pmr)
 			continue; /* work on its allocation remains */
-		TAILQ_REMOVE(&d->odp.zombies, c, grace);
+		TAILQ_REMOVE(&r->odp.zombies, c, grace);
 		free(c);
 	}
 }
 
-int odp_init(struct domain *d)
+int odp_init(struct registrar *r, uint64_t window_base, uint64_t window_size)
 {
-	const struct manager *m = d->manager;
-	struct odp *o = &d->odp;
+	struct odp *o = &r->odp;
 	uint64_t chunks;
 
-	*o = (struct odp){ .base = (uintptr_t)m->window.base };
+	*o = (struct odp){ .base = window_base };
 	/* A child must fit the device: chunks no larger than its largest MR. */
-	while (((uint64_t)1 << o->chunk_shift) < m->config.odp_chunk &&
-	       ((uint64_t)2 << o->chunk_shift) <= d->provider->caps.max_mr_size)
+	while (((uint64_t)1 << o->chunk_shift) < r->config->odp_chunk &&
+	       ((uint64_t)2 << o->chunk_shift) <= r->provider->caps.max_mr_size)
 		o->chunk_shift++;
-	chunks = (m->window.size + ((uint64_t)1 << o->chunk_shift) - 1) >> o->chunk_shift;
+	chunks = (window_size + ((uint64_t)1 << o->chunk_shift) - 1) >> o->chunk_shift;
 	o->n_leaves = (size_t)((chunks + ODP_LEAF - 1) / ODP_LEAF);
 	TAILQ_INIT(&o->zombies);
 	TAILQ_INIT(&o->running);
@@ -271,15 +271,15 @@ int odp_init(struct domain *d)
 	return o->leaves ? 0 : -ENOMEM;
 }
 
-void odp_done(struct domain *d)
+void odp_done(struct registrar *r)
 {
-	struct odp *o = &d->odp;
+	struct odp *o = &r->odp;
 	struct odp_child *c;
 
 	/* Jobs hold the domain and allocations went: no work, no MR of a zombie is left. */
 	while ((c = TAILQ_FIRST(&o->zombies))) {
 		TAILQ_REMOVE(&o->zombies, c, grace);
-		child_free(d, c);
+		child_free(r, c);
 	}
 	for (size_t i = 0; o->leaves && i < o->n_leaves; i++) {
 		if (!o->leaves[i])
@@ -287,7 +287,7 @@ void odp_done(struct domain *d)
 		for (size_t j = 0; j < ODP_LEAF; j++)
 			while ((c = o->leaves[i][j])) { /* none should be left: allocations went */
 				o->leaves[i][j] = c->next;
-				child_free(d, c);
+				child_free(r, c);
 			}
 		free(o->leaves[i]);
 	}
@@ -295,143 +295,143 @@ void odp_done(struct domain *d)
 	o->leaves = NULL;
 }
 
-int odp_fault(struct domain *d, struct allocation *a, uint64_t addr, struct mr_entry *ret,
+int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
 	      char *why, size_t why_size)
 {
-	struct odp *o = &d->odp;
+	struct odp *o = &r->odp;
 	struct odp_child **slot, *c, *got;
 	uint64_t start, end;
-	int r;
+	int k;
 
 	o->stats.faults++;
 	piece_of(o, a, addr, &start, &end);
-	r = ensure_leaf(o, addr);
-	if (r < 0)
-		return r;
+	k = ensure_leaf(o, addr);
+	if (k < 0)
+		return k;
 	slot = slot_of(o, addr);
-	c = find(__atomic_load_n(slot, __ATOMIC_ACQUIRE), start, a->serial);
+	c = find(__atomic_load_n(slot, __ATOMIC_ACQUIRE), start, a->mem.serial);
 	if (!c) {
-		c = child_new(d, a, start, end, a->serial, allocation_access(a), &r);
+		c = child_new(r, a, start, end, a->mem.serial, reg_allocation_access(a), &k);
 		if (!c) {
 			snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") on demand "
-				 "failed: %s", start, end, provider_strerror(d->provider, r));
-			return r;
+				 "failed: %s", start, end, provider_strerror(r->provider, k));
+			return k;
 		}
 		got = install(slot, c);
 		if (got != c)
-			child_free(d, c); /* a worker's prefetch made it first */
+			child_free(r, c); /* a worker's prefetch made it first */
 		else
 			o->stats.children_created++;
 		c = got;
 	}
 	*ret = entry_of(c);
 	if (!c->linked)
-		link_child(d, c);
+		link_child(r, c);
 	/* A miss led here, so it is not in the table (again, after an overflow's rebuild). */
-	if (!d->cache.table.overflow)
-		(void)mr_table_insert(&d->cache.table, ret);
+	if (!r->cache.table.overflow)
+		(void)mr_table_insert(&r->cache.table, ret);
 	return 0;
 }
 
-static void prefetch_run(struct work *w)
+static void prefetch_run(struct registrar_work *w)
 {
 	struct prefetch_job *j = (struct prefetch_job *)w;
-	struct domain *d = j->domain;
-	long page = d->provider->caps.page_size ? d->provider->caps.page_size : 4096;
+	struct registrar *r = w->reg;
+	long page = r->provider->caps.page_size ? r->provider->caps.page_size : 4096;
 
 	for (size_t i = 0; i < j->n; i++) {
 		struct odp_piece *p = &j->pieces[i];
 		struct odp_child *c = p->child, *got;
-		int r = 0;
+		int k = 0;
 
 		if (!c) {
-			c = child_new(d, j->allocation, p->start, p->end, j->serial, j->access, &r);
+			c = child_new(r, j->allocation, p->start, p->end, j->serial, j->access, &k);
 			if (!c) {
-				j->result = r;
+				j->rt.result = k;
 				continue;
 			}
-			got = install(slot_of(&d->odp, p->start), c);
+			got = install(slot_of(&r->odp, p->start), c);
 			if (got != c)
-				child_free(d, c); /* the loop or another job made it first */
+				child_free(r, c); /* the loop or another job made it first */
 			else {
 				p->created = true;
-				j->created++;
+				j->rt.created++;
 			}
 			p->child = c = got;
 		}
 		if (j->advice == ODP_PREFETCH_NO_FAULT)
 			continue;
-		r = provider_advise(c->pmr,
+		k = provider_advise(c->pmr,
 				    j->advice == ODP_PREFETCH_WRITE ? PROVIDER_ADVISE_PREFETCH_WRITE :
 								      PROVIDER_ADVISE_PREFETCH,
 				    p->addr, p->length);
-		if (r < 0)
-			j->result = r;
+		if (k < 0)
+			j->rt.result = k;
 		else
-			j->pages += (p->addr + p->length + page - 1) / page - p->addr / page;
+			j->rt.pages += (p->addr + p->length + page - 1) / page - p->addr / page;
 	}
 }
 
-static bool room_for(const struct odp *o, const struct client *owner)
+static bool room_for(const struct odp *o, const struct reg_owner *owner)
 {
 	return owner->n_prefetches < ODP_PREFETCH_IN_FLIGHT && o->jobs < ODP_DOMAIN_JOBS_MAX;
 }
 
 /* To the workers, stamped and last in the domain's running work. */
-static void submit(struct domain *d, struct prefetch_job *j)
+static void submit(struct registrar *r, struct prefetch_job *j)
 {
-	struct odp *o = &d->odp;
+	struct odp *o = &r->odp;
 
 	j->waiting = false;
 	j->epoch = o->epoch;
 	TAILQ_INSERT_TAIL(&o->running, j, queue);
 	j->owner->n_prefetches++;
 	o->jobs++;
-	worker_pool_submit(d->manager->workers, &j->work);
+	registrar_submit(&j->base);
 }
 
 /* The end of a job, done or never submitted: the counts, the answer, the allocation. */
-static void job_end(struct domain *d, struct prefetch_job *j)
+static void job_end(struct registrar *r, struct prefetch_job *j)
 {
-	struct allocation *a = j->allocation;
+	struct reg_allocation *a = j->allocation;
 	char why[128] = "";
 
 	a->odp_jobs--;
 	if (j->owner)
 		LIST_REMOVE(j, owner_link);
 	if (j->waiter) {
-		if (j->result < 0)
-			snprintf(why, sizeof(why), "prefetch failed: %s", strerror(-j->result));
-		j->waiter->resume(j->waiter, j->result, NULL, why);
+		if (j->rt.result < 0)
+			snprintf(why, sizeof(why), "prefetch failed: %s", strerror(-j->rt.result));
+		j->waiter->resume(j->waiter, j->rt.result, NULL, why);
 	}
 	free(j);
-	kill_zombies(d, a);
-	maybe_finish(d, a);
+	kill_zombies(r, a);
+	maybe_finish(r, a);
 }
 
 /* Flushes that waited for room, in the order they came (not while the workers drain: a client
  * that goes cancels its own). */
-static void start_waiting(struct domain *d)
+static void start_waiting(struct registrar *r)
 {
 	struct prefetch_job *j, *next;
 
-	if (__atomic_load_n(&d->manager->stopping, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(r->stopping, __ATOMIC_ACQUIRE))
 		return;
-	for (j = TAILQ_FIRST(&d->odp.waiting); j && d->odp.jobs < ODP_DOMAIN_JOBS_MAX; j = next) {
+	for (j = TAILQ_FIRST(&r->odp.waiting); j && r->odp.jobs < ODP_DOMAIN_JOBS_MAX; j = next) {
 		next = TAILQ_NEXT(j, queue);
-		if (!room_for(&d->odp, j->owner))
+		if (!room_for(&r->odp, j->owner))
 			continue;
-		TAILQ_REMOVE(&d->odp.waiting, j, queue);
-		submit(d, j);
+		TAILQ_REMOVE(&r->odp.waiting, j, queue);
+		submit(r, j);
 	}
 }
 
-static void prefetch_done(struct work *w)
+static void prefetch_done(struct registrar_work *w)
 {
 	struct prefetch_job *j = (struct prefetch_job *)w;
-	struct domain *d = j->domain;
-	struct allocation *a = j->allocation;
-	struct odp *o = &d->odp;
+	struct registrar *r = w->reg;
+	struct reg_allocation *a = j->allocation;
+	struct odp *o = &r->odp;
 	struct mr_entry *fresh = calloc(j->n, sizeof(*fresh));
 	size_t n_fresh = 0;
 
@@ -439,8 +439,8 @@ static void prefetch_done(struct work *w)
 	o->jobs--;
 	if (j->owner)
 		j->owner->n_prefetches--;
-	o->stats.children_created += j->created;
-	o->stats.prefetch_pages += j->pages;
+	o->stats.children_created += j->rt.created;
+	o->stats.prefetch_pages += j->rt.pages;
 	for (size_t i = 0; i < j->n; i++) {
 		struct odp_child *c = j->pieces[i].child;
 
@@ -448,32 +448,31 @@ static void prefetch_done(struct work *w)
 		if (!c || !j->pieces[i].created || c->linked || c->zombie)
 			continue;
 		if (!a->retired) {
-			link_child(d, c);
+			link_child(r, c);
 			if (fresh)
 				fresh[n_fresh++] = entry_of(c); /* into the table together */
 		} else { /* freed while it was made: nobody gets its key */
-			make_zombie(d, c);
+			make_zombie(r, c);
 			LIST_INSERT_HEAD(&a->odp_children, c, link);
 		}
 	}
-	if (n_fresh && !d->cache.table.overflow)
-		(void)mr_table_insert_many(&d->cache.table, fresh, n_fresh);
+	if (n_fresh && !r->cache.table.overflow)
+		(void)mr_table_insert_many(&r->cache.table, fresh, n_fresh);
 	free(fresh);
-	job_end(d, j);
-	start_waiting(d);
-	reap(d);
-	domain_unref(d);
+	job_end(r, j);
+	start_waiting(r);
+	reap(r);
 }
 
-int odp_prefetch(struct domain *d, struct client *owner, struct allocation *a, uint64_t addr,
-		 uint64_t length, enum odp_advice advice, struct mr_waiter *waiter, char *why,
-		 size_t why_size)
+int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_allocation *a,
+		 uint64_t addr, uint64_t length, enum odp_advice advice, struct mr_waiter *waiter,
+		 char *why, size_t why_size)
 {
-	struct odp *o = &d->odp;
+	struct odp *o = &r->odp;
 	struct prefetch_job *j;
 	size_t n;
 
-	if (!d->manager->workers)
+	if (!*r->workers)
 		return -ESHUTDOWN;
 	if (!room_for(o, owner) && !waiter) {
 		snprintf(why, why_size, "%u prefetches are queued already: wait for one, or prefetch "
@@ -494,34 +493,33 @@ int odp_prefetch(struct domain *d, struct client *owner, struct allocation *a, u
 		struct odp_piece *p = &j->pieces[i];
 		uint64_t at = i == 0 ? addr : o->base + ((uint64_t)(chunk_of(o, addr) + i)
 							 << o->chunk_shift);
-		int r = ensure_leaf(o, at);
+		int k = ensure_leaf(o, at);
 
-		if (r < 0) {
+		if (k < 0) {
 			free(j);
-			return r;
+			return k;
 		}
 		piece_of(o, a, at, &p->start, &p->end);
 		p->addr = at;
 		p->length = (addr + length < p->end ? addr + length : p->end) - at;
 		/* Its allocation's children stay while the job counts on it. */
 		p->child = find(__atomic_load_n(slot_of(o, at), __ATOMIC_ACQUIRE), p->start,
-				a->serial);
+				a->mem.serial);
 	}
-	j->work.run = prefetch_run;
-	j->work.done = prefetch_done;
-	j->domain = domain_ref(d);
+	/* It holds the domain from now, queued or waiting for room. */
+	registrar_job(r, &j->base, prefetch_run, prefetch_done, false);
 	j->owner = owner;
 	j->waiter = waiter;
 	j->allocation = a;
 	a->odp_jobs++;
 	j->advice = advice;
-	j->serial = a->serial;
-	j->access = allocation_access(a);
+	j->serial = a->mem.serial;
+	j->access = reg_allocation_access(a);
 	j->n = n;
 	LIST_INSERT_HEAD(&owner->prefetches, j, owner_link);
 	o->stats.prefetch_requests++;
 	if (room_for(o, owner))
-		submit(d, j);
+		submit(r, j);
 	else {
 		/* A flush waits for room: its client reads nothing more until it is answered, so
 		 * each client has at most one waiting. */
@@ -531,47 +529,46 @@ int odp_prefetch(struct domain *d, struct client *owner, struct allocation *a, u
 	return waiter ? -EINPROGRESS : 0;
 }
 
-unsigned odp_retire(struct domain *d, struct allocation *a)
+unsigned odp_retire(struct registrar *r, struct reg_allocation *a)
 {
-	struct odp *o = &d->odp;
+	struct odp *o = &r->odp;
 	struct odp_child *c;
 
 	/* Its children become its zombies, on the same list. */
 	LIST_FOREACH(c, &a->odp_children, link) {
 		c->linked = false;
 		o->children--;
-		if (!d->cache.table.overflow)
-			(void)mr_table_remove(&d->cache.table, c->start);
+		if (!r->cache.table.overflow)
+			(void)mr_table_remove(&r->cache.table, c->start);
 		/* Zapped first, as an MMU notifier would: the device faults no page of it in. Not
 		 * while a Dma may copy through it (the zap would wait for the copy): its MR goes
 		 * on a worker, and its pages stay a's until then. */
-		if (!domain_busy(d)) {
+		if (!registrar_busy(r, REG_DROP)) {
 			(void)provider_invalidate(c->pmr, c->start, c->end - c->start);
 			o->stats.invalidations++;
 		}
-		make_zombie(d, c);
+		make_zombie(r, c);
 	}
 	/* Work on a not yet done may still use its children, make more and fault its pages in:
 	 * the pages wait for it (prefetch_done() finishes the free). */
-	kill_zombies(d, a);
-	reap(d);
+	kill_zombies(r, a);
+	reap(r);
 	return a->odp_jobs + !LIST_EMPTY(&a->odp_children);
 }
 
-void odp_forget_client(struct client *c)
+void odp_forget_owner(struct registrar *r, struct reg_owner *owner)
 {
-	struct domain *d = c->domain;
 	struct prefetch_job *j;
 
-	while ((j = LIST_FIRST(&c->prefetches))) {
+	while ((j = LIST_FIRST(&owner->prefetches))) {
 		LIST_REMOVE(j, owner_link);
 		j->owner = NULL;
 		if (!j->waiting)
 			continue;
 		/* Never submitted: it ends here, answering nobody. */
-		TAILQ_REMOVE(&d->odp.waiting, j, queue);
-		job_end(d, j);
-		domain_unref(d);
+		TAILQ_REMOVE(&r->odp.waiting, j, queue);
+		job_end(r, j);
+		registrar_unhold(r);
 	}
-	c->n_prefetches = 0;
+	owner->n_prefetches = 0;
 }

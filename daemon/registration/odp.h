@@ -10,7 +10,7 @@
  * only it uses that allocation's children's MRs, but walking a chunk's list it reads every
  * child there. Freeing memory zaps its children and takes them out of the table and the index:
  * they become zombies. A zombie's MR is deregistered once no work on its allocation remains
- * (while domain_busy() — a soft Dma may copy through it — not zapped, and deregistered on a
+ * (while registrar_busy() — a soft Dma may copy through it — not zapped, and deregistered on a
  * worker, which counts as work on the allocation), and the Free answers then (no key of the memory works and no work touches its pages after
  * they went back). Its memory waits longer, for a grace period over all the domain's prefetch
  * work, as SRCU would: the domain's epoch moves each time a child leaves the index, each job is
@@ -24,17 +24,17 @@
 #include <stdint.h>
 #include <sys/queue.h>
 
-struct allocation;
-struct client;
-struct domain;
 struct mr_entry;
 struct mr_waiter;
 struct provider_mr;
+struct reg_allocation;
+struct reg_owner;
+struct registrar;
 
 struct odp_child {
 	uint64_t start, end;        /* its chunk cut to its allocation */
 	uint64_t allocation_serial; /* which allocation: immutable, read by workers */
-	struct allocation *allocation; /* its allocation: set at birth; NULL once its MR went */
+	struct reg_allocation *allocation; /* its allocation: set at birth; NULL once its MR went */
 	struct provider_mr *pmr;    /* NULL once deregistered (a zombie whose allocation went) */
 	struct odp_child *next;     /* in its index slot (atomic) */
 	LIST_ENTRY(odp_child) link; /* loop: its allocation's children (zombies once it retired) */
@@ -71,27 +71,28 @@ struct odp {
 
 enum odp_advice { ODP_PREFETCH, ODP_PREFETCH_WRITE, ODP_PREFETCH_NO_FAULT };
 
-int odp_init(struct domain *d);
+/* The index over the window [window_base, +window_size). */
+int odp_init(struct registrar *r, uint64_t window_base, uint64_t window_size);
 /* At domain teardown: no work is left (jobs hold the domain); destroys what remains. */
-void odp_done(struct domain *d);
+void odp_done(struct registrar *r);
 
 /* A lookup miss at addr in on-demand allocation a: its child, made when missing. */
-int odp_fault(struct domain *d, struct allocation *a, uint64_t addr, struct mr_entry *ret,
+int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
 	      char *why, size_t why_size);
 
 /* Queues prefetch advice over [addr, addr + length), which lies in a. With a waiter (a flush)
  * it answers through it once done (-EINPROGRESS); without, 0 once queued. owner's queued work is
  * bounded by ODP_PREFETCH_IN_FLIGHT, the domain's by ODP_DOMAIN_JOBS_MAX: past either, a flush
  * waits for room (its client, paused, has no other), anything else is -EAGAIN. */
-int odp_prefetch(struct domain *d, struct client *owner, struct allocation *a, uint64_t addr,
-		 uint64_t length, enum odp_advice advice, struct mr_waiter *waiter, char *why,
-		 size_t why_size);
+int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_allocation *a,
+		 uint64_t addr, uint64_t length, enum odp_advice advice, struct mr_waiter *waiter,
+		 char *why, size_t why_size);
 
 /* a is being freed: its children are zapped and leave the table and the index. Returns
  * nonzero when prefetch work on a remains (its children's MRs wait for it): then
- * domain_finish_free() runs once that is over. */
-unsigned odp_retire(struct domain *d, struct allocation *a);
+ * registrar_release() runs once that is over. */
+unsigned odp_retire(struct registrar *r, struct reg_allocation *a);
 
-/* The client is going: its queued work answers nobody and counts for nobody; a flush of its
+/* The owner is going: its queued work answers nobody and counts for nobody; a flush of its
  * still waiting for room is dropped. */
-void odp_forget_client(struct client *c);
+void odp_forget_owner(struct registrar *r, struct reg_owner *owner);

@@ -43,7 +43,7 @@ static const struct domain *owner(struct manager *m, uint64_t addr)
 {
 	struct domain *d;
 
-	LIST_FOREACH(d, &m->domains, link)
+	LIST_FOREACH(d, &m->core.domains, link)
 		if (domain_find_arena(d, addr))
 			return d;
 	return NULL;
@@ -137,7 +137,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 		data += len;
 		size -= len;
-		event_base_loop(m->base, EVLOOP_NONBLOCK);
+		event_base_loop(m->core.base, EVLOOP_NONBLOCK);
 		drain(m, root[1], false);
 		drain(m, user[1], true);
 	}
@@ -145,20 +145,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	close(root[1]);
 	close(user[1]);
 	/* Let mrd see the hang-ups and free the clients, or free those still there. */
-	event_base_loop(m->base, EVLOOP_NONBLOCK);
+	event_base_loop(m->core.base, EVLOOP_NONBLOCK);
 	while (!LIST_EMPTY(&m->clients))
 		client_free(LIST_FIRST(&m->clients));
 	/* Nothing of theirs is left: no domain (once the workers' jobs that hold one are done),
 	 * no arena's window slot. */
-	for (int i = 0; i < 5000 && m->n_domains; i++) {
-		event_base_loop(m->base, EVLOOP_NONBLOCK);
-		if (m->n_domains)
+	for (int i = 0; i < 5000 && m->core.n_domains; i++) {
+		event_base_loop(m->core.base, EVLOOP_NONBLOCK);
+		if (m->core.n_domains)
 			usleep(1000);
 	}
-	if (!LIST_EMPTY(&m->domains) || m->n_domains)
+	if (!LIST_EMPTY(&m->core.domains) || m->core.n_domains)
 		abort();
-	for (uint32_t i = 0; i < m->window.n_slots; i++)
-		if (m->window.used[i])
+	for (uint32_t i = 0; i < m->core.window.n_slots; i++)
+		if (m->core.window.used[i])
 			abort();
 	return 0;
 }

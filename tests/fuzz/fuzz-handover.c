@@ -78,15 +78,15 @@ static void check_adopted(struct manager *m)
 	uint32_t used = 0, slots = 0;
 	struct domain *d;
 
-	for (uint32_t i = 0; i < m->window.n_slots; i++)
-		used += m->window.used[i];
-	LIST_FOREACH(d, &m->domains, link) {
+	for (uint32_t i = 0; i < m->core.window.n_slots; i++)
+		used += m->core.window.used[i];
+	LIST_FOREACH(d, &m->core.domains, link) {
 		struct arena *a;
 
-		LIST_FOREACH(a, &d->arenas, link) {
-			if (a->base != window_slot(&m->window, a->id) || a->n_slots == 0 ||
-			    a->id + (uint64_t)a->n_slots > m->window.n_slots ||
-			    a->size > (uint64_t)a->n_slots * m->window.slot_size)
+		LIST_FOREACH(a, &d->mem.arenas, link) {
+			if (a->base != window_slot(&m->core.window, a->id) || a->n_slots == 0 ||
+			    a->id + (uint64_t)a->n_slots > m->core.window.n_slots ||
+			    a->size > (uint64_t)a->n_slots * m->core.window.slot_size)
 				abort();
 			slots += a->n_slots;
 			for (size_t i = 0; i < a->n_runs; i++)
@@ -124,18 +124,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check_adopted(m);
 
 	/* As at a hand-over, so the canaries can be checked again. */
-	m->keep_content = true;
+	m->core.window.keep_content = true;
 	handover_end_grace(m);
-	m->keep_content = false;
+	m->core.window.keep_content = false;
 	check_canaries();
-	if (!LIST_EMPTY(&m->domains) || m->n_domains || m->grace_timer)
+	if (!LIST_EMPTY(&m->core.domains) || m->core.n_domains || m->grace_timer)
 		abort();
 	/* The next input is another restart: the previous mrd's generations are not its own. */
-	free(m->floors);
-	m->floors = NULL;
-	m->n_floors = 0;
-	for (uint32_t i = 0; i < m->window.n_slots; i++)
-		if (m->window.used[i])
+	free(m->core.floors);
+	m->core.floors = NULL;
+	m->core.n_floors = 0;
+	for (uint32_t i = 0; i < m->core.window.n_slots; i++)
+		if (m->core.window.used[i])
 			abort();
 	return 0;
 }

@@ -1,0 +1,392 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "memory/allocation.h"
+#include "memory/arena.h"
+#include "memory/mem-owner.h"
+#include "memory/memory.h"
+#include "memory/window.h"
+
+uint64_t allocation_address(const struct allocation *a)
+{
+	return (uint64_t)(uintptr_t)a->arena->base + a->offset;
+}
+
+/* Index of the first run of arena at or after offset. */
+static size_t run_index(const struct arena *arena, uint64_t offset)
+{
+	size_t lo = 0, hi = arena->n_runs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (arena->runs[mid]->offset < offset)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static int runs_add(struct arena *arena, struct allocation *a)
+{
+	size_t at;
+
+	if (arena->n_runs == arena->runs_cap) {
+		size_t cap = arena->runs_cap ? arena->runs_cap * 2 : 16;
+		struct allocation **runs = realloc(arena->runs, cap * sizeof(*runs));
+
+		if (!runs)
+			return -ENOMEM;
+		arena->runs = runs;
+		arena->runs_cap = cap;
+	}
+	at = run_index(arena, a->offset);
+	memmove(&arena->runs[at + 1], &arena->runs[at], (arena->n_runs - at) * sizeof(*arena->runs));
+	arena->runs[at] = a;
+	arena->n_runs++;
+	return 0;
+}
+
+static void runs_remove(struct arena *arena, struct allocation *a)
+{
+	size_t at = run_index(arena, a->offset);
+
+	memmove(&arena->runs[at], &arena->runs[at + 1], (arena->n_runs - at - 1) * sizeof(*arena->runs));
+	arena->n_runs--;
+}
+
+struct allocation *allocation_containing(struct memory *m, uint64_t address)
+{
+	struct arena *arena = memory_find_arena(m, address);
+	uint64_t offset;
+	size_t at;
+
+	if (!arena)
+		return NULL;
+	offset = address - (uintptr_t)arena->base;
+	at = run_index(arena, offset + 1); /* first run starting after offset */
+	if (at == 0)
+		return NULL;
+	if (offset >= arena->runs[at - 1]->offset + arena->runs[at - 1]->length)
+		return NULL;
+	return arena->runs[at - 1];
+}
+
+struct allocation *allocation_find(struct memory *m, uint64_t address)
+{
+	return u64_map_get(&m->allocations, address);
+}
+
+/* Puts a (whose other fields are set) where lookups find it: the map and its arena's runs. */
+static int allocation_index(struct memory *m, struct arena *arena, uint64_t offset,
+			    uint64_t length, struct allocation *a)
+{
+	int r;
+
+	a->arena = arena;
+	a->offset = offset;
+	a->length = length;
+	r = u64_map_put(&m->allocations, allocation_address(a), a);
+	if (r < 0)
+		return r;
+	r = runs_add(arena, a);
+	if (r < 0) {
+		u64_map_remove(&m->allocations, allocation_address(a));
+		return r;
+	}
+	return 0;
+}
+
+static int record(struct memory *m, struct allocation *a, struct mem_owner *owner,
+		  struct arena *arena, uint64_t offset, uint64_t length)
+{
+	int r;
+
+	a->owner = owner;
+	a->serial = ++m->allocation_serial;
+	r = allocation_index(m, arena, offset, length, a);
+	if (r < 0)
+		return r;
+	LIST_INSERT_HEAD(&owner->allocations, a, owner_link);
+	owner->allocated_bytes += length;
+	m->allocated_bytes += length;
+	return 0;
+}
+
+/* Its id is free again: whoever handed the arena out forgets it. */
+static void forget_arena(struct memory *m, struct arena *arena)
+{
+	if (m->arena_gone)
+		m->arena_gone(m->data, arena->id);
+	arena_free(arena);
+}
+
+/* Keeps one empty arena of the usual size for the next allocation; other empty ones (and
+ * oversized ones, made for one big allocation) go back to the window. */
+static void trim_arenas(struct memory *m, struct arena *emptied)
+{
+	struct arena *a;
+
+	if (emptied->external || emptied->size > m->config->arena_size) {
+		forget_arena(m, emptied);
+		return;
+	}
+	LIST_FOREACH(a, &m->arenas, link)
+		if (a != emptied && !a->external && a->n_allocations == 0) {
+			forget_arena(m, emptied);
+			return;
+		}
+	/* Kept: clients map whole arenas, so give back pages touched outside their runs too. */
+	if (!m->window->keep_content)
+		(void)fallocate(emptied->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+				(off_t)emptied->size);
+}
+
+/* A run handed back before anybody had it. */
+static void unrun(struct memory *m, struct arena *arena, uint64_t offset, uint64_t length)
+{
+	arena_release(arena, offset, length);
+	if (arena->n_allocations == 0)
+		trim_arenas(m, arena);
+}
+
+/* auto: huge pages only for a run that fills at least one, while the host has free ones. A
+ * smaller run would take a whole huge page (charged for it, and gone for everyone else). */
+static bool want_hugetlb(const struct memory *m, uint64_t size)
+{
+	switch (m->config->hugepages) {
+	case HUGEPAGES_NO:
+		return false;
+	case HUGEPAGES_YES:
+		return true;
+	default:
+		return size >= HUGE_PAGE_SIZE && hugepages_free() > 0;
+	}
+}
+
+/* A run in an existing arena of the given page size; -ENOSPC when none has room. */
+static int first_fit(struct memory *m, bool hugetlb, uint64_t size, uint64_t align,
+		     struct arena **ret, uint64_t *offset, uint64_t *length)
+{
+	struct arena *a;
+	int r;
+
+	LIST_FOREACH(a, &m->arenas, link) {
+		if (a->external || a->hugetlb != hugetlb)
+			continue;
+		r = arena_alloc(a, size, align, offset, length);
+		if (r != -ENOSPC && r != -ENOMEM) {
+			*ret = a;
+			return r;
+		}
+	}
+	return -ENOSPC;
+}
+
+/* A run in a new arena; the arena goes again when the run cannot be had. */
+static int new_arena_alloc(struct memory *m, bool hugetlb, uint64_t size, uint64_t align,
+			   struct arena **ret, uint64_t *offset, uint64_t *length)
+{
+	struct arena *a;
+	int r;
+
+	r = arena_new(m, size, hugetlb, &a);
+	if (r < 0)
+		return r;
+	r = arena_alloc(a, size, align, offset, length);
+	if (r < 0) {
+		arena_free(a);
+		return r;
+	}
+	*ret = a;
+	return 0;
+}
+
+int allocation_alloc(struct memory *m, struct allocation *a, struct mem_owner *owner,
+		     uint64_t size, uint64_t align, bool hugepage_only, char *why, size_t why_size)
+{
+	const struct config *c = m->config;
+	bool hugetlb = hugepage_only || want_hugetlb(m, size);
+	uint64_t offset, length;
+	struct arena *arena;
+	int r;
+
+	if (size == 0 || (align & (align - 1)) || align > c->arena_size) {
+		snprintf(why, why_size, "size must be > 0 and align a power of two up to the "
+					"arena size");
+		return -EINVAL;
+	}
+	if (size > c->window_size / 2) {
+		snprintf(why, why_size, "%" PRIu64 " bytes do not fit the address window "
+			 "([memory] window_size)", size);
+		return -ENOMEM;
+	}
+	r = memory_check_quota(m, size, false, why, why_size);
+	if (r < 0)
+		return r;
+
+	r = first_fit(m, hugetlb, size, align, &arena, &offset, &length);
+	if (r != -ENOSPC)
+		goto done;
+	r = memory_check_quota(m, size, true, why, why_size);
+	if (r < 0)
+		return r;
+	r = new_arena_alloc(m, hugetlb, size, align, &arena, &offset, &length);
+	if (r < 0 && hugetlb && !hugepage_only && c->hugepages == HUGEPAGES_AUTO) {
+		/* No huge page left (or no room for a new arena of them): 4 KiB pages serve as
+		 * well, only slower to register. */
+		log_debug("domain %s: no huge page for %" PRIu64 " bytes, using 4 KiB pages",
+			  m->name, size);
+		hugetlb = false;
+		r = first_fit(m, false, size, align, &arena, &offset, &length);
+		if (r == -ENOSPC) {
+			r = memory_check_quota(m, size, true, why, why_size);
+			if (r < 0)
+				return r;
+			r = new_arena_alloc(m, false, size, align, &arena, &offset, &length);
+		}
+	}
+done:
+	if (r == -EDQUOT)
+		return memory_window_quota(m, why, why_size);
+	if (r < 0) {
+		snprintf(why, why_size, "no memory for %" PRIu64 " bytes (%s pages): %s", size,
+			 hugetlb ? "2 MiB" : "4 KiB", strerror(-r));
+		/* Whatever the kernel said (no huge pages, no hugetlbfs): out of memory. */
+		return -ENOMEM;
+	}
+	if (m->allocated_bytes + length > c->quota_allocated_bytes) {
+		/* Rounding to pages crossed the quota. */
+		unrun(m, arena, offset, length);
+		snprintf(why, why_size, "quota.allocated_bytes (%" PRIu64 ") would be exceeded in "
+			 "domain %s", c->quota_allocated_bytes, m->name);
+		return -EDQUOT;
+	}
+	r = record(m, a, owner, arena, offset, length);
+	if (r < 0)
+		unrun(m, arena, offset, length);
+	return r;
+}
+
+int allocation_attach(struct memory *m, struct allocation *a, struct mem_owner *owner, int fd,
+		      uint64_t offset, uint64_t length, char *why, size_t why_size)
+{
+	struct arena *arena;
+	int r;
+
+	r = memory_check_quota(m, length, true, why, why_size);
+	if (r < 0)
+		return r;
+	r = arena_new_external(m, fd, offset, length, &arena);
+	if (r == -EBADF)
+		snprintf(why, why_size, "only memfds (tmpfs or hugetlbfs) can be attached");
+	else if (r == -EPERM)
+		snprintf(why, why_size, "the memfd must be sealed against shrinking "
+					"(F_ADD_SEALS with F_SEAL_SHRINK)");
+	else if (r == -EINVAL)
+		snprintf(why, why_size, "offset and length must be page-aligned and inside the file");
+	else if (r == -ENOSPC) {
+		snprintf(why, why_size, "no room for %" PRIu64 " bytes in the address window "
+			 "([memory] window_size)", length);
+		r = -ENOMEM;
+	} else if (r == -EDQUOT)
+		r = memory_window_quota(m, why, why_size);
+	if (r < 0)
+		return r;
+	arena->n_allocations = 1;
+	r = record(m, a, owner, arena, 0, length);
+	if (r < 0) {
+		arena->memfd = -1; /* still the caller's to close */
+		arena_free(arena);
+	}
+	return r;
+}
+
+int allocation_adopt(struct memory *m, struct allocation *a, struct arena *arena,
+		     const struct adopted_allocation *saved)
+{
+	size_t at;
+	int r;
+
+	if (saved->length == 0 || saved->offset % arena->page_size ||
+	    saved->length % arena->page_size || saved->offset > arena->size ||
+	    saved->length > arena->size - saved->offset)
+		return -EINVAL;
+	at = run_index(arena, saved->offset);
+	if ((at > 0 && arena->runs[at - 1]->offset + arena->runs[at - 1]->length > saved->offset) ||
+	    (at < arena->n_runs && arena->runs[at]->offset < saved->offset + saved->length))
+		return -EEXIST;
+	a->serial = saved->serial;
+	a->orphan = true;
+	a->claim_session = saved->session;
+	a->claim_pid = saved->pid;
+	a->claim_uid = saved->uid;
+	a->claim_start_time = saved->start_time;
+	r = allocation_index(m, arena, saved->offset, saved->length, a);
+	if (r < 0)
+		return r;
+	LIST_INSERT_HEAD(&m->orphans, a, owner_link);
+	m->n_orphans++;
+	arena->n_allocations++;
+	m->allocated_bytes += a->length;
+	return 0;
+}
+
+unsigned allocation_claim(struct memory *m, struct mem_owner *owner, uint64_t session)
+{
+	struct allocation *a, *next;
+	unsigned n = 0;
+
+	if (session == 0)
+		return 0;
+	for (a = LIST_FIRST(&m->orphans); a; a = next) {
+		next = LIST_NEXT(a, owner_link);
+		if (a->claim_session != session || a->claim_pid != owner->pid ||
+		    a->claim_uid != owner->uid ||
+		    (a->claim_start_time && mem_owner_start_time(owner) &&
+		     a->claim_start_time != mem_owner_start_time(owner)))
+			continue; /* not that process (a later one may have its pid) */
+		allocation_unorphan(m, a);
+		a->owner = owner;
+		LIST_INSERT_HEAD(&owner->allocations, a, owner_link);
+		owner->allocated_bytes += a->length;
+		n++;
+	}
+	return n;
+}
+
+void allocation_unorphan(struct memory *m, struct allocation *a)
+{
+	LIST_REMOVE(a, owner_link);
+	m->n_orphans--;
+	a->orphan = false;
+}
+
+void allocation_disown(struct allocation *a)
+{
+	LIST_REMOVE(a, owner_link);
+	a->owner->allocated_bytes -= a->length;
+	a->owner = NULL;
+}
+
+void allocation_retire(struct memory *m, struct allocation *a)
+{
+	u64_map_remove(&m->allocations, allocation_address(a));
+	runs_remove(a->arena, a);
+	if (a->owner)
+		allocation_disown(a);
+	m->status.page->frees++;
+}
+
+void allocation_release(struct memory *m, struct allocation *a)
+{
+	m->allocated_bytes -= a->length;
+	unrun(m, a->arena, a->offset, a->length);
+}

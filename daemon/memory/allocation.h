@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/* One run of pages handed to a client (or a client's attached memfd), as memory knows it:
+ * where it lies, whose it is. Registration keeps its own state beside it
+ * (registration/reg-allocation.h wraps it), so the caller provides the struct, zeroed, and
+ * frees it after allocation_release. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/types.h>
+
+struct arena;
+struct mem_owner;
+struct memory;
+
+struct allocation {
+	struct arena *arena;
+	uint64_t offset, length;
+	struct mem_owner *owner; /* NULL once it left while pool MRs still cover the memory */
+	LIST_ENTRY(allocation) owner_link;
+	uint64_t serial;    /* tells it from a later allocation at the same address */
+	bool odp;           /* registered on demand, by ODP children (registration/odp.h) */
+	bool read_only;     /* its registrations grant reads only */
+	/* Adopted across a warm restart and not yet taken back (allocation_claim): on the
+	 * memory's orphan list through owner_link, owner NULL. Only the process it belonged to,
+	 * with the session it had, takes it back. */
+	bool orphan;
+	uint64_t claim_session; /* 0: nobody's (kept for others' mempools) */
+	pid_t claim_pid;
+	uid_t claim_uid;
+	uint64_t claim_start_time;
+};
+
+/* What the previous mrd knew of an allocation (warm restart, control/handover.c). */
+struct adopted_allocation {
+	uint64_t offset, length, serial;
+	bool odp, read_only;
+	uint64_t session;
+	pid_t pid;
+	uid_t uid;
+	uint64_t start_time;
+};
+
+/* The address of an allocation, as clients see it. */
+uint64_t allocation_address(const struct allocation *a);
+
+/* Allocates size bytes aligned to align into a, for owner: an existing arena with room, else a
+ * new one. hugepage_only: fail rather than fall back to 4 KiB pages. Quota refusals are
+ * -EDQUOT with the reason written to why. */
+int allocation_alloc(struct memory *m, struct allocation *a, struct mem_owner *owner,
+		     uint64_t size, uint64_t align, bool hugepage_only, char *why, size_t why_size);
+
+/* Maps a client's memfd into the window as a, owner's (fd consumed on success). */
+int allocation_attach(struct memory *m, struct allocation *a, struct mem_owner *owner, int fd,
+		      uint64_t offset, uint64_t length, char *why, size_t why_size);
+
+/* Records a, an allocation of arena that the previous mrd knew (saved), as an orphan, owned by
+ * nobody. -EINVAL when it is not page runs inside the arena, -EEXIST when it overlaps another. */
+int allocation_adopt(struct memory *m, struct allocation *a, struct arena *arena,
+		     const struct adopted_allocation *saved);
+/* Hands owner the orphans that were its process's under session (a later process may have
+ * its pid): how many. */
+unsigned allocation_claim(struct memory *m, struct mem_owner *owner, uint64_t session);
+/* The orphan a waits no more: nobody's, and no longer on the orphan list. */
+void allocation_unorphan(struct memory *m, struct allocation *a);
+/* Its owner lets go of it: it stays, nobody's. */
+void allocation_disown(struct allocation *a);
+
+/* How a's memory is registered: on demand, or pinned; for reads alone, or for all access. */
+static inline void allocation_set_kind(struct allocation *a, bool odp, bool read_only)
+{
+	a->odp = odp;
+	a->read_only = read_only;
+}
+
+struct allocation *allocation_find(struct memory *m, uint64_t address);
+/* The live allocation whose pages hold address, NULL when none does. */
+struct allocation *allocation_containing(struct memory *m, uint64_t address);
+
+/* The first step of a free, on the loop: no lookup finds a any more, its owner has it no more,
+ * and the status page counts the free. */
+void allocation_retire(struct memory *m, struct allocation *a);
+/* The last step, once the device let go of its pages: they go back (and an emptied arena with
+ * them, but one kept for the next allocation). The caller frees a. */
+void allocation_release(struct memory *m, struct allocation *a);

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/* A domain's memory: its arenas in the address window, the allocations in them, the quotas
+ * that bound both, and its status page. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "base/config.h"
+#include "memory/status.h"
+#include "u64-map.h"
+
+struct arena;
+struct window;
+
+struct memory {
+	const struct config *config;
+	struct window *window;
+	const char *name; /* its domain's, for messages */
+	LIST_HEAD(, arena) arenas;
+	unsigned n_arenas;
+	uint64_t window_bytes; /* of the address window, its arenas' slots (quota.window_bytes) */
+	struct u64_map allocations; /* address -> struct allocation */
+	uint64_t allocated_bytes;
+	uint64_t allocation_serial; /* last serial given to an allocation */
+	LIST_HEAD(, allocation) orphans; /* adopted across a warm restart, waiting for owners */
+	unsigned n_orphans;
+	struct status_page status;
+	/* An emptied arena went back to the window: whoever handed its id out forgets it. */
+	void (*arena_gone)(void *data, uint32_t arena_id);
+	void *data;
+};
+
+/* Empty: no arena, no status page yet (status_page_open). */
+void memory_init(struct memory *m, const struct config *config, struct window *window,
+		 const char *name);
+/* Frees every arena and the status page; the allocations went before. */
+void memory_done(struct memory *m);
+
+/* Whether bytes more (in a new arena, with new_arena) stay inside quota.allocations,
+ * quota.allocated_bytes and quota.arenas: 0, or -EDQUOT with the reason in why. */
+int memory_check_quota(const struct memory *m, uint64_t bytes, bool new_arena, char *why,
+		       size_t why_size);
+/* arena_new and arena_new_external refuse past the domain's share of the window: why. */
+int memory_window_quota(const struct memory *m, char *why, size_t why_size);
+
+/* The arena holding address, NULL when it is not this memory. */
+struct arena *memory_find_arena(struct memory *m, uint64_t address);
+
+/* The status page's counters of memory: allocated bytes, allocations, arenas. */
+void memory_update_status(struct memory *m);

@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: MIT */
+/* A domain's status page (its layout: common/status-page.h): a memfd written here alone,
+ * mapped read-only by every client of the domain. */
+#pragma once
+
+#include <stdint.h>
+
+#include "status-page.h"
+
+struct status_page {
+	int fd; /* memfd; clients map it read-only */
+	struct mrd_status_page *page;
+};
+
+/* A sealed page named after the domain, at generation (1, or above what a previous mrd's
+ * domain of that name reached). */
+int status_page_open(struct status_page *s, const char *name, uint64_t generation);
+void status_page_close(struct status_page *s);
+
+/* A new read-only descriptor of the page, for a client. */
+int status_page_fd(const struct status_page *s);
+
+/* Every client of the domain learns of memory (or keys) going away by one load of this: the
+ * only place the generation moves. */
+void status_page_bump(struct status_page *s);
+
+static inline uint64_t status_page_generation(const struct status_page *s)
+{
+	return __atomic_load_n(&s->page->generation, __ATOMIC_ACQUIRE);
+}

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/* An allocation with what registration keeps of it: its MRs, the mempool MRs that hold it, its
+ * on-demand children and the work on them, and how its free goes. Core allocates these (so
+ * memory/allocation.h never names registration's structs); registration reaches the wrapper
+ * from memory's allocation by reg_allocation_of. */
+#pragma once
+
+#include <stdbool.h>
+#include <sys/queue.h>
+
+#include "macro.h"
+#include "provider/provider.h"
+#include "memory/allocation.h"
+#include "registration/mr-cache.h"
+
+struct mr_waiter;
+
+struct reg_allocation {
+	struct allocation mem;
+	LIST_HEAD(, cached_mr) mrs; /* the cache's registrations inside it */
+	unsigned pool_refs;         /* mempool MRs inside it: it cannot be freed while any are */
+	LIST_HEAD(, pool_mr) pool_mrs; /* the live ones of those (not yet being deregistered) */
+	LIST_HEAD(, odp_child) odp_children; /* in the domain's table; once retired, its zombies
+					      * whose MRs wait for odp_jobs */
+	unsigned odp_jobs;          /* prefetch work waiting, queued or running on it, and
+				     * its children's MRs going on workers */
+	bool retired;               /* being freed: nobody finds it any more */
+	bool free_waits;            /* its free waits for odp_jobs and odp_children to go */
+	struct mr_waiter *free_waiter;
+};
+
+static inline void reg_allocation_init(struct reg_allocation *ra)
+{
+	LIST_INIT(&ra->mrs);
+	LIST_INIT(&ra->pool_mrs);
+	LIST_INIT(&ra->odp_children);
+}
+
+static inline struct reg_allocation *reg_allocation_of(struct allocation *a)
+{
+	return a ? container_of(a, struct reg_allocation, mem) : NULL;
+}
+
+/* What its registrations may grant: everything, or reads alone. */
+static inline unsigned reg_allocation_access(const struct reg_allocation *ra)
+{
+	return ra->mem.read_only ? MRD_ACCESS_REMOTE_READ : MR_CACHE_ACCESS;
+}

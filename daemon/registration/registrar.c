@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "log.h"
+#include "provider/provider.h"
+#include "registration/reg-allocation.h"
+#include "registration/registrar.h"
+
+int registrar_open(struct registrar *r, struct provider *device, enum mr_policy policy,
+		   uint64_t window_base, uint64_t window_size)
+{
+	int k;
+
+	mempools_init(&r->mempools);
+	k = device->ops->open(device->caps.device, &r->provider);
+	if (k >= 0)
+		k = provider_pd_alloc(r->provider, &r->pd);
+	if (k >= 0)
+		k = frmr_pools_init(&r->pools, r->pd, &r->config->pools);
+	if (k >= 0)
+		k = mr_cache_init(&r->cache, policy);
+	if (k >= 0)
+		k = odp_init(r, window_base, window_size);
+	return k;
+}
+
+void registrar_close(struct registrar *r)
+{
+	int k;
+
+	odp_done(r);
+	mr_cache_done(&r->cache);
+	frmr_pools_done(&r->pools); /* parked handles go before their PD */
+	if (r->pd) {
+		k = provider_pd_free(r->pd);
+		if (k < 0)
+			log_warning_errno(k, "domain %s: cannot free its PD: %m", r->name);
+	}
+	provider_close(r->provider);
+}
+
+bool registrar_on_demand(const struct registrar *r, bool asked)
+{
+	return asked && r->provider->caps.odp && r->provider->caps.odp_rc_caps;
+}
+
+int registrar_check_pinned(const struct registrar *r, uint64_t more, char *why, size_t why_size)
+{
+	const struct config *c = r->config;
+	uint64_t mine = r->cache.charges.pinned_bytes, all = *r->host_pinned;
+
+	if (mine + more > c->quota_pinned_bytes) {
+		snprintf(why, why_size, "quota.pinned_bytes (%" PRIu64 ") would be exceeded in domain "
+			 "%s: %" PRIu64 " pinned or being pinned, %" PRIu64 " more asked",
+			 c->quota_pinned_bytes, r->name, mine, more);
+		return -EDQUOT;
+	}
+	if (all + more > c->max_pinned_bytes) {
+		snprintf(why, why_size, "limits.pinned_bytes (%" PRIu64 ") would be exceeded: all "
+			 "domains pin or are pinning %" PRIu64 ", %" PRIu64 " more asked",
+			 c->max_pinned_bytes, all, more);
+		return -EDQUOT;
+	}
+	return 0;
+}
+
+static void work_run(struct work *work)
+{
+	struct registrar_work *w = container_of(work, struct registrar_work, work);
+
+	w->run(w);
+}
+
+static void work_done(struct work *work)
+{
+	struct registrar_work *w = container_of(work, struct registrar_work, work);
+	struct registrar *r = w->reg;
+
+	if (w->busy)
+		r->jobs--;
+	w->done(w); /* frees w */
+	registrar_unhold(r);
+}
+
+void registrar_job(struct registrar *r, struct registrar_work *w,
+		   void (*run)(struct registrar_work *w), void (*done)(struct registrar_work *w),
+		   bool busy)
+{
+	w->work.run = work_run;
+	w->work.done = work_done;
+	w->reg = r;
+	w->run = run;
+	w->done = done;
+	w->busy = busy;
+	registrar_hold(r);
+	if (busy)
+		r->jobs++;
+}
+
+void registrar_submit(struct registrar_work *w)
+{
+	worker_pool_submit(*w->reg->workers, &w->work);
+}
+
+/* One MR on a worker: a mempool's, a registration that lost a race, an on-demand child. */
+struct dereg_job {
+	struct registrar_work base;
+	struct provider_mr *pmr;
+	void (*gone)(struct registrar *r, void *arg, int result);
+	void *arg;
+	/* Written by the worker, read on the loop after it. */
+	struct {
+		int result;
+	} rt;
+};
+
+static void dereg_job_run(struct registrar_work *w)
+{
+	struct dereg_job *j = (struct dereg_job *)w;
+
+	j->rt.result = frmr_pools_dereg(&w->reg->pools, j->pmr);
+}
+
+static void dereg_job_done(struct registrar_work *w)
+{
+	struct dereg_job *j = (struct dereg_job *)w;
+
+	if (j->gone)
+		j->gone(w->reg, j->arg, j->rt.result);
+	free(j);
+}
+
+int registrar_dereg_on_worker(struct registrar *r, struct provider_mr *pmr,
+			      void (*gone)(struct registrar *r, void *arg, int result), void *arg)
+{
+	struct dereg_job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return -ENOMEM;
+	j->pmr = pmr;
+	j->gone = gone;
+	j->arg = arg;
+	registrar_start(r, &j->base, dereg_job_run, dereg_job_done, true);
+	return 0;
+}
+
+/* Handles aged or flushed out of the pools, destroyed on a worker (a device command each on
+ * verbs). */
+struct destroy_job {
+	struct registrar_work base;
+	struct provider_mr **handles;
+	size_t n;
+};
+
+static void destroy_job_run(struct registrar_work *w)
+{
+	struct destroy_job *j = (struct destroy_job *)w;
+
+	frmr_pools_destroy(j->handles, j->n);
+}
+
+static void destroy_job_done(struct registrar_work *w)
+{
+	w->reg->destroy_jobs--;
+	free(w);
+}
+
+void registrar_destroy_handles(struct registrar *r, struct provider_mr **handles, size_t n)
+{
+	struct destroy_job *j;
+
+	if (n == 0)
+		return;
+	/* As big as provider work gets: a device command each. */
+	j = registrar_offload(r, UINT64_MAX, REG_DROP) ? calloc(1, sizeof(*j)) : NULL;
+	if (!j) {
+		frmr_pools_destroy(handles, n);
+		return;
+	}
+	j->handles = handles;
+	j->n = n;
+	r->destroy_jobs++;
+	registrar_start(r, &j->base, destroy_job_run, destroy_job_done, true);
+}
+
+/* Deregistering big MRs unpins GiBs: a worker does it, so the loop serves everyone else. */
+struct free_job {
+	struct registrar_work base;
+	struct reg_allocation *allocation;
+	struct mr_waiter *waiter;
+};
+
+static void free_job_run(struct registrar_work *w)
+{
+	struct free_job *j = (struct free_job *)w;
+
+	mr_cache_deregister(&w->reg->cache, j->allocation);
+}
+
+static void free_job_done(struct registrar_work *w)
+{
+	struct free_job *j = (struct free_job *)w;
+
+	registrar_release(w->reg, j->allocation, j->waiter);
+	free(j);
+}
+
+int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter)
+{
+	uint64_t pinned;
+	unsigned zombies;
+	struct free_job *j;
+
+	/* Retired first: from here on no key for it is handed out. */
+	ra->retired = true;
+	pinned = mr_cache_retire(&r->cache, ra);
+	zombies = odp_retire(r, ra);
+	if (zombies > 0) {
+		/* Prefetch work on it is queued or running, or holds its children: the pages go
+		 * back, and the Free answers, once that is done (odp.c calls registrar_release). */
+		ra->free_waits = true;
+		ra->free_waiter = waiter;
+		return waiter ? -EINPROGRESS : 0;
+	}
+	/* Then the device lets go, and only then do its pages go back. A soft Dma copying
+	 * through its MRs holds them (their dereg waits for it): a worker waits then, not the
+	 * loop. */
+	j = pinned > 0 && registrar_offload(r, pinned, REG_DROP) ? calloc(1, sizeof(*j)) : NULL;
+	if (!j) {
+		mr_cache_deregister(&r->cache, ra);
+		registrar_release(r, ra, NULL);
+		return 0;
+	}
+	j->allocation = ra;
+	j->waiter = waiter;
+	registrar_start(r, &j->base, free_job_run, free_job_done, true);
+	return waiter ? -EINPROGRESS : 0;
+}
+
+void registrar_release(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter)
+{
+	mr_cache_release(&r->cache, ra);
+	r->events.released(r->data, ra, waiter);
+}

@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: MIT */
+/* A domain's registrar: everything that makes or drops an MR over its memory — the provider
+ * context and PD, the FRMR pools every registration goes through, the MR cache, on-demand
+ * children and mempools — with the rules they share: when provider work goes to a worker
+ * rather than stall the loop (registrar_offload), how much may be pinned
+ * (registrar_check_pinned), and how a job on a worker holds the domain
+ * (registrar_submit). News goes up to the domain through events alone. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/config.h"
+#include "base/worker-pool.h"
+#include "registration/frmr-pool.h"
+#include "registration/mempool.h"
+#include "registration/mr-cache.h"
+#include "registration/odp.h"
+
+struct memory;
+struct mr_waiter;
+struct provider;
+struct provider_pd;
+struct reg_allocation;
+
+/* What the registrar tells its domain; data is registrar.data. */
+struct registrar_events {
+	/* A job on a worker holds the domain open (it counts as no client), until unhold. */
+	void (*hold)(void *data);
+	/* The last holder may close the domain: nothing of the registrar is touched after. */
+	void (*unhold)(void *data);
+	/* The last mempool MR over ra went. */
+	void (*allocation_idle)(void *data, struct reg_allocation *ra);
+	/* The device let go of the retired ra (registrar_retire): its pages may go back, then
+	 * waiter (if any) hears that the free is done. */
+	void (*released)(void *data, struct reg_allocation *ra, struct mr_waiter *waiter);
+	/* Counters changed (pinned bytes, MRs): the status page shows them. */
+	void (*changed)(void *data);
+};
+
+struct registrar {
+	const struct config *config;
+	const char *name;     /* its domain's, for messages */
+	struct memory *mem;   /* its domain's: where lookups find allocations */
+	struct provider *provider;
+	struct provider_pd *pd;
+	/* The daemon's pool: NULL when there is none, and once it drained at shutdown (then
+	 * everything runs on the loop). */
+	struct worker_pool *const *workers;
+	const bool *stopping; /* the daemon's: set before the workers drain */
+	uint64_t *host_pinned; /* what every domain pins, together (limits.pinned_bytes) */
+	struct frmr_pools pools; /* every registration goes through them */
+	struct mr_cache cache;
+	struct odp odp;
+	struct mempools mempools;
+	unsigned jobs;         /* work on workers that may hold the provider (registrar_busy) */
+	unsigned destroy_jobs; /* of those, destroying handles taken out of the pools */
+	unsigned dma_jobs;     /* Dma requests queued or running on the Dma thread */
+	struct registrar_events events;
+	void *data;
+};
+
+/* With the links above filled in (config, name, mem, workers, stopping, host_pinned, events,
+ * data): its own context on device, a PD and the pools, the cache and the ODP index over the
+ * window [window_base, +window_size). On failure the caller still calls registrar_close. */
+int registrar_open(struct registrar *r, struct provider *device, enum mr_policy policy,
+		   uint64_t window_base, uint64_t window_size);
+/* Everything left goes (no job is: jobs hold the domain). Safe on a zeroed registrar. */
+void registrar_close(struct registrar *r);
+
+/* Provider work makes MRs, or drops (deregisters, parks, invalidates) them. */
+enum reg_op { REG_MAKE, REG_DROP };
+
+/* Whether a provider op on the loop could wait: a worker's job may hold the provider — or, for
+ * a drop, a soft Dma may be copying through the domain's MRs (a dereg, park or invalidate of
+ * those waits for the copy, up to MRD_DMA_MAX bytes). dma_jobs counts every Dma not yet
+ * answered, and only the loop starts one, so at 0 no copy runs. */
+static inline bool registrar_busy(const struct registrar *r, enum reg_op op)
+{
+	return r->cache.pending_bytes > 0 || r->jobs > 0 || (op == REG_DROP && r->dma_jobs > 0);
+}
+
+/* The one offload rule: provider work over bytes goes to a worker, so that the loop serves
+ * everyone else, when it is [cache] async_bytes or more, or while the op would wait
+ * (registrar_busy). Never without workers. */
+static inline bool registrar_offload(const struct registrar *r, uint64_t bytes, enum reg_op op)
+{
+	return *r->workers && (bytes >= r->config->async_bytes || registrar_busy(r, op));
+}
+
+/* Whether the domain may pin more bytes: -EDQUOT, with the reason in why, when that would
+ * pass quota.pinned_bytes or, all domains together, limits.pinned_bytes. Registrations under
+ * way are charged already (mr-cache.h). */
+int registrar_check_pinned(const struct registrar *r, uint64_t more, char *why, size_t why_size);
+
+/* Work on a worker for the registrar: embed it first in a job. */
+struct registrar_work {
+	struct work work;
+	struct registrar *reg;
+	void (*run)(struct registrar_work *w);  /* on a worker */
+	void (*done)(struct registrar_work *w); /* on the loop; frees the job */
+	bool busy; /* counts in jobs: it may hold the provider */
+};
+
+static inline void registrar_hold(struct registrar *r)
+{
+	r->events.hold(r->data);
+}
+/* The domain may close here: the caller touches nothing of r after. */
+static inline void registrar_unhold(struct registrar *r)
+{
+	r->events.unhold(r->data);
+}
+
+/* A job from now on: it holds the domain (events.hold) and, when busy, counts in jobs. After
+ * done, on the loop, jobs goes down and the hold goes. A job never submitted ends with its
+ * own cleanup and registrar_unhold. */
+void registrar_job(struct registrar *r, struct registrar_work *w,
+		   void (*run)(struct registrar_work *w), void (*done)(struct registrar_work *w),
+		   bool busy);
+/* To the workers (which must exist). */
+void registrar_submit(struct registrar_work *w);
+/* Both at once. */
+static inline void registrar_start(struct registrar *r, struct registrar_work *w,
+				   void (*run)(struct registrar_work *w),
+				   void (*done)(struct registrar_work *w), bool busy)
+{
+	registrar_job(r, w, run, done, busy);
+	registrar_submit(w);
+}
+
+/* Deregisters pmr on a worker; then, on the loop, gone(r, arg, result) (gone may be NULL). The
+ * job counts in jobs until then. -ENOMEM: not submitted. */
+int registrar_dereg_on_worker(struct registrar *r, struct provider_mr *pmr,
+			      void (*gone)(struct registrar *r, void *arg, int result), void *arg);
+
+/* Destroys handles taken out of the pools: on a worker, since each may be a device command. */
+void registrar_destroy_handles(struct registrar *r, struct provider_mr **handles, size_t n);
+
+/* Freeing ra, after memory retired it (no lookup finds it): its MRs leave the table and its
+ * children are zapped; then the device lets go — here, or when the MRs cover [cache]
+ * async_bytes or more (or registrar_busy) on a worker, or once prefetch work on it is done —
+ * and events.released tells the domain. With a waiter that is not here: -EINPROGRESS. */
+int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter);
+
+/* The end of a retired allocation's registrations (a worker's deregistration, or the last ODP
+ * child gone): its MRs are counted gone, and events.released tells the domain. */
+void registrar_release(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter);
+
+/* Whether memory asked to be registered on demand is: the device must page on demand over RC. */
+bool registrar_on_demand(const struct registrar *r, bool asked);
+
+/* A Dma request of the domain's starts, or is answered (registrar_busy counts them). */
+static inline void registrar_dma_start(struct registrar *r)
+{
+	r->dma_jobs++;
+}
+static inline void registrar_dma_end(struct registrar *r)
+{
+	r->dma_jobs--;
+}

@@ -1,0 +1,453 @@
+/* SPDX-License-Identifier: MIT */
+/* The registrar and what it runs (the MR cache, on-demand children, mempools) over one domain's
+ * memory on the soft provider, for an owner on the stack: no manager, no socket, no protobuf.
+ * The registrar's events are this file's: it counts the holds of jobs and frees what it is told
+ * the device let go of, as the domain would. */
+#include <check.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/config.h"
+#include "base/worker-pool.h"
+#include "check-run.h"
+#include "memory/allocation.h"
+#include "memory/memory.h"
+#include "memory/window.h"
+#include "provider/provider.h"
+#include "registration/reg-allocation.h"
+#include "registration/reg-owner.h"
+#include "registration/registrar.h"
+
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+
+static struct config cfg;
+static struct window window;
+static struct memory mem;
+static struct registrar reg;
+static struct provider *device;
+static struct event_base *base;
+static bool stopping;
+static struct worker_pool *workers;
+static uint64_t host_pinned; /* the sum over "every domain": this one alone here */
+static struct reg_owner owner;
+static unsigned holds, idles, released, changes;
+
+static void on_hold(void *data) { holds++; }
+static void on_unhold(void *data) { holds--; }
+static void on_idle(void *data, struct reg_allocation *ra) { idles++; }
+static void on_changed(void *data) { changes++; }
+
+static void on_released(void *data, struct reg_allocation *ra, struct mr_waiter *waiter)
+{
+	released++;
+	allocation_release(&mem, &ra->mem);
+	free(ra);
+	if (waiter)
+		waiter->resume(waiter, 0, NULL, "");
+}
+
+struct test_waiter {
+	struct mr_waiter base;
+	unsigned calls;
+	int result;
+	struct mr_entry entry;
+};
+
+static void resume(struct mr_waiter *w, int result, const struct mr_entry *e, const char *why)
+{
+	struct test_waiter *t = container_of(w, struct test_waiter, base);
+
+	t->calls++;
+	t->result = result;
+	if (e)
+		t->entry = *e;
+}
+
+static struct test_waiter waiter(void)
+{
+	return (struct test_waiter){ .base.resume = resume };
+}
+
+static void open_registrar(enum mr_policy policy)
+{
+	int verbs_error;
+
+	config_init(&cfg);
+	cfg.window_size = 4ull << 30;
+	cfg.arena_size = 64 * MiB;
+	cfg.hugepages = HUGEPAGES_NO;
+	/* TSan claims mrd's default window: its runs move it (tools/check-sanitizers.sh). */
+	if (getenv("MRD_TEST_WINDOW_BASE"))
+		ck_assert_int_eq(config_set(&cfg, "memory", "window_base",
+					    getenv("MRD_TEST_WINDOW_BASE")), 0);
+	ck_assert_int_eq(window_reserve(&window, cfg.window_base, cfg.window_size, cfg.arena_size),
+			 0);
+	memory_init(&mem, &cfg, &window, "unit");
+	ck_assert_int_eq(status_page_open(&mem.status, "unit", 1), 0);
+	base = event_base_new();
+	ck_assert_ptr_nonnull(base);
+	reg = (struct registrar){
+		.config = &cfg, .name = "unit", .mem = &mem, .workers = &workers,
+		.stopping = &stopping,
+		.host_pinned = &host_pinned,
+		.events = { .hold = on_hold, .unhold = on_unhold, .allocation_idle = on_idle,
+			    .released = on_released, .changed = on_changed },
+	};
+	ck_assert_int_eq(worker_pool_new(base, 1, &workers), 0);
+	ck_assert_int_eq(provider_open("soft", NULL, &device, &verbs_error), 0);
+	ck_assert_int_eq(registrar_open(&reg, device, policy, (uintptr_t)window.base, window.size),
+			 0);
+	reg_owner_init(&owner, 1, getpid(), getuid());
+	host_pinned = 0;
+	holds = idles = released = changes = 0;
+}
+
+static void setup(void) { open_registrar(MR_POLICY_CONTIG); }
+
+static void teardown(void)
+{
+	while (!LIST_EMPTY(&owner.mem.allocations)) {
+		struct allocation *a = LIST_FIRST(&owner.mem.allocations);
+
+		allocation_retire(&mem, a);
+		(void)registrar_retire(&reg, reg_allocation_of(a), NULL);
+	}
+	workers = worker_pool_free(workers); /* every job ends, done included */
+	ck_assert_uint_eq(holds, 0);
+	registrar_close(&reg);
+	ck_assert_uint_eq(host_pinned, 0);
+	memory_done(&mem);
+	event_base_free(base);
+	window_release(&window);
+	provider_close(device);
+	config_done(&cfg);
+}
+
+static void pump_until(const unsigned *count, unsigned want)
+{
+	for (int i = 0; i < 5000 && *count != want; i++) {
+		event_base_loop(base, EVLOOP_NONBLOCK);
+		usleep(1000);
+	}
+	ck_assert_uint_eq(*count, want);
+}
+
+static struct reg_allocation *alloc(uint64_t size)
+{
+	struct reg_allocation *ra = calloc(1, sizeof(*ra));
+	char why[160];
+
+	ck_assert_ptr_nonnull(ra);
+	reg_allocation_init(ra);
+	ck_assert_int_eq(allocation_alloc(&mem, &ra->mem, &owner.mem, size, 0, false, why,
+					  sizeof(why)), 0);
+	return ra;
+}
+
+static uint64_t address(const struct reg_allocation *ra)
+{
+	return allocation_address(&ra->mem);
+}
+
+/* As the domain frees: out of memory's sight first, then the registrar's. */
+static int free_allocation(struct reg_allocation *ra, struct mr_waiter *w)
+{
+	allocation_retire(&mem, &ra->mem);
+	return registrar_retire(&reg, ra, w);
+}
+
+static int lookup(uint64_t addr, struct mr_entry *e, struct mr_waiter *w)
+{
+	char why[160];
+
+	return mr_cache_lookup(&reg.cache, addr, e, why, sizeof(why), w);
+}
+
+START_TEST(test_lookup_registers_the_run_once)
+{
+	struct reg_allocation *ra = alloc(64 * KiB);
+	struct mr_entry e, again;
+
+	ck_assert_int_eq(lookup(address(ra) + 4 * KiB, &e, NULL), 0);
+	ck_assert_uint_eq(e.start, address(ra)); /* contig: the whole run */
+	ck_assert_uint_eq(e.end, address(ra) + 64 * KiB);
+	ck_assert_uint_eq(reg.cache.charges.pinned_bytes, 64 * KiB);
+	ck_assert_uint_eq(host_pinned, 64 * KiB);
+	ck_assert_uint_gt(changes, 0); /* the status page hears of the MR */
+	ck_assert_int_eq(lookup(address(ra) + 60 * KiB, &again, NULL), 0);
+	ck_assert_uint_eq(again.lkey, e.lkey);
+	ck_assert_uint_eq(reg.cache.misses, 1);
+
+	ck_assert_int_eq(free_allocation(ra, NULL), 0); /* small: released here and now */
+	ck_assert_uint_eq(released, 1);
+	ck_assert_uint_eq(reg.cache.charges.pinned_bytes, 0);
+	ck_assert_uint_eq(host_pinned, 0);
+	ck_assert_uint_eq(mem.allocated_bytes, 0);
+	ck_assert_int_eq(lookup(e.start, &e, NULL), -ENOENT);
+}
+END_TEST
+
+START_TEST(test_pinned_quota_mine_and_the_hosts)
+{
+	struct reg_allocation *ra = alloc(64 * KiB);
+	struct mr_entry e;
+	char why[160] = "";
+
+	cfg.quota_pinned_bytes = 64 * KiB - 1;
+	ck_assert_int_eq(mr_cache_lookup(&reg.cache, address(ra), &e, why, sizeof(why), NULL),
+			 -EDQUOT);
+	ck_assert_ptr_nonnull(strstr(why, "quota.pinned_bytes"));
+	ck_assert_uint_eq(reg.cache.charges.pinned_bytes, 0); /* nothing charged */
+
+	/* Other domains pin all but a page of the host's limit. */
+	cfg.quota_pinned_bytes = 64 * KiB;
+	cfg.max_pinned_bytes = 1ull << 30;
+	host_pinned = cfg.max_pinned_bytes - 4 * KiB;
+	ck_assert_int_eq(mr_cache_lookup(&reg.cache, address(ra), &e, why, sizeof(why), NULL),
+			 -EDQUOT);
+	ck_assert_ptr_nonnull(strstr(why, "limits.pinned_bytes"));
+	host_pinned = 0;
+	ck_assert_int_eq(lookup(address(ra), &e, NULL), 0); /* exactly the quota */
+	ck_assert_uint_eq(host_pinned, 64 * KiB);
+}
+END_TEST
+
+START_TEST(test_offload_rule)
+{
+	ck_assert(!registrar_offload(&reg, cfg.async_bytes - 1, REG_MAKE));
+	ck_assert(registrar_offload(&reg, cfg.async_bytes, REG_MAKE));
+	reg.jobs = 1; /* a worker may hold the provider */
+	ck_assert(registrar_offload(&reg, 0, REG_MAKE));
+	ck_assert(registrar_offload(&reg, 0, REG_DROP));
+	reg.jobs = 0;
+	reg.dma_jobs = 1; /* a Dma holds MRs: drops wait for it, registrations do not */
+	ck_assert(!registrar_offload(&reg, 0, REG_MAKE));
+	ck_assert(registrar_offload(&reg, 0, REG_DROP));
+	reg.dma_jobs = 0;
+	reg.cache.pending_bytes = 1;
+	ck_assert(registrar_offload(&reg, 0, REG_MAKE));
+	reg.cache.pending_bytes = 0;
+	{
+		struct worker_pool *w = workers;
+
+		workers = NULL; /* no workers (or they drained): everything on the loop */
+		ck_assert(!registrar_offload(&reg, UINT64_MAX, REG_DROP));
+		workers = w;
+	}
+}
+END_TEST
+
+START_TEST(test_big_registration_and_free_on_a_worker)
+{
+	struct reg_allocation *ra = alloc(4 * MiB);
+	struct test_waiter w = waiter(), f = waiter();
+	struct mr_entry e;
+
+	ck_assert_int_eq(lookup(address(ra), &e, &w.base), -EINPROGRESS);
+	ck_assert_uint_eq(holds, 1); /* the job holds the domain */
+	ck_assert_uint_eq(reg.cache.pending_bytes, 4 * MiB);
+	ck_assert_uint_eq(host_pinned, 4 * MiB); /* charged from the start */
+	pump_until(&w.calls, 1);
+	ck_assert_int_eq(w.result, 0);
+	ck_assert_uint_eq(w.entry.start, address(ra));
+	ck_assert_uint_eq(w.entry.end, address(ra) + 4 * MiB);
+	ck_assert_uint_eq(holds, 0);
+	ck_assert_uint_eq(reg.cache.pending_bytes, 0);
+
+	ck_assert_int_eq(free_allocation(ra, &f.base), -EINPROGRESS); /* 4 MiB to unpin */
+	ck_assert_uint_eq(reg.jobs, 1);
+	ck_assert_uint_eq(released, 0);
+	pump_until(&f.calls, 1);
+	ck_assert_uint_eq(released, 1);
+	ck_assert_uint_eq(reg.jobs, 0);
+	ck_assert_uint_eq(holds, 0);
+	ck_assert_uint_eq(host_pinned, 0);
+}
+END_TEST
+
+START_TEST(test_freed_while_a_worker_registers)
+{
+	struct reg_allocation *ra = alloc(4 * MiB);
+	struct test_waiter w = waiter();
+	struct mr_entry e;
+
+	ck_assert_int_eq(lookup(address(ra), &e, &w.base), -EINPROGRESS);
+	ck_assert_int_eq(free_allocation(ra, NULL), 0); /* no MR yet: its pages go at once */
+	ck_assert_uint_eq(released, 1);
+	pump_until(&w.calls, 1);
+	ck_assert_int_eq(w.result, -ENOENT); /* the registration covers nobody's memory */
+	/* It is let go of (on a worker: 4 MiB), and uncharged once the device let go. */
+	pump_until(&holds, 0);
+	ck_assert_uint_eq(reg.jobs, 0);
+	ck_assert_uint_eq(host_pinned, 0);
+	ck_assert_uint_eq(reg.cache.n_mrs, 0);
+}
+END_TEST
+
+START_TEST(test_big_mempool_on_a_worker)
+{
+	struct reg_allocation *ra = alloc(4 * MiB);
+	struct test_waiter w = waiter(), u = waiter();
+	uint64_t start = address(ra), len = 4 * MiB;
+	struct pool_reg *pool;
+	struct mr_entry e;
+	char why[160];
+
+	ck_assert_int_eq(mempool_register(&reg, &owner, "big", &start, &len, 1, false, &w.base,
+					  &pool, why, sizeof(why)), -EINPROGRESS);
+	ck_assert_uint_eq(holds, 1);
+	ck_assert_uint_eq(reg.jobs, 1); /* the provider may be busy: others offload too */
+	ck_assert(registrar_offload(&reg, 0, REG_MAKE));
+	ck_assert_int_eq(lookup(address(ra) + 4096, &e, NULL), -EAGAIN); /* being made */
+	pump_until(&w.calls, 1);
+	ck_assert_int_eq(w.result, 0);
+	ck_assert_uint_eq(reg.jobs, 0);
+	ck_assert_int_eq(lookup(address(ra) + 4096, &e, NULL), 0);
+	ck_assert_uint_eq(e.lkey, pool->mrs[0]->pmr->lkey);
+
+	ck_assert_int_eq(mempool_unregister(&reg, &owner, "big", &u.base, why, sizeof(why)),
+			 -EINPROGRESS); /* 4 MiB to unpin: on a worker */
+	ck_assert_uint_eq(idles, 0);
+	pump_until(&u.calls, 1);
+	ck_assert_uint_eq(idles, 1);
+	ck_assert_uint_eq(host_pinned, 0);
+	ck_assert_uint_eq(holds, 0);
+}
+END_TEST
+
+START_TEST(test_mempool_mr_serves_lookups_and_idles)
+{
+	struct reg_allocation *ra = alloc(64 * KiB);
+	struct test_waiter w = waiter();
+	uint64_t start = address(ra) + 100, len = 8 * KiB, gen;
+	struct pool_reg *pool;
+	struct mr_entry e;
+	char why[160];
+
+	ck_assert_int_eq(mempool_register(&reg, &owner, "p", &start, &len, 1, false, &w.base,
+					  &pool, why, sizeof(why)), 0);
+	ck_assert_uint_eq(pool->n_mrs, 1);
+	ck_assert_uint_eq(pool->mrs[0]->start, address(ra)); /* rounded out to pages */
+	ck_assert_uint_eq(pool->mrs[0]->end, address(ra) + 12 * KiB);
+	ck_assert_uint_eq(ra->pool_refs, 1);
+	ck_assert_uint_eq(host_pinned, 12 * KiB);
+	ck_assert_int_eq(lookup(address(ra) + 4 * KiB, &e, NULL), 0);
+	ck_assert_uint_eq(e.lkey, pool->mrs[0]->pmr->lkey); /* its keys: no page pinned twice */
+	ck_assert_uint_eq(host_pinned, 12 * KiB);
+
+	gen = status_page_generation(&mem.status);
+	ck_assert_int_eq(mempool_unregister(&reg, &owner, "p", NULL, why, sizeof(why)), 0);
+	ck_assert_uint_gt(status_page_generation(&mem.status), gen); /* its keys died */
+	ck_assert_uint_eq(ra->pool_refs, 0);
+	ck_assert_uint_eq(idles, 1);
+	ck_assert_uint_eq(host_pinned, 0);
+	ck_assert_int_eq(mempool_unregister(&reg, &owner, "p", NULL, why, sizeof(why)), -ENOENT);
+}
+END_TEST
+
+static struct reg_allocation *alloc_on_demand(uint64_t size)
+{
+	struct reg_allocation *ra = alloc(size);
+
+	ra->mem.odp = registrar_on_demand(&reg, true);
+	ck_assert(ra->mem.odp); /* soft pages on demand over RC */
+	return ra;
+}
+
+START_TEST(test_odp_child_made_and_retired)
+{
+	struct reg_allocation *ra = alloc_on_demand(64 * KiB);
+	struct mr_entry e, again;
+
+	ck_assert(!registrar_on_demand(&reg, false));
+	ck_assert_int_eq(lookup(address(ra) + 8 * KiB, &e, NULL), 0);
+	ck_assert_uint_eq(reg.odp.children, 1);
+	ck_assert_uint_eq(reg.odp.stats.faults, 1);
+	ck_assert_uint_eq(e.start, address(ra)); /* its chunk, cut to the allocation */
+	ck_assert_uint_eq(e.end, address(ra) + 64 * KiB);
+	ck_assert_uint_eq(host_pinned, 0); /* on demand: nothing pinned */
+	ck_assert_int_eq(lookup(address(ra), &again, NULL), 0);
+	ck_assert_uint_eq(again.lkey, e.lkey);
+	ck_assert_uint_eq(reg.odp.stats.faults, 1); /* from the table */
+
+	ck_assert_int_eq(free_allocation(ra, NULL), 0);
+	ck_assert_uint_eq(reg.odp.children, 0);
+	ck_assert_uint_eq(reg.odp.stats.children_destroyed, 1);
+	ck_assert_uint_eq(released, 1); /* no work on it: its pages went at once */
+}
+END_TEST
+
+START_TEST(test_prefetch_holds_and_delays_the_free)
+{
+	struct reg_allocation *ra = alloc_on_demand(64 * KiB);
+	struct test_waiter flush = waiter();
+	char why[160];
+
+	ck_assert_int_eq(odp_prefetch(&reg, &owner, ra, address(ra), 64 * KiB, ODP_PREFETCH,
+				      &flush.base, why, sizeof(why)), -EINPROGRESS);
+	ck_assert_uint_eq(holds, 1);
+	ck_assert_uint_eq(owner.n_prefetches, 1);
+	pump_until(&flush.calls, 1);
+	ck_assert_int_eq(flush.result, 0);
+	ck_assert_uint_eq(holds, 0);
+	ck_assert_uint_eq(owner.n_prefetches, 0);
+	ck_assert_uint_eq(reg.odp.children, 1); /* the worker made it, the loop linked it */
+
+	/* Work queued on it: the free waits for it, then the pages go. */
+	ck_assert_int_eq(odp_prefetch(&reg, &owner, ra, address(ra), 4 * KiB, ODP_PREFETCH, NULL,
+				      why, sizeof(why)), 0);
+	ck_assert_int_eq(free_allocation(ra, NULL), 0);
+	pump_until(&released, 1);
+	ck_assert_uint_eq(holds, 0);
+	ck_assert_uint_eq(reg.odp.children, 0);
+}
+END_TEST
+
+START_TEST(test_owner_leaving_cancels_a_waiting_flush)
+{
+	struct reg_allocation *ra = alloc_on_demand(64 * KiB);
+	struct test_waiter flush = waiter();
+	char why[160];
+
+	/* Room for no prefetch: the flush waits, holding the domain. */
+	owner.n_prefetches = ODP_PREFETCH_IN_FLIGHT;
+	ck_assert_int_eq(odp_prefetch(&reg, &owner, ra, address(ra), 4 * KiB, ODP_PREFETCH,
+				      &flush.base, why, sizeof(why)), -EINPROGRESS);
+	ck_assert_uint_eq(holds, 1);
+	ck_assert_uint_eq(reg.odp.jobs, 0); /* not submitted */
+	odp_forget_owner(&reg, &owner);
+	ck_assert_uint_eq(holds, 0);
+	ck_assert_uint_eq(owner.n_prefetches, 0);
+	ck_assert_uint_eq(ra->odp_jobs, 0);
+}
+END_TEST
+
+static Suite *registrar_suite(void)
+{
+	Suite *s = suite_create("registrar");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_lookup_registers_the_run_once);
+	tcase_add_test(tc, test_pinned_quota_mine_and_the_hosts);
+	tcase_add_test(tc, test_offload_rule);
+	tcase_add_test(tc, test_big_registration_and_free_on_a_worker);
+	tcase_add_test(tc, test_freed_while_a_worker_registers);
+	tcase_add_test(tc, test_big_mempool_on_a_worker);
+	tcase_add_test(tc, test_mempool_mr_serves_lookups_and_idles);
+	tcase_add_test(tc, test_odp_child_made_and_retired);
+	tcase_add_test(tc, test_prefetch_holds_and_delays_the_free);
+	tcase_add_test(tc, test_owner_leaving_cancels_a_waiting_flush);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return run_suite(registrar_suite());
+}
