@@ -419,7 +419,7 @@ int bench_mrd_start(struct bench_mrd *m, const char *prog)
 			fprintf(stderr, "%s: buffer %d: %s\n", prog, i, mrd_last_error());
 			return r;
 		}
-		/* An MR never spans two allocations (daemon/mr-cache.h): 8 buffers, 8 MRs. */
+		/* An MR never spans two allocations (daemon/registration/mr-cache.h): 8 buffers, 8 MRs. */
 		if (m->mr[i].start > (uintptr_t)m->buf[i] ||
 		    m->mr[i].end < (uintptr_t)m->buf[i] + BENCH_BUF_SIZE)
 			return -EBADMSG;

@@ -432,7 +432,7 @@ static int cmd_mempools(struct conn *c)
 	return 0;
 }
 
-/* Access bits by the names mrctl shows and takes (MRD_ACCESS_* of daemon/provider.h). */
+/* Access bits by the names mrctl shows and takes (MRD_ACCESS_* of daemon/provider/provider.h). */
 static const char *const access_names[] = { "lw", "rw", "rr", "ra" };
 
 static const char *access_string(uint32_t access, char *buf, size_t size)

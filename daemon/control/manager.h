@@ -92,7 +92,7 @@ DEFINE_CLEANUP(struct manager, manager_free)
 void manager_reconfigure(struct manager *m, struct config *new, char *changed, size_t size);
 
 /* Takes the socket from systemd (LISTEN_FDS) or binds config.socket_path, and what a previous
- * mrd handed over (daemon/handover.h), then joins the system bus unless [mrd] bus = no. */
+ * mrd handed over (daemon/control/handover.h), then joins the system bus unless [mrd] bus = no. */
 int manager_listen(struct manager *m);
 
 /* Serves until SIGTERM/SIGINT; tells systemd READY=1 and STOPPING=1. Hands the memory over

@@ -76,7 +76,7 @@ struct provider_mr {
 	uint64_t iova;   /* address the keys use */
 	uint32_t lkey, rkey;
 	unsigned access;
-	/* The FRMR pools' (daemon/frmr-pool.h): the pool it returns to when released, NULL
+	/* The FRMR pools' (daemon/registration/frmr-pool.h): the pool it returns to when released, NULL
 	 * when it is not pooled. Providers never touch it. */
 	struct frmr_pool *pool;
 };
@@ -99,7 +99,7 @@ struct provider_ops {
 	int (*rereg)(struct provider_mr *mr, unsigned flags, void *addr, size_t length,
 		     uint64_t iova, unsigned access);
 	int (*dereg)(struct provider_mr *mr);
-	/* Detaches an MR from its memory so a pool may keep it (daemon/frmr-pool.h): its keys
+	/* Detaches an MR from its memory so a pool may keep it (daemon/registration/frmr-pool.h): its keys
 	 * stop reaching that memory at once, it pins nothing of it, and only a rereg with
 	 * PROVIDER_REREG_TRANSLATION (new memory, new keys) or dereg may follow. NULL: the
 	 * provider cannot, and pools are off. */
@@ -127,7 +127,7 @@ struct provider {
 	const struct provider_ops *ops;
 	struct provider_caps caps;
 	/* The wrappers below hold it around every op: registrations also run on worker threads
-	 * (daemon/worker-pool.h), and no provider keeps its state thread-safe by itself. */
+	 * (daemon/base/worker-pool.h), and no provider keeps its state thread-safe by itself. */
 	pthread_mutex_t lock;
 };
 

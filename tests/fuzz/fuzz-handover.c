@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* libFuzzer target: a warm restart's adoption (daemon/handover.c) of a state mrd did not write.
+/* libFuzzer target: a warm restart's adoption (daemon/control/handover.c) of a state mrd did not write.
  * An input is the content of the "mrd-state" memfd; three memfds are passed beside it, as
  * "mrd-arena-1" (an arena as mrd makes them), "mrd-arena-2" (a small attached memfd) and
  * "mrd-arena-3" (an arena of two slots). Whatever the state says, mrd takes it whole or not at

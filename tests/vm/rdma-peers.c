@@ -223,7 +223,7 @@ static int rdma(struct peer *p, bool read, void *local, uint32_t lkey, uint64_t 
 	if (n < 0 || wc.status != IBV_WC_SUCCESS) {
 		fprintf(stderr, "%s: completion: %s\n", p->who,
 			n < 0 ? "poll failed" : ibv_wc_status_str(wc.status));
-		/* What mrd_dma answers for the same refusal (daemon/verbs-loopback.c). */
+		/* What mrd_dma answers for the same refusal (daemon/provider/verbs-loopback.c). */
 		if (n > 0 && (wc.status == IBV_WC_LOC_PROT_ERR || wc.status == IBV_WC_REM_ACCESS_ERR ||
 			      wc.status == IBV_WC_REM_INV_REQ_ERR))
 			return -EKEYREJECTED;
