@@ -18,7 +18,7 @@
  *     Becomes UID, allocates 4 MiB and looks up its keys (in a domain whose policy is odp, mrd
  *     registers on-demand children), prints "& HOLDING", and holds them until killed.
  *
- * Prints "& RESULT<TAB>PASS|FAIL|SKIP<TAB>name<TAB>detail" lines; exits 0 unless a check
+ * Prints "@@ RESULT<TAB>PASS|FAIL|SKIP<TAB>name<TAB>detail" lines; exits 0 unless a check
  * failed. */
 #include <errno.h>
 #include <inttypes.h>
@@ -58,7 +58,7 @@ static int failures;
 
 static void report(const char *verdict, const char *name, const char *detail)
 {
-	printf("& RESULT\t%s\t%s\t%s\n", verdict, name, detail);
+	printf("@@ RESULT\t%s\t%s\t%s\n", verdict, name, detail);
 	fflush(stdout);
 }
 

@@ -193,6 +193,10 @@ if [ -z "$sent" ]; then
 elif [ "$sent" -ne "$n" ]; then
 	fail "every guest result reached the host" "$sent sent, $n read"
 fi
+# A result printed in another shape is dropped by the guest's count too: it must fail here,
+# not shrink the run.
+stray=$(tr -d '\r' < "$LOG" | grep -E $'RESULT\t(PASS|FAIL|SKIP)\t' | grep -cv $'^@@ RESULT\t' || true)
+[ "$stray" -eq 0 ] || fail "every result line is in the @@ RESULT shape" "$stray are not"
 { echo "1..$n"; cat "$TAP.body"; } > "$TAP"
 rm -f "$TAP.body"
 [ "$failed" -eq 0 ] || tr -d '\r' < "$LOG" | grep -v $'^@@ RESULT\t' | tail -n 80
