@@ -12,11 +12,11 @@
  *     same work requests on its own QPs in the domain's PD (mrd_dma), so the device still
  *     judges every key. Between two transfers the initiator SIGKILLs VICTIM_PID.
  *   rdma-peers victim SOCKET UID
- *     Becomes UID, allocates and registers memory in its domain, prints "& VICTIM_READY",
+ *     Becomes UID, allocates and registers memory in its domain, prints "@@ VICTIM_READY",
  *     then sends requests (registrations, frees, 2 MiB Dma) in a loop until it is killed.
  *   rdma-peers hold SOCKET UID
  *     Becomes UID, allocates 4 MiB and looks up its keys (in a domain whose policy is odp, mrd
- *     registers on-demand children), prints "& HOLDING", and holds them until killed.
+ *     registers on-demand children), prints "@@ HOLDING", and holds them until killed.
  *
  * Prints "@@ RESULT<TAB>PASS|FAIL|SKIP<TAB>name<TAB>detail" lines; exits 0 unless a check
  * failed. */
@@ -435,7 +435,7 @@ _Noreturn static void victim(const char *sock, uid_t uid)
 	}
 	if (r < 0)
 		die("victim", "alloc and register", r);
-	printf("& VICTIM_READY pid %d domain %s\n", (int)getpid(), mrd_client_domain(c));
+	printf("@@ VICTIM_READY pid %d domain %s\n", (int)getpid(), mrd_client_domain(c));
 	fflush(stdout);
 	/* Killed in any of these: a registration, a free, or a Dma the device is doing. */
 	for (;;) {
@@ -476,7 +476,7 @@ _Noreturn static void hold(const char *sock, uid_t uid)
 			 r >= 0 ? mrd_client_domain(c) : "?");
 		result(name, r >= 0);
 	}
-	printf("& HOLDING\n");
+	printf("@@ HOLDING\n");
 	fflush(stdout);
 	for (;;)
 		pause();
