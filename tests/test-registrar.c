@@ -13,6 +13,7 @@
 #include "base/config.h"
 #include "base/worker-pool.h"
 #include "check-run.h"
+#include "memory-fixture.h"
 #include "memory/allocation.h"
 #include "memory/memory.h"
 #include "memory/window.h"
@@ -76,18 +77,7 @@ static void open_registrar(enum mr_policy policy)
 {
 	int verbs_error;
 
-	config_init(&cfg);
-	cfg.window_size = 4ull << 30;
-	cfg.arena_size = 64 * MiB;
-	cfg.hugepages = HUGEPAGES_NO;
-	/* TSan claims mrd's default window: its runs move it (tools/check-sanitizers.sh). */
-	if (getenv("MRD_TEST_WINDOW_BASE"))
-		ck_assert_int_eq(config_set(&cfg, "memory", "window_base",
-					    getenv("MRD_TEST_WINDOW_BASE")), 0);
-	ck_assert_int_eq(window_reserve(&window, cfg.window_base, cfg.window_size, cfg.arena_size),
-			 0);
-	memory_init(&mem, &cfg, &window, "unit");
-	ck_assert_int_eq(status_page_open(&mem.status, "unit", 1), 0);
+	memory_fixture_open(&cfg, &window, &mem, 4ull << 30, 64 * MiB, 1);
 	base = event_base_new();
 	ck_assert_ptr_nonnull(base);
 	reg = (struct registrar){
@@ -120,11 +110,9 @@ static void teardown(void)
 	ck_assert_uint_eq(holds, 0);
 	registrar_close(&reg);
 	ck_assert_uint_eq(host_pinned, 0);
-	memory_done(&mem);
 	event_base_free(base);
-	window_release(&window);
 	provider_close(device);
-	config_done(&cfg);
+	memory_fixture_close(&cfg, &window, &mem);
 }
 
 static void pump_until(const unsigned *count, unsigned want)
