@@ -2,7 +2,8 @@
 /* The registrar and what it runs (the MR cache, on-demand children, mempools) over one domain's
  * memory on the soft provider, for an owner on the stack: no manager, no socket, no protobuf.
  * The registrar's events are this file's: it counts the holds of jobs and frees what it is told
- * the device let go of, as the domain would. */
+ * the device let go of, as the domain would. A case per module (registrar, cache, odp,
+ * mempool) names the one a failure is in. */
 #include <check.h>
 #include <errno.h>
 #include <event2/event.h>
@@ -78,6 +79,7 @@ static void open_registrar(enum mr_policy policy)
 	int verbs_error;
 
 	memory_fixture_open(&cfg, &window, &mem, 4ull << 30, 64 * MiB, 1);
+	cfg.odp_chunk = 2 * MiB; /* allocations share a chunk, and big ones span chunks */
 	base = event_base_new();
 	ck_assert_ptr_nonnull(base);
 	reg = (struct registrar){
@@ -98,8 +100,19 @@ static void open_registrar(enum mr_policy policy)
 
 static void setup(void) { open_registrar(MR_POLICY_CONTIG); }
 
+static void pump_until(const unsigned *count, unsigned want)
+{
+	for (int i = 0; i < 5000 && *count != want; i++) {
+		event_base_loop(base, EVLOOP_NONBLOCK);
+		usleep(1000);
+	}
+	ck_assert_uint_eq(*count, want);
+}
+
 static void teardown(void)
 {
+	mempool_unregister_all(&reg, &owner); /* as the owner leaves: its pools first */
+	pump_until(&holds, 0);
 	while (!LIST_EMPTY(&owner.mem.allocations)) {
 		struct allocation *a = LIST_FIRST(&owner.mem.allocations);
 
@@ -113,15 +126,6 @@ static void teardown(void)
 	event_base_free(base);
 	provider_close(device);
 	memory_fixture_close(&cfg, &window, &mem);
-}
-
-static void pump_until(const unsigned *count, unsigned want)
-{
-	for (int i = 0; i < 5000 && *count != want; i++) {
-		event_base_loop(base, EVLOOP_NONBLOCK);
-		usleep(1000);
-	}
-	ck_assert_uint_eq(*count, want);
 }
 
 static struct reg_allocation *alloc(uint64_t size)
@@ -414,24 +418,38 @@ START_TEST(test_owner_leaving_cancels_a_waiting_flush)
 }
 END_TEST
 
-static Suite *registrar_suite(void)
+/* One case per module, so that a failure names the module it found broken. */
+static TCase *module_case(Suite *s, const char *module)
 {
-	Suite *s = suite_create("registrar");
-	TCase *tc = tcase_create("core");
+	TCase *tc = tcase_create(module);
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_lookup_registers_the_run_once);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
+static Suite *registrar_suite(void)
+{
+	Suite *s = suite_create("registrar");
+	TCase *tc = module_case(s, "registrar");
+
 	tcase_add_test(tc, test_pinned_quota_mine_and_the_hosts);
 	tcase_add_test(tc, test_offload_rule);
 	tcase_add_test(tc, test_big_registration_and_free_on_a_worker);
+
+	tc = module_case(s, "cache");
+	tcase_add_test(tc, test_lookup_registers_the_run_once);
 	tcase_add_test(tc, test_freed_while_a_worker_registers);
-	tcase_add_test(tc, test_big_mempool_on_a_worker);
-	tcase_add_test(tc, test_mempool_mr_serves_lookups_and_idles);
+
+	tc = module_case(s, "odp");
 	tcase_add_test(tc, test_odp_child_made_and_retired);
 	tcase_add_test(tc, test_prefetch_holds_and_delays_the_free);
 	tcase_add_test(tc, test_owner_leaving_cancels_a_waiting_flush);
-	suite_add_tcase(s, tc);
+
+	tc = module_case(s, "mempool");
+	tcase_add_test(tc, test_big_mempool_on_a_worker);
+	tcase_add_test(tc, test_mempool_mr_serves_lookups_and_idles);
 	return s;
 }
 
