@@ -280,6 +280,131 @@ START_TEST(test_freed_while_a_worker_registers)
 }
 END_TEST
 
+START_TEST(test_page_policy_registers_one_page)
+{
+	struct reg_allocation *ra = alloc(64 * KiB);
+	struct mr_entry e, next;
+
+	reg.cache.policy = MR_POLICY_PAGE;
+	ck_assert_int_eq(lookup(address(ra) + 5000, &e, NULL), 0);
+	ck_assert_uint_eq(e.start, address(ra) + 4 * KiB);
+	ck_assert_uint_eq(e.end, address(ra) + 8 * KiB);
+	ck_assert_int_eq(lookup(address(ra) + 9000, &next, NULL), 0);
+	ck_assert_uint_eq(next.start, address(ra) + 8 * KiB);
+	ck_assert_uint_eq(next.end, address(ra) + 12 * KiB);
+	ck_assert_uint_ne(next.lkey, e.lkey);
+	ck_assert_uint_eq(reg.cache.n_mrs, 2);
+	ck_assert_uint_eq(host_pinned, 8 * KiB);
+}
+END_TEST
+
+START_TEST(test_contig_registers_the_run_minus_other_mrs)
+{
+	struct reg_allocation *ra = alloc(64 * KiB), *rb = alloc(64 * KiB);
+	uint64_t a = address(ra), b = address(rb), start = b + 16 * KiB, len = 4 * KiB;
+	struct test_waiter w = waiter();
+	struct pool_reg *pool;
+	struct mr_entry e;
+	char why[160];
+
+	/* A page MR in the middle: the runs on either side stop at it. */
+	reg.cache.policy = MR_POLICY_PAGE;
+	ck_assert_int_eq(lookup(a + 32 * KiB, &e, NULL), 0);
+	reg.cache.policy = MR_POLICY_CONTIG;
+	ck_assert_int_eq(lookup(a + 4 * KiB, &e, NULL), 0);
+	ck_assert_uint_eq(e.start, a);
+	ck_assert_uint_eq(e.end, a + 32 * KiB);
+	ck_assert_int_eq(lookup(a + 48 * KiB, &e, NULL), 0);
+	ck_assert_uint_eq(e.start, a + 36 * KiB);
+	ck_assert_uint_eq(e.end, a + 64 * KiB);
+	ck_assert_uint_eq(host_pinned, 64 * KiB); /* each page once */
+
+	/* A pool's MR bounds the run as well. */
+	ck_assert_int_eq(mempool_register(&reg, &owner, "p", &start, &len, 1, false, &w.base,
+					  &pool, why, sizeof(why)), 0);
+	ck_assert_int_eq(lookup(b, &e, NULL), 0);
+	ck_assert_uint_eq(e.end, b + 16 * KiB);
+	ck_assert_int_eq(lookup(b + 40 * KiB, &e, NULL), 0);
+	ck_assert_uint_eq(e.start, b + 20 * KiB);
+	ck_assert_uint_eq(e.end, b + 64 * KiB);
+	ck_assert_uint_eq(host_pinned, 128 * KiB);
+	ck_assert_uint_eq(reg.cache.n_mrs, 5);
+}
+END_TEST
+
+START_TEST(test_lookup_outside_memory_is_enoent)
+{
+	struct reg_allocation *ra = alloc(4 * KiB);
+	struct mr_entry e;
+	char why[160] = "";
+
+	ck_assert_int_eq(mr_cache_lookup(&reg.cache, address(ra) + 4 * KiB, &e, why, sizeof(why),
+					 NULL), -ENOENT); /* past its last page */
+	ck_assert_ptr_nonnull(strstr(why, "is not in memory allocated in domain unit"));
+	ck_assert_int_eq(lookup(0x1000, &e, NULL), -ENOENT); /* outside the window */
+	ck_assert_uint_eq(reg.cache.n_mrs, 0);
+	ck_assert_uint_eq(host_pinned, 0);
+}
+END_TEST
+
+START_TEST(test_freed_keys_leave_the_table)
+{
+	struct reg_allocation *ra = alloc(64 * KiB), *rb = alloc(64 * KiB);
+	uint64_t b = address(rb);
+	struct mr_entry ea, eb, again;
+
+	ck_assert_int_eq(lookup(address(ra), &ea, NULL), 0);
+	ck_assert_int_eq(lookup(b, &eb, NULL), 0);
+	ck_assert_ptr_nonnull(mr_table_lookup(&reg.cache.table, b));
+	ck_assert_int_eq(free_allocation(rb, NULL), 0);
+	ck_assert_ptr_null(mr_table_lookup(&reg.cache.table, b));
+	ck_assert_ptr_null(mr_table_lookup(&reg.cache.table, b + 64 * KiB - 1));
+	ck_assert_ptr_nonnull(mr_table_lookup(&reg.cache.table, address(ra)));
+	ck_assert_uint_eq(reg.cache.n_mrs, 1);
+	ck_assert_uint_eq(reg.cache.deregistrations, 1);
+	ck_assert_uint_eq(host_pinned, 64 * KiB);
+	ck_assert_int_eq(lookup(b, &again, NULL), -ENOENT);
+	ck_assert_int_eq(lookup(address(ra), &again, NULL), 0);
+	ck_assert_uint_eq(again.lkey, ea.lkey);
+
+	/* The same pages handed out again get a registration of their own, with new keys. */
+	rb = alloc(64 * KiB);
+	ck_assert_uint_eq(address(rb), b);
+	ck_assert_int_eq(lookup(b, &again, NULL), 0);
+	ck_assert_uint_ne(again.rkey, eb.rkey);
+	ck_assert_uint_eq(reg.cache.registrations, 3);
+}
+END_TEST
+
+START_TEST(test_flush_rebuilds_the_table)
+{
+	struct reg_allocation *ra = alloc(64 * KiB), *rb = alloc(64 * KiB);
+	struct mr_entry ea, eb, again;
+
+	ck_assert_int_eq(lookup(address(ra), &ea, NULL), 0);
+	ck_assert_int_eq(lookup(address(rb), &eb, NULL), 0);
+	/* Room for one entry: the rebuild overflows, and the list serves. */
+	mr_table_done(&reg.cache.table);
+	ck_assert_int_eq(mr_table_init(&reg.cache.table, 2, 2), 0);
+	mr_cache_flush(&reg.cache);
+	ck_assert(reg.cache.table.overflow);
+	ck_assert_int_eq(lookup(address(ra) + 100, &again, NULL), 0);
+	ck_assert_uint_eq(again.lkey, ea.lkey);
+	ck_assert_int_eq(lookup(address(rb) + 100, &again, NULL), 0);
+	ck_assert_uint_eq(again.lkey, eb.lkey);
+	/* Room for both: the flush clears the overflow and the table serves again. */
+	mr_table_done(&reg.cache.table);
+	ck_assert_int_eq(mr_table_init(&reg.cache.table, 256, 0), 0);
+	mr_cache_flush(&reg.cache);
+	ck_assert(!reg.cache.table.overflow);
+	ck_assert_ptr_nonnull(mr_table_lookup(&reg.cache.table, address(ra)));
+	ck_assert_ptr_nonnull(mr_table_lookup(&reg.cache.table, address(rb) + 64 * KiB - 1));
+	ck_assert_int_eq(lookup(address(rb), &again, NULL), 0);
+	ck_assert_uint_eq(again.lkey, eb.lkey);
+	ck_assert_uint_eq(reg.cache.registrations, 2); /* no MR made again */
+}
+END_TEST
+
 START_TEST(test_big_mempool_on_a_worker)
 {
 	struct reg_allocation *ra = alloc(4 * MiB);
@@ -441,6 +566,11 @@ static Suite *registrar_suite(void)
 	tc = module_case(s, "cache");
 	tcase_add_test(tc, test_lookup_registers_the_run_once);
 	tcase_add_test(tc, test_freed_while_a_worker_registers);
+	tcase_add_test(tc, test_page_policy_registers_one_page);
+	tcase_add_test(tc, test_contig_registers_the_run_minus_other_mrs);
+	tcase_add_test(tc, test_lookup_outside_memory_is_enoent);
+	tcase_add_test(tc, test_freed_keys_leave_the_table);
+	tcase_add_test(tc, test_flush_rebuilds_the_table);
 
 	tc = module_case(s, "odp");
 	tcase_add_test(tc, test_odp_child_made_and_retired);
