@@ -261,6 +261,45 @@ START_TEST(test_big_registration_and_free_on_a_worker)
 }
 END_TEST
 
+struct probe_job {
+	struct registrar_work base;
+	bool ran;
+};
+
+static unsigned probes_done;
+
+static void probe_run(struct registrar_work *w)
+{
+	((struct probe_job *)w)->ran = true;
+}
+
+static void probe_done(struct registrar_work *w)
+{
+	ck_assert(((struct probe_job *)w)->ran); /* after the worker, on the loop */
+	ck_assert_uint_gt(holds, 0); /* the hold goes after done */
+	probes_done++;
+	free(w);
+}
+
+START_TEST(test_job_holds_until_done)
+{
+	struct probe_job *busy = calloc(1, sizeof(*busy)), *quiet = calloc(1, sizeof(*quiet));
+
+	probes_done = 0;
+	registrar_start(&reg, &busy->base, probe_run, probe_done, true);
+	ck_assert_uint_eq(holds, 1);
+	ck_assert_uint_eq(reg.jobs, 1); /* it may hold the provider: the loop offloads */
+	ck_assert(registrar_offload(&reg, 0, REG_MAKE));
+	registrar_start(&reg, &quiet->base, probe_run, probe_done, false);
+	ck_assert_uint_eq(holds, 2);
+	ck_assert_uint_eq(reg.jobs, 1);
+	pump_until(&probes_done, 2);
+	ck_assert_uint_eq(holds, 0);
+	ck_assert_uint_eq(reg.jobs, 0);
+	ck_assert(!registrar_offload(&reg, 0, REG_MAKE));
+}
+END_TEST
+
 START_TEST(test_freed_while_a_worker_registers)
 {
 	struct reg_allocation *ra = alloc(4 * MiB);
@@ -562,6 +601,7 @@ static Suite *registrar_suite(void)
 	tcase_add_test(tc, test_pinned_quota_mine_and_the_hosts);
 	tcase_add_test(tc, test_offload_rule);
 	tcase_add_test(tc, test_big_registration_and_free_on_a_worker);
+	tcase_add_test(tc, test_job_holds_until_done);
 
 	tc = module_case(s, "cache");
 	tcase_add_test(tc, test_lookup_registers_the_run_once);
