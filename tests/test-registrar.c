@@ -582,6 +582,114 @@ START_TEST(test_owner_leaving_cancels_a_waiting_flush)
 }
 END_TEST
 
+/* The children in addr's chunk's slot of the index. */
+static unsigned children_in_chunk(uint64_t addr)
+{
+	size_t chunk = (size_t)((addr - reg.odp.base) >> reg.odp.chunk_shift);
+	struct odp_child **leaf = reg.odp.leaves[chunk / ODP_LEAF];
+	unsigned n = 0;
+
+	for (const struct odp_child *c = leaf ? leaf[chunk % ODP_LEAF] : NULL; c; c = c->next)
+		n++;
+	return n;
+}
+
+START_TEST(test_odp_children_cut_to_their_allocation)
+{
+	struct reg_allocation *ra = alloc_on_demand(64 * KiB), *rb = alloc_on_demand(64 * KiB);
+	struct reg_allocation *big = alloc_on_demand(8 * MiB);
+	uint64_t a = address(ra), b = address(rb), c = address(big);
+	struct mr_entry ea, eb, e;
+
+	/* Two allocations in one chunk: a child each, each no wider than its own. */
+	ck_assert_uint_eq(reg.odp.chunk_shift, 21);
+	ck_assert_uint_eq((a - reg.odp.base) >> 21, (b - reg.odp.base) >> 21);
+	ck_assert_int_eq(lookup(b + 100, &eb, NULL), 0);
+	ck_assert_uint_eq(eb.start, b);
+	ck_assert_uint_eq(eb.end, b + 64 * KiB);
+	ck_assert_int_eq(lookup(a + 64 * KiB - 1, &ea, NULL), 0);
+	ck_assert_uint_eq(ea.start, a);
+	ck_assert_uint_eq(ea.end, a + 64 * KiB);
+	ck_assert_uint_ne(ea.lkey, eb.lkey);
+	ck_assert_uint_eq(children_in_chunk(a), 2);
+
+	/* One allocation over chunks: a child per chunk, cut at the chunk's bounds. */
+	ck_assert_uint_eq((c - reg.odp.base) % (2 * MiB), 0);
+	ck_assert_int_eq(lookup(c + 5 * MiB, &e, NULL), 0);
+	ck_assert_uint_eq(e.start, c + 4 * MiB);
+	ck_assert_uint_eq(e.end, c + 6 * MiB);
+	ck_assert_uint_eq(reg.odp.children, 3);
+	ck_assert_uint_eq(reg.odp.stats.children_created, 3);
+	ck_assert_uint_eq(host_pinned, 0);
+}
+END_TEST
+
+START_TEST(test_odp_freed_children_leave_the_index)
+{
+	struct reg_allocation *ra = alloc_on_demand(64 * KiB), *rb = alloc_on_demand(64 * KiB);
+	uint64_t a = address(ra), b = address(rb);
+	struct mr_entry ea, eb, again;
+
+	ck_assert_int_eq(lookup(a, &ea, NULL), 0);
+	ck_assert_int_eq(lookup(b, &eb, NULL), 0);
+	ck_assert_int_eq(free_allocation(ra, NULL), 0);
+	ck_assert_uint_eq(released, 1);
+	ck_assert_uint_eq(children_in_chunk(b), 1); /* b's alone */
+	ck_assert_ptr_null(mr_table_lookup(&reg.cache.table, a));
+	ck_assert_ptr_nonnull(mr_table_lookup(&reg.cache.table, b));
+	ck_assert_uint_eq(reg.odp.children, 1);
+	ck_assert_uint_eq(reg.odp.stats.invalidations, 1); /* zapped before it went */
+	ck_assert_uint_eq(reg.odp.stats.children_destroyed, 1);
+	ck_assert(TAILQ_EMPTY(&reg.odp.zombies)); /* no work could reach it: freed */
+	ck_assert_int_eq(lookup(a, &again, NULL), -ENOENT);
+	ck_assert_int_eq(lookup(b, &again, NULL), 0);
+	ck_assert_uint_eq(again.lkey, eb.lkey);
+	ck_assert_uint_eq(reg.odp.stats.faults, 2); /* b's from the table */
+}
+END_TEST
+
+START_TEST(test_prefetch_bounds)
+{
+	struct reg_allocation *ra = alloc_on_demand(64 * KiB);
+	uint64_t a = address(ra);
+	char why[160] = "";
+
+	/* The owner's work in flight is bounded: past it, a prefetch without flush is refused. */
+	owner.n_prefetches = ODP_PREFETCH_IN_FLIGHT;
+	ck_assert_int_eq(odp_prefetch(&reg, &owner, ra, a, 4 * KiB, ODP_PREFETCH, NULL, why,
+				      sizeof(why)), -EAGAIN);
+	ck_assert_ptr_nonnull(strstr(why, "16 prefetches are queued already"));
+	ck_assert_uint_eq(holds, 0);
+	ck_assert_uint_eq(ra->odp_jobs, 0);
+	ck_assert_uint_eq(reg.odp.stats.prefetch_requests, 0);
+	owner.n_prefetches = ODP_PREFETCH_IN_FLIGHT - 1; /* room for the last one */
+	ck_assert_int_eq(odp_prefetch(&reg, &owner, ra, a, 4 * KiB, ODP_PREFETCH, NULL, why,
+				      sizeof(why)), 0);
+	ck_assert_uint_eq(owner.n_prefetches, ODP_PREFETCH_IN_FLIGHT);
+	pump_until(&holds, 0);
+	ck_assert_uint_eq(owner.n_prefetches, ODP_PREFETCH_IN_FLIGHT - 1);
+	owner.n_prefetches = 0;
+
+	/* And the domain's, whoever asks. */
+	reg.odp.jobs = ODP_DOMAIN_JOBS_MAX;
+	ck_assert_int_eq(odp_prefetch(&reg, &owner, ra, a, 4 * KiB, ODP_PREFETCH, NULL, why,
+				      sizeof(why)), -EAGAIN);
+	ck_assert_ptr_nonnull(strstr(why, "256 prefetches are queued already"));
+	reg.odp.jobs = 0;
+
+	/* No workers (they drained): nobody to prefetch. */
+	{
+		struct worker_pool *w = workers;
+
+		workers = NULL;
+		ck_assert_int_eq(odp_prefetch(&reg, &owner, ra, a, 4 * KiB, ODP_PREFETCH, NULL,
+					      why, sizeof(why)), -ESHUTDOWN);
+		workers = w;
+	}
+	ck_assert_uint_eq(reg.odp.stats.prefetch_requests, 1);
+}
+END_TEST
+
 /* One case per module, so that a failure names the module it found broken. */
 static TCase *module_case(Suite *s, const char *module)
 {
@@ -616,6 +724,9 @@ static Suite *registrar_suite(void)
 	tcase_add_test(tc, test_odp_child_made_and_retired);
 	tcase_add_test(tc, test_prefetch_holds_and_delays_the_free);
 	tcase_add_test(tc, test_owner_leaving_cancels_a_waiting_flush);
+	tcase_add_test(tc, test_odp_children_cut_to_their_allocation);
+	tcase_add_test(tc, test_odp_freed_children_leave_the_index);
+	tcase_add_test(tc, test_prefetch_bounds);
 
 	tc = module_case(s, "mempool");
 	tcase_add_test(tc, test_big_mempool_on_a_worker);
