@@ -505,6 +505,170 @@ START_TEST(test_mempool_mr_serves_lookups_and_idles)
 }
 END_TEST
 
+static int pool(const char *name, const uint64_t *starts, const uint64_t *lengths, size_t n,
+		struct pool_reg **ret, char *why, size_t why_size)
+{
+	static struct test_waiter w;
+
+	w = waiter();
+	return mempool_register(&reg, &owner, name, starts, lengths, n, false, &w.base, ret, why,
+				why_size);
+}
+
+START_TEST(test_mempool_ranges_rounded_and_merged)
+{
+	struct reg_allocation *ra = alloc(64 * KiB), *rb = alloc(64 * KiB);
+	uint64_t a = address(ra), b = address(rb);
+	/* Two that round to touching pages, one alone, and two that touch across allocations. */
+	uint64_t starts[] = { a + 4000, a + 100, a + 32 * KiB + 10, a + 60 * KiB, b };
+	uint64_t lengths[] = { 200, 200, 10, 4 * KiB, 4 * KiB };
+	struct pool_reg *p;
+	char why[160];
+
+	ck_assert_uint_eq(b, a + 64 * KiB);
+	ck_assert_int_eq(pool("p", starts, lengths, 5, &p, why, sizeof(why)), 0);
+	ck_assert_uint_eq(p->n_mrs, 4);
+	ck_assert_uint_eq(p->mrs[0]->start, a);
+	ck_assert_uint_eq(p->mrs[0]->end, a + 8 * KiB);
+	ck_assert_uint_eq(p->mrs[1]->start, a + 32 * KiB);
+	ck_assert_uint_eq(p->mrs[1]->end, a + 36 * KiB);
+	ck_assert_uint_eq(p->mrs[2]->start, a + 60 * KiB);
+	ck_assert_uint_eq(p->mrs[2]->end, a + 64 * KiB);
+	ck_assert_ptr_eq(p->mrs[3]->allocation, rb); /* never one MR over two allocations */
+	ck_assert_uint_eq(p->mrs[3]->start, b);
+	ck_assert_uint_eq(p->mrs[3]->end, b + 4 * KiB);
+	ck_assert_uint_eq(ra->pool_refs, 3);
+	ck_assert_uint_eq(rb->pool_refs, 1);
+	ck_assert_uint_eq(host_pinned, 20 * KiB);
+}
+END_TEST
+
+START_TEST(test_mempool_name_taken)
+{
+	struct reg_allocation *ra = alloc(64 * KiB);
+	uint64_t start = address(ra), len = 4 * KiB, other_start = start + 8 * KiB;
+	struct test_waiter w = waiter();
+	struct reg_owner other;
+	struct pool_reg *p;
+	char why[160] = "";
+
+	ck_assert_int_eq(pool("p", &start, &len, 1, &p, why, sizeof(why)), 0);
+	ck_assert_int_eq(pool("p", &other_start, &len, 1, &p, why, sizeof(why)), -EEXIST);
+	ck_assert_ptr_nonnull(strstr(why, "mempool 'p' is registered already"));
+	ck_assert_uint_eq(reg.mempools.n_regs, 1);
+	ck_assert_uint_eq(host_pinned, 4 * KiB); /* the refusal pinned nothing */
+	ck_assert_uint_eq(ra->pool_refs, 1);
+
+	/* Names are the owner's: another may take it. */
+	reg_owner_init(&other, 2, getpid(), getuid());
+	ck_assert_int_eq(mempool_register(&reg, &other, "p", &other_start, &len, 1, false, &w.base,
+					  &p, why, sizeof(why)), 0);
+	ck_assert_uint_eq(reg.mempools.n_regs, 2);
+	ck_assert_int_eq(mempool_unregister(&reg, &owner, "p", NULL, why, sizeof(why)), 0);
+	ck_assert_ptr_eq(LIST_FIRST(&other.pools), p); /* the other's stays */
+	mempool_unregister_all(&reg, &other);
+	ck_assert_uint_eq(reg.mempools.n_regs, 0);
+	ck_assert_uint_eq(host_pinned, 0);
+}
+END_TEST
+
+START_TEST(test_mempool_range_outside_memory)
+{
+	struct reg_allocation *ra = alloc(64 * KiB), *gone = alloc(4 * KiB);
+	uint64_t a = address(ra), g = address(gone);
+	uint64_t starts[] = { a, a + 60 * KiB }, lengths[] = { 4 * KiB, 8 * KiB };
+	uint64_t zero = 0;
+	struct pool_reg *p;
+	char why[160] = "";
+
+	/* The first range is fine, the second runs past a's end: nothing is registered. */
+	ck_assert_int_eq(pool("p", starts, lengths, 2, &p, why, sizeof(why)), -EFAULT);
+	ck_assert_ptr_nonnull(strstr(why, "is not inside one allocation of domain unit"));
+	ck_assert_int_eq(pool("p", starts, &zero, 1, &p, why, sizeof(why)), -EFAULT);
+	ck_assert_int_eq(free_allocation(gone, NULL), 0);
+	ck_assert_int_eq(pool("p", &g, lengths, 1, &p, why, sizeof(why)), -EFAULT);
+	ck_assert_uint_eq(reg.mempools.n_regs, 0);
+	ck_assert_uint_eq(ra->pool_refs, 0);
+	ck_assert_uint_eq(host_pinned, 0);
+	ck_assert_uint_eq(reg.cache.registrations, 0);
+}
+END_TEST
+
+START_TEST(test_mempool_quotas)
+{
+	struct reg_allocation *ra = alloc(16 * KiB), *rb = alloc(4 * KiB);
+	uint64_t a = address(ra), b = address(rb), len = 16 * KiB, page = 4 * KiB;
+	struct pool_reg *p;
+	struct mr_entry e;
+	char why[160] = "";
+
+	/* A pool over pages the cache pinned pins nothing more: it fits a full quota. */
+	cfg.quota_pinned_bytes = 16 * KiB;
+	ck_assert_int_eq(lookup(a, &e, NULL), 0);
+	ck_assert_int_eq(pool("p", &a, &len, 1, &p, why, sizeof(why)), 0);
+	ck_assert_uint_eq(host_pinned, 16 * KiB);
+	ck_assert_int_eq(pool("q", &b, &page, 1, &p, why, sizeof(why)), -EDQUOT);
+	ck_assert_ptr_nonnull(strstr(why, "quota.pinned_bytes"));
+	ck_assert_uint_eq(rb->pool_refs, 0);
+
+	cfg.quota_pinned_bytes = 64 * KiB;
+	cfg.quota_mempools = 1;
+	ck_assert_int_eq(pool("q", &b, &page, 1, &p, why, sizeof(why)), -EDQUOT);
+	ck_assert_ptr_nonnull(strstr(why, "quota.mempools (1)"));
+	ck_assert_uint_eq(reg.mempools.n_regs, 1);
+	cfg.quota_mempools = 2;
+	ck_assert_int_eq(pool("q", &b, &page, 1, &p, why, sizeof(why)), 0);
+	ck_assert_uint_eq(host_pinned, 20 * KiB);
+}
+END_TEST
+
+START_TEST(test_mempool_unregister_unknown)
+{
+	struct reg_allocation *ra = alloc(64 * KiB);
+	uint64_t start = address(ra), len = 4 * KiB;
+	struct reg_owner other;
+	struct pool_reg *p;
+	char why[160] = "";
+
+	ck_assert_int_eq(pool("p", &start, &len, 1, &p, why, sizeof(why)), 0);
+	ck_assert_int_eq(mempool_unregister(&reg, &owner, "nope", NULL, why, sizeof(why)),
+			 -ENOENT);
+	ck_assert_ptr_nonnull(strstr(why, "no mempool 'nope' is registered"));
+	reg_owner_init(&other, 2, getpid(), getuid());
+	ck_assert_int_eq(mempool_unregister(&reg, &other, "p", NULL, why, sizeof(why)), -ENOENT);
+	ck_assert_uint_eq(reg.mempools.n_regs, 1); /* the owner's pool is untouched */
+	ck_assert_uint_eq(ra->pool_refs, 1);
+	ck_assert_uint_eq(host_pinned, 4 * KiB);
+}
+END_TEST
+
+/* The domain frees no allocation with pool_refs (control's Free answers EBUSY, a leaving
+ * owner's stays, ownerless): here, that the count is right and its end is told. */
+START_TEST(test_mempools_hold_their_allocation)
+{
+	struct reg_allocation *ra = alloc(64 * KiB);
+	uint64_t p_start = address(ra), q_start = p_start + 4 * KiB, len = 8 * KiB;
+	struct pool_reg *p, *q;
+	struct mr_entry e;
+	char why[160];
+
+	ck_assert_int_eq(pool("p", &p_start, &len, 1, &p, why, sizeof(why)), 0);
+	ck_assert_int_eq(pool("q", &q_start, &len, 1, &q, why, sizeof(why)), 0);
+	ck_assert_uint_eq(ra->pool_refs, 2);
+	ck_assert_uint_eq(host_pinned, 12 * KiB); /* the page both cover counts once */
+	ck_assert_int_eq(mempool_unregister(&reg, &owner, "p", NULL, why, sizeof(why)), 0);
+	ck_assert_uint_eq(ra->pool_refs, 1);
+	ck_assert_uint_eq(idles, 0);
+	ck_assert_uint_eq(host_pinned, 8 * KiB); /* q still covers the shared page */
+	ck_assert_int_eq(lookup(q_start + 4 * KiB, &e, NULL), 0);
+	ck_assert_uint_eq(e.lkey, q->mrs[0]->pmr->lkey);
+	ck_assert_int_eq(mempool_unregister(&reg, &owner, "q", NULL, why, sizeof(why)), 0);
+	ck_assert_uint_eq(ra->pool_refs, 0);
+	ck_assert_uint_eq(idles, 1);
+	ck_assert_uint_eq(host_pinned, 0);
+}
+END_TEST
+
 static struct reg_allocation *alloc_on_demand(uint64_t size)
 {
 	struct reg_allocation *ra = alloc(size);
@@ -731,6 +895,12 @@ static Suite *registrar_suite(void)
 	tc = module_case(s, "mempool");
 	tcase_add_test(tc, test_big_mempool_on_a_worker);
 	tcase_add_test(tc, test_mempool_mr_serves_lookups_and_idles);
+	tcase_add_test(tc, test_mempool_ranges_rounded_and_merged);
+	tcase_add_test(tc, test_mempool_name_taken);
+	tcase_add_test(tc, test_mempool_range_outside_memory);
+	tcase_add_test(tc, test_mempool_quotas);
+	tcase_add_test(tc, test_mempool_unregister_unknown);
+	tcase_add_test(tc, test_mempools_hold_their_allocation);
 	return s;
 }
 
