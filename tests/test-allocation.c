@@ -10,6 +10,7 @@
 
 #include "base/config.h"
 #include "check-run.h"
+#include "memory-fixture.h"
 #include "memory/allocation.h"
 #include "memory/arena.h"
 #include "memory/mem-owner.h"
@@ -35,19 +36,8 @@ static void on_arena_gone(void *data, uint32_t arena_id)
 
 static void setup(void)
 {
-	config_init(&cfg);
-	cfg.window_size = 1ull << 30;
-	cfg.arena_size = 4 * MiB;
-	cfg.hugepages = HUGEPAGES_NO;
-	/* TSan claims mrd's default window: its runs move it (tools/check-sanitizers.sh). */
-	if (getenv("MRD_TEST_WINDOW_BASE"))
-		ck_assert_int_eq(config_set(&cfg, "memory", "window_base",
-					    getenv("MRD_TEST_WINDOW_BASE")), 0);
-	ck_assert_int_eq(window_reserve(&window, cfg.window_base, cfg.window_size, cfg.arena_size),
-			 0);
-	memory_init(&mem, &cfg, &window, "unit");
+	memory_fixture_open(&cfg, &window, &mem, 1ull << 30, 4 * MiB, 7);
 	mem.arena_gone = on_arena_gone;
-	ck_assert_int_eq(status_page_open(&mem.status, "unit", 7), 0);
 	mem_owner_init(&owner, 42, getpid(), getuid());
 	n_gone = 0;
 }
@@ -61,9 +51,7 @@ static void teardown(void)
 		allocation_release(&mem, a);
 		free(a);
 	}
-	memory_done(&mem);
-	window_release(&window);
-	config_done(&cfg);
+	memory_fixture_close(&cfg, &window, &mem);
 }
 
 static int try_alloc(uint64_t size, struct allocation **ret, char *why, size_t why_size)

@@ -2,7 +2,8 @@
 /* The registrar and what it runs (the MR cache, on-demand children, mempools) over one domain's
  * memory on the soft provider, for an owner on the stack: no manager, no socket, no protobuf.
  * The registrar's events are this file's: it counts the holds of jobs and frees what it is told
- * the device let go of, as the domain would. */
+ * the device let go of, as the domain would. A case per module (registrar, cache, odp,
+ * mempool) names the one a failure is in. */
 #include <check.h>
 #include <errno.h>
 #include <event2/event.h>
@@ -13,6 +14,7 @@
 #include "base/config.h"
 #include "base/worker-pool.h"
 #include "check-run.h"
+#include "memory-fixture.h"
 #include "memory/allocation.h"
 #include "memory/memory.h"
 #include "memory/window.h"
@@ -76,18 +78,8 @@ static void open_registrar(enum mr_policy policy)
 {
 	int verbs_error;
 
-	config_init(&cfg);
-	cfg.window_size = 4ull << 30;
-	cfg.arena_size = 64 * MiB;
-	cfg.hugepages = HUGEPAGES_NO;
-	/* TSan claims mrd's default window: its runs move it (tools/check-sanitizers.sh). */
-	if (getenv("MRD_TEST_WINDOW_BASE"))
-		ck_assert_int_eq(config_set(&cfg, "memory", "window_base",
-					    getenv("MRD_TEST_WINDOW_BASE")), 0);
-	ck_assert_int_eq(window_reserve(&window, cfg.window_base, cfg.window_size, cfg.arena_size),
-			 0);
-	memory_init(&mem, &cfg, &window, "unit");
-	ck_assert_int_eq(status_page_open(&mem.status, "unit", 1), 0);
+	memory_fixture_open(&cfg, &window, &mem, 4ull << 30, 64 * MiB, 1);
+	cfg.odp_chunk = 2 * MiB; /* allocations share a chunk, and big ones span chunks */
 	base = event_base_new();
 	ck_assert_ptr_nonnull(base);
 	reg = (struct registrar){
@@ -108,8 +100,19 @@ static void open_registrar(enum mr_policy policy)
 
 static void setup(void) { open_registrar(MR_POLICY_CONTIG); }
 
+static void pump_until(const unsigned *count, unsigned want)
+{
+	for (int i = 0; i < 5000 && *count != want; i++) {
+		event_base_loop(base, EVLOOP_NONBLOCK);
+		usleep(1000);
+	}
+	ck_assert_uint_eq(*count, want);
+}
+
 static void teardown(void)
 {
+	mempool_unregister_all(&reg, &owner); /* as the owner leaves: its pools first */
+	pump_until(&holds, 0);
 	while (!LIST_EMPTY(&owner.mem.allocations)) {
 		struct allocation *a = LIST_FIRST(&owner.mem.allocations);
 
@@ -120,20 +123,9 @@ static void teardown(void)
 	ck_assert_uint_eq(holds, 0);
 	registrar_close(&reg);
 	ck_assert_uint_eq(host_pinned, 0);
-	memory_done(&mem);
 	event_base_free(base);
-	window_release(&window);
 	provider_close(device);
-	config_done(&cfg);
-}
-
-static void pump_until(const unsigned *count, unsigned want)
-{
-	for (int i = 0; i < 5000 && *count != want; i++) {
-		event_base_loop(base, EVLOOP_NONBLOCK);
-		usleep(1000);
-	}
-	ck_assert_uint_eq(*count, want);
+	memory_fixture_close(&cfg, &window, &mem);
 }
 
 static struct reg_allocation *alloc(uint64_t size)
@@ -269,6 +261,45 @@ START_TEST(test_big_registration_and_free_on_a_worker)
 }
 END_TEST
 
+struct probe_job {
+	struct registrar_work base;
+	bool ran;
+};
+
+static unsigned probes_done;
+
+static void probe_run(struct registrar_work *w)
+{
+	((struct probe_job *)w)->ran = true;
+}
+
+static void probe_done(struct registrar_work *w)
+{
+	ck_assert(((struct probe_job *)w)->ran); /* after the worker, on the loop */
+	ck_assert_uint_gt(holds, 0); /* the hold goes after done */
+	probes_done++;
+	free(w);
+}
+
+START_TEST(test_job_holds_until_done)
+{
+	struct probe_job *busy = calloc(1, sizeof(*busy)), *quiet = calloc(1, sizeof(*quiet));
+
+	probes_done = 0;
+	registrar_start(&reg, &busy->base, probe_run, probe_done, true);
+	ck_assert_uint_eq(holds, 1);
+	ck_assert_uint_eq(reg.jobs, 1); /* it may hold the provider: the loop offloads */
+	ck_assert(registrar_offload(&reg, 0, REG_MAKE));
+	registrar_start(&reg, &quiet->base, probe_run, probe_done, false);
+	ck_assert_uint_eq(holds, 2);
+	ck_assert_uint_eq(reg.jobs, 1);
+	pump_until(&probes_done, 2);
+	ck_assert_uint_eq(holds, 0);
+	ck_assert_uint_eq(reg.jobs, 0);
+	ck_assert(!registrar_offload(&reg, 0, REG_MAKE));
+}
+END_TEST
+
 START_TEST(test_freed_while_a_worker_registers)
 {
 	struct reg_allocation *ra = alloc(4 * MiB);
@@ -285,6 +316,131 @@ START_TEST(test_freed_while_a_worker_registers)
 	ck_assert_uint_eq(reg.jobs, 0);
 	ck_assert_uint_eq(host_pinned, 0);
 	ck_assert_uint_eq(reg.cache.n_mrs, 0);
+}
+END_TEST
+
+START_TEST(test_page_policy_registers_one_page)
+{
+	struct reg_allocation *ra = alloc(64 * KiB);
+	struct mr_entry e, next;
+
+	reg.cache.policy = MR_POLICY_PAGE;
+	ck_assert_int_eq(lookup(address(ra) + 5000, &e, NULL), 0);
+	ck_assert_uint_eq(e.start, address(ra) + 4 * KiB);
+	ck_assert_uint_eq(e.end, address(ra) + 8 * KiB);
+	ck_assert_int_eq(lookup(address(ra) + 9000, &next, NULL), 0);
+	ck_assert_uint_eq(next.start, address(ra) + 8 * KiB);
+	ck_assert_uint_eq(next.end, address(ra) + 12 * KiB);
+	ck_assert_uint_ne(next.lkey, e.lkey);
+	ck_assert_uint_eq(reg.cache.n_mrs, 2);
+	ck_assert_uint_eq(host_pinned, 8 * KiB);
+}
+END_TEST
+
+START_TEST(test_contig_registers_the_run_minus_other_mrs)
+{
+	struct reg_allocation *ra = alloc(64 * KiB), *rb = alloc(64 * KiB);
+	uint64_t a = address(ra), b = address(rb), start = b + 16 * KiB, len = 4 * KiB;
+	struct test_waiter w = waiter();
+	struct pool_reg *pool;
+	struct mr_entry e;
+	char why[160];
+
+	/* A page MR in the middle: the runs on either side stop at it. */
+	reg.cache.policy = MR_POLICY_PAGE;
+	ck_assert_int_eq(lookup(a + 32 * KiB, &e, NULL), 0);
+	reg.cache.policy = MR_POLICY_CONTIG;
+	ck_assert_int_eq(lookup(a + 4 * KiB, &e, NULL), 0);
+	ck_assert_uint_eq(e.start, a);
+	ck_assert_uint_eq(e.end, a + 32 * KiB);
+	ck_assert_int_eq(lookup(a + 48 * KiB, &e, NULL), 0);
+	ck_assert_uint_eq(e.start, a + 36 * KiB);
+	ck_assert_uint_eq(e.end, a + 64 * KiB);
+	ck_assert_uint_eq(host_pinned, 64 * KiB); /* each page once */
+
+	/* A pool's MR bounds the run as well. */
+	ck_assert_int_eq(mempool_register(&reg, &owner, "p", &start, &len, 1, false, &w.base,
+					  &pool, why, sizeof(why)), 0);
+	ck_assert_int_eq(lookup(b, &e, NULL), 0);
+	ck_assert_uint_eq(e.end, b + 16 * KiB);
+	ck_assert_int_eq(lookup(b + 40 * KiB, &e, NULL), 0);
+	ck_assert_uint_eq(e.start, b + 20 * KiB);
+	ck_assert_uint_eq(e.end, b + 64 * KiB);
+	ck_assert_uint_eq(host_pinned, 128 * KiB);
+	ck_assert_uint_eq(reg.cache.n_mrs, 5);
+}
+END_TEST
+
+START_TEST(test_lookup_outside_memory_is_enoent)
+{
+	struct reg_allocation *ra = alloc(4 * KiB);
+	struct mr_entry e;
+	char why[160] = "";
+
+	ck_assert_int_eq(mr_cache_lookup(&reg.cache, address(ra) + 4 * KiB, &e, why, sizeof(why),
+					 NULL), -ENOENT); /* past its last page */
+	ck_assert_ptr_nonnull(strstr(why, "is not in memory allocated in domain unit"));
+	ck_assert_int_eq(lookup(0x1000, &e, NULL), -ENOENT); /* outside the window */
+	ck_assert_uint_eq(reg.cache.n_mrs, 0);
+	ck_assert_uint_eq(host_pinned, 0);
+}
+END_TEST
+
+START_TEST(test_freed_keys_leave_the_table)
+{
+	struct reg_allocation *ra = alloc(64 * KiB), *rb = alloc(64 * KiB);
+	uint64_t b = address(rb);
+	struct mr_entry ea, eb, again;
+
+	ck_assert_int_eq(lookup(address(ra), &ea, NULL), 0);
+	ck_assert_int_eq(lookup(b, &eb, NULL), 0);
+	ck_assert_ptr_nonnull(mr_table_lookup(&reg.cache.table, b));
+	ck_assert_int_eq(free_allocation(rb, NULL), 0);
+	ck_assert_ptr_null(mr_table_lookup(&reg.cache.table, b));
+	ck_assert_ptr_null(mr_table_lookup(&reg.cache.table, b + 64 * KiB - 1));
+	ck_assert_ptr_nonnull(mr_table_lookup(&reg.cache.table, address(ra)));
+	ck_assert_uint_eq(reg.cache.n_mrs, 1);
+	ck_assert_uint_eq(reg.cache.deregistrations, 1);
+	ck_assert_uint_eq(host_pinned, 64 * KiB);
+	ck_assert_int_eq(lookup(b, &again, NULL), -ENOENT);
+	ck_assert_int_eq(lookup(address(ra), &again, NULL), 0);
+	ck_assert_uint_eq(again.lkey, ea.lkey);
+
+	/* The same pages handed out again get a registration of their own, with new keys. */
+	rb = alloc(64 * KiB);
+	ck_assert_uint_eq(address(rb), b);
+	ck_assert_int_eq(lookup(b, &again, NULL), 0);
+	ck_assert_uint_ne(again.rkey, eb.rkey);
+	ck_assert_uint_eq(reg.cache.registrations, 3);
+}
+END_TEST
+
+START_TEST(test_flush_rebuilds_the_table)
+{
+	struct reg_allocation *ra = alloc(64 * KiB), *rb = alloc(64 * KiB);
+	struct mr_entry ea, eb, again;
+
+	ck_assert_int_eq(lookup(address(ra), &ea, NULL), 0);
+	ck_assert_int_eq(lookup(address(rb), &eb, NULL), 0);
+	/* Room for one entry: the rebuild overflows, and the list serves. */
+	mr_table_done(&reg.cache.table);
+	ck_assert_int_eq(mr_table_init(&reg.cache.table, 2, 2), 0);
+	mr_cache_flush(&reg.cache);
+	ck_assert(reg.cache.table.overflow);
+	ck_assert_int_eq(lookup(address(ra) + 100, &again, NULL), 0);
+	ck_assert_uint_eq(again.lkey, ea.lkey);
+	ck_assert_int_eq(lookup(address(rb) + 100, &again, NULL), 0);
+	ck_assert_uint_eq(again.lkey, eb.lkey);
+	/* Room for both: the flush clears the overflow and the table serves again. */
+	mr_table_done(&reg.cache.table);
+	ck_assert_int_eq(mr_table_init(&reg.cache.table, 256, 0), 0);
+	mr_cache_flush(&reg.cache);
+	ck_assert(!reg.cache.table.overflow);
+	ck_assert_ptr_nonnull(mr_table_lookup(&reg.cache.table, address(ra)));
+	ck_assert_ptr_nonnull(mr_table_lookup(&reg.cache.table, address(rb) + 64 * KiB - 1));
+	ck_assert_int_eq(lookup(address(rb), &again, NULL), 0);
+	ck_assert_uint_eq(again.lkey, eb.lkey);
+	ck_assert_uint_eq(reg.cache.registrations, 2); /* no MR made again */
 }
 END_TEST
 
@@ -346,6 +502,170 @@ START_TEST(test_mempool_mr_serves_lookups_and_idles)
 	ck_assert_uint_eq(idles, 1);
 	ck_assert_uint_eq(host_pinned, 0);
 	ck_assert_int_eq(mempool_unregister(&reg, &owner, "p", NULL, why, sizeof(why)), -ENOENT);
+}
+END_TEST
+
+static int pool(const char *name, const uint64_t *starts, const uint64_t *lengths, size_t n,
+		struct pool_reg **ret, char *why, size_t why_size)
+{
+	static struct test_waiter w;
+
+	w = waiter();
+	return mempool_register(&reg, &owner, name, starts, lengths, n, false, &w.base, ret, why,
+				why_size);
+}
+
+START_TEST(test_mempool_ranges_rounded_and_merged)
+{
+	struct reg_allocation *ra = alloc(64 * KiB), *rb = alloc(64 * KiB);
+	uint64_t a = address(ra), b = address(rb);
+	/* Two that round to touching pages, one alone, and two that touch across allocations. */
+	uint64_t starts[] = { a + 4000, a + 100, a + 32 * KiB + 10, a + 60 * KiB, b };
+	uint64_t lengths[] = { 200, 200, 10, 4 * KiB, 4 * KiB };
+	struct pool_reg *p;
+	char why[160];
+
+	ck_assert_uint_eq(b, a + 64 * KiB);
+	ck_assert_int_eq(pool("p", starts, lengths, 5, &p, why, sizeof(why)), 0);
+	ck_assert_uint_eq(p->n_mrs, 4);
+	ck_assert_uint_eq(p->mrs[0]->start, a);
+	ck_assert_uint_eq(p->mrs[0]->end, a + 8 * KiB);
+	ck_assert_uint_eq(p->mrs[1]->start, a + 32 * KiB);
+	ck_assert_uint_eq(p->mrs[1]->end, a + 36 * KiB);
+	ck_assert_uint_eq(p->mrs[2]->start, a + 60 * KiB);
+	ck_assert_uint_eq(p->mrs[2]->end, a + 64 * KiB);
+	ck_assert_ptr_eq(p->mrs[3]->allocation, rb); /* never one MR over two allocations */
+	ck_assert_uint_eq(p->mrs[3]->start, b);
+	ck_assert_uint_eq(p->mrs[3]->end, b + 4 * KiB);
+	ck_assert_uint_eq(ra->pool_refs, 3);
+	ck_assert_uint_eq(rb->pool_refs, 1);
+	ck_assert_uint_eq(host_pinned, 20 * KiB);
+}
+END_TEST
+
+START_TEST(test_mempool_name_taken)
+{
+	struct reg_allocation *ra = alloc(64 * KiB);
+	uint64_t start = address(ra), len = 4 * KiB, other_start = start + 8 * KiB;
+	struct test_waiter w = waiter();
+	struct reg_owner other;
+	struct pool_reg *p;
+	char why[160] = "";
+
+	ck_assert_int_eq(pool("p", &start, &len, 1, &p, why, sizeof(why)), 0);
+	ck_assert_int_eq(pool("p", &other_start, &len, 1, &p, why, sizeof(why)), -EEXIST);
+	ck_assert_ptr_nonnull(strstr(why, "mempool 'p' is registered already"));
+	ck_assert_uint_eq(reg.mempools.n_regs, 1);
+	ck_assert_uint_eq(host_pinned, 4 * KiB); /* the refusal pinned nothing */
+	ck_assert_uint_eq(ra->pool_refs, 1);
+
+	/* Names are the owner's: another may take it. */
+	reg_owner_init(&other, 2, getpid(), getuid());
+	ck_assert_int_eq(mempool_register(&reg, &other, "p", &other_start, &len, 1, false, &w.base,
+					  &p, why, sizeof(why)), 0);
+	ck_assert_uint_eq(reg.mempools.n_regs, 2);
+	ck_assert_int_eq(mempool_unregister(&reg, &owner, "p", NULL, why, sizeof(why)), 0);
+	ck_assert_ptr_eq(LIST_FIRST(&other.pools), p); /* the other's stays */
+	mempool_unregister_all(&reg, &other);
+	ck_assert_uint_eq(reg.mempools.n_regs, 0);
+	ck_assert_uint_eq(host_pinned, 0);
+}
+END_TEST
+
+START_TEST(test_mempool_range_outside_memory)
+{
+	struct reg_allocation *ra = alloc(64 * KiB), *gone = alloc(4 * KiB);
+	uint64_t a = address(ra), g = address(gone);
+	uint64_t starts[] = { a, a + 60 * KiB }, lengths[] = { 4 * KiB, 8 * KiB };
+	uint64_t zero = 0;
+	struct pool_reg *p;
+	char why[160] = "";
+
+	/* The first range is fine, the second runs past a's end: nothing is registered. */
+	ck_assert_int_eq(pool("p", starts, lengths, 2, &p, why, sizeof(why)), -EFAULT);
+	ck_assert_ptr_nonnull(strstr(why, "is not inside one allocation of domain unit"));
+	ck_assert_int_eq(pool("p", starts, &zero, 1, &p, why, sizeof(why)), -EFAULT);
+	ck_assert_int_eq(free_allocation(gone, NULL), 0);
+	ck_assert_int_eq(pool("p", &g, lengths, 1, &p, why, sizeof(why)), -EFAULT);
+	ck_assert_uint_eq(reg.mempools.n_regs, 0);
+	ck_assert_uint_eq(ra->pool_refs, 0);
+	ck_assert_uint_eq(host_pinned, 0);
+	ck_assert_uint_eq(reg.cache.registrations, 0);
+}
+END_TEST
+
+START_TEST(test_mempool_quotas)
+{
+	struct reg_allocation *ra = alloc(16 * KiB), *rb = alloc(4 * KiB);
+	uint64_t a = address(ra), b = address(rb), len = 16 * KiB, page = 4 * KiB;
+	struct pool_reg *p;
+	struct mr_entry e;
+	char why[160] = "";
+
+	/* A pool over pages the cache pinned pins nothing more: it fits a full quota. */
+	cfg.quota_pinned_bytes = 16 * KiB;
+	ck_assert_int_eq(lookup(a, &e, NULL), 0);
+	ck_assert_int_eq(pool("p", &a, &len, 1, &p, why, sizeof(why)), 0);
+	ck_assert_uint_eq(host_pinned, 16 * KiB);
+	ck_assert_int_eq(pool("q", &b, &page, 1, &p, why, sizeof(why)), -EDQUOT);
+	ck_assert_ptr_nonnull(strstr(why, "quota.pinned_bytes"));
+	ck_assert_uint_eq(rb->pool_refs, 0);
+
+	cfg.quota_pinned_bytes = 64 * KiB;
+	cfg.quota_mempools = 1;
+	ck_assert_int_eq(pool("q", &b, &page, 1, &p, why, sizeof(why)), -EDQUOT);
+	ck_assert_ptr_nonnull(strstr(why, "quota.mempools (1)"));
+	ck_assert_uint_eq(reg.mempools.n_regs, 1);
+	cfg.quota_mempools = 2;
+	ck_assert_int_eq(pool("q", &b, &page, 1, &p, why, sizeof(why)), 0);
+	ck_assert_uint_eq(host_pinned, 20 * KiB);
+}
+END_TEST
+
+START_TEST(test_mempool_unregister_unknown)
+{
+	struct reg_allocation *ra = alloc(64 * KiB);
+	uint64_t start = address(ra), len = 4 * KiB;
+	struct reg_owner other;
+	struct pool_reg *p;
+	char why[160] = "";
+
+	ck_assert_int_eq(pool("p", &start, &len, 1, &p, why, sizeof(why)), 0);
+	ck_assert_int_eq(mempool_unregister(&reg, &owner, "nope", NULL, why, sizeof(why)),
+			 -ENOENT);
+	ck_assert_ptr_nonnull(strstr(why, "no mempool 'nope' is registered"));
+	reg_owner_init(&other, 2, getpid(), getuid());
+	ck_assert_int_eq(mempool_unregister(&reg, &other, "p", NULL, why, sizeof(why)), -ENOENT);
+	ck_assert_uint_eq(reg.mempools.n_regs, 1); /* the owner's pool is untouched */
+	ck_assert_uint_eq(ra->pool_refs, 1);
+	ck_assert_uint_eq(host_pinned, 4 * KiB);
+}
+END_TEST
+
+/* The domain frees no allocation with pool_refs (control's Free answers EBUSY, a leaving
+ * owner's stays, ownerless): here, that the count is right and its end is told. */
+START_TEST(test_mempools_hold_their_allocation)
+{
+	struct reg_allocation *ra = alloc(64 * KiB);
+	uint64_t p_start = address(ra), q_start = p_start + 4 * KiB, len = 8 * KiB;
+	struct pool_reg *p, *q;
+	struct mr_entry e;
+	char why[160];
+
+	ck_assert_int_eq(pool("p", &p_start, &len, 1, &p, why, sizeof(why)), 0);
+	ck_assert_int_eq(pool("q", &q_start, &len, 1, &q, why, sizeof(why)), 0);
+	ck_assert_uint_eq(ra->pool_refs, 2);
+	ck_assert_uint_eq(host_pinned, 12 * KiB); /* the page both cover counts once */
+	ck_assert_int_eq(mempool_unregister(&reg, &owner, "p", NULL, why, sizeof(why)), 0);
+	ck_assert_uint_eq(ra->pool_refs, 1);
+	ck_assert_uint_eq(idles, 0);
+	ck_assert_uint_eq(host_pinned, 8 * KiB); /* q still covers the shared page */
+	ck_assert_int_eq(lookup(q_start + 4 * KiB, &e, NULL), 0);
+	ck_assert_uint_eq(e.lkey, q->mrs[0]->pmr->lkey);
+	ck_assert_int_eq(mempool_unregister(&reg, &owner, "q", NULL, why, sizeof(why)), 0);
+	ck_assert_uint_eq(ra->pool_refs, 0);
+	ck_assert_uint_eq(idles, 1);
+	ck_assert_uint_eq(host_pinned, 0);
 }
 END_TEST
 
@@ -426,24 +746,161 @@ START_TEST(test_owner_leaving_cancels_a_waiting_flush)
 }
 END_TEST
 
-static Suite *registrar_suite(void)
+/* The children in addr's chunk's slot of the index. */
+static unsigned children_in_chunk(uint64_t addr)
 {
-	Suite *s = suite_create("registrar");
-	TCase *tc = tcase_create("core");
+	size_t chunk = (size_t)((addr - reg.odp.base) >> reg.odp.chunk_shift);
+	struct odp_child **leaf = reg.odp.leaves[chunk / ODP_LEAF];
+	unsigned n = 0;
+
+	for (const struct odp_child *c = leaf ? leaf[chunk % ODP_LEAF] : NULL; c; c = c->next)
+		n++;
+	return n;
+}
+
+START_TEST(test_odp_children_cut_to_their_allocation)
+{
+	struct reg_allocation *ra = alloc_on_demand(64 * KiB), *rb = alloc_on_demand(64 * KiB);
+	struct reg_allocation *big = alloc_on_demand(8 * MiB);
+	uint64_t a = address(ra), b = address(rb), c = address(big);
+	struct mr_entry ea, eb, e;
+
+	/* Two allocations in one chunk: a child each, each no wider than its own. */
+	ck_assert_uint_eq(reg.odp.chunk_shift, 21);
+	ck_assert_uint_eq((a - reg.odp.base) >> 21, (b - reg.odp.base) >> 21);
+	ck_assert_int_eq(lookup(b + 100, &eb, NULL), 0);
+	ck_assert_uint_eq(eb.start, b);
+	ck_assert_uint_eq(eb.end, b + 64 * KiB);
+	ck_assert_int_eq(lookup(a + 64 * KiB - 1, &ea, NULL), 0);
+	ck_assert_uint_eq(ea.start, a);
+	ck_assert_uint_eq(ea.end, a + 64 * KiB);
+	ck_assert_uint_ne(ea.lkey, eb.lkey);
+	ck_assert_uint_eq(children_in_chunk(a), 2);
+
+	/* One allocation over chunks: a child per chunk, cut at the chunk's bounds. */
+	ck_assert_uint_eq((c - reg.odp.base) % (2 * MiB), 0);
+	ck_assert_int_eq(lookup(c + 5 * MiB, &e, NULL), 0);
+	ck_assert_uint_eq(e.start, c + 4 * MiB);
+	ck_assert_uint_eq(e.end, c + 6 * MiB);
+	ck_assert_uint_eq(reg.odp.children, 3);
+	ck_assert_uint_eq(reg.odp.stats.children_created, 3);
+	ck_assert_uint_eq(host_pinned, 0);
+}
+END_TEST
+
+START_TEST(test_odp_freed_children_leave_the_index)
+{
+	struct reg_allocation *ra = alloc_on_demand(64 * KiB), *rb = alloc_on_demand(64 * KiB);
+	uint64_t a = address(ra), b = address(rb);
+	struct mr_entry ea, eb, again;
+
+	ck_assert_int_eq(lookup(a, &ea, NULL), 0);
+	ck_assert_int_eq(lookup(b, &eb, NULL), 0);
+	ck_assert_int_eq(free_allocation(ra, NULL), 0);
+	ck_assert_uint_eq(released, 1);
+	ck_assert_uint_eq(children_in_chunk(b), 1); /* b's alone */
+	ck_assert_ptr_null(mr_table_lookup(&reg.cache.table, a));
+	ck_assert_ptr_nonnull(mr_table_lookup(&reg.cache.table, b));
+	ck_assert_uint_eq(reg.odp.children, 1);
+	ck_assert_uint_eq(reg.odp.stats.invalidations, 1); /* zapped before it went */
+	ck_assert_uint_eq(reg.odp.stats.children_destroyed, 1);
+	ck_assert(TAILQ_EMPTY(&reg.odp.zombies)); /* no work could reach it: freed */
+	ck_assert_int_eq(lookup(a, &again, NULL), -ENOENT);
+	ck_assert_int_eq(lookup(b, &again, NULL), 0);
+	ck_assert_uint_eq(again.lkey, eb.lkey);
+	ck_assert_uint_eq(reg.odp.stats.faults, 2); /* b's from the table */
+}
+END_TEST
+
+START_TEST(test_prefetch_bounds)
+{
+	struct reg_allocation *ra = alloc_on_demand(64 * KiB);
+	uint64_t a = address(ra);
+	char why[160] = "";
+
+	/* The owner's work in flight is bounded: past it, a prefetch without flush is refused. */
+	owner.n_prefetches = ODP_PREFETCH_IN_FLIGHT;
+	ck_assert_int_eq(odp_prefetch(&reg, &owner, ra, a, 4 * KiB, ODP_PREFETCH, NULL, why,
+				      sizeof(why)), -EAGAIN);
+	ck_assert_ptr_nonnull(strstr(why, "16 prefetches are queued already"));
+	ck_assert_uint_eq(holds, 0);
+	ck_assert_uint_eq(ra->odp_jobs, 0);
+	ck_assert_uint_eq(reg.odp.stats.prefetch_requests, 0);
+	owner.n_prefetches = ODP_PREFETCH_IN_FLIGHT - 1; /* room for the last one */
+	ck_assert_int_eq(odp_prefetch(&reg, &owner, ra, a, 4 * KiB, ODP_PREFETCH, NULL, why,
+				      sizeof(why)), 0);
+	ck_assert_uint_eq(owner.n_prefetches, ODP_PREFETCH_IN_FLIGHT);
+	pump_until(&holds, 0);
+	ck_assert_uint_eq(owner.n_prefetches, ODP_PREFETCH_IN_FLIGHT - 1);
+	owner.n_prefetches = 0;
+
+	/* And the domain's, whoever asks. */
+	reg.odp.jobs = ODP_DOMAIN_JOBS_MAX;
+	ck_assert_int_eq(odp_prefetch(&reg, &owner, ra, a, 4 * KiB, ODP_PREFETCH, NULL, why,
+				      sizeof(why)), -EAGAIN);
+	ck_assert_ptr_nonnull(strstr(why, "256 prefetches are queued already"));
+	reg.odp.jobs = 0;
+
+	/* No workers (they drained): nobody to prefetch. */
+	{
+		struct worker_pool *w = workers;
+
+		workers = NULL;
+		ck_assert_int_eq(odp_prefetch(&reg, &owner, ra, a, 4 * KiB, ODP_PREFETCH, NULL,
+					      why, sizeof(why)), -ESHUTDOWN);
+		workers = w;
+	}
+	ck_assert_uint_eq(reg.odp.stats.prefetch_requests, 1);
+}
+END_TEST
+
+/* One case per module, so that a failure names the module it found broken. */
+static TCase *module_case(Suite *s, const char *module)
+{
+	TCase *tc = tcase_create(module);
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_lookup_registers_the_run_once);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
+static Suite *registrar_suite(void)
+{
+	Suite *s = suite_create("registrar");
+	TCase *tc = module_case(s, "registrar");
+
 	tcase_add_test(tc, test_pinned_quota_mine_and_the_hosts);
 	tcase_add_test(tc, test_offload_rule);
 	tcase_add_test(tc, test_big_registration_and_free_on_a_worker);
+	tcase_add_test(tc, test_job_holds_until_done);
+
+	tc = module_case(s, "cache");
+	tcase_add_test(tc, test_lookup_registers_the_run_once);
 	tcase_add_test(tc, test_freed_while_a_worker_registers);
-	tcase_add_test(tc, test_big_mempool_on_a_worker);
-	tcase_add_test(tc, test_mempool_mr_serves_lookups_and_idles);
+	tcase_add_test(tc, test_page_policy_registers_one_page);
+	tcase_add_test(tc, test_contig_registers_the_run_minus_other_mrs);
+	tcase_add_test(tc, test_lookup_outside_memory_is_enoent);
+	tcase_add_test(tc, test_freed_keys_leave_the_table);
+	tcase_add_test(tc, test_flush_rebuilds_the_table);
+
+	tc = module_case(s, "odp");
 	tcase_add_test(tc, test_odp_child_made_and_retired);
 	tcase_add_test(tc, test_prefetch_holds_and_delays_the_free);
 	tcase_add_test(tc, test_owner_leaving_cancels_a_waiting_flush);
-	suite_add_tcase(s, tc);
+	tcase_add_test(tc, test_odp_children_cut_to_their_allocation);
+	tcase_add_test(tc, test_odp_freed_children_leave_the_index);
+	tcase_add_test(tc, test_prefetch_bounds);
+
+	tc = module_case(s, "mempool");
+	tcase_add_test(tc, test_big_mempool_on_a_worker);
+	tcase_add_test(tc, test_mempool_mr_serves_lookups_and_idles);
+	tcase_add_test(tc, test_mempool_ranges_rounded_and_merged);
+	tcase_add_test(tc, test_mempool_name_taken);
+	tcase_add_test(tc, test_mempool_range_outside_memory);
+	tcase_add_test(tc, test_mempool_quotas);
+	tcase_add_test(tc, test_mempool_unregister_unknown);
+	tcase_add_test(tc, test_mempools_hold_their_allocation);
 	return s;
 }
 

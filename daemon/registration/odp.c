@@ -13,8 +13,6 @@
 #include "registration/reg-owner.h"
 #include "registration/registrar.h"
 
-#define ODP_LEAF 512 /* chunk slots per leaf of the index */
-
 static size_t chunk_of(const struct odp *o, uint64_t addr)
 {
 	return (size_t)((addr - o->base) >> o->chunk_shift);

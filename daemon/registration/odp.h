@@ -49,6 +49,9 @@ struct odp_stats {
 		invalidations;
 };
 
+/* Chunk slots per leaf of the index. */
+#define ODP_LEAF 512
+
 struct odp {
 	uint64_t base;          /* the window's */
 	unsigned chunk_shift;
