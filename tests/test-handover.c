@@ -102,7 +102,7 @@ START_TEST(test_round_trip)
 	uint64_t a1 = td_alloc(a, 2, 1 * MiB), a2 = td_alloc(a, 3, 3 * MiB);
 	uint64_t b1 = td_alloc(b, 2, 2 * MiB), ext;
 	uint64_t instance = td_manager->instance, session_a = ca->id, session_b = cb->id;
-	uint64_t generation, session;
+	uint64_t generation, session, frees;
 	unsigned arenas;
 	int b2;
 	struct handover_fds saved;
@@ -116,6 +116,9 @@ START_TEST(test_round_trip)
 	fill(b1, 2 * MiB, 3);
 	fill(ext, 8 * 4096, 4);
 	td_lookup(a, 5, a1, 0, NULL);
+	td_free(a, 6, td_alloc(a, 7, 4096), 0); /* the page counts frees across the restart */
+	frees = find_domain("uid-1000")->mem.status.page->frees;
+	ck_assert_uint_gt(frees, 0);
 	generation = find_domain("uid-1000")->mem.status.page->generation;
 
 	ck_assert_int_eq(handover_save(td_manager, &saved, &n_allocations), 0);
@@ -139,6 +142,7 @@ START_TEST(test_round_trip)
 	d = find_domain("uid-1000");
 	ck_assert_ptr_nonnull(d);
 	ck_assert_uint_gt(d->mem.status.page->generation, generation);
+	ck_assert_uint_eq(d->mem.status.page->frees, frees);
 	ck_assert_uint_eq(d->mem.allocated_bytes, 4 * MiB + 8 * 4096);
 	ck_assert_uint_eq(d->mem.n_orphans, 3);
 	check_fill(a1, 1 * MiB, 1);
@@ -319,7 +323,7 @@ START_TEST(test_adopt_checks)
 
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(ftruncate(fd, 64 * MiB), 0);
-	ck_assert_int_eq(domain_adopt(&td_manager->core, "x", 0, &d), 0);
+	ck_assert_int_eq(domain_adopt(&td_manager->core, "x", 0, 0, &d), 0);
 	ck_assert_int_eq(arena_adopt(&d->mem, fd, &place, &a), -EINVAL); /* not sealed */
 	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK), 0);
 	place.size = 32 * MiB;

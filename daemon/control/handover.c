@@ -327,7 +327,7 @@ int handover_to_fd_store(struct manager *m)
 	r = sd_notify_barrier(0, BARRIER_TIMEOUT_USEC);
 	if (r < 0)
 		log_warning_errno(r, "systemd did not confirm the FD store: %m");
-	m->core.window.keep_content = true;
+	window_keep_content(&m->core.window, true);
 	log_notice("handed %u allocation(s) in %zu arena(s) to systemd's FD store for the next mrd",
 		   n_allocations, f.n - 1);
 	handover_fds_done(&f);
@@ -537,11 +537,10 @@ void handover_end_grace(struct manager *m)
 /* Undoes a partial adoption: nothing is freed from the memfds, clients still map them. */
 static void adoption_undo(struct manager *m, uint64_t instance)
 {
-	bool keep = m->core.window.keep_content;
+	bool keep = window_keep_content(&m->core.window, true);
 
-	m->core.window.keep_content = true;
 	handover_end_grace(m);
-	m->core.window.keep_content = keep;
+	window_keep_content(&m->core.window, keep);
 	m->instance = instance;
 }
 
@@ -588,8 +587,7 @@ static int adopt_state(struct manager *m, const State *st, struct handover_fds *
 		return -EINVAL;
 	}
 	m->instance = st->instance;
-	if (st->arena_serial > m->core.window.arena_serial)
-		m->core.window.arena_serial = st->arena_serial;
+	window_adopt_serial(&m->core.window, st->arena_serial);
 	if (st->next_client_id > m->next_client_id)
 		m->next_client_id = st->next_client_id;
 	r = record_floors(m, st);
@@ -602,13 +600,13 @@ static int adopt_state(struct manager *m, const State *st, struct handover_fds *
 		struct domain *d;
 
 		r = sd->name && *sd->name && strlen(sd->name) < sizeof(d->name) ?
-			    domain_adopt(&m->core, sd->name, sd->allocation_serial, &d) : -EINVAL;
+			    domain_adopt(&m->core, sd->name, sd->allocation_serial, sd->frees,
+					 &d) : -EINVAL;
 		if (r < 0) {
 			snprintf(why, why_size, "domain '%s': %s", sd->name ? sd->name : "",
 				 strerror(-r));
 			return r;
 		}
-		d->mem.status.page->frees = sd->frees;
 		for (size_t j = 0; j < sd->n_arenas; j++) {
 			r = adopt_arena(d, sd->arenas[j], passed, why, why_size);
 			if (r < 0)

@@ -277,7 +277,7 @@ struct manager *manager_free(struct manager *m)
 	m->core.dma_worker = worker_pool_free(m->core.dma_worker);
 	/* Clients may outlive mrd, their memory mapped: it keeps its content until they let go
 	 * (the kernel frees the pages with the last mapping). */
-	m->core.window.keep_content = true;
+	window_keep_content(&m->core.window, true);
 	while (!LIST_EMPTY(&m->clients))
 		client_free(LIST_FIRST(&m->clients)); /* releases their domains */
 	handover_end_grace(m); /* and the domains still waiting for their owners */

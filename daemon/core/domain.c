@@ -250,7 +250,7 @@ int domain_acquire(struct core *core, const char *name, struct domain **ret)
 }
 
 int domain_adopt(struct core *core, const char *name, uint64_t allocation_serial,
-		 struct domain **ret)
+		 uint64_t frees, struct domain **ret)
 {
 	struct domain *d;
 	int r;
@@ -260,7 +260,7 @@ int domain_adopt(struct core *core, const char *name, uint64_t allocation_serial
 	r = domain_open(core, name, &d);
 	if (r < 0)
 		return r;
-	d->mem.allocation_serial = allocation_serial;
+	memory_adopt(&d->mem, allocation_serial, frees);
 	d->adopted = true;
 	domain_ref(d);
 	*ret = d;

@@ -40,9 +40,10 @@ int domain_acquire(struct core *core, const char *name, struct domain **ret);
 /* A domain the previous mrd had open (warm restart): no client yet, held open while its
  * orphans wait (domain_reap_orphans). -EEXIST when it is open already. Its status page, as
  * that of any domain opened later under a name the previous mrd had, starts above the old
- * generation (core.floors): every cached key is refetched. */
+ * generation (core.floors): every cached key is refetched. Allocation serials go on above
+ * allocation_serial, and the page's count of frees from frees. */
 int domain_adopt(struct core *core, const char *name, uint64_t allocation_serial,
-		 struct domain **ret);
+		 uint64_t frees, struct domain **ret);
 /* Records an allocation of arena (adopted into d) as an orphan. -EINVAL when it is not page
  * runs inside the arena, -EEXIST when it overlaps another. */
 int domain_adopt_allocation(struct domain *d, struct arena *arena,

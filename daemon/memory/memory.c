@@ -15,6 +15,12 @@ void memory_init(struct memory *m, const struct config *config, struct window *w
 	LIST_INIT(&m->orphans);
 }
 
+void memory_adopt(struct memory *m, uint64_t allocation_serial, uint64_t frees)
+{
+	m->allocation_serial = allocation_serial;
+	m->status.page->frees = frees;
+}
+
 void memory_done(struct memory *m)
 {
 	while (!LIST_EMPTY(&m->arenas))

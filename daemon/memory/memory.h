@@ -36,6 +36,10 @@ struct memory {
 /* Empty: no arena, no status page yet (status_page_open). */
 void memory_init(struct memory *m, const struct config *config, struct window *window,
 		 const char *name);
+/* What the previous mrd's memory of this domain reached (warm restart): serials go on above
+ * allocation_serial, so no allocation looks like one of before; the status page counts frees
+ * on from frees. */
+void memory_adopt(struct memory *m, uint64_t allocation_serial, uint64_t frees);
 /* Frees every arena and the status page; the allocations went before. */
 void memory_done(struct memory *m);
 

@@ -30,6 +30,22 @@ int window_take_at(struct window *w, uint32_t first, uint32_t n);
 /* Puts the slots back under PROT_NONE and marks them free. */
 void window_give_back(struct window *w, uint32_t first, uint32_t n);
 
+/* Whether pages freed from now on keep their content (another mrd takes the arenas over, or
+ * clients outlive this one): returns what it was. */
+static inline bool window_keep_content(struct window *w, bool keep)
+{
+	bool was = w->keep_content;
+
+	w->keep_content = keep;
+	return was;
+}
+/* The previous mrd's arenas had serials up to serial: new ones go on above. */
+static inline void window_adopt_serial(struct window *w, uint64_t serial)
+{
+	if (serial > w->arena_serial)
+		w->arena_serial = serial;
+}
+
 static inline uint8_t *window_slot(const struct window *w, uint32_t slot)
 {
 	return w->base + (uint64_t)slot * w->slot_size;
