@@ -4,17 +4,19 @@
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 
-# Debian package names; README.md lists the same set.
+# Debian package names; README.md lists the same set. UCX is the anchor bench-ucx measures
+# against: with it every build compiles bench-ucx, so make bench always prints its rows.
 MRD_BUILD_DEPS="gcc g++ make autoconf automake libtool pkgconf \
 libevent-dev libprotobuf-c-dev protobuf-c-compiler libibverbs-dev libsystemd-dev \
-check libsubunit-dev"
+check libsubunit-dev libucx-dev"
 MRD_TEST_DEPS="valgrind systemd dbus-daemon"
 
 have_deps() {
 	for tool in gcc g++ make autoreconf libtoolize pkg-config protoc-c; do
 		command -v "$tool" >/dev/null 2>&1 || return 1
 	done
-	pkg-config --exists libevent_core libevent_pthreads libprotobuf-c libibverbs libsystemd check ||
+	pkg-config --exists libevent_core libevent_pthreads libprotobuf-c libibverbs libsystemd check \
+		ucx-ucs ||
 		return 1
 	[ "${1:-}" != test ] && return 0
 	for tool in valgrind systemd-socket-activate systemd-analyze busctl dbus-daemon; do
