@@ -5,6 +5,8 @@
 # and the public mrd/ headers (level 0). Fails listing every offending line.
 set -eu
 cd "${MRD_SRCDIR:-.}/daemon"
+tmp=$(mktemp) # not in the source tree, which distcheck makes read-only
+trap 'rm -f "$tmp"' EXIT
 layers="base provider memory registration core control"
 
 level() { # folder -> its number; main.c sits above every folder
@@ -26,7 +28,7 @@ for f in $(find . -name '*.[ch]' | sed 's|^\./||' | sort); do
 	esac
 	[ "$own_level" -gt 0 ] || { report "$f: in no layer folder ($layers)"; continue; }
 	grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" |
-		sed 's/^\([0-9]*\):.*"\([^"]*\)".*/\1 \2/' > layers.tmp.$$ || true
+		sed 's/^\([0-9]*\):.*"\([^"]*\)".*/\1 \2/' > "$tmp" || true
 	while read -r line target; do
 		case $target in
 		mrd/*) continue ;;
@@ -47,8 +49,7 @@ for f in $(find . -name '*.[ch]' | sed 's|^\./||' | sort); do
 			fi
 			report "$f:$line: includes \"$target\" without its folder" ;;
 		esac
-	done < layers.tmp.$$
-	rm -f layers.tmp.$$
+	done < "$tmp"
 done
 
 # Structs a higher folder defines are not named below it.
@@ -64,10 +65,9 @@ for upper in $layers; do
 				done
 		done
 	done
-done > layers.tmp.$$
-n=$(grep -c . layers.tmp.$$ || true)
-cat layers.tmp.$$
-rm -f layers.tmp.$$
+done > "$tmp"
+n=$(grep -c . "$tmp" || true)
+cat "$tmp"
 bad=$((bad + n))
 
 if [ $bad -ne 0 ]; then
