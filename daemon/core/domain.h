@@ -83,7 +83,7 @@ int domain_attach_external(struct domain *d, struct reg_owner *owner, int fd, ui
 			   uint64_t length, struct allocation **ret, char *why, size_t why_size);
 
 /* Frees one allocation. At once: no lookup finds it, its keys leave the cache, the generation
- * bumps. Its MRs are deregistered and its pages go back to the kernel right away — or, when
+ * bumps when it had any (a free of memory never registered empties no client's cache). Its MRs are deregistered and its pages go back to the kernel right away — or, when
  * the MRs cover [cache] async_bytes or more (or the registrar is busy), on a worker: then, with
  * a waiter, -EINPROGRESS and waiter->resume (result 0, no entry) runs on the loop once the
  * pages are back. */
