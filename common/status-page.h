@@ -14,7 +14,7 @@ struct mrd_status_page {
 	uint64_t magic;
 	uint32_t layout_version;
 	uint32_t size;
-	uint64_t generation; /* bumped whenever memory of the domain goes away */
+	uint64_t generation; /* bumped whenever keys of the domain die (registered memory freed) */
 	uint64_t allocated_bytes;
 	uint64_t pinned_bytes;
 	uint64_t allocations;

@@ -98,20 +98,49 @@ START_TEST(test_generation_flushes)
 	mrd_cache *l;
 	uint8_t *p, *q;
 	unsigned long before;
+	struct mrd_keys k;
 
 	ck_assert_int_eq(mrd_mem_alloc(a, 4096, 0, 0, (void **)&p), 0);
 	ck_assert_int_eq(mrd_mem_alloc(b, 4096, 0, 0, (void **)&q), 0);
 	ck_assert_int_eq(mrd_cache_new(a, &l), 0);
 	ck_assert_uint_ne(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
 	ck_assert_uint_ne(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
+	ck_assert_int_eq(mrd_keys_query(b, q, &k), 0); /* registered: a key of it may be cached */
 	before = daemon_lookups();
-	/* Someone else frees something: the next lookup must not trust its cache. */
+	/* Someone else frees registered memory: the next lookup must not trust its cache. */
 	ck_assert_int_eq(mrd_mem_free(b, q), 0);
 	ck_assert_uint_ne(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
 	ck_assert_uint_eq(daemon_lookups(), before + 1);
 	ck_assert_uint_eq(mrd_cache_asked(l), 2);
 	ck_assert_uint_ne(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
 	ck_assert_uint_eq(daemon_lookups(), before + 1);
+	mrd_cache_free(l);
+	mrd_client_close(a);
+	mrd_client_close(b);
+}
+END_TEST
+
+/* A free of memory nobody registered leaves every cache as it was: no MR spans two
+ * allocations, so no cached key can be of it. */
+START_TEST(test_unregistered_free_keeps_caches)
+{
+	mrd_client *a = connect_ok(), *b = connect_ok();
+	uint64_t gen;
+	mrd_cache *l;
+	uint8_t *p, *q;
+
+	ck_assert_int_eq(mrd_mem_alloc(a, 4096, 0, 0, (void **)&p), 0);
+	ck_assert_int_eq(mrd_cache_new(a, &l), 0);
+	ck_assert_uint_ne(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
+	ck_assert_uint_eq(mrd_cache_asked(l), 1);
+	gen = mrd_client_generation(a);
+	for (int i = 0; i < 10; i++) {
+		ck_assert_int_eq(mrd_mem_alloc(b, 4096 * (1 + i), 0, 0, (void **)&q), 0);
+		ck_assert_int_eq(mrd_mem_free(b, q), 0);
+	}
+	ck_assert_uint_eq(mrd_client_generation(a), gen);
+	ck_assert_uint_ne(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
+	ck_assert_uint_eq(mrd_cache_asked(l), 1); /* still cached */
 	mrd_cache_free(l);
 	mrd_client_close(a);
 	mrd_client_close(b);
@@ -222,10 +251,12 @@ START_TEST(test_threads_while_memory_churns)
 		ck_assert_int_eq(pthread_create(&t[i], NULL, lookup_worker, &w[i]), 0);
 	}
 	for (int i = 0; i < 200; i++) {
+		struct mrd_keys k;
 		void *p;
 
 		ck_assert_int_eq(mrd_mem_alloc(churn, 4096 * (1 + i % 7), 0, 0, &p), 0);
-		ck_assert_int_eq(mrd_mem_free(churn, p), 0); /* each free bumps the generation */
+		ck_assert_int_eq(mrd_keys_query(churn, p, &k), 0);
+		ck_assert_int_eq(mrd_mem_free(churn, p), 0); /* registered: each bumps the generation */
 	}
 	for (int i = 0; i < 4; i++) {
 		pthread_join(t[i], NULL);
@@ -353,6 +384,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_cached_lookups);
 	tcase_add_test(tc, test_generation_flushes);
+	tcase_add_test(tc, test_unregistered_free_keeps_caches);
 	tcase_add_test(tc, test_dma_between_processes);
 	tcase_add_test(tc, test_threads_while_memory_churns);
 	tcase_add_test(tc, test_odp_memory);

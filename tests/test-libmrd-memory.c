@@ -98,11 +98,13 @@ START_TEST(test_two_processes_share)
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
+		struct mrd_keys keys;
 		uint8_t *p;
 
 		c = NULL;
 		if (mrd_client_connect(mrd.socket, &c) < 0 ||
-		    mrd_mem_alloc(c, 2 * MiB, 0, 0, (void **)&p) < 0)
+		    mrd_mem_alloc(c, 2 * MiB, 0, 0, (void **)&p) < 0 ||
+		    mrd_keys_query(c, p, &keys) < 0) /* registered: its free moves the generation */
 			_exit(1);
 		for (size_t i = 0; i < 2 * MiB; i++)
 			p[i] = (uint8_t)(i * 31 + 7);
@@ -139,12 +141,14 @@ START_TEST(test_death_gives_back)
 
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
+		struct mrd_keys keys;
 		mrd_client *d = NULL;
 		void *p;
 
 		if (mrd_client_connect(mrd.socket, &d) < 0 ||
 		    mrd_mem_alloc(d, 64 * MiB, 0, 0, &p) < 0 ||
-		    mrd_mem_alloc(d, 4096, 0, 0, &p) < 0)
+		    mrd_mem_alloc(d, 4096, 0, 0, &p) < 0 ||
+		    mrd_keys_query(d, p, &keys) < 0) /* registered: its free moves the generation */
 			_exit(1);
 		memset(p, 1, 4096);
 		kill(getpid(), SIGKILL); /* no free, no close */

@@ -95,6 +95,28 @@ START_TEST(test_contig_lookup_and_dma)
 }
 END_TEST
 
+/* A free moves the generation only when a client may hold keys for what went: memory never
+ * registered empties nobody's lookup caches (DPDK's rule). */
+START_TEST(test_free_bumps_only_over_registrations)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c);
+	uint64_t a = td_alloc(fd, 2, 1 * MiB), b = td_alloc(fd, 3, 1 * MiB), gen;
+	const struct mrd_status_page *page = c->domain->mem.status.page;
+	Mrd__MrEntry eb;
+
+	lookup(fd, 4, &b, 1, 0, &eb);
+	gen = page->generation;
+	td_free(fd, 5, a, 0);
+	ck_assert_uint_eq(page->frees, 1);
+	ck_assert_uint_eq(page->generation, gen); /* nobody had a key for a */
+	td_free(fd, 6, b, 0);
+	ck_assert_uint_eq(page->generation, gen + 1); /* b's key died */
+	close(fd);
+	td_wait_domains_closed();
+}
+END_TEST
+
 START_TEST(test_free_retires_keys)
 {
 	struct client *c;
@@ -1169,6 +1191,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_contig_lookup_and_dma);
 	tcase_add_test(tc, test_free_retires_keys);
+	tcase_add_test(tc, test_free_bumps_only_over_registrations);
 	tcase_add_test(tc, test_handle_reuse_keeps_stale_keys_out);
 	tcase_add_test(tc, test_frmr_admin_requests);
 	tcase_add_test(tc, test_flush);

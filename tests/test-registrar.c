@@ -415,6 +415,22 @@ START_TEST(test_freed_keys_leave_the_table)
 }
 END_TEST
 
+/* The generation moves on a free only when the allocation had an MR (DPDK's rule): no key of
+ * memory never registered can be cached anywhere, since no MR spans two allocations. */
+START_TEST(test_free_bumps_only_over_mrs)
+{
+	struct reg_allocation *plain = alloc(64 * KiB), *registered = alloc(64 * KiB);
+	uint64_t gen = status_page_generation(&mem.status);
+	struct mr_entry e;
+
+	ck_assert_int_eq(lookup(address(registered), &e, NULL), 0);
+	ck_assert_int_eq(free_allocation(plain, NULL), 0);
+	ck_assert_uint_eq(status_page_generation(&mem.status), gen);
+	ck_assert_int_eq(free_allocation(registered, NULL), 0);
+	ck_assert_uint_eq(status_page_generation(&mem.status), gen + 1);
+}
+END_TEST
+
 START_TEST(test_flush_rebuilds_the_table)
 {
 	struct reg_allocation *ra = alloc(64 * KiB), *rb = alloc(64 * KiB);
@@ -701,6 +717,25 @@ START_TEST(test_odp_child_made_and_retired)
 }
 END_TEST
 
+/* An on-demand allocation's children are its own (cut to it): its free bumps the generation
+ * when one was faulted in, not when none was. */
+START_TEST(test_odp_free_bumps_only_with_children)
+{
+	struct reg_allocation *untouched = alloc_on_demand(64 * KiB);
+	struct reg_allocation *faulted = alloc_on_demand(64 * KiB);
+	uint64_t gen = status_page_generation(&mem.status);
+	struct mr_entry e;
+
+	ck_assert_int_eq(lookup(address(faulted), &e, NULL), 0);
+	ck_assert_uint_eq(reg.odp.children, 1);
+	ck_assert_ptr_null(mr_table_lookup(&reg.cache.table, address(untouched)));
+	ck_assert_int_eq(free_allocation(untouched, NULL), 0);
+	ck_assert_uint_eq(status_page_generation(&mem.status), gen);
+	ck_assert_int_eq(free_allocation(faulted, NULL), 0);
+	ck_assert_uint_eq(status_page_generation(&mem.status), gen + 1);
+}
+END_TEST
+
 START_TEST(test_prefetch_holds_and_delays_the_free)
 {
 	struct reg_allocation *ra = alloc_on_demand(64 * KiB);
@@ -883,9 +918,11 @@ static Suite *registrar_suite(void)
 	tcase_add_test(tc, test_lookup_outside_memory_is_enoent);
 	tcase_add_test(tc, test_freed_keys_leave_the_table);
 	tcase_add_test(tc, test_flush_rebuilds_the_table);
+	tcase_add_test(tc, test_free_bumps_only_over_mrs);
 
 	tc = module_case(s, "odp");
 	tcase_add_test(tc, test_odp_child_made_and_retired);
+	tcase_add_test(tc, test_odp_free_bumps_only_with_children);
 	tcase_add_test(tc, test_prefetch_holds_and_delays_the_free);
 	tcase_add_test(tc, test_owner_leaving_cancels_a_waiting_flush);
 	tcase_add_test(tc, test_odp_children_cut_to_their_allocation);

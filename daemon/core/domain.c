@@ -406,10 +406,10 @@ unsigned domain_reap_orphans(struct domain *d, bool all)
 
 int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_waiter *waiter)
 {
-	/* From here on no lookup finds it; clients learn of it by the generation. */
+	/* From here on no lookup finds it. */
 	allocation_retire(&d->mem, a);
-	domain_bump_generation(d);
-	/* Then its keys die and the device lets go: on_released ends it. */
+	/* Then its keys die (the generation moves when it had any) and the device lets go:
+	 * on_released ends it. */
 	return registrar_retire(&d->reg, reg_allocation_of(a), waiter);
 }
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "log.h"
+#include "memory/memory.h"
 #include "provider/provider.h"
 #include "registration/reg-allocation.h"
 #include "registration/registrar.h"
@@ -208,12 +209,28 @@ static void free_job_done(struct registrar_work *w)
 	free(j);
 }
 
+/* Whether a client may hold a key of ra's memory: one of the cache's MRs, a mempool MR or an
+ * on-demand child of it was handed out. Each of those lies inside its one allocation (the
+ * cache's and the pools' never span two, children are cut to theirs), so a client's cached
+ * entry, an MR's range, is of one allocation alone: memory that never had any is in no
+ * cache. Registrations a worker is still making hand out no key once ra is retired, nor do
+ * children a prefetch makes meanwhile. */
+static bool keys_handed_out(const struct reg_allocation *ra)
+{
+	return !LIST_EMPTY(&ra->mrs) || ra->pool_refs > 0 || !LIST_EMPTY(&ra->pool_mrs) ||
+	       !LIST_EMPTY(&ra->odp_children);
+}
+
 int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter)
 {
 	uint64_t pinned;
 	unsigned zombies;
 	struct free_job *j;
 
+	/* Clients learn of its keys dying by the generation, before they die. A free that
+	 * touched no registration leaves every client's lookup cache as it was (DPDK's rule). */
+	if (keys_handed_out(ra))
+		status_page_bump(&r->mem->status);
 	/* Retired first: from here on no key for it is handed out. */
 	ra->retired = true;
 	pinned = mr_cache_retire(&r->cache, ra);

@@ -138,10 +138,11 @@ int registrar_dereg_on_worker(struct registrar *r, struct provider_mr *pmr,
 /* Destroys handles taken out of the pools: on a worker, since each may be a device command. */
 void registrar_destroy_handles(struct registrar *r, struct provider_mr **handles, size_t n);
 
-/* Freeing ra, after memory retired it (no lookup finds it): its MRs leave the table and its
- * children are zapped; then the device lets go — here, or when the MRs cover [cache]
- * async_bytes or more (or registrar_busy) on a worker, or once prefetch work on it is done —
- * and events.released tells the domain. With a waiter that is not here: -EINPROGRESS. */
+/* Freeing ra, after memory retired it (no lookup finds it): the generation moves when a key
+ * of it may be cached (an MR, a pool MR or a child of it was handed out), its MRs leave the
+ * table and its children are zapped; then the device lets go — here, or when the MRs cover
+ * [cache] async_bytes or more (or registrar_busy) on a worker, or once prefetch work on it is
+ * done — and events.released tells the domain. With a waiter that is not here: -EINPROGRESS. */
 int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter);
 
 /* The end of a retired allocation's registrations (a worker's deregistration, or the last ODP

@@ -91,10 +91,12 @@ const char *mrd_last_error(void);
 const char *mrd_client_domain(const mrd_client *client);
 
 /*
- * The domain's generation: it changes whenever memory of the domain is freed, so a client that
- * cached anything about addresses compares it with the value it saw then. One load from the
- * status page; no request. 0 for NULL. Once the connection is gone (or in a fork() child):
- * UINT64_MAX less the number of reconnects so far, which nothing can have cached.
+ * The domain's generation: it changes whenever keys of the domain die (memory that had a
+ * registration freed, a mempool's MR gone, a flush, a restart), so a client that cached keys
+ * compares it with the value it saw then. A free of memory never registered leaves it alone.
+ * One load from the status page; no request. 0 for NULL. Once the connection is gone (or in a
+ * fork() child): UINT64_MAX less the number of reconnects so far, which nothing can have
+ * cached.
  */
 uint64_t mrd_client_generation(const mrd_client *client);
 
@@ -158,8 +160,8 @@ int mrd_keys_query(mrd_client *client, const void *addr, struct mrd_keys *ret);
 /*
  * A key cache for one thread (or one queue), allocated by libmrd: 8 recent entries with a
  * most-recently-used index (the "top half"), a sorted array behind them (the "bottom half"),
- * and the domain's generation they were filled at: when memory of the domain is freed, the
- * next lookup flushes both. No lock: one thread at a time.
+ * and the domain's generation they were filled at: when registered memory of the domain is
+ * freed, the next lookup flushes both. No lock: one thread at a time.
  */
 typedef struct mrd_cache mrd_cache;
 
