@@ -14,6 +14,12 @@
  *                allocations and registrations in mrd, so the data structure is timed alone.
  *                bottom-4096-crowded: the same with one more entry 1 TiB away, which leaves
  *                the table's directory nothing to narrow (its worst case).
+ *   table-insert-65536 / table-remove-65536
+ *                mr_table_insert() of 65536 synthetic entries one by one, in random order, into
+ *                a table growing from empty (and mr_table_remove() of them all again, in another
+ *                random order), per call, against the same inserts (removes) in a plain sorted
+ *                array of the same entries: a branch-free bisection and a memmove, growing by
+ *                doubling as the table does
  *   miss         mrd_keys_query() of an address whose MR mrd has cached (p50 and p99), against
  *                a blocking SOCK_SEQPACKET echo process moving the same bytes
  *   first-touch  [informational, no PERF.md target] the first mrd_keys_query() of a fresh 32 MiB
@@ -94,6 +100,11 @@
 #define TARGET_P50 1.10
 #define TARGET_P99 1.25
 #define TARGET_HOL_P99 1.5
+#define TARGET_TABLE 2.0
+
+/* table rows: 65536 inserts or removes per rep, alternated with the baseline's */
+#define TABLE_N 65536u
+#define TABLE_REPS 5
 
 /* The bottom rows: N entries spread evenly, as arenas' allocations are, and the worst case of
  * the table's directory (common/mr-table.h): the same entries crowded into one corner of the
@@ -154,6 +165,8 @@ struct bench {
 	int cpu;       /* the ns-scale rows run pinned here */
 	bool pinned2;  /* CPUs 0 and 1 are ours: the round trip ran client on 0, servers on 1 */
 	struct ns_row top_mru, top_random, bottom[N_BOTTOM];
+	double table_ins[TABLE_REPS], table_ins_base[TABLE_REPS]; /* ns per insert */
+	double table_rm[TABLE_REPS], table_rm_base[TABLE_REPS];   /* ns per remove */
 	double touch_odp[FIRST_TOUCH_REPS], touch_contig[FIRST_TOUCH_REPS];
 	uint64_t p50[N_LAT][LAT_REPS], p99[N_LAT][LAT_REPS];
 
@@ -428,6 +441,131 @@ static int bench_bottom(struct bench *b)
 			}
 		mr_table_done(&t);
 	}
+	return r;
+}
+
+/* The table rows' baseline: a sorted array of entries (slot 0 a sentinel, as the table's),
+ * grown by doubling, with nothing in front of the search. */
+struct flat_table {
+	struct mr_entry *e;
+	size_t n, cap;
+};
+
+static TIMED size_t flat_floor(const struct flat_table *f, uint64_t addr)
+{
+	size_t lo = 0, n = f->n;
+
+	while (n > 1) {
+		size_t half = n / 2;
+
+		lo = f->e[lo + half].start <= addr ? lo + half : lo;
+		n -= half;
+	}
+	return lo;
+}
+
+static TIMED int flat_insert(struct flat_table *f, const struct mr_entry *entry)
+{
+	size_t at;
+
+	if (f->n == f->cap) {
+		struct mr_entry *e = realloc(f->e, 2 * f->cap * sizeof(*e));
+
+		if (!e)
+			return -ENOMEM;
+		f->e = e;
+		f->cap *= 2;
+	}
+	at = flat_floor(f, entry->start);
+	if (at > 0 && f->e[at].start == entry->start)
+		return -EEXIST;
+	at++;
+	memmove(&f->e[at + 1], &f->e[at], (f->n - at) * sizeof(*f->e));
+	f->e[at] = *entry;
+	f->n++;
+	return 0;
+}
+
+static TIMED int flat_remove(struct flat_table *f, uint64_t start)
+{
+	size_t at = flat_floor(f, start);
+
+	if (at == 0 || f->e[at].start != start)
+		return -ENOENT;
+	memmove(&f->e[at], &f->e[at + 1], (f->n - at - 1) * sizeof(*f->e));
+	f->n--;
+	return 0;
+}
+
+/* One rep of either row, of case (the table) or baseline: TABLE_N inserts in ins's order, then
+ * TABLE_N removes in rm's; ns per call of each. Both end empty, and check it. */
+static int table_rep(bool table, const struct mr_entry *ins, const struct mr_entry *rm,
+		     double *ret_ins, double *ret_rm)
+{
+	struct flat_table f = { .n = 1, .cap = 2 };
+	struct mr_table t;
+	uint64_t t0;
+	size_t left;
+	int r = 0;
+
+	if (table ? mr_table_init(&t, 2, 0) < 0 : !(f.e = calloc(f.cap, sizeof(*f.e))))
+		return -ENOMEM;
+	t0 = bench_now_ns();
+	for (size_t i = 0; i < TABLE_N && r >= 0; i++)
+		r = table ? mr_table_insert(&t, &ins[i]) : flat_insert(&f, &ins[i]);
+	*ret_ins = (double)(bench_now_ns() - t0) / TABLE_N;
+	t0 = bench_now_ns();
+	for (size_t i = 0; i < TABLE_N && r >= 0; i++)
+		r = table ? mr_table_remove(&t, rm[i].start) : flat_remove(&f, rm[i].start);
+	*ret_rm = (double)(bench_now_ns() - t0) / TABLE_N;
+	left = table ? t.n : f.n;
+	if (table)
+		mr_table_done(&t);
+	free(f.e);
+	if (r >= 0 && left != 1) {
+		fprintf(stderr, "bench-lookup: table rows: %zu entries left\n", left - 1);
+		return -EIO;
+	}
+	return r;
+}
+
+/* The bottom rows' entries, shuffled twice (Fisher-Yates, fixed seed). */
+static int bench_table(struct bench *b)
+{
+	_cleanup_free_ struct mr_entry *ins = malloc(TABLE_N * sizeof(*ins));
+	_cleanup_free_ struct mr_entry *rm = malloc(TABLE_N * sizeof(*rm));
+	uint64_t s = 0x9e3779b97f4a7c15ull;
+	int r = 0;
+
+	if (!ins || !rm)
+		return -ENOMEM;
+	for (size_t i = 0; i < TABLE_N; i++)
+		ins[i] = (struct mr_entry){ BOTTOM_BASE + i * BOTTOM_STRIDE,
+					    BOTTOM_BASE + i * BOTTOM_STRIDE + BOTTOM_LEN,
+					    (uint32_t)i, (uint32_t)i };
+	for (size_t i = TABLE_N - 1; i > 0; i--) {
+		size_t j = bench_rng_next(&s) % (i + 1);
+		struct mr_entry x = ins[i];
+
+		ins[i] = ins[j];
+		ins[j] = x;
+	}
+	memcpy(rm, ins, TABLE_N * sizeof(*rm));
+	for (size_t i = TABLE_N - 1; i > 0; i--) {
+		size_t j = bench_rng_next(&s) % (i + 1);
+		struct mr_entry x = rm[i];
+
+		rm[i] = rm[j];
+		rm[j] = x;
+	}
+	for (int rep = 0; rep < TABLE_REPS && r >= 0; rep++)
+		for (int j = 0; j < 2 && r >= 0; j++) {
+			if ((rep + j) % 2 == 0)
+				r = table_rep(true, ins, rm, &b->table_ins[rep], &b->table_rm[rep]);
+			else
+				r = table_rep(false, ins, rm, &b->table_ins_base[rep],
+					      &b->table_rm_base[rep]);
+		}
 	return r;
 }
 
@@ -910,6 +1048,21 @@ static double median_of(const double *v, size_t n)
 	return bench_median(d, n);
 }
 
+static void report_table(const char *name, const double *ns_case, const double *ns_base,
+			 const char *what, struct bench_summary *sum, size_t *n_sum)
+{
+	double per_rep[TABLE_REPS], ratio = median_ratio(ns_case, ns_base, TABLE_REPS, per_rep);
+
+	printf("%s: ratio=%.3f (case=mr_table_%s of %u entries one by one in random order, the "
+	       "table from empty to full (remove: back) baseline=the same %ss of a plain sorted "
+	       "array: bisection and memmove reps=%d)\n", name, ratio, what, TABLE_N, what,
+	       TABLE_REPS);
+	bench_print_doubles("per-rep ratio", per_rep, TABLE_REPS);
+	printf("  raw ns per %s, median of reps: case %.0f; baseline %.0f\n", what,
+	       median_of(ns_case, TABLE_REPS), median_of(ns_base, TABLE_REPS));
+	bench_add_summary(sum, n_sum, name, ratio, per_rep, TABLE_REPS, TARGET_TABLE, true);
+}
+
 static void report_ns(const char *name, const struct ns_row *row, const char *what_case,
 		      const char *what_base, double target, struct bench_summary *sum, size_t *n_sum)
 {
@@ -1044,7 +1197,7 @@ static void report_hol(const struct bench *b, struct bench_summary *sum, size_t 
 
 static void report(const struct bench *b, double busy_before)
 {
-	struct bench_summary sum[2 + N_BOTTOM + 2 + 1];
+	struct bench_summary sum[2 + N_BOTTOM + 2 + 2 + 1];
 	long n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	size_t n_sum = 0, held;
 
@@ -1072,6 +1225,8 @@ static void report(const struct bench *b, double busy_before)
 			  "branch-free binary search over the same sorted array", TARGET_BOTTOM, sum,
 			  &n_sum);
 	}
+	report_table("table-insert-65536", b->table_ins, b->table_ins_base, "insert", sum, &n_sum);
+	report_table("table-remove-65536", b->table_rm, b->table_rm_base, "remove", sum, &n_sum);
 	report_miss(b, sum, &n_sum);
 	{
 		double per_rep[FIRST_TOUCH_REPS];
@@ -1089,9 +1244,10 @@ static void report(const struct bench *b, double busy_before)
 
 	printf("summary (targets from PERF.md: top-half MRU hit <= %.1fx one-entry compare; "
 	       "top-half random hit <= %.1fx branch-free scan; bottom half <= %.1fx branch-free "
-	       "binary search; miss round trip p50 <= %.2fx, p99 <= %.2fx bare echo; B's miss "
-	       "round trip while A registers 1 GiB p99 <= %.1fx idle):\n",
-	       TARGET_TOP_MRU, TARGET_TOP_RANDOM, TARGET_BOTTOM, TARGET_P50, TARGET_P99,
+	       "binary search; table insert/remove at 64 K entries <= %.1fx a sorted array's "
+	       "memmove; miss round trip p50 <= %.2fx, p99 <= %.2fx bare echo; B's miss round "
+	       "trip while A registers 1 GiB p99 <= %.1fx idle):\n",
+	       TARGET_TOP_MRU, TARGET_TOP_RANDOM, TARGET_BOTTOM, TARGET_TABLE, TARGET_P50, TARGET_P99,
 	       TARGET_HOL_P99);
 	held = bench_print_summary(sum, n_sum);
 	printf("  %zu of %zu targets hold; %ld CPUs, %.0f%% of them busy with other work just "
@@ -1220,6 +1376,8 @@ int main(int argc, char **argv)
 		r = bench_top(&b);
 	if (r >= 0)
 		r = bench_bottom(&b);
+	if (r >= 0)
+		r = bench_table(&b);
 	if (r >= 0)
 		r = bench_miss(&b);
 	if (r >= 0)

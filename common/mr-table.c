@@ -86,6 +86,78 @@ static void index_build(struct mr_table *t)
 	t->shift = shift;
 	t->dir_last = (uint32_t)(buckets - 1);
 	t->steps = steps;
+	t->dir_off = 0;
+	t->changes = 0;
+	t->builds++;
+}
+
+/* Adds delta to each of [d, end), 32 bytes at a time: the pass is as long as the entries'
+ * memmove, and -O2 leaves a plain loop scalar. */
+static void dir_add(uint32_t *d, uint32_t *end, uint32_t delta)
+{
+	typedef uint32_t u32x4 __attribute__((vector_size(16)));
+
+	for (; end - d >= 8; d += 8) {
+		u32x4 v[2];
+
+		memcpy(v, d, sizeof(v));
+		v[0] += delta;
+		v[1] += delta;
+		memcpy(d, v, sizeof(v));
+	}
+	for (; d < end; d++)
+		*d += delta;
+}
+
+/* The index after entry at was inserted (delta 1) or removed (-1), the entries moved already:
+ * the starts follow them, each bucket whose first byte is at or past start points one on (or
+ * back), and the stretch start falls in (below base: from the sentinel to bucket 0's index)
+ * may need one more step. */
+static void index_update(struct mr_table *t, size_t at, uint64_t start, int delta)
+{
+	size_t n = t->n, b0, lo, hi, pad = (size_t)1 << t->steps;
+
+	if (delta > 0) {
+		/* the padding moves along; one more of it at the end */
+		memmove(&t->starts[at + 1], &t->starts[at], (n - 1 - at) * sizeof(*t->starts));
+		t->starts[at] = start;
+		t->starts[n - 1 + pad] = UINT64_MAX;
+	} else {
+		memmove(&t->starts[at], &t->starts[at + 1], (n - at) * sizeof(*t->starts));
+		t->starts[n] = UINT64_MAX;
+	}
+	/* Bucket b begins at base + (b << shift): the first at or past start. */
+	b0 = start <= t->base ? 0 : ((start - t->base - 1) >> t->shift) + 1;
+	if (b0 > (size_t)t->dir_last + 1)
+		b0 = (size_t)t->dir_last + 1; /* past the last bucket's first byte */
+	/* The buckets from b0 on move by delta: these, or the others back and all with them
+	 * (dir_off), whichever are fewer. */
+	if (t->dir_last + 1 - b0 <= b0) {
+		dir_add(&t->dir[b0], &t->dir[t->dir_last + 1], (uint32_t)delta);
+	} else {
+		dir_add(&t->dir[0], &t->dir[b0], (uint32_t)-delta);
+		t->dir_off += (uint32_t)delta;
+	}
+	if (delta < 0)
+		return; /* stretches only shrank */
+	/* The stretch that grew: the bucket before b0's, or below base. */
+	lo = b0 == 0 ? 0 : (uint32_t)(t->dir[b0 - 1] + t->dir_off);
+	hi = b0 <= t->dir_last ? (uint32_t)(t->dir[b0] + t->dir_off) : n - 1;
+	if (hi - lo + 1 > pad) {
+		t->steps++;
+		for (size_t i = n; i < n + 2 * pad; i++)
+			t->starts[i] = UINT64_MAX;
+	}
+}
+
+/* After a change: in place, or rebuilt once the changes since the last rebuild are many
+ * enough to pay for it. */
+static void index_changed(struct mr_table *t, size_t at, uint64_t start, int delta)
+{
+	if (++t->changes > t->n / 16 + 16)
+		index_build(t);
+	else
+		index_update(t, at, start, delta);
 }
 
 int mr_table_init(struct mr_table *t, size_t cap, size_t max_cap)
@@ -131,8 +203,8 @@ static size_t floor_plain(const struct mr_table *t, uint64_t addr)
 	return lo;
 }
 
-/* The entry in place, the index not yet: 0 or -errno. */
-static int insert_entry(struct mr_table *t, const struct mr_entry *entry)
+/* The entry in place, the index not yet: 0 (its index in *ret_at) or -errno. */
+static int insert_entry(struct mr_table *t, const struct mr_entry *entry, size_t *ret_at)
 {
 	size_t at;
 
@@ -159,21 +231,29 @@ static int insert_entry(struct mr_table *t, const struct mr_entry *entry)
 	memmove(&t->e[at + 1], &t->e[at], (t->n - at) * sizeof(*t->e));
 	t->e[at] = *entry;
 	t->n++;
+	*ret_at = at;
 	return 0;
 }
 
 int mr_table_insert(struct mr_table *t, const struct mr_entry *entry)
 {
-	return mr_table_insert_many(t, entry, 1);
+	size_t at;
+	int r = insert_entry(t, entry, &at);
+
+	if (r == 0)
+		index_changed(t, at, entry->start, 1);
+	return r;
 }
 
 int mr_table_insert_many(struct mr_table *t, const struct mr_entry *entries, size_t n)
 {
-	size_t done;
+	size_t done, at;
 	int r = 0;
 
+	if (n == 1)
+		return mr_table_insert(t, entries);
 	for (done = 0; done < n && r == 0; done++)
-		r = insert_entry(t, &entries[done]);
+		r = insert_entry(t, &entries[done], &at);
 	index_build(t);
 	return r;
 }
@@ -186,6 +266,6 @@ int mr_table_remove(struct mr_table *t, uint64_t start)
 		return -ENOENT;
 	memmove(&t->e[at], &t->e[at + 1], (t->n - at - 1) * sizeof(*t->e));
 	t->n--;
-	index_build(t);
+	index_changed(t, at, start, -1);
 	return 0;
 }
