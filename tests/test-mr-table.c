@@ -273,6 +273,48 @@ START_TEST(test_rebuilds_amortised)
 }
 END_TEST
 
+/* The two ends of the address space, changed in place (no rebuild between): an entry at 0
+ * shares its start with the sentinel, one ending at UINT64_MAX lies past every bucket, and
+ * removing either, first or last, leaves the rest found and the end empty again. */
+START_TEST(test_address_space_ends_in_place)
+{
+	struct mr_table t;
+	struct mr_entry low = { 0, 4096, 1, 1 }, top = { UINT64_MAX - 4096, UINT64_MAX, 2, 2 };
+	struct mr_entry mid = slot_entry(5);
+	size_t builds;
+
+	ck_assert_int_eq(mr_table_init(&t, 2, 0), 0);
+	builds = t.builds;
+	ck_assert_int_eq(mr_table_insert(&t, &mid), 0);
+	ck_assert_int_eq(mr_table_insert(&t, &top), 0);
+	ck_assert_int_eq(mr_table_insert(&t, &low), 0); /* below the base */
+	ck_assert_int_eq(mr_table_insert(&t, &low), -EEXIST);
+	ck_assert_uint_eq(t.builds, builds); /* all in place */
+	ck_assert_uint_eq(mr_table_lookup(&t, 0)->lkey, 1);
+	ck_assert_uint_eq(mr_table_lookup(&t, 4095)->lkey, 1);
+	ck_assert_ptr_null(mr_table_lookup(&t, 4096));
+	ck_assert_uint_eq(mr_table_lookup(&t, mid.start)->lkey, 5);
+	ck_assert_uint_eq(mr_table_lookup(&t, UINT64_MAX - 1)->lkey, 2);
+	ck_assert_ptr_null(mr_table_lookup(&t, UINT64_MAX));
+	ck_assert_int_eq(mr_table_remove(&t, 0), 0); /* the first */
+	ck_assert_int_eq(mr_table_remove(&t, 0), -ENOENT);
+	ck_assert_ptr_null(mr_table_lookup(&t, 0));
+	ck_assert_uint_eq(mr_table_lookup(&t, mid.end - 1)->lkey, 5);
+	ck_assert_int_eq(mr_table_remove(&t, top.start), 0); /* the last */
+	ck_assert_ptr_null(mr_table_lookup(&t, UINT64_MAX - 1));
+	ck_assert_uint_eq(mr_table_lookup(&t, mid.start)->lkey, 5);
+	ck_assert_int_eq(mr_table_remove(&t, mid.start), 0);
+	ck_assert_uint_eq(t.builds, builds);
+	for (uint64_t a = 0; a < 8192; a += 1024)
+		ck_assert_ptr_null(mr_table_lookup(&t, a));
+	ck_assert_ptr_null(mr_table_lookup(&t, UINT64_MAX));
+	ck_assert_int_eq(mr_table_insert(&t, &top), 0); /* into a table emptied in place */
+	ck_assert_uint_eq(mr_table_lookup(&t, UINT64_MAX - 4096)->lkey, 2);
+	ck_assert_ptr_null(mr_table_lookup(&t, mid.start));
+	mr_table_done(&t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("mr-table");
@@ -285,6 +327,7 @@ int main(void)
 	tcase_add_test(tc, test_rebuilds_amortised);
 	tcase_add_test(tc, test_ceiling);
 	tcase_add_test(tc, test_address_space_top);
+	tcase_add_test(tc, test_address_space_ends_in_place);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }
