@@ -306,11 +306,20 @@ START_TEST(test_freed_while_a_worker_registers)
 	struct test_waiter w = waiter();
 	struct mr_entry e;
 
+	uint64_t gen = status_page_generation(&mem.status), at = address(ra);
+	struct reg_allocation *next;
+
 	ck_assert_int_eq(lookup(address(ra), &e, &w.base), -EINPROGRESS);
 	ck_assert_int_eq(free_allocation(ra, NULL), 0); /* no MR yet: its pages go at once */
 	ck_assert_uint_eq(released, 1);
+	/* No key of it went out, so the generation stays: the worker's reply must hand none. */
+	ck_assert_uint_eq(status_page_generation(&mem.status), gen);
+	next = alloc(4 * MiB); /* its memory, someone else's before the worker is done */
+	ck_assert_uint_eq(address(next), at);
 	pump_until(&w.calls, 1);
 	ck_assert_int_eq(w.result, -ENOENT); /* the registration covers nobody's memory */
+	ck_assert_ptr_null(mr_table_lookup(&reg.cache.table, at));
+	ck_assert_uint_eq(status_page_generation(&mem.status), gen);
 	/* It is let go of (on a worker: 4 MiB), and uncharged once the device let go. */
 	pump_until(&holds, 0);
 	ck_assert_uint_eq(reg.jobs, 0);
