@@ -325,6 +325,19 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 	return k;
 }
 
+void *request_pending_new(size_t size, uint64_t id,
+			  void (*resume)(struct mr_waiter *w, int result,
+					 const struct mr_entry *entry, const char *why))
+{
+	struct pending_request *p = calloc(1, size);
+
+	if (p) {
+		p->waiter.resume = resume;
+		p->id = id;
+	}
+	return p;
+}
+
 void request_wait(struct client *c, struct pending_request *p)
 {
 	assert(!c->pending); /* a waiting client reads no further request */

@@ -67,6 +67,11 @@ struct pending_request {
 	uint64_t id;
 };
 
+/* A request that may wait for a worker: size zeroed bytes (a struct that starts with its
+ * struct pending_request) answering id, resumed through resume. NULL when out of memory. */
+void *request_pending_new(size_t size, uint64_t id,
+			  void (*resume)(struct mr_waiter *w, int result,
+					 const struct mr_entry *entry, const char *why));
 void request_wait(struct client *c, struct pending_request *p);
 /* Sends r for p (error as for reply_send) and lets the client read again. */
 void request_answer(struct pending_request *p, struct reply *r, int error);

@@ -201,11 +201,9 @@ static int free_owned(struct client *c, struct domain *d, uint64_t id, uint64_t 
 				  "first", address, pool_refs, pool_refs == 1 ? "" : "s");
 		return -EBUSY;
 	}
-	p = calloc(1, sizeof(*p));
+	p = request_pending_new(sizeof(*p), id, free_resume);
 	if (!p)
 		return -ENOMEM;
-	p->base.waiter.resume = free_resume;
-	p->base.id = id;
 	p->external = external;
 	k = domain_free_allocation(d, a, &p->base.waiter);
 	if (k == -EINPROGRESS) {

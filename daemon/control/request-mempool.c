@@ -101,11 +101,9 @@ int request_mempool_register(struct client *c, struct domain *d, const Mrd__Requ
 	struct pending_register *p;
 	int k;
 
-	p = calloc(1, sizeof(*p));
+	p = request_pending_new(sizeof(*p), req->id, register_resume);
 	if (!p)
 		return -ENOMEM;
-	p->base.waiter.resume = register_resume;
-	p->base.id = req->id;
 	k = mempool_register(&d->reg, &c->owner, q->name, q->starts, q->lengths, q->n_starts,
 			     q->extmem, &p->base.waiter, &p->reg, r->message, sizeof(r->message));
 	if (k == -EINPROGRESS) {
@@ -156,11 +154,9 @@ int request_mempool_unregister(struct client *c, struct domain *d, const Mrd__Re
 	struct pending_request *p;
 	int k;
 
-	p = calloc(1, sizeof(*p));
+	p = request_pending_new(sizeof(*p), req->id, unregister_resume);
 	if (!p)
 		return -ENOMEM;
-	p->waiter.resume = unregister_resume;
-	p->id = req->id;
 	k = mempool_unregister(&d->reg, &c->owner, name, &p->waiter, r->message,
 			       sizeof(r->message));
 	if (k == -EINPROGRESS) {

@@ -110,12 +110,10 @@ int request_mr_lookup(struct client *c, struct domain *d, const Mrd__Request *re
 	struct pending_lookup *p;
 	int k;
 
-	p = calloc(1, sizeof(*p));
+	p = request_pending_new(sizeof(*p), req->id, lookup_resume);
 	if (!p)
 		return -ENOMEM;
-	p->base.waiter.resume = lookup_resume;
-	p->base.client = c;
-	p->base.id = req->id;
+	p->base.client = c; /* lookup_run reads the domain through it before any wait */
 	p->n = q->n_addresses;
 	p->addrs = malloc(p->n * sizeof(*p->addrs));
 	p->entries = calloc(p->n, sizeof(*p->entries));
@@ -326,11 +324,9 @@ int request_prefetch(struct client *c, struct domain *d, const Mrd__Request *req
 		return -EINVAL;
 	}
 	if (q->flush) {
-		p = calloc(1, sizeof(*p));
+		p = request_pending_new(sizeof(*p), req->id, prefetch_resume);
 		if (!p)
 			return -ENOMEM;
-		p->waiter.resume = prefetch_resume;
-		p->id = req->id;
 	}
 	k = odp_prefetch(&d->reg, &c->owner, reg_allocation_of(a), q->address, q->length,
 			 (enum odp_advice)q->advice, p ? &p->waiter : NULL, r->message,
