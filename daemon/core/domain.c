@@ -215,7 +215,7 @@ static int domain_open(struct core *core, const char *name, struct domain **ret)
 
 	/* Its own context on the device mrd opened at start. */
 	r = registrar_open(&d->reg, core->provider, config_policy_for(&core->config, name),
-			   (uintptr_t)core->window.base, core->window.size);
+			   (uintptr_t)core->window.base);
 	if (r >= 0 && !d->reg.pools.off)
 		r = aging_start(d);
 	if (r >= 0)

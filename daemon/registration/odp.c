@@ -18,24 +18,26 @@ static size_t chunk_of(const struct odp *o, uint64_t addr)
 	return (size_t)((addr - o->base) >> o->chunk_shift);
 }
 
-/* Its chunk's slot; the leaf exists (ensure_leaf() ran on the loop first). */
-static struct odp_child **slot_of(const struct odp *o, uint64_t addr)
+/* a's slot for addr's chunk; the slots exist (ensure_slots() ran on the loop first). */
+static struct odp_child **slot_of(const struct odp *o, const struct reg_allocation *a,
+				  uint64_t addr)
 {
-	size_t chunk = chunk_of(o, addr);
-
-	return &o->leaves[chunk / ODP_LEAF][chunk % ODP_LEAF];
+	return &a->odp_slots->child[chunk_of(o, addr) - chunk_of(o, allocation_address(&a->mem))];
 }
 
-/* On the loop, before any worker may look in the slot. */
-static int ensure_leaf(struct odp *o, uint64_t addr)
+/* On the loop, before any work on a may look in its slots. */
+static int ensure_slots(const struct odp *o, struct reg_allocation *a)
 {
-	size_t leaf = chunk_of(o, addr) / ODP_LEAF;
+	uint64_t start = allocation_address(&a->mem);
+	size_t n;
 
-	if (!o->leaves[leaf]) {
-		o->leaves[leaf] = calloc(ODP_LEAF, sizeof(*o->leaves[leaf]));
-		if (!o->leaves[leaf])
-			return -ENOMEM;
-	}
+	if (a->odp_slots)
+		return 0;
+	n = chunk_of(o, start + a->mem.length - 1) - chunk_of(o, start) + 1;
+	a->odp_slots = calloc(1, sizeof(*a->odp_slots) + n * sizeof(a->odp_slots->child[0]));
+	if (!a->odp_slots)
+		return -ENOMEM;
+	a->odp_slots->n = n;
 	return 0;
 }
 
@@ -52,17 +54,9 @@ static void piece_of(const struct odp *o, const struct reg_allocation *a, uint64
 			   end;
 }
 
-static struct odp_child *find(struct odp_child *head, uint64_t start, uint64_t serial)
-{
-	for (struct odp_child *c = head; c; c = __atomic_load_n(&c->next, __ATOMIC_ACQUIRE))
-		if (c->start == start && c->allocation_serial == serial)
-			return c;
-	return NULL;
-}
-
 /* An on-demand MR over [start, end): on the loop or on a worker. */
 static struct odp_child *child_new(struct registrar *r, struct reg_allocation *a, uint64_t start,
-				   uint64_t end, uint64_t serial, unsigned access, int *ret_error)
+				   uint64_t end, unsigned access, int *ret_error)
 {
 	struct odp_child *c = calloc(1, sizeof(*c));
 	int k;
@@ -81,7 +75,6 @@ static struct odp_child *child_new(struct registrar *r, struct reg_allocation *a
 	c->start = start;
 	c->end = end;
 	c->allocation = a; /* only stored here: a worker never reads the allocation */
-	c->allocation_serial = serial;
 	return c;
 }
 
@@ -93,39 +86,15 @@ static void child_free(struct registrar *r, struct odp_child *c)
 	free(c);
 }
 
-/* Installs c in its slot with a compare-and-exchange, unless a child of the same piece is
- * there already: returns the one that stays (the caller frees c when it is not c). */
+/* Installs c in its (empty) slot with a compare-and-exchange, unless a child is there already:
+ * returns the one that stays (the caller frees c when it is not c). */
 static struct odp_child *install(struct odp_child **slot, struct odp_child *c)
 {
-	struct odp_child *head = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+	struct odp_child *have = NULL;
 
-	for (;;) {
-		struct odp_child *have = find(head, c->start, c->allocation_serial);
-
-		if (have)
-			return have;
-		__atomic_store_n(&c->next, head, __ATOMIC_RELAXED);
-		if (__atomic_compare_exchange_n(slot, &head, c, false, __ATOMIC_RELEASE,
-						__ATOMIC_ACQUIRE))
-			return c;
-	}
-}
-
-/* Out of its slot. Only the loop unlinks; workers only push at the head, so c is either the
- * head or behind a node whose next only the loop writes. */
-static void unlink_child(struct odp_child **slot, struct odp_child *c)
-{
-	struct odp_child *head = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-	struct odp_child *next = __atomic_load_n(&c->next, __ATOMIC_ACQUIRE);
-
-	if (head == c &&
-	    __atomic_compare_exchange_n(slot, &head, next, false, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE))
-		return;
-	for (struct odp_child *p = head; p; p = __atomic_load_n(&p->next, __ATOMIC_ACQUIRE))
-		if (__atomic_load_n(&p->next, __ATOMIC_ACQUIRE) == c) {
-			__atomic_store_n(&p->next, next, __ATOMIC_RELEASE);
-			return;
-		}
+	if (__atomic_compare_exchange_n(slot, &have, c, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return c;
+	return have;
 }
 
 static struct mr_entry entry_of(const struct odp_child *c)
@@ -138,6 +107,7 @@ static void link_child(struct registrar *r, struct odp_child *c)
 {
 	c->linked = true;
 	LIST_INSERT_HEAD(&c->allocation->odp_children, c, link);
+	LIST_INSERT_HEAD(&r->odp.all, c, all);
 	r->odp.children++;
 }
 
@@ -145,6 +115,7 @@ static void link_child(struct registrar *r, struct odp_child *c)
 struct odp_piece {
 	uint64_t start, end;     /* the child's range */
 	uint64_t addr, length;   /* the advice's */
+	struct odp_child **slot; /* its allocation's, for this chunk */
 	struct odp_child *child; /* its allocation's: the job's count keeps it */
 	bool created;            /* this job installed it */
 };
@@ -153,13 +124,11 @@ struct prefetch_job {
 	struct registrar_work base;
 	struct reg_owner *owner; /* NULL once it left */
 	LIST_ENTRY(prefetch_job) owner_link;
-	TAILQ_ENTRY(prefetch_job) queue; /* the domain's running (submission order) or waiting */
-	uint64_t epoch;        /* the domain's when submitted */
+	TAILQ_ENTRY(prefetch_job) queue; /* the domain's waiting ones */
 	bool waiting;          /* a flush waiting for room, not submitted yet */
 	struct mr_waiter *waiter;
 	struct reg_allocation *allocation; /* counts the job: it stays until the job is done */
 	enum odp_advice advice;
-	uint64_t serial;
 	unsigned access;
 	/* Written by the worker (with pieces[].child and .created), read on the loop after it. */
 	struct {
@@ -170,25 +139,23 @@ struct prefetch_job {
 	struct odp_piece pieces[];
 };
 
-/* Out of the index: a zombie, on its retired allocation's list still. Its MR goes once no
- * work on the allocation remains (kill_zombies), its memory once no walker can hold it (reap).
- * Every prefetch submitted from now on is stamped later than it left. */
+/* Out of use: a zombie, on its retired allocation's list still. Its MR goes once no work on
+ * the allocation remains (kill_zombies), and its memory with it. */
 static void make_zombie(struct registrar *r, struct odp_child *c)
 {
-	unlink_child(slot_of(&r->odp, c->start), c);
 	c->zombie = true;
-	c->gone = r->odp.epoch++;
-	TAILQ_INSERT_TAIL(&r->odp.zombies, c, grace);
+	r->odp.zombies++;
 }
 
 static void maybe_finish(struct registrar *r, struct reg_allocation *a);
-static void reap(struct registrar *r);
 
+/* Its MR went: nothing can reach it any more (no work on its allocation remains). */
 static void zombie_dead(struct registrar *r, struct odp_child *c)
 {
-	c->pmr = NULL;
-	c->allocation = NULL;
+	r->odp.zombies--;
 	r->odp.stats.children_destroyed++;
+	LIST_REMOVE(c, all);
+	free(c);
 }
 
 /* A zombie's MR gone on a worker: it counted as work on its allocation until now. */
@@ -200,13 +167,11 @@ static void zombie_gone(struct registrar *r, void *arg, int result)
 	zombie_dead(r, c);
 	a->odp_jobs--;
 	maybe_finish(r, a);
-	reap(r);
 }
 
 /* a is retired and no work on it remains: its zombies' MRs go (their keys die), so its pages
- * may go back. Walkers of other allocations only read a zombie's range and links. While a
- * soft Dma may copy through them (registrar_busy) workers deregister them, each counted as work
- * on a (so a's Free waits), and the loop goes on. */
+ * may go back. While a soft Dma may copy through them (registrar_busy) workers deregister them,
+ * each counted as work on a (so a's Free waits), and the loop goes on. */
 static void kill_zombies(struct registrar *r, struct reg_allocation *a)
 {
 	struct odp_child *c;
@@ -232,65 +197,35 @@ static void maybe_finish(struct registrar *r, struct reg_allocation *a)
 		registrar_release(r, a, a->free_waiter);
 }
 
-/* Zombies whose MRs went are freed once every prefetch submitted before they left the index
- * is done: the oldest one still running bounds them (later ones never saw them), so prefetches
- * that keep coming delay no zombie past the work that was there when it left. */
-static void reap(struct registrar *r)
-{
-	const struct prefetch_job *oldest = TAILQ_FIRST(&r->odp.running);
-	uint64_t bound = oldest ? oldest->epoch : UINT64_MAX;
-	struct odp_child *c, *next;
-
-	for (c = TAILQ_FIRST(&r->odp.zombies); c && c->gone < bound; c = next) {
-		next = TAILQ_NEXT(c, grace);
-		if (c->pmr)
-			continue; /* work on its allocation remains */
-		TAILQ_REMOVE(&r->odp.zombies, c, grace);
-		free(c);
-	}
-}
-
-int odp_init(struct registrar *r, uint64_t window_base, uint64_t window_size)
+int odp_init(struct registrar *r, uint64_t window_base)
 {
 	struct odp *o = &r->odp;
-	uint64_t chunks;
 
 	*o = (struct odp){ .base = window_base };
 	/* A child must fit the device: chunks no larger than its largest MR. */
 	while (((uint64_t)1 << o->chunk_shift) < r->config->odp_chunk &&
 	       ((uint64_t)2 << o->chunk_shift) <= r->provider->caps.max_mr_size)
 		o->chunk_shift++;
-	chunks = (window_size + ((uint64_t)1 << o->chunk_shift) - 1) >> o->chunk_shift;
-	o->n_leaves = (size_t)((chunks + ODP_LEAF - 1) / ODP_LEAF);
-	TAILQ_INIT(&o->zombies);
-	TAILQ_INIT(&o->running);
 	TAILQ_INIT(&o->waiting);
-	o->leaves = calloc(o->n_leaves ? o->n_leaves : 1, sizeof(*o->leaves));
-	return o->leaves ? 0 : -ENOMEM;
+	LIST_INIT(&o->all);
+	return 0;
 }
 
 void odp_done(struct registrar *r)
 {
-	struct odp *o = &r->odp;
 	struct odp_child *c;
 
-	/* Jobs hold the domain and allocations went: no work, no MR of a zombie is left. */
-	while ((c = TAILQ_FIRST(&o->zombies))) {
-		TAILQ_REMOVE(&o->zombies, c, grace);
+	/* Jobs hold the domain, and allocations go before it: none should be left. */
+	while ((c = LIST_FIRST(&r->odp.all))) {
+		LIST_REMOVE(c, all);
 		child_free(r, c);
 	}
-	for (size_t i = 0; o->leaves && i < o->n_leaves; i++) {
-		if (!o->leaves[i])
-			continue;
-		for (size_t j = 0; j < ODP_LEAF; j++)
-			while ((c = o->leaves[i][j])) { /* none should be left: allocations went */
-				o->leaves[i][j] = c->next;
-				child_free(r, c);
-			}
-		free(o->leaves[i]);
-	}
-	free(o->leaves);
-	o->leaves = NULL;
+}
+
+void odp_forget_allocation(struct reg_allocation *a)
+{
+	free(a->odp_slots);
+	a->odp_slots = NULL;
 }
 
 int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
@@ -303,13 +238,13 @@ int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, stru
 
 	o->stats.faults++;
 	piece_of(o, a, addr, &start, &end);
-	k = ensure_leaf(o, addr);
+	k = ensure_slots(o, a);
 	if (k < 0)
 		return k;
-	slot = slot_of(o, addr);
-	c = find(__atomic_load_n(slot, __ATOMIC_ACQUIRE), start, a->mem.serial);
+	slot = slot_of(o, a, addr);
+	c = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
 	if (!c) {
-		c = child_new(r, a, start, end, a->mem.serial, reg_allocation_access(a), &k);
+		c = child_new(r, a, start, end, reg_allocation_access(a), &k);
 		if (!c) {
 			snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") on demand "
 				 "failed: %s", start, end, provider_strerror(r->provider, k));
@@ -343,12 +278,12 @@ static void prefetch_run(struct registrar_work *w)
 		int k = 0;
 
 		if (!c) {
-			c = child_new(r, j->allocation, p->start, p->end, j->serial, j->access, &k);
+			c = child_new(r, j->allocation, p->start, p->end, j->access, &k);
 			if (!c) {
 				j->rt.result = k;
 				continue;
 			}
-			got = install(slot_of(&r->odp, p->start), c);
+			got = install(p->slot, c);
 			if (got != c)
 				child_free(r, c); /* the loop or another job made it first */
 			else {
@@ -375,14 +310,12 @@ static bool room_for(const struct odp *o, const struct reg_owner *owner)
 	return owner->n_prefetches < ODP_PREFETCH_IN_FLIGHT && o->jobs < ODP_DOMAIN_JOBS_MAX;
 }
 
-/* To the workers, stamped and last in the domain's running work. */
+/* To the workers. */
 static void submit(struct registrar *r, struct prefetch_job *j)
 {
 	struct odp *o = &r->odp;
 
 	j->waiting = false;
-	j->epoch = o->epoch;
-	TAILQ_INSERT_TAIL(&o->running, j, queue);
 	j->owner->n_prefetches++;
 	o->jobs++;
 	registrar_submit(&j->base);
@@ -433,7 +366,6 @@ static void prefetch_done(struct registrar_work *w)
 	struct mr_entry *fresh = calloc(j->n, sizeof(*fresh));
 	size_t n_fresh = 0;
 
-	TAILQ_REMOVE(&o->running, j, queue);
 	o->jobs--;
 	if (j->owner)
 		j->owner->n_prefetches--;
@@ -452,6 +384,7 @@ static void prefetch_done(struct registrar_work *w)
 		} else { /* freed while it was made: nobody gets its key */
 			make_zombie(r, c);
 			LIST_INSERT_HEAD(&a->odp_children, c, link);
+			LIST_INSERT_HEAD(&o->all, c, all);
 		}
 	}
 	if (n_fresh && !r->cache.table.overflow)
@@ -459,7 +392,6 @@ static void prefetch_done(struct registrar_work *w)
 	free(fresh);
 	job_end(r, j);
 	start_waiting(r);
-	reap(r);
 }
 
 int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_allocation *a,
@@ -484,6 +416,8 @@ int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_alloca
 			 ODP_PREFETCH_CHUNKS_MAX, (uint64_t)1 << o->chunk_shift);
 		return -EINVAL;
 	}
+	if (ensure_slots(o, a) < 0)
+		return -ENOMEM;
 	j = calloc(1, sizeof(*j) + n * sizeof(j->pieces[0]));
 	if (!j)
 		return -ENOMEM;
@@ -491,18 +425,13 @@ int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_alloca
 		struct odp_piece *p = &j->pieces[i];
 		uint64_t at = i == 0 ? addr : o->base + ((uint64_t)(chunk_of(o, addr) + i)
 							 << o->chunk_shift);
-		int k = ensure_leaf(o, at);
 
-		if (k < 0) {
-			free(j);
-			return k;
-		}
 		piece_of(o, a, at, &p->start, &p->end);
 		p->addr = at;
 		p->length = (addr + length < p->end ? addr + length : p->end) - at;
 		/* Its allocation's children stay while the job counts on it. */
-		p->child = find(__atomic_load_n(slot_of(o, at), __ATOMIC_ACQUIRE), p->start,
-				a->mem.serial);
+		p->slot = slot_of(o, a, at);
+		p->child = __atomic_load_n(p->slot, __ATOMIC_ACQUIRE);
 	}
 	/* It holds the domain from now, queued or waiting for room. */
 	registrar_job(r, &j->base, prefetch_run, prefetch_done, false);
@@ -511,7 +440,6 @@ int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_alloca
 	j->allocation = a;
 	a->odp_jobs++;
 	j->advice = advice;
-	j->serial = a->mem.serial;
 	j->access = reg_allocation_access(a);
 	j->n = n;
 	LIST_INSERT_HEAD(&owner->prefetches, j, owner_link);
@@ -550,7 +478,6 @@ unsigned odp_retire(struct registrar *r, struct reg_allocation *a)
 	/* Work on a not yet done may still use its children, make more and fault its pages in:
 	 * the pages wait for it (prefetch_done() finishes the free). */
 	kill_zombies(r, a);
-	reap(r);
 	return a->odp_jobs + !LIST_EMPTY(&a->odp_children);
 }
 

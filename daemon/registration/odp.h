@@ -2,21 +2,18 @@
 /* ODP-style lazy registration: the kernel's implicit-ODP design (seed 002), in the daemon. A
  * domain's on-demand memory is registered in children: on-demand MRs over fixed chunks of the
  * window (cache.odp_chunk, at most the device's largest MR), each cut to one allocation — mrd's
- * address space holds every domain's memory, so a child must never reach past its own. Children
- * live in a radix index keyed by chunk number, one list per chunk, shared by the children of
- * every allocation in that chunk; a fault (a lookup miss, or a prefetch on a worker) makes the
- * missing ones and installs each with a compare-and-exchange (the loser frees its own), then
- * enters all of them in the domain's table at once. Prefetch work counts on its allocation;
- * only it uses that allocation's children's MRs, but walking a chunk's list it reads every
- * child there. Freeing memory zaps its children and takes them out of the table and the index:
- * they become zombies. A zombie's MR is deregistered once no work on its allocation remains
- * (while registrar_busy() — a soft Dma may copy through it — not zapped, and deregistered on a
- * worker, which counts as work on the allocation), and the Free answers then (no key of the memory works and no work touches its pages after
- * they went back). Its memory waits longer, for a grace period over all the domain's prefetch
- * work, as SRCU would: the domain's epoch moves each time a child leaves the index, each job is
- * stamped with it at submission and kept in submission order, and a zombie is freed once the
- * oldest job still running was submitted after it left (later jobs cannot reach it, so a stream
- * of prefetches from others never holds it). Only the loop removes or destroys children. */
+ * address space holds every domain's memory, so a child must never reach past its own. Each
+ * allocation keeps its children in slots of its own, one per chunk it touches, so finding or
+ * making one costs the same however many allocations share the chunk. A fault (a lookup miss,
+ * or a prefetch on a worker) makes a missing one and installs it with a compare-and-exchange
+ * (the loser frees its own); the loop enters it in the domain's table. Work on a worker counts
+ * on its allocation and reads that allocation's slots alone, never another's. Freeing memory
+ * zaps its children and takes them out of the table: they become zombies. A zombie's MR is
+ * deregistered once no work on its allocation remains (while registrar_busy() — a soft Dma may
+ * copy through it — not zapped, and deregistered on a worker, which counts as work on the
+ * allocation), and the Free answers then (no key of the memory works and no work touches its
+ * pages after they went back); its memory goes with its MR, since no work can reach it then.
+ * Only the loop links, zombifies or destroys children. */
 #pragma once
 
 #include <stdbool.h>
@@ -33,15 +30,19 @@ struct registrar;
 
 struct odp_child {
 	uint64_t start, end;        /* its chunk cut to its allocation */
-	uint64_t allocation_serial; /* which allocation: immutable, read by workers */
-	struct reg_allocation *allocation; /* its allocation: set at birth; NULL once its MR went */
-	struct provider_mr *pmr;    /* NULL once deregistered (a zombie whose allocation went) */
-	struct odp_child *next;     /* in its index slot (atomic) */
+	struct reg_allocation *allocation; /* its allocation: set at birth, never read by workers */
+	struct provider_mr *pmr;
 	LIST_ENTRY(odp_child) link; /* loop: its allocation's children (zombies once it retired) */
-	TAILQ_ENTRY(odp_child) grace; /* loop: the domain's zombies, in the order they left */
-	uint64_t gone;              /* loop: the domain's epoch when it left the index */
+	LIST_ENTRY(odp_child) all;  /* loop: the domain's, while on its allocation's list */
 	bool linked;                /* loop: live, in the table and its allocation's list */
-	bool zombie;                /* loop: out of the index */
+	bool zombie;                /* loop: its allocation retired; it waits for its work */
+};
+
+/* An allocation's slots: one per chunk it touches, NULL or its child there (atomic: workers of
+ * its own work install). Made on the loop before any work on it; freed with the allocation. */
+struct odp_slots {
+	size_t n;
+	struct odp_child *child[];
 };
 
 struct odp_stats {
@@ -49,20 +50,14 @@ struct odp_stats {
 		invalidations;
 };
 
-/* Chunk slots per leaf of the index. */
-#define ODP_LEAF 512
-
 struct odp {
 	uint64_t base;          /* the window's */
 	unsigned chunk_shift;
-	size_t n_leaves;        /* top-level slots: chunks / ODP_LEAF */
-	struct odp_child ***leaves; /* leaves[i][j]: chunk i * ODP_LEAF + j's list */
-	TAILQ_HEAD(, odp_child) zombies;     /* out of the index, oldest first */
-	TAILQ_HEAD(, prefetch_job) running;  /* submitted, oldest first: the grace period */
 	TAILQ_HEAD(, prefetch_job) waiting;  /* flushes waiting for room, oldest first */
-	uint64_t epoch;         /* moves each time a child leaves the index */
+	LIST_HEAD(, odp_child) all;          /* every child on an allocation's list */
 	unsigned jobs;          /* prefetch work queued or running */
 	unsigned children;      /* live */
+	unsigned zombies;       /* of retired allocations, waiting for work on them */
 	struct odp_stats stats;
 };
 
@@ -74,10 +69,12 @@ struct odp {
 
 enum odp_advice { ODP_PREFETCH, ODP_PREFETCH_WRITE, ODP_PREFETCH_NO_FAULT };
 
-/* The index over the window [window_base, +window_size). */
-int odp_init(struct registrar *r, uint64_t window_base, uint64_t window_size);
+/* Chunks of the window from window_base. */
+int odp_init(struct registrar *r, uint64_t window_base);
 /* At domain teardown: no work is left (jobs hold the domain); destroys what remains. */
 void odp_done(struct registrar *r);
+/* a goes: its slots with it (no work on it remains). */
+void odp_forget_allocation(struct reg_allocation *a);
 
 /* A lookup miss at addr in on-demand allocation a: its child, made when missing. */
 int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
@@ -91,7 +88,7 @@ int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_alloca
 		 uint64_t addr, uint64_t length, enum odp_advice advice, struct mr_waiter *waiter,
 		 char *why, size_t why_size);
 
-/* a is being freed: its children are zapped and leave the table and the index. Returns
+/* a is being freed: its children are zapped and leave the table. Returns
  * nonzero when prefetch work on a remains (its children's MRs wait for it): then
  * registrar_release() runs once that is over. */
 unsigned odp_retire(struct registrar *r, struct reg_allocation *a);

@@ -22,6 +22,7 @@ struct reg_allocation {
 	LIST_HEAD(, pool_mr) pool_mrs; /* the live ones of those (not yet being deregistered) */
 	LIST_HEAD(, odp_child) odp_children; /* in the domain's table; once retired, its zombies
 					      * whose MRs wait for odp_jobs */
+	struct odp_slots *odp_slots; /* its children by chunk, once it had any (odp.h) */
 	unsigned odp_jobs;          /* prefetch work waiting, queued or running on it, and
 				     * its children's MRs going on workers */
 	bool retired;               /* being freed: nobody finds it any more */

@@ -11,7 +11,7 @@
 #include "registration/registrar.h"
 
 int registrar_open(struct registrar *r, struct provider *device, enum mr_policy policy,
-		   uint64_t window_base, uint64_t window_size)
+		   uint64_t window_base)
 {
 	int k;
 
@@ -24,7 +24,7 @@ int registrar_open(struct registrar *r, struct provider *device, enum mr_policy 
 	if (k >= 0)
 		k = mr_cache_init(&r->cache, policy);
 	if (k >= 0)
-		k = odp_init(r, window_base, window_size);
+		k = odp_init(r, window_base);
 	return k;
 }
 
@@ -260,5 +260,6 @@ int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_w
 void registrar_release(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter)
 {
 	mr_cache_release(&r->cache, ra);
+	odp_forget_allocation(ra);
 	r->events.released(r->data, ra, waiter);
 }

@@ -62,10 +62,10 @@ struct registrar {
 };
 
 /* With the links above filled in (config, name, mem, workers, stopping, host_pinned, events,
- * data): its own context on device, a PD and the pools, the cache and the ODP index over the
- * window [window_base, +window_size). On failure the caller still calls registrar_close. */
+ * data): its own context on device, a PD and the pools, the cache and on-demand children in
+ * chunks of the window from window_base. On failure the caller still calls registrar_close. */
 int registrar_open(struct registrar *r, struct provider *device, enum mr_policy policy,
-		   uint64_t window_base, uint64_t window_size);
+		   uint64_t window_base);
 /* Everything left goes (no job is: jobs hold the domain). Safe on a zeroed registrar. */
 void registrar_close(struct registrar *r);
 
