@@ -100,6 +100,7 @@
 #define N_HOL 6           /* rows: hol_specs[] */
 #define HOL_NEW_REPS 5    /* the free, ODP-fault, prefetch and own-handle rows: bench-lookup
 			   * stays within a few minutes */
+#define HOL_LEAD_US 2000  /* ODP-fault and prefetch rows: the device work's head start */
 #define HOL_ALONE 2       /* actions timed with B quiet, per row */
 #define HOL_IDLE_N 20000  /* B's round trips per idle phase: ~0.1 s, so that a stall by
 			   * anything else is about as likely in it as in a loaded phase */
@@ -706,6 +707,7 @@ static void store_u32(uint32_t *p, uint32_t v)
 /* The actor's side of one action. */
 struct hol_actor {
 	mrd_client *c;
+	mrd_client *c2; /* client A's second connection (hol_side); NULL on B's thread */
 	struct hol_shared *sh;
 	bool acks;    /* B samples meanwhile: wait for it at each state (B quiet: for nobody) */
 	uint32_t seq; /* sh->seq when the action began (only the actor writes it) */
@@ -790,68 +792,151 @@ static int hol_act_free(struct hol_actor *a)
 	return r;
 }
 
-/* ODP-faults 1 GiB of on-demand memory, as a device would: a lookup miss makes its child (on
- * mrd's loop), then emulated RDMA writes into it from a pinned buffer, MRD_DMA_MAX bytes each
- * (on mrd's Dma thread: the soft provider faults each page in under the domain's provider
- * lock, then copies without it). */
+/* A request of client A's on its second connection, on a thread: A's next request, on its
+ * first, is not queued behind it on the same handle. The ODP-fault and prefetch rows: the
+ * device work of one (a fault, an advise) holds the domain's provider lock while mrd's loop
+ * makes a child for the other. */
+struct hol_side {
+	mrd_client *c;
+	int (*call)(struct hol_side *s);
+	const void *addr, *src; /* src: the write's, from */
+	size_t length;
+	uint32_t lkey, rkey;
+	int result;
+	pthread_t thread;
+	bool running;
+};
+
+static void *hol_side_run(void *arg)
+{
+	struct hol_side *s = arg;
+
+	s->result = s->call(s);
+	return NULL;
+}
+
+/* Returns once the request is in the provider, as far as sleeping HOL_LEAD_US tells: else
+ * mrd would often have made A's next child before its worker took the lock. */
+static int hol_side_start(struct hol_side *s)
+{
+	int r = -pthread_create(&s->thread, NULL, hol_side_run, s);
+
+	s->running = r >= 0;
+	if (s->running)
+		usleep(HOL_LEAD_US);
+	return r;
+}
+
+static int hol_side_wait(struct hol_side *s)
+{
+	if (!s->running)
+		return 0;
+	pthread_join(s->thread, NULL);
+	s->running = false;
+	return s->result;
+}
+
+static int side_write(struct hol_side *s)
+{
+	return mrd_dma(s->c, MRD_DMA_WRITE, s->lkey, s->src, s->rkey, s->addr, s->length);
+}
+
+static int side_prefetch(struct hol_side *s)
+{
+	return mrd_prefetch(s->c, s->addr, s->length, MRD_PREFETCH_WRITE, MRD_PREFETCH_FLUSH);
+}
+
+/* ODP-faults 1 GiB of on-demand memory, as a device writing into it would, a chunk ([cache]
+ * odp_chunk, the row's 64 MiB) at a time: A's lookup of each chunk misses, which makes its
+ * child on mrd's loop, and then an emulated RDMA write from a pinned buffer fills it (mrd's
+ * Dma thread: the soft provider faults every page in under the domain's provider lock, then
+ * copies without it). A looks the next chunk up while the previous one is being written, as
+ * an application hands the device its next buffer. */
 static int hol_act_odp_fault(struct hol_actor *a)
 {
-	struct mrd_keys src_mr, mr = { 0 };
+	struct hol_side w = { .c = a->c2, .call = side_write };
+	struct mrd_keys src_mr, mr;
 	void *src = NULL, *p = NULL;
 	size_t n;
 	int r, r2;
 
+	if (!a->c2)
+		return -ENOTCONN;
 	r = mrd_mem_alloc(a->c, MRD_DMA_MAX, 0, 0, &src);
 	if (r >= 0)
 		r = mrd_keys_query(a->c, src, &src_mr); /* pinned: the source side faults nothing */
 	if (r >= 0)
 		r = mrd_mem_alloc(a->c, HOL_BYTES, 0, MRD_MEM_ODP, &p);
-	if (r >= 0) {
-		hol_begin(a);
-		for (size_t off = 0; off < HOL_BYTES && r >= 0; off += n) {
-			uintptr_t at = (uintptr_t)p + off;
+	if (r < 0)
+		goto out;
+	hol_begin(a);
+	for (size_t off = 0; off < HOL_BYTES && r >= 0; off += n) {
+		uintptr_t at = (uintptr_t)p + off;
 
-			if (at < mr.start || at >= mr.end)
-				r = mrd_keys_query(a->c, (void *)at, &mr); /* a child per chunk */
-			if (r >= 0 && !covers(&mr, (void *)at, 1))
-				r = -EBADMSG;
+		r = mrd_keys_query(a->c, (void *)at, &mr); /* a miss: this chunk's child */
+		if (r >= 0 && !covers(&mr, (void *)at, 1))
+			r = -EBADMSG;
+		n = r >= 0 ? mr.end - at : 0;
+		if (n > HOL_BYTES - off)
 			n = HOL_BYTES - off;
-			if (n > MRD_DMA_MAX)
-				n = MRD_DMA_MAX;
-			if (r >= 0 && n > mr.end - at)
-				n = mr.end - at;
-			if (r >= 0)
-				r = mrd_dma(a->c, MRD_DMA_WRITE, src_mr.lkey, src, mr.rkey,
-					    (void *)at, n);
-		}
-		hol_end(a);
+		if (n > MRD_DMA_MAX)
+			n = MRD_DMA_MAX;
+		r2 = hol_side_wait(&w); /* the chunk before */
+		r = r < 0 ? r : r2;
+		if (r < 0)
+			break;
+		w.lkey = src_mr.lkey;
+		w.rkey = mr.rkey;
+		w.src = src;
+		w.addr = (void *)at;
+		w.length = n;
+		r = hol_side_start(&w);
 	}
+	r2 = hol_side_wait(&w);
+	r = r < 0 ? r : r2;
+	hol_end(a);
+out:
 	r2 = p ? mrd_mem_free(a->c, p) : 0;
-	if (src)
-		r2 = mrd_mem_free(a->c, src) < 0 && r2 >= 0 ? -EIO : r2;
+	if (src && mrd_mem_free(a->c, src) < 0 && r2 >= 0)
+		r2 = -EIO;
 	return r < 0 ? r : r2;
 }
 
 /* Write-prefetches 1 GiB of on-demand memory and waits for it (MRD_PREFETCH_FLUSH): on a
  * worker, mrd makes the children and the provider faults every page in (soft: under the
- * domain's provider lock, held across the whole advise). */
+ * domain's provider lock, held across the whole advise). Meanwhile A's lookup of other
+ * on-demand memory misses, which makes its child on mrd's loop. */
 static int hol_act_prefetch(struct hol_actor *a)
 {
-	void *p = NULL;
+	struct hol_side pf = { .c = a->c2, .call = side_prefetch, .length = HOL_BYTES };
+	struct mrd_keys mr;
+	void *p = NULL, *q = NULL;
 	int r, r2;
 
+	if (!a->c2)
+		return -ENOTCONN;
 	r = mrd_mem_alloc(a->c, HOL_BYTES, 0, MRD_MEM_ODP, &p);
+	if (r >= 0)
+		r = mrd_mem_alloc(a->c, BUF_SIZE, 0, MRD_MEM_ODP, &q);
 	if (r < 0)
-		return r;
+		goto out;
+	pf.addr = p;
 	hol_begin(a);
-	r = mrd_prefetch(a->c, p, HOL_BYTES, MRD_PREFETCH_WRITE, MRD_PREFETCH_FLUSH);
+	r = hol_side_start(&pf);
+	if (r >= 0)
+		r = mrd_keys_query(a->c, q, &mr); /* a miss: q's child */
+	r2 = hol_side_wait(&pf);
 	hol_end(a);
-	r2 = mrd_mem_free(a->c, p);
+	r = r < 0 ? r : r2;
+out:
+	r2 = p ? mrd_mem_free(a->c, p) : 0;
+	if (q && mrd_mem_free(a->c, q) < 0 && r2 >= 0)
+		r2 = -EIO;
 	return r < 0 ? r : r2;
 }
 
-/* 4 KiB pages on any host; the quotas hold the actor's 1 GiB (and the ODP row's 64 MiB source
- * buffer). The default async_bytes (1M) puts 1 GiB of registration on a worker. */
+/* 4 KiB pages on any host; the quotas hold the actor's 1 GiB (and the ODP-fault row's 64 MiB
+ * source buffer). The default async_bytes (1M) puts 1 GiB of registration on a worker. */
 #define HOL_CONFIG "[memory]\nhugepages = no\n[quota]\nallocated_bytes = 4G\npinned_bytes = 4G\n"
 
 /* The rows, in the order they run: each its own mrd. */
@@ -877,11 +962,14 @@ static const struct hol_spec {
 	{ "lookup-hol-free", "client A (another process) frees a registered 1 GiB allocation",
 	  "A", "mrd_mem_free", HOL_CONFIG, hol_act_free, HOL_NEW_REPS, false, NULL },
 	{ "lookup-hol-odp-fault", "client A (another process) ODP-faults 1 GiB of MRD_MEM_ODP "
-	  "memory: a lookup miss makes its child, then 16 emulated RDMA writes of 64 MiB into it "
-	  "fault every page in", "A", "lookup + 16 x mrd_dma", HOL_CONFIG, hol_act_odp_fault,
-	  HOL_NEW_REPS, false, NULL },
+	  "memory ([cache] odp_chunk = 64M): per chunk a lookup miss makes its child on mrd's loop "
+	  "while A's emulated RDMA write into the chunk before faults its pages in (mrd's Dma "
+	  "thread, under the provider lock)", "A", "16 x (lookup + mrd_dma)",
+	  HOL_CONFIG "[cache]\nodp_chunk = 64M\n", hol_act_odp_fault, HOL_NEW_REPS, false, NULL },
 	{ "lookup-hol-prefetch", "client A (another process) write-prefetches 1 GiB of "
-	  "MRD_MEM_ODP memory with MRD_PREFETCH_FLUSH", "A", "mrd_prefetch (write, flush)",
+	  "MRD_MEM_ODP memory with MRD_PREFETCH_FLUSH (on a worker, under the provider lock) "
+	  "while its lookup of other MRD_MEM_ODP memory misses (the child made on mrd's loop)",
+	  "A", "mrd_prefetch (write, flush) beside a lookup",
 	  HOL_CONFIG, hol_act_prefetch, HOL_NEW_REPS, false, NULL },
 	{ "lookup-hol-own-handle", "another thread of B, on B's own mrd_client, makes the first "
 	  "lookup of a 1 GiB allocation (mrd pins it, on a worker)", "that thread",
@@ -892,10 +980,10 @@ _Static_assert(ELEMENTSOF(hol_specs) == N_HOL, "a row per spec");
 /* The actor: one action per byte read from cmd_fd ('a': B is quiet), until EOF; r: how its
  * connection went. It blocks in read() between actions, so it takes no CPU while B measures
  * the idle baseline. */
-static void hol_actor_loop(mrd_client *c, int r, int cmd_fd, struct hol_shared *sh,
-			   hol_act_fn *act)
+static void hol_actor_loop(mrd_client *c, mrd_client *c2, int r, int cmd_fd,
+			   struct hol_shared *sh, hol_act_fn *act)
 {
-	struct hol_actor a = { .c = c, .sh = sh };
+	struct hol_actor a = { .c = c, .c2 = c2, .sh = sh };
 
 	sh->tid = (pid_t)syscall(SYS_gettid);
 	for (;;) {
@@ -924,12 +1012,15 @@ static void hol_actor_loop(mrd_client *c, int r, int cmd_fd, struct hol_shared *
 static _Noreturn void hol_client_a(const char *socket, int cmd_fd, struct hol_shared *sh,
 				   hol_act_fn *act)
 {
-	mrd_client *c = NULL;
+	mrd_client *c = NULL, *c2 = NULL;
 	int r;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the bench */
 	r = mrd_client_connect(socket, &c);
-	hol_actor_loop(c, r, cmd_fd, sh, act);
+	if (r >= 0)
+		r = mrd_client_connect(socket, &c2);
+	hol_actor_loop(c, c2, r, cmd_fd, sh, act);
+	mrd_client_close(c2);
 	mrd_client_close(c);
 	_exit(EXIT_SUCCESS);
 }
@@ -955,7 +1046,7 @@ static void *hol_thread_a(void *arg)
 {
 	struct hol_run *h = arg;
 
-	hol_actor_loop(h->client, 0, h->cmd_rd, h->sh, h->spec->act);
+	hol_actor_loop(h->client, NULL, 0, h->cmd_rd, h->sh, h->spec->act);
 	return NULL;
 }
 
