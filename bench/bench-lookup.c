@@ -715,7 +715,8 @@ struct hol_actor {
 };
 
 /* A state change; with acks it waits (yielding, 10 s at most) until B finished a sample begun
- * in it. B samples back to back all through a loaded phase, so this is one round trip. */
+ * in it, but for HOL_IN_FLIGHT, whose request follows at once. B samples back to back all
+ * through a loaded phase, so this is one round trip. */
 static void hol_enter(struct hol_actor *a, uint32_t state)
 {
 	uint64_t t0 = bench_now_ns();
