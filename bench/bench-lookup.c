@@ -29,7 +29,13 @@
  *                process, registers 1 GiB, against the same round trip while A is idle: the
  *                registration runs on a worker ([cache] async_bytes), so the loop keeps
  *                answering B. For contrast the same again with a third mrd that registers on its
- *                loop (async_bytes = 2G).
+ *                loop (async_bytes = 2G). Then, each with its own mrd and fewer reps, the same
+ *                while A frees a registered 1 GiB (hol-free), ODP-faults 1 GiB (hol-odp-fault:
+ *                a lookup miss and emulated RDMA writes into MRD_MEM_ODP memory), write-
+ *                prefetches 1 GiB with flush (hol-prefetch), and while another thread of B, on
+ *                B's own handle, makes a 1 GiB first lookup (hol-own-handle). The p99 counts
+ *                the round trips a stall held back (hol_held()): B's own samples count a stall
+ *                once, which hides it (printed as -p99-own).
  *
  * The ns-scale rows time batches of lookups with CLOCK_MONOTONIC on one pinned CPU and divide
  * by the batch; every batch sums the keys it got, which both keeps the compiler from dropping
@@ -38,6 +44,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -47,6 +54,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -89,9 +97,14 @@
 #define HOL_BYTES (1ull << 30)
 #define HOL_REPS 7        /* idle and loaded phases each, interleaved */
 #define HOL_INLINE_REPS 3 /* the contrast: every registration blocks B for its whole length */
-#define HOL_ALONE 2       /* registrations timed with B quiet, per mrd */
-#define HOL_IDLE_N 5000   /* B's round trips per idle phase */
-#define HOL_CAP (1u << 20) /* B's samples kept per loaded phase (a 1 GiB pin takes < 1 min) */
+#define N_HOL 6           /* rows: hol_specs[] */
+#define HOL_NEW_REPS 5    /* the free, ODP-fault, prefetch and own-handle rows: bench-lookup
+			   * stays within a few minutes */
+#define HOL_LEAD_US 2000  /* ODP-fault and prefetch rows: the device work's head start */
+#define HOL_ALONE 2       /* actions timed with B quiet, per row */
+#define HOL_IDLE_N 20000  /* B's round trips per idle phase: ~0.1 s, so that a stall by
+			   * anything else is about as likely in it as in a loaded phase */
+#define HOL_CAP (1u << 20) /* B's samples kept per loaded phase (an action takes < 1 min) */
 #define HOL_TIMEOUT_NS (120ull * 1000000000ull) /* a loaded phase that takes longer failed */
 
 #define TARGET_TOP_MRU 2.0
@@ -132,25 +145,29 @@ struct ns_row {
 	double ns_case[NS_REPS], ns_base[NS_REPS]; /* per lookup */
 };
 
-/* One mrd of the head-of-line row: B's round trips with A idle and while A's 1 GiB
- * registration is in flight, per rep. */
+/* One head-of-line row (its own mrd): B's round trips with the actor idle and while the
+ * actor's 1 GiB action is in flight, per rep. */
 struct hol_row {
-	int reps;
-	uint64_t idle50[HOL_REPS], idle99[HOL_REPS];
-	uint64_t load50[HOL_REPS], load99[HOL_REPS], load_max[HOL_REPS];
-	size_t load_n[HOL_REPS]; /* B's samples counted while A's lookup was in flight */
-	double reg_ms[HOL_REPS]; /* A's mrd_keys_query() of the 1 GiB, as A timed it */
+	int reps;  /* 0: not measured */
+	int error; /* why not */
+	uint64_t idle50[HOL_REPS], idle99[HOL_REPS], idle99_own[HOL_REPS]; /* as load_* */
+	uint64_t load50[HOL_REPS], load99[HOL_REPS]; /* with what stalls held back (hol_held) */
+	uint64_t load99_own[HOL_REPS], load_max[HOL_REPS]; /* B's own samples alone */
+	size_t load_n[HOL_REPS]; /* B's samples counted while the action was in flight */
+	double op_ms[HOL_REPS];  /* the action's timed request(s), as the actor timed them */
 	double alone_ms[HOL_ALONE]; /* the same while B sends nothing */
 };
 
-/* Shared between B (this process) and A (a child), in a MAP_SHARED page. A blocks in read()
- * on a pipe between commands, so it takes no CPU while B measures the idle baseline. */
+/* Shared between B (this process) and the actor (a child process, or a thread), in a
+ * MAP_SHARED page. The actor blocks in read() on a pipe between commands, so it takes no CPU
+ * while B measures the idle baseline. */
 struct hol_shared {
-	uint32_t reg_seq;  /* A: where its registration is, 4 steps each (see hol_register()) */
-	uint32_t ack;      /* B: reg_seq as it was when B's latest finished sample began */
-	uint32_t done;     /* A: commands done (1 once connected) */
-	int error;         /* A: -errno of its first failure */
-	uint64_t reg_ns;   /* A: its latest registration's mrd_keys_query() */
+	uint32_t seq;    /* actor: where its action is, 4 steps each (see hol_enter()) */
+	uint32_t ack;    /* B: seq as it was when B's latest finished sample began */
+	uint32_t done;   /* actor: commands done (1 once connected) */
+	int error;       /* actor: -errno of its first failure */
+	pid_t tid;       /* actor: its thread, which hol_place() pins */
+	uint64_t op_ns;  /* actor: its latest action's timed request(s) */
 };
 
 struct bench {
@@ -171,8 +188,7 @@ struct bench {
 	uint64_t p50[N_LAT][LAT_REPS], p99[N_LAT][LAT_REPS];
 
 	const char *hol_placement;
-	int hol_error; /* the row's first failure: it is left out of the summary */
-	struct hol_row hol, hol_inline; /* reps 0: not measured */
+	struct hol_row hol[N_HOL]; /* as hol_specs[] */
 };
 
 /* The timed loops (TIMED, bench-util.h) each sum the keys, so no lookup is dead code. */
@@ -660,21 +676,23 @@ static int bench_miss(struct bench *b)
 }
 
 /*
- * The head-of-line row. Client A, a child process with its own connection, allocates 1 GiB,
- * looks it up (mrd pins the whole allocation: on a worker when it is async_bytes or more) and
- * frees it, once per loaded phase; B, this process, times mrd_keys_query() of a small buffer
- * whose MR mrd has cached, back to back. A moves a counter through four states per
- * registration, and waits for B to finish a sample begun in the state before it moves on:
- *   4i+1  allocated: mrd is done with the allocation, so no sample begun now waits on it
- *   4i+2  A's mrd_keys_query() in flight
- *   4i+3  it returned: B's samples begun before are over before A frees (the free unpins and
- *         punches 1 GiB on mrd's loop, which is not what this row measures)
- *   4i+4  freed
- * A sample of B counts when it overlaps the lookup: begun in 4i+1 or 4i+2 and over in 4i+2 or
- * 4i+3. So a round trip that waits behind A's request is counted even when it was sent just
- * before A's.
+ * The head-of-line rows. An actor does one 1 GiB action per loaded phase, each row its own
+ * (hol_specs[]: register, free, ODP-fault, write-prefetch): client A, a child process with its
+ * own connection, or in the own-handle row a thread of B's on B's handle. B, this process,
+ * times mrd_keys_query() of a small buffer whose MR mrd has cached, back to back. The actor
+ * moves a counter through four states per action, and waits for B to finish a sample begun
+ * in the state before it moves on:
+ *   4i+1  ready: what the action needs is done (allocated; registered, for a free), so no
+ *         sample begun now waits on it
+ *   4i+2  the action's timed request(s) in flight
+ *   4i+3  returned: B's samples begun before are over before the actor cleans up (a free
+ *         unpins and punches 1 GiB on mrd's loop, which only the free row counts)
+ *   4i+4  cleaned up
+ * A sample of B counts when it overlaps the timed request: begun in 4i+1 or 4i+2 and over in
+ * 4i+2 or 4i+3. So a round trip that waits behind the actor's request is counted even when it
+ * was sent just before it.
  */
-enum { HOL_ALLOCATED = 1, HOL_IN_FLIGHT = 2, HOL_RETURNED = 3, HOL_FREED = 0 };
+enum { HOL_READY = 1, HOL_IN_FLIGHT = 2, HOL_RETURNED = 3, HOL_DONE = 0 };
 
 static uint32_t load_u32(const uint32_t *p)
 {
@@ -686,62 +704,296 @@ static void store_u32(uint32_t *p, uint32_t v)
 	__atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
 
-/* A's side of a state change: waits (yielding, 10 s at most) until B finished a sample begun
- * in state seq. B samples back to back all through a loaded phase, so this is one round
- * trip. */
-static void hol_wait_ack(struct hol_shared *sh, uint32_t seq)
+/* The actor's side of one action. */
+struct hol_actor {
+	mrd_client *c;
+	mrd_client *c2; /* client A's second connection (hol_side); NULL on B's thread */
+	struct hol_shared *sh;
+	bool acks;    /* B samples meanwhile: wait for it at each state (B quiet: for nobody) */
+	uint32_t seq; /* sh->seq when the action began (only the actor writes it) */
+	uint64_t t0;
+};
+
+/* A state change; with acks it waits (yielding, 10 s at most) until B finished a sample begun
+ * in it, but for HOL_IN_FLIGHT, whose request follows at once. B samples back to back all
+ * through a loaded phase, so this is one round trip. */
+static void hol_enter(struct hol_actor *a, uint32_t state)
 {
 	uint64_t t0 = bench_now_ns();
 
-	while (load_u32(&sh->ack) != seq && bench_now_ns() - t0 < 10000000000ull)
+	store_u32(&a->sh->seq, a->seq + state);
+	while (a->acks && state != HOL_IN_FLIGHT && load_u32(&a->sh->ack) != a->seq + state &&
+	       bench_now_ns() - t0 < 10000000000ull)
 		sched_yield();
 }
 
-/* With B quiet (!acks) A waits for nobody. */
-static int hol_register(mrd_client *c, struct hol_shared *sh, bool acks)
+/* Between them the action's timed request(s), timed into sh->op_ns. */
+static void hol_begin(struct hol_actor *a)
 {
-	uint32_t seq = sh->reg_seq; /* only A writes it */
+	hol_enter(a, HOL_READY);
+	hol_enter(a, HOL_IN_FLIGHT);
+	a->t0 = bench_now_ns();
+}
+
+static void hol_end(struct hol_actor *a)
+{
+	uint64_t t1 = bench_now_ns();
+
+	hol_enter(a, HOL_RETURNED);
+	a->sh->op_ns = t1 - a->t0;
+}
+
+static bool covers(const struct mrd_keys *mr, const void *p, size_t length)
+{
+	return mr->start <= (uintptr_t)p && mr->end >= (uintptr_t)p + length;
+}
+
+typedef int hol_act_fn(struct hol_actor *a);
+
+/* Registers 1 GiB: its first lookup pins it all (on a worker from [cache] async_bytes on). */
+static int hol_act_register(struct hol_actor *a)
+{
 	struct mrd_keys mr;
 	void *p = NULL;
-	uint64_t t0, t1;
 	int r, r2;
 
-	r = mrd_mem_alloc(c, HOL_BYTES, 0, 0, &p);
+	r = mrd_mem_alloc(a->c, HOL_BYTES, 0, 0, &p);
 	if (r < 0)
 		return r;
-	store_u32(&sh->reg_seq, seq + HOL_ALLOCATED);
-	if (acks)
-		hol_wait_ack(sh, seq + HOL_ALLOCATED);
-	store_u32(&sh->reg_seq, seq + HOL_IN_FLIGHT);
-	t0 = bench_now_ns();
-	r = mrd_keys_query(c, p, &mr);
-	t1 = bench_now_ns();
-	store_u32(&sh->reg_seq, seq + HOL_RETURNED);
-	sh->reg_ns = t1 - t0;
-	if (r >= 0 && (mr.start > (uintptr_t)p || mr.end < (uintptr_t)p + HOL_BYTES))
+	hol_begin(a);
+	r = mrd_keys_query(a->c, p, &mr);
+	hol_end(a);
+	if (r >= 0 && !covers(&mr, p, HOL_BYTES))
 		r = -EBADMSG; /* contig: one MR over the whole allocation */
-	if (acks)
-		hol_wait_ack(sh, seq + HOL_RETURNED);
-	r2 = mrd_mem_free(c, p);
-	store_u32(&sh->reg_seq, seq + 4);
+	r2 = mrd_mem_free(a->c, p);
 	return r < 0 ? r : r2;
 }
 
-/* Client A: one registration per byte read from cmd_fd ('a': B is quiet), until EOF. It blocks
- * in read() between them, so it takes no CPU while B measures the idle baseline. */
-static _Noreturn void hol_client_a(const char *socket, int cmd_fd, struct hol_shared *sh)
+/* Frees a registered 1 GiB: its MR goes (on a worker from async_bytes on), then its pages go
+ * back to the kernel, and the Free answers. */
+static int hol_act_free(struct hol_actor *a)
 {
-	mrd_client *c = NULL;
+	struct mrd_keys mr;
+	void *p = NULL;
 	int r;
 
-	prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the bench */
-	r = mrd_client_connect(socket, &c);
+	r = mrd_mem_alloc(a->c, HOL_BYTES, 0, 0, &p);
+	if (r < 0)
+		return r;
+	r = mrd_keys_query(a->c, p, &mr);
+	if (r >= 0 && !covers(&mr, p, HOL_BYTES))
+		r = -EBADMSG;
+	if (r < 0) {
+		(void)mrd_mem_free(a->c, p);
+		return r;
+	}
+	hol_begin(a);
+	r = mrd_mem_free(a->c, p);
+	hol_end(a);
+	return r;
+}
+
+/* A request of client A's on its second connection, on a thread: A's next request, on its
+ * first, is not queued behind it on the same handle. The ODP-fault and prefetch rows: the
+ * device work of one (a fault, an advise) holds the domain's provider lock while mrd's loop
+ * makes a child for the other. */
+struct hol_side {
+	mrd_client *c;
+	int (*call)(struct hol_side *s);
+	const void *addr, *src; /* src: the write's, from */
+	size_t length;
+	uint32_t lkey, rkey;
+	int result;
+	pthread_t thread;
+	bool running;
+};
+
+static void *hol_side_run(void *arg)
+{
+	struct hol_side *s = arg;
+
+	s->result = s->call(s);
+	return NULL;
+}
+
+/* Returns once the request is in the provider, as far as sleeping HOL_LEAD_US tells: else
+ * mrd would often have made A's next child before its worker took the lock. */
+static int hol_side_start(struct hol_side *s)
+{
+	int r = -pthread_create(&s->thread, NULL, hol_side_run, s);
+
+	s->running = r >= 0;
+	if (s->running)
+		usleep(HOL_LEAD_US);
+	return r;
+}
+
+static int hol_side_wait(struct hol_side *s)
+{
+	if (!s->running)
+		return 0;
+	pthread_join(s->thread, NULL);
+	s->running = false;
+	return s->result;
+}
+
+static int side_write(struct hol_side *s)
+{
+	return mrd_dma(s->c, MRD_DMA_WRITE, s->lkey, s->src, s->rkey, s->addr, s->length);
+}
+
+static int side_prefetch(struct hol_side *s)
+{
+	return mrd_prefetch(s->c, s->addr, s->length, MRD_PREFETCH_WRITE, MRD_PREFETCH_FLUSH);
+}
+
+/* ODP-faults 1 GiB of on-demand memory, as a device writing into it would, a chunk ([cache]
+ * odp_chunk, the row's 64 MiB) at a time: A's lookup of each chunk misses, which makes its
+ * child on mrd's loop, and then an emulated RDMA write from a pinned buffer fills it (mrd's
+ * Dma thread: the soft provider faults every page in under the domain's provider lock, then
+ * copies without it). A looks the next chunk up while the previous one is being written, as
+ * an application hands the device its next buffer. */
+static int hol_act_odp_fault(struct hol_actor *a)
+{
+	struct hol_side w = { .c = a->c2, .call = side_write };
+	struct mrd_keys src_mr, mr;
+	void *src = NULL, *p = NULL;
+	size_t n;
+	int r, r2;
+
+	if (!a->c2)
+		return -ENOTCONN;
+	r = mrd_mem_alloc(a->c, MRD_DMA_MAX, 0, 0, &src);
+	if (r >= 0)
+		r = mrd_keys_query(a->c, src, &src_mr); /* pinned: the source side faults nothing */
+	if (r >= 0)
+		r = mrd_mem_alloc(a->c, HOL_BYTES, 0, MRD_MEM_ODP, &p);
+	if (r < 0)
+		goto out;
+	hol_begin(a);
+	for (size_t off = 0; off < HOL_BYTES && r >= 0; off += n) {
+		uintptr_t at = (uintptr_t)p + off;
+
+		r = mrd_keys_query(a->c, (void *)at, &mr); /* a miss: this chunk's child */
+		if (r >= 0 && !covers(&mr, (void *)at, 1))
+			r = -EBADMSG;
+		n = r >= 0 ? mr.end - at : 0;
+		if (n > HOL_BYTES - off)
+			n = HOL_BYTES - off;
+		if (n > MRD_DMA_MAX)
+			n = MRD_DMA_MAX;
+		r2 = hol_side_wait(&w); /* the chunk before */
+		r = r < 0 ? r : r2;
+		if (r < 0)
+			break;
+		w.lkey = src_mr.lkey;
+		w.rkey = mr.rkey;
+		w.src = src;
+		w.addr = (void *)at;
+		w.length = n;
+		r = hol_side_start(&w);
+	}
+	r2 = hol_side_wait(&w);
+	r = r < 0 ? r : r2;
+	hol_end(a);
+out:
+	r2 = p ? mrd_mem_free(a->c, p) : 0;
+	if (src && mrd_mem_free(a->c, src) < 0 && r2 >= 0)
+		r2 = -EIO;
+	return r < 0 ? r : r2;
+}
+
+/* Write-prefetches 1 GiB of on-demand memory and waits for it (MRD_PREFETCH_FLUSH): on a
+ * worker, mrd makes the children and the provider faults every page in (soft: under the
+ * domain's provider lock, held across the whole advise). Meanwhile A's lookup of other
+ * on-demand memory misses, which makes its child on mrd's loop. */
+static int hol_act_prefetch(struct hol_actor *a)
+{
+	struct hol_side pf = { .c = a->c2, .call = side_prefetch, .length = HOL_BYTES };
+	struct mrd_keys mr;
+	void *p = NULL, *q = NULL;
+	int r, r2;
+
+	if (!a->c2)
+		return -ENOTCONN;
+	r = mrd_mem_alloc(a->c, HOL_BYTES, 0, MRD_MEM_ODP, &p);
+	if (r >= 0)
+		r = mrd_mem_alloc(a->c, BUF_SIZE, 0, MRD_MEM_ODP, &q);
+	if (r < 0)
+		goto out;
+	pf.addr = p;
+	hol_begin(a);
+	r = hol_side_start(&pf);
+	if (r >= 0)
+		r = mrd_keys_query(a->c, q, &mr); /* a miss: q's child */
+	r2 = hol_side_wait(&pf);
+	hol_end(a);
+	r = r < 0 ? r : r2;
+out:
+	r2 = p ? mrd_mem_free(a->c, p) : 0;
+	if (q && mrd_mem_free(a->c, q) < 0 && r2 >= 0)
+		r2 = -EIO;
+	return r < 0 ? r : r2;
+}
+
+/* 4 KiB pages on any host; the quotas hold the actor's 1 GiB (and the ODP-fault row's 64 MiB
+ * source buffer). The default async_bytes (1M) puts 1 GiB of registration on a worker. */
+#define HOL_CONFIG "[memory]\nhugepages = no\n[quota]\nallocated_bytes = 4G\npinned_bytes = 4G\n"
+
+/* The rows, in the order they run: each its own mrd. */
+static const struct hol_spec {
+	const char *name;  /* the row's, and its summary line's */
+	const char *does;  /* who does what, in the row's line */
+	const char *who;   /* the actor, idle in the baseline */
+	const char *timed; /* what the actor times, in the raw figures */
+	const char *config;
+	hol_act_fn *act;
+	int reps;
+	bool own_handle;   /* the actor is a thread of B on B's handle, not a process */
+	const char *tag;   /* NULL: the row has PERF.md's target; else why it is printed */
+} hol_specs[] = {
+	{ "lookup-hol", "client A (another process) registers 1 GiB ([cache] async_bytes = 1M: "
+	  "on a worker)", "A", "mrd_keys_query (pin)", HOL_CONFIG, hol_act_register, HOL_REPS,
+	  false, NULL },
+	/* 2G keeps A's registration on the loop, as before the worker pool. */
+	{ "lookup-hol-inline", "client A (another process) registers 1 GiB ([cache] async_bytes "
+	  "= 2G: on mrd's loop, as without workers)", "A", "mrd_keys_query (pin)",
+	  HOL_CONFIG "[cache]\nasync_bytes = 2G\n", hol_act_register, HOL_INLINE_REPS, false,
+	  "what the worker pool avoids" },
+	{ "lookup-hol-free", "client A (another process) frees a registered 1 GiB allocation",
+	  "A", "mrd_mem_free", HOL_CONFIG, hol_act_free, HOL_NEW_REPS, false, NULL },
+	{ "lookup-hol-odp-fault", "client A (another process) ODP-faults 1 GiB of MRD_MEM_ODP "
+	  "memory ([cache] odp_chunk = 64M): per chunk a lookup miss makes its child on mrd's loop "
+	  "while A's emulated RDMA write into the chunk before faults its pages in (mrd's Dma "
+	  "thread, under the provider lock)", "A", "16 x (lookup + mrd_dma)",
+	  HOL_CONFIG "[cache]\nodp_chunk = 64M\n", hol_act_odp_fault, HOL_NEW_REPS, false, NULL },
+	{ "lookup-hol-prefetch", "client A (another process) write-prefetches 1 GiB of "
+	  "MRD_MEM_ODP memory with MRD_PREFETCH_FLUSH (on a worker, under the provider lock) "
+	  "while its lookup of other MRD_MEM_ODP memory misses (the child made on mrd's loop)",
+	  "A", "mrd_prefetch (write, flush) beside a lookup",
+	  HOL_CONFIG, hol_act_prefetch, HOL_NEW_REPS, false, NULL },
+	{ "lookup-hol-own-handle", "another thread of B, on B's own mrd_client, makes the first "
+	  "lookup of a 1 GiB allocation (mrd pins it, on a worker)", "that thread",
+	  "mrd_keys_query (pin)", HOL_CONFIG, hol_act_register, HOL_NEW_REPS, true, NULL },
+};
+_Static_assert(ELEMENTSOF(hol_specs) == N_HOL, "a row per spec");
+
+/* The actor: one action per byte read from cmd_fd ('a': B is quiet), until EOF; r: how its
+ * connection went. It blocks in read() between actions, so it takes no CPU while B measures
+ * the idle baseline. */
+static void hol_actor_loop(mrd_client *c, mrd_client *c2, int r, int cmd_fd,
+			   struct hol_shared *sh, hol_act_fn *act)
+{
+	struct hol_actor a = { .c = c, .c2 = c2, .sh = sh };
+
+	sh->tid = (pid_t)syscall(SYS_gettid);
 	for (;;) {
 		char cmd;
 		ssize_t n;
 
 		if (r < 0 && !sh->error) {
-			fprintf(stderr, "bench-lookup: client A: %s\n", mrd_last_error());
+			fprintf(stderr, "bench-lookup: head-of-line actor: %s (%s)\n", strerror(-r),
+				mrd_last_error());
 			sh->error = r;
 		}
 		__atomic_add_fetch(&sh->done, 1, __ATOMIC_RELEASE);
@@ -750,23 +1002,54 @@ static _Noreturn void hol_client_a(const char *socket, int cmd_fd, struct hol_sh
 		while (n < 0 && errno == EINTR);
 		if (n != 1)
 			break;
-		r = hol_register(c, sh, cmd != 'a');
+		a.acks = cmd != 'a';
+		a.seq = sh->seq;
+		r = act(&a);
+		store_u32(&sh->seq, a.seq + 4);
 	}
+}
+
+/* Client A: a process of its own, with its own connection. */
+static _Noreturn void hol_client_a(const char *socket, int cmd_fd, struct hol_shared *sh,
+				   hol_act_fn *act)
+{
+	mrd_client *c = NULL, *c2 = NULL;
+	int r;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the bench */
+	r = mrd_client_connect(socket, &c);
+	if (r >= 0)
+		r = mrd_client_connect(socket, &c2);
+	hol_actor_loop(c, c2, r, cmd_fd, sh, act);
+	mrd_client_close(c2);
 	mrd_client_close(c);
 	_exit(EXIT_SUCCESS);
 }
 
-/* A second (or third) mrd, client A and B's connection to it. */
+/* A second (or later) mrd, the actor and B's connection to it. */
 struct hol_run {
+	const struct hol_spec *spec;
 	struct mrd_proc mrd;
 	struct hol_shared *sh;
-	pid_t a_pid;
-	int cmd_fd;       /* to A */
-	uint32_t cmds;    /* A's commands so far, the connect included */
+	pid_t a_pid;        /* client A */
+	pthread_t a_thread; /* or the own-handle row's thread */
+	bool thread_started;
+	int cmd_fd;         /* to the actor */
+	int cmd_rd;         /* the thread's end */
+	uint32_t cmds;      /* the actor's commands so far, the start included */
 	mrd_client *client;
 	void *buf;
 	struct mrd_keys mr; /* what mrd answered for buf */
+	uint64_t pace_ns;   /* B's idle round trip (p50 of the warm-up) */
 };
+
+static void *hol_thread_a(void *arg)
+{
+	struct hol_run *h = arg;
+
+	hol_actor_loop(h->client, NULL, 0, h->cmd_rd, h->sh, h->spec->act);
+	return NULL;
+}
 
 static int hol_wait_done(struct hol_run *h)
 {
@@ -780,7 +1063,7 @@ static int hol_wait_done(struct hol_run *h)
 	return h->sh->error;
 }
 
-static int hol_start(struct hol_run *h, const char *config)
+static int hol_start(struct hol_run *h)
 {
 	static const char *const mrd_args[] = { "--log-level", "warning", NULL };
 	int fds[2], r;
@@ -791,49 +1074,61 @@ static int hol_start(struct hol_run *h, const char *config)
 		h->sh = NULL;
 		return negative_errno();
 	}
-	r = mrd_proc_start(&h->mrd, config, mrd_args);
+	r = mrd_proc_start(&h->mrd, h->spec->config, mrd_args);
 	if (r < 0) {
-		fprintf(stderr, "bench-lookup: cannot start mrd for the head-of-line row: %s\n",
+		fprintf(stderr, "bench-lookup: cannot start mrd for %s: %s\n", h->spec->name,
 			strerror(-r));
 		return r;
 	}
 	if (pipe2(fds, O_CLOEXEC) < 0)
 		return negative_errno();
-	/* A forks before B connects: it must inherit no libmrd handle (nor its window). */
-	fflush(NULL);
-	h->a_pid = fork();
-	if (h->a_pid < 0) {
-		r = negative_errno();
-		close(fds[0]);
-		close(fds[1]);
-		return r;
-	}
-	if (h->a_pid == 0) {
-		close(fds[1]);
-		hol_client_a(h->mrd.socket, fds[0], h->sh);
-	}
-	close(fds[0]);
 	h->cmd_fd = fds[1];
-	h->cmds = 1;
-	r = hol_wait_done(h);
-	if (r < 0)
-		return r;
+	h->cmd_rd = fds[0];
+	if (!h->spec->own_handle) {
+		/* A forks before B connects: it must inherit no libmrd handle (nor its window). */
+		fflush(NULL);
+		h->a_pid = fork();
+		if (h->a_pid < 0)
+			return negative_errno();
+		if (h->a_pid == 0) {
+			close(fds[1]);
+			hol_client_a(h->mrd.socket, fds[0], h->sh, h->spec->act);
+		}
+		h->cmd_rd = safe_close(h->cmd_rd);
+		h->cmds = 1;
+		r = hol_wait_done(h);
+		if (r < 0)
+			return r;
+	}
 
 	r = mrd_client_connect(h->mrd.socket, &h->client);
 	if (r >= 0)
 		r = mrd_mem_alloc(h->client, BUF_SIZE, 0, 0, &h->buf);
 	if (r >= 0)
 		r = mrd_keys_query(h->client, h->buf, &h->mr);
-	if (r < 0)
+	if (r < 0) {
 		fprintf(stderr, "bench-lookup: client B: %s\n", mrd_last_error());
+		return r;
+	}
+	if (h->spec->own_handle) {
+		r = -pthread_create(&h->a_thread, NULL, hol_thread_a, h);
+		if (r < 0)
+			return r;
+		h->thread_started = true;
+		h->cmds = 1;
+		r = hol_wait_done(h);
+	}
 	return r;
 }
 
 static void hol_stop(struct hol_run *h)
 {
-	safe_close(h->cmd_fd); /* A exits at EOF */
+	safe_close(h->cmd_fd); /* the actor ends at EOF */
 	if (h->a_pid > 0)
 		(void)waitpid(h->a_pid, NULL, 0);
+	if (h->thread_started)
+		pthread_join(h->a_thread, NULL);
+	safe_close(h->cmd_rd);
 	if (h->client && h->buf)
 		(void)mrd_mem_free(h->client, h->buf);
 	mrd_client_close(h->client);
@@ -865,17 +1160,21 @@ static int pin_workers(pid_t pid, int cpu)
 	return r;
 }
 
-/* B, mrd's loop, and mrd's workers with A (which sleeps while they pin) on a CPU each. With 2
- * CPUs B and the loop share one: a round trip keeps only one of them running at a time. Left
- * to the scheduler, a worker pinning 1 GiB takes CPU time from the loop or from B, which is
- * not head-of-line blocking (on 2 CPUs it doubles B's p99), and in the idle phases the same
- * placement holds. */
+/* B, mrd's loop, and mrd's workers with the actor (which sleeps while they work) on a CPU
+ * each. With 2 CPUs B and the loop share one: a round trip keeps only one of them running at
+ * a time. Left to the scheduler, a worker pinning 1 GiB takes CPU time from the loop or from
+ * B, which is not head-of-line blocking (on 2 CPUs it doubles B's p99), and in the idle phases
+ * the same placement holds. Run again once the actor has acted: mrd starts its Dma thread on
+ * the first Dma, on the loop's CPU. */
 static int hol_place(struct hol_run *h, const char **ret_what)
 {
 	cpu_set_t set;
 	int cpu[3], n = 0, r;
 
 	*ret_what = "one CPU: B, mrd's loop and its workers share it";
+	r = bench_pin(0, -1); /* placed before: the CPUs we may use, not the one B had */
+	if (r < 0)
+		return r;
 	if (sched_getaffinity(0, sizeof(set), &set) < 0)
 		return negative_errno();
 	for (int i = 0; i < CPU_SETSIZE && n < 3; i++)
@@ -886,16 +1185,18 @@ static int hol_place(struct hol_run *h, const char **ret_what)
 	if (n == 2) {
 		cpu[2] = cpu[1];
 		cpu[1] = cpu[0];
-		*ret_what = "B and mrd's loop on one CPU, mrd's workers and A on the other";
+		*ret_what = "B and mrd's loop on one CPU, mrd's workers (its Dma thread too) and the "
+			    "actor on the other";
 	} else
-		*ret_what = "B, mrd's loop, and mrd's workers with A on a CPU each";
+		*ret_what = "B, mrd's loop, and mrd's workers (its Dma thread too) with the actor on "
+			    "a CPU each";
 	r = bench_pin(0, cpu[0]);
 	if (r >= 0)
 		r = bench_pin(h->mrd.pid, cpu[1]);
 	if (r >= 0)
 		r = pin_workers(h->mrd.pid, cpu[2]);
 	if (r >= 0)
-		r = bench_pin(h->a_pid, cpu[2]);
+		r = bench_pin(h->spec->own_handle ? h->sh->tid : h->a_pid, cpu[2]);
 	return r;
 }
 
@@ -911,22 +1212,42 @@ static int hol_sample(const struct hol_run *h, uint64_t *ret_ns)
 	return mr.lkey == h->mr.lkey ? 0 : -EBADMSG;
 }
 
-/* B alone; lat may be NULL (warm-up). */
-static int hol_idle(const struct hol_run *h, uint64_t *lat, size_t n)
+/* B samples back to back (a closed loop), so a stall of T ns leaves one sample where a
+ * client sending at B's idle pace would have sent T / pace: left so, the p99 of a loaded phase
+ * hides a stall of the loop among thousands of fast round trips (coordinated omission). As
+ * HdrHistogram's expected-interval correction: a sample of T stands for T, T - pace,
+ * T - 2 pace, ... down to pace, into held[]; its *n stops at HOL_CAP. */
+static void hol_held(const struct hol_run *h, uint64_t ns, uint64_t *held, size_t *n)
 {
+	held[(*n)++] = ns;
+	for (uint64_t t = ns; t >= 2 * h->pace_ns && *n < HOL_CAP; t -= h->pace_ns)
+		held[(*n)++] = t - h->pace_ns;
+}
+
+/* B alone, n samples into lat, and with what they held back into held (NULL: the warm-up,
+ * which measures the pace), as in a loaded phase, so that the baseline counts a stall of B or
+ * of the loop by anything else (the scheduler) the same way. */
+static int hol_idle(const struct hol_run *h, uint64_t *lat, size_t n, uint64_t *held,
+		    size_t *ret_held)
+{
+	size_t n_held = 0;
+
 	for (size_t i = 0; i < n; i++) {
 		uint64_t ns;
 		int r = hol_sample(h, &ns);
 
 		if (r < 0)
 			return r;
-		if (lat)
-			lat[i] = ns;
+		lat[i] = ns;
+		if (held)
+			hol_held(h, ns, held, &n_held);
 	}
-	return 0;
+	if (ret_held)
+		*ret_held = n_held;
+	return n_held == HOL_CAP ? -E2BIG : 0;
 }
 
-/* A's registration with B quiet: B sleeps until it is done. */
+/* The actor's action with B quiet: B sleeps until it is done. */
 static int hol_alone(struct hol_run *h)
 {
 	if (write(h->cmd_fd, "a", 1) != 1)
@@ -935,99 +1256,105 @@ static int hol_alone(struct hol_run *h)
 	return hol_wait_done(h);
 }
 
-/* B for as long as A takes to allocate, register and free once; *ret_n gets the samples that
- * overlapped A's lookup (they are lat[0..n)), capped at HOL_CAP. */
-static int hol_loaded(struct hol_run *h, uint64_t *lat, size_t *ret_n)
+/* B for as long as the actor takes over one action; *ret_n gets the samples that overlapped
+ * its timed request (they are lat[0..n)), capped at HOL_CAP, and *ret_held those with what
+ * they held back (held[], hol_held()). */
+static int hol_loaded(struct hol_run *h, uint64_t *lat, size_t *ret_n, uint64_t *held,
+		      size_t *ret_held)
 {
 	uint64_t t_start = bench_now_ns();
-	size_t n = 0;
+	size_t n = 0, n_held = 0;
 
 	if (write(h->cmd_fd, "r", 1) != 1)
 		return negative_errno();
 	h->cmds++;
 	while (load_u32(&h->sh->done) != h->cmds) {
-		uint32_t s0 = load_u32(&h->sh->reg_seq), s1;
+		uint32_t s0 = load_u32(&h->sh->seq), s1;
 		uint64_t ns;
 		int r = hol_sample(h, &ns);
 
-		s1 = load_u32(&h->sh->reg_seq);
+		s1 = load_u32(&h->sh->seq);
 		store_u32(&h->sh->ack, s0);
 		if (r < 0)
 			return r;
-		if ((s0 % 4 == HOL_ALLOCATED || s0 % 4 == HOL_IN_FLIGHT) &&
-		    (s1 % 4 == HOL_IN_FLIGHT || s1 % 4 == HOL_RETURNED) && n < HOL_CAP)
+		if ((s0 % 4 == HOL_READY || s0 % 4 == HOL_IN_FLIGHT) &&
+		    (s1 % 4 == HOL_IN_FLIGHT || s1 % 4 == HOL_RETURNED) && n < HOL_CAP) {
 			lat[n++] = ns;
+			hol_held(h, ns, held, &n_held);
+		}
 		if (bench_now_ns() - t_start > HOL_TIMEOUT_NS)
 			return -ETIMEDOUT;
 	}
 	*ret_n = n;
-	return h->sh->error ? h->sh->error : n > 0 ? 0 : -ENODATA;
+	*ret_held = n_held;
+	return n_held == HOL_CAP ? -E2BIG : h->sh->error ? h->sh->error : n > 0 ? 0 : -ENODATA;
 }
 
-/* One mrd: idle and loaded phases interleaved, the order swapped every rep. */
-static int bench_hol_one(struct hol_row *row, const char *config, int reps,
+/* One row, its own mrd: idle and loaded phases interleaved, the order swapped every rep. */
+static int bench_hol_one(struct hol_row *row, const struct hol_spec *spec,
 			 const char **ret_placement)
 {
 	_cleanup_free_ uint64_t *lat = malloc(HOL_CAP * sizeof(*lat));
-	struct hol_run h = { .cmd_fd = -1 };
-	size_t n;
+	_cleanup_free_ uint64_t *held = malloc(HOL_CAP * sizeof(*held));
+	struct hol_run h = { .spec = spec, .cmd_fd = -1, .cmd_rd = -1 };
+	size_t n, n_held;
 	int r;
 
-	if (!lat)
+	if (!lat || !held)
 		return -ENOMEM;
-	row->reps = reps;
-	/* mrd, its workers and A start unpinned; hol_place() places them. */
+	row->reps = spec->reps;
+	/* mrd, its workers and the actor start unpinned; hol_place() places them. */
 	r = bench_pin(0, -1);
 	if (r >= 0)
-		r = hol_start(&h, config);
+		r = hol_start(&h);
 	if (r >= 0)
 		r = hol_place(&h, ret_placement);
-	/* Warm-up, and A's first allocation makes its arena, which mrd then keeps. */
+	/* Warm-up, and the actor's first allocation makes its arena, which mrd then keeps. */
 	if (r >= 0)
-		r = hol_idle(&h, NULL, WARMUP);
+		r = hol_idle(&h, lat, WARMUP, NULL, NULL);
+	h.pace_ns = bench_quantile(lat, WARMUP, 0.50);
 	if (r >= 0)
-		r = hol_loaded(&h, lat, &n);
-	for (int rep = 0; rep < reps && r >= 0; rep++)
+		r = hol_loaded(&h, lat, &n, held, &n_held);
+	if (r >= 0)
+		r = hol_place(&h, ret_placement);
+	for (int rep = 0; rep < row->reps && r >= 0; rep++)
 		for (int j = 0; j < 2 && r >= 0; j++)
 			if ((rep + j) % 2 == 0) {
-				r = hol_idle(&h, lat, HOL_IDLE_N);
-				row->idle50[rep] = bench_quantile(lat, HOL_IDLE_N, 0.50);
-				row->idle99[rep] = bench_quantile(lat, HOL_IDLE_N, 0.99);
+				r = hol_idle(&h, lat, HOL_IDLE_N, held, &n_held);
+				if (r < 0)
+					break;
+				row->idle50[rep] = bench_quantile(held, n_held, 0.50);
+				row->idle99[rep] = bench_quantile(held, n_held, 0.99);
+				row->idle99_own[rep] = bench_quantile(lat, HOL_IDLE_N, 0.99);
 			} else {
-				r = hol_loaded(&h, lat, &n);
+				r = hol_loaded(&h, lat, &n, held, &n_held);
+				if (r < 0)
+					break;
 				row->load_n[rep] = n;
-				row->reg_ms[rep] = (double)h.sh->reg_ns / 1e6;
-				row->load50[rep] = bench_quantile(lat, n, 0.50);
-				row->load99[rep] = bench_quantile(lat, n, 0.99);
+				row->op_ms[rep] = (double)h.sh->op_ns / 1e6;
+				row->load50[rep] = bench_quantile(held, n_held, 0.50);
+				row->load99[rep] = bench_quantile(held, n_held, 0.99);
+				row->load99_own[rep] = bench_quantile(lat, n, 0.99);
 				row->load_max[rep] = bench_quantile(lat, n, 1.0);
 			}
 	for (int i = 0; i < HOL_ALONE && r >= 0; i++) {
 		r = hol_alone(&h);
-		row->alone_ms[i] = (double)h.sh->reg_ns / 1e6;
+		row->alone_ms[i] = (double)h.sh->op_ns / 1e6;
 	}
 	if (r < 0) {
-		fprintf(stderr, "bench-lookup: head-of-line row: %s\n", strerror(-r));
+		fprintf(stderr, "bench-lookup: %s: %s\n", spec->name, strerror(-r));
 		row->reps = 0;
 	}
 	hol_stop(&h);
 	return r;
 }
 
+/* A row that fails is left out, not the bench: pinning 1 GiB needs root (or as much
+ * RLIMIT_MEMLOCK) and the memory. */
 static void bench_hol(struct bench *b)
 {
-	/* 4 KiB pages on any host; the quotas hold A's 1 GiB. The default async_bytes (1M) puts
-	 * A's registration on a worker; 2G keeps it on the loop, as before the worker pool. */
-	static const char config[] = "[memory]\nhugepages = no\n"
-				     "[quota]\nallocated_bytes = 4G\npinned_bytes = 4G\n";
-	static const char config_inline[] = "[memory]\nhugepages = no\n"
-					    "[quota]\nallocated_bytes = 4G\npinned_bytes = 4G\n"
-					    "[cache]\nasync_bytes = 2G\n";
-	/* A failure leaves the row out, not the bench: pinning 1 GiB needs root (or as much
-	 * RLIMIT_MEMLOCK) and the memory. */
-	b->hol_error = bench_hol_one(&b->hol, config, HOL_REPS, &b->hol_placement);
-	if (b->hol_error >= 0)
-		b->hol_error = bench_hol_one(&b->hol_inline, config_inline, HOL_INLINE_REPS,
-					     &b->hol_placement);
+	for (size_t i = 0; i < N_HOL; i++)
+		b->hol[i].error = bench_hol_one(&b->hol[i], &hol_specs[i], &b->hol_placement);
 }
 
 /* Median over reps of num/den; per_rep gets the unsorted ratios. */
@@ -1130,13 +1457,12 @@ static void u64_to_doubles(const uint64_t *v, double *d, int n)
 		d[i] = (double)v[i];
 }
 
-/* One mrd of the head-of-line row: the p99 and p50 ratios, raw figures. */
-static double report_hol_row(const char *name, const struct hol_row *row, const char *what,
-			     const char *tag, double *per99)
+/* One head-of-line row: the p99 and p50 ratios, raw figures. */
+static double report_hol_row(const struct hol_spec *s, const struct hol_row *row, double *per99)
 {
 	double i50[HOL_REPS] = { 0 }, i99[HOL_REPS] = { 0 }, l50[HOL_REPS] = { 0 };
 	double l99[HOL_REPS] = { 0 }, lmax[HOL_REPS] = { 0 }, ln[HOL_REPS] = { 0 };
-	double per50[HOL_REPS], r50, r99;
+	double own99[HOL_REPS] = { 0 }, idle_own99[HOL_REPS] = { 0 }, per50[HOL_REPS], per_own[HOL_REPS], r50, r99;
 	int n = row->reps;
 
 	u64_to_doubles(row->idle50, i50, n);
@@ -1144,60 +1470,72 @@ static double report_hol_row(const char *name, const struct hol_row *row, const 
 	u64_to_doubles(row->load50, l50, n);
 	u64_to_doubles(row->load99, l99, n);
 	u64_to_doubles(row->load_max, lmax, n);
+	u64_to_doubles(row->load99_own, own99, n);
+	u64_to_doubles(row->idle99_own, idle_own99, n);
 	for (int i = 0; i < n; i++)
 		ln[i] = (double)row->load_n[i];
 	r99 = median_ratio(l99, i99, (size_t)n, per99);
 	printf("%s-p99: ratio=%.3f (case=client B's mrd_keys_query of an address whose MR mrd has "
-	       "cached, while client A (another process) registers 1 GiB%s baseline=the same "
-	       "round trip while A is idle reps=%d)%s\n", name, r99, what, n, tag);
+	       "cached, while %s; each round trip stands for those B would have sent meanwhile at "
+	       "its idle pace baseline=the same round trip while %s is idle reps=%d)", s->name,
+	       r99, s->does, s->who, n);
+	if (s->tag)
+		printf(" [informational: %s]", s->tag);
+	printf("\n");
 	bench_print_doubles("per-rep p99 ratio", per99, (size_t)n);
 	/* Inline, only the few round trips around the blocked one overlap A's lookup: no p50. */
-	if (!*tag) {
+	if (!s->tag) {
 		r50 = median_ratio(l50, i50, (size_t)n, per50);
 		printf("%s-p50: ratio=%.3f (case=as %s-p99 baseline=as %s-p99 reps=%d) "
-		       "[informational]\n", name, r50, name, name, n);
+		       "[informational]\n", s->name, r50, s->name, s->name, n);
 		bench_print_doubles("per-rep p50 ratio", per50, (size_t)n);
+		printf("%s-p99-own: ratio=%.3f (case=as %s-p99, B's samples alone: a stall counts "
+		       "once baseline=as %s-p99 reps=%d) [informational: what a closed loop hides]\n",
+		       s->name, median_ratio(own99, idle_own99, (size_t)n, per_own), s->name, s->name, n);
 	}
-	printf("  raw, median of reps: A's 1 GiB mrd_keys_query (pin) %.1f ms (reps:",
-	       median_of(row->reg_ms, (size_t)n));
+	printf("  raw, median of reps: %s's 1 GiB %s %.1f ms (reps:", s->who, s->timed,
+	       median_of(row->op_ms, (size_t)n));
 	for (int i = 0; i < n; i++)
-		printf(" %.0f", row->reg_ms[i]);
-	printf("), alone (B quiet) %.0f ms; B idle p50 / p99 %.0f / %.0f ns; B during A's "
-	       "registration p50 / p99 / max %.0f / %.0f / %.0f ns over %.0f round trips a rep\n",
-	       median_of(row->alone_ms, HOL_ALONE), median_of(i50, (size_t)n),
-	       median_of(i99, (size_t)n), median_of(l50, (size_t)n), median_of(l99, (size_t)n),
-	       median_of(lmax, (size_t)n), median_of(ln, (size_t)n));
+		printf(" %.0f", row->op_ms[i]);
+	printf("), alone (B quiet) %.0f ms; held back counted, B idle p50 / p99 %.0f / %.0f ns, "
+	       "meanwhile %.0f / %.0f ns; B's own samples, idle p99 %.0f ns, meanwhile p99 / max "
+	       "%.0f / %.0f ns over %.0f round trips a rep\n", median_of(row->alone_ms, HOL_ALONE),
+	       median_of(i50, (size_t)n), median_of(i99, (size_t)n), median_of(l50, (size_t)n),
+	       median_of(l99, (size_t)n), median_of(idle_own99, (size_t)n),
+	       median_of(own99, (size_t)n), median_of(lmax, (size_t)n), median_of(ln, (size_t)n));
 	return r99;
 }
 
 static void report_hol(const struct bench *b, struct bench_summary *sum, size_t *n_sum)
 {
-	double per99[HOL_REPS], r99;
+	double per99[HOL_REPS];
+	char name[sizeof(sum->name)];
 
-	if (b->hol.reps == 0 || b->hol_inline.reps == 0)
-		printf("%s: not measured: %s (A pins 1 GiB: it needs root or as much "
-		       "RLIMIT_MEMLOCK, and the memory)\n",
-		       b->hol.reps ? "lookup-hol-inline" : "lookup-hol", strerror(-b->hol_error));
-	if (b->hol.reps == 0)
-		return;
-	printf("lookup-hol: client A allocates 1 GiB (4 KiB pages), looks it up (mrd pins it all), "
-	       "frees it; B times back-to-back round trips and counts those that overlap A's "
-	       "lookup; idle and loaded phases interleaved, order swapped each rep; %s\n",
-	       b->hol_placement);
-	r99 = report_hol_row("lookup-hol", &b->hol, " ([cache] async_bytes = 1M: on a worker)", "",
-			     per99);
-	bench_add_summary(sum, n_sum, "lookup-hol-p99", r99, per99, (size_t)b->hol.reps,
-			  TARGET_HOL_P99, true);
-	if (b->hol_inline.reps > 0)
-		(void)report_hol_row("lookup-hol-inline", &b->hol_inline,
-				     " ([cache] async_bytes = 2G: on mrd's loop, as without "
-				     "workers)", " [informational: what the worker pool avoids]",
-				     per99);
+	printf("lookup-hol: each row's actor does one 1 GiB action (4 KiB pages) per loaded phase; "
+	       "B times back-to-back round trips and counts those that overlap the actor's timed "
+	       "request(s); idle and loaded phases interleaved, order swapped each rep; %s\n",
+	       b->hol_placement ? b->hol_placement : "not placed");
+	for (size_t i = 0; i < N_HOL; i++) {
+		const struct hol_spec *s = &hol_specs[i];
+		double r99;
+
+		if (b->hol[i].reps == 0) {
+			printf("%s: not measured: %s (the actor pins or faults 1 GiB: it needs root "
+			       "or as much RLIMIT_MEMLOCK, and the memory)\n", s->name,
+			       strerror(-b->hol[i].error));
+			continue;
+		}
+		r99 = report_hol_row(s, &b->hol[i], per99);
+		snprintf(name, sizeof(name), "%s-p99", s->name);
+		if (!s->tag)
+			bench_add_summary(sum, n_sum, name, r99, per99, (size_t)b->hol[i].reps,
+					  TARGET_HOL_P99, true);
+	}
 }
 
 static void report(const struct bench *b, double busy_before)
 {
-	struct bench_summary sum[2 + N_BOTTOM + 2 + 2 + 1];
+	struct bench_summary sum[2 + N_BOTTOM + 2 + 2 + N_HOL];
 	long n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	size_t n_sum = 0, held;
 
@@ -1246,7 +1584,9 @@ static void report(const struct bench *b, double busy_before)
 	       "top-half random hit <= %.1fx branch-free scan; bottom half <= %.1fx branch-free "
 	       "binary search; table insert/remove at 64 K entries <= %.1fx a sorted array's "
 	       "memmove; miss round trip p50 <= %.2fx, p99 <= %.2fx bare echo; B's miss round "
-	       "trip while A registers 1 GiB p99 <= %.1fx idle):\n",
+	       "trip p99 <= %.1fx idle while A registers 1 GiB, frees a registered 1 GiB, ODP-faults 1 GiB, "
+	       "write-prefetches 1 GiB with flush, and while another thread of B's handle makes a 1 GiB "
+	       "first lookup):\n",
 	       TARGET_TOP_MRU, TARGET_TOP_RANDOM, TARGET_BOTTOM, TARGET_TABLE, TARGET_P50, TARGET_P99,
 	       TARGET_HOL_P99);
 	held = bench_print_summary(sum, n_sum);
