@@ -30,7 +30,8 @@ struct conn *conn_free(struct conn *c)
 		return NULL;
 	safe_close(c->fd);
 	free(c->buf);
-	pthread_cond_destroy(&c->replied);
+	/* replied is not destroyed: in a fork() child it may still count the parent's waiting
+	 * threads, which glibc's pthread_cond_destroy() would wait for forever. It holds nothing. */
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->send_lock);
 	free(c);

@@ -302,6 +302,16 @@ static void *ping_and_small_lookup(void *arg)
 	return NULL;
 }
 
+/* mrd anew, its soft provider holding registrations of 16 MiB or more at gate (made here),
+ * which its workers make. */
+static void start_gated_mrd(char *gate, size_t size)
+{
+	teardown();
+	ck_assert_int_eq(soft_gate_setenv(gate, size, 16 * MiB), 0);
+	ck_assert_int_eq(mrd_proc_start(&mrd, "[memory]\nhugepages = no\narena_size = 64M\n"
+					"[cache]\nasync_bytes = 1M\nworkers = 2\n", NULL), 0);
+}
+
 static bool keys_cover(const struct mrd_keys *k, const void *p)
 {
 	return k->start <= (uintptr_t)p && (uintptr_t)p < k->end && k->lkey != MRD_KEY_INVALID;
@@ -318,10 +328,7 @@ START_TEST(test_threads_of_a_handle_pass_a_big_lookup)
 	char gate[64];
 	mrd_client *c;
 
-	teardown();
-	ck_assert_int_eq(soft_gate_setenv(gate, sizeof(gate), 16 * MiB), 0);
-	ck_assert_int_eq(mrd_proc_start(&mrd, "[memory]\nhugepages = no\narena_size = 64M\n"
-					"[cache]\nasync_bytes = 1M\nworkers = 2\n", NULL), 0);
+	start_gated_mrd(gate, sizeof(gate));
 	c = connect_ok();
 	t1.client = t2.client = c;
 	ck_assert_int_eq(mrd_mem_alloc(c, 32 * MiB, 0, 0, &t1.big), 0);
@@ -354,6 +361,57 @@ START_TEST(test_threads_of_a_handle_pass_a_big_lookup)
 	ck_assert_uint_eq(t1.keys.end - t1.keys.start, 32 * MiB);
 	ck_assert_int_eq(mrd_mem_free(c, t1.big), 0);
 	ck_assert_int_eq(mrd_mem_free(c, t2.small), 0);
+	mrd_client_close(c);
+	soft_gate_cleanup(gate);
+}
+END_TEST
+
+/* A fork() child closes a handle on which two threads of its parent wait, one reading the
+ * connection, one waiting for it to hand over its reply: the child's copy goes, nothing of
+ * the parent's threads is waited for there. */
+START_TEST(test_fork_while_threads_wait)
+{
+	struct handle_thread t[2] = { 0 };
+	pthread_t th[2];
+	char gate[64];
+	mrd_client *c;
+	int status = -1;
+	pid_t pid;
+
+	start_gated_mrd(gate, sizeof(gate));
+	c = connect_ok();
+	for (int i = 0; i < 2; i++) {
+		t[i].client = c;
+		ck_assert_int_eq(mrd_mem_alloc(c, 16 * MiB, 0, 0, &t[i].big), 0);
+	}
+	ck_assert_int_eq(pthread_create(&th[0], NULL, first_big_lookup, &t[0]), 0);
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r');
+	ck_assert_int_eq(pthread_create(&th[1], NULL, first_big_lookup, &t[1]), 0);
+	/* Its request sent: mrd has 2 MrLookups of the handle's (a worker waits for the first's
+	 * provider lock); then it waits for the reader. */
+	for (int i = 0; i < 2000 && daemon_lookups() < 2; i++)
+		usleep(10000);
+	ck_assert_uint_eq(daemon_lookups(), 2);
+	usleep(100000); /* not asserted: only makes it likelier that it waits already */
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		mrd_client_close(c);
+		_exit(0);
+	}
+	for (int i = 0; i < 2000 && waitpid(pid, &status, WNOHANG) == 0; i++)
+		usleep(10000);
+	if (status == -1) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	soft_gate_release(gate, 2);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_int_eq(t[i].lookup, 0);
+		ck_assert(keys_cover(&t[i].keys, t[i].big));
+	}
+	ck_assert_msg(status == 0, "the child's mrd_client_close() hung");
 	mrd_client_close(c);
 	soft_gate_cleanup(gate);
 }
@@ -532,6 +590,7 @@ int main(void)
 	tcase_add_test(tc, test_threads_while_memory_churns);
 	tcase_add_test(tc, test_threads_of_a_handle_pass_a_big_lookup);
 	tcase_add_test(tc, test_threads_storm_one_handle);
+	tcase_add_test(tc, test_fork_while_threads_wait);
 	tcase_add_test(tc, test_odp_memory);
 	tcase_add_test(tc, test_dma_busy_is_retried);
 	suite_add_tcase(s, tc);
