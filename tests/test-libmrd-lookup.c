@@ -366,22 +366,17 @@ START_TEST(test_threads_of_a_handle_pass_a_big_lookup)
 }
 END_TEST
 
-/* A fork() child closes a handle on which two threads of its parent wait, one reading the
- * connection, one waiting for it to hand over its reply: the child's copy goes, nothing of
- * the parent's threads is waited for there. */
-START_TEST(test_fork_while_threads_wait)
+/* Two threads of a handle (from a gated mrd) wait for their first lookups of 16 MiB: one
+ * reads the connection, the other waits for it to hand over its reply. */
+static mrd_client *two_threads_wait(char *gate, size_t size, struct handle_thread t[2],
+				    pthread_t th[2])
 {
-	struct handle_thread t[2] = { 0 };
-	pthread_t th[2];
-	char gate[64];
 	mrd_client *c;
-	int status = -1;
-	pid_t pid;
 
-	start_gated_mrd(gate, sizeof(gate));
+	start_gated_mrd(gate, size);
 	c = connect_ok();
 	for (int i = 0; i < 2; i++) {
-		t[i].client = c;
+		t[i] = (struct handle_thread){ .client = c };
 		ck_assert_int_eq(mrd_mem_alloc(c, 16 * MiB, 0, 0, &t[i].big), 0);
 	}
 	ck_assert_int_eq(pthread_create(&th[0], NULL, first_big_lookup, &t[0]), 0);
@@ -393,6 +388,20 @@ START_TEST(test_fork_while_threads_wait)
 		usleep(10000);
 	ck_assert_uint_eq(daemon_lookups(), 2);
 	usleep(100000); /* not asserted: only makes it likelier that it waits already */
+	return c;
+}
+
+/* A fork() child closes a handle on which two threads of its parent wait: the child's copy
+ * goes, nothing of the parent's threads is waited for there. */
+START_TEST(test_fork_while_threads_wait)
+{
+	struct handle_thread t[2];
+	pthread_t th[2];
+	char gate[64];
+	mrd_client *c = two_threads_wait(gate, sizeof(gate), t, th);
+	int status = -1;
+	pid_t pid;
+
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
@@ -412,6 +421,26 @@ START_TEST(test_fork_while_threads_wait)
 		ck_assert(keys_cover(&t[i].keys, t[i].big));
 	}
 	ck_assert_msg(status == 0, "the child's mrd_client_close() hung");
+	mrd_client_close(c);
+	soft_gate_cleanup(gate);
+}
+END_TEST
+
+/* mrd dies while two threads of a handle wait: each is told at once, the handle is gone. */
+START_TEST(test_threads_waiting_when_mrd_dies)
+{
+	struct handle_thread t[2];
+	pthread_t th[2];
+	char gate[64];
+	mrd_client *c = two_threads_wait(gate, sizeof(gate), t, th);
+
+	ck_assert_int_eq(mrd_proc_signal(&mrd, SIGKILL), 128 + SIGKILL);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_int_eq(t[i].lookup, -ECONNRESET);
+	}
+	ck_assert_int_eq(mrd_client_check(c), -ECONNRESET);
+	ck_assert_int_eq(mrd_client_ping(c), -ECONNRESET);
 	mrd_client_close(c);
 	soft_gate_cleanup(gate);
 }
@@ -591,6 +620,7 @@ int main(void)
 	tcase_add_test(tc, test_threads_of_a_handle_pass_a_big_lookup);
 	tcase_add_test(tc, test_threads_storm_one_handle);
 	tcase_add_test(tc, test_fork_while_threads_wait);
+	tcase_add_test(tc, test_threads_waiting_when_mrd_dies);
 	tcase_add_test(tc, test_odp_memory);
 	tcase_add_test(tc, test_dma_busy_is_retried);
 	suite_add_tcase(s, tc);
