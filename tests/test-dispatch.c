@@ -489,6 +489,48 @@ START_TEST(test_pending_client_leaves)
 }
 END_TEST
 
+/* The connection frees the memory its own pending lookup is registering: the Free is read
+ * and done, and the lookup hands out no key for the freed memory (the registrar drops what
+ * the worker made). */
+START_TEST(test_free_under_own_pending_lookup)
+{
+	struct td_blocker b;
+	struct client *c;
+	Mrd__Response *resp[2];
+	uint64_t big;
+	int fd;
+
+	td_start_one_worker();
+	fd = td_hello_client(1000, &c);
+	big = td_alloc(fd, 2, 8 * MiB);
+	td_block_worker(&b);
+	td_send_lookup(fd, 3, big);
+	td_send_free(fd, 4, big);
+	td_pump();
+	td_unblock_worker(&b);
+	for (int i = 0; i < 2; i++) {
+		Mrd__Response *r = td_recv_reply(fd, NULL, NULL);
+
+		ck_assert_ptr_nonnull(r);
+		ck_assert(r->id == 3 || r->id == 4);
+		resp[r->id - 3] = r;
+	}
+	ck_assert_msg(resp[1]->status == 0, "%s", resp[1]->message);
+	ck_assert_int_ne(resp[0]->status, 0); /* no key for memory that is gone */
+	mrd__response__free_unpacked(resp[0], NULL);
+	mrd__response__free_unpacked(resp[1], NULL);
+	td_lookup(fd, 5, big, ENOENT, NULL);
+	ck_assert_uint_eq(c->n_pending, 0);
+	/* What the worker pinned for it goes too, on a worker (8 MiB). */
+	for (int i = 0; i < 5000 && c->domain->reg.cache.charges.pinned_bytes > 0; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 0);
+	close(fd);
+}
+END_TEST
+
 /* JoinDomain (which may resume what an earlier mrd held) is answered only while nothing else
  * of the connection is pending: else EBUSY, and nothing done. */
 START_TEST(test_join_waits_for_nothing_pending)
@@ -920,6 +962,7 @@ static Suite *dispatch_suite(void)
 	tcase_add_test(tc, test_pending_bound);
 	tcase_add_test(tc, test_pending_client_leaves);
 	tcase_add_test(tc, test_join_waits_for_nothing_pending);
+	tcase_add_test(tc, test_free_under_own_pending_lookup);
 	tcase_add_test(tc, test_client_limit);
 	tcase_add_test(tc, test_clients_per_user);
 	tcase_add_test(tc, test_subuid_owner);
