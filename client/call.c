@@ -60,9 +60,9 @@ int client_lock(mrd_client *client)
 {
 	if (client->forked)
 		return client_forked_error(client);
-	pthread_mutex_lock(&client->lock);
-	if (client->gone) {
-		pthread_mutex_unlock(&client->lock);
+	pthread_rwlock_rdlock(&client->lock);
+	if (__atomic_load_n(&client->gone, __ATOMIC_ACQUIRE)) {
+		pthread_rwlock_unlock(&client->lock);
 		return set_call_error(-ECONNRESET);
 	}
 	return 0;
@@ -70,12 +70,15 @@ int client_lock(mrd_client *client)
 
 void client_unlock(mrd_client *client)
 {
-	/* Under the lock, so that a reconnect's new page never goes under the poison. */
-	if (client->conn->broken && !client->gone) {
-		__atomic_store_n(&client->gone, true, __ATOMIC_RELEASE);
+	bool alive = false;
+
+	/* Under the lock, so that a reconnect's new page never goes under the poison; the first
+	 * of the calls that found mrd gone poisons it, once. */
+	if (__atomic_load_n(&client->conn->broken, __ATOMIC_ACQUIRE) &&
+	    __atomic_compare_exchange_n(&client->gone, &alive, true, false, __ATOMIC_ACQ_REL,
+					__ATOMIC_ACQUIRE))
 		client_poison_status(client);
-	}
-	pthread_mutex_unlock(&client->lock);
+	pthread_rwlock_unlock(&client->lock);
 }
 
 void client_poison_status(mrd_client *client)
@@ -141,7 +144,7 @@ int client_call(mrd_client *client, Mrd__Request *req, Mrd__Response **ret,
 	r = client_lock(client);
 	if (r < 0)
 		return r;
-	r = conn_request(client->conn, req, ret, ret_fds);
+	r = conn_request(client->conn, req, ret, ret_fds); /* other threads' calls go on */
 	client_unlock(client);
 	return r;
 }

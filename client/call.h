@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* How a libmrd call reaches mrd: the handle's lock, one request and its reply, the thread's
+/* How a libmrd call reaches mrd: the handle's lock (shared by calls in flight at once, held
+ * alone by a reconnect), one request and its reply, the thread's
  * last error, and what a call that finds mrd gone does to the handle. Every other file of
  * libmrd sits above this one; it includes none of them. */
 #pragma once
@@ -13,7 +14,7 @@ int set_call_error(int error);
 /* -ECHILD, saying why: the handle is a fork() child's copy of its parent's. */
 int client_forked_error(const struct mrd_client *client);
 
-/* Takes the handle's lock for a call on client->conn: -ECHILD in a fork() child (before any
+/* Takes the handle's lock, shared, for a call on client->conn: -ECHILD in a fork() child (before any
  * lock: one held at the fork stays held there), -ECONNRESET when the connection is gone
  * (nothing is sent), both with their reason for mrd_last_error() and the lock not held. */
 int client_lock(struct mrd_client *client);
@@ -30,7 +31,8 @@ void client_poison_status(struct mrd_client *client);
 /* One request/response on conn, with no lock; otherwise as client_call. */
 int conn_request(struct conn *conn, Mrd__Request *req, Mrd__Response **ret,
 		 struct conn_fds *ret_fds);
-/* One request/response under the handle's lock; daemon errors become -errno and their reason
+/* One request/response under the handle's lock (other threads' calls on the handle run
+ * meanwhile: see struct conn); daemon errors become -errno and their reason
  * becomes mrd_last_error(). Descriptors of a successful reply go to ret_fds (closed when NULL
  * or on error). */
 int client_call(struct mrd_client *client, Mrd__Request *req, Mrd__Response **ret,

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 
 #include "connection.h"
 #include "macro.h"
@@ -29,54 +30,144 @@ struct conn *conn_free(struct conn *c)
 		return NULL;
 	safe_close(c->fd);
 	free(c->buf);
+	/* replied is not destroyed: in a fork() child it may still count the parent's waiting
+	 * threads, which glibc's pthread_cond_destroy() would wait for forever. It holds nothing. */
+	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->send_lock);
 	free(c);
 	return NULL;
 }
 
-static int conn_recv_response(struct conn *c, uint64_t id, Mrd__Response **ret,
-			      struct conn_fds *ret_fds)
-{
-	for (;;) {
-		struct wire_packet pkt;
-		Mrd__Response *resp;
-		int r;
+/* A call sent and waiting for its reply, on its caller's stack. */
+struct conn_waiter {
+	struct conn_waiter *next;
+	uint64_t id;
+	bool done;
+	int error; /* a transport error instead of resp */
+	Mrd__Response *resp;
+	struct conn_fds *fds; /* NULL: the reply's descriptors are closed */
+};
 
-		/* Blocking, bounded by SO_RCVTIMEO: no poll() per call on the lookup-miss path. */
-		r = wire_recv(c->fd, c->buf, c->buf_size, &pkt, 0);
-		if (r == -EAGAIN)
-			return -ETIMEDOUT;
-		/* A peer that closed with our request unread reports ECONNRESET once, ahead of
-		 * what it queued before closing (a refused connection's reason): look again. */
-		if (r == -ECONNRESET)
-			r = wire_recv(c->fd, c->buf, c->buf_size, &pkt, MSG_DONTWAIT);
-		if (r == -EAGAIN || r == -ECONNRESET)
-			return -ECONNRESET;
-		if (r < 0)
-			return r;
-		if (r == 0)
-			return -ECONNRESET;
-		if (pkt.truncated) {
-			wire_packet_close_fds(&pkt);
-			return -EMSGSIZE;
+static void waiter_unlink(struct conn *c, struct conn_waiter *w)
+{
+	for (struct conn_waiter **p = &c->waiters; *p; p = &(*p)->next)
+		if (*p == w) {
+			*p = w->next;
+			return;
 		}
-		resp = mrd__response__unpack(NULL, pkt.len, pkt.data);
-		if (!resp) {
-			wire_packet_close_fds(&pkt);
-			return -EBADMSG;
-		}
-		/* id 0 is a reply to a frame mrd could not read, or a refused connection. */
-		if (resp->id == id || (resp->id == 0 && resp->status != 0)) {
-			if (ret_fds) {
-				memcpy(ret_fds->fds, pkt.fds, pkt.n_fds * sizeof(int));
-				ret_fds->n = pkt.n_fds;
-			} else
-				wire_packet_close_fds(&pkt);
-			*ret = resp;
-			return 0;
-		}
-		wire_packet_close_fds(&pkt);
+}
+
+static struct conn_waiter *waiter_find(struct conn *c, uint64_t id)
+{
+	for (struct conn_waiter *w = c->waiters; w; w = w->next)
+		if (w->id == id && !w->done)
+			return w;
+	return NULL;
+}
+
+static void waiter_finish(struct conn *c, struct conn_waiter *w, int error, Mrd__Response *resp,
+			  struct wire_packet *pkt)
+{
+	if (resp && w->fds) {
+		memcpy(w->fds->fds, pkt->fds, pkt->n_fds * sizeof(int));
+		w->fds->n = pkt->n_fds;
+	} else if (pkt)
+		wire_packet_close_fds(pkt);
+	w->error = error;
+	w->resp = resp;
+	w->done = true;
+	waiter_unlink(c, w);
+}
+
+/* Reads one reply, without c->lock: the reader alone touches c->buf. */
+static int conn_read_reply(struct conn *c, struct wire_packet *pkt, Mrd__Response **ret)
+{
+	Mrd__Response *resp;
+	int r;
+
+	/* Blocking, bounded by SO_RCVTIMEO: no poll() per call on the lookup-miss path. */
+	r = wire_recv(c->fd, c->buf, c->buf_size, pkt, 0);
+	if (r == -EAGAIN)
+		return -ETIMEDOUT;
+	/* A peer that closed with our request unread reports ECONNRESET once, ahead of what it
+	 * queued before closing (a refused connection's reason): look again. */
+	if (r == -ECONNRESET)
+		r = wire_recv(c->fd, c->buf, c->buf_size, pkt, MSG_DONTWAIT);
+	if (r == -EAGAIN || r == -ECONNRESET || r == 0)
+		return -ECONNRESET;
+	if (r < 0)
+		return r;
+	if (pkt->truncated) {
+		wire_packet_close_fds(pkt);
+		return -EMSGSIZE;
+	}
+	resp = mrd__response__unpack(NULL, pkt->len, pkt->data);
+	if (!resp) {
+		wire_packet_close_fds(pkt);
+		return -EBADMSG;
+	}
+	*ret = resp;
+	return 0;
+}
+
+/* Hands what the reader got to whoever it is for; under c->lock. */
+static void conn_deliver(struct conn *c, struct conn_waiter *self, int r, Mrd__Response *resp,
+			 struct wire_packet *pkt)
+{
+	struct conn_waiter *w;
+
+	if (r == -ECONNRESET) {
+		/* A SEQPACKET peer that hung up never comes back: nobody's reply will come. */
+		__atomic_store_n(&c->broken, true, __ATOMIC_RELEASE);
+		while (c->waiters)
+			waiter_finish(c, c->waiters, r, NULL, NULL);
+		return;
+	}
+	if (r < 0) { /* nothing came for 30 s, or a frame nobody can read: the reader's own */
+		waiter_finish(c, self, r, NULL, NULL);
+		return;
+	}
+	w = waiter_find(c, resp->id);
+	/* id 0 is a reply to a frame mrd could not read, or a refused connection: whose cannot
+	 * be told, so the reader takes it. */
+	if (!w && resp->id == 0 && resp->status != 0)
+		w = self;
+	if (w)
+		waiter_finish(c, w, 0, resp, pkt);
+	else {
+		wire_packet_close_fds(pkt);
 		mrd__response__free_unpacked(resp, NULL); /* late reply to an abandoned call */
 	}
+}
+
+/* Waits for w's reply, reading the socket for every waiter while nobody else does. */
+static int conn_wait(struct conn *c, struct conn_waiter *w)
+{
+	struct timespec deadline;
+
+	clock_gettime(CLOCK_MONOTONIC, &deadline);
+	deadline.tv_sec += CONN_TIMEOUT_MS / 1000;
+	pthread_mutex_lock(&c->lock);
+	while (!w->done) {
+		if (!c->reading) {
+			struct wire_packet pkt;
+			Mrd__Response *resp = NULL;
+			int r;
+
+			c->reading = true;
+			pthread_mutex_unlock(&c->lock);
+			r = conn_read_reply(c, &pkt, &resp);
+			pthread_mutex_lock(&c->lock);
+			c->reading = false;
+			conn_deliver(c, w, r, resp, &pkt);
+			/* Someone's reply is in, and the reader's place is free. */
+			pthread_cond_broadcast(&c->replied);
+		} else if (pthread_cond_timedwait(&c->replied, &c->lock, &deadline) == ETIMEDOUT &&
+			   !w->done)
+			waiter_finish(c, w, -ETIMEDOUT, NULL, NULL);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return w->error;
 }
 
 int conn_call(struct conn *c, Mrd__Request *req, Mrd__Response **ret, struct conn_fds *ret_fds)
@@ -87,20 +178,34 @@ int conn_call(struct conn *c, Mrd__Request *req, Mrd__Response **ret, struct con
 int conn_call_with_fds(struct conn *c, Mrd__Request *req, const int *fds, size_t n_fds,
 		       Mrd__Response **ret, struct conn_fds *ret_fds)
 {
+	struct conn_waiter w = { .fds = ret_fds };
 	int r;
 
 	if (ret_fds)
 		ret_fds->n = 0;
-	if (c->broken)
+	if (__atomic_load_n(&c->broken, __ATOMIC_ACQUIRE))
 		return -ECONNRESET;
-	req->id = ++c->next_id;
+	pthread_mutex_lock(&c->lock);
+	w.id = ++c->next_id;
+	w.next = c->waiters;
+	c->waiters = &w;
+	pthread_mutex_unlock(&c->lock);
+	req->id = w.id;
+	/* The request is on the list before it is sent: whoever reads may find its reply. */
+	pthread_mutex_lock(&c->send_lock);
 	r = wire_send(c->fd, &req->base, WIRE_FRAME_MAX, fds, n_fds, 0);
+	pthread_mutex_unlock(&c->send_lock);
 	/* A peer that hung up may have left its reason queued (a refused connection): read it. */
-	if (r < 0 && r != -EPIPE && r != -ECONNRESET)
+	if (r < 0 && r != -EPIPE && r != -ECONNRESET) {
+		pthread_mutex_lock(&c->lock);
+		if (!w.done)
+			waiter_unlink(c, &w);
+		pthread_mutex_unlock(&c->lock);
 		return r;
-	r = conn_recv_response(c, req->id, ret, ret_fds);
-	if (r == -ECONNRESET)
-		c->broken = true; /* a SEQPACKET peer that hung up never comes back */
+	}
+	r = conn_wait(c, &w);
+	if (r == 0)
+		*ret = w.resp;
 	return r;
 }
 
@@ -135,6 +240,18 @@ int conn_open(const char *path, const char *client_name, uint64_t capabilities, 
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
+	c->fd = -1;
+	pthread_mutex_init(&c->send_lock, NULL);
+	pthread_mutex_init(&c->lock, NULL);
+	{
+		pthread_condattr_t attr;
+
+		/* Timed waits on the clock SO_RCVTIMEO keeps: a settimeofday moves neither. */
+		pthread_condattr_init(&attr);
+		pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+		pthread_cond_init(&c->replied, &attr);
+		pthread_condattr_destroy(&attr);
+	}
 	snprintf(c->path, sizeof(c->path), "%s", path);
 	c->buf_size = WIRE_FRAME_MAX;
 	c->buf = malloc(c->buf_size);

@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* One connection to mrd, shared by libmrd and mrctl: connect, Hello, blocking calls. */
+/* One connection to mrd, shared by libmrd and mrctl: connect, Hello, blocking calls, which
+ * several threads may make at once: each sends under a short lock, and whichever waits first
+ * reads the socket for all of them, handing each reply (with its descriptors) to the thread
+ * whose request id it carries. */
 #pragma once
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -11,17 +15,24 @@
 
 #define CONN_TIMEOUT_MS 30000
 
+struct conn_waiter;
+
 struct conn {
 	int fd;
-	uint64_t next_id;
 	uint32_t version;
 	uint64_t capabilities;
 	bool admin;
 	char server_version[64];
-	uint8_t *buf; /* one reply at a time */
-	size_t buf_size;
 	char path[108];
-	bool broken; /* mrd hung up: nothing more goes over it */
+	bool broken; /* mrd hung up: nothing more goes over it (atomic) */
+	pthread_mutex_t send_lock; /* one request on the socket at a time */
+	pthread_mutex_t lock;      /* guards what follows */
+	pthread_cond_t replied;    /* a reply was handed over, or the reader's place is free */
+	uint64_t next_id;
+	struct conn_waiter *waiters; /* calls sent and not answered yet */
+	bool reading;                /* one of them reads the socket, into buf */
+	uint8_t *buf;
+	size_t buf_size;
 };
 
 /* The socket path a client uses: path, else $MRD_SOCKET, else the default. */
@@ -40,7 +51,8 @@ struct conn_fds {
 	size_t n;
 };
 
-/* Sends req (its id is assigned here) and waits for the matching response. Returns 0 with
+/* Sends req (its id is assigned here) and waits for the matching response, while other
+ * threads' calls on c may be in flight (up to CONN_TIMEOUT_MS each). Returns 0 with
  * *ret (free with mrd__response__free_unpacked) even when the daemon answered an error, or a
  * transport error as -errno (-ECONNRESET at once once mrd has hung up: c->broken). Descriptors of the reply go to ret_fds, or are closed when it is
  * NULL. */

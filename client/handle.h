@@ -14,7 +14,9 @@
 
 struct mrd_client {
 	struct conn *conn;
-	pthread_mutex_t lock; /* one call on the socket at a time */
+	/* Calls hold it shared (many in flight at once: conn sorts out their replies); a
+	 * reconnect holds it alone while it settles lost Frees and swaps the connection. */
+	pthread_rwlock_t lock;
 	int fd;		      /* conn's descriptor, one number for the handle's life (a reconnect
 			       * moves the new connection onto it): what mrd_client_fd() gives */
 	bool gone;   /* conn is dead (atomic): calls fail at once, the status page is poisoned */
@@ -32,6 +34,7 @@ struct mrd_client {
 	pthread_mutex_t reconnect_lock; /* one mrd_client_reconnect() at a time */
 	/* Free and ExtmemDetach that got no answer (mrd went away): done or not, the next mrd
 	 * tells (memory_settle_lost_frees). */
+	pthread_mutex_t lost_lock; /* guards lost_frees */
 	struct lost_free {
 		uint64_t address;
 		int body_case;

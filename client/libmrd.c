@@ -70,7 +70,17 @@ MRD_EXPORT int mrd_client_connect(const char *path, mrd_client **ret)
 	client = calloc(1, sizeof(*client));
 	if (!client)
 		return set_last_error(-ENOMEM, "out of memory");
-	pthread_mutex_init(&client->lock, NULL);
+	{
+		pthread_rwlockattr_t attr;
+
+		/* A waiting reconnect goes before new calls: a loop of calls failing on a dead
+		 * connection cannot starve it (no call takes the lock twice). */
+		pthread_rwlockattr_init(&attr);
+		pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+		pthread_rwlock_init(&client->lock, &attr);
+		pthread_rwlockattr_destroy(&attr);
+	}
+	pthread_mutex_init(&client->lost_lock, NULL);
 	pthread_mutex_init(&client->reconnect_lock, NULL);
 	client->fd = -1;
 	client->pid = getpid();
@@ -116,7 +126,8 @@ MRD_EXPORT mrd_client *mrd_client_close(mrd_client *client)
 			  __atomic_load_n(&client->n_held, __ATOMIC_ACQUIRE));
 	memory_leave(client);
 	conn_free(client->conn);
-	pthread_mutex_destroy(&client->lock);
+	pthread_rwlock_destroy(&client->lock);
+	pthread_mutex_destroy(&client->lost_lock);
 	pthread_mutex_destroy(&client->reconnect_lock);
 	free(client);
 	return NULL;
@@ -148,10 +159,10 @@ static int reconnect(mrd_client *client)
 	resumed = (unsigned)r;
 	log_debug("reconnected to %s: mrd %s gave back %u allocations", conn->path,
 		  conn->server_version, resumed);
-	/* Under the handle's lock no other call runs: the unanswered Frees are settled on the
-	 * new connection before anything else can be allocated there (a run freed by the old
-	 * mrd may come back to another thread at the same address), and the count is whole. */
-	pthread_mutex_lock(&client->lock);
+	/* With the handle's lock held alone no other call runs: the unanswered Frees are settled
+	 * on the new connection before anything else can be allocated there (a run freed by the
+	 * old mrd may come back to another thread at the same address), and the count is whole. */
+	pthread_rwlock_wrlock(&client->lock);
 	r = memory_settle_lost_frees(client, conn, &resumed);
 	held = __atomic_load_n(&client->n_held, __ATOMIC_ACQUIRE);
 	if (r == -ECONNRESET || r == -ETIMEDOUT)
@@ -160,7 +171,7 @@ static int reconnect(mrd_client *client)
 	else if (dup3(conn->fd, client->fd, O_CLOEXEC) < 0)
 		r = set_last_error(-errno, "dup3: %s", strerror(errno));
 	if (r < 0) {
-		pthread_mutex_unlock(&client->lock);
+		pthread_rwlock_unlock(&client->lock);
 		conn_free(conn); /* gone again: the claims go back to waiting */
 		close(fd);
 		return r;
@@ -175,7 +186,7 @@ static int reconnect(mrd_client *client)
 	__atomic_store_n(&client->gone, false, __ATOMIC_RELEASE);
 	__atomic_add_fetch(&client->epoch, 1, __ATOMIC_RELEASE);
 	r = memory_remap_status(client, fd);
-	pthread_mutex_unlock(&client->lock);
+	pthread_rwlock_unlock(&client->lock);
 	conn_free(old);
 	close(fd);
 	if (r < 0)
@@ -261,7 +272,7 @@ MRD_EXPORT int mrd_client_check(mrd_client *client)
 		return r;
 	/* Again under the lock: a reconnect may have put a new connection there since. */
 	if (hung_up(client->fd))
-		client->conn->broken = true;
+		__atomic_store_n(&client->conn->broken, true, __ATOMIC_RELEASE);
 	client_unlock(client);
 	return client_usable(client);
 }

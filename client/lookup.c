@@ -190,9 +190,9 @@ MRD_EXPORT uint32_t mrd_cache_lkey_slow(mrd_cache *c, const void *addr)
 	return MRD_KEY_INVALID;
 }
 
-/* mrd queues at most 4 Dma requests per domain and refuses more with -EBUSY, not done. A
- * handle has one request in flight, so those are other handles' (threads, processes of the
- * same user), and the caller could only ask again: libmrd does, backing off from 1 ms to
+/* mrd queues at most 4 Dma requests per domain and refuses more with -EBUSY, not done. Those
+ * are other callers' (threads of this or other handles, processes of the same user), and the
+ * caller could only ask again: libmrd does, backing off from 1 ms to
  * 16 ms (short, or callers that never stop asking take every slot first), until it has waited
  * DMA_BUSY_WAIT_USEC in all. */
 #define DMA_BUSY_WAIT_USEC (10 * 1000000u)

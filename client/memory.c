@@ -315,16 +315,16 @@ void memory_fork_lock(bool lock)
 /* A Free or ExtmemDetach of address got no answer: remembered for the next reconnect. */
 static void note_lost_free(mrd_client *client, int body_case, uint64_t address)
 {
-	pthread_mutex_lock(&client->lock);
+	pthread_mutex_lock(&client->lost_lock);
 	if (client->n_lost_frees < ELEMENTSOF(client->lost_frees))
 		client->lost_frees[client->n_lost_frees++] =
 			(struct lost_free){ .address = address, .body_case = body_case };
 	else
 		client->lost_frees_dropped = true;
-	pthread_mutex_unlock(&client->lock);
+	pthread_mutex_unlock(&client->lost_lock);
 }
 
-int memory_settle_lost_frees(mrd_client *client, struct conn *conn, unsigned *resumed)
+static int settle_lost_frees(mrd_client *client, struct conn *conn, unsigned *resumed)
 {
 	if (client->lost_frees_dropped) {
 		/* More went unanswered than were kept: which came back cannot be told. */
@@ -354,6 +354,17 @@ int memory_settle_lost_frees(mrd_client *client, struct conn *conn, unsigned *re
 		client->n_lost_frees--;
 	}
 	return 0;
+}
+
+int memory_settle_lost_frees(mrd_client *client, struct conn *conn, unsigned *resumed)
+{
+	int r;
+
+	/* A call of another thread that failed on the old connection may note one meanwhile. */
+	pthread_mutex_lock(&client->lost_lock);
+	r = settle_lost_frees(client, conn, resumed);
+	pthread_mutex_unlock(&client->lost_lock);
+	return r;
 }
 
 void memory_leave(mrd_client *client)

@@ -357,6 +357,210 @@ START_TEST(test_inflight_bound)
 }
 END_TEST
 
+#define MiB (1ull << 20)
+
+/* td_start_one_worker()'s settings, with limits.requests_in_flight = n. */
+static void start_one_worker_in_flight(unsigned n)
+{
+	char bound[64];
+	const char *settings[] = { "memory.window_size=4G", "memory.arena_size=64M",
+				   "memory.hugepages=no", "cache.workers=1",
+				   "cache.async_bytes=1M", bound, NULL };
+
+	snprintf(bound, sizeof(bound), "limits.requests_in_flight=%u", n);
+	td_stop();
+	td_start(settings);
+}
+
+/* The next n replies, whichever order they come in, must be for ids first .. first + n - 1
+ * and succeed. */
+static void expect_in_any_order(int fd, uint64_t first, unsigned n)
+{
+	bool seen[8] = { false };
+
+	ck_assert_uint_le(n, ELEMENTSOF(seen));
+	for (unsigned i = 0; i < n; i++) {
+		Mrd__Response *resp = td_recv_reply(fd, NULL, NULL);
+
+		ck_assert_ptr_nonnull(resp);
+		ck_assert_uint_ge(resp->id, first);
+		ck_assert_uint_lt(resp->id, first + n);
+		ck_assert(!seen[resp->id - first]);
+		seen[resp->id - first] = true;
+		ck_assert_msg(resp->status == 0, "%s", resp->message);
+		mrd__response__free_unpacked(resp, NULL);
+	}
+}
+
+/* A lookup that waits for a worker holds up no later request of its own connection: they are
+ * read and answered meanwhile, and its answer comes after theirs, with its id. */
+START_TEST(test_pending_lets_later_requests_pass)
+{
+	struct td_blocker b;
+	struct client *c;
+	uint64_t big, small;
+	Mrd__MrEntry e;
+	Mrd__Response *resp;
+	int fd;
+
+	td_start_one_worker();
+	fd = td_hello_client(1000, &c);
+	big = td_alloc(fd, 2, 8 * MiB);
+	small = td_alloc(fd, 3, 4096);
+	td_lookup(fd, 4, small, 0, &e); /* registered */
+	td_block_worker(&b);
+	td_send_lookup(fd, 5, big + 100); /* to the worker, which is busy */
+	send_ping(fd, 6);
+	td_expect_free(fd, 6, 0); /* the second answered first */
+	td_lookup(fd, 7, small, 0, &e); /* a hit: answered on the loop */
+	ck_assert_uint_eq(e.start, small);
+	ck_assert_uint_eq(c->n_pending, 1);
+	ck_assert(c->reading);
+
+	td_unblock_worker(&b);
+	resp = td_expect(fd, 5, 0);
+	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, big);
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_uint_eq(c->n_pending, 0);
+	close(fd);
+}
+END_TEST
+
+/* limits.requests_in_flight bounds the requests of a connection that wait for a worker: at
+ * the bound mrd reads no more of them until one is answered. */
+START_TEST(test_pending_bound)
+{
+	struct pollfd pfd = { .events = POLLIN };
+	struct td_blocker b;
+	struct client *c;
+	uint64_t a1, a2;
+	int fd;
+
+	start_one_worker_in_flight(2);
+	fd = td_hello_client(1000, &c);
+	a1 = td_alloc(fd, 2, 2 * MiB);
+	a2 = td_alloc(fd, 3, 2 * MiB);
+	td_block_worker(&b);
+	td_send_lookup(fd, 4, a1);
+	td_send_lookup(fd, 5, a2);
+	send_ping(fd, 6);
+	td_pump();
+	ck_assert_uint_eq(c->n_pending, 2);
+	ck_assert(!c->reading); /* the Ping stays unread */
+	pfd.fd = fd;
+	ck_assert_int_eq(poll(&pfd, 1, 0), 0);
+
+	td_unblock_worker(&b);
+	expect_in_any_order(fd, 4, 3);
+	ck_assert_uint_eq(c->n_pending, 0);
+	ck_assert(c->reading);
+	close(fd);
+}
+END_TEST
+
+/* A client that leaves with several requests waiting for workers: each is dropped once, when
+ * its worker is done (ASan tells a double free or a leak), and nobody is answered. */
+START_TEST(test_pending_client_leaves)
+{
+	struct td_blocker b;
+	struct client *c;
+	unsigned clients;
+	uint64_t a[3];
+	int fd;
+
+	for (unsigned bound = 2; bound <= 64; bound += 62) { /* paused at the bound, or reading */
+		start_one_worker_in_flight(bound);
+		fd = td_hello_client(1000, &c);
+		for (unsigned i = 0; i < 2; i++)
+			a[i] = td_alloc(fd, 2 + i, 2 * MiB);
+		td_block_worker(&b);
+		for (unsigned i = 0; i < 2; i++)
+			td_send_lookup(fd, 10 + i, a[i]);
+		td_pump();
+		ck_assert_uint_eq(c->n_pending, 2);
+		ck_assert(c->reading == (bound > 2));
+		clients = td_manager->n_clients;
+		close(fd);
+		td_pump();
+		ck_assert_uint_eq(td_manager->n_clients, clients - 1); /* gone at once */
+		td_unblock_worker(&b);
+		td_wait_domains_closed(); /* the jobs held the domain: all of them ended */
+	}
+}
+END_TEST
+
+/* The connection frees the memory its own pending lookup is registering: the Free is read
+ * and done, and the lookup hands out no key for the freed memory (the registrar drops what
+ * the worker made). */
+START_TEST(test_free_under_own_pending_lookup)
+{
+	struct td_blocker b;
+	struct client *c;
+	Mrd__Response *resp[2];
+	uint64_t big;
+	int fd;
+
+	td_start_one_worker();
+	fd = td_hello_client(1000, &c);
+	big = td_alloc(fd, 2, 8 * MiB);
+	td_block_worker(&b);
+	td_send_lookup(fd, 3, big);
+	td_send_free(fd, 4, big);
+	td_pump();
+	td_unblock_worker(&b);
+	for (int i = 0; i < 2; i++) {
+		Mrd__Response *r = td_recv_reply(fd, NULL, NULL);
+
+		ck_assert_ptr_nonnull(r);
+		ck_assert(r->id == 3 || r->id == 4);
+		resp[r->id - 3] = r;
+	}
+	ck_assert_msg(resp[1]->status == 0, "%s", resp[1]->message);
+	ck_assert_int_ne(resp[0]->status, 0); /* no key for memory that is gone */
+	mrd__response__free_unpacked(resp[0], NULL);
+	mrd__response__free_unpacked(resp[1], NULL);
+	td_lookup(fd, 5, big, ENOENT, NULL);
+	ck_assert_uint_eq(c->n_pending, 0);
+	/* What the worker pinned for it goes too, on a worker (8 MiB). */
+	for (int i = 0; i < 5000 && c->domain->reg.cache.charges.pinned_bytes > 0; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 0);
+	close(fd);
+}
+END_TEST
+
+/* JoinDomain (which may resume what an earlier mrd held) is answered only while nothing else
+ * of the connection is pending: else EBUSY, and nothing done. */
+START_TEST(test_join_waits_for_nothing_pending)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__JoinDomainRequest q = MRD__JOIN_DOMAIN_REQUEST__INIT;
+	struct td_blocker b;
+	struct client *c;
+	uint64_t big;
+	int fd;
+
+	td_start_one_worker();
+	fd = td_hello_client(1000, &c);
+	big = td_alloc(fd, 2, 8 * MiB);
+	td_block_worker(&b);
+	td_send_lookup(fd, 3, big);
+	req.id = 4;
+	req.body_case = MRD__REQUEST__BODY_JOIN_DOMAIN;
+	req.join_domain = &q;
+	td_send_request(fd, &req, NULL, 0);
+	td_expect_free(fd, 4, EBUSY);
+	ck_assert(!c->joined);
+	td_unblock_worker(&b);
+	td_expect_free(fd, 3, 0);
+	mrd__response__free_unpacked(td_join(fd, 5, 0, 0, NULL), NULL);
+	ck_assert(c->joined);
+	close(fd);
+}
+END_TEST
+
 START_TEST(test_client_limit)
 {
 	struct ucred cred = { .pid = 1, .uid = 1000, .gid = 1000 };
@@ -754,6 +958,11 @@ static Suite *dispatch_suite(void)
 	tcase_add_test(tc, test_fd_count);
 	tcase_add_test(tc, test_drop_after_protocol_errors);
 	tcase_add_test(tc, test_inflight_bound);
+	tcase_add_test(tc, test_pending_lets_later_requests_pass);
+	tcase_add_test(tc, test_pending_bound);
+	tcase_add_test(tc, test_pending_client_leaves);
+	tcase_add_test(tc, test_join_waits_for_nothing_pending);
+	tcase_add_test(tc, test_free_under_own_pending_lookup);
 	tcase_add_test(tc, test_client_limit);
 	tcase_add_test(tc, test_clients_per_user);
 	tcase_add_test(tc, test_subuid_owner);

@@ -267,6 +267,236 @@ START_TEST(test_threads_while_memory_churns)
 }
 END_TEST
 
+/* Thread 1 of a handle makes the first lookup of a big allocation (its registration held by
+ * the soft provider's gate, on a worker); thread 2 of the same handle. */
+struct handle_thread {
+	mrd_client *client;
+	void *big, *small;
+	struct mrd_keys keys;
+	int ping, lookup;
+	bool done; /* atomic */
+};
+
+static void *first_big_lookup(void *arg)
+{
+	struct handle_thread *h = arg;
+
+	h->lookup = mrd_keys_query(h->client, h->big, &h->keys);
+	__atomic_store_n(&h->done, true, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* A Ping, and a miss of a fresh cache: both ask mrd, which has the small allocation's keys. */
+static void *ping_and_small_lookup(void *arg)
+{
+	struct handle_thread *h = arg;
+	mrd_cache *cache;
+
+	h->ping = mrd_client_ping(h->client);
+	h->lookup = mrd_cache_new(h->client, &cache);
+	if (h->lookup == 0) {
+		h->lookup = mrd_cache_keys(cache, h->small, &h->keys);
+		mrd_cache_free(cache);
+	}
+	__atomic_store_n(&h->done, true, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* mrd anew, its soft provider holding registrations of 16 MiB or more at gate (made here),
+ * which its workers make. */
+static void start_gated_mrd(char *gate, size_t size)
+{
+	teardown();
+	ck_assert_int_eq(soft_gate_setenv(gate, size, 16 * MiB), 0);
+	ck_assert_int_eq(mrd_proc_start(&mrd, "[memory]\nhugepages = no\narena_size = 64M\n"
+					"[cache]\nasync_bytes = 1M\nworkers = 2\n", NULL), 0);
+}
+
+static bool keys_cover(const struct mrd_keys *k, const void *p)
+{
+	return k->start <= (uintptr_t)p && (uintptr_t)p < k->end && k->lkey != MRD_KEY_INVALID;
+}
+
+/* Requests of several threads on one handle are in flight at once: a Ping and a cache miss
+ * of thread 2 are answered while thread 1's lookup still waits for its registration. (A miss
+ * that registers in the same domain would wait for the provider's lock, which the held
+ * registration keeps.) */
+START_TEST(test_threads_of_a_handle_pass_a_big_lookup)
+{
+	struct handle_thread t1 = { 0 }, t2 = { 0 };
+	pthread_t th1, th2;
+	char gate[64];
+	mrd_client *c;
+
+	start_gated_mrd(gate, sizeof(gate));
+	c = connect_ok();
+	t1.client = t2.client = c;
+	ck_assert_int_eq(mrd_mem_alloc(c, 32 * MiB, 0, 0, &t1.big), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * 1024, 0, 0, &t2.small), 0);
+	ck_assert_int_eq(mrd_keys_query(c, t2.small, &t2.keys), 0); /* registered */
+	t2.keys = (struct mrd_keys){ 0 };
+
+	ck_assert_int_eq(pthread_create(&th1, NULL, first_big_lookup, &t1), 0);
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r'); /* its registration is held */
+	ck_assert_int_eq(pthread_create(&th2, NULL, ping_and_small_lookup, &t2), 0);
+	/* Bounded only so that a failure is reported rather than hung: nothing is timed. */
+	for (int i = 0; i < 2000 && !__atomic_load_n(&t2.done, __ATOMIC_ACQUIRE); i++)
+		usleep(10000);
+	if (!__atomic_load_n(&t2.done, __ATOMIC_ACQUIRE)) {
+		soft_gate_release(gate, 1);
+		pthread_join(th1, NULL);
+		pthread_join(th2, NULL);
+		ck_abort_msg("thread 2's Ping and lookup waited for thread 1's lookup");
+	}
+	pthread_join(th2, NULL);
+	ck_assert_int_eq(t2.ping, 0);
+	ck_assert_msg(t2.lookup == 0, "%s", mrd_last_error());
+	ck_assert(keys_cover(&t2.keys, t2.small));
+	ck_assert(!__atomic_load_n(&t1.done, __ATOMIC_ACQUIRE)); /* still held */
+
+	soft_gate_release(gate, 1);
+	pthread_join(th1, NULL);
+	ck_assert_int_eq(t1.lookup, 0);
+	ck_assert(keys_cover(&t1.keys, t1.big));
+	ck_assert_uint_eq(t1.keys.end - t1.keys.start, 32 * MiB);
+	ck_assert_int_eq(mrd_mem_free(c, t1.big), 0);
+	ck_assert_int_eq(mrd_mem_free(c, t2.small), 0);
+	mrd_client_close(c);
+	soft_gate_cleanup(gate);
+}
+END_TEST
+
+/* Two threads of a handle (from a gated mrd) wait for their first lookups of 16 MiB: one
+ * reads the connection, the other waits for it to hand over its reply. */
+static mrd_client *two_threads_wait(char *gate, size_t size, struct handle_thread t[2],
+				    pthread_t th[2])
+{
+	mrd_client *c;
+
+	start_gated_mrd(gate, size);
+	c = connect_ok();
+	for (int i = 0; i < 2; i++) {
+		t[i] = (struct handle_thread){ .client = c };
+		ck_assert_int_eq(mrd_mem_alloc(c, 16 * MiB, 0, 0, &t[i].big), 0);
+	}
+	ck_assert_int_eq(pthread_create(&th[0], NULL, first_big_lookup, &t[0]), 0);
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r');
+	ck_assert_int_eq(pthread_create(&th[1], NULL, first_big_lookup, &t[1]), 0);
+	/* Its request sent: mrd has 2 MrLookups of the handle's (a worker waits for the first's
+	 * provider lock); then it waits for the reader. */
+	for (int i = 0; i < 2000 && daemon_lookups() < 2; i++)
+		usleep(10000);
+	ck_assert_uint_eq(daemon_lookups(), 2);
+	usleep(100000); /* not asserted: only makes it likelier that it waits already */
+	return c;
+}
+
+/* A fork() child closes a handle on which two threads of its parent wait: the child's copy
+ * goes, nothing of the parent's threads is waited for there. */
+START_TEST(test_fork_while_threads_wait)
+{
+	struct handle_thread t[2];
+	pthread_t th[2];
+	char gate[64];
+	mrd_client *c = two_threads_wait(gate, sizeof(gate), t, th);
+	int status = -1;
+	pid_t pid;
+
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		mrd_client_close(c);
+		_exit(0);
+	}
+	for (int i = 0; i < 2000 && waitpid(pid, &status, WNOHANG) == 0; i++)
+		usleep(10000);
+	if (status == -1) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	soft_gate_release(gate, 2);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_int_eq(t[i].lookup, 0);
+		ck_assert(keys_cover(&t[i].keys, t[i].big));
+	}
+	ck_assert_msg(status == 0, "the child's mrd_client_close() hung");
+	mrd_client_close(c);
+	soft_gate_cleanup(gate);
+}
+END_TEST
+
+/* mrd dies while two threads of a handle wait: each is told at once, the handle is gone. */
+START_TEST(test_threads_waiting_when_mrd_dies)
+{
+	struct handle_thread t[2];
+	pthread_t th[2];
+	char gate[64];
+	mrd_client *c = two_threads_wait(gate, sizeof(gate), t, th);
+
+	ck_assert_int_eq(mrd_proc_signal(&mrd, SIGKILL), 128 + SIGKILL);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_int_eq(t[i].lookup, -ECONNRESET);
+	}
+	ck_assert_int_eq(mrd_client_check(c), -ECONNRESET);
+	ck_assert_int_eq(mrd_client_ping(c), -ECONNRESET);
+	mrd_client_close(c);
+	soft_gate_cleanup(gate);
+}
+END_TEST
+
+/* N threads make M calls each on one handle: every reply reaches the thread that asked (a
+ * Ping that got a lookup's reply, or a lookup another's, fails as malformed). */
+struct call_storm {
+	mrd_client *client;
+	void **bufs;
+	unsigned n_bufs, seed, failures;
+};
+
+static void *storm_calls(void *arg)
+{
+	struct call_storm *s = arg;
+
+	for (unsigned i = 0; i < 300; i++) {
+		unsigned pick = (s->seed + i) % s->n_bufs;
+		struct mrd_keys k;
+		void *p;
+
+		if (mrd_client_ping(s->client) != 0)
+			s->failures++;
+		if (mrd_keys_query(s->client, s->bufs[pick], &k) != 0 || !keys_cover(&k, s->bufs[pick]))
+			s->failures++;
+		if (i % 16 == 0 && (mrd_mem_alloc(s->client, 4096 * (1 + s->seed), 0, 0, &p) != 0 ||
+				    mrd_keys_query(s->client, p, &k) != 0 || !keys_cover(&k, p) ||
+				    mrd_mem_free(s->client, p) != 0))
+			s->failures++;
+	}
+	return NULL;
+}
+
+START_TEST(test_threads_storm_one_handle)
+{
+	mrd_client *c = connect_ok();
+	struct call_storm s[8];
+	pthread_t t[8];
+	void *bufs[16];
+
+	for (int i = 0; i < 16; i++)
+		ck_assert_int_eq(mrd_mem_alloc(c, 8192 * (1 + i), 0, 0, &bufs[i]), 0);
+	for (unsigned i = 0; i < 8; i++) {
+		s[i] = (struct call_storm){ .client = c, .bufs = bufs, .n_bufs = 16, .seed = i };
+		ck_assert_int_eq(pthread_create(&t[i], NULL, storm_calls, &s[i]), 0);
+	}
+	for (int i = 0; i < 8; i++) {
+		pthread_join(t[i], NULL);
+		ck_assert_uint_eq(s[i].failures, 0);
+	}
+	ck_assert_int_eq(mrd_client_ping(c), 0);
+	mrd_client_close(c);
+}
+END_TEST
+
 /* On-demand memory through libmrd: chunk-sized keys, prefetch, the counters mrctl stats shows. */
 START_TEST(test_odp_memory)
 {
@@ -387,6 +617,10 @@ int main(void)
 	tcase_add_test(tc, test_unregistered_free_keeps_caches);
 	tcase_add_test(tc, test_dma_between_processes);
 	tcase_add_test(tc, test_threads_while_memory_churns);
+	tcase_add_test(tc, test_threads_of_a_handle_pass_a_big_lookup);
+	tcase_add_test(tc, test_threads_storm_one_handle);
+	tcase_add_test(tc, test_fork_while_threads_wait);
+	tcase_add_test(tc, test_threads_waiting_when_mrd_dies);
 	tcase_add_test(tc, test_odp_memory);
 	tcase_add_test(tc, test_dma_busy_is_retried);
 	suite_add_tcase(s, tc);

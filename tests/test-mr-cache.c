@@ -633,15 +633,15 @@ START_TEST(test_big_registration_blocks_nobody)
 	resp = td_expect(other, 3, 0);
 	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, small);
 	mrd__response__free_unpacked(resp, NULL);
-	ck_assert_ptr_nonnull(ca->pending); /* A still waits, and only A */
-	ck_assert(!ca->reading);
+	ck_assert_ptr_nonnull(LIST_FIRST(&ca->pending)); /* A still waits, and only A */
+	ck_assert(ca->reading); /* and A's further requests are read meanwhile */
 
 	td_unblock_worker(&b);
 	resp = td_expect(a, 3, 0);
 	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, big);
 	ck_assert_uint_eq(resp->mr_lookup->entries[0]->end, big + 8 * MiB);
 	mrd__response__free_unpacked(resp, NULL);
-	ck_assert_ptr_null(ca->pending);
+	ck_assert_ptr_null(LIST_FIRST(&ca->pending));
 	ck_assert(ca->reading);
 	close(a);
 	close(other);
@@ -797,13 +797,13 @@ START_TEST(test_device_dma_on_worker)
 	td_block_pool(&b, td_manager->core.dma_worker);
 	td_send_dma(a, 5, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1] + 8, 100);
 	td_pump();
-	ck_assert_ptr_nonnull(ca->pending); /* on the Dma thread, behind the blocker */
-	ck_assert(!ca->reading);
+	ck_assert_ptr_nonnull(LIST_FIRST(&ca->pending)); /* on the Dma thread, behind the blocker */
+	ck_assert(ca->reading); /* A's later requests are read meanwhile */
 	/* Meanwhile the loop serves the domain's others, and the registration workers too. */
 	lookup(other, 4, &big, 1, 0, NULL);
 	td_unblock_worker(&b);
 	td_expect_free(a, 5, 0);
-	ck_assert_ptr_null(ca->pending);
+	ck_assert_ptr_null(LIST_FIRST(&ca->pending));
 	ck_assert(ca->reading);
 	/* Its errors come back the same way. */
 	td_send_dma(a, 6, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1] + 64 * 1024 - 8, 100);
@@ -1004,8 +1004,8 @@ START_TEST(test_soft_dma_off_the_loop)
 		return;
 	td_send_free(b, 5, addrs[1]);
 	ck_assert_msg(!ping_waited(&h, other, 6), "the ping waited for the copy: it ran on the loop");
-	ck_assert_ptr_nonnull(ca->pending); /* the Dma, */
-	ck_assert_ptr_nonnull(cb->pending); /* and the Free waiting for it */
+	ck_assert_ptr_nonnull(LIST_FIRST(&ca->pending)); /* the Dma, */
+	ck_assert_ptr_nonnull(LIST_FIRST(&cb->pending)); /* and the Free waiting for it */
 	hold_release(&h);
 	td_expect_free(a, 4, 0);
 	td_expect_free(b, 5, 0);
@@ -1051,7 +1051,7 @@ START_TEST(test_unregister_during_copy)
 	req.mempool_unregister = &uq;
 	td_send_request(b, &req, NULL, 0);
 	blocked = ping_waited(&h, other, 6);
-	waited = cb->pending != NULL; /* answered once the MR is gone */
+	waited = LIST_FIRST(&cb->pending) != NULL; /* answered once the MR is gone */
 	hold_release(&h);
 	td_expect_free(a, 4, 0);
 	td_expect_free(b, 5, 0);
@@ -1096,7 +1096,7 @@ START_TEST(test_odp_free_during_copy)
 		close(b);
 	blocked = ping_waited(&h, other, 7);
 	/* No page goes back while the copy may touch it. */
-	waited = ca->domain->mem.allocated_bytes == allocated && (_i == 1 || cb->pending);
+	waited = ca->domain->mem.allocated_bytes == allocated && (_i == 1 || LIST_FIRST(&cb->pending));
 	hold_release(&h);
 	td_expect_free(a, 5, 0);
 	if (_i == 0)
@@ -1132,8 +1132,8 @@ START_TEST(test_big_free_on_worker)
 	td_block_worker(&b);
 	td_send_free(a, 4, big); /* 8 MiB of MRs: a worker deregisters them, and it is busy */
 	td_pump();
-	ck_assert_ptr_nonnull(ca->pending); /* A waits for its Free */
-	ck_assert(!ca->reading);
+	ck_assert_ptr_nonnull(LIST_FIRST(&ca->pending)); /* A waits for its Free */
+	ck_assert(ca->reading); /* and its later requests are read meanwhile */
 	/* The job holds the domain open but is no client: quota.clients counts two. */
 	ck_assert_uint_eq(ca->domain->n_users, 2);
 	ck_assert_uint_eq(ca->domain->n_job_refs, 1);
@@ -1148,7 +1148,7 @@ START_TEST(test_big_free_on_worker)
 
 	td_unblock_worker(&b);
 	td_expect_free(a, 4, 0);
-	ck_assert_ptr_null(ca->pending);
+	ck_assert_ptr_null(LIST_FIRST(&ca->pending));
 	ck_assert(ca->reading);
 	provider_stats(ca->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);

@@ -30,19 +30,33 @@ static void out_frame_free(struct out_frame *f)
 	free(f);
 }
 
+bool client_full(const struct client *c)
+{
+	return c->n_pending + c->n_out >= c->manager->core.config.max_inflight;
+}
+
+/* A client that is not read would have its hang-up wait for its pending answers: EV_CLOSED
+ * (epoll's EPOLLRDHUP) tells at once, so that the work goes with it. */
+static void client_watch_hangup(struct client *c)
+{
+	if (!c->reading && c->n_pending > 0)
+		(void)event_add(c->hangup_event, NULL);
+	else
+		event_del(c->hangup_event);
+}
+
 static void client_set_reading(struct client *c, bool on)
 {
-	/* A client whose request waits for a worker reads nothing more: its hang-up event
-	 * watches it meanwhile (client_pause), and request_answer() lets it read again. */
-	if (on && c->pending)
+	if (on && client_full(c))
 		return;
-	if (c->reading == on)
-		return;
-	if (on)
-		event_add(c->read_event, NULL);
-	else
-		event_del(c->read_event);
-	c->reading = on;
+	if (c->reading != on) {
+		if (on)
+			event_add(c->read_event, NULL);
+		else
+			event_del(c->read_event);
+		c->reading = on;
+	}
+	client_watch_hangup(c);
 }
 
 static void client_on_read(evutil_socket_t fd, short what, void *userdata)
@@ -177,15 +191,13 @@ int client_send_frame(struct client *c, const uint8_t *data, size_t len, const i
 	}
 	STAILQ_INSERT_TAIL(&c->out, f, link);
 	c->n_out++;
-	if (c->n_out >= c->manager->core.config.max_inflight)
+	if (client_full(c))
 		client_set_reading(c, false);
 	if (!event_pending(c->drain_event, EV_TIMEOUT, NULL))
 		client_after_flush(c, fd_budget_allows(c, f->n_fds) ? 0 : 1);
 	return 0;
 }
 
-/* A paused client is not read, so its hang-up would wait for its answer; EV_CLOSED (epoll's
- * EPOLLRDHUP) tells at once. */
 static void client_on_hangup(evutil_socket_t fd, short what, void *userdata)
 {
 	struct client *c = userdata;
@@ -204,6 +216,7 @@ int client_new(struct manager *m, int fd, pid_t pid, uid_t uid, gid_t gid, bool 
 		return -ENOMEM;
 	c->fd = -1;
 	STAILQ_INIT(&c->out);
+	LIST_INIT(&c->pending);
 	c->manager = m;
 	c->id = ++m->next_client_id;
 	reg_owner_init(&c->owner, c->id, pid, uid);
@@ -252,7 +265,7 @@ struct client *client_free(struct client *c)
 		(void)shutdown(c->fd, SHUT_RDWR);
 		fd_closer_consume(c->manager->closer, c->fd, c->owner_uid);
 	}
-	request_abandon(c); /* a worker may still finish for it: nobody to answer */
+	request_abandon(c); /* workers may still finish for it: nobody to answer */
 	/* Everything it owns goes; memory of other clients stays, and so does its memory that
 	 * other clients' pools still have registered. */
 	if (c->domain)
@@ -272,16 +285,11 @@ struct client *client_free(struct client *c)
 void client_pause(struct client *c)
 {
 	client_set_reading(c, false);
-	if (c->pending)
-		(void)event_add(c->hangup_event, NULL);
 }
 
 void client_resume(struct client *c)
 {
-	if (!c->pending)
-		event_del(c->hangup_event);
-	if (c->n_out < c->manager->core.config.max_inflight && !c->pending)
-		client_set_reading(c, true);
+	client_set_reading(c, true);
 }
 
 int client_get_domain(struct client *c, struct domain **ret)

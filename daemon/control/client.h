@@ -56,10 +56,14 @@ struct client {
 	uint32_t *arenas_sent; /* arenas whose memfd this client has received */
 	size_t n_arenas_sent, arenas_sent_cap;
 
-	struct pending_request *pending; /* a request whose answer waits for a worker */
+	/* Requests whose answers wait for a worker, answered in any order (each reply carries
+	 * its id): other requests are read and answered meanwhile. */
+	LIST_HEAD(, pending_request) pending;
+	unsigned n_pending;
 
 	unsigned protocol_errors;
-	/* Replies not yet taken by the client: bounded by limits.requests_in_flight. */
+	/* Replies not yet taken by the client. With n_pending, bounded by
+	 * limits.requests_in_flight: at the bound mrd reads no more of its requests. */
 	STAILQ_HEAD(, out_frame) out;
 	unsigned n_out;
 };
@@ -89,8 +93,10 @@ int client_send_frame(struct client *c, const uint8_t *data, size_t len, const i
 /* The client's domain, acquired on first use. */
 int client_get_domain(struct client *c, struct domain **ret);
 
-/* Stops (and restarts) reading requests from c: its answers must keep their order while one
- * waits for a worker. */
+/* Whether c has limits.requests_in_flight requests pending or replies unread: mrd reads no
+ * more of its requests until one is answered or read. */
+bool client_full(const struct client *c);
+/* Stops (and restarts, unless c is full) reading requests from c. */
 void client_pause(struct client *c);
 void client_resume(struct client *c);
 

@@ -1,5 +1,4 @@
 /* SPDX-License-Identifier: MIT */
-#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -21,7 +20,7 @@ static const struct request_type request_types[] = {
 	[MRD__REQUEST__BODY_STATUS] = { "Status", request_status },
 	[MRD__REQUEST__BODY_EXPORT_PD] = { "ExportPd", request_export_pd, .needs_domain = true },
 	[MRD__REQUEST__BODY_JOIN_DOMAIN] = { "JoinDomain", request_join_domain,
-					     .needs_domain = true },
+					     .needs_domain = true, .alone = true },
 	[MRD__REQUEST__BODY_ALLOC] = { "Alloc", request_alloc, .check = request_alloc_check,
 				       .needs_domain = true },
 	[MRD__REQUEST__BODY_FREE] = { "Free", request_free, .needs_domain = true },
@@ -311,6 +310,12 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 		reply_set_message(&r, "%s needs root or the admin group", type->name);
 		reply_send(c, &r, -EPERM);
 		k = 0;
+	} else if (type->alone && c->n_pending > 0) {
+		reply_set_message(&r, "%s is answered only when no other request of this connection "
+				  "waits, and %u still do: ask again once they are answered",
+				  type->name, c->n_pending);
+		reply_send(c, &r, -EBUSY);
+		k = 0;
 	} else {
 		m->n_requests++;
 		k = run_handler(c, type, req, pkt, &r);
@@ -340,26 +345,33 @@ void *request_pending_new(size_t size, uint64_t id,
 
 void request_wait(struct client *c, struct pending_request *p)
 {
-	assert(!c->pending); /* a waiting client reads no further request */
 	p->client = c;
-	c->pending = p;
-	client_pause(c);
+	LIST_INSERT_HEAD(&c->pending, p, link);
+	c->n_pending++;
+	if (client_full(c))
+		client_pause(c); /* until one is answered */
 }
 
 void request_answer(struct pending_request *p, struct reply *r, int error)
 {
 	struct client *c = p->client;
 
+	LIST_REMOVE(p, link);
+	c->n_pending--;
+	p->client = NULL;
 	reply_send(c, r, error);
-	c->pending = NULL;
 	client_resume(c);
 }
 
 void request_abandon(struct client *c)
 {
-	if (c->pending)
-		c->pending->client = NULL;
-	c->pending = NULL;
+	struct pending_request *p;
+
+	while ((p = LIST_FIRST(&c->pending))) {
+		LIST_REMOVE(p, link);
+		p->client = NULL;
+	}
+	c->n_pending = 0;
 }
 
 Mrd__MrEntry **reply_mr_entries(struct reply *r, size_t n)

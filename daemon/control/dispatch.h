@@ -3,6 +3,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/queue.h>
 
 #include "macro.h"
 #include "registration/mr-cache.h"
@@ -60,10 +61,13 @@ void reply_init(struct reply *r, uint64_t id);
 void reply_send(struct client *c, struct reply *r, int error);
 
 /* A request whose answer waits for a worker. Its handler returns -EINPROGRESS after
- * request_wait(); the client reads nothing more until request_answer() sends the reply. */
+ * request_wait(); request_answer() sends the reply, with its id, whenever the worker is done.
+ * Meanwhile the client's further requests are read and answered (up to
+ * limits.requests_in_flight of them in flight), so answers may come out of order. */
 struct pending_request {
 	struct mr_waiter waiter; /* first: the worker's completion hands it back */
 	struct client *client;   /* NULL once the client left: nobody to answer */
+	LIST_ENTRY(pending_request) link; /* in client->pending while client is set */
 	uint64_t id;
 };
 
@@ -75,7 +79,8 @@ void *request_pending_new(size_t size, uint64_t id,
 void request_wait(struct client *c, struct pending_request *p);
 /* Sends r for p (error as for reply_send) and lets the client read again. */
 void request_answer(struct pending_request *p, struct reply *r, int error);
-/* The client is going: a request of its that waits for a worker will answer nobody. */
+/* The client is going: each request of its that waits for a worker will answer nobody (its
+ * resume still frees it, once). */
 void request_abandon(struct client *c);
 
 /* n MrEntry messages for r's body, initialised and pointed to by the returned array (which r
@@ -86,7 +91,7 @@ Mrd__MrEntry **reply_mr_entries(struct reply *r, size_t n);
 int take_request_fd(struct wire_packet *pkt, size_t i);
 
 /* Handlers return 0 or -errno for their reply, or -EINPROGRESS when they answer later
- * themselves (a lookup waiting for a worker); the client is paused until they do. d is the
+ * themselves (a lookup waiting for a worker; see struct pending_request). d is the
  * client's domain for a type that needs_domain, else NULL. */
 typedef int (*request_handler_fn)(struct client *c, struct domain *d, const Mrd__Request *req,
 				  struct wire_packet *pkt, struct reply *r);
@@ -106,6 +111,9 @@ struct request_type {
 	 * be opened). */
 	bool needs_domain;
 	unsigned n_fds;    /* exact number of descriptors the request carries */
+	/* Answered only while no other request of the connection is pending (a session's
+	 * JoinDomain, which may resume what an earlier mrd held): else EBUSY, not done. */
+	bool alone;
 };
 
 /* NULL for a body case mrd does not know. */
