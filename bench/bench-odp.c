@@ -96,8 +96,7 @@ static int domain_open(struct odp_domain *d, uint64_t window_base)
 	if (r < 0)
 		return r;
 	reg_owner_init(&d->owner, 1, getpid(), getuid());
-	return registrar_open(&d->reg, d->device, MR_POLICY_CONTIG, (uintptr_t)d->window.base,
-			      d->window.size);
+	return registrar_open(&d->reg, d->device, MR_POLICY_CONTIG, (uintptr_t)d->window.base);
 }
 
 static int alloc_on_demand(struct odp_domain *d, struct reg_allocation **ret)

@@ -461,15 +461,16 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 	if (cached(c, addr, ret))
 		return 0;
 
-	c->misses++;
 	a = reg_allocation_of(allocation_containing(r->mem, addr));
+	/* On-demand memory's children are found through their allocation, in no table. */
+	if (a && a->mem.odp)
+		return odp_fault(r, a, addr, ret, why, why_size);
+	c->misses++;
 	if (!a) {
 		snprintf(why, why_size, "0x%" PRIx64 " is not in memory allocated in domain %s",
 			 addr, r->name);
 		return -ENOENT;
 	}
-	if (a->mem.odp)
-		return odp_fault(r, a, addr, ret, why, why_size);
 	return miss(c, a, addr, ret, why, why_size, waiter);
 }
 

@@ -102,7 +102,7 @@ static struct mr_entry entry_of(const struct odp_child *c)
 	return (struct mr_entry){ c->start, c->end, c->pmr->lkey, c->pmr->rkey };
 }
 
-/* Into its allocation's list (the caller enters it in the table). */
+/* Into its allocation's list: live. */
 static void link_child(struct registrar *r, struct odp_child *c)
 {
 	c->linked = true;
@@ -236,7 +236,6 @@ int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, stru
 	uint64_t start, end;
 	int k;
 
-	o->stats.faults++;
 	piece_of(o, a, addr, &start, &end);
 	k = ensure_slots(o, a);
 	if (k < 0)
@@ -244,6 +243,7 @@ int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, stru
 	slot = slot_of(o, a, addr);
 	c = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
 	if (!c) {
+		o->stats.faults++;
 		c = child_new(r, a, start, end, reg_allocation_access(a), &k);
 		if (!c) {
 			snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") on demand "
@@ -260,9 +260,6 @@ int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, stru
 	*ret = entry_of(c);
 	if (!c->linked)
 		link_child(r, c);
-	/* A miss led here, so it is not in the table (again, after an overflow's rebuild). */
-	if (!r->cache.table.overflow)
-		(void)mr_table_insert(&r->cache.table, ret);
 	return 0;
 }
 
@@ -363,8 +360,6 @@ static void prefetch_done(struct registrar_work *w)
 	struct registrar *r = w->reg;
 	struct reg_allocation *a = j->allocation;
 	struct odp *o = &r->odp;
-	struct mr_entry *fresh = calloc(j->n, sizeof(*fresh));
-	size_t n_fresh = 0;
 
 	o->jobs--;
 	if (j->owner)
@@ -379,17 +374,12 @@ static void prefetch_done(struct registrar_work *w)
 			continue;
 		if (!a->retired) {
 			link_child(r, c);
-			if (fresh)
-				fresh[n_fresh++] = entry_of(c); /* into the table together */
 		} else { /* freed while it was made: nobody gets its key */
 			make_zombie(r, c);
 			LIST_INSERT_HEAD(&a->odp_children, c, link);
 			LIST_INSERT_HEAD(&o->all, c, all);
 		}
 	}
-	if (n_fresh && !r->cache.table.overflow)
-		(void)mr_table_insert_many(&r->cache.table, fresh, n_fresh);
-	free(fresh);
 	job_end(r, j);
 	start_waiting(r);
 }
@@ -464,8 +454,6 @@ unsigned odp_retire(struct registrar *r, struct reg_allocation *a)
 	LIST_FOREACH(c, &a->odp_children, link) {
 		c->linked = false;
 		o->children--;
-		if (!r->cache.table.overflow)
-			(void)mr_table_remove(&r->cache.table, c->start);
 		/* Zapped first, as an MMU notifier would: the device faults no page of it in. Not
 		 * while a Dma may copy through it (the zap would wait for the copy): its MR goes
 		 * on a worker, and its pages stay a's until then. */

@@ -3,16 +3,17 @@
  * domain's on-demand memory is registered in children: on-demand MRs over fixed chunks of the
  * window (cache.odp_chunk, at most the device's largest MR), each cut to one allocation — mrd's
  * address space holds every domain's memory, so a child must never reach past its own. Each
- * allocation keeps its children in slots of its own, one per chunk it touches, so finding or
- * making one costs the same however many allocations share the chunk. A fault (a lookup miss,
- * or a prefetch on a worker) makes a missing one and installs it with a compare-and-exchange
- * (the loser frees its own); the loop enters it in the domain's table. Work on a worker counts
- * on its allocation and reads that allocation's slots alone, never another's. Freeing memory
- * zaps its children and takes them out of the table: they become zombies. A zombie's MR is
- * deregistered once no work on its allocation remains (while registrar_busy() — a soft Dma may
- * copy through it — not zapped, and deregistered on a worker, which counts as work on the
- * allocation), and the Free answers then (no key of the memory works and no work touches its
- * pages after they went back); its memory goes with its MR, since no work can reach it then.
+ * allocation keeps its children in slots of its own, one per chunk it touches, and lookups
+ * find them there (never in the domain's table, whose inserts cost more the more entries it
+ * has), so finding or making one costs the same however many allocations share the chunk. A
+ * fault (a lookup that finds no child, or a prefetch on a worker) makes the missing one and
+ * installs it with a compare-and-exchange (the loser frees its own); the loop links it. Work on
+ * a worker counts on its allocation and reads that allocation's slots alone, never another's.
+ * Freeing memory zaps its children: they become zombies. A zombie's MR is deregistered once no
+ * work on its allocation remains (while registrar_busy() — a soft Dma may copy through it — not
+ * zapped, and deregistered on a worker, which counts as work on the allocation), and the Free
+ * answers then (no key of the memory works and no work touches its pages after they went
+ * back); its memory goes with its MR, since no work can reach it then.
  * Only the loop links, zombifies or destroys children. */
 #pragma once
 
@@ -34,7 +35,7 @@ struct odp_child {
 	struct provider_mr *pmr;
 	LIST_ENTRY(odp_child) link; /* loop: its allocation's children (zombies once it retired) */
 	LIST_ENTRY(odp_child) all;  /* loop: the domain's, while on its allocation's list */
-	bool linked;                /* loop: live, in the table and its allocation's list */
+	bool linked;                /* loop: live, on its allocation's list */
 	bool zombie;                /* loop: its allocation retired; it waits for its work */
 };
 
@@ -76,7 +77,7 @@ void odp_done(struct registrar *r);
 /* a goes: its slots with it (no work on it remains). */
 void odp_forget_allocation(struct reg_allocation *a);
 
-/* A lookup miss at addr in on-demand allocation a: its child, made when missing. */
+/* A lookup at addr in on-demand allocation a: its child, made when missing (a fault). */
 int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
 	      char *why, size_t why_size);
 
@@ -88,7 +89,7 @@ int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_alloca
 		 uint64_t addr, uint64_t length, enum odp_advice advice, struct mr_waiter *waiter,
 		 char *why, size_t why_size);
 
-/* a is being freed: its children are zapped and leave the table. Returns
+/* a is being freed: its children are zapped. Returns
  * nonzero when prefetch work on a remains (its children's MRs wait for it): then
  * registrar_release() runs once that is over. */
 unsigned odp_retire(struct registrar *r, struct reg_allocation *a);
