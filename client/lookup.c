@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* libmrd's side of the datapath: asking mrd for keys, and the two-level key cache (DPDK's
  * per-queue MR control): 8 recent entries with an MRU index and a round-robin victim, then a
- * sorted array, both flushed when the domain's generation moves. */
+ * sorted array. When the domain's generation moves, both drop the entries overlapping what the
+ * status page's ring says went (everything when the ring cannot tell). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stddef.h>
@@ -22,6 +23,7 @@ struct mrd_cache {
 	struct mrd_cache_hot hot; /* first: mrd_cache_lkey() reads it through the cache pointer */
 	struct mr_table bottom;
 	mrd_client *client;
+	const struct mrd_status_page *status; /* its ring; stays at this address (call.h) */
 	uint64_t n_asked; /* lookups that had to ask mrd */
 };
 _Static_assert(offsetof(struct mrd_cache, hot) == 0, "mrd_cache_lkey() casts the cache to it");
@@ -84,6 +86,7 @@ MRD_EXPORT int mrd_cache_new(mrd_client *client, mrd_cache **ret)
 		return set_last_error(r, "out of memory");
 	}
 	c->client = client;
+	c->status = client->status;
 	c->hot.generation_ptr = &client->status->generation;
 	c->hot.generation = *c->hot.generation_ptr;
 	*ret = c;
@@ -111,17 +114,62 @@ static void top_insert(mrd_cache *c, const struct mrd_keys *keys)
 	c->hot.head = (c->hot.head + 1) % MRD_CACHE_TOP;
 }
 
+/* Drops every cached entry overlapping [start, end). */
+static void drop_range(mrd_cache *c, uint64_t start, uint64_t end)
+{
+	for (unsigned i = 0; i < MRD_CACHE_TOP; i++)
+		if (c->hot.top[i].start < end && c->hot.top[i].end > start)
+			c->hot.top[i] = (struct mrd_keys){ 0 };
+	(void)mr_table_remove_range(&c->bottom, start, end);
+}
+
+/* Reads the record of generation g from the ring: false when it is not there any more (the
+ * ring lapped it, or it is being written over). */
+static bool read_freed(const struct mrd_status_page *page, uint64_t g, uint64_t *ret_start,
+		       uint64_t *ret_end)
+{
+	const struct mrd_status_freed *f = &page->freed[g % MRD_STATUS_FREED];
+
+	if (__atomic_load_n(&f->generation, __ATOMIC_ACQUIRE) != g)
+		return false;
+	*ret_start = __atomic_load_n(&f->start, __ATOMIC_RELAXED);
+	*ret_end = __atomic_load_n(&f->end, __ATOMIC_RELAXED);
+	/* The range read before the second look at whose it is (mrd's seqlock, status-page.h). */
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	return __atomic_load_n(&f->generation, __ATOMIC_RELAXED) == g;
+}
+
+/* The domain moved from the cache's generation to now: drops only what the frees in between
+ * made stale when the ring still holds each, everything otherwise. Dropping a record's range
+ * before finding a later one gone costs nothing: all goes then. */
+static void catch_up(mrd_cache *c, uint64_t now)
+{
+	const struct mrd_status_page *page = c->status;
+	uint64_t from = c->hot.generation, start, end;
+
+	c->hot.generation = now;
+	/* Below from: a poisoned page's, or a page before it (a reconnect). */
+	if (page->layout_version < 2 || now < from || now - from > MRD_STATUS_FREED) {
+		flush(c);
+		return;
+	}
+	for (uint64_t g = from + 1; g <= now; g++) {
+		if (!read_freed(page, g, &start, &end) || (start == 0 && end == UINT64_MAX)) {
+			flush(c);
+			return;
+		}
+		drop_range(c, start, end);
+	}
+}
+
 /* The top half, after the generation check: most lookups that miss the MRU end here. */
 static inline bool top_find(mrd_cache *c, uintptr_t a, struct mrd_keys *ret)
 {
 	uint64_t generation = __atomic_load_n(c->hot.generation_ptr, __ATOMIC_ACQUIRE);
 
-	/* Memory of the domain went away since we cached: nothing cached can be trusted. */
-	if (generation != c->hot.generation) {
-		flush(c);
-		c->hot.generation = generation;
-		return false;
-	}
+	/* Keys of the domain died since we cached: those overlapping what went go. */
+	if (generation != c->hot.generation)
+		catch_up(c, generation);
 	for (unsigned i = 0; i < MRD_CACHE_TOP; i++)
 		if (a >= c->hot.top[i].start && a < c->hot.top[i].end) {
 			c->hot.mru = i;

@@ -269,3 +269,23 @@ int mr_table_remove(struct mr_table *t, uint64_t start)
 	index_changed(t, at, start, -1);
 	return 0;
 }
+
+size_t mr_table_remove_range(struct mr_table *t, uint64_t start, uint64_t end)
+{
+	size_t first = mr_table_floor(t, start), last;
+
+	/* The entry holding start overlaps; the sentinel and one ending at or below start do not. */
+	if (first == 0 || t->e[first].end <= start)
+		first++;
+	for (last = first; last < t->n && t->e[last].start < end; last++)
+		;
+	if (last - first == 1)
+		(void)mr_table_remove(t, t->e[first].start);
+	else if (last > first) {
+		/* Several: one move, and the index built once. */
+		memmove(&t->e[first], &t->e[last], (t->n - last) * sizeof(*t->e));
+		t->n -= last - first;
+		index_build(t);
+	}
+	return last - first;
+}

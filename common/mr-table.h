@@ -97,3 +97,6 @@ int mr_table_insert_many(struct mr_table *t, const struct mr_entry *entries, siz
 
 /* Removes the entry starting at start; -ENOENT when there is none. */
 int mr_table_remove(struct mr_table *t, uint64_t start);
+
+/* Removes every entry overlapping [start, end) (start < end); returns how many. */
+size_t mr_table_remove_range(struct mr_table *t, uint64_t start, uint64_t end);

@@ -63,7 +63,8 @@ static int receiver(int to_sender, int from_sender)
 		return EXIT_FAILURE;
 
 	printf("receiver: found \"%s\" at %p, written there by DMA\n", buf + 4096, (void *)(buf + 4096));
-	/* The sender freed its buffer meanwhile: one load shows it, and the cache flushes. */
+	/* The sender freed its buffer meanwhile: one load shows it, and the cache drops what the
+	 * free made stale (nothing of ours: our entry still hits). */
 	printf("receiver: generation %" PRIu64 " -> %" PRIu64 " without asking mrd\n", gen,
 	       mrd_client_generation(c));
 	(void)mrd_cache_lkey(l, buf);

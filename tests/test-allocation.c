@@ -118,6 +118,19 @@ START_TEST(test_alloc_find_and_free)
 	ck_assert_uint_eq(status_page_generation(&mem.status), 7);
 	status_page_bump(&mem.status);
 	ck_assert_uint_eq(status_page_generation(&mem.status), 8);
+	/* Each move's record in the ring; one that is no range of memory is all of it. */
+	ck_assert_uint_eq(mem.status.page->freed[8 % MRD_STATUS_FREED].generation, 8);
+	ck_assert_uint_eq(mem.status.page->freed[8 % MRD_STATUS_FREED].start, 0);
+	ck_assert_uint_eq(mem.status.page->freed[8 % MRD_STATUS_FREED].end, UINT64_MAX);
+	for (uint64_t g = 9; g < 9 + MRD_STATUS_FREED; g++)
+		status_page_bump_range(&mem.status, g << 12, (g + 1) << 12);
+	for (uint64_t g = 9; g < 9 + MRD_STATUS_FREED; g++) {
+		const struct mrd_status_freed *f = &mem.status.page->freed[g % MRD_STATUS_FREED];
+
+		ck_assert_uint_eq(f->generation, g); /* the ring lapped 8's */
+		ck_assert_uint_eq(f->start, g << 12);
+		ck_assert_uint_eq(f->end, (g + 1) << 12);
+	}
 }
 END_TEST
 

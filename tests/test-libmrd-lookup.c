@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* libmrd's lookups against a real mrd: keys from the two-level cache, checked by emulated DMA
- * between two processes; the generation flush; stale keys; threads looking up while memory
+ * between two processes; frees dropping only what they made stale, or everything once the
+ * status page's ring overflowed; stale keys; threads looking up while memory
  * comes and goes. */
 #include <check.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 
 #include <mrd/mrd.h>
 
+#include "status-page.h"
 #include "test-util.h"
 #include "check-run.h"
 
@@ -92,28 +95,113 @@ START_TEST(test_cached_lookups)
 }
 END_TEST
 
-START_TEST(test_generation_flushes)
+/* Allocates in c and registers it (a key of it may be cached from here on). */
+static uint8_t *alloc_registered(mrd_client *c, size_t size)
+{
+	struct mrd_keys k;
+	uint8_t *p;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, size, 0, 0, (void **)&p), 0);
+	ck_assert_int_eq(mrd_keys_query(c, p, &k), 0);
+	return p;
+}
+
+/* Someone else frees registered memory: the generation moves, and the next lookup drops only
+ * what overlaps the freed allocation (the status page's ring says which). */
+START_TEST(test_free_drops_only_its_range)
 {
 	mrd_client *a = connect_ok(), *b = connect_ok();
+	uint8_t *x, *y, *x2, *z;
 	mrd_cache *l;
-	uint8_t *p, *q;
-	unsigned long before;
 	struct mrd_keys k;
+	uint64_t gen;
+	uint32_t kx, ky;
 
-	ck_assert_int_eq(mrd_mem_alloc(a, 4096, 0, 0, (void **)&p), 0);
-	ck_assert_int_eq(mrd_mem_alloc(b, 4096, 0, 0, (void **)&q), 0);
+	x = alloc_registered(a, 4096);
+	x2 = alloc_registered(a, 8192);
+	y = alloc_registered(a, 2 * MiB);
+	z = alloc_registered(b, 4096);
 	ck_assert_int_eq(mrd_cache_new(a, &l), 0);
-	ck_assert_uint_ne(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
-	ck_assert_uint_ne(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
-	ck_assert_int_eq(mrd_keys_query(b, q, &k), 0); /* registered: a key of it may be cached */
-	before = daemon_lookups();
-	/* Someone else frees registered memory: the next lookup must not trust its cache. */
-	ck_assert_int_eq(mrd_mem_free(b, q), 0);
-	ck_assert_uint_ne(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
-	ck_assert_uint_eq(daemon_lookups(), before + 1);
-	ck_assert_uint_eq(mrd_cache_asked(l), 2);
-	ck_assert_uint_ne(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
-	ck_assert_uint_eq(daemon_lookups(), before + 1);
+	kx = mrd_cache_lkey(l, x);
+	ck_assert_int_eq(mrd_cache_keys(l, x2 + 4096, &k), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, y + MiB, &k), 0);
+	ky = k.lkey;
+	/* Eight more push those three out of the top half: they hit in the bottom half. */
+	for (int i = 0; i < MRD_CACHE_TOP; i++)
+		ck_assert_uint_ne(mrd_cache_lkey(l, alloc_registered(a, 4096 * (i + 1))),
+				  MRD_KEY_INVALID);
+	ck_assert_uint_eq(mrd_cache_asked(l), 11);
+	gen = mrd_client_generation(a);
+	ck_assert_int_eq(mrd_mem_free(b, z), 0);
+	ck_assert_uint_eq(mrd_client_generation(a), gen + 1);
+	ck_assert_uint_eq(mrd_cache_lkey(l, x), kx); /* the inline path sees the move */
+	ck_assert_uint_eq(mrd_cache_lkey(l, y + 7), ky);
+	ck_assert_int_eq(mrd_cache_keys(l, x2, &k), 0);
+	ck_assert_uint_eq(mrd_cache_asked(l), 11); /* none asked mrd again */
+	/* Its own free (x2 in both halves now): that one misses, the others still hit. */
+	ck_assert_int_eq(mrd_mem_free(a, x2), 0);
+	ck_assert_uint_eq(mrd_cache_lkey(l, x2 + 4096), MRD_KEY_INVALID);
+	ck_assert_uint_eq(mrd_cache_asked(l), 12);
+	ck_assert_int_ne(mrd_cache_keys(l, x2, &k), 0);
+	ck_assert_uint_eq(mrd_cache_lkey(l, x + 4095), kx);
+	ck_assert_uint_eq(mrd_cache_lkey(l, y), ky);
+	ck_assert_uint_eq(mrd_cache_asked(l), 13);
+	/* Allocated again (at the same address, or not): its new key, from mrd. */
+	x2 = alloc_registered(a, 8192);
+	ck_assert_int_eq(mrd_keys_query(a, x2, &k), 0);
+	ck_assert_uint_eq(mrd_cache_lkey(l, x2), k.lkey);
+	ck_assert_uint_eq(mrd_cache_asked(l), 14);
+	mrd_cache_free(l);
+	mrd_client_close(a);
+	mrd_client_close(b);
+}
+END_TEST
+
+/* n registered allocations of b freed between two lookups through l of a; fs[0] was cached
+ * in l. */
+static void free_between_lookups(mrd_client *a, mrd_client *b, mrd_cache *l, int n)
+{
+	uint8_t *fs[MRD_STATUS_FREED + 1], *again;
+	struct mrd_keys k;
+	uint64_t gen;
+
+	for (int i = 0; i < n; i++)
+		fs[i] = alloc_registered(b, 4096);
+	ck_assert_int_eq(mrd_cache_keys(l, fs[0], &k), 0);
+	gen = mrd_client_generation(a);
+	for (int i = 0; i < n; i++)
+		ck_assert_int_eq(mrd_mem_free(b, fs[i]), 0);
+	ck_assert_uint_eq(mrd_client_generation(a), gen + n);
+	/* The first's address taken again: a lookup there must find the new key, not the one
+	 * cached before. */
+	ck_assert_int_eq(mrd_mem_alloc(b, 4096, 0, 0, (void **)&again), 0);
+	if (again == fs[0]) {
+		ck_assert_int_eq(mrd_keys_query(b, again, &k), 0);
+		ck_assert_uint_eq(mrd_cache_lkey(l, again), k.lkey);
+	} else {
+		ck_assert_uint_eq(mrd_cache_lkey(l, fs[0]), MRD_KEY_INVALID);
+	}
+	ck_assert_int_eq(mrd_mem_free(b, again), 0);
+}
+
+/* As many frees as the ring holds between two lookups: still only their ranges go. One more,
+ * and the lookup cannot tell what went: it drops everything. */
+START_TEST(test_ring_overflow_flushes)
+{
+	mrd_client *a = connect_ok(), *b = connect_ok();
+	uint8_t *x = alloc_registered(a, 4096);
+	mrd_cache *l;
+	uint32_t kx;
+
+	ck_assert_int_eq(mrd_cache_new(a, &l), 0);
+	kx = mrd_cache_lkey(l, x);
+	free_between_lookups(a, b, l, MRD_STATUS_FREED);
+	ck_assert_uint_eq(mrd_cache_asked(l), 3); /* x, the first freed, its address again */
+	ck_assert_uint_eq(mrd_cache_lkey(l, x), kx);
+	ck_assert_uint_eq(mrd_cache_asked(l), 3);
+	free_between_lookups(a, b, l, MRD_STATUS_FREED + 1);
+	ck_assert_uint_eq(mrd_cache_lkey(l, x), kx);
+	ck_assert_uint_eq(mrd_cache_asked(l), 6); /* flushed: x asked again */
 	mrd_cache_free(l);
 	mrd_client_close(a);
 	mrd_client_close(b);
@@ -497,6 +585,112 @@ START_TEST(test_threads_storm_one_handle)
 }
 END_TEST
 
+/* Registered memory freed and allocated again, at a high rate, while threads look up keys of
+ * it: a lookup whose slot did not change around it must find the key mrd holds now, never one
+ * cached from an allocation freed before (the address comes back: a stale entry would hit). */
+#define CHURN_SLOTS 4
+
+struct churn_slot {
+	uint64_t version; /* odd while the slot's memory is being freed and allocated again */
+	uint8_t *addr;
+};
+
+struct checker {
+	mrd_client *client;
+	struct churn_slot *slots;
+	uint8_t *stable[4]; /* never freed: their entries must survive the others' frees */
+	int *done;
+	unsigned long checked, stale, failed;
+};
+
+static void check_one(struct checker *w, mrd_cache *l, uint8_t *p, const uint64_t *version,
+		      uint64_t v0)
+{
+	struct mrd_keys k, now;
+	int r = mrd_cache_keys(l, p, &k), r2 = mrd_keys_query(w->client, p, &now);
+
+	if (version && __atomic_load_n(version, __ATOMIC_ACQUIRE) != v0)
+		return; /* freed meanwhile: either answer may be right */
+	__atomic_add_fetch(&w->checked, 1, __ATOMIC_RELAXED); /* the churn waits for enough */
+	if (r < 0 || r2 < 0)
+		w->failed++;
+	else if (k.lkey != now.lkey || k.start != now.start || k.end != now.end)
+		w->stale++;
+}
+
+static void *checker_run(void *arg)
+{
+	struct checker *w = arg;
+	mrd_cache *l;
+
+	if (mrd_cache_new(w->client, &l) < 0) {
+		w->failed++;
+		return NULL;
+	}
+	for (unsigned i = 0; !__atomic_load_n(w->done, __ATOMIC_ACQUIRE); i++) {
+		struct churn_slot *s = &w->slots[i % CHURN_SLOTS];
+		uint64_t v0 = __atomic_load_n(&s->version, __ATOMIC_ACQUIRE);
+		uint8_t *p = __atomic_load_n(&s->addr, __ATOMIC_RELAXED);
+
+		if (v0 % 2 == 0)
+			check_one(w, l, p + (i * 64) % 4096, &s->version, v0);
+		check_one(w, l, w->stable[i % 4] + (i * 128) % 8192, NULL, 0);
+	}
+	mrd_cache_free(l);
+	return NULL;
+}
+
+static unsigned long least_checked(struct checker *w, int n)
+{
+	unsigned long least = ULONG_MAX;
+
+	for (int i = 0; i < n; i++) {
+		unsigned long c = __atomic_load_n(&w[i].checked, __ATOMIC_RELAXED);
+
+		least = c < least ? c : least;
+	}
+	return least;
+}
+
+START_TEST(test_no_stale_key_while_frees_race)
+{
+	mrd_client *c = connect_ok(), *churn = connect_ok();
+	struct churn_slot slots[CHURN_SLOTS];
+	struct checker w[3];
+	pthread_t t[3];
+	int done = 0;
+
+	for (int i = 0; i < CHURN_SLOTS; i++)
+		slots[i] = (struct churn_slot){ 0, alloc_registered(churn, 4096) };
+	for (int i = 0; i < 3; i++) {
+		w[i] = (struct checker){ .client = c, .slots = slots, .done = &done };
+		for (int j = 0; j < 4; j++)
+			w[i].stable[j] = alloc_registered(c, 8192);
+		ck_assert_int_eq(pthread_create(&t[i], NULL, checker_run, &w[i]), 0);
+	}
+	/* At least 1,500 frees, and until every thread checked 200 times (bounded). */
+	for (int i = 0; i < 1500 || (i < 200000 && least_checked(w, 3) < 200); i++) {
+		struct churn_slot *s = &slots[i % CHURN_SLOTS];
+		uint8_t *p;
+
+		__atomic_store_n(&s->version, s->version + 1, __ATOMIC_RELEASE);
+		ck_assert_int_eq(mrd_mem_free(churn, s->addr), 0);
+		p = alloc_registered(churn, 4096);
+		__atomic_store_n(&s->addr, p, __ATOMIC_RELAXED);
+		__atomic_store_n(&s->version, s->version + 1, __ATOMIC_RELEASE);
+	}
+	__atomic_store_n(&done, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < 3; i++) {
+		pthread_join(t[i], NULL);
+		ck_assert_msg(w[i].stale == 0 && w[i].failed == 0 && w[i].checked >= 200,
+			      "thread %d: %lu checked, %lu stale keys, %lu failed lookups", i,
+			      w[i].checked, w[i].stale, w[i].failed);
+	}
+	mrd_client_close(churn);
+	mrd_client_close(c);
+}
+END_TEST
+
 /* On-demand memory through libmrd: chunk-sized keys, prefetch, the counters mrctl stats shows. */
 START_TEST(test_odp_memory)
 {
@@ -613,7 +807,8 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_cached_lookups);
-	tcase_add_test(tc, test_generation_flushes);
+	tcase_add_test(tc, test_free_drops_only_its_range);
+	tcase_add_test(tc, test_ring_overflow_flushes);
 	tcase_add_test(tc, test_unregistered_free_keeps_caches);
 	tcase_add_test(tc, test_dma_between_processes);
 	tcase_add_test(tc, test_threads_while_memory_churns);
@@ -621,6 +816,7 @@ int main(void)
 	tcase_add_test(tc, test_threads_storm_one_handle);
 	tcase_add_test(tc, test_fork_while_threads_wait);
 	tcase_add_test(tc, test_threads_waiting_when_mrd_dies);
+	tcase_add_test(tc, test_no_stale_key_while_frees_race);
 	tcase_add_test(tc, test_odp_memory);
 	tcase_add_test(tc, test_dma_busy_is_retried);
 	suite_add_tcase(s, tc);

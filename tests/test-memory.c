@@ -305,12 +305,20 @@ START_TEST(test_generation_without_request)
 
 	ck_assert_uint_eq(page->magic, MRD_STATUS_MAGIC);
 	ck_assert_uint_eq(page->layout_version, MRD_STATUS_LAYOUT);
+	/* Before the page's first generation nothing can be told: its record is all of memory. */
+	gen = page->generation;
+	ck_assert_uint_eq(page->freed[gen % MRD_STATUS_FREED].generation, gen);
+	ck_assert_uint_eq(page->freed[gen % MRD_STATUS_FREED].start, 0);
+	ck_assert_uint_eq(page->freed[gen % MRD_STATUS_FREED].end, UINT64_MAX);
 	alloc(a, 2, 4096, 0, 0, &x, NULL);
 	td_lookup(a, 3, x, 0, NULL); /* a free of memory never registered bumps nothing */
 	gen = __atomic_load_n(&page->generation, __ATOMIC_ACQUIRE);
 	td_free(a, 4, x, 0);
-	/* B made no request: one load shows the bump. */
+	/* B made no request: one load shows the bump, and its record what went. */
 	ck_assert_uint_eq(__atomic_load_n(&page->generation, __ATOMIC_ACQUIRE), gen + 1);
+	ck_assert_uint_eq(page->freed[(gen + 1) % MRD_STATUS_FREED].generation, gen + 1);
+	ck_assert_uint_eq(page->freed[(gen + 1) % MRD_STATUS_FREED].start, x);
+	ck_assert_uint_eq(page->freed[(gen + 1) % MRD_STATUS_FREED].end, x + 4096);
 	close(a);
 	close(b);
 }

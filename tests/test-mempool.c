@@ -97,7 +97,19 @@ START_TEST(test_ranges_rounded_and_merged)
 	reg(fd, 6, "rx", starts, lengths, 1, false, EEXIST);
 	gen = c->domain->mem.status.page->generation;
 	td_mempool_unregister(fd, 7, "rx", 0);
-	ck_assert_uint_gt(c->domain->mem.status.page->generation, gen);
+	ck_assert_uint_eq(c->domain->mem.status.page->generation, gen + 2);
+	/* One move per MR, each recording that MR's range alone (in either order). */
+	{
+		const struct mrd_status_freed *f = c->domain->mem.status.page->freed;
+		const struct mrd_status_freed *f1 = &f[(gen + 1) % MRD_STATUS_FREED];
+		const struct mrd_status_freed *f2 = &f[(gen + 2) % MRD_STATUS_FREED];
+
+		ck_assert_uint_eq(f1->generation, gen + 1);
+		ck_assert_uint_eq(f2->generation, gen + 2);
+		ck_assert_uint_eq(f1->start + f2->start, a + a + 256 * KiB);
+		ck_assert_uint_eq(f1->end + f2->end, a + 72 * KiB + a + 260 * KiB);
+		ck_assert_uint_eq(f1->end - f1->start + f2->end - f2->start, 76 * KiB);
+	}
 	td_dma(fd, 8, PROVIDER_DMA_WRITE, e[0], a, e[1], a + 256 * KiB, 8, ENOKEY);
 	provider_stats(c->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);

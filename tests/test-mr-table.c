@@ -315,6 +315,76 @@ START_TEST(test_address_space_ends_in_place)
 }
 END_TEST
 
+/* Ranges removed against the model: ones that cut into entries at either edge, ones that fall
+ * in a gap, ones that take one entry or many (the one-move path), the ends of the space. */
+START_TEST(test_remove_range_against_model)
+{
+	struct mr_table t;
+	size_t n = 0;
+
+	memset(present, 0, sizeof(present));
+	ck_assert_int_eq(mr_table_init(&t, 2, 0), 0);
+	for (size_t i = 0; i < SLOTS; i++)
+		if (next() % 3 != 0) {
+			struct mr_entry e = slot_entry(i);
+
+			ck_assert_int_eq(mr_table_insert(&t, &e), 0);
+			present[i] = true;
+			n++;
+		}
+	for (int step = 0; step < 3000; step++) {
+		/* Up to 40 slots long, from anywhere in a slot (the gap after LEN included). */
+		uint64_t start = 4096 + (next() % SLOTS) * STRIDE + next() % STRIDE;
+		uint64_t end = start + 1 + next() % (step % 2 ? STRIDE : 40 * STRIDE);
+		size_t want = 0;
+
+		for (size_t i = 0; i < SLOTS; i++) {
+			uint64_t base = 4096 + i * STRIDE;
+
+			if (present[i] && base < end && base + LEN > start) {
+				present[i] = false;
+				want++;
+			}
+		}
+		ck_assert_uint_eq(mr_table_remove_range(&t, start, end), want);
+		n -= want;
+		if (step % 300 == 0)
+			check_against_model(&t, n);
+		/* Some back in, so that it never runs dry. */
+		for (int k = 0; k < 4; k++) {
+			size_t i = next() % SLOTS;
+			struct mr_entry e = slot_entry(i);
+
+			if (!present[i]) {
+				ck_assert_int_eq(mr_table_insert(&t, &e), 0);
+				present[i] = true;
+				n++;
+			}
+		}
+	}
+	check_against_model(&t, n);
+	/* Exactly at the edges: [start, end) of an entry takes it, one byte off either way
+	 * takes it too, the gap between two takes none. */
+	memset(present, 0, sizeof(present));
+	mr_table_clear(&t);
+	for (size_t i = 0; i < 4; i++) {
+		struct mr_entry e = slot_entry(i);
+
+		ck_assert_int_eq(mr_table_insert(&t, &e), 0);
+	}
+	ck_assert_uint_eq(mr_table_remove_range(&t, 4096 + LEN, 4096 + STRIDE), 0);
+	ck_assert_uint_eq(mr_table_remove_range(&t, 4096 + STRIDE - 1, 4096 + STRIDE), 0);
+	ck_assert_uint_eq(mr_table_remove_range(&t, 4096 + LEN - 1, 4096 + LEN), 1);
+	ck_assert_ptr_null(mr_table_lookup(&t, 4096));
+	ck_assert_uint_eq(mr_table_remove_range(&t, 4096 + 2 * STRIDE - 1, 4096 + 2 * STRIDE + 1), 1);
+	ck_assert_uint_eq(mr_table_lookup(&t, 4096 + STRIDE)->lkey, 1);
+	ck_assert_uint_eq(mr_table_remove_range(&t, 0, UINT64_MAX), 2);
+	ck_assert_uint_eq(t.n, 1);
+	ck_assert_uint_eq(mr_table_remove_range(&t, 0, UINT64_MAX), 0);
+	mr_table_done(&t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("mr-table");
@@ -328,6 +398,7 @@ int main(void)
 	tcase_add_test(tc, test_ceiling);
 	tcase_add_test(tc, test_address_space_top);
 	tcase_add_test(tc, test_address_space_ends_in_place);
+	tcase_add_test(tc, test_remove_range_against_model);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

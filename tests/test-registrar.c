@@ -427,13 +427,20 @@ END_TEST
 /* The generation moves on a free only when the allocation had an MR (DPDK's rule): no key of
  * memory never registered can be cached anywhere, since no MR spans two allocations. */
 /* untouched's free leaves the generation at gen; then used's (whose keys went out) moves it. */
+/* The record of the move, in the status page's ring, is used's range. */
 static void frees_bump_only_over_keys(struct reg_allocation *untouched,
 				      struct reg_allocation *used, uint64_t gen)
 {
+	const struct mrd_status_freed *f = &mem.status.page->freed[(gen + 1) % MRD_STATUS_FREED];
+	uint64_t start = address(used), end = start + used->mem.length;
+
 	ck_assert_int_eq(free_allocation(untouched, NULL), 0);
 	ck_assert_uint_eq(status_page_generation(&mem.status), gen);
 	ck_assert_int_eq(free_allocation(used, NULL), 0);
 	ck_assert_uint_eq(status_page_generation(&mem.status), gen + 1);
+	ck_assert_uint_eq(f->generation, gen + 1);
+	ck_assert_uint_eq(f->start, start);
+	ck_assert_uint_eq(f->end, end);
 }
 
 START_TEST(test_free_bumps_only_over_mrs)

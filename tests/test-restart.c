@@ -148,7 +148,7 @@ static void wait_for_waiting(unsigned long long want)
 START_TEST(test_reexec_hands_memory_over)
 {
 	mrd_client *c, *other;
-	mrd_cache *l;
+	mrd_cache *l, *quiet;
 	struct mrd_keys mr, mr2;
 	uint64_t generation;
 	uint8_t *p, *e, *q;
@@ -167,6 +167,10 @@ START_TEST(test_reexec_hands_memory_over)
 	fill(q, 1 * MiB, 3);
 	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
 	ck_assert_int_eq(mrd_cache_keys(l, p, &mr), 0);
+	/* One that makes no lookup while mrd is gone: it never sees the poisoned page, only the
+	 * new mrd's, a few generations on (the ring of the new page cannot tell what went). */
+	ck_assert_int_eq(mrd_cache_new(c, &quiet), 0);
+	ck_assert_int_eq(mrd_cache_keys(quiet, p, &mr2), 0);
 	generation = mrd_client_generation(c);
 
 	reexec();
@@ -183,6 +187,9 @@ START_TEST(test_reexec_hands_memory_over)
 	ck_assert_uint_eq(domain_field("waiting"), 2);
 	check_fill(p, 3 * MiB, 1);
 	check_fill(e, 64 * 1024, 2);
+	ck_assert_int_eq(mrd_cache_keys(quiet, p, &mr2), 0);
+	ck_assert_uint_eq(mrd_cache_asked(quiet), 2); /* emptied: the old mrd's keys died */
+	mrd_cache_free(quiet);
 	ck_assert_int_eq(mrd_cache_keys(l, p + 4096, &mr2), 0);
 	ck_assert_uint_le(mr2.start, (uintptr_t)p + 4096);
 	ck_assert_uint_gt(mr2.end, (uintptr_t)p + 4096);

@@ -41,6 +41,10 @@ int status_page_open(struct status_page *s, const char *name, uint64_t generatio
 	s->page->layout_version = MRD_STATUS_LAYOUT;
 	s->page->size = sizeof(*s->page);
 	s->page->generation = generation;
+	/* Nothing before the first generation can be told from here: a client that cached at a
+	 * previous page's (a reconnect) drops everything. */
+	s->page->freed[generation % MRD_STATUS_FREED] =
+		(struct mrd_status_freed){ generation, 0, UINT64_MAX };
 	return 0;
 }
 
@@ -62,7 +66,23 @@ int status_page_fd(const struct status_page *s)
 	return fd < 0 ? negative_errno() : fd;
 }
 
+void status_page_bump_range(struct status_page *s, uint64_t start, uint64_t end)
+{
+	uint64_t generation = s->page->generation + 1; /* we alone write it */
+	struct mrd_status_freed *f = &s->page->freed[generation % MRD_STATUS_FREED];
+
+	/* A seqlock of one record: marked being written, the range, then whose it is; readers
+	 * of the generation it held before see a mismatch instead of a torn range. */
+	__atomic_store_n(&f->generation, 0, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	__atomic_store_n(&f->start, start, __ATOMIC_RELAXED);
+	__atomic_store_n(&f->end, end, __ATOMIC_RELAXED);
+	__atomic_store_n(&f->generation, generation, __ATOMIC_RELEASE);
+	/* Then the generation: whoever sees it finds its record. */
+	__atomic_store_n(&s->page->generation, generation, __ATOMIC_RELEASE);
+}
+
 void status_page_bump(struct status_page *s)
 {
-	__atomic_add_fetch(&s->page->generation, 1, __ATOMIC_RELEASE);
+	status_page_bump_range(s, 0, UINT64_MAX);
 }

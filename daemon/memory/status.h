@@ -21,7 +21,11 @@ void status_page_close(struct status_page *s);
 int status_page_fd(const struct status_page *s);
 
 /* Every client of the domain learns of memory (or keys) going away by one load of this: the
- * only place the generation moves. */
+ * only place the generation moves. Keys of [start, end) died: clients drop what they cached of
+ * it (the ring of status-page.h). One writer: the loop (the ring's record and the generation
+ * are written apart, not by one atomic step). */
+void status_page_bump_range(struct status_page *s, uint64_t start, uint64_t end);
+/* Keys of anything may have died (a flush, a restart): clients drop everything. */
 void status_page_bump(struct status_page *s);
 
 static inline uint64_t status_page_generation(const struct status_page *s)

@@ -127,7 +127,7 @@ static void pool_mr_gone(struct registrar *r, struct pool_mr *mr, int k)
 					  ", 0x%" PRIx64 "): %m", r->name, mr->start, mr->end);
 		r->cache.deregistrations++;
 		/* Keys of that memory are dead now: clients must flush what they cached. */
-		status_page_bump(&r->mem->status);
+		status_page_bump_range(&r->mem->status, mr->start, mr->end);
 	}
 	mr_cache_uncharge(&r->cache, mr->start, mr->end);
 	free(mr);

@@ -227,10 +227,12 @@ int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_w
 	unsigned zombies;
 	struct free_job *j;
 
-	/* Clients learn of its keys dying by the generation, before they die. A free that
-	 * touched no registration leaves every client's lookup cache as it was (DPDK's rule). */
+	/* Clients learn of its keys dying by the generation, before they die, and drop what
+	 * they cached of its range alone (every key of it lies inside it). A free that touched
+	 * no registration leaves every client's lookup cache as it was (DPDK's rule). */
 	if (keys_handed_out(ra))
-		status_page_bump(&r->mem->status);
+		status_page_bump_range(&r->mem->status, allocation_address(&ra->mem),
+				       allocation_address(&ra->mem) + ra->mem.length);
 	/* Retired first: from here on no key for it is handed out. */
 	ra->retired = true;
 	pinned = mr_cache_retire(&r->cache, ra);

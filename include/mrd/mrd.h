@@ -161,7 +161,8 @@ int mrd_keys_query(mrd_client *client, const void *addr, struct mrd_keys *ret);
  * A key cache for one thread (or one queue), allocated by libmrd: 8 recent entries with a
  * most-recently-used index (the "top half"), a sorted array behind them (the "bottom half"),
  * and the domain's generation they were filled at: when registered memory of the domain is
- * freed, the next lookup flushes both. No lock: one thread at a time.
+ * freed, the next lookup drops from both the entries overlapping it (everything when more
+ * than 64 such frees came since the last lookup). No lock: one thread at a time.
  */
 typedef struct mrd_cache mrd_cache;
 
