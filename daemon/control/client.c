@@ -20,9 +20,6 @@
 #include "control/manager.h"
 #include "wire.h"
 
-/* Packets handled per wake-up, so one chatty client cannot starve the others. */
-#define CLIENT_READ_BUDGET 32
-
 static void out_frame_free(struct out_frame *f)
 {
 	for (size_t i = 0; i < f->n_fds; i++)
@@ -59,33 +56,33 @@ static void client_set_reading(struct client *c, bool on)
 	client_watch_hangup(c);
 }
 
+/* One packet per wake-up: the socket is level-triggered, so more wake it again, clients are
+ * served in turn, and a client with one request in flight (most) costs no recvmsg that finds
+ * nothing — a fifth of the loop's system calls per request. */
 static void client_on_read(evutil_socket_t fd, short what, void *userdata)
 {
 	struct client *c = userdata;
 	struct manager *m = c->manager;
+	struct wire_packet pkt;
+	int r;
 
-	for (unsigned i = 0; i < CLIENT_READ_BUDGET && c->reading; i++) {
-		struct wire_packet pkt;
-		int r;
-
-		r = wire_recv(c->fd, m->recv_buf, m->recv_buf_size, &pkt, MSG_DONTWAIT);
-		if (r == -EAGAIN)
-			return;
-		if (r == 0) {
-			log_debug("client %" PRIu64 " (pid %d) disconnected", c->id,
-				  (int)c->owner.mem.pid);
-			client_free(c);
-			return;
-		}
-		if (r < 0) {
-			log_debug_errno(r, "client %" PRIu64 " (pid %d): receive failed: %m", c->id,
-					(int)c->owner.mem.pid);
-			client_free(c);
-			return;
-		}
-		if (dispatch_packet(c, &pkt) < 0)
-			return; /* dropped and freed */
+	if (!c->reading)
+		return;
+	r = wire_recv(c->fd, m->recv_buf, m->recv_buf_size, &pkt, MSG_DONTWAIT);
+	if (r == -EAGAIN)
+		return;
+	if (r == 0) {
+		log_debug("client %" PRIu64 " (pid %d) disconnected", c->id, (int)c->owner.mem.pid);
+		client_free(c);
+		return;
 	}
+	if (r < 0) {
+		log_debug_errno(r, "client %" PRIu64 " (pid %d): receive failed: %m", c->id,
+				(int)c->owner.mem.pid);
+		client_free(c);
+		return;
+	}
+	(void)dispatch_packet(c, &pkt); /* < 0: dropped and freed */
 }
 
 #define CLIENT_DRAIN_RETRY_USEC 20000
