@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 
 #include "provider/provider.h"
 #include "check-run.h"
+#include "test-util.h"
 
 #ifndef CONTRACT_PROVIDER
 #error "build with -DCONTRACT_PROVIDER=\"soft\" or \"verbs\""
@@ -781,6 +783,77 @@ START_TEST(test_keys_used_up_per_context)
 }
 END_TEST
 
+/* Soft's gate ($MRD_SOFT_GATE): an op of $MRD_SOFT_GATE_BYTES or more says it entered and waits
+ * for the test, holding the provider (its lock) meanwhile; a smaller one goes straight on. */
+struct gated_op {
+	struct provider_pd *pd;
+	struct provider_mr *mr;
+	void *addr;
+	size_t length;
+	int r;
+};
+
+static void *gated_reg(void *arg)
+{
+	struct gated_op *op = arg;
+
+	op->r = provider_reg(op->pd, op->addr, op->length, (uintptr_t)op->addr,
+			     MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_ON_DEMAND, &op->mr);
+	return NULL;
+}
+
+static void *gated_advise(void *arg)
+{
+	struct gated_op *op = arg;
+
+	op->r = provider_advise(op->mr, PROVIDER_ADVISE_PREFETCH_WRITE, op->mr->iova, op->length);
+	return NULL;
+}
+
+START_TEST(test_soft_gate_holds_big_ops)
+{
+	struct provider *gp;
+	struct provider_pd *gpd;
+	struct provider_mr *small;
+	struct gated_op op;
+	pthread_t t;
+	char dir[64];
+	int verbs_error;
+
+	ck_assert_int_eq(soft_gate_setenv(dir, sizeof(dir), 4 * ps), 0);
+	ck_assert_int_eq(provider_open(CONTRACT_PROVIDER, NULL, &gp, &verbs_error), 0);
+	ck_assert_int_eq(provider_pd_alloc(gp, &gpd), 0);
+
+	/* Under the threshold: no waiting, nothing entered. */
+	ck_assert_int_eq(provider_reg(gpd, buf_b, 3 * ps, (uintptr_t)buf_b, MRD_ACCESS_LOCAL_WRITE,
+				      &small), 0);
+	ck_assert_int_eq(soft_gate_wait(dir, 0), -ETIMEDOUT);
+
+	op = (struct gated_op){ .pd = gpd, .addr = buf_a, .length = NPAGES * ps, .r = 1 };
+	ck_assert_int_eq(pthread_create(&t, NULL, gated_reg, &op), 0);
+	ck_assert_int_eq(soft_gate_wait(dir, 10000), 'r');
+	ck_assert_int_eq(op.r, 1); /* held: it cannot have returned before the release */
+	soft_gate_release(dir, 1);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	ck_assert_int_eq(op.r, 0);
+
+	op.r = 1;
+	ck_assert_int_eq(pthread_create(&t, NULL, gated_advise, &op), 0);
+	ck_assert_int_eq(soft_gate_wait(dir, 10000), 'a');
+	ck_assert_int_eq(op.r, 1);
+	soft_gate_release(dir, 1);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	ck_assert_int_eq(op.r, 0);
+	ck_assert_int_eq(soft_gate_wait(dir, 0), -ETIMEDOUT);
+
+	ck_assert_int_eq(provider_dereg(op.mr), 0);
+	ck_assert_int_eq(provider_dereg(small), 0);
+	ck_assert_int_eq(provider_pd_free(gpd), 0);
+	provider_close(gp);
+	soft_gate_cleanup(dir);
+}
+END_TEST
+
 int main(void)
 {
 	struct provider *probe;
@@ -844,6 +917,8 @@ int main(void)
 		}
 	} else
 		printf("not run: ODP cases (the device has no on-demand paging)\n");
+	if (strcmp(CONTRACT_PROVIDER, "soft") == 0)
+		tcase_add_test(tc, test_soft_gate_holds_big_ops);
 	provider_close(probe);
 
 	suite_add_tcase(s, tc);

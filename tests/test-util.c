@@ -2,6 +2,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -512,4 +514,70 @@ long kernel_page_kb(const void *p)
 	}
 	fclose(f);
 	return kb;
+}
+
+int soft_gate_setenv(char *dir_out, size_t size, uint64_t min_bytes)
+{
+	char path[PATH_MAX], bytes[32];
+
+	if (snprintf(dir_out, size, "/tmp/mrd-gate.XXXXXX") >= (int)size || !mkdtemp(dir_out))
+		return -EINVAL;
+	snprintf(path, sizeof(path), "%s/entered", dir_out);
+	if (mkfifo(path, 0600) < 0)
+		return negative_errno();
+	snprintf(path, sizeof(path), "%s/release", dir_out);
+	if (mkfifo(path, 0600) < 0)
+		return negative_errno();
+	snprintf(bytes, sizeof(bytes), "%" PRIu64, min_bytes);
+	if (setenv("MRD_SOFT_GATE", dir_out, 1) < 0 || setenv("MRD_SOFT_GATE_BYTES", bytes, 1) < 0)
+		return negative_errno();
+	return 0;
+}
+
+static int gate_fifo(const char *dir, const char *name)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC); /* never blocks on a FIFO */
+}
+
+int soft_gate_wait(const char *dir, int timeout_ms)
+{
+	int fd = gate_fifo(dir, "entered"), r = -ETIMEDOUT;
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	char op;
+
+	if (fd < 0)
+		return negative_errno();
+	if (poll(&pfd, 1, timeout_ms) == 1 && read(fd, &op, 1) == 1)
+		r = (unsigned char)op;
+	close(fd);
+	return r;
+}
+
+void soft_gate_release(const char *dir, unsigned n)
+{
+	int fd = gate_fifo(dir, "release");
+
+	if (fd < 0)
+		return;
+	for (unsigned i = 0; i < n; i++)
+		if (write(fd, "g", 1) != 1)
+			break;
+	close(fd);
+}
+
+void soft_gate_cleanup(const char *dir)
+{
+	char path[PATH_MAX];
+
+	soft_gate_release(dir, 4096); /* whatever still waits must not hang a teardown */
+	unsetenv("MRD_SOFT_GATE");
+	unsetenv("MRD_SOFT_GATE_BYTES");
+	snprintf(path, sizeof(path), "%s/entered", dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/release", dir);
+	unlink(path);
+	rmdir(dir);
 }

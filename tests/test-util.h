@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -80,3 +81,17 @@ int hugepages_reserve(long want, char *why, size_t why_size);
 /* The page size (KiB) the kernel uses for this process's mapping holding p, from
  * /proc/self/smaps; -1 when none holds it. */
 long kernel_page_kb(const void *p);
+
+/* The soft provider's gate ($MRD_SOFT_GATE, daemon/provider/provider-soft.c): makes a
+ * directory with the FIFOs entered and release and sets $MRD_SOFT_GATE (and
+ * $MRD_SOFT_GATE_BYTES to min_bytes), so that every soft provider opened from now on (here or
+ * in an mrd started after) holds each reg, moving rereg and advise of min_bytes or more until
+ * released. The directory goes to dir_out. 0 or -errno. */
+int soft_gate_setenv(char *dir_out, size_t size, uint64_t min_bytes);
+/* Waits up to timeout_ms for a gated op to enter: its letter ('r' reg, 'm' rereg, 'a' advise),
+ * or -ETIMEDOUT. */
+int soft_gate_wait(const char *dir, int timeout_ms);
+/* Lets n gated ops (entered or still to come) go on. */
+void soft_gate_release(const char *dir, unsigned n);
+/* Releases whatever may still wait, unsets the variables, removes the directory. */
+void soft_gate_cleanup(const char *dir);

@@ -4,8 +4,19 @@
  * mkeys). It pins with mlock, keeps a translation per page, executes emulated DMA through
  * those translations with the access and bounds checks a NIC makes (fault-safe, outside the
  * lock, holding both MRs), and emulates ODP: an on-demand MR pins nothing and its pages
- * become present on fault or prefetch. */
+ * become present on fault or prefetch.
+ *
+ * Test knobs, read at open: $MRD_SOFT_KEY_BITS (fewer keys), $MRD_SOFT_MAPS=1 (no
+ * MADV_POPULATE_*), and a gate that holds a device op until the test lets it go, so that a
+ * test can show who is served meanwhile without timing anything: $MRD_SOFT_GATE=<dir>, where
+ * the test made the FIFOs <dir>/entered and <dir>/release, and $MRD_SOFT_GATE_BYTES=<n>
+ * (default 1): only ops of n bytes or more wait. A gated reg (before it pins), rereg with a
+ * new translation, or advise (before it populates) writes 'r', 'm' or 'a' to entered, then
+ * reads a byte from release before it goes on, holding whatever its caller holds (a reg: the
+ * provider's lock). tests/test-util.h has the helpers (soft_gate_*). */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +68,8 @@ struct soft_provider {
 	struct provider_stats stats;
 	uintptr_t page_size;
 	bool populate; /* MADV_POPULATE_* checks mappings (mapped_for) */
+	int gate_entered, gate_release; /* $MRD_SOFT_GATE's FIFOs; -1: no gate */
+	uint64_t gate_bytes;
 };
 
 struct soft_mr {
@@ -116,6 +129,54 @@ static int index_bits(unsigned *ret)
 	return 0;
 }
 
+/* $MRD_SOFT_GATE and $MRD_SOFT_GATE_BYTES (the top comment). O_RDWR never blocks on a FIFO,
+ * and keeps what the test wrote there while nobody else holds it open. */
+static int gate_open(struct soft_provider *sp)
+{
+	const char *dir = getenv("MRD_SOFT_GATE"), *bytes = getenv("MRD_SOFT_GATE_BYTES");
+	char path[PATH_MAX];
+	char *end;
+
+	sp->gate_entered = sp->gate_release = -1;
+	if (!dir || !*dir)
+		return 0;
+	sp->gate_bytes = 1;
+	if (bytes && *bytes) {
+		errno = 0;
+		sp->gate_bytes = strtoull(bytes, &end, 10);
+		if (errno || *end)
+			return -EINVAL;
+	}
+	snprintf(path, sizeof(path), "%s/entered", dir);
+	sp->gate_entered = open(path, O_RDWR | O_CLOEXEC);
+	snprintf(path, sizeof(path), "%s/release", dir);
+	sp->gate_release = open(path, O_RDWR | O_CLOEXEC);
+	if (sp->gate_entered < 0 || sp->gate_release < 0)
+		return -EINVAL;
+	return 0;
+}
+
+static void gate_close(struct soft_provider *sp)
+{
+	if (sp->gate_entered >= 0)
+		close(sp->gate_entered);
+	if (sp->gate_release >= 0)
+		close(sp->gate_release);
+}
+
+/* An op of bytes says it entered (op), then waits until the test releases it. */
+static void gate_pass(struct soft_provider *sp, char op, uint64_t bytes)
+{
+	char c;
+
+	if (sp->gate_release < 0 || bytes < sp->gate_bytes)
+		return;
+	while (write(sp->gate_entered, &op, 1) < 0 && errno == EINTR)
+		;
+	while (read(sp->gate_release, &c, 1) < 0 && errno == EINTR)
+		;
+}
+
 static int soft_open(const char *device, struct provider **ret)
 {
 	struct soft_provider *sp;
@@ -135,6 +196,13 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->populate = populate_works(sp->page_size);
 	sp->n_slots = 1;
 	sp->index_limit = (1u << bits) - 1;
+	if (gate_open(sp) < 0) {
+		gate_close(sp);
+		pthread_cond_destroy(&sp->idle);
+		pthread_mutex_destroy(&sp->base.lock);
+		free(sp);
+		return -EINVAL;
+	}
 	pin_map_init(&sp->pins);
 	snprintf(sp->base.caps.device, sizeof(sp->base.caps.device), "soft");
 	sp->base.caps.max_mr_size = SOFT_MAX_MR_SIZE;
@@ -171,6 +239,7 @@ static void soft_close(struct provider *p)
 		free(sp->chunks[c]);
 	}
 	pin_map_done(&sp->pins);
+	gate_close(sp);
 	free(sp->chunks);
 	pthread_cond_destroy(&sp->idle);
 	pthread_mutex_destroy(&sp->base.lock);
@@ -385,6 +454,7 @@ static int soft_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t 
 	r = translation_new(sp, addr, length, iova, mr->on_demand, mr);
 	if (r < 0)
 		goto fail;
+	gate_pass(sp, 'r', length);
 	if (!mr->on_demand) {
 		if (!mapped_for(sp, mr->pin_start, mr->pin_end, access_writes(access))) {
 			r = -EFAULT;
@@ -448,6 +518,7 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 		r = translation_new(sp, addr, length, iova, mr->on_demand, &moved);
 		if (r < 0)
 			return r;
+		gate_pass(sp, 'm', length);
 		if (!mr->on_demand) {
 			r = mapped_for(sp, moved.pin_start, moved.pin_end, access_writes(access)) ?
 				    pin_map_pin(&sp->pins, moved.pin_start, moved.pin_end) :
@@ -634,6 +705,7 @@ static int soft_advise(struct provider_mr *base, enum provider_advice advice, ui
 	if (length == 0 || !in_bounds(mr, iova, length))
 		return -EFAULT;
 
+	gate_pass(sp, 'a', length);
 	first = (size_t)((iova - mr->iova_page0) / sp->page_size);
 	last = (size_t)((iova + length - 1 - mr->iova_page0) / sp->page_size);
 	for (size_t i = first; i <= last; i++) {
