@@ -247,9 +247,12 @@ int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_w
 	 * loop. */
 	j = pinned > 0 && registrar_offload(r, pinned, REG_DROP) ? calloc(1, sizeof(*j)) : NULL;
 	if (!j) {
+		int k;
+
 		mr_cache_deregister(&r->cache, ra);
-		registrar_release(r, ra, NULL);
-		return 0;
+		mr_cache_release(&r->cache, ra);
+		k = r->events.released(r->data, ra, waiter);
+		return waiter ? k : 0;
 	}
 	j->allocation = ra;
 	j->waiter = waiter;
@@ -260,5 +263,6 @@ int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_w
 void registrar_release(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter)
 {
 	mr_cache_release(&r->cache, ra);
-	r->events.released(r->data, ra, waiter);
+	if (r->events.released(r->data, ra, waiter) == 0 && waiter)
+		waiter->resume(waiter, 0, NULL, "");
 }
