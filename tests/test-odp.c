@@ -23,6 +23,7 @@
 #include "time-util.h"
 #include "base/worker-pool.h"
 #include "test-daemon.h"
+#include "test-util.h"
 #include "check-run.h"
 
 #define KiB (1ull << 10)
@@ -434,7 +435,8 @@ START_TEST(test_neighbours_freed_under_prefetch)
 					      false, &nb[i], why, sizeof(why)), 0);
 		nb[i]->odp = true;
 		ck_assert_int_eq(odp_fault(&d->reg, reg_allocation_of(nb[i]),
-					   allocation_address(nb[i]), &e, why, sizeof(why)), 0);
+					   allocation_address(nb[i]), &e, why, sizeof(why), NULL),
+				 0);
 	}
 	for (int round = 0; round < ROUNDS && now_usec(CLOCK_MONOTONIC) < deadline; round++) {
 		for (int i = 0; i < TARGETS; i++) {
@@ -464,7 +466,7 @@ START_TEST(test_neighbours_freed_under_prefetch)
 				nb[k]->odp = true;
 				ck_assert_int_eq(odp_fault(&d->reg, reg_allocation_of(nb[k]),
 							   allocation_address(nb[k]), &e,
-							   why, sizeof(why)), 0);
+							   why, sizeof(why), NULL), 0);
 			}
 			event_base_loop(td_manager->core.base, EVLOOP_NONBLOCK);
 			if (d->reg.odp.jobs == jobs)
@@ -637,6 +639,97 @@ START_TEST(test_flush_waits_for_domain_room)
 END_TEST
 
 /* odp_chunk above the device's largest MR: children are cut to it. */
+/* While a worker holds the provider (a big pinned registration, held at soft's gate), an
+ * on-demand lookup miss of the same domain makes its child on a worker: on the loop it would
+ * wait for the provider's lock, and everyone with it. Its lookup answers once the child is
+ * made, with a key that moves bytes. */
+START_TEST(test_fault_off_the_loop_while_provider_busy)
+{
+	struct client *cb;
+	char gate[64];
+	int a, b, peer, other;
+	uint64_t pinned, odp;
+	Mrd__Response *resp;
+	Mrd__MrEntry ep, eo;
+
+	ck_assert_int_eq(soft_gate_setenv(gate, sizeof(gate), 1 * MiB), 0);
+	start("cache.policy=contig", "cache.workers=2"); /* domains open gated soft contexts */
+	a = td_hello_client(1000, NULL);
+	b = td_hello_client(1000, &cb);
+	peer = td_hello_client(1000, NULL);
+	other = td_hello_client(2000, NULL);
+	pinned = alloc(a, 2, 2 * MiB, 0);
+	odp = alloc(b, 2, 64 * KiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
+
+	td_send_lookup(a, 3, pinned);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r'); /* a worker holds the provider */
+	td_send_lookup(b, 3, odp + 100);
+	td_pump();
+	ck_assert_ptr_nonnull(cb->pending); /* B waits, the loop does not */
+	(void)alloc(peer, 2, 4096, 0);
+	td_lookup(other, 3, alloc(other, 2, 4096, 0), 0, NULL);
+
+	soft_gate_release(gate, 1);
+	resp = td_expect(a, 3, 0);
+	ep = *resp->mr_lookup->entries[0];
+	mrd__response__free_unpacked(resp, NULL);
+	resp = td_expect(b, 3, 0);
+	eo = *resp->mr_lookup->entries[0];
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_uint_eq(eo.start, odp);
+	ck_assert_uint_eq(eo.end, odp + 64 * KiB);
+	ck_assert_uint_eq(cb->domain->reg.odp.children, 1);
+	td_lookup(b, 4, odp + 200, 0, NULL); /* in the table now */
+	ck_assert_uint_eq(cb->domain->reg.odp.stats.children_created, 1);
+	strcpy((char *)(uintptr_t)pinned, "made on a worker");
+	td_dma(b, 5, PROVIDER_DMA_WRITE, &ep, pinned, &eo, odp + 8, 17, 0);
+	ck_assert_str_eq((char *)(uintptr_t)(odp + 8), "made on a worker");
+	soft_gate_cleanup(gate);
+	close(a);
+	close(b);
+	close(peer);
+	close(other);
+}
+END_TEST
+
+/* The same, but B goes while its child is made: its memory is freed then, so the child, made
+ * for memory that went, is handed to nobody and goes with it. */
+START_TEST(test_fault_on_worker_for_memory_gone)
+{
+	struct client *ca;
+	struct provider_stats ps;
+	char gate[64];
+	int a, b;
+	uint64_t pinned, odp;
+
+	ck_assert_int_eq(soft_gate_setenv(gate, sizeof(gate), 1 * MiB), 0);
+	start("cache.policy=contig", "cache.workers=2");
+	a = td_hello_client(1000, &ca);
+	b = td_hello_client(1000, NULL);
+	pinned = alloc(a, 2, 2 * MiB, 0);
+	odp = alloc(b, 2, 64 * KiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
+	td_send_lookup(a, 3, pinned);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r');
+	td_send_lookup(b, 3, odp);
+	td_pump();
+	close(b);
+	td_pump();
+	ck_assert_uint_eq(ca->domain->n_users, 1);
+	soft_gate_release(gate, 1);
+	td_expect_free(a, 3, 0);
+	td_pump_until_zero(&ca->domain->reg.odp.jobs);
+	td_pump();
+	ck_assert_uint_eq(ca->domain->reg.odp.children, 0);
+	ck_assert_uint_eq(ca->domain->mem.allocated_bytes, 2 * MiB);
+	provider_stats(ca->domain->reg.provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 1); /* A's alone */
+	soft_gate_cleanup(gate);
+	close(a);
+}
+END_TEST
+
 START_TEST(test_chunk_capped_at_max_mr_size)
 {
 	const char *settings[] = { "memory.window_size=256G", "memory.arena_size=64M",
@@ -676,6 +769,8 @@ int main(void)
 	tcase_add_test(tc, test_child_linked_then_freed_before_completion);
 	tcase_add_test(tc, test_free_waits_for_queued_prefetch);
 	tcase_add_test(tc, test_chunk_capped_at_max_mr_size);
+	tcase_add_test(tc, test_fault_off_the_loop_while_provider_busy);
+	tcase_add_test(tc, test_fault_on_worker_for_memory_gone);
 	tcase_add_test(tc, test_neighbours_freed_under_prefetch);
 	tcase_add_test(tc, test_zombie_waits_for_older_work_only);
 	tcase_add_test(tc, test_flush_waits_for_room);

@@ -469,7 +469,7 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 		return -ENOENT;
 	}
 	if (a->mem.odp)
-		return odp_fault(r, a, addr, ret, why, why_size);
+		return odp_fault(r, a, addr, ret, why, why_size, waiter);
 	return miss(c, a, addr, ret, why, why_size, waiter);
 }
 
