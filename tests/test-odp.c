@@ -730,6 +730,45 @@ START_TEST(test_fault_on_worker_for_memory_gone)
 }
 END_TEST
 
+/* A prefetch populates without the provider's lock (soft: 0.4 s a GiB): while one is under way
+ * (held at soft's gate on a worker), a lookup miss of the same domain registers on the loop at
+ * once; the prefetch then faults its pages in, and its flush answers. */
+START_TEST(test_prefetch_leaves_the_provider_free)
+{
+	struct client *ca;
+	struct provider_stats ps;
+	char gate[64];
+	int a, b;
+	uint64_t odp, pinned;
+	Mrd__MrEntry e;
+
+	ck_assert_int_eq(soft_gate_setenv(gate, sizeof(gate), 1 * MiB), 0);
+	start("cache.policy=contig", "cache.workers=2");
+	a = td_hello_client(1000, &ca);
+	b = td_hello_client(1000, NULL);
+	odp = alloc(a, 2, 2 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
+	pinned = alloc(b, 2, 64 * KiB, 0);
+	send_prefetch(a, 3, odp, 2 * MiB, MRD__PREFETCH_ADVICE__PREFETCH_WRITE, true);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r'); /* its child, made on the worker */
+	soft_gate_release(gate, 1);
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'a'); /* populating */
+	td_lookup(b, 3, pinned, 0, &e); /* small: registered on the loop, the provider is free */
+	ck_assert_uint_eq(e.start, pinned);
+	ck_assert_ptr_nonnull(ca->pending);
+	provider_stats(ca->domain->reg.provider, &ps);
+	ck_assert_uint_eq(ps.odp_prefetched_pages, 0);
+	soft_gate_release(gate, 1);
+	td_expect_free(a, 3, 0);
+	provider_stats(ca->domain->reg.provider, &ps);
+	ck_assert_uint_eq(ps.odp_prefetched_pages, 2 * MiB / 4096);
+	ck_assert_uint_eq(ca->domain->reg.odp.stats.prefetch_pages, 2 * MiB / 4096);
+	soft_gate_cleanup(gate);
+	close(a);
+	close(b);
+}
+END_TEST
+
 START_TEST(test_chunk_capped_at_max_mr_size)
 {
 	const char *settings[] = { "memory.window_size=256G", "memory.arena_size=64M",
@@ -771,6 +810,7 @@ int main(void)
 	tcase_add_test(tc, test_chunk_capped_at_max_mr_size);
 	tcase_add_test(tc, test_fault_off_the_loop_while_provider_busy);
 	tcase_add_test(tc, test_fault_on_worker_for_memory_gone);
+	tcase_add_test(tc, test_prefetch_leaves_the_provider_free);
 	tcase_add_test(tc, test_neighbours_freed_under_prefetch);
 	tcase_add_test(tc, test_zombie_waits_for_older_work_only);
 	tcase_add_test(tc, test_flush_waits_for_room);
