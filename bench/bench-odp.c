@@ -57,14 +57,13 @@ static void on_idle(void *data, struct reg_allocation *ra) {}
 static void on_changed(void *data) {}
 
 /* As the domain does once the device let go: the pages go back, the wrapper with them. */
-static void on_released(void *data, struct reg_allocation *ra, struct mr_waiter *waiter)
+static int on_released(void *data, struct reg_allocation *ra, struct mr_waiter *waiter)
 {
 	struct odp_domain *d = data;
 
-	allocation_release(&d->mem, &ra->mem);
+	allocation_release(&d->mem, &ra->mem, NULL, NULL); /* no workers: here */
 	free(ra);
-	if (waiter)
-		waiter->resume(waiter, 0, NULL, "");
+	return 0; /* the registrar answers waiter */
 }
 
 /* A domain's memory over its own window, and its registrar. */

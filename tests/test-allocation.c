@@ -48,7 +48,7 @@ static void teardown(void)
 		struct allocation *a = LIST_FIRST(&owner.allocations);
 
 		allocation_retire(&mem, a);
-		allocation_release(&mem, a);
+		allocation_release(&mem, a, NULL, NULL);
 		free(a);
 	}
 	memory_fixture_close(&cfg, &window, &mem);
@@ -81,7 +81,7 @@ static struct allocation *alloc(uint64_t size)
 static void free_allocation(struct allocation *a)
 {
 	allocation_retire(&mem, a);
-	allocation_release(&mem, a);
+	allocation_release(&mem, a, NULL, NULL);
 	free(a);
 }
 
@@ -109,7 +109,7 @@ START_TEST(test_alloc_find_and_free)
 	ck_assert_uint_eq(owner.allocated_bytes, 4 * KiB);
 	ck_assert_uint_eq(mem.allocated_bytes, 12 * KiB); /* its pages are not back yet */
 	ck_assert_uint_eq(mem.status.page->frees, 1);
-	allocation_release(&mem, a);
+	allocation_release(&mem, a, NULL, NULL);
 	free(a);
 	ck_assert_uint_eq(mem.allocated_bytes, 4 * KiB);
 	free_allocation(b);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "memory/arena.h"
+#include "memory/window.h"
 
 #include "control/client.h"
 #include "core/domain.h"
@@ -1163,6 +1164,56 @@ START_TEST(test_big_free_on_worker)
 }
 END_TEST
 
+/* A big free's pages go back on a worker (fallocate punching 1 GiB takes ~100 ms): the loop
+ * serves everyone meanwhile, even the domain's other clients, and the Free answers only once
+ * the pages are back, with the quota counting them until then. A hand-over keeps the content:
+ * nothing to punch, answered at once. */
+START_TEST(test_big_free_punches_on_worker)
+{
+	struct client *ca;
+	struct td_blocker b;
+	int a, peer, other;
+	uint64_t big, small;
+	uint8_t *p;
+
+	td_start_one_worker();
+	a = td_hello_client(1000, &ca);
+	peer = td_hello_client(1000, NULL);  /* A's domain */
+	other = td_hello_client(2000, NULL); /* another domain */
+	big = td_alloc(a, 2, 8 * MiB); /* no MR: the device has nothing to let go */
+	small = td_alloc(peer, 2, 4096);
+	p = (uint8_t *)(uintptr_t)big; /* the window is this process's */
+	memset(p, 0x5a, 8 * MiB);
+
+	td_block_worker(&b);
+	td_send_free(a, 3, big);
+	td_pump();
+	ck_assert_ptr_nonnull(LIST_FIRST(&ca->pending)); /* A waits while a worker punches */
+	ck_assert_uint_eq(ca->domain->mem.allocated_bytes, 8 * MiB + 4096);
+	lookup(peer, 3, &small, 1, 0, NULL);
+	lookup(other, 3, &(uint64_t){ td_alloc(other, 2, 4096) }, 1, 0, NULL);
+	td_unblock_worker(&b);
+	td_expect_free(a, 3, 0);
+	ck_assert_ptr_null(LIST_FIRST(&ca->pending));
+	ck_assert_uint_eq(ca->domain->mem.allocated_bytes, 4096);
+	ck_assert_uint_eq(td_alloc(a, 4, 8 * MiB), big);
+	ck_assert_uint_eq(p[0], 0);
+	ck_assert_uint_eq(p[8 * MiB - 1], 0);
+
+	/* A hand-over: the content stays, and so the Free needs no worker. */
+	memset(p, 0x5a, 8 * MiB);
+	window_keep_content(&td_manager->core.window, true);
+	td_block_worker(&b);
+	td_free(a, 5, big, 0);
+	ck_assert_uint_eq(p[4 * MiB], 0x5a);
+	td_unblock_worker(&b);
+	window_keep_content(&td_manager->core.window, false);
+	close(a);
+	close(peer);
+	close(other);
+}
+END_TEST
+
 START_TEST(test_death_while_deregistering)
 {
 	struct td_blocker b;
@@ -1207,6 +1258,7 @@ int main(void)
 	tcase_add_test(tc, test_overlapping_registrations);
 	tcase_add_test(tc, test_death_while_registering);
 	tcase_add_test(tc, test_big_free_on_worker);
+	tcase_add_test(tc, test_big_free_punches_on_worker);
 	tcase_add_test(tc, test_device_dma_on_worker);
 	tcase_add_test(tc, test_soft_dma_off_the_loop);
 	tcase_add_test(tc, test_unregister_during_copy);

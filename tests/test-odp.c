@@ -2,8 +2,8 @@
 /* ODP-style lazy registration in-process, on the soft provider's emulated ODP: children made
  * by lookups and prefetches (chunk cut to allocation), keys checked by DMA, exactly one child
  * when creators race, prefetch racing with free, read-only memory, the bounds, and teardown
- * with work pending; the grace period over all of a domain's prefetch work (neighbours in a
- * chunk freed under walking workers), and flushes that wait for room. */
+ * with work pending; neighbours in a chunk freed under working workers (work reads its own
+ * allocation's children alone), flushes that wait for room, and faults off a busy loop. */
 #include <check.h>
 #include <event2/event.h>
 #include <errno.h>
@@ -23,6 +23,7 @@
 #include "time-util.h"
 #include "base/worker-pool.h"
 #include "test-daemon.h"
+#include "test-util.h"
 #include "check-run.h"
 
 #define KiB (1ull << 10)
@@ -431,7 +432,8 @@ START_TEST(test_neighbours_freed_under_prefetch)
 					      false, &nb[i], why, sizeof(why)), 0);
 		nb[i]->odp = true;
 		ck_assert_int_eq(odp_fault(&d->reg, reg_allocation_of(nb[i]),
-					   allocation_address(nb[i]), &e, why, sizeof(why)), 0);
+					   allocation_address(nb[i]), &e, why, sizeof(why), NULL),
+				 0);
 	}
 	for (int round = 0; round < ROUNDS && now_usec(CLOCK_MONOTONIC) < deadline; round++) {
 		for (int i = 0; i < TARGETS; i++) {
@@ -461,7 +463,7 @@ START_TEST(test_neighbours_freed_under_prefetch)
 				nb[k]->odp = true;
 				ck_assert_int_eq(odp_fault(&d->reg, reg_allocation_of(nb[k]),
 							   allocation_address(nb[k]), &e,
-							   why, sizeof(why)), 0);
+							   why, sizeof(why), NULL), 0);
 			}
 			event_base_loop(td_manager->core.base, EVLOOP_NONBLOCK);
 			if (d->reg.odp.jobs == jobs)
@@ -617,6 +619,141 @@ START_TEST(test_flush_waits_for_domain_room)
 END_TEST
 
 /* odp_chunk above the device's largest MR: children are cut to it. */
+/* While a worker holds the provider (a big pinned registration, held at soft's gate), an
+ * on-demand lookup miss of the same domain makes its child on a worker: on the loop it would
+ * wait for the provider's lock, and everyone with it. Its lookup answers once the child is
+ * made, with a key that moves bytes. */
+START_TEST(test_fault_off_the_loop_while_provider_busy)
+{
+	struct client *cb;
+	char gate[64];
+	int a, b, peer, other;
+	uint64_t pinned, odp;
+	Mrd__Response *resp;
+	Mrd__MrEntry ep, eo;
+
+	ck_assert_int_eq(soft_gate_setenv(gate, sizeof(gate), 1 * MiB), 0);
+	start("cache.policy=contig", "cache.workers=2"); /* domains open gated soft contexts */
+	a = td_hello_client(1000, NULL);
+	b = td_hello_client(1000, &cb);
+	peer = td_hello_client(1000, NULL);
+	other = td_hello_client(2000, NULL);
+	pinned = alloc(a, 2, 2 * MiB, 0);
+	odp = alloc(b, 2, 64 * KiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
+
+	td_send_lookup(a, 3, pinned);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r'); /* a worker holds the provider */
+	td_send_lookup(b, 3, odp + 100);
+	td_pump();
+	ck_assert_ptr_nonnull(LIST_FIRST(&cb->pending)); /* B waits, the loop does not */
+	(void)alloc(peer, 2, 4096, 0);
+	td_lookup(other, 3, alloc(other, 2, 4096, 0), 0, NULL);
+
+	soft_gate_release(gate, 1);
+	resp = td_expect(a, 3, 0);
+	ep = *resp->mr_lookup->entries[0];
+	mrd__response__free_unpacked(resp, NULL);
+	resp = td_expect(b, 3, 0);
+	eo = *resp->mr_lookup->entries[0];
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_uint_eq(eo.start, odp);
+	ck_assert_uint_eq(eo.end, odp + 64 * KiB);
+	ck_assert_uint_eq(cb->domain->reg.odp.children, 1);
+	td_lookup(b, 4, odp + 200, 0, NULL); /* in the table now */
+	ck_assert_uint_eq(cb->domain->reg.odp.stats.children_created, 1);
+	strcpy((char *)(uintptr_t)pinned, "made on a worker");
+	td_dma(b, 5, PROVIDER_DMA_WRITE, &ep, pinned, &eo, odp + 8, 17, 0);
+	ck_assert_str_eq((char *)(uintptr_t)(odp + 8), "made on a worker");
+	soft_gate_cleanup(gate);
+	close(a);
+	close(b);
+	close(peer);
+	close(other);
+}
+END_TEST
+
+/* The same, but B goes while its child is made: its memory is freed then, so the child, made
+ * for memory that went, is handed to nobody and goes with it. */
+START_TEST(test_fault_on_worker_for_memory_gone)
+{
+	struct client *ca;
+	struct provider_stats ps;
+	char gate[64];
+	int a, b;
+	uint64_t pinned, odp;
+
+	ck_assert_int_eq(soft_gate_setenv(gate, sizeof(gate), 1 * MiB), 0);
+	start("cache.policy=contig", "cache.workers=2");
+	a = td_hello_client(1000, &ca);
+	b = td_hello_client(1000, NULL);
+	pinned = alloc(a, 2, 2 * MiB, 0);
+	odp = alloc(b, 2, 64 * KiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
+	td_send_lookup(a, 3, pinned);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r');
+	td_send_lookup(b, 3, odp);
+	td_pump();
+	close(b);
+	td_pump();
+	ck_assert_uint_eq(ca->domain->n_users, 1);
+	soft_gate_release(gate, 1);
+	td_expect_free(a, 3, 0);
+	td_pump_until_zero(&ca->domain->reg.odp.jobs);
+	/* The child's MR goes on a worker (the job that made it still counted as busy). */
+	for (int i = 0; i < 10000 && ca->domain->mem.allocated_bytes != 2 * MiB; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert_uint_eq(ca->domain->reg.odp.children, 0);
+	ck_assert_uint_eq(ca->domain->reg.odp.zombies, 0);
+	ck_assert_uint_eq(ca->domain->mem.allocated_bytes, 2 * MiB);
+	provider_stats(ca->domain->reg.provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 1); /* A's alone */
+	soft_gate_cleanup(gate);
+	close(a);
+}
+END_TEST
+
+/* A prefetch populates without the provider's lock (soft: 0.4 s a GiB): while one is under way
+ * (held at soft's gate on a worker), a lookup miss of the same domain registers on the loop at
+ * once; the prefetch then faults its pages in, and its flush answers. */
+START_TEST(test_prefetch_leaves_the_provider_free)
+{
+	struct client *ca;
+	struct provider_stats ps;
+	char gate[64];
+	int a, b;
+	uint64_t odp, pinned;
+	Mrd__MrEntry e;
+
+	ck_assert_int_eq(soft_gate_setenv(gate, sizeof(gate), 1 * MiB), 0);
+	start("cache.policy=contig", "cache.workers=2");
+	a = td_hello_client(1000, &ca);
+	b = td_hello_client(1000, NULL);
+	odp = alloc(a, 2, 2 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
+	pinned = alloc(b, 2, 64 * KiB, 0);
+	send_prefetch(a, 3, odp, 2 * MiB, MRD__PREFETCH_ADVICE__PREFETCH_WRITE, true);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r'); /* its child, made on the worker */
+	soft_gate_release(gate, 1);
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'a'); /* populating */
+	td_lookup(b, 3, pinned, 0, &e); /* small: registered on the loop, the provider is free */
+	ck_assert_uint_eq(e.start, pinned);
+	ck_assert_ptr_nonnull(LIST_FIRST(&ca->pending));
+	provider_stats(ca->domain->reg.provider, &ps);
+	ck_assert_uint_eq(ps.odp_prefetched_pages, 0);
+	soft_gate_release(gate, 1);
+	td_expect_free(a, 3, 0);
+	provider_stats(ca->domain->reg.provider, &ps);
+	ck_assert_uint_eq(ps.odp_prefetched_pages, 2 * MiB / 4096);
+	ck_assert_uint_eq(ca->domain->reg.odp.stats.prefetch_pages, 2 * MiB / 4096);
+	soft_gate_cleanup(gate);
+	close(a);
+	close(b);
+}
+END_TEST
+
 START_TEST(test_chunk_capped_at_max_mr_size)
 {
 	const char *settings[] = { "memory.window_size=256G", "memory.arena_size=64M",
@@ -656,6 +793,9 @@ int main(void)
 	tcase_add_test(tc, test_child_linked_then_freed_before_completion);
 	tcase_add_test(tc, test_free_waits_for_queued_prefetch);
 	tcase_add_test(tc, test_chunk_capped_at_max_mr_size);
+	tcase_add_test(tc, test_fault_off_the_loop_while_provider_busy);
+	tcase_add_test(tc, test_fault_on_worker_for_memory_gone);
+	tcase_add_test(tc, test_prefetch_leaves_the_provider_free);
 	tcase_add_test(tc, test_neighbours_freed_under_prefetch);
 	tcase_add_test(tc, test_zombie_waits_for_its_own_work_only);
 	tcase_add_test(tc, test_flush_waits_for_room);

@@ -154,17 +154,47 @@ static void on_allocation_idle(void *data, struct reg_allocation *ra)
 		(void)domain_free_allocation(data, &ra->mem, NULL);
 }
 
+/* A big run is back from the worker that punched it: the free is answered now, so the quota
+ * the client sees is exact when it hears. */
+struct punched {
+	struct domain *domain;
+	struct mr_waiter *waiter;
+};
+
+static void on_punched(void *arg)
+{
+	struct punched p = *(struct punched *)arg;
+
+	free(arg);
+	domain_update_status(p.domain);
+	p.waiter->resume(p.waiter, 0, NULL, "");
+	domain_unref(p.domain); /* the job's hold: d may close here */
+}
+
 /* Where every free ends, whichever way it went: the device let go of the pages, so they go
- * back, and the free is answered. */
-static void on_released(void *data, struct reg_allocation *ra, struct mr_waiter *waiter)
+ * back, and the free is answered. A client's Free (a waiter) of a big run has a worker punch
+ * it, holding the domain; frees nobody waits for (a client or an orphan gone) stay here, as
+ * whoever counts on them being done at once (the domain closing) expects. */
+static int on_released(void *data, struct reg_allocation *ra, struct mr_waiter *waiter)
 {
 	struct domain *d = data;
+	struct punched *p = waiter ? malloc(sizeof(*p)) : NULL;
+	int k;
 
-	allocation_release(&d->mem, &ra->mem);
+	if (p) {
+		*p = (struct punched){ .domain = d, .waiter = waiter };
+		domain_ref(d);
+	}
+	k = allocation_release(&d->mem, &ra->mem, p ? on_punched : NULL, p);
 	free(ra);
+	if (k == -EINPROGRESS)
+		return k;
+	if (p) {
+		d->n_job_refs--; /* no job took the hold: d stays as its caller holds it */
+		free(p);
+	}
 	domain_update_status(d);
-	if (waiter)
-		waiter->resume(waiter, 0, NULL, "");
+	return 0;
 }
 
 /* Above what the previous mrd's domain of that name reached (warm restart). */
@@ -203,6 +233,8 @@ static int domain_open(struct core *core, const char *name, struct domain **ret)
 	memory_init(&d->mem, &core->config, &core->window, d->name);
 	d->mem.arena_gone = on_arena_gone;
 	d->mem.data = d;
+	d->mem.workers = &core->workers;
+	d->mem.stopping = &core->stopping;
 	d->reg = (struct registrar){
 		.config = &core->config, .name = d->name, .mem = &d->mem,
 		.workers = &core->workers, .stopping = &core->stopping,

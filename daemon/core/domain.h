@@ -85,8 +85,9 @@ int domain_attach_external(struct domain *d, struct reg_owner *owner, int fd, ui
 /* Frees one allocation. At once: no lookup finds it, its keys leave the cache, the generation
  * bumps when it had any (a free of memory never registered empties no client's cache). Its MRs are
  * deregistered and its pages go back to the kernel right away — or, when the MRs cover [cache]
- * async_bytes or more (or the registrar is busy), on a worker: then, with a waiter, -EINPROGRESS
- * and waiter->resume (result 0, no entry) runs on the loop once the pages are back. */
+ * async_bytes or more (or the registrar is busy), on a worker, and with a waiter a run of
+ * async_bytes or more is punched on a worker too: then, with a waiter, -EINPROGRESS and
+ * waiter->resume (result 0, no entry) runs on the loop once the pages are back. */
 int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_waiter *waiter);
 /* Its owner is going: freed, or — while mempool MRs of other clients cover it — kept without
  * an owner until the last of them goes. */

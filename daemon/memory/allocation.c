@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/worker-pool.h"
 #include "log.h"
+#include "macro.h"
 #include "memory/allocation.h"
 #include "memory/arena.h"
 #include "memory/mem-owner.h"
@@ -385,8 +387,61 @@ void allocation_retire(struct memory *m, struct allocation *a)
 	m->status.page->frees++;
 }
 
-void allocation_release(struct memory *m, struct allocation *a)
+/* A big run punched on a worker; it goes back to the buddy on the loop after. */
+struct punch_job {
+	struct work work;
+	struct memory *m;
+	struct arena *arena;
+	uint64_t offset, length;
+	void (*done)(void *arg);
+	void *arg;
+};
+
+static void punch_job_run(struct work *w)
 {
-	m->allocated_bytes -= a->length;
-	unrun(m, a->arena, a->offset, a->length);
+	struct punch_job *j = container_of(w, struct punch_job, work);
+
+	arena_punch(j->arena, j->offset, j->length);
+}
+
+static void punch_job_done(struct work *w)
+{
+	struct punch_job j = *container_of(w, struct punch_job, work);
+
+	free(container_of(w, struct punch_job, work));
+	j.m->allocated_bytes -= j.length;
+	arena_return(j.arena, j.offset, j.length);
+	if (j.arena->n_allocations == 0)
+		trim_arenas(j.m, j.arena);
+	j.done(j.arg);
+}
+
+/* The registrar's rule (registrar_offload) for pages: what takes as long as registering
+ * async_bytes goes to a worker, never without one nor once the pool drains. */
+static bool memory_offload(const struct memory *m, uint64_t bytes)
+{
+	return m->workers && *m->workers && !__atomic_load_n(m->stopping, __ATOMIC_ACQUIRE) &&
+	       bytes >= m->config->async_bytes;
+}
+
+int allocation_release(struct memory *m, struct allocation *a, void (*done)(void *arg),
+		       void *arg)
+{
+	struct punch_job *j;
+
+	/* Kept content (a hand-over) is not punched: nothing slow is left to do. */
+	j = done && !a->arena->external && !m->window->keep_content &&
+			    memory_offload(m, a->length) ?
+		    malloc(sizeof(*j)) :
+		    NULL;
+	if (!j) {
+		m->allocated_bytes -= a->length;
+		unrun(m, a->arena, a->offset, a->length);
+		return 0;
+	}
+	*j = (struct punch_job){ .work = { .run = punch_job_run, .done = punch_job_done },
+				 .m = m, .arena = a->arena, .offset = a->offset,
+				 .length = a->length, .done = done, .arg = arg };
+	worker_pool_submit(*m->workers, &j->work);
+	return -EINPROGRESS;
 }

@@ -83,5 +83,10 @@ struct allocation *allocation_containing(struct memory *m, uint64_t address);
  * and the status page counts the free. */
 void allocation_retire(struct memory *m, struct allocation *a);
 /* The last step, once the device let go of its pages: they go back (and an emptied arena with
- * them, but one kept for the next allocation). The caller frees a. */
-void allocation_release(struct memory *m, struct allocation *a);
+ * them, but one kept for the next allocation). The caller frees a (now: the job copied what
+ * it needs). Punching a run of [cache] async_bytes or more takes ~100 ms a GiB, so a worker
+ * does it (memory.workers) and the run goes back on the loop after: then -EINPROGRESS, and
+ * done(arg) runs on the loop once it is back (allocated_bytes counts it until then); with
+ * done NULL, or on the loop, 0 once it is back. */
+int allocation_release(struct memory *m, struct allocation *a, void (*done)(void *arg),
+		       void *arg);

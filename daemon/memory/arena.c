@@ -320,15 +320,24 @@ int arena_alloc(struct arena *a, uint64_t size, uint64_t align, uint64_t *ret_of
 	return 0;
 }
 
-void arena_release(struct arena *a, uint64_t offset, uint64_t length)
+void arena_punch(const struct arena *a, uint64_t offset, uint64_t length)
+{
+	(void)fallocate(a->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset,
+			(off_t)length);
+}
+
+void arena_return(struct arena *a, uint64_t offset, uint64_t length)
 {
 	a->n_allocations--;
-	if (a->external)
-		return;
-	/* Give the pages back to the kernel: the next owner starts from zeros (not while another
-	 * mrd takes the memory over: their content is what it adopts). */
-	if (!a->mem->window->keep_content)
-		(void)fallocate(a->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset,
-				(off_t)length);
-	buddy_free(&a->buddy, (uint32_t)(offset / a->page_size), (uint32_t)(length / a->page_size));
+	if (!a->external)
+		buddy_free(&a->buddy, (uint32_t)(offset / a->page_size),
+			   (uint32_t)(length / a->page_size));
+}
+
+void arena_release(struct arena *a, uint64_t offset, uint64_t length)
+{
+	/* Not while another mrd takes the memory over: their content is what it adopts. */
+	if (!a->external && !a->mem->window->keep_content)
+		arena_punch(a, offset, length);
+	arena_return(a, offset, length);
 }

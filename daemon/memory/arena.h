@@ -66,8 +66,13 @@ struct arena *arena_free(struct arena *a);
 int arena_alloc(struct arena *a, uint64_t size, uint64_t align, uint64_t *ret_offset,
 		uint64_t *ret_length);
 
-/* Returns a run to the allocator and its pages to the kernel. */
+/* Returns a run to the allocator and its pages to the kernel (arena_punch, arena_return). */
 void arena_release(struct arena *a, uint64_t offset, uint64_t length);
+/* Gives the pages of a run out of the allocator back to the kernel, so the next owner starts
+ * from zeros: it touches nothing else of a, so a worker may do it while the loop goes on. */
+void arena_punch(const struct arena *a, uint64_t offset, uint64_t length);
+/* Returns a run, punched or kept, to the allocator. */
+void arena_return(struct arena *a, uint64_t offset, uint64_t length);
 
 /* The huge pages of hugetlb arenas: 2 MiB. */
 #define HUGE_PAGE_SIZE (2u << 20)

@@ -14,6 +14,7 @@
 
 struct arena;
 struct window;
+struct worker_pool;
 
 struct memory {
 	const struct config *config;
@@ -31,6 +32,10 @@ struct memory {
 	/* An emptied arena went back to the window: whoever handed its id out forgets it. */
 	void (*arena_gone)(void *data, uint32_t arena_id);
 	void *data;
+	/* The daemon's pool, where big runs are punched (allocation_release), and its flag set
+	 * before the pool drains; NULL (or a NULL pool): everything on the loop. */
+	struct worker_pool *const *workers;
+	const bool *stopping;
 };
 
 /* Empty: no arena, no status page yet (status_page_open). */

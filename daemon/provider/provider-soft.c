@@ -81,7 +81,7 @@ struct soft_mr {
 	uint64_t iova_page0;          /* iova rounded down to a page */
 	uint8_t **pages;              /* host address of each page; NULL: not present (ODP) */
 	size_t n_pages;
-	unsigned copies;              /* DMA copies through it, run without the lock */
+	unsigned copies;              /* DMA copies and prefetches through it, run without the lock */
 };
 
 static struct soft_provider *to_soft(struct provider *p) { return (struct soft_provider *)p; }
@@ -354,8 +354,8 @@ static struct soft_mr *key_lookup(struct soft_provider *sp, uint32_t key)
 	return slot->mr;
 }
 
-/* A copy runs through mr without the lock: whatever would change what mr maps, or let its
- * memory go, waits for it, as an MMU notifier waits for a device's DMA. Locked. */
+/* A copy (or a prefetch) runs through mr without the lock: whatever would change what mr maps,
+ * or let its memory go, waits for it, as an MMU notifier waits for a device's DMA. Locked. */
 static void wait_no_copies(struct soft_provider *sp, struct soft_mr *mr)
 {
 	while (mr->copies > 0)
@@ -689,36 +689,71 @@ static int soft_dma(struct provider_pd *pd, enum provider_dma_op op, uint32_t lk
 	return r == -EFAULT ? -ENXIO : r;
 }
 
-static int soft_advise(struct provider_mr *base, enum provider_advice advice, uint64_t iova,
-		       size_t length)
+/* Checks advice and holds mr as a copy does (dereg, park, move and invalidate wait for it), so
+ * its pages can be populated without the lock. Locked. */
+static int advise_begin(struct soft_mr *mr, enum provider_advice advice, uint64_t iova,
+			size_t length)
 {
-	struct soft_mr *mr = (struct soft_mr *)base;
-	struct soft_provider *sp = to_soft(base->pd->provider);
-	size_t first, last;
-
 	if (!mr->on_demand)
 		return -EINVAL; /* only ODP MRs take advice */
-	if (advice == PROVIDER_ADVISE_PREFETCH_WRITE && !(base->access & MRD_ACCESS_LOCAL_WRITE))
+	if (advice == PROVIDER_ADVISE_PREFETCH_WRITE && !(mr->base.access & MRD_ACCESS_LOCAL_WRITE))
 		return -EACCES;
 	if (advice != PROVIDER_ADVISE_PREFETCH && advice != PROVIDER_ADVISE_PREFETCH_WRITE)
 		return -EINVAL;
 	if (length == 0 || !in_bounds(mr, iova, length))
 		return -EFAULT;
+	mr->copies++;
+	return 0;
+}
 
-	gate_pass(sp, 'a', length);
-	first = (size_t)((iova - mr->iova_page0) / sp->page_size);
-	last = (size_t)((iova + length - 1 - mr->iova_page0) / sp->page_size);
-	for (size_t i = first; i <= last; i++) {
-		int r;
+/* Installs the translations of pages [first, end) populated, and lets mr go. Locked. */
+static int advise_end(struct soft_provider *sp, struct soft_mr *mr, size_t first, size_t end)
+{
+	uintptr_t host0 = mr->base.addr & ~(sp->page_size - 1);
 
+	for (size_t i = first; i < end; i++) {
 		if (mr->pages[i])
 			continue;
-		r = fault_page(sp, mr, i, advice == PROVIDER_ADVISE_PREFETCH_WRITE);
-		if (r < 0)
-			return r;
+		mr->pages[i] = (uint8_t *)(host0 + i * sp->page_size);
 		sp->stats.odp_prefetched_pages++;
 	}
+	mr->copies--;
+	pthread_cond_broadcast(&sp->idle);
 	return 0;
+}
+
+/* Populating a GiB takes ~0.4 s: it runs without the provider's lock (registrations of the
+ * domain go on meanwhile), the MR held like a copy's, and only the translations are installed
+ * under it. */
+static int soft_advise(struct provider_mr *base, enum provider_advice advice, uint64_t iova,
+		       size_t length)
+{
+	struct soft_mr *mr = (struct soft_mr *)base;
+	struct soft_provider *sp = to_soft(base->pd->provider);
+	bool write = advice == PROVIDER_ADVISE_PREFETCH_WRITE;
+	uintptr_t host0;
+	size_t first, last, i;
+	int r;
+
+	r = PROVIDER_LOCKED(&sp->base, advise_begin(mr, advice, iova, length));
+	if (r < 0)
+		return r;
+	gate_pass(sp, 'a', length);
+	/* Held: what the MR maps stays as it is until advise_end. */
+	host0 = mr->base.addr & ~(sp->page_size - 1);
+	first = (size_t)((iova - mr->iova_page0) / sp->page_size);
+	last = (size_t)((iova + length - 1 - mr->iova_page0) / sp->page_size);
+	for (i = first; i <= last; i++) {
+		uintptr_t host = host0 + i * sp->page_size;
+
+		/* Nothing mapped there, or not writable: the pages before it stay present. */
+		if (!mapped_for(sp, host, host + sp->page_size, write)) {
+			r = -EFAULT;
+			break;
+		}
+	}
+	(void)PROVIDER_LOCKED(&sp->base, advise_end(sp, mr, first, i));
+	return r;
 }
 
 static int soft_invalidate(struct provider_mr *base, uint64_t iova, size_t length)

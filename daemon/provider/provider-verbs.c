@@ -374,7 +374,10 @@ static int verbs_advise(struct provider_mr *base, enum provider_advice advice, u
 		a = IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE;
 	} else
 		return -EINVAL;
-	/* FLUSH: return once the pages are present, so callers may count on them. */
+	/* Without our lock (provider_advise): rdma-core's ibv_cmd_advise_mr (libibverbs/cmd_mr.c)
+	 * is one ioctl, UVERBS_METHOD_ADVISE_MR, on pd->context, which the kernel orders against
+	 * a dereg itself; vmr stays as it is while the caller counts on it. FLUSH: return once
+	 * the pages are present, so callers may count on them. */
 	return verbs_ret(ibv_advise_mr(vmr->mr->pd, a, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
 }
 

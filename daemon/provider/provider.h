@@ -104,6 +104,11 @@ struct provider_ops {
 	 * PROVIDER_REREG_TRANSLATION (new memory, new keys) or dereg may follow. NULL: the
 	 * provider cannot, and pools are off. */
 	int (*park)(struct provider_mr *mr);
+	/* ODP prefetch. Called without the provider's lock, since it may take long (soft populates
+	 * pages: 0.4 s a GiB; a device faults them in): it locks what it needs (soft holds the
+	 * MR as a copy does, and takes the lock to check and to install translations; verbs'
+	 * ibv_advise_mr is one ioctl on the context, which the kernel serializes itself). The
+	 * caller keeps mr alive and unmoved meanwhile (a prefetch counts on its allocation). */
 	int (*advise)(struct provider_mr *mr, enum provider_advice advice, uint64_t iova,
 		      size_t length);
 	/* A dup'd command fd (O_CLOEXEC, the caller's) and the PD handle; -EOPNOTSUPP when the
@@ -126,8 +131,9 @@ struct provider_ops {
 struct provider {
 	const struct provider_ops *ops;
 	struct provider_caps caps;
-	/* The wrappers below hold it around every op: registrations also run on worker threads
-	 * (daemon/base/worker-pool.h), and no provider keeps its state thread-safe by itself. */
+	/* The wrappers below hold it around every op but dma and advise (which take it for what
+	 * they need): registrations also run on worker threads (daemon/base/worker-pool.h), and
+	 * no provider keeps its state thread-safe by itself. */
 	pthread_mutex_t lock;
 };
 
@@ -162,7 +168,8 @@ static inline int provider_check_access(unsigned access)
 }
 
 /* Thin wrappers so callers read naturally; the rules every provider shares are checked here,
- * once, so the ops see only valid arguments, and the provider's lock is held around each op. */
+ * once, so the ops see only valid arguments, and the provider's lock is held around each op
+ * (but dma and advise, long ones that lock for themselves). */
 #define PROVIDER_LOCKED(p, expr)                                  \
 	({                                                        \
 		pthread_mutex_t *_l_ = &(p)->lock;                \
@@ -242,7 +249,7 @@ static inline int provider_advise(struct provider_mr *mr, enum provider_advice a
 {
 	struct provider *p = mr->pd->provider;
 
-	return PROVIDER_LOCKED(p, p->ops->advise(mr, advice, iova, length));
+	return p->ops->advise(mr, advice, iova, length); /* unlocked: it locks what it needs */
 }
 
 static inline int provider_export_pd(struct provider_pd *pd, int *ret_fd, uint32_t *ret_handle)

@@ -464,7 +464,7 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 	a = reg_allocation_of(allocation_containing(r->mem, addr));
 	/* On-demand memory's children are found through their allocation, in no table. */
 	if (a && a->mem.odp)
-		return odp_fault(r, a, addr, ret, why, why_size);
+		return odp_fault(r, a, addr, ret, why, why_size, waiter);
 	c->misses++;
 	if (!a) {
 		snprintf(why, why_size, "0x%" PRIx64 " is not in memory allocated in domain %s",

@@ -129,6 +129,7 @@ struct prefetch_job {
 	struct mr_waiter *waiter;
 	struct reg_allocation *allocation; /* counts the job: it stays until the job is done */
 	enum odp_advice advice;
+	bool lookup;           /* a lookup's child, made here while the provider was busy */
 	unsigned access;
 	/* Written by the worker (with pieces[].child and .created), read on the loop after it. */
 	struct {
@@ -228,8 +229,11 @@ void odp_forget_allocation(struct reg_allocation *a)
 	a->odp_slots = NULL;
 }
 
+static int fault_on_worker(struct registrar *r, struct reg_allocation *a, uint64_t addr,
+			   uint64_t start, uint64_t end, struct mr_waiter *waiter);
+
 int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
-	      char *why, size_t why_size)
+	      char *why, size_t why_size, struct mr_waiter *waiter)
 {
 	struct odp *o = &r->odp;
 	struct odp_child **slot, *c, *got;
@@ -242,6 +246,10 @@ int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, stru
 		return k;
 	slot = slot_of(o, a, addr);
 	c = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+	/* A child pins nothing, so it is quick to make, unless a worker holds the provider (a
+	 * big registration): then the loop would wait for its lock. */
+	if (!c && waiter && registrar_offload(r, 0, REG_MAKE))
+		return fault_on_worker(r, a, addr, start, end, waiter);
 	if (!c) {
 		o->stats.faults++;
 		c = child_new(r, a, start, end, reg_allocation_access(a), &k);
@@ -313,17 +321,53 @@ static void submit(struct registrar *r, struct prefetch_job *j)
 	struct odp *o = &r->odp;
 
 	j->waiting = false;
-	j->owner->n_prefetches++;
+	if (j->owner)
+		j->owner->n_prefetches++;
 	o->jobs++;
 	registrar_submit(&j->base);
+}
+
+/* A lookup's answer from its job: the child, linked from now (a prefetch may have made it
+ * first, not yet linked), unless the memory went meanwhile. */
+static int lookup_answer(struct registrar *r, struct prefetch_job *j, struct mr_entry *ret,
+			 char *why, size_t why_size)
+{
+	const struct odp_piece *p = &j->pieces[0];
+	struct odp_child *c = p->child;
+
+	if (j->rt.result < 0) {
+		snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") on demand "
+			 "failed: %s", p->start, p->end, provider_strerror(r->provider, j->rt.result));
+		return j->rt.result;
+	}
+	if (j->allocation->retired || !c || c->zombie) {
+		snprintf(why, why_size, "0x%" PRIx64 " was freed while it was being registered",
+			 p->addr);
+		return -ENOENT;
+	}
+	*ret = entry_of(c);
+	if (!c->linked)
+		link_child(r, c);
+	return 0;
 }
 
 /* The end of a job, done or never submitted: the counts, the answer, the allocation. */
 static void job_end(struct registrar *r, struct prefetch_job *j)
 {
 	struct reg_allocation *a = j->allocation;
-	char why[128] = "";
+	char why[160] = "";
 
+	if (j->lookup) {
+		struct mr_entry e;
+		int k = lookup_answer(r, j, &e, why, sizeof(why));
+
+		a->odp_jobs--;
+		j->waiter->resume(j->waiter, k, k < 0 ? NULL : &e, why);
+		free(j);
+		kill_zombies(r, a);
+		maybe_finish(r, a);
+		return;
+	}
 	a->odp_jobs--;
 	if (j->owner)
 		LIST_REMOVE(j, owner_link);
@@ -382,6 +426,30 @@ static void prefetch_done(struct registrar_work *w)
 	}
 	job_end(r, j);
 	start_waiting(r);
+}
+
+/* Makes a lookup's child on a worker, as a prefetch of it that faults nothing in would, and
+ * answers the lookup when done (job_end). */
+static int fault_on_worker(struct registrar *r, struct reg_allocation *a, uint64_t addr,
+			   uint64_t start, uint64_t end, struct mr_waiter *waiter)
+{
+	struct prefetch_job *j = calloc(1, sizeof(*j) + sizeof(j->pieces[0]));
+
+	if (!j)
+		return -ENOMEM;
+	r->odp.stats.faults++;
+	j->pieces[0] = (struct odp_piece){ .start = start, .end = end, .addr = addr, .length = 1,
+					   .slot = slot_of(&r->odp, a, addr) };
+	registrar_job(r, &j->base, prefetch_run, prefetch_done, false);
+	j->lookup = true;
+	j->waiter = waiter;
+	j->allocation = a;
+	a->odp_jobs++;
+	j->advice = ODP_PREFETCH_NO_FAULT;
+	j->access = reg_allocation_access(a);
+	j->n = 1;
+	submit(r, j);
+	return -EINPROGRESS;
 }
 
 int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_allocation *a,

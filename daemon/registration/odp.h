@@ -77,9 +77,11 @@ void odp_done(struct registrar *r);
 /* a goes: its slots with it (no work on it remains). */
 void odp_forget_allocation(struct reg_allocation *a);
 
-/* A lookup at addr in on-demand allocation a: its child, made when missing (a fault). */
+/* A lookup at addr in on-demand allocation a: its child, made when missing (a fault) — with a
+ * waiter, while the provider is busy (registrar_offload), on a worker: then -EINPROGRESS, and
+ * the waiter hears once it is made. */
 int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
-	      char *why, size_t why_size);
+	      char *why, size_t why_size, struct mr_waiter *waiter);
 
 /* Queues prefetch advice over [addr, addr + length), which lies in a. With a waiter (a flush)
  * it answers through it once done (-EINPROGRESS); without, 0 once queued. owner's queued work is

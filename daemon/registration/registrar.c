@@ -221,6 +221,15 @@ static bool keys_handed_out(const struct reg_allocation *ra)
 	       !LIST_EMPTY(&ra->odp_children);
 }
 
+/* ra's registrations are all gone: the domain takes it back (0, or -EINPROGRESS: it answers
+ * waiter itself once the pages went back). */
+static int release(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter)
+{
+	mr_cache_release(&r->cache, ra);
+	odp_forget_allocation(ra);
+	return r->events.released(r->data, ra, waiter);
+}
+
 int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter)
 {
 	uint64_t pinned;
@@ -249,9 +258,11 @@ int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_w
 	 * loop. */
 	j = pinned > 0 && registrar_offload(r, pinned, REG_DROP) ? calloc(1, sizeof(*j)) : NULL;
 	if (!j) {
+		int k;
+
 		mr_cache_deregister(&r->cache, ra);
-		registrar_release(r, ra, NULL);
-		return 0;
+		k = release(r, ra, waiter);
+		return waiter ? k : 0;
 	}
 	j->allocation = ra;
 	j->waiter = waiter;
@@ -261,7 +272,6 @@ int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_w
 
 void registrar_release(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter)
 {
-	mr_cache_release(&r->cache, ra);
-	odp_forget_allocation(ra);
-	r->events.released(r->data, ra, waiter);
+	if (release(r, ra, waiter) == 0 && waiter)
+		waiter->resume(waiter, 0, NULL, "");
 }

@@ -32,9 +32,10 @@ struct registrar_events {
 	void (*unhold)(void *data);
 	/* The last mempool MR over ra went. */
 	void (*allocation_idle)(void *data, struct reg_allocation *ra);
-	/* The device let go of the retired ra (registrar_retire): its pages may go back, then
-	 * waiter (if any) hears that the free is done. */
-	void (*released)(void *data, struct reg_allocation *ra, struct mr_waiter *waiter);
+	/* The device let go of the retired ra (registrar_retire): its pages may go back. 0: they
+	 * did, and the caller answers waiter; -EINPROGRESS: a worker gives them back, and waiter
+	 * (if any) hears once they are. */
+	int (*released)(void *data, struct reg_allocation *ra, struct mr_waiter *waiter);
 	/* Counters changed (pinned bytes, MRs): the status page shows them. */
 	void (*changed)(void *data);
 };
@@ -146,7 +147,8 @@ void registrar_destroy_handles(struct registrar *r, struct provider_mr **handles
 int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter);
 
 /* The end of a retired allocation's registrations (a worker's deregistration, or the last ODP
- * child gone): its MRs are counted gone, and events.released tells the domain. */
+ * child gone): its MRs are counted gone, and events.released tells the domain; waiter, which
+ * waits already, hears once the pages are back. */
 void registrar_release(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter);
 
 /* Whether memory asked to be registered on demand is: the device must page on demand over RC. */
