@@ -489,6 +489,20 @@ START_TEST(test_pending_client_leaves)
 }
 END_TEST
 
+/* A client of uid 1000 whose lookup of 8 MiB (id 3) waits for the one worker, which b holds;
+ * returns its socket, and the memory's address in *ret_big. */
+static int pending_big_lookup(struct td_blocker *b, struct client **ret, uint64_t *ret_big)
+{
+	int fd;
+
+	td_start_one_worker();
+	fd = td_hello_client(1000, ret);
+	*ret_big = td_alloc(fd, 2, 8 * MiB);
+	td_block_worker(b);
+	td_send_lookup(fd, 3, *ret_big);
+	return fd;
+}
+
 /* The connection frees the memory its own pending lookup is registering: the Free is read
  * and done, and the lookup hands out no key for the freed memory (the registrar drops what
  * the worker made). */
@@ -500,11 +514,7 @@ START_TEST(test_free_under_own_pending_lookup)
 	uint64_t big;
 	int fd;
 
-	td_start_one_worker();
-	fd = td_hello_client(1000, &c);
-	big = td_alloc(fd, 2, 8 * MiB);
-	td_block_worker(&b);
-	td_send_lookup(fd, 3, big);
+	fd = pending_big_lookup(&b, &c, &big);
 	td_send_free(fd, 4, big);
 	td_pump();
 	td_unblock_worker(&b);
@@ -542,11 +552,7 @@ START_TEST(test_join_waits_for_nothing_pending)
 	uint64_t big;
 	int fd;
 
-	td_start_one_worker();
-	fd = td_hello_client(1000, &c);
-	big = td_alloc(fd, 2, 8 * MiB);
-	td_block_worker(&b);
-	td_send_lookup(fd, 3, big);
+	fd = pending_big_lookup(&b, &c, &big);
 	req.id = 4;
 	req.body_case = MRD__REQUEST__BODY_JOIN_DOMAIN;
 	req.join_domain = &q;

@@ -428,26 +428,43 @@ static void prefetch_done(struct registrar_work *w)
 	start_waiting(r);
 }
 
+/* Work of n pieces on a, for the caller to fill in, then hold (job_hold). */
+static struct prefetch_job *job_new(struct reg_allocation *a, size_t n, enum odp_advice advice,
+				    struct mr_waiter *waiter)
+{
+	struct prefetch_job *j = calloc(1, sizeof(*j) + n * sizeof(j->pieces[0]));
+
+	if (!j)
+		return NULL;
+	j->waiter = waiter;
+	j->allocation = a;
+	j->advice = advice;
+	j->access = reg_allocation_access(a);
+	j->n = n;
+	return j;
+}
+
+/* From now on it holds the domain and counts on its allocation, queued or waiting for room. */
+static void job_hold(struct registrar *r, struct prefetch_job *j)
+{
+	registrar_job(r, &j->base, prefetch_run, prefetch_done, false);
+	j->allocation->odp_jobs++;
+}
+
 /* Makes a lookup's child on a worker, as a prefetch of it that faults nothing in would, and
  * answers the lookup when done (job_end). */
 static int fault_on_worker(struct registrar *r, struct reg_allocation *a, uint64_t addr,
 			   uint64_t start, uint64_t end, struct mr_waiter *waiter)
 {
-	struct prefetch_job *j = calloc(1, sizeof(*j) + sizeof(j->pieces[0]));
+	struct prefetch_job *j = job_new(a, 1, ODP_PREFETCH_NO_FAULT, waiter);
 
 	if (!j)
 		return -ENOMEM;
 	r->odp.stats.faults++;
 	j->pieces[0] = (struct odp_piece){ .start = start, .end = end, .addr = addr, .length = 1,
 					   .slot = slot_of(&r->odp, a, addr) };
-	registrar_job(r, &j->base, prefetch_run, prefetch_done, false);
 	j->lookup = true;
-	j->waiter = waiter;
-	j->allocation = a;
-	a->odp_jobs++;
-	j->advice = ODP_PREFETCH_NO_FAULT;
-	j->access = reg_allocation_access(a);
-	j->n = 1;
+	job_hold(r, j);
 	submit(r, j);
 	return -EINPROGRESS;
 }
@@ -476,7 +493,7 @@ int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_alloca
 	}
 	if (ensure_slots(o, a) < 0)
 		return -ENOMEM;
-	j = calloc(1, sizeof(*j) + n * sizeof(j->pieces[0]));
+	j = job_new(a, n, advice, waiter);
 	if (!j)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
@@ -491,15 +508,8 @@ int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_alloca
 		p->slot = slot_of(o, a, at);
 		p->child = __atomic_load_n(p->slot, __ATOMIC_ACQUIRE);
 	}
-	/* It holds the domain from now, queued or waiting for room. */
-	registrar_job(r, &j->base, prefetch_run, prefetch_done, false);
+	job_hold(r, j);
 	j->owner = owner;
-	j->waiter = waiter;
-	j->allocation = a;
-	a->odp_jobs++;
-	j->advice = advice;
-	j->access = reg_allocation_access(a);
-	j->n = n;
 	LIST_INSERT_HEAD(&owner->prefetches, j, owner_link);
 	o->stats.prefetch_requests++;
 	if (room_for(o, owner))
