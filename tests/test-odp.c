@@ -8,6 +8,7 @@
 #include <event2/event.h>
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -754,6 +755,86 @@ START_TEST(test_prefetch_leaves_the_provider_free)
 }
 END_TEST
 
+/* Opens the gate after 20 s unless cancelled first, and says whether it had to. */
+struct gate_watchdog {
+	const char *gate;
+	bool cancel, fired; /* atomic */
+	pthread_t thread;
+};
+
+static void *gate_watchdog_main(void *arg)
+{
+	struct gate_watchdog *w = arg;
+
+	for (int i = 0; i < 2000 && !__atomic_load_n(&w->cancel, __ATOMIC_ACQUIRE); i++)
+		usleep(10000);
+	if (!__atomic_load_n(&w->cancel, __ATOMIC_ACQUIRE)) {
+		__atomic_store_n(&w->fired, true, __ATOMIC_RELEASE);
+		soft_gate_release(w->gate, 1);
+	}
+	return NULL;
+}
+
+/* A client frees memory its own prefetch is advising (held at soft's gate, off the provider's
+ * lock): the loop does not zap the child under the advice (the zap would wait for it), so it
+ * serves another client before the advice ends; the Free answers after the prefetch. */
+START_TEST(test_free_under_own_prefetch_leaves_the_loop)
+{
+	struct gate_watchdog wd = { 0 };
+	struct client *ca;
+	struct provider_stats ps;
+	char gate[64];
+	int a, b;
+	uint64_t odp, pinned;
+	Mrd__Response *r;
+	bool freed = false, prefetched = false;
+
+	ck_assert_int_eq(soft_gate_setenv(gate, sizeof(gate), 1 * MiB), 0);
+	start("cache.policy=contig", "cache.workers=2");
+	a = td_hello_client(1000, &ca);
+	b = td_hello_client(2000, NULL);
+	odp = alloc(a, 2, 2 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
+	pinned = alloc(b, 2, 64 * KiB, 0);
+	send_prefetch(a, 3, odp, 2 * MiB, MRD__PREFETCH_ADVICE__PREFETCH_WRITE, true);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r'); /* its child, made on the worker */
+	soft_gate_release(gate, 1);
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'a'); /* advising, holding the child */
+	td_lookup(a, 4, odp, 0, NULL); /* the child is linked */
+	wd.gate = gate;
+	ck_assert_int_eq(pthread_create(&wd.thread, NULL, gate_watchdog_main, &wd), 0);
+	td_send_free(a, 5, odp);
+	td_pump();
+	td_lookup(b, 3, pinned, 0, NULL);
+	ck_assert_msg(!__atomic_load_n(&wd.fired, __ATOMIC_ACQUIRE),
+		      "the loop waited for the advice to end before serving anyone");
+	ck_assert_ptr_nonnull(LIST_FIRST(&ca->pending)); /* the prefetch and the Free */
+	__atomic_store_n(&wd.cancel, true, __ATOMIC_RELEASE);
+	pthread_join(wd.thread, NULL);
+	soft_gate_release(gate, 1);
+	for (int i = 0; i < 2; i++) {
+		r = td_recv_reply(a, NULL, NULL);
+		ck_assert_ptr_nonnull(r);
+		if (r->id == 5) {
+			ck_assert_msg(r->status == 0, "%s", r->message);
+			ck_assert(prefetched); /* its pages waited for the advice */
+			freed = true;
+		} else {
+			ck_assert_uint_eq(r->id, 3);
+			prefetched = true;
+		}
+		mrd__response__free_unpacked(r, NULL);
+	}
+	ck_assert(freed && prefetched);
+	provider_stats(ca->domain->reg.provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 0); /* the child went (b is another domain) */
+	ck_assert_uint_eq(ca->domain->reg.odp.zombies, 0);
+	soft_gate_cleanup(gate);
+	close(a);
+	close(b);
+}
+END_TEST
+
 START_TEST(test_chunk_capped_at_max_mr_size)
 {
 	const char *settings[] = { "memory.window_size=256G", "memory.arena_size=64M",
@@ -796,6 +877,7 @@ int main(void)
 	tcase_add_test(tc, test_fault_off_the_loop_while_provider_busy);
 	tcase_add_test(tc, test_fault_on_worker_for_memory_gone);
 	tcase_add_test(tc, test_prefetch_leaves_the_provider_free);
+	tcase_add_test(tc, test_free_under_own_prefetch_leaves_the_loop);
 	tcase_add_test(tc, test_neighbours_freed_under_prefetch);
 	tcase_add_test(tc, test_zombie_waits_for_its_own_work_only);
 	tcase_add_test(tc, test_flush_waits_for_room);

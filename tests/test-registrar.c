@@ -228,6 +228,10 @@ START_TEST(test_offload_rule)
 		workers = NULL; /* no workers (or they drained): everything on the loop */
 		ck_assert(!registrar_offload(&reg, UINT64_MAX, REG_DROP));
 		workers = w;
+		/* Nor while they drain: work submitted then would never run. */
+		stopping = true;
+		ck_assert(!registrar_offload(&reg, UINT64_MAX, REG_MAKE));
+		stopping = false;
 	}
 }
 END_TEST

@@ -19,6 +19,7 @@
 /* A lookup of several addresses; it waits, whole, while a worker registers for one of them. */
 struct pending_lookup {
 	struct pending_request base; /* first */
+	uint64_t generation; /* the domain's when the entries before next were found */
 	size_t n, next;
 	uint64_t *addrs;
 	struct mr_entry *entries;
@@ -79,7 +80,16 @@ static void lookup_resume(struct mr_waiter *w, int result, const struct mr_entry
 	}
 	reply_init(&r, p->base.id);
 	if (k >= 0) {
+		struct domain *d = p->base.client->domain;
+
 		p->entries[p->next++] = *entry;
+		/* Keys died meanwhile (a Free, maybe of this client's, answered while this
+		 * waited): what was found before the wait is found again, so that no key of
+		 * memory whose Free was answered goes out after it. */
+		if (status_page_generation(&d->mem.status) != p->generation) {
+			p->generation = status_page_generation(&d->mem.status);
+			p->next = 0;
+		}
 		k = lookup_run(p, r.message, sizeof(r.message));
 		if (k == -EINPROGRESS)
 			return; /* waits for the next one */
@@ -122,7 +132,7 @@ int request_mr_lookup(struct client *c, struct domain *d, const Mrd__Request *re
 		return -ENOMEM;
 	}
 	memcpy(p->addrs, q->addresses, p->n * sizeof(*p->addrs));
-
+	p->generation = status_page_generation(&d->mem.status);
 	k = lookup_run(p, r->message, sizeof(r->message));
 	if (k == -EINPROGRESS) {
 		/* Its answer comes from lookup_resume; its next requests wait behind it. */

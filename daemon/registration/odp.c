@@ -444,10 +444,12 @@ static struct prefetch_job *job_new(struct reg_allocation *a, size_t n, enum odp
 	return j;
 }
 
-/* From now on it holds the domain and counts on its allocation, queued or waiting for room. */
+/* From now on it holds the domain and counts on its allocation, queued or waiting for room. A
+ * lookup's job is busy (registrar_busy): it was made because the provider was, and waits for
+ * its lock to register; a prefetch's advice runs without the lock. */
 static void job_hold(struct registrar *r, struct prefetch_job *j)
 {
-	registrar_job(r, &j->base, prefetch_run, prefetch_done, false);
+	registrar_job(r, &j->base, prefetch_run, prefetch_done, j->lookup);
 	j->allocation->odp_jobs++;
 }
 
@@ -515,8 +517,8 @@ int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_alloca
 	if (room_for(o, owner))
 		submit(r, j);
 	else {
-		/* A flush waits for room: its client reads nothing more until it is answered, so
-		 * each client has at most one waiting. */
+		/* A flush waits for room: as many of a client's as it may have requests pending
+		 * ([limits] requests_in_flight). */
 		j->waiting = true;
 		TAILQ_INSERT_TAIL(&o->waiting, j, queue);
 	}
@@ -533,9 +535,10 @@ unsigned odp_retire(struct registrar *r, struct reg_allocation *a)
 		c->linked = false;
 		o->children--;
 		/* Zapped first, as an MMU notifier would: the device faults no page of it in. Not
-		 * while a Dma may copy through it (the zap would wait for the copy): its MR goes
-		 * on a worker, and its pages stay a's until then. */
-		if (!registrar_busy(r, REG_DROP)) {
+		 * while a Dma may copy through it, nor while a's own work may advise it (the zap
+		 * would wait for either, on the loop): its MR goes once that is done, on a worker
+		 * while a Dma may copy, and its pages stay a's until then. */
+		if (!registrar_busy(r, REG_DROP) && a->odp_jobs == 0) {
 			(void)provider_invalidate(c->pmr, c->start, c->end - c->start);
 			o->stats.invalidations++;
 		}

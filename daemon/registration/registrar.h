@@ -84,10 +84,12 @@ static inline bool registrar_busy(const struct registrar *r, enum reg_op op)
 
 /* The one offload rule: provider work over bytes goes to a worker, so that the loop serves
  * everyone else, when it is [cache] async_bytes or more, or while the op would wait
- * (registrar_busy). Never without workers. */
+ * (registrar_busy). Never without workers, nor once they drain at shutdown (work submitted
+ * then would never run, and hold its domain for good). */
 static inline bool registrar_offload(const struct registrar *r, uint64_t bytes, enum reg_op op)
 {
-	return *r->workers && (bytes >= r->config->async_bytes || registrar_busy(r, op));
+	return *r->workers && !__atomic_load_n(r->stopping, __ATOMIC_ACQUIRE) &&
+	       (bytes >= r->config->async_bytes || registrar_busy(r, op));
 }
 
 /* Whether the domain may pin more bytes: -EDQUOT, with the reason in why, when that would
