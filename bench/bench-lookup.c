@@ -965,10 +965,10 @@ static const struct hol_spec {
 	{ "lookup-hol-odp-fault", "client A (another process) ODP-faults 1 GiB of MRD_MEM_ODP "
 	  "memory ([cache] odp_chunk = 64M): per chunk a lookup miss makes its child on mrd's loop "
 	  "while A's emulated RDMA write into the chunk before faults its pages in (mrd's Dma "
-	  "thread, under the provider lock)", "A", "16 x (lookup + mrd_dma)",
+	  "thread, outside the provider lock)", "A", "16 x (lookup + mrd_dma)",
 	  HOL_CONFIG "[cache]\nodp_chunk = 64M\n", hol_act_odp_fault, HOL_NEW_REPS, false, NULL },
 	{ "lookup-hol-prefetch", "client A (another process) write-prefetches 1 GiB of "
-	  "MRD_MEM_ODP memory with MRD_PREFETCH_FLUSH (on a worker, under the provider lock) "
+	  "MRD_MEM_ODP memory with MRD_PREFETCH_FLUSH (on a worker, outside the provider lock) "
 	  "while its lookup of other MRD_MEM_ODP memory misses (the child made on mrd's loop)",
 	  "A", "mrd_prefetch (write, flush) beside a lookup",
 	  HOL_CONFIG, hol_act_prefetch, HOL_NEW_REPS, false, NULL },

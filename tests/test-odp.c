@@ -835,6 +835,56 @@ START_TEST(test_free_under_own_prefetch_leaves_the_loop)
 }
 END_TEST
 
+/* A lookup whose registration is as big as soft's gate holds, let go beforehand (it may run on
+ * the loop, which the test pumps). */
+static void lookup_released(int fd, uint64_t id, uint64_t addr, const char *gate,
+			    Mrd__MrEntry *ret)
+{
+	soft_gate_release(gate, 1);
+	td_lookup(fd, id, addr, 0, ret);
+	ck_assert_int_eq(soft_gate_wait(gate, 0), 'r');
+}
+
+/* A Dma through an on-demand key faults its pages in without the provider's lock (soft: 0.4 s
+ * a GiB): while one is under way (held at soft's gate on its thread), a lookup miss of the
+ * same domain registers on the loop at once; the Dma then copies, its faults counted. */
+START_TEST(test_dma_faults_leave_the_provider_free)
+{
+	struct client *ca;
+	struct provider_stats ps;
+	char gate[64];
+	int a, b;
+	uint64_t odp, dst, pinned;
+	Mrd__MrEntry eo, ed, e;
+
+	ck_assert_int_eq(soft_gate_setenv(gate, sizeof(gate), 1 * MiB), 0);
+	start("cache.policy=contig", "cache.workers=2");
+	a = td_hello_client(1000, &ca);
+	b = td_hello_client(1000, NULL);
+	odp = alloc(a, 2, 2 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
+	dst = alloc(a, 3, 1 * MiB, 0);
+	pinned = alloc(b, 2, 64 * KiB, 0);
+	lookup_released(a, 4, odp, gate, &eo);
+	lookup_released(a, 5, dst, gate, &ed);
+	strcpy((char *)(uintptr_t)odp, "faulted in off the lock");
+	provider_stats(ca->domain->reg.provider, &ps);
+	ck_assert_uint_eq(ps.odp_faults, 0);
+	td_send_dma(a, 6, PROVIDER_DMA_WRITE, &eo, odp, &ed, dst, 1 * MiB);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'f'); /* faulting its pages in */
+	td_lookup(b, 3, pinned, 0, &e); /* small: registered on the loop, the provider is free */
+	ck_assert_uint_eq(e.start, pinned);
+	soft_gate_release(gate, 1);
+	td_expect_free(a, 6, 0);
+	ck_assert_str_eq((char *)(uintptr_t)dst, "faulted in off the lock");
+	provider_stats(ca->domain->reg.provider, &ps);
+	ck_assert_uint_eq(ps.odp_faults, 1 * MiB / 4096);
+	soft_gate_cleanup(gate);
+	close(a);
+	close(b);
+}
+END_TEST
+
 START_TEST(test_chunk_capped_at_max_mr_size)
 {
 	const char *settings[] = { "memory.window_size=256G", "memory.arena_size=64M",
@@ -878,6 +928,7 @@ int main(void)
 	tcase_add_test(tc, test_fault_on_worker_for_memory_gone);
 	tcase_add_test(tc, test_prefetch_leaves_the_provider_free);
 	tcase_add_test(tc, test_free_under_own_prefetch_leaves_the_loop);
+	tcase_add_test(tc, test_dma_faults_leave_the_provider_free);
 	tcase_add_test(tc, test_neighbours_freed_under_prefetch);
 	tcase_add_test(tc, test_zombie_waits_for_its_own_work_only);
 	tcase_add_test(tc, test_flush_waits_for_room);

@@ -854,6 +854,116 @@ START_TEST(test_soft_gate_holds_big_ops)
 }
 END_TEST
 
+struct gated_dma {
+	struct provider_pd *pd;
+	struct provider_mr *src, *dst;
+	int r;
+};
+
+static void *gated_dma(void *arg)
+{
+	struct gated_dma *op = arg;
+
+	op->r = provider_dma(op->pd, PROVIDER_DMA_WRITE, op->src->lkey, op->src->iova,
+			     op->dst->rkey, op->dst->iova, op->src->length);
+	return NULL;
+}
+
+struct done_op {
+	struct gated_op op;
+	bool done;
+};
+
+static void *small_reg(void *arg)
+{
+	struct done_op *d = arg;
+
+	d->op.r = provider_reg(d->op.pd, d->op.addr, d->op.length, (uintptr_t)d->op.addr, 0,
+			       &d->op.mr);
+	__atomic_store_n(&d->done, true, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static void *invalidate_all(void *arg)
+{
+	struct done_op *d = arg;
+
+	d->op.r = provider_invalidate(d->op.mr, d->op.mr->iova, d->op.mr->length);
+	__atomic_store_n(&d->done, true, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* A DMA that faults an on-demand MR's pages in populates them without the provider's lock
+ * (held at the gate meanwhile: 'f'), so a registration on the same context completes; the
+ * MR stays held (an invalidate waits, then zaps what the DMA installed), and the faults
+ * count when the pages are installed. */
+START_TEST(test_soft_dma_faults_outside_the_lock)
+{
+	struct provider *gp;
+	struct provider_pd *gpd;
+	struct provider_stats s;
+	struct gated_dma dma;
+	struct done_op small = { 0 }, inval = { 0 };
+	pthread_t td, tr, ti;
+	char dir[64];
+	int verbs_error;
+
+	ck_assert_int_eq(soft_gate_setenv(dir, sizeof(dir), NPAGES * ps), 0);
+	ck_assert_int_eq(provider_open(CONTRACT_PROVIDER, NULL, &gp, &verbs_error), 0);
+	ck_assert_int_eq(provider_pd_alloc(gp, &gpd), 0);
+	dma = (struct gated_dma){ .pd = gpd, .r = 1 };
+	soft_gate_release(dir, 2); /* the two registrations are as big: they go on */
+	ck_assert_int_eq(provider_reg(gpd, buf_a, NPAGES * ps, (uintptr_t)buf_a,
+				      MRD_ACCESS_ON_DEMAND, &dma.src), 0);
+	ck_assert_int_eq(provider_reg(gpd, buf_b, NPAGES * ps, (uintptr_t)buf_b,
+				      MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE, &dma.dst), 0);
+	for (size_t i = 0; i < NPAGES * ps; i++)
+		buf_a[i] = (uint8_t)(i * 7 + 1);
+	ck_assert_int_eq(soft_gate_wait(dir, 0), 'r');
+	ck_assert_int_eq(soft_gate_wait(dir, 0), 'r');
+
+	ck_assert_int_eq(pthread_create(&td, NULL, gated_dma, &dma), 0);
+	ck_assert_int_eq(soft_gate_wait(dir, 10000), 'f');
+	small.op = (struct gated_op){ .pd = gpd, .addr = buf_b, .length = ps, .r = 1 };
+	ck_assert_int_eq(pthread_create(&tr, NULL, small_reg, &small), 0);
+	for (int i = 0; i < 2000 && !__atomic_load_n(&small.done, __ATOMIC_ACQUIRE); i++)
+		usleep(1000);
+	if (!__atomic_load_n(&small.done, __ATOMIC_ACQUIRE)) {
+		soft_gate_release(dir, 1); /* so the threads end before the test does */
+		pthread_join(td, NULL);
+		pthread_join(tr, NULL);
+		ck_abort_msg("a registration waited 2 s for a DMA's page faults");
+	}
+	provider_stats(gp, &s);
+	ck_assert_uint_eq(s.odp_faults, 0); /* nothing installed before the pages are present */
+	inval.op = (struct gated_op){ .mr = dma.src, .r = 1 };
+	ck_assert_int_eq(pthread_create(&ti, NULL, invalidate_all, &inval), 0);
+	usleep(50000);
+	ck_assert_msg(!__atomic_load_n(&inval.done, __ATOMIC_ACQUIRE),
+		      "an invalidate went on while the DMA populated its MR");
+	ck_assert_int_eq(dma.r, 1); /* held: it cannot have returned before the release */
+	soft_gate_release(dir, 1);
+	ck_assert_int_eq(pthread_join(td, NULL), 0);
+	ck_assert_int_eq(pthread_join(tr, NULL), 0);
+	ck_assert_int_eq(pthread_join(ti, NULL), 0);
+	ck_assert_int_eq(small.op.r, 0);
+	ck_assert_int_eq(dma.r, 0);
+	ck_assert_int_eq(inval.op.r, 0);
+	ck_assert_int_eq(memcmp(buf_a, buf_b, NPAGES * ps), 0);
+	provider_stats(gp, &s);
+	ck_assert_uint_eq(s.odp_faults, NPAGES);
+	ck_assert_uint_eq(s.odp_invalidations, NPAGES); /* it waited for the DMA's pages */
+	ck_assert_int_eq(soft_gate_wait(dir, 0), -ETIMEDOUT);
+
+	ck_assert_int_eq(provider_dereg(small.op.mr), 0);
+	ck_assert_int_eq(provider_dereg(dma.src), 0);
+	ck_assert_int_eq(provider_dereg(dma.dst), 0);
+	ck_assert_int_eq(provider_pd_free(gpd), 0);
+	provider_close(gp);
+	soft_gate_cleanup(dir);
+}
+END_TEST
+
 int main(void)
 {
 	struct provider *probe;
@@ -917,8 +1027,10 @@ int main(void)
 		}
 	} else
 		printf("not run: ODP cases (the device has no on-demand paging)\n");
-	if (strcmp(CONTRACT_PROVIDER, "soft") == 0)
+	if (strcmp(CONTRACT_PROVIDER, "soft") == 0) {
 		tcase_add_test(tc, test_soft_gate_holds_big_ops);
+		tcase_add_test(tc, test_soft_dma_faults_outside_the_lock);
+	}
 	provider_close(probe);
 
 	suite_add_tcase(s, tc);

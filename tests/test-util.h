@@ -88,8 +88,8 @@ long kernel_page_kb(const void *p);
  * in an mrd started after) holds each reg, moving rereg and advise of min_bytes or more until
  * released. The directory goes to dir_out. 0 or -errno. */
 int soft_gate_setenv(char *dir_out, size_t size, uint64_t min_bytes);
-/* Waits up to timeout_ms for a gated op to enter: its letter ('r' reg, 'm' rereg, 'a' advise),
- * or -ETIMEDOUT. */
+/* Waits up to timeout_ms for a gated op to enter: its letter ('r' reg, 'm' rereg, 'a' advise,
+ * 'f' a DMA's page faults), or -ETIMEDOUT. */
 int soft_gate_wait(const char *dir, int timeout_ms);
 /* Lets n gated ops (entered or still to come) go on. */
 void soft_gate_release(const char *dir, unsigned n);

@@ -4,16 +4,17 @@
  * mkeys). It pins with mlock, keeps a translation per page, executes emulated DMA through
  * those translations with the access and bounds checks a NIC makes (fault-safe, outside the
  * lock, holding both MRs), and emulates ODP: an on-demand MR pins nothing and its pages
- * become present on fault or prefetch.
+ * become present on fault or prefetch, populated outside the lock too.
  *
  * Test knobs, read at open: $MRD_SOFT_KEY_BITS (fewer keys), $MRD_SOFT_MAPS=1 (no
  * MADV_POPULATE_*), and a gate that holds a device op until the test lets it go, so that a
  * test can show who is served meanwhile without timing anything: $MRD_SOFT_GATE=<dir>, where
  * the test made the FIFOs <dir>/entered and <dir>/release, and $MRD_SOFT_GATE_BYTES=<n>
  * (default 1): only ops of n bytes or more wait. A gated reg (before it pins), rereg with a
- * new translation, or advise (before it populates) writes 'r', 'm' or 'a' to entered, then
- * reads a byte from release before it goes on, holding whatever its caller holds (a reg: the
- * provider's lock). tests/test-util.h has the helpers (soft_gate_*). */
+ * new translation, advise (before it populates) or DMA that faults n bytes of pages in (before
+ * it populates them, holding its MRs but not the lock) writes 'r', 'm', 'a' or 'f' to entered,
+ * then reads a byte from release before it goes on, holding whatever its caller holds (a reg:
+ * the provider's lock). tests/test-util.h has the helpers (soft_gate_*). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -576,18 +577,6 @@ static int soft_park(struct provider_mr *base)
 	return 0;
 }
 
-/* Makes page i of an on-demand MR present, as a NIC page fault would. */
-static int fault_page(struct soft_provider *sp, struct soft_mr *mr, size_t i, bool write)
-{
-	uintptr_t host = (mr->base.addr & ~(sp->page_size - 1)) + i * sp->page_size;
-
-	/* Nothing mapped there, or not writable: the DMA fails, the daemon does not. */
-	if (!mapped_for(sp, host, host + sp->page_size, write))
-		return -EFAULT;
-	mr->pages[i] = (uint8_t *)host;
-	return 0;
-}
-
 /* [iova, iova + length) inside mr? */
 static bool in_bounds(const struct soft_mr *mr, uint64_t iova, size_t length)
 {
@@ -595,40 +584,91 @@ static bool in_bounds(const struct soft_mr *mr, uint64_t iova, size_t length)
 	       iova + length <= mr->base.iova + mr->base.length;
 }
 
-/* Makes the pages of [iova, iova + length) present, as a NIC's page faults would (ODP), and
- * returns the host address of iova: soft maps an MR's pages in order, present or not. */
-static int translate(struct soft_provider *sp, struct soft_mr *mr, uint64_t iova, size_t length,
-		     bool write, uint8_t **ret)
+/* Makes pages [first, end) of an on-demand MR present, as a NIC's page faults would, without
+ * the lock: mr is held (copies), so what it maps stays, and only other holders install pages
+ * meanwhile (pages_install). missing_only skips pages present (a DMA goes through a present
+ * translation as it stands; a prefetch asks the kernel again). Returns the first page not
+ * mapped there, or not writable (the pages before it are present), or end. */
+static size_t pages_populate(const struct soft_provider *sp, struct soft_mr *mr, size_t first,
+			     size_t end, bool write, bool missing_only)
 {
-	size_t first = (size_t)((iova - mr->iova_page0) / sp->page_size);
-	size_t end = (size_t)((iova + length + sp->page_size - 1 - mr->iova_page0) / sp->page_size);
+	uintptr_t host0 = mr->base.addr & ~(sp->page_size - 1);
+	size_t i;
 
-	for (size_t i = first; i < end; i++) {
-		int r;
+	for (i = first; i < end; i++) {
+		uintptr_t host = host0 + i * sp->page_size;
 
-		if (mr->pages[i])
+		if (missing_only && __atomic_load_n(&mr->pages[i], __ATOMIC_RELAXED))
 			continue;
-		r = fault_page(sp, mr, i, write);
-		if (r < 0)
-			return r;
-		sp->stats.odp_faults++;
+		if (!mapped_for(sp, host, host + sp->page_size, write))
+			break;
 	}
-	*ret = (uint8_t *)(uintptr_t)(mr->base.addr + (iova - mr->base.iova));
-	return 0;
+	return i;
 }
 
-/* Checks a DMA as a NIC would and, when it may run, holds both MRs for the copy: nothing moves
- * them or lets their memory go until dma_end. Locked. */
+/* Installs the translations of pages [first, end), made present, and returns how many were
+ * missing. Locked; another holder's pages_populate may read them meanwhile. */
+static uint64_t pages_install(struct soft_provider *sp, struct soft_mr *mr, size_t first,
+			      size_t end)
+{
+	uintptr_t host0 = mr->base.addr & ~(sp->page_size - 1);
+	uint64_t installed = 0;
+
+	for (size_t i = first; i < end; i++) {
+		if (mr->pages[i])
+			continue;
+		__atomic_store_n(&mr->pages[i], (uint8_t *)(host0 + i * sp->page_size),
+				 __ATOMIC_RELAXED);
+		installed++;
+	}
+	return installed;
+}
+
+/* Lets go of an MR held for a copy or a prefetch (dereg, park, move, invalidate wait). Locked. */
+static void mr_let_go(struct soft_provider *sp, struct soft_mr *mr)
+{
+	mr->copies--;
+	pthread_cond_broadcast(&sp->idle);
+}
+
+/* One side of a DMA: the MR it goes through, its pages [first, end) (those before populated
+ * are present), and the host address of its first byte. */
+struct dma_side {
+	struct soft_mr *mr;
+	size_t first, end, populated;
+	uint8_t *host;
+	bool write;
+};
+
+/* Soft maps an MR's pages in order, present or not: the host address is the iova's offset;
+ * returns how many of the side's pages are not present. */
+static size_t dma_side_init(const struct soft_provider *sp, struct dma_side *side,
+			    struct soft_mr *mr, uint64_t iova, size_t length, bool write)
+{
+	size_t missing = 0;
+
+	side->mr = mr;
+	side->first = side->populated = (size_t)((iova - mr->iova_page0) / sp->page_size);
+	side->end = (size_t)((iova + length + sp->page_size - 1 - mr->iova_page0) / sp->page_size);
+	side->host = (uint8_t *)(uintptr_t)(mr->base.addr + (iova - mr->base.iova));
+	side->write = write;
+	for (size_t i = side->first; i < side->end; i++)
+		missing += !mr->pages[i];
+	return missing;
+}
+
+/* Checks a DMA as a NIC would and, when it may run, holds both MRs for it (their page faults
+ * and the copy): nothing moves them, zaps their pages or lets their memory go until dma_end.
+ * side[0] is the source, side[1] the destination; *ret_missing: their pages not present.
+ * Locked. */
 static int dma_begin(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey,
 		     uint64_t laddr, uint32_t rkey, uint64_t raddr, size_t length,
-		     struct soft_mr **ret_src, struct soft_mr **ret_dst, uint8_t **ret_s,
-		     uint8_t **ret_d)
+		     struct dma_side side[2], size_t *ret_missing)
 {
 	struct soft_provider *sp = to_soft(pd->provider);
 	struct soft_mr *local = key_lookup(sp, lkey), *remote = key_lookup(sp, rkey);
 	struct soft_mr *src, *dst;
 	uint64_t src_addr, dst_addr;
-	int r;
 
 	if (!local || !remote)
 		return -ENOKEY;
@@ -649,44 +689,66 @@ static int dma_begin(struct provider_pd *pd, enum provider_dma_op op, uint32_t l
 	} else
 		return -EINVAL;
 
-	r = translate(sp, src, src_addr, length, false, ret_s);
-	if (r >= 0)
-		r = translate(sp, dst, dst_addr, length, true, ret_d);
-	if (r < 0)
-		return r;
+	*ret_missing = dma_side_init(sp, &side[0], src, src_addr, length, false) +
+		       dma_side_init(sp, &side[1], dst, dst_addr, length, true);
 	src->copies++;
 	dst->copies++;
-	*ret_src = src;
-	*ret_dst = dst;
 	return 0;
 }
 
-static int dma_end(struct soft_provider *sp, struct soft_mr *src, struct soft_mr *dst)
+/* Faults the missing pages of the source, then of the destination, in, as a NIC's page faults
+ * would (ODP): nothing mapped there, or not writable, fails the DMA, not the daemon. Unlocked. */
+static int dma_populate(const struct soft_provider *sp, struct dma_side side[2])
 {
-	src->copies--;
-	dst->copies--;
-	pthread_cond_broadcast(&sp->idle);
+	for (int k = 0; k < 2; k++) {
+		side[k].populated = pages_populate(sp, side[k].mr, side[k].first, side[k].end,
+						   side[k].write, true);
+		if (side[k].populated < side[k].end)
+			return -EFAULT;
+	}
 	return 0;
 }
 
-/* The copy runs without the provider's lock (up to MRD_DMA_MAX bytes: registrations of others
- * go on meanwhile), and fault-safe: a client may have punched a hole in the memory behind
- * either MR, which on hugetlb is SIGBUS once no huge page is free to fill it. */
+/* Installs what the DMA's faults made present, counting them, and lets both MRs go. Locked. */
+static int dma_end(struct soft_provider *sp, struct dma_side side[2])
+{
+	for (int k = 0; k < 2; k++) {
+		sp->stats.odp_faults +=
+			pages_install(sp, side[k].mr, side[k].first, side[k].populated);
+		mr_let_go(sp, side[k].mr);
+	}
+	return 0;
+}
+
+/* Faulting a GiB of an on-demand MR in takes ~0.4 s, and the copy runs up to MRD_DMA_MAX bytes:
+ * both run without the provider's lock (registrations of the domain go on meanwhile), the MRs
+ * held. The copy is fault-safe: a client may have punched a hole in the memory behind either
+ * MR, which on hugetlb is SIGBUS once no huge page is free to fill it. The faults' translations
+ * are installed at dma_end: until then nothing but the copy could use them (an invalidate
+ * waits for it). */
 static int soft_dma(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey,
 		    uint64_t laddr, uint32_t rkey, uint64_t raddr, size_t length)
 {
 	struct soft_provider *sp = to_soft(pd->provider);
-	struct soft_mr *src, *dst;
-	uint8_t *s, *d;
+	struct dma_side side[2];
+	size_t missing;
 	int r;
 
 	r = PROVIDER_LOCKED(pd->provider, dma_begin(pd, op, lkey, laddr, rkey, raddr, length,
-						    &src, &dst, &s, &d));
+						    side, &missing));
 	if (r < 0)
 		return r;
-	r = safe_memmove(d, s, length, NULL);
-	(void)PROVIDER_LOCKED(pd->provider, dma_end(sp, src, dst));
-	return r == -EFAULT ? -ENXIO : r;
+	if (missing) {
+		gate_pass(sp, 'f', (uint64_t)missing * sp->page_size);
+		r = dma_populate(sp, side);
+	}
+	if (r == 0) {
+		r = safe_memmove(side[1].host, side[0].host, length, NULL);
+		if (r == -EFAULT)
+			r = -ENXIO;
+	}
+	(void)PROVIDER_LOCKED(pd->provider, dma_end(sp, side));
+	return r;
 }
 
 /* Checks advice and holds mr as a copy does (dereg, park, move and invalidate wait for it), so
@@ -709,16 +771,8 @@ static int advise_begin(struct soft_mr *mr, enum provider_advice advice, uint64_
 /* Installs the translations of pages [first, end) populated, and lets mr go. Locked. */
 static int advise_end(struct soft_provider *sp, struct soft_mr *mr, size_t first, size_t end)
 {
-	uintptr_t host0 = mr->base.addr & ~(sp->page_size - 1);
-
-	for (size_t i = first; i < end; i++) {
-		if (mr->pages[i])
-			continue;
-		mr->pages[i] = (uint8_t *)(host0 + i * sp->page_size);
-		sp->stats.odp_prefetched_pages++;
-	}
-	mr->copies--;
-	pthread_cond_broadcast(&sp->idle);
+	sp->stats.odp_prefetched_pages += pages_install(sp, mr, first, end);
+	mr_let_go(sp, mr);
 	return 0;
 }
 
@@ -730,9 +784,7 @@ static int soft_advise(struct provider_mr *base, enum provider_advice advice, ui
 {
 	struct soft_mr *mr = (struct soft_mr *)base;
 	struct soft_provider *sp = to_soft(base->pd->provider);
-	bool write = advice == PROVIDER_ADVISE_PREFETCH_WRITE;
-	uintptr_t host0;
-	size_t first, last, i;
+	size_t first, end, populated;
 	int r;
 
 	r = PROVIDER_LOCKED(&sp->base, advise_begin(mr, advice, iova, length));
@@ -740,20 +792,12 @@ static int soft_advise(struct provider_mr *base, enum provider_advice advice, ui
 		return r;
 	gate_pass(sp, 'a', length);
 	/* Held: what the MR maps stays as it is until advise_end. */
-	host0 = mr->base.addr & ~(sp->page_size - 1);
 	first = (size_t)((iova - mr->iova_page0) / sp->page_size);
-	last = (size_t)((iova + length - 1 - mr->iova_page0) / sp->page_size);
-	for (i = first; i <= last; i++) {
-		uintptr_t host = host0 + i * sp->page_size;
-
-		/* Nothing mapped there, or not writable: the pages before it stay present. */
-		if (!mapped_for(sp, host, host + sp->page_size, write)) {
-			r = -EFAULT;
-			break;
-		}
-	}
-	(void)PROVIDER_LOCKED(&sp->base, advise_end(sp, mr, first, i));
-	return r;
+	end = (size_t)((iova + length - 1 - mr->iova_page0) / sp->page_size) + 1;
+	populated = pages_populate(sp, mr, first, end,
+				   advice == PROVIDER_ADVISE_PREFETCH_WRITE, false);
+	(void)PROVIDER_LOCKED(&sp->base, advise_end(sp, mr, first, populated));
+	return populated < end ? -EFAULT : 0;
 }
 
 static int soft_invalidate(struct provider_mr *base, uint64_t iova, size_t length)

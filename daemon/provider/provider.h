@@ -116,10 +116,13 @@ struct provider_ops {
 	int (*export_pd)(struct provider_pd *pd, int *ret_cmd_fd, uint32_t *ret_pd_handle);
 	/* An RDMA WRITE or READ through keys: soft emulates it through the keys' translations,
 	 * verbs has the device do it. Called without the provider's lock: it locks what it
-	 * needs, as a device transfer waits (soft copies unlocked; a dereg, park, move or
-	 * invalidate of an MR it copies through waits for the copy). -ENXIO (soft): a page of a
-	 * range is gone, a hole in its memfd the kernel could not fill (hugetlb with no free
-	 * huge page). NULL when the provider has none. */
+	 * needs, as a device transfer waits (soft locks to check the keys and hold both MRs,
+	 * then faults an on-demand MR's missing pages in and copies unlocked, and locks again to
+	 * install the faults' translations; a dereg, park, move or invalidate of an MR it goes
+	 * through waits for it). Soft: -EFAULT also for a page to fault in not mapped with the access
+	 * (a NIC's failed page fault); -ENXIO, a page of a range is gone, a hole in its memfd the
+	 * kernel could not fill (hugetlb with no free huge page). NULL when the provider has
+	 * none. */
 	int (*dma)(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey, uint64_t laddr,
 		   uint32_t rkey, uint64_t raddr, size_t length);
 	/* ODP: zaps the translations of [iova, iova + length) as an MMU notifier would; NULL
