@@ -478,23 +478,26 @@ static void *stalled_big_lookup(void *arg)
 	return first_big_lookup(arg);
 }
 
-/* Whether thread tid of this process sleeps (in a system call). */
-static bool thread_sleeps(pid_t tid)
+/* Whether thread tid of this process sleeps in the system call that waits for a reply (and not,
+ * say, for a lock). */
+static bool thread_waits_for_reply(pid_t tid)
 {
-	char path[64], stat[512];
-	const char *state;
+	char path[64], line[256];
+	long nr = -1;
 	FILE *f;
-	size_t n;
 
-	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", (int)tid);
 	f = fopen(path, "re");
 	if (!f)
 		return false;
-	n = fread(stat, 1, sizeof(stat) - 1, f);
+	if (fgets(line, sizeof(line), f))
+		nr = strtol(line, NULL, 10);
 	fclose(f);
-	stat[n] = '\0';
-	state = strrchr(stat, ')'); /* after the command name */
-	return state && state[1] == ' ' && state[2] == 'S';
+	return nr == SYS_recvmsg || nr == SYS_ppoll
+#ifdef SYS_poll
+	       || nr == SYS_poll
+#endif
+		;
 }
 
 /* Thread 1 of a handle waits for its big lookup (held at the gate) and then cannot run at all
@@ -524,11 +527,17 @@ START_TEST(test_stalled_waiter_holds_up_no_other_thread)
 
 	ck_assert_int_eq(pthread_create(&th1, NULL, stalled_big_lookup, &t1), 0);
 	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r'); /* its registration is held */
-	/* Asleep: waiting for its reply, the only place its call sleeps. */
-	for (int i = 0; i < 2000 && !thread_sleeps(__atomic_load_n(&stalled_tid, __ATOMIC_ACQUIRE));
+	for (int i = 0;
+	     i < 2000 && !thread_waits_for_reply(__atomic_load_n(&stalled_tid, __ATOMIC_ACQUIRE));
 	     i++)
 		usleep(10000);
-	ck_assert(thread_sleeps(stalled_tid));
+	ck_assert(thread_waits_for_reply(stalled_tid));
+	/* A reply for another thread wakes it and it reads (it may take that reply or find none):
+	 * it is stalled in the wait that follows a read, not its first. */
+	ck_assert_int_eq(mrd_client_ping(c), 0);
+	for (int i = 0; i < 2000 && !thread_waits_for_reply(stalled_tid); i++)
+		usleep(10000);
+	ck_assert(thread_waits_for_reply(stalled_tid));
 	ck_assert_int_eq(pthread_kill(th1, SIGUSR1), 0);
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += 20;
