@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -133,14 +134,17 @@ static void waiter_finish(struct conn *c, struct conn_waiter *w, int error, Mrd_
 	waiter_wake(w);
 }
 
-/* Reads one reply if one is queued (-EAGAIN if not), without c->lock: the reader alone
- * touches c->buf. */
-static int conn_read_reply(struct conn *c, struct wire_packet *pkt, Mrd__Response **ret)
+/* Reads one reply, waiting for it (up to SO_RCVTIMEO: -ETIMEDOUT) or not (-EAGAIN when none
+ * is queued), without c->lock: the reader alone touches c->buf. */
+static int conn_read_reply(struct conn *c, bool wait, struct wire_packet *pkt,
+			   Mrd__Response **ret)
 {
 	Mrd__Response *resp;
 	int r;
 
-	r = wire_recv(c->fd, c->buf, c->buf_size, pkt, MSG_DONTWAIT);
+	r = wire_recv(c->fd, c->buf, c->buf_size, pkt, wait ? 0 : MSG_DONTWAIT);
+	if (r == -EAGAIN && wait)
+		return -ETIMEDOUT;
 	/* A peer that closed with our request unread reports ECONNRESET once, ahead of what it
 	 * queued before closing (a refused connection's reason): look again. */
 	if (r == -ECONNRESET) {
@@ -180,7 +184,7 @@ static void conn_deliver(struct conn *c, struct conn_waiter *self, int r, Mrd__R
 			waiter_finish(c, c->waiters, r, NULL, NULL);
 		return;
 	}
-	if (r < 0) { /* a frame nobody can read: the reader's own */
+	if (r < 0) { /* nothing came for 30 s, or a frame nobody can read: the reader's own */
 		waiter_finish(c, self, r, NULL, NULL);
 		return;
 	}
@@ -198,9 +202,9 @@ static void conn_deliver(struct conn *c, struct conn_waiter *self, int r, Mrd__R
 }
 
 /* One read of the socket for every waiter, if nobody else is reading; under c->lock, which it
- * drops meanwhile. Returns 1 when it got a reply (anyone's), 0 when none was queued, -EBUSY
- * when someone else was reading. */
-static int conn_read_once(struct conn *c, struct conn_waiter *self)
+ * drops meanwhile. Returns 1 when it got a reply (anyone's) or gave up waiting, 0 when none was
+ * queued, -EBUSY when someone else was reading. */
+static int conn_read_once(struct conn *c, struct conn_waiter *self, bool wait)
 {
 	struct wire_packet pkt;
 	Mrd__Response *resp = NULL;
@@ -213,7 +217,7 @@ static int conn_read_once(struct conn *c, struct conn_waiter *self)
 	self->wants_read = false;
 	c->reading = true;
 	pthread_mutex_unlock(&c->lock);
-	r = conn_read_reply(c, &pkt, &resp);
+	r = conn_read_reply(c, wait, &pkt, &resp);
 	pthread_mutex_lock(&c->lock);
 	c->reading = false;
 	if (r != -EAGAIN)
@@ -244,8 +248,16 @@ static int conn_wait(struct conn *c, struct conn_waiter *w)
 		long left_ms;
 		int n, read = 0;
 
-		/* The first time its reply cannot be in yet: poll first (one system call less). */
-		if (!first && (read = conn_read_once(c, w)) > 0)
+		/* A lone waiter waits in recv(), as a thread alone on its handle does each call: no
+		 * poll(). Whoever comes meanwhile finds the socket being read and sleeps on its
+		 * eventfd until this one hands its reply over or is through; the lone waiter reads
+		 * without waiting once it has seen others, so that none of their replies waits for it
+		 * to get a CPU. Its reply cannot be in at once: one poll() first otherwise. */
+		if (first && !c->reading && c->waiters == w && !w->next) {
+			first = false;
+			if ((read = conn_read_once(c, w, true)) > 0)
+				continue;
+		} else if (!first && (read = conn_read_once(c, w, false)) > 0)
 			continue;
 		first = false;
 		w->wake_fd = pfd[1].fd = thread_wake_fd();
@@ -358,6 +370,13 @@ int conn_open(const char *path, const char *client_name, uint64_t capabilities, 
 	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (c->fd < 0)
 		return negative_errno();
+	{
+		struct timeval tv = { .tv_sec = CONN_TIMEOUT_MS / 1000 };
+
+		/* Bounds a lone waiter's recv() (conn_wait). */
+		if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
+			return negative_errno();
+	}
 	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		r = negative_errno();
 		set_error(error, error_size, "cannot connect to %s: %s (is mrd running?)", path,
