@@ -4,10 +4,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <stdint.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "connection.h"
 #include "macro.h"
@@ -30,8 +34,6 @@ struct conn *conn_free(struct conn *c)
 		return NULL;
 	safe_close(c->fd);
 	free(c->buf);
-	/* replied is not destroyed: in a fork() child it may still count the parent's waiting
-	 * threads, which glibc's pthread_cond_destroy() would wait for forever. It holds nothing. */
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->send_lock);
 	free(c);
@@ -43,10 +45,60 @@ struct conn_waiter {
 	struct conn_waiter *next;
 	uint64_t id;
 	bool done;
-	int error; /* a transport error instead of resp */
+	bool wants_read; /* found the socket being read: woken when the reader is through */
+	int wake_fd;     /* its thread's eventfd while it sleeps in poll(), else -1 */
+	int error;       /* a transport error instead of resp */
 	Mrd__Response *resp;
 	struct conn_fds *fds; /* NULL: the reply's descriptors are closed */
 };
+
+/* Each thread's eventfd, made at its first wait, closed when it exits. A fork() child's copy
+ * is its parent's object (forks tells): the child makes its own. */
+static pthread_key_t wake_fd_key;
+static pthread_once_t wake_fd_once = PTHREAD_ONCE_INIT;
+static bool wake_fd_keyed;
+static unsigned forks; /* written in a child only, while it has one thread */
+static __thread int wake_fd = -1;
+static __thread unsigned wake_fd_forks;
+
+static void wake_fd_destroy(void *fd_plus_one)
+{
+	close((int)(intptr_t)fd_plus_one - 1);
+}
+
+static void wake_fd_forked(void)
+{
+	forks++;
+}
+
+static void wake_fd_key_create(void)
+{
+	wake_fd_keyed = pthread_key_create(&wake_fd_key, wake_fd_destroy) == 0 &&
+			pthread_atfork(NULL, NULL, wake_fd_forked) == 0;
+}
+
+/* This thread's eventfd, or -1 when none can be made (its waits then poll in short steps). */
+static int thread_wake_fd(void)
+{
+	if (wake_fd >= 0 && wake_fd_forks == forks)
+		return wake_fd;
+	pthread_once(&wake_fd_once, wake_fd_key_create);
+	if (!wake_fd_keyed)
+		return -1;
+	if (wake_fd >= 0) /* the parent's: ours to close, not to use */
+		close(wake_fd);
+	wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	wake_fd_forks = forks;
+	if (wake_fd >= 0 && pthread_setspecific(wake_fd_key, (void *)(intptr_t)(wake_fd + 1)) != 0)
+		wake_fd = safe_close(wake_fd);
+	return wake_fd;
+}
+
+static void waiter_wake(struct conn_waiter *w)
+{
+	if (w->wake_fd >= 0)
+		(void)!eventfd_write(w->wake_fd, 1);
+}
 
 static void waiter_unlink(struct conn *c, struct conn_waiter *w)
 {
@@ -65,6 +117,8 @@ static struct conn_waiter *waiter_find(struct conn *c, uint64_t id)
 	return NULL;
 }
 
+/* Under c->lock; wakes w when it sleeps: done is set first, so a waiter that checks it, then
+ * polls, either sees it or finds its eventfd readable. */
 static void waiter_finish(struct conn *c, struct conn_waiter *w, int error, Mrd__Response *resp,
 			  struct wire_packet *pkt)
 {
@@ -77,23 +131,30 @@ static void waiter_finish(struct conn *c, struct conn_waiter *w, int error, Mrd_
 	w->resp = resp;
 	w->done = true;
 	waiter_unlink(c, w);
+	waiter_wake(w);
 }
 
-/* Reads one reply, without c->lock: the reader alone touches c->buf. */
-static int conn_read_reply(struct conn *c, struct wire_packet *pkt, Mrd__Response **ret)
+/* Reads one reply, waiting for it (up to SO_RCVTIMEO: -ETIMEDOUT) or not (-EAGAIN when none
+ * is queued), without c->lock: the reader alone touches c->buf. */
+static int conn_read_reply(struct conn *c, bool wait, struct wire_packet *pkt,
+			   Mrd__Response **ret)
 {
 	Mrd__Response *resp;
 	int r;
 
-	/* Blocking, bounded by SO_RCVTIMEO: no poll() per call on the lookup-miss path. */
-	r = wire_recv(c->fd, c->buf, c->buf_size, pkt, 0);
-	if (r == -EAGAIN)
+	r = wire_recv(c->fd, c->buf, c->buf_size, pkt, wait ? 0 : MSG_DONTWAIT);
+	if (r == -EAGAIN && wait)
 		return -ETIMEDOUT;
 	/* A peer that closed with our request unread reports ECONNRESET once, ahead of what it
 	 * queued before closing (a refused connection's reason): look again. */
-	if (r == -ECONNRESET)
+	if (r == -ECONNRESET) {
 		r = wire_recv(c->fd, c->buf, c->buf_size, pkt, MSG_DONTWAIT);
-	if (r == -EAGAIN || r == -ECONNRESET || r == 0)
+		if (r == -EAGAIN)
+			r = -ECONNRESET;
+	}
+	if (r == -EAGAIN)
+		return r;
+	if (r == -ECONNRESET || r == 0)
 		return -ECONNRESET;
 	if (r < 0)
 		return r;
@@ -140,31 +201,89 @@ static void conn_deliver(struct conn *c, struct conn_waiter *self, int r, Mrd__R
 	}
 }
 
-/* Waits for w's reply, reading the socket for every waiter while nobody else does. */
+/* One read of the socket for every waiter, if nobody else is reading; under c->lock, which it
+ * drops meanwhile. Returns 1 when it got a reply (anyone's) or gave up waiting, 0 when none was
+ * queued, -EBUSY when someone else was reading. */
+static int conn_read_once(struct conn *c, struct conn_waiter *self, bool wait)
+{
+	struct wire_packet pkt;
+	Mrd__Response *resp = NULL;
+	int r;
+
+	if (c->reading) {
+		self->wants_read = true;
+		return -EBUSY;
+	}
+	self->wants_read = false;
+	c->reading = true;
+	pthread_mutex_unlock(&c->lock);
+	r = conn_read_reply(c, wait, &pkt, &resp);
+	pthread_mutex_lock(&c->lock);
+	c->reading = false;
+	if (r != -EAGAIN)
+		conn_deliver(c, self, r, resp, &pkt);
+	/* Those that found the socket being read look again. */
+	for (struct conn_waiter *w = c->waiters; w; w = w->next)
+		if (w->wants_read) {
+			w->wants_read = false;
+			waiter_wake(w);
+		}
+	return r == -EAGAIN ? 0 : 1;
+}
+
+/* Waits for w's reply. Every waiter reads the socket itself, one reply at a time, so that a
+ * reply wakes the first thread that polls, never through a thread that may wait for a CPU;
+ * each reply for another thread is handed over, with its descriptors. */
 static int conn_wait(struct conn *c, struct conn_waiter *w)
 {
-	struct timespec deadline;
+	struct timespec now, deadline;
+	bool first = true;
 
 	clock_gettime(CLOCK_MONOTONIC, &deadline);
 	deadline.tv_sec += CONN_TIMEOUT_MS / 1000;
 	pthread_mutex_lock(&c->lock);
 	while (!w->done) {
-		if (!c->reading) {
-			struct wire_packet pkt;
-			Mrd__Response *resp = NULL;
-			int r;
+		struct pollfd pfd[2] = { { .fd = c->fd, .events = POLLIN },
+					 { .fd = -1, .events = POLLIN } };
+		long left_ms;
+		int n, read = 0;
 
-			c->reading = true;
-			pthread_mutex_unlock(&c->lock);
-			r = conn_read_reply(c, &pkt, &resp);
-			pthread_mutex_lock(&c->lock);
-			c->reading = false;
-			conn_deliver(c, w, r, resp, &pkt);
-			/* Someone's reply is in, and the reader's place is free. */
-			pthread_cond_broadcast(&c->replied);
-		} else if (pthread_cond_timedwait(&c->replied, &c->lock, &deadline) == ETIMEDOUT &&
-			   !w->done)
-			waiter_finish(c, w, -ETIMEDOUT, NULL, NULL);
+		/* A lone waiter waits in recv(), as a thread alone on its handle does each call: no
+		 * poll(). Whoever comes meanwhile finds the socket being read and sleeps on its
+		 * eventfd until this one hands its reply over or is through; the lone waiter reads
+		 * without waiting once it has seen others, so that none of their replies waits for it
+		 * to get a CPU. Its reply cannot be in at once: one poll() first otherwise. */
+		if (first && !c->reading && c->waiters == w && !w->next) {
+			first = false;
+			if ((read = conn_read_once(c, w, true)) > 0)
+				continue;
+		} else if (!first && (read = conn_read_once(c, w, false)) > 0)
+			continue;
+		first = false;
+		w->wake_fd = pfd[1].fd = thread_wake_fd();
+		/* While another thread reads, the socket stays readable: sleep until it is through. */
+		if (read == -EBUSY)
+			pfd[0].fd = -1;
+		pthread_mutex_unlock(&c->lock);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		left_ms = (deadline.tv_sec - now.tv_sec) * 1000 +
+			  (deadline.tv_nsec - now.tv_nsec + 999999) / 1000000;
+		if (pfd[1].fd < 0 && left_ms > 10) /* no eventfd: look again now and then */
+			left_ms = 10;
+		n = left_ms > 0 ? poll(pfd, 2, (int)left_ms) : 0;
+		if (n > 0 && pfd[1].revents) {
+			eventfd_t v;
+
+			(void)!eventfd_read(pfd[1].fd, &v);
+		}
+		pthread_mutex_lock(&c->lock);
+		w->wake_fd = -1;
+		if (n == 0 && !w->done) {
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			if (now.tv_sec > deadline.tv_sec ||
+			    (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec))
+				waiter_finish(c, w, -ETIMEDOUT, NULL, NULL);
+		}
 	}
 	pthread_mutex_unlock(&c->lock);
 	return w->error;
@@ -178,7 +297,7 @@ int conn_call(struct conn *c, Mrd__Request *req, Mrd__Response **ret, struct con
 int conn_call_with_fds(struct conn *c, Mrd__Request *req, const int *fds, size_t n_fds,
 		       Mrd__Response **ret, struct conn_fds *ret_fds)
 {
-	struct conn_waiter w = { .fds = ret_fds };
+	struct conn_waiter w = { .fds = ret_fds, .wake_fd = -1 };
 	int r;
 
 	if (ret_fds)
@@ -243,15 +362,6 @@ int conn_open(const char *path, const char *client_name, uint64_t capabilities, 
 	c->fd = -1;
 	pthread_mutex_init(&c->send_lock, NULL);
 	pthread_mutex_init(&c->lock, NULL);
-	{
-		pthread_condattr_t attr;
-
-		/* Timed waits on the clock SO_RCVTIMEO keeps: a settimeofday moves neither. */
-		pthread_condattr_init(&attr);
-		pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-		pthread_cond_init(&c->replied, &attr);
-		pthread_condattr_destroy(&attr);
-	}
 	snprintf(c->path, sizeof(c->path), "%s", path);
 	c->buf_size = WIRE_FRAME_MAX;
 	c->buf = malloc(c->buf_size);
@@ -263,6 +373,7 @@ int conn_open(const char *path, const char *client_name, uint64_t capabilities, 
 	{
 		struct timeval tv = { .tv_sec = CONN_TIMEOUT_MS / 1000 };
 
+		/* Bounds a lone waiter's recv() (conn_wait). */
 		if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
 			return negative_errno();
 	}

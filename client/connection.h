@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* One connection to mrd, shared by libmrd and mrctl: connect, Hello, blocking calls, which
- * several threads may make at once: each sends under a short lock, and whichever waits first
- * reads the socket for all of them, handing each reply (with its descriptors) to the thread
- * whose request id it carries. */
+ * several threads may make at once: each sends under a short lock, and every waiter polls the
+ * socket and reads what comes, one reply at a time, handing each (with its descriptors) to the
+ * thread whose request id it carries. */
 #pragma once
 
 #include <pthread.h>
@@ -27,10 +27,9 @@ struct conn {
 	bool broken; /* mrd hung up: nothing more goes over it (atomic) */
 	pthread_mutex_t send_lock; /* one request on the socket at a time */
 	pthread_mutex_t lock;      /* guards what follows */
-	pthread_cond_t replied;    /* a reply was handed over, or the reader's place is free */
 	uint64_t next_id;
 	struct conn_waiter *waiters; /* calls sent and not answered yet */
-	bool reading;                /* one of them reads the socket, into buf */
+	bool reading;                /* one of them reads one reply, into buf */
 	uint8_t *buf;
 	size_t buf_size;
 };

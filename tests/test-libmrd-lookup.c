@@ -5,12 +5,15 @@
  * comes and goes. */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -454,6 +457,118 @@ START_TEST(test_threads_of_a_handle_pass_a_big_lookup)
 }
 END_TEST
 
+/* A thread that cannot run: SIGUSR1 stops it in a handler until stall_pipe is written. */
+static int stall_pipe[2];
+static sem_t stalled;
+static pid_t stalled_tid; /* atomic */
+
+static void stall(int sig)
+{
+	char b;
+
+	(void)sig;
+	sem_post(&stalled);
+	while (read(stall_pipe[0], &b, 1) < 0 && errno == EINTR)
+		;
+}
+
+static void *stalled_big_lookup(void *arg)
+{
+	__atomic_store_n(&stalled_tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
+	return first_big_lookup(arg);
+}
+
+/* Whether thread tid of this process sleeps in the system call that waits for a reply (and not,
+ * say, for a lock). */
+static bool thread_waits_for_reply(pid_t tid)
+{
+	char path[64], line[256];
+	long nr = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", (int)tid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	if (fgets(line, sizeof(line), f))
+		nr = strtol(line, NULL, 10);
+	fclose(f);
+	return nr == SYS_recvmsg || nr == SYS_ppoll
+#ifdef SYS_poll
+	       || nr == SYS_poll
+#endif
+		;
+}
+
+/* Thread 1 of a handle waits for its big lookup (held at the gate) and then cannot run at all
+ * (a signal handler holds it): thread 2's Ping and lookup on the same handle are still
+ * answered, since it reads its replies itself rather than through thread 1. */
+START_TEST(test_stalled_waiter_holds_up_no_other_thread)
+{
+	struct sigaction sa = { .sa_handler = stall }, old;
+	struct handle_thread t1 = { 0 }, t2 = { 0 };
+	pthread_t th1, th2;
+	struct timespec until;
+	char gate[64];
+	mrd_client *c;
+	bool answered;
+
+	ck_assert_int_eq(pipe2(stall_pipe, O_CLOEXEC), 0);
+	ck_assert_int_eq(sem_init(&stalled, 0, 0), 0);
+	sigemptyset(&sa.sa_mask); /* no SA_RESTART: its wait sees EINTR afterwards */
+	ck_assert_int_eq(sigaction(SIGUSR1, &sa, &old), 0);
+	start_gated_mrd(gate, sizeof(gate));
+	c = connect_ok();
+	t1.client = t2.client = c;
+	ck_assert_int_eq(mrd_mem_alloc(c, 32 * MiB, 0, 0, &t1.big), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * 1024, 0, 0, &t2.small), 0);
+	ck_assert_int_eq(mrd_keys_query(c, t2.small, &t2.keys), 0); /* registered */
+	t2.keys = (struct mrd_keys){ 0 };
+
+	ck_assert_int_eq(pthread_create(&th1, NULL, stalled_big_lookup, &t1), 0);
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r'); /* its registration is held */
+	for (int i = 0;
+	     i < 2000 && !thread_waits_for_reply(__atomic_load_n(&stalled_tid, __ATOMIC_ACQUIRE));
+	     i++)
+		usleep(10000);
+	ck_assert(thread_waits_for_reply(stalled_tid));
+	/* A reply for another thread wakes it and it reads (it may take that reply or find none):
+	 * it is stalled in the wait that follows a read, not its first. */
+	ck_assert_int_eq(mrd_client_ping(c), 0);
+	for (int i = 0; i < 2000 && !thread_waits_for_reply(stalled_tid); i++)
+		usleep(10000);
+	ck_assert(thread_waits_for_reply(stalled_tid));
+	ck_assert_int_eq(pthread_kill(th1, SIGUSR1), 0);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 20;
+	ck_assert_int_eq(sem_timedwait(&stalled, &until), 0);
+
+	ck_assert_int_eq(pthread_create(&th2, NULL, ping_and_small_lookup, &t2), 0);
+	/* Bounded only so that a failure is reported rather than hung: nothing is timed. */
+	for (int i = 0; i < 2000 && !__atomic_load_n(&t2.done, __ATOMIC_ACQUIRE); i++)
+		usleep(10000);
+	answered = __atomic_load_n(&t2.done, __ATOMIC_ACQUIRE);
+	ck_assert_int_eq(write(stall_pipe[1], "x", 1), 1);
+	soft_gate_release(gate, 1);
+	pthread_join(th2, NULL);
+	pthread_join(th1, NULL);
+	ck_assert_msg(answered, "thread 2's Ping and lookup waited for the stalled thread 1");
+	ck_assert_int_eq(t2.ping, 0);
+	ck_assert_msg(t2.lookup == 0, "%s", mrd_last_error());
+	ck_assert(keys_cover(&t2.keys, t2.small));
+	ck_assert_int_eq(t1.lookup, 0); /* its poll's EINTR changed nothing */
+	ck_assert(keys_cover(&t1.keys, t1.big));
+	ck_assert_int_eq(mrd_mem_free(c, t1.big), 0);
+	ck_assert_int_eq(mrd_mem_free(c, t2.small), 0);
+	mrd_client_close(c);
+	soft_gate_cleanup(gate);
+	ck_assert_int_eq(sigaction(SIGUSR1, &old, NULL), 0);
+	sem_destroy(&stalled);
+	close(stall_pipe[0]);
+	close(stall_pipe[1]);
+}
+END_TEST
+
 /* Two threads of a handle (from a gated mrd) wait for their first lookups of 16 MiB: one
  * reads the connection, the other waits for it to hand over its reply. */
 static mrd_client *two_threads_wait(char *gate, size_t size, struct handle_thread t[2],
@@ -813,6 +928,7 @@ int main(void)
 	tcase_add_test(tc, test_dma_between_processes);
 	tcase_add_test(tc, test_threads_while_memory_churns);
 	tcase_add_test(tc, test_threads_of_a_handle_pass_a_big_lookup);
+	tcase_add_test(tc, test_stalled_waiter_holds_up_no_other_thread);
 	tcase_add_test(tc, test_threads_storm_one_handle);
 	tcase_add_test(tc, test_fork_while_threads_wait);
 	tcase_add_test(tc, test_threads_waiting_when_mrd_dies);
