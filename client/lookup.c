@@ -141,8 +141,10 @@ static bool read_freed(const struct mrd_status_page *page, uint64_t g, uint64_t 
 
 /* The domain moved from the cache's generation to now: drops only what the frees in between
  * made stale when the ring still holds each, everything otherwise. Dropping a record's range
- * before finding a later one gone costs nothing: all goes then. */
-static void catch_up(mrd_cache *c, uint64_t now)
+ * before finding a later one gone costs nothing: all goes then. Out of line and cold: inlined
+ * into the top half's scan it made that scan's hit twice as slow (make bench:
+ * lookup-top-random8 2.2x the plain scan against 1.2x). */
+static __attribute__((noinline, cold)) void catch_up(mrd_cache *c, uint64_t now)
 {
 	const struct mrd_status_page *page = c->status;
 	uint64_t from = c->hot.generation, start, end;
