@@ -198,6 +198,8 @@ static int bench_latency(struct bench *b)
 		r = place(b, 0, 0);
 	if (r >= 0)
 		r = bench_latency_placed(b, PLACE_SHARED, lat);
+	if (r >= 0)
+		r = place(b, -1, -1); /* all CPUs again: throughput pins anew */
 	return r;
 }
 
