@@ -412,6 +412,19 @@ static bool keys_cover(const struct mrd_keys *k, const void *p)
  * of thread 2 are answered while thread 1's lookup still waits for its registration. (A miss
  * that registers in the same domain would wait for the provider's lock, which the held
  * registration keeps.) */
+/* A handle for t1 and t2: t1's 32 MiB not yet registered, t2's 64 KiB registered already. */
+static mrd_client *connect_two_threads(struct handle_thread *t1, struct handle_thread *t2)
+{
+	mrd_client *c = connect_ok();
+
+	t1->client = t2->client = c;
+	ck_assert_int_eq(mrd_mem_alloc(c, 32 * MiB, 0, 0, &t1->big), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * 1024, 0, 0, &t2->small), 0);
+	ck_assert_int_eq(mrd_keys_query(c, t2->small, &t2->keys), 0); /* registered */
+	t2->keys = (struct mrd_keys){ 0 };
+	return c;
+}
+
 START_TEST(test_threads_of_a_handle_pass_a_big_lookup)
 {
 	struct handle_thread t1 = { 0 }, t2 = { 0 };
@@ -420,12 +433,7 @@ START_TEST(test_threads_of_a_handle_pass_a_big_lookup)
 	mrd_client *c;
 
 	start_gated_mrd(gate, sizeof(gate));
-	c = connect_ok();
-	t1.client = t2.client = c;
-	ck_assert_int_eq(mrd_mem_alloc(c, 32 * MiB, 0, 0, &t1.big), 0);
-	ck_assert_int_eq(mrd_mem_alloc(c, 64 * 1024, 0, 0, &t2.small), 0);
-	ck_assert_int_eq(mrd_keys_query(c, t2.small, &t2.keys), 0); /* registered */
-	t2.keys = (struct mrd_keys){ 0 };
+	c = connect_two_threads(&t1, &t2);
 
 	ck_assert_int_eq(pthread_create(&th1, NULL, first_big_lookup, &t1), 0);
 	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r'); /* its registration is held */
@@ -518,12 +526,7 @@ START_TEST(test_stalled_waiter_holds_up_no_other_thread)
 	sigemptyset(&sa.sa_mask); /* no SA_RESTART: its wait sees EINTR afterwards */
 	ck_assert_int_eq(sigaction(SIGUSR1, &sa, &old), 0);
 	start_gated_mrd(gate, sizeof(gate));
-	c = connect_ok();
-	t1.client = t2.client = c;
-	ck_assert_int_eq(mrd_mem_alloc(c, 32 * MiB, 0, 0, &t1.big), 0);
-	ck_assert_int_eq(mrd_mem_alloc(c, 64 * 1024, 0, 0, &t2.small), 0);
-	ck_assert_int_eq(mrd_keys_query(c, t2.small, &t2.keys), 0); /* registered */
-	t2.keys = (struct mrd_keys){ 0 };
+	c = connect_two_threads(&t1, &t2);
 
 	ck_assert_int_eq(pthread_create(&th1, NULL, stalled_big_lookup, &t1), 0);
 	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r'); /* its registration is held */

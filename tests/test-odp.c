@@ -716,6 +716,25 @@ START_TEST(test_fault_on_worker_for_memory_gone)
 }
 END_TEST
 
+/* A mrd whose soft provider holds ops of 1 MiB or more at gate; client a (uid 1000, *ret_a) has
+ * 2 MiB on demand (*ret_odp) whose write prefetch with flush (id 3) is held in its advice, off
+ * the provider's lock, its child made; client b (uid b_uid, *ret_b) has 64 KiB (*ret_pinned). */
+static void prefetch_held_in_advice(char *gate, size_t size, uid_t b_uid, struct client **ret_ca,
+				    int *ret_a, int *ret_b, uint64_t *ret_odp, uint64_t *ret_pinned)
+{
+	ck_assert_int_eq(soft_gate_setenv(gate, size, 1 * MiB), 0);
+	start("cache.policy=contig", "cache.workers=2");
+	*ret_a = td_hello_client(1000, ret_ca);
+	*ret_b = td_hello_client(b_uid, NULL);
+	*ret_odp = alloc(*ret_a, 2, 2 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
+	*ret_pinned = alloc(*ret_b, 2, 64 * KiB, 0);
+	send_prefetch(*ret_a, 3, *ret_odp, 2 * MiB, MRD__PREFETCH_ADVICE__PREFETCH_WRITE, true);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r'); /* its child, made on the worker */
+	soft_gate_release(gate, 1);
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'a'); /* advising, holding the child */
+}
+
 /* A prefetch populates without the provider's lock (soft: 0.4 s a GiB): while one is under way
  * (held at soft's gate on a worker), a lookup miss of the same domain registers on the loop at
  * once; the prefetch then faults its pages in, and its flush answers. */
@@ -728,17 +747,7 @@ START_TEST(test_prefetch_leaves_the_provider_free)
 	uint64_t odp, pinned;
 	Mrd__MrEntry e;
 
-	ck_assert_int_eq(soft_gate_setenv(gate, sizeof(gate), 1 * MiB), 0);
-	start("cache.policy=contig", "cache.workers=2");
-	a = td_hello_client(1000, &ca);
-	b = td_hello_client(1000, NULL);
-	odp = alloc(a, 2, 2 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
-	pinned = alloc(b, 2, 64 * KiB, 0);
-	send_prefetch(a, 3, odp, 2 * MiB, MRD__PREFETCH_ADVICE__PREFETCH_WRITE, true);
-	td_pump();
-	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r'); /* its child, made on the worker */
-	soft_gate_release(gate, 1);
-	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'a'); /* populating */
+	prefetch_held_in_advice(gate, sizeof(gate), 1000, &ca, &a, &b, &odp, &pinned);
 	td_lookup(b, 3, pinned, 0, &e); /* small: registered on the loop, the provider is free */
 	ck_assert_uint_eq(e.start, pinned);
 	ck_assert_ptr_nonnull(LIST_FIRST(&ca->pending));
@@ -789,17 +798,7 @@ START_TEST(test_free_under_own_prefetch_leaves_the_loop)
 	Mrd__Response *r;
 	bool freed = false, prefetched = false;
 
-	ck_assert_int_eq(soft_gate_setenv(gate, sizeof(gate), 1 * MiB), 0);
-	start("cache.policy=contig", "cache.workers=2");
-	a = td_hello_client(1000, &ca);
-	b = td_hello_client(2000, NULL);
-	odp = alloc(a, 2, 2 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
-	pinned = alloc(b, 2, 64 * KiB, 0);
-	send_prefetch(a, 3, odp, 2 * MiB, MRD__PREFETCH_ADVICE__PREFETCH_WRITE, true);
-	td_pump();
-	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r'); /* its child, made on the worker */
-	soft_gate_release(gate, 1);
-	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'a'); /* advising, holding the child */
+	prefetch_held_in_advice(gate, sizeof(gate), 2000, &ca, &a, &b, &odp, &pinned);
 	td_lookup(a, 4, odp, 0, NULL); /* the child is linked */
 	wd.gate = gate;
 	ck_assert_int_eq(pthread_create(&wd.thread, NULL, gate_watchdog_main, &wd), 0);
