@@ -34,6 +34,7 @@ struct conn *conn_free(struct conn *c)
 		return NULL;
 	safe_close(c->fd);
 	free(c->buf);
+	free(c->poll_buf);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->send_lock);
 	free(c);
@@ -42,15 +43,43 @@ struct conn *conn_free(struct conn *c)
 
 /* A call sent and waiting for its reply, on its caller's stack. */
 struct conn_waiter {
-	struct conn_waiter *next;
+	struct conn_waiter *next; /* older: the list is newest first */
 	uint64_t id;
+	uint64_t since_ns; /* when it was sent */
 	bool done;
 	bool wants_read; /* found the socket being read: woken when the reader is through */
-	int wake_fd;     /* its thread's eventfd while it sleeps in poll(), else -1 */
+	int wake_fd;     /* its thread's eventfd while it sleeps in ppoll(), else -1 */
 	int error;       /* a transport error instead of resp */
 	Mrd__Response *resp;
 	struct conn_fds *fds; /* NULL: the reply's descriptors are closed */
 };
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t earlier(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* Whether w was sent less than CONN_FRESH_NS ago: its thread is likely running, or soon. */
+static bool waiter_fresh(const struct conn_waiter *w, uint64_t now)
+{
+	return now - w->since_ns < CONN_FRESH_NS;
+}
+
+/* Whether a waiter other than w is fresh: only the newest other can be. */
+static bool other_fresh(const struct conn *c, const struct conn_waiter *w, uint64_t now)
+{
+	const struct conn_waiter *o = c->waiters == w ? w->next : c->waiters;
+
+	return o && waiter_fresh(o, now);
+}
 
 /* Each thread's eventfd, made at its first wait, closed when it exits. A fork() child's copy
  * is its parent's object (forks tells): the child makes its own. */
@@ -134,17 +163,15 @@ static void waiter_finish(struct conn *c, struct conn_waiter *w, int error, Mrd_
 	waiter_wake(w);
 }
 
-/* Reads one reply, waiting for it (up to SO_RCVTIMEO: -ETIMEDOUT) or not (-EAGAIN when none
- * is queued), without c->lock: the reader alone touches c->buf. */
-static int conn_read_reply(struct conn *c, bool wait, struct wire_packet *pkt,
+/* Reads one reply into buf, waiting for it (up to SO_RCVTIMEO: -EAGAIN) or not (-EAGAIN when
+ * none is queued), without c->lock. */
+static int conn_read_reply(struct conn *c, uint8_t *buf, bool wait, struct wire_packet *pkt,
 			   Mrd__Response **ret)
 {
 	Mrd__Response *resp;
 	int r;
 
-	r = wire_recv(c->fd, c->buf, c->buf_size, pkt, wait ? 0 : MSG_DONTWAIT);
-	if (r == -EAGAIN && wait)
-		return -ETIMEDOUT;
+	r = wire_recv(c->fd, buf, c->buf_size, pkt, wait ? 0 : MSG_DONTWAIT);
 	/* A peer that closed with our request unread reports ECONNRESET once, ahead of what it
 	 * queued before closing (a refused connection's reason): look again. */
 	if (r == -ECONNRESET) {
@@ -201,10 +228,40 @@ static void conn_deliver(struct conn *c, struct conn_waiter *self, int r, Mrd__R
 	}
 }
 
-/* One read of the socket for every waiter, if nobody else is reading; under c->lock, which it
- * drops meanwhile. Returns 1 when it got a reply (anyone's) or gave up waiting, 0 when none was
- * queued, -EBUSY when someone else was reading. */
-static int conn_read_once(struct conn *c, struct conn_waiter *self, bool wait)
+/* Those that found the socket being read look again; under c->lock. */
+static void wake_wants_read(struct conn *c)
+{
+	for (struct conn_waiter *w = c->waiters; w; w = w->next)
+		if (w->wants_read) {
+			w->wants_read = false;
+			waiter_wake(w);
+		}
+}
+
+/* The read of a waiter that came while no other was fresh: it sleeps in recv(), with no poll(),
+ * for up to CONN_FRESH_NS (SO_RCVTIMEO). Meanwhile a newcomer leaves the socket to it
+ * (wants_read) rather than take its reply from under it; after that, it may have stalled in
+ * there, and newcomers read themselves, into c->poll_buf. Under c->lock, which it drops. */
+static void conn_read_blocking(struct conn *c, struct conn_waiter *self)
+{
+	struct wire_packet pkt;
+	Mrd__Response *resp = NULL;
+	int r;
+
+	c->blocking = self;
+	pthread_mutex_unlock(&c->lock);
+	r = conn_read_reply(c, c->buf, true, &pkt, &resp);
+	pthread_mutex_lock(&c->lock);
+	c->blocking = NULL;
+	if (r != -EAGAIN)
+		conn_deliver(c, self, r, resp, &pkt);
+	wake_wants_read(c);
+}
+
+/* One read of the socket without waiting, if no other waiter's such read is under way (then
+ * -EBUSY, and self is woken when it is through). Under c->lock, which it drops meanwhile.
+ * Returns 1 when it got a reply (anyone's), 0 when none was queued. */
+static int conn_read_once(struct conn *c, struct conn_waiter *self)
 {
 	struct wire_packet pkt;
 	Mrd__Response *resp = NULL;
@@ -214,63 +271,77 @@ static int conn_read_once(struct conn *c, struct conn_waiter *self, bool wait)
 		self->wants_read = true;
 		return -EBUSY;
 	}
+	if (!c->poll_buf && !(c->poll_buf = malloc(c->buf_size)))
+		return -ENOMEM;
 	self->wants_read = false;
 	c->reading = true;
 	pthread_mutex_unlock(&c->lock);
-	r = conn_read_reply(c, wait, &pkt, &resp);
+	r = conn_read_reply(c, c->poll_buf, false, &pkt, &resp);
 	pthread_mutex_lock(&c->lock);
 	c->reading = false;
 	if (r != -EAGAIN)
 		conn_deliver(c, self, r, resp, &pkt);
-	/* Those that found the socket being read look again. */
-	for (struct conn_waiter *w = c->waiters; w; w = w->next)
-		if (w->wants_read) {
-			w->wants_read = false;
-			waiter_wake(w);
-		}
+	wake_wants_read(c);
 	return r == -EAGAIN ? 0 : 1;
 }
 
-/* Waits for w's reply. Every waiter reads the socket itself, one reply at a time, so that a
- * reply wakes the first thread that polls, never through a thread that may wait for a CPU;
- * each reply for another thread is handed over, with its descriptors. */
-static int conn_wait(struct conn *c, struct conn_waiter *w)
+/* Waits for w's reply, under c->lock. Each reply is read by a waiter whose thread is likely on
+ * a CPU, and handed, with its descriptors, to the thread it is for:
+ * - a waiter that has waited CONN_FRESH_NS or more while a fresh one waits too leaves the
+ *   socket to that one, which hands it its reply, and sleeps on its eventfd alone. So the
+ *   thread of a long call is not woken by every reply for another, nor can it, not yet on a
+ *   CPU again, hold back another's reply. It looks again after a sixteenth of its wait so far
+ *   (plus CONN_FRESH_NS), in case its reply came after the fresh ones left;
+ * - a waiter that comes while no other is fresh (alone, or beside long calls only) sleeps in
+ *   recv() (conn_read_blocking): one system call, as for a thread alone on its handle;
+ * - the others poll the socket and their eventfd, and read what comes, one reply at a time. */
+static int conn_wait_locked(struct conn *c, struct conn_waiter *w)
 {
-	struct timespec now, deadline;
+	uint64_t deadline = w->since_ns + CONN_TIMEOUT_MS * 1000000ull;
 	bool first = true;
 
-	clock_gettime(CLOCK_MONOTONIC, &deadline);
-	deadline.tv_sec += CONN_TIMEOUT_MS / 1000;
-	pthread_mutex_lock(&c->lock);
 	while (!w->done) {
-		struct pollfd pfd[2] = { { .fd = c->fd, .events = POLLIN },
+		struct pollfd pfd[2] = { { .fd = -1, .events = POLLIN },
 					 { .fd = -1, .events = POLLIN } };
-		long left_ms;
+		uint64_t now = now_ns(), until = deadline;
+		bool fresh = waiter_fresh(w, now);
+		struct timespec ts;
 		int n, read = 0;
 
-		/* A lone waiter waits in recv(), as a thread alone on its handle does each call: no
-		 * poll(). Whoever comes meanwhile finds the socket being read and sleeps on its
-		 * eventfd until this one hands its reply over or is through; the lone waiter reads
-		 * without waiting once it has seen others, so that none of their replies waits for it
-		 * to get a CPU. Its reply cannot be in at once: one poll() first otherwise. */
-		if (first && !c->reading && c->waiters == w && !w->next) {
+		if (now >= deadline) {
+			waiter_finish(c, w, -ETIMEDOUT, NULL, NULL);
+			break;
+		}
+		if (c->blocking && waiter_fresh(c->blocking, now)) {
+			w->wants_read = true;
+			until = earlier(until, c->blocking->since_ns + CONN_FRESH_NS);
+		} else if (!fresh && other_fresh(c, w, now)) {
+			until = earlier(until, now + CONN_FRESH_NS + (now - w->since_ns) / 16);
+		} else if (first && !c->blocking && !c->reading && !other_fresh(c, w, now)) {
 			first = false;
-			if ((read = conn_read_once(c, w, true)) > 0)
-				continue;
-		} else if (!first && (read = conn_read_once(c, w, false)) > 0)
+			conn_read_blocking(c, w);
 			continue;
+		} else {
+			/* Its reply cannot be in at once: one poll() first. */
+			if (!first && (read = conn_read_once(c, w)) > 0)
+				continue;
+			if (read == -ENOMEM) {
+				waiter_finish(c, w, read, NULL, NULL);
+				break;
+			}
+			/* While another thread reads, the socket stays readable: sleep until it is
+			 * through. */
+			if (read != -EBUSY)
+				pfd[0].fd = c->fd;
+		}
 		first = false;
 		w->wake_fd = pfd[1].fd = thread_wake_fd();
-		/* While another thread reads, the socket stays readable: sleep until it is through. */
-		if (read == -EBUSY)
-			pfd[0].fd = -1;
+		if (pfd[1].fd < 0) /* no eventfd: look again now and then */
+			until = earlier(until, now + CONN_FRESH_NS);
 		pthread_mutex_unlock(&c->lock);
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		left_ms = (deadline.tv_sec - now.tv_sec) * 1000 +
-			  (deadline.tv_nsec - now.tv_nsec + 999999) / 1000000;
-		if (pfd[1].fd < 0 && left_ms > 10) /* no eventfd: look again now and then */
-			left_ms = 10;
-		n = left_ms > 0 ? poll(pfd, 2, (int)left_ms) : 0;
+		ts = (struct timespec){ .tv_sec = (until - now) / 1000000000ull,
+					.tv_nsec = (until - now) % 1000000000ull };
+		n = ppoll(pfd, 2, &ts, NULL);
 		if (n > 0 && pfd[1].revents) {
 			eventfd_t v;
 
@@ -278,14 +349,8 @@ static int conn_wait(struct conn *c, struct conn_waiter *w)
 		}
 		pthread_mutex_lock(&c->lock);
 		w->wake_fd = -1;
-		if (n == 0 && !w->done) {
-			clock_gettime(CLOCK_MONOTONIC, &now);
-			if (now.tv_sec > deadline.tv_sec ||
-			    (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec))
-				waiter_finish(c, w, -ETIMEDOUT, NULL, NULL);
-		}
+		w->wants_read = false;
 	}
-	pthread_mutex_unlock(&c->lock);
 	return w->error;
 }
 
@@ -306,6 +371,7 @@ int conn_call_with_fds(struct conn *c, Mrd__Request *req, const int *fds, size_t
 		return -ECONNRESET;
 	pthread_mutex_lock(&c->lock);
 	w.id = ++c->next_id;
+	w.since_ns = now_ns(); /* under the lock: the list stays newest first */
 	w.next = c->waiters;
 	c->waiters = &w;
 	pthread_mutex_unlock(&c->lock);
@@ -322,7 +388,9 @@ int conn_call_with_fds(struct conn *c, Mrd__Request *req, const int *fds, size_t
 		pthread_mutex_unlock(&c->lock);
 		return r;
 	}
-	r = conn_wait(c, &w);
+	pthread_mutex_lock(&c->lock);
+	r = conn_wait_locked(c, &w);
+	pthread_mutex_unlock(&c->lock);
 	if (r == 0)
 		*ret = w.resp;
 	return r;
@@ -371,9 +439,9 @@ int conn_open(const char *path, const char *client_name, uint64_t capabilities, 
 	if (c->fd < 0)
 		return negative_errno();
 	{
-		struct timeval tv = { .tv_sec = CONN_TIMEOUT_MS / 1000 };
+		struct timeval tv = { .tv_usec = CONN_FRESH_NS / 1000 };
 
-		/* Bounds a lone waiter's recv() (conn_wait). */
+		/* Bounds a lone waiter's recv() (conn_read_blocking). */
 		if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
 			return negative_errno();
 	}

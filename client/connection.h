@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* One connection to mrd, shared by libmrd and mrctl: connect, Hello, blocking calls, which
- * several threads may make at once: each sends under a short lock, and every waiter polls the
- * socket and reads what comes, one reply at a time, handing each (with its descriptors) to the
- * thread whose request id it carries. */
+ * several threads may make at once: each sends under a short lock; waiters read what comes, one
+ * reply at a time, handing each (with its descriptors) to the thread whose request id it
+ * carries (conn_wait_locked says which waiter reads). */
 #pragma once
 
 #include <pthread.h>
@@ -14,6 +14,9 @@
 #include "wire.h"
 
 #define CONN_TIMEOUT_MS 30000
+/* A call sent this recently has a thread that is likely on a CPU, or soon: it reads the
+ * socket for others (conn_wait_locked). Far above a round trip, far below a big pin. */
+#define CONN_FRESH_NS 200000ull
 
 struct conn_waiter;
 
@@ -28,9 +31,11 @@ struct conn {
 	pthread_mutex_t send_lock; /* one request on the socket at a time */
 	pthread_mutex_t lock;      /* guards what follows */
 	uint64_t next_id;
-	struct conn_waiter *waiters; /* calls sent and not answered yet */
-	bool reading;                /* one of them reads one reply, into buf */
+	struct conn_waiter *waiters;  /* calls sent and not answered yet, newest first */
+	struct conn_waiter *blocking; /* one of them sleeps in recv(), into buf */
+	bool reading;                 /* one of them reads one reply, without waiting, into poll_buf */
 	uint8_t *buf;
+	uint8_t *poll_buf; /* made at the first such read */
 	size_t buf_size;
 };
 

@@ -510,8 +510,10 @@ static bool thread_waits_for_reply(pid_t tid)
 
 /* Thread 1 of a handle waits for its big lookup (held at the gate) and then cannot run at all
  * (a signal handler holds it): thread 2's Ping and lookup on the same handle are still
- * answered, since it reads its replies itself rather than through thread 1. */
-START_TEST(test_stalled_waiter_holds_up_no_other_thread)
+ * answered, since it reads its replies itself rather than through thread 1 — both when thread
+ * 1 is stalled in the wait that follows a read (a reply for another thread woke it) and in its
+ * first wait (where a lone waiter sleeps in recv(), then, after a millisecond, in ppoll()). */
+static void stalled_waiter_case(bool in_first_wait)
 {
 	struct sigaction sa = { .sa_handler = stall }, old;
 	struct handle_thread t1 = { 0 }, t2 = { 0 };
@@ -535,12 +537,14 @@ START_TEST(test_stalled_waiter_holds_up_no_other_thread)
 	     i++)
 		usleep(10000);
 	ck_assert(thread_waits_for_reply(stalled_tid));
-	/* A reply for another thread wakes it and it reads (it may take that reply or find none):
-	 * it is stalled in the wait that follows a read, not its first. */
-	ck_assert_int_eq(mrd_client_ping(c), 0);
-	for (int i = 0; i < 2000 && !thread_waits_for_reply(stalled_tid); i++)
-		usleep(10000);
-	ck_assert(thread_waits_for_reply(stalled_tid));
+	if (!in_first_wait) {
+		/* A reply for another thread may wake it and it reads (it may take that reply or
+		 * find none): then it is stalled in a wait that follows a read. */
+		ck_assert_int_eq(mrd_client_ping(c), 0);
+		for (int i = 0; i < 2000 && !thread_waits_for_reply(stalled_tid); i++)
+			usleep(10000);
+		ck_assert(thread_waits_for_reply(stalled_tid));
+	}
 	ck_assert_int_eq(pthread_kill(th1, SIGUSR1), 0);
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += 20;
@@ -555,11 +559,12 @@ START_TEST(test_stalled_waiter_holds_up_no_other_thread)
 	soft_gate_release(gate, 1);
 	pthread_join(th2, NULL);
 	pthread_join(th1, NULL);
-	ck_assert_msg(answered, "thread 2's Ping and lookup waited for the stalled thread 1");
+	ck_assert_msg(answered, "thread 2's Ping and lookup waited for the stalled thread 1 (%s)",
+		      in_first_wait ? "in its first wait" : "in a later wait");
 	ck_assert_int_eq(t2.ping, 0);
 	ck_assert_msg(t2.lookup == 0, "%s", mrd_last_error());
 	ck_assert(keys_cover(&t2.keys, t2.small));
-	ck_assert_int_eq(t1.lookup, 0); /* its poll's EINTR changed nothing */
+	ck_assert_int_eq(t1.lookup, 0); /* its wait's EINTR changed nothing */
 	ck_assert(keys_cover(&t1.keys, t1.big));
 	ck_assert_int_eq(mrd_mem_free(c, t1.big), 0);
 	ck_assert_int_eq(mrd_mem_free(c, t2.small), 0);
@@ -569,6 +574,81 @@ START_TEST(test_stalled_waiter_holds_up_no_other_thread)
 	sem_destroy(&stalled);
 	close(stall_pipe[0]);
 	close(stall_pipe[1]);
+}
+
+START_TEST(test_stalled_waiter_holds_up_no_other_thread)
+{
+	stalled_waiter_case(false);
+}
+END_TEST
+
+START_TEST(test_stalled_first_waiter_holds_up_no_other_thread)
+{
+	stalled_waiter_case(true);
+}
+END_TEST
+
+/* The voluntary context switches of thread tid of this process so far. */
+static long thread_switches(pid_t tid)
+{
+	char path[64], line[256];
+	long n = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/status", (int)tid);
+	f = fopen(path, "re");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "voluntary_ctxt_switches: %ld", &n) == 1)
+			break;
+	fclose(f);
+	ck_assert_int_ge(n, 0);
+	return n;
+}
+
+/* A thread that has waited long for its reply (a big lookup, held at the gate) is not woken by
+ * each reply for another thread of the handle: it leaves the socket to the thread that asked
+ * now, which reads its replies itself, and looks again only now and then (and when handed its
+ * reply). Woken by every reply, it switched about once per Ping. */
+START_TEST(test_long_waiter_sleeps_through_others_replies)
+{
+	struct handle_thread t1 = { 0 }, t2 = { 0 };
+	long before, woken;
+	pthread_t th1;
+	char gate[64];
+	mrd_client *c;
+	pid_t tid;
+
+	start_gated_mrd(gate, sizeof(gate));
+	c = connect_two_threads(&t1, &t2);
+	ck_assert_int_eq(pthread_create(&th1, NULL, stalled_big_lookup, &t1), 0);
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r');
+	for (int i = 0;
+	     i < 2000 && !thread_waits_for_reply(__atomic_load_n(&stalled_tid, __ATOMIC_ACQUIRE));
+	     i++)
+		usleep(10000);
+	tid = stalled_tid;
+	ck_assert(thread_waits_for_reply(tid));
+	usleep(50000); /* not asserted: it has waited a while */
+	before = thread_switches(tid);
+	for (int i = 0; i < 2000; i++)
+		ck_assert_int_eq(mrd_client_ping(c), 0);
+	woken = thread_switches(tid) - before;
+	ck_assert(!__atomic_load_n(&t1.done, __ATOMIC_ACQUIRE)); /* still held */
+	/* Its reply comes when no other thread waits to read it: it looks again by itself. */
+	soft_gate_release(gate, 1);
+	for (int i = 0; i < 1000 && !__atomic_load_n(&t1.done, __ATOMIC_ACQUIRE); i++)
+		usleep(10000);
+	ck_assert_msg(__atomic_load_n(&t1.done, __ATOMIC_ACQUIRE),
+		      "its reply, which came after the other thread left, waited 10 s and more");
+	pthread_join(th1, NULL);
+	ck_assert_int_eq(t1.lookup, 0);
+	ck_assert_msg(woken < 200, "the waiting thread woke %ld times for 2000 Pings of another",
+		      woken);
+	ck_assert_int_eq(mrd_mem_free(c, t1.big), 0);
+	ck_assert_int_eq(mrd_mem_free(c, t2.small), 0);
+	mrd_client_close(c);
+	soft_gate_cleanup(gate);
 }
 END_TEST
 
@@ -932,6 +1012,8 @@ int main(void)
 	tcase_add_test(tc, test_threads_while_memory_churns);
 	tcase_add_test(tc, test_threads_of_a_handle_pass_a_big_lookup);
 	tcase_add_test(tc, test_stalled_waiter_holds_up_no_other_thread);
+	tcase_add_test(tc, test_stalled_first_waiter_holds_up_no_other_thread);
+	tcase_add_test(tc, test_long_waiter_sleeps_through_others_replies);
 	tcase_add_test(tc, test_threads_storm_one_handle);
 	tcase_add_test(tc, test_fork_while_threads_wait);
 	tcase_add_test(tc, test_threads_waiting_when_mrd_dies);
