@@ -132,10 +132,10 @@ static bool read_freed(const struct mrd_status_page *page, uint64_t g, uint64_t 
 
 	if (__atomic_load_n(&f->generation, __ATOMIC_ACQUIRE) != g)
 		return false;
-	*ret_start = __atomic_load_n(&f->start, __ATOMIC_RELAXED);
-	*ret_end = __atomic_load_n(&f->end, __ATOMIC_RELAXED);
-	/* The range read before the second look at whose it is (mrd's seqlock, status-page.h). */
-	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	/* Acquired: a bound being written over shows its mark in the second look at whose the
+	 * record is, which cannot come first (mrd's seqlock, status-page.h). */
+	*ret_start = __atomic_load_n(&f->start, __ATOMIC_ACQUIRE);
+	*ret_end = __atomic_load_n(&f->end, __ATOMIC_ACQUIRE);
 	return __atomic_load_n(&f->generation, __ATOMIC_RELAXED) == g;
 }
 

@@ -72,11 +72,12 @@ void status_page_bump_range(struct status_page *s, uint64_t start, uint64_t end)
 	struct mrd_status_freed *f = &s->page->freed[generation % MRD_STATUS_FREED];
 
 	/* A seqlock of one record: marked being written, the range, then whose it is; readers
-	 * of the generation it held before see a mismatch instead of a torn range. */
+	 * of the generation it held before see a mismatch instead of a torn range. Release
+	 * stores, not a fence (which ThreadSanitizer cannot follow): a reader that acquires a new
+	 * bound sees the mark too. */
 	__atomic_store_n(&f->generation, 0, __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_RELEASE);
-	__atomic_store_n(&f->start, start, __ATOMIC_RELAXED);
-	__atomic_store_n(&f->end, end, __ATOMIC_RELAXED);
+	__atomic_store_n(&f->start, start, __ATOMIC_RELEASE);
+	__atomic_store_n(&f->end, end, __ATOMIC_RELEASE);
 	__atomic_store_n(&f->generation, generation, __ATOMIC_RELEASE);
 	/* Then the generation: whoever sees it finds its record. */
 	__atomic_store_n(&s->page->generation, generation, __ATOMIC_RELEASE);
