@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "provider/provider.h"
@@ -854,6 +856,35 @@ START_TEST(test_soft_gate_holds_big_ops)
 }
 END_TEST
 
+/* A gate whose paths are not FIFOs would not hold (a file) or hold forever: the soft
+ * provider refuses to open with one, or with a threshold that is not a number. */
+START_TEST(test_soft_gate_refuses_non_fifos)
+{
+	struct provider *gp;
+	char dir[] = "/tmp/mrd-gate-bad.XXXXXX", path[PATH_MAX];
+	int verbs_error, fd;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(setenv("MRD_SOFT_GATE", dir, 1), 0);
+	ck_assert_int_eq(provider_open(CONTRACT_PROVIDER, NULL, &gp, &verbs_error), -EINVAL);
+	snprintf(path, sizeof(path), "%s/entered", dir);
+	ck_assert_int_eq(mkfifo(path, 0600), 0);
+	snprintf(path, sizeof(path), "%s/release", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600); /* a plain file */
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	ck_assert_int_eq(provider_open(CONTRACT_PROVIDER, NULL, &gp, &verbs_error), -EINVAL);
+	ck_assert_int_eq(unlink(path), 0);
+	ck_assert_int_eq(mkfifo(path, 0600), 0);
+	ck_assert_int_eq(setenv("MRD_SOFT_GATE_BYTES", "4k", 1), 0);
+	ck_assert_int_eq(provider_open(CONTRACT_PROVIDER, NULL, &gp, &verbs_error), -EINVAL);
+	ck_assert_int_eq(setenv("MRD_SOFT_GATE_BYTES", "4096", 1), 0);
+	ck_assert_int_eq(provider_open(CONTRACT_PROVIDER, NULL, &gp, &verbs_error), 0);
+	provider_close(gp);
+	soft_gate_cleanup(dir);
+}
+END_TEST
+
 struct gated_dma {
 	struct provider_pd *pd;
 	struct provider_mr *src, *dst;
@@ -1029,6 +1060,7 @@ int main(void)
 		printf("not run: ODP cases (the device has no on-demand paging)\n");
 	if (strcmp(CONTRACT_PROVIDER, "soft") == 0) {
 		tcase_add_test(tc, test_soft_gate_holds_big_ops);
+		tcase_add_test(tc, test_soft_gate_refuses_non_fifos);
 		tcase_add_test(tc, test_soft_dma_faults_outside_the_lock);
 	}
 	provider_close(probe);

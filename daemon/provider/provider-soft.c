@@ -22,8 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "macro.h"
 #include "provider/pin-map.h"
 #include "provider/provider.h"
@@ -130,12 +132,34 @@ static int index_bits(unsigned *ret)
 	return 0;
 }
 
+/* <dir>/<name>, which must be a FIFO: a gate on anything else would not hold (a file) or
+ * would hold forever (a terminal). */
+static int gate_fifo_open(const char *dir, const char *name)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0) {
+		log_error_errno(-errno, "MRD_SOFT_GATE: cannot open %s: %m", path);
+		return -1;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISFIFO(st.st_mode) ||
+	    fcntl(fd, F_SETFL, 0) < 0) { /* blocking from here on */
+		log_error("MRD_SOFT_GATE: %s is not a FIFO (mkfifo(3) it)", path);
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 /* $MRD_SOFT_GATE and $MRD_SOFT_GATE_BYTES (the top comment). O_RDWR never blocks on a FIFO,
  * and keeps what the test wrote there while nobody else holds it open. */
 static int gate_open(struct soft_provider *sp)
 {
 	const char *dir = getenv("MRD_SOFT_GATE"), *bytes = getenv("MRD_SOFT_GATE_BYTES");
-	char path[PATH_MAX];
 	char *end;
 
 	sp->gate_entered = sp->gate_release = -1;
@@ -148,10 +172,8 @@ static int gate_open(struct soft_provider *sp)
 		if (errno || *end)
 			return -EINVAL;
 	}
-	snprintf(path, sizeof(path), "%s/entered", dir);
-	sp->gate_entered = open(path, O_RDWR | O_CLOEXEC);
-	snprintf(path, sizeof(path), "%s/release", dir);
-	sp->gate_release = open(path, O_RDWR | O_CLOEXEC);
+	sp->gate_entered = gate_fifo_open(dir, "entered");
+	sp->gate_release = gate_fifo_open(dir, "release");
 	if (sp->gate_entered < 0 || sp->gate_release < 0)
 		return -EINVAL;
 	return 0;
