@@ -217,9 +217,11 @@ void td_start_one_worker(void)
 
 static void blocker_run(struct work *w)
 {
+	struct td_blocker *b = (struct td_blocker *)w;
 	char ch;
 
-	(void)!read(((struct td_blocker *)w)->fd[0], &ch, 1);
+	__atomic_store_n(&b->entered, true, __ATOMIC_RELEASE);
+	(void)!read(b->fd[0], &ch, 1);
 }
 
 static void blocker_done(struct work *w) { ((struct td_blocker *)w)->done = true; }

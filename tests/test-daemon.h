@@ -90,6 +90,7 @@ void td_start_one_worker(void);
 struct td_blocker {
 	struct work work;
 	int fd[2];
+	bool entered; /* the worker runs it (set there: read it atomically) */
 	bool done;
 };
 void td_block_worker(struct td_blocker *b);

@@ -127,6 +127,50 @@ START_TEST(test_alloc_in_window)
 }
 END_TEST
 
+/* A punch skips the memfd's hole at the start of the run (SEEK_DATA) but still zeroes every
+ * page of the run after it, and nothing beside it. */
+START_TEST(test_punch_zeroes_runs_full_of_holes)
+{
+	const size_t page = 4096, run = 512 * 1024; /* under async_bytes: punched on the loop */
+	uint64_t keep, a, again;
+	uint8_t *p;
+	int fd = td_hello_client(1000, NULL);
+
+	join(fd, 2, NULL);
+	alloc(fd, 3, page, 0, 0, &keep, NULL); /* the arena stays: no trim */
+	alloc(fd, 4, run, 0, 0, &a, NULL);
+	p = (uint8_t *)(uintptr_t)a;
+	for (size_t off = 3 * page; off < run; off += 2 * page) /* a hole first, then 62 extents */
+		p[off + 7] = 0x5a;
+	p[run - 1] = 0x5a;
+	p[-1] = 0x77; /* the pages on either side */
+	p[run] = 0x77;
+	td_free(fd, 5, a, 0);
+	for (size_t off = 0; off < run; off += page)
+		ck_assert_msg(p[off + 7] == 0 && p[off + page - 1] == 0, "page at %zu kept", off);
+	ck_assert_uint_eq(p[-1], 0x77);
+	ck_assert_uint_eq(p[run], 0x77);
+
+	/* Written after its Free: the next Alloc of it punches, holes and all, too. */
+	for (size_t off = 5 * page; off < run; off += 3 * page)
+		p[off] = 0x5a;
+	alloc(fd, 6, run, 0, 0, &again, NULL);
+	ck_assert_uint_eq(again, a);
+	for (size_t off = 0; off < run; off += page)
+		ck_assert_msg(p[off] == 0, "page at %zu handed out dirty", off);
+	ck_assert_uint_eq(p[-1], 0x77);
+	ck_assert_uint_eq(p[run], 0x77);
+
+	/* Nothing in the run at all, the next page written: that page stays. */
+	td_free(fd, 7, again, 0);
+	alloc(fd, 8, run, 0, 0, &again, NULL);
+	ck_assert_uint_eq(again, a);
+	ck_assert_uint_eq(p[-1], 0x77);
+	ck_assert_uint_eq(p[run], 0x77);
+	close(fd);
+}
+END_TEST
+
 START_TEST(test_bad_alloc_requests)
 {
 	uint64_t msg;
@@ -583,6 +627,7 @@ int main(void)
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_alloc_in_window);
+	tcase_add_test(tc, test_punch_zeroes_runs_full_of_holes);
 	tcase_add_test(tc, test_bad_alloc_requests);
 	tcase_add_test(tc, test_ownership_and_sharing);
 	tcase_add_test(tc, test_quota_allocated_bytes);
