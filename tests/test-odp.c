@@ -767,6 +767,7 @@ END_TEST
 /* Opens the gate after 20 s unless cancelled first, and says whether it had to. */
 struct gate_watchdog {
 	const char *gate;
+	unsigned ops; /* how many held ops it lets go then (0: one) */
 	bool cancel, fired; /* atomic */
 	pthread_t thread;
 };
@@ -779,7 +780,7 @@ static void *gate_watchdog_main(void *arg)
 		usleep(10000);
 	if (!__atomic_load_n(&w->cancel, __ATOMIC_ACQUIRE)) {
 		__atomic_store_n(&w->fired, true, __ATOMIC_RELEASE);
-		soft_gate_release(w->gate, 1);
+		soft_gate_release(w->gate, w->ops ? w->ops : 1);
 	}
 	return NULL;
 }
@@ -913,6 +914,7 @@ START_TEST(test_no_child_on_the_loop_while_dma_faults)
 	td_pump();
 	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'f'); /* faulting its pages in */
 	wd.gate = gate;
+	wd.ops = 2; /* the Dma may take the first */
 	ck_assert_int_eq(pthread_create(&wd.thread, NULL, gate_watchdog_main, &wd), 0);
 	td_send_lookup(b, 3, odp_b); /* a miss: a 2 MiB child, held at the gate where it is made */
 	td_pump();
