@@ -849,10 +849,10 @@ static int side_prefetch(struct hol_side *s)
 
 /* ODP-faults 1 GiB of on-demand memory, as a device writing into it would, a chunk ([cache]
  * odp_chunk, the row's 64 MiB) at a time: A's lookup of each chunk misses, which makes its
- * child on mrd's loop, and then an emulated RDMA write from a pinned buffer fills it (mrd's
- * Dma thread: the soft provider faults every page in under the domain's provider lock, then
- * copies without it). A looks the next chunk up while the previous one is being written, as
- * an application hands the device its next buffer. */
+ * child (on a worker while a Dma is under way), and then an emulated RDMA write from a pinned
+ * buffer fills it (mrd's Dma thread: the soft provider faults every page in, then copies, both
+ * without the domain's provider lock). A looks the next chunk up while the previous one is
+ * being written, as an application hands the device its next buffer. */
 static int hol_act_odp_fault(struct hol_actor *a)
 {
 	struct hol_side w = { .c = a->c2, .call = side_write };
@@ -963,9 +963,9 @@ static const struct hol_spec {
 	{ "lookup-hol-free", "client A (another process) frees a registered 1 GiB allocation",
 	  "A", "mrd_mem_free", HOL_CONFIG, hol_act_free, HOL_NEW_REPS, false, NULL },
 	{ "lookup-hol-odp-fault", "client A (another process) ODP-faults 1 GiB of MRD_MEM_ODP "
-	  "memory ([cache] odp_chunk = 64M): per chunk a lookup miss makes its child on mrd's loop "
-	  "while A's emulated RDMA write into the chunk before faults its pages in (mrd's Dma "
-	  "thread, outside the provider lock)", "A", "16 x (lookup + mrd_dma)",
+	  "memory ([cache] odp_chunk = 64M): per chunk a lookup miss makes its child (on a worker: "
+	  "a Dma is under way) while A's emulated RDMA write into the chunk before faults its "
+	  "pages in (mrd's Dma thread, outside the provider lock)", "A", "16 x (lookup + mrd_dma)",
 	  HOL_CONFIG "[cache]\nodp_chunk = 64M\n", hol_act_odp_fault, HOL_NEW_REPS, false, NULL },
 	{ "lookup-hol-prefetch", "client A (another process) write-prefetches 1 GiB of "
 	  "MRD_MEM_ODP memory with MRD_PREFETCH_FLUSH (on a worker, outside the provider lock) "

@@ -767,6 +767,7 @@ END_TEST
 /* Opens the gate after 20 s unless cancelled first, and says whether it had to. */
 struct gate_watchdog {
 	const char *gate;
+	unsigned ops; /* how many held ops it lets go then (0: one) */
 	bool cancel, fired; /* atomic */
 	pthread_t thread;
 };
@@ -779,7 +780,7 @@ static void *gate_watchdog_main(void *arg)
 		usleep(10000);
 	if (!__atomic_load_n(&w->cancel, __ATOMIC_ACQUIRE)) {
 		__atomic_store_n(&w->fired, true, __ATOMIC_RELEASE);
-		soft_gate_release(w->gate, 1);
+		soft_gate_release(w->gate, w->ops ? w->ops : 1);
 	}
 	return NULL;
 }
@@ -846,7 +847,8 @@ static void lookup_released(int fd, uint64_t id, uint64_t addr, const char *gate
 
 /* A Dma through an on-demand key faults its pages in without the provider's lock (soft: 0.4 s
  * a GiB): while one is under way (held at soft's gate on its thread), a lookup miss of the
- * same domain registers on the loop at once; the Dma then copies, its faults counted. */
+ * same domain registers at once (on a worker: test_no_child_on_the_loop_while_dma_faults);
+ * the Dma then copies, its faults counted. */
 START_TEST(test_dma_faults_leave_the_provider_free)
 {
 	struct client *ca;
@@ -871,13 +873,64 @@ START_TEST(test_dma_faults_leave_the_provider_free)
 	td_send_dma(a, 6, PROVIDER_DMA_WRITE, &eo, odp, &ed, dst, 1 * MiB);
 	td_pump();
 	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'f'); /* faulting its pages in */
-	td_lookup(b, 3, pinned, 0, &e); /* small: registered on the loop, the provider is free */
+	td_lookup(b, 3, pinned, 0, &e); /* small: registered at once, the provider is free */
 	ck_assert_uint_eq(e.start, pinned);
 	soft_gate_release(gate, 1);
 	td_expect_free(a, 6, 0);
 	ck_assert_str_eq((char *)(uintptr_t)dst, "faulted in off the lock");
 	provider_stats(ca->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.odp_faults, 1 * MiB / 4096);
+	soft_gate_cleanup(gate);
+	close(a);
+	close(b);
+}
+END_TEST
+
+/* A Dma faulting an on-demand key's pages in holds mrd's mmap_lock for reading, page by page:
+ * whatever changes mrd's mappings on the loop meanwhile (a child's page table from malloc,
+ * brk or mmap) waits for the Dma thread, for milliseconds when that thread loses its CPU with
+ * the lock held. So while one is under way (held at soft's gate), a lookup miss of the same
+ * domain makes its child on a worker (held at the gate too), and the loop serves on. */
+START_TEST(test_no_child_on_the_loop_while_dma_faults)
+{
+	struct gate_watchdog wd = { 0 };
+	struct client *cb;
+	char gate[64];
+	int a, b;
+	uint64_t odp, dst, odp_b;
+	Mrd__MrEntry eo, ed;
+	Mrd__Response *resp;
+
+	ck_assert_int_eq(soft_gate_setenv(gate, sizeof(gate), 1 * MiB), 0);
+	start("cache.policy=contig", "cache.workers=2");
+	a = td_hello_client(1000, NULL);
+	b = td_hello_client(1000, &cb);
+	odp = alloc(a, 2, 2 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
+	dst = alloc(a, 3, 1 * MiB, 0);
+	odp_b = alloc(b, 2, 2 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
+	lookup_released(a, 4, odp, gate, &eo);
+	lookup_released(a, 5, dst, gate, &ed);
+	td_send_dma(a, 6, PROVIDER_DMA_WRITE, &eo, odp, &ed, dst, 1 * MiB);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'f'); /* faulting its pages in */
+	wd.gate = gate;
+	wd.ops = 2; /* the Dma may take the first */
+	ck_assert_int_eq(pthread_create(&wd.thread, NULL, gate_watchdog_main, &wd), 0);
+	td_send_lookup(b, 3, odp_b); /* a miss: a 2 MiB child, held at the gate where it is made */
+	td_pump();
+	ck_assert_msg(!__atomic_load_n(&wd.fired, __ATOMIC_ACQUIRE),
+		      "the loop made a child while a Dma faulted pages in");
+	ck_assert_ptr_nonnull(LIST_FIRST(&cb->pending)); /* B waits, the loop does not */
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r'); /* on a worker */
+	__atomic_store_n(&wd.cancel, true, __ATOMIC_RELEASE);
+	pthread_join(wd.thread, NULL);
+	soft_gate_release(gate, 2);
+	td_expect_free(a, 6, 0);
+	resp = td_expect(b, 3, 0);
+	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, odp_b);
+	ck_assert_uint_eq(resp->mr_lookup->entries[0]->end, odp_b + 2 * MiB);
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_uint_eq(cb->domain->reg.odp.stats.children_created, 2);
 	soft_gate_cleanup(gate);
 	close(a);
 	close(b);
@@ -928,6 +981,7 @@ int main(void)
 	tcase_add_test(tc, test_prefetch_leaves_the_provider_free);
 	tcase_add_test(tc, test_free_under_own_prefetch_leaves_the_loop);
 	tcase_add_test(tc, test_dma_faults_leave_the_provider_free);
+	tcase_add_test(tc, test_no_child_on_the_loop_while_dma_faults);
 	tcase_add_test(tc, test_neighbours_freed_under_prefetch);
 	tcase_add_test(tc, test_zombie_waits_for_its_own_work_only);
 	tcase_add_test(tc, test_flush_waits_for_room);

@@ -247,7 +247,8 @@ int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, stru
 	slot = slot_of(o, a, addr);
 	c = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
 	/* A child pins nothing, so it is quick to make, unless a worker holds the provider (a
-	 * big registration): then the loop would wait for its lock. */
+	 * big registration) or a Dma faults pages in: then the loop would wait for the
+	 * provider's lock, or for mrd's mmap_lock (registrar_busy). */
 	if (!c && waiter && registrar_offload(r, 0, REG_MAKE))
 		return fault_on_worker(r, a, addr, start, end, waiter);
 	if (!c) {

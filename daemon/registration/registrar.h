@@ -73,13 +73,17 @@ void registrar_close(struct registrar *r);
 /* Provider work makes MRs, or drops (deregisters, parks, invalidates) them. */
 enum reg_op { REG_MAKE, REG_DROP };
 
-/* Whether a provider op on the loop could wait: a worker's job may hold the provider — or, for
- * a drop, a soft Dma may be copying through the domain's MRs (a dereg, park or invalidate of
- * those waits for the copy, up to MRD_DMA_MAX bytes). dma_jobs counts every Dma not yet
- * answered, and only the loop starts one, so at 0 no copy runs. */
+/* Whether a provider op on the loop could wait: a worker's job may hold the provider, or a
+ * soft Dma is under way. A drop waits for its copy through the domain's MRs (a dereg, park or
+ * invalidate of those waits for it, up to MRD_DMA_MAX bytes); a make waits for its page
+ * faults, which hold mrd's mmap_lock for reading, page by page: the new MR's page table (malloc:
+ * brk, mmap) waits for it, for as long as the Dma thread is off its CPU with the lock held
+ * (bench-lookup's hol-odp-fault row: 12 ms). dma_jobs counts every Dma not yet answered, and
+ * only the loop starts one, so at 0 no copy and no fault runs. */
 static inline bool registrar_busy(const struct registrar *r, enum reg_op op)
 {
-	return r->cache.pending_bytes > 0 || r->jobs > 0 || (op == REG_DROP && r->dma_jobs > 0);
+	(void)op; /* both wait for the same things now, each for its own reason */
+	return r->cache.pending_bytes > 0 || r->jobs > 0 || r->dma_jobs > 0;
 }
 
 /* The one offload rule: provider work over bytes goes to a worker, so that the loop serves
