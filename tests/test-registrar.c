@@ -209,30 +209,28 @@ END_TEST
 
 START_TEST(test_offload_rule)
 {
-	ck_assert(!registrar_offload(&reg, cfg.async_bytes - 1, REG_MAKE));
-	ck_assert(registrar_offload(&reg, cfg.async_bytes, REG_MAKE));
+	ck_assert(!registrar_offload(&reg, cfg.async_bytes - 1));
+	ck_assert(registrar_offload(&reg, cfg.async_bytes));
 	reg.jobs = 1; /* a worker may hold the provider */
-	ck_assert(registrar_offload(&reg, 0, REG_MAKE));
-	ck_assert(registrar_offload(&reg, 0, REG_DROP));
+	ck_assert(registrar_offload(&reg, 0));
 	reg.jobs = 0;
 	/* A Dma holds MRs and faults pages in: drops wait for its copy, registrations for its
 	 * faults (mrd's mmap_lock) */
 	reg.dma_jobs = 1;
-	ck_assert(registrar_offload(&reg, 0, REG_MAKE));
-	ck_assert(registrar_offload(&reg, 0, REG_DROP));
+	ck_assert(registrar_offload(&reg, 0));
 	reg.dma_jobs = 0;
 	reg.cache.pending_bytes = 1;
-	ck_assert(registrar_offload(&reg, 0, REG_MAKE));
+	ck_assert(registrar_offload(&reg, 0));
 	reg.cache.pending_bytes = 0;
 	{
 		struct worker_pool *w = workers;
 
 		workers = NULL; /* no workers (or they drained): everything on the loop */
-		ck_assert(!registrar_offload(&reg, UINT64_MAX, REG_DROP));
+		ck_assert(!registrar_offload(&reg, UINT64_MAX));
 		workers = w;
 		/* Nor while they drain: work submitted then would never run. */
 		stopping = true;
-		ck_assert(!registrar_offload(&reg, UINT64_MAX, REG_MAKE));
+		ck_assert(!registrar_offload(&reg, UINT64_MAX));
 		stopping = false;
 	}
 }
@@ -294,14 +292,14 @@ START_TEST(test_job_holds_until_done)
 	registrar_start(&reg, &busy->base, probe_run, probe_done, true);
 	ck_assert_uint_eq(holds, 1);
 	ck_assert_uint_eq(reg.jobs, 1); /* it may hold the provider: the loop offloads */
-	ck_assert(registrar_offload(&reg, 0, REG_MAKE));
+	ck_assert(registrar_offload(&reg, 0));
 	registrar_start(&reg, &quiet->base, probe_run, probe_done, false);
 	ck_assert_uint_eq(holds, 2);
 	ck_assert_uint_eq(reg.jobs, 1);
 	pump_until(&probes_done, 2);
 	ck_assert_uint_eq(holds, 0);
 	ck_assert_uint_eq(reg.jobs, 0);
-	ck_assert(!registrar_offload(&reg, 0, REG_MAKE));
+	ck_assert(!registrar_offload(&reg, 0));
 }
 END_TEST
 
@@ -501,7 +499,7 @@ START_TEST(test_big_mempool_on_a_worker)
 					  &pool, why, sizeof(why)), -EINPROGRESS);
 	ck_assert_uint_eq(holds, 1);
 	ck_assert_uint_eq(reg.jobs, 1); /* the provider may be busy: others offload too */
-	ck_assert(registrar_offload(&reg, 0, REG_MAKE));
+	ck_assert(registrar_offload(&reg, 0));
 	ck_assert_int_eq(lookup(address(ra) + 4096, &e, NULL), -EAGAIN); /* being made */
 	pump_until(&w.calls, 1);
 	ck_assert_int_eq(w.result, 0);

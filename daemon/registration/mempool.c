@@ -157,7 +157,7 @@ static void pool_mr_destroy(struct registrar *r, struct pool_mr *mr, struct unre
 {
 	LIST_REMOVE(mr, link);
 	LIST_REMOVE(mr, alloc_link); /* lookups no longer answer with it */
-	if (mr->pmr && registrar_offload(r, mr->end - mr->start, REG_DROP)) {
+	if (mr->pmr && registrar_offload(r, mr->end - mr->start)) {
 		mr->ticket = ticket;
 		if (registrar_dereg_on_worker(r, mr->pmr, pool_mr_dereged, mr) == 0) {
 			if (ticket)
@@ -415,7 +415,7 @@ int mempool_register(struct registrar *r, struct reg_owner *owner, const char *n
 	free(spans);
 	*ret = reg;
 
-	if (k == 0 && n_fresh > 0 && registrar_offload(r, new_bytes, REG_MAKE)) {
+	if (k == 0 && n_fresh > 0 && registrar_offload(r, new_bytes)) {
 		/* Pinning this much takes long: a worker does it, and only the asker waits. */
 		job->n = n_fresh;
 		registrar_start(r, &job->base, pool_job_run, pool_job_done, true);

@@ -311,7 +311,7 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 	if (k < 0)
 		return k;
 
-	if (waiter && registrar_offload(r, end - start, REG_MAKE)) {
+	if (waiter && registrar_offload(r, end - start)) {
 		/* Pinning this much takes long: a worker does it, and nobody waits but the asker. */
 		struct reg_job *j = calloc(1, sizeof(*j));
 
@@ -367,7 +367,7 @@ static void drop(struct mr_cache *c, struct provider_mr *pmr, uint64_t start, ui
 	struct registrar *r = registrar_of(c);
 	struct dropped *g;
 
-	if (registrar_offload(r, end - start, REG_DROP) && (g = malloc(sizeof(*g)))) {
+	if (registrar_offload(r, end - start) && (g = malloc(sizeof(*g)))) {
 		*g = (struct dropped){ start, end };
 		if (registrar_dereg_on_worker(r, pmr, dropped_gone, g) == 0)
 			return;

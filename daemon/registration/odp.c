@@ -181,7 +181,7 @@ static void kill_zombies(struct registrar *r, struct reg_allocation *a)
 		return;
 	while ((c = LIST_FIRST(&a->odp_children))) {
 		LIST_REMOVE(c, link);
-		if (registrar_offload(r, 0, REG_DROP) &&
+		if (registrar_offload(r, 0) &&
 		    registrar_dereg_on_worker(r, c->pmr, zombie_gone, c) == 0) {
 			a->odp_jobs++;
 			continue;
@@ -249,7 +249,7 @@ int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, stru
 	/* A child pins nothing, so it is quick to make, unless a worker holds the provider (a
 	 * big registration) or a Dma faults pages in: then the loop would wait for the
 	 * provider's lock, or for mrd's mmap_lock (registrar_busy). */
-	if (!c && waiter && registrar_offload(r, 0, REG_MAKE))
+	if (!c && waiter && registrar_offload(r, 0))
 		return fault_on_worker(r, a, addr, start, end, waiter);
 	if (!c) {
 		o->stats.faults++;
@@ -539,7 +539,7 @@ unsigned odp_retire(struct registrar *r, struct reg_allocation *a)
 		 * while a Dma may copy through it, nor while a's own work may advise it (the zap
 		 * would wait for either, on the loop): its MR goes once that is done, on a worker
 		 * while a Dma may copy, and its pages stay a's until then. */
-		if (!registrar_busy(r, REG_DROP) && a->odp_jobs == 0) {
+		if (!registrar_busy(r) && a->odp_jobs == 0) {
 			(void)provider_invalidate(c->pmr, c->start, c->end - c->start);
 			o->stats.invalidations++;
 		}

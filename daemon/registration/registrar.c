@@ -176,7 +176,7 @@ void registrar_destroy_handles(struct registrar *r, struct provider_mr **handles
 	if (n == 0)
 		return;
 	/* As big as provider work gets: a device command each. */
-	j = registrar_offload(r, UINT64_MAX, REG_DROP) ? calloc(1, sizeof(*j)) : NULL;
+	j = registrar_offload(r, UINT64_MAX) ? calloc(1, sizeof(*j)) : NULL;
 	if (!j) {
 		frmr_pools_destroy(handles, n);
 		return;
@@ -256,7 +256,7 @@ int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_w
 	/* Then the device lets go, and only then do its pages go back. A soft Dma copying
 	 * through its MRs holds them (their dereg waits for it): a worker waits then, not the
 	 * loop. */
-	j = pinned > 0 && registrar_offload(r, pinned, REG_DROP) ? calloc(1, sizeof(*j)) : NULL;
+	j = pinned > 0 && registrar_offload(r, pinned) ? calloc(1, sizeof(*j)) : NULL;
 	if (!j) {
 		int k;
 

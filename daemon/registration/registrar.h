@@ -71,8 +71,6 @@ int registrar_open(struct registrar *r, struct provider *device, enum mr_policy 
 void registrar_close(struct registrar *r);
 
 /* Provider work makes MRs, or drops (deregisters, parks, invalidates) them. */
-enum reg_op { REG_MAKE, REG_DROP };
-
 /* Whether a provider op on the loop could wait: a worker's job may hold the provider, or a
  * soft Dma is under way. A drop waits for its copy through the domain's MRs (a dereg, park or
  * invalidate of those waits for it, up to MRD_DMA_MAX bytes); a make waits for its page
@@ -80,9 +78,8 @@ enum reg_op { REG_MAKE, REG_DROP };
  * brk, mmap) waits for it, for as long as the Dma thread is off its CPU with the lock held
  * (bench-lookup's hol-odp-fault row: 12 ms). dma_jobs counts every Dma not yet answered, and
  * only the loop starts one, so at 0 no copy and no fault runs. */
-static inline bool registrar_busy(const struct registrar *r, enum reg_op op)
+static inline bool registrar_busy(const struct registrar *r)
 {
-	(void)op; /* both wait for the same things now, each for its own reason */
 	return r->cache.pending_bytes > 0 || r->jobs > 0 || r->dma_jobs > 0;
 }
 
@@ -90,10 +87,10 @@ static inline bool registrar_busy(const struct registrar *r, enum reg_op op)
  * everyone else, when it is [cache] async_bytes or more, or while the op would wait
  * (registrar_busy). Never without workers, nor once they drain at shutdown (work submitted
  * then would never run, and hold its domain for good). */
-static inline bool registrar_offload(const struct registrar *r, uint64_t bytes, enum reg_op op)
+static inline bool registrar_offload(const struct registrar *r, uint64_t bytes)
 {
 	return *r->workers && !__atomic_load_n(r->stopping, __ATOMIC_ACQUIRE) &&
-	       (bytes >= r->config->async_bytes || registrar_busy(r, op));
+	       (bytes >= r->config->async_bytes || registrar_busy(r));
 }
 
 /* Whether the domain may pin more bytes: -EDQUOT, with the reason in why, when that would
