@@ -14,7 +14,10 @@
 #include <unistd.h>
 
 #include "connection.h"
+#include "envelope.h"
 #include "macro.h"
+
+#define CONN_STACK_FRAME 256 /* bytes of a request packed on the caller's stack */
 
 const char *conn_socket_path(const char *path)
 {
@@ -162,7 +165,7 @@ static int conn_read_reply(struct conn *c, bool wait, struct wire_packet *pkt,
 		wire_packet_close_fds(pkt);
 		return -EMSGSIZE;
 	}
-	resp = mrd__response__unpack(NULL, pkt->len, pkt->data);
+	resp = envelope_unpack_response(pkt->data, pkt->len);
 	if (!resp) {
 		wire_packet_close_fds(pkt);
 		return -EBADMSG;
@@ -289,6 +292,24 @@ static int conn_wait(struct conn *c, struct conn_waiter *w)
 	return w->error;
 }
 
+/* Most requests are a few dozen bytes: packed on the stack, not in a buffer malloc'd and freed
+ * each call; the larger ones the generic way. */
+static int conn_send(struct conn *c, const Mrd__Request *req, const int *fds, size_t n_fds)
+{
+	uint8_t frame[CONN_STACK_FRAME];
+	size_t len;
+	int r;
+
+	r = envelope_pack_request(req, frame, sizeof(frame), &len);
+	pthread_mutex_lock(&c->send_lock);
+	if (r == 0)
+		r = wire_send_raw(c->fd, frame, len, fds, n_fds, 0);
+	else
+		r = wire_send(c->fd, &req->base, WIRE_FRAME_MAX, fds, n_fds, 0);
+	pthread_mutex_unlock(&c->send_lock);
+	return r;
+}
+
 int conn_call(struct conn *c, Mrd__Request *req, Mrd__Response **ret, struct conn_fds *ret_fds)
 {
 	return conn_call_with_fds(c, req, NULL, 0, ret, ret_fds);
@@ -311,9 +332,7 @@ int conn_call_with_fds(struct conn *c, Mrd__Request *req, const int *fds, size_t
 	pthread_mutex_unlock(&c->lock);
 	req->id = w.id;
 	/* The request is on the list before it is sent: whoever reads may find its reply. */
-	pthread_mutex_lock(&c->send_lock);
-	r = wire_send(c->fd, &req->base, WIRE_FRAME_MAX, fds, n_fds, 0);
-	pthread_mutex_unlock(&c->send_lock);
+	r = conn_send(c, req, fds, n_fds);
 	/* A peer that hung up may have left its reason queued (a refused connection): read it. */
 	if (r < 0 && r != -EPIPE && r != -ECONNRESET) {
 		pthread_mutex_lock(&c->lock);
