@@ -14,7 +14,10 @@
 #include <unistd.h>
 
 #include "connection.h"
+#include "envelope.h"
 #include "macro.h"
+
+#define CONN_STACK_FRAME 256 /* bytes of a request packed on the caller's stack */
 
 const char *conn_socket_path(const char *path)
 {
@@ -33,7 +36,6 @@ struct conn *conn_free(struct conn *c)
 	if (!c)
 		return NULL;
 	safe_close(c->fd);
-	free(c->buf);
 	free(c->poll_buf);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->send_lock);
@@ -175,7 +177,7 @@ static int conn_read_reply(struct conn *c, uint8_t *buf, bool wait, struct wire_
 	/* A peer that closed with our request unread reports ECONNRESET once, ahead of what it
 	 * queued before closing (a refused connection's reason): look again. */
 	if (r == -ECONNRESET) {
-		r = wire_recv(c->fd, c->buf, c->buf_size, pkt, MSG_DONTWAIT);
+		r = wire_recv(c->fd, buf, c->buf_size, pkt, MSG_DONTWAIT);
 		if (r == -EAGAIN)
 			r = -ECONNRESET;
 	}
@@ -189,7 +191,7 @@ static int conn_read_reply(struct conn *c, uint8_t *buf, bool wait, struct wire_
 		wire_packet_close_fds(pkt);
 		return -EMSGSIZE;
 	}
-	resp = mrd__response__unpack(NULL, pkt->len, pkt->data);
+	resp = envelope_unpack_response(pkt->data, pkt->len);
 	if (!resp) {
 		wire_packet_close_fds(pkt);
 		return -EBADMSG;
@@ -354,6 +356,24 @@ static int conn_wait_locked(struct conn *c, struct conn_waiter *w)
 	return w->error;
 }
 
+/* Most requests are a few dozen bytes: packed on the stack, not in a buffer malloc'd and freed
+ * each call; the larger ones the generic way. */
+static int conn_send(struct conn *c, const Mrd__Request *req, const int *fds, size_t n_fds)
+{
+	uint8_t frame[CONN_STACK_FRAME];
+	size_t len;
+	int r;
+
+	r = envelope_pack_request(req, frame, sizeof(frame), &len);
+	pthread_mutex_lock(&c->send_lock);
+	if (r == 0)
+		r = wire_send_raw(c->fd, frame, len, fds, n_fds, 0);
+	else
+		r = wire_send(c->fd, &req->base, WIRE_FRAME_MAX, fds, n_fds, 0);
+	pthread_mutex_unlock(&c->send_lock);
+	return r;
+}
+
 int conn_call(struct conn *c, Mrd__Request *req, Mrd__Response **ret, struct conn_fds *ret_fds)
 {
 	return conn_call_with_fds(c, req, NULL, 0, ret, ret_fds);
@@ -377,9 +397,7 @@ int conn_call_with_fds(struct conn *c, Mrd__Request *req, const int *fds, size_t
 	pthread_mutex_unlock(&c->lock);
 	req->id = w.id;
 	/* The request is on the list before it is sent: whoever reads may find its reply. */
-	pthread_mutex_lock(&c->send_lock);
-	r = wire_send(c->fd, &req->base, WIRE_FRAME_MAX, fds, n_fds, 0);
-	pthread_mutex_unlock(&c->send_lock);
+	r = conn_send(c, req, fds, n_fds);
 	/* A peer that hung up may have left its reason queued (a refused connection): read it. */
 	if (r < 0 && r != -EPIPE && r != -ECONNRESET) {
 		pthread_mutex_lock(&c->lock);
@@ -424,17 +442,20 @@ int conn_open(const char *path, const char *client_name, uint64_t capabilities, 
 	}
 	strcpy(sa.sun_path, path);
 
-	c = calloc(1, sizeof(*c));
+	/* The receive buffer right behind the connection: a reply lands on the page whose fields
+	 * the call just used, not on one more page of its own (each page a call touches costs a
+	 * TLB miss once a few hundred threads take turns on a CPU). malloc, not calloc: the
+	 * buffer's pages stay untouched until a reply needs them. */
+	c = malloc(sizeof(*c) + WIRE_FRAME_MAX);
 	if (!c)
 		return -ENOMEM;
+	memset(c, 0, sizeof(*c));
 	c->fd = -1;
 	pthread_mutex_init(&c->send_lock, NULL);
 	pthread_mutex_init(&c->lock, NULL);
 	snprintf(c->path, sizeof(c->path), "%s", path);
 	c->buf_size = WIRE_FRAME_MAX;
-	c->buf = malloc(c->buf_size);
-	if (!c->buf)
-		return -ENOMEM;
+	c->buf = (uint8_t *)(c + 1);
 	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (c->fd < 0)
 		return negative_errno();
