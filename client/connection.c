@@ -50,6 +50,7 @@ struct conn_waiter {
 	uint64_t since_ns; /* when it was sent */
 	bool done;
 	bool wants_read; /* found the socket being read: woken when the reader is through */
+	bool leaving;    /* sleeps on its eventfd alone, the socket left to the newest waiter */
 	int wake_fd;     /* its thread's eventfd while it sleeps in ppoll(), else -1 */
 	int error;       /* a transport error instead of resp */
 	Mrd__Response *resp;
@@ -73,14 +74,6 @@ static uint64_t earlier(uint64_t a, uint64_t b)
 static bool waiter_fresh(const struct conn_waiter *w, uint64_t now)
 {
 	return now - w->since_ns < CONN_FRESH_NS;
-}
-
-/* Whether a waiter other than w is fresh: only the newest other can be. */
-static bool other_fresh(const struct conn *c, const struct conn_waiter *w, uint64_t now)
-{
-	const struct conn_waiter *o = c->waiters == w ? w->next : c->waiters;
-
-	return o && waiter_fresh(o, now);
 }
 
 /* Each thread's eventfd, made at its first wait, closed when it exits. A fork() child's copy
@@ -240,7 +233,7 @@ static void wake_wants_read(struct conn *c)
 		}
 }
 
-/* The read of a waiter that came while no other was fresh: it sleeps in recv(), with no poll(),
+/* The read of a waiter that came newest: it sleeps in recv(), with no poll(),
  * for up to CONN_FRESH_NS (SO_RCVTIMEO). Meanwhile a newcomer leaves the socket to it
  * (wants_read) rather than take its reply from under it; after that, it may have stalled in
  * there, and newcomers read themselves, into c->poll_buf. Under c->lock, which it drops. */
@@ -289,14 +282,16 @@ static int conn_read_once(struct conn *c, struct conn_waiter *self)
 
 /* Waits for w's reply, under c->lock. Each reply is read by a waiter whose thread is likely on
  * a CPU, and handed, with its descriptors, to the thread it is for:
- * - a waiter that has waited CONN_FRESH_NS or more while a fresh one waits too leaves the
- *   socket to that one, which hands it its reply, and sleeps on its eventfd alone. So the
- *   thread of a long call is not woken by every reply for another, nor can it, not yet on a
- *   CPU again, hold back another's reply. It looks again after a sixteenth of its wait so far
- *   (plus CONN_FRESH_NS), in case its reply came after the fresh ones left;
- * - a waiter that comes while no other is fresh (alone, or beside long calls only) sleeps in
- *   recv() (conn_read_blocking): one system call, as for a thread alone on its handle;
- * - the others poll the socket and their eventfd, and read what comes, one reply at a time. */
+ * - the newest waiter reads while it is fresh (sent less than CONN_FRESH_NS ago); the others
+ *   leave the socket to it, which hands them their replies, and sleep on their eventfds alone.
+ *   So the thread of a long call is not woken by every reply for another, nor can it, not yet
+ *   on a CPU again, hold back another's reply. When the newest leaves, the next one takes over
+ *   if it is fresh (woken); one that has waited longer looks again after a sixteenth of its
+ *   wait so far (plus CONN_FRESH_NS), in case its reply came after the fresh ones left;
+ * - a waiter that comes newest sleeps in recv() (conn_read_blocking): one system call, as for
+ *   a thread alone on its handle;
+ * - once the newest is no longer fresh, all poll the socket and their eventfds, and read what
+ *   comes, one reply at a time. */
 static int conn_wait_locked(struct conn *c, struct conn_waiter *w)
 {
 	uint64_t deadline = w->since_ns + CONN_TIMEOUT_MS * 1000000ull;
@@ -317,9 +312,11 @@ static int conn_wait_locked(struct conn *c, struct conn_waiter *w)
 		if (c->blocking && waiter_fresh(c->blocking, now)) {
 			w->wants_read = true;
 			until = earlier(until, c->blocking->since_ns + CONN_FRESH_NS);
-		} else if (!fresh && other_fresh(c, w, now)) {
-			until = earlier(until, now + CONN_FRESH_NS + (now - w->since_ns) / 16);
-		} else if (first && !c->blocking && !c->reading && !other_fresh(c, w, now)) {
+		} else if (c->waiters != w && waiter_fresh(c->waiters, now)) {
+			w->leaving = true;
+			until = earlier(until, fresh ? c->waiters->since_ns + CONN_FRESH_NS :
+						       now + CONN_FRESH_NS + (now - w->since_ns) / 16);
+		} else if (first && !c->blocking && !c->reading && c->waiters == w) {
 			first = false;
 			conn_read_blocking(c, w);
 			continue;
@@ -351,8 +348,13 @@ static int conn_wait_locked(struct conn *c, struct conn_waiter *w)
 		}
 		pthread_mutex_lock(&c->lock);
 		w->wake_fd = -1;
-		w->wants_read = false;
+		w->wants_read = w->leaving = false;
 	}
+	/* The newest waiter leaves: the next one reads now, if it is fresh and left the socket to
+	 * this one (a long one looks again by itself, and is not woken each time). */
+	if (c->waiters && c->waiters->leaving && c->waiters->since_ns < w->since_ns &&
+	    waiter_fresh(c->waiters, now_ns()))
+		waiter_wake(c->waiters);
 	return w->error;
 }
 
