@@ -99,6 +99,7 @@ struct soft_mr {
 	uint64_t iova_page0;          /* iova rounded down to a page */
 	uint8_t **pages;              /* host address of each page; NULL: not present (ODP) */
 	size_t n_pages;
+	size_t key_class;             /* keys_cached: n_pages at reg; a park or move keeps it */
 	unsigned copies;              /* DMA copies and prefetches through it, run without the lock */
 };
 
@@ -380,7 +381,7 @@ static int slot_take(struct soft_provider *sp, struct soft_mr *mr)
 	uint32_t index;
 	int r;
 
-	if (sp->keys_cached && class_pop(sp, mr->n_pages, &index))
+	if (sp->keys_cached && class_pop(sp, mr->key_class, &index))
 		;
 	else if (sp->free_head) {
 		index = sp->free_head;
@@ -407,7 +408,7 @@ static void slot_release(struct soft_provider *sp, struct soft_mr *mr)
 	struct soft_slot *slot = slot_of(sp, mr->index);
 
 	slot->mr = NULL;
-	if (sp->keys_cached && class_push(sp, mr->n_pages, mr->index))
+	if (sp->keys_cached && class_push(sp, mr->key_class, mr->index))
 		return;
 	if (sp->keys_cached || slot->variant != SOFT_VARIANT_LAST) {
 		slot->next_free = sp->free_head;
@@ -541,6 +542,7 @@ static int soft_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t 
 		if (r < 0)
 			goto fail;
 	}
+	mr->key_class = mr->n_pages; /* mlx5: the mkey's cache entry, kept for its life */
 	r = slot_take(sp, mr);
 	if (r < 0) {
 		if (!mr->on_demand)
