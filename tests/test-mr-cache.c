@@ -225,6 +225,9 @@ START_TEST(test_old_rkey_refused_over_reuse)
 	ck_assert_uint_eq(ps.parked, c->domain->reg.provider->caps.keys_come_back ?
 					     KEY_QUARANTINE_MRS : 0);
 	ck_assert_uint_eq(ps.pinned_bytes, 4096 + 64 * 1024);
+	frmr_pools_done(&c->domain->reg.pools); /* as the domain's close does, before its PD */
+	provider_stats(c->domain->reg.provider, &ps);
+	ck_assert_uint_eq(ps.parked, 0);
 	close(fd);
 	td_wait_domains_closed();
 }
