@@ -996,10 +996,45 @@ START_TEST(test_dma_busy_is_retried)
 }
 END_TEST
 
+/* Freed and allocated again at the same address and size, 1,000 times through libmrd: each
+ * time the device refuses the freed allocation's rkey (tests/keys-mlx5.sh runs this again on a
+ * device that hands a released key out again unchanged, as mlx5's mkey cache does). */
+START_TEST(test_old_rkey_refused_over_reuse)
+{
+	mrd_client *c = connect_ok();
+	mrd_cache *l;
+	struct mrd_keys src, old, now;
+	char *s, *p, *q;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 4096, 0, 0, (void **)&s), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * 1024, 0, 0, (void **)&p), 0);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, s, &src), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, p, &old), 0);
+	strcpy(s, "stale");
+	for (int i = 0; i < 1000; i++) {
+		ck_assert_int_eq(mrd_mem_free(c, p), 0);
+		ck_assert_int_eq(mrd_mem_alloc(c, 64 * 1024, 0, 0, (void **)&q), 0);
+		ck_assert_ptr_eq(q, p); /* the same address and size */
+		ck_assert_int_eq(mrd_cache_keys(l, p, &now), 0);
+		p[0] = 0;
+		ck_assert_msg(mrd_dma(c, MRD_DMA_WRITE, src.lkey, s, old.rkey, p, 6) == -ENOKEY,
+			      "cycle %d: the freed allocation's rkey 0x%x reached its address", i,
+			      old.rkey);
+		ck_assert_int_eq(p[0], 0);
+		ck_assert_int_eq(mrd_dma(c, MRD_DMA_WRITE, src.lkey, s, now.rkey, p, 6), 0);
+		ck_assert_str_eq(p, "stale");
+		old = now;
+	}
+	mrd_cache_free(l);
+	mrd_client_close(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("libmrd-lookup");
-	TCase *tc = tcase_create("lookup");
+	TCase *tc = tcase_create("lookup"), *keys = tcase_create("keys");
 
 	signal(SIGPIPE, SIG_IGN);
 	tcase_add_checked_fixture(tc, setup, teardown);
@@ -1008,7 +1043,6 @@ int main(void)
 	tcase_add_test(tc, test_free_drops_only_its_range);
 	tcase_add_test(tc, test_ring_overflow_flushes);
 	tcase_add_test(tc, test_unregistered_free_keeps_caches);
-	tcase_add_test(tc, test_dma_between_processes);
 	tcase_add_test(tc, test_threads_while_memory_churns);
 	tcase_add_test(tc, test_threads_of_a_handle_pass_a_big_lookup);
 	tcase_add_test(tc, test_stalled_waiter_holds_up_no_other_thread);
@@ -1017,9 +1051,15 @@ int main(void)
 	tcase_add_test(tc, test_threads_storm_one_handle);
 	tcase_add_test(tc, test_fork_while_threads_wait);
 	tcase_add_test(tc, test_threads_waiting_when_mrd_dies);
-	tcase_add_test(tc, test_no_stale_key_while_frees_race);
 	tcase_add_test(tc, test_odp_memory);
 	tcase_add_test(tc, test_dma_busy_is_retried);
 	suite_add_tcase(s, tc);
+	/* Key safety: tests/keys-mlx5.sh runs these again where released keys come back. */
+	tcase_add_checked_fixture(keys, setup, teardown);
+	tcase_set_timeout(keys, 120);
+	tcase_add_test(keys, test_dma_between_processes);
+	tcase_add_test(keys, test_no_stale_key_while_frees_race);
+	tcase_add_test(keys, test_old_rkey_refused_over_reuse);
+	suite_add_tcase(s, keys);
 	return run_suite(s);
 }

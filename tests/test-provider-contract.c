@@ -785,6 +785,58 @@ START_TEST(test_keys_used_up_per_context)
 }
 END_TEST
 
+/* Soft's $MRD_SOFT_KEYS=mlx5 behaves as mlx5's mkey cache: a released key comes back unchanged
+ * to the next registration of its size, last released first, parked or not, and a move keeps
+ * keys; another value fails the open. The hazard mrd's key quarantine exists for: the old key
+ * reaches the new memory. */
+START_TEST(test_soft_mlx5_keys_come_back)
+{
+	struct provider *cached;
+	struct provider_pd *kpd;
+	struct provider_mr *a, *b, *c, *src;
+	uint32_t ka, kb;
+	int verbs_error, r;
+	const unsigned rw = MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE;
+
+	ck_assert_int_eq(setenv("MRD_SOFT_KEYS", "mlx6", 1), 0);
+	ck_assert_int_eq(provider_open("soft", NULL, &cached, &verbs_error), -EINVAL);
+	ck_assert_int_eq(setenv("MRD_SOFT_KEYS", "mlx5", 1), 0);
+	r = provider_open("soft", NULL, &cached, &verbs_error);
+	ck_assert_int_eq(unsetenv("MRD_SOFT_KEYS"), 0);
+	ck_assert_int_eq(r, 0);
+	ck_assert(cached->caps.keys_come_back && !cached->caps.rereg_new_keys);
+	ck_assert_int_eq(provider_pd_alloc(cached, &kpd), 0);
+	ck_assert_int_eq(provider_reg(kpd, buf_b, ps, (uintptr_t)buf_b, 0, &src), 0);
+	ck_assert_int_eq(provider_reg(kpd, buf_a, ps, (uintptr_t)buf_a, rw, &a), 0);
+	ck_assert_int_eq(provider_reg(kpd, buf_a, 2 * ps, (uintptr_t)buf_a, rw, &b), 0);
+	ka = a->rkey, kb = b->rkey;
+	ck_assert_int_eq(provider_park(a), 0);
+	ck_assert_uint_eq(a->rkey, ka); /* parked as mlx5 parks: moved, keys kept */
+	ck_assert_int_eq(provider_dma(kpd, PROVIDER_DMA_WRITE, src->lkey, src->iova, ka,
+				      (uintptr_t)buf_a, 1), -ENOKEY);
+	ck_assert_int_eq(provider_dereg(b), 0);
+	ck_assert_int_eq(provider_dereg(a), 0);
+	/* Two pages: b's key, though a's was released after it. */
+	ck_assert_int_eq(provider_reg(kpd, buf_a + ps, 2 * ps, (uintptr_t)buf_a + ps, rw, &c), 0);
+	ck_assert_uint_eq(c->rkey, kb);
+	ck_assert_uint_eq(c->lkey, kb);
+	buf_b[0] = 0x42;
+	ck_assert_int_eq(provider_dma(kpd, PROVIDER_DMA_WRITE, src->lkey, src->iova, kb,
+				      (uintptr_t)buf_a + ps, 1), 0); /* the old key reaches new memory */
+	ck_assert_int_eq(buf_a[ps], 0x42);
+	ck_assert_int_eq(provider_rereg(c, PROVIDER_REREG_TRANSLATION, buf_a, 2 * ps,
+					(uintptr_t)buf_a, 0), 0);
+	ck_assert_uint_eq(c->rkey, kb); /* UMR moves keep keys */
+	ck_assert_int_eq(provider_dereg(c), 0);
+	ck_assert_int_eq(provider_reg(kpd, buf_a, ps, (uintptr_t)buf_a, rw, &a), 0);
+	ck_assert_uint_eq(a->rkey, ka); /* one page: a's, parked when it went */
+	ck_assert_int_eq(provider_dereg(a), 0);
+	ck_assert_int_eq(provider_dereg(src), 0);
+	ck_assert_int_eq(provider_pd_free(kpd), 0);
+	provider_close(cached);
+}
+END_TEST
+
 /* Soft's gate ($MRD_SOFT_GATE): an op of $MRD_SOFT_GATE_BYTES or more says it entered and waits
  * for the test, holding the provider (its lock) meanwhile; a smaller one goes straight on. */
 struct gated_op {
@@ -1061,6 +1113,7 @@ int main(void)
 	if (strcmp(CONTRACT_PROVIDER, "soft") == 0) {
 		tcase_add_test(tc, test_soft_gate_holds_big_ops);
 		tcase_add_test(tc, test_soft_gate_refuses_non_fifos);
+		tcase_add_test(tc, test_soft_mlx5_keys_come_back);
 		tcase_add_test(tc, test_soft_dma_faults_outside_the_lock);
 	}
 	provider_close(probe);

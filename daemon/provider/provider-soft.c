@@ -7,7 +7,7 @@
  * become present on fault or prefetch, populated outside the lock too.
  *
  * Test knobs, read at open: $MRD_SOFT_KEY_BITS (fewer keys), $MRD_SOFT_MAPS=1 (no
- * MADV_POPULATE_*), and a gate that holds a device op until the test lets it go, so that a
+ * MADV_POPULATE_*), $MRD_SOFT_KEYS=mlx5 (keys come back unchanged, see keys_cached), and a gate that holds a device op until the test lets it go, so that a
  * test can show who is served meanwhile without timing anything: $MRD_SOFT_GATE=<dir>, where
  * the test made the FIFOs <dir>/entered and <dir>/release, and $MRD_SOFT_GATE_BYTES=<n>
  * (default 1): only ops of n bytes or more wait. A gated reg (before it pins), rereg with a
@@ -73,6 +73,23 @@ struct soft_provider {
 	bool populate; /* MADV_POPULATE_* checks mappings (mapped_for) */
 	int gate_entered, gate_release; /* $MRD_SOFT_GATE's FIFOs; -1: no gate */
 	uint64_t gate_bytes;
+	/* $MRD_SOFT_KEYS=mlx5: keys behave as mlx5's mkey cache makes them (Linux 6.12,
+	 * drivers/infiniband/hw/mlx5/): dereg revokes the mkey keeping its variant (umr.c,
+	 * mlx5r_umr_revoke_mr: mkey_7_0 = mlx5_mkey_variant(key)) and stores it in the cache
+	 * entry of its exact size (mr.c, mlx5r_handle_mkey_cleanup -> cache_ent_find_and_store ->
+	 * push_mkey_locked); the next registration of that size pops the last one stored
+	 * (alloc_cacheable_mr -> _mlx5_mr_cache_alloc -> pop_mkey_locked), lkey and rkey
+	 * unchanged. A move (UMR) keeps the keys too. Here: one LIFO of indexes per page count;
+	 * variants never change; fresh indexes first when a class is empty, then any class's. */
+	bool keys_cached;
+	struct soft_key_class *classes;
+	unsigned n_classes, classes_cap;
+};
+
+/* $MRD_SOFT_KEYS=mlx5: the indexes released by MRs of pages pages, last released first. */
+struct soft_key_class {
+	size_t pages;
+	uint32_t head; /* chained through soft_slot.next_free; 0: none */
 };
 
 struct soft_mr {
@@ -84,6 +101,7 @@ struct soft_mr {
 	uint64_t iova_page0;          /* iova rounded down to a page */
 	uint8_t **pages;              /* host address of each page; NULL: not present (ODP) */
 	size_t n_pages;
+	size_t key_class;             /* keys_cached: n_pages at reg; a park or move keeps it */
 	unsigned copies;              /* DMA copies and prefetches through it, run without the lock */
 };
 
@@ -155,6 +173,15 @@ static int gate_fifo_open(const char *dir, const char *name)
 	return fd;
 }
 
+/* $MRD_SOFT_KEYS, a test knob: "mlx5" (keys_cached) or "variant" (the default). */
+static int keys_mode(bool *ret_cached)
+{
+	const char *e = getenv("MRD_SOFT_KEYS");
+
+	*ret_cached = e && strcmp(e, "mlx5") == 0;
+	return !e || !*e || *ret_cached || strcmp(e, "variant") == 0 ? 0 : -EINVAL;
+}
+
 /* $MRD_SOFT_GATE and $MRD_SOFT_GATE_BYTES (the top comment). O_RDWR never blocks on a FIFO,
  * and keeps what the test wrote there while nobody else holds it open. */
 static int gate_open(struct soft_provider *sp)
@@ -204,10 +231,11 @@ static int soft_open(const char *device, struct provider **ret)
 {
 	struct soft_provider *sp;
 	unsigned bits;
+	bool keys_cached;
 
 	if (device && strcmp(device, "soft") != 0)
 		return -ENODEV;
-	if (index_bits(&bits) < 0)
+	if (index_bits(&bits) < 0 || keys_mode(&keys_cached) < 0)
 		return -EINVAL;
 	sp = calloc(1, sizeof(*sp));
 	if (!sp)
@@ -219,6 +247,7 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->populate = populate_works(sp->page_size);
 	sp->n_slots = 1;
 	sp->index_limit = (1u << bits) - 1;
+	sp->keys_cached = keys_cached;
 	if (gate_open(sp) < 0) {
 		gate_close(sp);
 		pthread_cond_destroy(&sp->idle);
@@ -234,10 +263,11 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->base.caps.odp_implicit = true;
 	sp->base.caps.odp_rc_caps = 0x3f; /* send, receive, write, read, atomic, srq receive */
 	sp->base.caps.rereg_translation = true;
-	sp->base.caps.rereg_new_keys = true; /* every move takes the index's next variant */
+	sp->base.caps.rereg_new_keys = !keys_cached; /* a move takes the index's next variant */
+	sp->base.caps.keys_come_back = keys_cached;
 	sp->base.caps.dma = true;
 	sp->base.caps.dma_emulated = true;
-	sp->base.caps.max_keys = (uint64_t)(sp->index_limit - 1) * SOFT_VARIANT_LAST;
+	sp->base.caps.max_keys = keys_cached ? 0 : (uint64_t)(sp->index_limit - 1) * SOFT_VARIANT_LAST;
 	*ret = &sp->base;
 	return 0;
 }
@@ -263,6 +293,7 @@ static void soft_close(struct provider *p)
 	}
 	pin_map_done(&sp->pins);
 	gate_close(sp);
+	free(sp->classes);
 	free(sp->chunks);
 	pthread_cond_destroy(&sp->idle);
 	pthread_mutex_destroy(&sp->base.lock);
@@ -323,27 +354,71 @@ static int chunk_add(struct soft_provider *sp)
 	return 0;
 }
 
-/* Takes a free index (or a fresh one) for mr and gives it its next variant. */
+/* keys_cached: pops the index released last by an MR of pages pages (pages 0: of any). */
+static bool class_pop(struct soft_provider *sp, size_t pages, uint32_t *ret)
+{
+	for (unsigned i = 0; i < sp->n_classes; i++) {
+		struct soft_key_class *c = &sp->classes[i];
+
+		if ((pages && c->pages != pages) || !c->head)
+			continue;
+		*ret = c->head;
+		c->head = slot_of(sp, c->head)->next_free;
+		return true;
+	}
+	return false;
+}
+
+/* keys_cached: pushes index on its class's LIFO; false when out of memory. */
+static bool class_push(struct soft_provider *sp, size_t pages, uint32_t index)
+{
+	struct soft_key_class *c = NULL;
+
+	for (unsigned i = 0; i < sp->n_classes && !c; i++)
+		if (sp->classes[i].pages == pages)
+			c = &sp->classes[i];
+	if (!c) {
+		if (sp->n_classes == sp->classes_cap) {
+			unsigned cap = sp->classes_cap ? 2 * sp->classes_cap : 8;
+			struct soft_key_class *cs = realloc(sp->classes, cap * sizeof(*cs));
+
+			if (!cs)
+				return false;
+			sp->classes = cs;
+			sp->classes_cap = cap;
+		}
+		c = &sp->classes[sp->n_classes++];
+		*c = (struct soft_key_class){ .pages = pages };
+	}
+	slot_of(sp, index)->next_free = c->head;
+	c->head = index;
+	return true;
+}
+
+/* Takes a free index (or a fresh one) for mr and gives it its next variant (keys_cached: the
+ * index released last by an MR of its size, its key unchanged). */
 static int slot_take(struct soft_provider *sp, struct soft_mr *mr)
 {
 	struct soft_slot *slot;
 	uint32_t index;
 	int r;
 
-	if (sp->free_head) {
+	if (sp->keys_cached && class_pop(sp, mr->key_class, &index))
+		;
+	else if (sp->free_head) {
 		index = sp->free_head;
 		sp->free_head = slot_of(sp, index)->next_free;
-	} else {
-		if (sp->n_slots >= sp->index_limit)
-			return -EKEYEXPIRED; /* caps.max_keys made */
+	} else if (sp->n_slots < sp->index_limit) {
 		r = chunk_add(sp);
 		if (r < 0)
 			return r;
 		index = sp->n_slots++;
-	}
+	} else if (!sp->keys_cached || !class_pop(sp, 0, &index))
+		return -EKEYEXPIRED; /* caps.max_keys made, or (mlx5) every index in use */
 	slot = slot_of(sp, index);
 	slot->mr = mr;
-	slot->variant++;
+	if (!sp->keys_cached || slot->variant == 0)
+		slot->variant++;
 	mr->index = index;
 	mr->base.lkey = mr->base.rkey = make_key(index, slot->variant);
 	return 0;
@@ -355,7 +430,9 @@ static void slot_release(struct soft_provider *sp, struct soft_mr *mr)
 	struct soft_slot *slot = slot_of(sp, mr->index);
 
 	slot->mr = NULL;
-	if (slot->variant != SOFT_VARIANT_LAST) {
+	if (sp->keys_cached && class_push(sp, mr->key_class, mr->index))
+		return;
+	if (sp->keys_cached || slot->variant != SOFT_VARIANT_LAST) {
 		slot->next_free = sp->free_head;
 		sp->free_head = mr->index;
 	} else if (++(*chunk)->spent == SOFT_CHUNK) {
@@ -487,6 +564,7 @@ static int soft_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t 
 		if (r < 0)
 			goto fail;
 	}
+	mr->key_class = mr->n_pages; /* mlx5: the mkey's cache entry, kept for its life */
 	r = slot_take(sp, mr);
 	if (r < 0) {
 		if (!mr->on_demand)
@@ -532,7 +610,7 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 
 	if (mr->parked && !(flags & PROVIDER_REREG_TRANSLATION))
 		return -EINVAL; /* it has no memory whose access could change */
-	if ((flags & PROVIDER_REREG_TRANSLATION) &&
+	if ((flags & PROVIDER_REREG_TRANSLATION) && !sp->keys_cached &&
 	    slot_of(sp, mr->index)->variant == SOFT_VARIANT_LAST)
 		return -EKEYEXPIRED; /* a move needs a new key, and its index has none left */
 	if (flags & PROVIDER_REREG_TRANSLATION) {
@@ -562,8 +640,9 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 		base->addr = moved.base.addr;
 		base->length = moved.base.length;
 		base->iova = moved.base.iova;
-		/* Same index, new variant: keys to the old memory die here. */
-		slot_of(sp, mr->index)->variant++;
+		/* Same index, new variant: keys to the old memory die here (mlx5's UMR keeps them). */
+		if (!sp->keys_cached)
+			slot_of(sp, mr->index)->variant++;
 		if (mr->parked) {
 			mr->parked = false;
 			sp->stats.parked--;
@@ -595,7 +674,8 @@ static int soft_park(struct provider_mr *base)
 		sp->stats.parked++;
 	}
 	base->addr = base->length = base->iova = 0;
-	base->lkey = base->rkey = 0; /* never a soft key */
+	if (!sp->keys_cached) /* mlx5 parks by a move to a parking page: the keys stay */
+		base->lkey = base->rkey = 0; /* never a soft key */
 	return 0;
 }
 

@@ -150,6 +150,7 @@ static int verbs_open(const char *device, struct provider **ret)
 	vp->base.caps.rereg_translation =
 		probe_rereg_translation(vp->ctx, &vp->base.caps.rereg_new_keys);
 	vp->base.caps.export_pd = true;
+	vp->base.caps.keys_come_back = true; /* mlx5's mkey cache does; no device says it won't */
 	vp->base.caps.dma = true;
 	vp->parking = mmap(NULL, (size_t)vp->base.caps.page_size, PROT_READ | PROT_WRITE,
 			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);

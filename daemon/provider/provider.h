@@ -44,6 +44,9 @@ struct provider_caps {
 	uint32_t odp_rc_caps;   /* IBV_ODP_SUPPORT_* bits for RC */
 	bool rereg_translation; /* rereg may move an MR to new memory */
 	bool rereg_new_keys;    /* ... and a moved MR gets keys other than the ones it had */
+	/* A released key may be handed out again unchanged by the next registration (mlx5's
+	 * mkey cache; soft with $MRD_SOFT_KEYS=mlx5): mrd's key quarantine must keep it dead. */
+	bool keys_come_back;
 	bool dma;               /* RDMA through keys (provider_dma) */
 	bool dma_emulated;      /* ... by mrd itself (soft): exact errors, counted ODP faults */
 	bool export_pd;         /* clients may import context and PD */

@@ -94,6 +94,7 @@ int frmr_pools_init(struct frmr_pools *p, struct provider_pd *pd,
 		p->off = "the device cannot move an MR to new memory (rereg with a translation change)";
 	else if (!prov->caps.rereg_new_keys)
 		p->off = "the device keeps an MR's keys when it moves: a stale key would reach new memory";
+	key_quarantine_init(&p->quarantine, prov->caps.keys_come_back);
 	pthread_mutex_init(&p->lock, NULL);
 	p->ready = true;
 	return 0;
@@ -124,6 +125,7 @@ void frmr_pools_done(struct frmr_pools *p)
 	p->pools = NULL;
 	p->n_pools = p->pools_cap = 0;
 	p->queued = 0;
+	key_quarantine_done(&p->quarantine);
 	pthread_mutex_destroy(&p->lock);
 	p->ready = false;
 }
@@ -324,7 +326,7 @@ int frmr_pools_dereg(struct frmr_pools *p, struct provider_mr *mr)
 		return 0;
 	pool = mr->pool;
 	if (!pool || p->off)
-		return provider_dereg(mr);
+		return key_quarantine_release(&p->quarantine, mr);
 
 	e = (struct parked){ .mr = mr, .lkey = mr->lkey, .rkey = mr->rkey };
 	r = provider_park(mr); /* its keys die here, before anyone else may get the memory */
@@ -340,7 +342,7 @@ int frmr_pools_dereg(struct frmr_pools *p, struct provider_mr *mr)
 	if (kept)
 		return 0;
 	mr->pool = NULL;
-	return provider_dereg(mr);
+	return key_quarantine_release(&p->quarantine, mr);
 }
 
 /* Appends the oldest parked handle of pool to *doomed; false when out of memory. Locked. */

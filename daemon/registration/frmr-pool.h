@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "base/config.h"
+#include "registration/key-quarantine.h"
 
 struct frmr_pool;
 struct provider_mr;
@@ -66,6 +67,9 @@ struct frmr_pools {
 	size_t n_pools, pools_cap;
 	uint64_t queued;   /* parked in every pool */
 	struct frmr_pools_config config; /* max_queued, and the settings of new pools */
+	/* Where a released MR goes when no pool keeps it: on devices whose released keys come
+	 * back, it keeps them dead for a while (registration/key-quarantine.h). */
+	struct key_quarantine quarantine;
 	/* Milliseconds of a monotonic clock; tests set their own. */
 	uint64_t (*clock)(void *data);
 	void *clock_data;
