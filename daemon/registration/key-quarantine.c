@@ -38,7 +38,7 @@ int key_quarantine_release(struct key_quarantine *q, struct provider_mr *mr)
 
 	if (!mr)
 		return 0;
-	if (!q->on)
+	if (!__atomic_load_n(&q->on, __ATOMIC_ACQUIRE))
 		return provider_dereg(mr);
 	/* Parked first: its keys die now, before its memory can go to anyone else. */
 	if (provider_park(mr) < 0) {
@@ -63,7 +63,7 @@ void key_quarantine_done(struct key_quarantine *q)
 
 	pthread_mutex_lock(&q->lock);
 	mrs = q->mrs, head = q->head, n = q->n;
-	q->on = false;
+	__atomic_store_n(&q->on, false, __ATOMIC_RELEASE);
 	q->mrs = NULL;
 	q->head = q->n = 0;
 	pthread_mutex_unlock(&q->lock); /* kept: a release that saw it on may still lock it */
