@@ -282,16 +282,15 @@ static int conn_read_once(struct conn *c, struct conn_waiter *self)
 
 /* Waits for w's reply, under c->lock. Each reply is read by a waiter whose thread is likely on
  * a CPU, and handed, with its descriptors, to the thread it is for:
- * - the newest waiter reads while it is fresh (sent less than CONN_FRESH_NS ago); the others
- *   leave the socket to it, which hands them their replies, and sleep on their eventfds alone.
- *   So the thread of a long call is not woken by every reply for another, nor can it, not yet
- *   on a CPU again, hold back another's reply. When the newest leaves, the next one takes over
- *   if it is fresh (woken); one that has waited longer looks again after a sixteenth of its
- *   wait so far (plus CONN_FRESH_NS), in case its reply came after the fresh ones left;
- * - a waiter that comes newest sleeps in recv() (conn_read_blocking): one system call, as for
- *   a thread alone on its handle;
- * - once the newest is no longer fresh, all poll the socket and their eventfds, and read what
- *   comes, one reply at a time. */
+ * - the newest waiter reads: when it came, it slept in recv() (conn_read_blocking: one system
+ *   call, as for a thread alone on its handle), then it polls the socket and its eventfd;
+ * - the others leave the socket to it, which hands them their replies, and sleep on their
+ *   eventfds alone. So the thread of a long call is not woken by every reply for another, nor
+ *   can it, not yet on a CPU again, hold back another's reply. When the newest leaves, the next
+ *   one takes over if it is fresh (sent less than CONN_FRESH_NS ago: woken); one that has
+ *   waited longer looks again after a sixteenth of its wait so far (plus CONN_FRESH_NS), in
+ *   case its reply came after the newer ones left, or the newest stalled: then it reads once
+ *   each time it looks. */
 static int conn_wait_locked(struct conn *c, struct conn_waiter *w)
 {
 	uint64_t deadline = w->since_ns + CONN_TIMEOUT_MS * 1000000ull;
@@ -309,14 +308,23 @@ static int conn_wait_locked(struct conn *c, struct conn_waiter *w)
 			waiter_finish(c, w, -ETIMEDOUT, NULL, NULL);
 			break;
 		}
-		if (c->blocking && waiter_fresh(c->blocking, now)) {
+		if (c->waiters != w) {
+			/* The newest may have stalled: when it is not fresh, look once each wake. */
+			if (!first && !waiter_fresh(c->waiters, now) &&
+			    (read = conn_read_once(c, w)) > 0)
+				continue;
+			if (read == -ENOMEM) {
+				waiter_finish(c, w, read, NULL, NULL);
+				break;
+			}
+			w->leaving = true;
+			until = earlier(until, fresh && waiter_fresh(c->waiters, now) ?
+						       c->waiters->since_ns + CONN_FRESH_NS :
+						       now + CONN_FRESH_NS + (now - w->since_ns) / 16);
+		} else if (c->blocking && waiter_fresh(c->blocking, now)) {
 			w->wants_read = true;
 			until = earlier(until, c->blocking->since_ns + CONN_FRESH_NS);
-		} else if (c->waiters != w && waiter_fresh(c->waiters, now)) {
-			w->leaving = true;
-			until = earlier(until, fresh ? c->waiters->since_ns + CONN_FRESH_NS :
-						       now + CONN_FRESH_NS + (now - w->since_ns) / 16);
-		} else if (first && !c->blocking && !c->reading && c->waiters == w) {
+		} else if (first && !c->blocking && !c->reading) {
 			first = false;
 			conn_read_blocking(c, w);
 			continue;
