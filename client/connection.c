@@ -206,14 +206,16 @@ static void conn_deliver(struct conn *c, struct conn_waiter *self, int r, Mrd__R
 			waiter_finish(c, c->waiters, r, NULL, NULL);
 		return;
 	}
-	if (r < 0) { /* nothing came for 30 s, or a frame nobody can read: the reader's own */
-		waiter_finish(c, self, r, NULL, NULL);
+	/* A frame nobody can read is the reader's own, and so is a reply with id 0 (to a frame mrd
+	 * could not read, or a refused connection): whose cannot be told. Not when the reader had
+	 * its reply already (another waiter read it meanwhile): then it stays as it was. */
+	if (r < 0) {
+		if (!self->done)
+			waiter_finish(c, self, r, NULL, NULL);
 		return;
 	}
 	w = waiter_find(c, resp->id);
-	/* id 0 is a reply to a frame mrd could not read, or a refused connection: whose cannot
-	 * be told, so the reader takes it. */
-	if (!w && resp->id == 0 && resp->status != 0)
+	if (!w && resp->id == 0 && resp->status != 0 && !self->done)
 		w = self;
 	if (w)
 		waiter_finish(c, w, 0, resp, pkt);
