@@ -311,8 +311,9 @@ static int conn_wait_locked(struct conn *c, struct conn_waiter *w)
 			break;
 		}
 		if (c->waiters != w) {
-			/* The newest may have stalled: when it is not fresh, look once each wake. */
-			if (!first && !waiter_fresh(c->waiters, now) &&
+			/* The newest may have stalled: when it is not fresh, look once each wake,
+			 * unless another waiter reads (then its reply comes by that one). */
+			if (!first && !waiter_fresh(c->waiters, now) && !c->reading &&
 			    (read = conn_read_once(c, w)) > 0)
 				continue;
 			if (read == -ENOMEM) {
