@@ -235,10 +235,19 @@ static void wake_wants_read(struct conn *c)
 		}
 }
 
-/* The read of a waiter that came newest: it sleeps in recv(), with no poll(),
- * for up to CONN_FRESH_NS (SO_RCVTIMEO). Meanwhile a newcomer leaves the socket to it
- * (wants_read) rather than take its reply from under it; after that, it may have stalled in
- * there, and newcomers read themselves, into c->poll_buf. Under c->lock, which it drops. */
+/* Whether the waiter in recv() has been there CONN_STALLED_NS: its recv() times out sooner
+ * unless its thread stalled (a signal handler holds it, it gets no CPU). */
+static bool blocker_stalled(const struct conn *c, uint64_t now)
+{
+	return now - c->blocking_since_ns >= CONN_STALLED_NS;
+}
+
+/* The read of a waiter that came newest: it sleeps in recv(), with no poll(), for up to
+ * CONN_FRESH_NS (SO_RCVTIMEO, which the kernel rounds up to a jiffy). Meanwhile nobody else
+ * reads, since a reply taken from under it could not wake it (it watches no eventfd): a
+ * newcomer leaves the socket to it (wants_read), and is woken when it is through; unless it
+ * stalled in there, and then the others read, into c->poll_buf. Under c->lock, which it
+ * drops. */
 static void conn_read_blocking(struct conn *c, struct conn_waiter *self)
 {
 	struct wire_packet pkt;
@@ -246,6 +255,7 @@ static void conn_read_blocking(struct conn *c, struct conn_waiter *self)
 	int r;
 
 	c->blocking = self;
+	c->blocking_since_ns = now_ns();
 	pthread_mutex_unlock(&c->lock);
 	r = conn_read_reply(c, c->buf, true, &pkt, &resp);
 	pthread_mutex_lock(&c->lock);
@@ -287,7 +297,8 @@ static int conn_read_once(struct conn *c, struct conn_waiter *self)
  * - the newest waiter reads: when it came, it slept in recv() (conn_read_blocking: one system
  *   call, as for a thread alone on its handle), then it polls the socket and its eventfd;
  * - the others leave the socket to it, which hands them their replies, and sleep on their
- *   eventfds alone. So the thread of a long call is not woken by every reply for another, nor
+ *   eventfds alone; so does the newest when it has waited CONN_FRESH_NS while another thread
+ *   called in the last CONN_LONG_NS (that one will read its reply when it calls again). So the thread of a long call is not woken by every reply for another, nor
  *   can it, not yet on a CPU again, hold back another's reply. When the newest leaves, the next
  *   one takes over if it is fresh (sent less than CONN_FRESH_NS ago: woken); one that has
  *   waited longer looks again after a sixteenth of its wait so far (plus CONN_FRESH_NS), in
@@ -302,7 +313,7 @@ static int conn_wait_locked(struct conn *c, struct conn_waiter *w)
 		struct pollfd pfd[2] = { { .fd = -1, .events = POLLIN },
 					 { .fd = -1, .events = POLLIN } };
 		uint64_t now = now_ns(), until = deadline;
-		bool fresh = waiter_fresh(w, now);
+		bool fresh = waiter_fresh(w, now), others_call;
 		struct timespec ts;
 		int n, read = 0;
 
@@ -310,10 +321,13 @@ static int conn_wait_locked(struct conn *c, struct conn_waiter *w)
 			waiter_finish(c, w, -ETIMEDOUT, NULL, NULL);
 			break;
 		}
-		if (c->waiters != w) {
+		/* Another thread called lately (not w, nor long ago): it will be back soon. */
+		others_call = c->last_sent_ns > w->since_ns && now - c->last_sent_ns < CONN_LONG_NS;
+		if (c->waiters != w || (!fresh && others_call)) {
 			/* The newest may have stalled: when it is not fresh, look once each wake,
 			 * unless another waiter reads (then its reply comes by that one). */
 			if (!first && !waiter_fresh(c->waiters, now) && !c->reading &&
+			    (!c->blocking || blocker_stalled(c, now)) &&
 			    (read = conn_read_once(c, w)) > 0)
 				continue;
 			if (read == -ENOMEM) {
@@ -324,9 +338,9 @@ static int conn_wait_locked(struct conn *c, struct conn_waiter *w)
 			until = earlier(until, fresh && waiter_fresh(c->waiters, now) ?
 						       c->waiters->since_ns + CONN_FRESH_NS :
 						       now + CONN_FRESH_NS + (now - w->since_ns) / 16);
-		} else if (c->blocking && waiter_fresh(c->blocking, now)) {
+		} else if (c->blocking && !blocker_stalled(c, now)) {
 			w->wants_read = true;
-			until = earlier(until, c->blocking->since_ns + CONN_FRESH_NS);
+			until = earlier(until, c->blocking_since_ns + CONN_STALLED_NS);
 		} else if (first && !c->blocking && !c->reading) {
 			first = false;
 			conn_read_blocking(c, w);
@@ -404,7 +418,7 @@ int conn_call_with_fds(struct conn *c, Mrd__Request *req, const int *fds, size_t
 		return -ECONNRESET;
 	pthread_mutex_lock(&c->lock);
 	w.id = ++c->next_id;
-	w.since_ns = now_ns(); /* under the lock: the list stays newest first */
+	w.since_ns = c->last_sent_ns = now_ns(); /* under the lock: the list stays newest first */
 	w.next = c->waiters;
 	c->waiters = &w;
 	pthread_mutex_unlock(&c->lock);

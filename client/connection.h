@@ -17,6 +17,12 @@
 /* A call sent this recently has a thread that is likely on a CPU, or soon: it reads the
  * socket for others (conn_wait_locked). Far above a round trip, far below a big pin. */
 #define CONN_FRESH_NS 200000ull
+/* A thread that called this recently calls again soon, as a rule: a long call leaves the
+ * socket to it. */
+#define CONN_LONG_NS 10000000ull
+/* A waiter in recv() this long has stalled: CONN_FRESH_NS rounded up to a jiffy (10 ms at
+ * HZ=100), and then some. */
+#define CONN_STALLED_NS 25000000ull
 
 struct conn_waiter;
 
@@ -31,8 +37,10 @@ struct conn {
 	pthread_mutex_t send_lock; /* one request on the socket at a time */
 	pthread_mutex_t lock;      /* guards what follows */
 	uint64_t next_id;
+	uint64_t last_sent_ns; /* when the newest call was sent */
 	struct conn_waiter *waiters;  /* calls sent and not answered yet, newest first */
 	struct conn_waiter *blocking; /* one of them sleeps in recv(), into buf */
+	uint64_t blocking_since_ns;   /* since when */
 	bool reading;                 /* one of them reads one reply, without waiting, into poll_buf */
 	uint8_t *buf;
 	uint8_t *poll_buf; /* made at the first such read */

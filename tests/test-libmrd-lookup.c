@@ -655,6 +655,52 @@ START_TEST(test_long_waiter_sleeps_through_others_replies)
 }
 END_TEST
 
+#define PACED_PINGS 500
+
+/* A long call (a big lookup, held at the gate) sleeps while another thread of the handle makes
+ * a call every millisecond: it is woken neither by their replies nor when it looks again between
+ * them, but only now and then, after a sixteenth of its wait so far. Else it preempts whoever
+ * pins for it, and can take the reply of the thread asleep in recv() while that one is not yet
+ * on a CPU (which sleeps on then until SO_RCVTIMEO, a timer tick away). Once it had looked
+ * again between two calls, it polled the socket, and switched at each reply and more (572
+ * times). */
+START_TEST(test_long_waiter_leaves_the_socket_to_a_calling_thread)
+{
+	struct handle_thread t1 = { 0 }, t2 = { 0 };
+	long before, woken;
+	pthread_t th1;
+	char gate[64];
+	mrd_client *c;
+	pid_t tid;
+
+	start_gated_mrd(gate, sizeof(gate));
+	c = connect_two_threads(&t1, &t2);
+	ck_assert_int_eq(pthread_create(&th1, NULL, stalled_big_lookup, &t1), 0);
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r');
+	ck_assert(wait_until_waiting(&stalled_tid));
+	tid = stalled_tid;
+	usleep(50000); /* not asserted: it has waited a while */
+	before = thread_switches(tid);
+	for (int i = 0; i < PACED_PINGS; i++) {
+		ck_assert_int_eq(mrd_client_ping(c), 0);
+		usleep(1000);
+	}
+	woken = thread_switches(tid) - before;
+	ck_assert(!__atomic_load_n(&t1.done, __ATOMIC_ACQUIRE)); /* still held */
+	soft_gate_release(gate, 1);
+	pthread_join(th1, NULL);
+	ck_assert_int_eq(t1.lookup, 0);
+	ck_assert(keys_cover(&t1.keys, t1.big));
+	/* Its own looks: ~40 over the half second, and a few more on a slow build (TSan). */
+	ck_assert_msg(woken < PACED_PINGS / 2, "the long call's thread woke %ld times for %d "
+		      "Pings of another, a millisecond apart", woken, PACED_PINGS);
+	ck_assert_int_eq(mrd_mem_free(c, t1.big), 0);
+	ck_assert_int_eq(mrd_mem_free(c, t2.small), 0);
+	mrd_client_close(c);
+	soft_gate_cleanup(gate);
+}
+END_TEST
+
 /* Two threads of a handle (from a gated mrd) wait for their first lookups of 16 MiB: one
  * reads the connection, the other waits for it to hand over its reply. */
 static mrd_client *two_threads_wait(char *gate, size_t size, struct handle_thread t[2],
@@ -1051,6 +1097,7 @@ int main(void)
 	tcase_add_test(tc, test_stalled_waiter_holds_up_no_other_thread);
 	tcase_add_test(tc, test_stalled_first_waiter_holds_up_no_other_thread);
 	tcase_add_test(tc, test_long_waiter_sleeps_through_others_replies);
+	tcase_add_test(tc, test_long_waiter_leaves_the_socket_to_a_calling_thread);
 	tcase_add_test(tc, test_threads_storm_one_handle);
 	tcase_add_test(tc, test_fork_while_threads_wait);
 	tcase_add_test(tc, test_threads_waiting_when_mrd_dies);
