@@ -86,17 +86,12 @@ static void close_all_tracked(void)
 
 static long rss_kb(pid_t pid)
 {
-	char path[64], line[256];
-	long kb = -1;
-	FILE *f;
+	char path[64];
+	long kb;
 
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "re");
-	ck_assert_ptr_nonnull(f);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
+	kb = read_status_field(path, "VmRSS");
+	ck_assert_int_ge(kb, 0);
 	return kb;
 }
 

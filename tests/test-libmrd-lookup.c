@@ -598,17 +598,11 @@ END_TEST
 /* The voluntary context switches of thread tid of this process so far. */
 static long thread_switches(pid_t tid)
 {
-	char path[64], line[256];
-	long n = -1;
-	FILE *f;
+	char path[64];
+	long n;
 
 	snprintf(path, sizeof(path), "/proc/self/task/%d/status", (int)tid);
-	f = fopen(path, "re");
-	ck_assert_ptr_nonnull(f);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "voluntary_ctxt_switches: %ld", &n) == 1)
-			break;
-	fclose(f);
+	n = read_status_field(path, "voluntary_ctxt_switches");
 	ck_assert_int_ge(n, 0);
 	return n;
 }

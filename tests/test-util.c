@@ -434,6 +434,23 @@ long read_long(const char *path)
 	return v;
 }
 
+long read_status_field(const char *path, const char *field)
+{
+	size_t n = strlen(field);
+	char line[256];
+	long v = -1;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, field, n) == 0 && line[n] == ':' &&
+		    sscanf(line + n + 1, "%ld", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
+
 int write_long(const char *path, long v)
 {
 	FILE *f = fopen(path, "we");

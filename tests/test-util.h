@@ -73,6 +73,9 @@ int raw_connect(const char *path);
 long read_long(const char *path);
 /* Writes v to such a file: 0 or -errno. */
 int write_long(const char *path, long v);
+/* The number after "<field>:" in a /proc status file (/proc/PID/status, .../task/TID/status),
+ * -1 when it has none. */
+long read_status_field(const char *path, const char *field);
 
 /* Makes sure at least want 2 MiB huge pages are free: as root, by reserving more (given back
  * when this process exits). 0, or -ENOSPC with the reason in why. */
