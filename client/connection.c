@@ -77,22 +77,26 @@ static bool waiter_fresh(const struct conn_waiter *w, uint64_t now)
 }
 
 /* Each thread's eventfd, made at its first wait, closed when it exits. A fork() child's copy
- * is its parent's object (forks tells): the child makes its own. */
+ * is its parent's object: the child closes it at once and makes its own. */
 static pthread_key_t wake_fd_key;
 static pthread_once_t wake_fd_once = PTHREAD_ONCE_INIT;
 static bool wake_fd_keyed;
-static unsigned forks; /* written in a child only, while it has one thread */
 static __thread int wake_fd = -1;
-static __thread unsigned wake_fd_forks;
 
 static void wake_fd_destroy(void *fd_plus_one)
 {
 	close((int)(intptr_t)fd_plus_one - 1);
 }
 
+/* In a fork() child, in the forking thread (its only one): the parent's eventfd copy goes
+ * now, before the child can reuse its number. */
 static void wake_fd_forked(void)
 {
-	forks++;
+	if (wake_fd >= 0) {
+		close(wake_fd);
+		wake_fd = -1;
+		(void)pthread_setspecific(wake_fd_key, NULL);
+	}
 }
 
 static void wake_fd_key_create(void)
@@ -104,15 +108,12 @@ static void wake_fd_key_create(void)
 /* This thread's eventfd, or -1 when none can be made (its waits then poll in short steps). */
 static int thread_wake_fd(void)
 {
-	if (wake_fd >= 0 && wake_fd_forks == forks)
+	if (wake_fd >= 0)
 		return wake_fd;
 	pthread_once(&wake_fd_once, wake_fd_key_create);
 	if (!wake_fd_keyed)
 		return -1;
-	if (wake_fd >= 0) /* the parent's: ours to close, not to use */
-		close(wake_fd);
 	wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	wake_fd_forks = forks;
 	if (wake_fd >= 0 && pthread_setspecific(wake_fd_key, (void *)(intptr_t)(wake_fd + 1)) != 0)
 		wake_fd = safe_close(wake_fd);
 	return wake_fd;
@@ -180,7 +181,8 @@ static int conn_read_reply(struct conn *c, uint8_t *buf, bool wait, struct wire_
 		return -ECONNRESET;
 	if (r < 0)
 		return r;
-	if (pkt->truncated) {
+	/* More descriptors than a reply may carry: a caller's conn_fds holds WIRE_FDS_MAX. */
+	if (pkt->truncated || pkt->fds_truncated || pkt->n_fds > WIRE_FDS_MAX) {
 		wire_packet_close_fds(pkt);
 		return -EMSGSIZE;
 	}
@@ -358,6 +360,10 @@ static int conn_wait_locked(struct conn *c, struct conn_waiter *w)
 			if (read != -EBUSY)
 				pfd[0].fd = c->fd;
 		}
+		/* A read above dropped the lock: the reply may have come meanwhile, by another
+		 * reader, which could not wake this one (no eventfd was set). */
+		if (w->done)
+			break;
 		first = false;
 		w->wake_fd = pfd[1].fd = thread_wake_fd();
 		if (pfd[1].fd < 0) /* no eventfd: look again now and then */
@@ -406,8 +412,8 @@ int conn_call(struct conn *c, Mrd__Request *req, Mrd__Response **ret, struct con
 	return conn_call_with_fds(c, req, NULL, 0, ret, ret_fds);
 }
 
-int conn_call_with_fds(struct conn *c, Mrd__Request *req, const int *fds, size_t n_fds,
-		       Mrd__Response **ret, struct conn_fds *ret_fds)
+static int conn_call_uncancellable(struct conn *c, Mrd__Request *req, const int *fds,
+				   size_t n_fds, Mrd__Response **ret, struct conn_fds *ret_fds)
 {
 	struct conn_waiter w = { .fds = ret_fds, .wake_fd = -1 };
 	int r;
@@ -440,6 +446,20 @@ int conn_call_with_fds(struct conn *c, Mrd__Request *req, const int *fds, size_t
 		*ret = w.resp;
 	return r;
 }
+
+/* A thread cancelled in its wait would leave its waiter, on its stack, in c->waiters (and
+ * c->reading or c->blocking set): a call runs to its end whatever pthread_cancel() says. */
+int conn_call_with_fds(struct conn *c, Mrd__Request *req, const int *fds, size_t n_fds,
+		       Mrd__Response **ret, struct conn_fds *ret_fds)
+{
+	int r, cancel_state;
+
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
+	r = conn_call_uncancellable(c, req, fds, n_fds, ret, ret_fds);
+	pthread_setcancelstate(cancel_state, NULL);
+	return r;
+}
+
 
 static _printf_(3, 4) void set_error(char *error, size_t size, const char *fmt, ...)
 {
