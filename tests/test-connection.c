@@ -2,9 +2,11 @@
 /* libmrd's connection (client/connection.c) against a fake mrd that answers Pings as a test
  * sets it: late, or with descriptors. What a peer or the caller's process can do to it: too
  * many descriptors in a reply, a fork() child that reuses descriptor numbers, a thread
- * cancelled while it waits. */
+ * cancelled while it waits, a reply handed over while its waiter read. */
 #include <check.h>
 #include <dirent.h>
+#include <dlfcn.h>
+#include <semaphore.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -24,6 +26,9 @@ static struct {
 	char path[108];
 	unsigned reply_delay_us; /* each reply but Hello's */
 	unsigned reply_fds;      /* descriptors (copies of stdin) with each Ping's reply */
+	bool defer_first;        /* the first Ping is answered by fake_answer_deferred() */
+	uint64_t deferred_id;
+	int conn_fd;
 	pthread_t thread;
 } fake;
 
@@ -74,16 +79,27 @@ static void *fake_serve(void *arg)
 	ssize_t n;
 
 	(void)arg;
+	fake.conn_fd = fd;
 	while (fd >= 0 && (n = recv(fd, buf, sizeof(buf), 0)) > 0) {
 		Mrd__Request *req = mrd__request__unpack(NULL, (size_t)n, buf);
+		bool hello;
 
 		ck_assert_ptr_nonnull(req);
-		fake_reply(fd, req->id, req->body_case == MRD__REQUEST__BODY_HELLO);
+		hello = req->body_case == MRD__REQUEST__BODY_HELLO;
+		if (!hello && fake.defer_first && !fake.deferred_id)
+			fake.deferred_id = req->id;
+		else
+			fake_reply(fd, req->id, hello);
 		mrd__request__free_unpacked(req, NULL);
 	}
 	if (fd >= 0)
 		close(fd);
 	return NULL;
+}
+
+static void fake_answer_deferred(void)
+{
+	fake_reply(fake.conn_fd, fake.deferred_id, false);
 }
 
 /* A fake mrd (one connection) and a connection to it. */
@@ -112,6 +128,38 @@ static void fake_done(struct conn *c)
 	pthread_join(fake.thread, NULL);
 	close(fake.listen_fd);
 	unlink(fake.path);
+}
+
+/* recvmsg() as libmrd calls it, held where a test says: a thread that waits in recv() stalls
+ * there until another thread's read without waiting lets it go, and that read is held until
+ * the stalled one has read. */
+static struct {
+	int armed; /* 1: the stalling thread's recv() stalls; 2: then the other's read lets it go */
+	sem_t go, read;
+	pthread_t stalled;
+} hold;
+
+ssize_t recvmsg(int fd, struct msghdr *mh, int flags)
+{
+	static ssize_t (*real)(int, struct msghdr *, int);
+	bool stall = false;
+	ssize_t n;
+
+	if (!real)
+		real = (ssize_t(*)(int, struct msghdr *, int))dlsym(RTLD_NEXT, "recvmsg");
+	if (__atomic_load_n(&hold.armed, __ATOMIC_ACQUIRE) && !(flags & MSG_DONTWAIT) &&
+	    pthread_equal(pthread_self(), hold.stalled)) {
+		sem_wait(&hold.go);
+		stall = true;
+	} else if (__atomic_load_n(&hold.armed, __ATOMIC_ACQUIRE) == 2 && (flags & MSG_DONTWAIT)) {
+		__atomic_store_n(&hold.armed, 0, __ATOMIC_RELEASE);
+		sem_post(&hold.go);
+		sem_wait(&hold.read);
+	}
+	n = real(fd, mh, flags);
+	if (stall)
+		sem_post(&hold.read);
+	return n;
 }
 
 static int ping(struct conn *c, struct conn_fds *fds)
@@ -241,6 +289,60 @@ START_TEST(test_cancelled_waiter_leaves_nothing)
 }
 END_TEST
 
+struct pinger {
+	struct conn *c;
+	int r;
+};
+
+static void *pinger_run(void *arg)
+{
+	struct pinger *p = arg;
+
+	p->r = ping(p->c, NULL);
+	return NULL;
+}
+
+static void *stalling_pinger_run(void *arg)
+{
+	hold.stalled = pthread_self(); /* before its first recvmsg() */
+	return pinger_run(arg);
+}
+
+/* Thread A sleeps in recv() and stalls there (25 ms and more: the others read then). Thread B
+ * calls; while its own read without waiting finds nothing, A takes B's reply and hands it
+ * over. B sees that before it sleeps (it slept to its 30 s deadline: no eventfd was set to
+ * wake it). A's own reply is held back by the fake mrd till then. */
+START_TEST(test_reply_handed_over_while_reading_is_seen)
+{
+	struct conn *c = fake_connect();
+	struct pinger a = { .c = c }, b = { .c = c };
+	struct timespec until;
+	pthread_t ta, tb;
+	int joined;
+
+	ck_assert_int_eq(sem_init(&hold.go, 0, 0), 0);
+	ck_assert_int_eq(sem_init(&hold.read, 0, 0), 0);
+	fake.defer_first = true;
+	__atomic_store_n(&hold.armed, 1, __ATOMIC_RELEASE);
+	ck_assert_int_eq(pthread_create(&ta, NULL, stalling_pinger_run, &a), 0);
+	usleep(2 * CONN_STALLED_NS / 1000); /* not asserted: A is in recv() by then */
+	__atomic_store_n(&hold.armed, 2, __ATOMIC_RELEASE);
+	ck_assert_int_eq(pthread_create(&tb, NULL, pinger_run, &b), 0);
+	/* Bounded only so that a failure is reported rather than waited for: nothing is timed. */
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	joined = pthread_timedjoin_np(tb, NULL, &until);
+	fake_answer_deferred();
+	if (joined != 0)
+		pthread_join(tb, NULL);
+	pthread_join(ta, NULL);
+	ck_assert_msg(joined == 0, "B's reply, handed over while B read, waited for its deadline");
+	ck_assert_int_eq(b.r, 0);
+	ck_assert_int_eq(a.r, 0);
+	fake_done(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("connection");
@@ -250,6 +352,7 @@ int main(void)
 	tcase_add_test(tc, test_reply_with_too_many_fds_refused);
 	tcase_add_test(tc, test_fork_child_keeps_its_descriptors);
 	tcase_add_test(tc, test_cancelled_waiter_leaves_nothing);
+	tcase_add_test(tc, test_reply_handed_over_while_reading_is_seen);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }
