@@ -77,9 +77,12 @@ MRD_EXPORT int mrd_cache_new(mrd_client *client, mrd_cache **ret)
 
 	if (!client || !ret)
 		return set_last_error(-EINVAL, "mrd_cache_new: NULL argument");
-	c = calloc(1, sizeof(*c));
+	/* On a cache line of its own, wherever the heap stands: the hot part's place decided
+	 * whether a top-half hit ran 1.2x or 2.2x the plain scan (lookup-top-random8). */
+	c = aligned_alloc(64, (sizeof(*c) + 63) & ~(size_t)63);
 	if (!c)
 		return set_last_error(-ENOMEM, "out of memory");
+	memset(c, 0, sizeof(*c));
 	r = mr_table_init(&c->bottom, BOTTOM_FIRST, BOTTOM_MAX);
 	if (r < 0) {
 		free(c);
