@@ -332,10 +332,6 @@ static int conn_wait_locked(struct conn *c, struct conn_waiter *w)
 			    (!c->blocking || blocker_stalled(c, now)) &&
 			    (read = conn_read_once(c, w)) > 0)
 				continue;
-			if (read == -ENOMEM) {
-				waiter_finish(c, w, read, NULL, NULL);
-				break;
-			}
 			w->leaving = true;
 			until = earlier(until, fresh && waiter_fresh(c->waiters, now) ?
 						       c->waiters->since_ns + CONN_FRESH_NS :
@@ -351,15 +347,13 @@ static int conn_wait_locked(struct conn *c, struct conn_waiter *w)
 			/* Its reply cannot be in at once: one poll() first. */
 			if (!first && (read = conn_read_once(c, w)) > 0)
 				continue;
-			if (read == -ENOMEM) {
-				waiter_finish(c, w, read, NULL, NULL);
-				break;
-			}
 			/* While another thread reads, the socket stays readable: sleep until it is
 			 * through. */
 			if (read != -EBUSY)
 				pfd[0].fd = c->fd;
 		}
+		if (read == -ENOMEM) /* no buffer for a read without waiting */
+			waiter_finish(c, w, read, NULL, NULL);
 		/* A read above dropped the lock: the reply may have come meanwhile, by another
 		 * reader, which could not wake this one (no eventfd was set). */
 		if (w->done)
