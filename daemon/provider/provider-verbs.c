@@ -37,6 +37,7 @@ struct verbs_mr {
 	struct provider_mr base;
 	struct ibv_mr *mr;
 	uint64_t pinned; /* bytes the kernel pinned for it (0 for ODP) */
+	unsigned ibv_access; /* what the device MR grants now: 0 while parked */
 	bool parked;     /* on the parking page (verbs_park) */
 };
 
@@ -69,36 +70,84 @@ static uint64_t page_span(uint64_t addr, uint64_t length)
 	return ((addr + length + ps - 1) & ~(ps - 1)) - (addr & ~(ps - 1));
 }
 
-/* There is no capability bit for it: try moving a one-page MR to another page. *ret_new_keys
- * says whether the move gave it new keys; a driver that keeps them (a UMR update in place)
- * would let a key handed out for the old memory reach the new. */
-static bool probe_rereg_translation(struct ibv_context *ctx, bool *ret_new_keys)
+/* Probes one size: an MR of length bytes at buf moved to buf + length, as a pool moves a
+ * handle. 0 when the move gave new lkey and rkey; else what failed, in why. */
+static int probe_move(struct ibv_pd *pd, uint8_t *buf, size_t length, const char *name,
+		      char *why, size_t size)
 {
-	long ps = sysconf(_SC_PAGESIZE);
-	struct ibv_pd *pd;
 	struct ibv_mr *mr;
-	bool ok = false;
-	uint8_t *buf;
+	uint32_t lkey, rkey;
+	int r;
 
-	*ret_new_keys = false;
-	buf = mmap(NULL, 2 * (size_t)ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (buf == MAP_FAILED)
-		return false;
-	pd = ibv_alloc_pd(ctx);
-	if (pd) {
-		mr = ibv_reg_mr(pd, buf, (size_t)ps, IBV_ACCESS_LOCAL_WRITE);
-		if (mr) {
-			uint32_t lkey = mr->lkey, rkey = mr->rkey;
-
-			ok = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, buf + ps,
-					  (size_t)ps, IBV_ACCESS_LOCAL_WRITE) == 0;
-			*ret_new_keys = ok && mr->lkey != lkey && mr->rkey != rkey;
-			(void)ibv_dereg_mr(mr);
-		}
-		(void)ibv_dealloc_pd(pd);
+	mr = ibv_reg_mr(pd, buf, length, IBV_ACCESS_LOCAL_WRITE);
+	if (!mr) {
+		r = negative_errno();
+		snprintf(why, size, "no MR to probe with: %s (%s)", strerror(-r), name);
+		return r;
 	}
-	munmap(buf, 2 * (size_t)ps);
-	return ok;
+	lkey = mr->lkey, rkey = mr->rkey;
+	/* Access 0: it does not change (verbs_rereg's comment). */
+	errno = 0;
+	r = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, buf + length, length, 0);
+	if (r != 0 && r != IBV_REREG_MR_ERR_DO_FORK_OLD) {
+		r = negative_errno();
+		snprintf(why, size, "rereg: %s (%s)", strerror(-r), name);
+	} else if (mr->lkey == lkey || mr->rkey == rkey) {
+		r = -EEXIST;
+		snprintf(why, size, "a move keeps its keys (in-place update: mlx5's UMR, irdma) (%s)",
+			 name);
+	} else
+		r = 0;
+	(void)ibv_dereg_mr(mr); /* after ERR_CMD it may be gone already: nothing to lose */
+	return r;
+}
+
+/* There is no capability bit for it: move an MR to new memory as the pools would, at one page
+ * and at 2 MiB (mlx5 moves in place, keys kept, whenever the new pages fit the mkey's cache
+ * entry, hw/mlx5/mr.c can_use_umr_rereg_pas; a size apart may take another path). Pools need
+ * both sizes to give new lkey and rkey. What the kernels do (Linux 6.12): rxe refuses a
+ * translation change (sw/rxe/rxe_verbs.c, rxe_rereg_user_mr: flags beyond PD | ACCESS ->
+ * -EOPNOTSUPP); siw has no rereg_user_mr, and uverbs' rereg method needs one
+ * (core/uverbs_cmd.c, UAPI_DEF_METHOD_NEEDS_FN(rereg_user_mr)): -EOPNOTSUPP; mlx5 updates the
+ * mkey in place by UMR (mlx5_ib_rereg_user_mr -> umr_rereg_pas, keys kept) or makes a new one
+ * (create_real_mr: new keys, the old mkey back to its cache); irdma re-registers under the same
+ * stag (hw/irdma/verbs.c, irdma_rereg_mr_trans). The answer goes to caps.rereg_probe and the
+ * log ("verbs: <device>: rereg probe: ..."). */
+static void probe_rereg(struct ibv_context *ctx, struct provider_caps *caps)
+{
+	const size_t sizes[] = { (size_t)sysconf(_SC_PAGESIZE), 2u << 20 };
+	const char *names[] = { "1 page", "2 MiB" };
+	char *why = caps->rereg_probe;
+	const size_t size = sizeof(caps->rereg_probe);
+	struct ibv_pd *pd;
+	int r = 0;
+
+	caps->rereg_translation = caps->rereg_new_keys = false;
+	pd = ibv_alloc_pd(ctx);
+	if (!pd) {
+		snprintf(why, size, "no PD to probe with: %s", strerror(errno));
+		return;
+	}
+	for (size_t i = 0; i < ELEMENTSOF(sizes) && r == 0; i++) {
+		uint8_t *buf = mmap(NULL, 2 * sizes[i], PROT_READ | PROT_WRITE,
+				    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (buf == MAP_FAILED) {
+			r = negative_errno();
+			snprintf(why, size, "no memory to probe with: %s", strerror(-r));
+			break;
+		}
+		r = probe_move(pd, buf, sizes[i], names[i], why, size);
+		munmap(buf, 2 * sizes[i]);
+		if (r == 0 || r == -EEXIST)
+			caps->rereg_translation = true;
+	}
+	(void)ibv_dealloc_pd(pd);
+	caps->rereg_new_keys = r == 0;
+	if (r == 0)
+		snprintf(why, size, "a move gives new lkey and rkey (1 page and 2 MiB)");
+	else if (r != -EEXIST)
+		caps->rereg_translation = false; /* one size refused: pools cannot count on it */
 }
 
 static int verbs_open(const char *device, struct provider **ret)
@@ -147,8 +196,7 @@ static int verbs_open(const char *device, struct provider **ret)
 	vp->base.caps.odp = attr.odp_caps.general_caps & IBV_ODP_SUPPORT;
 	vp->base.caps.odp_implicit = attr.odp_caps.general_caps & IBV_ODP_SUPPORT_IMPLICIT;
 	vp->base.caps.odp_rc_caps = attr.odp_caps.per_transport_caps.rc_odp_caps;
-	vp->base.caps.rereg_translation =
-		probe_rereg_translation(vp->ctx, &vp->base.caps.rereg_new_keys);
+	probe_rereg(vp->ctx, &vp->base.caps);
 	vp->base.caps.export_pd = true;
 	vp->base.caps.keys_come_back = true; /* mlx5's mkey cache does; no device says it won't */
 	vp->base.caps.dma = true;
@@ -156,12 +204,10 @@ static int verbs_open(const char *device, struct provider **ret)
 			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	if (vp->parking == MAP_FAILED)
 		vp->parking = NULL; /* no parking: verbs_park refuses, and pools stay off */
-	log_debug("verbs: %s: max MR %llu, ODP %s%s, rereg translation %s%s",
-		  vp->base.caps.device, (unsigned long long)vp->base.caps.max_mr_size,
-		  vp->base.caps.odp ? "yes" : "no", vp->base.caps.odp_implicit ? " (implicit)" : "",
-		  vp->base.caps.rereg_translation ? "yes" : "no",
-		  vp->base.caps.rereg_translation && !vp->base.caps.rereg_new_keys ?
-			  " (keeps keys)" : "");
+	log_debug("verbs: %s: max MR %llu, ODP %s%s", vp->base.caps.device,
+		  (unsigned long long)vp->base.caps.max_mr_size, vp->base.caps.odp ? "yes" : "no",
+		  vp->base.caps.odp_implicit ? " (implicit)" : "");
+	log_info("verbs: %s: rereg probe: %s", vp->base.caps.device, vp->base.caps.rereg_probe);
 	*ret = &vp->base;
 	return 0;
 }
@@ -244,6 +290,7 @@ static int verbs_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t
 	}
 	vmr->base.pd = pd;
 	vmr->base.access = access;
+	vmr->ibv_access = to_ibv_access(access);
 	mr_sync(vmr, iova);
 	vmr->pinned = access & MRD_ACCESS_ON_DEMAND ? 0 : page_span((uintptr_t)addr, length);
 	pd->n_mrs++;
@@ -273,31 +320,27 @@ static int verbs_dereg(struct provider_mr *base)
 	return 0;
 }
 
-static int verbs_rereg(struct provider_mr *base, unsigned flags, void *addr, size_t length,
-		       uint64_t iova, unsigned access)
+/* One ibv_rereg_mr: to [addr, addr + length) unless addr is NULL, granting ibv_access.
+ * libibverbs refuses a non-zero access without IBV_REREG_MR_CHANGE_ACCESS before the driver
+ * runs (rdma-core libibverbs/verbs.c, ibv_rereg_mr: `if (access && !(flags &
+ * IBV_REREG_MR_CHANGE_ACCESS))` -> IBV_REREG_MR_ERR_INPUT, EINVAL), so the access goes, with
+ * the flag, only when it changes; 0 otherwise. -ESTALE: the MR is gone (verbs_rereg). */
+static int mr_rereg(struct verbs_provider *vp, struct verbs_mr *vmr, void *addr, size_t length,
+		    unsigned ibv_access)
 {
-	struct verbs_mr *vmr = (struct verbs_mr *)base;
-	struct verbs_provider *vp = to_verbs(base->pd->provider);
-	int ibv_flags = 0, r;
+	int flags = 0, r;
 
-	if (flags & PROVIDER_REREG_TRANSLATION) {
-		if (!vp->base.caps.rereg_translation)
-			return -EOPNOTSUPP;
-		/* ibv_rereg_mr has no iova: a moved MR is addressed by its virtual address. */
-		if (iova != (uintptr_t)addr)
-			return -EINVAL;
-		ibv_flags |= IBV_REREG_MR_CHANGE_TRANSLATION;
-	} else {
-		addr = NULL;
-		length = 0;
-		iova = base->iova;
-	}
-	if (flags & PROVIDER_REREG_ACCESS)
-		ibv_flags |= IBV_REREG_MR_CHANGE_ACCESS;
-
+	if (addr)
+		flags |= IBV_REREG_MR_CHANGE_TRANSLATION;
+	if (ibv_access != vmr->ibv_access)
+		flags |= IBV_REREG_MR_CHANGE_ACCESS;
 	if (!vmr->mr)
 		return -ESTALE;
-	r = ibv_rereg_mr(vmr->mr, ibv_flags, NULL, addr, length, (int)to_ibv_access(access));
+	if (!flags)
+		return 0;
+	errno = 0;
+	r = ibv_rereg_mr(vmr->mr, flags, NULL, addr, length,
+			 flags & IBV_REREG_MR_CHANGE_ACCESS ? (int)ibv_access : 0);
 	/* DO_FORK_OLD comes after the device moved the MR: only the old range stays DONTFORK,
 	 * which costs a child process those pages, nothing more. The move holds. */
 	if (r == IBV_REREG_MR_ERR_DO_FORK_OLD)
@@ -305,55 +348,98 @@ static int verbs_rereg(struct provider_mr *base, unsigned flags, void *addr, siz
 	else if (r != 0) {
 		int error = negative_errno();
 
-		/* IBV_REREG_MR_ERR_CMD and worse: the kernel destroyed the old MR on the way. Free
-		 * what is left; only dereg remains valid on this handle. */
+		/* IBV_REREG_MR_ERR_CMD and worse: the kernel may have destroyed the old MR on the
+		 * way (mlx5 revokes it before making a new one). Free what is left; only dereg
+		 * remains valid on this handle. */
 		if (r <= IBV_REREG_MR_ERR_CMD) {
 			log_debug("verbs: rereg failed after the MR was invalidated: %s",
 				  strerror(-error));
 			(void)ibv_dereg_mr(vmr->mr);
 			vmr->mr = NULL;
-			base->lkey = base->rkey = 0;
+			vmr->base.lkey = vmr->base.rkey = 0;
 			vp->stats.pinned_bytes -= vmr->pinned;
 			vmr->pinned = 0;
 			return -ESTALE;
 		}
 		return error;
 	}
+	vmr->ibv_access = ibv_access;
+	return 0;
+}
+
+/* The pinned count of a pinned MR moved to [addr, addr + length). */
+static void count_pinned(struct verbs_provider *vp, struct verbs_mr *vmr, void *addr,
+			 size_t length)
+{
+	if (vmr->base.access & MRD_ACCESS_ON_DEMAND)
+		return;
+	vp->stats.pinned_bytes -= vmr->pinned;
+	vmr->pinned = page_span((uintptr_t)addr, length);
+	vp->stats.pinned_bytes += vmr->pinned;
+}
+
+static int verbs_rereg(struct provider_mr *base, unsigned flags, void *addr, size_t length,
+		       uint64_t iova, unsigned access)
+{
+	struct verbs_mr *vmr = (struct verbs_mr *)base;
+	struct verbs_provider *vp = to_verbs(base->pd->provider);
+	int r;
+
+	if (flags & PROVIDER_REREG_TRANSLATION) {
+		if (!vp->base.caps.rereg_translation)
+			return -EOPNOTSUPP;
+		/* ibv_rereg_mr has no iova: a moved MR is addressed by its virtual address. */
+		if (iova != (uintptr_t)addr)
+			return -EINVAL;
+	} else if (vmr->parked)
+		return -EINVAL; /* it has no memory whose access could change */
+	else {
+		addr = NULL;
+		length = 0;
+		iova = base->iova;
+	}
+	r = mr_rereg(vp, vmr, addr, length, to_ibv_access(access));
+	if (r < 0)
+		return r;
 	mr_sync(vmr, iova);
 	base->access = access;
-	if (flags & PROVIDER_REREG_TRANSLATION && !(access & MRD_ACCESS_ON_DEMAND)) {
-		vp->stats.pinned_bytes -= vmr->pinned;
-		vmr->pinned = page_span((uintptr_t)addr, length);
-		vp->stats.pinned_bytes += vmr->pinned;
-	}
+	if (flags & PROVIDER_REREG_TRANSLATION)
+		count_pinned(vp, vmr, addr, length);
 	if (flags & PROVIDER_REREG_TRANSLATION && vmr->parked) {
-		vmr->parked = false; /* verbs_park parks it again when that was the move */
+		vmr->parked = false;
 		vp->stats.parked--;
 		vp->stats.mrs++;
 	}
 	return 0;
 }
 
-/* Verbs has no "detach": the MR moves to the provider's parking page, so its keys — the same
- * ones, on a driver that keeps them — reach nothing but that page, and the client memory it
- * pinned is let go. */
+/* Verbs has no "detach": the MR moves to the provider's parking page granting nothing (access
+ * 0, which provider_rereg would not take: no registration has it), so its keys — the same
+ * ones, on a driver that keeps them — reach nothing, and the client memory it pinned is let
+ * go. base->access stays what the MR is for: a pool's move gives it back. New keys after the
+ * move: the driver made the MR anew (mlx5's create_real_mr, when its UMR cannot drop the
+ * access, hw/mlx5/mr.c can_use_umr_rereg_access), and the old mkey went back to the
+ * device's cache: returns 1 (provider.h). */
 static int verbs_park(struct provider_mr *base)
 {
 	struct verbs_provider *vp = to_verbs(base->pd->provider);
-
 	struct verbs_mr *vmr = (struct verbs_mr *)base;
+	uint32_t lkey = base->lkey, rkey = base->rkey;
 	int r;
 
 	if (!vp->parking || !vp->base.caps.rereg_translation)
 		return -EOPNOTSUPP;
-	r = verbs_rereg(base, PROVIDER_REREG_TRANSLATION, vp->parking, vp->base.caps.page_size,
-			(uintptr_t)vp->parking, base->access);
-	if (r == 0 && !vmr->parked) {
+	r = mr_rereg(vp, vmr, vp->parking, vp->base.caps.page_size, 0);
+	if (r < 0)
+		return r;
+	mr_sync(vmr, (uintptr_t)vp->parking);
+	count_pinned(vp, vmr, vp->parking, vp->base.caps.page_size);
+	if (!vmr->parked) {
 		vmr->parked = true;
 		vp->stats.mrs--;
 		vp->stats.parked++;
 	}
-	return r;
+	return base->lkey != lkey || base->rkey != rkey ? 1 : 0;
 }
 
 static int verbs_advise(struct provider_mr *base, enum provider_advice advice, uint64_t iova,

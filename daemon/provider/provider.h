@@ -44,6 +44,10 @@ struct provider_caps {
 	uint32_t odp_rc_caps;   /* IBV_ODP_SUPPORT_* bits for RC */
 	bool rereg_translation; /* rereg may move an MR to new memory */
 	bool rereg_new_keys;    /* ... and a moved MR gets keys other than the ones it had */
+	/* What a move does, in words, for `mrctl pools` and the log: verbs' rereg probe answer
+	 * ("a move gives new lkey and rkey", "rereg: Operation not supported", "a move keeps
+	 * its keys ..."), soft's mode. */
+	char rereg_probe[128];
 	/* A released key may be handed out again unchanged by the next registration (mlx5's
 	 * mkey cache; soft with $MRD_SOFT_KEYS=mlx5): mrd's key quarantine must keep it dead. */
 	bool keys_come_back;
@@ -105,7 +109,10 @@ struct provider_ops {
 	/* Detaches an MR from its memory so a pool may keep it (daemon/registration/frmr-pool.h): its keys
 	 * stop reaching that memory at once, it pins nothing of it, and only a rereg with
 	 * PROVIDER_REREG_TRANSLATION (new memory, new keys) or dereg may follow. NULL: the
-	 * provider cannot, and pools are off. */
+	 * provider cannot, and pools are off. Returns 0, or 1: parked, but under new keys because
+	 * the device made the MR anew and took its old keys back, to hand them out again where
+	 * keys come back (verbs: mlx5's rereg falls back to create_real_mr when its UMR cannot
+	 * make the change, hw/mlx5/mr.c); -EOPNOTSUPP where a move is refused (rxe, siw). */
 	int (*park)(struct provider_mr *mr);
 	/* ODP prefetch. Called without the provider's lock, since it may take long (soft populates
 	 * pages: 0.4 s a GiB; a device faults them in): it locks what it needs (soft holds the
