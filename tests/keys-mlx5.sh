@@ -2,7 +2,21 @@
 # The key-safety cases again on a soft provider that hands a released key out again unchanged,
 # LIFO per size, as mlx5's mkey cache does ($MRD_SOFT_KEYS=mlx5): mrd's key quarantine must
 # keep a freed allocation's rkey dead (unit: test-mr-cache; integration: test-libmrd-lookup).
+# Each with every way a device moves an MR ($MRD_SOFT_REREG): as soft does (move), keeping its
+# keys (keep-keys: mlx5's UMR), or not at all (refuse: rxe, siw). Where keys come back and
+# moves are refused nothing can park, the guarantee does not hold, and the quarantine's case
+# checks that mrctl pools counts every such MR in unparked.
 set -e
-export MRD_SOFT_KEYS=mlx5 CK_RUN_CASE=keys
-"$MRD_BUILDDIR/tests/test-mr-cache"
-"$MRD_BUILDDIR/tests/test-libmrd-lookup"
+for rereg in move keep-keys refuse; do
+	export MRD_SOFT_REREG=$rereg
+	for keys in mlx5 variant; do
+		export MRD_SOFT_KEYS=$keys
+		echo "# MRD_SOFT_KEYS=$keys MRD_SOFT_REREG=$rereg"
+		export CK_RUN_CASE=quarantine
+		"$MRD_BUILDDIR/tests/test-mr-cache"
+		[ "$keys/$rereg" = mlx5/refuse ] && continue
+		export CK_RUN_CASE=keys
+		"$MRD_BUILDDIR/tests/test-mr-cache"
+		"$MRD_BUILDDIR/tests/test-libmrd-lookup"
+	done
+done

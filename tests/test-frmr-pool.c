@@ -374,6 +374,61 @@ START_TEST(test_off_when_disabled_or_unsafe)
 }
 END_TEST
 
+/* Pools off say why in the device's words (caps.rereg_probe, verbs' probe answer): soft with
+ * $MRD_SOFT_REREG moves as rxe and siw (refused: parking too, which on verbs is a move) or as
+ * mlx5's UMR (keys kept) would; a bad value fails the open. */
+START_TEST(test_off_says_the_devices_reason)
+{
+	static const struct {
+		const char *mode, *off;
+	} modes[] = {
+		{ "refuse", "the device cannot move an MR to new memory (soft: rereg: Operation not "
+			    "supported (MRD_SOFT_REREG=refuse, as rxe and siw))" },
+		{ "keep-keys", "the device keeps an MR's keys when it moves: a stale key would reach "
+			       "new memory (soft: a move keeps its keys (MRD_SOFT_REREG=keep-keys, as "
+			       "mlx5's UMR))" },
+		{ "move", NULL },
+	};
+	struct provider *q;
+	struct provider_pd *qpd;
+	struct frmr_pools qpools;
+	struct provider_mr *mr;
+	int verbs_error;
+
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		uint32_t rkey;
+		int r;
+
+		ck_assert_int_eq(setenv("MRD_SOFT_REREG", modes[i].mode, 1), 0);
+		ck_assert_int_eq(provider_open("soft", NULL, &q, &verbs_error), 0);
+		ck_assert_int_eq(provider_pd_alloc(q, &qpd), 0);
+		ck_assert_int_eq(frmr_pools_init(&qpools, qpd, &defaults), 0);
+		if (modes[i].off)
+			ck_assert_str_eq(qpools.off, modes[i].off);
+		else
+			ck_assert_ptr_null(qpools.off);
+		ck_assert_int_eq(provider_reg(qpd, buf, ps, (uintptr_t)buf, RW, &mr), 0);
+		rkey = mr->rkey;
+		r = provider_rereg(mr, PROVIDER_REREG_TRANSLATION, buf + ps, ps,
+				   (uintptr_t)(buf + ps), 0);
+		ck_assert_int_eq(r, strcmp(modes[i].mode, "refuse") == 0 ? -EOPNOTSUPP : 0);
+		if (strcmp(modes[i].mode, "keep-keys") == 0)
+			ck_assert_uint_eq(mr->rkey, rkey);
+		else
+			ck_assert_uint_ne(mr->rkey, r == 0 ? rkey : 0);
+		ck_assert_int_eq(provider_park(mr), strcmp(modes[i].mode, "refuse") == 0 ?
+							    -EOPNOTSUPP : 0);
+		ck_assert_int_eq(provider_dereg(mr), 0);
+		frmr_pools_done(&qpools);
+		ck_assert_int_eq(provider_pd_free(qpd), 0);
+		provider_close(q);
+	}
+	ck_assert_int_eq(setenv("MRD_SOFT_REREG", "sometimes", 1), 0);
+	ck_assert_int_eq(provider_open("soft", NULL, &q, &verbs_error), -EINVAL);
+	ck_assert_int_eq(unsetenv("MRD_SOFT_REREG"), 0);
+}
+END_TEST
+
 /* A device that, against its caps, gives a moved MR its old keys back. */
 static uint32_t kept_lkey, kept_rkey;
 
@@ -578,6 +633,7 @@ int main(void)
 	tcase_add_test(tc, test_max_queued);
 	tcase_add_test(tc, test_bad_memory_keeps_handle);
 	tcase_add_test(tc, test_off_when_disabled_or_unsafe);
+	tcase_add_test(tc, test_off_says_the_devices_reason);
 	tcase_add_test(tc, test_handle_with_old_key_never_served);
 	tcase_add_test(tc, test_handle_failing_to_move_destroyed);
 	tcase_add_test(tc, test_handle_parked_with_old_key_destroyed);

@@ -153,7 +153,9 @@ END_TEST
 
 /* Freed memory and its MR handle both go to the next client of the domain: the handle moves
  * to the new memory (a pool hit) with new keys, and the first client's key reaches nothing.
- * Where moves keep keys (MRD_SOFT_KEYS=mlx5) pools are off: the key quarantine keeps it dead. */
+ * Where moves keep keys (MRD_SOFT_KEYS=mlx5, MRD_SOFT_REREG=keep-keys) or are refused
+ * (MRD_SOFT_REREG=refuse) pools are off: a new registration, or the key quarantine, keeps it
+ * dead. */
 START_TEST(test_handle_reuse_keeps_stale_keys_out)
 {
 	struct client *ca, *cb;
@@ -164,8 +166,7 @@ START_TEST(test_handle_reuse_keeps_stale_keys_out)
 	size_t n;
 
 	ck_assert_ptr_eq(ca->domain, cb->domain);
-	ck_assert(!ca->domain->reg.pools.off ||
-		  ca->domain->reg.provider->caps.keys_come_back);
+	ck_assert(!ca->domain->reg.pools.off || !ca->domain->reg.provider->caps.rereg_new_keys);
 	lookup(fa, 4, &a, 1, 0, &ea);
 	lookup(fb, 5, &src, 1, 0, &esrc);
 	td_free(fa, 6, a, 0);
@@ -228,6 +229,55 @@ START_TEST(test_old_rkey_refused_over_reuse)
 	frmr_pools_done(&c->domain->reg.pools); /* as the domain's close does, before its PD */
 	provider_stats(c->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.parked, 0);
+	close(fd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* The key quarantine's counts in FrmrPools (mrctl pools): where released keys come back and
+ * MRs park, each freed MR waits, its keys dead; where they come back but the device cannot
+ * park (MRD_SOFT_KEYS=mlx5 with MRD_SOFT_REREG=refuse: an mlx5-like device that cannot move
+ * an MR), each goes back to the device unparked, counted, and the next registration of its
+ * size gets its rkey: the guarantee does not hold there, and the counter says so. Where keys
+ * never come back, the quarantine is off. tests/keys-mlx5.sh runs it in every mode. */
+START_TEST(test_quarantine_counts_shown)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c), cycles = 10;
+	uint64_t src = td_alloc(fd, 2, 4096), a = td_alloc(fd, 3, 64 * 1024), id = 4;
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__FrmrPoolsRequest q = MRD__FRMR_POOLS_REQUEST__INIT;
+	const struct provider_caps *caps = &c->domain->reg.provider->caps;
+	bool parks = caps->rereg_translation;
+	const Mrd__FrmrDomainInfo *d;
+	Mrd__MrEntry esrc, old, now;
+	Mrd__Response *resp;
+
+	lookup(fd, id++, &src, 1, 0, &esrc);
+	lookup(fd, id++, &a, 1, 0, &old);
+	for (int i = 0; i < cycles; i++) {
+		td_free(fd, id++, a, 0);
+		ck_assert_uint_eq(td_alloc(fd, id++, 64 * 1024), a);
+		lookup(fd, id++, &a, 1, 0, &now);
+		if (caps->keys_come_back && !parks) /* the hazard, as it is */
+			ck_assert_uint_eq(now.rkey, old.rkey);
+		else
+			td_dma(fd, id++, PROVIDER_DMA_WRITE, &esrc, src, &old, a, 8, ENOKEY);
+		old = now;
+	}
+	req.id = id++;
+	req.body_case = MRD__REQUEST__BODY_FRMR_POOLS;
+	req.frmr_pools = &q;
+	td_send_request(fd, &req, NULL, 0);
+	resp = td_expect(fd, req.id, 0);
+	ck_assert_uint_eq(resp->frmr_pools->n_domains, 1);
+	d = resp->frmr_pools->domains[0];
+	ck_assert_int_eq(d->quarantine_on, caps->keys_come_back);
+	ck_assert_uint_eq(d->quarantined, caps->keys_come_back && parks ? cycles : 0);
+	ck_assert_uint_eq(d->unparked, caps->keys_come_back && !parks ? cycles : 0);
+	if (!caps->rereg_new_keys) /* pools off, with the device's reason */
+		ck_assert_ptr_nonnull(strstr(d->off, caps->rereg_probe));
+	mrd__response__free_unpacked(resp, NULL);
 	close(fd);
 	td_wait_domains_closed();
 }
@@ -1339,6 +1389,7 @@ int main(void)
 {
 	Suite *s = suite_create("mr-cache");
 	TCase *tc = tcase_create("cache"), *keys = tcase_create("keys");
+	TCase *quarantine = tcase_create("quarantine");
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_contig_lookup_and_dma);
@@ -1371,5 +1422,9 @@ int main(void)
 	tcase_add_test(keys, test_handle_reuse_keeps_stale_keys_out);
 	tcase_add_test(keys, test_old_rkey_refused_over_reuse);
 	suite_add_tcase(s, keys);
+	/* What mrctl pools shows of the key quarantine: keys-mlx5.sh runs it in every mode. */
+	tcase_add_checked_fixture(quarantine, setup, teardown);
+	tcase_add_test(quarantine, test_quarantine_counts_shown);
+	suite_add_tcase(s, quarantine);
 	return run_suite(s);
 }

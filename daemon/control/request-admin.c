@@ -70,6 +70,7 @@ int request_frmr_pools(struct client *c, struct domain *no_domain, const Mrd__Re
 		got = frmr_pools_stats(&d->reg.pools, stats + j, n_pools - j);
 		struct frmr_pools_config config;
 		uint64_t queued;
+		bool quarantine_on;
 
 		got = got < n_pools - j ? got : n_pools - j;
 		if (bytes > budget) { /* what does not fit is counted */
@@ -85,6 +86,9 @@ int request_frmr_pools(struct client *c, struct domain *no_domain, const Mrd__Re
 		di[i].max_queued = config.max_queued;
 		di[i].aging_s = config.aging_s;
 		di[i].pinned = config.pinned;
+		key_quarantine_counts(&d->reg.pools.quarantine, &quarantine_on, &di[i].quarantined,
+				      &di[i].unparked);
+		di[i].quarantine_on = quarantine_on;
 		di[i].pools = &pip[j];
 		bytes += reply_repeated_size(&di[i].base) + 4; /* its length grows with its pools */
 		for (size_t k = 0; k < got; k++) {

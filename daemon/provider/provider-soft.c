@@ -7,7 +7,8 @@
  * become present on fault or prefetch, populated outside the lock too.
  *
  * Test knobs, read at open: $MRD_SOFT_KEY_BITS (fewer keys), $MRD_SOFT_MAPS=1 (no
- * MADV_POPULATE_*), $MRD_SOFT_KEYS=mlx5 (keys come back unchanged, see keys_cached), and a gate that holds a device op until the test lets it go, so that a
+ * MADV_POPULATE_*), $MRD_SOFT_KEYS=mlx5 (keys come back unchanged, see keys_cached),
+ * $MRD_SOFT_REREG (how a move behaves, see rereg_mode), and a gate that holds a device op until the test lets it go, so that a
  * test can show who is served meanwhile without timing anything: $MRD_SOFT_GATE=<dir>, where
  * the test made the FIFOs <dir>/entered and <dir>/release, and $MRD_SOFT_GATE_BYTES=<n>
  * (default 1): only ops of n bytes or more wait. A gated reg (before it pins), rereg with a
@@ -82,6 +83,7 @@ struct soft_provider {
 	 * unchanged. A move (UMR) keeps the keys too. Here: one LIFO of indexes per page count;
 	 * variants never change; fresh indexes first when a class is empty, then any class's. */
 	bool keys_cached;
+	bool move_refused, move_keeps_keys; /* $MRD_SOFT_REREG (rereg_mode), or keys_cached */
 	struct soft_key_class *classes;
 	unsigned n_classes, classes_cap;
 };
@@ -182,6 +184,35 @@ static int keys_mode(bool *ret_cached)
 	return !e || !*e || *ret_cached || strcmp(e, "variant") == 0 ? 0 : -EINVAL;
 }
 
+/* $MRD_SOFT_REREG, a test knob: how a move (a rereg with a new translation) behaves, as on
+ * the real devices (provider-verbs.c, probe_rereg): "move" (the default: new keys, but with
+ * MRD_SOFT_KEYS=mlx5), "refuse" (rxe, siw: -EOPNOTSUPP; so is a park, which on verbs is a
+ * move) or "keep-keys" (mlx5's UMR, irdma: lkey and rkey stay). Also says it in caps. */
+static int rereg_mode(struct soft_provider *sp)
+{
+	const char *e = getenv("MRD_SOFT_REREG");
+	char *why = sp->base.caps.rereg_probe;
+	const size_t size = sizeof(sp->base.caps.rereg_probe);
+
+	sp->move_refused = e && strcmp(e, "refuse") == 0;
+	sp->move_keeps_keys = sp->keys_cached || (e && strcmp(e, "keep-keys") == 0);
+	if (e && *e && !sp->move_refused && strcmp(e, "keep-keys") != 0 && strcmp(e, "move") != 0) {
+		log_error("MRD_SOFT_REREG=%s: not move, refuse or keep-keys", e);
+		return -EINVAL;
+	}
+	if (sp->move_refused)
+		snprintf(why, size, "rereg: %s (MRD_SOFT_REREG=refuse, as rxe and siw)",
+			 strerror(EOPNOTSUPP));
+	else if (sp->move_keeps_keys)
+		snprintf(why, size, "a move keeps its keys (%s, as mlx5's UMR)",
+			 sp->keys_cached ? "MRD_SOFT_KEYS=mlx5" : "MRD_SOFT_REREG=keep-keys");
+	else
+		snprintf(why, size, "a move gives new lkey and rkey");
+	sp->base.caps.rereg_translation = !sp->move_refused;
+	sp->base.caps.rereg_new_keys = !sp->move_refused && !sp->move_keeps_keys;
+	return 0;
+}
+
 /* $MRD_SOFT_GATE and $MRD_SOFT_GATE_BYTES (the top comment). O_RDWR never blocks on a FIFO,
  * and keeps what the test wrote there while nobody else holds it open. */
 static int gate_open(struct soft_provider *sp)
@@ -248,7 +279,7 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->n_slots = 1;
 	sp->index_limit = (1u << bits) - 1;
 	sp->keys_cached = keys_cached;
-	if (gate_open(sp) < 0) {
+	if (rereg_mode(sp) < 0 || gate_open(sp) < 0) {
 		gate_close(sp);
 		pthread_cond_destroy(&sp->idle);
 		pthread_mutex_destroy(&sp->base.lock);
@@ -262,8 +293,6 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->base.caps.odp = true;
 	sp->base.caps.odp_implicit = true;
 	sp->base.caps.odp_rc_caps = 0x3f; /* send, receive, write, read, atomic, srq receive */
-	sp->base.caps.rereg_translation = true;
-	sp->base.caps.rereg_new_keys = !keys_cached; /* a move takes the index's next variant */
 	sp->base.caps.keys_come_back = keys_cached;
 	sp->base.caps.dma = true;
 	sp->base.caps.dma_emulated = true;
@@ -610,7 +639,9 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 
 	if (mr->parked && !(flags & PROVIDER_REREG_TRANSLATION))
 		return -EINVAL; /* it has no memory whose access could change */
-	if ((flags & PROVIDER_REREG_TRANSLATION) && !sp->keys_cached &&
+	if ((flags & PROVIDER_REREG_TRANSLATION) && sp->move_refused)
+		return -EOPNOTSUPP;
+	if ((flags & PROVIDER_REREG_TRANSLATION) && !sp->move_keeps_keys &&
 	    slot_of(sp, mr->index)->variant == SOFT_VARIANT_LAST)
 		return -EKEYEXPIRED; /* a move needs a new key, and its index has none left */
 	if (flags & PROVIDER_REREG_TRANSLATION) {
@@ -641,7 +672,7 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 		base->length = moved.base.length;
 		base->iova = moved.base.iova;
 		/* Same index, new variant: keys to the old memory die here (mlx5's UMR keeps them). */
-		if (!sp->keys_cached)
+		if (!sp->move_keeps_keys)
 			slot_of(sp, mr->index)->variant++;
 		if (mr->parked) {
 			mr->parked = false;
@@ -655,12 +686,15 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 }
 
 /* Keeps the index, so the next move takes its next variant; drops the memory, so no key
- * reaches it (key_lookup refuses a parked MR) and nothing stays pinned. */
+ * reaches it (key_lookup refuses a parked MR) and nothing stays pinned. Refused where moves
+ * are: verbs parks by a move. */
 static int soft_park(struct provider_mr *base)
 {
 	struct soft_mr *mr = (struct soft_mr *)base;
 	struct soft_provider *sp = to_soft(base->pd->provider);
 
+	if (sp->move_refused)
+		return -EOPNOTSUPP;
 	wait_no_copies(sp, mr);
 	if (mr->pin_end > mr->pin_start)
 		(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
@@ -674,7 +708,7 @@ static int soft_park(struct provider_mr *base)
 		sp->stats.parked++;
 	}
 	base->addr = base->length = base->iova = 0;
-	if (!sp->keys_cached) /* mlx5 parks by a move to a parking page: the keys stay */
+	if (!sp->move_keeps_keys) /* mlx5 parks by a move to a parking page: the keys stay */
 		base->lkey = base->rkey = 0; /* never a soft key */
 	return 0;
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
@@ -81,6 +82,17 @@ static size_t lower_bound(const struct frmr_pools *p, const struct frmr_key *key
 	return lo;
 }
 
+/* Why pools are off, with the device's own answer (caps.rereg_probe: verbs' probe). */
+static const char *off_because(struct frmr_pools *p, const struct provider *prov,
+			       const char *why)
+{
+	if (!prov->caps.rereg_probe[0])
+		return why;
+	snprintf(p->off_why, sizeof(p->off_why), "%s (%s: %s)", why, prov->caps.device,
+		 prov->caps.rereg_probe);
+	return p->off_why;
+}
+
 int frmr_pools_init(struct frmr_pools *p, struct provider_pd *pd,
 		    const struct frmr_pools_config *config)
 {
@@ -91,9 +103,10 @@ int frmr_pools_init(struct frmr_pools *p, struct provider_pd *pd,
 	if (!config->enabled)
 		p->off = "off in mrd.conf ([pools] enabled = no)";
 	else if (!prov->ops->park || !prov->caps.rereg_translation)
-		p->off = "the device cannot move an MR to new memory (rereg with a translation change)";
+		p->off = off_because(p, prov, "the device cannot move an MR to new memory");
 	else if (!prov->caps.rereg_new_keys)
-		p->off = "the device keeps an MR's keys when it moves: a stale key would reach new memory";
+		p->off = off_because(p, prov, "the device keeps an MR's keys when it moves: a stale "
+					      "key would reach new memory");
 	key_quarantine_init(&p->quarantine, prov->caps.keys_come_back);
 	pthread_mutex_init(&p->lock, NULL);
 	p->ready = true;
@@ -330,6 +343,10 @@ int frmr_pools_dereg(struct frmr_pools *p, struct provider_mr *mr)
 
 	e = (struct parked){ .mr = mr, .lkey = mr->lkey, .rkey = mr->rkey };
 	r = provider_park(mr); /* its keys die here, before anyone else may get the memory */
+	if (r > 0) { /* made anew: its old keys are the device's again, the handle serves */
+		key_quarantine_lost(&p->quarantine, mr, r);
+		r = 0;
+	}
 	if (r == 0 && (mr->lkey == e.lkey || mr->rkey == e.rkey))
 		r = -EKEYREJECTED; /* parked under its old key (verbs moves it): it keeps keys */
 

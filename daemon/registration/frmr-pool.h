@@ -61,6 +61,7 @@ struct frmr_pools {
 	pthread_mutex_t lock;
 	bool ready;        /* frmr_pools_init ran: frmr_pools_done is safe either way */
 	const char *off;   /* why pools are off, NULL when on */
+	char off_why[320]; /* what off points at when the device said why */
 	struct provider_pd *pd;
 	uint64_t page_size;
 	struct frmr_pool **pools; /* ordered by key */

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "log.h"
 #include "registration/key-quarantine.h"
 #include "provider/provider.h"
 
@@ -32,19 +34,43 @@ static struct provider_mr *keep(struct key_quarantine *q, struct provider_mr *mr
 	return oldest;
 }
 
+void key_quarantine_lost(struct key_quarantine *q, const struct provider_mr *mr, int why)
+{
+	const struct provider *p = mr->pd->provider;
+	bool first;
+
+	if (!__atomic_load_n(&q->on, __ATOMIC_ACQUIRE))
+		return; /* released keys do not come back here */
+	pthread_mutex_lock(&q->lock);
+	first = q->unparked++ == 0;
+	pthread_mutex_unlock(&q->lock);
+	if (!first)
+		return;
+	if (why > 0)
+		log_notice("%s: parking made an MR anew, its old keys went back to the device and may "
+			   "come back (mrd(8), Retirement on free); counted in mrctl pools", p->caps.device);
+	else
+		log_notice("%s: released MRs cannot be parked (%s): their keys may come back "
+			   "(mrd(8), Retirement on free); counted in mrctl pools", p->caps.device,
+			   why == -EOPNOTSUPP && p->caps.rereg_probe[0] ? p->caps.rereg_probe :
+									  strerror(-why));
+}
+
 int key_quarantine_release(struct key_quarantine *q, struct provider_mr *mr)
 {
 	struct provider_mr *out;
+	int r;
 
 	if (!mr)
 		return 0;
 	if (!__atomic_load_n(&q->on, __ATOMIC_ACQUIRE))
 		return provider_dereg(mr);
-	/* Parked first: its keys die now, before its memory can go to anyone else. */
-	if (provider_park(mr) < 0) {
-		pthread_mutex_lock(&q->lock);
-		q->unparked++;
-		pthread_mutex_unlock(&q->lock);
+	/* Parked first: its keys die now, before its memory can go to anyone else. Parked
+	 * under new keys (1), it was made anew: its old keys are the device's already, and
+	 * keeping it would hold nothing back. */
+	r = provider_park(mr);
+	if (r != 0) {
+		key_quarantine_lost(q, mr, r);
 		return provider_dereg(mr);
 	}
 	pthread_mutex_lock(&q->lock);
@@ -54,6 +80,16 @@ int key_quarantine_release(struct key_quarantine *q, struct provider_mr *mr)
 	pthread_mutex_unlock(&q->lock);
 	(void)provider_dereg(out); /* parked: nothing of its memory is left to fail on */
 	return 0;
+}
+
+void key_quarantine_counts(struct key_quarantine *q, bool *ret_on, uint64_t *ret_waiting,
+			   uint64_t *ret_unparked)
+{
+	pthread_mutex_lock(&q->lock);
+	*ret_on = q->on;
+	*ret_waiting = q->n;
+	*ret_unparked = q->unparked;
+	pthread_mutex_unlock(&q->lock);
 }
 
 void key_quarantine_done(struct key_quarantine *q)

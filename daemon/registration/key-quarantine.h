@@ -8,7 +8,9 @@
  * So a freed allocation's keys stay dead until its domain has released KEY_QUARANTINE_MRS more
  * MRs on that device. Parked MRs pin nothing: the cost is at most KEY_QUARANTINE_MRS device
  * handles per domain and device, whatever the bytes freed. A provider that cannot park
- * (verbs without a working rereg) gets its MRs destroyed at once, counted in unparked.
+ * (rxe and siw refuse a move, provider-verbs.c probe_rereg; soft with MRD_SOFT_REREG=refuse)
+ * gets its MRs destroyed at once, counted in unparked and logged once: there the guarantee
+ * does not hold (a device whose keys do come back and that cannot move an MR has no park).
  *
  * Thread-safe: the loop and worker threads release concurrently; provider ops run outside
  * its lock. */
@@ -35,5 +37,12 @@ void key_quarantine_init(struct key_quarantine *q, bool on);
 /* Releases mr (in place of provider_dereg): kept parked when on, else destroyed. Returns 0 or
  * what destroying it returned. */
 int key_quarantine_release(struct key_quarantine *q, struct provider_mr *mr);
+/* Counts a released MR whose keys went back to the device unparked: why < 0, the park failed
+ * (-EOPNOTSUPP: the device cannot move an MR, caps.rereg_probe says why); why 1, the park made
+ * it anew (provider.h). The first one of the quarantine is logged; nothing while it is off. */
+void key_quarantine_lost(struct key_quarantine *q, const struct provider_mr *mr, int why);
+/* What mrctl pools shows: whether it is on, the MRs waiting, and unparked. */
+void key_quarantine_counts(struct key_quarantine *q, bool *ret_on, uint64_t *ret_waiting,
+			   uint64_t *ret_unparked);
 /* Destroys every MR it keeps (before their PD goes) and turns off: later releases destroy. */
 void key_quarantine_done(struct key_quarantine *q);
