@@ -22,7 +22,8 @@ static void help(void)
 	       "  status              daemon version, uptime, provider and client count\n"
 	       "  clients             every client and domain, with usage against each quota\n"
 	       "  stats               each domain's counters: lookups, registrations, ODP work\n"
-	       "  pools               each domain's MR handle pools: key, parked and in-use\n"
+	       "  pools               each domain's MR handle pools (key, parked, in use) or why\n"
+	       "                      they are off, and its key quarantine (parked, unparked)\n"
 	       "                      handles, hits, misses, aging, pinned minimum\n"
 	       "  pools set           change aging and/or the pinned minimum of pools (below)\n"
 	       "  mempools            registered mempools, their MRs and how many share each\n"
@@ -447,6 +448,18 @@ static const char *access_string(uint32_t access, char *buf, size_t size)
 	return n ? buf : "-";
 }
 
+/* The key quarantine of a domain (mrd(8), Retirement on free). */
+static void print_quarantine(const Mrd__FrmrDomainInfo *d)
+{
+	if (!d->quarantine_on) {
+		printf("  key quarantine: off (released keys do not come back on this device)\n");
+		return;
+	}
+	printf("  key quarantine: %" PRIu64 " released MR%s parked, keys dead; %" PRIu64
+	       " released unparked (their keys may come back)\n", d->quarantined,
+	       d->quarantined == 1 ? "" : "s", d->unparked);
+}
+
 static void print_frmr_pools(const Mrd__FrmrPoolsResponse *r)
 {
 	char access[32];
@@ -475,7 +488,8 @@ static void print_frmr_pools(const Mrd__FrmrPoolsResponse *r)
 				       p->vendor, p->pages, p->queued, p->in_use, p->max_in_use, p->hits,
 				       p->misses, p->aged, p->aging_s, p->pinned);
 			}
-			printf("]}");
+			printf("],\"quarantine\":{\"on\":%s,\"parked\":%" PRIu64 ",\"unparked\":%"
+			       PRIu64 "}}", json_bool(d->quarantine_on), d->quarantined, d->unparked);
 		}
 		printf("],\"pools_omitted\":%" PRIu32 ",\"domains_omitted\":%" PRIu32 "}\n",
 		       r->pools_omitted, r->domains_omitted);
@@ -488,15 +502,18 @@ static void print_frmr_pools(const Mrd__FrmrPoolsResponse *r)
 	for (size_t i = 0; i < r->n_domains; i++) {
 		const Mrd__FrmrDomainInfo *d = r->domains[i];
 
-		if (*d->off) {
+		if (*d->off)
 			printf("%sdomain %s: handle pools off: %s\n", i ? "\n" : "", esc(d->domain),
 			       esc(d->off));
+		else
+			printf("%sdomain %s: %zu pool%s, %" PRIu64 " handle%s parked (at most %" PRIu32
+			       "); new pools: aging %" PRIu32 " s, pinned %" PRIu32 "\n",
+			       i ? "\n" : "", esc(d->domain), d->n_pools, d->n_pools == 1 ? "" : "s",
+			       d->queued, d->queued == 1 ? "" : "s", d->max_queued, d->aging_s,
+			       d->pinned);
+		print_quarantine(d);
+		if (*d->off)
 			continue;
-		}
-		printf("%sdomain %s: %zu pool%s, %" PRIu64 " handle%s parked (at most %" PRIu32
-		       "); new pools: aging %" PRIu32 " s, pinned %" PRIu32 "\n", i ? "\n" : "",
-		       esc(d->domain), d->n_pools, d->n_pools == 1 ? "" : "s", d->queued,
-		       d->queued == 1 ? "" : "s", d->max_queued, d->aging_s, d->pinned);
 		if (d->n_pools == 0)
 			continue;
 		printf("  %-11s %-3s %-3s %6s %8s %7s %7s %7s %9s %9s %7s %6s %6s\n", "ACCESS", "ODP",

@@ -78,7 +78,7 @@ DUMP
 chmod +x "$dir/dump.sh"
 MRD_DEMO_MRCTL="$dir/dump.sh" "$MRD_BUILDDIR/mrd-demo" "$dir/mrd.sock" > "$dir/demo" 2>&1 ||
 	{ cat "$dir/demo"; fail "mrd-demo"; }
-for want in '"domains":[{"name":"uid-0","clients":2' '"pools_off":""' '"pages":256,"queued":0,"in_use":2,"max_in_use":2,"hits":1,"misses":2'; do
+for want in '"domains":[{"name":"uid-0","clients":2' '"pools_off":"","quarantine":{"on":false,"parked":0,"unparked":0}' '"pages":256,"queued":0,"in_use":2,"max_in_use":2,"hits":1,"misses":2'; do
 	grep -qF "$want" "$dir/dump" || fail "Dump lacks $want: $(cat "$dir/dump")"
 done
 [ "$(cat "$dir/generations")" = 'a{st} 1 "uid-0" 2' ] || fail "Generations: $(cat "$dir/generations")"

@@ -500,6 +500,48 @@ START_TEST(test_handle_parked_with_old_key_destroyed)
 }
 END_TEST
 
+/* A park that made the MR anew (verbs: new keys after the move, provider.h). */
+static int park_made_anew(struct provider_mr *mr)
+{
+	int r = provider_soft_ops.park(mr);
+
+	return r == 0 ? 1 : r;
+}
+
+/* Where released keys come back, a park that made the MR anew gave its old keys back to the
+ * device: the pool may keep the handle (its keys are new), but the quarantine counts the old
+ * ones in unparked, and a released MR no pool keeps is destroyed, not kept. */
+START_TEST(test_park_made_anew_counts_unparked)
+{
+	struct provider_ops anew = provider_soft_ops;
+	struct provider_mr *a, *b;
+	bool on;
+	uint64_t waiting, unparked;
+
+	frmr_pools_done(&pools);
+	p->caps.keys_come_back = true;
+	open_pools(&defaults);
+	a = reg_pages(0, 2, RW);
+	anew.park = park_made_anew;
+	p->ops = &anew;
+	ck_assert_int_eq(frmr_pools_dereg(&pools, a), 0);
+	ck_assert_uint_eq(pool_of(2, RW).queued, 1); /* under new keys: the pool keeps it */
+	key_quarantine_counts(&pools.quarantine, &on, &waiting, &unparked);
+	ck_assert(on);
+	ck_assert_uint_eq(waiting, 0);
+	ck_assert_uint_eq(unparked, 1);
+
+	ck_assert_int_eq(provider_reg(pd, buf, ps, (uintptr_t)buf, RW, &b), 0);
+	ck_assert_int_eq(frmr_pools_dereg(&pools, b), 0); /* no pool: the quarantine's */
+	key_quarantine_counts(&pools.quarantine, &on, &waiting, &unparked);
+	ck_assert_uint_eq(waiting, 0);
+	ck_assert_uint_eq(unparked, 2);
+	ck_assert_uint_eq(provider_now().parked, 1); /* the pool's handle alone */
+	p->ops = &provider_soft_ops;
+	p->caps.keys_come_back = false;
+}
+END_TEST
+
 static int rereg_failing(struct provider_mr *mr, unsigned flags, void *addr, size_t length,
 			 uint64_t iova, unsigned access)
 {
@@ -637,6 +679,7 @@ int main(void)
 	tcase_add_test(tc, test_handle_with_old_key_never_served);
 	tcase_add_test(tc, test_handle_failing_to_move_destroyed);
 	tcase_add_test(tc, test_handle_parked_with_old_key_destroyed);
+	tcase_add_test(tc, test_park_made_anew_counts_unparked);
 	tcase_add_test(tc, test_cleanup_in_every_state);
 	tcase_add_test(tc, test_concurrent_pop_push);
 	suite_add_tcase(s, tc);

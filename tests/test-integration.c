@@ -113,8 +113,13 @@ START_TEST(test_mrctl_pools)
 		 "\"internal\":false,\"vendor\":0,\"pages\":%llu,\"queued\":0,\"in_use\":1,"
 		 "\"max_in_use\":1,\"hits\":1,\"misses\":1,\"aged\":0", pages);
 	ck_assert_msg(strstr(out, row), "mrctl said: %s", out);
+	/* Soft's keys never come back: no quarantine. */
+	ck_assert_msg(strstr(out, "}],\"quarantine\":{\"on\":false,\"parked\":0,\"unparked\":0}}"),
+		      "mrctl said: %s", out);
 	ck_assert_int_eq(mrctl_pools((const char *[]){ "pools", NULL }), 0);
 	ck_assert_msg(strstr(out, "1 pool, 0 handles parked"), "mrctl said: %s", out);
+	ck_assert_msg(strstr(out, "  key quarantine: off (released keys do not come back on this "
+				  "device)\n"), "mrctl said: %s", out);
 	snprintf(row, sizeof(row), "lw,rw,rr,ra no  no       0 %8llu       0       1       1"
 		 "         1         1       0    60s      0", pages);
 	ck_assert_msg(strstr(out, row), "mrctl said: %s", out);

@@ -127,8 +127,14 @@ static void dump_pools(FILE *f, struct domain *d)
 	struct frmr_pool_stats *st;
 	size_t n = frmr_pools_stats(&d->reg.pools, NULL, 0);
 
+	bool q_on;
+	uint64_t q_parked, q_unparked;
+
 	fputs(",\"pools_off\":", f);
 	json_write_string(f, d->reg.pools.off ? d->reg.pools.off : "");
+	key_quarantine_counts(&d->reg.pools.quarantine, &q_on, &q_parked, &q_unparked);
+	fprintf(f, ",\"quarantine\":{\"on\":%s,\"parked\":%" PRIu64 ",\"unparked\":%" PRIu64 "}",
+		q_on ? "true" : "false", q_parked, q_unparked);
 	fputs(",\"pools\":[", f);
 	st = n ? calloc(n, sizeof(*st)) : NULL;
 	if (st) {
