@@ -252,6 +252,15 @@ START_TEST(park_grants_nothing)
 	ck_assert_uint_ne(mr->rkey, rkey);
 	ck_assert_int_eq(provider_dereg(mr), 0);
 	ck_assert_int_eq(vp.stats.parked, 0);
+
+	/* On demand it stays, granting nothing else: a rereg does not make it pinned. */
+	vp.base.caps.odp = true;
+	ck_assert_int_eq(provider_reg(&vpd.base, buf, (size_t)ps, (uintptr_t)buf,
+				      MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_ON_DEMAND, &mr), 0);
+	ck_assert_int_eq(provider_park(mr), 1);
+	ck_assert_int_eq(last.flags, IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS);
+	ck_assert_int_eq(last.access, IBV_ACCESS_ON_DEMAND);
+	ck_assert_int_eq(provider_dereg(mr), 0);
 }
 END_TEST
 

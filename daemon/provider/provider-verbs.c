@@ -37,7 +37,7 @@ struct verbs_mr {
 	struct provider_mr base;
 	struct ibv_mr *mr;
 	uint64_t pinned; /* bytes the kernel pinned for it (0 for ODP) */
-	unsigned ibv_access; /* what the device MR grants now: 0 while parked */
+	unsigned ibv_access; /* what the device MR grants now: nothing while parked */
 	bool parked;     /* on the parking page (verbs_park) */
 };
 
@@ -414,7 +414,8 @@ static int verbs_rereg(struct provider_mr *base, unsigned flags, void *addr, siz
 }
 
 /* Verbs has no "detach": the MR moves to the provider's parking page granting nothing (access
- * 0, which provider_rereg would not take: no registration has it), so its keys — the same
+ * 0, or ON_DEMAND alone, which provider_rereg would not take: it checks a registration's
+ * rules), so its keys — the same
  * ones, on a driver that keeps them — reach nothing, and the client memory it pinned is let
  * go. base->access stays what the MR is for: a pool's move gives it back. New keys after the
  * move: the driver made the MR anew (mlx5's create_real_mr, when its UMR cannot drop the
@@ -429,7 +430,10 @@ static int verbs_park(struct provider_mr *base)
 
 	if (!vp->parking || !vp->base.caps.rereg_translation)
 		return -EOPNOTSUPP;
-	r = mr_rereg(vp, vmr, vp->parking, vp->base.caps.page_size, 0);
+	/* ON_DEMAND alone grants nothing, and keeps the MR what it is (provider_rereg's rule:
+	 * pinned <-> on demand is a new registration). */
+	r = mr_rereg(vp, vmr, vp->parking, vp->base.caps.page_size,
+		     to_ibv_access(base->access & MRD_ACCESS_ON_DEMAND));
 	if (r < 0)
 		return r;
 	mr_sync(vmr, (uintptr_t)vp->parking);
