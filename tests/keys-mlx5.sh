@@ -5,8 +5,13 @@
 # Each with every way a device moves an MR ($MRD_SOFT_REREG): as soft does (move), keeping its
 # keys (keep-keys: mlx5's UMR), or not at all (refuse: rxe, siw). Where keys come back and
 # moves are refused nothing can park, the guarantee does not hold, and the quarantine's case
-# checks that mrctl pools counts every such MR in unparked.
+# checks that mrctl pools counts every such MR in unparked. The provider contract runs as a
+# device that refuses moves and as one whose moves keep keys.
 set -e
+for rereg in refuse keep-keys; do # the provider contract as a device that moves so
+	echo "# MRD_SOFT_REREG=$rereg: the provider contract"
+	MRD_SOFT_REREG=$rereg "$MRD_BUILDDIR/tests/test-contract-soft"
+done
 for rereg in move keep-keys refuse; do
 	export MRD_SOFT_REREG=$rereg
 	for keys in mlx5 variant; do
