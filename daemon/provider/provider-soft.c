@@ -8,7 +8,8 @@
  *
  * Test knobs, read at open: $MRD_SOFT_KEY_BITS (fewer keys), $MRD_SOFT_MAPS=1 (no
  * MADV_POPULATE_*), $MRD_SOFT_KEYS=mlx5 (keys come back unchanged, see keys_cached),
- * $MRD_SOFT_REREG (how a move behaves, see rereg_mode), and a gate that holds a device op until the test lets it go, so that a
+ * $MRD_SOFT_REREG (how a move behaves, see rereg_mode), and a gate that holds a device op
+ * until the test lets it go, so that a
  * test can show who is served meanwhile without timing anything: $MRD_SOFT_GATE=<dir>, where
  * the test made the FIFOs <dir>/entered and <dir>/release, and $MRD_SOFT_GATE_BYTES=<n>
  * (default 1): only ops of n bytes or more wait. A gated reg (before it pins), rereg with a
