@@ -9,10 +9,10 @@
  *	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!length || !addr)) { ... ERR_INPUT; }
  *	if (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) { errno = EINVAL; ... ERR_INPUT; }
  *
- * and a failed driver call is IBV_REREG_MR_ERR_CMD with the driver's errno. The fake drivers
- * are those of Linux 6.12: rxe refuses a translation change (sw/rxe/rxe_verbs.c,
- * rxe_rereg_user_mr: flags beyond PD|ACCESS -> -EOPNOTSUPP; siw has no rereg_user_mr, and
- * uverbs' method needs it: -EOPNOTSUPP too), mlx5 moves an MR in place and keeps its mkey
+ * and a failed driver call is IBV_REREG_MR_ERR_CMD with the driver's errno. The fake drivers:
+ * rxe and siw refuse (rdma-core's providers have no rereg_mr, and libibverbs/dummy_ops.c's
+ * stand-in sets EOPNOTSUPP; Linux 6.12's rxe_rereg_user_mr, sw/rxe/rxe_verbs.c, takes only
+ * PD|ACCESS, and siw has no rereg_user_mr at all), mlx5 moves an MR in place and keeps its mkey
  * (hw/mlx5/mr.c, mlx5_ib_rereg_user_mr -> umr_rereg_pas; irdma keeps its stag likewise), and
  * a driver that makes the MR anew (mlx5's create_real_mr) gives new keys. */
 #include <check.h>

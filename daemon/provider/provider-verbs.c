@@ -105,10 +105,11 @@ static int probe_move(struct ibv_pd *pd, uint8_t *buf, size_t length, const char
 /* There is no capability bit for it: move an MR to new memory as the pools would, at one page
  * and at 2 MiB (mlx5 moves in place, keys kept, whenever the new pages fit the mkey's cache
  * entry, hw/mlx5/mr.c can_use_umr_rereg_pas; a size apart may take another path). Pools need
- * both sizes to give new lkey and rkey. What the kernels do (Linux 6.12): rxe refuses a
- * translation change (sw/rxe/rxe_verbs.c, rxe_rereg_user_mr: flags beyond PD | ACCESS ->
- * -EOPNOTSUPP); siw has no rereg_user_mr, and uverbs' rereg method needs one
- * (core/uverbs_cmd.c, UAPI_DEF_METHOD_NEEDS_FN(rereg_user_mr)): -EOPNOTSUPP; mlx5 updates the
+ * both sizes to give new lkey and rkey. rdma-core's rxe, siw, efa and bnxt_re providers have
+ * no rereg_mr: libibverbs' stand-in fails it with EOPNOTSUPP (libibverbs/dummy_ops.c), and so
+ * would the kernels (Linux 6.12: rxe_rereg_user_mr, sw/rxe/rxe_verbs.c, takes PD | ACCESS
+ * only; siw has no rereg_user_mr, which uverbs' method needs, core/uverbs_cmd.c
+ * UAPI_DEF_METHOD_NEEDS_FN). Only hns, irdma, mlx4 and mlx5 pass it on. mlx5 updates the
  * mkey in place by UMR (mlx5_ib_rereg_user_mr -> umr_rereg_pas, keys kept) or makes a new one
  * (create_real_mr: new keys, the old mkey back to its cache); irdma re-registers under the same
  * stag (hw/irdma/verbs.c, irdma_rereg_mr_trans). The answer goes to caps.rereg_probe and the
