@@ -413,6 +413,41 @@ START_TEST(test_raw_capabilities_dropped)
 }
 END_TEST
 
+/* On a device that cannot do DMA through keys (iWARP; soft with $MRD_SOFT_DMA=iwarp) mrctl
+ * status says so and why, and a Dma request fails with that reason. */
+START_TEST(test_no_dma_said_why)
+{
+	char mrctl[512];
+	const char *argv[] = { test_build_path("mrctl", mrctl, sizeof(mrctl)), "--socket",
+			       mrd.socket, "--json", "status", NULL };
+	const char *text[] = { argv[0], "--socket", mrd.socket, "status", NULL };
+	struct mrd_keys mr;
+	mrd_cache *l;
+	mrd_client *c;
+	char *p;
+
+	ck_assert_int_eq(setenv("MRD_SOFT_DMA", "iwarp", 1), 0); /* mrd inherits it */
+	ck_assert_int_eq(mrd_proc_start(&mrd, NULL, NULL), 0);
+	ck_assert_int_eq(run_capture(argv, out, sizeof(out), (uid_t)-1), 0);
+	ck_assert_msg(strstr(out, "\"dma\":false,\"no_dma\":\"iWARP ($MRD_SOFT_DMA=iwarp): its RC QPs "
+			     "connect only over a TCP connection made by rdma_cm"), "%s", out);
+	ck_assert_int_eq(run_capture(text, out, sizeof(out), (uid_t)-1), 0);
+	ck_assert_msg(strstr(out, "DMA by keys:      no (iWARP ($MRD_SOFT_DMA=iwarp)"), "%s", out);
+
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, MiB, 0, 0, (void **)&p), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, p, &mr), 0);
+	ck_assert_int_eq(mrd_dma(c, MRD_DMA_WRITE, mr.lkey, p, mr.rkey, p + 4096, 64), -EOPNOTSUPP);
+	ck_assert_msg(strstr(mrd_last_error(), "soft does no DMA through keys: iWARP"), "%s",
+		      mrd_last_error());
+	ck_assert_int_eq(mrd_mem_free(c, p), 0);
+	mrd_cache_free(l);
+	mrd_client_close(c);
+	ck_assert_int_eq(mrd_proc_stop(&mrd), 0);
+}
+END_TEST
+
 /* MRD_LOG_LEVEL=debug makes libmrd say what it does: connect, negotiation, memory. */
 START_TEST(test_libmrd_debug)
 {
@@ -455,6 +490,7 @@ int main(void)
 	tcase_add_test(other, test_socket_settings);
 	tcase_add_test(other, test_memlock_warning);
 	tcase_add_test(other, test_raw_capabilities_dropped);
+	tcase_add_test(other, test_no_dma_said_why);
 	tcase_add_test(other, test_libmrd_debug);
 	suite_add_tcase(s, other);
 	return run_suite(s);

@@ -787,6 +787,37 @@ START_TEST(test_keys_used_up_per_context)
 }
 END_TEST
 
+/* Soft's $MRD_SOFT_DMA=iwarp is a device without DMA through keys, as iWARP is: caps say so
+ * and why, and a Dma is refused before any provider code runs; another value fails the open. */
+START_TEST(test_soft_dma_iwarp)
+{
+	struct provider *np;
+	struct provider_pd *npd;
+	struct provider_mr *a, *b;
+	int verbs_error, r;
+
+	ck_assert_int_eq(setenv("MRD_SOFT_DMA", "rdma_cm", 1), 0);
+	ck_assert_int_eq(provider_open(CONTRACT_PROVIDER, NULL, &np, &verbs_error), -EINVAL);
+	ck_assert_int_eq(setenv("MRD_SOFT_DMA", "iwarp", 1), 0);
+	r = provider_open(CONTRACT_PROVIDER, NULL, &np, &verbs_error);
+	ck_assert_int_eq(unsetenv("MRD_SOFT_DMA"), 0);
+	ck_assert_int_eq(r, 0);
+	ck_assert(!np->caps.dma);
+	ck_assert_ptr_nonnull(strstr(np->caps.no_dma, "rdma_cm"));
+	ck_assert_ptr_null(p->caps.no_dma); /* the default emulates */
+	ck_assert_int_eq(provider_pd_alloc(np, &npd), 0);
+	ck_assert_int_eq(provider_reg(npd, buf_a, ps, (uintptr_t)buf_a, 0, &a), 0);
+	ck_assert_int_eq(provider_reg(npd, buf_b, ps, (uintptr_t)buf_b,
+				      MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE, &b), 0);
+	ck_assert_int_eq(provider_dma(npd, PROVIDER_DMA_WRITE, a->lkey, a->iova, b->rkey, b->iova,
+				      1), -EOPNOTSUPP);
+	ck_assert_int_eq(provider_dereg(a), 0);
+	ck_assert_int_eq(provider_dereg(b), 0);
+	ck_assert_int_eq(provider_pd_free(npd), 0);
+	provider_close(np);
+}
+END_TEST
+
 /* Soft's $MRD_SOFT_KEYS=mlx5 behaves as mlx5's mkey cache: a released key comes back unchanged
  * to the next registration of its size, last released first, parked or not, and a move keeps
  * keys; another value fails the open. The hazard mrd's key quarantine exists for: the old key
@@ -1118,6 +1149,7 @@ int main(void)
 		tcase_add_test(tc, test_soft_gate_holds_big_ops);
 		tcase_add_test(tc, test_soft_gate_refuses_non_fifos);
 		tcase_add_test(tc, test_soft_mlx5_keys_come_back);
+		tcase_add_test(tc, test_soft_dma_iwarp);
 		tcase_add_test(tc, test_soft_dma_faults_outside_the_lock);
 	}
 	provider_close(probe);

@@ -182,6 +182,21 @@ static int keys_mode(bool *ret_cached)
 	return !e || !*e || *ret_cached || strcmp(e, "variant") == 0 ? 0 : -EINVAL;
 }
 
+/* $MRD_SOFT_DMA, a test knob: "iwarp" makes soft a device that does no DMA through keys, for
+ * the reason an iWARP one does none (verbs_loopback_unsupported); "emulated" is the default. */
+static int dma_mode(const char **ret_no_dma)
+{
+	const char *e = getenv("MRD_SOFT_DMA");
+
+	*ret_no_dma = NULL;
+	if (e && strcmp(e, "iwarp") == 0)
+		*ret_no_dma = "iWARP ($MRD_SOFT_DMA=iwarp): its RC QPs connect only over a TCP "
+			      "connection made by rdma_cm, never on loopback by modify_qp";
+	else if (e && *e && strcmp(e, "emulated") != 0)
+		return log_error_errno(-EINVAL, "MRD_SOFT_DMA=%s: not iwarp or emulated", e);
+	return 0;
+}
+
 /* $MRD_SOFT_GATE and $MRD_SOFT_GATE_BYTES (the top comment). O_RDWR never blocks on a FIFO,
  * and keeps what the test wrote there while nobody else holds it open. */
 static int gate_open(struct soft_provider *sp)
@@ -230,12 +245,13 @@ static void gate_pass(struct soft_provider *sp, char op, uint64_t bytes)
 static int soft_open(const char *device, struct provider **ret)
 {
 	struct soft_provider *sp;
+	const char *no_dma;
 	unsigned bits;
 	bool keys_cached;
 
 	if (device && strcmp(device, "soft") != 0)
 		return -ENODEV;
-	if (index_bits(&bits) < 0 || keys_mode(&keys_cached) < 0)
+	if (index_bits(&bits) < 0 || keys_mode(&keys_cached) < 0 || dma_mode(&no_dma) < 0)
 		return -EINVAL;
 	sp = calloc(1, sizeof(*sp));
 	if (!sp)
@@ -265,7 +281,8 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->base.caps.rereg_translation = true;
 	sp->base.caps.rereg_new_keys = !keys_cached; /* a move takes the index's next variant */
 	sp->base.caps.keys_come_back = keys_cached;
-	sp->base.caps.dma = true;
+	sp->base.caps.dma = !no_dma;
+	sp->base.caps.no_dma = no_dma;
 	sp->base.caps.dma_emulated = true;
 	sp->base.caps.max_keys = keys_cached ? 0 : (uint64_t)(sp->index_limit - 1) * SOFT_VARIANT_LAST;
 	*ret = &sp->base;
