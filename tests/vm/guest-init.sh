@@ -127,6 +127,15 @@ result "mrd reports ODP as the kernel's rxe does ($DEV_ODP)" $?
 echo "$STATUS" | grep -q '"dma":true'
 result "mrd offers DMA through keys on the device" $?
 rereg_probe_info rxe0 /tmp/mrd.log
+# Root here, mrd had CAP_NET_RAW (bit 13) and CAP_SYS_RAWIO (17): it drops both before it opens
+# the device, whose context would pass their rights to importers (mrd(8), PRIVILEGES).
+raw=
+for set in CapInh CapPrm CapEff CapBnd CapAmb; do
+	v=$(sed -n "s/^$set:[[:space:]]*//p" "/proc/$MRD/status")
+	[ -n "$v" ] && [ $((0x$v & 0x22000)) = 0 ] || raw="$raw $set=${v:-none}"
+done
+[ -z "$raw" ]
+result "mrd holds neither CAP_NET_RAW nor CAP_SYS_RAWIO" $? "$raw"
 
 # 3. The example clients.
 timeout 60 mrd-hello "$SOCK" > /tmp/hello.txt 2>&1
