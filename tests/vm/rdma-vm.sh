@@ -108,7 +108,7 @@ build_siw() {
 	done
 	rm -rf "$w" && mkdir -p "$w/root" "$w/debs" "$(dirname "$SIW_KO")"
 	apt_setup
-	ver=$(apt-cache show "linux-headers-$KVER" 2>/dev/null | sed -n 's/^Version: //p' | head -n 1)
+	ver=$(apt-cache show "linux-headers-$KVER" 2> /dev/null | sed -n 's/^Version: //p' | head -n 1 || true)
 	kb=${KVER%-*} # 7.3.4+deb13
 	[ -n "$ver" ] || { SIW_SKIP="no linux-headers-$KVER in $SUITE"; return; }
 	(cd "$w/debs" && apt-get download -q "linux-headers-$KVER=$ver" "linux-headers-$kb-common=$ver" \
