@@ -94,6 +94,10 @@ static void print_status(const Mrd__StatusResponse *s)
 		       ",\"rereg_translation\":%s,\"dma\":%s",
 		       s->max_mr_size, json_bool(s->odp), json_bool(s->odp_implicit),
 		       json_bool(s->rereg_translation), json_bool(s->dma));
+		if (*s->no_dma) {
+			printf(",\"no_dma\":");
+			json_write_string(stdout, s->no_dma);
+		}
 		printf(",\"domains\":%" PRIu32 ",\"clients\":%" PRIu32 ",\"max_clients\":%" PRIu32,
 		       s->domains, s->clients, s->max_clients);
 		if (*s->view) { /* not an administrator: its own domain's figures alone */
@@ -115,10 +119,11 @@ static void print_status(const Mrd__StatusResponse *s)
 	       "max MR size:      %" PRIu64 " bytes\n"
 	       "ODP:              %s (implicit: %s)\n"
 	       "rereg translate:  %s\n"
-	       "DMA by keys:      %s\n",
+	       "DMA by keys:      %s%s%s%s\n",
 	       esc(s->server_version), s->pid, (double)s->uptime_usec / 1e6, esc(s->provider),
 	       esc(s->device), s->max_mr_size, yes_no(s->odp), yes_no(s->odp_implicit),
-	       yes_no(s->rereg_translation), yes_no(s->dma));
+	       yes_no(s->rereg_translation), yes_no(s->dma), *s->no_dma ? " (" : "",
+	       esc(s->no_dma), *s->no_dma ? ")" : "");
 	if (*s->view) {
 		printf("domain:           %s (%s open; root and the admin group see every domain)\n"
 		       "clients:          %" PRIu32 " of %" PRIu32 " in the domain\n",

@@ -14,6 +14,7 @@
 
 #include "control/client.h"
 #include "base/config.h"
+#include "base/privileges.h"
 #include "control/detach.h"
 #include "log.h"
 #include "control/manager.h"
@@ -285,6 +286,10 @@ int main(int argc, char **argv)
 	log_set_level(cfg.log_level);
 	raise_fd_limit(cfg.max_clients);
 	check_memlock(&cfg);
+	if (privileges_drop_raw() < 0) { /* before manager_new opens the device */
+		config_done(&cfg);
+		return EXIT_FAILURE;
+	}
 
 	/* A re-executed detached mrd is detached already: its lines still go to syslog. */
 	if (getenv(MANAGER_DETACHED_ENV)) {

@@ -372,6 +372,82 @@ START_TEST(test_memlock_warning)
 }
 END_TEST
 
+/* One capability set of process pid, from /proc/pid/status ("CapEff", "CapBnd", ...). */
+static uint64_t proc_caps(pid_t pid, const char *set)
+{
+	char path[64], line[256];
+	uint64_t v = UINT64_MAX;
+	size_t n = strlen(set);
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, set, n) == 0 && line[n] == ':')
+			v = strtoull(line + n + 1, NULL, 16);
+	fclose(f);
+	ck_assert_msg(v != UINT64_MAX, "no %s in %s", set, path);
+	return v;
+}
+
+/* mrd gives up CAP_NET_RAW and CAP_SYS_RAWIO, in every set, before it opens a device: on
+ * mlx5 a context opened with them has raw-packet and device-internal rights that a client
+ * importing it would inherit. What it needs (CAP_IPC_LOCK to pin) it keeps. */
+START_TEST(test_raw_capabilities_dropped)
+{
+	const uint64_t raw = (1ull << 13) | (1ull << 17); /* CAP_NET_RAW, CAP_SYS_RAWIO */
+	const char *sets[] = { "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb" };
+
+	if (geteuid() != 0 || (proc_caps(getpid(), "CapEff") & raw) != raw) {
+		printf("test_raw_capabilities_dropped: not run: needs root with CAP_NET_RAW\n");
+		return;
+	}
+	ck_assert_int_eq(mrd_proc_start(&mrd, NULL, NULL), 0);
+	for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++)
+		ck_assert_msg(!(proc_caps(mrd.pid, sets[i]) & raw), "mrd's %s is %" PRIx64, sets[i],
+			      proc_caps(mrd.pid, sets[i]));
+	ck_assert(proc_caps(mrd.pid, "CapEff") & (1ull << 14)); /* CAP_IPC_LOCK */
+	ck_assert(proc_caps(mrd.pid, "CapBnd") & (1ull << 14));
+	ck_assert_int_eq(mrd_proc_stop(&mrd), 0);
+}
+END_TEST
+
+/* On a device that cannot do DMA through keys (iWARP; soft with $MRD_SOFT_DMA=iwarp) mrctl
+ * status says so and why, and a Dma request fails with that reason. */
+START_TEST(test_no_dma_said_why)
+{
+	char mrctl[512];
+	const char *argv[] = { test_build_path("mrctl", mrctl, sizeof(mrctl)), "--socket",
+			       mrd.socket, "--json", "status", NULL };
+	const char *text[] = { argv[0], "--socket", mrd.socket, "status", NULL };
+	struct mrd_keys mr;
+	mrd_cache *l;
+	mrd_client *c;
+	char *p;
+
+	ck_assert_int_eq(setenv("MRD_SOFT_DMA", "iwarp", 1), 0); /* mrd inherits it */
+	ck_assert_int_eq(mrd_proc_start(&mrd, NULL, NULL), 0);
+	ck_assert_int_eq(run_capture(argv, out, sizeof(out), (uid_t)-1), 0);
+	ck_assert_msg(strstr(out, "\"dma\":false,\"no_dma\":\"iWARP ($MRD_SOFT_DMA=iwarp): its RC QPs "
+			     "connect only over a TCP connection made by rdma_cm"), "%s", out);
+	ck_assert_int_eq(run_capture(text, out, sizeof(out), (uid_t)-1), 0);
+	ck_assert_msg(strstr(out, "DMA by keys:      no (iWARP ($MRD_SOFT_DMA=iwarp)"), "%s", out);
+
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, MiB, 0, 0, (void **)&p), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, p, &mr), 0);
+	ck_assert_int_eq(mrd_dma(c, MRD_DMA_WRITE, mr.lkey, p, mr.rkey, p + 4096, 64), -EOPNOTSUPP);
+	ck_assert_msg(strstr(mrd_last_error(), "soft does no DMA through keys: iWARP"), "%s",
+		      mrd_last_error());
+	ck_assert_int_eq(mrd_mem_free(c, p), 0);
+	mrd_cache_free(l);
+	mrd_client_close(c);
+	ck_assert_int_eq(mrd_proc_stop(&mrd), 0);
+}
+END_TEST
+
 /* MRD_LOG_LEVEL=debug makes libmrd say what it does: connect, negotiation, memory. */
 START_TEST(test_libmrd_debug)
 {
@@ -413,6 +489,8 @@ int main(void)
 	tcase_add_test(other, test_socket_folder);
 	tcase_add_test(other, test_socket_settings);
 	tcase_add_test(other, test_memlock_warning);
+	tcase_add_test(other, test_raw_capabilities_dropped);
+	tcase_add_test(other, test_no_dma_said_why);
 	tcase_add_test(other, test_libmrd_debug);
 	suite_add_tcase(s, other);
 	return run_suite(s);

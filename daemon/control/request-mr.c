@@ -165,7 +165,10 @@ struct dma_job {
 
 static int dma_result(struct domain *d, const Mrd__DmaRequest *q, int k, struct reply *r)
 {
-	if (k == -EOPNOTSUPP)
+	if (k == -EOPNOTSUPP && d->reg.provider->caps.no_dma)
+		reply_set_message(r, "%s does no DMA through keys: %s", d->reg.provider->caps.device,
+				  d->reg.provider->caps.no_dma);
+	else if (k == -EOPNOTSUPP)
 		reply_set_message(r, "the %s provider does no DMA", provider_name(d->reg.provider));
 	else if (k == -ENOKEY)
 		reply_set_message(r, "a key is not valid: never handed out, or its memory was freed");

@@ -31,6 +31,7 @@ int request_status(struct client *c, struct domain *no_domain, const Mrd__Reques
 	s->odp_implicit = m->core.provider->caps.odp_implicit;
 	s->rereg_translation = m->core.provider->caps.rereg_translation;
 	s->dma = m->core.provider->caps.dma;
+	s->no_dma = (char *)(m->core.provider->caps.no_dma ? m->core.provider->caps.no_dma : "");
 	s->pid = (uint32_t)getpid();
 	/* Which users use mrd, and how much, is no one else's business: a user sees its own
 	 * domain's figures and no daemon-wide count. */

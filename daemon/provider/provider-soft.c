@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /* soft: a software NIC. Keys are a 24-bit index and an 8-bit variant that changes whenever an
- * index is reused or its MR moves, so a stale key is caught, never silently valid (as mlx5
- * mkeys). It pins with mlock, keeps a translation per page, executes emulated DMA through
+ * index is reused or its MR moves, so a stale key is caught, never silently valid (rxe draws
+ * a random key byte likewise; mlx5's mkeys come back unchanged: $MRD_SOFT_KEYS=mlx5). It pins with mlock, keeps a translation per page, executes emulated DMA through
  * those translations with the access and bounds checks a NIC makes (fault-safe, outside the
  * lock, holding both MRs), and emulates ODP: an on-demand MR pins nothing and its pages
  * become present on fault or prefetch, populated outside the lock too.
  *
  * Test knobs, read at open: $MRD_SOFT_KEY_BITS (fewer keys), $MRD_SOFT_MAPS=1 (no
  * MADV_POPULATE_*), $MRD_SOFT_KEYS=mlx5 (keys come back unchanged, see keys_cached),
- * $MRD_SOFT_REREG (how a move behaves, see rereg_mode), and a gate that holds a device op
+ * $MRD_SOFT_REREG (how a move behaves, see rereg_mode), $MRD_SOFT_DMA=iwarp (no DMA through
+ * keys, see dma_mode), and a gate that holds a device op
  * until the test lets it go, so that a
  * test can show who is served meanwhile without timing anything: $MRD_SOFT_GATE=<dir>, where
  * the test made the FIFOs <dir>/entered and <dir>/release, and $MRD_SOFT_GATE_BYTES=<n>
@@ -214,6 +215,21 @@ static int rereg_mode(struct soft_provider *sp)
 	return 0;
 }
 
+/* $MRD_SOFT_DMA, a test knob: "iwarp" makes soft a device that does no DMA through keys, for
+ * the reason an iWARP one does none (verbs_loopback_unsupported); "emulated" is the default. */
+static int dma_mode(const char **ret_no_dma)
+{
+	const char *e = getenv("MRD_SOFT_DMA");
+
+	*ret_no_dma = NULL;
+	if (e && strcmp(e, "iwarp") == 0)
+		*ret_no_dma = "iWARP ($MRD_SOFT_DMA=iwarp): its RC QPs connect only over a TCP "
+			      "connection made by rdma_cm, never on loopback by modify_qp";
+	else if (e && *e && strcmp(e, "emulated") != 0)
+		return log_error_errno(-EINVAL, "MRD_SOFT_DMA=%s: not iwarp or emulated", e);
+	return 0;
+}
+
 /* $MRD_SOFT_GATE and $MRD_SOFT_GATE_BYTES (the top comment). O_RDWR never blocks on a FIFO,
  * and keeps what the test wrote there while nobody else holds it open. */
 static int gate_open(struct soft_provider *sp)
@@ -262,12 +278,13 @@ static void gate_pass(struct soft_provider *sp, char op, uint64_t bytes)
 static int soft_open(const char *device, struct provider **ret)
 {
 	struct soft_provider *sp;
+	const char *no_dma;
 	unsigned bits;
 	bool keys_cached;
 
 	if (device && strcmp(device, "soft") != 0)
 		return -ENODEV;
-	if (index_bits(&bits) < 0 || keys_mode(&keys_cached) < 0)
+	if (index_bits(&bits) < 0 || keys_mode(&keys_cached) < 0 || dma_mode(&no_dma) < 0)
 		return -EINVAL;
 	sp = calloc(1, sizeof(*sp));
 	if (!sp)
@@ -295,7 +312,8 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->base.caps.odp_implicit = true;
 	sp->base.caps.odp_rc_caps = 0x3f; /* send, receive, write, read, atomic, srq receive */
 	sp->base.caps.keys_come_back = keys_cached;
-	sp->base.caps.dma = true;
+	sp->base.caps.dma = !no_dma;
+	sp->base.caps.no_dma = no_dma;
 	sp->base.caps.dma_emulated = true;
 	sp->base.caps.max_keys = keys_cached ? 0 : (uint64_t)(sp->index_limit - 1) * SOFT_VARIANT_LAST;
 	*ret = &sp->base;

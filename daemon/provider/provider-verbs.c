@@ -178,6 +178,7 @@ static int verbs_open(const char *device, struct provider **ret)
 	vp->base.ops = &provider_verbs_ops;
 	pthread_mutex_init(&vp->base.lock, NULL);
 	snprintf(vp->base.caps.device, sizeof(vp->base.caps.device), "%s", ibv_get_device_name(dev));
+	vp->base.caps.no_dma = verbs_loopback_unsupported(dev->node_type, dev->transport_type);
 	vp->ctx = ibv_open_device(dev);
 	r = vp->ctx ? 0 : negative_errno();
 	ibv_free_device_list(list);
@@ -200,7 +201,10 @@ static int verbs_open(const char *device, struct provider **ret)
 	probe_rereg(vp->ctx, &vp->base.caps);
 	vp->base.caps.export_pd = true;
 	vp->base.caps.keys_come_back = true; /* mlx5's mkey cache does; no device says it won't */
-	vp->base.caps.dma = true;
+	vp->base.caps.dma = !vp->base.caps.no_dma;
+	if (vp->base.caps.no_dma)
+		log_info("verbs: %s: no DMA through keys: %s", vp->base.caps.device,
+			 vp->base.caps.no_dma);
 	vp->parking = mmap(NULL, (size_t)vp->base.caps.page_size, PROT_READ | PROT_WRITE,
 			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	if (vp->parking == MAP_FAILED)

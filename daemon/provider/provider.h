@@ -52,6 +52,7 @@ struct provider_caps {
 	 * mkey cache; soft with $MRD_SOFT_KEYS=mlx5): mrd's key quarantine must keep it dead. */
 	bool keys_come_back;
 	bool dma;               /* RDMA through keys (provider_dma) */
+	const char *no_dma;     /* ... and why not, where dma is false (mrctl status says it) */
 	bool dma_emulated;      /* ... by mrd itself (soft): exact errors, counted ODP faults */
 	bool export_pd;         /* clients may import context and PD */
 	uint64_t max_keys;      /* keys a context makes in its life, then -EKEYEXPIRED; 0: no limit */
@@ -275,7 +276,7 @@ static inline int provider_dma(struct provider_pd *pd, enum provider_dma_op op, 
 {
 	struct provider *p = pd->provider;
 
-	if (!p->ops->dma)
+	if (!p->ops->dma || !p->caps.dma)
 		return -EOPNOTSUPP;
 	return p->ops->dma(pd, op, lkey, laddr, rkey, raddr, length);
 }

@@ -30,6 +30,22 @@ struct verbs_loopback {
 
 /* The port's own GID for RoCE: a RoCEv2 IPv4-mapped entry routes on any netdev rxe sits on,
  * loopback included; else any RoCEv2 entry; else the first valid one. */
+/* Only InfiniBand and RoCE (IBV_TRANSPORT_IB) connect an RC QP by modify_qp with an address:
+ * what verbs_loopback_new does. An iWARP QP reaches RTS only over a TCP connection that the
+ * iWARP CM (rdma_cm) hands its driver: siw's modify_qp takes a state and access flags alone,
+ * and refuses RTS without that socket (Linux siw_verbs.c siw_verbs_modify_qp, siw_qp.c
+ * siw_qp_nextstate_from_idle: "no socket"). libibverbs makes every RNIC IBV_TRANSPORT_IWARP
+ * (rdma-core libibverbs/init.c). usNIC and the unspecified kinds (EFA) have no RC QP. */
+const char *verbs_loopback_unsupported(enum ibv_node_type node, enum ibv_transport_type transport)
+{
+	if (node == IBV_NODE_RNIC || transport == IBV_TRANSPORT_IWARP)
+		return "iWARP: its RC QPs connect only over a TCP connection made by rdma_cm, "
+		       "never on loopback by modify_qp";
+	if (transport != IBV_TRANSPORT_IB)
+		return "not InfiniBand or RoCE: no RC QP to loop back through";
+	return NULL;
+}
+
 static int pick_gid(struct ibv_context *ctx, uint8_t port, int tbl_len, struct ibv_ah_attr *ah)
 {
 	int best = -1, best_rank = 0;

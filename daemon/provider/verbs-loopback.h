@@ -7,9 +7,14 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <infiniband/verbs.h>
 
 struct ibv_pd;
 struct verbs_loopback;
+
+/* Why two QPs of a device of this node and transport type cannot connect on loopback, or
+ * NULL where they can: caps.dma is false on such a device, with this reason. */
+const char *verbs_loopback_unsupported(enum ibv_node_type node, enum ibv_transport_type transport);
 
 /* -ENETDOWN when no port of the device is active. */
 int verbs_loopback_new(struct ibv_pd *pd, struct verbs_loopback **ret);

@@ -1,7 +1,7 @@
 #!/bin/bash
 # make check-rdma: boots a stock Debian kernel under qemu (software emulation, no KVM needed),
-# brings up Soft-RoCE (rdma_rxe) on lo and runs mrd on it with the verbs provider
-# (tests/vm/guest-init.sh). The kernel comes from Debian's archive: by default the newest 7.x
+# brings up Soft-RoCE (rdma_rxe) and Soft-iWARP (siw, built here) on lo and runs mrd on them
+# with the verbs provider (tests/vm/guest-init.sh). The kernel comes from Debian's archive: by default the newest 7.x
 # in trixie-backports, whose rxe has ODP; MRD_VM_KERNEL=<version> picks one (with
 # MRD_VM_SUITE=<suite> for another suite). What it fetches is cached in the build tree
 # (tests/vm/cache). Each guest check becomes one line "PASS|FAIL|SKIP: vm: NAME" and one TAP
@@ -28,8 +28,10 @@ if [ -n "$missing" ]; then
 fi
 
 # ---- the kernel: a private apt configuration, so the system's sources stay as they are
-fetch_kernel() {
-	local apt=$CACHE/apt src
+APT_READY=
+apt_setup() { # once a run: the suite (and the one it backports, for its libc: build_siw)
+	local apt=$CACHE/apt src base=${SUITE%-backports}
+	[ -n "$APT_READY" ] && return
 	mkdir -p "$apt/state/lists/partial" "$apt/cache/archives/partial" "$apt/parts" "$CACHE/debs"
 	touch "$apt/state/status"
 	# The machine's own Debian mirror (deb822 or one-line sources), with the suite changed.
@@ -37,9 +39,10 @@ fetch_kernel() {
 		sed -n 's/^URIs: *\(http[^ ]*debian\)\/*$/\1/p; s/^deb \(http[^ ]*debian\)\/* .*/\1/p' |
 		head -n 1 || true)
 	src=${src:-http://deb.debian.org/debian}
-	echo "check-rdma: fetching the kernel from $src $SUITE"
-	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $src $SUITE main" \
-		> "$apt/sources.list"
+	echo "check-rdma: fetching from $src $SUITE"
+	for s in "$SUITE" $([ "$base" != "$SUITE" ] && echo "$base"); do
+		echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $src $s main"
+	done > "$apt/sources.list"
 	cat > "$apt/apt.conf" <<-EOF
 	Dir::State "$apt/state";
 	Dir::State::status "$apt/state/status";
@@ -53,6 +56,10 @@ fetch_kernel() {
 	EOF
 	export APT_CONFIG=$apt/apt.conf
 	apt-get update -qq
+	APT_READY=1
+}
+fetch_kernel() {
+	apt_setup
 	if [ -z "${KVER:-}" ]; then
 		# Versions with both halves: some linux-binary versions have no linux-modules.
 		KVER=$(comm -12 \
@@ -85,6 +92,68 @@ echo "$KVER" > "$CACHE/kernel-$SUITE"
 KROOT=$CACHE/kroot/$KVER
 echo "check-rdma: kernel $KVER ($SUITE), ready in $(($(date +%s) - t0)) s"
 
+# ---- siw (Soft-iWARP): Debian's kernels build no siw.ko (CONFIG_RDMA_SIW is not set), so it
+# is built here, out of tree, from the same kernel's source package and headers, and cached
+# beside the kernel. The headers' own tools (modpost, objtool) are built for the suite's newer
+# libc: where the host's is older (Debian 12), they run on that suite's libc6, unpacked. The
+# host's gcc may be older than the kernel's: a flag it lacks is turned off, and module BTF
+# (for BPF only, it needs pahole) is not made. Where any of it fails, SIW_SKIP says why and the
+# guest reports its siw checks as skipped with that reason.
+SIW_KO=$CACHE/siw/$KVER/siw.ko
+SIW_SKIP=
+build_siw() {
+	local w=$CACHE/siw-build kb ver hdr cc log=$CACHE/siw-build.log t
+	for t in gcc make strip; do
+		command -v "$t" > /dev/null || { SIW_SKIP="no $t on the host to build siw.ko"; return; }
+	done
+	rm -rf "$w" && mkdir -p "$w/root" "$w/debs" "$(dirname "$SIW_KO")"
+	apt_setup
+	ver=$(apt-cache show "linux-headers-$KVER" 2> /dev/null | sed -n 's/^Version: //p' | head -n 1 || true)
+	kb=${KVER%-*} # 7.3.4+deb13
+	[ -n "$ver" ] || { SIW_SKIP="no linux-headers-$KVER in $SUITE"; return; }
+	(cd "$w/debs" && apt-get download -q "linux-headers-$KVER=$ver" "linux-headers-$kb-common=$ver" \
+		"linux-kbuild-$kb=$ver" "linux-source-${KVER%%.*}.$(echo "$KVER" | cut -d. -f2)=$ver" \
+		> "$log" 2>&1) || { SIW_SKIP="apt-get download failed: $(tail -n 1 "$log")"; return; }
+	for deb in "$w"/debs/linux-{headers,kbuild}-*.deb; do dpkg-deb -x "$deb" "$w/root"; done
+	if ! { dpkg-deb --fsys-tarfile "$w"/debs/linux-source-*.deb |
+		tar -xO --wildcards './usr/src/linux-source-*.tar.xz' | xz -dc |
+		tar -x -C "$w" --wildcards '*/drivers/infiniband/sw/siw'; } 2>> "$log"; then
+		SIW_SKIP="no drivers/infiniband/sw/siw in linux-source: $(tail -n 1 "$log")"
+		return
+	fi
+	mv "$w"/linux-source-*/drivers/infiniband/sw/siw "$w/siw"
+	hdr=$w/root/usr/src/linux-headers-$KVER
+	printf 'KBUILD_OUTPUT=%s\ninclude %s/usr/src/linux-headers-%s-common/Makefile\n' \
+		"$hdr" "$w/root" "$kb" > "$hdr/Makefile" # the packaged one names /usr/src
+	kb=$w/root/usr/lib/linux-kbuild-$kb
+	if ldd "$kb/scripts/mod/modpost.real-lsb-64" 2>&1 | grep 'not found' > /dev/null; then
+		(cd "$w/debs" && apt-get download -q "libc6/${SUITE%-backports}" >> "$log" 2>&1) ||
+			{ SIW_SKIP="the kernel's modpost needs a newer libc, and libc6 did not download"; return; }
+		dpkg-deb -x "$w"/debs/libc6_*.deb "$w/libc"
+		local libs=$w/libc/usr/lib/x86_64-linux-gnu
+		for t in scripts/mod/modpost:modpost.real-lsb-64 tools/objtool/objtool:objtool.real-x86; do
+			printf '#!/bin/sh\nexec %s/ld-linux-x86-64.so.2 --library-path %s:/usr/lib/x86_64-linux-gnu %s "$@"\n' \
+				"$libs" "$libs" "$kb/$(dirname "${t%%:*}")/${t#*:}" > "$kb/${t%%:*}"
+		done
+	fi
+	cc=$(sed -n 's/^CONFIG_CC_VERSION_TEXT="\([^ ]*\) .*/\1/p' "$hdr/.config")
+	command -v "$cc" > /dev/null || cc=gcc
+	set -- CC="$cc" CONFIG_RDMA_SIW=m CONFIG_DEBUG_INFO_BTF_MODULES=
+	"$cc" -fmin-function-alignment=16 -x c -c /dev/null -o /dev/null 2> /dev/null ||
+		set -- "$@" CONFIG_CC_HAS_MIN_FUNCTION_ALIGNMENT=
+	if ! make -C "$hdr" M="$w/siw" -j"$(nproc)" "$@" modules >> "$log" 2>&1; then
+		SIW_SKIP="siw.ko did not build with $cc against linux-headers-$KVER: $(grep -m 1 -i 'error' "$log" || tail -n 1 "$log")"
+		return
+	fi
+	strip --strip-debug -o "$SIW_KO" "$w/siw/siw.ko"
+	rm -rf "$w"
+}
+if [ ! -e "$SIW_KO" ]; then
+	t0=$(date +%s)
+	build_siw
+	echo "check-rdma: siw.ko for $KVER: ${SIW_SKIP:-built in $(($(date +%s) - t0)) s}"
+fi
+
 # ---- the initramfs: busybox, the rxe modules, rdma-core's tools and mrd's build
 ST=$VM/stage
 rm -rf "$ST"
@@ -108,6 +177,12 @@ for m in ib_core ib_uverbs rdma_rxe; do
 		echo "$base" >> "$ST/modules.load"
 	done
 done
+if [ -e "$SIW_KO" ]; then # its one dependency, ib_core, is loaded by now
+	cp "$SIW_KO" "$ST/lib/modules/$KVER/siw.ko"
+	echo siw.ko >> "$ST/modules.load"
+else
+	echo "${SIW_SKIP:-no siw.ko}" > "$ST/siw.skip"
+fi
 copy_libs() { # binary: the shared libraries it needs, at their own paths
 	LD_LIBRARY_PATH=$top_builddir/.libs ldd "$1" |
 		awk '/=>/ { print $3; next } $1 ~ /^\// { print $1 }' | while read -r lib; do
@@ -118,12 +193,14 @@ copy_libs() { # binary: the shared libraries it needs, at their own paths
 		esac
 	done
 }
-for b in /usr/bin/rdma /usr/bin/ibv_devinfo "$rxe_lib"; do
+siw_lib=$(ls /usr/lib/*/libibverbs/libsiw-rdmav*.so 2>/dev/null | head -n 1 || true)
+for b in /usr/bin/rdma /usr/bin/ibv_devinfo "$rxe_lib" $siw_lib; do
 	mkdir -p "$ST$(dirname "$b")"
 	cp -L "$b" "$ST$b"
 	copy_libs "$b"
 done
-cp /etc/libibverbs.d/rxe.driver "$ST/etc/libibverbs.d/" # rxe alone: no probing of others
+cp /etc/libibverbs.d/rxe.driver "$ST/etc/libibverbs.d/" # rxe and siw alone: no probing of others
+[ -n "$siw_lib" ] && cp /etc/libibverbs.d/siw.driver "$ST/etc/libibverbs.d/"
 for b in mrd mrctl mrd-demo examples/mrd-hello tests/test-contract-verbs tests/vm/rdma-peers; do
 	dir=$top_builddir/$(dirname "$b")
 	name=$(basename "$b")
