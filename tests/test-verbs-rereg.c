@@ -31,6 +31,10 @@ int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey,
 {
 	return -EOPNOTSUPP;
 }
+const char *verbs_loopback_unsupported(enum ibv_node_type node, enum ibv_transport_type transport)
+{
+	return NULL;
+}
 
 enum fake_driver {
 	FAKE_NEW_KEYS, /* a move makes the MR anew: new lkey and rkey */
