@@ -93,6 +93,10 @@ static void print_status(const Mrd__StatusResponse *s)
 		       ",\"rereg_translation\":%s,\"dma\":%s",
 		       s->max_mr_size, json_bool(s->odp), json_bool(s->odp_implicit),
 		       json_bool(s->rereg_translation), json_bool(s->dma));
+		printf(",\"atomic\":%s,\"odp_rc\":", json_bool(s->atomic));
+		json_write_string(stdout, s->odp_rc);
+		printf(",\"odp_pinned\":");
+		json_write_string(stdout, s->odp_pinned);
 		printf(",\"domains\":%" PRIu32 ",\"clients\":%" PRIu32 ",\"max_clients\":%" PRIu32,
 		       s->domains, s->clients, s->max_clients);
 		if (*s->view) { /* not an administrator: its own domain's figures alone */
@@ -118,6 +122,10 @@ static void print_status(const Mrd__StatusResponse *s)
 	       esc(s->server_version), s->pid, (double)s->uptime_usec / 1e6, esc(s->provider),
 	       esc(s->device), s->max_mr_size, yes_no(s->odp), yes_no(s->odp_implicit),
 	       yes_no(s->rereg_translation), yes_no(s->dma));
+	printf("remote atomics:   %s\n"
+	       "ODP over RC:      %s%s%s\n",
+	       s->atomic ? "yes" : "no (MRs are registered without REMOTE_ATOMIC)", esc(s->odp_rc),
+	       *s->odp_pinned ? "; on-demand memory is pinned: " : "", esc(s->odp_pinned));
 	if (*s->view) {
 		printf("domain:           %s (%s open; root and the admin group see every domain)\n"
 		       "clients:          %" PRIu32 " of %" PRIu32 " in the domain\n",
