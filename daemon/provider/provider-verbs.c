@@ -379,7 +379,7 @@ static int verbs_advise(struct provider_mr *base, enum provider_advice advice, u
 			return -EACCES;
 		a = IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE;
 	} else if (advice == PROVIDER_ADVISE_PREFETCH_NO_FAULT)
-		a = IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT; /* mlx5 alone: EOPNOTSUPP elsewhere */
+		a = IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT; /* mlx5, rxe with ODP: EOPNOTSUPP elsewhere */
 	else
 		return -EINVAL;
 	/* Without our lock (provider_advise): rdma-core's ibv_cmd_advise_mr (libibverbs/cmd_mr.c)

@@ -58,7 +58,8 @@ int provider_advise(struct provider_mr *mr, enum provider_advice advice, uint64_
 
 const char *provider_odp_bits_name(uint32_t bits, char *buf, size_t size)
 {
-	static const char *const names[] = { "send", "recv", "write", "read", "atomic", "srq" };
+	static const char *const names[] = { "send",   "recv", "write", "read",
+					     "atomic", "srq",  "flush", "atomic_write" };
 	size_t at = 0;
 
 	buf[0] = '\0';

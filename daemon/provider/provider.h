@@ -41,6 +41,8 @@ enum {
 	PROVIDER_ODP_READ = 1u << 3,
 	PROVIDER_ODP_ATOMIC = 1u << 4,
 	PROVIDER_ODP_SRQ_RECV = 1u << 5,
+	PROVIDER_ODP_FLUSH = 1u << 6,        /* Linux 6.13 on (rxe) */
+	PROVIDER_ODP_ATOMIC_WRITE = 1u << 7,
 };
 
 enum provider_dma_op {
