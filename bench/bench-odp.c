@@ -114,7 +114,7 @@ static int alloc_on_demand(struct odp_domain *d, struct reg_allocation **ret)
 		free(ra);
 		return r;
 	}
-	allocation_set_kind(&ra->mem, registrar_on_demand(&d->reg, true), false);
+	allocation_set_kind(&ra->mem, registrar_on_demand(&d->reg, true, false), false);
 	*ret = ra;
 	return ra->mem.odp ? 0 : -EOPNOTSUPP;
 }

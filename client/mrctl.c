@@ -19,7 +19,8 @@ static void help(void)
 	printf("Usage: mrctl [OPTION]... COMMAND\n"
 	       "Show and control mrd, the memory-registration daemon.\n\n"
 	       "Commands:\n"
-	       "  status              daemon version, uptime, provider and client count\n"
+	       "  status              daemon version, uptime, provider, device capabilities\n"
+	       "                      and client count\n"
 	       "  clients             every client and domain, with usage against each quota\n"
 	       "  stats               each domain's counters: lookups, registrations, ODP work\n"
 	       "  pools               each domain's MR handle pools (key, parked, in use) or why\n"
@@ -98,6 +99,10 @@ static void print_status(const Mrd__StatusResponse *s)
 			printf(",\"no_dma\":");
 			json_write_string(stdout, s->no_dma);
 		}
+		printf(",\"atomic\":%s,\"odp_rc\":", json_bool(s->atomic));
+		json_write_string(stdout, s->odp_rc);
+		printf(",\"odp_pinned\":");
+		json_write_string(stdout, s->odp_pinned);
 		printf(",\"domains\":%" PRIu32 ",\"clients\":%" PRIu32 ",\"max_clients\":%" PRIu32,
 		       s->domains, s->clients, s->max_clients);
 		if (*s->view) { /* not an administrator: its own domain's figures alone */
@@ -124,6 +129,10 @@ static void print_status(const Mrd__StatusResponse *s)
 	       esc(s->device), s->max_mr_size, yes_no(s->odp), yes_no(s->odp_implicit),
 	       yes_no(s->rereg_translation), yes_no(s->dma), *s->no_dma ? " (" : "",
 	       esc(s->no_dma), *s->no_dma ? ")" : "");
+	printf("remote atomics:   %s\n"
+	       "ODP over RC:      %s%s%s\n",
+	       s->atomic ? "yes" : "no (MRs are registered without REMOTE_ATOMIC)", esc(s->odp_rc),
+	       *s->odp_pinned ? "; on-demand memory is pinned: " : "", esc(s->odp_pinned));
 	if (*s->view) {
 		printf("domain:           %s (%s open; root and the admin group see every domain)\n"
 		       "clients:          %" PRIu32 " of %" PRIu32 " in the domain\n",

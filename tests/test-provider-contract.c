@@ -840,6 +840,140 @@ START_TEST(test_soft_dma_iwarp)
 }
 END_TEST
 
+/* A soft provider opened with one test knob set to value (NULL: all unset). */
+static int open_soft_with(const char *knob, const char *value, struct provider **ret)
+{
+	int verbs_error, r;
+
+	if (knob)
+		ck_assert_int_eq(setenv(knob, value, 1), 0);
+	r = provider_open("soft", NULL, ret, &verbs_error);
+	if (knob)
+		ck_assert_int_eq(unsetenv(knob), 0);
+	return r;
+}
+
+/* Soft models what a device may lack: bad values fail the open; $MRD_SOFT_ATOMIC=none refuses
+ * remote atomics as EFA does (reg and rereg: EOPNOTSUPP); $MRD_SOFT_ODP_RC without read fails
+ * a read that would fault an on-demand MR's pages in, as a NIC's failed fault. */
+START_TEST(test_soft_caps_knobs)
+{
+	const unsigned rw = MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ;
+	struct provider *q;
+	struct provider_pd *qpd;
+	struct provider_mr *mr, *odp, *src;
+
+	ck_assert_int_eq(open_soft_with("MRD_SOFT_ATOMIC", "maybe", &q), -EINVAL);
+	ck_assert_int_eq(open_soft_with("MRD_SOFT_ODP_RC", "send,fly", &q), -EINVAL);
+	ck_assert_int_eq(open_soft_with("MRD_SOFT_ODP_RC", "send,", &q), -EINVAL);
+	ck_assert_int_eq(open_soft_with("MRD_SOFT_ADVISE_MAX", "4097", &q), -EINVAL);
+	ck_assert_int_eq(open_soft_with("MRD_SOFT_ADVISE_MAX", "0", &q), -EINVAL);
+	ck_assert_int_eq(open_soft_with(NULL, NULL, &q), 0);
+	ck_assert(q->caps.atomic && q->caps.odp_rc_caps == 0x3f);
+	ck_assert_uint_eq(q->caps.advise_max, 1ull << 31); /* as verbs */
+	provider_close(q);
+
+	ck_assert_int_eq(open_soft_with("MRD_SOFT_ATOMIC", "none", &q), 0);
+	ck_assert(!q->caps.atomic);
+	ck_assert_uint_eq(provider_grantable_access(&q->caps, rw | MRD_ACCESS_REMOTE_ATOMIC), rw);
+	ck_assert_int_eq(provider_pd_alloc(q, &qpd), 0);
+	ck_assert_int_eq(provider_reg(qpd, buf_a, ps, (uintptr_t)buf_a,
+				      rw | MRD_ACCESS_REMOTE_ATOMIC, &mr), -EOPNOTSUPP);
+	ck_assert_int_eq(provider_reg(qpd, buf_a, ps, (uintptr_t)buf_a, rw, &mr), 0);
+	ck_assert_int_eq(provider_rereg(mr, PROVIDER_REREG_ACCESS, NULL, 0, 0,
+					rw | MRD_ACCESS_REMOTE_ATOMIC), -EOPNOTSUPP);
+	ck_assert_uint_eq(mr->access, rw);
+	ck_assert_int_eq(provider_dereg(mr), 0);
+	ck_assert_int_eq(provider_pd_free(qpd), 0);
+	provider_close(q);
+
+	ck_assert_int_eq(open_soft_with("MRD_SOFT_ODP_RC", "send,recv,write", &q), 0);
+	ck_assert_uint_eq(q->caps.odp_rc_caps,
+			  PROVIDER_ODP_SEND | PROVIDER_ODP_RECV | PROVIDER_ODP_WRITE);
+	ck_assert(!provider_odp_covers(&q->caps, rw));
+	ck_assert_int_eq(provider_pd_alloc(q, &qpd), 0);
+	ck_assert_int_eq(provider_reg(qpd, buf_a, ps, (uintptr_t)buf_a, MRD_ACCESS_LOCAL_WRITE,
+				      &src), 0);
+	ck_assert_int_eq(provider_reg(qpd, buf_b, 2 * ps, (uintptr_t)buf_b,
+				      MRD_ACCESS_ON_DEMAND | rw, &odp), 0);
+	ck_assert_int_eq(provider_dma(qpd, PROVIDER_DMA_READ, src->lkey, src->iova, odp->rkey,
+				      odp->iova, 8), -EFAULT); /* no read bit: its fault fails */
+	ck_assert_int_eq(provider_dma(qpd, PROVIDER_DMA_WRITE, src->lkey, src->iova, odp->rkey,
+				      odp->iova, 8), 0); /* the write bit: it faults in */
+	ck_assert_int_eq(provider_dma(qpd, PROVIDER_DMA_READ, src->lkey, src->iova, odp->rkey,
+				      odp->iova, 8), 0); /* present now: no fault */
+	ck_assert_int_eq(provider_dereg(odp), 0);
+	ck_assert_int_eq(provider_dereg(src), 0);
+	ck_assert_int_eq(provider_pd_free(qpd), 0);
+	provider_close(q);
+}
+END_TEST
+
+/* An advise op takes at most caps.advise_max bytes (verbs: ibv_sge.length is 32-bit; soft:
+ * $MRD_SOFT_ADVISE_MAX); provider_advise cuts longer ranges at its multiples. */
+START_TEST(test_soft_advise_split)
+{
+	struct provider *q;
+	struct provider_pd *qpd;
+	struct provider_mr *odp;
+	struct provider_stats s0, s1;
+	char max[32];
+
+	snprintf(max, sizeof(max), "%zu", 2 * ps);
+	ck_assert_int_eq(open_soft_with("MRD_SOFT_ADVISE_MAX", max, &q), 0);
+	ck_assert_uint_eq(q->caps.advise_max, 2 * ps);
+	ck_assert_int_eq(provider_pd_alloc(q, &qpd), 0);
+	ck_assert_int_eq(provider_reg(qpd, buf_b, NPAGES * ps, (uintptr_t)buf_b,
+				      MRD_ACCESS_ON_DEMAND | MRD_ACCESS_LOCAL_WRITE, &odp), 0);
+	ck_assert_int_eq(q->ops->advise(odp, PROVIDER_ADVISE_PREFETCH, odp->iova + ps, 5 * ps),
+			 -EINVAL); /* the op alone: too long */
+	provider_stats(q, &s0);
+	/* Pages 1-5 in pieces [1], [2-3], [4-5]; then 7-12 from the middle of page 7. */
+	ck_assert_int_eq(provider_advise(odp, PROVIDER_ADVISE_PREFETCH, odp->iova + ps, 5 * ps), 0);
+	ck_assert_int_eq(provider_advise(odp, PROVIDER_ADVISE_PREFETCH_WRITE,
+					 odp->iova + 7 * ps + 100, 5 * ps), 0);
+	provider_stats(q, &s1);
+	ck_assert_uint_eq(s1.odp_prefetched_pages - s0.odp_prefetched_pages, 5 + 6);
+	ck_assert_int_eq(provider_dereg(odp), 0);
+	ck_assert_int_eq(provider_pd_free(qpd), 0);
+	provider_close(q);
+}
+END_TEST
+
+/* PREFETCH_NO_FAULT installs the translations of pages present in the page tables alone (a
+ * device's snapshot), faulting none in: a Dma then faults exactly the others. */
+START_TEST(test_soft_prefetch_no_fault)
+{
+	uint8_t *m = mmap(NULL, 8 * ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct provider_mr *odp, *src;
+	struct provider_stats s0, s1;
+
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	m[0] = m[2 * ps] = m[5 * ps] = 1; /* pages 0, 2 and 5 present */
+	odp = reg(m, 8 * ps, MRD_ACCESS_ON_DEMAND | MRD_ACCESS_LOCAL_WRITE |
+				     MRD_ACCESS_REMOTE_WRITE);
+	src = reg(buf_a, ps, 0);
+	provider_stats(p, &s0);
+	ck_assert_int_eq(provider_advise(odp, PROVIDER_ADVISE_PREFETCH_NO_FAULT, odp->iova,
+					 8 * ps), 0);
+	provider_stats(p, &s1);
+	ck_assert_uint_eq(s1.odp_prefetched_pages - s0.odp_prefetched_pages, 3);
+	ck_assert_uint_eq(s1.odp_faults, s0.odp_faults);
+	/* Page 2 has its translation; page 3 faults. */
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, odp->rkey,
+				      odp->iova + 2 * ps, 8), 0);
+	provider_stats(p, &s0);
+	ck_assert_uint_eq(s0.odp_faults, s1.odp_faults);
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, odp->rkey,
+				      odp->iova + 3 * ps, 8), 0);
+	provider_stats(p, &s1);
+	ck_assert_uint_eq(s1.odp_faults - s0.odp_faults, 1);
+	ck_assert_int_eq(provider_dereg(src), 0);
+	ck_assert_int_eq(provider_dereg(odp), 0);
+	munmap(m, 8 * ps);
+}
+END_TEST
+
 /* Soft's $MRD_SOFT_KEYS=mlx5 behaves as mlx5's mkey cache: a released key comes back unchanged
  * to the next registration of its size, last released first, parked or not, and a move keeps
  * keys; another value fails the open. The hazard mrd's key quarantine exists for: the old key
@@ -1176,6 +1310,9 @@ int main(void)
 		if (probe->caps.rereg_translation) /* it parks */
 			tcase_add_test(tc, test_soft_mlx5_keys_come_back);
 		tcase_add_test(tc, test_soft_dma_iwarp);
+		tcase_add_test(tc, test_soft_caps_knobs);
+		tcase_add_test(tc, test_soft_advise_split);
+		tcase_add_test(tc, test_soft_prefetch_no_fault);
 		tcase_add_test(tc, test_soft_dma_faults_outside_the_lock);
 	}
 	provider_close(probe);

@@ -715,7 +715,7 @@ static struct reg_allocation *alloc_on_demand(uint64_t size)
 {
 	struct reg_allocation *ra = alloc(size);
 
-	ra->mem.odp = registrar_on_demand(&reg, true);
+	ra->mem.odp = registrar_on_demand(&reg, true, false);
 	ck_assert(ra->mem.odp); /* soft pages on demand over RC */
 	return ra;
 }
@@ -725,7 +725,7 @@ START_TEST(test_odp_child_made_and_retired)
 	struct reg_allocation *ra = alloc_on_demand(64 * KiB);
 	struct mr_entry e, again;
 
-	ck_assert(!registrar_on_demand(&reg, false));
+	ck_assert(!registrar_on_demand(&reg, false, false));
 	ck_assert_int_eq(lookup(address(ra) + 8 * KiB, &e, NULL), 0);
 	ck_assert_uint_eq(reg.odp.children, 1);
 	ck_assert_uint_eq(reg.odp.stats.faults, 1);
@@ -911,6 +911,44 @@ START_TEST(test_prefetch_bounds)
 }
 END_TEST
 
+/* The registrar anew on a soft device with knob set to value (read at its open). */
+static void reopen_with(const char *knob, const char *value)
+{
+	teardown();
+	ck_assert_int_eq(setenv(knob, value, 1), 0);
+	open_registrar(MR_POLICY_CONTIG);
+	ck_assert_int_eq(unsetenv(knob), 0);
+}
+
+/* The device's capabilities decide what is asked: no remote atomics where it has none (its
+ * registrations work), and on demand only where its RC ODP bits cover the access. */
+START_TEST(test_access_follows_the_device)
+{
+	const unsigned rw = MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ;
+	struct reg_allocation *ra;
+	struct mr_entry e;
+
+	ck_assert_uint_eq(registration_access(false, &reg.provider->caps), MR_CACHE_ACCESS);
+	ck_assert(registrar_on_demand(&reg, true, false));
+	reopen_with("MRD_SOFT_ATOMIC", "none");
+	ck_assert_uint_eq(registration_access(false, &reg.provider->caps), rw);
+	ck_assert_uint_eq(registration_access(true, &reg.provider->caps), MRD_ACCESS_REMOTE_READ);
+	ra = alloc(64 * KiB);
+	ck_assert_int_eq(lookup(address(ra), &e, NULL), 0);
+	ck_assert_uint_eq(LIST_FIRST(&ra->mrs)->pmr->access, rw);
+	ra = alloc_on_demand(64 * KiB);
+	ck_assert_int_eq(lookup(address(ra), &e, NULL), 0);
+	ck_assert_uint_eq(LIST_FIRST(&ra->odp_children)->pmr->access, rw | MRD_ACCESS_ON_DEMAND);
+
+	reopen_with("MRD_SOFT_ODP_RC", "send,recv,write,read"); /* no atomic bit */
+	ck_assert(!registrar_on_demand(&reg, true, false));
+	ck_assert(registrar_on_demand(&reg, true, true)); /* read-only: no atomics */
+	reopen_with("MRD_SOFT_ODP_RC", "send,recv,write");
+	ck_assert(!registrar_on_demand(&reg, true, true));
+	ck_assert(!registrar_on_demand(&reg, false, false));
+}
+END_TEST
+
 /* One case per module, so that a failure names the module it found broken. */
 static TCase *module_case(Suite *s, const char *module)
 {
@@ -931,6 +969,7 @@ static Suite *registrar_suite(void)
 	tcase_add_test(tc, test_offload_rule);
 	tcase_add_test(tc, test_big_registration_and_free_on_a_worker);
 	tcase_add_test(tc, test_job_holds_until_done);
+	tcase_add_test(tc, test_access_follows_the_device);
 
 	tc = module_case(s, "cache");
 	tcase_add_test(tc, test_lookup_registers_the_run_once);

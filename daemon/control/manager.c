@@ -21,6 +21,7 @@
 #include "base/fd-closer.h"
 #include "control/handover.h"
 #include "provider/provider.h"
+#include "registration/reg-allocation.h"
 #include "log.h"
 #include "control/manager.h"
 #include "base/process.h"
@@ -158,6 +159,19 @@ static void manager_on_signal(evutil_socket_t sig, short what, void *userdata)
 	event_base_loopbreak(m->core.base);
 }
 
+/* What mrd leaves out for the device, once at start (mrctl status says it too). */
+static void log_capabilities(const struct provider_caps *caps)
+{
+	char why[160];
+
+	if (!caps->atomic)
+		log_notice("device %s has no remote atomics: MRs are registered without "
+			   "REMOTE_ATOMIC", caps->device);
+	if (caps->odp && *provider_odp_gap(caps, registration_access(false, caps), why,
+					   sizeof(why)))
+		log_notice("on-demand memory is registered pinned: %s", why);
+}
+
 static int manager_open_provider(struct manager *m)
 {
 	const struct config *c = &m->core.config;
@@ -176,6 +190,7 @@ static int manager_open_provider(struct manager *m)
 		log_info("no RDMA device found: using the soft provider (a software NIC)");
 	log_info("provider %s, device %s", provider_name(m->core.provider),
 		 m->core.provider->caps.device);
+	log_capabilities(&m->core.provider->caps);
 	return 0;
 }
 

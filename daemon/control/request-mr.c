@@ -13,6 +13,7 @@
 #include "macro.h"
 #include "control/manager.h"
 #include "provider/provider.h"
+#include "registration/reg-allocation.h"
 #include "time-util.h"
 #include "base/worker-pool.h"
 
@@ -327,8 +328,17 @@ int request_prefetch(struct client *c, struct domain *d, const Mrd__Request *req
 		return -EFAULT;
 	}
 	if (!a->odp) {
-		reply_set_message(r, "0x%" PRIx64 " is not on-demand memory (allocate it with the ODP "
-				  "flag, or set [cache] policy = odp)", q->address);
+		char gap[160];
+
+		/* Asked for, perhaps, but pinned: the device's paging does not cover it. */
+		if (*provider_odp_gap(&d->reg.provider->caps,
+				      registration_access(a->read_only, &d->reg.provider->caps),
+				      gap, sizeof(gap)))
+			reply_set_message(r, "0x%" PRIx64 " is not on-demand memory: it is pinned, "
+					  "as %s", q->address, gap);
+		else
+			reply_set_message(r, "0x%" PRIx64 " is not on-demand memory (allocate it "
+					  "with the ODP flag, or set [cache] policy = odp)", q->address);
 		return -EINVAL;
 	}
 	if (q->advice == MRD__PREFETCH_ADVICE__PREFETCH_WRITE && a->read_only) {

@@ -12,6 +12,7 @@
 #include "status-page.h"
 #include "control/manager.h"
 #include "provider/provider.h"
+#include "registration/reg-allocation.h"
 
 int request_status(struct client *c, struct domain *no_domain, const Mrd__Request *req,
 		   struct wire_packet *pkt, struct reply *r)
@@ -20,6 +21,8 @@ int request_status(struct client *c, struct domain *no_domain, const Mrd__Reques
 	Mrd__StatusResponse *s = &r->body.status;
 	const char *view = client_view(c);
 	struct view_totals t;
+	/* The loop's alone, and the reply is packed before the next request. */
+	static char odp_rc[64], odp_pinned[160];
 
 	mrd__status_response__init(s);
 	s->server_version = (char *)PACKAGE_VERSION;
@@ -32,6 +35,12 @@ int request_status(struct client *c, struct domain *no_domain, const Mrd__Reques
 	s->rereg_translation = m->core.provider->caps.rereg_translation;
 	s->dma = m->core.provider->caps.dma;
 	s->no_dma = (char *)(m->core.provider->caps.no_dma ? m->core.provider->caps.no_dma : "");
+	s->atomic = m->core.provider->caps.atomic;
+	s->odp_rc = (char *)provider_odp_bits_name(m->core.provider->caps.odp_rc_caps, odp_rc,
+						   sizeof(odp_rc));
+	s->odp_pinned = (char *)provider_odp_gap(&m->core.provider->caps,
+						 registration_access(false, &m->core.provider->caps),
+						 odp_pinned, sizeof(odp_pinned));
 	s->pid = (uint32_t)getpid();
 	/* Which users use mrd, and how much, is no one else's business: a user sees its own
 	 * domain's figures and no daemon-wide count. */

@@ -359,9 +359,11 @@ int domain_alloc(struct domain *d, struct reg_owner *owner, uint64_t size, uint6
 		free(ra);
 		return r;
 	}
-	/* On demand where the device pages on demand over RC; elsewhere as the policy says. */
+	/* On demand where the device pages on demand over RC for all the memory takes; elsewhere as
+	 * the policy says. */
 	allocation_set_kind(&ra->mem,
-			    registrar_on_demand(&d->reg, odp || d->reg.cache.policy == MR_POLICY_ODP),
+			    registrar_on_demand(&d->reg, odp || d->reg.cache.policy == MR_POLICY_ODP,
+						read_only),
 			    read_only);
 	domain_update_status(d);
 	*ret = &ra->mem;
@@ -382,7 +384,7 @@ int domain_attach_external(struct domain *d, struct reg_owner *owner, int fd, ui
 		return r;
 	}
 	allocation_set_kind(&ra->mem, registrar_on_demand(&d->reg,
-							  d->reg.cache.policy == MR_POLICY_ODP),
+							  d->reg.cache.policy == MR_POLICY_ODP, false),
 			    false);
 	domain_update_status(d);
 	*ret = &ra->mem;
@@ -402,7 +404,8 @@ int domain_adopt_allocation(struct domain *d, struct arena *arena,
 		free(ra);
 		return r;
 	}
-	allocation_set_kind(&ra->mem, registrar_on_demand(&d->reg, saved->odp), saved->read_only);
+	allocation_set_kind(&ra->mem, registrar_on_demand(&d->reg, saved->odp, saved->read_only),
+			    saved->read_only);
 	domain_update_status(d);
 	return 0;
 }

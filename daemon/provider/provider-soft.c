@@ -113,6 +113,81 @@ static struct soft_provider *to_soft(struct provider *p) { return (struct soft_p
 
 static uint32_t make_key(uint32_t index, uint8_t variant) { return index << 8 | variant; }
 
+/* What a device may lack, modelled (test knobs): $MRD_SOFT_ATOMIC=none (atomic_cap
+ * IBV_ATOMIC_NONE: a registration asking for remote atomics fails, as EFA's), $MRD_SOFT_ODP_RC
+ * (the RC ODP bits, e.g. "send,recv,write": a Dma that would fault an on-demand MR's pages in
+ * for an operation without its bit fails) and $MRD_SOFT_ADVISE_MAX (bytes one advise takes, a
+ * multiple of the page size; longer is EINVAL, as ibv_sge.length's 32 bits make it). */
+struct soft_caps_knobs {
+	bool atomic;
+	uint32_t odp_rc;
+	uint64_t advise_max;
+};
+
+static int atomic_knob(bool *ret)
+{
+	const char *e = getenv("MRD_SOFT_ATOMIC");
+
+	*ret = !e || !*e || strcmp(e, "hca") == 0;
+	if (*ret || strcmp(e, "none") == 0)
+		return 0;
+	log_error("MRD_SOFT_ATOMIC=%s: hca or none", e);
+	return -EINVAL;
+}
+
+static int odp_rc_knob(uint32_t *ret)
+{
+	static const char *const names[] = { "send", "recv", "write", "read", "atomic", "srq" };
+	const char *e = getenv("MRD_SOFT_ODP_RC");
+
+	*ret = 0x3f; /* all of them */
+	if (!e || !*e)
+		return 0;
+	*ret = 0;
+	if (strcmp(e, "none") == 0)
+		return 0;
+	for (const char *at = e;; at++) {
+		size_t n = strcspn(at, ","), i;
+
+		for (i = 0; i < ELEMENTSOF(names); i++)
+			if (strlen(names[i]) == n && strncmp(at, names[i], n) == 0)
+				break;
+		if (i == ELEMENTSOF(names)) {
+			log_error("MRD_SOFT_ODP_RC=%s: a list of send,recv,write,read,atomic,srq, "
+				  "or none", e);
+			return -EINVAL;
+		}
+		*ret |= 1u << i;
+		at += n;
+		if (!*at)
+			return 0;
+	}
+}
+
+static int advise_max_knob(uintptr_t page_size, uint64_t *ret)
+{
+	const char *e = getenv("MRD_SOFT_ADVISE_MAX");
+	char *end;
+
+	*ret = 1ull << 31; /* as verbs: ibv_sge.length's 32 bits, in whole pages */
+	if (!e || !*e)
+		return 0;
+	errno = 0;
+	*ret = strtoull(e, &end, 10);
+	if (errno || *end || *ret == 0 || *ret % page_size) {
+		log_error("MRD_SOFT_ADVISE_MAX=%s: bytes, a multiple of the page size", e);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int caps_knobs(uintptr_t page_size, struct soft_caps_knobs *ret)
+{
+	if (atomic_knob(&ret->atomic) < 0 || odp_rc_knob(&ret->odp_rc) < 0)
+		return -EINVAL;
+	return advise_max_knob(page_size, &ret->advise_max);
+}
+
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22 /* Linux 5.14 */
 #define MADV_POPULATE_WRITE 23
@@ -281,10 +356,13 @@ static int soft_open(const char *device, struct provider **ret)
 	const char *no_dma;
 	unsigned bits;
 	bool keys_cached;
+	struct soft_caps_knobs knobs;
 
 	if (device && strcmp(device, "soft") != 0)
 		return -ENODEV;
 	if (index_bits(&bits) < 0 || keys_mode(&keys_cached) < 0 || dma_mode(&no_dma) < 0)
+		return -EINVAL;
+	if (caps_knobs((uintptr_t)sysconf(_SC_PAGESIZE), &knobs) < 0)
 		return -EINVAL;
 	sp = calloc(1, sizeof(*sp));
 	if (!sp)
@@ -310,7 +388,9 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->base.caps.page_size = (uint32_t)sp->page_size;
 	sp->base.caps.odp = true;
 	sp->base.caps.odp_implicit = true;
-	sp->base.caps.odp_rc_caps = 0x3f; /* send, receive, write, read, atomic, srq receive */
+	sp->base.caps.odp_rc_caps = knobs.odp_rc;
+	sp->base.caps.atomic = knobs.atomic;
+	sp->base.caps.advise_max = knobs.advise_max;
 	sp->base.caps.keys_come_back = keys_cached;
 	sp->base.caps.dma = !no_dma;
 	sp->base.caps.no_dma = no_dma;
@@ -592,6 +672,8 @@ static int soft_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t 
 	struct soft_mr *mr;
 	int r;
 
+	if ((access & MRD_ACCESS_REMOTE_ATOMIC) && !sp->base.caps.atomic)
+		return -EOPNOTSUPP; /* as EFA's reg_mr (efa_alloc_mr) */
 	mr = calloc(1, sizeof(*mr));
 	if (!mr)
 		return -ENOMEM;
@@ -659,6 +741,8 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 	if (mr->parked && !(flags & PROVIDER_REREG_TRANSLATION))
 		return -EINVAL; /* it has no memory whose access could change */
 	if ((flags & PROVIDER_REREG_TRANSLATION) && sp->move_refused)
+		return -EOPNOTSUPP;
+	if ((access & MRD_ACCESS_REMOTE_ATOMIC) && !sp->base.caps.atomic)
 		return -EOPNOTSUPP;
 	if ((flags & PROVIDER_REREG_TRANSLATION) && !sp->move_keeps_keys &&
 	    slot_of(sp, mr->index)->variant == SOFT_VARIANT_LAST)
@@ -824,6 +908,7 @@ static int dma_begin(struct provider_pd *pd, enum provider_dma_op op, uint32_t l
 	struct soft_mr *local = key_lookup(sp, lkey), *remote = key_lookup(sp, rkey);
 	struct soft_mr *src, *dst;
 	uint64_t src_addr, dst_addr;
+	size_t missing[2];
 
 	if (!local || !remote)
 		return -ENOKEY;
@@ -844,8 +929,15 @@ static int dma_begin(struct provider_pd *pd, enum provider_dma_op op, uint32_t l
 	} else
 		return -EINVAL;
 
-	*ret_missing = dma_side_init(sp, &side[0], src, src_addr, length, false) +
-		       dma_side_init(sp, &side[1], dst, dst_addr, length, true);
+	missing[0] = dma_side_init(sp, &side[0], src, src_addr, length, false);
+	missing[1] = dma_side_init(sp, &side[1], dst, dst_addr, length, true);
+	/* The responder faults the remote MR's pages in only where RC ODP covers the operation
+	 * ($MRD_SOFT_ODP_RC): else the NIC's page fault fails. */
+	if (missing[op == PROVIDER_DMA_WRITE] &&
+	    !(sp->base.caps.odp_rc_caps &
+	      (op == PROVIDER_DMA_WRITE ? PROVIDER_ODP_WRITE : PROVIDER_ODP_READ)))
+		return -EFAULT;
+	*ret_missing = missing[0] + missing[1];
 	src->copies++;
 	dst->copies++;
 	return 0;
@@ -915,20 +1007,61 @@ static int advise_begin(struct soft_mr *mr, enum provider_advice advice, uint64_
 		return -EINVAL; /* only ODP MRs take advice */
 	if (advice == PROVIDER_ADVISE_PREFETCH_WRITE && !(mr->base.access & MRD_ACCESS_LOCAL_WRITE))
 		return -EACCES;
-	if (advice != PROVIDER_ADVISE_PREFETCH && advice != PROVIDER_ADVISE_PREFETCH_WRITE)
+	if (advice != PROVIDER_ADVISE_PREFETCH && advice != PROVIDER_ADVISE_PREFETCH_WRITE &&
+	    advice != PROVIDER_ADVISE_PREFETCH_NO_FAULT)
 		return -EINVAL;
+	if (length > mr->base.pd->provider->caps.advise_max)
+		return -EINVAL; /* as verbs: one SGE's 32-bit length (soft always has a limit) */
 	if (length == 0 || !in_bounds(mr, iova, length))
 		return -EFAULT;
 	mr->copies++;
 	return 0;
 }
 
-/* Installs the translations of pages [first, end) populated, and lets mr go. Locked. */
-static int advise_end(struct soft_provider *sp, struct soft_mr *mr, size_t first, size_t end)
+/* Installs the translations of pages [first, end) populated (where present[i - first], when
+ * present is not NULL), and lets mr go. Locked. */
+static int advise_end(struct soft_provider *sp, struct soft_mr *mr, size_t first, size_t end,
+		      const uint8_t *present)
 {
-	sp->stats.odp_prefetched_pages += pages_install(sp, mr, first, end);
+	for (size_t i = first; i < end; i++)
+		if (!present || present[i - first])
+			sp->stats.odp_prefetched_pages += pages_install(sp, mr, i, i + 1);
 	mr_let_go(sp, mr);
 	return 0;
+}
+
+/* Which of pages [first, end) of mr are present in mrd's page tables, as a device's snapshot
+ * (hmm_range_fault without faulting) sees them: /proc/self/pagemap's bit 63. Unlocked, mr
+ * held. NULL when it cannot tell. */
+static uint8_t *pages_present(const struct soft_provider *sp, const struct soft_mr *mr,
+			      size_t first, size_t end)
+{
+	uintptr_t host0 = (mr->base.addr & ~(sp->page_size - 1)) / sp->page_size;
+	uint8_t *present = calloc(end - first, 1);
+	uint64_t entries[512];
+	int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+
+	for (size_t i = first; present && fd >= 0 && i < end;) {
+		size_t n = end - i < ELEMENTSOF(entries) ? end - i : ELEMENTSOF(entries);
+		ssize_t got = pread(fd, entries, n * sizeof(entries[0]),
+				    (off_t)((host0 + i) * sizeof(entries[0])));
+
+		if (got < (ssize_t)sizeof(entries[0])) {
+			free(present);
+			present = NULL;
+			break;
+		}
+		n = (size_t)got / sizeof(entries[0]);
+		for (size_t k = 0; k < n; k++)
+			present[i + k - first] = entries[k] >> 63;
+		i += n;
+	}
+	if (fd < 0) {
+		free(present);
+		present = NULL;
+	} else
+		close(fd);
+	return present;
 }
 
 /* Populating a GiB takes ~0.4 s: it runs without the provider's lock (registrations of the
@@ -940,6 +1073,7 @@ static int soft_advise(struct provider_mr *base, enum provider_advice advice, ui
 	struct soft_mr *mr = (struct soft_mr *)base;
 	struct soft_provider *sp = to_soft(base->pd->provider);
 	size_t first, end, populated;
+	uint8_t *present;
 	int r;
 
 	r = PROVIDER_LOCKED(&sp->base, advise_begin(mr, advice, iova, length));
@@ -949,9 +1083,17 @@ static int soft_advise(struct provider_mr *base, enum provider_advice advice, ui
 	/* Held: what the MR maps stays as it is until advise_end. */
 	first = (size_t)((iova - mr->iova_page0) / sp->page_size);
 	end = (size_t)((iova + length - 1 - mr->iova_page0) / sp->page_size) + 1;
+	if (advice == PROVIDER_ADVISE_PREFETCH_NO_FAULT) {
+		present = pages_present(sp, mr, first, end);
+		r = present ? 0 : -ENOMEM;
+		(void)PROVIDER_LOCKED(&sp->base, advise_end(sp, mr, first, present ? end : first,
+							    present));
+		free(present);
+		return r;
+	}
 	populated = pages_populate(sp, mr, first, end,
 				   advice == PROVIDER_ADVISE_PREFETCH_WRITE, false);
-	(void)PROVIDER_LOCKED(&sp->base, advise_end(sp, mr, first, populated));
+	(void)PROVIDER_LOCKED(&sp->base, advise_end(sp, mr, first, populated, NULL));
 	return populated < end ? -EFAULT : 0;
 }
 

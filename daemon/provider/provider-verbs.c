@@ -198,6 +198,11 @@ static int verbs_open(const char *device, struct provider **ret)
 	vp->base.caps.odp = attr.odp_caps.general_caps & IBV_ODP_SUPPORT;
 	vp->base.caps.odp_implicit = attr.odp_caps.general_caps & IBV_ODP_SUPPORT_IMPLICIT;
 	vp->base.caps.odp_rc_caps = attr.odp_caps.per_transport_caps.rc_odp_caps;
+	/* EFA's kernel driver zeroes atomic_cap (efa_query_device) and refuses REMOTE_ATOMIC
+	 * in every reg_mr (efa_alloc_mr: EOPNOTSUPP); siw has none either. */
+	vp->base.caps.atomic = attr.orig_attr.atomic_cap != IBV_ATOMIC_NONE;
+	/* ibv_sge.length is 32-bit: pieces of 2 GiB, whole pages of any size up to it. */
+	vp->base.caps.advise_max = 1ull << 31;
 	probe_rereg(vp->ctx, &vp->base.caps);
 	vp->base.caps.export_pd = true;
 	vp->base.caps.keys_come_back = true; /* mlx5's mkey cache does; no device says it won't */
@@ -468,7 +473,9 @@ static int verbs_advise(struct provider_mr *base, enum provider_advice advice, u
 		if (!(base->access & MRD_ACCESS_LOCAL_WRITE))
 			return -EACCES;
 		a = IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE;
-	} else
+	} else if (advice == PROVIDER_ADVISE_PREFETCH_NO_FAULT)
+		a = IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT; /* mlx5, rxe with ODP: EOPNOTSUPP elsewhere */
+	else
 		return -EINVAL;
 	/* Without our lock (provider_advise): rdma-core's ibv_cmd_advise_mr (libibverbs/cmd_mr.c)
 	 * is one ioctl, UVERBS_METHOD_ADVISE_MR, on pd->context, which the kernel orders against

@@ -28,6 +28,21 @@ enum provider_rereg_flags {
 enum provider_advice {
 	PROVIDER_ADVISE_PREFETCH,       /* make pages present for reading */
 	PROVIDER_ADVISE_PREFETCH_WRITE, /* ... for writing; needs MRD_ACCESS_LOCAL_WRITE */
+	/* Translations for the pages present in mrd's page tables only, faulting none in (mlx5's
+	 * snapshot); -EOPNOTSUPP where the device cannot. */
+	PROVIDER_ADVISE_PREFETCH_NO_FAULT,
+};
+
+/* RC operations that may page-fault on an on-demand MR: IBV_ODP_SUPPORT_*'s bits. */
+enum {
+	PROVIDER_ODP_SEND = 1u << 0,
+	PROVIDER_ODP_RECV = 1u << 1,
+	PROVIDER_ODP_WRITE = 1u << 2,
+	PROVIDER_ODP_READ = 1u << 3,
+	PROVIDER_ODP_ATOMIC = 1u << 4,
+	PROVIDER_ODP_SRQ_RECV = 1u << 5,
+	PROVIDER_ODP_FLUSH = 1u << 6,        /* Linux 6.13 on (rxe) */
+	PROVIDER_ODP_ATOMIC_WRITE = 1u << 7,
 };
 
 enum provider_dma_op {
@@ -41,7 +56,13 @@ struct provider_caps {
 	uint32_t page_size;
 	bool odp;               /* on-demand paging */
 	bool odp_implicit;      /* an implicit (whole address space) ODP MR */
-	uint32_t odp_rc_caps;   /* IBV_ODP_SUPPORT_* bits for RC */
+	uint32_t odp_rc_caps;   /* PROVIDER_ODP_* bits for RC */
+	/* Remote atomics: atomic_cap is not IBV_ATOMIC_NONE. Without, a device may refuse any MR
+	 * asking for MRD_ACCESS_REMOTE_ATOMIC (EFA does: EOPNOTSUPP), so none asks. */
+	bool atomic;
+	/* Bytes one advise op covers at most (ibv_sge.length is 32-bit): provider_advise splits
+	 * longer ranges at multiples of it, a multiple of the page size. 0: no limit. */
+	uint64_t advise_max;
 	bool rereg_translation; /* rereg may move an MR to new memory */
 	bool rereg_new_keys;    /* ... and a moved MR gets keys other than the ones it had */
 	/* What a move does, in words, for `mrctl pools` and the log: verbs' rereg probe answer
@@ -181,6 +202,34 @@ static inline int provider_check_access(unsigned access)
 	return 0;
 }
 
+/* What a registration asking for access gets on a device with caps c: remote atomics only
+ * where the device has them. */
+static inline unsigned provider_grantable_access(const struct provider_caps *c, unsigned access)
+{
+	return c->atomic ? access : access & ~MRD_ACCESS_REMOTE_ATOMIC;
+}
+
+/* The RC ODP bits on-demand memory of access needs: a client sends from it, receives into it,
+ * and peers write and read it (and, with remote atomics, do atomics on it). */
+static inline uint32_t provider_odp_needs(unsigned access)
+{
+	return PROVIDER_ODP_SEND | PROVIDER_ODP_RECV | PROVIDER_ODP_WRITE | PROVIDER_ODP_READ |
+	       (access & MRD_ACCESS_REMOTE_ATOMIC ? PROVIDER_ODP_ATOMIC : 0);
+}
+
+/* Whether MRs of access may be on demand on a device with caps c: it pages on demand and its
+ * RC bits cover every operation the memory takes. Else they are pinned. */
+static inline bool provider_odp_covers(const struct provider_caps *c, unsigned access)
+{
+	return c->odp && !(provider_odp_needs(access) & ~c->odp_rc_caps);
+}
+
+/* "send,recv,..." for PROVIDER_ODP_* bits ("none" for 0), into buf. */
+const char *provider_odp_bits_name(uint32_t bits, char *buf, size_t size);
+/* Why MRs of access are not on demand on a device with caps c, into buf; "" when they are. */
+const char *provider_odp_gap(const struct provider_caps *c, unsigned access, char *buf,
+			     size_t size);
+
 /* Thin wrappers so callers read naturally; the rules every provider shares are checked here,
  * once, so the ops see only valid arguments, and the provider's lock is held around each op
  * (but dma and advise, long ones that lock for themselves). */
@@ -258,13 +307,9 @@ static inline int provider_park(struct provider_mr *mr)
 	return PROVIDER_LOCKED(p, p->ops->park(mr));
 }
 
-static inline int provider_advise(struct provider_mr *mr, enum provider_advice advice,
-				  uint64_t iova, size_t length)
-{
-	struct provider *p = mr->pd->provider;
-
-	return p->ops->advise(mr, advice, iova, length); /* unlocked: it locks what it needs */
-}
+/* In pieces of at most caps.advise_max bytes, unlocked: the op locks what it needs. */
+int provider_advise(struct provider_mr *mr, enum provider_advice advice, uint64_t iova,
+		    size_t length);
 
 static inline int provider_export_pd(struct provider_pd *pd, int *ret_fd, uint32_t *ret_handle)
 {

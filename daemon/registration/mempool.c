@@ -192,7 +192,7 @@ static struct pool_mr *pool_mr_new(struct registrar *r, const struct span *s)
 	mr->hugepage = s->allocation->mem.arena->hugetlb &&
 		       s->end - s->start == s->allocation->mem.arena->page_size;
 	mr->pending = true;
-	mr->access = reg_allocation_access(s->allocation);
+	mr->access = reg_allocation_access(s->allocation, &r->provider->caps);
 	s->allocation->pool_refs++;
 	LIST_INSERT_HEAD(&r->mempools.mrs, mr, link);
 	LIST_INSERT_HEAD(&s->allocation->pool_mrs, mr, alloc_link);

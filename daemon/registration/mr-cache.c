@@ -324,7 +324,7 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 		j->start = start;
 		j->end = end;
 		j->allocation_serial = a->mem.serial;
-		j->access = reg_allocation_access(a);
+		j->access = reg_allocation_access(a, &r->provider->caps);
 		c->pending_bytes += end - start;
 		LIST_INSERT_HEAD(&c->reg_jobs, j, link);
 		registrar_start(r, &j->base, reg_job_run, reg_job_done, false);
@@ -332,7 +332,7 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 	}
 
 	k = frmr_pools_reg(&r->pools, (void *)(uintptr_t)start, end - start,
-			   reg_allocation_access(a), false, &pmr);
+			   reg_allocation_access(a, &r->provider->caps), false, &pmr);
 	if (k < 0) {
 		mr_cache_uncharge(c, start, end);
 		snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s", start,

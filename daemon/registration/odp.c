@@ -253,7 +253,7 @@ int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, stru
 		return fault_on_worker(r, a, addr, start, end, waiter);
 	if (!c) {
 		o->stats.faults++;
-		c = child_new(r, a, start, end, reg_allocation_access(a), &k);
+		c = child_new(r, a, start, end, reg_allocation_access(a, &r->provider->caps), &k);
 		if (!c) {
 			snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") on demand "
 				 "failed: %s", start, end, provider_strerror(r->provider, k));
@@ -270,6 +270,13 @@ int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, stru
 	if (!c->linked)
 		link_child(r, c);
 	return 0;
+}
+
+static enum provider_advice advice_of(enum odp_advice advice)
+{
+	return advice == ODP_PREFETCH_WRITE	? PROVIDER_ADVISE_PREFETCH_WRITE :
+	       advice == ODP_PREFETCH_NO_FAULT ? PROVIDER_ADVISE_PREFETCH_NO_FAULT :
+						  PROVIDER_ADVISE_PREFETCH;
 }
 
 static void prefetch_run(struct registrar_work *w)
@@ -298,15 +305,12 @@ static void prefetch_run(struct registrar_work *w)
 			}
 			p->child = c = got;
 		}
-		if (j->advice == ODP_PREFETCH_NO_FAULT)
-			continue;
-		k = provider_advise(c->pmr,
-				    j->advice == ODP_PREFETCH_WRITE ? PROVIDER_ADVISE_PREFETCH_WRITE :
-								      PROVIDER_ADVISE_PREFETCH,
-				    p->addr, p->length);
+		if (j->lookup)
+			continue; /* the child is all it asked for */
+		k = provider_advise(c->pmr, advice_of(j->advice), p->addr, p->length);
 		if (k < 0)
 			j->rt.result = k;
-		else
+		else if (j->advice != ODP_PREFETCH_NO_FAULT) /* it faults nothing in */
 			j->rt.pages += (p->addr + p->length + page - 1) / page - p->addr / page;
 	}
 }
@@ -373,7 +377,10 @@ static void job_end(struct registrar *r, struct prefetch_job *j)
 	if (j->owner)
 		LIST_REMOVE(j, owner_link);
 	if (j->waiter) {
-		if (j->rt.result < 0)
+		if (j->rt.result == -EOPNOTSUPP && j->advice == ODP_PREFETCH_NO_FAULT)
+			snprintf(why, sizeof(why), "prefetch failed: the device cannot prefetch "
+				 "without faulting pages in (PREFETCH_NO_FAULT; use PREFETCH)");
+		else if (j->rt.result < 0)
 			snprintf(why, sizeof(why), "prefetch failed: %s", strerror(-j->rt.result));
 		j->waiter->resume(j->waiter, j->rt.result, NULL, why);
 	}
@@ -430,8 +437,8 @@ static void prefetch_done(struct registrar_work *w)
 }
 
 /* Work of n pieces on a, for the caller to fill in, then hold (job_hold). */
-static struct prefetch_job *job_new(struct reg_allocation *a, size_t n, enum odp_advice advice,
-				    struct mr_waiter *waiter)
+static struct prefetch_job *job_new(const struct registrar *r, struct reg_allocation *a, size_t n,
+				    enum odp_advice advice, struct mr_waiter *waiter)
 {
 	struct prefetch_job *j = calloc(1, sizeof(*j) + n * sizeof(j->pieces[0]));
 
@@ -440,7 +447,7 @@ static struct prefetch_job *job_new(struct reg_allocation *a, size_t n, enum odp
 	j->waiter = waiter;
 	j->allocation = a;
 	j->advice = advice;
-	j->access = reg_allocation_access(a);
+	j->access = reg_allocation_access(a, &r->provider->caps);
 	j->n = n;
 	return j;
 }
@@ -454,12 +461,12 @@ static void job_hold(struct registrar *r, struct prefetch_job *j)
 	j->allocation->odp_jobs++;
 }
 
-/* Makes a lookup's child on a worker, as a prefetch of it that faults nothing in would, and
- * answers the lookup when done (job_end). */
+/* Makes a lookup's child on a worker, and no advice (prefetch_run), and answers the lookup
+ * when done (job_end). */
 static int fault_on_worker(struct registrar *r, struct reg_allocation *a, uint64_t addr,
 			   uint64_t start, uint64_t end, struct mr_waiter *waiter)
 {
-	struct prefetch_job *j = job_new(a, 1, ODP_PREFETCH_NO_FAULT, waiter);
+	struct prefetch_job *j = job_new(r, a, 1, ODP_PREFETCH_NO_FAULT, waiter);
 
 	if (!j)
 		return -ENOMEM;
@@ -496,7 +503,7 @@ int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_alloca
 	}
 	if (ensure_slots(o, a) < 0)
 		return -ENOMEM;
-	j = job_new(a, n, advice, waiter);
+	j = job_new(r, a, n, advice, waiter);
 	if (!j)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {

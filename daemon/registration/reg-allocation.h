@@ -42,8 +42,15 @@ static inline struct reg_allocation *reg_allocation_of(struct allocation *a)
 	return a ? container_of(a, struct reg_allocation, mem) : NULL;
 }
 
-/* What its registrations may grant: everything, or reads alone. */
-static inline unsigned reg_allocation_access(const struct reg_allocation *ra)
+/* What registrations of memory may grant on a device with caps: all it grants (no remote
+ * atomics where it has none), or reads alone. */
+static inline unsigned registration_access(bool read_only, const struct provider_caps *caps)
 {
-	return ra->mem.read_only ? MRD_ACCESS_REMOTE_READ : MR_CACHE_ACCESS;
+	return read_only ? MRD_ACCESS_REMOTE_READ : provider_grantable_access(caps, MR_CACHE_ACCESS);
+}
+
+static inline unsigned reg_allocation_access(const struct reg_allocation *ra,
+					     const struct provider_caps *caps)
+{
+	return registration_access(ra->mem.read_only, caps);
 }

@@ -43,9 +43,11 @@ void registrar_close(struct registrar *r)
 	provider_close(r->provider);
 }
 
-bool registrar_on_demand(const struct registrar *r, bool asked)
+bool registrar_on_demand(const struct registrar *r, bool asked, bool read_only)
 {
-	return asked && r->provider->caps.odp && r->provider->caps.odp_rc_caps;
+	const struct provider_caps *caps = &r->provider->caps;
+
+	return asked && provider_odp_covers(caps, registration_access(read_only, caps));
 }
 
 int registrar_check_pinned(const struct registrar *r, uint64_t more, char *why, size_t why_size)

@@ -154,8 +154,10 @@ int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_w
  * waits already, hears once the pages are back. */
 void registrar_release(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter);
 
-/* Whether memory asked to be registered on demand is: the device must page on demand over RC. */
-bool registrar_on_demand(const struct registrar *r, bool asked);
+/* Whether memory asked to be registered on demand (read-only or not) is: the device's RC
+ * on-demand paging must cover every operation its access allows (provider_odp_covers), else
+ * it is pinned. */
+bool registrar_on_demand(const struct registrar *r, bool asked, bool read_only);
 
 /* A Dma request of the domain's starts, or is answered (registrar_busy counts them). */
 static inline void registrar_dma_start(struct registrar *r)

@@ -105,8 +105,9 @@ uint64_t mrd_client_generation(const mrd_client *client);
 
 /* mrd_mem_alloc flags. HUGEPAGE: only 2 MiB huge pages (-ENOMEM when the host has none free).
  * ODP: registered lazily and on demand, in chunks, pinning nothing, whatever mrd's [cache]
- * policy (where the device has no ODP, as any other memory). READ_ONLY: its registrations let
- * the device read it only (no local or remote write, no atomics). */
+ * policy (pinned as any other memory where the device's RC ODP does not cover it: mrd(8)).
+ * READ_ONLY: its registrations let the device read it only (no local or remote write, no
+ * atomics). */
 #define MRD_MEM_HUGEPAGE 0x1u
 #define MRD_MEM_ODP 0x2u
 #define MRD_MEM_READ_ONLY 0x4u
@@ -288,10 +289,11 @@ int mrd_cache_mempool_keys(mrd_cache *cache, const mrd_mempool *pool, const void
  * Advice for on-demand memory (MRD_MEM_ODP, or mrd's [cache] policy = odp), carried out on one of
  * mrd's worker threads (a request): the registrations of [addr, addr + length) are made, and with
  * MRD_PREFETCH or MRD_PREFETCH_WRITE their pages are made present, so that the device's first
- * access does not fault. With MRD_PREFETCH_FLUSH it returns once done, else once queued. At most 16
- * are queued per handle and 256 per domain: past that a flush waits for room, anything else is
- * -EAGAIN. Errors: -EFAULT (not inside one allocation of the domain), -EINVAL (not on-demand
- * memory; MRD_PREFETCH_WRITE on MRD_MEM_READ_ONLY memory).
+ * access does not fault; MRD_PREFETCH_NO_FAULT has the device map the pages present already
+ * (-EOPNOTSUPP where it cannot). With MRD_PREFETCH_FLUSH it returns once done, else once
+ * queued. At most 16 are queued per handle and 256 per domain: past that a flush waits for
+ * room, anything else is -EAGAIN. Errors: -EFAULT (not inside one allocation of the domain),
+ * -EINVAL (not on-demand memory; MRD_PREFETCH_WRITE on MRD_MEM_READ_ONLY memory).
  */
 #define MRD_PREFETCH 0
 #define MRD_PREFETCH_WRITE 1
