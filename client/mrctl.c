@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "connection.h"
 #include "escape.h"
@@ -93,6 +94,15 @@ static void print_status(const Mrd__StatusResponse *s)
 		       ",\"rereg_translation\":%s,\"dma\":%s",
 		       s->max_mr_size, json_bool(s->odp), json_bool(s->odp_implicit),
 		       json_bool(s->rereg_translation), json_bool(s->dma));
+		printf(",\"device_state\":");
+		json_write_string(stdout, s->device_state);
+		printf(",\"device_failed_since\":%" PRIu64 ",\"device_failure\":",
+		       s->device_failed_since);
+		json_write_string(stdout, s->device_failure);
+		printf(",\"port_active\":%s,\"device_failures\":%" PRIu64
+		       ",\"device_returns\":%" PRIu64 ",\"foreign_events\":%" PRIu64,
+		       json_bool(s->port_active), s->device_failures, s->device_returns,
+		       s->foreign_events);
 		printf(",\"domains\":%" PRIu32 ",\"clients\":%" PRIu32 ",\"max_clients\":%" PRIu32,
 		       s->domains, s->clients, s->max_clients);
 		if (*s->view) { /* not an administrator: its own domain's figures alone */
@@ -118,6 +128,19 @@ static void print_status(const Mrd__StatusResponse *s)
 	       esc(s->server_version), s->pid, (double)s->uptime_usec / 1e6, esc(s->provider),
 	       esc(s->device), s->max_mr_size, yes_no(s->odp), yes_no(s->odp_implicit),
 	       yes_no(s->rereg_translation), yes_no(s->dma));
+	if (strcmp(s->device_state, "failed") == 0) {
+		time_t since = (time_t)s->device_failed_since;
+		char when[64];
+
+		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime(&since));
+		printf("device state:     failed since %s (%s), reopening\n", when,
+		       esc(s->device_failure));
+	} else
+		printf("device state:     ok\n");
+	printf("port:             %s\n"
+	       "device failures:  %" PRIu64 " (back %" PRIu64 " times); foreign events: %" PRIu64 "\n",
+	       s->port_active ? "active" : "down", s->device_failures, s->device_returns,
+	       s->foreign_events);
 	if (*s->view) {
 		printf("domain:           %s (%s open; root and the admin group see every domain)\n"
 		       "clients:          %" PRIu32 " of %" PRIu32 " in the domain\n",

@@ -31,6 +31,13 @@ int request_status(struct client *c, struct domain *no_domain, const Mrd__Reques
 	s->odp_implicit = m->core.provider->caps.odp_implicit;
 	s->rereg_translation = m->core.provider->caps.rereg_translation;
 	s->dma = m->core.provider->caps.dma;
+	s->device_state = (char *)(m->core.device.failed ? "failed" : "ok");
+	s->device_failed_since = m->core.device.failed ? m->core.device.since : 0;
+	s->device_failure = (char *)(m->core.device.failed ? m->core.device.reason : "");
+	s->port_active = m->core.device.port_active;
+	s->device_failures = m->core.device.failures;
+	s->device_returns = m->core.device.returns;
+	s->foreign_events = m->core.device.foreign_events;
 	s->pid = (uint32_t)getpid();
 	/* Which users use mrd, and how much, is no one else's business: a user sees its own
 	 * domain's figures and no daemon-wide count. */
