@@ -20,7 +20,7 @@ static void help(void)
 	printf("Usage: mrctl [OPTION]... COMMAND\n"
 	       "Show and control mrd, the memory-registration daemon.\n\n"
 	       "Commands:\n"
-	       "  status              daemon version, uptime, provider and client count\n"
+	       "  status              daemon version, uptime, provider, device state and client count\n"
 	       "  clients             every client and domain, with usage against each quota\n"
 	       "  stats               each domain's counters: lookups, registrations, ODP work\n"
 	       "  pools               each domain's MR handle pools: key, parked and in-use\n"
