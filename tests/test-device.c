@@ -207,6 +207,95 @@ START_TEST(test_port_and_foreign_events)
 }
 END_TEST
 
+/* rxe, siw, efa: a removal sends nothing; the check each second finds it. */
+START_TEST(test_removed_found)
+{
+	int a = td_hello_client(1000, NULL);
+	uint64_t addr = td_alloc(a, 1, 1 << 20);
+	Mrd__Response *resp;
+
+	td_lookup(a, 2, addr, 0, NULL);
+	inject('G');
+	pump_until(&td_manager->core.device.failed, true);
+	ck_assert_str_eq(td_manager->core.device.reason, "removed");
+	ck_assert_uint_eq(live_mrs(domain_with_memory()), 0);
+	td_send_lookup(a, 3, addr);
+	resp = td_expect(a, 3, ENODEV);
+	ck_assert_str_eq(resp->message,
+			 "device soft failed (removed); mrd reopens it when it returns");
+	mrd__response__free_unpacked(resp, NULL);
+	inject('R');
+	pump_until(&td_manager->core.device.failed, false);
+	td_lookup(a, 4, addr, 0, NULL);
+	close(a);
+}
+END_TEST
+
+/* The soft device as a failed verbs device is: every op -EIO, a destroy too unless
+ * RDMAV_ALLOW_DISASSOC_DESTROY; once lost, no key reaches memory; revived, new keys. */
+START_TEST(test_soft_provider_failure)
+{
+	struct provider *p, *q, *gone;
+	struct provider_pd *pd, *qpd;
+	struct provider_mr *mr, *qmr, *other;
+	struct provider_event ev;
+	struct provider_stats st;
+	static char buf[2][4096] __attribute__((aligned(4096)));
+	uint32_t old_key;
+
+	unsetenv("RDMAV_ALLOW_DISASSOC_DESTROY");
+	ck_assert_int_eq(provider_soft_ops.open(NULL, &p), 0);
+	ck_assert_int_eq(setenv("RDMAV_ALLOW_DISASSOC_DESTROY", "1", 1), 0);
+	ck_assert_int_eq(provider_soft_ops.open(NULL, &q), 0);
+	ck_assert_int_eq(provider_pd_alloc(p, &pd), 0);
+	ck_assert_int_eq(provider_pd_alloc(q, &qpd), 0);
+	ck_assert_int_eq(provider_reg(pd, buf[0], 4096, (uintptr_t)buf[0], MRD_ACCESS_ALL & ~MRD_ACCESS_ON_DEMAND, &mr), 0);
+	ck_assert_int_eq(provider_reg(qpd, buf[1], 4096, (uintptr_t)buf[1], MRD_ACCESS_LOCAL_WRITE, &qmr), 0);
+	ck_assert_int_ge(provider_event_fd(p), 0);
+	ck_assert_int_eq(provider_read_event(p, &ev), -EAGAIN);
+
+	inject('F');
+	ck_assert_int_eq(provider_read_event(p, &ev), 0);
+	ck_assert_int_eq(ev.kind, PROVIDER_EVENT_DEVICE_FATAL);
+	ck_assert_int_eq(provider_reg(pd, buf[1], 4096, (uintptr_t)buf[1], MRD_ACCESS_LOCAL_WRITE, &other), -EIO);
+	ck_assert_int_eq(provider_soft_ops.open(NULL, &gone), -ENODEV);
+	ck_assert_int_eq(provider_dereg(qmr), 0); /* RDMAV_ALLOW_DISASSOC_DESTROY */
+	old_key = mr->rkey;
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, mr->lkey, (uintptr_t)buf[0], mr->rkey,
+				      (uintptr_t)buf[0], 8), -EIO);
+
+	provider_lose(p);
+	provider_stats(p, &st);
+	ck_assert_uint_eq(st.mrs, 0);
+	ck_assert_int_eq(provider_event_fd(p), -1);
+	ck_assert_int_eq(provider_revive(p), -ENODEV);
+	inject('R');
+	ck_assert_int_eq(provider_revive(p), 0);
+	provider_stats(p, &st);
+	ck_assert_uint_eq(st.mrs, 1);
+	ck_assert_uint_ne(mr->rkey, old_key);
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, mr->lkey, (uintptr_t)buf[0], old_key,
+				      (uintptr_t)buf[0], 8), -ENOKEY); /* soft: no such key */
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_WRITE, mr->lkey, (uintptr_t)buf[0], mr->rkey,
+				      (uintptr_t)buf[0], 8), 0);
+
+	/* Without RDMAV_ALLOW_DISASSOC_DESTROY a destroy on the failed device is EIO, as
+	 * libibverbs' is; once lost, it succeeds. */
+	inject('F');
+	ck_assert_int_eq(provider_read_event(p, &ev), 0);
+	ck_assert_int_eq(provider_dereg(mr), -EIO);
+	provider_lose(p);
+	ck_assert_int_eq(provider_dereg(mr), 0);
+	ck_assert_int_eq(provider_pd_free(pd), 0);
+	inject('R');
+	ck_assert_int_eq(provider_revive(q), 0);
+	ck_assert_int_eq(provider_pd_free(qpd), 0);
+	provider_close(p);
+	provider_close(q);
+	unsetenv("RDMAV_ALLOW_DISASSOC_DESTROY");
+}
+END_TEST
+
 static Suite *device_suite(void)
 {
 	Suite *s = suite_create("device");
@@ -217,6 +306,8 @@ static Suite *device_suite(void)
 	tcase_add_test(tc, test_fatal_then_back);
 	tcase_add_test(tc, test_alloc_refused_while_failed);
 	tcase_add_test(tc, test_port_and_foreign_events);
+	tcase_add_test(tc, test_removed_found);
+	tcase_add_test(tc, test_soft_provider_failure);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -994,6 +994,11 @@ static int soft_read_event(struct provider *p, struct provider_event *ret)
 	return to_soft(p)->lost ? -EAGAIN : soft_device_read_event(ret);
 }
 
+static bool soft_gone(struct provider *p)
+{
+	return !to_soft(p)->lost && soft_device_removed();
+}
+
 /* Its keys stop reaching memory (soft_dead refuses every transfer); the pins stay, as the
  * handles do, for soft_revive. */
 static void soft_lose(struct provider *p)
@@ -1059,6 +1064,7 @@ const struct provider_ops provider_soft_ops = {
 	.stats = soft_stats,
 	.event_fd = soft_event_fd,
 	.read_event = soft_read_event,
+	.gone = soft_gone,
 	.lose = soft_lose,
 	.revive = soft_revive,
 };

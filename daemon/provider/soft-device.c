@@ -14,8 +14,9 @@ static struct {
 	unsigned users; /* open contexts */
 	int fd;
 	bool failed;
+	bool removed; /* failed by 'G': without an event */
 	bool port_down;
-} dev = { PTHREAD_MUTEX_INITIALIZER, 0, -1, false, false };
+} dev = { PTHREAD_MUTEX_INITIALIZER, 0, -1, false, false, false };
 
 /* $MRD_SOFT_EVENTS, a test knob: a FIFO (a file would read as events once, then EOF). */
 static int events_fifo_open(int *ret)
@@ -92,7 +93,13 @@ static int read_locked(struct provider_event *ret)
 		*ret = (struct provider_event){ .kind = PROVIDER_EVENT_DEVICE_FATAL,
 						.name = "device fatal error" };
 		break;
+	case 'G': /* removed, as rxe is: no event says so (soft_device_removed) */
+		__atomic_store_n(&dev.failed, true, __ATOMIC_RELEASE);
+		dev.removed = true;
+		ret->name = "device removed";
+		break;
 	case 'R':
+		dev.removed = false;
 		__atomic_store_n(&dev.failed, false, __ATOMIC_RELEASE);
 		ret->name = "device back";
 		break;
@@ -143,4 +150,16 @@ bool soft_device_failed(void)
 bool soft_device_port_active(void)
 {
 	return !__atomic_load_n(&dev.port_down, __ATOMIC_RELAXED);
+}
+
+bool soft_device_removed(void)
+{
+	bool removed;
+
+	if (!soft_device_failed())
+		return false;
+	pthread_mutex_lock(&dev.lock);
+	removed = dev.removed;
+	pthread_mutex_unlock(&dev.lock);
+	return removed;
 }
