@@ -173,6 +173,11 @@ START_TEST(test_alloc_refused_while_failed)
 	resp = td_expect(a, 1, ENODEV);
 	ck_assert_ptr_nonnull(strstr(resp->message, "device soft failed (DEVICE_FATAL)"));
 	mrd__response__free_unpacked(resp, NULL);
+	/* A request that needs no device but the domain, which cannot open now: the same. */
+	td_send_free(a, 2, 1 << 30);
+	resp = td_expect(a, 2, ENODEV);
+	ck_assert_ptr_nonnull(strstr(resp->message, "device soft failed (DEVICE_FATAL)"));
+	mrd__response__free_unpacked(resp, NULL);
 	inject('R');
 	pump_until(&td_manager->core.device.failed, false);
 	close(a);

@@ -210,6 +210,8 @@ static int request_domain(struct client *c, struct reply *r, struct domain **ret
 	if (k == -EDQUOT)
 		reply_set_message(r, "quota.clients (%u) reached for domain %s",
 				  c->manager->core.config.quota_clients, c->domain_name);
+	else if (k == -ENODEV && device_check(&c->manager->core, r->message, sizeof(r->message)) < 0)
+		; /* the device failed: the message says so */
 	else if (k < 0)
 		reply_set_message(r, "cannot open domain %s", c->domain_name);
 	return k;
