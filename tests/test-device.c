@@ -24,10 +24,10 @@
 static char dir[64], fifo[96];
 static int events_fd = -1;
 
-static void setup(void)
+static void setup_with(const char *setting)
 {
 	const char *settings[] = { "mrd.provider=soft", "memory.window_size=4G",
-				   "memory.arena_size=64M", "memory.hugepages=no", NULL };
+				   "memory.arena_size=64M", "memory.hugepages=no", setting, NULL };
 
 	snprintf(dir, sizeof(dir), "/tmp/mrd-test-device.XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -38,6 +38,8 @@ static void setup(void)
 	ck_assert_int_ge(events_fd, 0);
 	td_start(settings);
 }
+
+static void setup(void) { setup_with(NULL); }
 
 static void teardown(void)
 {
@@ -212,6 +214,44 @@ START_TEST(test_port_and_foreign_events)
 }
 END_TEST
 
+/* On-demand children and a mempool's MR live through the failure: made again, new keys. */
+START_TEST(test_odp_and_mempool_come_back)
+{
+	int a;
+	Mrd__MrEntry odp0 = MRD__MR_ENTRY__INIT, odp1 = MRD__MR_ENTRY__INIT;
+	Mrd__MrEntry pool0 = MRD__MR_ENTRY__INIT, pool1 = MRD__MR_ENTRY__INIT;
+	uint64_t odp_addr, pool_addr, start, length = 1 << 20, mrs;
+
+	td_stop();
+	setup_with("policies.uid-1000=odp");
+	a = td_hello_client(1000, NULL);
+	odp_addr = td_alloc(a, 1, 1 << 20);
+	td_lookup(a, 2, odp_addr, 0, &odp0);
+	pool_addr = td_alloc(a, 3, 1 << 20);
+	start = pool_addr;
+	td_send_mempool_register(a, 4, "pool", &start, &length, 1, false);
+	mrd__response__free_unpacked(td_expect(a, 4, 0), NULL);
+	td_lookup(a, 5, pool_addr, 0, &pool0);
+	mrs = live_mrs(domain_with_memory());
+	ck_assert_uint_ge(mrs, 2);
+
+	inject('F');
+	pump_until(&td_manager->core.device.failed, true);
+	ck_assert_uint_eq(live_mrs(domain_with_memory()), 0);
+	inject('R');
+	pump_until(&td_manager->core.device.failed, false);
+	ck_assert_uint_eq(live_mrs(domain_with_memory()), mrs);
+	td_lookup(a, 6, odp_addr, 0, &odp1);
+	td_lookup(a, 7, pool_addr, 0, &pool1);
+	ck_assert_uint_ne(odp1.lkey, odp0.lkey);
+	ck_assert_uint_ne(pool1.lkey, pool0.lkey);
+	td_mempool_unregister(a, 8, "pool", 0);
+	td_free(a, 9, odp_addr, 0);
+	td_free(a, 10, pool_addr, 0);
+	close(a);
+}
+END_TEST
+
 /* rxe, siw, efa: a removal sends nothing; the check each second finds it. */
 START_TEST(test_removed_found)
 {
@@ -312,6 +352,7 @@ static Suite *device_suite(void)
 	tcase_add_test(tc, test_alloc_refused_while_failed);
 	tcase_add_test(tc, test_port_and_foreign_events);
 	tcase_add_test(tc, test_removed_found);
+	tcase_add_test(tc, test_odp_and_mempool_come_back);
 	tcase_add_test(tc, test_soft_provider_failure);
 	suite_add_tcase(s, tc);
 	return s;
