@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "connection.h"
 #include "escape.h"
@@ -19,8 +20,8 @@ static void help(void)
 	printf("Usage: mrctl [OPTION]... COMMAND\n"
 	       "Show and control mrd, the memory-registration daemon.\n\n"
 	       "Commands:\n"
-	       "  status              daemon version, uptime, provider, device capabilities\n"
-	       "                      and client count\n"
+	       "  status              daemon version, uptime, provider, device capabilities,\n"
+	       "                      device state and client count\n"
 	       "  clients             every client and domain, with usage against each quota\n"
 	       "  stats               each domain's counters: lookups, registrations, ODP work\n"
 	       "  pools               each domain's MR handle pools (key, parked, in use) or why\n"
@@ -103,6 +104,15 @@ static void print_status(const Mrd__StatusResponse *s)
 		json_write_string(stdout, s->odp_rc);
 		printf(",\"odp_pinned\":");
 		json_write_string(stdout, s->odp_pinned);
+		printf(",\"device_state\":");
+		json_write_string(stdout, s->device_state);
+		printf(",\"device_failed_since\":%" PRIu64 ",\"device_failure\":",
+		       s->device_failed_since);
+		json_write_string(stdout, s->device_failure);
+		printf(",\"port_active\":%s,\"device_failures\":%" PRIu64
+		       ",\"device_returns\":%" PRIu64 ",\"foreign_events\":%" PRIu64,
+		       json_bool(s->port_active), s->device_failures, s->device_returns,
+		       s->foreign_events);
 		printf(",\"domains\":%" PRIu32 ",\"clients\":%" PRIu32 ",\"max_clients\":%" PRIu32,
 		       s->domains, s->clients, s->max_clients);
 		if (*s->view) { /* not an administrator: its own domain's figures alone */
@@ -133,6 +143,19 @@ static void print_status(const Mrd__StatusResponse *s)
 	       "ODP over RC:      %s%s%s\n",
 	       s->atomic ? "yes" : "no (MRs are registered without REMOTE_ATOMIC)", esc(s->odp_rc),
 	       *s->odp_pinned ? "; on-demand memory is pinned: " : "", esc(s->odp_pinned));
+	if (strcmp(s->device_state, "failed") == 0) {
+		time_t since = (time_t)s->device_failed_since;
+		char when[64];
+
+		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime(&since));
+		printf("device state:     failed since %s (%s), reopening\n", when,
+		       esc(s->device_failure));
+	} else
+		printf("device state:     ok\n");
+	printf("port:             %s\n"
+	       "device failures:  %" PRIu64 " (back %" PRIu64 " times); foreign events: %" PRIu64 "\n",
+	       s->port_active ? "active" : "down", s->device_failures, s->device_returns,
+	       s->foreign_events);
 	if (*s->view) {
 		printf("domain:           %s (%s open; root and the admin group see every domain)\n"
 		       "clients:          %" PRIu32 " of %" PRIu32 " in the domain\n",

@@ -270,6 +270,10 @@ int main(int argc, char **argv)
 	int r;
 
 	log_set_ident("mrd");
+	/* Before any libibverbs call, which reads it once (rdma-core libibverbs/init.c): a destroy
+	 * on a context the kernel disassociated (the device failed or went) succeeds instead of
+	 * EIO (cmd.c, verbs_is_destroy_err), so mrd can let go of everything and close it. */
+	setenv("RDMAV_ALLOW_DISASSOC_DESTROY", "1", 0);
 	/* The signals the loop handles wait until it does: one that comes while mrd (or its
 	 * re-executed image, which inherits the mask) starts is handled then, not fatal. */
 	manager_block_signals(true);

@@ -16,7 +16,7 @@ int main(int argc, char **argv)
 
 	r = mrd_client_connect(path, &client);
 	if (r < 0) {
-		fprintf(stderr, "mrd-hello: cannot connect to mrd: %s\n", strerror(-r));
+		fprintf(stderr, "mrd-hello: cannot connect to mrd: %s\n", mrd_last_error());
 		return EXIT_FAILURE;
 	}
 	printf("connected to mrd %s (protocol %d), libmrd %s\n", mrd_client_server_version(client),

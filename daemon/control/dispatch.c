@@ -12,38 +12,39 @@
 #include "base/fd-closer.h"
 #include "log.h"
 #include "control/manager.h"
+#include "core/device.h"
 
 static const struct request_type request_types[] = {
 	[MRD__REQUEST__BODY_HELLO] = { "Hello", request_hello, .before_hello = true },
 	[MRD__REQUEST__BODY_PING] = { "Ping", request_ping },
 	/* Read-only views: anyone, who sees its own domain alone (access_view). */
 	[MRD__REQUEST__BODY_STATUS] = { "Status", request_status },
-	[MRD__REQUEST__BODY_EXPORT_PD] = { "ExportPd", request_export_pd, .needs_domain = true },
+	[MRD__REQUEST__BODY_EXPORT_PD] = { "ExportPd", request_export_pd, .needs_domain = true, .needs_device = true },
 	[MRD__REQUEST__BODY_JOIN_DOMAIN] = { "JoinDomain", request_join_domain,
 					     .needs_domain = true, .alone = true },
 	[MRD__REQUEST__BODY_ALLOC] = { "Alloc", request_alloc, .check = request_alloc_check,
-				       .needs_domain = true },
+				       .needs_domain = true, .needs_device = true },
 	[MRD__REQUEST__BODY_FREE] = { "Free", request_free, .needs_domain = true },
 	[MRD__REQUEST__BODY_MAP] = { "Map", request_map, .needs_domain = true },
 	[MRD__REQUEST__BODY_EXTMEM_ATTACH] = { "ExtmemAttach", request_extmem_attach,
-					       .needs_domain = true, .n_fds = 1 },
+					       .needs_domain = true, .needs_device = true, .n_fds = 1 },
 	[MRD__REQUEST__BODY_EXTMEM_DETACH] = { "ExtmemDetach", request_extmem_detach,
 					       .needs_domain = true },
 	[MRD__REQUEST__BODY_CLIENTS] = { "Clients", request_clients },
 	[MRD__REQUEST__BODY_MR_LOOKUP] = { "MrLookup", request_mr_lookup,
-					   .check = request_mr_lookup_check, .needs_domain = true },
+					   .check = request_mr_lookup_check, .needs_domain = true, .needs_device = true },
 	[MRD__REQUEST__BODY_DMA] = { "Dma", request_dma, .check = request_dma_check,
-				     .needs_domain = true },
+				     .needs_domain = true, .needs_device = true },
 	[MRD__REQUEST__BODY_MEMPOOL_REGISTER] = { "MempoolRegister", request_mempool_register,
 						  .check = request_mempool_register_check,
-						  .needs_domain = true },
+						  .needs_domain = true, .needs_device = true },
 	[MRD__REQUEST__BODY_MEMPOOL_UNREGISTER] = { "MempoolUnregister",
 						    request_mempool_unregister,
 						    .check = request_mempool_unregister_check,
 						    .needs_domain = true },
 	[MRD__REQUEST__BODY_MEMPOOLS] = { "Mempools", request_mempools },
 	[MRD__REQUEST__BODY_PREFETCH] = { "Prefetch", request_prefetch,
-					  .check = request_prefetch_check, .needs_domain = true },
+					  .check = request_prefetch_check, .needs_domain = true, .needs_device = true },
 	[MRD__REQUEST__BODY_FRMR_POOLS] = { "FrmrPools", request_frmr_pools },
 	[MRD__REQUEST__BODY_FRMR_POOLS_SET] = { "FrmrPoolsSet", request_frmr_pools_set,
 						.admin = true },
@@ -209,6 +210,8 @@ static int request_domain(struct client *c, struct reply *r, struct domain **ret
 	if (k == -EDQUOT)
 		reply_set_message(r, "quota.clients (%u) reached for domain %s",
 				  c->manager->core.config.quota_clients, c->domain_name);
+	else if (k == -ENODEV && device_check(&c->manager->core, r->message, sizeof(r->message)) < 0)
+		; /* the device failed: the message says so */
 	else if (k < 0)
 		reply_set_message(r, "cannot open domain %s", c->domain_name);
 	return k;
@@ -223,6 +226,11 @@ static int run_handler(struct client *c, const struct request_type *type,
 
 	if (type->check) {
 		k = type->check(req, r);
+		if (k < 0)
+			return k;
+	}
+	if (type->needs_device) {
+		k = device_check(&c->manager->core, r->message, sizeof(r->message));
 		if (k < 0)
 			return k;
 	}

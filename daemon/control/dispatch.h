@@ -110,6 +110,9 @@ struct request_type {
 	 * first use) after check, and answers a refusal itself (quota.clients, or that it cannot
 	 * be opened). */
 	bool needs_domain;
+	/* ... and a device that serves: while it failed, -ENODEV and a message that says so
+	 * (core/device.h). */
+	bool needs_device;
 	unsigned n_fds;    /* exact number of descriptors the request carries */
 	/* Answered only while no other request of the connection is pending (a session's
 	 * JoinDomain, which may resume what an earlier mrd held): else EBUSY, not done. */

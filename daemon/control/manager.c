@@ -257,6 +257,9 @@ int manager_new(struct config *config, struct manager **ret)
 	r = fd_closer_new(&m->closer);
 	if (r < 0)
 		return log_error_errno(r, "cannot start the descriptor closer: %m");
+	r = device_watch_start(&m->core);
+	if (r < 0)
+		return log_error_errno(r, "cannot watch the device's events: %m");
 	r = worker_pool_new(m->core.base, m->core.config.workers, &m->core.workers);
 	if (r < 0)
 		return log_error_errno(r, "cannot start worker threads: %m");
@@ -298,6 +301,7 @@ struct manager *manager_free(struct manager *m)
 	handover_end_grace(m); /* and the domains still waiting for their owners */
 	m->closer = fd_closer_free(m->closer); /* after every client's descriptors */
 	u64_map_done(&m->users); /* empty: the clients took their shares along */
+	device_watch_stop(&m->core);
 	provider_close(m->core.provider);
 	window_release(&m->core.window);
 	if (m->listen_event)

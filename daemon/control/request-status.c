@@ -41,6 +41,13 @@ int request_status(struct client *c, struct domain *no_domain, const Mrd__Reques
 	s->odp_pinned = (char *)provider_odp_gap(&m->core.provider->caps,
 						 registration_access(false, &m->core.provider->caps),
 						 odp_pinned, sizeof(odp_pinned));
+	s->device_state = (char *)(m->core.device.failed ? "failed" : "ok");
+	s->device_failed_since = m->core.device.failed ? m->core.device.since : 0;
+	s->device_failure = (char *)(m->core.device.failed ? m->core.device.reason : "");
+	s->port_active = m->core.device.port_active;
+	s->device_failures = m->core.device.failures;
+	s->device_returns = m->core.device.returns;
+	s->foreign_events = m->core.device.foreign_events;
 	s->pid = (uint32_t)getpid();
 	/* Which users use mrd, and how much, is no one else's business: a user sees its own
 	 * domain's figures and no daemon-wide count. */

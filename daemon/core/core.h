@@ -10,6 +10,7 @@
 #include <sys/queue.h>
 
 #include "base/config.h"
+#include "core/device.h"
 #include "memory/window.h"
 
 struct domain;
@@ -30,6 +31,7 @@ struct core {
 	/* Opened at start to check the configuration and answer Status; each domain opens its
 	 * own context on the same device. */
 	struct provider *provider;
+	struct device_watch device; /* its lifecycle (core/device.h) */
 	struct window window; /* every arena of every domain lives here */
 	struct worker_pool *workers; /* slow registrations */
 	/* One thread for Dma on a device (request-mr.c), made on first use: a transfer waits for

@@ -22,6 +22,7 @@ static struct domain *domain_free(struct domain *d)
 	/* Clients are gone by now, and with them their allocations and MRs. */
 	if (d->aging_timer)
 		event_free(d->aging_timer);
+	device_unwatch_domain(d);
 	registrar_close(&d->reg);
 	memory_done(&d->mem);
 	LIST_REMOVE(d, link);
@@ -223,6 +224,8 @@ static int domain_open(struct core *core, const char *name, struct domain **ret)
 	struct domain *d;
 	int r;
 
+	if (core->device.failed)
+		return -ENODEV; /* its context would be on a device mrd let go of */
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
@@ -250,6 +253,8 @@ static int domain_open(struct core *core, const char *name, struct domain **ret)
 			   (uintptr_t)core->window.base);
 	if (r >= 0 && !d->reg.pools.off)
 		r = aging_start(d);
+	if (r >= 0)
+		r = device_watch_domain(d);
 	if (r >= 0)
 		r = status_page_open(&d->mem.status, d->name, first_generation(core, name));
 	if (r < 0) {

@@ -31,6 +31,7 @@ struct domain {
 	struct memory mem;
 	struct registrar reg;
 	struct event *aging_timer;  /* ages the pools, while they are on */
+	struct event *device_event; /* its context's async fd (core/device.h) */
 	bool adopted; /* held open (domain_ref) while orphans (mem.orphans) wait */
 };
 

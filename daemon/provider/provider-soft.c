@@ -33,6 +33,7 @@
 #include "provider/pin-map.h"
 #include "provider/provider.h"
 #include "provider/safe-copy.h"
+#include "provider/soft-device.h"
 
 /* Indexes 1 .. 2^bits - 2: 0 is never a key, and index 2^24 - 1 could make 0xffffffff, which
  * libmrd reserves for "no key" (MRD_KEY_INVALID). Each context (a domain: mrd opens one per
@@ -86,6 +87,10 @@ struct soft_provider {
 	 * variants never change; fresh indexes first when a class is empty, then any class's. */
 	bool keys_cached;
 	bool move_refused, move_keeps_keys; /* $MRD_SOFT_REREG (rereg_mode), or keys_cached */
+	/* Its device failed and mrd let go of it (soft_lose; atomic): until soft_revive, only
+	 * dereg and pd_free work, and keys reach nothing. */
+	bool lost;
+	bool destroy_when_failed; /* $RDMAV_ALLOW_DISASSOC_DESTROY, as libibverbs reads it */
 	struct soft_key_class *classes;
 	unsigned n_classes, classes_cap;
 };
@@ -350,6 +355,20 @@ static void gate_pass(struct soft_provider *sp, char op, uint64_t bytes)
 		;
 }
 
+/* The device's state for an op (soft-device.h): -ENODEV once lost, -EIO while it failed. */
+static int soft_dead(struct soft_provider *sp)
+{
+	if (__atomic_load_n(&sp->lost, __ATOMIC_ACQUIRE))
+		return -ENODEV;
+	return soft_device_failed() ? -EIO : 0;
+}
+
+/* A destroy on a failed device: done once mrd let go of it, or when libibverbs would say so. */
+static int soft_destroy_dead(struct soft_provider *sp)
+{
+	return sp->lost || sp->destroy_when_failed || !soft_device_failed() ? 0 : -EIO;
+}
+
 static int soft_open(const char *device, struct provider **ret)
 {
 	struct soft_provider *sp;
@@ -360,13 +379,14 @@ static int soft_open(const char *device, struct provider **ret)
 
 	if (device && strcmp(device, "soft") != 0)
 		return -ENODEV;
-	if (index_bits(&bits) < 0 || keys_mode(&keys_cached) < 0 || dma_mode(&no_dma) < 0)
+	if (index_bits(&bits) < 0 || keys_mode(&keys_cached) < 0 || dma_mode(&no_dma) < 0 ||
+	    caps_knobs((uintptr_t)sysconf(_SC_PAGESIZE), &knobs) < 0 || soft_device_open() < 0)
 		return -EINVAL;
-	if (caps_knobs((uintptr_t)sysconf(_SC_PAGESIZE), &knobs) < 0)
-		return -EINVAL;
-	sp = calloc(1, sizeof(*sp));
-	if (!sp)
-		return -ENOMEM;
+	sp = soft_device_failed() ? NULL : calloc(1, sizeof(*sp));
+	if (!sp) {
+		soft_device_close();
+		return soft_device_failed() ? -ENODEV : -ENOMEM;
+	}
 	sp->base.ops = &provider_soft_ops;
 	pthread_mutex_init(&sp->base.lock, NULL);
 	pthread_cond_init(&sp->idle, NULL);
@@ -375,8 +395,10 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->n_slots = 1;
 	sp->index_limit = (1u << bits) - 1;
 	sp->keys_cached = keys_cached;
+	sp->destroy_when_failed = getenv("RDMAV_ALLOW_DISASSOC_DESTROY") != NULL;
 	if (rereg_mode(sp) < 0 || gate_open(sp) < 0) {
 		gate_close(sp);
+		soft_device_close();
 		pthread_cond_destroy(&sp->idle);
 		pthread_mutex_destroy(&sp->base.lock);
 		free(sp);
@@ -384,6 +406,7 @@ static int soft_open(const char *device, struct provider **ret)
 	}
 	pin_map_init(&sp->pins);
 	snprintf(sp->base.caps.device, sizeof(sp->base.caps.device), "soft");
+	sp->base.caps.port_active = soft_device_port_active();
 	sp->base.caps.max_mr_size = SOFT_MAX_MR_SIZE;
 	sp->base.caps.page_size = (uint32_t)sp->page_size;
 	sp->base.caps.odp = true;
@@ -421,6 +444,7 @@ static void soft_close(struct provider *p)
 	}
 	pin_map_done(&sp->pins);
 	gate_close(sp);
+	soft_device_close();
 	free(sp->classes);
 	free(sp->chunks);
 	pthread_cond_destroy(&sp->idle);
@@ -430,8 +454,12 @@ static void soft_close(struct provider *p)
 
 static int soft_pd_alloc(struct provider *p, struct provider_pd **ret)
 {
-	struct provider_pd *pd = calloc(1, sizeof(*pd));
+	struct provider_pd *pd;
+	int r = soft_dead(to_soft(p));
 
+	if (r < 0)
+		return r;
+	pd = calloc(1, sizeof(*pd));
 	if (!pd)
 		return -ENOMEM;
 	pd->provider = p;
@@ -444,6 +472,8 @@ static int soft_pd_free(struct provider_pd *pd)
 {
 	if (pd->n_mrs > 0)
 		return -EBUSY;
+	if (soft_destroy_dead(to_soft(pd->provider)) < 0)
+		return -EIO;
 	to_soft(pd->provider)->n_pds--;
 	free(pd);
 	return 0;
@@ -670,8 +700,10 @@ static int soft_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t 
 {
 	struct soft_provider *sp = to_soft(pd->provider);
 	struct soft_mr *mr;
-	int r;
+	int r = soft_dead(sp);
 
+	if (r < 0)
+		return r;
 	if ((access & MRD_ACCESS_REMOTE_ATOMIC) && !sp->base.caps.atomic)
 		return -EOPNOTSUPP; /* as EFA's reg_mr (efa_alloc_mr) */
 	mr = calloc(1, sizeof(*mr));
@@ -717,6 +749,8 @@ static int soft_dereg(struct provider_mr *base)
 	struct soft_mr *mr = (struct soft_mr *)base;
 	struct soft_provider *sp = to_soft(base->pd->provider);
 
+	if (soft_destroy_dead(sp) < 0)
+		return -EIO;
 	wait_no_copies(sp, mr);
 	if (mr->pin_end > mr->pin_start)
 		(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
@@ -736,8 +770,10 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 	struct soft_mr *mr = (struct soft_mr *)base;
 	struct soft_provider *sp = to_soft(base->pd->provider);
 	struct soft_mr moved = { .base = *base };
-	int r;
+	int r = soft_dead(sp);
 
+	if (r < 0)
+		return r;
 	if (mr->parked && !(flags & PROVIDER_REREG_TRANSLATION))
 		return -EINVAL; /* it has no memory whose access could change */
 	if ((flags & PROVIDER_REREG_TRANSLATION) && sp->move_refused)
@@ -796,6 +832,8 @@ static int soft_park(struct provider_mr *base)
 	struct soft_mr *mr = (struct soft_mr *)base;
 	struct soft_provider *sp = to_soft(base->pd->provider);
 
+	if (soft_dead(sp) < 0)
+		return soft_dead(sp);
 	if (sp->move_refused)
 		return -EOPNOTSUPP;
 	wait_no_copies(sp, mr);
@@ -979,8 +1017,10 @@ static int soft_dma(struct provider_pd *pd, enum provider_dma_op op, uint32_t lk
 	struct soft_provider *sp = to_soft(pd->provider);
 	struct dma_side side[2];
 	size_t missing;
-	int r;
+	int r = soft_dead(sp);
 
+	if (r < 0)
+		return r;
 	r = PROVIDER_LOCKED(pd->provider, dma_begin(pd, op, lkey, laddr, rkey, raddr, length,
 						    side, &missing));
 	if (r < 0)
@@ -1074,8 +1114,10 @@ static int soft_advise(struct provider_mr *base, enum provider_advice advice, ui
 	struct soft_provider *sp = to_soft(base->pd->provider);
 	size_t first, end, populated;
 	uint8_t *present;
-	int r;
+	int r = soft_dead(sp);
 
+	if (r < 0)
+		return r;
 	r = PROVIDER_LOCKED(&sp->base, advise_begin(mr, advice, iova, length));
 	if (r < 0)
 		return r;
@@ -1103,6 +1145,8 @@ static int soft_invalidate(struct provider_mr *base, uint64_t iova, size_t lengt
 	struct soft_provider *sp = to_soft(base->pd->provider);
 	size_t first, last;
 
+	if (soft_dead(sp) < 0)
+		return soft_dead(sp);
 	if (!mr->on_demand)
 		return -EINVAL; /* pinned pages cannot move under a pinned MR */
 	if (length == 0 || !in_bounds(mr, iova, length))
@@ -1130,6 +1174,71 @@ static void soft_stats(const struct provider *p, struct provider_stats *ret)
 
 	*ret = sp->stats;
 	ret->pinned_bytes = sp->pins.pinned_bytes;
+	if (sp->lost) /* the device let go of them: the handles wait for soft_revive */
+		ret->mrs = ret->parked = ret->pinned_bytes = 0;
+}
+
+static int soft_event_fd(struct provider *p)
+{
+	return to_soft(p)->lost ? -1 : soft_device_fd();
+}
+
+static int soft_read_event(struct provider *p, struct provider_event *ret)
+{
+	return to_soft(p)->lost ? -EAGAIN : soft_device_read_event(ret);
+}
+
+static bool soft_gone(struct provider *p)
+{
+	return !to_soft(p)->lost && soft_device_removed();
+}
+
+/* Its keys stop reaching memory (soft_dead refuses every transfer); the pins stay, as the
+ * handles do, for soft_revive. */
+static void soft_lose(struct provider *p)
+{
+	__atomic_store_n(&to_soft(p)->lost, true, __ATOMIC_RELEASE);
+}
+
+/* Each MR takes a new key: what a client held of the lost context is dead. */
+static int soft_revive(struct provider *p)
+{
+	struct soft_provider *sp = to_soft(p);
+	struct soft_mr **mrs = NULL;
+	size_t n = 0, cap = 0;
+
+	if (!sp->lost)
+		return 0;
+	if (soft_device_failed())
+		return -ENODEV;
+	for (uint32_t c = 0; c < sp->n_chunks; c++)
+		for (unsigned i = 0; sp->chunks[c] && i < SOFT_CHUNK; i++) {
+			struct soft_mr *mr = sp->chunks[c]->slot[i].mr;
+
+			if (!mr)
+				continue;
+			if (n == cap) {
+				struct soft_mr **more;
+
+				cap = cap ? 2 * cap : 64;
+				more = realloc(mrs, cap * sizeof(*mrs));
+				if (!more) {
+					free(mrs);
+					return -ENOMEM;
+				}
+				mrs = more;
+			}
+			mrs[n++] = mr;
+		}
+	for (size_t i = 0; i < n; i++)
+		slot_release(sp, mrs[i]);
+	for (size_t i = 0; i < n; i++)
+		if (slot_take(sp, mrs[i]) < 0) /* keys used up: it keeps its dead key */
+			log_warning("soft: no key left for an MR made again");
+	free(mrs);
+	sp->base.caps.port_active = soft_device_port_active();
+	__atomic_store_n(&sp->lost, false, __ATOMIC_RELEASE);
+	return 0;
 }
 
 const struct provider_ops provider_soft_ops = {
@@ -1147,4 +1256,9 @@ const struct provider_ops provider_soft_ops = {
 	.dma = soft_dma,
 	.invalidate = soft_invalidate,
 	.stats = soft_stats,
+	.event_fd = soft_event_fd,
+	.read_event = soft_read_event,
+	.gone = soft_gone,
+	.lose = soft_lose,
+	.revive = soft_revive,
 };

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/queue.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -17,16 +19,27 @@
 #include "provider/provider.h"
 #include "provider/verbs-loopback.h"
 
+struct verbs_pd;
+struct verbs_mr;
+
 struct verbs_provider {
 	struct provider base;
-	struct ibv_context *ctx;
+	struct ibv_context *ctx; /* NULL once lost (verbs_lose) */
 	struct provider_stats stats;
 	void *parking; /* one page that parked MRs point at (verbs_park) */
+	/* Everything made on the context: lose and revive go through them, and an event's
+	 * element is mrd's only when it is one of these PDs' loopback QPs or CQs. */
+	LIST_HEAD(, verbs_pd) pds;
+	LIST_HEAD(, verbs_mr) mrs;
+	char dev_path[256]; /* the device's uverbs sysfs node: gone once its removal began */
+	/* advise runs without the provider's lock: lose waits for it (write) */
+	pthread_rwlock_t live;
 };
 
 struct verbs_pd {
 	struct provider_pd base;
-	struct ibv_pd *pd;
+	LIST_ENTRY(verbs_pd) link;
+	struct ibv_pd *pd; /* NULL while lost */
 	/* The Dma request's QPs, made on first use. Its own lock: a transfer waits for the
 	 * device, and must not hold up every other op as the provider's lock would. */
 	pthread_mutex_t dma_lock;
@@ -35,6 +48,8 @@ struct verbs_pd {
 
 struct verbs_mr {
 	struct provider_mr base;
+	LIST_ENTRY(verbs_mr) link;
+	bool lost;       /* let go with its device (verbs_lose): registered again on revive */
 	struct ibv_mr *mr;
 	uint64_t pinned; /* bytes the kernel pinned for it (0 for ODP) */
 	unsigned ibv_access; /* what the device MR grants now: nothing while parked */
@@ -151,12 +166,12 @@ static void probe_rereg(struct ibv_context *ctx, struct provider_caps *caps)
 		caps->rereg_translation = false; /* one size refused: pools cannot count on it */
 }
 
-static int verbs_open(const char *device, struct provider **ret)
+/* A context on the device named device (NULL: the first), its name and uverbs node in vp; its
+ * async fd made non-blocking, as mrd reads it on the loop. */
+static int open_context(struct verbs_provider *vp, const char *device)
 {
 	struct ibv_device **list, *dev = NULL;
-	struct ibv_device_attr_ex attr = {};
-	struct verbs_provider *vp;
-	int n = 0, r;
+	int n = 0, r, flags;
 
 	list = ibv_get_device_list(&n);
 	if (!list)
@@ -169,20 +184,57 @@ static int verbs_open(const char *device, struct provider **ret)
 		ibv_free_device_list(list);
 		return -ENODEV;
 	}
-
-	vp = calloc(1, sizeof(*vp));
-	if (!vp) {
-		ibv_free_device_list(list);
-		return -ENOMEM;
-	}
-	vp->base.ops = &provider_verbs_ops;
-	pthread_mutex_init(&vp->base.lock, NULL);
 	snprintf(vp->base.caps.device, sizeof(vp->base.caps.device), "%s", ibv_get_device_name(dev));
 	vp->base.caps.no_dma = verbs_loopback_unsupported(dev->node_type, dev->transport_type);
+	snprintf(vp->dev_path, sizeof(vp->dev_path), "%s", dev->dev_path);
 	vp->ctx = ibv_open_device(dev);
 	r = vp->ctx ? 0 : negative_errno();
 	ibv_free_device_list(list);
+	if (r < 0)
+		return r;
+	flags = fcntl(vp->ctx->async_fd, F_GETFL);
+	if (flags < 0 || fcntl(vp->ctx->async_fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+		r = negative_errno();
+		(void)ibv_close_device(vp->ctx);
+		vp->ctx = NULL;
+	}
+	return r;
+}
+
+/* Whether a port of the device is active. */
+static bool port_active(struct ibv_context *ctx)
+{
+	struct ibv_device_attr dev;
+
+	if (ibv_query_device(ctx, &dev) != 0)
+		return false;
+	for (unsigned port = 1; port <= dev.phys_port_cnt; port++) {
+		struct ibv_port_attr pa;
+
+		if (ibv_query_port(ctx, (uint8_t)port, &pa) == 0 && pa.state == IBV_PORT_ACTIVE)
+			return true;
+	}
+	return false;
+}
+
+static int verbs_open(const char *device, struct provider **ret)
+{
+	struct ibv_device_attr_ex attr = {};
+	struct verbs_provider *vp;
+	int r;
+
+	vp = calloc(1, sizeof(*vp));
+	if (!vp)
+		return -ENOMEM;
+	vp->base.ops = &provider_verbs_ops;
+	pthread_mutex_init(&vp->base.lock, NULL);
+	pthread_rwlock_init(&vp->live, NULL);
+	LIST_INIT(&vp->pds);
+	LIST_INIT(&vp->mrs);
+	r = open_context(vp, device);
 	if (r < 0) {
+		pthread_rwlock_destroy(&vp->live);
+		pthread_mutex_destroy(&vp->base.lock);
 		free(vp);
 		return r;
 	}
@@ -190,9 +242,12 @@ static int verbs_open(const char *device, struct provider **ret)
 	r = verbs_ret(ibv_query_device_ex(vp->ctx, NULL, &attr));
 	if (r < 0) {
 		ibv_close_device(vp->ctx);
+		pthread_rwlock_destroy(&vp->live);
+		pthread_mutex_destroy(&vp->base.lock);
 		free(vp);
 		return r;
 	}
+	vp->base.caps.port_active = port_active(vp->ctx);
 	vp->base.caps.max_mr_size = attr.orig_attr.max_mr_size;
 	vp->base.caps.page_size = (uint32_t)sysconf(_SC_PAGESIZE);
 	vp->base.caps.odp = attr.odp_caps.general_caps & IBV_ODP_SUPPORT;
@@ -230,14 +285,18 @@ static void verbs_close(struct provider *p)
 		(void)ibv_close_device(vp->ctx);
 	if (vp->parking)
 		munmap(vp->parking, vp->base.caps.page_size);
+	pthread_rwlock_destroy(&vp->live);
 	pthread_mutex_destroy(&vp->base.lock);
 	free(vp);
 }
 
 static int verbs_pd_alloc(struct provider *p, struct provider_pd **ret)
 {
-	struct verbs_pd *vpd = calloc(1, sizeof(*vpd));
+	struct verbs_pd *vpd;
 
+	if (!to_verbs(p)->ctx)
+		return -ENODEV;
+	vpd = calloc(1, sizeof(*vpd));
 	if (!vpd)
 		return -ENOMEM;
 	vpd->pd = ibv_alloc_pd(to_verbs(p)->ctx);
@@ -248,6 +307,7 @@ static int verbs_pd_alloc(struct provider *p, struct provider_pd **ret)
 	}
 	pthread_mutex_init(&vpd->dma_lock, NULL);
 	vpd->base.provider = p;
+	LIST_INSERT_HEAD(&to_verbs(p)->pds, vpd, link);
 	*ret = &vpd->base;
 	return 0;
 }
@@ -261,9 +321,10 @@ static int verbs_pd_free(struct provider_pd *base)
 		return -EBUSY;
 	verbs_loopback_free(vpd->loopback); /* its QPs hold the PD */
 	vpd->loopback = NULL;
-	r = verbs_ret(ibv_dealloc_pd(vpd->pd));
+	r = vpd->pd ? verbs_ret(ibv_dealloc_pd(vpd->pd)) : 0; /* NULL: lost with its device */
 	if (r < 0)
 		return r;
+	LIST_REMOVE(vpd, link);
 	pthread_mutex_destroy(&vpd->dma_lock);
 	free(vpd);
 	return 0;
@@ -285,6 +346,8 @@ static int verbs_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t
 	struct verbs_mr *vmr;
 	int r;
 
+	if (!vp->ctx)
+		return -ENODEV;
 	if ((access & MRD_ACCESS_ON_DEMAND) && !vp->base.caps.odp)
 		return -EOPNOTSUPP;
 
@@ -303,6 +366,7 @@ static int verbs_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t
 	vmr->ibv_access = to_ibv_access(access);
 	mr_sync(vmr, iova);
 	vmr->pinned = access & MRD_ACCESS_ON_DEMAND ? 0 : page_span((uintptr_t)addr, length);
+	LIST_INSERT_HEAD(&vp->mrs, vmr, link);
 	pd->n_mrs++;
 	vp->stats.mrs++;
 	vp->stats.registrations++;
@@ -320,8 +384,11 @@ static int verbs_dereg(struct provider_mr *base)
 	r = vmr->mr ? verbs_ret(ibv_dereg_mr(vmr->mr)) : 0; /* NULL: lost in a failed rereg */
 	if (r < 0)
 		return r;
+	LIST_REMOVE(vmr, link);
 	base->pd->n_mrs--;
-	if (vmr->parked)
+	if (vmr->lost)
+		; /* counted nowhere since its device went */
+	else if (vmr->parked)
 		vp->stats.parked--;
 	else
 		vp->stats.mrs--;
@@ -339,6 +406,9 @@ static int mr_rereg(struct verbs_provider *vp, struct verbs_mr *vmr, void *addr,
 		    unsigned ibv_access)
 {
 	int flags = 0, r;
+
+	if (vmr->lost)
+		return -ENODEV;
 
 	if (addr)
 		flags |= IBV_REREG_MR_CHANGE_TRANSLATION;
@@ -463,7 +533,10 @@ static int verbs_advise(struct provider_mr *base, enum provider_advice advice, u
 	struct ibv_sge sge = { .addr = iova, .length = (uint32_t)length, .lkey = base->lkey };
 	enum ibv_advise_mr_advice a;
 
-	if (!(base->access & MRD_ACCESS_ON_DEMAND) || !vmr->mr)
+	struct verbs_provider *vp = to_verbs(base->pd->provider);
+	int r;
+
+	if (!(base->access & MRD_ACCESS_ON_DEMAND))
 		return -EINVAL;
 	if (length == 0 || length > UINT32_MAX)
 		return -EINVAL;
@@ -481,7 +554,15 @@ static int verbs_advise(struct provider_mr *base, enum provider_advice advice, u
 	 * is one ioctl, UVERBS_METHOD_ADVISE_MR, on pd->context, which the kernel orders against
 	 * a dereg itself; vmr stays as it is while the caller counts on it. FLUSH: return once
 	 * the pages are present, so callers may count on them. */
-	return verbs_ret(ibv_advise_mr(vmr->mr->pd, a, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+	pthread_rwlock_rdlock(&vp->live); /* vmr->mr stays while verbs_lose waits */
+	if (vmr->lost)
+		r = -ENODEV;
+	else if (!vmr->mr)
+		r = -EINVAL;
+	else
+		r = verbs_ret(ibv_advise_mr(vmr->mr->pd, a, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+	pthread_rwlock_unlock(&vp->live);
+	return r;
 }
 
 static int verbs_export_pd(struct provider_pd *base, int *ret_cmd_fd, uint32_t *ret_pd_handle)
@@ -489,6 +570,8 @@ static int verbs_export_pd(struct provider_pd *base, int *ret_cmd_fd, uint32_t *
 	struct verbs_pd *vpd = (struct verbs_pd *)base;
 	int fd;
 
+	if (!vpd->pd)
+		return -ENODEV;
 	fd = fcntl(to_verbs(base->provider)->ctx->cmd_fd, F_DUPFD_CLOEXEC, 3);
 	if (fd < 0)
 		return negative_errno();
@@ -507,7 +590,9 @@ static int verbs_dma(struct provider_pd *base, enum provider_dma_op op, uint32_t
 	if (op != PROVIDER_DMA_WRITE && op != PROVIDER_DMA_READ)
 		return -EINVAL;
 	pthread_mutex_lock(&vpd->dma_lock);
-	if (!vpd->loopback)
+	if (!vpd->pd)
+		r = -ENODEV;
+	else if (!vpd->loopback)
 		r = verbs_loopback_new(vpd->pd, &vpd->loopback);
 	if (r == 0)
 		r = verbs_loopback_transfer(vpd->loopback, op == PROVIDER_DMA_READ, lkey, laddr,
@@ -520,6 +605,200 @@ static int verbs_dma(struct provider_pd *base, enum provider_dma_op op, uint32_t
 	}
 	pthread_mutex_unlock(&vpd->dma_lock);
 	return r;
+}
+
+static int verbs_event_fd(struct provider *p)
+{
+	return to_verbs(p)->ctx ? to_verbs(p)->ctx->async_fd : -1;
+}
+
+/* A QP, CQ, SRQ or WQ event's element is mrd's only when it is a loopback's. */
+static bool owns_element(const struct verbs_provider *vp, const void *element)
+{
+	const struct verbs_pd *vpd;
+
+	LIST_FOREACH(vpd, &vp->pds, link)
+		if (verbs_loopback_owns(vpd->loopback, element))
+			return true;
+	return false;
+}
+
+/* libibverbs' ibv_get_async_event (libibverbs/device.c) reads the kernel's event and casts its
+ * element, the user_handle the object's creator chose, to a pointer, reading nothing through
+ * it (the driver's async_event op, mlx5_async_event in providers/mlx5/verbs.c, looks at
+ * DEVICE_FATAL alone); ibv_ack_async_event locks and signals through element->cq/qp/srq/wq.
+ * A client that imported this context (export_pd) shares its event queue: an event of one of
+ * its objects comes here with its pointer, which is never acknowledged, nor touched. */
+static int verbs_read_event(struct provider *p, struct provider_event *ret)
+{
+	struct verbs_provider *vp = to_verbs(p);
+	struct ibv_async_event ev;
+	const void *element = NULL;
+	bool object = true; /* an event of a QP, CQ, SRQ or WQ */
+
+	if (!vp->ctx)
+		return -EAGAIN;
+	if (ibv_get_async_event(vp->ctx, &ev) != 0)
+		return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : negative_errno();
+	*ret = (struct provider_event){ .kind = PROVIDER_EVENT_OTHER,
+					.name = ibv_event_type_str(ev.event_type) };
+	switch (ev.event_type) {
+	case IBV_EVENT_DEVICE_FATAL:
+		ret->kind = PROVIDER_EVENT_DEVICE_FATAL;
+		object = false;
+		break;
+	case IBV_EVENT_PORT_ACTIVE:
+		ret->kind = PROVIDER_EVENT_PORT_ACTIVE;
+		ret->port = (unsigned)ev.element.port_num;
+		object = false;
+		break;
+	case IBV_EVENT_PORT_ERR:
+		ret->kind = PROVIDER_EVENT_PORT_DOWN;
+		ret->port = (unsigned)ev.element.port_num;
+		object = false;
+		break;
+	case IBV_EVENT_CQ_ERR:
+		element = ev.element.cq;
+		break;
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		element = ev.element.qp;
+		break;
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+		element = ev.element.srq;
+		break;
+	case IBV_EVENT_WQ_FATAL:
+		element = ev.element.wq;
+		break;
+	default:
+		object = false; /* the device's or a port's: ours to acknowledge */
+		break;
+	}
+	if (object && !owns_element(vp, element)) {
+		ret->kind = PROVIDER_EVENT_FOREIGN;
+		return 0;
+	}
+	ibv_ack_async_event(&ev);
+	return 0;
+}
+
+/* libibverbs' dev_path is the uverbs node in sysfs (/sys/class/infiniband_verbs/uverbsN).
+ * A removal deletes it first (Linux 6.12 drivers/infiniband/core/uverbs_main.c,
+ * ib_uverbs_remove_one: cdev_device_del), then, on a device without disassociate_ucontext
+ * (rxe, siw, efa), waits for every open context to close: no event says so. */
+static bool verbs_gone(struct provider *p)
+{
+	struct verbs_provider *vp = to_verbs(p);
+	struct stat st;
+
+	return vp->ctx && vp->dev_path[0] && stat(vp->dev_path, &st) < 0 && errno == ENOENT;
+}
+
+/* RDMAV_ALLOW_DISASSOC_DESTROY (main.c) makes each destroy on a disassociated context succeed
+ * (libibverbs/init.c, cmd.c verbs_is_destroy_err): the kernel freed it already. */
+static void verbs_lose(struct provider *p)
+{
+	struct verbs_provider *vp = to_verbs(p);
+	struct verbs_mr *vmr;
+	struct verbs_pd *vpd;
+
+	if (!vp->ctx)
+		return;
+	pthread_rwlock_wrlock(&vp->live);
+	LIST_FOREACH(vmr, &vp->mrs, link) {
+		if (vmr->lost)
+			continue;
+		if (vmr->mr)
+			(void)ibv_dereg_mr(vmr->mr);
+		vmr->mr = NULL;
+		vmr->lost = true;
+		vmr->base.lkey = vmr->base.rkey = 0;
+		if (vmr->parked)
+			vp->stats.parked--;
+		else
+			vp->stats.mrs--;
+		vp->stats.pinned_bytes -= vmr->pinned;
+		vmr->pinned = 0;
+	}
+	LIST_FOREACH(vpd, &vp->pds, link) {
+		pthread_mutex_lock(&vpd->dma_lock);
+		verbs_loopback_free(vpd->loopback);
+		vpd->loopback = NULL;
+		(void)ibv_dealloc_pd(vpd->pd);
+		vpd->pd = NULL;
+		pthread_mutex_unlock(&vpd->dma_lock);
+	}
+	(void)ibv_close_device(vp->ctx);
+	vp->ctx = NULL;
+	pthread_rwlock_unlock(&vp->live);
+}
+
+/* A lost MR made again where it was (a parked one on the parking page). */
+static int register_again(struct verbs_provider *vp, struct verbs_mr *vmr)
+{
+	struct verbs_pd *vpd = (struct verbs_pd *)vmr->base.pd;
+	void *addr = vmr->parked ? vp->parking : (void *)(uintptr_t)vmr->base.addr;
+	size_t length = vmr->parked ? vp->base.caps.page_size : vmr->base.length;
+	uint64_t iova = vmr->parked ? (uintptr_t)vp->parking : vmr->base.iova;
+
+	unsigned access = vmr->parked ? to_ibv_access(vmr->base.access & MRD_ACCESS_ON_DEMAND) :
+					to_ibv_access(vmr->base.access);
+
+	vmr->mr = ibv_reg_mr_iova2(vpd->pd, addr, length, iova, access);
+	if (!vmr->mr)
+		return negative_errno();
+	vmr->ibv_access = access; /* a parked one grants nothing, as verbs_park left it */
+	vmr->lost = false;
+	mr_sync(vmr, iova);
+	if (!vmr->parked && !(vmr->base.access & MRD_ACCESS_ON_DEMAND))
+		vmr->pinned = page_span((uintptr_t)addr, length);
+	if (vmr->parked)
+		vp->stats.parked++;
+	else
+		vp->stats.mrs++;
+	vp->stats.pinned_bytes += vmr->pinned;
+	return 0;
+}
+
+static int verbs_revive(struct provider *p)
+{
+	struct verbs_provider *vp = to_verbs(p);
+	char name[sizeof(vp->base.caps.device)];
+	struct verbs_mr *vmr;
+	struct verbs_pd *vpd;
+	int r;
+
+	if (vp->ctx)
+		return 0;
+	snprintf(name, sizeof(name), "%s", vp->base.caps.device);
+	r = open_context(vp, name);
+	if (r < 0)
+		return r;
+	vp->base.caps.port_active = port_active(vp->ctx);
+	LIST_FOREACH(vpd, &vp->pds, link) {
+		vpd->pd = ibv_alloc_pd(vp->ctx);
+		if (!vpd->pd) {
+			r = negative_errno();
+			verbs_lose(p);
+			return r;
+		}
+	}
+	/* One that fails stays lost: only dereg remains of it (its keys are 0). */
+	LIST_FOREACH(vmr, &vp->mrs, link) {
+		r = register_again(vp, vmr);
+		if (r < 0)
+			log_warning_errno(r, "verbs: %s: cannot register [0x%llx, +%llu) again: %m",
+					  name, (unsigned long long)vmr->base.addr,
+					  (unsigned long long)vmr->base.length);
+	}
+	return 0;
 }
 
 static void verbs_stats(const struct provider *p, struct provider_stats *ret)
@@ -541,4 +820,9 @@ const struct provider_ops provider_verbs_ops = {
 	.export_pd = verbs_export_pd,
 	.dma = verbs_dma,
 	.stats = verbs_stats,
+	.event_fd = verbs_event_fd,
+	.read_event = verbs_read_event,
+	.gone = verbs_gone,
+	.lose = verbs_lose,
+	.revive = verbs_revive,
 };

@@ -50,8 +50,26 @@ enum provider_dma_op {
 	PROVIDER_DMA_READ,  /* RDMA read: remote (rkey) -> local (lkey) */
 };
 
+/* What an event on a context's async fd says, in mrd's terms (read_event). */
+enum provider_event_kind {
+	PROVIDER_EVENT_DEVICE_FATAL, /* the device is lost: every context of it is dead */
+	PROVIDER_EVENT_PORT_ACTIVE,
+	PROVIDER_EVENT_PORT_DOWN,
+	/* For an object that is not mrd's (a client that imported the context shares its event
+	 * queue, and chose the event's element pointer itself): neither read nor acknowledged. */
+	PROVIDER_EVENT_FOREIGN,
+	PROVIDER_EVENT_OTHER, /* mrd's, or the device's, and of no consequence: acknowledged */
+};
+
+struct provider_event {
+	enum provider_event_kind kind;
+	unsigned port;    /* for port events */
+	const char *name; /* the device's name for it, for logs */
+};
+
 struct provider_caps {
 	char device[64];
+	bool port_active;       /* at open: a port of the device is active */
 	uint64_t max_mr_size;
 	uint32_t page_size;
 	bool odp;               /* on-demand paging */
@@ -161,6 +179,21 @@ struct provider_ops {
 	 * where the kernel does it. */
 	int (*invalidate)(struct provider_mr *mr, uint64_t iova, size_t length);
 	void (*stats)(const struct provider *p, struct provider_stats *ret);
+	/* The device's lifecycle (mrd(8), DEVICES). The context's async event fd (O_NONBLOCK,
+	 * the provider's), -1 when it has none. */
+	int (*event_fd)(struct provider *p);
+	/* One event, or -EAGAIN when none is pending. */
+	int (*read_event)(struct provider *p, struct provider_event *ret);
+	/* Whether the device is gone (removed), though no event said so: rxe, siw and efa cannot
+	 * disassociate a context, so their removal waits, silently, until mrd closes it. */
+	bool (*gone)(struct provider *p);
+	/* The device failed: everything of the context is let go and the context closed (its
+	 * event fd with it). PDs and MRs stay as handles: dereg and pd_free succeed on them, every
+	 * other op fails with -ENODEV, and no key of them reaches memory. */
+	void (*lose)(struct provider *p);
+	/* After lose: the device opened again by name, each PD made again and each MR registered
+	 * again, with new keys (read them again); -ENODEV while the device is not back. */
+	int (*revive)(struct provider *p);
 };
 
 struct provider {
@@ -333,6 +366,33 @@ static inline int provider_invalidate(struct provider_mr *mr, uint64_t iova, siz
 	if (!p->ops->invalidate)
 		return 0;
 	return PROVIDER_LOCKED(p, p->ops->invalidate(mr, iova, length));
+}
+
+static inline int provider_event_fd(struct provider *p)
+{
+	return p->ops->event_fd ? PROVIDER_LOCKED(p, p->ops->event_fd(p)) : -1;
+}
+
+static inline int provider_read_event(struct provider *p, struct provider_event *ret)
+{
+	return p->ops->read_event ? PROVIDER_LOCKED(p, p->ops->read_event(p, ret)) : -EAGAIN;
+}
+
+static inline bool provider_gone(struct provider *p)
+{
+	return p->ops->gone && PROVIDER_LOCKED(p, p->ops->gone(p));
+}
+
+static inline void provider_lose(struct provider *p)
+{
+	pthread_mutex_lock(&p->lock);
+	p->ops->lose(p);
+	pthread_mutex_unlock(&p->lock);
+}
+
+static inline int provider_revive(struct provider *p)
+{
+	return PROVIDER_LOCKED(p, p->ops->revive(p));
 }
 
 static inline void provider_stats(const struct provider *p, struct provider_stats *ret)

@@ -318,3 +318,9 @@ int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey,
 	}
 	return r;
 }
+
+bool verbs_loopback_owns(const struct verbs_loopback *lb, const void *element)
+{
+	return lb && element &&
+	       (element == lb->qp[0] || element == lb->qp[1] || element == lb->cq);
+}

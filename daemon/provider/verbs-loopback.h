@@ -19,6 +19,9 @@ const char *verbs_loopback_unsupported(enum ibv_node_type node, enum ibv_transpo
 /* -ENETDOWN when no port of the device is active. */
 int verbs_loopback_new(struct ibv_pd *pd, struct verbs_loopback **ret);
 void verbs_loopback_free(struct verbs_loopback *lb);
+/* Whether element, an async event's QP or CQ, is one of lb's (NULL-safe): compared, never
+ * read, since a pointer that is not mrd's may be anything. */
+bool verbs_loopback_owns(const struct verbs_loopback *lb, const void *element);
 
 /* An RDMA WRITE (local -> remote) or READ (remote -> local) of length bytes, posted on one QP
  * to the other, split at the port's largest message, each part awaited. -EKEYREJECTED when

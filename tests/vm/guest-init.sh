@@ -205,7 +205,41 @@ else
 	report SKIP "mrd creates on-demand children for policy odp" "this kernel's rxe reports no ODP"
 fi
 
-# 8. mrd stops cleanly.
+# 8. rxe0 removed while mrd serves: its removal waits until every context on it is closed.
+# Linux 6.12's rxe cannot disassociate one and sends no event (mrd finds its uverbs node gone:
+# "removed"); a kernel that disassociates sends DEVICE_FATAL. Either way mrd lets go of the
+# device and keeps serving, then serves again once the device is back.
+start_bg /tmp/keep.txt HOLDING rdma-peers hold "$SOCK" 1000
+KEEP=$BG
+collect /tmp/keep.txt
+t0=$(date +%s)
+timeout 10 rdma link delete rxe0
+rc=$?
+echo "@@ INFO rdma link delete rxe0 took $(($(date +%s) - t0)) s; mrd: $(grep 'device rxe0' /tmp/mrd.log | tail -n 2)"
+result "rdma link delete rxe0 returns within 10 s while mrd serves" $rc "$(tail -n 3 /tmp/mrd.log)"
+STATUS=$(mrctl --json status)
+echo "$STATUS"
+echo "$STATUS" | grep -Eq '"device_state":"failed","device_failed_since":[0-9]+,"device_failure":"(removed|DEVICE_FATAL)"'
+result "mrctl status: device rxe0 failed, mrd still answers" $?
+timeout 60 mrd-hello "$SOCK" > /tmp/hello-gone.txt 2>&1
+rc=$?
+cat /tmp/hello-gone.txt
+[ "$rc" != 0 ] && grep -Eq 'device rxe0 failed \((removed|DEVICE_FATAL)\); mrd reopens it when it returns' /tmp/hello-gone.txt
+result "a registration while rxe0 is gone fails with a clear error" $? "rc=$rc"
+rdma link add rxe0 type rxe netdev lo
+result "rdma link add rxe0 again" $?
+back=1
+for _ in $(seq 100); do
+	mrctl --json status | grep -q '"device_state":"ok"' && { back=0; break; }
+	sleep 0.1
+done
+result "mrd reopens rxe0 once it is back" $back "$(tail -n 3 /tmp/mrd.log)"
+timeout 60 mrd-hello "$SOCK" > /tmp/hello-back.txt 2>&1
+result "mrd-hello once rxe0 is back" $? "$(tail -n 3 /tmp/hello-back.txt)"
+kill "$KEEP"
+wait "$KEEP" 2>/dev/null
+
+# 9. mrd stops cleanly.
 kill "$MRD"
 wait "$MRD"
 result "mrd exits cleanly on SIGTERM" $? "$(tail -n 5 /tmp/mrd.log)"

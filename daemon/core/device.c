@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+
+#include "core/core.h"
+#include "core/device.h"
+#include "core/domain.h"
+#include "log.h"
+#include "provider/provider.h"
+#include "time-util.h"
+
+static void device_fail(struct core *core, const char *reason);
+
+/* Events of one context: all of what is pending. */
+static void on_events(struct core *core, struct provider *p)
+{
+	struct device_watch *w = &core->device;
+	struct provider_event ev;
+
+	while (!w->failed && provider_read_event(p, &ev) == 0) {
+		w->events++;
+		switch (ev.kind) {
+		case PROVIDER_EVENT_DEVICE_FATAL:
+			device_fail(core, "DEVICE_FATAL");
+			break;
+		case PROVIDER_EVENT_PORT_ACTIVE:
+		case PROVIDER_EVENT_PORT_DOWN:
+			if (w->port_active != (ev.kind == PROVIDER_EVENT_PORT_ACTIVE))
+				log_info("device %s: port %u %s", core->provider->caps.device,
+					 ev.port, ev.kind == PROVIDER_EVENT_PORT_ACTIVE ?
+					 "active" : "down");
+			w->port_active = ev.kind == PROVIDER_EVENT_PORT_ACTIVE;
+			break;
+		case PROVIDER_EVENT_FOREIGN: {
+			uint64_t now = now_usec(CLOCK_MONOTONIC);
+
+			w->foreign_events++;
+			if (now - w->foreign_log_usec >= 10 * USEC_PER_SEC) {
+				w->foreign_log_usec = now;
+				log_info("device %s: %s for an object that is not mrd's (a client "
+					 "that imported a context); not acknowledged (%llu so far)",
+					 core->provider->caps.device, ev.name,
+					 (unsigned long long)w->foreign_events);
+			}
+			break;
+		}
+		case PROVIDER_EVENT_OTHER:
+			log_debug("device %s: %s", core->provider->caps.device, ev.name);
+			break;
+		}
+	}
+}
+
+static void on_core_events(evutil_socket_t fd, short what, void *data)
+{
+	struct core *core = data;
+
+	on_events(core, core->provider);
+}
+
+static void on_domain_events(evutil_socket_t fd, short what, void *data)
+{
+	struct domain *d = data;
+
+	on_events(d->core, d->reg.provider);
+}
+
+static int watch(struct core *core, struct provider *p, struct event **ret,
+		 event_callback_fn cb, void *data)
+{
+	int fd = provider_event_fd(p);
+
+	*ret = NULL;
+	if (fd < 0)
+		return 0;
+	*ret = event_new(core->base, fd, EV_READ | EV_PERSIST, cb, data);
+	if (!*ret || event_add(*ret, NULL) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+static void unwatch(struct event **e)
+{
+	if (*e)
+		event_free(*e);
+	*e = NULL;
+}
+
+int device_watch_domain(struct domain *d)
+{
+	return watch(d->core, d->reg.provider, &d->device_event, on_domain_events, d);
+}
+
+void device_unwatch_domain(struct domain *d)
+{
+	unwatch(&d->device_event);
+}
+
+/* Every context lets go, before anything else: a removal waits for the last to close. */
+static void device_fail(struct core *core, const char *reason)
+{
+	struct device_watch *w = &core->device;
+	struct domain *d;
+
+	if (w->failed)
+		return;
+	w->failed = true;
+	w->failures++;
+	w->waiting_logged = false;
+	w->since = (uint64_t)time(NULL);
+	snprintf(w->reason, sizeof(w->reason), "%s", reason);
+	log_warning("device %s failed (%s): its MRs are dropped and mrd's contexts on it closed; "
+		    "mrd reopens it when it returns", core->provider->caps.device, reason);
+	LIST_FOREACH(d, &core->domains, link) {
+		device_unwatch_domain(d);
+		provider_lose(d->reg.provider);
+		domain_bump_generation(d);
+		domain_update_status(d);
+	}
+	unwatch(&w->event);
+	provider_lose(core->provider);
+}
+
+/* The device is back: each context made again, and clients refetch every key. */
+static void device_return(struct core *core)
+{
+	struct device_watch *w = &core->device;
+	struct domain *d;
+	int r;
+
+	r = provider_revive(core->provider);
+	if (r < 0) {
+		if (!w->waiting_logged)
+			log_info("device %s: not back yet (%s); trying again each second",
+				 core->provider->caps.device, strerror(-r));
+		w->waiting_logged = true;
+		return;
+	}
+	LIST_FOREACH(d, &core->domains, link) {
+		r = provider_revive(d->reg.provider);
+		if (r < 0) {
+			log_warning_errno(r, "device %s: domain %s cannot open it again: %m",
+					  core->provider->caps.device, d->name);
+			provider_lose(core->provider);
+			return; /* the next tick tries every context again */
+		}
+	}
+	LIST_FOREACH(d, &core->domains, link) {
+		mr_cache_flush(&d->reg.cache); /* the table holds the old keys */
+		domain_bump_generation(d);
+		domain_update_status(d);
+		if (device_watch_domain(d) < 0)
+			log_warning("domain %s: cannot watch device events", d->name);
+	}
+	if (watch(core, core->provider, &w->event, on_core_events, core) < 0)
+		log_warning("cannot watch device events");
+	w->failed = false;
+	w->returns++;
+	w->port_active = core->provider->caps.port_active;
+	log_info("device %s is back: every domain serves again", core->provider->caps.device);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *data)
+{
+	struct core *core = data;
+
+	if (!core->device.failed && provider_gone(core->provider))
+		device_fail(core, "removed");
+	else if (core->device.failed)
+		device_return(core);
+}
+
+int device_watch_start(struct core *core)
+{
+	static const struct timeval second = { 1, 0 };
+	struct device_watch *w = &core->device;
+
+	w->port_active = core->provider->caps.port_active;
+	w->timer = event_new(core->base, -1, EV_PERSIST, on_tick, core);
+	if (!w->timer || event_add(w->timer, &second) < 0)
+		return -ENOMEM;
+	return watch(core, core->provider, &w->event, on_core_events, core);
+}
+
+void device_watch_stop(struct core *core)
+{
+	unwatch(&core->device.event);
+	unwatch(&core->device.timer);
+}
+
+int device_check(const struct core *core, char *why, size_t why_size)
+{
+	if (!core->device.failed)
+		return 0;
+	snprintf(why, why_size, "device %s failed (%s); mrd reopens it when it returns",
+		 core->provider->caps.device, core->device.reason);
+	return -ENODEV;
+}
