@@ -35,6 +35,7 @@ const char *verbs_loopback_unsupported(enum ibv_node_type node, enum ibv_transpo
 {
 	return NULL;
 }
+bool verbs_loopback_owns(const struct verbs_loopback *lb, const void *element) { return false; }
 
 enum fake_driver {
 	FAKE_NEW_KEYS, /* a move makes the MR anew: new lkey and rkey */
