@@ -93,8 +93,10 @@ static void print_status(const Mrd__StatusResponse *s)
 		       ",\"rereg_translation\":%s,\"dma\":%s",
 		       s->max_mr_size, json_bool(s->odp), json_bool(s->odp_implicit),
 		       json_bool(s->rereg_translation), json_bool(s->dma));
-		printf(",\"domains\":%" PRIu32 ",\"clients\":%" PRIu32 ",\"max_clients\":%" PRIu32,
-		       s->domains, s->clients, s->max_clients);
+		printf(",\"domains\":%" PRIu32 ",\"clients\":%" PRIu32 ",\"max_clients\":%" PRIu32
+		       ",\"quarantined_bytes\":%" PRIu64 ",\"quarantined_runs\":%" PRIu32,
+		       s->domains, s->clients, s->max_clients, s->quarantined_bytes,
+		       s->quarantined_runs);
 		if (*s->view) { /* not an administrator: its own domain's figures alone */
 			printf(",\"view\":");
 			json_write_string(stdout, s->view);
@@ -118,6 +120,10 @@ static void print_status(const Mrd__StatusResponse *s)
 	       esc(s->server_version), s->pid, (double)s->uptime_usec / 1e6, esc(s->provider),
 	       esc(s->device), s->max_mr_size, yes_no(s->odp), yes_no(s->odp_implicit),
 	       yes_no(s->rereg_translation), yes_no(s->dma));
+	if (s->quarantined_runs)
+		printf("quarantined:      %" PRIu64 " bytes in %" PRIu32 " freed runs the device kept "
+		       "an MR over (dereg failed; mrctl flush tries again)\n", s->quarantined_bytes,
+		       s->quarantined_runs);
 	if (*s->view) {
 		printf("domain:           %s (%s open; root and the admin group see every domain)\n"
 		       "clients:          %" PRIu32 " of %" PRIu32 " in the domain\n",
@@ -232,12 +238,14 @@ static void print_clients(const Mrd__ClientsResponse *r)
 			       ",\"quota\":{\"clients\":%" PRIu32 ",\"allocated_bytes\":%" PRIu64
 			       ",\"allocations\":%" PRIu32 ",\"arenas\":%" PRIu32
 			       ",\"pinned_bytes\":%" PRIu64 "},\"mrs\":%" PRIu32 ",\"lookups\":%" PRIu64
-			       ",\"misses\":%" PRIu64 ",\"table_overflow\":%s,\"waiting\":%" PRIu32 "}",
+			       ",\"misses\":%" PRIu64 ",\"table_overflow\":%s,\"waiting\":%" PRIu32
+			       ",\"quarantined_bytes\":%" PRIu64 ",\"quarantined_runs\":%" PRIu32 "}",
 			       d->clients, d->allocated_bytes, d->allocations, d->arenas,
 			       d->pinned_bytes, d->generation, d->quota_clients,
 			       d->quota_allocated_bytes, d->quota_allocations, d->quota_arenas,
 			       d->quota_pinned_bytes, d->mrs, d->lookups, d->misses,
-			       json_bool(d->table_overflow), d->waiting);
+			       json_bool(d->table_overflow), d->waiting, d->quarantined_bytes,
+			       d->quarantined_runs);
 		}
 		printf("],\"clients_omitted\":%" PRIu32 ",\"domains_omitted\":%" PRIu32 "}\n",
 		       r->clients_omitted, r->domains_omitted);
@@ -277,6 +285,9 @@ static void print_clients(const Mrd__ClientsResponse *r)
 		       d->lookups, d->misses, d->table_overflow ? "  (table overflow)" : "");
 		if (d->waiting)
 			printf("  (%" PRIu32 " waiting for their owners after a restart)", d->waiting);
+		if (d->quarantined_runs)
+			printf("  (%" PRIu64 " bytes in %" PRIu32 " runs quarantined: dereg failed)",
+			       d->quarantined_bytes, d->quarantined_runs);
 		printf("\n");
 	}
 	print_domains_omitted(r->domains_omitted);
@@ -321,11 +332,13 @@ static void print_stats(const Mrd__ClientsResponse *r)
 			       ",\"odp_children_created\":%" PRIu64
 			       ",\"odp_children_destroyed\":%" PRIu64
 			       ",\"odp_prefetch_requests\":%" PRIu64 ",\"odp_prefetch_pages\":%" PRIu64
-			       ",\"odp_invalidations\":%" PRIu64 "}",
+			       ",\"odp_invalidations\":%" PRIu64 ",\"quarantined_bytes\":%" PRIu64
+			       ",\"quarantined_runs\":%" PRIu32 "}",
 			       d->lookups, d->misses, d->mrs, d->registrations, d->deregistrations,
 			       d->odp_children, d->odp_faults, d->odp_children_created,
 			       d->odp_children_destroyed, d->odp_prefetch_requests,
-			       d->odp_prefetch_pages, d->odp_invalidations);
+			       d->odp_prefetch_pages, d->odp_invalidations, d->quarantined_bytes,
+			       d->quarantined_runs);
 			continue;
 		}
 		printf("%sdomain %s\n"
@@ -336,11 +349,14 @@ static void print_stats(const Mrd__ClientsResponse *r)
 		       " destroyed\n"
 		       "  ODP faults:             %" PRIu64 "\n"
 		       "  ODP prefetches:         %" PRIu64 " requests, %" PRIu64 " pages\n"
-		       "  ODP invalidations:      %" PRIu64 "\n",
+		       "  ODP invalidations:      %" PRIu64 "\n"
+		       "  quarantined:            %" PRIu64 " bytes in %" PRIu32 " freed runs (dereg "
+		       "failed)\n",
 		       i ? "\n" : "", esc(d->name), d->lookups, d->misses, d->mrs, d->registrations,
 		       d->deregistrations, d->odp_children, d->odp_children_created,
 		       d->odp_children_destroyed, d->odp_faults, d->odp_prefetch_requests,
-		       d->odp_prefetch_pages, d->odp_invalidations);
+		       d->odp_prefetch_pages, d->odp_invalidations, d->quarantined_bytes,
+		       d->quarantined_runs);
 	}
 	if (arg_json)
 		printf("],\"domains_omitted\":%" PRIu32 "}\n", r->domains_omitted);

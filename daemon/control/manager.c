@@ -71,6 +71,8 @@ void manager_view_totals(const struct manager *m, const char *view, struct view_
 		ret->domains++;
 		ret->allocated_bytes += d->mem.allocated_bytes;
 		ret->pinned_bytes += d->reg.cache.charges.pinned_bytes;
+		ret->quarantined_bytes += d->reg.quarantine.bytes;
+		ret->quarantined_runs += d->reg.quarantine.n;
 	}
 }
 

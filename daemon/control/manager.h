@@ -113,5 +113,7 @@ uint64_t manager_uptime_usec(const struct manager *m);
 struct view_totals {
 	uint32_t domains, clients;
 	uint64_t allocated_bytes, pinned_bytes;
+	uint64_t quarantined_bytes; /* freed runs the device kept an MR over (registrar.h) */
+	uint32_t quarantined_runs;
 };
 void manager_view_totals(const struct manager *m, const char *view, struct view_totals *ret);

@@ -37,6 +37,8 @@ int request_status(struct client *c, struct domain *no_domain, const Mrd__Reques
 	manager_view_totals(m, view, &t);
 	s->domains = t.domains;
 	s->clients = t.clients;
+	s->quarantined_bytes = t.quarantined_bytes;
+	s->quarantined_runs = t.quarantined_runs;
 	if (view) {
 		s->view = (char *)view;
 		s->max_clients = m->core.config.quota_clients;
@@ -81,6 +83,8 @@ static void domain_info(Mrd__DomainInfo *di, const struct domain *d, const struc
 	di->odp_prefetch_pages = d->reg.odp.stats.prefetch_pages;
 	di->odp_invalidations = d->reg.odp.stats.invalidations;
 	di->odp_children = d->reg.odp.children;
+	di->quarantined_bytes = d->reg.quarantine.bytes;
+	di->quarantined_runs = d->reg.quarantine.n;
 }
 
 int request_clients(struct client *c, struct domain *no_domain, const Mrd__Request *req,

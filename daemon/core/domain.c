@@ -48,6 +48,8 @@ size_t domain_flush(struct domain *d, bool pools, bool gc, unsigned *ret_pools_r
 	size_t n = 0;
 
 	*ret_pools_removed = 0;
+	/* The device may take back now what it kept of freed runs (registrar.h). */
+	(void)registrar_retry_quarantine(&d->reg);
 	mr_cache_flush(&d->reg.cache);
 	domain_bump_generation(d);
 	domain_update_status(d);

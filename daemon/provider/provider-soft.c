@@ -14,7 +14,13 @@
  * new translation, advise (before it populates) or DMA that faults n bytes of pages in (before
  * it populates them, holding its MRs but not the lock) writes 'r', 'm', 'a' or 'f' to entered,
  * then reads a byte from release before it goes on, holding whatever its caller holds (a reg:
- * the provider's lock). tests/test-util.h has the helpers (soft_gate_*). */
+ * the provider's lock). tests/test-util.h has the helpers (soft_gate_*).
+ * $MRD_SOFT_DEREG_FAIL=<n>: the next n deregs and parks of the context (the commands that
+ * take an MR off its memory) fail with -EIO and leave the MR as it was (live, pinned, its keys
+ * working), as a device whose command fails does: the kernel keeps the object ("wait till
+ * ucontext will clean it", Linux 6.12 drivers/infiniband/core/rdma_core.c,
+ * uverbs_destroy_uobject) and mlx5_dereg_mr keeps the handle (rdma-core
+ * providers/mlx5/verbs.c), so the dereg can be tried again. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -82,6 +88,7 @@ struct soft_provider {
 	 * unchanged. A move (UMR) keeps the keys too. Here: one LIFO of indexes per page count;
 	 * variants never change; fresh indexes first when a class is empty, then any class's. */
 	bool keys_cached;
+	unsigned dereg_fail; /* $MRD_SOFT_DEREG_FAIL: deregs and parks left to fail */
 	struct soft_key_class *classes;
 	unsigned n_classes, classes_cap;
 };
@@ -182,6 +189,26 @@ static int keys_mode(bool *ret_cached)
 	return !e || !*e || *ret_cached || strcmp(e, "variant") == 0 ? 0 : -EINVAL;
 }
 
+/* $MRD_SOFT_DEREG_FAIL, a test knob: how many deregs and parks fail (the top comment). */
+static int dereg_failures(unsigned *ret)
+{
+	const char *e = getenv("MRD_SOFT_DEREG_FAIL");
+	unsigned long n;
+	char *end;
+
+	*ret = 0;
+	if (!e || !*e)
+		return 0;
+	errno = 0;
+	n = strtoul(e, &end, 10);
+	if (errno || *end || n > UINT_MAX) {
+		log_error("MRD_SOFT_DEREG_FAIL=%s: not a count of deregs", e);
+		return -EINVAL;
+	}
+	*ret = (unsigned)n;
+	return 0;
+}
+
 /* $MRD_SOFT_GATE and $MRD_SOFT_GATE_BYTES (the top comment). O_RDWR never blocks on a FIFO,
  * and keeps what the test wrote there while nobody else holds it open. */
 static int gate_open(struct soft_provider *sp)
@@ -230,12 +257,13 @@ static void gate_pass(struct soft_provider *sp, char op, uint64_t bytes)
 static int soft_open(const char *device, struct provider **ret)
 {
 	struct soft_provider *sp;
-	unsigned bits;
+	unsigned bits, dereg_fail;
 	bool keys_cached;
 
 	if (device && strcmp(device, "soft") != 0)
 		return -ENODEV;
-	if (index_bits(&bits) < 0 || keys_mode(&keys_cached) < 0)
+	if (index_bits(&bits) < 0 || keys_mode(&keys_cached) < 0 ||
+	    dereg_failures(&dereg_fail) < 0)
 		return -EINVAL;
 	sp = calloc(1, sizeof(*sp));
 	if (!sp)
@@ -248,6 +276,7 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->n_slots = 1;
 	sp->index_limit = (1u << bits) - 1;
 	sp->keys_cached = keys_cached;
+	sp->dereg_fail = dereg_fail;
 	if (gate_open(sp) < 0) {
 		gate_close(sp);
 		pthread_cond_destroy(&sp->idle);
@@ -582,11 +611,22 @@ fail:
 	return r;
 }
 
+/* $MRD_SOFT_DEREG_FAIL: whether this dereg or park fails, the MR left as it was. */
+static bool release_fails(struct soft_provider *sp)
+{
+	if (sp->dereg_fail == 0)
+		return false;
+	sp->dereg_fail--;
+	return true;
+}
+
 static int soft_dereg(struct provider_mr *base)
 {
 	struct soft_mr *mr = (struct soft_mr *)base;
 	struct soft_provider *sp = to_soft(base->pd->provider);
 
+	if (release_fails(sp))
+		return -EIO;
 	wait_no_copies(sp, mr);
 	if (mr->pin_end > mr->pin_start)
 		(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
@@ -661,6 +701,8 @@ static int soft_park(struct provider_mr *base)
 	struct soft_mr *mr = (struct soft_mr *)base;
 	struct soft_provider *sp = to_soft(base->pd->provider);
 
+	if (release_fails(sp))
+		return -EIO;
 	wait_no_copies(sp, mr);
 	if (mr->pin_end > mr->pin_start)
 		(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);

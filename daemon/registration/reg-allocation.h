@@ -25,6 +25,11 @@ struct reg_allocation {
 	struct odp_slots *odp_slots; /* its children by chunk, once it had any (odp.h) */
 	unsigned odp_jobs;          /* prefetch work waiting, queued or running on it, and
 				     * its children's MRs going on workers */
+	LIST_HEAD(, odp_child) odp_stuck; /* retired children the device kept (a failed dereg) */
+	int dereg_error;            /* the first dereg over it that failed, once retired: then
+				     * mrs holds the MRs the device kept, and the run is
+				     * quarantined (registrar.h) */
+	LIST_ENTRY(reg_allocation) quarantine_link; /* its registrar's quarantined runs */
 	bool retired;               /* being freed: nobody finds it any more */
 	bool free_waits;            /* its free waits for odp_jobs and odp_children to go */
 	struct mr_waiter *free_waiter;
@@ -35,6 +40,7 @@ static inline void reg_allocation_init(struct reg_allocation *ra)
 	LIST_INIT(&ra->mrs);
 	LIST_INIT(&ra->pool_mrs);
 	LIST_INIT(&ra->odp_children);
+	LIST_INIT(&ra->odp_stuck);
 }
 
 static inline struct reg_allocation *reg_allocation_of(struct allocation *a)
