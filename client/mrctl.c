@@ -10,6 +10,7 @@
 #include "connection.h"
 #include "escape.h"
 #include "macro.h"
+#include "time-util.h"
 
 static const char *arg_socket;
 static bool arg_json;
@@ -79,6 +80,39 @@ static const char *cell(const char *s) { return escape_ring(s, ESCAPE_SPACE); }
 static const char *yes_no(bool b) { return b ? "yes" : "no"; }
 static const char *json_bool(bool b) { return b ? "true" : "false"; }
 
+/* Device contexts earlier mrds exported and handed over while clients held them: their MRs,
+ * pins and keys live until those close them. */
+static void print_old_contexts_json(Mrd__OldContextInfo *const *o, size_t n)
+{
+	printf(",\"old_contexts\":[");
+	for (size_t i = 0; i < n; i++) {
+		printf("%s{\"domain\":", i ? "," : "");
+		json_write_string(stdout, o[i]->domain);
+		printf(",\"device\":");
+		json_write_string(stdout, o[i]->device);
+		printf(",\"pinned_bytes\":%" PRIu64 ",\"mrs\":%" PRIu32 ",\"handed_over_usec\":%" PRIu64
+		       ",\"holder_pids\":[", o[i]->pinned_bytes, o[i]->mrs, o[i]->handed_over_usec);
+		for (size_t k = 0; k < o[i]->n_holder_pids; k++)
+			printf("%s%" PRIu32, k ? "," : "", o[i]->holder_pids[k]);
+		printf("]}");
+	}
+	printf("]");
+}
+
+static void print_old_contexts(Mrd__OldContextInfo *const *o, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		printf("old context:      domain %s on %s, held by pid", esc(o[i]->domain),
+		       esc(o[i]->device));
+		for (size_t k = 0; k < o[i]->n_holder_pids; k++)
+			printf("%s%" PRIu32, k ? ", " : " ", o[i]->holder_pids[k]);
+		printf(": %" PRIu32 " MRs and %" PRIu64 " pinned bytes at the hand-over %.0f s ago, "
+		       "alive until they close it (call mrd_client_get_pd again)\n", o[i]->mrs,
+		       o[i]->pinned_bytes,
+		       (double)(now_usec(CLOCK_REALTIME) - o[i]->handed_over_usec) / 1e6);
+	}
+}
+
 static void print_status(const Mrd__StatusResponse *s)
 {
 	if (arg_json) {
@@ -97,6 +131,7 @@ static void print_status(const Mrd__StatusResponse *s)
 		       ",\"quarantined_bytes\":%" PRIu64 ",\"quarantined_runs\":%" PRIu32,
 		       s->domains, s->clients, s->max_clients, s->quarantined_bytes,
 		       s->quarantined_runs);
+		print_old_contexts_json(s->old_contexts, s->n_old_contexts);
 		if (*s->view) { /* not an administrator: its own domain's figures alone */
 			printf(",\"view\":");
 			json_write_string(stdout, s->view);
@@ -124,6 +159,7 @@ static void print_status(const Mrd__StatusResponse *s)
 		printf("quarantined:      %" PRIu64 " bytes in %" PRIu32 " freed runs the device kept "
 		       "an MR over (dereg failed; mrctl flush tries again)\n", s->quarantined_bytes,
 		       s->quarantined_runs);
+	print_old_contexts(s->old_contexts, s->n_old_contexts);
 	if (*s->view) {
 		printf("domain:           %s (%s open; root and the admin group see every domain)\n"
 		       "clients:          %" PRIu32 " of %" PRIu32 " in the domain\n",
@@ -247,7 +283,9 @@ static void print_clients(const Mrd__ClientsResponse *r)
 			       json_bool(d->table_overflow), d->waiting, d->quarantined_bytes,
 			       d->quarantined_runs);
 		}
-		printf("],\"clients_omitted\":%" PRIu32 ",\"domains_omitted\":%" PRIu32 "}\n",
+		printf("]");
+		print_old_contexts_json(r->old_contexts, r->n_old_contexts);
+		printf(",\"clients_omitted\":%" PRIu32 ",\"domains_omitted\":%" PRIu32 "}\n",
 		       r->clients_omitted, r->domains_omitted);
 		return;
 	}
@@ -291,6 +329,9 @@ static void print_clients(const Mrd__ClientsResponse *r)
 		printf("\n");
 	}
 	print_domains_omitted(r->domains_omitted);
+	if (r->n_old_contexts)
+		printf("\n");
+	print_old_contexts(r->old_contexts, r->n_old_contexts);
 }
 
 /* The Clients request, which clients and stats both show. */

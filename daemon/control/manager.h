@@ -8,6 +8,7 @@
 
 #include "base/config.h"
 #include "control/handover.h"
+#include "control/old-context.h"
 #include "core/core.h"
 #include "u64-map.h"
 
@@ -47,6 +48,8 @@ struct manager {
 	 * serves (if it fails to start, the next try may still take them). */
 	struct handover_fds fd_store_taken;
 	struct bus *bus;             /* NULL: not on the system bus */
+	/* Contexts earlier mrds exported and handed over while clients held them. */
+	struct old_contexts old_contexts;
 
 	LIST_HEAD(, client) clients;
 	unsigned n_clients;

@@ -20,7 +20,9 @@
  * working), as a device whose command fails does: the kernel keeps the object ("wait till
  * ucontext will clean it", Linux 6.12 drivers/infiniband/core/rdma_core.c,
  * uverbs_destroy_uobject) and mlx5_dereg_mr keeps the handle (rdma-core
- * providers/mlx5/verbs.c), so the dereg can be tried again. */
+ * providers/mlx5/verbs.c), so the dereg can be tried again.
+ * $MRD_SOFT_EXPORT=1: export_pd hands out a dup of a memfd standing for the context's command
+ * descriptor (nothing can import it), so that what mrd does for exported contexts is tested. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -89,6 +91,8 @@ struct soft_provider {
 	 * variants never change; fresh indexes first when a class is empty, then any class's. */
 	bool keys_cached;
 	unsigned dereg_fail; /* $MRD_SOFT_DEREG_FAIL: deregs and parks left to fail */
+	bool exports;        /* $MRD_SOFT_EXPORT=1 */
+	int export_fd;       /* its stand-in command descriptor, made at the first export; -1 */
 	struct soft_key_class *classes;
 	unsigned n_classes, classes_cap;
 };
@@ -209,6 +213,18 @@ static int dereg_failures(unsigned *ret)
 	return 0;
 }
 
+/* $MRD_SOFT_EXPORT, a test knob: "1" exports a stand-in context, "0" or unset none. */
+static int export_mode(bool *ret)
+{
+	const char *e = getenv("MRD_SOFT_EXPORT");
+
+	*ret = e && strcmp(e, "1") == 0;
+	if (!e || !*e || *ret || strcmp(e, "0") == 0)
+		return 0;
+	log_error("MRD_SOFT_EXPORT=%s: 1 or 0", e);
+	return -EINVAL;
+}
+
 /* $MRD_SOFT_GATE and $MRD_SOFT_GATE_BYTES (the top comment). O_RDWR never blocks on a FIFO,
  * and keeps what the test wrote there while nobody else holds it open. */
 static int gate_open(struct soft_provider *sp)
@@ -258,12 +274,12 @@ static int soft_open(const char *device, struct provider **ret)
 {
 	struct soft_provider *sp;
 	unsigned bits, dereg_fail;
-	bool keys_cached;
+	bool keys_cached, exports;
 
 	if (device && strcmp(device, "soft") != 0)
 		return -ENODEV;
 	if (index_bits(&bits) < 0 || keys_mode(&keys_cached) < 0 ||
-	    dereg_failures(&dereg_fail) < 0)
+	    dereg_failures(&dereg_fail) < 0 || export_mode(&exports) < 0)
 		return -EINVAL;
 	sp = calloc(1, sizeof(*sp));
 	if (!sp)
@@ -277,6 +293,8 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->index_limit = (1u << bits) - 1;
 	sp->keys_cached = keys_cached;
 	sp->dereg_fail = dereg_fail;
+	sp->exports = exports;
+	sp->export_fd = -1;
 	if (gate_open(sp) < 0) {
 		gate_close(sp);
 		pthread_cond_destroy(&sp->idle);
@@ -296,6 +314,7 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->base.caps.keys_come_back = keys_cached;
 	sp->base.caps.dma = true;
 	sp->base.caps.dma_emulated = true;
+	sp->base.caps.export_pd = exports;
 	sp->base.caps.max_keys = keys_cached ? 0 : (uint64_t)(sp->index_limit - 1) * SOFT_VARIANT_LAST;
 	*ret = &sp->base;
 	return 0;
@@ -322,6 +341,8 @@ static void soft_close(struct provider *p)
 	}
 	pin_map_done(&sp->pins);
 	gate_close(sp);
+	if (sp->export_fd >= 0)
+		close(sp->export_fd);
 	free(sp->classes);
 	free(sp->chunks);
 	pthread_cond_destroy(&sp->idle);
@@ -968,7 +989,22 @@ static int soft_invalidate(struct provider_mr *base, uint64_t iova, size_t lengt
 
 static int soft_export_pd(struct provider_pd *pd, int *ret_cmd_fd, uint32_t *ret_pd_handle)
 {
-	return -EOPNOTSUPP; /* a software NIC has no device file a client could import */
+	struct soft_provider *sp = to_soft(pd->provider);
+	int fd;
+
+	if (!sp->exports)
+		return -EOPNOTSUPP; /* a software NIC has no device file a client could import */
+	if (sp->export_fd < 0) {
+		sp->export_fd = memfd_create("mrd-soft-context", MFD_CLOEXEC);
+		if (sp->export_fd < 0)
+			return -errno;
+	}
+	fd = fcntl(sp->export_fd, F_DUPFD_CLOEXEC, 3);
+	if (fd < 0)
+		return -errno;
+	*ret_cmd_fd = fd;
+	*ret_pd_handle = 1;
+	return 0;
 }
 
 static void soft_stats(const struct provider *p, struct provider_stats *ret)
