@@ -790,6 +790,31 @@ START_TEST(test_mempools_hold_their_allocation)
 }
 END_TEST
 
+/* A mempool MR the device kept (its dereg failed) quarantines its allocation once freed. */
+START_TEST(test_mempool_failed_dereg_quarantines_the_run)
+{
+	struct reg_allocation *ra;
+	uint64_t at, len = 8 * KiB;
+	struct pool_reg *p;
+	char why[160];
+
+	reopen_failing_deregs("2");
+	ra = alloc(64 * KiB);
+	at = address(ra);
+	ck_assert_int_eq(pool("p", &at, &len, 1, &p, why, sizeof(why)), 0);
+	ck_assert_int_eq(mempool_unregister(&reg, &owner, "p", NULL, why, sizeof(why)), 0);
+	ck_assert_uint_eq(ra->pool_refs, 0);
+	ck_assert_uint_eq(host_pinned, 8 * KiB); /* the device pins it still */
+	memset((void *)(uintptr_t)at, 0xa5, 64 * KiB);
+	ck_assert_int_eq(free_allocation(ra, NULL), 0);
+	assert_run_kept(at, 64 * KiB);
+	ck_assert_uint_eq(reg.quarantine.n, 1);
+	ck_assert_uint_eq(registrar_retry_quarantine(&reg), 1);
+	ck_assert_uint_eq(released, 1);
+	ck_assert_uint_eq(host_pinned, 0);
+}
+END_TEST
+
 static struct reg_allocation *alloc_on_demand(uint64_t size)
 {
 	struct reg_allocation *ra = alloc(size);
@@ -821,6 +846,31 @@ START_TEST(test_odp_failed_dereg_quarantines_the_run)
 	ck_assert_uint_eq(reg.odp.stats.children_destroyed, 1);
 	ck_assert_uint_eq(released, 1);
 	ck_assert_uint_eq(reg.quarantine.n, 0);
+}
+END_TEST
+
+/* The same when a worker deregisters the child (a Dma under way makes the domain busy). */
+START_TEST(test_odp_failed_dereg_on_a_worker_quarantines_the_run)
+{
+	struct reg_allocation *ra;
+	struct mr_entry e;
+	uint64_t at;
+
+	reopen_failing_deregs("2");
+	ra = alloc_on_demand(64 * KiB);
+	at = address(ra);
+	ck_assert_int_eq(lookup(at, &e, NULL), 0);
+	memset((void *)(uintptr_t)at, 0xa5, 64 * KiB);
+	registrar_dma_start(&reg);
+	ck_assert_int_eq(free_allocation(ra, NULL), 0);
+	ck_assert_uint_eq(reg.jobs, 1); /* the child's dereg, on a worker */
+	pump_until(&holds, 0);
+	registrar_dma_end(&reg);
+	ck_assert_uint_eq(reg.odp.stats.children_destroyed, 0);
+	assert_run_kept(at, 64 * KiB);
+	ck_assert_uint_eq(reg.quarantine.n, 1);
+	ck_assert_uint_eq(registrar_retry_quarantine(&reg), 1);
+	ck_assert_uint_eq(released, 1);
 }
 END_TEST
 
@@ -1051,6 +1101,7 @@ static Suite *registrar_suite(void)
 	tc = module_case(s, "odp");
 	tcase_add_test(tc, test_odp_child_made_and_retired);
 	tcase_add_test(tc, test_odp_failed_dereg_quarantines_the_run);
+	tcase_add_test(tc, test_odp_failed_dereg_on_a_worker_quarantines_the_run);
 	tcase_add_test(tc, test_odp_free_bumps_only_with_children);
 	tcase_add_test(tc, test_prefetch_holds_and_delays_the_free);
 	tcase_add_test(tc, test_owner_leaving_cancels_a_waiting_flush);
@@ -1067,6 +1118,7 @@ static Suite *registrar_suite(void)
 	tcase_add_test(tc, test_mempool_quotas);
 	tcase_add_test(tc, test_mempool_unregister_unknown);
 	tcase_add_test(tc, test_mempools_hold_their_allocation);
+	tcase_add_test(tc, test_mempool_failed_dereg_quarantines_the_run);
 	return s;
 }
 

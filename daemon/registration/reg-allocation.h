@@ -20,6 +20,8 @@ struct reg_allocation {
 	LIST_HEAD(, cached_mr) mrs; /* the cache's registrations inside it */
 	unsigned pool_refs;         /* mempool MRs inside it: it cannot be freed while any are */
 	LIST_HEAD(, pool_mr) pool_mrs; /* the live ones of those (not yet being deregistered) */
+	LIST_HEAD(, pool_mr) pool_stuck; /* gone from their pools, kept by the device (a failed
+					  * dereg): it is quarantined once freed */
 	LIST_HEAD(, odp_child) odp_children; /* in the domain's table; once retired, its zombies
 					      * whose MRs wait for odp_jobs */
 	struct odp_slots *odp_slots; /* its children by chunk, once it had any (odp.h) */
@@ -41,6 +43,7 @@ static inline void reg_allocation_init(struct reg_allocation *ra)
 	LIST_INIT(&ra->pool_mrs);
 	LIST_INIT(&ra->odp_children);
 	LIST_INIT(&ra->odp_stuck);
+	LIST_INIT(&ra->pool_stuck);
 }
 
 static inline struct reg_allocation *reg_allocation_of(struct allocation *a)

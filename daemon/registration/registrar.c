@@ -43,6 +43,7 @@ static void quarantine_drop(struct registrar *r)
 			    allocation_address(&ra->mem) + ra->mem.length);
 		mr_cache_drop_kept(&r->cache, ra);
 		odp_drop_stuck(ra);
+		mempool_drop_stuck(r, ra);
 		odp_forget_allocation(ra);
 		free(ra);
 	}
@@ -247,11 +248,12 @@ static bool keys_handed_out(const struct reg_allocation *ra)
 	       !LIST_EMPTY(&ra->odp_children);
 }
 
-/* The device kept an MR or child over ra (mr_cache_deregister, odp.c keep them): ra is
- * quarantined, not given back. */
+/* The device kept an MR, child or pool MR over ra (mr_cache_deregister, odp.c, mempool.c
+ * keep them): ra is quarantined, not given back. */
 static bool device_keeps(const struct reg_allocation *ra)
 {
-	return !LIST_EMPTY(&ra->mrs) || !LIST_EMPTY(&ra->odp_stuck);
+	return !LIST_EMPTY(&ra->mrs) || !LIST_EMPTY(&ra->odp_stuck) ||
+	       !LIST_EMPTY(&ra->pool_stuck);
 }
 
 static void quarantine(struct registrar *r, struct reg_allocation *ra)
@@ -293,7 +295,9 @@ unsigned registrar_retry_quarantine(struct registrar *r)
 		next = LIST_NEXT(ra, quarantine_link);
 		mr_cache_deregister(&r->cache, ra);
 		mr_cache_release(&r->cache, ra);
-		if (!odp_retry_stuck(r, ra) || device_keeps(ra))
+		(void)odp_retry_stuck(r, ra);
+		(void)mempool_retry_stuck(r, ra);
+		if (device_keeps(ra))
 			continue;
 		LIST_REMOVE(ra, quarantine_link);
 		r->quarantine.n--;
