@@ -363,6 +363,28 @@ START_TEST(test_failed_dereg_on_a_worker_quarantines_the_run)
 }
 END_TEST
 
+/* A run the device still keeps at close goes with the context: nothing stays charged
+ * (teardown checks) or leaks (the sanitizers check). */
+START_TEST(test_quarantined_run_dropped_at_close)
+{
+	struct reg_allocation *ra;
+	struct mr_entry e;
+
+	reopen_failing_deregs("3"); /* the park and dereg at the free, the dereg at close */
+	ra = alloc(64 * KiB);
+	ck_assert_int_eq(lookup(address(ra), &e, NULL), 0);
+	ck_assert_int_eq(free_allocation(ra, NULL), 0);
+	ck_assert_uint_eq(reg.quarantine.n, 1);
+	ck_assert_uint_eq(released, 0);
+	registrar_close(&reg);
+	ck_assert_uint_eq(released, 0); /* not given back: the arenas go with the memory */
+	ck_assert_uint_eq(reg.quarantine.n, 0);
+	ck_assert_uint_eq(host_pinned, 0);
+	ck_assert_int_eq(registrar_open(&reg, device, MR_POLICY_CONTIG, (uintptr_t)window.base),
+			 0); /* for teardown */
+}
+END_TEST
+
 START_TEST(test_job_holds_until_done)
 {
 	struct probe_job *busy = calloc(1, sizeof(*busy)), *quiet = calloc(1, sizeof(*quiet));
@@ -1087,6 +1109,7 @@ static Suite *registrar_suite(void)
 	tcase_add_test(tc, test_job_holds_until_done);
 	tcase_add_test(tc, test_failed_dereg_quarantines_the_run);
 	tcase_add_test(tc, test_failed_dereg_on_a_worker_quarantines_the_run);
+	tcase_add_test(tc, test_quarantined_run_dropped_at_close);
 
 	tc = module_case(s, "cache");
 	tcase_add_test(tc, test_lookup_registers_the_run_once);

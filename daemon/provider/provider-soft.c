@@ -50,6 +50,11 @@
 
 struct soft_mr;
 
+struct soft_pd {
+	struct provider_pd base;
+	struct soft_pd *next;
+};
+
 struct soft_slot {
 	struct soft_mr *mr;  /* NULL: free, or spent */
 	uint32_t next_free;  /* while free: the next free index; 0: none */
@@ -74,6 +79,7 @@ struct soft_provider {
 	uint32_t free_head;         /* LIFO, so reuse is immediate and tests see it; none spent */
 	uint32_t index_limit;       /* the first index that is never a key */
 	unsigned n_pds;
+	struct soft_pd *pds; /* those not freed: a PD whose MRs the device kept goes at close */
 	struct pin_map pins;
 	pthread_cond_t idle; /* an MR's last copy ended (soft_mr.copies) */
 	struct provider_stats stats;
@@ -339,6 +345,12 @@ static void soft_close(struct provider *p)
 				soft_mr_free(sp->chunks[c]->slot[i].mr);
 		free(sp->chunks[c]);
 	}
+	while (sp->pds) {
+		struct soft_pd *pd = sp->pds;
+
+		sp->pds = pd->next;
+		free(pd);
+	}
 	pin_map_done(&sp->pins);
 	gate_close(sp);
 	if (sp->export_fd >= 0)
@@ -352,22 +364,30 @@ static void soft_close(struct provider *p)
 
 static int soft_pd_alloc(struct provider *p, struct provider_pd **ret)
 {
-	struct provider_pd *pd = calloc(1, sizeof(*pd));
+	struct soft_pd *pd = calloc(1, sizeof(*pd));
 
 	if (!pd)
 		return -ENOMEM;
-	pd->provider = p;
+	pd->base.provider = p;
+	pd->next = to_soft(p)->pds;
+	to_soft(p)->pds = pd;
 	to_soft(p)->n_pds++;
-	*ret = pd;
+	*ret = &pd->base;
 	return 0;
 }
 
-static int soft_pd_free(struct provider_pd *pd)
+static int soft_pd_free(struct provider_pd *base)
 {
-	if (pd->n_mrs > 0)
+	struct soft_provider *sp = to_soft(base->provider);
+	struct soft_pd **at = &sp->pds;
+
+	if (base->n_mrs > 0)
 		return -EBUSY;
-	to_soft(pd->provider)->n_pds--;
-	free(pd);
+	while (&(*at)->base != base)
+		at = &(*at)->next;
+	*at = (*at)->next;
+	sp->n_pds--;
+	free(base);
 	return 0;
 }
 
