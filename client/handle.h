@@ -12,6 +12,11 @@
 
 #define MRD_EXPORT __attribute__((visibility("default")))
 
+struct mrd_client;
+/* -ESTALE, saying why, when the handle imported its PD before mrd restarted: the new mrd's
+ * keys are for its own PD (client_pd_stale in libmrd.c); else 0. */
+int client_pd_stale(struct mrd_client *client);
+
 struct mrd_client {
 	struct conn *conn;
 	/* Calls hold it shared (many in flight at once: conn sorts out their replies); a
@@ -29,6 +34,10 @@ struct mrd_client {
 	bool holds_window;
 	uint64_t session; /* mrd's id for this connection: what a reconnect resumes */
 	unsigned epoch;   /* reconnects so far: what was registered before one is gone */
+	/* mrd_client_get_pd() succeeded at epoch pd_epoch (atomic, both): after a reconnect,
+	 * keys are the new mrd's, for a PD the caller has not imported (client_pd_stale). */
+	bool pd_imported;
+	unsigned pd_epoch;
 	unsigned long n_held; /* allocations and attachments mrd holds for it: a reconnect must
 			       * get them all back */
 	pthread_mutex_t reconnect_lock; /* one mrd_client_reconnect() at a time */

@@ -277,6 +277,21 @@ MRD_EXPORT int mrd_client_check(mrd_client *client)
 	return client_usable(client);
 }
 
+int client_pd_stale(mrd_client *client)
+{
+	if (!__atomic_load_n(&client->pd_imported, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&client->pd_epoch, __ATOMIC_ACQUIRE) ==
+		    __atomic_load_n(&client->epoch, __ATOMIC_ACQUIRE))
+		return 0;
+	/* The new mrd's keys belong to its own PD, not to the one imported from the old mrd,
+	 * whose context lives on while its descriptor is open. */
+	return set_last_error(-ESTALE, "mrd restarted since this handle imported its PD "
+			      "(mrd_client_get_pd): the imported context is the old mrd's, and the "
+			      "new mrd's keys are for another PD; call mrd_client_get_pd() (or "
+			      "mrd_verbs_import_pd()) again, move to that PD and close the old "
+			      "context's descriptor");
+}
+
 MRD_EXPORT int mrd_client_get_pd(mrd_client *client, int *ret_cmd_fd, uint32_t *ret_pd_handle)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
@@ -301,6 +316,10 @@ MRD_EXPORT int mrd_client_get_pd(mrd_client *client, int *ret_cmd_fd, uint32_t *
 	*ret_cmd_fd = fds.fds[0];
 	*ret_pd_handle = resp->export_pd->pd_handle;
 	mrd__response__free_unpacked(resp, NULL);
+	/* Keys from here on are for this PD (until the next restart of mrd). */
+	__atomic_store_n(&client->pd_epoch, __atomic_load_n(&client->epoch, __ATOMIC_ACQUIRE),
+			 __ATOMIC_RELEASE);
+	__atomic_store_n(&client->pd_imported, true, __ATOMIC_RELEASE);
 	return 0;
 }
 

@@ -38,6 +38,9 @@ MRD_EXPORT int mrd_keys_query(mrd_client *client, const void *addr, struct mrd_k
 
 	if (!client || !ret)
 		return set_last_error(-EINVAL, "mrd_keys_query: NULL argument");
+	r = client_pd_stale(client);
+	if (r < 0)
+		return r;
 	q.addresses = &address;
 	q.n_addresses = 1;
 	req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;

@@ -272,6 +272,9 @@ MRD_EXPORT int mrd_mempool_register(mrd_mempool *p, unsigned flags)
 
 	if (!p || (flags & ~MRD_MEMPOOL_EXTMEM))
 		return set_last_error(-EINVAL, "mrd_mempool_register: bad argument");
+	r = client_pd_stale(p->client);
+	if (r < 0)
+		return r;
 	r = collect_ranges(p, flags & MRD_MEMPOOL_EXTMEM, &starts, &lengths, &n);
 	if (r < 0)
 		return r;

@@ -11,6 +11,7 @@
 #include "connection.h"
 #include "escape.h"
 #include "macro.h"
+#include "time-util.h"
 
 static const char *arg_socket;
 static bool arg_json;
@@ -21,7 +22,9 @@ static void help(void)
 	       "Show and control mrd, the memory-registration daemon.\n\n"
 	       "Commands:\n"
 	       "  status              daemon version, uptime, provider, device capabilities,\n"
-	       "                      device state and client count\n"
+	       "                      device state and client count, freed memory\n"
+	       "                      quarantined (its dereg failed), old device contexts\n"
+	       "                      clients still hold after a restart\n"
 	       "  clients             every client and domain, with usage against each quota\n"
 	       "  stats               each domain's counters: lookups, registrations, ODP work\n"
 	       "  pools               each domain's MR handle pools (key, parked, in use) or why\n"
@@ -30,7 +33,8 @@ static void help(void)
 	       "  pools set           change aging and/or the pinned minimum of pools (below)\n"
 	       "  mempools            registered mempools, their MRs and how many share each\n"
 	       "  flush               rebuild the MR tables and bump the generations, so every\n"
-	       "                      client's lookup caches start over (options below)\n"
+	       "                      client's lookup caches start over, and try failed deregs\n"
+	       "                      of quarantined memory again (options below)\n"
 	       "  dump                status, clients, stats, pools and mempools together, then each\n"
 	       "                      domain: arenas, MR table, and every MR with keys, kind\n"
 	       "                      (cache, odp, mempool), pages and owner\n"
@@ -82,6 +86,39 @@ static const char *cell(const char *s) { return escape_ring(s, ESCAPE_SPACE); }
 static const char *yes_no(bool b) { return b ? "yes" : "no"; }
 static const char *json_bool(bool b) { return b ? "true" : "false"; }
 
+/* Device contexts earlier mrds exported and handed over while clients held them: their MRs,
+ * pins and keys live until those close them. */
+static void print_old_contexts_json(Mrd__OldContextInfo *const *o, size_t n)
+{
+	printf(",\"old_contexts\":[");
+	for (size_t i = 0; i < n; i++) {
+		printf("%s{\"domain\":", i ? "," : "");
+		json_write_string(stdout, o[i]->domain);
+		printf(",\"device\":");
+		json_write_string(stdout, o[i]->device);
+		printf(",\"pinned_bytes\":%" PRIu64 ",\"mrs\":%" PRIu32 ",\"handed_over_usec\":%" PRIu64
+		       ",\"holder_pids\":[", o[i]->pinned_bytes, o[i]->mrs, o[i]->handed_over_usec);
+		for (size_t k = 0; k < o[i]->n_holder_pids; k++)
+			printf("%s%" PRIu32, k ? "," : "", o[i]->holder_pids[k]);
+		printf("]}");
+	}
+	printf("]");
+}
+
+static void print_old_contexts(Mrd__OldContextInfo *const *o, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		printf("old context:      domain %s on %s, held by pid", esc(o[i]->domain),
+		       esc(o[i]->device));
+		for (size_t k = 0; k < o[i]->n_holder_pids; k++)
+			printf("%s%" PRIu32, k ? ", " : " ", o[i]->holder_pids[k]);
+		printf(": %" PRIu32 " MRs and %" PRIu64 " pinned bytes at the hand-over %.0f s ago, "
+		       "alive until they close it (call mrd_client_get_pd again)\n", o[i]->mrs,
+		       o[i]->pinned_bytes,
+		       (double)(now_usec(CLOCK_REALTIME) - o[i]->handed_over_usec) / 1e6);
+	}
+}
+
 static void print_status(const Mrd__StatusResponse *s)
 {
 	if (arg_json) {
@@ -113,8 +150,11 @@ static void print_status(const Mrd__StatusResponse *s)
 		       ",\"device_returns\":%" PRIu64 ",\"foreign_events\":%" PRIu64,
 		       json_bool(s->port_active), s->device_failures, s->device_returns,
 		       s->foreign_events);
-		printf(",\"domains\":%" PRIu32 ",\"clients\":%" PRIu32 ",\"max_clients\":%" PRIu32,
-		       s->domains, s->clients, s->max_clients);
+		printf(",\"domains\":%" PRIu32 ",\"clients\":%" PRIu32 ",\"max_clients\":%" PRIu32
+		       ",\"quarantined_bytes\":%" PRIu64 ",\"quarantined_runs\":%" PRIu32,
+		       s->domains, s->clients, s->max_clients, s->quarantined_bytes,
+		       s->quarantined_runs);
+		print_old_contexts_json(s->old_contexts, s->n_old_contexts);
 		if (*s->view) { /* not an administrator: its own domain's figures alone */
 			printf(",\"view\":");
 			json_write_string(stdout, s->view);
@@ -156,6 +196,11 @@ static void print_status(const Mrd__StatusResponse *s)
 	       "device failures:  %" PRIu64 " (back %" PRIu64 " times); foreign events: %" PRIu64 "\n",
 	       s->port_active ? "active" : "down", s->device_failures, s->device_returns,
 	       s->foreign_events);
+	if (s->quarantined_runs)
+		printf("quarantined:      %" PRIu64 " bytes in %" PRIu32 " freed runs the device kept "
+		       "an MR over (dereg failed; mrctl flush tries again)\n", s->quarantined_bytes,
+		       s->quarantined_runs);
+	print_old_contexts(s->old_contexts, s->n_old_contexts);
 	if (*s->view) {
 		printf("domain:           %s (%s open; root and the admin group see every domain)\n"
 		       "clients:          %" PRIu32 " of %" PRIu32 " in the domain\n",
@@ -270,14 +315,18 @@ static void print_clients(const Mrd__ClientsResponse *r)
 			       ",\"quota\":{\"clients\":%" PRIu32 ",\"allocated_bytes\":%" PRIu64
 			       ",\"allocations\":%" PRIu32 ",\"arenas\":%" PRIu32
 			       ",\"pinned_bytes\":%" PRIu64 "},\"mrs\":%" PRIu32 ",\"lookups\":%" PRIu64
-			       ",\"misses\":%" PRIu64 ",\"table_overflow\":%s,\"waiting\":%" PRIu32 "}",
+			       ",\"misses\":%" PRIu64 ",\"table_overflow\":%s,\"waiting\":%" PRIu32
+			       ",\"quarantined_bytes\":%" PRIu64 ",\"quarantined_runs\":%" PRIu32 "}",
 			       d->clients, d->allocated_bytes, d->allocations, d->arenas,
 			       d->pinned_bytes, d->generation, d->quota_clients,
 			       d->quota_allocated_bytes, d->quota_allocations, d->quota_arenas,
 			       d->quota_pinned_bytes, d->mrs, d->lookups, d->misses,
-			       json_bool(d->table_overflow), d->waiting);
+			       json_bool(d->table_overflow), d->waiting, d->quarantined_bytes,
+			       d->quarantined_runs);
 		}
-		printf("],\"clients_omitted\":%" PRIu32 ",\"domains_omitted\":%" PRIu32 "}\n",
+		printf("]");
+		print_old_contexts_json(r->old_contexts, r->n_old_contexts);
+		printf(",\"clients_omitted\":%" PRIu32 ",\"domains_omitted\":%" PRIu32 "}\n",
 		       r->clients_omitted, r->domains_omitted);
 		return;
 	}
@@ -315,9 +364,15 @@ static void print_clients(const Mrd__ClientsResponse *r)
 		       d->lookups, d->misses, d->table_overflow ? "  (table overflow)" : "");
 		if (d->waiting)
 			printf("  (%" PRIu32 " waiting for their owners after a restart)", d->waiting);
+		if (d->quarantined_runs)
+			printf("  (%" PRIu64 " bytes in %" PRIu32 " runs quarantined: dereg failed)",
+			       d->quarantined_bytes, d->quarantined_runs);
 		printf("\n");
 	}
 	print_domains_omitted(r->domains_omitted);
+	if (r->n_old_contexts)
+		printf("\n");
+	print_old_contexts(r->old_contexts, r->n_old_contexts);
 }
 
 /* The Clients request, which clients and stats both show. */
@@ -359,11 +414,13 @@ static void print_stats(const Mrd__ClientsResponse *r)
 			       ",\"odp_children_created\":%" PRIu64
 			       ",\"odp_children_destroyed\":%" PRIu64
 			       ",\"odp_prefetch_requests\":%" PRIu64 ",\"odp_prefetch_pages\":%" PRIu64
-			       ",\"odp_invalidations\":%" PRIu64 "}",
+			       ",\"odp_invalidations\":%" PRIu64 ",\"quarantined_bytes\":%" PRIu64
+			       ",\"quarantined_runs\":%" PRIu32 "}",
 			       d->lookups, d->misses, d->mrs, d->registrations, d->deregistrations,
 			       d->odp_children, d->odp_faults, d->odp_children_created,
 			       d->odp_children_destroyed, d->odp_prefetch_requests,
-			       d->odp_prefetch_pages, d->odp_invalidations);
+			       d->odp_prefetch_pages, d->odp_invalidations, d->quarantined_bytes,
+			       d->quarantined_runs);
 			continue;
 		}
 		printf("%sdomain %s\n"
@@ -374,11 +431,14 @@ static void print_stats(const Mrd__ClientsResponse *r)
 		       " destroyed\n"
 		       "  ODP faults:             %" PRIu64 "\n"
 		       "  ODP prefetches:         %" PRIu64 " requests, %" PRIu64 " pages\n"
-		       "  ODP invalidations:      %" PRIu64 "\n",
+		       "  ODP invalidations:      %" PRIu64 "\n"
+		       "  quarantined:            %" PRIu64 " bytes in %" PRIu32 " freed runs (dereg "
+		       "failed)\n",
 		       i ? "\n" : "", esc(d->name), d->lookups, d->misses, d->mrs, d->registrations,
 		       d->deregistrations, d->odp_children, d->odp_children_created,
 		       d->odp_children_destroyed, d->odp_faults, d->odp_prefetch_requests,
-		       d->odp_prefetch_pages, d->odp_invalidations);
+		       d->odp_prefetch_pages, d->odp_invalidations, d->quarantined_bytes,
+		       d->quarantined_runs);
 	}
 	if (arg_json)
 		printf("],\"domains_omitted\":%" PRIu32 "}\n", r->domains_omitted);

@@ -243,6 +243,56 @@ START_TEST(test_waits_for_live_process)
 }
 END_TEST
 
+/* Contexts exported to clients are named in the state with the holders that still run (a
+ * context none holds is not), the next mrd keeps them, and drops one when its holders go. */
+START_TEST(test_exported_contexts_handed_over)
+{
+	char mine[32];
+	int a = td_hello_client(getuid(), NULL), b = td_hello_client_of(dead_pid(), 4242, NULL);
+	pid_t child = fork();
+	struct handover_fds saved;
+	struct old_context *o;
+	unsigned n;
+
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		pause();
+		_exit(0);
+	}
+	snprintf(mine, sizeof(mine), "uid-%u", (unsigned)getuid());
+	td_lookup(a, 3, td_alloc(a, 2, 1 * MiB), 0, NULL); /* 1 MiB pinned */
+	(void)td_alloc(b, 2, 1 * MiB);
+	ck_assert_int_eq(domain_note_export(find_domain(mine), &(struct context_holder){
+			 .pid = child, .uid = getuid(),
+			 .start_time = process_start_time(child) }), 0);
+	ck_assert_int_eq(domain_note_export(find_domain(mine), &(struct context_holder){
+			 .pid = dead_pid(), .uid = getuid() }), 0);
+	ck_assert_int_eq(domain_note_export(find_domain("uid-4242"), &(struct context_holder){
+			 .pid = dead_pid(), .uid = 4242 }), 0);
+	ck_assert_int_eq(handover_save(td_manager, &saved, &n), 0);
+	close(a);
+	close(b);
+	restart(&saved);
+	handover_fds_done(&saved);
+
+	o = LIST_FIRST(&td_manager->old_contexts);
+	ck_assert_ptr_nonnull(o);
+	ck_assert_ptr_null(LIST_NEXT(o, link)); /* uid-4242's: none of its holders runs */
+	ck_assert_str_eq(o->domain, mine);
+	ck_assert_str_eq(o->device, "soft");
+	ck_assert_uint_eq(o->pinned_bytes, 1 * MiB);
+	ck_assert_uint_eq(o->mrs, 1);
+	ck_assert_uint_eq(o->n_holders, 1);
+	ck_assert_int_eq(o->holders[0].pid, child);
+	ck_assert_uint_eq(old_contexts_prune(&td_manager->old_contexts), 1);
+	ck_assert_int_eq(kill(child, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(child, NULL, 0), child);
+	ck_assert_uint_eq(old_contexts_prune(&td_manager->old_contexts), 0);
+	ck_assert(LIST_EMPTY(&td_manager->old_contexts));
+	handover_end_grace(td_manager);
+}
+END_TEST
+
 /* A domain of two uids: the allocation goes back to the uid that had it, not to the other. */
 START_TEST(test_claim_checks_uid)
 {
@@ -547,6 +597,7 @@ int main(void)
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_test(tc, test_waits_for_live_process);
 	tcase_add_test(tc, test_claim_checks_uid);
+	tcase_add_test(tc, test_exported_contexts_handed_over);
 	tcase_add_test(tc, test_mempool_over_waiting);
 	tcase_add_test(tc, test_adopt_checks);
 	tcase_add_test(tc, test_process_identity);

@@ -329,6 +329,48 @@ START_TEST(test_mrctl_status)
 }
 END_TEST
 
+/* A device that fails to let go of an MR ($MRD_SOFT_DEREG_FAIL: the pools' park, then the
+ * dereg): the freed run is quarantined, shown, not handed out again; a flush tries again. */
+START_TEST(test_failed_dereg_quarantines_and_shows)
+{
+	mrd_client *c = NULL;
+	mrd_cache *l;
+	struct mrd_keys k;
+	void *buf, *next;
+
+	teardown();
+	ck_assert_int_eq(setenv("MRD_SOFT_DEREG_FAIL", "2", 1), 0);
+	setup();
+	unsetenv("MRD_SOFT_DEREG_FAIL");
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * 1024, 0, 0, &buf), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, buf, &k), 0);
+	ck_assert_int_eq(mrd_mem_free(c, buf), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * 1024, 0, 0, &next), 0);
+	ck_assert_ptr_ne(next, buf); /* not the run the device still holds */
+
+	ck_assert_int_eq(mrctl_run((uid_t)-1, "--json", "status"), 0);
+	ck_assert_msg(strstr(out, "\"quarantined_bytes\":65536,\"quarantined_runs\":1"), "%s", out);
+	ck_assert_int_eq(mrctl_run((uid_t)-1, "status", NULL), 0);
+	ck_assert_msg(strstr(out, "quarantined:      65536 bytes in 1 freed runs"), "%s", out);
+	ck_assert_int_eq(mrctl_run((uid_t)-1, "--json", "clients"), 0);
+	ck_assert_msg(strstr(out, "\"quarantined_bytes\":65536,\"quarantined_runs\":1}"), "%s", out);
+	ck_assert_int_eq(mrctl_run((uid_t)-1, "clients", NULL), 0);
+	ck_assert_msg(strstr(out, "(65536 bytes in 1 runs quarantined: dereg failed)"), "%s", out);
+	ck_assert_int_eq(mrctl_run((uid_t)-1, "stats", NULL), 0);
+	ck_assert_msg(strstr(out, "quarantined:            65536 bytes in 1 freed runs"), "%s", out);
+
+	/* The device takes it now: the run goes back. */
+	ck_assert_int_eq(mrctl_run((uid_t)-1, "flush", NULL), 0);
+	ck_assert_int_eq(mrctl_run((uid_t)-1, "--json", "stats"), 0);
+	ck_assert_msg(strstr(out, "\"quarantined_bytes\":0,\"quarantined_runs\":0"), "%s", out);
+	ck_assert_int_eq(mrd_mem_free(c, next), 0);
+	mrd_cache_free(l);
+	mrd_client_close(c);
+}
+END_TEST
+
 START_TEST(test_mrctl_usage)
 {
 	const char *help[] = { mrctl, "--help", NULL };
@@ -520,6 +562,7 @@ int main(void)
 	tcase_add_test(tc, test_provider_selection);
 	tcase_add_test(tc, test_not_running);
 	tcase_add_test(tc, test_mrctl_status);
+	tcase_add_test(tc, test_failed_dereg_quarantines_and_shows);
 	tcase_add_test(tc, test_mrctl_usage);
 	tcase_add_test(tc, test_mrctl_pools);
 	tcase_add_test(tc, test_sighup_reload);

@@ -284,6 +284,107 @@ static void probe_done(struct registrar_work *w)
 	free(w);
 }
 
+/* A registrar whose device fails its next n deregs and parks ($MRD_SOFT_DEREG_FAIL, read at
+ * open). Letting go of an MR takes two here: the pools park it, and when that fails, the key
+ * quarantine deregisters it. */
+static void reopen_failing_deregs(const char *n)
+{
+	teardown();
+	ck_assert_int_eq(setenv("MRD_SOFT_DEREG_FAIL", n, 1), 0);
+	setup();
+	unsetenv("MRD_SOFT_DEREG_FAIL");
+}
+
+static uint8_t byte_at(uint64_t addr) { return *(volatile uint8_t *)(uintptr_t)addr; }
+
+/* The device kept an MR over ra (its dereg failed): the pages keep what was written (not
+ * punched) and the next allocation of that size gets other pages. */
+static void assert_run_kept(uint64_t at, uint64_t size)
+{
+	struct reg_allocation *next;
+
+	ck_assert_uint_eq(released, 0);
+	ck_assert_uint_eq(byte_at(at), 0xa5);
+	ck_assert_uint_eq(byte_at(at + size - 1), 0xa5);
+	next = alloc(size);
+	ck_assert_uint_ne(address(next), at);
+}
+
+START_TEST(test_failed_dereg_quarantines_the_run)
+{
+	struct reg_allocation *ra;
+	struct mr_entry e;
+	uint64_t at;
+
+	reopen_failing_deregs("2");
+	ra = alloc(64 * KiB);
+	at = address(ra);
+	ck_assert_int_eq(lookup(at, &e, NULL), 0);
+	memset((void *)(uintptr_t)at, 0xa5, 64 * KiB);
+	ck_assert_int_eq(free_allocation(ra, NULL), 0);
+	assert_run_kept(at, 64 * KiB);
+	ck_assert_uint_eq(reg.quarantine.n, 1);
+	ck_assert_uint_eq(reg.quarantine.bytes, 64 * KiB);
+	ck_assert_uint_eq(host_pinned, 64 * KiB); /* the device pins it still */
+	ck_assert_ptr_null(mr_table_lookup(&reg.cache.table, at)); /* no key of it handed out */
+	/* The device takes the MR now: the run goes back. */
+	ck_assert_uint_eq(registrar_retry_quarantine(&reg), 1);
+	ck_assert_uint_eq(released, 1);
+	ck_assert_uint_eq(reg.quarantine.n, 0);
+	ck_assert_uint_eq(reg.quarantine.bytes, 0);
+	ck_assert_uint_eq(host_pinned, 0);
+	ck_assert_uint_eq(registrar_retry_quarantine(&reg), 0);
+}
+END_TEST
+
+/* The same when a worker deregisters a big run for a client's Free. */
+START_TEST(test_failed_dereg_on_a_worker_quarantines_the_run)
+{
+	struct test_waiter w = waiter(), f = waiter();
+	struct reg_allocation *ra;
+	struct mr_entry e;
+	uint64_t at;
+
+	reopen_failing_deregs("2");
+	ra = alloc(4 * MiB);
+	at = address(ra);
+	ck_assert_int_eq(lookup(at, &e, &w.base), -EINPROGRESS);
+	pump_until(&w.calls, 1);
+	ck_assert_int_eq(w.result, 0);
+	memset((void *)(uintptr_t)at, 0xa5, 4 * MiB);
+	ck_assert_int_eq(free_allocation(ra, &f.base), -EINPROGRESS);
+	pump_until(&f.calls, 1);
+	ck_assert_int_eq(f.result, 0); /* the client's Free is done: the run is not its any more */
+	pump_until(&holds, 0);
+	assert_run_kept(at, 4 * MiB);
+	ck_assert_uint_eq(reg.quarantine.n, 1);
+	ck_assert_uint_eq(reg.quarantine.bytes, 4 * MiB);
+	/* Still there at close: dropped with the context, nothing leaks (teardown checks). */
+}
+END_TEST
+
+/* A run the device still keeps at close goes with the context: nothing stays charged
+ * (teardown checks) or leaks (the sanitizers check). */
+START_TEST(test_quarantined_run_dropped_at_close)
+{
+	struct reg_allocation *ra;
+	struct mr_entry e;
+
+	reopen_failing_deregs("3"); /* the park and dereg at the free, the dereg at close */
+	ra = alloc(64 * KiB);
+	ck_assert_int_eq(lookup(address(ra), &e, NULL), 0);
+	ck_assert_int_eq(free_allocation(ra, NULL), 0);
+	ck_assert_uint_eq(reg.quarantine.n, 1);
+	ck_assert_uint_eq(released, 0);
+	registrar_close(&reg);
+	ck_assert_uint_eq(released, 0); /* not given back: the arenas go with the memory */
+	ck_assert_uint_eq(reg.quarantine.n, 0);
+	ck_assert_uint_eq(host_pinned, 0);
+	ck_assert_int_eq(registrar_open(&reg, device, MR_POLICY_CONTIG, (uintptr_t)window.base),
+			 0); /* for teardown */
+}
+END_TEST
+
 START_TEST(test_job_holds_until_done)
 {
 	struct probe_job *busy = calloc(1, sizeof(*busy)), *quiet = calloc(1, sizeof(*quiet));
@@ -711,6 +812,31 @@ START_TEST(test_mempools_hold_their_allocation)
 }
 END_TEST
 
+/* A mempool MR the device kept (its dereg failed) quarantines its allocation once freed. */
+START_TEST(test_mempool_failed_dereg_quarantines_the_run)
+{
+	struct reg_allocation *ra;
+	uint64_t at, len = 8 * KiB;
+	struct pool_reg *p;
+	char why[160];
+
+	reopen_failing_deregs("2");
+	ra = alloc(64 * KiB);
+	at = address(ra);
+	ck_assert_int_eq(pool("p", &at, &len, 1, &p, why, sizeof(why)), 0);
+	ck_assert_int_eq(mempool_unregister(&reg, &owner, "p", NULL, why, sizeof(why)), 0);
+	ck_assert_uint_eq(ra->pool_refs, 0);
+	ck_assert_uint_eq(host_pinned, 8 * KiB); /* the device pins it still */
+	memset((void *)(uintptr_t)at, 0xa5, 64 * KiB);
+	ck_assert_int_eq(free_allocation(ra, NULL), 0);
+	assert_run_kept(at, 64 * KiB);
+	ck_assert_uint_eq(reg.quarantine.n, 1);
+	ck_assert_uint_eq(registrar_retry_quarantine(&reg), 1);
+	ck_assert_uint_eq(released, 1);
+	ck_assert_uint_eq(host_pinned, 0);
+}
+END_TEST
+
 static struct reg_allocation *alloc_on_demand(uint64_t size)
 {
 	struct reg_allocation *ra = alloc(size);
@@ -719,6 +845,56 @@ static struct reg_allocation *alloc_on_demand(uint64_t size)
 	ck_assert(ra->mem.odp); /* soft pages on demand over RC */
 	return ra;
 }
+
+/* An on-demand child whose dereg failed can still fault its pages in: they stay. */
+START_TEST(test_odp_failed_dereg_quarantines_the_run)
+{
+	struct reg_allocation *ra;
+	struct mr_entry e;
+	uint64_t at;
+
+	reopen_failing_deregs("2");
+	ra = alloc_on_demand(64 * KiB);
+	at = address(ra);
+	ck_assert_int_eq(lookup(at, &e, NULL), 0);
+	memset((void *)(uintptr_t)at, 0xa5, 64 * KiB);
+	ck_assert_int_eq(free_allocation(ra, NULL), 0);
+	ck_assert_uint_eq(reg.odp.stats.children_destroyed, 0);
+	assert_run_kept(at, 64 * KiB);
+	ck_assert_uint_eq(reg.quarantine.n, 1);
+	ck_assert_uint_eq(reg.quarantine.bytes, 64 * KiB);
+	ck_assert_uint_eq(reg.odp.zombies, 0);
+	ck_assert_uint_eq(registrar_retry_quarantine(&reg), 1);
+	ck_assert_uint_eq(reg.odp.stats.children_destroyed, 1);
+	ck_assert_uint_eq(released, 1);
+	ck_assert_uint_eq(reg.quarantine.n, 0);
+}
+END_TEST
+
+/* The same when a worker deregisters the child (a Dma under way makes the domain busy). */
+START_TEST(test_odp_failed_dereg_on_a_worker_quarantines_the_run)
+{
+	struct reg_allocation *ra;
+	struct mr_entry e;
+	uint64_t at;
+
+	reopen_failing_deregs("2");
+	ra = alloc_on_demand(64 * KiB);
+	at = address(ra);
+	ck_assert_int_eq(lookup(at, &e, NULL), 0);
+	memset((void *)(uintptr_t)at, 0xa5, 64 * KiB);
+	registrar_dma_start(&reg);
+	ck_assert_int_eq(free_allocation(ra, NULL), 0);
+	ck_assert_uint_eq(reg.jobs, 1); /* the child's dereg, on a worker */
+	pump_until(&holds, 0);
+	registrar_dma_end(&reg);
+	ck_assert_uint_eq(reg.odp.stats.children_destroyed, 0);
+	assert_run_kept(at, 64 * KiB);
+	ck_assert_uint_eq(reg.quarantine.n, 1);
+	ck_assert_uint_eq(registrar_retry_quarantine(&reg), 1);
+	ck_assert_uint_eq(released, 1);
+}
+END_TEST
 
 START_TEST(test_odp_child_made_and_retired)
 {
@@ -970,6 +1146,9 @@ static Suite *registrar_suite(void)
 	tcase_add_test(tc, test_big_registration_and_free_on_a_worker);
 	tcase_add_test(tc, test_job_holds_until_done);
 	tcase_add_test(tc, test_access_follows_the_device);
+	tcase_add_test(tc, test_failed_dereg_quarantines_the_run);
+	tcase_add_test(tc, test_failed_dereg_on_a_worker_quarantines_the_run);
+	tcase_add_test(tc, test_quarantined_run_dropped_at_close);
 
 	tc = module_case(s, "cache");
 	tcase_add_test(tc, test_lookup_registers_the_run_once);
@@ -983,6 +1162,8 @@ static Suite *registrar_suite(void)
 
 	tc = module_case(s, "odp");
 	tcase_add_test(tc, test_odp_child_made_and_retired);
+	tcase_add_test(tc, test_odp_failed_dereg_quarantines_the_run);
+	tcase_add_test(tc, test_odp_failed_dereg_on_a_worker_quarantines_the_run);
 	tcase_add_test(tc, test_odp_free_bumps_only_with_children);
 	tcase_add_test(tc, test_prefetch_holds_and_delays_the_free);
 	tcase_add_test(tc, test_owner_leaving_cancels_a_waiting_flush);
@@ -999,6 +1180,7 @@ static Suite *registrar_suite(void)
 	tcase_add_test(tc, test_mempool_quotas);
 	tcase_add_test(tc, test_mempool_unregister_unknown);
 	tcase_add_test(tc, test_mempools_hold_their_allocation);
+	tcase_add_test(tc, test_mempool_failed_dereg_quarantines_the_run);
 	return s;
 }
 

@@ -269,6 +269,132 @@ START_TEST(test_free_without_answer)
 }
 END_TEST
 
+/* mrctl's JSON of a view (status or clients) into out. */
+static void mrctl_json(const char *view)
+{
+	char mrctl[512];
+	const char *argv[] = { test_build_path("mrctl", mrctl, sizeof(mrctl)), "--socket",
+			       mrd.socket, "--json", view, NULL };
+
+	ck_assert_int_eq(run_capture(argv, out, sizeof(out), (uid_t)-1), 0);
+}
+
+/* A child that imports the domain's context (mrd_client_get_pd) after registering 1 MiB, and
+ * holds the descriptor until it is killed. $MRD_SOFT_EXPORT=1 makes soft export one. */
+static pid_t child_importing_context(void)
+{
+	int pipefd[2];
+	char ok = 0;
+	pid_t pid;
+
+	ck_assert_int_eq(pipe2(pipefd, O_CLOEXEC), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		mrd_client *c = NULL;
+		mrd_cache *l;
+		struct mrd_keys k;
+		uint32_t handle;
+		int fd = -1;
+		void *p;
+
+		ok = mrd_client_connect(mrd.socket, &c) == 0 && mrd_cache_new(c, &l) == 0 &&
+		     mrd_mem_alloc(c, 1 * MiB, 0, 0, &p) == 0 && mrd_cache_keys(l, p, &k) == 0 &&
+		     mrd_client_get_pd(c, &fd, &handle) == 0;
+		(void)!write(pipefd[1], &ok, 1);
+		for (;;)
+			pause();
+	}
+	close(pipefd[1]);
+	ck_assert_int_eq(read(pipefd[0], &ok, 1), 1);
+	ck_assert(ok);
+	close(pipefd[0]);
+	return pid;
+}
+
+/* A client that imported the domain's context keeps the old mrd's context after a restart:
+ * the new mrd shows it, with what was pinned in it and who holds it, until that process is
+ * gone. */
+START_TEST(test_imported_context_shown_after_reexec)
+{
+	char want[128];
+	pid_t child;
+
+	ck_assert_int_eq(setenv("MRD_SOFT_EXPORT", "1", 1), 0);
+	start(false);
+	unsetenv("MRD_SOFT_EXPORT");
+	child = child_importing_context();
+	mrctl_json("status");
+	ck_assert_msg(strstr(out, "\"old_contexts\":[]"), "%s", out);
+
+	reexec();
+	mrctl_json("status");
+	ck_assert_msg(strstr(out, "\"old_contexts\":[{\"domain\":"), "%s", out);
+	ck_assert_msg(strstr(out, "\"device\":\"soft\",\"pinned_bytes\":1048576,\"mrs\":1,"),
+		      "%s", out);
+	snprintf(want, sizeof(want), "\"holder_pids\":[%d]}]", (int)child);
+	ck_assert_msg(strstr(out, want), "%s", out);
+	mrctl_json("clients");
+	ck_assert_msg(strstr(out, want), "%s", out);
+	{
+		char mrctl[512];
+		const char *argv[] = { test_build_path("mrctl", mrctl, sizeof(mrctl)), "--socket",
+				       mrd.socket, "status", NULL };
+
+		ck_assert_int_eq(run_capture(argv, out, sizeof(out), (uid_t)-1), 0);
+		snprintf(want, sizeof(want), "on soft, held by pid %d: 1 MRs and 1048576 pinned bytes",
+			 (int)child);
+		ck_assert_msg(strstr(out, want), "%s", out);
+		snprintf(want, sizeof(want), "\"holder_pids\":[%d]}]", (int)child);
+	}
+
+	/* Another restart carries it on while its holder lives. */
+	reexec();
+	mrctl_json("clients");
+	ck_assert_msg(strstr(out, want), "%s", out);
+
+	/* Its holder gone, it goes (checked at each view). */
+	ck_assert_int_eq(kill(child, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(child, NULL, 0), child);
+	mrctl_json("status");
+	ck_assert_msg(strstr(out, "\"old_contexts\":[]"), "%s", out);
+}
+END_TEST
+
+/* After a restart, a handle that had imported the PD gets no key for the new mrd's PD until it
+ * imports again: -ESTALE, saying so. */
+START_TEST(test_importer_told_to_import_again)
+{
+	mrd_client *c;
+	mrd_cache *l;
+	struct mrd_keys k;
+	uint32_t handle;
+	int fd = -1, fd2 = -1;
+	void *p;
+
+	ck_assert_int_eq(setenv("MRD_SOFT_EXPORT", "1", 1), 0);
+	start(false);
+	unsetenv("MRD_SOFT_EXPORT");
+	c = connect_ok();
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 1 * MiB, 0, 0, &p), 0);
+	ck_assert_int_eq(mrd_client_get_pd(c, &fd, &handle), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, p, &k), 0);
+
+	reexec();
+	ck_assert_int_eq(mrd_client_reconnect(c), 1);
+	ck_assert_int_eq(mrd_cache_keys(l, p, &k), -ESTALE);
+	ck_assert_msg(strstr(mrd_last_error(), "mrd_client_get_pd"), "%s", mrd_last_error());
+	ck_assert_int_eq(mrd_keys_query(c, p, &k), -ESTALE);
+	ck_assert_int_eq(mrd_client_get_pd(c, &fd2, &handle), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, p, &k), 0);
+	close(fd);
+	close(fd2);
+	mrd_cache_free(l);
+	mrd_client_close(c);
+}
+END_TEST
+
 /* SIGUSR2 and SIGTERM at once: mrd ends cleanly, whichever comes first (a SIGTERM while the
  * new image starts waits for its loop instead of killing it). */
 START_TEST(test_term_during_reexec)
@@ -386,6 +512,8 @@ int main(void)
 	tcase_add_test(tc, test_reexec_hands_memory_over);
 	tcase_add_test(tc, test_other_process_gets_nothing);
 	tcase_add_test(tc, test_free_without_answer);
+	tcase_add_test(tc, test_imported_context_shown_after_reexec);
+	tcase_add_test(tc, test_importer_told_to_import_again);
 	tcase_add_test(tc, test_term_during_reexec);
 	tcase_add_test(tc, test_mempool_registered_again);
 	tcase_add_test(tc, test_fd_store_restart);

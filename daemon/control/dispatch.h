@@ -39,7 +39,7 @@ struct reply {
 		Mrd__DomainDumpResponse domain_dump;
 	} body;
 	Mrd__ArenaInfo arena;   /* for bodies that describe an arena */
-	void *owned[4];         /* freed after the reply is sent (repeated fields) */
+	void *owned[8];         /* freed after the reply is sent (repeated fields) */
 	size_t n_owned;
 	char message[256];
 	int fds[WIRE_FDS_MAX]; /* owned; sent with the reply, then closed */

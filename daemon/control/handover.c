@@ -13,6 +13,7 @@
 #include <event2/event.h>
 #include <systemd/sd-daemon.h>
 
+#include "base/process.h"
 #include "memory/arena.h"
 #include "control/client.h"
 #include "core/domain.h"
@@ -32,6 +33,8 @@ typedef Mrd__Handover__State State;
 typedef Mrd__Handover__Domain SavedDomain;
 typedef Mrd__Handover__Arena SavedArena;
 typedef Mrd__Handover__Allocation SavedAllocation;
+typedef Mrd__Handover__OldContext SavedOldContext;
+typedef Mrd__Handover__ContextHolder SavedHolder;
 
 bool handover_fd_name(const char *name)
 {
@@ -100,8 +103,23 @@ static void saved_arena_free(SavedArena *sa)
 	free(sa);
 }
 
+static void saved_old_context_free(SavedOldContext *so)
+{
+	if (!so)
+		return;
+	for (size_t i = 0; i < so->n_holders; i++)
+		free(so->holders[i]);
+	free(so->holders);
+	free(so->domain);
+	free(so->device);
+	free(so);
+}
+
 static void state_free(State *st)
 {
+	for (size_t i = 0; i < st->n_old_contexts; i++)
+		saved_old_context_free(st->old_contexts[i]);
+	free(st->old_contexts);
 	for (size_t i = 0; i < st->n_domains; i++) {
 		SavedDomain *sd = st->domains[i];
 
@@ -210,6 +228,97 @@ static int save_domain(struct domain *d, SavedDomain **ret, struct handover_fds 
 	return 0;
 }
 
+/* A context clients hold (o: its figures and holders) into st, with the holders still running;
+ * none: nothing. st->old_contexts has room. */
+static int save_old_context(State *st, const struct old_context *o)
+{
+	SavedOldContext *so = calloc(1, sizeof(*so));
+
+	if (!so)
+		return -ENOMEM;
+	mrd__handover__old_context__init(so);
+	so->domain = strdup(o->domain);
+	so->device = strdup(o->device);
+	so->holders = calloc(o->n_holders ? o->n_holders : 1, sizeof(*so->holders));
+	if (!so->domain || !so->device || !so->holders) {
+		saved_old_context_free(so);
+		return -ENOMEM;
+	}
+	so->pinned_bytes = o->pinned_bytes;
+	so->mrs = o->mrs;
+	so->handed_over_usec = o->handed_over_usec;
+	for (size_t i = 0; i < o->n_holders; i++) {
+		const struct context_holder *h = &o->holders[i];
+		SavedHolder *sh;
+
+		if (process_gone(h->pid, h->uid, h->start_time))
+			continue;
+		sh = calloc(1, sizeof(*sh));
+		if (!sh) {
+			saved_old_context_free(so);
+			return -ENOMEM;
+		}
+		mrd__handover__context_holder__init(sh);
+		sh->pid = (uint32_t)h->pid;
+		sh->uid = (uint32_t)h->uid;
+		sh->start_time = h->start_time;
+		sh->session = h->session;
+		so->holders[so->n_holders++] = sh;
+	}
+	if (so->n_holders == 0) {
+		saved_old_context_free(so);
+		return 0;
+	}
+	st->old_contexts[st->n_old_contexts++] = so;
+	return 0;
+}
+
+/* Contexts exported to clients outlive this mrd with what it registered in them (the kernel
+ * keeps a context while any descriptor of it is open): the next mrd shows them, those of
+ * earlier mrds still held too. */
+static int save_old_contexts(struct manager *m, State *st)
+{
+	const struct old_context *o;
+	struct domain *d;
+	size_t n = m->core.n_domains;
+	uint64_t now = now_usec(CLOCK_REALTIME);
+	int r = 0;
+
+	LIST_FOREACH(o, &m->old_contexts, link)
+		n++;
+	st->old_contexts = calloc(n ? n : 1, sizeof(*st->old_contexts));
+	if (!st->old_contexts)
+		return -ENOMEM;
+	LIST_FOREACH(o, &m->old_contexts, link)
+		if ((r = save_old_context(st, o)) < 0)
+			return r;
+	LIST_FOREACH(d, &m->core.domains, link) {
+		struct old_context mine = {
+			.pinned_bytes = d->reg.cache.charges.pinned_bytes,
+			.mrs = d->reg.cache.n_mrs + d->reg.odp.children,
+			.handed_over_usec = now,
+			.holders = d->exported_to,
+			.n_holders = d->n_exported_to,
+		};
+		size_t before = st->n_old_contexts;
+
+		if (d->n_exported_to == 0)
+			continue;
+		snprintf(mine.domain, sizeof(mine.domain), "%s", d->name);
+		snprintf(mine.device, sizeof(mine.device), "%s", d->reg.provider->caps.device);
+		r = save_old_context(st, &mine);
+		if (r < 0)
+			return r;
+		if (st->n_old_contexts > before)
+			log_notice("domain %s: its device context was exported to %zu running "
+				   "process(es); it outlives this mrd with its %" PRIu32 " MR(s) and "
+				   "%" PRIu64 " pinned bytes until they close it (mrd cannot revoke it)",
+				   d->name, st->old_contexts[before]->n_holders, mine.mrs,
+				   mine.pinned_bytes);
+	}
+	return 0;
+}
+
 /* The state packed into a sealed memfd. */
 static int state_memfd(const State *st, int *ret)
 {
@@ -261,6 +370,8 @@ int handover_save(struct manager *m, struct handover_fds *ret, unsigned *ret_all
 		if (st.domains[st.n_domains])
 			st.n_domains++;
 	}
+	if (r >= 0)
+		r = save_old_contexts(m, &st);
 	for (size_t i = 0; r >= 0 && i < st.n_domains; i++)
 		for (size_t j = 0; j < st.domains[i]->n_arenas; j++)
 			*ret_allocations += (unsigned)st.domains[i]->arenas[j]->n_allocations;
@@ -299,7 +410,7 @@ int handover_to_fd_store(struct manager *m)
 	if (r < 0)
 		return log_error_errno(r, "cannot save the state for the next mrd: %m; its clients' "
 					  "memory is not handed over");
-	if (m->core.n_domains == 0) {
+	if (m->core.n_domains == 0 && LIST_EMPTY(&m->old_contexts)) {
 		handover_fds_done(&f);
 		return 0; /* nothing to keep */
 	}
@@ -618,6 +729,36 @@ static int adopt_state(struct manager *m, const State *st, struct handover_fds *
 	return 0;
 }
 
+/* The contexts the previous mrd says clients still hold, kept whether or not the rest can be
+ * taken over: they live on either way. */
+static void adopt_old_contexts(struct manager *m, const State *st)
+{
+	for (size_t i = 0; i < st->n_old_contexts; i++) {
+		const SavedOldContext *so = st->old_contexts[i];
+		struct context_holder *h = calloc(so->n_holders ? so->n_holders : 1, sizeof(*h));
+		int r;
+
+		if (!h) {
+			log_error("cannot record the previous mrd's old contexts: out of memory");
+			return;
+		}
+		for (size_t j = 0; j < so->n_holders; j++)
+			h[j] = (struct context_holder){ .pid = (pid_t)so->holders[j]->pid,
+							.uid = (uid_t)so->holders[j]->uid,
+							.start_time = so->holders[j]->start_time,
+							.session = so->holders[j]->session };
+		r = old_context_add(&m->old_contexts, so->domain, so->device, so->pinned_bytes,
+				    so->mrs, so->handed_over_usec, h, so->n_holders);
+		free(h);
+		if (r < 0)
+			log_warning_errno(r, "an old context of the previous mrd is not recorded: %m");
+	}
+	if (!LIST_EMPTY(&m->old_contexts))
+		log_notice("%zu device context(s) of earlier mrds are still held by clients that "
+			   "imported them: their MRs, pins and keys live until those close them "
+			   "(mrctl status)", old_contexts_prune(&m->old_contexts));
+}
+
 int handover_adopt(struct manager *m, struct handover_fds *passed)
 {
 	uint64_t instance = m->instance;
@@ -636,6 +777,8 @@ int handover_adopt(struct manager *m, struct handover_fds *passed)
 		log_error_errno(r, "the previous mrd's state cannot be read (%m): starting without it");
 		return 0;
 	}
+	if (st->version == HANDOVER_VERSION)
+		adopt_old_contexts(m, st);
 	r = adopt_state(m, st, passed, &n_allocations, why, sizeof(why));
 	mrd__handover__state__free_unpacked(st, NULL);
 	if (r < 0) {

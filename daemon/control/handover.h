@@ -5,7 +5,9 @@
  * systemd passes descriptors (LISTEN_FDS, LISTEN_FDNAMES). The next mrd maps every arena at
  * the same address, holds each allocation for the process that owned it until it reconnects
  * ([memory] reconnect_grace), and starts every domain's generation above the old one, so
- * clients refetch their keys. Registrations do not survive: keys belong to the old PDs. */
+ * clients refetch their keys. Registrations do not survive: keys belong to the old PDs —
+ * except in a context a client imported (ExportPd), which lives on with them while it holds the
+ * descriptor: the state names those (control/old-context.h) and the next mrd shows them. */
 #pragma once
 
 #include <stdbool.h>

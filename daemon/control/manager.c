@@ -72,6 +72,8 @@ void manager_view_totals(const struct manager *m, const char *view, struct view_
 		ret->domains++;
 		ret->allocated_bytes += d->mem.allocated_bytes;
 		ret->pinned_bytes += d->reg.cache.charges.pinned_bytes;
+		ret->quarantined_bytes += d->reg.quarantine.bytes;
+		ret->quarantined_runs += d->reg.quarantine.n;
 	}
 }
 
@@ -224,6 +226,7 @@ int manager_new(struct config *config, struct manager **ret)
 	m->listen_fd = -1;
 	LIST_INIT(&m->clients);
 	LIST_INIT(&m->core.domains);
+	LIST_INIT(&m->old_contexts);
 	m->core.arena_gone = forget_arena;
 	m->core.config = *config;
 	config_init(config);
@@ -325,6 +328,7 @@ struct manager *manager_free(struct manager *m)
 		event_base_free(m->core.base);
 	free(m->recv_buf);
 	free(m->core.floors);
+	old_contexts_free(&m->old_contexts);
 	handover_fds_done(&m->fd_store_taken);
 	config_done(&m->core.config);
 	free(m);

@@ -8,6 +8,7 @@
 
 #include "base/config.h"
 #include "control/handover.h"
+#include "control/old-context.h"
 #include "core/core.h"
 #include "u64-map.h"
 
@@ -47,6 +48,8 @@ struct manager {
 	 * serves (if it fails to start, the next try may still take them). */
 	struct handover_fds fd_store_taken;
 	struct bus *bus;             /* NULL: not on the system bus */
+	/* Contexts earlier mrds exported and handed over while clients held them. */
+	struct old_contexts old_contexts;
 
 	LIST_HEAD(, client) clients;
 	unsigned n_clients;
@@ -113,5 +116,7 @@ uint64_t manager_uptime_usec(const struct manager *m);
 struct view_totals {
 	uint32_t domains, clients;
 	uint64_t allocated_bytes, pinned_bytes;
+	uint64_t quarantined_bytes; /* freed runs the device kept an MR over (registrar.h) */
+	uint32_t quarantined_runs;
 };
 void manager_view_totals(const struct manager *m, const char *view, struct view_totals *ret);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The domain family: ExportPd (share the domain's device context and PD with a client). */
 #include <errno.h>
+#include <unistd.h>
 
 #include "control/client.h"
 #include "control/dispatch.h"
@@ -21,6 +22,15 @@ int request_export_pd(struct client *c, struct domain *d, const Mrd__Request *re
 	}
 	if (k < 0)
 		return k;
+	/* The context outlives mrd while the client holds it: the hand-over says who has it. */
+	k = domain_note_export(d, &(struct context_holder){
+					  .pid = c->owner.mem.pid, .uid = c->owner.mem.uid,
+					  .start_time = mem_owner_start_time(&c->owner.mem),
+					  .session = c->owner.mem.session });
+	if (k < 0) {
+		close(fd);
+		return k;
+	}
 
 	r->fds[r->n_fds++] = fd;
 	mrd__export_pd_response__init(&r->body.export_pd);

@@ -14,6 +14,55 @@
 #include "provider/provider.h"
 #include "registration/reg-allocation.h"
 
+/* The old contexts in view (control/old-context.h), those whose holders are all gone dropped
+ * first: in one block that r owns. */
+static int old_contexts_info(struct manager *m, const char *view, struct reply *r,
+			     Mrd__OldContextInfo ***ret, size_t *ret_n)
+{
+	const struct old_context *o;
+	Mrd__OldContextInfo **ptrs, *info;
+	size_t n = 0, pids = 0, i = 0;
+	uint32_t *pid;
+	void *block;
+
+	*ret = NULL;
+	*ret_n = 0;
+	old_contexts_prune(&m->old_contexts);
+	LIST_FOREACH(o, &m->old_contexts, link)
+		if (access_view_shows(view, o->domain)) {
+			n++;
+			pids += o->n_holders;
+		}
+	if (n == 0)
+		return 0;
+	block = calloc(1, n * (sizeof(*ptrs) + sizeof(*info)) + pids * sizeof(*pid));
+	if (!block)
+		return -ENOMEM;
+	r->owned[r->n_owned++] = block;
+	ptrs = block;
+	info = (Mrd__OldContextInfo *)(ptrs + n);
+	pid = (uint32_t *)(info + n);
+	LIST_FOREACH(o, &m->old_contexts, link) {
+		if (!access_view_shows(view, o->domain))
+			continue;
+		mrd__old_context_info__init(&info[i]);
+		info[i].domain = (char *)o->domain;
+		info[i].device = (char *)o->device;
+		info[i].pinned_bytes = o->pinned_bytes;
+		info[i].mrs = o->mrs;
+		info[i].handed_over_usec = o->handed_over_usec;
+		info[i].holder_pids = pid;
+		for (size_t k = 0; k < o->n_holders; k++)
+			pid[info[i].n_holder_pids++] = (uint32_t)o->holders[k].pid;
+		pid += o->n_holders;
+		ptrs[i] = &info[i];
+		i++;
+	}
+	*ret = ptrs;
+	*ret_n = n;
+	return 0;
+}
+
 int request_status(struct client *c, struct domain *no_domain, const Mrd__Request *req,
 		   struct wire_packet *pkt, struct reply *r)
 {
@@ -54,6 +103,10 @@ int request_status(struct client *c, struct domain *no_domain, const Mrd__Reques
 	manager_view_totals(m, view, &t);
 	s->domains = t.domains;
 	s->clients = t.clients;
+	s->quarantined_bytes = t.quarantined_bytes;
+	s->quarantined_runs = t.quarantined_runs;
+	if (old_contexts_info(c->manager, view, r, &s->old_contexts, &s->n_old_contexts) < 0)
+		return -ENOMEM;
 	if (view) {
 		s->view = (char *)view;
 		s->max_clients = m->core.config.quota_clients;
@@ -98,6 +151,8 @@ static void domain_info(Mrd__DomainInfo *di, const struct domain *d, const struc
 	di->odp_prefetch_pages = d->reg.odp.stats.prefetch_pages;
 	di->odp_invalidations = d->reg.odp.stats.invalidations;
 	di->odp_children = d->reg.odp.children;
+	di->quarantined_bytes = d->reg.quarantine.bytes;
+	di->quarantined_runs = d->reg.quarantine.n;
 }
 
 int request_clients(struct client *c, struct domain *no_domain, const Mrd__Request *req,
@@ -178,6 +233,8 @@ int request_clients(struct client *c, struct domain *no_domain, const Mrd__Reque
 	}
 	body->n_clients = i;
 	body->clients = cip;
+	if (old_contexts_info(c->manager, view, r, &body->old_contexts, &body->n_old_contexts) < 0)
+		return -ENOMEM;
 	r->resp.body_case = MRD__RESPONSE__BODY_CLIENTS;
 	r->resp.clients = body;
 	return 0;

@@ -23,6 +23,7 @@ static struct domain *domain_free(struct domain *d)
 	if (d->aging_timer)
 		event_free(d->aging_timer);
 	device_unwatch_domain(d);
+	free(d->exported_to);
 	registrar_close(&d->reg);
 	memory_done(&d->mem);
 	LIST_REMOVE(d, link);
@@ -49,6 +50,8 @@ size_t domain_flush(struct domain *d, bool pools, bool gc, unsigned *ret_pools_r
 	size_t n = 0;
 
 	*ret_pools_removed = 0;
+	/* The device may take back now what it kept of freed runs (registrar.h). */
+	(void)registrar_retry_quarantine(&d->reg);
 	mr_cache_flush(&d->reg.cache);
 	domain_bump_generation(d);
 	domain_update_status(d);
@@ -326,6 +329,21 @@ struct domain *domain_unref(struct domain *d)
 {
 	d->n_job_refs--;
 	return close_when_unheld(d);
+}
+
+int domain_note_export(struct domain *d, const struct context_holder *h)
+{
+	struct context_holder *to;
+
+	for (size_t i = 0; i < d->n_exported_to; i++)
+		if (d->exported_to[i].pid == h->pid && d->exported_to[i].start_time == h->start_time)
+			return 0;
+	to = reallocarray(d->exported_to, d->n_exported_to + 1, sizeof(*to));
+	if (!to)
+		return -ENOMEM;
+	d->exported_to = to;
+	d->exported_to[d->n_exported_to++] = *h;
+	return 0;
 }
 
 void domain_update_status(struct domain *d)

@@ -22,6 +22,15 @@ struct arena;
 struct core;
 struct event;
 
+/* A process that got the domain's device context (ExportPd): while it holds the descriptor,
+ * the context outlives mrd (control/old-context.h). */
+struct context_holder {
+	pid_t pid;
+	uid_t uid;
+	uint64_t start_time; /* 0: unknown */
+	uint64_t session;
+};
+
 struct domain {
 	struct core *core;
 	LIST_ENTRY(domain) link;
@@ -33,7 +42,12 @@ struct domain {
 	struct event *aging_timer;  /* ages the pools, while they are on */
 	struct event *device_event; /* its context's async fd (core/device.h) */
 	bool adopted; /* held open (domain_ref) while orphans (mem.orphans) wait */
+	struct context_holder *exported_to; /* each process once (domain_note_export) */
+	size_t n_exported_to;
 };
+
+/* h got the domain's device context: a hand-over names it (control/handover.c). */
+int domain_note_export(struct domain *d, const struct context_holder *h);
 
 /* The domain named name, opened on first use; the caller holds a reference. Fails with
  * -EDQUOT when it already serves quota.clients clients. */

@@ -17,7 +17,15 @@
  * new translation, advise (before it populates) or DMA that faults n bytes of pages in (before
  * it populates them, holding its MRs but not the lock) writes 'r', 'm', 'a' or 'f' to entered,
  * then reads a byte from release before it goes on, holding whatever its caller holds (a reg:
- * the provider's lock). tests/test-util.h has the helpers (soft_gate_*). */
+ * the provider's lock). tests/test-util.h has the helpers (soft_gate_*).
+ * $MRD_SOFT_DEREG_FAIL=<n>: the next n deregs and parks of the context (the commands that
+ * take an MR off its memory) fail with -EIO and leave the MR as it was (live, pinned, its keys
+ * working), as a device whose command fails does: the kernel keeps the object ("wait till
+ * ucontext will clean it", Linux 6.12 drivers/infiniband/core/rdma_core.c,
+ * uverbs_destroy_uobject) and mlx5_dereg_mr keeps the handle (rdma-core
+ * providers/mlx5/verbs.c), so the dereg can be tried again.
+ * $MRD_SOFT_EXPORT=1: export_pd hands out a dup of a memfd standing for the context's command
+ * descriptor (nothing can import it), so that what mrd does for exported contexts is tested. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -46,6 +54,11 @@
 
 struct soft_mr;
 
+struct soft_pd {
+	struct provider_pd base;
+	struct soft_pd *next;
+};
+
 struct soft_slot {
 	struct soft_mr *mr;  /* NULL: free, or spent */
 	uint32_t next_free;  /* while free: the next free index; 0: none */
@@ -70,6 +83,7 @@ struct soft_provider {
 	uint32_t free_head;         /* LIFO, so reuse is immediate and tests see it; none spent */
 	uint32_t index_limit;       /* the first index that is never a key */
 	unsigned n_pds;
+	struct soft_pd *pds; /* those not freed: a PD whose MRs the device kept goes at close */
 	struct pin_map pins;
 	pthread_cond_t idle; /* an MR's last copy ended (soft_mr.copies) */
 	struct provider_stats stats;
@@ -91,6 +105,9 @@ struct soft_provider {
 	 * dereg and pd_free work, and keys reach nothing. */
 	bool lost;
 	bool destroy_when_failed; /* $RDMAV_ALLOW_DISASSOC_DESTROY, as libibverbs reads it */
+	unsigned dereg_fail; /* $MRD_SOFT_DEREG_FAIL: deregs and parks left to fail */
+	bool exports;        /* $MRD_SOFT_EXPORT=1 */
+	int export_fd;       /* its stand-in command descriptor, made at the first export; -1 */
 	struct soft_key_class *classes;
 	unsigned n_classes, classes_cap;
 };
@@ -310,6 +327,38 @@ static int dma_mode(const char **ret_no_dma)
 	return 0;
 }
 
+/* $MRD_SOFT_DEREG_FAIL, a test knob: how many deregs and parks fail (the top comment). */
+static int dereg_failures(unsigned *ret)
+{
+	const char *e = getenv("MRD_SOFT_DEREG_FAIL");
+	unsigned long n;
+	char *end;
+
+	*ret = 0;
+	if (!e || !*e)
+		return 0;
+	errno = 0;
+	n = strtoul(e, &end, 10);
+	if (errno || *end || n > UINT_MAX) {
+		log_error("MRD_SOFT_DEREG_FAIL=%s: not a count of deregs", e);
+		return -EINVAL;
+	}
+	*ret = (unsigned)n;
+	return 0;
+}
+
+/* $MRD_SOFT_EXPORT, a test knob: "1" exports a stand-in context, "0" or unset none. */
+static int export_mode(bool *ret)
+{
+	const char *e = getenv("MRD_SOFT_EXPORT");
+
+	*ret = e && strcmp(e, "1") == 0;
+	if (!e || !*e || *ret || strcmp(e, "0") == 0)
+		return 0;
+	log_error("MRD_SOFT_EXPORT=%s: 1 or 0", e);
+	return -EINVAL;
+}
+
 /* $MRD_SOFT_GATE and $MRD_SOFT_GATE_BYTES (the top comment). O_RDWR never blocks on a FIFO,
  * and keeps what the test wrote there while nobody else holds it open. */
 static int gate_open(struct soft_provider *sp)
@@ -373,13 +422,14 @@ static int soft_open(const char *device, struct provider **ret)
 {
 	struct soft_provider *sp;
 	const char *no_dma;
-	unsigned bits;
-	bool keys_cached;
+	unsigned bits, dereg_fail;
+	bool keys_cached, exports;
 	struct soft_caps_knobs knobs;
 
 	if (device && strcmp(device, "soft") != 0)
 		return -ENODEV;
 	if (index_bits(&bits) < 0 || keys_mode(&keys_cached) < 0 || dma_mode(&no_dma) < 0 ||
+	    dereg_failures(&dereg_fail) < 0 || export_mode(&exports) < 0 ||
 	    caps_knobs((uintptr_t)sysconf(_SC_PAGESIZE), &knobs) < 0 || soft_device_open() < 0)
 		return -EINVAL;
 	sp = soft_device_failed() ? NULL : calloc(1, sizeof(*sp));
@@ -396,6 +446,9 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->index_limit = (1u << bits) - 1;
 	sp->keys_cached = keys_cached;
 	sp->destroy_when_failed = getenv("RDMAV_ALLOW_DISASSOC_DESTROY") != NULL;
+	sp->dereg_fail = dereg_fail;
+	sp->exports = exports;
+	sp->export_fd = -1;
 	if (rereg_mode(sp) < 0 || gate_open(sp) < 0) {
 		gate_close(sp);
 		soft_device_close();
@@ -418,6 +471,7 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->base.caps.dma = !no_dma;
 	sp->base.caps.no_dma = no_dma;
 	sp->base.caps.dma_emulated = true;
+	sp->base.caps.export_pd = exports;
 	sp->base.caps.max_keys = keys_cached ? 0 : (uint64_t)(sp->index_limit - 1) * SOFT_VARIANT_LAST;
 	*ret = &sp->base;
 	return 0;
@@ -442,9 +496,17 @@ static void soft_close(struct provider *p)
 				soft_mr_free(sp->chunks[c]->slot[i].mr);
 		free(sp->chunks[c]);
 	}
+	while (sp->pds) {
+		struct soft_pd *pd = sp->pds;
+
+		sp->pds = pd->next;
+		free(pd);
+	}
 	pin_map_done(&sp->pins);
 	gate_close(sp);
 	soft_device_close();
+	if (sp->export_fd >= 0)
+		close(sp->export_fd);
 	free(sp->classes);
 	free(sp->chunks);
 	pthread_cond_destroy(&sp->idle);
@@ -454,7 +516,7 @@ static void soft_close(struct provider *p)
 
 static int soft_pd_alloc(struct provider *p, struct provider_pd **ret)
 {
-	struct provider_pd *pd;
+	struct soft_pd *pd;
 	int r = soft_dead(to_soft(p));
 
 	if (r < 0)
@@ -462,20 +524,28 @@ static int soft_pd_alloc(struct provider *p, struct provider_pd **ret)
 	pd = calloc(1, sizeof(*pd));
 	if (!pd)
 		return -ENOMEM;
-	pd->provider = p;
+	pd->base.provider = p;
+	pd->next = to_soft(p)->pds;
+	to_soft(p)->pds = pd;
 	to_soft(p)->n_pds++;
-	*ret = pd;
+	*ret = &pd->base;
 	return 0;
 }
 
-static int soft_pd_free(struct provider_pd *pd)
+static int soft_pd_free(struct provider_pd *base)
 {
-	if (pd->n_mrs > 0)
+	struct soft_provider *sp = to_soft(base->provider);
+	struct soft_pd **at = &sp->pds;
+
+	if (base->n_mrs > 0)
 		return -EBUSY;
-	if (soft_destroy_dead(to_soft(pd->provider)) < 0)
+	if (soft_destroy_dead(sp) < 0)
 		return -EIO;
-	to_soft(pd->provider)->n_pds--;
-	free(pd);
+	while (&(*at)->base != base)
+		at = &(*at)->next;
+	*at = (*at)->next;
+	sp->n_pds--;
+	free(base);
 	return 0;
 }
 
@@ -744,12 +814,21 @@ fail:
 	return r;
 }
 
+/* $MRD_SOFT_DEREG_FAIL: whether this dereg or park fails, the MR left as it was. */
+static bool release_fails(struct soft_provider *sp)
+{
+	if (sp->dereg_fail == 0)
+		return false;
+	sp->dereg_fail--;
+	return true;
+}
+
 static int soft_dereg(struct provider_mr *base)
 {
 	struct soft_mr *mr = (struct soft_mr *)base;
 	struct soft_provider *sp = to_soft(base->pd->provider);
 
-	if (soft_destroy_dead(sp) < 0)
+	if (soft_destroy_dead(sp) < 0 || release_fails(sp))
 		return -EIO;
 	wait_no_copies(sp, mr);
 	if (mr->pin_end > mr->pin_start)
@@ -836,6 +915,8 @@ static int soft_park(struct provider_mr *base)
 		return soft_dead(sp);
 	if (sp->move_refused)
 		return -EOPNOTSUPP;
+	if (release_fails(sp))
+		return -EIO;
 	wait_no_copies(sp, mr);
 	if (mr->pin_end > mr->pin_start)
 		(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
@@ -1165,7 +1246,22 @@ static int soft_invalidate(struct provider_mr *base, uint64_t iova, size_t lengt
 
 static int soft_export_pd(struct provider_pd *pd, int *ret_cmd_fd, uint32_t *ret_pd_handle)
 {
-	return -EOPNOTSUPP; /* a software NIC has no device file a client could import */
+	struct soft_provider *sp = to_soft(pd->provider);
+	int fd;
+
+	if (!sp->exports)
+		return -EOPNOTSUPP; /* a software NIC has no device file a client could import */
+	if (sp->export_fd < 0) {
+		sp->export_fd = memfd_create("mrd-soft-context", MFD_CLOEXEC);
+		if (sp->export_fd < 0)
+			return -errno;
+	}
+	fd = fcntl(sp->export_fd, F_DUPFD_CLOEXEC, 3);
+	if (fd < 0)
+		return -errno;
+	*ret_cmd_fd = fd;
+	*ret_pd_handle = 1;
+	return 0;
 }
 
 static void soft_stats(const struct provider *p, struct provider_stats *ret)

@@ -116,25 +116,61 @@ struct unreg_ticket {
 	unsigned remaining;
 };
 
-/* The MR is gone from the device: its keys are dead, its pages may go. */
+/* The MR is gone from the device: its keys are dead, its pages may go. One the device kept
+ * (k < 0) stays on its allocation's pool_stuck, charged: the allocation is quarantined when
+ * it is freed (registrar.h), and no key of it is handed out from here on. */
 static void pool_mr_gone(struct registrar *r, struct pool_mr *mr, int k)
 {
 	struct reg_allocation *a = mr->allocation;
 
 	if (mr->pmr) {
-		if (k < 0)
-			log_warning_errno(k, "domain %s: cannot deregister mempool MR [0x%" PRIx64
-					  ", 0x%" PRIx64 "): %m", r->name, mr->start, mr->end);
-		r->cache.deregistrations++;
+		if (k == 0)
+			r->cache.deregistrations++;
 		/* Keys of that memory are dead now: clients must flush what they cached. */
 		status_page_bump_range(&r->mem->status, mr->start, mr->end);
 	}
-	mr_cache_uncharge(&r->cache, mr->start, mr->end);
-	free(mr);
+	if (mr->pmr && k < 0) {
+		log_warning_errno(k, "domain %s: the device kept mempool MR [0x%" PRIx64 ", 0x%" PRIx64
+				  ") (dereg: %m): its memory is quarantined once freed", r->name,
+				  mr->start, mr->end);
+		LIST_INSERT_HEAD(&a->pool_stuck, mr, alloc_link);
+		if (!a->dereg_error)
+			a->dereg_error = k;
+	} else {
+		mr_cache_uncharge(&r->cache, mr->start, mr->end);
+		free(mr);
+	}
 	/* Its owner may have left before the pools did. */
 	if (--a->pool_refs == 0)
 		r->events.allocation_idle(r->data, a);
 	r->events.changed(r->data);
+}
+
+bool mempool_retry_stuck(struct registrar *r, struct reg_allocation *a)
+{
+	struct pool_mr *mr, *next;
+
+	for (mr = LIST_FIRST(&a->pool_stuck); mr; mr = next) {
+		next = LIST_NEXT(mr, alloc_link);
+		if (frmr_pools_dereg(&r->pools, mr->pmr) < 0)
+			continue;
+		LIST_REMOVE(mr, alloc_link);
+		r->cache.deregistrations++;
+		mr_cache_uncharge(&r->cache, mr->start, mr->end);
+		free(mr);
+	}
+	return LIST_EMPTY(&a->pool_stuck);
+}
+
+void mempool_drop_stuck(struct registrar *r, struct reg_allocation *a)
+{
+	struct pool_mr *mr;
+
+	while ((mr = LIST_FIRST(&a->pool_stuck))) {
+		LIST_REMOVE(mr, alloc_link);
+		mr_cache_uncharge(&r->cache, mr->start, mr->end);
+		free(mr);
+	}
 }
 
 /* Deregistered on a worker (registrar_offload): gone now, and its ticket counts it. */

@@ -95,3 +95,8 @@ int mempool_unregister(struct registrar *r, struct reg_owner *owner, const char 
 
 /* The owner is going: its registrations go (shared MRs stay while others use them). */
 void mempool_unregister_all(struct registrar *r, struct reg_owner *owner);
+/* The pool MRs the device kept over the retired a (their dereg failed), tried again: whether
+ * none is left. */
+bool mempool_retry_stuck(struct registrar *r, struct reg_allocation *a);
+/* At close: forgets them, uncharged (their handles go with the context). */
+void mempool_drop_stuck(struct registrar *r, struct reg_allocation *a);

@@ -501,23 +501,38 @@ void mr_cache_deregister(const struct mr_cache *c, struct reg_allocation *a)
 	struct cached_mr *mr;
 
 	LIST_FOREACH(mr, &a->mrs, alloc_link) {
-		int k = frmr_pools_dereg(&registrar_of(c)->pools, mr->pmr);
+		int k = mr->pmr ? frmr_pools_dereg(&registrar_of(c)->pools, mr->pmr) : 0;
 
-		if (k < 0)
-			log_warning_errno(k, "domain %s: cannot deregister [0x%" PRIx64 ", 0x%" PRIx64
-					  "): %m", registrar_of(c)->name, mr->start, mr->end);
-		mr->pmr = NULL;
+		/* The device keeps a live MR (its keys work, its pages pinned): so does a. */
+		if (k < 0 && !a->dereg_error)
+			a->dereg_error = k;
+		if (k == 0)
+			mr->pmr = NULL;
 	}
 }
 
 void mr_cache_release(struct mr_cache *c, struct reg_allocation *a)
+{
+	struct cached_mr *mr, *next;
+
+	for (mr = LIST_FIRST(&a->mrs); mr; mr = next) {
+		next = LIST_NEXT(mr, alloc_link);
+		if (mr->pmr)
+			continue; /* the device kept it: its pages stay charged, a quarantined */
+		LIST_REMOVE(mr, alloc_link);
+		mr_cache_uncharge(c, mr->start, mr->end);
+		c->deregistrations++;
+		free(mr);
+	}
+}
+
+void mr_cache_drop_kept(struct mr_cache *c, struct reg_allocation *a)
 {
 	struct cached_mr *mr;
 
 	while ((mr = LIST_FIRST(&a->mrs))) {
 		LIST_REMOVE(mr, alloc_link);
 		mr_cache_uncharge(c, mr->start, mr->end);
-		c->deregistrations++;
 		free(mr);
 	}
 }

@@ -105,5 +105,9 @@ uint64_t mr_cache_retire(struct mr_cache *c, struct reg_allocation *a);
 /* Rebuilds the table from the MR list (clearing an overflow when it fits); on-demand children
  * come back at their next miss. */
 void mr_cache_flush(struct mr_cache *c);
+/* An MR whose dereg fails stays in a->mrs with its handle, charged (the device still pins
+ * its pages), and a->dereg_error says why; deregister again tries only those. */
 void mr_cache_deregister(const struct mr_cache *c, struct reg_allocation *a);
 void mr_cache_release(struct mr_cache *c, struct reg_allocation *a);
+/* At close: forgets the MRs the device kept of a (their handles go with the context). */
+void mr_cache_drop_kept(struct mr_cache *c, struct reg_allocation *a);

@@ -159,13 +159,31 @@ static void zombie_dead(struct registrar *r, struct odp_child *c)
 	free(c);
 }
 
-/* A zombie's MR gone on a worker: it counted as work on its allocation until now. */
+/* Its dereg failed: the device keeps an on-demand MR whose keys may fault the allocation's
+ * pages in again, so it stays on the allocation's odp_stuck (which quarantines the run) until
+ * a dereg succeeds (odp_retry_stuck). */
+static void zombie_stuck(struct registrar *r, struct odp_child *c, int result)
+{
+	struct reg_allocation *a = c->allocation;
+
+	r->odp.zombies--;
+	LIST_REMOVE(c, all);
+	LIST_INSERT_HEAD(&a->odp_stuck, c, link);
+	if (!a->dereg_error)
+		a->dereg_error = result;
+}
+
+/* A zombie's MR gone (or kept by the device) on a worker: it counted as work on its
+ * allocation until now. */
 static void zombie_gone(struct registrar *r, void *arg, int result)
 {
 	struct odp_child *c = arg;
 	struct reg_allocation *a = c->allocation;
 
-	zombie_dead(r, c);
+	if (result < 0)
+		zombie_stuck(r, c, result);
+	else
+		zombie_dead(r, c);
 	a->odp_jobs--;
 	maybe_finish(r, a);
 }
@@ -176,6 +194,7 @@ static void zombie_gone(struct registrar *r, void *arg, int result)
 static void kill_zombies(struct registrar *r, struct reg_allocation *a)
 {
 	struct odp_child *c;
+	int k;
 
 	if (!a->retired || a->odp_jobs > 0)
 		return;
@@ -186,8 +205,36 @@ static void kill_zombies(struct registrar *r, struct reg_allocation *a)
 			a->odp_jobs++;
 			continue;
 		}
-		(void)frmr_pools_dereg(&r->pools, c->pmr);
-		zombie_dead(r, c);
+		k = frmr_pools_dereg(&r->pools, c->pmr);
+		if (k < 0)
+			zombie_stuck(r, c, k);
+		else
+			zombie_dead(r, c);
+	}
+}
+
+bool odp_retry_stuck(struct registrar *r, struct reg_allocation *a)
+{
+	struct odp_child *c, *next;
+
+	for (c = LIST_FIRST(&a->odp_stuck); c; c = next) {
+		next = LIST_NEXT(c, link);
+		if (frmr_pools_dereg(&r->pools, c->pmr) < 0)
+			continue;
+		LIST_REMOVE(c, link);
+		r->odp.stats.children_destroyed++;
+		free(c);
+	}
+	return LIST_EMPTY(&a->odp_stuck);
+}
+
+void odp_drop_stuck(struct reg_allocation *a)
+{
+	struct odp_child *c;
+
+	while ((c = LIST_FIRST(&a->odp_stuck))) {
+		LIST_REMOVE(c, link);
+		free(c);
 	}
 }
 

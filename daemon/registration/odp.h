@@ -76,6 +76,11 @@ int odp_init(struct registrar *r, uint64_t window_base);
 void odp_done(struct registrar *r);
 /* a goes: its slots with it (no work on it remains). */
 void odp_forget_allocation(struct reg_allocation *a);
+/* The children the device kept of the retired a (their dereg failed), tried again: whether
+ * none is left. */
+bool odp_retry_stuck(struct registrar *r, struct reg_allocation *a);
+/* At close: forgets them (their handles go with the context). */
+void odp_drop_stuck(struct reg_allocation *a);
 
 /* A lookup at addr in on-demand allocation a: its child, made when missing (a fault) — with a
  * waiter, while the provider is busy (registrar_offload), on a worker: then -EINPROGRESS, and

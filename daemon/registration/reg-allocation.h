@@ -20,11 +20,18 @@ struct reg_allocation {
 	LIST_HEAD(, cached_mr) mrs; /* the cache's registrations inside it */
 	unsigned pool_refs;         /* mempool MRs inside it: it cannot be freed while any are */
 	LIST_HEAD(, pool_mr) pool_mrs; /* the live ones of those (not yet being deregistered) */
+	LIST_HEAD(, pool_mr) pool_stuck; /* gone from their pools, kept by the device (a failed
+					  * dereg): it is quarantined once freed */
 	LIST_HEAD(, odp_child) odp_children; /* in the domain's table; once retired, its zombies
 					      * whose MRs wait for odp_jobs */
 	struct odp_slots *odp_slots; /* its children by chunk, once it had any (odp.h) */
 	unsigned odp_jobs;          /* prefetch work waiting, queued or running on it, and
 				     * its children's MRs going on workers */
+	LIST_HEAD(, odp_child) odp_stuck; /* retired children the device kept (a failed dereg) */
+	int dereg_error;            /* the first dereg over it that failed, once retired: then
+				     * mrs holds the MRs the device kept, and the run is
+				     * quarantined (registrar.h) */
+	LIST_ENTRY(reg_allocation) quarantine_link; /* its registrar's quarantined runs */
 	bool retired;               /* being freed: nobody finds it any more */
 	bool free_waits;            /* its free waits for odp_jobs and odp_children to go */
 	struct mr_waiter *free_waiter;
@@ -35,6 +42,8 @@ static inline void reg_allocation_init(struct reg_allocation *ra)
 	LIST_INIT(&ra->mrs);
 	LIST_INIT(&ra->pool_mrs);
 	LIST_INIT(&ra->odp_children);
+	LIST_INIT(&ra->odp_stuck);
+	LIST_INIT(&ra->pool_stuck);
 }
 
 static inline struct reg_allocation *reg_allocation_of(struct allocation *a)

@@ -28,10 +28,37 @@ int registrar_open(struct registrar *r, struct provider *device, enum mr_policy 
 	return k;
 }
 
+/* At close, what the device still keeps goes with the context (the kernel destroys a
+ * context's objects when its file closes: Linux 6.12 drivers/infiniband/core/rdma_core.c,
+ * uverbs_destroy_ufile_hw), and the arenas after it. */
+static void quarantine_drop(struct registrar *r)
+{
+	struct reg_allocation *ra;
+
+	while ((ra = LIST_FIRST(&r->quarantine.runs))) {
+		LIST_REMOVE(ra, quarantine_link);
+		log_warning("domain %s: closing with [0x%" PRIx64 ", 0x%" PRIx64 ") still "
+			    "registered on the device: its MRs go with the context",
+			    r->name, allocation_address(&ra->mem),
+			    allocation_address(&ra->mem) + ra->mem.length);
+		mr_cache_drop_kept(&r->cache, ra);
+		odp_drop_stuck(ra);
+		mempool_drop_stuck(r, ra);
+		odp_forget_allocation(ra);
+		free(ra);
+	}
+	r->quarantine.n = 0;
+	r->quarantine.bytes = 0;
+}
+
 void registrar_close(struct registrar *r)
 {
 	int k;
 
+	if (r->quarantine.n > 0) {
+		(void)registrar_retry_quarantine(r);
+		quarantine_drop(r);
+	}
 	odp_done(r);
 	mr_cache_done(&r->cache);
 	frmr_pools_done(&r->pools); /* parked handles go before their PD */
@@ -223,13 +250,69 @@ static bool keys_handed_out(const struct reg_allocation *ra)
 	       !LIST_EMPTY(&ra->odp_children);
 }
 
+/* The device kept an MR, child or pool MR over ra (mr_cache_deregister, odp.c, mempool.c
+ * keep them): ra is quarantined, not given back. */
+static bool device_keeps(const struct reg_allocation *ra)
+{
+	return !LIST_EMPTY(&ra->mrs) || !LIST_EMPTY(&ra->odp_stuck) ||
+	       !LIST_EMPTY(&ra->pool_stuck);
+}
+
+static void quarantine(struct registrar *r, struct reg_allocation *ra)
+{
+	uint64_t at = allocation_address(&ra->mem);
+
+	LIST_INSERT_HEAD(&r->quarantine.runs, ra, quarantine_link);
+	r->quarantine.n++;
+	r->quarantine.bytes += ra->mem.length;
+	log_warning_errno(ra->dereg_error, "domain %s: the device kept an MR over [0x%" PRIx64
+			  ", 0x%" PRIx64 ") when it was freed (dereg: %m): the run is quarantined, "
+			  "neither emptied nor handed out again, until a dereg succeeds (tried at "
+			  "each flush)", r->name, at, at + ra->mem.length);
+	r->events.changed(r->data);
+}
+
 /* ra's registrations are all gone: the domain takes it back (0, or -EINPROGRESS: it answers
- * waiter itself once the pages went back). */
+ * waiter itself once the pages went back). One the device kept is quarantined instead: 0, the
+ * free is done for its client all the same. */
 static int release(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter)
 {
 	mr_cache_release(&r->cache, ra);
+	if (device_keeps(ra)) {
+		quarantine(r, ra);
+		return 0;
+	}
 	odp_forget_allocation(ra);
 	return r->events.released(r->data, ra, waiter);
+}
+
+unsigned registrar_retry_quarantine(struct registrar *r)
+{
+	struct reg_allocation *ra, *next;
+	unsigned n = 0;
+
+	for (ra = LIST_FIRST(&r->quarantine.runs); ra; ra = next) {
+		uint64_t at = allocation_address(&ra->mem);
+
+		next = LIST_NEXT(ra, quarantine_link);
+		mr_cache_deregister(&r->cache, ra);
+		mr_cache_release(&r->cache, ra);
+		(void)odp_retry_stuck(r, ra);
+		(void)mempool_retry_stuck(r, ra);
+		if (device_keeps(ra))
+			continue;
+		LIST_REMOVE(ra, quarantine_link);
+		r->quarantine.n--;
+		r->quarantine.bytes -= ra->mem.length;
+		log_info("domain %s: the device let go of [0x%" PRIx64 ", 0x%" PRIx64 "): the "
+			 "quarantined run goes back", r->name, at, at + ra->mem.length);
+		odp_forget_allocation(ra);
+		(void)r->events.released(r->data, ra, NULL);
+		n++;
+	}
+	if (n)
+		r->events.changed(r->data);
+	return n;
 }
 
 int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter)

@@ -58,6 +58,16 @@ struct registrar {
 	unsigned jobs;         /* work on workers that may hold the provider (registrar_busy) */
 	unsigned destroy_jobs; /* of those, destroying handles taken out of the pools */
 	unsigned dma_jobs;     /* Dma requests queued or running on the Dma thread */
+	/* Freed runs the device may still reach: a dereg of an MR or on-demand child over them
+	 * failed, so the device keeps a live MR there (keys working, pages pinned). They are
+	 * neither punched (the NIC would DMA into pages the memfd no longer has) nor given back
+	 * (it would DMA into the next owner's memory); their memory counts as allocated, their
+	 * kept MRs as pinned. The deregs are tried again at each flush and at close. */
+	struct {
+		LIST_HEAD(, reg_allocation) runs;
+		unsigned n;
+		uint64_t bytes;
+	} quarantine;
 	struct registrar_events events;
 	void *data;
 };
@@ -153,6 +163,10 @@ int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_w
  * child gone): its MRs are counted gone, and events.released tells the domain; waiter, which
  * waits already, hears once the pages are back. */
 void registrar_release(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter);
+
+/* Tries the failed deregs over each quarantined run again; a run the device let go of goes
+ * back (events.released). How many did. */
+unsigned registrar_retry_quarantine(struct registrar *r);
 
 /* Whether memory asked to be registered on demand (read-only or not) is: the device's RC
  * on-demand paging must cover every operation its access allows (provider_odp_covers), else
