@@ -124,6 +124,122 @@ START_TEST(test_port_event_during_registration)
 }
 END_TEST
 
+static struct domain *domain_of(uint64_t addr)
+{
+	struct domain *d;
+
+	LIST_FOREACH(d, &td_manager->core.domains, link)
+		if (d->mem.allocated_bytes > 0)
+			return d;
+	(void)addr;
+	return NULL;
+}
+
+static void pump_until(const bool *flag, bool want)
+{
+	for (int i = 0; i < 5000 && *flag != want; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert(*flag == want);
+}
+
+/* DEVICE_FATAL while a worker registers, then the return: what was pinned and counted adds
+ * up to nothing once everything is freed. */
+START_TEST(test_fatal_during_registration_accounting)
+{
+	int a;
+	uint64_t addr;
+	struct domain *d;
+	struct provider_stats ps;
+	Mrd__Response *resp;
+
+	start();
+	a = td_hello_client(1000, NULL);
+	addr = td_alloc(a, 1, 2 * MiB);
+	d = domain_of(addr);
+	td_send_lookup(a, 2, addr);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r');
+	inject('F');
+	soft_gate_release(gate, 1);
+	pump_until(&td_manager->core.device.failed, true);
+	resp = td_expect(a, 2, 0);
+	fprintf(stderr, "lookup during the failure: error %d '%s'\n", resp->status,
+		resp->message ? resp->message : "");
+	mrd__response__free_unpacked(resp, NULL);
+	inject('R');
+	pump_until(&td_manager->core.device.failed, false);
+	td_lookup(a, 3, addr, 0, NULL);
+	td_free(a, 4, addr, 0);
+	for (int i = 0; i < 2000 && d->mem.allocated_bytes; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	provider_stats(d->reg.provider, &ps);
+	fprintf(stderr, "after free: provider mrs %llu pinned %llu, charges pinned %llu, "
+		"allocated %llu\n", (unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes,
+		(unsigned long long)d->reg.cache.charges.pinned_bytes,
+		(unsigned long long)d->mem.allocated_bytes);
+	ck_assert_uint_eq(ps.mrs, 0);
+	ck_assert_uint_eq(ps.pinned_bytes, 0);
+	ck_assert_uint_eq(d->reg.cache.charges.pinned_bytes, 0);
+	close(a);
+	stop();
+}
+END_TEST
+
+/* mlx5's keys (MRD_SOFT_KEYS=mlx5): after the device's return each MR is made again; a key
+ * a peer kept from before the failure must reach nothing, least of all another MR's memory. */
+START_TEST(test_revive_old_key_reaches_other_mr)
+{
+	static char buf[2][4096] __attribute__((aligned(4096)));
+	struct provider *p;
+	struct provider_pd *pd;
+	struct provider_mr *mr[2];
+	struct provider_event ev;
+	uint32_t old[2];
+	unsigned rw = MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ;
+	int r;
+
+	snprintf(dir, sizeof(dir), "/tmp/mrd-test-device-race.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(fifo, sizeof(fifo), "%s/events", dir);
+	ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+	ck_assert_int_eq(setenv("MRD_SOFT_EVENTS", fifo, 1), 0);
+	ck_assert_int_eq(setenv("MRD_SOFT_KEYS", "mlx5", 1), 0);
+	events_fd = open(fifo, O_RDWR | O_CLOEXEC);
+	ck_assert_int_eq(provider_soft_ops.open(NULL, &p), 0);
+	ck_assert_int_eq(provider_pd_alloc(p, &pd), 0);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(provider_reg(pd, buf[i], 4096, (uintptr_t)buf[i], rw, &mr[i]), 0);
+		old[i] = mr[i]->rkey;
+	}
+	inject('F');
+	ck_assert_int_eq(provider_read_event(p, &ev), 0);
+	provider_lose(p);
+	inject('R');
+	ck_assert_int_eq(provider_revive(p), 0);
+	fprintf(stderr, "keys before: %#x %#x, after: %#x %#x\n", old[0], old[1], mr[0]->rkey,
+		mr[1]->rkey);
+	/* A peer of MR 0's owner writes with MR 0's old rkey, at MR 1's address. */
+	strcpy(buf[0], "mine");
+	strcpy(buf[1], "theirs");
+	r = provider_dma(pd, PROVIDER_DMA_WRITE, mr[0]->lkey, (uintptr_t)buf[0], old[0],
+			 (uintptr_t)buf[1], 5);
+	ck_assert_msg(r < 0, "MR 0's key from before the failure wrote into MR 1 (\"%s\")", buf[1]);
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(provider_dereg(mr[i]), 0);
+	ck_assert_int_eq(provider_pd_free(pd), 0);
+	provider_close(p);
+	unsetenv("MRD_SOFT_KEYS");
+	unsetenv("MRD_SOFT_EVENTS");
+	close(events_fd);
+	unlink(fifo);
+	rmdir(dir);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("device-race");
@@ -131,6 +247,8 @@ static Suite *suite(void)
 
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_port_event_during_registration);
+	tcase_add_test(tc, test_fatal_during_registration_accounting);
+	tcase_add_test(tc, test_revive_old_key_reaches_other_mr);
 	suite_add_tcase(s, tc);
 	return s;
 }
