@@ -30,7 +30,7 @@ static void start(void)
 {
 	const char *settings[] = { "mrd.provider=soft", "memory.window_size=4G",
 				   "memory.arena_size=64M", "memory.hugepages=no",
-				   "cache.policy=contig", "cache.workers=2", NULL };
+				   "cache.policy=contig", "cache.workers=2", "cache.odp_chunk=2M", NULL };
 
 	snprintf(dir, sizeof(dir), "/tmp/mrd-test-device-race.XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -240,6 +240,59 @@ START_TEST(test_revive_old_key_reaches_other_mr)
 }
 END_TEST
 
+/* A prefetch of on-demand memory held in its advice (off the provider's lock) while the device
+ * fails and comes back; then everything is freed: nothing stays pinned, counted or alive. */
+START_TEST(test_fail_and_return_during_prefetch)
+{
+	int a;
+	uint64_t odp;
+	struct domain *d;
+	struct provider_stats ps;
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PrefetchRequest q = MRD__PREFETCH_REQUEST__INIT;
+	Mrd__Response *resp;
+
+	start();
+	a = td_hello_client(1000, NULL);
+	odp = td_alloc_flags(a, 1, 2 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
+	d = domain_of(odp);
+	q.address = odp;
+	q.length = 2 * MiB;
+	q.advice = MRD__PREFETCH_ADVICE__PREFETCH_WRITE;
+	q.flush = true;
+	req.id = 2;
+	req.body_case = MRD__REQUEST__BODY_PREFETCH;
+	req.prefetch = &q;
+	td_send_request(a, &req, NULL, 0);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r'); /* its child */
+	soft_gate_release(gate, 1);
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'a'); /* advising, off the lock */
+	inject('F');
+	pump_until(&td_manager->core.device.failed, true);
+	inject('R');
+	pump_until(&td_manager->core.device.failed, false);
+	soft_gate_release(gate, 1);
+	resp = td_expect(a, 2, 0);
+	mrd__response__free_unpacked(resp, NULL);
+	td_lookup(a, 3, odp, 0, NULL);
+	td_free(a, 4, odp, 0);
+	for (int i = 0; i < 3000 && (d->mem.allocated_bytes || d->reg.odp.children); i++) {
+		td_pump();
+		usleep(1000);
+	}
+	provider_stats(d->reg.provider, &ps);
+	fprintf(stderr, "after: mrs %llu pinned %llu children %u allocated %llu\n",
+		(unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes,
+		(unsigned)d->reg.odp.children, (unsigned long long)d->mem.allocated_bytes);
+	ck_assert_uint_eq(ps.mrs, 0);
+	ck_assert_uint_eq(d->reg.odp.children, 0);
+	ck_assert_uint_eq(d->mem.allocated_bytes, 0);
+	close(a);
+	stop();
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("device-race");
@@ -249,6 +302,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_port_event_during_registration);
 	tcase_add_test(tc, test_fatal_during_registration_accounting);
 	tcase_add_test(tc, test_revive_old_key_reaches_other_mr);
+	tcase_add_test(tc, test_fail_and_return_during_prefetch);
 	suite_add_tcase(s, tc);
 	return s;
 }
