@@ -16,6 +16,7 @@
 #include "control/manager.h"
 #include "core/domain.h"
 #include "provider/provider.h"
+#include "registration/registrar.h"
 #include "test-daemon.h"
 #include "test-util.h"
 #include "wire.h"
@@ -293,6 +294,67 @@ START_TEST(test_fail_and_return_during_prefetch)
 }
 END_TEST
 
+/* A run quarantined (its dereg failed) when the device fails and comes back; then the
+ * quarantine is retried (as each flush does): nothing stays pinned, counted or alive. */
+START_TEST(test_quarantined_run_through_failure)
+{
+	int a;
+	uint64_t addr;
+	struct domain *d;
+	struct provider_stats ps;
+
+	ck_assert_int_eq(setenv("MRD_SOFT_DEREG_FAIL", "2", 1), 0);
+	start();
+	a = td_hello_client(1000, NULL);
+	addr = td_alloc(a, 1, 64 * 1024); /* the domain's context opens with the knob */
+	unsetenv("MRD_SOFT_DEREG_FAIL");
+	d = domain_of(addr);
+	td_lookup(a, 2, addr, 0, NULL);
+	td_free(a, 3, addr, 0);
+	for (int i = 0; i < 1000 && d->reg.quarantine.n == 0; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert_uint_eq(d->reg.quarantine.n, 1);
+	inject('F');
+	pump_until(&td_manager->core.device.failed, true);
+	provider_stats(d->reg.provider, &ps);
+	fprintf(stderr, "failed: mrs %llu pinned %llu quarantine %u/%llu charges %llu\n",
+		(unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes,
+		(unsigned)d->reg.quarantine.n, (unsigned long long)d->reg.quarantine.bytes,
+		(unsigned long long)d->reg.cache.charges.pinned_bytes);
+	inject('R');
+	pump_until(&td_manager->core.device.failed, false);
+	provider_stats(d->reg.provider, &ps);
+	fprintf(stderr, "back: mrs %llu pinned %llu quarantine %u/%llu charges %llu\n",
+		(unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes,
+		(unsigned)d->reg.quarantine.n, (unsigned long long)d->reg.quarantine.bytes,
+		(unsigned long long)d->reg.cache.charges.pinned_bytes);
+	/* The lost context's MRs could all be let go (a lost MR's dereg cannot fail); the run was
+	 * freed: no MR of it should come back with a working key and pins. */
+	ck_assert_msg(ps.mrs == 0 && ps.pinned_bytes == 0, "the device's return made an MR over the "
+		      "freed, quarantined run again: %llu MR(s), %llu bytes pinned",
+		      (unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes);
+	(void)registrar_retry_quarantine(&d->reg);
+	for (int i = 0; i < 1000 && d->mem.allocated_bytes; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	provider_stats(d->reg.provider, &ps);
+	fprintf(stderr, "retried: mrs %llu pinned %llu quarantine %u/%llu charges %llu alloc %llu\n",
+		(unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes,
+		(unsigned)d->reg.quarantine.n, (unsigned long long)d->reg.quarantine.bytes,
+		(unsigned long long)d->reg.cache.charges.pinned_bytes,
+		(unsigned long long)d->mem.allocated_bytes);
+	ck_assert_uint_eq(d->reg.quarantine.n, 0);
+	ck_assert_uint_eq(ps.mrs + ps.parked, 0);
+	ck_assert_uint_eq(ps.pinned_bytes, 0);
+	ck_assert_uint_eq(d->reg.cache.charges.pinned_bytes, 0);
+	close(a);
+	stop();
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("device-race");
@@ -303,6 +365,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_fatal_during_registration_accounting);
 	tcase_add_test(tc, test_revive_old_key_reaches_other_mr);
 	tcase_add_test(tc, test_fail_and_return_during_prefetch);
+	tcase_add_test(tc, test_quarantined_run_through_failure);
 	suite_add_tcase(s, tc);
 	return s;
 }
