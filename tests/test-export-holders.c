@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/* Review reproducer: ExportPd records each asking process in its domain (domain_note_export)
+ * for the hand-over, and nothing ever forgets one while the domain stays open: short-lived
+ * processes that each ask once grow the list (and the linear scan each ExportPd does) without
+ * bound, though only running holders are handed over. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "control/client.h"
+#include "control/manager.h"
+#include "core/domain.h"
+#include "test-daemon.h"
+#include "wire.h"
+#include "check-run.h"
+
+START_TEST(test_export_holders_bounded)
+{
+	const char *settings[] = { "mrd.provider=soft", "memory.window_size=4G",
+				   "memory.arena_size=64M", "memory.hugepages=no", NULL };
+	struct client *keeper;
+	int k, n = 3000;
+
+	ck_assert_int_eq(setenv("MRD_SOFT_EXPORT", "1", 1), 0);
+	td_start(settings);
+	k = td_hello_client(1000, &keeper); /* keeps the domain open */
+	(void)td_alloc(k, 2, 4096);
+	for (int i = 0; i < n; i++) {
+		/* pids no process has (pid_max is at most 4194304): each a process gone */
+		int fd = td_hello_client_of(4194304 + 1 + i, 1000, NULL);
+		Mrd__Request req = MRD__REQUEST__INIT;
+		Mrd__ExportPdRequest q = MRD__EXPORT_PD_REQUEST__INIT;
+		int fds[4];
+		size_t n_fds = 4;
+
+		req.id = 2;
+		req.body_case = MRD__REQUEST__BODY_EXPORT_PD;
+		req.export_pd = &q;
+		td_send_request(fd, &req, NULL, 0);
+		mrd__response__free_unpacked(td_expect_fds(fd, 2, 0, fds, &n_fds), NULL);
+		for (size_t j = 0; j < n_fds; j++)
+			close(fds[j]);
+		close(fd);
+		td_pump();
+	}
+	fprintf(stderr, "holders recorded: %zu after %d processes that are gone\n",
+		keeper->domain->n_exported_to, n);
+	ck_assert_msg(keeper->domain->n_exported_to < 100, "%zu holders recorded, none running",
+		      keeper->domain->n_exported_to);
+	close(k);
+	td_stop();
+	unsetenv("MRD_SOFT_EXPORT");
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("export-holders");
+	TCase *tc = tcase_create("holders");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_export_holders_bounded);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return run_suite(suite());
+}
