@@ -78,8 +78,29 @@ int ibv_dealloc_pd(struct ibv_pd *pd)
 	return 0;
 }
 
+static int dereg_fails; /* the next n ibv_dereg_mr fail with EBUSY (an MW bound to the MR) */
+static int live_mrs;
+
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+				unsigned int access)
+{
+	struct ibv_mr *mr = calloc(1, sizeof(*mr));
+
+	mr->pd = pd;
+	mr->addr = addr;
+	mr->length = length;
+	mr->lkey = mr->rkey = 0x100 + (uint32_t)live_mrs;
+	live_mrs++;
+	return mr;
+}
+
 int ibv_dereg_mr(struct ibv_mr *mr)
 {
+	if (dereg_fails > 0) {
+		dereg_fails--;
+		return EBUSY; /* the MR stays, pinned and reachable */
+	}
+	live_mrs--;
 	free(mr);
 	return 0;
 }
@@ -119,12 +140,46 @@ START_TEST(revive_with_pd_alloc_failure)
 }
 END_TEST
 
+/* The device is lost while an MR's dereg fails (EBUSY: a memory window an importer bound to
+ * it): verbs_lose forgets the kernel MR, and the later provider_dereg says 0, so mrd's
+ * quarantine lets the run go back and be punched while the kernel still holds the MR. */
+START_TEST(lose_forgets_a_kept_mr)
+{
+	struct verbs_provider vp = {};
+	struct provider_pd *pd;
+	struct provider_mr *mr;
+	static char buf[4096] __attribute__((aligned(4096)));
+
+	ck_assert_int_eq(pipe2(pipe_fds, O_CLOEXEC), 0);
+	vp.base.ops = &provider_verbs_ops;
+	pthread_mutex_init(&vp.base.lock, NULL);
+	pthread_rwlock_init(&vp.live, NULL);
+	LIST_INIT(&vp.pds);
+	LIST_INIT(&vp.mrs);
+	vp.base.caps.max_mr_size = 1ull << 40;
+	snprintf(vp.base.caps.device, sizeof(vp.base.caps.device), "fake0");
+	vp.ctx = ibv_open_device(&fake_dev);
+	pd_allocs_left = 1 << 30;
+	ck_assert_int_eq(provider_pd_alloc(&vp.base, &pd), 0);
+	ck_assert_int_eq(provider_reg(pd, buf, 4096, (uintptr_t)buf, MRD_ACCESS_LOCAL_WRITE, &mr), 0);
+	dereg_fails = 1 << 30; /* the window stays bound */
+	ck_assert_int_eq(provider_dereg(mr), -EBUSY); /* mrd quarantines the run */
+	provider_lose(&vp.base); /* the device's removal */
+	ck_assert_msg(provider_dereg(mr) < 0 || live_mrs == 0,
+		      "the dereg of an MR the kernel still holds (%d live) says 0 after the loss: the "
+		      "quarantine lets its run be punched and handed out", live_mrs);
+	close(pipe_fds[0]);
+	close(pipe_fds[1]);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("verbs-revive");
 	TCase *tc = tcase_create("revive");
 
 	tcase_add_test(tc, revive_with_pd_alloc_failure);
+	tcase_add_test(tc, lose_forgets_a_kept_mr);
 	suite_add_tcase(s, tc);
 	return s;
 }
