@@ -13,8 +13,9 @@
 #define MRD_EXPORT __attribute__((visibility("default")))
 
 struct mrd_client;
-/* -ESTALE, saying why, when the handle imported its PD before mrd restarted: the new mrd's
- * keys are for its own PD (client_pd_stale in libmrd.c); else 0. */
+/* -ESTALE, saying why, when the handle imported its PD before mrd restarted or before the
+ * device came back (the status page's pd_epoch moved): mrd's keys are for another PD
+ * (client_pd_stale in libmrd.c); else 0. */
 int client_pd_stale(struct mrd_client *client);
 
 struct mrd_client {
@@ -38,6 +39,7 @@ struct mrd_client {
 	 * keys are the new mrd's, for a PD the caller has not imported (client_pd_stale). */
 	bool pd_imported;
 	unsigned pd_epoch;
+	uint64_t pd_device_epoch; /* the status page's pd_epoch before that ExportPd (atomic) */
 	unsigned long n_held; /* allocations and attachments mrd holds for it: a reconnect must
 			       * get them all back */
 	pthread_mutex_t reconnect_lock; /* one mrd_client_reconnect() at a time */

@@ -60,6 +60,25 @@ START_TEST(test_importer_told_after_device_return)
 	ck_assert_msg(r == -ESTALE, "after the device's return a handle that imported the failed "
 		      "context's PD got keys %#x/%#x (before %#x) for the new PD: %d (%s)",
 		      k.lkey, k.rkey, before.rkey, r, r < 0 ? mrd_last_error() : "no error");
+	ck_assert_msg(strstr(mrd_last_error(), "came back") &&
+			      strstr(mrd_last_error(), "mrd_client_get_pd"),
+		      "%s", mrd_last_error());
+	/* The cache asks too (its entries went with the generation), and says the same. */
+	ck_assert_int_eq(mrd_cache_keys(l, p, &k), -ESTALE);
+	ck_assert_int_eq(mrd_keys_query(c, p, &k), -ESTALE); /* until imported again */
+	close(fd);
+	ck_assert_int_eq(mrd_client_get_pd(c, &fd, &handle), 0);
+	ck_assert_int_eq(mrd_keys_query(c, p, &k), 0);
+	ck_assert_int_eq(mrd_cache_keys(l, p, &k), 0);
+	/* A second return tells again. */
+	ck_assert_int_eq(write(events, "F", 1), 1);
+	for (int i = 0; i < 100 && (r = mrd_keys_query(c, p, &k)) != -ENODEV; i++)
+		usleep(50000);
+	ck_assert_int_eq(r, -ENODEV);
+	ck_assert_int_eq(write(events, "R", 1), 1);
+	for (int i = 0; i < 100 && (r = mrd_keys_query(c, p, &k)) == -ENODEV; i++)
+		usleep(50000);
+	ck_assert_int_eq(r, -ESTALE);
 	close(fd);
 	mrd_cache_free(l);
 	mrd_client_close(c);

@@ -27,6 +27,10 @@ int request_export_pd(struct client *c, struct domain *d, const Mrd__Request *re
 					  .pid = c->owner.mem.pid, .uid = c->owner.mem.uid,
 					  .start_time = mem_owner_start_time(&c->owner.mem),
 					  .session = c->owner.mem.session });
+	if (k == -EUSERS)
+		reply_set_message(r, "domain %s: its device context is held by %d running "
+				  "processes already, as many as mrd records for a hand-over",
+				  d->name, DOMAIN_HOLDERS_MAX);
 	if (k < 0) {
 		close(fd);
 		return k;

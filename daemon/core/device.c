@@ -151,6 +151,7 @@ static void device_return(struct core *core)
 	}
 	LIST_FOREACH(d, &core->domains, link) {
 		mr_cache_flush(&d->reg.cache); /* the table holds the old keys */
+		domain_pd_replaced(d);
 		domain_bump_generation(d);
 		domain_update_status(d);
 		if (device_watch_domain(d) < 0)

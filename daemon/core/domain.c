@@ -331,6 +331,20 @@ struct domain *domain_unref(struct domain *d)
 	return close_when_unheld(d);
 }
 
+/* Forgets the holders whose process is gone: only running ones can hold the context. */
+static void forget_gone_holders(struct domain *d)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < d->n_exported_to; i++) {
+		const struct context_holder *h = &d->exported_to[i];
+
+		if (!process_gone((pid_t)h->pid, h->uid, h->start_time))
+			d->exported_to[kept++] = *h;
+	}
+	d->n_exported_to = kept;
+}
+
 int domain_note_export(struct domain *d, const struct context_holder *h)
 {
 	struct context_holder *to;
@@ -338,12 +352,27 @@ int domain_note_export(struct domain *d, const struct context_holder *h)
 	for (size_t i = 0; i < d->n_exported_to; i++)
 		if (d->exported_to[i].pid == h->pid && d->exported_to[i].start_time == h->start_time)
 			return 0;
+	/* Each process that asks once would stay: the gone ones go whenever the list doubled
+	 * since the last look (a /proc read each, amortized over the asks), and at the bound. */
+	if (d->n_exported_to >= d->exported_check_at || d->n_exported_to >= DOMAIN_HOLDERS_MAX) {
+		forget_gone_holders(d);
+		d->exported_check_at = d->n_exported_to < 8 ? 16 : 2 * d->n_exported_to;
+	}
+	if (d->n_exported_to >= DOMAIN_HOLDERS_MAX)
+		return -EUSERS;
 	to = reallocarray(d->exported_to, d->n_exported_to + 1, sizeof(*to));
 	if (!to)
 		return -ENOMEM;
 	d->exported_to = to;
 	d->exported_to[d->n_exported_to++] = *h;
 	return 0;
+}
+
+void domain_pd_replaced(struct domain *d)
+{
+	/* They hold the failed context, which no hand-over has to keep alive for them. */
+	d->n_exported_to = 0;
+	status_page_bump_pd_epoch(&d->mem.status);
 }
 
 void domain_update_status(struct domain *d)

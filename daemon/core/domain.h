@@ -44,10 +44,19 @@ struct domain {
 	bool adopted; /* held open (domain_ref) while orphans (mem.orphans) wait */
 	struct context_holder *exported_to; /* each process once (domain_note_export) */
 	size_t n_exported_to;
+	size_t exported_check_at; /* the next look for gone holders, at this many */
 };
 
-/* h got the domain's device context: a hand-over names it (control/handover.c). */
+/* Running processes a domain's device context is recorded as exported to, at most. */
+#define DOMAIN_HOLDERS_MAX 4096
+
+/* h got the domain's device context: a hand-over names it (control/handover.c). Forgets
+ * holders whose process is gone; -EUSERS when DOMAIN_HOLDERS_MAX running ones hold it. */
 int domain_note_export(struct domain *d, const struct context_holder *h);
+/* The device came back (core/device.c): the domain's context and PD are new ones. Nobody
+ * holds the new context yet; clients that imported the old PD see the status page's pd_epoch
+ * move and must import again. */
+void domain_pd_replaced(struct domain *d);
 
 /* The domain named name, opened on first use; the caller holds a reference. Fails with
  * -EDQUOT when it already serves quota.clients clients. */

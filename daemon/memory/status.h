@@ -28,6 +28,12 @@ void status_page_bump_range(struct status_page *s, uint64_t start, uint64_t end)
 /* Keys of anything may have died (a flush, a restart): clients drop everything. */
 void status_page_bump(struct status_page *s);
 
+/* The domain's PD was replaced (common/status-page.h, layout 3). */
+static inline void status_page_bump_pd_epoch(struct status_page *s)
+{
+	__atomic_store_n(&s->page->pd_epoch, s->page->pd_epoch + 1, __ATOMIC_RELEASE);
+}
+
 static inline uint64_t status_page_generation(const struct status_page *s)
 {
 	return __atomic_load_n(&s->page->generation, __ATOMIC_ACQUIRE);
