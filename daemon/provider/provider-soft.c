@@ -652,9 +652,20 @@ static int slot_take(struct soft_provider *sp, struct soft_mr *mr)
 	return 0;
 }
 
+/* index is spent: never a key again (its chunk goes with its last). */
+static void slot_retire(struct soft_provider *sp, uint32_t index)
+{
+	struct soft_chunk **chunk = &sp->chunks[index / SOFT_CHUNK];
+
+	slot_of(sp, index)->mr = NULL;
+	if (++(*chunk)->spent == SOFT_CHUNK) {
+		free(*chunk);
+		*chunk = NULL;
+	}
+}
+
 static void slot_release(struct soft_provider *sp, struct soft_mr *mr)
 {
-	struct soft_chunk **chunk = &sp->chunks[mr->index / SOFT_CHUNK];
 	struct soft_slot *slot = slot_of(sp, mr->index);
 
 	slot->mr = NULL;
@@ -663,10 +674,8 @@ static void slot_release(struct soft_provider *sp, struct soft_mr *mr)
 	if (sp->keys_cached || slot->variant != SOFT_VARIANT_LAST) {
 		slot->next_free = sp->free_head;
 		sp->free_head = mr->index;
-	} else if (++(*chunk)->spent == SOFT_CHUNK) {
-		free(*chunk);
-		*chunk = NULL;
-	}
+	} else
+		slot_retire(sp, mr->index);
 }
 
 static struct soft_mr *key_lookup(struct soft_provider *sp, uint32_t key)
@@ -1296,7 +1305,59 @@ static void soft_lose(struct provider *p)
 	__atomic_store_n(&to_soft(p)->lost, true, __ATOMIC_RELEASE);
 }
 
-/* Each MR takes a new key: what a client held of the lost context is dead. */
+/* An index never handed out for mr, its first variant; -EKEYEXPIRED: none left. */
+static int slot_take_fresh(struct soft_provider *sp, struct soft_mr *mr)
+{
+	uint32_t index = sp->n_slots;
+	int r;
+
+	if (index >= sp->index_limit)
+		return -EKEYEXPIRED;
+	r = chunk_add(sp);
+	if (r < 0)
+		return r;
+	sp->n_slots++;
+	slot_of(sp, index)->mr = mr;
+	slot_of(sp, index)->variant = 1;
+	mr->index = index;
+	mr->base.lkey = mr->base.rkey = make_key(index, 1);
+	return 0;
+}
+
+/* keys_cached: the indexes the classes hold are spent, so no key from before comes back (a
+ * reset device's mkey cache starts empty). */
+static void classes_retire(struct soft_provider *sp)
+{
+	for (unsigned i = 0; i < sp->n_classes; i++) {
+		struct soft_key_class *c = &sp->classes[i];
+
+		while (c->head) {
+			uint32_t index = c->head;
+
+			c->head = slot_of(sp, index)->next_free;
+			slot_retire(sp, index);
+		}
+	}
+}
+
+/* Each MR takes a fresh index and its old one is spent: no key from before the failure names
+ * any MR again (released, they would come back, and same-size mlx5 MRs swap keys). */
+static void rekey_fresh(struct soft_provider *sp, struct soft_mr *mr)
+{
+	uint32_t old = mr->index;
+	struct soft_slot *slot = slot_of(sp, old);
+
+	if (slot_take_fresh(sp, mr) == 0) {
+		slot_retire(sp, old);
+		return;
+	}
+	/* None left: it keeps its index, so an old key names nothing but itself. */
+	log_warning("soft: no fresh key for an MR made again: it keeps its index");
+	if (!sp->keys_cached && slot->variant != SOFT_VARIANT_LAST)
+		slot->variant++;
+	mr->base.lkey = mr->base.rkey = make_key(old, slot->variant);
+}
+
 static int soft_revive(struct provider *p)
 {
 	struct soft_provider *sp = to_soft(p);
@@ -1326,11 +1387,10 @@ static int soft_revive(struct provider *p)
 			}
 			mrs[n++] = mr;
 		}
+	if (sp->keys_cached)
+		classes_retire(sp);
 	for (size_t i = 0; i < n; i++)
-		slot_release(sp, mrs[i]);
-	for (size_t i = 0; i < n; i++)
-		if (slot_take(sp, mrs[i]) < 0) /* keys used up: it keeps its dead key */
-			log_warning("soft: no key left for an MR made again");
+		rekey_fresh(sp, mrs[i]);
 	free(mrs);
 	sp->base.caps.port_active = soft_device_port_active();
 	__atomic_store_n(&sp->lost, false, __ATOMIC_RELEASE);
