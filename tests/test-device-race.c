@@ -355,6 +355,65 @@ START_TEST(test_quarantined_run_through_failure)
 }
 END_TEST
 
+static void pump_for(double seconds)
+{
+	double t0 = now_s();
+
+	while (now_s() - t0 < seconds) {
+		td_pump();
+		usleep(1000);
+	}
+}
+
+/* The device returns, but one domain's context cannot be made again (the first two tries):
+ * the return is all or nothing, so no other domain's context stays open, its MRs registered
+ * again, while the device still counts as failed (a second failure or removal would find it). */
+START_TEST(test_partial_return)
+{
+	int a, b;
+	uint64_t addr_a, addr_b;
+	struct domain *da, *db = NULL, *d;
+	struct provider_stats ps;
+
+	start();
+	a = td_hello_client(1000, NULL);
+	b = td_hello_client(1001, NULL);
+	ck_assert_int_eq(setenv("MRD_SOFT_REVIVE_FAIL", "2", 1), 0);
+	addr_a = td_alloc(a, 1, 64 * 1024); /* A's context opens with the knob */
+	unsetenv("MRD_SOFT_REVIVE_FAIL");
+	da = domain_of(addr_a);
+	addr_b = td_alloc(b, 1, 64 * 1024);
+	LIST_FOREACH(d, &td_manager->core.domains, link)
+		if (d != da && d->mem.allocated_bytes > 0)
+			db = d;
+	ck_assert_ptr_nonnull(db);
+	ck_assert_ptr_eq(LIST_FIRST(&td_manager->core.domains), db); /* revived before A */
+	td_lookup(a, 2, addr_a, 0, NULL);
+	td_lookup(b, 2, addr_b, 0, NULL);
+	inject('F');
+	pump_until(&td_manager->core.device.failed, true);
+	inject('R');
+	pump_for(1.2); /* one or two ticks: A's context refused each */
+	ck_assert(td_manager->core.device.failed);
+	provider_stats(db->reg.provider, &ps);
+	ck_assert_msg(ps.mrs == 0 && ps.pinned_bytes == 0, "the device counts as failed, yet "
+		      "domain B's context is open again with %llu MR(s) (%llu bytes pinned)",
+		      (unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes);
+	pump_until(&td_manager->core.device.failed, false); /* the third try: all back */
+	provider_stats(db->reg.provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 1);
+	provider_stats(da->reg.provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 1);
+	td_lookup(a, 3, addr_a, 0, NULL);
+	td_lookup(b, 3, addr_b, 0, NULL);
+	td_free(a, 4, addr_a, 0);
+	td_free(b, 4, addr_b, 0);
+	close(a);
+	close(b);
+	stop();
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("device-race");
@@ -366,6 +425,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_revive_old_key_reaches_other_mr);
 	tcase_add_test(tc, test_fail_and_return_during_prefetch);
 	tcase_add_test(tc, test_quarantined_run_through_failure);
+	tcase_add_test(tc, test_partial_return);
 	suite_add_tcase(s, tc);
 	return s;
 }
