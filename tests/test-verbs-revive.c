@@ -135,6 +135,8 @@ START_TEST(revive_with_pd_alloc_failure)
 	pd_allocs_left = 1 << 30; /* the next tick: both come back */
 	ck_assert_int_eq(provider_revive(&vp.base), 0);
 	ck_assert_int_eq(bad_deallocs, 0);
+	ck_assert_int_eq(provider_pd_free(a), 0);
+	ck_assert_int_eq(provider_pd_free(b), 0);
 	close(pipe_fds[0]);
 	close(pipe_fds[1]);
 }
