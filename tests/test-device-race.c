@@ -241,6 +241,53 @@ START_TEST(test_revive_old_key_reaches_other_mr)
 }
 END_TEST
 
+/* mlx5's keys: an MR deregistered before the failure leaves its mkey in the cache; after the
+ * return (a reset device's cache starts empty) a new MR of that size must not get that key. */
+START_TEST(test_revive_cached_key_not_reused)
+{
+	static char buf[2][4096] __attribute__((aligned(4096)));
+	unsigned rw = MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ;
+	struct provider *p;
+	struct provider_pd *pd;
+	struct provider_mr *mr, *kept, *again;
+	struct provider_event ev;
+	uint32_t old, kept_old;
+
+	snprintf(dir, sizeof(dir), "/tmp/mrd-test-device-race.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(fifo, sizeof(fifo), "%s/events", dir);
+	ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+	ck_assert_int_eq(setenv("MRD_SOFT_EVENTS", fifo, 1), 0);
+	ck_assert_int_eq(setenv("MRD_SOFT_KEYS", "mlx5", 1), 0);
+	events_fd = open(fifo, O_RDWR | O_CLOEXEC);
+	ck_assert_int_eq(provider_soft_ops.open(NULL, &p), 0);
+	ck_assert_int_eq(provider_pd_alloc(p, &pd), 0);
+	ck_assert_int_eq(provider_reg(pd, buf[0], 4096, (uintptr_t)buf[0], rw, &mr), 0);
+	ck_assert_int_eq(provider_reg(pd, buf[1], 4096, (uintptr_t)buf[1], rw, &kept), 0);
+	old = mr->rkey;
+	kept_old = kept->rkey;
+	ck_assert_int_eq(provider_dereg(mr), 0); /* its mkey goes to the 1-page cache entry */
+	inject('F');
+	ck_assert_int_eq(provider_read_event(p, &ev), 0);
+	provider_lose(p);
+	inject('R');
+	ck_assert_int_eq(provider_revive(p), 0);
+	ck_assert_uint_ne(kept->rkey, kept_old);
+	ck_assert_int_eq(provider_reg(pd, buf[0], 4096, (uintptr_t)buf[0], rw, &again), 0);
+	ck_assert_msg(again->rkey != old && again->rkey != kept_old, "a key from before the failure "
+		      "(%#x) names a new MR after the return", again->rkey);
+	ck_assert_int_eq(provider_dereg(again), 0);
+	ck_assert_int_eq(provider_dereg(kept), 0);
+	ck_assert_int_eq(provider_pd_free(pd), 0);
+	provider_close(p);
+	unsetenv("MRD_SOFT_KEYS");
+	unsetenv("MRD_SOFT_EVENTS");
+	close(events_fd);
+	unlink(fifo);
+	rmdir(dir);
+}
+END_TEST
+
 /* A prefetch of on-demand memory held in its advice (off the provider's lock) while the device
  * fails and comes back; then everything is freed: nothing stays pinned, counted or alive. */
 START_TEST(test_fail_and_return_during_prefetch)
@@ -355,6 +402,65 @@ START_TEST(test_quarantined_run_through_failure)
 }
 END_TEST
 
+static void pump_for(double seconds)
+{
+	double t0 = now_s();
+
+	while (now_s() - t0 < seconds) {
+		td_pump();
+		usleep(1000);
+	}
+}
+
+/* The device returns, but one domain's context cannot be made again (the first two tries):
+ * the return is all or nothing, so no other domain's context stays open, its MRs registered
+ * again, while the device still counts as failed (a second failure or removal would find it). */
+START_TEST(test_partial_return)
+{
+	int a, b;
+	uint64_t addr_a, addr_b;
+	struct domain *da, *db = NULL, *d;
+	struct provider_stats ps;
+
+	start();
+	a = td_hello_client(1000, NULL);
+	b = td_hello_client(1001, NULL);
+	ck_assert_int_eq(setenv("MRD_SOFT_REVIVE_FAIL", "2", 1), 0);
+	addr_a = td_alloc(a, 1, 64 * 1024); /* A's context opens with the knob */
+	unsetenv("MRD_SOFT_REVIVE_FAIL");
+	da = domain_of(addr_a);
+	addr_b = td_alloc(b, 1, 64 * 1024);
+	LIST_FOREACH(d, &td_manager->core.domains, link)
+		if (d != da && d->mem.allocated_bytes > 0)
+			db = d;
+	ck_assert_ptr_nonnull(db);
+	ck_assert_ptr_eq(LIST_FIRST(&td_manager->core.domains), db); /* revived before A */
+	td_lookup(a, 2, addr_a, 0, NULL);
+	td_lookup(b, 2, addr_b, 0, NULL);
+	inject('F');
+	pump_until(&td_manager->core.device.failed, true);
+	inject('R');
+	pump_for(1.2); /* one or two ticks: A's context refused each */
+	ck_assert(td_manager->core.device.failed);
+	provider_stats(db->reg.provider, &ps);
+	ck_assert_msg(ps.mrs == 0 && ps.pinned_bytes == 0, "the device counts as failed, yet "
+		      "domain B's context is open again with %llu MR(s) (%llu bytes pinned)",
+		      (unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes);
+	pump_until(&td_manager->core.device.failed, false); /* the third try: all back */
+	provider_stats(db->reg.provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 1);
+	provider_stats(da->reg.provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 1);
+	td_lookup(a, 3, addr_a, 0, NULL);
+	td_lookup(b, 3, addr_b, 0, NULL);
+	td_free(a, 4, addr_a, 0);
+	td_free(b, 4, addr_b, 0);
+	close(a);
+	close(b);
+	stop();
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("device-race");
@@ -364,8 +470,10 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_port_event_during_registration);
 	tcase_add_test(tc, test_fatal_during_registration_accounting);
 	tcase_add_test(tc, test_revive_old_key_reaches_other_mr);
+	tcase_add_test(tc, test_revive_cached_key_not_reused);
 	tcase_add_test(tc, test_fail_and_return_during_prefetch);
 	tcase_add_test(tc, test_quarantined_run_through_failure);
+	tcase_add_test(tc, test_partial_return);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -11,6 +11,7 @@
 #include "core/domain.h"
 #include "log.h"
 #include "provider/provider.h"
+#include "registration/registrar.h"
 #include "time-util.h"
 
 static void device_fail(struct core *core, const char *reason);
@@ -129,9 +130,13 @@ static void device_fail(struct core *core, const char *reason)
 static void device_return(struct core *core)
 {
 	struct device_watch *w = &core->device;
-	struct domain *d;
+	struct domain *d, *e;
 	int r;
 
+	/* Runs quarantined because their dereg failed go back first: a lost MR's dereg succeeds
+	 * (the kernel freed it), and one revived would pin the freed run again with a live key. */
+	LIST_FOREACH(d, &core->domains, link)
+		(void)registrar_retry_quarantine(&d->reg);
 	r = provider_revive(core->provider);
 	if (r < 0) {
 		if (!w->waiting_logged)
@@ -145,8 +150,12 @@ static void device_return(struct core *core)
 		if (r < 0) {
 			log_warning_errno(r, "device %s: domain %s cannot open it again: %m",
 					  core->provider->caps.device, d->name);
+			/* All or none: those made again let go, so the next tick (or the device's
+			 * removal, which waits for every context) finds each as the failure left it. */
+			LIST_FOREACH(e, &core->domains, link)
+				provider_lose(e->reg.provider);
 			provider_lose(core->provider);
-			return; /* the next tick tries every context again */
+			return;
 		}
 	}
 	LIST_FOREACH(d, &core->domains, link) {

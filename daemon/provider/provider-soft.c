@@ -24,6 +24,8 @@
  * ucontext will clean it", Linux 6.12 drivers/infiniband/core/rdma_core.c,
  * uverbs_destroy_uobject) and mlx5_dereg_mr keeps the handle (rdma-core
  * providers/mlx5/verbs.c), so the dereg can be tried again.
+ * $MRD_SOFT_REVIVE_FAIL=<n>: the context's next n revives fail with -EIO, staying lost (as a
+ * returned device may refuse one context: ibv_alloc_pd's ENOMEM), so a partial return is tested.
  * $MRD_SOFT_EXPORT=1: export_pd hands out a dup of a memfd standing for the context's command
  * descriptor (nothing can import it), so that what mrd does for exported contexts is tested. */
 #include <errno.h>
@@ -106,6 +108,7 @@ struct soft_provider {
 	bool lost;
 	bool destroy_when_failed; /* $RDMAV_ALLOW_DISASSOC_DESTROY, as libibverbs reads it */
 	unsigned dereg_fail; /* $MRD_SOFT_DEREG_FAIL: deregs and parks left to fail */
+	unsigned revive_fail; /* $MRD_SOFT_REVIVE_FAIL: revives left to fail */
 	bool exports;        /* $MRD_SOFT_EXPORT=1 */
 	int export_fd;       /* its stand-in command descriptor, made at the first export; -1 */
 	struct soft_key_class *classes;
@@ -327,10 +330,10 @@ static int dma_mode(const char **ret_no_dma)
 	return 0;
 }
 
-/* $MRD_SOFT_DEREG_FAIL, a test knob: how many deregs and parks fail (the top comment). */
-static int dereg_failures(unsigned *ret)
+/* A test knob that counts the next ops to fail ($name=<n>; unset: none). */
+static int count_knob(const char *name, const char *what, unsigned *ret)
 {
-	const char *e = getenv("MRD_SOFT_DEREG_FAIL");
+	const char *e = getenv(name);
 	unsigned long n;
 	char *end;
 
@@ -340,11 +343,23 @@ static int dereg_failures(unsigned *ret)
 	errno = 0;
 	n = strtoul(e, &end, 10);
 	if (errno || *end || n > UINT_MAX) {
-		log_error("MRD_SOFT_DEREG_FAIL=%s: not a count of deregs", e);
+		log_error("%s=%s: not a count of %s", name, e, what);
 		return -EINVAL;
 	}
 	*ret = (unsigned)n;
 	return 0;
+}
+
+/* $MRD_SOFT_DEREG_FAIL, a test knob: how many deregs and parks fail (the top comment). */
+static int dereg_failures(unsigned *ret)
+{
+	return count_knob("MRD_SOFT_DEREG_FAIL", "deregs", ret);
+}
+
+/* $MRD_SOFT_REVIVE_FAIL, a test knob: how many revives fail (the top comment). */
+static int revive_failures(unsigned *ret)
+{
+	return count_knob("MRD_SOFT_REVIVE_FAIL", "revives", ret);
 }
 
 /* $MRD_SOFT_EXPORT, a test knob: "1" exports a stand-in context, "0" or unset none. */
@@ -422,14 +437,15 @@ static int soft_open(const char *device, struct provider **ret)
 {
 	struct soft_provider *sp;
 	const char *no_dma;
-	unsigned bits, dereg_fail;
+	unsigned bits, dereg_fail, revive_fail;
 	bool keys_cached, exports;
 	struct soft_caps_knobs knobs;
 
 	if (device && strcmp(device, "soft") != 0)
 		return -ENODEV;
 	if (index_bits(&bits) < 0 || keys_mode(&keys_cached) < 0 || dma_mode(&no_dma) < 0 ||
-	    dereg_failures(&dereg_fail) < 0 || export_mode(&exports) < 0 ||
+	    dereg_failures(&dereg_fail) < 0 || revive_failures(&revive_fail) < 0 ||
+	    export_mode(&exports) < 0 ||
 	    caps_knobs((uintptr_t)sysconf(_SC_PAGESIZE), &knobs) < 0 || soft_device_open() < 0)
 		return -EINVAL;
 	sp = soft_device_failed() ? NULL : calloc(1, sizeof(*sp));
@@ -447,6 +463,7 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->keys_cached = keys_cached;
 	sp->destroy_when_failed = getenv("RDMAV_ALLOW_DISASSOC_DESTROY") != NULL;
 	sp->dereg_fail = dereg_fail;
+	sp->revive_fail = revive_fail;
 	sp->exports = exports;
 	sp->export_fd = -1;
 	if (rereg_mode(sp) < 0 || gate_open(sp) < 0) {
@@ -652,9 +669,20 @@ static int slot_take(struct soft_provider *sp, struct soft_mr *mr)
 	return 0;
 }
 
+/* index is spent: never a key again (its chunk goes with its last). */
+static void slot_retire(struct soft_provider *sp, uint32_t index)
+{
+	struct soft_chunk **chunk = &sp->chunks[index / SOFT_CHUNK];
+
+	slot_of(sp, index)->mr = NULL;
+	if (++(*chunk)->spent == SOFT_CHUNK) {
+		free(*chunk);
+		*chunk = NULL;
+	}
+}
+
 static void slot_release(struct soft_provider *sp, struct soft_mr *mr)
 {
-	struct soft_chunk **chunk = &sp->chunks[mr->index / SOFT_CHUNK];
 	struct soft_slot *slot = slot_of(sp, mr->index);
 
 	slot->mr = NULL;
@@ -663,10 +691,8 @@ static void slot_release(struct soft_provider *sp, struct soft_mr *mr)
 	if (sp->keys_cached || slot->variant != SOFT_VARIANT_LAST) {
 		slot->next_free = sp->free_head;
 		sp->free_head = mr->index;
-	} else if (++(*chunk)->spent == SOFT_CHUNK) {
-		free(*chunk);
-		*chunk = NULL;
-	}
+	} else
+		slot_retire(sp, mr->index);
 }
 
 static struct soft_mr *key_lookup(struct soft_provider *sp, uint32_t key)
@@ -1296,7 +1322,59 @@ static void soft_lose(struct provider *p)
 	__atomic_store_n(&to_soft(p)->lost, true, __ATOMIC_RELEASE);
 }
 
-/* Each MR takes a new key: what a client held of the lost context is dead. */
+/* An index never handed out for mr, its first variant; -EKEYEXPIRED: none left. */
+static int slot_take_fresh(struct soft_provider *sp, struct soft_mr *mr)
+{
+	uint32_t index = sp->n_slots;
+	int r;
+
+	if (index >= sp->index_limit)
+		return -EKEYEXPIRED;
+	r = chunk_add(sp);
+	if (r < 0)
+		return r;
+	sp->n_slots++;
+	slot_of(sp, index)->mr = mr;
+	slot_of(sp, index)->variant = 1;
+	mr->index = index;
+	mr->base.lkey = mr->base.rkey = make_key(index, 1);
+	return 0;
+}
+
+/* keys_cached: the indexes the classes hold are spent, so no key from before comes back (a
+ * reset device's mkey cache starts empty). */
+static void classes_retire(struct soft_provider *sp)
+{
+	for (unsigned i = 0; i < sp->n_classes; i++) {
+		struct soft_key_class *c = &sp->classes[i];
+
+		while (c->head) {
+			uint32_t index = c->head;
+
+			c->head = slot_of(sp, index)->next_free;
+			slot_retire(sp, index);
+		}
+	}
+}
+
+/* Each MR takes a fresh index and its old one is spent: no key from before the failure names
+ * any MR again (released, they would come back, and same-size mlx5 MRs swap keys). */
+static void rekey_fresh(struct soft_provider *sp, struct soft_mr *mr)
+{
+	uint32_t old = mr->index;
+	struct soft_slot *slot = slot_of(sp, old);
+
+	if (slot_take_fresh(sp, mr) == 0) {
+		slot_retire(sp, old);
+		return;
+	}
+	/* None left: it keeps its index, so an old key names nothing but itself. */
+	log_warning("soft: no fresh key for an MR made again: it keeps its index");
+	if (!sp->keys_cached && slot->variant != SOFT_VARIANT_LAST)
+		slot->variant++;
+	mr->base.lkey = mr->base.rkey = make_key(old, slot->variant);
+}
+
 static int soft_revive(struct provider *p)
 {
 	struct soft_provider *sp = to_soft(p);
@@ -1307,6 +1385,10 @@ static int soft_revive(struct provider *p)
 		return 0;
 	if (soft_device_failed())
 		return -ENODEV;
+	if (sp->revive_fail) {
+		sp->revive_fail--;
+		return -EIO;
+	}
 	for (uint32_t c = 0; c < sp->n_chunks; c++)
 		for (unsigned i = 0; sp->chunks[c] && i < SOFT_CHUNK; i++) {
 			struct soft_mr *mr = sp->chunks[c]->slot[i].mr;
@@ -1326,11 +1408,10 @@ static int soft_revive(struct provider *p)
 			}
 			mrs[n++] = mr;
 		}
+	if (sp->keys_cached)
+		classes_retire(sp);
 	for (size_t i = 0; i < n; i++)
-		slot_release(sp, mrs[i]);
-	for (size_t i = 0; i < n; i++)
-		if (slot_take(sp, mrs[i]) < 0) /* keys used up: it keeps its dead key */
-			log_warning("soft: no key left for an MR made again");
+		rekey_fresh(sp, mrs[i]);
 	free(mrs);
 	sp->base.caps.port_active = soft_device_port_active();
 	__atomic_store_n(&sp->lost, false, __ATOMIC_RELEASE);

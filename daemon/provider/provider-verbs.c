@@ -22,6 +22,15 @@
 struct verbs_pd;
 struct verbs_mr;
 
+/* A lost context kept open for the MRs whose dereg failed when it was lost (verbs_lose): the
+ * kernel still holds them, pinned, and their later dereg goes through this context (closing
+ * it would free what libibverbs' ibv_dereg_mr reads, mr->context). Closed with the last. */
+struct verbs_kept {
+	LIST_ENTRY(verbs_kept) link;
+	struct ibv_context *ctx;
+	unsigned mrs;
+};
+
 struct verbs_provider {
 	struct provider base;
 	struct ibv_context *ctx; /* NULL once lost (verbs_lose) */
@@ -31,6 +40,7 @@ struct verbs_provider {
 	 * element is mrd's only when it is one of these PDs' loopback QPs or CQs. */
 	LIST_HEAD(, verbs_pd) pds;
 	LIST_HEAD(, verbs_mr) mrs;
+	LIST_HEAD(, verbs_kept) kept;
 	char dev_path[256]; /* the device's uverbs sysfs node: gone once its removal began */
 	/* advise runs without the provider's lock: lose waits for it (write) */
 	pthread_rwlock_t live;
@@ -51,6 +61,7 @@ struct verbs_mr {
 	LIST_ENTRY(verbs_mr) link;
 	bool lost;       /* let go with its device (verbs_lose): registered again on revive */
 	struct ibv_mr *mr;
+	struct verbs_kept *kept; /* lost, but its dereg failed: mr lives on in kept->ctx */
 	uint64_t pinned; /* bytes the kernel pinned for it (0 for ODP) */
 	unsigned ibv_access; /* what the device MR grants now: nothing while parked */
 	bool parked;     /* on the parking page (verbs_park) */
@@ -231,6 +242,7 @@ static int verbs_open(const char *device, struct provider **ret)
 	pthread_rwlock_init(&vp->live, NULL);
 	LIST_INIT(&vp->pds);
 	LIST_INIT(&vp->mrs);
+	LIST_INIT(&vp->kept);
 	r = open_context(vp, device);
 	if (r < 0) {
 		pthread_rwlock_destroy(&vp->live);
@@ -280,9 +292,15 @@ static int verbs_open(const char *device, struct provider **ret)
 static void verbs_close(struct provider *p)
 {
 	struct verbs_provider *vp = to_verbs(p);
+	struct verbs_kept *k;
 
 	if (vp->ctx)
 		(void)ibv_close_device(vp->ctx);
+	while ((k = LIST_FIRST(&vp->kept))) {
+		LIST_REMOVE(k, link);
+		(void)ibv_close_device(k->ctx);
+		free(k);
+	}
 	if (vp->parking)
 		munmap(vp->parking, vp->base.caps.page_size);
 	pthread_rwlock_destroy(&vp->live);
@@ -386,7 +404,12 @@ static int verbs_dereg(struct provider_mr *base)
 		return r;
 	LIST_REMOVE(vmr, link);
 	base->pd->n_mrs--;
-	if (vmr->lost)
+	if (vmr->kept && --vmr->kept->mrs == 0) {
+		(void)ibv_close_device(vmr->kept->ctx);
+		LIST_REMOVE(vmr->kept, link);
+		free(vmr->kept);
+	}
+	if (vmr->lost && !vmr->kept)
 		; /* counted nowhere since its device went */
 	else if (vmr->parked)
 		vp->stats.parked--;
@@ -706,20 +729,27 @@ static bool verbs_gone(struct provider *p)
 static void verbs_lose(struct provider *p)
 {
 	struct verbs_provider *vp = to_verbs(p);
+	struct verbs_kept *kept;
 	struct verbs_mr *vmr;
 	struct verbs_pd *vpd;
 
 	if (!vp->ctx)
 		return;
+	kept = calloc(1, sizeof(*kept));
 	pthread_rwlock_wrlock(&vp->live);
 	LIST_FOREACH(vmr, &vp->mrs, link) {
 		if (vmr->lost)
 			continue;
-		if (vmr->mr)
-			(void)ibv_dereg_mr(vmr->mr);
-		vmr->mr = NULL;
 		vmr->lost = true;
 		vmr->base.lkey = vmr->base.rkey = 0;
+		/* Refused (a device not disassociated, e.g. a window bound to it): it stays, and
+		 * counted, so verbs_dereg tries again and mrd's quarantine holds its run. */
+		if (vmr->mr && ibv_dereg_mr(vmr->mr) != 0 && kept) {
+			vmr->kept = kept;
+			kept->mrs++;
+			continue;
+		}
+		vmr->mr = NULL; /* refused, but no memory for kept: forgotten */
 		if (vmr->parked)
 			vp->stats.parked--;
 		else
@@ -727,15 +757,22 @@ static void verbs_lose(struct provider *p)
 		vp->stats.pinned_bytes -= vmr->pinned;
 		vmr->pinned = 0;
 	}
-	LIST_FOREACH(vpd, &vp->pds, link) {
+	LIST_FOREACH(vpd, &vp->pds, link) { /* NULL ones: a revive that failed partway */
 		pthread_mutex_lock(&vpd->dma_lock);
 		verbs_loopback_free(vpd->loopback);
 		vpd->loopback = NULL;
-		(void)ibv_dealloc_pd(vpd->pd);
+		if (vpd->pd)
+			(void)ibv_dealloc_pd(vpd->pd); /* EBUSY under a kept MR: goes with kept->ctx */
 		vpd->pd = NULL;
 		pthread_mutex_unlock(&vpd->dma_lock);
 	}
-	(void)ibv_close_device(vp->ctx);
+	if (kept && kept->mrs) {
+		kept->ctx = vp->ctx;
+		LIST_INSERT_HEAD(&vp->kept, kept, link);
+	} else {
+		(void)ibv_close_device(vp->ctx);
+		free(kept);
+	}
 	vp->ctx = NULL;
 	pthread_rwlock_unlock(&vp->live);
 }
@@ -792,6 +829,8 @@ static int verbs_revive(struct provider *p)
 	}
 	/* One that fails stays lost: only dereg remains of it (its keys are 0). */
 	LIST_FOREACH(vmr, &vp->mrs, link) {
+		if (vmr->kept)
+			continue; /* the old MR still: only its dereg remains */
 		r = register_again(vp, vmr);
 		if (r < 0)
 			log_warning_errno(r, "verbs: %s: cannot register [0x%llx, +%llu) again: %m",
