@@ -1025,6 +1025,8 @@ END_TEST
  * device that hands a released key out again unchanged, as mlx5's mkey cache does). */
 START_TEST(test_old_rkey_refused_over_reuse)
 {
+	enum { CYCLES = 1000 };
+	static uint32_t gone[CYCLES];
 	mrd_client *c = connect_ok();
 	mrd_cache *l;
 	struct mrd_keys src, old, now;
@@ -1036,15 +1038,26 @@ START_TEST(test_old_rkey_refused_over_reuse)
 	ck_assert_int_eq(mrd_cache_keys(l, s, &src), 0);
 	ck_assert_int_eq(mrd_cache_keys(l, p, &old), 0);
 	strcpy(s, "stale");
-	for (int i = 0; i < 1000; i++) {
+	/* Each cycle: the new key is none of the 1,000 freed before it (mrd(8): dead until the
+	 * domain released 1,024 more MRs), and a write through one of them is refused — the
+	 * previous one on even cycles, an older one on odd ones. */
+	for (int i = 0; i < CYCLES; i++) {
+		uint32_t dead;
+
+		gone[i] = old.rkey;
 		ck_assert_int_eq(mrd_mem_free(c, p), 0);
 		ck_assert_int_eq(mrd_mem_alloc(c, 64 * 1024, 0, 0, (void **)&q), 0);
 		ck_assert_ptr_eq(q, p); /* the same address and size */
 		ck_assert_int_eq(mrd_cache_keys(l, p, &now), 0);
+		for (int j = 0; j <= i; j++)
+			ck_assert_msg(now.rkey != gone[j],
+				      "cycle %d: the new rkey 0x%x is that of the allocation freed %d "
+				      "cycles ago", i, now.rkey, i - j);
+		dead = i % 2 ? gone[i - (i % (i + 1)) / 2] : old.rkey;
 		p[0] = 0;
-		ck_assert_msg(mrd_dma(c, MRD_DMA_WRITE, src.lkey, s, old.rkey, p, 6) == -ENOKEY,
+		ck_assert_msg(mrd_dma(c, MRD_DMA_WRITE, src.lkey, s, dead, p, 6) == -ENOKEY,
 			      "cycle %d: the freed allocation's rkey 0x%x reached its address", i,
-			      old.rkey);
+			      dead);
 		ck_assert_int_eq(p[0], 0);
 		ck_assert_int_eq(mrd_dma(c, MRD_DMA_WRITE, src.lkey, s, now.rkey, p, 6), 0);
 		ck_assert_str_eq(p, "stale");

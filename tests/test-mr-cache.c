@@ -209,19 +209,37 @@ START_TEST(test_old_rkey_refused_over_reuse)
 	Mrd__MrEntry esrc, old, now;
 	struct provider_stats ps;
 
+	/* Every key of the last KEY_WINDOW frees stays dead (the guarantee, key-quarantine.h:
+	 * until KEY_QUARANTINE_MRS more are released): the new key is none of them, and each
+	 * cycle one of them, the previous first, then older ones, tries a write. */
+	enum { KEY_WINDOW = 1000 };
+	uint32_t *gone = calloc(KEY_QUARANTINE_MRS + 100, sizeof(*gone));
+
+	ck_assert_ptr_nonnull(gone);
 	lookup(fd, id++, &src, 1, 0, &esrc);
 	lookup(fd, id++, &a, 1, 0, &old);
 	memcpy((void *)(uintptr_t)src, "stale!!", 8);
 	for (int i = 0; i < KEY_QUARANTINE_MRS + 100; i++) {
+		Mrd__MrEntry dead = old;
+
+		gone[i] = old.rkey;
 		td_free(fd, id++, a, 0);
 		ck_assert_uint_eq(td_alloc(fd, id++, 64 * 1024), a);
 		lookup(fd, id++, &a, 1, 0, &now);
+		for (int j = i < KEY_WINDOW ? 0 : i - KEY_WINDOW + 1; j <= i; j++)
+			ck_assert_msg(now.rkey != gone[j],
+				      "cycle %d: the new rkey 0x%x is that of the allocation freed %d "
+				      "cycles ago", i, now.rkey, i - j);
+		if (i % 2) /* an older one: the key freed i % KEY_WINDOW / 2 cycles before */
+			dead.rkey = gone[i - (i % (i < KEY_WINDOW ? i + 1 : KEY_WINDOW)) / 2];
 		memset((void *)(uintptr_t)a, 0, 8);
-		td_dma(fd, id++, PROVIDER_DMA_WRITE, &esrc, src, &old, a, 8, ENOKEY);
-		ck_assert_msg(*(char *)(uintptr_t)a == 0, "cycle %d: the old rkey wrote", i);
+		td_dma(fd, id++, PROVIDER_DMA_WRITE, &esrc, src, &dead, a, 8, ENOKEY);
+		ck_assert_msg(*(char *)(uintptr_t)a == 0, "cycle %d: the old rkey 0x%x wrote", i,
+			      dead.rkey);
 		td_dma(fd, id++, PROVIDER_DMA_WRITE, &esrc, src, &now, a, 8, 0);
 		old = now;
 	}
+	free(gone);
 	provider_stats(c->domain->reg.provider, &ps);
 	ck_assert_uint_eq(ps.parked, c->domain->reg.provider->caps.keys_come_back ?
 					     KEY_QUARANTINE_MRS : 0);

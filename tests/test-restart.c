@@ -110,8 +110,9 @@ static uint8_t *attach(mrd_client *c, size_t len)
 	return p;
 }
 
-/* A child process holding 1 MiB of mrd memory until it is killed. */
-static pid_t child_holding_memory(void)
+/* A child process that runs work (true: it holds what it made), tells the parent, and
+ * sleeps until it is killed. */
+static pid_t child_holding(bool (*work)(void))
 {
 	int pipefd[2];
 	char ok = 0;
@@ -121,11 +122,7 @@ static pid_t child_holding_memory(void)
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		mrd_client *c = NULL;
-		void *p;
-
-		ok = mrd_client_connect(mrd.socket, &c) == 0 &&
-		     mrd_mem_alloc(c, 1 * MiB, 0, 0, &p) == 0;
+		ok = work();
 		(void)!write(pipefd[1], &ok, 1);
 		for (;;)
 			pause();
@@ -135,6 +132,20 @@ static pid_t child_holding_memory(void)
 	ck_assert(ok);
 	close(pipefd[0]);
 	return pid;
+}
+
+/* 1 MiB of mrd memory. */
+static bool hold_memory(void)
+{
+	mrd_client *c = NULL;
+	void *p;
+
+	return mrd_client_connect(mrd.socket, &c) == 0 && mrd_mem_alloc(c, 1 * MiB, 0, 0, &p) == 0;
+}
+
+static pid_t child_holding_memory(void)
+{
+	return child_holding(hold_memory);
 }
 
 /* Waits up to 10 s (a few checks of reconnect_grace) for the count of waiting allocations. */
@@ -281,35 +292,23 @@ static void mrctl_json(const char *view)
 
 /* A child that imports the domain's context (mrd_client_get_pd) after registering 1 MiB, and
  * holds the descriptor until it is killed. $MRD_SOFT_EXPORT=1 makes soft export one. */
+static bool import_context(void)
+{
+	mrd_client *c = NULL;
+	mrd_cache *l;
+	struct mrd_keys k;
+	uint32_t handle;
+	int fd = -1;
+	void *p;
+
+	return mrd_client_connect(mrd.socket, &c) == 0 && mrd_cache_new(c, &l) == 0 &&
+	       mrd_mem_alloc(c, 1 * MiB, 0, 0, &p) == 0 && mrd_cache_keys(l, p, &k) == 0 &&
+	       mrd_client_get_pd(c, &fd, &handle) == 0;
+}
+
 static pid_t child_importing_context(void)
 {
-	int pipefd[2];
-	char ok = 0;
-	pid_t pid;
-
-	ck_assert_int_eq(pipe2(pipefd, O_CLOEXEC), 0);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		mrd_client *c = NULL;
-		mrd_cache *l;
-		struct mrd_keys k;
-		uint32_t handle;
-		int fd = -1;
-		void *p;
-
-		ok = mrd_client_connect(mrd.socket, &c) == 0 && mrd_cache_new(c, &l) == 0 &&
-		     mrd_mem_alloc(c, 1 * MiB, 0, 0, &p) == 0 && mrd_cache_keys(l, p, &k) == 0 &&
-		     mrd_client_get_pd(c, &fd, &handle) == 0;
-		(void)!write(pipefd[1], &ok, 1);
-		for (;;)
-			pause();
-	}
-	close(pipefd[1]);
-	ck_assert_int_eq(read(pipefd[0], &ok, 1), 1);
-	ck_assert(ok);
-	close(pipefd[0]);
-	return pid;
+	return child_holding(import_context);
 }
 
 /* A client that imported the domain's context keeps the old mrd's context after a restart:

@@ -244,7 +244,7 @@ kill "$MRD"
 wait "$MRD"
 result "mrd exits cleanly on SIGTERM" $? "$(tail -n 5 /tmp/mrd.log)"
 
-# 9. Soft-iWARP (siw.ko, built by rdma-vm.sh: Debian ships none) on lo: the provider contract
+# 10. Soft-iWARP (siw.ko, built by rdma-vm.sh: Debian ships none) on lo: the provider contract
 # and mrd on it. An iWARP RC QP connects only through rdma_cm, so mrd offers no DMA there.
 if [ -e /siw.skip ]; then
 	report SKIP "rdma link add siw0 type siw netdev lo" "no siw.ko: $(cat /siw.skip)"
@@ -275,4 +275,22 @@ if [ -e /sys/class/infiniband/siw0 ]; then
 	wait "$MRD_SIW"
 	result "mrd on siw0 exits cleanly on SIGTERM" $? "$(tail -n 5 /tmp/mrd-siw.log)"
 fi
+# 11. The freed buffer's key on the soft provider in both key modes: variant (a reused index
+# takes a new key byte, as rxe's random one) and mlx5 (a released key comes back unchanged,
+# LIFO per size, as mlx5's mkey cache): mrd's key quarantine keeps it refused in both.
+for mode in variant mlx5; do
+	SOFT_SOCK=/run/mrd-soft-$mode.sock
+	MRD_SOFT_KEYS=$mode mrd --foreground --no-bus --provider soft --config /tmp/mrd.conf \
+		--socket "$SOFT_SOCK" > /tmp/mrd-soft-$mode.log 2>&1 &
+	MRD_SOFT=$!
+	for _ in $(seq 100); do [ -S "$SOFT_SOCK" ] && break; sleep 0.1; done
+	timeout 120 mrd-demo "$SOFT_SOCK" > /tmp/demo-soft-$mode.txt 2>&1
+	rc=$?
+	grep -q '^sender: the same DMA after free: Required key not available' \
+		/tmp/demo-soft-$mode.txt
+	result "mrd-demo on soft, MRD_SOFT_KEYS=$mode: the freed buffer's key is refused" \
+		$((rc | $?)) "$(tail -n 3 /tmp/demo-soft-$mode.txt; tail -n 3 /tmp/mrd-soft-$mode.log)"
+	kill "$MRD_SOFT"
+	wait "$MRD_SOFT"
+done
 finish
