@@ -256,6 +256,38 @@ START_TEST(test_fatal_during_registration_loop_serves)
 }
 END_TEST
 
+/* The domain's only client leaves while its context waits, marked lost, for the held
+ * registration: the domain stays until the context let go (its lose job holds it), then
+ * closes; the device returns with no domain left (ASan: nothing used after its free). */
+START_TEST(test_fatal_during_registration_client_leaves)
+{
+	int a;
+	uint64_t addr;
+
+	start();
+	a = td_hello_client(1000, NULL);
+	addr = td_alloc(a, 1, 2 * MiB);
+	td_send_lookup(a, 2, addr);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r');
+	inject('F');
+	pump_until(&td_manager->core.device.failed, true);
+	close(a);
+	for (int i = 0; i < 100; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert_uint_eq(td_manager->core.device.losing, 1);
+	ck_assert_uint_eq(td_manager->core.n_domains, 1); /* held by the lose job */
+	soft_gate_release(gate, 1);
+	td_pump_until_zero(&td_manager->core.device.losing);
+	td_wait_domains_closed();
+	inject('R');
+	pump_until(&td_manager->core.device.failed, false);
+	stop();
+}
+END_TEST
+
 /* mlx5's keys (MRD_SOFT_KEYS=mlx5): after the device's return each MR is made again; a key
  * a peer kept from before the failure must reach nothing, least of all another MR's memory. */
 START_TEST(test_revive_old_key_reaches_other_mr)
@@ -430,6 +462,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_port_event_during_registration);
 	tcase_add_test(tc, test_fatal_during_registration_accounting);
 	tcase_add_test(tc, test_fatal_during_registration_loop_serves);
+	tcase_add_test(tc, test_fatal_during_registration_client_leaves);
 	tcase_add_test(tc, test_revive_old_key_reaches_other_mr);
 	tcase_add_test(tc, test_fail_and_return_during_prefetch);
 	tcase_add_test(tc, test_quarantined_run_through_failure);
