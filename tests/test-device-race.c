@@ -190,6 +190,104 @@ START_TEST(test_fatal_during_registration_accounting)
 }
 END_TEST
 
+/* DEVICE_FATAL while a worker's registration is held in the provider: the loop marks the
+ * context lost and goes on serving (another client's Ping answered, its Lookup refused at
+ * once with ENODEV), the context lets go once the registration ends (device.losing back to
+ * 0), and the device's return waits for that; then everything adds up to nothing. */
+START_TEST(test_fatal_during_registration_loop_serves)
+{
+	int a, b;
+	uint64_t addr, small;
+	pthread_t t;
+	double t0, waited;
+	struct domain *d;
+	struct provider_stats ps;
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
+
+	start();
+	a = td_hello_client(1000, NULL);
+	b = td_hello_client(1000, NULL);
+	addr = td_alloc(a, 1, 2 * MiB);
+	small = td_alloc(b, 1, 64 * 1024);
+	d = domain_of(addr);
+	td_send_lookup(a, 2, addr);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r'); /* a worker holds the provider */
+	ck_assert_int_eq(pthread_create(&t, NULL, release_later, NULL), 0);
+
+	inject('F');
+	t0 = now_s();
+	pump_until(&td_manager->core.device.failed, true);
+	req.id = 3;
+	req.body_case = MRD__REQUEST__BODY_PING;
+	req.ping = &ping;
+	td_send_request(b, &req, NULL, 0);
+	mrd__response__free_unpacked(td_expect(b, 3, 0), NULL);
+	td_lookup(b, 4, small, ENODEV, NULL);
+	waited = now_s() - t0;
+	ck_assert_msg(waited < 1.5, "the loop stood still %.1f s behind a worker's registration "
+		      "after DEVICE_FATAL (another client's Ping waited)", waited);
+	ck_assert_uint_eq(td_manager->core.device.losing, 1); /* the registration still holds it */
+	inject('R');
+	for (int i = 0; i < 1200; i++) { /* the timer ticks: no return before the loss ended */
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert(td_manager->core.device.failed);
+	pthread_join(t, NULL);
+	mrd__response__free_unpacked(td_expect(a, 2, 0), NULL);
+	td_pump_until_zero(&td_manager->core.device.losing);
+	pump_until(&td_manager->core.device.failed, false);
+	td_lookup(a, 5, addr, 0, NULL);
+	td_free(a, 6, addr, 0);
+	td_free(b, 7, small, 0);
+	for (int i = 0; i < 2000 && d->mem.allocated_bytes; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	provider_stats(d->reg.provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 0);
+	ck_assert_uint_eq(ps.pinned_bytes, 0);
+	ck_assert_uint_eq(d->reg.cache.charges.pinned_bytes, 0);
+	close(a);
+	close(b);
+	stop();
+}
+END_TEST
+
+/* The domain's only client leaves while its context waits, marked lost, for the held
+ * registration: the domain stays until the context let go (its lose job holds it), then
+ * closes; the device returns with no domain left (ASan: nothing used after its free). */
+START_TEST(test_fatal_during_registration_client_leaves)
+{
+	int a;
+	uint64_t addr;
+
+	start();
+	a = td_hello_client(1000, NULL);
+	addr = td_alloc(a, 1, 2 * MiB);
+	td_send_lookup(a, 2, addr);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r');
+	inject('F');
+	pump_until(&td_manager->core.device.failed, true);
+	close(a);
+	for (int i = 0; i < 100; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert_uint_eq(td_manager->core.device.losing, 1);
+	ck_assert_uint_eq(td_manager->core.n_domains, 1); /* held by the lose job */
+	soft_gate_release(gate, 1);
+	td_pump_until_zero(&td_manager->core.device.losing);
+	td_wait_domains_closed();
+	inject('R');
+	pump_until(&td_manager->core.device.failed, false);
+	stop();
+}
+END_TEST
+
 /* mlx5's keys (MRD_SOFT_KEYS=mlx5): after the device's return each MR is made again; a key
  * a peer kept from before the failure must reach nothing, least of all another MR's memory. */
 START_TEST(test_revive_old_key_reaches_other_mr)
@@ -469,6 +567,8 @@ static Suite *suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_port_event_during_registration);
 	tcase_add_test(tc, test_fatal_during_registration_accounting);
+	tcase_add_test(tc, test_fatal_during_registration_loop_serves);
+	tcase_add_test(tc, test_fatal_during_registration_client_leaves);
 	tcase_add_test(tc, test_revive_old_key_reaches_other_mr);
 	tcase_add_test(tc, test_revive_cached_key_not_reused);
 	tcase_add_test(tc, test_fail_and_return_during_prefetch);

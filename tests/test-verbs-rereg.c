@@ -131,6 +131,7 @@ static void setup(void)
 	memset(&vp, 0, sizeof(vp));
 	vp.base.ops = &provider_verbs_ops;
 	pthread_mutex_init(&vp.base.lock, NULL);
+	pthread_mutex_init(&vp.base.event_lock, NULL);
 	vp.base.caps.page_size = (uint32_t)ps;
 	vp.base.caps.max_mr_size = 1ull << 40;
 	vp.ctx = (struct ibv_context *)&vp; /* never dereferenced by the fake */

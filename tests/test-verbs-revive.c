@@ -115,6 +115,7 @@ START_TEST(revive_with_pd_alloc_failure)
 	ck_assert_int_eq(pipe2(pipe_fds, O_CLOEXEC), 0);
 	vp.base.ops = &provider_verbs_ops;
 	pthread_mutex_init(&vp.base.lock, NULL);
+	pthread_mutex_init(&vp.base.event_lock, NULL);
 	pthread_rwlock_init(&vp.live, NULL);
 	LIST_INIT(&vp.pds);
 	LIST_INIT(&vp.mrs);
@@ -155,6 +156,7 @@ START_TEST(lose_forgets_a_kept_mr)
 	ck_assert_int_eq(pipe2(pipe_fds, O_CLOEXEC), 0);
 	vp.base.ops = &provider_verbs_ops;
 	pthread_mutex_init(&vp.base.lock, NULL);
+	pthread_mutex_init(&vp.base.event_lock, NULL);
 	pthread_rwlock_init(&vp.live, NULL);
 	LIST_INIT(&vp.pds);
 	LIST_INIT(&vp.mrs);

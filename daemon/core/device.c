@@ -101,7 +101,46 @@ void device_unwatch_domain(struct domain *d)
 	unwatch(&d->device_event);
 }
 
-/* Every context lets go, before anything else: a removal waits for the last to close. */
+/* A domain's context let go on a worker: lose waits for the op in progress there (a
+ * registration holds the provider's lock for seconds, a verbs prefetch or Dma their own). The
+ * job holds the domain until done. */
+struct lose_job {
+	struct registrar_work base;
+	struct core *core;
+};
+
+static void lose_run(struct registrar_work *w)
+{
+	provider_lose(w->reg->provider);
+}
+
+static void lose_done(struct registrar_work *w)
+{
+	struct lose_job *j = (struct lose_job *)w;
+
+	j->core->device.losing--;
+	log_debug("domain %s: its context let go of the failed device", w->reg->name);
+	free(j);
+}
+
+static void lose_domain(struct core *core, struct domain *d)
+{
+	struct lose_job *j;
+
+	provider_mark_lost(d->reg.provider); /* every op from now on fails fast */
+	j = *d->reg.workers ? calloc(1, sizeof(*j)) : NULL;
+	if (!j) { /* no worker (or no memory): here, as it was */
+		provider_lose(d->reg.provider);
+		return;
+	}
+	j->core = core;
+	core->device.losing++;
+	registrar_start(&d->reg, &j->base, lose_run, lose_done, true);
+}
+
+/* Every context lets go, before anything else: a removal waits for the last to close. Never
+ * waits: each domain's provider is marked lost at once, and let go on a worker (lose_domain);
+ * the core's context, which no worker uses, here. */
 static void device_fail(struct core *core, const char *reason)
 {
 	struct device_watch *w = &core->device;
@@ -118,7 +157,7 @@ static void device_fail(struct core *core, const char *reason)
 		    "mrd reopens it when it returns", core->provider->caps.device, reason);
 	LIST_FOREACH(d, &core->domains, link) {
 		device_unwatch_domain(d);
-		provider_lose(d->reg.provider);
+		lose_domain(core, d);
 		domain_bump_generation(d);
 		domain_update_status(d);
 	}
@@ -133,6 +172,8 @@ static void device_return(struct core *core)
 	struct domain *d, *e;
 	int r;
 
+	if (w->losing > 0)
+		return; /* a context still waits for an op to end before it lets go */
 	/* Runs quarantined because their dereg failed go back first: a lost MR's dereg succeeds
 	 * (the kernel freed it), and one revived would pin the freed run again with a live key. */
 	LIST_FOREACH(d, &core->domains, link)

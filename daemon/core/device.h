@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /* The device's lifecycle (mrd(8), DEVICES): every context mrd opened on it — the core's, and
  * each domain's — has its async event fd on the loop. DEVICE_FATAL (or the device found gone:
- * a removal on rxe, siw or efa sends nothing) fails the device at once: every context lets go
- * of its MRs and is closed (so that a removal can end), every domain's generation moves, and
- * requests that need the device are refused with -ENODEV and a message that says so. A timer
- * tries to open the device again by name each second; once it is back every context is made
- * again, with its PDs and MRs (new keys), and the generations move again. */
+ * a removal on rxe, siw or efa sends nothing) fails the device at once: every context is
+ * marked lost (each op on it fails fast with -ENODEV), every domain's generation moves, and
+ * requests that need the device are refused with -ENODEV and a message that says so; each
+ * domain's context lets go of its MRs and is closed (so that a removal can end) on a worker,
+ * once the op it may be in ends, for the loop never waits for one (the core's, which no
+ * worker uses, at once). Events are read under the provider's event_lock, never its lock,
+ * for the same reason. A timer tries to open the device again by name each second (once every
+ * context let go); once it is back every context is made again, with its PDs and MRs (new
+ * keys), and the generations move again. */
 #pragma once
 
 #include <stdbool.h>
@@ -24,6 +28,9 @@ struct device_watch {
 	uint64_t since;      /* realtime seconds */
 	bool port_active;
 	bool waiting_logged;
+	/* Domains' contexts marked lost whose lose job (on a worker, behind the op in progress)
+	 * has not ended: the device's return waits for them. */
+	unsigned losing;
 	uint64_t failures, returns, events, foreign_events;
 	uint64_t foreign_log_usec;
 };

@@ -455,6 +455,7 @@ static int soft_open(const char *device, struct provider **ret)
 	}
 	sp->base.ops = &provider_soft_ops;
 	pthread_mutex_init(&sp->base.lock, NULL);
+	pthread_mutex_init(&sp->base.event_lock, NULL);
 	pthread_cond_init(&sp->idle, NULL);
 	sp->page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
 	sp->populate = populate_works(sp->page_size);
@@ -471,6 +472,7 @@ static int soft_open(const char *device, struct provider **ret)
 		soft_device_close();
 		pthread_cond_destroy(&sp->idle);
 		pthread_mutex_destroy(&sp->base.lock);
+		pthread_mutex_destroy(&sp->base.event_lock);
 		free(sp);
 		return -EINVAL;
 	}
@@ -528,6 +530,7 @@ static void soft_close(struct provider *p)
 	free(sp->chunks);
 	pthread_cond_destroy(&sp->idle);
 	pthread_mutex_destroy(&sp->base.lock);
+	pthread_mutex_destroy(&sp->base.event_lock);
 	free(sp);
 }
 
@@ -1300,19 +1303,22 @@ static void soft_stats(const struct provider *p, struct provider_stats *ret)
 		ret->mrs = ret->parked = ret->pinned_bytes = 0;
 }
 
+/* The event path (event_lock, not the provider's): the lost flag and the shared device,
+ * which has its own lock. */
 static int soft_event_fd(struct provider *p)
 {
-	return to_soft(p)->lost ? -1 : soft_device_fd();
+	return __atomic_load_n(&to_soft(p)->lost, __ATOMIC_ACQUIRE) ? -1 : soft_device_fd();
 }
 
 static int soft_read_event(struct provider *p, struct provider_event *ret)
 {
-	return to_soft(p)->lost ? -EAGAIN : soft_device_read_event(ret);
+	return __atomic_load_n(&to_soft(p)->lost, __ATOMIC_ACQUIRE) ? -EAGAIN :
+	       soft_device_read_event(ret);
 }
 
 static bool soft_gone(struct provider *p)
 {
-	return !to_soft(p)->lost && soft_device_removed();
+	return !__atomic_load_n(&to_soft(p)->lost, __ATOMIC_ACQUIRE) && soft_device_removed();
 }
 
 /* Its keys stop reaching memory (soft_dead refuses every transfer); the pins stay, as the

@@ -239,6 +239,7 @@ static int verbs_open(const char *device, struct provider **ret)
 		return -ENOMEM;
 	vp->base.ops = &provider_verbs_ops;
 	pthread_mutex_init(&vp->base.lock, NULL);
+	pthread_mutex_init(&vp->base.event_lock, NULL);
 	pthread_rwlock_init(&vp->live, NULL);
 	LIST_INIT(&vp->pds);
 	LIST_INIT(&vp->mrs);
@@ -247,6 +248,7 @@ static int verbs_open(const char *device, struct provider **ret)
 	if (r < 0) {
 		pthread_rwlock_destroy(&vp->live);
 		pthread_mutex_destroy(&vp->base.lock);
+		pthread_mutex_destroy(&vp->base.event_lock);
 		free(vp);
 		return r;
 	}
@@ -256,6 +258,7 @@ static int verbs_open(const char *device, struct provider **ret)
 		ibv_close_device(vp->ctx);
 		pthread_rwlock_destroy(&vp->live);
 		pthread_mutex_destroy(&vp->base.lock);
+		pthread_mutex_destroy(&vp->base.event_lock);
 		free(vp);
 		return r;
 	}
@@ -305,6 +308,7 @@ static void verbs_close(struct provider *p)
 		munmap(vp->parking, vp->base.caps.page_size);
 	pthread_rwlock_destroy(&vp->live);
 	pthread_mutex_destroy(&vp->base.lock);
+	pthread_mutex_destroy(&vp->base.event_lock);
 	free(vp);
 }
 
@@ -325,9 +329,29 @@ static int verbs_pd_alloc(struct provider *p, struct provider_pd **ret)
 	}
 	pthread_mutex_init(&vpd->dma_lock, NULL);
 	vpd->base.provider = p;
+	pthread_mutex_lock(&p->event_lock); /* owns_element walks the PDs */
 	LIST_INSERT_HEAD(&to_verbs(p)->pds, vpd, link);
+	pthread_mutex_unlock(&p->event_lock);
 	*ret = &vpd->base;
 	return 0;
+}
+
+/* The loopback's QPs and CQs are the event elements owns_element knows: made and destroyed
+ * under event_lock, so that no event of them is read in between, and left unacknowledged (a
+ * destroy waits for the acknowledgement of each event the kernel reported, rdma-core
+ * libibverbs/cmd_qp.c ibv_cmd_destroy_qp). Both are a few device commands, not long. */
+static int loopback_set(struct verbs_pd *vpd, struct ibv_pd *pd)
+{
+	pthread_mutex_t *l = &vpd->base.provider->event_lock;
+	int r = 0;
+
+	pthread_mutex_lock(l);
+	verbs_loopback_free(vpd->loopback);
+	vpd->loopback = NULL;
+	if (pd)
+		r = verbs_loopback_new(pd, &vpd->loopback);
+	pthread_mutex_unlock(l);
+	return r;
 }
 
 static int verbs_pd_free(struct provider_pd *base)
@@ -337,12 +361,13 @@ static int verbs_pd_free(struct provider_pd *base)
 
 	if (base->n_mrs > 0)
 		return -EBUSY;
-	verbs_loopback_free(vpd->loopback); /* its QPs hold the PD */
-	vpd->loopback = NULL;
+	loopback_set(vpd, NULL); /* its QPs hold the PD */
 	r = vpd->pd ? verbs_ret(ibv_dealloc_pd(vpd->pd)) : 0; /* NULL: lost with its device */
 	if (r < 0)
 		return r;
+	pthread_mutex_lock(&base->provider->event_lock);
 	LIST_REMOVE(vpd, link);
+	pthread_mutex_unlock(&base->provider->event_lock);
 	pthread_mutex_destroy(&vpd->dma_lock);
 	free(vpd);
 	return 0;
@@ -616,20 +641,22 @@ static int verbs_dma(struct provider_pd *base, enum provider_dma_op op, uint32_t
 	if (!vpd->pd)
 		r = -ENODEV;
 	else if (!vpd->loopback)
-		r = verbs_loopback_new(vpd->pd, &vpd->loopback);
+		r = loopback_set(vpd, vpd->pd);
 	if (r == 0)
 		r = verbs_loopback_transfer(vpd->loopback, op == PROVIDER_DMA_READ, lkey, laddr,
 					    rkey, raddr, length);
 	/* Anything but a refused key (or a range refused before posting) may be the port or its
 	 * address gone: the next Dma makes a loopback afresh (verbs-loopback.h). */
-	if (r < 0 && r != -EKEYREJECTED && r != -EFAULT && vpd->loopback) {
-		verbs_loopback_free(vpd->loopback);
-		vpd->loopback = NULL;
-	}
+	if (r < 0 && r != -EKEYREJECTED && r != -EFAULT && vpd->loopback)
+		(void)loopback_set(vpd, NULL);
 	pthread_mutex_unlock(&vpd->dma_lock);
 	return r;
 }
 
+/* The event path runs under event_lock alone (provider.h): ctx, the PDs and their loopbacks
+ * change under it. ibv_get_async_event is one read(2) of async_fd and the driver's
+ * async_event op; ibv_ack_async_event locks the element's own mutex (rdma-core
+ * libibverbs/device.c): neither touches what the provider's lock guards. */
 static int verbs_event_fd(struct provider *p)
 {
 	return to_verbs(p)->ctx ? to_verbs(p)->ctx->async_fd : -1;
@@ -759,13 +786,13 @@ static void verbs_lose(struct provider *p)
 	}
 	LIST_FOREACH(vpd, &vp->pds, link) { /* NULL ones: a revive that failed partway */
 		pthread_mutex_lock(&vpd->dma_lock);
-		verbs_loopback_free(vpd->loopback);
-		vpd->loopback = NULL;
+		(void)loopback_set(vpd, NULL);
 		if (vpd->pd)
 			(void)ibv_dealloc_pd(vpd->pd); /* EBUSY under a kept MR: goes with kept->ctx */
 		vpd->pd = NULL;
 		pthread_mutex_unlock(&vpd->dma_lock);
 	}
+	pthread_mutex_lock(&p->event_lock); /* the event path reads ctx */
 	if (kept && kept->mrs) {
 		kept->ctx = vp->ctx;
 		LIST_INSERT_HEAD(&vp->kept, kept, link);
@@ -774,6 +801,7 @@ static void verbs_lose(struct provider *p)
 		free(kept);
 	}
 	vp->ctx = NULL;
+	pthread_mutex_unlock(&p->event_lock);
 	pthread_rwlock_unlock(&vp->live);
 }
 
@@ -815,7 +843,9 @@ static int verbs_revive(struct provider *p)
 	if (vp->ctx)
 		return 0;
 	snprintf(name, sizeof(name), "%s", vp->base.caps.device);
+	pthread_mutex_lock(&p->event_lock); /* the event path reads ctx */
 	r = open_context(vp, name);
+	pthread_mutex_unlock(&p->event_lock);
 	if (r < 0)
 		return r;
 	vp->base.caps.port_active = port_active(vp->ctx);

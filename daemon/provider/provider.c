@@ -43,6 +43,9 @@ int provider_advise(struct provider_mr *mr, enum provider_advice advice, uint64_
 {
 	uint64_t max = mr->pd->provider->caps.advise_max;
 
+	if (provider_lost(mr->pd->provider))
+		return -ENODEV; /* and a lose waiting for the prefetches in progress waits for no more */
+
 	/* Cut at multiples of max, page-aligned as it is: whole pages in every piece. */
 	while (max && length > max - iova % max) {
 		uint64_t piece = max - iova % max;

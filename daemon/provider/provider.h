@@ -182,14 +182,18 @@ struct provider_ops {
 	/* The device's lifecycle (mrd(8), DEVICES). The context's async event fd (O_NONBLOCK,
 	 * the provider's), -1 when it has none. */
 	int (*event_fd)(struct provider *p);
-	/* One event, or -EAGAIN when none is pending. */
+	/* One event, or -EAGAIN when none is pending. event_fd, read_event and gone run under
+	 * event_lock alone, never the provider's lock (the loop calls them while a worker may
+	 * register for seconds): they touch only what event_lock guards (verbs: the context
+	 * pointer and the set of mrd's event elements). */
 	int (*read_event)(struct provider *p, struct provider_event *ret);
 	/* Whether the device is gone (removed), though no event said so: rxe, siw and efa cannot
 	 * disassociate a context, so their removal waits, silently, until mrd closes it. */
 	bool (*gone)(struct provider *p);
 	/* The device failed: everything of the context is let go and the context closed (its
 	 * event fd with it). PDs and MRs stay as handles: dereg and pd_free succeed on them, every
-	 * other op fails with -ENODEV, and no key of them reaches memory. */
+	 * other op fails with -ENODEV, and no key of them reaches memory. It may wait for every op
+	 * in progress (verbs: a prefetch, a Dma): never on the loop (provider_lose). */
 	void (*lose)(struct provider *p);
 	/* After lose: the device opened again by name, each PD made again and each MR registered
 	 * again, with new keys (read them again); -ENODEV while the device is not back. */
@@ -203,6 +207,13 @@ struct provider {
 	 * they need): registrations also run on worker threads (daemon/base/worker-pool.h), and
 	 * no provider keeps its state thread-safe by itself. */
 	pthread_mutex_t lock;
+	/* event_fd, read_event and gone, and what of the provider they read (the ops' comment);
+	 * taken under lock, never the other way. */
+	pthread_mutex_t event_lock;
+	/* Set at once when the device fails (provider_mark_lost; atomic), before lose runs, and
+	 * cleared by a revive that worked: every op but dereg and pd_free fails with -ENODEV
+	 * from then on, without waiting for the lock, and no event is read. */
+	bool lost;
 };
 
 extern const struct provider_ops provider_soft_ops;
@@ -276,9 +287,29 @@ const char *provider_odp_gap(const struct provider_caps *c, unsigned access, cha
 		_r_;                                              \
 	})
 
+static inline bool provider_lost(const struct provider *p)
+{
+	return __atomic_load_n(&p->lost, __ATOMIC_ACQUIRE);
+}
+
+/* An op that needs the device: -ENODEV once it is lost, checked before and under the lock
+ * (an op that waited for the lock while the device failed does not reach it). */
+#define PROVIDER_LIVE(p, expr)                                                      \
+	(provider_lost(p) ? -ENODEV : PROVIDER_LOCKED(p, provider_lost(p) ? -ENODEV : (expr)))
+
+#define PROVIDER_EVENT_LOCKED(p, expr)                            \
+	({                                                        \
+		pthread_mutex_t *_l_ = &(p)->event_lock;          \
+		__typeof__(expr) _r_;                             \
+		pthread_mutex_lock(_l_);                          \
+		_r_ = (expr);                                     \
+		pthread_mutex_unlock(_l_);                        \
+		_r_;                                              \
+	})
+
 static inline int provider_pd_alloc(struct provider *p, struct provider_pd **ret)
 {
-	return PROVIDER_LOCKED(p, p->ops->pd_alloc(p, ret));
+	return PROVIDER_LIVE(p, p->ops->pd_alloc(p, ret));
 }
 
 static inline int provider_pd_free(struct provider_pd *pd)
@@ -296,7 +327,7 @@ static inline int provider_reg(struct provider_pd *pd, void *addr, size_t length
 		return r;
 	if (length == 0 || length > p->caps.max_mr_size)
 		return -EINVAL;
-	return PROVIDER_LOCKED(p, p->ops->reg(pd, addr, length, iova, access, ret));
+	return PROVIDER_LIVE(p, p->ops->reg(pd, addr, length, iova, access, ret));
 }
 
 /* Without PROVIDER_REREG_ACCESS the MR keeps its access; with it, the same rules as
@@ -318,7 +349,7 @@ static inline int provider_rereg(struct provider_mr *mr, unsigned flags, void *a
 		return -EINVAL;
 	if ((flags & PROVIDER_REREG_TRANSLATION) && (length == 0 || length > p->caps.max_mr_size))
 		return -EINVAL;
-	return PROVIDER_LOCKED(p, p->ops->rereg(mr, flags, addr, length, iova, access));
+	return PROVIDER_LIVE(p, p->ops->rereg(mr, flags, addr, length, iova, access));
 }
 
 static inline int provider_dereg(struct provider_mr *mr)
@@ -337,7 +368,7 @@ static inline int provider_park(struct provider_mr *mr)
 
 	if (!p->ops->park)
 		return -EOPNOTSUPP;
-	return PROVIDER_LOCKED(p, p->ops->park(mr));
+	return PROVIDER_LIVE(p, p->ops->park(mr));
 }
 
 /* In pieces of at most caps.advise_max bytes, unlocked: the op locks what it needs. */
@@ -346,7 +377,7 @@ int provider_advise(struct provider_mr *mr, enum provider_advice advice, uint64_
 
 static inline int provider_export_pd(struct provider_pd *pd, int *ret_fd, uint32_t *ret_handle)
 {
-	return PROVIDER_LOCKED(pd->provider, pd->provider->ops->export_pd(pd, ret_fd, ret_handle));
+	return PROVIDER_LIVE(pd->provider, pd->provider->ops->export_pd(pd, ret_fd, ret_handle));
 }
 
 static inline int provider_dma(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey,
@@ -356,6 +387,8 @@ static inline int provider_dma(struct provider_pd *pd, enum provider_dma_op op, 
 
 	if (!p->ops->dma || !p->caps.dma)
 		return -EOPNOTSUPP;
+	if (provider_lost(p))
+		return -ENODEV;
 	return p->ops->dma(pd, op, lkey, laddr, rkey, raddr, length);
 }
 
@@ -368,23 +401,37 @@ static inline int provider_invalidate(struct provider_mr *mr, uint64_t iova, siz
 	return PROVIDER_LOCKED(p, p->ops->invalidate(mr, iova, length));
 }
 
+/* The event path takes event_lock only: the loop reads events while a worker holds the
+ * provider's lock for seconds (a big registration pins). */
 static inline int provider_event_fd(struct provider *p)
 {
-	return p->ops->event_fd ? PROVIDER_LOCKED(p, p->ops->event_fd(p)) : -1;
+	return p->ops->event_fd ? PROVIDER_EVENT_LOCKED(p, p->ops->event_fd(p)) : -1;
 }
 
 static inline int provider_read_event(struct provider *p, struct provider_event *ret)
 {
-	return p->ops->read_event ? PROVIDER_LOCKED(p, p->ops->read_event(p, ret)) : -EAGAIN;
+	if (!p->ops->read_event || provider_lost(p))
+		return -EAGAIN;
+	return PROVIDER_EVENT_LOCKED(p, p->ops->read_event(p, ret));
 }
 
 static inline bool provider_gone(struct provider *p)
 {
-	return p->ops->gone && PROVIDER_LOCKED(p, p->ops->gone(p));
+	return p->ops->gone && !provider_lost(p) && PROVIDER_EVENT_LOCKED(p, p->ops->gone(p));
 }
 
+/* The device failed: from now on every op fails fast (struct provider, lost). Never blocks. */
+static inline void provider_mark_lost(struct provider *p)
+{
+	__atomic_store_n(&p->lost, true, __ATOMIC_RELEASE);
+}
+
+/* provider_mark_lost, then the context let go (ops->lose) once the op in progress ends: this
+ * waits for it, so the loop calls it only where no worker may hold p (core/device.c runs a
+ * domain's on a worker). */
 static inline void provider_lose(struct provider *p)
 {
+	provider_mark_lost(p);
 	pthread_mutex_lock(&p->lock);
 	p->ops->lose(p);
 	pthread_mutex_unlock(&p->lock);
@@ -392,7 +439,14 @@ static inline void provider_lose(struct provider *p)
 
 static inline int provider_revive(struct provider *p)
 {
-	return PROVIDER_LOCKED(p, p->ops->revive(p));
+	int r;
+
+	pthread_mutex_lock(&p->lock);
+	r = p->ops->revive(p);
+	if (r == 0)
+		__atomic_store_n(&p->lost, false, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&p->lock);
+	return r;
 }
 
 static inline void provider_stats(const struct provider *p, struct provider_stats *ret)
