@@ -189,6 +189,45 @@ START_TEST(lose_forgets_a_kept_mr)
 }
 END_TEST
 
+/* Review 2: the device returns while an MR's dereg was refused at the loss (kept). revive
+ * skips it: it stays with lkey = rkey = 0, and revive says 0. Nothing above knows: the
+ * domain's table is rebuilt from pmr->lkey/rkey (mr-cache.c entry_of) and lookups of that
+ * memory answer 0 with key 0 until it is freed. The MR must come back usable (a new one over
+ * the same memory, the old kept for its dereg) or be reported. */
+START_TEST(revive_leaves_kept_mr_keyless)
+{
+	struct verbs_provider vp = {};
+	struct provider_pd *pd;
+	struct provider_mr *mr;
+	static char buf[4096] __attribute__((aligned(4096)));
+
+	ck_assert_int_eq(pipe2(pipe_fds, O_CLOEXEC), 0);
+	vp.base.ops = &provider_verbs_ops;
+	pthread_mutex_init(&vp.base.lock, NULL);
+	pthread_mutex_init(&vp.base.event_lock, NULL);
+	pthread_rwlock_init(&vp.live, NULL);
+	LIST_INIT(&vp.pds);
+	LIST_INIT(&vp.mrs);
+	vp.base.caps.max_mr_size = 1ull << 40;
+	snprintf(vp.base.caps.device, sizeof(vp.base.caps.device), "fake0");
+	vp.ctx = ibv_open_device(&fake_dev);
+	pd_allocs_left = 1 << 30;
+	ck_assert_int_eq(provider_pd_alloc(&vp.base, &pd), 0);
+	ck_assert_int_eq(provider_reg(pd, buf, 4096, (uintptr_t)buf, MRD_ACCESS_LOCAL_WRITE, &mr), 0);
+	dereg_fails = 1; /* an importer's window bound to this live MR at the loss */
+	provider_lose(&vp.base);
+	ck_assert_int_eq(provider_revive(&vp.base), 0);
+	ck_assert_msg(mr->lkey != 0 && mr->rkey != 0,
+		      "after a revive that said 0, a live MR (in the domain's cache) has lkey %u "
+		      "rkey %u: lookups of its memory hand out key 0", mr->lkey, mr->rkey);
+	dereg_fails = 0;
+	ck_assert_int_eq(provider_dereg(mr), 0);
+	ck_assert_int_eq(provider_pd_free(pd), 0);
+	close(pipe_fds[0]);
+	close(pipe_fds[1]);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("verbs-revive");
@@ -196,6 +235,7 @@ static Suite *suite(void)
 
 	tcase_add_test(tc, revive_with_pd_alloc_failure);
 	tcase_add_test(tc, lose_forgets_a_kept_mr);
+	tcase_add_test(tc, revive_leaves_kept_mr_keyless);
 	suite_add_tcase(s, tc);
 	return s;
 }
