@@ -559,6 +559,61 @@ START_TEST(test_partial_return)
 }
 END_TEST
 
+/* Review 2: the registration a worker held when DEVICE_FATAL came ends after the loop marked
+ * the context lost and told every other client ENODEV: its Lookup is answered 0 with the
+ * keys of an MR on the failed device (the lose job deregisters it right after). */
+START_TEST(test_held_registration_answered_after_failure)
+{
+	int a;
+	uint64_t addr;
+	Mrd__Response *resp;
+
+	start();
+	a = td_hello_client(1000, NULL);
+	addr = td_alloc(a, 1, 2 * MiB);
+	td_send_lookup(a, 2, addr);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r');
+	inject('F');
+	pump_until(&td_manager->core.device.failed, true);
+	soft_gate_release(gate, 1);
+	resp = td_recv_reply(a, NULL, NULL);
+	ck_assert_ptr_nonnull(resp);
+	ck_assert_msg(resp->status == ENODEV, "a Lookup answered after the device failed (the "
+		      "loop told others ENODEV): status %d, lkey 0x%x", resp->status,
+		      resp->body_case == MRD__RESPONSE__BODY_MR_LOOKUP && resp->mr_lookup->n_entries ?
+		      resp->mr_lookup->entries[0]->lkey : 0);
+	mrd__response__free_unpacked(resp, NULL);
+	td_pump_until_zero(&td_manager->core.device.losing);
+	close(a);
+	stop();
+}
+END_TEST
+
+/* Review 2: mrd stops (SIGTERM: manager_free) while a domain's lose job waits behind a held
+ * registration: no hang once it ends, nothing used after its free (ASan). */
+START_TEST(test_stop_while_lose_waits)
+{
+	int a;
+	uint64_t addr;
+	pthread_t t;
+
+	start();
+	a = td_hello_client(1000, NULL);
+	addr = td_alloc(a, 1, 2 * MiB);
+	td_send_lookup(a, 2, addr);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r');
+	inject('F');
+	pump_until(&td_manager->core.device.failed, true);
+	ck_assert_uint_eq(td_manager->core.device.losing, 1);
+	ck_assert_int_eq(pthread_create(&t, NULL, release_later, NULL), 0);
+	close(a);
+	stop();
+	pthread_join(t, NULL);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("device-race");
@@ -574,6 +629,8 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_fail_and_return_during_prefetch);
 	tcase_add_test(tc, test_quarantined_run_through_failure);
 	tcase_add_test(tc, test_partial_return);
+	tcase_add_test(tc, test_held_registration_answered_after_failure);
+	tcase_add_test(tc, test_stop_while_lose_waits);
 	suite_add_tcase(s, tc);
 	return s;
 }
