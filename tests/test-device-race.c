@@ -614,6 +614,62 @@ START_TEST(test_stop_while_lose_waits)
 }
 END_TEST
 
+/* Review 2: two failures and returns in a row, with a freed allocation's MR parked in the
+ * pools and one live: once everything is freed and flushed nothing stays counted. */
+START_TEST(test_two_failures_counters)
+{
+	int a;
+	uint64_t x, y;
+	struct domain *d;
+	struct provider_stats ps;
+	struct flush_counts fc;
+
+	start();
+	a = td_hello_client(1000, NULL);
+	x = td_alloc(a, 1, 2 * MiB);
+	y = td_alloc(a, 2, 64 * 1024);
+	d = domain_of(x);
+	td_send_lookup(a, 3, x);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r');
+	soft_gate_release(gate, 1);
+	mrd__response__free_unpacked(td_expect(a, 3, 0), NULL);
+	td_lookup(a, 4, y, 0, NULL);
+	td_free(a, 5, y, 0);
+	for (int round = 0; round < 2; round++) {
+		inject('F');
+		pump_until(&td_manager->core.device.failed, true);
+		inject('R');
+		pump_until(&td_manager->core.device.failed, false);
+	}
+	provider_stats(d->reg.provider, &ps);
+	fprintf(stderr, "after F R F R: mrs %llu parked %llu pinned %llu host %llu\n",
+		(unsigned long long)ps.mrs, (unsigned long long)ps.parked,
+		(unsigned long long)ps.pinned_bytes,
+		(unsigned long long)td_manager->core.pinned_bytes);
+	td_free(a, 6, x, 0);
+	for (int i = 0; i < 2000 && d->mem.allocated_bytes; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	(void)domains_flush(&td_manager->core, NULL, true, true, &fc);
+	for (int i = 0; i < 500; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	provider_stats(d->reg.provider, &ps);
+	ck_assert_msg(ps.mrs + ps.parked == 0 && ps.pinned_bytes == 0 &&
+		      d->reg.cache.charges.pinned_bytes == 0 && td_manager->core.pinned_bytes == 0,
+		      "after two failures, all freed and flushed: mrs %llu parked %llu pinned %llu "
+		      "charges %llu host %llu", (unsigned long long)ps.mrs,
+		      (unsigned long long)ps.parked, (unsigned long long)ps.pinned_bytes,
+		      (unsigned long long)d->reg.cache.charges.pinned_bytes,
+		      (unsigned long long)td_manager->core.pinned_bytes);
+	close(a);
+	stop();
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("device-race");
@@ -631,6 +687,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_partial_return);
 	tcase_add_test(tc, test_held_registration_answered_after_failure);
 	tcase_add_test(tc, test_stop_while_lose_waits);
+	tcase_add_test(tc, test_two_failures_counters);
 	suite_add_tcase(s, tc);
 	return s;
 }
