@@ -12,6 +12,8 @@
 
 #include "check-run.h"
 #include "provider/provider-verbs.c"
+#include "provider/provider.c" /* provider_advise, as it cuts pieces */
+const struct provider_ops provider_soft_ops; /* provider.c names it; never used here */
 
 int verbs_loopback_new(struct ibv_pd *pd, struct verbs_loopback **ret) { return -EOPNOTSUPP; }
 void verbs_loopback_free(struct verbs_loopback *lb) {}
@@ -228,6 +230,66 @@ START_TEST(revive_leaves_kept_mr_keyless)
 }
 END_TEST
 
+/* Review 2: a prefetch in advise_max pieces while the device fails. provider_advise checks
+ * the lost flag once, before the first piece: the loop marks the provider lost during piece
+ * 1, yet every later piece still takes `live` for reading and runs ibv_advise_mr on the failed
+ * context, so the lose job (waiting for `live` for writing, glibc's rwlock preferring readers)
+ * waits for the whole prefetch, not for the piece in progress. */
+static struct verbs_context fake_vctx;
+static int advise_calls;
+static struct provider *advise_marks;
+
+static int fake_advise(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
+		       struct ibv_sge *sg_list, uint32_t num_sge)
+{
+	if (advise_calls++ == 0 && advise_marks)
+		provider_mark_lost(advise_marks); /* DEVICE_FATAL read by the loop meanwhile */
+	return 0;
+}
+
+START_TEST(advise_pieces_after_loss)
+{
+	struct verbs_provider vp = {};
+	struct provider_pd *pd;
+	struct provider_mr *mr;
+	static char buf[4 * 4096] __attribute__((aligned(4096)));
+	int r;
+
+	ck_assert_int_eq(pipe2(pipe_fds, O_CLOEXEC), 0);
+	vp.base.ops = &provider_verbs_ops;
+	pthread_mutex_init(&vp.base.lock, NULL);
+	pthread_mutex_init(&vp.base.event_lock, NULL);
+	pthread_rwlock_init(&vp.live, NULL);
+	LIST_INIT(&vp.pds);
+	LIST_INIT(&vp.mrs);
+	vp.base.caps.max_mr_size = 1ull << 40;
+	vp.base.caps.advise_max = 4096; /* four pieces */
+	vp.base.caps.odp = true;
+	snprintf(vp.base.caps.device, sizeof(vp.base.caps.device), "fake0");
+	fake_vctx.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
+	fake_vctx.sz = sizeof(fake_vctx);
+	fake_vctx.advise_mr = fake_advise;
+	fake_vctx.context.async_fd = pipe_fds[0];
+	fake_vctx.context.cmd_fd = pipe_fds[0];
+	vp.ctx = &fake_vctx.context;
+	pd_allocs_left = 1 << 30;
+	ck_assert_int_eq(provider_pd_alloc(&vp.base, &pd), 0);
+	ck_assert_int_eq(provider_reg(pd, buf, sizeof(buf), (uintptr_t)buf,
+				      MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_ON_DEMAND, &mr), 0);
+	advise_marks = &vp.base;
+	r = provider_advise(mr, PROVIDER_ADVISE_PREFETCH, (uintptr_t)buf, sizeof(buf));
+	ck_assert_msg(advise_calls == 1, "the provider was marked lost during piece 1 of 4, yet "
+		      "ibv_advise_mr ran %d times on the failed context (result %d): the lose job "
+		      "waits for the whole prefetch", advise_calls, r);
+	advise_marks = NULL;
+	provider_lose(&vp.base);
+	ck_assert_int_eq(provider_dereg(mr), 0);
+	ck_assert_int_eq(provider_pd_free(pd), 0);
+	close(pipe_fds[0]);
+	close(pipe_fds[1]);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("verbs-revive");
@@ -236,6 +298,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, revive_with_pd_alloc_failure);
 	tcase_add_test(tc, lose_forgets_a_kept_mr);
 	tcase_add_test(tc, revive_leaves_kept_mr_keyless);
+	tcase_add_test(tc, advise_pieces_after_loss);
 	suite_add_tcase(s, tc);
 	return s;
 }
