@@ -61,7 +61,10 @@ struct verbs_mr {
 	LIST_ENTRY(verbs_mr) link;
 	bool lost;       /* let go with its device (verbs_lose): registered again on revive */
 	struct ibv_mr *mr;
-	struct verbs_kept *kept; /* lost, but its dereg failed: mr lives on in kept->ctx */
+	/* Its registration on a lost context whose dereg failed (verbs_lose): it lives on in
+	 * kept->ctx until a dereg succeeds, beside mr, the one revive made on the new context. */
+	struct ibv_mr *kept_mr;
+	struct verbs_kept *kept;
 	uint64_t pinned; /* bytes the kernel pinned for it (0 for ODP) */
 	unsigned ibv_access; /* what the device MR grants now: nothing while parked */
 	bool parked;     /* on the parking page (verbs_park) */
@@ -424,9 +427,19 @@ static int verbs_dereg(struct provider_mr *base)
 	struct verbs_provider *vp = to_verbs(base->pd->provider);
 	int r;
 
-	r = vmr->mr ? verbs_ret(ibv_dereg_mr(vmr->mr)) : 0; /* NULL: lost in a failed rereg */
-	if (r < 0)
-		return r;
+	if (vmr->mr) { /* NULL: lost in a failed rereg, or with its device */
+		r = verbs_ret(ibv_dereg_mr(vmr->mr));
+		if (r < 0)
+			return r;
+		vmr->mr = NULL;
+		base->lkey = base->rkey = 0;
+	}
+	if (vmr->kept_mr) { /* refused again: only the old registration is left to dereg */
+		r = verbs_ret(ibv_dereg_mr(vmr->kept_mr));
+		if (r < 0)
+			return r;
+		vmr->kept_mr = NULL;
+	}
 	LIST_REMOVE(vmr, link);
 	base->pd->n_mrs--;
 	if (vmr->kept && --vmr->kept->mrs == 0) {
@@ -771,12 +784,16 @@ static void verbs_lose(struct provider *p)
 		vmr->base.lkey = vmr->base.rkey = 0;
 		/* Refused (a device not disassociated, e.g. a window bound to it): it stays, and
 		 * counted, so verbs_dereg tries again and mrd's quarantine holds its run. */
-		if (vmr->mr && ibv_dereg_mr(vmr->mr) != 0 && kept) {
+		if (vmr->mr && ibv_dereg_mr(vmr->mr) != 0 && kept && !vmr->kept_mr) {
+			vmr->kept_mr = vmr->mr;
+			vmr->mr = NULL;
 			vmr->kept = kept;
 			kept->mrs++;
 			continue;
 		}
-		vmr->mr = NULL; /* refused, but no memory for kept: forgotten */
+		vmr->mr = NULL; /* refused, but no memory for kept (or one kept already): forgotten */
+		if (vmr->kept_mr)
+			continue; /* counted still, as the registration a lost context kept */
 		if (vmr->parked)
 			vp->stats.parked--;
 		else
@@ -822,6 +839,8 @@ static int register_again(struct verbs_provider *vp, struct verbs_mr *vmr)
 	vmr->ibv_access = access; /* a parked one grants nothing, as verbs_park left it */
 	vmr->lost = false;
 	mr_sync(vmr, iova);
+	if (vmr->kept_mr)
+		return 0; /* counted still, as its old registration (which pins the same pages) */
 	if (!vmr->parked && !(vmr->base.access & MRD_ACCESS_ON_DEMAND))
 		vmr->pinned = page_span((uintptr_t)addr, length);
 	if (vmr->parked)
@@ -857,15 +876,20 @@ static int verbs_revive(struct provider *p)
 			return r;
 		}
 	}
-	/* One that fails stays lost: only dereg remains of it (its keys are 0). */
+	/* Every MR comes back, or the device does not: one left lost would hand out keys 0 from
+	 * the domain's table (rebuilt from them). One whose old registration the lost context
+	 * kept (kept_mr) gets a new one here too; the old waits for its dereg. */
 	LIST_FOREACH(vmr, &vp->mrs, link) {
-		if (vmr->kept)
-			continue; /* the old MR still: only its dereg remains */
+		if (!vmr->lost)
+			continue;
 		r = register_again(vp, vmr);
-		if (r < 0)
+		if (r < 0) {
 			log_warning_errno(r, "verbs: %s: cannot register [0x%llx, +%llu) again: %m",
 					  name, (unsigned long long)vmr->base.addr,
 					  (unsigned long long)vmr->base.length);
+			verbs_lose(p);
+			return r;
+		}
 	}
 	return 0;
 }

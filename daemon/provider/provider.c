@@ -41,22 +41,22 @@ const char *provider_strerror(const struct provider *p, int r)
 int provider_advise(struct provider_mr *mr, enum provider_advice advice, uint64_t iova,
 		    size_t length)
 {
-	uint64_t max = mr->pd->provider->caps.advise_max;
+	struct provider *p = mr->pd->provider;
+	uint64_t max = p->caps.advise_max;
 
-	if (provider_lost(mr->pd->provider))
-		return -ENODEV; /* and a lose waiting for the prefetches in progress waits for no more */
-
-	/* Cut at multiples of max, page-aligned as it is: whole pages in every piece. */
+	/* Cut at multiples of max, page-aligned as it is: whole pages in every piece. Lost, before
+	 * any piece: -ENODEV, so a lose waiting for the prefetches in progress waits for one piece
+	 * at most, not the rest of the range. */
 	while (max && length > max - iova % max) {
 		uint64_t piece = max - iova % max;
-		int r = mr->pd->provider->ops->advise(mr, advice, iova, (size_t)piece);
+		int r = provider_lost(p) ? -ENODEV : p->ops->advise(mr, advice, iova, (size_t)piece);
 
 		if (r < 0)
 			return r;
 		iova += piece;
 		length -= (size_t)piece;
 	}
-	return mr->pd->provider->ops->advise(mr, advice, iova, length);
+	return provider_lost(p) ? -ENODEV : p->ops->advise(mr, advice, iova, length);
 }
 
 const char *provider_odp_bits_name(uint32_t bits, char *buf, size_t size)

@@ -431,6 +431,13 @@ static void reg_job_done(struct registrar_work *w)
 	} else if (!adopt(c, a, j->rt.pmr, j->start, j->end)) {
 		drop(c, j->rt.pmr, j->start, j->end);
 		k = -ENOMEM;
+	} else if (provider_lost(r->provider)) {
+		/* The device failed while the worker registered: the MR is the cache's (the device's
+		 * return makes it again), but its keys are of the failed device. */
+		snprintf(why, sizeof(why), "device %s failed while [0x%" PRIx64 ", 0x%" PRIx64
+			 ") was being registered; mrd reopens it when it returns",
+			 r->provider->caps.device, j->start, j->end);
+		k = -ENODEV;
 	} else
 		e = (struct mr_entry){ j->start, j->end, j->rt.pmr->lkey, j->rt.pmr->rkey };
 	j->waiter->resume(j->waiter, k, k < 0 ? NULL : &e, why);
