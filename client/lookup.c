@@ -48,11 +48,14 @@ MRD_EXPORT int mrd_keys_query(mrd_client *client, const void *addr, struct mrd_k
 	r = client_call(client, &req, &resp, NULL);
 	if (r < 0)
 		return r;
-	if (resp->body_case != MRD__RESPONSE__BODY_MR_LOOKUP || resp->mr_lookup->n_entries != 1 ||
-	    address < resp->mr_lookup->entries[0]->start ||
-	    address >= resp->mr_lookup->entries[0]->end)
+	/* Again: a device that came back while the call was in flight answered for its new PD. */
+	r = client_pd_stale(client);
+	if (r == 0 && (resp->body_case != MRD__RESPONSE__BODY_MR_LOOKUP ||
+		       resp->mr_lookup->n_entries != 1 ||
+		       address < resp->mr_lookup->entries[0]->start ||
+		       address >= resp->mr_lookup->entries[0]->end))
 		r = set_last_error(-EBADMSG, "malformed MrLookup reply");
-	else {
+	else if (r == 0) {
 		const Mrd__MrEntry *e = resp->mr_lookup->entries[0];
 
 		ret->start = (uintptr_t)e->start;
