@@ -614,6 +614,83 @@ START_TEST(test_stop_while_lose_waits)
 }
 END_TEST
 
+/* Review 2: the device's return registers every MR again (verbs: one ibv_reg_mr_iova2 each,
+ * pinning anew, seconds for GiBs): a revive held at the gate ($MRD_SOFT_GATE_REVIVE) must not
+ * hold the loop, which serves another client's Ping meanwhile and refuses what needs the
+ * device with its message until every domain is back. */
+static int revive_entered;
+static bool revive_served, revive_timed_out;
+
+static void *hold_revive(void *arg)
+{
+	int c;
+
+	(void)arg;
+	while ((c = soft_gate_wait(gate, 20000)) == 'r') /* the registration: let it go */
+		soft_gate_release(gate, 1);
+	__atomic_store_n(&revive_entered, c, __ATOMIC_RELEASE);
+	for (int i = 0; i < 5000 && !__atomic_load_n(&revive_served, __ATOMIC_ACQUIRE); i++)
+		usleep(1000);
+	__atomic_store_n(&revive_timed_out, !__atomic_load_n(&revive_served, __ATOMIC_ACQUIRE),
+			 __ATOMIC_RELEASE);
+	soft_gate_release(gate, 1); /* else a stuck loop hangs the test */
+	return NULL;
+}
+
+START_TEST(test_held_revive_loop_serves)
+{
+	int a, b;
+	uint64_t addr;
+	pthread_t t;
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
+	Mrd__Response *resp;
+
+	ck_assert_int_eq(setenv("MRD_SOFT_GATE_REVIVE", "1", 1), 0);
+	start(); /* each domain's context reads it when it opens */
+	revive_entered = 0;
+	revive_served = revive_timed_out = false;
+	ck_assert_int_eq(pthread_create(&t, NULL, hold_revive, NULL), 0);
+	a = td_hello_client(1000, NULL);
+	b = td_hello_client(1001, NULL);
+	addr = td_alloc(a, 1, 2 * MiB);
+	td_lookup(a, 2, addr, 0, NULL);
+	inject('F');
+	pump_until(&td_manager->core.device.failed, true);
+	td_pump_until_zero(&td_manager->core.device.losing);
+	inject('R');
+	for (int i = 0; i < 10000 && !__atomic_load_n(&revive_entered, __ATOMIC_ACQUIRE); i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert_int_eq(__atomic_load_n(&revive_entered, __ATOMIC_ACQUIRE), 'v');
+	ck_assert_msg(!__atomic_load_n(&revive_timed_out, __ATOMIC_ACQUIRE),
+		      "the loop stood still while a domain's revive was held");
+	req.id = 3;
+	req.body_case = MRD__REQUEST__BODY_PING;
+	req.ping = &ping;
+	td_send_request(b, &req, NULL, 0);
+	mrd__response__free_unpacked(td_expect(b, 3, 0), NULL);
+	td_send_lookup(a, 4, addr);
+	resp = td_expect(a, 4, ENODEV);
+	ck_assert_str_eq(resp->message,
+			 "device soft failed (DEVICE_FATAL); mrd reopens it when it returns");
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert(td_manager->core.device.failed);
+	__atomic_store_n(&revive_served, true, __ATOMIC_RELEASE);
+	pthread_join(t, NULL);
+	ck_assert(!revive_timed_out);
+	pump_until(&td_manager->core.device.failed, false);
+	ck_assert_uint_eq(td_manager->core.device.returns, 1);
+	td_lookup(a, 5, addr, 0, NULL);
+	td_free(a, 6, addr, 0);
+	close(a);
+	close(b);
+	stop();
+	unsetenv("MRD_SOFT_GATE_REVIVE");
+}
+END_TEST
+
 /* Review 2: two failures and returns in a row, with a freed allocation's MR parked in the
  * pools and one live: once everything is freed and flushed nothing stays counted. */
 START_TEST(test_two_failures_counters)
@@ -688,6 +765,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_held_registration_answered_after_failure);
 	tcase_add_test(tc, test_stop_while_lose_waits);
 	tcase_add_test(tc, test_two_failures_counters);
+	tcase_add_test(tc, test_held_revive_loop_serves);
 	suite_add_tcase(s, tc);
 	return s;
 }
