@@ -539,6 +539,9 @@ START_TEST(test_partial_return)
 	pump_until(&td_manager->core.device.failed, true);
 	inject('R');
 	pump_for(1.2); /* one or two ticks: A's context refused each */
+	/* the revive jobs (on workers) done, and the lose jobs after the refusal */
+	td_pump_until_zero(&td_manager->core.device.reviving);
+	td_pump_until_zero(&td_manager->core.device.losing);
 	ck_assert(td_manager->core.device.failed);
 	provider_stats(db->reg.provider, &ps);
 	ck_assert_msg(ps.mrs == 0 && ps.pinned_bytes == 0, "the device counts as failed, yet "
@@ -691,6 +694,81 @@ START_TEST(test_held_revive_loop_serves)
 }
 END_TEST
 
+/* Pumps the loop until a gated op enters (its char), or -ETIMEDOUT after about 10 s. */
+static int pump_until_gated(void)
+{
+	int c = -ETIMEDOUT;
+
+	for (int i = 0; i < 5000 && c == -ETIMEDOUT; i++) {
+		td_pump();
+		c = soft_gate_wait(gate, 1);
+	}
+	return c;
+}
+
+/* Review 2: the all-or-none return when one domain cannot come back: B's revive (held at the
+ * gate, as a big re-registration) and A's refusal; the loop serves throughout, B lets go
+ * again once its revive ends, and the next tick brings both back. */
+START_TEST(test_held_revive_partial_failure)
+{
+	int a, b;
+	uint64_t addr_a, addr_b;
+	struct domain *db;
+	struct provider_stats ps;
+	Mrd__Response *resp;
+
+	ck_assert_int_eq(setenv("MRD_SOFT_GATE_REVIVE", "1", 1), 0);
+	start();
+	a = td_hello_client(1000, NULL);
+	b = td_hello_client(1001, NULL);
+	ck_assert_int_eq(setenv("MRD_SOFT_REVIVE_FAIL", "1", 1), 0);
+	addr_a = td_alloc(a, 1, 64 * 1024); /* A's context opens with the knob: under the gate */
+	unsetenv("MRD_SOFT_REVIVE_FAIL");
+	addr_b = td_alloc(b, 1, 2 * MiB);
+	db = domain_of(addr_b);
+	td_lookup(a, 2, addr_a, 0, NULL);
+	td_send_lookup(b, 2, addr_b);
+	ck_assert_int_eq(pump_until_gated(), 'r');
+	soft_gate_release(gate, 1);
+	mrd__response__free_unpacked(td_expect(b, 2, 0), NULL);
+	inject('F');
+	pump_until(&td_manager->core.device.failed, true);
+	td_pump_until_zero(&td_manager->core.device.losing);
+	inject('R');
+	ck_assert_int_eq(pump_until_gated(), 'v'); /* B's revive holds its provider */
+	td_send_lookup(a, 3, addr_a);
+	resp = td_expect(a, 3, ENODEV);
+	ck_assert_str_eq(resp->message,
+			 "device soft failed (DEVICE_FATAL); mrd reopens it when it returns");
+	mrd__response__free_unpacked(resp, NULL);
+	for (int i = 0; i < 5000 && td_manager->core.device.reviving != 1; i++) {
+		td_pump(); /* A's refusal comes back from its worker */
+		usleep(1000);
+	}
+	ck_assert_uint_eq(td_manager->core.device.reviving, 1);
+	soft_gate_release(gate, 1);
+	td_pump_until_zero(&td_manager->core.device.reviving); /* A refused: all let go */
+	td_pump_until_zero(&td_manager->core.device.losing);
+	ck_assert(td_manager->core.device.failed);
+	provider_stats(db->reg.provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 0);
+	ck_assert_int_eq(pump_until_gated(), 'v'); /* the next tick: B's again */
+	soft_gate_release(gate, 1);
+	pump_until(&td_manager->core.device.failed, false);
+	ck_assert_uint_eq(td_manager->core.device.returns, 1);
+	provider_stats(db->reg.provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 1);
+	td_lookup(a, 4, addr_a, 0, NULL);
+	td_lookup(b, 4, addr_b, 0, NULL);
+	td_free(a, 5, addr_a, 0);
+	td_free(b, 5, addr_b, 0);
+	close(a);
+	close(b);
+	stop();
+	unsetenv("MRD_SOFT_GATE_REVIVE");
+}
+END_TEST
+
 /* Review 2: two failures and returns in a row, with a freed allocation's MR parked in the
  * pools and one live: once everything is freed and flushed nothing stays counted. */
 START_TEST(test_two_failures_counters)
@@ -766,6 +844,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_stop_while_lose_waits);
 	tcase_add_test(tc, test_two_failures_counters);
 	tcase_add_test(tc, test_held_revive_loop_serves);
+	tcase_add_test(tc, test_held_revive_partial_failure);
 	suite_add_tcase(s, tc);
 	return s;
 }
