@@ -736,6 +736,7 @@ START_TEST(test_held_revive_partial_failure)
 	td_pump_until_zero(&td_manager->core.device.losing);
 	inject('R');
 	ck_assert_int_eq(pump_until_gated(), 'v'); /* B's revive holds its provider */
+	pump_for(1.2); /* a tick meanwhile starts no other revive */
 	td_send_lookup(a, 3, addr_a);
 	resp = td_expect(a, 3, ENODEV);
 	ck_assert_str_eq(resp->message,
