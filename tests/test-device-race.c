@@ -770,6 +770,46 @@ START_TEST(test_held_revive_partial_failure)
 }
 END_TEST
 
+/* mrd stops while a domain's revive job is held: the pool runs it to its end, and its done
+ * neither commits nor starts lose jobs on a pool that is going (no hang, nothing used after
+ * its free: ASan). */
+START_TEST(test_stop_while_revive_held)
+{
+	int a, b;
+	uint64_t addr;
+	pthread_t t;
+
+	ck_assert_int_eq(setenv("MRD_SOFT_GATE_REVIVE", "1", 1), 0);
+	start();
+	a = td_hello_client(1000, NULL);
+	b = td_hello_client(1001, NULL);
+	ck_assert_int_eq(setenv("MRD_SOFT_REVIVE_FAIL", "1", 1), 0);
+	(void)td_alloc(b, 1, 64 * 1024); /* B's context refuses its revive: all or none fails */
+	unsetenv("MRD_SOFT_REVIVE_FAIL");
+	addr = td_alloc(a, 1, 2 * MiB);
+	td_send_lookup(a, 2, addr);
+	ck_assert_int_eq(pump_until_gated(), 'r');
+	soft_gate_release(gate, 1);
+	mrd__response__free_unpacked(td_expect(a, 2, 0), NULL);
+	inject('F');
+	pump_until(&td_manager->core.device.failed, true);
+	td_pump_until_zero(&td_manager->core.device.losing);
+	inject('R');
+	ck_assert_int_eq(pump_until_gated(), 'v');
+	for (int i = 0; i < 5000 && td_manager->core.device.reviving != 1; i++) {
+		td_pump(); /* B's refusal comes back from its worker */
+		usleep(1000);
+	}
+	ck_assert_uint_eq(td_manager->core.device.reviving, 1);
+	ck_assert_int_eq(pthread_create(&t, NULL, release_later, NULL), 0);
+	close(a);
+	close(b);
+	stop();
+	pthread_join(t, NULL);
+	unsetenv("MRD_SOFT_GATE_REVIVE");
+}
+END_TEST
+
 /* Review 2: two failures and returns in a row, with a freed allocation's MR parked in the
  * pools and one live: once everything is freed and flushed nothing stays counted. */
 START_TEST(test_two_failures_counters)
@@ -846,6 +886,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_two_failures_counters);
 	tcase_add_test(tc, test_held_revive_loop_serves);
 	tcase_add_test(tc, test_held_revive_partial_failure);
+	tcase_add_test(tc, test_stop_while_revive_held);
 	suite_add_tcase(s, tc);
 	return s;
 }
