@@ -537,6 +537,9 @@ START_TEST(test_partial_return)
 	pump_until(&td_manager->core.device.failed, true);
 	inject('R');
 	pump_for(1.2); /* one or two ticks: A's context refused each */
+	/* the revive jobs (on workers) done, and the lose jobs after the refusal */
+	td_pump_until_zero(&td_manager->core.device.reviving);
+	td_pump_until_zero(&td_manager->core.device.losing);
 	ck_assert(td_manager->core.device.failed);
 	provider_stats(db->reg.provider, &ps);
 	ck_assert_msg(ps.mrs == 0 && ps.pinned_bytes == 0, "the device counts as failed, yet "
@@ -609,6 +612,199 @@ START_TEST(test_stop_while_lose_waits)
 	close(a);
 	stop();
 	pthread_join(t, NULL);
+}
+END_TEST
+
+/* Review 2: the device's return registers every MR again (verbs: one ibv_reg_mr_iova2 each,
+ * pinning anew, seconds for GiBs): a revive held at the gate ($MRD_SOFT_GATE_REVIVE) must not
+ * hold the loop, which serves another client's Ping meanwhile and refuses what needs the
+ * device with its message until every domain is back. */
+static int revive_entered;
+static bool revive_served, revive_timed_out;
+
+static void *hold_revive(void *arg)
+{
+	int c;
+
+	(void)arg;
+	while ((c = soft_gate_wait(gate, 20000)) == 'r') /* the registration: let it go */
+		soft_gate_release(gate, 1);
+	__atomic_store_n(&revive_entered, c, __ATOMIC_RELEASE);
+	for (int i = 0; i < 5000 && !__atomic_load_n(&revive_served, __ATOMIC_ACQUIRE); i++)
+		usleep(1000);
+	__atomic_store_n(&revive_timed_out, !__atomic_load_n(&revive_served, __ATOMIC_ACQUIRE),
+			 __ATOMIC_RELEASE);
+	soft_gate_release(gate, 1); /* else a stuck loop hangs the test */
+	return NULL;
+}
+
+START_TEST(test_held_revive_loop_serves)
+{
+	int a, b;
+	uint64_t addr;
+	pthread_t t;
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
+	Mrd__Response *resp;
+
+	ck_assert_int_eq(setenv("MRD_SOFT_GATE_REVIVE", "1", 1), 0);
+	start(); /* each domain's context reads it when it opens */
+	revive_entered = 0;
+	revive_served = revive_timed_out = false;
+	ck_assert_int_eq(pthread_create(&t, NULL, hold_revive, NULL), 0);
+	a = td_hello_client(1000, NULL);
+	b = td_hello_client(1001, NULL);
+	addr = td_alloc(a, 1, 2 * MiB);
+	td_lookup(a, 2, addr, 0, NULL);
+	inject('F');
+	pump_until(&td_manager->core.device.failed, true);
+	td_pump_until_zero(&td_manager->core.device.losing);
+	inject('R');
+	for (int i = 0; i < 10000 && !__atomic_load_n(&revive_entered, __ATOMIC_ACQUIRE); i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert_int_eq(__atomic_load_n(&revive_entered, __ATOMIC_ACQUIRE), 'v');
+	ck_assert_msg(!__atomic_load_n(&revive_timed_out, __ATOMIC_ACQUIRE),
+		      "the loop stood still while a domain's revive was held");
+	req.id = 3;
+	req.body_case = MRD__REQUEST__BODY_PING;
+	req.ping = &ping;
+	td_send_request(b, &req, NULL, 0);
+	mrd__response__free_unpacked(td_expect(b, 3, 0), NULL);
+	td_send_lookup(a, 4, addr);
+	resp = td_expect(a, 4, ENODEV);
+	ck_assert_str_eq(resp->message,
+			 "device soft failed (DEVICE_FATAL); mrd reopens it when it returns");
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert(td_manager->core.device.failed);
+	__atomic_store_n(&revive_served, true, __ATOMIC_RELEASE);
+	pthread_join(t, NULL);
+	ck_assert(!revive_timed_out);
+	pump_until(&td_manager->core.device.failed, false);
+	ck_assert_uint_eq(td_manager->core.device.returns, 1);
+	td_lookup(a, 5, addr, 0, NULL);
+	td_free(a, 6, addr, 0);
+	close(a);
+	close(b);
+	stop();
+	unsetenv("MRD_SOFT_GATE_REVIVE");
+}
+END_TEST
+
+/* Pumps the loop until a gated op enters (its char), or -ETIMEDOUT after about 10 s. */
+static int pump_until_gated(void)
+{
+	int c = -ETIMEDOUT;
+
+	for (int i = 0; i < 5000 && c == -ETIMEDOUT; i++) {
+		td_pump();
+		c = soft_gate_wait(gate, 1);
+	}
+	return c;
+}
+
+/* Review 2: the all-or-none return when one domain cannot come back: B's revive (held at the
+ * gate, as a big re-registration) and A's refusal; the loop serves throughout, B lets go
+ * again once its revive ends, and the next tick brings both back. */
+START_TEST(test_held_revive_partial_failure)
+{
+	int a, b;
+	uint64_t addr_a, addr_b;
+	struct domain *db;
+	struct provider_stats ps;
+	Mrd__Response *resp;
+
+	ck_assert_int_eq(setenv("MRD_SOFT_GATE_REVIVE", "1", 1), 0);
+	start();
+	a = td_hello_client(1000, NULL);
+	b = td_hello_client(1001, NULL);
+	ck_assert_int_eq(setenv("MRD_SOFT_REVIVE_FAIL", "1", 1), 0);
+	addr_a = td_alloc(a, 1, 64 * 1024); /* A's context opens with the knob: under the gate */
+	unsetenv("MRD_SOFT_REVIVE_FAIL");
+	addr_b = td_alloc(b, 1, 2 * MiB);
+	db = domain_of(addr_b);
+	td_lookup(a, 2, addr_a, 0, NULL);
+	td_send_lookup(b, 2, addr_b);
+	ck_assert_int_eq(pump_until_gated(), 'r');
+	soft_gate_release(gate, 1);
+	mrd__response__free_unpacked(td_expect(b, 2, 0), NULL);
+	inject('F');
+	pump_until(&td_manager->core.device.failed, true);
+	td_pump_until_zero(&td_manager->core.device.losing);
+	inject('R');
+	ck_assert_int_eq(pump_until_gated(), 'v'); /* B's revive holds its provider */
+	pump_for(1.2); /* a tick meanwhile starts no other revive */
+	td_send_lookup(a, 3, addr_a);
+	resp = td_expect(a, 3, ENODEV);
+	ck_assert_str_eq(resp->message,
+			 "device soft failed (DEVICE_FATAL); mrd reopens it when it returns");
+	mrd__response__free_unpacked(resp, NULL);
+	for (int i = 0; i < 5000 && td_manager->core.device.reviving != 1; i++) {
+		td_pump(); /* A's refusal comes back from its worker */
+		usleep(1000);
+	}
+	ck_assert_uint_eq(td_manager->core.device.reviving, 1);
+	soft_gate_release(gate, 1);
+	td_pump_until_zero(&td_manager->core.device.reviving); /* A refused: all let go */
+	td_pump_until_zero(&td_manager->core.device.losing);
+	ck_assert(td_manager->core.device.failed);
+	provider_stats(db->reg.provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 0);
+	ck_assert_int_eq(pump_until_gated(), 'v'); /* the next tick: B's again */
+	soft_gate_release(gate, 1);
+	pump_until(&td_manager->core.device.failed, false);
+	ck_assert_uint_eq(td_manager->core.device.returns, 1);
+	provider_stats(db->reg.provider, &ps);
+	ck_assert_uint_eq(ps.mrs, 1);
+	td_lookup(a, 4, addr_a, 0, NULL);
+	td_lookup(b, 4, addr_b, 0, NULL);
+	td_free(a, 5, addr_a, 0);
+	td_free(b, 5, addr_b, 0);
+	close(a);
+	close(b);
+	stop();
+	unsetenv("MRD_SOFT_GATE_REVIVE");
+}
+END_TEST
+
+/* mrd stops while a domain's revive job is held: the pool runs it to its end, and its done
+ * neither commits nor starts lose jobs on a pool that is going (no hang, nothing used after
+ * its free: ASan). */
+START_TEST(test_stop_while_revive_held)
+{
+	int a, b;
+	uint64_t addr;
+	pthread_t t;
+
+	ck_assert_int_eq(setenv("MRD_SOFT_GATE_REVIVE", "1", 1), 0);
+	start();
+	a = td_hello_client(1000, NULL);
+	b = td_hello_client(1001, NULL);
+	ck_assert_int_eq(setenv("MRD_SOFT_REVIVE_FAIL", "1", 1), 0);
+	(void)td_alloc(b, 1, 64 * 1024); /* B's context refuses its revive: all or none fails */
+	unsetenv("MRD_SOFT_REVIVE_FAIL");
+	addr = td_alloc(a, 1, 2 * MiB);
+	td_send_lookup(a, 2, addr);
+	ck_assert_int_eq(pump_until_gated(), 'r');
+	soft_gate_release(gate, 1);
+	mrd__response__free_unpacked(td_expect(a, 2, 0), NULL);
+	inject('F');
+	pump_until(&td_manager->core.device.failed, true);
+	td_pump_until_zero(&td_manager->core.device.losing);
+	inject('R');
+	ck_assert_int_eq(pump_until_gated(), 'v');
+	for (int i = 0; i < 5000 && td_manager->core.device.reviving != 1; i++) {
+		td_pump(); /* B's refusal comes back from its worker */
+		usleep(1000);
+	}
+	ck_assert_uint_eq(td_manager->core.device.reviving, 1);
+	ck_assert_int_eq(pthread_create(&t, NULL, release_later, NULL), 0);
+	close(a);
+	close(b);
+	stop();
+	pthread_join(t, NULL);
+	unsetenv("MRD_SOFT_GATE_REVIVE");
 }
 END_TEST
 
@@ -686,6 +882,9 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_held_registration_answered_after_failure);
 	tcase_add_test(tc, test_stop_while_lose_waits);
 	tcase_add_test(tc, test_two_failures_counters);
+	tcase_add_test(tc, test_held_revive_loop_serves);
+	tcase_add_test(tc, test_held_revive_partial_failure);
+	tcase_add_test(tc, test_stop_while_revive_held);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -165,40 +165,21 @@ static void device_fail(struct core *core, const char *reason)
 	provider_lose(core->provider);
 }
 
-/* The device is back: each context made again, and clients refetch every key. */
-static void device_return(struct core *core)
+/* Every domain's context came back (none still lost): clients refetch every key. Else all or
+ * none: those made again let go (on workers again), so the next tick (or the device's removal,
+ * which waits for every context) finds each as the failure left it. */
+static void revive_commit(struct core *core)
 {
 	struct device_watch *w = &core->device;
 	struct domain *d, *e;
-	int r;
 
-	if (w->losing > 0)
-		return; /* a context still waits for an op to end before it lets go */
-	/* Runs quarantined because their dereg failed go back first: a lost MR's dereg succeeds
-	 * (the kernel freed it), and one revived would pin the freed run again with a live key. */
 	LIST_FOREACH(d, &core->domains, link)
-		(void)registrar_retry_quarantine(&d->reg);
-	r = provider_revive(core->provider);
-	if (r < 0) {
-		if (!w->waiting_logged)
-			log_info("device %s: not back yet (%s); trying again each second",
-				 core->provider->caps.device, strerror(-r));
-		w->waiting_logged = true;
-		return;
-	}
-	LIST_FOREACH(d, &core->domains, link) {
-		r = provider_revive(d->reg.provider);
-		if (r < 0) {
-			log_warning_errno(r, "device %s: domain %s cannot open it again: %m",
-					  core->provider->caps.device, d->name);
-			/* All or none: those made again let go, so the next tick (or the device's
-			 * removal, which waits for every context) finds each as the failure left it. */
+		if (provider_lost(d->reg.provider)) {
 			LIST_FOREACH(e, &core->domains, link)
-				provider_lose(e->reg.provider);
+				lose_domain(core, e);
 			provider_lose(core->provider);
 			return;
 		}
-	}
 	LIST_FOREACH(d, &core->domains, link) {
 		mr_cache_flush(&d->reg.cache); /* the table holds the old keys */
 		domain_pd_replaced(d);
@@ -213,6 +194,90 @@ static void device_return(struct core *core)
 	w->returns++;
 	w->port_active = core->provider->caps.port_active;
 	log_info("device %s is back: every domain serves again", core->provider->caps.device);
+}
+
+/* A domain's context made again on a worker: verbs registers each of its MRs again (one
+ * ibv_reg_mr_iova2 each, pinning anew: seconds for GiBs), which the loop must not wait for.
+ * The job holds the domain until done; the last one done commits (revive_commit). */
+struct revive_job {
+	struct registrar_work base;
+	struct core *core;
+	/* Written by the worker, read on the loop after it. */
+	struct {
+		int result;
+	} rt;
+};
+
+static void revive_log(struct core *core, const char *domain, int r)
+{
+	if (r < 0)
+		log_warning_errno(r, "device %s: domain %s cannot open it again: %m",
+				  core->provider->caps.device, domain);
+}
+
+static void revive_run(struct registrar_work *w)
+{
+	struct revive_job *j = (struct revive_job *)w;
+
+	j->rt.result = provider_revive(w->reg->provider);
+}
+
+static void revive_ended(struct core *core)
+{
+	/* mrd stops: the pool runs the last jobs to their end, and no more may start */
+	if (--core->device.reviving == 0 && !__atomic_load_n(&core->stopping, __ATOMIC_ACQUIRE))
+		revive_commit(core);
+}
+
+static void revive_done(struct registrar_work *w)
+{
+	struct revive_job *j = (struct revive_job *)w;
+	struct core *core = j->core;
+
+	revive_log(core, w->reg->name, j->rt.result);
+	free(j);
+	revive_ended(core);
+}
+
+static void revive_domain(struct core *core, struct domain *d)
+{
+	struct revive_job *j = *d->reg.workers ? calloc(1, sizeof(*j)) : NULL;
+
+	if (!j) { /* no worker (or no memory): here, as it was */
+		revive_log(core, d->name, provider_revive(d->reg.provider));
+		return;
+	}
+	j->core = core;
+	core->device.reviving++;
+	registrar_start(&d->reg, &j->base, revive_run, revive_done, true);
+}
+
+/* The device is back: each context made again (the core's here: it holds no client's MR;
+ * each domain's on a worker), and once all are, clients refetch every key. */
+static void device_return(struct core *core)
+{
+	struct device_watch *w = &core->device;
+	struct domain *d;
+	int r;
+
+	if (w->losing > 0 || w->reviving > 0)
+		return; /* a context still lets go, or is being made again */
+	/* Runs quarantined because their dereg failed go back first: a lost MR's dereg succeeds
+	 * (the kernel freed it), and one revived would pin the freed run again with a live key. */
+	LIST_FOREACH(d, &core->domains, link)
+		(void)registrar_retry_quarantine(&d->reg);
+	r = provider_revive(core->provider);
+	if (r < 0) {
+		if (!w->waiting_logged)
+			log_info("device %s: not back yet (%s); trying again each second",
+				 core->provider->caps.device, strerror(-r));
+		w->waiting_logged = true;
+		return;
+	}
+	w->reviving++; /* none commits before every job started */
+	LIST_FOREACH(d, &core->domains, link)
+		revive_domain(core, d);
+	revive_ended(core);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *data)

@@ -9,7 +9,9 @@
  * worker uses, at once). Events are read under the provider's event_lock, never its lock,
  * for the same reason. A timer tries to open the device again by name each second (once every
  * context let go); once it is back every context is made again, with its PDs and MRs (new
- * keys), and the generations move again. */
+ * keys): the core's at once (it holds no client's MR), each domain's on a worker (registering
+ * every MR again takes seconds for GiBs), the device failed until the last is done; then all
+ * serve and the generations move again, or all let go again (on workers) for the next tick. */
 #pragma once
 
 #include <stdbool.h>
@@ -31,6 +33,9 @@ struct device_watch {
 	/* Domains' contexts marked lost whose lose job (on a worker, behind the op in progress)
 	 * has not ended: the device's return waits for them. */
 	unsigned losing;
+	/* Domains' contexts being made again on a worker (with their MRs): until the last is
+	 * done, the device stays failed; then all of them serve, or all let go again. */
+	unsigned reviving;
 	uint64_t failures, returns, events, foreign_events;
 	uint64_t foreign_log_usec;
 };

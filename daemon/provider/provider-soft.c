@@ -17,7 +17,9 @@
  * new translation, advise (before it populates) or DMA that faults n bytes of pages in (before
  * it populates them, holding its MRs but not the lock) writes 'r', 'm', 'a' or 'f' to entered,
  * then reads a byte from release before it goes on, holding whatever its caller holds (a reg:
- * the provider's lock). tests/test-util.h has the helpers (soft_gate_*).
+ * the provider's lock). tests/test-util.h has the helpers (soft_gate_*). With
+ * $MRD_SOFT_GATE_REVIVE=1 a revive of n pinned bytes or more (before it registers its MRs
+ * again, as verbs_revive pins each anew: seconds for GiBs) writes 'v' and waits too.
  * $MRD_SOFT_DEREG_FAIL=<n>: the next n deregs and parks of the context (the commands that
  * take an MR off its memory) fail with -EIO and leave the MR as it was (live, pinned, its keys
  * working), as a device whose command fails does: the kernel keeps the object ("wait till
@@ -93,6 +95,7 @@ struct soft_provider {
 	bool populate; /* MADV_POPULATE_* checks mappings (mapped_for) */
 	int gate_entered, gate_release; /* $MRD_SOFT_GATE's FIFOs; -1: no gate */
 	uint64_t gate_bytes;
+	bool gate_revive; /* $MRD_SOFT_GATE_REVIVE=1 */
 	/* $MRD_SOFT_KEYS=mlx5: keys behave as mlx5's mkey cache makes them (Linux 6.12,
 	 * drivers/infiniband/hw/mlx5/): dereg revokes the mkey keeping its variant (umr.c,
 	 * mlx5r_umr_revoke_mr: mkey_7_0 = mlx5_mkey_variant(key)) and stores it in the cache
@@ -374,6 +377,18 @@ static int export_mode(bool *ret)
 	return -EINVAL;
 }
 
+/* $MRD_SOFT_GATE_REVIVE (the top comment): "1" gates revives, "0" or unset not. */
+static int gate_revive_mode(bool *ret)
+{
+	const char *e = getenv("MRD_SOFT_GATE_REVIVE");
+
+	*ret = e && strcmp(e, "1") == 0;
+	if (!e || !*e || *ret || strcmp(e, "0") == 0)
+		return 0;
+	log_error("MRD_SOFT_GATE_REVIVE=%s: 1 or 0", e);
+	return -EINVAL;
+}
+
 /* $MRD_SOFT_GATE and $MRD_SOFT_GATE_BYTES (the top comment). O_RDWR never blocks on a FIFO,
  * and keeps what the test wrote there while nobody else holds it open. */
 static int gate_open(struct soft_provider *sp)
@@ -382,6 +397,8 @@ static int gate_open(struct soft_provider *sp)
 	char *end;
 
 	sp->gate_entered = sp->gate_release = -1;
+	if (gate_revive_mode(&sp->gate_revive) < 0)
+		return -EINVAL;
 	if (!dir || !*dir)
 		return 0;
 	sp->gate_bytes = 1;
@@ -1395,6 +1412,8 @@ static int soft_revive(struct provider *p)
 		sp->revive_fail--;
 		return -EIO;
 	}
+	if (sp->gate_revive)
+		gate_pass(sp, 'v', sp->pins.pinned_bytes);
 	for (uint32_t c = 0; c < sp->n_chunks; c++)
 		for (unsigned i = 0; sp->chunks[c] && i < SOFT_CHUNK; i++) {
 			struct soft_mr *mr = sp->chunks[c]->slot[i].mr;
