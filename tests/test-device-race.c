@@ -145,6 +145,22 @@ static void pump_until(const bool *flag, bool want)
 	ck_assert(*flag == want);
 }
 
+/* mrd started; a client's first lookup of 2 MiB (request 2) held at the gate in the provider
+ * on a worker, and DEVICE_FATAL sent meanwhile. Returns the client, its memory in *ret_addr. */
+static int fatal_during_registration(uint64_t *ret_addr)
+{
+	int a;
+
+	start();
+	a = td_hello_client(1000, NULL);
+	*ret_addr = td_alloc(a, 1, 2 * MiB);
+	td_send_lookup(a, 2, *ret_addr);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r');
+	inject('F');
+	return a;
+}
+
 /* DEVICE_FATAL while a worker registers, then the return: what was pinned and counted adds
  * up to nothing once everything is freed. */
 START_TEST(test_fatal_during_registration_accounting)
@@ -155,14 +171,8 @@ START_TEST(test_fatal_during_registration_accounting)
 	struct provider_stats ps;
 	Mrd__Response *resp;
 
-	start();
-	a = td_hello_client(1000, NULL);
-	addr = td_alloc(a, 1, 2 * MiB);
+	a = fatal_during_registration(&addr);
 	d = domain_of(addr);
-	td_send_lookup(a, 2, addr);
-	td_pump();
-	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r');
-	inject('F');
 	soft_gate_release(gate, 1);
 	pump_until(&td_manager->core.device.failed, true);
 	resp = td_expect(a, 2, ENODEV); /* its keys are the failed device's */
@@ -262,13 +272,7 @@ START_TEST(test_fatal_during_registration_client_leaves)
 	int a;
 	uint64_t addr;
 
-	start();
-	a = td_hello_client(1000, NULL);
-	addr = td_alloc(a, 1, 2 * MiB);
-	td_send_lookup(a, 2, addr);
-	td_pump();
-	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r');
-	inject('F');
+	a = fatal_during_registration(&addr);
 	pump_until(&td_manager->core.device.failed, true);
 	close(a);
 	for (int i = 0; i < 100; i++) {
@@ -569,13 +573,7 @@ START_TEST(test_held_registration_answered_after_failure)
 	uint64_t addr;
 	Mrd__Response *resp;
 
-	start();
-	a = td_hello_client(1000, NULL);
-	addr = td_alloc(a, 1, 2 * MiB);
-	td_send_lookup(a, 2, addr);
-	td_pump();
-	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r');
-	inject('F');
+	a = fatal_during_registration(&addr);
 	pump_until(&td_manager->core.device.failed, true);
 	soft_gate_release(gate, 1);
 	resp = td_recv_reply(a, NULL, NULL);
@@ -599,13 +597,7 @@ START_TEST(test_stop_while_lose_waits)
 	uint64_t addr;
 	pthread_t t;
 
-	start();
-	a = td_hello_client(1000, NULL);
-	addr = td_alloc(a, 1, 2 * MiB);
-	td_send_lookup(a, 2, addr);
-	td_pump();
-	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r');
-	inject('F');
+	a = fatal_during_registration(&addr);
 	pump_until(&td_manager->core.device.failed, true);
 	ck_assert_uint_eq(td_manager->core.device.losing, 1);
 	ck_assert_int_eq(pthread_create(&t, NULL, release_later, NULL), 0);

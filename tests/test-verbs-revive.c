@@ -107,6 +107,20 @@ int ibv_dereg_mr(struct ibv_mr *mr)
 	return 0;
 }
 
+/* vp as verbs_open leaves it, on the fake device (its async fd one end of pipe_fds). */
+static void fake_provider(struct verbs_provider *vp)
+{
+	ck_assert_int_eq(pipe2(pipe_fds, O_CLOEXEC), 0);
+	vp->base.ops = &provider_verbs_ops;
+	pthread_mutex_init(&vp->base.lock, NULL);
+	pthread_mutex_init(&vp->base.event_lock, NULL);
+	pthread_rwlock_init(&vp->live, NULL);
+	LIST_INIT(&vp->pds);
+	LIST_INIT(&vp->mrs);
+	snprintf(vp->base.caps.device, sizeof(vp->base.caps.device), "fake0");
+	vp->ctx = ibv_open_device(&fake_dev);
+}
+
 /* The device came back, but the second PD cannot be made again (ENOMEM, or the device
  * failing again): verbs_revive calls verbs_lose, which deallocs every PD, the NULL one too. */
 START_TEST(revive_with_pd_alloc_failure)
@@ -114,15 +128,7 @@ START_TEST(revive_with_pd_alloc_failure)
 	struct verbs_provider vp = {};
 	struct provider_pd *a, *b;
 
-	ck_assert_int_eq(pipe2(pipe_fds, O_CLOEXEC), 0);
-	vp.base.ops = &provider_verbs_ops;
-	pthread_mutex_init(&vp.base.lock, NULL);
-	pthread_mutex_init(&vp.base.event_lock, NULL);
-	pthread_rwlock_init(&vp.live, NULL);
-	LIST_INIT(&vp.pds);
-	LIST_INIT(&vp.mrs);
-	snprintf(vp.base.caps.device, sizeof(vp.base.caps.device), "fake0");
-	vp.ctx = ibv_open_device(&fake_dev);
+	fake_provider(&vp);
 	ck_assert_int_eq(provider_pd_alloc(&vp.base, &a), 0);
 	ck_assert_int_eq(provider_pd_alloc(&vp.base, &b), 0);
 
@@ -155,16 +161,8 @@ START_TEST(lose_forgets_a_kept_mr)
 	struct provider_mr *mr;
 	static char buf[4096] __attribute__((aligned(4096)));
 
-	ck_assert_int_eq(pipe2(pipe_fds, O_CLOEXEC), 0);
-	vp.base.ops = &provider_verbs_ops;
-	pthread_mutex_init(&vp.base.lock, NULL);
-	pthread_mutex_init(&vp.base.event_lock, NULL);
-	pthread_rwlock_init(&vp.live, NULL);
-	LIST_INIT(&vp.pds);
-	LIST_INIT(&vp.mrs);
+	fake_provider(&vp);
 	vp.base.caps.max_mr_size = 1ull << 40;
-	snprintf(vp.base.caps.device, sizeof(vp.base.caps.device), "fake0");
-	vp.ctx = ibv_open_device(&fake_dev);
 	pd_allocs_left = 1 << 30;
 	ck_assert_int_eq(provider_pd_alloc(&vp.base, &pd), 0);
 	ck_assert_int_eq(provider_reg(pd, buf, 4096, (uintptr_t)buf, MRD_ACCESS_LOCAL_WRITE, &mr), 0);
@@ -205,16 +203,8 @@ START_TEST(revive_leaves_kept_mr_keyless)
 	struct provider_mr *mr;
 	static char buf[4096] __attribute__((aligned(4096)));
 
-	ck_assert_int_eq(pipe2(pipe_fds, O_CLOEXEC), 0);
-	vp.base.ops = &provider_verbs_ops;
-	pthread_mutex_init(&vp.base.lock, NULL);
-	pthread_mutex_init(&vp.base.event_lock, NULL);
-	pthread_rwlock_init(&vp.live, NULL);
-	LIST_INIT(&vp.pds);
-	LIST_INIT(&vp.mrs);
+	fake_provider(&vp);
 	vp.base.caps.max_mr_size = 1ull << 40;
-	snprintf(vp.base.caps.device, sizeof(vp.base.caps.device), "fake0");
-	vp.ctx = ibv_open_device(&fake_dev);
 	pd_allocs_left = 1 << 30;
 	ck_assert_int_eq(provider_pd_alloc(&vp.base, &pd), 0);
 	ck_assert_int_eq(provider_reg(pd, buf, 4096, (uintptr_t)buf, MRD_ACCESS_LOCAL_WRITE, &mr), 0);
@@ -257,17 +247,10 @@ START_TEST(advise_pieces_after_loss)
 	static char buf[4 * 4096] __attribute__((aligned(4096)));
 	int r;
 
-	ck_assert_int_eq(pipe2(pipe_fds, O_CLOEXEC), 0);
-	vp.base.ops = &provider_verbs_ops;
-	pthread_mutex_init(&vp.base.lock, NULL);
-	pthread_mutex_init(&vp.base.event_lock, NULL);
-	pthread_rwlock_init(&vp.live, NULL);
-	LIST_INIT(&vp.pds);
-	LIST_INIT(&vp.mrs);
+	fake_provider(&vp);
 	vp.base.caps.max_mr_size = 1ull << 40;
 	vp.base.caps.advise_max = 4096; /* four pieces */
 	vp.base.caps.odp = true;
-	snprintf(vp.base.caps.device, sizeof(vp.base.caps.device), "fake0");
 	fake_vctx.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
 	fake_vctx.sz = sizeof(fake_vctx);
 	fake_vctx.advise_mr = fake_advise;
