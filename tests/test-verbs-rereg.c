@@ -23,19 +23,7 @@
 #include "check-run.h"
 #include "provider/provider-verbs.c"
 
-/* verbs-loopback.c is not linked: the Dma path is not what this tests. */
-int verbs_loopback_new(struct ibv_pd *pd, struct verbs_loopback **ret) { return -EOPNOTSUPP; }
-void verbs_loopback_free(struct verbs_loopback *lb) {}
-int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey, uint64_t laddr,
-			    uint32_t rkey, uint64_t raddr, size_t length)
-{
-	return -EOPNOTSUPP;
-}
-const char *verbs_loopback_unsupported(enum ibv_node_type node, enum ibv_transport_type transport)
-{
-	return NULL;
-}
-bool verbs_loopback_owns(const struct verbs_loopback *lb, const void *element) { return false; }
+#include "verbs-loopback-stub.h"
 
 enum fake_driver {
 	FAKE_NEW_KEYS, /* a move makes the MR anew: new lkey and rkey */

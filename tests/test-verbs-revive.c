@@ -15,18 +15,7 @@
 #include "provider/provider.c" /* provider_advise, as it cuts pieces */
 const struct provider_ops provider_soft_ops; /* provider.c names it; never used here */
 
-int verbs_loopback_new(struct ibv_pd *pd, struct verbs_loopback **ret) { return -EOPNOTSUPP; }
-void verbs_loopback_free(struct verbs_loopback *lb) {}
-int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey, uint64_t laddr,
-			    uint32_t rkey, uint64_t raddr, size_t length)
-{
-	return -EOPNOTSUPP;
-}
-const char *verbs_loopback_unsupported(enum ibv_node_type node, enum ibv_transport_type transport)
-{
-	return NULL;
-}
-bool verbs_loopback_owns(const struct verbs_loopback *lb, const void *element) { return false; }
+#include "verbs-loopback-stub.h"
 
 static struct ibv_device fake_dev;
 static struct ibv_device *fake_list[2] = { &fake_dev, NULL };
