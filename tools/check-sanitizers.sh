@@ -19,7 +19,12 @@ if run_build build-asan --enable-asan --enable-ubsan; then
 	if make -j"$(nproc)" check > check.log 2>&1; then
 		echo "PASS: make check under ASan+UBSan ($(sh ../tools/test-summary.sh . | tail -n 1))"
 	else
-		grep -E '^(FAIL|ERROR)' check.log; echo "FAIL: make check under ASan+UBSan"; status=1
+		grep -E '^(FAIL|ERROR)' check.log
+		# What failed, for a CI log that keeps only this output.
+		for t in $(sed -n 's/^\(FAIL\|ERROR\): //p' check.log); do
+			grep -E ':[FE]:|ERROR: AddressSanitizer|runtime error' "$t.log" | head -n 5
+		done
+		echo "FAIL: make check under ASan+UBSan"; status=1
 	fi
 else
 	echo "FAIL: ASan+UBSan build"; status=1
