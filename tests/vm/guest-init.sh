@@ -77,22 +77,23 @@ echo "@@ INFO GID index $GIDX; device ODP $DEV_ODP"
 
 # The provider contract, on the device itself: each case one result; a failed fixture
 # (S: setup or teardown, which checks that nothing leaked) fails its case.
-contract() { # device
-	MRD_CONTRACT_DEVICE=$1 CK_VERBOSITY=verbose CK_FORK=yes test-contract-verbs \
-		> /tmp/contract.txt 2>&1
+contract() { # device [program label]
+	prog=${2:-test-contract-verbs}
+	label=${3:-provider contract}
+	MRD_CONTRACT_DEVICE=$1 CK_VERBOSITY=verbose CK_FORK=yes $prog > /tmp/contract.txt 2>&1
 	rc=$?
 	if [ $rc = 0 ]; then grep '^note:' /tmp/contract.txt; else cat /tmp/contract.txt; fi
 	sed -n 's/^[^:]*:[0-9]*:\([PFES]\):[^:]*:\([^:]*\):[^:]*: *\(.*\)$/\1 \2 \3/p' \
 		/tmp/contract.txt > /tmp/cases
 	while read -r v name detail; do
-		if [ "$v" = P ]; then result "provider contract, verbs on $1: $name" 0
-		else result "provider contract, verbs on $1: $name" 1 "$detail"; fi
+		if [ "$v" = P ]; then result "$label, verbs on $1: $name" 0
+		else result "$label, verbs on $1: $name" 1 "$detail"; fi
 	done < /tmp/cases
 	sed -n 's/^not run: \(.*\) (\(.*\))$/\1|\2/p' /tmp/contract.txt > /tmp/notrun
 	while IFS='|' read -r name why; do
-		report SKIP "provider contract, verbs on $1: $name" "$why"
+		report SKIP "$label, verbs on $1: $name" "$why"
 	done < /tmp/notrun
-	result "provider contract on $1 exits 0" $rc
+	result "$label on $1 exits 0" $rc
 }
 # What mrd's rereg probe found on a device (pools need a move that gives new keys): shown.
 rereg_probe_info() { # device log
@@ -293,4 +294,15 @@ for mode in variant mlx5; do
 	kill "$MRD_SOFT"
 	wait "$MRD_SOFT"
 done
+# 12. Client-PD registration (issue 22, part 1): a root process registers, with mrd's
+# client-context.c, a uid-1000 client's memory into the client's own PD through its uverbs fd;
+# the client (RLIMIT_MEMLOCK 64 KiB) moves data on its own QPs by those keys; hostile fds and
+# PD handles refused. On each device, the other one as the foreign device.
+[ -e /sys/class/infiniband/siw0 ] && export MRD_CLIENT_PD_OTHER=siw0
+contract rxe0 test-client-pd "client-PD registration"
+if [ -e /sys/class/infiniband/siw0 ]; then
+	export MRD_CLIENT_PD_OTHER=rxe0
+	contract siw0 test-client-pd "client-PD registration"
+fi
+unset MRD_CLIENT_PD_OTHER
 finish
