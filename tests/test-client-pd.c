@@ -406,8 +406,8 @@ int main(void)
 {
 	char why[256] = "";
 	struct ibv_device **l;
-	Suite *s = suite_create("client-pd");
-	TCase *tc = tcase_create("verbs");
+	Suite *s;
+	TCase *tc;
 
 	device = getenv("MRD_CONTRACT_DEVICE");
 	if (geteuid() != 0) {
@@ -418,8 +418,12 @@ int main(void)
 	if (!find_device(l)) {
 		printf("SKIP: no RDMA device%s%s (ibv_get_device_list); the rxe VM test runs this\n",
 		       device ? " named " : "", device ? device : "");
+		if (l)
+			ibv_free_device_list(l);
 		return 77;
 	}
+	s = suite_create("client-pd");
+	tc = tcase_create("verbs");
 	no_loopback = verbs_loopback_unsupported(find_device(l)->node_type,
 						 find_device(l)->transport_type);
 	if (!device)

@@ -22,7 +22,7 @@ if run_build build-asan --enable-asan --enable-ubsan; then
 		grep -E '^(FAIL|ERROR)' check.log
 		# What failed, for a CI log that keeps only this output.
 		for t in $(sed -n 's/^\(FAIL\|ERROR\): //p' check.log); do
-			grep -E ':[FE]:|ERROR: AddressSanitizer|runtime error' "$t.log" | head -n 5
+			grep -E ':[FE]:|Sanitizer|runtime error' "$t.log" | head -n 5
 		done
 		echo "FAIL: make check under ASan+UBSan"; status=1
 	fi
