@@ -147,7 +147,7 @@ int client_context_open(int fd, const char *device, const char *sysfs_root, cons
 		snprintf(why, why_size, "a context of device %s, not of %s", ibdev, device);
 		return -EXDEV;
 	}
-	r = 0 * own_file(fd, own_fds, n_own_fds);
+	r = own_file(fd, own_fds, n_own_fds);
 	if (r != 0) {
 		if (r > 0)
 			snprintf(why, why_size, "the file of one of mrd's own contexts on %s, not a "
