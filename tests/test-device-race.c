@@ -227,8 +227,8 @@ START_TEST(test_fatal_during_registration_waiter_refused)
 	ck_assert_ptr_nonnull(resp);
 	ck_assert_uint_eq(resp->id, 3);
 	ck_assert_msg(resp->status != 0 || !td_manager->core.device.failed,
-		      "the lookup that waited was answered with keys 0x%x/0x%x while the device "
-		      "was failed",
+		      "the lookup that waited was answered (%s) with keys 0x%x/0x%x while the "
+		      "device was failed", resp->message,
 		      resp->mr_lookup ? resp->mr_lookup->entries[0]->lkey : 0,
 		      resp->mr_lookup ? resp->mr_lookup->entries[0]->rkey : 0);
 	mrd__response__free_unpacked(resp, NULL);
