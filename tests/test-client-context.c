@@ -67,18 +67,26 @@ static int open_fds(void)
 	return n;
 }
 
-/* fd refused with error; why says something with want in it; no fd of mrd's stays. */
-static void refused(int fd, const char *device, int error, const char *want)
+/* fd refused with error, mrd's own contexts' files being own; why says something with want in
+ * it; no fd of mrd's stays. */
+static void refused_own(int fd, const int *own, size_t n_own, const char *device, int error,
+			const char *want)
 {
 	struct client_context *ctx = NULL;
 	char why[256] = "";
 	int n = open_fds();
 
-	ck_assert_int_eq(client_context_open(fd, device, root, &ctx, why, sizeof(why)), error);
+	ck_assert_int_eq(client_context_open(fd, device, root, own, n_own, &ctx, why, sizeof(why)),
+			 error);
 	ck_assert_ptr_null(ctx);
 	ck_assert_msg(strstr(why, want), "why \"%s\" lacks \"%s\"", why, want);
 	ck_assert_int_eq(open_fds(), n);
 	fprintf(stderr, "fd %d refused: %s\n", fd, why);
+}
+
+static void refused(int fd, const char *device, int error, const char *want)
+{
+	refused_own(fd, NULL, 0, device, error, want);
 }
 
 START_TEST(test_not_character_devices)
@@ -157,6 +165,28 @@ START_TEST(test_probe_refuses_what_is_not_uverbs)
 }
 END_TEST
 
+/* mrd's own context, whose cmd_fd an importer holds (provider-verbs.c verbs_export_pd) and may
+ * send back as its own: the same device node, device and driver, so every check above passes,
+ * but an MR made there is mrd's context's (the client's close does not end it, it outlives
+ * the memory). Its open file is refused, a dup of it too; another open of the node is not. */
+START_TEST(test_own_context_refused)
+{
+	int own = open("/dev/null", O_RDONLY | O_CLOEXEC), other = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	int dup_of_own = fcntl(own, F_DUPFD_CLOEXEC, 3), ours[2] = { other, own };
+
+	ck_assert_int_ge(dup_of_own, 0);
+	sysfs("1:3\n");
+	refused_own(dup_of_own, ours, 2, "rxe0", -EPERM, "one of mrd's own contexts");
+	refused_own(own, ours, 2, "rxe0", -EPERM, "one of mrd's own contexts");
+	/* another open file of the node: on to the driver probe, which /dev/null fails */
+	refused_own(dup_of_own, &other, 1, "rxe0", -ENOTTY, "answers no driver");
+	close(own);
+	close(other);
+	close(dup_of_own);
+	sysfs_remove();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("client-context");
@@ -166,6 +196,7 @@ int main(void)
 	tcase_add_test(tc, test_other_character_devices);
 	tcase_add_test(tc, test_device_named_and_other_device_refused);
 	tcase_add_test(tc, test_probe_refuses_what_is_not_uverbs);
+	tcase_add_test(tc, test_own_context_refused);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

@@ -246,7 +246,7 @@ START_TEST(test_write_read_on_clients_own_qps)
 		      "RLIMIT_MEMLOCK did not hold it (the test proves nothing)");
 	fprintf(stderr, "note: the client's own ibv_reg_mr of 1 MiB: %s\n",
 		strerror(c.h.own_reg_errno));
-	ck_assert_msg(client_context_open(c.cmd_fd, device, "/sys", &ctx, why, sizeof(why)) == 0,
+	ck_assert_msg(client_context_open(c.cmd_fd, device, "/sys", NULL, 0, &ctx, why, sizeof(why)) == 0,
 		      "%s", why);
 	fprintf(stderr, "note: the client's context: driver %s\n", client_context_driver(ctx));
 	ck_assert_msg(client_context_check_pd(ctx, c.h.pd_handle, why, sizeof(why)) == 0, "%s", why);
@@ -278,7 +278,7 @@ START_TEST(test_foreign_pd_handle_refused)
 	long pin0 = vm_pin_kib();
 
 	client_start(&c);
-	ck_assert_int_eq(client_context_open(c.cmd_fd, device, "/sys", &ctx, why, sizeof(why)), 0);
+	ck_assert_int_eq(client_context_open(c.cmd_fd, device, "/sys", NULL, 0, &ctx, why, sizeof(why)), 0);
 	r = client_context_check_pd(ctx, c.h.pd_handle + 1000, why, sizeof(why));
 	ck_assert_msg(r == -ENOENT || r == -EINVAL, "%d: %s", r, why); /* Linux 7.3: ENOENT */
 	fprintf(stderr, "note: a PD handle the context lacks: %s\n", why);
@@ -302,7 +302,7 @@ START_TEST(test_client_gone_mrd_copy_holds)
 	long pin0 = vm_pin_kib();
 
 	client_start(&c);
-	ck_assert_int_eq(client_context_open(c.cmd_fd, device, "/sys", &ctx, why, sizeof(why)), 0);
+	ck_assert_int_eq(client_context_open(c.cmd_fd, device, "/sys", NULL, 0, &ctx, why, sizeof(why)), 0);
 	close(c.cmd_fd);
 	client_exit(&c);
 	ck_assert_int_eq(client_context_reg(ctx, c.h.pd_handle, c.mine, LEN, c.h.addr, RW, &mr), 0);
@@ -327,7 +327,7 @@ START_TEST(test_bare_uverbs_fd_refused)
 	snprintf(path, sizeof(path), "/dev/infiniband/%s", d->dev_name);
 	fd = open(path, O_RDWR | O_CLOEXEC);
 	ck_assert_int_ge(fd, 0);
-	r = client_context_open(fd, device, "/sys", &ctx, why, sizeof(why));
+	r = client_context_open(fd, device, "/sys", NULL, 0, &ctx, why, sizeof(why));
 	if (r == 0) {
 		r = client_context_check_pd(ctx, 0, why, sizeof(why));
 		client_context_close(ctx);
@@ -358,7 +358,7 @@ START_TEST(test_other_device_refused)
 		ibv_free_device_list(l);
 		return;
 	}
-	ck_assert_int_eq(client_context_open(oc->cmd_fd, device, "/sys", &ctx, why, sizeof(why)),
+	ck_assert_int_eq(client_context_open(oc->cmd_fd, device, "/sys", NULL, 0, &ctx, why, sizeof(why)),
 			 -EXDEV);
 	fprintf(stderr, "note: another device's fd: %s\n", why);
 	ibv_close_device(oc);
@@ -376,7 +376,7 @@ START_TEST(test_driver_needing_data_refused)
 	char why[256] = "";
 
 	ck_assert_ptr_nonnull(oc);
-	ck_assert_int_eq(client_context_open(oc->cmd_fd, device, "/sys", &ctx, why, sizeof(why)),
+	ck_assert_int_eq(client_context_open(oc->cmd_fd, device, "/sys", NULL, 0, &ctx, why, sizeof(why)),
 			 -EOPNOTSUPP);
 	ck_assert_ptr_null(ctx);
 	ck_assert_ptr_nonnull(strstr(why, "no driver data"));
@@ -395,7 +395,7 @@ static int driver_supported(struct ibv_device *d, char *why, size_t why_size)
 
 	if (!oc)
 		return -errno;
-	r = client_context_open(oc->cmd_fd, ibv_get_device_name(d), "/sys", &ctx, why, why_size);
+	r = client_context_open(oc->cmd_fd, ibv_get_device_name(d), "/sys", NULL, 0, &ctx, why, why_size);
 	if (r == 0)
 		client_context_close(ctx);
 	ibv_close_device(oc);

@@ -198,6 +198,49 @@ START_TEST(test_fatal_during_registration_accounting)
 }
 END_TEST
 
+/* A second lookup inside the held run waits for the registration (mr-cache.c pending_run);
+ * DEVICE_FATAL meanwhile: the first is refused with ENODEV since its keys are the failed
+ * device's, and so must the one that waited, which reg_job_done runs again against the table
+ * the failed MR was just put in. */
+START_TEST(test_fatal_during_registration_waiter_refused)
+{
+	int a;
+	uint64_t addr;
+	Mrd__Response *resp;
+
+	start();
+	a = td_hello_client(1000, NULL);
+	addr = td_alloc(a, 1, 2 * MiB);
+	td_send_lookup(a, 2, addr);
+	td_pump();
+	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r');
+	td_send_lookup(a, 3, addr + MiB);
+	for (int i = 0; i < 50; i++) { /* the loop reads it: it waits for request 2's MR */
+		td_pump();
+		usleep(1000);
+	}
+	inject('F');
+	soft_gate_release(gate, 1);
+	pump_until(&td_manager->core.device.failed, true);
+	mrd__response__free_unpacked(td_expect(a, 2, ENODEV), NULL);
+	resp = td_recv_reply(a, NULL, NULL);
+	ck_assert_ptr_nonnull(resp);
+	ck_assert_uint_eq(resp->id, 3);
+	ck_assert_msg(resp->status != 0 || !td_manager->core.device.failed,
+		      "the lookup that waited was answered (%s) with keys 0x%x/0x%x while the "
+		      "device was failed", resp->message,
+		      resp->mr_lookup ? resp->mr_lookup->entries[0]->lkey : 0,
+		      resp->mr_lookup ? resp->mr_lookup->entries[0]->rkey : 0);
+	mrd__response__free_unpacked(resp, NULL);
+	td_pump_until_zero(&td_manager->core.device.losing);
+	inject('R');
+	pump_until(&td_manager->core.device.failed, false);
+	td_free(a, 4, addr, 0);
+	close(a);
+	stop();
+}
+END_TEST
+
 /* DEVICE_FATAL while a worker's registration is held in the provider: the loop marks the
  * context lost and goes on serving (another client's Ping answered, its Lookup refused at
  * once with ENODEV), the context lets go once the registration ends (device.losing back to
@@ -884,6 +927,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_port_event_during_registration);
 	tcase_add_test(tc, test_fatal_during_registration_accounting);
 	tcase_add_test(tc, test_fatal_during_registration_loop_serves);
+	tcase_add_test(tc, test_fatal_during_registration_waiter_refused);
 	tcase_add_test(tc, test_fatal_during_registration_client_leaves);
 	tcase_add_test(tc, test_revive_old_key_reaches_other_mr);
 	tcase_add_test(tc, test_revive_cached_key_not_reused);

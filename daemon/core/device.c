@@ -128,6 +128,7 @@ static void lose_domain(struct core *core, struct domain *d)
 	struct lose_job *j;
 
 	provider_mark_lost(d->reg.provider); /* every op from now on fails fast */
+	d->reg.cache.keys_stale = true;          /* until revive_commit */
 	j = *d->reg.workers ? calloc(1, sizeof(*j)) : NULL;
 	if (!j) { /* no worker (or no memory): here, as it was */
 		provider_lose(d->reg.provider);
@@ -182,6 +183,7 @@ static void revive_commit(struct core *core)
 		}
 	LIST_FOREACH(d, &core->domains, link) {
 		mr_cache_flush(&d->reg.cache); /* the table holds the old keys */
+		d->reg.cache.keys_stale = false;
 		domain_pd_replaced(d);
 		domain_bump_generation(d);
 		domain_update_status(d);

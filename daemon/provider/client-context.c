@@ -8,9 +8,11 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <linux/kcmp.h>
 #include <rdma/ib_user_ioctl_cmds.h>
 #include <rdma/ib_user_ioctl_verbs.h>
 #include <rdma/ib_user_verbs.h>
@@ -114,8 +116,25 @@ static int probe_driver(int fd, uint32_t id)
 	return ioctl(fd, RDMA_VERBS_IOCTL, &hdr) < 0 ? negative_errno() : 0;
 }
 
-int client_context_open(int fd, const char *device, const char *sysfs_root,
-			struct client_context **ret, char *why, size_t why_size)
+/* Whether fd is the open file of one of own (kcmp KCMP_FILE: fstat cannot tell two opens of a
+ * uverbs node apart). 1, 0, or negative errno where the kernel cannot say. */
+static int own_file(int fd, const int *own, size_t n)
+{
+	pid_t pid = getpid();
+
+	for (size_t i = 0; i < n; i++) {
+		long k = syscall(SYS_kcmp, pid, pid, KCMP_FILE, fd, own[i]);
+
+		if (k == 0)
+			return 1;
+		if (k < 0)
+			return negative_errno();
+	}
+	return 0;
+}
+
+int client_context_open(int fd, const char *device, const char *sysfs_root, const int *own_fds,
+			size_t n_own_fds, struct client_context **ret, char *why, size_t why_size)
 {
 	struct client_context *ctx;
 	char ibdev[64];
@@ -127,6 +146,16 @@ int client_context_open(int fd, const char *device, const char *sysfs_root,
 	if (strcmp(ibdev, device) != 0) {
 		snprintf(why, why_size, "a context of device %s, not of %s", ibdev, device);
 		return -EXDEV;
+	}
+	r = own_file(fd, own_fds, n_own_fds);
+	if (r != 0) {
+		if (r > 0)
+			snprintf(why, why_size, "the file of one of mrd's own contexts on %s, not a "
+				 "client's", device);
+		else
+			snprintf(why, why_size, "cannot tell whether it is one of mrd's own contexts "
+				 "(kcmp: %s)", strerror(-r));
+		return -EPERM;
 	}
 	for (id = 0; id < 64; id++) {
 		r = probe_driver(fd, id);

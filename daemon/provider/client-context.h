@@ -25,9 +25,12 @@ int uverbs_fd_device(int fd, const char *sysfs_root, char *ibdev, size_t ibdev_s
 
 /* Takes a duplicate of fd (close-on-exec; the caller keeps its own) once it is a uverbs device
  * of device with a driver mrd can register for; -EXDEV: another device's; -EOPNOTSUPP: its
- * driver's REG_MR needs driver data (or is unknown); -ENOTTY, -EBADF as uverbs_fd_device. */
-int client_context_open(int fd, const char *device, const char *sysfs_root,
-			struct client_context **ret, char *why, size_t why_size);
+ * driver's REG_MR needs driver data (or is unknown); -ENOTTY, -EBADF as uverbs_fd_device.
+ * -EPERM: fd is the open file of one of own_fds (mrd's own contexts, whose cmd_fd an importer
+ * holds: every check above passes for it, but an MR made there is no client's, outlives the
+ * client and its memory), or mrd cannot tell (no kcmp). */
+int client_context_open(int fd, const char *device, const char *sysfs_root, const int *own_fds,
+			size_t n_own_fds, struct client_context **ret, char *why, size_t why_size);
 /* Closes mrd's copy: once the client's are closed too, the kernel destroys every object of the
  * context, the MRs mrd made in it with them. NULL is fine. */
 void client_context_close(struct client_context *ctx);

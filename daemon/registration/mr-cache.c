@@ -387,7 +387,12 @@ static void retry(struct mr_cache *c, uint64_t addr, struct mr_waiter *waiter)
 	char why[160] = "";
 	int k;
 
-	if (cached(c, addr, &e))
+	if (c->keys_stale || provider_lost(registrar_of(c)->provider)) {
+		snprintf(why, sizeof(why), "device %s failed while 0x%" PRIx64 " waited for its "
+			 "registration; mrd reopens it when it returns",
+			 registrar_of(c)->provider->caps.device, addr);
+		k = -ENODEV;
+	} else if (cached(c, addr, &e))
 		k = 0;
 	else if (!a) {
 		snprintf(why, sizeof(why), "0x%" PRIx64 " was freed while it was being registered",
@@ -431,7 +436,7 @@ static void reg_job_done(struct registrar_work *w)
 	} else if (!adopt(c, a, j->rt.pmr, j->start, j->end)) {
 		drop(c, j->rt.pmr, j->start, j->end);
 		k = -ENOMEM;
-	} else if (provider_lost(r->provider)) {
+	} else if (c->keys_stale || provider_lost(r->provider)) {
 		/* The device failed while the worker registered: the MR is the cache's (the device's
 		 * return makes it again), but its keys are of the failed device. */
 		snprintf(why, sizeof(why), "device %s failed while [0x%" PRIx64 ", 0x%" PRIx64
@@ -465,6 +470,11 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 	struct reg_allocation *a;
 
 	c->lookups++;
+	if (c->keys_stale) { /* a batch's next address, after a wait the failure ended */
+		snprintf(why, why_size, "device %s failed; mrd reopens it when it returns",
+			 r->provider->caps.device);
+		return -ENODEV;
+	}
 	if (cached(c, addr, ret))
 		return 0;
 

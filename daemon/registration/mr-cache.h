@@ -66,6 +66,10 @@ struct mr_cache {
 	unsigned n_mrs;
 	struct mr_table table;
 	uint64_t lookups, misses, registrations, deregistrations;
+	/* The device failed (core/device.c lose_domain): the table's keys, and those of an MR a
+	 * worker made meanwhile, are the failed device's until the return commits
+	 * (revive_commit). A lookup that waited is refused then, never answered from the table. */
+	bool keys_stale;
 };
 
 int mr_cache_init(struct mr_cache *c, enum mr_policy policy);
