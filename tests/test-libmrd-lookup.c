@@ -646,6 +646,13 @@ static long long_waiter_wakes(unsigned pings, unsigned pace_us)
 	ck_assert_int_eq(mrd_mem_free(c, t2.small), 0);
 	mrd_client_close(c);
 	soft_gate_cleanup(gate);
+	if (getenv("MRD_TEST_WRAPPER") && *getenv("MRD_TEST_WRAPPER")) {
+		/* The bounds assume mrd's pace: under valgrind a Ping's reply takes over the 10 ms
+		 * after which the long call takes the socket back (853 wakes for 2000 seen). */
+		printf("wakes not compared (%ld): mrd runs under %s\n", woken,
+		       getenv("MRD_TEST_WRAPPER"));
+		return 0;
+	}
 	return woken;
 }
 
