@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check-run.h"
+#include "test-util.h"
 #include "provider/client-context.h"
 
 static char root[64];
@@ -58,14 +59,6 @@ static void sysfs_remove(void)
 	ck_assert_int_eq(system(cmd), 0);
 }
 
-static int open_fds(void)
-{
-	int n = 0;
-
-	for (int fd = 0; fd < 1024; fd++)
-		n += fcntl(fd, F_GETFD) >= 0;
-	return n;
-}
 
 /* fd refused with error, mrd's own contexts' files being own; why says something with want in
  * it; no fd of mrd's stays. */
@@ -74,13 +67,13 @@ static void refused_own(int fd, const int *own, size_t n_own, const char *device
 {
 	struct client_context *ctx = NULL;
 	char why[256] = "";
-	int n = open_fds();
+	unsigned n = count_open_fds(0);
 
 	ck_assert_int_eq(client_context_open(fd, device, root, own, n_own, &ctx, why, sizeof(why)),
 			 error);
 	ck_assert_ptr_null(ctx);
 	ck_assert_msg(strstr(why, want), "why \"%s\" lacks \"%s\"", why, want);
-	ck_assert_int_eq(open_fds(), n);
+	ck_assert_uint_eq(count_open_fds(0), n);
 	fprintf(stderr, "fd %d refused: %s\n", fd, why);
 }
 

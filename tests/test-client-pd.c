@@ -19,6 +19,7 @@
 #include <infiniband/verbs.h>
 
 #include "check-run.h"
+#include "test-util.h"
 #include "provider/client-context.h"
 #include "provider/verbs-loopback.h"
 
@@ -208,26 +209,9 @@ static void client_stop(struct client *c)
 /* The kernel's count of this process's pinned pages (mm->pinned_vm), in KiB. */
 static long vm_pin_kib(void)
 {
-	char line[256];
-	long kib = -1;
-	FILE *f = fopen("/proc/self/status", "re");
-
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmPin: %ld kB", &kib) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return kib;
+	return read_status_field("/proc/self/status", "VmPin");
 }
 
-static int open_fds(void)
-{
-	int n = 0;
-
-	for (int fd = 0; fd < 1024; fd++)
-		n += fcntl(fd, F_GETFD) >= 0;
-	return n;
-}
 
 /* The whole path: mrd's keys in the client's own PD carry WRITE and READ on its own QPs; the
  * kernel charges mrd's pinned pages; after the dereg the device refuses the old rkey; mrd's
@@ -239,7 +223,7 @@ START_TEST(test_write_read_on_clients_own_qps)
 	struct client_mr mr;
 	char why[256] = "";
 	long pin0 = vm_pin_kib();
-	int fds0 = open_fds();
+	unsigned fds0 = count_open_fds(0);
 
 	client_start(&c);
 	ck_assert_msg(c.h.own_reg_errno != 0, "the client's own 1 MiB ibv_reg_mr worked: "
@@ -262,7 +246,7 @@ START_TEST(test_write_read_on_clients_own_qps)
 		ck_assert_int_eq(client_order(&c, OP_STALE, mr.lkey, mr.rkey), -EKEYREJECTED);
 	client_stop(&c);
 	client_context_close(ctx);
-	ck_assert_int_eq(open_fds(), fds0);
+	ck_assert_uint_eq(count_open_fds(0), fds0);
 }
 END_TEST
 

@@ -100,12 +100,7 @@ int ibv_dereg_mr(struct ibv_mr *mr)
 static void fake_provider(struct verbs_provider *vp)
 {
 	ck_assert_int_eq(pipe2(pipe_fds, O_CLOEXEC), 0);
-	vp->base.ops = &provider_verbs_ops;
-	pthread_mutex_init(&vp->base.lock, NULL);
-	pthread_mutex_init(&vp->base.event_lock, NULL);
-	pthread_rwlock_init(&vp->live, NULL);
-	LIST_INIT(&vp->pds);
-	LIST_INIT(&vp->mrs);
+	verbs_provider_init(vp);
 	snprintf(vp->base.caps.device, sizeof(vp->base.caps.device), "fake0");
 	vp->ctx = ibv_open_device(&fake_dev);
 }

@@ -231,6 +231,18 @@ static bool port_active(struct ibv_context *ctx)
 	return false;
 }
 
+/* vp's locks and lists, before any context is opened (tests start fakes from here too). */
+static void verbs_provider_init(struct verbs_provider *vp)
+{
+	vp->base.ops = &provider_verbs_ops;
+	pthread_mutex_init(&vp->base.lock, NULL);
+	pthread_mutex_init(&vp->base.event_lock, NULL);
+	pthread_rwlock_init(&vp->live, NULL);
+	LIST_INIT(&vp->pds);
+	LIST_INIT(&vp->mrs);
+	LIST_INIT(&vp->kept);
+}
+
 static int verbs_open(const char *device, struct provider **ret)
 {
 	struct ibv_device_attr_ex attr = {};
@@ -240,13 +252,7 @@ static int verbs_open(const char *device, struct provider **ret)
 	vp = calloc(1, sizeof(*vp));
 	if (!vp)
 		return -ENOMEM;
-	vp->base.ops = &provider_verbs_ops;
-	pthread_mutex_init(&vp->base.lock, NULL);
-	pthread_mutex_init(&vp->base.event_lock, NULL);
-	pthread_rwlock_init(&vp->live, NULL);
-	LIST_INIT(&vp->pds);
-	LIST_INIT(&vp->mrs);
-	LIST_INIT(&vp->kept);
+	verbs_provider_init(vp);
 	r = open_context(vp, device);
 	if (r < 0) {
 		pthread_rwlock_destroy(&vp->live);
