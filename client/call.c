@@ -113,11 +113,17 @@ fail:
 int conn_request(struct conn *conn, Mrd__Request *req, Mrd__Response **ret,
 		 struct conn_fds *ret_fds)
 {
+	return conn_request_with_fds(conn, req, NULL, 0, ret, ret_fds);
+}
+
+int conn_request_with_fds(struct conn *conn, Mrd__Request *req, const int *send_fds,
+			  size_t n_send_fds, Mrd__Response **ret, struct conn_fds *ret_fds)
+{
 	Mrd__Response *resp = NULL;
 	struct conn_fds fds;
 	int r;
 
-	r = conn_call(conn, req, &resp, &fds);
+	r = conn_call_with_fds(conn, req, send_fds, n_send_fds, &resp, &fds);
 	if (r < 0)
 		return set_call_error(r);
 	r = response_error(resp);

@@ -31,6 +31,9 @@ void client_poison_status(struct mrd_client *client);
 /* One request/response on conn, with no lock; otherwise as client_call. */
 int conn_request(struct conn *conn, Mrd__Request *req, Mrd__Response **ret,
 		 struct conn_fds *ret_fds);
+/* The same, with n_send_fds descriptors (not consumed) sent along. */
+int conn_request_with_fds(struct conn *conn, Mrd__Request *req, const int *send_fds,
+			  size_t n_send_fds, Mrd__Response **ret, struct conn_fds *ret_fds);
 /* One request/response under the handle's lock (other threads' calls on the handle run
  * meanwhile: see struct conn); daemon errors become -errno and their reason
  * becomes mrd_last_error(). Descriptors of a successful reply go to ret_fds (closed when NULL

@@ -40,6 +40,10 @@ struct mrd_client {
 	bool pd_imported;
 	unsigned pd_epoch;
 	uint64_t pd_device_epoch; /* the status page's pd_epoch before that ExportPd (atomic) */
+	/* mrd_client_bind_pd(): a copy of the program's command fd (-1: not bound) and the PD,
+	 * bound again on a reconnect's new connection before any lookup can use it. */
+	int bound_fd;
+	uint32_t bound_pd;
 	unsigned long n_held; /* allocations and attachments mrd holds for it: a reconnect must
 			       * get them all back */
 	pthread_mutex_t reconnect_lock; /* one mrd_client_reconnect() at a time */

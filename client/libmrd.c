@@ -83,6 +83,7 @@ MRD_EXPORT int mrd_client_connect(const char *path, mrd_client **ret)
 	pthread_mutex_init(&client->lost_lock, NULL);
 	pthread_mutex_init(&client->reconnect_lock, NULL);
 	client->fd = -1;
+	client->bound_fd = -1;
 	client->pid = getpid();
 	r = conn_open(path, program_invocation_short_name, MRD_CAPS_SERVED, &client->conn, error,
 		      sizeof(error));
@@ -126,11 +127,32 @@ MRD_EXPORT mrd_client *mrd_client_close(mrd_client *client)
 			  __atomic_load_n(&client->n_held, __ATOMIC_ACQUIRE));
 	memory_leave(client);
 	conn_free(client->conn);
+	safe_close(client->bound_fd);
 	pthread_rwlock_destroy(&client->lock);
 	pthread_mutex_destroy(&client->lost_lock);
 	pthread_mutex_destroy(&client->reconnect_lock);
 	free(client);
 	return NULL;
+}
+
+/* BindPd on conn with the program's command fd. */
+static int bind_pd_on(struct conn *conn, int cmd_fd, uint32_t pd_handle)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__BindPdRequest bind = MRD__BIND_PD_REQUEST__INIT;
+	Mrd__Response *resp;
+	int r;
+
+	bind.pd_handle = pd_handle;
+	req.body_case = MRD__REQUEST__BODY_BIND_PD;
+	req.bind_pd = &bind;
+	r = conn_request_with_fds(conn, &req, &cmd_fd, 1, &resp, NULL);
+	if (r < 0)
+		return r;
+	if (resp->body_case != MRD__RESPONSE__BODY_BIND_PD)
+		r = set_last_error(-EBADMSG, "malformed BindPd reply");
+	mrd__response__free_unpacked(resp, NULL);
+	return r;
 }
 
 static int reconnect(mrd_client *client)
@@ -164,6 +186,9 @@ static int reconnect(mrd_client *client)
 	 * old mrd may come back to another thread at the same address), and the count is whole. */
 	pthread_rwlock_wrlock(&client->lock);
 	r = memory_settle_lost_frees(client, conn, &resumed);
+	/* Bound before the connection serves a lookup: its keys are of the program's PD. */
+	if (r >= 0 && client->bound_fd >= 0)
+		r = bind_pd_on(conn, client->bound_fd, client->bound_pd);
 	held = __atomic_load_n(&client->n_held, __ATOMIC_ACQUIRE);
 	if (r == -ECONNRESET || r == -ETIMEDOUT)
 		r = set_call_error(r);
@@ -345,6 +370,31 @@ MRD_EXPORT int mrd_client_get_pd(mrd_client *client, int *ret_cmd_fd, uint32_t *
 	__atomic_store_n(&client->pd_device_epoch, device, __ATOMIC_RELEASE);
 	__atomic_store_n(&client->pd_imported, true, __ATOMIC_RELEASE);
 	return 0;
+}
+
+MRD_EXPORT int mrd_client_bind_pd(mrd_client *client, int cmd_fd, uint32_t pd_handle)
+{
+	int copy, r;
+
+	if (!client || cmd_fd < 0)
+		return set_last_error(-EINVAL, "mrd_client_bind_pd: no handle or no descriptor");
+	if (client->bound_fd >= 0)
+		return set_last_error(-EALREADY, "this handle is bound to PD %u already",
+				      client->bound_pd);
+	/* Kept for a reconnect, which binds the new connection before anything else. */
+	copy = fcntl(cmd_fd, F_DUPFD_CLOEXEC, 3);
+	if (copy < 0)
+		return set_last_error(-errno, "dup of the command fd: %s", strerror(errno));
+	pthread_rwlock_wrlock(&client->lock); /* no lookup of this handle is under way */
+	r = bind_pd_on(client->conn, copy, pd_handle);
+	if (r >= 0) {
+		client->bound_fd = copy;
+		client->bound_pd = pd_handle;
+	}
+	pthread_rwlock_unlock(&client->lock);
+	if (r < 0)
+		close(copy);
+	return r;
 }
 
 MRD_EXPORT int mrd_client_protocol_version(const mrd_client *client)

@@ -30,6 +30,7 @@ struct mrd_mempool {
 	size_t n_free;
 
 	bool registered;
+	bool by_lookups; /* a bound handle's (register_bound): mrd keeps no pool of it */
 	unsigned epoch; /* the handle's when registered: a reconnect since means mrd forgot it */
 	struct mrd_keys *mrs; /* the registration's MRs, by address */
 	size_t n_mrs;
@@ -260,6 +261,60 @@ static int collect_ranges(const mrd_mempool *p, bool extmem, uint64_t **ret_star
 	return 0;
 }
 
+static int by_start(const void *a, const void *b)
+{
+	const struct mrd_keys *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* A handle bound to its own PD (mrd_client_bind_pd) registers in that PD: mrd's mempool
+ * registry is the domain PD's. The pool's keys are its lookups' over each range, registered
+ * now by the domain's policy, which mrd keeps until the memory under them is freed: the
+ * pool's own chunks go only with the pool (and mrd_mempool_create_in()'s memory is the
+ * caller's to keep). */
+static int register_bound(mrd_mempool *p, const uint64_t *starts, const uint64_t *lengths,
+			  size_t n)
+{
+	struct mrd_keys *mrs = NULL, k;
+	size_t n_mrs = 0, cap = 0, kept = 0;
+	int r = 0;
+
+	for (size_t i = 0; r >= 0 && i < n; i++)
+		for (uint64_t a = starts[i]; r >= 0 && a < starts[i] + lengths[i]; a = k.end) {
+			r = mrd_keys_query(p->client, (const void *)(uintptr_t)a, &k);
+			if (r < 0)
+				break;
+			if (n_mrs == cap) {
+				struct mrd_keys *more = realloc(mrs, (cap ? 2 * cap : 16) * sizeof(*mrs));
+
+				if (!more) {
+					r = set_last_error(-ENOMEM, "out of memory");
+					break;
+				}
+				mrs = more;
+				cap = cap ? 2 * cap : 16;
+			}
+			mrs[n_mrs++] = k;
+		}
+	if (r < 0) {
+		free(mrs);
+		return r;
+	}
+	/* By address, each MR once (ranges of one allocation share its MR). */
+	qsort(mrs, n_mrs, sizeof(*mrs), by_start);
+	for (size_t i = 0; i < n_mrs; i++)
+		if (kept == 0 || mrs[i].start != mrs[kept - 1].start)
+			mrs[kept++] = mrs[i];
+	free(p->mrs);
+	p->mrs = mrs;
+	p->n_mrs = kept;
+	p->registered = true;
+	p->by_lookups = true;
+	p->epoch = __atomic_load_n(&p->client->epoch, __ATOMIC_ACQUIRE);
+	return 0;
+}
+
 MRD_EXPORT int mrd_mempool_register(mrd_mempool *p, unsigned flags)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
@@ -283,6 +338,12 @@ MRD_EXPORT int mrd_mempool_register(mrd_mempool *p, unsigned flags)
 		free(lengths);
 		return set_last_error(-E2BIG, "mempool '%s' spans %zu ranges; mrd takes at most %u",
 				      p->name, n, MRD_MEMPOOL_RANGES_MAX);
+	}
+	if (p->client->bound_fd >= 0) {
+		r = register_bound(p, starts, lengths, n);
+		free(starts);
+		free(lengths);
+		return r;
 	}
 	q.name = p->name;
 	q.starts = starts;
@@ -331,8 +392,8 @@ MRD_EXPORT int mrd_mempool_unregister(mrd_mempool *p)
 
 	if (!p)
 		return set_last_error(-EINVAL, "mrd_mempool_unregister: NULL pool");
-	if (p->registered && !is_registered(p))
-		goto forget; /* the mrd that had it is gone */
+	if ((p->registered && !is_registered(p)) || p->by_lookups)
+		goto forget; /* the mrd that had it is gone, or it never had it */
 	q.name = p->name;
 	req.body_case = MRD__REQUEST__BODY_MEMPOOL_UNREGISTER;
 	req.mempool_unregister = &q;
@@ -345,6 +406,7 @@ forget:
 	p->mrs = NULL;
 	p->n_mrs = 0;
 	p->registered = false;
+	p->by_lookups = false;
 	return 0;
 }
 

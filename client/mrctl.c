@@ -155,6 +155,18 @@ static void print_status(const Mrd__StatusResponse *s)
 		       s->domains, s->clients, s->max_clients, s->quarantined_bytes,
 		       s->quarantined_runs);
 		print_old_contexts_json(s->old_contexts, s->n_old_contexts);
+		printf(",\"devices\":[");
+		for (size_t i = 0; i < s->n_devices; i++) {
+			const Mrd__DeviceInfo *d = s->devices[i];
+
+			printf("%s{\"name\":", i ? "," : "");
+			json_write_string(stdout, d->name);
+			printf(",\"domains\":%s,\"max_mr_size\":%" PRIu64 ",\"odp\":%s,\"atomic\":%s"
+			       ",\"port_active\":%s,\"bound\":%" PRIu32 "}", json_bool(d->domains),
+			       d->max_mr_size, json_bool(d->odp), json_bool(d->atomic),
+			       json_bool(d->port_active), d->bound);
+		}
+		printf("]");
 		if (*s->view) { /* not an administrator: its own domain's figures alone */
 			printf(",\"view\":");
 			json_write_string(stdout, s->view);
@@ -201,6 +213,18 @@ static void print_status(const Mrd__StatusResponse *s)
 		       "an MR over (dereg failed; mrctl flush tries again)\n", s->quarantined_bytes,
 		       s->quarantined_runs);
 	print_old_contexts(s->old_contexts, s->n_old_contexts);
+	for (size_t i = 0; i < s->n_devices; i++) {
+		const Mrd__DeviceInfo *d = s->devices[i];
+
+		/* Clients bind PDs of their own contexts on any of these (mrd_client_bind_pd(3)). */
+		printf("%s%s%s: max MR size %" PRIu64 ", ODP %s, remote atomics %s, port %s%s",
+		       i ? "" : "devices:          ", i ? "                  " : "", esc(d->name),
+		       d->max_mr_size, yes_no(d->odp), yes_no(d->atomic),
+		       d->port_active ? "active" : "down", d->domains ? ", the domains'" : "");
+		if (!*s->view)
+			printf(", %" PRIu32 " bound", d->bound);
+		printf("\n");
+	}
 	if (*s->view) {
 		printf("domain:           %s (%s open; root and the admin group see every domain)\n"
 		       "clients:          %" PRIu32 " of %" PRIu32 " in the domain\n",
@@ -300,8 +324,16 @@ static void print_clients(const Mrd__ClientsResponse *r)
 			printf(",\"domain\":");
 			json_write_string(stdout, c->domain);
 			printf(",\"allocated_bytes\":%" PRIu64 ",\"allocations\":%" PRIu32
-			       ",\"admin\":%s}", c->allocated_bytes, c->allocations,
+			       ",\"admin\":%s", c->allocated_bytes, c->allocations,
 			       json_bool(c->admin));
+			if (*c->bound_driver) {
+				printf(",\"bound_pd\":{\"driver\":");
+				json_write_string(stdout, c->bound_driver);
+				printf(",\"pd\":%" PRIu32 ",\"mrs\":%" PRIu32
+				       ",\"registrations\":%" PRIu64 "}", c->bound_pd, c->bound_mrs,
+				       c->bound_registrations);
+			}
+			printf("}");
 		}
 		printf("],\"domains\":[");
 		for (size_t i = 0; i < r->n_domains; i++) {
@@ -330,14 +362,19 @@ static void print_clients(const Mrd__ClientsResponse *r)
 		       r->clients_omitted, r->domains_omitted);
 		return;
 	}
-	printf("%-6s %-8s %-6s %-6s %-16s %-16s %14s %6s\n", "ID", "PID", "UID", "GID", "NAME",
-	       "DOMAIN", "ALLOCATED", "ALLOCS");
+	printf("%-6s %-8s %-6s %-6s %-16s %-16s %14s %6s %-14s\n", "ID", "PID", "UID", "GID",
+	       "NAME", "DOMAIN", "ALLOCATED", "ALLOCS", "PD");
 	for (size_t i = 0; i < r->n_clients; i++) {
 		const Mrd__ClientInfo *c = r->clients[i];
+		char pd[48] = "domain";
 
+		/* Whose PD its keys are of: the domain's, or its own context's (BindPd). */
+		if (*c->bound_driver)
+			snprintf(pd, sizeof(pd), "own:%s/%" PRIu32 "(%" PRIu32 " MRs)",
+				 cell(c->bound_driver), c->bound_pd, c->bound_mrs);
 		printf("%-6" PRIu64 " %-8" PRIu32 " %-6" PRIu32 " %-6" PRIu32 " %-16s %-16s %14" PRIu64
-		       " %6" PRIu32 "%s\n", c->id, c->pid, c->uid, c->gid, cell(c->name),
-		       *c->domain ? cell(c->domain) : "-", c->allocated_bytes, c->allocations,
+		       " %6" PRIu32 " %-14s%s\n", c->id, c->pid, c->uid, c->gid, cell(c->name),
+		       *c->domain ? cell(c->domain) : "-", c->allocated_bytes, c->allocations, pd,
 		       c->admin ? "  admin" : "");
 	}
 	if (r->clients_omitted)
@@ -823,7 +860,7 @@ static int parse_set_option(int opt, const char *value)
 	return r;
 }
 
-static const char *const mr_kinds[] = { "cache", "odp", "mempool" };
+static const char *const mr_kinds[] = { "cache", "odp", "mempool", "client-pd" };
 
 struct dump_state {
 	bool first_domain;  /* the first domain shown */

@@ -201,6 +201,34 @@ START_TEST(test_set_errors)
 }
 END_TEST
 
+/* [mrd] devices: names a client's context may be of (BindPd); empty means every one. */
+START_TEST(test_devices)
+{
+	struct config c;
+	char many[33 * 4 + 1] = "";
+
+	config_init(&c);
+	ck_assert(config_serves_device(&c, "mlx5_0")); /* unset: every device */
+	ck_assert_int_eq(config_set(&c, "mrd", "devices", "rxe0, mlx5_1 rxe1"), 0);
+	ck_assert(config_serves_device(&c, "rxe0"));
+	ck_assert(config_serves_device(&c, "mlx5_1"));
+	ck_assert(config_serves_device(&c, "rxe1"));
+	ck_assert(!config_serves_device(&c, "rxe")); /* whole names only */
+	ck_assert(!config_serves_device(&c, "mlx5_10"));
+	ck_assert(!config_serves_device(&c, "siw0"));
+	ck_assert_int_eq(config_set(&c, "mrd", "devices", "rxe0;rm -rf"), -EINVAL);
+	ck_assert_int_eq(config_set(&c, "mrd", "devices", "../uverbs0"), -EINVAL);
+	for (int i = 0; i < 33; i++)
+		strcat(many, "d12 ");
+	ck_assert_int_eq(config_set(&c, "mrd", "devices", many), -EINVAL); /* 33 names */
+	ck_assert(config_serves_device(&c, "rxe1")); /* a refused value changes nothing */
+	ck_assert_int_eq(config_set(&c, "mrd", "devices", ""), 0);
+	ck_assert_ptr_null(c.devices);
+	ck_assert(config_serves_device(&c, "siw0"));
+	config_done(&c);
+}
+END_TEST
+
 START_TEST(test_memory_keys)
 {
 	struct config c;
@@ -442,6 +470,7 @@ int main(void)
 	tcase_add_test(tc, test_missing_file);
 	tcase_add_test(tc, test_drop_in_folder);
 	tcase_add_test(tc, test_set_errors);
+	tcase_add_test(tc, test_devices);
 	tcase_add_test(tc, test_memory_keys);
 	tcase_add_test(tc, test_admin_group_names);
 	tcase_add_test(tc, test_cache_keys);

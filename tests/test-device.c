@@ -18,6 +18,9 @@
 #include "core/domain.h"
 #include "provider/provider.h"
 #include "test-daemon.h"
+#include "control/client.h"
+#include "core/domain.h"
+#include "registration/bound-pd.h"
 #include "wire.h"
 #include "check-run.h"
 
@@ -163,6 +166,41 @@ START_TEST(test_fatal_then_back)
 	ck_assert_uint_eq(td_alloc(a, 8, 1 << 20) != 0, 1);
 	close(a);
 	close(b);
+}
+END_TEST
+
+/* A client bound to its own PD on the failed device: its context died with the device, so its
+ * cache answers no key, during the failure or after the return (the domain's do again). */
+START_TEST(test_bound_pd_lost_with_the_device)
+{
+	struct client *c;
+	int a = td_hello_client(1000, &c);
+	uint64_t addr = td_alloc(a, 1, 1 << 20), other = td_alloc(a, 2, 1 << 20);
+	struct provider *p;
+	struct provider_pd *pd;
+	Mrd__Response *resp;
+	Mrd__MrEntry e;
+
+	ck_assert_int_eq(provider_soft_ops.open(NULL, &p), 0);
+	ck_assert_int_eq(provider_pd_alloc(p, &pd), 0);
+	ck_assert_int_eq(bound_pd_adopt(&c->domain->reg, p, pd, "soft", 3, &c->bound), 0);
+	td_lookup(a, 3, addr, 0, &e);
+	inject('F');
+	pump_until_let_go();
+	td_send_lookup(a, 4, addr);
+	mrd__response__free_unpacked(td_expect(a, 4, ENODEV), NULL);
+	inject('R');
+	pump_until(&td_manager->core.device.failed, false);
+	/* Back, but not the client's context: the key in the bound table is refused too. */
+	td_send_lookup(a, 5, addr);
+	resp = td_expect(a, 5, ENODEV);
+	ck_assert_msg(strstr(resp->message, "bind a new one"), "refused: %s", resp->message);
+	mrd__response__free_unpacked(resp, NULL);
+	td_send_lookup(a, 7, other);
+	mrd__response__free_unpacked(td_expect(a, 7, ENODEV), NULL);
+	td_free(a, 6, addr, 0); /* its MR goes all the same */
+	ck_assert_uint_eq(c->bound->cache.n_mrs, 0);
+	close(a);
 }
 END_TEST
 
@@ -358,6 +396,7 @@ static Suite *device_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_fatal_then_back);
 	tcase_add_test(tc, test_alloc_refused_while_failed);
+	tcase_add_test(tc, test_bound_pd_lost_with_the_device);
 	tcase_add_test(tc, test_port_and_foreign_events);
 	tcase_add_test(tc, test_removed_found);
 	tcase_add_test(tc, test_odp_and_mempool_come_back);

@@ -422,9 +422,10 @@ START_TEST(test_every_request_before_hello)
 		fd = connect_raw();
 		send_request(fd, &req, NULL, 0);
 		status = reply_status(fd);
-		/* ExtmemAttach without its memfd is refused for that first. */
+		/* ExtmemAttach and BindPd without their descriptor are refused for that first. */
 		ck_assert_msg(status == EPROTO || (status == EBADMSG &&
-						   f->id == MRD__REQUEST__BODY_EXTMEM_ATTACH),
+						   (f->id == MRD__REQUEST__BODY_EXTMEM_ATTACH ||
+						    f->id == MRD__REQUEST__BODY_BIND_PD)),
 			      "%s before Hello: status %d", f->name, status);
 		close_tracked(fd);
 		tried++;

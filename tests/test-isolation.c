@@ -125,6 +125,29 @@ static void try_export_pd(struct world *w)
 	ask_free(w, &req, EOPNOTSUPP);
 }
 
+static void try_bind_pd(struct world *w)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__BindPdRequest b = MRD__BIND_PD_REQUEST__INIT;
+	Mrd__Response *resp;
+	int p[2];
+
+	/* B, which looked up keys already, names a PD handle with a descriptor that is no command
+	 * fd: refused before any ioctl (too late to bind), and nothing of A's could be named
+	 * (its domain's context is mrd's alone). */
+	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+	b.pd_handle = 0;
+	req.id = ++next_id;
+	req.body_case = MRD__REQUEST__BODY_BIND_PD;
+	req.bind_pd = &b;
+	td_send_request(w->b, &req, &p[0], 1);
+	resp = td_expect(w->b, req.id, EBUSY);
+	names_only_own(resp);
+	mrd__response__free_unpacked(resp, NULL);
+	close(p[0]);
+	close(p[1]);
+}
+
 static void try_join_domain(struct world *w)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
@@ -418,6 +441,7 @@ static const struct {
 	{ MRD__REQUEST__BODY_FRMR_POOLS_SET, try_frmr_pools_set },
 	{ MRD__REQUEST__BODY_FLUSH, try_flush },
 	{ MRD__REQUEST__BODY_DOMAIN_DUMP, try_domain_dump },
+	{ MRD__REQUEST__BODY_BIND_PD, try_bind_pd },
 };
 
 /* A's holdings: memory (written), attached memory, keys, a mempool, a parked pool handle. */

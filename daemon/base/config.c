@@ -54,6 +54,7 @@ void config_done(struct config *c)
 	free(c->socket_path);
 	free(c->provider);
 	free(c->device);
+	free(c->devices);
 	free(c->admin_group);
 	free(c->socket_group);
 	for (size_t i = 0; i < c->n_groups; i++) {
@@ -78,6 +79,45 @@ static int set_string(char **field, const char *value)
 	free(*field);
 	*field = s;
 	return 0;
+}
+
+/* Device names, separated by spaces or commas: each as sysfs names one (at most 63 bytes of
+ * letters, digits, '_', '-' and '.'), 32 at most. */
+static int set_devices(char **field, const char *value)
+{
+	size_t n = 0, len = 0;
+
+	for (const char *p = value;; p++) {
+		if (*p == ' ' || *p == ',' || *p == '\0') {
+			n += len > 0;
+			if (len > 63 || n > 32)
+				return -EINVAL;
+			len = 0;
+			if (!*p)
+				break;
+		} else if (isalnum((unsigned char)*p) || *p == '_' || *p == '-' || *p == '.')
+			len++;
+		else
+			return -EINVAL;
+	}
+	return set_string(field, n ? value : "");
+}
+
+bool config_serves_device(const struct config *c, const char *name)
+{
+	size_t len = strlen(name);
+
+	if (!c->devices)
+		return true;
+	for (const char *p = c->devices; *p;) {
+		size_t w = strcspn(p, " ,");
+
+		if (w == len && strncmp(p, name, len) == 0)
+			return true;
+		p += w;
+		p += strspn(p, " ,");
+	}
+	return false;
 }
 
 static int set_unsigned(unsigned *field, const char *value, unsigned min, unsigned max)
@@ -311,6 +351,8 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 		}
 		if (strcmp(key, "device") == 0)
 			return set_string(&c->device, value);
+		if (strcmp(key, "devices") == 0)
+			return set_devices(&c->devices, value);
 		if (strcmp(key, "admin_group") == 0)
 			return set_string(&c->admin_group, value);
 		if (strcmp(key, "socket_group") == 0)

@@ -37,6 +37,7 @@ struct config {
 	char *socket_path;
 	char *provider;   /* "auto", "soft" or "verbs" */
 	char *device;     /* NULL: the first device */
+	char *devices;    /* whose contexts clients may bind (BindPd), by name; NULL: every one */
 	char *admin_group;
 	gid_t admin_gid;  /* resolved from admin_group; valid when admin_group is set */
 	/* The socket mrd binds itself (not one systemd passes): its mode, and its group, by name
@@ -124,3 +125,5 @@ uint64_t config_window_bytes(const struct config *c);
 
 /* The cache policy of the domain named name: its [policies] line, else [cache] policy. */
 int config_policy_for(const struct config *c, const char *name);
+/* Whether [mrd] devices lets clients bind contexts of the RDMA device name. */
+bool config_serves_device(const struct config *c, const char *name);

@@ -12,8 +12,10 @@
 #include <event2/event.h>
 
 #include "control/client.h"
+#include "registration/bound-pd.h"
 #include "control/dispatch.h"
 #include "core/domain.h"
+#include "core/served-devices.h"
 #include "base/fd-closer.h"
 #include "base/process.h"
 #include "log.h"
@@ -265,6 +267,10 @@ struct client *client_free(struct client *c)
 	request_abandon(c); /* workers may still finish for it: nobody to answer */
 	/* Everything it owns goes; memory of other clients stays, and so does its memory that
 	 * other clients' pools still have registered. */
+	/* Its PD's MRs go first, before any of their pages may (and the fd once they did). */
+	c->bound = bound_pd_close(c->bound);
+	if (c->bound_device)
+		c->bound_device->bound--;
 	if (c->domain)
 		domain_leave(c->domain, &c->owner);
 	domain_release(c->domain);

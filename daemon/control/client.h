@@ -12,6 +12,8 @@
 #include "registration/reg-owner.h"
 #include "wire.h"
 
+struct bound_pd;
+struct served_device;
 struct manager;
 struct pending_request;
 struct user_share;
@@ -53,6 +55,11 @@ struct client {
 	char domain_name[64];  /* from uid/gid and [domains], fixed at connect */
 	bool joined;           /* JoinDomain answered once: resuming is for the first one */
 	struct domain *domain; /* acquired on first use */
+	struct bound_pd *bound; /* BindPd: its lookups' keys are of its own PD's MRs */
+	struct served_device *bound_device; /* ... on this device (core/served-devices.h) */
+	bool keys_out;          /* it got keys (or the context) of the domain's PD: too late
+				 * to bind */
+	bool bound_lost;        /* its bound PD was let go for a re-exec that failed: no keys */
 	uint32_t *arenas_sent; /* arenas whose memfd this client has received */
 	size_t n_arenas_sent, arenas_sent_cap;
 

@@ -13,13 +13,15 @@
 #include "log.h"
 #include "control/manager.h"
 #include "core/device.h"
+#include "registration/bound-pd.h"
 
 static const struct request_type request_types[] = {
 	[MRD__REQUEST__BODY_HELLO] = { "Hello", request_hello, .before_hello = true },
 	[MRD__REQUEST__BODY_PING] = { "Ping", request_ping },
 	/* Read-only views: anyone, who sees its own domain alone (access_view). */
 	[MRD__REQUEST__BODY_STATUS] = { "Status", request_status },
-	[MRD__REQUEST__BODY_EXPORT_PD] = { "ExportPd", request_export_pd, .needs_domain = true, .needs_device = true },
+	[MRD__REQUEST__BODY_EXPORT_PD] = { "ExportPd", request_export_pd, .needs_domain = true,
+					   .needs_device = true, .domain_pd = true },
 	[MRD__REQUEST__BODY_JOIN_DOMAIN] = { "JoinDomain", request_join_domain,
 					     .needs_domain = true, .alone = true },
 	[MRD__REQUEST__BODY_ALLOC] = { "Alloc", request_alloc, .check = request_alloc_check,
@@ -34,22 +36,26 @@ static const struct request_type request_types[] = {
 	[MRD__REQUEST__BODY_MR_LOOKUP] = { "MrLookup", request_mr_lookup,
 					   .check = request_mr_lookup_check, .needs_domain = true, .needs_device = true },
 	[MRD__REQUEST__BODY_DMA] = { "Dma", request_dma, .check = request_dma_check,
-				     .needs_domain = true, .needs_device = true },
+				     .needs_domain = true, .needs_device = true, .domain_pd = true },
 	[MRD__REQUEST__BODY_MEMPOOL_REGISTER] = { "MempoolRegister", request_mempool_register,
 						  .check = request_mempool_register_check,
-						  .needs_domain = true, .needs_device = true },
+						  .needs_domain = true, .needs_device = true,
+						  .domain_pd = true },
 	[MRD__REQUEST__BODY_MEMPOOL_UNREGISTER] = { "MempoolUnregister",
 						    request_mempool_unregister,
 						    .check = request_mempool_unregister_check,
 						    .needs_domain = true },
 	[MRD__REQUEST__BODY_MEMPOOLS] = { "Mempools", request_mempools },
 	[MRD__REQUEST__BODY_PREFETCH] = { "Prefetch", request_prefetch,
-					  .check = request_prefetch_check, .needs_domain = true, .needs_device = true },
+					  .check = request_prefetch_check, .needs_domain = true,
+					  .needs_device = true, .domain_pd = true },
 	[MRD__REQUEST__BODY_FRMR_POOLS] = { "FrmrPools", request_frmr_pools },
 	[MRD__REQUEST__BODY_FRMR_POOLS_SET] = { "FrmrPoolsSet", request_frmr_pools_set,
 						.admin = true },
 	[MRD__REQUEST__BODY_FLUSH] = { "Flush", request_flush, .admin = true },
 	[MRD__REQUEST__BODY_DOMAIN_DUMP] = { "DomainDump", request_domain_dump },
+	[MRD__REQUEST__BODY_BIND_PD] = { "BindPd", request_bind_pd, .needs_domain = true,
+					 .needs_device = true, .n_fds = 1 },
 };
 
 const struct request_type *request_type_lookup(int body_case)
@@ -234,12 +240,20 @@ static int run_handler(struct client *c, const struct request_type *type,
 		if (k < 0)
 			return k;
 	}
+	if (type->domain_pd && (c->bound || c->bound_lost)) {
+		reply_set_message(r, "%s works on the domain's PD, and this connection is bound to "
+				  "a PD of its own context (BindPd): connect again for it", type->name);
+		return -EOPNOTSUPP;
+	}
 	if (type->needs_domain) {
 		k = request_domain(c, r, &d);
 		if (k < 0)
 			return k;
 	}
-	return type->handler(c, d, req, pkt, r);
+	k = type->handler(c, d, req, pkt, r);
+	if (type->domain_pd && (k >= 0 || k == -EINPROGRESS))
+		c->keys_out = true; /* of the domain's PD: too late to bind */
+	return k;
 }
 
 int dispatch_packet(struct client *c, struct wire_packet *pkt)

@@ -37,6 +37,7 @@ struct reply {
 		Mrd__FrmrPoolsSetResponse frmr_pools_set;
 		Mrd__FlushResponse flush;
 		Mrd__DomainDumpResponse domain_dump;
+		Mrd__BindPdResponse bind_pd;
 	} body;
 	Mrd__ArenaInfo arena;   /* for bodies that describe an arena */
 	void *owned[8];         /* freed after the reply is sent (repeated fields) */
@@ -113,6 +114,9 @@ struct request_type {
 	/* ... and a device that serves: while it failed, -ENODEV and a message that says so
 	 * (core/device.h). */
 	bool needs_device;
+	/* It works on the domain's PD (its MRs, QPs or context): refused, EOPNOTSUPP, for a
+	 * connection bound to its own PD (BindPd), whose keys those are not. */
+	bool domain_pd;
 	unsigned n_fds;    /* exact number of descriptors the request carries */
 	/* Answered only while no other request of the connection is pending (a session's
 	 * JoinDomain, which may resume what an earlier mrd held): else EBUSY, not done. */
@@ -135,6 +139,8 @@ int request_status(struct client *c, struct domain *d, const Mrd__Request *req,
 		   struct wire_packet *pkt, struct reply *r);
 int request_export_pd(struct client *c, struct domain *d, const Mrd__Request *req,
 		      struct wire_packet *pkt, struct reply *r);
+int request_bind_pd(struct client *c, struct domain *d, const Mrd__Request *req,
+		    struct wire_packet *pkt, struct reply *r);
 int request_join_domain(struct client *c, struct domain *d, const Mrd__Request *req,
 			struct wire_packet *pkt, struct reply *r);
 int request_alloc(struct client *c, struct domain *d, const Mrd__Request *req,

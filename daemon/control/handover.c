@@ -18,6 +18,7 @@
 #include "control/client.h"
 #include "core/domain.h"
 #include "control/handover.h"
+#include "registration/bound-pd.h"
 #include "handover.pb-c.h"
 #include "log.h"
 #include "macro.h"
@@ -470,7 +471,66 @@ static void fds_to_listen_positions(struct handover_fds *f)
 	}
 }
 
+unsigned handover_unbind_clients(struct manager *m)
+{
+	const struct mr_cache *bc;
+	const struct domain *d;
+	struct client *c;
+	unsigned live = 0;
+
+	__atomic_store_n(&m->core.stopping, true, __ATOMIC_RELEASE);
+	m->core.workers = worker_pool_free(m->core.workers);
+	LIST_FOREACH(c, &m->clients, link)
+		if (c->bound) {
+			c->bound = bound_pd_close(c->bound);
+			c->bound_lost = true; /* no key of the domain's PD for it, ever */
+		}
+	/* What is left holds MRs the device kept (a failed dereg, now or before). */
+	LIST_FOREACH(d, &m->core.domains, link)
+		LIST_FOREACH(bc, &d->reg.bound, bound_link)
+			live++;
+	return live;
+}
+
+/* The workers again, after an unbind for a hand-over that did not happen. */
+static void restart_workers(struct manager *m)
+{
+	int r;
+
+	__atomic_store_n(&m->core.stopping, false, __ATOMIC_RELEASE);
+	r = worker_pool_new(m->core.base, m->core.config.workers, &m->core.workers);
+	if (r < 0)
+		log_error_errno(r, "cannot start worker threads again: %m; big registrations run on "
+				"the loop");
+}
+
+static int reexec(struct manager *m);
+
 int handover_reexec(struct manager *m)
+{
+	unsigned live;
+	int r;
+
+	if (!m->exe_path || !m->argv || access(m->exe_path, X_OK) < 0)
+		return log_error_errno(m->exe_path ? -errno : -ENOENT,
+				       "SIGUSR2: cannot re-execute %s: %m; mrd goes on as it is",
+				       m->exe_path ? m->exe_path : "mrd");
+	/* First, while nothing is saved: a client PD's MR the device keeps would outlive this mrd
+	 * in the client's context, over pages the next one hands out again. */
+	live = handover_unbind_clients(m);
+	if (live > 0) {
+		restart_workers(m);
+		return log_error_errno(-EBUSY, "SIGUSR2: %u client PD(s) keep MRs mrd could not "
+				       "deregister (quarantined runs, mrctl status): they would "
+				       "outlive mrd over memory the next one reuses; mrd goes on as "
+				       "it is", live);
+	}
+	r = reexec(m); /* returns only when it could not */
+	restart_workers(m);
+	return r;
+}
+
+static int reexec(struct manager *m)
 {
 	_cleanup_free_ char *names = NULL;
 	struct handover_fds f;
@@ -479,10 +539,6 @@ int handover_reexec(struct manager *m)
 	size_t len = 1;
 	int r, sock;
 
-	if (!m->exe_path || !m->argv || access(m->exe_path, X_OK) < 0)
-		return log_error_errno(m->exe_path ? -errno : -ENOENT,
-				       "SIGUSR2: cannot re-execute %s: %m; mrd goes on as it is",
-				       m->exe_path ? m->exe_path : "mrd");
 	r = handover_save(m, &f, &n_allocations);
 	if (r < 0)
 		return log_error_errno(r, "SIGUSR2: cannot save the state: %m; mrd goes on as it is");

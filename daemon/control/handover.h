@@ -51,6 +51,13 @@ void handover_end_grace(struct manager *m);
 unsigned handover_fd_store_max(void);
 /* At exit: every domain's arenas into systemd's FD store. */
 int handover_to_fd_store(struct manager *m);
+/* Before a hand-over (re-exec, FD store): MRs in clients' own contexts (BindPd) pin this
+ * mrd's pages and would outlive it there, their keys working, unknown to the next mrd. Every
+ * job of the workers ends (a registration under way lands first; the workers are gone after),
+ * then each bound PD is let go, on the loop, its connection getting no key from then on.
+ * Returns how many client PDs still keep MRs the device would not let go of (now, or in
+ * quarantined runs): then no hand-over may happen. */
+unsigned handover_unbind_clients(struct manager *m);
 /* SIGUSR2: execs mrd again, passing the arenas and the listening socket. Returns only when it
  * could not (negative errno; mrd goes on serving), or exits when the exec itself failed. */
 int handover_reexec(struct manager *m);

@@ -244,6 +244,10 @@ int manager_new(struct config *config, struct manager **ret)
 	r = manager_open_provider(m);
 	if (r < 0)
 		return r;
+	served_devices_scan(&m->core);
+	for (size_t i = 0; i < m->core.served.n; i++)
+		log_info("device %s: clients may bind their own PDs on it (BindPd)",
+			 m->core.served.v[i].name);
 	r = window_reserve(&m->core.window, m->core.config.window_base, m->core.config.window_size,
 			   m->core.config.arena_size);
 	if (r == -EADDRINUSE)
@@ -720,8 +724,15 @@ int manager_run(struct manager *m)
 		(void)handover_reexec(m); /* returns only when it could not */
 		manager_block_signals(false);
 	}
-	if (r >= 0 && handover_fd_store_max() > 0)
-		(void)handover_to_fd_store(m);
+	if (r >= 0 && handover_fd_store_max() > 0) {
+		unsigned live = handover_unbind_clients(m);
+
+		if (live > 0)
+			log_error("%u client PD(s) keep MRs mrd could not deregister: clients' memory "
+				  "is not handed over (it would be reused under them)", live);
+		else
+			(void)handover_to_fd_store(m);
+	}
 	(void)sd_notify(0, "STOPPING=1");
 	if (r < 0)
 		return log_error_errno(-EIO, "event loop failed");

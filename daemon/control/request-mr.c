@@ -13,6 +13,7 @@
 #include "macro.h"
 #include "control/manager.h"
 #include "provider/provider.h"
+#include "registration/bound-pd.h"
 #include "registration/reg-allocation.h"
 #include "time-util.h"
 #include "base/worker-pool.h"
@@ -39,8 +40,11 @@ static int lookup_run(struct pending_lookup *p, char *why, size_t why_size)
 	struct domain *d = p->base.client->domain;
 
 	for (; p->next < p->n; p->next++) {
-		int k = mr_cache_lookup(&d->reg.cache, p->addrs[p->next], &p->entries[p->next], why,
-					why_size, &p->base.waiter);
+		struct bound_pd *b = p->base.client->bound;
+		int k = b ? bound_pd_lookup(b, p->addrs[p->next], &p->entries[p->next], why,
+					    why_size, &p->base.waiter) :
+			    mr_cache_lookup(&d->reg.cache, p->addrs[p->next], &p->entries[p->next],
+					    why, why_size, &p->base.waiter);
 		if (k < 0)
 			return k;
 	}
@@ -121,6 +125,12 @@ int request_mr_lookup(struct client *c, struct domain *d, const Mrd__Request *re
 	struct pending_lookup *p;
 	int k;
 
+	c->keys_out = true; /* keys go out from here: too late for BindPd */
+	if (c->bound_lost) {
+		reply_set_message(r, "this connection's own PD was let go for a re-exec of mrd that "
+				  "did not happen: connect again");
+		return -ESTALE;
+	}
 	p = request_pending_new(sizeof(*p), req->id, lookup_resume);
 	if (!p)
 		return -ENOMEM;

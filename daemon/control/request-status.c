@@ -7,6 +7,8 @@
 
 #include "memory/arena.h"
 #include "control/client.h"
+#include "core/served-devices.h"
+#include "registration/bound-pd.h"
 #include "control/dispatch.h"
 #include "core/domain.h"
 #include "status-page.h"
@@ -63,6 +65,42 @@ static int old_contexts_info(struct manager *m, const char *view, struct reply *
 	return 0;
 }
 
+/* The devices clients may bind; how many are bound is no business of a one-domain view. */
+static int devices_info(const struct manager *m, const char *view, struct reply *r,
+			Mrd__StatusResponse *s)
+{
+	const struct served_devices *sd = &m->core.served;
+	Mrd__DeviceInfo *di, **ptrs;
+
+	if (sd->n == 0)
+		return 0;
+	di = calloc(sd->n, sizeof(*di));
+	ptrs = calloc(sd->n, sizeof(*ptrs));
+	if (!di || !ptrs || r->n_owned + 2 > ELEMENTSOF(r->owned)) {
+		free(di);
+		free(ptrs);
+		return -ENOMEM;
+	}
+	r->owned[r->n_owned++] = di;
+	r->owned[r->n_owned++] = ptrs;
+	for (size_t i = 0; i < sd->n; i++) {
+		const struct served_device *d = &sd->v[i];
+
+		mrd__device_info__init(&di[i]);
+		di[i].name = (char *)d->name;
+		di[i].domains = strcmp(d->name, m->core.provider->caps.device) == 0;
+		di[i].max_mr_size = d->caps.max_mr_size;
+		di[i].odp = d->caps.odp;
+		di[i].atomic = d->caps.atomic;
+		di[i].port_active = d->caps.port_active;
+		di[i].bound = view ? 0 : d->bound;
+		ptrs[i] = &di[i];
+	}
+	s->devices = ptrs;
+	s->n_devices = sd->n;
+	return 0;
+}
+
 int request_status(struct client *c, struct domain *no_domain, const Mrd__Request *req,
 		   struct wire_packet *pkt, struct reply *r)
 {
@@ -106,6 +144,8 @@ int request_status(struct client *c, struct domain *no_domain, const Mrd__Reques
 	s->quarantined_bytes = t.quarantined_bytes;
 	s->quarantined_runs = t.quarantined_runs;
 	if (old_contexts_info(c->manager, view, r, &s->old_contexts, &s->n_old_contexts) < 0)
+		return -ENOMEM;
+	if (devices_info(c->manager, view, r, s) < 0)
 		return -ENOMEM;
 	if (view) {
 		s->view = (char *)view;
@@ -223,6 +263,12 @@ int request_clients(struct client *c, struct domain *no_domain, const Mrd__Reque
 		     a = LIST_NEXT(a, owner_link))
 			ci[i].allocations++;
 		ci[i].admin = it->admin;
+		ci[i].bound_driver = it->bound ? it->bound->driver : (char *)"";
+		if (it->bound) {
+			ci[i].bound_pd = it->bound->pd_handle;
+			ci[i].bound_mrs = it->bound->cache.n_mrs;
+			ci[i].bound_registrations = it->bound->cache.registrations;
+		}
 		bytes += reply_repeated_size(&ci[i].base);
 		if (bytes > budget) {
 			body->clients_omitted++;
@@ -247,6 +293,7 @@ int request_clients(struct client *c, struct domain *no_domain, const Mrd__Reque
 struct dump_walk {
 	uint32_t index, first, n;
 	bool full;
+	bool admin; /* sees the client PDs' MRs too */
 	size_t bytes, budget;
 	Mrd__DumpMr *mrs;
 };
@@ -290,8 +337,12 @@ static void dump_walk(struct domain *d, struct dump_walk *w)
 			const struct odp_child *ch;
 
 			LIST_FOREACH(mr, &a->mrs, alloc_link)
-				dump_mr(w, mr->start, mr->end, mr->pmr, MRD__DUMP_MR_KIND__DUMP_MR_CACHE,
-					&a->mem, 0);
+				if (mr->cache == &d->reg.cache)
+					dump_mr(w, mr->start, mr->end, mr->pmr,
+						MRD__DUMP_MR_KIND__DUMP_MR_CACHE, &a->mem, 0);
+				else if (w->admin) /* a client PD's keys are its own */
+					dump_mr(w, mr->start, mr->end, mr->pmr,
+						MRD__DUMP_MR_KIND__DUMP_MR_CLIENT_PD, &a->mem, 0);
 			LIST_FOREACH(ch, &a->odp_children, link)
 				dump_mr(w, ch->start, ch->end, ch->pmr, MRD__DUMP_MR_KIND__DUMP_MR_ODP,
 					&a->mem, 0);
@@ -309,7 +360,8 @@ int request_domain_dump(struct client *c, struct domain *no_domain, const Mrd__R
 	Mrd__DomainDumpResponse *body = &r->body.domain_dump;
 	Mrd__DumpArena *ai, **aip;
 	Mrd__DumpMr **mip;
-	struct dump_walk w = { .first = q->first_mr, .budget = reply_budget(c) };
+	struct dump_walk w = { .first = q->first_mr, .budget = reply_budget(c),
+			       .admin = !client_view(c) };
 	const struct arena *arena;
 	struct domain *d;
 	size_t i = 0;

@@ -11,6 +11,7 @@
 
 #include "base/config.h"
 #include "core/device.h"
+#include "core/served-devices.h"
 #include "memory/window.h"
 
 struct domain;
@@ -32,6 +33,7 @@ struct core {
 	 * own context on the same device. */
 	struct provider *provider;
 	struct device_watch device; /* its lifecycle (core/device.h) */
+	struct served_devices served; /* what clients may bind (core/served-devices.h) */
 	struct window window; /* every arena of every domain lives here */
 	struct worker_pool *workers; /* slow registrations */
 	/* One thread for Dma on a device (request-mr.c), made on first use: a transfer waits for

@@ -129,6 +129,7 @@ static void lose_domain(struct core *core, struct domain *d)
 
 	provider_mark_lost(d->reg.provider); /* every op from now on fails fast */
 	d->reg.cache.keys_stale = true;          /* until revive_commit */
+	registrar_lose_bound(&d->reg, core->provider->caps.device);
 	j = *d->reg.workers ? calloc(1, sizeof(*j)) : NULL;
 	if (!j) { /* no worker (or no memory): here, as it was */
 		provider_lose(d->reg.provider);

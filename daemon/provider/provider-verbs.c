@@ -243,6 +243,19 @@ static void verbs_provider_init(struct verbs_provider *vp)
 	LIST_INIT(&vp->kept);
 }
 
+size_t provider_verbs_devices(char (*names)[64], size_t max)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	size_t n = 0;
+
+	for (; list && list[n]; n++)
+		if (n < max)
+			snprintf(names[n], sizeof(names[n]), "%s", ibv_get_device_name(list[n]));
+	if (list)
+		ibv_free_device_list(list);
+	return n;
+}
+
 static int verbs_open(const char *device, struct provider **ret)
 {
 	struct ibv_device_attr_ex attr = {};
@@ -632,6 +645,13 @@ static int verbs_advise(struct provider_mr *base, enum provider_advice advice, u
 	return r;
 }
 
+static int verbs_cmd_fd(struct provider *p)
+{
+	const struct verbs_provider *vp = to_verbs(p);
+
+	return vp->ctx ? vp->ctx->cmd_fd : -1;
+}
+
 static int verbs_export_pd(struct provider_pd *base, int *ret_cmd_fd, uint32_t *ret_pd_handle)
 {
 	struct verbs_pd *vpd = (struct verbs_pd *)base;
@@ -917,6 +937,7 @@ const struct provider_ops provider_verbs_ops = {
 	.park = verbs_park,
 	.advise = verbs_advise,
 	.export_pd = verbs_export_pd,
+	.cmd_fd = verbs_cmd_fd,
 	.dma = verbs_dma,
 	.stats = verbs_stats,
 	.event_fd = verbs_event_fd,

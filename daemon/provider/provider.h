@@ -164,6 +164,10 @@ struct provider_ops {
 	/* A dup'd command fd (O_CLOEXEC, the caller's) and the PD handle; -EOPNOTSUPP when the
 	 * provider has no device to share. */
 	int (*export_pd)(struct provider_pd *pd, int *ret_cmd_fd, uint32_t *ret_pd_handle);
+	/* The context's command fd, still the provider's, or -1 (none, or lost): what a client
+	 * must not pass as its own (BindPd, provider/client-context.h). NULL: no device. Under
+	 * event_lock alone, as the context pointer is (the loop asks while a worker registers). */
+	int (*cmd_fd)(struct provider *p);
 	/* An RDMA WRITE or READ through keys: soft emulates it through the keys' translations,
 	 * verbs has the device do it. Called without the provider's lock: it locks what it
 	 * needs, as a device transfer waits (soft locks to check the keys and hold both MRs,
@@ -223,6 +227,10 @@ extern const struct provider_ops provider_verbs_ops;
  * opens, else soft. *ret_verbs_error tells why auto fell back (0 when it did not). */
 int provider_open(const char *kind, const char *device, struct provider **ret,
 		  int *ret_verbs_error);
+
+/* The names of the host's RDMA devices (libibverbs' list), up to max: how many there are
+ * (more than max when some did not fit); 0 when there is none. */
+size_t provider_verbs_devices(char (*names)[64], size_t max);
 
 static inline void provider_close(struct provider *p)
 {
@@ -378,6 +386,11 @@ int provider_advise(struct provider_mr *mr, enum provider_advice advice, uint64_
 static inline int provider_export_pd(struct provider_pd *pd, int *ret_fd, uint32_t *ret_handle)
 {
 	return PROVIDER_LIVE(pd->provider, pd->provider->ops->export_pd(pd, ret_fd, ret_handle));
+}
+
+static inline int provider_cmd_fd(struct provider *p)
+{
+	return p->ops->cmd_fd ? PROVIDER_EVENT_LOCKED(p, p->ops->cmd_fd(p)) : -1;
 }
 
 static inline int provider_dma(struct provider_pd *pd, enum provider_dma_op op, uint32_t lkey,

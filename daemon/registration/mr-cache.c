@@ -26,9 +26,10 @@ static int count_only(uintptr_t start, size_t len)
 	return 0;
 }
 
-int mr_cache_init(struct mr_cache *c, enum mr_policy policy)
+int mr_cache_init(struct mr_cache *c, struct registrar *r, struct provider_pd *own_pd,
+		  enum mr_policy policy)
 {
-	*c = (struct mr_cache){ .policy = policy };
+	*c = (struct mr_cache){ .reg = r, .own_pd = own_pd, .policy = policy };
 	LIST_INIT(&c->mrs);
 	LIST_INIT(&c->reg_jobs);
 	pin_map_init(&c->charges);
@@ -38,30 +39,57 @@ int mr_cache_init(struct mr_cache *c, enum mr_policy policy)
 
 static struct registrar *registrar_of(const struct mr_cache *c)
 {
-	return container_of(c, struct registrar, cache);
+	return c->reg;
+}
+
+/* Where pinned pages are counted: the domain's cache, for a client PD's too — the pages are
+ * the same, whichever PD's MR pins them. */
+static struct mr_cache *home(const struct mr_cache *c)
+{
+	return &c->reg->cache;
+}
+
+static struct provider *provider_of(const struct mr_cache *c)
+{
+	return c->own_pd ? c->own_pd->provider : c->reg->provider;
+}
+
+static void hold(struct mr_cache *c)
+{
+	if (c->hold)
+		c->hold(c);
+}
+
+/* A client PD's cache may go here: nothing of c is touched after. */
+static void unhold(struct mr_cache *c)
+{
+	if (c->unhold)
+		c->unhold(c);
 }
 
 /* The host-wide sum moves with every change of the domain's own. */
-static void count_host(const struct mr_cache *c, uint64_t before)
+static void count_host(const struct mr_cache *h, uint64_t before)
 {
-	*registrar_of(c)->host_pinned += c->charges.pinned_bytes - before;
+	*registrar_of(h)->host_pinned += h->charges.pinned_bytes - before;
 }
 
 int mr_cache_charge(struct mr_cache *c, uint64_t start, uint64_t end)
 {
-	uint64_t before = c->charges.pinned_bytes;
-	int k = pin_map_pin(&c->charges, (uintptr_t)start, (uintptr_t)end);
+	struct mr_cache *h = home(c);
+	uint64_t before = h->charges.pinned_bytes;
+	int k = pin_map_pin(&h->charges, (uintptr_t)start, (uintptr_t)end);
 
-	count_host(c, before);
+	count_host(h, before);
 	return k;
 }
 
 void mr_cache_uncharge(struct mr_cache *c, uint64_t start, uint64_t end)
 {
-	uint64_t before = c->charges.pinned_bytes;
-	int k = pin_map_unpin(&c->charges, (uintptr_t)start, (uintptr_t)end);
+	struct mr_cache *h = home(c);
+	uint64_t before = h->charges.pinned_bytes;
+	int k = pin_map_unpin(&h->charges, (uintptr_t)start, (uintptr_t)end);
 
-	count_host(c, before);
+	count_host(h, before);
 	if (k < 0)
 		log_error_errno(k, "domain %s: uncharging [0x%" PRIx64 ", 0x%" PRIx64 "): %m",
 				registrar_of(c)->name, start, end);
@@ -69,7 +97,55 @@ void mr_cache_uncharge(struct mr_cache *c, uint64_t start, uint64_t end)
 
 uint64_t mr_cache_uncharged(const struct mr_cache *c, uint64_t start, uint64_t end)
 {
-	return pin_map_unpinned_bytes(&c->charges, (uintptr_t)start, (uintptr_t)end);
+	return pin_map_unpinned_bytes(&home(c)->charges, (uintptr_t)start, (uintptr_t)end);
+}
+
+/* An MR of c's PD: the domain's through its FRMR pools, a client PD's directly. */
+static int reg_mr(const struct mr_cache *c, uint64_t start, uint64_t end, unsigned access,
+		  struct provider_mr **ret)
+{
+	if (c->own_pd)
+		return provider_reg(c->own_pd, (void *)(uintptr_t)start, end - start, start, access,
+				    ret);
+	return frmr_pools_reg(&registrar_of(c)->pools, (void *)(uintptr_t)start, end - start,
+			      access, false, ret);
+}
+
+/* What an MR of c over a grants. A client PD's over on-demand memory is on demand itself (one
+ * MR over the run, whose pages the device faults in: no children there) where that device's
+ * on-demand paging covers the access, else pinned; the domain's are made by odp.c. */
+static unsigned access_of(const struct mr_cache *c, const struct reg_allocation *a)
+{
+	const struct provider_caps *caps = &provider_of(c)->caps;
+	unsigned access = reg_allocation_access(a, caps);
+
+	if (c->own_pd && a->mem.odp && provider_odp_covers(caps, access))
+		access |= MRD_ACCESS_ON_DEMAND;
+	return access;
+}
+
+/* Whether c's keys are of a failed device: the domain's until its return commits; a client
+ * PD's for good once its device failed (registrar_lose_bound), and only then — a client PD on
+ * another device serves on while the domains' fails. */
+static bool stale(const struct mr_cache *c)
+{
+	return (!c->own_pd && c->keys_stale) || provider_lost(provider_of(c));
+}
+
+/* Whether an MR of access pins its pages (and is charged for them). */
+static bool pins(unsigned access)
+{
+	return !(access & MRD_ACCESS_ON_DEMAND);
+}
+
+/* Provider work of c would wait, so it goes to a worker: the domain's rule, and for a client
+ * PD also while a worker registers in it (its provider's lock is held meanwhile). */
+static bool offload(const struct mr_cache *c, uint64_t bytes)
+{
+	const struct registrar *r = registrar_of(c);
+
+	return registrar_offload(r, bytes) ||
+	       (c->own_pd && registrar_offload(r, UINT64_MAX) && c->pending_bytes > 0);
 }
 
 void mr_cache_done(struct mr_cache *c)
@@ -80,7 +156,7 @@ void mr_cache_done(struct mr_cache *c)
 	while ((mr = LIST_FIRST(&c->mrs))) {
 		LIST_REMOVE(mr, link);
 		LIST_REMOVE(mr, alloc_link);
-		(void)frmr_pools_dereg(&registrar_of(c)->pools, mr->pmr);
+		(void)registrar_dereg(registrar_of(c), mr->pmr);
 		free(mr);
 	}
 	c->n_mrs = 0;
@@ -123,9 +199,12 @@ static void rebuild(struct mr_cache *c)
 /* A registration on a worker thread, for one waiting lookup. */
 struct reg_job {
 	struct registrar_work base;
+	struct mr_cache *cache;   /* held until done */
 	LIST_ENTRY(reg_job) link; /* the cache's */
 	struct mr_waiter *waiter;
 	struct mr_wait *lookups; /* other lookups inside the run, waiting for it */
+	struct reg_allocation *allocation; /* a client PD's job: its free waits for it */
+	struct cached_mr *spare; /* ... and the record of what it makes */
 	uint64_t addr, start, end, allocation_serial;
 	unsigned access;
 	/* Written by the worker, read on the loop after it. */
@@ -162,7 +241,7 @@ static void pick_range(const struct mr_cache *c, const struct reg_allocation *a,
 		       uint64_t *ret_start, uint64_t *ret_end)
 {
 	uint64_t ps = a->mem.arena->page_size, start = allocation_address(&a->mem);
-	uint64_t end = start + a->mem.length, max = registrar_of(c)->provider->caps.max_mr_size;
+	uint64_t end = start + a->mem.length, max = provider_of(c)->caps.max_mr_size;
 	const struct cached_mr *mr;
 	const struct pool_mr *pm;
 	const struct reg_job *j;
@@ -172,12 +251,13 @@ static void pick_range(const struct mr_cache *c, const struct reg_allocation *a,
 		*ret_end = *ret_start + ps;
 		return;
 	}
-	/* MRs never cross allocations, so only a's own MRs (the cache's and its pools') and
-	 * runs being registered can bound the run. */
+	/* MRs never cross allocations, so only a's own MRs (the cache's and, for the domain's
+	 * PD, its pools') and runs being registered can bound the run. */
 	LIST_FOREACH(mr, &a->mrs, alloc_link)
-		cut(mr->start, mr->end, addr, &start, &end);
+		if (mr->cache == c)
+			cut(mr->start, mr->end, addr, &start, &end);
 	LIST_FOREACH(pm, &a->pool_mrs, alloc_link)
-		if (pool_mr_live(pm))
+		if (!c->own_pd && pool_mr_live(pm))
 			cut(pm->start, pm->end, addr, &start, &end);
 	LIST_FOREACH(j, &c->reg_jobs, link)
 		if (j->allocation_serial == a->mem.serial)
@@ -192,31 +272,40 @@ static void pick_range(const struct mr_cache *c, const struct reg_allocation *a,
 	*ret_end = end;
 }
 
-/* Whether an MR of a — the cache's, or a pool's — covers part of [start, end). */
-static bool covered(const struct reg_allocation *a, uint64_t start, uint64_t end)
+/* Whether an MR of a in c's PD — the cache's, or a pool's — covers part of [start, end). */
+static bool covered(const struct mr_cache *c, const struct reg_allocation *a, uint64_t start,
+		    uint64_t end)
 {
 	const struct cached_mr *mr;
 	const struct pool_mr *pm;
 
 	LIST_FOREACH(mr, &a->mrs, alloc_link)
-		if (mr->start < end && start < mr->end)
+		if (mr->cache == c && mr->start < end && start < mr->end)
 			return true;
 	LIST_FOREACH(pm, &a->pool_mrs, alloc_link)
-		if (pool_mr_live(pm) && pm->start < end && start < pm->end)
+		if (!c->own_pd && pool_mr_live(pm) && pm->start < end && start < pm->end)
 			return true;
 	return false;
 }
 
 /* Takes a fresh registration, charged already, into the cache. */
+/* spare: the record, allocated before the registration (a client PD's: once its MR exists,
+ * nothing may fail that would lose track of it); NULL: allocated here. */
 static struct cached_mr *adopt(struct mr_cache *c, struct reg_allocation *a,
-			       struct provider_mr *pmr, uint64_t start, uint64_t end)
+			       struct provider_mr *pmr, uint64_t start, uint64_t end,
+			       struct cached_mr *spare)
 {
-	struct cached_mr *mr = calloc(1, sizeof(*mr));
+	struct cached_mr *mr = spare ? spare : calloc(1, sizeof(*mr));
 	struct mr_entry e;
 
 	if (!mr)
 		return NULL;
+	*mr = (struct cached_mr){ 0 };
+	hold(c);
+	mr->cache = c;
 	mr->pmr = pmr;
+	mr->pins = pins(pmr->access);
+	mr->in_cache = true;
 	mr->allocation = a;
 	mr->start = start;
 	mr->end = end;
@@ -253,8 +342,7 @@ static void reg_job_run(struct registrar_work *w)
 {
 	struct reg_job *j = (struct reg_job *)w;
 
-	j->rt.result = frmr_pools_reg(&w->reg->pools, (void *)(uintptr_t)j->start,
-				   j->end - j->start, j->access, false, &j->rt.pmr);
+	j->rt.result = reg_mr(j->cache, j->start, j->end, j->access, &j->rt.pmr);
 }
 
 static void reg_job_done(struct registrar_work *w);
@@ -283,9 +371,11 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 		char *why, size_t why_size, struct mr_waiter *waiter)
 {
 	struct registrar *r = registrar_of(c);
-	struct pool_mr *pm = mempool_mr_containing(a, addr);
+	struct pool_mr *pm = c->own_pd ? NULL : mempool_mr_containing(a, addr);
 	struct reg_job *job;
 	struct provider_mr *pmr;
+	struct cached_mr *spare;
+	unsigned access = access_of(c, a);
 	uint64_t start, end;
 	int k;
 
@@ -303,45 +393,67 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 		return wait_for(&job->lookups, addr, waiter, "", why, why_size);
 	pick_range(c, a, addr, &start, &end);
 
-	k = registrar_check_pinned(r, mr_cache_uncharged(c, start, end), why, why_size);
-	if (k < 0)
-		return k;
-	/* Counted from now: a lookup or pool meanwhile sees these pages taken. */
-	k = mr_cache_charge(c, start, end);
-	if (k < 0)
-		return k;
+	if (pins(access)) {
+		k = registrar_check_pinned(r, mr_cache_uncharged(c, start, end), why, why_size);
+		if (k < 0)
+			return k;
+		/* Counted from now: a lookup or pool meanwhile sees these pages taken. */
+		k = mr_cache_charge(c, start, end);
+		if (k < 0)
+			return k;
+	}
 
-	if (waiter && registrar_offload(r, end - start)) {
+	spare = c->own_pd ? calloc(1, sizeof(*spare)) : NULL;
+	if (c->own_pd && !spare) {
+		if (pins(access))
+			mr_cache_uncharge(c, start, end);
+		return -ENOMEM;
+	}
+	if (waiter && offload(c, end - start)) {
 		/* Pinning this much takes long: a worker does it, and nobody waits but the asker. */
 		struct reg_job *j = calloc(1, sizeof(*j));
 
 		if (!j) {
-			mr_cache_uncharge(c, start, end);
+			free(spare);
+			if (pins(access))
+				mr_cache_uncharge(c, start, end);
 			return -ENOMEM;
 		}
+		j->spare = spare;
+		j->cache = c;
+		hold(c);
 		j->waiter = waiter;
 		j->addr = addr;
 		j->start = start;
 		j->end = end;
 		j->allocation_serial = a->mem.serial;
-		j->access = reg_allocation_access(a, &r->provider->caps);
+		j->access = access;
 		c->pending_bytes += end - start;
 		LIST_INSERT_HEAD(&c->reg_jobs, j, link);
-		registrar_start(r, &j->base, reg_job_run, reg_job_done, false);
+		/* A client PD's MR is made where the free cannot see it: the free waits, so that
+		 * what the worker makes is let go before the pages go back (a client may make its
+		 * dereg fail). Busy: the loop must not wait for the client provider's lock. */
+		if (c->own_pd) {
+			j->allocation = a;
+			a->bound_jobs++;
+		}
+		registrar_start(r, &j->base, reg_job_run, reg_job_done, c->own_pd != NULL);
 		return -EINPROGRESS;
 	}
 
-	k = frmr_pools_reg(&r->pools, (void *)(uintptr_t)start, end - start,
-			   reg_allocation_access(a, &r->provider->caps), false, &pmr);
+	k = reg_mr(c, start, end, access, &pmr);
 	if (k < 0) {
-		mr_cache_uncharge(c, start, end);
+		free(spare);
+		if (pins(access))
+			mr_cache_uncharge(c, start, end);
 		snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s", start,
-			 end, provider_strerror(r->provider, k));
+			 end, provider_strerror(provider_of(c), k));
 		return k;
 	}
-	if (!adopt(c, a, pmr, start, end)) {
-		(void)frmr_pools_dereg(&r->pools, pmr);
-		mr_cache_uncharge(c, start, end);
+	if (!adopt(c, a, pmr, start, end, spare)) { /* the domain's alone: spare never fails */
+		(void)registrar_dereg(r, pmr);
+		if (pins(access))
+			mr_cache_uncharge(c, start, end);
 		return -ENOMEM;
 	}
 	*ret = (struct mr_entry){ start, end, pmr->lkey, pmr->rkey };
@@ -349,14 +461,20 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 }
 
 struct dropped {
+	struct mr_cache *cache; /* held: a client PD's provider must outlive the dereg */
 	uint64_t start, end;
+	bool pins;
 };
 
 static void dropped_gone(struct registrar *r, void *arg, int result)
 {
 	struct dropped *g = arg;
 
-	mr_cache_uncharge(&r->cache, g->start, g->end);
+	(void)r;
+	(void)result;
+	if (g->pins)
+		mr_cache_uncharge(g->cache, g->start, g->end);
+	unhold(g->cache);
 	free(g);
 }
 
@@ -365,16 +483,84 @@ static void dropped_gone(struct registrar *r, void *arg, int result)
 static void drop(struct mr_cache *c, struct provider_mr *pmr, uint64_t start, uint64_t end)
 {
 	struct registrar *r = registrar_of(c);
+	bool charged = pins(pmr->access);
 	struct dropped *g;
 
-	if (registrar_offload(r, end - start) && (g = malloc(sizeof(*g)))) {
-		*g = (struct dropped){ start, end };
+	if (offload(c, end - start) && (g = malloc(sizeof(*g)))) {
+		*g = (struct dropped){ c, start, end, charged };
+		hold(c);
 		if (registrar_dereg_on_worker(r, pmr, dropped_gone, g) == 0)
 			return;
+		unhold(c);
 		free(g);
 	}
-	(void)frmr_pools_dereg(&r->pools, pmr);
-	mr_cache_uncharge(c, start, end);
+	(void)registrar_dereg(r, pmr);
+	if (charged)
+		mr_cache_uncharge(c, start, end);
+}
+
+/* A client PD's MR over a that no lookup finds (its client went, or it came too late): on
+ * a's list alone, so that a's free sees it. */
+static struct cached_mr *detached(struct mr_cache *c, struct reg_allocation *a,
+				  struct provider_mr *pmr, uint64_t start, uint64_t end,
+				  struct cached_mr *mr)
+{
+	hold(c);
+	*mr = (struct cached_mr){ .cache = c, .allocation = a, .start = start, .end = end,
+				  .pmr = pmr, .pins = pins(pmr->access) };
+	LIST_INSERT_HEAD(&a->mrs, mr, alloc_link);
+	return mr;
+}
+
+/* The end of letting go of mr: gone (uncharged, freed), or kept by the device — the client
+ * made its dereg fail (a memory window bound to it), or the device failed — and then left on
+ * its allocation, charged, so that the run's free tries again and quarantines it. */
+static void let_go_end(struct cached_mr *mr, int k)
+{
+	struct mr_cache *c = mr->cache;
+
+	if (k < 0) {
+		log_warning_errno(k, "domain %s: a client PD kept its MR over [0x%" PRIx64 ", 0x%"
+				  PRIx64 ") (dereg: %m): the run stays pinned, and is quarantined "
+				  "when freed", registrar_of(c)->name, mr->start, mr->end);
+		return;
+	}
+	LIST_REMOVE(mr, alloc_link);
+	if (mr->pins)
+		mr_cache_uncharge(c, mr->start, mr->end);
+	c->deregistrations++;
+	free(mr);
+	unhold(c);
+}
+
+static void let_go_done(struct registrar *r, void *arg, int result)
+{
+	struct cached_mr *mr = arg;
+	struct reg_allocation *a = mr->allocation;
+
+	mr->pmr = result < 0 ? mr->pmr : NULL;
+	let_go_end(mr, result);
+	a->bound_jobs--;
+	registrar_resume_free(r, a);
+}
+
+/* A client PD's MR, out of every table, deregistered now or (big, or while its PD is busy)
+ * on a worker: a's free waits for that. */
+static void let_go(struct cached_mr *mr)
+{
+	struct mr_cache *c = mr->cache;
+	struct registrar *r = registrar_of(c);
+	int k;
+
+	if (offload(c, mr->end - mr->start) &&
+	    registrar_dereg_on_worker(r, mr->pmr, let_go_done, mr) == 0) {
+		mr->allocation->bound_jobs++;
+		return;
+	}
+	k = registrar_dereg(r, mr->pmr);
+	if (k == 0)
+		mr->pmr = NULL;
+	let_go_end(mr, k);
 }
 
 /* A lookup that waited, run again now that what it waited for is settled: answered now, or
@@ -387,11 +573,15 @@ static void retry(struct mr_cache *c, uint64_t addr, struct mr_waiter *waiter)
 	char why[160] = "";
 	int k;
 
-	if (c->keys_stale || provider_lost(registrar_of(c)->provider)) {
+	if (stale(c)) {
 		snprintf(why, sizeof(why), "device %s failed while 0x%" PRIx64 " waited for its "
 			 "registration; mrd reopens it when it returns",
-			 registrar_of(c)->provider->caps.device, addr);
+			 provider_of(c)->caps.device, addr);
 		k = -ENODEV;
+	} else if (c->closing) {
+		snprintf(why, sizeof(why), "the client's PD was let go while 0x%" PRIx64 " waited",
+			 addr);
+		k = -ECONNRESET;
 	} else if (cached(c, addr, &e))
 		k = 0;
 	else if (!a) {
@@ -408,7 +598,7 @@ static void reg_job_done(struct registrar_work *w)
 {
 	struct reg_job *j = (struct reg_job *)w;
 	struct registrar *r = w->reg;
-	struct mr_cache *c = &r->cache;
+	struct mr_cache *c = j->cache;
 	struct reg_allocation *a = reg_allocation_of(allocation_containing(r->mem, j->addr));
 	struct mr_entry e;
 	char why[160] = "";
@@ -416,32 +606,68 @@ static void reg_job_done(struct registrar_work *w)
 
 	c->pending_bytes -= j->end - j->start;
 	LIST_REMOVE(j, link);
+	if (j->allocation) {
+		/* A client PD's: its allocation waited (freed or not), and what was made is
+		 * let go through it when nobody can take it. */
+		struct reg_allocation *ja = j->allocation;
+		struct cached_mr *late;
+
+		ja->bound_jobs--;
+		if (k >= 0 && (ja->retired || c->closing || covered(c, ja, j->start, j->end))) {
+			late = detached(c, ja, j->rt.pmr, j->start, j->end, j->spare);
+			j->spare = NULL;
+			if (!ja->retired)
+				let_go(late); /* a retired one's free deregisters it */
+			if (ja->retired || c->closing) {
+				snprintf(why, sizeof(why), "0x%" PRIx64 " was freed, or its PD let go, "
+					 "while it was being registered", j->addr);
+				k = ja->retired ? -ENOENT : -ECONNRESET;
+				j->waiter->resume(j->waiter, k, NULL, why);
+				mr_cache_resume_waits(c, j->lookups);
+			} else {
+				retry(c, j->addr, j->waiter);
+				mr_cache_resume_waits(c, j->lookups);
+			}
+			registrar_resume_free(r, ja);
+			free(j);
+			unhold(c);
+			return;
+		}
+		if (ja->retired)
+			a = NULL; /* a failed registration: answered as for the domain's */
+		registrar_resume_free(r, ja);
+		if (k < 0) {
+			free(j->spare);
+			j->spare = NULL;
+		}
+	}
 	if (k < 0) {
-		mr_cache_uncharge(c, j->start, j->end);
+		if (pins(j->access))
+			mr_cache_uncharge(c, j->start, j->end);
 		snprintf(why, sizeof(why), "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s",
-			 j->start, j->end, provider_strerror(r->provider, k));
+			 j->start, j->end, provider_strerror(provider_of(c), k));
 	} else if (!a || a->mem.serial != j->allocation_serial) {
 		/* Freed while the worker pinned it: the registration covers nobody's memory. */
 		drop(c, j->rt.pmr, j->start, j->end);
 		snprintf(why, sizeof(why), "0x%" PRIx64 " was freed while it was being registered",
 			 j->addr);
 		k = -ENOENT;
-	} else if (covered(a, j->start, j->end)) {
+	} else if (covered(c, a, j->start, j->end)) {
 		/* An MR made meanwhile (another lookup's, a pool's) has pages of the run: the first
 		 * creator wins, this one goes, and the lookup runs again — for the winner's keys, or
 		 * for what is still uncovered — so that no page is pinned and counted twice. */
 		drop(c, j->rt.pmr, j->start, j->end);
 		retry(c, j->addr, j->waiter);
 		goto out;
-	} else if (!adopt(c, a, j->rt.pmr, j->start, j->end)) {
+	} else if (!adopt(c, a, j->rt.pmr, j->start, j->end, j->spare)) {
 		drop(c, j->rt.pmr, j->start, j->end);
 		k = -ENOMEM;
-	} else if (c->keys_stale || provider_lost(r->provider)) {
+	} else if (stale(c)) {
 		/* The device failed while the worker registered: the MR is the cache's (the device's
 		 * return makes it again), but its keys are of the failed device. */
 		snprintf(why, sizeof(why), "device %s failed while [0x%" PRIx64 ", 0x%" PRIx64
 			 ") was being registered; mrd reopens it when it returns",
-			 r->provider->caps.device, j->start, j->end);
+			 provider_of(c)->caps.device, j->start, j->end);
 		k = -ENODEV;
 	} else
 		e = (struct mr_entry){ j->start, j->end, j->rt.pmr->lkey, j->rt.pmr->rkey };
@@ -450,6 +676,7 @@ out:
 	/* Lookups inside the run get its keys now, or register what is left. */
 	mr_cache_resume_waits(c, j->lookups);
 	free(j);
+	unhold(c);
 }
 
 void mr_cache_resume_waits(struct mr_cache *c, struct mr_wait *waits)
@@ -470,7 +697,17 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 	struct reg_allocation *a;
 
 	c->lookups++;
-	if (c->keys_stale) { /* a batch's next address, after a wait the failure ended */
+	if (c->closing) {
+		snprintf(why, why_size, "the client's PD was let go");
+		return -ECONNRESET;
+	}
+	if (c->own_pd && provider_lost(provider_of(c))) {
+		snprintf(why, why_size, "device %s failed: the client's context on it is gone with "
+			 "its MRs; bind a new one (mrd_client_bind_pd) once the device is back",
+			 provider_of(c)->caps.device);
+		return -ENODEV;
+	}
+	if (!c->own_pd && c->keys_stale) { /* a batch's next address, after a wait the failure ended */
 		snprintf(why, why_size, "device %s failed; mrd reopens it when it returns",
 			 r->provider->caps.device);
 		return -ENODEV;
@@ -480,8 +717,18 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 
 	a = reg_allocation_of(allocation_containing(r->mem, addr));
 	/* On-demand memory's children are found through their allocation, in no table. */
-	if (a && a->mem.odp)
+	if (a && a->mem.odp && !c->own_pd)
 		return odp_fault(r, a, addr, ret, why, why_size, waiter);
+	if (a && a->mem.read_only && c->own_pd) {
+		/* The MR would be the client's object, and a rereg that only adds write access
+		 * checks nothing of the pages (Linux 6.12 ib_uverbs_rereg_mr, rxe_rereg_user_mr):
+		 * a client could write what it may only read (a memfd sealed against writes). */
+		c->misses++;
+		snprintf(why, why_size, "0x%" PRIx64 " is read-only memory: mrd registers it in the "
+			 "domain's PD alone (a client could rereg its own PD's MR to add write)",
+			 addr);
+		return -EOPNOTSUPP;
+	}
 	c->misses++;
 	if (!a) {
 		snprintf(why, why_size, "0x%" PRIx64 " is not in memory allocated in domain %s",
@@ -496,20 +743,28 @@ void mr_cache_flush(struct mr_cache *c)
 	rebuild(c);
 }
 
+/* a's MRs are of every cache over it: each leaves its own. */
 uint64_t mr_cache_retire(struct mr_cache *c, struct reg_allocation *a)
 {
 	struct cached_mr *mr;
 	uint64_t bytes = 0;
 
+	(void)c;
 	LIST_FOREACH(mr, &a->mrs, alloc_link) {
-		if (!c->table.overflow)
-			(void)mr_table_remove(&c->table, mr->start);
-		LIST_REMOVE(mr, link);
-		c->n_mrs--;
+		struct mr_cache *o = mr->cache;
+
 		bytes += mr->end - mr->start;
+		if (!mr->in_cache)
+			continue; /* let go of by its client PD already */
+		mr->in_cache = false;
+		if (!o->table.overflow)
+			(void)mr_table_remove(&o->table, mr->start);
+		LIST_REMOVE(mr, link);
+		o->n_mrs--;
 	}
-	if (bytes && c->table.overflow)
-		rebuild(c);
+	LIST_FOREACH(mr, &a->mrs, alloc_link)
+		if (mr->cache->table.overflow)
+			rebuild(mr->cache);
 	return bytes;
 }
 
@@ -518,7 +773,7 @@ void mr_cache_deregister(const struct mr_cache *c, struct reg_allocation *a)
 	struct cached_mr *mr;
 
 	LIST_FOREACH(mr, &a->mrs, alloc_link) {
-		int k = mr->pmr ? frmr_pools_dereg(&registrar_of(c)->pools, mr->pmr) : 0;
+		int k = mr->pmr ? registrar_dereg(registrar_of(c), mr->pmr) : 0;
 
 		/* The device keeps a live MR (its keys work, its pages pinned): so does a. */
 		if (k < 0 && !a->dereg_error)
@@ -537,8 +792,10 @@ void mr_cache_release(struct mr_cache *c, struct reg_allocation *a)
 		if (mr->pmr)
 			continue; /* the device kept it: its pages stay charged, a quarantined */
 		LIST_REMOVE(mr, alloc_link);
-		mr_cache_uncharge(c, mr->start, mr->end);
-		c->deregistrations++;
+		if (mr->pins)
+			mr_cache_uncharge(c, mr->start, mr->end);
+		mr->cache->deregistrations++;
+		unhold(mr->cache);
 		free(mr);
 	}
 }
@@ -549,7 +806,25 @@ void mr_cache_drop_kept(struct mr_cache *c, struct reg_allocation *a)
 
 	while ((mr = LIST_FIRST(&a->mrs))) {
 		LIST_REMOVE(mr, alloc_link);
-		mr_cache_uncharge(c, mr->start, mr->end);
+		if (mr->pins)
+			mr_cache_uncharge(c, mr->start, mr->end);
+		unhold(mr->cache);
 		free(mr);
 	}
+}
+
+void mr_cache_drop_all(struct mr_cache *c)
+{
+	struct cached_mr *mr;
+
+	c->closing = true;
+	hold(c); /* the last MR's unhold must not free c under the loop */
+	while ((mr = LIST_FIRST(&c->mrs))) {
+		LIST_REMOVE(mr, link);
+		mr->in_cache = false;
+		c->n_mrs--;
+		let_go(mr);
+	}
+	mr_table_clear(&c->table);
+	unhold(c);
 }

@@ -20,7 +20,9 @@
 #include "provider/pin-map.h"
 
 struct provider_mr;
+struct provider_pd;
 struct reg_allocation;
+struct registrar;
 
 
 /* Access of every MR the cache makes: whatever a peer may do to a client's buffers. */
@@ -29,11 +31,15 @@ struct reg_allocation;
 	 MRD_ACCESS_REMOTE_ATOMIC)
 
 struct cached_mr {
+	struct mr_cache *cache;           /* whose table holds it: its domain's, or a client PD's */
 	LIST_ENTRY(cached_mr) link;       /* the cache's */
 	LIST_ENTRY(cached_mr) alloc_link; /* its allocation's */
 	struct reg_allocation *allocation;
 	uint64_t start, end;
 	struct provider_mr *pmr;
+	bool pins; /* charged: all but a client PD's on-demand MR */
+	bool in_cache; /* in its cache's list and table: not once its client PD let go of it, nor
+			* a registration that came too late to serve (mr_cache_drop_all) */
 };
 
 /* A lookup waiting for a registration a worker thread makes. */
@@ -52,12 +58,24 @@ struct mr_wait {
 
 struct reg_job;
 
-/* Embedded in its registrar (registration/registrar.h), which it reaches by container_of. */
+/* The domain's own is embedded in its registrar (registration/registrar.h); a client's own
+ * PD has one more (registration/bound-pd.h) over the same memory. Each allocation lists the MRs
+ * of every cache over it, so its free deregisters them all before its pages go back. */
 struct mr_cache {
+	struct registrar *reg; /* whose memory, workers, quotas and pinned pages */
+	/* NULL: the domain's PD, through its FRMR pools, with its mempools' MRs and on-demand
+	 * children. Else a PD of a client's own context: MRs of this cache alone, registered
+	 * whole (no pools), their pinned pages counted in the domain's charges. */
+	struct provider_pd *own_pd;
+	/* A client PD's cache lives while its MRs and jobs hold it (NULL for the domain's). */
+	void (*hold)(struct mr_cache *c);
+	void (*unhold)(struct mr_cache *c);
+	bool closing; /* a client PD's whose client left (mr_cache_drop_all): nothing is made */
+	LIST_ENTRY(mr_cache) bound_link; /* a client PD's, in its registrar's bound list */
 	enum mr_policy policy;
 	uint64_t pending_bytes; /* registrations under way on workers */
 	LIST_HEAD(, reg_job) reg_jobs; /* those registrations */
-	struct pin_map charges; /* how many of its MRs, pool MRs and registrations under way
+	struct pin_map charges; /* the domain's cache's (a client PD's counts there): how many of its MRs, pool MRs and registrations under way
 				 * cover each page (counts only: the provider pins); its
 				 * pinned_bytes, the pages they cover each once, is the quota's
 				 * measure, read on the loop without asking a provider a worker
@@ -72,9 +90,15 @@ struct mr_cache {
 	bool keys_stale;
 };
 
-int mr_cache_init(struct mr_cache *c, enum mr_policy policy);
-/* Deregisters every MR. */
+/* own_pd NULL: the domain's cache of r; else a client PD's over r's memory. */
+int mr_cache_init(struct mr_cache *c, struct registrar *r, struct provider_pd *own_pd,
+		  enum mr_policy policy);
+/* Deregisters every MR (the domain's cache, at close). */
 void mr_cache_done(struct mr_cache *c);
+/* A client PD's cache, when its client goes: every MR leaves the table and its allocation,
+ * deregistered here or (big, or while the PD is busy) on a worker, uncharged once the device
+ * let go. Registrations under way are dropped when they end. */
+void mr_cache_drop_all(struct mr_cache *c);
 
 /* The keys for addr, registering on a miss — unless a mempool MR holds addr: then that MR's
  * (one a worker is still making is waited for, as is a run of the cache's a worker is
@@ -89,7 +113,7 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 		    size_t why_size, struct mr_waiter *waiter);
 
 /* Counts [start, end) as pinned by one more registration (pages already counted stay counted
- * once), in the host-wide sum too; -ENOMEM. Uncharging a range charged so needs no memory. */
+ * once), in the domain's charges and the host-wide sum; -ENOMEM. Uncharging a range charged so needs no memory. */
 int mr_cache_charge(struct mr_cache *c, uint64_t start, uint64_t end);
 void mr_cache_uncharge(struct mr_cache *c, uint64_t start, uint64_t end);
 /* The bytes of [start, end) that charging would add: the pages no registration covers. */

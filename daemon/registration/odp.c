@@ -241,8 +241,7 @@ void odp_drop_stuck(struct reg_allocation *a)
 /* A freed allocation whose Free waited: done once no work and no MR of it remains. */
 static void maybe_finish(struct registrar *r, struct reg_allocation *a)
 {
-	if (a->free_waits && a->odp_jobs == 0 && LIST_EMPTY(&a->odp_children))
-		registrar_release(r, a, a->free_waiter);
+	registrar_resume_free(r, a);
 }
 
 int odp_init(struct registrar *r, uint64_t window_base)

@@ -33,7 +33,8 @@ struct reg_allocation {
 				     * quarantined (registrar.h) */
 	LIST_ENTRY(reg_allocation) quarantine_link; /* its registrar's quarantined runs */
 	bool retired;               /* being freed: nobody finds it any more */
-	bool free_waits;            /* its free waits for odp_jobs and odp_children to go */
+	unsigned bound_jobs;        /* client PDs' MRs over it that workers make or let go of */
+	bool free_waits;            /* its free waits for odp_jobs, odp_children and bound_jobs */
 	struct mr_waiter *free_waiter;
 };
 

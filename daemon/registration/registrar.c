@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "log.h"
 #include "memory/memory.h"
@@ -16,13 +17,14 @@ int registrar_open(struct registrar *r, struct provider *device, enum mr_policy 
 	int k;
 
 	mempools_init(&r->mempools);
+	LIST_INIT(&r->bound);
 	k = device->ops->open(device->caps.device, &r->provider);
 	if (k >= 0)
 		k = provider_pd_alloc(r->provider, &r->pd);
 	if (k >= 0)
 		k = frmr_pools_init(&r->pools, r->pd, &r->config->pools);
 	if (k >= 0)
-		k = mr_cache_init(&r->cache, policy);
+		k = mr_cache_init(&r->cache, r, NULL, policy);
 	if (k >= 0)
 		k = odp_init(r, window_base);
 	return k;
@@ -68,6 +70,15 @@ void registrar_close(struct registrar *r)
 			log_warning_errno(k, "domain %s: cannot free its PD: %m", r->name);
 	}
 	provider_close(r->provider);
+}
+
+void registrar_lose_bound(struct registrar *r, const char *device)
+{
+	struct mr_cache *c;
+
+	LIST_FOREACH(c, &r->bound, bound_link)
+		if (strcmp(c->own_pd->provider->caps.device, device) == 0)
+			provider_mark_lost(c->own_pd->provider);
 }
 
 bool registrar_on_demand(const struct registrar *r, bool asked, bool read_only)
@@ -151,7 +162,7 @@ static void dereg_job_run(struct registrar_work *w)
 {
 	struct dereg_job *j = (struct dereg_job *)w;
 
-	j->rt.result = frmr_pools_dereg(&w->reg->pools, j->pmr);
+	j->rt.result = registrar_dereg(w->reg, j->pmr);
 }
 
 static void dereg_job_done(struct registrar_work *w)
@@ -161,6 +172,13 @@ static void dereg_job_done(struct registrar_work *w)
 	if (j->gone)
 		j->gone(w->reg, j->arg, j->rt.result);
 	free(j);
+}
+
+int registrar_dereg(struct registrar *r, struct provider_mr *pmr)
+{
+	if (pmr && pmr->pd != r->pd)
+		return provider_dereg(pmr); /* a client PD's (registration/bound-pd.h) */
+	return frmr_pools_dereg(&r->pools, pmr);
 }
 
 int registrar_dereg_on_worker(struct registrar *r, struct provider_mr *pmr,
@@ -291,6 +309,10 @@ unsigned registrar_retry_quarantine(struct registrar *r)
 	struct reg_allocation *ra, *next;
 	unsigned n = 0;
 
+	/* A dereg would wait on the loop for the provider a worker holds (a client's own PD's
+	 * too, whose registrations the client can make last): the next flush tries. */
+	if (registrar_busy(r))
+		return 0;
 	for (ra = LIST_FIRST(&r->quarantine.runs); ra; ra = next) {
 		uint64_t at = allocation_address(&ra->mem);
 
@@ -315,33 +337,14 @@ unsigned registrar_retry_quarantine(struct registrar *r)
 	return n;
 }
 
-int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter)
+/* Then the device lets go of ra's MRs (pinned bytes of them), and only then do its pages go
+ * back. A soft Dma copying through its MRs holds them (their dereg waits for it): a worker
+ * waits then, not the loop. 0: done, or -EINPROGRESS: waiter hears later. */
+static int deregister(struct registrar *r, struct reg_allocation *ra, uint64_t pinned,
+		      struct mr_waiter *waiter)
 {
-	uint64_t pinned;
-	unsigned zombies;
-	struct free_job *j;
+	struct free_job *j = pinned > 0 && registrar_offload(r, pinned) ? calloc(1, sizeof(*j)) : NULL;
 
-	/* Clients learn of its keys dying by the generation, before they die, and drop what
-	 * they cached of its range alone (every key of it lies inside it). A free that touched
-	 * no registration leaves every client's lookup cache as it was (DPDK's rule). */
-	if (keys_handed_out(ra))
-		status_page_bump_range(&r->mem->status, allocation_address(&ra->mem),
-				       allocation_address(&ra->mem) + ra->mem.length);
-	/* Retired first: from here on no key for it is handed out. */
-	ra->retired = true;
-	pinned = mr_cache_retire(&r->cache, ra);
-	zombies = odp_retire(r, ra);
-	if (zombies > 0) {
-		/* Prefetch work on it is queued or running, or holds its children: the pages go
-		 * back, and the Free answers, once that is done (odp.c calls registrar_release). */
-		ra->free_waits = true;
-		ra->free_waiter = waiter;
-		return waiter ? -EINPROGRESS : 0;
-	}
-	/* Then the device lets go, and only then do its pages go back. A soft Dma copying
-	 * through its MRs holds them (their dereg waits for it): a worker waits then, not the
-	 * loop. */
-	j = pinned > 0 && registrar_offload(r, pinned) ? calloc(1, sizeof(*j)) : NULL;
 	if (!j) {
 		int k;
 
@@ -353,6 +356,48 @@ int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_w
 	j->waiter = waiter;
 	registrar_start(r, &j->base, free_job_run, free_job_done, true);
 	return waiter ? -EINPROGRESS : 0;
+}
+
+int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter)
+{
+	uint64_t pinned;
+	unsigned zombies;
+
+	/* Clients learn of its keys dying by the generation, before they die, and drop what
+	 * they cached of its range alone (every key of it lies inside it). A free that touched
+	 * no registration leaves every client's lookup cache as it was (DPDK's rule). */
+	if (keys_handed_out(ra))
+		status_page_bump_range(&r->mem->status, allocation_address(&ra->mem),
+				       allocation_address(&ra->mem) + ra->mem.length);
+	/* Retired first: from here on no key for it is handed out. */
+	ra->retired = true;
+	pinned = mr_cache_retire(&r->cache, ra);
+	zombies = odp_retire(r, ra);
+	if (zombies > 0 || ra->bound_jobs > 0) {
+		/* Prefetch work on it is queued or running, or holds its children, or a worker
+		 * makes or lets go of a client PD's MR over it: the pages go back, and the Free
+		 * answers, once that is done (registrar_resume_free). */
+		ra->free_waits = true;
+		ra->free_waiter = waiter;
+		return waiter ? -EINPROGRESS : 0;
+	}
+	return deregister(r, ra, pinned, waiter);
+}
+
+void registrar_resume_free(struct registrar *r, struct reg_allocation *ra)
+{
+	struct mr_waiter *waiter = ra->free_waiter;
+	const struct cached_mr *mr;
+	uint64_t pinned = 0;
+
+	if (!ra->free_waits || ra->odp_jobs > 0 || !LIST_EMPTY(&ra->odp_children) ||
+	    ra->bound_jobs > 0)
+		return;
+	ra->free_waits = false;
+	LIST_FOREACH(mr, &ra->mrs, alloc_link)
+		pinned += mr->end - mr->start;
+	if (deregister(r, ra, pinned, waiter) == 0 && waiter)
+		waiter->resume(waiter, 0, NULL, "");
 }
 
 void registrar_release(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter)

@@ -53,6 +53,7 @@ struct registrar {
 	uint64_t *host_pinned; /* what every domain pins, together (limits.pinned_bytes) */
 	struct frmr_pools pools; /* every registration goes through them */
 	struct mr_cache cache;
+	LIST_HEAD(, mr_cache) bound; /* the client PDs' caches over its memory (bound-pd.h) */
 	struct odp odp;
 	struct mempools mempools;
 	unsigned jobs;         /* work on workers that may hold the provider (registrar_busy) */
@@ -144,7 +145,10 @@ static inline void registrar_start(struct registrar *r, struct registrar_work *w
 	registrar_submit(w);
 }
 
-/* Deregisters pmr on a worker; then, on the loop, gone(r, arg, result) (gone may be NULL). The
+/* Lets go of pmr: one of the domain's PD goes back through its FRMR pools (and key
+ * quarantine), one of a client's own PD is deregistered there. Thread-safe, as both are. */
+int registrar_dereg(struct registrar *r, struct provider_mr *pmr);
+/* Deregisters pmr (registrar_dereg) on a worker; then, on the loop, gone(r, arg, result) (gone may be NULL). The
  * job counts in jobs until then. -ENOMEM: not submitted. */
 int registrar_dereg_on_worker(struct registrar *r, struct provider_mr *pmr,
 			      void (*gone)(struct registrar *r, void *arg, int result), void *arg);
@@ -159,14 +163,24 @@ void registrar_destroy_handles(struct registrar *r, struct provider_mr **handles
  * done — and events.released tells the domain. With a waiter that is not here: -EINPROGRESS. */
 int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter);
 
+/* Work that ra's free waited for ended (prefetches, children, client PDs' MRs on workers):
+ * once none is left, the free goes on — its MRs deregistered, its pages back, its waiter
+ * answered. Nothing when its free does not wait, or still waits for more. */
+void registrar_resume_free(struct registrar *r, struct reg_allocation *ra);
+
 /* The end of a retired allocation's registrations (a worker's deregistration, or the last ODP
  * child gone): its MRs are counted gone, and events.released tells the domain; waiter, which
  * waits already, hears once the pages are back. */
 void registrar_release(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter);
 
-/* Tries the failed deregs over each quarantined run again; a run the device let go of goes
- * back (events.released). How many did. */
+/* Tries the failed deregs over each quarantined run again, unless a worker's job may hold a
+ * provider (registrar_busy: then at the next try); a run the device let go of goes back
+ * (events.released). How many did. */
 unsigned registrar_retry_quarantine(struct registrar *r);
+
+/* The device named device failed: the client PDs' caches on it answer no key from now on
+ * (their contexts died with it; their clients bind new ones). */
+void registrar_lose_bound(struct registrar *r, const char *device);
 
 /* Whether memory asked to be registered on demand (read-only or not) is: the device's RC
  * on-demand paging must cover every operation its access allows (provider_odp_covers), else

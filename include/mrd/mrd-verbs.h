@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Optional libibverbs helpers for libmrd users that create their own QPs and CQs on the PD of
- * their domain. Only this header needs <infiniband/verbs.h>; link with -libverbs.
+ * Optional libibverbs helpers for libmrd users that post on QPs of their own. Two models: the
+ * keys are of the program's own PD (mrd_verbs_bind_pd: any device mrd can register for), or
+ * of the domain's PD, imported (mrd_verbs_import_pd: mlx5 alone, a PD shared with every
+ * client of the domain). Only this header needs <infiniband/verbs.h>; link with -libverbs.
  */
 #ifndef MRD_MRD_VERBS_H
 #define MRD_MRD_VERBS_H
@@ -48,6 +50,19 @@ static inline int mrd_verbs_import_pd(mrd_client *client, struct ibv_context **r
 	*ret_context = context;
 	*ret_pd = pd;
 	return 0;
+}
+
+/*
+ * Binds the handle to pd, a PD the program allocated on its own context (ibv_alloc_pd): the
+ * keys mrd hands out through the handle from then on are valid on pd's QPs. pd must stay
+ * allocated while the handle lives (mrd's MRs in it keep ibv_dealloc_pd at EBUSY meanwhile).
+ * Before the first lookup; see mrd_client_bind_pd().
+ */
+static inline int mrd_verbs_bind_pd(mrd_client *client, struct ibv_pd *pd)
+{
+	if (!pd)
+		return -EINVAL;
+	return mrd_client_bind_pd(client, pd->context->cmd_fd, pd->handle);
 }
 
 #ifdef __cplusplus

@@ -81,6 +81,19 @@ int mrd_client_reconnect(mrd_client *client);
  */
 int mrd_client_get_pd(mrd_client *client, int *ret_cmd_fd, uint32_t *ret_pd_handle);
 
+/*
+ * Binds the handle to a PD of the program's own verbs context, cmd_fd being the context's
+ * command fd (ibv_context.cmd_fd) and pd_handle the PD's handle (ibv_pd.handle); libmrd keeps
+ * a copy of cmd_fd until mrd_client_close(). From then on every key the handle gets (lookups,
+ * lookup caches) is of an MR mrd made in that PD, for the program's own QPs; mrd pins the
+ * pages, so the program needs no RLIMIT_MEMLOCK. Call it before the first lookup; once per
+ * handle. <mrd/mrd-verbs.h> has mrd_verbs_bind_pd() for a struct ibv_pd *. Errors: -ENOTTY
+ * (no uverbs device), -EXDEV (another device than mrd's), -EOPNOTSUPP (the soft provider, or
+ * a driver whose REG_MR needs driver data: siw, irdma), -EINVAL (no such PD), -EALREADY,
+ * -EBUSY (after a lookup).
+ */
+int mrd_client_bind_pd(mrd_client *client, int cmd_fd, uint32_t pd_handle);
+
 /* Reason for the last failure of a libmrd call in this thread (mrd's own words when it refused,
  * e.g. which quota was reached); "" before any. Valid until the thread's next failing call. No
  * request: thread-local. */

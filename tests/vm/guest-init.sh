@@ -75,6 +75,17 @@ DEV_ODP=false
 grep -q ODP_SUPPORT /tmp/devinfo.txt && DEV_ODP=true
 echo "@@ INFO GID index $GIDX; device ODP $DEV_ODP"
 
+# make bench (rdma-vm.sh --bench): the VM benchmarks alone, as root (the baseline pins itself).
+if grep -q 'mrd_vm=bench' /proc/cmdline; then
+	printf '[mrd]\nsocket_mode = 0666\n[memory]\nhugepages = no\n' > /tmp/mrd.conf
+	mrd --foreground --no-bus --provider verbs --device rxe0 --config /tmp/mrd.conf \
+		--socket /run/mrd.sock > /tmp/mrd.log 2>&1 &
+	for _ in $(seq 100); do [ -S /run/mrd.sock ] && break; sleep 0.1; done
+	bench-client-pd /run/mrd.sock rxe0 2>&1 | sed 's/^/@@ BENCH /'
+	sync
+	poweroff -f
+fi
+
 # The provider contract, on the device itself: each case one result; a failed fixture
 # (S: setup or teardown, which checks that nothing leaked) fails its case.
 contract() { # device [program label]
@@ -305,4 +316,108 @@ if [ -e /sys/class/infiniband/siw0 ]; then
 	contract siw0 test-client-pd "client-PD registration"
 fi
 unset MRD_CLIENT_PD_OTHER
+
+# 13. Client-PD registration through mrd (issue 22): uid-1000 clients (RLIMIT_MEMLOCK 64 KiB)
+# bind their own PDs; RDMA WRITE and READ between two of them on their own QPs; BindPd's
+# refusals; a bound client killed with SIGKILL leaves no MR, QP or pin behind once mrd noticed.
+# A second device, rxe1 on a dummy netdev (rxe loops a packet to its own address back without
+# sending it): mrd serves both, siw0 not ([mrd] devices). dummy.ko makes dummy0 as it loads.
+{ ip link show dummy0 > /dev/null 2>&1 || ip link add dummy0 type dummy; } && ip addr add 10.9.9.1/24 dev dummy0 && ip link set dummy0 up &&
+	rdma link add rxe1 type rxe netdev dummy0
+result "rdma link add rxe1 type rxe netdev dummy0" $?
+printf '[mrd]\nsocket_mode = 0666\ndevices = rxe0 rxe1\n[memory]\nhugepages = no\n' > /tmp/mrd-bound.conf
+SOCK=/run/mrd-bound.sock
+mrd --foreground --no-bus --provider verbs --device rxe0 --config /tmp/mrd-bound.conf \
+	--socket "$SOCK" > /tmp/mrd-bound.log 2>&1 &
+MRD=$!
+for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
+[ -S "$SOCK" ]
+result "mrd on rxe0 serves its socket again (client PDs)" $? "$(tail -n 5 /tmp/mrd-bound.log)"
+export MRD_SOCKET=$SOCK MRD_DEVICE=rxe0
+fds0=$(ls /proc/$MRD/fd | wc -l)
+mrs0=$(rdma resource show mr 2>/dev/null | wc -l)
+timeout 240 rdma-peers bound "$SOCK" "$GIDX" > /tmp/bound.txt 2>&1
+rc=$?
+collect /tmp/bound.txt
+result "rdma-peers bound exits cleanly" $rc
+other=
+[ -e /sys/class/infiniband/siw0 ] && other=siw0
+timeout 120 rdma-peers bound-hostile "$SOCK" $other > /tmp/bound-hostile.txt 2>&1
+rc=$?
+collect /tmp/bound-hostile.txt
+result "rdma-peers bound-hostile exits cleanly" $rc "$(tail -n 3 /tmp/bound-hostile.txt)"
+same=1
+for _ in $(seq 50); do
+	read_victims_domain
+	[ "$(ls /proc/$MRD/fd | wc -l)" = "$fds0" ] && [ "${p:-0}" = 0 ] && { same=0; break; }
+	sleep 0.1
+done
+result "after the hostile clients: mrd's fds ($(ls /proc/$MRD/fd | wc -l), $fds0 before) and pins (${p:-none}) back" $same
+# A re-exec (SIGUSR2) hands the memory over; MRs in a client's own context would outlive the
+# old mrd there, their keys working on pages the next one knows nothing of: it deregisters them
+# first. The holder lives on (it never asks again).
+if [ -e /sys/class/infiniband/rxe1 ]; then
+	timeout 120 rdma-peers two-devices "$SOCK" rxe0 rxe1 > /tmp/two.txt 2>&1
+	rc=$?
+	collect /tmp/two.txt
+	result "rdma-peers two-devices exits cleanly" $rc "$(tail -n 3 /tmp/two.txt)"
+fi
+start_bg /tmp/bound-hold0.txt HOLDING rdma-peers bound-hold "$SOCK"
+HOLDER=$BG
+collect /tmp/bound-hold0.txt
+held=$(rdma resource show mr 2>/dev/null | wc -l)
+kill -USR2 "$MRD"
+back=1
+for _ in $(seq 100); do
+	grep -q 're-executing' /tmp/mrd-bound.log && mrctl --json status > /dev/null 2>&1 &&
+		[ "$(rdma resource show mr 2>/dev/null | wc -l)" = "$mrs0" ] && { back=0; break; }
+	sleep 0.1
+done
+result "SIGUSR2 re-exec: mrd deregistered the bound holder's MR ($held MRs before, $(rdma resource show mr 2>/dev/null | wc -l) after, $mrs0 at first) and serves" $back \
+	"$(tail -n 3 /tmp/mrd-bound.log)"
+kill -9 "$HOLDER"
+wait "$HOLDER" 2>/dev/null
+for _ in $(seq 50); do
+	mrctl --json clients | grep -q "\"pid\":$HOLDER," || break
+	sleep 0.1
+done
+fds0=$(ls /proc/$MRD/fd | wc -l)
+start_bg /tmp/bound-hold.txt HOLDING rdma-peers bound-hold "$SOCK"
+HOLDER=$BG
+collect /tmp/bound-hold.txt
+DEVS=$(mrctl --json status | grep -o '"devices":\[[^]]*\]')
+echo "@@ INFO $DEVS"
+echo "$DEVS" | grep -q '{"name":"rxe0","domains":true,[^}]*"bound":1}' &&
+	echo "$DEVS" | grep -q '{"name":"rxe1","domains":false,[^}]*"bound":0}'
+result "mrctl status (root): rxe0 and rxe1 served, the holder bound on rxe0" $? "$DEVS"
+rdma resource show mr > /tmp/mr-held.txt 2>&1
+rdma resource show qp > /tmp/qp-held.txt 2>&1
+read_victims_domain
+echo "@@ INFO held: MRs on the device $(wc -l < /tmp/mr-held.txt) (before: $mrs0), QPs of the holder $(grep -c "pid $HOLDER " /tmp/qp-held.txt), domain uid-1000 pinned ${p:-none}"
+[ "$(wc -l < /tmp/mr-held.txt)" -gt "$mrs0" ] && grep -q "pid $HOLDER " /tmp/qp-held.txt &&
+	[ "${p:-0}" -ge $((4 << 20)) ]
+result "a bound holder: its MRs (made by mrd) and QP are on the device, its pages pinned by mrd" $? \
+	"$(cat /tmp/mr-held.txt /tmp/qp-held.txt | tail -n 6)"
+kill -9 "$HOLDER"
+wait "$HOLDER" 2>/dev/null
+gone=1
+for _ in $(seq 100); do
+	read_victims_domain
+	if ! echo "$CLIENTS" | grep -q "\"pid\":$HOLDER," &&
+		[ "$(rdma resource show mr 2>/dev/null | wc -l)" = "$mrs0" ] &&
+		! rdma resource show qp 2>/dev/null | grep -q "pid $HOLDER " &&
+		[ "$(ls /proc/$MRD/fd | wc -l)" = "$fds0" ] && [ "${p:-0}" = 0 ]; then
+		gone=0
+		break
+	fi
+	sleep 0.1
+done
+result "SIGKILL of a bound client: mrd let go (MRs $(rdma resource show mr 2>/dev/null | wc -l) of $mrs0 before, mrd fds $(ls /proc/$MRD/fd | wc -l) of $fds0, pinned ${p:-gone})" $gone \
+	"$(rdma resource show qp 2>/dev/null | grep "pid $HOLDER ")"
+mrd-hello "$SOCK" > /dev/null 2>&1
+result "mrd serves a new client after that" $?
+kill "$MRD"
+wait "$MRD"
+result "mrd (client PDs) exits cleanly on SIGTERM" $? "$(tail -n 5 /tmp/mrd-bound.log)"
+unset MRD_DEVICE
 finish

@@ -11,6 +11,23 @@
  *     imported (rxe: librxe has no import_context) that check is a SKIP and mrd posts the
  *     same work requests on its own QPs in the domain's PD (mrd_dma), so the device still
  *     judges every key. Between two transfers the initiator SIGKILLs VICTIM_PID.
+ *   rdma-peers bound SOCKET GID_INDEX
+ *     The same pair, each peer a uid-1000 process with RLIMIT_MEMLOCK 64 KiB (its own
+ *     ibv_reg_mr of 1 MiB fails) on its own context and PD, bound to mrd
+ *     (mrd_verbs_bind_pd): the keys mrd hands out are of MRs in that PD, and the transfers
+ *     run on the peers' own QPs; the mempool is registered in the initiator's own PD.
+ *   rdma-peers bound-hold SOCKET
+ *     A bound uid-1000 client with 4 MiB looked up and a QP of its own: "@@ HOLDING", then
+ *     holds them until killed.
+ *   rdma-peers bound-hostile SOCKET [OTHER_DEVICE]
+ *     BindPd refusals, as uid 1000: a pipe, OTHER_DEVICE's command fd, a PD handle the client
+ *     does not have, a second bind, a bind after a lookup; then a client that deallocates its
+ *     PD and closes its context while mrd registers 64 MiB into it. Each a clear error.
+ *   rdma-peers two-devices SOCKET DEVICE DEVICE
+ *     One uid-1000 process (RLIMIT_MEMLOCK 64 KiB) with a context and PD on each device and a
+ *     handle bound to each: one buffer of mrd's gets keys on both, each working on its own
+ *     device (an RDMA WRITE on two QPs of that PD, looped back), and mrctl status lists both
+ *     devices with the process bound on each.
  *   rdma-peers victim SOCKET UID
  *     Becomes UID, allocates and registers memory in its domain, prints "@@ VICTIM_READY",
  *     then sends requests (registrations, frees, 2 MiB Dma) in a loop until it is killed.
@@ -21,18 +38,24 @@
  * Prints "@@ RESULT<TAB>PASS|FAIL|SKIP<TAB>name<TAB>detail" lines; exits 0 unless a check
  * failed. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <mrd/mrd.h>
 #include <mrd/mrd-verbs.h>
+
+#include "provider/verbs-loopback.h"
+#include <rdma/ib_user_verbs.h>
 
 #define BUF_SIZE (1u << 20)
 
@@ -45,6 +68,7 @@ struct peer {
 	const char *who;
 	mrd_client *client;
 	bool own_qp; /* the imported PD's QP, else mrd_dma */
+	bool bound;  /* ... or its own context's PD, bound to mrd */
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
@@ -69,11 +93,27 @@ static void result(const char *name, bool ok)
 }
 
 /* A refusal must be the device's: a timeout or a broken request is no proof of a key check. */
+/* r must be the error expected; mrd's words go with the result either way. */
+static void refused_as(const char *name, int r, int expected)
+{
+	char detail[400];
+
+	char want[32] = "";
+
+	if (r != expected)
+		snprintf(want, sizeof(want), ", expected %d", expected);
+	snprintf(detail, sizeof(detail), "answered %d (%s)%s", r, r < 0 ? mrd_last_error() : "",
+		 want);
+	report(r == expected ? "PASS" : "FAIL", name, detail);
+	failures += r != expected;
+}
+
+/* The device refused a key: r comes from a completion (or mrd_dma), not from mrd's words. */
 static void refused(const char *name, int r)
 {
-	char detail[64];
+	char detail[128];
 
-	snprintf(detail, sizeof(detail), "answered %d, not -EKEYREJECTED", r);
+	snprintf(detail, sizeof(detail), "answered %d (%s), not -EKEYREJECTED", r, strerror(-r));
 	report(r == -EKEYREJECTED ? "PASS" : "FAIL", name, r == -EKEYREJECTED ? "" : detail);
 	failures += r != -EKEYREJECTED;
 }
@@ -127,6 +167,49 @@ static bool probe_import(const char *sock)
 	return r == 0;
 }
 
+/* uid 1000, and RLIMIT_MEMLOCK 64 KiB: what it pins itself is that much at most. */
+static void become_small_user(const char *who)
+{
+	struct rlimit rl = { 65536, 65536 };
+
+	if (setrlimit(RLIMIT_MEMLOCK, &rl) || setresgid(1000, 1000, 1000) ||
+	    setresuid(1000, 1000, 1000))
+		die(who, "become uid 1000 with RLIMIT_MEMLOCK 64 KiB", -errno);
+}
+
+/* Its own context on the device ($MRD_DEVICE, else the first) and a PD there. */
+static void open_own(struct peer *p)
+{
+	const char *want = getenv("MRD_DEVICE");
+	struct ibv_device **l = ibv_get_device_list(NULL);
+
+	for (int i = 0; l && l[i] && !p->ctx; i++)
+		if (!want || strcmp(ibv_get_device_name(l[i]), want) == 0)
+			p->ctx = ibv_open_device(l[i]);
+	ibv_free_device_list(l);
+	if (!p->ctx)
+		die(p->who, "open its own context", -ENODEV);
+	p->pd = ibv_alloc_pd(p->ctx);
+	if (!p->pd)
+		die(p->who, "allocate its own PD", -errno);
+}
+
+/* The bound model's premise: the client cannot pin 1 MiB itself. */
+static void own_reg_fails(struct peer *p)
+{
+	char *m = malloc(BUF_SIZE), name[160];
+	struct ibv_mr *mr;
+
+	memset(m, 1, BUF_SIZE);
+	mr = ibv_reg_mr(p->pd, m, BUF_SIZE, IBV_ACCESS_LOCAL_WRITE);
+	snprintf(name, sizeof(name), "%s: its own ibv_reg_mr of 1 MiB fails (uid 1000, "
+		 "RLIMIT_MEMLOCK 64 KiB): %s", p->who, mr ? "it worked" : strerror(errno));
+	result(name, mr == NULL);
+	if (mr)
+		ibv_dereg_mr(mr);
+	free(m);
+}
+
 static void peer_open(struct peer *p)
 {
 	struct ibv_qp_init_attr init = {
@@ -135,6 +218,8 @@ static void peer_open(struct peer *p)
 	};
 	int r;
 
+	if (p->bound)
+		become_small_user(p->who);
 	r = mrd_client_connect(getenv("MRD_SOCKET"), &p->client);
 	if (r < 0)
 		die(p->who, "connect", r);
@@ -143,9 +228,21 @@ static void peer_open(struct peer *p)
 		die(p->who, "lookup init", r);
 	if (!p->own_qp)
 		return;
-	r = mrd_verbs_import_pd(p->client, &p->ctx, &p->pd);
-	if (r < 0)
-		die(p->who, "import PD", r);
+	if (p->bound) {
+		char name[160];
+
+		open_own(p);
+		own_reg_fails(p);
+		r = mrd_verbs_bind_pd(p->client, p->pd);
+		snprintf(name, sizeof(name), "%s: mrd binds its own PD %u", p->who, p->pd->handle);
+		result(name, r == 0);
+		if (r < 0)
+			die(p->who, mrd_last_error(), r);
+	} else {
+		r = mrd_verbs_import_pd(p->client, &p->ctx, &p->pd);
+		if (r < 0)
+			die(p->who, "import PD", r);
+	}
 	p->cq = ibv_create_cq(p->ctx, 32, NULL, NULL, 0);
 	if (!p->cq)
 		die(p->who, "create CQ", errno);
@@ -252,6 +349,7 @@ static int target(struct peer *p)
 	peer_connect(p);
 	addr = (uintptr_t)buf;
 	xsend(p, &addr, sizeof(addr));
+	xsend(p, &mr.rkey, sizeof(mr.rkey)); /* a bound peer's QP takes its own PD's keys */
 
 	xrecv(p, &go, 1); /* the initiator wrote */
 	go = strcmp(buf + 4096, "written by RDMA WRITE through mrd's keys") == 0;
@@ -275,6 +373,7 @@ static int target(struct peer *p)
 	xsend(p, &go, 1);
 	addr = (uintptr_t)buf;
 	xsend(p, &addr, sizeof(addr));
+	xsend(p, &mr.rkey, sizeof(mr.rkey)); /* a bound peer's QP takes its own PD's keys */
 	xrecv(p, &go, 1);
 	go = strcmp(buf + 4096, "after the generation moved") == 0;
 	xsend(p, &go, 1);
@@ -289,7 +388,7 @@ static int target(struct peer *p)
 static int initiator(struct peer *p, pid_t victim)
 {
 	struct mrd_keys src, dst, obj_mr;
-	uint32_t stale_rkey;
+	uint32_t stale_rkey, their_rkey;
 	mrd_mempool *pool;
 	uint64_t remote, old_remote;
 	char *buf, ok, *obj;
@@ -301,6 +400,7 @@ static int initiator(struct peer *p, pid_t victim)
 		die(p->who, "alloc", r);
 	peer_connect(p);
 	xrecv(p, &remote, sizeof(remote));
+	xrecv(p, &their_rkey, sizeof(their_rkey));
 	/* The target's buffer is mrd memory of our domain: map it, and its keys come from our
 	 * own lookup path, as any address's do. */
 	r = mrd_mem_map(p->client, (void *)(uintptr_t)remote);
@@ -309,6 +409,10 @@ static int initiator(struct peer *p, pid_t victim)
 	if (mrd_cache_keys(p->l, buf, &src) < 0 ||
 	    mrd_cache_keys(p->l, (void *)(uintptr_t)remote, &dst) < 0)
 		die(p->who, "lookup", -EIO);
+	/* Bound: the responder checks the rkey in its own PD, so it is the target's (sent),
+	 * while the key looked up here is of this peer's PD. Shared: the two are one. */
+	if (p->bound)
+		dst.rkey = their_rkey;
 
 	strcpy(buf, "written by RDMA WRITE through mrd's keys");
 	r = rdma(p, false, buf, src.lkey, remote + 4096, dst.rkey, (uint32_t)strlen(buf) + 1);
@@ -335,7 +439,8 @@ static int initiator(struct peer *p, pid_t victim)
 		refused("RDMA READ across the registration's end is refused by the device", r);
 	}
 
-	/* A registered mempool as the source. */
+	/* A registered mempool as the source: a bound handle's registers in its own PD (by
+	 * lookups of its chunks: mrd's mempool registry is the domain PD's). */
 	r = mrd_mempool_create(p->client, "vm-src", 64, 4096, 64, 0, 0, &pool);
 	if (r >= 0)
 		r = mrd_mempool_register(pool, 0);
@@ -359,10 +464,13 @@ static int initiator(struct peer *p, pid_t victim)
 	xrecv(p, &ok, 1);
 	result("the target's free moved the generation", ok);
 	xrecv(p, &remote, sizeof(remote));
+	xrecv(p, &their_rkey, sizeof(their_rkey));
 	r = mrd_mem_map(p->client, (void *)(uintptr_t)remote);
 	if (r < 0 && r != -EEXIST)
 		die(p->who, "map again", r);
 	r = mrd_cache_keys(p->l, (void *)(uintptr_t)remote, &dst); /* the cache saw the move */
+	if (p->bound)
+		dst.rkey = their_rkey;
 	result("the peer's lookup refetched new keys", r == 0);
 	strcpy(buf, "after the generation moved");
 	r = r < 0 ? r : rdma(p, false, buf, src.lkey, remote + 4096, dst.rkey, 64);
@@ -385,9 +493,9 @@ static int initiator(struct peer *p, pid_t victim)
 	return failures ? 1 : 0;
 }
 
-static int pair(const char *sock, int gid_index, pid_t victim)
+static int pair(const char *sock, int gid_index, pid_t victim, bool bound)
 {
-	bool own_qp = probe_import(sock);
+	bool own_qp = bound || probe_import(sock);
 	int sv[2], status, rc;
 	pid_t pid;
 
@@ -395,16 +503,16 @@ static int pair(const char *sock, int gid_index, pid_t victim)
 		return 2;
 	pid = fork();
 	if (pid == 0) {
-		struct peer p = { .who = "target", .own_qp = own_qp, .gid_index = gid_index,
-				  .sock = sv[1] };
+		struct peer p = { .who = "target", .own_qp = own_qp, .bound = bound,
+				  .gid_index = gid_index, .sock = sv[1] };
 
 		close(sv[0]);
 		_exit(target(&p));
 	}
 	close(sv[1]);
 	{
-		struct peer p = { .who = "initiator", .own_qp = own_qp, .gid_index = gid_index,
-				  .sock = sv[0] };
+		struct peer p = { .who = "initiator", .own_qp = own_qp, .bound = bound,
+				  .gid_index = gid_index, .sock = sv[0] };
 
 		rc = initiator(&p, victim);
 	}
@@ -482,17 +590,237 @@ _Noreturn static void hold(const char *sock, uid_t uid)
 		pause();
 }
 
+/* A bound client with keys for 4 MiB and a QP of its own, held until killed: the guest
+ * script counts its objects (rdma resource) before and after SIGKILL. */
+_Noreturn static void bound_hold(const char *sock)
+{
+	struct peer p = { .who = "bound holder", .own_qp = true, .bound = true };
+	struct mrd_keys mr;
+	void *mem;
+	int r;
+
+	setenv("MRD_SOCKET", sock, 1);
+	peer_open(&p);
+	r = mrd_mem_alloc(p.client, 4u << 20, 0, 0, &mem);
+	if (r >= 0)
+		r = mrd_cache_keys(p.l, (char *)mem + (3u << 20), &mr);
+	result("a bound holder has keys of its own PD for 4 MiB", r >= 0);
+	printf("@@ HOLDING pid %d qpn %u\n", (int)getpid(), p.qp->qp_num);
+	fflush(stdout);
+	for (;;)
+		pause();
+}
+
+struct closer {
+	struct peer *p;
+	int result;
+};
+
+/* The client lets go of its PD and context while mrd registers into them. */
+static void *close_own(void *arg)
+{
+	struct closer *c = arg;
+
+	usleep(1000);
+	c->result = ibv_dealloc_pd(c->p->pd); /* EBUSY once mrd's MR is there */
+	(void)ibv_close_device(c->p->ctx);    /* mrd's copy of the fd keeps the context */
+	return NULL;
+}
+
+static int bound_hostile(const char *sock, const char *other)
+{
+	struct peer p = { .who = "hostile" };
+	mrd_client *c;
+	struct mrd_keys keys;
+	void *mem;
+	int pipefd[2], r;
+
+	setenv("MRD_SOCKET", sock, 1);
+	become_small_user(p.who);
+	open_own(&p);
+	if (mrd_client_connect(sock, &c) < 0 || pipe2(pipefd, O_CLOEXEC) < 0)
+		die(p.who, "connect", -EIO);
+	refused_as("BindPd of a pipe: ENOTTY", mrd_client_bind_pd(c, pipefd[0], p.pd->handle),
+		   -ENOTTY);
+	if (other) {
+		struct peer o = { .who = "other device" };
+		const char *was = getenv("MRD_DEVICE");
+		char name[128];
+
+		setenv("MRD_DEVICE", other, 1);
+		open_own(&o);
+		if (was)
+			setenv("MRD_DEVICE", was, 1);
+		else
+			unsetenv("MRD_DEVICE");
+		snprintf(name, sizeof(name), "BindPd of a %s command fd: EXDEV", other);
+		refused_as(name, mrd_verbs_bind_pd(c, o.pd), -EXDEV);
+		ibv_dealloc_pd(o.pd);
+		ibv_close_device(o.ctx);
+	} else
+		report("SKIP", "BindPd of another device's command fd: EXDEV", "one device only");
+	refused_as("BindPd of a PD handle the client does not have: EINVAL",
+		   mrd_client_bind_pd(c, p.ctx->cmd_fd, p.pd->handle + 1000), -EINVAL);
+	r = mrd_verbs_bind_pd(c, p.pd);
+	result("BindPd of the client's own PD after those", r == 0);
+	refused_as("a second BindPd: EALREADY", mrd_verbs_bind_pd(c, p.pd), -EALREADY);
+	/* The MR is the client's object: it destroys it itself, by handle (it made none of its
+	 * own, so every MR handle of its context is mrd's). The free then finds it gone, which
+	 * is no failure to quarantine the run for (the guest script reads the count). */
+	if (mrd_mem_alloc(c, 65536, 0, 0, &mem) < 0 || mrd_keys_query(c, mem, &keys) < 0)
+		die(p.who, "a bound lookup", -EIO);
+	{
+		unsigned gone = 0;
+
+		for (uint32_t h = 0; h < 64; h++) {
+			struct {
+				struct ib_uverbs_cmd_hdr hdr;
+				struct ib_uverbs_dereg_mr cmd;
+			} w = { { IB_USER_VERBS_CMD_DEREG_MR, sizeof(w) / 4, 0 }, { h } };
+
+			gone += write(p.ctx->cmd_fd, &w, sizeof(w)) == (ssize_t)sizeof(w);
+		}
+		result("the client destroys mrd's MR in its own context itself", gone == 1);
+	}
+	r = mrd_mem_free(c, mem);
+	refused_as("... and mrd's free of that memory still works", r, 0);
+	{ /* while the domain is open: its close would let a quarantined run go */
+		FILE *f = popen("mrctl --json status", "r");
+		char out[8192] = "";
+		size_t n = f ? fread(out, 1, sizeof(out) - 1, f) : 0;
+
+		out[n] = '\0';
+		if (f)
+			pclose(f);
+		result("... and left no quarantined run (mrctl status, the domain still open)",
+		       strstr(out, "\"quarantined_runs\":0,") != NULL);
+	}
+	mrd_client_close(c);
+
+	/* A lookup first: then it is too late to bind (the keys handed out were the domain's). */
+	if (mrd_client_connect(sock, &c) < 0 || mrd_mem_alloc(c, 65536, 0, 0, &mem) < 0 ||
+	    mrd_keys_query(c, mem, &keys) < 0)
+		die(p.who, "a lookup", -EIO);
+	refused_as("BindPd after a lookup: EBUSY", mrd_verbs_bind_pd(c, p.pd), -EBUSY);
+	mrd_client_close(c);
+
+	/* The context closed under mrd's registration of 64 MiB: either order is a clean answer. */
+	{
+		struct closer cl = { &p, 0 };
+		pthread_t t;
+		char name[200];
+
+		if (mrd_client_connect(sock, &c) < 0 || mrd_verbs_bind_pd(c, p.pd) < 0 ||
+		    mrd_mem_alloc(c, 64u << 20, 0, 0, &mem) < 0)
+			die(p.who, "bind and allocate 64 MiB", -EIO);
+		pthread_create(&t, NULL, close_own, &cl);
+		r = mrd_keys_query(c, mem, &keys);
+		pthread_join(t, NULL);
+		snprintf(name, sizeof(name), "the client deallocates its PD (%s) and closes its "
+			 "context while mrd registers 64 MiB: the lookup answers %d (%s)",
+			 cl.result ? strerror(cl.result) : "done", r, r < 0 ? mrd_last_error() : "keys");
+		result(name, r == 0 ? cl.result == EBUSY : r == -EINVAL || r == -ENOENT);
+		result("mrd still answers that client", mrd_client_ping(c) == 0);
+		mrd_client_close(c);
+	}
+	close(pipefd[0]);
+	close(pipefd[1]);
+	return failures ? 1 : 0;
+}
+
+/* The same mrd buffer, bound on two devices: keys per device, each moving bytes there. */
+static int two_devices(const char *sock, const char *dev_a, const char *dev_b)
+{
+	struct peer p[2] = { { .who = "device A" }, { .who = "device B" } };
+	const char *devs[2] = { dev_a, dev_b };
+	struct mrd_keys keys[2];
+	char *buf, name[256];
+	int r;
+
+	setenv("MRD_SOCKET", sock, 1);
+	become_small_user("two devices");
+	for (int i = 0; i < 2; i++) {
+		setenv("MRD_DEVICE", devs[i], 1);
+		open_own(&p[i]);
+		if (mrd_client_connect(sock, &p[i].client) < 0)
+			die(p[i].who, "connect", -EIO);
+		r = mrd_verbs_bind_pd(p[i].client, p[i].pd);
+		snprintf(name, sizeof(name), "one process binds a PD on %s (%s)", devs[i],
+			 r < 0 ? mrd_last_error() : "bound");
+		result(name, r == 0);
+		if (r < 0)
+			return 1;
+	}
+	if (mrd_mem_alloc(p[0].client, 1u << 20, 0, 0, (void **)&buf) < 0)
+		die("two devices", "alloc", -EIO);
+	for (int i = 0; i < 2; i++) {
+		struct verbs_loopback *lb;
+
+		r = mrd_keys_query(p[i].client, buf, &keys[i]);
+		snprintf(name, sizeof(name), "keys for the buffer on %s: lkey 0x%x rkey 0x%x", devs[i],
+			 r < 0 ? 0 : keys[i].lkey, r < 0 ? 0 : keys[i].rkey);
+		result(name, r == 0);
+		if (r < 0)
+			return 1;
+		memset(buf + 4096, 0, 4096);
+		snprintf(buf, 64, "moved on %s by its own keys", devs[i]);
+		r = verbs_loopback_new(p[i].pd, &lb);
+		if (r == 0)
+			r = verbs_loopback_transfer(lb, false, keys[i].lkey, (uintptr_t)buf,
+						    keys[i].rkey, (uintptr_t)buf + 4096, 64);
+		snprintf(name, sizeof(name), "RDMA WRITE on %s with its keys: %s", devs[i],
+			 r < 0 ? strerror(-r) : buf + 4096);
+		result(name, r == 0 && strcmp(buf + 4096, buf) == 0);
+		verbs_loopback_free(lb);
+	}
+	{
+		FILE *f = popen("mrctl --json status", "r");
+		char out[16384] = "", want[2][96];
+		size_t n = f ? fread(out, 1, sizeof(out) - 1, f) : 0;
+
+		out[n] = '\0';
+		if (f)
+			pclose(f);
+		for (int i = 0; i < 2; i++)
+			snprintf(want[i], sizeof(want[i]), "{\"name\":\"%s\"", devs[i]);
+		result("mrctl status --json lists both devices", strstr(out, want[0]) &&
+								strstr(out, want[1]));
+		printf("@@ INFO %s\n", out);
+	}
+	mrd_mem_free(p[0].client, buf);
+	for (int i = 0; i < 2; i++) {
+		mrd_client_close(p[i].client);
+		ibv_dealloc_pd(p[i].pd);
+		ibv_close_device(p[i].ctx);
+	}
+	return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 4 && strcmp(argv[1], "pair") == 0) {
 		setenv("MRD_SOCKET", argv[2], 1);
-		return pair(argv[2], atoi(argv[3]), argc > 4 ? (pid_t)atoi(argv[4]) : 0);
+		return pair(argv[2], atoi(argv[3]), argc > 4 ? (pid_t)atoi(argv[4]) : 0, false);
 	}
+	if (argc == 4 && strcmp(argv[1], "bound") == 0) {
+		setenv("MRD_SOCKET", argv[2], 1);
+		return pair(argv[2], atoi(argv[3]), 0, true);
+	}
+	if (argc == 3 && strcmp(argv[1], "bound-hold") == 0)
+		bound_hold(argv[2]);
+	if (argc == 5 && strcmp(argv[1], "two-devices") == 0)
+		return two_devices(argv[2], argv[3], argv[4]);
+	if (argc >= 3 && strcmp(argv[1], "bound-hostile") == 0)
+		return bound_hostile(argv[2], argc > 3 ? argv[3] : NULL);
 	if (argc == 4 && strcmp(argv[1], "victim") == 0)
 		victim(argv[2], (uid_t)atoi(argv[3]));
 	if (argc == 4 && strcmp(argv[1], "hold") == 0)
 		hold(argv[2], (uid_t)atoi(argv[3]));
 	fprintf(stderr, "usage: rdma-peers pair SOCKET GID_INDEX [VICTIM_PID]\n"
+			"       rdma-peers bound SOCKET GID_INDEX\n"
+			"       rdma-peers bound-hold SOCKET\n"
+			"       rdma-peers bound-hostile SOCKET [OTHER_DEVICE]\n"
+			"       rdma-peers two-devices SOCKET DEVICE DEVICE\n"
 			"       rdma-peers victim SOCKET UID\n"
 			"       rdma-peers hold SOCKET UID\n");
 	return 2;

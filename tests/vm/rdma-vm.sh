@@ -6,8 +6,11 @@
 # MRD_VM_SUITE=<suite> for another suite). What it fetches is cached in the build tree
 # (tests/vm/cache). Each guest check becomes one line "PASS|FAIL|SKIP: vm: NAME" and one TAP
 # line in tests/vm/rdma-vm.tap; the last line counts them. Exit 0 when none failed, 77 when
-# the host lacks a tool (it says which).
+# the host lacks a tool (it says which). With --bench (make bench) the guest runs the VM
+# benchmarks alone and their lines are printed instead.
 set -euo pipefail
+MODE=check
+[ "${1:-}" = --bench ] && MODE=bench
 : "${top_srcdir:?}" "${top_builddir:?}"
 VM=$top_builddir/tests/vm
 CACHE=$VM/cache
@@ -163,7 +166,7 @@ for a in $("$ST/bin/busybox" --list); do
 	[ -e "$ST/bin/$a" ] || ln -s busybox "$ST/bin/$a"
 done
 : > "$ST/modules.load"
-for m in ib_core ib_uverbs rdma_rxe; do
+for m in ib_core ib_uverbs rdma_rxe dummy; do # dummy: a second netdev for rxe1
 	modprobe -d "$KROOT" -S "$KVER" --show-depends "$m" | while read -r kw path _; do
 		[ "$kw" = insmod ] || continue
 		base=$(basename "$path" .xz)
@@ -202,7 +205,7 @@ done
 cp /etc/libibverbs.d/rxe.driver "$ST/etc/libibverbs.d/" # rxe and siw alone: no probing of others
 [ -n "$siw_lib" ] && cp /etc/libibverbs.d/siw.driver "$ST/etc/libibverbs.d/"
 for b in mrd mrctl mrd-demo examples/mrd-hello tests/test-contract-verbs tests/test-client-pd \
-	tests/vm/rdma-peers; do
+	tests/vm/rdma-peers bench/bench-client-pd; do
 	dir=$top_builddir/$(dirname "$b")
 	name=$(basename "$b")
 	real=$dir/$name
@@ -235,7 +238,7 @@ for attempt in 1 2 3; do
 	timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 \
 		-accel tcg,thread=multi -cpu max -smp 2 -m 1024 -nographic -no-reboot -nic none \
 		-kernel "$KROOT/usr/lib/modules/$KVER/vmlinuz" -initrd "$VM/initramfs.cpio.gz" \
-		-append "console=ttyS0 panic=-1 loglevel=1" < /dev/null > "$LOG" 2>&1
+		-append "console=ttyS0 panic=-1 loglevel=1 mrd_vm=$MODE" < /dev/null > "$LOG" 2>&1
 	qemu_rc=$?
 	set -e
 	echo "check-rdma: the VM ran $(($(date +%s) - t0)) s (qemu rc $qemu_rc; console: $LOG)"
@@ -246,6 +249,17 @@ for attempt in 1 2 3; do
 	echo "check-rdma: the guest kernel panicked while booting, before /init ran" \
 		"(attempt $attempt; $VM/console-panic-$attempt.log): booting again"
 done
+
+if [ "$MODE" = bench ]; then
+	lines=$(tr -d '\r' < "$LOG" | sed -n 's/^@@ BENCH //p')
+	if [ -z "$lines" ]; then
+		echo "bench-client-pd: not measured: the VM printed no bench line ($LOG)"
+		tail -n 20 "$LOG"
+		exit 1
+	fi
+	echo "$lines"
+	exit 0
+fi
 
 # ---- results: "@@ RESULT<TAB>verdict<TAB>name<TAB>detail", counted against "@@ ALL_DONE results=N"
 TAP=$VM/rdma-vm.tap

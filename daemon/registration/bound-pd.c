@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "log.h"
+#include "macro.h"
+#include "provider/client-context.h"
+#include "provider/provider-client.h"
+#include "registration/bound-pd.h"
+#include "registration/registrar.h"
+
+static void bound_hold(struct mr_cache *c)
+{
+	container_of(c, struct bound_pd, cache)->holds++;
+}
+
+static void bound_unhold(struct mr_cache *c)
+{
+	struct bound_pd *b = container_of(c, struct bound_pd, cache);
+	int k;
+
+	if (--b->holds > 0)
+		return;
+	LIST_REMOVE(&b->cache, bound_link);
+	k = provider_pd_free(b->pd);
+	if (k < 0) /* an MR the device kept went with its quarantined run: the context keeps it */
+		log_warning_errno(k, "client PD %u (%s): MRs left at close: %m", b->pd_handle,
+				  b->driver);
+	mr_table_done(&b->cache.table);
+	provider_close(b->provider); /* closes mrd's copy of the command fd */
+	free(b);
+}
+
+int bound_pd_adopt(struct registrar *r, struct provider *provider, struct provider_pd *pd,
+		   const char *driver, uint32_t pd_handle, struct bound_pd **ret)
+{
+	struct bound_pd *b = calloc(1, sizeof(*b));
+	int k;
+
+	if (!b) {
+		provider_close(provider);
+		return -ENOMEM;
+	}
+	/* The domain's policy, but on-demand memory is refused: no child MRs here (mr-cache.c). */
+	k = mr_cache_init(&b->cache, r, pd, r->cache.policy == MR_POLICY_ODP ?
+			  MR_POLICY_CONTIG : r->cache.policy);
+	if (k < 0) {
+		provider_close(provider);
+		free(b);
+		return k;
+	}
+	b->cache.hold = bound_hold;
+	b->cache.unhold = bound_unhold;
+	LIST_INSERT_HEAD(&r->bound, &b->cache, bound_link);
+	b->provider = provider;
+	b->pd = pd;
+	b->pd_handle = pd_handle;
+	snprintf(b->driver, sizeof(b->driver), "%s", driver);
+	b->holds = 1;
+	*ret = b;
+	return 0;
+}
+
+int bound_pd_open(struct registrar *r, struct client_context *ctx, uint32_t pd_handle,
+		  const struct provider_caps *caps, struct bound_pd **ret)
+{
+	char driver[16];
+	struct provider *p;
+	struct provider_pd *pd;
+	int k;
+
+	snprintf(driver, sizeof(driver), "%s", client_context_driver(ctx));
+	k = client_provider_open(ctx, pd_handle, caps, &p, &pd);
+	if (k < 0) {
+		client_context_close(ctx);
+		return k;
+	}
+	return bound_pd_adopt(r, p, pd, driver, pd_handle, ret);
+}
+
+struct bound_pd *bound_pd_close(struct bound_pd *b)
+{
+	if (!b)
+		return NULL;
+	mr_cache_drop_all(&b->cache);
+	bound_unhold(&b->cache);
+	return NULL;
+}

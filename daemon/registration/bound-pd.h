@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/* A client's own PD, bound to mrd (BindPd): the client's lookups get keys of MRs mrd makes
+ * there, over its domain's memory, with the domain's policy, quotas and pinned accounting
+ * (an MR cache of its own, registration/mr-cache.h). The MRs are the client's objects (its
+ * QPs use them), registered by mrd through its copy of the client's command fd. Every
+ * allocation lists them beside the domain's MRs, so a free deregisters them before its pages
+ * go back; when the client goes, mrd deregisters what is left and drops its copy of the fd. */
+#pragma once
+
+#include <stdint.h>
+
+#include "registration/mr-cache.h"
+
+struct client_context;
+struct provider_caps;
+struct provider;
+struct provider_pd;
+struct registrar;
+
+struct bound_pd {
+	struct mr_cache cache;
+	struct provider *provider; /* provider/provider-client.h: the client's context */
+	struct provider_pd *pd;
+	unsigned holds;            /* its client's, each MR's, each job's */
+	uint32_t pd_handle;
+	char driver[16];
+};
+
+/* A cache for PD pd_handle of ctx (taken, also on failure) over r's memory; caps are of the
+ * context's device (any mrd serves, not only the domain's). */
+int bound_pd_open(struct registrar *r, struct client_context *ctx, uint32_t pd_handle,
+		  const struct provider_caps *caps, struct bound_pd **ret);
+/* The same over any provider's PD (taken, also on failure: pd goes with provider): mrd's is
+ * the client's context (provider/provider-client.h); tests bind a soft PD, whose keys soft
+ * DMA checks. driver and pd_handle are for mrctl. */
+int bound_pd_adopt(struct registrar *r, struct provider *provider, struct provider_pd *pd,
+		   const char *driver, uint32_t pd_handle, struct bound_pd **ret);
+/* The client goes: every MR of the PD is deregistered (on workers when big) and its pages
+ * uncharged; mrd's copy of the fd closes once the last of them and of the jobs is done.
+ * NULL is fine. Returns NULL. */
+struct bound_pd *bound_pd_close(struct bound_pd *b);
+
+static inline int bound_pd_lookup(struct bound_pd *b, uint64_t addr, struct mr_entry *ret,
+				  char *why, size_t why_size, struct mr_waiter *waiter)
+{
+	return mr_cache_lookup(&b->cache, addr, ret, why, why_size, waiter);
+}

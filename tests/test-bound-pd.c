@@ -1,0 +1,1026 @@
+/* SPDX-License-Identifier: MIT */
+/* A client's own PD bound to mrd (registration/bound-pd.h), in-process: the client's lookups
+ * get keys of MRs in that PD, not the domain's; the domain's policy, quota and pinned union
+ * hold for them; a free deregisters them before its pages go back; the client's end
+ * deregisters the rest and closes the PD's context, also while a worker registers for it. The
+ * "client's context" here is a second soft provider, whose DMA checks the keys; BindPd's
+ * checks of a real uverbs fd are in test-client-context and, on rxe, test-client-pd and the
+ * VM test. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "control/client.h"
+#include "control/handover.h"
+#include "control/manager.h"
+#include "core/domain.h"
+#include "provider/provider.h"
+#include "registration/bound-pd.h"
+#include "check-run.h"
+#include "test-daemon.h"
+#include "test-util.h"
+
+#define MiB (1ull << 20)
+
+static void start_with(const char *a)
+{
+	const char *settings[] = { "memory.window_size=4G", "memory.arena_size=64M",
+				   "memory.hugepages=no", a, NULL };
+
+	td_start(settings);
+}
+
+static void setup(void) { start_with(NULL); }
+static void teardown(void) { td_stop(); }
+
+/* The bound PD's provider, counted closed: the context mrd held is let go exactly once. */
+static unsigned closed;
+static struct provider_ops counted_ops;
+
+static void counted_close(struct provider *p)
+{
+	closed++;
+	provider_soft_ops.close(p);
+}
+
+/* Runs the loop until the bound PD's provider closed (5 s at most). */
+static void pump_until_closed(void)
+{
+	for (int i = 0; i < 5000 && closed == 0; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert_msg(closed == 1, "the bound PD's context was closed %u times", closed);
+}
+
+/* Binds c (joined) to a PD of a soft provider of its own; returns that provider. */
+static struct provider *bind_soft(struct client *c)
+{
+	struct provider *p;
+	struct provider_pd *pd;
+
+	counted_ops = provider_soft_ops;
+	counted_ops.close = counted_close;
+	closed = 0;
+	ck_assert_ptr_nonnull(c->domain);
+	ck_assert_int_eq(provider_soft_ops.open(NULL, &p), 0);
+	p->ops = &counted_ops;
+	ck_assert_int_eq(provider_pd_alloc(p, &pd), 0);
+	ck_assert_int_eq(bound_pd_adopt(&c->domain->reg, p, pd, "soft", 7, &c->bound), 0);
+	return p;
+}
+
+
+/* A dereg the bound PD refuses (the kernel's EBUSY while the client holds the MR's
+ * uobject, or any driver error): counted, and the MRs still live when the context closes. */
+static unsigned fail_deregs, live_at_close;
+
+/* Workers call it: the count is atomic. */
+static int failing_dereg(struct provider_mr *mr)
+{
+	unsigned n = __atomic_load_n(&fail_deregs, __ATOMIC_ACQUIRE);
+
+	while (n > 0)
+		if (__atomic_compare_exchange_n(&fail_deregs, &n, n - 1, false, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE))
+			return -EBUSY;
+	return provider_soft_ops.dereg(mr);
+}
+
+static unsigned fails_left(void)
+{
+	return __atomic_load_n(&fail_deregs, __ATOMIC_ACQUIRE);
+}
+
+static void counting_close(struct provider *p)
+{
+	struct provider_stats ps;
+
+	p->ops->stats(p, &ps);
+	live_at_close = (unsigned)ps.mrs;
+	counted_close(p);
+}
+
+static struct provider *bind_failing(struct client *c)
+{
+	struct provider *p = bind_soft(c);
+
+	counted_ops.dereg = failing_dereg;
+	counted_ops.close = counting_close;
+	live_at_close = 0;
+	return p;
+}
+
+/* A registration that pins for long (a GiB takes seconds), under the provider's lock
+ * as PROVIDER_LIVE holds it. */
+static unsigned slow_reg_us;
+static int in_slow_reg;
+
+static int slow_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t iova,
+		    unsigned access, struct provider_mr **ret)
+{
+	unsigned us = __atomic_load_n(&slow_reg_us, __ATOMIC_ACQUIRE);
+
+	if (us && length >= MiB) {
+		__atomic_store_n(&in_slow_reg, 1, __ATOMIC_RELEASE);
+		usleep(us);
+	}
+	return provider_soft_ops.reg(pd, addr, length, iova, access, ret);
+}
+
+/* The test's clients go (-1: none), every domain closes, and the bound PD's context with it. */
+static void finish(int fd, int ofd)
+{
+	if (ofd >= 0)
+		close(ofd);
+	close(fd);
+	td_wait_domains_closed();
+	ck_assert_uint_eq(closed, 1);
+}
+
+static bool readable(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return poll(&p, 1, 0) > 0;
+}
+
+static uint64_t pinned(const struct client *c)
+{
+	return c->domain->reg.cache.charges.pinned_bytes;
+}
+
+static uint64_t mrs_of(struct provider *p)
+{
+	struct provider_stats ps;
+
+	provider_stats(p, &ps);
+	return ps.mrs;
+}
+
+START_TEST(test_keys_are_of_the_bound_pd)
+{
+	struct client *c, *other;
+	int fd = td_hello_client(1000, &c), ofd = td_hello_client(1000, &other);
+	uint64_t a = td_alloc(fd, 2, 3 * MiB), b = td_alloc(fd, 3, 1 * MiB);
+	Mrd__MrEntry ea, eb, ed;
+	struct provider *p = bind_soft(c);
+	struct bound_pd *bound = c->bound;
+
+	td_lookup(fd, 4, a + 5, 0, &ea);
+	td_lookup(fd, 5, b + 4096, 0, &eb);
+	/* The domain's policy (contig): the whole allocation, once, in the bound PD alone. */
+	ck_assert_uint_eq(ea.start, a);
+	ck_assert_uint_eq(ea.end, a + 3 * MiB);
+	ck_assert_uint_eq(eb.start, b);
+	ck_assert_uint_eq(mrs_of(p), 2);
+	ck_assert_uint_eq(bound->cache.n_mrs, 2);
+	ck_assert_uint_eq(c->domain->reg.cache.n_mrs, 0);
+	ck_assert_uint_eq(pinned(c), 4 * MiB);
+
+	/* The keys move bytes in the bound PD, exactly as far as they reach. */
+	memcpy((void *)(uintptr_t)(a + 100), "through the bound keys", 23);
+	ck_assert_int_eq(provider_dma(bound->pd, PROVIDER_DMA_WRITE, ea.lkey, a + 100, eb.rkey,
+				      b + 4000, 23), 0);
+	ck_assert_str_eq((char *)(uintptr_t)(b + 4000), "through the bound keys");
+	ck_assert_int_lt(provider_dma(bound->pd, PROVIDER_DMA_WRITE, ea.lkey, a, eb.rkey,
+				      b + MiB - 8, 23), 0);
+
+	/* Another client of the domain gets the domain's PD's keys for the same memory; its pages
+	 * are pinned once, whichever PD's MRs cover them. */
+	td_lookup(ofd, 6, a + 5, 0, &ed);
+	ck_assert_uint_eq(c->domain->reg.cache.n_mrs, 1);
+	ck_assert_uint_eq(pinned(c), 4 * MiB);
+	ck_assert_int_lt(provider_dma(c->domain->reg.pd, PROVIDER_DMA_WRITE, ed.lkey, a, eb.rkey,
+				      b, 8), 0); /* a bound key is nothing in the domain's PD */
+	finish(fd, ofd);
+}
+END_TEST
+
+/* The domain's MRs and its mempools' are another PD's: they neither cut the bound PD's runs
+ * nor answer its lookups. */
+START_TEST(test_domain_mrs_are_not_the_pds)
+{
+	struct client *c, *other;
+	int ofd = td_hello_client(1000, &other), fd = td_hello_client(1000, &c);
+	uint64_t a = td_alloc(ofd, 2, 2 * MiB), b = td_alloc(ofd, 3, 1 * MiB);
+	uint64_t starts[1] = { b + 64 * 1024 }, lengths[1] = { 64 * 1024 };
+	Mrd__MrEntry ed, eb, ep;
+	struct provider *p;
+
+	td_lookup(ofd, 4, a + MiB, 0, &ed); /* the domain's MR over a, whole */
+	td_send_mempool_register(ofd, 5, "pool", starts, lengths, 1, false);
+	mrd__response__free_unpacked(td_expect(ofd, 5, 0), NULL);
+	td_lookup(ofd, 6, b + 64 * 1024, 0, &ep); /* the pool's MR */
+	ck_assert_uint_eq(ep.end - ep.start, 64 * 1024);
+	td_lookup(ofd, 11, b, 0, &ed); /* the domain's run beside the pool's MR */
+	ck_assert_uint_eq(ed.end, b + 64 * 1024);
+	td_alloc(fd, 10, 4096); /* joins its domain */
+	p = bind_soft(c);
+	td_lookup(fd, 7, a + MiB, 0, &eb);
+	ck_assert_uint_eq(eb.start, a);
+	ck_assert_uint_eq(eb.end, a + 2 * MiB);
+	td_lookup(fd, 8, b + 64 * 1024, 0, &eb);
+	ck_assert_uint_eq(eb.start, b); /* the whole allocation, in the bound PD */
+	ck_assert_uint_eq(eb.end, b + MiB);
+	ck_assert_uint_eq(mrs_of(p), 2);
+	/* The bound keys reach their bytes in the bound PD alone. */
+	strcpy((char *)(uintptr_t)(a + 8), "bound");
+	ck_assert_int_eq(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, eb.lkey, a + 8, eb.rkey,
+				      b + 100, 6), -EFAULT); /* eb's lkey does not cover a */
+	td_lookup(fd, 9, a, 0, &ed);
+	ck_assert_int_eq(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, ed.lkey, a + 8, eb.rkey,
+				      b + 100, 6), 0);
+	ck_assert_str_eq((char *)(uintptr_t)(b + 100), "bound");
+	finish(fd, ofd);
+}
+END_TEST
+
+START_TEST(test_free_deregisters_before_the_pages_go)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c);
+	uint64_t a = td_alloc(fd, 2, 512 * 1024), b = td_alloc(fd, 3, 512 * 1024), gen;
+	Mrd__MrEntry ea, eb;
+	struct provider *p = bind_soft(c);
+	struct bound_pd *bound = c->bound;
+
+	td_lookup(fd, 4, a, 0, &ea);
+	td_lookup(fd, 5, b, 0, &eb);
+	gen = c->domain->mem.status.page->generation;
+	td_free(fd, 6, a, 0);
+	/* Answered: the bound MR is gone, its key refused, its pages uncharged. */
+	ck_assert_uint_eq(mrs_of(p), 1);
+	ck_assert_uint_eq(bound->cache.n_mrs, 1);
+	ck_assert_uint_eq(bound->cache.deregistrations, 1);
+	ck_assert_uint_eq(pinned(c), 512 * 1024);
+	ck_assert_uint_gt(c->domain->mem.status.page->generation, gen);
+	ck_assert_int_lt(provider_dma(bound->pd, PROVIDER_DMA_WRITE, eb.lkey, b, ea.rkey, a, 8), 0);
+	/* The same address, allocated again, gets a new MR. */
+	ck_assert_uint_eq(td_alloc(fd, 7, 512 * 1024), a);
+	td_lookup(fd, 8, a, 0, &eb);
+	ck_assert_uint_ne(eb.rkey, ea.rkey);
+	finish(fd, -1);
+}
+END_TEST
+
+/* The bound client looked up another client's memory: when it goes, those MRs go (the
+ * other's memory stays), and so does the context. */
+START_TEST(test_end_drops_every_mr)
+{
+	struct client *c, *owner;
+	int ofd = td_hello_client(1000, &owner), fd = td_hello_client(1000, &c);
+	uint64_t theirs = td_alloc(ofd, 2, 2 * MiB), mine;
+	Mrd__MrEntry e;
+	struct provider *p;
+
+	mine = td_alloc(fd, 3, 64 * 1024);
+	p = bind_soft(c);
+	td_lookup(fd, 4, theirs, 0, &e);
+	td_lookup(fd, 5, mine, 0, &e);
+	ck_assert_uint_eq(mrs_of(p), 2);
+	ck_assert_uint_eq(pinned(c), 2 * MiB + 64 * 1024);
+	close(fd);
+	/* 2 MiB: [cache] async_bytes or more, deregistered on a worker. */
+	pump_until_closed();
+	ck_assert_uint_eq(td_manager->n_clients, 1);
+	ck_assert_uint_eq(pinned(owner), 0);
+	ck_assert_uint_eq(owner->domain->reg.cache.charges.pinned_bytes, 0);
+	td_lookup(ofd, 6, theirs, 0, &e); /* the owner's memory serves on */
+	ck_assert_uint_eq(e.start, theirs);
+	close(ofd);
+	td_wait_domains_closed();
+	ck_assert_uint_eq(closed, 1);
+}
+END_TEST
+
+/* One worker, held by blk; an owner's 8 MiB, which the bound client (request 4) looks up
+ * on that worker. Returns the bound PD's provider. */
+static struct provider *bound_lookup_held(struct td_blocker *blk, struct client **c,
+					  struct client **owner, int *fd, int *ofd, uint64_t *big)
+{
+	struct provider *p;
+
+	td_start_one_worker();
+	*ofd = td_hello_client(1000, owner);
+	*fd = td_hello_client(1000, c);
+	*big = td_alloc(*ofd, 2, 8 * MiB);
+	td_alloc(*fd, 3, 4096);
+	p = bind_soft(*c);
+	td_block_worker(blk);
+	td_send_lookup(*fd, 4, *big + 4096);
+	td_pump();
+	return p;
+}
+
+/* A big registration on a worker while its client goes: the MR it makes is dropped when the
+ * job ends, uncharged, and only then is the context let go. */
+START_TEST(test_end_while_a_worker_registers)
+{
+	struct td_blocker blk;
+	struct client *c, *owner;
+	int ofd, fd;
+	uint64_t big;
+	struct provider *p = bound_lookup_held(&blk, &c, &owner, &fd, &ofd, &big);
+
+	ck_assert_uint_eq(c->bound->cache.pending_bytes, 8 * MiB);
+	ck_assert_uint_eq(pinned(owner), 8 * MiB); /* charged while it is made */
+	close(fd);
+	td_pump();
+	ck_assert_uint_eq(td_manager->n_clients, 1);
+	ck_assert_uint_eq(closed, 0); /* the job holds the PD */
+	td_unblock_worker(&blk);
+	pump_until_closed();
+	ck_assert_uint_eq(pinned(owner), 0);
+	(void)p;
+	close(ofd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* The memory is freed while a worker registers it in the bound PD: the free waits for the
+ * worker (the MR it makes is invisible to the free until then, and the client could make its
+ * dereg fail), then deregisters it, and only then are the pages back and the Free answered. */
+START_TEST(test_free_while_a_worker_registers)
+{
+	struct td_blocker blk;
+	struct client *c, *owner;
+	int ofd, fd;
+	uint64_t big;
+	struct provider *p = bound_lookup_held(&blk, &c, &owner, &fd, &ofd, &big);
+	Mrd__Response *resp;
+
+	td_send_free(ofd, 5, big);
+	for (int i = 0; i < 50; i++)
+		td_pump();
+	ck_assert(!readable(ofd)); /* the free waits for the registration */
+	td_unblock_worker(&blk);
+	resp = td_expect(fd, 4, ENOENT);
+	mrd__response__free_unpacked(resp, NULL);
+	td_expect_free(ofd, 5, 0);
+	ck_assert_uint_eq(mrs_of(p), 0);
+	ck_assert_uint_eq(pinned(owner), 0);
+	ck_assert_uint_eq(c->bound->cache.n_mrs, 0);
+	finish(fd, ofd);
+}
+END_TEST
+
+/* Two lookups inside one run a worker registers: the second waits for it, both get its
+ * keys, and the run is registered once. */
+START_TEST(test_lookups_wait_for_the_run)
+{
+	struct client *c;
+	int fd;
+	uint64_t big;
+	Mrd__Response *r1, *r2;
+	struct provider *p;
+
+	td_start_one_worker();
+	fd = td_hello_client(1000, &c);
+	big = td_alloc(fd, 2, 4 * MiB);
+	p = bind_soft(c);
+	td_send_lookup(fd, 3, big);
+	td_send_lookup(fd, 4, big + 3 * MiB);
+	r1 = td_expect(fd, 3, 0);
+	r2 = td_expect(fd, 4, 0);
+	ck_assert_uint_eq(r1->mr_lookup->entries[0]->rkey, r2->mr_lookup->entries[0]->rkey);
+	ck_assert_uint_eq(r2->mr_lookup->entries[0]->end, big + 4 * MiB);
+	ck_assert_uint_eq(mrs_of(p), 1);
+	ck_assert_uint_eq(pinned(c), 4 * MiB);
+	mrd__response__free_unpacked(r1, NULL);
+	mrd__response__free_unpacked(r2, NULL);
+	finish(fd, -1);
+}
+END_TEST
+
+START_TEST(test_quota_holds)
+{
+	struct client *c;
+	int fd, k;
+	uint64_t a;
+	Mrd__Response *resp;
+
+	td_stop();
+	start_with("quota.pinned_bytes=2M");
+	fd = td_hello_client(1000, &c);
+	a = td_alloc(fd, 2, 3 * MiB);
+	bind_soft(c);
+	td_send_lookup(fd, 3, a);
+	resp = td_expect(fd, 3, EDQUOT);
+	ck_assert_ptr_nonnull(strstr(resp->message, "quota.pinned_bytes"));
+	mrd__response__free_unpacked(resp, NULL);
+	k = (int)pinned(c);
+	ck_assert_int_eq(k, 0);
+	close(fd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* What works on the domain's PD is refused to a bound connection, with the reason. */
+START_TEST(test_domain_pd_requests_refused)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c);
+	uint64_t a = td_alloc(fd, 2, 64 * 1024);
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ExportPdRequest x = MRD__EXPORT_PD_REQUEST__INIT;
+	Mrd__PrefetchRequest pf = MRD__PREFETCH_REQUEST__INIT;
+	Mrd__Response *resp;
+	Mrd__MrEntry e;
+
+	bind_soft(c);
+	td_lookup(fd, 3, a, 0, &e);
+	req.id = 4;
+	req.body_case = MRD__REQUEST__BODY_EXPORT_PD;
+	req.export_pd = &x;
+	td_send_request(fd, &req, NULL, 0);
+	resp = td_expect(fd, 4, EOPNOTSUPP);
+	ck_assert_ptr_nonnull(strstr(resp->message, "bound to a PD of its own"));
+	mrd__response__free_unpacked(resp, NULL);
+	td_dma(fd, 5, PROVIDER_DMA_WRITE, &e, a, &e, a + 4096, 8, EOPNOTSUPP);
+	pf.address = a;
+	pf.length = 4096;
+	req.id = 6;
+	req.body_case = MRD__REQUEST__BODY_PREFETCH;
+	req.prefetch = &pf;
+	td_send_request(fd, &req, NULL, 0);
+	mrd__response__free_unpacked(td_expect(fd, 6, EOPNOTSUPP), NULL);
+	close(fd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+static Mrd__Response *bind_request(int fd, uint64_t id, const int *fds, size_t n, int error)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__BindPdRequest q = MRD__BIND_PD_REQUEST__INIT;
+
+	q.pd_handle = 1;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_BIND_PD;
+	req.bind_pd = &q;
+	td_send_request(fd, &req, fds, n);
+	return td_expect(fd, id, error);
+}
+
+static void refused_with(int fd, uint64_t id, int hostile, int error, const char *words)
+{
+	Mrd__Response *resp = bind_request(fd, id, &hostile, 1, error);
+
+	ck_assert_msg(strstr(resp->message, words), "BindPd: \"%s\", expected \"%s\"",
+		      resp->message, words);
+	mrd__response__free_unpacked(resp, NULL);
+}
+
+/* On-demand memory (policy odp): one on-demand MR over the run in the bound PD, pinning
+ * nothing and charged nothing; the device faults its pages in (soft's DMA here). */
+START_TEST(test_on_demand_in_the_bound_pd)
+{
+	struct client *c;
+	int fd;
+	uint64_t a;
+	struct provider *p;
+	struct provider_stats ps;
+	Mrd__MrEntry e;
+
+	td_stop();
+	start_with("cache.policy=odp");
+	fd = td_hello_client(1000, &c);
+	a = td_alloc(fd, 2, 2 * MiB);
+	p = bind_soft(c);
+	td_lookup(fd, 3, a + 4096, 0, &e);
+	ck_assert_uint_eq(e.start, a);
+	ck_assert_uint_eq(e.end, a + 2 * MiB);
+	ck_assert_uint_eq(pinned(c), 0);
+	ck_assert_uint_eq(c->domain->reg.odp.children, 0); /* no children: one MR of the PD's */
+	provider_stats(p, &ps);
+	ck_assert_uint_eq(ps.pinned_bytes, 0);
+	strcpy((char *)(uintptr_t)a, "faulted in");
+	ck_assert_int_eq(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e.lkey, a, e.rkey,
+				      a + MiB, 11), 0);
+	ck_assert_str_eq((char *)(uintptr_t)(a + MiB), "faulted in");
+	provider_stats(p, &ps);
+	ck_assert_uint_gt(ps.odp_faults, 0);
+	td_free(fd, 4, a, 0);
+	ck_assert_uint_eq(mrs_of(p), 0);
+	ck_assert_uint_eq(pinned(c), 0);
+	close(fd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* DomainDump: a client PD's MRs are shown to an admin, as client-pd, never to the domain's
+ * other clients (their keys are that client's). */
+static unsigned dump_count(int fd, uint64_t id, uint32_t kind)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__DomainDumpRequest q = MRD__DOMAIN_DUMP_REQUEST__INIT;
+	Mrd__Response *resp;
+	unsigned n = 0;
+
+	q.domain = (char *)"uid-1000";
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_DOMAIN_DUMP;
+	req.domain_dump = &q;
+	td_send_request(fd, &req, NULL, 0);
+	resp = td_expect(fd, id, 0);
+	for (size_t i = 0; i < resp->domain_dump->n_mrs; i++)
+		n += resp->domain_dump->mrs[i]->kind == kind;
+	mrd__response__free_unpacked(resp, NULL);
+	return n;
+}
+
+START_TEST(test_dump_shows_client_pds_to_admins)
+{
+	struct client *c, *other, *root;
+	int fd = td_hello_client(1000, &c), ofd = td_hello_client(1000, &other);
+	int rfd = td_hello_client(0, &root);
+	uint64_t a = td_alloc(fd, 2, 64 * 1024);
+
+	bind_soft(c);
+	td_lookup(fd, 3, a, 0, NULL);
+	td_lookup(ofd, 4, a, 0, NULL);
+	ck_assert_uint_eq(dump_count(ofd, 5, MRD__DUMP_MR_KIND__DUMP_MR_CLIENT_PD), 0);
+	ck_assert_uint_eq(dump_count(ofd, 6, MRD__DUMP_MR_KIND__DUMP_MR_CACHE), 1);
+	ck_assert_uint_eq(dump_count(rfd, 7, MRD__DUMP_MR_KIND__DUMP_MR_CLIENT_PD), 1);
+	close(rfd);
+	finish(fd, ofd);
+}
+END_TEST
+
+/* Read-only memory stays the domain PD's: a client may rereg its own MR to add write access,
+ * which the kernel does not check against the pages (Linux 6.12 ib_uverbs_rereg_mr). */
+START_TEST(test_read_only_refused)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c);
+	uint64_t ro = td_alloc_flags(fd, 2, 64 * 1024, MRD__ALLOC_FLAGS__ALLOC_READ_ONLY);
+	Mrd__Response *resp;
+
+	bind_soft(c);
+	td_send_lookup(fd, 3, ro);
+	resp = td_expect(fd, 3, EOPNOTSUPP);
+	ck_assert_ptr_nonnull(strstr(resp->message, "read-only memory"));
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_uint_eq(c->bound->cache.n_mrs, 0);
+	close(fd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* Hostile descriptors: each a clear error; mrd keeps none of them and serves on. */
+START_TEST(test_bind_refuses_what_is_no_uverbs_fd)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c), pipefd[2], sv[2], memfd, null;
+	unsigned base;
+	Mrd__Response *resp;
+
+	ck_assert_int_eq(pipe2(pipefd, O_CLOEXEC), 0);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	memfd = memfd_create("not-uverbs", MFD_CLOEXEC);
+	null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	ck_assert_int_ge(memfd, 0);
+	ck_assert_int_ge(null, 0);
+	td_alloc(fd, 7, 4096); /* the domain open: its status page is one more fd */
+	base = count_open_fds(getpid());
+	refused_with(fd, 2, pipefd[0], ENOTTY, "not a character device");
+	refused_with(fd, 3, memfd, ENOTTY, "not a character device");
+	refused_with(fd, 4, sv[0], ENOTTY, "not a character device");
+	refused_with(fd, 5, null, ENOTTY, "no uverbs device");
+	/* No descriptor at all: the table's count refuses it. */
+	resp = bind_request(fd, 6, NULL, 0, EBADMSG);
+	mrd__response__free_unpacked(resp, NULL);
+	/* The received copies went to the closer: none is left once it ran. */
+	for (int i = 0; i < 200 && count_open_fds(getpid()) != base; i++) {
+		td_pump();
+		usleep(5000);
+	}
+	ck_assert_uint_eq(count_open_fds(getpid()), base);
+	ck_assert_ptr_null(c->bound);
+	/* Once bound, a second bind is EALREADY; after a lookup, an unbound one is EBUSY. */
+	bind_soft(c);
+	refused_with(fd, 8, null, EALREADY, "bound to a PD already");
+	{
+		struct client *c2;
+		int fd2 = td_hello_client(1000, &c2);
+		uint64_t a = td_alloc(fd2, 9, 4096);
+
+		td_lookup(fd2, 10, a, 0, NULL);
+		refused_with(fd2, 11, null, EBUSY, "before the connection's first MrLookup");
+		close(fd2);
+	}
+	close(pipefd[0]);
+	close(pipefd[1]);
+	close(sv[0]);
+	close(sv[1]);
+	close(memfd);
+	close(null);
+	close(fd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+
+/* Found in review: the bound client goes, and its PD refuses the dereg (a client can make it:
+ * a memory window bound to the MR, rxe_dereg_mr's EINVAL). The MR is live in the client's
+ * context, its keys working, its pages pinned: mrd keeps counting them, keeps the PD, and the
+ * owner's free tries again — quarantining the run while the dereg fails, giving it back (and
+ * the PD) once it works. */
+static void kept_at_the_end(uint64_t size)
+{
+	struct client *c, *owner;
+	int ofd = td_hello_client(1000, &owner), fd = td_hello_client(1000, &c);
+	uint64_t theirs = td_alloc(ofd, 2, size);
+	struct domain *d = owner->domain;
+	unsigned removed;
+	Mrd__MrEntry e;
+
+	struct bound_pd *b;
+
+	td_alloc(fd, 3, 4096);
+	bind_failing(c);
+	b = c->bound;
+	td_lookup(fd, 4, theirs, 0, &e);
+	ck_assert_uint_eq(pinned(owner), size);
+	__atomic_store_n(&fail_deregs, 2, __ATOMIC_RELEASE); /* at the end, and at the free */
+	close(fd);
+	for (int i = 0; i < 500 && td_manager->n_clients > 1; i++)
+		td_pump();
+	for (int i = 0; i < 200 && fails_left() > 1; i++) { /* a worker's dereg, when big */
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert_uint_eq(fails_left(), 1);
+	ck_assert_uint_eq(closed, 0); /* the kept MR holds the PD */
+	ck_assert_uint_eq(pinned(owner), size);
+	ck_assert_uint_eq(b->cache.n_mrs, 0); /* out of its table, on the allocation alone */
+	td_free(ofd, 5, theirs, 0);
+	ck_assert_uint_eq(b->cache.n_mrs, 0); /* the free found it out of the table already */
+	ck_assert_uint_eq(d->reg.quarantine.n, 1);
+	ck_assert_uint_eq(d->reg.cache.charges.pinned_bytes, size);
+	(void)domain_flush(d, false, false, &removed); /* the dereg works now */
+	ck_assert_uint_eq(d->reg.quarantine.n, 0);
+	pump_until_closed();
+	ck_assert_uint_eq(live_at_close, 0);
+	ck_assert_uint_eq(d->reg.cache.charges.pinned_bytes, 0);
+	close(ofd);
+	td_wait_domains_closed();
+}
+
+START_TEST(test_kept_at_the_end)
+{
+	kept_at_the_end(64 * 1024); /* deregistered on the loop */
+}
+END_TEST
+
+START_TEST(test_kept_at_the_end_big)
+{
+	td_start_one_worker();
+	kept_at_the_end(4 * MiB); /* on a worker */
+}
+END_TEST
+
+/* Found in review: a free whose bound-MR dereg fails quarantines the run; the bound client goes
+ * meanwhile; a flush (dereg now succeeding) gives the run back and lets the PD go. */
+START_TEST(test_quarantine_outlives_the_client)
+{
+	struct client *c, *other;
+	int ofd = td_hello_client(1000, &other), fd = td_hello_client(1000, &c);
+	uint64_t a = td_alloc(fd, 2, 64 * 1024);
+	Mrd__MrEntry e;
+	struct domain *d;
+	unsigned removed;
+
+	td_alloc(ofd, 3, 4096);
+	d = c->domain;
+	bind_failing(c);
+	td_lookup(fd, 4, a, 0, &e);
+	__atomic_store_n(&fail_deregs, 1, __ATOMIC_RELEASE);
+	td_free(fd, 5, a, 0);
+	ck_assert_uint_eq(d->reg.quarantine.n, 1);
+	ck_assert_uint_eq(d->reg.cache.charges.pinned_bytes, 64 * 1024);
+	close(fd);
+	for (int i = 0; i < 50; i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert_uint_eq(td_manager->n_clients, 1);
+	ck_assert_uint_eq(closed, 0); /* the quarantined MR holds the PD */
+	(void)domain_flush(d, false, false, &removed);
+	ck_assert_uint_eq(d->reg.quarantine.n, 0);
+	pump_until_closed();
+	ck_assert_uint_eq(live_at_close, 0);
+	ck_assert_uint_eq(d->reg.cache.charges.pinned_bytes, 0);
+	close(ofd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* Found in review: while a worker registers a big run in the bound PD (the provider's lock held), a
+ * Free of a small allocation with a bound MR is deregistered on the loop: registrar_busy()
+ * counts neither the bound cache's pending_bytes nor its reg jobs (busy=false), so the loop
+ * waits on the client provider's lock for the whole registration, and every client with it. */
+START_TEST(test_loop_never_waits_for_a_bound_registration)
+{
+	struct client *c;
+	int fd;
+	uint64_t big, small;
+	Mrd__MrEntry e;
+	Mrd__Response *r1, *r2;
+	struct timespec t0, t1;
+	double waited;
+
+	td_start_one_worker();
+	fd = td_hello_client(1000, &c);
+	big = td_alloc(fd, 2, 4 * MiB);
+	small = td_alloc(fd, 3, 64 * 1024);
+	bind_failing(c);
+	counted_ops.reg = slow_reg;
+	td_lookup(fd, 4, small, 0, &e); /* 64 KiB: on the loop */
+	__atomic_store_n(&slow_reg_us, 1500000, __ATOMIC_RELEASE);
+	in_slow_reg = 0;
+	td_send_lookup(fd, 5, big);
+	for (int i = 0; i < 2000 && !__atomic_load_n(&in_slow_reg, __ATOMIC_ACQUIRE); i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert(in_slow_reg);
+	td_send_free(fd, 6, small);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	td_pump();
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	__atomic_store_n(&slow_reg_us, 0, __ATOMIC_RELEASE);
+	for (int i = 0; i < 3000 && !readable(fd); i++) { /* the registration ends in 1.5 s */
+		td_pump();
+		usleep(1000);
+	}
+	r1 = td_recv_reply(fd, NULL, NULL);
+	for (int i = 0; i < 3000 && !readable(fd); i++) { /* the free waited behind it */
+		td_pump();
+		usleep(1000);
+	}
+	r2 = td_recv_reply(fd, NULL, NULL);
+	ck_assert_ptr_nonnull(r1);
+	ck_assert_ptr_nonnull(r2);
+	mrd__response__free_unpacked(r1, NULL);
+	mrd__response__free_unpacked(r2, NULL);
+	ck_assert_msg(waited < 0.5, "the loop was stuck %.2f s in a Free's dereg, waiting for a "
+		      "worker's registration in the client's PD", waited);
+	close(fd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* A warm re-exec (SIGUSR2) execs with the clients connected: MRs mrd made in a client's own
+ * context would outlive it there (the client's fd keeps the context), pinning pages the next
+ * mrd knows nothing of. handover_unbind_clients, the re-exec's last step before execv,
+ * deregisters them, after the workers end (a registration under way lands first). */
+START_TEST(test_reexec_unbinds_first)
+{
+	struct td_blocker blk;
+	struct client *c;
+	int fd;
+	uint64_t a, big;
+	struct provider *p;
+
+	td_start_one_worker();
+	fd = td_hello_client(1000, &c);
+	a = td_alloc(fd, 2, 64 * 1024);
+	big = td_alloc(fd, 3, 4 * MiB);
+	p = bind_soft(c);
+	td_lookup(fd, 4, a, 0, NULL);
+	td_block_worker(&blk);
+	td_send_lookup(fd, 5, big); /* on the worker, behind the blocker */
+	td_pump();
+	ck_assert_uint_eq(mrs_of(p), 1);
+	ck_assert_int_eq(write(blk.fd[1], "x", 1), 1); /* let it go, as the drain would */
+	handover_unbind_clients(td_manager);
+	ck_assert_ptr_null(c->bound);
+	ck_assert_uint_eq(closed, 1); /* every MR gone, the 4 MiB one made meanwhile too */
+	ck_assert_uint_eq(pinned(c), 0);
+	close(blk.fd[0]);
+	close(blk.fd[1]);
+	close(fd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+
+/* Found in review: a client PD's MR the device keeps at the unbind before a hand-over (the
+ * client made the dereg fail) would outlive mrd in the client's context, over pages the next
+ * mrd hands out again: the unbind says so, and the hand-over does not happen. The
+ * connection gets no key after, of either PD. */
+START_TEST(test_handover_refused_over_a_kept_mr)
+{
+	struct client *c;
+	int fd;
+	uint64_t a;
+	struct provider *p;
+	Mrd__Response *resp;
+
+	fd = td_hello_client(1000, &c);
+	a = td_alloc(fd, 2, 64 * 1024);
+	p = bind_failing(c);
+	td_lookup(fd, 4, a, 0, NULL);
+	__atomic_store_n(&fail_deregs, 1, __ATOMIC_RELEASE);
+	ck_assert_uint_eq(handover_unbind_clients(td_manager), 1);
+	ck_assert_ptr_null(c->bound);
+	ck_assert_uint_eq(mrs_of(p), 1); /* kept, counted, held */
+	ck_assert_uint_eq(pinned(c), 64 * 1024);
+	td_send_lookup(fd, 5, a);
+	resp = td_expect(fd, 5, ESTALE);
+	mrd__response__free_unpacked(resp, NULL);
+	td_free(fd, 6, a, 0); /* the dereg works now */
+	ck_assert_uint_eq(handover_unbind_clients(td_manager), 0);
+	finish(fd, -1);
+}
+END_TEST
+
+/* Found in review: the same for a run quarantined because a client PD's MR over it was kept,
+ * also once that client is gone: the quarantine is not handed over (save_arena walks the
+ * arena's live runs), so the next mrd would hand the pages out again. */
+START_TEST(test_handover_refused_over_a_quarantined_client_mr)
+{
+	struct client *c, *other;
+	int ofd = td_hello_client(1000, &other), fd = td_hello_client(1000, &c);
+	uint64_t a = td_alloc(fd, 2, 64 * 1024);
+	struct domain *d;
+	unsigned removed;
+
+	td_alloc(ofd, 3, 4096);
+	d = c->domain;
+	bind_failing(c);
+	td_lookup(fd, 4, a, 0, NULL);
+	__atomic_store_n(&fail_deregs, 1, __ATOMIC_RELEASE);
+	td_free(fd, 5, a, 0);
+	ck_assert_uint_eq(d->reg.quarantine.n, 1);
+	close(fd);
+	for (int i = 0; i < 100 && td_manager->n_clients > 1; i++)
+		td_pump();
+	ck_assert_uint_eq(handover_unbind_clients(td_manager), 1);
+	(void)domain_flush(d, false, false, &removed); /* the dereg works now */
+	ck_assert_uint_eq(d->reg.quarantine.n, 0);
+	ck_assert_uint_eq(handover_unbind_clients(td_manager), 0);
+	close(ofd);
+	td_wait_domains_closed();
+	ck_assert_uint_eq(closed, 1);
+}
+END_TEST
+
+/* Found in review: a failure of the domains' device makes every bound client's lookups ENODEV, also
+ * those of a client bound on another served device whose PD is fine (mr_cache_lookup checks
+ * home(c)->keys_stale first, before its own table). Simulated: the domain's keys_stale set as
+ * lose_domain sets it; the bound PD (a second soft provider) is not lost. */
+START_TEST(test_domain_failure_spares_other_devices)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c);
+	uint64_t a = td_alloc(fd, 2, 64 * 1024);
+	Mrd__Response *resp;
+
+	bind_soft(c);
+	td_lookup(fd, 3, a, 0, NULL);
+	ck_assert(!provider_lost(c->bound->provider));
+	c->domain->reg.cache.keys_stale = true;
+	td_send_lookup(fd, 4, a);
+	resp = td_recv_reply(fd, NULL, NULL);
+	c->domain->reg.cache.keys_stale = false;
+	ck_assert_ptr_nonnull(resp);
+	ck_assert_msg(resp->status == 0, "a lookup in a healthy bound PD, cached already, got "
+		      "error %d: \"%s\"", (int)resp->status, resp->message);
+	mrd__response__free_unpacked(resp, NULL);
+	close(fd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* Found in review: BindPd is refused (EBUSY) once an MrLookup handed out domain-PD keys, but not
+ * after a MempoolRegister, which hands out domain-PD keys as well (c->looked_up is set by
+ * MrLookup alone). /dev/null reaches past the EBUSY check only when it did not apply. */
+START_TEST(test_bind_after_mempool_register_refused)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c), null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	uint64_t a = td_alloc(fd, 2, 128 * 1024);
+	uint64_t starts[1] = { a }, lengths[1] = { 64 * 1024 };
+	Mrd__Response *resp;
+
+	td_send_mempool_register(fd, 3, "pool", starts, lengths, 1, false);
+	resp = td_expect(fd, 3, 0);
+	mrd__response__free_unpacked(resp, NULL);
+	{
+		Mrd__Request req = MRD__REQUEST__INIT;
+		Mrd__BindPdRequest q = MRD__BIND_PD_REQUEST__INIT;
+
+		q.pd_handle = 1;
+		req.id = 4;
+		req.body_case = MRD__REQUEST__BODY_BIND_PD;
+		req.bind_pd = &q;
+		td_send_request(fd, &req, &null, 1);
+		resp = td_recv_reply(fd, NULL, NULL);
+	}
+	ck_assert_ptr_nonnull(resp);
+	ck_assert_msg(resp->status == EBUSY, "BindPd after a MempoolRegister: status %d \"%s\", "
+		      "not EBUSY", (int)resp->status, resp->message);
+	mrd__response__free_unpacked(resp, NULL);
+	close(null);
+	close(fd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* Found in review: a run quarantined with a bound client's kept MR; that client then has a worker
+ * register a big run in its PD (the client provider's lock held for the whole pin). A flush
+ * (registrar_retry_quarantine: mr_cache_deregister on the loop, unconditionally) waits on
+ * that lock: the loop stalls for the client-chosen duration of its registration. */
+START_TEST(test_flush_never_waits_for_a_bound_registration)
+{
+	struct client *c;
+	int fd;
+	uint64_t big, small;
+	unsigned removed;
+	Mrd__Response *r1;
+	struct timespec t0, t1;
+	double waited;
+	struct domain *d;
+
+	td_start_one_worker();
+	fd = td_hello_client(1000, &c);
+	big = td_alloc(fd, 2, 4 * MiB);
+	small = td_alloc(fd, 3, 64 * 1024);
+	d = c->domain;
+	bind_failing(c);
+	counted_ops.reg = slow_reg;
+	td_lookup(fd, 4, small, 0, NULL);
+	__atomic_store_n(&fail_deregs, 2, __ATOMIC_RELEASE); /* the free's, and the flush's */
+	td_free(fd, 5, small, 0);
+	ck_assert_uint_eq(d->reg.quarantine.n, 1);
+	__atomic_store_n(&slow_reg_us, 1500000, __ATOMIC_RELEASE);
+	in_slow_reg = 0;
+	td_send_lookup(fd, 6, big);
+	for (int i = 0; i < 2000 && !__atomic_load_n(&in_slow_reg, __ATOMIC_ACQUIRE); i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert(in_slow_reg);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	(void)domain_flush(d, false, false, &removed);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	__atomic_store_n(&slow_reg_us, 0, __ATOMIC_RELEASE);
+	for (int i = 0; i < 3000 && !readable(fd); i++) {
+		td_pump();
+		usleep(1000);
+	}
+	r1 = td_recv_reply(fd, NULL, NULL);
+	ck_assert_ptr_nonnull(r1);
+	mrd__response__free_unpacked(r1, NULL);
+	ck_assert_msg(waited < 0.5, "the loop was stuck %.2f s in a flush's quarantine retry, "
+		      "waiting for a worker's registration in the client's PD", waited);
+	close(fd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("bound-pd");
+	TCase *tc = tcase_create("bound-pd");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_keys_are_of_the_bound_pd);
+	tcase_add_test(tc, test_domain_mrs_are_not_the_pds);
+	tcase_add_test(tc, test_free_deregisters_before_the_pages_go);
+	tcase_add_test(tc, test_end_drops_every_mr);
+	tcase_add_test(tc, test_end_while_a_worker_registers);
+	tcase_add_test(tc, test_lookups_wait_for_the_run);
+	tcase_add_test(tc, test_free_while_a_worker_registers);
+	tcase_add_test(tc, test_quota_holds);
+	tcase_add_test(tc, test_domain_pd_requests_refused);
+	tcase_add_test(tc, test_read_only_refused);
+	tcase_add_test(tc, test_dump_shows_client_pds_to_admins);
+	tcase_add_test(tc, test_on_demand_in_the_bound_pd);
+	tcase_add_test(tc, test_bind_refuses_what_is_no_uverbs_fd);
+	tcase_add_test(tc, test_kept_at_the_end);
+	tcase_add_test(tc, test_kept_at_the_end_big);
+	tcase_add_test(tc, test_quarantine_outlives_the_client);
+	tcase_add_test(tc, test_loop_never_waits_for_a_bound_registration);
+	tcase_add_test(tc, test_reexec_unbinds_first);
+	tcase_add_test(tc, test_handover_refused_over_a_kept_mr);
+	tcase_add_test(tc, test_handover_refused_over_a_quarantined_client_mr);
+	tcase_add_test(tc, test_domain_failure_spares_other_devices);
+	tcase_add_test(tc, test_bind_after_mempool_register_refused);
+	tcase_add_test(tc, test_flush_never_waits_for_a_bound_registration);
+	suite_add_tcase(s, tc);
+	return run_suite(s);
+}
