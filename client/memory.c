@@ -390,8 +390,10 @@ void memory_leave(mrd_client *client)
 	client->status = NULL;
 }
 
-MRD_EXPORT int mrd_mem_alloc(mrd_client *client, size_t size, size_t align, unsigned flags,
-			     void **ret)
+/* Alloc, and with ret_keys the keys registered with it (ALLOC_REGISTER); 1 when the reply
+ * had none. */
+static int alloc(mrd_client *client, size_t size, size_t align, unsigned flags, void **ret,
+		 struct mrd_keys *ret_keys)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__AllocRequest alloc = MRD__ALLOC_REQUEST__INIT;
@@ -407,7 +409,8 @@ MRD_EXPORT int mrd_mem_alloc(mrd_client *client, size_t size, size_t align, unsi
 	alloc.align = align;
 	alloc.flags = (flags & MRD_MEM_HUGEPAGE ? MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE : 0) |
 		      (flags & MRD_MEM_ODP ? MRD__ALLOC_FLAGS__ALLOC_ODP : 0) |
-		      (flags & MRD_MEM_READ_ONLY ? MRD__ALLOC_FLAGS__ALLOC_READ_ONLY : 0);
+		      (flags & MRD_MEM_READ_ONLY ? MRD__ALLOC_FLAGS__ALLOC_READ_ONLY : 0) |
+		      (ret_keys ? MRD__ALLOC_FLAGS__ALLOC_REGISTER : 0);
 	req.body_case = MRD__REQUEST__BODY_ALLOC;
 	req.alloc = &alloc;
 	r = client_call(client, &req, &resp, &fds);
@@ -434,10 +437,48 @@ MRD_EXPORT int mrd_mem_alloc(mrd_client *client, size_t size, size_t align, unsi
 	*ret = (void *)(uintptr_t)resp->alloc->address;
 	log_debug("allocated %zu bytes at 0x%" PRIx64 " (flags 0x%x)", size, resp->alloc->address,
 		  flags);
+	if (ret_keys && resp->alloc->keys) {
+		const Mrd__MrEntry *e = resp->alloc->keys;
+
+		*ret_keys = (struct mrd_keys){ (uintptr_t)e->start, (uintptr_t)e->end, e->lkey,
+					       e->rkey };
+	} else if (ret_keys)
+		r = 1;
 out:
 	for (size_t i = 0; i < fds.n; i++)
 		close(fds.fds[i]);
 	mrd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
+MRD_EXPORT int mrd_mem_alloc(mrd_client *client, size_t size, size_t align, unsigned flags,
+			     void **ret)
+{
+	return alloc(client, size, align, flags, ret, NULL);
+}
+
+MRD_EXPORT int mrd_mem_alloc_keys(mrd_client *client, size_t size, size_t align, unsigned flags,
+				  void **ret, struct mrd_keys *ret_keys)
+{
+	int r;
+
+	if (!ret_keys)
+		return set_last_error(-EINVAL, "mrd_mem_alloc_keys: NULL argument");
+	r = client ? client_pd_stale(client) : 0;
+	if (r < 0)
+		return r;
+	r = alloc(client, size, align, flags, ret, ret_keys);
+	if (r == 1) { /* not registered with it: the usual lookup */
+		r = mrd_keys_query(client, *ret, ret_keys);
+		if (r < 0) {
+			int k = r;
+			char why[256];
+
+			snprintf(why, sizeof(why), "%s", mrd_last_error());
+			(void)mrd_mem_free(client, *ret);
+			r = set_last_error(k, "%s", why);
+		}
+	}
 	return r;
 }
 

@@ -556,6 +556,63 @@ START_TEST(test_dump_shows_client_pds_to_admins)
 }
 END_TEST
 
+/* ALLOC_REGISTER: an Alloc answers the keys of its memory, registered in the connection's PD,
+ * when that is quick; a big one (a worker's job) comes without, and a lookup registers it. */
+static Mrd__Response *alloc_register(int fd, uint64_t id, uint64_t size)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__AllocRequest q = MRD__ALLOC_REQUEST__INIT;
+	Mrd__Response *resp;
+	int fds[WIRE_FDS_MAX];
+	size_t n;
+
+	q.size = size;
+	q.flags = MRD__ALLOC_FLAGS__ALLOC_REGISTER;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_ALLOC;
+	req.alloc = &q;
+	td_send_request(fd, &req, NULL, 0);
+	resp = td_expect_fds(fd, id, 0, fds, &n);
+	for (size_t i = 0; i < n; i++)
+		close(fds[i]);
+	return resp;
+}
+
+START_TEST(test_alloc_registers_at_once)
+{
+	struct client *c, *plain;
+	int fd = td_hello_client(1000, &c), pfd = td_hello_client(1000, &plain);
+	Mrd__Response *resp;
+	struct provider *p;
+	Mrd__MrEntry e;
+	uint64_t a;
+
+	td_alloc(fd, 2, 4096);
+	p = bind_soft(c);
+	resp = alloc_register(fd, 3, 64 * 1024);
+	a = resp->alloc->address;
+	ck_assert_ptr_nonnull(resp->alloc->keys);
+	ck_assert_uint_eq(resp->alloc->keys->start, a);
+	ck_assert_uint_eq(resp->alloc->keys->end, a + 64 * 1024);
+	ck_assert_uint_eq(mrs_of(p), 1); /* in the bound PD */
+	td_lookup(fd, 4, a, 0, &e); /* the same MR: a hit */
+	ck_assert_uint_eq(e.rkey, resp->alloc->keys->rkey);
+	ck_assert_uint_eq(mrs_of(p), 1);
+	mrd__response__free_unpacked(resp, NULL);
+	resp = alloc_register(fd, 5, 4 * MiB); /* [cache] async_bytes: not now */
+	ck_assert_ptr_null(resp->alloc->keys);
+	ck_assert_uint_eq(mrs_of(p), 1);
+	mrd__response__free_unpacked(resp, NULL);
+	/* Unbound: the domain's PD, and from then on too late to bind. */
+	resp = alloc_register(pfd, 6, 64 * 1024);
+	ck_assert_ptr_nonnull(resp->alloc->keys);
+	ck_assert_uint_eq(plain->domain->reg.cache.n_mrs, 1);
+	ck_assert(plain->keys_out);
+	mrd__response__free_unpacked(resp, NULL);
+	finish(fd, pfd);
+}
+END_TEST
+
 /* Read-only memory stays the domain PD's: a client may rereg its own MR to add write access,
  * which the kernel does not check against the pages (Linux 6.12 ib_uverbs_rereg_mr). */
 START_TEST(test_read_only_refused)
@@ -1008,6 +1065,7 @@ int main(void)
 	tcase_add_test(tc, test_quota_holds);
 	tcase_add_test(tc, test_domain_pd_requests_refused);
 	tcase_add_test(tc, test_read_only_refused);
+	tcase_add_test(tc, test_alloc_registers_at_once);
 	tcase_add_test(tc, test_dump_shows_client_pds_to_admins);
 	tcase_add_test(tc, test_on_demand_in_the_bound_pd);
 	tcase_add_test(tc, test_bind_refuses_what_is_no_uverbs_fd);

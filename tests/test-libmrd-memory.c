@@ -84,6 +84,31 @@ START_TEST(test_alloc_write_free)
 END_TEST
 
 /* Two processes of one uid: one writes, the other reads the same address. */
+/* mrd_mem_alloc_keys: the memory and its keys, as mrd_keys_query gives them, small (with the
+ * Alloc) or big (asked for after it). */
+START_TEST(test_alloc_keys)
+{
+	struct mrd_keys k, q;
+	mrd_client *c;
+	void *p;
+
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
+	ck_assert_int_eq(mrd_mem_alloc_keys(c, 64 * 1024, 0, 0, &p, &k), 0);
+	ck_assert_int_eq(mrd_keys_query(c, p, &q), 0);
+	ck_assert_uint_eq(k.start, (uintptr_t)p);
+	ck_assert_uint_eq(k.rkey, q.rkey);
+	ck_assert_uint_eq(k.end, q.end);
+	ck_assert_int_eq(mrd_mem_free(c, p), 0);
+	ck_assert_int_eq(mrd_mem_alloc_keys(c, 4u << 20, 0, 0, &p, &k), 0);
+	ck_assert_int_eq(mrd_keys_query(c, p, &q), 0);
+	ck_assert_uint_eq(k.rkey, q.rkey);
+	ck_assert_uint_eq(k.end - k.start, 4u << 20);
+	ck_assert_int_eq(mrd_mem_free(c, p), 0);
+	ck_assert_int_eq(mrd_mem_alloc_keys(c, 4096, 0, 0, &p, NULL), -EINVAL);
+	mrd_client_close(c);
+}
+END_TEST
+
 START_TEST(test_two_processes_share)
 {
 	int to_parent[2], to_child[2];
@@ -320,6 +345,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_alloc_write_free);
+	tcase_add_test(tc, test_alloc_keys);
 	tcase_add_test(tc, test_two_processes_share);
 	tcase_add_test(tc, test_death_gives_back);
 	tcase_add_test(tc, test_quota_message);

@@ -6,6 +6,7 @@
 
 #include "memory/arena.h"
 #include "control/client.h"
+#include "registration/bound-pd.h"
 #include "control/dispatch.h"
 #include "core/domain.h"
 #include "base/fd-closer.h"
@@ -81,11 +82,40 @@ int request_alloc_check(const Mrd__Request *req, struct reply *r)
 	const Mrd__AllocRequest *q = req->alloc;
 
 	if (q->flags & ~(uint32_t)(MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE | MRD__ALLOC_FLAGS__ALLOC_ODP |
-				   MRD__ALLOC_FLAGS__ALLOC_READ_ONLY)) {
+				   MRD__ALLOC_FLAGS__ALLOC_READ_ONLY |
+				   MRD__ALLOC_FLAGS__ALLOC_REGISTER)) {
 		reply_set_message(r, "unknown allocation flags 0x%x", q->flags);
 		return -EINVAL;
 	}
 	return 0;
+}
+
+/* ALLOC_REGISTER: the keys of a fresh allocation, registered here in the connection's PD when
+ * that cannot stall the loop (no waiter: the provider must be free and the run under
+ * [cache] async_bytes); NULL otherwise, or when it fails, and a lookup does it later. */
+static Mrd__MrEntry *register_now(struct client *c, struct domain *d, const struct allocation *a,
+				  struct reply *r)
+{
+	struct bound_pd *b = c->bound;
+	struct mr_entry e;
+	Mrd__MrEntry **ptrs;
+	char why[160];
+	int k;
+
+	if (c->bound_lost || registrar_offload(&d->reg, a->length) ||
+	    (b && b->cache.pending_bytes > 0))
+		return NULL;
+	k = b ? bound_pd_lookup(b, allocation_address(a), &e, why, sizeof(why), NULL) :
+		mr_cache_lookup(&d->reg.cache, allocation_address(a), &e, why, sizeof(why), NULL);
+	if (k < 0 || !(ptrs = reply_mr_entries(r, 1)))
+		return NULL;
+	if (!b)
+		c->keys_out = true; /* a key of the domain's PD: too late to bind */
+	ptrs[0]->start = e.start;
+	ptrs[0]->end = e.end;
+	ptrs[0]->lkey = e.lkey;
+	ptrs[0]->rkey = e.rkey;
+	return ptrs[0];
 }
 
 int request_alloc(struct client *c, struct domain *d, const Mrd__Request *req,
@@ -111,6 +141,8 @@ int request_alloc(struct client *c, struct domain *d, const Mrd__Request *req,
 	r->body.alloc.address = allocation_address(a);
 	r->body.alloc.length = a->length;
 	r->body.alloc.arena = &r->arena;
+	if (q->flags & MRD__ALLOC_FLAGS__ALLOC_REGISTER)
+		r->body.alloc.keys = register_now(c, d, a, r);
 	r->resp.body_case = MRD__RESPONSE__BODY_ALLOC;
 	r->resp.alloc = &r->body.alloc;
 	return 0;

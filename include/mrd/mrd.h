@@ -171,6 +171,14 @@ struct mrd_keys {
  */
 int mrd_keys_query(mrd_client *client, const void *addr, struct mrd_keys *ret);
 
+/* mrd_mem_alloc(), and the keys of the memory (as mrd_keys_query() gives them) in the same
+ * request: mrd registers it at once, in the handle's PD, where that would not hold up its other
+ * clients (under [cache] async_bytes); else libmrd asks for the keys itself. On failure nothing
+ * is allocated. */
+int mrd_mem_alloc_keys(mrd_client *client, size_t size, size_t align, unsigned flags, void **ret,
+		       struct mrd_keys *ret_keys);
+
+
 /*
  * A key cache for one thread (or one queue), allocated by libmrd: 8 recent entries with a
  * most-recently-used index (the "top half"), a sorted array behind them (the "bottom half"),
