@@ -30,15 +30,7 @@
 
 #define MiB (1ull << 20)
 
-static void start_with(const char *a)
-{
-	const char *settings[] = { "memory.window_size=4G", "memory.arena_size=64M",
-				   "memory.hugepages=no", a, NULL };
-
-	td_start(settings);
-}
-
-static void setup(void) { start_with(NULL); }
+static void setup(void) { td_start_small(NULL); }
 static void teardown(void) { td_stop(); }
 
 /* The bound PD's provider, counted closed: the context mrd held is let go exactly once. */
@@ -151,6 +143,19 @@ static bool readable(int fd)
 	struct pollfd p = { .fd = fd, .events = POLLIN };
 
 	return poll(&p, 1, 0) > 0;
+}
+
+/* Lookup id of addr, whose registration (slow_reg) a worker holds for 1.5 s, begun. */
+static void start_slow_registration(int fd, uint64_t id, uint64_t addr)
+{
+	__atomic_store_n(&slow_reg_us, 1500000, __ATOMIC_RELEASE);
+	in_slow_reg = 0;
+	td_send_lookup(fd, id, addr);
+	for (int i = 0; i < 2000 && !__atomic_load_n(&in_slow_reg, __ATOMIC_ACQUIRE); i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert(in_slow_reg);
 }
 
 static uint64_t pinned(const struct client *c)
@@ -409,7 +414,7 @@ START_TEST(test_quota_holds)
 	Mrd__Response *resp;
 
 	td_stop();
-	start_with("quota.pinned_bytes=2M");
+	td_start_small("quota.pinned_bytes=2M");
 	fd = td_hello_client(1000, &c);
 	a = td_alloc(fd, 2, 3 * MiB);
 	bind_soft(c);
@@ -492,7 +497,7 @@ START_TEST(test_on_demand_in_the_bound_pd)
 	Mrd__MrEntry e;
 
 	td_stop();
-	start_with("cache.policy=odp");
+	td_start_small("cache.policy=odp");
 	fd = td_hello_client(1000, &c);
 	a = td_alloc(fd, 2, 2 * MiB);
 	p = bind_soft(c);
@@ -560,22 +565,7 @@ END_TEST
  * when that is quick; a big one (a worker's job) comes without, and a lookup registers it. */
 static Mrd__Response *alloc_register(int fd, uint64_t id, uint64_t size)
 {
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__AllocRequest q = MRD__ALLOC_REQUEST__INIT;
-	Mrd__Response *resp;
-	int fds[WIRE_FDS_MAX];
-	size_t n;
-
-	q.size = size;
-	q.flags = MRD__ALLOC_FLAGS__ALLOC_REGISTER;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_ALLOC;
-	req.alloc = &q;
-	td_send_request(fd, &req, NULL, 0);
-	resp = td_expect_fds(fd, id, 0, fds, &n);
-	for (size_t i = 0; i < n; i++)
-		close(fds[i]);
-	return resp;
+	return td_alloc_reply(fd, id, size, MRD__ALLOC_FLAGS__ALLOC_REGISTER);
 }
 
 START_TEST(test_alloc_registers_at_once)
@@ -803,14 +793,7 @@ START_TEST(test_loop_never_waits_for_a_bound_registration)
 	bind_failing(c);
 	counted_ops.reg = slow_reg;
 	td_lookup(fd, 4, small, 0, &e); /* 64 KiB: on the loop */
-	__atomic_store_n(&slow_reg_us, 1500000, __ATOMIC_RELEASE);
-	in_slow_reg = 0;
-	td_send_lookup(fd, 5, big);
-	for (int i = 0; i < 2000 && !__atomic_load_n(&in_slow_reg, __ATOMIC_ACQUIRE); i++) {
-		td_pump();
-		usleep(1000);
-	}
-	ck_assert(in_slow_reg);
+	start_slow_registration(fd, 5, big);
 	td_send_free(fd, 6, small);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	td_pump();
@@ -1022,14 +1005,7 @@ START_TEST(test_flush_never_waits_for_a_bound_registration)
 	__atomic_store_n(&fail_deregs, 2, __ATOMIC_RELEASE); /* the free's, and the flush's */
 	td_free(fd, 5, small, 0);
 	ck_assert_uint_eq(d->reg.quarantine.n, 1);
-	__atomic_store_n(&slow_reg_us, 1500000, __ATOMIC_RELEASE);
-	in_slow_reg = 0;
-	td_send_lookup(fd, 6, big);
-	for (int i = 0; i < 2000 && !__atomic_load_n(&in_slow_reg, __ATOMIC_ACQUIRE); i++) {
-		td_pump();
-		usleep(1000);
-	}
-	ck_assert(in_slow_reg);
+	start_slow_registration(fd, 6, big);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	(void)domain_flush(d, false, false, &removed);
 	clock_gettime(CLOCK_MONOTONIC, &t1);

@@ -17,6 +17,14 @@
 
 struct manager *td_manager;
 
+void td_start_small(const char *setting)
+{
+	const char *settings[] = { "memory.window_size=4G", "memory.arena_size=64M",
+				   "memory.hugepages=no", setting, NULL };
+
+	td_start(settings);
+}
+
 void td_start(const char *const *settings)
 {
 	struct config cfg;
@@ -164,14 +172,13 @@ uint64_t td_alloc(int fd, uint64_t id, uint64_t size)
 	return td_alloc_flags(fd, id, size, 0);
 }
 
-uint64_t td_alloc_flags(int fd, uint64_t id, uint64_t size, uint32_t flags)
+Mrd__Response *td_alloc_reply(int fd, uint64_t id, uint64_t size, uint32_t flags)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__AllocRequest a = MRD__ALLOC_REQUEST__INIT;
 	Mrd__Response *resp;
 	int fds[WIRE_FDS_MAX];
 	size_t n;
-	uint64_t addr;
 
 	a.size = size;
 	a.flags = flags;
@@ -180,9 +187,16 @@ uint64_t td_alloc_flags(int fd, uint64_t id, uint64_t size, uint32_t flags)
 	req.alloc = &a;
 	td_send_request(fd, &req, NULL, 0);
 	resp = td_expect_fds(fd, id, 0, fds, &n);
-	addr = resp->alloc->address;
 	for (size_t i = 0; i < n; i++)
 		close(fds[i]);
+	return resp;
+}
+
+uint64_t td_alloc_flags(int fd, uint64_t id, uint64_t size, uint32_t flags)
+{
+	Mrd__Response *resp = td_alloc_reply(fd, id, size, flags);
+	uint64_t addr = resp->alloc->address;
+
 	mrd__response__free_unpacked(resp, NULL);
 	return addr;
 }

@@ -17,6 +17,8 @@ extern struct manager *td_manager;
 
 /* Starts td_manager with the given "section.key=value" settings (NULL-terminated list). */
 void td_start(const char *const *settings);
+/* td_start with a 4 GiB window, 64 MiB arenas, no huge pages, and setting (NULL: none). */
+void td_start_small(const char *setting);
 void td_stop(void);
 
 /* A client of td_manager with this identity; returns the test's end of the socketpair. */
@@ -43,6 +45,8 @@ void td_expect_free(int fd, uint64_t id, int error);
 
 /* Alloc of size bytes that must succeed; returns the address (any memfd is closed). */
 uint64_t td_alloc(int fd, uint64_t id, uint64_t size);
+/* Alloc that must succeed, its reply returned (any memfd is closed). */
+Mrd__Response *td_alloc_reply(int fd, uint64_t id, uint64_t size, uint32_t flags);
 /* The same with AllocFlags. */
 uint64_t td_alloc_flags(int fd, uint64_t id, uint64_t size, uint32_t flags);
 /* Free of addr; its reply must carry error (a positive errno, 0 for success). */

@@ -29,15 +29,7 @@
 
 #define MiB (1ull << 20)
 
-static void start_with(const char *a)
-{
-	const char *settings[] = { "memory.window_size=4G", "memory.arena_size=64M",
-				   "memory.hugepages=no", a, NULL };
-
-	td_start(settings);
-}
-
-static void setup(void) { start_with(NULL); }
+static void setup(void) { td_start_small(NULL); }
 static void teardown(void) { td_stop(); }
 
 /* MrLookup of n addresses; entries copied to out (when not NULL). Returns the reply status. */
@@ -586,7 +578,7 @@ START_TEST(test_page_policy)
 	Mrd__MrEntry e[2];
 
 	td_stop();
-	start_with("cache.policy=page");
+	td_start_small("cache.policy=page");
 	fd = td_hello_client(1000, NULL);
 	a = td_alloc(fd, 2, 64 * 1024);
 	addrs[0] = a + 5000;
@@ -608,7 +600,7 @@ START_TEST(test_contig_around_existing)
 
 	/* A page MR in the middle, then contig around it: only the uncovered run. */
 	td_stop();
-	start_with("cache.policy=page");
+	td_start_small("cache.policy=page");
 	fd = td_hello_client(1000, NULL);
 	a = td_alloc(fd, 2, 16 * 4096);
 	addrs[0] = a + 8 * 4096;
@@ -635,7 +627,7 @@ START_TEST(test_pinned_quota)
 	Mrd__Response *resp;
 
 	td_stop();
-	start_with("quota.pinned_bytes=1M");
+	td_start_small("quota.pinned_bytes=1M");
 	fd = td_hello_client(1000, &c);
 	a = td_alloc(fd, 2, 768 * 1024);
 	b = td_alloc(fd, 3, 512 * 1024);
@@ -669,7 +661,7 @@ START_TEST(test_host_pinned_limit)
 	Mrd__Response *resp;
 
 	td_stop();
-	start_with("limits.pinned_bytes=1M");
+	td_start_small("limits.pinned_bytes=1M");
 	fd1 = td_hello_client(1000, &c1);
 	fd2 = td_hello_client(2000, &c2);
 	a = td_alloc(fd1, 2, 768 * 1024);
