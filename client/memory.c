@@ -391,9 +391,9 @@ void memory_leave(mrd_client *client)
 }
 
 /* Alloc, and with ret_keys the keys registered with it (ALLOC_REGISTER); 1 when the reply
- * had none. */
-static int alloc(mrd_client *client, size_t size, size_t align, unsigned flags, void **ret,
-		 struct mrd_keys *ret_keys)
+ * had none. alias: where this process maps it too (memory_alloc_alias), or 0. */
+static int alloc(mrd_client *client, size_t size, size_t align, unsigned flags, uint64_t alias,
+		 void **ret, struct mrd_keys *ret_keys)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__AllocRequest alloc = MRD__ALLOC_REQUEST__INIT;
@@ -407,6 +407,7 @@ static int alloc(mrd_client *client, size_t size, size_t align, unsigned flags, 
 		return set_last_error(-EINVAL, "mrd_mem_alloc: unknown flags 0x%x", flags);
 	alloc.size = size;
 	alloc.align = align;
+	alloc.alias = alias;
 	alloc.flags = (flags & MRD_MEM_HUGEPAGE ? MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE : 0) |
 		      (flags & MRD_MEM_ODP ? MRD__ALLOC_FLAGS__ALLOC_ODP : 0) |
 		      (flags & MRD_MEM_READ_ONLY ? MRD__ALLOC_FLAGS__ALLOC_READ_ONLY : 0) |
@@ -451,10 +452,15 @@ out:
 	return r;
 }
 
+int memory_alloc_alias(mrd_client *client, size_t size, uint64_t alias, void **ret)
+{
+	return alloc(client, size, 0, 0, alias, ret, NULL);
+}
+
 MRD_EXPORT int mrd_mem_alloc(mrd_client *client, size_t size, size_t align, unsigned flags,
 			     void **ret)
 {
-	return alloc(client, size, align, flags, ret, NULL);
+	return alloc(client, size, align, flags, 0, ret, NULL);
 }
 
 MRD_EXPORT int mrd_mem_alloc_keys(mrd_client *client, size_t size, size_t align, unsigned flags,
@@ -467,7 +473,7 @@ MRD_EXPORT int mrd_mem_alloc_keys(mrd_client *client, size_t size, size_t align,
 	r = client ? client_pd_stale(client) : 0;
 	if (r < 0)
 		return r;
-	r = alloc(client, size, align, flags, ret, ret_keys);
+	r = alloc(client, size, align, flags, 0, ret, ret_keys);
 	if (r == 1) { /* not registered with it: the usual lookup */
 		r = mrd_keys_query(client, *ret, ret_keys);
 		if (r < 0) {

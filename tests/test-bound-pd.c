@@ -66,7 +66,7 @@ static struct provider *bind_soft(struct client *c)
 	ck_assert_int_eq(provider_soft_ops.open(NULL, &p), 0);
 	p->ops = &counted_ops;
 	ck_assert_int_eq(provider_pd_alloc(p, &pd), 0);
-	ck_assert_int_eq(bound_pd_adopt(&c->domain->reg, p, pd, "soft", 7, &c->bound), 0);
+	ck_assert_int_eq(bound_pd_adopt(&c->domain->reg, p, pd, "soft", 7, getpid(), &c->bound), 0);
 	return p;
 }
 
@@ -603,6 +603,78 @@ START_TEST(test_alloc_registers_at_once)
 }
 END_TEST
 
+/* Memory a process aliased (libmrd-preload.so's moved buffers): that process's bound PD
+ * registers it at the alias, and no other PD at all. */
+START_TEST(test_alias_registers_at_the_alias)
+{
+	const uint32_t RW = MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ;
+	const uint64_t alias = 0x7e0000000000ull, other_alias = 0x7e0000100000ull;
+	const uint64_t big_alias = 0x7e0000400000ull;
+	struct client *c, *mem, *stranger;
+	int fd = td_hello_client(1000, &c), mfd = td_hello_client(1000, &mem);
+	int sfd = td_hello_client_of(getpid() + 1, 1000, &stranger);
+	Mrd__Response *resp;
+	Mrd__MrEntry e;
+	struct provider *p;
+	uint64_t w, w2;
+
+	resp = td_alloc_alias(mfd, 2, 64 * 1024, 0, alias, RW, 0);
+	w = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	td_alloc(fd, 3, 4096); /* joins */
+	p = bind_soft(c);
+	td_lookup(fd, 4, w + 5, 0, &e);
+	ck_assert_uint_eq(e.start, w); /* keys answer in mrd's addresses: the caller maps them */
+	ck_assert_uint_eq(e.end, w + 64 * 1024);
+	ck_assert_uint_eq(mrs_of(p), 1);
+	/* The MR's addresses are the alias's: the device reaches w's pages through them... */
+	strcpy((char *)(uintptr_t)(w + 100), "at the alias");
+	ck_assert_int_eq(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e.lkey, alias + 100, e.rkey,
+				      alias + 200, 13), 0);
+	ck_assert_str_eq((char *)(uintptr_t)(w + 200), "at the alias");
+	/* ... and through nothing else. */
+	ck_assert_int_lt(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e.lkey, w + 100, e.rkey,
+				      w + 300, 13), 0);
+	/* The domain's PD, even for the same process, and another process: refused. */
+	td_lookup(mfd, 5, w, EACCES, NULL);
+	td_lookup(sfd, 6, w, EACCES, NULL);
+	ck_assert_uint_eq(c->domain->reg.cache.n_mrs, 0);
+	/* A second allocation aliased elsewhere gets its own MR there; a plain one is plain. */
+	resp = td_alloc_alias(mfd, 7, 8192, 0, other_alias, MRD_ACCESS_LOCAL_WRITE, 0);
+	w2 = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	td_lookup(fd, 8, w2, 0, &e);
+	strcpy((char *)(uintptr_t)w2, "second");
+	/* It grants what was asked: local write, no remote access. */
+	ck_assert_int_lt(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e.lkey, other_alias, e.rkey,
+				      other_alias + 4096, 7), 0);
+	ck_assert_int_lt(provider_dma(c->bound->pd, PROVIDER_DMA_READ, e.lkey, other_alias, e.rkey,
+				      other_alias + 4096, 7), 0);
+	/* A big one ([cache] async_bytes) is registered on a worker, at the alias too. */
+	resp = td_alloc_alias(mfd, 13, 4 * MiB, 0, big_alias, RW, 0);
+	w2 = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	td_lookup(fd, 14, w2, 0, &e);
+	strcpy((char *)(uintptr_t)w2, "big");
+	ck_assert_int_eq(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e.lkey, big_alias, e.rkey,
+				      big_alias + 3 * MiB, 4), 0);
+	ck_assert_str_eq((char *)(uintptr_t)(w2 + 3 * MiB), "big");
+	/* Refused: not page-aligned, with huge pages, past the end of the address space. */
+	ck_assert_ptr_null(td_alloc_alias(mfd, 9, 4096, 0, alias + 1, RW, EINVAL));
+	ck_assert_ptr_null(td_alloc_alias(mfd, 15, 4096, 0, alias, MRD_ACCESS_REMOTE_WRITE, EINVAL));
+	ck_assert_ptr_null(td_alloc_alias(mfd, 16, 4096, 0, alias, 0x10, EINVAL));
+	ck_assert_ptr_null(td_alloc_alias(mfd, 17, 4096, 0, 0, RW, EINVAL));
+	ck_assert_ptr_null(td_alloc_alias(mfd, 10, 4096, MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE, alias,
+					  RW, EINVAL));
+	ck_assert_ptr_null(td_alloc_alias(mfd, 11, 8192, 0, UINT64_MAX - 4095, RW, EINVAL));
+	/* A free takes the aliased MRs with it. */
+	td_free(mfd, 12, w, 0);
+	ck_assert_uint_eq(mrs_of(p), 2);
+	close(sfd);
+	finish(fd, mfd);
+}
+END_TEST
+
 /* Read-only memory stays the domain PD's: a client may rereg its own MR to add write access,
  * which the kernel does not check against the pages (Linux 6.12 ib_uverbs_rereg_mr). */
 START_TEST(test_read_only_refused)
@@ -1041,6 +1113,7 @@ int main(void)
 	tcase_add_test(tc, test_quota_holds);
 	tcase_add_test(tc, test_domain_pd_requests_refused);
 	tcase_add_test(tc, test_read_only_refused);
+	tcase_add_test(tc, test_alias_registers_at_the_alias);
 	tcase_add_test(tc, test_alloc_registers_at_once);
 	tcase_add_test(tc, test_dump_shows_client_pds_to_admins);
 	tcase_add_test(tc, test_on_demand_in_the_bound_pd);

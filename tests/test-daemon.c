@@ -172,7 +172,8 @@ uint64_t td_alloc(int fd, uint64_t id, uint64_t size)
 	return td_alloc_flags(fd, id, size, 0);
 }
 
-Mrd__Response *td_alloc_reply(int fd, uint64_t id, uint64_t size, uint32_t flags)
+Mrd__Response *td_alloc_alias(int fd, uint64_t id, uint64_t size, uint32_t flags, uint64_t alias,
+			      uint32_t alias_access, int error)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__AllocRequest a = MRD__ALLOC_REQUEST__INIT;
@@ -182,14 +183,25 @@ Mrd__Response *td_alloc_reply(int fd, uint64_t id, uint64_t size, uint32_t flags
 
 	a.size = size;
 	a.flags = flags;
+	a.alias = alias;
+	a.alias_access = alias_access;
 	req.id = id;
 	req.body_case = MRD__REQUEST__BODY_ALLOC;
 	req.alloc = &a;
 	td_send_request(fd, &req, NULL, 0);
-	resp = td_expect_fds(fd, id, 0, fds, &n);
+	resp = td_expect_fds(fd, id, error, fds, &n);
 	for (size_t i = 0; i < n; i++)
 		close(fds[i]);
+	if (error) {
+		mrd__response__free_unpacked(resp, NULL);
+		return NULL;
+	}
 	return resp;
+}
+
+Mrd__Response *td_alloc_reply(int fd, uint64_t id, uint64_t size, uint32_t flags)
+{
+	return td_alloc_alias(fd, id, size, flags, 0, 0, 0);
 }
 
 uint64_t td_alloc_flags(int fd, uint64_t id, uint64_t size, uint32_t flags)

@@ -46,6 +46,10 @@ void td_expect_free(int fd, uint64_t id, int error);
 /* Alloc of size bytes that must succeed; returns the address (any memfd is closed). */
 uint64_t td_alloc(int fd, uint64_t id, uint64_t size);
 /* Alloc that must succeed, its reply returned (any memfd is closed). */
+/* Alloc with AllocRequest.alias and alias_access, answered with error: the reply for 0, else
+ * NULL. */
+Mrd__Response *td_alloc_alias(int fd, uint64_t id, uint64_t size, uint32_t flags, uint64_t alias,
+			      uint32_t alias_access, int error);
 Mrd__Response *td_alloc_reply(int fd, uint64_t id, uint64_t size, uint32_t flags);
 /* The same with AllocFlags. */
 uint64_t td_alloc_flags(int fd, uint64_t id, uint64_t size, uint32_t flags);

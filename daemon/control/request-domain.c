@@ -137,7 +137,7 @@ int request_bind_pd(struct client *c, struct domain *d, const Mrd__Request *req,
 		client_context_close(ctx);
 		return k;
 	}
-	k = bound_pd_open(&d->reg, ctx, handle, &dev->caps, &c->bound);
+	k = bound_pd_open(&d->reg, ctx, handle, &dev->caps, c->owner.mem.pid, &c->bound);
 	if (k < 0)
 		return k;
 	c->bound_device = dev;

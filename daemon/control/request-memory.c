@@ -2,6 +2,8 @@
 /* The memory family: JoinDomain, Alloc, Free, Map, ExtmemAttach, ExtmemDetach. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
+#include <unistd.h>
 #include <inttypes.h>
 
 #include "memory/arena.h"
@@ -87,6 +89,20 @@ int request_alloc_check(const Mrd__Request *req, struct reply *r)
 		reply_set_message(r, "unknown allocation flags 0x%x", q->flags);
 		return -EINVAL;
 	}
+	if (q->alias % (uint64_t)sysconf(_SC_PAGESIZE) || q->alias > UINT64_MAX - q->size ||
+	    (q->alias && (q->flags & MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE))) {
+		reply_set_message(r, "alias 0x%" PRIx64 " of %" PRIu64 " bytes: not page-aligned, "
+				  "past the end of the address space, or with huge pages",
+				  q->alias, q->size);
+		return -EINVAL;
+	}
+	if ((q->alias_access && !q->alias) || (q->alias_access & ~(uint32_t)0xf) ||
+	    ((q->alias_access & (MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_ATOMIC)) &&
+	     !(q->alias_access & MRD_ACCESS_LOCAL_WRITE))) {
+		reply_set_message(r, "alias access 0x%x: without an alias, unknown bits, or remote "
+				  "write or atomics without local write", q->alias_access);
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -126,12 +142,14 @@ int request_alloc(struct client *c, struct domain *d, const Mrd__Request *req,
 	int k;
 
 	k = domain_alloc(d, &c->owner, q->size, q->align,
-			 q->flags & MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE,
+			 q->alias ? PAGES_SMALL :
+			 q->flags & MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE ? PAGES_HUGE : PAGES_AUTO,
 			 q->flags & MRD__ALLOC_FLAGS__ALLOC_ODP,
 			 q->flags & MRD__ALLOC_FLAGS__ALLOC_READ_ONLY, &a, r->message,
 			 sizeof(r->message));
 	if (k < 0)
 		return k;
+	allocation_set_alias(a, q->alias, q->alias_access); /* before any registration */
 	k = describe_arena(c, a->arena, false, r);
 	if (k < 0) {
 		(void)domain_free_allocation(d, a, NULL);

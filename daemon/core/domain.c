@@ -397,7 +397,7 @@ static struct reg_allocation *reg_allocation_new(void)
 }
 
 int domain_alloc(struct domain *d, struct reg_owner *owner, uint64_t size, uint64_t align,
-		 bool hugepage_only, bool odp, bool read_only, struct allocation **ret, char *why,
+		 enum page_pick pick, bool odp, bool read_only, struct allocation **ret, char *why,
 		 size_t why_size)
 {
 	struct reg_allocation *ra = reg_allocation_new();
@@ -405,7 +405,7 @@ int domain_alloc(struct domain *d, struct reg_owner *owner, uint64_t size, uint6
 
 	if (!ra)
 		return -ENOMEM;
-	r = allocation_alloc(&d->mem, &ra->mem, &owner->mem, size, align, hugepage_only, why,
+	r = allocation_alloc(&d->mem, &ra->mem, &owner->mem, size, align, pick, why,
 			     why_size);
 	if (r < 0) {
 		free(ra);

@@ -99,7 +99,7 @@ struct domain *domain_release(struct domain *d);
  * where the device pages on demand over RC (and always so under the odp policy); read_only:
  * its registrations grant reads alone. Quota refusals are -EDQUOT with the reason in why. */
 int domain_alloc(struct domain *d, struct reg_owner *owner, uint64_t size, uint64_t align,
-		 bool hugepage_only, bool odp, bool read_only, struct allocation **ret, char *why,
+		 enum page_pick pick, bool odp, bool read_only, struct allocation **ret, char *why,
 		 size_t why_size);
 
 /* Maps a client's memfd into the window as an allocation of owner (fd consumed on success). */

@@ -217,10 +217,11 @@ static int new_arena_alloc(struct memory *m, bool hugetlb, uint64_t size, uint64
 }
 
 int allocation_alloc(struct memory *m, struct allocation *a, struct mem_owner *owner,
-		     uint64_t size, uint64_t align, bool hugepage_only, char *why, size_t why_size)
+		     uint64_t size, uint64_t align, enum page_pick pick, char *why, size_t why_size)
 {
 	const struct config *c = m->config;
-	bool hugetlb = hugepage_only || want_hugetlb(m, size);
+	bool hugepage_only = pick == PAGES_HUGE;
+	bool hugetlb = hugepage_only || (pick == PAGES_AUTO && want_hugetlb(m, size));
 	uint64_t offset, length;
 	struct arena *arena;
 	int r;
@@ -331,6 +332,7 @@ int allocation_adopt(struct memory *m, struct allocation *a, struct arena *arena
 	    (at < arena->n_runs && arena->runs[at]->offset < saved->offset + saved->length))
 		return -EEXIST;
 	a->serial = saved->serial;
+	allocation_set_alias(a, saved->alias, saved->alias_access);
 	a->orphan = true;
 	a->claim_session = saved->session;
 	a->claim_pid = saved->pid;

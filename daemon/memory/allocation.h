@@ -23,6 +23,12 @@ struct allocation {
 	uint64_t serial;    /* tells it from a later allocation at the same address */
 	bool odp;           /* registered on demand, by ODP children (registration/odp.h) */
 	bool read_only;     /* its registrations grant reads only */
+	/* Where its owner's process maps it too (libmrd-preload.so moves a program's buffer onto
+	 * it there), 0: nowhere. MRs of that process's client PDs over it take their addresses
+	 * there; no other cache registers it. They grant alias_access (MRD_ACCESS_* bits: what
+	 * the program asked of its own registration), nothing more. */
+	uint64_t alias;
+	unsigned alias_access;
 	/* Adopted across a warm restart and not yet taken back (allocation_claim): on the
 	 * memory's orphan list through owner_link, owner NULL. Only the process it belonged to,
 	 * with the session it had, takes it back. */
@@ -37,6 +43,8 @@ struct allocation {
 struct adopted_allocation {
 	uint64_t offset, length, serial;
 	bool odp, read_only;
+	uint64_t alias;
+	unsigned alias_access;
 	uint64_t session;
 	pid_t pid;
 	uid_t uid;
@@ -46,11 +54,14 @@ struct adopted_allocation {
 /* The address of an allocation, as clients see it. */
 uint64_t allocation_address(const struct allocation *a);
 
+/* Which pages an allocation takes: as [memory] hugepages says, 2 MiB ones only (-ENOMEM rather
+ * than 4 KiB pages), or 4 KiB ones only (an alias maps it at 4 KiB-aligned addresses). */
+enum page_pick { PAGES_AUTO, PAGES_HUGE, PAGES_SMALL };
+
 /* Allocates size bytes aligned to align into a, for owner: an existing arena with room, else a
- * new one. hugepage_only: fail rather than fall back to 4 KiB pages. Quota refusals are
- * -EDQUOT with the reason written to why. */
+ * new one, of the pages pick says. Quota refusals are -EDQUOT with the reason written to why. */
 int allocation_alloc(struct memory *m, struct allocation *a, struct mem_owner *owner,
-		     uint64_t size, uint64_t align, bool hugepage_only, char *why, size_t why_size);
+		     uint64_t size, uint64_t align, enum page_pick pick, char *why, size_t why_size);
 
 /* Maps a client's memfd into the window as a, owner's (fd consumed on success). */
 int allocation_attach(struct memory *m, struct allocation *a, struct mem_owner *owner, int fd,
@@ -73,6 +84,19 @@ static inline void allocation_set_kind(struct allocation *a, bool odp, bool read
 {
 	a->odp = odp;
 	a->read_only = read_only;
+}
+
+static inline void allocation_set_alias(struct allocation *a, uint64_t alias, unsigned access)
+{
+	a->alias = alias;
+	a->alias_access = alias ? access : 0;
+}
+
+/* The address [start, ...) of a has for its registrations: start itself, or, aliased, start's
+ * place in the alias. */
+static inline uint64_t allocation_iova(const struct allocation *a, uint64_t start)
+{
+	return a->alias ? start - allocation_address(a) + a->alias : start;
 }
 
 struct allocation *allocation_find(struct memory *m, uint64_t address);

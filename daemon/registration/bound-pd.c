@@ -33,7 +33,7 @@ static void bound_unhold(struct mr_cache *c)
 }
 
 int bound_pd_adopt(struct registrar *r, struct provider *provider, struct provider_pd *pd,
-		   const char *driver, uint32_t pd_handle, struct bound_pd **ret)
+		   const char *driver, uint32_t pd_handle, pid_t pid, struct bound_pd **ret)
 {
 	struct bound_pd *b = calloc(1, sizeof(*b));
 	int k;
@@ -50,6 +50,7 @@ int bound_pd_adopt(struct registrar *r, struct provider *provider, struct provid
 		free(b);
 		return k;
 	}
+	b->cache.pid = pid;
 	b->cache.hold = bound_hold;
 	b->cache.unhold = bound_unhold;
 	LIST_INSERT_HEAD(&r->bound, &b->cache, bound_link);
@@ -63,7 +64,7 @@ int bound_pd_adopt(struct registrar *r, struct provider *provider, struct provid
 }
 
 int bound_pd_open(struct registrar *r, struct client_context *ctx, uint32_t pd_handle,
-		  const struct provider_caps *caps, struct bound_pd **ret)
+		  const struct provider_caps *caps, pid_t pid, struct bound_pd **ret)
 {
 	char driver[16];
 	struct provider *p;
@@ -76,7 +77,7 @@ int bound_pd_open(struct registrar *r, struct client_context *ctx, uint32_t pd_h
 		client_context_close(ctx);
 		return k;
 	}
-	return bound_pd_adopt(r, p, pd, driver, pd_handle, ret);
+	return bound_pd_adopt(r, p, pd, driver, pd_handle, pid, ret);
 }
 
 struct bound_pd *bound_pd_close(struct bound_pd *b)

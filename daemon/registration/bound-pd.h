@@ -8,6 +8,7 @@
 #pragma once
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "registration/mr-cache.h"
 
@@ -27,14 +28,15 @@ struct bound_pd {
 };
 
 /* A cache for PD pd_handle of ctx (taken, also on failure) over r's memory; caps are of the
- * context's device (any mrd serves, not only the domain's). */
+ * context's device (any mrd serves, not only the domain's). pid is the client's process:
+ * memory it aliased (allocation.h) is registered at the alias here. */
 int bound_pd_open(struct registrar *r, struct client_context *ctx, uint32_t pd_handle,
-		  const struct provider_caps *caps, struct bound_pd **ret);
+		  const struct provider_caps *caps, pid_t pid, struct bound_pd **ret);
 /* The same over any provider's PD (taken, also on failure: pd goes with provider): mrd's is
  * the client's context (provider/provider-client.h); tests bind a soft PD, whose keys soft
  * DMA checks. driver and pd_handle are for mrctl. */
 int bound_pd_adopt(struct registrar *r, struct provider *provider, struct provider_pd *pd,
-		   const char *driver, uint32_t pd_handle, struct bound_pd **ret);
+		   const char *driver, uint32_t pd_handle, pid_t pid, struct bound_pd **ret);
 /* The client goes: every MR of the PD is deregistered (on workers when big) and its pages
  * uncharged; mrd's copy of the fd closes once the last of them and of the jobs is done.
  * NULL is fine. Returns NULL. */

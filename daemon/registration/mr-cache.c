@@ -8,6 +8,7 @@
 #include "log.h"
 #include "memory/allocation.h"
 #include "memory/arena.h"
+#include "memory/mem-owner.h"
 #include "memory/memory.h"
 #include "provider/provider.h"
 #include "registration/mempool.h"
@@ -100,12 +101,13 @@ uint64_t mr_cache_uncharged(const struct mr_cache *c, uint64_t start, uint64_t e
 	return pin_map_unpinned_bytes(&home(c)->charges, (uintptr_t)start, (uintptr_t)end);
 }
 
-/* An MR of c's PD: the domain's through its FRMR pools, a client PD's directly. */
-static int reg_mr(const struct mr_cache *c, uint64_t start, uint64_t end, unsigned access,
-		  struct provider_mr **ret)
+/* An MR of c's PD: the domain's through its FRMR pools, a client PD's directly, at iova
+ * (start, or its place in an alias). */
+static int reg_mr(const struct mr_cache *c, uint64_t start, uint64_t end, uint64_t iova,
+		  unsigned access, struct provider_mr **ret)
 {
 	if (c->own_pd)
-		return provider_reg(c->own_pd, (void *)(uintptr_t)start, end - start, start, access,
+		return provider_reg(c->own_pd, (void *)(uintptr_t)start, end - start, iova, access,
 				    ret);
 	return frmr_pools_reg(&registrar_of(c)->pools, (void *)(uintptr_t)start, end - start,
 			      access, false, ret);
@@ -205,7 +207,7 @@ struct reg_job {
 	struct mr_wait *lookups; /* other lookups inside the run, waiting for it */
 	struct reg_allocation *allocation; /* a client PD's job: its free waits for it */
 	struct cached_mr *spare; /* ... and the record of what it makes */
-	uint64_t addr, start, end, allocation_serial;
+	uint64_t addr, start, end, iova, allocation_serial;
 	unsigned access;
 	/* Written by the worker, read on the loop after it. */
 	struct {
@@ -342,7 +344,7 @@ static void reg_job_run(struct registrar_work *w)
 {
 	struct reg_job *j = (struct reg_job *)w;
 
-	j->rt.result = reg_mr(j->cache, j->start, j->end, j->access, &j->rt.pmr);
+	j->rt.result = reg_mr(j->cache, j->start, j->end, j->iova, j->access, &j->rt.pmr);
 }
 
 static void reg_job_done(struct registrar_work *w);
@@ -426,6 +428,7 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 		j->addr = addr;
 		j->start = start;
 		j->end = end;
+		j->iova = allocation_iova(&a->mem, start);
 		j->allocation_serial = a->mem.serial;
 		j->access = access;
 		c->pending_bytes += end - start;
@@ -441,7 +444,7 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 		return -EINPROGRESS;
 	}
 
-	k = reg_mr(c, start, end, access, &pmr);
+	k = reg_mr(c, start, end, allocation_iova(&a->mem, start), access, &pmr);
 	if (k < 0) {
 		free(spare);
 		if (pins(access))
@@ -728,6 +731,15 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 			 "domain's PD alone (a client could rereg its own PD's MR to add write)",
 			 addr);
 		return -EOPNOTSUPP;
+	}
+	if (a && a->mem.alias && (!c->own_pd || !a->mem.owner || a->mem.owner->pid != c->pid)) {
+		/* Its pages are a program's buffer at the alias: an MR anywhere else would hand
+		 * another PD keys to that program's memory, at an address nobody else maps. */
+		c->misses++;
+		snprintf(why, why_size, "0x%" PRIx64 " is memory process %d maps at 0x%" PRIx64
+			 " (libmrd-preload.so): only its own PDs register it", addr,
+			 a->mem.owner ? a->mem.owner->pid : 0, allocation_iova(&a->mem, addr));
+		return -EACCES;
 	}
 	c->misses++;
 	if (!a) {

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/queue.h>
+#include <sys/types.h>
 
 #include "base/config.h"
 #include "mr-table.h"
@@ -70,6 +71,7 @@ struct mr_cache {
 	/* A client PD's cache lives while its MRs and jobs hold it (NULL for the domain's). */
 	void (*hold)(struct mr_cache *c);
 	void (*unhold)(struct mr_cache *c);
+	pid_t pid;    /* a client PD's: its client's process, whose aliased memory it registers */
 	bool closing; /* a client PD's whose client left (mr_cache_drop_all): nothing is made */
 	LIST_ENTRY(mr_cache) bound_link; /* a client PD's, in its registrar's bound list */
 	enum mr_policy policy;

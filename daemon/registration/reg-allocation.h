@@ -62,5 +62,7 @@ static inline unsigned registration_access(bool read_only, const struct provider
 static inline unsigned reg_allocation_access(const struct reg_allocation *ra,
 					     const struct provider_caps *caps)
 {
+	if (ra->mem.alias) /* a program's buffer: what it asked, no more */
+		return provider_grantable_access(caps, ra->mem.alias_access);
 	return registration_access(ra->mem.read_only, caps);
 }
