@@ -25,5 +25,6 @@ int memory_settle_lost_frees(struct mrd_client *client, struct conn *conn, unsig
 void memory_leave(struct mrd_client *client);
 /* Not exported (libmrd-preload.so links libmrd's objects): size bytes of 4 KiB pages that this
  * process maps at alias too, so that the MRs of its bound PDs over them use addresses there
- * (AllocRequest.alias). */
-int memory_alloc_alias(struct mrd_client *client, size_t size, uint64_t alias, void **ret);
+ * and grant access (ibv_access_flags bits) alone (AllocRequest.alias). */
+int memory_alloc_alias(struct mrd_client *client, size_t size, uint64_t alias, unsigned access,
+		       void **ret);

@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "client/handle.h"
+#include "client/memory.h"
+#include "preload/address-space.h"
+#include "preload/moved-range.h"
+
+#define MAX_PIECES 64
+
+/* The index of the first range ending after addr. */
+static size_t first_after(const struct moved_ranges *m, uintptr_t addr)
+{
+	size_t lo = 0, hi = m->n;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (m->v[mid]->end <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static void update_bounds(struct moved_ranges *m)
+{
+	uintptr_t lo = m->n ? m->v[0]->start : 0, hi = m->n ? m->v[m->n - 1]->end : 0;
+
+	__atomic_store_n(&m->lo, lo, __ATOMIC_RELEASE);
+	__atomic_store_n(&m->hi, hi, __ATOMIC_RELEASE);
+}
+
+struct moved_range *moved_ranges_find(struct moved_ranges *m, uintptr_t start, uintptr_t end,
+				      bool *partial)
+{
+	size_t i = first_after(m, start);
+
+	*partial = false;
+	if (i == m->n || m->v[i]->start >= end)
+		return NULL;
+	if (m->v[i]->start <= start && end <= m->v[i]->end)
+		return m->v[i];
+	*partial = true;
+	return NULL;
+}
+
+void moved_ranges_each_overlapping(struct moved_ranges *m, uintptr_t start, uintptr_t end,
+				   void (*fn)(struct moved_range *r, void *arg), void *arg)
+{
+	size_t i = first_after(m, start);
+
+	while (i < m->n && m->v[i]->start < end) {
+		struct moved_range *r = m->v[i];
+
+		fn(r, arg);
+		if (i < m->n && m->v[i] == r)
+			i++; /* still there: on to the next; else the next took its place */
+	}
+}
+
+static int insert(struct moved_ranges *m, struct moved_range *r)
+{
+	size_t i = first_after(m, r->start);
+
+	if (m->n == m->cap) {
+		size_t cap = m->cap ? 2 * m->cap : 16;
+		struct moved_range **v = realloc(m->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		m->v = v;
+		m->cap = cap;
+	}
+	memmove(&m->v[i + 1], &m->v[i], (m->n - i) * sizeof(*m->v));
+	m->v[i] = r;
+	m->n++;
+	update_bounds(m);
+	return 0;
+}
+
+static void remove_range(struct moved_ranges *m, struct moved_range *r)
+{
+	size_t i = first_after(m, r->start);
+
+	if (i < m->n && m->v[i] == r) {
+		memmove(&m->v[i], &m->v[i + 1], (m->n - i - 1) * sizeof(*m->v));
+		m->n--;
+		update_bounds(m);
+	}
+}
+
+/* Page tables for the alias now, so that the page map tells a live alias at a glance. */
+static void populate(uintptr_t start, uintptr_t end)
+{
+#ifdef MADV_POPULATE_READ
+	if (madvise((void *)start, end - start, MADV_POPULATE_READ) == 0)
+		return;
+#endif
+	for (uintptr_t p = start; p < end; p += (uintptr_t)sysconf(_SC_PAGESIZE))
+		(void)*(volatile const char *)p;
+}
+
+int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t start, uintptr_t end,
+		     unsigned access, struct moved_range **ret, char *why, size_t why_size)
+{
+	struct moved_range *r;
+	void *window, *at;
+	int k;
+
+	k = address_space_movable(start, end, why, why_size);
+	if (k < 0)
+		return k;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	k = memory_alloc_alias(mem, end - start, start, access, &window);
+	if (k < 0) {
+		snprintf(why, why_size, "mrd gave no memory: %s", mrd_last_error());
+		free(r);
+		return k;
+	}
+	/* A write another thread makes to these pages between the copy and the remap is lost:
+	 * the shim's documented limit. */
+	memcpy(window, (void *)start, end - start);
+	/* A second mapping of the same pages (old size 0 duplicates a shared mapping), over the
+	 * program's own: the kernel swaps them in one step. */
+	at = (void *)syscall(SYS_mremap, window, 0, end - start, MREMAP_MAYMOVE | MREMAP_FIXED,
+			     (void *)start);
+	if (at != (void *)start) {
+		k = at == MAP_FAILED ? -errno : -EFAULT;
+		snprintf(why, why_size, "mremap onto 0x%" PRIxPTR ": %s", start, strerror(-k));
+		(void)mrd_mem_free(mem, window);
+		free(r);
+		return k;
+	}
+	populate(start, end);
+	*r = (struct moved_range){ .start = start, .end = end, .window = (uintptr_t)window,
+				   .access = access };
+	k = insert(m, r);
+	if (k < 0) {
+		/* Keep the program's bytes: back onto private memory. */
+		moved_range_move_back(m, mem, r);
+		return k;
+	}
+	*ret = r;
+	return 0;
+}
+
+bool moved_range_intact(const struct moved_range *r, uintptr_t start, uintptr_t end)
+{
+	struct alias_piece pieces[2];
+	int n;
+
+	if (address_space_looks_aliased(start, end))
+		return true;
+	n = address_space_alias_pieces(start, end, r->window + (start - r->start), pieces, 2);
+	return n == 1 && pieces[0].start == start && pieces[0].end == end;
+}
+
+/* Private anonymous memory with the bytes of each piece of r the program still maps. */
+static void copy_to_private(const struct moved_range *r)
+{
+	struct alias_piece pieces[MAX_PIECES];
+	int n = address_space_alias_pieces(r->start, r->end, r->window, pieces, MAX_PIECES);
+
+	for (int i = 0; i < n; i++) {
+		size_t len = pieces[i].end - pieces[i].start;
+		void *tmp = (void *)syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE,
+					    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (tmp == MAP_FAILED)
+			continue; /* the pages stay mrd's: the memory cannot be freed safely */
+		if (pieces[i].prot & PROT_READ)
+			memcpy(tmp, (void *)pieces[i].start, len);
+		if ((void *)syscall(SYS_mremap, tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
+				    (void *)pieces[i].start) == MAP_FAILED) {
+			syscall(SYS_munmap, tmp, len);
+			continue;
+		}
+		if (pieces[i].prot != (PROT_READ | PROT_WRITE))
+			(void)mprotect((void *)pieces[i].start, len, pieces[i].prot);
+	}
+}
+
+static void drop(struct moved_ranges *m, mrd_client *mem, struct moved_range *r)
+{
+	struct alias_piece left[1];
+
+	remove_range(m, r);
+	/* Freeing mrd's memory punches its pages: only once the program maps none of them. */
+	if (address_space_alias_pieces(r->start, r->end, r->window, left, 1) == 0)
+		(void)mrd_mem_free(mem, (void *)r->window);
+	r->gone = true;
+	moved_range_put(r);
+}
+
+void moved_range_move_back(struct moved_ranges *m, mrd_client *mem, struct moved_range *r)
+{
+	copy_to_private(r);
+	drop(m, mem, r);
+}
+
+void moved_range_forget(struct moved_ranges *m, mrd_client *mem, struct moved_range *r)
+{
+	drop(m, mem, r);
+}
+
+void moved_ranges_fork_child(struct moved_ranges *m)
+{
+	for (size_t i = 0; i < m->n; i++) {
+		copy_to_private(m->v[i]);
+		m->v[i]->gone = true;
+		moved_range_put(m->v[i]);
+	}
+	m->n = 0;
+	update_bounds(m);
+}
+
+void moved_range_put(struct moved_range *r)
+{
+	if (!r->gone || r->live > 0)
+		return;
+	while (r->keys) {
+		struct range_keys *k = r->keys;
+
+		r->keys = k->next;
+		free(k);
+	}
+	free(r);
+}

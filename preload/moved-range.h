@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/* A program's buffer moved onto mrd's memory at its own address: the pages [start, end) are
+ * copied into an allocation of mrd's (AllocRequest.alias) and that allocation is mapped over
+ * them, so the program sees the same bytes at the same address while mrd pins and registers
+ * them in the program's own PD (the keys use the program's addresses). Moved ranges never
+ * overlap; the registry keeps them sorted. Moving back copies the pages onto private memory
+ * again before mrd's memory goes. Callers hold the shim's lock. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mrd/mrd.h>
+
+/* The keys one PD has for a range (a PD's MR over all of it). */
+struct range_keys {
+	struct range_keys *next;
+	const void *pd;
+	uint32_t lkey, rkey;
+};
+
+struct moved_range {
+	uintptr_t start, end; /* the program's pages */
+	uintptr_t window;     /* the same pages at mrd's address (this process maps both) */
+	unsigned access;      /* what its MRs grant: the ibv_access_flags of the registration
+			       * that moved it */
+	unsigned live;        /* the program's registrations over it */
+	unsigned kept;        /* those it deregistered that the shim keeps for a hit */
+	bool gone;            /* out of the registry (unmapped under live registrations): freed
+			       * with its last one */
+	struct range_keys *keys;
+};
+
+struct moved_ranges {
+	struct moved_range **v;
+	size_t n, cap;
+	/* The bytes any range covers lie in [lo, hi): free() and munmap() of memory outside
+	 * look no further, without the lock. Written under it. */
+	uintptr_t lo, hi;
+};
+
+/* The range holding all of [start, end), or NULL; *partial is set when another range
+ * overlaps part of it (that registration cannot be served). */
+struct moved_range *moved_ranges_find(struct moved_ranges *m, uintptr_t start, uintptr_t end,
+				      bool *partial);
+/* Each range overlapping [start, end), in address order: fn may drop it. */
+void moved_ranges_each_overlapping(struct moved_ranges *m, uintptr_t start, uintptr_t end,
+				   void (*fn)(struct moved_range *r, void *arg), void *arg);
+
+/* Moves the pages [start, end) (page-aligned) onto mrd's memory of mem. 0; -EOPNOTSUPP when
+ * they are no plain private memory (why says what), -ENOMEM, or what mrd answered. */
+int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t start, uintptr_t end,
+		     unsigned access, struct moved_range **ret, char *why, size_t why_size);
+/* Whether the program still sees mrd's pages over all of [start, end) of r. */
+bool moved_range_intact(const struct moved_range *r, uintptr_t start, uintptr_t end);
+/* Copies what of r the program still maps onto private memory again, then frees mrd's
+ * memory (its MRs and keys go with it). r leaves the registry; it is freed unless live
+ * registrations still point at it (then it is gone). */
+void moved_range_move_back(struct moved_ranges *m, mrd_client *mem, struct moved_range *r);
+/* The same where the program mapped none of it any more: no copy. */
+void moved_range_forget(struct moved_ranges *m, mrd_client *mem, struct moved_range *r);
+/* In a child of fork(): every range's pages become the child's private copy (the parent
+ * keeps mrd's), and the registry forgets them without a word to mrd. */
+void moved_ranges_fork_child(struct moved_ranges *m);
+/* Frees r once gone with no live registration left. */
+void moved_range_put(struct moved_range *r);

@@ -1,0 +1,867 @@
+/* SPDX-License-Identifier: MIT */
+/* libmrd-preload.so: LD_PRELOAD=libmrd-preload.so PROGRAM serves an unmodified verbs program's
+ * memory registrations through mrd. Each ibv_reg_mr (every form reaches ibv_reg_mr_iova2 in
+ * rdma-core 44: the others tail-call it through the PLT) moves the buffer's pages onto mrd's
+ * memory at the same address (moved-range.h), and mrd registers them in the program's own PD
+ * (BindPd, one mrd connection per PD): the program needs no RLIMIT_MEMLOCK. The MR handed back
+ * is the shim's own, in libibverbs' verbs_mr layout; ibv_dereg_mr of it keeps it for a later
+ * registration of the same buffer (a hit: no request) until the buffer is freed or unmapped,
+ * which free(), realloc(), munmap(), mremap() and mmap(MAP_FIXED) tell. What cannot be moved falls through to
+ * the real call, said once on stderr. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+#include <mrd/mrd-verbs.h>
+#include <mrd/mrd.h>
+
+#include "preload/moved-range.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* libibverbs' struct verbs_mr (driver.h): it reads mr_type and access behind the ibv_mr of
+ * any MR a program hands it. */
+struct shim_mr {
+	struct ibv_mr ibv;
+	int mr_type; /* IBV_MR_TYPE_MR */
+	int verbs_access;
+	struct moved_range *range;
+	unsigned access; /* as the program asked */
+	bool kept;       /* deregistered by the program, kept for a hit */
+	struct shim_mr *hash_next;
+	struct shim_mr *kept_prev, *kept_next; /* newest first */
+};
+
+/* An mrd connection bound to one of the program's PDs. */
+struct shim_pd {
+	struct shim_pd *next;
+	struct ibv_pd *pd;
+	mrd_client *client;
+	int error; /* binding failed: that PD's registrations fall through */
+};
+
+#define HASH_SIZE 1024
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* This thread is inside the shim: what it calls (libmrd's free, munmap) passes straight on. */
+static __thread unsigned inside __attribute__((tls_model("initial-exec")));
+static bool enabled = true;
+static int log_level = 1;
+static unsigned keep_max = 256;
+static struct moved_ranges ranges;
+static mrd_client *mem; /* the connection that owns the moved memory */
+static int mem_error;
+static struct shim_pd *pds;
+static struct shim_mr *by_address[HASH_SIZE];
+static struct shim_mr *kept_head, *kept_tail;
+static unsigned n_kept;
+static unsigned long n_served, n_hits, n_passed;
+
+static struct ibv_mr *(*real_reg)(struct ibv_pd *, void *, size_t, uint64_t, unsigned int);
+static int (*real_dereg)(struct ibv_mr *);
+static int (*real_rereg)(struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int);
+static int (*real_dealloc_pd)(struct ibv_pd *);
+extern void __libc_free(void *);
+extern void *__libc_realloc(void *, size_t);
+static void (*real_free)(void *);
+static void *(*real_realloc)(void *, size_t);
+static size_t (*real_usable_size)(void *);
+static bool glibc_malloc;
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n > sizeof(line) - 2)
+		n = sizeof(line) - 2;
+	line[n++] = '\n';
+	(void)!write(STDERR_FILENO, "libmrd-preload: ", 16);
+	(void)!write(STDERR_FILENO, line, (size_t)n);
+}
+
+/* Once per call site at the default level, every time at 2. */
+#define SAY_ONCE(...)                                                                        \
+	do {                                                                                 \
+		static bool said_;                                                           \
+		if (log_level >= 2 || (log_level == 1 && !said_))                            \
+			say(__VA_ARGS__);                                                    \
+		said_ = true;                                                                \
+	} while (0)
+
+/* A libibverbs function, also where the program loaded libibverbs itself with dlopen() (its
+ * local scope is no part of RTLD_NEXT's). */
+static void *verbs_symbol(const char *name, const char *version)
+{
+	void *f = dlvsym(RTLD_NEXT, name, version);
+
+	if (!f) {
+		void *h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+
+		if (h) {
+			f = dlvsym(h, name, version);
+			dlclose(h);
+		}
+	}
+	return f;
+}
+
+static void resolve_verbs(void)
+{
+	if (!real_reg)
+		real_reg = verbs_symbol("ibv_reg_mr_iova2", "IBVERBS_1.8");
+	if (!real_dereg)
+		real_dereg = verbs_symbol("ibv_dereg_mr", "IBVERBS_1.1");
+	if (!real_rereg)
+		real_rereg = verbs_symbol("ibv_rereg_mr", "IBVERBS_1.1");
+	if (!real_dealloc_pd)
+		real_dealloc_pd = verbs_symbol("ibv_dealloc_pd", "IBVERBS_1.1");
+}
+
+static void enter(void)
+{
+	pthread_mutex_lock(&lock);
+	inside++;
+}
+
+static void leave(void)
+{
+	inside--;
+	pthread_mutex_unlock(&lock);
+}
+
+/* Whether [start, end) may touch a moved range: a look without the lock. */
+static bool near_ranges(uintptr_t start, uintptr_t end)
+{
+	return start < __atomic_load_n(&ranges.hi, __ATOMIC_ACQUIRE) &&
+	       __atomic_load_n(&ranges.lo, __ATOMIC_ACQUIRE) < end;
+}
+
+static size_t hash_of(const struct ibv_mr *mr)
+{
+	return ((uintptr_t)mr >> 4) % HASH_SIZE;
+}
+
+static void hash_add(struct shim_mr *m)
+{
+	size_t h = hash_of(&m->ibv);
+
+	m->hash_next = by_address[h];
+	by_address[h] = m;
+}
+
+static void hash_remove(struct shim_mr *m)
+{
+	for (struct shim_mr **p = &by_address[hash_of(&m->ibv)]; *p; p = &(*p)->hash_next)
+		if (*p == m) {
+			*p = m->hash_next;
+			return;
+		}
+}
+
+static struct shim_mr *ours(const struct ibv_mr *mr)
+{
+	for (struct shim_mr *m = by_address[hash_of(mr)]; m; m = m->hash_next)
+		if (&m->ibv == mr)
+			return m;
+	return NULL;
+}
+
+static void kept_unlink(struct shim_mr *m)
+{
+	if (m->kept_prev)
+		m->kept_prev->kept_next = m->kept_next;
+	else
+		kept_head = m->kept_next;
+	if (m->kept_next)
+		m->kept_next->kept_prev = m->kept_prev;
+	else
+		kept_tail = m->kept_prev;
+	m->kept_prev = m->kept_next = NULL;
+	m->kept = false;
+	n_kept--;
+}
+
+/* A range nobody registers any more goes back to the program's private memory, and mrd's
+ * memory (with every MR and key over it) with it. */
+static void settle(struct moved_range *r)
+{
+	if (r->gone)
+		moved_range_put(r);
+	else if (r->live == 0 && r->kept == 0)
+		moved_range_move_back(&ranges, mem, r);
+}
+
+/* A kept registration goes: its buffer was freed, or the shim keeps too many. */
+static void release_kept(struct shim_mr *m, bool settle_range)
+{
+	struct moved_range *r = m->range;
+
+	kept_unlink(m);
+	hash_remove(m);
+	free(m);
+	r->kept--;
+	if (settle_range)
+		settle(r);
+}
+
+static void keep(struct shim_mr *m)
+{
+	m->kept = true;
+	m->kept_prev = NULL;
+	m->kept_next = kept_head;
+	if (kept_head)
+		kept_head->kept_prev = m;
+	kept_head = m;
+	if (!kept_tail)
+		kept_tail = m;
+	n_kept++;
+	m->range->kept++;
+	while (n_kept > keep_max)
+		release_kept(kept_tail, true);
+}
+
+/* The kept registrations over r (all, or those touching [start, end)) go, without settling
+ * r: the caller decides what becomes of it. */
+static void release_kept_over(const struct moved_range *r, uintptr_t start, uintptr_t end)
+{
+	struct shim_mr *m = kept_head, *next;
+
+	for (; m; m = next) {
+		uintptr_t s = (uintptr_t)m->ibv.addr, e = s + m->ibv.length;
+
+		next = m->kept_next;
+		if (m->range == r && s < end && start < e)
+			release_kept(m, false);
+	}
+}
+
+/* The program no longer maps [start, end) of r as mrd's pages (unmapped, or its page tables
+ * show something else): the kept registrations there are dead, and so is the range once it
+ * has no registration left; with live ones, what it still maps stays mrd's. */
+static void lost(struct moved_range *r, uintptr_t start, uintptr_t end)
+{
+	release_kept_over(r, start, end);
+	if (start <= r->start && r->end <= end)
+		moved_range_forget(&ranges, mem, r);
+	else if (r->live == 0 && r->kept == 0)
+		moved_range_move_back(&ranges, mem, r);
+}
+
+static struct shim_pd *pd_of(struct ibv_pd *pd)
+{
+	struct shim_pd *p;
+	int k;
+
+	for (p = pds; p; p = p->next)
+		if (p->pd == pd)
+			return p;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	p->pd = pd;
+	k = mrd_client_connect(NULL, &p->client);
+	if (k == 0) {
+		k = mrd_verbs_bind_pd(p->client, pd);
+		if (k < 0)
+			p->client = mrd_client_close(p->client);
+	}
+	if (k < 0) {
+		p->error = k;
+		SAY_ONCE("PD %p of %s: registrations fall through to libibverbs: %s",
+			 (void *)pd, pd->context->device->name, mrd_last_error());
+	}
+	p->next = pds;
+	pds = p;
+	return p;
+}
+
+static int keys_of(struct moved_range *r, struct shim_pd *p, struct range_keys **ret, char *why,
+		   size_t why_size)
+{
+	struct range_keys *k;
+	struct mrd_keys keys;
+	int e;
+
+	for (k = r->keys; k; k = k->next)
+		if (k->pd == p->pd) {
+			*ret = k;
+			return 0;
+		}
+	e = mrd_keys_query(p->client, (void *)r->window, &keys);
+	if (e < 0) {
+		snprintf(why, why_size, "mrd gave no keys: %s", mrd_last_error());
+		return e;
+	}
+	if (keys.start > r->window || keys.end < r->window + (r->end - r->start)) {
+		/* [cache] policy = page: an MR per page, and an ibv_mr needs one over all. */
+		snprintf(why, why_size, "mrd's MR covers [0x%" PRIxPTR ", 0x%" PRIxPTR ") of [0x%"
+			 PRIxPTR ", 0x%" PRIxPTR ") (policy page?)", keys.start, keys.end,
+			 r->window, r->window + (r->end - r->start));
+		return -EOPNOTSUPP;
+	}
+	k = calloc(1, sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	*k = (struct range_keys){ r->keys, p->pd, keys.lkey, keys.rkey };
+	r->keys = k;
+	*ret = k;
+	return 0;
+}
+
+/* A kept registration of exactly this buffer whose pages are still mrd's. */
+static struct shim_mr *kept_hit(struct ibv_pd *pd, void *addr, size_t length, unsigned access,
+				uintptr_t start, uintptr_t end)
+{
+	for (struct shim_mr *m = kept_head; m; m = m->kept_next) {
+		if (m->ibv.pd != pd || m->ibv.addr != addr || m->ibv.length != length ||
+		    m->access != access)
+			continue;
+		if (!moved_range_intact(m->range, start, end)) {
+			lost(m->range, start, end);
+			return NULL;
+		}
+		kept_unlink(m);
+		m->range->kept--;
+		m->range->live++;
+		return m;
+	}
+	return NULL;
+}
+
+/* What mrd registers for a program: its four access bits, no more (no zero-based, MW bind or
+ * on-demand: those fall through). Optional bits (relaxed ordering) are hints. */
+#define SERVED_ACCESS \
+	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | \
+	 IBV_ACCESS_REMOTE_ATOMIC)
+
+static int serve(struct ibv_pd *pd, void *addr, size_t length, unsigned access,
+		 struct shim_mr **ret, char *why, size_t why_size)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), start, end;
+	struct moved_range *r;
+	struct range_keys *keys;
+	struct shim_pd *p;
+	struct shim_mr *m;
+	bool partial;
+	int k;
+
+	access &= ~(unsigned)IBV_ACCESS_OPTIONAL_RANGE;
+	if (access & ~SERVED_ACCESS) {
+		snprintf(why, why_size, "access 0x%x: mrd registers local write, remote write, "
+			 "read and atomics alone", access);
+		return -EOPNOTSUPP;
+	}
+	if (!addr || !length || (uintptr_t)addr > UINTPTR_MAX - length - page) {
+		snprintf(why, why_size, "no range to register (%p, %zu bytes)", addr, length);
+		return -EINVAL;
+	}
+	start = (uintptr_t)addr & ~(page - 1);
+	end = ((uintptr_t)addr + length + page - 1) & ~(page - 1);
+	p = pd_of(pd);
+	if (!p)
+		return -ENOMEM;
+	if (p->error) {
+		snprintf(why, why_size, "the PD is not bound to mrd: %s", strerror(-p->error));
+		return p->error;
+	}
+	m = kept_hit(pd, addr, length, access, start, end);
+	if (m) {
+		n_hits++;
+		*ret = m;
+		return 0;
+	}
+	r = moved_ranges_find(&ranges, start, end, &partial);
+	if (r && !moved_range_intact(r, start, end)) {
+		lost(r, start, end);
+		if (moved_ranges_find(&ranges, start, end, &partial)) {
+			/* Still there: a live registration holds it. */
+			snprintf(why, why_size, "its pages were unmapped or replaced under a live "
+				 "registration");
+			return -EOPNOTSUPP;
+		}
+		r = NULL;
+	}
+	if (partial) {
+		snprintf(why, why_size, "its pages overlap part of a buffer registered before");
+		return -EOPNOTSUPP;
+	}
+	if (r && r->access != access) {
+		snprintf(why, why_size, "its pages are registered with access 0x%x already",
+			 r->access);
+		return -EOPNOTSUPP;
+	}
+	if (!r) {
+		if (!mem && !mem_error) {
+			mem_error = mrd_client_connect(NULL, &mem);
+			if (mem_error)
+				SAY_ONCE("no mrd (%s): registrations fall through to libibverbs",
+					 mrd_last_error());
+		}
+		if (mem_error) {
+			snprintf(why, why_size, "no mrd: %s", strerror(-mem_error));
+			return mem_error;
+		}
+		k = moved_range_move(&ranges, mem, start, end, access, &r, why, why_size);
+		if (k < 0)
+			return k;
+	}
+	m = calloc(1, sizeof(*m));
+	k = m ? keys_of(r, p, &keys, why, why_size) : -ENOMEM;
+	if (k < 0) {
+		free(m);
+		settle(r);
+		return k;
+	}
+	m->ibv = (struct ibv_mr){ .context = pd->context, .pd = pd, .addr = addr,
+				  .length = length, .lkey = keys->lkey, .rkey = keys->rkey };
+	m->mr_type = 0; /* IBV_MR_TYPE_MR */
+	m->verbs_access = (int)access;
+	m->range = r;
+	m->access = access;
+	r->live++;
+	hash_add(m);
+	n_served++;
+	*ret = m;
+	return 0;
+}
+
+EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length,
+				       uint64_t iova, unsigned int access)
+{
+	struct shim_mr *m = NULL;
+	char why[256] = "";
+	int k = -EOPNOTSUPP;
+
+	resolve_verbs();
+	if (!real_reg) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	if (!enabled || inside || !pd)
+		return real_reg(pd, addr, length, iova, access);
+	if (iova != (uintptr_t)addr)
+		snprintf(why, sizeof(why), "iova 0x%" PRIx64 " is not the address", iova);
+	else {
+		enter();
+		k = serve(pd, addr, length, access, &m, why, sizeof(why));
+		leave();
+	}
+	if (k == 0) {
+		if (log_level >= 2)
+			say("%p+%zu: lkey 0x%x rkey 0x%x through mrd", addr, length, m->ibv.lkey,
+			    m->ibv.rkey);
+		return &m->ibv;
+	}
+	__atomic_add_fetch(&n_passed, 1, __ATOMIC_RELAXED);
+	SAY_ONCE("%p+%zu falls through to libibverbs: %s", addr, length, why);
+	return real_reg(pd, addr, length, iova, access);
+}
+
+EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
+{
+	struct shim_mr *m;
+	struct moved_range *r;
+
+	resolve_verbs();
+	if (!real_dereg)
+		return ENOSYS;
+	if (!mr || inside)
+		return real_dereg(mr);
+	enter();
+	m = ours(mr);
+	if (!m || m->kept) {
+		leave();
+		/* Not the shim's (or deregistered twice: libibverbs' answer to a dead MR). */
+		return m ? EINVAL : real_dereg(mr);
+	}
+	r = m->range;
+	r->live--;
+	if (enabled && !r->gone && keep_max > 0) {
+		keep(m);
+	} else {
+		hash_remove(m);
+		free(m);
+		settle(r);
+	}
+	leave();
+	return 0;
+}
+
+EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
+			size_t length, int access)
+{
+	struct shim_mr *m, *fresh;
+	struct moved_range *old;
+	char why[256] = "";
+	int k;
+
+	resolve_verbs();
+	if (!real_rereg)
+		return IBV_REREG_MR_ERR_CMD;
+	if (!mr || inside)
+		return real_rereg(mr, flags, pd, addr, length, access);
+	enter();
+	m = ours(mr);
+	if (!m) {
+		leave();
+		return real_rereg(mr, flags, pd, addr, length, access);
+	}
+	/* libibverbs' own checks (verbs.c ibv_rereg_mr), then a registration of the new
+	 * buffer that takes the place of the old one; on failure the old one stands. */
+	if (m->kept || !flags || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) ||
+	    ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!length || !addr)) ||
+	    (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS))) {
+		leave();
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	if (!(flags & IBV_REREG_MR_CHANGE_PD))
+		pd = m->ibv.pd;
+	if (!(flags & IBV_REREG_MR_CHANGE_TRANSLATION)) {
+		addr = m->ibv.addr;
+		length = m->ibv.length;
+	}
+	if (!(flags & IBV_REREG_MR_CHANGE_ACCESS))
+		access = (int)m->access;
+	k = serve(pd, addr, length, (unsigned)access, &fresh, why, sizeof(why));
+	if (k < 0) {
+		leave();
+		SAY_ONCE("rereg of %p+%zu refused: %s", m->ibv.addr, m->ibv.length, why);
+		errno = -k;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	old = m->range;
+	hash_remove(fresh);
+	m->ibv.pd = fresh->ibv.pd;
+	m->ibv.addr = fresh->ibv.addr;
+	m->ibv.length = fresh->ibv.length;
+	m->ibv.lkey = fresh->ibv.lkey;
+	m->ibv.rkey = fresh->ibv.rkey;
+	m->verbs_access = fresh->verbs_access;
+	m->access = fresh->access;
+	m->range = fresh->range;
+	free(fresh);
+	old->live--;
+	settle(old);
+	leave();
+	return 0;
+}
+
+EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	struct shim_pd **pp, *p;
+
+	resolve_verbs();
+	if (!real_dealloc_pd)
+		return ENOSYS;
+	if (!pd || inside)
+		return real_dealloc_pd(pd);
+	enter();
+	for (pp = &pds; *pp && (*pp)->pd != pd; pp = &(*pp)->next)
+		;
+	p = *pp;
+	if (p) {
+		for (size_t h = 0; h < HASH_SIZE; h++)
+			for (struct shim_mr *m = by_address[h]; m; m = m->hash_next)
+				if (m->ibv.pd == pd && !m->kept) {
+					leave();
+					return EBUSY; /* as the kernel says of a PD with MRs */
+				}
+		for (struct shim_mr *m = kept_head, *next; m; m = next) {
+			next = m->kept_next;
+			if (m->ibv.pd == pd)
+				release_kept(m, true);
+		}
+		for (size_t i = 0; i < ranges.n; i++)
+			for (struct range_keys **k = &ranges.v[i]->keys; *k;)
+				if ((*k)->pd == pd) {
+					struct range_keys *dead = *k;
+
+					*k = dead->next;
+					free(dead);
+				} else
+					k = &(*k)->next;
+		/* mrd deregisters its MRs in the PD and lets go of the context. */
+		p->client = mrd_client_close(p->client);
+		*pp = p->next;
+		free(p);
+	}
+	leave();
+	return real_dealloc_pd(pd);
+}
+
+struct unmap_walk {
+	uintptr_t start, end;
+};
+
+static void unmapped_one(struct moved_range *r, void *arg)
+{
+	const struct unmap_walk *w = arg;
+
+	lost(r, w->start, w->end);
+}
+
+/* The program unmapped [start, end): what of its moved ranges lay there is lost. */
+static void unmapped(uintptr_t start, uintptr_t end)
+{
+	struct unmap_walk w = { start, end };
+
+	moved_ranges_each_overlapping(&ranges, start, end, unmapped_one, &w);
+}
+
+static void moving_one(struct moved_range *r, void *arg)
+{
+	const struct unmap_walk *w = arg;
+
+	release_kept_over(r, w->start, w->end);
+	if (r->live == 0 && r->kept == 0)
+		moved_range_move_back(&ranges, mem, r);
+}
+
+EXPORT int munmap(void *addr, size_t length)
+{
+	long r = syscall(SYS_munmap, addr, length);
+
+	if (r == 0 && !inside && length && near_ranges((uintptr_t)addr, (uintptr_t)addr + length)) {
+		enter();
+		unmapped((uintptr_t)addr, (uintptr_t)addr + length);
+		leave();
+	}
+	return (int)r;
+}
+
+/* MAP_FIXED over a moved range replaces its pages as munmap() would. */
+static void *map(void *addr, size_t length, int prot, int flags, int fd, off_t offset)
+{
+	void *r = (void *)syscall(SYS_mmap, addr, length, prot, flags, fd, offset);
+
+	if (r != MAP_FAILED && (flags & MAP_FIXED) && !inside && length &&
+	    near_ranges((uintptr_t)r, (uintptr_t)r + length)) {
+		enter();
+		unmapped((uintptr_t)r, (uintptr_t)r + length);
+		leave();
+	}
+	return r;
+}
+
+EXPORT void *mmap(void *addr, size_t length, int prot, int flags, int fd, off_t offset)
+{
+	return map(addr, length, prot, flags, fd, offset);
+}
+
+EXPORT void *mmap64(void *addr, size_t length, int prot, int flags, int fd, off_t offset)
+{
+	return map(addr, length, prot, flags, fd, offset);
+}
+
+struct free_walk {
+	uintptr_t start, end;     /* the freed chunk's bytes */
+	uintptr_t block, block_end; /* glibc's mapping of it, when it is mmapped: free unmaps it */
+	struct moved_range *forget[8];
+	int n_forget;
+};
+
+/* Before the allocator takes the bytes back: their kept registrations die, and a range left
+ * with none goes back to private memory first — the allocator may reuse its pages, or
+ * madvise() them away, and must find its own memory there. Where glibc unmaps the whole range
+ * with the chunk, no copy: the range is forgotten once it did. */
+static void freeing_one(struct moved_range *r, void *arg)
+{
+	struct free_walk *w = arg;
+
+	release_kept_over(r, w->start, w->end);
+	if (r->live > 0 || r->kept > 0)
+		return;
+	if (w->block && w->block <= r->start && r->end <= w->block_end && w->n_forget < 8) {
+		w->forget[w->n_forget++] = r;
+		return;
+	}
+	moved_range_move_back(&ranges, mem, r);
+}
+
+/* The bytes of the chunk at p; near_ranges() of them tells whether free() must look. */
+static uintptr_t chunk_end(void *p)
+{
+	size_t usable = real_usable_size ? real_usable_size(p) : 0;
+
+	return (uintptr_t)p + (usable ? usable : 1);
+}
+
+/* will_unmap: free(), which unmaps an mmapped chunk; realloc() may keep or move it. */
+static void before_free(void *p, bool will_unmap, struct free_walk *w)
+{
+	w->start = (uintptr_t)p;
+	w->end = chunk_end(p);
+	w->block = w->block_end = 0;
+	w->n_forget = 0;
+	if (glibc_malloc && will_unmap) {
+		/* glibc's chunk header: the size word before p, bit 1 set for an mmapped chunk,
+		 * whose mapping starts prev_size bytes before the header. */
+		size_t size = ((size_t *)p)[-1], prev = ((size_t *)p)[-2];
+
+		if (size & 2) {
+			w->block = w->start - 2 * sizeof(size_t) - prev;
+			w->block_end = w->block + prev + (size & ~(size_t)7);
+		}
+	}
+	moved_ranges_each_overlapping(&ranges, w->start, w->end, freeing_one, w);
+}
+
+static void after_free(struct free_walk *w)
+{
+	for (int i = 0; i < w->n_forget; i++)
+		moved_range_forget(&ranges, mem, w->forget[i]);
+}
+
+static void call_real_free(void *p)
+{
+	if (real_free)
+		real_free(p);
+	else
+		__libc_free(p);
+}
+
+EXPORT void free(void *p)
+{
+	struct free_walk w;
+
+	if (!p || inside || !__atomic_load_n(&ranges.hi, __ATOMIC_ACQUIRE) ||
+	    !near_ranges((uintptr_t)p, chunk_end(p))) {
+		call_real_free(p);
+		return;
+	}
+	enter();
+	before_free(p, true, &w);
+	call_real_free(p);
+	after_free(&w);
+	leave();
+}
+
+EXPORT void *realloc(void *p, size_t size)
+{
+	struct free_walk w;
+	void *q;
+
+	if (!p || inside || !__atomic_load_n(&ranges.hi, __ATOMIC_ACQUIRE) ||
+	    !near_ranges((uintptr_t)p, chunk_end(p)))
+		return real_realloc ? real_realloc(p, size) : __libc_realloc(p, size);
+	enter();
+	before_free(p, false, &w); /* copied back, never just forgotten: the block may stay */
+	q = real_realloc ? real_realloc(p, size) : __libc_realloc(p, size);
+	leave();
+	return q;
+}
+
+EXPORT void *mremap(void *old, size_t old_length, size_t new_length, int flags, ...)
+{
+	void *new_address = NULL, *r;
+	bool near = false;
+	va_list ap;
+
+	if (flags & MREMAP_FIXED) {
+		va_start(ap, flags);
+		new_address = va_arg(ap, void *);
+		va_end(ap);
+	}
+	if (!inside) {
+		near = near_ranges((uintptr_t)old, (uintptr_t)old + old_length + 1) ||
+		       (new_address &&
+			near_ranges((uintptr_t)new_address, (uintptr_t)new_address + new_length));
+	}
+	if (near) {
+		/* Pages that move: a range there with no live registration goes back to private
+		 * memory first, and its kept registrations die. */
+		struct unmap_walk w = { (uintptr_t)old, (uintptr_t)old + (old_length ? old_length : 1) };
+
+		enter();
+		moved_ranges_each_overlapping(&ranges, w.start, w.end, moving_one, &w);
+		leave();
+	}
+	r = (void *)syscall(SYS_mremap, old, old_length, new_length, flags, new_address);
+	if (near && r != MAP_FAILED && new_address) {
+		enter();
+		unmapped((uintptr_t)new_address, (uintptr_t)new_address + new_length);
+		leave();
+	}
+	return r;
+}
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&lock);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&lock);
+}
+
+/* The child gets its own copy of every moved page (as fork gives of private memory; mrd's
+ * stay the parent's) and runs on without the shim: its mrd connections are the parent's. */
+static void fork_child(void)
+{
+	inside++;
+	while (kept_head)
+		release_kept(kept_head, false);
+	moved_ranges_fork_child(&ranges);
+	enabled = false;
+	pds = NULL;
+	mem = NULL;
+	inside--;
+	pthread_mutex_unlock(&lock);
+}
+
+static bool env_off(const char *v)
+{
+	return v && (strcmp(v, "0") == 0 || strcasecmp(v, "off") == 0 ||
+		     strcasecmp(v, "no") == 0 || strcasecmp(v, "false") == 0);
+}
+
+__attribute__((constructor)) static void shim_init(void)
+{
+	const char *v;
+
+	inside++;
+	real_free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
+	real_realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
+	real_usable_size = (size_t (*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+	glibc_malloc = real_free == __libc_free;
+	if (env_off(getenv("MRD_PRELOAD")))
+		enabled = false;
+	v = getenv("MRD_PRELOAD_LOG");
+	if (v)
+		log_level = atoi(v);
+	v = getenv("MRD_PRELOAD_KEEP");
+	if (v)
+		keep_max = (unsigned)strtoul(v, NULL, 10);
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+	inside--;
+}
+
+__attribute__((destructor)) static void shim_fini(void)
+{
+	if (log_level >= 2 || (log_level >= 1 && n_passed > 0 && n_served > 0))
+		say("%lu registrations through mrd (%lu kept ones taken again), %lu fell through",
+		    n_served + n_hits, n_hits, n_passed);
+}

@@ -1,0 +1,335 @@
+/* SPDX-License-Identifier: MIT */
+/* libmrd-preload.so's mechanism against a real mrd, without a device: a program's buffer
+ * moved onto mrd's memory at its own address keeps its bytes and shows mrd's pages; what is
+ * no plain private memory is refused; moving back gives private pages with the same bytes and
+ * frees mrd's memory; an unmapped range is told from a live one; a child of fork() gets its
+ * own copy. The keys (BindPd) need a uverbs device: the VM test covers them. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <mrd/mrd.h>
+
+#include "preload/address-space.h"
+#include "preload/moved-range.h"
+#include "check-run.h"
+#include "test-util.h"
+
+#define PAGE 4096u
+#define RW 7u /* local write, remote write, remote read */
+
+static struct mrd_proc mrd;
+static mrd_client *mem;
+static struct moved_ranges ranges;
+
+static void setup(void)
+{
+	int r = mrd_proc_start(&mrd, "[memory]\nhugepages = no\narena_size = 64M\n", NULL);
+
+	ck_assert_msg(r == 0, "mrd did not start: %s", strerror(-r));
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &mem), 0);
+	memset(&ranges, 0, sizeof(ranges));
+}
+
+static void teardown(void)
+{
+	mem = mrd_client_close(mem);
+	free(ranges.v);
+	if (mrd.pid > 0)
+		ck_assert_int_eq(mrd_proc_stop(&mrd), 0);
+}
+
+static char *anon(size_t pages)
+{
+	char *p = mmap(NULL, pages * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+
+	ck_assert_ptr_ne(p, MAP_FAILED);
+	return p;
+}
+
+static void fill(char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (char)(i * 7 + seed);
+}
+
+static bool same(const char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != (char)(i * 7 + seed))
+			return false;
+	return true;
+}
+
+static struct moved_range *move(char *p, size_t pages)
+{
+	struct moved_range *r;
+	char why[256] = "";
+	int k = moved_range_move(&ranges, mem, (uintptr_t)p, (uintptr_t)p + pages * PAGE, RW, &r,
+				 why, sizeof(why));
+
+	ck_assert_msg(k == 0, "move: %s (%s)", strerror(-k), why);
+	return r;
+}
+
+/* Whether mrd still holds the memory at window: a second free of it is refused. */
+static bool mrd_holds(uintptr_t window)
+{
+	return mrd_mem_free(mem, (void *)window) == 0;
+}
+
+START_TEST(test_move_keeps_the_bytes_at_the_address)
+{
+	char *p = anon(4);
+	struct moved_range *r;
+	bool partial;
+
+	fill(p, 4 * PAGE, 1);
+	r = move(p, 3);
+	ck_assert(same(p, 4 * PAGE, 1));
+	/* The program's pages are mrd's now: the window shows what the program writes. */
+	p[100] = 'x';
+	ck_assert_int_eq(((char *)r->window)[100], 'x');
+	((char *)r->window)[2 * PAGE + 5] = 'y';
+	ck_assert_int_eq(p[2 * PAGE + 5], 'y');
+	ck_assert(address_space_looks_aliased(r->start, r->end));
+	ck_assert(moved_range_intact(r, r->start, r->end));
+	/* The fourth page stays the program's own. */
+	ck_assert_int_eq(address_space_movable((uintptr_t)p + 3 * PAGE, (uintptr_t)p + 4 * PAGE,
+					       (char[64]){ 0 }, 64), 0);
+	ck_assert_ptr_eq(moved_ranges_find(&ranges, r->start + PAGE, r->start + 2 * PAGE, &partial),
+			 r);
+	ck_assert(!partial);
+	ck_assert_ptr_null(moved_ranges_find(&ranges, r->start + PAGE, r->end + PAGE, &partial));
+	ck_assert(partial); /* half inside: that registration cannot be served */
+	moved_range_move_back(&ranges, mem, r);
+	munmap(p, 4 * PAGE);
+}
+END_TEST
+
+START_TEST(test_what_cannot_move)
+{
+	char path[] = "/tmp/mrd-preload-XXXXXX", why[256];
+	int fd = mkstemp(path);
+	char *file, *shared, stack[3 * PAGE];
+	struct moved_range *r;
+	uintptr_t s = ((uintptr_t)stack + PAGE - 1) & ~(uintptr_t)(PAGE - 1);
+
+	ck_assert_int_ge(fd, 0);
+	unlink(path);
+	ck_assert_int_eq(ftruncate(fd, 2 * PAGE), 0);
+	file = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+	shared = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert_ptr_ne(file, MAP_FAILED);
+	ck_assert_ptr_ne(shared, MAP_FAILED);
+	ck_assert_int_eq(moved_range_move(&ranges, mem, (uintptr_t)file, (uintptr_t)file + PAGE,
+					  RW, &r, why, sizeof(why)), -EOPNOTSUPP);
+	ck_assert_msg(strstr(why, "file mapping"), "%s", why);
+	ck_assert_int_eq(moved_range_move(&ranges, mem, (uintptr_t)shared,
+					  (uintptr_t)shared + PAGE, RW, &r, why, sizeof(why)),
+			 -EOPNOTSUPP);
+	ck_assert_msg(strstr(why, "shared"), "%s", why);
+	ck_assert_int_eq(moved_range_move(&ranges, mem, s, s + PAGE, RW, &r, why, sizeof(why)),
+			 -EOPNOTSUPP);
+	ck_assert_msg(strstr(why, "[stack]"), "%s", why);
+	/* A range one of whose pages is unmapped. */
+	munmap(shared + PAGE, PAGE);
+	ck_assert_int_eq(address_space_movable((uintptr_t)file + PAGE, (uintptr_t)file + 3 * PAGE,
+					       why, sizeof(why)), -EOPNOTSUPP);
+	/* mrd's own refusal: remote write without local write. */
+	{
+		char *p = anon(1);
+
+		ck_assert_int_lt(moved_range_move(&ranges, mem, (uintptr_t)p, (uintptr_t)p + PAGE,
+						  2, &r, why, sizeof(why)), 0);
+		ck_assert_msg(strstr(why, "mrd gave no memory"), "%s", why);
+		ck_assert_int_eq(address_space_movable((uintptr_t)p, (uintptr_t)p + PAGE, why,
+						       sizeof(why)), 0); /* left as it was */
+		munmap(p, PAGE);
+	}
+	ck_assert_uint_eq(ranges.n, 0);
+	munmap(file, 2 * PAGE);
+	munmap(shared, PAGE);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_move_back_gives_private_pages)
+{
+	char *p = anon(2), why[128];
+	struct moved_range *r;
+	uintptr_t window;
+
+	fill(p, 2 * PAGE, 2);
+	r = move(p, 2);
+	window = r->window;
+	p[7] = 'z';
+	moved_range_move_back(&ranges, mem, r);
+	ck_assert_int_eq(p[7], 'z');
+	p[7] = (char)(7 * 7 + 2);
+	ck_assert(same(p, 2 * PAGE, 2));
+	ck_assert_int_eq(address_space_movable((uintptr_t)p, (uintptr_t)p + 2 * PAGE, why,
+					       sizeof(why)), 0);
+	ck_assert(!address_space_looks_aliased((uintptr_t)p, (uintptr_t)p + 2 * PAGE));
+	ck_assert(!mrd_holds(window)); /* freed already */
+	ck_assert_uint_eq(ranges.n, 0);
+	munmap(p, 2 * PAGE);
+}
+END_TEST
+
+START_TEST(test_unmapped_is_told)
+{
+	char *p = anon(3);
+	struct moved_range *r;
+	uintptr_t window;
+
+	r = move(p, 3);
+	window = r->window;
+	/* Page tables dropped (MADV_DONTNEED): the quick look cannot tell, the maps can. */
+	ck_assert_int_eq(madvise(p + PAGE, PAGE, MADV_DONTNEED), 0);
+	ck_assert(moved_range_intact(r, r->start, r->end));
+	/* Unmapped and mapped again: fresh private memory, not mrd's. */
+	ck_assert_int_eq((int)syscall(SYS_munmap, p + PAGE, PAGE), 0);
+	ck_assert_ptr_eq(mmap(p + PAGE, PAGE, PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0), p + PAGE);
+	p[PAGE] = 1;
+	ck_assert(!moved_range_intact(r, r->start, r->end));
+	ck_assert(moved_range_intact(r, r->start, r->start + PAGE));
+	/* Moving back copies what is still mrd's and leaves the new page alone. */
+	p[0] = 'a';
+	p[2 * PAGE] = 'c';
+	moved_range_move_back(&ranges, mem, r);
+	ck_assert_int_eq(p[0], 'a');
+	ck_assert_int_eq(p[PAGE], 1);
+	ck_assert_int_eq(p[2 * PAGE], 'c');
+	ck_assert(!mrd_holds(window));
+	munmap(p, 3 * PAGE);
+
+	/* All of it unmapped: forgotten, mrd's memory freed, nothing copied. */
+	p = anon(2);
+	r = move(p, 2);
+	window = r->window;
+	ck_assert_int_eq((int)syscall(SYS_munmap, p, 2 * PAGE), 0);
+	ck_assert(!moved_range_intact(r, r->start, r->end));
+	moved_range_forget(&ranges, mem, r);
+	ck_assert(!mrd_holds(window));
+}
+END_TEST
+
+START_TEST(test_forget_keeps_what_is_still_mapped)
+{
+	char *p = anon(2);
+	struct moved_range *r;
+	uintptr_t window;
+
+	fill(p, 2 * PAGE, 3);
+	r = move(p, 2);
+	window = r->window;
+	/* Forgetting a range the program still maps must not punch its pages. */
+	r->live = 1; /* a live registration keeps the record */
+	moved_range_forget(&ranges, mem, r);
+	ck_assert(same(p, 2 * PAGE, 3));
+	ck_assert(r->gone);
+	r->live = 0;
+	moved_range_put(r);
+	ck_assert(same(p, 2 * PAGE, 3));
+	ck_assert(mrd_holds(window)); /* it was still mrd's memory under the program's pages */
+	munmap(p, 2 * PAGE);
+}
+END_TEST
+
+START_TEST(test_fork_child_gets_its_own_copy)
+{
+	char *p = anon(2);
+	struct moved_range *r;
+	int status;
+	pid_t pid;
+
+	fill(p, 2 * PAGE, 4);
+	r = move(p, 2);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		moved_ranges_fork_child(&ranges);
+		p[10] = 'C'; /* the child's own page now */
+		_exit(p[11] == (char)(11 * 7 + 4) && ranges.n == 0 &&
+		      address_space_movable((uintptr_t)p, (uintptr_t)p + 2 * PAGE,
+					    (char[64]){ 0 }, 64) == 0 ? 0 : 1);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	ck_assert_int_eq(p[10], (char)(10 * 7 + 4)); /* the parent's bytes are untouched */
+	ck_assert_int_eq(((char *)r->window)[10], p[10]);
+	ck_assert(moved_range_intact(r, r->start, r->end));
+	moved_range_move_back(&ranges, mem, r);
+	munmap(p, 2 * PAGE);
+}
+END_TEST
+
+START_TEST(test_many_ranges_stay_sorted)
+{
+	enum { N = 40 };
+	char *p = anon(2 * N);
+	struct moved_range *r[N];
+	bool partial;
+
+	/* Every other page, in a shuffled order. */
+	for (int i = 0; i < N; i++) {
+		int j = (i * 17) % N;
+
+		fill(p + 2 * j * PAGE, PAGE, (unsigned)j);
+		r[j] = move(p + 2 * j * PAGE, 1);
+	}
+	for (size_t i = 1; i < ranges.n; i++)
+		ck_assert_uint_lt(ranges.v[i - 1]->end, ranges.v[i]->start + 1);
+	ck_assert_uint_eq(ranges.lo, (uintptr_t)p);
+	ck_assert_uint_eq(ranges.hi, (uintptr_t)p + (2 * N - 1) * PAGE);
+	for (int j = 0; j < N; j++) {
+		ck_assert_ptr_eq(moved_ranges_find(&ranges, (uintptr_t)p + 2 * j * PAGE,
+						   (uintptr_t)p + (2 * j + 1) * PAGE, &partial),
+				 r[j]);
+		ck_assert(same(p + 2 * j * PAGE, PAGE, (unsigned)j));
+	}
+	ck_assert_ptr_null(moved_ranges_find(&ranges, (uintptr_t)p + PAGE, (uintptr_t)p + 2 * PAGE,
+					     &partial));
+	ck_assert(!partial);
+	for (int j = 0; j < N; j += 2)
+		moved_range_move_back(&ranges, mem, r[j]);
+	ck_assert_uint_eq(ranges.n, N / 2);
+	for (int j = 1; j < N; j += 2)
+		moved_range_move_back(&ranges, mem, r[j]);
+	ck_assert_uint_eq(ranges.n, 0);
+	ck_assert_uint_eq(ranges.hi, 0);
+	for (int j = 0; j < N; j++)
+		ck_assert(same(p + 2 * j * PAGE, PAGE, (unsigned)j));
+	munmap(p, 2 * N * PAGE);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("preload-move");
+	TCase *tc = tcase_create("move");
+
+	signal(SIGPIPE, SIG_IGN);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_move_keeps_the_bytes_at_the_address);
+	tcase_add_test(tc, test_what_cannot_move);
+	tcase_add_test(tc, test_move_back_gives_private_pages);
+	tcase_add_test(tc, test_unmapped_is_told);
+	tcase_add_test(tc, test_forget_keeps_what_is_still_mapped);
+	tcase_add_test(tc, test_fork_child_gets_its_own_copy);
+	tcase_add_test(tc, test_many_ranges_stay_sorted);
+	suite_add_tcase(s, tc);
+	return run_suite(s);
+}
