@@ -496,6 +496,12 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 		return m ? EINVAL : real_dereg(mr);
 	}
 	r = m->range;
+	if (!r) { /* dead since a failed rereg */
+		hash_remove(m);
+		free(m);
+		leave();
+		return 0;
+	}
 	r->live--;
 	if (enabled && !r->gone && keep_max > 0) {
 		keep(m);
@@ -528,8 +534,8 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 		return real_rereg(mr, flags, pd, addr, length, access);
 	}
 	/* libibverbs' own checks (verbs.c ibv_rereg_mr), then a registration of the new
-	 * buffer that takes the place of the old one; on failure the old one stands. */
-	if (m->kept || !flags || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) ||
+	 * buffer that takes the place of the old one. */
+	if (m->kept || !m->range || !flags || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) ||
 	    ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!length || !addr)) ||
 	    (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS))) {
 		leave();
@@ -544,14 +550,28 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 	}
 	if (!(flags & IBV_REREG_MR_CHANGE_ACCESS))
 		access = (int)m->access;
+	/* The old registration goes first, and the kept ones over its pages: alone there, the
+	 * pages go back, and the new one may move them again with other access. Failing, the
+	 * old one is made again. */
+	old = m->range;
+	hash_remove(m);
+	old->live--;
+	release_kept_over(old, old->start, old->end);
+	settle(old);
 	k = serve(pd, addr, length, (unsigned)access, &fresh, why, sizeof(why));
 	if (k < 0) {
-		leave();
 		SAY_ONCE("rereg of %p+%zu refused: %s", m->ibv.addr, m->ibv.length, why);
-		errno = -k;
-		return IBV_REREG_MR_ERR_CMD;
+		if (serve(m->ibv.pd, m->ibv.addr, m->ibv.length, m->access, &fresh, why,
+			  sizeof(why)) < 0) {
+			/* Neither: the MR is dead, its keys nothing (as libibverbs may leave one). */
+			m->ibv.lkey = m->ibv.rkey = 0;
+			m->range = NULL;
+			hash_add(m);
+			leave();
+			errno = -k;
+			return IBV_REREG_MR_ERR_CMD;
+		}
 	}
-	old = m->range;
 	hash_remove(fresh);
 	m->ibv.pd = fresh->ibv.pd;
 	m->ibv.addr = fresh->ibv.addr;
@@ -562,9 +582,12 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 	m->access = fresh->access;
 	m->range = fresh->range;
 	free(fresh);
-	old->live--;
-	settle(old);
+	hash_add(m);
 	leave();
+	if (k < 0) {
+		errno = -k;
+		return IBV_REREG_MR_ERR_CMD;
+	}
 	return 0;
 }
 

@@ -8,10 +8,10 @@ set -eu
 # Debian package names; README.md lists the same set.
 # gcc, make, binutils (strip) and libelf1 (objtool) build siw.ko, which Debian does not ship.
 MRD_VM_DEPS="qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 ibverbs-utils \
-ibverbs-providers gcc make binutils libelf1"
+ibverbs-providers gcc make binutils libelf1 perftest"
 
 have_vm_deps() {
-	for tool in qemu-system-x86_64 busybox cpio depmod xz rdma ibv_devinfo gcc make strip; do
+	for tool in qemu-system-x86_64 busybox cpio depmod xz rdma ibv_devinfo gcc make strip ib_write_bw; do
 		command -v "$tool" >/dev/null 2>&1 || return 1
 	done
 	ls /usr/lib/*/libibverbs/librxe-rdmav*.so /usr/lib/*/libelf.so.1 >/dev/null 2>&1

@@ -56,6 +56,95 @@ for m in $(cat /modules.load); do
 	insmod "/lib/modules/$(uname -r)/$m" 2>&1 | grep -v 'File exists'
 done
 ip link set lo up
+
+# Two hosts (rdma-vm.sh boots two of these, mrd_vm=pair mrd_role=a|b, linked by a qemu socket
+# netdev; their addresses live on that link alone): rxe0 on eth0, each host its own mrd; the
+# same unmodified programs, uid 1000 with RLIMIT_MEMLOCK 64 KiB, between the hosts, first
+# without the shim, then through it; preload-check's data and freed-rkey checks across.
+if grep -q 'mrd_vm=pair' /proc/cmdline; then
+	ROLE=$(sed -n 's/.*mrd_role=\([ab]\).*/\1/p' /proc/cmdline)
+	if [ "$ROLE" = a ]; then ME=10.99.0.1 PEER=10.99.0.2; else ME=10.99.0.2 PEER=10.99.0.1; fi
+	ip link set eth0 up && ip addr add $ME/24 dev eth0 && rdma link add rxe0 type rxe netdev eth0
+	result "host $ROLE: rxe0 on eth0 ($ME)" $?
+	sleep 1
+	GIDX=
+	for g in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+		case "$(cat "$g" 2>/dev/null)" in 0000:0000:0000:0000:0000:ffff:*) GIDX=${g##*/}; break ;; esac
+	done
+	SOCK=/run/mrd.sock SHIM=/opt/mrd/lib/libmrd-preload.so AS="preload-check as 1000 65536"
+	printf '[mrd]\nsocket_mode = 0666\n[memory]\nhugepages = no\n' > /tmp/mrd.conf
+	mrd --foreground --no-bus --provider verbs --device rxe0 --config /tmp/mrd.conf \
+		--socket "$SOCK" > /tmp/mrd.log 2>&1 &
+	MRD=$!
+	for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
+	[ -S "$SOCK" ]
+	result "host $ROLE: mrd on rxe0 serves its socket" $? "$(tail -n 5 /tmp/mrd.log)"
+	export MRD_SOCKET=$SOCK
+	up=1
+	for _ in $(seq 120); do ping -c 1 -W 1 $PEER > /dev/null 2>&1 && { up=0; break; }; done
+	result "host $ROLE: the peer host answers on the link" $up
+	# Host a serves, host b connects (again while the server is not up yet); each test has a
+	# port of its own, so a client never reaches the previous test's server.
+	n=0
+	across() { # name shim program args...
+		name=$1 shim=$2
+		shift 2
+		n=$((n + 1))
+		port=$((18600 + n))
+		pre=
+		[ "$shim" = 1 ] && pre="env LD_PRELOAD=$SHIM"
+		if [ "$ROLE" = a ]; then
+			{ $pre timeout 150 $AS "$@" -p $port > /tmp/o.txt 2>&1; echo $? > /tmp/rc; } &
+		else
+			for _ in $(seq 30); do
+				$pre timeout 150 $AS "$@" -p $port $PEER > /tmp/o.txt 2>&1
+				rc=$?
+				echo $rc > /tmp/rc
+				[ $rc = 0 ] && break
+				grep -qiE "connect|refused|exchange" /tmp/o.txt || break
+				sleep 1
+			done &
+		fi
+		job=$!
+		watch_pins $job
+		wait $job
+		rc=$(cat /tmp/rc)
+		tail -n 3 /tmp/o.txt
+		if [ "$shim" = 0 ]; then
+			[ "$rc" != 0 ] && grep -qiE "couldn.t|cannot allocate|failed" /tmp/o.txt
+			result "host $ROLE: $name across hosts without the shim fails (memlock 64 KiB)" $? "rc $rc: $(tail -n 2 /tmp/o.txt)"
+		else
+			[ "$rc" = 0 ] && [ "$MAXP" -ge $((1 << 20)) ]
+			result "host $ROLE: $name across hosts through the shim (mrd pinned up to $MAXP bytes for uid 1000)" $? "rc $rc: $(tail -n 3 /tmp/o.txt)"
+		fi
+	}
+	watch_pins() { # pid...
+		MAXP=0
+		while kill -0 "$@" 2> /dev/null; do
+			read_victims_domain
+			[ "${p:-0}" -gt "$MAXP" ] && MAXP=$p
+			sleep 0.2
+		done
+	}
+	for shim in 0 1; do
+		across "ibv_rc_pingpong (1 MiB)" $shim ibv_rc_pingpong -d rxe0 -g "$GIDX" -s 1048576 -n 20
+		across "ib_write_bw (1 MiB)" $shim ib_write_bw -d rxe0 -x "$GIDX" -s 1048576 -n 50 -F
+		across "ib_read_bw (1 MiB)" $shim ib_read_bw -d rxe0 -x "$GIDX" -s 1048576 -n 50 -F
+	done
+	if [ "$ROLE" = a ]; then
+		LD_PRELOAD=$SHIM timeout 150 $AS preload-check serve 18700 "$GIDX" > /tmp/pc.txt 2>&1
+	else
+		LD_PRELOAD=$SHIM timeout 150 $AS preload-check ask $PEER 18700 "$GIDX" > /tmp/pc.txt 2>&1
+	fi
+	rc=$?
+	sed -i "s/\tpreload: /\thost $ROLE: preload: /" /tmp/pc.txt
+	collect /tmp/pc.txt
+	result "host $ROLE: preload-check across hosts exits 0" $rc "$(tail -n 3 /tmp/pc.txt)"
+	kill "$MRD"
+	wait "$MRD"
+	result "host $ROLE: mrd exits cleanly on SIGTERM" $? "$(tail -n 5 /tmp/mrd.log)"
+	finish
+fi
 rdma link add rxe0 type rxe netdev lo
 result "rdma link add rxe0 type rxe netdev lo" $?
 if ! [ -e /sys/class/infiniband/rxe0/ports/1 ]; then
@@ -420,4 +509,82 @@ kill "$MRD"
 wait "$MRD"
 result "mrd (client PDs) exits cleanly on SIGTERM" $? "$(tail -n 5 /tmp/mrd-bound.log)"
 unset MRD_DEVICE
+
+# 14. Unmodified programs on mrd (issue 23): LD_PRELOAD=libmrd-preload.so, as uid 1000 with
+# RLIMIT_MEMLOCK 64 KiB. Each program first fails without the shim (it cannot pin its 1 MiB),
+# then runs through it; mrctl shows the pages mrd pinned for it meanwhile.
+SHIM=/opt/mrd/lib/libmrd-preload.so
+SOCK=/run/mrd-preload.sock
+printf '[mrd]\nsocket_mode = 0666\n[memory]\nhugepages = no\n' > /tmp/mrd-preload.conf
+mrd --foreground --no-bus --provider verbs --device rxe0 --config /tmp/mrd-preload.conf \
+	--socket "$SOCK" > /tmp/mrd-preload.log 2>&1 &
+MRD=$!
+for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
+[ -S "$SOCK" ]
+result "mrd on rxe0 serves its socket (preload)" $? "$(tail -n 5 /tmp/mrd-preload.log)"
+export MRD_SOCKET=$SOCK
+AS="preload-check as 1000 65536"
+$AS preload-check data "$GIDX" > /tmp/pc-plain.txt 2>&1
+rc=$?
+[ $rc != 0 ] && grep -q "FAIL.preload: ibv_reg_mr of" /tmp/pc-plain.txt
+result "preload-check without the shim: its ibv_reg_mr fails (memlock 64 KiB)" $? "rc=$rc $(tail -n 2 /tmp/pc-plain.txt)"
+MRD_PRELOAD_EXPECT=1 LD_PRELOAD=$SHIM timeout 120 $AS preload-check data "$GIDX" > /tmp/pc.txt 2>&1
+rc=$?
+collect /tmp/pc.txt
+result "preload-check through the shim exits 0" $rc "$(tail -n 3 /tmp/pc.txt)"
+# The most mrd pinned for uid 1000 while the programs ran, into $MAXP.
+watch_pins() { # pid...
+	MAXP=0
+	while kill -0 "$@" 2> /dev/null; do
+		read_victims_domain
+		[ "${p:-0}" -gt "$MAXP" ] && MAXP=$p
+		sleep 0.2
+	done
+}
+# One host: the server in the background, the client against 127.0.0.1.
+local_pair() { # name shim(0|1) program args...
+	name=$1 shim=$2
+	shift 2
+	pre=
+	[ "$shim" = 1 ] && pre="env LD_PRELOAD=$SHIM"
+	$pre timeout 120 $AS "$@" > /tmp/srv.txt 2>&1 &
+	srv=$!
+	sleep 1
+	$pre timeout 120 $AS "$@" 127.0.0.1 > /tmp/cli.txt 2>&1 &
+	cli=$!
+	watch_pins $srv $cli
+	wait $srv
+	src=$?
+	wait $cli
+	crc=$?
+	if [ "$shim" = 0 ]; then
+		[ $src != 0 ] && [ $crc != 0 ]
+		result "$name without the shim fails (memlock 64 KiB): server rc $src, client rc $crc" $? \
+			"$(tail -n 2 /tmp/srv.txt)"
+	else
+		[ $src = 0 ] && [ $crc = 0 ] && [ "$MAXP" -ge $((1 << 20)) ]
+		result "$name through the shim: server rc $src, client rc $crc, mrd pinned up to $MAXP bytes for uid 1000" $? \
+			"$(tail -n 3 /tmp/srv.txt /tmp/cli.txt)"
+	fi
+	tail -n 2 /tmp/cli.txt
+}
+if command -v ib_write_bw > /dev/null; then
+	for shim in 0 1; do
+		local_pair "ibv_rc_pingpong (one host, 1 MiB)" $shim ibv_rc_pingpong -d rxe0 -g "$GIDX" -s 1048576 -n 20
+		local_pair "ib_write_bw (one host, 1 MiB)" $shim ib_write_bw -d rxe0 -x "$GIDX" -s 1048576 -n 50 -F
+		local_pair "ib_read_bw (one host, 1 MiB)" $shim ib_read_bw -d rxe0 -x "$GIDX" -s 1048576 -n 50 -F
+	done
+else
+	report SKIP "perftest and ibv_rc_pingpong through the shim" "the host had no perftest to copy into the VM (apt-get install perftest)"
+fi
+same=1
+for _ in $(seq 50); do
+	read_victims_domain
+	[ "${p:-0}" = 0 ] && { same=0; break; }
+	sleep 0.1
+done
+result "once the programs exited, mrd pins nothing for them (uid 1000: ${p:-none})" $same
+kill "$MRD"
+wait "$MRD"
+result "mrd (preload) exits cleanly on SIGTERM" $? "$(tail -n 5 /tmp/mrd-preload.log)"
 finish

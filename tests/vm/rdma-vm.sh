@@ -166,7 +166,7 @@ for a in $("$ST/bin/busybox" --list); do
 	[ -e "$ST/bin/$a" ] || ln -s busybox "$ST/bin/$a"
 done
 : > "$ST/modules.load"
-for m in ib_core ib_uverbs rdma_rxe dummy; do # dummy: a second netdev for rxe1
+for m in ib_core ib_uverbs rdma_rxe dummy virtio_net; do # dummy: a second netdev for rxe1
 	modprobe -d "$KROOT" -S "$KVER" --show-depends "$m" | while read -r kw path _; do
 		[ "$kw" = insmod ] || continue
 		base=$(basename "$path" .xz)
@@ -197,7 +197,12 @@ copy_libs() { # binary: the shared libraries it needs, at their own paths
 	done
 }
 siw_lib=$(ls /usr/lib/*/libibverbs/libsiw-rdmav*.so 2>/dev/null | head -n 1 || true)
-for b in /usr/bin/rdma /usr/bin/ibv_devinfo "$rxe_lib" $siw_lib; do
+# Unmodified programs for libmrd-preload.so's checks (perftest: where the host has it).
+unmodified=
+for b in /usr/bin/ibv_rc_pingpong /usr/bin/ib_write_bw /usr/bin/ib_read_bw; do
+	[ -x "$b" ] && unmodified="$unmodified $b"
+done
+for b in /usr/bin/rdma /usr/bin/ibv_devinfo "$rxe_lib" $siw_lib $unmodified; do
 	mkdir -p "$ST$(dirname "$b")"
 	cp -L "$b" "$ST$b"
 	copy_libs "$b"
@@ -205,7 +210,7 @@ done
 cp /etc/libibverbs.d/rxe.driver "$ST/etc/libibverbs.d/" # rxe and siw alone: no probing of others
 [ -n "$siw_lib" ] && cp /etc/libibverbs.d/siw.driver "$ST/etc/libibverbs.d/"
 for b in mrd mrctl mrd-demo examples/mrd-hello tests/test-contract-verbs tests/test-client-pd \
-	tests/vm/rdma-peers bench/bench-client-pd; do
+	tests/vm/rdma-peers bench/bench-client-pd tests/vm/preload-check; do
 	dir=$top_builddir/$(dirname "$b")
 	name=$(basename "$b")
 	real=$dir/$name
@@ -213,6 +218,8 @@ for b in mrd mrctl mrd-demo examples/mrd-hello tests/test-contract-verbs tests/t
 	cp "$real" "$ST/opt/mrd/bin/$name"
 	copy_libs "$real"
 done
+cp -L "$top_builddir/.libs/libmrd-preload.so" "$ST/opt/mrd/lib/"
+copy_libs "$top_builddir/.libs/libmrd-preload.so"
 # Debian is merged-/usr: let both library paths resolve.
 if [ -d "$ST/usr/lib/x86_64-linux-gnu" ]; then
 	mkdir -p "$ST/lib/x86_64-linux-gnu"
@@ -261,6 +268,44 @@ if [ "$MODE" = bench ]; then
 	exit 0
 fi
 
+# ---- two hosts: two guests (one vCPU each) linked by a qemu socket netdev on 127.0.0.1, each
+# with rxe on its eth0 and its own mrd (guest-init.sh, mrd_vm=pair). Their addresses live on
+# that virtual link alone: the host sees only the loopback connection between the two qemus.
+LOGS=("$LOG")
+boot_pair() { # port
+	local role mac=(52:54:00:12:34:0a 52:54:00:12:34:0b) net=(listen connect) i pids=()
+	for i in 0 1; do
+		role=$([ $i = 0 ] && echo a || echo b)
+		timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 \
+			-accel tcg -cpu max -smp 1 -m 1024 -nographic -no-reboot \
+			-netdev "socket,id=n0,${net[$i]}=127.0.0.1:$1" \
+			-device "virtio-net-pci,netdev=n0,mac=${mac[$i]}" \
+			-kernel "$KROOT/usr/lib/modules/$KVER/vmlinuz" -initrd "$VM/initramfs.cpio.gz" \
+			-append "console=ttyS0 panic=-1 loglevel=1 mrd_vm=pair mrd_role=$role" \
+			< /dev/null > "$VM/console-$role.log" 2>&1 &
+		pids+=($!)
+		sleep 2 # the listener first
+	done
+	wait "${pids[@]}"
+}
+if [ "${MRD_VM_PAIR:-1}" = 1 ]; then
+	for attempt in 1 2 3; do
+		t0=$(date +%s)
+		set +e
+		boot_pair $((20000 + ($$ + attempt) % 20000))
+		set -e
+		echo "check-rdma: the two-host VMs ran $(($(date +%s) - t0)) s (consoles: $VM/console-a.log, $VM/console-b.log)"
+		panicked=
+		for role in a b; do
+			grep -q '^@@ ' "$VM/console-$role.log" || ! grep -q 'Kernel panic' \
+				"$VM/console-$role.log" || panicked=1
+		done
+		[ -n "$panicked" ] || break
+		echo "check-rdma: a two-host guest panicked while booting (attempt $attempt): both again"
+	done
+	LOGS+=("$VM/console-a.log" "$VM/console-b.log")
+fi
+
 # ---- results: "@@ RESULT<TAB>verdict<TAB>name<TAB>detail", counted against "@@ ALL_DONE results=N"
 TAP=$VM/rdma-vm.tap
 n=0 passed=0 failed=0 skipped=0
@@ -277,20 +322,26 @@ while IFS=$'\t' read -r _ verdict name detail; do
 		echo "ok $n - $name # SKIP $detail" >> "$TAP.body" ;;
 	*) fail "$name" "$verdict $detail" ;;
 	esac
-done < <(tr -d '\r' < "$LOG" | grep $'^@@ RESULT\t' || true)
-sent=$(tr -d '\r' < "$LOG" | sed -n 's/^@@ ALL_DONE results=\([0-9]*\)$/\1/p' | tail -n 1)
-if [ -z "$sent" ]; then
-	fail "the guest ran to its end" "no ALL_DONE on the console"
-	tail -n 40 "$LOG"
-elif [ "$sent" -ne "$n" ]; then
-	fail "every guest result reached the host" "$sent sent, $n read"
-fi
+done < <(cat "${LOGS[@]}" | tr -d '\r' | grep $'^@@ RESULT\t' || true)
+sent=0 missing=
+for log in "${LOGS[@]}"; do
+	s=$(tr -d '\r' < "$log" | sed -n 's/^@@ ALL_DONE results=\([0-9]*\)$/\1/p' | tail -n 1)
+	[ -n "$s" ] || missing="$missing $log"
+	sent=$((sent + ${s:-0}))
+done
+for log in $missing; do
+	fail "the guest of $(basename "$log") ran to its end" "no ALL_DONE on the console"
+	tail -n 40 "$log"
+done
+[ -n "$missing" ] || [ "$sent" -eq "$n" ] || fail "every guest result reached the host" "$sent sent, $n read"
 # A result printed in another shape is dropped by the guest's count too: it must fail here,
 # not shrink the run.
-stray=$(tr -d '\r' < "$LOG" | grep -E $'RESULT\t(PASS|FAIL|SKIP)\t' | grep -cv $'^@@ RESULT\t' || true)
+stray=$(cat "${LOGS[@]}" | tr -d '\r' | grep -E $'RESULT\t(PASS|FAIL|SKIP)\t' | grep -cv $'^@@ RESULT\t' || true)
 [ "$stray" -eq 0 ] || fail "every result line is in the @@ RESULT shape" "$stray are not"
 { echo "1..$n"; cat "$TAP.body"; } > "$TAP"
 rm -f "$TAP.body"
-[ "$failed" -eq 0 ] || tr -d '\r' < "$LOG" | grep -v $'^@@ RESULT\t' | tail -n 80
+if [ "$failed" -gt 0 ]; then
+	for log in "${LOGS[@]}"; do tr -d '\r' < "$log" | grep -v $'^@@ RESULT\t' | tail -n 60; done
+fi
 echo "check-rdma: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -1,0 +1,506 @@
+/* SPDX-License-Identifier: MIT */
+/* An ordinary verbs program, with no libmrd in it, for libmrd-preload.so's VM checks:
+ *   preload-check as UID MEMLOCK_BYTES PROGRAM [ARGS...]
+ *     runs PROGRAM as UID with RLIMIT_MEMLOCK MEMLOCK_BYTES (what an ordinary user has);
+ *   preload-check data GID_INDEX
+ *     on the first device (or $MRD_DEVICE): registers malloc'd buffers, moves data between
+ *     two of its own QPs by RDMA WRITE and READ, and checks what a program relies on: its
+ *     bytes and its neighbours' stay; the keys work; registering the same buffer again; rereg;
+ *     a child of fork() writing its copy; the old rkey of a freed buffer refused. Each check
+ *     prints "@@ RESULT<TAB>PASS|FAIL<TAB>name<TAB>detail"; MRD_PRELOAD_EXPECT=1 also asks
+ *     that the buffers were moved onto mrd's memory (the shim served them);
+ *   preload-check serve PORT GID_INDEX / preload-check ask HOST PORT GID_INDEX
+ *     two hosts: the asker RDMA WRITEs into the server's malloc'd 1 MiB and READs it back,
+ *     both check the bytes; then the server frees its buffer and the asker's write with the
+ *     old rkey must fail. Addresses, rkeys and QP numbers go over TCP. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+static int failures;
+
+static void result(const char *name, bool ok, const char *detail)
+{
+	printf("@@ RESULT\t%s\tpreload: %s\t%s\n", ok ? "PASS" : "FAIL", name, ok ? "" : detail);
+	fflush(stdout);
+	failures += !ok;
+}
+
+static void die(const char *what)
+{
+	printf("@@ RESULT\tFAIL\tpreload: %s\t%s\n", what, strerror(errno));
+	exit(1);
+}
+
+struct pair {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *a, *b;
+	int gid_index;
+};
+
+static struct ibv_qp *qp_new(struct pair *p)
+{
+	struct ibv_qp_init_attr init = {
+		.send_cq = p->cq, .recv_cq = p->cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp *qp = ibv_create_qp(p->pd, &init);
+
+	if (!qp)
+		die("ibv_create_qp");
+	return qp;
+}
+
+/* To QP remote at gid (NULL: this device's own). */
+static void qp_connect_to(struct pair *p, struct ibv_qp *qp, uint32_t remote,
+			  const union ibv_gid *dgid)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
+						    IBV_ACCESS_REMOTE_READ };
+	union ibv_gid gid;
+
+	if (ibv_query_gid(p->ctx, 1, p->gid_index, &gid))
+		die("ibv_query_gid");
+	if (dgid)
+		gid = *dgid;
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			  IBV_QP_ACCESS_FLAGS))
+		die("QP to INIT");
+	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024,
+				  .dest_qp_num = remote, .max_dest_rd_atomic = 1,
+				  .min_rnr_timer = 12,
+				  .ah_attr = { .is_global = 1, .port_num = 1,
+					       .grh = { .dgid = gid, .sgid_index = (uint8_t)p->gid_index,
+							.hop_limit = 1 } } };
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+		die("QP to RTR");
+	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7,
+				  .rnr_retry = 7, .max_rd_atomic = 1 };
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
+		die("QP to RTS");
+}
+
+static void qp_connect(struct pair *p, struct ibv_qp *qp, uint32_t remote)
+{
+	qp_connect_to(p, qp, remote, NULL);
+}
+
+/* A fresh connected pair of QPs (an error puts a QP in the error state for good). */
+static void pair_connect(struct pair *p)
+{
+	if (p->a) {
+		ibv_destroy_qp(p->a);
+		ibv_destroy_qp(p->b);
+	}
+	p->a = qp_new(p);
+	p->b = qp_new(p);
+	qp_connect(p, p->a, p->b->qp_num);
+	qp_connect(p, p->b, p->a->qp_num);
+}
+
+/* RDMA WRITE (or READ) of len bytes between local (lkey) and remote (rkey) on QP a; the
+ * completion's status. */
+static int rdma(struct pair *p, bool read, void *local, uint32_t lkey, void *remote,
+		uint32_t rkey, uint32_t len)
+{
+	struct ibv_sge sge = { (uintptr_t)local, len, lkey };
+	struct ibv_send_wr wr = { .sg_list = &sge, .num_sge = 1,
+				  .opcode = read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE,
+				  .send_flags = IBV_SEND_SIGNALED,
+				  .wr.rdma = { (uintptr_t)remote, rkey } }, *bad;
+	struct ibv_wc wc;
+	int n;
+
+	if (ibv_post_send(p->a, &wr, &bad))
+		return -1;
+	for (int i = 0; i < 5000000; i++) {
+		n = ibv_poll_cq(p->cq, 1, &wc);
+		if (n)
+			return n < 0 ? -1 : (int)wc.status;
+		if (i > 1000)
+			usleep(10);
+	}
+	return -2;
+}
+
+/* Whether addr lies in mrd's memory (the shim moved it there). */
+static bool moved(const void *addr)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	bool yes = false;
+
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long s, e;
+
+		if (sscanf(line, "%lx-%lx", &s, &e) == 2 && s <= (uintptr_t)addr &&
+		    (uintptr_t)addr < e)
+			yes = strstr(line, "memfd:mrd-arena") != NULL;
+	}
+	if (f)
+		fclose(f);
+	return yes;
+}
+
+static void fill(char *b, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		b[i] = (char)(i * 13 + seed);
+}
+
+static bool same(const char *b, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		if (b[i] != (char)(i * 13 + seed))
+			return false;
+	return true;
+}
+
+#define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+
+static int data(int gid_index)
+{
+	const char *want = getenv("MRD_DEVICE");
+	bool expect = getenv("MRD_PRELOAD_EXPECT") && atoi(getenv("MRD_PRELOAD_EXPECT"));
+	struct ibv_device **l = ibv_get_device_list(NULL);
+	struct pair p = { .gid_index = gid_index };
+	size_t len = 3 * 4096 + 123, big = 1 << 20;
+	char *before, *buf, *after, *src, *dst, *large, detail[256];
+	struct ibv_mr *mr, *mr2, *msrc, *mdst, *mlarge;
+	uint32_t lkey, rkey;
+	int st, status;
+	pid_t pid;
+
+	for (int i = 0; l && l[i] && !p.ctx; i++)
+		if (!want || strcmp(ibv_get_device_name(l[i]), want) == 0)
+			p.ctx = ibv_open_device(l[i]);
+	if (!p.ctx)
+		die("open a device");
+	p.pd = ibv_alloc_pd(p.ctx);
+	p.cq = ibv_create_cq(p.ctx, 16, NULL, NULL, 0);
+	if (!p.pd || !p.cq)
+		die("PD and CQ");
+	pair_connect(&p);
+
+	/* Heap neighbours on the same pages as the buffer, which is not page-aligned. */
+	before = malloc(100);
+	buf = malloc(len);
+	after = malloc(100);
+	src = malloc(8192);
+	dst = malloc(8192);
+	fill(before, 100, 1);
+	fill(buf, len, 2);
+	fill(after, 100, 3);
+	mr = ibv_reg_mr(p.pd, buf + 5, len - 5, ACCESS);
+	msrc = ibv_reg_mr(p.pd, src, 8192, ACCESS);
+	mdst = ibv_reg_mr(p.pd, dst, 8192, ACCESS);
+	if (!mr || !msrc || !mdst)
+		die("ibv_reg_mr of malloc'd buffers");
+	snprintf(detail, sizeof(detail), "moved: %d %d", moved(buf + 5), moved(src));
+	result("the buffers are on mrd's memory (the shim served them)",
+	       !expect || (moved(buf + 5) && moved(src) && moved(dst)), detail);
+	result("the MR says the buffer: addr, length, PD, context",
+	       mr->addr == buf + 5 && mr->length == len - 5 && mr->pd == p.pd &&
+	       mr->context == p.ctx, "");
+	result("the buffer's bytes and its heap neighbours' stay as they were",
+	       same(buf, len, 2) && same(before, 100, 1) && same(after, 100, 3), "");
+
+	strcpy(src, "written by RDMA WRITE into a moved buffer");
+	st = rdma(&p, false, src, msrc->lkey, buf + 4096, mr->rkey, 64);
+	snprintf(detail, sizeof(detail), "status %d, bytes \"%.40s\"", st, buf + 4096);
+	result("RDMA WRITE into the buffer lands in the program's bytes",
+	       st == 0 && strcmp(buf + 4096, src) == 0 && same(buf, 4096, 2), detail);
+	st = rdma(&p, true, dst, mdst->lkey, buf + 10, mr->rkey, 100);
+	result("RDMA READ from the buffer reads the program's bytes",
+	       st == 0 && memcmp(dst, buf + 10, 100) == 0, detail);
+	/* The program's own writes are what the device sends. */
+	strcpy(buf + 2 * 4096, "the program wrote this after registering");
+	st = rdma(&p, false, buf + 2 * 4096, mr->lkey, dst, mdst->rkey, 64);
+	result("RDMA WRITE from the buffer sends what the program wrote since",
+	       st == 0 && strcmp(dst, buf + 2 * 4096) == 0, "");
+
+	/* Again, after a dereg: the same buffer registers as fast as a lookup. */
+	lkey = mr->lkey;
+	rkey = mr->rkey;
+	if (ibv_dereg_mr(mr))
+		die("ibv_dereg_mr");
+	mr = ibv_reg_mr(p.pd, buf + 5, len - 5, ACCESS);
+	if (!mr)
+		die("ibv_reg_mr again");
+	snprintf(detail, sizeof(detail), "keys 0x%x/0x%x then 0x%x/0x%x", lkey, rkey, mr->lkey,
+		 mr->rkey);
+	result("registering the same buffer again works (the shim: the same keys)",
+	       !expect || (mr->lkey == lkey && mr->rkey == rkey), detail);
+	mr2 = ibv_reg_mr(p.pd, buf + 100, 200, ACCESS);
+	result("a second registration inside the buffer", mr2 != NULL, strerror(errno));
+	if (mr2 && ibv_dereg_mr(mr2))
+		die("ibv_dereg_mr of the second");
+	st = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+			  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	snprintf(detail, sizeof(detail), "ibv_rereg_mr: %d (%s)", st, strerror(errno));
+	result("ibv_rereg_mr changes its access", st == 0, detail);
+	if (st == 0) {
+		st = rdma(&p, false, src, msrc->lkey, buf + 4096, mr->rkey, 8);
+		snprintf(detail, sizeof(detail), "status %d", st);
+		result("after the rereg, remote write is refused", st != 0, detail);
+		pair_connect(&p);
+	}
+
+	/* A child writes its own copy; the parent's bytes stay (fork makes private copies). */
+	pid = fork();
+	if (pid == 0) {
+		strcpy(buf + 50, "the child's");
+		_exit(strcmp(buf + 50, "the child's") == 0 ? 0 : 1);
+	}
+	waitpid(pid, &status, 0);
+	result("a child of fork() writes its own copy of the buffer",
+	       WIFEXITED(status) && WEXITSTATUS(status) == 0 && same(buf, 50, 2) &&
+	       strcmp(buf + 50, "the child's") != 0, "");
+
+	/* A freed buffer's rkey is refused: dereg, free (1 MiB: glibc unmaps it). */
+	large = malloc(big);
+	fill(large, big, 4);
+	mlarge = ibv_reg_mr(p.pd, large, big, ACCESS);
+	if (!mlarge)
+		die("ibv_reg_mr of 1 MiB");
+	st = rdma(&p, false, src, msrc->lkey, large + 4096, mlarge->rkey, 16);
+	result("RDMA WRITE into a 1 MiB buffer", st == 0 && memcmp(large + 4096, src, 16) == 0,
+	       "");
+	rkey = mlarge->rkey;
+	if (ibv_dereg_mr(mlarge))
+		die("ibv_dereg_mr of 1 MiB");
+	free(large);
+	large = malloc(big); /* what a program does next; it may reuse the address */
+	memset(large, 0, big);
+	st = rdma(&p, false, src, msrc->lkey, large + 4096, rkey, 16);
+	snprintf(detail, sizeof(detail), "completion status %d", st);
+	result("the freed buffer's old rkey is refused", st > 0, detail);
+	result("...and wrote nothing", large[4096] == 0, "");
+	free(large);
+
+	ibv_dereg_mr(mr);
+	ibv_dereg_mr(msrc);
+	ibv_dereg_mr(mdst);
+	free(before);
+	free(buf);
+	free(after);
+	free(src);
+	free(dst);
+	ibv_destroy_qp(p.a);
+	ibv_destroy_qp(p.b);
+	ibv_destroy_cq(p.cq);
+	st = ibv_dealloc_pd(p.pd);
+	result("ibv_dealloc_pd once its MRs are gone", st == 0, strerror(st));
+	ibv_close_device(p.ctx);
+	ibv_free_device_list(l);
+	return failures ? 1 : 0;
+}
+
+
+/* What the two sides tell each other over TCP. */
+struct card {
+	uint32_t qpn, rkey;
+	uint64_t addr;
+	union ibv_gid gid;
+};
+
+static void xfer(int fd, void *buf, size_t n, bool send_it)
+{
+	for (size_t done = 0; done < n;) {
+		ssize_t k = send_it ? write(fd, (char *)buf + done, n - done) :
+				      read(fd, (char *)buf + done, n - done);
+
+		if (k <= 0)
+			die(send_it ? "TCP send" : "TCP receive");
+		done += (size_t)k;
+	}
+}
+
+static void say_word(int fd, const char *w)
+{
+	char b[8] = { 0 };
+
+	strncpy(b, w, sizeof(b) - 1);
+	xfer(fd, b, sizeof(b), true);
+}
+
+static bool heard(int fd, const char *w)
+{
+	char b[8];
+
+	xfer(fd, b, sizeof(b), false);
+	return strncmp(b, w, sizeof(b)) == 0;
+}
+
+static void net_open(struct pair *p)
+{
+	const char *want = getenv("MRD_DEVICE");
+	struct ibv_device **l = ibv_get_device_list(NULL);
+
+	for (int i = 0; l && l[i] && !p->ctx; i++)
+		if (!want || strcmp(ibv_get_device_name(l[i]), want) == 0)
+			p->ctx = ibv_open_device(l[i]);
+	ibv_free_device_list(l);
+	if (!p->ctx)
+		die("open a device");
+	p->pd = ibv_alloc_pd(p->ctx);
+	p->cq = p->pd ? ibv_create_cq(p->ctx, 16, NULL, NULL, 0) : NULL;
+	if (!p->cq)
+		die("PD and CQ");
+	p->a = qp_new(p);
+}
+
+#define NET_BYTES (1u << 20)
+
+static int serve(int port, int gid_index)
+{
+	struct pair p = { .gid_index = gid_index };
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	struct card mine = { 0 }, theirs;
+	char *buf = malloc(NET_BYTES + 3), *b = buf + 3;
+	struct ibv_mr *mr;
+	int one = 1, ls, fd;
+	bool ok;
+
+	net_open(&p);
+	fill(b, NET_BYTES, 5);
+	mr = ibv_reg_mr(p.pd, b, NET_BYTES, ACCESS);
+	if (!mr)
+		die("ibv_reg_mr of the server's 1 MiB");
+	ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof(sa)) || listen(ls, 1))
+		die("listen");
+	printf("listening on %d\n", port);
+	fflush(stdout);
+	fd = accept(ls, NULL, NULL);
+	if (fd < 0)
+		die("accept");
+	mine = (struct card){ p.a->qp_num, mr->rkey, (uintptr_t)b };
+	ibv_query_gid(p.ctx, 1, gid_index, &mine.gid);
+	xfer(fd, &mine, sizeof(mine), true);
+	xfer(fd, &theirs, sizeof(theirs), false);
+	qp_connect_to(&p, p.a, theirs.qpn, &theirs.gid);
+	say_word(fd, "READY");
+	ok = heard(fd, "WROTE");
+	result("across hosts: the peer's RDMA WRITE landed in the server's moved buffer",
+	       ok && strcmp(b + 4096, "written across hosts") == 0 && same(b, 4096, 5) &&
+	       same(b + 8192, NET_BYTES - 8192, 5), /* 8192 * 13 is a multiple of 256 */
+	       b + 4096);
+	heard(fd, "READ");
+	/* The buffer is freed: its rkey must die with it. */
+	ibv_dereg_mr(mr);
+	free(buf);
+	say_word(fd, "FREED");
+	ok = heard(fd, "REFUSED");
+	result("across hosts: the peer found the freed buffer's old rkey refused", ok, "");
+	close(fd);
+	close(ls);
+	ibv_destroy_qp(p.a);
+	ibv_destroy_cq(p.cq);
+	ibv_dealloc_pd(p.pd);
+	ibv_close_device(p.ctx);
+	return failures ? 1 : 0;
+}
+
+static int ask(const char *host, int port, int gid_index)
+{
+	struct pair p = { .gid_index = gid_index };
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	struct card mine = { 0 }, theirs;
+	char *buf = malloc(NET_BYTES), detail[128];
+	struct ibv_mr *mr;
+	int fd = -1, st;
+
+	net_open(&p);
+	mr = ibv_reg_mr(p.pd, buf, NET_BYTES, ACCESS);
+	if (!mr)
+		die("ibv_reg_mr of the asker's 1 MiB");
+	inet_pton(AF_INET, host, &sa.sin_addr);
+	for (int i = 0; i < 100; i++) { /* the server may not listen yet */
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			break;
+		close(fd);
+		fd = -1;
+		usleep(200000);
+	}
+	if (fd < 0)
+		die("connect to the server");
+	mine = (struct card){ p.a->qp_num, mr->rkey, (uintptr_t)buf };
+	ibv_query_gid(p.ctx, 1, gid_index, &mine.gid);
+	xfer(fd, &theirs, sizeof(theirs), false);
+	xfer(fd, &mine, sizeof(mine), true);
+	qp_connect_to(&p, p.a, theirs.qpn, &theirs.gid);
+	if (!heard(fd, "READY"))
+		die("the server's READY");
+	strcpy(buf, "written across hosts");
+	st = rdma(&p, false, buf, mr->lkey, (void *)(uintptr_t)(theirs.addr + 4096), theirs.rkey,
+		  32);
+	snprintf(detail, sizeof(detail), "completion status %d", st);
+	result("across hosts: RDMA WRITE into the peer's buffer completes", st == 0, detail);
+	say_word(fd, "WROTE");
+	memset(buf, 0, 8192);
+	st = rdma(&p, true, buf, mr->lkey, (void *)(uintptr_t)theirs.addr, theirs.rkey, 8192);
+	result("across hosts: RDMA READ of the peer's buffer reads its bytes and the write",
+	       st == 0 && same(buf, 4096, 5) && strcmp(buf + 4096, "written across hosts") == 0,
+	       detail);
+	say_word(fd, "READ");
+	if (!heard(fd, "FREED"))
+		die("the server's FREED");
+	st = rdma(&p, false, buf, mr->lkey, (void *)(uintptr_t)(theirs.addr + 4096), theirs.rkey,
+		  32);
+	snprintf(detail, sizeof(detail), "completion status %d", st);
+	result("across hosts: a write with the freed buffer's old rkey fails", st > 0, detail);
+	say_word(fd, st > 0 ? "REFUSED" : "TAKEN");
+	close(fd);
+	ibv_dereg_mr(mr);
+	free(buf);
+	return failures ? 1 : 0;
+}
+
+static int run_as(char **argv)
+{
+	uid_t uid = (uid_t)strtoul(argv[0], NULL, 10);
+	rlim_t bytes = (rlim_t)strtoull(argv[1], NULL, 10);
+	struct rlimit rl = { bytes, bytes };
+
+	if (setrlimit(RLIMIT_MEMLOCK, &rl) || setresgid(uid, uid, uid) || setresuid(uid, uid, uid)) {
+		perror("preload-check as");
+		return 126;
+	}
+	execvp(argv[2], argv + 2);
+	perror(argv[2]);
+	return 127;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 5 && strcmp(argv[1], "as") == 0)
+		return run_as(argv + 2);
+	if (argc == 3 && strcmp(argv[1], "data") == 0)
+		return data(atoi(argv[2]));
+	if (argc == 4 && strcmp(argv[1], "serve") == 0)
+		return serve(atoi(argv[2]), atoi(argv[3]));
+	if (argc == 5 && strcmp(argv[1], "ask") == 0)
+		return ask(argv[2], atoi(argv[3]), atoi(argv[4]));
+	fprintf(stderr, "usage: preload-check as UID MEMLOCK PROGRAM [ARGS...] | data GID_INDEX |\n"
+			"       serve PORT GID_INDEX | ask HOST PORT GID_INDEX\n");
+	return 2;
+}
