@@ -191,19 +191,40 @@ static bool aliased_entries(int fd, uintptr_t first_page, size_t n)
 	return true;
 }
 
+/* The page map, opened once: a registration that hits reads one entry (one syscall). It is
+ * this process's: a child of fork() opens its own (address_space_after_fork). */
+static int pagemap_fd = -1;
+
+static int pagemap(void)
+{
+	if (pagemap_fd < 0)
+		pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	return pagemap_fd;
+}
+
+void address_space_after_fork(void)
+{
+	if (pagemap_fd >= 0)
+		close(pagemap_fd);
+	pagemap_fd = -1;
+}
+
 bool address_space_looks_aliased(uintptr_t start, uintptr_t end)
 {
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), first = start / page;
 	uintptr_t last = (end - 1) / page;
-	int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-	bool ok;
+	int fd = pagemap();
 
 	if (fd < 0)
 		return false;
 	if (last - first < LOOK_PAGES)
-		ok = aliased_entries(fd, first, last - first + 1);
-	else
-		ok = aliased_entries(fd, first, 1) && aliased_entries(fd, last, 1);
-	close(fd);
-	return ok;
+		return aliased_entries(fd, first, last - first + 1);
+	return aliased_entries(fd, first, 1) && aliased_entries(fd, last, 1);
+}
+
+bool address_space_page_aliased(uintptr_t addr)
+{
+	int fd = pagemap();
+
+	return fd >= 0 && aliased_entries(fd, addr / (uintptr_t)sysconf(_SC_PAGESIZE), 1);
 }

@@ -29,3 +29,7 @@ int address_space_alias_pieces(uintptr_t start, uintptr_t end, uintptr_t window,
  * program may have dropped the page tables, madvise(MADV_DONTNEED)): ask
  * address_space_alias_pieces then. */
 _Bool address_space_looks_aliased(uintptr_t start, uintptr_t end);
+/* The same of the one page holding addr. */
+_Bool address_space_page_aliased(uintptr_t addr);
+/* In a child of fork(): the page map opened before was the parent's. */
+void address_space_after_fork(void);

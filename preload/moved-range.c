@@ -144,7 +144,7 @@ int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t start, u
 	}
 	populate(start, end);
 	*r = (struct moved_range){ .start = start, .end = end, .window = (uintptr_t)window,
-				   .access = access };
+				   .access = access, .brk_seen = (uintptr_t)sbrk(0) };
 	k = insert(m, r);
 	if (k < 0) {
 		/* Keep the program's bytes: back onto private memory. */
@@ -155,15 +155,22 @@ int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t start, u
 	return 0;
 }
 
-bool moved_range_intact(const struct moved_range *r, uintptr_t start, uintptr_t end)
+bool moved_range_intact(struct moved_range *r, uintptr_t start, uintptr_t end)
 {
+	uintptr_t brk = (uintptr_t)sbrk(0);
 	struct alias_piece pieces[2];
 	int n;
 
-	if (address_space_looks_aliased(start, end))
+	if (brk == r->brk_seen && address_space_page_aliased(start))
 		return true;
-	n = address_space_alias_pieces(start, end, r->window + (start - r->start), pieces, 2);
-	return n == 1 && pieces[0].start == start && pieces[0].end == end;
+	if (!address_space_looks_aliased(start, end)) {
+		n = address_space_alias_pieces(start, end, r->window + (start - r->start), pieces, 2);
+		if (n != 1 || pieces[0].start != start || pieces[0].end != end)
+			return false;
+	}
+	if (start == r->start && end == r->end)
+		r->brk_seen = brk;
+	return true;
 }
 
 /* Private anonymous memory with the bytes of each piece of r the program still maps. */
@@ -216,6 +223,7 @@ void moved_range_forget(struct moved_ranges *m, mrd_client *mem, struct moved_ra
 
 void moved_ranges_fork_child(struct moved_ranges *m)
 {
+	address_space_after_fork();
 	for (size_t i = 0; i < m->n; i++) {
 		copy_to_private(m->v[i]);
 		m->v[i]->gone = true;

@@ -27,6 +27,7 @@ struct moved_range {
 			       * that moved it */
 	unsigned live;        /* the program's registrations over it */
 	unsigned kept;        /* those it deregistered that the shim keeps for a hit */
+	uintptr_t brk_seen;   /* the program break when its pages were last seen whole */
 	bool gone;            /* out of the registry (unmapped under live registrations): freed
 			       * with its last one */
 	struct range_keys *keys;
@@ -52,8 +53,11 @@ void moved_ranges_each_overlapping(struct moved_ranges *m, uintptr_t start, uint
  * they are no plain private memory (why says what), -ENOMEM, or what mrd answered. */
 int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t start, uintptr_t end,
 		     unsigned access, struct moved_range **ret, char *why, size_t why_size);
-/* Whether the program still sees mrd's pages over all of [start, end) of r. */
-bool moved_range_intact(const struct moved_range *r, uintptr_t start, uintptr_t end);
+/* Whether the program still sees mrd's pages over all of [start, end) of r. What the shim
+ * does not see change them (the allocator's own munmap and brk, which free() and realloc()
+ * only partly tell) is looked for: a moved program break means every page is looked at
+ * again; otherwise the first page's entry in the page map tells (one syscall). */
+bool moved_range_intact(struct moved_range *r, uintptr_t start, uintptr_t end);
 /* Copies what of r the program still maps onto private memory again, then frees mrd's
  * memory (its MRs and keys go with it). r leaves the registry; it is freed unless live
  * registrations still point at it (then it is gone). */

@@ -165,12 +165,54 @@ grep -q ODP_SUPPORT /tmp/devinfo.txt && DEV_ODP=true
 echo "@@ INFO GID index $GIDX; device ODP $DEV_ODP"
 
 # make bench (rdma-vm.sh --bench): the VM benchmarks alone, as root (the baseline pins itself).
+# make bench's rows for libmrd-preload.so (PERF.md): each figure the median of interleaved
+# reps, with the shim against the same program without it, as root (the baseline pins itself).
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+bench_preload() { # socket
+	export MRD_SOCKET=$1
+	shim=/opt/mrd/lib/libmrd-preload.so reps=5
+	for size in 4096 65536 1048576; do
+		: > /tmp/without; : > /tmp/with
+		for _ in $(seq $reps); do
+			preload-check regloop 200 $size | awk '{ print $3 }' >> /tmp/without
+			LD_PRELOAD=$shim MRD_PRELOAD_LOG=0 preload-check regloop 200 $size | awk '{ print $3 }' >> /tmp/with
+		done
+		a=$(median < /tmp/without) b=$(median < /tmp/with)
+		awk -v a="$a" -v b="$b" -v s=$size -v r=$reps 'BEGIN { x = a / b;
+			printf "preload-reregister-%dKiB: speedup=%.1f (case=ibv_reg_mr+ibv_dereg_mr of one buffer in a loop under libmrd-preload.so, %.1f us each; baseline=the same without it, %.1f us; reps=%d, median) target >= 10: %s\n",
+			s / 1024, x, b / 1e3, a / 1e3, r, (x >= 10) ? "met" : "MISSED" }'
+	done
+	if ! command -v ib_write_bw > /dev/null; then
+		echo "preload-ib_write_bw: not measured: no perftest in the VM (apt-get install perftest on the host)"
+		return
+	fi
+	for size in 65536 1048576; do
+		: > /tmp/without; : > /tmp/with
+		for i in $(seq $reps); do
+			for mode in without with; do
+				pre=
+				[ $mode = with ] && pre="env LD_PRELOAD=$shim MRD_PRELOAD_LOG=0"
+				port=$((18800 + i * 2 + ${#mode}))
+				$pre ib_write_bw -d rxe0 -x "$GIDX" -s $size -D 2 -F -p $port > /tmp/bw-srv.txt 2>&1 &
+				sleep 1
+				$pre ib_write_bw -d rxe0 -x "$GIDX" -s $size -D 2 -F -p $port 127.0.0.1 > /tmp/bw.txt 2>&1
+				wait
+				awk -v s=$size '$1 == s { print $4 }' /tmp/bw.txt >> /tmp/$mode
+			done
+		done
+		a=$(median < /tmp/without) b=$(median < /tmp/with)
+		awk -v a="$a" -v b="$b" -v s=$size -v r=$reps 'BEGIN { x = (a > 0) ? b / a : 0;
+			printf "preload-ib_write_bw-%dKiB: ratio=%.3f (case=ib_write_bw -D 2 on rxe over lo under libmrd-preload.so, %.1f MB/s; baseline=the same without it, %.1f MB/s; reps=%d interleaved, median) target >= 0.95: %s\n",
+			s / 1024, x, b, a, r, (x >= 0.95) ? "met" : "MISSED" }'
+	done
+}
 if grep -q 'mrd_vm=bench' /proc/cmdline; then
 	printf '[mrd]\nsocket_mode = 0666\n[memory]\nhugepages = no\n' > /tmp/mrd.conf
 	mrd --foreground --no-bus --provider verbs --device rxe0 --config /tmp/mrd.conf \
 		--socket /run/mrd.sock > /tmp/mrd.log 2>&1 &
 	for _ in $(seq 100); do [ -S /run/mrd.sock ] && break; sleep 0.1; done
 	bench-client-pd /run/mrd.sock rxe0 2>&1 | sed 's/^/@@ BENCH /'
+	bench_preload /run/mrd.sock 2>&1 | sed 's/^/@@ BENCH /'
 	sync
 	poweroff -f
 fi

@@ -12,7 +12,9 @@
  *   preload-check serve PORT GID_INDEX / preload-check ask HOST PORT GID_INDEX
  *     two hosts: the asker RDMA WRITEs into the server's malloc'd 1 MiB and READs it back,
  *     both check the bytes; then the server frees its buffer and the asker's write with the
- *     old rkey must fail. Addresses, rkeys and QP numbers go over TCP. */
+ *     old rkey must fail. Addresses, rkeys and QP numbers go over TCP;
+ *   preload-check regloop N SIZE
+ *     make bench: N registrations and deregistrations of one buffer, the ns each takes. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -24,6 +26,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -475,6 +478,30 @@ static int ask(const char *host, int port, int gid_index)
 	return failures ? 1 : 0;
 }
 
+/* make bench: n registrations and deregistrations of one malloc'd buffer; ns each. */
+static int regloop(int n, size_t size)
+{
+	struct pair p = { 0 };
+	char *buf = malloc(size);
+	struct timespec t0, t1;
+	struct ibv_mr *mr;
+
+	net_open(&p);
+	memset(buf, 1, size);
+	for (int i = 0; i < n + 5; i++) {
+		if (i == 5)
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+		mr = ibv_reg_mr(p.pd, buf, size, ACCESS);
+		if (!mr || ibv_dereg_mr(mr))
+			die("ibv_reg_mr and ibv_dereg_mr in a loop");
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("regloop %zu %.0f\n", size,
+	       ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / n);
+	free(buf);
+	return 0;
+}
+
 static int run_as(char **argv)
 {
 	uid_t uid = (uid_t)strtoul(argv[0], NULL, 10);
@@ -496,6 +523,8 @@ int main(int argc, char **argv)
 		return run_as(argv + 2);
 	if (argc == 3 && strcmp(argv[1], "data") == 0)
 		return data(atoi(argv[2]));
+	if (argc == 4 && strcmp(argv[1], "regloop") == 0)
+		return regloop(atoi(argv[2]), strtoul(argv[3], NULL, 10));
 	if (argc == 4 && strcmp(argv[1], "serve") == 0)
 		return serve(atoi(argv[2]), atoi(argv[3]));
 	if (argc == 5 && strcmp(argv[1], "ask") == 0)
