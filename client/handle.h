@@ -17,6 +17,11 @@ struct mrd_client;
  * device came back (the status page's pd_epoch moved): mrd's keys are for another PD
  * (client_pd_stale in libmrd.c); else 0. */
 int client_pd_stale(struct mrd_client *client);
+/* libmrd's once-per-process start (its fork handlers among it), else done at the first
+ * connect. libmrd-preload.so calls it before registering its own fork handlers: prepare
+ * handlers run last-registered first, so fork() then takes the shim's lock before libmrd's,
+ * the order a registration takes them in. */
+void libmrd_init_once(void);
 
 struct mrd_client {
 	struct conn *conn;

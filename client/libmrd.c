@@ -51,7 +51,7 @@ static void libmrd_init(void)
 	(void)pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
-static void init_once(void)
+void libmrd_init_once(void)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 
@@ -64,7 +64,7 @@ MRD_EXPORT int mrd_client_connect(const char *path, mrd_client **ret)
 	mrd_client *client;
 	int r;
 
-	init_once();
+	libmrd_init_once();
 	if (!ret)
 		return set_last_error(-EINVAL, "mrd_client_connect: ret is NULL");
 	client = calloc(1, sizeof(*client));

@@ -393,7 +393,8 @@ void memory_leave(mrd_client *client)
 /* Alloc, and with ret_keys the keys registered with it (ALLOC_REGISTER); 1 when the reply
  * had none. alias: where this process maps it too (memory_alloc_alias), or 0. */
 static int alloc(mrd_client *client, size_t size, size_t align, unsigned flags, uint64_t alias,
-		 unsigned alias_access, void **ret, struct mrd_keys *ret_keys)
+		 unsigned alias_access, uint64_t span_offset, uint64_t span_length, void **ret,
+		 struct mrd_keys *ret_keys)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__AllocRequest alloc = MRD__ALLOC_REQUEST__INIT;
@@ -409,6 +410,8 @@ static int alloc(mrd_client *client, size_t size, size_t align, unsigned flags, 
 	alloc.align = align;
 	alloc.alias = alias;
 	alloc.alias_access = alias_access;
+	alloc.span_offset = span_offset;
+	alloc.span_length = span_length;
 	alloc.flags = (flags & MRD_MEM_HUGEPAGE ? MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE : 0) |
 		      (flags & MRD_MEM_ODP ? MRD__ALLOC_FLAGS__ALLOC_ODP : 0) |
 		      (flags & MRD_MEM_READ_ONLY ? MRD__ALLOC_FLAGS__ALLOC_READ_ONLY : 0) |
@@ -454,15 +457,15 @@ out:
 }
 
 int memory_alloc_alias(mrd_client *client, size_t size, uint64_t alias, unsigned access,
-		       void **ret)
+		       uint64_t span_offset, uint64_t span_length, void **ret)
 {
-	return alloc(client, size, 0, 0, alias, access, ret, NULL);
+	return alloc(client, size, 0, 0, alias, access, span_offset, span_length, ret, NULL);
 }
 
 MRD_EXPORT int mrd_mem_alloc(mrd_client *client, size_t size, size_t align, unsigned flags,
 			     void **ret)
 {
-	return alloc(client, size, align, flags, 0, 0, ret, NULL);
+	return alloc(client, size, align, flags, 0, 0, 0, 0, ret, NULL);
 }
 
 MRD_EXPORT int mrd_mem_alloc_keys(mrd_client *client, size_t size, size_t align, unsigned flags,
@@ -475,7 +478,7 @@ MRD_EXPORT int mrd_mem_alloc_keys(mrd_client *client, size_t size, size_t align,
 	r = client ? client_pd_stale(client) : 0;
 	if (r < 0)
 		return r;
-	r = alloc(client, size, align, flags, 0, 0, ret, ret_keys);
+	r = alloc(client, size, align, flags, 0, 0, 0, 0, ret, ret_keys);
 	if (r == 1) { /* not registered with it: the usual lookup */
 		r = mrd_keys_query(client, *ret, ret_keys);
 		if (r < 0) {

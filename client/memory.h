@@ -24,7 +24,8 @@ void memory_fork_lock(bool lock);
 int memory_settle_lost_frees(struct mrd_client *client, struct conn *conn, unsigned *resumed);
 void memory_leave(struct mrd_client *client);
 /* Not exported (libmrd-preload.so links libmrd's objects): size bytes of 4 KiB pages that this
- * process maps at alias too, so that the MRs of its bound PDs over them use addresses there
- * and grant access (ibv_access_flags bits) alone (AllocRequest.alias). */
+ * process maps at alias too, so that the MRs of its bound PDs over them use addresses there,
+ * cover [span_offset, +span_length) of them alone (0: all) and grant access (ibv_access_flags
+ * bits) alone (AllocRequest.alias). */
 int memory_alloc_alias(struct mrd_client *client, size_t size, uint64_t alias, unsigned access,
-		       void **ret);
+		       uint64_t span_offset, uint64_t span_length, void **ret);

@@ -173,8 +173,46 @@ int address_space_alias_pieces(uintptr_t start, uintptr_t end, uintptr_t window,
 	return r < 0 ? r : w.n;
 }
 
+struct elsewhere_walk {
+	struct mapping file; /* the window's mapping */
+	uint64_t lo, hi;     /* the file's bytes in question */
+	bool found;
+};
+
+static int other_mapping(const struct mapping *m, void *arg)
+{
+	struct elsewhere_walk *w = arg;
+
+	if (m->start == w->file.start || m->inode != w->file.inode ||
+	    m->dev_major != w->file.dev_major || m->dev_minor != w->file.dev_minor)
+		return 0;
+	if (m->offset < w->hi && w->lo < m->offset + (m->end - m->start)) {
+		w->found = true;
+		return 1;
+	}
+	return 0;
+}
+
+int address_space_mapped_elsewhere(uintptr_t window, size_t length)
+{
+	struct pieces_walk pw = { .window = window };
+	struct elsewhere_walk w;
+	int r = each_mapping(find_window, &pw);
+
+	if (r < 0)
+		return r;
+	if (!pw.found)
+		return 0;
+	w = (struct elsewhere_walk){ .file = pw.file,
+				     .lo = pw.file.offset + (window - pw.file.start) };
+	w.hi = w.lo + length;
+	r = each_mapping(other_mapping, &w);
+	return r < 0 ? r : w.found;
+}
+
 #define PM_PRESENT (1ull << 63)
 #define PM_FILE (1ull << 61)
+#define PM_EXCLUSIVE (1ull << 56) /* mapped once: an alias's page is mapped at the window too */
 
 #define LOOK_PAGES 512 /* every page up to 2 MiB; beyond, the first and the last */
 
@@ -186,7 +224,7 @@ static bool aliased_entries(int fd, uintptr_t first_page, size_t n)
 	if (got != (ssize_t)(n * 8))
 		return false;
 	for (size_t i = 0; i < n; i++)
-		if ((e[i] & (PM_PRESENT | PM_FILE)) != (PM_PRESENT | PM_FILE))
+		if ((e[i] & (PM_PRESENT | PM_FILE | PM_EXCLUSIVE)) != (PM_PRESENT | PM_FILE))
 			return false;
 	return true;
 }

@@ -23,9 +23,14 @@ int address_space_movable(uintptr_t start, uintptr_t end, char *why, size_t why_
 int address_space_alias_pieces(uintptr_t start, uintptr_t end, uintptr_t window,
 			       struct alias_piece *pieces, int max);
 
+/* 1 when the pages of mrd's memory at [window, window + length) are mapped anywhere but there
+ * (at an alias, or wherever a mremap() took them), 0 when not, -errno when /proc cannot say:
+ * only at 0 may they go back to mrd. */
+int address_space_mapped_elsewhere(uintptr_t window, size_t length);
+
 /* Quick check, one read of the page map: whether the pages of [start, end) (up to 2 MiB; of a
- * bigger range the first and the last) are present and shared-file pages, as a live alias's
- * are. false says nothing for sure (the
+ * bigger range the first and the last) are present shared-file pages mapped more than once, as
+ * a live alias's are (mrd's window maps them too). false says nothing for sure (the
  * program may have dropped the page tables, madvise(MADV_DONTNEED)): ask
  * address_space_alias_pieces then. */
 _Bool address_space_looks_aliased(uintptr_t start, uintptr_t end);

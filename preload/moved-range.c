@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,9 +110,12 @@ static void populate(uintptr_t start, uintptr_t end)
 		(void)*(volatile const char *)p;
 }
 
-int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t start, uintptr_t end,
-		     unsigned access, struct moved_range **ret, char *why, size_t why_size)
+int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t span_start,
+		     uintptr_t span_end, unsigned access, struct moved_range **ret, char *why,
+		     size_t why_size)
 {
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t start = span_start & ~(page - 1), end = (span_end + page - 1) & ~(page - 1);
 	struct moved_range *r;
 	void *window, *at;
 	int k;
@@ -122,7 +126,8 @@ int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t start, u
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
-	k = memory_alloc_alias(mem, end - start, start, access, &window);
+	k = memory_alloc_alias(mem, end - start, start, access, span_start - start,
+			       span_end - span_start, &window);
 	if (k < 0) {
 		snprintf(why, why_size, "mrd gave no memory: %s", mrd_last_error());
 		free(r);
@@ -143,7 +148,8 @@ int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t start, u
 		return k;
 	}
 	populate(start, end);
-	*r = (struct moved_range){ .start = start, .end = end, .window = (uintptr_t)window,
+	*r = (struct moved_range){ .start = start, .end = end, .span_start = span_start,
+				   .span_end = span_end, .window = (uintptr_t)window,
 				   .access = access, .brk_seen = (uintptr_t)sbrk(0) };
 	k = insert(m, r);
 	if (k < 0) {
@@ -173,38 +179,37 @@ bool moved_range_intact(struct moved_range *r, uintptr_t start, uintptr_t end)
 	return true;
 }
 
-/* Private anonymous memory with the bytes of each piece of r the program still maps. */
+/* Private anonymous memory again under each piece of r the program still maps, with its bytes
+ * copied from mrd's view of them (still mapped at the window). A fresh mapping in place, where
+ * the kernel merges it with the private memory around it: no mapping is split or left over. */
 static void copy_to_private(const struct moved_range *r)
 {
+	/* r itself (the program's heap) may lie on these pages: nothing of it is read once the
+	 * first of them is replaced, only the stack. */
+	const uintptr_t start = r->start, window = r->window;
 	struct alias_piece pieces[MAX_PIECES];
-	int n = address_space_alias_pieces(r->start, r->end, r->window, pieces, MAX_PIECES);
+	int n = address_space_alias_pieces(r->start, r->end, window, pieces, MAX_PIECES);
 
 	for (int i = 0; i < n; i++) {
 		size_t len = pieces[i].end - pieces[i].start;
-		void *tmp = (void *)syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE,
-					    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		void *at = (void *)syscall(SYS_mmap, (void *)pieces[i].start, len,
+					   PROT_READ | PROT_WRITE,
+					   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 
-		if (tmp == MAP_FAILED)
+		if (at == MAP_FAILED)
 			continue; /* the pages stay mrd's: the memory cannot be freed safely */
-		if (pieces[i].prot & PROT_READ)
-			memcpy(tmp, (void *)pieces[i].start, len);
-		if ((void *)syscall(SYS_mremap, tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
-				    (void *)pieces[i].start) == MAP_FAILED) {
-			syscall(SYS_munmap, tmp, len);
-			continue;
-		}
+		memcpy(at, (void *)(window + (pieces[i].start - start)), len);
 		if (pieces[i].prot != (PROT_READ | PROT_WRITE))
-			(void)mprotect((void *)pieces[i].start, len, pieces[i].prot);
+			(void)mprotect(at, len, pieces[i].prot);
 	}
 }
 
 static void drop(struct moved_ranges *m, mrd_client *mem, struct moved_range *r)
 {
-	struct alias_piece left[1];
-
 	remove_range(m, r);
-	/* Freeing mrd's memory punches its pages: only once the program maps none of them. */
-	if (address_space_alias_pieces(r->start, r->end, r->window, left, 1) == 0)
+	/* Freeing mrd's memory punches its pages: only once the program maps none of them,
+	 * where they were or wherever a mremap() took them. */
+	if (address_space_mapped_elsewhere(r->window, r->end - r->start) == 0)
 		(void)mrd_mem_free(mem, (void *)r->window);
 	r->gone = true;
 	moved_range_put(r);
@@ -231,6 +236,12 @@ void moved_ranges_fork_child(struct moved_ranges *m)
 	}
 	m->n = 0;
 	update_bounds(m);
+}
+
+int moved_ranges_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void))
+{
+	libmrd_init_once();
+	return pthread_atfork(prepare, parent, child);
 }
 
 void moved_range_put(struct moved_range *r)

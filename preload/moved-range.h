@@ -22,6 +22,7 @@ struct range_keys {
 
 struct moved_range {
 	uintptr_t start, end; /* the program's pages */
+	uintptr_t span_start, span_end; /* the bytes its MRs cover: the buffer that moved it */
 	uintptr_t window;     /* the same pages at mrd's address (this process maps both) */
 	unsigned access;      /* what its MRs grant: the ibv_access_flags of the registration
 			       * that moved it */
@@ -49,10 +50,12 @@ struct moved_range *moved_ranges_find(struct moved_ranges *m, uintptr_t start, u
 void moved_ranges_each_overlapping(struct moved_ranges *m, uintptr_t start, uintptr_t end,
 				   void (*fn)(struct moved_range *r, void *arg), void *arg);
 
-/* Moves the pages [start, end) (page-aligned) onto mrd's memory of mem. 0; -EOPNOTSUPP when
- * they are no plain private memory (why says what), -ENOMEM, or what mrd answered. */
-int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t start, uintptr_t end,
-		     unsigned access, struct moved_range **ret, char *why, size_t why_size);
+/* Moves the pages around [span_start, span_end) (the buffer, whose bytes alone its MRs will
+ * cover) onto mrd's memory of mem. 0; -EOPNOTSUPP when they are no plain private memory (why
+ * says what), -ENOMEM, or what mrd answered. */
+int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t span_start,
+		     uintptr_t span_end, unsigned access, struct moved_range **ret, char *why,
+		     size_t why_size);
 /* Whether the program still sees mrd's pages over all of [start, end) of r. What the shim
  * does not see change them (the allocator's own munmap and brk, which free() and realloc()
  * only partly tell) is looked for: a moved program break means every page is looked at
@@ -67,5 +70,8 @@ void moved_range_forget(struct moved_ranges *m, mrd_client *mem, struct moved_ra
 /* In a child of fork(): every range's pages become the child's private copy (the parent
  * keeps mrd's), and the registry forgets them without a word to mrd. */
 void moved_ranges_fork_child(struct moved_ranges *m);
+/* Registers the shim's fork handlers after libmrd's (handle.h libmrd_init_once): fork() takes
+ * the shim's lock first, then libmrd's, as a registration does. */
+int moved_ranges_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
 /* Frees r once gone with no live registration left. */
 void moved_range_put(struct moved_range *r);

@@ -38,7 +38,8 @@ struct shim_mr {
 	struct ibv_mr ibv;
 	int mr_type; /* IBV_MR_TYPE_MR */
 	int verbs_access;
-	struct moved_range *range;
+	struct moved_range *range; /* NULL: inner stands in, or it died in a failed rereg */
+	struct ibv_mr *inner; /* libibverbs' MR in its place, after a rereg mrd could not serve */
 	unsigned access; /* as the program asked */
 	bool kept;       /* deregistered by the program, kept for a hit */
 	struct shim_mr *hash_next;
@@ -53,6 +54,14 @@ struct shim_pd {
 	int error; /* binding failed: that PD's registrations fall through */
 };
 
+/* An MR libibverbs made for the program (a fall-through): it pins the pages under it as they
+ * are, so the shim neither moves them nor moves them back while it lives. */
+struct own_mr {
+	struct own_mr *next;
+	const struct ibv_mr *mr;
+	uintptr_t start, end; /* its pages */
+};
+
 #define HASH_SIZE 1024
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -65,6 +74,7 @@ static struct moved_ranges ranges;
 static mrd_client *mem; /* the connection that owns the moved memory */
 static int mem_error;
 static struct shim_pd *pds;
+static struct own_mr *own_mrs;
 static struct shim_mr *by_address[HASH_SIZE];
 static struct shim_mr *kept_head, *kept_tail;
 static unsigned n_kept;
@@ -202,6 +212,34 @@ static void kept_unlink(struct shim_mr *m)
 	n_kept--;
 }
 
+static uintptr_t page_down(uintptr_t a)
+{
+	return a & ~((uintptr_t)sysconf(_SC_PAGESIZE) - 1);
+}
+
+static uintptr_t page_up(uintptr_t a)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+
+	return (a + page - 1) & ~(page - 1);
+}
+
+static bool own_pinned(uintptr_t start, uintptr_t end)
+{
+	for (const struct own_mr *o = own_mrs; o; o = o->next)
+		if (o->start < end && start < o->end)
+			return true;
+	return false;
+}
+
+/* Pages go back to private memory unless an MR of the program's own pins them as they are
+ * (then they stay mrd's, idle, until it goes). */
+static void go_back(struct moved_range *r)
+{
+	if (!own_pinned(r->start, r->end))
+		moved_range_move_back(&ranges, mem, r);
+}
+
 /* A range nobody registers any more goes back to the program's private memory, and mrd's
  * memory (with every MR and key over it) with it. */
 static void settle(struct moved_range *r)
@@ -209,7 +247,38 @@ static void settle(struct moved_range *r)
 	if (r->gone)
 		moved_range_put(r);
 	else if (r->live == 0 && r->kept == 0)
-		moved_range_move_back(&ranges, mem, r);
+		go_back(r);
+}
+
+static void own_add(const struct ibv_mr *mr)
+{
+	struct own_mr *o = malloc(sizeof(*o));
+
+	if (!o)
+		return;
+	*o = (struct own_mr){ own_mrs, mr, page_down((uintptr_t)mr->addr),
+			      page_up((uintptr_t)mr->addr + mr->length) };
+	own_mrs = o;
+}
+
+static void settle_one(struct moved_range *r, void *arg)
+{
+	(void)arg;
+	settle(r);
+}
+
+/* The program's own MR mr is gone (or moved): idle ranges under it may go back now. */
+static void own_remove(const struct ibv_mr *mr)
+{
+	for (struct own_mr **p = &own_mrs; *p; p = &(*p)->next)
+		if ((*p)->mr == mr) {
+			struct own_mr *o = *p;
+
+			*p = o->next;
+			moved_ranges_each_overlapping(&ranges, o->start, o->end, settle_one, NULL);
+			free(o);
+			return;
+		}
 }
 
 /* A kept registration goes: its buffer was freed, or the shim keeps too many. */
@@ -265,7 +334,7 @@ static void lost(struct moved_range *r, uintptr_t start, uintptr_t end)
 	if (start <= r->start && r->end <= end)
 		moved_range_forget(&ranges, mem, r);
 	else if (r->live == 0 && r->kept == 0)
-		moved_range_move_back(&ranges, mem, r);
+		go_back(r);
 }
 
 static struct shim_pd *pd_of(struct ibv_pd *pd)
@@ -308,16 +377,18 @@ static int keys_of(struct moved_range *r, struct shim_pd *p, struct range_keys *
 			*ret = k;
 			return 0;
 		}
-	e = mrd_keys_query(p->client, (void *)r->window, &keys);
+	/* The buffer's bytes in mrd's view: all the range's MR covers. */
+	uintptr_t lo = r->window + (r->span_start - r->start), hi = lo + (r->span_end - r->span_start);
+
+	e = mrd_keys_query(p->client, (void *)lo, &keys);
 	if (e < 0) {
 		snprintf(why, why_size, "mrd gave no keys: %s", mrd_last_error());
 		return e;
 	}
-	if (keys.start > r->window || keys.end < r->window + (r->end - r->start)) {
+	if (keys.start > lo || keys.end < hi) {
 		/* [cache] policy = page: an MR per page, and an ibv_mr needs one over all. */
 		snprintf(why, why_size, "mrd's MR covers [0x%" PRIxPTR ", 0x%" PRIxPTR ") of [0x%"
-			 PRIxPTR ", 0x%" PRIxPTR ") (policy page?)", keys.start, keys.end,
-			 r->window, r->window + (r->end - r->start));
+			 PRIxPTR ", 0x%" PRIxPTR ") (policy page?)", keys.start, keys.end, lo, hi);
 		return -EOPNOTSUPP;
 	}
 	k = calloc(1, sizeof(*k));
@@ -372,7 +443,8 @@ static int serve(struct ibv_pd *pd, void *addr, size_t length, unsigned access,
 			 "read and atomics alone", access);
 		return -EOPNOTSUPP;
 	}
-	if (!addr || !length || (uintptr_t)addr > UINTPTR_MAX - length - page) {
+	if (!addr || !length || length > UINTPTR_MAX - 2 * page ||
+	    (uintptr_t)addr > UINTPTR_MAX - 2 * page - length) {
 		snprintf(why, why_size, "no range to register (%p, %zu bytes)", addr, length);
 		return -EINVAL;
 	}
@@ -402,8 +474,14 @@ static int serve(struct ibv_pd *pd, void *addr, size_t length, unsigned access,
 		}
 		r = NULL;
 	}
-	if (partial) {
-		snprintf(why, why_size, "its pages overlap part of a buffer registered before");
+	if (partial || (r && ((uintptr_t)addr < r->span_start ||
+			      (uintptr_t)addr + length > r->span_end))) {
+		/* One MR covers a range's buffer to the byte: no room for bytes beside it. */
+		snprintf(why, why_size, "its pages hold part of a buffer registered before");
+		return -EOPNOTSUPP;
+	}
+	if (!r && own_pinned(start, end)) {
+		snprintf(why, why_size, "its pages are under an MR libibverbs made for the program");
 		return -EOPNOTSUPP;
 	}
 	if (r && r->access != access) {
@@ -422,7 +500,8 @@ static int serve(struct ibv_pd *pd, void *addr, size_t length, unsigned access,
 			snprintf(why, why_size, "no mrd: %s", strerror(-mem_error));
 			return mem_error;
 		}
-		k = moved_range_move(&ranges, mem, start, end, access, &r, why, why_size);
+		k = moved_range_move(&ranges, mem, (uintptr_t)addr, (uintptr_t)addr + length,
+				     access, &r, why, why_size);
 		if (k < 0)
 			return k;
 	}
@@ -475,7 +554,12 @@ EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len
 	}
 	__atomic_add_fetch(&n_passed, 1, __ATOMIC_RELAXED);
 	SAY_ONCE("%p+%zu falls through to libibverbs: %s", addr, length, why);
-	return real_reg(pd, addr, length, iova, access);
+	enter();
+	m = (struct shim_mr *)real_reg(pd, addr, length, iova, access);
+	if (m)
+		own_add((struct ibv_mr *)m);
+	leave();
+	return (struct ibv_mr *)m;
 }
 
 EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
@@ -490,17 +574,31 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 		return real_dereg(mr);
 	enter();
 	m = ours(mr);
-	if (!m || m->kept) {
+	if (!m) {
+		/* libibverbs' own: once it is gone, the pages under it are free to go back. */
+		int k = real_dereg(mr);
+
+		if (k == 0)
+			own_remove(mr);
 		leave();
-		/* Not the shim's (or deregistered twice: libibverbs' answer to a dead MR). */
-		return m ? EINVAL : real_dereg(mr);
+		return k;
+	}
+	if (m->kept) {
+		leave();
+		return EINVAL; /* deregistered twice: libibverbs' answer to a dead MR */
 	}
 	r = m->range;
-	if (!r) { /* dead since a failed rereg */
-		hash_remove(m);
-		free(m);
+	if (!r) { /* libibverbs' MR in its place, or dead since a failed rereg */
+		int k = m->inner ? real_dereg(m->inner) : 0;
+
+		if (k == 0) {
+			if (m->inner)
+				own_remove(m->inner);
+			hash_remove(m);
+			free(m);
+		}
 		leave();
-		return 0;
+		return k;
 	}
 	r->live--;
 	if (enabled && !r->gone && keep_max > 0) {
@@ -512,6 +610,19 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 	}
 	leave();
 	return 0;
+}
+
+/* What the program sees of m: real's fields (libibverbs' MR standing in for it). */
+static void take_fields(struct shim_mr *m, const struct ibv_mr *real, unsigned access)
+{
+	m->ibv.pd = real->pd;
+	m->ibv.addr = real->addr;
+	m->ibv.length = real->length;
+	m->ibv.handle = real->handle;
+	m->ibv.lkey = real->lkey;
+	m->ibv.rkey = real->rkey;
+	m->verbs_access = (int)access;
+	m->access = access;
 }
 
 EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
@@ -529,9 +640,20 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 		return real_rereg(mr, flags, pd, addr, length, access);
 	enter();
 	m = ours(mr);
-	if (!m) {
+	if (!m || m->inner) {
+		/* libibverbs' own, maybe over other pages now. */
+		struct ibv_mr *real = m ? m->inner : mr;
+
+		k = real_rereg(real, flags, pd, addr, length, access);
+		if (k == 0 && (flags & IBV_REREG_MR_CHANGE_TRANSLATION)) {
+			own_remove(real);
+			own_add(real);
+		}
+		if (k == 0 && m)
+			take_fields(m, real, (flags & IBV_REREG_MR_CHANGE_ACCESS) ? (unsigned)access :
+						 m->access);
 		leave();
-		return real_rereg(mr, flags, pd, addr, length, access);
+		return k;
 	}
 	/* libibverbs' own checks (verbs.c ibv_rereg_mr), then a registration of the new
 	 * buffer that takes the place of the old one. */
@@ -560,7 +682,21 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 	settle(old);
 	k = serve(pd, addr, length, (unsigned)access, &fresh, why, sizeof(why));
 	if (k < 0) {
-		SAY_ONCE("rereg of %p+%zu refused: %s", m->ibv.addr, m->ibv.length, why);
+		struct ibv_mr *real;
+
+		/* libibverbs' own MR in its place, where memlock allows; else the old one again. */
+		SAY_ONCE("rereg of %p+%zu falls through to libibverbs: %s", m->ibv.addr,
+			 m->ibv.length, why);
+		real = real_reg(pd, addr, length, (uintptr_t)addr, (unsigned)access);
+		if (real) {
+			own_add(real);
+			m->inner = real;
+			m->range = NULL;
+			take_fields(m, real, (unsigned)access);
+			hash_add(m);
+			leave();
+			return 0;
+		}
 		if (serve(m->ibv.pd, m->ibv.addr, m->ibv.length, m->access, &fresh, why,
 			  sizeof(why)) < 0) {
 			/* Neither: the MR is dead, its keys nothing (as libibverbs may leave one). */
@@ -594,6 +730,7 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 {
 	struct shim_pd **pp, *p;
+	bool bound;
 
 	resolve_verbs();
 	if (!real_dealloc_pd)
@@ -604,6 +741,7 @@ EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 	for (pp = &pds; *pp && (*pp)->pd != pd; pp = &(*pp)->next)
 		;
 	p = *pp;
+	bound = p != NULL;
 	if (p) {
 		for (size_t h = 0; h < HASH_SIZE; h++)
 			for (struct shim_mr *m = by_address[h]; m; m = m->hash_next)
@@ -631,7 +769,14 @@ EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 		free(p);
 	}
 	leave();
-	return real_dealloc_pd(pd);
+	for (int i = 0;; i++) {
+		int k = real_dealloc_pd(pd);
+
+		/* mrd lets go of its MRs there once it saw the connection close. */
+		if (k != EBUSY || !bound || i == 100)
+			return k;
+		usleep(10000);
+	}
 }
 
 struct unmap_walk {
@@ -659,7 +804,7 @@ static void moving_one(struct moved_range *r, void *arg)
 
 	release_kept_over(r, w->start, w->end);
 	if (r->live == 0 && r->kept == 0)
-		moved_range_move_back(&ranges, mem, r);
+		go_back(r);
 }
 
 EXPORT int munmap(void *addr, size_t length)
@@ -720,7 +865,7 @@ static void freeing_one(struct moved_range *r, void *arg)
 		w->forget[w->n_forget++] = r;
 		return;
 	}
-	moved_range_move_back(&ranges, mem, r);
+	go_back(r);
 }
 
 /* The bytes of the chunk at p; near_ranges() of them tells whether free() must look. */
@@ -878,7 +1023,7 @@ __attribute__((constructor)) static void shim_init(void)
 	v = getenv("MRD_PRELOAD_KEEP");
 	if (v)
 		keep_max = (unsigned)strtoul(v, NULL, 10);
-	pthread_atfork(fork_prepare, fork_parent, fork_child);
+	moved_ranges_atfork(fork_prepare, fork_parent, fork_child);
 	inside--;
 }
 

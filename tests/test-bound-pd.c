@@ -667,10 +667,58 @@ START_TEST(test_alias_registers_at_the_alias)
 	ck_assert_ptr_null(td_alloc_alias(mfd, 10, 4096, MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE, alias,
 					  RW, EINVAL));
 	ck_assert_ptr_null(td_alloc_alias(mfd, 11, 8192, 0, UINT64_MAX - 4095, RW, EINVAL));
+	ck_assert_ptr_null(td_alloc_alias(mfd, 18, 4096, MRD__ALLOC_FLAGS__ALLOC_ODP, alias, RW,
+					  EINVAL));
+	ck_assert_ptr_null(td_alloc_alias(mfd, 19, 1, 0, UINT64_MAX - 4095, RW, EINVAL));
+	/* No pool of the domain's PD registers it either. */
+	{
+		uint64_t starts[1] = { w }, lengths[1] = { 4096 };
+
+		td_send_mempool_register(mfd, 20, "pool", starts, lengths, 1, false);
+		mrd__response__free_unpacked(td_expect(mfd, 20, EACCES), NULL);
+	}
 	/* A free takes the aliased MRs with it. */
 	td_free(mfd, 12, w, 0);
 	ck_assert_uint_eq(mrs_of(p), 2);
 	close(sfd);
+	finish(fd, mfd);
+}
+END_TEST
+
+/* A span: the MRs cover the program's buffer to the byte, not its pages. */
+START_TEST(test_alias_span_is_all_the_mrs_cover)
+{
+	const uint32_t RW = MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ;
+	const uint64_t alias = 0x7e0000000000ull;
+	struct client *c, *mem;
+	int fd = td_hello_client(1000, &c), mfd = td_hello_client(1000, &mem);
+	Mrd__Response *resp;
+	Mrd__MrEntry e;
+	uint64_t w;
+
+	resp = td_alloc_span(mfd, 2, 3 * 4096, 0, alias, RW, 100, 5000, 0);
+	w = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	td_alloc(fd, 3, 4096);
+	bind_soft(c);
+	td_lookup(fd, 4, w + 4096, 0, &e);
+	ck_assert_uint_eq(e.start, w + 100);
+	ck_assert_uint_eq(e.end, w + 5100);
+	strcpy((char *)(uintptr_t)(w + 200), "in the span");
+	ck_assert_int_eq(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e.lkey, alias + 200, e.rkey,
+				      alias + 5000, 12), 0);
+	ck_assert_str_eq((char *)(uintptr_t)(w + 5000), "in the span");
+	/* A byte before the span, and past it: the keys reach neither. */
+	ck_assert_int_lt(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e.lkey, alias + 200, e.rkey,
+				      alias + 99, 1), 0);
+	ck_assert_int_lt(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e.lkey, alias + 200, e.rkey,
+				      alias + 5099, 2), 0);
+	td_lookup(fd, 5, w + 50, ENOENT, NULL);
+	td_lookup(fd, 6, w + 5100, ENOENT, NULL);
+	/* A span needs an alias, and lies inside the size. */
+	ck_assert_ptr_null(td_alloc_span(mfd, 7, 4096, 0, 0, 0, 1, 10, EINVAL));
+	ck_assert_ptr_null(td_alloc_span(mfd, 8, 4096, 0, alias, RW, 4000, 200, EINVAL));
+	ck_assert_ptr_null(td_alloc_span(mfd, 9, 4096, 0, alias, RW, UINT64_MAX, 2, EINVAL));
 	finish(fd, mfd);
 }
 END_TEST
@@ -1114,6 +1162,7 @@ int main(void)
 	tcase_add_test(tc, test_domain_pd_requests_refused);
 	tcase_add_test(tc, test_read_only_refused);
 	tcase_add_test(tc, test_alias_registers_at_the_alias);
+	tcase_add_test(tc, test_alias_span_is_all_the_mrs_cover);
 	tcase_add_test(tc, test_alloc_registers_at_once);
 	tcase_add_test(tc, test_dump_shows_client_pds_to_admins);
 	tcase_add_test(tc, test_on_demand_in_the_bound_pd);

@@ -175,6 +175,13 @@ uint64_t td_alloc(int fd, uint64_t id, uint64_t size)
 Mrd__Response *td_alloc_alias(int fd, uint64_t id, uint64_t size, uint32_t flags, uint64_t alias,
 			      uint32_t alias_access, int error)
 {
+	return td_alloc_span(fd, id, size, flags, alias, alias_access, 0, 0, error);
+}
+
+Mrd__Response *td_alloc_span(int fd, uint64_t id, uint64_t size, uint32_t flags, uint64_t alias,
+			     uint32_t alias_access, uint64_t span_offset, uint64_t span_length,
+			     int error)
+{
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__AllocRequest a = MRD__ALLOC_REQUEST__INIT;
 	Mrd__Response *resp;
@@ -185,6 +192,8 @@ Mrd__Response *td_alloc_alias(int fd, uint64_t id, uint64_t size, uint32_t flags
 	a.flags = flags;
 	a.alias = alias;
 	a.alias_access = alias_access;
+	a.span_offset = span_offset;
+	a.span_length = span_length;
 	req.id = id;
 	req.body_case = MRD__REQUEST__BODY_ALLOC;
 	req.alloc = &a;

@@ -50,6 +50,10 @@ uint64_t td_alloc(int fd, uint64_t id, uint64_t size);
  * NULL. */
 Mrd__Response *td_alloc_alias(int fd, uint64_t id, uint64_t size, uint32_t flags, uint64_t alias,
 			      uint32_t alias_access, int error);
+/* The same with AllocRequest.span_offset and span_length. */
+Mrd__Response *td_alloc_span(int fd, uint64_t id, uint64_t size, uint32_t flags, uint64_t alias,
+			     uint32_t alias_access, uint64_t span_offset, uint64_t span_length,
+			     int error);
 Mrd__Response *td_alloc_reply(int fd, uint64_t id, uint64_t size, uint32_t flags);
 /* The same with AllocFlags. */
 uint64_t td_alloc_flags(int fd, uint64_t id, uint64_t size, uint32_t flags);

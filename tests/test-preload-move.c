@@ -5,6 +5,8 @@
  * frees mrd's memory; an unmapped range is told from a live one; a child of fork() gets its
  * own copy. The keys (BindPd) need a uverbs device: the VM test covers them. */
 #include <check.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -17,6 +19,8 @@
 #include <unistd.h>
 
 #include <mrd/mrd.h>
+
+#include "client/memory.h"
 
 #include "preload/address-space.h"
 #include "preload/moved-range.h"
@@ -324,6 +328,160 @@ START_TEST(test_many_ranges_stay_sorted)
 }
 END_TEST
 
+/* After a move and a move back the program's mapping is one again: mremap() of all of it,
+ * which worked before the registration, works after (from the review). */
+START_TEST(test_move_back_leaves_one_mapping)
+{
+	char *p = anon(4);
+	struct moved_range *r;
+	void *q;
+
+	fill(p, 4 * PAGE, 3);
+	q = mremap(p, 4 * PAGE, 4 * PAGE, 0); /* one VMA: fine before */
+	ck_assert_ptr_eq(q, p);
+	r = move(p + PAGE, 2);
+	moved_range_move_back(&ranges, mem, r);
+	ck_assert(same(p, 4 * PAGE, 3));
+	q = mremap(p, 4 * PAGE, 8 * PAGE, MREMAP_MAYMOVE);
+	ck_assert_msg(q != MAP_FAILED, "mremap of the program's mapping after a move back: %s",
+		      strerror(errno));
+	munmap(q, 8 * PAGE);
+}
+END_TEST
+
+static int count_maps(void)
+{
+	char buf[65536];
+	int n = 0, fd = open("/proc/self/maps", O_RDONLY);
+	ssize_t got;
+
+	while ((got = read(fd, buf, sizeof(buf))) > 0)
+		for (ssize_t i = 0; i < got; i++)
+			n += buf[i] == '\n';
+	close(fd);
+	return n;
+}
+
+/* Moves and moves back leave no mapping behind: a program that registers and frees many
+ * buffers never runs into vm.max_map_count (from the review). */
+START_TEST(test_move_back_leaks_no_vmas)
+{
+	enum { N = 200 };
+	char *p = anon(2 * N);
+	int before, after;
+
+	before = count_maps();
+	for (int i = 0; i < N; i++) {
+		struct moved_range *r = move(p + 2 * i * PAGE, 1);
+
+		moved_range_move_back(&ranges, mem, r);
+	}
+	after = count_maps();
+	ck_assert_msg(after - before < 10, "%d mappings more after %d moves and moves back",
+		      after - before, N);
+	munmap(p, 2 * N * PAGE);
+}
+END_TEST
+
+/* A range unmapped behind the shim's back and mapped again with another file's page is not
+ * mrd's pages, though the page map shows a present file page there too (from the review). */
+START_TEST(test_other_file_is_not_intact)
+{
+	char *p = anon(1);
+	struct moved_range *r;
+	int fd = memfd_create("other", 0);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, PAGE), 0);
+	r = move(p, 1);
+	ck_assert_int_eq((int)syscall(SYS_munmap, p, PAGE), 0);
+	ck_assert_ptr_eq(mmap(p, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0), p);
+	p[0] = 1;
+	ck_assert_msg(!moved_range_intact(r, r->start, r->end),
+		      "another file's page at the range reads as mrd's");
+	moved_range_forget(&ranges, mem, r);
+	munmap(p, PAGE);
+	close(fd);
+}
+END_TEST
+
+/* The registry's own records live on the program's heap, maybe on the very pages that move
+ * back: here the whole heap moves, the range's record with it, and back. */
+START_TEST(test_move_back_of_the_records_own_pages)
+{
+	unsigned long hs = 0, he = 0;
+	char line[256], why[128];
+	struct moved_range *r;
+	FILE *f = fopen("/proc/self/maps", "r");
+	char *marker = malloc(100);
+
+	while (f && fgets(line, sizeof(line), f))
+		if (strstr(line, "[heap]"))
+			sscanf(line, "%lx-%lx", &hs, &he);
+	if (f)
+		fclose(f);
+	if (!hs || (uintptr_t)marker < hs || (uintptr_t)marker >= he) {
+		free(marker);
+		return; /* malloc is not on the brk heap here (a sanitizer's allocator) */
+	}
+	strcpy(marker, "the heap's bytes");
+	ck_assert_int_eq(moved_range_move(&ranges, mem, hs, he, RW, &r, why, sizeof(why)), 0);
+	ck_assert((uintptr_t)r >= hs && (uintptr_t)r < he);
+	moved_range_move_back(&ranges, mem, r);
+	ck_assert_uint_eq(ranges.n, 0);
+	ck_assert_str_eq(marker, "the heap's bytes");
+	free(marker);
+}
+END_TEST
+
+/* The shim's lock order at fork(): its handlers registered after libmrd's, fork() takes the
+ * shim's lock before libmrd's, as a registration does (one holds the shim's lock and waits
+ * for the window's while another thread forks: from the review). */
+static pthread_mutex_t shim_lock = PTHREAD_MUTEX_INITIALIZER;
+static sem_t held;
+
+static void prepare(void) { pthread_mutex_lock(&shim_lock); }
+static void parent(void) { pthread_mutex_unlock(&shim_lock); }
+
+static void *registering(void *arg)
+{
+	void *window;
+
+	(void)arg;
+	pthread_mutex_lock(&shim_lock); /* the shim's enter() */
+	sem_post(&held);
+	usleep(200 * 1000);
+	/* moved_range_move's Alloc: its reply maps the arena under libmrd's window lock */
+	ck_assert_int_eq(memory_alloc_alias(mem, 4096, 0x7f0000000000ull, RW, 0, 0, &window), 0);
+	pthread_mutex_unlock(&shim_lock);
+	return NULL;
+}
+
+START_TEST(test_fork_while_registering)
+{
+	struct mrd_proc own;
+	pthread_t t;
+	pid_t pid;
+	int status;
+
+	/* As the shim's constructor does, before libmrd ever connected in this process. */
+	ck_assert_int_eq(moved_ranges_atfork(prepare, parent, parent), 0);
+	ck_assert_int_eq(mrd_proc_start(&own, "[memory]\nhugepages = no\n", NULL), 0);
+	ck_assert_int_eq(mrd_client_connect(own.socket, &mem), 0);
+	sem_init(&held, 0, 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, registering, NULL), 0);
+	sem_wait(&held);
+	pid = fork(); /* the program forks while its other thread registers */
+	if (pid == 0)
+		_exit(0);
+	ck_assert_int_gt(pid, 0);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	pthread_join(t, NULL);
+	mem = mrd_client_close(mem);
+	ck_assert_int_eq(mrd_proc_stop(&own), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("preload-move");
@@ -339,6 +497,14 @@ int main(void)
 	tcase_add_test(tc, test_forget_keeps_what_is_still_mapped);
 	tcase_add_test(tc, test_fork_child_gets_its_own_copy);
 	tcase_add_test(tc, test_many_ranges_stay_sorted);
+	tcase_add_test(tc, test_move_back_leaves_one_mapping);
+	tcase_add_test(tc, test_move_back_leaks_no_vmas);
+	tcase_add_test(tc, test_other_file_is_not_intact);
+	tcase_add_test(tc, test_move_back_of_the_records_own_pages);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("fork"); /* no fixture: libmrd must not have started in the process */
+	tcase_set_timeout(tc, 20);
+	tcase_add_test(tc, test_fork_while_registering);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

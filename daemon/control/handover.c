@@ -167,6 +167,8 @@ static int save_arena(struct arena *a, SavedArena **ret)
 		s->read_only = al->read_only;
 		s->alias = al->alias;
 		s->alias_access = al->alias_access;
+		s->span_offset = al->span_offset;
+		s->span_length = al->span_length;
 		sa->allocations[sa->n_allocations++] = s;
 	}
 	if (sa->n_allocations == 0) {
@@ -651,7 +653,8 @@ static int adopt_arena(struct domain *d, const SavedArena *sa, struct handover_f
 		const SavedAllocation *s = sa->allocations[i];
 		struct adopted_allocation al = {
 			.offset = s->offset, .length = s->length, .serial = s->serial, .odp = s->odp,
-			.read_only = s->read_only, .alias = s->alias, .alias_access = s->alias_access, .session = s->session, .pid = (pid_t)s->pid,
+			.read_only = s->read_only, .alias = s->alias, .alias_access = s->alias_access,
+			.span_offset = s->span_offset, .span_length = s->span_length, .session = s->session, .pid = (pid_t)s->pid,
 			.uid = (uid_t)s->uid, .start_time = s->start_time,
 		};
 

@@ -89,11 +89,22 @@ int request_alloc_check(const Mrd__Request *req, struct reply *r)
 		reply_set_message(r, "unknown allocation flags 0x%x", q->flags);
 		return -EINVAL;
 	}
-	if (q->alias % (uint64_t)sysconf(_SC_PAGESIZE) || q->alias > UINT64_MAX - q->size ||
-	    (q->alias && (q->flags & MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE))) {
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+
+	/* The pages the alias takes: the size rounded up, as the allocation will be. */
+	if (q->alias % page || q->size > UINT64_MAX - page ||
+	    q->alias > UINT64_MAX - (q->size + page - 1) / page * page ||
+	    (q->alias && (q->flags & (MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE |
+				      MRD__ALLOC_FLAGS__ALLOC_ODP)))) {
 		reply_set_message(r, "alias 0x%" PRIx64 " of %" PRIu64 " bytes: not page-aligned, "
-				  "past the end of the address space, or with huge pages",
-				  q->alias, q->size);
+				  "past the end of the address space, or with huge pages or on "
+				  "demand", q->alias, q->size);
+		return -EINVAL;
+	}
+	if ((q->span_offset || q->span_length) &&
+	    (!q->alias || q->span_offset > q->size || q->span_length > q->size - q->span_offset)) {
+		reply_set_message(r, "span [%" PRIu64 ", +%" PRIu64 "): without an alias, or past "
+				  "the %" PRIu64 " bytes", q->span_offset, q->span_length, q->size);
 		return -EINVAL;
 	}
 	if ((q->alias_access && !q->alias) || (q->alias_access & ~(uint32_t)0xf) ||
@@ -149,7 +160,8 @@ int request_alloc(struct client *c, struct domain *d, const Mrd__Request *req,
 			 sizeof(r->message));
 	if (k < 0)
 		return k;
-	allocation_set_alias(a, q->alias, q->alias_access); /* before any registration */
+	/* Before any registration. */
+	allocation_set_alias(a, q->alias, q->alias_access, q->span_offset, q->span_length);
 	k = describe_arena(c, a->arena, false, r);
 	if (k < 0) {
 		(void)domain_free_allocation(d, a, NULL);

@@ -337,6 +337,11 @@ int request_prefetch(struct client *c, struct domain *d, const Mrd__Request *req
 				  "of domain %s", q->address, q->length, d->name);
 		return -EFAULT;
 	}
+	if (a->alias) {
+		reply_set_message(r, "0x%" PRIx64 " is a program's buffer (libmrd-preload.so): "
+				  "the domain's PD does not register it", q->address);
+		return -EACCES;
+	}
 	if (!a->odp) {
 		char gap[160];
 

@@ -332,7 +332,11 @@ int allocation_adopt(struct memory *m, struct allocation *a, struct arena *arena
 	    (at < arena->n_runs && arena->runs[at]->offset < saved->offset + saved->length))
 		return -EEXIST;
 	a->serial = saved->serial;
-	allocation_set_alias(a, saved->alias, saved->alias_access);
+	if (saved->span_offset > saved->length ||
+	    saved->span_length > saved->length - saved->span_offset)
+		return -EINVAL;
+	allocation_set_alias(a, saved->alias, saved->alias_access, saved->span_offset,
+			     saved->span_length);
 	a->orphan = true;
 	a->claim_session = saved->session;
 	a->claim_pid = saved->pid;

@@ -29,6 +29,7 @@ struct allocation {
 	 * the program asked of its own registration), nothing more. */
 	uint64_t alias;
 	unsigned alias_access;
+	uint64_t span_offset, span_length; /* with an alias: the bytes its MRs cover (0: all) */
 	/* Adopted across a warm restart and not yet taken back (allocation_claim): on the
 	 * memory's orphan list through owner_link, owner NULL. Only the process it belonged to,
 	 * with the session it had, takes it back. */
@@ -45,6 +46,7 @@ struct adopted_allocation {
 	bool odp, read_only;
 	uint64_t alias;
 	unsigned alias_access;
+	uint64_t span_offset, span_length;
 	uint64_t session;
 	pid_t pid;
 	uid_t uid;
@@ -86,10 +88,13 @@ static inline void allocation_set_kind(struct allocation *a, bool odp, bool read
 	a->read_only = read_only;
 }
 
-static inline void allocation_set_alias(struct allocation *a, uint64_t alias, unsigned access)
+static inline void allocation_set_alias(struct allocation *a, uint64_t alias, unsigned access,
+					uint64_t span_offset, uint64_t span_length)
 {
 	a->alias = alias;
 	a->alias_access = alias ? access : 0;
+	a->span_offset = alias ? span_offset : 0;
+	a->span_length = alias ? span_length : 0;
 }
 
 /* The address [start, ...) of a has for its registrations: start itself, or, aliased, start's

@@ -66,6 +66,12 @@ static int analyze(struct registrar *r, const uint64_t *starts, const uint64_t *
 				 "one allocation of domain %s", starts[i], lengths[i], r->name);
 			return -EFAULT;
 		}
+		if (a->mem.alias) { /* mr-cache.c: no PD but its process's registers it */
+			snprintf(why, why_size, "range [0x%" PRIx64 ", +0x%" PRIx64 ") is a program's "
+				 "buffer (libmrd-preload.so): no pool registers it", starts[i],
+				 lengths[i]);
+			return -EACCES;
+		}
 		ps = a->mem.arena->page_size;
 		base = allocation_address(&a->mem);
 		spans[i].start = starts[i] - (starts[i] - base) % ps;

@@ -394,6 +394,19 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 		/* Registering the run again would pin and count its pages twice. */
 		return wait_for(&job->lookups, addr, waiter, "", why, why_size);
 	pick_range(c, a, addr, &start, &end);
+	if (a->mem.span_length) {
+		/* A program's buffer: its bytes alone, whatever else its pages hold. */
+		uint64_t lo = allocation_address(&a->mem) + a->mem.span_offset;
+		uint64_t hi = lo + a->mem.span_length;
+
+		if (addr < lo || addr >= hi) {
+			snprintf(why, why_size, "0x%" PRIx64 " is outside the registered bytes [0x%"
+				 PRIx64 ", 0x%" PRIx64 ")", addr, lo, hi);
+			return -ENOENT;
+		}
+		start = start > lo ? start : lo;
+		end = end < hi ? end : hi;
+	}
 
 	if (pins(access)) {
 		k = registrar_check_pinned(r, mr_cache_uncharged(c, start, end), why, why_size);
@@ -719,6 +732,15 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 		return 0;
 
 	a = reg_allocation_of(allocation_containing(r->mem, addr));
+	if (a && a->mem.alias && (!c->own_pd || !a->mem.owner || a->mem.owner->pid != c->pid)) {
+		/* Its pages are a program's buffer at the alias: an MR anywhere else would hand
+		 * another PD keys to that program's memory, at an address nobody else maps. */
+		c->misses++;
+		snprintf(why, why_size, "0x%" PRIx64 " is memory process %d maps at 0x%" PRIx64
+			 " (libmrd-preload.so): only its own PDs register it", addr,
+			 a->mem.owner ? a->mem.owner->pid : 0, allocation_iova(&a->mem, addr));
+		return -EACCES;
+	}
 	/* On-demand memory's children are found through their allocation, in no table. */
 	if (a && a->mem.odp && !c->own_pd)
 		return odp_fault(r, a, addr, ret, why, why_size, waiter);
@@ -731,15 +753,6 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 			 "domain's PD alone (a client could rereg its own PD's MR to add write)",
 			 addr);
 		return -EOPNOTSUPP;
-	}
-	if (a && a->mem.alias && (!c->own_pd || !a->mem.owner || a->mem.owner->pid != c->pid)) {
-		/* Its pages are a program's buffer at the alias: an MR anywhere else would hand
-		 * another PD keys to that program's memory, at an address nobody else maps. */
-		c->misses++;
-		snprintf(why, why_size, "0x%" PRIx64 " is memory process %d maps at 0x%" PRIx64
-			 " (libmrd-preload.so): only its own PDs register it", addr,
-			 a->mem.owner ? a->mem.owner->pid : 0, allocation_iova(&a->mem, addr));
-		return -EACCES;
 	}
 	c->misses++;
 	if (!a) {
