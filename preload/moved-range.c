@@ -179,28 +179,31 @@ bool moved_range_intact(struct moved_range *r, uintptr_t start, uintptr_t end)
 	return true;
 }
 
-/* Private anonymous memory again under each piece of r the program still maps, with its bytes
- * copied from mrd's view of them (still mapped at the window). A fresh mapping in place, where
- * the kernel merges it with the private memory around it: no mapping is split or left over. */
+/* Private anonymous memory again under each piece of r the program still maps: its bytes are
+ * copied aside and the copy swapped in by one mremap, so another thread never sees the pages
+ * empty (a write it makes between the copy and the swap is lost: the documented limit). The
+ * piece stays a mapping of its own beside the program's (the kernel merges no anonymous
+ * mappings of different origins); a later move of the same pages takes its place. */
 static void copy_to_private(const struct moved_range *r)
 {
 	/* r itself (the program's heap) may lie on these pages: nothing of it is read once the
 	 * first of them is replaced, only the stack. */
-	const uintptr_t start = r->start, window = r->window;
 	struct alias_piece pieces[MAX_PIECES];
-	int n = address_space_alias_pieces(r->start, r->end, window, pieces, MAX_PIECES);
+	int n = address_space_alias_pieces(r->start, r->end, r->window, pieces, MAX_PIECES);
 
 	for (int i = 0; i < n; i++) {
 		size_t len = pieces[i].end - pieces[i].start;
-		void *at = (void *)syscall(SYS_mmap, (void *)pieces[i].start, len,
-					   PROT_READ | PROT_WRITE,
-					   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+		void *tmp = (void *)syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE,
+					    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
-		if (at == MAP_FAILED)
+		if (tmp == MAP_FAILED)
 			continue; /* the pages stay mrd's: the memory cannot be freed safely */
-		memcpy(at, (void *)(window + (pieces[i].start - start)), len);
+		memcpy(tmp, (void *)pieces[i].start, len);
 		if (pieces[i].prot != (PROT_READ | PROT_WRITE))
-			(void)mprotect(at, len, pieces[i].prot);
+			(void)mprotect(tmp, len, pieces[i].prot);
+		if ((void *)syscall(SYS_mremap, tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
+				    (void *)pieces[i].start) == MAP_FAILED)
+			syscall(SYS_munmap, tmp, len);
 	}
 }
 
@@ -226,11 +229,16 @@ void moved_range_forget(struct moved_ranges *m, mrd_client *mem, struct moved_ra
 	drop(m, mem, r);
 }
 
-void moved_ranges_fork_child(struct moved_ranges *m)
+void moved_ranges_fork_copy(struct moved_ranges *m)
 {
 	address_space_after_fork();
-	for (size_t i = 0; i < m->n; i++) {
+	for (size_t i = 0; i < m->n; i++)
 		copy_to_private(m->v[i]);
+}
+
+void moved_ranges_fork_forget(struct moved_ranges *m)
+{
+	for (size_t i = 0; i < m->n; i++) {
 		m->v[i]->gone = true;
 		moved_range_put(m->v[i]);
 	}
@@ -238,15 +246,18 @@ void moved_ranges_fork_child(struct moved_ranges *m)
 	update_bounds(m);
 }
 
-int moved_ranges_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void))
+int moved_ranges_atfork(void (*copy)(void), void (*prepare)(void), void (*parent)(void),
+			void (*child)(void))
 {
+	int k = copy ? pthread_atfork(NULL, NULL, copy) : 0;
+
 	libmrd_init_once();
-	return pthread_atfork(prepare, parent, child);
+	return k ? k : pthread_atfork(prepare, parent, child);
 }
 
 void moved_range_put(struct moved_range *r)
 {
-	if (!r->gone || r->live > 0)
+	if (!r->gone || r->live > 0 || r->kept > 0)
 		return;
 	while (r->keys) {
 		struct range_keys *k = r->keys;

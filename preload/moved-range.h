@@ -67,11 +67,17 @@ bool moved_range_intact(struct moved_range *r, uintptr_t start, uintptr_t end);
 void moved_range_move_back(struct moved_ranges *m, mrd_client *mem, struct moved_range *r);
 /* The same where the program mapped none of it any more: no copy. */
 void moved_range_forget(struct moved_ranges *m, mrd_client *mem, struct moved_range *r);
-/* In a child of fork(): every range's pages become the child's private copy (the parent
- * keeps mrd's), and the registry forgets them without a word to mrd. */
-void moved_ranges_fork_child(struct moved_ranges *m);
-/* Registers the shim's fork handlers after libmrd's (handle.h libmrd_init_once): fork() takes
- * the shim's lock first, then libmrd's, as a registration does. */
-int moved_ranges_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
-/* Frees r once gone with no live registration left. */
+/* In a child of fork(), first of all: every range's pages become the child's private copy
+ * (the parent keeps mrd's). */
+void moved_ranges_fork_copy(struct moved_ranges *m);
+/* Then: the registry forgets them without a word to mrd. */
+void moved_ranges_fork_forget(struct moved_ranges *m);
+/* Registers the shim's fork handlers around libmrd's (handle.h libmrd_init_once): copy, the
+ * child's copy of the moved pages, before them, so that it runs first in the child, before
+ * anything (libmrd's handler) writes pages that are still the parent's; prepare, parent and
+ * child after them, so that fork() takes the shim's lock first, then libmrd's, as a
+ * registration does. */
+int moved_ranges_atfork(void (*copy)(void), void (*prepare)(void), void (*parent)(void),
+			void (*child)(void));
+/* Frees r once gone with no registration left. */
 void moved_range_put(struct moved_range *r);

@@ -250,15 +250,16 @@ static void settle(struct moved_range *r)
 		go_back(r);
 }
 
-static void own_add(const struct ibv_mr *mr)
+static int own_add(const struct ibv_mr *mr)
 {
 	struct own_mr *o = malloc(sizeof(*o));
 
 	if (!o)
-		return;
+		return -ENOMEM;
 	*o = (struct own_mr){ own_mrs, mr, page_down((uintptr_t)mr->addr),
 			      page_up((uintptr_t)mr->addr + mr->length) };
 	own_mrs = o;
+	return 0;
 }
 
 static void settle_one(struct moved_range *r, void *arg)
@@ -267,7 +268,22 @@ static void settle_one(struct moved_range *r, void *arg)
 	settle(r);
 }
 
-/* The program's own MR mr is gone (or moved): idle ranges under it may go back now. */
+/* The program's own MR mr is over other pages now (a rereg): the new ones are held first,
+ * then what was idle under the old ones may go back. */
+static void own_moved(const struct ibv_mr *mr)
+{
+	for (struct own_mr *o = own_mrs; o; o = o->next)
+		if (o->mr == mr) {
+			uintptr_t s = o->start, e = o->end;
+
+			o->start = page_down((uintptr_t)mr->addr);
+			o->end = page_up((uintptr_t)mr->addr + mr->length);
+			moved_ranges_each_overlapping(&ranges, s, e, settle_one, NULL);
+			return;
+		}
+}
+
+/* The program's own MR mr is gone: idle ranges under it may go back now. */
 static void own_remove(const struct ibv_mr *mr)
 {
 	for (struct own_mr **p = &own_mrs; *p; p = &(*p)->next)
@@ -529,6 +545,7 @@ EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len
 				       uint64_t iova, unsigned int access)
 {
 	struct shim_mr *m = NULL;
+	struct ibv_mr *real;
 	char why[256] = "";
 	int k = -EOPNOTSUPP;
 
@@ -555,11 +572,15 @@ EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len
 	__atomic_add_fetch(&n_passed, 1, __ATOMIC_RELAXED);
 	SAY_ONCE("%p+%zu falls through to libibverbs: %s", addr, length, why);
 	enter();
-	m = (struct shim_mr *)real_reg(pd, addr, length, iova, access);
-	if (m)
-		own_add((struct ibv_mr *)m);
+	real = real_reg(pd, addr, length, iova, access);
+	if (real && own_add(real) < 0) {
+		/* Unrecorded, its pages could move under it: none at all rather. */
+		real_dereg(real);
+		real = NULL;
+		errno = ENOMEM;
+	}
 	leave();
-	return (struct ibv_mr *)m;
+	return real;
 }
 
 EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
@@ -645,10 +666,8 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 		struct ibv_mr *real = m ? m->inner : mr;
 
 		k = real_rereg(real, flags, pd, addr, length, access);
-		if (k == 0 && (flags & IBV_REREG_MR_CHANGE_TRANSLATION)) {
-			own_remove(real);
-			own_add(real);
-		}
+		if (k == 0 && (flags & IBV_REREG_MR_CHANGE_TRANSLATION))
+			own_moved(real);
 		if (k == 0 && m)
 			take_fields(m, real, (flags & IBV_REREG_MR_CHANGE_ACCESS) ? (unsigned)access :
 						 m->access);
@@ -688,8 +707,11 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 		SAY_ONCE("rereg of %p+%zu falls through to libibverbs: %s", m->ibv.addr,
 			 m->ibv.length, why);
 		real = real_reg(pd, addr, length, (uintptr_t)addr, (unsigned)access);
+		if (real && own_add(real) < 0) {
+			real_dereg(real);
+			real = NULL;
+		}
 		if (real) {
-			own_add(real);
 			m->inner = real;
 			m->range = NULL;
 			take_fields(m, real, (unsigned)access);
@@ -742,6 +764,11 @@ EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 		;
 	p = *pp;
 	bound = p != NULL;
+	for (const struct own_mr *o = own_mrs; o; o = o->next)
+		if (o->mr->pd == pd) {
+			leave();
+			return EBUSY; /* libibverbs' own MRs there: the kernel would say so */
+		}
 	if (p) {
 		for (size_t h = 0; h < HASH_SIZE; h++)
 			for (struct shim_mr *m = by_address[h]; m; m = m->hash_next)
@@ -985,14 +1012,22 @@ static void fork_parent(void)
 	pthread_mutex_unlock(&lock);
 }
 
-/* The child gets its own copy of every moved page (as fork gives of private memory; mrd's
- * stay the parent's) and runs on without the shim: its mrd connections are the parent's. */
+/* The child gets its own copy of every moved page first (as fork gives of private memory;
+ * mrd's stay the parent's) ... */
+static void fork_copy(void)
+{
+	inside++;
+	moved_ranges_fork_copy(&ranges);
+	inside--;
+}
+
+/* ... and runs on without the shim: its mrd connections are the parent's. */
 static void fork_child(void)
 {
 	inside++;
 	while (kept_head)
 		release_kept(kept_head, false);
-	moved_ranges_fork_child(&ranges);
+	moved_ranges_fork_forget(&ranges);
 	enabled = false;
 	pds = NULL;
 	mem = NULL;
@@ -1023,7 +1058,7 @@ __attribute__((constructor)) static void shim_init(void)
 	v = getenv("MRD_PRELOAD_KEEP");
 	if (v)
 		keep_max = (unsigned)strtoul(v, NULL, 10);
-	moved_ranges_atfork(fork_prepare, fork_parent, fork_child);
+	moved_ranges_atfork(fork_copy, fork_prepare, fork_parent, fork_child);
 	inside--;
 }
 

@@ -715,10 +715,14 @@ START_TEST(test_alias_span_is_all_the_mrs_cover)
 				      alias + 5099, 2), 0);
 	td_lookup(fd, 5, w + 50, ENOENT, NULL);
 	td_lookup(fd, 6, w + 5100, ENOENT, NULL);
+	/* The device pins the span's pages whole: quota.pinned_bytes counts them whole (from the
+	 * second review). */
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 2 * 4096);
 	/* A span needs an alias, and lies inside the size. */
 	ck_assert_ptr_null(td_alloc_span(mfd, 7, 4096, 0, 0, 0, 1, 10, EINVAL));
 	ck_assert_ptr_null(td_alloc_span(mfd, 8, 4096, 0, alias, RW, 4000, 200, EINVAL));
 	ck_assert_ptr_null(td_alloc_span(mfd, 9, 4096, 0, alias, RW, UINT64_MAX, 2, EINVAL));
+	ck_assert_ptr_null(td_alloc_span(mfd, 10, 4096, 0, alias, RW, 100, 0, EINVAL));
 	finish(fd, mfd);
 }
 END_TEST

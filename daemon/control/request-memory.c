@@ -102,9 +102,11 @@ int request_alloc_check(const Mrd__Request *req, struct reply *r)
 		return -EINVAL;
 	}
 	if ((q->span_offset || q->span_length) &&
-	    (!q->alias || q->span_offset > q->size || q->span_length > q->size - q->span_offset)) {
-		reply_set_message(r, "span [%" PRIu64 ", +%" PRIu64 "): without an alias, or past "
-				  "the %" PRIu64 " bytes", q->span_offset, q->span_length, q->size);
+	    (!q->alias || !q->span_length || q->span_offset > q->size ||
+	     q->span_length > q->size - q->span_offset)) {
+		reply_set_message(r, "span [%" PRIu64 ", +%" PRIu64 "): without an alias, empty, or "
+				  "past the %" PRIu64 " bytes", q->span_offset, q->span_length,
+				  q->size);
 		return -EINVAL;
 	}
 	if ((q->alias_access && !q->alias) || (q->alias_access & ~(uint32_t)0xf) ||

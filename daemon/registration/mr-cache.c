@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "memory/allocation.h"
@@ -74,11 +75,24 @@ static void count_host(const struct mr_cache *h, uint64_t before)
 	*registrar_of(h)->host_pinned += h->charges.pinned_bytes - before;
 }
 
+/* Charges are of whole pages: an MR over a program's buffer (an aliased span) covers its bytes
+ * alone, and the device pins its pages all the same. Every other range is whole pages
+ * already. */
+static uintptr_t page_floor(uint64_t a)
+{
+	return (uintptr_t)(a & ~(uint64_t)(sysconf(_SC_PAGESIZE) - 1));
+}
+
+static uintptr_t page_ceil(uint64_t a)
+{
+	return page_floor(a + (uint64_t)sysconf(_SC_PAGESIZE) - 1);
+}
+
 int mr_cache_charge(struct mr_cache *c, uint64_t start, uint64_t end)
 {
 	struct mr_cache *h = home(c);
 	uint64_t before = h->charges.pinned_bytes;
-	int k = pin_map_pin(&h->charges, (uintptr_t)start, (uintptr_t)end);
+	int k = pin_map_pin(&h->charges, page_floor(start), page_ceil(end));
 
 	count_host(h, before);
 	return k;
@@ -88,7 +102,7 @@ void mr_cache_uncharge(struct mr_cache *c, uint64_t start, uint64_t end)
 {
 	struct mr_cache *h = home(c);
 	uint64_t before = h->charges.pinned_bytes;
-	int k = pin_map_unpin(&h->charges, (uintptr_t)start, (uintptr_t)end);
+	int k = pin_map_unpin(&h->charges, page_floor(start), page_ceil(end));
 
 	count_host(h, before);
 	if (k < 0)
@@ -98,7 +112,7 @@ void mr_cache_uncharge(struct mr_cache *c, uint64_t start, uint64_t end)
 
 uint64_t mr_cache_uncharged(const struct mr_cache *c, uint64_t start, uint64_t end)
 {
-	return pin_map_unpinned_bytes(&home(c)->charges, (uintptr_t)start, (uintptr_t)end);
+	return pin_map_unpinned_bytes(&home(c)->charges, page_floor(start), page_ceil(end));
 }
 
 /* An MR of c's PD: the domain's through its FRMR pools, a client PD's directly, at iova

@@ -38,6 +38,15 @@ read_victims_domain() {
 	m=$(domain_field "$CLIENTS" uid-1000 mrs)
 	p=$(domain_field "$CLIENTS" uid-1000 pinned_bytes)
 }
+# The most mrd pinned for uid 1000 while the processes run, into $MAXP.
+watch_pins() { # pid...
+	MAXP=0
+	while kill -0 "$@" 2> /dev/null; do
+		read_victims_domain
+		[ "${p:-0}" -gt "$MAXP" ] && MAXP=$p
+		sleep 0.2
+	done
+}
 # Starts a client in the background (its pid in BG) and waits until its output has MARKER.
 start_bg() { # file marker command...
 	out=$1 marker=$2
@@ -117,14 +126,6 @@ if grep -q 'mrd_vm=pair' /proc/cmdline; then
 			[ "$rc" = 0 ] && [ "$MAXP" -ge $((1 << 20)) ]
 			result "host $ROLE: $name across hosts through the shim (mrd pinned up to $MAXP bytes for uid 1000)" $? "rc $rc: $(tail -n 3 /tmp/o.txt)"
 		fi
-	}
-	watch_pins() { # pid...
-		MAXP=0
-		while kill -0 "$@" 2> /dev/null; do
-			read_victims_domain
-			[ "${p:-0}" -gt "$MAXP" ] && MAXP=$p
-			sleep 0.2
-		done
 	}
 	for shim in 0 1; do
 		across "ibv_rc_pingpong (1 MiB)" $shim ibv_rc_pingpong -d rxe0 -g "$GIDX" -s 1048576 -n 20
@@ -574,15 +575,6 @@ MRD_PRELOAD_EXPECT=1 LD_PRELOAD=$SHIM timeout 120 $AS preload-check data "$GIDX"
 rc=$?
 collect /tmp/pc.txt
 result "preload-check through the shim exits 0" $rc "$(tail -n 3 /tmp/pc.txt)"
-# The most mrd pinned for uid 1000 while the programs ran, into $MAXP.
-watch_pins() { # pid...
-	MAXP=0
-	while kill -0 "$@" 2> /dev/null; do
-		read_victims_domain
-		[ "${p:-0}" -gt "$MAXP" ] && MAXP=$p
-		sleep 0.2
-	done
-}
 # One host: the server in the background, the client against 127.0.0.1.
 local_pair() { # name shim(0|1) program args...
 	name=$1 shim=$2

@@ -175,13 +175,30 @@ static bool same(const char *b, size_t n, unsigned seed)
 	return true;
 }
 
+/* The first device (or $MRD_DEVICE), a PD, a CQ and QP a. */
+static void net_open(struct pair *p)
+{
+	const char *want = getenv("MRD_DEVICE");
+	struct ibv_device **l = ibv_get_device_list(NULL);
+
+	for (int i = 0; l && l[i] && !p->ctx; i++)
+		if (!want || strcmp(ibv_get_device_name(l[i]), want) == 0)
+			p->ctx = ibv_open_device(l[i]);
+	ibv_free_device_list(l);
+	if (!p->ctx)
+		die("open a device");
+	p->pd = ibv_alloc_pd(p->ctx);
+	p->cq = p->pd ? ibv_create_cq(p->ctx, 16, NULL, NULL, 0) : NULL;
+	if (!p->cq)
+		die("PD and CQ");
+	p->a = qp_new(p);
+}
+
 #define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 
 static int data(int gid_index)
 {
-	const char *want = getenv("MRD_DEVICE");
 	bool expect = getenv("MRD_PRELOAD_EXPECT") && atoi(getenv("MRD_PRELOAD_EXPECT"));
-	struct ibv_device **l = ibv_get_device_list(NULL);
 	struct pair p = { .gid_index = gid_index };
 	size_t len = 3 * 4096 + 123, big = 1 << 20;
 	char *before, *buf, *after, *src, *dst, *large, detail[256];
@@ -191,15 +208,9 @@ static int data(int gid_index)
 	int st, status;
 	pid_t pid;
 
-	for (int i = 0; l && l[i] && !p.ctx; i++)
-		if (!want || strcmp(ibv_get_device_name(l[i]), want) == 0)
-			p.ctx = ibv_open_device(l[i]);
-	if (!p.ctx)
-		die("open a device");
-	p.pd = ibv_alloc_pd(p.ctx);
-	p.cq = ibv_create_cq(p.ctx, 16, NULL, NULL, 0);
-	if (!p.pd || !p.cq)
-		die("PD and CQ");
+	net_open(&p);
+	ibv_destroy_qp(p.a);
+	p.a = NULL;
 	pair_connect(&p);
 
 	/* Heap neighbours on the same pages as the buffer, which is not page-aligned. */
@@ -386,7 +397,6 @@ static int data(int gid_index)
 	st = ibv_dealloc_pd(p.pd);
 	result("ibv_dealloc_pd once its MRs are gone", st == 0, strerror(st));
 	ibv_close_device(p.ctx);
-	ibv_free_device_list(l);
 	return failures ? 1 : 0;
 }
 
@@ -426,23 +436,6 @@ static bool heard(int fd, const char *w)
 	return strncmp(b, w, sizeof(b)) == 0;
 }
 
-static void net_open(struct pair *p)
-{
-	const char *want = getenv("MRD_DEVICE");
-	struct ibv_device **l = ibv_get_device_list(NULL);
-
-	for (int i = 0; l && l[i] && !p->ctx; i++)
-		if (!want || strcmp(ibv_get_device_name(l[i]), want) == 0)
-			p->ctx = ibv_open_device(l[i]);
-	ibv_free_device_list(l);
-	if (!p->ctx)
-		die("open a device");
-	p->pd = ibv_alloc_pd(p->ctx);
-	p->cq = p->pd ? ibv_create_cq(p->ctx, 16, NULL, NULL, 0) : NULL;
-	if (!p->cq)
-		die("PD and CQ");
-	p->a = qp_new(p);
-}
 
 #define NET_BYTES (1u << 20)
 
