@@ -150,7 +150,8 @@ int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t span_sta
 	populate(start, end);
 	*r = (struct moved_range){ .start = start, .end = end, .span_start = span_start,
 				   .span_end = span_end, .window = (uintptr_t)window,
-				   .access = access, .brk_seen = (uintptr_t)sbrk(0) };
+				   .access = access, .brk_seen = (uintptr_t)sbrk(0),
+				   .epoch_seen = ~0ul };
 	k = insert(m, r);
 	if (k < 0) {
 		/* Keep the program's bytes: back onto private memory. */
@@ -161,21 +162,28 @@ int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t span_sta
 	return 0;
 }
 
-bool moved_range_intact(struct moved_range *r, uintptr_t start, uintptr_t end)
+bool moved_range_intact(struct moved_range *r, uintptr_t start, uintptr_t end,
+			unsigned long epoch)
 {
 	uintptr_t brk = (uintptr_t)sbrk(0);
 	struct alias_piece pieces[2];
 	int n;
 
-	if (brk == r->brk_seen && address_space_page_aliased(start))
+	if (brk == r->brk_seen && epoch == r->epoch_seen)
 		return true;
+	if (brk == r->brk_seen && address_space_page_aliased(start)) {
+		r->epoch_seen = epoch;
+		return true;
+	}
 	if (!address_space_looks_aliased(start, end)) {
 		n = address_space_alias_pieces(start, end, r->window + (start - r->start), pieces, 2);
 		if (n != 1 || pieces[0].start != start || pieces[0].end != end)
 			return false;
 	}
-	if (start == r->start && end == r->end)
+	if (start == r->start && end == r->end) {
 		r->brk_seen = brk;
+		r->epoch_seen = epoch;
+	}
 	return true;
 }
 

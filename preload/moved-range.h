@@ -29,6 +29,7 @@ struct moved_range {
 	unsigned live;        /* the program's registrations over it */
 	unsigned kept;        /* those it deregistered that the shim keeps for a hit */
 	uintptr_t brk_seen;   /* the program break when its pages were last seen whole */
+	unsigned long epoch_seen; /* the caller's count of address-space changes then */
 	bool gone;            /* out of the registry (unmapped under live registrations): freed
 			       * with its last one */
 	struct range_keys *keys;
@@ -56,11 +57,14 @@ void moved_ranges_each_overlapping(struct moved_ranges *m, uintptr_t start, uint
 int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t span_start,
 		     uintptr_t span_end, unsigned access, struct moved_range **ret, char *why,
 		     size_t why_size);
-/* Whether the program still sees mrd's pages over all of [start, end) of r. What the shim
- * does not see change them (the allocator's own munmap and brk, which free() and realloc()
- * only partly tell) is looked for: a moved program break means every page is looked at
- * again; otherwise the first page's entry in the page map tells (one syscall). */
-bool moved_range_intact(struct moved_range *r, uintptr_t start, uintptr_t end);
+/* Whether the program still sees mrd's pages over all of [start, end) of r. epoch counts the
+ * changes to moved memory the caller saw (munmap, mremap, mmap and free() near a range): with
+ * none since the last look, and the program break where it was, yes at once. Otherwise what
+ * the shim may not have seen (the allocator's own munmap and brk) is looked for: a moved
+ * program break means every page is looked at again; else the first page's entry in the
+ * page map tells (one syscall). */
+bool moved_range_intact(struct moved_range *r, uintptr_t start, uintptr_t end,
+			unsigned long epoch);
 /* Copies what of r the program still maps onto private memory again, then frees mrd's
  * memory (its MRs and keys go with it). r leaves the registry; it is freed unless live
  * registrations still point at it (then it is gone). */

@@ -6,7 +6,7 @@
  * (BindPd, one mrd connection per PD): the program needs no RLIMIT_MEMLOCK. The MR handed back
  * is the shim's own, in libibverbs' verbs_mr layout; ibv_dereg_mr of it keeps it for a later
  * registration of the same buffer (a hit: no request) until the buffer is freed or unmapped,
- * which free(), realloc(), munmap(), mremap() and mmap(MAP_FIXED) tell. What cannot be moved falls through to
+ * which free(), realloc(), munmap(), mremap() and mmap() tell. What cannot be moved falls through to
  * the real call, said once on stderr. */
 #include <dlfcn.h>
 #include <errno.h>
@@ -79,6 +79,8 @@ static struct shim_mr *by_address[HASH_SIZE];
 static struct shim_mr *kept_head, *kept_tail;
 static unsigned n_kept;
 static unsigned long n_served, n_hits, n_passed;
+/* Changes to moved memory seen (moved_range_intact): under the lock. */
+static unsigned long epoch;
 
 static struct ibv_mr *(*real_reg)(struct ibv_pd *, void *, size_t, uint64_t, unsigned int);
 static int (*real_dereg)(struct ibv_mr *);
@@ -424,7 +426,7 @@ static struct shim_mr *kept_hit(struct ibv_pd *pd, void *addr, size_t length, un
 		if (m->ibv.pd != pd || m->ibv.addr != addr || m->ibv.length != length ||
 		    m->access != access)
 			continue;
-		if (!moved_range_intact(m->range, start, end)) {
+		if (!moved_range_intact(m->range, start, end, epoch)) {
 			lost(m->range, start, end);
 			return NULL;
 		}
@@ -480,7 +482,7 @@ static int serve(struct ibv_pd *pd, void *addr, size_t length, unsigned access,
 		return 0;
 	}
 	r = moved_ranges_find(&ranges, start, end, &partial);
-	if (r && !moved_range_intact(r, start, end)) {
+	if (r && !moved_range_intact(r, start, end, epoch)) {
 		lost(r, start, end);
 		if (moved_ranges_find(&ranges, start, end, &partial)) {
 			/* Still there: a live registration holds it. */
@@ -822,6 +824,7 @@ static void unmapped(uintptr_t start, uintptr_t end)
 {
 	struct unmap_walk w = { start, end };
 
+	epoch++;
 	moved_ranges_each_overlapping(&ranges, start, end, unmapped_one, &w);
 }
 
@@ -846,12 +849,14 @@ EXPORT int munmap(void *addr, size_t length)
 	return (int)r;
 }
 
-/* MAP_FIXED over a moved range replaces its pages as munmap() would. */
+/* A mapping over a moved range (MAP_FIXED, or into a hole a raw munmap left) replaced its
+ * pages as munmap() would. */
 static void *map(void *addr, size_t length, int prot, int flags, int fd, off_t offset)
 {
 	void *r = (void *)syscall(SYS_mmap, addr, length, prot, flags, fd, offset);
 
-	if (r != MAP_FAILED && (flags & MAP_FIXED) && !inside && length &&
+	/* Fixed or not: a mapping that lands on a moved range replaced what was there. */
+	if (r != MAP_FAILED && !inside && length &&
 	    near_ranges((uintptr_t)r, (uintptr_t)r + length)) {
 		enter();
 		unmapped((uintptr_t)r, (uintptr_t)r + length);
@@ -906,6 +911,7 @@ static uintptr_t chunk_end(void *p)
 /* will_unmap: free(), which unmaps an mmapped chunk; realloc() may keep or move it. */
 static void before_free(void *p, bool will_unmap, struct free_walk *w)
 {
+	epoch++;
 	w->start = (uintptr_t)p;
 	w->end = chunk_end(p);
 	w->block = w->block_end = 0;
@@ -990,6 +996,7 @@ EXPORT void *mremap(void *old, size_t old_length, size_t new_length, int flags, 
 		struct unmap_walk w = { (uintptr_t)old, (uintptr_t)old + (old_length ? old_length : 1) };
 
 		enter();
+		epoch++;
 		moved_ranges_each_overlapping(&ranges, w.start, w.end, moving_one, &w);
 		leave();
 	}

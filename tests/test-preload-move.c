@@ -85,6 +85,14 @@ static struct moved_range *move(char *p, size_t pages)
 	return r;
 }
 
+/* moved_range_intact as after a change the shim saw (a new epoch): it looks. */
+static bool intact(struct moved_range *r, uintptr_t start, uintptr_t end)
+{
+	static unsigned long epoch;
+
+	return moved_range_intact(r, start, end, ++epoch);
+}
+
 /* Whether mrd still holds the memory at window: a second free of it is refused. */
 static bool mrd_holds(uintptr_t window)
 {
@@ -106,7 +114,7 @@ START_TEST(test_move_keeps_the_bytes_at_the_address)
 	((char *)r->window)[2 * PAGE + 5] = 'y';
 	ck_assert_int_eq(p[2 * PAGE + 5], 'y');
 	ck_assert(address_space_looks_aliased(r->start, r->end));
-	ck_assert(moved_range_intact(r, r->start, r->end));
+	ck_assert(intact(r, r->start, r->end));
 	/* The fourth page stays the program's own. */
 	ck_assert_int_eq(address_space_movable((uintptr_t)p + 3 * PAGE, (uintptr_t)p + 4 * PAGE,
 					       (char[64]){ 0 }, 64), 0);
@@ -200,7 +208,7 @@ START_TEST(test_unmapped_is_told)
 	window = r->window;
 	/* Page tables dropped (MADV_DONTNEED): the page map cannot tell, the maps can. */
 	ck_assert_int_eq(madvise(p, 2 * PAGE, MADV_DONTNEED), 0);
-	ck_assert(moved_range_intact(r, r->start, r->end));
+	ck_assert(intact(r, r->start, r->end));
 	/* Unmapped and mapped again behind the shim's back (as an allocator's own munmap or brk
 	 * does): fresh private memory, not mrd's. The page map and the maps tell it once the
 	 * program break moved (the allocator trims its heap so), whichever page it was. */
@@ -209,15 +217,15 @@ START_TEST(test_unmapped_is_told)
 			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0), p + PAGE);
 	p[PAGE] = 1;
 	ck_assert_ptr_ne(sbrk(4096), (void *)-1);
-	ck_assert(!moved_range_intact(r, r->start, r->end));
-	ck_assert(moved_range_intact(r, r->start, r->start + PAGE));
+	ck_assert(!intact(r, r->start, r->end));
+	ck_assert(intact(r, r->start, r->start + PAGE));
 	/* The first page replaced: the one look of a hit tells it. */
-	ck_assert(moved_range_intact(r, r->start, r->start + PAGE)); /* the break seen again */
+	ck_assert(intact(r, r->start, r->start + PAGE)); /* the break seen again */
 	ck_assert_int_eq((int)syscall(SYS_munmap, p, PAGE), 0);
 	ck_assert_ptr_eq(mmap(p, PAGE, PROT_READ | PROT_WRITE,
 			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0), p);
 	p[0] = 'a';
-	ck_assert(!moved_range_intact(r, r->start, r->end));
+	ck_assert(!intact(r, r->start, r->end));
 	/* Moving back copies what is still mrd's and leaves the new pages alone. */
 	p[2 * PAGE] = 'c';
 	moved_range_move_back(&ranges, mem, r);
@@ -232,7 +240,7 @@ START_TEST(test_unmapped_is_told)
 	r = move(p, 2);
 	window = r->window;
 	ck_assert_int_eq((int)syscall(SYS_munmap, p, 2 * PAGE), 0);
-	ck_assert(!moved_range_intact(r, r->start, r->end));
+	ck_assert(!intact(r, r->start, r->end));
 	moved_range_forget(&ranges, mem, r);
 	ck_assert(!mrd_holds(window));
 }
@@ -283,7 +291,7 @@ START_TEST(test_fork_child_gets_its_own_copy)
 	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	ck_assert_int_eq(p[10], (char)(10 * 7 + 4)); /* the parent's bytes are untouched */
 	ck_assert_int_eq(((char *)r->window)[10], p[10]);
-	ck_assert(moved_range_intact(r, r->start, r->end));
+	ck_assert(intact(r, r->start, r->end));
 	moved_range_move_back(&ranges, mem, r);
 	munmap(p, 2 * PAGE);
 }
@@ -380,7 +388,7 @@ START_TEST(test_other_file_is_not_intact)
 	ck_assert_int_eq((int)syscall(SYS_munmap, p, PAGE), 0);
 	ck_assert_ptr_eq(mmap(p, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0), p);
 	p[0] = 1;
-	ck_assert_msg(!moved_range_intact(r, r->start, r->end),
+	ck_assert_msg(!intact(r, r->start, r->end),
 		      "another file's page at the range reads as mrd's");
 	moved_range_forget(&ranges, mem, r);
 	munmap(p, PAGE);
