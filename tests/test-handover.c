@@ -211,6 +211,35 @@ START_TEST(test_round_trip)
 }
 END_TEST
 
+/* Memory a process aliased (libmrd-preload.so's moved buffers) keeps its alias, access and
+ * span across the restart: its next registrations in that process's PDs are where and what
+ * they were. */
+START_TEST(test_alias_kept)
+{
+	struct handover_fds saved;
+	unsigned n_allocations;
+	struct allocation *al;
+	Mrd__Response *resp;
+	uint64_t w;
+	int a = td_hello_client(1000, NULL);
+
+	resp = td_alloc_span(a, 2, 3 * 4096, 0, 0x7e0000000000ull, 3, 100, 5000, 0);
+	w = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_int_eq(handover_save(td_manager, &saved, &n_allocations), 0);
+	close(a);
+	restart(&saved);
+	handover_fds_done(&saved);
+	al = domain_find_allocation(find_domain("uid-1000"), w);
+	ck_assert_ptr_nonnull(al);
+	ck_assert_uint_eq(al->alias, 0x7e0000000000ull);
+	ck_assert_uint_eq(al->alias_access, 3);
+	ck_assert_uint_eq(al->span_offset, 100);
+	ck_assert_uint_eq(al->span_length, 5000);
+	td_pump();
+}
+END_TEST
+
 /* An allocation waits as long as its process lives, holding its domain open with no client;
  * one whose process is gone goes at the next check, and its domain closes. */
 START_TEST(test_waits_for_live_process)
@@ -595,6 +624,7 @@ int main(void)
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_round_trip);
+	tcase_add_test(tc, test_alias_kept);
 	tcase_add_test(tc, test_waits_for_live_process);
 	tcase_add_test(tc, test_claim_checks_uid);
 	tcase_add_test(tc, test_exported_contexts_handed_over);
