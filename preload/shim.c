@@ -466,8 +466,8 @@ static int serve(struct ibv_pd *pd, void *addr, size_t length, unsigned access,
 		snprintf(why, why_size, "no range to register (%p, %zu bytes)", addr, length);
 		return -EINVAL;
 	}
-	start = (uintptr_t)addr & ~(page - 1);
-	end = ((uintptr_t)addr + length + page - 1) & ~(page - 1);
+	start = page_down((uintptr_t)addr);
+	end = page_up((uintptr_t)addr + length);
 	p = pd_of(pd);
 	if (!p)
 		return -ENOMEM;
@@ -733,13 +733,7 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 		}
 	}
 	hash_remove(fresh);
-	m->ibv.pd = fresh->ibv.pd;
-	m->ibv.addr = fresh->ibv.addr;
-	m->ibv.length = fresh->ibv.length;
-	m->ibv.lkey = fresh->ibv.lkey;
-	m->ibv.rkey = fresh->ibv.rkey;
-	m->verbs_access = fresh->verbs_access;
-	m->access = fresh->access;
+	take_fields(m, &fresh->ibv, fresh->access);
 	m->range = fresh->range;
 	free(fresh);
 	hash_add(m);

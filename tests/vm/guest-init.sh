@@ -38,6 +38,19 @@ read_victims_domain() {
 	m=$(domain_field "$CLIENTS" uid-1000 mrs)
 	p=$(domain_field "$CLIENTS" uid-1000 pinned_bytes)
 }
+# Starts mrd on socket with the arguments (its pid in SERVED), waits for the socket, and
+# reports whether it serves as result name; its status is that result's.
+serve_mrd() { # name log socket mrd-args...
+	name=$1 log=$2 sock=$3
+	shift 3
+	mrd --foreground --no-bus "$@" --socket "$sock" > "$log" 2>&1 &
+	SERVED=$!
+	for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+	[ -S "$sock" ]
+	rc=$?
+	result "$name" $rc "$(tail -n 5 "$log")"
+	return $rc
+}
 # The most mrd pinned for uid 1000 while the processes run, into $MAXP.
 watch_pins() { # pid...
 	MAXP=0
@@ -82,12 +95,9 @@ if grep -q 'mrd_vm=pair' /proc/cmdline; then
 	done
 	SOCK=/run/mrd.sock SHIM=/opt/mrd/lib/libmrd-preload.so AS="preload-check as 1000 65536"
 	printf '[mrd]\nsocket_mode = 0666\n[memory]\nhugepages = no\n' > /tmp/mrd.conf
-	mrd --foreground --no-bus --provider verbs --device rxe0 --config /tmp/mrd.conf \
-		--socket "$SOCK" > /tmp/mrd.log 2>&1 &
-	MRD=$!
-	for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
-	[ -S "$SOCK" ]
-	result "host $ROLE: mrd on rxe0 serves its socket" $? "$(tail -n 5 /tmp/mrd.log)"
+	serve_mrd "host $ROLE: mrd on rxe0 serves its socket" /tmp/mrd.log "$SOCK" \
+		--provider verbs --device rxe0 --config /tmp/mrd.conf
+	MRD=$SERVED
 	export MRD_SOCKET=$SOCK
 	up=1
 	for _ in $(seq 120); do ping -c 1 -W 1 $PEER > /dev/null 2>&1 && { up=0; break; }; done
@@ -251,16 +261,9 @@ contract rxe0
 SOCK=/run/mrd.sock
 # Clients run as uids 1000 and 1001, in no group mrd: a socket anyone may use.
 printf '[mrd]\nsocket_mode = 0666\n[memory]\nhugepages = no\n[policies]\nuid-1001 = odp\n' > /tmp/mrd.conf
-mrd --foreground --no-bus --provider verbs --device rxe0 --config /tmp/mrd.conf \
-	--socket "$SOCK" > /tmp/mrd.log 2>&1 &
-MRD=$!
-for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
-if [ -S "$SOCK" ]; then
-	result "mrd --provider verbs --device rxe0 serves its socket" 0
-else
-	result "mrd --provider verbs --device rxe0 serves its socket" 1 "$(tail -n 5 /tmp/mrd.log)"
-	finish
-fi
+serve_mrd "mrd --provider verbs --device rxe0 serves its socket" /tmp/mrd.log "$SOCK" \
+	--provider verbs --device rxe0 --config /tmp/mrd.conf || finish
+MRD=$SERVED
 export MRD_SOCKET=$SOCK
 STATUS=$(mrctl --json status)
 echo "$STATUS"
@@ -400,12 +403,9 @@ fi
 if [ -e /sys/class/infiniband/siw0 ]; then
 	contract siw0
 	SIW_SOCK=/run/mrd-siw.sock
-	mrd --foreground --no-bus --provider verbs --device siw0 --config /tmp/mrd.conf \
-		--socket "$SIW_SOCK" > /tmp/mrd-siw.log 2>&1 &
-	MRD_SIW=$!
-	for _ in $(seq 100); do [ -S "$SIW_SOCK" ] && break; sleep 0.1; done
-	[ -S "$SIW_SOCK" ]
-	result "mrd --provider verbs --device siw0 serves its socket" $? "$(tail -n 5 /tmp/mrd-siw.log)"
+	serve_mrd "mrd --provider verbs --device siw0 serves its socket" /tmp/mrd-siw.log \
+		"$SIW_SOCK" --provider verbs --device siw0 --config /tmp/mrd.conf
+	MRD_SIW=$SERVED
 	STATUS=$(MRD_SOCKET=$SIW_SOCK mrctl --json status)
 	echo "$STATUS"
 	echo "$STATUS" | grep -q '"provider":"verbs","device":"siw0"'
@@ -459,12 +459,9 @@ unset MRD_CLIENT_PD_OTHER
 result "rdma link add rxe1 type rxe netdev dummy0" $?
 printf '[mrd]\nsocket_mode = 0666\ndevices = rxe0 rxe1\n[memory]\nhugepages = no\n' > /tmp/mrd-bound.conf
 SOCK=/run/mrd-bound.sock
-mrd --foreground --no-bus --provider verbs --device rxe0 --config /tmp/mrd-bound.conf \
-	--socket "$SOCK" > /tmp/mrd-bound.log 2>&1 &
-MRD=$!
-for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
-[ -S "$SOCK" ]
-result "mrd on rxe0 serves its socket again (client PDs)" $? "$(tail -n 5 /tmp/mrd-bound.log)"
+serve_mrd "mrd on rxe0 serves its socket again (client PDs)" /tmp/mrd-bound.log "$SOCK" \
+	--provider verbs --device rxe0 --config /tmp/mrd-bound.conf
+MRD=$SERVED
 export MRD_SOCKET=$SOCK MRD_DEVICE=rxe0
 fds0=$(ls /proc/$MRD/fd | wc -l)
 mrs0=$(rdma resource show mr 2>/dev/null | wc -l)
@@ -559,12 +556,9 @@ unset MRD_DEVICE
 SHIM=/opt/mrd/lib/libmrd-preload.so
 SOCK=/run/mrd-preload.sock
 printf '[mrd]\nsocket_mode = 0666\n[memory]\nhugepages = no\n' > /tmp/mrd-preload.conf
-mrd --foreground --no-bus --provider verbs --device rxe0 --config /tmp/mrd-preload.conf \
-	--socket "$SOCK" > /tmp/mrd-preload.log 2>&1 &
-MRD=$!
-for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
-[ -S "$SOCK" ]
-result "mrd on rxe0 serves its socket (preload)" $? "$(tail -n 5 /tmp/mrd-preload.log)"
+serve_mrd "mrd on rxe0 serves its socket (preload)" /tmp/mrd-preload.log "$SOCK" \
+	--provider verbs --device rxe0 --config /tmp/mrd-preload.conf
+MRD=$SERVED
 export MRD_SOCKET=$SOCK
 AS="preload-check as 1000 65536"
 $AS preload-check data "$GIDX" > /tmp/pc-plain.txt 2>&1
