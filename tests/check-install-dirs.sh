@@ -1,0 +1,48 @@
+#!/bin/sh
+# make install puts every file where the system reads it, for a prefix of /usr and for the
+# default /usr/local: configure (in a scratch tree) and make install-data into a DESTDIR,
+# then ask the readers themselves: systemctl --root finds the units, systemd-analyze
+# cat-config the sysusers.d and tmpfiles.d files, and the system bus's own configuration
+# names the policy's folder. A prefix of /usr reads mrd.conf from /etc.
+set -u
+for tool in systemctl systemd-analyze; do
+	command -v $tool > /dev/null || { echo "$tool not found (Debian: systemd): not checked"; exit 77; }
+done
+bus_conf=/usr/share/dbus-1/system.conf
+[ -r $bus_conf ] || { echo "no $bus_conf (Debian: dbus-system-bus-common): not checked"; exit 77; }
+d=$(mktemp -d /tmp/mrd-install-dirs.XXXXXX)
+trap 'rm -rf "$d"' EXIT
+fail=0
+no() { echo "prefix $prefix: $*"; fail=1; }
+
+# The folders the system bus reads policies from: its <includedir>s, relative to its own.
+bus_dirs=$(sed -n 's|.*<includedir>\(.*\)</includedir>.*|\1|p' $bus_conf |
+	sed "s|^\([^/]\)|$(dirname $bus_conf)/\1|")
+
+for prefix in /usr /usr/local; do
+	b=$d/build$prefix r=$d/root$prefix
+	mkdir -p "$b"
+	(cd "$b" && "$MRD_SRCDIR/configure" -q --prefix=$prefix > configure.log 2>&1 &&
+		make -s install-data DESTDIR="$r" > install.log 2>&1) ||
+		{ no "configure or make install-data failed:"; tail -n 20 "$b"/*.log; continue; }
+	for unit in mrd.service mrd.socket; do
+		systemctl --root="$r" list-unit-files "$unit" 2> /dev/null | grep -q "^$unit " ||
+			no "systemd does not find $unit: $(cd "$r" && find . -name "$unit")"
+		[ -e "$r$prefix/lib/systemd/system/$unit" ] || # --prefix respected
+			no "$unit is not under $prefix/lib/systemd/system: $(cd "$r" && find . -name "$unit")"
+	done
+	for kind in sysusers.d tmpfiles.d; do
+		systemd-analyze --root="$r" cat-config "$kind/mrd.conf" > /dev/null 2>&1 ||
+			no "systemd does not read $kind/mrd.conf: $(cd "$r" && find . -path "*$kind/mrd.conf")"
+	done
+	policy=$(cd "$r" && find . -name org.mrd.Mrd1.conf | sed 's|^\.||')
+	[ -n "$policy" ] || no "no D-Bus policy installed"
+	echo "$bus_dirs" | grep -qx "$(dirname "${policy:-/none/x}")" ||
+		no "the system bus reads policies from $(echo $bus_dirs), not ${policy:-nothing}"
+	if [ $prefix = /usr ]; then # mrd reads $(sysconfdir)/mrd/mrd.conf, where it is installed
+		[ -e "$r/etc/mrd/mrd.conf" ] && grep -q '^sysconfdir = /etc$' "$b/Makefile" ||
+			no "mrd.conf is not /etc/mrd/mrd.conf: $(cd "$r" && find . -name mrd.conf -path '*/mrd/*')"
+	fi
+done
+[ $fail = 0 ] && echo "prefixes /usr and /usr/local: units, sysusers.d, tmpfiles.d and the D-Bus policy land where the system reads them"
+exit $fail
