@@ -166,20 +166,27 @@ for a in $("$ST/bin/busybox" --list); do
 	[ -e "$ST/bin/$a" ] || ln -s busybox "$ST/bin/$a"
 done
 : > "$ST/modules.load"
-for m in ib_core ib_uverbs rdma_rxe dummy virtio_net; do # dummy: a second netdev for rxe1
-	modprobe -d "$KROOT" -S "$KVER" --show-depends "$m" | while read -r kw path _; do
-		[ "$kw" = insmod ] || continue
-		base=$(basename "$path" .xz)
-		base=${base%.zst}
-		grep -qx "$base" "$ST/modules.load" && continue
-		case "$path" in
-		*.xz) xz -dc "$path" > "$ST/lib/modules/$KVER/$base" ;;
-		*.zst) zstd -qdc "$path" > "$ST/lib/modules/$KVER/$base" ;;
-		*) cp "$path" "$ST/lib/modules/$KVER/$base" ;;
-		esac
-		echo "$base" >> "$ST/modules.load"
+# The modules and those they need, uncompressed into a folder, their names in load order.
+stage_modules() { # folder list modules...
+	local dir=$1 list=$2 m kw path base
+	shift 2
+	for m in "$@"; do
+		modprobe -d "$KROOT" -S "$KVER" --show-depends "$m" | while read -r kw path _; do
+			[ "$kw" = insmod ] || continue
+			base=$(basename "$path" .xz)
+			base=${base%.zst}
+			grep -qx "$base" "$list" && continue
+			case "$path" in
+			*.xz) xz -dc "$path" > "$dir/$base" ;;
+			*.zst) zstd -qdc "$path" > "$dir/$base" ;;
+			*) cp "$path" "$dir/$base" ;;
+			esac
+			echo "$base" >> "$list"
+		done
 	done
-done
+}
+# dummy: a second netdev for rxe1
+stage_modules "$ST/lib/modules/$KVER" "$ST/modules.load" ib_core ib_uverbs rdma_rxe dummy virtio_net
 if [ -e "$SIW_KO" ]; then # its one dependency, ib_core, is loaded by now
 	cp "$SIW_KO" "$ST/lib/modules/$KVER/siw.ko"
 	echo siw.ko >> "$ST/modules.load"
@@ -304,6 +311,13 @@ if [ "${MRD_VM_PAIR:-1}" = 1 ]; then
 		echo "check-rdma: a two-host guest panicked while booting (attempt $attempt): both again"
 	done
 	LOGS+=("$VM/console-a.log" "$VM/console-b.log")
+fi
+
+# ---- systemd as PID 1, mrd installed from the tarball (tests/vm/systemd-vm.sh)
+if [ "${MRD_VM_SYSTEMD:-1}" = 1 ]; then
+	. "$top_srcdir/tests/vm/systemd-vm.sh"
+	boot_systemd
+	LOGS+=("$SD_RESULTS")
 fi
 
 # ---- results: "@@ RESULT<TAB>verdict<TAB>name<TAB>detail", counted against "@@ ALL_DONE results=N"

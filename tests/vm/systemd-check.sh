@@ -1,0 +1,188 @@
+#!/bin/sh
+# The checks of the systemd VM (tests/vm/systemd-vm.sh), run by mrd-vm-check.service under
+# systemd as PID 1, with mrd installed by make install from the make dist tarball
+# (--prefix=/usr). Every check prints "@@ RESULT<TAB>PASS|FAIL|SKIP<TAB>systemd: NAME<TAB>detail"
+# to the second serial port; "@@ ALL_DONE results=N" ends the run; then the VM powers off.
+VMDIR=/usr/lib/mrd-vm
+N=0
+report() { # verdict name [detail]
+	N=$((N + 1))
+	printf '@@ RESULT\t%s\tsystemd: %s\t%s\n' "$1" "$2" "$(printf '%s' "${3:-}" | tr '\t\n' '  ' | cut -c 1-600)" |
+		tee /dev/ttyS1
+}
+result() { # name rc [detail]
+	if [ "$2" = 0 ]; then report PASS "$1"; else report FAIL "$1" "${3:-rc=$2}"; fi
+}
+finish() {
+	echo "@@ ALL_DONE results=$N" | tee /dev/ttyS1
+	systemctl poweroff --no-block
+	exit 0
+}
+as() { # user command...: as that user, with the groups /etc/group gives it now
+	u=$1
+	shift
+	setpriv --reuid="$u" --regid="$u" --init-groups env HOME=/tmp USER="$u" "$@"
+}
+# Waits until mrd answers (after a restart or re-exec): mrctl status succeeds.
+mrd_answers() {
+	for _ in $(seq 100); do mrctl status > /dev/null 2>&1 && return 0; sleep 0.2; done
+	return 1
+}
+main_pid() { systemctl show -P MainPID mrd.service; }
+
+# ---- the system as make install left it, and the steps README's "Install" gives after it
+[ "$(cat /proc/1/comm)" = systemd ]
+result "systemd is PID 1" $? "PID 1 is $(cat /proc/1/comm)"
+systemd-sysusers && systemd-tmpfiles --create mrd.conf
+result "systemd-sysusers and systemd-tmpfiles --create mrd.conf (README: Install)" $?
+getent group mrd > /dev/null
+result "sysusers.d/mrd.conf made the group mrd" $? "$(getent group mrd)"
+[ "$(stat -c '%a %U %G' /run/mrd 2> /dev/null)" = "755 root mrd" ]
+result "tmpfiles.d/mrd.conf made /run/mrd 0755 root:mrd" $? "$(stat -c '%a %U %G' /run/mrd 2>&1)"
+useradd -m alice && useradd -m bob
+result "users alice and bob exist" $?
+
+# ---- README's "Running" block, line by line, as root (each line one result)
+n=0
+while IFS= read -r line; do
+	cmd=${line%%#*}
+	cmd=$(echo "$cmd" | sed 's/[[:space:]]*$//')
+	[ -n "$cmd" ] || continue
+	n=$((n + 1))
+	out=$(sh -c "$cmd" 2>&1)
+	rc=$?
+	result "README Running line $n: $cmd" $rc "$(echo "$out" | tail -n 3)"
+	case "$cmd" in # the unit's settings come back before the next line
+	*restart*|*USR2*|*reload*) sleep 1; mrd_answers ;;
+	esac
+done < $VMDIR/readme-running
+[ $n -gt 0 ]
+result "README's Running block has commands" $? "none read"
+
+# ---- socket activation: the socket is systemd's, mrd starts at the first connection
+[ "$(systemctl is-enabled mrd.socket)" = enabled ]
+result "mrd.socket is enabled" $? "$(systemctl is-enabled mrd.socket 2>&1)"
+[ "$(stat -c '%a %U %G %F' /run/mrd/mrd.sock)" = "660 root mrd socket" ]
+result "the socket is 0660 root:mrd" $? "$(stat -c '%a %U %G %F' /run/mrd/mrd.sock 2>&1)"
+systemctl stop mrd.service
+state=$(systemctl is-active mrd.service)
+out=$(as alice mrd-demo 2>&1)
+rc=$?
+[ $rc = 0 ] && echo "$out" | grep -q 'RDMA write of 64 bytes: done' &&
+	echo "$out" | grep -q 'served by the lookup cache' && [ "$state" = inactive ] &&
+	[ "$(systemctl is-active mrd.service)" = active ]
+result "alice (group mrd) runs mrd-demo with lookups: mrd.service socket-activated" $? \
+	"rc=$rc, mrd was $state before, $(systemctl is-active mrd.service) after: $(echo "$out" | tail -n 3)"
+out=$(as alice $VMDIR/mrd-hello 2>&1)
+result "alice runs mrd-hello (connect, ping, memory)" $? "$(echo "$out" | tail -n 3)"
+out=$(as bob $VMDIR/mrd-hello 2>&1)
+rc=$?
+[ $rc != 0 ] && echo "$out" | grep -qi 'permission denied'
+result "bob (not in group mrd) is refused" $? "rc=$rc: $out"
+
+# ---- Type=notify: mrd's own status line reaches systemd only through sd_notify
+status=$(systemctl show -P StatusText mrd.service)
+[ "$(systemctl show -P Type mrd.service)" = notify ] && echo "$status" | grep -q '^serving'
+result "Type=notify: systemd shows mrd's status" $? "Type $(systemctl show -P Type mrd.service), StatusText '$status'"
+
+# ---- reload: a drop-in makes the group mrd administrators; alice's view widens
+view() { as alice mrctl --json status | grep -o '"view":[^,]*'; }
+before=$(view)
+mkdir -p /etc/mrd/mrd.conf.d
+printf '[mrd]\nadmin_group = mrd\n' > /etc/mrd/mrd.conf.d/50-vm.conf
+systemctl reload mrd
+after=$(view)
+status=$(systemctl show -P StatusText mrd.service)
+[ "$before" != '"view":null' ] && [ "$after" = '"view":null' ] &&
+	echo "$status" | grep -q '^configuration reloaded'
+result "systemctl reload mrd: admin_group = mrd seen" $? "alice's view $before, then $after; StatusText '$status'"
+rm /etc/mrd/mrd.conf.d/50-vm.conf
+systemctl reload mrd
+
+# ---- warm restart with the FD store: alice's memory comes back, same address, same bytes
+restart_check() { # expected-line
+	as alice $VMDIR/mrd-restart /run/mrd/mrd.sock 60 > /tmp/restart.out 2>&1 &
+	client=$!
+	for _ in $(seq 100); do grep -q '^ready' /tmp/restart.out && break; sleep 0.1; done
+	old=$(main_pid)
+	systemctl restart mrd
+	wait $client
+	rc=$?
+	[ $rc = 0 ] && grep -q "$1" /tmp/restart.out && [ "$(main_pid)" != "$old" ]
+	restart_rc=$?
+}
+restart_check 'with its content'
+result "systemctl restart mrd: mrd_client_reconnect() gives alice's 4 MiB back with its content" \
+	$restart_rc "$(cat /tmp/restart.out)"
+# The check fails where the FD store is off: a cold start, and the client told -ESTALE.
+mkdir -p /run/systemd/system/mrd.service.d
+printf '[Service]\nFileDescriptorStoreMax=0\n' > /run/systemd/system/mrd.service.d/no-store.conf
+systemctl daemon-reload
+restart_check 'with its content'
+cold=$restart_rc
+[ $cold != 0 ] && grep -q 'Stale file handle' /tmp/restart.out
+result "without FileDescriptorStoreMax= the same check fails (cold start, -ESTALE)" $? \
+	"$(cat /tmp/restart.out)"
+rm /run/systemd/system/mrd.service.d/no-store.conf
+systemctl daemon-reload
+systemctl restart mrd
+mrd_answers
+
+# ---- the journal
+journalctl -u mrd.service -o cat --no-pager | grep -q 'SIGHUP: configuration reloaded'
+result "journalctl -u mrd shows mrd's lines" $? "$(journalctl -u mrd.service -o cat --no-pager | tail -n 3)"
+
+# ---- D-Bus on the system bus, with the installed policy
+out=$(busctl introspect org.mrd.Mrd1 /org/mrd/Mrd1 2>&1)
+echo "$out" | grep -q '^\.Dump'
+result "busctl introspect org.mrd.Mrd1 /org/mrd/Mrd1 (root)" $? "$(echo "$out" | head -n 5)"
+out=$(busctl call org.mrd.Mrd1 /org/mrd/Mrd1 org.mrd.Mrd1 Dump 2>&1)
+echo "$out" | grep -q '\\"domains\\":\['
+result "busctl call ... Dump (root)" $? "$(echo "$out" | cut -c 1-200)"
+out=$(as alice busctl get-property org.mrd.Mrd1 /org/mrd/Mrd1 org.mrd.Mrd1 Version 2>&1)
+result "alice reads a property (the policy lets anyone)" $? "$out"
+out=$(as alice busctl call org.mrd.Mrd1 /org/mrd/Mrd1 org.mrd.Mrd1 Dump 2>&1)
+rc=$?
+[ $rc != 0 ] && echo "$out" | grep -qi 'access denied'
+result "alice's Dump is refused by the policy" $? "rc=$rc: $out"
+
+# ---- hardening: the score, and the verbs provider working inside it (rxe). ib_uverbs is loaded
+# before mrd starts: DeviceAllow=char-infiniband_verbs resolves the group of /proc/devices then,
+# and rdma_rxe alone does not pull it in.
+score=$(systemd-analyze security --no-pager mrd.service 2>&1 |
+	sed -n 's/.*Overall exposure level for mrd.service: \([0-9.]*\).*/\1/p')
+echo "@@ SCORE $score" | tee /dev/ttyS1
+[ -n "$score" ] && [ "$(awk "BEGIN { print ($score <= 1.2) }")" = 1 ]
+result "systemd-analyze security mrd.service: $score" $? "exposure ${score:-unknown}, want at most 1.2"
+modprobe -a ib_uverbs rdma_rxe && rdma link add rxe0 type rxe netdev lo
+rc=$?
+result "rdma_rxe and ib_uverbs loaded, rxe0 on lo" $rc
+if [ $rc = 0 ]; then
+	printf '[mrd]\nprovider = verbs\ndevice = rxe0\n' > /etc/mrd/mrd.conf.d/60-verbs.conf
+	systemctl restart mrd && mrd_answers
+	st=$(mrctl --json status)
+	echo "$st" | grep -q '"provider":"verbs"' && echo "$st" | grep -q '"device":"rxe0"'
+	result "the hardened mrd serves rxe0 with the verbs provider" $? \
+		"$(echo "$st" | cut -c 1-300) $(journalctl -u mrd.service -o cat --no-pager | grep -v 'mrd.service' | tail -n 6)"
+	out=$(as alice mrd-demo 2>&1)
+	echo "$out" | grep -q 'RDMA write of 64 bytes: done'
+	result "mrd-demo on rxe0: the device writes by keys" $? "$(echo "$out" | tail -n 4)"
+	restart_check 'with its content'
+	result "warm restart on rxe0" $restart_rc "$(cat /tmp/restart.out)"
+	rm /etc/mrd/mrd.conf.d/60-verbs.conf
+fi
+refused=$(journalctl -u mrd.service -o cat --no-pager | grep -c 'Operation not permitted')
+result "the system-call filter refused mrd nothing" $([ "$refused" = 0 ]; echo $?) \
+	"$(journalctl -u mrd.service -o cat --no-pager | grep 'Operation not permitted' | tail -n 3)"
+
+# ---- metrics: the timer's service writes the file node-exporter reads
+if [ -e /usr/lib/systemd/system/mrd-metrics.timer ]; then
+	systemctl enable --now mrd-metrics.timer
+	systemctl start mrd-metrics.service
+	f=/var/lib/prometheus/node-exporter/mrd.prom
+	out=$(promtool check metrics < $f 2>&1)
+	result "mrd-metrics.service writes $f; promtool check metrics passes" $? "$out"
+	grep -q '^mrd_domain_allocated_bytes' $f
+	result "the file has per-domain figures" $? "$(head -n 5 $f 2>&1)"
+fi
+finish
