@@ -1,20 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "connection.h"
 #include "escape.h"
 #include "macro.h"
+#include "mrd-metrics.h"
 #include "time-util.h"
 
 static const char *arg_socket;
 static bool arg_json;
+static int arg_metrics = -1; /* stats: enum metrics_format; -1: text or JSON */
+static const char *arg_output;
 
 static void help(void)
 {
@@ -64,6 +70,12 @@ static void help(void)
 	       "                      pinned minimum\n"
 	       "  --gc                also destroy every parked handle, pinned ones too, and the\n"
 	       "                      pools left empty (not those set by their key)\n\n"
+	       "Options of 'stats' (metrics for a scraper, all domains' figures: mrctl(8)):\n"
+	       "  --openmetrics       print them in the OpenMetrics text format\n"
+	       "  --prometheus        print them in Prometheus's text format (0.0.4), as\n"
+	       "                      node-exporter's textfile collector reads it\n"
+	       "  --output FILE       write them to FILE instead, replaced whole (a file beside\n"
+	       "                      it, synced, renamed over it), mode 0644\n\n"
 	       "pools set and flush need root or mrd's admin group; the other commands show anyone\n"
 	       "its own domain, and root and the admin group every domain. See mrctl(8).\n",
 	       MRD_SOCKET_DEFAULT);
@@ -287,16 +299,33 @@ static int call_pages(struct conn *c, const char *name, Mrd__Request *req, int b
 	return 0;
 }
 
-static int cmd_status(struct conn *c)
+/* The Status request, which status and stats --openmetrics both show. */
+static int call_status(struct conn *c, const char *name, Mrd__Response **ret)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__StatusRequest status = MRD__STATUS_REQUEST__INIT;
-	Mrd__Response *resp;
-	int r;
 
 	req.body_case = MRD__REQUEST__BODY_STATUS;
 	req.status = &status;
-	r = call(c, "status", &req, MRD__RESPONSE__BODY_STATUS_REPLY, &resp);
+	return call(c, name, &req, MRD__RESPONSE__BODY_STATUS_REPLY, ret);
+}
+
+/* The FrmrPools request, which pools and stats --openmetrics both show. */
+static int call_pools(struct conn *c, const char *name, Mrd__Response **ret)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__FrmrPoolsRequest pools = MRD__FRMR_POOLS_REQUEST__INIT;
+
+	req.body_case = MRD__REQUEST__BODY_FRMR_POOLS;
+	req.frmr_pools = &pools;
+	return call(c, name, &req, MRD__RESPONSE__BODY_FRMR_POOLS, ret);
+}
+
+static int cmd_status(struct conn *c)
+{
+	Mrd__Response *resp;
+	int r = call_status(c, "status", &resp);
+
 	if (r < 0)
 		return r;
 	print_status(resp->status_reply);
@@ -485,10 +514,104 @@ static void print_stats(const Mrd__ClientsResponse *r)
 		print_domains_omitted(r->domains_omitted);
 }
 
+/* A file beside path, to be renamed over it: *tmp its name. */
+static FILE *output_open(const char *path, char **tmp)
+{
+	FILE *f;
+	int fd;
+
+	if (asprintf(tmp, "%s.XXXXXX", path) < 0) {
+		*tmp = NULL;
+		errno = ENOMEM;
+		return NULL;
+	}
+	fd = mkostemp(*tmp, O_CLOEXEC);
+	if (fd < 0)
+		goto fail;
+	/* node-exporter reads it as its own user. */
+	if (fchmod(fd, 0644) < 0 || !(f = fdopen(fd, "w"))) {
+		int e = errno;
+
+		close(fd);
+		unlink(*tmp);
+		errno = e;
+		goto fail;
+	}
+	return f;
+fail:
+	free(*tmp);
+	*tmp = NULL;
+	return NULL;
+}
+
+/* f written and synced, then renamed over path, so that a reader sees the old file or the new
+ * one, never a part of one; on any failure the file beside it goes. */
+static int output_commit(FILE *f, char *tmp, const char *path)
+{
+	int r = 0;
+
+	if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) < 0)
+		r = -errno ?: -EIO;
+	if (fclose(f) != 0 && r == 0)
+		r = -errno;
+	if (r == 0 && rename(tmp, path) < 0)
+		r = -errno;
+	if (r < 0)
+		unlink(tmp);
+	free(tmp);
+	return r;
+}
+
+/* stats --openmetrics/--prometheus: Status, Clients and FrmrPools asked first, so that a
+ * failure writes nothing. */
+static int cmd_metrics(struct conn *c)
+{
+	Mrd__Response *st = NULL, *cl = NULL, *po = NULL;
+	struct metrics m;
+	char *tmp = NULL;
+	FILE *f = stdout;
+	int r;
+
+	r = call_status(c, "stats", &st);
+	if (r >= 0)
+		r = call_clients(c, "stats", &cl);
+	if (r >= 0)
+		r = call_pools(c, "stats", &po);
+	if (r < 0)
+		goto out;
+	if (arg_output && !(f = output_open(arg_output, &tmp))) {
+		r = -errno;
+		fprintf(stderr, "mrctl: stats: %s: %s\n", arg_output, strerror(-r));
+		goto out;
+	}
+	metrics_init(&m, f, (enum metrics_format)arg_metrics);
+	mrd_metrics_write(&m, st->status_reply, cl->clients, po->frmr_pools);
+	if (arg_output) {
+		r = output_commit(f, tmp, arg_output);
+		if (r < 0)
+			fprintf(stderr, "mrctl: stats: %s: %s\n", arg_output, strerror(-r));
+	} else if (fflush(stdout) != 0) {
+		r = -errno;
+		fprintf(stderr, "mrctl: stats: %s\n", strerror(-r));
+	}
+out:
+	if (st)
+		mrd__response__free_unpacked(st, NULL);
+	if (cl)
+		mrd__response__free_unpacked(cl, NULL);
+	if (po)
+		mrd__response__free_unpacked(po, NULL);
+	return r;
+}
+
 static int cmd_stats(struct conn *c)
 {
 	Mrd__Response *resp;
-	int r = call_clients(c, "stats", &resp);
+	int r;
+
+	if (arg_metrics >= 0)
+		return cmd_metrics(c);
+	r = call_clients(c, "stats", &resp);
 
 	if (r < 0)
 		return r;
@@ -671,14 +794,9 @@ static void print_frmr_pools(const Mrd__FrmrPoolsResponse *r)
 
 static int cmd_pools(struct conn *c)
 {
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__FrmrPoolsRequest pools = MRD__FRMR_POOLS_REQUEST__INIT;
 	Mrd__Response *resp;
-	int r;
+	int r = call_pools(c, "pools", &resp);
 
-	req.body_case = MRD__REQUEST__BODY_FRMR_POOLS;
-	req.frmr_pools = &pools;
-	r = call(c, "pools", &req, MRD__RESPONSE__BODY_FRMR_POOLS, &resp);
 	if (r < 0)
 		return r;
 	print_frmr_pools(resp->frmr_pools);
@@ -714,6 +832,7 @@ enum {
 	OPT_POOLS_SET = 1u << 0,
 	OPT_FLUSH = 1u << 1,
 	OPT_DOMAIN = 1u << 2, /* flush and pools set */
+	OPT_STATS = 1u << 3,
 };
 
 /* mrctl flush: what the options asked for. */
@@ -1027,6 +1146,9 @@ int main(int argc, char **argv)
 		{ "uid", required_argument, NULL, 'U' },
 		{ "pools", no_argument, NULL, 'p' },
 		{ "gc", no_argument, NULL, 'g' },
+		{ "openmetrics", no_argument, NULL, 'M' },
+		{ "prometheus", no_argument, NULL, 'R' },
+		{ "output", required_argument, NULL, 'W' },
 		{}
 	};
 	char command[32];
@@ -1082,6 +1204,25 @@ int main(int argc, char **argv)
 			arg_flush.gc = true;
 			given |= OPT_FLUSH;
 			break;
+		case 'M': case 'R': {
+			int format = opt == 'M' ? METRICS_OPENMETRICS : METRICS_PROMETHEUS;
+
+			if (arg_metrics >= 0 && arg_metrics != format) {
+				fprintf(stderr, "mrctl: give --openmetrics or --prometheus, not both\n");
+				return 2;
+			}
+			arg_metrics = format;
+			given |= OPT_STATS;
+			break;
+		}
+		case 'W':
+			if (!*optarg) {
+				fprintf(stderr, "mrctl: --output needs a file name\n");
+				return 2;
+			}
+			arg_output = optarg;
+			given |= OPT_STATS;
+			break;
 		default:
 			fprintf(stderr, "Try 'mrctl --help'.\n");
 			return 2;
@@ -1101,6 +1242,18 @@ int main(int argc, char **argv)
 	}
 	if ((given & OPT_FLUSH) && strcmp(command, "flush") != 0) {
 		fprintf(stderr, "mrctl: --pools, --gc and --uid belong to 'flush'\n");
+		return 2;
+	}
+	if ((given & OPT_STATS) && strcmp(command, "stats") != 0) {
+		fprintf(stderr, "mrctl: --openmetrics, --prometheus and --output belong to 'stats'\n");
+		return 2;
+	}
+	if (arg_output && arg_metrics < 0) {
+		fprintf(stderr, "mrctl: stats: --output writes --openmetrics or --prometheus\n");
+		return 2;
+	}
+	if (arg_json && arg_metrics >= 0) {
+		fprintf(stderr, "mrctl: stats: give --json or a metrics format, not both\n");
 		return 2;
 	}
 	if ((given & OPT_DOMAIN) && strcmp(command, "flush") != 0 &&

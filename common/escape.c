@@ -95,7 +95,10 @@ const char *text_escape(const char *s, unsigned flags, char *buf, size_t size)
 	return buf;
 }
 
-void json_write_string(FILE *f, const char *s)
+/* s (NULL: "") in quotes: \\, \" and \n escaped, every other character through put (c: its code
+ * point, -1 for a byte that is not UTF-8; p and len: its bytes). */
+static void write_quoted(FILE *f, const char *s,
+			 void (*put)(FILE *f, int32_t c, const unsigned char *p, size_t len))
 {
 	const unsigned char *p = (const unsigned char *)(s ? s : "");
 
@@ -108,18 +111,43 @@ void json_write_string(FILE *f, const char *s)
 			fprintf(f, "\\%c", (char)c);
 		else if (c == '\n')
 			fputs("\\n", f);
-		else if (c == '\t')
-			fputs("\\t", f);
-		else if (c < 0)
-			fputs("\\ufffd", f);
-		else if (c > 0xffff && !shows_as_itself(c)) /* a surrogate pair */
-			fprintf(f, "\\u%04x\\u%04x", (unsigned)(0xd800 + ((c - 0x10000) >> 10)),
-				(unsigned)(0xdc00 + ((c - 0x10000) & 0x3ff)));
-		else if (!shows_as_itself(c))
-			fprintf(f, "\\u%04x", (unsigned)c);
 		else
-			fwrite(p, 1, len, f);
+			put(f, c, p, len);
 		p += len;
 	}
 	fputc('"', f);
+}
+
+static void json_put(FILE *f, int32_t c, const unsigned char *p, size_t len)
+{
+	if (c == '\t')
+		fputs("\\t", f);
+	else if (c < 0)
+		fputs("\\ufffd", f);
+	else if (c > 0xffff && !shows_as_itself(c)) /* a surrogate pair */
+		fprintf(f, "\\u%04x\\u%04x", (unsigned)(0xd800 + ((c - 0x10000) >> 10)),
+			(unsigned)(0xdc00 + ((c - 0x10000) & 0x3ff)));
+	else if (!shows_as_itself(c))
+		fprintf(f, "\\u%04x", (unsigned)c);
+	else
+		fwrite(p, 1, len, f);
+}
+
+void json_write_string(FILE *f, const char *s)
+{
+	write_quoted(f, s, json_put);
+}
+
+/* The text formats have no other escape. */
+static void label_put(FILE *f, int32_t c, const unsigned char *p, size_t len)
+{
+	if (c < 0 || !shows_as_itself(c))
+		fputs("\xef\xbf\xbd", f); /* U+FFFD */
+	else
+		fwrite(p, 1, len, f);
+}
+
+void label_write_string(FILE *f, const char *s)
+{
+	write_quoted(f, s, label_put);
 }

@@ -25,3 +25,9 @@ const char *text_escape(const char *s, unsigned flags, char *buf, size_t size);
  * escapes, bytes that are not UTF-8 as \ufffd, so the output is valid UTF-8 JSON whatever s
  * holds. */
 void json_write_string(FILE *f, const char *s);
+
+/* s (NULL: "") as a label value of the OpenMetrics and Prometheus text formats, quoted: \\,
+ * \" and \n, their only escapes; every other code point that does not show as itself (the
+ * controls and marks above) and each byte that is not UTF-8 as U+FFFD, so a scraper parses
+ * the line whatever s holds. */
+void label_write_string(FILE *f, const char *s);

@@ -25,7 +25,7 @@ for prefix in /usr /usr/local; do
 	(cd "$b" && "$MRD_SRCDIR/configure" -q --prefix=$prefix > configure.log 2>&1 &&
 		make -s install-data DESTDIR="$r" > install.log 2>&1) ||
 		{ no "configure or make install-data failed:"; tail -n 20 "$b"/*.log; continue; }
-	for unit in mrd.service mrd.socket; do
+	for unit in mrd.service mrd.socket mrd-metrics.service mrd-metrics.timer; do
 		systemctl --root="$r" list-unit-files "$unit" 2> /dev/null | grep -q "^$unit " ||
 			no "systemd does not find $unit: $(cd "$r" && find . -name "$unit")"
 		[ -e "$r$prefix/lib/systemd/system/$unit" ] || # --prefix respected

@@ -7,9 +7,12 @@ command -v systemd-analyze >/dev/null ||
 d=$(mktemp -d /tmp/mrd-units.XXXXXX)
 trap 'rm -rf "$d"' EXIT
 sed "s|^ExecStart=[^ ]*/mrd |ExecStart=$MRD_BUILDDIR/mrd |" "$MRD_BUILDDIR/systemd/mrd.service" > "$d/mrd.service"
-cp "$MRD_SRCDIR/systemd/mrd.socket" "$d/"
+sed "s|^ExecStart=[^ ]*/mrctl |ExecStart=$MRD_BUILDDIR/mrctl |" "$MRD_BUILDDIR/systemd/mrd-metrics.service" \
+	> "$d/mrd-metrics.service"
+cp "$MRD_SRCDIR/systemd/mrd.socket" "$MRD_SRCDIR/systemd/mrd-metrics.timer" "$d/"
 grep -q '^Type=notify$' "$d/mrd.service" || { echo "mrd.service is not Type=notify"; exit 1; }
-out=$(systemd-analyze verify --man=no "$d/mrd.socket" "$d/mrd.service" 2>&1)
+out=$(systemd-analyze verify --man=no "$d/mrd.socket" "$d/mrd.service" "$d/mrd-metrics.service" \
+	"$d/mrd-metrics.timer" 2>&1)
 rc=$?
 if [ $rc -ne 0 ] || [ -n "$out" ]; then
 	echo "systemd-analyze verify (exit $rc):"
@@ -31,6 +34,10 @@ if [ "$score" != 1.2 ] || [ "$found" != "$want" ]; then
 	echo "$report" | grep '✗'
 	exit 1
 fi
+# mrd-metrics.service: root for mrd's whole view, and nothing else it does not need (0.9).
+score=$(systemd-analyze security --offline=yes --no-pager "$d/mrd-metrics.service" 2>&1 |
+	sed -n 's/.*Overall exposure level for mrd-metrics.service: \([0-9.]*\).*/\1/p')
+[ "$score" = 0.9 ] || { echo "mrd-metrics.service scores ${score:-nothing}, want 0.9"; exit 1; }
 grep -q '^OOMScoreAdjust=-900$' "$d/mrd.service" || { echo "mrd.service has no OOMScoreAdjust=-900"; exit 1; }
 # The group the socket names, and the folder it lives in, made in a scratch root.
 if command -v systemd-sysusers >/dev/null && command -v systemd-tmpfiles >/dev/null; then
@@ -47,4 +54,4 @@ if command -v systemd-sysusers >/dev/null && command -v systemd-tmpfiles >/dev/n
 	grep -q '^SocketGroup=mrd$' "$d/mrd.socket" && grep -q '^SocketMode=0660$' "$d/mrd.socket" ||
 		{ echo "mrd.socket is not 0660 group mrd"; exit 1; }
 fi
-echo "mrd.service (exposure $score) and mrd.socket verify cleanly; the group mrd and /run/mrd are made as declared"
+echo "mrd.service (exposure 1.2), mrd.socket, mrd-metrics.service (0.9) and .timer verify cleanly; the group mrd and /run/mrd are made as declared"

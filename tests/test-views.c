@@ -480,6 +480,23 @@ START_TEST(test_json_write_string)
 }
 END_TEST
 
+START_TEST(test_label_write_string)
+{
+	char *label = NULL;
+	size_t size;
+	FILE *f = open_memstream(&label, &size);
+
+	ck_assert_ptr_nonnull(f);
+	/* The text formats' only escapes are \\, \" and \n: \t or \x01 would be refused. */
+	label_write_string(f, "\x01\"\\\n\t\xff\xe2\x80\xae\xc3\xa9}");
+	fputc(' ', f);
+	label_write_string(f, NULL);
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_str_eq(label, "\"\xef\xbf\xbd\\\"\\\\\\n\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xc3\xa9}\" \"\"");
+	free(label);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("views");
@@ -496,6 +513,7 @@ int main(void)
 	tc = tcase_create("escapes");
 	tcase_add_test(tc, test_text_escape);
 	tcase_add_test(tc, test_json_write_string);
+	tcase_add_test(tc, test_label_write_string);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

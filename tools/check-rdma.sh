@@ -6,15 +6,18 @@ set -eu
 . "$(dirname "$0")/build.sh"
 
 # Debian package names; README.md lists the same set.
-# gcc, make, binutils (strip) and libelf1 (objtool) build siw.ko, which Debian does not ship.
+# gcc, make, binutils (strip) and libelf1 (objtool) build siw.ko, which Debian does not ship;
+# the systemd VM boots the host's own systemd, system bus, setpriv, useradd and promtool.
 MRD_VM_DEPS="qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 ibverbs-utils \
-ibverbs-providers gcc make binutils libelf1 perftest"
+ibverbs-providers gcc make binutils libelf1 perftest systemd dbus util-linux passwd prometheus"
 
 have_vm_deps() {
-	for tool in qemu-system-x86_64 busybox cpio depmod xz rdma ibv_devinfo gcc make strip ib_write_bw; do
+	for tool in qemu-system-x86_64 busybox cpio depmod xz rdma ibv_devinfo gcc make strip ib_write_bw \
+		systemctl busctl dbus-daemon setpriv useradd promtool; do
 		command -v "$tool" >/dev/null 2>&1 || return 1
 	done
-	ls /usr/lib/*/libibverbs/librxe-rdmav*.so /usr/lib/*/libelf.so.1 >/dev/null 2>&1
+	ls /usr/lib/*/libibverbs/librxe-rdmav*.so /usr/lib/*/libelf.so.1 /lib/systemd/system/dbus.service \
+		>/dev/null 2>&1
 }
 
 install_deps

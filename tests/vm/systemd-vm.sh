@@ -78,6 +78,7 @@ boot_systemd() {
 	for tool in /lib/systemd/systemd systemctl busctl dbus-daemon setpriv useradd promtool; do
 		command -v "$tool" > /dev/null || missing="$missing $tool"
 	done
+	[ -e /lib/systemd/system/dbus.service ] || missing="$missing dbus.service"
 	[ -z "$missing" ] || { sd_skip "the host lacks$missing (Debian: systemd dbus util-linux passwd prometheus)"; return; }
 	t0=$(date +%s)
 	sd_install || return 0

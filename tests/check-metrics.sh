@@ -1,0 +1,92 @@
+#!/bin/sh
+# mrctl stats --prometheus and --openmetrics on a live mrd: promtool check metrics passes on the
+# one, prometheus_client's OpenMetrics parser takes the other, both say what mrctl --json says,
+# and --output replaces its file whole or leaves it be.
+set -u
+command -v promtool > /dev/null || { echo "SKIP: no promtool (Debian: prometheus)"; exit 77; }
+py=/usr/bin/python3 # Debian's, with python3-prometheus-client
+$py -c 'import prometheus_client.openmetrics.parser' 2> /dev/null ||
+	{ echo "SKIP: no prometheus_client for $py (Debian: python3-prometheus-client)"; exit 77; }
+dir=$(mktemp -d /tmp/mrd-metrics-test.XXXXXX)
+trap 'kill $holder $pid 2>/dev/null; wait $holder $pid 2>/dev/null; rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+printf '[memory]\nhugepages = no\n' > "$dir/mrd.conf"
+"$MRD_BUILDDIR/mrd" --foreground --no-bus --config "$dir/mrd.conf" --socket "$dir/mrd.sock" \
+	--log-level warning > "$dir/log" 2>&1 &
+pid=$!
+holder=
+for _ in $(seq 100); do [ -S "$dir/mrd.sock" ] && break; sleep 0.05; done
+mrctl() { "$MRD_BUILDDIR/mrctl" -s "$dir/mrd.sock" "$@"; }
+# A client that keeps 4 MiB registered (its domain stays open), and the demo's lookups.
+"$MRD_BUILDDIR/examples/mrd-restart" "$dir/mrd.sock" 60 > "$dir/holder" 2>&1 &
+holder=$!
+for _ in $(seq 100); do grep -q '^ready' "$dir/holder" && break; sleep 0.05; done
+grep -q '^ready' "$dir/holder" || fail "mrd-restart: $(cat "$dir/holder")"
+"$MRD_BUILDDIR/mrd-demo" "$dir/mrd.sock" > "$dir/demo" 2>&1 || fail "mrd-demo: $(cat "$dir/demo")"
+
+mrctl stats --prometheus > "$dir/prom" || fail "mrctl stats --prometheus"
+out=$(promtool check metrics < "$dir/prom" 2>&1) || fail "promtool check metrics: $out"
+mrctl stats --openmetrics > "$dir/om" || fail "mrctl stats --openmetrics"
+mrctl --json clients > "$dir/clients.json" || fail "mrctl --json clients"
+# Both parsed; every family of one is in the other; the figures are those of --json.
+$py - "$dir/om" "$dir/prom" "$dir/clients.json" <<'PY' || fail "the parsed metrics (above)"
+import json, sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+from prometheus_client.parser import text_string_to_metric_families as prom_parse
+
+om = {f.name: f for f in om_parse(open(sys.argv[1]).read())}  # raises without "# EOF"
+prom = {f.name: f for f in prom_parse(open(sys.argv[2]).read())}
+domain = json.load(open(sys.argv[3]))["domains"][0]
+bad = []
+def value(fams, name, **labels):
+    for s in fams[name].samples:
+        if all(s.labels.get(k) == v for k, v in labels.items()) and not s.name.endswith("_created"):
+            return s.value
+    bad.append("no sample of %s %s" % (name, labels))
+for name in ("mrd_requests", "mrd_domain_lookups", "mrd_pool_hits"):
+    if om[name].type != "counter" or not om[name].samples[0].name.endswith("_total"):
+        bad.append("%s is not a counter sampled as _total" % name)
+if om["mrd_domain_pinned_bytes"].unit != "bytes":
+    bad.append("mrd_domain_pinned_bytes has no unit bytes")
+if om["mrd_build"].type != "info":
+    bad.append("mrd_build is not an info metric")
+# Prometheus 0.0.4 has no info type: the family is the gauge mrd_build_info.
+prom_names = {n[:-5] if n == "mrd_build_info" else n for n in prom}
+if set(om) != prom_names:
+    bad.append("the formats' families differ: %s" % sorted(set(om) ^ prom_names))
+d = domain["name"]
+for name, key in (("mrd_domain_allocated_bytes", "allocated_bytes"),
+                  ("mrd_domain_pinned_bytes", "pinned_bytes"), ("mrd_domain_mrs", "mrs"),
+                  ("mrd_domain_lookups", "lookups"), ("mrd_domain_lookup_misses", "misses"),
+                  ("mrd_domain_quota_pinned_bytes", "quota"), ("mrd_domain_clients", "clients")):
+    want = domain["quota"]["pinned_bytes"] if key == "quota" else domain[key]
+    for fams in (om, prom):
+        got = value(fams, name, domain=d)
+        if got != want:
+            bad.append("%s{domain=%s} is %s, mrctl --json says %s" % (name, d, got, want))
+if domain["pinned_bytes"] < 4 << 20 or domain["lookups"] == 0:
+    bad.append("the domain shows no pinned memory or lookups: %s" % domain)
+if sum(s.value for s in om["mrd_pool_hits"].samples if s.name.endswith("_total")) < 1:
+    bad.append("no pool hit although mrd-demo's second 1 MiB took a parked handle")
+if bad:
+    print("\n".join(bad))
+sys.exit(1 if bad else 0)
+PY
+
+# --output: replaced whole, 0644, nothing left beside it; a failure leaves the old file.
+mkdir "$dir/textfile"
+mrctl stats --prometheus --output "$dir/textfile/mrd.prom" || fail "--output"
+[ "$(stat -c %a "$dir/textfile/mrd.prom")" = 644 ] || fail "mode $(stat -c %a "$dir/textfile/mrd.prom")"
+[ "$(ls "$dir/textfile")" = mrd.prom ] || fail "left beside it: $(ls "$dir/textfile")"
+promtool check metrics < "$dir/textfile/mrd.prom" > /dev/null 2>&1 || fail "the file fails promtool"
+cp "$dir/textfile/mrd.prom" "$dir/before"
+"$MRD_BUILDDIR/mrctl" -s "$dir/absent.sock" stats --prometheus --output "$dir/textfile/mrd.prom" \
+	2> "$dir/err" && fail "--output with mrd away succeeded"
+cmp -s "$dir/before" "$dir/textfile/mrd.prom" || fail "a failed run changed the file"
+[ "$(ls "$dir/textfile")" = mrd.prom ] || fail "a failed run left: $(ls "$dir/textfile")"
+mrctl stats --openmetrics --output "$dir/no-such-dir/mrd.prom" 2> "$dir/err" &&
+	fail "--output into a missing folder succeeded"
+grep -q 'No such file or directory' "$dir/err" || fail "the error does not say why: $(cat "$dir/err")"
+mrctl stats --json --prometheus 2> /dev/null && fail "--json with --prometheus accepted"
+mrctl status --prometheus 2> /dev/null && fail "--prometheus accepted outside stats"
+echo "metrics: promtool and the OpenMetrics parser pass, figures match mrctl --json, --output atomic"
