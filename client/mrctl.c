@@ -514,34 +514,37 @@ static void print_stats(const Mrd__ClientsResponse *r)
 		print_domains_omitted(r->domains_omitted);
 }
 
-/* A file beside path, to be renamed over it: *tmp its name. */
-static FILE *output_open(const char *path, char **tmp)
+/* A file beside path, to be renamed over it: *ret its stream, *tmp its name. path, where it
+ * exists, must be a regular file: rename(2) would replace a link or a device node, not write
+ * through it. */
+static int output_open(const char *path, FILE **ret, char **tmp)
 {
-	FILE *f;
-	int fd;
+	struct stat st;
+	int fd, r;
 
+	if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+		return S_ISDIR(st.st_mode) ? -EISDIR : -EEXIST;
 	if (asprintf(tmp, "%s.XXXXXX", path) < 0) {
 		*tmp = NULL;
-		errno = ENOMEM;
-		return NULL;
+		return -ENOMEM;
 	}
 	fd = mkostemp(*tmp, O_CLOEXEC);
-	if (fd < 0)
-		goto fail;
-	/* node-exporter reads it as its own user. */
-	if (fchmod(fd, 0644) < 0 || !(f = fdopen(fd, "w"))) {
-		int e = errno;
-
-		close(fd);
-		unlink(*tmp);
-		errno = e;
+	if (fd < 0) {
+		r = -errno;
 		goto fail;
 	}
-	return f;
+	/* node-exporter reads it as its own user. */
+	if (fchmod(fd, 0644) < 0 || !(*ret = fdopen(fd, "w"))) {
+		r = -errno;
+		close(fd);
+		unlink(*tmp);
+		goto fail;
+	}
+	return 0;
 fail:
 	free(*tmp);
 	*tmp = NULL;
-	return NULL;
+	return r;
 }
 
 /* f written and synced, then renamed over path, so that a reader sees the old file or the new
@@ -550,8 +553,12 @@ static int output_commit(FILE *f, char *tmp, const char *path)
 {
 	int r = 0;
 
-	if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) < 0)
-		r = -errno ?: -EIO;
+	if (fflush(f) != 0)
+		r = -errno;
+	else if (ferror(f)) /* an earlier write failed; errno is long gone */
+		r = -EIO;
+	else if (fsync(fileno(f)) < 0)
+		r = -errno;
 	if (fclose(f) != 0 && r == 0)
 		r = -errno;
 	if (r == 0 && rename(tmp, path) < 0)
@@ -579,10 +586,13 @@ static int cmd_metrics(struct conn *c)
 		r = call_pools(c, "stats", &po);
 	if (r < 0)
 		goto out;
-	if (arg_output && !(f = output_open(arg_output, &tmp))) {
-		r = -errno;
-		fprintf(stderr, "mrctl: stats: %s: %s\n", arg_output, strerror(-r));
-		goto out;
+	if (arg_output) {
+		r = output_open(arg_output, &f, &tmp);
+		if (r < 0) {
+			fprintf(stderr, "mrctl: stats: %s: %s\n", arg_output,
+				r == -EEXIST ? "exists and is not a regular file" : strerror(-r));
+			goto out;
+		}
 	}
 	metrics_init(&m, f, (enum metrics_format)arg_metrics);
 	mrd_metrics_write(&m, st->status_reply, cl->clients, po->frmr_pools);
@@ -590,9 +600,10 @@ static int cmd_metrics(struct conn *c)
 		r = output_commit(f, tmp, arg_output);
 		if (r < 0)
 			fprintf(stderr, "mrctl: stats: %s: %s\n", arg_output, strerror(-r));
-	} else if (fflush(stdout) != 0) {
-		r = -errno;
-		fprintf(stderr, "mrctl: stats: %s\n", strerror(-r));
+	} else {
+		r = fflush(stdout) != 0 ? -errno : ferror(stdout) ? -EIO : 0;
+		if (r < 0)
+			fprintf(stderr, "mrctl: stats: standard output: %s\n", strerror(-r));
 	}
 out:
 	if (st)

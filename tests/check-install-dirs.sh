@@ -8,6 +8,11 @@ set -u
 for tool in systemctl systemd-analyze; do
 	command -v $tool > /dev/null || { echo "$tool not found (Debian: systemd): not checked"; exit 77; }
 done
+# configure refuses a second build of a source tree configured in place (./configure && make).
+if [ -e "$MRD_SRCDIR/config.status" ]; then
+	echo "$MRD_SRCDIR is configured in place, and configure builds it nowhere else: not checked (an out-of-tree build checks it: tools/check.sh)"
+	exit 77
+fi
 bus_conf=/usr/share/dbus-1/system.conf
 [ -r $bus_conf ] || { echo "no $bus_conf (Debian: dbus-system-bus-common): not checked"; exit 77; }
 d=$(mktemp -d /tmp/mrd-install-dirs.XXXXXX)

@@ -7,10 +7,13 @@ command -v promtool > /dev/null || { echo "SKIP: no promtool (Debian: prometheus
 py=/usr/bin/python3 # Debian's, with python3-prometheus-client
 $py -c 'import prometheus_client.openmetrics.parser' 2> /dev/null ||
 	{ echo "SKIP: no prometheus_client for $py (Debian: python3-prometheus-client)"; exit 77; }
-dir=$(mktemp -d /tmp/mrd-metrics-test.XXXXXX)
+dir=$(mktemp -d /tmp/mrd-metrics-test.XXXXXX) && chmod 0755 "$dir" # nobody connects too
 trap 'kill $holder $pid 2>/dev/null; wait $holder $pid 2>/dev/null; rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-printf '[memory]\nhugepages = no\n' > "$dir/mrd.conf"
+# The test's user administers this mrd (root does anyway); anyone may connect, for the view of
+# one who does not.
+printf '[mrd]\nadmin_group = %s\nsocket_mode = 0666\n[memory]\nhugepages = no\n' "$(id -gn)" \
+	> "$dir/mrd.conf"
 "$MRD_BUILDDIR/mrd" --foreground --no-bus --config "$dir/mrd.conf" --socket "$dir/mrd.sock" \
 	--log-level warning > "$dir/log" 2>&1 &
 pid=$!
@@ -73,6 +76,19 @@ if bad:
 sys.exit(1 if bad else 0)
 PY
 
+# One who is neither root nor in the admin group: no daemon-wide counters, no other domain.
+if [ "$(id -u)" = 0 ] && command -v setpriv > /dev/null && getent passwd nobody > /dev/null; then
+	setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups "$MRD_BUILDDIR/mrctl" \
+		-s "$dir/mrd.sock" stats --openmetrics > "$dir/om-nobody" 2>&1 ||
+		fail "mrctl stats --openmetrics as nobody: $(cat "$dir/om-nobody")"
+	grep -q '^mrd_clients ' "$dir/om-nobody" || fail "nobody sees no mrd_clients: $(head "$dir/om-nobody")"
+	grep -q '^mrd_requests_total' "$dir/om-nobody" && fail "nobody sees the daemon-wide requests"
+	grep -q 'domain="' "$dir/om-nobody" && fail "nobody sees a domain: $(grep 'domain="' "$dir/om-nobody" | head -n 3)"
+	$py -c 'import sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as p
+list(p(open(sys.argv[1]).read()))' "$dir/om-nobody" || fail "nobody's view does not parse"
+fi
+
 # --output: replaced whole, 0644, nothing left beside it; a failure leaves the old file.
 mkdir "$dir/textfile"
 mrctl stats --prometheus --output "$dir/textfile/mrd.prom" || fail "--output"
@@ -87,6 +103,25 @@ cmp -s "$dir/before" "$dir/textfile/mrd.prom" || fail "a failed run changed the 
 mrctl stats --openmetrics --output "$dir/no-such-dir/mrd.prom" 2> "$dir/err" &&
 	fail "--output into a missing folder succeeded"
 grep -q 'No such file or directory' "$dir/err" || fail "the error does not say why: $(cat "$dir/err")"
+# A write that fails (the file size limit: its words go through a pipe, which has none) leaves
+# the old file and nothing beside it.
+(ulimit -f 0; trap '' XFSZ; mrctl stats --prometheus --output "$dir/textfile/mrd.prom" 2>&1
+	echo "rc=$?") | cat > "$dir/err"
+grep -q '^rc=0' "$dir/err" && fail "--output past the file size limit succeeded"
+grep -Eq 'mrd.prom: (File too large|Input/output error)' "$dir/err" || fail "the failed write does not say so: $(cat "$dir/err")"
+cmp -s "$dir/before" "$dir/textfile/mrd.prom" || fail "a failed write changed the file"
+[ "$(ls "$dir/textfile")" = mrd.prom ] || fail "a failed write left: $(ls "$dir/textfile")"
+# A target that is not a regular file is refused, not replaced.
+ln -s "$dir/before" "$dir/textfile/link.prom"
+mrctl stats --prometheus --output "$dir/textfile/link.prom" 2> "$dir/err" &&
+	fail "--output over a symbolic link succeeded"
+grep -q 'not a regular file' "$dir/err" || fail "the error does not say why: $(cat "$dir/err")"
+[ -L "$dir/textfile/link.prom" ] && cmp -s "$dir/textfile/mrd.prom" "$dir/before" ||
+	fail "the link or its file changed"
+mrctl stats --prometheus --output "$dir/textfile" 2> "$dir/err" && fail "--output onto a folder succeeded"
+grep -q 'Is a directory' "$dir/err" || fail "the error does not say why: $(cat "$dir/err")"
+[ "$(ls "$dir/textfile" | tr '\n' ' ')" = "link.prom mrd.prom " ] ||
+	fail "the refusals left: $(ls "$dir/textfile")"
 mrctl stats --json --prometheus 2> /dev/null && fail "--json with --prometheus accepted"
 mrctl status --prometheus 2> /dev/null && fail "--prometheus accepted outside stats"
 echo "metrics: promtool and the OpenMetrics parser pass, figures match mrctl --json, --output atomic"

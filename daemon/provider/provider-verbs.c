@@ -256,6 +256,19 @@ size_t provider_verbs_devices(char (*names)[64], size_t max)
 	return n;
 }
 
+bool provider_verbs_netns_exclusive(void)
+{
+	char mode = 0;
+	int fd = open("/sys/module/ib_core/parameters/netns_mode", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return false;
+	if (read(fd, &mode, 1) != 1)
+		mode = 0;
+	close(fd);
+	return mode == 'N' || mode == '0';
+}
+
 static int verbs_open(const char *device, struct provider **ret)
 {
 	struct ibv_device_attr_ex attr = {};

@@ -232,6 +232,11 @@ int provider_open(const char *kind, const char *device, struct provider **ret,
  * (more than max when some did not fit); 0 when there is none. */
 size_t provider_verbs_devices(char (*names)[64], size_t max);
 
+/* Whether the kernel keeps each RDMA device to one network namespace (ib_core netns_mode=0,
+ * "rdma system set netns exclusive"): a process then sees and opens only the devices of its
+ * own namespace (ib_uverbs_open refuses the others with EPERM). */
+bool provider_verbs_netns_exclusive(void);
+
 static inline void provider_close(struct provider *p)
 {
 	if (p)

@@ -94,7 +94,7 @@ boot_systemd() {
 			-virtfs local,path="$SD/root",mount_tag=mrd,security_model=none,readonly=on,multidevs=remap \
 			-serial "file:$VM/console-systemd.log" -serial "file:$SD_RESULTS" \
 			-kernel "$KROOT/usr/lib/modules/$KVER/vmlinuz" -initrd "$SD/initramfs.cpio.gz" \
-			-append "console=ttyS0 panic=-1 loglevel=3 systemd.unit=mrd-vm.target systemd.show_status=0 systemd.firstboot=0" \
+			-append "console=ttyS0 panic=-1 loglevel=3 ib_core.netns_mode=0 systemd.unit=mrd-vm.target systemd.show_status=0 systemd.firstboot=0" \
 			< /dev/null > "$VM/qemu-systemd.log" 2>&1
 		set -e
 		echo "check-rdma: the systemd VM ran $(($(date +%s) - t0)) s (console: $VM/console-systemd.log)"
