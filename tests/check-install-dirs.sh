@@ -2,8 +2,9 @@
 # make install puts every file where the system reads it, for a prefix of /usr and for the
 # default /usr/local: configure (in a scratch tree) and make install-data into a DESTDIR,
 # then ask the readers themselves: systemctl --root finds the units, systemd-analyze
-# cat-config the sysusers.d and tmpfiles.d files, and the system bus's own configuration
-# names the policy's folder. A prefix of /usr reads mrd.conf from /etc.
+# cat-config the sysusers.d and tmpfiles.d files, the system bus's own configuration names the
+# policy's folder, pkg-config's and man's search paths hold libmrd.pc's and the pages'. A
+# prefix of /usr reads mrd.conf from /etc.
 set -u
 for tool in systemctl systemd-analyze; do
 	command -v $tool > /dev/null || { echo "$tool not found (Debian: systemd): not checked"; exit 77; }
@@ -23,6 +24,10 @@ no() { echo "prefix $prefix: $*"; fail=1; }
 # The folders the system bus reads policies from: its <includedir>s, relative to its own.
 bus_dirs=$(sed -n 's|.*<includedir>\(.*\)</includedir>.*|\1|p' $bus_conf |
 	sed "s|^\([^/]\)|$(dirname $bus_conf)/\1|")
+
+pc_path=$(pkg-config --variable pc_path pkg-config)
+man_path=$(manpath -g 2> /dev/null) ||
+	echo "manpath not found (Debian: man-db): the man pages' folder is not checked"
 
 for prefix in /usr /usr/local; do
 	b=$d/build$prefix r=$d/root$prefix
@@ -44,10 +49,24 @@ for prefix in /usr /usr/local; do
 	[ -n "$policy" ] || no "no D-Bus policy installed"
 	echo "$bus_dirs" | grep -qx "$(dirname "${policy:-/none/x}")" ||
 		no "the system bus reads policies from $(echo $bus_dirs), not ${policy:-nothing}"
+	# pkg-config's own search path holds libmrd.pc's folder, and the file names the prefix.
+	pc=$(cd "$r" && find . -name libmrd.pc | sed 's|^\.||')
+	echo ":$pc_path:" | grep -q ":$(dirname "${pc:-/none/x}"):" ||
+		no "pkg-config searches $pc_path, not ${pc:-no libmrd.pc}"
+	[ -n "$pc" ] && [ "$(PKG_CONFIG_LIBDIR="$r$(dirname "$pc")" pkg-config --variable=prefix libmrd)" = $prefix ] ||
+		no "libmrd.pc does not name the prefix $prefix"
+	# man's own search path holds the pages' folder (man mrd, man libmrd).
+	if [ -n "$man_path" ]; then
+		for page in mrd.8 libmrd.3; do
+			m=$(cd "$r" && find . -name "$page" | sed 's|^\.||')
+			echo ":$man_path:" | grep -q ":$(dirname "$(dirname "${m:-/none/x/y}")"):" ||
+				no "man searches $man_path, not ${m:-no $page}"
+		done
+	fi
 	if [ $prefix = /usr ]; then # mrd reads $(sysconfdir)/mrd/mrd.conf, where it is installed
 		[ -e "$r/etc/mrd/mrd.conf" ] && grep -q '^sysconfdir = /etc$' "$b/Makefile" ||
 			no "mrd.conf is not /etc/mrd/mrd.conf: $(cd "$r" && find . -name mrd.conf -path '*/mrd/*')"
 	fi
 done
-[ $fail = 0 ] && echo "prefixes /usr and /usr/local: units, sysusers.d, tmpfiles.d and the D-Bus policy land where the system reads them"
+[ $fail = 0 ] && echo "prefixes /usr and /usr/local: units, sysusers.d, tmpfiles.d, the D-Bus policy, libmrd.pc${man_path:+ and the man pages} land where the system reads them"
 exit $fail

@@ -178,12 +178,13 @@ static int manager_open_provider(struct manager *m)
 {
 	const struct config *c = &m->core.config;
 	int verbs_error, r;
+	size_t hidden;
 
 	r = provider_open(c->provider, c->device, &m->core.provider, &verbs_error);
-	if ((r == -ENODEV || r == -EPERM || verbs_error) && provider_verbs_netns_exclusive())
-		log_warning("RDMA devices are exclusive to their network namespace (ib_core "
-			    "netns_mode=0): mrd sees and opens only those of its own; run it in the "
-			    "devices' namespace, without PrivateNetwork= (mrd(8), PRIVILEGES)");
+	if ((r == -ENODEV || verbs_error) && (hidden = provider_verbs_hidden()) > 0)
+		log_warning("%zu RDMA device(s) hidden from mrd: the kernel keeps each to its network "
+			    "namespace (ib_core netns_mode=0) and mrd runs in another; run it in "
+			    "theirs, without PrivateNetwork= (mrd(8), PRIVILEGES)", hidden);
 	if (r == -ENODEV && c->device)
 		return log_error_errno(r, "RDMA device '%s' not found (provider %s)", c->device,
 				       c->provider);

@@ -2,6 +2,7 @@
 /* verbs: rdma-core. With verbs-loopback.c, the only daemon file that includes
  * <infiniband/verbs.h>; it converts libibverbs' error conventions (NULL + errno, positive errno
  * returns, rereg's own codes) to -errno here, once. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <fcntl.h>
@@ -256,7 +257,7 @@ size_t provider_verbs_devices(char (*names)[64], size_t max)
 	return n;
 }
 
-bool provider_verbs_netns_exclusive(void)
+static bool netns_exclusive(void)
 {
 	char mode = 0;
 	int fd = open("/sys/module/ib_core/parameters/netns_mode", O_RDONLY | O_CLOEXEC);
@@ -266,7 +267,26 @@ bool provider_verbs_netns_exclusive(void)
 	if (read(fd, &mode, 1) != 1)
 		mode = 0;
 	close(fd);
-	return mode == 'N' || mode == '0';
+	return mode == 'N';
+}
+
+size_t provider_verbs_hidden(void)
+{
+	size_t uverbs = 0, listed;
+	struct dirent *e;
+	DIR *d;
+
+	if (!netns_exclusive())
+		return 0;
+	/* The uverbs class is the one the kernel never splits by network namespace. */
+	d = opendir("/sys/class/infiniband_verbs");
+	if (!d)
+		return 0;
+	while ((e = readdir(d)))
+		uverbs += strncmp(e->d_name, "uverbs", 6) == 0;
+	closedir(d);
+	listed = provider_verbs_devices(NULL, 0);
+	return uverbs > listed ? uverbs - listed : 0;
 }
 
 static int verbs_open(const char *device, struct provider **ret)

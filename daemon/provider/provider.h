@@ -232,10 +232,12 @@ int provider_open(const char *kind, const char *device, struct provider **ret,
  * (more than max when some did not fit); 0 when there is none. */
 size_t provider_verbs_devices(char (*names)[64], size_t max);
 
-/* Whether the kernel keeps each RDMA device to one network namespace (ib_core netns_mode=0,
- * "rdma system set netns exclusive"): a process then sees and opens only the devices of its
- * own namespace (ib_uverbs_open refuses the others with EPERM). */
-bool provider_verbs_netns_exclusive(void);
+/* How many of the host's RDMA devices libibverbs does not list because the kernel keeps each
+ * to one network namespace (ib_core netns_mode=0, "rdma system set netns exclusive") and this
+ * process is in another: the kernel's netlink list leaves them out (so does the sysfs class
+ * infiniband, where /sys was mounted in that namespace), and ib_uverbs_open refuses them with
+ * EPERM. 0 in shared mode. */
+size_t provider_verbs_hidden(void);
 
 static inline void provider_close(struct provider *p)
 {

@@ -180,14 +180,17 @@ if [ $rxe = 0 ]; then
 	# Why mrd.service has no PrivateNetwork=: in a namespace of its own mrd finds no device, and
 	# says why.
 	mkdir -p /etc/systemd/system/mrd.service.d
-	printf '[Service]\nPrivateNetwork=yes\n' > /etc/systemd/system/mrd.service.d/60-netns.conf
+	printf '[Service]\nPrivateNetwork=yes\nRestart=no\n' > /etc/systemd/system/mrd.service.d/60-netns.conf
 	systemctl daemon-reload
-	hint='exclusive to their network namespace'
+	hint='RDMA device(s) hidden from mrd'
 	before=$(journalctl -u mrd.service -o cat --no-pager | grep -c "$hint")
 	systemctl restart mrd > /dev/null 2>&1
 	rc=$?
-	sleep 1 # the journal catches up
-	log=$(journalctl -u mrd.service -o cat --no-pager)
+	for _ in $(seq 50); do # the journal catches up
+		log=$(journalctl -u mrd.service -o cat --no-pager)
+		[ "$(echo "$log" | grep -c "$hint")" -gt "$before" ] && break
+		sleep 0.2
+	done
 	[ $rc != 0 ] && [ "$(echo "$log" | grep -c "$hint")" -gt "$before" ]
 	result "with PrivateNetwork=yes mrd finds no device in exclusive mode, and says why" $? \
 		"restart rc=$rc: $(echo "$log" | tail -n 4)"
@@ -209,6 +212,7 @@ result "without node-exporter's folder mrd-metrics.service is skipped, not faile
 	"ConditionResult $cond, $(systemctl is-failed mrd-metrics.service)"
 # README's Running block enabled the timer: without the folder it did not start.
 [ "$(systemctl show -P ConditionResult mrd-metrics.timer)" = no ] &&
+	[ "$(systemctl show -P ConditionTimestampMonotonic mrd-metrics.timer)" != 0 ] &&
 	[ "$(systemctl is-active mrd-metrics.timer)" != active ]
 result "without node-exporter's folder mrd-metrics.timer does not tick" $? \
 	"$(systemctl status --no-pager mrd-metrics.timer 2>&1 | head -n 4)"
