@@ -75,7 +75,8 @@ static void help(void)
 	       "  --prometheus        print them in Prometheus's text format (0.0.4), as\n"
 	       "                      node-exporter's textfile collector reads it\n"
 	       "  --output FILE       write them to FILE instead, replaced whole (a file beside\n"
-	       "                      it, synced, renamed over it), mode 0644\n\n"
+	       "                      it, synced, renamed over it), mode 0644; FILE, where it\n"
+	       "                      exists, must be a regular file\n\n"
 	       "pools set and flush need root or mrd's admin group; the other commands show anyone\n"
 	       "its own domain, and root and the admin group every domain. See mrctl(8).\n",
 	       MRD_SOCKET_DEFAULT);

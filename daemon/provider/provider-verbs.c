@@ -257,16 +257,16 @@ size_t provider_verbs_devices(char (*names)[64], size_t max)
 	return n;
 }
 
+/* ib_core's netns_mode is the variable "rdma system set netns" switches: Y shared, N exclusive. */
 static bool netns_exclusive(void)
 {
-	char mode = 0;
-	int fd = open("/sys/module/ib_core/parameters/netns_mode", O_RDONLY | O_CLOEXEC);
+	FILE *f = fopen("/sys/module/ib_core/parameters/netns_mode", "re");
+	int mode;
 
-	if (fd < 0)
+	if (!f)
 		return false;
-	if (read(fd, &mode, 1) != 1)
-		mode = 0;
-	close(fd);
+	mode = fgetc(f);
+	fclose(f);
 	return mode == 'N';
 }
 
