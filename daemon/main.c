@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -162,6 +163,12 @@ static int load_config(const struct overrides *o, struct config *cfg)
 	return config_finish(cfg);
 }
 
+/* Replies a client does not read wait in malloc'd frames of up to [limits] frame_bytes. Past
+ * this size glibc maps each of its own and unmaps it when it is freed, so what a client made
+ * mrd hold goes back to the system with it; below it, heap chunks are reused, never returned.
+ * A fixed threshold also stops glibc from raising it after such a free. */
+#define MALLOC_MMAP_THRESHOLD (32 * 1024)
+
 /* Each client costs a descriptor, and up to CLIENT_FDS_IN_FLIGHT more in unread replies (the
  * kernel counts those against our limit too): lift the soft limit to the hard one, and say so
  * when even that cannot hold limits.clients. */
@@ -289,6 +296,7 @@ int main(int argc, char **argv)
 	}
 	log_set_level(cfg.log_level);
 	raise_fd_limit(cfg.max_clients);
+	(void)mallopt(M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD);
 	check_memlock(&cfg);
 	if (privileges_drop_raw() < 0) { /* before manager_new opens the device */
 		config_done(&cfg);

@@ -1,39 +1,50 @@
 /* SPDX-License-Identifier: MIT */
 /* The one way mrd lets go of a descriptor a client gave it. Closing one can block for as long
  * as the client likes (a TCP socket lingering over unsent data, one in flight inside a Unix
- * socket, a file whose FUSE server never answers FLUSH), so all but memfds are closed on
- * threads of their own, never on the loop. */
+ * socket, a file whose FUSE server never answers FLUSH), and the last close of a filled memfd
+ * frees its pages (seconds for GiBs), so none is closed on the loop: each user's descriptors
+ * wait in a lane of their own, and closer threads serve the lanes in turn, one descriptor of a
+ * lane at a time. A close that never returns holds its own user's lane and one thread, never
+ * another user's descriptors. */
 #pragma once
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "wire.h"
 
 struct fd_closer;
 
-/* Descriptors waiting to be closed (queued or in a close() that has not returned). Past
- * FD_CLOSER_UID_MAX of one uid, that uid's clients that send more (but memfds) are dropped;
- * past FD_CLOSER_MAX in all, so is anyone's, and mrd accepts no connection until the closers
- * catch up. */
-#define FD_CLOSER_UID_MAX 64u
-#define FD_CLOSER_MAX 1024u
-/* Closer threads, started as needed: one close that never returns holds up only its own. */
-#define FD_CLOSER_THREADS 4u
+/* Descriptors of one uid waiting to be closed (queued or in a close() that has not returned)
+ * past which that uid's clients that send more are dropped and its new connections refused;
+ * the closers themselves take no more out of that uid's Unix sockets past it. As many as
+ * [limits] clients_per_user's default: a user's whole job leaving at once stays under it. */
+#define FD_CLOSER_UID_MAX 256u
+/* Closer threads at most, started as lanes need them: as many users' closes may hang at once
+ * before the next user's descriptors wait for one of them. */
+#define FD_CLOSER_THREADS 16u
+
+/* The lane of mrd's own memory (arenas it made or a client attached): their closes block on
+ * no one, but free pages for as long as that takes. */
+#define FD_CLOSER_MRD_UID ((uid_t)-2)
 
 int fd_closer_new(struct fd_closer **ret);
 /* Lets the threads close what waits, for at most a second or two; threads still stuck in a
  * close() then are left to the process's exit (with what they use). NULL-safe. */
 struct fd_closer *fd_closer_free(struct fd_closer *fc);
 
-/* Whether fd closes at once, without a thread (a memfd), so it counts against no bound. */
-bool fd_closer_quick(int fd);
-
-/* Takes fd, which came from a client of uid, and closes it without blocking the caller: a
- * memfd at once, anything else on a closer thread. Never fails. fd < 0: nothing. */
+/* Takes fd, which came from a client of uid, and closes it without blocking the caller, on a
+ * closer thread. Never fails. fd < 0: nothing. */
 void fd_closer_consume(struct fd_closer *fc, int fd, uid_t uid);
 /* The same for every descriptor left in pkt (handlers take what they keep). */
 void fd_closer_consume_packet(struct fd_closer *fc, struct wire_packet *pkt, uid_t uid);
 
 /* Descriptors of uid waiting to be closed; (uid_t)-1: of everyone. */
 unsigned fd_closer_waiting(struct fd_closer *fc, uid_t uid);
+
+/* Waits at most timeout_usec for every lane to empty (before an exec, which would close what
+ * waits itself, on the loop's thread, and cannot finish while a thread is stuck in a close).
+ * -EBUSY when one did not, with its uid and how many of its descriptors wait. */
+int fd_closer_quiesce(struct fd_closer *fc, uint64_t timeout_usec, uid_t *ret_uid,
+		      unsigned *ret_waiting);

@@ -20,6 +20,7 @@
 #include "base/process.h"
 #include "log.h"
 #include "control/manager.h"
+#include "time-util.h"
 #include "wire.h"
 
 static void out_frame_free(struct out_frame *f)
@@ -31,7 +32,34 @@ static void out_frame_free(struct out_frame *f)
 
 bool client_full(const struct client *c)
 {
-	return c->n_pending + c->n_out >= c->manager->core.config.max_inflight;
+	return c->n_pending + c->n_out >= c->manager->core.config.max_inflight ||
+	       c->out_bytes >= CLIENT_OUT_BYTES_MAX ||
+	       (c->share && c->share->out_bytes >= USER_OUT_BYTES_MAX);
+}
+
+static void out_bytes_add(struct client *c, size_t len)
+{
+	c->out_bytes += len;
+	if (c->share)
+		c->share->out_bytes += len;
+}
+
+/* A reply left the queue (sent, or its client went): when that takes its user below the
+ * bound, the user's other connections it held up are read again. */
+static void out_bytes_sub(struct client *c, size_t len)
+{
+	struct user_share *u = c->share;
+	bool was_full = u && u->out_bytes >= USER_OUT_BYTES_MAX;
+	struct client *i;
+
+	c->out_bytes -= len;
+	if (!u)
+		return;
+	u->out_bytes -= len;
+	if (was_full && u->out_bytes < USER_OUT_BYTES_MAX)
+		LIST_FOREACH(i, &c->manager->clients, link)
+			if (i != c && i->share == u && !i->reading)
+				client_resume(i);
 }
 
 /* A client that is not read would have its hang-up wait for its pending answers: EV_CLOSED
@@ -122,6 +150,7 @@ static int client_flush(struct client *c)
 			c->fds_in_flight += f->n_fds;
 		STAILQ_REMOVE_HEAD(&c->out, link);
 		c->n_out--;
+		out_bytes_sub(c, f->len);
 		out_frame_free(f);
 		if (r < 0)
 			return r;
@@ -190,6 +219,7 @@ int client_send_frame(struct client *c, const uint8_t *data, size_t len, const i
 	}
 	STAILQ_INSERT_TAIL(&c->out, f, link);
 	c->n_out++;
+	out_bytes_add(c, len);
 	if (client_full(c))
 		client_set_reading(c, false);
 	if (!event_pending(c->drain_event, EV_TIMEOUT, NULL))
@@ -248,6 +278,7 @@ struct client *client_free(struct client *c)
 		return NULL;
 	while ((f = STAILQ_FIRST(&c->out))) {
 		STAILQ_REMOVE_HEAD(&c->out, link);
+		out_bytes_sub(c, f->len);
 		out_frame_free(f);
 	}
 	if (c->read_event)
@@ -343,10 +374,23 @@ void client_forget_arena_all(struct manager *m, uint32_t arena_id)
 			}
 }
 
+/* Drops are logged once per DROPPED_LOG_INTERVAL_USEC, with how many there were since: one
+ * user dropped in a loop must not flood the journal (mrctl stats counts every one). */
+#define DROPPED_LOG_INTERVAL_USEC (5 * USEC_PER_SEC)
+
 void client_drop(struct client *c, const char *reason)
 {
-	log_warning("dropping client %" PRIu64 " (pid %d, uid %u, \"%s\"): %s", c->id,
-		    (int)c->owner.mem.pid, (unsigned)c->owner.mem.uid, c->name, reason);
-	c->manager->n_clients_dropped++;
+	struct manager *m = c->manager;
+	uint64_t now = now_usec(CLOCK_MONOTONIC);
+
+	m->n_clients_dropped++;
+	m->dropped_since_log++;
+	if (m->dropped_log_usec == 0 || now - m->dropped_log_usec >= DROPPED_LOG_INTERVAL_USEC) {
+		log_warning("dropping client %" PRIu64 " (pid %d, uid %u, \"%s\"): %s (%u "
+			    "dropped since the last such line)", c->id, (int)c->owner.mem.pid,
+			    (unsigned)c->owner.mem.uid, c->name, reason, m->dropped_since_log);
+		m->dropped_log_usec = now;
+		m->dropped_since_log = 0;
+	}
 	client_free(c);
 }

@@ -73,7 +73,15 @@ struct client {
 	 * limits.requests_in_flight: at the bound mrd reads no more of its requests. */
 	STAILQ_HEAD(, out_frame) out;
 	unsigned n_out;
+	size_t out_bytes; /* of out, bounded too: CLIENT_OUT_BYTES_MAX, USER_OUT_BYTES_MAX */
 };
+
+/* Bytes of replies held for clients that do not read them: per connection, and per user
+ * across its connections (a user has up to [limits] clients_per_user of them). At either
+ * bound mrd reads no more requests of that connection, or of any of that user's, until they
+ * are read: what one user makes mrd hold is bounded whatever its frames. */
+#define CLIENT_OUT_BYTES_MAX (1u << 20)
+#define USER_OUT_BYTES_MAX (8u << 20)
 
 /* Descriptors travelling in replies the client has not read yet count against mrd's own
  * open-file limit (the kernel charges them to the sender): a client that never reads its

@@ -263,29 +263,23 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 	const struct request_type *type;
 	Mrd__Request *req;
 	struct reply r;
-	bool slow = false;
 	int k;
 
 	reply_init(&r, 0);
 
-	/* Descriptors mrd does not keep wait for closer threads (memfds do not); a client whose
-	 * user has too many of them waiting goes before it adds more. */
-	for (size_t i = 0; i < pkt->n_fds; i++)
-		if (!fd_closer_quick(pkt->fds[i])) {
-			slow = true;
-			break;
-		}
-	if (slow) {
+	/* Descriptors mrd does not keep wait in their user's lane of the closers; a client whose
+	 * user has too many of them waiting goes before it adds more. Other users' lanes and
+	 * connections never wait for this one's. */
+	if (pkt->n_fds > 0) {
 		unsigned mine = fd_closer_waiting(m->closer, owner);
-		unsigned all = fd_closer_waiting(m->closer, (uid_t)-1);
 
-		if (mine >= FD_CLOSER_UID_MAX || all >= FD_CLOSER_MAX) {
+		if (mine >= FD_CLOSER_UID_MAX) {
 			char reason[128];
 
 			fd_closer_consume_packet(m->closer, pkt, owner);
 			snprintf(reason, sizeof(reason),
-				 "%u descriptors of its user (limit %u), %u in all (limit %u), still "
-				 "being closed", mine, FD_CLOSER_UID_MAX, all, FD_CLOSER_MAX);
+				 "%u descriptors of its user still being closed (limit %u)", mine,
+				 FD_CLOSER_UID_MAX);
 			reply_set_message(&r, "mrd is still closing descriptors sent to it: %s",
 					  reason);
 			reply_send(c, &r, -ETOOMANYREFS);

@@ -13,6 +13,7 @@
 #include <event2/event.h>
 #include <systemd/sd-daemon.h>
 
+#include "base/fd-closer.h"
 #include "base/process.h"
 #include "memory/arena.h"
 #include "control/client.h"
@@ -510,15 +511,28 @@ static void restart_workers(struct manager *m)
 
 static int reexec(struct manager *m);
 
+/* How long a re-exec waits for the closers to empty: descriptors mrd just let go of close
+ * in well under this; one a client holds up does not close at all. */
+#define REEXEC_CLOSER_WAIT_USEC (2 * USEC_PER_SEC)
+
 int handover_reexec(struct manager *m)
 {
-	unsigned live;
+	unsigned live, stuck;
+	uid_t stuck_uid;
 	int r;
 
 	if (!m->exe_path || !m->argv || access(m->exe_path, X_OK) < 0)
 		return log_error_errno(m->exe_path ? -errno : -ENOENT,
 				       "SIGUSR2: cannot re-execute %s: %m; mrd goes on as it is",
 				       m->exe_path ? m->exe_path : "mrd");
+	/* exec closes what waits at the closers itself, on this thread, and cannot end while a
+	 * closer is stuck in a close(): let them finish, or stay. */
+	r = fd_closer_quiesce(m->closer, REEXEC_CLOSER_WAIT_USEC, &stuck_uid, &stuck);
+	if (r < 0)
+		return log_error_errno(r, "SIGUSR2: %u descriptor(s) uid %u sent are still being "
+				       "closed (a close that does not return: a FUSE file whose "
+				       "server does not answer?); exec would wait for them; mrd goes "
+				       "on as it is", stuck, (unsigned)stuck_uid);
 	/* First, while nothing is saved: a client PD's MR the device keeps would outlive this mrd
 	 * in the client's context, over pages the next one hands out again. */
 	live = handover_unbind_clients(m);

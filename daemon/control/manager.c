@@ -31,6 +31,7 @@
 #include "base/worker-pool.h"
 
 #define REFUSED_LOG_INTERVAL_USEC (5 * USEC_PER_SEC)
+#define ACCEPT_PER_WAKEUP 16u
 #define SUBUID_PATH "/etc/subuid"
 
 /* Keeps old's value of a key read only at start in new, noting its name when it changed. */
@@ -269,6 +270,7 @@ int manager_new(struct config *config, struct manager **ret)
 	r = fd_closer_new(&m->closer);
 	if (r < 0)
 		return log_error_errno(r, "cannot start the descriptor closer: %m");
+	m->core.closer = m->closer;
 	r = device_watch_start(&m->core);
 	if (r < 0)
 		return log_error_errno(r, "cannot watch the device's events: %m");
@@ -311,6 +313,7 @@ struct manager *manager_free(struct manager *m)
 	while (!LIST_EMPTY(&m->clients))
 		client_free(LIST_FIRST(&m->clients)); /* releases their domains */
 	handover_end_grace(m); /* and the domains still waiting for their owners */
+	m->core.closer = NULL; /* arenas freed from here on close their memfds at once */
 	m->closer = fd_closer_free(m->closer); /* after every client's descriptors */
 	u64_map_done(&m->users); /* empty: the clients took their shares along */
 	device_watch_stop(&m->core);
@@ -429,6 +432,28 @@ static void refusal_reason(const struct manager *m, uid_t uid, uid_t owner, char
 			 (unsigned)uid, (unsigned)owner);
 }
 
+/* Refusals are logged once per REFUSED_LOG_INTERVAL_USEC, with how many there were: a flood
+ * of them must not flood the journal. */
+static void log_refusal(struct manager *m, const struct ucred *cred, const char *why)
+{
+	uint64_t now = now_usec(CLOCK_MONOTONIC);
+
+	m->refused_since_log++;
+	if (now - m->refused_log_usec < REFUSED_LOG_INTERVAL_USEC)
+		return;
+	log_warning("refused %u connection(s), last from pid %d uid %u: %s", m->refused_since_log,
+		    (int)cred->pid, (unsigned)cred->uid, why);
+	m->refused_log_usec = now;
+	m->refused_since_log = 0;
+}
+
+/* Root is not refused for it, so that an administrator gets in whatever root's programs did
+ * (as with [limits] clients_per_user). */
+static bool closer_lane_full(struct manager *m, uid_t owner)
+{
+	return owner != 0 && fd_closer_waiting(m->closer, owner) >= FD_CLOSER_UID_MAX;
+}
+
 static void manager_on_accept_retry(evutil_socket_t fd, short what, void *userdata)
 {
 	struct manager *m = userdata;
@@ -440,27 +465,16 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 {
 	struct manager *m = userdata;
 
-	for (;;) {
+	/* A bounded number per wake-up: each costs a walk of /proc, and clients' requests wait
+	 * meanwhile. The listener is level-triggered, so what is left wakes it again on the loop's
+	 * next turn, after the events that came in meanwhile. */
+	for (unsigned taken = 0; taken < ACCEPT_PER_WAKEUP; taken++) {
 		struct ucred cred;
 		socklen_t len = sizeof(cred);
 		struct client *c;
 		uid_t owner;
 		int fd, r;
 
-		if (fd_closer_waiting(m->closer, (uid_t)-1) >= FD_CLOSER_MAX) {
-			/* Each connection is one more descriptor to close one day: none is taken
-			 * until the closer threads catch up. */
-			struct timeval tv = { 0, 100 * 1000 };
-
-			if (!m->closer_full)
-				log_warning("%u descriptors from clients wait to be closed; not "
-					    "accepting connections until fewer do", FD_CLOSER_MAX);
-			m->closer_full = true;
-			event_del(m->listen_event);
-			event_add(m->accept_retry_event, &tv);
-			return;
-		}
-		m->closer_full = false;
 		fd = accept4(m->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		if (fd < 0) {
 			if (errno == EMFILE || errno == ENFILE) {
@@ -495,20 +509,20 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 			continue;
 		}
 		r = manager_add_client(m, fd, &cred, owner, &c);
+		if (r == 0 && closer_lane_full(m, owner)) {
+			/* Its user's descriptors wait at the closers: it adds none until they go. */
+			send_refusal(fd, -ETOOMANYREFS, "mrd is still closing descriptors this user "
+							"sent it; connect again later");
+			log_refusal(m, &cred, "descriptors of its user still being closed");
+			client_free(c); /* its socket goes to that lane too: it may hold what it sent */
+			continue;
+		}
 		if (r == -EUSERS) {
-			uint64_t now = now_usec(CLOCK_MONOTONIC);
 			char why[200];
 
 			refusal_reason(m, cred.uid, owner, why, sizeof(why));
 			send_refusal(fd, r, why);
-			m->refused_since_log++;
-			if (now - m->refused_log_usec >= REFUSED_LOG_INTERVAL_USEC) {
-				log_warning("refused %u connection(s), last from pid %d uid %u: %s",
-					    m->refused_since_log, (int)cred.pid, (unsigned)cred.uid,
-					    why);
-				m->refused_log_usec = now;
-				m->refused_since_log = 0;
-			}
+			log_refusal(m, &cred, why);
 		} else if (r < 0)
 			log_warning_errno(r, "cannot add client pid %d: %m", (int)cred.pid);
 		if (r < 0) {

@@ -26,6 +26,7 @@ struct fd_closer;
 struct user_share {
 	uid_t uid;
 	unsigned clients;
+	size_t out_bytes; /* replies its connections hold unread (control/client.h) */
 };
 
 /* The daemon: owns the event loop, the configuration, the listening socket and every client. */
@@ -54,7 +55,6 @@ struct manager {
 	LIST_HEAD(, client) clients;
 	unsigned n_clients;
 	struct fd_closer *closer; /* every descriptor from a client that mrd lets go of */
-	bool closer_full;         /* the listener waits for the closer (logged once) */
 	struct u64_map users; /* uid + 1 -> struct user_share, while it has a connection */
 	dev_t userns_dev;     /* mrd's own user namespace (0: unknown) */
 	ino_t userns_ino;
@@ -67,6 +67,8 @@ struct manager {
 	uint64_t instance; /* random: tells clients two mrd starts apart */
 	uint64_t refused_log_usec; /* rate limit for "too many clients" */
 	unsigned refused_since_log;
+	uint64_t dropped_log_usec; /* the same for "dropping client" */
+	unsigned dropped_since_log;
 
 	/* SIGHUP: reads the configuration again (main's: file, folder, command line) into *ret;
 	 * NULL: no reload. */

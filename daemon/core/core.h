@@ -14,6 +14,8 @@
 #include "core/served-devices.h"
 #include "memory/window.h"
 
+struct fd_closer;
+
 struct domain;
 struct event_base;
 struct provider;
@@ -48,4 +50,7 @@ struct core {
 	/* An arena went away: whoever hands arenas out (the manager's clients) forgets its id,
 	 * since ids are reused. NULL: nobody to tell. */
 	void (*arena_gone)(struct core *core, uint32_t arena_id);
+	/* The manager's (every descriptor from a client, and every arena's memfd): NULL before
+	 * it starts and after it stopped. */
+	struct fd_closer *closer;
 };

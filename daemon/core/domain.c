@@ -241,6 +241,7 @@ static int domain_open(struct core *core, const char *name, struct domain **ret)
 	d->mem.data = d;
 	d->mem.workers = &core->workers;
 	d->mem.stopping = &core->stopping;
+	d->mem.closer = &core->closer;
 	d->reg = (struct registrar){
 		.config = &core->config, .name = d->name, .mem = &d->mem,
 		.workers = &core->workers, .stopping = &core->stopping,

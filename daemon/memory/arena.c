@@ -14,6 +14,7 @@
 #include "macro.h"
 #include "memory/allocation.h"
 #include "memory/arena.h"
+#include "base/fd-closer.h"
 #include "memory/memory.h"
 #include "memory/window.h"
 
@@ -282,7 +283,10 @@ struct arena *arena_free(struct arena *a)
 	}
 	buddy_done(&a->buddy);
 	free(a->runs);
-	safe_close(a->memfd);
+	if (a->memfd >= 0 && a->mem->closer && *a->mem->closer)
+		fd_closer_consume(*a->mem->closer, a->memfd, FD_CLOSER_MRD_UID);
+	else
+		safe_close(a->memfd);
 	free(a);
 	return NULL;
 }

@@ -12,6 +12,8 @@
 #include "memory/status.h"
 #include "u64-map.h"
 
+struct fd_closer;
+
 struct arena;
 struct window;
 struct worker_pool;
@@ -36,6 +38,9 @@ struct memory {
 	 * before the pool drains; NULL (or a NULL pool): everything on the loop. */
 	struct worker_pool *const *workers;
 	const bool *stopping;
+	/* Where an arena's memfd goes when it does: the last close of GiBs of pages takes
+	 * seconds, never the loop's. NULL (or a NULL closer): closed at once. */
+	struct fd_closer *const *closer;
 };
 
 /* Empty: no arena, no status page yet (status_page_open). */
