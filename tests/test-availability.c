@@ -1,0 +1,493 @@
+/* SPDX-License-Identifier: MIT */
+/* No user stops mrd from serving the others: against one real mrd, an attacker (uid 1000)
+ * fills its own lane of the descriptor closers (stream sockets that each read as ended, files
+ * whose FUSE server never answers FLUSH), floods the listener with connections, and leaves
+ * megabytes of replies unread; meanwhile a victim (uid 1001) connects and is answered, root's
+ * `mrctl status` answers, a re-exec refuses rather than hangs, and mrd's memory goes back to
+ * its baseline once the attacker is gone. Each case waits for events; the few absolute bounds
+ * are many seconds, far above what a loaded machine takes and far below what the attack took
+ * before (minutes, or for ever). */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <mrd/mrd.h>
+
+#include "check-run.h"
+#include "fuse-stall.h"
+#include "test-util.h"
+#include "time-util.h"
+#include "wire.h"
+
+#define ATTACKER 1000
+#define VICTIM 1001
+#define MiB (1u << 20)
+
+static struct mrd_proc mrd;
+static char mrctl[512], out[1 << 16];
+static struct fuse_stall fuse;
+
+static void start_mrd(void)
+{
+	int r = mrd_proc_start(&mrd, "[memory]\nhugepages = no\nwindow_size = 64G\n", NULL);
+
+	ck_assert_msg(r == 0, "mrd did not start: %s", strerror(-r));
+	test_build_path("mrctl", mrctl, sizeof(mrctl));
+}
+
+static void stop_mrd(void)
+{
+	fuse_stall_stop(&fuse);
+	if (mrd.pid > 0)
+		(void)mrd_proc_stop(&mrd);
+}
+
+/* This (forked) process as uid, gid uid, and no supplementary group. */
+static void become(uid_t uid)
+{
+	if (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0)
+		_exit(3);
+}
+
+/* Children use these too, so they assert nothing (a failed check in a child would run on as
+ * a second copy of the suite): a send mrd refused shows as the reply's status. */
+static void send_request(int fd, Mrd__Request *req, const int *fds, size_t n_fds)
+{
+	(void)wire_send(fd, &req->base, WIRE_FRAME_MAX, fds, n_fds, MSG_NOSIGNAL);
+}
+
+/* The next reply's status (a positive errno) within timeout_ms; -ETIMEDOUT, or -1 at the end. */
+static int reply_within(int fd, int timeout_ms)
+{
+	static uint8_t buf[WIRE_FRAME_MAX];
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct wire_packet pkt;
+	Mrd__Response *resp;
+	int status;
+
+	if (poll(&p, 1, timeout_ms) != 1)
+		return -ETIMEDOUT;
+	if (wire_recv(fd, buf, sizeof(buf), &pkt, 0) <= 0)
+		return -1;
+	wire_packet_close_fds(&pkt);
+	resp = mrd__response__unpack(NULL, pkt.len, pkt.data);
+	if (!resp)
+		return -EBADMSG;
+	status = (int)resp->status;
+	mrd__response__free_unpacked(resp, NULL);
+	return status;
+}
+
+static void send_hello(int fd)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__HelloRequest h = MRD__HELLO_REQUEST__INIT;
+
+	h.min_version = h.max_version = MRD_PROTOCOL_VERSION_MAX;
+	h.capabilities = MRD_CAPS_SERVED;
+	h.client_name = (char *)"availability";
+	req.id = 1;
+	req.body_case = MRD__REQUEST__BODY_HELLO;
+	req.hello = &h;
+	send_request(fd, &req, NULL, 0);
+}
+
+static void send_ping(int fd, uint64_t id, const int *fds, size_t n_fds, size_t payload)
+{
+	static uint8_t bytes[60 * 1024];
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PingRequest p = MRD__PING_REQUEST__INIT;
+
+	p.payload.data = bytes;
+	p.payload.len = payload;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_PING;
+	req.ping = &p;
+	send_request(fd, &req, fds, n_fds);
+}
+
+/* A connection after Hello (as whoever this process is), or -1 when mrd did not answer its
+ * Hello within timeout_ms (or refused it). */
+static int connect_hello_within(int timeout_ms)
+{
+	int fd = raw_connect(mrd.socket), status;
+
+	if (fd < 0)
+		return -1;
+	send_hello(fd);
+	status = reply_within(fd, timeout_ms);
+	if (status != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Whether a fresh connection of uid is answered (Hello, then Ping) within timeout_ms each. */
+static bool served_within(uid_t uid, int timeout_ms)
+{
+	pid_t pid = fork();
+	int status;
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd;
+
+		become(uid);
+		fd = connect_hello_within(timeout_ms);
+		if (fd < 0)
+			_exit(1);
+		send_ping(fd, 2, NULL, 0, 0);
+		_exit(reply_within(fd, timeout_ms) == 0 ? 0 : 2);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* Whether root's `mrctl status` answers (mrctl gives up on its own after its timeout). */
+static bool mrctl_status_answers(void)
+{
+	const char *argv[] = { mrctl, "--socket", mrd.socket, "status", NULL };
+
+	return run_capture(argv, out, sizeof(out), (uid_t)-1) == 0;
+}
+
+/* mrd's descriptors back at or below want within timeout_s (closers drain off the loop). */
+static bool fds_back_within(unsigned want, int timeout_s)
+{
+	uint64_t end = now_usec(CLOCK_MONOTONIC) + (uint64_t)timeout_s * USEC_PER_SEC;
+
+	while (count_open_fds(mrd.pid) > want) {
+		if (now_usec(CLOCK_MONOTONIC) > end)
+			return false;
+		usleep(20000);
+	}
+	return true;
+}
+
+static void wait_child(pid_t pid, int want)
+{
+	int status;
+
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == want,
+		      "child exited with status 0x%x, wanted %d", status, want);
+}
+
+/* One byte with n descriptors, more than wire_send takes. */
+static int send_refs(int fd, const int *refs, size_t n)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * WIRE_RECV_FDS_MAX)];
+	} control;
+	struct iovec iov = { .iov_base = (void *)"x", .iov_len = 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+			     .msg_controllen = CMSG_SPACE(sizeof(int) * n) };
+	struct cmsghdr *cmsg;
+
+	memset(&control, 0, sizeof(control));
+	cmsg = CMSG_FIRSTHDR(&mh);
+	cmsg->cmsg_level = SOL_SOCKET;
+	cmsg->cmsg_type = SCM_RIGHTS;
+	cmsg->cmsg_len = CMSG_LEN(sizeof(int) * n);
+	memcpy(CMSG_DATA(cmsg), refs, sizeof(int) * n);
+	return sendmsg(fd, &mh, MSG_NOSIGNAL) == 1 ? 0 : -errno;
+}
+
+/* Stream sockets read as ended, 1,265 references of them inside one Unix socket: the closers
+ * once drained each for 2^20 reads (a stream's end brings credentials every time), a second of
+ * CPU each, while a bound of everyone's stopped every accept. */
+START_TEST(test_ended_stream_sockets)
+{
+	unsigned base = count_open_fds(mrd.pid);
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct rlimit rl = { 8192, 8192 };
+		int s[2], carrier[2], fd, refs[WIRE_RECV_FDS_MAX];
+
+		(void)setrlimit(RLIMIT_NOFILE, &rl); /* 1,265 in flight: the kernel counts them */
+		become(ATTACKER);
+		fd = connect_hello_within(10000);
+		if (fd < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s) < 0 ||
+		    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, carrier) < 0)
+			_exit(4);
+		close(s[1]); /* s[0] reads as ended */
+		for (size_t i = 0; i < WIRE_RECV_FDS_MAX; i++)
+			refs[i] = s[0];
+		for (int i = 0; i < 5; i++)
+			if (send_refs(carrier[0], refs, WIRE_RECV_FDS_MAX) < 0)
+				_exit(5);
+		close(s[0]);
+		close(carrier[0]);
+		send_ping(fd, 2, &carrier[1], 1, 0); /* a Ping takes none: refused, closed */
+		close(carrier[1]);
+		_exit(reply_within(fd, 10000) == EBADMSG ? 0 : 6);
+	}
+	wait_child(pid, 0);
+	ck_assert_msg(served_within(VICTIM, 10000),
+		      "another user waited while mrd closed ended stream sockets");
+	ck_assert_msg(mrctl_status_answers(), "root's mrctl status: %s", out);
+	ck_assert_msg(fds_back_within(base + 2, 60), "mrd still holds %u descriptors (had %u)",
+		      count_open_fds(mrd.pid), base);
+}
+END_TEST
+
+/* Closes that never return, of one user (a FUSE file whose server never answers FLUSH): they
+ * hold that user's lane and one closer thread. The user then connects and hangs up 1,100
+ * times; once a bound of everyone's (1,024 waiting) stopped every accept here. Another user
+ * is served, root's mrctl answers, and a re-exec (SIGUSR2), which once hung in execve on the
+ * stuck close, refuses and mrd goes on. */
+START_TEST(test_close_that_never_returns_of_one_user)
+{
+	const char *wrapper = getenv("MRD_TEST_WRAPPER");
+	char why[128];
+	pid_t pid, before = mrd.pid;
+	int file;
+
+	if (wrapper && strstr(wrapper, "valgrind")) {
+		printf("closes that never return: not tried under valgrind, which stops every "
+		       "thread of mrd while one is in a close() that blocks\n");
+		return;
+	}
+	if (fuse_stall_start(&fuse, why, sizeof(why)) < 0) {
+		printf("closes that never return: not tried, %s\n", why);
+		return;
+	}
+	file = open(fuse.file, O_RDWR | O_CLOEXEC);
+	ck_assert_int_ge(file, 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		Mrd__Request req = MRD__REQUEST__INIT;
+		Mrd__ExtmemAttachRequest x = MRD__EXTMEM_ATTACH_REQUEST__INIT;
+		int fd, refused = 0;
+
+		become(ATTACKER);
+		fd = connect_hello_within(10000);
+		if (fd < 0)
+			_exit(4);
+		x.length = 4096;
+		req.body_case = MRD__REQUEST__BODY_EXTMEM_ATTACH;
+		req.extmem_attach = &x;
+		for (int i = 0; i < 8; i++) { /* not a memfd: refused, closed on a closer */
+			req.id = 10 + (uint64_t)i;
+			send_request(fd, &req, &file, 1);
+			if (reply_within(fd, 10000) != EBADF)
+				_exit(5);
+		}
+		for (int i = 0; i < 1100; i++) {
+			int c = raw_connect(mrd.socket);
+
+			if (c < 0)
+				_exit(6);
+			send_hello(c);
+			refused += reply_within(c, 10000) != 0;
+			close(c);
+		}
+		printf("attacker: %d of 1100 connections refused while its closes hang\n", refused);
+		_exit(0);
+	}
+	wait_child(pid, 0);
+	ck_assert_msg(served_within(VICTIM, 10000),
+		      "another user waited for one user's closes that never return");
+	ck_assert_msg(mrctl_status_answers(), "root's mrctl status: %s", out);
+
+	ck_assert_int_eq(kill(mrd.pid, SIGUSR2), 0);
+	ck_assert_msg(served_within(VICTIM, 10000), "mrd hung in a re-exec");
+	ck_assert_int_eq(mrd.pid, before);
+	ck_assert_int_eq(kill(mrd.pid, 0), 0);
+	/* The server goes: the closes return, and the attacker is served again. */
+	fuse_stall_stop(&fuse);
+	close(file); /* a close of it waited on the server too */
+	for (int i = 0; i < 500 && !served_within(ATTACKER, 10000); i++)
+		usleep(20000);
+	ck_assert(served_within(ATTACKER, 10000));
+}
+END_TEST
+
+/* One user connecting and hanging up as fast as it can: the loop takes a bounded number of
+ * connections per wake-up, so a victim's pings are answered while the flood goes on (before,
+ * the loop did not come back from accepting until the flood ended). */
+START_TEST(test_accept_flood)
+{
+	uint64_t flood_usec = 4 * USEC_PER_SEC, start, worst = 0;
+	unsigned base = count_open_fds(mrd.pid);
+	pid_t flooders[2];
+	unsigned answered = 0;
+	int victim;
+
+	pid_t pid = fork(); /* the victim, connected before the flood */
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		become(VICTIM);
+		victim = connect_hello_within(10000);
+		_exit(victim < 0 ? 1 : 0);
+	}
+	wait_child(pid, 0);
+	victim = connect_hello_within(10000); /* root's own: the flood is another user's */
+	ck_assert_int_ge(victim, 0);
+	start = now_usec(CLOCK_MONOTONIC);
+	for (int i = 0; i < 2; i++) {
+		flooders[i] = fork();
+		ck_assert_int_ge(flooders[i], 0);
+		if (flooders[i] == 0) {
+			become(ATTACKER);
+			while (now_usec(CLOCK_MONOTONIC) - start < flood_usec) {
+				int c = raw_connect(mrd.socket);
+
+				if (c >= 0)
+					close(c);
+			}
+			_exit(0);
+		}
+	}
+	for (uint64_t id = 2; now_usec(CLOCK_MONOTONIC) - start < flood_usec; id++) {
+		uint64_t t0 = now_usec(CLOCK_MONOTONIC), took;
+
+		send_ping(victim, id, NULL, 0, 0);
+		ck_assert_int_eq(reply_within(victim, 60000), 0);
+		took = now_usec(CLOCK_MONOTONIC) - t0;
+		worst = took > worst ? took : worst;
+		if (now_usec(CLOCK_MONOTONIC) - start < flood_usec)
+			answered++;
+	}
+	for (int i = 0; i < 2; i++)
+		wait_child(flooders[i], 0);
+	printf("accept flood: %u pings answered during %llu s of flood, the slowest in %llu ms\n",
+	       answered, (unsigned long long)(flood_usec / USEC_PER_SEC),
+	       (unsigned long long)(worst / 1000));
+	/* Before: none, the first after the flood. A loaded machine answers hundreds. */
+	ck_assert_uint_ge(answered, 10);
+	ck_assert_uint_lt(worst, flood_usec / 2);
+	close(victim);
+	/* The flood's connections close on the attacker's lane, a while after. */
+	ck_assert_msg(fds_back_within(base + 2, 60), "mrd still holds %u descriptors (had %u)",
+		      count_open_fds(mrd.pid), base);
+}
+END_TEST
+
+static long rss_kb(void)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)mrd.pid);
+	return read_status_field(path, "VmRSS");
+}
+
+/* mrd's RSS once two reads 200 ms apart agree (it has read what it will), within 30 s. */
+static long rss_settled_kb(void)
+{
+	long last = rss_kb(), now;
+
+	for (int i = 0; i < 150; i++) {
+		usleep(200000);
+		now = rss_kb();
+		if (now == last)
+			return now;
+		last = now;
+	}
+	return last;
+}
+
+#define READERS_NOT 32
+#define PINGS 64
+
+/* 32 connections of one user send 64 Pings of 60 KiB each and read none of the echoes: mrd
+ * holds at most a megabyte of them per connection and 8 MiB per user (before: every reply,
+ * 120 MiB here), and once they are gone its RSS is back near its baseline. */
+START_TEST(test_unread_replies_bounded_in_bytes)
+{
+	long base, held, after;
+	int go[2], done[2];
+	pid_t pid;
+	char ch;
+
+	base = rss_settled_kb();
+	ck_assert_int_gt(base, 0);
+	ck_assert_int_eq(pipe2(go, O_CLOEXEC), 0);
+	ck_assert_int_eq(pipe2(done, O_CLOEXEC), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd[READERS_NOT];
+
+		close(go[1]);
+		close(done[0]);
+		become(ATTACKER);
+		for (int i = 0; i < READERS_NOT; i++) {
+			fd[i] = connect_hello_within(10000);
+			if (fd[i] < 0 || fcntl(fd[i], F_SETFL, O_NONBLOCK) < 0)
+				_exit(4);
+		}
+		for (int k = 0; k < PINGS; k++)
+			for (int i = 0; i < READERS_NOT; i++) {
+				Mrd__Request req = MRD__REQUEST__INIT;
+				Mrd__PingRequest p = MRD__PING_REQUEST__INIT;
+				static uint8_t bytes[60 * 1024];
+
+				p.payload.data = bytes;
+				p.payload.len = sizeof(bytes);
+				req.id = 2 + (uint64_t)k;
+				req.body_case = MRD__REQUEST__BODY_PING;
+				req.ping = &p;
+				/* mrd stops reading us: the kernel holds the rest, or refuses it */
+				(void)wire_send(fd[i], &req.base, WIRE_FRAME_MAX, NULL, 0,
+						MSG_NOSIGNAL | MSG_DONTWAIT);
+			}
+		if (write(done[1], "x", 1) != 1)
+			_exit(5);
+		(void)read(go[0], &ch, 1); /* until the test has looked */
+		_exit(0);
+	}
+	close(go[0]);
+	close(done[1]);
+	ck_assert_int_eq(read(done[0], &ch, 1), 1);
+	held = rss_settled_kb();
+	ck_assert_msg(served_within(VICTIM, 10000), "another user waited for unread replies");
+	close(go[1]);
+	wait_child(pid, 0);
+	close(done[0]);
+	/* mrd sees the hang-ups a moment later, and frees what it held. */
+	after = rss_settled_kb();
+	for (int i = 0; i < 100 && after > base + base / 10; i++)
+		after = rss_settled_kb();
+	printf("unread replies: mrd resident %ld KiB before, %ld KiB holding them, %ld KiB after\n",
+	       base, held, after);
+	ck_assert_msg(held - base < 24 * 1024, "mrd grew %ld KiB for one user's unread replies",
+		      held - base);
+	ck_assert_msg(after <= base + base / 10, "mrd kept %ld KiB after the client left",
+		      after - base);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("availability");
+	TCase *tc = tcase_create("attacks");
+
+	/* One mrd for the cases, in order, run in this process (mrd's parent). */
+	setenv("CK_FORK", "no", 1);
+	tcase_add_unchecked_fixture(tc, start_mrd, stop_mrd);
+	tcase_set_timeout(tc, 600);
+	tcase_add_test(tc, test_ended_stream_sockets);
+	tcase_add_test(tc, test_unread_replies_bounded_in_bytes);
+	tcase_add_test(tc, test_accept_flood);
+	tcase_add_test(tc, test_close_that_never_returns_of_one_user);
+	suite_add_tcase(s, tc);
+	return run_suite(s);
+}
