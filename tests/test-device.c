@@ -387,7 +387,8 @@ static Suite *device_suite(void)
 	TCase *tc = tcase_create("lifecycle");
 
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 30);
+	/* A minute: its waits are TEST_WAIT_S each; sanitizers on a busy machine are slow. */
+	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_fatal_then_back);
 	tcase_add_test(tc, test_alloc_refused_while_failed);
 	tcase_add_test(tc, test_bound_pd_lost_with_the_device);
