@@ -9,7 +9,8 @@ printf '[memory]\nhugepages = no\n' > "$dir/mrd.conf"
 "$MRD_BUILDDIR/mrd" --foreground --no-bus --config "$dir/mrd.conf" --socket "$dir/mrd.sock" \
 	--log-level warning > "$dir/log" 2>&1 &
 pid=$!
-for _ in $(seq 100); do [ -S "$dir/mrd.sock" ] && break; sleep 0.05; done
+# Waits for mrd are 20 s at most (400 x 0.05 s): a loaded machine starts it slowly.
+for _ in $(seq 400); do [ -S "$dir/mrd.sock" ] && break; sleep 0.05; done
 out=$("$MRD_BUILDDIR/mrd-demo" "$dir/mrd.sock" 2>&1) || { echo "mrd-demo failed:"; echo "$out"; exit 1; }
 for want in 'RDMA write of 64 bytes: done' 'found "hello from pid' 'without asking mrd' \
 	'1000000 served by the lookup cache, 2 asked mrd' 'after free: Required key not available' \

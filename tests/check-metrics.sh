@@ -18,12 +18,13 @@ printf '[mrd]\nadmin_group = %s\nsocket_mode = 0666\n[memory]\nhugepages = no\n'
 	--log-level warning > "$dir/log" 2>&1 &
 pid=$!
 holder=
-for _ in $(seq 100); do [ -S "$dir/mrd.sock" ] && break; sleep 0.05; done
+# Waits for mrd are 20 s at most (400 x 0.05 s): a loaded machine starts it slowly.
+for _ in $(seq 400); do [ -S "$dir/mrd.sock" ] && break; sleep 0.05; done
 mrctl() { "$MRD_BUILDDIR/mrctl" -s "$dir/mrd.sock" "$@"; }
 # A client that keeps 4 MiB registered (its domain stays open), and the demo's lookups.
 "$MRD_BUILDDIR/examples/mrd-restart" "$dir/mrd.sock" 60 > "$dir/holder" 2>&1 &
 holder=$!
-for _ in $(seq 100); do grep -q '^ready' "$dir/holder" && break; sleep 0.05; done
+for _ in $(seq 400); do grep -q '^ready' "$dir/holder" && break; sleep 0.05; done
 grep -q '^ready' "$dir/holder" || fail "mrd-restart: $(cat "$dir/holder")"
 "$MRD_BUILDDIR/mrd-demo" "$dir/mrd.sock" > "$dir/demo" 2>&1 || fail "mrd-demo: $(cat "$dir/demo")"
 

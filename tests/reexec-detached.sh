@@ -11,12 +11,17 @@ printf '[mrd]\nbus = no\n[memory]\nhugepages = no\n' > mrd.conf
 env -u NOTIFY_SOCKET -u LISTEN_FDS "$MRD_BUILDDIR/mrd" --config mrd.conf --socket mrd.sock ||
 	{ echo "mrd did not start detached"; exit 1; }
 status() { "$MRD_BUILDDIR/mrctl" --socket "$dir/mrd.sock" --json status 2>&1; }
-sleep 1
-before=$(status | sed -n 's/.*"pid":\([0-9]*\).*"uptime_usec":\([0-9]*\).*/\1 \2/p')
+# Waits are 20 s at most: a loaded machine starts and re-executes mrd slowly. The uptime before
+# is 3 s and more, so that the new image's, however slow its start, is less.
+for i in $(seq 200); do
+	before=$(status | sed -n 's/.*"pid":\([0-9]*\).*"uptime_usec":\([0-9]*\).*/\1 \2/p')
+	[ -n "$before" ] && [ "${before#* }" -ge 3000000 ] && break
+	sleep 0.1
+done
 pid=${before% *}
 [ -n "$pid" ] || { echo "no status: $(status)"; exit 1; }
 kill -USR2 "$pid"
-for i in $(seq 50); do
+for i in $(seq 200); do
 	sleep 0.1
 	now=$(status | sed -n 's/.*"pid":\([0-9]*\).*"uptime_usec":\([0-9]*\).*/\1 \2/p')
 	# The same process, its uptime started again by the new image.
@@ -26,7 +31,7 @@ kill -0 "$pid" 2>/dev/null || { echo "mrd is gone after SIGUSR2"; exit 1; }
 [ -n "$now" ] && [ "${now% *}" = "$pid" ] && [ "${now#* }" -lt "${before#* }" ] ||
 	{ echo "mrd (pid $pid) did not re-execute on SIGUSR2: $(status)"; exit 1; }
 kill -TERM "$pid"
-for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+for i in $(seq 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$pid" 2>/dev/null && { echo "mrd did not exit on SIGTERM"; exit 1; }
 pid=
 [ ! -e "$dir/mrd.sock" ] || { echo "the re-executed mrd left its socket behind"; exit 1; }

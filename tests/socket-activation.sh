@@ -13,16 +13,17 @@ sock="$dir/mrd.sock"
 
 "$MRD_BUILDDIR/tests/notify-wait" "$dir/notify" 60 READY=1 > "$dir/notified" 2>&1 &
 nw=$!
-for i in $(seq 100); do [ -S "$dir/notify" ] && break; sleep 0.05; done
+# Waits for mrd are 20 s at most (400 x 0.05 s): a loaded machine starts it slowly.
+for i in $(seq 400); do [ -S "$dir/notify" ] && break; sleep 0.05; done
 "$activate" --seqpacket -l "$sock" -E NOTIFY_SOCKET="$dir/notify" "$MRD_BUILDDIR/mrd" --foreground \
 	--no-bus --config "$dir/empty.conf" --socket "$dir/unused.sock" > "$dir/log" 2>&1 &
 pid=$!
-for i in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
+for i in $(seq 400); do [ -S "$sock" ] && break; sleep 0.05; done
 
 # The first connection starts mrd, which must serve it on the inherited socket. The socket's
 # file appears at bind(), a moment before systemd-socket-activate listens on it: until then a
 # connection is refused.
-for i in $(seq 50); do
+for i in $(seq 200); do
 	out=$("$MRD_BUILDDIR/mrctl" --socket "$sock" status 2>&1) && break
 	echo "$out" | grep -q 'Connection refused' || break
 	sleep 0.1

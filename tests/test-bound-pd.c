@@ -43,13 +43,10 @@ static void counted_close(struct provider *p)
 	provider_soft_ops.close(p);
 }
 
-/* Runs the loop until the bound PD's provider closed (5 s at most). */
+/* Runs the loop until the bound PD's provider closed. */
 static void pump_until_closed(void)
 {
-	for (int i = 0; i < 5000 && closed == 0; i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(closed != 0);
 	ck_assert_msg(closed == 1, "the bound PD's context was closed %u times", closed);
 }
 
@@ -112,21 +109,23 @@ static struct provider *bind_failing(struct client *c)
 }
 
 /* A registration that pins for long (a GiB takes seconds), under the provider's lock
- * as PROVIDER_LIVE holds it. */
-static unsigned slow_reg_us;
+ * as PROVIDER_LIVE holds it: held until the test clears slow_reg_held (TEST_WAIT_S at most). */
+static int slow_reg_held;
 static int in_slow_reg;
 
 static int slow_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t iova,
 		    unsigned access, struct provider_mr **ret)
 {
-	unsigned us = __atomic_load_n(&slow_reg_us, __ATOMIC_ACQUIRE);
-
-	if (us && length >= MiB) {
+	if (__atomic_load_n(&slow_reg_held, __ATOMIC_ACQUIRE) && length >= MiB) {
 		__atomic_store_n(&in_slow_reg, 1, __ATOMIC_RELEASE);
-		usleep(us);
+		test_wait_until(!__atomic_load_n(&slow_reg_held, __ATOMIC_ACQUIRE), 1000);
 	}
 	return provider_soft_ops.reg(pd, addr, length, iova, access, ret);
 }
+
+/* What a loop that did not wait for the held registration may take for one td_pump: far
+ * below TEST_WAIT_S, which one that waited takes; far above a loaded machine's stall. */
+#define NOT_WAITED_S 5.0
 
 /* The test's clients go (-1: none), every domain closes, and the bound PD's context with it. */
 static void finish(int fd, int ofd)
@@ -145,16 +144,13 @@ static bool readable(int fd)
 	return poll(&p, 1, 0) > 0;
 }
 
-/* Lookup id of addr, whose registration (slow_reg) a worker holds for 1.5 s, begun. */
+/* Lookup id of addr, whose registration (slow_reg) a worker holds, begun. */
 static void start_slow_registration(int fd, uint64_t id, uint64_t addr)
 {
-	__atomic_store_n(&slow_reg_us, 1500000, __ATOMIC_RELEASE);
+	__atomic_store_n(&slow_reg_held, 1, __ATOMIC_RELEASE);
 	in_slow_reg = 0;
 	td_send_lookup(fd, id, addr);
-	for (int i = 0; i < 2000 && !__atomic_load_n(&in_slow_reg, __ATOMIC_ACQUIRE); i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(__atomic_load_n(&in_slow_reg, __ATOMIC_ACQUIRE));
 	ck_assert(in_slow_reg);
 }
 
@@ -770,11 +766,9 @@ START_TEST(test_bind_refuses_what_is_no_uverbs_fd)
 	/* No descriptor at all: the table's count refuses it. */
 	resp = bind_request(fd, 6, NULL, 0, EBADMSG);
 	mrd__response__free_unpacked(resp, NULL);
-	/* The received copies went to the closer: none is left once it ran. */
-	for (int i = 0; i < 200 && count_open_fds(getpid()) != base; i++) {
-		td_pump();
-		usleep(5000);
-	}
+	/* The received copies went to the closer: none is left once it ran, which on a loaded
+	 * machine is hundreds of milliseconds later (its threads wait for a CPU). */
+	td_pump_until(count_open_fds(getpid()) <= base);
 	ck_assert_uint_eq(count_open_fds(getpid()), base);
 	ck_assert_ptr_null(c->bound);
 	/* Once bound, a second bind is EALREADY; after a lookup, an unbound one is EBUSY. */
@@ -824,12 +818,8 @@ static void kept_at_the_end(uint64_t size)
 	ck_assert_uint_eq(pinned(owner), size);
 	__atomic_store_n(&fail_deregs, 2, __ATOMIC_RELEASE); /* at the end, and at the free */
 	close(fd);
-	for (int i = 0; i < 500 && td_manager->n_clients > 1; i++)
-		td_pump();
-	for (int i = 0; i < 200 && fails_left() > 1; i++) { /* a worker's dereg, when big */
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(td_manager->n_clients <= 1);
+	td_pump_until(fails_left() <= 1); /* a worker's dereg, when big */
 	ck_assert_uint_eq(fails_left(), 1);
 	ck_assert_uint_eq(closed, 0); /* the kept MR holds the PD */
 	ck_assert_uint_eq(pinned(owner), size);
@@ -880,10 +870,7 @@ START_TEST(test_quarantine_outlives_the_client)
 	ck_assert_uint_eq(d->reg.quarantine.n, 1);
 	ck_assert_uint_eq(d->reg.cache.charges.pinned_bytes, 64 * 1024);
 	close(fd);
-	for (int i = 0; i < 50; i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(td_manager->n_clients <= 1);
 	ck_assert_uint_eq(td_manager->n_clients, 1);
 	ck_assert_uint_eq(closed, 0); /* the quarantined MR holds the PD */
 	(void)domain_flush(d, false, false, &removed);
@@ -923,23 +910,15 @@ START_TEST(test_loop_never_waits_for_a_bound_registration)
 	td_pump();
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-	__atomic_store_n(&slow_reg_us, 0, __ATOMIC_RELEASE);
-	for (int i = 0; i < 3000 && !readable(fd); i++) { /* the registration ends in 1.5 s */
-		td_pump();
-		usleep(1000);
-	}
+	__atomic_store_n(&slow_reg_held, 0, __ATOMIC_RELEASE);
 	r1 = td_recv_reply(fd, NULL, NULL);
-	for (int i = 0; i < 3000 && !readable(fd); i++) { /* the free waited behind it */
-		td_pump();
-		usleep(1000);
-	}
-	r2 = td_recv_reply(fd, NULL, NULL);
+	r2 = td_recv_reply(fd, NULL, NULL); /* the free waited behind it */
 	ck_assert_ptr_nonnull(r1);
 	ck_assert_ptr_nonnull(r2);
 	mrd__response__free_unpacked(r1, NULL);
 	mrd__response__free_unpacked(r2, NULL);
-	ck_assert_msg(waited < 0.5, "the loop was stuck %.2f s in a Free's dereg, waiting for a "
-		      "worker's registration in the client's PD", waited);
+	ck_assert_msg(waited < NOT_WAITED_S, "the loop was stuck %.2f s in a Free's dereg, waiting "
+		      "for a worker's registration in the client's PD", waited);
 	close(fd);
 	td_wait_domains_closed();
 }
@@ -1029,8 +1008,7 @@ START_TEST(test_handover_refused_over_a_quarantined_client_mr)
 	td_free(fd, 5, a, 0);
 	ck_assert_uint_eq(d->reg.quarantine.n, 1);
 	close(fd);
-	for (int i = 0; i < 100 && td_manager->n_clients > 1; i++)
-		td_pump();
+	td_pump_until(td_manager->n_clients <= 1);
 	ck_assert_uint_eq(handover_unbind_clients(td_manager), 1);
 	(void)domain_flush(d, false, false, &removed); /* the dereg works now */
 	ck_assert_uint_eq(d->reg.quarantine.n, 0);
@@ -1134,16 +1112,12 @@ START_TEST(test_flush_never_waits_for_a_bound_registration)
 	(void)domain_flush(d, false, false, &removed);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-	__atomic_store_n(&slow_reg_us, 0, __ATOMIC_RELEASE);
-	for (int i = 0; i < 3000 && !readable(fd); i++) {
-		td_pump();
-		usleep(1000);
-	}
+	__atomic_store_n(&slow_reg_held, 0, __ATOMIC_RELEASE);
 	r1 = td_recv_reply(fd, NULL, NULL);
 	ck_assert_ptr_nonnull(r1);
 	mrd__response__free_unpacked(r1, NULL);
-	ck_assert_msg(waited < 0.5, "the loop was stuck %.2f s in a flush's quarantine retry, "
-		      "waiting for a worker's registration in the client's PD", waited);
+	ck_assert_msg(waited < NOT_WAITED_S, "the loop was stuck %.2f s in a flush's quarantine "
+		      "retry, waiting for a worker's registration in the client's PD", waited);
 	close(fd);
 	td_wait_domains_closed();
 }

@@ -122,7 +122,7 @@ Mrd__Response *td_recv_reply(int fd, int *fds, size_t *n_fds)
 	Mrd__Response *resp;
 	int r;
 
-	for (int i = 0; i < 1000; i++) {
+	for (double start = test_now_s(); test_now_s() - start < TEST_WAIT_S;) {
 		struct pollfd pfd = { .fd = fd, .events = POLLIN };
 
 		td_pump();
@@ -273,10 +273,7 @@ void td_block_worker(struct td_blocker *b) { td_block_pool(b, td_manager->core.w
 void td_unblock_worker(struct td_blocker *b)
 {
 	ck_assert_int_eq(write(b->fd[1], "x", 1), 1);
-	for (int i = 0; i < 2000 && !b->done; i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(b->done);
 	ck_assert(b->done);
 	close(b->fd[0]);
 	close(b->fd[1]);
@@ -284,10 +281,7 @@ void td_unblock_worker(struct td_blocker *b)
 
 void td_pump_until_zero(const unsigned *count)
 {
-	for (int i = 0; i < 5000 && *count; i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(*count == 0);
 	ck_assert_uint_eq(*count, 0);
 }
 

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "test-util.h"
 #include "wire.h"
 #include "base/worker-pool.h"
 
@@ -30,6 +31,15 @@ int td_add_client_of(pid_t pid, uid_t uid, gid_t gid, struct client **ret);
 int td_hello_client_of(pid_t pid, uid_t uid, struct client **ret);
 
 void td_pump(void);
+/* Runs the loop until cond holds or TEST_WAIT_S passed; the caller asserts it after. */
+#define td_pump_until(cond)                                                      \
+	do {                                                                     \
+		double td_start_ = test_now_s();                                 \
+		while (!(cond) && test_now_s() - td_start_ < TEST_WAIT_S) {      \
+			td_pump();                                               \
+			usleep(1000);                                            \
+		}                                                                \
+	} while (0)
 
 void td_send_frame(int fd, const void *data, size_t len, const int *fds, size_t n_fds);
 void td_send_request(int fd, Mrd__Request *req, const int *fds, size_t n_fds);
@@ -111,8 +121,8 @@ void td_block_pool(struct td_blocker *b, struct worker_pool *pool);
 /* Lets it go and runs the loop until its completion ran. */
 void td_unblock_worker(struct td_blocker *b);
 
-/* Runs the loop (up to 5 s) until *count, which the loop's work brings down, is 0, and checks
- * that it is: workers' jobs finishing, domains closing. */
+/* Runs the loop (up to TEST_WAIT_S) until *count, which the loop's work brings down, is 0,
+ * and checks that it is: workers' jobs finishing, domains closing. */
 void td_pump_until_zero(const unsigned *count);
 /* Until every domain closed (jobs hold theirs). */
 void td_wait_domains_closed(void);

@@ -222,7 +222,7 @@ START_TEST(test_small_alloc_no_huge_page)
 
 	/* Another test may hold every free huge page for a moment (it asks for more than the
 	 * host has): a few tries, but one that fills a huge page must get one. */
-	for (int i = 0; i < 5 && have_huge && kb != 2048; i++) {
+	for (int i = 0; i < TEST_WAIT_S && have_huge && kb != 2048; i++) {
 		if (i)
 			sleep(1);
 		if (free_hugepages() < 1)

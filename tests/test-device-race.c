@@ -77,6 +77,22 @@ static void *release_later(void *arg)
 	return NULL;
 }
 
+/* Lets the held op go once the test says so, or after TEST_WAIT_S whatever the loop does (else
+ * a stuck loop hangs the test): a loop that waited for the op waits that long. */
+static int release_now;
+
+static void *release_when_told(void *arg)
+{
+	(void)arg;
+	test_wait_until(__atomic_load_n(&release_now, __ATOMIC_ACQUIRE), 1000);
+	soft_gate_release(gate, 1);
+	return NULL;
+}
+
+/* What one client's Ping may take while a worker holds the provider: far below TEST_WAIT_S,
+ * which a loop that waited for it takes; far above a loaded machine's stall. */
+#define NOT_WAITED_S 5.0
+
 /* A port event (PORT_ERR, PORT_ACTIVE, LID/GID change, SM reregister: every context on the
  * device gets them) arrives while a worker registers 2 MiB: the loop reads the domain's
  * context's events under the provider's lock, which the registration holds. */
@@ -96,7 +112,7 @@ static void held_registration_then(char event)
 	td_send_lookup(a, 2, addr);
 	td_pump();
 	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r'); /* a worker holds the provider */
-	ck_assert_int_eq(pthread_create(&t, NULL, release_later, NULL), 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, release_when_told, NULL), 0);
 
 	inject(event);
 	t0 = now_s();
@@ -110,10 +126,11 @@ static void held_registration_then(char event)
 	td_send_request(b, &req, NULL, 0);
 	mrd__response__free_unpacked(td_expect(b, 3, 0), NULL);
 	waited = now_s() - t0;
+	__atomic_store_n(&release_now, 1, __ATOMIC_RELEASE);
 	pthread_join(t, NULL);
 	mrd__response__free_unpacked(td_expect(a, 2, 0), NULL);
-	ck_assert_msg(waited < 1.5, "the loop stood still %.1f s behind a worker's registration "
-		      "after event '%c' (another client's Ping waited)", waited, event);
+	ck_assert_msg(waited < NOT_WAITED_S, "the loop stood still %.1f s behind a worker's "
+		      "registration after event '%c' (another client's Ping waited)", waited, event);
 	close(a);
 	close(b);
 	stop();
@@ -138,10 +155,7 @@ static struct domain *domain_of(uint64_t addr)
 
 static void pump_until(const bool *flag, bool want)
 {
-	for (int i = 0; i < 5000 && *flag != want; i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(*flag == want);
 	ck_assert(*flag == want);
 }
 
@@ -181,10 +195,7 @@ START_TEST(test_fatal_during_registration_accounting)
 	pump_until(&td_manager->core.device.failed, false);
 	td_lookup(a, 3, addr, 0, NULL);
 	td_free(a, 4, addr, 0);
-	for (int i = 0; i < 2000 && d->mem.allocated_bytes; i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(!d->mem.allocated_bytes);
 	provider_stats(d->reg.provider, &ps);
 	fprintf(stderr, "after free: provider mrs %llu pinned %llu, charges pinned %llu, "
 		"allocated %llu\n", (unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes,
@@ -267,7 +278,7 @@ START_TEST(test_fatal_during_registration_loop_serves)
 	td_send_lookup(a, 2, addr);
 	td_pump();
 	ck_assert_int_eq(soft_gate_wait(gate, 10000), 'r'); /* a worker holds the provider */
-	ck_assert_int_eq(pthread_create(&t, NULL, release_later, NULL), 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, release_when_told, NULL), 0);
 
 	inject('F');
 	t0 = now_s();
@@ -279,8 +290,8 @@ START_TEST(test_fatal_during_registration_loop_serves)
 	mrd__response__free_unpacked(td_expect(b, 3, 0), NULL);
 	td_lookup(b, 4, small, ENODEV, NULL);
 	waited = now_s() - t0;
-	ck_assert_msg(waited < 1.5, "the loop stood still %.1f s behind a worker's registration "
-		      "after DEVICE_FATAL (another client's Ping waited)", waited);
+	ck_assert_msg(waited < NOT_WAITED_S, "the loop stood still %.1f s behind a worker's "
+		      "registration after DEVICE_FATAL (another client's Ping waited)", waited);
 	ck_assert_uint_eq(td_manager->core.device.losing, 1); /* the registration still holds it */
 	inject('R');
 	for (int i = 0; i < 1200; i++) { /* the timer ticks: no return before the loss ended */
@@ -288,6 +299,7 @@ START_TEST(test_fatal_during_registration_loop_serves)
 		usleep(1000);
 	}
 	ck_assert(td_manager->core.device.failed);
+	__atomic_store_n(&release_now, 1, __ATOMIC_RELEASE);
 	pthread_join(t, NULL);
 	held = td_recv_reply(a, NULL, NULL);
 	ck_assert_ptr_nonnull(held);
@@ -312,10 +324,7 @@ START_TEST(test_fatal_during_registration_loop_serves)
 	mrd__response__free_unpacked(held, NULL);
 	td_free(a, 6, addr, 0);
 	td_free(b, 7, small, 0);
-	for (int i = 0; i < 2000 && d->mem.allocated_bytes; i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(!d->mem.allocated_bytes);
 	provider_stats(d->reg.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
 	ck_assert_uint_eq(ps.pinned_bytes, 0);
@@ -487,10 +496,7 @@ START_TEST(test_fail_and_return_during_prefetch)
 	mrd__response__free_unpacked(resp, NULL);
 	td_lookup(a, 3, odp, 0, NULL);
 	td_free(a, 4, odp, 0);
-	for (int i = 0; i < 3000 && (d->mem.allocated_bytes || d->reg.odp.children); i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(!d->mem.allocated_bytes && !d->reg.odp.children);
 	provider_stats(d->reg.provider, &ps);
 	fprintf(stderr, "after: mrs %llu pinned %llu children %u allocated %llu\n",
 		(unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes,
@@ -520,10 +526,7 @@ START_TEST(test_quarantined_run_through_failure)
 	d = domain_of(addr);
 	td_lookup(a, 2, addr, 0, NULL);
 	td_free(a, 3, addr, 0);
-	for (int i = 0; i < 1000 && d->reg.quarantine.n == 0; i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(d->reg.quarantine.n != 0);
 	ck_assert_uint_eq(d->reg.quarantine.n, 1);
 	inject('F');
 	pump_until(&td_manager->core.device.failed, true);
@@ -545,10 +548,7 @@ START_TEST(test_quarantined_run_through_failure)
 		      "freed, quarantined run again: %llu MR(s), %llu bytes pinned",
 		      (unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes);
 	(void)registrar_retry_quarantine(&d->reg);
-	for (int i = 0; i < 1000 && d->mem.allocated_bytes; i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(!d->mem.allocated_bytes);
 	provider_stats(d->reg.provider, &ps);
 	fprintf(stderr, "retried: mrs %llu pinned %llu quarantine %u/%llu charges %llu alloc %llu\n",
 		(unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes,
@@ -684,8 +684,7 @@ static void *hold_revive(void *arg)
 	while ((c = soft_gate_wait(gate, 20000)) == 'r') /* the registration: let it go */
 		soft_gate_release(gate, 1);
 	__atomic_store_n(&revive_entered, c, __ATOMIC_RELEASE);
-	for (int i = 0; i < 5000 && !__atomic_load_n(&revive_served, __ATOMIC_ACQUIRE); i++)
-		usleep(1000);
+	test_wait_until(__atomic_load_n(&revive_served, __ATOMIC_ACQUIRE), 1000);
 	__atomic_store_n(&revive_timed_out, !__atomic_load_n(&revive_served, __ATOMIC_ACQUIRE),
 			 __ATOMIC_RELEASE);
 	soft_gate_release(gate, 1); /* else a stuck loop hangs the test */
@@ -714,10 +713,7 @@ START_TEST(test_held_revive_loop_serves)
 	pump_until(&td_manager->core.device.failed, true);
 	td_pump_until_zero(&td_manager->core.device.losing);
 	inject('R');
-	for (int i = 0; i < 10000 && !__atomic_load_n(&revive_entered, __ATOMIC_ACQUIRE); i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(__atomic_load_n(&revive_entered, __ATOMIC_ACQUIRE));
 	ck_assert_int_eq(__atomic_load_n(&revive_entered, __ATOMIC_ACQUIRE), 'v');
 	ck_assert_msg(!__atomic_load_n(&revive_timed_out, __ATOMIC_ACQUIRE),
 		      "the loop stood still while a domain's revive was held");
@@ -746,15 +742,12 @@ START_TEST(test_held_revive_loop_serves)
 }
 END_TEST
 
-/* Pumps the loop until a gated op enters (its char), or -ETIMEDOUT after about 10 s. */
+/* Pumps the loop until a gated op enters (its char), or -ETIMEDOUT after TEST_WAIT_S. */
 static int pump_until_gated(void)
 {
 	int c = -ETIMEDOUT;
 
-	for (int i = 0; i < 5000 && c == -ETIMEDOUT; i++) {
-		td_pump();
-		c = soft_gate_wait(gate, 1);
-	}
+	td_pump_until((c = soft_gate_wait(gate, 1)) != -ETIMEDOUT);
 	return c;
 }
 
@@ -794,10 +787,8 @@ START_TEST(test_held_revive_partial_failure)
 	ck_assert_str_eq(resp->message,
 			 "device soft failed (DEVICE_FATAL); mrd reopens it when it returns");
 	mrd__response__free_unpacked(resp, NULL);
-	for (int i = 0; i < 5000 && td_manager->core.device.reviving != 1; i++) {
-		td_pump(); /* A's refusal comes back from its worker */
-		usleep(1000);
-	}
+	/* A's refusal comes back from its worker. */
+	td_pump_until(td_manager->core.device.reviving == 1);
 	ck_assert_uint_eq(td_manager->core.device.reviving, 1);
 	soft_gate_release(gate, 1);
 	td_pump_until_zero(&td_manager->core.device.reviving); /* A refused: all let go */
@@ -848,10 +839,8 @@ START_TEST(test_stop_while_revive_held)
 	td_pump_until_zero(&td_manager->core.device.losing);
 	inject('R');
 	ck_assert_int_eq(pump_until_gated(), 'v');
-	for (int i = 0; i < 5000 && td_manager->core.device.reviving != 1; i++) {
-		td_pump(); /* B's refusal comes back from its worker */
-		usleep(1000);
-	}
+	/* B's refusal comes back from its worker. */
+	td_pump_until(td_manager->core.device.reviving == 1);
 	ck_assert_uint_eq(td_manager->core.device.reviving, 1);
 	ck_assert_int_eq(pthread_create(&t, NULL, release_later, NULL), 0);
 	close(a);
@@ -861,6 +850,16 @@ START_TEST(test_stop_while_revive_held)
 	unsetenv("MRD_SOFT_GATE_REVIVE");
 }
 END_TEST
+
+/* Nothing of d's is registered, parked or pinned any more. */
+static bool all_released(struct domain *d)
+{
+	struct provider_stats ps;
+
+	provider_stats(d->reg.provider, &ps);
+	return ps.mrs + ps.parked == 0 && ps.pinned_bytes == 0 &&
+	       d->reg.cache.charges.pinned_bytes == 0 && td_manager->core.pinned_bytes == 0;
+}
 
 /* Review 2: two failures and returns in a row, with a freed allocation's MR parked in the
  * pools and one live: once everything is freed and flushed nothing stays counted. */
@@ -896,15 +895,9 @@ START_TEST(test_two_failures_counters)
 		(unsigned long long)ps.pinned_bytes,
 		(unsigned long long)td_manager->core.pinned_bytes);
 	td_free(a, 6, x, 0);
-	for (int i = 0; i < 2000 && d->mem.allocated_bytes; i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(!d->mem.allocated_bytes);
 	(void)domains_flush(&td_manager->core, NULL, true, true, &fc);
-	for (int i = 0; i < 500; i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(all_released(d)); /* the flush's deregs run on workers */
 	provider_stats(d->reg.provider, &ps);
 	ck_assert_msg(ps.mrs + ps.parked == 0 && ps.pinned_bytes == 0 &&
 		      d->reg.cache.charges.pinned_bytes == 0 && td_manager->core.pinned_bytes == 0,
@@ -923,7 +916,8 @@ static Suite *suite(void)
 	Suite *s = suite_create("device-race");
 	TCase *tc = tcase_create("race");
 
-	tcase_set_timeout(tc, 30);
+	/* A minute: its waits are TEST_WAIT_S each; sanitizers on a busy machine are slow. */
+	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_port_event_during_registration);
 	tcase_add_test(tc, test_fatal_during_registration_accounting);
 	tcase_add_test(tc, test_fatal_during_registration_loop_serves);

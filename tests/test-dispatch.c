@@ -265,14 +265,14 @@ START_TEST(test_oversize)
 }
 END_TEST
 
-/* True when every writer of the pipe whose read end is rfd has closed it within 5 s (mrd
- * closes what it does not keep on a closer thread, not before it replies). */
+/* True when every writer of the pipe whose read end is rfd has closed it within TEST_WAIT_S
+ * (mrd closes what it does not keep on a closer thread, not before it replies). */
 static bool pipe_closed(int rfd)
 {
 	struct pollfd p = { .fd = rfd, .events = POLLIN };
 	char ch;
 
-	return poll(&p, 1, 5000) == 1 && read(rfd, &ch, 1) == 0;
+	return poll(&p, 1, TEST_WAIT_S * 1000) == 1 && read(rfd, &ch, 1) == 0;
 }
 
 START_TEST(test_fd_count)
@@ -533,10 +533,7 @@ START_TEST(test_free_under_own_pending_lookup)
 	td_lookup(fd, 5, big, ENOENT, NULL);
 	ck_assert_uint_eq(c->n_pending, 0);
 	/* What the worker pinned for it goes too, on a worker (8 MiB). */
-	for (int i = 0; i < 5000 && c->domain->reg.cache.charges.pinned_bytes > 0; i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(c->domain->reg.cache.charges.pinned_bytes == 0);
 	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 0);
 	close(fd);
 }

@@ -100,17 +100,11 @@ START_TEST(test_export_holders_forgotten_at_device_return)
 	ck_assert_uint_eq(d->n_exported_to, 1);
 	epoch = d->mem.status.page->pd_epoch;
 	ck_assert_int_eq(write(events, "F", 1), 1);
-	for (int i = 0; i < 3000 && !td_manager->core.device.failed; i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(td_manager->core.device.failed);
 	ck_assert(td_manager->core.device.failed);
 	ck_assert_uint_eq(d->mem.status.page->pd_epoch, epoch); /* no new PD yet */
 	ck_assert_int_eq(write(events, "R", 1), 1);
-	for (int i = 0; i < 3000 && td_manager->core.device.failed; i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(!td_manager->core.device.failed);
 	ck_assert(!td_manager->core.device.failed);
 	ck_assert_uint_eq(d->mem.status.page->pd_epoch, epoch + 1);
 	ck_assert_uint_eq(d->n_exported_to, 0);

@@ -50,12 +50,10 @@ START_TEST(test_importer_told_after_device_return)
 	ck_assert_int_eq(mrd_cache_keys(l, p, &before), 0);
 
 	ck_assert_int_eq(write(events, "F", 1), 1);
-	for (int i = 0; i < 100 && (r = mrd_keys_query(c, p, &k)) != -ENODEV; i++)
-		usleep(50000);
+	test_wait_until((r = mrd_keys_query(c, p, &k)) == -ENODEV, 50000);
 	ck_assert_int_eq(r, -ENODEV);
 	ck_assert_int_eq(write(events, "R", 1), 1);
-	for (int i = 0; i < 100 && (r = mrd_keys_query(c, p, &k)) == -ENODEV; i++)
-		usleep(50000);
+	test_wait_until((r = mrd_keys_query(c, p, &k)) != -ENODEV, 50000);
 	/* The device is back; the keys mrd has now are for its new PD. */
 	ck_assert_msg(r == -ESTALE, "after the device's return a handle that imported the failed "
 		      "context's PD got keys %#x/%#x (before %#x) for the new PD: %d (%s)",
@@ -72,12 +70,10 @@ START_TEST(test_importer_told_after_device_return)
 	ck_assert_int_eq(mrd_cache_keys(l, p, &k), 0);
 	/* A second return tells again. */
 	ck_assert_int_eq(write(events, "F", 1), 1);
-	for (int i = 0; i < 100 && (r = mrd_keys_query(c, p, &k)) != -ENODEV; i++)
-		usleep(50000);
+	test_wait_until((r = mrd_keys_query(c, p, &k)) == -ENODEV, 50000);
 	ck_assert_int_eq(r, -ENODEV);
 	ck_assert_int_eq(write(events, "R", 1), 1);
-	for (int i = 0; i < 100 && (r = mrd_keys_query(c, p, &k)) == -ENODEV; i++)
-		usleep(50000);
+	test_wait_until((r = mrd_keys_query(c, p, &k)) != -ENODEV, 50000);
 	ck_assert_int_eq(r, -ESTALE);
 	close(fd);
 	mrd_cache_free(l);

@@ -144,7 +144,7 @@ START_TEST(test_mrctl_pools)
 	ck_assert_msg(strstr(out, "1 pool changed"), "mrctl said: %s", out);
 	ck_assert_int_eq(mrd_mem_free(c, buf), 0);
 	/* Parked now; the once-a-second aging destroys it a second or two later. */
-	for (int i = 0; i < 100; i++) {
+	for (double t0 = test_now_s(); test_now_s() - t0 < TEST_WAIT_S;) {
 		ck_assert_int_eq(mrctl_pools((const char *[]){ "--json", "pools", NULL }), 0);
 		if (strstr(out, "\"aged\":1"))
 			break;
@@ -184,9 +184,11 @@ static void write_file(const char *path, const char *text)
 static void sighup_wait(char *status, size_t size)
 {
 	ck_assert_int_eq(kill(mrd.pid, SIGHUP), 0);
-	ck_assert_int_eq(mrd_proc_notified(&mrd, "RELOADING=1", status, size, 10000), 0);
+	ck_assert_int_eq(mrd_proc_notified(&mrd, "RELOADING=1", status, size, TEST_WAIT_S * 1000),
+			 0);
 	if (!strstr(status, "READY=1"))
-		ck_assert_int_eq(mrd_proc_notified(&mrd, "READY=1", status, size, 10000), 0);
+		ck_assert_int_eq(mrd_proc_notified(&mrd, "READY=1", status, size,
+						   TEST_WAIT_S * 1000), 0);
 }
 
 /* SIGHUP reads mrd.conf and mrd.conf.d again: a runtime key changes at once, a key read only
@@ -464,9 +466,7 @@ START_TEST(test_client_limit)
 	ck_assert_ptr_null(extra);
 	mrd_client_close(c[0]);
 	ck_assert_int_eq(mrd_client_ping(c[1]), 0); /* the round trip lets mrd see the close */
-	for (int tries = 0; tries < 100 && !extra; tries++)
-		if (mrd_client_connect(mrd.socket, &extra) < 0)
-			usleep(10000);
+	test_wait_until(mrd_client_connect(mrd.socket, &extra) >= 0, 10000);
 	ck_assert_ptr_nonnull(extra);
 	mrd_client_close(extra);
 	for (int i = 1; i < 8; i++)
@@ -517,8 +517,7 @@ START_TEST(test_stale_socket_detach_sigterm)
 
 	/* SIGTERM: a clean exit that removes the socket it bound. */
 	ck_assert_int_eq(kill(atoi(pidbuf), SIGTERM), 0);
-	for (int i = 0; i < 500 && stat(mrd.socket, &st) == 0; i++)
-		usleep(10000);
+	test_wait_until(stat(mrd.socket, &st) < 0, 10000);
 	ck_assert_msg(stat(mrd.socket, &st) < 0, "socket not removed after SIGTERM");
 	mrd_proc_stop(&mrd); /* removes the directory */
 }

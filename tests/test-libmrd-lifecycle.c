@@ -308,7 +308,7 @@ static void dead_mrd(bool by_poll)
 
 	ck_assert_int_eq(mrd_proc_signal(&mrd, SIGKILL), 128 + SIGKILL);
 	if (by_poll) {
-		wait_hangup(c, 10000);
+		wait_hangup(c, TEST_WAIT_S * 1000);
 		ck_assert_int_eq(mrd_client_check(c), -ECONNRESET);
 	} else
 		ck_assert_int_eq(mrd_client_ping(c), -ECONNRESET);
@@ -381,7 +381,7 @@ START_TEST(test_warm_restart_brings_back)
 	 * this mrd dies too: the next poisoning is another value. */
 	((struct mrd_cache_hot *)(void *)l)->generation = UINT64_MAX;
 	ck_assert_int_eq(mrd_proc_signal(&mrd, SIGKILL), 128 + SIGKILL);
-	wait_hangup(c, 10000);
+	wait_hangup(c, TEST_WAIT_S * 1000);
 	ck_assert_int_eq(mrd_client_check(c), -ECONNRESET);
 	ck_assert_uint_eq(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
 	ck_assert_uint_eq(mrd_client_generation(c), UINT64_MAX - 1);

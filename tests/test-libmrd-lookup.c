@@ -635,10 +635,10 @@ static long long_waiter_wakes(unsigned pings, unsigned pace_us)
 	woken = thread_switches(tid) - before;
 	ck_assert(!__atomic_load_n(&t1.done, __ATOMIC_ACQUIRE)); /* still held */
 	soft_gate_release(gate, 1);
-	for (int i = 0; i < 1000 && !__atomic_load_n(&t1.done, __ATOMIC_ACQUIRE); i++)
-		usleep(10000);
+	test_wait_until(__atomic_load_n(&t1.done, __ATOMIC_ACQUIRE), 10000);
 	ck_assert_msg(__atomic_load_n(&t1.done, __ATOMIC_ACQUIRE),
-		      "its reply, which came after the other thread left, waited 10 s and more");
+		      "its reply, which came after the other thread left, waited %d s and more",
+		      TEST_WAIT_S);
 	pthread_join(th1, NULL);
 	ck_assert_int_eq(t1.lookup, 0);
 	ck_assert(keys_cover(&t1.keys, t1.big));

@@ -181,8 +181,7 @@ START_TEST(test_death_gives_back)
 	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
 	ck_assert(WIFSIGNALED(status));
 	/* mrd noticed and gave everything back. */
-	for (int i = 0; i < 200 && mrd_client_generation(c) == gen; i++)
-		usleep(10000);
+	test_wait_until(mrd_client_generation(c) != gen, 10000);
 	ck_assert_uint_gt(mrd_client_generation(c), gen);
 	mrctl_clients();
 	ck_assert_msg(strstr(out, "\"allocated_bytes\":0,\"allocations\":0,\"arenas\""), "%s",

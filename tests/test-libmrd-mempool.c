@@ -292,8 +292,7 @@ START_TEST(test_death_releases_pools)
 	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
 	ck_assert_int_eq(WEXITSTATUS(status), 0);
 	/* mrd noticed, and took its registration and memory back. */
-	for (int i = 0; i < 200 && !strstr(mrctl("mempools", false), "no mempools"); i++)
-		usleep(10000);
+	test_wait_until(strstr(mrctl("mempools", false), "no mempools"), 10000);
 	ck_assert_ptr_nonnull(strstr(mrctl("mempools", false), "no mempools"));
 	ck_assert_uint_eq(json_number(mrctl("clients", true), "\"pinned_bytes\":"), 0);
 	mrd_client_close(c);

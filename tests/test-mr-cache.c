@@ -970,7 +970,7 @@ static void *hold_run(void *data)
 	if (poll(&p, 1, 30000) != 1 || read(h->uffd, &msg, sizeof(msg)) != sizeof(msg))
 		return NULL;
 	clock_gettime(CLOCK_REALTIME, &deadline);
-	deadline.tv_sec += 5;
+	deadline.tv_sec += TEST_WAIT_S; /* a loop that waits for the copy waits this long */
 	pthread_mutex_lock(&h->lock);
 	h->faulted = true;
 	pthread_cond_broadcast(&h->cond);
@@ -1337,8 +1337,7 @@ START_TEST(test_emptying_free_punches_the_run_once)
 	ck_assert_ptr_nonnull(LIST_FIRST(&ca->pending));
 	td_block_worker(&after);
 	ck_assert_int_eq(write(before.fd[1], "x", 1), 1); /* the loop stays still from here */
-	for (int i = 0; i < 5000 && !__atomic_load_n(&after.entered, __ATOMIC_ACQUIRE); i++)
-		usleep(1000);
+	test_wait_until(__atomic_load_n(&after.entered, __ATOMIC_ACQUIRE), 1000);
 	ck_assert(__atomic_load_n(&after.entered, __ATOMIC_ACQUIRE)); /* the run is punched */
 	p[0] = 0x5a; /* A writes into what it freed, before the loop hears of the punch */
 	p[64 * MiB - 1] = 0x5a;

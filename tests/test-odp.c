@@ -702,10 +702,7 @@ START_TEST(test_fault_on_worker_for_memory_gone)
 	td_expect_free(a, 3, 0);
 	td_pump_until_zero(&ca->domain->reg.odp.jobs);
 	/* The child's MR goes on a worker (the job that made it still counted as busy). */
-	for (int i = 0; i < 10000 && ca->domain->mem.allocated_bytes != 2 * MiB; i++) {
-		td_pump();
-		usleep(1000);
-	}
+	td_pump_until(ca->domain->mem.allocated_bytes == 2 * MiB);
 	ck_assert_uint_eq(ca->domain->reg.odp.children, 0);
 	ck_assert_uint_eq(ca->domain->reg.odp.zombies, 0);
 	ck_assert_uint_eq(ca->domain->mem.allocated_bytes, 2 * MiB);

@@ -577,7 +577,7 @@ int main(void)
 	tcase_add_test(tc, test_move_back_never_shows_zeros);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("fork"); /* no fixture: libmrd must not have started in the process */
-	tcase_set_timeout(tc, 20);
+	tcase_set_timeout(tc, 60); /* sanitizers on a busy machine are slow */
 	tcase_add_test(tc, test_fork_while_registering);
 	tcase_add_test(tc, test_fork_child_leaves_the_parents_handle);
 	suite_add_tcase(s, tc);

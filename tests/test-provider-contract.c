@@ -1198,13 +1198,13 @@ START_TEST(test_soft_dma_faults_outside_the_lock)
 	ck_assert_int_eq(soft_gate_wait(dir, 10000), 'f');
 	small.op = (struct gated_op){ .pd = gpd, .addr = buf_b, .length = ps, .r = 1 };
 	ck_assert_int_eq(pthread_create(&tr, NULL, small_reg, &small), 0);
-	for (int i = 0; i < 2000 && !__atomic_load_n(&small.done, __ATOMIC_ACQUIRE); i++)
-		usleep(1000);
+	/* A registration that waits for the DMA waits until the gate opens: forever. */
+	test_wait_until(__atomic_load_n(&small.done, __ATOMIC_ACQUIRE), 1000);
 	if (!__atomic_load_n(&small.done, __ATOMIC_ACQUIRE)) {
 		soft_gate_release(dir, 1); /* so the threads end before the test does */
 		pthread_join(td, NULL);
 		pthread_join(tr, NULL);
-		ck_abort_msg("a registration waited 2 s for a DMA's page faults");
+		ck_abort_msg("a registration waited %d s for a DMA's page faults", TEST_WAIT_S);
 	}
 	provider_stats(gp, &s);
 	ck_assert_uint_eq(s.odp_faults, 0); /* nothing installed before the pages are present */

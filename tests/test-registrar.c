@@ -15,6 +15,7 @@
 #include "base/worker-pool.h"
 #include "check-run.h"
 #include "memory-fixture.h"
+#include "test-util.h"
 #include "memory/allocation.h"
 #include "memory/memory.h"
 #include "memory/window.h"
@@ -101,7 +102,7 @@ static void setup(void) { open_registrar(MR_POLICY_CONTIG); }
 
 static void pump_until(const unsigned *count, unsigned want)
 {
-	for (int i = 0; i < 5000 && *count != want; i++) {
+	for (double t0 = test_now_s(); *count != want && test_now_s() - t0 < TEST_WAIT_S;) {
 		event_base_loop(base, EVLOOP_NONBLOCK);
 		usleep(1000);
 	}

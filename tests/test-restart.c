@@ -148,11 +148,11 @@ static pid_t child_holding_memory(void)
 	return child_holding(hold_memory);
 }
 
-/* Waits up to 10 s (a few checks of reconnect_grace) for the count of waiting allocations. */
+/* Waits (a few checks of reconnect_grace, TEST_WAIT_S at most) for the count of waiting
+ * allocations. */
 static void wait_for_waiting(unsigned long long want)
 {
-	for (int i = 0; i < 100 && domain_field("waiting") != want; i++)
-		usleep(100 * 1000);
+	test_wait_until(domain_field("waiting") == want, 100 * 1000);
 	ck_assert_uint_eq(domain_field("waiting"), want);
 }
 

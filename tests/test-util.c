@@ -260,7 +260,8 @@ int mrd_proc_restart_fd_store(struct mrd_proc *p, struct mrd_fd_store *store)
 	for (size_t i = 0; i < store->n; i++)
 		close(store->fds[i]);
 	/* Once it serves, mrd takes what it was given out of the store. */
-	for (int waited = 0; r == 0 && store->removed < store->n && waited < 5000; waited += 100) {
+	for (int waited = 0; r == 0 && store->removed < store->n && waited < TEST_WAIT_S * 1000;
+	     waited += 100) {
 		struct pollfd pfd = { .fd = p->notify_fd, .events = POLLIN };
 
 		if (poll(&pfd, 1, 100) > 0 &&

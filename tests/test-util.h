@@ -7,6 +7,30 @@
 #include <stdint.h>
 #include <sys/resource.h>
 #include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+/* How long a test waits for what must happen (a reply, a close, a count going down): many
+ * seconds, since on a loaded machine (sanitizers, a build beside, CI's CPU hog) a thread or a
+ * process waits hundreds of milliseconds and more for a CPU. Only a failing test waits it out. */
+#define TEST_WAIT_S 20
+
+/* Seconds on the monotonic clock. */
+static inline double test_now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Checks cond every step_us until it holds or TEST_WAIT_S passed; the caller asserts it after. */
+#define test_wait_until(cond, step_us)                                           \
+	do {                                                                     \
+		double test_start_ = test_now_s();                               \
+		while (!(cond) && test_now_s() - test_start_ < TEST_WAIT_S)      \
+			usleep(step_us);                                         \
+	} while (0)
 
 struct mrd_proc {
 	pid_t pid;

@@ -19,7 +19,8 @@ trap cleanup EXIT INT TERM
 echo "== mrd --foreground --no-bus --socket $sock"
 ./mrd --foreground --no-bus --config "$dir/mrd.conf" --socket "$sock" &
 pid=$!
-for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
+# Waits for mrd are 20 s at most (400 x 0.05 s): a loaded machine starts it slowly.
+for _ in $(seq 400); do [ -S "$sock" ] && break; sleep 0.05; done
 
 echo "== example client (examples/mrd-hello.c)"
 ./examples/mrd-hello "$sock"

@@ -4,6 +4,14 @@
 set -eu
 cd "${1:-.}"
 passed=0 failed=0 skipped=0
+
+# Why a test skipped: its "SKIP: why" line, else the last line it printed (the test driver's
+# own "SKIP tests/x (exit status: 77)" line left out).
+skip_reason() {
+	why=$(sed -n 's/^SKIP: //p' "$1" | tail -n 1)
+	[ -n "$why" ] || why=$(grep -Ev '^SKIP [^ ]+ \(exit status: 77\)$|^[[:space:]]*$' "$1" | tail -n 1)
+	echo "${why:-the test printed no reason (a test that exits 77 must say why)}"
+}
 for trs in $(find tests -name '*.trs' | sort); do
 	log=${trs%.trs}.log
 	result=$(sed -n 's/^:test-result: //p' "$trs" | head -n 1)
@@ -21,7 +29,7 @@ for trs in $(find tests -name '*.trs' | sort); do
 	fi
 	case $result in
 	PASS | XFAIL) passed=$((passed + 1)) ;;
-	SKIP) skipped=$((skipped + 1)); echo "skipped: ${trs%.trs}: $(grep -v '^SKIP' "$log" | tail -n 1)" ;;
+	SKIP) skipped=$((skipped + 1)); echo "skipped: ${trs%.trs}: $(skip_reason "$log")" ;;
 	*) failed=$((failed + 1)) ;;
 	esac
 done
