@@ -129,12 +129,8 @@ static void pool_mr_gone(struct registrar *r, struct pool_mr *mr, int k)
 {
 	struct reg_allocation *a = mr->allocation;
 
-	if (mr->pmr) {
-		if (k == 0)
-			r->cache.deregistrations++;
-		/* Keys of that memory are dead now: clients must flush what they cached. */
-		status_page_bump_range(&r->mem->status, mr->start, mr->end);
-	}
+	if (mr->pmr && k == 0)
+		r->cache.deregistrations++;
 	if (mr->pmr && k < 0) {
 		log_warning_errno(k, "domain %s: the device kept mempool MR [0x%" PRIx64 ", 0x%" PRIx64
 				  ") (dereg: %m): its memory is quarantined once freed", r->name,
@@ -199,6 +195,12 @@ static void pool_mr_destroy(struct registrar *r, struct pool_mr *mr, struct unre
 {
 	LIST_REMOVE(mr, link);
 	LIST_REMOVE(mr, alloc_link); /* lookups no longer answer with it */
+	/* Its death is published before it dies, wherever the dereg runs: a client that still
+	 * finds the generation it cached at sees a live key (status-page.h). No lookup hands the
+	 * key out after this (it left alloc_link above), so nothing is cached under the new
+	 * generation. */
+	if (mr->pmr)
+		status_page_bump_range(&r->mem->status, mr->start, mr->end);
 	if (mr->pmr && registrar_offload(r, mr->end - mr->start)) {
 		mr->ticket = ticket;
 		if (registrar_dereg_on_worker(r, mr->pmr, pool_mr_dereged, mr) == 0) {
