@@ -660,12 +660,12 @@ static int verbs_park_in_place(struct provider_mr *base)
 		return -ENODEV;
 	if (!vmr->mr)
 		return -ESTALE;
-	if (!vp->parking_pd && !(vp->parking_pd = ibv_alloc_pd(vp->ctx)))
-		return errno ? -errno : -ENOMEM;
 	errno = 0;
+	if (!vp->parking_pd && !(vp->parking_pd = ibv_alloc_pd(vp->ctx)))
+		return negative_errno();
 	r = ibv_rereg_mr(vmr->mr, IBV_REREG_MR_CHANGE_PD, vp->parking_pd, NULL, 0, 0);
 	if (r != 0)
-		return errno ? -errno : -EIO; /* the MR as it was: the caller destroys it */
+		return negative_errno(); /* the MR as it was: the caller destroys it */
 	base->lkey = vmr->mr->lkey;
 	base->rkey = vmr->mr->rkey;
 	if (!vmr->parked) {
