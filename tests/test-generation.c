@@ -2,8 +2,8 @@
 /* The generation rule, checked at random: a key's death is published (the status page's
  * generation moves over its range) before the key dies. Several clients of one domain pipeline
  * Alloc (pinned and on demand), MrLookup (of anyone's memory), Prefetch, Dma, Free, mempool
- * register and unregister, and leave and come back, with [cache] async_bytes at one page, so
- * that deregistrations run on the worker. Every key a reply hands out is kept with the
+ * register, replacement (extmem) and unregister, and leave and come back, with [cache]
+ * async_bytes at one page, so that deregistrations run on the worker. Every key a reply hands out is kept with the
  * generation read before its request went (a client's cache holds at most that). After each
  * client's replies the worker is made to finish what it was given (a job of the test's own
  * behind it, FIFO on one worker) while the loop stands still, and each kept key is probed
@@ -57,7 +57,7 @@ struct pending {
 	uint64_t id;
 	enum kind kind;
 	uint64_t generation; /* read before it was sent */
-	uint64_t addr;       /* FREE: what; ALLOC: its size */
+	uint64_t addr;       /* FREE: what; ALLOC: its size; POOL_REG: the pool's state before */
 	int pool;            /* POOL_*: which; ALLOC: on demand */
 	uint32_t key;        /* DMA: through which */
 };
@@ -69,7 +69,7 @@ struct gclient {
 	uint64_t next_id;
 	struct pending pending[PIPELINE];
 	size_t n_pending;
-	bool pools[POOLS];
+	int pools[POOLS]; /* 0: none; 1: registered; 2: replaced by one in attached memory */
 };
 
 static struct gclient cl[CLIENTS];
@@ -77,7 +77,7 @@ static struct galloc allocs[ALLOCS];
 static size_t n_allocs;
 static struct held keys[KEYS];
 static size_t n_keys;
-static uint64_t rng, violations, deaths, probes;
+static uint64_t rng, violations, deaths, probes, replaced;
 
 static uint64_t next_random(void)
 {
@@ -319,10 +319,10 @@ lookup:
 		size_t n = 0;
 
 		snprintf(name, sizeof(name), "pool%d", k);
-		if (g->pools[k]) {
+		if (g->pools[k] && (g->pools[k] == 2 || pick(2) == 0)) {
 			p->kind = POOL_UNREG;
 			p->pool = k;
-			g->pools[k] = false;
+			g->pools[k] = 0;
 			send_unregister(g->fd, p->id, name);
 		} else if ((a = random_allocation(i)) && !a->odp) {
 			struct galloc *b = random_allocation(i);
@@ -333,10 +333,13 @@ lookup:
 				starts[n] = b->addr;
 				lengths[n++] = b->len;
 			}
+			/* Again, with extmem: the replacement drops the old pool's MRs. */
 			p->kind = POOL_REG;
 			p->pool = k;
-			g->pools[k] = true;
-			td_send_mempool_register(g->fd, p->id, name, starts, lengths, n, false);
+			p->addr = (uint64_t)g->pools[k]; /* what a refusal leaves */
+			g->pools[k]++;
+			td_send_mempool_register(g->fd, p->id, name, starts, lengths, n,
+						 g->pools[k] == 2);
 		} else {
 			p->kind = LOOKUP;
 			goto lookup;
@@ -374,6 +377,7 @@ static void take_reply(int i, Mrd__Response *resp)
 			}
 		break;
 	case POOL_REG:
+		replaced += resp->status == 0 && p.addr == 1;
 		if (resp->status == 0)
 			for (size_t e = 0; e < resp->mempool_register->n_entries; e++) {
 				const Mrd__MrEntry *m = resp->mempool_register->entries[e];
@@ -381,7 +385,7 @@ static void take_reply(int i, Mrd__Response *resp)
 				keep(m->lkey, m->start, m->end, p.generation, i);
 			}
 		else
-			g->pools[p.pool] = false;
+			g->pools[p.pool] = (int)p.addr;
 		break;
 	case DMA:
 		/* A Dma that found its key dead: the key died before the reply, so its death
@@ -460,7 +464,7 @@ static void run(bool with_bound_pd)
 		rng = 1;
 	fprintf(stderr, "seed 0x%" PRIx64 "%s\n", rng, with_bound_pd ? ", client 0 bound" : "");
 	n_allocs = n_keys = 0;
-	violations = deaths = probes = 0;
+	violations = deaths = probes = replaced = 0;
 	td_start(settings);
 	{
 		struct client *c;
@@ -495,12 +499,14 @@ static void run(bool with_bound_pd)
 		leave(i);
 		probe_behind_the_worker();
 	}
-	fprintf(stderr, "%" PRIu64 " probes, %" PRIu64 " keys seen dead, %" PRIu64
-		" dead while their generation said current\n", probes, deaths, violations);
+	fprintf(stderr, "%" PRIu64 " probes, %" PRIu64 " keys seen dead (%" PRIu64 " pools "
+		"replaced), %" PRIu64 " dead while their generation said current\n", probes, deaths,
+		replaced, violations);
 	close(anchor);
 	td_wait_domains_closed();
 	td_stop();
 	ck_assert_uint_gt(deaths, 0);
+	ck_assert_uint_gt(replaced, 0);
 	ck_assert_uint_eq(violations, 0);
 }
 

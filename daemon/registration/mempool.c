@@ -118,8 +118,9 @@ struct pool_mr *mempool_mr_containing(const struct reg_allocation *a, uint64_t a
 /* An unregistration (or a replacement) whose MRs workers deregister: answered when the last
  * is done. */
 struct unreg_ticket {
-	struct mr_waiter *waiter;
+	struct mr_waiter *waiter; /* NULL once answered otherwise (reg_free) */
 	unsigned remaining;
+	struct pool_reg *reg; /* a replacement's: its answer reads it */
 };
 
 /* The MR is gone from the device: its keys are dead, its pages may go. One the device kept
@@ -183,7 +184,10 @@ static void pool_mr_dereged(struct registrar *r, void *arg, int result)
 
 	pool_mr_gone(r, mr, result);
 	if (t && --t->remaining == 0) {
-		t->waiter->resume(t->waiter, 0, NULL, "");
+		if (t->reg)
+			t->reg->answer = NULL;
+		if (t->waiter)
+			t->waiter->resume(t->waiter, 0, NULL, "");
 		free(t);
 	}
 }
@@ -254,6 +258,15 @@ static void reg_free(struct registrar *r, struct pool_reg *reg, struct unreg_tic
 {
 	struct mr_waiter *w = reg->waiter;
 
+	if (reg->answer) {
+		/* Its answer waits for the MRs it replaced: it is answered now, not with what it
+		 * no longer is, and their last dereg answers nobody. */
+		struct mr_waiter *aw = TAKE_PTR(reg->answer->waiter);
+
+		reg->answer->reg = NULL;
+		aw->resume(aw, -ECANCELED, NULL, "the mempool was unregistered before its "
+			   "replacement was answered");
+	}
 	LIST_REMOVE(reg, link);
 	LIST_REMOVE(reg, owner_link);
 	r->mempools.n_regs--;
@@ -283,9 +296,11 @@ static int reg_settle(struct registrar *r, struct pool_reg *reg, char *why, size
 		 * in attached memory now. */
 		t->waiter = w;
 		reg_free(r, TAKE_PTR(reg->replaces), t);
-		if (t->remaining > 0)
+		if (t->remaining > 0) {
 			error = -EINPROGRESS; /* the last pool_mr_dereged() answers, and frees t */
-		else
+			t->reg = reg;
+			reg->answer = t;
+		} else
 			free(t);
 		t = NULL;
 	}
