@@ -1032,7 +1032,7 @@ static int soft_park(struct provider_mr *base)
 /* A PD change, in place: the MR goes to a PD no QP uses, so its keys, unchanged and still its
  * own, reach nothing; what it mapped goes, as nothing could fault it in again. As mlx5 does
  * for any MR, on-demand ones too: a rereg of the PD alone, its access unchanged, is a UMR on
- * the same mkey (Linux 6.1 drivers/infiniband/hw/mlx5/mr.c:1646-1653, can_use_umr_rereg_access
+ * the same mkey (Linux 6.1 drivers/infiniband/hw/mlx5/mr.c:1647-1658, can_use_umr_rereg_access
  * -> mlx5r_umr_rereg_pd_access, umr.c:426), before the on-demand check that would make it
  * anew. Not a move: allowed where moves are refused (rxe's rereg takes a PD change). */
 static int soft_park_in_place(struct provider_mr *base)

@@ -645,7 +645,7 @@ static int verbs_park(struct provider_mr *base)
 
 /* To a PD of the provider's own that no QP uses, the PD alone changed: mlx5 does that in place
  * with a UMR on the same mkey, for an on-demand MR too (Linux 6.1 drivers/infiniband/hw/mlx5/
- * mr.c:1646-1653: without IB_MR_REREG_TRANS and with the access unchanged,
+ * mr.c:1647-1658: without IB_MR_REREG_TRANS and with the access unchanged,
  * can_use_umr_rereg_access holds and mlx5r_umr_rereg_pd_access runs), where a move would make
  * it anew and give its mkey back to the cache (mr.c:1683). Its keys then reach nothing: a QP
  * takes only MRs of its own PD. */
