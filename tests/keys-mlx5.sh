@@ -1,7 +1,10 @@
 #!/bin/sh
 # The key-safety cases again on a soft provider that hands a released key out again unchanged,
 # LIFO per size, as mlx5's mkey cache does ($MRD_SOFT_KEYS=mlx5): mrd's key quarantine must
-# keep a freed allocation's rkey dead (unit: test-mr-cache; integration: test-libmrd-lookup).
+# keep a freed allocation's rkey dead (unit: test-mr-cache; integration: test-libmrd-lookup),
+# on-demand memory's too (test-mr-cache's keys case frees and reallocates both kinds): there a
+# move makes the MR anew, its key back to its size's list, as mlx5 does, so mrd parks on-demand
+# MRs in place, by a PD change.
 # Each with every way a device moves an MR ($MRD_SOFT_REREG): as soft does (move), keeping its
 # keys (keep-keys: mlx5's UMR), or not at all (refuse: rxe, siw). Where keys come back and
 # moves are refused nothing can park, the guarantee does not hold, and the quarantine's case

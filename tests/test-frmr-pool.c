@@ -542,6 +542,34 @@ START_TEST(test_park_made_anew_counts_unparked)
 }
 END_TEST
 
+/* Where a move makes an on-demand MR anew (mlx5): no pool takes one (its park and its reuse
+ * would give its keys back), the quarantine parks it in place, keys kept; pinned ones pool. */
+START_TEST(test_on_demand_parked_in_place)
+{
+	struct provider_mr *odp, *pinned;
+	uint32_t rkey;
+	bool on;
+	uint64_t waiting, unparked;
+
+	frmr_pools_done(&pools);
+	p->caps.keys_come_back = p->caps.odp_move_recreates = true;
+	open_pools(&defaults);
+	odp = reg_pages(0, 2, RW | MRD_ACCESS_ON_DEMAND);
+	pinned = reg_pages(4, 2, RW);
+	ck_assert_ptr_null(odp->pool);
+	ck_assert_ptr_nonnull(pinned->pool);
+	rkey = odp->rkey;
+	ck_assert_int_eq(frmr_pools_dereg(&pools, odp), 0);
+	ck_assert_uint_eq(odp->rkey, rkey); /* parked in place, not moved */
+	ck_assert_int_eq(frmr_pools_dereg(&pools, pinned), 0);
+	ck_assert_uint_eq(pool_of(2, RW).queued, 1);
+	key_quarantine_counts(&pools.quarantine, &on, &waiting, &unparked);
+	ck_assert_uint_eq(waiting, 1);
+	ck_assert_uint_eq(unparked, 0);
+	p->caps.keys_come_back = p->caps.odp_move_recreates = false;
+}
+END_TEST
+
 static int rereg_failing(struct provider_mr *mr, unsigned flags, void *addr, size_t length,
 			 uint64_t iova, unsigned access)
 {
@@ -680,6 +708,7 @@ int main(void)
 	tcase_add_test(tc, test_handle_failing_to_move_destroyed);
 	tcase_add_test(tc, test_handle_parked_with_old_key_destroyed);
 	tcase_add_test(tc, test_park_made_anew_counts_unparked);
+	tcase_add_test(tc, test_on_demand_parked_in_place);
 	tcase_add_test(tc, test_cleanup_in_every_state);
 	tcase_add_test(tc, test_concurrent_pop_push);
 	suite_add_tcase(s, tc);

@@ -63,6 +63,18 @@ static size_t reg_ok(int fd, uint64_t id, const char *name, const uint64_t *star
 	return n_mrs;
 }
 
+static void send_unregister(int fd, uint64_t id, const char *name)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MempoolUnregisterRequest q = MRD__MEMPOOL_UNREGISTER_REQUEST__INIT;
+
+	q.name = (char *)name;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_MEMPOOL_UNREGISTER;
+	req.mempool_unregister = &q;
+	td_send_request(fd, &req, NULL, 0);
+}
+
 static void send_register(int fd, uint64_t id, const char *name, uint64_t start, uint64_t len)
 {
 	td_send_mempool_register(fd, id, name, &start, &len, 1, false);
@@ -703,6 +715,49 @@ START_TEST(test_big_unregister_on_worker)
 }
 END_TEST
 
+/* A replacement (extmem) whose old MRs a worker deregisters waits for them; unregistered
+ * meanwhile, it is answered then, ECANCELED, without reading the registration that went (the
+ * generation checker's pipelining found a read after free there). */
+START_TEST(test_replacement_unregistered_before_its_answer)
+{
+	struct td_blocker b;
+	Mrd__Response *resp;
+	struct client *ca;
+	uint64_t big;
+	int a;
+
+	td_start_one_worker();
+	a = td_hello_client(1000, &ca);
+	big = td_alloc(a, 2, 8 * MiB);
+	ck_assert_uint_eq(reg_ok(a, 3, "p", &big, &(uint64_t){ 8 * MiB }, 1), 1);
+	td_block_worker(&b);
+	/* Small: made here; the old 8 MiB MR goes to the worker, behind the blocker. */
+	td_send_mempool_register(a, 4, "p", &big, &(uint64_t){ 64 * KiB }, 1, true);
+	send_unregister(a, 5, "p"); /* its MR too goes to the worker, which is busy */
+	/* Until the unregistration ran, the worker still held (3 s at most: a few turns). */
+	for (int i = 0; i < 3000 && !LIST_EMPTY(&ca->owner.pools); i++) {
+		td_pump();
+		usleep(1000);
+	}
+	ck_assert(LIST_EMPTY(&ca->owner.pools));
+	td_unblock_worker(&b);
+	for (int i = 0; i < 2; i++) {
+		resp = td_recv_reply(a, NULL, NULL);
+		ck_assert_ptr_nonnull(resp);
+		if (resp->id == 4) {
+			ck_assert_int_eq(resp->status, ECANCELED);
+			ck_assert_ptr_nonnull(strstr(resp->message, "unregistered"));
+		} else {
+			ck_assert_uint_eq(resp->id, 5);
+			ck_assert_int_eq(resp->status, 0);
+		}
+		mrd__response__free_unpacked(resp, NULL);
+	}
+	td_free(a, 6, big, 0); /* nothing holds it now */
+	close(a);
+}
+END_TEST
+
 /* A client whose requests wait for workers keeps each of them, even when a send to it fails
  * (here: it shut its reading side with replies queued): a second waiting request joins the
  * first, never takes its place, and both go once when the client leaves. */
@@ -823,6 +878,7 @@ int main(void)
 	tcase_add_test(tc, test_big_pool_on_worker);
 	tcase_add_test(tc, test_death_while_pool_registers);
 	tcase_add_test(tc, test_big_unregister_on_worker);
+	tcase_add_test(tc, test_replacement_unregistered_before_its_answer);
 	tcase_add_test(tc, test_waiting_requests_all_kept);
 	tcase_add_test(tc, test_failed_shared_mr_not_shared);
 	suite_add_tcase(s, tc);

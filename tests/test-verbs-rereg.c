@@ -38,16 +38,19 @@ static uint32_t next_key = 0x100;
 static struct {
 	int calls, input_errors;
 	int flags, access;
+	struct ibv_pd *pd;
 	void *addr;
 	size_t length;
 } last;
 
 struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
 {
-	static struct ibv_pd pd;
+	static struct ibv_pd pds[2]; /* the domain's, then the parking PD of verbs_park_in_place */
+	static unsigned n;
+	struct ibv_pd *pd = &pds[n++ % 2];
 
-	pd.context = ctx;
-	return &pd;
+	pd->context = ctx;
+	return pd;
 }
 
 int ibv_dealloc_pd(struct ibv_pd *pd) { return 0; }
@@ -85,6 +88,7 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 	last.calls++;
 	last.flags = flags;
 	last.access = access;
+	last.pd = pd;
 	last.addr = addr;
 	last.length = length;
 	/* libibverbs' input checks (libibverbs/verbs.c, above) */
@@ -105,6 +109,8 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 		mr->addr = addr;
 		mr->length = length;
 	}
+	if (flags & IBV_REREG_MR_CHANGE_PD) /* mlx5: a UMR, the mkey kept (hw/mlx5/mr.c) */
+		mr->pd = pd;
 	return 0;
 }
 
@@ -258,6 +264,33 @@ START_TEST(park_grants_nothing)
 }
 END_TEST
 
+/* An on-demand MR parked in place: the PD alone changes, to one of the provider's own, so
+ * that mlx5 keeps the mkey (a move would make the MR anew, hw/mlx5/mr.c:1683); keys kept. */
+START_TEST(park_in_place_changes_the_pd_alone)
+{
+	struct provider_mr *mr;
+	uint32_t rkey;
+
+	driver = FAKE_NEW_KEYS; /* what a move of an on-demand MR does on mlx5 */
+	vp.base.caps.odp = true;
+	ck_assert_int_eq(provider_reg(&vpd.base, buf, (size_t)ps, (uintptr_t)buf,
+				      MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_ON_DEMAND, &mr), 0);
+	rkey = mr->rkey;
+	ck_assert_int_eq(provider_park_in_place(mr), 0);
+	ck_assert_int_eq(last.input_errors, 0);
+	ck_assert_int_eq(last.flags, IBV_REREG_MR_CHANGE_PD);
+	ck_assert_int_eq(last.access, 0);
+	ck_assert_ptr_nonnull(vp.parking_pd);
+	ck_assert_ptr_eq(last.pd, vp.parking_pd);
+	ck_assert_ptr_ne(last.pd, vpd.pd);
+	ck_assert_uint_eq(mr->rkey, rkey);
+	ck_assert_int_eq(vp.stats.parked, 1);
+	ck_assert_int_eq(provider_dereg(mr), 0);
+	ck_assert_int_eq(vp.stats.parked, 0);
+	vp.parking_pd = NULL; /* the fake's: nothing to free */
+}
+END_TEST
+
 /* Where a move is refused, so is parking, before libibverbs is asked. */
 START_TEST(park_refused)
 {
@@ -285,6 +318,7 @@ static Suite *verbs_rereg_suite(void)
 	tcase_add_test(tc, move_passes_access_0);
 	tcase_add_test(tc, park_grants_nothing);
 	tcase_add_test(tc, park_refused);
+	tcase_add_test(tc, park_in_place_changes_the_pd_alone);
 	suite_add_tcase(s, tc);
 	return s;
 }

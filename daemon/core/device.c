@@ -158,9 +158,10 @@ static void device_fail(struct core *core, const char *reason)
 	log_warning("device %s failed (%s): its MRs are dropped and mrd's contexts on it closed; "
 		    "mrd reopens it when it returns", core->provider->caps.device, reason);
 	LIST_FOREACH(d, &core->domains, link) {
+		/* Published before the keys die here (what the device took already, it took). */
+		domain_bump_generation(d);
 		device_unwatch_domain(d);
 		lose_domain(core, d);
-		domain_bump_generation(d);
 		domain_update_status(d);
 	}
 	unwatch(&w->event);

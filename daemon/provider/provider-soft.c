@@ -504,6 +504,7 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->base.caps.atomic = knobs.atomic;
 	sp->base.caps.advise_max = knobs.advise_max;
 	sp->base.caps.keys_come_back = keys_cached;
+	sp->base.caps.odp_move_recreates = keys_cached; /* move_recreates */
 	sp->base.caps.dma = !no_dma;
 	sp->base.caps.no_dma = no_dma;
 	sp->base.caps.dma_emulated = true;
@@ -713,6 +714,34 @@ static void slot_release(struct soft_provider *sp, struct soft_mr *mr)
 		sp->free_head = mr->index;
 	} else
 		slot_retire(sp, mr->index);
+}
+
+/* keys_cached: a move of an on-demand MR makes it anew, as mlx5's rereg does for every ODP MR
+ * (Linux 6.1 drivers/infiniband/hw/mlx5/mr.c:1682-1683, mlx5_ib_rereg_user_mr: "if (!mr->umem
+ * || is_odp_mr(mr) || is_dmabuf_mr(mr)) goto recreate;" -> mlx5_ib_reg_user_mr, mr.c:1713).
+ * The new mkey comes first, from the cache entry of its new size (alloc_cacheable_mr); then
+ * uverbs destroys the old MR (core/uverbs_cmd.c:858, rdma_assign_uobject), whose mkey goes back
+ * to the cache entry of its size (mr.c:1829, mlx5_ib_dereg_mr -> push_mkey), unchanged. */
+static bool move_recreates(const struct soft_provider *sp, const struct soft_mr *mr)
+{
+	return sp->keys_cached && mr->on_demand;
+}
+
+/* move_recreates: mr takes an index of the class of pages pages, and its old index goes back to
+ * its class, to be handed out again by the next MR of that size. Locked. */
+static int recreate(struct soft_provider *sp, struct soft_mr *mr, size_t pages)
+{
+	struct soft_mr old = { .index = mr->index, .key_class = mr->key_class };
+	int r;
+
+	mr->key_class = pages;
+	r = slot_take(sp, mr);
+	if (r < 0) {
+		mr->key_class = old.key_class;
+		return r;
+	}
+	slot_release(sp, &old);
+	return 0;
 }
 
 static struct soft_mr *key_lookup(struct soft_provider *sp, uint32_t key)
@@ -925,6 +954,9 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 			}
 			if (mr->pin_end > mr->pin_start)
 				(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
+		} else if (move_recreates(sp, mr) && (r = recreate(sp, mr, moved.n_pages)) < 0) {
+			free(moved.pages);
+			return r;
 		}
 		free(mr->pages);
 		mr->pages = moved.pages;
@@ -949,21 +981,10 @@ static int soft_rereg(struct provider_mr *base, unsigned flags, void *addr, size
 	return 0;
 }
 
-/* Keeps the index, so the next move takes its next variant; drops the memory, so no key
- * reaches it (key_lookup refuses a parked MR) and nothing stays pinned. Refused where moves
- * are: verbs parks by a move. */
-static int soft_park(struct provider_mr *base)
+/* Off its memory: no key reaches it (key_lookup refuses a parked MR), nothing stays pinned.
+ * Locked. */
+static void detach(struct soft_provider *sp, struct soft_mr *mr)
 {
-	struct soft_mr *mr = (struct soft_mr *)base;
-	struct soft_provider *sp = to_soft(base->pd->provider);
-
-	if (soft_dead(sp) < 0)
-		return soft_dead(sp);
-	if (sp->move_refused)
-		return -EOPNOTSUPP;
-	if (release_fails(sp))
-		return -EIO;
-	wait_no_copies(sp, mr);
 	if (mr->pin_end > mr->pin_start)
 		(void)pin_map_unpin(&sp->pins, mr->pin_start, mr->pin_end);
 	mr->pin_start = mr->pin_end = 0;
@@ -975,9 +996,56 @@ static int soft_park(struct provider_mr *base)
 		sp->stats.mrs--;
 		sp->stats.parked++;
 	}
-	base->addr = base->length = base->iova = 0;
+	mr->base.addr = mr->base.length = mr->base.iova = 0;
+}
+
+/* Keeps the index, so the next move takes its next variant; drops the memory, so no key
+ * reaches it (key_lookup refuses a parked MR) and nothing stays pinned. Refused where moves
+ * are: verbs parks by a move, to its one parking page; so an on-demand MR is made anew where a
+ * move does that (move_recreates): 1, under new keys, its old ones back in their class. */
+static int soft_park(struct provider_mr *base)
+{
+	struct soft_mr *mr = (struct soft_mr *)base;
+	struct soft_provider *sp = to_soft(base->pd->provider);
+	bool recreated = false;
+
+	if (soft_dead(sp) < 0)
+		return soft_dead(sp);
+	if (sp->move_refused)
+		return -EOPNOTSUPP;
+	if (release_fails(sp))
+		return -EIO;
+	wait_no_copies(sp, mr);
+	if (move_recreates(sp, mr) && !mr->parked) {
+		int r = recreate(sp, mr, 1);
+
+		if (r < 0)
+			return r;
+		recreated = true;
+	}
+	detach(sp, mr);
 	if (!sp->move_keeps_keys) /* mlx5 parks by a move to a parking page: the keys stay */
 		base->lkey = base->rkey = 0; /* never a soft key */
+	return recreated;
+}
+
+/* A PD change, in place: the MR goes to a PD no QP uses, so its keys, unchanged and still its
+ * own, reach nothing; what it mapped goes, as nothing could fault it in again. As mlx5 does
+ * for any MR, on-demand ones too: a rereg of the PD alone, its access unchanged, is a UMR on
+ * the same mkey (Linux 6.1 drivers/infiniband/hw/mlx5/mr.c:1647-1658, can_use_umr_rereg_access
+ * -> mlx5r_umr_rereg_pd_access, umr.c:426), before the on-demand check that would make it
+ * anew. Not a move: allowed where moves are refused (rxe's rereg takes a PD change). */
+static int soft_park_in_place(struct provider_mr *base)
+{
+	struct soft_mr *mr = (struct soft_mr *)base;
+	struct soft_provider *sp = to_soft(base->pd->provider);
+
+	if (soft_dead(sp) < 0)
+		return soft_dead(sp);
+	if (release_fails(sp))
+		return -EIO;
+	wait_no_copies(sp, mr);
+	detach(sp, mr);
 	return 0;
 }
 
@@ -1453,6 +1521,7 @@ const struct provider_ops provider_soft_ops = {
 	.rereg = soft_rereg,
 	.dereg = soft_dereg,
 	.park = soft_park,
+	.park_in_place = soft_park_in_place,
 	.advise = soft_advise,
 	.export_pd = soft_export_pd,
 	.dma = soft_dma,

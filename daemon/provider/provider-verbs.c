@@ -37,6 +37,7 @@ struct verbs_provider {
 	struct ibv_context *ctx; /* NULL once lost (verbs_lose) */
 	struct provider_stats stats;
 	void *parking; /* one page that parked MRs point at (verbs_park) */
+	struct ibv_pd *parking_pd; /* no QP's: MRs parked in place (verbs_park_in_place) */
 	/* Everything made on the context: lose and revive go through them, and an event's
 	 * element is mrd's only when it is one of these PDs' loopback QPs or CQs. */
 	LIST_HEAD(, verbs_pd) pds;
@@ -331,6 +332,7 @@ static int verbs_open(const char *device, struct provider **ret)
 	probe_rereg(vp->ctx, &vp->base.caps);
 	vp->base.caps.export_pd = true;
 	vp->base.caps.keys_come_back = true; /* mlx5's mkey cache does; no device says it won't */
+	vp->base.caps.odp_move_recreates = true; /* mlx5 does (hw/mlx5/mr.c); none says it won't */
 	vp->base.caps.dma = !vp->base.caps.no_dma;
 	if (vp->base.caps.no_dma)
 		log_info("verbs: %s: no DMA through keys: %s", vp->base.caps.device,
@@ -352,6 +354,8 @@ static void verbs_close(struct provider *p)
 	struct verbs_provider *vp = to_verbs(p);
 	struct verbs_kept *k;
 
+	if (vp->parking_pd) /* the MRs parked on it went with their pools' quarantine */
+		(void)ibv_dealloc_pd(vp->parking_pd);
 	if (vp->ctx)
 		(void)ibv_close_device(vp->ctx);
 	while ((k = LIST_FIRST(&vp->kept))) {
@@ -639,6 +643,39 @@ static int verbs_park(struct provider_mr *base)
 	return base->lkey != lkey || base->rkey != rkey ? 1 : 0;
 }
 
+/* To a PD of the provider's own that no QP uses, the PD alone changed: mlx5 does that in place
+ * with a UMR on the same mkey, for an on-demand MR too (Linux 6.1 drivers/infiniband/hw/mlx5/
+ * mr.c:1647-1658: without IB_MR_REREG_TRANS and with the access unchanged,
+ * can_use_umr_rereg_access holds and mlx5r_umr_rereg_pd_access runs), where a move would make
+ * it anew and give its mkey back to the cache (mr.c:1683). Its keys then reach nothing: a QP
+ * takes only MRs of its own PD. */
+static int verbs_park_in_place(struct provider_mr *base)
+{
+	struct verbs_provider *vp = to_verbs(base->pd->provider);
+	struct verbs_mr *vmr = (struct verbs_mr *)base;
+	uint32_t lkey = base->lkey, rkey = base->rkey;
+	int r;
+
+	if (vmr->lost || !vp->ctx)
+		return -ENODEV;
+	if (!vmr->mr)
+		return -ESTALE;
+	errno = 0;
+	if (!vp->parking_pd && !(vp->parking_pd = ibv_alloc_pd(vp->ctx)))
+		return negative_errno();
+	r = ibv_rereg_mr(vmr->mr, IBV_REREG_MR_CHANGE_PD, vp->parking_pd, NULL, 0, 0);
+	if (r != 0)
+		return negative_errno(); /* the MR as it was: the caller destroys it */
+	base->lkey = vmr->mr->lkey;
+	base->rkey = vmr->mr->rkey;
+	if (!vmr->parked) {
+		vmr->parked = true;
+		vp->stats.mrs--;
+		vp->stats.parked++;
+	}
+	return base->lkey != lkey || base->rkey != rkey ? 1 : 0;
+}
+
 static int verbs_advise(struct provider_mr *base, enum provider_advice advice, uint64_t iova,
 			size_t length)
 {
@@ -860,6 +897,9 @@ static void verbs_lose(struct provider *p)
 		vp->stats.pinned_bytes -= vmr->pinned;
 		vmr->pinned = 0;
 	}
+	if (vp->parking_pd) /* EBUSY under a kept MR: goes with kept->ctx */
+		(void)ibv_dealloc_pd(vp->parking_pd);
+	vp->parking_pd = NULL;
 	LIST_FOREACH(vpd, &vp->pds, link) { /* NULL ones: a revive that failed partway */
 		pthread_mutex_lock(&vpd->dma_lock);
 		(void)loopback_set(vpd, NULL);
@@ -968,6 +1008,7 @@ const struct provider_ops provider_verbs_ops = {
 	.rereg = verbs_rereg,
 	.dereg = verbs_dereg,
 	.park = verbs_park,
+	.park_in_place = verbs_park_in_place,
 	.advise = verbs_advise,
 	.export_pd = verbs_export_pd,
 	.cmd_fd = verbs_cmd_fd,

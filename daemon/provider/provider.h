@@ -90,6 +90,11 @@ struct provider_caps {
 	/* A released key may be handed out again unchanged by the next registration (mlx5's
 	 * mkey cache; soft with $MRD_SOFT_KEYS=mlx5): mrd's key quarantine must keep it dead. */
 	bool keys_come_back;
+	/* A move (a rereg with a new translation, so a park) of an on-demand MR makes it anew:
+	 * new keys, and the old ones back to the device, to be handed out again where keys come
+	 * back (mlx5 does for every ODP MR, Linux 6.1 drivers/infiniband/hw/mlx5/mr.c:1683). The
+	 * key quarantine parks those in place (park_in_place). */
+	bool odp_move_recreates;
 	bool dma;               /* RDMA through keys (provider_dma) */
 	const char *no_dma;     /* ... and why not, where dma is false (mrctl status says it) */
 	bool dma_emulated;      /* ... by mrd itself (soft): exact errors, counted ODP faults */
@@ -154,6 +159,12 @@ struct provider_ops {
 	 * keys come back (verbs: mlx5's rereg falls back to create_real_mr when its UMR cannot
 	 * make the change, hw/mlx5/mr.c); -EOPNOTSUPP where a move is refused (rxe, siw). */
 	int (*park)(struct provider_mr *mr);
+	/* Parks an MR without moving it: it goes to a PD of the provider's own that no QP uses,
+	 * so its keys stay its own (the device cannot hand them out again) and reach nothing, and
+	 * nothing can fault its pages in; it keeps its translation (for on-demand memory only: a
+	 * pinned MR would stay pinned). Returns 0, 1 (parked, but its keys changed) or -errno
+	 * (the MR as it was). NULL: the provider cannot. */
+	int (*park_in_place)(struct provider_mr *mr);
 	/* ODP prefetch. Called without the provider's lock, since it may take long (soft populates
 	 * pages: 0.4 s a GiB; a device faults them in): it locks what it needs (soft holds the
 	 * MR as a copy does, and takes the lock to check and to install translations; verbs'
@@ -384,6 +395,15 @@ static inline int provider_park(struct provider_mr *mr)
 	if (!p->ops->park)
 		return -EOPNOTSUPP;
 	return PROVIDER_LIVE(p, p->ops->park(mr));
+}
+
+static inline int provider_park_in_place(struct provider_mr *mr)
+{
+	struct provider *p = mr->pd->provider;
+
+	if (!p->ops->park_in_place)
+		return -EOPNOTSUPP;
+	return PROVIDER_LIVE(p, p->ops->park_in_place(mr));
 }
 
 /* In pieces of at most caps.advise_max bytes, unlocked: the op locks what it needs. */

@@ -261,7 +261,10 @@ int frmr_pools_reg(struct frmr_pools *p, void *addr, size_t length, unsigned acc
 	struct provider_mr *mr;
 	int r;
 
-	if (p->off || length == 0 || a + length < a)
+	/* An on-demand MR a move would make anew is no pool's: its park, and its reuse, would
+	 * give keys back to the device (key-quarantine.h, key_quarantine_parks_in_place). */
+	if (p->off || length == 0 || a + length < a ||
+	    ((access & MRD_ACCESS_ON_DEMAND) && p->pd->provider->caps.odp_move_recreates))
 		return provider_reg(p->pd, addr, length, a, access, ret);
 	key = (struct frmr_key){
 		.access = access & ~MRD_ACCESS_ON_DEMAND,

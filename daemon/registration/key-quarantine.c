@@ -56,6 +56,11 @@ void key_quarantine_lost(struct key_quarantine *q, const struct provider_mr *mr,
 									  strerror(-why));
 }
 
+bool key_quarantine_parks_in_place(const struct provider_mr *mr)
+{
+	return (mr->access & MRD_ACCESS_ON_DEMAND) && mr->pd->provider->caps.odp_move_recreates;
+}
+
 int key_quarantine_release(struct key_quarantine *q, struct provider_mr *mr)
 {
 	struct provider_mr *out;
@@ -67,8 +72,10 @@ int key_quarantine_release(struct key_quarantine *q, struct provider_mr *mr)
 		return provider_dereg(mr);
 	/* Parked first: its keys die now, before its memory can go to anyone else. Parked
 	 * under new keys (1), it was made anew: its old keys are the device's already, and
-	 * keeping it would hold nothing back. */
-	r = provider_park(mr);
+	 * keeping it would hold nothing back. An on-demand MR is parked in place where a park
+	 * (a move) would make it anew (caps.odp_move_recreates: mlx5 always does). */
+	r = key_quarantine_parks_in_place(mr) ? provider_park_in_place(mr) :
+						provider_park(mr);
 	if (r != 0) {
 		key_quarantine_lost(q, mr, r);
 		return provider_dereg(mr);

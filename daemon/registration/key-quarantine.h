@@ -34,6 +34,10 @@ struct key_quarantine {
 };
 
 void key_quarantine_init(struct key_quarantine *q, bool on);
+/* Whether mr parks in place (provider.h, park_in_place): on demand, on a device whose move
+ * would make it anew and give its keys back. A handle pool (whose reuse is a move) takes none
+ * of those either. */
+bool key_quarantine_parks_in_place(const struct provider_mr *mr);
 /* Releases mr (in place of provider_dereg): kept parked when on, else destroyed. Returns 0 or
  * what destroying it returned. */
 int key_quarantine_release(struct key_quarantine *q, struct provider_mr *mr);

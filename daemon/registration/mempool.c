@@ -118,8 +118,9 @@ struct pool_mr *mempool_mr_containing(const struct reg_allocation *a, uint64_t a
 /* An unregistration (or a replacement) whose MRs workers deregister: answered when the last
  * is done. */
 struct unreg_ticket {
-	struct mr_waiter *waiter;
+	struct mr_waiter *waiter; /* NULL once answered otherwise (reg_free) */
 	unsigned remaining;
+	struct pool_reg *reg; /* a replacement's: its answer reads it */
 };
 
 /* The MR is gone from the device: its keys are dead, its pages may go. One the device kept
@@ -129,12 +130,8 @@ static void pool_mr_gone(struct registrar *r, struct pool_mr *mr, int k)
 {
 	struct reg_allocation *a = mr->allocation;
 
-	if (mr->pmr) {
-		if (k == 0)
-			r->cache.deregistrations++;
-		/* Keys of that memory are dead now: clients must flush what they cached. */
-		status_page_bump_range(&r->mem->status, mr->start, mr->end);
-	}
+	if (mr->pmr && k == 0)
+		r->cache.deregistrations++;
 	if (mr->pmr && k < 0) {
 		log_warning_errno(k, "domain %s: the device kept mempool MR [0x%" PRIx64 ", 0x%" PRIx64
 				  ") (dereg: %m): its memory is quarantined once freed", r->name,
@@ -187,7 +184,10 @@ static void pool_mr_dereged(struct registrar *r, void *arg, int result)
 
 	pool_mr_gone(r, mr, result);
 	if (t && --t->remaining == 0) {
-		t->waiter->resume(t->waiter, 0, NULL, "");
+		if (t->reg)
+			t->reg->answer = NULL;
+		if (t->waiter)
+			t->waiter->resume(t->waiter, 0, NULL, "");
 		free(t);
 	}
 }
@@ -199,6 +199,12 @@ static void pool_mr_destroy(struct registrar *r, struct pool_mr *mr, struct unre
 {
 	LIST_REMOVE(mr, link);
 	LIST_REMOVE(mr, alloc_link); /* lookups no longer answer with it */
+	/* Its death is published before it dies, wherever the dereg runs: a client that still
+	 * finds the generation it cached at sees a live key (status-page.h). No lookup hands the
+	 * key out after this (it left alloc_link above), so nothing is cached under the new
+	 * generation. */
+	if (mr->pmr)
+		status_page_bump_range(&r->mem->status, mr->start, mr->end);
 	if (mr->pmr && registrar_offload(r, mr->end - mr->start)) {
 		mr->ticket = ticket;
 		if (registrar_dereg_on_worker(r, mr->pmr, pool_mr_dereged, mr) == 0) {
@@ -252,6 +258,15 @@ static void reg_free(struct registrar *r, struct pool_reg *reg, struct unreg_tic
 {
 	struct mr_waiter *w = reg->waiter;
 
+	if (reg->answer) {
+		/* Its answer waits for the MRs it replaced: it is answered now, not with what it
+		 * no longer is, and their last dereg answers nobody. */
+		struct mr_waiter *aw = TAKE_PTR(reg->answer->waiter);
+
+		reg->answer->reg = NULL;
+		aw->resume(aw, -ECANCELED, NULL, "the mempool was unregistered before its "
+			   "replacement was answered");
+	}
 	LIST_REMOVE(reg, link);
 	LIST_REMOVE(reg, owner_link);
 	r->mempools.n_regs--;
@@ -281,9 +296,11 @@ static int reg_settle(struct registrar *r, struct pool_reg *reg, char *why, size
 		 * in attached memory now. */
 		t->waiter = w;
 		reg_free(r, TAKE_PTR(reg->replaces), t);
-		if (t->remaining > 0)
+		if (t->remaining > 0) {
 			error = -EINPROGRESS; /* the last pool_mr_dereged() answers, and frees t */
-		else
+			t->reg = reg;
+			reg->answer = t;
+		} else
 			free(t);
 		t = NULL;
 	}

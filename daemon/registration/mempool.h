@@ -56,6 +56,7 @@ struct pool_reg {
 	struct mr_waiter *waiter;  /* told once none is pending */
 	struct pool_reg *replaces; /* an older registration of the name, dropped once made */
 	struct unreg_ticket *ticket; /* with replaces: answers once the dropped MRs are gone */
+	struct unreg_ticket *answer; /* that ticket, once it waits for them */
 	struct pool_reg *settle_next; /* on a worker's completion: those to settle */
 	size_t n_mrs;
 	struct pool_mr *mrs[]; /* by address */
