@@ -196,3 +196,20 @@ uid_t subuid_owner(const char *path, uid_t uid)
 	fclose(f);
 	return owner;
 }
+
+int process_charged_uid(pid_t pid, uid_t uid, dev_t own_ns_dev, ino_t own_ns_ino,
+			const char *subuid_path, uid_t *ret_owner)
+{
+	uid_t owner;
+	int r = process_owner_uid(pid, uid, own_ns_dev, own_ns_ino, &owner);
+
+	if (r == -EACCES) {
+		/* No CAP_SYS_PTRACE (the shipped unit): newuidmap's ranges still group. */
+		owner = subuid_owner(subuid_path, uid);
+		r = 0;
+	}
+	if (r < 0)
+		return r;
+	*ret_owner = owner;
+	return 0;
+}

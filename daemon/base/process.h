@@ -31,3 +31,12 @@ int process_owner_uid(pid_t pid, uid_t uid, dev_t own_ns_dev, ino_t own_ns_ino,
  * newuidmap maps for a user) hold uid; uid itself when none does, when that is root, or when
  * path cannot be read. */
 uid_t subuid_owner(const char *path, uid_t uid);
+
+/* The user a connection from pid (uid, as SO_PEERCRED has it) is charged to:
+ * process_owner_uid's answer, or uid where mrd may not read the namespaces (-EACCES). Then,
+ * whichever it was, a uid inside a user's range of subuid_path (/etc/subuid) is that user's
+ * (subuid_owner): a setuid binary owned by a user's subordinate uid, run from mrd's own
+ * namespace, is that user whatever mrd's capabilities. Errors as process_owner_uid's, -EACCES
+ * aside. */
+int process_charged_uid(pid_t pid, uid_t uid, dev_t own_ns_dev, ino_t own_ns_ino,
+			const char *subuid_path, uid_t *ret_owner);

@@ -478,12 +478,8 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 			fd_closer_consume(m->closer, fd, (uid_t)-1);
 			continue;
 		}
-		r = process_owner_uid(cred.pid, cred.uid, m->userns_dev, m->userns_ino, &owner);
-		if (r == -EACCES) {
-			/* No CAP_SYS_PTRACE (the shipped unit): newuidmap's ranges still group. */
-			owner = subuid_owner(SUBUID_PATH, cred.uid);
-			r = 0;
-		}
+		r = process_charged_uid(cred.pid, cred.uid, m->userns_dev, m->userns_ino,
+					SUBUID_PATH, &owner);
 		if (r < 0) {
 			/* Its namespace cannot be told, so neither can whom it is charged to. */
 			log_debug_errno(r, "refusing pid %d uid %u: cannot read its user namespace: %m",
