@@ -589,8 +589,12 @@ static int bind_socket(const char *path, unsigned mode, gid_t gid, int *ret_fd)
 	base = slash ? slash + 1 : path;
 	if (!*base)
 		return log_error_errno(-EINVAL, "socket path names a folder: %s", path);
-	snprintf(folder, sizeof(folder), "%.*s", slash ? (int)(slash - path) : 1,
-		 slash ? (slash == path ? "/" : path) : ".");
+	if (!slash)
+		strcpy(folder, ".");
+	else if (slash == path)
+		strcpy(folder, "/");
+	else
+		snprintf(folder, sizeof(folder), "%.*s", (int)(slash - path), path);
 	if (slash && slash != path) {
 		r = socket_folder(folder, gid);
 		if (r < 0)
