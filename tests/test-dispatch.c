@@ -766,11 +766,33 @@ START_TEST(test_subuid_charged_after_the_walk)
 	fprintf(f, "root:200000:65536\n%u:%u:1\n1000:100000:65536\n", (unsigned)want,
 		(unsigned)uid);
 	fclose(f);
+	ck_assert_int_eq(chmod(path, 0644), 0); /* for the asker below */
 	/* The walk itself runs and succeeds: the process is in mrd's namespace. */
 	ck_assert_int_eq(process_owner_uid(pid, uid, ns.st_dev, ns.st_ino, &owner), 0);
 	ck_assert_uint_eq(owner, uid);
 	ck_assert_int_eq(process_charged_uid(pid, uid, ns.st_dev, ns.st_ino, path, &owner), 0);
 	ck_assert_uint_eq(owner, want);
+	if (pid != getpid()) {
+		/* Without CAP_SYS_PTRACE (a process of uid 1000 asks) the walk cannot run: the
+		 * same answer. */
+		int status;
+		pid_t asker = fork();
+
+		ck_assert_int_ge(asker, 0);
+		if (asker == 0) {
+			uid_t o = 0;
+
+			if (setresgid(1000, 1000, 1000) < 0 || setresuid(1000, 1000, 1000) < 0)
+				_exit(2);
+			if (process_owner_uid(pid, uid, ns.st_dev, ns.st_ino, &o) != -EACCES)
+				_exit(3);
+			_exit(process_charged_uid(pid, uid, ns.st_dev, ns.st_ino, path, &o) == 0 &&
+			      o == want ? 0 : 4);
+		}
+		ck_assert_int_eq(waitpid(asker, &status, 0), asker);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			      "without CAP_SYS_PTRACE: status %d", status);
+	}
 	/* Without a range, or with the file gone, the uid is its own. */
 	unlink(path);
 	ck_assert_int_eq(process_charged_uid(pid, uid, ns.st_dev, ns.st_ino, path, &owner), 0);
