@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,7 +148,7 @@ START_TEST(test_socket_mode)
 }
 END_TEST
 
-static void start_logged(const char *config, const char *log);
+static void start_logged(const char *config, const char *log, const char *const *extra);
 static void read_log(const char *log);
 
 /* One number of mrctl's JSON: the first "key": after the first occurrence of after. */
@@ -256,7 +257,7 @@ START_TEST(test_quota_clamped)
 	ck_assert_int_ge(fd, 0);
 	close(fd);
 	start_logged("[quota]\npinned_bytes = 64T\nallocated_bytes = 64T\n[limits]\n"
-		     "pinned_bytes = 64T\n", log);
+		     "pinned_bytes = 64T\n", log, NULL);
 	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
 	mrctl_clients();
 	ck_assert_uint_le(json_u64(out, "\"quota\":", "pinned_bytes"), mem_total());
@@ -297,6 +298,68 @@ START_TEST(test_socket_folder)
 }
 END_TEST
 
+/* --socket in a folder a user owns: that user can swap the socket for a link to a file only
+ * root may change, between mrd's bind and what it does next to the path. bind-swap.so makes
+ * the swap at the worst moment, every time: mrd changes no mode or group through the link,
+ * serves on the path, and warns that the folder is the user's. */
+START_TEST(test_socket_folder_of_a_user)
+{
+	char sock[192], folder[160], secret[192], shim[512], real[PATH_MAX], asan[512];
+	char log[] = "/tmp/mrd-defaults-log.XXXXXX";
+	const char *extra[] = { "--socket", sock, NULL };
+	mrd_client *c = NULL;
+	struct stat st;
+	int fd;
+
+	if (geteuid() != 0) {
+		printf("test_socket_folder_of_a_user: not run: needs root (mrd as root, a folder "
+		       "another user owns)\n");
+		return;
+	}
+	ck_assert_ptr_nonnull(realpath(test_build_path("tests/.libs/bind-swap.so", shim,
+						       sizeof(shim)), real));
+	snprintf(conf_dir, sizeof(conf_dir), "/tmp/mrd-defaults.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(conf_dir));
+	ck_assert_int_eq(chmod(conf_dir, 0755), 0);
+	snprintf(folder, sizeof(folder), "%s/run", conf_dir);
+	ck_assert_int_eq(mkdir(folder, 0755), 0);
+	ck_assert_int_eq(chown(folder, 65534, 65534), 0);
+	snprintf(sock, sizeof(sock), "%s/mrd.sock", folder);
+	snprintf(secret, sizeof(secret), "%s/secret", conf_dir);
+	fd = open(secret, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	fd = mkstemp(log);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	/* This test runs in a child of its own: the environment goes with it. */
+	setenv("LD_PRELOAD", real, 1);
+	setenv("MRD_TEST_SWAP_PATH", sock, 1);
+	setenv("MRD_TEST_SWAP_TARGET", secret, 1);
+	snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0",
+		 getenv("ASAN_OPTIONS") ? getenv("ASAN_OPTIONS") : "",
+		 getenv("ASAN_OPTIONS") ? ":" : "");
+	setenv("ASAN_OPTIONS", asan, 1);
+	start_logged(NULL, log, extra);
+	unsetenv("LD_PRELOAD");
+	ck_assert_int_eq(stat(secret, &st), 0);
+	ck_assert_msg((st.st_mode & 07777) == 0600 && st.st_gid == 0,
+		      "mrd changed %s through the link: mode %o, gid %u", secret,
+		      st.st_mode & 07777, (unsigned)st.st_gid);
+	ck_assert_int_eq(lstat(sock, &st), 0);
+	ck_assert_msg(S_ISSOCK(st.st_mode), "%s is no socket (mode %o)", sock, st.st_mode);
+	ck_assert_msg((st.st_mode & 07777) == 0666, "socket mode %o", st.st_mode & 07777);
+	ck_assert_int_eq(mrd_client_connect(sock, &c), 0);
+	ck_assert_int_eq(mrd_client_ping(c), 0);
+	mrd_client_close(c);
+	ck_assert_int_eq(mrd_proc_stop(&mrd), 0);
+	read_log(log);
+	unlink(log);
+	ck_assert_msg(strstr(out, "belongs to uid 65534"), "no warning of the folder in:\n%s", out);
+	ck_assert_int_eq(lstat(sock, &st), -1); /* removed at exit */
+}
+END_TEST
+
 /* [mrd] socket_group and socket_mode say who may connect: here everyone (as the other
  * suites have it, whose clients run as several users). */
 START_TEST(test_socket_settings)
@@ -313,7 +376,7 @@ START_TEST(test_socket_settings)
 END_TEST
 
 /* Runs mrd as p->config says, with its stderr in log (the helper leaves it on ours). */
-static void start_logged(const char *config, const char *log)
+static void start_logged(const char *config, const char *log, const char *const *extra)
 {
 	int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600), saved = dup(2);
 
@@ -321,7 +384,7 @@ static void start_logged(const char *config, const char *log)
 	ck_assert_int_ge(saved, 0);
 	ck_assert_int_eq(dup2(fd, 2), 2);
 	close(fd);
-	fd = mrd_proc_start(&mrd, config, NULL);
+	fd = mrd_proc_start(&mrd, config, extra);
 	ck_assert_int_eq(dup2(saved, 2), 2);
 	close(saved);
 	ck_assert_int_eq(fd, 0);
@@ -354,7 +417,7 @@ START_TEST(test_memlock_warning)
 		unlink(log);
 		return;
 	}
-	start_logged(NULL, log);
+	start_logged(NULL, log, NULL);
 	ck_assert_int_eq(mrd_proc_stop(&mrd), 0);
 	read_log(log);
 	ck_assert_msg(strstr(out, "CAP_IPC_LOCK") == NULL, "%s", out);
@@ -364,7 +427,7 @@ START_TEST(test_memlock_warning)
 	snprintf(prefix, sizeof(prefix), "setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock %s",
 		 wrapper ? wrapper : "");
 	setenv("MRD_TEST_WRAPPER", prefix, 1);
-	start_logged(NULL, log);
+	start_logged(NULL, log, NULL);
 	ck_assert_int_eq(mrd_proc_stop(&mrd), 0);
 	read_log(log);
 	unlink(log);
@@ -487,6 +550,7 @@ int main(void)
 	}
 	tcase_add_test(other, test_quota_clamped);
 	tcase_add_test(other, test_socket_folder);
+	tcase_add_test(other, test_socket_folder_of_a_user);
 	tcase_add_test(other, test_socket_settings);
 	tcase_add_test(other, test_memlock_warning);
 	tcase_add_test(other, test_raw_capabilities_dropped);

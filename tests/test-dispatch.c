@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -702,7 +704,7 @@ START_TEST(test_subuid_owner)
 	FILE *f = fdopen(fd, "w");
 
 	ck_assert_ptr_nonnull(f);
-	fputs("garbage\nroot:200000:65536\n1000:100000:65536\nnobody:300000:10\n", f);
+	fputs("garbage\n1001:0:1\nroot:200000:65536\n1000:100000:65536\nnobody:300000:10\n", f);
 	fclose(f);
 	ck_assert_uint_eq(subuid_owner(path, 100000), 1000);
 	ck_assert_uint_eq(subuid_owner(path, 165535), 1000);
@@ -710,8 +712,92 @@ START_TEST(test_subuid_owner)
 	ck_assert_uint_eq(subuid_owner(path, 300009), 65534); /* by name */
 	ck_assert_uint_eq(subuid_owner(path, 200005), 200005); /* root's: its own */
 	ck_assert_uint_eq(subuid_owner(path, 1000), 1000);
+	ck_assert_uint_eq(subuid_owner(path, 0), 0); /* root is root, whatever a range says */
 	unlink(path);
 	ck_assert_uint_eq(subuid_owner(path, 100000), 100000); /* no file */
+}
+END_TEST
+
+/* A process running as a subordinate uid, from mrd's own user namespace (a setuid binary a
+ * user made in its namespace, run outside): the namespace walk succeeds and tells nothing, and
+ * /etc/subuid still charges it to the range's owner. As root: a child on uid 100005 of uid
+ * 1000's range; otherwise this process, on a range made of its own uid. */
+START_TEST(test_subuid_charged_after_the_walk)
+{
+	char path[] = "/tmp/mrd-subuid.XXXXXX";
+	int fd = mkstemp(path), go[2];
+	uid_t uid = geteuid(), want = 4242, owner = 0;
+	pid_t pid = getpid();
+	struct stat ns;
+	FILE *f = fdopen(fd, "w");
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(stat("/proc/self/ns/user", &ns), 0);
+	ck_assert_int_eq(pipe2(go, O_CLOEXEC), 0);
+	if (uid == 0) {
+		uid = 100005;
+		want = 1000;
+		pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			char c;
+
+			close(go[1]);
+			if (setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0)
+				_exit(1);
+			(void)!read(go[0], &c, 1); /* until the parent is done */
+			_exit(0);
+		}
+		/* Until the child runs as uid: the walk answers for that process only. */
+		for (uid_t euid = 0; euid != uid;) {
+			char p[64];
+			struct stat st;
+
+			snprintf(p, sizeof(p), "/proc/%d", (int)pid);
+			ck_assert_int_eq(stat(p, &st), 0);
+			euid = st.st_uid;
+			if (euid != uid)
+				usleep(1000);
+		}
+	}
+	fprintf(f, "root:200000:65536\n%u:%u:1\n1000:100000:65536\n", (unsigned)want,
+		(unsigned)uid);
+	fclose(f);
+	ck_assert_int_eq(chmod(path, 0644), 0); /* for the asker below */
+	/* The walk itself runs and succeeds: the process is in mrd's namespace. */
+	ck_assert_int_eq(process_owner_uid(pid, uid, ns.st_dev, ns.st_ino, &owner), 0);
+	ck_assert_uint_eq(owner, uid);
+	ck_assert_int_eq(process_charged_uid(pid, uid, ns.st_dev, ns.st_ino, path, &owner), 0);
+	ck_assert_uint_eq(owner, want);
+	if (pid != getpid()) {
+		/* Without CAP_SYS_PTRACE (a process of uid 1000 asks) the walk cannot run: the
+		 * same answer. */
+		int status;
+		pid_t asker = fork();
+
+		ck_assert_int_ge(asker, 0);
+		if (asker == 0) {
+			uid_t o = 0;
+
+			if (setresgid(1000, 1000, 1000) < 0 || setresuid(1000, 1000, 1000) < 0)
+				_exit(2);
+			if (process_owner_uid(pid, uid, ns.st_dev, ns.st_ino, &o) != -EACCES)
+				_exit(3);
+			_exit(process_charged_uid(pid, uid, ns.st_dev, ns.st_ino, path, &o) == 0 &&
+			      o == want ? 0 : 4);
+		}
+		ck_assert_int_eq(waitpid(asker, &status, 0), asker);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			      "without CAP_SYS_PTRACE: status %d", status);
+	}
+	/* Without a range, or with the file gone, the uid is its own. */
+	unlink(path);
+	ck_assert_int_eq(process_charged_uid(pid, uid, ns.st_dev, ns.st_ino, path, &owner), 0);
+	ck_assert_uint_eq(owner, uid);
+	close(go[1]);
+	close(go[0]);
+	if (pid != getpid())
+		ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
 }
 END_TEST
 
@@ -1045,6 +1131,7 @@ static Suite *dispatch_suite(void)
 	tcase_add_test(tc, test_client_limit);
 	tcase_add_test(tc, test_clients_per_user);
 	tcase_add_test(tc, test_subuid_owner);
+	tcase_add_test(tc, test_subuid_charged_after_the_walk);
 	tcase_add_test(tc, test_status_shows_provider);
 	tcase_add_test(tc, test_export_pd_domains);
 	tcase_add_test(tc, test_domain_after_check);

@@ -22,12 +22,20 @@ bool process_gone(pid_t pid, uid_t uid, uint64_t start_time);
  * mrd's user namespace (st_dev and st_ino of /proc/self/ns/user; 0: unknown, then uid).
  * -ESRCH when pid no longer runs as uid: it exited and the pid went to another process, or it
  * changed uid, so its namespace tells nothing. -EACCES when mrd may not read the namespace of
- * another user's process (it lacks CAP_SYS_PTRACE, as under the shipped unit): subuid_owner
- * is what is left. */
+ * another user's process (it lacks CAP_SYS_PTRACE, as under the shipped unit). */
 int process_owner_uid(pid_t pid, uid_t uid, dev_t own_ns_dev, ino_t own_ns_ino,
 		      uid_t *ret_owner);
 
 /* The user whose subordinate uids (path: /etc/subuid, "user:first:count" lines, the ranges
- * newuidmap maps for a user) hold uid; uid itself when none does, when that is root, or when
- * path cannot be read. */
+ * newuidmap maps for a user) hold uid; uid itself when none does, when that user is root, when
+ * uid is root, or when path cannot be read. */
 uid_t subuid_owner(const char *path, uid_t uid);
+
+/* The user a connection from pid (uid, as SO_PEERCRED has it) is charged to:
+ * process_owner_uid's answer, or uid where mrd may not read the namespaces (-EACCES). Then,
+ * whichever it was, a uid inside a user's range of subuid_path (/etc/subuid) is that user's
+ * (subuid_owner): a setuid binary owned by a user's subordinate uid, run from mrd's own
+ * namespace, is that user whatever mrd's capabilities. Errors as process_owner_uid's, -EACCES
+ * aside. */
+int process_charged_uid(pid_t pid, uid_t uid, dev_t own_ns_dev, ino_t own_ns_ino,
+			const char *subuid_path, uid_t *ret_owner);

@@ -10,6 +10,7 @@
 #include "control/client.h"
 #include "control/dispatch.h"
 #include "base/fd-closer.h"
+#include "escape.h"
 #include "log.h"
 #include "control/manager.h"
 #include "core/device.h"
@@ -140,9 +141,12 @@ static void reply_set_error(struct reply *r, int error)
  * client is never left waiting for an answer that cannot be sent. */
 static int reply_pack(struct client *c, struct reply *r, uint8_t **buf, size_t *len)
 {
+	char escaped[sizeof(r->message)];
 	size_t want, max = WIRE_FRAME_MAX;
 	int k;
 
+	/* A proto3 string must be UTF-8, and what a request held (a name) is echoed in it. */
+	memcpy(r->message, text_escape(r->message, 0, escaped, sizeof(escaped)), sizeof(escaped));
 	r->resp.message = r->message;
 	k = wire_pack(&r->resp.base, max, buf, len);
 	if (k == 0 && *len > REPLY_ALWAYS_FITS && *len > (max = reply_max(c))) {

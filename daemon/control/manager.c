@@ -492,12 +492,8 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 			fd_closer_consume(m->closer, fd, (uid_t)-1);
 			continue;
 		}
-		r = process_owner_uid(cred.pid, cred.uid, m->userns_dev, m->userns_ino, &owner);
-		if (r == -EACCES) {
-			/* No CAP_SYS_PTRACE (the shipped unit): newuidmap's ranges still group. */
-			owner = subuid_owner(SUBUID_PATH, cred.uid);
-			r = 0;
-		}
+		r = process_charged_uid(cred.pid, cred.uid, m->userns_dev, m->userns_ino,
+					SUBUID_PATH, &owner);
 		if (r < 0) {
 			/* Its namespace cannot be told, so neither can whom it is charged to. */
 			log_debug_errno(r, "refusing pid %d uid %u: cannot read its user namespace: %m",
@@ -538,8 +534,9 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 
 /* Creates the socket's folder (/run/mrd) when missing, as mrd.tmpfiles would: 0755 whatever
  * the umask, in the socket's group; its parent must exist. One that exists is left as it is,
- * with a warning when others than its owner may replace the socket in it. */
-static int socket_folder(char *folder, gid_t gid)
+ * with a warning when others than root (and mrd's own user) may replace the socket in it: its
+ * owner, or its group or everyone where it is writable to them without the sticky bit. */
+static int socket_folder(const char *folder, gid_t gid)
 {
 	struct stat st;
 
@@ -554,76 +551,129 @@ static int socket_folder(char *folder, gid_t gid)
 		return log_error_errno(-errno, "cannot stat %s: %m", folder);
 	if (!S_ISDIR(st.st_mode))
 		return log_error_errno(-ENOTDIR, "%s is not a folder", folder);
-	if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
+	if (st.st_uid != 0 && st.st_uid != geteuid())
+		log_warning("%s belongs to uid %u, who can replace mrd's socket there; give it to "
+			    "root, mode 0755", folder, (unsigned)st.st_uid);
+	else if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
 		log_warning("%s is writable by others (mode %04o): they can replace mrd's socket "
 			    "there; make it 0755", folder, (unsigned)(st.st_mode & 07777));
 	return 0;
 }
 
+/* Whether path holds a socket another mrd serves: -EADDRINUSE; 0 when nothing is there or
+ * what is there can go (a stale socket). */
+static int socket_in_use(const char *path, const struct sockaddr_un *sa)
+{
+	_cleanup_close_ int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	if (probe < 0)
+		return log_error_errno(-errno, "socket: %m");
+	if (connect(probe, (const struct sockaddr *)sa, sizeof(*sa)) == 0)
+		return log_error_errno(-EADDRINUSE, "another mrd is serving %s", path);
+	if (errno == ENOENT)
+		return 0;
+	if (errno != ECONNREFUSED)
+		return log_error_errno(-errno, "%s exists and is not a socket we can replace: %m",
+				       path);
+	log_info("replacing stale socket %s", path);
+	return 0;
+}
+
 /* Binds path, replacing a stale socket but never a live mrd's; the socket gets mode and gid
- * ([mrd] socket_mode, socket_group), and no one else gets in before they are set. */
+ * ([mrd] socket_mode, socket_group) before anyone can reach it. It is made in a folder of
+ * mrd's own beside path (mkdtemp: 0700, nobody else can put a link in it), bound through
+ * /proc/self/fd and set up by name relative to that folder's descriptor, then renamed into
+ * place: a user who may write the socket's folder never gets mrd to chown or chmod another
+ * file through a link (a name swapped between bind and chmod did). */
 static int bind_socket(const char *path, unsigned mode, gid_t gid, int *ret_fd)
 {
-	_cleanup_close_ int fd = -1;
+	_cleanup_close_ int fd = -1, parent = -1, own = -1;
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	char *slash;
+	char folder[sizeof(sa.sun_path)], tmp[sizeof(sa.sun_path) + 32];
+	const char *base, *slash = strrchr(path, '/');
+	const char *own_name;
+	struct stat st = { 0 }, again;
 	mode_t old_umask;
+	bool bound = false;
 	int r;
 
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return log_error_errno(-ENAMETOOLONG, "socket path too long: %s", path);
 	strcpy(sa.sun_path, path);
-
-	slash = strrchr(sa.sun_path, '/');
-	if (slash && slash != sa.sun_path) {
-		*slash = '\0';
-		r = socket_folder(sa.sun_path, gid);
+	base = slash ? slash + 1 : path;
+	if (!*base)
+		return log_error_errno(-EINVAL, "socket path names a folder: %s", path);
+	if (!slash)
+		strcpy(folder, ".");
+	else if (slash == path)
+		strcpy(folder, "/");
+	else
+		snprintf(folder, sizeof(folder), "%.*s", (int)(slash - path), path);
+	if (slash && slash != path) {
+		r = socket_folder(folder, gid);
 		if (r < 0)
 			return r;
-		*slash = '/';
 	}
+	r = socket_in_use(path, &sa);
+	if (r < 0)
+		return r;
 
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return log_error_errno(-errno, "socket: %m");
-
-	/* Root's alone until chown and chmod below (the kernel checks write permission on the
-	 * socket at connect). */
+	parent = open(folder, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (parent < 0)
+		return log_error_errno(-errno, "cannot open %s: %m", folder);
+	snprintf(tmp, sizeof(tmp), "%s/.mrd-bind.XXXXXX", folder);
+	if (!mkdtemp(tmp))
+		return log_error_errno(-errno, "cannot make a folder beside %s: %m", path);
+	own_name = strrchr(tmp, '/') + 1;
+	own = openat(parent, own_name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (own < 0 || fstat(own, &st) < 0 || st.st_uid != geteuid() ||
+	    (st.st_mode & 07777) != 0700) {
+		r = log_error_errno(own < 0 ? -errno : -EPERM, "%s changed under mrd: not binding "
+				    "there", tmp);
+		goto out;
+	}
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/s", own);
+	/* Root's alone until fchownat and fchmodat below (the kernel checks write permission on
+	 * the socket at connect). */
 	old_umask = umask(0177);
 	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
-	if (r == -EADDRINUSE) {
-		_cleanup_close_ int probe = -1;
-
-		probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-		if (probe < 0)
-			r = log_error_errno(-errno, "socket: %m");
-		else if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0)
-			r = log_error_errno(-EADDRINUSE, "another mrd is serving %s", path);
-		else if (errno != ECONNREFUSED)
-			r = log_error_errno(-errno, "%s exists and is not a socket we can replace: %m",
-					    path);
-		else {
-			log_info("removing stale socket %s", path);
-			r = unlink(path) < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ?
-				    log_error_errno(-errno, "cannot bind %s: %m", path) : 0;
-		}
-	} else if (r < 0)
-		log_error_errno(r, "cannot bind %s: %m", path);
 	umask(old_umask);
-	if (r < 0)
-		return r;
+	if (r < 0) {
+		log_error_errno(r, "cannot bind %s: %m", path);
+		goto out;
+	}
+	bound = true;
 	/* Who may connect: the socket's group (identity still comes from SO_PEERCRED, limits
-	 * from quotas). */
-	if (chown(path, (uid_t)-1, gid) < 0 || chmod(path, mode) < 0) {
+	 * from quotas). Only mrd writes in its folder: these names are its socket's. */
+	if (fchownat(own, "s", (uid_t)-1, gid, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    fchmodat(own, "s", mode, 0) < 0) {
 		r = log_error_errno(-errno, "cannot give %s group %u and mode %04o: %m", path,
 				    (unsigned)gid, mode);
-		(void)unlink(path);
-		return r;
+		goto out;
 	}
-	if (listen(fd, SOMAXCONN) < 0)
-		return log_error_errno(-errno, "listen: %m");
+	/* rename replaces whatever has the name now, a link included, and follows nothing. */
+	if (renameat(own, "s", parent, base) < 0) {
+		r = log_error_errno(-errno, "cannot put the socket at %s: %m", path);
+		goto out;
+	}
+	bound = false;
+	if (listen(fd, SOMAXCONN) < 0) {
+		r = log_error_errno(-errno, "listen: %m");
+		(void)unlinkat(parent, base, 0);
+		goto out;
+	}
 	*ret_fd = TAKE_FD(fd);
-	return 0;
+out:
+	if (bound)
+		(void)unlinkat(own, "s", 0);
+	/* The name may have been moved by whoever owns the folder: only mrd's own goes. */
+	if (fstatat(parent, own_name, &again, AT_SYMLINK_NOFOLLOW) == 0 && own >= 0 &&
+	    again.st_dev == st.st_dev && again.st_ino == st.st_ino)
+		(void)unlinkat(parent, own_name, AT_REMOVEDIR);
+	return r;
 }
 
 /* A listening socket passed to mrd: systemd's (socket activation), or its own across a

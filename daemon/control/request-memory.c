@@ -91,14 +91,26 @@ int request_alloc_check(const Mrd__Request *req, struct reply *r)
 	}
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 
-	/* The pages the alias takes: the size rounded up, as the allocation will be. */
-	if (q->alias % page || q->size > UINT64_MAX - page ||
-	    q->alias > UINT64_MAX - (q->size + page - 1) / page * page ||
-	    (q->alias && (q->flags & (MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE |
-				      MRD__ALLOC_FLAGS__ALLOC_ODP)))) {
-		reply_set_message(r, "alias 0x%" PRIx64 " of %" PRIu64 " bytes: not page-aligned, "
-				  "past the end of the address space, or with huge pages or on "
-				  "demand", q->alias, q->size);
+	/* The pages it takes: the size rounded up, as the allocation will be. */
+	if (q->size > UINT64_MAX - (page - 1)) {
+		reply_set_message(r, "a size of %" PRIu64 " bytes: rounded up to whole pages it "
+				  "passes 2^64", q->size);
+		return -EINVAL;
+	}
+	if (q->alias % page) {
+		reply_set_message(r, "alias 0x%" PRIx64 " is not page-aligned (pages of %" PRIu64
+				  " bytes)", q->alias, page);
+		return -EINVAL;
+	}
+	if (q->alias > UINT64_MAX - (q->size + page - 1) / page * page) {
+		reply_set_message(r, "%" PRIu64 " bytes at alias 0x%" PRIx64 " pass the end of the "
+				  "address space", q->size, q->alias);
+		return -EINVAL;
+	}
+	if (q->alias &&
+	    (q->flags & (MRD__ALLOC_FLAGS__ALLOC_HUGEPAGE | MRD__ALLOC_FLAGS__ALLOC_ODP))) {
+		reply_set_message(r, "an alias takes neither huge pages nor on-demand memory: it is "
+				  "a program's own buffer");
 		return -EINVAL;
 	}
 	if ((q->span_offset || q->span_length) &&

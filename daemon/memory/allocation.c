@@ -298,6 +298,13 @@ int allocation_attach(struct memory *m, struct allocation *a, struct mem_owner *
 	else if (r == -EPERM)
 		snprintf(why, why_size, "the memfd must be sealed against shrinking "
 					"(F_ADD_SEALS with F_SEAL_SHRINK)");
+	else if (r == -EROFS) {
+		snprintf(why, why_size, "the memfd is sealed against writes (F_SEAL_WRITE or "
+					"F_SEAL_FUTURE_WRITE): mrd maps attached memory writable");
+		r = -EPERM;
+	} else if (r == -EACCES)
+		snprintf(why, why_size, "the memfd was opened read-only: mrd maps attached memory "
+					"writable (send a descriptor opened O_RDWR)");
 	else if (r == -EINVAL)
 		snprintf(why, why_size, "offset and length must be page-aligned and inside the file");
 	else if (r == -ENOSPC) {

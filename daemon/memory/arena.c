@@ -220,14 +220,17 @@ int arena_new_external(struct memory *m, int memfd, uint64_t offset, uint64_t le
 		return r;
 	if (!(info.seals & F_SEAL_SHRINK))
 		return -EPERM;
+	if (info.seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE))
+		return -EROFS;
 	if (length == 0 || offset % info.page_size || length % info.page_size ||
 	    offset + length < offset || offset + length > info.size)
 		return -EINVAL;
-	return arena_wrap(m, memfd,
-			  &(struct arena_place){ .size = length, .file_offset = offset,
-						 .page_size = info.page_size,
-						 .hugetlb = info.hugetlb, .external = true },
-			  false, ret);
+	r = arena_wrap(m, memfd,
+		       &(struct arena_place){ .size = length, .file_offset = offset,
+					      .page_size = info.page_size,
+					      .hugetlb = info.hugetlb, .external = true },
+		       false, ret);
+	return r == -EPERM ? -EROFS : r; /* mmap: a seal against writes added since */
 }
 
 int arena_adopt(struct memory *m, int memfd, const struct arena_place *place, struct arena **ret)

@@ -37,7 +37,9 @@ struct arena {
 int arena_new(struct memory *m, uint64_t min_size, bool hugetlb, struct arena **ret);
 
 /* Maps [offset, offset + length) of a client's memfd (consumed on success) into the window.
- * The memfd must be sealed against shrinking so it can never vanish under a mapping. */
+ * The memfd must be sealed against shrinking so it can never vanish under a mapping (-EPERM),
+ * and not against writes (-EROFS: the mapping is writable); -EACCES when it was opened
+ * read-only. */
 int arena_new_external(struct memory *m, int memfd, uint64_t offset, uint64_t length,
 		       struct arena **ret);
 

@@ -56,28 +56,68 @@ static int read_line(const char *path, char *buf, size_t size)
 	return 0;
 }
 
+/* What a file of this mode is, for a refusal. */
+static const char *file_kind(mode_t mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFREG:
+		return "a regular file";
+	case S_IFDIR:
+		return "a directory";
+	case S_IFIFO:
+		return "a pipe";
+	case S_IFSOCK:
+		return "a socket";
+	case S_IFBLK:
+		return "a block device";
+	case S_IFLNK:
+		return "a symbolic link";
+	case 0:
+		return "an anonymous file (eventfd, epoll, ...)";
+	default:
+		return "a file of no known kind";
+	}
+}
+
 int uverbs_fd_device(int fd, const char *sysfs_root, char *ibdev, size_t ibdev_size, char *why,
 		     size_t why_size)
 {
 	char dir[512], path[1024], line[64];
-	struct stat st;
+	struct statx stx;
 	struct dirent *e;
+	dev_t rdev;
 	DIR *d;
 	int r = -ENOTTY;
 
-	if (fstat(fd, &st) < 0) {
-		snprintf(why, why_size, "no such file descriptor");
-		return -EBADF;
-	}
-	if (!S_ISCHR(st.st_mode)) {
-		snprintf(why, why_size, "not a character device, so no uverbs command file");
+	/* AT_STATX_DONT_SYNC: what the kernel holds of the inode. fstat asks a FUSE file's server
+	 * whenever its attributes are stale, and one that never answers froze mrd's loop. */
+	if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE, &stx) < 0) {
+		r = negative_errno();
+		if (r == -EBADF) {
+			snprintf(why, why_size, "no such file descriptor");
+			return r;
+		}
+		snprintf(why, why_size, "mrd cannot tell what file it is (statx: %s), so no uverbs "
+			 "command file", strerror(-r));
 		return -ENOTTY;
 	}
+	if (!(stx.stx_mask & STATX_TYPE)) {
+		/* FUSE without allow_other tells mrd nothing of its files. */
+		snprintf(why, why_size, "its filesystem does not tell mrd what file it is, so no "
+			 "uverbs command file");
+		return -ENOTTY;
+	}
+	if (!S_ISCHR(stx.stx_mode)) {
+		snprintf(why, why_size, "%s, not a character device, so no uverbs command file",
+			 file_kind(stx.stx_mode));
+		return -ENOTTY;
+	}
+	rdev = makedev(stx.stx_rdev_major, stx.stx_rdev_minor);
 	snprintf(dir, sizeof(dir), "%s/class/infiniband_verbs", sysfs_root);
 	d = opendir(dir);
 	if (!d) {
 		snprintf(why, why_size, "character device %u:%u is no uverbs device (no %s)",
-			 major(st.st_rdev), minor(st.st_rdev), dir);
+			 major(rdev), minor(rdev), dir);
 		return -ENOTTY;
 	}
 	while (r < 0 && (e = readdir(d))) {
@@ -87,7 +127,7 @@ int uverbs_fd_device(int fd, const char *sysfs_root, char *ibdev, size_t ibdev_s
 			continue;
 		snprintf(path, sizeof(path), "%s/%s/dev", dir, e->d_name);
 		if (read_line(path, line, sizeof(line)) < 0 ||
-		    sscanf(line, "%u:%u", &maj, &min) != 2 || makedev(maj, min) != st.st_rdev)
+		    sscanf(line, "%u:%u", &maj, &min) != 2 || makedev(maj, min) != rdev)
 			continue;
 		snprintf(path, sizeof(path), "%s/%s/ibdev", dir, e->d_name);
 		if (read_line(path, ibdev, ibdev_size) == 0 && *ibdev)
@@ -96,7 +136,7 @@ int uverbs_fd_device(int fd, const char *sysfs_root, char *ibdev, size_t ibdev_s
 	closedir(d);
 	if (r < 0)
 		snprintf(why, why_size, "character device %u:%u is no uverbs device",
-			 major(st.st_rdev), minor(st.st_rdev));
+			 major(rdev), minor(rdev));
 	return r;
 }
 

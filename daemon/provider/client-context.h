@@ -18,8 +18,10 @@ struct client_mr {
 };
 
 /* The RDMA device whose uverbs character device fd is, looked up under sysfs_root ("/sys" in
- * mrd: class/infiniband_verbs/uverbsN/{dev,ibdev}); its name goes to ibdev. -ENOTTY (with why):
- * fd is no uverbs device; -EBADF: no fd. Only fstat and sysfs: nothing of fd is read. */
+ * mrd: class/infiniband_verbs/uverbsN/{dev,ibdev}); its name goes to ibdev. -ENOTTY (with why,
+ * which names what fd is instead): fd is no uverbs device, or its kind cannot be told; -EBADF:
+ * no fd. Nothing of fd is read, and its filesystem is asked nothing (a FUSE server that never
+ * answers): statx without a sync, and sysfs. */
 int uverbs_fd_device(int fd, const char *sysfs_root, char *ibdev, size_t ibdev_size, char *why,
 		     size_t why_size);
 
