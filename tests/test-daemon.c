@@ -265,7 +265,7 @@ void td_block_pool(struct td_blocker *b, struct worker_pool *pool)
 {
 	*b = (struct td_blocker){ .work = { .run = blocker_run, .done = blocker_done } };
 	ck_assert_int_eq(pipe(b->fd), 0);
-	worker_pool_submit(pool, &b->work);
+	worker_pool_submit(pool, &b->work, b);
 }
 
 void td_block_worker(struct td_blocker *b) { td_block_pool(b, td_manager->core.workers); }

@@ -17,7 +17,11 @@ struct work {
 int worker_pool_new(struct event_base *base, unsigned n_threads, struct worker_pool **ret);
 /* Runs every job already submitted to its end (done included), then stops. NULL-safe. */
 struct worker_pool *worker_pool_free(struct worker_pool *p);
-void worker_pool_submit(struct worker_pool *p, struct work *w);
+/* key: whose job it is (a domain's; the pool knows no more of it than its address). Jobs of
+ * one key start in the order submitted; keys take turns, and one key holds at most all workers
+ * but one (the only one, in a pool of one), so that another key's job never waits behind a
+ * queue of the first's. */
+void worker_pool_submit(struct worker_pool *p, struct work *w, const void *key);
 
 /* For a helper thread of mrd (a worker, the fd closer): signals are the loop's, blocked here
  * (faults still come). */

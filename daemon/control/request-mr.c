@@ -287,7 +287,7 @@ int request_dma(struct client *c, struct domain *d, const Mrd__Request *req,
 	j->q = *q;
 	j->base.id = req->id;
 	request_wait(c, &j->base);
-	worker_pool_submit(c->manager->core.dma_worker, &j->work);
+	worker_pool_submit(c->manager->core.dma_worker, &j->work, &d->mem);
 	return -EINPROGRESS;
 }
 

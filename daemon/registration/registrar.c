@@ -143,7 +143,7 @@ void registrar_job(struct registrar *r, struct registrar_work *w,
 
 void registrar_submit(struct registrar_work *w)
 {
-	worker_pool_submit(*w->reg->workers, &w->work);
+	worker_pool_submit(*w->reg->workers, &w->work, w->reg->mem);
 }
 
 /* One MR on a worker: a mempool's, a registration that lost a race, an on-demand child. */

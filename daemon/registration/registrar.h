@@ -134,7 +134,8 @@ static inline void registrar_unhold(struct registrar *r)
 void registrar_job(struct registrar *r, struct registrar_work *w,
 		   void (*run)(struct registrar_work *w), void (*done)(struct registrar_work *w),
 		   bool busy);
-/* To the workers (which must exist). */
+/* To the workers (which must exist), under the domain's key: its memory, whose punches
+ * (memory/allocation.c) take their turns with its registrations. */
 void registrar_submit(struct registrar_work *w);
 /* Both at once. */
 static inline void registrar_start(struct registrar *r, struct registrar_work *w,
