@@ -3,6 +3,7 @@
  * checked by soft DMA, retirement on free, the pinned quota and the table's overflow path. */
 #include <check.h>
 #include <errno.h>
+#include <event2/event.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
@@ -715,6 +716,74 @@ START_TEST(test_table_overflow)
 }
 END_TEST
 
+/* A lookup of 64 cold small buffers: the loop registers a few, workers the rest, and every
+ * key comes back. */
+START_TEST(test_lookup_loop_share_per_request)
+{
+	struct client *ca;
+	uint64_t addrs[64];
+	Mrd__MrEntry out[64];
+	const struct mr_cache *cache;
+	int a = td_hello_client(1000, &ca);
+
+	for (unsigned i = 0; i < 64; i++)
+		addrs[i] = td_alloc(a, 2 + i, 4096);
+	cache = &ca->domain->reg.cache;
+	lookup(a, 100, addrs, 64, 0, out);
+	for (unsigned i = 0; i < 64; i++) {
+		ck_assert_uint_eq(out[i].start, addrs[i]);
+		ck_assert_uint_eq(out[i].end, addrs[i] + 4096);
+	}
+	ck_assert_uint_eq(cache->registrations, 64);
+	ck_assert_uint_le(cache->loop_registrations, REGISTRAR_LOOP_PER_REQUEST);
+	ck_assert_uint_gt(cache->loop_registrations, 0); /* a small miss alone needs no worker */
+	close(a);
+}
+END_TEST
+
+/* Four domains' lookups of cold small buffers, read in one turn of the loop: together they
+ * register no more than the turn's share there; the rest are answered later all the same. */
+START_TEST(test_lookup_loop_share_per_turn)
+{
+	enum { N = 4, M = REGISTRAR_LOOP_PER_REQUEST };
+	struct client *c[N];
+	uint64_t addrs[N][M];
+	uint64_t on_loop = 0;
+	int fd[N];
+
+	for (unsigned n = 0; n < N; n++) {
+		fd[n] = td_hello_client(1000 + n, &c[n]);
+		for (unsigned i = 0; i < M; i++)
+			addrs[n][i] = td_alloc(fd[n], 2 + i, 4096);
+	}
+	for (unsigned n = 0; n < N; n++) {
+		Mrd__Request req = MRD__REQUEST__INIT;
+		Mrd__MrLookupRequest q = MRD__MR_LOOKUP_REQUEST__INIT;
+
+		q.addresses = addrs[n];
+		q.n_addresses = M;
+		req.id = 100;
+		req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;
+		req.mr_lookup = &q;
+		td_send_request(fd[n], &req, NULL, 0);
+	}
+	(void)event_base_loop(td_manager->core.base, EVLOOP_NONBLOCK); /* one turn */
+	for (unsigned n = 0; n < N; n++) {
+		ck_assert_uint_gt(c[n]->domain->reg.cache.lookups, 0); /* each was read */
+		on_loop += c[n]->domain->reg.cache.loop_registrations;
+	}
+	ck_assert_uint_le(on_loop, REGISTRAR_LOOP_PER_TURN);
+	for (unsigned n = 0; n < N; n++) {
+		Mrd__Response *resp = td_expect(fd[n], 100, 0);
+
+		for (unsigned i = 0; i < M; i++)
+			ck_assert_uint_eq(resp->mr_lookup->entries[i]->start, addrs[n][i]);
+		mrd__response__free_unpacked(resp, NULL);
+		close(fd[n]);
+	}
+}
+END_TEST
+
 START_TEST(test_big_registration_blocks_nobody)
 {
 	struct client *ca;
@@ -1413,6 +1482,8 @@ int main(void)
 	tcase_add_test(tc, test_pinned_quota);
 	tcase_add_test(tc, test_host_pinned_limit);
 	tcase_add_test(tc, test_table_overflow);
+	tcase_add_test(tc, test_lookup_loop_share_per_request);
+	tcase_add_test(tc, test_lookup_loop_share_per_turn);
 	tcase_add_test(tc, test_big_registration_blocks_nobody);
 	tcase_add_test(tc, test_racing_registrations);
 	tcase_add_test(tc, test_overlapping_registrations);

@@ -37,6 +37,8 @@ struct worker_pool {
 	unsigned per_key; /* workers one key may hold at once: all but one */
 	int event_fd; /* a worker tells the loop that finished jobs wait */
 	struct event *event;
+	struct loop_turn turn;
+	struct event *turn_over; /* made active by a turn's first count: it runs last in the turn */
 };
 
 void thread_block_loop_signals(void)
@@ -143,6 +145,26 @@ static void on_event(evutil_socket_t fd, short what, void *userdata)
 	run_finished(userdata);
 }
 
+static void on_turn_over(evutil_socket_t fd, short what, void *userdata)
+{
+	struct worker_pool *p = userdata;
+
+	p->turn = (struct loop_turn){ 0 };
+}
+
+const struct loop_turn *worker_pool_turn(const struct worker_pool *p)
+{
+	return &p->turn;
+}
+
+void worker_pool_turn_add(struct worker_pool *p, uint64_t bytes)
+{
+	/* Active now, it runs after every callback this turn of the loop queued already. */
+	if (p->turn.ops++ == 0)
+		event_active(p->turn_over, EV_TIMEOUT, 1);
+	p->turn.bytes += bytes;
+}
+
 int worker_pool_new(struct event_base *base, unsigned n_threads, struct worker_pool **ret)
 {
 	struct worker_pool *p = calloc(1, sizeof(*p));
@@ -162,8 +184,9 @@ int worker_pool_new(struct event_base *base, unsigned n_threads, struct worker_p
 		goto fail;
 	}
 	p->event = event_new(base, p->event_fd, EV_READ | EV_PERSIST, on_event, p);
+	p->turn_over = event_new(base, -1, 0, on_turn_over, p);
 	p->threads = calloc(n_threads, sizeof(*p->threads));
-	if (!p->event || !p->threads || event_add(p->event, NULL) < 0)
+	if (!p->event || !p->turn_over || !p->threads || event_add(p->event, NULL) < 0)
 		goto fail;
 	for (; p->n_threads < n_threads; p->n_threads++) {
 		r = -pthread_create(&p->threads[p->n_threads], NULL, worker_main, p);
@@ -190,6 +213,8 @@ struct worker_pool *worker_pool_free(struct worker_pool *p)
 	run_finished(p);
 	if (p->event)
 		event_free(p->event);
+	if (p->turn_over)
+		event_free(p->turn_over);
 	safe_close(p->event_fd);
 	free(p->threads);
 	pthread_cond_destroy(&p->wake);

@@ -104,6 +104,33 @@ static inline bool registrar_offload(const struct registrar *r, uint64_t bytes)
 	       (bytes >= r->config->async_bytes || registrar_busy(r));
 }
 
+/* The loop's share of the registrations misses make: a request makes at most
+ * REGISTRAR_LOOP_PER_REQUEST MRs on the loop, and all requests of a turn of the loop together
+ * at most REGISTRAR_LOOP_PER_TURN MRs and async_bytes; past that a worker registers, so that
+ * many small misses take no more of the loop than one big one would. */
+#define REGISTRAR_LOOP_PER_REQUEST 4
+#define REGISTRAR_LOOP_PER_TURN 8
+
+/* Whether a registration of bytes for a request that made made on the loop already may be
+ * made there too; always without workers (nothing else would make it). */
+static inline bool registrar_loop_may(const struct registrar *r, unsigned made, uint64_t bytes)
+{
+	const struct loop_turn *t;
+
+	if (!*r->workers || __atomic_load_n(r->stopping, __ATOMIC_ACQUIRE))
+		return true;
+	t = worker_pool_turn(*r->workers);
+	return made < REGISTRAR_LOOP_PER_REQUEST && t->ops < REGISTRAR_LOOP_PER_TURN &&
+	       t->bytes + bytes < r->config->async_bytes;
+}
+
+/* A registration of bytes was made on the loop: it counts in this turn's share. */
+static inline void registrar_loop_did(struct registrar *r, uint64_t bytes)
+{
+	if (*r->workers)
+		worker_pool_turn_add(*r->workers, bytes);
+}
+
 /* Whether the domain may pin more bytes: -EDQUOT, with the reason in why, when that would
  * pass quota.pinned_bytes or, all domains together, limits.pinned_bytes. Registrations under
  * way are charged already (mr-cache.h). */
