@@ -111,8 +111,8 @@ static inline bool registrar_offload(const struct registrar *r, uint64_t bytes)
 #define REGISTRAR_LOOP_PER_REQUEST 4
 #define REGISTRAR_LOOP_PER_TURN 8
 
-/* Whether a registration of bytes for a request that made made on the loop already may be
- * made there too; always without workers (nothing else would make it). */
+/* Whether a registration of bytes may be made on the loop, for a request that made `made`
+ * there already; always without workers (nothing else would make it). */
 static inline bool registrar_loop_may(const struct registrar *r, unsigned made, uint64_t bytes)
 {
 	const struct loop_turn *t;
