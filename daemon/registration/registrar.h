@@ -143,6 +143,10 @@ struct registrar_work {
 	void (*run)(struct registrar_work *w);  /* on a worker */
 	void (*done)(struct registrar_work *w); /* on the loop; frees the job */
 	bool busy; /* counts in jobs: it may hold the provider */
+	/* Whose turn on the workers (worker_pool_submit): the domain's, its memory
+	 * (registrar_job), or the job's own for the device's work on the domain's context,
+	 * which must not wait behind the domain's queue. */
+	const void *key;
 };
 
 static inline void registrar_hold(struct registrar *r)
@@ -161,7 +165,7 @@ static inline void registrar_unhold(struct registrar *r)
 void registrar_job(struct registrar *r, struct registrar_work *w,
 		   void (*run)(struct registrar_work *w), void (*done)(struct registrar_work *w),
 		   bool busy);
-/* To the workers (which must exist), under the domain's key: its memory, whose punches
+/* To the workers (which must exist), under w->key: the domain's memory, whose punches
  * (memory/allocation.c) take their turns with its registrations. */
 void registrar_submit(struct registrar_work *w);
 /* Both at once. */
