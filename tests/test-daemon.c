@@ -261,11 +261,18 @@ static void blocker_run(struct work *w)
 
 static void blocker_done(struct work *w) { ((struct td_blocker *)w)->done = true; }
 
-void td_block_pool(struct td_blocker *b, struct worker_pool *pool)
+static void block_as(struct td_blocker *b, struct worker_pool *pool, const void *key)
 {
 	*b = (struct td_blocker){ .work = { .run = blocker_run, .done = blocker_done } };
 	ck_assert_int_eq(pipe(b->fd), 0);
-	worker_pool_submit(pool, &b->work);
+	worker_pool_submit(pool, &b->work, key);
+}
+
+void td_block_pool(struct td_blocker *b, struct worker_pool *pool) { block_as(b, pool, b); }
+
+void td_block_worker_as(struct td_blocker *b, const void *key)
+{
+	block_as(b, td_manager->core.workers, key);
 }
 
 void td_block_worker(struct td_blocker *b) { td_block_pool(b, td_manager->core.workers); }

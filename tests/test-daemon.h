@@ -118,6 +118,8 @@ struct td_blocker {
 void td_block_worker(struct td_blocker *b);
 /* The same, for another pool of td_manager's (its Dma thread). */
 void td_block_pool(struct td_blocker *b, struct worker_pool *pool);
+/* td_block_worker as one of key's jobs (a domain's: &domain->mem): its turn and its worker. */
+void td_block_worker_as(struct td_blocker *b, const void *key);
 /* Lets it go and runs the loop until its completion ran. */
 void td_unblock_worker(struct td_blocker *b);
 

@@ -3,6 +3,7 @@
  * checked by soft DMA, retirement on free, the pinned quota and the table's overflow path. */
 #include <check.h>
 #include <errno.h>
+#include <event2/event.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
@@ -717,6 +718,139 @@ START_TEST(test_table_overflow)
 }
 END_TEST
 
+/* A lookup of 64 cold small buffers: the loop registers a few, workers the rest, and every
+ * key comes back. */
+START_TEST(test_lookup_loop_share_per_request)
+{
+	struct client *ca;
+	uint64_t addrs[64];
+	Mrd__MrEntry out[64];
+	const struct mr_cache *cache;
+	int a = td_hello_client(1000, &ca);
+
+	for (unsigned i = 0; i < 64; i++)
+		addrs[i] = td_alloc(a, 2 + i, 4096);
+	cache = &ca->domain->reg.cache;
+	lookup(a, 100, addrs, 64, 0, out);
+	for (unsigned i = 0; i < 64; i++) {
+		ck_assert_uint_eq(out[i].start, addrs[i]);
+		ck_assert_uint_eq(out[i].end, addrs[i] + 4096);
+	}
+	ck_assert_uint_eq(cache->registrations, 64);
+	ck_assert_uint_le(cache->loop_registrations, REGISTRAR_LOOP_PER_REQUEST);
+	ck_assert_uint_gt(cache->loop_registrations, 0); /* a small miss alone needs no worker */
+	close(a);
+}
+END_TEST
+
+/* Three 512 KiB buffers, cold, in one lookup: a turn registers less than async_bytes (1 MiB)
+ * on the loop, so the second goes to a worker; the third, in a later turn, may not. */
+START_TEST(test_lookup_loop_share_bytes)
+{
+	struct client *ca;
+	uint64_t addrs[3];
+	Mrd__MrEntry out[3];
+	int a = td_hello_client(1000, &ca);
+
+	for (unsigned i = 0; i < 3; i++)
+		addrs[i] = td_alloc(a, 2 + i, 512 * 1024);
+	lookup(a, 100, addrs, 3, 0, out);
+	for (unsigned i = 0; i < 3; i++)
+		ck_assert_uint_eq(out[i].start, addrs[i]);
+	ck_assert_uint_eq(ca->domain->reg.cache.registrations, 3);
+	ck_assert_uint_le(ca->domain->reg.cache.loop_registrations, 2);
+	close(a);
+}
+END_TEST
+
+/* Four domains' lookups of cold small buffers, read in one turn of the loop: together they
+ * register no more than the turn's share there; the rest are answered later all the same, and
+ * a later turn has its share again. */
+START_TEST(test_lookup_loop_share_per_turn)
+{
+	enum { N = 4, M = REGISTRAR_LOOP_PER_REQUEST };
+	struct client *c[N];
+	uint64_t addrs[N][M];
+	uint64_t on_loop = 0;
+	int fd[N];
+
+	for (unsigned n = 0; n < N; n++) {
+		fd[n] = td_hello_client(1000 + n, &c[n]);
+		for (unsigned i = 0; i < M; i++)
+			addrs[n][i] = td_alloc(fd[n], 2 + i, 4096);
+	}
+	for (unsigned n = 0; n < N; n++) {
+		Mrd__Request req = MRD__REQUEST__INIT;
+		Mrd__MrLookupRequest q = MRD__MR_LOOKUP_REQUEST__INIT;
+
+		q.addresses = addrs[n];
+		q.n_addresses = M;
+		req.id = 100;
+		req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;
+		req.mr_lookup = &q;
+		td_send_request(fd[n], &req, NULL, 0);
+	}
+	(void)event_base_loop(td_manager->core.base, EVLOOP_ONCE | EVLOOP_NONBLOCK); /* a turn */
+	for (unsigned n = 0; n < N; n++) {
+		ck_assert_uint_gt(c[n]->domain->reg.cache.lookups, 0); /* each was read */
+		on_loop += c[n]->domain->reg.cache.loop_registrations;
+	}
+	ck_assert_uint_le(on_loop, REGISTRAR_LOOP_PER_TURN);
+	for (unsigned n = 0; n < N; n++) {
+		Mrd__Response *resp = td_expect(fd[n], 100, 0);
+
+		for (unsigned i = 0; i < M; i++)
+			ck_assert_uint_eq(resp->mr_lookup->entries[i]->start, addrs[n][i]);
+		mrd__response__free_unpacked(resp, NULL);
+		close(fd[n]);
+	}
+	fd[0] = td_hello_client(2000, &c[0]);
+	addrs[0][0] = td_alloc(fd[0], 2, 4096);
+	td_lookup(fd[0], 3, addrs[0][0], 0, NULL);
+	ck_assert_uint_eq(c[0]->domain->reg.cache.loop_registrations, 1);
+	close(fd[0]);
+}
+END_TEST
+
+/* Domain A's big registrations hold a worker and queue behind it; domain B's 2 MiB one (a
+ * worker's too) is answered meanwhile, not after A's queue drains. */
+START_TEST(test_big_registrations_queue_no_other_domain)
+{
+	enum { N = 3 };
+	struct client *ca[N];
+	struct td_blocker b;
+	uint64_t big[N], small;
+	Mrd__Response *resp;
+	int a[N], other;
+
+	for (unsigned i = 0; i < N; i++) {
+		a[i] = td_hello_client(1000, &ca[i]);
+		big[i] = td_alloc(a[i], 2, 8 * MiB);
+	}
+	other = td_hello_client(2000, NULL);
+	small = td_alloc(other, 2, 2 * MiB);
+	td_block_worker_as(&b, &ca[0]->domain->mem); /* one of A's: A's turn, on a worker */
+	for (unsigned i = 0; i < N; i++)
+		td_send_lookup(a[i], 3, big[i]);
+	td_pump();
+	ck_assert_uint_eq(ca[0]->domain->reg.cache.pending_bytes, N * 8 * MiB);
+	td_send_lookup(other, 3, small);
+	resp = td_expect(other, 3, 0);
+	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, small);
+	mrd__response__free_unpacked(resp, NULL);
+	for (unsigned i = 0; i < N; i++)
+		ck_assert_ptr_nonnull(LIST_FIRST(&ca[i]->pending)); /* A's wait yet */
+	td_unblock_worker(&b);
+	for (unsigned i = 0; i < N; i++) {
+		resp = td_expect(a[i], 3, 0);
+		ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, big[i]);
+		mrd__response__free_unpacked(resp, NULL);
+		close(a[i]);
+	}
+	close(other);
+}
+END_TEST
+
 START_TEST(test_big_registration_blocks_nobody)
 {
 	struct client *ca;
@@ -1414,6 +1548,10 @@ int main(void)
 	tcase_add_test(tc, test_pinned_quota);
 	tcase_add_test(tc, test_host_pinned_limit);
 	tcase_add_test(tc, test_table_overflow);
+	tcase_add_test(tc, test_lookup_loop_share_per_request);
+	tcase_add_test(tc, test_lookup_loop_share_per_turn);
+	tcase_add_test(tc, test_lookup_loop_share_bytes);
+	tcase_add_test(tc, test_big_registrations_queue_no_other_domain);
 	tcase_add_test(tc, test_big_registration_blocks_nobody);
 	tcase_add_test(tc, test_racing_registrations);
 	tcase_add_test(tc, test_overlapping_registrations);

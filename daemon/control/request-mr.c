@@ -157,11 +157,11 @@ int request_mr_lookup(struct client *c, struct domain *d, const Mrd__Request *re
 }
 
 /* A Dma waits for the device's completion (verbs), or is a copy of up to MRD_DMA_MAX bytes
- * (soft): either way on the Dma thread, not the loop, one transfer at a time, in the order
- * asked. A
- * domain has at most DMA_QUEUED_MAX there, so one user cannot hold up the others' for long;
- * a request that waited DMA_WAIT_USEC is answered without being done, before libmrd (30 s)
- * stops waiting for it: a transfer never happens after its client was told it failed. */
+ * (soft): either way on the Dma thread, not the loop, one transfer at a time, a domain's in
+ * the order asked, domains in turns. A domain has at most DMA_QUEUED_MAX there, so one user
+ * cannot hold up the others' for long; a request that waited DMA_WAIT_USEC is answered
+ * without being done, before libmrd (30 s) stops waiting for it: a transfer never happens
+ * after its client was told it failed. */
 #define DMA_QUEUED_MAX 4
 #define DMA_WAIT_USEC (20 * USEC_PER_SEC)
 
@@ -287,7 +287,7 @@ int request_dma(struct client *c, struct domain *d, const Mrd__Request *req,
 	j->q = *q;
 	j->base.id = req->id;
 	request_wait(c, &j->base);
-	worker_pool_submit(c->manager->core.dma_worker, &j->work);
+	worker_pool_submit(c->manager->core.dma_worker, &j->work, &d->mem);
 	return -EINPROGRESS;
 }
 

@@ -137,7 +137,9 @@ static void lose_domain(struct core *core, struct domain *d)
 	}
 	j->core = core;
 	core->device.losing++;
-	registrar_start(&d->reg, &j->base, lose_run, lose_done, true);
+	registrar_job(&d->reg, &j->base, lose_run, lose_done, true);
+	j->base.key = j; /* the device's work: it waits for the op in progress, not the queue */
+	registrar_submit(&j->base);
 }
 
 /* Every context lets go, before anything else: a removal waits for the last to close. Never
@@ -253,7 +255,9 @@ static void revive_domain(struct core *core, struct domain *d)
 	}
 	j->core = core;
 	core->device.reviving++;
-	registrar_start(&d->reg, &j->base, revive_run, revive_done, true);
+	registrar_job(&d->reg, &j->base, revive_run, revive_done, true);
+	j->base.key = j; /* the device's work: clients wait for every domain's */
+	registrar_submit(&j->base);
 }
 
 /* The device is back: each context made again (the core's here: it holds no client's MR;

@@ -460,6 +460,6 @@ int allocation_release(struct memory *m, struct allocation *a, void (*done)(void
 	*j = (struct punch_job){ .work = { .run = punch_job_run, .done = punch_job_done },
 				 .m = m, .arena = a->arena, .offset = a->offset,
 				 .length = a->length, .done = done, .arg = arg };
-	worker_pool_submit(*m->workers, &j->work);
+	worker_pool_submit(*m->workers, &j->work, m);
 	return -EINPROGRESS;
 }

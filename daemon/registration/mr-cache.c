@@ -438,8 +438,10 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 			mr_cache_uncharge(c, start, end);
 		return -ENOMEM;
 	}
-	if (waiter && offload(c, end - start)) {
-		/* Pinning this much takes long: a worker does it, and nobody waits but the asker. */
+	if (waiter && (offload(c, end - start) ||
+		       !registrar_loop_may(r, waiter->loop_registrations, end - start))) {
+		/* Pinning this much takes long, or the loop did its share: a worker does it, and
+		 * nobody waits but the asker. */
 		struct reg_job *j = calloc(1, sizeof(*j));
 
 		if (!j) {
@@ -486,6 +488,10 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 			mr_cache_uncharge(c, start, end);
 		return -ENOMEM;
 	}
+	c->loop_registrations++;
+	if (waiter)
+		waiter->loop_registrations++;
+	registrar_loop_did(r, end - start);
 	*ret = (struct mr_entry){ start, end, pmr->lkey, pmr->rkey };
 	return 0;
 }

@@ -48,6 +48,7 @@ struct mr_waiter {
 	/* On the loop, once: result 0 with entry, or -errno with why. */
 	void (*resume)(struct mr_waiter *w, int result, const struct mr_entry *entry,
 		       const char *why);
+	unsigned loop_registrations; /* its request's made on the loop (registrar_loop_may) */
 };
 
 /* A lookup waiting for a mempool MR that a worker is making (struct pool_mr's lookups). */
@@ -86,6 +87,7 @@ struct mr_cache {
 	unsigned n_mrs;
 	struct mr_table table;
 	uint64_t lookups, misses, registrations, deregistrations;
+	uint64_t loop_registrations; /* of registrations, those made on the loop */
 	/* The device failed (core/device.c lose_domain): the table's keys, and those of an MR a
 	 * worker made meanwhile, are the failed device's until the return commits
 	 * (revive_commit). A lookup that waited is refused then, never answered from the table. */

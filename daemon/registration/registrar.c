@@ -136,6 +136,7 @@ void registrar_job(struct registrar *r, struct registrar_work *w,
 	w->run = run;
 	w->done = done;
 	w->busy = busy;
+	w->key = r->mem;
 	registrar_hold(r);
 	if (busy)
 		r->jobs++;
@@ -143,7 +144,7 @@ void registrar_job(struct registrar *r, struct registrar_work *w,
 
 void registrar_submit(struct registrar_work *w)
 {
-	worker_pool_submit(*w->reg->workers, &w->work);
+	worker_pool_submit(*w->reg->workers, &w->work, w->key);
 }
 
 /* One MR on a worker: a mempool's, a registration that lost a race, an on-demand child. */

@@ -104,6 +104,33 @@ static inline bool registrar_offload(const struct registrar *r, uint64_t bytes)
 	       (bytes >= r->config->async_bytes || registrar_busy(r));
 }
 
+/* The loop's share of the registrations misses make: a request makes at most
+ * REGISTRAR_LOOP_PER_REQUEST MRs on the loop, and all requests of a turn of the loop together
+ * at most REGISTRAR_LOOP_PER_TURN MRs and async_bytes; past that a worker registers, so that
+ * many small misses take no more of the loop than one big one would. */
+#define REGISTRAR_LOOP_PER_REQUEST 4
+#define REGISTRAR_LOOP_PER_TURN 8
+
+/* Whether a registration of bytes may be made on the loop, for a request that made `made`
+ * there already; always without workers (nothing else would make it). */
+static inline bool registrar_loop_may(const struct registrar *r, unsigned made, uint64_t bytes)
+{
+	const struct loop_turn *t;
+
+	if (!*r->workers || __atomic_load_n(r->stopping, __ATOMIC_ACQUIRE))
+		return true;
+	t = worker_pool_turn(*r->workers);
+	return made < REGISTRAR_LOOP_PER_REQUEST && t->ops < REGISTRAR_LOOP_PER_TURN &&
+	       t->bytes + bytes < r->config->async_bytes;
+}
+
+/* A registration of bytes was made on the loop: it counts in this turn's share. */
+static inline void registrar_loop_did(struct registrar *r, uint64_t bytes)
+{
+	if (*r->workers)
+		worker_pool_turn_add(*r->workers, bytes);
+}
+
 /* Whether the domain may pin more bytes: -EDQUOT, with the reason in why, when that would
  * pass quota.pinned_bytes or, all domains together, limits.pinned_bytes. Registrations under
  * way are charged already (mr-cache.h). */
@@ -116,6 +143,10 @@ struct registrar_work {
 	void (*run)(struct registrar_work *w);  /* on a worker */
 	void (*done)(struct registrar_work *w); /* on the loop; frees the job */
 	bool busy; /* counts in jobs: it may hold the provider */
+	/* Whose turn on the workers (worker_pool_submit): the domain's, its memory
+	 * (registrar_job), or the job's own for the device's work on the domain's context,
+	 * which must not wait behind the domain's queue. */
+	const void *key;
 };
 
 static inline void registrar_hold(struct registrar *r)
@@ -134,7 +165,8 @@ static inline void registrar_unhold(struct registrar *r)
 void registrar_job(struct registrar *r, struct registrar_work *w,
 		   void (*run)(struct registrar_work *w), void (*done)(struct registrar_work *w),
 		   bool busy);
-/* To the workers (which must exist). */
+/* To the workers (which must exist), under w->key: the domain's memory, whose punches
+ * (memory/allocation.c) take their turns with its registrations. */
 void registrar_submit(struct registrar_work *w);
 /* Both at once. */
 static inline void registrar_start(struct registrar *r, struct registrar_work *w,
