@@ -246,6 +246,14 @@ START_TEST(test_ended_stream_sockets)
 }
 END_TEST
 
+/* The attacker's report, then its exit, which waits on the FUSE server (its copy of the file
+ * closes then): the test goes on meanwhile. */
+_Noreturn static void attacker_exit(int report, int rep[2], int code)
+{
+	rep[0] = code;
+	_exit(write(report, rep, 2 * sizeof(int)) == 2 * sizeof(int) ? code : 7);
+}
+
 /* Closes that never return, of one user (a FUSE file whose server never answers FLUSH): they
  * hold that user's lane and one closer thread. The user then connects and hangs up 1,100
  * times; once a bound of everyone's (1,024 waiting) stopped every accept here. Another user
@@ -256,7 +264,8 @@ START_TEST(test_close_that_never_returns_of_one_user)
 	const char *wrapper = getenv("MRD_TEST_WRAPPER");
 	char why[128];
 	pid_t pid, before = mrd.pid;
-	int file;
+	int report[2], rep[2] = { -1, -1 }; /* the attacker's exit code, connections refused */
+	unsigned base = count_open_fds(mrd.pid);
 
 	if (wrapper && strstr(wrapper, "valgrind")) {
 		printf("closes that never return: not tried under valgrind, which stops every "
@@ -267,19 +276,24 @@ START_TEST(test_close_that_never_returns_of_one_user)
 		printf("closes that never return: not tried, %s\n", why);
 		return;
 	}
-	file = open(fuse.file, O_RDWR | O_CLOEXEC);
-	ck_assert_int_ge(file, 0);
+	ck_assert_int_eq(pipe2(report, O_CLOEXEC), 0);
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
 		Mrd__Request req = MRD__REQUEST__INIT;
 		Mrd__ExtmemAttachRequest x = MRD__EXTMEM_ATTACH_REQUEST__INIT;
-		int fd, refused = 0;
+		/* Opened here alone: every process that holds it waits on the server when it
+		 * exits (the attacker, once the server is gone). Opened as root: the mount is
+		 * root's, but the descriptor is the attacker's to send. */
+		int fd, file = open(fuse.file, O_RDWR | O_CLOEXEC);
 
+		rep[1] = 0;
+		if (file < 0)
+			attacker_exit(report[1], rep, 8);
 		become(ATTACKER);
 		fd = connect_hello_within(10000);
 		if (fd < 0)
-			_exit(4);
+			attacker_exit(report[1], rep, 4);
 		x.length = 4096;
 		req.body_case = MRD__REQUEST__BODY_EXTMEM_ATTACH;
 		req.extmem_attach = &x;
@@ -287,21 +301,27 @@ START_TEST(test_close_that_never_returns_of_one_user)
 			req.id = 10 + (uint64_t)i;
 			send_request(fd, &req, &file, 1);
 			if (reply_within(fd, 10000) != EBADF)
-				_exit(5);
+				attacker_exit(report[1], rep, 5);
 		}
 		for (int i = 0; i < 1100; i++) {
 			int c = raw_connect(mrd.socket);
 
 			if (c < 0)
-				_exit(6);
+				attacker_exit(report[1], rep, 6);
 			send_hello(c);
-			refused += reply_within(c, 10000) != 0;
+			rep[1] += reply_within(c, 10000) != 0;
 			close(c);
 		}
-		printf("attacker: %d of 1100 connections refused while its closes hang\n", refused);
-		_exit(0);
+		attacker_exit(report[1], rep, 0);
 	}
-	wait_child(pid, 0);
+	close(report[1]);
+	ck_assert_int_eq(read(report[0], rep, sizeof(rep)), (ssize_t)sizeof(rep));
+	close(report[0]);
+	ck_assert_msg(rep[0] == 0, "the attacker failed at step %d", rep[0]);
+	printf("attacker: %d of 1100 connections refused while its closes hang; mrd has %u "
+	       "descriptors (%u before)\n", rep[1], count_open_fds(mrd.pid), base);
+	/* Its connections went at once (nothing in them); once they all waited in its lane. */
+	ck_assert_uint_le(count_open_fds(mrd.pid), base + 64);
 	ck_assert_msg(served_within(VICTIM, 10000),
 		      "another user waited for one user's closes that never return");
 	ck_assert_msg(mrctl_status_answers(), "root's mrctl status: %s", out);
@@ -312,7 +332,7 @@ START_TEST(test_close_that_never_returns_of_one_user)
 	ck_assert_int_eq(kill(mrd.pid, 0), 0);
 	/* The server goes: the closes return, and the attacker is served again. */
 	fuse_stall_stop(&fuse);
-	close(file); /* a close of it waited on the server too */
+	wait_child(pid, 0);
 	for (int i = 0; i < 500 && !served_within(ATTACKER, 10000); i++)
 		usleep(20000);
 	ck_assert(served_within(ATTACKER, 10000));

@@ -199,6 +199,8 @@ static void defuse(struct fd_closer *fc, int fd, uid_t uid)
 		take_in_flight(fc, fd, uid);
 }
 
+static void wake_closer(struct fd_closer *fc);
+
 static void *closer_main(void *arg)
 {
 	struct fd_closer *fc = arg;
@@ -222,6 +224,10 @@ static void *closer_main(void *arg)
 		l->busy = true;
 		lane_settle(fc, l, true); /* out of ready: one close of a lane at a time */
 		uid = l->uid;
+		/* Two lanes may have signalled one idle thread: another takes the next, or this
+		 * close (which may never return) would leave it waiting. */
+		if (!TAILQ_EMPTY(&fc->ready))
+			wake_closer(fc);
 		pthread_mutex_unlock(&fc->lock);
 		defuse(fc, fd, uid);
 		close(fd);
@@ -334,6 +340,32 @@ void fd_closer_consume(struct fd_closer *fc, int fd, uid_t uid)
 	if (!in_ready && !l->busy)
 		wake_closer(fc);
 	pthread_mutex_unlock(&fc->lock);
+}
+
+void fd_closer_consume_socket(struct fd_closer *fc, int fd, uid_t uid)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(struct ucred))];
+	} control;
+	int one = 1;
+	uint8_t byte;
+	struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+			     .msg_controllen = sizeof(control.buf) };
+
+	if (fd < 0)
+		return;
+	/* Nothing comes in once it is shut down; with SO_PASSCRED any packet queued, empty
+	 * ones too, reads with credentials, and the end with none. A peek takes nothing out
+	 * (descriptors in flight stay where they are). */
+	(void)shutdown(fd, SHUT_RDWR);
+	if (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) == 0 &&
+	    recvmsg(fd, &mh, MSG_PEEK | MSG_DONTWAIT) == 0 && mh.msg_controllen == 0) {
+		close(fd);
+		return;
+	}
+	fd_closer_consume(fc, fd, uid);
 }
 
 void fd_closer_consume_packet(struct fd_closer *fc, struct wire_packet *pkt, uid_t uid)

@@ -22,8 +22,9 @@ struct fd_closer;
  * [limits] clients_per_user's default: a user's whole job leaving at once stays under it. */
 #define FD_CLOSER_UID_MAX 256u
 /* Closer threads at most, started as lanes need them: as many users' closes may hang at once
- * before the next user's descriptors wait for one of them. */
-#define FD_CLOSER_THREADS 16u
+ * before the next user's descriptors wait for one of them (a stuck thread costs its stack's
+ * address space, little memory). */
+#define FD_CLOSER_THREADS 64u
 
 /* The lane of mrd's own memory (arenas it made or a client attached): their closes block on
  * no one, but free pages for as long as that takes. */
@@ -37,6 +38,11 @@ struct fd_closer *fd_closer_free(struct fd_closer *fc);
 /* Takes fd, which came from a client of uid, and closes it without blocking the caller, on a
  * closer thread. Never fails. fd < 0: nothing. */
 void fd_closer_consume(struct fd_closer *fc, int fd, uid_t uid);
+/* The same for a connection's own socket (AF_UNIX, SOCK_SEQPACKET), which it shuts down first:
+ * one with nothing queued closes here at once (it holds no descriptor in flight, so its close
+ * releases nothing), so a user whose lane does not drain adds only sockets that hold what they
+ * were sent. */
+void fd_closer_consume_socket(struct fd_closer *fc, int fd, uid_t uid);
 /* The same for every descriptor left in pkt (handlers take what they keep). */
 void fd_closer_consume_packet(struct fd_closer *fc, struct wire_packet *pkt, uid_t uid);
 

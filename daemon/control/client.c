@@ -98,6 +98,12 @@ static void client_on_read(evutil_socket_t fd, short what, void *userdata)
 
 	if (!c->reading)
 		return;
+	/* Each packet may bring 253 descriptors more to close: none is read while its user's
+	 * lane is full (what it sent stays in its socket, one descriptor in that lane). */
+	if (c->owner_uid != 0 && fd_closer_waiting(m->closer, c->owner_uid) >= FD_CLOSER_UID_MAX) {
+		client_drop(c, "its user's descriptors still wait to be closed");
+		return;
+	}
 	r = wire_recv(c->fd, m->recv_buf, m->recv_buf_size, &pkt, MSG_DONTWAIT);
 	if (r == -EAGAIN)
 		return;
@@ -292,8 +298,7 @@ struct client *client_free(struct client *c)
 	if (c->fd >= 0) {
 		/* The peer sees the end now; what it sent and mrd did not read (descriptors too)
 		 * goes with the socket, to a closer thread. */
-		(void)shutdown(c->fd, SHUT_RDWR);
-		fd_closer_consume(c->manager->closer, c->fd, c->owner_uid);
+		fd_closer_consume_socket(c->manager->closer, c->fd, c->owner_uid);
 	}
 	request_abandon(c); /* workers may still finish for it: nobody to answer */
 	/* Everything it owns goes; memory of other clients stays, and so does its memory that

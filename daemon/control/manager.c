@@ -489,7 +489,7 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 		}
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
 			log_warning_errno(-errno, "SO_PEERCRED: %m");
-			fd_closer_consume(m->closer, fd, (uid_t)-1);
+			fd_closer_consume_socket(m->closer, fd, (uid_t)-1);
 			continue;
 		}
 		r = process_charged_uid(cred.pid, cred.uid, m->userns_dev, m->userns_ino,
@@ -501,7 +501,10 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 			send_refusal(fd, -ESRCH, "mrd cannot tell which user namespace the connecting "
 						 "process is in (it exited or changed its uid before "
 						 "mrd took the connection): connect again");
-			fd_closer_consume(m->closer, fd, cred.uid); /* may hold what it sent */
+			/* Its lane is that of the user whose range holds the uid, when one does, so
+			 * that subordinate uids do not make lanes of their own. */
+			fd_closer_consume_socket(m->closer, fd,
+						 subuid_owner(SUBUID_PATH, cred.uid)); /* may hold what it sent */
 			continue;
 		}
 		r = manager_add_client(m, fd, &cred, owner, &c);
@@ -523,7 +526,7 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 			log_warning_errno(r, "cannot add client pid %d: %m", (int)cred.pid);
 		if (r < 0) {
 			/* It may hold what the client sent already, descriptors too. */
-			fd_closer_consume(m->closer, fd, owner);
+			fd_closer_consume_socket(m->closer, fd, owner);
 			continue;
 		}
 		log_debug("client %" PRIu64 " connected: pid %d uid %u gid %u, charged to uid %u",
