@@ -392,7 +392,7 @@ void td_dma(int fd, uint64_t id, unsigned op, const Mrd__MrEntry *l, uint64_t la
 	td_expect_free(fd, id, error);
 }
 
-void td_mempool_unregister(int fd, uint64_t id, const char *name, int error)
+void td_send_mempool_unregister(int fd, uint64_t id, const char *name)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__MempoolUnregisterRequest q = MRD__MEMPOOL_UNREGISTER_REQUEST__INIT;
@@ -402,6 +402,11 @@ void td_mempool_unregister(int fd, uint64_t id, const char *name, int error)
 	req.body_case = MRD__REQUEST__BODY_MEMPOOL_UNREGISTER;
 	req.mempool_unregister = &q;
 	td_send_request(fd, &req, NULL, 0);
+}
+
+void td_mempool_unregister(int fd, uint64_t id, const char *name, int error)
+{
+	td_send_mempool_unregister(fd, id, name);
 	td_expect_free(fd, id, error);
 }
 

@@ -92,6 +92,8 @@ void td_send_mempool_register(int fd, uint64_t id, const char *name, const uint6
 Mrd__Response *td_join(int fd, uint64_t id, uint64_t resume_instance, uint64_t resume_session,
 		       int *status_fd);
 
+/* MempoolUnregister of name, not waiting for the answer. */
+void td_send_mempool_unregister(int fd, uint64_t id, const char *name);
 /* MempoolUnregister of name; its reply must carry error. */
 void td_mempool_unregister(int fd, uint64_t id, const char *name, int error);
 

@@ -251,17 +251,6 @@ static void send_alloc(int fd, uint64_t id, uint64_t size, bool odp)
 	td_send_request(fd, &req, NULL, 0);
 }
 
-static void send_unregister(int fd, uint64_t id, const char *name)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__MempoolUnregisterRequest q = MRD__MEMPOOL_UNREGISTER_REQUEST__INIT;
-
-	q.name = (char *)name;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_MEMPOOL_UNREGISTER;
-	req.mempool_unregister = &q;
-	td_send_request(fd, &req, NULL, 0);
-}
 
 /* One random request of client i, pipelined behind what it has in flight. */
 static void send_one(int i)
@@ -323,7 +312,7 @@ lookup:
 			p->kind = POOL_UNREG;
 			p->pool = k;
 			g->pools[k] = 0;
-			send_unregister(g->fd, p->id, name);
+			td_send_mempool_unregister(g->fd, p->id, name);
 		} else if ((a = random_allocation(i)) && !a->odp) {
 			struct galloc *b = random_allocation(i);
 

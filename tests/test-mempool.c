@@ -63,17 +63,6 @@ static size_t reg_ok(int fd, uint64_t id, const char *name, const uint64_t *star
 	return n_mrs;
 }
 
-static void send_unregister(int fd, uint64_t id, const char *name)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__MempoolUnregisterRequest q = MRD__MEMPOOL_UNREGISTER_REQUEST__INIT;
-
-	q.name = (char *)name;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_MEMPOOL_UNREGISTER;
-	req.mempool_unregister = &q;
-	td_send_request(fd, &req, NULL, 0);
-}
 
 static void send_register(int fd, uint64_t id, const char *name, uint64_t start, uint64_t len)
 {
@@ -733,7 +722,7 @@ START_TEST(test_replacement_unregistered_before_its_answer)
 	td_block_worker(&b);
 	/* Small: made here; the old 8 MiB MR goes to the worker, behind the blocker. */
 	td_send_mempool_register(a, 4, "p", &big, &(uint64_t){ 64 * KiB }, 1, true);
-	send_unregister(a, 5, "p"); /* its MR too goes to the worker, which is busy */
+	td_send_mempool_unregister(a, 5, "p"); /* its MR too goes to the worker, which is busy */
 	/* Until the unregistration ran, the worker still held (3 s at most: a few turns). */
 	for (int i = 0; i < 3000 && !LIST_EMPTY(&ca->owner.pools); i++) {
 		td_pump();
