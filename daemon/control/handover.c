@@ -531,8 +531,9 @@ int handover_reexec(struct manager *m)
 	if (r < 0)
 		return log_error_errno(r, "SIGUSR2: %u descriptor(s) uid %u sent are still being "
 				       "closed (a close that does not return: a FUSE file whose "
-				       "server does not answer?); exec would wait for them; mrd goes "
-				       "on as it is", stuck, (unsigned)stuck_uid);
+				       "server does not answer? /sys/fs/fuse/connections/*/abort "
+				       "ends it); exec would wait for them; mrd goes on as it is",
+				       stuck, (unsigned)stuck_uid);
 	/* First, while nothing is saved: a client PD's MR the device keeps would outlive this mrd
 	 * in the client's context, over pages the next one hands out again. */
 	live = handover_unbind_clients(m);
