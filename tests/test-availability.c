@@ -494,6 +494,12 @@ START_TEST(test_unread_replies_bounded_in_bytes)
 		after = rss_settled_kb();
 	printf("unread replies: mrd resident %ld KiB before, %ld KiB holding them, %ld KiB after\n",
 	       base, held, after);
+	if (getenv("MRD_SAN_CFLAGS") && *getenv("MRD_SAN_CFLAGS")) {
+		/* ASan's allocator keeps what is freed in a quarantine (256 MiB), and maps
+		 * frames of its own whatever glibc's threshold: RSS says nothing there. */
+		printf("unread replies: resident sizes not compared under a sanitizer\n");
+		return;
+	}
 	ck_assert_msg(held - base < 24 * 1024, "mrd grew %ld KiB for one user's unread replies",
 		      held - base);
 	ck_assert_msg(after <= base + base / 10, "mrd kept %ld KiB after the client left",
