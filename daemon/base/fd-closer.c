@@ -389,6 +389,11 @@ unsigned fd_closer_waiting(struct fd_closer *fc, uid_t uid)
 	return n;
 }
 
+bool fd_closer_lane_full(struct fd_closer *fc, uid_t uid)
+{
+	return fd_closer_waiting(fc, uid) >= FD_CLOSER_UID_MAX;
+}
+
 int fd_closer_quiesce(struct fd_closer *fc, uint64_t timeout_usec, uid_t *ret_uid,
 		      unsigned *ret_waiting)
 {

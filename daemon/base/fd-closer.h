@@ -48,6 +48,9 @@ void fd_closer_consume_packet(struct fd_closer *fc, struct wire_packet *pkt, uid
 
 /* Descriptors of uid waiting to be closed; (uid_t)-1: of everyone. */
 unsigned fd_closer_waiting(struct fd_closer *fc, uid_t uid);
+/* Whether uid's lane holds FD_CLOSER_UID_MAX: that uid adds no more (callers exempt root where
+ * an administrator must get in). */
+bool fd_closer_lane_full(struct fd_closer *fc, uid_t uid);
 
 /* Waits at most timeout_usec for every lane to empty (before an exec, which would close what
  * waits itself, on the loop's thread, and cannot finish while a thread is stuck in a close).

@@ -100,7 +100,7 @@ static void client_on_read(evutil_socket_t fd, short what, void *userdata)
 		return;
 	/* Each packet may bring 253 descriptors more to close: none is read while its user's
 	 * lane is full (what it sent stays in its socket, one descriptor in that lane). */
-	if (c->owner_uid != 0 && fd_closer_waiting(m->closer, c->owner_uid) >= FD_CLOSER_UID_MAX) {
+	if (c->owner_uid != 0 && fd_closer_lane_full(m->closer, c->owner_uid)) {
 		client_drop(c, "its user's descriptors still wait to be closed");
 		return;
 	}

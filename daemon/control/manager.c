@@ -451,7 +451,7 @@ static void log_refusal(struct manager *m, const struct ucred *cred, const char 
  * (as with [limits] clients_per_user). */
 static bool closer_lane_full(struct manager *m, uid_t owner)
 {
-	return owner != 0 && fd_closer_waiting(m->closer, owner) >= FD_CLOSER_UID_MAX;
+	return owner != 0 && fd_closer_lane_full(m->closer, owner);
 }
 
 static void manager_on_accept_retry(evutil_socket_t fd, short what, void *userdata)
