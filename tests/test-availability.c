@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -24,6 +26,7 @@
 
 #include <mrd/mrd.h>
 
+#include "base/fd-closer.h"
 #include "check-run.h"
 #include "fuse-stall.h"
 #include "test-util.h"
@@ -339,6 +342,210 @@ START_TEST(test_close_that_never_returns_of_one_user)
 }
 END_TEST
 
+/* A user whose closes never return fills its lane, then keeps making connections that leave
+ * something queued, bytes or descriptors, and hangs up: each once took one of mrd's
+ * descriptors for as long as the close hung, until the table was full and the kernel
+ * released what other clients passed on the loop. Now bytes close at once and sockets that
+ * hold descriptors wait outside the table; the victim is served throughout. */
+START_TEST(test_wedged_user_adds_no_descriptor)
+{
+	const char *wrapper = getenv("MRD_TEST_WRAPPER");
+	char why[128];
+	pid_t pid;
+	int report[2], rep[2] = { -1, -1 };
+	unsigned base = count_open_fds(mrd.pid), held;
+
+	if (wrapper && strstr(wrapper, "valgrind")) {
+		printf("a wedged user's connections: not tried under valgrind (see above)\n");
+		return;
+	}
+	if (fuse_stall_start(&fuse, why, sizeof(why)) < 0) {
+		printf("a wedged user's connections: not tried, %s\n", why);
+		return;
+	}
+	ck_assert_int_eq(pipe2(report, O_CLOEXEC), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		Mrd__Request req = MRD__REQUEST__INIT;
+		Mrd__ExtmemAttachRequest x = MRD__EXTMEM_ATTACH_REQUEST__INIT;
+		int fd, p[2], file = open(fuse.file, O_RDWR | O_CLOEXEC);
+
+		rep[1] = 0;
+		if (file < 0 || pipe2(p, O_CLOEXEC) < 0)
+			attacker_exit(report[1], rep, 8);
+		become(ATTACKER);
+		fd = connect_hello_within(10000);
+		if (fd < 0)
+			attacker_exit(report[1], rep, 4);
+		x.length = 4096;
+		req.body_case = MRD__REQUEST__BODY_EXTMEM_ATTACH;
+		req.extmem_attach = &x;
+		for (unsigned i = 0; i < FD_CLOSER_UID_MAX; i++) { /* the first one hangs */
+			req.id = 10 + (uint64_t)i;
+			send_request(fd, &req, &file, 1);
+			if (reply_within(fd, 10000) != EBADF)
+				attacker_exit(report[1], rep, 5);
+		}
+		for (int i = 0; i < 600; i++) {
+			int c = raw_connect(mrd.socket);
+
+			if (c < 0)
+				attacker_exit(report[1], rep, 6);
+			send_hello(c);
+			if (i % 2)
+				(void)send_refs(c, &p[0], 1);
+			rep[1]++;
+			close(c);
+		}
+		attacker_exit(report[1], rep, 0);
+	}
+	close(report[1]);
+	ck_assert_int_eq(read(report[0], rep, sizeof(rep)), (ssize_t)sizeof(rep));
+	close(report[0]);
+	ck_assert_msg(rep[0] == 0, "the attacker failed at step %d", rep[0]);
+	ck_assert_msg(served_within(VICTIM, 10000), "another user waited for a wedged user");
+	ck_assert_msg(mrctl_status_answers(), "root's mrctl status: %s", out);
+	held = count_open_fds(mrd.pid);
+	printf("a wedged user's %d connections: mrd holds %u descriptors (%u before, %u in its "
+	       "full lane)\n", rep[1], held, base, FD_CLOSER_UID_MAX);
+	ck_assert_uint_le(held, base + FD_CLOSER_UID_MAX + 64);
+	fuse_stall_stop(&fuse);
+	wait_child(pid, 0);
+	ck_assert_msg(fds_back_within(base + 2, 60), "mrd still holds %u descriptors (had %u)",
+		      count_open_fds(mrd.pid), base);
+}
+END_TEST
+
+/* A Ping with payload bytes on a non-blocking c: false when c's buffer is full. */
+static bool ping_sent(int c, uint64_t id, size_t payload)
+{
+	static uint8_t bytes[60 * 1024];
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PingRequest p = MRD__PING_REQUEST__INIT;
+
+	p.payload.data = bytes;
+	p.payload.len = payload;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_PING;
+	req.ping = &p;
+	return wire_send(c, &req.base, WIRE_FRAME_MAX, NULL, 0, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0;
+}
+
+/* The address of a new 4 KiB allocation of c's, 0 when refused. */
+static uint64_t alloc_address(int c)
+{
+	static uint8_t buf[WIRE_FRAME_MAX];
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__AllocRequest a = MRD__ALLOC_REQUEST__INIT;
+	struct wire_packet pkt;
+	Mrd__Response *resp;
+	uint64_t address = 0;
+
+	a.size = 4096;
+	req.id = 101;
+	req.body_case = MRD__REQUEST__BODY_ALLOC;
+	req.alloc = &a;
+	send_request(c, &req, NULL, 0);
+	if (wire_recv(c, buf, sizeof(buf), &pkt, 0) <= 0)
+		return 0;
+	wire_packet_close_fds(&pkt);
+	resp = mrd__response__unpack(NULL, pkt.len, pkt.data);
+	if (resp && resp->status == 0 && resp->body_case == MRD__RESPONSE__BODY_ALLOC)
+		address = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	return address;
+}
+
+/* Bytes of requests c sent that mrd has not read. */
+static int unread_requests(int c)
+{
+	int n = -1;
+
+	return ioctl(c, SIOCOUTQ, &n) == 0 ? n : -1;
+}
+
+/* Whether mrd stopped reading c: its unread requests stay put across a round trip of z
+ * (another user's connection). */
+static bool paused(int c, int z)
+{
+	int before = unread_requests(c);
+
+	send_ping(z, 99, NULL, 0, 0);
+	return reply_within(z, 10000) == 0 && before > 0 && unread_requests(c) == before;
+}
+
+/* A connection held back by its descriptor budget (replies with descriptors it does not
+ * read) stays held back when another connection of its user reads its replies and takes the
+ * user below its byte bound: once that resumed every connection of the user, and this one read
+ * requests whose replies held more of mrd's descriptors. */
+START_TEST(test_descriptor_budget_holds)
+{
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		Mrd__Request req = MRD__REQUEST__INIT;
+		Mrd__JoinDomainRequest j = MRD__JOIN_DOMAIN_REQUEST__INIT;
+		Mrd__MapRequest map = MRD__MAP_REQUEST__INIT;
+		int x, z, y[12], before;
+		unsigned sent, sent0 = 0;
+
+		z = connect_hello_within(10000); /* root's: served whatever the attacker holds */
+		become(ATTACKER);
+		x = connect_hello_within(10000);
+		if (x < 0 || z < 0)
+			_exit(4);
+		req.id = 100;
+		req.body_case = MRD__REQUEST__BODY_JOIN_DOMAIN;
+		req.join_domain = &j;
+		send_request(x, &req, NULL, 0);
+		map.address = reply_within(x, 10000) == 0 ? alloc_address(x) : 0;
+		if (!map.address)
+			_exit(10);
+		req.body_case = MRD__REQUEST__BODY_MAP;
+		req.map = &map;
+		for (int i = 0; i < 48; i++) { /* each answer carries the arena's memfd */
+			req.id = 200 + (uint64_t)i;
+			send_request(x, &req, NULL, 0);
+		}
+		test_wait_until(paused(x, z), 1000); /* its first replies hold 16 descriptors */
+		if (!paused(x, z))
+			_exit(5);
+		for (int k = 0; k < 12; k++) {
+			y[k] = connect_hello_within(10000);
+			if (y[k] < 0 || fcntl(y[k], F_SETFL, O_NONBLOCK) < 0)
+				_exit(6);
+		}
+		for (int k = 0; k < 12; k++) { /* 12 MiB of echoes unread: past the user's 8 */
+			for (sent = 0; sent < 18;) { /* as many as mrd reads */
+				struct pollfd p = { .fd = y[k], .events = POLLOUT };
+
+				if (ping_sent(y[k], 2 + sent, 60 * 1024))
+					sent++;
+				else if (paused(y[k], z))
+					break;
+				else
+					(void)poll(&p, 1, 100);
+			}
+			if (k == 0)
+				sent0 = sent;
+		}
+		before = unread_requests(x);
+		for (unsigned i = 0; i < sent0; i++) /* y[0] reads its echoes: the user goes below */
+			if (reply_within(y[0], 10000) != 0)
+				_exit(7);
+		for (int i = 0; i < 3; i++) {
+			send_ping(z, 200 + (uint64_t)i, NULL, 0, 0);
+			if (reply_within(z, 10000) != 0)
+				_exit(8);
+		}
+		_exit(unread_requests(x) == before ? 0 : 9);
+	}
+	wait_child(pid, 0);
+}
+END_TEST
+
 /* One user connecting and hanging up as fast as it can: the loop takes a bounded number of
  * connections per wake-up, so a victim's pings are answered while the flood goes on (before,
  * the loop did not come back from accepting until the flood ended). */
@@ -519,7 +726,9 @@ int main(void)
 	tcase_add_test(tc, test_ended_stream_sockets);
 	tcase_add_test(tc, test_unread_replies_bounded_in_bytes);
 	tcase_add_test(tc, test_accept_flood);
+	tcase_add_test(tc, test_descriptor_budget_holds);
 	tcase_add_test(tc, test_close_that_never_returns_of_one_user);
+	tcase_add_test(tc, test_wedged_user_adds_no_descriptor);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
@@ -21,44 +22,80 @@
 #define DRAIN_READS_MAX 4096u
 #define DRAIN_BYTES_MAX (16u << 20)
 #define ACCEPT_MAX 4096u
+/* Packets of a socket peeked for descriptors before it counts as holding some. */
+#define PEEK_READS_MAX 4096u
+
+/* A closer's stack: it holds one read buffer; a thread stuck in close() keeps it. */
+#define CLOSER_STACK_BYTES (256u << 10)
+
+/* Lanes are keyed by uid; mrd's own memory has a key no uid has. */
+#define OWN_KEY ((uint64_t)1 << 32)
 
 /* One uid's descriptors to close, in the order they came. */
 struct lane {
-	uid_t uid;
+	uint64_t key;
 	int *fds; /* a ring: n from head */
 	size_t head, n, cap;
-	bool busy; /* a thread is in one of its close()s */
+	/* Sockets held outside the descriptor table, in flight in a socket pair of the lane's
+	 * own (park[1] sends, park[0] receives; -1 before the first): served after the ring. */
+	int park[2];
+	unsigned n_parked;
+	bool busy; /* a thread is in one of its close()s, since busy_usec */
+	uint64_t busy_usec;
 	LIST_ENTRY(lane) link;          /* every lane with something waiting or busy */
-	TAILQ_ENTRY(lane) ready_link;   /* in ready while n > 0 and !busy */
+	TAILQ_ENTRY(lane) ready_link;   /* in ready while it has work and !busy */
 };
 
 struct fd_closer {
 	pthread_mutex_t lock;
 	pthread_cond_t wake, idle; /* idle: a close ended (quiesce waits for it) */
+	pthread_cond_t watch;      /* the watcher: a lane is ready and no thread was idle */
 	LIST_HEAD(, lane) lanes;
 	TAILQ_HEAD(, lane) ready; /* served from the head, back at the tail: in turn */
-	unsigned total;           /* queued and in a close(), every lane */
-	pthread_t threads[FD_CLOSER_THREADS];
+	unsigned total;           /* queued, parked and in a close(), every lane */
+	uint64_t stuck_usec;
+	pthread_t threads[FD_CLOSER_THREADS_MAX], watcher;
 	unsigned n_threads, n_idle;
-	bool stopping;
+	bool stopping, has_watcher;
+	uint64_t stuck_log_usec;
 };
 
 /* What fd_closer_free could not wait for: threads still use it until the process exits. */
 static struct fd_closer *abandoned;
 
-static struct lane *lane_find(struct fd_closer *fc, uid_t uid)
+static struct lane *lane_find(struct fd_closer *fc, uint64_t key)
 {
 	struct lane *l;
 
 	LIST_FOREACH(l, &fc->lanes, link)
-		if (l->uid == uid)
+		if (l->key == key)
 			return l;
 	return NULL;
 }
 
+static struct lane *lane_get(struct fd_closer *fc, uint64_t key)
+{
+	struct lane *l = lane_find(fc, key);
+
+	if (!l) {
+		l = calloc(1, sizeof(*l));
+		if (!l)
+			return NULL;
+		l->key = key;
+		l->park[0] = l->park[1] = -1;
+		LIST_INSERT_HEAD(&fc->lanes, l, link);
+	}
+	return l;
+}
+
 static unsigned lane_waiting(const struct lane *l)
 {
-	return (unsigned)l->n + l->busy;
+	return (unsigned)l->n + l->n_parked + l->busy;
+}
+
+static bool lane_has_work(const struct lane *l)
+{
+	return l->n > 0 || l->n_parked > 0;
 }
 
 static int lane_push(struct lane *l, int fd)
@@ -81,19 +118,76 @@ static int lane_push(struct lane *l, int fd)
 	return 0;
 }
 
+/* One descriptor into the park: in flight in the lane's socket pair, so it takes no slot of
+ * the descriptor table; our close of it is not the last (the packet holds it) and returns at
+ * once. */
+static int lane_park(struct lane *l, int fd)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} control = { 0 };
+	struct iovec iov = { .iov_base = (void *)"", .iov_len = 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+			     .msg_controllen = sizeof(control.buf) };
+	struct cmsghdr *cmsg = CMSG_FIRSTHDR(&mh);
+
+	if (l->n_parked >= FD_CLOSER_PARK_MAX)
+		return -ENOBUFS;
+	if (l->park[1] < 0) {
+		/* Each takes a packet of ~800 bytes of the sender's buffer; past the default
+		 * (~270 of them) only with CAP_NET_ADMIN (without it, the rest wait in the ring). */
+		int bytes = (int)(FD_CLOSER_PARK_MAX * 512u); /* the kernel doubles it */
+
+		if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, l->park) < 0)
+			return -errno;
+		(void)setsockopt(l->park[1], SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof(bytes));
+	}
+	cmsg->cmsg_level = SOL_SOCKET;
+	cmsg->cmsg_type = SCM_RIGHTS;
+	cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+	if (sendmsg(l->park[1], &mh, MSG_DONTWAIT | MSG_NOSIGNAL) != 1)
+		return -errno;
+	close(fd);
+	l->n_parked++;
+	return 0;
+}
+
+/* The next descriptor of the lane: the ring's, then the park's; -1 when a parked one could not
+ * come back (no descriptor slot): it stays parked, counted. */
 static int lane_pop(struct lane *l)
 {
-	int fd = l->fds[l->head];
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} control;
+	char byte;
+	struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+			     .msg_controllen = sizeof(control.buf) };
+	struct cmsghdr *cmsg;
+	int fd = -1;
 
-	l->head = (l->head + 1) % l->cap;
-	l->n--;
+	if (l->n > 0) {
+		fd = l->fds[l->head];
+		l->head = (l->head + 1) % l->cap;
+		l->n--;
+		return fd;
+	}
+	if (recvmsg(l->park[0], &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) < 0)
+		return -1;
+	cmsg = CMSG_FIRSTHDR(&mh);
+	if (cmsg && cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS)
+		memcpy(&fd, CMSG_DATA(cmsg), sizeof(int));
+	l->n_parked--;
 	return fd;
 }
 
 /* After a change to l: in ready when it has work and no thread, gone when it has neither. */
 static void lane_settle(struct fd_closer *fc, struct lane *l, bool in_ready)
 {
-	bool want = l->n > 0 && !l->busy;
+	bool want = lane_has_work(l) && !l->busy;
 
 	if (want && !in_ready)
 		TAILQ_INSERT_TAIL(&fc->ready, l, ready_link);
@@ -101,29 +195,36 @@ static void lane_settle(struct fd_closer *fc, struct lane *l, bool in_ready)
 		TAILQ_REMOVE(&fc->ready, l, ready_link);
 	if (lane_waiting(l) == 0) {
 		LIST_REMOVE(l, link);
+		/* Nothing is parked: these closes release nothing. */
+		if (l->park[0] >= 0) {
+			close(l->park[0]);
+			close(l->park[1]);
+		}
 		free(l->fds);
 		free(l);
 	}
 }
 
 /* Whether uid may have one more descriptor taken out of a socket it sent (closers only). */
-static bool lane_has_room(struct fd_closer *fc, uid_t uid)
+static bool lane_has_room(struct fd_closer *fc, uint64_t key)
 {
 	struct lane *l;
 	bool room;
 
 	pthread_mutex_lock(&fc->lock);
-	l = lane_find(fc, uid);
+	l = lane_find(fc, key);
 	room = !l || lane_waiting(l) < FD_CLOSER_UID_MAX;
 	pthread_mutex_unlock(&fc->lock);
 	return room;
 }
 
+static void consume_key(struct fd_closer *fc, int fd, uint64_t key);
+
 /* Pulls out what an AF_UNIX socket holds (pending connections, descriptors in flight), which
- * its close() would release on this thread as they are: each is queued in uid's lane like any
+ * its close() would release on this thread as they are: each is queued in its lane like any
  * other, so that it is defused too — while the lane has room; past that the close releases the
  * rest here, on uid's own lane. */
-static void take_in_flight(struct fd_closer *fc, int fd, uid_t uid)
+static void take_in_flight(struct fd_closer *fc, int fd, uint64_t key)
 {
 	union {
 		struct cmsghdr align;
@@ -139,12 +240,12 @@ static void take_in_flight(struct fd_closer *fc, int fd, uid_t uid)
 	(void)shutdown(fd, SHUT_RDWR);
 	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening) {
 		/* Connections not yet accepted hold what their clients sent. */
-		for (unsigned i = 0; i < ACCEPT_MAX && lane_has_room(fc, uid); i++) {
+		for (unsigned i = 0; i < ACCEPT_MAX && lane_has_room(fc, key); i++) {
 			int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 
 			if (c < 0)
 				break;
-			fd_closer_consume(fc, c, uid);
+			consume_key(fc, c, key);
 		}
 		return;
 	}
@@ -160,7 +261,7 @@ static void take_in_flight(struct fd_closer *fc, int fd, uid_t uid)
 				     .msg_controllen = sizeof(control.buf) };
 		ssize_t n;
 
-		if (!lane_has_room(fc, uid))
+		if (!lane_has_room(fc, key))
 			break;
 		n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 		if (n < 0 && errno == EINTR)
@@ -177,7 +278,7 @@ static void take_in_flight(struct fd_closer *fc, int fd, uid_t uid)
 				int rfd;
 
 				memcpy(&rfd, CMSG_DATA(cmsg) + k * sizeof(int), sizeof(int));
-				fd_closer_consume(fc, rfd, uid);
+				consume_key(fc, rfd, key);
 			}
 		}
 	}
@@ -186,7 +287,7 @@ static void take_in_flight(struct fd_closer *fc, int fd, uid_t uid)
 /* Makes fd's close() quick where the kernel allows: a socket drops what it could not send
  * (SO_LINGER {1, 0}: TCP resets instead of waiting out the linger time the client set), a
  * Unix socket gives up what it holds. getsockopt asks no filesystem, unlike fstat (FUSE). */
-static void defuse(struct fd_closer *fc, int fd, uid_t uid)
+static void defuse(struct fd_closer *fc, int fd, uint64_t key)
 {
 	static const struct linger abort_on_close = { .l_onoff = 1, .l_linger = 0 };
 	int domain;
@@ -196,10 +297,70 @@ static void defuse(struct fd_closer *fc, int fd, uid_t uid)
 		return; /* not a socket */
 	(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof(abort_on_close));
 	if (domain == AF_UNIX)
-		take_in_flight(fc, fd, uid);
+		take_in_flight(fc, fd, key);
 }
 
-static void wake_closer(struct fd_closer *fc);
+static void *closer_main(void *arg);
+
+/* With fc->lock held: closes running for longer than the stuck time (one per lane at most). */
+static unsigned n_stuck(struct fd_closer *fc, uint64_t now, struct lane **ret_oldest)
+{
+	struct lane *l, *oldest = NULL;
+	unsigned n = 0;
+
+	LIST_FOREACH(l, &fc->lanes, link)
+		if (l->busy && now - l->busy_usec >= fc->stuck_usec) {
+			n++;
+			if (!oldest || l->busy_usec < oldest->busy_usec)
+				oldest = l;
+		}
+	if (ret_oldest)
+		*ret_oldest = oldest;
+	return n;
+}
+
+/* With fc->lock held: a thread for a lane that just became ready, if none is free; one more
+ * past FD_CLOSER_THREADS for each close that is stuck. Otherwise the watcher looks again once
+ * a running close may have become stuck. */
+static void wake_closer(struct fd_closer *fc)
+{
+	struct lane *oldest;
+	unsigned stuck;
+	pthread_attr_t attr;
+	int r;
+
+	if (fc->n_idle > 0) {
+		pthread_cond_signal(&fc->wake);
+		return;
+	}
+	if (fc->stopping || fc->n_threads >= FD_CLOSER_THREADS_MAX)
+		return;
+	stuck = fc->n_threads < FD_CLOSER_THREADS ? 0 :
+		n_stuck(fc, now_usec(CLOCK_MONOTONIC), &oldest);
+	if (fc->n_threads - stuck >= FD_CLOSER_THREADS) {
+		pthread_cond_signal(&fc->watch);
+		return;
+	}
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, CLOSER_STACK_BYTES);
+	r = pthread_create(&fc->threads[fc->n_threads], &attr, closer_main, fc);
+	pthread_attr_destroy(&attr);
+	if (r != 0)
+		return; /* a busy thread takes it when it is done */
+	fc->n_threads++;
+	if (stuck > 0 && now_usec(CLOCK_MONOTONIC) - fc->stuck_log_usec >= 10 * USEC_PER_SEC) {
+		char who[32] = "mrd's memory";
+
+		if (oldest->key != OWN_KEY)
+			snprintf(who, sizeof(who), "uid %u", (unsigned)oldest->key);
+		fc->stuck_log_usec = now_usec(CLOCK_MONOTONIC);
+		log_warning("%u descriptor close(s) have not returned (the oldest of %s, for %llu "
+			    "s): a FUSE file whose server does not answer? "
+			    "/sys/fs/fuse/connections/*/abort ends it; %u closer threads now", stuck,
+			    who, (unsigned long long)((fc->stuck_log_usec - oldest->busy_usec) /
+						      USEC_PER_SEC), fc->n_threads);
+	}
+}
 
 static void *closer_main(void *arg)
 {
@@ -209,7 +370,7 @@ static void *closer_main(void *arg)
 	pthread_mutex_lock(&fc->lock);
 	for (;;) {
 		struct lane *l = TAILQ_FIRST(&fc->ready);
-		uid_t uid;
+		uint64_t key;
 		int fd;
 
 		if (!l) {
@@ -222,17 +383,20 @@ static void *closer_main(void *arg)
 		}
 		fd = lane_pop(l);
 		l->busy = true;
+		l->busy_usec = now_usec(CLOCK_MONOTONIC);
 		lane_settle(fc, l, true); /* out of ready: one close of a lane at a time */
-		uid = l->uid;
+		key = l->key;
 		/* Two lanes may have signalled one idle thread: another takes the next, or this
 		 * close (which may never return) would leave it waiting. */
 		if (!TAILQ_EMPTY(&fc->ready))
 			wake_closer(fc);
 		pthread_mutex_unlock(&fc->lock);
-		defuse(fc, fd, uid);
-		close(fd);
+		if (fd >= 0) {
+			defuse(fc, fd, key);
+			close(fd);
+		}
 		pthread_mutex_lock(&fc->lock);
-		l = lane_find(fc, uid); /* still there: busy kept it */
+		l = lane_find(fc, key); /* still there: busy kept it */
 		l->busy = false;
 		fc->total--;
 		lane_settle(fc, l, false); /* back at the tail: the next lane goes first */
@@ -244,9 +408,43 @@ static void *closer_main(void *arg)
 	return NULL;
 }
 
-int fd_closer_new(struct fd_closer **ret)
+/* While a lane is ready and every thread is busy, looks again each time a running close
+ * may have become stuck: nothing else would (no descriptor may come to wake anyone). */
+static void *watcher_main(void *arg)
+{
+	struct fd_closer *fc = arg;
+
+	thread_block_loop_signals();
+	pthread_mutex_lock(&fc->lock);
+	while (!fc->stopping) {
+		struct timespec at;
+		uint64_t next = UINT64_MAX, now = now_usec(CLOCK_MONOTONIC);
+		struct lane *l;
+
+		if (TAILQ_EMPTY(&fc->ready) || fc->n_idle > 0) {
+			pthread_cond_wait(&fc->watch, &fc->lock);
+			continue;
+		}
+		wake_closer(fc);
+		LIST_FOREACH(l, &fc->lanes, link) /* the next close to become stuck */
+			if (l->busy && l->busy_usec + fc->stuck_usec > now &&
+			    l->busy_usec + fc->stuck_usec < next)
+				next = l->busy_usec + fc->stuck_usec;
+		if (next == UINT64_MAX) {
+			pthread_cond_wait(&fc->watch, &fc->lock); /* a close ends, or one comes */
+			continue;
+		}
+		at = timespec_from_usec(next);
+		(void)pthread_cond_timedwait(&fc->watch, &fc->lock, &at);
+	}
+	pthread_mutex_unlock(&fc->lock);
+	return NULL;
+}
+
+int fd_closer_new(uint64_t stuck_usec, struct fd_closer **ret)
 {
 	struct fd_closer *fc = calloc(1, sizeof(*fc));
+	pthread_condattr_t monotonic;
 	int r;
 
 	if (!fc)
@@ -254,15 +452,24 @@ int fd_closer_new(struct fd_closer **ret)
 	pthread_mutex_init(&fc->lock, NULL);
 	pthread_cond_init(&fc->wake, NULL);
 	pthread_cond_init(&fc->idle, NULL);
+	pthread_condattr_init(&monotonic);
+	pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+	pthread_cond_init(&fc->watch, &monotonic);
+	pthread_condattr_destroy(&monotonic);
 	LIST_INIT(&fc->lanes);
 	TAILQ_INIT(&fc->ready);
+	fc->stuck_usec = stuck_usec;
 	/* One thread from the start, so a queued descriptor always has one to close it. */
 	r = -pthread_create(&fc->threads[0], NULL, closer_main, fc);
+	if (r == 0) {
+		fc->n_threads = 1;
+		r = -pthread_create(&fc->watcher, NULL, watcher_main, fc);
+		fc->has_watcher = r == 0;
+	}
 	if (r < 0) {
 		fd_closer_free(fc);
 		return r;
 	}
-	fc->n_threads = 1;
 	*ret = fc;
 	return 0;
 }
@@ -278,8 +485,11 @@ struct fd_closer *fd_closer_free(struct fd_closer *fc)
 	pthread_mutex_lock(&fc->lock);
 	fc->stopping = true; /* no thread starts from now on: n_threads stays */
 	pthread_cond_broadcast(&fc->wake);
+	pthread_cond_signal(&fc->watch);
 	n_threads = fc->n_threads;
 	pthread_mutex_unlock(&fc->lock);
+	if (fc->has_watcher)
+		pthread_join(fc->watcher, NULL);
 	clock_gettime(CLOCK_REALTIME, &deadline);
 	deadline.tv_sec += 2;
 	for (unsigned i = 0; i < n_threads; i++)
@@ -289,10 +499,11 @@ struct fd_closer *fd_closer_free(struct fd_closer *fc)
 		}
 	if (stuck) {
 		log_warning("%u descriptor(s) from clients still closing; left to mrd's exit",
-			    fd_closer_waiting(fc, (uid_t)-1));
+			    fc->total);
 		abandoned = fc;
 		return NULL;
 	}
+	pthread_cond_destroy(&fc->watch);
 	pthread_cond_destroy(&fc->idle);
 	pthread_cond_destroy(&fc->wake);
 	pthread_mutex_destroy(&fc->lock);
@@ -300,72 +511,100 @@ struct fd_closer *fd_closer_free(struct fd_closer *fc)
 	return NULL;
 }
 
-/* With fc->lock held: a thread for a lane that just became ready, if none is free. */
-static void wake_closer(struct fd_closer *fc)
+/* With fc->lock held: l got a descriptor (queued or parked). */
+static void lane_added(struct fd_closer *fc, struct lane *l, bool was_ready)
 {
-	if (fc->n_idle > 0)
-		pthread_cond_signal(&fc->wake);
-	else if (fc->n_threads < FD_CLOSER_THREADS && !fc->stopping &&
-		 pthread_create(&fc->threads[fc->n_threads], NULL, closer_main, fc) == 0)
-		fc->n_threads++; /* else a busy thread takes it when it is done */
+	fc->total++;
+	lane_settle(fc, l, was_ready);
+	if (!was_ready && !l->busy)
+		wake_closer(fc);
 }
 
-void fd_closer_consume(struct fd_closer *fc, int fd, uid_t uid)
+static void consume_key(struct fd_closer *fc, int fd, uint64_t key)
 {
 	struct lane *l;
-	bool in_ready;
+	bool was_ready;
 
 	if (fd < 0)
 		return;
 	pthread_mutex_lock(&fc->lock);
-	l = lane_find(fc, uid);
-	if (!l) {
-		l = calloc(1, sizeof(*l));
-		if (l) {
-			l->uid = uid;
-			LIST_INSERT_HEAD(&fc->lanes, l, link);
-		}
-	}
+	l = lane_get(fc, key);
 	if (!l || lane_push(l, fd) < 0) {
 		if (l)
-			lane_settle(fc, l, l->n > 0 && !l->busy);
+			lane_settle(fc, l, lane_has_work(l) && !l->busy);
 		pthread_mutex_unlock(&fc->lock);
 		log_warning("out of memory queueing a descriptor to close; closing it here");
 		close(fd);
 		return;
 	}
-	fc->total++;
-	in_ready = l->n > 1 && !l->busy; /* it was ready already */
-	lane_settle(fc, l, in_ready);
-	if (!in_ready && !l->busy)
-		wake_closer(fc);
+	was_ready = (l->n > 1 || l->n_parked > 0) && !l->busy;
+	lane_added(fc, l, was_ready);
 	pthread_mutex_unlock(&fc->lock);
 }
 
-void fd_closer_consume_socket(struct fd_closer *fc, int fd, uid_t uid)
+void fd_closer_consume(struct fd_closer *fc, int fd, uid_t uid)
 {
+	consume_key(fc, fd, uid);
+}
+
+void fd_closer_consume_own(struct fd_closer *fc, int fd)
+{
+	consume_key(fc, fd, OWN_KEY);
+}
+
+/* Whether a Unix socket that is shut down holds descriptors in flight: each packet queued is
+ * peeked in turn (SO_PEEK_OFF steps past it) with room for its credentials alone, so one that
+ * carries descriptors reads MSG_CTRUNC and installs none (the peek's references go back at
+ * once: the packet keeps its own). The end reads 0 without credentials. In doubt: true. */
+static bool holds_descriptors(int fd)
+{
+	static uint8_t buf[WIRE_FRAME_MAX];
 	union {
 		struct cmsghdr align;
 		char buf[CMSG_SPACE(sizeof(struct ucred))];
 	} control;
+	int zero = 0;
+
+	if (setsockopt(fd, SOL_SOCKET, SO_PEEK_OFF, &zero, sizeof(zero)) < 0)
+		return true;
+	for (unsigned i = 0; i < PEEK_READS_MAX; i++) {
+		struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+				     .msg_controllen = sizeof(control.buf) };
+		ssize_t n = recvmsg(fd, &mh, MSG_PEEK | MSG_DONTWAIT);
+
+		if (n < 0 || (mh.msg_flags & MSG_CTRUNC))
+			return n < 0 ? errno != EAGAIN : true;
+		if (n == 0 && mh.msg_controllen == 0)
+			return false;
+	}
+	return true;
+}
+
+void fd_closer_consume_socket(struct fd_closer *fc, int fd, uid_t uid)
+{
 	int one = 1;
-	uint8_t byte;
-	struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-			     .msg_controllen = sizeof(control.buf) };
+	struct lane *l;
 
 	if (fd < 0)
 		return;
 	/* Nothing comes in once it is shut down; with SO_PASSCRED any packet queued, empty
-	 * ones too, reads with credentials, and the end with none. A peek takes nothing out
-	 * (descriptors in flight stay where they are). */
+	 * ones too, reads with credentials, and the end with none. A peek takes nothing out. */
 	(void)shutdown(fd, SHUT_RDWR);
 	if (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) == 0 &&
-	    recvmsg(fd, &mh, MSG_PEEK | MSG_DONTWAIT) == 0 && mh.msg_controllen == 0) {
-		close(fd);
+	    !holds_descriptors(fd)) {
+		close(fd); /* frees its bytes, releases no file */
 		return;
 	}
-	fd_closer_consume(fc, fd, uid);
+	pthread_mutex_lock(&fc->lock);
+	l = lane_find(fc, uid);
+	if (l && lane_waiting(l) >= FD_CLOSER_UID_MAX && lane_park(l, fd) == 0) {
+		lane_added(fc, l, lane_has_work(l) && !l->busy && l->n_parked > 1);
+		pthread_mutex_unlock(&fc->lock);
+		return;
+	}
+	pthread_mutex_unlock(&fc->lock);
+	consume_key(fc, fd, uid);
 }
 
 void fd_closer_consume_packet(struct fd_closer *fc, struct wire_packet *pkt, uid_t uid)
@@ -381,10 +620,7 @@ unsigned fd_closer_waiting(struct fd_closer *fc, uid_t uid)
 	unsigned n;
 
 	pthread_mutex_lock(&fc->lock);
-	if (uid == (uid_t)-1)
-		n = fc->total;
-	else
-		n = (l = lane_find(fc, uid)) ? lane_waiting(l) : 0;
+	n = (l = lane_find(fc, uid)) ? lane_waiting(l) : 0;
 	pthread_mutex_unlock(&fc->lock);
 	return n;
 }
@@ -397,16 +633,9 @@ bool fd_closer_lane_full(struct fd_closer *fc, uid_t uid)
 int fd_closer_quiesce(struct fd_closer *fc, uint64_t timeout_usec, uid_t *ret_uid,
 		      unsigned *ret_waiting)
 {
-	struct timespec deadline;
+	struct timespec deadline = timespec_from_usec(now_usec(CLOCK_REALTIME) + timeout_usec);
 	int r = 0;
 
-	clock_gettime(CLOCK_REALTIME, &deadline);
-	deadline.tv_sec += (time_t)(timeout_usec / USEC_PER_SEC);
-	deadline.tv_nsec += (long)(timeout_usec % USEC_PER_SEC) * 1000;
-	if (deadline.tv_nsec >= 1000000000L) {
-		deadline.tv_sec++;
-		deadline.tv_nsec -= 1000000000L;
-	}
 	pthread_mutex_lock(&fc->lock);
 	while (fc->total > 0 && r == 0)
 		r = -pthread_cond_timedwait(&fc->idle, &fc->lock, &deadline);
@@ -416,7 +645,7 @@ int fd_closer_quiesce(struct fd_closer *fc, uint64_t timeout_usec, uid_t *ret_ui
 		LIST_FOREACH(i, &fc->lanes, link) /* the one most behind */
 			if (lane_waiting(i) > lane_waiting(l))
 				l = i;
-		*ret_uid = l->uid;
+		*ret_uid = l->key == OWN_KEY ? (uid_t)-1 : (uid_t)l->key;
 		*ret_waiting = lane_waiting(l);
 		r = -EBUSY;
 	} else

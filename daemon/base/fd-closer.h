@@ -21,16 +21,19 @@ struct fd_closer;
  * the closers themselves take no more out of that uid's Unix sockets past it. As many as
  * [limits] clients_per_user's default: a user's whole job leaving at once stays under it. */
 #define FD_CLOSER_UID_MAX 256u
-/* Closer threads at most, started as lanes need them: as many users' closes may hang at once
- * before the next user's descriptors wait for one of them (a stuck thread costs its stack's
- * address space, little memory). */
+/* Closer threads that are not stuck, at most, started as lanes need them. */
 #define FD_CLOSER_THREADS 64u
+/* Threads at most, stuck ones too: a close that has not returned after the stuck time no
+ * longer counts against FD_CLOSER_THREADS, so users whose closes hang (one thread each: a
+ * lane has one close in flight) never leave the next user without a thread — until this
+ * many distinct users hang one each (a stuck thread costs its small stack, little else). */
+#define FD_CLOSER_THREADS_MAX 1024u
+/* Sockets a user's full lane holds outside mrd's descriptor table (each holds descriptors
+ * in flight, which the kernel charges to that user); past it they wait in the lane too. */
+#define FD_CLOSER_PARK_MAX 16384u
 
-/* The lane of mrd's own memory (arenas it made or a client attached): their closes block on
- * no one, but free pages for as long as that takes. */
-#define FD_CLOSER_MRD_UID ((uid_t)-2)
-
-int fd_closer_new(struct fd_closer **ret);
+/* stuck_usec: how long a close runs before it counts as stuck. */
+int fd_closer_new(uint64_t stuck_usec, struct fd_closer **ret);
 /* Lets the threads close what waits, for at most a second or two; threads still stuck in a
  * close() then are left to the process's exit (with what they use). NULL-safe. */
 struct fd_closer *fd_closer_free(struct fd_closer *fc);
@@ -38,15 +41,19 @@ struct fd_closer *fd_closer_free(struct fd_closer *fc);
 /* Takes fd, which came from a client of uid, and closes it without blocking the caller, on a
  * closer thread. Never fails. fd < 0: nothing. */
 void fd_closer_consume(struct fd_closer *fc, int fd, uid_t uid);
-/* The same for a connection's own socket (AF_UNIX, SOCK_SEQPACKET), which it shuts down first:
- * one with nothing queued closes here at once (it holds no descriptor in flight, so its close
- * releases nothing), so a user whose lane does not drain adds only sockets that hold what they
- * were sent. */
+/* The same for a descriptor of mrd's own memory (an arena's memfd): its close blocks on no
+ * one, but frees pages for as long as that takes. Its lane is no user's. */
+void fd_closer_consume_own(struct fd_closer *fc, int fd);
+/* The same for a connection's own socket (AF_UNIX, SOCK_SEQPACKET), which it shuts down first.
+ * One that holds no descriptor in flight (nothing queued, or bytes alone) closes here at once:
+ * its close releases no file. One that does waits in uid's lane, or, while that lane is full,
+ * outside the descriptor table (FD_CLOSER_PARK_MAX): a user whose closes hang makes mrd hold
+ * no more descriptors however many connections it drops. */
 void fd_closer_consume_socket(struct fd_closer *fc, int fd, uid_t uid);
 /* The same for every descriptor left in pkt (handlers take what they keep). */
 void fd_closer_consume_packet(struct fd_closer *fc, struct wire_packet *pkt, uid_t uid);
 
-/* Descriptors of uid waiting to be closed; (uid_t)-1: of everyone. */
+/* Descriptors of uid waiting to be closed (held sockets too). */
 unsigned fd_closer_waiting(struct fd_closer *fc, uid_t uid);
 /* Whether uid's lane holds FD_CLOSER_UID_MAX: that uid adds no more (callers exempt root where
  * an administrator must get in). */

@@ -30,9 +30,13 @@ static void out_frame_free(struct out_frame *f)
 	free(f);
 }
 
+/* Whether mrd takes no more requests of c for now. Held back by its descriptor budget too
+ * (drain_event waits for it to read what it was sent): whatever frees bytes of its user's
+ * must not resume it. */
 bool client_full(const struct client *c)
 {
 	return c->n_pending + c->n_out >= c->manager->core.config.max_inflight ||
+	       (c->drain_event && event_pending(c->drain_event, EV_TIMEOUT, NULL)) ||
 	       c->out_bytes >= CLIENT_OUT_BYTES_MAX ||
 	       (c->share && c->share->out_bytes >= USER_OUT_BYTES_MAX);
 }
@@ -98,6 +102,12 @@ static void client_on_read(evutil_socket_t fd, short what, void *userdata)
 
 	if (!c->reading)
 		return;
+	/* Its user's other connections may have filled the user's byte bound since: then it
+	 * waits too, or each connection would add one reply past it. */
+	if (client_full(c)) {
+		client_set_reading(c, false);
+		return;
+	}
 	/* Each packet may bring 253 descriptors more to close: none is read while its user's
 	 * lane is full (what it sent stays in its socket, one descriptor in that lane). */
 	if (c->owner_uid != 0 && fd_closer_lane_full(m->closer, c->owner_uid)) {

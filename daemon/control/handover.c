@@ -528,12 +528,17 @@ int handover_reexec(struct manager *m)
 	/* exec closes what waits at the closers itself, on this thread, and cannot end while a
 	 * closer is stuck in a close(): let them finish, or stay. */
 	r = fd_closer_quiesce(m->closer, REEXEC_CLOSER_WAIT_USEC, &stuck_uid, &stuck);
-	if (r < 0)
-		return log_error_errno(r, "SIGUSR2: %u descriptor(s) uid %u sent are still being "
+	if (r < 0) {
+		char who[32] = "mrd's own memory";
+
+		if (stuck_uid != (uid_t)-1)
+			snprintf(who, sizeof(who), "uid %u", (unsigned)stuck_uid);
+		return log_error_errno(r, "SIGUSR2: %u descriptor(s) of %s are still being "
 				       "closed (a close that does not return: a FUSE file whose "
 				       "server does not answer? /sys/fs/fuse/connections/*/abort "
 				       "ends it); exec would wait for them; mrd goes on as it is",
-				       stuck, (unsigned)stuck_uid);
+				       stuck, who);
+	}
 	/* First, while nothing is saved: a client PD's MR the device keeps would outlive this mrd
 	 * in the client's context, over pages the next one hands out again. */
 	live = handover_unbind_clients(m);

@@ -32,6 +32,9 @@
 
 #define REFUSED_LOG_INTERVAL_USEC (5 * USEC_PER_SEC)
 #define ACCEPT_PER_WAKEUP 16u
+/* A client's descriptor whose close runs this long counts as stuck: the closers start a
+ * thread past their usual number for the next user (base/fd-closer.h). */
+#define CLOSE_STUCK_USEC USEC_PER_SEC
 #define SUBUID_PATH "/etc/subuid"
 
 /* Keeps old's value of a key read only at start in new, noting its name when it changed. */
@@ -267,7 +270,7 @@ int manager_new(struct config *config, struct manager **ret)
 	m->core.base = event_base_new();
 	if (!m->core.base)
 		return -ENOMEM;
-	r = fd_closer_new(&m->closer);
+	r = fd_closer_new(CLOSE_STUCK_USEC, &m->closer);
 	if (r < 0)
 		return log_error_errno(r, "cannot start the descriptor closer: %m");
 	m->core.closer = m->closer;

@@ -287,7 +287,7 @@ struct arena *arena_free(struct arena *a)
 	buddy_done(&a->buddy);
 	free(a->runs);
 	if (a->memfd >= 0 && a->mem->closer && *a->mem->closer)
-		fd_closer_consume(*a->mem->closer, a->memfd, FD_CLOSER_MRD_UID);
+		fd_closer_consume_own(*a->mem->closer, a->memfd);
 	else
 		safe_close(a->memfd);
 	free(a);
