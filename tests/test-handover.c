@@ -620,10 +620,10 @@ END_TEST
 /* A client leaving with many MRs frees them a share a turn (core/domain.h): a hand-over in the
  * middle saves none of them (they are nobody's to take back), and a shutdown in the middle
  * frees the rest (the sanitizers' leak check sees it). */
-static struct domain *leave_with_mrs(unsigned n, uint64_t *kept)
+static struct domain *leave_with_mrs(unsigned n, uint64_t *kept, struct client **ret_b)
 {
 	struct client *ca;
-	int a = td_hello_client(1000, &ca), b = td_hello_client(1000, NULL);
+	int a = td_hello_client(1000, &ca), b = td_hello_client(1000, ret_b);
 	struct domain *d;
 
 	for (unsigned i = 0; i < n; i++)
@@ -644,7 +644,7 @@ START_TEST(test_save_while_a_client_leaves)
 {
 	struct handover_fds saved;
 	uint64_t kept;
-	struct domain *d = leave_with_mrs(64, &kept);
+	struct domain *d = leave_with_mrs(64, &kept, NULL);
 	unsigned n;
 
 	ck_assert_int_eq(handover_save(td_manager, &saved, &n), 0);
@@ -659,16 +659,24 @@ END_TEST
 
 START_TEST(test_leaving_ends_on_its_own_or_at_shutdown)
 {
+	struct client *cb;
 	uint64_t kept;
-	struct domain *d = leave_with_mrs(64, &kept);
+	struct domain *d = leave_with_mrs(64, &kept, &cb);
 
 	/* The loop works through it, turn by turn. */
 	td_pump_until(LIST_EMPTY(&d->leaving.allocations));
 	ck_assert(LIST_EMPTY(&d->leaving.allocations));
 	ck_assert_uint_eq(d->mem.allocations.n, 1);
 	ck_assert_uint_eq(d->reg.cache.n_mrs, 0);
-	/* Another leaves; mrd stops in the middle (the fixture's td_stop). */
-	(void)leave_with_mrs(64, &kept);
+	client_free(cb); /* its one allocation goes at once: a share is one at least */
+	ck_assert_ptr_null(find_domain("uid-1000"));
+	/* Another leaves, and the last client after it: what is left holds the domain open, and
+	 * mrd stops in the middle (the fixture's td_stop). */
+	d = leave_with_mrs(64, &kept, &cb);
+	client_free(cb);
+	ck_assert_ptr_eq(find_domain("uid-1000"), d);
+	ck_assert_uint_eq(d->n_users, 0);
+	ck_assert(!LIST_EMPTY(&d->leaving.allocations));
 }
 END_TEST
 
