@@ -620,7 +620,8 @@ END_TEST
 /* A client leaving with many MRs frees them a share a turn (core/domain.h): a hand-over in the
  * middle saves none of them (they are nobody's to take back), and a shutdown in the middle
  * frees the rest (the sanitizers' leak check sees it). */
-static struct domain *leave_with_mrs(unsigned n, uint64_t *kept, struct client **ret_b)
+static struct domain *leave_with_mrs(unsigned n, uint64_t *kept, struct client **ret_b,
+				     int *ret_b_fd)
 {
 	struct client *ca;
 	int a = td_hello_client(1000, &ca), b = td_hello_client(1000, ret_b);
@@ -637,6 +638,8 @@ static struct domain *leave_with_mrs(unsigned n, uint64_t *kept, struct client *
 	ck_assert_uint_gt(d->mem.allocations.n, 1);
 	ck_assert_uint_lt(d->mem.allocations.n, n + 1);
 	ck_assert(!LIST_EMPTY(&d->leaving.allocations));
+	if (ret_b_fd)
+		*ret_b_fd = b;
 	return d;
 }
 
@@ -644,7 +647,7 @@ START_TEST(test_save_while_a_client_leaves)
 {
 	struct handover_fds saved;
 	uint64_t kept;
-	struct domain *d = leave_with_mrs(64, &kept, NULL);
+	struct domain *d = leave_with_mrs(64, &kept, NULL, NULL);
 	unsigned n;
 
 	ck_assert_int_eq(handover_save(td_manager, &saved, &n), 0);
@@ -661,8 +664,19 @@ START_TEST(test_leaving_ends_on_its_own_or_at_shutdown)
 {
 	struct client *cb;
 	uint64_t kept;
-	struct domain *d = leave_with_mrs(64, &kept, &cb);
+	int b;
+	struct domain *d = leave_with_mrs(64, &kept, &cb, &b);
+	struct allocation *last = LIST_FIRST(&d->leaving.allocations);
+	Mrd__Response *resp;
 
+	/* Nobody else frees what is left of it meanwhile (the last to go: turns pass). */
+	while (LIST_NEXT(last, owner_link))
+		last = LIST_NEXT(last, owner_link);
+	td_send_free(b, 3, allocation_address(last));
+	resp = td_expect(b, 3, EPERM);
+	ck_assert_ptr_nonnull(strstr(resp->message, "belongs to a client that left; it is being "
+					"freed"));
+	mrd__response__free_unpacked(resp, NULL);
 	/* The loop works through it, turn by turn. */
 	td_pump_until(LIST_EMPTY(&d->leaving.allocations));
 	ck_assert(LIST_EMPTY(&d->leaving.allocations));
@@ -672,7 +686,7 @@ START_TEST(test_leaving_ends_on_its_own_or_at_shutdown)
 	ck_assert_ptr_null(find_domain("uid-1000"));
 	/* Another leaves, and the last client after it: what is left holds the domain open, and
 	 * mrd stops in the middle (the fixture's td_stop). */
-	d = leave_with_mrs(64, &kept, &cb);
+	d = leave_with_mrs(64, &kept, &cb, NULL);
 	client_free(cb);
 	ck_assert_ptr_eq(find_domain("uid-1000"), d);
 	ck_assert_uint_eq(d->n_users, 0);
