@@ -617,6 +617,83 @@ START_TEST(test_sealed_attachment_dropped_alone)
 }
 END_TEST
 
+/* A client leaving with many MRs frees them a share a turn (core/domain.h): a hand-over in the
+ * middle saves none of them (they are nobody's to take back), and a shutdown in the middle
+ * frees the rest (the sanitizers' leak check sees it). */
+static struct domain *leave_with_mrs(unsigned n, uint64_t *kept, struct client **ret_b,
+				     int *ret_b_fd)
+{
+	struct client *ca;
+	int a = td_hello_client(1000, &ca), b = td_hello_client(1000, ret_b);
+	struct domain *d;
+
+	for (unsigned i = 0; i < n; i++)
+		td_lookup(a, 10 + 2 * i, td_alloc(a, 11 + 2 * i, 4096), 0, NULL);
+	*kept = td_alloc(b, 2, 4096);
+	d = find_domain("uid-1000");
+	ck_assert_uint_eq(d->reg.cache.n_mrs, n);
+	client_free(ca);
+	close(a);
+	/* A share went at once; the rest waits for the loop's next turns. */
+	ck_assert_uint_gt(d->mem.allocations.n, 1);
+	ck_assert_uint_lt(d->mem.allocations.n, n + 1);
+	ck_assert(!LIST_EMPTY(&d->leaving.allocations));
+	if (ret_b_fd)
+		*ret_b_fd = b;
+	return d;
+}
+
+START_TEST(test_save_while_a_client_leaves)
+{
+	struct handover_fds saved;
+	uint64_t kept;
+	struct domain *d = leave_with_mrs(64, &kept, NULL, NULL);
+	unsigned n;
+
+	ck_assert_int_eq(handover_save(td_manager, &saved, &n), 0);
+	ck_assert_uint_eq(n, 1); /* b's alone */
+	ck_assert(LIST_EMPTY(&d->leaving.allocations));
+	ck_assert_uint_eq(d->mem.allocations.n, 1);
+	ck_assert_uint_eq(d->reg.cache.n_mrs, 0);
+	ck_assert_ptr_nonnull(domain_find_allocation(d, kept));
+	handover_fds_done(&saved);
+}
+END_TEST
+
+START_TEST(test_leaving_ends_on_its_own_or_at_shutdown)
+{
+	struct client *cb;
+	uint64_t kept;
+	int b;
+	struct domain *d = leave_with_mrs(64, &kept, &cb, &b);
+	struct allocation *last = LIST_FIRST(&d->leaving.allocations);
+	Mrd__Response *resp;
+
+	/* Nobody else frees what is left of it meanwhile (the last to go: turns pass). */
+	while (LIST_NEXT(last, owner_link))
+		last = LIST_NEXT(last, owner_link);
+	td_send_free(b, 3, allocation_address(last));
+	resp = td_expect(b, 3, EPERM);
+	ck_assert_ptr_nonnull(strstr(resp->message, "belongs to a client that left; it is being "
+					"freed"));
+	mrd__response__free_unpacked(resp, NULL);
+	/* The loop works through it, turn by turn. */
+	td_pump_until(LIST_EMPTY(&d->leaving.allocations));
+	ck_assert(LIST_EMPTY(&d->leaving.allocations));
+	ck_assert_uint_eq(d->mem.allocations.n, 1);
+	ck_assert_uint_eq(d->reg.cache.n_mrs, 0);
+	client_free(cb); /* its one allocation goes at once: a share is one at least */
+	ck_assert_ptr_null(find_domain("uid-1000"));
+	/* Another leaves, and the last client after it: what is left holds the domain open, and
+	 * mrd stops in the middle (the fixture's td_stop). */
+	d = leave_with_mrs(64, &kept, &cb, NULL);
+	client_free(cb);
+	ck_assert_ptr_eq(find_domain("uid-1000"), d);
+	ck_assert_uint_eq(d->n_users, 0);
+	ck_assert(!LIST_EMPTY(&d->leaving.allocations));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("handover");
@@ -633,6 +710,8 @@ int main(void)
 	tcase_add_test(tc, test_process_identity);
 	tcase_add_test(tc, test_untrusted_state_dropped);
 	tcase_add_test(tc, test_sealed_attachment_dropped_alone);
+	tcase_add_test(tc, test_save_while_a_client_leaves);
+	tcase_add_test(tc, test_leaving_ends_on_its_own_or_at_shutdown);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

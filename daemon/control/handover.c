@@ -357,6 +357,8 @@ int handover_save(struct manager *m, struct handover_fds *ret, unsigned *ret_all
 	int fd = -1, r = 0;
 
 	*ret_allocations = 0;
+	/* What clients that left still own is nobody's to take back: it goes first. */
+	domains_finish_leaving(&m->core);
 	st.version = HANDOVER_VERSION;
 	st.instance = m->instance;
 	st.arena_serial = m->core.window.arena_serial;

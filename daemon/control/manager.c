@@ -315,6 +315,7 @@ struct manager *manager_free(struct manager *m)
 	window_keep_content(&m->core.window, true);
 	while (!LIST_EMPTY(&m->clients))
 		client_free(LIST_FIRST(&m->clients)); /* releases their domains */
+	domains_finish_leaving(&m->core); /* and what those that left before still own */
 	handover_end_grace(m); /* and the domains still waiting for their owners */
 	m->core.closer = NULL; /* arenas freed from here on close their memfds at once */
 	m->closer = fd_closer_free(m->closer); /* after every client's descriptors */

@@ -22,6 +22,8 @@ static struct domain *domain_free(struct domain *d)
 	/* Clients are gone by now, and with them their allocations and MRs. */
 	if (d->aging_timer)
 		event_free(d->aging_timer);
+	if (d->leave_event)
+		event_free(d->leave_event);
 	device_unwatch_domain(d);
 	free(d->exported_to);
 	registrar_close(&d->reg);
@@ -221,6 +223,8 @@ static void on_arena_gone(void *data, uint32_t arena_id)
 		d->core->arena_gone(d->core, arena_id);
 }
 
+static void on_leave_turn(evutil_socket_t fd, short what, void *data);
+
 /* A new domain, held by nobody yet. */
 static int domain_open(struct core *core, const char *name, struct domain **ret)
 {
@@ -242,6 +246,7 @@ static int domain_open(struct core *core, const char *name, struct domain **ret)
 	d->mem.workers = &core->workers;
 	d->mem.stopping = &core->stopping;
 	d->mem.closer = &core->closer;
+	mem_owner_init(&d->leaving, 0, 0, 0);
 	d->reg = (struct registrar){
 		.config = &core->config, .name = d->name, .mem = &d->mem,
 		.workers = &core->workers, .stopping = &core->stopping,
@@ -255,6 +260,10 @@ static int domain_open(struct core *core, const char *name, struct domain **ret)
 	/* Its own context on the device mrd opened at start. */
 	r = registrar_open(&d->reg, core->provider, config_policy_for(&core->config, name),
 			   (uintptr_t)core->window.base);
+	if (r >= 0) {
+		d->leave_event = evtimer_new(core->base, on_leave_turn, d);
+		r = d->leave_event ? 0 : -ENOMEM;
+	}
 	if (r >= 0 && !d->reg.pools.off)
 		r = aging_start(d);
 	if (r >= 0)
@@ -510,10 +519,59 @@ void domain_drop_allocation(struct domain *d, struct allocation *a)
 	allocation_disown(a);
 }
 
+/* A share of what clients that left own goes (all of it with all): while the loop's budget
+ * (registrar_loop_may) allows, and at least one allocation, so that the leaving ends however
+ * busy the loop is. The rest waits for the next turn. Once none is left, the hold goes (d may
+ * close). */
+static void leave_share(struct domain *d, bool all)
+{
+	unsigned made = 0;
+	struct allocation *a;
+
+	while ((a = LIST_FIRST(&d->leaving.allocations))) {
+		if (!all && made > 0 && !registrar_loop_may(&d->reg, made, a->length)) {
+			static const struct timeval next_turn = { 0, 0 };
+
+			if (event_add(d->leave_event, &next_turn) < 0)
+				continue; /* cannot wait: on now */
+			return;
+		}
+		registrar_loop_did(&d->reg, a->length);
+		domain_drop_allocation(d, a);
+		made++;
+	}
+	if (made == 0)
+		return; /* nothing was left: no hold either */
+	event_del(d->leave_event);
+	domain_unref(d);
+}
+
+static void on_leave_turn(evutil_socket_t fd, short what, void *data)
+{
+	leave_share(data, false);
+}
+
 void domain_leave(struct domain *d, struct reg_owner *owner)
 {
+	struct allocation *a;
+
 	odp_forget_owner(&d->reg, owner);
 	mempool_unregister_all(&d->reg, owner);
-	while (!LIST_EMPTY(&owner->mem.allocations))
-		domain_drop_allocation(d, LIST_FIRST(&owner->mem.allocations));
+	if (LIST_EMPTY(&owner->mem.allocations))
+		return;
+	if (LIST_EMPTY(&d->leaving.allocations))
+		domain_ref(d);
+	while ((a = LIST_FIRST(&owner->mem.allocations)))
+		allocation_give(a, &d->leaving);
+	leave_share(d, false);
+}
+
+void domains_finish_leaving(struct core *core)
+{
+	struct domain *d, *next;
+
+	for (d = LIST_FIRST(&core->domains); d; d = next) {
+		next = LIST_NEXT(d, link);
+		leave_share(d, true); /* may close d */
+	}
 }

@@ -396,6 +396,15 @@ void allocation_disown(struct allocation *a)
 	a->owner = NULL;
 }
 
+void allocation_give(struct allocation *a, struct mem_owner *to)
+{
+	LIST_REMOVE(a, owner_link);
+	a->owner->allocated_bytes -= a->length;
+	a->owner = to;
+	LIST_INSERT_HEAD(&to->allocations, a, owner_link);
+	to->allocated_bytes += a->length;
+}
+
 void allocation_retire(struct memory *m, struct allocation *a)
 {
 	u64_map_remove(&m->allocations, allocation_address(a));

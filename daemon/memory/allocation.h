@@ -80,6 +80,8 @@ unsigned allocation_claim(struct memory *m, struct mem_owner *owner, uint64_t se
 void allocation_unorphan(struct memory *m, struct allocation *a);
 /* Its owner lets go of it: it stays, nobody's. */
 void allocation_disown(struct allocation *a);
+/* Its owner hands it to to. */
+void allocation_give(struct allocation *a, struct mem_owner *to);
 
 /* How a's memory is registered: on demand, or pinned; for reads alone, or for all access. */
 static inline void allocation_set_kind(struct allocation *a, bool odp, bool read_only)
