@@ -29,6 +29,7 @@
 #include "base/fd-closer.h"
 #include "check-run.h"
 #include "fuse-stall.h"
+#include "raw-client.h"
 #include "test-util.h"
 #include "time-util.h"
 #include "wire.h"
@@ -63,63 +64,6 @@ static void become(uid_t uid)
 		_exit(3);
 }
 
-/* Children use these too, so they assert nothing (a failed check in a child would run on as
- * a second copy of the suite): a send mrd refused shows as the reply's status. */
-static void send_request(int fd, Mrd__Request *req, const int *fds, size_t n_fds)
-{
-	(void)wire_send(fd, &req->base, WIRE_FRAME_MAX, fds, n_fds, MSG_NOSIGNAL);
-}
-
-/* The next reply's status (a positive errno) within timeout_ms; -ETIMEDOUT, or -1 at the end. */
-static int reply_within(int fd, int timeout_ms)
-{
-	static uint8_t buf[WIRE_FRAME_MAX];
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	struct wire_packet pkt;
-	Mrd__Response *resp;
-	int status;
-
-	if (poll(&p, 1, timeout_ms) != 1)
-		return -ETIMEDOUT;
-	if (wire_recv(fd, buf, sizeof(buf), &pkt, 0) <= 0)
-		return -1;
-	wire_packet_close_fds(&pkt);
-	resp = mrd__response__unpack(NULL, pkt.len, pkt.data);
-	if (!resp)
-		return -EBADMSG;
-	status = (int)resp->status;
-	mrd__response__free_unpacked(resp, NULL);
-	return status;
-}
-
-static void send_hello(int fd)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__HelloRequest h = MRD__HELLO_REQUEST__INIT;
-
-	h.min_version = h.max_version = MRD_PROTOCOL_VERSION_MAX;
-	h.capabilities = MRD_CAPS_SERVED;
-	h.client_name = (char *)"availability";
-	req.id = 1;
-	req.body_case = MRD__REQUEST__BODY_HELLO;
-	req.hello = &h;
-	send_request(fd, &req, NULL, 0);
-}
-
-static void send_ping(int fd, uint64_t id, const int *fds, size_t n_fds, size_t payload)
-{
-	static uint8_t bytes[60 * 1024];
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__PingRequest p = MRD__PING_REQUEST__INIT;
-
-	p.payload.data = bytes;
-	p.payload.len = payload;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_PING;
-	req.ping = &p;
-	send_request(fd, &req, fds, n_fds);
-}
-
 /* A connection after Hello (as whoever this process is), or -1 when mrd did not answer its
  * Hello within timeout_ms (or refused it). */
 static int connect_hello_within(int timeout_ms)
@@ -128,8 +72,8 @@ static int connect_hello_within(int timeout_ms)
 
 	if (fd < 0)
 		return -1;
-	send_hello(fd);
-	status = reply_within(fd, timeout_ms);
+	(void)raw_send_hello(fd, "availability");
+	status = raw_reply_within(fd, timeout_ms);
 	if (status != 0) {
 		close(fd);
 		return -1;
@@ -151,8 +95,8 @@ static bool served_within(uid_t uid, int timeout_ms)
 		fd = connect_hello_within(timeout_ms);
 		if (fd < 0)
 			_exit(1);
-		send_ping(fd, 2, NULL, 0, 0);
-		_exit(reply_within(fd, timeout_ms) == 0 ? 0 : 2);
+		(void)raw_send_ping(fd, 2, NULL, 0, 0);
+		_exit(raw_reply_within(fd, timeout_ms) == 0 ? 0 : 2);
 	}
 	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
 	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
@@ -188,27 +132,6 @@ static void wait_child(pid_t pid, int want)
 		      "child exited with status 0x%x, wanted %d", status, want);
 }
 
-/* One byte with n descriptors, more than wire_send takes. */
-static int send_refs(int fd, const int *refs, size_t n)
-{
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int) * WIRE_RECV_FDS_MAX)];
-	} control;
-	struct iovec iov = { .iov_base = (void *)"x", .iov_len = 1 };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-			     .msg_controllen = CMSG_SPACE(sizeof(int) * n) };
-	struct cmsghdr *cmsg;
-
-	memset(&control, 0, sizeof(control));
-	cmsg = CMSG_FIRSTHDR(&mh);
-	cmsg->cmsg_level = SOL_SOCKET;
-	cmsg->cmsg_type = SCM_RIGHTS;
-	cmsg->cmsg_len = CMSG_LEN(sizeof(int) * n);
-	memcpy(CMSG_DATA(cmsg), refs, sizeof(int) * n);
-	return sendmsg(fd, &mh, MSG_NOSIGNAL) == 1 ? 0 : -errno;
-}
-
 /* Stream sockets read as ended, 1,265 references of them inside one Unix socket: the closers
  * once drained each for 2^20 reads (a stream's end brings credentials every time), a second of
  * CPU each, while a bound of everyone's stopped every accept. */
@@ -232,13 +155,13 @@ START_TEST(test_ended_stream_sockets)
 		for (size_t i = 0; i < WIRE_RECV_FDS_MAX; i++)
 			refs[i] = s[0];
 		for (int i = 0; i < 5; i++)
-			if (send_refs(carrier[0], refs, WIRE_RECV_FDS_MAX) < 0)
+			if (raw_send_refs(carrier[0], refs, WIRE_RECV_FDS_MAX) < 0)
 				_exit(5);
 		close(s[0]);
 		close(carrier[0]);
-		send_ping(fd, 2, &carrier[1], 1, 0); /* a Ping takes none: refused, closed */
+		(void)raw_send_ping(fd, 2, &carrier[1], 1, 0); /* a Ping takes none: refused, closed */
 		close(carrier[1]);
-		_exit(reply_within(fd, 10000) == EBADMSG ? 0 : 6);
+		_exit(raw_reply_within(fd, 10000) == EBADMSG ? 0 : 6);
 	}
 	wait_child(pid, 0);
 	ck_assert_msg(served_within(VICTIM, 10000),
@@ -257,6 +180,63 @@ _Noreturn static void attacker_exit(int report, int rep[2], int code)
 	_exit(write(report, rep, 2 * sizeof(int)) == 2 * sizeof(int) ? code : 7);
 }
 
+/* The attacker's report, read here: it must have got through (its exit waits on the server). */
+static void attacker_report(int report[2], int rep[2])
+{
+	close(report[1]);
+	ck_assert_int_eq(read(report[0], rep, 2 * sizeof(int)), (ssize_t)(2 * sizeof(int)));
+	close(report[0]);
+	ck_assert_msg(rep[0] == 0, "the attacker failed at step %d", rep[0]);
+}
+
+/* Whether closes that never return can be tried here (a FUSE mount, no valgrind, which stops
+ * every thread of mrd while one is in a close() that blocks); prints why not. */
+static bool stall_ready(const char *what)
+{
+	const char *wrapper = getenv("MRD_TEST_WRAPPER");
+	char why[128];
+
+	if (wrapper && strstr(wrapper, "valgrind")) {
+		printf("%s: not tried under valgrind, which stops every thread of mrd while one "
+		       "is in a close() that blocks\n", what);
+		return false;
+	}
+	if (fuse_stall_start(&fuse, why, sizeof(why)) < 0) {
+		printf("%s: not tried, %s\n", what, why);
+		return false;
+	}
+	return true;
+}
+
+/* In the attacker: a connection that sent file (on the FUSE mount) with n ExtmemAttach
+ * requests, each refused (not a memfd) and its descriptor left to the closers, where the
+ * first close never returns. n = 0: until mrd says the lane is full (what an earlier case
+ * left in it may still be closing). */
+static int wedge_lane(int report, int rep[2], int file, unsigned n)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ExtmemAttachRequest x = MRD__EXTMEM_ATTACH_REQUEST__INIT;
+	int fd = connect_hello_within(10000);
+
+	if (fd < 0)
+		attacker_exit(report, rep, 4);
+	x.length = 4096;
+	req.body_case = MRD__REQUEST__BODY_EXTMEM_ATTACH;
+	req.extmem_attach = &x;
+	for (unsigned i = 0; n == 0 || i < n; i++) {
+		int status;
+
+		req.id = 10 + (uint64_t)i;
+		(void)raw_send(fd, &req, &file, 1);
+		status = raw_reply_within(fd, 60000);
+		if (n == 0 && i > 0 && (status == ETOOMANYREFS || status == -1))
+			break; /* refused, or dropped before it was read */
+		if (status != EBADF || i > 2 * FD_CLOSER_UID_MAX)
+			attacker_exit(report, rep, 5);
+	}
+	return fd;
+}
+
 /* Closes that never return, of one user (a FUSE file whose server never answers FLUSH): they
  * hold that user's lane and one closer thread. The user then connects and hangs up 1,100
  * times; once a bound of everyone's (1,024 waiting) stopped every accept here. Another user
@@ -264,63 +244,38 @@ _Noreturn static void attacker_exit(int report, int rep[2], int code)
  * stuck close, refuses and mrd goes on. */
 START_TEST(test_close_that_never_returns_of_one_user)
 {
-	const char *wrapper = getenv("MRD_TEST_WRAPPER");
-	char why[128];
 	pid_t pid, before = mrd.pid;
 	int report[2], rep[2] = { -1, -1 }; /* the attacker's exit code, connections refused */
 	unsigned base = count_open_fds(mrd.pid);
 
-	if (wrapper && strstr(wrapper, "valgrind")) {
-		printf("closes that never return: not tried under valgrind, which stops every "
-		       "thread of mrd while one is in a close() that blocks\n");
+	if (!stall_ready("closes that never return"))
 		return;
-	}
-	if (fuse_stall_start(&fuse, why, sizeof(why)) < 0) {
-		printf("closes that never return: not tried, %s\n", why);
-		return;
-	}
 	ck_assert_int_eq(pipe2(report, O_CLOEXEC), 0);
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		Mrd__Request req = MRD__REQUEST__INIT;
-		Mrd__ExtmemAttachRequest x = MRD__EXTMEM_ATTACH_REQUEST__INIT;
 		/* Opened here alone: every process that holds it waits on the server when it
 		 * exits (the attacker, once the server is gone). Opened as root: the mount is
 		 * root's, but the descriptor is the attacker's to send. */
-		int fd, file = open(fuse.file, O_RDWR | O_CLOEXEC);
+		int file = open(fuse.file, O_RDWR | O_CLOEXEC);
 
 		rep[1] = 0;
 		if (file < 0)
 			attacker_exit(report[1], rep, 8);
 		become(ATTACKER);
-		fd = connect_hello_within(10000);
-		if (fd < 0)
-			attacker_exit(report[1], rep, 4);
-		x.length = 4096;
-		req.body_case = MRD__REQUEST__BODY_EXTMEM_ATTACH;
-		req.extmem_attach = &x;
-		for (int i = 0; i < 8; i++) { /* not a memfd: refused, closed on a closer */
-			req.id = 10 + (uint64_t)i;
-			send_request(fd, &req, &file, 1);
-			if (reply_within(fd, 10000) != EBADF)
-				attacker_exit(report[1], rep, 5);
-		}
+		(void)wedge_lane(report[1], rep, file, 8);
 		for (int i = 0; i < 1100; i++) {
 			int c = raw_connect(mrd.socket);
 
 			if (c < 0)
 				attacker_exit(report[1], rep, 6);
-			send_hello(c);
-			rep[1] += reply_within(c, 10000) != 0;
+			(void)raw_send_hello(c, "availability");
+			rep[1] += raw_reply_within(c, 10000) != 0;
 			close(c);
 		}
 		attacker_exit(report[1], rep, 0);
 	}
-	close(report[1]);
-	ck_assert_int_eq(read(report[0], rep, sizeof(rep)), (ssize_t)sizeof(rep));
-	close(report[0]);
-	ck_assert_msg(rep[0] == 0, "the attacker failed at step %d", rep[0]);
+	attacker_report(report, rep);
 	printf("attacker: %d of 1100 connections refused while its closes hang; mrd has %u "
 	       "descriptors (%u before)\n", rep[1], count_open_fds(mrd.pid), base);
 	/* Its connections went at once (nothing in them); once they all waited in its lane. */
@@ -349,61 +304,37 @@ END_TEST
  * hold descriptors wait outside the table; the victim is served throughout. */
 START_TEST(test_wedged_user_adds_no_descriptor)
 {
-	const char *wrapper = getenv("MRD_TEST_WRAPPER");
-	char why[128];
 	pid_t pid;
 	int report[2], rep[2] = { -1, -1 };
 	unsigned base = count_open_fds(mrd.pid), held;
 
-	if (wrapper && strstr(wrapper, "valgrind")) {
-		printf("a wedged user's connections: not tried under valgrind (see above)\n");
+	if (!stall_ready("a wedged user's connections"))
 		return;
-	}
-	if (fuse_stall_start(&fuse, why, sizeof(why)) < 0) {
-		printf("a wedged user's connections: not tried, %s\n", why);
-		return;
-	}
 	ck_assert_int_eq(pipe2(report, O_CLOEXEC), 0);
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		Mrd__Request req = MRD__REQUEST__INIT;
-		Mrd__ExtmemAttachRequest x = MRD__EXTMEM_ATTACH_REQUEST__INIT;
-		int fd, p[2], file = open(fuse.file, O_RDWR | O_CLOEXEC);
+		int p[2], file = open(fuse.file, O_RDWR | O_CLOEXEC);
 
 		rep[1] = 0;
 		if (file < 0 || pipe2(p, O_CLOEXEC) < 0)
 			attacker_exit(report[1], rep, 8);
 		become(ATTACKER);
-		fd = connect_hello_within(10000);
-		if (fd < 0)
-			attacker_exit(report[1], rep, 4);
-		x.length = 4096;
-		req.body_case = MRD__REQUEST__BODY_EXTMEM_ATTACH;
-		req.extmem_attach = &x;
-		for (unsigned i = 0; i < FD_CLOSER_UID_MAX; i++) { /* the first one hangs */
-			req.id = 10 + (uint64_t)i;
-			send_request(fd, &req, &file, 1);
-			if (reply_within(fd, 10000) != EBADF)
-				attacker_exit(report[1], rep, 5);
-		}
+		(void)wedge_lane(report[1], rep, file, 0); /* its lane is full */
 		for (int i = 0; i < 600; i++) {
 			int c = raw_connect(mrd.socket);
 
 			if (c < 0)
 				attacker_exit(report[1], rep, 6);
-			send_hello(c);
+			(void)raw_send_hello(c, "availability");
 			if (i % 2)
-				(void)send_refs(c, &p[0], 1);
+				(void)raw_send_refs(c, &p[0], 1);
 			rep[1]++;
 			close(c);
 		}
 		attacker_exit(report[1], rep, 0);
 	}
-	close(report[1]);
-	ck_assert_int_eq(read(report[0], rep, sizeof(rep)), (ssize_t)sizeof(rep));
-	close(report[0]);
-	ck_assert_msg(rep[0] == 0, "the attacker failed at step %d", rep[0]);
+	attacker_report(report, rep);
 	ck_assert_msg(served_within(VICTIM, 10000), "another user waited for a wedged user");
 	ck_assert_msg(mrctl_status_answers(), "root's mrctl status: %s", out);
 	held = count_open_fds(mrd.pid);
@@ -416,21 +347,6 @@ START_TEST(test_wedged_user_adds_no_descriptor)
 		      count_open_fds(mrd.pid), base);
 }
 END_TEST
-
-/* A Ping with payload bytes on a non-blocking c: false when c's buffer is full. */
-static bool ping_sent(int c, uint64_t id, size_t payload)
-{
-	static uint8_t bytes[60 * 1024];
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__PingRequest p = MRD__PING_REQUEST__INIT;
-
-	p.payload.data = bytes;
-	p.payload.len = payload;
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_PING;
-	req.ping = &p;
-	return wire_send(c, &req.base, WIRE_FRAME_MAX, NULL, 0, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0;
-}
 
 /* The address of a new 4 KiB allocation of c's, 0 when refused. */
 static uint64_t alloc_address(int c)
@@ -446,8 +362,7 @@ static uint64_t alloc_address(int c)
 	req.id = 101;
 	req.body_case = MRD__REQUEST__BODY_ALLOC;
 	req.alloc = &a;
-	send_request(c, &req, NULL, 0);
-	if (wire_recv(c, buf, sizeof(buf), &pkt, 0) <= 0)
+	if (raw_send(c, &req, NULL, 0) < 0 || wire_recv(c, buf, sizeof(buf), &pkt, 0) <= 0)
 		return 0;
 	wire_packet_close_fds(&pkt);
 	resp = mrd__response__unpack(NULL, pkt.len, pkt.data);
@@ -471,8 +386,8 @@ static bool paused(int c, int z)
 {
 	int before = unread_requests(c);
 
-	send_ping(z, 99, NULL, 0, 0);
-	return reply_within(z, 10000) == 0 && before > 0 && unread_requests(c) == before;
+	(void)raw_send_ping(z, 99, NULL, 0, 0);
+	return raw_reply_within(z, 10000) == 0 && before > 0 && unread_requests(c) == before;
 }
 
 /* A connection held back by its descriptor budget (replies with descriptors it does not
@@ -499,15 +414,15 @@ START_TEST(test_descriptor_budget_holds)
 		req.id = 100;
 		req.body_case = MRD__REQUEST__BODY_JOIN_DOMAIN;
 		req.join_domain = &j;
-		send_request(x, &req, NULL, 0);
-		map.address = reply_within(x, 10000) == 0 ? alloc_address(x) : 0;
+		(void)raw_send(x, &req, NULL, 0);
+		map.address = raw_reply_within(x, 10000) == 0 ? alloc_address(x) : 0;
 		if (!map.address)
 			_exit(10);
 		req.body_case = MRD__REQUEST__BODY_MAP;
 		req.map = &map;
 		for (int i = 0; i < 48; i++) { /* each answer carries the arena's memfd */
 			req.id = 200 + (uint64_t)i;
-			send_request(x, &req, NULL, 0);
+			(void)raw_send(x, &req, NULL, 0);
 		}
 		test_wait_until(paused(x, z), 1000); /* its first replies hold 16 descriptors */
 		if (!paused(x, z))
@@ -521,7 +436,7 @@ START_TEST(test_descriptor_budget_holds)
 			for (sent = 0; sent < 18;) { /* as many as mrd reads */
 				struct pollfd p = { .fd = y[k], .events = POLLOUT };
 
-				if (ping_sent(y[k], 2 + sent, 60 * 1024))
+				if (raw_send_ping(y[k], 2 + sent, NULL, 0, 60 * 1024) == 0)
 					sent++;
 				else if (paused(y[k], z))
 					break;
@@ -533,11 +448,11 @@ START_TEST(test_descriptor_budget_holds)
 		}
 		before = unread_requests(x);
 		for (unsigned i = 0; i < sent0; i++) /* y[0] reads its echoes: the user goes below */
-			if (reply_within(y[0], 10000) != 0)
+			if (raw_reply_within(y[0], 10000) != 0)
 				_exit(7);
 		for (int i = 0; i < 3; i++) {
-			send_ping(z, 200 + (uint64_t)i, NULL, 0, 0);
-			if (reply_within(z, 10000) != 0)
+			(void)raw_send_ping(z, 200 + (uint64_t)i, NULL, 0, 0);
+			if (raw_reply_within(z, 10000) != 0)
 				_exit(8);
 		}
 		_exit(unread_requests(x) == before ? 0 : 9);
@@ -586,8 +501,8 @@ START_TEST(test_accept_flood)
 	for (uint64_t id = 2; now_usec(CLOCK_MONOTONIC) - start < flood_usec; id++) {
 		uint64_t t0 = now_usec(CLOCK_MONOTONIC), took;
 
-		send_ping(victim, id, NULL, 0, 0);
-		ck_assert_int_eq(reply_within(victim, 60000), 0);
+		(void)raw_send_ping(victim, id, NULL, 0, 0);
+		ck_assert_int_eq(raw_reply_within(victim, 60000), 0);
 		took = now_usec(CLOCK_MONOTONIC) - t0;
 		worst = took > worst ? took : worst;
 		if (now_usec(CLOCK_MONOTONIC) - start < flood_usec)

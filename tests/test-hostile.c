@@ -38,6 +38,7 @@
 #include <mrd/mrd.h>
 
 #include "check-run.h"
+#include "raw-client.h"
 #include "fuse-stall.h"
 #include "macro.h"
 #include "test-util.h"
@@ -117,20 +118,10 @@ static long long json_number(const char *key)
 	return strtoll(p + strlen(pattern), NULL, 10);
 }
 
-/* The number after "key": in the domain's object of the last mrctl clients output, -1 when
- * there is none. */
+/* The number after "key": in the domain's object of the last mrctl clients output. */
 static long long domain_number(const char *key)
 {
-	char pattern[128];
-	const char *d, *p;
-
-	snprintf(pattern, sizeof(pattern), "{\"name\":\"%s\",", domain);
-	d = strstr(out, pattern);
-	if (!d)
-		return -1;
-	snprintf(pattern, sizeof(pattern), "\"%s\":", key);
-	p = strstr(d, pattern);
-	return p ? strtoll(p + strlen(pattern), NULL, 10) : -1;
+	return json_domain_number(out, domain, key);
 }
 
 static unsigned count_clients(void)
@@ -170,51 +161,13 @@ static unsigned fds_at_most(unsigned max)
 
 static void send_request(int fd, Mrd__Request *req, const int *fds, size_t n_fds)
 {
-	ck_assert_int_eq(wire_send(fd, &req->base, WIRE_FRAME_MAX, fds, n_fds, MSG_NOSIGNAL), 0);
-}
-
-/* The next reply's status (a positive errno), -1 at the end of the stream. */
-static int reply_status(int fd)
-{
-	static uint8_t buf[WIRE_FRAME_MAX];
-	struct wire_packet pkt;
-	Mrd__Response *resp;
-	int r = wire_recv(fd, buf, sizeof(buf), &pkt, 0), status;
-
-	if (r <= 0)
-		return -1;
-	wire_packet_close_fds(&pkt);
-	resp = mrd__response__unpack(NULL, pkt.len, pkt.data);
-	ck_assert_ptr_nonnull(resp);
-	status = resp->status;
-	mrd__response__free_unpacked(resp, NULL);
-	return status;
+	ck_assert_int_eq(raw_send(fd, req, fds, n_fds), 0);
 }
 
 static int hello(int fd)
 {
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__HelloRequest h = MRD__HELLO_REQUEST__INIT;
-
-	h.min_version = h.max_version = MRD_PROTOCOL_VERSION_MAX;
-	h.capabilities = MRD_CAPS_SERVED;
-	h.client_name = (char *)"hostile";
-	req.id = 1;
-	req.body_case = MRD__REQUEST__BODY_HELLO;
-	req.hello = &h;
-	send_request(fd, &req, NULL, 0);
-	return reply_status(fd);
-}
-
-static void send_ping(int fd, uint64_t id, const int *fds, size_t n_fds)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__PingRequest p = MRD__PING_REQUEST__INIT;
-
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_PING;
-	req.ping = &p;
-	send_request(fd, &req, fds, n_fds);
+	ck_assert_int_eq(raw_send_hello(fd, "hostile"), 0);
+	return raw_reply_within(fd, -1);
 }
 
 static int connect_raw(void) { return track(raw_connect(mrd.socket)); }
@@ -322,7 +275,7 @@ START_TEST(test_garbage_and_oversized_frames)
 		fd[i] = i % 2 ? connect_hello() : connect_raw(); /* before Hello, too */
 		/* Past [limits] frame_bytes (64 KiB): refused, and counted. */
 		ck_assert_int_eq(send(fd[i], big, sizeof(big), MSG_NOSIGNAL), (ssize_t)sizeof(big));
-		ck_assert_int_eq(reply_status(fd[i]), EMSGSIZE);
+		ck_assert_int_eq(raw_reply_within(fd[i], -1), EMSGSIZE);
 		for (int k = 0; k < 8; k++) {
 			uint8_t junk[200];
 
@@ -350,10 +303,10 @@ START_TEST(test_wrong_and_flooded_descriptors)
 		fds[i] = pipes[i][1];
 	}
 	/* A Ping carries none; more than [limits] fds_per_message (4) is refused too. */
-	send_ping(fd, 2, fds, 1);
-	ck_assert_int_eq(reply_status(fd), EBADMSG);
-	send_ping(fd, 3, fds, WIRE_FDS_MAX);
-	ck_assert_int_eq(reply_status(fd), EBADMSG);
+	ck_assert_int_eq(raw_send_ping(fd, 2, fds, 1, 0), 0);
+	ck_assert_int_eq(raw_reply_within(fd, -1), EBADMSG);
+	ck_assert_int_eq(raw_send_ping(fd, 3, fds, WIRE_FDS_MAX, 0), 0);
+	ck_assert_int_eq(raw_reply_within(fd, -1), EBADMSG);
 	for (size_t i = 0; i < WIRE_FDS_MAX; i++) {
 		struct pollfd p = { .fd = pipes[i][0], .events = POLLIN };
 
@@ -424,7 +377,7 @@ START_TEST(test_every_request_before_hello)
 		*(void **)((char *)&req + f->offset) = body;
 		fd = connect_raw();
 		send_request(fd, &req, NULL, 0);
-		status = reply_status(fd);
+		status = raw_reply_within(fd, -1);
 		/* ExtmemAttach and BindPd without their descriptor are refused for that first. */
 		ck_assert_msg(status == EPROTO || (status == EBADMSG &&
 						   (f->id == MRD__REQUEST__BODY_EXTMEM_ATTACH ||
@@ -483,7 +436,7 @@ START_TEST(test_thousand_clients)
 			req.body_case = MRD__REQUEST__BODY_ALLOC;
 			req.alloc = &a;
 			send_request(fd[i], &req, NULL, 0);
-			ck_assert_int_eq(reply_status(fd[i]), 0);
+			ck_assert_int_eq(raw_reply_within(fd[i], -1), 0);
 		}
 	}
 	ck_assert_int_eq(mrctl_run("status", NULL), 0);
@@ -526,16 +479,6 @@ static int lingering_socket(int *ret_peer)
 	ck_assert_int_eq(ioctl(fd, SIOCOUTQ, &unsent), 0);
 	ck_assert_int_gt(unsent, 0);
 	return fd;
-}
-
-/* The status of the next reply, waiting at most timeout_ms: -ETIMEDOUT when none came. */
-static int reply_status_within(int fd, int timeout_ms)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-
-	if (poll(&p, 1, timeout_ms) != 1)
-		return -ETIMEDOUT;
-	return reply_status(fd);
 }
 
 /* Whether a TCP peer saw its connection end (mrd reset it) within timeout_ms. */
@@ -596,8 +539,8 @@ static void victim_served(int victim, const char *while_what)
 {
 	static uint64_t id = 2;
 
-	send_ping(victim, id++, NULL, 0);
-	ck_assert_msg(reply_status_within(victim, 2000) == 0, "a ping waited while mrd closed %s",
+	ck_assert_int_eq(raw_send_ping(victim, id++, NULL, 0, 0), 0);
+	ck_assert_msg(raw_reply_within(victim, 2000) == 0, "a ping waited while mrd closed %s",
 		      while_what);
 }
 
@@ -617,9 +560,9 @@ START_TEST(test_lingering_sockets)
 	ck_assert_int_eq(wire_send_raw(carrier[0], "x", 1, &tcp[2], 1, 0), 0);
 	close(tcp[2]);
 	close(carrier[0]);
-	send_ping(attacker, 40, &tcp[0], 1);      /* a Ping takes none: refused */
+	ck_assert_int_eq(raw_send_ping(attacker, 40, &tcp[0], 1, 0), 0);      /* a Ping takes none: refused */
 	send_extmem_attach(attacker, 41, tcp[1]); /* not a memfd: refused */
-	send_ping(attacker, 42, &carrier[1], 1);
+	ck_assert_int_eq(raw_send_ping(attacker, 42, &carrier[1], 1, 0), 0);
 	close(tcp[0]);
 	close(tcp[1]);
 	close(carrier[1]);
@@ -627,12 +570,12 @@ START_TEST(test_lingering_sockets)
 	/* The attacker reads: mrd goes on with its requests (it may read all three at once), and
 	 * the victim is served. */
 	for (int i = 0; i < replies; i++)
-		ck_assert_int_eq(reply_status_within(attacker, 5000), 0);
-	ck_assert_int_eq(reply_status_within(attacker, 5000), EBADMSG);
+		ck_assert_int_eq(raw_reply_within(attacker, 5000), 0);
+	ck_assert_int_eq(raw_reply_within(attacker, 5000), EBADMSG);
 	victim_served(victim, "lingering sockets passed with a Ping, a failed ExtmemAttach, "
 			      "or inside a Unix socket");
-	ck_assert_int_eq(reply_status_within(attacker, 5000), EBADF);
-	ck_assert_int_eq(reply_status_within(attacker, 5000), EBADMSG);
+	ck_assert_int_eq(raw_reply_within(attacker, 5000), EBADF);
+	ck_assert_int_eq(raw_reply_within(attacker, 5000), EBADMSG);
 	victim_served(victim, "lingering sockets passed with a failed ExtmemAttach or inside a "
 			      "Unix socket");
 	close_tracked(attacker);
@@ -645,10 +588,10 @@ START_TEST(test_lingering_sockets)
 	for (int i = 0; i < 5; i++) /* undecodable: past [limits] protocol_errors (4) */
 		ck_assert_int_eq(send(attacker, garbage, sizeof(garbage), MSG_NOSIGNAL),
 				 (ssize_t)sizeof(garbage));
-	send_ping(attacker, 43, &tcp[3], 1);
+	ck_assert_int_eq(raw_send_ping(attacker, 43, &tcp[3], 1, 0), 0);
 	close(tcp[3]);
 	for (int i = 0, status; i < replies; i++) {
-		status = reply_status_within(attacker, 5000);
+		status = raw_reply_within(attacker, 5000);
 		if (status == -1)
 			break; /* reset: mrd closed it with a request unread */
 		ck_assert_int_eq(status, 0);
@@ -737,7 +680,7 @@ START_TEST(test_close_that_never_returns)
 		int status;
 
 		send_extmem_attach(c, 100 + (uint64_t)waiting, file);
-		status = reply_status_within(c, 5000);
+		status = raw_reply_within(c, 5000);
 		if (status == ETOOMANYREFS)
 			break;
 		ck_assert_int_eq(status, EBADF);
@@ -756,7 +699,7 @@ START_TEST(test_close_that_never_returns)
 		c = connect_hello();
 		send_extmem_attach(c, 98, memfd);
 		close(memfd);
-		ck_assert_int_eq(reply_status_within(c, 5000), ETOOMANYREFS);
+		ck_assert_int_eq(raw_reply_within(c, 5000), ETOOMANYREFS);
 		close_tracked(c);
 	}
 
@@ -764,7 +707,7 @@ START_TEST(test_close_that_never_returns)
 	for (int i = 0; i < 4; i++) {
 		c = connect_hello();
 		send_ping_fds(c, file, WIRE_RECV_FDS_MAX);
-		ck_assert_int_eq(reply_status_within(c, 5000), ETOOMANYREFS);
+		ck_assert_int_eq(raw_reply_within(c, 5000), ETOOMANYREFS);
 		close_tracked(c);
 	}
 	c = connect_hello(); /* no bound of everyone's stops mrd from taking connections */

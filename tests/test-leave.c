@@ -72,16 +72,10 @@ static void mrctl_clients(void)
  * that domain is not open. */
 static long long domain_number(uid_t uid, const char *key)
 {
-	char pattern[128];
-	const char *d, *p;
+	char name[32];
 
-	snprintf(pattern, sizeof(pattern), "{\"name\":\"uid-%u\",", (unsigned)uid);
-	d = strstr(out, pattern);
-	if (!d)
-		return -1;
-	snprintf(pattern, sizeof(pattern), "\"%s\":", key);
-	p = strstr(d, pattern);
-	return p ? strtoll(p + strlen(pattern), NULL, 10) : -1;
+	snprintf(name, sizeof(name), "uid-%u", (unsigned)uid);
+	return json_domain_number(out, name, key);
 }
 
 static bool leaver_domain_closed(void)

@@ -599,3 +599,17 @@ void soft_gate_cleanup(const char *dir)
 	unlink(path);
 	rmdir(dir);
 }
+
+long long json_domain_number(const char *json, const char *domain, const char *key)
+{
+	char pattern[128];
+	const char *d, *p;
+
+	snprintf(pattern, sizeof(pattern), "{\"name\":\"%s\",", domain);
+	d = strstr(json, pattern);
+	if (!d)
+		return -1;
+	snprintf(pattern, sizeof(pattern), "\"%s\":", key);
+	p = strstr(d, pattern);
+	return p ? strtoll(p + strlen(pattern), NULL, 10) : -1;
+}

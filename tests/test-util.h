@@ -88,6 +88,10 @@ unsigned count_open_fds(pid_t pid);
  * limit cannot move, the soft one up to it. 0, or -errno when the limits cannot be read. */
 int open_files_limit_set(rlim_t n);
 
+/* The number after "key": in domain's object of `mrctl --json clients` output json, -1 when
+ * that domain is not there. */
+long long json_domain_number(const char *json, const char *domain, const char *key);
+
 /* A raw SOCK_SEQPACKET connection to path; -errno on failure. */
 int raw_connect(const char *path);
 
