@@ -133,7 +133,9 @@ static int pool_register(int fd, const char *name, uint64_t *starts, uint64_t *l
 	req.body_case = MRD__REQUEST__BODY_MEMPOOL_REGISTER;
 	req.mempool_register = &q;
 	send_request(fd, &req);
-	resp = recv_reply(fd, 30000, NULL, NULL);
+	/* 1,024 MRs under the loop's registration budget: seconds under ASan beside a CPU hog,
+	 * where 30 s once did not do (CI); minutes is far above any machine's. */
+	resp = recv_reply(fd, 180000, NULL, NULL);
 	ck_assert_ptr_nonnull(resp);
 	status = resp->status;
 	if (why)
@@ -304,7 +306,7 @@ static size_t clients_counted(int admin)
 	ck_assert_int_eq(resp->status, 0);
 	ck_assert_uint_le(len, 160 * 1024);
 	n = resp->clients->n_clients + resp->clients->clients_omitted;
-	if (n > 1)
+	if (resp->clients->clients_omitted > 0) /* a page holds many */
 		ck_assert_uint_gt(resp->clients->n_clients, 100);
 	mrd__response__free_unpacked(resp, NULL);
 	return n;
@@ -319,8 +321,10 @@ START_TEST(test_clients_beyond_one_reply)
 	memset(name, 'n', 64);
 	name[64] = '\0';
 	admin = hello_as("admin");
-	/* The earlier cases' clients may still be going (slowly, under valgrind). */
-	for (int i = 0; i < 200 && clients_counted(admin) > 1; i++)
+	/* The earlier cases' clients may still be going: slowly under valgrind, and one with
+	 * 49,152 MRs leaves a share of the loop's budget a turn (seconds under ASan beside a CPU
+	 * hog). Minutes is far above what any machine takes. */
+	for (int i = 0; i < 1800 && clients_counted(admin) > 1; i++)
 		usleep(100 * 1000);
 	ck_assert_uint_eq(clients_counted(admin), 1);
 	for (int i = 0; i < MANY_CLIENTS; i++)
@@ -504,7 +508,7 @@ int main(void)
 
 	setenv("CK_FORK", "no", 1); /* one mrd for the cases, this process its parent */
 	tcase_add_unchecked_fixture(tc, start_mrd, stop_mrd);
-	tcase_set_timeout(tc, 300);
+	tcase_set_timeout(tc, 900);
 	tcase_add_test(tc, test_names_refused_and_escaped);
 	tcase_add_test(tc, test_mempools_beyond_one_reply);
 	tcase_add_test(tc, test_clients_beyond_one_reply);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -22,8 +23,6 @@
 #define DRAIN_READS_MAX 4096u
 #define DRAIN_BYTES_MAX (16u << 20)
 #define ACCEPT_MAX 4096u
-/* Packets of a socket peeked for descriptors before it counts as holding some. */
-#define PEEK_READS_MAX 4096u
 
 /* A closer's stack: it holds one read buffer; a thread stuck in close() keeps it. */
 #define CLOSER_STACK_BYTES (256u << 10)
@@ -36,14 +35,11 @@ struct lane {
 	uint64_t key;
 	int *fds; /* a ring: n from head */
 	size_t head, n, cap;
-	/* Sockets held outside the descriptor table, in flight in a socket pair of the lane's
-	 * own (park[1] sends, park[0] receives; -1 before the first): served after the ring. */
-	int park[2];
-	unsigned n_parked;
 	bool busy; /* a thread is in one of its close()s, since busy_usec */
 	uint64_t busy_usec;
 	LIST_ENTRY(lane) link;          /* every lane with something waiting or busy */
-	TAILQ_ENTRY(lane) ready_link;   /* in ready while it has work and !busy */
+	TAILQ_ENTRY(lane) ready_link;   /* in ready while n > 0 and !busy */
+	bool in_ready;
 };
 
 struct fd_closer {
@@ -52,7 +48,7 @@ struct fd_closer {
 	pthread_cond_t watch;      /* the watcher: a lane is ready and no thread was idle */
 	LIST_HEAD(, lane) lanes;
 	TAILQ_HEAD(, lane) ready; /* served from the head, back at the tail: in turn */
-	unsigned total;           /* queued, parked and in a close(), every lane */
+	unsigned total;           /* queued and in a close(), every lane */
 	uint64_t stuck_usec;
 	pthread_t threads[FD_CLOSER_THREADS_MAX], watcher;
 	unsigned n_threads, n_idle;
@@ -82,7 +78,6 @@ static struct lane *lane_get(struct fd_closer *fc, uint64_t key)
 		if (!l)
 			return NULL;
 		l->key = key;
-		l->park[0] = l->park[1] = -1;
 		LIST_INSERT_HEAD(&fc->lanes, l, link);
 	}
 	return l;
@@ -90,12 +85,7 @@ static struct lane *lane_get(struct fd_closer *fc, uint64_t key)
 
 static unsigned lane_waiting(const struct lane *l)
 {
-	return (unsigned)l->n + l->n_parked + l->busy;
-}
-
-static bool lane_has_work(const struct lane *l)
-{
-	return l->n > 0 || l->n_parked > 0;
+	return (unsigned)l->n + l->busy;
 }
 
 static int lane_push(struct lane *l, int fd)
@@ -118,88 +108,27 @@ static int lane_push(struct lane *l, int fd)
 	return 0;
 }
 
-/* One descriptor into the park: in flight in the lane's socket pair, so it takes no slot of
- * the descriptor table; our close of it is not the last (the packet holds it) and returns at
- * once. */
-static int lane_park(struct lane *l, int fd)
-{
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} control = { 0 };
-	struct iovec iov = { .iov_base = (void *)"", .iov_len = 1 };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-			     .msg_controllen = sizeof(control.buf) };
-	struct cmsghdr *cmsg = CMSG_FIRSTHDR(&mh);
-
-	if (l->n_parked >= FD_CLOSER_PARK_MAX)
-		return -ENOBUFS;
-	if (l->park[1] < 0) {
-		/* Each takes a packet of ~800 bytes of the sender's buffer; past the default
-		 * (~270 of them) only with CAP_NET_ADMIN (without it, the rest wait in the ring). */
-		int bytes = (int)(FD_CLOSER_PARK_MAX * 512u); /* the kernel doubles it */
-
-		if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, l->park) < 0)
-			return -errno;
-		(void)setsockopt(l->park[1], SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof(bytes));
-	}
-	cmsg->cmsg_level = SOL_SOCKET;
-	cmsg->cmsg_type = SCM_RIGHTS;
-	cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
-	if (sendmsg(l->park[1], &mh, MSG_DONTWAIT | MSG_NOSIGNAL) != 1)
-		return -errno;
-	close(fd);
-	l->n_parked++;
-	return 0;
-}
-
-/* The next descriptor of the lane: the ring's, then the park's; -1 when a parked one could not
- * come back (no descriptor slot): it stays parked, counted. */
 static int lane_pop(struct lane *l)
 {
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} control;
-	char byte;
-	struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-			     .msg_controllen = sizeof(control.buf) };
-	struct cmsghdr *cmsg;
-	int fd = -1;
+	int fd = l->fds[l->head];
 
-	if (l->n > 0) {
-		fd = l->fds[l->head];
-		l->head = (l->head + 1) % l->cap;
-		l->n--;
-		return fd;
-	}
-	if (recvmsg(l->park[0], &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) < 0)
-		return -1;
-	cmsg = CMSG_FIRSTHDR(&mh);
-	if (cmsg && cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS)
-		memcpy(&fd, CMSG_DATA(cmsg), sizeof(int));
-	l->n_parked--;
+	l->head = (l->head + 1) % l->cap;
+	l->n--;
 	return fd;
 }
 
 /* After a change to l: in ready when it has work and no thread, gone when it has neither. */
-static void lane_settle(struct fd_closer *fc, struct lane *l, bool in_ready)
+static void lane_settle(struct fd_closer *fc, struct lane *l)
 {
-	bool want = lane_has_work(l) && !l->busy;
+	bool want = l->n > 0 && !l->busy;
 
-	if (want && !in_ready)
+	if (want && !l->in_ready)
 		TAILQ_INSERT_TAIL(&fc->ready, l, ready_link);
-	else if (!want && in_ready)
+	else if (!want && l->in_ready)
 		TAILQ_REMOVE(&fc->ready, l, ready_link);
+	l->in_ready = want;
 	if (lane_waiting(l) == 0) {
 		LIST_REMOVE(l, link);
-		/* Nothing is parked: these closes release nothing. */
-		if (l->park[0] >= 0) {
-			close(l->park[0]);
-			close(l->park[1]);
-		}
 		free(l->fds);
 		free(l);
 	}
@@ -384,22 +313,20 @@ static void *closer_main(void *arg)
 		fd = lane_pop(l);
 		l->busy = true;
 		l->busy_usec = now_usec(CLOCK_MONOTONIC);
-		lane_settle(fc, l, true); /* out of ready: one close of a lane at a time */
+		lane_settle(fc, l); /* out of ready: one close of a lane at a time */
 		key = l->key;
 		/* Two lanes may have signalled one idle thread: another takes the next, or this
 		 * close (which may never return) would leave it waiting. */
 		if (!TAILQ_EMPTY(&fc->ready))
 			wake_closer(fc);
 		pthread_mutex_unlock(&fc->lock);
-		if (fd >= 0) {
-			defuse(fc, fd, key);
-			close(fd);
-		}
+		defuse(fc, fd, key);
+		close(fd);
 		pthread_mutex_lock(&fc->lock);
 		l = lane_find(fc, key); /* still there: busy kept it */
 		l->busy = false;
 		fc->total--;
-		lane_settle(fc, l, false); /* back at the tail: the next lane goes first */
+		lane_settle(fc, l); /* back at the tail: the next lane goes first */
 		pthread_cond_broadcast(&fc->idle);
 		if (fc->stopping)
 			pthread_cond_broadcast(&fc->wake); /* the last one lets the others go */
@@ -511,19 +438,9 @@ struct fd_closer *fd_closer_free(struct fd_closer *fc)
 	return NULL;
 }
 
-/* With fc->lock held: l got a descriptor (queued or parked). */
-static void lane_added(struct fd_closer *fc, struct lane *l, bool was_ready)
-{
-	fc->total++;
-	lane_settle(fc, l, was_ready);
-	if (!was_ready && !l->busy)
-		wake_closer(fc);
-}
-
 static void consume_key(struct fd_closer *fc, int fd, uint64_t key)
 {
 	struct lane *l;
-	bool was_ready;
 
 	if (fd < 0)
 		return;
@@ -531,14 +448,17 @@ static void consume_key(struct fd_closer *fc, int fd, uint64_t key)
 	l = lane_get(fc, key);
 	if (!l || lane_push(l, fd) < 0) {
 		if (l)
-			lane_settle(fc, l, lane_has_work(l) && !l->busy);
+			lane_settle(fc, l);
 		pthread_mutex_unlock(&fc->lock);
 		log_warning("out of memory queueing a descriptor to close; closing it here");
 		close(fd);
 		return;
 	}
-	was_ready = (l->n > 1 || l->n_parked > 0) && !l->busy;
-	lane_added(fc, l, was_ready);
+	fc->total++;
+	if (!l->in_ready && !l->busy) {
+		lane_settle(fc, l);
+		wake_closer(fc);
+	}
 	pthread_mutex_unlock(&fc->lock);
 }
 
@@ -552,58 +472,39 @@ void fd_closer_consume_own(struct fd_closer *fc, int fd)
 	consume_key(fc, fd, OWN_KEY);
 }
 
-/* Whether a Unix socket that is shut down holds descriptors in flight: each packet queued is
- * peeked in turn (SO_PEEK_OFF steps past it) with room for its credentials alone, so one that
- * carries descriptors reads MSG_CTRUNC and installs none (the peek's references go back at
- * once: the packet keeps its own). The end reads 0 without credentials. In doubt: true. */
-static bool holds_descriptors(int fd)
+/* How many descriptors in flight a Unix socket's queue holds, as the kernel counts them
+ * (`scm_fds:` in its fdinfo, Linux 5.7 on): one read, whatever the queue; -1 when it does not
+ * say. */
+static int queued_descriptors(int fd)
 {
-	static uint8_t buf[WIRE_FRAME_MAX];
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(struct ucred))];
-	} control;
-	int zero = 0;
+	char path[64], buf[512];
+	const char *p;
+	ssize_t n;
+	int f;
 
-	if (setsockopt(fd, SOL_SOCKET, SO_PEEK_OFF, &zero, sizeof(zero)) < 0)
-		return true;
-	for (unsigned i = 0; i < PEEK_READS_MAX; i++) {
-		struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
-		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-				     .msg_controllen = sizeof(control.buf) };
-		ssize_t n = recvmsg(fd, &mh, MSG_PEEK | MSG_DONTWAIT);
-
-		if (n < 0 || (mh.msg_flags & MSG_CTRUNC))
-			return n < 0 ? errno != EAGAIN : true;
-		if (n == 0 && mh.msg_controllen == 0)
-			return false;
-	}
-	return true;
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+	f = open(path, O_RDONLY | O_CLOEXEC);
+	if (f < 0)
+		return -1;
+	n = read(f, buf, sizeof(buf) - 1);
+	close(f);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	p = strstr(buf, "scm_fds:");
+	return p ? atoi(p + strlen("scm_fds:")) : -1;
 }
 
 void fd_closer_consume_socket(struct fd_closer *fc, int fd, uid_t uid)
 {
-	int one = 1;
-	struct lane *l;
-
 	if (fd < 0)
 		return;
-	/* Nothing comes in once it is shut down; with SO_PASSCRED any packet queued, empty
-	 * ones too, reads with credentials, and the end with none. A peek takes nothing out. */
+	/* Nothing comes in once it is shut down (the kernel checks under the peer's lock). */
 	(void)shutdown(fd, SHUT_RDWR);
-	if (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) == 0 &&
-	    !holds_descriptors(fd)) {
-		close(fd); /* frees its bytes, releases no file */
+	if (queued_descriptors(fd) == 0) {
+		close(fd); /* frees what bytes it holds, releases no file */
 		return;
 	}
-	pthread_mutex_lock(&fc->lock);
-	l = lane_find(fc, uid);
-	if (l && lane_waiting(l) >= FD_CLOSER_UID_MAX && lane_park(l, fd) == 0) {
-		lane_added(fc, l, lane_has_work(l) && !l->busy && l->n_parked > 1);
-		pthread_mutex_unlock(&fc->lock);
-		return;
-	}
-	pthread_mutex_unlock(&fc->lock);
 	consume_key(fc, fd, uid);
 }
 
@@ -630,8 +531,8 @@ bool fd_closer_lane_full(struct fd_closer *fc, uid_t uid)
 	return fd_closer_waiting(fc, uid) >= FD_CLOSER_UID_MAX;
 }
 
-int fd_closer_quiesce(struct fd_closer *fc, uint64_t timeout_usec, uid_t *ret_uid,
-		      unsigned *ret_waiting)
+int fd_closer_quiesce(struct fd_closer *fc, uint64_t timeout_usec, bool *ret_own,
+		      uid_t *ret_uid, unsigned *ret_waiting)
 {
 	struct timespec deadline = timespec_from_usec(now_usec(CLOCK_REALTIME) + timeout_usec);
 	int r = 0;
@@ -645,7 +546,8 @@ int fd_closer_quiesce(struct fd_closer *fc, uint64_t timeout_usec, uid_t *ret_ui
 		LIST_FOREACH(i, &fc->lanes, link) /* the one most behind */
 			if (lane_waiting(i) > lane_waiting(l))
 				l = i;
-		*ret_uid = l->key == OWN_KEY ? (uid_t)-1 : (uid_t)l->key;
+		*ret_own = l->key == OWN_KEY;
+		*ret_uid = (uid_t)l->key;
 		*ret_waiting = lane_waiting(l);
 		r = -EBUSY;
 	} else

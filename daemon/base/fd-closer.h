@@ -28,10 +28,6 @@ struct fd_closer;
  * lane has one close in flight) never leave the next user without a thread — until this
  * many distinct users hang one each (a stuck thread costs its small stack, little else). */
 #define FD_CLOSER_THREADS_MAX 1024u
-/* Sockets a user's full lane holds outside mrd's descriptor table (each holds descriptors
- * in flight, which the kernel charges to that user); past it they wait in the lane too. */
-#define FD_CLOSER_PARK_MAX 16384u
-
 /* stuck_usec: how long a close runs before it counts as stuck. */
 int fd_closer_new(uint64_t stuck_usec, struct fd_closer **ret);
 /* Lets the threads close what waits, for at most a second or two; threads still stuck in a
@@ -46,14 +42,14 @@ void fd_closer_consume(struct fd_closer *fc, int fd, uid_t uid);
 void fd_closer_consume_own(struct fd_closer *fc, int fd);
 /* The same for a connection's own socket (AF_UNIX, SOCK_SEQPACKET), which it shuts down first.
  * One that holds no descriptor in flight (nothing queued, or bytes alone) closes here at once:
- * its close releases no file. One that does waits in uid's lane, or, while that lane is full,
- * outside the descriptor table (FD_CLOSER_PARK_MAX): a user whose closes hang makes mrd hold
- * no more descriptors however many connections it drops. */
+ * its close releases no file. One that does waits in uid's lane, full or not: what it holds
+ * stays charged by the kernel to the user who sent it (RLIMIT_NOFILE of its in-flight
+ * descriptors), which bounds how many such sockets one user can leave mrd. */
 void fd_closer_consume_socket(struct fd_closer *fc, int fd, uid_t uid);
 /* The same for every descriptor left in pkt (handlers take what they keep). */
 void fd_closer_consume_packet(struct fd_closer *fc, struct wire_packet *pkt, uid_t uid);
 
-/* Descriptors of uid waiting to be closed (held sockets too). */
+/* Descriptors of uid waiting to be closed. */
 unsigned fd_closer_waiting(struct fd_closer *fc, uid_t uid);
 /* Whether uid's lane holds FD_CLOSER_UID_MAX: that uid adds no more (callers exempt root where
  * an administrator must get in). */
@@ -61,6 +57,7 @@ bool fd_closer_lane_full(struct fd_closer *fc, uid_t uid);
 
 /* Waits at most timeout_usec for every lane to empty (before an exec, which would close what
  * waits itself, on the loop's thread, and cannot finish while a thread is stuck in a close).
- * -EBUSY when one did not, with its uid and how many of its descriptors wait. */
-int fd_closer_quiesce(struct fd_closer *fc, uint64_t timeout_usec, uid_t *ret_uid,
-		      unsigned *ret_waiting);
+ * -EBUSY when one did not, with its uid (or *ret_own: mrd's own memory) and how many of its
+ * descriptors wait. */
+int fd_closer_quiesce(struct fd_closer *fc, uint64_t timeout_usec, bool *ret_own,
+		      uid_t *ret_uid, unsigned *ret_waiting);

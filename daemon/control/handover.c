@@ -521,6 +521,7 @@ int handover_reexec(struct manager *m)
 {
 	unsigned live, stuck;
 	uid_t stuck_uid;
+	bool stuck_own;
 	int r;
 
 	if (!m->exe_path || !m->argv || access(m->exe_path, X_OK) < 0)
@@ -529,11 +530,11 @@ int handover_reexec(struct manager *m)
 				       m->exe_path ? m->exe_path : "mrd");
 	/* exec closes what waits at the closers itself, on this thread, and cannot end while a
 	 * closer is stuck in a close(): let them finish, or stay. */
-	r = fd_closer_quiesce(m->closer, REEXEC_CLOSER_WAIT_USEC, &stuck_uid, &stuck);
+	r = fd_closer_quiesce(m->closer, REEXEC_CLOSER_WAIT_USEC, &stuck_own, &stuck_uid, &stuck);
 	if (r < 0) {
 		char who[32] = "mrd's own memory";
 
-		if (stuck_uid != (uid_t)-1)
+		if (!stuck_own)
 			snprintf(who, sizeof(who), "uid %u", (unsigned)stuck_uid);
 		return log_error_errno(r, "SIGUSR2: %u descriptor(s) of %s are still being "
 				       "closed (a close that does not return: a FUSE file whose "
