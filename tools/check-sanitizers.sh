@@ -64,7 +64,7 @@ cd "$top"
 if run_build build-tsan --enable-tsan; then
 	if MRD_TEST_CONF="$(printf '[memory]\nwindow_base = 0x4000000000\nwindow_size = 64G')" \
 		MRD_TEST_WINDOW_BASE=0x4000000000 make -j"$(nproc)" check \
-		TESTS="tests/test-libmrd-lookup tests/test-libmrd-mempool tests/test-libmrd-lifecycle tests/test-mr-cache tests/test-bound-pd tests/test-mempool tests/test-odp tests/test-frmr-pool tests/test-registrar tests/test-allocation tests/test-dispatch tests/test-handover tests/test-memory tests/test-isolation tests/test-device tests/test-device-race tests/test-caps" \
+		TESTS="tests/test-libmrd-lookup tests/test-libmrd-mempool tests/test-libmrd-lifecycle tests/test-mr-cache tests/test-bound-pd tests/test-mempool tests/test-odp tests/test-frmr-pool tests/test-registrar tests/test-allocation tests/test-dispatch tests/test-handover tests/test-memory tests/test-isolation tests/test-device tests/test-device-race tests/test-caps tests/test-fd-closer tests/test-worker-pool tests/test-availability" \
 		> check.log 2>&1; then
 		echo "PASS: threaded suites under TSan"
 	else
