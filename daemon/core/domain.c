@@ -10,6 +10,7 @@
 #include "base/process.h"
 #include "core/core.h"
 #include "core/domain.h"
+#include "registration/bound-pd.h"
 #include "log.h"
 #include "macro.h"
 #include "memory/arena.h"
@@ -521,11 +522,13 @@ void domain_drop_allocation(struct domain *d, struct allocation *a)
 
 static bool leaving_none(const struct domain *d)
 {
-	return LIST_EMPTY(&d->leaving.pools) && LIST_EMPTY(&d->leaving.mem.allocations);
+	return !bound_pds_leaving(&d->reg) && LIST_EMPTY(&d->leaving.pools) &&
+	       LIST_EMPTY(&d->leaving.mem.allocations);
 }
 
-/* A share of what clients that left own goes (all of it with all): their mempools' MRs first
- * (they hold the allocations they cover), then the allocations, while the loop's budget
+/* A share of what clients that left own goes (all of it with all): the MRs of their own PDs
+ * (each PD let go after its last), their mempools' MRs (they hold the allocations they cover),
+ * then the allocations, while the loop's budget
  * (registrar_loop_may) allows, and at least one of them, so that the leaving ends however busy
  * the loop is. The rest waits for the next turn. Once none is left, the hold goes (d may
  * close). */
@@ -537,7 +540,8 @@ static void leave_share(struct domain *d, bool all)
 
 	if (leaving_none(d))
 		return; /* no hold either */
-	if (!mempool_leave_share(&d->reg, &d->leaving, all, &made))
+	if (!bound_pds_leave_share(&d->reg, all, &made) ||
+	    !mempool_leave_share(&d->reg, &d->leaving, all, &made))
 		goto wait;
 	while ((a = LIST_FIRST(&d->leaving.mem.allocations))) {
 		if (!all && made > 0 && !registrar_loop_may(&d->reg, made, a->length))
@@ -559,15 +563,17 @@ static void on_leave_turn(evutil_socket_t fd, short what, void *data)
 	leave_share(data, false);
 }
 
-void domain_leave(struct domain *d, struct reg_owner *owner)
+void domain_leave(struct domain *d, struct reg_owner *owner, struct bound_pd *bound)
 {
 	struct allocation *a;
 
 	odp_forget_owner(&d->reg, owner);
-	if (LIST_EMPTY(&owner->pools) && LIST_EMPTY(&owner->mem.allocations))
+	if (!bound && LIST_EMPTY(&owner->pools) && LIST_EMPTY(&owner->mem.allocations))
 		return;
 	if (leaving_none(d))
 		domain_ref(d);
+	if (bound)
+		bound_pd_leave(bound);
 	mempool_give_all(&d->reg, owner, &d->leaving);
 	while ((a = LIST_FIRST(&owner->mem.allocations)))
 		allocation_give(a, &d->leaving.mem);

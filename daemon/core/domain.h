@@ -19,6 +19,7 @@
 #include "registration/registrar.h"
 
 struct arena;
+struct bound_pd;
 struct core;
 struct event;
 
@@ -121,14 +122,15 @@ int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_wai
 /* Its owner is going: freed, or — while mempool MRs of other clients cover it — kept without
  * an owner until the last of them goes. */
 void domain_drop_allocation(struct domain *d, struct allocation *a);
-/* owner is going: its prefetches answer nobody, its mempools go, and so does its memory (but
- * what other clients' mempools still cover). The mempools' MRs, then the memory, go in shares
+/* owner is going: its prefetches answer nobody, the MRs of its own PD (bound, when not NULL:
+ * it is the domain's now, and its context closes after its last MR) go, so do its mempools,
+ * and its memory (but what other clients' mempools still cover). They go in shares
  * of the loop's registration budget (registrar_loop_may: a request's share now, then one share
  * each turn of the loop after, at least one MR or allocation each), so that a client leaving
  * with thousands of MRs holds nobody else up; meanwhile they are still there (quotas count
  * them), nobody's to free or unregister, and their keys work. At shutdown (no workers) all of
  * it goes at once. */
-void domain_leave(struct domain *d, struct reg_owner *owner);
+void domain_leave(struct domain *d, struct reg_owner *owner, struct bound_pd *bound);
 /* What clients that left still own goes now, in every domain (may close them): before a
  * hand-over saves the domains, and at shutdown. */
 void domains_finish_leaving(struct core *core);
