@@ -318,8 +318,7 @@ struct client *client_free(struct client *c)
 	if (c->bound_device)
 		c->bound_device->bound--;
 	if (c->domain)
-		domain_leave(c->domain, &c->owner, TAKE_PTR(c->bound));
-	c->bound = bound_pd_close(c->bound); /* none without a domain */
+		domain_leave(c->domain, &c->owner, TAKE_PTR(c->bound)); /* bound: none without */
 	domain_release(c->domain);
 	free(c->arenas_sent);
 	if (c->manager) {
