@@ -528,10 +528,9 @@ static bool leaving_none(const struct domain *d)
 
 /* A share of what clients that left own goes (all of it with all): the MRs of their own PDs
  * (each PD let go after its last), their mempools' MRs (they hold the allocations they cover),
- * then the allocations, while the loop's budget
- * (registrar_loop_may) allows, and at least one of them, so that the leaving ends however busy
- * the loop is. The rest waits for the next turn. Once none is left, the hold goes (d may
- * close). */
+ * then the allocations, while the loop's budget (registrar_loop_may) allows, and at least one
+ * of them, so that the leaving ends however busy the loop is. The rest waits for the next
+ * turn. Once none is left, the hold goes (d may close). */
 static void leave_share(struct domain *d, bool all)
 {
 	static const struct timeval next_turn = { 0, 0 };

@@ -43,9 +43,9 @@ struct domain {
 	struct event *aging_timer;  /* ages the pools, while they are on */
 	struct event *device_event; /* its context's async fd (core/device.h) */
 	bool adopted; /* held open (domain_ref) while orphans (mem.orphans) wait */
-	/* What clients that left still own (mempools, allocations), freed a few MRs and allocations
-	 * per turn of the loop (domain_leave); while there is any it holds the domain open
-	 * (domain_ref). */
+	/* What clients that left still own (mempools, allocations; their own PDs stay in
+	 * reg.bound, marked leaving), freed a few MRs and allocations per turn of the loop
+	 * (domain_leave); while there is any it holds the domain open (domain_ref). */
 	struct reg_owner leaving;
 	struct event *leave_event; /* the next turn's share of leaving */
 	struct context_holder *exported_to; /* each process once (domain_note_export) */
