@@ -1049,6 +1049,116 @@ END_TEST
 /* Found in review: BindPd is refused (EBUSY) once an MrLookup handed out domain-PD keys, but not
  * after a MempoolRegister, which hands out domain-PD keys as well (c->looked_up is set by
  * MrLookup alone). /dev/null reaches past the EBUSY check only when it did not apply. */
+/* A client leaving with thousands of MRs in its own PD holds the loop for none of them: mrd
+ * deregisters them a share of the loop's budget a turn (core/domain.h), and lets the PD's
+ * context go only once the last is gone. BOUND_LEAVER_MRS page allocations, each with its MR
+ * in the PD, a page of another client's between them (so that no two MRs' pages merge in the
+ * pin map, whose rebuild makes each unpin cost more the more are left). Their deregistration
+ * in one go held the loop 0.6-1 s here (client_free); a share is a few MRs, under a
+ * millisecond. The loop's hold is measured in-process, so no scheduling is in it: 400 ms (the
+ * bound of tests/test-leave.c) is far above a share and under the old hold. */
+#define BOUND_LEAVER_MRS 16000
+#define BOUND_HOLD_MS 400
+START_TEST(test_leaver_of_thousands_of_bound_mrs)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c), other = td_hello_client(1000, NULL);
+	static uint64_t at[BOUND_LEAVER_MRS];
+	struct domain *d;
+	double t0, held;
+
+	for (unsigned i = 0; i < BOUND_LEAVER_MRS; i++) {
+		at[i] = td_alloc(fd, 10 + (uint64_t)i, 4096);
+		(void)td_alloc(other, 10 + (uint64_t)i, 4096);
+	}
+	d = c->domain;
+	bind_failing(c); /* fails none: it counts the MRs still live at close */
+	for (unsigned i = 0; i < BOUND_LEAVER_MRS; i++)
+		td_lookup(fd, 100000 + (uint64_t)i, at[i], 0, NULL);
+	ck_assert_uint_eq(c->bound->cache.n_mrs, BOUND_LEAVER_MRS);
+	t0 = test_now_s();
+	client_free(c);
+	held = test_now_s() - t0;
+	close(fd);
+	printf("a client leaving with %d MRs in its own PD held the loop %.1f ms\n",
+	       BOUND_LEAVER_MRS, held * 1e3);
+	ck_assert_msg(held < BOUND_HOLD_MS / 1e3, "a client leaving with %d MRs in its PD held the "
+		      "loop %.1f ms", BOUND_LEAVER_MRS, held * 1e3);
+	/* The rest goes turn by turn; the PD's context closes after its last MR. */
+	ck_assert_uint_eq(closed, 0);
+	td_pump_until(closed != 0);
+	ck_assert_uint_eq(closed, 1);
+	ck_assert_uint_eq(live_at_close, 0);
+	ck_assert_uint_eq(d->mem.allocations.n, BOUND_LEAVER_MRS);
+	ck_assert_uint_eq(d->reg.cache.charges.pinned_bytes, 0);
+	close(other);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* A client with 64 MRs in its PD leaves: a share goes, the rest and the PD stay. */
+static void leave_bound(void)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c);
+	uint64_t at[64];
+	struct mr_cache *left;
+
+	for (unsigned i = 0; i < 64; i++)
+		at[i] = td_alloc(fd, 10 + i, 4096);
+	bind_failing(c);
+	for (unsigned i = 0; i < 64; i++)
+		td_lookup(fd, 100 + i, at[i], 0, NULL);
+	left = &c->bound->cache;
+	client_free(c);
+	close(fd);
+	ck_assert_uint_gt(left->n_mrs, 0);
+	ck_assert_uint_lt(left->n_mrs, 64);
+	ck_assert_uint_eq(closed, 0);
+}
+
+/* A client whose PD's MRs are all over another client's memory leaves: they go all the same,
+ * then the PD, though it owns nothing else. */
+START_TEST(test_bound_client_owning_nothing_leaves)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c), other = td_hello_client(1000, NULL);
+	uint64_t at[64];
+	struct mr_cache *left;
+
+	td_free(fd, 2, td_alloc(fd, 1, 4096), 0); /* joined, owning nothing */
+	for (unsigned i = 0; i < 64; i++)
+		at[i] = td_alloc(other, 10 + i, 4096);
+	bind_failing(c);
+	for (unsigned i = 0; i < 64; i++)
+		td_lookup(fd, 100 + i, at[i], 0, NULL);
+	left = &c->bound->cache;
+	client_free(c);
+	close(fd);
+	ck_assert_uint_gt(left->n_mrs, 0);
+	td_pump_until(closed != 0);
+	ck_assert_uint_eq(closed, 1);
+	ck_assert_uint_eq(live_at_close, 0);
+	close(other);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* A re-execution, and a stop, in the middle of it let the rest go first, then the PD. */
+START_TEST(test_reexec_and_stop_while_a_bound_client_leaves)
+{
+	leave_bound();
+	td_stop();
+	ck_assert_uint_eq(closed, 1);
+	ck_assert_uint_eq(live_at_close, 0);
+	td_start_small(NULL);
+	leave_bound();
+	ck_assert_uint_eq(handover_unbind_clients(td_manager), 0);
+	ck_assert_uint_eq(closed, 1);
+	ck_assert_uint_eq(live_at_close, 0);
+}
+END_TEST
+
 START_TEST(test_bind_after_mempool_register_refused)
 {
 	struct client *c;
@@ -1155,6 +1265,14 @@ int main(void)
 	tcase_add_test(tc, test_domain_failure_spares_other_devices);
 	tcase_add_test(tc, test_bind_after_mempool_register_refused);
 	tcase_add_test(tc, test_flush_never_waits_for_a_bound_registration);
+	suite_add_tcase(s, tc);
+	/* 32,000 requests to set it up: seconds, more under the sanitizers. */
+	tc = tcase_create("leave");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 600);
+	tcase_add_test(tc, test_leaver_of_thousands_of_bound_mrs);
+	tcase_add_test(tc, test_reexec_and_stop_while_a_bound_client_leaves);
+	tcase_add_test(tc, test_bound_client_owning_nothing_leaves);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

@@ -617,27 +617,55 @@ START_TEST(test_sealed_attachment_dropped_alone)
 }
 END_TEST
 
-/* A client leaving with many MRs frees them a share a turn (core/domain.h): a hand-over in the
- * middle saves none of them (they are nobody's to take back), and a shutdown in the middle
- * frees the rest (the sanitizers' leak check sees it). */
+/* A client leaving with many MRs, and a mempool of as many, frees them a share a turn
+ * (core/domain.h): a hand-over in the middle saves none of them (they are nobody's to take
+ * back), and a shutdown in the middle frees the rest (the sanitizers' leak check sees it). */
+static unsigned n_pool_mrs(const struct domain *d)
+{
+	const struct pool_mr *mr;
+	unsigned n = 0;
+
+	LIST_FOREACH(mr, &d->reg.mempools.mrs, link)
+		n++;
+	return n;
+}
+
+static bool leaving_none(const struct domain *d)
+{
+	return LIST_EMPTY(&d->leaving.pools) && LIST_EMPTY(&d->leaving.mem.allocations);
+}
+
 static struct domain *leave_with_mrs(unsigned n, uint64_t *kept, struct client **ret_b,
 				     int *ret_b_fd)
 {
 	struct client *ca;
 	int a = td_hello_client(1000, &ca), b = td_hello_client(1000, ret_b);
+	uint64_t pool, starts[64], lengths[64];
 	struct domain *d;
 
+	ck_assert_uint_le(n, 64);
 	for (unsigned i = 0; i < n; i++)
 		td_lookup(a, 10 + 2 * i, td_alloc(a, 11 + 2 * i, 4096), 0, NULL);
+	/* A pool MR a page, none touching another. */
+	pool = td_alloc(a, 3, 2 * n * 4096);
+	for (unsigned i = 0; i < n; i++) {
+		starts[i] = pool + 2 * i * 4096;
+		lengths[i] = 4096;
+	}
+	td_send_mempool_register(a, 4, "leaver", starts, lengths, n, true);
+	mrd__response__free_unpacked(td_expect(a, 4, 0), NULL);
 	*kept = td_alloc(b, 2, 4096);
 	d = find_domain("uid-1000");
 	ck_assert_uint_eq(d->reg.cache.n_mrs, n);
+	ck_assert_uint_eq(n_pool_mrs(d), n);
 	client_free(ca);
 	close(a);
-	/* A share went at once; the rest waits for the loop's next turns. */
-	ck_assert_uint_gt(d->mem.allocations.n, 1);
-	ck_assert_uint_lt(d->mem.allocations.n, n + 1);
-	ck_assert(!LIST_EMPTY(&d->leaving.allocations));
+	/* A share went at once (pool MRs first); the rest waits for the loop's next turns. */
+	ck_assert_uint_gt(n_pool_mrs(d), 0);
+	ck_assert_uint_lt(n_pool_mrs(d), n);
+	ck_assert_uint_eq(d->mem.allocations.n, n + 2);
+	ck_assert(!LIST_EMPTY(&d->leaving.pools));
+	ck_assert(!LIST_EMPTY(&d->leaving.mem.allocations));
 	if (ret_b_fd)
 		*ret_b_fd = b;
 	return d;
@@ -652,9 +680,11 @@ START_TEST(test_save_while_a_client_leaves)
 
 	ck_assert_int_eq(handover_save(td_manager, &saved, &n), 0);
 	ck_assert_uint_eq(n, 1); /* b's alone */
-	ck_assert(LIST_EMPTY(&d->leaving.allocations));
+	ck_assert(leaving_none(d));
 	ck_assert_uint_eq(d->mem.allocations.n, 1);
 	ck_assert_uint_eq(d->reg.cache.n_mrs, 0);
+	ck_assert_uint_eq(n_pool_mrs(d), 0);
+	ck_assert_uint_eq(d->reg.mempools.n_regs, 0);
 	ck_assert_ptr_nonnull(domain_find_allocation(d, kept));
 	handover_fds_done(&saved);
 }
@@ -666,22 +696,37 @@ START_TEST(test_leaving_ends_on_its_own_or_at_shutdown)
 	uint64_t kept;
 	int b;
 	struct domain *d = leave_with_mrs(64, &kept, &cb, &b);
-	struct allocation *last = LIST_FIRST(&d->leaving.allocations);
+	struct allocation *last = LIST_FIRST(&d->leaving.mem.allocations);
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__MempoolsRequest q = MRD__MEMPOOLS_REQUEST__INIT;
 	Mrd__Response *resp;
 
-	/* Nobody else frees what is left of it meanwhile (the last to go: turns pass). */
+	/* Nobody else frees what is left of it meanwhile (the last to go: turns pass), and its
+	 * mempool is still listed, as nobody's (asked at once: the turns end it). */
 	while (LIST_NEXT(last, owner_link))
 		last = LIST_NEXT(last, owner_link);
 	td_send_free(b, 3, allocation_address(last));
+	req.id = 5;
+	req.body_case = MRD__REQUEST__BODY_MEMPOOLS;
+	req.mempools = &q;
+	td_send_request(b, &req, NULL, 0);
 	resp = td_expect(b, 3, EPERM);
 	ck_assert_ptr_nonnull(strstr(resp->message, "belongs to a client that left; it is being "
 					"freed"));
 	mrd__response__free_unpacked(resp, NULL);
+	resp = td_expect(b, 5, 0);
+	ck_assert_uint_eq(resp->mempools->n_mempools, 1);
+	ck_assert_int_eq(resp->mempools->mempools[0]->pid, 0);
+	ck_assert_str_eq(resp->mempools->mempools[0]->client_name, "(left)");
+	ck_assert_uint_lt(resp->mempools->mempools[0]->n_mrs, 64);
+	mrd__response__free_unpacked(resp, NULL);
 	/* The loop works through it, turn by turn. */
-	td_pump_until(LIST_EMPTY(&d->leaving.allocations));
-	ck_assert(LIST_EMPTY(&d->leaving.allocations));
+	td_pump_until(leaving_none(d));
+	ck_assert(leaving_none(d));
 	ck_assert_uint_eq(d->mem.allocations.n, 1);
 	ck_assert_uint_eq(d->reg.cache.n_mrs, 0);
+	ck_assert_uint_eq(n_pool_mrs(d), 0);
+	ck_assert_uint_eq(d->reg.mempools.n_regs, 0);
 	client_free(cb); /* its one allocation goes at once: a share is one at least */
 	ck_assert_ptr_null(find_domain("uid-1000"));
 	/* Another leaves, and the last client after it: what is left holds the domain open, and
@@ -690,7 +735,7 @@ START_TEST(test_leaving_ends_on_its_own_or_at_shutdown)
 	client_free(cb);
 	ck_assert_ptr_eq(find_domain("uid-1000"), d);
 	ck_assert_uint_eq(d->n_users, 0);
-	ck_assert(!LIST_EMPTY(&d->leaving.allocations));
+	ck_assert(!LIST_EMPTY(&d->leaving.pools));
 }
 END_TEST
 

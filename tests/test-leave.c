@@ -26,6 +26,11 @@
 #define LEAVER 1000
 #define VICTIM 1001
 #define LEAVER_MRS 16000
+/* The mempool leaver: LEAVER_POOLS pools of POOL_OBJS page-sized objects 8 KiB apart, each
+ * registered page by page (extmem: a range per object, at most 1,024), LEAVER_MRS pool MRs in
+ * all, none of whose pages touch. */
+#define LEAVER_POOLS 16
+#define POOL_OBJS (LEAVER_MRS / LEAVER_POOLS)
 /* The victim's worst Ping while the leaver's MRs go. Before mrd sliced a leaving client's
  * teardown it ran on the loop in one go, and its cost per MR grows with the MRs left (each
  * unpin rebuilds the pin map's segments, one per MR here: the allocations are a page each,
@@ -84,9 +89,11 @@ static bool leaver_domain_closed(void)
 	return domain_number(LEAVER, "mrs") < 0;
 }
 
-static bool leaver_holds_all(void)
+static bool leaver_holds_all(bool pools)
 {
 	mrctl_clients();
+	if (pools) /* pool MRs are not the cache's: their pages say they are there */
+		return domain_number(LEAVER, "pinned_bytes") == LEAVER_MRS * 4096ll;
 	return domain_number(LEAVER, "mrs") == LEAVER_MRS;
 }
 
@@ -105,6 +112,28 @@ static void leaver(int ready)
 	for (int i = 0; i < LEAVER_MRS; i++)
 		if (mrd_mem_alloc_keys(c, 4096, 8192, 0, &p, &k) < 0)
 			_exit(2);
+	if (write(ready, "r", 1) != 1)
+		_exit(4);
+	for (;;)
+		pause();
+}
+
+/* The mempool leaver: LEAVER_POOLS pools (an allocation each) registered object by object. */
+static void pool_leaver(int ready)
+{
+	mrd_client *c;
+	mrd_mempool *p;
+	char name[32];
+
+	become(LEAVER);
+	if (mrd_client_connect(mrd.socket, &c) < 0)
+		_exit(1);
+	for (int i = 0; i < LEAVER_POOLS; i++) {
+		snprintf(name, sizeof(name), "leaver-%d", i);
+		if (mrd_mempool_create(c, name, POOL_OBJS, 4096, 8192, 0, 0, &p) < 0 ||
+		    mrd_mempool_register(p, MRD_MEMPOOL_EXTMEM) < 0)
+			_exit(2);
+	}
 	if (write(ready, "r", 1) != 1)
 		_exit(4);
 	for (;;)
@@ -168,27 +197,31 @@ static void wait_child(pid_t pid, int want)
 		      "child exited with status 0x%x, wanted %d", status, want);
 }
 
-/* A leaver holding all its MRs, ready to be killed. */
-static pid_t start_leaver(const int ready[2])
+/* A leaver holding all its MRs (pool MRs with pools), ready to be killed. */
+static pid_t start_leaver(const int ready[2], bool pools)
 {
 	struct pollfd p = { .fd = ready[0], .events = POLLIN };
 	pid_t pid = fork();
 	char b;
 
 	ck_assert_int_ge(pid, 0);
-	if (pid == 0)
+	if (pid == 0) {
+		if (pools)
+			pool_leaver(ready[1]);
 		leaver(ready[1]);
+	}
 	/* Its setup takes seconds (more under the sanitizers): a wait of its own. */
 	ck_assert_msg(poll(&p, 1, 10 * TEST_WAIT_S * 1000) == 1, "the leaver never got ready");
 	ck_assert_int_eq(read(ready[0], &b, 1), 1);
-	test_wait_until(leaver_holds_all(), 10000);
-	ck_assert_msg(domain_number(LEAVER, "mrs") == LEAVER_MRS, "the leaver holds %lld MRs",
-		      domain_number(LEAVER, "mrs"));
-	ck_assert_int_eq(domain_number(LEAVER, "allocations"), LEAVER_MRS);
+	test_wait_until(leaver_holds_all(pools), 10000);
+	ck_assert_msg(leaver_holds_all(pools), "the leaver holds %lld MRs, %lld bytes pinned",
+		      domain_number(LEAVER, "mrs"), domain_number(LEAVER, "pinned_bytes"));
+	ck_assert_int_eq(domain_number(LEAVER, "allocations"), pools ? LEAVER_POOLS : LEAVER_MRS);
 	return pid;
 }
 
-START_TEST(test_leaver_of_thousands_of_mrs)
+/* A leaver (of pool MRs with pools) is killed while the victim pings. */
+static void leave_under_pings(bool pools)
 {
 	int ready[2], stop[2], report[2], status;
 	pid_t leaver_pid, victim_pid;
@@ -198,7 +231,7 @@ START_TEST(test_leaver_of_thousands_of_mrs)
 	ck_assert_int_eq(pipe2(ready, O_CLOEXEC), 0);
 	ck_assert_int_eq(pipe2(stop, O_CLOEXEC), 0);
 	ck_assert_int_eq(pipe2(report, O_CLOEXEC), 0);
-	leaver_pid = start_leaver(ready);
+	leaver_pid = start_leaver(ready, pools);
 
 	victim_pid = fork();
 	ck_assert_int_ge(victim_pid, 0);
@@ -216,12 +249,12 @@ START_TEST(test_leaver_of_thousands_of_mrs)
 	ck_assert_int_eq(write(stop[1], "s", 1), 1);
 	wait_child(victim_pid, 0);
 	ck_assert_int_eq(read(report[0], &s, sizeof(s)), (ssize_t)sizeof(s));
-	printf("leaver of %d MRs gone in %.0f ms; victim's %u pings meanwhile: worst %.1f ms, "
-	       "p99 %.1f ms\n", LEAVER_MRS, (t_gone - t0) * 1e3, s.n, s.worst_us / 1e3,
-	       s.p99_us / 1e3);
+	printf("leaver of %d %sMRs gone in %.0f ms; victim's %u pings meanwhile: worst %.1f ms, "
+	       "p99 %.1f ms\n", LEAVER_MRS, pools ? "pool " : "", (t_gone - t0) * 1e3, s.n,
+	       s.worst_us / 1e3, s.p99_us / 1e3);
 	ck_assert_msg(s.worst_us < VICTIM_WORST_MS * 1000ull,
-		      "the victim waited %.1f ms for a Ping while the leaver's MRs went",
-		      s.worst_us / 1e3);
+		      "the victim waited %.1f ms for a Ping while the leaver's %sMRs went",
+		      s.worst_us / 1e3, pools ? "pool " : "");
 	/* Nothing of the leaver is left: no domain is open (the victim's Pings join none). */
 	mrctl_clients();
 	ck_assert_msg(strstr(out, "\"domains\":[]"), "a domain is still open: %.600s", out);
@@ -230,6 +263,18 @@ START_TEST(test_leaver_of_thousands_of_mrs)
 		close(stop[i]);
 		close(report[i]);
 	}
+}
+
+START_TEST(test_leaver_of_thousands_of_mrs)
+{
+	leave_under_pings(false);
+}
+END_TEST
+
+/* The same with its MRs in mempools: they go in the same shares. */
+START_TEST(test_leaver_of_thousands_of_pool_mrs)
+{
+	leave_under_pings(true);
 }
 END_TEST
 
@@ -242,7 +287,7 @@ START_TEST(test_shutdown_while_a_client_leaves)
 	long long mrs;
 
 	ck_assert_int_eq(pipe2(ready, O_CLOEXEC), 0);
-	leaver_pid = start_leaver(ready);
+	leaver_pid = start_leaver(ready, false);
 	ck_assert_int_eq(kill(leaver_pid, SIGKILL), 0);
 	ck_assert_int_eq(waitpid(leaver_pid, &status, 0), leaver_pid);
 	/* Until mrd has begun: a few of its MRs went (at the first share, or later). */
@@ -271,6 +316,7 @@ int main(void)
 	tcase_add_unchecked_fixture(tc, start_mrd, stop_mrd);
 	tcase_set_timeout(tc, 600);
 	tcase_add_test(tc, test_leaver_of_thousands_of_mrs);
+	tcase_add_test(tc, test_leaver_of_thousands_of_pool_mrs);
 	tcase_add_test(tc, test_shutdown_while_a_client_leaves); /* stops mrd: the last */
 	suite_add_tcase(s, tc);
 	return run_suite(s);

@@ -109,9 +109,22 @@ static void pump_until(const unsigned *count, unsigned want)
 	ck_assert_uint_eq(*count, want);
 }
 
+/* o leaves: its pools go to a leaving owner, and all of them at once (core/domain.c takes them
+ * a share a turn). */
+static void pools_leave(struct reg_owner *o)
+{
+	struct reg_owner gone;
+	unsigned made = 0;
+
+	reg_owner_init(&gone, 0, 0, 0);
+	mempool_give_all(&reg, o, &gone);
+	ck_assert(mempool_leave_share(&reg, &gone, true, &made));
+	ck_assert(LIST_EMPTY(&gone.pools));
+}
+
 static void teardown(void)
 {
-	mempool_unregister_all(&reg, &owner); /* as the owner leaves: its pools first */
+	pools_leave(&owner); /* as the owner leaves: its pools first */
 	pump_until(&holds, 0);
 	while (!LIST_EMPTY(&owner.mem.allocations)) {
 		struct allocation *a = LIST_FIRST(&owner.mem.allocations);
@@ -721,7 +734,7 @@ START_TEST(test_mempool_name_taken)
 	ck_assert_uint_eq(reg.mempools.n_regs, 2);
 	ck_assert_int_eq(mempool_unregister(&reg, &owner, "p", NULL, why, sizeof(why)), 0);
 	ck_assert_ptr_eq(LIST_FIRST(&other.pools), p); /* the other's stays */
-	mempool_unregister_all(&reg, &other);
+	pools_leave(&other);
 	ck_assert_uint_eq(reg.mempools.n_regs, 0);
 	ck_assert_uint_eq(host_pinned, 0);
 }

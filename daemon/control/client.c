@@ -313,12 +313,12 @@ struct client *client_free(struct client *c)
 	request_abandon(c); /* workers may still finish for it: nobody to answer */
 	/* Everything it owns goes; memory of other clients stays, and so does its memory that
 	 * other clients' pools still have registered. */
-	/* Its PD's MRs go first, before any of their pages may (and the fd once they did). */
-	c->bound = bound_pd_close(c->bound);
+	/* Its PD's MRs go first, before any of their pages may (and the fd once they did), a
+	 * share a turn with the rest. */
 	if (c->bound_device)
 		c->bound_device->bound--;
 	if (c->domain)
-		domain_leave(c->domain, &c->owner);
+		domain_leave(c->domain, &c->owner, TAKE_PTR(c->bound)); /* bound: none without */
 	domain_release(c->domain);
 	free(c->arenas_sent);
 	if (c->manager) {

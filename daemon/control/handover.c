@@ -492,6 +492,7 @@ unsigned handover_unbind_clients(struct manager *m)
 			c->bound = bound_pd_close(c->bound);
 			c->bound_lost = true; /* no key of the domain's PD for it, ever */
 		}
+	domains_finish_leaving(&m->core); /* and those of clients that left */
 	/* What is left holds MRs the device kept (a failed dereg, now or before). */
 	LIST_FOREACH(d, &m->core.domains, link)
 		LIST_FOREACH(bc, &d->reg.bound, bound_link)

@@ -205,7 +205,7 @@ static int owned_allocation(struct client *c, struct domain *d, uint64_t address
 		return -ENOENT;
 	}
 	if (a->owner != &c->owner.mem) {
-		if (a->owner == &d->leaving)
+		if (a->owner == &d->leaving.mem)
 			reply_set_message(r, "0x%" PRIx64 " belongs to a client that left; it is being "
 					  "freed", address);
 		else if (a->owner)

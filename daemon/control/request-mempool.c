@@ -172,12 +172,18 @@ int request_mempool_unregister(struct client *c, struct domain *d, const Mrd__Re
 
 static void mempool_info(Mrd__MempoolInfo *pi, const struct domain *d, const struct pool_reg *reg)
 {
-	const struct client *owner = container_of(reg->owner, struct client, owner);
+	const struct client *owner;
 
 	mrd__mempool_info__init(pi);
 	pi->domain = (char *)d->name;
-	pi->pid = (int32_t)owner->owner.mem.pid;
-	pi->client_name = (char *)owner->name;
+	if (reg->owner == &d->leaving) { /* its client left: it goes a share a turn */
+		pi->pid = 0;
+		pi->client_name = (char *)"(left)";
+	} else {
+		owner = container_of(reg->owner, struct client, owner);
+		pi->pid = (int32_t)owner->owner.mem.pid;
+		pi->client_name = (char *)owner->name;
+	}
 	pi->name = (char *)reg->name;
 	pi->extmem = reg->extmem;
 }

@@ -10,6 +10,7 @@
 #include "base/process.h"
 #include "core/core.h"
 #include "core/domain.h"
+#include "registration/bound-pd.h"
 #include "log.h"
 #include "macro.h"
 #include "memory/arena.h"
@@ -246,7 +247,7 @@ static int domain_open(struct core *core, const char *name, struct domain **ret)
 	d->mem.workers = &core->workers;
 	d->mem.stopping = &core->stopping;
 	d->mem.closer = &core->closer;
-	mem_owner_init(&d->leaving, 0, 0, 0);
+	reg_owner_init(&d->leaving, 0, 0, 0);
 	d->reg = (struct registrar){
 		.config = &core->config, .name = d->name, .mem = &d->mem,
 		.workers = &core->workers, .stopping = &core->stopping,
@@ -519,31 +520,41 @@ void domain_drop_allocation(struct domain *d, struct allocation *a)
 	allocation_disown(a);
 }
 
-/* A share of what clients that left own goes (all of it with all): while the loop's budget
- * (registrar_loop_may) allows, and at least one allocation, so that the leaving ends however
- * busy the loop is. The rest waits for the next turn. Once none is left, the hold goes (d may
- * close). */
+static bool leaving_none(const struct domain *d)
+{
+	return !bound_pds_leaving(&d->reg) && LIST_EMPTY(&d->leaving.pools) &&
+	       LIST_EMPTY(&d->leaving.mem.allocations);
+}
+
+/* A share of what clients that left own goes (all of it with all): the MRs of their own PDs
+ * (each PD let go after its last), their mempools' MRs (they hold the allocations they cover),
+ * then the allocations, while the loop's budget (registrar_loop_may) allows, and at least one
+ * of them, so that the leaving ends however busy the loop is. The rest waits for the next
+ * turn. Once none is left, the hold goes (d may close). */
 static void leave_share(struct domain *d, bool all)
 {
+	static const struct timeval next_turn = { 0, 0 };
 	unsigned made = 0;
 	struct allocation *a;
 
-	while ((a = LIST_FIRST(&d->leaving.allocations))) {
-		if (!all && made > 0 && !registrar_loop_may(&d->reg, made, a->length)) {
-			static const struct timeval next_turn = { 0, 0 };
-
-			if (event_add(d->leave_event, &next_turn) < 0)
-				continue; /* cannot wait: on now */
-			return;
-		}
+	if (leaving_none(d))
+		return; /* no hold either */
+	if (!bound_pds_leave_share(&d->reg, all, &made) ||
+	    !mempool_leave_share(&d->reg, &d->leaving, all, &made))
+		goto wait;
+	while ((a = LIST_FIRST(&d->leaving.mem.allocations))) {
+		if (!all && made > 0 && !registrar_loop_may(&d->reg, made, a->length))
+			goto wait;
 		registrar_loop_did(&d->reg, a->length);
 		domain_drop_allocation(d, a);
 		made++;
 	}
-	if (made == 0)
-		return; /* nothing was left: no hold either */
 	event_del(d->leave_event);
 	domain_unref(d);
+	return;
+wait:
+	if (event_add(d->leave_event, &next_turn) < 0)
+		leave_share(d, true); /* cannot wait: all of it now */
 }
 
 static void on_leave_turn(evutil_socket_t fd, short what, void *data)
@@ -551,18 +562,20 @@ static void on_leave_turn(evutil_socket_t fd, short what, void *data)
 	leave_share(data, false);
 }
 
-void domain_leave(struct domain *d, struct reg_owner *owner)
+void domain_leave(struct domain *d, struct reg_owner *owner, struct bound_pd *bound)
 {
 	struct allocation *a;
 
 	odp_forget_owner(&d->reg, owner);
-	mempool_unregister_all(&d->reg, owner);
-	if (LIST_EMPTY(&owner->mem.allocations))
+	if (!bound && LIST_EMPTY(&owner->pools) && LIST_EMPTY(&owner->mem.allocations))
 		return;
-	if (LIST_EMPTY(&d->leaving.allocations))
+	if (leaving_none(d))
 		domain_ref(d);
+	if (bound)
+		bound_pd_leave(bound);
+	mempool_give_all(&d->reg, owner, &d->leaving);
 	while ((a = LIST_FIRST(&owner->mem.allocations)))
-		allocation_give(a, &d->leaving);
+		allocation_give(a, &d->leaving.mem);
 	leave_share(d, false);
 }
 

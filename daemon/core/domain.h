@@ -19,6 +19,7 @@
 #include "registration/registrar.h"
 
 struct arena;
+struct bound_pd;
 struct core;
 struct event;
 
@@ -42,9 +43,10 @@ struct domain {
 	struct event *aging_timer;  /* ages the pools, while they are on */
 	struct event *device_event; /* its context's async fd (core/device.h) */
 	bool adopted; /* held open (domain_ref) while orphans (mem.orphans) wait */
-	/* What clients that left still own, freed a few per turn of the loop (domain_leave); while
-	 * there is any it holds the domain open (domain_ref). */
-	struct mem_owner leaving;
+	/* What clients that left still own (mempools, allocations; their own PDs stay in
+	 * reg.bound, marked leaving), freed a few MRs and allocations per turn of the loop
+	 * (domain_leave); while there is any it holds the domain open (domain_ref). */
+	struct reg_owner leaving;
 	struct event *leave_event; /* the next turn's share of leaving */
 	struct context_holder *exported_to; /* each process once (domain_note_export) */
 	size_t n_exported_to;
@@ -120,13 +122,15 @@ int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_wai
 /* Its owner is going: freed, or — while mempool MRs of other clients cover it — kept without
  * an owner until the last of them goes. */
 void domain_drop_allocation(struct domain *d, struct allocation *a);
-/* owner is going: its prefetches answer nobody, its mempools go, and so does its memory (but
- * what other clients' mempools still cover). The memory goes in shares of the loop's
- * registration budget (registrar_loop_may: a request's share now, then one share each turn
- * of the loop after, at least one allocation each), so that a client leaving with thousands
- * of MRs holds nobody else up; meanwhile it is still allocated (quotas count it), nobody's
- * to free, and its keys work. At shutdown (no workers) all of it goes at once. */
-void domain_leave(struct domain *d, struct reg_owner *owner);
+/* owner is going: its prefetches answer nobody, the MRs of its own PD (bound, when not NULL:
+ * it is the domain's now, and its context closes after its last MR) go, so do its mempools,
+ * and its memory (but what other clients' mempools still cover). They go in shares
+ * of the loop's registration budget (registrar_loop_may: a request's share now, then one share
+ * each turn of the loop after, at least one MR or allocation each), so that a client leaving
+ * with thousands of MRs holds nobody else up; meanwhile they are still there (quotas count
+ * them), nobody's to free or unregister, and their keys work. At shutdown (no workers) all of
+ * it goes at once. */
+void domain_leave(struct domain *d, struct reg_owner *owner, struct bound_pd *bound);
 /* What clients that left still own goes now, in every domain (may close them): before a
  * hand-over saves the domains, and at shutdown. */
 void domains_finish_leaving(struct core *core);

@@ -80,11 +80,54 @@ int bound_pd_open(struct registrar *r, struct client_context *ctx, uint32_t pd_h
 	return bound_pd_adopt(r, p, pd, driver, pd_handle, pid, ret);
 }
 
+void bound_pd_leave(struct bound_pd *b)
+{
+	mr_cache_close(&b->cache);
+	b->leaving = true;
+}
+
+/* A share of b's MRs; once none is left, its client's hold goes (and with the last hold, the
+ * context). */
+static bool leave_share(struct bound_pd *b, bool all, unsigned *made)
+{
+	if (!mr_cache_drop_share(&b->cache, all, made))
+		return false;
+	b->leaving = false;
+	bound_unhold(&b->cache);
+	return true;
+}
+
+bool bound_pds_leave_share(struct registrar *r, bool all, unsigned *made)
+{
+	struct mr_cache *c, *next;
+
+	for (c = LIST_FIRST(&r->bound); c; c = next) {
+		struct bound_pd *b = container_of(c, struct bound_pd, cache);
+
+		next = LIST_NEXT(c, bound_link);
+		if (b->leaving && !leave_share(b, all, made))
+			return false;
+	}
+	return true;
+}
+
+bool bound_pds_leaving(const struct registrar *r)
+{
+	const struct mr_cache *c;
+
+	LIST_FOREACH(c, &r->bound, bound_link)
+		if (container_of(c, struct bound_pd, cache)->leaving)
+			return true;
+	return false;
+}
+
 struct bound_pd *bound_pd_close(struct bound_pd *b)
 {
+	unsigned made = 0;
+
 	if (!b)
 		return NULL;
-	mr_cache_drop_all(&b->cache);
-	bound_unhold(&b->cache);
+	bound_pd_leave(b);
+	(void)leave_share(b, true, &made);
 	return NULL;
 }

@@ -23,6 +23,7 @@ struct bound_pd {
 	struct provider *provider; /* provider/provider-client.h: the client's context */
 	struct provider_pd *pd;
 	unsigned holds;            /* its client's, each MR's, each job's */
+	bool leaving;              /* its client left: its MRs go a share a turn (core/domain.h) */
 	uint32_t pd_handle;
 	char driver[16];
 };
@@ -41,6 +42,15 @@ int bound_pd_adopt(struct registrar *r, struct provider *provider, struct provid
  * uncharged; mrd's copy of the fd closes once the last of them and of the jobs is done.
  * NULL is fine. Returns NULL. */
 struct bound_pd *bound_pd_close(struct bound_pd *b);
+/* The same, a share at a time: b serves no lookup any more and is its domain's to let go,
+ * with bound_pds_leave_share(). */
+void bound_pd_leave(struct bound_pd *b);
+/* A share of the MRs of r's client PDs whose clients left (all with all; else as
+ * mr_cache_drop_share() budgets, *made counting this share's); a PD whose last MR went is let
+ * go as bound_pd_close() does. Whether none is left. */
+bool bound_pds_leave_share(struct registrar *r, bool all, unsigned *made);
+/* Whether any of r's client PDs still leaves. */
+bool bound_pds_leaving(const struct registrar *r);
 
 static inline int bound_pd_lookup(struct bound_pd *b, uint64_t addr, struct mr_entry *ret,
 				  char *why, size_t why_size, struct mr_waiter *waiter)

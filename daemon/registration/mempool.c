@@ -254,19 +254,25 @@ static int pool_mr_register(struct registrar *r, struct pool_mr *mr)
 			      mr->access, false, &mr->pmr);
 }
 
+/* Its answer waits for the MRs it replaced: it is answered now, not with what it no longer is,
+ * and their last dereg answers nobody. */
+static void reg_cancel_answer(struct pool_reg *reg)
+{
+	struct mr_waiter *aw;
+
+	if (!reg->answer)
+		return;
+	aw = TAKE_PTR(reg->answer->waiter);
+	TAKE_PTR(reg->answer)->reg = NULL;
+	aw->resume(aw, -ECANCELED, NULL, "the mempool was unregistered before its replacement was "
+		   "answered");
+}
+
 static void reg_free(struct registrar *r, struct pool_reg *reg, struct unreg_ticket *ticket)
 {
 	struct mr_waiter *w = reg->waiter;
 
-	if (reg->answer) {
-		/* Its answer waits for the MRs it replaced: it is answered now, not with what it
-		 * no longer is, and their last dereg answers nobody. */
-		struct mr_waiter *aw = TAKE_PTR(reg->answer->waiter);
-
-		reg->answer->reg = NULL;
-		aw->resume(aw, -ECANCELED, NULL, "the mempool was unregistered before its "
-			   "replacement was answered");
-	}
+	reg_cancel_answer(reg);
 	LIST_REMOVE(reg, link);
 	LIST_REMOVE(reg, owner_link);
 	r->mempools.n_regs--;
@@ -533,8 +539,41 @@ int mempool_unregister(struct registrar *r, struct reg_owner *owner, const char 
 	return -EINPROGRESS; /* the last pool_mr_dereged() answers, and frees t */
 }
 
-void mempool_unregister_all(struct registrar *r, struct reg_owner *owner)
+void mempool_give_all(struct registrar *r, struct reg_owner *owner, struct reg_owner *to)
 {
-	while (!LIST_EMPTY(&owner->pools))
-		reg_free(r, LIST_FIRST(&owner->pools), NULL);
+	struct pool_reg *reg;
+
+	while ((reg = LIST_FIRST(&owner->pools))) {
+		struct mr_waiter *w = TAKE_PTR(reg->waiter);
+
+		/* Nobody waits for it any more; its MRs work until their share comes. */
+		reg_cancel_answer(reg);
+		if (w)
+			w->resume(w, -ECANCELED, NULL, "the mempool's client left");
+		LIST_REMOVE(reg, owner_link);
+		reg->owner = to;
+		LIST_INSERT_HEAD(&to->pools, reg, owner_link);
+	}
+}
+
+bool mempool_leave_share(struct registrar *r, struct reg_owner *leaving, bool all,
+			 unsigned *made)
+{
+	struct pool_reg *reg;
+
+	while ((reg = LIST_FIRST(&leaving->pools))) {
+		/* MR by MR from the last: a pool of 1,024 is no share. */
+		while (reg->n_mrs > 0) {
+			struct pool_mr *mr = reg->mrs[reg->n_mrs - 1];
+
+			if (!all && *made > 0 && !registrar_loop_may(r, *made, mr->end - mr->start))
+				return false;
+			registrar_loop_did(r, mr->end - mr->start);
+			reg->n_mrs--;
+			pool_mr_put(r, mr, NULL);
+			(*made)++;
+		}
+		reg_free(r, reg, NULL);
+	}
+	return true;
 }

@@ -94,8 +94,15 @@ int mempool_register(struct registrar *r, struct reg_owner *owner, const char *n
 int mempool_unregister(struct registrar *r, struct reg_owner *owner, const char *name,
 		       struct mr_waiter *waiter, char *why, size_t why_size);
 
-/* The owner is going: its registrations go (shared MRs stay while others use them). */
-void mempool_unregister_all(struct registrar *r, struct reg_owner *owner);
+/* The owner is going: its registrations are to's now (to is no client: it registers nothing),
+ * and whoever waited for them hears ECANCELED. They go with mempool_leave_share(). */
+void mempool_give_all(struct registrar *r, struct reg_owner *owner, struct reg_owner *to);
+/* A share of leaving's registrations goes (all of them with all), MR by MR while the loop's
+ * budget allows (registrar_loop_may, *made of them made already in this share, at least one):
+ * shared MRs stay while others use them, each MR's death is published before it dies. Whether
+ * none is left. */
+bool mempool_leave_share(struct registrar *r, struct reg_owner *leaving, bool all,
+			 unsigned *made);
 /* The pool MRs the device kept over the retired a (their dereg failed), tried again: whether
  * none is left. */
 bool mempool_retry_stuck(struct registrar *r, struct reg_allocation *a);

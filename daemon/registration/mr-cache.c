@@ -858,18 +858,33 @@ void mr_cache_drop_kept(struct mr_cache *c, struct reg_allocation *a)
 	}
 }
 
-void mr_cache_drop_all(struct mr_cache *c)
+void mr_cache_close(struct mr_cache *c)
 {
-	struct cached_mr *mr;
-
+	/* Nothing looks it up any more (mr_cache_lookup, retry): the table goes at once, the
+	 * list a share at a time. */
 	c->closing = true;
+	mr_table_clear(&c->table);
+}
+
+bool mr_cache_drop_share(struct mr_cache *c, bool all, unsigned *made)
+{
+	struct registrar *r = registrar_of(c);
+	struct cached_mr *mr;
+	bool done = true;
+
 	hold(c); /* the last MR's unhold must not free c under the loop */
 	while ((mr = LIST_FIRST(&c->mrs))) {
+		if (!all && *made > 0 && !registrar_loop_may(r, *made, mr->end - mr->start)) {
+			done = false;
+			break;
+		}
+		registrar_loop_did(r, mr->end - mr->start);
 		LIST_REMOVE(mr, link);
 		mr->in_cache = false;
 		c->n_mrs--;
 		let_go(mr);
+		(*made)++;
 	}
-	mr_table_clear(&c->table);
 	unhold(c);
+	return done;
 }

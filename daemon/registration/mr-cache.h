@@ -40,7 +40,7 @@ struct cached_mr {
 	struct provider_mr *pmr;
 	bool pins; /* charged: all but a client PD's on-demand MR */
 	bool in_cache; /* in its cache's list and table: not once its client PD let go of it, nor
-			* a registration that came too late to serve (mr_cache_drop_all) */
+			* a registration that came too late to serve (mr_cache_drop_share) */
 };
 
 /* A lookup waiting for a registration a worker thread makes. */
@@ -73,7 +73,7 @@ struct mr_cache {
 	void (*hold)(struct mr_cache *c);
 	void (*unhold)(struct mr_cache *c);
 	pid_t pid;    /* a client PD's: its client's process, whose aliased memory it registers */
-	bool closing; /* a client PD's whose client left (mr_cache_drop_all): nothing is made */
+	bool closing; /* a client PD's whose client left (mr_cache_drop_share): nothing is made */
 	LIST_ENTRY(mr_cache) bound_link; /* a client PD's, in its registrar's bound list */
 	enum mr_policy policy;
 	uint64_t pending_bytes; /* registrations under way on workers */
@@ -99,10 +99,14 @@ int mr_cache_init(struct mr_cache *c, struct registrar *r, struct provider_pd *o
 		  enum mr_policy policy);
 /* Deregisters every MR (the domain's cache, at close). */
 void mr_cache_done(struct mr_cache *c);
-/* A client PD's cache, when its client goes: every MR leaves the table and its allocation,
- * deregistered here or (big, or while the PD is busy) on a worker, uncharged once the device
- * let go. Registrations under way are dropped when they end. */
-void mr_cache_drop_all(struct mr_cache *c);
+/* A client PD's cache, when its client goes: it serves no lookup from here on. */
+void mr_cache_close(struct mr_cache *c);
+/* Then (closed) a share of its MRs (all with all; else while the loop's budget allows,
+ * registrar_loop_may, *made counting what this share made already, at least one) leaves its
+ * allocation, deregistered here or (big, or while the PD is busy) on a worker, uncharged once
+ * the device let go. Registrations under way are dropped when they end. Whether none is
+ * left. */
+bool mr_cache_drop_share(struct mr_cache *c, bool all, unsigned *made);
 
 /* The keys for addr, registering on a miss — unless a mempool MR holds addr: then that MR's
  * (one a worker is still making is waited for, as is a run of the cache's a worker is
