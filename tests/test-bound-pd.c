@@ -1096,6 +1096,21 @@ START_TEST(test_leaver_of_thousands_of_bound_mrs)
 }
 END_TEST
 
+/* c binds its PD, has MRs of its own made over the 64 pages at, and leaves (fd closes too):
+ * the cache its MRs were in, which lives on while they go. */
+static struct mr_cache *bind_64_and_leave(struct client *c, int fd, const uint64_t *at)
+{
+	struct mr_cache *left;
+
+	bind_failing(c);
+	for (unsigned i = 0; i < 64; i++)
+		td_lookup(fd, 100 + i, at[i], 0, NULL);
+	left = &c->bound->cache;
+	client_free(c);
+	close(fd);
+	return left;
+}
+
 /* A client with 64 MRs in its PD leaves: a share goes, the rest and the PD stay. */
 static void leave_bound(void)
 {
@@ -1106,12 +1121,7 @@ static void leave_bound(void)
 
 	for (unsigned i = 0; i < 64; i++)
 		at[i] = td_alloc(fd, 10 + i, 4096);
-	bind_failing(c);
-	for (unsigned i = 0; i < 64; i++)
-		td_lookup(fd, 100 + i, at[i], 0, NULL);
-	left = &c->bound->cache;
-	client_free(c);
-	close(fd);
+	left = bind_64_and_leave(c, fd, at);
 	ck_assert_uint_gt(left->n_mrs, 0);
 	ck_assert_uint_lt(left->n_mrs, 64);
 	ck_assert_uint_eq(closed, 0);
@@ -1129,12 +1139,7 @@ START_TEST(test_bound_client_owning_nothing_leaves)
 	td_free(fd, 2, td_alloc(fd, 1, 4096), 0); /* joined, owning nothing */
 	for (unsigned i = 0; i < 64; i++)
 		at[i] = td_alloc(other, 10 + i, 4096);
-	bind_failing(c);
-	for (unsigned i = 0; i < 64; i++)
-		td_lookup(fd, 100 + i, at[i], 0, NULL);
-	left = &c->bound->cache;
-	client_free(c);
-	close(fd);
+	left = bind_64_and_leave(c, fd, at);
 	ck_assert_uint_gt(left->n_mrs, 0);
 	td_pump_until(closed != 0);
 	ck_assert_uint_eq(closed, 1);
