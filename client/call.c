@@ -154,3 +154,34 @@ int client_call(mrd_client *client, Mrd__Request *req, Mrd__Response **ret,
 	client_unlock(client);
 	return r;
 }
+
+uint64_t client_device_epoch(const mrd_client *client)
+{
+	const struct mrd_status_page *page = client->status;
+
+	return page->layout_version >= 3 ? __atomic_load_n(&page->pd_epoch, __ATOMIC_ACQUIRE) : 0;
+}
+
+int client_pd_stale(mrd_client *client)
+{
+	if (!__atomic_load_n(&client->pd_imported, __ATOMIC_ACQUIRE))
+		return 0;
+	/* The new mrd's keys belong to its own PD, not to the one imported from the old mrd,
+	 * whose context lives on while its descriptor is open. */
+	if (__atomic_load_n(&client->pd_epoch, __ATOMIC_ACQUIRE) !=
+	    __atomic_load_n(&client->epoch, __ATOMIC_ACQUIRE))
+		return set_last_error(-ESTALE, "mrd restarted since this handle imported its PD "
+				      "(mrd_client_get_pd): the imported context is the old mrd's, "
+				      "and the new mrd's keys are for another PD; call "
+				      "mrd_client_get_pd() (or mrd_verbs_import_pd()) again, move to "
+				      "that PD and close the old context's descriptor");
+	/* mrd reopened the device: its MRs are on a new context and PD; the imported context
+	 * is the failed one's. */
+	if (__atomic_load_n(&client->pd_device_epoch, __ATOMIC_ACQUIRE) != client_device_epoch(client))
+		return set_last_error(-ESTALE, "the device failed and came back since this handle "
+				      "imported its PD (mrd_client_get_pd): mrd's keys are for its new "
+				      "PD, the imported context is the failed one; call "
+				      "mrd_client_get_pd() (or mrd_verbs_import_pd()) again, move to "
+				      "that PD and close the old context's descriptor");
+	return 0;
+}

@@ -40,3 +40,10 @@ int conn_request_with_fds(struct conn *conn, Mrd__Request *req, const int *send_
  * or on error). */
 int client_call(struct mrd_client *client, Mrd__Request *req, Mrd__Response **ret,
 		struct conn_fds *ret_fds);
+
+/* -ESTALE, saying why, when the handle imported its PD before mrd restarted or before the
+ * device came back (the status page's pd_epoch moved): mrd's keys are for another PD; else 0. */
+int client_pd_stale(struct mrd_client *client);
+/* The domain's PD replacements so far (the device came back); 0 from an mrd that does not say
+ * (a status page before layout 3). */
+uint64_t client_device_epoch(const struct mrd_client *client);

@@ -13,10 +13,6 @@
 #define MRD_EXPORT __attribute__((visibility("default")))
 
 struct mrd_client;
-/* -ESTALE, saying why, when the handle imported its PD before mrd restarted or before the
- * device came back (the status page's pd_epoch moved): mrd's keys are for another PD
- * (client_pd_stale in libmrd.c); else 0. */
-int client_pd_stale(struct mrd_client *client);
 /* libmrd's once-per-process start (its fork handlers among it), else done at the first
  * connect. libmrd-preload.so calls it before registering its own fork handlers: prepare
  * handlers run last-registered first, so fork() then takes the shim's lock before libmrd's,

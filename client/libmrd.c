@@ -302,39 +302,6 @@ MRD_EXPORT int mrd_client_check(mrd_client *client)
 	return client_usable(client);
 }
 
-/* The domain's PD replacements so far (the device came back); 0 from an mrd that does not
- * say (a status page before layout 3). */
-static uint64_t device_epoch(const mrd_client *client)
-{
-	const struct mrd_status_page *page = client->status;
-
-	return page->layout_version >= 3 ? __atomic_load_n(&page->pd_epoch, __ATOMIC_ACQUIRE) : 0;
-}
-
-int client_pd_stale(mrd_client *client)
-{
-	if (!__atomic_load_n(&client->pd_imported, __ATOMIC_ACQUIRE))
-		return 0;
-	/* The new mrd's keys belong to its own PD, not to the one imported from the old mrd,
-	 * whose context lives on while its descriptor is open. */
-	if (__atomic_load_n(&client->pd_epoch, __ATOMIC_ACQUIRE) !=
-	    __atomic_load_n(&client->epoch, __ATOMIC_ACQUIRE))
-		return set_last_error(-ESTALE, "mrd restarted since this handle imported its PD "
-				      "(mrd_client_get_pd): the imported context is the old mrd's, "
-				      "and the new mrd's keys are for another PD; call "
-				      "mrd_client_get_pd() (or mrd_verbs_import_pd()) again, move to "
-				      "that PD and close the old context's descriptor");
-	/* mrd reopened the device: its MRs are on a new context and PD; the imported context
-	 * is the failed one's. */
-	if (__atomic_load_n(&client->pd_device_epoch, __ATOMIC_ACQUIRE) != device_epoch(client))
-		return set_last_error(-ESTALE, "the device failed and came back since this handle "
-				      "imported its PD (mrd_client_get_pd): mrd's keys are for its new "
-				      "PD, the imported context is the failed one; call "
-				      "mrd_client_get_pd() (or mrd_verbs_import_pd()) again, move to "
-				      "that PD and close the old context's descriptor");
-	return 0;
-}
-
 MRD_EXPORT int mrd_client_get_pd(mrd_client *client, int *ret_cmd_fd, uint32_t *ret_pd_handle)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
@@ -348,7 +315,7 @@ MRD_EXPORT int mrd_client_get_pd(mrd_client *client, int *ret_cmd_fd, uint32_t *
 		return set_last_error(-EINVAL, "mrd_client_get_pd: NULL argument");
 	/* Before the ask: mrd moves it before it hands out a new PD, so a PD replaced since is
 	 * told stale (and asked again), never the reverse. */
-	device = device_epoch(client);
+	device = client_device_epoch(client);
 	req.body_case = MRD__REQUEST__BODY_EXPORT_PD;
 	req.export_pd = &export_pd;
 	r = client_call(client, &req, &resp, &fds);
