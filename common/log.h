@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: MIT */
+/* Logging for mrd, libmrd and mrctl: one line per message at a syslog priority, to stderr (with
+ * a "<N>" prefix journald parses) or to syslog once a daemon detaches. */
 #pragma once
 
 #include <stdbool.h>

@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: MIT */
+/* Small language helpers every part shares: array size, container_of, cleanup attributes with
+ * TAKE_PTR/TAKE_FD (the one idiom for owned pointers and descriptors in new code), branch hints. */
 #pragma once
 
 #include <errno.h>

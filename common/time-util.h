@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+/* Microsecond clocks and the conversions the waits need. */
 #pragma once
 
 #include <stdint.h>

@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: MIT */
+/* mrd's configuration: mrd.conf and its drop-ins parsed into one struct (defaults sized to the
+ * host), read by every layer and written only here. */
 #pragma once
 
 #include <stdbool.h>

@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: MIT */
+/* A connection to mrd: its socket, frames in and out, the requests it has in flight, and its
+ * owner record (reg_owner embeds memory's mem_owner) that lower layers take instead of it. */
 #pragma once
 
 #include <stdbool.h>

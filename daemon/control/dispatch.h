@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: MIT */
+/* From a request to its reply: the dispatch table (what each request needs: a domain, root,
+ * its fds), the reply under construction, and the continuations of replies that wait. */
 #pragma once
 
 #include <stdbool.h>

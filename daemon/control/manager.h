@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: MIT */
+/* The daemon itself: its event loop, listening sockets, clients and their users' shares,
+ * domains, devices and workers, signals and hand-over. It embeds core (struct core). */
 #pragma once
 
 #include <stdbool.h>
