@@ -5,7 +5,7 @@
 set -eu
 . "$(dirname "$0")/build.sh"
 
-# Debian package names; README.md lists the same set.
+# Debian package names; docs/testing.md lists the same set.
 # gcc, make, binutils (strip) and libelf1 (objtool) build siw.ko, which Debian does not ship;
 # the systemd VM boots the host's own systemd, system bus, setpriv, useradd and promtool.
 MRD_VM_DEPS="qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 ibverbs-utils \

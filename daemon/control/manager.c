@@ -406,7 +406,7 @@ int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_
 	u->clients++;
 
 	admin = access_is_admin(&m->core.config, &peer);
-	/* The owner's domain: its namespaces' identities are its own (README, design notes). */
+	/* The owner's domain: its namespaces' identities are its own (docs/design.md, "Users"). */
 	peer.uid = owner;
 	access_domain_name(&m->core.config, &peer, domain, sizeof(domain));
 	r = client_new(m, fd, cred->pid, cred->uid, cred->gid, admin, domain, ret);
