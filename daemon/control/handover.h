@@ -13,6 +13,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "base/fd-list.h"
+
 struct manager;
 
 #define HANDOVER_STATE_NAME "mrd-state"
@@ -21,15 +23,10 @@ struct manager;
 #define HANDOVER_BOUND_SOCKET_NAME "mrd-bound-socket"
 #define HANDOVER_SOCKET_NAME "mrd-socket"
 
-/* Descriptors with their names, as sd_listen_fds_with_names gives them. */
-struct handover_fds {
-	int *fds;
-	char **names;
-	size_t n;
-};
-void handover_fds_done(struct handover_fds *f); /* closes what is still open */
-/* Adds fd (taken: closed on failure) under a copy of name. */
-int handover_fds_add(struct handover_fds *f, int fd, const char *name);
+/* The descriptors of a hand-over with their names (base/fd-list.h), under the names the
+ * hand-over's tests know them by. */
+#define handover_fds fd_list
+#define handover_fds_done fd_list_done
 
 /* Whether a descriptor passed under name is part of a hand-over. */
 bool handover_fd_name(const char *name);
@@ -37,12 +34,12 @@ bool handover_fd_name(const char *name);
 /* Every domain and the arenas worth keeping: the state memfd first, then dups of the arenas'
  * memfds, in ret; *ret_allocations says how many allocations it holds. Bumps every domain's
  * generation: clients stop trusting cached keys. */
-int handover_save(struct manager *m, struct handover_fds *ret, unsigned *ret_allocations);
+int handover_save(struct manager *m, struct fd_list *ret, unsigned *ret_allocations);
 
 /* Takes over what the previous mrd handed over in passed (each descriptor used is set to -1).
  * Nothing there: 0. A state mrd cannot trust whole is dropped whole, logged, and mrd starts
  * cold (still 0): clients keep their mappings, but not through mrd. */
-int handover_adopt(struct manager *m, struct handover_fds *passed);
+int handover_adopt(struct manager *m, struct fd_list *passed);
 
 /* At exit (or an adoption undone): every allocation still waiting for its owner is freed. */
 void handover_end_grace(struct manager *m);
