@@ -7,7 +7,10 @@
  * ([memory] reconnect_grace), and starts every domain's generation above the old one, so
  * clients refetch their keys. Registrations do not survive: keys belong to the old PDs —
  * except in a context a client imported (ExportPd), which lives on with them while it holds the
- * descriptor: the state names those (control/old-context.h) and the next mrd shows them. */
+ * descriptor: the state names those (control/old-context.h) and the next mrd shows them.
+ * What a domain saves and adopts is core's (core/domain-handover.h), the list of descriptors
+ * base's (base/fd-list.h); here the state is packed and read (control/handover.c) and passed on
+ * (control/handover-pass.c). */
 #pragma once
 
 #include <stdbool.h>
