@@ -103,6 +103,7 @@ END_TEST
 START_TEST(test_place_numbers_without_overwriting)
 {
 	struct fd_list f = {};
+	int lifted[3];
 	ino_t ino[3];
 
 	for (int i = 0; i < 3; i++) {
@@ -119,7 +120,11 @@ START_TEST(test_place_numbers_without_overwriting)
 		ck_assert_uint_eq(inode(f.fds[i]), ino[i]);
 	}
 	ck_assert(!is_open(PLACE_AT + 1) && !is_open(PLACE_AT + 2));
+	for (int i = 0; i < 3; i++)
+		lifted[i] = f.fds[i];
 	fd_list_place(&f, PLACE_AT);
+	for (int i = 0; i < 3; i++)
+		ck_assert(!is_open(lifted[i])); /* one copy each, for the exec */
 	for (int i = 0; i < 3; i++) {
 		ck_assert_int_eq(f.fds[i], -1);
 		ck_assert_uint_eq(inode(PLACE_AT + i), ino[i]);
