@@ -7,29 +7,23 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <event2/event.h>
-#include <systemd/sd-daemon.h>
 
-#include "base/fd-closer.h"
+#include "base/fd-list.h"
 #include "base/process.h"
-#include "memory/arena.h"
-#include "control/client.h"
-#include "core/domain.h"
 #include "control/handover.h"
-#include "registration/bound-pd.h"
+#include "control/manager.h"
+#include "core/domain-handover.h"
+#include "core/domain.h"
 #include "handover.pb-c.h"
 #include "log.h"
 #include "macro.h"
-#include "control/manager.h"
-#include "status-page.h"
 #include "time-util.h"
 
 #define HANDOVER_VERSION 1
 #define STATE_MAX (64u << 20)
-#define BARRIER_TIMEOUT_USEC (5 * USEC_PER_SEC)
 
 typedef Mrd__Handover__State State;
 typedef Mrd__Handover__Domain SavedDomain;
@@ -38,289 +32,179 @@ typedef Mrd__Handover__Allocation SavedAllocation;
 typedef Mrd__Handover__OldContext SavedOldContext;
 typedef Mrd__Handover__ContextHolder SavedHolder;
 
+static const SavedDomain domain_init = MRD__HANDOVER__DOMAIN__INIT;
+static const SavedArena arena_init = MRD__HANDOVER__ARENA__INIT;
+static const SavedAllocation allocation_init = MRD__HANDOVER__ALLOCATION__INIT;
+static const SavedOldContext old_context_init = MRD__HANDOVER__OLD_CONTEXT__INIT;
+static const SavedHolder holder_init = MRD__HANDOVER__CONTEXT_HOLDER__INIT;
+
 bool handover_fd_name(const char *name)
 {
 	return name && (strcmp(name, HANDOVER_STATE_NAME) == 0 ||
 			strncmp(name, HANDOVER_ARENA_PREFIX, strlen(HANDOVER_ARENA_PREFIX)) == 0);
 }
 
-void handover_fds_done(struct handover_fds *f)
-{
-	for (size_t i = 0; i < f->n; i++) {
-		safe_close(f->fds[i]);
-		free(f->names[i]);
-	}
-	free(f->fds);
-	free(f->names);
-	*f = (struct handover_fds){};
-}
-
-int handover_fds_add(struct handover_fds *f, int fd, const char *name)
-{
-	int *fds = realloc(f->fds, (f->n + 1) * sizeof(*fds));
-	char **names;
-
-	if (fds)
-		f->fds = fds;
-	names = fds ? realloc(f->names, (f->n + 1) * sizeof(*names)) : NULL;
-	if (names)
-		f->names = names;
-	if (!fds || !names || !(f->names[f->n] = strdup(name))) {
-		safe_close(fd);
-		return -ENOMEM;
-	}
-	f->fds[f->n++] = fd;
-	return 0;
-}
-
 /* ---- saving ---- */
 
-/* Who may take an allocation back: its owner's process and session, or, for one still
- * waiting from an earlier hand-over, the same as then. */
-static void claim_of(const struct allocation *a, SavedAllocation *s)
+/* n messages like init (size bytes each) and the n pointers to them, in one block: one free().
+ * The state this file packs is built of these; strings in it are borrowed. */
+static void *messages(size_t n, const void *init, size_t size)
 {
-	if (a->owner) {
-		s->session = a->owner->session;
-		s->pid = (uint32_t)a->owner->pid;
-		s->uid = (uint32_t)a->owner->uid;
-		s->start_time = mem_owner_start_time(a->owner);
-	} else if (a->orphan) {
-		s->session = a->claim_session;
-		s->pid = (uint32_t)a->claim_pid;
-		s->uid = (uint32_t)a->claim_uid;
-		s->start_time = a->claim_start_time;
-	}
-	/* else nobody's: its owner left while other clients' mempools cover it. It waits one
-	 * check for them to register those mempools again. */
-}
+	void **p = n <= SIZE_MAX / 2 / (sizeof(*p) + size) ? calloc(n ? n : 1, sizeof(*p) + size) :
+							     NULL;
 
-static void saved_arena_free(SavedArena *sa)
-{
-	if (!sa)
-		return;
-	for (size_t i = 0; i < sa->n_allocations; i++)
-		free(sa->allocations[i]);
-	free(sa->allocations);
-	free(sa->fd_name);
-	free(sa);
-}
-
-static void saved_old_context_free(SavedOldContext *so)
-{
-	if (!so)
-		return;
-	for (size_t i = 0; i < so->n_holders; i++)
-		free(so->holders[i]);
-	free(so->holders);
-	free(so->domain);
-	free(so->device);
-	free(so);
+	for (size_t i = 0; p && i < n; i++)
+		p[i] = memcpy((char *)(p + n) + i * size, init, size);
+	return p;
 }
 
 static void state_free(State *st)
 {
 	for (size_t i = 0; i < st->n_old_contexts; i++)
-		saved_old_context_free(st->old_contexts[i]);
+		free(st->old_contexts[i]->holders);
 	free(st->old_contexts);
 	for (size_t i = 0; i < st->n_domains; i++) {
-		SavedDomain *sd = st->domains[i];
-
-		for (size_t j = 0; j < sd->n_arenas; j++)
-			saved_arena_free(sd->arenas[j]);
-		free(sd->arenas);
-		free(sd->name);
-		free(sd);
+		for (size_t j = 0; j < st->domains[i]->n_arenas; j++)
+			free(st->domains[i]->arenas[j]->allocations);
+		free(st->domains[i]->arenas);
 	}
 	free(st->domains);
 }
 
-/* The arena's live allocations; NULL when there are none. */
-static int save_arena(struct arena *a, SavedArena **ret)
+/* A saved arena into sa, its memfd into fds under the arena's name. */
+static int encode_arena(struct saved_arena *a, SavedArena *sa, struct fd_list *fds)
 {
-	SavedArena *sa = calloc(1, sizeof(*sa));
+	SavedAllocation **allocations;
 	char name[64];
-
-	*ret = NULL;
-	if (!sa)
-		return -ENOMEM;
-	mrd__handover__arena__init(sa);
-	sa->allocations = calloc(a->n_runs ? a->n_runs : 1, sizeof(*sa->allocations));
-	snprintf(name, sizeof(name), HANDOVER_ARENA_PREFIX "%" PRIu64, a->serial);
-	sa->fd_name = strdup(name);
-	if (!sa->allocations || !sa->fd_name) {
-		saved_arena_free(sa);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < a->n_runs; i++) {
-		const struct allocation *al = a->runs[i];
-		SavedAllocation *s = calloc(1, sizeof(*s));
-
-		if (!s) {
-			saved_arena_free(sa);
-			return -ENOMEM;
-		}
-		mrd__handover__allocation__init(s);
-		claim_of(al, s);
-		s->offset = al->offset;
-		s->length = al->length;
-		s->serial = al->serial;
-		s->odp = al->odp;
-		s->read_only = al->read_only;
-		s->alias = al->alias;
-		s->alias_access = al->alias_access;
-		s->span_offset = al->span_offset;
-		s->span_length = al->span_length;
-		sa->allocations[sa->n_allocations++] = s;
-	}
-	if (sa->n_allocations == 0) {
-		saved_arena_free(sa);
-		return 0;
-	}
-	sa->slot = a->id;
-	sa->size = a->size;
-	sa->page_size = a->page_size;
-	sa->hugetlb = a->hugetlb;
-	sa->external = a->external;
-	sa->file_offset = a->file_offset;
-	sa->serial = a->serial;
-	*ret = sa;
-	return 0;
-}
-
-static int save_domain(struct domain *d, SavedDomain **ret, struct handover_fds *fds)
-{
-	SavedDomain *sd = calloc(1, sizeof(*sd));
-	struct arena *a;
 	int r;
 
-	if (sd)
-		mrd__handover__domain__init(sd);
-	if (!sd || !(sd->name = strdup(d->name)) ||
-	    !(sd->arenas = calloc(d->mem.n_arenas ? d->mem.n_arenas : 1, sizeof(*sd->arenas)))) {
-		if (sd)
-			free(sd->name);
-		free(sd);
+	snprintf(name, sizeof(name), HANDOVER_ARENA_PREFIX "%" PRIu64, a->place.serial);
+	r = fd_list_add(fds, TAKE_FD(a->memfd), name);
+	if (r < 0)
+		return r;
+	allocations = messages(a->n_allocations, &allocation_init, sizeof(allocation_init));
+	if (!allocations)
 		return -ENOMEM;
-	}
-	/* Clients still on this mrd stop trusting their cached keys now; the next mrd starts
-	 * above this. */
-	domain_bump_generation(d);
-	sd->generation = d->mem.status.page->generation;
-	sd->allocation_serial = d->mem.allocation_serial;
-	sd->frees = d->mem.status.page->frees;
-	*ret = sd; /* from here on freed with the state */
-	LIST_FOREACH(a, &d->mem.arenas, link) {
-		SavedArena *sa;
-		int fd;
+	*sa = (SavedArena){
+		.base = arena_init.base, .fd_name = fds->names[fds->n - 1], .slot = a->place.slot,
+		.size = a->place.size, .page_size = a->place.page_size, .hugetlb = a->place.hugetlb,
+		.external = a->place.external, .file_offset = a->place.file_offset,
+		.serial = a->place.serial, .allocations = allocations,
+		.n_allocations = a->n_allocations,
+	};
+	for (size_t i = 0; i < a->n_allocations; i++) {
+		const struct adopted_allocation *al = &a->allocations[i];
 
-		r = save_arena(a, &sa);
-		if (r < 0)
-			return r;
-		if (!sa)
-			continue;
-		fd = fcntl(a->memfd, F_DUPFD_CLOEXEC, 3);
-		if (fd < 0) {
-			r = negative_errno();
-			saved_arena_free(sa);
-			return r;
-		}
-		r = handover_fds_add(fds, fd, sa->fd_name);
-		if (r < 0) {
-			saved_arena_free(sa);
-			return r;
-		}
-		sd->arenas[sd->n_arenas++] = sa;
+		*allocations[i] = (SavedAllocation){
+			.base = allocation_init.base, .offset = al->offset, .length = al->length,
+			.serial = al->serial, .odp = al->odp, .read_only = al->read_only,
+			.alias = al->alias, .alias_access = al->alias_access,
+			.span_offset = al->span_offset, .span_length = al->span_length,
+			.session = al->session, .pid = (uint32_t)al->pid, .uid = (uint32_t)al->uid,
+			.start_time = al->start_time,
+		};
 	}
 	return 0;
 }
 
-/* A context clients hold (o: its figures and holders) into st, with the holders still running;
- * none: nothing. st->old_contexts has room. */
-static int save_old_context(State *st, const struct old_context *o)
+static int encode_domains(State *st, struct saved_domain *saved, size_t n, struct fd_list *fds)
 {
-	SavedOldContext *so = calloc(1, sizeof(*so));
+	int r;
 
-	if (!so)
+	st->domains = messages(n, &domain_init, sizeof(domain_init));
+	if (!st->domains)
 		return -ENOMEM;
-	mrd__handover__old_context__init(so);
-	so->domain = strdup(o->domain);
-	so->device = strdup(o->device);
-	so->holders = calloc(o->n_holders ? o->n_holders : 1, sizeof(*so->holders));
-	if (!so->domain || !so->device || !so->holders) {
-		saved_old_context_free(so);
-		return -ENOMEM;
-	}
-	so->pinned_bytes = o->pinned_bytes;
-	so->mrs = o->mrs;
-	so->handed_over_usec = o->handed_over_usec;
-	for (size_t i = 0; i < o->n_holders; i++) {
-		const struct context_holder *h = &o->holders[i];
-		SavedHolder *sh;
+	st->n_domains = n;
+	for (size_t i = 0; i < n; i++) {
+		SavedDomain *sd = st->domains[i];
 
-		if (process_gone(h->pid, h->uid, h->start_time))
-			continue;
-		sh = calloc(1, sizeof(*sh));
-		if (!sh) {
-			saved_old_context_free(so);
+		*sd = (SavedDomain){
+			.base = domain_init.base, .name = (char *)saved[i].name,
+			.generation = saved[i].generation, .frees = saved[i].frees,
+			.allocation_serial = saved[i].allocation_serial,
+			.arenas = messages(saved[i].n_arenas, &arena_init, sizeof(arena_init)),
+		};
+		if (!sd->arenas)
 			return -ENOMEM;
-		}
-		mrd__handover__context_holder__init(sh);
-		sh->pid = (uint32_t)h->pid;
-		sh->uid = (uint32_t)h->uid;
-		sh->start_time = h->start_time;
-		sh->session = h->session;
-		so->holders[so->n_holders++] = sh;
+		sd->n_arenas = saved[i].n_arenas;
+		for (size_t j = 0; j < sd->n_arenas; j++)
+			if ((r = encode_arena(&saved[i].arenas[j], sd->arenas[j], fds)) < 0)
+				return r;
 	}
-	if (so->n_holders == 0) {
-		saved_old_context_free(so);
-		return 0;
-	}
-	st->old_contexts[st->n_old_contexts++] = so;
+	return 0;
+}
+
+/* A context clients hold (o: its figures; strings borrowed until st is packed) into st, with
+ * its holders still running; none: nothing. st->old_contexts has room. */
+static int save_old_context(State *st, const SavedOldContext *o, const struct context_holder *h,
+			    size_t n)
+{
+	SavedOldContext *so = st->old_contexts[st->n_old_contexts];
+
+	*so = *o;
+	so->holders = messages(n, &holder_init, sizeof(holder_init));
+	if (!so->holders)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		if (!process_gone(h[i].pid, h[i].uid, h[i].start_time))
+			*so->holders[so->n_holders++] = (SavedHolder){
+				.base = holder_init.base, .pid = (uint32_t)h[i].pid,
+				.uid = (uint32_t)h[i].uid, .start_time = h[i].start_time,
+				.session = h[i].session,
+			};
+	if (so->n_holders > 0)
+		st->n_old_contexts++;
+	else
+		free(so->holders);
 	return 0;
 }
 
 /* Contexts exported to clients outlive this mrd with what it registered in them (the kernel
  * keeps a context while any descriptor of it is open): the next mrd shows them, those of
  * earlier mrds still held too. */
-static int save_old_contexts(struct manager *m, State *st)
+static int save_old_contexts(struct manager *m, State *st, const struct saved_domain *saved,
+			     size_t n)
 {
 	const struct old_context *o;
-	struct domain *d;
-	size_t n = m->core.n_domains;
+	size_t n_all = n;
 	uint64_t now = now_usec(CLOCK_REALTIME);
 	int r = 0;
 
 	LIST_FOREACH(o, &m->old_contexts, link)
-		n++;
-	st->old_contexts = calloc(n ? n : 1, sizeof(*st->old_contexts));
+		n_all++;
+	st->old_contexts = messages(n_all, &old_context_init, sizeof(old_context_init));
 	if (!st->old_contexts)
 		return -ENOMEM;
-	LIST_FOREACH(o, &m->old_contexts, link)
-		if ((r = save_old_context(st, o)) < 0)
+	LIST_FOREACH(o, &m->old_contexts, link) {
+		SavedOldContext so = {
+			.base = old_context_init.base, .domain = (char *)o->domain,
+			.device = (char *)o->device, .pinned_bytes = o->pinned_bytes, .mrs = o->mrs,
+			.handed_over_usec = o->handed_over_usec,
+		};
+
+		if ((r = save_old_context(st, &so, o->holders, o->n_holders)) < 0)
 			return r;
-	LIST_FOREACH(d, &m->core.domains, link) {
-		struct old_context mine = {
-			.pinned_bytes = d->reg.cache.charges.pinned_bytes,
-			.mrs = d->reg.cache.n_mrs + d->reg.odp.children,
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct saved_domain *d = &saved[i];
+		SavedOldContext so = {
+			.base = old_context_init.base, .domain = (char *)d->name,
+			.device = (char *)d->device, .pinned_bytes = d->pinned_bytes, .mrs = d->mrs,
 			.handed_over_usec = now,
-			.holders = d->exported_to,
-			.n_holders = d->n_exported_to,
 		};
 		size_t before = st->n_old_contexts;
 
 		if (d->n_exported_to == 0)
 			continue;
-		snprintf(mine.domain, sizeof(mine.domain), "%s", d->name);
-		snprintf(mine.device, sizeof(mine.device), "%s", d->reg.provider->caps.device);
-		r = save_old_context(st, &mine);
+		r = save_old_context(st, &so, d->exported_to, d->n_exported_to);
 		if (r < 0)
 			return r;
 		if (st->n_old_contexts > before)
 			log_notice("domain %s: its device context was exported to %zu running "
 				   "process(es); it outlives this mrd with its %" PRIu32 " MR(s) and "
 				   "%" PRIu64 " pinned bytes until they close it (mrd cannot revoke it)",
-				   d->name, st->old_contexts[before]->n_holders, mine.mrs,
-				   mine.pinned_bytes);
+				   d->name, st->old_contexts[before]->n_holders, d->mrs,
+				   d->pinned_bytes);
 	}
 	return 0;
 }
@@ -349,12 +233,13 @@ static int state_memfd(const State *st, int *ret)
 	return 0;
 }
 
-int handover_save(struct manager *m, struct handover_fds *ret, unsigned *ret_allocations)
+int handover_save(struct manager *m, struct fd_list *ret, unsigned *ret_allocations)
 {
 	State st = MRD__HANDOVER__STATE__INIT;
-	struct handover_fds fds = {};
-	struct domain *d;
-	int fd = -1, r = 0;
+	struct saved_domain *saved = NULL;
+	struct fd_list fds = {};
+	size_t n = 0;
+	int fd = -1, r;
 
 	*ret_allocations = 0;
 	/* What clients that left still own is nobody's to take back: it goes first. */
@@ -366,28 +251,23 @@ int handover_save(struct manager *m, struct handover_fds *ret, unsigned *ret_all
 	st.window_base = (uintptr_t)m->core.window.base;
 	st.window_size = m->core.window.size;
 	st.slot_size = m->core.window.slot_size;
-	st.domains = calloc(m->core.n_domains ? m->core.n_domains : 1, sizeof(*st.domains));
-	if (!st.domains)
-		return -ENOMEM;
 	/* The state goes first; its slot is filled in once it is packed. */
-	r = handover_fds_add(&fds, -1, HANDOVER_STATE_NAME);
-	LIST_FOREACH(d, &m->core.domains, link) {
-		if (r < 0)
-			break;
-		r = save_domain(d, &st.domains[st.n_domains], &fds);
-		if (st.domains[st.n_domains])
-			st.n_domains++;
-	}
+	r = fd_list_add(&fds, -1, HANDOVER_STATE_NAME);
 	if (r >= 0)
-		r = save_old_contexts(m, &st);
+		r = domains_save(&m->core, &saved, &n);
+	if (r >= 0)
+		r = encode_domains(&st, saved, n, &fds);
+	if (r >= 0)
+		r = save_old_contexts(m, &st, saved, n);
 	for (size_t i = 0; r >= 0 && i < st.n_domains; i++)
 		for (size_t j = 0; j < st.domains[i]->n_arenas; j++)
 			*ret_allocations += (unsigned)st.domains[i]->arenas[j]->n_allocations;
 	if (r >= 0)
 		r = state_memfd(&st, &fd);
 	state_free(&st);
+	saved_domains_free(saved, n);
 	if (r < 0) {
-		handover_fds_done(&fds);
+		fd_list_done(&fds);
 		return r;
 	}
 	fds.fds[0] = fd;
@@ -395,231 +275,7 @@ int handover_save(struct manager *m, struct handover_fds *ret, unsigned *ret_all
 	return 0;
 }
 
-unsigned handover_fd_store_max(void)
-{
-	const char *e = getenv("FDSTORE");
-	unsigned long v;
-	char *end;
-
-	if (!e || !getenv("NOTIFY_SOCKET"))
-		return 0;
-	errno = 0;
-	v = strtoul(e, &end, 10);
-	return errno || end == e || *end || v > UINT32_MAX ? 0 : (unsigned)v;
-}
-
-int handover_to_fd_store(struct manager *m)
-{
-	struct handover_fds f;
-	unsigned n_allocations, max = handover_fd_store_max();
-	int r;
-
-	r = handover_save(m, &f, &n_allocations);
-	if (r < 0)
-		return log_error_errno(r, "cannot save the state for the next mrd: %m; its clients' "
-					  "memory is not handed over");
-	if (m->core.n_domains == 0 && LIST_EMPTY(&m->old_contexts)) {
-		handover_fds_done(&f);
-		return 0; /* nothing to keep */
-	}
-	if (f.n > max) {
-		log_error("%zu descriptors to hand over, but systemd keeps %u "
-			  "(FileDescriptorStoreMax=): clients' memory is not handed over", f.n, max);
-		handover_fds_done(&f);
-		return -E2BIG;
-	}
-	/* The arenas first, the state last: a state in the store names only stored arenas. */
-	for (size_t i = f.n; i-- > 0;) {
-		char msg[320];
-
-		/* FDPOLL=0: a memfd never hangs up, systemd need not watch it. */
-		snprintf(msg, sizeof(msg), "FDSTORE=1\nFDPOLL=0\nFDNAME=%s", f.names[i]);
-		r = sd_pid_notify_with_fds(0, 0, msg, &f.fds[i], 1);
-		if (r <= 0) {
-			log_error_errno(r < 0 ? r : -ENOTCONN, "cannot store %s with systemd: %m",
-					f.names[i]);
-			handover_fds_done(&f);
-			return r < 0 ? r : -ENOTCONN;
-		}
-	}
-	/* Only once systemd holds them may the pages stop being ours to free. */
-	r = sd_notify_barrier(0, BARRIER_TIMEOUT_USEC);
-	if (r < 0)
-		log_warning_errno(r, "systemd did not confirm the FD store: %m");
-	window_keep_content(&m->core.window, true);
-	log_notice("handed %u allocation(s) in %zu arena(s) to systemd's FD store for the next mrd",
-		   n_allocations, f.n - 1);
-	handover_fds_done(&f);
-	return 0;
-}
-
-/* First above every target of fds_to_listen_positions, so no move there overwrites a
- * descriptor still to be moved. The only step that can fail (out of descriptors). */
-static int fds_above_listen_positions(struct handover_fds *f)
-{
-	for (size_t i = 0; i < f->n; i++) {
-		int high = fcntl(f->fds[i], F_DUPFD_CLOEXEC, (int)(SD_LISTEN_FDS_START + f->n));
-
-		if (high < 0)
-			return negative_errno();
-		close(f->fds[i]);
-		f->fds[i] = high;
-	}
-	return 0;
-}
-
-/* Moves f's descriptors to 3, 4, ... (without close-on-exec), the way systemd passes them. */
-static void fds_to_listen_positions(struct handover_fds *f)
-{
-	for (size_t i = 0; i < f->n; i++) {
-		(void)dup2(f->fds[i], (int)(SD_LISTEN_FDS_START + i));
-		close(f->fds[i]);
-		f->fds[i] = -1;
-	}
-}
-
-unsigned handover_unbind_clients(struct manager *m)
-{
-	const struct mr_cache *bc;
-	const struct domain *d;
-	struct client *c;
-	unsigned live = 0;
-
-	__atomic_store_n(&m->core.stopping, true, __ATOMIC_RELEASE);
-	m->core.workers = worker_pool_free(m->core.workers);
-	LIST_FOREACH(c, &m->clients, link)
-		if (c->bound) {
-			c->bound = bound_pd_close(c->bound);
-			c->bound_lost = true; /* no key of the domain's PD for it, ever */
-		}
-	domains_finish_leaving(&m->core); /* and those of clients that left */
-	/* What is left holds MRs the device kept (a failed dereg, now or before). */
-	LIST_FOREACH(d, &m->core.domains, link)
-		LIST_FOREACH(bc, &d->reg.bound, bound_link)
-			live++;
-	return live;
-}
-
-/* The workers again, after an unbind for a hand-over that did not happen. */
-static void restart_workers(struct manager *m)
-{
-	int r;
-
-	__atomic_store_n(&m->core.stopping, false, __ATOMIC_RELEASE);
-	r = worker_pool_new(m->core.base, m->core.config.workers, &m->core.workers);
-	if (r < 0)
-		log_error_errno(r, "cannot start worker threads again: %m; big registrations run on "
-				"the loop");
-}
-
-static int reexec(struct manager *m);
-
-/* How long a re-exec waits for the closers to empty: descriptors mrd just let go of close
- * in well under this; one a client holds up does not close at all. */
-#define REEXEC_CLOSER_WAIT_USEC (2 * USEC_PER_SEC)
-
-int handover_reexec(struct manager *m)
-{
-	unsigned live, stuck;
-	uid_t stuck_uid;
-	bool stuck_own;
-	int r;
-
-	if (!m->exe_path || !m->argv || access(m->exe_path, X_OK) < 0)
-		return log_error_errno(m->exe_path ? -errno : -ENOENT,
-				       "SIGUSR2: cannot re-execute %s: %m; mrd goes on as it is",
-				       m->exe_path ? m->exe_path : "mrd");
-	/* exec closes what waits at the closers itself, on this thread, and cannot end while a
-	 * closer is stuck in a close(): let them finish, or stay. */
-	r = fd_closer_quiesce(m->closer, REEXEC_CLOSER_WAIT_USEC, &stuck_own, &stuck_uid, &stuck);
-	if (r < 0) {
-		char who[32] = "mrd's own memory";
-
-		if (!stuck_own)
-			snprintf(who, sizeof(who), "uid %u", (unsigned)stuck_uid);
-		return log_error_errno(r, "SIGUSR2: %u descriptor(s) of %s are still being "
-				       "closed (a close that does not return: a FUSE file whose "
-				       "server does not answer? /sys/fs/fuse/connections/*/abort "
-				       "ends it); exec would wait for them; mrd goes on as it is",
-				       stuck, who);
-	}
-	/* First, while nothing is saved: a client PD's MR the device keeps would outlive this mrd
-	 * in the client's context, over pages the next one hands out again. */
-	live = handover_unbind_clients(m);
-	if (live > 0) {
-		restart_workers(m);
-		return log_error_errno(-EBUSY, "SIGUSR2: %u client PD(s) keep MRs mrd could not "
-				       "deregister (quarantined runs, mrctl status): they would "
-				       "outlive mrd over memory the next one reuses; mrd goes on as "
-				       "it is", live);
-	}
-	r = reexec(m); /* returns only when it could not */
-	restart_workers(m);
-	return r;
-}
-
-static int reexec(struct manager *m)
-{
-	_cleanup_free_ char *names = NULL;
-	struct handover_fds f;
-	unsigned n_allocations;
-	char num[32];
-	size_t len = 1;
-	int r, sock;
-
-	r = handover_save(m, &f, &n_allocations);
-	if (r < 0)
-		return log_error_errno(r, "SIGUSR2: cannot save the state: %m; mrd goes on as it is");
-	/* The socket too: connections made meanwhile wait in its backlog. */
-	sock = fcntl(m->listen_fd, F_DUPFD_CLOEXEC, 3);
-	r = sock < 0 ? negative_errno() :
-		       handover_fds_add(&f, sock, m->bound_path ? HANDOVER_BOUND_SOCKET_NAME : HANDOVER_SOCKET_NAME);
-	for (size_t i = 0; r >= 0 && i < f.n; i++)
-		len += strlen(f.names[i]) + 1;
-	names = r >= 0 ? calloc(1, len) : NULL;
-	if (names)
-		r = fds_above_listen_positions(&f);
-	if (!names || r < 0) {
-		handover_fds_done(&f);
-		return log_error_errno(r < 0 ? r : -ENOMEM, "SIGUSR2: %m; mrd goes on as it is");
-	}
-	for (size_t i = 0; i < f.n; i++) {
-		if (i)
-			strcat(names, ":");
-		strcat(names, f.names[i]);
-	}
-	log_notice("SIGUSR2: re-executing %s with %u allocation(s) in %zu arena(s)", m->exe_path,
-		   n_allocations, f.n - 2);
-	(void)sd_notifyf(0, "RELOADING=1\nSTATUS=re-executing\nMONOTONIC_USEC=%" PRIu64,
-			 now_usec(CLOCK_MONOTONIC));
-	snprintf(num, sizeof(num), "%zu", f.n);
-	setenv("LISTEN_FDS", num, 1);
-	setenv("LISTEN_FDNAMES", names, 1);
-	snprintf(num, sizeof(num), "%d", (int)getpid());
-	setenv("LISTEN_PID", num, 1);
-	if (m->detached)
-		setenv(MANAGER_DETACHED_ENV, "1", 1);
-	/* From here there is no way back: descriptors 3 and up are the hand-over's. */
-	fds_to_listen_positions(&f);
-	handover_fds_done(&f);
-	execv(m->exe_path, m->argv);
-	log_error_errno(-errno, "SIGUSR2: exec %s: %m; exiting", m->exe_path);
-	_exit(EXIT_FAILURE);
-}
-
 /* ---- adopting ---- */
-
-static int take_fd(struct handover_fds *passed, const char *name)
-{
-	for (size_t i = 0; i < passed->n; i++)
-		if (passed->fds[i] >= 0 && strcmp(passed->names[i], name) == 0) {
-			int fd = passed->fds[i];
-
-			passed->fds[i] = -1;
-			return fd;
-		}
-	return -ENOENT;
-}
 
 static int read_state(int fd, State **ret)
 {
@@ -641,74 +297,66 @@ static int read_state(int fd, State **ret)
 	return *ret ? 0 : -EBADMSG;
 }
 
-/* Returns how many allocations it took over: none of an attachment its owner sealed. */
-static int adopt_arena(struct domain *d, const SavedArena *sa, struct handover_fds *passed,
-		       char *why, size_t why_size)
+/* A saved arena of the state in plain C into a, its memfd taken from passed. */
+static int decode_arena(const SavedArena *sa, struct saved_arena *a, struct fd_list *passed)
 {
-	struct arena_place place = {
+	a->memfd = sa->fd_name && handover_fd_name(sa->fd_name) ? fd_list_take(passed, sa->fd_name) :
+								 -ENOENT;
+	a->label = sa->fd_name;
+	a->place = (struct arena_place){
 		.slot = sa->slot, .size = sa->size, .file_offset = sa->file_offset,
 		.serial = sa->serial, .page_size = sa->page_size, .hugetlb = sa->hugetlb,
 		.external = sa->external,
 	};
-	struct arena *a;
-	int fd, r;
-
-	fd = sa->fd_name && handover_fd_name(sa->fd_name) ? take_fd(passed, sa->fd_name) : -ENOENT;
-	if (fd < 0) {
-		snprintf(why, why_size, "domain %s: arena %s was not passed", d->name, sa->fd_name);
-		return fd;
-	}
-	r = arena_adopt(&d->mem, fd, &place, &a);
-	if (r == -EPERM && sa->external) {
-		/* The client sealed its own memfd: its attachment is lost, nobody else's. */
-		close(fd);
-		log_warning("domain %s: attached memory at slot %u was sealed against writes by its "
-			    "owner and is not taken over (%zu allocation(s) dropped; the owner's "
-			    "mrd_client_reconnect() says so)", d->name, sa->slot, sa->n_allocations);
-		return 0;
-	}
-	if (r < 0) {
-		close(fd);
-		snprintf(why, why_size, "domain %s: arena %s at slot %u: %s", d->name, sa->fd_name,
-			 sa->slot, strerror(-r));
-		return r;
-	}
+	a->allocations = calloc(sa->n_allocations ? sa->n_allocations : 1, sizeof(*a->allocations));
+	if (!a->allocations)
+		return -ENOMEM;
+	a->n_allocations = sa->n_allocations;
 	for (size_t i = 0; i < sa->n_allocations; i++) {
 		const SavedAllocation *s = sa->allocations[i];
-		struct adopted_allocation al = {
+
+		a->allocations[i] = (struct adopted_allocation){
 			.offset = s->offset, .length = s->length, .serial = s->serial, .odp = s->odp,
 			.read_only = s->read_only, .alias = s->alias, .alias_access = s->alias_access,
-			.span_offset = s->span_offset, .span_length = s->span_length, .session = s->session, .pid = (pid_t)s->pid,
-			.uid = (uid_t)s->uid, .start_time = s->start_time,
+			.span_offset = s->span_offset, .span_length = s->span_length,
+			.session = s->session, .pid = (pid_t)s->pid, .uid = (uid_t)s->uid,
+			.start_time = s->start_time,
 		};
+	}
+	return 0;
+}
 
-		r = domain_adopt_allocation(d, a, &al);
-		if (r < 0) {
-			snprintf(why, why_size, "domain %s: arena %s: allocation at +0x%" PRIx64
-				 " of %" PRIu64 " bytes: %s", d->name, sa->fd_name, s->offset,
-				 s->length, strerror(-r));
-			return r;
+/* The state's domains in plain C (st->n_domains of them, borrowing its strings). */
+static int decode_domains(const State *st, struct fd_list *passed, struct saved_domain *saved)
+{
+	int r;
+
+	for (size_t i = 0; i < st->n_domains; i++) {
+		const SavedDomain *sd = st->domains[i];
+		struct saved_domain *d = &saved[i];
+
+		*d = (struct saved_domain){
+			.name = sd->name, .generation = sd->generation, .frees = sd->frees,
+			.allocation_serial = sd->allocation_serial,
+			.arenas = calloc(sd->n_arenas ? sd->n_arenas : 1, sizeof(*d->arenas)),
+		};
+		if (!d->arenas)
+			return -ENOMEM;
+		for (size_t j = 0; j < sd->n_arenas; j++) {
+			d->arenas[d->n_arenas] = (struct saved_arena){ .memfd = -1 };
+			r = decode_arena(sd->arenas[j], &d->arenas[d->n_arenas++], passed);
+			if (r < 0)
+				return r;
 		}
 	}
-	r = arena_adopt_finish(a);
-	if (r < 0) {
-		snprintf(why, why_size, "domain %s: attached arena %s is not one whole allocation",
-			 d->name, sa->fd_name);
-		return r;
-	}
-	return (int)sa->n_allocations;
+	return 0;
 }
 
 static void on_grace_tick(evutil_socket_t fd, short what, void *userdata)
 {
 	struct manager *m = userdata;
-	struct domain *d, *next;
-	unsigned waiting = 0;
+	unsigned waiting = domains_reap_orphans(&m->core, false);
 
-	for (d = LIST_FIRST(&m->core.domains); d; d = next) {
-		next = LIST_NEXT(d, link);
-		waiting += domain_reap_orphans(d, false); /* may close d */
-	}
 	if (waiting == 0) {
 		event_free(m->grace_timer);
 		m->grace_timer = NULL;
@@ -718,16 +366,11 @@ static void on_grace_tick(evutil_socket_t fd, short what, void *userdata)
 
 void handover_end_grace(struct manager *m)
 {
-	struct domain *d, *next;
-
 	if (m->grace_timer) {
 		event_free(m->grace_timer);
 		m->grace_timer = NULL;
 	}
-	for (d = LIST_FIRST(&m->core.domains); d; d = next) {
-		next = LIST_NEXT(d, link);
-		(void)domain_reap_orphans(d, true); /* may close d */
-	}
+	(void)domains_reap_orphans(&m->core, true);
 }
 
 /* Undoes a partial adoption: nothing is freed from the memfds, clients still map them. */
@@ -740,33 +383,10 @@ static void adoption_undo(struct manager *m, uint64_t instance)
 	m->instance = instance;
 }
 
-/* Every saved domain's generation, kept whether or not the rest can be taken over: clients
- * of the previous mrd cached keys under them. */
-static int record_floors(struct manager *m, const State *st)
-{
-	struct generation_floor *f;
-
-	if (st->n_domains == 0 || st->n_domains > SIZE_MAX / sizeof(*f))
-		return 0;
-	f = reallocarray(m->core.floors, m->core.n_floors + st->n_domains, sizeof(*f));
-	if (!f)
-		return -ENOMEM;
-	m->core.floors = f;
-	for (size_t i = 0; i < st->n_domains; i++) {
-		struct generation_floor *g = &m->core.floors[m->core.n_floors];
-
-		if (!st->domains[i]->name)
-			continue;
-		snprintf(g->name, sizeof(g->name), "%s", st->domains[i]->name);
-		g->generation = st->domains[i]->generation;
-		m->core.n_floors++;
-	}
-	return 0;
-}
-
-static int adopt_state(struct manager *m, const State *st, struct handover_fds *passed,
+static int adopt_state(struct manager *m, const State *st, struct fd_list *passed,
 		       unsigned *ret_allocations, char *why, size_t why_size)
 {
+	struct saved_domain *saved;
 	int r;
 
 	*ret_allocations = 0;
@@ -786,32 +406,14 @@ static int adopt_state(struct manager *m, const State *st, struct handover_fds *
 	window_adopt_serial(&m->core.window, st->arena_serial);
 	if (st->next_client_id > m->next_client_id)
 		m->next_client_id = st->next_client_id;
-	r = record_floors(m, st);
-	if (r < 0) {
+	saved = calloc(st->n_domains ? st->n_domains : 1, sizeof(*saved));
+	r = saved ? decode_domains(st, passed, saved) : -ENOMEM;
+	if (r < 0)
 		snprintf(why, why_size, "%s", strerror(-r));
-		return r;
-	}
-	for (size_t i = 0; i < st->n_domains; i++) {
-		const SavedDomain *sd = st->domains[i];
-		struct domain *d;
-
-		r = sd->name && *sd->name && strlen(sd->name) < sizeof(d->name) ?
-			    domain_adopt(&m->core, sd->name, sd->allocation_serial, sd->frees,
-					 &d) : -EINVAL;
-		if (r < 0) {
-			snprintf(why, why_size, "domain '%s': %s", sd->name ? sd->name : "",
-				 strerror(-r));
-			return r;
-		}
-		for (size_t j = 0; j < sd->n_arenas; j++) {
-			r = adopt_arena(d, sd->arenas[j], passed, why, why_size);
-			if (r < 0)
-				return r;
-			*ret_allocations += (unsigned)r;
-		}
-		domain_update_status(d);
-	}
-	return 0;
+	else
+		r = domains_adopt(&m->core, saved, st->n_domains, ret_allocations, why, why_size);
+	saved_domains_free(saved, st->n_domains);
+	return r;
 }
 
 /* The contexts the previous mrd says clients still hold, kept whether or not the rest can be
@@ -844,7 +446,7 @@ static void adopt_old_contexts(struct manager *m, const State *st)
 			   "(mrctl status)", old_contexts_prune(&m->old_contexts));
 }
 
-int handover_adopt(struct manager *m, struct handover_fds *passed)
+int handover_adopt(struct manager *m, struct fd_list *passed)
 {
 	uint64_t instance = m->instance;
 	struct timeval grace = { 0, 0 };
@@ -853,7 +455,7 @@ int handover_adopt(struct manager *m, struct handover_fds *passed)
 	char why[256] = "";
 	int fd, r;
 
-	fd = take_fd(passed, HANDOVER_STATE_NAME);
+	fd = fd_list_take(passed, HANDOVER_STATE_NAME);
 	if (fd < 0)
 		return 0;
 	r = read_state(fd, &st);
@@ -871,12 +473,6 @@ int handover_adopt(struct manager *m, struct handover_fds *passed)
 		log_error("the previous mrd's state cannot be taken over (%s): starting without it; "
 			  "its clients keep their mappings but must connect anew", why);
 		return 0;
-	}
-	/* Domains where nothing waits need no hold. */
-	for (struct domain *d = LIST_FIRST(&m->core.domains), *next; d; d = next) {
-		next = LIST_NEXT(d, link);
-		if (d->mem.n_orphans == 0)
-			(void)domain_reap_orphans(d, true);
 	}
 	if (m->core.n_domains == 0)
 		return 0;

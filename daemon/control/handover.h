@@ -7,11 +7,16 @@
  * ([memory] reconnect_grace), and starts every domain's generation above the old one, so
  * clients refetch their keys. Registrations do not survive: keys belong to the old PDs —
  * except in a context a client imported (ExportPd), which lives on with them while it holds the
- * descriptor: the state names those (control/old-context.h) and the next mrd shows them. */
+ * descriptor: the state names those (control/old-context.h) and the next mrd shows them.
+ * What a domain saves and adopts is core's (core/domain-handover.h), the list of descriptors
+ * base's (base/fd-list.h); here the state is packed and read (control/handover.c) and passed on
+ * (control/handover-pass.c). */
 #pragma once
 
 #include <stdbool.h>
 #include <stddef.h>
+
+#include "base/fd-list.h"
 
 struct manager;
 
@@ -21,15 +26,10 @@ struct manager;
 #define HANDOVER_BOUND_SOCKET_NAME "mrd-bound-socket"
 #define HANDOVER_SOCKET_NAME "mrd-socket"
 
-/* Descriptors with their names, as sd_listen_fds_with_names gives them. */
-struct handover_fds {
-	int *fds;
-	char **names;
-	size_t n;
-};
-void handover_fds_done(struct handover_fds *f); /* closes what is still open */
-/* Adds fd (taken: closed on failure) under a copy of name. */
-int handover_fds_add(struct handover_fds *f, int fd, const char *name);
+/* The descriptors of a hand-over with their names (base/fd-list.h), under the names the
+ * hand-over's tests know them by. */
+#define handover_fds fd_list
+#define handover_fds_done fd_list_done
 
 /* Whether a descriptor passed under name is part of a hand-over. */
 bool handover_fd_name(const char *name);
@@ -37,12 +37,12 @@ bool handover_fd_name(const char *name);
 /* Every domain and the arenas worth keeping: the state memfd first, then dups of the arenas'
  * memfds, in ret; *ret_allocations says how many allocations it holds. Bumps every domain's
  * generation: clients stop trusting cached keys. */
-int handover_save(struct manager *m, struct handover_fds *ret, unsigned *ret_allocations);
+int handover_save(struct manager *m, struct fd_list *ret, unsigned *ret_allocations);
 
 /* Takes over what the previous mrd handed over in passed (each descriptor used is set to -1).
  * Nothing there: 0. A state mrd cannot trust whole is dropped whole, logged, and mrd starts
  * cold (still 0): clients keep their mappings, but not through mrd. */
-int handover_adopt(struct manager *m, struct handover_fds *passed);
+int handover_adopt(struct manager *m, struct fd_list *passed);
 
 /* At exit (or an adoption undone): every allocation still waiting for its owner is freed. */
 void handover_end_grace(struct manager *m);

@@ -345,7 +345,7 @@ struct manager *manager_free(struct manager *m)
 	free(m->recv_buf);
 	free(m->core.floors);
 	old_contexts_free(&m->old_contexts);
-	handover_fds_done(&m->fd_store_taken);
+	fd_list_done(&m->fd_store_taken);
 	config_done(&m->core.config);
 	free(m);
 	return NULL;
@@ -710,7 +710,7 @@ static int take_listen_fd(struct manager *m, int fd, const char *name)
  * and what a previous mrd handed over. */
 static int take_passed_fds(struct manager *m)
 {
-	struct handover_fds passed = {};
+	struct fd_list passed = {};
 	char **names = NULL;
 	int n, r = 0;
 
@@ -722,7 +722,7 @@ static int take_passed_fds(struct manager *m)
 
 		(void)fcntl(fd, F_SETFD, FD_CLOEXEC);
 		if (r >= 0 && handover_fd_name(names[i]))
-			r = handover_fds_add(&passed, fd, names[i]);
+			r = fd_list_add(&passed, fd, names[i]);
 		else if (r >= 0)
 			r = take_listen_fd(m, fd, names[i]);
 		else
@@ -785,7 +785,7 @@ int manager_run(struct manager *m)
 	 * them. */
 	for (size_t i = 0; i < m->fd_store_taken.n && getenv("NOTIFY_SOCKET"); i++)
 		(void)sd_notifyf(0, "FDSTOREREMOVE=1\nFDNAME=%s", m->fd_store_taken.names[i]);
-	handover_fds_done(&m->fd_store_taken);
+	fd_list_done(&m->fd_store_taken);
 	for (;;) {
 		r = event_base_dispatch(m->core.base);
 		if (r < 0 || !m->reexec || m->stop)

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include "base/config.h"
+#include "base/fd-list.h"
 #include "control/handover.h"
 #include "control/old-context.h"
 #include "core/core.h"
@@ -49,7 +50,7 @@ struct manager {
 	struct event *grace_timer; /* after a hand-over: orphans wait for their owners */
 	/* Names of what the previous mrd left in systemd's FD store: removed from it once mrd
 	 * serves (if it fails to start, the next try may still take them). */
-	struct handover_fds fd_store_taken;
+	struct fd_list fd_store_taken;
 	struct bus *bus;             /* NULL: not on the system bus */
 	/* Contexts earlier mrds exported and handed over while clients held them. */
 	struct old_contexts old_contexts;

@@ -40,7 +40,7 @@ struct allocation {
 	uint64_t claim_start_time;
 };
 
-/* What the previous mrd knew of an allocation (warm restart, control/handover.c). */
+/* What the previous mrd knew of an allocation (warm restart, core/domain-handover.h). */
 struct adopted_allocation {
 	uint64_t offset, length, serial;
 	bool odp, read_only;
