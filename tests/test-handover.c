@@ -79,7 +79,7 @@ static void check_fill(uint64_t addr, uint64_t len, uint8_t seed)
 }
 
 /* Stops td_manager the way a hand-over does and starts the next one on what it saved. */
-static void restart(struct handover_fds *saved)
+static void restart(struct fd_list *saved)
 {
 	td_manager->core.window.keep_content = true;
 	td_stop();
@@ -105,7 +105,7 @@ START_TEST(test_round_trip)
 	uint64_t generation, session, frees;
 	unsigned arenas;
 	int b2;
-	struct handover_fds saved;
+	struct fd_list saved;
 	unsigned n_allocations;
 	Mrd__MrEntry mr;
 	struct domain *d;
@@ -135,7 +135,7 @@ START_TEST(test_round_trip)
 	restart(&saved);
 	for (size_t i = 0; i < saved.n; i++)
 		ck_assert_int_eq(saved.fds[i], -1); /* all taken */
-	handover_fds_done(&saved);
+	fd_list_done(&saved);
 
 	ck_assert_uint_eq(td_manager->instance, instance);
 	ck_assert_uint_eq(td_manager->core.n_domains, 2);
@@ -216,7 +216,7 @@ END_TEST
  * they were. */
 START_TEST(test_alias_kept)
 {
-	struct handover_fds saved;
+	struct fd_list saved;
 	unsigned n_allocations;
 	struct allocation *al;
 	Mrd__Response *resp;
@@ -229,7 +229,7 @@ START_TEST(test_alias_kept)
 	ck_assert_int_eq(handover_save(td_manager, &saved, &n_allocations), 0);
 	close(a);
 	restart(&saved);
-	handover_fds_done(&saved);
+	fd_list_done(&saved);
 	al = domain_find_allocation(find_domain("uid-1000"), w);
 	ck_assert_ptr_nonnull(al);
 	ck_assert_uint_eq(al->alias, 0x7e0000000000ull);
@@ -246,7 +246,7 @@ START_TEST(test_waits_for_live_process)
 {
 	char live[32];
 	int a = td_hello_client(getuid(), NULL), b = td_hello_client_of(dead_pid(), 4242, NULL);
-	struct handover_fds saved;
+	struct fd_list saved;
 	unsigned n;
 
 	ck_assert_uint_ne(getuid(), 4242);
@@ -257,7 +257,7 @@ START_TEST(test_waits_for_live_process)
 	close(a);
 	close(b);
 	restart(&saved);
-	handover_fds_done(&saved);
+	fd_list_done(&saved);
 	td_pump();
 	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 	grace_tick();
@@ -279,7 +279,7 @@ START_TEST(test_exported_contexts_handed_over)
 	char mine[32];
 	int a = td_hello_client(getuid(), NULL), b = td_hello_client_of(dead_pid(), 4242, NULL);
 	pid_t child = fork();
-	struct handover_fds saved;
+	struct fd_list saved;
 	struct old_context *o;
 	unsigned n;
 
@@ -302,7 +302,7 @@ START_TEST(test_exported_contexts_handed_over)
 	close(a);
 	close(b);
 	restart(&saved);
-	handover_fds_done(&saved);
+	fd_list_done(&saved);
 
 	o = LIST_FIRST(&td_manager->old_contexts);
 	ck_assert_ptr_nonnull(o);
@@ -330,7 +330,7 @@ START_TEST(test_claim_checks_uid)
 	struct client *c;
 	int a, b;
 	uint64_t instance, session;
-	struct handover_fds saved;
+	struct fd_list saved;
 	unsigned n;
 
 	td_stop();
@@ -345,7 +345,7 @@ START_TEST(test_claim_checks_uid)
 	td_stop();
 	td_start(lab);
 	ck_assert_int_eq(handover_adopt(td_manager, &saved), 0);
-	handover_fds_done(&saved);
+	fd_list_done(&saved);
 	b = td_hello_client(1001, NULL);
 	ck_assert_uint_eq(join(b, 2, instance, session, NULL), 0);
 	a = td_hello_client(1000, NULL);
@@ -362,14 +362,14 @@ START_TEST(test_mempool_over_waiting)
 {
 	int a = td_hello_client_of(dead_pid(), 1000, NULL), b;
 	uint64_t a1 = td_alloc(a, 2, 1 * MiB), len = 64 * 1024;
-	struct handover_fds saved;
+	struct fd_list saved;
 	struct domain *d;
 	unsigned n;
 
 	ck_assert_int_eq(handover_save(td_manager, &saved, &n), 0);
 	close(a);
 	restart(&saved);
-	handover_fds_done(&saved);
+	fd_list_done(&saved);
 	d = find_domain("uid-1000");
 	b = td_hello_client(1000, NULL);
 	td_send_mempool_register(b, 2, "p", &a1, &len, 1, false);
@@ -480,9 +480,9 @@ static int state_fd(const void *data, size_t len)
 }
 
 /* handover_adopt on copies of saved's descriptors: a failed try closes what it took. */
-static void adopt_copy(struct handover_fds *saved)
+static void adopt_copy(struct fd_list *saved)
 {
-	struct handover_fds copy = { .names = saved->names, .n = saved->n };
+	struct fd_list copy = { .names = saved->names, .n = saved->n };
 	int fds[8];
 
 	ck_assert_uint_le(saved->n, 8);
@@ -511,7 +511,7 @@ START_TEST(test_untrusted_state_dropped)
 {
 	int a = td_hello_client(1000, NULL), c = td_hello_client(2000, NULL), b, fd;
 	uint64_t a1 = td_alloc(a, 2, 1 * MiB), c1 = td_alloc(c, 2, 1 * MiB), b1, instance;
-	struct handover_fds saved, garbage = {};
+	struct fd_list saved, garbage = {};
 	char *name;
 	unsigned n;
 
@@ -564,7 +564,7 @@ START_TEST(test_untrusted_state_dropped)
 	ck_assert_uint_ne(td_manager->instance, instance);
 	check_fill(a1, 1 * MiB, 5);
 	check_fill(c1, 1 * MiB, 7);
-	handover_fds_done(&saved);
+	fd_list_done(&saved);
 }
 END_TEST
 
@@ -575,7 +575,7 @@ START_TEST(test_sealed_attachment_dropped_alone)
 	int a = td_hello_client(1000, NULL), b = td_hello_client(2000, NULL);
 	uint64_t a1 = td_alloc(a, 2, 1 * MiB), b1 = td_alloc(b, 2, 2 * MiB), ext;
 	int memfd = td_attach_sealed(a, 3, 8 * 4096, &ext);
-	struct handover_fds saved;
+	struct fd_list saved;
 	struct domain *d;
 	unsigned n;
 
@@ -591,7 +591,7 @@ START_TEST(test_sealed_attachment_dropped_alone)
 	restart(&saved);
 	for (size_t i = 0; i < saved.n; i++)
 		ck_assert_int_eq(saved.fds[i], -1); /* the refused one is closed too */
-	handover_fds_done(&saved);
+	fd_list_done(&saved);
 
 	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 	d = find_domain("uid-1000");
@@ -673,7 +673,7 @@ static struct domain *leave_with_mrs(unsigned n, uint64_t *kept, struct client *
 
 START_TEST(test_save_while_a_client_leaves)
 {
-	struct handover_fds saved;
+	struct fd_list saved;
 	uint64_t kept;
 	struct domain *d = leave_with_mrs(64, &kept, NULL, NULL);
 	unsigned n;
@@ -686,7 +686,7 @@ START_TEST(test_save_while_a_client_leaves)
 	ck_assert_uint_eq(n_pool_mrs(d), 0);
 	ck_assert_uint_eq(d->reg.mempools.n_regs, 0);
 	ck_assert_ptr_nonnull(domain_find_allocation(d, kept));
-	handover_fds_done(&saved);
+	fd_list_done(&saved);
 }
 END_TEST
 

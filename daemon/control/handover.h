@@ -26,11 +26,6 @@ struct manager;
 #define HANDOVER_BOUND_SOCKET_NAME "mrd-bound-socket"
 #define HANDOVER_SOCKET_NAME "mrd-socket"
 
-/* The descriptors of a hand-over with their names (base/fd-list.h), under the names the
- * hand-over's tests know them by. */
-#define handover_fds fd_list
-#define handover_fds_done fd_list_done
-
 /* Whether a descriptor passed under name is part of a hand-over. */
 bool handover_fd_name(const char *name);
 

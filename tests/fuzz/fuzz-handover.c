@@ -106,7 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct manager *m = fuzz_manager();
 	char *names[N_MEMFDS + 1] = { (char *)HANDOVER_STATE_NAME };
 	int fds[N_MEMFDS + 1];
-	struct handover_fds passed = { .fds = fds, .names = names, .n = N_MEMFDS + 1 };
+	struct fd_list passed = { .fds = fds, .names = names, .n = N_MEMFDS + 1 };
 
 	fds[0] = memfd_create("state", MFD_CLOEXEC);
 	if (fds[0] < 0 || (size && write(fds[0], data, size) != (ssize_t)size))
