@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Core's face, in-process: the snapshot of a domain's figures that every view encodes
- * (domain_stats) follows its allocations and registrations; ExportPd and BindPd's entry
+ * (domain_stats) follows its allocations and registrations, and so do its walks; ExportPd and BindPd's entry
  * points (domain_export_pd, domain_bind_pd) refuse as the requests did, and the served
  * devices count their bindings themselves. */
 #include <check.h>
@@ -65,6 +65,51 @@ START_TEST(test_stats_follow_alloc_lookup_free)
 	ck_assert_uint_eq(s.pinned_bytes, 0);
 	ck_assert_uint_eq(s.table_entries, 0);
 	ck_assert_uint_gt(s.generation, generation); /* its keys died */
+	close(fd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* What domain_walk_mrs saw. */
+struct seen {
+	unsigned n[DOMAIN_MR_MEMPOOL + 1];
+	uint64_t start, end;
+};
+
+static void see(void *data, uint64_t start, uint64_t end, const struct provider_mr *pmr,
+		enum domain_mr_kind kind, const struct allocation *a, uint32_t sharers)
+{
+	struct seen *s = data;
+
+	ck_assert_ptr_nonnull(pmr);
+	ck_assert_uint_eq(sharers, 0);
+	s->n[kind]++;
+	s->start = start;
+	s->end = end;
+}
+
+START_TEST(test_walks)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c);
+	uint64_t a = td_alloc(fd, 2, 3 * MiB);
+	const struct arena *arena = NULL;
+	struct seen seen = { 0 };
+	unsigned arenas = 0;
+	Mrd__MrEntry e;
+
+	td_alloc(fd, 3, 1 * MiB); /* no MR */
+	td_lookup(fd, 4, a, 0, &e);
+	domain_walk_mrs(c->domain, true, see, &seen);
+	ck_assert_uint_eq(seen.n[DOMAIN_MR_CACHE], 1);
+	ck_assert_uint_eq(seen.n[DOMAIN_MR_CLIENT_PD] + seen.n[DOMAIN_MR_ODP] +
+				  seen.n[DOMAIN_MR_MEMPOOL], 0);
+	ck_assert_uint_eq(seen.start, e.start);
+	ck_assert_uint_eq(seen.end, e.end);
+	while ((arena = domain_next_arena(c->domain, arena)))
+		arenas++;
+	ck_assert_uint_eq(arenas, 1);
+	ck_assert_ptr_null(domain_next_mempool(c->domain, NULL));
 	close(fd);
 	td_wait_domains_closed();
 }
@@ -145,6 +190,7 @@ static Suite *domain_suite(void)
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_stats_follow_alloc_lookup_free);
+	tcase_add_test(tc, test_walks);
 	tcase_add_test(tc, test_export_pd);
 	tcase_add_test(tc, test_bind_pd_refused);
 	tcase_add_test(tc, test_served_device_counts);
