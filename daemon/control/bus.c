@@ -13,6 +13,7 @@
 #include "control/client.h"
 #include "core/access.h"
 #include "core/domain.h"
+#include "core/domain-stats.h"
 #include "registration/frmr-pool.h"
 #include "escape.h"
 #include "log.h"
@@ -114,31 +115,26 @@ static int prop_generations(sd_bus *bus, const char *path, const char *interface
 			return r;
 		if (!access_view_shows(only, d->name))
 			continue;
-		r = sd_bus_message_append(reply, "{st}", d->name,
-					  status_page_generation(&d->mem.status));
+		r = sd_bus_message_append(reply, "{st}", d->name, domain_generation(d));
 	}
 	return r < 0 ? r : sd_bus_message_close_container(reply);
 }
 
 /* ---- Dump: one JSON object, the daemon's and every domain's figures and pools ---- */
 
-static void dump_pools(FILE *f, struct domain *d)
+static void dump_pools(FILE *f, struct domain *d, const struct domain_stats *s)
 {
 	struct frmr_pool_stats *st;
-	size_t n = frmr_pools_stats(&d->reg.pools, NULL, 0);
-
-	bool q_on;
-	uint64_t q_parked, q_unparked;
+	size_t n = s->n_pools;
 
 	fputs(",\"pools_off\":", f);
-	json_write_string(f, d->reg.pools.off ? d->reg.pools.off : "");
-	key_quarantine_counts(&d->reg.pools.quarantine, &q_on, &q_parked, &q_unparked);
+	json_write_string(f, s->pools_off);
 	fprintf(f, ",\"quarantine\":{\"on\":%s,\"parked\":%" PRIu64 ",\"unparked\":%" PRIu64 "}",
-		q_on ? "true" : "false", q_parked, q_unparked);
+		s->keys_quarantine_on ? "true" : "false", s->keys_parked, s->keys_unparked);
 	fputs(",\"pools\":[", f);
 	st = n ? calloc(n, sizeof(*st)) : NULL;
 	if (st) {
-		size_t got = frmr_pools_stats(&d->reg.pools, st, n);
+		size_t got = domain_pool_stats(d, st, n);
 
 		for (size_t i = 0; i < got && i < n; i++)
 			fprintf(f, "%s{\"access\":%u,\"odp\":%s,\"internal\":%s,\"vendor\":%" PRIu32
@@ -175,19 +171,19 @@ static int method_dump(sd_bus_message *msg, void *userdata, sd_bus_error *error)
 	fprintf(f, ",\"uptime_usec\":%" PRIu64 ",\"clients\":%u,\"requests\":%" PRIu64
 		",\"domains\":[", manager_uptime_usec(m), m->n_clients, m->n_requests);
 	LIST_FOREACH(d, &m->core.domains, link) {
+		struct domain_stats s;
+
+		domain_stats(d, &s);
 		fputs(first ? "{\"name\":" : ",{\"name\":", f);
 		first = false;
 		json_write_string(f, d->name);
 		fprintf(f, ",\"clients\":%u,\"allocated_bytes\":%" PRIu64 ",\"allocations\":%zu"
 			",\"arenas\":%u,\"pinned_bytes\":%" PRIu64 ",\"generation\":%" PRIu64
 			",\"mrs\":%u,\"lookups\":%" PRIu64 ",\"misses\":%" PRIu64
-			",\"registrations\":%" PRIu64 ",\"deregistrations\":%" PRIu64, d->n_users,
-			d->mem.allocated_bytes, d->mem.allocations.n, d->mem.n_arenas,
-			d->reg.cache.charges.pinned_bytes, status_page_generation(&d->mem.status),
-			d->reg.cache.n_mrs,
-			d->reg.cache.lookups, d->reg.cache.misses, d->reg.cache.registrations,
-			d->reg.cache.deregistrations);
-		dump_pools(f, d);
+			",\"registrations\":%" PRIu64 ",\"deregistrations\":%" PRIu64, s.clients,
+			s.allocated_bytes, s.allocations, s.arenas, s.pinned_bytes, s.generation,
+			s.mrs, s.lookups, s.misses, s.registrations, s.deregistrations);
+		dump_pools(f, d, &s);
 		fputc('}', f);
 	}
 	fputs("]}", f);

@@ -315,8 +315,7 @@ struct client *client_free(struct client *c)
 	 * other clients' pools still have registered. */
 	/* Its PD's MRs go first, before any of their pages may (and the fd once they did), a
 	 * share a turn with the rest. */
-	if (c->bound_device)
-		c->bound_device->bound--;
+	served_device_unbind(c->bound_device);
 	if (c->domain)
 		domain_leave(c->domain, &c->owner, TAKE_PTR(c->bound)); /* bound: none without */
 	domain_release(c->domain);

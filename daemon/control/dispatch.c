@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -394,19 +395,39 @@ void request_abandon(struct client *c)
 	c->n_pending = 0;
 }
 
-Mrd__MrEntry **reply_mr_entries(struct reply *r, size_t n)
+void *reply_body(struct reply *r, Mrd__Response__BodyCase body_case)
 {
-	Mrd__MrEntry *entries = calloc(n, sizeof(*entries));
+	/* A oneof's case is its field's number; the field says which message it is, and where
+	 * the response keeps the pointer to it. */
+	const ProtobufCFieldDescriptor *f =
+		protobuf_c_message_descriptor_get_field(&mrd__response__descriptor,
+							(unsigned)body_case);
+
+	assert(f && f->type == PROTOBUF_C_TYPE_MESSAGE &&
+	       ((const ProtobufCMessageDescriptor *)f->descriptor)->sizeof_message <=
+		       sizeof(r->body));
+	protobuf_c_message_init(f->descriptor, &r->body);
+	*(void **)((char *)&r->resp + f->offset) = &r->body;
+	r->resp.body_case = body_case;
+	return &r->body;
+}
+
+Mrd__MrEntry **fill_mr_entries(struct reply *r, const struct mr_entry *entries, size_t n)
+{
+	Mrd__MrEntry *msgs = calloc(n, sizeof(*msgs));
 	Mrd__MrEntry **ptrs = calloc(n, sizeof(*ptrs));
 
-	r->owned[r->n_owned++] = entries;
+	r->owned[r->n_owned++] = msgs;
 	r->owned[r->n_owned++] = ptrs;
-	if (!entries || !ptrs)
+	if (!msgs || !ptrs)
 		return NULL;
 	for (size_t i = 0; i < n; i++) {
-		mrd__mr_entry__init(&entries[i]);
-		ptrs[i] = &entries[i];
+		mrd__mr_entry__init(&msgs[i]);
+		msgs[i].start = entries[i].start;
+		msgs[i].end = entries[i].end;
+		msgs[i].lkey = entries[i].lkey;
+		msgs[i].rkey = entries[i].rkey;
+		ptrs[i] = &msgs[i];
 	}
 	return ptrs;
 }
-

@@ -86,9 +86,13 @@ void request_answer(struct pending_request *p, struct reply *r, int error);
  * resume still frees it, once). */
 void request_abandon(struct client *c);
 
-/* n MrEntry messages for r's body, initialised and pointed to by the returned array (which r
- * owns, like the entries); NULL when out of memory. */
-Mrd__MrEntry **reply_mr_entries(struct reply *r, size_t n);
+/* r's body: the message body_case names, initialised and set as the reply's, for the handler
+ * to fill in (an error reply still carries none: reply_send). */
+void *reply_body(struct reply *r, Mrd__Response__BodyCase body_case);
+
+/* n MrEntry messages for r's body, copies of entries, pointed to by the returned array (which
+ * r owns, like the messages); NULL when out of memory. */
+Mrd__MrEntry **fill_mr_entries(struct reply *r, const struct mr_entry *entries, size_t n);
 
 /* Takes ownership of a descriptor the request carried (so dispatch does not close it). */
 int take_request_fd(struct wire_packet *pkt, size_t i);

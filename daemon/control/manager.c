@@ -18,6 +18,7 @@
 #include "control/dispatch.h"
 #include "core/access.h"
 #include "core/domain.h"
+#include "core/domain-stats.h"
 #include "base/fd-closer.h"
 #include "control/handover.h"
 #include "provider/provider.h"
@@ -65,19 +66,22 @@ static bool streq_ptr(const char *a, const char *b)
 void manager_view_totals(const struct manager *m, const char *view, struct view_totals *ret)
 {
 	const struct client *c;
-	const struct domain *d;
+	struct domain *d;
 
 	memset(ret, 0, sizeof(*ret));
 	LIST_FOREACH(c, &m->clients, link)
 		ret->clients += access_view_shows(view, c->domain_name);
 	LIST_FOREACH(d, &m->core.domains, link) {
+		struct domain_stats s;
+
 		if (!access_view_shows(view, d->name))
 			continue;
+		domain_stats(d, &s);
 		ret->domains++;
-		ret->allocated_bytes += d->mem.allocated_bytes;
-		ret->pinned_bytes += d->reg.cache.charges.pinned_bytes;
-		ret->quarantined_bytes += d->reg.quarantine.bytes;
-		ret->quarantined_runs += d->reg.quarantine.n;
+		ret->allocated_bytes += s.allocated_bytes;
+		ret->pinned_bytes += s.pinned_bytes;
+		ret->quarantined_bytes += s.quarantined_bytes;
+		ret->quarantined_runs += s.quarantined_runs;
 	}
 }
 

@@ -9,6 +9,7 @@
 #include "control/dispatch.h"
 #include "core/access.h"
 #include "core/domain.h"
+#include "core/domain-stats.h"
 #include "registration/frmr-pool.h"
 #include "macro.h"
 #include "control/manager.h"
@@ -36,6 +37,7 @@ int request_frmr_pools(struct client *c, struct domain *no_domain, const Mrd__Re
 {
 	const struct manager *m = c->manager;
 	_cleanup_free_ struct frmr_pool_stats *stats = NULL;
+	Mrd__FrmrPoolsResponse *body;
 	Mrd__FrmrDomainInfo *di, **dip;
 	Mrd__FrmrPoolInfo *pi, **pip;
 	size_t n_domains = 0, n_pools = 0, i = 0, j = 0, budget = reply_budget(c), bytes = 0;
@@ -45,7 +47,7 @@ int request_frmr_pools(struct client *c, struct domain *no_domain, const Mrd__Re
 		if (!access_view_shows(client_view(c), d->name))
 			continue;
 		n_domains++;
-		n_pools += frmr_pools_stats(&d->reg.pools, NULL, 0);
+		n_pools += domain_pool_stats(d, NULL, 0);
 	}
 	/* One block per array, freed with the reply. Workers may add pools meanwhile: those
 	 * beyond this count wait for the next request. */
@@ -61,41 +63,38 @@ int request_frmr_pools(struct client *c, struct domain *no_domain, const Mrd__Re
 	if ((n_domains && (!di || !dip)) || (n_pools && (!pi || !pip || !stats)))
 		return -ENOMEM;
 
-	mrd__frmr_pools_response__init(&r->body.frmr_pools);
+	body = reply_body(r, MRD__RESPONSE__BODY_FRMR_POOLS);
 	LIST_FOREACH(d, &m->core.domains, link) {
+		struct domain_stats ds;
 		size_t got;
 
 		if (!access_view_shows(client_view(c), d->name))
 			continue;
-		got = frmr_pools_stats(&d->reg.pools, stats + j, n_pools - j);
-		struct frmr_pools_config config;
-		uint64_t queued;
-		bool quarantine_on;
-
+		got = domain_pool_stats(d, stats + j, n_pools - j);
 		got = got < n_pools - j ? got : n_pools - j;
 		if (bytes > budget) { /* what does not fit is counted */
-			r->body.frmr_pools.domains_omitted++;
-			r->body.frmr_pools.pools_omitted += (uint32_t)got;
+			body->domains_omitted++;
+			body->pools_omitted += (uint32_t)got;
 			continue;
 		}
-		frmr_pools_summary(&d->reg.pools, &config, &queued);
+		domain_stats(d, &ds);
 		mrd__frmr_domain_info__init(&di[i]);
 		di[i].domain = d->name;
-		di[i].off = (char *)(d->reg.pools.off ? d->reg.pools.off : "");
-		di[i].queued = queued;
-		di[i].max_queued = config.max_queued;
-		di[i].aging_s = config.aging_s;
-		di[i].pinned = config.pinned;
-		key_quarantine_counts(&d->reg.pools.quarantine, &quarantine_on, &di[i].quarantined,
-				      &di[i].unparked);
-		di[i].quarantine_on = quarantine_on;
+		di[i].off = (char *)ds.pools_off;
+		di[i].queued = ds.pools_queued;
+		di[i].max_queued = ds.pools_config.max_queued;
+		di[i].aging_s = ds.pools_config.aging_s;
+		di[i].pinned = ds.pools_config.pinned;
+		di[i].quarantined = ds.keys_parked;
+		di[i].unparked = ds.keys_unparked;
+		di[i].quarantine_on = ds.keys_quarantine_on;
 		di[i].pools = &pip[j];
 		bytes += reply_repeated_size(&di[i].base) + 4; /* its length grows with its pools */
 		for (size_t k = 0; k < got; k++) {
 			pool_info(&pi[j + k], &stats[j + k]);
 			bytes += reply_repeated_size(&pi[j + k].base);
 			if (bytes > budget) {
-				r->body.frmr_pools.pools_omitted += (uint32_t)(got - k);
+				body->pools_omitted += (uint32_t)(got - k);
 				break;
 			}
 			pip[j + k] = &pi[j + k];
@@ -105,10 +104,8 @@ int request_frmr_pools(struct client *c, struct domain *no_domain, const Mrd__Re
 		dip[i] = &di[i];
 		i++;
 	}
-	r->body.frmr_pools.n_domains = i;
-	r->body.frmr_pools.domains = dip;
-	r->resp.body_case = MRD__RESPONSE__BODY_FRMR_POOLS;
-	r->resp.frmr_pools = &r->body.frmr_pools;
+	body->n_domains = i;
+	body->domains = dip;
 	return 0;
 }
 
@@ -116,6 +113,7 @@ int request_frmr_pools_set(struct client *c, struct domain *no_domain, const Mrd
 			   struct wire_packet *pkt, struct reply *r)
 {
 	const Mrd__FrmrPoolsSetRequest *q = req->frmr_pools_set;
+	Mrd__FrmrPoolsSetResponse *body;
 	struct frmr_match match = FRMR_MATCH_ANY;
 	uint32_t given = q->given;
 	int64_t aging = given & MRD__FRMR_POOLS_SET_FIELD__FRMR_SET_AGING ? (int64_t)q->aging_s : -1;
@@ -149,10 +147,8 @@ int request_frmr_pools_set(struct client *c, struct domain *no_domain, const Mrd
 	}
 	if (r2 < 0)
 		return r2;
-	mrd__frmr_pools_set_response__init(&r->body.frmr_pools_set);
-	r->body.frmr_pools_set.changed = changed;
-	r->resp.body_case = MRD__RESPONSE__BODY_FRMR_POOLS_SET;
-	r->resp.frmr_pools_set = &r->body.frmr_pools_set;
+	body = reply_body(r, MRD__RESPONSE__BODY_FRMR_POOLS_SET);
+	body->changed = changed;
 	return 0;
 }
 
@@ -161,6 +157,7 @@ int request_flush(struct client *c, struct domain *no_domain, const Mrd__Request
 {
 	const Mrd__FlushRequest *q = req->flush;
 	struct manager *m = c->manager;
+	Mrd__FlushResponse *body;
 	struct flush_counts counts;
 	char name[64];
 	const char *want = NULL;
@@ -180,11 +177,9 @@ int request_flush(struct client *c, struct domain *no_domain, const Mrd__Request
 		reply_set_message(r, "no domain %s is open", want);
 		return k;
 	}
-	mrd__flush_response__init(&r->body.flush);
-	r->body.flush.domains = counts.domains;
-	r->body.flush.handles = counts.handles;
-	r->body.flush.pools_removed = counts.pools_removed;
-	r->resp.body_case = MRD__RESPONSE__BODY_FLUSH;
-	r->resp.flush = &r->body.flush;
+	body = reply_body(r, MRD__RESPONSE__BODY_FLUSH);
+	body->domains = counts.domains;
+	body->handles = counts.handles;
+	body->pools_removed = counts.pools_removed;
 	return 0;
 }

@@ -8,7 +8,6 @@
 
 #include "memory/arena.h"
 #include "control/client.h"
-#include "registration/bound-pd.h"
 #include "control/dispatch.h"
 #include "core/domain.h"
 #include "base/fd-closer.h"
@@ -51,11 +50,12 @@ int request_join_domain(struct client *c, struct domain *d, const Mrd__Request *
 {
 	const Mrd__JoinDomainRequest *q = req->join_domain;
 	const struct manager *m = c->manager;
+	Mrd__JoinDomainResponse *body;
 	unsigned resumed = 0;
 	int fd;
 
 	/* After a warm restart: what this process held under that session comes back to it. */
-	if (!c->joined && q->resume_instance == m->instance && d->mem.n_orphans > 0) {
+	if (!c->joined && q->resume_instance == m->instance) {
 		resumed = domain_claim(d, &c->owner, q->resume_session);
 		if (resumed)
 			log_info("client %" PRIu64 " (pid %d) took back %u allocation(s) of session %"
@@ -65,17 +65,15 @@ int request_join_domain(struct client *c, struct domain *d, const Mrd__Request *
 	if (fd < 0)
 		return fd;
 	r->fds[r->n_fds++] = fd;
-	mrd__join_domain_response__init(&r->body.join_domain);
-	r->body.join_domain.domain = d->name;
-	r->body.join_domain.window_base = m->core.config.window_base;
-	r->body.join_domain.window_size = m->core.config.window_size;
-	r->body.join_domain.status_page_size = MRD_STATUS_PAGE_SIZE;
-	r->body.join_domain.instance = m->instance;
-	r->body.join_domain.session = c->id;
+	body = reply_body(r, MRD__RESPONSE__BODY_JOIN_DOMAIN);
+	body->domain = d->name;
+	body->window_base = m->core.config.window_base;
+	body->window_size = m->core.config.window_size;
+	body->status_page_size = MRD_STATUS_PAGE_SIZE;
+	body->instance = m->instance;
+	body->session = c->id;
 	c->joined = true;
-	r->body.join_domain.resumed = resumed;
-	r->resp.body_case = MRD__RESPONSE__BODY_JOIN_DOMAIN;
-	r->resp.join_domain = &r->body.join_domain;
+	body->resumed = resumed;
 	return 0;
 }
 
@@ -137,25 +135,15 @@ int request_alloc_check(const Mrd__Request *req, struct reply *r)
 static Mrd__MrEntry *register_now(struct client *c, struct domain *d, const struct allocation *a,
 				  struct reply *r)
 {
-	struct bound_pd *b = c->bound;
 	struct mr_entry e;
 	Mrd__MrEntry **ptrs;
 	char why[160];
-	int k;
 
-	if (c->bound_lost || registrar_offload(&d->reg, a->length) ||
-	    (b && b->cache.pending_bytes > 0))
+	if (c->bound_lost || domain_register_now(d, c->bound, a, &e, why, sizeof(why)) < 0 ||
+	    !(ptrs = fill_mr_entries(r, &e, 1)))
 		return NULL;
-	k = b ? bound_pd_lookup(b, allocation_address(a), &e, why, sizeof(why), NULL) :
-		mr_cache_lookup(&d->reg.cache, allocation_address(a), &e, why, sizeof(why), NULL);
-	if (k < 0 || !(ptrs = reply_mr_entries(r, 1)))
-		return NULL;
-	if (!b)
+	if (!c->bound)
 		c->keys_out = true; /* a key of the domain's PD: too late to bind */
-	ptrs[0]->start = e.start;
-	ptrs[0]->end = e.end;
-	ptrs[0]->lkey = e.lkey;
-	ptrs[0]->rkey = e.rkey;
 	return ptrs[0];
 }
 
@@ -163,6 +151,7 @@ int request_alloc(struct client *c, struct domain *d, const Mrd__Request *req,
 		  struct wire_packet *pkt, struct reply *r)
 {
 	const Mrd__AllocRequest *q = req->alloc;
+	Mrd__AllocResponse *body;
 	struct allocation *a;
 	int k;
 
@@ -181,14 +170,12 @@ int request_alloc(struct client *c, struct domain *d, const Mrd__Request *req,
 		(void)domain_free_allocation(d, a, NULL);
 		return k;
 	}
-	mrd__alloc_response__init(&r->body.alloc);
-	r->body.alloc.address = allocation_address(a);
-	r->body.alloc.length = a->length;
-	r->body.alloc.arena = &r->arena;
+	body = reply_body(r, MRD__RESPONSE__BODY_ALLOC);
+	body->address = allocation_address(a);
+	body->length = a->length;
+	body->arena = &r->arena;
 	if (q->flags & MRD__ALLOC_FLAGS__ALLOC_REGISTER)
-		r->body.alloc.keys = register_now(c, d, a, r);
-	r->resp.body_case = MRD__RESPONSE__BODY_ALLOC;
-	r->resp.alloc = &r->body.alloc;
+		body->keys = register_now(c, d, a, r);
 	return 0;
 }
 
@@ -231,15 +218,7 @@ static int owned_allocation(struct client *c, struct domain *d, uint64_t address
 
 static void set_free_body(struct reply *r, bool external)
 {
-	if (external) {
-		mrd__extmem_detach_response__init(&r->body.extmem_detach);
-		r->resp.body_case = MRD__RESPONSE__BODY_EXTMEM_DETACH;
-		r->resp.extmem_detach = &r->body.extmem_detach;
-	} else {
-		mrd__free_response__init(&r->body.free);
-		r->resp.body_case = MRD__RESPONSE__BODY_FREE;
-		r->resp.free = &r->body.free;
-	}
+	(void)reply_body(r, external ? MRD__RESPONSE__BODY_EXTMEM_DETACH : MRD__RESPONSE__BODY_FREE);
 }
 
 /* A Free or ExtmemDetach whose MRs a worker deregisters: answered once the pages are back, so
@@ -303,6 +282,7 @@ int request_free(struct client *c, struct domain *d, const Mrd__Request *req,
 int request_map(struct client *c, struct domain *d, const Mrd__Request *req,
 		struct wire_packet *pkt, struct reply *r)
 {
+	Mrd__MapResponse *body;
 	struct arena *a;
 	int k;
 
@@ -316,10 +296,8 @@ int request_map(struct client *c, struct domain *d, const Mrd__Request *req,
 	k = describe_arena(c, a, true, r);
 	if (k < 0)
 		return k;
-	mrd__map_response__init(&r->body.map);
-	r->body.map.arena = &r->arena;
-	r->resp.body_case = MRD__RESPONSE__BODY_MAP;
-	r->resp.map = &r->body.map;
+	body = reply_body(r, MRD__RESPONSE__BODY_MAP);
+	body->arena = &r->arena;
 	return 0;
 }
 
@@ -327,6 +305,7 @@ int request_extmem_attach(struct client *c, struct domain *d, const Mrd__Request
 			  struct wire_packet *pkt, struct reply *r)
 {
 	const Mrd__ExtmemAttachRequest *q = req->extmem_attach;
+	Mrd__ExtmemAttachResponse *body;
 	struct allocation *a;
 	int k, fd;
 
@@ -345,11 +324,9 @@ int request_extmem_attach(struct client *c, struct domain *d, const Mrd__Request
 		(void)domain_free_allocation(d, a, NULL);
 		return k;
 	}
-	mrd__extmem_attach_response__init(&r->body.extmem_attach);
-	r->body.extmem_attach.address = allocation_address(a);
-	r->body.extmem_attach.arena = &r->arena;
-	r->resp.body_case = MRD__RESPONSE__BODY_EXTMEM_ATTACH;
-	r->resp.extmem_attach = &r->body.extmem_attach;
+	body = reply_body(r, MRD__RESPONSE__BODY_EXTMEM_ATTACH);
+	body->address = allocation_address(a);
+	body->arena = &r->arena;
 	return 0;
 }
 

@@ -7,6 +7,7 @@
 #include "control/client.h"
 #include "control/dispatch.h"
 #include "core/domain.h"
+#include "core/domain-stats.h"
 #include "control/manager.h"
 #include "registration/mempool.h"
 #include "mrd/mrd.h"
@@ -35,21 +36,22 @@ static int check_name(const char *name, struct reply *r)
 /* The reply: the registration's MRs, by address. */
 static int fill_register_reply(const struct pool_reg *reg, struct reply *r)
 {
-	Mrd__MrEntry **ptrs = reply_mr_entries(r, reg->n_mrs);
+	_cleanup_free_ struct mr_entry *e = calloc(reg->n_mrs, sizeof(*e));
+	Mrd__MempoolRegisterResponse *body;
+	Mrd__MrEntry **ptrs;
 
+	if (!e)
+		return -ENOMEM;
+	for (size_t i = 0; i < reg->n_mrs; i++)
+		e[i] = (struct mr_entry){ .start = reg->mrs[i]->start, .end = reg->mrs[i]->end,
+					  .lkey = reg->mrs[i]->pmr->lkey,
+					  .rkey = reg->mrs[i]->pmr->rkey };
+	ptrs = fill_mr_entries(r, e, reg->n_mrs);
 	if (!ptrs)
 		return -ENOMEM;
-	for (size_t i = 0; i < reg->n_mrs; i++) {
-		ptrs[i]->start = reg->mrs[i]->start;
-		ptrs[i]->end = reg->mrs[i]->end;
-		ptrs[i]->lkey = reg->mrs[i]->pmr->lkey;
-		ptrs[i]->rkey = reg->mrs[i]->pmr->rkey;
-	}
-	mrd__mempool_register_response__init(&r->body.mempool_register);
-	r->body.mempool_register.n_entries = reg->n_mrs;
-	r->body.mempool_register.entries = ptrs;
-	r->resp.body_case = MRD__RESPONSE__BODY_MEMPOOL_REGISTER;
-	r->resp.mempool_register = &r->body.mempool_register;
+	body = reply_body(r, MRD__RESPONSE__BODY_MEMPOOL_REGISTER);
+	body->n_entries = reg->n_mrs;
+	body->entries = ptrs;
 	return 0;
 }
 
@@ -120,13 +122,6 @@ int request_mempool_register(struct client *c, struct domain *d, const Mrd__Requ
 	return k;
 }
 
-static void set_unregister_body(struct reply *r)
-{
-	mrd__mempool_unregister_response__init(&r->body.mempool_unregister);
-	r->resp.body_case = MRD__RESPONSE__BODY_MEMPOOL_UNREGISTER;
-	r->resp.mempool_unregister = &r->body.mempool_unregister;
-}
-
 /* An unregistration whose MRs workers deregister: answered once their keys are dead. */
 static void unregister_resume(struct mr_waiter *w, int result, const struct mr_entry *entry,
 			      const char *why)
@@ -136,7 +131,7 @@ static void unregister_resume(struct mr_waiter *w, int result, const struct mr_e
 
 	if (p->client) {
 		reply_init(&r, p->id);
-		set_unregister_body(&r);
+		(void)reply_body(&r, MRD__RESPONSE__BODY_MEMPOOL_UNREGISTER);
 		request_answer(p, &r, 0);
 	}
 	free(p);
@@ -166,7 +161,7 @@ int request_mempool_unregister(struct client *c, struct domain *d, const Mrd__Re
 	free(p);
 	if (k < 0)
 		return k;
-	set_unregister_body(r);
+	(void)reply_body(r, MRD__RESPONSE__BODY_MEMPOOL_UNREGISTER);
 	return 0;
 }
 
@@ -232,6 +227,7 @@ int request_mempools(struct client *c, struct domain *no_domain, const Mrd__Requ
 	size_t n_pools = 0, n_mrs = 0, i = 0, j = 0;
 	Mrd__MempoolInfo *pi, **pip;
 	Mrd__MempoolMrInfo *mi, **mip;
+	Mrd__MempoolsResponse *body;
 	uint32_t total = 0;
 	struct pool_reg *reg;
 	struct domain *d;
@@ -239,7 +235,7 @@ int request_mempools(struct client *c, struct domain *no_domain, const Mrd__Requ
 
 	/* First the page's extent, then the page. */
 	LIST_FOREACH(d, &m->core.domains, link)
-		LIST_FOREACH(reg, &d->reg.mempools.regs, link) {
+		for (reg = domain_next_mempool(d, NULL); reg; reg = domain_next_mempool(d, reg)) {
 			if (!access_view_shows(view, d->name))
 				continue;
 			if (total++ < first || full)
@@ -266,7 +262,7 @@ int request_mempools(struct client *c, struct domain *no_domain, const Mrd__Requ
 
 	total = 0;
 	LIST_FOREACH(d, &m->core.domains, link)
-		LIST_FOREACH(reg, &d->reg.mempools.regs, link) {
+		for (reg = domain_next_mempool(d, NULL); reg; reg = domain_next_mempool(d, reg)) {
 			if (!access_view_shows(view, d->name))
 				continue;
 			if (total++ < first || i == n_pools)
@@ -281,12 +277,10 @@ int request_mempools(struct client *c, struct domain *no_domain, const Mrd__Requ
 			pip[i] = &pi[i];
 			i++;
 		}
-	mrd__mempools_response__init(&r->body.mempools);
-	r->body.mempools.n_mempools = n_pools;
-	r->body.mempools.mempools = pip;
-	r->body.mempools.total = total;
-	r->body.mempools.next = first + n_pools < total ? first + (uint32_t)n_pools : 0;
-	r->resp.body_case = MRD__RESPONSE__BODY_MEMPOOLS;
-	r->resp.mempools = &r->body.mempools;
+	body = reply_body(r, MRD__RESPONSE__BODY_MEMPOOLS);
+	body->n_mempools = n_pools;
+	body->mempools = pip;
+	body->total = total;
+	body->next = first + n_pools < total ? first + (uint32_t)n_pools : 0;
 	return 0;
 }

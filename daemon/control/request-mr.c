@@ -13,7 +13,6 @@
 #include "macro.h"
 #include "control/manager.h"
 #include "provider/provider.h"
-#include "registration/bound-pd.h"
 #include "registration/reg-allocation.h"
 #include "time-util.h"
 #include "base/worker-pool.h"
@@ -40,11 +39,8 @@ static int lookup_run(struct pending_lookup *p, char *why, size_t why_size)
 	struct domain *d = p->base.client->domain;
 
 	for (; p->next < p->n; p->next++) {
-		struct bound_pd *b = p->base.client->bound;
-		int k = b ? bound_pd_lookup(b, p->addrs[p->next], &p->entries[p->next], why,
-					    why_size, &p->base.waiter) :
-			    mr_cache_lookup(&d->reg.cache, p->addrs[p->next], &p->entries[p->next],
-					    why, why_size, &p->base.waiter);
+		int k = domain_lookup(d, p->base.client->bound, p->addrs[p->next],
+				      &p->entries[p->next], why, why_size, &p->base.waiter);
 		if (k < 0)
 			return k;
 	}
@@ -54,21 +50,14 @@ static int lookup_run(struct pending_lookup *p, char *why, size_t why_size)
 /* The reply body: one entry per address, in order. */
 static int fill_reply(const struct pending_lookup *p, struct reply *r)
 {
-	Mrd__MrEntry **ptrs = reply_mr_entries(r, p->n);
+	Mrd__MrEntry **ptrs = fill_mr_entries(r, p->entries, p->n);
+	Mrd__MrLookupResponse *body;
 
 	if (!ptrs)
 		return -ENOMEM;
-	for (size_t i = 0; i < p->n; i++) {
-		ptrs[i]->start = p->entries[i].start;
-		ptrs[i]->end = p->entries[i].end;
-		ptrs[i]->lkey = p->entries[i].lkey;
-		ptrs[i]->rkey = p->entries[i].rkey;
-	}
-	mrd__mr_lookup_response__init(&r->body.mr_lookup);
-	r->body.mr_lookup.n_entries = p->n;
-	r->body.mr_lookup.entries = ptrs;
-	r->resp.body_case = MRD__RESPONSE__BODY_MR_LOOKUP;
-	r->resp.mr_lookup = &r->body.mr_lookup;
+	body = reply_body(r, MRD__RESPONSE__BODY_MR_LOOKUP);
+	body->n_entries = p->n;
+	body->entries = ptrs;
 	return 0;
 }
 
@@ -91,8 +80,8 @@ static void lookup_resume(struct mr_waiter *w, int result, const struct mr_entry
 		/* Keys died meanwhile (a Free, maybe of this client's, answered while this
 		 * waited): what was found before the wait is found again, so that no key of
 		 * memory whose Free was answered goes out after it. */
-		if (status_page_generation(&d->mem.status) != p->generation) {
-			p->generation = status_page_generation(&d->mem.status);
+		if (domain_generation(d) != p->generation) {
+			p->generation = domain_generation(d);
 			p->next = 0;
 		}
 		k = lookup_run(p, r.message, sizeof(r.message));
@@ -143,7 +132,7 @@ int request_mr_lookup(struct client *c, struct domain *d, const Mrd__Request *re
 		return -ENOMEM;
 	}
 	memcpy(p->addrs, q->addresses, p->n * sizeof(*p->addrs));
-	p->generation = status_page_generation(&d->mem.status);
+	p->generation = domain_generation(d);
 	k = lookup_run(p, r->message, sizeof(r->message));
 	if (k == -EINPROGRESS) {
 		/* Its answer comes from lookup_resume; its next requests wait behind it. */
@@ -176,11 +165,13 @@ struct dma_job {
 
 static int dma_result(struct domain *d, const Mrd__DmaRequest *q, int k, struct reply *r)
 {
-	if (k == -EOPNOTSUPP && d->reg.provider->caps.no_dma)
-		reply_set_message(r, "%s does no DMA through keys: %s", d->reg.provider->caps.device,
-				  d->reg.provider->caps.no_dma);
+	const struct provider *provider = domain_provider(d);
+
+	if (k == -EOPNOTSUPP && provider->caps.no_dma)
+		reply_set_message(r, "%s does no DMA through keys: %s", provider->caps.device,
+				  provider->caps.no_dma);
 	else if (k == -EOPNOTSUPP)
-		reply_set_message(r, "the %s provider does no DMA", provider_name(d->reg.provider));
+		reply_set_message(r, "the %s provider does no DMA", provider_name(provider));
 	else if (k == -ENOKEY)
 		reply_set_message(r, "a key is not valid: never handed out, or its memory was freed");
 	else if (k == -EACCES)
@@ -209,16 +200,8 @@ static int dma_result(struct domain *d, const Mrd__DmaRequest *q, int k, struct 
 		reply_set_message(r, "not done: mrd is stopping");
 	if (k < 0)
 		return k;
-	mrd__dma_response__init(&r->body.dma);
-	r->resp.body_case = MRD__RESPONSE__BODY_DMA;
-	r->resp.dma = &r->body.dma;
+	(void)reply_body(r, MRD__RESPONSE__BODY_DMA);
 	return 0;
-}
-
-static int do_dma(struct domain *d, const Mrd__DmaRequest *q)
-{
-	return provider_dma(d->reg.pd, (enum provider_dma_op)q->op, q->lkey, q->laddr, q->rkey,
-			    q->raddr, q->length);
 }
 
 static void dma_job_run(struct work *w)
@@ -230,7 +213,8 @@ static void dma_job_run(struct work *w)
 	else if (now_usec(CLOCK_MONOTONIC) > j->deadline)
 		j->result = -EAGAIN;
 	else
-		j->result = do_dma(j->domain, &j->q);
+		j->result = domain_dma(j->domain, (enum provider_dma_op)j->q.op, j->q.lkey,
+				       j->q.laddr, j->q.rkey, j->q.raddr, j->q.length);
 }
 
 static void dma_job_done(struct work *w)
@@ -266,7 +250,7 @@ int request_dma(struct client *c, struct domain *d, const Mrd__Request *req,
 	struct dma_job *j;
 	int k;
 
-	if (d->reg.dma_jobs >= DMA_QUEUED_MAX) {
+	if (domain_dma_jobs(d) >= DMA_QUEUED_MAX) {
 		reply_set_message(r, "%u Dma requests of domain %s wait already: ask again when one "
 				     "is answered", DMA_QUEUED_MAX, d->name);
 		return -EBUSY;
@@ -302,9 +286,7 @@ static void prefetch_resume(struct mr_waiter *w, int result, const struct mr_ent
 		reply_init(&r, p->id);
 		if (result < 0)
 			reply_set_message(&r, "%s", why);
-		mrd__prefetch_response__init(&r.body.prefetch);
-		r.resp.body_case = MRD__RESPONSE__BODY_PREFETCH;
-		r.resp.prefetch = &r.body.prefetch;
+		(void)reply_body(&r, MRD__RESPONSE__BODY_PREFETCH);
 		request_answer(p, &r, result);
 	}
 	free(p);
@@ -343,12 +325,12 @@ int request_prefetch(struct client *c, struct domain *d, const Mrd__Request *req
 		return -EACCES;
 	}
 	if (!a->odp) {
+		const struct provider_caps *caps = &domain_provider(d)->caps;
 		char gap[160];
 
 		/* Asked for, perhaps, but pinned: the device's paging does not cover it. */
-		if (*provider_odp_gap(&d->reg.provider->caps,
-				      registration_access(a->read_only, &d->reg.provider->caps),
-				      gap, sizeof(gap)))
+		if (*provider_odp_gap(caps, registration_access(a->read_only, caps), gap,
+				      sizeof(gap)))
 			reply_set_message(r, "0x%" PRIx64 " is not on-demand memory: it is pinned, "
 					  "as %s", q->address, gap);
 		else
@@ -376,8 +358,6 @@ int request_prefetch(struct client *c, struct domain *d, const Mrd__Request *req
 	free(p);
 	if (k < 0)
 		return k;
-	mrd__prefetch_response__init(&r->body.prefetch);
-	r->resp.body_case = MRD__RESPONSE__BODY_PREFETCH;
-	r->resp.prefetch = &r->body.prefetch;
+	(void)reply_body(r, MRD__RESPONSE__BODY_PREFETCH);
 	return 0;
 }

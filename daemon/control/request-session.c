@@ -24,6 +24,7 @@ int request_hello(struct client *c, struct domain *no_domain, const Mrd__Request
 		  struct wire_packet *pkt, struct reply *r)
 {
 	const Mrd__HelloRequest *h = req->hello;
+	Mrd__HelloResponse *body;
 	uint32_t lo, hi;
 
 	if (c->hello_done) {
@@ -46,23 +47,20 @@ int request_hello(struct client *c, struct domain *no_domain, const Mrd__Request
 		  (int)c->owner.mem.pid, (unsigned)c->owner.mem.uid, c->name, c->version,
 		  c->admin ? ", admin" : "");
 
-	mrd__hello_response__init(&r->body.hello);
-	r->body.hello.version = c->version;
-	r->body.hello.capabilities = h->capabilities & MRD_CAPS_SERVED;
-	r->body.hello.server_version = (char *)PACKAGE_VERSION;
-	r->body.hello.max_frame = c->manager->core.config.max_frame;
-	r->body.hello.admin = c->admin;
-	r->resp.body_case = MRD__RESPONSE__BODY_HELLO;
-	r->resp.hello = &r->body.hello;
+	body = reply_body(r, MRD__RESPONSE__BODY_HELLO);
+	body->version = c->version;
+	body->capabilities = h->capabilities & MRD_CAPS_SERVED;
+	body->server_version = (char *)PACKAGE_VERSION;
+	body->max_frame = c->manager->core.config.max_frame;
+	body->admin = c->admin;
 	return 0;
 }
 
 int request_ping(struct client *c, struct domain *no_domain, const Mrd__Request *req,
 		 struct wire_packet *pkt, struct reply *r)
 {
-	mrd__ping_response__init(&r->body.ping);
-	r->body.ping.payload = req->ping->payload; /* req outlives the packed reply */
-	r->resp.body_case = MRD__RESPONSE__BODY_PING;
-	r->resp.ping = &r->body.ping;
+	Mrd__PingResponse *body = reply_body(r, MRD__RESPONSE__BODY_PING);
+
+	body->payload = req->ping->payload; /* req outlives the packed reply */
 	return 0;
 }

@@ -11,10 +11,10 @@
 #include "registration/bound-pd.h"
 #include "control/dispatch.h"
 #include "core/domain.h"
+#include "core/domain-stats.h"
 #include "status-page.h"
 #include "control/manager.h"
 #include "provider/provider.h"
-#include "registration/reg-allocation.h"
 
 /* The old contexts in view (control/old-context.h), those whose holders are all gone dropped
  * first: in one block that r owns. */
@@ -105,13 +105,12 @@ int request_status(struct client *c, struct domain *no_domain, const Mrd__Reques
 		   struct wire_packet *pkt, struct reply *r)
 {
 	const struct manager *m = c->manager;
-	Mrd__StatusResponse *s = &r->body.status;
+	Mrd__StatusResponse *s = reply_body(r, MRD__RESPONSE__BODY_STATUS_REPLY);
 	const char *view = client_view(c);
 	struct view_totals t;
 	/* The loop's alone, and the reply is packed before the next request. */
 	static char odp_rc[64], odp_pinned[160];
 
-	mrd__status_response__init(s);
 	s->server_version = (char *)PACKAGE_VERSION;
 	s->uptime_usec = manager_uptime_usec(m);
 	s->provider = (char *)provider_name(m->core.provider);
@@ -157,42 +156,43 @@ int request_status(struct client *c, struct domain *no_domain, const Mrd__Reques
 		s->protocol_errors = m->n_protocol_errors;
 		s->clients_dropped = m->n_clients_dropped;
 	}
-	r->resp.body_case = MRD__RESPONSE__BODY_STATUS_REPLY;
-	r->resp.status_reply = s;
 	return 0;
 }
 
-static void domain_info(Mrd__DomainInfo *di, const struct domain *d, const struct config *cfg)
+static void domain_info(Mrd__DomainInfo *di, struct domain *d, const struct config *cfg)
 {
+	struct domain_stats s;
+
+	domain_stats(d, &s);
 	mrd__domain_info__init(di);
 	di->name = (char *)d->name;
-	di->clients = d->n_users;
-	di->allocated_bytes = d->mem.allocated_bytes;
-	di->allocations = (uint32_t)d->mem.allocations.n;
-	di->waiting = d->mem.n_orphans;
-	di->arenas = d->mem.n_arenas;
-	di->pinned_bytes = d->reg.cache.charges.pinned_bytes;
-	di->generation = __atomic_load_n(&d->mem.status.page->generation, __ATOMIC_ACQUIRE);
+	di->clients = s.clients;
+	di->allocated_bytes = s.allocated_bytes;
+	di->allocations = (uint32_t)s.allocations;
+	di->waiting = s.waiting;
+	di->arenas = s.arenas;
+	di->pinned_bytes = s.pinned_bytes;
+	di->generation = s.generation;
 	di->quota_allocated_bytes = cfg->quota_allocated_bytes;
 	di->quota_pinned_bytes = cfg->quota_pinned_bytes;
 	di->quota_arenas = cfg->quota_arenas;
 	di->quota_allocations = cfg->quota_allocations;
 	di->quota_clients = cfg->quota_clients;
-	di->mrs = d->reg.cache.n_mrs;
-	di->lookups = d->reg.cache.lookups;
-	di->misses = d->reg.cache.misses;
-	di->table_overflow = d->reg.cache.table.overflow;
-	di->registrations = d->reg.cache.registrations;
-	di->deregistrations = d->reg.cache.deregistrations;
-	di->odp_faults = d->reg.odp.stats.faults;
-	di->odp_children_created = d->reg.odp.stats.children_created;
-	di->odp_children_destroyed = d->reg.odp.stats.children_destroyed;
-	di->odp_prefetch_requests = d->reg.odp.stats.prefetch_requests;
-	di->odp_prefetch_pages = d->reg.odp.stats.prefetch_pages;
-	di->odp_invalidations = d->reg.odp.stats.invalidations;
-	di->odp_children = d->reg.odp.children;
-	di->quarantined_bytes = d->reg.quarantine.bytes;
-	di->quarantined_runs = d->reg.quarantine.n;
+	di->mrs = s.mrs;
+	di->lookups = s.lookups;
+	di->misses = s.misses;
+	di->table_overflow = s.table_overflow;
+	di->registrations = s.registrations;
+	di->deregistrations = s.deregistrations;
+	di->odp_faults = s.odp.faults;
+	di->odp_children_created = s.odp.children_created;
+	di->odp_children_destroyed = s.odp.children_destroyed;
+	di->odp_prefetch_requests = s.odp.prefetch_requests;
+	di->odp_prefetch_pages = s.odp.prefetch_pages;
+	di->odp_invalidations = s.odp.invalidations;
+	di->odp_children = s.odp_children;
+	di->quarantined_bytes = s.quarantined_bytes;
+	di->quarantined_runs = s.quarantined_runs;
 }
 
 int request_clients(struct client *c, struct domain *no_domain, const Mrd__Request *req,
@@ -200,7 +200,7 @@ int request_clients(struct client *c, struct domain *no_domain, const Mrd__Reque
 {
 	const struct manager *m = c->manager;
 	const struct config *cfg = &m->core.config;
-	Mrd__ClientsResponse *body = &r->body.clients;
+	Mrd__ClientsResponse *body;
 	Mrd__ClientInfo *ci, **cip;
 	Mrd__DomainInfo *di, **dip;
 	const char *view = client_view(c);
@@ -222,7 +222,7 @@ int request_clients(struct client *c, struct domain *no_domain, const Mrd__Reque
 
 	/* What fits in one reply, domains first (stats and dump go by them); the rest is
 	 * counted. */
-	mrd__clients_response__init(body);
+	body = reply_body(r, MRD__RESPONSE__BODY_CLIENTS);
 	i = 0;
 	LIST_FOREACH(d, &m->core.domains, link) {
 		if (!access_view_shows(view, d->name))
@@ -281,8 +281,6 @@ int request_clients(struct client *c, struct domain *no_domain, const Mrd__Reque
 	body->clients = cip;
 	if (old_contexts_info(c->manager, view, r, &body->old_contexts, &body->n_old_contexts) < 0)
 		return -ENOMEM;
-	r->resp.body_case = MRD__RESPONSE__BODY_CLIENTS;
-	r->resp.clients = body;
 	return 0;
 }
 
@@ -298,10 +296,19 @@ struct dump_walk {
 	Mrd__DumpMr *mrs;
 };
 
-static void dump_mr(struct dump_walk *w, uint64_t start, uint64_t end,
-		    const struct provider_mr *pmr, uint32_t kind, const struct allocation *a,
-		    uint32_t sharers)
+/* What DumpMrKind calls each of core's kinds. */
+static const uint32_t dump_kinds[] = {
+	[DOMAIN_MR_CACHE] = MRD__DUMP_MR_KIND__DUMP_MR_CACHE,
+	[DOMAIN_MR_CLIENT_PD] = MRD__DUMP_MR_KIND__DUMP_MR_CLIENT_PD,
+	[DOMAIN_MR_ODP] = MRD__DUMP_MR_KIND__DUMP_MR_ODP,
+	[DOMAIN_MR_MEMPOOL] = MRD__DUMP_MR_KIND__DUMP_MR_MEMPOOL,
+};
+
+/* domain_walk_mrs's visit of one MR. */
+static void dump_mr(void *data, uint64_t start, uint64_t end, const struct provider_mr *pmr,
+		    enum domain_mr_kind kind, const struct allocation *a, uint32_t sharers)
 {
+	struct dump_walk *w = data;
 	Mrd__DumpMr *e;
 
 	if (w->index++ < w->first || w->full)
@@ -312,7 +319,7 @@ static void dump_mr(struct dump_walk *w, uint64_t start, uint64_t end,
 	e->end = end;
 	e->lkey = pmr ? pmr->lkey : MRD_KEY_INVALID;
 	e->rkey = pmr ? pmr->rkey : MRD_KEY_INVALID;
-	e->kind = kind;
+	e->kind = dump_kinds[kind];
 	e->pages = (end - start + a->arena->page_size - 1) / a->arena->page_size;
 	e->owner_pid = a->owner ? (int32_t)a->owner->pid : 0;
 	e->sharers = sharers;
@@ -324,45 +331,17 @@ static void dump_mr(struct dump_walk *w, uint64_t start, uint64_t end,
 	w->full = ++w->n == DUMP_MRS_MAX;
 }
 
-/* By arena, by allocation (its cache MRs, then its on-demand children), then the mempools'. */
-static void dump_walk(struct domain *d, struct dump_walk *w)
-{
-	const struct arena *arena;
-	const struct pool_mr *pm;
-
-	LIST_FOREACH(arena, &d->mem.arenas, link)
-		for (size_t i = 0; i < arena->n_runs; i++) {
-			const struct reg_allocation *a = reg_allocation_of(arena->runs[i]);
-			const struct cached_mr *mr;
-			const struct odp_child *ch;
-
-			LIST_FOREACH(mr, &a->mrs, alloc_link)
-				if (mr->cache == &d->reg.cache)
-					dump_mr(w, mr->start, mr->end, mr->pmr,
-						MRD__DUMP_MR_KIND__DUMP_MR_CACHE, &a->mem, 0);
-				else if (w->admin) /* a client PD's keys are its own */
-					dump_mr(w, mr->start, mr->end, mr->pmr,
-						MRD__DUMP_MR_KIND__DUMP_MR_CLIENT_PD, &a->mem, 0);
-			LIST_FOREACH(ch, &a->odp_children, link)
-				dump_mr(w, ch->start, ch->end, ch->pmr, MRD__DUMP_MR_KIND__DUMP_MR_ODP,
-					&a->mem, 0);
-		}
-	/* A worker may be writing a pending one's pmr. */
-	LIST_FOREACH(pm, &d->reg.mempools.mrs, link)
-		dump_mr(w, pm->start, pm->end, pm->pending ? NULL : pm->pmr,
-			MRD__DUMP_MR_KIND__DUMP_MR_MEMPOOL, &pm->allocation->mem, pm->sharers);
-}
-
 int request_domain_dump(struct client *c, struct domain *no_domain, const Mrd__Request *req,
 			struct wire_packet *pkt, struct reply *r)
 {
 	const Mrd__DomainDumpRequest *q = req->domain_dump;
-	Mrd__DomainDumpResponse *body = &r->body.domain_dump;
+	Mrd__DomainDumpResponse *body;
 	Mrd__DumpArena *ai, **aip;
 	Mrd__DumpMr **mip;
 	struct dump_walk w = { .first = q->first_mr, .budget = reply_budget(c),
 			       .admin = !client_view(c) };
-	const struct arena *arena;
+	const struct arena *arena = NULL;
+	struct domain_stats s;
 	struct domain *d;
 	size_t i = 0;
 
@@ -374,20 +353,21 @@ int request_domain_dump(struct client *c, struct domain *no_domain, const Mrd__R
 		reply_set_message(r, "no domain %s is open, or it is not yours", q->domain);
 		return -ENOENT;
 	}
-	ai = calloc(d->mem.n_arenas, sizeof(*ai));
-	aip = calloc(d->mem.n_arenas, sizeof(*aip));
+	domain_stats(d, &s);
+	ai = calloc(s.arenas, sizeof(*ai));
+	aip = calloc(s.arenas, sizeof(*aip));
 	w.mrs = calloc(DUMP_MRS_MAX, sizeof(*w.mrs));
 	mip = calloc(DUMP_MRS_MAX, sizeof(*mip));
 	r->owned[r->n_owned++] = ai;
 	r->owned[r->n_owned++] = aip;
 	r->owned[r->n_owned++] = w.mrs;
 	r->owned[r->n_owned++] = mip;
-	if ((d->mem.n_arenas && (!ai || !aip)) || !w.mrs || !mip)
+	if ((s.arenas && (!ai || !aip)) || !w.mrs || !mip)
 		return -ENOMEM;
 
-	mrd__domain_dump_response__init(body);
+	body = reply_body(r, MRD__RESPONSE__BODY_DOMAIN_DUMP);
 	body->domain = d->name;
-	LIST_FOREACH(arena, &d->mem.arenas, link) {
+	while ((arena = domain_next_arena(d, arena))) {
 		mrd__dump_arena__init(&ai[i]);
 		ai[i].address = (uint64_t)(uintptr_t)arena->base;
 		ai[i].size = arena->size;
@@ -401,18 +381,16 @@ int request_domain_dump(struct client *c, struct domain *no_domain, const Mrd__R
 	}
 	body->n_arenas = i;
 	body->arenas = aip;
-	body->table_overflow = d->reg.cache.table.overflow;
-	body->table_entries =
-		d->reg.cache.table.overflow ? 0 : (uint32_t)(d->reg.cache.table.n - 1);
-	body->table_capacity = (uint32_t)d->reg.cache.table.cap;
-	dump_walk(d, &w);
+	body->table_overflow = s.table_overflow;
+	body->table_entries = s.table_entries;
+	body->table_capacity = s.table_capacity;
+	/* By arena, by allocation, then the mempools'; a client PD's keys are its own. */
+	domain_walk_mrs(d, w.admin, dump_mr, &w);
 	for (uint32_t k = 0; k < w.n; k++)
 		mip[k] = &w.mrs[k];
 	body->n_mrs = w.n;
 	body->mrs = mip;
 	body->mrs_total = w.index;
 	body->next_mr = w.first + w.n < w.index ? w.first + w.n : 0;
-	r->resp.body_case = MRD__RESPONSE__BODY_DOMAIN_DUMP;
-	r->resp.domain_dump = body;
 	return 0;
 }

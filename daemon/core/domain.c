@@ -588,3 +588,25 @@ void domains_finish_leaving(struct core *core)
 		leave_share(d, true); /* may close d */
 	}
 }
+
+int domain_lookup(struct domain *d, struct bound_pd *bound, uint64_t address,
+		  struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter)
+{
+	if (bound)
+		return bound_pd_lookup(bound, address, ret, why, why_size, waiter);
+	return mr_cache_lookup(&d->reg.cache, address, ret, why, why_size, waiter);
+}
+
+int domain_register_now(struct domain *d, struct bound_pd *bound, const struct allocation *a,
+			struct mr_entry *ret, char *why, size_t why_size)
+{
+	if (registrar_offload(&d->reg, a->length) || (bound && bound->cache.pending_bytes > 0))
+		return -EAGAIN;
+	return domain_lookup(d, bound, allocation_address(a), ret, why, why_size, NULL);
+}
+
+int domain_dma(struct domain *d, enum provider_dma_op op, uint32_t lkey, uint64_t laddr,
+	       uint32_t rkey, uint64_t raddr, uint64_t length)
+{
+	return provider_dma(d->reg.pd, op, lkey, laddr, rkey, raddr, length);
+}

@@ -22,6 +22,8 @@ struct arena;
 struct bound_pd;
 struct core;
 struct event;
+struct mr_entry;
+struct served_device;
 
 /* A process that got the domain's device context (ExportPd): while it holds the descriptor,
  * the context outlives mrd (control/old-context.h). */
@@ -59,6 +61,21 @@ struct domain {
 /* h got the domain's device context: a hand-over names it (control/handover.c). Forgets
  * holders whose process is gone; -EUSERS when DOMAIN_HOLDERS_MAX running ones hold it. */
 int domain_note_export(struct domain *d, const struct context_holder *h);
+/* ExportPd: a descriptor of d's device context (its command fd) and its PD's handle, for
+ * holder, who is recorded for the hand-over (domain_note_export). -EOPNOTSUPP when the
+ * provider has no device to share, -EUSERS as domain_note_export; why says so. */
+int domain_export_pd(struct domain *d, const struct context_holder *holder, int *ret_fd,
+		     uint32_t *ret_handle, char *why, size_t why_size);
+/* BindPd: mrd registers d's memory into PD pd_handle of the client's device context fd (a
+ * uverbs fd; mrd keeps a copy of its own, fd stays the caller's), for the client's process
+ * pid. The device must be one mrd serves: -EXDEV otherwise, -EOPNOTSUPP when mrd is on no
+ * RDMA device; the context's checks fail as client_context_open's and
+ * client_context_check_pd's (-EINVAL for a PD it does not have). On success the device
+ * counts the binding until served_device_unbind. */
+int domain_bind_pd(struct domain *d, int fd, uint32_t pd_handle, pid_t pid,
+		   struct bound_pd **ret, struct served_device **ret_device, char *why,
+		   size_t why_size);
+
 /* The device came back (core/device.c): the domain's context and PD are new ones. Nobody
  * holds the new context yet; clients that imported the old PD see the status page's pd_epoch
  * move and must import again. */
@@ -155,6 +172,36 @@ static inline void domain_bump_generation(struct domain *d)
 {
 	status_page_bump(&d->mem.status);
 }
+
+/* What domain_bump_generation moves: every key a client cached before it may be dead. */
+static inline uint64_t domain_generation(const struct domain *d)
+{
+	return status_page_generation(&d->mem.status);
+}
+
+/* The domain's own context on the device (its name and caps, for what a client is told). */
+static inline const struct provider *domain_provider(const struct domain *d)
+{
+	return d->reg.provider;
+}
+
+/* The keys of the MR over address: in bound's PD (a connection's own, BindPd) when not NULL,
+ * else in the domain's; registered on a miss, as mr_cache_lookup (waiter, -EINPROGRESS). */
+int domain_lookup(struct domain *d, struct bound_pd *bound, uint64_t address,
+		  struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter);
+/* domain_lookup of a's start, made now on the loop without waiting: -EAGAIN when that could
+ * stall the loop (the run goes to a worker, or the provider is busy: a lookup does it later). */
+int domain_register_now(struct domain *d, struct bound_pd *bound, const struct allocation *a,
+			struct mr_entry *ret, char *why, size_t why_size);
+
+/* Dma requests of the domain queued or running on the Dma thread. */
+static inline unsigned domain_dma_jobs(const struct domain *d)
+{
+	return d->reg.dma_jobs;
+}
+/* One transfer through keys of the domain's PD (provider_dma), on the Dma thread. */
+int domain_dma(struct domain *d, enum provider_dma_op op, uint32_t lkey, uint64_t laddr,
+	       uint32_t rkey, uint64_t raddr, uint64_t length);
 
 /* Refreshes the status page counters (after any change of usage). */
 void domain_update_status(struct domain *d);

@@ -61,3 +61,14 @@ struct served_device *served_device_find(struct core *core, const char *name)
 			return &s->v[i];
 	return add(core, name);
 }
+
+void served_device_bind(struct served_device *dev)
+{
+	dev->bound++;
+}
+
+void served_device_unbind(struct served_device *dev)
+{
+	if (dev)
+		dev->bound--;
+}

@@ -32,3 +32,6 @@ void served_devices_scan(struct core *core);
 /* The one named name, NULL when mrd does not serve it: not on verbs, not allowed by [mrd]
  * devices, or it does not open. One added to the host since the scan is opened now. */
 struct served_device *served_device_find(struct core *core, const char *name);
+/* A connection bound a PD on dev (domain_bind_pd) / lets go of it (NULL-safe). */
+void served_device_bind(struct served_device *dev);
+void served_device_unbind(struct served_device *dev);
