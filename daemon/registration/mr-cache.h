@@ -19,6 +19,7 @@
 #include "base/config.h"
 #include "mr-table.h"
 #include "provider/pin-map.h"
+#include "registration/waiter.h"
 
 struct provider_mr;
 struct provider_pd;
@@ -41,14 +42,6 @@ struct cached_mr {
 	bool pins; /* charged: all but a client PD's on-demand MR */
 	bool in_cache; /* in its cache's list and table: not once its client PD let go of it, nor
 			* a registration that came too late to serve (mr_cache_drop_share) */
-};
-
-/* A lookup waiting for a registration a worker thread makes. */
-struct mr_waiter {
-	/* On the loop, once: result 0 with entry, or -errno with why. */
-	void (*resume)(struct mr_waiter *w, int result, const struct mr_entry *entry,
-		       const char *why);
-	unsigned loop_registrations; /* its request's made on the loop (registrar_loop_may) */
 };
 
 /* A lookup waiting for a mempool MR that a worker is making (struct pool_mr's lookups). */
