@@ -127,9 +127,7 @@ static void lose_domain(struct core *core, struct domain *d)
 {
 	struct lose_job *j;
 
-	provider_mark_lost(d->reg.provider); /* every op from now on fails fast */
-	d->reg.cache.keys_stale = true;          /* until revive_commit */
-	registrar_lose_bound(&d->reg, core->provider->caps.device);
+	registrar_device_lost(&d->reg, core->provider->caps.device); /* until revive_commit */
 	j = *d->reg.workers ? calloc(1, sizeof(*j)) : NULL;
 	if (!j) { /* no worker (or no memory): here, as it was */
 		provider_lose(d->reg.provider);
@@ -186,8 +184,7 @@ static void revive_commit(struct core *core)
 			return;
 		}
 	LIST_FOREACH(d, &core->domains, link) {
-		mr_cache_flush(&d->reg.cache); /* the table holds the old keys */
-		d->reg.cache.keys_stale = false;
+		registrar_device_back(&d->reg);
 		domain_pd_replaced(d);
 		domain_bump_generation(d);
 		domain_update_status(d);

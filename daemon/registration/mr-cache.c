@@ -141,7 +141,7 @@ static unsigned access_of(const struct mr_cache *c, const struct reg_allocation 
 }
 
 /* Whether c's keys are of a failed device: the domain's until its return commits; a client
- * PD's for good once its device failed (registrar_lose_bound), and only then — a client PD on
+ * PD's for good once its device failed (registrar_device_lost), and only then — a client PD on
  * another device serves on while the domains' fails. */
 static bool stale(const struct mr_cache *c)
 {

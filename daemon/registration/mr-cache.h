@@ -81,9 +81,9 @@ struct mr_cache {
 	struct mr_table table;
 	uint64_t lookups, misses, registrations, deregistrations;
 	uint64_t loop_registrations; /* of registrations, those made on the loop */
-	/* The device failed (core/device.c lose_domain): the table's keys, and those of an MR a
-	 * worker made meanwhile, are the failed device's until the return commits
-	 * (revive_commit). A lookup that waited is refused then, never answered from the table. */
+	/* The device failed (registrar_device_lost): the table's keys, and those of an MR a
+	 * worker made meanwhile, are the failed device's until its return commits
+	 * (registrar_device_back). A lookup that waited is refused then, never answered from the table. */
 	bool keys_stale;
 };
 

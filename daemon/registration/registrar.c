@@ -72,13 +72,21 @@ void registrar_close(struct registrar *r)
 	provider_close(r->provider);
 }
 
-void registrar_lose_bound(struct registrar *r, const char *device)
+void registrar_device_lost(struct registrar *r, const char *device)
 {
 	struct mr_cache *c;
 
+	provider_mark_lost(r->provider);
+	r->cache.keys_stale = true;
 	LIST_FOREACH(c, &r->bound, bound_link)
 		if (strcmp(c->own_pd->provider->caps.device, device) == 0)
 			provider_mark_lost(c->own_pd->provider);
+}
+
+void registrar_device_back(struct registrar *r)
+{
+	mr_cache_flush(&r->cache);
+	r->cache.keys_stale = false;
 }
 
 bool registrar_on_demand(const struct registrar *r, bool asked, bool read_only)

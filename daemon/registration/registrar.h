@@ -210,9 +210,13 @@ void registrar_release(struct registrar *r, struct reg_allocation *ra, struct mr
  * (events.released). How many did. */
 unsigned registrar_retry_quarantine(struct registrar *r);
 
-/* The device named device failed: the client PDs' caches on it answer no key from now on
- * (their contexts died with it; their clients bind new ones). */
-void registrar_lose_bound(struct registrar *r, const char *device);
+/* The device named device failed: every op of the domain's context fails fast from now on,
+ * the cache's keys are of the failed device until registrar_device_back (a lookup that waited
+ * is refused, never answered from the table), and the client PDs' caches on it answer no key
+ * from now on (their contexts died with it; their clients bind new ones). */
+void registrar_device_lost(struct registrar *r, const char *device);
+/* Its context is made again on the returned device: the table's old keys go. */
+void registrar_device_back(struct registrar *r);
 
 /* Whether memory asked to be registered on demand (read-only or not) is: the device's RC
  * on-demand paging must cover every operation its access allows (provider_odp_covers), else
