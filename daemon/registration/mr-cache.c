@@ -382,6 +382,39 @@ static int wait_for(struct mr_wait **lookups, uint64_t addr, struct mr_waiter *w
 	return -EINPROGRESS;
 }
 
+/* A registration of [start, end) on a worker, for waiter: -EINPROGRESS, or -ENOMEM (nothing
+ * started; spare stays the caller's). */
+static int start_job(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, uint64_t start,
+		     uint64_t end, unsigned access, struct cached_mr *spare,
+		     struct mr_waiter *waiter)
+{
+	struct reg_job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return -ENOMEM;
+	j->spare = spare;
+	j->cache = c;
+	hold(c);
+	j->waiter = waiter;
+	j->addr = addr;
+	j->start = start;
+	j->end = end;
+	j->iova = allocation_iova(&a->mem, start);
+	j->allocation_serial = a->mem.serial;
+	j->access = access;
+	c->pending_bytes += end - start;
+	LIST_INSERT_HEAD(&c->reg_jobs, j, link);
+	/* A client PD's MR is made where the free cannot see it: the free waits, so that
+	 * what the worker makes is let go before the pages go back (a client may make its
+	 * dereg fail). Busy: the loop must not wait for the client provider's lock. */
+	if (c->own_pd) {
+		j->allocation = a;
+		a->bound_jobs++;
+	}
+	registrar_start(registrar_of(c), &j->base, reg_job_run, reg_job_done, c->own_pd != NULL);
+	return -EINPROGRESS;
+}
+
 /* Not in the table: the pool MR holding addr, else a registration of the uncovered run. */
 static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
 		char *why, size_t why_size, struct mr_waiter *waiter)
@@ -432,61 +465,30 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 			return k;
 	}
 
+	k = -ENOMEM;
 	spare = c->own_pd ? calloc(1, sizeof(*spare)) : NULL;
-	if (c->own_pd && !spare) {
-		if (pins(access))
-			mr_cache_uncharge(c, start, end);
-		return -ENOMEM;
-	}
+	if (c->own_pd && !spare)
+		goto uncharge;
 	if (waiter && (offload(c, end - start) ||
 		       !registrar_loop_may(r, waiter->loop_registrations, end - start))) {
 		/* Pinning this much takes long, or the loop did its share: a worker does it, and
 		 * nobody waits but the asker. */
-		struct reg_job *j = calloc(1, sizeof(*j));
-
-		if (!j) {
-			free(spare);
-			if (pins(access))
-				mr_cache_uncharge(c, start, end);
-			return -ENOMEM;
-		}
-		j->spare = spare;
-		j->cache = c;
-		hold(c);
-		j->waiter = waiter;
-		j->addr = addr;
-		j->start = start;
-		j->end = end;
-		j->iova = allocation_iova(&a->mem, start);
-		j->allocation_serial = a->mem.serial;
-		j->access = access;
-		c->pending_bytes += end - start;
-		LIST_INSERT_HEAD(&c->reg_jobs, j, link);
-		/* A client PD's MR is made where the free cannot see it: the free waits, so that
-		 * what the worker makes is let go before the pages go back (a client may make its
-		 * dereg fail). Busy: the loop must not wait for the client provider's lock. */
-		if (c->own_pd) {
-			j->allocation = a;
-			a->bound_jobs++;
-		}
-		registrar_start(r, &j->base, reg_job_run, reg_job_done, c->own_pd != NULL);
-		return -EINPROGRESS;
+		k = start_job(c, a, addr, start, end, access, spare, waiter);
+		if (k != -EINPROGRESS)
+			goto uncharge;
+		return k;
 	}
 
 	k = reg_mr(c, start, end, allocation_iova(&a->mem, start), access, &pmr);
 	if (k < 0) {
-		free(spare);
-		if (pins(access))
-			mr_cache_uncharge(c, start, end);
 		snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s", start,
 			 end, provider_strerror(provider_of(c), k));
-		return k;
+		goto uncharge;
 	}
 	if (!adopt(c, a, pmr, start, end, spare)) { /* the domain's alone: spare never fails */
 		(void)registrar_dereg(r, pmr);
-		if (pins(access))
-			mr_cache_uncharge(c, start, end);
-		return -ENOMEM;
+		k = -ENOMEM;
+		goto uncharge;
 	}
 	c->loop_registrations++;
 	if (waiter)
@@ -494,6 +496,12 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 	registrar_loop_did(r, end - start);
 	*ret = (struct mr_entry){ start, end, pmr->lkey, pmr->rkey };
 	return 0;
+
+uncharge: /* nothing made: what was charged for it goes */
+	free(spare);
+	if (pins(access))
+		mr_cache_uncharge(c, start, end);
+	return k;
 }
 
 struct dropped {
