@@ -331,7 +331,7 @@ START_TEST(test_child_linked_then_freed_before_completion)
 			break; /* installed */
 		usleep(1000);
 	}
-	ck_assert_int_eq(mr_cache_lookup(&d->reg.cache, a, &e, why, sizeof(why), NULL), 0);
+	ck_assert_int_eq(registrar_lookup(&d->reg, a, &e, why, sizeof(why), NULL), 0);
 	ck_assert_int_eq(domain_free_allocation(d, al, NULL), 0); /* deferred: work on it */
 	ck_assert_uint_eq(d->reg.odp.zombies, 1);
 	td_pump_until_zero(&d->reg.odp.jobs);

@@ -169,7 +169,7 @@ static int lookup(uint64_t addr, struct mr_entry *e, struct mr_waiter *w)
 {
 	char why[160];
 
-	return mr_cache_lookup(&reg.cache, addr, e, why, sizeof(why), w);
+	return registrar_lookup(&reg, addr, e, why, sizeof(why), w);
 }
 
 START_TEST(test_lookup_registers_the_run_once)
@@ -203,7 +203,7 @@ START_TEST(test_pinned_quota_mine_and_the_hosts)
 	char why[160] = "";
 
 	cfg.quota_pinned_bytes = 64 * KiB - 1;
-	ck_assert_int_eq(mr_cache_lookup(&reg.cache, address(ra), &e, why, sizeof(why), NULL),
+	ck_assert_int_eq(registrar_lookup(&reg, address(ra), &e, why, sizeof(why), NULL),
 			 -EDQUOT);
 	ck_assert_ptr_nonnull(strstr(why, "quota.pinned_bytes"));
 	ck_assert_uint_eq(reg.cache.charges.pinned_bytes, 0); /* nothing charged */
@@ -212,7 +212,7 @@ START_TEST(test_pinned_quota_mine_and_the_hosts)
 	cfg.quota_pinned_bytes = 64 * KiB;
 	cfg.max_pinned_bytes = 1ull << 30;
 	host_pinned = cfg.max_pinned_bytes - 4 * KiB;
-	ck_assert_int_eq(mr_cache_lookup(&reg.cache, address(ra), &e, why, sizeof(why), NULL),
+	ck_assert_int_eq(registrar_lookup(&reg, address(ra), &e, why, sizeof(why), NULL),
 			 -EDQUOT);
 	ck_assert_ptr_nonnull(strstr(why, "limits.pinned_bytes"));
 	host_pinned = 0;
@@ -515,7 +515,7 @@ START_TEST(test_lookup_outside_memory_is_enoent)
 	struct mr_entry e;
 	char why[160] = "";
 
-	ck_assert_int_eq(mr_cache_lookup(&reg.cache, address(ra) + 4 * KiB, &e, why, sizeof(why),
+	ck_assert_int_eq(registrar_lookup(&reg, address(ra) + 4 * KiB, &e, why, sizeof(why),
 					 NULL), -ENOENT); /* past its last page */
 	ck_assert_ptr_nonnull(strstr(why, "is not in memory allocated in domain unit"));
 	ck_assert_int_eq(lookup(0x1000, &e, NULL), -ENOENT); /* outside the window */

@@ -147,7 +147,7 @@ static Mrd__MrEntry *register_now(struct client *c, struct domain *d, const stru
 	    (b && b->cache.pending_bytes > 0))
 		return NULL;
 	k = b ? bound_pd_lookup(b, allocation_address(a), &e, why, sizeof(why), NULL) :
-		mr_cache_lookup(&d->reg.cache, allocation_address(a), &e, why, sizeof(why), NULL);
+		registrar_lookup(&d->reg, allocation_address(a), &e, why, sizeof(why), NULL);
 	if (k < 0 || !(ptrs = reply_mr_entries(r, 1)))
 		return NULL;
 	if (!b)

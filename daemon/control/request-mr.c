@@ -43,8 +43,8 @@ static int lookup_run(struct pending_lookup *p, char *why, size_t why_size)
 		struct bound_pd *b = p->base.client->bound;
 		int k = b ? bound_pd_lookup(b, p->addrs[p->next], &p->entries[p->next], why,
 					    why_size, &p->base.waiter) :
-			    mr_cache_lookup(&d->reg.cache, p->addrs[p->next], &p->entries[p->next],
-					    why, why_size, &p->base.waiter);
+			    registrar_lookup(&d->reg, p->addrs[p->next], &p->entries[p->next],
+					     why, why_size, &p->base.waiter);
 		if (k < 0)
 			return k;
 	}

@@ -115,6 +115,38 @@ struct pool_mr *mempool_mr_containing(const struct reg_allocation *a, uint64_t a
 	return NULL;
 }
 
+static int cover(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
+		 struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter)
+{
+	struct pool_mr *pm = mempool_mr_containing(a, addr);
+
+	(void)c;
+	if (!pm)
+		return MR_CACHE_MISS;
+	if (pm->pending) /* a worker is making it: the lookup takes it once it is made */
+		return mr_cache_wait(&pm->lookups, addr, waiter, "for a mempool", why, why_size);
+	*ret = (struct mr_entry){ pm->start, pm->end, pm->pmr->lkey, pm->pmr->rkey };
+	return 0;
+}
+
+static bool next_live(const struct reg_allocation *a, const void **cursor, uint64_t *start,
+		      uint64_t *end)
+{
+	const struct pool_mr *mr = *cursor ? LIST_NEXT((const struct pool_mr *)*cursor, alloc_link) :
+					     LIST_FIRST(&a->pool_mrs);
+
+	while (mr && !pool_mr_live(mr))
+		mr = LIST_NEXT(mr, alloc_link);
+	if (!mr)
+		return false;
+	*cursor = mr;
+	*start = mr->start;
+	*end = mr->end;
+	return true;
+}
+
+const struct mr_cache_others mempool_others = { .cover = cover, .next = next_live };
+
 /* An unregistration (or a replacement) whose MRs workers deregister: answered when the last
  * is done. */
 struct unreg_ticket {

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <sys/queue.h>
 
+struct mr_cache_others;
 struct mr_wait;
 struct mr_waiter;
 struct provider_mr;
@@ -71,8 +72,12 @@ struct mempools {
 
 void mempools_init(struct mempools *p);
 
-/* The live pool MR of a that holds addr, if any: lookups answer with it (mr-cache.c). */
+/* The live pool MR of a that holds addr, if any: lookups answer with it. */
 struct pool_mr *mempool_mr_containing(const struct reg_allocation *a, uint64_t addr);
+/* The domain's cache's others (mr-cache.h): a lookup inside a pool MR gets it (pinning its
+ * pages again would count them twice), or waits for the worker making it; the cache's MRs
+ * never overlap a live one. */
+extern const struct mr_cache_others mempool_others;
 
 /* Registers the owner's pool name over n ranges ([starts[i], starts[i] + lengths[i])). EEXIST
  * when the owner has it registered already, unless extmem replaces a registration that was

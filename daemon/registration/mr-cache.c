@@ -12,7 +12,6 @@
 #include "memory/mem-owner.h"
 #include "memory/memory.h"
 #include "provider/provider.h"
-#include "registration/mempool.h"
 #include "registration/mr-cache.h"
 #include "registration/reg-allocation.h"
 #include "registration/registrar.h"
@@ -259,8 +258,9 @@ static void pick_range(const struct mr_cache *c, const struct reg_allocation *a,
 	uint64_t ps = a->mem.arena->page_size, start = allocation_address(&a->mem);
 	uint64_t end = start + a->mem.length, max = provider_of(c)->caps.max_mr_size;
 	const struct cached_mr *mr;
-	const struct pool_mr *pm;
 	const struct reg_job *j;
+	const void *other = NULL;
+	uint64_t s, e;
 
 	if (c->policy == MR_POLICY_PAGE) {
 		*ret_start = addr - (addr - start) % ps;
@@ -272,9 +272,8 @@ static void pick_range(const struct mr_cache *c, const struct reg_allocation *a,
 	LIST_FOREACH(mr, &a->mrs, alloc_link)
 		if (mr->cache == c)
 			cut(mr->start, mr->end, addr, &start, &end);
-	LIST_FOREACH(pm, &a->pool_mrs, alloc_link)
-		if (!c->own_pd && pool_mr_live(pm))
-			cut(pm->start, pm->end, addr, &start, &end);
+	while (c->others && c->others->next(a, &other, &s, &e))
+		cut(s, e, addr, &start, &end);
 	LIST_FOREACH(j, &c->reg_jobs, link)
 		if (j->allocation_serial == a->mem.serial)
 			cut(j->start, j->end, addr, &start, &end);
@@ -293,13 +292,14 @@ static bool covered(const struct mr_cache *c, const struct reg_allocation *a, ui
 		    uint64_t end)
 {
 	const struct cached_mr *mr;
-	const struct pool_mr *pm;
+	const void *other = NULL;
+	uint64_t s, e;
 
 	LIST_FOREACH(mr, &a->mrs, alloc_link)
 		if (mr->cache == c && mr->start < end && start < mr->end)
 			return true;
-	LIST_FOREACH(pm, &a->pool_mrs, alloc_link)
-		if (!c->own_pd && pool_mr_live(pm) && pm->start < end && start < pm->end)
+	while (c->others && c->others->next(a, &other, &s, &e))
+		if (s < end && start < e)
 			return true;
 	return false;
 }
@@ -363,8 +363,7 @@ static void reg_job_run(struct registrar_work *w)
 
 static void reg_job_done(struct registrar_work *w);
 
-/* A lookup waiting on the loop for an MR a worker is making; without a waiter, -EAGAIN. */
-static int wait_for(struct mr_wait **lookups, uint64_t addr, struct mr_waiter *waiter,
+int mr_cache_wait(struct mr_wait **lookups, uint64_t addr, struct mr_waiter *waiter,
 		    const char *what, char *why, size_t why_size)
 {
 	struct mr_wait *w;
@@ -415,12 +414,11 @@ static int start_job(struct mr_cache *c, struct reg_allocation *a, uint64_t addr
 	return -EINPROGRESS;
 }
 
-/* Not in the table: the pool MR holding addr, else a registration of the uncovered run. */
+/* Not in the table, nor another's (c->others): a registration of the uncovered run. */
 static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
 		char *why, size_t why_size, struct mr_waiter *waiter)
 {
 	struct registrar *r = registrar_of(c);
-	struct pool_mr *pm = c->own_pd ? NULL : mempool_mr_containing(a, addr);
 	struct reg_job *job;
 	struct provider_mr *pmr;
 	struct cached_mr *spare;
@@ -428,18 +426,10 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 	uint64_t start, end;
 	int k;
 
-	if (pm && !pm->pending) {
-		/* Registered for a pool already: pinning the pages again would count them twice. */
-		*ret = (struct mr_entry){ pm->start, pm->end, pm->pmr->lkey, pm->pmr->rkey };
-		return 0;
-	}
-	if (pm)
-		/* A worker is making that MR: the lookup takes it once it is made. */
-		return wait_for(&pm->lookups, addr, waiter, "for a mempool", why, why_size);
 	job = pending_run(c, a, addr);
 	if (job)
 		/* Registering the run again would pin and count its pages twice. */
-		return wait_for(&job->lookups, addr, waiter, "", why, why_size);
+		return mr_cache_wait(&job->lookups, addr, waiter, "", why, why_size);
 	pick_range(c, a, addr, &start, &end);
 	if (a->mem.span_length) {
 		/* A program's buffer: its bytes alone, whatever else its pages hold. */
@@ -502,6 +492,16 @@ uncharge: /* nothing made: what was charged for it goes */
 	if (pins(access))
 		mr_cache_uncharge(c, start, end);
 	return k;
+}
+
+/* Another's MR holding addr (c->others), else the cache's registration of the uncovered run. */
+static int cover_or_miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
+			 struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter)
+{
+	int k = c->others ? c->others->cover(c, a, addr, ret, why, why_size, waiter) :
+			    MR_CACHE_MISS;
+
+	return k == MR_CACHE_MISS ? miss(c, a, addr, ret, why, why_size, waiter) : k;
 }
 
 struct dropped {
@@ -633,7 +633,7 @@ static void retry(struct mr_cache *c, uint64_t addr, struct mr_waiter *waiter)
 			 addr);
 		k = -ENOENT;
 	} else
-		k = miss(c, a, addr, &e, why, sizeof(why), waiter);
+		k = cover_or_miss(c, a, addr, &e, why, sizeof(why), waiter);
 	if (k != -EINPROGRESS)
 		waiter->resume(waiter, k, k < 0 ? NULL : &e, why);
 }
@@ -734,8 +734,8 @@ void mr_cache_resume_waits(struct mr_cache *c, struct mr_wait *waits)
 	}
 }
 
-int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
-		    size_t why_size, struct mr_waiter *waiter)
+int mr_cache_find(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
+		  size_t why_size, struct reg_allocation **ret_a)
 {
 	struct registrar *r = registrar_of(c);
 	struct reg_allocation *a;
@@ -769,9 +769,13 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 			 a->mem.owner ? a->mem.owner->pid : 0, allocation_iova(&a->mem, addr));
 		return -EACCES;
 	}
-	/* On-demand memory's children are found through their allocation, in no table. */
-	if (a && a->mem.odp && !c->own_pd)
-		return odp_fault(r, a, addr, ret, why, why_size, waiter);
+	*ret_a = a;
+	return MR_CACHE_MISS;
+}
+
+int mr_cache_miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
+		  struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter)
+{
 	if (a && a->mem.read_only && c->own_pd) {
 		/* The MR would be the client's object, and a rereg that only adds write access
 		 * checks nothing of the pages (Linux 6.12 ib_uverbs_rereg_mr, rxe_rereg_user_mr):
@@ -785,10 +789,19 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 	c->misses++;
 	if (!a) {
 		snprintf(why, why_size, "0x%" PRIx64 " is not in memory allocated in domain %s",
-			 addr, r->name);
+			 addr, registrar_of(c)->name);
 		return -ENOENT;
 	}
-	return miss(c, a, addr, ret, why, why_size, waiter);
+	return cover_or_miss(c, a, addr, ret, why, why_size, waiter);
+}
+
+int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
+		    size_t why_size, struct mr_waiter *waiter)
+{
+	struct reg_allocation *a = NULL;
+	int k = mr_cache_find(c, addr, ret, why, why_size, &a);
+
+	return k == MR_CACHE_MISS ? mr_cache_miss(c, a, addr, ret, why, why_size, waiter) : k;
 }
 
 void mr_cache_flush(struct mr_cache *c)

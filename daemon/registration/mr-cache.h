@@ -53,6 +53,22 @@ struct mr_wait {
 
 struct reg_job;
 
+/* mr_cache_find and others' cover: not the cache's, nor refused — look further. */
+#define MR_CACHE_MISS 1
+
+/* Registrations beside the domain's cache over the same memory (its registrar's mempool MRs),
+ * which the cache knows only through these: it answers a lookup inside one with it, never
+ * registers over one, and keeps no MR that one made meanwhile overlaps. */
+struct mr_cache_others {
+	/* The lookup at addr in a: answered with another's MR (0), waiting for one a worker
+	 * makes (-EINPROGRESS; -EAGAIN without a waiter), or MR_CACHE_MISS. */
+	int (*cover)(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
+		     struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter);
+	/* The range of the next live one of a after *cursor (NULL: the first); false: none. */
+	bool (*next)(const struct reg_allocation *a, const void **cursor, uint64_t *start,
+		     uint64_t *end);
+};
+
 /* The domain's own is embedded in its registrar (registration/registrar.h); a client's own
  * PD has one more (registration/bound-pd.h) over the same memory. Each allocation lists the MRs
  * of every cache over it, so its free deregisters them all before its pages go back. */
@@ -67,6 +83,7 @@ struct mr_cache {
 	void (*unhold)(struct mr_cache *c);
 	pid_t pid;    /* a client PD's: its client's process, whose aliased memory it registers */
 	bool closing; /* a client PD's whose client left (mr_cache_drop_share): nothing is made */
+	const struct mr_cache_others *others; /* the domain's: its registrar's; NULL: none */
 	LIST_ENTRY(mr_cache) bound_link; /* a client PD's, in its registrar's bound list */
 	enum mr_policy policy;
 	uint64_t pending_bytes; /* registrations under way on workers */
@@ -101,17 +118,30 @@ void mr_cache_close(struct mr_cache *c);
  * left. */
 bool mr_cache_drop_share(struct mr_cache *c, bool all, unsigned *made);
 
-/* The keys for addr, registering on a miss — unless a mempool MR holds addr: then that MR's
- * (one a worker is still making is waited for, as is a run of the cache's a worker is
+/* The keys for addr, registering on a miss — unless another's MR (c->others) holds addr: then
+ * that MR's (one a worker is still making is waited for, as is a run of the cache's a worker is
  * registering around addr). -ENOENT (why says so) when addr is not in a
  * live allocation of the domain; -EDQUOT when registering would pass quota.pinned_bytes.
  * With a waiter, a registration of [cache] async_bytes or more — or any, while a registration
  * or deregistration of the domain's is under way, since it would wait for the provider — runs
  * on a worker thread:
  * -EINPROGRESS, and waiter->resume says how it went, later, on the loop. Without a waiter,
- * an address inside a mempool MR or run being made is -EAGAIN. */
+ * an address inside an MR or run being made is -EAGAIN. The domain's lookup is
+ * registrar_lookup (on-demand memory's children first); a client PD's is this. */
 int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
 		    size_t why_size, struct mr_waiter *waiter);
+/* Its two halves. The table: 0 with ret, -errno refused (closing, the device failed, an alias
+ * another PD may not register), or MR_CACHE_MISS with *a the allocation holding addr (NULL:
+ * none). */
+int mr_cache_find(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
+		  size_t why_size, struct reg_allocation **a);
+/* Then the miss, counted: another's MR, or a registration. */
+int mr_cache_miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
+		  struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter);
+/* A lookup at addr waits on *lookups for an MR a worker makes (-EINPROGRESS; its resume
+ * comes through mr_cache_resume_waits); without a waiter, -EAGAIN and why says what. */
+int mr_cache_wait(struct mr_wait **lookups, uint64_t addr, struct mr_waiter *waiter,
+		  const char *what, char *why, size_t why_size);
 
 /* Counts [start, end) as pinned by one more registration (pages already counted stay counted
  * once), in the domain's charges and the host-wide sum; -ENOMEM. Uncharging a range charged so needs no memory. */

@@ -25,6 +25,7 @@ int registrar_open(struct registrar *r, struct provider *device, enum mr_policy 
 		k = frmr_pools_init(&r->pools, r->pd, &r->config->pools);
 	if (k >= 0)
 		k = mr_cache_init(&r->cache, r, NULL, policy);
+	r->cache.others = &mempool_others;
 	if (k >= 0)
 		k = odp_init(r, window_base);
 	return k;
@@ -87,6 +88,20 @@ void registrar_device_back(struct registrar *r)
 {
 	mr_cache_flush(&r->cache);
 	r->cache.keys_stale = false;
+}
+
+int registrar_lookup(struct registrar *r, uint64_t addr, struct mr_entry *ret, char *why,
+		     size_t why_size, struct mr_waiter *waiter)
+{
+	struct reg_allocation *a = NULL;
+	int k = mr_cache_find(&r->cache, addr, ret, why, why_size, &a);
+
+	if (k != MR_CACHE_MISS)
+		return k;
+	/* On-demand memory's children are found through their allocation, in no table. */
+	if (a && a->mem.odp)
+		return odp_fault(r, a, addr, ret, why, why_size, waiter);
+	return mr_cache_miss(&r->cache, a, addr, ret, why, why_size, waiter);
 }
 
 bool registrar_on_demand(const struct registrar *r, bool asked, bool read_only)

@@ -81,6 +81,11 @@ int registrar_open(struct registrar *r, struct provider *device, enum mr_policy 
 /* Everything left goes (no job is: jobs hold the domain). Safe on a zeroed registrar. */
 void registrar_close(struct registrar *r);
 
+/* The domain's lookup: the cache's table, then on-demand memory's child (odp_fault), then a
+ * mempool MR (the cache's others), then the cache registers (mr_cache_lookup says how). */
+int registrar_lookup(struct registrar *r, uint64_t addr, struct mr_entry *ret, char *why,
+		     size_t why_size, struct mr_waiter *waiter);
+
 /* Provider work makes MRs, or drops (deregisters, parks, invalidates) them. */
 /* Whether a provider op on the loop could wait: a worker's job may hold the provider, or a
  * soft Dma is under way. A drop waits for its copy through the domain's MRs (a dereg, park or
