@@ -612,6 +612,60 @@ START_TEST(test_flush_rebuilds_the_table)
 }
 END_TEST
 
+struct gone_listener {
+	struct mr_gone_listener base;
+	unsigned calls;
+	struct mr_entry mr;
+};
+
+static void on_gone(struct mr_gone_listener *l, const struct mr_entry *mr)
+{
+	struct gone_listener *g = container_of(l, struct gone_listener, base);
+
+	g->calls++;
+	g->mr = *mr;
+}
+
+/* What is bound to an MR hears once that it went, and only of its own MR. */
+START_TEST(test_mr_gone_heard_once)
+{
+	struct reg_allocation *ra = alloc(64 * KiB), *rb = alloc(64 * KiB), *rc = alloc(64 * KiB);
+	struct gone_listener la = { .base.gone = on_gone }, lb = la, lc = la;
+	struct mr_entry ea, eb, ec;
+
+	ck_assert_int_eq(mr_cache_listen_gone(&reg.cache, address(ra), &la.base), -ENOENT);
+	ck_assert_int_eq(lookup(address(ra), &ea, NULL), 0);
+	ck_assert_int_eq(lookup(address(rb), &eb, NULL), 0);
+	ck_assert_int_eq(lookup(address(rc), &ec, NULL), 0);
+	ck_assert_int_eq(mr_cache_listen_gone(&reg.cache, address(ra) + 100, &la.base), 0);
+	ck_assert_int_eq(mr_cache_listen_gone(&reg.cache, address(rb), &lb.base), 0);
+	ck_assert_int_eq(mr_cache_listen_gone(&reg.cache, address(rc), &lc.base), 0);
+	mr_cache_flush(&reg.cache); /* the table is rebuilt: every MR stays */
+	ck_assert_uint_eq(la.calls + lb.calls + lc.calls, 0);
+
+	ck_assert_int_eq(free_allocation(ra, NULL), 0);
+	ck_assert_uint_eq(la.calls, 1);
+	ck_assert_uint_eq(la.mr.start, ea.start);
+	ck_assert_uint_eq(la.mr.end, ea.end);
+	ck_assert_uint_eq(la.mr.lkey, ea.lkey);
+	ck_assert_uint_eq(lb.calls, 0);
+	mr_cache_unlisten_gone(&lc.base); /* what was bound went first */
+	ck_assert_int_eq(free_allocation(rc, NULL), 0);
+	ck_assert_uint_eq(lc.calls, 0);
+	mr_cache_flush(&reg.cache);
+	ck_assert_uint_eq(la.calls, 1); /* once */
+
+	/* The cache closes with rb's MR in it (as the domain closes). */
+	registrar_close(&reg);
+	ck_assert_uint_eq(lb.calls, 1);
+	ck_assert_uint_eq(lb.mr.rkey, eb.rkey);
+	ck_assert_uint_eq(la.calls, 1);
+	ck_assert_int_eq(registrar_open(&reg, device, MR_POLICY_CONTIG, (uintptr_t)window.base), 0);
+	ck_assert_int_eq(free_allocation(rb, NULL), 0);
+	ck_assert_uint_eq(lb.calls, 1);
+}
+END_TEST
+
 START_TEST(test_big_mempool_on_a_worker)
 {
 	struct reg_allocation *ra = alloc(4 * MiB);
@@ -1175,6 +1229,7 @@ static Suite *registrar_suite(void)
 	tcase_add_test(tc, test_lookup_outside_memory_is_enoent);
 	tcase_add_test(tc, test_freed_keys_leave_the_table);
 	tcase_add_test(tc, test_flush_rebuilds_the_table);
+	tcase_add_test(tc, test_mr_gone_heard_once);
 	tcase_add_test(tc, test_free_bumps_only_over_mrs);
 
 	tc = module_case(s, "odp");

@@ -163,6 +163,24 @@ static bool offload(const struct mr_cache *c, uint64_t bytes)
 	       (c->own_pd && registrar_offload(r, UINT64_MAX) && c->pending_bytes > 0);
 }
 
+static struct mr_entry entry_of(const struct cached_mr *mr)
+{
+	return (struct mr_entry){ mr->start, mr->end, mr->pmr->lkey, mr->pmr->rkey };
+}
+
+/* mr is out of its cache's list (and table): whatever hangs on it hears, once. */
+static void leave(struct cached_mr *mr)
+{
+	struct mr_entry e = entry_of(mr);
+	struct mr_gone_listener *l;
+
+	mr->in_cache = false;
+	while ((l = LIST_FIRST(&mr->listeners))) {
+		mr_cache_unlisten_gone(l);
+		l->gone(l, &e);
+	}
+}
+
 void mr_cache_done(struct mr_cache *c)
 {
 	struct cached_mr *mr;
@@ -171,6 +189,7 @@ void mr_cache_done(struct mr_cache *c)
 	while ((mr = LIST_FIRST(&c->mrs))) {
 		LIST_REMOVE(mr, link);
 		LIST_REMOVE(mr, alloc_link);
+		leave(mr);
 		(void)registrar_dereg(registrar_of(c), mr->pmr);
 		free(mr);
 	}
@@ -179,11 +198,6 @@ void mr_cache_done(struct mr_cache *c)
 	if (c->charges.pinned_bytes)
 		*registrar_of(c)->host_pinned -= c->charges.pinned_bytes;
 	pin_map_done(&c->charges);
-}
-
-static struct mr_entry entry_of(const struct cached_mr *mr)
-{
-	return (struct mr_entry){ mr->start, mr->end, mr->pmr->lkey, mr->pmr->rkey };
 }
 
 /* With the table overflowed, the list is the truth. */
@@ -804,6 +818,25 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 	return k == MR_CACHE_MISS ? mr_cache_miss(c, a, addr, ret, why, why_size, waiter) : k;
 }
 
+int mr_cache_listen_gone(struct mr_cache *c, uint64_t addr, struct mr_gone_listener *l)
+{
+	struct cached_mr *mr;
+
+	LIST_FOREACH(mr, &c->mrs, link)
+		if (addr >= mr->start && addr < mr->end) {
+			LIST_INSERT_HEAD(&mr->listeners, l, link);
+			return 0;
+		}
+	return -ENOENT;
+}
+
+void mr_cache_unlisten_gone(struct mr_gone_listener *l)
+{
+	if (l->link.le_prev)
+		LIST_REMOVE(l, link);
+	l->link.le_prev = NULL;
+}
+
 void mr_cache_flush(struct mr_cache *c)
 {
 	rebuild(c);
@@ -822,11 +855,11 @@ uint64_t mr_cache_retire(struct mr_cache *c, struct reg_allocation *a)
 		bytes += mr->end - mr->start;
 		if (!mr->in_cache)
 			continue; /* let go of by its client PD already */
-		mr->in_cache = false;
 		if (!o->table.overflow)
 			(void)mr_table_remove(&o->table, mr->start);
 		LIST_REMOVE(mr, link);
 		o->n_mrs--;
+		leave(mr);
 	}
 	LIST_FOREACH(mr, &a->mrs, alloc_link)
 		if (mr->cache->table.overflow)
@@ -901,8 +934,8 @@ bool mr_cache_drop_share(struct mr_cache *c, bool all, unsigned *made)
 		}
 		registrar_loop_did(r, mr->end - mr->start);
 		LIST_REMOVE(mr, link);
-		mr->in_cache = false;
 		c->n_mrs--;
+		leave(mr);
 		let_go(mr);
 		(*made)++;
 	}

@@ -32,6 +32,15 @@ struct registrar;
 	(MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ | \
 	 MRD_ACCESS_REMOTE_ATOMIC)
 
+/* Something bound to an MR of a cache (a memory window, a mempool MR over it) hears through
+ * this, once, when the MR leaves its cache: its allocation freed (mr_cache_retire), its client
+ * PD let go of it (mr_cache_drop_share), or the cache closed (mr_cache_done). */
+struct mr_gone_listener {
+	LIST_ENTRY(mr_gone_listener) link; /* its MR's */
+	/* mr: the range and keys it had, which no lookup hands out from here on. */
+	void (*gone)(struct mr_gone_listener *l, const struct mr_entry *mr);
+};
+
 struct cached_mr {
 	struct mr_cache *cache;           /* whose table holds it: its domain's, or a client PD's */
 	LIST_ENTRY(cached_mr) link;       /* the cache's */
@@ -42,6 +51,7 @@ struct cached_mr {
 	bool pins; /* charged: all but a client PD's on-demand MR */
 	bool in_cache; /* in its cache's list and table: not once its client PD let go of it, nor
 			* a registration that came too late to serve (mr_cache_drop_share) */
+	LIST_HEAD(, mr_gone_listener) listeners; /* told when it leaves its cache */
 };
 
 /* A lookup waiting for a mempool MR that a worker is making (struct pool_mr's lookups). */
@@ -142,6 +152,12 @@ int mr_cache_miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
  * comes through mr_cache_resume_waits); without a waiter, -EAGAIN and why says what. */
 int mr_cache_wait(struct mr_wait **lookups, uint64_t addr, struct mr_waiter *waiter,
 		  const char *what, char *why, size_t why_size);
+
+/* Hangs l on the MR of c's table holding addr: -ENOENT when there is none (another's MR, an
+ * on-demand child, an address nothing registered yet). */
+int mr_cache_listen_gone(struct mr_cache *c, uint64_t addr, struct mr_gone_listener *l);
+/* l no longer hears (before its MR went: after, it is off already). */
+void mr_cache_unlisten_gone(struct mr_gone_listener *l);
 
 /* Counts [start, end) as pinned by one more registration (pages already counted stay counted
  * once), in the domain's charges and the host-wide sum; -ENOMEM. Uncharging a range charged so needs no memory. */
