@@ -66,7 +66,7 @@ static int analyze(struct registrar *r, const uint64_t *starts, const uint64_t *
 				 "one allocation of domain %s", starts[i], lengths[i], r->name);
 			return -EFAULT;
 		}
-		if (a->mem.alias) { /* mr-cache.c: no PD but its process's registers it */
+		if (reg_kind_of(a) == REG_KIND_ALIAS) { /* its process's PDs alone register it */
 			snprintf(why, why_size, "range [0x%" PRIx64 ", +0x%" PRIx64 ") is a program's "
 				 "buffer (libmrd-preload.so): no pool registers it", starts[i],
 				 lengths[i]);

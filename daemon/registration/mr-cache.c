@@ -134,7 +134,8 @@ static unsigned access_of(const struct mr_cache *c, const struct reg_allocation 
 	const struct provider_caps *caps = &provider_of(c)->caps;
 	unsigned access = reg_allocation_access(a, caps);
 
-	if (c->own_pd && a->mem.odp && provider_odp_covers(caps, access))
+	if (c->own_pd && reg_kind_of(a) == REG_KIND_ON_DEMAND &&
+	    provider_odp_covers(caps, access))
 		access |= MRD_ACCESS_ON_DEMAND;
 	return access;
 }
@@ -445,7 +446,7 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 		/* Registering the run again would pin and count its pages twice. */
 		return mr_cache_wait(&job->lookups, addr, waiter, "", why, why_size);
 	pick_range(c, a, addr, &start, &end);
-	if (a->mem.span_length) {
+	if (reg_kind_of(a) == REG_KIND_ALIAS && a->mem.span_length) {
 		/* A program's buffer: its bytes alone, whatever else its pages hold. */
 		uint64_t lo = allocation_address(&a->mem) + a->mem.span_offset;
 		uint64_t hi = lo + a->mem.span_length;
@@ -774,7 +775,8 @@ int mr_cache_find(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char 
 		return 0;
 
 	a = reg_allocation_of(allocation_containing(r->mem, addr));
-	if (a && a->mem.alias && (!c->own_pd || !a->mem.owner || a->mem.owner->pid != c->pid)) {
+	if (a && reg_kind_of(a) == REG_KIND_ALIAS &&
+	    (!c->own_pd || !a->mem.owner || a->mem.owner->pid != c->pid)) {
 		/* Its pages are a program's buffer at the alias: an MR anywhere else would hand
 		 * another PD keys to that program's memory, at an address nobody else maps. */
 		c->misses++;

@@ -99,7 +99,7 @@ int registrar_lookup(struct registrar *r, uint64_t addr, struct mr_entry *ret, c
 	if (k != MR_CACHE_MISS)
 		return k;
 	/* On-demand memory's children are found through their allocation, in no table. */
-	if (a && a->mem.odp)
+	if (a && reg_kind_of(a) == REG_KIND_ON_DEMAND)
 		return odp_fault(r, a, addr, ret, why, why_size, waiter);
 	return mr_cache_miss(&r->cache, a, addr, ret, why, why_size, waiter);
 }
