@@ -63,7 +63,8 @@ static struct provider *bind_soft(struct client *c)
 	ck_assert_int_eq(provider_soft_ops.open(NULL, &p), 0);
 	p->ops = &counted_ops;
 	ck_assert_int_eq(provider_pd_alloc(p, &pd), 0);
-	ck_assert_int_eq(bound_pd_adopt(&c->domain->reg, p, pd, "soft", 7, getpid(), &c->bound), 0);
+	ck_assert_int_eq(bound_pd_adopt(&c->domain->reg.cache, p, pd, "soft", 7, getpid(),
+					&c->bound), 0);
 	return p;
 }
 
@@ -200,8 +201,9 @@ START_TEST(test_keys_are_of_the_bound_pd)
 	td_lookup(ofd, 6, a + 5, 0, &ed);
 	ck_assert_uint_eq(c->domain->reg.cache.n_mrs, 1);
 	ck_assert_uint_eq(pinned(c), 4 * MiB);
-	ck_assert_int_lt(provider_dma(c->domain->reg.pd, PROVIDER_DMA_WRITE, ed.lkey, a, eb.rkey,
-				      b, 8), 0); /* a bound key is nothing in the domain's PD */
+	/* A bound key is nothing in the domain's PD. */
+	ck_assert_int_lt(provider_dma(c->domain->reg.base.pd, PROVIDER_DMA_WRITE, ed.lkey, a,
+				      eb.rkey, b, 8), 0);
 	finish(fd, ofd);
 }
 END_TEST

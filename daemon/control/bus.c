@@ -125,20 +125,20 @@ static int prop_generations(sd_bus *bus, const char *path, const char *interface
 static void dump_pools(FILE *f, struct domain *d)
 {
 	struct frmr_pool_stats *st;
-	size_t n = frmr_pools_stats(&d->reg.pools, NULL, 0);
+	size_t n = frmr_pools_stats(&d->reg.base.pools, NULL, 0);
 
 	bool q_on;
 	uint64_t q_parked, q_unparked;
 
 	fputs(",\"pools_off\":", f);
-	json_write_string(f, d->reg.pools.off ? d->reg.pools.off : "");
-	key_quarantine_counts(&d->reg.pools.quarantine, &q_on, &q_parked, &q_unparked);
+	json_write_string(f, d->reg.base.pools.off ? d->reg.base.pools.off : "");
+	key_quarantine_counts(&d->reg.base.pools.quarantine, &q_on, &q_parked, &q_unparked);
 	fprintf(f, ",\"quarantine\":{\"on\":%s,\"parked\":%" PRIu64 ",\"unparked\":%" PRIu64 "}",
 		q_on ? "true" : "false", q_parked, q_unparked);
 	fputs(",\"pools\":[", f);
 	st = n ? calloc(n, sizeof(*st)) : NULL;
 	if (st) {
-		size_t got = frmr_pools_stats(&d->reg.pools, st, n);
+		size_t got = frmr_pools_stats(&d->reg.base.pools, st, n);
 
 		for (size_t i = 0; i < got && i < n; i++)
 			fprintf(f, "%s{\"access\":%u,\"odp\":%s,\"internal\":%s,\"vendor\":%" PRIu32

@@ -311,7 +311,7 @@ static int save_old_contexts(struct manager *m, State *st)
 		if (d->n_exported_to == 0)
 			continue;
 		snprintf(mine.domain, sizeof(mine.domain), "%s", d->name);
-		snprintf(mine.device, sizeof(mine.device), "%s", d->reg.provider->caps.device);
+		snprintf(mine.device, sizeof(mine.device), "%s", d->reg.base.provider->caps.device);
 		r = save_old_context(st, &mine);
 		if (r < 0)
 			return r;
@@ -495,7 +495,7 @@ unsigned handover_unbind_clients(struct manager *m)
 	domains_finish_leaving(&m->core); /* and those of clients that left */
 	/* What is left holds MRs the device kept (a failed dereg, now or before). */
 	LIST_FOREACH(d, &m->core.domains, link)
-		LIST_FOREACH(bc, &d->reg.bound, bound_link)
+		LIST_FOREACH(bc, &d->reg.cache.bound, bound_link)
 			live++;
 	return live;
 }

@@ -45,7 +45,7 @@ int request_frmr_pools(struct client *c, struct domain *no_domain, const Mrd__Re
 		if (!access_view_shows(client_view(c), d->name))
 			continue;
 		n_domains++;
-		n_pools += frmr_pools_stats(&d->reg.pools, NULL, 0);
+		n_pools += frmr_pools_stats(&d->reg.base.pools, NULL, 0);
 	}
 	/* One block per array, freed with the reply. Workers may add pools meanwhile: those
 	 * beyond this count wait for the next request. */
@@ -67,7 +67,7 @@ int request_frmr_pools(struct client *c, struct domain *no_domain, const Mrd__Re
 
 		if (!access_view_shows(client_view(c), d->name))
 			continue;
-		got = frmr_pools_stats(&d->reg.pools, stats + j, n_pools - j);
+		got = frmr_pools_stats(&d->reg.base.pools, stats + j, n_pools - j);
 		struct frmr_pools_config config;
 		uint64_t queued;
 		bool quarantine_on;
@@ -78,16 +78,16 @@ int request_frmr_pools(struct client *c, struct domain *no_domain, const Mrd__Re
 			r->body.frmr_pools.pools_omitted += (uint32_t)got;
 			continue;
 		}
-		frmr_pools_summary(&d->reg.pools, &config, &queued);
+		frmr_pools_summary(&d->reg.base.pools, &config, &queued);
 		mrd__frmr_domain_info__init(&di[i]);
 		di[i].domain = d->name;
-		di[i].off = (char *)(d->reg.pools.off ? d->reg.pools.off : "");
+		di[i].off = (char *)(d->reg.base.pools.off ? d->reg.base.pools.off : "");
 		di[i].queued = queued;
 		di[i].max_queued = config.max_queued;
 		di[i].aging_s = config.aging_s;
 		di[i].pinned = config.pinned;
-		key_quarantine_counts(&d->reg.pools.quarantine, &quarantine_on, &di[i].quarantined,
-				      &di[i].unparked);
+		key_quarantine_counts(&d->reg.base.pools.quarantine, &quarantine_on,
+				      &di[i].quarantined, &di[i].unparked);
 		di[i].quarantine_on = quarantine_on;
 		di[i].pools = &pip[j];
 		bytes += reply_repeated_size(&di[i].base) + 4; /* its length grows with its pools */

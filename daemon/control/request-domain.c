@@ -23,10 +23,10 @@ int request_export_pd(struct client *c, struct domain *d, const Mrd__Request *re
 	uint32_t handle;
 	int fd, k;
 
-	k = provider_export_pd(d->reg.pd, &fd, &handle);
+	k = provider_export_pd(d->reg.base.pd, &fd, &handle);
 	if (k == -EOPNOTSUPP) {
 		reply_set_message(r, "the %s provider has no device to share",
-				  provider_name(d->reg.provider));
+				  provider_name(d->reg.base.provider));
 		return k;
 	}
 	if (k < 0)
@@ -48,7 +48,7 @@ int request_export_pd(struct client *c, struct domain *d, const Mrd__Request *re
 	r->fds[r->n_fds++] = fd;
 	mrd__export_pd_response__init(&r->body.export_pd);
 	r->body.export_pd.pd_handle = handle;
-	r->body.export_pd.device = d->reg.provider->caps.device;
+	r->body.export_pd.device = d->reg.base.provider->caps.device;
 	r->resp.body_case = MRD__RESPONSE__BODY_EXPORT_PD;
 	r->resp.export_pd = &r->body.export_pd;
 	return 0;
@@ -68,8 +68,9 @@ static int own_fds(struct core *core, int **ret, size_t *ret_n)
 	if (provider_cmd_fd(core->provider) >= 0)
 		fds[n++] = provider_cmd_fd(core->provider);
 	LIST_FOREACH(d, &core->domains, link)
-		if (n < core->n_domains + 1 && d->reg.provider && provider_cmd_fd(d->reg.provider) >= 0)
-			fds[n++] = provider_cmd_fd(d->reg.provider);
+		if (n < core->n_domains + 1 && d->reg.base.provider &&
+		    provider_cmd_fd(d->reg.base.provider) >= 0)
+			fds[n++] = provider_cmd_fd(d->reg.base.provider);
 	*ret = fds;
 	*ret_n = n;
 	return 0;
@@ -88,9 +89,10 @@ static int open_context(struct client *c, struct domain *d, int fd, struct clien
 	k = uverbs_fd_device(fd, "/sys", ibdev, sizeof(ibdev), r->message, sizeof(r->message));
 	if (k < 0)
 		return k;
-	if (!d->reg.provider->ops->cmd_fd) {
+	if (!d->reg.base.provider->ops->cmd_fd) {
 		reply_set_message(r, "the %s provider has no RDMA device: BindPd needs mrd on a verbs "
-				  "device (mrd --provider verbs)", provider_name(d->reg.provider));
+				  "device (mrd --provider verbs)",
+				  provider_name(d->reg.base.provider));
 		return -EOPNOTSUPP;
 	}
 	*ret_device = served_device_find(core, ibdev);
@@ -137,7 +139,7 @@ int request_bind_pd(struct client *c, struct domain *d, const Mrd__Request *req,
 		client_context_close(ctx);
 		return k;
 	}
-	k = bound_pd_open(&d->reg, ctx, handle, &dev->caps, c->owner.mem.pid, &c->bound);
+	k = bound_pd_open(&d->reg.cache, ctx, handle, &dev->caps, c->owner.mem.pid, &c->bound);
 	if (k < 0)
 		return k;
 	c->bound_device = dev;

@@ -176,11 +176,13 @@ struct dma_job {
 
 static int dma_result(struct domain *d, const Mrd__DmaRequest *q, int k, struct reply *r)
 {
-	if (k == -EOPNOTSUPP && d->reg.provider->caps.no_dma)
-		reply_set_message(r, "%s does no DMA through keys: %s", d->reg.provider->caps.device,
-				  d->reg.provider->caps.no_dma);
+	if (k == -EOPNOTSUPP && d->reg.base.provider->caps.no_dma)
+		reply_set_message(r, "%s does no DMA through keys: %s",
+				  d->reg.base.provider->caps.device,
+				  d->reg.base.provider->caps.no_dma);
 	else if (k == -EOPNOTSUPP)
-		reply_set_message(r, "the %s provider does no DMA", provider_name(d->reg.provider));
+		reply_set_message(r, "the %s provider does no DMA",
+				  provider_name(d->reg.base.provider));
 	else if (k == -ENOKEY)
 		reply_set_message(r, "a key is not valid: never handed out, or its memory was freed");
 	else if (k == -EACCES)
@@ -217,7 +219,7 @@ static int dma_result(struct domain *d, const Mrd__DmaRequest *q, int k, struct 
 
 static int do_dma(struct domain *d, const Mrd__DmaRequest *q)
 {
-	return provider_dma(d->reg.pd, (enum provider_dma_op)q->op, q->lkey, q->laddr, q->rkey,
+	return provider_dma(d->reg.base.pd, (enum provider_dma_op)q->op, q->lkey, q->laddr, q->rkey,
 			    q->raddr, q->length);
 }
 
@@ -266,7 +268,7 @@ int request_dma(struct client *c, struct domain *d, const Mrd__Request *req,
 	struct dma_job *j;
 	int k;
 
-	if (d->reg.dma_jobs >= DMA_QUEUED_MAX) {
+	if (d->reg.base.dma_jobs >= DMA_QUEUED_MAX) {
 		reply_set_message(r, "%u Dma requests of domain %s wait already: ask again when one "
 				     "is answered", DMA_QUEUED_MAX, d->name);
 		return -EBUSY;
@@ -346,8 +348,9 @@ int request_prefetch(struct client *c, struct domain *d, const Mrd__Request *req
 		char gap[160];
 
 		/* Asked for, perhaps, but pinned: the device's paging does not cover it. */
-		if (*provider_odp_gap(&d->reg.provider->caps,
-				      registration_access(a->read_only, &d->reg.provider->caps),
+		if (*provider_odp_gap(&d->reg.base.provider->caps,
+				      registration_access(a->read_only,
+							  &d->reg.base.provider->caps),
 				      gap, sizeof(gap)))
 			reply_set_message(r, "0x%" PRIx64 " is not on-demand memory: it is pinned, "
 					  "as %s", q->address, gap);
@@ -366,7 +369,7 @@ int request_prefetch(struct client *c, struct domain *d, const Mrd__Request *req
 		if (!p)
 			return -ENOMEM;
 	}
-	k = odp_prefetch(&d->reg, &c->owner, reg_allocation_of(a), q->address, q->length,
+	k = odp_prefetch(&d->reg.odp, &c->owner, reg_allocation_of(a), q->address, q->length,
 			 (enum odp_advice)q->advice, p ? &p->waiter : NULL, r->message,
 			 sizeof(r->message));
 	if (k == -EINPROGRESS) {

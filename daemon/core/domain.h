@@ -44,7 +44,7 @@ struct domain {
 	struct event *device_event; /* its context's async fd (core/device.h) */
 	bool adopted; /* held open (domain_ref) while orphans (mem.orphans) wait */
 	/* What clients that left still own (mempools, allocations; their own PDs stay in
-	 * reg.bound, marked leaving), freed a few MRs and allocations per turn of the loop
+	 * reg.cache.bound, marked leaving), freed a few MRs and allocations per turn of the loop
 	 * (domain_leave); while there is any it holds the domain open (domain_ref). */
 	struct reg_owner leaving;
 	struct event *leave_event; /* the next turn's share of leaving */

@@ -14,7 +14,7 @@
 #include "provider/provider.h"
 #include "registration/mr-cache.h"
 #include "registration/reg-allocation.h"
-#include "registration/registrar.h"
+#include "registration/reg-base.h"
 
 #define MR_TABLE_FIRST 256
 #define MR_TABLE_MAX (1u << 20)
@@ -27,18 +27,20 @@ static int count_only(uintptr_t start, size_t len)
 	return 0;
 }
 
-int mr_cache_init(struct mr_cache *c, struct registrar *r, struct provider_pd *own_pd,
-		  enum mr_policy policy)
+int mr_cache_init(struct mr_cache *c, struct reg_base *r, struct mr_cache *home,
+		  struct provider_pd *own_pd, enum mr_policy policy)
 {
-	*c = (struct mr_cache){ .reg = r, .own_pd = own_pd, .policy = policy };
+	*c = (struct mr_cache){ .reg = r, .home = home ? home : c, .own_pd = own_pd,
+				.policy = policy };
 	LIST_INIT(&c->mrs);
 	LIST_INIT(&c->reg_jobs);
+	LIST_INIT(&c->bound);
 	pin_map_init(&c->charges);
 	c->charges.lock = c->charges.unlock = count_only;
 	return mr_table_init(&c->table, MR_TABLE_FIRST, MR_TABLE_MAX);
 }
 
-static struct registrar *registrar_of(const struct mr_cache *c)
+static struct reg_base *base_of(const struct mr_cache *c)
 {
 	return c->reg;
 }
@@ -47,7 +49,7 @@ static struct registrar *registrar_of(const struct mr_cache *c)
  * the same, whichever PD's MR pins them. */
 static struct mr_cache *home(const struct mr_cache *c)
 {
-	return &c->reg->cache;
+	return c->home;
 }
 
 static struct provider *provider_of(const struct mr_cache *c)
@@ -71,7 +73,7 @@ static void unhold(struct mr_cache *c)
 /* The host-wide sum moves with every change of the domain's own. */
 static void count_host(const struct mr_cache *h, uint64_t before)
 {
-	*registrar_of(h)->host_pinned += h->charges.pinned_bytes - before;
+	*base_of(h)->host_pinned += h->charges.pinned_bytes - before;
 }
 
 /* Charges are of whole pages: an MR over a program's buffer (an aliased span) covers its bytes
@@ -106,7 +108,7 @@ void mr_cache_uncharge(struct mr_cache *c, uint64_t start, uint64_t end)
 	count_host(h, before);
 	if (k < 0)
 		log_error_errno(k, "domain %s: uncharging [0x%" PRIx64 ", 0x%" PRIx64 "): %m",
-				registrar_of(c)->name, start, end);
+				base_of(c)->name, start, end);
 }
 
 uint64_t mr_cache_uncharged(const struct mr_cache *c, uint64_t start, uint64_t end)
@@ -122,7 +124,7 @@ static int reg_mr(const struct mr_cache *c, uint64_t start, uint64_t end, uint64
 	if (c->own_pd)
 		return provider_reg(c->own_pd, (void *)(uintptr_t)start, end - start, iova, access,
 				    ret);
-	return frmr_pools_reg(&registrar_of(c)->pools, (void *)(uintptr_t)start, end - start,
+	return frmr_pools_reg(&base_of(c)->pools, (void *)(uintptr_t)start, end - start,
 			      access, false, ret);
 }
 
@@ -158,10 +160,10 @@ static bool pins(unsigned access)
  * PD also while a worker registers in it (its provider's lock is held meanwhile). */
 static bool offload(const struct mr_cache *c, uint64_t bytes)
 {
-	const struct registrar *r = registrar_of(c);
+	const struct reg_base *r = base_of(c);
 
-	return registrar_offload(r, bytes) ||
-	       (c->own_pd && registrar_offload(r, UINT64_MAX) && c->pending_bytes > 0);
+	return reg_offload(r, bytes) ||
+	       (c->own_pd && reg_offload(r, UINT64_MAX) && c->pending_bytes > 0);
 }
 
 static struct mr_entry entry_of(const struct cached_mr *mr)
@@ -191,13 +193,13 @@ void mr_cache_done(struct mr_cache *c)
 		LIST_REMOVE(mr, link);
 		LIST_REMOVE(mr, alloc_link);
 		leave(mr);
-		(void)registrar_dereg(registrar_of(c), mr->pmr);
+		(void)reg_dereg(base_of(c), mr->pmr);
 		free(mr);
 	}
 	c->n_mrs = 0;
 	mr_table_done(&c->table);
 	if (c->charges.pinned_bytes)
-		*registrar_of(c)->host_pinned -= c->charges.pinned_bytes;
+		*base_of(c)->host_pinned -= c->charges.pinned_bytes;
 	pin_map_done(&c->charges);
 }
 
@@ -347,7 +349,7 @@ static struct cached_mr *adopt(struct mr_cache *c, struct reg_allocation *a,
 	e = entry_of(mr);
 	if (!c->table.overflow)
 		(void)mr_table_insert(&c->table, &e); /* on overflow the list serves */
-	registrar_of(c)->events.changed(registrar_of(c)->data);
+	base_of(c)->events.changed(base_of(c)->data);
 	return mr;
 }
 
@@ -425,7 +427,7 @@ static int start_job(struct mr_cache *c, struct reg_allocation *a, uint64_t addr
 		j->allocation = a;
 		a->bound_jobs++;
 	}
-	registrar_start(registrar_of(c), &j->base, reg_job_run, reg_job_done, c->own_pd != NULL);
+	reg_start(base_of(c), &j->base, reg_job_run, reg_job_done, c->own_pd != NULL);
 	return -EINPROGRESS;
 }
 
@@ -433,7 +435,7 @@ static int start_job(struct mr_cache *c, struct reg_allocation *a, uint64_t addr
 static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
 		char *why, size_t why_size, struct mr_waiter *waiter)
 {
-	struct registrar *r = registrar_of(c);
+	struct reg_base *r = base_of(c);
 	struct reg_job *job;
 	struct provider_mr *pmr;
 	struct cached_mr *spare;
@@ -461,7 +463,7 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 	}
 
 	if (pins(access)) {
-		k = registrar_check_pinned(r, mr_cache_uncharged(c, start, end), why, why_size);
+		k = reg_check_pinned(r, mr_cache_uncharged(c, start, end), why, why_size);
 		if (k < 0)
 			return k;
 		/* Counted from now: a lookup or pool meanwhile sees these pages taken. */
@@ -475,7 +477,7 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 	if (c->own_pd && !spare)
 		goto uncharge;
 	if (waiter && (offload(c, end - start) ||
-		       !registrar_loop_may(r, waiter->loop_registrations, end - start))) {
+		       !reg_loop_may(r, waiter->loop_registrations, end - start))) {
 		/* Pinning this much takes long, or the loop did its share: a worker does it, and
 		 * nobody waits but the asker. */
 		k = start_job(c, a, addr, start, end, access, spare, waiter);
@@ -491,14 +493,14 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 		goto uncharge;
 	}
 	if (!adopt(c, a, pmr, start, end, spare)) { /* the domain's alone: spare never fails */
-		(void)registrar_dereg(r, pmr);
+		(void)reg_dereg(r, pmr);
 		k = -ENOMEM;
 		goto uncharge;
 	}
 	c->loop_registrations++;
 	if (waiter)
 		waiter->loop_registrations++;
-	registrar_loop_did(r, end - start);
+	reg_loop_did(r, end - start);
 	*ret = (struct mr_entry){ start, end, pmr->lkey, pmr->rkey };
 	return 0;
 
@@ -525,7 +527,7 @@ struct dropped {
 	bool pins;
 };
 
-static void dropped_gone(struct registrar *r, void *arg, int result)
+static void dropped_gone(struct reg_base *r, void *arg, int result)
 {
 	struct dropped *g = arg;
 
@@ -541,19 +543,19 @@ static void dropped_gone(struct registrar *r, void *arg, int result)
  * loop, and uncharged once the device has let go of it. */
 static void drop(struct mr_cache *c, struct provider_mr *pmr, uint64_t start, uint64_t end)
 {
-	struct registrar *r = registrar_of(c);
+	struct reg_base *r = base_of(c);
 	bool charged = pins(pmr->access);
 	struct dropped *g;
 
 	if (offload(c, end - start) && (g = malloc(sizeof(*g)))) {
 		*g = (struct dropped){ c, start, end, charged };
 		hold(c);
-		if (registrar_dereg_on_worker(r, pmr, dropped_gone, g) == 0)
+		if (reg_dereg_on_worker(r, pmr, dropped_gone, g) == 0)
 			return;
 		unhold(c);
 		free(g);
 	}
-	(void)registrar_dereg(r, pmr);
+	(void)reg_dereg(r, pmr);
 	if (charged)
 		mr_cache_uncharge(c, start, end);
 }
@@ -581,7 +583,7 @@ static void let_go_end(struct cached_mr *mr, int k)
 	if (k < 0) {
 		log_warning_errno(k, "domain %s: a client PD kept its MR over [0x%" PRIx64 ", 0x%"
 				  PRIx64 ") (dereg: %m): the run stays pinned, and is quarantined "
-				  "when freed", registrar_of(c)->name, mr->start, mr->end);
+				  "when freed", base_of(c)->name, mr->start, mr->end);
 		return;
 	}
 	LIST_REMOVE(mr, alloc_link);
@@ -592,7 +594,7 @@ static void let_go_end(struct cached_mr *mr, int k)
 	unhold(c);
 }
 
-static void let_go_done(struct registrar *r, void *arg, int result)
+static void let_go_done(struct reg_base *r, void *arg, int result)
 {
 	struct cached_mr *mr = arg;
 	struct reg_allocation *a = mr->allocation;
@@ -600,7 +602,7 @@ static void let_go_done(struct registrar *r, void *arg, int result)
 	mr->pmr = result < 0 ? mr->pmr : NULL;
 	let_go_end(mr, result);
 	a->bound_jobs--;
-	registrar_resume_free(r, a);
+	r->resume_free(r, a);
 }
 
 /* A client PD's MR, out of every table, deregistered now or (big, or while its PD is busy)
@@ -608,15 +610,15 @@ static void let_go_done(struct registrar *r, void *arg, int result)
 static void let_go(struct cached_mr *mr)
 {
 	struct mr_cache *c = mr->cache;
-	struct registrar *r = registrar_of(c);
+	struct reg_base *r = base_of(c);
 	int k;
 
 	if (offload(c, mr->end - mr->start) &&
-	    registrar_dereg_on_worker(r, mr->pmr, let_go_done, mr) == 0) {
+	    reg_dereg_on_worker(r, mr->pmr, let_go_done, mr) == 0) {
 		mr->allocation->bound_jobs++;
 		return;
 	}
-	k = registrar_dereg(r, mr->pmr);
+	k = reg_dereg(r, mr->pmr);
 	if (k == 0)
 		mr->pmr = NULL;
 	let_go_end(mr, k);
@@ -627,7 +629,7 @@ static void let_go(struct cached_mr *mr)
 static void retry(struct mr_cache *c, uint64_t addr, struct mr_waiter *waiter)
 {
 	struct reg_allocation *a =
-		reg_allocation_of(allocation_containing(registrar_of(c)->mem, addr));
+		reg_allocation_of(allocation_containing(base_of(c)->mem, addr));
 	struct mr_entry e;
 	char why[160] = "";
 	int k;
@@ -656,7 +658,7 @@ static void retry(struct mr_cache *c, uint64_t addr, struct mr_waiter *waiter)
 static void reg_job_done(struct registrar_work *w)
 {
 	struct reg_job *j = (struct reg_job *)w;
-	struct registrar *r = w->reg;
+	struct reg_base *r = w->reg;
 	struct mr_cache *c = j->cache;
 	struct reg_allocation *a = reg_allocation_of(allocation_containing(r->mem, j->addr));
 	struct mr_entry e;
@@ -687,14 +689,14 @@ static void reg_job_done(struct registrar_work *w)
 				retry(c, j->addr, j->waiter);
 				mr_cache_resume_waits(c, j->lookups);
 			}
-			registrar_resume_free(r, ja);
+			r->resume_free(r, ja);
 			free(j);
 			unhold(c);
 			return;
 		}
 		if (ja->retired)
 			a = NULL; /* a failed registration: answered as for the domain's */
-		registrar_resume_free(r, ja);
+		r->resume_free(r, ja);
 		if (k < 0) {
 			free(j->spare);
 			j->spare = NULL;
@@ -752,7 +754,7 @@ void mr_cache_resume_waits(struct mr_cache *c, struct mr_wait *waits)
 int mr_cache_find(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
 		  size_t why_size, struct reg_allocation **ret_a)
 {
-	struct registrar *r = registrar_of(c);
+	struct reg_base *r = base_of(c);
 	struct reg_allocation *a;
 
 	c->lookups++;
@@ -805,7 +807,7 @@ int mr_cache_miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
 	c->misses++;
 	if (!a) {
 		snprintf(why, why_size, "0x%" PRIx64 " is not in memory allocated in domain %s",
-			 addr, registrar_of(c)->name);
+			 addr, base_of(c)->name);
 		return -ENOENT;
 	}
 	return cover_or_miss(c, a, addr, ret, why, why_size, waiter);
@@ -874,7 +876,7 @@ void mr_cache_deregister(const struct mr_cache *c, struct reg_allocation *a)
 	struct cached_mr *mr;
 
 	LIST_FOREACH(mr, &a->mrs, alloc_link) {
-		int k = mr->pmr ? registrar_dereg(registrar_of(c), mr->pmr) : 0;
+		int k = mr->pmr ? reg_dereg(base_of(c), mr->pmr) : 0;
 
 		/* The device keeps a live MR (its keys work, its pages pinned): so does a. */
 		if (k < 0 && !a->dereg_error)
@@ -924,17 +926,17 @@ void mr_cache_close(struct mr_cache *c)
 
 bool mr_cache_drop_share(struct mr_cache *c, bool all, unsigned *made)
 {
-	struct registrar *r = registrar_of(c);
+	struct reg_base *r = base_of(c);
 	struct cached_mr *mr;
 	bool done = true;
 
 	hold(c); /* the last MR's unhold must not free c under the loop */
 	while ((mr = LIST_FIRST(&c->mrs))) {
-		if (!all && *made > 0 && !registrar_loop_may(r, *made, mr->end - mr->start)) {
+		if (!all && *made > 0 && !reg_loop_may(r, *made, mr->end - mr->start)) {
 			done = false;
 			break;
 		}
-		registrar_loop_did(r, mr->end - mr->start);
+		reg_loop_did(r, mr->end - mr->start);
 		LIST_REMOVE(mr, link);
 		c->n_mrs--;
 		leave(mr);

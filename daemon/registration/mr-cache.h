@@ -24,7 +24,7 @@
 struct provider_mr;
 struct provider_pd;
 struct reg_allocation;
-struct registrar;
+struct reg_base;
 
 
 /* Access of every MR the cache makes: whatever a peer may do to a client's buffers. */
@@ -83,7 +83,10 @@ struct mr_cache_others {
  * PD has one more (registration/bound-pd.h) over the same memory. Each allocation lists the MRs
  * of every cache over it, so its free deregisters them all before its pages go back. */
 struct mr_cache {
-	struct registrar *reg; /* whose memory, workers, quotas and pinned pages */
+	struct reg_base *reg; /* whose memory, workers, quotas and pinned pages */
+	/* Where pinned pages are counted: the domain's cache, for a client PD's too — the pages
+	 * are the same, whichever PD's MR pins them. */
+	struct mr_cache *home;
 	/* NULL: the domain's PD, through its FRMR pools, with its mempools' MRs and on-demand
 	 * children. Else a PD of a client's own context: MRs of this cache alone, registered
 	 * whole (no pools), their pinned pages counted in the domain's charges. */
@@ -94,7 +97,8 @@ struct mr_cache {
 	pid_t pid;    /* a client PD's: its client's process, whose aliased memory it registers */
 	bool closing; /* a client PD's whose client left (mr_cache_drop_share): nothing is made */
 	const struct mr_cache_others *others; /* the domain's: its registrar's; NULL: none */
-	LIST_ENTRY(mr_cache) bound_link; /* a client PD's, in its registrar's bound list */
+	LIST_ENTRY(mr_cache) bound_link; /* a client PD's, on its home's bound list */
+	LIST_HEAD(, mr_cache) bound; /* the domain's: the client PDs' caches counting here */
 	enum mr_policy policy;
 	uint64_t pending_bytes; /* registrations under way on workers */
 	LIST_HEAD(, reg_job) reg_jobs; /* those registrations */
@@ -114,15 +118,16 @@ struct mr_cache {
 	bool keys_stale;
 };
 
-/* own_pd NULL: the domain's cache of r; else a client PD's over r's memory. */
-int mr_cache_init(struct mr_cache *c, struct registrar *r, struct provider_pd *own_pd,
-		  enum mr_policy policy);
+/* own_pd NULL: the domain's cache over r's memory (home NULL); else a client PD's, counting
+ * its pinned pages in home, the domain's. */
+int mr_cache_init(struct mr_cache *c, struct reg_base *r, struct mr_cache *home,
+		  struct provider_pd *own_pd, enum mr_policy policy);
 /* Deregisters every MR (the domain's cache, at close). */
 void mr_cache_done(struct mr_cache *c);
 /* A client PD's cache, when its client goes: it serves no lookup from here on. */
 void mr_cache_close(struct mr_cache *c);
 /* Then (closed) a share of its MRs (all with all; else while the loop's budget allows,
- * registrar_loop_may, *made counting what this share made already, at least one) leaves its
+ * reg_loop_may, *made counting what this share made already, at least one) leaves its
  * allocation, deregistered here or (big, or while the PD is busy) on a worker, uncharged once
  * the device let go. Registrations under way are dropped when they end. Whether none is
  * left. */
