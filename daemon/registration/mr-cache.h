@@ -161,7 +161,7 @@ int mr_cache_wait(struct mr_wait **lookups, uint64_t addr, struct mr_waiter *wai
 /* Hangs l on the MR of c's table holding addr: -ENOENT when there is none (another's MR, an
  * on-demand child, an address nothing registered yet). */
 int mr_cache_listen_gone(struct mr_cache *c, uint64_t addr, struct mr_gone_listener *l);
-/* l no longer hears (before its MR went: after, it is off already). */
+/* l (hung, or zeroed) no longer hears: before its MR went; after, it is off already. */
 void mr_cache_unlisten_gone(struct mr_gone_listener *l);
 
 /* Counts [start, end) as pinned by one more registration (pages already counted stay counted
