@@ -457,6 +457,20 @@ START_TEST(test_freed_while_a_worker_registers)
 }
 END_TEST
 
+/* A registration the device refuses leaves nothing charged (miss()'s unwind). */
+START_TEST(test_failed_registration_uncharges)
+{
+	struct reg_allocation *ra = alloc(64 * KiB);
+	struct mr_entry e;
+
+	provider_mark_lost(reg.base.provider); /* every op fails from here on */
+	ck_assert_int_lt(lookup(address(ra), &e, NULL), 0);
+	ck_assert_uint_eq(reg.cache.charges.pinned_bytes, 0);
+	ck_assert_uint_eq(host_pinned, 0);
+	ck_assert_uint_eq(reg.cache.n_mrs, 0);
+}
+END_TEST
+
 START_TEST(test_page_policy_registers_one_page)
 {
 	struct reg_allocation *ra = alloc(64 * KiB);
@@ -1231,6 +1245,7 @@ static Suite *registrar_suite(void)
 	tcase_add_test(tc, test_page_policy_registers_one_page);
 	tcase_add_test(tc, test_contig_registers_the_run_minus_other_mrs);
 	tcase_add_test(tc, test_lookup_outside_memory_is_enoent);
+	tcase_add_test(tc, test_failed_registration_uncharges);
 	tcase_add_test(tc, test_freed_keys_leave_the_table);
 	tcase_add_test(tc, test_flush_rebuilds_the_table);
 	tcase_add_test(tc, test_mr_gone_heard_once);
