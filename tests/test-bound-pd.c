@@ -277,11 +277,26 @@ END_TEST
 
 /* The bound client looked up another client's memory: when it goes, those MRs go (the
  * other's memory stays), and so does the context. */
+struct gone_listener {
+	struct mr_gone_listener base;
+	unsigned calls;
+	uint64_t start;
+};
+
+static void on_gone(struct mr_gone_listener *l, const struct mr_entry *mr)
+{
+	struct gone_listener *g = container_of(l, struct gone_listener, base);
+
+	g->calls++;
+	g->start = mr->start;
+}
+
 START_TEST(test_end_drops_every_mr)
 {
 	struct client *c, *owner;
 	int ofd = td_hello_client(1000, &owner), fd = td_hello_client(1000, &c);
 	uint64_t theirs = td_alloc(ofd, 2, 2 * MiB), mine;
+	struct gone_listener gone = { .base.gone = on_gone };
 	Mrd__MrEntry e;
 	struct provider *p;
 
@@ -291,9 +306,13 @@ START_TEST(test_end_drops_every_mr)
 	td_lookup(fd, 5, mine, 0, &e);
 	ck_assert_uint_eq(mrs_of(p), 2);
 	ck_assert_uint_eq(pinned(c), 2 * MiB + 64 * 1024);
+	/* What is bound to the PD's MR over the owner's memory hears once that it went. */
+	ck_assert_int_eq(mr_cache_listen_gone(&c->bound->cache, theirs, &gone.base), 0);
 	close(fd);
 	/* 2 MiB: [cache] async_bytes or more, deregistered on a worker. */
 	pump_until_closed();
+	ck_assert_uint_eq(gone.calls, 1);
+	ck_assert_uint_eq(gone.start, theirs);
 	ck_assert_uint_eq(td_manager->n_clients, 1);
 	ck_assert_uint_eq(pinned(owner), 0);
 	ck_assert_uint_eq(owner->domain->reg.cache.charges.pinned_bytes, 0);
