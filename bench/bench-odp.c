@@ -84,13 +84,13 @@ static int domain_open(struct odp_domain *d, uint64_t window_base)
 	r = status_page_open(&d->mem.status, "bench", 1);
 	if (r < 0)
 		return r;
-	d->reg = (struct registrar){
+	d->reg = (struct registrar){ .base = {
 		.config = &d->cfg, .name = "bench", .mem = &d->mem, .workers = &d->workers,
 		.stopping = &d->stopping, .host_pinned = &d->host_pinned,
 		.events = { .hold = on_hold, .unhold = on_unhold, .allocation_idle = on_idle,
 			    .released = on_released, .changed = on_changed },
 		.data = d,
-	};
+	} };
 	r = provider_open("soft", NULL, &d->device, &verbs_error);
 	if (r < 0)
 		return r;

@@ -63,7 +63,8 @@ static struct provider *bind_soft(struct client *c)
 	ck_assert_int_eq(provider_soft_ops.open(NULL, &p), 0);
 	p->ops = &counted_ops;
 	ck_assert_int_eq(provider_pd_alloc(p, &pd), 0);
-	ck_assert_int_eq(bound_pd_adopt(&c->domain->reg, p, pd, "soft", 7, getpid(), &c->bound), 0);
+	ck_assert_int_eq(bound_pd_adopt(&c->domain->reg.cache, p, pd, "soft", 7, getpid(),
+					&c->bound), 0);
 	return p;
 }
 
@@ -200,8 +201,9 @@ START_TEST(test_keys_are_of_the_bound_pd)
 	td_lookup(ofd, 6, a + 5, 0, &ed);
 	ck_assert_uint_eq(c->domain->reg.cache.n_mrs, 1);
 	ck_assert_uint_eq(pinned(c), 4 * MiB);
-	ck_assert_int_lt(provider_dma(c->domain->reg.pd, PROVIDER_DMA_WRITE, ed.lkey, a, eb.rkey,
-				      b, 8), 0); /* a bound key is nothing in the domain's PD */
+	/* A bound key is nothing in the domain's PD. */
+	ck_assert_int_lt(provider_dma(c->domain->reg.base.pd, PROVIDER_DMA_WRITE, ed.lkey, a,
+				      eb.rkey, b, 8), 0);
 	finish(fd, ofd);
 }
 END_TEST
@@ -275,11 +277,26 @@ END_TEST
 
 /* The bound client looked up another client's memory: when it goes, those MRs go (the
  * other's memory stays), and so does the context. */
+struct gone_listener {
+	struct mr_gone_listener base;
+	unsigned calls;
+	uint64_t start;
+};
+
+static void on_gone(struct mr_gone_listener *l, const struct mr_entry *mr)
+{
+	struct gone_listener *g = container_of(l, struct gone_listener, base);
+
+	g->calls++;
+	g->start = mr->start;
+}
+
 START_TEST(test_end_drops_every_mr)
 {
 	struct client *c, *owner;
 	int ofd = td_hello_client(1000, &owner), fd = td_hello_client(1000, &c);
 	uint64_t theirs = td_alloc(ofd, 2, 2 * MiB), mine;
+	struct gone_listener gone = { .base.gone = on_gone };
 	Mrd__MrEntry e;
 	struct provider *p;
 
@@ -289,9 +306,13 @@ START_TEST(test_end_drops_every_mr)
 	td_lookup(fd, 5, mine, 0, &e);
 	ck_assert_uint_eq(mrs_of(p), 2);
 	ck_assert_uint_eq(pinned(c), 2 * MiB + 64 * 1024);
+	/* What is bound to the PD's MR over the owner's memory hears once that it went. */
+	ck_assert_int_eq(mr_cache_listen_gone(&c->bound->cache, theirs, &gone.base), 0);
 	close(fd);
 	/* 2 MiB: [cache] async_bytes or more, deregistered on a worker. */
 	pump_until_closed();
+	ck_assert_uint_eq(gone.calls, 1);
+	ck_assert_uint_eq(gone.start, theirs);
 	ck_assert_uint_eq(td_manager->n_clients, 1);
 	ck_assert_uint_eq(pinned(owner), 0);
 	ck_assert_uint_eq(owner->domain->reg.cache.charges.pinned_bytes, 0);

@@ -141,7 +141,7 @@ START_TEST(test_partial_odp_registers_pinned)
 	ck_assert_uint_eq(c->domain->reg.odp.children, 0);
 	ck_assert_uint_eq(c->domain->reg.odp.stats.children_created, 0);
 	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 6 * MiB);
-	provider_stats(c->domain->reg.provider, &ps);
+	provider_stats(c->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.pinned_bytes, 6 * MiB);
 	prefetch(fd, 6, b, 4096, MRD__PREFETCH_ADVICE__PREFETCH, EINVAL);
 	resp = status(fd, 7);
@@ -195,7 +195,7 @@ START_TEST(test_advise_cut_to_the_device)
 	prefetch(fd, 3, a, 4 * MiB, MRD__PREFETCH_ADVICE__PREFETCH_WRITE, 0);
 	ck_assert_uint_eq(c->domain->reg.odp.children, 2);
 	ck_assert_uint_eq(c->domain->reg.odp.stats.prefetch_pages, 4 * MiB / 4096);
-	provider_stats(c->domain->reg.provider, &ps);
+	provider_stats(c->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.odp_prefetched_pages, 4 * MiB / 4096);
 	close(fd);
 }
@@ -215,14 +215,14 @@ START_TEST(test_prefetch_no_fault_installs_present_pages)
 	a = td_alloc_flags(fd, 2, 2 * MiB, MRD__ALLOC_FLAGS__ALLOC_ODP);
 	((volatile char *)(uintptr_t)a)[0] = 1; /* mrd's mapping: this process's */
 	((volatile char *)(uintptr_t)a)[5 * 4096] = 1;
-	provider_stats(c->domain->reg.provider, &s0);
+	provider_stats(c->domain->reg.base.provider, &s0);
 	prefetch(fd, 3, a, 2 * MiB, MRD__PREFETCH_ADVICE__PREFETCH_NO_FAULT, 0);
-	provider_stats(c->domain->reg.provider, &s1);
+	provider_stats(c->domain->reg.base.provider, &s1);
 	ck_assert_uint_eq(c->domain->reg.odp.children, 1);
 	ck_assert_uint_eq(s1.odp_prefetched_pages - s0.odp_prefetched_pages, 2);
 	ck_assert_uint_eq(c->domain->reg.odp.stats.prefetch_pages, 0); /* none faulted in */
 	prefetch(fd, 4, a, 2 * MiB, MRD__PREFETCH_ADVICE__PREFETCH, 0);
-	provider_stats(c->domain->reg.provider, &s0);
+	provider_stats(c->domain->reg.base.provider, &s0);
 	ck_assert_uint_eq(s0.odp_prefetched_pages - s1.odp_prefetched_pages, 2 * MiB / 4096 - 2);
 	close(fd);
 }

@@ -196,7 +196,7 @@ START_TEST(test_fatal_during_registration_accounting)
 	td_lookup(a, 3, addr, 0, NULL);
 	td_free(a, 4, addr, 0);
 	td_pump_until(!d->mem.allocated_bytes);
-	provider_stats(d->reg.provider, &ps);
+	provider_stats(d->reg.base.provider, &ps);
 	fprintf(stderr, "after free: provider mrs %llu pinned %llu, charges pinned %llu, "
 		"allocated %llu\n", (unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes,
 		(unsigned long long)d->reg.cache.charges.pinned_bytes,
@@ -325,7 +325,7 @@ START_TEST(test_fatal_during_registration_loop_serves)
 	td_free(a, 6, addr, 0);
 	td_free(b, 7, small, 0);
 	td_pump_until(!d->mem.allocated_bytes);
-	provider_stats(d->reg.provider, &ps);
+	provider_stats(d->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
 	ck_assert_uint_eq(ps.pinned_bytes, 0);
 	ck_assert_uint_eq(d->reg.cache.charges.pinned_bytes, 0);
@@ -497,7 +497,7 @@ START_TEST(test_fail_and_return_during_prefetch)
 	td_lookup(a, 3, odp, 0, NULL);
 	td_free(a, 4, odp, 0);
 	td_pump_until(!d->mem.allocated_bytes && !d->reg.odp.children);
-	provider_stats(d->reg.provider, &ps);
+	provider_stats(d->reg.base.provider, &ps);
 	fprintf(stderr, "after: mrs %llu pinned %llu children %u allocated %llu\n",
 		(unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes,
 		(unsigned)d->reg.odp.children, (unsigned long long)d->mem.allocated_bytes);
@@ -530,14 +530,14 @@ START_TEST(test_quarantined_run_through_failure)
 	ck_assert_uint_eq(d->reg.quarantine.n, 1);
 	inject('F');
 	pump_until(&td_manager->core.device.failed, true);
-	provider_stats(d->reg.provider, &ps);
+	provider_stats(d->reg.base.provider, &ps);
 	fprintf(stderr, "failed: mrs %llu pinned %llu quarantine %u/%llu charges %llu\n",
 		(unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes,
 		(unsigned)d->reg.quarantine.n, (unsigned long long)d->reg.quarantine.bytes,
 		(unsigned long long)d->reg.cache.charges.pinned_bytes);
 	inject('R');
 	pump_until(&td_manager->core.device.failed, false);
-	provider_stats(d->reg.provider, &ps);
+	provider_stats(d->reg.base.provider, &ps);
 	fprintf(stderr, "back: mrs %llu pinned %llu quarantine %u/%llu charges %llu\n",
 		(unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes,
 		(unsigned)d->reg.quarantine.n, (unsigned long long)d->reg.quarantine.bytes,
@@ -549,7 +549,7 @@ START_TEST(test_quarantined_run_through_failure)
 		      (unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes);
 	(void)registrar_retry_quarantine(&d->reg);
 	td_pump_until(!d->mem.allocated_bytes);
-	provider_stats(d->reg.provider, &ps);
+	provider_stats(d->reg.base.provider, &ps);
 	fprintf(stderr, "retried: mrs %llu pinned %llu quarantine %u/%llu charges %llu alloc %llu\n",
 		(unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes,
 		(unsigned)d->reg.quarantine.n, (unsigned long long)d->reg.quarantine.bytes,
@@ -607,14 +607,14 @@ START_TEST(test_partial_return)
 	td_pump_until_zero(&td_manager->core.device.reviving);
 	td_pump_until_zero(&td_manager->core.device.losing);
 	ck_assert(td_manager->core.device.failed);
-	provider_stats(db->reg.provider, &ps);
+	provider_stats(db->reg.base.provider, &ps);
 	ck_assert_msg(ps.mrs == 0 && ps.pinned_bytes == 0, "the device counts as failed, yet "
 		      "domain B's context is open again with %llu MR(s) (%llu bytes pinned)",
 		      (unsigned long long)ps.mrs, (unsigned long long)ps.pinned_bytes);
 	pump_until(&td_manager->core.device.failed, false); /* the third try: all back */
-	provider_stats(db->reg.provider, &ps);
+	provider_stats(db->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
-	provider_stats(da->reg.provider, &ps);
+	provider_stats(da->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
 	td_lookup(a, 3, addr_a, 0, NULL);
 	td_lookup(b, 3, addr_b, 0, NULL);
@@ -794,13 +794,13 @@ START_TEST(test_held_revive_partial_failure)
 	td_pump_until_zero(&td_manager->core.device.reviving); /* A refused: all let go */
 	td_pump_until_zero(&td_manager->core.device.losing);
 	ck_assert(td_manager->core.device.failed);
-	provider_stats(db->reg.provider, &ps);
+	provider_stats(db->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
 	ck_assert_int_eq(pump_until_gated(), 'v'); /* the next tick: B's again */
 	soft_gate_release(gate, 1);
 	pump_until(&td_manager->core.device.failed, false);
 	ck_assert_uint_eq(td_manager->core.device.returns, 1);
-	provider_stats(db->reg.provider, &ps);
+	provider_stats(db->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
 	td_lookup(a, 4, addr_a, 0, NULL);
 	td_lookup(b, 4, addr_b, 0, NULL);
@@ -856,7 +856,7 @@ static bool all_released(struct domain *d)
 {
 	struct provider_stats ps;
 
-	provider_stats(d->reg.provider, &ps);
+	provider_stats(d->reg.base.provider, &ps);
 	return ps.mrs + ps.parked == 0 && ps.pinned_bytes == 0 &&
 	       d->reg.cache.charges.pinned_bytes == 0 && td_manager->core.pinned_bytes == 0;
 }
@@ -889,7 +889,7 @@ START_TEST(test_two_failures_counters)
 		inject('R');
 		pump_until(&td_manager->core.device.failed, false);
 	}
-	provider_stats(d->reg.provider, &ps);
+	provider_stats(d->reg.base.provider, &ps);
 	fprintf(stderr, "after F R F R: mrs %llu parked %llu pinned %llu host %llu\n",
 		(unsigned long long)ps.mrs, (unsigned long long)ps.parked,
 		(unsigned long long)ps.pinned_bytes,
@@ -898,7 +898,7 @@ START_TEST(test_two_failures_counters)
 	td_pump_until(!d->mem.allocated_bytes);
 	(void)domains_flush(&td_manager->core, NULL, true, true, &fc);
 	td_pump_until(all_released(d)); /* the flush's deregs run on workers */
-	provider_stats(d->reg.provider, &ps);
+	provider_stats(d->reg.base.provider, &ps);
 	ck_assert_msg(ps.mrs + ps.parked == 0 && ps.pinned_bytes == 0 &&
 		      d->reg.cache.charges.pinned_bytes == 0 && td_manager->core.pinned_bytes == 0,
 		      "after two failures, all freed and flushed: mrs %llu parked %llu pinned %llu "

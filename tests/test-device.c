@@ -108,7 +108,7 @@ static uint64_t live_mrs(const struct domain *d)
 {
 	struct provider_stats st;
 
-	provider_stats(d->reg.provider, &st);
+	provider_stats(d->reg.base.provider, &st);
 	return st.mrs;
 }
 
@@ -180,7 +180,8 @@ START_TEST(test_bound_pd_lost_with_the_device)
 
 	ck_assert_int_eq(provider_soft_ops.open(NULL, &p), 0);
 	ck_assert_int_eq(provider_pd_alloc(p, &pd), 0);
-	ck_assert_int_eq(bound_pd_adopt(&c->domain->reg, p, pd, "soft", 3, getpid(), &c->bound), 0);
+	ck_assert_int_eq(bound_pd_adopt(&c->domain->reg.cache, p, pd, "soft", 3, getpid(),
+					&c->bound), 0);
 	td_lookup(a, 3, addr, 0, &e);
 	inject('F');
 	pump_until_let_go();

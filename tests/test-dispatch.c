@@ -852,7 +852,7 @@ START_TEST(test_export_pd_domains)
 	td_expect_free(fo, 7, EOPNOTSUPP);
 	ck_assert_ptr_ne(other->domain, a->domain);
 	/* Its own context each. */
-	ck_assert_ptr_ne(other->domain->reg.provider, a->domain->reg.provider);
+	ck_assert_ptr_ne(other->domain->reg.base.provider, a->domain->reg.base.provider);
 	ck_assert_uint_eq(td_manager->core.n_domains, 2);
 
 	/* The last client of a uid closes its domain. */

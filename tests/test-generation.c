@@ -126,7 +126,7 @@ static void keep(uint32_t key, uint64_t start, uint64_t end, uint64_t gen, int c
 		memmove(keys, keys + 1, --n_keys * sizeof(*keys));
 	keys[n_keys++] = (struct held){ key, start, end, gen,
 					cl[client].c->bound ? cl[client].c->bound->pd :
-							      domain()->reg.pd,
+							      domain()->reg.base.pd,
 					client };
 }
 
@@ -145,7 +145,7 @@ static void dead(size_t i)
 			fprintf(stderr, "violation: client %d%s: key 0x%08x of [0x%" PRIx64 ", 0x%" PRIx64
 				") dead, generation %" PRIu64 " still says current (now %" PRIu64
 				")\n", keys[i].client,
-				keys[i].pd == domain()->reg.pd ? "" : " (own PD)", keys[i].key,
+				keys[i].pd == domain()->reg.base.pd ? "" : " (own PD)", keys[i].key,
 				keys[i].start, keys[i].end, keys[i].generation, now);
 	}
 	forget(i);
@@ -286,7 +286,7 @@ lookup:
 		p->kind = PREFETCH;
 		send_prefetch(g->fd, p->id, a->addr, a->len);
 	} else if (what < 62 && n_keys > 0 &&
-		   (h = &keys[pick((unsigned)n_keys)])->pd == domain()->reg.pd) {
+		   (h = &keys[pick((unsigned)n_keys)])->pd == domain()->reg.base.pd) {
 		Mrd__MrEntry e = MRD__MR_ENTRY__INIT; /* a key of the domain's PD: what Dma takes */
 
 		p->kind = DMA;
@@ -382,7 +382,7 @@ static void take_reply(int i, Mrd__Response *resp)
 		if (resp->status == ENOKEY)
 			for (size_t h = 0; h < n_keys; h++)
 				if (keys[h].key == p.key && keys[h].start == p.addr &&
-				    keys[h].pd == domain()->reg.pd) {
+				    keys[h].pd == domain()->reg.base.pd) {
 					dead(h);
 					break;
 				}
@@ -404,7 +404,7 @@ static void bind_soft(int i)
 
 	ck_assert_int_eq(provider_soft_ops.open(NULL, &cl[i].bound), 0);
 	ck_assert_int_eq(provider_pd_alloc(cl[i].bound, &pd), 0);
-	ck_assert_int_eq(bound_pd_adopt(&cl[i].c->domain->reg, cl[i].bound, pd, "soft", 7,
+	ck_assert_int_eq(bound_pd_adopt(&cl[i].c->domain->reg.cache, cl[i].bound, pd, "soft", 7,
 					getpid(), &cl[i].c->bound),
 			 0);
 }
@@ -435,7 +435,7 @@ static void leave(int i)
 		else
 			k++;
 	for (size_t k = 0; k < n_keys;)
-		if (keys[k].client == i && keys[k].pd != domain()->reg.pd)
+		if (keys[k].client == i && keys[k].pd != domain()->reg.base.pd)
 			forget(k);
 		else
 			k++;

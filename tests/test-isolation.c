@@ -168,14 +168,14 @@ static void try_alloc(struct world *w)
 	uint64_t addr = td_alloc(w->b, ++next_id, 64 * 1024);
 	Mrd__MrEntry e = lookup(w->b, addr);
 	struct frmr_pool_stats st[16];
-	size_t n = frmr_pools_stats(&w->cb->domain->reg.pools, st, 16);
+	size_t n = frmr_pools_stats(&w->cb->domain->reg.base.pools, st, 16);
 	uint64_t queued = 0;
 
 	ck_assert(addr + 64 * 1024 <= w->mem || addr >= w->mem + (1 << 20));
 	ck_assert_uint_ne(e.lkey, w->keys.lkey);
 	for (size_t i = 0; i < n; i++)
 		ck_assert_uint_eq(st[i].hits, 0);
-	n = frmr_pools_stats(&w->ca->domain->reg.pools, st, 16);
+	n = frmr_pools_stats(&w->ca->domain->reg.base.pools, st, 16);
 	for (size_t i = 0; i < n; i++)
 		queued += st[i].queued;
 	ck_assert_uint_eq(queued, 1); /* A's parked handle stays A's */

@@ -91,7 +91,7 @@ START_TEST(test_ranges_rounded_and_merged)
 	/* The keys work, and only inside their ranges. */
 	td_dma(fd, 4, PROVIDER_DMA_WRITE, e[0], a, e[1], a + 256 * KiB, 8, 0);
 	td_dma(fd, 5, PROVIDER_DMA_WRITE, e[0], a + 72 * KiB, e[1], a + 256 * KiB, 8, EFAULT);
-	provider_stats(c->domain->reg.provider, &ps);
+	provider_stats(c->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 2);
 	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 76 * KiB);
 
@@ -112,7 +112,7 @@ START_TEST(test_ranges_rounded_and_merged)
 		ck_assert_uint_eq(f1->end - f1->start + f2->end - f2->start, 76 * KiB);
 	}
 	td_dma(fd, 8, PROVIDER_DMA_WRITE, e[0], a, e[1], a + 256 * KiB, 8, ENOKEY);
-	provider_stats(c->domain->reg.provider, &ps);
+	provider_stats(c->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
 	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 0);
 	td_mempool_unregister(fd, 9, "rx", ENOENT);
@@ -170,7 +170,7 @@ START_TEST(test_extmem_replaces)
 				  a + i * 16 * KiB + 8 * KiB);
 	}
 	/* Answered once the chunk registration is gone: the replacement's MRs alone are left. */
-	provider_stats(c->domain->reg.provider, &ps);
+	provider_stats(c->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 8);
 	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 64 * KiB);
 	td_dma(fd, 5, PROVIDER_DMA_WRITE, whole->mempool_register->entries[0], a,
@@ -215,7 +215,7 @@ START_TEST(test_extmem_replaced_before_the_reply)
 	ck_assert_uint_eq(resp->mempool_register->n_entries, 8);
 	/* Right at the reply: only the replacement is counted, and only it is on the device. */
 	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 32 * KiB);
-	provider_stats(c->domain->reg.provider, &ps);
+	provider_stats(c->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 8);
 	ck_assert_uint_eq(ps.pinned_bytes, 32 * KiB);
 	mrd__response__free_unpacked(resp, NULL);
@@ -253,7 +253,7 @@ START_TEST(test_lookup_uses_the_pool_mr)
 	ck_assert_uint_eq(after.start, start + len);
 	ck_assert_uint_eq(after.end, a + 1 * MiB);
 	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 1 * MiB);
-	provider_stats(c->domain->reg.provider, &ps);
+	provider_stats(c->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 3);
 	ck_assert_uint_eq(ps.pinned_bytes, 1 * MiB);
 	/* The keys it gave work. */
@@ -294,7 +294,7 @@ START_TEST(test_pool_after_lookup_counts_once)
 	start = a + 64 * KiB;
 	resp = reg(fd, 4, "p", &start, &len, 1, false, 0);
 	mrd__response__free_unpacked(resp, NULL);
-	provider_stats(c->domain->reg.provider, &ps);
+	provider_stats(c->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.pinned_bytes, 1 * MiB); /* the provider pinned no new page */
 	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 1 * MiB);
 	td_mempool_unregister(fd, 5, "p", 0);
@@ -335,7 +335,7 @@ START_TEST(test_concurrent_lookups_quota)
 	td_unblock_worker(&b);
 	resp = td_expect(a, 3, 0);
 	mrd__response__free_unpacked(resp, NULL);
-	td_pump_until_zero(&ca->domain->reg.jobs);
+	td_pump_until_zero(&ca->domain->reg.base.jobs);
 	resp = td_expect(peer, 3, 0);
 	ck_assert_uint_eq(resp->mr_lookup->entries[0]->start, big);
 	mrd__response__free_unpacked(resp, NULL);
@@ -362,7 +362,7 @@ START_TEST(test_lookup_beside_a_run_being_registered)
 	a = td_hello_client(1000, &ca);
 	peer = td_hello_client(1000, NULL);
 	big = td_alloc(a, 2, 4 * MiB);
-	ca->domain->reg.provider->caps.max_mr_size = 1 * MiB;
+	ca->domain->reg.base.provider->caps.max_mr_size = 1 * MiB;
 	td_manager->core.config.quota_pinned_bytes = 1 * MiB + 512 * KiB;
 	td_block_worker(&b);
 	td_send_lookup(a, 3, big + 2 * MiB); /* [2 MiB, 3 MiB), on the blocked worker */
@@ -398,7 +398,7 @@ START_TEST(test_overlapping_pools_count_once)
 
 	ck_assert_uint_eq(reg_ok(fd, 4, "p0", &a, &len, 1), 1);
 	ck_assert_uint_eq(reg_ok(fd, 5, "p1", &late, &len, 1), 1);
-	provider_stats(c->domain->reg.provider, &ps);
+	provider_stats(c->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.pinned_bytes, 64 * KiB);
 	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 64 * KiB);
 	/* The whole allocation again: no new page, so a full quota still takes it. */
@@ -409,7 +409,7 @@ START_TEST(test_overlapping_pools_count_once)
 	ck_assert_msg(strstr(resp->message, "65536 pinned or being pinned, 65536 more asked"), "%s",
 		      resp->message);
 	mrd__response__free_unpacked(resp, NULL);
-	provider_stats(c->domain->reg.provider, &ps);
+	provider_stats(c->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 3);
 	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 64 * KiB);
 	td_mempool_unregister(fd, 8, "p2", 0);
@@ -454,7 +454,7 @@ START_TEST(test_pool_made_while_a_lookup_registers)
 	ck_assert_uint_eq(resp->mr_lookup->entries[0]->end, start);
 	mrd__response__free_unpacked(resp, NULL);
 	ck_assert_uint_eq(ca->domain->reg.cache.charges.pinned_bytes, 1 * MiB + 64 * KiB);
-	provider_stats(ca->domain->reg.provider, &ps);
+	provider_stats(ca->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 2);
 	close(a);
 	close(peer);
@@ -490,7 +490,7 @@ START_TEST(test_lookup_waits_for_a_pool_mr)
 	ck_assert_uint_eq(rl->mr_lookup->entries[0]->end, big + 3 * MiB);
 	ck_assert_uint_eq(rl->mr_lookup->entries[0]->lkey, rp->mempool_register->entries[0]->lkey);
 	ck_assert_uint_eq(ca->domain->reg.cache.charges.pinned_bytes, 2 * MiB);
-	provider_stats(ca->domain->reg.provider, &ps);
+	provider_stats(ca->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
 	mrd__response__free_unpacked(rp, NULL);
 	mrd__response__free_unpacked(rl, NULL);
@@ -526,8 +526,8 @@ START_TEST(test_death_releases_pools)
 	close(fd);
 	td_pump();
 	ck_assert_uint_eq(td_manager->n_clients, 1);
-	td_pump_until_zero(&d->reg.jobs);
-	provider_stats(d->reg.provider, &ps);
+	td_pump_until_zero(&d->reg.base.jobs);
+	provider_stats(d->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
 	ck_assert_uint_eq(d->reg.cache.charges.pinned_bytes, 0);
 	ck_assert_uint_eq(d->mem.allocations.n, 1); /* the peer's */

@@ -121,13 +121,13 @@ START_TEST(test_free_retires_keys)
 
 	lookup(fd, 4, &a, 1, 0, &ea);
 	lookup(fd, 5, &b, 1, 0, &eb);
-	provider_stats(c->domain->reg.provider, &ps);
+	provider_stats(c->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 2);
 	ck_assert_uint_eq(ps.pinned_bytes, 2 * MiB);
 	gen = c->domain->mem.status.page->generation;
 
 	td_free(fd, 6, b, 0);
-	provider_stats(c->domain->reg.provider, &ps);
+	provider_stats(c->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
 	ck_assert_uint_eq(ps.pinned_bytes, 1 * MiB);
 	ck_assert_uint_gt(c->domain->mem.status.page->generation, gen);
@@ -159,7 +159,8 @@ START_TEST(test_handle_reuse_keeps_stale_keys_out)
 	size_t n;
 
 	ck_assert_ptr_eq(ca->domain, cb->domain);
-	ck_assert(!ca->domain->reg.pools.off || !ca->domain->reg.provider->caps.rereg_new_keys);
+	ck_assert(!ca->domain->reg.base.pools.off ||
+		  !ca->domain->reg.base.provider->caps.rereg_new_keys);
 	lookup(fa, 4, &a, 1, 0, &ea);
 	lookup(fb, 5, &src, 1, 0, &esrc);
 	td_free(fa, 6, a, 0);
@@ -169,8 +170,8 @@ START_TEST(test_handle_reuse_keeps_stale_keys_out)
 	ck_assert_uint_ne(eb.rkey, ea.rkey);
 	ck_assert_uint_ne(eb.lkey, ea.lkey);
 
-	n = frmr_pools_stats(&ca->domain->reg.pools, st, 8);
-	if (!ca->domain->reg.pools.off) {
+	n = frmr_pools_stats(&ca->domain->reg.base.pools, st, 8);
+	if (!ca->domain->reg.base.pools.off) {
 		ck_assert_uint_eq(n, 2); /* 1 page and 64 pages */
 		ck_assert_uint_eq(st[1].key.pages, 64);
 		ck_assert_uint_eq(st[1].hits, 1);
@@ -235,12 +236,12 @@ START_TEST(test_old_rkey_refused_over_reuse)
 		old = now;
 	}
 	free(gone);
-	provider_stats(c->domain->reg.provider, &ps);
-	ck_assert_uint_eq(ps.parked, c->domain->reg.provider->caps.keys_come_back ?
+	provider_stats(c->domain->reg.base.provider, &ps);
+	ck_assert_uint_eq(ps.parked, c->domain->reg.base.provider->caps.keys_come_back ?
 					     KEY_QUARANTINE_MRS : 0);
 	ck_assert_uint_eq(ps.pinned_bytes, 4096 + (_i ? 0 : 64 * 1024));
-	frmr_pools_done(&c->domain->reg.pools); /* as the domain's close does, before its PD */
-	provider_stats(c->domain->reg.provider, &ps);
+	frmr_pools_done(&c->domain->reg.base.pools); /* as the domain's close does, before its PD */
+	provider_stats(c->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.parked, 0);
 	close(fd);
 	td_wait_domains_closed();
@@ -260,7 +261,7 @@ START_TEST(test_quarantine_counts_shown)
 	uint64_t src = td_alloc(fd, 2, 4096), a = td_alloc(fd, 3, 64 * 1024), id = 4;
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__FrmrPoolsRequest q = MRD__FRMR_POOLS_REQUEST__INIT;
-	const struct provider_caps *caps = &c->domain->reg.provider->caps;
+	const struct provider_caps *caps = &c->domain->reg.base.provider->caps;
 	bool parks = caps->rereg_translation;
 	const Mrd__FrmrDomainInfo *d;
 	Mrd__MrEntry esrc, old, now;
@@ -382,7 +383,7 @@ START_TEST(test_frmr_admin_requests)
 	resp = td_expect(admin, 12, 0);
 	ck_assert_uint_eq(resp->frmr_pools_set->changed, 1);
 	mrd__response__free_unpacked(resp, NULL);
-	ck_assert_uint_eq(c->domain->reg.pools.config.aging_s, 9);
+	ck_assert_uint_eq(c->domain->reg.base.pools.config.aging_s, 9);
 	ck_assert_uint_eq(c->manager->core.config.pools.aging_s, 9);
 	c->manager->core.config.pools.aging_s = FRMR_AGING_DEFAULT_S; /* as the next test expects */
 	close(fd);
@@ -428,7 +429,7 @@ START_TEST(test_flush)
 	lookup(fd, 4, &a, 1, 0, &ea);
 	lookup(fd, 5, &b, 1, 0, &again);
 	td_free(fd, 6, b, 0); /* one handle parked in the 2-page pool */
-	ck_assert_uint_eq(d->reg.pools.queued, 1);
+	ck_assert_uint_eq(d->reg.base.pools.queued, 1);
 	flush(fd, 7, "", false, 0, false, false, EPERM);
 	flush(admin, 8, "uid-1000", true, 1000, false, false, EINVAL);
 	flush(admin, 9, "nobody", false, 0, false, false, ENOENT);
@@ -440,25 +441,25 @@ START_TEST(test_flush)
 	ck_assert_uint_eq(resp->flush->handles, 0);
 	mrd__response__free_unpacked(resp, NULL);
 	ck_assert_uint_gt(d->mem.status.page->generation, gen);
-	ck_assert_uint_eq(d->reg.pools.queued, 1);
+	ck_assert_uint_eq(d->reg.base.pools.queued, 1);
 	lookup(fd, 12, &a, 1, 0, &again); /* served from the rebuilt table: no new MR */
 	ck_assert_uint_eq(again.lkey, ea.lkey);
 	ck_assert_uint_eq(d->reg.cache.registrations, 2);
 
 	/* A pinned minimum of 1: --pools leaves it, --gc takes it and then the empty pool. */
-	ck_assert_int_eq(frmr_pools_set(&d->reg.pools, &FRMR_MATCH_ANY, -1, 1), 1);
+	ck_assert_int_eq(frmr_pools_set(&d->reg.base.pools, &FRMR_MATCH_ANY, -1, 1), 1);
 	resp = flush(admin, 13, "uid-1000", false, 0, true, false, 0);
 	ck_assert_uint_eq(resp->flush->handles, 0);
 	mrd__response__free_unpacked(resp, NULL);
-	ck_assert_uint_eq(d->reg.pools.queued, 1);
-	ck_assert_int_eq(frmr_pools_set(&d->reg.pools, &FRMR_MATCH_ANY, -1, 0), 1);
+	ck_assert_uint_eq(d->reg.base.pools.queued, 1);
+	ck_assert_int_eq(frmr_pools_set(&d->reg.base.pools, &FRMR_MATCH_ANY, -1, 0), 1);
 	resp = flush(admin, 14, "", false, 0, true, false, 0);
 	ck_assert_uint_eq(resp->flush->handles, 1);
 	ck_assert_uint_eq(resp->flush->pools_removed, 0);
 	mrd__response__free_unpacked(resp, NULL);
-	td_pump_until_zero(&d->reg.destroy_jobs); /* destroyed on a worker */
-	ck_assert_uint_eq(d->reg.pools.queued, 0);
-	ck_assert_uint_eq(frmr_pools_stats(&d->reg.pools, NULL, 0), 1);
+	td_pump_until_zero(&d->reg.base.destroy_jobs); /* destroyed on a worker */
+	ck_assert_uint_eq(d->reg.base.pools.queued, 0);
+	ck_assert_uint_eq(frmr_pools_stats(&d->reg.base.pools, NULL, 0), 1);
 	resp = flush(admin, 15, "", false, 0, false, true, 0);
 	ck_assert_uint_eq(resp->flush->handles, 0);
 	ck_assert_uint_eq(resp->flush->pools_removed, 0); /* the 2-page pool: a's MR is in use */
@@ -468,8 +469,8 @@ START_TEST(test_flush)
 	ck_assert_uint_eq(resp->flush->handles, 1);
 	ck_assert_uint_eq(resp->flush->pools_removed, 1);
 	mrd__response__free_unpacked(resp, NULL);
-	td_pump_until_zero(&d->reg.destroy_jobs);
-	ck_assert_uint_eq(frmr_pools_stats(&d->reg.pools, NULL, 0), 0);
+	td_pump_until_zero(&d->reg.base.destroy_jobs);
+	ck_assert_uint_eq(frmr_pools_stats(&d->reg.base.pools, NULL, 0), 0);
 	close(fd);
 	close(admin);
 	td_wait_domains_closed();
@@ -912,7 +913,7 @@ START_TEST(test_racing_registrations)
 	rb = td_expect(other, 3, 0);
 	ck_assert_uint_eq(ra->mr_lookup->entries[0]->lkey, rb->mr_lookup->entries[0]->lkey);
 	ck_assert_uint_eq(ca->domain->reg.cache.registrations, 1);
-	provider_stats(ca->domain->reg.provider, &ps);
+	provider_stats(ca->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
 	mrd__response__free_unpacked(ra, NULL);
 	mrd__response__free_unpacked(rb, NULL);
@@ -938,7 +939,7 @@ START_TEST(test_overlapping_registrations)
 	a = td_hello_client(1000, &ca);
 	other = td_hello_client(1000, NULL);
 	big = td_alloc(a, 2, 3 * MiB);
-	ca->domain->reg.provider->caps.max_mr_size = 2 * MiB;
+	ca->domain->reg.base.provider->caps.max_mr_size = 2 * MiB;
 	td_block_worker(&b);
 	td_send_lookup(other, 3, big + 1 * MiB); /* [1 MiB, 3 MiB): done first */
 	td_pump();
@@ -958,7 +959,7 @@ START_TEST(test_overlapping_registrations)
 		      "[%#lx, %#lx) and [%#lx, %#lx) overlap", (unsigned long)ea->start,
 		      (unsigned long)ea->end, (unsigned long)eb->start, (unsigned long)eb->end);
 	ck_assert_uint_eq(ca->domain->reg.cache.charges.pinned_bytes, 3 * MiB);
-	provider_stats(ca->domain->reg.provider, &ps);
+	provider_stats(ca->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.pinned_bytes, 3 * MiB);
 	ck_assert_uint_eq(ps.mrs, 2);
 	/* The keys reach the bytes at both ends. */
@@ -1000,7 +1001,7 @@ START_TEST(test_death_while_registering)
 	while (td_manager->core.n_domains == 1 && d->reg.cache.pending_bytes > 0)
 		td_pump();
 	ck_assert_uint_eq(td_manager->core.n_domains, 1); /* the dereg's job holds it */
-	provider_stats(d->reg.provider, &ps);
+	provider_stats(d->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
 	ck_assert_uint_eq(d->reg.cache.charges.pinned_bytes, 4 * MiB);
 	td_unblock_worker(&later);
@@ -1028,7 +1029,7 @@ START_TEST(test_device_dma_on_worker)
 	buf[1] = td_alloc(other, 2, 64 * 1024);
 	big = td_alloc(other, 3, 4 * MiB);
 	lookup(a, 3, buf, 2, 0, e);
-	ca->domain->reg.provider->caps.dma_emulated = false;
+	ca->domain->reg.base.provider->caps.dma_emulated = false;
 	td_dma(a, 4, PROVIDER_DMA_WRITE, &e[0], buf[0], &e[1], buf[1], 8, 0); /* the thread */
 	ck_assert_ptr_nonnull(td_manager->core.dma_worker);
 
@@ -1060,11 +1061,11 @@ START_TEST(test_device_dma_on_worker)
 			td_pump();
 		}
 		td_expect_free(more[4], 20, EBUSY);
-		ck_assert_uint_eq(ca->domain->reg.dma_jobs, 4);
+		ck_assert_uint_eq(ca->domain->reg.base.dma_jobs, 4);
 		td_unblock_worker(&b);
 		for (int i = 0; i < 4; i++)
 			td_expect_free(more[i], 20, 0);
-		ck_assert_uint_eq(ca->domain->reg.dma_jobs, 0);
+		ck_assert_uint_eq(ca->domain->reg.base.dma_jobs, 0);
 		for (int i = 0; i < 5; i++)
 			close(more[i]);
 	}
@@ -1380,7 +1381,7 @@ START_TEST(test_big_free_on_worker)
 	lookup(peer, 4, &big, 1, ENOENT, NULL);
 	lookup(peer, 5, &small, 1, 0, NULL);
 	lookup(other, 3, &(uint64_t){ td_alloc(other, 2, 4096) }, 1, 0, NULL);
-	provider_stats(ca->domain->reg.provider, &ps);
+	provider_stats(ca->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 2); /* the device still holds it */
 	ck_assert_uint_eq(ca->domain->reg.cache.charges.pinned_bytes, 8 * MiB + 4096);
 
@@ -1388,7 +1389,7 @@ START_TEST(test_big_free_on_worker)
 	td_expect_free(a, 4, 0);
 	ck_assert_ptr_null(LIST_FIRST(&ca->pending));
 	ck_assert(ca->reading);
-	provider_stats(ca->domain->reg.provider, &ps);
+	provider_stats(ca->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1);
 	ck_assert_uint_eq(ca->domain->reg.cache.charges.pinned_bytes, 4096);
 	ck_assert_uint_eq(ca->domain->reg.cache.deregistrations, 1);

@@ -91,7 +91,7 @@ START_TEST(test_lookups_make_children)
 	ck_assert_uint_eq(d->reg.odp.children, 2);
 	ck_assert_uint_eq(d->reg.odp.stats.children_created, 2);
 	ck_assert_uint_eq(d->reg.odp.stats.faults, 2);
-	provider_stats(d->reg.provider, &ps);
+	provider_stats(d->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 2);
 	ck_assert_uint_eq(ps.pinned_bytes, 0); /* on demand: nothing pinned */
 	ck_assert_uint_eq(d->reg.cache.charges.pinned_bytes, 0);
@@ -100,7 +100,7 @@ START_TEST(test_lookups_make_children)
 	strcpy((char *)(uintptr_t)(a + 64), "on demand");
 	td_dma(fd, 6, PROVIDER_DMA_WRITE, &e0, a + 64, &e2, a + 4 * MiB + 8, 10, 0);
 	ck_assert_str_eq((char *)(uintptr_t)(a + 4 * MiB + 8), "on demand");
-	provider_stats(d->reg.provider, &ps);
+	provider_stats(d->reg.base.provider, &ps);
 	ck_assert_uint_gt(ps.odp_faults, 0);
 
 	/* Freed: children zapped, out of the table, destroyed; their keys are dead. */
@@ -110,7 +110,7 @@ START_TEST(test_lookups_make_children)
 	ck_assert_uint_eq(d->reg.odp.children, 0);
 	ck_assert_uint_eq(d->reg.odp.stats.invalidations, 2);
 	ck_assert_uint_eq(d->reg.odp.stats.children_destroyed, 2);
-	provider_stats(d->reg.provider, &ps);
+	provider_stats(d->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
 	td_dma(fd, 8, PROVIDER_DMA_WRITE, &e0, a + 64, &e2, a + 4 * MiB + 8, 10, ENOKEY);
 	td_lookup(fd, 9, a, ENOENT, NULL);
@@ -168,7 +168,7 @@ START_TEST(test_prefetch)
 	ck_assert_uint_eq(d->reg.odp.children, 4);
 	ck_assert_uint_eq(d->reg.odp.stats.prefetch_requests, 1);
 	ck_assert_uint_eq(d->reg.odp.stats.prefetch_pages, 8 * MiB / 4096);
-	provider_stats(d->reg.provider, &ps);
+	provider_stats(d->reg.base.provider, &ps);
 	ck_assert_uint_ge(ps.odp_prefetched_pages, 8 * MiB / 4096);
 	/* Their entries went into the table: lookups find them without a miss. */
 	misses = d->reg.cache.misses;
@@ -240,7 +240,7 @@ START_TEST(test_one_child_under_races)
 		td_pump_until_zero(&d->reg.odp.jobs);
 		ck_assert_uint_eq(d->reg.odp.children, 1);
 		ck_assert_uint_eq(d->reg.odp.stats.children_created, created + 1);
-		provider_stats(d->reg.provider, &ps);
+		provider_stats(d->reg.base.provider, &ps);
 		ck_assert_uint_eq(ps.mrs, 1);
 		td_free(fd, 6, a, 0);
 	}
@@ -274,7 +274,7 @@ START_TEST(test_prefetch_racing_free)
 	td_unblock_worker(&b);
 	td_expect_free(fd, 5, 0);
 	ck_assert_uint_eq(d->reg.odp.stats.children_destroyed, 2);
-	provider_stats(d->reg.provider, &ps);
+	provider_stats(d->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0);
 	ck_assert_uint_eq(d->reg.odp.zombies, 0);
 	td_lookup(fd, 6, a, ENOENT, NULL);
@@ -331,7 +331,7 @@ START_TEST(test_child_linked_then_freed_before_completion)
 			break; /* installed */
 		usleep(1000);
 	}
-	ck_assert_int_eq(mr_cache_lookup(&d->reg.cache, a, &e, why, sizeof(why), NULL), 0);
+	ck_assert_int_eq(registrar_lookup(&d->reg, a, &e, why, sizeof(why), NULL), 0);
 	ck_assert_int_eq(domain_free_allocation(d, al, NULL), 0); /* deferred: work on it */
 	ck_assert_uint_eq(d->reg.odp.zombies, 1);
 	td_pump_until_zero(&d->reg.odp.jobs);
@@ -370,7 +370,7 @@ START_TEST(test_free_waits_for_queued_prefetch)
 	ck_assert_uint_ne(o, a); /* the pages did not go back */
 	td_unblock_worker(&b);
 	td_expect_free(fd, 4, 0);
-	provider_stats(d->reg.provider, &ps);
+	provider_stats(d->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0); /* the child the work made for it went too */
 	ck_assert_uint_eq(d->reg.odp.stats.children_destroyed, d->reg.odp.stats.children_created);
 	close(fd);
@@ -432,7 +432,7 @@ START_TEST(test_neighbours_freed_under_prefetch)
 		ck_assert_int_eq(domain_alloc(d, &cl[i % CLIENTS]->owner, 4 * KiB, 0, false, false,
 					      false, &nb[i], why, sizeof(why)), 0);
 		nb[i]->odp = true;
-		ck_assert_int_eq(odp_fault(&d->reg, reg_allocation_of(nb[i]),
+		ck_assert_int_eq(odp_fault(&d->reg.odp, reg_allocation_of(nb[i]),
 					   allocation_address(nb[i]), &e, why, sizeof(why), NULL),
 				 0);
 	}
@@ -443,7 +443,7 @@ START_TEST(test_neighbours_freed_under_prefetch)
 			ck_assert_int_eq(domain_alloc(d, owner, 4 * KiB, 0, false, false, false,
 						      &tg[i], why, sizeof(why)), 0);
 			tg[i]->odp = true;
-			ck_assert_int_eq(odp_prefetch(&d->reg, owner, reg_allocation_of(tg[i]),
+			ck_assert_int_eq(odp_prefetch(&d->reg.odp, owner, reg_allocation_of(tg[i]),
 						      allocation_address(tg[i]),
 						      4 * KiB, ODP_PREFETCH_NO_FAULT, NULL, why,
 						      sizeof(why)), 0);
@@ -462,7 +462,7 @@ START_TEST(test_neighbours_freed_under_prefetch)
 				ck_assert_int_eq(domain_alloc(d, owner, 4 * KiB, 0, false, false,
 							      false, &nb[k], why, sizeof(why)), 0);
 				nb[k]->odp = true;
-				ck_assert_int_eq(odp_fault(&d->reg, reg_allocation_of(nb[k]),
+				ck_assert_int_eq(odp_fault(&d->reg.odp, reg_allocation_of(nb[k]),
 							   allocation_address(nb[k]), &e,
 							   why, sizeof(why), NULL), 0);
 			}
@@ -517,7 +517,7 @@ START_TEST(test_zombie_waits_for_its_own_work_only)
 	td_free(fd1, 4, a, 0); /* answered at once: no work on a */
 	ck_assert_uint_eq(d->reg.odp.stats.children_destroyed, destroyed + 1);
 	ck_assert_uint_eq(d->reg.odp.zombies, 0); /* its memory went too */
-	provider_stats(d->reg.provider, &ps);
+	provider_stats(d->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1); /* b's */
 	td_unblock_worker(&b1);
 	td_pump_until_zero(&d->reg.odp.jobs);
@@ -706,7 +706,7 @@ START_TEST(test_fault_on_worker_for_memory_gone)
 	ck_assert_uint_eq(ca->domain->reg.odp.children, 0);
 	ck_assert_uint_eq(ca->domain->reg.odp.zombies, 0);
 	ck_assert_uint_eq(ca->domain->mem.allocated_bytes, 2 * MiB);
-	provider_stats(ca->domain->reg.provider, &ps);
+	provider_stats(ca->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 1); /* A's alone */
 	soft_gate_cleanup(gate);
 	close(a);
@@ -748,11 +748,11 @@ START_TEST(test_prefetch_leaves_the_provider_free)
 	td_lookup(b, 3, pinned, 0, &e); /* small: registered on the loop, the provider is free */
 	ck_assert_uint_eq(e.start, pinned);
 	ck_assert_ptr_nonnull(LIST_FIRST(&ca->pending));
-	provider_stats(ca->domain->reg.provider, &ps);
+	provider_stats(ca->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.odp_prefetched_pages, 0);
 	soft_gate_release(gate, 1);
 	td_expect_free(a, 3, 0);
-	provider_stats(ca->domain->reg.provider, &ps);
+	provider_stats(ca->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.odp_prefetched_pages, 2 * MiB / 4096);
 	ck_assert_uint_eq(ca->domain->reg.odp.stats.prefetch_pages, 2 * MiB / 4096);
 	soft_gate_cleanup(gate);
@@ -823,7 +823,7 @@ START_TEST(test_free_under_own_prefetch_leaves_the_loop)
 		mrd__response__free_unpacked(r, NULL);
 	}
 	ck_assert(freed && prefetched);
-	provider_stats(ca->domain->reg.provider, &ps);
+	provider_stats(ca->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.mrs, 0); /* the child went (b is another domain) */
 	ck_assert_uint_eq(ca->domain->reg.odp.zombies, 0);
 	soft_gate_cleanup(gate);
@@ -865,7 +865,7 @@ START_TEST(test_dma_faults_leave_the_provider_free)
 	lookup_released(a, 4, odp, gate, &eo);
 	lookup_released(a, 5, dst, gate, &ed);
 	strcpy((char *)(uintptr_t)odp, "faulted in off the lock");
-	provider_stats(ca->domain->reg.provider, &ps);
+	provider_stats(ca->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.odp_faults, 0);
 	td_send_dma(a, 6, PROVIDER_DMA_WRITE, &eo, odp, &ed, dst, 1 * MiB);
 	td_pump();
@@ -875,7 +875,7 @@ START_TEST(test_dma_faults_leave_the_provider_free)
 	soft_gate_release(gate, 1);
 	td_expect_free(a, 6, 0);
 	ck_assert_str_eq((char *)(uintptr_t)dst, "faulted in off the lock");
-	provider_stats(ca->domain->reg.provider, &ps);
+	provider_stats(ca->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.odp_faults, 1 * MiB / 4096);
 	soft_gate_cleanup(gate);
 	close(a);
@@ -948,7 +948,7 @@ START_TEST(test_chunk_capped_at_max_mr_size)
 	td_start(settings);
 	fd = td_hello_client(1000, &c);
 	a = alloc(fd, 2, 80ull << 30, MRD__ALLOC_FLAGS__ALLOC_ODP);
-	max = c->domain->reg.provider->caps.max_mr_size;
+	max = c->domain->reg.base.provider->caps.max_mr_size;
 	td_lookup(fd, 3, a + 4096, 0, &e);
 	ck_assert_uint_le(e.end - e.start, max);
 	td_lookup(fd, 4, a + (80ull << 30) - 1, 0, NULL); /* the last chunk too */

@@ -82,13 +82,13 @@ static void open_registrar(enum mr_policy policy)
 	cfg.odp_chunk = 2 * MiB; /* allocations share a chunk, and big ones span chunks */
 	base = event_base_new();
 	ck_assert_ptr_nonnull(base);
-	reg = (struct registrar){
+	reg = (struct registrar){ .base = {
 		.config = &cfg, .name = "unit", .mem = &mem, .workers = &workers,
 		.stopping = &stopping,
 		.host_pinned = &host_pinned,
 		.events = { .hold = on_hold, .unhold = on_unhold, .allocation_idle = on_idle,
 			    .released = on_released, .changed = on_changed },
-	};
+	} };
 	ck_assert_int_eq(worker_pool_new(base, 1, &workers), 0);
 	ck_assert_int_eq(provider_open("soft", NULL, &device, &verbs_error), 0);
 	ck_assert_int_eq(registrar_open(&reg, device, policy, (uintptr_t)window.base),
@@ -117,8 +117,8 @@ static void pools_leave(struct reg_owner *o)
 	unsigned made = 0;
 
 	reg_owner_init(&gone, 0, 0, 0);
-	mempool_give_all(&reg, o, &gone);
-	ck_assert(mempool_leave_share(&reg, &gone, true, &made));
+	mempool_give_all(&reg.mempools, o, &gone);
+	ck_assert(mempool_leave_share(&reg.mempools, &gone, true, &made));
 	ck_assert(LIST_EMPTY(&gone.pools));
 }
 
@@ -169,7 +169,7 @@ static int lookup(uint64_t addr, struct mr_entry *e, struct mr_waiter *w)
 {
 	char why[160];
 
-	return mr_cache_lookup(&reg.cache, addr, e, why, sizeof(why), w);
+	return registrar_lookup(&reg, addr, e, why, sizeof(why), w);
 }
 
 START_TEST(test_lookup_registers_the_run_once)
@@ -203,7 +203,7 @@ START_TEST(test_pinned_quota_mine_and_the_hosts)
 	char why[160] = "";
 
 	cfg.quota_pinned_bytes = 64 * KiB - 1;
-	ck_assert_int_eq(mr_cache_lookup(&reg.cache, address(ra), &e, why, sizeof(why), NULL),
+	ck_assert_int_eq(registrar_lookup(&reg, address(ra), &e, why, sizeof(why), NULL),
 			 -EDQUOT);
 	ck_assert_ptr_nonnull(strstr(why, "quota.pinned_bytes"));
 	ck_assert_uint_eq(reg.cache.charges.pinned_bytes, 0); /* nothing charged */
@@ -212,7 +212,7 @@ START_TEST(test_pinned_quota_mine_and_the_hosts)
 	cfg.quota_pinned_bytes = 64 * KiB;
 	cfg.max_pinned_bytes = 1ull << 30;
 	host_pinned = cfg.max_pinned_bytes - 4 * KiB;
-	ck_assert_int_eq(mr_cache_lookup(&reg.cache, address(ra), &e, why, sizeof(why), NULL),
+	ck_assert_int_eq(registrar_lookup(&reg, address(ra), &e, why, sizeof(why), NULL),
 			 -EDQUOT);
 	ck_assert_ptr_nonnull(strstr(why, "limits.pinned_bytes"));
 	host_pinned = 0;
@@ -225,14 +225,14 @@ START_TEST(test_offload_rule)
 {
 	ck_assert(!registrar_offload(&reg, cfg.async_bytes - 1));
 	ck_assert(registrar_offload(&reg, cfg.async_bytes));
-	reg.jobs = 1; /* a worker may hold the provider */
+	reg.base.jobs = 1; /* a worker may hold the provider */
 	ck_assert(registrar_offload(&reg, 0));
-	reg.jobs = 0;
+	reg.base.jobs = 0;
 	/* A Dma holds MRs and faults pages in: drops wait for its copy, registrations for its
 	 * faults (mrd's mmap_lock) */
-	reg.dma_jobs = 1;
+	reg.base.dma_jobs = 1;
 	ck_assert(registrar_offload(&reg, 0));
-	reg.dma_jobs = 0;
+	reg.base.dma_jobs = 0;
 	reg.cache.pending_bytes = 1;
 	ck_assert(registrar_offload(&reg, 0));
 	reg.cache.pending_bytes = 0;
@@ -268,11 +268,11 @@ START_TEST(test_big_registration_and_free_on_a_worker)
 	ck_assert_uint_eq(reg.cache.pending_bytes, 0);
 
 	ck_assert_int_eq(free_allocation(ra, &f.base), -EINPROGRESS); /* 4 MiB to unpin */
-	ck_assert_uint_eq(reg.jobs, 1);
+	ck_assert_uint_eq(reg.base.jobs, 1);
 	ck_assert_uint_eq(released, 0);
 	pump_until(&f.calls, 1);
 	ck_assert_uint_eq(released, 1);
-	ck_assert_uint_eq(reg.jobs, 0);
+	ck_assert_uint_eq(reg.base.jobs, 0);
 	ck_assert_uint_eq(holds, 0);
 	ck_assert_uint_eq(host_pinned, 0);
 }
@@ -417,14 +417,14 @@ START_TEST(test_job_holds_until_done)
 	probes_done = 0;
 	registrar_start(&reg, &busy->base, probe_run, probe_done, true);
 	ck_assert_uint_eq(holds, 1);
-	ck_assert_uint_eq(reg.jobs, 1); /* it may hold the provider: the loop offloads */
+	ck_assert_uint_eq(reg.base.jobs, 1); /* it may hold the provider: the loop offloads */
 	ck_assert(registrar_offload(&reg, 0));
 	registrar_start(&reg, &quiet->base, probe_run, probe_done, false);
 	ck_assert_uint_eq(holds, 2);
-	ck_assert_uint_eq(reg.jobs, 1);
+	ck_assert_uint_eq(reg.base.jobs, 1);
 	pump_until(&probes_done, 2);
 	ck_assert_uint_eq(holds, 0);
-	ck_assert_uint_eq(reg.jobs, 0);
+	ck_assert_uint_eq(reg.base.jobs, 0);
 	ck_assert(!registrar_offload(&reg, 0));
 }
 END_TEST
@@ -451,7 +451,21 @@ START_TEST(test_freed_while_a_worker_registers)
 	ck_assert_uint_eq(status_page_generation(&mem.status), gen);
 	/* It is let go of (on a worker: 4 MiB), and uncharged once the device let go. */
 	pump_until(&holds, 0);
-	ck_assert_uint_eq(reg.jobs, 0);
+	ck_assert_uint_eq(reg.base.jobs, 0);
+	ck_assert_uint_eq(host_pinned, 0);
+	ck_assert_uint_eq(reg.cache.n_mrs, 0);
+}
+END_TEST
+
+/* A registration the device refuses leaves nothing charged (miss()'s unwind). */
+START_TEST(test_failed_registration_uncharges)
+{
+	struct reg_allocation *ra = alloc(64 * KiB);
+	struct mr_entry e;
+
+	provider_mark_lost(reg.base.provider); /* every op fails from here on */
+	ck_assert_int_lt(lookup(address(ra), &e, NULL), 0);
+	ck_assert_uint_eq(reg.cache.charges.pinned_bytes, 0);
 	ck_assert_uint_eq(host_pinned, 0);
 	ck_assert_uint_eq(reg.cache.n_mrs, 0);
 }
@@ -497,8 +511,8 @@ START_TEST(test_contig_registers_the_run_minus_other_mrs)
 	ck_assert_uint_eq(host_pinned, 64 * KiB); /* each page once */
 
 	/* A pool's MR bounds the run as well. */
-	ck_assert_int_eq(mempool_register(&reg, &owner, "p", &start, &len, 1, false, &w.base,
-					  &pool, why, sizeof(why)), 0);
+	ck_assert_int_eq(mempool_register(&reg.mempools, &owner, "p", &start, &len, 1, false,
+					  &w.base, &pool, why, sizeof(why)), 0);
 	ck_assert_int_eq(lookup(b, &e, NULL), 0);
 	ck_assert_uint_eq(e.end, b + 16 * KiB);
 	ck_assert_int_eq(lookup(b + 40 * KiB, &e, NULL), 0);
@@ -515,7 +529,7 @@ START_TEST(test_lookup_outside_memory_is_enoent)
 	struct mr_entry e;
 	char why[160] = "";
 
-	ck_assert_int_eq(mr_cache_lookup(&reg.cache, address(ra) + 4 * KiB, &e, why, sizeof(why),
+	ck_assert_int_eq(registrar_lookup(&reg, address(ra) + 4 * KiB, &e, why, sizeof(why),
 					 NULL), -ENOENT); /* past its last page */
 	ck_assert_ptr_nonnull(strstr(why, "is not in memory allocated in domain unit"));
 	ck_assert_int_eq(lookup(0x1000, &e, NULL), -ENOENT); /* outside the window */
@@ -612,6 +626,60 @@ START_TEST(test_flush_rebuilds_the_table)
 }
 END_TEST
 
+struct gone_listener {
+	struct mr_gone_listener base;
+	unsigned calls;
+	struct mr_entry mr;
+};
+
+static void on_gone(struct mr_gone_listener *l, const struct mr_entry *mr)
+{
+	struct gone_listener *g = container_of(l, struct gone_listener, base);
+
+	g->calls++;
+	g->mr = *mr;
+}
+
+/* What is bound to an MR hears once that it went, and only of its own MR. */
+START_TEST(test_mr_gone_heard_once)
+{
+	struct reg_allocation *ra = alloc(64 * KiB), *rb = alloc(64 * KiB), *rc = alloc(64 * KiB);
+	struct gone_listener la = { .base.gone = on_gone }, lb = la, lc = la;
+	struct mr_entry ea, eb, ec;
+
+	ck_assert_int_eq(mr_cache_listen_gone(&reg.cache, address(ra), &la.base), -ENOENT);
+	ck_assert_int_eq(lookup(address(ra), &ea, NULL), 0);
+	ck_assert_int_eq(lookup(address(rb), &eb, NULL), 0);
+	ck_assert_int_eq(lookup(address(rc), &ec, NULL), 0);
+	ck_assert_int_eq(mr_cache_listen_gone(&reg.cache, address(ra) + 100, &la.base), 0);
+	ck_assert_int_eq(mr_cache_listen_gone(&reg.cache, address(rb), &lb.base), 0);
+	ck_assert_int_eq(mr_cache_listen_gone(&reg.cache, address(rc), &lc.base), 0);
+	mr_cache_flush(&reg.cache); /* the table is rebuilt: every MR stays */
+	ck_assert_uint_eq(la.calls + lb.calls + lc.calls, 0);
+
+	ck_assert_int_eq(free_allocation(ra, NULL), 0);
+	ck_assert_uint_eq(la.calls, 1);
+	ck_assert_uint_eq(la.mr.start, ea.start);
+	ck_assert_uint_eq(la.mr.end, ea.end);
+	ck_assert_uint_eq(la.mr.lkey, ea.lkey);
+	ck_assert_uint_eq(lb.calls, 0);
+	mr_cache_unlisten_gone(&lc.base); /* what was bound went first */
+	ck_assert_int_eq(free_allocation(rc, NULL), 0);
+	ck_assert_uint_eq(lc.calls, 0);
+	mr_cache_flush(&reg.cache);
+	ck_assert_uint_eq(la.calls, 1); /* once */
+
+	/* The cache closes with rb's MR in it (as the domain closes). */
+	registrar_close(&reg);
+	ck_assert_uint_eq(lb.calls, 1);
+	ck_assert_uint_eq(lb.mr.rkey, eb.rkey);
+	ck_assert_uint_eq(la.calls, 1);
+	ck_assert_int_eq(registrar_open(&reg, device, MR_POLICY_CONTIG, (uintptr_t)window.base), 0);
+	ck_assert_int_eq(free_allocation(rb, NULL), 0);
+	ck_assert_uint_eq(lb.calls, 1);
+}
+END_TEST
+
 START_TEST(test_big_mempool_on_a_worker)
 {
 	struct reg_allocation *ra = alloc(4 * MiB);
@@ -621,20 +689,21 @@ START_TEST(test_big_mempool_on_a_worker)
 	struct mr_entry e;
 	char why[160];
 
-	ck_assert_int_eq(mempool_register(&reg, &owner, "big", &start, &len, 1, false, &w.base,
-					  &pool, why, sizeof(why)), -EINPROGRESS);
+	ck_assert_int_eq(mempool_register(&reg.mempools, &owner, "big", &start, &len, 1, false,
+					  &w.base, &pool, why, sizeof(why)), -EINPROGRESS);
 	ck_assert_uint_eq(holds, 1);
-	ck_assert_uint_eq(reg.jobs, 1); /* the provider may be busy: others offload too */
+	ck_assert_uint_eq(reg.base.jobs, 1); /* the provider may be busy: others offload too */
 	ck_assert(registrar_offload(&reg, 0));
 	ck_assert_int_eq(lookup(address(ra) + 4096, &e, NULL), -EAGAIN); /* being made */
 	pump_until(&w.calls, 1);
 	ck_assert_int_eq(w.result, 0);
-	ck_assert_uint_eq(reg.jobs, 0);
+	ck_assert_uint_eq(reg.base.jobs, 0);
 	ck_assert_int_eq(lookup(address(ra) + 4096, &e, NULL), 0);
 	ck_assert_uint_eq(e.lkey, pool->mrs[0]->pmr->lkey);
 
-	ck_assert_int_eq(mempool_unregister(&reg, &owner, "big", &u.base, why, sizeof(why)),
-			 -EINPROGRESS); /* 4 MiB to unpin: on a worker */
+	/* 4 MiB to unpin: on a worker. */
+	ck_assert_int_eq(mempool_unregister(&reg.mempools, &owner, "big", &u.base, why,
+					    sizeof(why)), -EINPROGRESS);
 	ck_assert_uint_eq(idles, 0);
 	pump_until(&u.calls, 1);
 	ck_assert_uint_eq(idles, 1);
@@ -652,8 +721,8 @@ START_TEST(test_mempool_mr_serves_lookups_and_idles)
 	struct mr_entry e;
 	char why[160];
 
-	ck_assert_int_eq(mempool_register(&reg, &owner, "p", &start, &len, 1, false, &w.base,
-					  &pool, why, sizeof(why)), 0);
+	ck_assert_int_eq(mempool_register(&reg.mempools, &owner, "p", &start, &len, 1, false,
+					  &w.base, &pool, why, sizeof(why)), 0);
 	ck_assert_uint_eq(pool->n_mrs, 1);
 	ck_assert_uint_eq(pool->mrs[0]->start, address(ra)); /* rounded out to pages */
 	ck_assert_uint_eq(pool->mrs[0]->end, address(ra) + 12 * KiB);
@@ -664,12 +733,13 @@ START_TEST(test_mempool_mr_serves_lookups_and_idles)
 	ck_assert_uint_eq(host_pinned, 12 * KiB);
 
 	gen = status_page_generation(&mem.status);
-	ck_assert_int_eq(mempool_unregister(&reg, &owner, "p", NULL, why, sizeof(why)), 0);
+	ck_assert_int_eq(mempool_unregister(&reg.mempools, &owner, "p", NULL, why, sizeof(why)), 0);
 	ck_assert_uint_gt(status_page_generation(&mem.status), gen); /* its keys died */
 	ck_assert_uint_eq(ra->pool_refs, 0);
 	ck_assert_uint_eq(idles, 1);
 	ck_assert_uint_eq(host_pinned, 0);
-	ck_assert_int_eq(mempool_unregister(&reg, &owner, "p", NULL, why, sizeof(why)), -ENOENT);
+	ck_assert_int_eq(mempool_unregister(&reg.mempools, &owner, "p", NULL, why, sizeof(why)),
+			 -ENOENT);
 }
 END_TEST
 
@@ -679,8 +749,8 @@ static int pool(const char *name, const uint64_t *starts, const uint64_t *length
 	static struct test_waiter w;
 
 	w = waiter();
-	return mempool_register(&reg, &owner, name, starts, lengths, n, false, &w.base, ret, why,
-				why_size);
+	return mempool_register(&reg.mempools, &owner, name, starts, lengths, n, false, &w.base,
+				ret, why, why_size);
 }
 
 START_TEST(test_mempool_ranges_rounded_and_merged)
@@ -729,10 +799,10 @@ START_TEST(test_mempool_name_taken)
 
 	/* Names are the owner's: another may take it. */
 	reg_owner_init(&other, 2, getpid(), getuid());
-	ck_assert_int_eq(mempool_register(&reg, &other, "p", &other_start, &len, 1, false, &w.base,
-					  &p, why, sizeof(why)), 0);
+	ck_assert_int_eq(mempool_register(&reg.mempools, &other, "p", &other_start, &len, 1,
+					  false, &w.base, &p, why, sizeof(why)), 0);
 	ck_assert_uint_eq(reg.mempools.n_regs, 2);
-	ck_assert_int_eq(mempool_unregister(&reg, &owner, "p", NULL, why, sizeof(why)), 0);
+	ck_assert_int_eq(mempool_unregister(&reg.mempools, &owner, "p", NULL, why, sizeof(why)), 0);
 	ck_assert_ptr_eq(LIST_FIRST(&other.pools), p); /* the other's stays */
 	pools_leave(&other);
 	ck_assert_uint_eq(reg.mempools.n_regs, 0);
@@ -799,11 +869,12 @@ START_TEST(test_mempool_unregister_unknown)
 	char why[160] = "";
 
 	ck_assert_int_eq(pool("p", &start, &len, 1, &p, why, sizeof(why)), 0);
-	ck_assert_int_eq(mempool_unregister(&reg, &owner, "nope", NULL, why, sizeof(why)),
+	ck_assert_int_eq(mempool_unregister(&reg.mempools, &owner, "nope", NULL, why, sizeof(why)),
 			 -ENOENT);
 	ck_assert_ptr_nonnull(strstr(why, "no mempool 'nope' is registered"));
 	reg_owner_init(&other, 2, getpid(), getuid());
-	ck_assert_int_eq(mempool_unregister(&reg, &other, "p", NULL, why, sizeof(why)), -ENOENT);
+	ck_assert_int_eq(mempool_unregister(&reg.mempools, &other, "p", NULL, why, sizeof(why)),
+			 -ENOENT);
 	ck_assert_uint_eq(reg.mempools.n_regs, 1); /* the owner's pool is untouched */
 	ck_assert_uint_eq(ra->pool_refs, 1);
 	ck_assert_uint_eq(host_pinned, 4 * KiB);
@@ -824,13 +895,13 @@ START_TEST(test_mempools_hold_their_allocation)
 	ck_assert_int_eq(pool("q", &q_start, &len, 1, &q, why, sizeof(why)), 0);
 	ck_assert_uint_eq(ra->pool_refs, 2);
 	ck_assert_uint_eq(host_pinned, 12 * KiB); /* the page both cover counts once */
-	ck_assert_int_eq(mempool_unregister(&reg, &owner, "p", NULL, why, sizeof(why)), 0);
+	ck_assert_int_eq(mempool_unregister(&reg.mempools, &owner, "p", NULL, why, sizeof(why)), 0);
 	ck_assert_uint_eq(ra->pool_refs, 1);
 	ck_assert_uint_eq(idles, 0);
 	ck_assert_uint_eq(host_pinned, 8 * KiB); /* q still covers the shared page */
 	ck_assert_int_eq(lookup(q_start + 4 * KiB, &e, NULL), 0);
 	ck_assert_uint_eq(e.lkey, q->mrs[0]->pmr->lkey);
-	ck_assert_int_eq(mempool_unregister(&reg, &owner, "q", NULL, why, sizeof(why)), 0);
+	ck_assert_int_eq(mempool_unregister(&reg.mempools, &owner, "q", NULL, why, sizeof(why)), 0);
 	ck_assert_uint_eq(ra->pool_refs, 0);
 	ck_assert_uint_eq(idles, 1);
 	ck_assert_uint_eq(host_pinned, 0);
@@ -849,7 +920,7 @@ START_TEST(test_mempool_failed_dereg_quarantines_the_run)
 	ra = alloc(64 * KiB);
 	at = address(ra);
 	ck_assert_int_eq(pool("p", &at, &len, 1, &p, why, sizeof(why)), 0);
-	ck_assert_int_eq(mempool_unregister(&reg, &owner, "p", NULL, why, sizeof(why)), 0);
+	ck_assert_int_eq(mempool_unregister(&reg.mempools, &owner, "p", NULL, why, sizeof(why)), 0);
 	ck_assert_uint_eq(ra->pool_refs, 0);
 	ck_assert_uint_eq(host_pinned, 8 * KiB); /* the device pins it still */
 	memset((void *)(uintptr_t)at, 0xa5, 64 * KiB);
@@ -902,7 +973,7 @@ START_TEST(test_odp_failed_dereg_on_a_worker_quarantines_the_run)
 	memset((void *)(uintptr_t)at, 0xa5, 64 * KiB);
 	registrar_dma_start(&reg);
 	ck_assert_int_eq(free_allocation(ra, NULL), 0);
-	ck_assert_uint_eq(reg.jobs, 1); /* the child's dereg, on a worker */
+	ck_assert_uint_eq(reg.base.jobs, 1); /* the child's dereg, on a worker */
 	pump_until(&holds, 0);
 	registrar_dma_end(&reg);
 	ck_assert_uint_eq(reg.odp.stats.children_destroyed, 0);
@@ -958,7 +1029,7 @@ START_TEST(test_prefetch_holds_and_delays_the_free)
 	struct test_waiter flush = waiter();
 	char why[160];
 
-	ck_assert_int_eq(odp_prefetch(&reg, &owner, ra, address(ra), 64 * KiB, ODP_PREFETCH,
+	ck_assert_int_eq(odp_prefetch(&reg.odp, &owner, ra, address(ra), 64 * KiB, ODP_PREFETCH,
 				      &flush.base, why, sizeof(why)), -EINPROGRESS);
 	ck_assert_uint_eq(holds, 1);
 	ck_assert_uint_eq(owner.n_prefetches, 1);
@@ -969,8 +1040,8 @@ START_TEST(test_prefetch_holds_and_delays_the_free)
 	ck_assert_uint_eq(reg.odp.children, 1); /* the worker made it, the loop linked it */
 
 	/* Work queued on it: the free waits for it, then the pages go. */
-	ck_assert_int_eq(odp_prefetch(&reg, &owner, ra, address(ra), 4 * KiB, ODP_PREFETCH, NULL,
-				      why, sizeof(why)), 0);
+	ck_assert_int_eq(odp_prefetch(&reg.odp, &owner, ra, address(ra), 4 * KiB, ODP_PREFETCH,
+				      NULL, why, sizeof(why)), 0);
 	ck_assert_int_eq(free_allocation(ra, NULL), 0);
 	pump_until(&released, 1);
 	ck_assert_uint_eq(holds, 0);
@@ -986,11 +1057,11 @@ START_TEST(test_owner_leaving_cancels_a_waiting_flush)
 
 	/* Room for no prefetch: the flush waits, holding the domain. */
 	owner.n_prefetches = ODP_PREFETCH_IN_FLIGHT;
-	ck_assert_int_eq(odp_prefetch(&reg, &owner, ra, address(ra), 4 * KiB, ODP_PREFETCH,
+	ck_assert_int_eq(odp_prefetch(&reg.odp, &owner, ra, address(ra), 4 * KiB, ODP_PREFETCH,
 				      &flush.base, why, sizeof(why)), -EINPROGRESS);
 	ck_assert_uint_eq(holds, 1);
 	ck_assert_uint_eq(reg.odp.jobs, 0); /* not submitted */
-	odp_forget_owner(&reg, &owner);
+	odp_forget_owner(&reg.odp, &owner);
 	ck_assert_uint_eq(holds, 0);
 	ck_assert_uint_eq(owner.n_prefetches, 0);
 	ck_assert_uint_eq(ra->odp_jobs, 0);
@@ -1070,14 +1141,14 @@ START_TEST(test_prefetch_bounds)
 
 	/* The owner's work in flight is bounded: past it, a prefetch without flush is refused. */
 	owner.n_prefetches = ODP_PREFETCH_IN_FLIGHT;
-	ck_assert_int_eq(odp_prefetch(&reg, &owner, ra, a, 4 * KiB, ODP_PREFETCH, NULL, why,
+	ck_assert_int_eq(odp_prefetch(&reg.odp, &owner, ra, a, 4 * KiB, ODP_PREFETCH, NULL, why,
 				      sizeof(why)), -EAGAIN);
 	ck_assert_ptr_nonnull(strstr(why, "16 prefetches are queued already"));
 	ck_assert_uint_eq(holds, 0);
 	ck_assert_uint_eq(ra->odp_jobs, 0);
 	ck_assert_uint_eq(reg.odp.stats.prefetch_requests, 0);
 	owner.n_prefetches = ODP_PREFETCH_IN_FLIGHT - 1; /* room for the last one */
-	ck_assert_int_eq(odp_prefetch(&reg, &owner, ra, a, 4 * KiB, ODP_PREFETCH, NULL, why,
+	ck_assert_int_eq(odp_prefetch(&reg.odp, &owner, ra, a, 4 * KiB, ODP_PREFETCH, NULL, why,
 				      sizeof(why)), 0);
 	ck_assert_uint_eq(owner.n_prefetches, ODP_PREFETCH_IN_FLIGHT);
 	pump_until(&holds, 0);
@@ -1086,7 +1157,7 @@ START_TEST(test_prefetch_bounds)
 
 	/* And the domain's, whoever asks. */
 	reg.odp.jobs = ODP_DOMAIN_JOBS_MAX;
-	ck_assert_int_eq(odp_prefetch(&reg, &owner, ra, a, 4 * KiB, ODP_PREFETCH, NULL, why,
+	ck_assert_int_eq(odp_prefetch(&reg.odp, &owner, ra, a, 4 * KiB, ODP_PREFETCH, NULL, why,
 				      sizeof(why)), -EAGAIN);
 	ck_assert_ptr_nonnull(strstr(why, "256 prefetches are queued already"));
 	reg.odp.jobs = 0;
@@ -1096,7 +1167,7 @@ START_TEST(test_prefetch_bounds)
 		struct worker_pool *w = workers;
 
 		workers = NULL;
-		ck_assert_int_eq(odp_prefetch(&reg, &owner, ra, a, 4 * KiB, ODP_PREFETCH, NULL,
+		ck_assert_int_eq(odp_prefetch(&reg.odp, &owner, ra, a, 4 * KiB, ODP_PREFETCH, NULL,
 					      why, sizeof(why)), -ESHUTDOWN);
 		workers = w;
 	}
@@ -1121,11 +1192,12 @@ START_TEST(test_access_follows_the_device)
 	struct reg_allocation *ra;
 	struct mr_entry e;
 
-	ck_assert_uint_eq(registration_access(false, &reg.provider->caps), MR_CACHE_ACCESS);
+	ck_assert_uint_eq(registration_access(false, &reg.base.provider->caps), MR_CACHE_ACCESS);
 	ck_assert(registrar_on_demand(&reg, true, false));
 	reopen_with("MRD_SOFT_ATOMIC", "none");
-	ck_assert_uint_eq(registration_access(false, &reg.provider->caps), rw);
-	ck_assert_uint_eq(registration_access(true, &reg.provider->caps), MRD_ACCESS_REMOTE_READ);
+	ck_assert_uint_eq(registration_access(false, &reg.base.provider->caps), rw);
+	ck_assert_uint_eq(registration_access(true, &reg.base.provider->caps),
+			  MRD_ACCESS_REMOTE_READ);
 	ra = alloc(64 * KiB);
 	ck_assert_int_eq(lookup(address(ra), &e, NULL), 0);
 	ck_assert_uint_eq(LIST_FIRST(&ra->mrs)->pmr->access, rw);
@@ -1173,8 +1245,10 @@ static Suite *registrar_suite(void)
 	tcase_add_test(tc, test_page_policy_registers_one_page);
 	tcase_add_test(tc, test_contig_registers_the_run_minus_other_mrs);
 	tcase_add_test(tc, test_lookup_outside_memory_is_enoent);
+	tcase_add_test(tc, test_failed_registration_uncharges);
 	tcase_add_test(tc, test_freed_keys_leave_the_table);
 	tcase_add_test(tc, test_flush_rebuilds_the_table);
+	tcase_add_test(tc, test_mr_gone_heard_once);
 	tcase_add_test(tc, test_free_bumps_only_over_mrs);
 
 	tc = module_case(s, "odp");

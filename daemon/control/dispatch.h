@@ -8,7 +8,7 @@
 #include <sys/queue.h>
 
 #include "macro.h"
-#include "registration/mr-cache.h"
+#include "registration/waiter.h"
 #include "wire.h"
 
 struct client;

@@ -106,8 +106,9 @@ int request_mempool_register(struct client *c, struct domain *d, const Mrd__Requ
 	p = request_pending_new(sizeof(*p), req->id, register_resume);
 	if (!p)
 		return -ENOMEM;
-	k = mempool_register(&d->reg, &c->owner, q->name, q->starts, q->lengths, q->n_starts,
-			     q->extmem, &p->base.waiter, &p->reg, r->message, sizeof(r->message));
+	k = mempool_register(&d->reg.mempools, &c->owner, q->name, q->starts, q->lengths,
+			     q->n_starts, q->extmem, &p->base.waiter, &p->reg, r->message,
+			     sizeof(r->message));
 	if (k == -EINPROGRESS) {
 		request_wait(c, &p->base);
 		return k;
@@ -115,8 +116,8 @@ int request_mempool_register(struct client *c, struct domain *d, const Mrd__Requ
 	if (k >= 0) {
 		k = fill_register_reply(p->reg, r);
 		if (k < 0) /* the client hears of a failure: nothing may stay registered */
-			(void)mempool_unregister(&d->reg, &c->owner, q->name, NULL, r->message,
-						 sizeof(r->message));
+			(void)mempool_unregister(&d->reg.mempools, &c->owner, q->name, NULL,
+						 r->message, sizeof(r->message));
 	}
 	free(p);
 	return k;
@@ -152,7 +153,7 @@ int request_mempool_unregister(struct client *c, struct domain *d, const Mrd__Re
 	p = request_pending_new(sizeof(*p), req->id, unregister_resume);
 	if (!p)
 		return -ENOMEM;
-	k = mempool_unregister(&d->reg, &c->owner, name, &p->waiter, r->message,
+	k = mempool_unregister(&d->reg.mempools, &c->owner, name, &p->waiter, r->message,
 			       sizeof(r->message));
 	if (k == -EINPROGRESS) {
 		request_wait(c, p);

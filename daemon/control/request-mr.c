@@ -348,7 +348,7 @@ int request_prefetch(struct client *c, struct domain *d, const Mrd__Request *req
 		if (!p)
 			return -ENOMEM;
 	}
-	k = odp_prefetch(&d->reg, &c->owner, reg_allocation_of(a), q->address, q->length,
+	k = odp_prefetch(&d->reg.odp, &c->owner, reg_allocation_of(a), q->address, q->length,
 			 (enum odp_advice)q->advice, p ? &p->waiter : NULL, r->message,
 			 sizeof(r->message));
 	if (k == -EINPROGRESS) {

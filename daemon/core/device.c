@@ -67,7 +67,7 @@ static void on_domain_events(evutil_socket_t fd, short what, void *data)
 {
 	struct domain *d = data;
 
-	on_events(d->core, d->reg.provider);
+	on_events(d->core, d->reg.base.provider);
 }
 
 static int watch(struct core *core, struct provider *p, struct event **ret,
@@ -93,7 +93,7 @@ static void unwatch(struct event **e)
 
 int device_watch_domain(struct domain *d)
 {
-	return watch(d->core, d->reg.provider, &d->device_event, on_domain_events, d);
+	return watch(d->core, d->reg.base.provider, &d->device_event, on_domain_events, d);
 }
 
 void device_unwatch_domain(struct domain *d)
@@ -127,12 +127,10 @@ static void lose_domain(struct core *core, struct domain *d)
 {
 	struct lose_job *j;
 
-	provider_mark_lost(d->reg.provider); /* every op from now on fails fast */
-	d->reg.cache.keys_stale = true;          /* until revive_commit */
-	registrar_lose_bound(&d->reg, core->provider->caps.device);
-	j = *d->reg.workers ? calloc(1, sizeof(*j)) : NULL;
+	registrar_device_lost(&d->reg, core->provider->caps.device); /* until revive_commit */
+	j = *d->reg.base.workers ? calloc(1, sizeof(*j)) : NULL;
 	if (!j) { /* no worker (or no memory): here, as it was */
-		provider_lose(d->reg.provider);
+		provider_lose(d->reg.base.provider);
 		return;
 	}
 	j->core = core;
@@ -179,15 +177,14 @@ static void revive_commit(struct core *core)
 	struct domain *d, *e;
 
 	LIST_FOREACH(d, &core->domains, link)
-		if (provider_lost(d->reg.provider)) {
+		if (provider_lost(d->reg.base.provider)) {
 			LIST_FOREACH(e, &core->domains, link)
 				lose_domain(core, e);
 			provider_lose(core->provider);
 			return;
 		}
 	LIST_FOREACH(d, &core->domains, link) {
-		mr_cache_flush(&d->reg.cache); /* the table holds the old keys */
-		d->reg.cache.keys_stale = false;
+		registrar_device_back(&d->reg);
 		domain_pd_replaced(d);
 		domain_bump_generation(d);
 		domain_update_status(d);
@@ -247,10 +244,10 @@ static void revive_done(struct registrar_work *w)
 
 static void revive_domain(struct core *core, struct domain *d)
 {
-	struct revive_job *j = *d->reg.workers ? calloc(1, sizeof(*j)) : NULL;
+	struct revive_job *j = *d->reg.base.workers ? calloc(1, sizeof(*j)) : NULL;
 
 	if (!j) { /* no worker (or no memory): here, as it was */
-		revive_log(core, d->name, provider_revive(d->reg.provider));
+		revive_log(core, d->name, provider_revive(d->reg.base.provider));
 		return;
 	}
 	j->core = core;

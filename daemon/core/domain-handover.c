@@ -82,7 +82,7 @@ static int save_domain(struct domain *d, struct saved_domain *sd)
 	sd->n_exported_to = d->n_exported_to;
 	sd->pinned_bytes = d->reg.cache.charges.pinned_bytes;
 	sd->mrs = d->reg.cache.n_mrs + d->reg.odp.children;
-	sd->device = d->reg.provider->caps.device;
+	sd->device = d->reg.base.provider->caps.device;
 	LIST_FOREACH(a, &d->mem.arenas, link) {
 		struct saved_arena *sa = &sd->arenas[sd->n_arenas];
 
@@ -259,7 +259,7 @@ unsigned domains_client_pds_left(const struct core *core)
 	unsigned left = 0;
 
 	LIST_FOREACH(d, &core->domains, link)
-		LIST_FOREACH(bc, &d->reg.bound, bound_link)
+		LIST_FOREACH(bc, &d->reg.cache.bound, bound_link)
 			left++;
 	return left;
 }

@@ -19,10 +19,10 @@ int domain_export_pd(struct domain *d, const struct context_holder *holder, int 
 	uint32_t handle;
 	int fd, k;
 
-	k = provider_export_pd(d->reg.pd, &fd, &handle);
+	k = provider_export_pd(d->reg.base.pd, &fd, &handle);
 	if (k == -EOPNOTSUPP) {
 		snprintf(why, why_size, "the %s provider has no device to share",
-			 provider_name(d->reg.provider));
+			 provider_name(d->reg.base.provider));
 		return k;
 	}
 	if (k < 0)
@@ -56,8 +56,8 @@ static int own_fds(struct core *core, int **ret, size_t *ret_n)
 	if (provider_cmd_fd(core->provider) >= 0)
 		fds[n++] = provider_cmd_fd(core->provider);
 	LIST_FOREACH(d, &core->domains, link)
-		if (n < core->n_domains + 1 && d->reg.provider && provider_cmd_fd(d->reg.provider) >= 0)
-			fds[n++] = provider_cmd_fd(d->reg.provider);
+		if (n < core->n_domains + 1 && d->reg.base.provider && provider_cmd_fd(d->reg.base.provider) >= 0)
+			fds[n++] = provider_cmd_fd(d->reg.base.provider);
 	*ret = fds;
 	*ret_n = n;
 	return 0;
@@ -77,9 +77,9 @@ static int open_context(struct domain *d, int fd, struct client_context **ret,
 	k = uverbs_fd_device(fd, "/sys", ibdev, sizeof(ibdev), why, why_size);
 	if (k < 0)
 		return k;
-	if (!d->reg.provider->ops->cmd_fd) {
+	if (!d->reg.base.provider->ops->cmd_fd) {
 		snprintf(why, why_size, "the %s provider has no RDMA device: BindPd needs mrd on a "
-			 "verbs device (mrd --provider verbs)", provider_name(d->reg.provider));
+			 "verbs device (mrd --provider verbs)", provider_name(d->reg.base.provider));
 		return -EOPNOTSUPP;
 	}
 	dev = served_device_find(core, ibdev);
@@ -116,7 +116,7 @@ int domain_bind_pd(struct domain *d, int fd, uint32_t pd_handle, pid_t pid,
 		client_context_close(ctx);
 		return k;
 	}
-	k = bound_pd_open(&d->reg, ctx, pd_handle, &dev->caps, pid, ret);
+	k = bound_pd_open(&d->reg.cache, ctx, pd_handle, &dev->caps, pid, ret);
 	if (k < 0)
 		return k;
 	served_device_bind(dev);

@@ -31,19 +31,19 @@ void domain_stats(struct domain *d, struct domain_stats *ret)
 		.odp_children = d->reg.odp.children,
 		.quarantined_bytes = d->reg.quarantine.bytes,
 		.quarantined_runs = d->reg.quarantine.n,
-		.pools_off = d->reg.pools.off ? d->reg.pools.off : "",
+		.pools_off = d->reg.base.pools.off ? d->reg.base.pools.off : "",
 		.n_pools = domain_pool_stats(d, NULL, 0),
 	};
 
-	frmr_pools_summary(&d->reg.pools, &s.pools_config, &s.pools_queued);
-	key_quarantine_counts(&d->reg.pools.quarantine, &s.keys_quarantine_on, &s.keys_parked,
+	frmr_pools_summary(&d->reg.base.pools, &s.pools_config, &s.pools_queued);
+	key_quarantine_counts(&d->reg.base.pools.quarantine, &s.keys_quarantine_on, &s.keys_parked,
 			      &s.keys_unparked);
 	*ret = s;
 }
 
 size_t domain_pool_stats(struct domain *d, struct frmr_pool_stats *ret, size_t max)
 {
-	return frmr_pools_stats(&d->reg.pools, ret, max);
+	return frmr_pools_stats(&d->reg.base.pools, ret, max);
 }
 
 const struct arena *domain_next_arena(const struct domain *d, const struct arena *prev)

@@ -41,9 +41,9 @@ static void on_aging_tick(evutil_socket_t fd, short what, void *data)
 	struct provider_mr **handles;
 	size_t n;
 
-	if (d->reg.destroy_jobs > 0)
+	if (d->reg.base.destroy_jobs > 0)
 		return; /* one round at a time */
-	n = frmr_pools_age(&d->reg.pools, &handles);
+	n = frmr_pools_age(&d->reg.base.pools, &handles);
 	registrar_destroy_handles(&d->reg, handles, n);
 }
 
@@ -59,7 +59,7 @@ size_t domain_flush(struct domain *d, bool pools, bool gc, unsigned *ret_pools_r
 	domain_bump_generation(d);
 	domain_update_status(d);
 	if (pools || gc)
-		n = frmr_pools_drain(&d->reg.pools, gc, &handles, ret_pools_removed);
+		n = frmr_pools_drain(&d->reg.base.pools, gc, &handles, ret_pools_removed);
 	registrar_destroy_handles(&d->reg, handles, n);
 	return n;
 }
@@ -97,7 +97,7 @@ int domains_set_pools(struct core *core, const char *name, const struct frmr_mat
 
 		if (!every && strcmp(name, d->name) != 0)
 			continue;
-		n = frmr_pools_set(&d->reg.pools, match, aging_s, pinned);
+		n = frmr_pools_set(&d->reg.base.pools, match, aging_s, pinned);
 		if (n < 0)
 			return n;
 		*ret_changed += (unsigned)n;
@@ -248,7 +248,7 @@ static int domain_open(struct core *core, const char *name, struct domain **ret)
 	d->mem.stopping = &core->stopping;
 	d->mem.closer = &core->closer;
 	reg_owner_init(&d->leaving, 0, 0, 0);
-	d->reg = (struct registrar){
+	d->reg = (struct registrar){ .base = {
 		.config = &core->config, .name = d->name, .mem = &d->mem,
 		.workers = &core->workers, .stopping = &core->stopping,
 		.host_pinned = &core->pinned_bytes,
@@ -256,7 +256,7 @@ static int domain_open(struct core *core, const char *name, struct domain **ret)
 			    .allocation_idle = on_allocation_idle, .released = on_released,
 			    .changed = on_changed },
 		.data = d,
-	};
+	} };
 
 	/* Its own context on the device mrd opened at start. */
 	r = registrar_open(&d->reg, core->provider, config_policy_for(&core->config, name),
@@ -265,7 +265,7 @@ static int domain_open(struct core *core, const char *name, struct domain **ret)
 		d->leave_event = evtimer_new(core->base, on_leave_turn, d);
 		r = d->leave_event ? 0 : -ENOMEM;
 	}
-	if (r >= 0 && !d->reg.pools.off)
+	if (r >= 0 && !d->reg.base.pools.off)
 		r = aging_start(d);
 	if (r >= 0)
 		r = device_watch_domain(d);
@@ -522,7 +522,7 @@ void domain_drop_allocation(struct domain *d, struct allocation *a)
 
 static bool leaving_none(const struct domain *d)
 {
-	return !bound_pds_leaving(&d->reg) && LIST_EMPTY(&d->leaving.pools) &&
+	return !bound_pds_leaving(&d->reg.cache) && LIST_EMPTY(&d->leaving.pools) &&
 	       LIST_EMPTY(&d->leaving.mem.allocations);
 }
 
@@ -539,8 +539,8 @@ static void leave_share(struct domain *d, bool all)
 
 	if (leaving_none(d))
 		return; /* no hold either */
-	if (!bound_pds_leave_share(&d->reg, all, &made) ||
-	    !mempool_leave_share(&d->reg, &d->leaving, all, &made))
+	if (!bound_pds_leave_share(&d->reg.cache, all, &made) ||
+	    !mempool_leave_share(&d->reg.mempools, &d->leaving, all, &made))
 		goto wait;
 	while ((a = LIST_FIRST(&d->leaving.mem.allocations))) {
 		if (!all && made > 0 && !registrar_loop_may(&d->reg, made, a->length))
@@ -566,14 +566,14 @@ void domain_leave(struct domain *d, struct reg_owner *owner, struct bound_pd *bo
 {
 	struct allocation *a;
 
-	odp_forget_owner(&d->reg, owner);
+	odp_forget_owner(&d->reg.odp, owner);
 	if (!bound && LIST_EMPTY(&owner->pools) && LIST_EMPTY(&owner->mem.allocations))
 		return;
 	if (leaving_none(d))
 		domain_ref(d);
 	if (bound)
 		bound_pd_leave(bound);
-	mempool_give_all(&d->reg, owner, &d->leaving);
+	mempool_give_all(&d->reg.mempools, owner, &d->leaving);
 	while ((a = LIST_FIRST(&owner->mem.allocations)))
 		allocation_give(a, &d->leaving.mem);
 	leave_share(d, false);
@@ -594,7 +594,7 @@ int domain_lookup(struct domain *d, struct bound_pd *bound, uint64_t address,
 {
 	if (bound)
 		return bound_pd_lookup(bound, address, ret, why, why_size, waiter);
-	return mr_cache_lookup(&d->reg.cache, address, ret, why, why_size, waiter);
+	return registrar_lookup(&d->reg, address, ret, why, why_size, waiter);
 }
 
 int domain_register_now(struct domain *d, struct bound_pd *bound, const struct allocation *a,
@@ -608,5 +608,5 @@ int domain_register_now(struct domain *d, struct bound_pd *bound, const struct a
 int domain_dma(struct domain *d, enum provider_dma_op op, uint32_t lkey, uint64_t laddr,
 	       uint32_t rkey, uint64_t raddr, uint64_t length)
 {
-	return provider_dma(d->reg.pd, op, lkey, laddr, rkey, raddr, length);
+	return provider_dma(d->reg.base.pd, op, lkey, laddr, rkey, raddr, length);
 }

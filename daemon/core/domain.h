@@ -46,7 +46,7 @@ struct domain {
 	struct event *device_event; /* its context's async fd (core/device.h) */
 	bool adopted; /* held open (domain_ref) while orphans (mem.orphans) wait */
 	/* What clients that left still own (mempools, allocations; their own PDs stay in
-	 * reg.bound, marked leaving), freed a few MRs and allocations per turn of the loop
+	 * reg.cache.bound, marked leaving), freed a few MRs and allocations per turn of the loop
 	 * (domain_leave); while there is any it holds the domain open (domain_ref). */
 	struct reg_owner leaving;
 	struct event *leave_event; /* the next turn's share of leaving */
@@ -182,11 +182,11 @@ static inline uint64_t domain_generation(const struct domain *d)
 /* The domain's own context on the device (its name and caps, for what a client is told). */
 static inline const struct provider *domain_provider(const struct domain *d)
 {
-	return d->reg.provider;
+	return d->reg.base.provider;
 }
 
 /* The keys of the MR over address: in bound's PD (a connection's own, BindPd) when not NULL,
- * else in the domain's; registered on a miss, as mr_cache_lookup (waiter, -EINPROGRESS). */
+ * else in the domain's; registered on a miss, as registrar_lookup (waiter, -EINPROGRESS). */
 int domain_lookup(struct domain *d, struct bound_pd *bound, uint64_t address,
 		  struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter);
 /* domain_lookup of a's start, made now on the loop without waiting: -EAGAIN when that could
@@ -197,7 +197,7 @@ int domain_register_now(struct domain *d, struct bound_pd *bound, const struct a
 /* Dma requests of the domain queued or running on the Dma thread. */
 static inline unsigned domain_dma_jobs(const struct domain *d)
 {
-	return d->reg.dma_jobs;
+	return d->reg.base.dma_jobs;
 }
 /* One transfer through keys of the domain's PD (provider_dma), on the Dma thread. */
 int domain_dma(struct domain *d, enum provider_dma_op op, uint32_t lkey, uint64_t laddr,

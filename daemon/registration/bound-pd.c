@@ -8,7 +8,6 @@
 #include "provider/client-context.h"
 #include "provider/provider-client.h"
 #include "registration/bound-pd.h"
-#include "registration/registrar.h"
 
 static void bound_hold(struct mr_cache *c)
 {
@@ -32,7 +31,7 @@ static void bound_unhold(struct mr_cache *c)
 	free(b);
 }
 
-int bound_pd_adopt(struct registrar *r, struct provider *provider, struct provider_pd *pd,
+int bound_pd_adopt(struct mr_cache *home, struct provider *provider, struct provider_pd *pd,
 		   const char *driver, uint32_t pd_handle, pid_t pid, struct bound_pd **ret)
 {
 	struct bound_pd *b = calloc(1, sizeof(*b));
@@ -43,8 +42,8 @@ int bound_pd_adopt(struct registrar *r, struct provider *provider, struct provid
 		return -ENOMEM;
 	}
 	/* The domain's policy, but on-demand memory is refused: no child MRs here (mr-cache.c). */
-	k = mr_cache_init(&b->cache, r, pd, r->cache.policy == MR_POLICY_ODP ?
-			  MR_POLICY_CONTIG : r->cache.policy);
+	k = mr_cache_init(&b->cache, home->reg, home, pd, home->policy == MR_POLICY_ODP ?
+			  MR_POLICY_CONTIG : home->policy);
 	if (k < 0) {
 		provider_close(provider);
 		free(b);
@@ -53,7 +52,7 @@ int bound_pd_adopt(struct registrar *r, struct provider *provider, struct provid
 	b->cache.pid = pid;
 	b->cache.hold = bound_hold;
 	b->cache.unhold = bound_unhold;
-	LIST_INSERT_HEAD(&r->bound, &b->cache, bound_link);
+	LIST_INSERT_HEAD(&home->bound, &b->cache, bound_link);
 	b->provider = provider;
 	b->pd = pd;
 	b->pd_handle = pd_handle;
@@ -63,7 +62,7 @@ int bound_pd_adopt(struct registrar *r, struct provider *provider, struct provid
 	return 0;
 }
 
-int bound_pd_open(struct registrar *r, struct client_context *ctx, uint32_t pd_handle,
+int bound_pd_open(struct mr_cache *home, struct client_context *ctx, uint32_t pd_handle,
 		  const struct provider_caps *caps, pid_t pid, struct bound_pd **ret)
 {
 	char driver[16];
@@ -77,7 +76,7 @@ int bound_pd_open(struct registrar *r, struct client_context *ctx, uint32_t pd_h
 		client_context_close(ctx);
 		return k;
 	}
-	return bound_pd_adopt(r, p, pd, driver, pd_handle, pid, ret);
+	return bound_pd_adopt(home, p, pd, driver, pd_handle, pid, ret);
 }
 
 void bound_pd_leave(struct bound_pd *b)
@@ -97,11 +96,11 @@ static bool leave_share(struct bound_pd *b, bool all, unsigned *made)
 	return true;
 }
 
-bool bound_pds_leave_share(struct registrar *r, bool all, unsigned *made)
+bool bound_pds_leave_share(struct mr_cache *home, bool all, unsigned *made)
 {
 	struct mr_cache *c, *next;
 
-	for (c = LIST_FIRST(&r->bound); c; c = next) {
+	for (c = LIST_FIRST(&home->bound); c; c = next) {
 		struct bound_pd *b = container_of(c, struct bound_pd, cache);
 
 		next = LIST_NEXT(c, bound_link);
@@ -111,11 +110,11 @@ bool bound_pds_leave_share(struct registrar *r, bool all, unsigned *made)
 	return true;
 }
 
-bool bound_pds_leaving(const struct registrar *r)
+bool bound_pds_leaving(const struct mr_cache *home)
 {
 	const struct mr_cache *c;
 
-	LIST_FOREACH(c, &r->bound, bound_link)
+	LIST_FOREACH(c, &home->bound, bound_link)
 		if (container_of(c, struct bound_pd, cache)->leaving)
 			return true;
 	return false;

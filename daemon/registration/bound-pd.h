@@ -16,7 +16,6 @@ struct client_context;
 struct provider_caps;
 struct provider;
 struct provider_pd;
-struct registrar;
 
 struct bound_pd {
 	struct mr_cache cache;
@@ -28,15 +27,16 @@ struct bound_pd {
 	char driver[16];
 };
 
-/* A cache for PD pd_handle of ctx (taken, also on failure) over r's memory; caps are of the
- * context's device (any mrd serves, not only the domain's). pid is the client's process:
- * memory it aliased (allocation.h) is registered at the alias here. */
-int bound_pd_open(struct registrar *r, struct client_context *ctx, uint32_t pd_handle,
+/* A cache for PD pd_handle of ctx (taken, also on failure) over the memory of home, the
+ * domain's cache (whose charges count its pages); caps are of the context's device (any mrd
+ * serves, not only the domain's). pid is the client's process: memory it aliased
+ * (allocation.h) is registered at the alias here. */
+int bound_pd_open(struct mr_cache *home, struct client_context *ctx, uint32_t pd_handle,
 		  const struct provider_caps *caps, pid_t pid, struct bound_pd **ret);
 /* The same over any provider's PD (taken, also on failure: pd goes with provider): mrd's is
  * the client's context (provider/provider-client.h); tests bind a soft PD, whose keys soft
  * DMA checks. driver and pd_handle are for mrctl. */
-int bound_pd_adopt(struct registrar *r, struct provider *provider, struct provider_pd *pd,
+int bound_pd_adopt(struct mr_cache *home, struct provider *provider, struct provider_pd *pd,
 		   const char *driver, uint32_t pd_handle, pid_t pid, struct bound_pd **ret);
 /* The client goes: every MR of the PD is deregistered (on workers when big) and its pages
  * uncharged; mrd's copy of the fd closes once the last of them and of the jobs is done.
@@ -45,12 +45,12 @@ struct bound_pd *bound_pd_close(struct bound_pd *b);
 /* The same, a share at a time: b serves no lookup any more and is its domain's to let go,
  * with bound_pds_leave_share(). */
 void bound_pd_leave(struct bound_pd *b);
-/* A share of the MRs of r's client PDs whose clients left (all with all; else as
+/* A share of the MRs of home's client PDs whose clients left (all with all; else as
  * mr_cache_drop_share() budgets, *made counting this share's); a PD whose last MR went is let
  * go as bound_pd_close() does. Whether none is left. */
-bool bound_pds_leave_share(struct registrar *r, bool all, unsigned *made);
-/* Whether any of r's client PDs still leaves. */
-bool bound_pds_leaving(const struct registrar *r);
+bool bound_pds_leave_share(struct mr_cache *home, bool all, unsigned *made);
+/* Whether any of home's client PDs still leaves. */
+bool bound_pds_leaving(const struct mr_cache *home);
 
 static inline int bound_pd_lookup(struct bound_pd *b, uint64_t addr, struct mr_entry *ret,
 				  char *why, size_t why_size, struct mr_waiter *waiter)

@@ -14,16 +14,19 @@
 #include <stdint.h>
 #include <sys/queue.h>
 
+struct mr_cache_others;
 struct mr_wait;
 struct mr_waiter;
 struct provider_mr;
 struct reg_allocation;
+struct mr_cache;
+struct reg_base;
 struct reg_owner;
-struct registrar;
 struct unreg_ticket;
 
 /* One registered range, shared by the pools whose memory lies in it. */
 struct pool_mr {
+	struct mempools *set;           /* the domain's */
 	LIST_ENTRY(pool_mr) link;       /* the domain's */
 	LIST_ENTRY(pool_mr) alloc_link; /* its allocation's */
 	struct reg_allocation *allocation; /* holds it: allocation->pool_refs */
@@ -64,15 +67,21 @@ struct pool_reg {
 
 /* A domain's mempool registrations and their MRs (in its registrar). */
 struct mempools {
+	struct reg_base *reg;   /* its registrar's */
+	struct mr_cache *cache; /* the domain's: its charges count the pool MRs' pages */
 	LIST_HEAD(, pool_reg) regs;
 	LIST_HEAD(, pool_mr) mrs;
 	unsigned n_regs;
 };
 
-void mempools_init(struct mempools *p);
+void mempools_init(struct mempools *p, struct reg_base *r, struct mr_cache *cache);
 
-/* The live pool MR of a that holds addr, if any: lookups answer with it (mr-cache.c). */
+/* The live pool MR of a that holds addr, if any: lookups answer with it. */
 struct pool_mr *mempool_mr_containing(const struct reg_allocation *a, uint64_t addr);
+/* The domain's cache's others (mr-cache.h): a lookup inside a pool MR gets it (pinning its
+ * pages again would count them twice), or waits for the worker making it; the cache's MRs
+ * never overlap a live one. */
+extern const struct mr_cache_others mempool_others;
 
 /* Registers the owner's pool name over n ranges ([starts[i], starts[i] + lengths[i])). EEXIST
  * when the owner has it registered already, unless extmem replaces a registration that was
@@ -84,27 +93,27 @@ struct pool_mr *mempool_mr_containing(const struct reg_allocation *a, uint64_t a
  * deregistered (here, or on a worker): then -EINPROGRESS, *ret is set, and waiter->resume
  * (result, no entry) runs on the loop once it is made — or has failed, and is gone — or once
  * its owner left. waiter must not be NULL. */
-int mempool_register(struct registrar *r, struct reg_owner *owner, const char *name,
+int mempool_register(struct mempools *p, struct reg_owner *owner, const char *name,
 		     const uint64_t *starts, const uint64_t *lengths, size_t n, bool extmem,
 		     struct mr_waiter *waiter, struct pool_reg **ret, char *why, size_t why_size);
 
 /* ENOENT when the owner has no pool of that name. An MR whose last sharer leaves is
  * deregistered — on a worker when it covers [cache] async_bytes or more: then, with a waiter,
  * -EINPROGRESS, and waiter->resume (result 0) runs once every such MR is gone. */
-int mempool_unregister(struct registrar *r, struct reg_owner *owner, const char *name,
+int mempool_unregister(struct mempools *p, struct reg_owner *owner, const char *name,
 		       struct mr_waiter *waiter, char *why, size_t why_size);
 
 /* The owner is going: its registrations are to's now (to is no client: it registers nothing),
  * and whoever waited for them hears ECANCELED. They go with mempool_leave_share(). */
-void mempool_give_all(struct registrar *r, struct reg_owner *owner, struct reg_owner *to);
+void mempool_give_all(struct mempools *p, struct reg_owner *owner, struct reg_owner *to);
 /* A share of leaving's registrations goes (all of them with all), MR by MR while the loop's
- * budget allows (registrar_loop_may, *made of them made already in this share, at least one):
+ * budget allows (reg_loop_may, *made of them made already in this share, at least one):
  * shared MRs stay while others use them, each MR's death is published before it dies. Whether
  * none is left. */
-bool mempool_leave_share(struct registrar *r, struct reg_owner *leaving, bool all,
+bool mempool_leave_share(struct mempools *p, struct reg_owner *leaving, bool all,
 			 unsigned *made);
 /* The pool MRs the device kept over the retired a (their dereg failed), tried again: whether
  * none is left. */
-bool mempool_retry_stuck(struct registrar *r, struct reg_allocation *a);
+bool mempool_retry_stuck(struct mempools *p, struct reg_allocation *a);
 /* At close: forgets them, uncharged (their handles go with the context). */
-void mempool_drop_stuck(struct registrar *r, struct reg_allocation *a);
+void mempool_drop_stuck(struct mempools *p, struct reg_allocation *a);

@@ -12,10 +12,9 @@
 #include "memory/mem-owner.h"
 #include "memory/memory.h"
 #include "provider/provider.h"
-#include "registration/mempool.h"
 #include "registration/mr-cache.h"
 #include "registration/reg-allocation.h"
-#include "registration/registrar.h"
+#include "registration/reg-base.h"
 
 #define MR_TABLE_FIRST 256
 #define MR_TABLE_MAX (1u << 20)
@@ -28,18 +27,20 @@ static int count_only(uintptr_t start, size_t len)
 	return 0;
 }
 
-int mr_cache_init(struct mr_cache *c, struct registrar *r, struct provider_pd *own_pd,
-		  enum mr_policy policy)
+int mr_cache_init(struct mr_cache *c, struct reg_base *r, struct mr_cache *home,
+		  struct provider_pd *own_pd, enum mr_policy policy)
 {
-	*c = (struct mr_cache){ .reg = r, .own_pd = own_pd, .policy = policy };
+	*c = (struct mr_cache){ .reg = r, .home = home ? home : c, .own_pd = own_pd,
+				.policy = policy };
 	LIST_INIT(&c->mrs);
 	LIST_INIT(&c->reg_jobs);
+	LIST_INIT(&c->bound);
 	pin_map_init(&c->charges);
 	c->charges.lock = c->charges.unlock = count_only;
 	return mr_table_init(&c->table, MR_TABLE_FIRST, MR_TABLE_MAX);
 }
 
-static struct registrar *registrar_of(const struct mr_cache *c)
+static struct reg_base *base_of(const struct mr_cache *c)
 {
 	return c->reg;
 }
@@ -48,7 +49,7 @@ static struct registrar *registrar_of(const struct mr_cache *c)
  * the same, whichever PD's MR pins them. */
 static struct mr_cache *home(const struct mr_cache *c)
 {
-	return &c->reg->cache;
+	return c->home;
 }
 
 static struct provider *provider_of(const struct mr_cache *c)
@@ -72,7 +73,7 @@ static void unhold(struct mr_cache *c)
 /* The host-wide sum moves with every change of the domain's own. */
 static void count_host(const struct mr_cache *h, uint64_t before)
 {
-	*registrar_of(h)->host_pinned += h->charges.pinned_bytes - before;
+	*base_of(h)->host_pinned += h->charges.pinned_bytes - before;
 }
 
 /* Charges are of whole pages: an MR over a program's buffer (an aliased span) covers its bytes
@@ -107,7 +108,7 @@ void mr_cache_uncharge(struct mr_cache *c, uint64_t start, uint64_t end)
 	count_host(h, before);
 	if (k < 0)
 		log_error_errno(k, "domain %s: uncharging [0x%" PRIx64 ", 0x%" PRIx64 "): %m",
-				registrar_of(c)->name, start, end);
+				base_of(c)->name, start, end);
 }
 
 uint64_t mr_cache_uncharged(const struct mr_cache *c, uint64_t start, uint64_t end)
@@ -123,7 +124,7 @@ static int reg_mr(const struct mr_cache *c, uint64_t start, uint64_t end, uint64
 	if (c->own_pd)
 		return provider_reg(c->own_pd, (void *)(uintptr_t)start, end - start, iova, access,
 				    ret);
-	return frmr_pools_reg(&registrar_of(c)->pools, (void *)(uintptr_t)start, end - start,
+	return frmr_pools_reg(&base_of(c)->pools, (void *)(uintptr_t)start, end - start,
 			      access, false, ret);
 }
 
@@ -135,13 +136,14 @@ static unsigned access_of(const struct mr_cache *c, const struct reg_allocation 
 	const struct provider_caps *caps = &provider_of(c)->caps;
 	unsigned access = reg_allocation_access(a, caps);
 
-	if (c->own_pd && a->mem.odp && provider_odp_covers(caps, access))
+	if (c->own_pd && reg_kind_of(a) == REG_KIND_ON_DEMAND &&
+	    provider_odp_covers(caps, access))
 		access |= MRD_ACCESS_ON_DEMAND;
 	return access;
 }
 
 /* Whether c's keys are of a failed device: the domain's until its return commits; a client
- * PD's for good once its device failed (registrar_lose_bound), and only then — a client PD on
+ * PD's for good once its device failed (registrar_device_lost), and only then — a client PD on
  * another device serves on while the domains' fails. */
 static bool stale(const struct mr_cache *c)
 {
@@ -158,10 +160,28 @@ static bool pins(unsigned access)
  * PD also while a worker registers in it (its provider's lock is held meanwhile). */
 static bool offload(const struct mr_cache *c, uint64_t bytes)
 {
-	const struct registrar *r = registrar_of(c);
+	const struct reg_base *r = base_of(c);
 
-	return registrar_offload(r, bytes) ||
-	       (c->own_pd && registrar_offload(r, UINT64_MAX) && c->pending_bytes > 0);
+	return reg_offload(r, bytes) ||
+	       (c->own_pd && reg_offload(r, UINT64_MAX) && c->pending_bytes > 0);
+}
+
+static struct mr_entry entry_of(const struct cached_mr *mr)
+{
+	return (struct mr_entry){ mr->start, mr->end, mr->pmr->lkey, mr->pmr->rkey };
+}
+
+/* mr is out of its cache's list (and table): whatever hangs on it hears, once. */
+static void leave(struct cached_mr *mr)
+{
+	struct mr_entry e = entry_of(mr);
+	struct mr_gone_listener *l;
+
+	mr->in_cache = false;
+	while ((l = LIST_FIRST(&mr->listeners))) {
+		mr_cache_unlisten_gone(l);
+		l->gone(l, &e);
+	}
 }
 
 void mr_cache_done(struct mr_cache *c)
@@ -172,19 +192,15 @@ void mr_cache_done(struct mr_cache *c)
 	while ((mr = LIST_FIRST(&c->mrs))) {
 		LIST_REMOVE(mr, link);
 		LIST_REMOVE(mr, alloc_link);
-		(void)registrar_dereg(registrar_of(c), mr->pmr);
+		leave(mr);
+		(void)reg_dereg(base_of(c), mr->pmr);
 		free(mr);
 	}
 	c->n_mrs = 0;
 	mr_table_done(&c->table);
 	if (c->charges.pinned_bytes)
-		*registrar_of(c)->host_pinned -= c->charges.pinned_bytes;
+		*base_of(c)->host_pinned -= c->charges.pinned_bytes;
 	pin_map_done(&c->charges);
-}
-
-static struct mr_entry entry_of(const struct cached_mr *mr)
-{
-	return (struct mr_entry){ mr->start, mr->end, mr->pmr->lkey, mr->pmr->rkey };
 }
 
 /* With the table overflowed, the list is the truth. */
@@ -259,8 +275,9 @@ static void pick_range(const struct mr_cache *c, const struct reg_allocation *a,
 	uint64_t ps = a->mem.arena->page_size, start = allocation_address(&a->mem);
 	uint64_t end = start + a->mem.length, max = provider_of(c)->caps.max_mr_size;
 	const struct cached_mr *mr;
-	const struct pool_mr *pm;
 	const struct reg_job *j;
+	const void *other = NULL;
+	uint64_t s, e;
 
 	if (c->policy == MR_POLICY_PAGE) {
 		*ret_start = addr - (addr - start) % ps;
@@ -272,9 +289,8 @@ static void pick_range(const struct mr_cache *c, const struct reg_allocation *a,
 	LIST_FOREACH(mr, &a->mrs, alloc_link)
 		if (mr->cache == c)
 			cut(mr->start, mr->end, addr, &start, &end);
-	LIST_FOREACH(pm, &a->pool_mrs, alloc_link)
-		if (!c->own_pd && pool_mr_live(pm))
-			cut(pm->start, pm->end, addr, &start, &end);
+	while (c->others && c->others->next(a, &other, &s, &e))
+		cut(s, e, addr, &start, &end);
 	LIST_FOREACH(j, &c->reg_jobs, link)
 		if (j->allocation_serial == a->mem.serial)
 			cut(j->start, j->end, addr, &start, &end);
@@ -293,13 +309,14 @@ static bool covered(const struct mr_cache *c, const struct reg_allocation *a, ui
 		    uint64_t end)
 {
 	const struct cached_mr *mr;
-	const struct pool_mr *pm;
+	const void *other = NULL;
+	uint64_t s, e;
 
 	LIST_FOREACH(mr, &a->mrs, alloc_link)
 		if (mr->cache == c && mr->start < end && start < mr->end)
 			return true;
-	LIST_FOREACH(pm, &a->pool_mrs, alloc_link)
-		if (!c->own_pd && pool_mr_live(pm) && pm->start < end && start < pm->end)
+	while (c->others && c->others->next(a, &other, &s, &e))
+		if (s < end && start < e)
 			return true;
 	return false;
 }
@@ -332,7 +349,7 @@ static struct cached_mr *adopt(struct mr_cache *c, struct reg_allocation *a,
 	e = entry_of(mr);
 	if (!c->table.overflow)
 		(void)mr_table_insert(&c->table, &e); /* on overflow the list serves */
-	registrar_of(c)->events.changed(registrar_of(c)->data);
+	base_of(c)->events.changed(base_of(c)->data);
 	return mr;
 }
 
@@ -363,8 +380,7 @@ static void reg_job_run(struct registrar_work *w)
 
 static void reg_job_done(struct registrar_work *w);
 
-/* A lookup waiting on the loop for an MR a worker is making; without a waiter, -EAGAIN. */
-static int wait_for(struct mr_wait **lookups, uint64_t addr, struct mr_waiter *waiter,
+int mr_cache_wait(struct mr_wait **lookups, uint64_t addr, struct mr_waiter *waiter,
 		    const char *what, char *why, size_t why_size)
 {
 	struct mr_wait *w;
@@ -382,12 +398,44 @@ static int wait_for(struct mr_wait **lookups, uint64_t addr, struct mr_waiter *w
 	return -EINPROGRESS;
 }
 
-/* Not in the table: the pool MR holding addr, else a registration of the uncovered run. */
+/* A registration of [start, end) on a worker, for waiter: -EINPROGRESS, or -ENOMEM (nothing
+ * started; spare stays the caller's). */
+static int start_job(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, uint64_t start,
+		     uint64_t end, unsigned access, struct cached_mr *spare,
+		     struct mr_waiter *waiter)
+{
+	struct reg_job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return -ENOMEM;
+	j->spare = spare;
+	j->cache = c;
+	hold(c);
+	j->waiter = waiter;
+	j->addr = addr;
+	j->start = start;
+	j->end = end;
+	j->iova = allocation_iova(&a->mem, start);
+	j->allocation_serial = a->mem.serial;
+	j->access = access;
+	c->pending_bytes += end - start;
+	LIST_INSERT_HEAD(&c->reg_jobs, j, link);
+	/* A client PD's MR is made where the free cannot see it: the free waits, so that
+	 * what the worker makes is let go before the pages go back (a client may make its
+	 * dereg fail). Busy: the loop must not wait for the client provider's lock. */
+	if (c->own_pd) {
+		j->allocation = a;
+		a->bound_jobs++;
+	}
+	reg_start(base_of(c), &j->base, reg_job_run, reg_job_done, c->own_pd != NULL);
+	return -EINPROGRESS;
+}
+
+/* Not in the table, nor another's (c->others): a registration of the uncovered run. */
 static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
 		char *why, size_t why_size, struct mr_waiter *waiter)
 {
-	struct registrar *r = registrar_of(c);
-	struct pool_mr *pm = c->own_pd ? NULL : mempool_mr_containing(a, addr);
+	struct reg_base *r = base_of(c);
 	struct reg_job *job;
 	struct provider_mr *pmr;
 	struct cached_mr *spare;
@@ -395,20 +443,12 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 	uint64_t start, end;
 	int k;
 
-	if (pm && !pm->pending) {
-		/* Registered for a pool already: pinning the pages again would count them twice. */
-		*ret = (struct mr_entry){ pm->start, pm->end, pm->pmr->lkey, pm->pmr->rkey };
-		return 0;
-	}
-	if (pm)
-		/* A worker is making that MR: the lookup takes it once it is made. */
-		return wait_for(&pm->lookups, addr, waiter, "for a mempool", why, why_size);
 	job = pending_run(c, a, addr);
 	if (job)
 		/* Registering the run again would pin and count its pages twice. */
-		return wait_for(&job->lookups, addr, waiter, "", why, why_size);
+		return mr_cache_wait(&job->lookups, addr, waiter, "", why, why_size);
 	pick_range(c, a, addr, &start, &end);
-	if (a->mem.span_length) {
+	if (reg_kind_of(a) == REG_KIND_ALIAS && a->mem.span_length) {
 		/* A program's buffer: its bytes alone, whatever else its pages hold. */
 		uint64_t lo = allocation_address(&a->mem) + a->mem.span_offset;
 		uint64_t hi = lo + a->mem.span_length;
@@ -423,7 +463,7 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 	}
 
 	if (pins(access)) {
-		k = registrar_check_pinned(r, mr_cache_uncharged(c, start, end), why, why_size);
+		k = reg_check_pinned(r, mr_cache_uncharged(c, start, end), why, why_size);
 		if (k < 0)
 			return k;
 		/* Counted from now: a lookup or pool meanwhile sees these pages taken. */
@@ -432,68 +472,53 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 			return k;
 	}
 
+	k = -ENOMEM;
 	spare = c->own_pd ? calloc(1, sizeof(*spare)) : NULL;
-	if (c->own_pd && !spare) {
-		if (pins(access))
-			mr_cache_uncharge(c, start, end);
-		return -ENOMEM;
-	}
+	if (c->own_pd && !spare)
+		goto uncharge;
 	if (waiter && (offload(c, end - start) ||
-		       !registrar_loop_may(r, waiter->loop_registrations, end - start))) {
+		       !reg_loop_may(r, waiter->loop_registrations, end - start))) {
 		/* Pinning this much takes long, or the loop did its share: a worker does it, and
 		 * nobody waits but the asker. */
-		struct reg_job *j = calloc(1, sizeof(*j));
-
-		if (!j) {
-			free(spare);
-			if (pins(access))
-				mr_cache_uncharge(c, start, end);
-			return -ENOMEM;
-		}
-		j->spare = spare;
-		j->cache = c;
-		hold(c);
-		j->waiter = waiter;
-		j->addr = addr;
-		j->start = start;
-		j->end = end;
-		j->iova = allocation_iova(&a->mem, start);
-		j->allocation_serial = a->mem.serial;
-		j->access = access;
-		c->pending_bytes += end - start;
-		LIST_INSERT_HEAD(&c->reg_jobs, j, link);
-		/* A client PD's MR is made where the free cannot see it: the free waits, so that
-		 * what the worker makes is let go before the pages go back (a client may make its
-		 * dereg fail). Busy: the loop must not wait for the client provider's lock. */
-		if (c->own_pd) {
-			j->allocation = a;
-			a->bound_jobs++;
-		}
-		registrar_start(r, &j->base, reg_job_run, reg_job_done, c->own_pd != NULL);
-		return -EINPROGRESS;
+		k = start_job(c, a, addr, start, end, access, spare, waiter);
+		if (k != -EINPROGRESS)
+			goto uncharge;
+		return k;
 	}
 
 	k = reg_mr(c, start, end, allocation_iova(&a->mem, start), access, &pmr);
 	if (k < 0) {
-		free(spare);
-		if (pins(access))
-			mr_cache_uncharge(c, start, end);
 		snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") failed: %s", start,
 			 end, provider_strerror(provider_of(c), k));
-		return k;
+		goto uncharge;
 	}
 	if (!adopt(c, a, pmr, start, end, spare)) { /* the domain's alone: spare never fails */
-		(void)registrar_dereg(r, pmr);
-		if (pins(access))
-			mr_cache_uncharge(c, start, end);
-		return -ENOMEM;
+		(void)reg_dereg(r, pmr);
+		k = -ENOMEM;
+		goto uncharge;
 	}
 	c->loop_registrations++;
 	if (waiter)
 		waiter->loop_registrations++;
-	registrar_loop_did(r, end - start);
+	reg_loop_did(r, end - start);
 	*ret = (struct mr_entry){ start, end, pmr->lkey, pmr->rkey };
 	return 0;
+
+uncharge: /* nothing made: what was charged for it goes */
+	free(spare);
+	if (pins(access))
+		mr_cache_uncharge(c, start, end);
+	return k;
+}
+
+/* Another's MR holding addr (c->others), else the cache's registration of the uncovered run. */
+static int cover_or_miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
+			 struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter)
+{
+	int k = c->others ? c->others->cover(c, a, addr, ret, why, why_size, waiter) :
+			    MR_CACHE_MISS;
+
+	return k == MR_CACHE_MISS ? miss(c, a, addr, ret, why, why_size, waiter) : k;
 }
 
 struct dropped {
@@ -502,7 +527,7 @@ struct dropped {
 	bool pins;
 };
 
-static void dropped_gone(struct registrar *r, void *arg, int result)
+static void dropped_gone(struct reg_base *r, void *arg, int result)
 {
 	struct dropped *g = arg;
 
@@ -518,19 +543,19 @@ static void dropped_gone(struct registrar *r, void *arg, int result)
  * loop, and uncharged once the device has let go of it. */
 static void drop(struct mr_cache *c, struct provider_mr *pmr, uint64_t start, uint64_t end)
 {
-	struct registrar *r = registrar_of(c);
+	struct reg_base *r = base_of(c);
 	bool charged = pins(pmr->access);
 	struct dropped *g;
 
 	if (offload(c, end - start) && (g = malloc(sizeof(*g)))) {
 		*g = (struct dropped){ c, start, end, charged };
 		hold(c);
-		if (registrar_dereg_on_worker(r, pmr, dropped_gone, g) == 0)
+		if (reg_dereg_on_worker(r, pmr, dropped_gone, g) == 0)
 			return;
 		unhold(c);
 		free(g);
 	}
-	(void)registrar_dereg(r, pmr);
+	(void)reg_dereg(r, pmr);
 	if (charged)
 		mr_cache_uncharge(c, start, end);
 }
@@ -558,7 +583,7 @@ static void let_go_end(struct cached_mr *mr, int k)
 	if (k < 0) {
 		log_warning_errno(k, "domain %s: a client PD kept its MR over [0x%" PRIx64 ", 0x%"
 				  PRIx64 ") (dereg: %m): the run stays pinned, and is quarantined "
-				  "when freed", registrar_of(c)->name, mr->start, mr->end);
+				  "when freed", base_of(c)->name, mr->start, mr->end);
 		return;
 	}
 	LIST_REMOVE(mr, alloc_link);
@@ -569,7 +594,7 @@ static void let_go_end(struct cached_mr *mr, int k)
 	unhold(c);
 }
 
-static void let_go_done(struct registrar *r, void *arg, int result)
+static void let_go_done(struct reg_base *r, void *arg, int result)
 {
 	struct cached_mr *mr = arg;
 	struct reg_allocation *a = mr->allocation;
@@ -577,7 +602,7 @@ static void let_go_done(struct registrar *r, void *arg, int result)
 	mr->pmr = result < 0 ? mr->pmr : NULL;
 	let_go_end(mr, result);
 	a->bound_jobs--;
-	registrar_resume_free(r, a);
+	r->resume_free(r, a);
 }
 
 /* A client PD's MR, out of every table, deregistered now or (big, or while its PD is busy)
@@ -585,15 +610,15 @@ static void let_go_done(struct registrar *r, void *arg, int result)
 static void let_go(struct cached_mr *mr)
 {
 	struct mr_cache *c = mr->cache;
-	struct registrar *r = registrar_of(c);
+	struct reg_base *r = base_of(c);
 	int k;
 
 	if (offload(c, mr->end - mr->start) &&
-	    registrar_dereg_on_worker(r, mr->pmr, let_go_done, mr) == 0) {
+	    reg_dereg_on_worker(r, mr->pmr, let_go_done, mr) == 0) {
 		mr->allocation->bound_jobs++;
 		return;
 	}
-	k = registrar_dereg(r, mr->pmr);
+	k = reg_dereg(r, mr->pmr);
 	if (k == 0)
 		mr->pmr = NULL;
 	let_go_end(mr, k);
@@ -604,7 +629,7 @@ static void let_go(struct cached_mr *mr)
 static void retry(struct mr_cache *c, uint64_t addr, struct mr_waiter *waiter)
 {
 	struct reg_allocation *a =
-		reg_allocation_of(allocation_containing(registrar_of(c)->mem, addr));
+		reg_allocation_of(allocation_containing(base_of(c)->mem, addr));
 	struct mr_entry e;
 	char why[160] = "";
 	int k;
@@ -625,7 +650,7 @@ static void retry(struct mr_cache *c, uint64_t addr, struct mr_waiter *waiter)
 			 addr);
 		k = -ENOENT;
 	} else
-		k = miss(c, a, addr, &e, why, sizeof(why), waiter);
+		k = cover_or_miss(c, a, addr, &e, why, sizeof(why), waiter);
 	if (k != -EINPROGRESS)
 		waiter->resume(waiter, k, k < 0 ? NULL : &e, why);
 }
@@ -633,7 +658,7 @@ static void retry(struct mr_cache *c, uint64_t addr, struct mr_waiter *waiter)
 static void reg_job_done(struct registrar_work *w)
 {
 	struct reg_job *j = (struct reg_job *)w;
-	struct registrar *r = w->reg;
+	struct reg_base *r = w->reg;
 	struct mr_cache *c = j->cache;
 	struct reg_allocation *a = reg_allocation_of(allocation_containing(r->mem, j->addr));
 	struct mr_entry e;
@@ -664,14 +689,14 @@ static void reg_job_done(struct registrar_work *w)
 				retry(c, j->addr, j->waiter);
 				mr_cache_resume_waits(c, j->lookups);
 			}
-			registrar_resume_free(r, ja);
+			r->resume_free(r, ja);
 			free(j);
 			unhold(c);
 			return;
 		}
 		if (ja->retired)
 			a = NULL; /* a failed registration: answered as for the domain's */
-		registrar_resume_free(r, ja);
+		r->resume_free(r, ja);
 		if (k < 0) {
 			free(j->spare);
 			j->spare = NULL;
@@ -726,10 +751,10 @@ void mr_cache_resume_waits(struct mr_cache *c, struct mr_wait *waits)
 	}
 }
 
-int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
-		    size_t why_size, struct mr_waiter *waiter)
+int mr_cache_find(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
+		  size_t why_size, struct reg_allocation **ret_a)
 {
-	struct registrar *r = registrar_of(c);
+	struct reg_base *r = base_of(c);
 	struct reg_allocation *a;
 
 	c->lookups++;
@@ -752,7 +777,8 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 		return 0;
 
 	a = reg_allocation_of(allocation_containing(r->mem, addr));
-	if (a && a->mem.alias && (!c->own_pd || !a->mem.owner || a->mem.owner->pid != c->pid)) {
+	if (a && reg_kind_of(a) == REG_KIND_ALIAS &&
+	    (!c->own_pd || !a->mem.owner || a->mem.owner->pid != c->pid)) {
 		/* Its pages are a program's buffer at the alias: an MR anywhere else would hand
 		 * another PD keys to that program's memory, at an address nobody else maps. */
 		c->misses++;
@@ -761,9 +787,13 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 			 a->mem.owner ? a->mem.owner->pid : 0, allocation_iova(&a->mem, addr));
 		return -EACCES;
 	}
-	/* On-demand memory's children are found through their allocation, in no table. */
-	if (a && a->mem.odp && !c->own_pd)
-		return odp_fault(r, a, addr, ret, why, why_size, waiter);
+	*ret_a = a;
+	return MR_CACHE_MISS;
+}
+
+int mr_cache_miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
+		  struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter)
+{
 	if (a && a->mem.read_only && c->own_pd) {
 		/* The MR would be the client's object, and a rereg that only adds write access
 		 * checks nothing of the pages (Linux 6.12 ib_uverbs_rereg_mr, rxe_rereg_user_mr):
@@ -777,10 +807,38 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 	c->misses++;
 	if (!a) {
 		snprintf(why, why_size, "0x%" PRIx64 " is not in memory allocated in domain %s",
-			 addr, r->name);
+			 addr, base_of(c)->name);
 		return -ENOENT;
 	}
-	return miss(c, a, addr, ret, why, why_size, waiter);
+	return cover_or_miss(c, a, addr, ret, why, why_size, waiter);
+}
+
+int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
+		    size_t why_size, struct mr_waiter *waiter)
+{
+	struct reg_allocation *a = NULL;
+	int k = mr_cache_find(c, addr, ret, why, why_size, &a);
+
+	return k == MR_CACHE_MISS ? mr_cache_miss(c, a, addr, ret, why, why_size, waiter) : k;
+}
+
+int mr_cache_listen_gone(struct mr_cache *c, uint64_t addr, struct mr_gone_listener *l)
+{
+	struct cached_mr *mr;
+
+	LIST_FOREACH(mr, &c->mrs, link)
+		if (addr >= mr->start && addr < mr->end) {
+			LIST_INSERT_HEAD(&mr->listeners, l, link);
+			return 0;
+		}
+	return -ENOENT;
+}
+
+void mr_cache_unlisten_gone(struct mr_gone_listener *l)
+{
+	if (l->link.le_prev)
+		LIST_REMOVE(l, link);
+	l->link.le_prev = NULL;
 }
 
 void mr_cache_flush(struct mr_cache *c)
@@ -801,11 +859,11 @@ uint64_t mr_cache_retire(struct mr_cache *c, struct reg_allocation *a)
 		bytes += mr->end - mr->start;
 		if (!mr->in_cache)
 			continue; /* let go of by its client PD already */
-		mr->in_cache = false;
 		if (!o->table.overflow)
 			(void)mr_table_remove(&o->table, mr->start);
 		LIST_REMOVE(mr, link);
 		o->n_mrs--;
+		leave(mr);
 	}
 	LIST_FOREACH(mr, &a->mrs, alloc_link)
 		if (mr->cache->table.overflow)
@@ -818,7 +876,7 @@ void mr_cache_deregister(const struct mr_cache *c, struct reg_allocation *a)
 	struct cached_mr *mr;
 
 	LIST_FOREACH(mr, &a->mrs, alloc_link) {
-		int k = mr->pmr ? registrar_dereg(registrar_of(c), mr->pmr) : 0;
+		int k = mr->pmr ? reg_dereg(base_of(c), mr->pmr) : 0;
 
 		/* The device keeps a live MR (its keys work, its pages pinned): so does a. */
 		if (k < 0 && !a->dereg_error)
@@ -868,20 +926,20 @@ void mr_cache_close(struct mr_cache *c)
 
 bool mr_cache_drop_share(struct mr_cache *c, bool all, unsigned *made)
 {
-	struct registrar *r = registrar_of(c);
+	struct reg_base *r = base_of(c);
 	struct cached_mr *mr;
 	bool done = true;
 
 	hold(c); /* the last MR's unhold must not free c under the loop */
 	while ((mr = LIST_FIRST(&c->mrs))) {
-		if (!all && *made > 0 && !registrar_loop_may(r, *made, mr->end - mr->start)) {
+		if (!all && *made > 0 && !reg_loop_may(r, *made, mr->end - mr->start)) {
 			done = false;
 			break;
 		}
-		registrar_loop_did(r, mr->end - mr->start);
+		reg_loop_did(r, mr->end - mr->start);
 		LIST_REMOVE(mr, link);
-		mr->in_cache = false;
 		c->n_mrs--;
+		leave(mr);
 		let_go(mr);
 		(*made)++;
 	}

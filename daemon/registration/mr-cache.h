@@ -19,17 +19,27 @@
 #include "base/config.h"
 #include "mr-table.h"
 #include "provider/pin-map.h"
+#include "registration/waiter.h"
 
 struct provider_mr;
 struct provider_pd;
 struct reg_allocation;
-struct registrar;
+struct reg_base;
 
 
 /* Access of every MR the cache makes: whatever a peer may do to a client's buffers. */
 #define MR_CACHE_ACCESS \
 	(MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ | \
 	 MRD_ACCESS_REMOTE_ATOMIC)
+
+/* Something bound to an MR of a cache (a memory window, a mempool MR over it) hears through
+ * this, once, when the MR leaves its cache: its allocation freed (mr_cache_retire), its client
+ * PD let go of it (mr_cache_drop_share), or the cache closed (mr_cache_done). */
+struct mr_gone_listener {
+	LIST_ENTRY(mr_gone_listener) link; /* its MR's */
+	/* mr: the range and keys it had, which no lookup hands out from here on. */
+	void (*gone)(struct mr_gone_listener *l, const struct mr_entry *mr);
+};
 
 struct cached_mr {
 	struct mr_cache *cache;           /* whose table holds it: its domain's, or a client PD's */
@@ -41,14 +51,7 @@ struct cached_mr {
 	bool pins; /* charged: all but a client PD's on-demand MR */
 	bool in_cache; /* in its cache's list and table: not once its client PD let go of it, nor
 			* a registration that came too late to serve (mr_cache_drop_share) */
-};
-
-/* A lookup waiting for a registration a worker thread makes. */
-struct mr_waiter {
-	/* On the loop, once: result 0 with entry, or -errno with why. */
-	void (*resume)(struct mr_waiter *w, int result, const struct mr_entry *entry,
-		       const char *why);
-	unsigned loop_registrations; /* its request's made on the loop (registrar_loop_may) */
+	LIST_HEAD(, mr_gone_listener) listeners; /* told when it leaves its cache */
 };
 
 /* A lookup waiting for a mempool MR that a worker is making (struct pool_mr's lookups). */
@@ -60,11 +63,30 @@ struct mr_wait {
 
 struct reg_job;
 
+/* mr_cache_find and others' cover: not the cache's, nor refused — look further. */
+#define MR_CACHE_MISS 1
+
+/* Registrations beside the domain's cache over the same memory (its registrar's mempool MRs),
+ * which the cache knows only through these: it answers a lookup inside one with it, never
+ * registers over one, and keeps no MR that one made meanwhile overlaps. */
+struct mr_cache_others {
+	/* The lookup at addr in a: answered with another's MR (0), waiting for one a worker
+	 * makes (-EINPROGRESS; -EAGAIN without a waiter), or MR_CACHE_MISS. */
+	int (*cover)(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
+		     struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter);
+	/* The range of the next live one of a after *cursor (NULL: the first); false: none. */
+	bool (*next)(const struct reg_allocation *a, const void **cursor, uint64_t *start,
+		     uint64_t *end);
+};
+
 /* The domain's own is embedded in its registrar (registration/registrar.h); a client's own
  * PD has one more (registration/bound-pd.h) over the same memory. Each allocation lists the MRs
  * of every cache over it, so its free deregisters them all before its pages go back. */
 struct mr_cache {
-	struct registrar *reg; /* whose memory, workers, quotas and pinned pages */
+	struct reg_base *reg; /* whose memory, workers, quotas and pinned pages */
+	/* Where pinned pages are counted: the domain's cache, for a client PD's too — the pages
+	 * are the same, whichever PD's MR pins them. */
+	struct mr_cache *home;
 	/* NULL: the domain's PD, through its FRMR pools, with its mempools' MRs and on-demand
 	 * children. Else a PD of a client's own context: MRs of this cache alone, registered
 	 * whole (no pools), their pinned pages counted in the domain's charges. */
@@ -74,7 +96,9 @@ struct mr_cache {
 	void (*unhold)(struct mr_cache *c);
 	pid_t pid;    /* a client PD's: its client's process, whose aliased memory it registers */
 	bool closing; /* a client PD's whose client left (mr_cache_drop_share): nothing is made */
-	LIST_ENTRY(mr_cache) bound_link; /* a client PD's, in its registrar's bound list */
+	const struct mr_cache_others *others; /* the domain's: its registrar's; NULL: none */
+	LIST_ENTRY(mr_cache) bound_link; /* a client PD's, on its home's bound list */
+	LIST_HEAD(, mr_cache) bound; /* the domain's: the client PDs' caches counting here */
 	enum mr_policy policy;
 	uint64_t pending_bytes; /* registrations under way on workers */
 	LIST_HEAD(, reg_job) reg_jobs; /* those registrations */
@@ -88,37 +112,57 @@ struct mr_cache {
 	struct mr_table table;
 	uint64_t lookups, misses, registrations, deregistrations;
 	uint64_t loop_registrations; /* of registrations, those made on the loop */
-	/* The device failed (core/device.c lose_domain): the table's keys, and those of an MR a
-	 * worker made meanwhile, are the failed device's until the return commits
-	 * (revive_commit). A lookup that waited is refused then, never answered from the table. */
+	/* The device failed (registrar_device_lost): the table's keys, and those of an MR a
+	 * worker made meanwhile, are the failed device's until its return commits
+	 * (registrar_device_back). A lookup that waited is refused then, never answered from the table. */
 	bool keys_stale;
 };
 
-/* own_pd NULL: the domain's cache of r; else a client PD's over r's memory. */
-int mr_cache_init(struct mr_cache *c, struct registrar *r, struct provider_pd *own_pd,
-		  enum mr_policy policy);
+/* own_pd NULL: the domain's cache over r's memory (home NULL); else a client PD's, counting
+ * its pinned pages in home, the domain's. */
+int mr_cache_init(struct mr_cache *c, struct reg_base *r, struct mr_cache *home,
+		  struct provider_pd *own_pd, enum mr_policy policy);
 /* Deregisters every MR (the domain's cache, at close). */
 void mr_cache_done(struct mr_cache *c);
 /* A client PD's cache, when its client goes: it serves no lookup from here on. */
 void mr_cache_close(struct mr_cache *c);
 /* Then (closed) a share of its MRs (all with all; else while the loop's budget allows,
- * registrar_loop_may, *made counting what this share made already, at least one) leaves its
+ * reg_loop_may, *made counting what this share made already, at least one) leaves its
  * allocation, deregistered here or (big, or while the PD is busy) on a worker, uncharged once
  * the device let go. Registrations under way are dropped when they end. Whether none is
  * left. */
 bool mr_cache_drop_share(struct mr_cache *c, bool all, unsigned *made);
 
-/* The keys for addr, registering on a miss — unless a mempool MR holds addr: then that MR's
- * (one a worker is still making is waited for, as is a run of the cache's a worker is
+/* The keys for addr, registering on a miss — unless another's MR (c->others) holds addr: then
+ * that MR's (one a worker is still making is waited for, as is a run of the cache's a worker is
  * registering around addr). -ENOENT (why says so) when addr is not in a
  * live allocation of the domain; -EDQUOT when registering would pass quota.pinned_bytes.
  * With a waiter, a registration of [cache] async_bytes or more — or any, while a registration
  * or deregistration of the domain's is under way, since it would wait for the provider — runs
  * on a worker thread:
  * -EINPROGRESS, and waiter->resume says how it went, later, on the loop. Without a waiter,
- * an address inside a mempool MR or run being made is -EAGAIN. */
+ * an address inside an MR or run being made is -EAGAIN. The domain's lookup is
+ * registrar_lookup (on-demand memory's children first); a client PD's is this. */
 int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
 		    size_t why_size, struct mr_waiter *waiter);
+/* Its two halves. The table: 0 with ret, -errno refused (closing, the device failed, an alias
+ * another PD may not register), or MR_CACHE_MISS with *a the allocation holding addr (NULL:
+ * none). */
+int mr_cache_find(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
+		  size_t why_size, struct reg_allocation **a);
+/* Then the miss, counted: another's MR, or a registration. */
+int mr_cache_miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
+		  struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter);
+/* A lookup at addr waits on *lookups for an MR a worker makes (-EINPROGRESS; its resume
+ * comes through mr_cache_resume_waits); without a waiter, -EAGAIN and why says what. */
+int mr_cache_wait(struct mr_wait **lookups, uint64_t addr, struct mr_waiter *waiter,
+		  const char *what, char *why, size_t why_size);
+
+/* Hangs l on the MR of c's table holding addr: -ENOENT when there is none (another's MR, an
+ * on-demand child, an address nothing registered yet). */
+int mr_cache_listen_gone(struct mr_cache *c, uint64_t addr, struct mr_gone_listener *l);
+/* l (hung, or zeroed) no longer hears: before its MR went; after, it is off already. */
+void mr_cache_unlisten_gone(struct mr_gone_listener *l);
 
 /* Counts [start, end) as pinned by one more registration (pages already counted stay counted
  * once), in the domain's charges and the host-wide sum; -ENOMEM. Uncharging a range charged so needs no memory. */

@@ -10,8 +10,8 @@
 #include "provider/provider.h"
 #include "registration/odp.h"
 #include "registration/reg-allocation.h"
+#include "registration/reg-base.h"
 #include "registration/reg-owner.h"
-#include "registration/registrar.h"
 
 static size_t chunk_of(const struct odp *o, uint64_t addr)
 {
@@ -55,7 +55,7 @@ static void piece_of(const struct odp *o, const struct reg_allocation *a, uint64
 }
 
 /* An on-demand MR over [start, end): on the loop or on a worker. */
-static struct odp_child *child_new(struct registrar *r, struct reg_allocation *a, uint64_t start,
+static struct odp_child *child_new(struct odp *o, struct reg_allocation *a, uint64_t start,
 				   uint64_t end, unsigned access, int *ret_error)
 {
 	struct odp_child *c = calloc(1, sizeof(*c));
@@ -65,13 +65,14 @@ static struct odp_child *child_new(struct registrar *r, struct reg_allocation *a
 		*ret_error = -ENOMEM;
 		return NULL;
 	}
-	k = frmr_pools_reg(&r->pools, (void *)(uintptr_t)start, end - start,
+	k = frmr_pools_reg(&o->reg->pools, (void *)(uintptr_t)start, end - start,
 			   access | MRD_ACCESS_ON_DEMAND, false, &c->pmr);
 	if (k < 0) {
 		free(c);
 		*ret_error = k;
 		return NULL;
 	}
+	c->odp = o;
 	c->start = start;
 	c->end = end;
 	c->allocation = a; /* only stored here: a worker never reads the allocation */
@@ -79,10 +80,10 @@ static struct odp_child *child_new(struct registrar *r, struct reg_allocation *a
 }
 
 /* A child no walker can reach: one that lost the race to be installed, or at teardown. */
-static void child_free(struct registrar *r, struct odp_child *c)
+static void child_free(struct odp *o, struct odp_child *c)
 {
 	if (c->pmr)
-		(void)frmr_pools_dereg(&r->pools, c->pmr);
+		(void)frmr_pools_dereg(&o->reg->pools, c->pmr);
 	free(c);
 }
 
@@ -103,12 +104,12 @@ static struct mr_entry entry_of(const struct odp_child *c)
 }
 
 /* Into its allocation's list: live. */
-static void link_child(struct registrar *r, struct odp_child *c)
+static void link_child(struct odp *o, struct odp_child *c)
 {
 	c->linked = true;
 	LIST_INSERT_HEAD(&c->allocation->odp_children, c, link);
-	LIST_INSERT_HEAD(&r->odp.all, c, all);
-	r->odp.children++;
+	LIST_INSERT_HEAD(&o->all, c, all);
+	o->children++;
 }
 
 /* One chunk's part of a prefetch. */
@@ -122,6 +123,7 @@ struct odp_piece {
 
 struct prefetch_job {
 	struct registrar_work base;
+	struct odp *odp;
 	struct reg_owner *owner; /* NULL once it left */
 	LIST_ENTRY(prefetch_job) owner_link;
 	TAILQ_ENTRY(prefetch_job) queue; /* the domain's waiting ones */
@@ -142,19 +144,19 @@ struct prefetch_job {
 
 /* Out of use: a zombie, on its retired allocation's list still. Its MR goes once no work on
  * the allocation remains (kill_zombies), and its memory with it. */
-static void make_zombie(struct registrar *r, struct odp_child *c)
+static void make_zombie(struct odp *o, struct odp_child *c)
 {
 	c->zombie = true;
-	r->odp.zombies++;
+	o->zombies++;
 }
 
-static void maybe_finish(struct registrar *r, struct reg_allocation *a);
+static void maybe_finish(struct odp *o, struct reg_allocation *a);
 
 /* Its MR went: nothing can reach it any more (no work on its allocation remains). */
-static void zombie_dead(struct registrar *r, struct odp_child *c)
+static void zombie_dead(struct odp *o, struct odp_child *c)
 {
-	r->odp.zombies--;
-	r->odp.stats.children_destroyed++;
+	o->zombies--;
+	o->stats.children_destroyed++;
 	LIST_REMOVE(c, all);
 	free(c);
 }
@@ -162,11 +164,11 @@ static void zombie_dead(struct registrar *r, struct odp_child *c)
 /* Its dereg failed: the device keeps an on-demand MR whose keys may fault the allocation's
  * pages in again, so it stays on the allocation's odp_stuck (which quarantines the run) until
  * a dereg succeeds (odp_retry_stuck). */
-static void zombie_stuck(struct registrar *r, struct odp_child *c, int result)
+static void zombie_stuck(struct odp *o, struct odp_child *c, int result)
 {
 	struct reg_allocation *a = c->allocation;
 
-	r->odp.zombies--;
+	o->zombies--;
 	LIST_REMOVE(c, all);
 	LIST_INSERT_HEAD(&a->odp_stuck, c, link);
 	if (!a->dereg_error)
@@ -175,23 +177,25 @@ static void zombie_stuck(struct registrar *r, struct odp_child *c, int result)
 
 /* A zombie's MR gone (or kept by the device) on a worker: it counted as work on its
  * allocation until now. */
-static void zombie_gone(struct registrar *r, void *arg, int result)
+static void zombie_gone(struct reg_base *b, void *arg, int result)
 {
 	struct odp_child *c = arg;
+	struct odp *o = c->odp;
 	struct reg_allocation *a = c->allocation;
 
+	(void)b;
 	if (result < 0)
-		zombie_stuck(r, c, result);
+		zombie_stuck(o, c, result);
 	else
-		zombie_dead(r, c);
+		zombie_dead(o, c);
 	a->odp_jobs--;
-	maybe_finish(r, a);
+	maybe_finish(o, a);
 }
 
 /* a is retired and no work on it remains: its zombies' MRs go (their keys die), so its pages
- * may go back. While a soft Dma may copy through them (registrar_busy) workers deregister them,
+ * may go back. While a soft Dma may copy through them (reg_busy) workers deregister them,
  * each counted as work on a (so a's Free waits), and the loop goes on. */
-static void kill_zombies(struct registrar *r, struct reg_allocation *a)
+static void kill_zombies(struct odp *o, struct reg_allocation *a)
 {
 	struct odp_child *c;
 	int k;
@@ -200,29 +204,29 @@ static void kill_zombies(struct registrar *r, struct reg_allocation *a)
 		return;
 	while ((c = LIST_FIRST(&a->odp_children))) {
 		LIST_REMOVE(c, link);
-		if (registrar_offload(r, 0) &&
-		    registrar_dereg_on_worker(r, c->pmr, zombie_gone, c) == 0) {
+		if (reg_offload(o->reg, 0) &&
+		    reg_dereg_on_worker(o->reg, c->pmr, zombie_gone, c) == 0) {
 			a->odp_jobs++;
 			continue;
 		}
-		k = frmr_pools_dereg(&r->pools, c->pmr);
+		k = frmr_pools_dereg(&o->reg->pools, c->pmr);
 		if (k < 0)
-			zombie_stuck(r, c, k);
+			zombie_stuck(o, c, k);
 		else
-			zombie_dead(r, c);
+			zombie_dead(o, c);
 	}
 }
 
-bool odp_retry_stuck(struct registrar *r, struct reg_allocation *a)
+bool odp_retry_stuck(struct odp *o, struct reg_allocation *a)
 {
 	struct odp_child *c, *next;
 
 	for (c = LIST_FIRST(&a->odp_stuck); c; c = next) {
 		next = LIST_NEXT(c, link);
-		if (frmr_pools_dereg(&r->pools, c->pmr) < 0)
+		if (frmr_pools_dereg(&o->reg->pools, c->pmr) < 0)
 			continue;
 		LIST_REMOVE(c, link);
-		r->odp.stats.children_destroyed++;
+		o->stats.children_destroyed++;
 		free(c);
 	}
 	return LIST_EMPTY(&a->odp_stuck);
@@ -239,33 +243,31 @@ void odp_drop_stuck(struct reg_allocation *a)
 }
 
 /* A freed allocation whose Free waited: done once no work and no MR of it remains. */
-static void maybe_finish(struct registrar *r, struct reg_allocation *a)
+static void maybe_finish(struct odp *o, struct reg_allocation *a)
 {
-	registrar_resume_free(r, a);
+	o->reg->resume_free(o->reg, a);
 }
 
-int odp_init(struct registrar *r, uint64_t window_base)
+int odp_init(struct odp *o, struct reg_base *r, uint64_t window_base)
 {
-	struct odp *o = &r->odp;
-
-	*o = (struct odp){ .base = window_base };
+	*o = (struct odp){ .reg = r, .base = window_base };
 	/* A child must fit the device: chunks no larger than its largest MR. */
-	while (((uint64_t)1 << o->chunk_shift) < r->config->odp_chunk &&
-	       ((uint64_t)2 << o->chunk_shift) <= r->provider->caps.max_mr_size)
+	while (((uint64_t)1 << o->chunk_shift) < o->reg->config->odp_chunk &&
+	       ((uint64_t)2 << o->chunk_shift) <= o->reg->provider->caps.max_mr_size)
 		o->chunk_shift++;
 	TAILQ_INIT(&o->waiting);
 	LIST_INIT(&o->all);
 	return 0;
 }
 
-void odp_done(struct registrar *r)
+void odp_done(struct odp *o)
 {
 	struct odp_child *c;
 
 	/* Jobs hold the domain, and allocations go before it: none should be left. */
-	while ((c = LIST_FIRST(&r->odp.all))) {
+	while ((c = LIST_FIRST(&o->all))) {
 		LIST_REMOVE(c, all);
-		child_free(r, c);
+		child_free(o, c);
 	}
 }
 
@@ -275,13 +277,12 @@ void odp_forget_allocation(struct reg_allocation *a)
 	a->odp_slots = NULL;
 }
 
-static int fault_on_worker(struct registrar *r, struct reg_allocation *a, uint64_t addr,
+static int fault_on_worker(struct odp *o, struct reg_allocation *a, uint64_t addr,
 			   uint64_t start, uint64_t end, struct mr_waiter *waiter);
 
-int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
+int odp_fault(struct odp *o, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
 	      char *why, size_t why_size, struct mr_waiter *waiter)
 {
-	struct odp *o = &r->odp;
 	struct odp_child **slot, *c, *got;
 	uint64_t start, end;
 	int k;
@@ -294,27 +295,28 @@ int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, stru
 	c = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
 	/* A child pins nothing, so it is quick to make, unless a worker holds the provider (a
 	 * big registration) or a Dma faults pages in: then the loop would wait for the
-	 * provider's lock, or for mrd's mmap_lock (registrar_busy). */
-	if (!c && waiter && registrar_offload(r, 0))
-		return fault_on_worker(r, a, addr, start, end, waiter);
+	 * provider's lock, or for mrd's mmap_lock (reg_busy). */
+	if (!c && waiter && reg_offload(o->reg, 0))
+		return fault_on_worker(o, a, addr, start, end, waiter);
 	if (!c) {
 		o->stats.faults++;
-		c = child_new(r, a, start, end, reg_allocation_access(a, &r->provider->caps), &k);
+		c = child_new(o, a, start, end, reg_allocation_access(a, &o->reg->provider->caps),
+			      &k);
 		if (!c) {
 			snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") on demand "
-				 "failed: %s", start, end, provider_strerror(r->provider, k));
+				 "failed: %s", start, end, provider_strerror(o->reg->provider, k));
 			return k;
 		}
 		got = install(slot, c);
 		if (got != c)
-			child_free(r, c); /* a worker's prefetch made it first */
+			child_free(o, c); /* a worker's prefetch made it first */
 		else
 			o->stats.children_created++;
 		c = got;
 	}
 	*ret = entry_of(c);
 	if (!c->linked)
-		link_child(r, c);
+		link_child(o, c);
 	return 0;
 }
 
@@ -328,8 +330,8 @@ static enum provider_advice advice_of(enum odp_advice advice)
 static void prefetch_run(struct registrar_work *w)
 {
 	struct prefetch_job *j = (struct prefetch_job *)w;
-	struct registrar *r = w->reg;
-	long page = r->provider->caps.page_size ? r->provider->caps.page_size : 4096;
+	struct odp *o = j->odp;
+	long page = o->reg->provider->caps.page_size ? o->reg->provider->caps.page_size : 4096;
 
 	for (size_t i = 0; i < j->n; i++) {
 		struct odp_piece *p = &j->pieces[i];
@@ -337,14 +339,14 @@ static void prefetch_run(struct registrar_work *w)
 		int k = 0;
 
 		if (!c) {
-			c = child_new(r, j->allocation, p->start, p->end, j->access, &k);
+			c = child_new(o, j->allocation, p->start, p->end, j->access, &k);
 			if (!c) {
 				j->rt.result = k;
 				continue;
 			}
 			got = install(p->slot, c);
 			if (got != c)
-				child_free(r, c); /* the loop or another job made it first */
+				child_free(o, c); /* the loop or another job made it first */
 			else {
 				p->created = true;
 				j->rt.created++;
@@ -367,9 +369,8 @@ static bool room_for(const struct odp *o, const struct reg_owner *owner)
 }
 
 /* To the workers. */
-static void submit(struct registrar *r, struct prefetch_job *j)
+static void submit(struct odp *o, struct prefetch_job *j)
 {
-	struct odp *o = &r->odp;
 
 	j->waiting = false;
 	if (j->owner)
@@ -380,7 +381,7 @@ static void submit(struct registrar *r, struct prefetch_job *j)
 
 /* A lookup's answer from its job: the child, linked from now (a prefetch may have made it
  * first, not yet linked), unless the memory went meanwhile. */
-static int lookup_answer(struct registrar *r, struct prefetch_job *j, struct mr_entry *ret,
+static int lookup_answer(struct odp *o, struct prefetch_job *j, struct mr_entry *ret,
 			 char *why, size_t why_size)
 {
 	const struct odp_piece *p = &j->pieces[0];
@@ -388,7 +389,8 @@ static int lookup_answer(struct registrar *r, struct prefetch_job *j, struct mr_
 
 	if (j->rt.result < 0) {
 		snprintf(why, why_size, "registering [0x%" PRIx64 ", 0x%" PRIx64 ") on demand "
-			 "failed: %s", p->start, p->end, provider_strerror(r->provider, j->rt.result));
+			 "failed: %s", p->start, p->end,
+			 provider_strerror(o->reg->provider, j->rt.result));
 		return j->rt.result;
 	}
 	if (j->allocation->retired || !c || c->zombie) {
@@ -398,25 +400,25 @@ static int lookup_answer(struct registrar *r, struct prefetch_job *j, struct mr_
 	}
 	*ret = entry_of(c);
 	if (!c->linked)
-		link_child(r, c);
+		link_child(o, c);
 	return 0;
 }
 
 /* The end of a job, done or never submitted: the counts, the answer, the allocation. */
-static void job_end(struct registrar *r, struct prefetch_job *j)
+static void job_end(struct odp *o, struct prefetch_job *j)
 {
 	struct reg_allocation *a = j->allocation;
 	char why[160] = "";
 
 	if (j->lookup) {
 		struct mr_entry e;
-		int k = lookup_answer(r, j, &e, why, sizeof(why));
+		int k = lookup_answer(o, j, &e, why, sizeof(why));
 
 		a->odp_jobs--;
 		j->waiter->resume(j->waiter, k, k < 0 ? NULL : &e, why);
 		free(j);
-		kill_zombies(r, a);
-		maybe_finish(r, a);
+		kill_zombies(o, a);
+		maybe_finish(o, a);
 		return;
 	}
 	a->odp_jobs--;
@@ -431,33 +433,32 @@ static void job_end(struct registrar *r, struct prefetch_job *j)
 		j->waiter->resume(j->waiter, j->rt.result, NULL, why);
 	}
 	free(j);
-	kill_zombies(r, a);
-	maybe_finish(r, a);
+	kill_zombies(o, a);
+	maybe_finish(o, a);
 }
 
 /* Flushes that waited for room, in the order they came (not while the workers drain: a client
  * that goes cancels its own). */
-static void start_waiting(struct registrar *r)
+static void start_waiting(struct odp *o)
 {
 	struct prefetch_job *j, *next;
 
-	if (__atomic_load_n(r->stopping, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(o->reg->stopping, __ATOMIC_ACQUIRE))
 		return;
-	for (j = TAILQ_FIRST(&r->odp.waiting); j && r->odp.jobs < ODP_DOMAIN_JOBS_MAX; j = next) {
+	for (j = TAILQ_FIRST(&o->waiting); j && o->jobs < ODP_DOMAIN_JOBS_MAX; j = next) {
 		next = TAILQ_NEXT(j, queue);
-		if (!room_for(&r->odp, j->owner))
+		if (!room_for(o, j->owner))
 			continue;
-		TAILQ_REMOVE(&r->odp.waiting, j, queue);
-		submit(r, j);
+		TAILQ_REMOVE(&o->waiting, j, queue);
+		submit(o, j);
 	}
 }
 
 static void prefetch_done(struct registrar_work *w)
 {
 	struct prefetch_job *j = (struct prefetch_job *)w;
-	struct registrar *r = w->reg;
+	struct odp *o = j->odp;
 	struct reg_allocation *a = j->allocation;
-	struct odp *o = &r->odp;
 
 	o->jobs--;
 	if (j->owner)
@@ -471,69 +472,69 @@ static void prefetch_done(struct registrar_work *w)
 		if (!c || !j->pieces[i].created || c->linked || c->zombie)
 			continue;
 		if (!a->retired) {
-			link_child(r, c);
+			link_child(o, c);
 		} else { /* freed while it was made: nobody gets its key */
-			make_zombie(r, c);
+			make_zombie(o, c);
 			LIST_INSERT_HEAD(&a->odp_children, c, link);
 			LIST_INSERT_HEAD(&o->all, c, all);
 		}
 	}
-	job_end(r, j);
-	start_waiting(r);
+	job_end(o, j);
+	start_waiting(o);
 }
 
 /* Work of n pieces on a, for the caller to fill in, then hold (job_hold). */
-static struct prefetch_job *job_new(const struct registrar *r, struct reg_allocation *a, size_t n,
+static struct prefetch_job *job_new(struct odp *o, struct reg_allocation *a, size_t n,
 				    enum odp_advice advice, struct mr_waiter *waiter)
 {
 	struct prefetch_job *j = calloc(1, sizeof(*j) + n * sizeof(j->pieces[0]));
 
 	if (!j)
 		return NULL;
+	j->odp = o;
 	j->waiter = waiter;
 	j->allocation = a;
 	j->advice = advice;
-	j->access = reg_allocation_access(a, &r->provider->caps);
+	j->access = reg_allocation_access(a, &o->reg->provider->caps);
 	j->n = n;
 	return j;
 }
 
 /* From now on it holds the domain and counts on its allocation, queued or waiting for room. A
- * lookup's job is busy (registrar_busy): it was made because the provider was, and waits for
+ * lookup's job is busy (reg_busy): it was made because the provider was, and waits for
  * its lock to register; a prefetch's advice runs without the lock. */
-static void job_hold(struct registrar *r, struct prefetch_job *j)
+static void job_hold(struct odp *o, struct prefetch_job *j)
 {
-	registrar_job(r, &j->base, prefetch_run, prefetch_done, j->lookup);
+	reg_job_init(o->reg, &j->base, prefetch_run, prefetch_done, j->lookup);
 	j->allocation->odp_jobs++;
 }
 
 /* Makes a lookup's child on a worker, and no advice (prefetch_run), and answers the lookup
  * when done (job_end). */
-static int fault_on_worker(struct registrar *r, struct reg_allocation *a, uint64_t addr,
+static int fault_on_worker(struct odp *o, struct reg_allocation *a, uint64_t addr,
 			   uint64_t start, uint64_t end, struct mr_waiter *waiter)
 {
-	struct prefetch_job *j = job_new(r, a, 1, ODP_PREFETCH_NO_FAULT, waiter);
+	struct prefetch_job *j = job_new(o, a, 1, ODP_PREFETCH_NO_FAULT, waiter);
 
 	if (!j)
 		return -ENOMEM;
-	r->odp.stats.faults++;
+	o->stats.faults++;
 	j->pieces[0] = (struct odp_piece){ .start = start, .end = end, .addr = addr, .length = 1,
-					   .slot = slot_of(&r->odp, a, addr) };
+					   .slot = slot_of(o, a, addr) };
 	j->lookup = true;
-	job_hold(r, j);
-	submit(r, j);
+	job_hold(o, j);
+	submit(o, j);
 	return -EINPROGRESS;
 }
 
-int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_allocation *a,
+int odp_prefetch(struct odp *o, struct reg_owner *owner, struct reg_allocation *a,
 		 uint64_t addr, uint64_t length, enum odp_advice advice, struct mr_waiter *waiter,
 		 char *why, size_t why_size)
 {
-	struct odp *o = &r->odp;
 	struct prefetch_job *j;
 	size_t n;
 
-	if (!*r->workers)
+	if (!*o->reg->workers)
 		return -ESHUTDOWN;
 	if (!room_for(o, owner) && !waiter) {
 		snprintf(why, why_size, "%u prefetches are queued already: wait for one, or prefetch "
@@ -549,7 +550,7 @@ int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_alloca
 	}
 	if (ensure_slots(o, a) < 0)
 		return -ENOMEM;
-	j = job_new(r, a, n, advice, waiter);
+	j = job_new(o, a, n, advice, waiter);
 	if (!j)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
@@ -564,12 +565,12 @@ int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_alloca
 		p->slot = slot_of(o, a, at);
 		p->child = __atomic_load_n(p->slot, __ATOMIC_ACQUIRE);
 	}
-	job_hold(r, j);
+	job_hold(o, j);
 	j->owner = owner;
 	LIST_INSERT_HEAD(&owner->prefetches, j, owner_link);
 	o->stats.prefetch_requests++;
 	if (room_for(o, owner))
-		submit(r, j);
+		submit(o, j);
 	else {
 		/* A flush waits for room: as many of a client's as it may have requests pending
 		 * ([limits] requests_in_flight). */
@@ -579,9 +580,8 @@ int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_alloca
 	return waiter ? -EINPROGRESS : 0;
 }
 
-unsigned odp_retire(struct registrar *r, struct reg_allocation *a)
+unsigned odp_retire(struct odp *o, struct reg_allocation *a)
 {
-	struct odp *o = &r->odp;
 	struct odp_child *c;
 
 	/* Its children become its zombies, on the same list. */
@@ -592,19 +592,19 @@ unsigned odp_retire(struct registrar *r, struct reg_allocation *a)
 		 * while a Dma may copy through it, nor while a's own work may advise it (the zap
 		 * would wait for either, on the loop): its MR goes once that is done, on a worker
 		 * while a Dma may copy, and its pages stay a's until then. */
-		if (!registrar_busy(r) && a->odp_jobs == 0) {
+		if (!reg_busy(o->reg) && a->odp_jobs == 0) {
 			(void)provider_invalidate(c->pmr, c->start, c->end - c->start);
 			o->stats.invalidations++;
 		}
-		make_zombie(r, c);
+		make_zombie(o, c);
 	}
 	/* Work on a not yet done may still use its children, make more and fault its pages in:
 	 * the pages wait for it (prefetch_done() finishes the free). */
-	kill_zombies(r, a);
+	kill_zombies(o, a);
 	return a->odp_jobs + !LIST_EMPTY(&a->odp_children);
 }
 
-void odp_forget_owner(struct registrar *r, struct reg_owner *owner)
+void odp_forget_owner(struct odp *o, struct reg_owner *owner)
 {
 	struct prefetch_job *j;
 
@@ -614,9 +614,9 @@ void odp_forget_owner(struct registrar *r, struct reg_owner *owner)
 		if (!j->waiting)
 			continue;
 		/* Never submitted: it ends here, answering nobody. */
-		TAILQ_REMOVE(&r->odp.waiting, j, queue);
-		job_end(r, j);
-		registrar_unhold(r);
+		TAILQ_REMOVE(&o->waiting, j, queue);
+		job_end(o, j);
+		reg_unhold(o->reg);
 	}
 	owner->n_prefetches = 0;
 }

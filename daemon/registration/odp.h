@@ -10,7 +10,7 @@
  * installs it with a compare-and-exchange (the loser frees its own); the loop links it. Work on
  * a worker counts on its allocation and reads that allocation's slots alone, never another's.
  * Freeing memory zaps its children: they become zombies. A zombie's MR is deregistered once no
- * work on its allocation remains (while registrar_busy() — a soft Dma may copy through it — not
+ * work on its allocation remains (while reg_busy() — a soft Dma may copy through it — not
  * zapped, and deregistered on a worker, which counts as work on the allocation), and the Free
  * answers then (no key of the memory works and no work touches its pages after they went
  * back); its memory goes with its MR, since no work can reach it then.
@@ -26,10 +26,11 @@ struct mr_entry;
 struct mr_waiter;
 struct provider_mr;
 struct reg_allocation;
+struct reg_base;
 struct reg_owner;
-struct registrar;
 
 struct odp_child {
+	struct odp *odp;
 	uint64_t start, end;        /* its chunk cut to its allocation */
 	struct reg_allocation *allocation; /* its allocation: set at birth, never read by workers */
 	struct provider_mr *pmr;
@@ -52,6 +53,7 @@ struct odp_stats {
 };
 
 struct odp {
+	struct reg_base *reg;   /* its registrar's */
 	uint64_t base;          /* the window's */
 	unsigned chunk_shift;
 	TAILQ_HEAD(, prefetch_job) waiting;  /* flushes waiting for room, oldest first */
@@ -70,37 +72,37 @@ struct odp {
 
 enum odp_advice { ODP_PREFETCH, ODP_PREFETCH_WRITE, ODP_PREFETCH_NO_FAULT };
 
-/* Chunks of the window from window_base. */
-int odp_init(struct registrar *r, uint64_t window_base);
+/* Chunks of the window from window_base, for r's memory. */
+int odp_init(struct odp *o, struct reg_base *r, uint64_t window_base);
 /* At domain teardown: no work is left (jobs hold the domain); destroys what remains. */
-void odp_done(struct registrar *r);
+void odp_done(struct odp *o);
 /* a goes: its slots with it (no work on it remains). */
 void odp_forget_allocation(struct reg_allocation *a);
 /* The children the device kept of the retired a (their dereg failed), tried again: whether
  * none is left. */
-bool odp_retry_stuck(struct registrar *r, struct reg_allocation *a);
+bool odp_retry_stuck(struct odp *o, struct reg_allocation *a);
 /* At close: forgets them (their handles go with the context). */
 void odp_drop_stuck(struct reg_allocation *a);
 
 /* A lookup at addr in on-demand allocation a: its child, made when missing (a fault) — with a
- * waiter, while the provider is busy (registrar_offload), on a worker: then -EINPROGRESS, and
+ * waiter, while the provider is busy (reg_offload), on a worker: then -EINPROGRESS, and
  * the waiter hears once it is made. */
-int odp_fault(struct registrar *r, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
+int odp_fault(struct odp *o, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
 	      char *why, size_t why_size, struct mr_waiter *waiter);
 
 /* Queues prefetch advice over [addr, addr + length), which lies in a. With a waiter (a flush)
  * it answers through it once done (-EINPROGRESS); without, 0 once queued. owner's queued work is
  * bounded by ODP_PREFETCH_IN_FLIGHT, the domain's by ODP_DOMAIN_JOBS_MAX: past either, a flush
  * waits for room (its client, paused, has no other), anything else is -EAGAIN. */
-int odp_prefetch(struct registrar *r, struct reg_owner *owner, struct reg_allocation *a,
+int odp_prefetch(struct odp *o, struct reg_owner *owner, struct reg_allocation *a,
 		 uint64_t addr, uint64_t length, enum odp_advice advice, struct mr_waiter *waiter,
 		 char *why, size_t why_size);
 
 /* a is being freed: its children are zapped. Returns
  * nonzero when prefetch work on a remains (its children's MRs wait for it): then
- * registrar_release() runs once that is over. */
-unsigned odp_retire(struct registrar *r, struct reg_allocation *a);
+ * its registrar's free goes on once that is over. */
+unsigned odp_retire(struct odp *o, struct reg_allocation *a);
 
 /* The owner is going: its queued work answers nobody and counts for nobody; a flush of its
  * still waiting for room is dropped. */
-void odp_forget_owner(struct registrar *r, struct reg_owner *owner);
+void odp_forget_owner(struct odp *o, struct reg_owner *owner);

@@ -59,10 +59,34 @@ static inline unsigned registration_access(bool read_only, const struct provider
 	return read_only ? MRD_ACCESS_REMOTE_READ : provider_grantable_access(caps, MR_CACHE_ACCESS);
 }
 
+/* How registration treats an allocation's memory, read from memory's fields here alone.
+ * Read-only is not a kind but a limit on access, which pinned and on-demand memory may both
+ * have (reg_allocation_access); arenas attached from a client's memfd and orphans are
+ * registered as any other memory. */
+enum reg_kind {
+	REG_KIND_PINNED,    /* MRs over runs of it, which pin their pages */
+	REG_KIND_ON_DEMAND, /* the domain's: children the device faults in (odp.h); a client PD's:
+			     * one on-demand MR where its device covers the access */
+	REG_KIND_ALIAS,     /* a program's buffer (libmrd-preload.so): its process's PDs alone
+			     * register it, over its span alone, with the access it asked */
+};
+
+static inline enum reg_kind reg_kind_of(const struct reg_allocation *ra)
+{
+	if (ra->mem.alias) /* never on demand: request_alloc refuses both */
+		return REG_KIND_ALIAS;
+	return ra->mem.odp ? REG_KIND_ON_DEMAND : REG_KIND_PINNED;
+}
+
 static inline unsigned reg_allocation_access(const struct reg_allocation *ra,
 					     const struct provider_caps *caps)
 {
-	if (ra->mem.alias) /* a program's buffer: what it asked, no more */
+	switch (reg_kind_of(ra)) {
+	case REG_KIND_ALIAS: /* what it asked, no more */
 		return provider_grantable_access(caps, ra->mem.alias_access);
+	case REG_KIND_PINNED:
+	case REG_KIND_ON_DEMAND:
+		break;
+	}
 	return registration_access(ra->mem.read_only, caps);
 }

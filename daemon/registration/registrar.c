@@ -6,27 +6,37 @@
 #include <string.h>
 
 #include "log.h"
+#include "macro.h"
 #include "memory/memory.h"
 #include "provider/provider.h"
 #include "registration/reg-allocation.h"
 #include "registration/registrar.h"
 
+static void resume_free(struct reg_base *b, struct reg_allocation *ra)
+{
+	registrar_resume_free(container_of(b, struct registrar, base), ra);
+}
+
 int registrar_open(struct registrar *r, struct provider *device, enum mr_policy policy,
 		   uint64_t window_base)
 {
+	struct reg_base *b = &r->base;
 	int k;
 
-	mempools_init(&r->mempools);
-	LIST_INIT(&r->bound);
-	k = device->ops->open(device->caps.device, &r->provider);
+	b->pending_bytes = &r->cache.pending_bytes;
+	b->pinned_bytes = &r->cache.charges.pinned_bytes;
+	b->resume_free = resume_free;
+	mempools_init(&r->mempools, b, &r->cache);
+	k = device->ops->open(device->caps.device, &b->provider);
 	if (k >= 0)
-		k = provider_pd_alloc(r->provider, &r->pd);
+		k = provider_pd_alloc(b->provider, &b->pd);
 	if (k >= 0)
-		k = frmr_pools_init(&r->pools, r->pd, &r->config->pools);
+		k = frmr_pools_init(&b->pools, b->pd, &b->config->pools);
 	if (k >= 0)
-		k = mr_cache_init(&r->cache, r, NULL, policy);
+		k = mr_cache_init(&r->cache, b, NULL, NULL, policy);
+	r->cache.others = &mempool_others;
 	if (k >= 0)
-		k = odp_init(r, window_base);
+		k = odp_init(&r->odp, b, window_base);
 	return k;
 }
 
@@ -41,11 +51,11 @@ static void quarantine_drop(struct registrar *r)
 		LIST_REMOVE(ra, quarantine_link);
 		log_warning("domain %s: closing with [0x%" PRIx64 ", 0x%" PRIx64 ") still "
 			    "registered on the device: its MRs go with the context",
-			    r->name, allocation_address(&ra->mem),
+			    r->base.name, allocation_address(&ra->mem),
 			    allocation_address(&ra->mem) + ra->mem.length);
 		mr_cache_drop_kept(&r->cache, ra);
 		odp_drop_stuck(ra);
-		mempool_drop_stuck(r, ra);
+		mempool_drop_stuck(&r->mempools, ra);
 		odp_forget_allocation(ra);
 		free(ra);
 	}
@@ -61,139 +71,53 @@ void registrar_close(struct registrar *r)
 		(void)registrar_retry_quarantine(r);
 		quarantine_drop(r);
 	}
-	odp_done(r);
+	odp_done(&r->odp);
 	mr_cache_done(&r->cache);
-	frmr_pools_done(&r->pools); /* parked handles go before their PD */
-	if (r->pd) {
-		k = provider_pd_free(r->pd);
+	frmr_pools_done(&r->base.pools); /* parked handles go before their PD */
+	if (r->base.pd) {
+		k = provider_pd_free(r->base.pd);
 		if (k < 0)
-			log_warning_errno(k, "domain %s: cannot free its PD: %m", r->name);
+			log_warning_errno(k, "domain %s: cannot free its PD: %m", r->base.name);
 	}
-	provider_close(r->provider);
+	provider_close(r->base.provider);
 }
 
-void registrar_lose_bound(struct registrar *r, const char *device)
+void registrar_device_lost(struct registrar *r, const char *device)
 {
 	struct mr_cache *c;
 
-	LIST_FOREACH(c, &r->bound, bound_link)
+	provider_mark_lost(r->base.provider);
+	r->cache.keys_stale = true;
+	LIST_FOREACH(c, &r->cache.bound, bound_link)
 		if (strcmp(c->own_pd->provider->caps.device, device) == 0)
 			provider_mark_lost(c->own_pd->provider);
 }
 
+void registrar_device_back(struct registrar *r)
+{
+	mr_cache_flush(&r->cache);
+	r->cache.keys_stale = false;
+}
+
+int registrar_lookup(struct registrar *r, uint64_t addr, struct mr_entry *ret, char *why,
+		     size_t why_size, struct mr_waiter *waiter)
+{
+	struct reg_allocation *a = NULL;
+	int k = mr_cache_find(&r->cache, addr, ret, why, why_size, &a);
+
+	if (k != MR_CACHE_MISS)
+		return k;
+	/* On-demand memory's children are found through their allocation, in no table. */
+	if (a && reg_kind_of(a) == REG_KIND_ON_DEMAND)
+		return odp_fault(&r->odp, a, addr, ret, why, why_size, waiter);
+	return mr_cache_miss(&r->cache, a, addr, ret, why, why_size, waiter);
+}
+
 bool registrar_on_demand(const struct registrar *r, bool asked, bool read_only)
 {
-	const struct provider_caps *caps = &r->provider->caps;
+	const struct provider_caps *caps = &r->base.provider->caps;
 
 	return asked && provider_odp_covers(caps, registration_access(read_only, caps));
-}
-
-int registrar_check_pinned(const struct registrar *r, uint64_t more, char *why, size_t why_size)
-{
-	const struct config *c = r->config;
-	uint64_t mine = r->cache.charges.pinned_bytes, all = *r->host_pinned;
-
-	if (mine + more > c->quota_pinned_bytes) {
-		snprintf(why, why_size, "quota.pinned_bytes (%" PRIu64 ") would be exceeded in domain "
-			 "%s: %" PRIu64 " pinned or being pinned, %" PRIu64 " more asked",
-			 c->quota_pinned_bytes, r->name, mine, more);
-		return -EDQUOT;
-	}
-	if (all + more > c->max_pinned_bytes) {
-		snprintf(why, why_size, "limits.pinned_bytes (%" PRIu64 ") would be exceeded: all "
-			 "domains pin or are pinning %" PRIu64 ", %" PRIu64 " more asked",
-			 c->max_pinned_bytes, all, more);
-		return -EDQUOT;
-	}
-	return 0;
-}
-
-static void work_run(struct work *work)
-{
-	struct registrar_work *w = container_of(work, struct registrar_work, work);
-
-	w->run(w);
-}
-
-static void work_done(struct work *work)
-{
-	struct registrar_work *w = container_of(work, struct registrar_work, work);
-	struct registrar *r = w->reg;
-
-	if (w->busy)
-		r->jobs--;
-	w->done(w); /* frees w */
-	registrar_unhold(r);
-}
-
-void registrar_job(struct registrar *r, struct registrar_work *w,
-		   void (*run)(struct registrar_work *w), void (*done)(struct registrar_work *w),
-		   bool busy)
-{
-	w->work.run = work_run;
-	w->work.done = work_done;
-	w->reg = r;
-	w->run = run;
-	w->done = done;
-	w->busy = busy;
-	w->key = r->mem;
-	registrar_hold(r);
-	if (busy)
-		r->jobs++;
-}
-
-void registrar_submit(struct registrar_work *w)
-{
-	worker_pool_submit(*w->reg->workers, &w->work, w->key);
-}
-
-/* One MR on a worker: a mempool's, a registration that lost a race, an on-demand child. */
-struct dereg_job {
-	struct registrar_work base;
-	struct provider_mr *pmr;
-	void (*gone)(struct registrar *r, void *arg, int result);
-	void *arg;
-	/* Written by the worker, read on the loop after it. */
-	struct {
-		int result;
-	} rt;
-};
-
-static void dereg_job_run(struct registrar_work *w)
-{
-	struct dereg_job *j = (struct dereg_job *)w;
-
-	j->rt.result = registrar_dereg(w->reg, j->pmr);
-}
-
-static void dereg_job_done(struct registrar_work *w)
-{
-	struct dereg_job *j = (struct dereg_job *)w;
-
-	if (j->gone)
-		j->gone(w->reg, j->arg, j->rt.result);
-	free(j);
-}
-
-int registrar_dereg(struct registrar *r, struct provider_mr *pmr)
-{
-	if (pmr && pmr->pd != r->pd)
-		return provider_dereg(pmr); /* a client PD's (registration/bound-pd.h) */
-	return frmr_pools_dereg(&r->pools, pmr);
-}
-
-int registrar_dereg_on_worker(struct registrar *r, struct provider_mr *pmr,
-			      void (*gone)(struct registrar *r, void *arg, int result), void *arg)
-{
-	struct dereg_job *j = calloc(1, sizeof(*j));
-
-	if (!j)
-		return -ENOMEM;
-	j->pmr = pmr;
-	j->gone = gone;
-	j->arg = arg;
-	registrar_start(r, &j->base, dereg_job_run, dereg_job_done, true);
-	return 0;
 }
 
 /* Handles aged or flushed out of the pools, destroyed on a worker (a device command each on
@@ -231,13 +155,14 @@ void registrar_destroy_handles(struct registrar *r, struct provider_mr **handles
 	}
 	j->handles = handles;
 	j->n = n;
-	r->destroy_jobs++;
+	r->base.destroy_jobs++;
 	registrar_start(r, &j->base, destroy_job_run, destroy_job_done, true);
 }
 
 /* Deregistering big MRs unpins GiBs: a worker does it, so the loop serves everyone else. */
 struct free_job {
 	struct registrar_work base;
+	struct registrar *reg;
 	struct reg_allocation *allocation;
 	struct mr_waiter *waiter;
 };
@@ -246,14 +171,14 @@ static void free_job_run(struct registrar_work *w)
 {
 	struct free_job *j = (struct free_job *)w;
 
-	mr_cache_deregister(&w->reg->cache, j->allocation);
+	mr_cache_deregister(&j->reg->cache, j->allocation);
 }
 
 static void free_job_done(struct registrar_work *w)
 {
 	struct free_job *j = (struct free_job *)w;
 
-	registrar_release(w->reg, j->allocation, j->waiter);
+	registrar_release(j->reg, j->allocation, j->waiter);
 	free(j);
 }
 
@@ -287,8 +212,8 @@ static void quarantine(struct registrar *r, struct reg_allocation *ra)
 	log_warning_errno(ra->dereg_error, "domain %s: the device kept an MR over [0x%" PRIx64
 			  ", 0x%" PRIx64 ") when it was freed (dereg: %m): the run is quarantined, "
 			  "neither emptied nor handed out again, until a dereg succeeds (tried at "
-			  "each flush)", r->name, at, at + ra->mem.length);
-	r->events.changed(r->data);
+			  "each flush)", r->base.name, at, at + ra->mem.length);
+	r->base.events.changed(r->base.data);
 }
 
 /* ra's registrations are all gone: the domain takes it back (0, or -EINPROGRESS: it answers
@@ -302,7 +227,7 @@ static int release(struct registrar *r, struct reg_allocation *ra, struct mr_wai
 		return 0;
 	}
 	odp_forget_allocation(ra);
-	return r->events.released(r->data, ra, waiter);
+	return r->base.events.released(r->base.data, ra, waiter);
 }
 
 unsigned registrar_retry_quarantine(struct registrar *r)
@@ -320,21 +245,21 @@ unsigned registrar_retry_quarantine(struct registrar *r)
 		next = LIST_NEXT(ra, quarantine_link);
 		mr_cache_deregister(&r->cache, ra);
 		mr_cache_release(&r->cache, ra);
-		(void)odp_retry_stuck(r, ra);
-		(void)mempool_retry_stuck(r, ra);
+		(void)odp_retry_stuck(&r->odp, ra);
+		(void)mempool_retry_stuck(&r->mempools, ra);
 		if (device_keeps(ra))
 			continue;
 		LIST_REMOVE(ra, quarantine_link);
 		r->quarantine.n--;
 		r->quarantine.bytes -= ra->mem.length;
 		log_info("domain %s: the device let go of [0x%" PRIx64 ", 0x%" PRIx64 "): the "
-			 "quarantined run goes back", r->name, at, at + ra->mem.length);
+			 "quarantined run goes back", r->base.name, at, at + ra->mem.length);
 		odp_forget_allocation(ra);
-		(void)r->events.released(r->data, ra, NULL);
+		(void)r->base.events.released(r->base.data, ra, NULL);
 		n++;
 	}
 	if (n)
-		r->events.changed(r->data);
+		r->base.events.changed(r->base.data);
 	return n;
 }
 
@@ -353,6 +278,7 @@ static int deregister(struct registrar *r, struct reg_allocation *ra, uint64_t p
 		k = release(r, ra, waiter);
 		return waiter ? k : 0;
 	}
+	j->reg = r;
 	j->allocation = ra;
 	j->waiter = waiter;
 	registrar_start(r, &j->base, free_job_run, free_job_done, true);
@@ -368,12 +294,12 @@ int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_w
 	 * they cached of its range alone (every key of it lies inside it). A free that touched
 	 * no registration leaves every client's lookup cache as it was (DPDK's rule). */
 	if (keys_handed_out(ra))
-		status_page_bump_range(&r->mem->status, allocation_address(&ra->mem),
+		status_page_bump_range(&r->base.mem->status, allocation_address(&ra->mem),
 				       allocation_address(&ra->mem) + ra->mem.length);
 	/* Retired first: from here on no key for it is handed out. */
 	ra->retired = true;
 	pinned = mr_cache_retire(&r->cache, ra);
-	zombies = odp_retire(r, ra);
+	zombies = odp_retire(&r->odp, ra);
 	if (zombies > 0 || ra->bound_jobs > 0) {
 		/* Prefetch work on it is queued or running, or holds its children, or a worker
 		 * makes or lets go of a client PD's MR over it: the pages go back, and the Free
