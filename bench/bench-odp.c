@@ -57,7 +57,7 @@ static void on_idle(void *data, struct reg_allocation *ra) {}
 static void on_changed(void *data) {}
 
 /* As the domain does once the device let go: the pages go back, the wrapper with them. */
-static int on_released(void *data, struct reg_allocation *ra, struct mr_waiter *waiter)
+static int on_released(void *data, struct reg_allocation *ra, struct waiter *waiter)
 {
 	struct odp_domain *d = data;
 

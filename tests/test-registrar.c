@@ -44,7 +44,7 @@ static void on_unhold(void *data) { holds--; }
 static void on_idle(void *data, struct reg_allocation *ra) { idles++; }
 static void on_changed(void *data) { changes++; }
 
-static int on_released(void *data, struct reg_allocation *ra, struct mr_waiter *waiter)
+static int on_released(void *data, struct reg_allocation *ra, struct waiter *waiter)
 {
 	released++;
 	allocation_release(&mem, &ra->mem, NULL, NULL);
@@ -53,13 +53,13 @@ static int on_released(void *data, struct reg_allocation *ra, struct mr_waiter *
 }
 
 struct test_waiter {
-	struct mr_waiter base;
+	struct waiter base;
 	unsigned calls;
 	int result;
 	struct mr_entry entry;
 };
 
-static void resume(struct mr_waiter *w, int result, const struct mr_entry *e, const char *why)
+static void resume(struct waiter *w, int result, const struct mr_entry *e, const char *why)
 {
 	struct test_waiter *t = container_of(w, struct test_waiter, base);
 
@@ -159,13 +159,13 @@ static uint64_t address(const struct reg_allocation *ra)
 }
 
 /* As the domain frees: out of memory's sight first, then the registrar's. */
-static int free_allocation(struct reg_allocation *ra, struct mr_waiter *w)
+static int free_allocation(struct reg_allocation *ra, struct waiter *w)
 {
 	allocation_retire(&mem, &ra->mem);
 	return registrar_retire(&reg, ra, w);
 }
 
-static int lookup(uint64_t addr, struct mr_entry *e, struct mr_waiter *w)
+static int lookup(uint64_t addr, struct mr_entry *e, struct waiter *w)
 {
 	char why[160];
 

@@ -352,7 +352,7 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 }
 
 void *request_pending_new(size_t size, uint64_t id,
-			  void (*resume)(struct mr_waiter *w, int result,
+			  void (*resume)(struct waiter *w, int result,
 					 const struct mr_entry *entry, const char *why))
 {
 	struct pending_request *p = calloc(1, size);

@@ -68,7 +68,7 @@ void reply_send(struct client *c, struct reply *r, int error);
  * Meanwhile the client's further requests are read and answered (up to
  * limits.requests_in_flight of them in flight), so answers may come out of order. */
 struct pending_request {
-	struct mr_waiter waiter; /* first: the worker's completion hands it back */
+	struct waiter waiter; /* first: the worker's completion hands it back */
 	struct client *client;   /* NULL once the client left: nobody to answer */
 	LIST_ENTRY(pending_request) link; /* in client->pending while client is set */
 	uint64_t id;
@@ -77,7 +77,7 @@ struct pending_request {
 /* A request that may wait for a worker: size zeroed bytes (a struct that starts with its
  * struct pending_request) answering id, resumed through resume. NULL when out of memory. */
 void *request_pending_new(size_t size, uint64_t id,
-			  void (*resume)(struct mr_waiter *w, int result,
+			  void (*resume)(struct waiter *w, int result,
 					 const struct mr_entry *entry, const char *why));
 void request_wait(struct client *c, struct pending_request *p);
 /* Sends r for p (error as for reply_send) and lets the client read again. */

@@ -228,7 +228,7 @@ struct pending_free {
 	bool external;
 };
 
-static void free_resume(struct mr_waiter *w, int result, const struct mr_entry *entry,
+static void free_resume(struct waiter *w, int result, const struct mr_entry *entry,
 			const char *why)
 {
 	struct pending_free *p = (struct pending_free *)w;

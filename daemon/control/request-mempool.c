@@ -61,7 +61,7 @@ struct pending_register {
 	struct pool_reg *reg;
 };
 
-static void register_resume(struct mr_waiter *w, int result, const struct mr_entry *entry,
+static void register_resume(struct waiter *w, int result, const struct mr_entry *entry,
 			    const char *why)
 {
 	struct pending_register *p = (struct pending_register *)w;
@@ -124,7 +124,7 @@ int request_mempool_register(struct client *c, struct domain *d, const Mrd__Requ
 }
 
 /* An unregistration whose MRs workers deregister: answered once their keys are dead. */
-static void unregister_resume(struct mr_waiter *w, int result, const struct mr_entry *entry,
+static void unregister_resume(struct waiter *w, int result, const struct mr_entry *entry,
 			      const char *why)
 {
 	struct pending_request *p = (struct pending_request *)w;

@@ -61,7 +61,7 @@ static int fill_reply(const struct pending_lookup *p, struct reply *r)
 	return 0;
 }
 
-static void lookup_resume(struct mr_waiter *w, int result, const struct mr_entry *entry,
+static void lookup_resume(struct waiter *w, int result, const struct mr_entry *entry,
 			  const char *why)
 {
 	struct pending_lookup *p = (struct pending_lookup *)w;
@@ -276,7 +276,7 @@ int request_dma(struct client *c, struct domain *d, const Mrd__Request *req,
 }
 
 /* A Prefetch with flush: answered when the work is done. */
-static void prefetch_resume(struct mr_waiter *w, int result, const struct mr_entry *entry,
+static void prefetch_resume(struct waiter *w, int result, const struct mr_entry *entry,
 			    const char *why)
 {
 	struct pending_request *p = (struct pending_request *)w;

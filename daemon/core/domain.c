@@ -165,7 +165,7 @@ static void on_allocation_idle(void *data, struct reg_allocation *ra)
  * the client sees is exact when it hears. */
 struct punched {
 	struct domain *domain;
-	struct mr_waiter *waiter;
+	struct waiter *waiter;
 };
 
 static void on_punched(void *arg)
@@ -182,7 +182,7 @@ static void on_punched(void *arg)
  * back, and the free is answered. A client's Free (a waiter) of a big run has a worker punch
  * it, holding the domain; frees nobody waits for (a client or an orphan gone) stay here, as
  * whoever counts on them being done at once (the domain closing) expects. */
-static int on_released(void *data, struct reg_allocation *ra, struct mr_waiter *waiter)
+static int on_released(void *data, struct reg_allocation *ra, struct waiter *waiter)
 {
 	struct domain *d = data;
 	struct punched *p = waiter ? malloc(sizeof(*p)) : NULL;
@@ -502,7 +502,7 @@ unsigned domain_reap_orphans(struct domain *d, bool all)
 	return 0;
 }
 
-int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_waiter *waiter)
+int domain_free_allocation(struct domain *d, struct allocation *a, struct waiter *waiter)
 {
 	/* From here on no lookup finds it. */
 	allocation_retire(&d->mem, a);
@@ -590,7 +590,7 @@ void domains_finish_leaving(struct core *core)
 }
 
 int domain_lookup(struct domain *d, struct bound_pd *bound, uint64_t address,
-		  struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter)
+		  struct mr_entry *ret, char *why, size_t why_size, struct waiter *waiter)
 {
 	if (bound)
 		return bound_pd_lookup(bound, address, ret, why, why_size, waiter);

@@ -135,7 +135,7 @@ int domain_attach_external(struct domain *d, struct reg_owner *owner, int fd, ui
  * async_bytes or more (or the registrar is busy), on a worker, and with a waiter a run of
  * async_bytes or more is punched on a worker too: then, with a waiter, -EINPROGRESS and
  * waiter->resume (result 0, no entry) runs on the loop once the pages are back. */
-int domain_free_allocation(struct domain *d, struct allocation *a, struct mr_waiter *waiter);
+int domain_free_allocation(struct domain *d, struct allocation *a, struct waiter *waiter);
 /* Its owner is going: freed, or — while mempool MRs of other clients cover it — kept without
  * an owner until the last of them goes. */
 void domain_drop_allocation(struct domain *d, struct allocation *a);
@@ -188,7 +188,7 @@ static inline const struct provider *domain_provider(const struct domain *d)
 /* The keys of the MR over address: in bound's PD (a connection's own, BindPd) when not NULL,
  * else in the domain's; registered on a miss, as registrar_lookup (waiter, -EINPROGRESS). */
 int domain_lookup(struct domain *d, struct bound_pd *bound, uint64_t address,
-		  struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter);
+		  struct mr_entry *ret, char *why, size_t why_size, struct waiter *waiter);
 /* domain_lookup of a's start, made now on the loop without waiting: -EAGAIN when that could
  * stall the loop (the run goes to a worker, or the provider is busy: a lookup does it later). */
 int domain_register_now(struct domain *d, struct bound_pd *bound, const struct allocation *a,

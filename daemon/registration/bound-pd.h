@@ -53,7 +53,7 @@ bool bound_pds_leave_share(struct mr_cache *home, bool all, unsigned *made);
 bool bound_pds_leaving(const struct mr_cache *home);
 
 static inline int bound_pd_lookup(struct bound_pd *b, uint64_t addr, struct mr_entry *ret,
-				  char *why, size_t why_size, struct mr_waiter *waiter)
+				  char *why, size_t why_size, struct waiter *waiter)
 {
 	return mr_cache_lookup(&b->cache, addr, ret, why, why_size, waiter);
 }

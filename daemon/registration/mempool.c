@@ -117,7 +117,7 @@ struct pool_mr *mempool_mr_containing(const struct reg_allocation *a, uint64_t a
 }
 
 static int cover(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
-		 struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter)
+		 struct mr_entry *ret, char *why, size_t why_size, struct waiter *waiter)
 {
 	struct pool_mr *pm = mempool_mr_containing(a, addr);
 
@@ -151,7 +151,7 @@ const struct mr_cache_others mempool_others = { .cover = cover, .next = next_liv
 /* An unregistration (or a replacement) whose MRs workers deregister: answered when the last
  * is done. */
 struct unreg_ticket {
-	struct mr_waiter *waiter; /* NULL once answered otherwise (reg_free) */
+	struct waiter *waiter; /* NULL once answered otherwise (reg_free) */
 	unsigned remaining;
 	struct pool_reg *reg; /* a replacement's: its answer reads it */
 };
@@ -293,7 +293,7 @@ static int pool_mr_register(struct mempools *p, struct pool_mr *mr)
  * and their last dereg answers nobody. */
 static void reg_cancel_answer(struct pool_reg *reg)
 {
-	struct mr_waiter *aw;
+	struct waiter *aw;
 
 	if (!reg->answer)
 		return;
@@ -305,7 +305,7 @@ static void reg_cancel_answer(struct pool_reg *reg)
 
 static void reg_free(struct mempools *p, struct pool_reg *reg, struct unreg_ticket *ticket)
 {
-	struct mr_waiter *w = reg->waiter;
+	struct waiter *w = reg->waiter;
 
 	reg_cancel_answer(reg);
 	LIST_REMOVE(reg, link);
@@ -325,7 +325,7 @@ static void reg_free(struct mempools *p, struct pool_reg *reg, struct unreg_tick
 static int reg_settle(struct mempools *p, struct pool_reg *reg, char *why, size_t why_size)
 {
 	struct unreg_ticket *t = TAKE_PTR(reg->ticket);
-	struct mr_waiter *w = TAKE_PTR(reg->waiter);
+	struct waiter *w = TAKE_PTR(reg->waiter);
 	int error = reg->error;
 
 	if (error < 0) {
@@ -421,7 +421,7 @@ static void pool_job_done(struct registrar_work *w)
 		}
 	}
 	while (settle) {
-		struct mr_waiter *waiter;
+		struct waiter *waiter;
 		char why[160];
 		int k;
 
@@ -439,7 +439,7 @@ static void pool_job_done(struct registrar_work *w)
 
 int mempool_register(struct mempools *p, struct reg_owner *owner, const char *name,
 		     const uint64_t *starts, const uint64_t *lengths, size_t n, bool extmem,
-		     struct mr_waiter *waiter, struct pool_reg **ret, char *why, size_t why_size)
+		     struct waiter *waiter, struct pool_reg **ret, char *why, size_t why_size)
 {
 	const struct config *cfg = p->reg->config;
 	struct pool_reg *old = find(p, owner, name), *reg;
@@ -554,7 +554,7 @@ int mempool_register(struct mempools *p, struct reg_owner *owner, const char *na
 }
 
 int mempool_unregister(struct mempools *p, struct reg_owner *owner, const char *name,
-		       struct mr_waiter *waiter, char *why, size_t why_size)
+		       struct waiter *waiter, char *why, size_t why_size)
 {
 	struct pool_reg *reg = find(p, owner, name);
 	struct unreg_ticket *t;
@@ -581,7 +581,7 @@ void mempool_give_all(struct mempools *p, struct reg_owner *owner, struct reg_ow
 	struct pool_reg *reg;
 
 	while ((reg = LIST_FIRST(&owner->pools))) {
-		struct mr_waiter *w = TAKE_PTR(reg->waiter);
+		struct waiter *w = TAKE_PTR(reg->waiter);
 
 		/* Nobody waits for it any more; its MRs work until their share comes. */
 		reg_cancel_answer(reg);

@@ -16,7 +16,7 @@
 
 struct mr_cache_others;
 struct mr_wait;
-struct mr_waiter;
+struct waiter;
 struct provider_mr;
 struct reg_allocation;
 struct mr_cache;
@@ -56,7 +56,7 @@ struct pool_reg {
 	bool extmem;
 	unsigned pending;          /* its MRs that workers still register */
 	int error;                 /* the first of them that failed */
-	struct mr_waiter *waiter;  /* told once none is pending */
+	struct waiter *waiter;  /* told once none is pending */
 	struct pool_reg *replaces; /* an older registration of the name, dropped once made */
 	struct unreg_ticket *ticket; /* with replaces: answers once the dropped MRs are gone */
 	struct unreg_ticket *answer; /* that ticket, once it waits for them */
@@ -95,13 +95,13 @@ extern const struct mr_cache_others mempool_others;
  * its owner left. waiter must not be NULL. */
 int mempool_register(struct mempools *p, struct reg_owner *owner, const char *name,
 		     const uint64_t *starts, const uint64_t *lengths, size_t n, bool extmem,
-		     struct mr_waiter *waiter, struct pool_reg **ret, char *why, size_t why_size);
+		     struct waiter *waiter, struct pool_reg **ret, char *why, size_t why_size);
 
 /* ENOENT when the owner has no pool of that name. An MR whose last sharer leaves is
  * deregistered — on a worker when it covers [cache] async_bytes or more: then, with a waiter,
  * -EINPROGRESS, and waiter->resume (result 0) runs once every such MR is gone. */
 int mempool_unregister(struct mempools *p, struct reg_owner *owner, const char *name,
-		       struct mr_waiter *waiter, char *why, size_t why_size);
+		       struct waiter *waiter, char *why, size_t why_size);
 
 /* The owner is going: its registrations are to's now (to is no client: it registers nothing),
  * and whoever waited for them hears ECANCELED. They go with mempool_leave_share(). */

@@ -233,7 +233,7 @@ struct reg_job {
 	struct registrar_work base;
 	struct mr_cache *cache;   /* held until done */
 	LIST_ENTRY(reg_job) link; /* the cache's */
-	struct mr_waiter *waiter;
+	struct waiter *waiter;
 	struct mr_wait *lookups; /* other lookups inside the run, waiting for it */
 	struct reg_allocation *allocation; /* a client PD's job: its free waits for it */
 	struct cached_mr *spare; /* ... and the record of what it makes */
@@ -380,7 +380,7 @@ static void reg_job_run(struct registrar_work *w)
 
 static void reg_job_done(struct registrar_work *w);
 
-int mr_cache_wait(struct mr_wait **lookups, uint64_t addr, struct mr_waiter *waiter,
+int mr_cache_wait(struct mr_wait **lookups, uint64_t addr, struct waiter *waiter,
 		    const char *what, char *why, size_t why_size)
 {
 	struct mr_wait *w;
@@ -402,7 +402,7 @@ int mr_cache_wait(struct mr_wait **lookups, uint64_t addr, struct mr_waiter *wai
  * started; spare stays the caller's). */
 static int start_job(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, uint64_t start,
 		     uint64_t end, unsigned access, struct cached_mr *spare,
-		     struct mr_waiter *waiter)
+		     struct waiter *waiter)
 {
 	struct reg_job *j = calloc(1, sizeof(*j));
 
@@ -433,7 +433,7 @@ static int start_job(struct mr_cache *c, struct reg_allocation *a, uint64_t addr
 
 /* Not in the table, nor another's (c->others): a registration of the uncovered run. */
 static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
-		char *why, size_t why_size, struct mr_waiter *waiter)
+		char *why, size_t why_size, struct waiter *waiter)
 {
 	struct reg_base *r = base_of(c);
 	struct reg_job *job;
@@ -513,7 +513,7 @@ uncharge: /* nothing made: what was charged for it goes */
 
 /* Another's MR holding addr (c->others), else the cache's registration of the uncovered run. */
 static int cover_or_miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
-			 struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter)
+			 struct mr_entry *ret, char *why, size_t why_size, struct waiter *waiter)
 {
 	int k = c->others ? c->others->cover(c, a, addr, ret, why, why_size, waiter) :
 			    MR_CACHE_MISS;
@@ -626,7 +626,7 @@ static void let_go(struct cached_mr *mr)
 
 /* A lookup that waited, run again now that what it waited for is settled: answered now, or
  * through waiter once more later. */
-static void retry(struct mr_cache *c, uint64_t addr, struct mr_waiter *waiter)
+static void retry(struct mr_cache *c, uint64_t addr, struct waiter *waiter)
 {
 	struct reg_allocation *a =
 		reg_allocation_of(allocation_containing(base_of(c)->mem, addr));
@@ -792,7 +792,7 @@ int mr_cache_find(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char 
 }
 
 int mr_cache_miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
-		  struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter)
+		  struct mr_entry *ret, char *why, size_t why_size, struct waiter *waiter)
 {
 	if (a && a->mem.read_only && c->own_pd) {
 		/* The MR would be the client's object, and a rereg that only adds write access
@@ -814,7 +814,7 @@ int mr_cache_miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
 }
 
 int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
-		    size_t why_size, struct mr_waiter *waiter)
+		    size_t why_size, struct waiter *waiter)
 {
 	struct reg_allocation *a = NULL;
 	int k = mr_cache_find(c, addr, ret, why, why_size, &a);

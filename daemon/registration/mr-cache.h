@@ -57,7 +57,7 @@ struct cached_mr {
 /* A lookup waiting for a mempool MR that a worker is making (struct pool_mr's lookups). */
 struct mr_wait {
 	struct mr_wait *next;
-	struct mr_waiter *waiter;
+	struct waiter *waiter;
 	uint64_t addr;
 };
 
@@ -73,7 +73,7 @@ struct mr_cache_others {
 	/* The lookup at addr in a: answered with another's MR (0), waiting for one a worker
 	 * makes (-EINPROGRESS; -EAGAIN without a waiter), or MR_CACHE_MISS. */
 	int (*cover)(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
-		     struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter);
+		     struct mr_entry *ret, char *why, size_t why_size, struct waiter *waiter);
 	/* The range of the next live one of a after *cursor (NULL: the first); false: none. */
 	bool (*next)(const struct reg_allocation *a, const void **cursor, uint64_t *start,
 		     uint64_t *end);
@@ -144,7 +144,7 @@ bool mr_cache_drop_share(struct mr_cache *c, bool all, unsigned *made);
  * an address inside an MR or run being made is -EAGAIN. The domain's lookup is
  * registrar_lookup (on-demand memory's children first); a client PD's is this. */
 int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char *why,
-		    size_t why_size, struct mr_waiter *waiter);
+		    size_t why_size, struct waiter *waiter);
 /* Its two halves. The table: 0 with ret, -errno refused (closing, the device failed, an alias
  * another PD may not register), or MR_CACHE_MISS with *a the allocation holding addr (NULL:
  * none). */
@@ -152,10 +152,10 @@ int mr_cache_find(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char 
 		  size_t why_size, struct reg_allocation **a);
 /* Then the miss, counted: another's MR, or a registration. */
 int mr_cache_miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
-		  struct mr_entry *ret, char *why, size_t why_size, struct mr_waiter *waiter);
+		  struct mr_entry *ret, char *why, size_t why_size, struct waiter *waiter);
 /* A lookup at addr waits on *lookups for an MR a worker makes (-EINPROGRESS; its resume
  * comes through mr_cache_resume_waits); without a waiter, -EAGAIN and why says what. */
-int mr_cache_wait(struct mr_wait **lookups, uint64_t addr, struct mr_waiter *waiter,
+int mr_cache_wait(struct mr_wait **lookups, uint64_t addr, struct waiter *waiter,
 		  const char *what, char *why, size_t why_size);
 
 /* Hangs l on the MR of c's table holding addr: -ENOENT when there is none (another's MR, an

@@ -128,7 +128,7 @@ struct prefetch_job {
 	LIST_ENTRY(prefetch_job) owner_link;
 	TAILQ_ENTRY(prefetch_job) queue; /* the domain's waiting ones */
 	bool waiting;          /* a flush waiting for room, not submitted yet */
-	struct mr_waiter *waiter;
+	struct waiter *waiter;
 	struct reg_allocation *allocation; /* counts the job: it stays until the job is done */
 	enum odp_advice advice;
 	bool lookup;           /* a lookup's child, made here while the provider was busy */
@@ -278,10 +278,10 @@ void odp_forget_allocation(struct reg_allocation *a)
 }
 
 static int fault_on_worker(struct odp *o, struct reg_allocation *a, uint64_t addr,
-			   uint64_t start, uint64_t end, struct mr_waiter *waiter);
+			   uint64_t start, uint64_t end, struct waiter *waiter);
 
 int odp_fault(struct odp *o, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
-	      char *why, size_t why_size, struct mr_waiter *waiter)
+	      char *why, size_t why_size, struct waiter *waiter)
 {
 	struct odp_child **slot, *c, *got;
 	uint64_t start, end;
@@ -485,7 +485,7 @@ static void prefetch_done(struct registrar_work *w)
 
 /* Work of n pieces on a, for the caller to fill in, then hold (job_hold). */
 static struct prefetch_job *job_new(struct odp *o, struct reg_allocation *a, size_t n,
-				    enum odp_advice advice, struct mr_waiter *waiter)
+				    enum odp_advice advice, struct waiter *waiter)
 {
 	struct prefetch_job *j = calloc(1, sizeof(*j) + n * sizeof(j->pieces[0]));
 
@@ -512,7 +512,7 @@ static void job_hold(struct odp *o, struct prefetch_job *j)
 /* Makes a lookup's child on a worker, and no advice (prefetch_run), and answers the lookup
  * when done (job_end). */
 static int fault_on_worker(struct odp *o, struct reg_allocation *a, uint64_t addr,
-			   uint64_t start, uint64_t end, struct mr_waiter *waiter)
+			   uint64_t start, uint64_t end, struct waiter *waiter)
 {
 	struct prefetch_job *j = job_new(o, a, 1, ODP_PREFETCH_NO_FAULT, waiter);
 
@@ -528,7 +528,7 @@ static int fault_on_worker(struct odp *o, struct reg_allocation *a, uint64_t add
 }
 
 int odp_prefetch(struct odp *o, struct reg_owner *owner, struct reg_allocation *a,
-		 uint64_t addr, uint64_t length, enum odp_advice advice, struct mr_waiter *waiter,
+		 uint64_t addr, uint64_t length, enum odp_advice advice, struct waiter *waiter,
 		 char *why, size_t why_size)
 {
 	struct prefetch_job *j;

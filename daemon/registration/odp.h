@@ -23,7 +23,7 @@
 #include <sys/queue.h>
 
 struct mr_entry;
-struct mr_waiter;
+struct waiter;
 struct provider_mr;
 struct reg_allocation;
 struct reg_base;
@@ -88,14 +88,14 @@ void odp_drop_stuck(struct reg_allocation *a);
  * waiter, while the provider is busy (reg_offload), on a worker: then -EINPROGRESS, and
  * the waiter hears once it is made. */
 int odp_fault(struct odp *o, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
-	      char *why, size_t why_size, struct mr_waiter *waiter);
+	      char *why, size_t why_size, struct waiter *waiter);
 
 /* Queues prefetch advice over [addr, addr + length), which lies in a. With a waiter (a flush)
  * it answers through it once done (-EINPROGRESS); without, 0 once queued. owner's queued work is
  * bounded by ODP_PREFETCH_IN_FLIGHT, the domain's by ODP_DOMAIN_JOBS_MAX: past either, a flush
  * waits for room (its client, paused, has no other), anything else is -EAGAIN. */
 int odp_prefetch(struct odp *o, struct reg_owner *owner, struct reg_allocation *a,
-		 uint64_t addr, uint64_t length, enum odp_advice advice, struct mr_waiter *waiter,
+		 uint64_t addr, uint64_t length, enum odp_advice advice, struct waiter *waiter,
 		 char *why, size_t why_size);
 
 /* a is being freed: its children are zapped. Returns

@@ -13,7 +13,7 @@
 #include "memory/allocation.h"
 #include "registration/mr-cache.h"
 
-struct mr_waiter;
+struct waiter;
 
 struct reg_allocation {
 	struct allocation mem;
@@ -35,7 +35,7 @@ struct reg_allocation {
 	bool retired;               /* being freed: nobody finds it any more */
 	unsigned bound_jobs;        /* client PDs' MRs over it that workers make or let go of */
 	bool free_waits;            /* its free waits for odp_jobs, odp_children and bound_jobs */
-	struct mr_waiter *free_waiter;
+	struct waiter *free_waiter;
 };
 
 static inline void reg_allocation_init(struct reg_allocation *ra)

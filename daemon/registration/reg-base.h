@@ -17,7 +17,7 @@
 #include "registration/frmr-pool.h"
 
 struct memory;
-struct mr_waiter;
+struct waiter;
 struct provider;
 struct provider_mr;
 struct provider_pd;
@@ -35,7 +35,7 @@ struct registrar_events {
 	/* The device let go of the retired ra (registrar_retire): its pages may go back. 0: they
 	 * did, and the caller answers waiter; -EINPROGRESS: a worker gives them back, and waiter
 	 * (if any) hears once they are. */
-	int (*released)(void *data, struct reg_allocation *ra, struct mr_waiter *waiter);
+	int (*released)(void *data, struct reg_allocation *ra, struct waiter *waiter);
 	/* Counters changed (pinned bytes, MRs): the status page shows them. */
 	void (*changed)(void *data);
 };

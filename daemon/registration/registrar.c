@@ -100,7 +100,7 @@ void registrar_device_back(struct registrar *r)
 }
 
 int registrar_lookup(struct registrar *r, uint64_t addr, struct mr_entry *ret, char *why,
-		     size_t why_size, struct mr_waiter *waiter)
+		     size_t why_size, struct waiter *waiter)
 {
 	struct reg_allocation *a = NULL;
 	int k = mr_cache_find(&r->cache, addr, ret, why, why_size, &a);
@@ -164,7 +164,7 @@ struct free_job {
 	struct registrar_work base;
 	struct registrar *reg;
 	struct reg_allocation *allocation;
-	struct mr_waiter *waiter;
+	struct waiter *waiter;
 };
 
 static void free_job_run(struct registrar_work *w)
@@ -219,7 +219,7 @@ static void quarantine(struct registrar *r, struct reg_allocation *ra)
 /* ra's registrations are all gone: the domain takes it back (0, or -EINPROGRESS: it answers
  * waiter itself once the pages went back). One the device kept is quarantined instead: 0, the
  * free is done for its client all the same. */
-static int release(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter)
+static int release(struct registrar *r, struct reg_allocation *ra, struct waiter *waiter)
 {
 	mr_cache_release(&r->cache, ra);
 	if (device_keeps(ra)) {
@@ -267,7 +267,7 @@ unsigned registrar_retry_quarantine(struct registrar *r)
  * back. A soft Dma copying through its MRs holds them (their dereg waits for it): a worker
  * waits then, not the loop. 0: done, or -EINPROGRESS: waiter hears later. */
 static int deregister(struct registrar *r, struct reg_allocation *ra, uint64_t pinned,
-		      struct mr_waiter *waiter)
+		      struct waiter *waiter)
 {
 	struct free_job *j = pinned > 0 && registrar_offload(r, pinned) ? calloc(1, sizeof(*j)) : NULL;
 
@@ -285,7 +285,7 @@ static int deregister(struct registrar *r, struct reg_allocation *ra, uint64_t p
 	return waiter ? -EINPROGRESS : 0;
 }
 
-int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter)
+int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct waiter *waiter)
 {
 	uint64_t pinned;
 	unsigned zombies;
@@ -313,7 +313,7 @@ int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_w
 
 void registrar_resume_free(struct registrar *r, struct reg_allocation *ra)
 {
-	struct mr_waiter *waiter = ra->free_waiter;
+	struct waiter *waiter = ra->free_waiter;
 	const struct cached_mr *mr;
 	uint64_t pinned = 0;
 
@@ -327,7 +327,7 @@ void registrar_resume_free(struct registrar *r, struct reg_allocation *ra)
 		waiter->resume(waiter, 0, NULL, "");
 }
 
-void registrar_release(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter)
+void registrar_release(struct registrar *r, struct reg_allocation *ra, struct waiter *waiter)
 {
 	if (release(r, ra, waiter) == 0 && waiter)
 		waiter->resume(waiter, 0, NULL, "");

@@ -38,7 +38,7 @@
 #include "registration/reg-base.h"
 
 struct memory;
-struct mr_waiter;
+struct waiter;
 struct provider;
 struct provider_pd;
 struct reg_allocation;
@@ -72,7 +72,7 @@ void registrar_close(struct registrar *r);
 /* The domain's lookup: the cache's table, then on-demand memory's child (odp_fault), then a
  * mempool MR (the cache's others), then the cache registers (mr_cache_lookup says how). */
 int registrar_lookup(struct registrar *r, uint64_t addr, struct mr_entry *ret, char *why,
-		     size_t why_size, struct mr_waiter *waiter);
+		     size_t why_size, struct waiter *waiter);
 
 /* The base's rules (reg-base.h), for the domain. */
 static inline bool registrar_busy(const struct registrar *r)
@@ -112,7 +112,7 @@ void registrar_destroy_handles(struct registrar *r, struct provider_mr **handles
  * table and its children are zapped; then the device lets go — here, or when the MRs cover
  * [cache] async_bytes or more (or registrar_busy) on a worker, or once prefetch work on it is
  * done — and events.released tells the domain. With a waiter that is not here: -EINPROGRESS. */
-int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter);
+int registrar_retire(struct registrar *r, struct reg_allocation *ra, struct waiter *waiter);
 
 /* Work that ra's free waited for ended (prefetches, children, client PDs' MRs on workers):
  * once none is left, the free goes on — its MRs deregistered, its pages back, its waiter
@@ -122,7 +122,7 @@ void registrar_resume_free(struct registrar *r, struct reg_allocation *ra);
 /* The end of a retired allocation's registrations (a worker's deregistration, or the last ODP
  * child gone): its MRs are counted gone, and events.released tells the domain; waiter, which
  * waits already, hears once the pages are back. */
-void registrar_release(struct registrar *r, struct reg_allocation *ra, struct mr_waiter *waiter);
+void registrar_release(struct registrar *r, struct reg_allocation *ra, struct waiter *waiter);
 
 /* Tries the failed deregs over each quarantined run again, unless a worker's job may hold a
  * provider (registrar_busy: then at the next try); a run the device let go of goes back

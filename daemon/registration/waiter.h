@@ -6,9 +6,9 @@
 
 #include "mr-table.h"
 
-struct mr_waiter {
+struct waiter {
 	/* On the loop, once: result 0 with entry, or -errno with why. */
-	void (*resume)(struct mr_waiter *w, int result, const struct mr_entry *entry,
+	void (*resume)(struct waiter *w, int result, const struct mr_entry *entry,
 		       const char *why);
 	unsigned loop_registrations; /* its request's made on the loop (registrar_loop_may) */
 };
