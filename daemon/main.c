@@ -13,11 +13,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "control/client.h"
+#include "log.h"
 #include "base/config.h"
 #include "base/privileges.h"
+#include "control/client.h"
 #include "control/detach.h"
-#include "log.h"
 #include "control/manager.h"
 
 #define DEFAULT_CONFIG_FILE SYSCONFDIR "/mrd/mrd.conf"

@@ -70,8 +70,31 @@ n=$(grep -c . "$tmp" || true)
 cat "$tmp"
 bad=$((bad + n))
 
+# Includes in layer order: in each run of adjacent quoted includes, level 0 (common/, proto/,
+# mrd/) first, then base/ up to control/, by path within a level; so an include line that
+# reaches up stands out at the end of its run (tools/sort-includes.sh puts them in order).
+for f in $(find . -name '*.[ch]' | sed 's|^\./||' | sort); do
+	awk -v f="$f" -v layers="$layers" '
+	BEGIN { n = split(layers, l, " "); for (i = 1; i <= n; i++) lv[l[i]] = i }
+	function key(t,   d) {
+		d = t; sub(/\/.*/, "", d)
+		return sprintf("%d %s", (t ~ /\// && d in lv) ? lv[d] : 0, t)
+	}
+	/^[ \t]*#[ \t]*include[ \t]*"/ {
+		t = $0; sub(/^[^"]*"/, "", t); sub(/".*/, "", t)
+		k = key(t)
+		if (prev != "" && k < prev)
+			printf "FAIL: %s:%d: includes \"%s\" after \"%s\" (layer order)\n", f, NR, t, prevt
+		prev = k; prevt = t; next
+	}
+	{ prev = "" }' "$f"
+done > "$tmp"
+n=$(grep -c . "$tmp" || true)
+cat "$tmp"
+bad=$((bad + n))
+
 if [ $bad -ne 0 ]; then
-	echo "$bad line(s) reach up or name no folder"
+	echo "$bad line(s) reach up, name no folder or stand out of layer order"
 	exit 1
 fi
-echo "every include under daemon/ points to its own folder or lower"
+echo "every include under daemon/ points to its own folder or lower, in layer order"

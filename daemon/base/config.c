@@ -14,9 +14,9 @@
 #include <unistd.h>
 #include <inttypes.h>
 
-#include "base/config.h"
 #include "macro.h"
 #include "wire.h"
+#include "base/config.h"
 
 void config_init(struct config *c)
 {

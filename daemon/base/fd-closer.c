@@ -11,10 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/fd-closer.h"
 #include "log.h"
 #include "macro.h"
 #include "time-util.h"
+#include "base/fd-closer.h"
 #include "base/worker-pool.h"
 
 /* Bounds on emptying one Unix socket that is shut down: reads, bytes read, pending

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/fd-list.h"
 #include "macro.h"
+#include "base/fd-list.h"
 
 void fd_list_done(struct fd_list *f)
 {

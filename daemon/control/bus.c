@@ -9,19 +9,19 @@
 #include <event2/event.h>
 #include <systemd/sd-bus.h>
 
-#include "control/bus.h"
-#include "control/client.h"
-#include "core/access.h"
-#include "core/domain.h"
-#include "core/domain-stats.h"
-#include "registration/frmr-pool.h"
 #include "escape.h"
 #include "log.h"
 #include "macro.h"
-#include "control/manager.h"
-#include "provider/provider.h"
 #include "status-page.h"
 #include "time-util.h"
+#include "provider/provider.h"
+#include "registration/frmr-pool.h"
+#include "core/access.h"
+#include "core/domain-stats.h"
+#include "core/domain.h"
+#include "control/bus.h"
+#include "control/client.h"
+#include "control/manager.h"
 
 struct bus {
 	struct manager *manager;

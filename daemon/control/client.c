@@ -11,17 +11,17 @@
 
 #include <event2/event.h>
 
-#include "control/client.h"
-#include "registration/bound-pd.h"
-#include "control/dispatch.h"
-#include "core/domain.h"
-#include "core/served-devices.h"
-#include "base/fd-closer.h"
-#include "base/process.h"
 #include "log.h"
-#include "control/manager.h"
 #include "time-util.h"
 #include "wire.h"
+#include "base/fd-closer.h"
+#include "base/process.h"
+#include "registration/bound-pd.h"
+#include "core/domain.h"
+#include "core/served-devices.h"
+#include "control/client.h"
+#include "control/dispatch.h"
+#include "control/manager.h"
 
 static void out_frame_free(struct out_frame *f)
 {

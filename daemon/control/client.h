@@ -9,10 +9,10 @@
 #include <sys/queue.h>
 #include <sys/types.h>
 
-#include "core/access.h"
 #include "macro.h"
-#include "registration/reg-owner.h"
 #include "wire.h"
+#include "registration/reg-owner.h"
+#include "core/access.h"
 
 struct bound_pd;
 struct served_device;

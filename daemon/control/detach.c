@@ -5,9 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "control/detach.h"
 #include "log.h"
 #include "macro.h"
+#include "control/detach.h"
 #include "control/manager.h"
 
 static int ready_fd = -1;

@@ -8,14 +8,14 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "control/client.h"
-#include "control/dispatch.h"
-#include "base/fd-closer.h"
 #include "escape.h"
 #include "log.h"
-#include "control/manager.h"
-#include "core/device.h"
+#include "base/fd-closer.h"
 #include "registration/bound-pd.h"
+#include "core/device.h"
+#include "control/client.h"
+#include "control/dispatch.h"
+#include "control/manager.h"
 
 static const struct request_type request_types[] = {
 	[MRD__REQUEST__BODY_HELLO] = { "Hello", request_hello, .before_hello = true },

@@ -8,8 +8,8 @@
 #include <sys/queue.h>
 
 #include "macro.h"
-#include "registration/waiter.h"
 #include "wire.h"
+#include "registration/waiter.h"
 
 struct client;
 struct domain;

@@ -10,17 +10,17 @@
 
 #include <systemd/sd-daemon.h>
 
-#include "base/fd-closer.h"
-#include "base/fd-list.h"
-#include "control/client.h"
-#include "control/handover.h"
-#include "control/manager.h"
-#include "core/domain-handover.h"
-#include "core/domain.h"
-#include "registration/bound-pd.h"
 #include "log.h"
 #include "macro.h"
 #include "time-util.h"
+#include "base/fd-closer.h"
+#include "base/fd-list.h"
+#include "registration/bound-pd.h"
+#include "core/domain-handover.h"
+#include "core/domain.h"
+#include "control/client.h"
+#include "control/handover.h"
+#include "control/manager.h"
 
 #define BARRIER_TIMEOUT_USEC (5 * USEC_PER_SEC)
 

@@ -11,16 +11,16 @@
 
 #include <event2/event.h>
 
-#include "base/fd-list.h"
-#include "base/process.h"
-#include "control/handover.h"
-#include "control/manager.h"
-#include "core/domain-handover.h"
-#include "core/domain.h"
 #include "handover.pb-c.h"
 #include "log.h"
 #include "macro.h"
 #include "time-util.h"
+#include "base/fd-list.h"
+#include "base/process.h"
+#include "core/domain-handover.h"
+#include "core/domain.h"
+#include "control/handover.h"
+#include "control/manager.h"
 
 #define HANDOVER_VERSION 1
 #define STATE_MAX (64u << 20)

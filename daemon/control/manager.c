@@ -14,22 +14,22 @@
 #include <event2/event.h>
 #include <systemd/sd-daemon.h>
 
-#include "control/client.h"
-#include "control/dispatch.h"
-#include "core/access.h"
-#include "core/domain.h"
-#include "core/domain-stats.h"
-#include "base/fd-closer.h"
-#include "control/handover.h"
-#include "provider/provider.h"
-#include "registration/reg-allocation.h"
 #include "log.h"
-#include "control/manager.h"
-#include "base/process.h"
 #include "time-util.h"
 #include "wire.h"
-#include "control/bus.h"
+#include "base/fd-closer.h"
+#include "base/process.h"
 #include "base/worker-pool.h"
+#include "provider/provider.h"
+#include "registration/reg-allocation.h"
+#include "core/access.h"
+#include "core/domain-stats.h"
+#include "core/domain.h"
+#include "control/bus.h"
+#include "control/client.h"
+#include "control/dispatch.h"
+#include "control/handover.h"
+#include "control/manager.h"
 
 #define REFUSED_LOG_INTERVAL_USEC (5 * USEC_PER_SEC)
 #define ACCEPT_PER_WAKEUP 16u

@@ -8,12 +8,12 @@
 #include <sys/queue.h>
 #include <sys/socket.h>
 
+#include "u64-map.h"
 #include "base/config.h"
 #include "base/fd-list.h"
+#include "core/core.h"
 #include "control/handover.h"
 #include "control/old-context.h"
-#include "core/core.h"
-#include "u64-map.h"
 
 struct event_base;
 struct event;

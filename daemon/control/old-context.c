@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "base/process.h"
 #include "control/old-context.h"
-#include "log.h"
 
 /* Keeps the holders of h[0 .. n) whose process still runs, in place: how many. */
 static size_t keep_running(struct context_holder *h, size_t n)

@@ -5,13 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "macro.h"
+#include "registration/frmr-pool.h"
+#include "core/access.h"
+#include "core/domain-stats.h"
+#include "core/domain.h"
 #include "control/client.h"
 #include "control/dispatch.h"
-#include "core/access.h"
-#include "core/domain.h"
-#include "core/domain-stats.h"
-#include "registration/frmr-pool.h"
-#include "macro.h"
 #include "control/manager.h"
 
 static void pool_info(Mrd__FrmrPoolInfo *pi, const struct frmr_pool_stats *s)

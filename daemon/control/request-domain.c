@@ -3,13 +3,13 @@
  * the domain's device context and PD with the client; BindPd has mrd register into the
  * client's own PD. */
 #include "base/fd-closer.h"
+#include "provider/provider.h"
+#include "registration/bound-pd.h"
+#include "core/domain.h"
+#include "core/served-devices.h"
 #include "control/client.h"
 #include "control/dispatch.h"
 #include "control/manager.h"
-#include "core/domain.h"
-#include "core/served-devices.h"
-#include "provider/provider.h"
-#include "registration/bound-pd.h"
 
 int request_export_pd(struct client *c, struct domain *d, const Mrd__Request *req,
 		      struct wire_packet *pkt, struct reply *r)

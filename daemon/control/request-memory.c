@@ -6,14 +6,14 @@
 #include <unistd.h>
 #include <inttypes.h>
 
+#include "log.h"
+#include "status-page.h"
+#include "base/fd-closer.h"
 #include "memory/arena.h"
+#include "core/domain.h"
 #include "control/client.h"
 #include "control/dispatch.h"
-#include "core/domain.h"
-#include "base/fd-closer.h"
-#include "log.h"
 #include "control/manager.h"
-#include "status-page.h"
 
 /* Requests of this family need the caller's domain. */
 /* Describes arena in r, attaching a dup of its memfd the first time c meets it. */

@@ -4,14 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "control/client.h"
-#include "control/dispatch.h"
-#include "core/domain.h"
-#include "core/domain-stats.h"
-#include "control/manager.h"
-#include "registration/mempool.h"
 #include "mrd/mrd.h"
 #include "provider/provider.h"
+#include "registration/mempool.h"
+#include "core/domain-stats.h"
+#include "core/domain.h"
+#include "control/client.h"
+#include "control/dispatch.h"
+#include "control/manager.h"
 
 /* Names end up in root's mrctl output and in logs: printable ASCII alone, refused at the door
  * (mrctl escapes what it prints besides). */

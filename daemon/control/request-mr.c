@@ -7,15 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "control/client.h"
-#include "control/dispatch.h"
-#include "core/domain.h"
 #include "macro.h"
-#include "control/manager.h"
-#include "provider/provider.h"
-#include "registration/reg-allocation.h"
 #include "time-util.h"
 #include "base/worker-pool.h"
+#include "provider/provider.h"
+#include "registration/reg-allocation.h"
+#include "core/domain.h"
+#include "control/client.h"
+#include "control/dispatch.h"
+#include "control/manager.h"
 
 /* A lookup of several addresses; it waits, whole, while a worker registers for one of them. */
 struct pending_lookup {

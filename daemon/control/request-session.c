@@ -5,9 +5,9 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "log.h"
 #include "control/client.h"
 #include "control/dispatch.h"
-#include "log.h"
 #include "control/manager.h"
 
 /* Names end up in logs and mrctl output: keep printable ASCII only. */

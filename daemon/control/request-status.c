@@ -5,16 +5,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "memory/arena.h"
-#include "control/client.h"
-#include "core/served-devices.h"
-#include "registration/bound-pd.h"
-#include "control/dispatch.h"
-#include "core/domain.h"
-#include "core/domain-stats.h"
 #include "status-page.h"
-#include "control/manager.h"
 #include "provider/provider.h"
+#include "memory/arena.h"
+#include "registration/bound-pd.h"
+#include "core/domain-stats.h"
+#include "core/domain.h"
+#include "core/served-devices.h"
+#include "control/client.h"
+#include "control/dispatch.h"
+#include "control/manager.h"
 
 /* The old contexts in view (control/old-context.h), those whose holders are all gone dropped
  * first: in one block that r owns. */

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 
-#include "core/access.h"
 #include "macro.h"
+#include "core/access.h"
 
 bool access_peer_in_group(int fd, gid_t gid)
 {

@@ -10,9 +10,9 @@
 #include <sys/queue.h>
 
 #include "base/config.h"
+#include "memory/window.h"
 #include "core/device.h"
 #include "core/served-devices.h"
-#include "memory/window.h"
 
 struct fd_closer;
 

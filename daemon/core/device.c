@@ -6,13 +6,13 @@
 
 #include <event2/event.h>
 
+#include "log.h"
+#include "time-util.h"
+#include "provider/provider.h"
+#include "registration/registrar.h"
 #include "core/core.h"
 #include "core/device.h"
 #include "core/domain.h"
-#include "log.h"
-#include "provider/provider.h"
-#include "registration/registrar.h"
-#include "time-util.h"
 
 static void device_fail(struct core *core, const char *reason);
 

@@ -6,13 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
+#include "macro.h"
+#include "provider/provider.h"
+#include "memory/arena.h"
 #include "core/core.h"
 #include "core/domain-handover.h"
 #include "core/domain.h"
-#include "log.h"
-#include "macro.h"
-#include "memory/arena.h"
-#include "provider/provider.h"
 
 /* ---- saving ---- */
 

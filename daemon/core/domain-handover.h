@@ -10,9 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/domain.h"
 #include "memory/allocation.h"
 #include "memory/arena.h"
+#include "core/domain.h"
 
 struct core;
 

@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "core/core.h"
-#include "core/domain.h"
-#include "core/served-devices.h"
 #include "provider/client-context.h"
 #include "provider/provider.h"
 #include "registration/bound-pd.h"
+#include "core/core.h"
+#include "core/domain.h"
+#include "core/served-devices.h"
 
 int domain_export_pd(struct domain *d, const struct context_holder *holder, int *ret_fd,
 		     uint32_t *ret_handle, char *why, size_t why_size)

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 #include <sys/queue.h>
 
-#include "core/domain.h"
-#include "core/domain-stats.h"
 #include "memory/arena.h"
 #include "registration/mempool.h"
 #include "registration/reg-allocation.h"
+#include "core/domain-stats.h"
+#include "core/domain.h"
 
 void domain_stats(struct domain *d, struct domain_stats *ret)
 {

@@ -7,14 +7,14 @@
 
 #include <event2/event.h>
 
-#include "base/process.h"
-#include "core/core.h"
-#include "core/domain.h"
-#include "registration/bound-pd.h"
 #include "log.h"
 #include "macro.h"
-#include "memory/arena.h"
+#include "base/process.h"
 #include "provider/provider.h"
+#include "memory/arena.h"
+#include "registration/bound-pd.h"
+#include "core/core.h"
+#include "core/domain.h"
 
 static struct domain *domain_free(struct domain *d)
 {

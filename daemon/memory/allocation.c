@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/worker-pool.h"
 #include "log.h"
 #include "macro.h"
+#include "base/worker-pool.h"
 #include "memory/allocation.h"
 #include "memory/arena.h"
 #include "memory/mem-owner.h"

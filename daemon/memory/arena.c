@@ -12,9 +12,9 @@
 
 #include "log.h"
 #include "macro.h"
+#include "base/fd-closer.h"
 #include "memory/allocation.h"
 #include "memory/arena.h"
-#include "base/fd-closer.h"
 #include "memory/memory.h"
 #include "memory/window.h"
 

@@ -8,9 +8,9 @@
 #include <stdint.h>
 #include <sys/queue.h>
 
+#include "u64-map.h"
 #include "base/config.h"
 #include "memory/status.h"
-#include "u64-map.h"
 
 struct fd_closer;
 

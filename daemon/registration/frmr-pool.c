@@ -6,8 +6,8 @@
 #include <sys/queue.h>
 #include <time.h>
 
-#include "registration/frmr-pool.h"
 #include "provider/provider.h"
+#include "registration/frmr-pool.h"
 
 struct parked {
 	struct provider_mr *mr;

@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "log.h"
-#include "registration/key-quarantine.h"
 #include "provider/provider.h"
+#include "registration/key-quarantine.h"
 
 void key_quarantine_init(struct key_quarantine *q, bool on)
 {

@@ -7,10 +7,10 @@
 
 #include "log.h"
 #include "macro.h"
+#include "provider/provider.h"
 #include "memory/allocation.h"
 #include "memory/arena.h"
 #include "memory/memory.h"
-#include "provider/provider.h"
 #include "registration/mempool.h"
 #include "registration/mr-cache.h"
 #include "registration/reg-allocation.h"

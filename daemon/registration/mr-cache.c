@@ -7,11 +7,11 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "provider/provider.h"
 #include "memory/allocation.h"
 #include "memory/arena.h"
 #include "memory/mem-owner.h"
 #include "memory/memory.h"
-#include "provider/provider.h"
 #include "registration/mr-cache.h"
 #include "registration/reg-allocation.h"
 #include "registration/reg-base.h"

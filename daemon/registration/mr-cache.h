@@ -16,8 +16,8 @@
 #include <sys/queue.h>
 #include <sys/types.h>
 
-#include "base/config.h"
 #include "mr-table.h"
+#include "base/config.h"
 #include "provider/pin-map.h"
 #include "registration/waiter.h"
 

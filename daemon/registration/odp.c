@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "log.h"
-#include "memory/allocation.h"
 #include "provider/provider.h"
+#include "memory/allocation.h"
 #include "registration/odp.h"
 #include "registration/reg-allocation.h"
 #include "registration/reg-base.h"

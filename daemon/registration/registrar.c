@@ -7,8 +7,8 @@
 
 #include "log.h"
 #include "macro.h"
-#include "memory/memory.h"
 #include "provider/provider.h"
+#include "memory/memory.h"
 #include "registration/reg-allocation.h"
 #include "registration/registrar.h"
 
