@@ -38,10 +38,10 @@
 #include "registration/reg-base.h"
 
 struct memory;
-struct waiter;
 struct provider;
 struct provider_pd;
 struct reg_allocation;
+struct waiter;
 
 struct registrar {
 	/* Its links, context, PD and pools, jobs and events, which its parts share. */
