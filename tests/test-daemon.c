@@ -433,3 +433,13 @@ Mrd__Response *td_join(int fd, uint64_t id, uint64_t resume_instance, uint64_t r
 		close(fds[0]);
 	return resp;
 }
+
+struct domain *td_find_domain(const char *name)
+{
+	struct domain *d;
+
+	LIST_FOREACH(d, &td_manager->core.domains, link)
+		if (strcmp(d->name, name) == 0)
+			return d;
+	return NULL;
+}

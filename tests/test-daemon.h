@@ -14,6 +14,7 @@
 struct client;
 struct manager;
 
+struct domain;
 extern struct manager *td_manager;
 
 /* Starts td_manager with the given "section.key=value" settings (NULL-terminated list). */
@@ -130,3 +131,5 @@ void td_unblock_worker(struct td_blocker *b);
 void td_pump_until_zero(const unsigned *count);
 /* Until every domain closed (jobs hold theirs). */
 void td_wait_domains_closed(void);
+/* The open domain called name, or NULL. */
+struct domain *td_find_domain(const char *name);

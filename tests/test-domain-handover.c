@@ -25,16 +25,6 @@ static const char *const settings[] = { "memory.window_size=4G", "memory.arena_s
 static void setup(void) { td_start(settings); }
 static void teardown(void) { td_stop(); }
 
-static struct domain *find_domain(const char *name)
-{
-	struct domain *d;
-
-	LIST_FOREACH(d, &td_manager->core.domains, link)
-		if (strcmp(d->name, name) == 0)
-			return d;
-	return NULL;
-}
-
 static size_t n_saved_allocations(const struct saved_domain *sd)
 {
 	size_t n = 0;
@@ -75,7 +65,7 @@ START_TEST(test_allocations_come_back_as_they_were)
 	uint64_t addr[3] = { td_alloc(fd, 2, 1 * MiB),
 			     td_alloc_flags(fd, 3, 64 * 1024, MRD__ALLOC_FLAGS__ALLOC_READ_ONLY),
 			     td_alloc(fd, 4, 3 * MiB) };
-	struct domain *d = find_domain("uid-1000");
+	struct domain *d = td_find_domain("uid-1000");
 	uint64_t generation = d->mem.status.page->generation, session = c->id;
 	struct saved_domain *saved;
 	struct allocation before[3];
@@ -101,7 +91,7 @@ START_TEST(test_allocations_come_back_as_they_were)
 	close(fd);
 
 	ck_assert_uint_eq(restart(&saved[0]), 3);
-	d = find_domain("uid-1000");
+	d = td_find_domain("uid-1000");
 	ck_assert_ptr_nonnull(d);
 	ck_assert_uint_eq(d->mem.n_orphans, 3);
 	for (int i = 0; i < 3; i++) {
@@ -141,7 +131,7 @@ START_TEST(test_an_orphan_saved_again_keeps_its_claim)
 	ck_assert_uint_eq(saved[0].arenas[0].allocations[0].session, session);
 	ck_assert_int_eq(saved[0].arenas[0].allocations[0].pid, getpid());
 	ck_assert_uint_eq(restart(&saved[0]), 1);
-	ck_assert_uint_eq(domain_find_allocation(find_domain("uid-1000"), addr)->claim_session,
+	ck_assert_uint_eq(domain_find_allocation(td_find_domain("uid-1000"), addr)->claim_session,
 			  session);
 	saved_domains_free(saved, n);
 }

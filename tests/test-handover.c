@@ -33,16 +33,6 @@ static const char *const settings[] = { "memory.window_size=4G", "memory.arena_s
 static void setup(void) { td_start(settings); }
 static void teardown(void) { td_stop(); }
 
-static struct domain *find_domain(const char *name)
-{
-	struct domain *d;
-
-	LIST_FOREACH(d, &td_manager->core.domains, link)
-		if (strcmp(d->name, name) == 0)
-			return d;
-	return NULL;
-}
-
 /* JoinDomain with a resume; returns how many allocations came back, the session in *session. */
 static unsigned join(int fd, uint64_t id, uint64_t instance, uint64_t resume, uint64_t *session)
 {
@@ -117,9 +107,9 @@ START_TEST(test_round_trip)
 	fill(ext, 8 * 4096, 4);
 	td_lookup(a, 5, a1, 0, NULL);
 	td_free(a, 6, td_alloc(a, 7, 4096), 0); /* the page counts frees across the restart */
-	frees = find_domain("uid-1000")->mem.status.page->frees;
+	frees = td_find_domain("uid-1000")->mem.status.page->frees;
 	ck_assert_uint_gt(frees, 0);
-	generation = find_domain("uid-1000")->mem.status.page->generation;
+	generation = td_find_domain("uid-1000")->mem.status.page->generation;
 
 	ck_assert_int_eq(handover_save(td_manager, &saved, &n_allocations), 0);
 	ck_assert_uint_eq(n_allocations, 4);
@@ -128,8 +118,8 @@ START_TEST(test_round_trip)
 			 F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW);
 	ck_assert_uint_eq(saved.n, 4); /* the state, two arenas of uid-1000, one of uid-2000 */
 	/* Clients still on the old mrd stop trusting what they cached. */
-	ck_assert_uint_gt(find_domain("uid-1000")->mem.status.page->generation, generation);
-	generation = find_domain("uid-1000")->mem.status.page->generation;
+	ck_assert_uint_gt(td_find_domain("uid-1000")->mem.status.page->generation, generation);
+	generation = td_find_domain("uid-1000")->mem.status.page->generation;
 	close(a);
 	close(b);
 	restart(&saved);
@@ -139,7 +129,7 @@ START_TEST(test_round_trip)
 
 	ck_assert_uint_eq(td_manager->instance, instance);
 	ck_assert_uint_eq(td_manager->core.n_domains, 2);
-	d = find_domain("uid-1000");
+	d = td_find_domain("uid-1000");
 	ck_assert_ptr_nonnull(d);
 	ck_assert_uint_gt(d->mem.status.page->generation, generation);
 	ck_assert_uint_eq(d->mem.status.page->frees, frees);
@@ -199,7 +189,7 @@ START_TEST(test_round_trip)
 	}
 
 	/* uid 2000's allocation: its process is gone, so the next check frees it. */
-	d = find_domain("uid-2000");
+	d = td_find_domain("uid-2000");
 	ck_assert_uint_eq(d->mem.allocated_bytes, 2 * MiB);
 	grace_tick();
 	ck_assert_uint_eq(d->mem.allocated_bytes, 0);
@@ -230,7 +220,7 @@ START_TEST(test_alias_kept)
 	close(a);
 	restart(&saved);
 	fd_list_done(&saved);
-	al = domain_find_allocation(find_domain("uid-1000"), w);
+	al = domain_find_allocation(td_find_domain("uid-1000"), w);
 	ck_assert_ptr_nonnull(al);
 	ck_assert_uint_eq(al->alias, 0x7e0000000000ull);
 	ck_assert_uint_eq(al->alias_access, 3);
@@ -263,8 +253,8 @@ START_TEST(test_waits_for_live_process)
 	grace_tick();
 	grace_tick();
 	ck_assert_uint_eq(td_manager->core.n_domains, 1);
-	ck_assert_ptr_null(find_domain("uid-4242"));
-	ck_assert_uint_eq(find_domain(live)->mem.n_orphans, 1);
+	ck_assert_ptr_null(td_find_domain("uid-4242"));
+	ck_assert_uint_eq(td_find_domain(live)->mem.n_orphans, 1);
 	ck_assert_ptr_nonnull(td_manager->grace_timer);
 	handover_end_grace(td_manager); /* at exit: everything */
 	ck_assert_uint_eq(td_manager->core.n_domains, 0);
@@ -291,12 +281,12 @@ START_TEST(test_exported_contexts_handed_over)
 	snprintf(mine, sizeof(mine), "uid-%u", (unsigned)getuid());
 	td_lookup(a, 3, td_alloc(a, 2, 1 * MiB), 0, NULL); /* 1 MiB pinned */
 	(void)td_alloc(b, 2, 1 * MiB);
-	ck_assert_int_eq(domain_note_export(find_domain(mine), &(struct context_holder){
+	ck_assert_int_eq(domain_note_export(td_find_domain(mine), &(struct context_holder){
 			 .pid = child, .uid = getuid(),
 			 .start_time = process_start_time(child) }), 0);
-	ck_assert_int_eq(domain_note_export(find_domain(mine), &(struct context_holder){
+	ck_assert_int_eq(domain_note_export(td_find_domain(mine), &(struct context_holder){
 			 .pid = dead_pid(), .uid = getuid() }), 0);
-	ck_assert_int_eq(domain_note_export(find_domain("uid-4242"), &(struct context_holder){
+	ck_assert_int_eq(domain_note_export(td_find_domain("uid-4242"), &(struct context_holder){
 			 .pid = dead_pid(), .uid = 4242 }), 0);
 	ck_assert_int_eq(handover_save(td_manager, &saved, &n), 0);
 	close(a);
@@ -370,7 +360,7 @@ START_TEST(test_mempool_over_waiting)
 	close(a);
 	restart(&saved);
 	fd_list_done(&saved);
-	d = find_domain("uid-1000");
+	d = td_find_domain("uid-1000");
 	b = td_hello_client(1000, NULL);
 	td_send_mempool_register(b, 2, "p", &a1, &len, 1, false);
 	td_expect_free(b, 2, 0);
@@ -594,12 +584,12 @@ START_TEST(test_sealed_attachment_dropped_alone)
 	fd_list_done(&saved);
 
 	ck_assert_uint_eq(td_manager->core.n_domains, 2);
-	d = find_domain("uid-1000");
+	d = td_find_domain("uid-1000");
 	ck_assert_ptr_nonnull(d);
 	ck_assert_uint_eq(d->mem.n_orphans, 1); /* its plain allocation waits; the attachment went */
 	ck_assert_uint_eq(d->mem.allocated_bytes, 1 * MiB);
 	check_fill(a1, 1 * MiB, 1);
-	d = find_domain("uid-2000");
+	d = td_find_domain("uid-2000");
 	ck_assert_ptr_nonnull(d);
 	ck_assert_uint_eq(d->mem.n_orphans, 1);
 	ck_assert_uint_eq(d->mem.allocated_bytes, 2 * MiB);
@@ -655,7 +645,7 @@ static struct domain *leave_with_mrs(unsigned n, uint64_t *kept, struct client *
 	td_send_mempool_register(a, 4, "leaver", starts, lengths, n, true);
 	mrd__response__free_unpacked(td_expect(a, 4, 0), NULL);
 	*kept = td_alloc(b, 2, 4096);
-	d = find_domain("uid-1000");
+	d = td_find_domain("uid-1000");
 	ck_assert_uint_eq(d->reg.cache.n_mrs, n);
 	ck_assert_uint_eq(n_pool_mrs(d), n);
 	client_free(ca);
@@ -728,12 +718,12 @@ START_TEST(test_leaving_ends_on_its_own_or_at_shutdown)
 	ck_assert_uint_eq(n_pool_mrs(d), 0);
 	ck_assert_uint_eq(d->reg.mempools.n_regs, 0);
 	client_free(cb); /* its one allocation goes at once: a share is one at least */
-	ck_assert_ptr_null(find_domain("uid-1000"));
+	ck_assert_ptr_null(td_find_domain("uid-1000"));
 	/* Another leaves, and the last client after it: what is left holds the domain open, and
 	 * mrd stops in the middle (the fixture's td_stop). */
 	d = leave_with_mrs(64, &kept, &cb, NULL);
 	client_free(cb);
-	ck_assert_ptr_eq(find_domain("uid-1000"), d);
+	ck_assert_ptr_eq(td_find_domain("uid-1000"), d);
 	ck_assert_uint_eq(d->n_users, 0);
 	ck_assert(!LIST_EMPTY(&d->leaving.pools));
 }
