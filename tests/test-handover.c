@@ -558,6 +558,41 @@ START_TEST(test_untrusted_state_dropped)
 }
 END_TEST
 
+/* A state that cannot be taken over still leaves each saved domain's generation as a floor:
+ * the previous mrd's clients cached keys under it, so the domain opened anew starts above it
+ * (core/domain-handover.c records the floors before it adopts anything). */
+START_TEST(test_failed_adoption_keeps_floors)
+{
+	int a = td_hello_client(1000, NULL);
+	struct fd_list saved;
+	uint64_t generation;
+	char *name;
+	unsigned n;
+
+	td_alloc(a, 2, 1 * MiB);
+	ck_assert_int_eq(handover_save(td_manager, &saved, &n), 0);
+	ck_assert_uint_eq(saved.n, 2);
+	generation = find_domain("uid-1000")->mem.status.page->generation;
+	close(a);
+	td_manager->core.window.keep_content = true;
+	td_stop();
+	td_start(settings);
+
+	/* Its arena passed under another name: nothing is taken over. */
+	name = saved.names[1];
+	saved.names[1] = (char *)HANDOVER_ARENA_PREFIX "999999";
+	adopt_copy(&saved);
+	saved.names[1] = name;
+	ck_assert_uint_eq(td_manager->core.n_domains, 0);
+
+	a = td_hello_client(1000, NULL);
+	td_alloc(a, 2, 4096);
+	ck_assert_uint_gt(find_domain("uid-1000")->mem.status.page->generation, generation);
+	close(a);
+	fd_list_done(&saved);
+}
+END_TEST
+
 /* A client may seal its attached memfd against writes after attaching it (its own file): the
  * next mrd cannot map that one, and drops it alone; everyone else's memory comes back. */
 START_TEST(test_sealed_attachment_dropped_alone)
@@ -744,6 +779,7 @@ int main(void)
 	tcase_add_test(tc, test_adopt_checks);
 	tcase_add_test(tc, test_process_identity);
 	tcase_add_test(tc, test_untrusted_state_dropped);
+	tcase_add_test(tc, test_failed_adoption_keeps_floors);
 	tcase_add_test(tc, test_sealed_attachment_dropped_alone);
 	tcase_add_test(tc, test_save_while_a_client_leaves);
 	tcase_add_test(tc, test_leaving_ends_on_its_own_or_at_shutdown);
