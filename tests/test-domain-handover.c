@@ -51,6 +51,7 @@ static unsigned restart(struct saved_domain *saved)
 	td_manager->core.window.keep_content = true;
 	td_stop();
 	td_start(settings);
+	ck_assert_int_eq(domains_record_floors(&td_manager->core, saved, 1), 0);
 	ck_assert_msg(domains_adopt(&td_manager->core, saved, 1, &n_allocations, why,
 				    sizeof(why)) == 0, "%s", why);
 	for (size_t i = 0; i < saved->n_arenas; i++)

@@ -572,7 +572,7 @@ START_TEST(test_failed_adoption_keeps_floors)
 	td_alloc(a, 2, 1 * MiB);
 	ck_assert_int_eq(handover_save(td_manager, &saved, &n), 0);
 	ck_assert_uint_eq(saved.n, 2);
-	generation = find_domain("uid-1000")->mem.status.page->generation;
+	generation = td_find_domain("uid-1000")->mem.status.page->generation;
 	close(a);
 	td_manager->core.window.keep_content = true;
 	td_stop();
@@ -587,7 +587,7 @@ START_TEST(test_failed_adoption_keeps_floors)
 
 	a = td_hello_client(1000, NULL);
 	td_alloc(a, 2, 4096);
-	ck_assert_uint_gt(find_domain("uid-1000")->mem.status.page->generation, generation);
+	ck_assert_uint_gt(td_find_domain("uid-1000")->mem.status.page->generation, generation);
 	close(a);
 	fd_list_done(&saved);
 }

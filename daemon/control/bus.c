@@ -130,7 +130,7 @@ static void dump_pools(FILE *f, struct domain *d, const struct domain_stats *s)
 	fputs(",\"pools_off\":", f);
 	json_write_string(f, s->pools_off);
 	fprintf(f, ",\"quarantine\":{\"on\":%s,\"parked\":%" PRIu64 ",\"unparked\":%" PRIu64 "}",
-		s->keys_quarantine_on ? "true" : "false", s->keys_parked, s->keys_unparked);
+		s->keys_quarantine_on ? "true" : "false", s->keys_held, s->keys_unparked);
 	fputs(",\"pools\":[", f);
 	st = n ? calloc(n, sizeof(*st)) : NULL;
 	if (st) {

@@ -327,6 +327,19 @@ static int decode_arena(const SavedArena *sa, struct saved_arena *a, struct fd_l
 }
 
 /* The state's domains in plain C (st->n_domains of them, borrowing its strings). */
+/* What each saved domain is: its name and counters (nothing allocated, so that its floor can be
+ * recorded before anything else can fail). */
+static void name_domains(const State *st, struct saved_domain *saved)
+{
+	for (size_t i = 0; i < st->n_domains; i++) {
+		const SavedDomain *sd = st->domains[i];
+
+		saved[i] = (struct saved_domain){ .name = sd->name, .generation = sd->generation,
+						   .frees = sd->frees,
+						   .allocation_serial = sd->allocation_serial };
+	}
+}
+
 static int decode_domains(const State *st, struct fd_list *passed, struct saved_domain *saved)
 {
 	int r;
@@ -335,11 +348,7 @@ static int decode_domains(const State *st, struct fd_list *passed, struct saved_
 		const SavedDomain *sd = st->domains[i];
 		struct saved_domain *d = &saved[i];
 
-		*d = (struct saved_domain){
-			.name = sd->name, .generation = sd->generation, .frees = sd->frees,
-			.allocation_serial = sd->allocation_serial,
-			.arenas = calloc(sd->n_arenas ? sd->n_arenas : 1, sizeof(*d->arenas)),
-		};
+		d->arenas = calloc(sd->n_arenas ? sd->n_arenas : 1, sizeof(*d->arenas));
 		if (!d->arenas)
 			return -ENOMEM;
 		for (size_t j = 0; j < sd->n_arenas; j++) {
@@ -407,7 +416,16 @@ static int adopt_state(struct manager *m, const State *st, struct fd_list *passe
 	if (st->next_client_id > m->next_client_id)
 		m->next_client_id = st->next_client_id;
 	saved = calloc(st->n_domains ? st->n_domains : 1, sizeof(*saved));
-	r = saved ? decode_domains(st, passed, saved) : -ENOMEM;
+	if (!saved) {
+		snprintf(why, why_size, "%s", strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	/* First, before anything else can fail: the previous mrd's clients cached keys under
+	 * these generations, whether or not the rest can be taken over. */
+	name_domains(st, saved);
+	r = domains_record_floors(&m->core, saved, st->n_domains);
+	if (r >= 0)
+		r = decode_domains(st, passed, saved);
 	if (r < 0)
 		snprintf(why, why_size, "%s", strerror(-r));
 	else

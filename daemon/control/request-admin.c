@@ -85,7 +85,7 @@ int request_frmr_pools(struct client *c, struct domain *no_domain, const Mrd__Re
 		di[i].max_queued = ds.pools_config.max_queued;
 		di[i].aging_s = ds.pools_config.aging_s;
 		di[i].pinned = ds.pools_config.pinned;
-		di[i].quarantined = ds.keys_parked;
+		di[i].quarantined = ds.keys_held;
 		di[i].unparked = ds.keys_unparked;
 		di[i].quarantine_on = ds.keys_quarantine_on;
 		di[i].pools = &pip[j];

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The mempool family: MempoolRegister, MempoolUnregister, and the admin's Pools. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +56,22 @@ static int fill_register_reply(const struct pool_reg *reg, struct reply *r)
 	return 0;
 }
 
+/* The reply to a registration made (here or by a worker): its MRs' keys. A client that hears
+ * of a failure has nothing registered. */
+static int register_answer(struct client *c, const struct pool_reg *reg, struct reply *r)
+{
+	char name[sizeof(reg->name)];
+	int k = fill_register_reply(reg, r);
+
+	if (k < 0) {
+		snprintf(name, sizeof(name), "%s", reg->name); /* reg goes with it */
+		(void)mempool_unregister(&c->domain->reg.mempools, &c->owner, name, NULL, r->message,
+					 sizeof(r->message));
+		reply_set_message(r, "out of memory for the reply to MempoolRegister");
+	}
+	return k;
+}
+
 /* A registration a worker makes: answered when it is made. */
 struct pending_register {
 	struct pending_request base; /* first */
@@ -73,7 +90,7 @@ static void register_resume(struct waiter *w, int result, const struct mr_entry 
 		if (k < 0)
 			reply_set_message(&r, "%s", why);
 		else
-			k = fill_register_reply(p->reg, &r);
+			k = register_answer(p->base.client, p->reg, &r);
 		request_answer(&p->base, &r, k);
 	}
 	free(p);
@@ -113,12 +130,8 @@ int request_mempool_register(struct client *c, struct domain *d, const Mrd__Requ
 		request_wait(c, &p->base);
 		return k;
 	}
-	if (k >= 0) {
-		k = fill_register_reply(p->reg, r);
-		if (k < 0) /* the client hears of a failure: nothing may stay registered */
-			(void)mempool_unregister(&d->reg.mempools, &c->owner, q->name, NULL,
-						 r->message, sizeof(r->message));
-	}
+	if (k >= 0)
+		k = register_answer(c, p->reg, r);
 	free(p);
 	return k;
 }

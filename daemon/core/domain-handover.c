@@ -179,7 +179,7 @@ static int adopt_arena(struct domain *d, struct saved_arena *sa, char *why, size
 	return (int)sa->n_allocations;
 }
 
-static int record_floors(struct core *core, const struct saved_domain *saved, size_t n)
+int domains_record_floors(struct core *core, const struct saved_domain *saved, size_t n)
 {
 	struct generation_floor *f;
 
@@ -207,11 +207,6 @@ int domains_adopt(struct core *core, struct saved_domain *saved, size_t n,
 	int r;
 
 	*ret_allocations = 0;
-	r = record_floors(core, saved, n);
-	if (r < 0) {
-		snprintf(why, why_size, "%s", strerror(-r));
-		return r;
-	}
 	for (size_t i = 0; i < n; i++) {
 		const char *name = saved[i].name;
 		struct domain *d;

@@ -45,8 +45,11 @@ int domains_save(struct core *core, struct saved_domain **ret, size_t *ret_n);
 /* Closes the memfds still there. NULL-safe. */
 void saved_domains_free(struct saved_domain *saved, size_t n);
 
-/* Records every saved domain's generation (kept however the rest goes: the previous mrd's
- * clients cached keys under them), then opens each domain (domain_adopt) with its arenas
+/* Records every saved domain's generation as its floor: a domain of that name opens above it
+ * from now on. Called first, before anything else of the state can fail: the previous mrd's
+ * clients cached keys under those generations, whether or not the rest is taken over. */
+int domains_record_floors(struct core *core, const struct saved_domain *saved, size_t n);
+/* Opens each saved domain (domain_adopt; its floor recorded already) with its arenas
  * (their memfds taken) and their allocations as orphans. An arena whose attached memfd its
  * owner sealed against writes is left out alone. Then the domains where nothing waits let go
  * of their hold. *ret_allocations: how many allocations wait. On failure why says what was

@@ -36,7 +36,7 @@ void domain_stats(struct domain *d, struct domain_stats *ret)
 	};
 
 	frmr_pools_summary(&d->reg.base.pools, &s.pools_config, &s.pools_queued);
-	key_quarantine_counts(&d->reg.base.pools.quarantine, &s.keys_quarantine_on, &s.keys_parked,
+	key_quarantine_counts(&d->reg.base.pools.quarantine, &s.keys_quarantine_on, &s.keys_held,
 			      &s.keys_unparked);
 	*ret = s;
 }

@@ -44,7 +44,7 @@ struct domain_stats {
 	struct frmr_pools_config pools_config;
 	uint64_t pools_queued;
 	bool keys_quarantine_on; /* released keys kept dead for a while */
-	uint64_t keys_parked, keys_unparked;
+	uint64_t keys_held, keys_unparked; /* held now, and let go of so far */
 };
 
 void domain_stats(struct domain *d, struct domain_stats *ret);
