@@ -124,7 +124,7 @@ static int fault(struct odp_domain *d, const struct reg_allocation *ra)
 {
 	struct mr_entry e;
 	char why[160];
-	int r = mr_cache_lookup(&d->reg.cache, allocation_address(&ra->mem), &e, why, sizeof(why),
+	int r = registrar_lookup(&d->reg, allocation_address(&ra->mem), &e, why, sizeof(why),
 				NULL);
 
 	if (r < 0)
