@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Passing the hand-over on (control/handover.h): at a stop into systemd's FD store, at SIGUSR2
- * across mrd's own re-exec, after the clients' own PDs let go. */
+ * across mrd's own re-exec, after the clients' own PDs let go; and, once the next mrd took it
+ * over, the grace its allocations wait in for their owners. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <event2/event.h>
 #include <systemd/sd-daemon.h>
 
 #include "log.h"
@@ -187,4 +189,36 @@ static int reexec(struct manager *m)
 	execv(m->exe_path, m->argv);
 	log_error_errno(-errno, "SIGUSR2: exec %s: %m; exiting", m->exe_path);
 	_exit(EXIT_FAILURE);
+}
+
+static void on_grace_tick(evutil_socket_t fd, short what, void *userdata)
+{
+	struct manager *m = userdata;
+	unsigned waiting = domains_reap_orphans(&m->core, false);
+
+	if (waiting == 0) {
+		event_free(m->grace_timer);
+		m->grace_timer = NULL;
+	} else
+		log_debug("%u allocation(s) still wait for live processes to reconnect", waiting);
+}
+
+void handover_end_grace(struct manager *m)
+{
+	if (m->grace_timer) {
+		event_free(m->grace_timer);
+		m->grace_timer = NULL;
+	}
+	(void)domains_reap_orphans(&m->core, true);
+}
+
+int handover_start_grace(struct manager *m)
+{
+	/* Every so often, what waits for a process that is gone goes. */
+	struct timeval grace = { .tv_sec = m->core.config.reconnect_grace_s };
+
+	m->grace_timer = event_new(m->core.base, -1, EV_PERSIST, on_grace_tick, m);
+	if (!m->grace_timer || event_add(m->grace_timer, &grace) < 0)
+		return -ENOMEM;
+	return 0;
 }

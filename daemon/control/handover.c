@@ -9,7 +9,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <event2/event.h>
 
 #include "handover.pb-c.h"
 #include "log.h"
@@ -361,27 +360,6 @@ static int decode_domains(const State *st, struct fd_list *passed, struct saved_
 	return 0;
 }
 
-static void on_grace_tick(evutil_socket_t fd, short what, void *userdata)
-{
-	struct manager *m = userdata;
-	unsigned waiting = domains_reap_orphans(&m->core, false);
-
-	if (waiting == 0) {
-		event_free(m->grace_timer);
-		m->grace_timer = NULL;
-	} else
-		log_debug("%u allocation(s) still wait for live processes to reconnect", waiting);
-}
-
-void handover_end_grace(struct manager *m)
-{
-	if (m->grace_timer) {
-		event_free(m->grace_timer);
-		m->grace_timer = NULL;
-	}
-	(void)domains_reap_orphans(&m->core, true);
-}
-
 /* Undoes a partial adoption: nothing is freed from the memfds, clients still map them. */
 static void adoption_undo(struct manager *m, uint64_t instance)
 {
@@ -467,7 +445,6 @@ static void adopt_old_contexts(struct manager *m, const State *st)
 int handover_adopt(struct manager *m, struct fd_list *passed)
 {
 	uint64_t instance = m->instance;
-	struct timeval grace = { 0, 0 };
 	unsigned n_allocations;
 	State *st = NULL;
 	char why[256] = "";
@@ -494,12 +471,10 @@ int handover_adopt(struct manager *m, struct fd_list *passed)
 	}
 	if (m->core.n_domains == 0)
 		return 0;
-	/* Every so often, what waits for a process that is gone goes. */
-	grace.tv_sec = m->core.config.reconnect_grace_s;
-	m->grace_timer = event_new(m->core.base, -1, EV_PERSIST, on_grace_tick, m);
-	if (!m->grace_timer || event_add(m->grace_timer, &grace) < 0) {
+	r = handover_start_grace(m);
+	if (r < 0) {
 		adoption_undo(m, instance);
-		return log_error_errno(-ENOMEM, "cannot start the reconnect grace timer");
+		return log_error_errno(r, "cannot start the reconnect grace timer");
 	}
 	log_notice("took over %u allocation(s) of %u domain(s) from the previous mrd; they wait "
 		   "for their processes to reconnect (those of processes gone are freed, checked "

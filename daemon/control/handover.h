@@ -39,6 +39,9 @@ int handover_save(struct manager *m, struct fd_list *ret, unsigned *ret_allocati
  * cold (still 0): clients keep their mappings, but not through mrd. */
 int handover_adopt(struct manager *m, struct fd_list *passed);
 
+/* After an adoption: every [memory] reconnect_grace, the allocations whose processes are gone
+ * are freed (handover-pass.c). -ENOMEM: no timer. */
+int handover_start_grace(struct manager *m);
 /* At exit (or an adoption undone): every allocation still waiting for its owner is freed. */
 void handover_end_grace(struct manager *m);
 
