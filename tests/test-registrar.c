@@ -640,6 +640,13 @@ static void on_gone(struct mr_gone_listener *l, const struct mr_entry *mr)
 	g->mr = *mr;
 }
 
+/* The same, failing at once where a listener would hear more than once. */
+static void on_gone_once(struct mr_gone_listener *l, const struct mr_entry *mr)
+{
+	on_gone(l, mr);
+	ck_assert_uint_eq(container_of(l, struct gone_listener, base)->calls, 1);
+}
+
 /* What is bound to an MR hears once that it went, and only of its own MR. */
 START_TEST(test_mr_gone_heard_once)
 {
@@ -677,6 +684,27 @@ START_TEST(test_mr_gone_heard_once)
 	ck_assert_int_eq(registrar_open(&reg, device, MR_POLICY_CONTIG, (uintptr_t)window.base), 0);
 	ck_assert_int_eq(free_allocation(rb, NULL), 0);
 	ck_assert_uint_eq(lb.calls, 1);
+}
+END_TEST
+
+/* A listener hung on one MR and then on another (a window bound anew) hears of the second
+ * alone: hanging it again takes it off the first, as unlistening would. */
+START_TEST(test_mr_gone_listener_hung_anew)
+{
+	struct reg_allocation *ra = alloc(64 * KiB), *rb = alloc(64 * KiB);
+	struct gone_listener l = { .base.gone = on_gone_once };
+	struct mr_entry ea, eb;
+
+	ck_assert_int_eq(lookup(address(ra), &ea, NULL), 0);
+	ck_assert_int_eq(lookup(address(rb), &eb, NULL), 0);
+	ck_assert_int_eq(mr_cache_listen_gone(&reg.cache, address(ra), &l.base), 0);
+	ck_assert_int_eq(mr_cache_listen_gone(&reg.cache, address(ra), &l.base), 0); /* twice */
+	ck_assert_int_eq(mr_cache_listen_gone(&reg.cache, address(rb), &l.base), 0);
+	ck_assert_int_eq(free_allocation(ra, NULL), 0);
+	ck_assert_uint_eq(l.calls, 0);
+	ck_assert_int_eq(free_allocation(rb, NULL), 0);
+	ck_assert_uint_eq(l.calls, 1);
+	ck_assert_uint_eq(l.mr.lkey, eb.lkey);
 }
 END_TEST
 
@@ -1249,6 +1277,7 @@ static Suite *registrar_suite(void)
 	tcase_add_test(tc, test_freed_keys_leave_the_table);
 	tcase_add_test(tc, test_flush_rebuilds_the_table);
 	tcase_add_test(tc, test_mr_gone_heard_once);
+	tcase_add_test(tc, test_mr_gone_listener_hung_anew);
 	tcase_add_test(tc, test_free_bumps_only_over_mrs);
 
 	tc = module_case(s, "odp");

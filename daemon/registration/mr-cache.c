@@ -828,6 +828,8 @@ int mr_cache_listen_gone(struct mr_cache *c, uint64_t addr, struct mr_gone_liste
 
 	LIST_FOREACH(mr, &c->mrs, link)
 		if (addr >= mr->start && addr < mr->end) {
+			/* Hung already (again, or bound anew): on one list alone, or the list loops. */
+			mr_cache_unlisten_gone(l);
 			LIST_INSERT_HEAD(&mr->listeners, l, link);
 			return 0;
 		}

@@ -158,8 +158,8 @@ int mr_cache_miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
 int mr_cache_wait(struct mr_wait **lookups, uint64_t addr, struct waiter *waiter,
 		  const char *what, char *why, size_t why_size);
 
-/* Hangs l on the MR of c's table holding addr: -ENOENT when there is none (another's MR, an
- * on-demand child, an address nothing registered yet). */
+/* Hangs l (zeroed, or hung: it leaves that MR) on the MR of c's table holding addr: -ENOENT
+ * when there is none (another's MR, an on-demand child, an address nothing registered yet). */
 int mr_cache_listen_gone(struct mr_cache *c, uint64_t addr, struct mr_gone_listener *l);
 /* l (hung, or zeroed) no longer hears: before its MR went; after, it is off already. */
 void mr_cache_unlisten_gone(struct mr_gone_listener *l);
