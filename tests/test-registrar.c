@@ -708,6 +708,38 @@ START_TEST(test_mr_gone_listener_hung_anew)
 }
 END_TEST
 
+struct unhanging_listener {
+	struct gone_listener g;
+	struct mr_gone_listener *other; /* unhung by the callback, with itself */
+};
+
+static void on_gone_unhang(struct mr_gone_listener *l, const struct mr_entry *mr)
+{
+	struct unhanging_listener *u = container_of(l, struct unhanging_listener, g.base);
+
+	on_gone_once(l, mr);
+	mr_cache_unlisten_gone(l);
+	mr_cache_unlisten_gone(u->other);
+}
+
+/* A listener may unhang itself and another of the same MR while it hears: the other hears
+ * nothing, and nobody twice. */
+START_TEST(test_mr_gone_listener_unhangs_inside)
+{
+	struct reg_allocation *ra = alloc(64 * KiB);
+	struct gone_listener other = { .base.gone = on_gone_once };
+	struct unhanging_listener u = { .g.base.gone = on_gone_unhang, .other = &other.base };
+	struct mr_entry e;
+
+	ck_assert_int_eq(lookup(address(ra), &e, NULL), 0);
+	ck_assert_int_eq(mr_cache_listen_gone(&reg.cache, address(ra), &other.base), 0);
+	ck_assert_int_eq(mr_cache_listen_gone(&reg.cache, address(ra), &u.g.base), 0); /* first */
+	ck_assert_int_eq(free_allocation(ra, NULL), 0);
+	ck_assert_uint_eq(u.g.calls, 1);
+	ck_assert_uint_eq(other.calls, 0);
+}
+END_TEST
+
 START_TEST(test_big_mempool_on_a_worker)
 {
 	struct reg_allocation *ra = alloc(4 * MiB);
@@ -1278,6 +1310,7 @@ static Suite *registrar_suite(void)
 	tcase_add_test(tc, test_flush_rebuilds_the_table);
 	tcase_add_test(tc, test_mr_gone_heard_once);
 	tcase_add_test(tc, test_mr_gone_listener_hung_anew);
+	tcase_add_test(tc, test_mr_gone_listener_unhangs_inside);
 	tcase_add_test(tc, test_free_bumps_only_over_mrs);
 
 	tc = module_case(s, "odp");
