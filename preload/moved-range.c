@@ -13,6 +13,7 @@
 #include "client/memory.h"
 #include "preload/address-space.h"
 #include "preload/moved-range.h"
+#include "preload/write-hold.h"
 
 #define MAX_PIECES 64
 
@@ -117,6 +118,7 @@ int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t span_sta
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	uintptr_t start = span_start & ~(page - 1), end = (span_end + page - 1) & ~(page - 1);
 	struct moved_range *r;
+	struct write_hold hold;
 	void *window, *at;
 	int k;
 
@@ -133,15 +135,23 @@ int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t span_sta
 		free(r);
 		return k;
 	}
-	/* A write another thread makes to these pages between the copy and the remap is lost:
-	 * the shim's documented limit. */
+	/* Writes to the pages wait from before the copy until mrd's pages are there: none lands
+	 * on the program's old pages once copied. Nothing in between may take a lock a writer
+	 * could hold (malloc's). */
+	k = write_hold_start(&hold, start, end, false, why, why_size);
+	if (k < 0) {
+		(void)mrd_mem_free(mem, window);
+		free(r);
+		return -EOPNOTSUPP;
+	}
 	memcpy(window, (void *)start, end - start);
 	/* A second mapping of the same pages (old size 0 duplicates a shared mapping), over the
 	 * program's own: the kernel swaps them in one step. */
 	at = (void *)syscall(SYS_mremap, window, 0, end - start, MREMAP_MAYMOVE | MREMAP_FIXED,
 			     (void *)start);
-	if (at != (void *)start) {
-		k = at == MAP_FAILED ? -errno : -EFAULT;
+	k = at == (void *)start ? 0 : at == MAP_FAILED ? -errno : -EFAULT;
+	write_hold_release(&hold, k == 0);
+	if (k < 0) {
 		snprintf(why, why_size, "mremap onto 0x%" PRIxPTR ": %s", start, strerror(-k));
 		(void)mrd_mem_free(mem, window);
 		free(r);
@@ -189,10 +199,12 @@ bool moved_range_intact(struct moved_range *r, uintptr_t start, uintptr_t end,
 
 /* Private anonymous memory again under each piece of r the program still maps: its bytes are
  * copied aside and the copy swapped in by one mremap, so another thread never sees the pages
- * empty (a write it makes between the copy and the swap is lost: the documented limit). The
- * piece stays a mapping of its own beside the program's (the kernel merges no anonymous
- * mappings of different origins); a later move of the same pages takes its place. */
-static void copy_to_private(const struct moved_range *r)
+ * empty, and writes wait from before the copy until the swap (hold: a child of fork() has no
+ * other thread; a piece holding the calling thread's stack is copied without, see
+ * libmrd-preload(8)). The piece stays a mapping of its own beside the program's (the kernel
+ * merges no anonymous mappings of different origins); a later move of the same pages takes
+ * its place. */
+static void copy_to_private(const struct moved_range *r, bool hold)
 {
 	/* r itself (the program's heap) may lie on these pages: nothing of it is read once the
 	 * first of them is replaced, only the stack. */
@@ -204,13 +216,24 @@ static void copy_to_private(const struct moved_range *r)
 		void *tmp = (void *)syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE,
 					    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
+		struct write_hold h;
+		char why[128];
+		bool held, swapped;
+
 		if (tmp == MAP_FAILED)
 			continue; /* the pages stay mrd's: the memory cannot be freed safely */
+		/* Read-only pieces have no writer to hold off. */
+		held = hold && (pieces[i].prot & PROT_WRITE) &&
+		       write_hold_start(&h, pieces[i].start, pieces[i].end, true, why,
+					sizeof(why)) == 0;
 		memcpy(tmp, (void *)pieces[i].start, len);
 		if (pieces[i].prot != (PROT_READ | PROT_WRITE))
 			(void)mprotect(tmp, len, pieces[i].prot);
-		if ((void *)syscall(SYS_mremap, tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
-				    (void *)pieces[i].start) == MAP_FAILED)
+		swapped = (void *)syscall(SYS_mremap, tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
+					  (void *)pieces[i].start) != MAP_FAILED;
+		if (held)
+			write_hold_release(&h, swapped);
+		if (!swapped)
 			syscall(SYS_munmap, tmp, len);
 	}
 }
@@ -228,7 +251,7 @@ static void drop(struct moved_ranges *m, mrd_client *mem, struct moved_range *r)
 
 void moved_range_move_back(struct moved_ranges *m, mrd_client *mem, struct moved_range *r)
 {
-	copy_to_private(r);
+	copy_to_private(r, true);
 	drop(m, mem, r);
 }
 
@@ -241,7 +264,7 @@ void moved_ranges_fork_copy(struct moved_ranges *m)
 {
 	address_space_after_fork();
 	for (size_t i = 0; i < m->n; i++)
-		copy_to_private(m->v[i]);
+		copy_to_private(m->v[i], false);
 }
 
 void moved_ranges_fork_forget(struct moved_ranges *m)

@@ -52,7 +52,8 @@ void moved_ranges_each_overlapping(struct moved_ranges *m, uintptr_t start, uint
 				   void (*fn)(struct moved_range *r, void *arg), void *arg);
 
 /* Moves the pages around [span_start, span_end) (the buffer, whose bytes alone its MRs will
- * cover) onto mrd's memory of mem. 0; -EOPNOTSUPP when they are no plain private memory (why
+ * cover) onto mrd's memory of mem; writes to them wait while they move (write-hold.h). 0;
+ * -EOPNOTSUPP when they are no plain private memory or their writers cannot be held off (why
  * says what), -ENOMEM, or what mrd answered. */
 int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t span_start,
 		     uintptr_t span_end, unsigned access, struct moved_range **ret, char *why,

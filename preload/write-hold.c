@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "preload/write-hold.h"
+
+/* How a hold opens its userfaultfd, best first. */
+enum how { HOW_SYSCALL, HOW_DEVICE, HOW_USER_ONLY, HOW_NONE };
+
+/* What the calls inside a hold (memcpy, the syscalls) may use of the stack below the frame
+ * that starts it: a range that close under it may be the thread's own stack. */
+#define STACK_SLACK (16u << 10)
+
+static int open_uffd(enum how how)
+{
+	int flags = O_CLOEXEC | O_NONBLOCK;
+	long fd;
+
+	if (how == HOW_DEVICE) {
+		/* Access to /dev/userfaultfd is how an administrator lets a process's
+		 * userfaultfd hold system calls too (Linux 6.1). */
+#ifdef USERFAULTFD_IOC_NEW
+		int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+
+		if (dev < 0)
+			return -errno;
+		fd = ioctl(dev, USERFAULTFD_IOC_NEW, flags);
+		fd = fd < 0 ? -errno : fd;
+		close(dev);
+		return (int)fd;
+#else
+		return -ENOSYS;
+#endif
+	}
+	if (how == HOW_USER_ONLY)
+		flags |= UFFD_USER_MODE_ONLY;
+	fd = syscall(SYS_userfaultfd, flags);
+	return fd < 0 ? -errno : (int)fd;
+}
+
+/* The first way that gives a userfaultfd able to write-protect, found once. */
+static enum how chosen_how(void)
+{
+	static int chosen = -1;
+	int how = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
+
+	if (how >= 0)
+		return (enum how)how;
+	for (how = HOW_SYSCALL; how < HOW_NONE; how++) {
+		struct uffdio_api api = { .api = UFFD_API };
+		int fd = open_uffd((enum how)how);
+		bool wp;
+
+		if (fd < 0)
+			continue;
+		wp = ioctl(fd, UFFDIO_API, &api) == 0 &&
+		     (api.features & UFFD_FEATURE_PAGEFAULT_FLAG_WP);
+		close(fd);
+		if (wp)
+			break;
+	}
+	__atomic_store_n(&chosen, how, __ATOMIC_RELEASE);
+	return (enum how)how;
+}
+
+enum write_hold_reach write_hold_reach(void)
+{
+	switch (chosen_how()) {
+	case HOW_SYSCALL:
+	case HOW_DEVICE:
+		return WRITE_HOLD_ALL;
+	case HOW_USER_ONLY:
+		return WRITE_HOLD_USER;
+	default:
+		return WRITE_HOLD_NONE;
+	}
+}
+
+/* A page never written has no entry in the page table to protect (Debian 12's Linux 6.1 has
+ * no UFFD_FEATURE_WP_UNPOPULATED): each gets one first. An atomic add of 0 where madvise
+ * cannot, so that a concurrent write is never undone. */
+static void populate_write(uintptr_t start, uintptr_t end)
+{
+#ifdef MADV_POPULATE_WRITE
+	if (madvise((void *)start, end - start, MADV_POPULATE_WRITE) == 0)
+		return;
+#endif
+	for (uintptr_t p = start; p < end; p += (uintptr_t)sysconf(_SC_PAGESIZE))
+		__atomic_fetch_add((char *)p, 0, __ATOMIC_RELAXED);
+}
+
+int write_hold_start(struct write_hold *h, uintptr_t start, uintptr_t end, bool shared,
+		     char *why, size_t why_size)
+{
+	volatile char here;
+	uintptr_t sp = (uintptr_t)&here;
+	enum how how = chosen_how();
+	struct uffdio_api api = { .api = UFFD_API,
+				  .features = shared ? UFFD_FEATURE_WP_HUGETLBFS_SHMEM : 0 };
+	struct uffdio_register reg = { .range = { start, end - start },
+				       .mode = UFFDIO_REGISTER_MODE_WP };
+	struct uffdio_writeprotect wp = { .range = { start, end - start },
+					  .mode = UFFDIO_WRITEPROTECT_MODE_WP };
+	const char *what = "UFFDIO_API";
+	sigset_t all;
+	int k;
+
+	if (sp >= start && sp < end + STACK_SLACK) {
+		snprintf(why, why_size, "it holds the calling thread's stack");
+		return -EDEADLK;
+	}
+	if (how == HOW_NONE) {
+		snprintf(why, why_size, "no userfaultfd here can write-protect its pages while "
+			 "they move");
+		return -EOPNOTSUPP;
+	}
+	populate_write(start, end);
+	h->fd = open_uffd(how);
+	h->start = start;
+	h->end = end;
+	if (h->fd < 0) {
+		k = h->fd;
+		what = "userfaultfd";
+		goto fail;
+	}
+	if (ioctl(h->fd, UFFDIO_API, &api) < 0)
+		goto fail_errno;
+	what = "UFFDIO_REGISTER";
+	if (ioctl(h->fd, UFFDIO_REGISTER, &reg) < 0)
+		goto fail_errno; /* EBUSY: the program's own userfaultfd has them */
+	/* A handler of the thread's own signals that wrote the pages would wait for itself. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &h->mask);
+	what = "UFFDIO_WRITEPROTECT";
+	if (ioctl(h->fd, UFFDIO_WRITEPROTECT, &wp) < 0) {
+		k = -errno;
+		pthread_sigmask(SIG_SETMASK, &h->mask, NULL);
+		goto fail;
+	}
+	return 0;
+fail_errno:
+	k = -errno;
+fail:
+	if (h->fd >= 0)
+		close(h->fd);
+	snprintf(why, why_size, "%s to hold writes off while its pages move: %s", what,
+		 strerror(-k));
+	return -EOPNOTSUPP;
+}
+
+void write_hold_release(struct write_hold *h, bool replaced)
+{
+	if (!replaced) {
+		struct uffdio_writeprotect wp = { .range = { h->start, h->end - h->start } };
+
+		(void)ioctl(h->fd, UFFDIO_WRITEPROTECT, &wp);
+	}
+	/* Closing wakes every writer waiting: each queued itself before the mapping changed
+	 * (holding the mapping's lock to queue) and retries against the new one. It unregisters
+	 * what is left. */
+	close(h->fd);
+	pthread_sigmask(SIG_SETMASK, &h->mask, NULL);
+}
