@@ -476,7 +476,8 @@ END_TEST
 #define SLOTS (SLOT_PAGES * PAGE / 8) /* the reader's 8-byte slots, each filled once */
 
 struct race {
-	char *p; /* page 0: the counters (one cache line each); then the slots */
+	char *p; /* page 0: the counters (one cache line each, the signal handler's last); then
+		  * the slots */
 	unsigned long done[WRITERS]; /* each writer's own count, off the moving pages */
 	unsigned long reads;         /* slots the reader filled */
 	unsigned long efaults;       /* read()s that failed with EFAULT, tried again */
@@ -526,6 +527,38 @@ static void *read_slots(void *arg)
 	return NULL;
 }
 
+/* A signal handler of the moving thread's writes to the pages too (a handler waiting on the
+ * hold its own thread holds would never return). */
+static char *volatile signal_page;
+static volatile unsigned long signalled;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	(*(volatile unsigned long *)(signal_page + 64 * WRITERS))++;
+	signalled++;
+}
+
+struct signaller {
+	struct race *race;
+	pthread_t target;
+};
+
+/* Signals the moving thread, each time once the last was handled. */
+static void *signal_mover(void *arg)
+{
+	struct signaller *s = arg;
+
+	while (!__atomic_load_n(&s->race->stop, __ATOMIC_ACQUIRE)) {
+		unsigned long seen = signalled;
+
+		pthread_kill(s->target, SIGUSR1);
+		while (signalled == seen && !__atomic_load_n(&s->race->stop, __ATOMIC_ACQUIRE))
+			sched_yield();
+	}
+	return NULL;
+}
+
 static unsigned long progress(struct race *race, int i)
 {
 	return __atomic_load_n(i < WRITERS ? &race->done[i] : &race->reads, __ATOMIC_ACQUIRE);
@@ -550,7 +583,9 @@ static void race_step(struct race *race, void (*step)(struct race *race, void *a
 		      struct lost *lost)
 {
 	static uint64_t seq[SLOTS];
-	pthread_t t[WRITERS + 1];
+	struct signaller sig = { race, pthread_self() };
+	struct sigaction sa = { .sa_handler = on_signal, .sa_flags = SA_RESTART };
+	pthread_t t[WRITERS + 2];
 	struct writer w[WRITERS];
 	unsigned long before[WRITERS], incs = 0, bytes = 0;
 	uint64_t *slot = (uint64_t *)(race->p + PAGE);
@@ -567,6 +602,10 @@ static void race_step(struct race *race, void (*step)(struct race *race, void *a
 		ck_assert_int_eq(pthread_create(&t[i], NULL, increment, &w[i]), 0);
 	}
 	ck_assert_int_eq(pthread_create(&t[WRITERS], NULL, read_slots, race), 0);
+	signal_page = race->p;
+	signalled = *(unsigned long *)(race->p + 64 * WRITERS);
+	ck_assert_int_eq(sigaction(SIGUSR1, &sa, NULL), 0);
+	ck_assert_int_eq(pthread_create(&t[WRITERS + 1], NULL, signal_mover, &sig), 0);
 	for (int i = 0; i < WRITERS; i++)
 		wait_past(race, i, 1000);
 	wait_past(race, WRITERS, 64);
@@ -581,6 +620,8 @@ static void race_step(struct race *race, void (*step)(struct race *race, void *a
 		pthread_join(t[i], NULL);
 		incs += race->done[i] - *(unsigned long *)(race->p + 64 * i);
 	}
+	pthread_join(t[WRITERS + 1], NULL);
+	incs += signalled - *(unsigned long *)(race->p + 64 * WRITERS);
 	ck_assert_msg(race->read_err == 0, "read() into the moving pages: %ld", race->read_err);
 	for (unsigned long i = 0; i < race->reads; i++)
 		if (slot[i] != i + 1)
@@ -595,7 +636,7 @@ static void step_move(struct race *race, void *arg)
 	struct moved_range **r = arg;
 	char why[256] = "";
 	/* The buffer registered begins after the counters: they are its heap neighbours. */
-	int k = moved_range_move(&ranges, mem, (uintptr_t)race->p + 64 * WRITERS,
+	int k = moved_range_move(&ranges, mem, (uintptr_t)race->p + 64 * (WRITERS + 1),
 				 (uintptr_t)race->p + (1 + SLOT_PAGES) * PAGE, RW, r, why,
 				 sizeof(why));
 
