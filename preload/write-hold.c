@@ -46,7 +46,8 @@ static int open_uffd(enum how how)
 	return fd < 0 ? -errno : (int)fd;
 }
 
-/* The first way that gives a userfaultfd able to write-protect, found once. */
+/* The first way that gives a userfaultfd able to write-protect both kinds of memory, found
+ * once. */
 static enum how chosen_how(void)
 {
 	static int chosen = -1;
@@ -61,8 +62,10 @@ static enum how chosen_how(void)
 
 		if (fd < 0)
 			continue;
+		/* Private memory for the move, mrd's shared memory for the move back. */
 		wp = ioctl(fd, UFFDIO_API, &api) == 0 &&
-		     (api.features & UFFD_FEATURE_PAGEFAULT_FLAG_WP);
+		     (api.features & UFFD_FEATURE_PAGEFAULT_FLAG_WP) &&
+		     (api.features & UFFD_FEATURE_WP_HUGETLBFS_SHMEM);
 		close(fd);
 		if (wp)
 			break;
