@@ -47,10 +47,11 @@ static int open_uffd(enum how how)
 }
 
 /* The first way that gives a userfaultfd able to write-protect both kinds of memory, found
- * once. */
+ * once, and again where it fails (the process dropped its rights since: setuid()). */
+static int chosen = -1;
+
 static enum how chosen_how(void)
 {
-	static int chosen = -1;
 	int how = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
 
 	if (how >= 0)
@@ -127,6 +128,11 @@ int write_hold_start(struct write_hold *h, uintptr_t start, uintptr_t end, bool 
 	}
 	populate_write(start, end);
 	h->fd = open_uffd(how);
+	if (h->fd < 0) {
+		__atomic_store_n(&chosen, -1, __ATOMIC_RELEASE);
+		how = chosen_how();
+		h->fd = how == HOW_NONE ? h->fd : open_uffd(how);
+	}
 	h->start = start;
 	h->end = end;
 	if (h->fd < 0) {

@@ -700,7 +700,8 @@ END_TEST
 
 /* Unprivileged (vm.unprivileged_userfaultfd = 0, /dev/userfaultfd root's: Debian 12's
  * defaults), threads still lose nothing; a read() into the moving pages fails with EFAULT and
- * leaves its bytes in the pipe, never silently lost. */
+ * leaves its bytes in the pipe, never silently lost. The process probed its userfaultfd as
+ * root first (main): the shim finds its way again once that fails. */
 START_TEST(test_unprivileged_move_loses_no_write)
 {
 	struct lost there = { 0 }, back = { 0 };
@@ -832,6 +833,12 @@ int main(void)
 	TCase *tc = tcase_create("move");
 
 	signal(SIGPIPE, SIG_IGN);
+	if (write_hold_reach() == WRITE_HOLD_NONE) {
+		/* A seccomp filter or a kernel before 5.19: the shim moves nothing here. */
+		fprintf(stderr, "skipped: no userfaultfd here can hold writes off while pages "
+			"move\n");
+		return 77;
+	}
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_move_keeps_the_bytes_at_the_address);
