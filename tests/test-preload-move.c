@@ -3,7 +3,8 @@
  * moved onto mrd's memory at its own address keeps its bytes and shows mrd's pages; what is
  * no plain private memory is refused; moving back gives private pages with the same bytes and
  * frees mrd's memory; an unmapped range is told from a live one; a child of fork() gets its
- * own copy. The keys (BindPd) need a uverbs device: the VM test covers them. */
+ * own copy; no write by another thread, a signal handler or read() is lost while pages move.
+ * The keys (BindPd) need a uverbs device: the VM test covers them. */
 #include <check.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -855,7 +856,7 @@ int main(void)
 	suite_add_tcase(s, tc);
 	tc = tcase_create("writers");
 	tcase_add_checked_fixture(tc, setup, teardown);
-	/* 200 moves with three threads racing each, on two busy cores under a sanitizer: the
+	/* 200 moves with four threads racing each, on two busy cores under a sanitizer: the
 	 * bound only stops a hang (a writer never woken). */
 	tcase_set_timeout(tc, 600);
 	tcase_add_test(tc, test_move_loses_no_write);
