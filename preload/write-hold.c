@@ -15,9 +15,31 @@
 /* How a hold opens its userfaultfd, best first. */
 enum how { HOW_SYSCALL, HOW_DEVICE, HOW_USER_ONLY, HOW_NONE };
 
-/* What the calls inside a hold (memcpy, the syscalls) may use of the stack below the frame
- * that starts it: a range that close under it may be the thread's own stack. */
-#define STACK_SLACK (16u << 10)
+/* Whether [start, end) lies on the calling thread's stack (all it may grow to), which a thread
+ * holding writes off would fault on and wait for itself. Its bounds are looked up once per
+ * thread (pthread_getattr_np: a thread's stack is plain anonymous memory, the main one's
+ * grows). */
+static bool on_own_stack(uintptr_t start, uintptr_t end)
+{
+	static __thread uintptr_t lo, hi;
+
+	if (!hi) {
+		pthread_attr_t attr;
+		void *addr;
+		size_t size;
+
+		if (pthread_getattr_np(pthread_self(), &attr) != 0)
+			return true; /* unknown: as if it were */
+		if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
+			lo = (uintptr_t)addr;
+			hi = lo + size;
+		}
+		pthread_attr_destroy(&attr);
+		if (!hi)
+			return true;
+	}
+	return start < hi && lo < end;
+}
 
 static int open_uffd(enum how how)
 {
@@ -104,8 +126,6 @@ static void populate_write(uintptr_t start, uintptr_t end)
 int write_hold_start(struct write_hold *h, uintptr_t start, uintptr_t end, bool shared,
 		     char *why, size_t why_size)
 {
-	volatile char here;
-	uintptr_t sp = (uintptr_t)&here;
 	enum how how = chosen_how();
 	struct uffdio_api api = { .api = UFFD_API,
 				  .features = shared ? UFFD_FEATURE_WP_HUGETLBFS_SHMEM : 0 };
@@ -117,7 +137,7 @@ int write_hold_start(struct write_hold *h, uintptr_t start, uintptr_t end, bool 
 	sigset_t all;
 	int k;
 
-	if (sp >= start && sp < end + STACK_SLACK) {
+	if (on_own_stack(start, end)) {
 		snprintf(why, why_size, "it holds the calling thread's stack");
 		return -EDEADLK;
 	}

@@ -10,10 +10,12 @@
 #include <semaphore.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/userfaultfd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -650,6 +652,57 @@ static void step_move_back(struct race *race, void *arg)
 	moved_range_move_back(&ranges, mem, *(struct moved_range **)arg);
 }
 
+/* Pages that hold the moving thread's own stack are not moved: the thread would wait on its
+ * own hold (a thread's stack is plain anonymous memory, unlike the main one's). */
+static void *move_own_stack(void *arg)
+{
+	char buf[256], *why = arg;
+	struct moved_range *r;
+
+	memset(buf, 1, sizeof(buf));
+	return (void *)(intptr_t)moved_range_move(&ranges, mem, (uintptr_t)buf,
+						  (uintptr_t)buf + sizeof(buf), RW, &r, why, 256);
+}
+
+START_TEST(test_own_stack_is_not_moved)
+{
+	char why[256] = "";
+	pthread_t t;
+	void *k;
+
+	ck_assert_int_eq(pthread_create(&t, NULL, move_own_stack, why), 0);
+	pthread_join(t, &k);
+	ck_assert_int_eq((intptr_t)k, -EOPNOTSUPP);
+	ck_assert_msg(strstr(why, "stack"), "why: %s", why);
+	ck_assert_int_eq(ranges.n, 0);
+}
+END_TEST
+
+/* Pages the program registered with its own userfaultfd cannot be held: not moved. */
+START_TEST(test_pages_of_the_programs_userfaultfd_are_not_moved)
+{
+	char *p = anon(2), why[256] = "";
+	struct uffdio_api api = { .api = UFFD_API };
+	struct uffdio_register reg = { .range = { (uintptr_t)p, 2 * PAGE },
+				       .mode = UFFDIO_REGISTER_MODE_MISSING };
+	struct moved_range *r;
+	int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+
+	/* Present first: nothing here answers a missing page's fault. */
+	memset(p, 2, 2 * PAGE);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ioctl(fd, UFFDIO_API, &api), 0);
+	ck_assert_int_eq(ioctl(fd, UFFDIO_REGISTER, &reg), 0);
+	ck_assert_int_eq(moved_range_move(&ranges, mem, (uintptr_t)p, (uintptr_t)p + 100, RW, &r,
+					  why, sizeof(why)), -EOPNOTSUPP);
+	ck_assert_msg(strstr(why, "UFFDIO_REGISTER"), "why: %s", why);
+	ck_assert_int_eq(ranges.n, 0);
+	ck_assert_int_eq(p[PAGE], 2); /* the pages are the program's, as they were */
+	close(fd);
+	munmap(p, 2 * PAGE);
+}
+END_TEST
+
 /* TRIES moves there and back with writers racing each; what they lost. */
 static void race_tries(struct lost *there, struct lost *back, unsigned long *efaults)
 {
@@ -860,6 +913,8 @@ int main(void)
 	 * bound only stops a hang (a writer never woken). */
 	tcase_set_timeout(tc, 600);
 	tcase_add_test(tc, test_move_loses_no_write);
+	tcase_add_test(tc, test_own_stack_is_not_moved);
+	tcase_add_test(tc, test_pages_of_the_programs_userfaultfd_are_not_moved);
 	tcase_add_test(tc, test_unprivileged_move_loses_no_write);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("fork"); /* no fixture: libmrd must not have started in the process */
