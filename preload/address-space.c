@@ -120,6 +120,33 @@ int address_space_movable(uintptr_t start, uintptr_t end, char *why, size_t why_
 	return r == -EOPNOTSUPP ? r : -EOPNOTSUPP;
 }
 
+struct holding_walk {
+	uintptr_t addr, start, end;
+};
+
+static int find_holding(const struct mapping *m, void *arg)
+{
+	struct holding_walk *w = arg;
+
+	if (m->start > w->addr || w->addr >= m->end)
+		return 0;
+	w->start = m->start;
+	w->end = m->end;
+	return 1;
+}
+
+int address_space_mapping_of(uintptr_t addr, uintptr_t *ret_start, uintptr_t *ret_end)
+{
+	struct holding_walk w = { .addr = addr };
+	int r = each_mapping(find_holding, &w);
+
+	if (r <= 0)
+		return r < 0 ? r : -ENOENT;
+	*ret_start = w.start;
+	*ret_end = w.end;
+	return 0;
+}
+
 struct pieces_walk {
 	uintptr_t start, end, window;
 	struct mapping file; /* the window's mapping, once found */

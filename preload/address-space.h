@@ -17,6 +17,9 @@ struct alias_piece {
  * mmap(MAP_ANONYMOUS)), not a stack; else -EOPNOTSUPP, and why says what is there. */
 int address_space_movable(uintptr_t start, uintptr_t end, char *why, size_t why_size);
 
+/* The mapping holding addr: 0 and [*ret_start, *ret_end), -ENOENT, or -errno. */
+int address_space_mapping_of(uintptr_t addr, uintptr_t *ret_start, uintptr_t *ret_end);
+
 /* The parts of [start, end) that map the same file, at the same offsets, as mrd's memory at
  * window (the alias made by moved_range_move); at most max pieces, their count returned
  * (-errno when /proc cannot be read). */

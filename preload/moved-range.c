@@ -215,7 +215,6 @@ static void copy_to_private(const struct moved_range *r, bool hold)
 		size_t len = pieces[i].end - pieces[i].start;
 		void *tmp = (void *)syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE,
 					    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
 		struct write_hold h;
 		char why[128];
 		bool held, swapped;

@@ -10,34 +10,22 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "preload/address-space.h"
 #include "preload/write-hold.h"
 
 /* How a hold opens its userfaultfd, best first. */
 enum how { HOW_SYSCALL, HOW_DEVICE, HOW_USER_ONLY, HOW_NONE };
 
-/* Whether [start, end) lies on the calling thread's stack (all it may grow to), which a thread
- * holding writes off would fault on and wait for itself. Its bounds are looked up once per
- * thread (pthread_getattr_np: a thread's stack is plain anonymous memory, the main one's
- * grows). */
+/* Whether [start, end) lies on the calling thread's stack, which a thread holding writes off
+ * would fault on and wait for itself. Its mapping is looked up once per thread, in the maps (a
+ * thread's stack is plain anonymous memory; no allocation: this runs inside free()). */
 static bool on_own_stack(uintptr_t start, uintptr_t end)
 {
 	static __thread uintptr_t lo, hi;
+	volatile char here;
 
-	if (!hi) {
-		pthread_attr_t attr;
-		void *addr;
-		size_t size;
-
-		if (pthread_getattr_np(pthread_self(), &attr) != 0)
-			return true; /* unknown: as if it were */
-		if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
-			lo = (uintptr_t)addr;
-			hi = lo + size;
-		}
-		pthread_attr_destroy(&attr);
-		if (!hi)
-			return true;
-	}
+	if (!hi && address_space_mapping_of((uintptr_t)&here, &lo, &hi) < 0)
+		return true; /* unknown: as if it were */
 	return start < hi && lo < end;
 }
 
