@@ -248,15 +248,22 @@ static void drop(struct moved_ranges *m, mrd_client *mem, struct moved_range *r)
 	moved_range_put(r);
 }
 
+/* Both run inside free(), which keeps errno. */
 void moved_range_move_back(struct moved_ranges *m, mrd_client *mem, struct moved_range *r)
 {
+	int e = errno;
+
 	copy_to_private(r, true);
 	drop(m, mem, r);
+	errno = e;
 }
 
 void moved_range_forget(struct moved_ranges *m, mrd_client *mem, struct moved_range *r)
 {
+	int e = errno;
+
 	drop(m, mem, r);
+	errno = e;
 }
 
 void moved_ranges_fork_copy(struct moved_ranges *m)

@@ -63,6 +63,7 @@ static int chosen = -1;
 static enum how chosen_how(void)
 {
 	int how = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
+	bool short_of = false;
 
 	if (how >= 0)
 		return (enum how)how;
@@ -71,8 +72,10 @@ static enum how chosen_how(void)
 		int fd = open_uffd((enum how)how);
 		bool wp;
 
-		if (fd < 0)
+		if (fd < 0) {
+			short_of |= fd == -EMFILE || fd == -ENFILE || fd == -ENOMEM;
 			continue;
+		}
 		/* Private memory for the move, mrd's shared memory for the move back. */
 		wp = ioctl(fd, UFFDIO_API, &api) == 0 &&
 		     (api.features & UFFD_FEATURE_PAGEFAULT_FLAG_WP) &&
@@ -81,6 +84,10 @@ static enum how chosen_how(void)
 		if (wp)
 			break;
 	}
+	/* Out of descriptors or memory for a moment: no answer for good (every later move
+	 * refused, every move back of a range moved before unheld). */
+	if (how == HOW_NONE && short_of)
+		return HOW_NONE;
 	__atomic_store_n(&chosen, how, __ATOMIC_RELEASE);
 	return (enum how)how;
 }
@@ -175,14 +182,22 @@ fail:
 
 void write_hold_release(struct write_hold *h, bool replaced)
 {
+	struct uffdio_range range = { h->start, h->end - h->start };
+
 	if (!replaced) {
-		struct uffdio_writeprotect wp = { .range = { h->start, h->end - h->start } };
+		struct uffdio_writeprotect wp = { .range = range };
 
 		(void)ioctl(h->fd, UFFDIO_WRITEPROTECT, &wp);
+	} else {
+		/* The writers waiting queued themselves before the mapping changed (holding the
+		 * mapping's lock to queue) and retry against the new one, once woken: here, not
+		 * by the close, which is not the last where a child made without fork handlers
+		 * (_Fork(), clone()) during the hold has the userfaultfd too. */
+		(void)ioctl(h->fd, UFFDIO_WAKE, &range);
 	}
-	/* Closing wakes every writer waiting: each queued itself before the mapping changed
-	 * (holding the mapping's lock to queue) and retries against the new one. It unregisters
-	 * what is left. */
-	close(h->fd);
+	/* Closing unregisters what is left. Not close(): a cancellation point, where a
+	 * pthread_cancel() that came during the hold would end the thread with the descriptor
+	 * open. */
+	syscall(SYS_close, h->fd);
 	pthread_sigmask(SIG_SETMASK, &h->mask, NULL);
 }
