@@ -17,9 +17,11 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1063,6 +1065,284 @@ START_TEST(test_move_back_keeps_errno)
 }
 END_TEST
 
+/* Unprivileged (Debian's defaults), a system call writing into the moving pages fails with
+ * EFAULT: of a consuming read (eventfd, a datagram socket, signalfd, timerfd, inotify) the
+ * kernel has taken the data already, so a program retrying on EFAULT still loses it. */
+struct efd_race {
+	int efd, stop;
+	char *p;
+	unsigned long written, sum, efaults;
+};
+
+static void *efd_writer(void *arg)
+{
+	struct efd_race *e = arg;
+	uint64_t one = 1;
+
+	while (!__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE))
+		if (write(e->efd, &one, 8) == 8)
+			e->written++;
+	return NULL;
+}
+
+static void *efd_reader(void *arg)
+{
+	struct efd_race *e = arg;
+	volatile uint64_t *slot = (uint64_t *)(e->p + PAGE + 8);
+
+	while (!__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE)) {
+		ssize_t n = read(e->efd, (void *)slot, 8);
+
+		if (n == 8)
+			e->sum += *slot;
+		else if (n < 0 && errno == EFAULT)
+			e->efaults++; /* tried again, as the man page says a program can */
+	}
+	return NULL;
+}
+
+static void unprivileged(void)
+{
+	mrd_client *own;
+	char *p;
+
+	if (setgid(1000) < 0 || setuid(1000) < 0 || prctl(PR_SET_DUMPABLE, 1) < 0 ||
+	    mrd_client_connect(mrd.socket, &own) < 0)
+		_exit(2);
+	mem = own;
+	memset(&ranges, 0, sizeof(ranges));
+	/* One move finds the way a uid 1000 may hold writes (the probe was root's). */
+	p = anon(1);
+	moved_range_move_back(&ranges, mem, move(p, 1));
+	munmap(p, PAGE);
+	if (write_hold_reach() != WRITE_HOLD_USER)
+		_exit(77);
+}
+
+static int child_status(pid_t pid)
+{
+	int status;
+
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	return status;
+}
+
+START_TEST(test_unprivileged_eventfd_read_loses_nothing)
+{
+	pid_t pid;
+	int status;
+
+	if (getuid() != 0)
+		return;
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct efd_race e = { .p = NULL };
+		pthread_t tw, tr;
+		uint64_t rest = 0;
+
+		unprivileged();
+		e.p = anon(2);
+		e.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		pthread_create(&tw, NULL, efd_writer, &e);
+		pthread_create(&tr, NULL, efd_reader, &e);
+		/* Until a read() lands in a hold (rare: the hold is short beside mrd's round
+		 * trips), 200 times TRIES at most. */
+		for (int t = 0; t < 200 * TRIES && !__atomic_load_n(&e.efaults, __ATOMIC_ACQUIRE);
+		     t++)
+			moved_range_move_back(&ranges, mem, move(e.p, 2));
+		__atomic_store_n(&e.stop, 1, __ATOMIC_RELEASE);
+		pthread_join(tw, NULL);
+		pthread_join(tr, NULL);
+		if (read(e.efd, &rest, 8) == 8)
+			e.sum += rest;
+		fprintf(stderr, "uid 1000, eventfd: %lu written, %lu read, %lu lost, EFAULT %lu "
+			"times\n", e.written, e.sum, e.written - e.sum, e.efaults);
+		_exit(e.sum != e.written ? 1 : e.efaults ? 0 : 77);
+	}
+	status = child_status(pid);
+	ck_assert_msg(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 77),
+		      "uid 1000: counts read from an eventfd into the moving pages are lost "
+		      "(status 0x%x)", status);
+}
+END_TEST
+
+/* Unprivileged, the kernel writing a signal frame for another thread onto an alternate
+ * signal stack on the moving pages (a sigaltstack from malloc() beside a buffer) cannot
+ * wait either: that thread, and the process, must not die of it. */
+static volatile unsigned long alt_handled;
+static volatile int alt_stop;
+
+static void on_alt(int sig)
+{
+	(void)sig;
+	alt_handled++;
+}
+
+static void *on_altstack(void *arg)
+{
+	stack_t ss = { .ss_sp = (char *)arg + PAGE, .ss_size = 4 * PAGE };
+
+	if (sigaltstack(&ss, NULL) < 0)
+		_exit(3);
+	while (!alt_stop)
+		sched_yield();
+	return NULL;
+}
+
+struct alt_signaller {
+	pthread_t target;
+};
+
+/* Signals the thread on the alternate stack, each time once the last was handled. */
+static void *signal_alt(void *arg)
+{
+	struct alt_signaller *a = arg;
+
+	while (!alt_stop) {
+		unsigned long seen = alt_handled;
+
+		pthread_kill(a->target, SIGUSR2);
+		while (alt_handled == seen && !alt_stop)
+			sched_yield();
+	}
+	return NULL;
+}
+
+START_TEST(test_unprivileged_signal_on_a_moving_altstack)
+{
+	pid_t pid;
+	int status;
+
+	if (getuid() != 0)
+		return;
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct sigaction sa = { .sa_handler = on_alt, .sa_flags = SA_ONSTACK | SA_RESTART };
+		struct alt_signaller a;
+		pthread_t b, s;
+		char *p;
+
+		unprivileged();
+		p = anon(5);
+		sigaction(SIGUSR2, &sa, NULL);
+		pthread_create(&b, NULL, on_altstack, p);
+		a.target = b;
+		pthread_create(&s, NULL, signal_alt, &a);
+		for (int t = 0; t < 20 * TRIES; t++)
+			moved_range_move_back(&ranges, mem, move(p, 5));
+		alt_stop = 1;
+		pthread_join(s, NULL);
+		pthread_join(b, NULL);
+		fprintf(stderr, "uid 1000: %lu signals handled on a moving sigaltstack\n",
+			alt_handled);
+		_exit(0);
+	}
+	status = child_status(pid);
+	ck_assert_msg(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 77),
+		      "uid 1000: a signal delivered onto a moving sigaltstack: %s",
+		      WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "exit");
+}
+END_TEST
+
+/* Another process writing the program's private pages without sharing memory: CMA
+ * (process_vm_writev(2), as UCX's cma transport and Open MPI's and MPICH's shared-memory
+ * single copy do into a peer's heap), and /proc/PID/mem (a debugger). Here the process writes
+ * itself so: the kernel pins the pages, then copies. */
+struct cma_race {
+	char *p;
+	int stop, mem_fd, err;
+	unsigned long writes, lost, failed;
+};
+
+static void *cma_writer(void *arg)
+{
+	struct cma_race *c = arg;
+	static uint64_t src[8 * PAGE / 8];
+
+	for (uint64_t i = 1; !__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE); i++) {
+		struct iovec local = { src, sizeof(src) };
+		struct iovec remote = { c->p + PAGE, sizeof(src) };
+
+		for (size_t j = 0; j < sizeof(src) / 8; j += PAGE / 8)
+			src[j] = i;
+		if (process_vm_writev(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)sizeof(src)) {
+			c->failed++;
+			continue;
+		}
+		c->writes++;
+		for (size_t j = 0; j < sizeof(src) / 8; j += PAGE / 8)
+			if (((volatile uint64_t *)(c->p + PAGE))[j] != i) {
+				c->lost++;
+				break;
+			}
+	}
+	return NULL;
+}
+
+START_TEST(test_process_vm_writev_loses_nothing)
+{
+	struct cma_race c = { .p = anon(9), .mem_fd = -1 };
+	pthread_t t;
+	int n = 0;
+
+	ck_assert_int_eq(pthread_create(&t, NULL, cma_writer, &c), 0);
+	while (!__atomic_load_n(&c.writes, __ATOMIC_ACQUIRE))
+		sched_yield();
+	/* Until a write is lost, 20 times TRIES moves at most. */
+	for (; n < 20 * TRIES && !__atomic_load_n(&c.lost, __ATOMIC_ACQUIRE); n++)
+		moved_range_move_back(&ranges, mem, move(c.p, 9));
+	__atomic_store_n(&c.stop, 1, __ATOMIC_RELEASE);
+	pthread_join(t, NULL);
+	fprintf(stderr, "process_vm_writev: %lu writes, %lu lost, %lu failed, in %d moves there "
+		"and back\n", c.writes, c.lost, c.failed, n);
+	ck_assert_msg(c.lost == 0 && c.failed == 0, "process_vm_writev into moving pages: %lu "
+		      "lost, %lu failed", c.lost, c.failed);
+}
+END_TEST
+
+static void *mem_writer(void *arg)
+{
+	struct cma_race *c = arg;
+
+	for (uint64_t i = 1; !__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE); i++) {
+		if (pwrite(c->mem_fd, &i, 8, (off_t)(uintptr_t)(c->p + PAGE + 16)) != 8) {
+			c->err = errno;
+			__atomic_add_fetch(&c->failed, 1, __ATOMIC_RELEASE);
+			continue;
+		}
+		c->writes++;
+		if (((volatile uint64_t *)(c->p + PAGE))[2] != i)
+			c->lost++;
+	}
+	return NULL;
+}
+
+START_TEST(test_proc_mem_write_waits)
+{
+	struct cma_race c = { .p = anon(2), .mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC) };
+	pthread_t t;
+	int n = 0;
+
+	if (write_hold_reach() != WRITE_HOLD_ALL)
+		return;
+	ck_assert_int_ge(c.mem_fd, 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, mem_writer, &c), 0);
+	while (!__atomic_load_n(&c.writes, __ATOMIC_ACQUIRE))
+		sched_yield();
+	for (; n < 20 * TRIES && !__atomic_load_n(&c.failed, __ATOMIC_ACQUIRE); n++)
+		moved_range_move_back(&ranges, mem, move(c.p, 2));
+	__atomic_store_n(&c.stop, 1, __ATOMIC_RELEASE);
+	pthread_join(t, NULL);
+	fprintf(stderr, "/proc/self/mem: %lu writes, %lu lost, %lu failed (%s), in %d moves\n",
+		c.writes, c.lost, c.failed, strerror(c.err), n);
+	ck_assert_msg(c.lost == 0 && c.failed == 0, "a write through /proc/self/mem into moving "
+		      "pages: %lu lost, %lu failed", c.lost, c.failed);
+	close(c.mem_fd);
+}
+END_TEST
+
 /* A child made without fork handlers (_Fork(), clone(), posix_spawn() until it execs) while a
  * hold is on inherits its userfaultfd: the holder's close() is not the last, and the writers
  * already waiting must not wait for the child's exit. */
@@ -1170,5 +1450,17 @@ int main(void)
 	tcase_add_test(tc, test_move_back_keeps_errno);
 	tcase_add_test(tc, test_child_without_fork_handlers_lets_writers_go);
 	suite_add_tcase(s, tc);
+	/* Writers no hold stops (libmrd-preload(8)): these fail, by design so far; run on
+	 * demand (MRD_TEST_HOLD_LIMITS=1). */
+	if (getenv("MRD_TEST_HOLD_LIMITS")) {
+		tc = tcase_create("limits");
+		tcase_add_checked_fixture(tc, setup, teardown);
+		tcase_set_timeout(tc, 600);
+		tcase_add_test(tc, test_unprivileged_eventfd_read_loses_nothing);
+		tcase_add_test(tc, test_unprivileged_signal_on_a_moving_altstack);
+		tcase_add_test(tc, test_process_vm_writev_loses_nothing);
+		tcase_add_test(tc, test_proc_mem_write_waits);
+		suite_add_tcase(s, tc);
+	}
 	return run_suite(s);
 }
