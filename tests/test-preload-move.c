@@ -1400,6 +1400,38 @@ START_TEST(test_child_without_fork_handlers_lets_writers_go)
 }
 END_TEST
 
+/* The program drops a page's tables (madvise(MADV_DONTNEED)) during the hold: on private
+ * memory the kernel drops the write protection with them, so a write after it lands on the
+ * old pages, and is lost at the swap. */
+START_TEST(test_write_after_madv_dontneed_is_held)
+{
+	struct cancel_hold c = { anon(1), 0, -1 };
+	struct write_hold h;
+	struct timespec start, now;
+	char why[256] = "";
+	bool written;
+	pthread_t w;
+
+	c.p[0] = 1;
+	ck_assert_int_eq(write_hold_start(&h, (uintptr_t)c.p, (uintptr_t)c.p + PAGE, false, why,
+					  sizeof(why)), 0);
+	ck_assert_int_eq(madvise(c.p, PAGE, MADV_DONTNEED), 0);
+	ck_assert_int_eq(pthread_create(&w, NULL, write_page, &c), 0);
+	/* Held, the writer waits on the hold; unheld, it writes at once (10 s: a loaded
+	 * machine). */
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	do {
+		sched_yield();
+		clock_gettime(CLOCK_MONOTONIC, &now);
+	} while (!(c.writer && sleeping(c.writer)) && *(volatile char *)c.p != 'w' &&
+		 now.tv_sec - start.tv_sec < 10);
+	written = *(volatile char *)c.p == 'w';
+	write_hold_release(&h, false);
+	pthread_join(w, NULL);
+	ck_assert_msg(!written, "a write after MADV_DONTNEED went through during the hold");
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("preload-move");
@@ -1460,6 +1492,7 @@ int main(void)
 		tcase_add_test(tc, test_unprivileged_signal_on_a_moving_altstack);
 		tcase_add_test(tc, test_process_vm_writev_loses_nothing);
 		tcase_add_test(tc, test_proc_mem_write_waits);
+		tcase_add_test(tc, test_write_after_madv_dontneed_is_held);
 		suite_add_tcase(s, tc);
 	}
 	return run_suite(s);
