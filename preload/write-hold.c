@@ -84,10 +84,10 @@ static enum how chosen_how(void)
 		if (wp)
 			break;
 	}
-	/* Out of descriptors or memory for a moment: no answer for good (every later move
-	 * refused, every move back of a range moved before unheld). */
-	if (how == HOW_NONE && short_of)
-		return HOW_NONE;
+	/* Out of descriptors or memory for a moment: no answer for good (none at all would
+	 * refuse every later move and leave every move back of a range moved before unheld). */
+	if (short_of)
+		return (enum how)how;
 	__atomic_store_n(&chosen, how, __ATOMIC_RELEASE);
 	return (enum how)how;
 }
