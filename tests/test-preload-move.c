@@ -1432,6 +1432,35 @@ START_TEST(test_write_after_madv_dontneed_is_held)
 }
 END_TEST
 
+/* The program registers moved pages with its own userfaultfd (a memory monitor: libfabric's
+ * uffd): the move back replaces the mapping, and its registration goes with it, silently. */
+START_TEST(test_programs_userfaultfd_survives_a_move_back)
+{
+	char *p = anon(1);
+	struct uffdio_api api = { .api = UFFD_API };
+	struct uffdio_register reg = { .range = { (uintptr_t)p, PAGE },
+				       .mode = UFFDIO_REGISTER_MODE_MISSING };
+	int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+	struct moved_range *r;
+	int other;
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ioctl(fd, UFFDIO_API, &api), 0);
+	p[0] = 1;
+	r = move(p, 1);
+	ck_assert_int_eq(ioctl(fd, UFFDIO_REGISTER, &reg), 0);
+	moved_range_move_back(&ranges, mem, r);
+	/* Still the program's, the pages cannot be registered with another userfaultfd. */
+	other = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+	ck_assert_int_ge(other, 0);
+	ck_assert_int_eq(ioctl(other, UFFDIO_API, &api), 0);
+	ck_assert_msg(ioctl(other, UFFDIO_REGISTER, &reg) < 0 && errno == EBUSY,
+		      "the program's userfaultfd lost its pages at the move back");
+	close(other);
+	close(fd);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("preload-move");
@@ -1493,6 +1522,7 @@ int main(void)
 		tcase_add_test(tc, test_process_vm_writev_loses_nothing);
 		tcase_add_test(tc, test_proc_mem_write_waits);
 		tcase_add_test(tc, test_write_after_madv_dontneed_is_held);
+		tcase_add_test(tc, test_programs_userfaultfd_survives_a_move_back);
 		suite_add_tcase(s, tc);
 	}
 	return run_suite(s);
