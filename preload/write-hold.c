@@ -17,15 +17,20 @@
 enum how { HOW_SYSCALL, HOW_DEVICE, HOW_USER_ONLY, HOW_NONE };
 
 /* Whether [start, end) lies on the calling thread's stack, which a thread holding writes off
- * would fault on and wait for itself. Its mapping is looked up once per thread, in the maps (a
- * thread's stack is plain anonymous memory; no allocation: this runs inside free()). */
+ * would fault on and wait for itself. Its mapping is looked up in the maps (a thread's stack is
+ * plain anonymous memory; no allocation: this runs inside free()), once per thread, and again
+ * where the frame left it: a stack split in two mappings (mprotect, madvise or mlock of a part)
+ * runs on into the other. */
 static bool on_own_stack(uintptr_t start, uintptr_t end)
 {
 	static __thread uintptr_t lo, hi;
 	volatile char here;
+	uintptr_t frame = (uintptr_t)&here;
 
-	if (!hi && address_space_mapping_of((uintptr_t)&here, &lo, &hi) < 0)
+	if ((frame < lo || frame >= hi) && address_space_mapping_of(frame, &lo, &hi) < 0) {
+		lo = hi = 0;
 		return true; /* unknown: as if it were */
+	}
 	return start < hi && lo < end;
 }
 

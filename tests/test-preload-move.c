@@ -682,6 +682,54 @@ START_TEST(test_own_stack_is_not_moved)
 }
 END_TEST
 
+/* A thread's stack mapping split in two (madvise, mprotect or mlock of a part of it): its
+ * frames run on from the piece it started on into the other. The bounds seen at its first move
+ * held the frame then, not the frame now: a buffer in a deeper frame is on its stack all the
+ * same, not moved (else the hold would stop the thread on its own frames, every signal off). */
+#define SPLIT_STACK_PAGES 64
+
+static __attribute__((noinline)) intptr_t move_deep(char *why)
+{
+	char big[40 * PAGE];
+	struct moved_range *r;
+
+	memset(big, 3, sizeof(big));
+	intptr_t k = moved_range_move(&ranges, mem, (uintptr_t)big, (uintptr_t)big + 256, RW, &r,
+				      why, 256);
+	__asm__ volatile("" : : "r"(big) : "memory"); /* big stays where it is */
+	return k;
+}
+
+static void *move_from_both_pieces(void *arg)
+{
+	char *p = anon(1), *why = arg;
+
+	fill(p, PAGE, 8);
+	move(p, 1); /* from the upper piece: its bounds are seen */
+	return (void *)move_deep(why);
+}
+
+START_TEST(test_split_stack_is_not_moved)
+{
+	char *stack = anon(SPLIT_STACK_PAGES), why[256] = "";
+	pthread_attr_t attr;
+	pthread_t t;
+	void *k;
+
+	/* Two mappings where there was one: the lower half's flags differ. */
+	ck_assert_int_eq(madvise(stack, SPLIT_STACK_PAGES / 2 * PAGE, MADV_DONTFORK), 0);
+	ck_assert_int_eq(pthread_attr_init(&attr), 0);
+	ck_assert_int_eq(pthread_attr_setstack(&attr, stack, SPLIT_STACK_PAGES * PAGE), 0);
+	ck_assert_int_eq(pthread_create(&t, &attr, move_from_both_pieces, why), 0);
+	pthread_join(t, &k);
+	ck_assert_msg((intptr_t)k == -EOPNOTSUPP && strstr(why, "stack"),
+		      "a buffer on the stack's other piece: %s (%s)", strerror(-(int)(intptr_t)k),
+		      why);
+	ck_assert_int_eq(ranges.n, 1); /* the heap page alone */
+	pthread_attr_destroy(&attr);
+}
+END_TEST
+
 /* Pages the program registered with its own userfaultfd cannot be held: not moved. */
 START_TEST(test_pages_of_the_programs_userfaultfd_are_not_moved)
 {
@@ -1486,6 +1534,7 @@ int main(void)
 	tcase_add_test(tc, test_other_file_is_not_intact);
 	tcase_add_test(tc, test_move_back_of_the_records_own_pages);
 	tcase_add_test(tc, test_move_back_never_shows_zeros);
+	tcase_add_test(tc, test_split_stack_is_not_moved); /* fails by waiting on itself */
 	suite_add_tcase(s, tc);
 	tc = tcase_create("writers");
 	tcase_add_checked_fixture(tc, setup, teardown);
