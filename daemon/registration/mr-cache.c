@@ -631,7 +631,7 @@ static void retry(struct mr_cache *c, uint64_t addr, struct waiter *waiter)
 	struct reg_allocation *a =
 		reg_allocation_of(allocation_containing(base_of(c)->mem, addr));
 	struct mr_entry e;
-	char why[160] = "";
+	char why[256] = "";
 	int k;
 
 	if (stale(c)) {
@@ -662,7 +662,7 @@ static void reg_job_done(struct registrar_work *w)
 	struct mr_cache *c = j->cache;
 	struct reg_allocation *a = reg_allocation_of(allocation_containing(r->mem, j->addr));
 	struct mr_entry e;
-	char why[160] = "";
+	char why[256] = "";
 	int k = j->rt.result;
 
 	c->pending_bytes -= j->end - j->start;
