@@ -948,3 +948,13 @@ bool mr_cache_drop_share(struct mr_cache *c, bool all, unsigned *made)
 	unhold(c);
 	return done;
 }
+
+uint64_t mr_cache_bytes(const struct mr_cache *c)
+{
+	const struct cached_mr *mr;
+	uint64_t bytes = 0;
+
+	LIST_FOREACH(mr, &c->mrs, link)
+		bytes += mr->end - mr->start;
+	return bytes;
+}
