@@ -359,9 +359,10 @@ static void print_clients(const Mrd__ClientsResponse *r)
 			if (*c->bound_driver) {
 				printf(",\"bound_pd\":{\"driver\":");
 				json_write_string(stdout, c->bound_driver);
-				printf(",\"pd\":%" PRIu32 ",\"mrs\":%" PRIu32 ",\"mr_bytes\":%" PRIu64
-				       ",\"registrations\":%" PRIu64 "}", c->bound_pd, c->bound_mrs,
-				       c->bound_mr_bytes, c->bound_registrations);
+				printf(",\"pd\":%" PRIu32 ",\"mrs\":%" PRIu32
+				       ",\"mr_bytes\":%" PRIu64 ",\"registrations\":%" PRIu64 "}",
+				       c->bound_pd, c->bound_mrs, c->bound_mr_bytes,
+				       c->bound_registrations);
 			}
 			printf("}");
 		}
@@ -376,15 +377,16 @@ static void print_clients(const Mrd__ClientsResponse *r)
 			       ",\"pinned_bytes\":%" PRIu64 ",\"generation\":%" PRIu64
 			       ",\"quota\":{\"clients\":%" PRIu32 ",\"allocated_bytes\":%" PRIu64
 			       ",\"allocations\":%" PRIu32 ",\"arenas\":%" PRIu32
-			       ",\"pinned_bytes\":%" PRIu64 "},\"mrs\":%" PRIu32 ",\"client_pd_mrs\":%" PRIu32
-			       ",\"client_pd_mr_bytes\":%" PRIu64 ",\"lookups\":%" PRIu64
+			       ",\"pinned_bytes\":%" PRIu64 "},\"mrs\":%" PRIu32
+			       ",\"client_pd_mrs\":%" PRIu32 ",\"client_pd_mr_bytes\":%" PRIu64
+			       ",\"lookups\":%" PRIu64
 			       ",\"misses\":%" PRIu64 ",\"table_overflow\":%s,\"waiting\":%" PRIu32
 			       ",\"quarantined_bytes\":%" PRIu64 ",\"quarantined_runs\":%" PRIu32 "}",
 			       d->clients, d->allocated_bytes, d->allocations, d->arenas,
 			       d->pinned_bytes, d->generation, d->quota_clients,
 			       d->quota_allocated_bytes, d->quota_allocations, d->quota_arenas,
-			       d->quota_pinned_bytes, d->mrs, d->client_pd_mrs, d->client_pd_mr_bytes,
-			       d->lookups, d->misses,
+			       d->quota_pinned_bytes, d->mrs, d->client_pd_mrs,
+			       d->client_pd_mr_bytes, d->lookups, d->misses,
 			       json_bool(d->table_overflow), d->waiting, d->quarantined_bytes,
 			       d->quarantined_runs);
 		}
@@ -402,8 +404,10 @@ static void print_clients(const Mrd__ClientsResponse *r)
 
 		/* Whose PD its keys are of: the domain's, or its own context's (BindPd). */
 		if (*c->bound_driver)
-			snprintf(pd, sizeof(pd), "own:%s/%" PRIu32 "(%" PRIu32 " MRs, %" PRIu64 " bytes)",
-				 cell(c->bound_driver), c->bound_pd, c->bound_mrs, c->bound_mr_bytes);
+			snprintf(pd, sizeof(pd),
+				 "own:%s/%" PRIu32 "(%" PRIu32 " MRs, %" PRIu64 " bytes)",
+				 cell(c->bound_driver), c->bound_pd, c->bound_mrs,
+				 c->bound_mr_bytes);
 		printf("%-6" PRIu64 " %-8" PRIu32 " %-6" PRIu32 " %-6" PRIu32 " %-16s %-16s %14" PRIu64
 		       " %6" PRIu32 " %-14s%s\n", c->id, c->pid, c->uid, c->gid, cell(c->name),
 		       *c->domain ? cell(c->domain) : "-", c->allocated_bytes, c->allocations, pd,

@@ -34,7 +34,6 @@ void domain_stats(struct domain *d, struct domain_stats *ret)
 		.pools_off = d->reg.base.pools.off ? d->reg.base.pools.off : "",
 		.n_pools = domain_pool_stats(d, NULL, 0),
 	};
-
 	const struct mr_cache *bound;
 
 	LIST_FOREACH(bound, &cache->bound, bound_link) {
