@@ -360,7 +360,8 @@ static void print_clients(const Mrd__ClientsResponse *r)
 				printf(",\"bound_pd\":{\"driver\":");
 				json_write_string(stdout, c->bound_driver);
 				printf(",\"pd\":%" PRIu32 ",\"mrs\":%" PRIu32
-				       ",\"registrations\":%" PRIu64 "}", c->bound_pd, c->bound_mrs,
+				       ",\"mr_bytes\":%" PRIu64 ",\"registrations\":%" PRIu64 "}",
+				       c->bound_pd, c->bound_mrs, c->bound_mr_bytes,
 				       c->bound_registrations);
 			}
 			printf("}");
@@ -376,13 +377,16 @@ static void print_clients(const Mrd__ClientsResponse *r)
 			       ",\"pinned_bytes\":%" PRIu64 ",\"generation\":%" PRIu64
 			       ",\"quota\":{\"clients\":%" PRIu32 ",\"allocated_bytes\":%" PRIu64
 			       ",\"allocations\":%" PRIu32 ",\"arenas\":%" PRIu32
-			       ",\"pinned_bytes\":%" PRIu64 "},\"mrs\":%" PRIu32 ",\"lookups\":%" PRIu64
+			       ",\"pinned_bytes\":%" PRIu64 "},\"mrs\":%" PRIu32
+			       ",\"client_pd_mrs\":%" PRIu32 ",\"client_pd_mr_bytes\":%" PRIu64
+			       ",\"lookups\":%" PRIu64
 			       ",\"misses\":%" PRIu64 ",\"table_overflow\":%s,\"waiting\":%" PRIu32
 			       ",\"quarantined_bytes\":%" PRIu64 ",\"quarantined_runs\":%" PRIu32 "}",
 			       d->clients, d->allocated_bytes, d->allocations, d->arenas,
 			       d->pinned_bytes, d->generation, d->quota_clients,
 			       d->quota_allocated_bytes, d->quota_allocations, d->quota_arenas,
-			       d->quota_pinned_bytes, d->mrs, d->lookups, d->misses,
+			       d->quota_pinned_bytes, d->mrs, d->client_pd_mrs,
+			       d->client_pd_mr_bytes, d->lookups, d->misses,
 			       json_bool(d->table_overflow), d->waiting, d->quarantined_bytes,
 			       d->quarantined_runs);
 		}
@@ -396,12 +400,14 @@ static void print_clients(const Mrd__ClientsResponse *r)
 	       "NAME", "DOMAIN", "ALLOCATED", "ALLOCS", "PD");
 	for (size_t i = 0; i < r->n_clients; i++) {
 		const Mrd__ClientInfo *c = r->clients[i];
-		char pd[48] = "domain";
+		char pd[96] = "domain";
 
 		/* Whose PD its keys are of: the domain's, or its own context's (BindPd). */
 		if (*c->bound_driver)
-			snprintf(pd, sizeof(pd), "own:%s/%" PRIu32 "(%" PRIu32 " MRs)",
-				 cell(c->bound_driver), c->bound_pd, c->bound_mrs);
+			snprintf(pd, sizeof(pd),
+				 "own:%s/%" PRIu32 "(%" PRIu32 " MRs, %" PRIu64 " bytes)",
+				 cell(c->bound_driver), c->bound_pd, c->bound_mrs,
+				 c->bound_mr_bytes);
 		printf("%-6" PRIu64 " %-8" PRIu32 " %-6" PRIu32 " %-6" PRIu32 " %-16s %-16s %14" PRIu64
 		       " %6" PRIu32 " %-14s%s\n", c->id, c->pid, c->uid, c->gid, cell(c->name),
 		       *c->domain ? cell(c->domain) : "-", c->allocated_bytes, c->allocations, pd,
@@ -410,9 +416,11 @@ static void print_clients(const Mrd__ClientsResponse *r)
 	if (r->clients_omitted)
 		printf("... %" PRIu32 " more clients not shown (one reply holds what fits)\n",
 		       r->clients_omitted);
-	printf("\n%-16s %9s %22s %16s %12s %22s %12s %6s %10s %8s\n", "DOMAIN", "CLIENTS",
-	       "ALLOCATED BYTES", "ALLOCATIONS", "ARENAS", "PINNED BYTES", "GENERATION", "MRS",
-	       "LOOKUPS", "MISSES");
+	/* MRS: the domain's PD's; OWN-PD: those in its clients' own PDs (BindPd), which
+	 * libmrd-preload.so's programs register into. */
+	printf("\n%-16s %9s %22s %16s %12s %22s %12s %6s %10s %16s %10s %8s\n", "DOMAIN",
+	       "CLIENTS", "ALLOCATED BYTES", "ALLOCATIONS", "ARENAS", "PINNED BYTES", "GENERATION",
+	       "MRS", "OWN-PD MRS", "OWN-PD MR BYTES", "LOOKUPS", "MISSES");
 	for (size_t i = 0; i < r->n_domains; i++) {
 		const Mrd__DomainInfo *d = r->domains[i];
 		char clients[24], alloc[48], allocs[32], arenas[24], pinned[48];
@@ -426,9 +434,11 @@ static void print_clients(const Mrd__ClientsResponse *r)
 		snprintf(arenas, sizeof(arenas), "%" PRIu32 "/%" PRIu32, d->arenas, d->quota_arenas);
 		snprintf(pinned, sizeof(pinned), "%" PRIu64 "/%" PRIu64, d->pinned_bytes,
 			 d->quota_pinned_bytes);
-		printf("%-16s %9s %22s %16s %12s %22s %12" PRIu64 " %6" PRIu32 " %10" PRIu64 " %8" PRIu64
-		       "%s", cell(d->name), clients, alloc, allocs, arenas, pinned, d->generation, d->mrs,
-		       d->lookups, d->misses, d->table_overflow ? "  (table overflow)" : "");
+		printf("%-16s %9s %22s %16s %12s %22s %12" PRIu64 " %6" PRIu32 " %10" PRIu32
+		       " %16" PRIu64 " %10" PRIu64 " %8" PRIu64 "%s", cell(d->name), clients, alloc,
+		       allocs, arenas, pinned, d->generation, d->mrs, d->client_pd_mrs,
+		       d->client_pd_mr_bytes, d->lookups, d->misses,
+		       d->table_overflow ? "  (table overflow)" : "");
 		if (d->waiting)
 			printf("  (%" PRIu32 " waiting for their owners after a restart)", d->waiting);
 		if (d->quarantined_runs)

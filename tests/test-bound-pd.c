@@ -437,7 +437,9 @@ START_TEST(test_quota_holds)
 	bind_soft(c);
 	td_send_lookup(fd, 3, a);
 	resp = td_expect(fd, 3, EDQUOT);
-	ck_assert_ptr_nonnull(strstr(resp->message, "quota.pinned_bytes"));
+	ck_assert_msg(strcmp(resp->message, "quota.pinned_bytes (2097152) would be exceeded in "
+		      "domain uid-1000: 0 in use, this request tried to pin 3145728 more; raise "
+		      "[quota] pinned_bytes in mrd.conf and reload mrd") == 0, "%s", resp->message);
 	mrd__response__free_unpacked(resp, NULL);
 	k = (int)pinned(c);
 	ck_assert_int_eq(k, 0);
@@ -574,6 +576,55 @@ START_TEST(test_dump_shows_client_pds_to_admins)
 	ck_assert_uint_eq(dump_count(ofd, 6, MRD__DUMP_MR_KIND__DUMP_MR_CACHE), 1);
 	ck_assert_uint_eq(dump_count(rfd, 7, MRD__DUMP_MR_KIND__DUMP_MR_CLIENT_PD), 1);
 	close(rfd);
+	finish(fd, ofd);
+}
+END_TEST
+
+/* Clients (mrctl clients): the MRs of its clients' own PDs show in the domain's row, beside the
+ * domain's PD's, and each client's in its row, with the bytes they cover. */
+START_TEST(test_clients_view_counts_client_pd_mrs)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ClientsRequest q = MRD__CLIENTS_REQUEST__INIT;
+	struct client *c, *other, *third;
+	int fd = td_hello_client(1000, &c), ofd = td_hello_client(1000, &other);
+	int tfd = td_hello_client(1000, &third);
+	uint64_t a = td_alloc(fd, 2, 3 * MiB), b = td_alloc(fd, 3, 1 * MiB);
+	const Mrd__DomainInfo *d;
+	Mrd__Response *resp;
+	bool seen = false;
+
+	bind_soft(c);
+	td_lookup(fd, 4, a, 0, NULL);
+	td_lookup(fd, 5, b, 0, NULL);
+	td_lookup(ofd, 6, b, 0, NULL); /* one of the domain's PD */
+	td_alloc(tfd, 2, 4096); /* joins the domain */
+	bind_soft(third);
+	td_lookup(tfd, 3, a, 0, NULL); /* the same memory, in a second client's PD */
+	req.id = 7;
+	req.body_case = MRD__REQUEST__BODY_CLIENTS;
+	req.clients = &q;
+	td_send_request(ofd, &req, NULL, 0);
+	resp = td_expect(ofd, 7, 0);
+	ck_assert_uint_eq(resp->clients->n_domains, 1);
+	d = resp->clients->domains[0];
+	ck_assert_uint_eq(d->mrs, 1);
+	ck_assert_uint_eq(d->client_pd_mrs, 3);
+	ck_assert_uint_eq(d->client_pd_mr_bytes, 7 * MiB);
+	for (size_t i = 0; i < resp->clients->n_clients; i++) {
+		const Mrd__ClientInfo *ci = resp->clients->clients[i];
+
+		if (ci->id != c->id)
+			continue;
+		seen = true;
+		ck_assert_uint_eq(ci->bound_mrs, 2);
+		ck_assert_uint_eq(ci->bound_mr_bytes, 4 * MiB);
+	}
+	ck_assert(seen);
+	mrd__response__free_unpacked(resp, NULL);
+	close(tfd);
+	pump_until_closed(); /* the third's PD */
+	closed = 0;
 	finish(fd, ofd);
 }
 END_TEST
@@ -1279,6 +1330,7 @@ int main(void)
 	tcase_add_test(tc, test_alias_span_is_all_the_mrs_cover);
 	tcase_add_test(tc, test_alloc_registers_at_once);
 	tcase_add_test(tc, test_dump_shows_client_pds_to_admins);
+	tcase_add_test(tc, test_clients_view_counts_client_pd_mrs);
 	tcase_add_test(tc, test_on_demand_in_the_bound_pd);
 	tcase_add_test(tc, test_bind_refuses_what_is_no_uverbs_fd);
 	tcase_add_test(tc, test_kept_at_the_end);

@@ -892,6 +892,10 @@ static void expect_message(int fd, uint64_t id, int error, const char *what)
 
 /* A request's own check comes before its domain (.needs_domain): a malformed one is refused
  * for what it says, and joins no domain; a well-formed one is refused with the quota. */
+#define QUOTA_CLIENTS_1                                                                       \
+	"quota.clients (1) would be exceeded in domain uid-1000: 1 in use, this request tried " \
+	"to add 1 more; raise [quota] clients in mrd.conf and reload mrd"
+
 START_TEST(test_domain_after_check)
 {
 	struct client *b, *c;
@@ -907,11 +911,11 @@ START_TEST(test_domain_after_check)
 	expect_message(fb, 3, EINVAL, "unknown allocation flags 0x80");
 	ck_assert_ptr_null(b->domain);
 	send_alloc(fb, 4, 4096, 0);
-	expect_message(fb, 4, EDQUOT, "quota.clients (1) reached for domain uid-1000");
+	expect_message(fb, 4, EDQUOT, QUOTA_CLIENTS_1);
 	td_send_lookup(fb, 5, 0x1000);
-	expect_message(fb, 5, EDQUOT, "quota.clients (1) reached for domain uid-1000");
+	expect_message(fb, 5, EDQUOT, QUOTA_CLIENTS_1);
 	send_export_pd(fb, 6); /* the same words as any other request's */
-	expect_message(fb, 6, EDQUOT, "quota.clients (1) reached for domain uid-1000");
+	expect_message(fb, 6, EDQUOT, QUOTA_CLIENTS_1);
 	ck_assert_ptr_null(b->domain);
 
 	send_alloc(fc, 7, 4096, 0x80);

@@ -638,7 +638,10 @@ START_TEST(test_pinned_quota)
 	lookup(fd, 4, &a, 1, 0, &e);
 	td_send_lookup(fd, 5, b);
 	resp = td_expect(fd, 5, EDQUOT);
-	ck_assert_ptr_nonnull(strstr(resp->message, "quota.pinned_bytes (1048576)"));
+	ck_assert_msg(strcmp(resp->message, "quota.pinned_bytes (1048576) would be exceeded in domain "
+				     "uid-1000: 786432 in use, this request tried to pin 524288 "
+				     "more; raise [quota] pinned_bytes in mrd.conf and reload mrd") == 0,
+		      "%s", resp->message);
 	mrd__response__free_unpacked(resp, NULL);
 	td_free(fd, 6, a, 0); /* unpinned: now it fits */
 	lookup(fd, 7, &b, 1, 0, &e);

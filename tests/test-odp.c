@@ -426,7 +426,7 @@ START_TEST(test_neighbours_freed_under_prefetch)
 	start_with_idle_worker(&cpus);
 	for (int i = 0; i < CLIENTS; i++) {
 		fds[i] = td_hello_client(1000, &cl[i]);
-		ck_assert_int_eq(client_get_domain(cl[i], &d), 0); /* all in one domain */
+		ck_assert_int_eq(client_get_domain(cl[i], &d, (char[256]){ 0 }, 256), 0); /* all in one domain */
 	}
 	for (int i = 0; i < NEIGHBOURS; i++) {
 		ck_assert_int_eq(domain_alloc(d, &cl[i % CLIENTS]->owner, 4 * KiB, 0, false, false,

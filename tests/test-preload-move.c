@@ -908,6 +908,32 @@ static void *registering(void *arg)
 	return NULL;
 }
 
+/* A move past the domain's quota says what a fall-through logs: which quota, its limit, what is
+ * in use, what the program tried to pin, and how to raise it. */
+START_TEST(test_quota_refusal_says_how_to_raise_it)
+{
+	char *p = anon(32);
+	struct moved_range *r;
+	char why[256] = "";
+	int k;
+
+	teardown();
+	ck_assert_int_eq(mrd_proc_start(&mrd, "[memory]\nhugepages = no\narena_size = 64M\n"
+					      "[quota]\nallocated_bytes = 64K\n", NULL), 0);
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &mem), 0);
+	memset(&ranges, 0, sizeof(ranges));
+	k = moved_range_move(&ranges, mem, (uintptr_t)p, (uintptr_t)p + 32 * PAGE, RW, &r, why,
+			     sizeof(why));
+	ck_assert_int_eq(k, -EDQUOT);
+	ck_assert_msg(strstr(why, "mrd gave no memory: quota.allocated_bytes (65536) would be "
+				  "exceeded in domain ") &&
+		      strstr(why, ": 0 in use, this request tried to allocate 131072 more; raise "
+				  "[quota] allocated_bytes in mrd.conf and reload mrd"),
+		      "%s", why);
+	munmap(p, 32 * PAGE);
+}
+END_TEST
+
 START_TEST(test_fork_while_registering)
 {
 	struct mrd_proc own;
@@ -1549,6 +1575,7 @@ int main(void)
 	tc = tcase_create("fork"); /* no fixture: libmrd must not have started in the process */
 	tcase_set_timeout(tc, 60); /* sanitizers on a busy machine are slow */
 	tcase_add_test(tc, test_fork_while_registering);
+	tcase_add_test(tc, test_quota_refusal_says_how_to_raise_it);
 	tcase_add_test(tc, test_fork_child_leaves_the_parents_handle);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("review");

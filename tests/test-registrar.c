@@ -200,7 +200,7 @@ START_TEST(test_pinned_quota_mine_and_the_hosts)
 {
 	struct reg_allocation *ra = alloc(64 * KiB);
 	struct mr_entry e;
-	char why[160] = "";
+	char why[256] = "";
 
 	cfg.quota_pinned_bytes = 64 * KiB - 1;
 	ck_assert_int_eq(registrar_lookup(&reg, address(ra), &e, why, sizeof(why), NULL),
@@ -214,7 +214,9 @@ START_TEST(test_pinned_quota_mine_and_the_hosts)
 	host_pinned = cfg.max_pinned_bytes - 4 * KiB;
 	ck_assert_int_eq(registrar_lookup(&reg, address(ra), &e, why, sizeof(why), NULL),
 			 -EDQUOT);
-	ck_assert_ptr_nonnull(strstr(why, "limits.pinned_bytes"));
+	ck_assert_msg(strstr(why, "limits.pinned_bytes (1073741824) would be exceeded by all domains: "
+			     "1073737728 in use, this request tried to pin 65536 more; raise [limits] "
+			     "pinned_bytes in mrd.conf and reload mrd"), "%s", why);
 	host_pinned = 0;
 	ck_assert_int_eq(lookup(address(ra), &e, NULL), 0); /* exactly the quota */
 	ck_assert_uint_eq(host_pinned, 64 * KiB);
@@ -877,7 +879,7 @@ START_TEST(test_mempool_range_outside_memory)
 	uint64_t starts[] = { a, a + 60 * KiB }, lengths[] = { 4 * KiB, 8 * KiB };
 	uint64_t zero = 0;
 	struct pool_reg *p;
-	char why[160] = "";
+	char why[256] = "";
 
 	/* The first range is fine, the second runs past a's end: nothing is registered. */
 	ck_assert_int_eq(pool("p", starts, lengths, 2, &p, why, sizeof(why)), -EFAULT);
@@ -912,7 +914,9 @@ START_TEST(test_mempool_quotas)
 	cfg.quota_pinned_bytes = 64 * KiB;
 	cfg.quota_mempools = 1;
 	ck_assert_int_eq(pool("q", &b, &page, 1, &p, why, sizeof(why)), -EDQUOT);
-	ck_assert_ptr_nonnull(strstr(why, "quota.mempools (1)"));
+	ck_assert_msg(strstr(why, "quota.mempools (1) would be exceeded in domain ") &&
+		      strstr(why, ": 1 in use, this request tried to add 1 more; raise [quota] "
+			     "mempools in mrd.conf and reload mrd"), "%s", why);
 	ck_assert_uint_eq(reg.mempools.n_regs, 1);
 	cfg.quota_mempools = 2;
 	ck_assert_int_eq(pool("q", &b, &page, 1, &p, why, sizeof(why)), 0);

@@ -114,6 +114,30 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 	return 0;
 }
 
+/* Lines with "rereg probe" that f logs at info (mrd's default level), stderr captured. */
+static unsigned probe_lines(void (*f)(void))
+{
+	char out[4096];
+	int saved = dup(STDERR_FILENO), cap = memfd_create("log", MFD_CLOEXEC);
+	unsigned n = 0;
+	ssize_t k;
+
+	ck_assert_int_ge(saved, 0);
+	ck_assert_int_ge(cap, 0);
+	log_set_level(LOG_LEVEL_INFO);
+	ck_assert_int_eq(dup2(cap, STDERR_FILENO), STDERR_FILENO);
+	f();
+	ck_assert_int_eq(dup2(saved, STDERR_FILENO), STDERR_FILENO);
+	close(saved);
+	k = pread(cap, out, sizeof(out) - 1, 0);
+	close(cap);
+	ck_assert_int_ge(k, 0);
+	out[k] = '\0';
+	for (const char *p = strstr(out, "rereg probe"); p; p = strstr(p + 1, "rereg probe"))
+		n++;
+	return n;
+}
+
 static struct verbs_provider vp;
 static struct verbs_pd vpd;
 static uint8_t *buf;
@@ -192,6 +216,37 @@ static struct provider_mr *reg_rw(void)
 }
 
 /* A move keeps the access: access 0, and no IBV_REREG_MR_CHANGE_ACCESS. */
+/* What verbs_open does with the device: the probe, then its line. */
+static void open_device(void)
+{
+	probe_rereg(vp.ctx, &vp.base.caps);
+	log_probe(&vp.base.caps);
+}
+
+static void open_four_times(void)
+{
+	for (int i = 0; i < 4; i++)
+		open_device();
+}
+
+/* A domain opens the device for each program that binds a PD (libmrd-preload.so: every run),
+ * and the served devices' scan once more: the probe's answer is logged once per device, and
+ * again only when it changes (a device lost and back as another, a firmware update). */
+START_TEST(probe_logged_once_per_device)
+{
+	snprintf(vp.base.caps.device, sizeof(vp.base.caps.device), "rxe0");
+	driver = FAKE_REFUSE;
+	ck_assert_uint_eq(probe_lines(open_four_times), 1);
+	ck_assert_uint_eq(probe_lines(open_device), 0);
+	driver = FAKE_NEW_KEYS; /* the answer changed */
+	ck_assert_uint_eq(probe_lines(open_four_times), 1);
+	snprintf(vp.base.caps.device, sizeof(vp.base.caps.device), "rxe1");
+	ck_assert_uint_eq(probe_lines(open_four_times), 1);
+	snprintf(vp.base.caps.device, sizeof(vp.base.caps.device), "rxe0");
+	ck_assert_uint_eq(probe_lines(open_device), 0);
+}
+END_TEST
+
 START_TEST(move_passes_access_0)
 {
 	struct provider_mr *mr;
@@ -315,6 +370,7 @@ static Suite *verbs_rereg_suite(void)
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, probe_answers);
+	tcase_add_test(tc, probe_logged_once_per_device);
 	tcase_add_test(tc, move_passes_access_0);
 	tcase_add_test(tc, park_grants_nothing);
 	tcase_add_test(tc, park_refused);

@@ -257,6 +257,40 @@ uint64_t config_window_bytes(const struct config *c)
 	return share < c->window_size ? share : c->window_size;
 }
 
+int config_quota_refusal(const struct config *c, enum quota_key key, const char *domain,
+			 uint64_t used, uint64_t asked, char *why, size_t why_size)
+{
+	static const struct {
+		const char *section, *name, *verb;
+	} keys[] = {
+		[QUOTA_ALLOCATED_BYTES] = { "quota", "allocated_bytes", "allocate" },
+		[QUOTA_PINNED_BYTES] = { "quota", "pinned_bytes", "pin" },
+		[QUOTA_ARENAS] = { "quota", "arenas", "add" },
+		[QUOTA_ALLOCATIONS] = { "quota", "allocations", "add" },
+		[QUOTA_MEMPOOLS] = { "quota", "mempools", "add" },
+		[QUOTA_CLIENTS] = { "quota", "clients", "add" },
+		[QUOTA_WINDOW_BYTES] = { "quota", "window_bytes", "map" },
+		[LIMIT_PINNED_BYTES] = { "limits", "pinned_bytes", "pin" },
+	};
+	const uint64_t limits[] = {
+		[QUOTA_ALLOCATED_BYTES] = c->quota_allocated_bytes,
+		[QUOTA_PINNED_BYTES] = c->quota_pinned_bytes,
+		[QUOTA_ARENAS] = c->quota_arenas,
+		[QUOTA_ALLOCATIONS] = c->quota_allocations,
+		[QUOTA_MEMPOOLS] = c->quota_mempools,
+		[QUOTA_CLIENTS] = c->quota_clients,
+		[QUOTA_WINDOW_BYTES] = config_window_bytes(c),
+		[LIMIT_PINNED_BYTES] = c->max_pinned_bytes,
+	};
+
+	snprintf(why, why_size, "%s.%s (%" PRIu64 ") would be exceeded %s%s: %" PRIu64 " in use, "
+		 "this request tried to %s %" PRIu64 " more; raise [%s] %s in mrd.conf and "
+		 "reload mrd", keys[key].section, keys[key].name, limits[key],
+		 domain ? "in domain " : "by all domains", domain ? domain : "", used,
+		 keys[key].verb, asked, keys[key].section, keys[key].name);
+	return -EDQUOT;
+}
+
 int config_policy_for(const struct config *c, const char *name)
 {
 	for (size_t i = 0; i < c->n_policies; i++)

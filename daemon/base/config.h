@@ -125,6 +125,23 @@ void config_fit_host(struct config *c, uint64_t host_bytes);
  * default an eighth of the window (so that eight domains always fit), at least 4 arenas. */
 uint64_t config_window_bytes(const struct config *c);
 
+/* The limits a request can pass, each refused with config_quota_refusal(). */
+enum quota_key {
+	QUOTA_ALLOCATED_BYTES,
+	QUOTA_PINNED_BYTES,
+	QUOTA_ARENAS,
+	QUOTA_ALLOCATIONS,
+	QUOTA_MEMPOOLS,
+	QUOTA_CLIENTS,
+	QUOTA_WINDOW_BYTES,
+	LIMIT_PINNED_BYTES, /* [limits] pinned_bytes: all domains together (domain NULL) */
+};
+/* Writes to why the one refusal every path gives for passing key: the key as mrd.conf names it,
+ * its limit, what domain (NULL: all domains) has in use, what the request tried to add, and
+ * how to raise it (the quotas change at a reload). Returns -EDQUOT. */
+int config_quota_refusal(const struct config *c, enum quota_key key, const char *domain,
+			 uint64_t used, uint64_t asked, char *why, size_t why_size);
+
 /* The cache policy of the domain named name: its [policies] line, else [cache] policy. */
 int config_policy_for(const struct config *c, const char *name);
 /* Whether [mrd] devices lets clients bind contexts of the RDMA device name. */

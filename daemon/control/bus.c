@@ -179,10 +179,12 @@ static int method_dump(sd_bus_message *msg, void *userdata, sd_bus_error *error)
 		json_write_string(f, d->name);
 		fprintf(f, ",\"clients\":%u,\"allocated_bytes\":%" PRIu64 ",\"allocations\":%zu"
 			",\"arenas\":%u,\"pinned_bytes\":%" PRIu64 ",\"generation\":%" PRIu64
-			",\"mrs\":%u,\"lookups\":%" PRIu64 ",\"misses\":%" PRIu64
+			",\"mrs\":%u,\"client_pd_mrs\":%u,\"client_pd_mr_bytes\":%" PRIu64
+			",\"lookups\":%" PRIu64 ",\"misses\":%" PRIu64
 			",\"registrations\":%" PRIu64 ",\"deregistrations\":%" PRIu64, s.clients,
 			s.allocated_bytes, s.allocations, s.arenas, s.pinned_bytes, s.generation,
-			s.mrs, s.lookups, s.misses, s.registrations, s.deregistrations);
+			s.mrs, s.client_pd_mrs, s.client_pd_mr_bytes, s.lookups, s.misses,
+			s.registrations, s.deregistrations);
 		dump_pools(f, d, &s);
 		fputc('}', f);
 	}

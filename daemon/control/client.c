@@ -340,12 +340,12 @@ void client_resume(struct client *c)
 	client_set_reading(c, true);
 }
 
-int client_get_domain(struct client *c, struct domain **ret)
+int client_get_domain(struct client *c, struct domain **ret, char *why, size_t why_size)
 {
 	int r;
 
 	if (!c->domain) {
-		r = domain_acquire(&c->manager->core, c->domain_name, &c->domain);
+		r = domain_acquire(&c->manager->core, c->domain_name, &c->domain, why, why_size);
 		if (r < 0)
 			return r;
 	}

@@ -107,8 +107,8 @@ DEFINE_CLEANUP(struct client, client_free)
 int client_send_frame(struct client *c, const uint8_t *data, size_t len, const int *fds,
 		      size_t n_fds);
 
-/* The client's domain, acquired on first use. */
-int client_get_domain(struct client *c, struct domain **ret);
+/* The client's domain, acquired on first use; why says why not. */
+int client_get_domain(struct client *c, struct domain **ret, char *why, size_t why_size);
 
 /* Whether c has limits.requests_in_flight requests pending or replies unread: mrd reads no
  * more of its requests until one is answered or read. */

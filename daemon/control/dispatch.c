@@ -216,11 +216,10 @@ static int protocol_error(struct client *c, struct reply *r, int error)
 /* The client's domain, joined on first use; a refusal says why in r. */
 static int request_domain(struct client *c, struct reply *r, struct domain **ret)
 {
-	int k = client_get_domain(c, ret);
+	int k = client_get_domain(c, ret, r->message, sizeof(r->message));
 
 	if (k == -EDQUOT)
-		reply_set_message(r, "quota.clients (%u) reached for domain %s",
-				  c->manager->core.config.quota_clients, c->domain_name);
+		; /* the message names the quota (config_quota_refusal) */
 	else if (k == -ENODEV && device_check(&c->manager->core, r->message, sizeof(r->message)) < 0)
 		; /* the device failed: the message says so */
 	else if (k < 0)

@@ -137,7 +137,7 @@ static Mrd__MrEntry *register_now(struct client *c, struct domain *d, const stru
 {
 	struct mr_entry e;
 	Mrd__MrEntry **ptrs;
-	char why[160];
+	char why[256];
 
 	if (c->bound_lost || domain_register_now(d, c->bound, a, &e, why, sizeof(why)) < 0 ||
 	    !(ptrs = fill_mr_entries(r, &e, 1)))

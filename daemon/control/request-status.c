@@ -179,6 +179,8 @@ static void domain_info(Mrd__DomainInfo *di, struct domain *d, const struct conf
 	di->quota_allocations = cfg->quota_allocations;
 	di->quota_clients = cfg->quota_clients;
 	di->mrs = s.mrs;
+	di->client_pd_mrs = s.client_pd_mrs;
+	di->client_pd_mr_bytes = s.client_pd_mr_bytes;
 	di->lookups = s.lookups;
 	di->misses = s.misses;
 	di->table_overflow = s.table_overflow;
@@ -268,6 +270,7 @@ int request_clients(struct client *c, struct domain *no_domain, const Mrd__Reque
 			ci[i].bound_pd = it->bound->pd_handle;
 			ci[i].bound_mrs = it->bound->cache.n_mrs;
 			ci[i].bound_registrations = it->bound->cache.registrations;
+			ci[i].bound_mr_bytes = mr_cache_bytes(&it->bound->cache);
 		}
 		bytes += reply_repeated_size(&ci[i].base);
 		if (bytes > budget) {

@@ -34,7 +34,12 @@ void domain_stats(struct domain *d, struct domain_stats *ret)
 		.pools_off = d->reg.base.pools.off ? d->reg.base.pools.off : "",
 		.n_pools = domain_pool_stats(d, NULL, 0),
 	};
+	const struct mr_cache *bound;
 
+	LIST_FOREACH(bound, &cache->bound, bound_link) {
+		s.client_pd_mrs += bound->n_mrs;
+		s.client_pd_mr_bytes += mr_cache_bytes(bound);
+	}
 	frmr_pools_summary(&d->reg.base.pools, &s.pools_config, &s.pools_queued);
 	key_quarantine_counts(&d->reg.base.pools.quarantine, &s.keys_quarantine_on, &s.keys_held,
 			      &s.keys_unparked);

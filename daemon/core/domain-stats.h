@@ -30,6 +30,8 @@ struct domain_stats {
 	/* Its registrations (the domain's PD; a client PD's are the client's). */
 	uint64_t pinned_bytes;
 	unsigned mrs;
+	unsigned client_pd_mrs; /* live in its clients' own PDs (BindPd) */
+	uint64_t client_pd_mr_bytes;
 	uint64_t lookups, misses, registrations, deregistrations;
 	bool table_overflow;
 	uint32_t table_entries; /* 0 while it overflows */

@@ -282,13 +282,15 @@ static int domain_open(struct core *core, const char *name, struct domain **ret)
 	return 0;
 }
 
-int domain_acquire(struct core *core, const char *name, struct domain **ret)
+int domain_acquire(struct core *core, const char *name, struct domain **ret, char *why,
+		   size_t why_size)
 {
 	struct domain *d = domain_find(core, name);
 	int r;
 
 	if (d && d->n_users >= core->config.quota_clients)
-		return -EDQUOT;
+		return config_quota_refusal(&core->config, QUOTA_CLIENTS, name, d->n_users, 1, why,
+					    why_size);
 	if (!d) {
 		r = domain_open(core, name, &d);
 		if (r < 0)

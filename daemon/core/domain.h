@@ -82,8 +82,9 @@ int domain_bind_pd(struct domain *d, int fd, uint32_t pd_handle, pid_t pid,
 void domain_pd_replaced(struct domain *d);
 
 /* The domain named name, opened on first use; the caller holds a reference. Fails with
- * -EDQUOT when it already serves quota.clients clients. */
-int domain_acquire(struct core *core, const char *name, struct domain **ret);
+ * -EDQUOT, why saying so, when it already serves quota.clients clients. */
+int domain_acquire(struct core *core, const char *name, struct domain **ret, char *why,
+		   size_t why_size);
 /* A domain the previous mrd had open (warm restart): no client yet, held open while its
  * orphans wait (domain_reap_orphans). -EEXIST when it is open already. Its status page, as
  * that of any domain opened later under a name the previous mrd had, starts above the old

@@ -263,7 +263,7 @@ int allocation_alloc(struct memory *m, struct allocation *a, struct mem_owner *o
 	}
 done:
 	if (r == -EDQUOT)
-		return memory_window_quota(m, why, why_size);
+		return memory_window_quota(m, size, why, why_size);
 	if (r < 0) {
 		snprintf(why, why_size, "no memory for %" PRIu64 " bytes (%s pages): %s", size,
 			 hugetlb ? "2 MiB" : "4 KiB", strerror(-r));
@@ -273,9 +273,8 @@ done:
 	if (m->allocated_bytes + length > c->quota_allocated_bytes) {
 		/* Rounding to pages crossed the quota. */
 		unrun(m, arena, offset, length);
-		snprintf(why, why_size, "quota.allocated_bytes (%" PRIu64 ") would be exceeded in "
-			 "domain %s", c->quota_allocated_bytes, m->name);
-		return -EDQUOT;
+		return config_quota_refusal(c, QUOTA_ALLOCATED_BYTES, m->name, m->allocated_bytes,
+					    length, why, why_size);
 	}
 	r = record(m, a, owner, arena, offset, length);
 	if (r < 0)
@@ -312,7 +311,7 @@ int allocation_attach(struct memory *m, struct allocation *a, struct mem_owner *
 			 "([memory] window_size)", length);
 		r = -ENOMEM;
 	} else if (r == -EDQUOT)
-		r = memory_window_quota(m, why, why_size);
+		r = memory_window_quota(m, length, why, why_size);
 	if (r < 0)
 		return r;
 	arena->n_allocations = 1;

@@ -5,6 +5,7 @@
 
 #include "memory/arena.h"
 #include "memory/memory.h"
+#include "memory/window.h"
 
 void memory_init(struct memory *m, const struct config *config, struct window *window,
 		 const char *name)
@@ -29,12 +30,13 @@ void memory_done(struct memory *m)
 	status_page_close(&m->status);
 }
 
-int memory_window_quota(const struct memory *m, char *why, size_t why_size)
+int memory_window_quota(const struct memory *m, uint64_t length, char *why, size_t why_size)
 {
-	snprintf(why, why_size, "quota.window_bytes (%" PRIu64 ") reached for domain %s: its %u "
-		 "arenas take %" PRIu64 " bytes of the address window",
-		 config_window_bytes(m->config), m->name, m->n_arenas, m->window_bytes);
-	return -EDQUOT;
+	uint64_t slot = m->window->slot_size;
+
+	/* An arena takes whole slots. */
+	return config_quota_refusal(m->config, QUOTA_WINDOW_BYTES, m->name, m->window_bytes,
+				    (length + slot - 1) / slot * slot, why, why_size);
 }
 
 int memory_check_quota(const struct memory *m, uint64_t bytes, bool new_arena, char *why,
@@ -42,24 +44,16 @@ int memory_check_quota(const struct memory *m, uint64_t bytes, bool new_arena, c
 {
 	const struct config *c = m->config;
 
-	if (m->allocations.n >= c->quota_allocations) {
-		snprintf(why, why_size, "quota.allocations (%u) reached for domain %s",
-			 c->quota_allocations, m->name);
-		return -EDQUOT;
-	}
+	if (m->allocations.n >= c->quota_allocations)
+		return config_quota_refusal(c, QUOTA_ALLOCATIONS, m->name, m->allocations.n, 1, why,
+					    why_size);
 	if (bytes > c->quota_allocated_bytes - m->allocated_bytes ||
-	    m->allocated_bytes > c->quota_allocated_bytes) {
-		snprintf(why, why_size,
-			 "quota.allocated_bytes (%" PRIu64 ") would be exceeded in domain %s: %" PRIu64
-			 " allocated, %" PRIu64 " asked",
-			 c->quota_allocated_bytes, m->name, m->allocated_bytes, bytes);
-		return -EDQUOT;
-	}
-	if (new_arena && m->n_arenas >= c->quota_arenas) {
-		snprintf(why, why_size, "quota.arenas (%u) reached for domain %s", c->quota_arenas,
-			 m->name);
-		return -EDQUOT;
-	}
+	    m->allocated_bytes > c->quota_allocated_bytes)
+		return config_quota_refusal(c, QUOTA_ALLOCATED_BYTES, m->name, m->allocated_bytes,
+					    bytes, why, why_size);
+	if (new_arena && m->n_arenas >= c->quota_arenas)
+		return config_quota_refusal(c, QUOTA_ARENAS, m->name, m->n_arenas, 1, why,
+					    why_size);
 	return 0;
 }
 

@@ -57,8 +57,9 @@ void memory_done(struct memory *m);
  * quota.allocated_bytes and quota.arenas: 0, or -EDQUOT with the reason in why. */
 int memory_check_quota(const struct memory *m, uint64_t bytes, bool new_arena, char *why,
 		       size_t why_size);
-/* arena_new and arena_new_external refuse past the domain's share of the window: why. */
-int memory_window_quota(const struct memory *m, char *why, size_t why_size);
+/* arena_new and arena_new_external refuse past the domain's share of the window: why, for a
+ * new arena of length bytes. */
+int memory_window_quota(const struct memory *m, uint64_t length, char *why, size_t why_size);
 
 /* The arena holding address, NULL when it is not this memory. */
 struct arena *memory_find_arena(struct memory *m, uint64_t address);

@@ -184,6 +184,36 @@ static void probe_rereg(struct ibv_context *ctx, struct provider_caps *caps)
 
 /* A context on the device named device (NULL: the first), its name and uverbs node in vp; its
  * async fd made non-blocking, as mrd reads it on the loop. */
+/* The probe's answer logged last for each device. The device is opened for every domain that
+ * opens (libmrd-preload.so's programs each open one, binding their PDs) and for the served
+ * devices' scan; the answer is news once per device, and again only when it changes (the
+ * device lost and back, a firmware update). */
+static struct {
+	char device[sizeof(((struct provider_caps *)0)->device)];
+	char answer[sizeof(((struct provider_caps *)0)->rereg_probe)];
+} probes_logged[32];
+static pthread_mutex_t probes_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void log_probe(const struct provider_caps *caps)
+{
+	bool news = true;
+	size_t i;
+
+	pthread_mutex_lock(&probes_lock);
+	for (i = 0; i < ELEMENTSOF(probes_logged) && probes_logged[i].device[0]; i++)
+		if (strcmp(probes_logged[i].device, caps->device) == 0)
+			break;
+	if (i < ELEMENTSOF(probes_logged)) { /* past as many devices: each answer is logged */
+		news = strcmp(probes_logged[i].answer, caps->rereg_probe) != 0 ||
+		       !probes_logged[i].device[0];
+		memcpy(probes_logged[i].device, caps->device, sizeof(probes_logged[i].device));
+		memcpy(probes_logged[i].answer, caps->rereg_probe, sizeof(probes_logged[i].answer));
+	}
+	pthread_mutex_unlock(&probes_lock);
+	log_full(news ? LOG_LEVEL_INFO : LOG_LEVEL_DEBUG, "verbs: %s: rereg probe: %s",
+		 caps->device, caps->rereg_probe);
+}
+
 static int open_context(struct verbs_provider *vp, const char *device)
 {
 	struct ibv_device **list, *dev = NULL;
@@ -344,7 +374,7 @@ static int verbs_open(const char *device, struct provider **ret)
 	log_debug("verbs: %s: max MR %llu, ODP %s%s", vp->base.caps.device,
 		  (unsigned long long)vp->base.caps.max_mr_size, vp->base.caps.odp ? "yes" : "no",
 		  vp->base.caps.odp_implicit ? " (implicit)" : "");
-	log_info("verbs: %s: rereg probe: %s", vp->base.caps.device, vp->base.caps.rereg_probe);
+	log_probe(&vp->base.caps);
 	*ret = &vp->base;
 	return 0;
 }

@@ -422,7 +422,7 @@ static void pool_job_done(struct registrar_work *w)
 	}
 	while (settle) {
 		struct waiter *waiter;
-		char why[160];
+		char why[256];
 		int k;
 
 		reg = settle;
@@ -453,11 +453,9 @@ int mempool_register(struct mempools *p, struct reg_owner *owner, const char *na
 		snprintf(why, why_size, "mempool '%s' is registered already", name);
 		return -EEXIST;
 	}
-	if (!old && p->n_regs >= cfg->quota_mempools) {
-		snprintf(why, why_size, "quota.mempools (%u) reached for domain %s",
-			 cfg->quota_mempools, p->reg->name);
-		return -EDQUOT;
-	}
+	if (!old && p->n_regs >= cfg->quota_mempools)
+		return config_quota_refusal(cfg, QUOTA_MEMPOOLS, p->reg->name, p->n_regs, 1, why,
+					    why_size);
 	spans = calloc(n, sizeof(*spans));
 	if (!spans)
 		return -ENOMEM;

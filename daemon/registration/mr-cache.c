@@ -631,7 +631,7 @@ static void retry(struct mr_cache *c, uint64_t addr, struct waiter *waiter)
 	struct reg_allocation *a =
 		reg_allocation_of(allocation_containing(base_of(c)->mem, addr));
 	struct mr_entry e;
-	char why[160] = "";
+	char why[256] = "";
 	int k;
 
 	if (stale(c)) {
@@ -662,7 +662,7 @@ static void reg_job_done(struct registrar_work *w)
 	struct mr_cache *c = j->cache;
 	struct reg_allocation *a = reg_allocation_of(allocation_containing(r->mem, j->addr));
 	struct mr_entry e;
-	char why[160] = "";
+	char why[256] = "";
 	int k = j->rt.result;
 
 	c->pending_bytes -= j->end - j->start;
@@ -947,4 +947,14 @@ bool mr_cache_drop_share(struct mr_cache *c, bool all, unsigned *made)
 	}
 	unhold(c);
 	return done;
+}
+
+uint64_t mr_cache_bytes(const struct mr_cache *c)
+{
+	const struct cached_mr *mr;
+	uint64_t bytes = 0;
+
+	LIST_FOREACH(mr, &c->mrs, link)
+		bytes += mr->end - mr->start;
+	return bytes;
 }

@@ -122,6 +122,8 @@ struct mr_cache {
  * its pinned pages in home, the domain's. */
 int mr_cache_init(struct mr_cache *c, struct reg_base *r, struct mr_cache *home,
 		  struct provider_pd *own_pd, enum mr_policy policy);
+/* The bytes c's MRs cover, each MR whole (the views': a walk). */
+uint64_t mr_cache_bytes(const struct mr_cache *c);
 /* Deregisters every MR (the domain's cache, at close). */
 void mr_cache_done(struct mr_cache *c);
 /* A client PD's cache, when its client goes: it serves no lookup from here on. */

@@ -408,7 +408,7 @@ static int lookup_answer(struct odp *o, struct prefetch_job *j, struct mr_entry 
 static void job_end(struct odp *o, struct prefetch_job *j)
 {
 	struct reg_allocation *a = j->allocation;
-	char why[160] = "";
+	char why[256] = "";
 
 	if (j->lookup) {
 		struct mr_entry e;

@@ -13,18 +13,12 @@ int reg_check_pinned(const struct reg_base *b, uint64_t more, char *why, size_t 
 	const struct config *c = b->config;
 	uint64_t mine = *b->pinned_bytes, all = *b->host_pinned;
 
-	if (mine + more > c->quota_pinned_bytes) {
-		snprintf(why, why_size, "quota.pinned_bytes (%" PRIu64 ") would be exceeded in domain "
-			 "%s: %" PRIu64 " pinned or being pinned, %" PRIu64 " more asked",
-			 c->quota_pinned_bytes, b->name, mine, more);
-		return -EDQUOT;
-	}
-	if (all + more > c->max_pinned_bytes) {
-		snprintf(why, why_size, "limits.pinned_bytes (%" PRIu64 ") would be exceeded: all "
-			 "domains pin or are pinning %" PRIu64 ", %" PRIu64 " more asked",
-			 c->max_pinned_bytes, all, more);
-		return -EDQUOT;
-	}
+	/* In use: pinned or being pinned. */
+	if (mine + more > c->quota_pinned_bytes)
+		return config_quota_refusal(c, QUOTA_PINNED_BYTES, b->name, mine, more, why,
+					    why_size);
+	if (all + more > c->max_pinned_bytes)
+		return config_quota_refusal(c, LIMIT_PINNED_BYTES, NULL, all, more, why, why_size);
 	return 0;
 }
 
