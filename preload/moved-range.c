@@ -41,20 +41,6 @@ static void update_bounds(struct moved_ranges *m)
 	__atomic_store_n(&m->hi, hi, __ATOMIC_RELEASE);
 }
 
-struct moved_range *moved_ranges_find(struct moved_ranges *m, uintptr_t start, uintptr_t end,
-				      bool *partial)
-{
-	size_t i = first_after(m, start);
-
-	*partial = false;
-	if (i == m->n || m->v[i]->start >= end)
-		return NULL;
-	if (m->v[i]->start <= start && end <= m->v[i]->end)
-		return m->v[i];
-	*partial = true;
-	return NULL;
-}
-
 struct moved_range *moved_ranges_overlapping(struct moved_ranges *m, uintptr_t start,
 					     uintptr_t end, unsigned *n)
 {

@@ -61,10 +61,6 @@ struct moved_ranges {
 	uintptr_t lo, hi;
 };
 
-/* The range holding all of [start, end), or NULL; *partial is set when another range
- * overlaps part of it (that registration cannot be served). */
-struct moved_range *moved_ranges_find(struct moved_ranges *m, uintptr_t start, uintptr_t end,
-				      bool *partial);
 /* The only range overlapping [start, end), or NULL; *n how many overlap it. */
 struct moved_range *moved_ranges_overlapping(struct moved_ranges *m, uintptr_t start,
 					     uintptr_t end, unsigned *n);

@@ -110,7 +110,7 @@ START_TEST(test_move_keeps_the_bytes_at_the_address)
 {
 	char *p = anon(4);
 	struct moved_range *r;
-	bool partial;
+	unsigned n;
 
 	fill(p, 4 * PAGE, 1);
 	r = move(p, 3);
@@ -125,11 +125,13 @@ START_TEST(test_move_keeps_the_bytes_at_the_address)
 	/* The fourth page stays the program's own. */
 	ck_assert_int_eq(address_space_movable((uintptr_t)p + 3 * PAGE, (uintptr_t)p + 4 * PAGE,
 					       (char[64]){ 0 }, 64), 0);
-	ck_assert_ptr_eq(moved_ranges_find(&ranges, r->start + PAGE, r->start + 2 * PAGE, &partial),
+	ck_assert_ptr_eq(moved_ranges_overlapping(&ranges, r->start + PAGE, r->start + 2 * PAGE, &n),
 			 r);
-	ck_assert(!partial);
-	ck_assert_ptr_null(moved_ranges_find(&ranges, r->start + PAGE, r->end + PAGE, &partial));
-	ck_assert(partial); /* half inside: that registration cannot be served */
+	ck_assert_uint_eq(n, 1);
+	/* Half inside: a heap neighbour of r's buffer. */
+	ck_assert_ptr_eq(moved_ranges_overlapping(&ranges, r->start + PAGE, r->end + PAGE, &n), r);
+	ck_assert_ptr_null(moved_ranges_overlapping(&ranges, r->end, r->end + PAGE, &n));
+	ck_assert_uint_eq(n, 0);
 	moved_range_move_back(&ranges, mem, r);
 	munmap(p, 4 * PAGE);
 }
@@ -431,7 +433,7 @@ START_TEST(test_many_ranges_stay_sorted)
 	enum { N = 40 };
 	char *p = anon(2 * N);
 	struct moved_range *r[N];
-	bool partial;
+	unsigned n;
 
 	/* Every other page, in a shuffled order. */
 	for (int i = 0; i < N; i++) {
@@ -445,14 +447,18 @@ START_TEST(test_many_ranges_stay_sorted)
 	ck_assert_uint_eq(ranges.lo, (uintptr_t)p);
 	ck_assert_uint_eq(ranges.hi, (uintptr_t)p + (2 * N - 1) * PAGE);
 	for (int j = 0; j < N; j++) {
-		ck_assert_ptr_eq(moved_ranges_find(&ranges, (uintptr_t)p + 2 * j * PAGE,
-						   (uintptr_t)p + (2 * j + 1) * PAGE, &partial),
+		ck_assert_ptr_eq(moved_ranges_overlapping(&ranges, (uintptr_t)p + 2 * j * PAGE,
+							  (uintptr_t)p + (2 * j + 1) * PAGE, &n),
 				 r[j]);
 		ck_assert(same(p + 2 * j * PAGE, PAGE, (unsigned)j));
 	}
-	ck_assert_ptr_null(moved_ranges_find(&ranges, (uintptr_t)p + PAGE, (uintptr_t)p + 2 * PAGE,
-					     &partial));
-	ck_assert(!partial);
+	ck_assert_ptr_null(moved_ranges_overlapping(&ranges, (uintptr_t)p + PAGE,
+						    (uintptr_t)p + 2 * PAGE, &n));
+	ck_assert_uint_eq(n, 0);
+	/* Over two ranges: one MR cannot span both. */
+	ck_assert_ptr_null(moved_ranges_overlapping(&ranges, (uintptr_t)p, (uintptr_t)p + 3 * PAGE,
+						    &n));
+	ck_assert_uint_eq(n, 2);
 	for (int j = 0; j < N; j += 2)
 		moved_range_move_back(&ranges, mem, r[j]);
 	ck_assert_uint_eq(ranges.n, N / 2);
