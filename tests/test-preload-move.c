@@ -473,16 +473,27 @@ START_TEST(test_many_ranges_stay_sorted)
 END_TEST
 
 
+/* The process's mappings but AddressSanitizer's shadow: its munmap() and allocator unpoison
+ * the shadow of what they unmap by mapping over it, which splits the shadow's mapping now and
+ * then (2 of 6 runs under ASan saw 2 mappings more there, none of them the shim's). */
 static int count_maps(void)
 {
-	char buf[65536];
-	int n = 0, fd = open("/proc/self/maps", O_RDONLY);
-	ssize_t got;
+#ifdef __SANITIZE_ADDRESS__
+	const unsigned long shadow_start = 0x7fff8000ul, shadow_end = 0x10007fff8000ul; /* x86-64 */
+#else
+	const unsigned long shadow_start = 0, shadow_end = 0;
+#endif
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[512];
+	int n = 0;
 
-	while ((got = read(fd, buf, sizeof(buf))) > 0)
-		for (ssize_t i = 0; i < got; i++)
-			n += buf[i] == '\n';
-	close(fd);
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long start = strtoul(line, NULL, 16);
+
+		n += strchr(line, '\n') && !(shadow_start <= start && start < shadow_end);
+	}
+	fclose(f);
 	return n;
 }
 
