@@ -326,8 +326,9 @@ static int decode_arena(const SavedArena *sa, struct saved_arena *a, struct fd_l
 		/* A span past what an allocation holds: the state is not one mrd wrote. */
 		if (s->n_more_spans % 2 || s->n_more_spans > 2 * (ALLOCATION_SPANS_MAX - 1))
 			return -EINVAL;
-		memcpy(a->allocations[i].more_spans, s->more_spans,
-		       s->n_more_spans * sizeof(*s->more_spans));
+		if (s->n_more_spans) /* else more_spans is NULL */
+			memcpy(a->allocations[i].more_spans, s->more_spans,
+			       s->n_more_spans * sizeof(*s->more_spans));
 		a->allocations[i].n_more_spans = (unsigned)s->n_more_spans / 2;
 	}
 	return 0;
