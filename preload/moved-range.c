@@ -227,15 +227,8 @@ int moved_range_add_span(struct moved_ranges *m, mrd_client *mem, struct moved_r
 			 RANGE_SPANS_MAX);
 		return -EOPNOTSUPP;
 	}
-	/* mrd first: refused, nothing moved. */
-	k = memory_alias_span(mem, (void *)r->base, span_start - r->room_start,
-			      span_end - span_start);
-	if (k < 0) {
-		snprintf(why, why_size, "mrd added no span: %s", mrd_last_error());
-		return k;
-	}
-	/* Its pages below the range, then above: each moved like the range's own. The span
-	 * stays mrd's when a move fails (nothing registers it: mrd frees it with the range). */
+	/* Its pages below the range, then above: each moved like the range's own. What moved
+	 * stays r's when the rest fails (they move back with it). */
 	if (start < r->start) {
 		k = address_space_movable(start, r->start, why, why_size);
 		if (k == 0)
@@ -245,6 +238,7 @@ int moved_range_add_span(struct moved_ranges *m, mrd_client *mem, struct moved_r
 			return k;
 		r->window -= r->start - start;
 		r->start = start;
+		update_bounds(m);
 	}
 	if (end > r->end) {
 		k = address_space_movable(r->end, end, why, why_size);
@@ -254,9 +248,16 @@ int moved_range_add_span(struct moved_ranges *m, mrd_client *mem, struct moved_r
 		if (k < 0)
 			return k;
 		r->end = end;
+		update_bounds(m);
 	}
-	update_bounds(m);
 	r->epoch_seen = ~0ul; /* look at the grown pages whole next time */
+	/* Then mrd's span: one the shim does not know of would refuse the next one there. */
+	k = memory_alias_span(mem, (void *)r->base, span_start - r->room_start,
+			      span_end - span_start);
+	if (k < 0) {
+		snprintf(why, why_size, "mrd added no span: %s", mrd_last_error());
+		return k;
+	}
 	r->spans[r->n_spans] = (struct range_span){ span_start, span_end };
 	*span = r->n_spans++;
 	return 0;
