@@ -462,6 +462,28 @@ int memory_alloc_alias(mrd_client *client, size_t size, uint64_t alias, unsigned
 	return alloc(client, size, 0, 0, alias, access, span_offset, span_length, ret, NULL);
 }
 
+int memory_alias_span(mrd_client *client, void *address, uint64_t span_offset,
+		      uint64_t span_length)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__AliasSpanRequest span = MRD__ALIAS_SPAN_REQUEST__INIT;
+	Mrd__Response *resp;
+	int r;
+
+	span.address = (uintptr_t)address;
+	span.span_offset = span_offset;
+	span.span_length = span_length;
+	req.body_case = MRD__REQUEST__BODY_ALIAS_SPAN;
+	req.alias_span = &span;
+	r = client_call(client, &req, &resp, NULL);
+	if (r < 0)
+		return r;
+	if (resp->body_case != MRD__RESPONSE__BODY_ALIAS_SPAN)
+		r = set_last_error(-EBADMSG, "malformed AliasSpan reply");
+	mrd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
 MRD_EXPORT int mrd_mem_alloc(mrd_client *client, size_t size, size_t align, unsigned flags,
 			     void **ret)
 {

@@ -41,18 +41,15 @@ static void update_bounds(struct moved_ranges *m)
 	__atomic_store_n(&m->hi, hi, __ATOMIC_RELEASE);
 }
 
-struct moved_range *moved_ranges_find(struct moved_ranges *m, uintptr_t start, uintptr_t end,
-				      bool *partial)
+struct moved_range *moved_ranges_overlapping(struct moved_ranges *m, uintptr_t start,
+					     uintptr_t end, unsigned *n)
 {
-	size_t i = first_after(m, start);
+	size_t i = first_after(m, start), j = i;
 
-	*partial = false;
-	if (i == m->n || m->v[i]->start >= end)
-		return NULL;
-	if (m->v[i]->start <= start && end <= m->v[i]->end)
-		return m->v[i];
-	*partial = true;
-	return NULL;
+	while (j < m->n && m->v[j]->start < end)
+		j++;
+	*n = (unsigned)(j - i);
+	return j - i == 1 ? m->v[i] : NULL;
 }
 
 void moved_ranges_each_overlapping(struct moved_ranges *m, uintptr_t start, uintptr_t end,
@@ -111,39 +108,27 @@ static void populate(uintptr_t start, uintptr_t end)
 		(void)*(volatile const char *)p;
 }
 
-int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t span_start,
-		     uintptr_t span_end, unsigned access, struct moved_range **ret, char *why,
-		     size_t why_size)
+/* Room for heap neighbours on each side of a range's pages in its allocation: as many pages
+ * as it has, 16 at least (a neighbour of a small buffer is often bigger), 64 at most (a big
+ * buffer's neighbour rarely needs more). Untouched, it is no memory (mrd takes 4 KiB pages at
+ * first touch), only allocated bytes. */
+static uintptr_t room_for(uintptr_t length, uintptr_t page)
 {
-	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-	uintptr_t start = span_start & ~(page - 1), end = (span_end + page - 1) & ~(page - 1);
-	struct moved_range *r;
+	return length < 16 * page ? 16 * page : length > 64 * page ? 64 * page : length;
+}
+
+/* Moves the program's pages [start, end) onto mrd's at window: writes to them wait from before
+ * the copy until mrd's pages are there, so none lands on the program's old pages once copied.
+ * Nothing in between may take a lock a writer could hold (malloc's). */
+static int move_pages(uintptr_t start, uintptr_t end, void *window, char *why, size_t why_size)
+{
 	struct write_hold hold;
-	void *window, *at;
+	void *at;
 	int k;
 
-	k = address_space_movable(start, end, why, why_size);
-	if (k < 0)
-		return k;
-	r = calloc(1, sizeof(*r));
-	if (!r)
-		return -ENOMEM;
-	k = memory_alloc_alias(mem, end - start, start, access, span_start - start,
-			       span_end - span_start, &window);
-	if (k < 0) {
-		snprintf(why, why_size, "mrd gave no memory: %s", mrd_last_error());
-		free(r);
-		return k;
-	}
-	/* Writes to the pages wait from before the copy until mrd's pages are there: none lands
-	 * on the program's old pages once copied. Nothing in between may take a lock a writer
-	 * could hold (malloc's). */
 	k = write_hold_start(&hold, start, end, false, why, why_size);
-	if (k < 0) {
-		(void)mrd_mem_free(mem, window);
-		free(r);
+	if (k < 0)
 		return -EOPNOTSUPP;
-	}
 	memcpy(window, (void *)start, end - start);
 	/* A second mapping of the same pages (old size 0 duplicates a shared mapping), over the
 	 * program's own: the kernel swaps them in one step. */
@@ -153,13 +138,48 @@ int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t span_sta
 	write_hold_release(&hold, k == 0);
 	if (k < 0) {
 		snprintf(why, why_size, "mremap onto 0x%" PRIxPTR ": %s", start, strerror(-k));
-		(void)mrd_mem_free(mem, window);
-		free(r);
 		return k;
 	}
 	populate(start, end);
-	*r = (struct moved_range){ .start = start, .end = end, .span_start = span_start,
-				   .span_end = span_end, .window = (uintptr_t)window,
+	return 0;
+}
+
+int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t span_start,
+		     uintptr_t span_end, unsigned access, struct moved_range **ret, char *why,
+		     size_t why_size)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t start = span_start & ~(page - 1), end = (span_end + page - 1) & ~(page - 1);
+	uintptr_t room = room_for(end - start, page);
+	uintptr_t before = start >= room + page ? room : 0;
+	uintptr_t after = end <= UINTPTR_MAX - room ? room : 0;
+	struct moved_range *r;
+	void *base;
+	int k;
+
+	k = address_space_movable(start, end, why, why_size);
+	if (k < 0)
+		return k;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	k = memory_alloc_alias(mem, before + (end - start) + after, start - before, access,
+			       span_start - (start - before), span_end - span_start, &base);
+	if (k < 0) {
+		snprintf(why, why_size, "mrd gave no memory: %s", mrd_last_error());
+		free(r);
+		return k;
+	}
+	k = move_pages(start, end, (char *)base + before, why, why_size);
+	if (k < 0) {
+		(void)mrd_mem_free(mem, base);
+		free(r);
+		return k;
+	}
+	*r = (struct moved_range){ .start = start, .end = end,
+				   .spans = { { span_start, span_end } }, .n_spans = 1,
+				   .window = (uintptr_t)base + before, .base = (uintptr_t)base,
+				   .room_start = start - before, .room_end = end + after,
 				   .access = access, .brk_seen = (uintptr_t)sbrk(0),
 				   .epoch_seen = ~0ul };
 	k = insert(m, r);
@@ -169,6 +189,77 @@ int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t span_sta
 		return k;
 	}
 	*ret = r;
+	return 0;
+}
+
+int moved_range_span_of(const struct moved_range *r, uintptr_t start, uintptr_t end)
+{
+	for (unsigned i = 0; i < r->n_spans; i++)
+		if (r->spans[i].start <= start && end <= r->spans[i].end)
+			return (int)i;
+	return -1;
+}
+
+int moved_range_add_span(struct moved_ranges *m, mrd_client *mem, struct moved_range *r,
+			 uintptr_t span_start, uintptr_t span_end, unsigned *span, char *why,
+			 size_t why_size)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t start = span_start & ~(page - 1), end = (span_end + page - 1) & ~(page - 1);
+	int k;
+
+	for (unsigned i = 0; i < r->n_spans; i++)
+		if (span_start < r->spans[i].end && r->spans[i].start < span_end) {
+			/* Two MRs over one byte: mrd's cache holds one MR an address. */
+			snprintf(why, why_size, "its bytes overlap part of a buffer registered "
+				 "before");
+			return -EOPNOTSUPP;
+		}
+	if (start < r->room_start || end > r->room_end) {
+		snprintf(why, why_size, "its pages reach %zu bytes past the room of the moved "
+			 "pages it shares ([0x%" PRIxPTR ", 0x%" PRIxPTR "))",
+			 (size_t)(start < r->room_start ? r->room_start - start : end - r->room_end),
+			 r->room_start, r->room_end);
+		return -EOPNOTSUPP;
+	}
+	if (r->n_spans == RANGE_SPANS_MAX) {
+		snprintf(why, why_size, "its pages hold %d buffers registered before",
+			 RANGE_SPANS_MAX);
+		return -EOPNOTSUPP;
+	}
+	/* Its pages below the range, then above: each moved like the range's own. What moved
+	 * stays r's when the rest fails (they move back with it). */
+	if (start < r->start) {
+		k = address_space_movable(start, r->start, why, why_size);
+		if (k == 0)
+			k = move_pages(start, r->start, (void *)(r->window - (r->start - start)), why,
+				       why_size);
+		if (k < 0)
+			return k;
+		r->window -= r->start - start;
+		r->start = start;
+		update_bounds(m);
+	}
+	if (end > r->end) {
+		k = address_space_movable(r->end, end, why, why_size);
+		if (k == 0)
+			k = move_pages(r->end, end, (void *)(r->window + (r->end - r->start)), why,
+				       why_size);
+		if (k < 0)
+			return k;
+		r->end = end;
+		update_bounds(m);
+	}
+	r->epoch_seen = ~0ul; /* look at the grown pages whole next time */
+	/* Then mrd's span: one the shim does not know of would refuse the next one there. */
+	k = memory_alias_span(mem, (void *)r->base, span_start - r->room_start,
+			      span_end - span_start);
+	if (k < 0) {
+		snprintf(why, why_size, "mrd added no span: %s", mrd_last_error());
+		return k;
+	}
+	r->spans[r->n_spans] = (struct range_span){ span_start, span_end };
+	*span = r->n_spans++;
 	return 0;
 }
 
@@ -242,8 +333,8 @@ static void drop(struct moved_ranges *m, mrd_client *mem, struct moved_range *r)
 	remove_range(m, r);
 	/* Freeing mrd's memory punches its pages: only once the program maps none of them,
 	 * where they were or wherever a mremap() took them. */
-	if (address_space_mapped_elsewhere(r->window, r->end - r->start) == 0)
-		(void)mrd_mem_free(mem, (void *)r->window);
+	if (address_space_mapped_elsewhere(r->base, r->room_end - r->room_start) == 0)
+		(void)mrd_mem_free(mem, (void *)r->base);
 	r->gone = true;
 	moved_range_put(r);
 }

@@ -4,7 +4,11 @@
  * them, so the program sees the same bytes at the same address while mrd pins and registers
  * them in the program's own PD (the keys use the program's addresses). Moved ranges never
  * overlap; the registry keeps them sorted. Moving back copies the pages onto private memory
- * again before mrd's memory goes. Callers hold the shim's lock. */
+ * again before mrd's memory goes. Callers hold the shim's lock.
+ * A heap neighbour (another buffer whose pages hold part of a moved one) is served by the same
+ * allocation: it has room around the moved pages, so the range grows onto the neighbour's
+ * other pages, and the neighbour's bytes become one more span of it (AliasSpanRequest), whose
+ * MRs cover that buffer alone. */
 #pragma once
 
 #include <stdbool.h>
@@ -13,17 +17,31 @@
 
 #include <mrd/mrd.h>
 
-/* The keys one PD has for a range (a PD's MR over all of it). */
+/* The keys one PD has for a span of a range (a PD's MR over all of it). */
 struct range_keys {
 	struct range_keys *next;
 	const void *pd;
+	unsigned span;
 	uint32_t lkey, rkey;
+};
+
+/* Most buffers one range serves (mrd's spans of an allocation). */
+#define RANGE_SPANS_MAX 8
+
+/* The bytes an MR covers: a buffer of the program's. */
+struct range_span {
+	uintptr_t start, end;
 };
 
 struct moved_range {
 	uintptr_t start, end; /* the program's pages */
-	uintptr_t span_start, span_end; /* the bytes its MRs cover: the buffer that moved it */
+	/* The buffers on them: each the bytes MRs of their own cover. The first moved it. */
+	struct range_span spans[RANGE_SPANS_MAX];
+	unsigned n_spans;
 	uintptr_t window;     /* the same pages at mrd's address (this process maps both) */
+	uintptr_t base;       /* where mrd's allocation starts (in this process): what is freed */
+	uintptr_t room_start, room_end; /* the program's addresses the allocation spans: start
+					 * and end may grow to them */
 	unsigned access;      /* what its MRs grant: the ibv_access_flags of the registration
 			       * that moved it */
 	unsigned live;        /* the program's registrations over it */
@@ -43,10 +61,9 @@ struct moved_ranges {
 	uintptr_t lo, hi;
 };
 
-/* The range holding all of [start, end), or NULL; *partial is set when another range
- * overlaps part of it (that registration cannot be served). */
-struct moved_range *moved_ranges_find(struct moved_ranges *m, uintptr_t start, uintptr_t end,
-				      bool *partial);
+/* The only range overlapping [start, end), or NULL; *n how many overlap it. */
+struct moved_range *moved_ranges_overlapping(struct moved_ranges *m, uintptr_t start,
+					     uintptr_t end, unsigned *n);
 /* Each range overlapping [start, end), in address order: fn may drop it. */
 void moved_ranges_each_overlapping(struct moved_ranges *m, uintptr_t start, uintptr_t end,
 				   void (*fn)(struct moved_range *r, void *arg), void *arg);
@@ -58,6 +75,17 @@ void moved_ranges_each_overlapping(struct moved_ranges *m, uintptr_t start, uint
 int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t span_start,
 		     uintptr_t span_end, unsigned access, struct moved_range **ret, char *why,
 		     size_t why_size);
+/* Serves the buffer [span_start, span_end) whose pages overlap r's (a heap neighbour) from r:
+ * its pages outside r are moved onto the room of r's allocation (writes to them wait, as in a
+ * move) and r grows over them, and its bytes become a span of r. 0 with *span its index;
+ * -EOPNOTSUPP (why says why) when it overlaps a span of r, its pages reach past r's room, r has
+ * RANGE_SPANS_MAX spans, or its new pages cannot move; -ENOMEM, or what mrd answered. The
+ * caller checked that no other range overlaps its pages and that r is intact. */
+int moved_range_add_span(struct moved_ranges *m, mrd_client *mem, struct moved_range *r,
+			 uintptr_t span_start, uintptr_t span_end, unsigned *span, char *why,
+			 size_t why_size);
+/* The span of r holding all of [start, end), or -1. */
+int moved_range_span_of(const struct moved_range *r, uintptr_t start, uintptr_t end);
 /* Whether the program still sees mrd's pages over all of [start, end) of r. epoch counts the
  * changes to moved memory the caller saw (munmap, mremap, mmap and free() near a range): with
  * none since the last look, and the program break where it was, yes at once. Otherwise what

@@ -383,20 +383,21 @@ static struct shim_pd *pd_of(struct ibv_pd *pd)
 	return p;
 }
 
-static int keys_of(struct moved_range *r, struct shim_pd *p, struct range_keys **ret, char *why,
-		   size_t why_size)
+static int keys_of(struct moved_range *r, unsigned span, struct shim_pd *p,
+		   struct range_keys **ret, char *why, size_t why_size)
 {
+	const struct range_span *b = &r->spans[span];
 	struct range_keys *k;
 	struct mrd_keys keys;
 	int e;
 
 	for (k = r->keys; k; k = k->next)
-		if (k->pd == p->pd) {
+		if (k->pd == p->pd && k->span == span) {
 			*ret = k;
 			return 0;
 		}
-	/* The buffer's bytes in mrd's view: all the range's MR covers. */
-	uintptr_t lo = r->window + (r->span_start - r->start), hi = lo + (r->span_end - r->span_start);
+	/* The buffer's bytes in mrd's view: all the span's MR covers. */
+	uintptr_t lo = r->window + (b->start - r->start), hi = lo + (b->end - b->start);
 
 	e = mrd_keys_query(p->client, (void *)lo, &keys);
 	if (e < 0) {
@@ -412,7 +413,7 @@ static int keys_of(struct moved_range *r, struct shim_pd *p, struct range_keys *
 	k = calloc(1, sizeof(*k));
 	if (!k)
 		return -ENOMEM;
-	*k = (struct range_keys){ r->keys, p->pd, keys.lkey, keys.rkey };
+	*k = (struct range_keys){ r->keys, p->pd, span, keys.lkey, keys.rkey };
 	r->keys = k;
 	*ret = k;
 	return 0;
@@ -452,8 +453,8 @@ static int serve(struct ibv_pd *pd, void *addr, size_t length, unsigned access,
 	struct range_keys *keys;
 	struct shim_pd *p;
 	struct shim_mr *m;
-	bool partial;
-	int k;
+	unsigned n;
+	int k, span;
 
 	access &= ~(unsigned)IBV_ACCESS_OPTIONAL_RANGE;
 	if (access & ~SERVED_ACCESS) {
@@ -481,10 +482,11 @@ static int serve(struct ibv_pd *pd, void *addr, size_t length, unsigned access,
 		*ret = m;
 		return 0;
 	}
-	r = moved_ranges_find(&ranges, start, end, &partial);
-	if (r && !moved_range_intact(r, start, end, epoch)) {
+	r = moved_ranges_overlapping(&ranges, start, end, &n);
+	if (r && !moved_range_intact(r, start > r->start ? start : r->start,
+				     end < r->end ? end : r->end, epoch)) {
 		lost(r, start, end);
-		if (moved_ranges_find(&ranges, start, end, &partial)) {
+		if (moved_ranges_overlapping(&ranges, start, end, &n)) {
 			/* Still there: a live registration holds it. */
 			snprintf(why, why_size, "its pages were unmapped or replaced under a live "
 				 "registration");
@@ -492,13 +494,14 @@ static int serve(struct ibv_pd *pd, void *addr, size_t length, unsigned access,
 		}
 		r = NULL;
 	}
-	if (partial || (r && ((uintptr_t)addr < r->span_start ||
-			      (uintptr_t)addr + length > r->span_end))) {
-		/* One MR covers a range's buffer to the byte: no room for bytes beside it. */
-		snprintf(why, why_size, "its pages hold part of a buffer registered before");
+	if (n > 1) {
+		/* Its MR would span two of mrd's allocations. */
+		snprintf(why, why_size, "its pages hold parts of %u buffers registered before", n);
 		return -EOPNOTSUPP;
 	}
-	if (!r && own_pinned(start, end)) {
+	span = r ? moved_range_span_of(r, (uintptr_t)addr, (uintptr_t)addr + length) : 0;
+	if ((!r || span < 0) && own_pinned(start, end)) {
+		/* Pages it would move: libibverbs pins them as they are. */
 		snprintf(why, why_size, "its pages are under an MR libibverbs made for the program");
 		return -EOPNOTSUPP;
 	}
@@ -506,6 +509,17 @@ static int serve(struct ibv_pd *pd, void *addr, size_t length, unsigned access,
 		snprintf(why, why_size, "its pages are registered with access 0x%x already",
 			 r->access);
 		return -EOPNOTSUPP;
+	}
+	if (span < 0) {
+		/* A heap neighbour of r's buffers: a span of its own over r's allocation, which
+		 * grows onto its other pages. */
+		unsigned u;
+
+		k = moved_range_add_span(&ranges, mem, r, (uintptr_t)addr, (uintptr_t)addr + length,
+					 &u, why, why_size);
+		if (k < 0)
+			return k;
+		span = (int)u;
 	}
 	if (!r) {
 		if (!mem && !mem_error) {
@@ -524,7 +538,7 @@ static int serve(struct ibv_pd *pd, void *addr, size_t length, unsigned access,
 			return k;
 	}
 	m = calloc(1, sizeof(*m));
-	k = m ? keys_of(r, p, &keys, why, why_size) : -ENOMEM;
+	k = m ? keys_of(r, (unsigned)span, p, &keys, why, why_size) : -ENOMEM;
 	if (k < 0) {
 		free(m);
 		settle(r);

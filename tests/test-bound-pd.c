@@ -795,6 +795,98 @@ START_TEST(test_alias_span_is_all_the_mrs_cover)
 }
 END_TEST
 
+/* AliasSpan on the connection fd, answered with error (the reply's message, for a look). */
+static void alias_span(int fd, uint64_t id, uint64_t address, uint64_t offset, uint64_t length,
+		       int error, const char *says)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__AliasSpanRequest q = MRD__ALIAS_SPAN_REQUEST__INIT;
+	Mrd__Response *resp;
+
+	q.address = address;
+	q.span_offset = offset;
+	q.span_length = length;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_ALIAS_SPAN;
+	req.alias_span = &q;
+	td_send_request(fd, &req, NULL, 0);
+	resp = td_expect(fd, id, error);
+	if (says)
+		ck_assert_msg(strstr(resp->message, says), "\"%s\" does not say \"%s\"",
+			      resp->message, says);
+	mrd__response__free_unpacked(resp, NULL);
+}
+
+/* Heap neighbours: a second buffer on the same moved pages is a span of its own, an MR of its
+ * own over its bytes alone; the page the two share is pinned and charged once. */
+START_TEST(test_alias_second_span_has_its_own_mr)
+{
+	const uint32_t RW = MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ;
+	const uint64_t alias = 0x7e0000000000ull;
+	struct client *c, *mem, *other;
+	int fd = td_hello_client(1000, &c), mfd = td_hello_client(1000, &mem);
+	int ofd = td_hello_client(1000, &other);
+	uint64_t w, plain, allocated;
+	Mrd__Response *resp;
+	Mrd__MrEntry e1, e2;
+
+	resp = td_alloc_span(mfd, 2, 3 * 4096, 0, alias, RW, 100, 5000, 0);
+	w = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	allocated = mem->domain->mem.allocated_bytes;
+	alias_span(mfd, 3, w, 5200, 6000, 0, NULL);
+	ck_assert_uint_eq(mem->domain->mem.allocated_bytes, allocated); /* no page more */
+	td_alloc(fd, 40, 4096); /* joins the domain */
+	bind_soft(c);
+	td_lookup(fd, 4, w + 200, 0, &e1);
+	td_lookup(fd, 5, w + 11000, 0, &e2);
+	ck_assert_uint_eq(e1.start, w + 100);
+	ck_assert_uint_eq(e1.end, w + 5100);
+	ck_assert_uint_eq(e2.start, w + 5200);
+	ck_assert_uint_eq(e2.end, w + 11200);
+	ck_assert_uint_ne(e1.rkey, e2.rkey);
+	strcpy((char *)(uintptr_t)(w + 200), "neighbour");
+	ck_assert_int_eq(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e1.lkey, alias + 200,
+				      e2.rkey, alias + 5200, 10), 0);
+	ck_assert_str_eq((char *)(uintptr_t)(w + 5200), "neighbour");
+	/* Each rkey reaches its own buffer alone: not the bytes between, nor the other's. */
+	ck_assert_int_lt(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e1.lkey, alias + 200,
+				      e2.rkey, alias + 5150, 1), 0);
+	ck_assert_int_lt(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e1.lkey, alias + 200,
+				      e2.rkey, alias + 5000, 1), 0);
+	ck_assert_int_lt(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e2.lkey, alias + 5200,
+				      e1.rkey, alias + 5200, 1), 0);
+	td_lookup(fd, 6, w + 5150, ENOENT, NULL);
+	/* Pages 0-1 and 1-2: three pinned, the shared one once. */
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 3 * 4096);
+
+	/* Bad input: overlapping a span, past the allocation, empty, someone else's allocation,
+	 * an unaliased one, not an allocation. */
+	alias_span(mfd, 7, w, 5000, 300, EINVAL, "overlaps");
+	alias_span(mfd, 8, w, 11000, 300, EINVAL, "overlaps");
+	alias_span(mfd, 9, w, 11300, 1000, EINVAL, "past its");
+	alias_span(mfd, 10, w, UINT64_MAX, 2, EINVAL, "past its");
+	alias_span(mfd, 11, w, 11300, 0, EINVAL, "empty");
+	alias_span(ofd, 12, w, 11300, 100, EPERM, "another client");
+	plain = td_alloc(ofd, 13, 4096);
+	alias_span(ofd, 14, plain, 0, 100, EINVAL, "no alias");
+	alias_span(mfd, 15, w + 4096, 11300, 100, ENOENT, "not the start");
+	/* An alias without a span: its MRs cover all of it already. */
+	resp = td_alloc_alias(mfd, 16, 4096, 0, alias + 0x100000, RW, 0);
+	alias_span(mfd, 17, resp->alloc->address, 0, 100, EINVAL, "all of it");
+	mrd__response__free_unpacked(resp, NULL);
+	/* Eight spans at most. */
+	for (uint64_t i = 0; i < 6; i++)
+		alias_span(mfd, 18 + i, w, 11300 + 100 * i, 50, 0, NULL);
+	alias_span(mfd, 30, w, 11900, 50, ENOSPC, "most");
+	td_lookup(fd, 31, w + 11820, 0, &e1);
+	ck_assert_uint_eq(e1.start, w + 11800);
+	ck_assert_uint_eq(e1.end, w + 11850);
+	close(ofd);
+	finish(fd, mfd);
+}
+END_TEST
+
 /* Read-only memory stays the domain PD's: a client may rereg its own MR to add write access,
  * which the kernel does not check against the pages (Linux 6.12 ib_uverbs_rereg_mr). */
 START_TEST(test_read_only_refused)
@@ -1328,6 +1420,7 @@ int main(void)
 	tcase_add_test(tc, test_read_only_refused);
 	tcase_add_test(tc, test_alias_registers_at_the_alias);
 	tcase_add_test(tc, test_alias_span_is_all_the_mrs_cover);
+	tcase_add_test(tc, test_alias_second_span_has_its_own_mr);
 	tcase_add_test(tc, test_alloc_registers_at_once);
 	tcase_add_test(tc, test_dump_shows_client_pds_to_admins);
 	tcase_add_test(tc, test_clients_view_counts_client_pd_mrs);

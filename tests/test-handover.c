@@ -202,10 +202,12 @@ START_TEST(test_round_trip)
 END_TEST
 
 /* Memory a process aliased (libmrd-preload.so's moved buffers) keeps its alias, access and
- * span across the restart: its next registrations in that process's PDs are where and what
+ * spans across the restart: its next registrations in that process's PDs are where and what
  * they were. */
 START_TEST(test_alias_kept)
 {
+	Mrd__AliasSpanRequest span = MRD__ALIAS_SPAN_REQUEST__INIT;
+	Mrd__Request req = MRD__REQUEST__INIT;
 	struct fd_list saved;
 	unsigned n_allocations;
 	struct allocation *al;
@@ -216,6 +218,15 @@ START_TEST(test_alias_kept)
 	resp = td_alloc_span(a, 2, 3 * 4096, 0, 0x7e0000000000ull, 3, 100, 5000, 0);
 	w = resp->alloc->address;
 	mrd__response__free_unpacked(resp, NULL);
+	/* And a heap neighbour's span beside it (AliasSpan). */
+	span.address = w;
+	span.span_offset = 5200;
+	span.span_length = 6000;
+	req.id = 3;
+	req.body_case = MRD__REQUEST__BODY_ALIAS_SPAN;
+	req.alias_span = &span;
+	td_send_request(a, &req, NULL, 0);
+	mrd__response__free_unpacked(td_expect(a, 3, 0), NULL);
 	ck_assert_int_eq(handover_save(td_manager, &saved, &n_allocations), 0);
 	close(a);
 	restart(&saved);
@@ -226,6 +237,9 @@ START_TEST(test_alias_kept)
 	ck_assert_uint_eq(al->alias_access, 3);
 	ck_assert_uint_eq(al->span_offset, 100);
 	ck_assert_uint_eq(al->span_length, 5000);
+	ck_assert_uint_eq(al->n_more_spans, 1);
+	ck_assert_uint_eq(al->more_spans[0].offset, 5200);
+	ck_assert_uint_eq(al->more_spans[0].length, 6000);
 	td_pump();
 }
 END_TEST

@@ -201,6 +201,20 @@ static void try_map(struct world *w)
 	ask_free(w, &req, ENOENT);
 }
 
+static void try_alias_span(struct world *w)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__AliasSpanRequest q = MRD__ALIAS_SPAN_REQUEST__INIT;
+
+	req.body_case = MRD__REQUEST__BODY_ALIAS_SPAN;
+	req.alias_span = &q;
+	q.address = w->mem;
+	q.span_length = 4096;
+	ask_free(w, &req, ENOENT); /* another domain's memory is no memory at all */
+	q.address = w->ext;
+	ask_free(w, &req, ENOENT);
+}
+
 static void try_extmem_attach(struct world *w)
 {
 	/* B attaches memory of its own: nothing of A's is named. */
@@ -442,6 +456,7 @@ static const struct {
 	{ MRD__REQUEST__BODY_FLUSH, try_flush },
 	{ MRD__REQUEST__BODY_DOMAIN_DUMP, try_domain_dump },
 	{ MRD__REQUEST__BODY_BIND_PD, try_bind_pd },
+	{ MRD__REQUEST__BODY_ALIAS_SPAN, try_alias_span },
 };
 
 /* A's holdings: memory (written), attached memory, keys, a mempool, a parked pool handle. */

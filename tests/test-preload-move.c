@@ -3,7 +3,9 @@
  * moved onto mrd's memory at its own address keeps its bytes and shows mrd's pages; what is
  * no plain private memory is refused; moving back gives private pages with the same bytes and
  * frees mrd's memory; an unmapped range is told from a live one; a child of fork() gets its
- * own copy; no write by another thread, a signal handler or read() is lost while pages move.
+ * own copy; no write by another thread, a signal handler or read() is lost while pages move;
+ * a heap neighbour (a buffer on a moved range's pages) grows the range and is a span of its
+ * own, and the range moves back whole.
  * The keys (BindPd) need a uverbs device: the VM test covers them. */
 #include <check.h>
 #include <pthread.h>
@@ -112,7 +114,7 @@ START_TEST(test_move_keeps_the_bytes_at_the_address)
 {
 	char *p = anon(4);
 	struct moved_range *r;
-	bool partial;
+	unsigned n;
 
 	fill(p, 4 * PAGE, 1);
 	r = move(p, 3);
@@ -127,13 +129,137 @@ START_TEST(test_move_keeps_the_bytes_at_the_address)
 	/* The fourth page stays the program's own. */
 	ck_assert_int_eq(address_space_movable((uintptr_t)p + 3 * PAGE, (uintptr_t)p + 4 * PAGE,
 					       (char[64]){ 0 }, 64), 0);
-	ck_assert_ptr_eq(moved_ranges_find(&ranges, r->start + PAGE, r->start + 2 * PAGE, &partial),
+	ck_assert_ptr_eq(moved_ranges_overlapping(&ranges, r->start + PAGE, r->start + 2 * PAGE, &n),
 			 r);
-	ck_assert(!partial);
-	ck_assert_ptr_null(moved_ranges_find(&ranges, r->start + PAGE, r->end + PAGE, &partial));
-	ck_assert(partial); /* half inside: that registration cannot be served */
+	ck_assert_uint_eq(n, 1);
+	/* Half inside: a heap neighbour of r's buffer. */
+	ck_assert_ptr_eq(moved_ranges_overlapping(&ranges, r->start + PAGE, r->end + PAGE, &n), r);
+	ck_assert_ptr_null(moved_ranges_overlapping(&ranges, r->end, r->end + PAGE, &n));
+	ck_assert_uint_eq(n, 0);
 	moved_range_move_back(&ranges, mem, r);
 	munmap(p, 4 * PAGE);
+}
+END_TEST
+
+static int add_span(struct moved_range *r, char *start, char *end, unsigned *span, char *why)
+{
+	return moved_range_add_span(&ranges, mem, r, (uintptr_t)start, (uintptr_t)end, span, why,
+				    256);
+}
+
+/* rping -S 65000: two malloc(65000) buffers, the second beginning in the first's last page.
+ * The second moves the pages the first did not onto the same allocation, keeps its bytes, and
+ * its span is its own; the group moves back whole. */
+START_TEST(test_neighbour_grows_the_range)
+{
+	char *p = anon(40), why[256] = "", *a = p + 100, *b = a + 65000 + 16;
+	uintptr_t base;
+	struct moved_range *r;
+	unsigned span = 99;
+
+	fill(p, 40 * PAGE, 3);
+	ck_assert_int_eq(moved_range_move(&ranges, mem, (uintptr_t)a, (uintptr_t)a + 65000, RW,
+					  &r, why, sizeof(why)), 0);
+	ck_assert_uint_eq(r->end, (uintptr_t)p + 16 * PAGE);
+	base = r->base;
+	ck_assert_int_eq(add_span(r, b, b + 65000, &span, why), 0);
+	ck_assert_uint_eq(span, 1);
+	ck_assert_uint_eq(r->n_spans, 2);
+	ck_assert_uint_eq(r->spans[1].start, (uintptr_t)b);
+	ck_assert_uint_eq(r->spans[1].end, (uintptr_t)b + 65000);
+	ck_assert_uint_eq(r->start, (uintptr_t)p);
+	ck_assert_uint_eq(r->end, (uintptr_t)p + 32 * PAGE); /* grown over the second's pages */
+	ck_assert_uint_eq(ranges.n, 1);
+	ck_assert(same(p, 40 * PAGE, 3));
+	/* Its new pages are mrd's too, in the same allocation, right after the first's. */
+	p[20 * PAGE + 9] = 'n';
+	ck_assert_int_eq(((char *)r->window)[20 * PAGE + 9], 'n');
+	p[20 * PAGE + 9] = (char)((20 * PAGE + 9) * 7 + 3);
+	ck_assert(address_space_looks_aliased(r->start, r->end));
+	ck_assert(intact(r, r->start, r->end));
+	ck_assert_int_eq(address_space_movable((uintptr_t)p + 32 * PAGE, (uintptr_t)p + 40 * PAGE,
+					       why, sizeof(why)), 0);
+	ck_assert_int_eq(moved_range_span_of(r, (uintptr_t)b + 10, (uintptr_t)b + 20), 1);
+	ck_assert_int_eq(moved_range_span_of(r, (uintptr_t)a + 10, (uintptr_t)a + 20), 0);
+	ck_assert_int_eq(moved_range_span_of(r, (uintptr_t)b - 8, (uintptr_t)b + 8), -1);
+	/* Moving back takes the group: every page private again, the bytes kept, mrd's memory
+	 * freed. */
+	moved_range_move_back(&ranges, mem, r);
+	ck_assert(same(p, 40 * PAGE, 3));
+	ck_assert_int_eq(address_space_movable((uintptr_t)p, (uintptr_t)p + 40 * PAGE, why,
+					       sizeof(why)), 0);
+	ck_assert(!address_space_looks_aliased((uintptr_t)p, (uintptr_t)p + 32 * PAGE));
+	ck_assert(!mrd_holds(base));
+	ck_assert_uint_eq(ranges.n, 0);
+	munmap(p, 40 * PAGE);
+}
+END_TEST
+
+/* A neighbour below: it ends in the range's first page. */
+START_TEST(test_neighbour_below_grows_down)
+{
+	char *p = anon(40), why[256] = "", *a = p + 20 * PAGE + 300, *b = p + 10 * PAGE + 8;
+	struct moved_range *r;
+	unsigned span;
+
+	fill(p, 40 * PAGE, 4);
+	ck_assert_int_eq(moved_range_move(&ranges, mem, (uintptr_t)a, (uintptr_t)a + 8 * PAGE, RW,
+					  &r, why, sizeof(why)), 0);
+	ck_assert_int_eq(add_span(r, b, a - 10, &span, why), 0);
+	ck_assert_uint_eq(r->start, (uintptr_t)p + 10 * PAGE);
+	ck_assert_uint_eq(r->end, (uintptr_t)p + 29 * PAGE);
+	ck_assert(same(p, 40 * PAGE, 4));
+	p[12 * PAGE] = 'd';
+	ck_assert_int_eq(((char *)r->window)[2 * PAGE], 'd');
+	p[12 * PAGE] = (char)((12 * PAGE) * 7 + 4);
+	ck_assert(address_space_looks_aliased(r->start, r->end));
+	moved_range_move_back(&ranges, mem, r);
+	ck_assert(same(p, 40 * PAGE, 4));
+	ck_assert_uint_eq(ranges.n, 0);
+	munmap(p, 40 * PAGE);
+}
+END_TEST
+
+/* A neighbour inside the range's pages takes no page more; what cannot be served moves
+ * nothing: bytes over a span, pages past the allocation's room, more spans than mrd keeps. */
+START_TEST(test_neighbour_inside_and_refused)
+{
+	char *p = anon(200), why[256] = "";
+	struct moved_range *r;
+	uintptr_t end;
+	unsigned span;
+
+	fill(p, 200 * PAGE, 5);
+	ck_assert_int_eq(moved_range_move(&ranges, mem, (uintptr_t)p + 100 * PAGE + 100,
+					  (uintptr_t)p + 100 * PAGE + 1000, RW, &r, why,
+					  sizeof(why)), 0);
+	ck_assert_int_eq(add_span(r, p + 100 * PAGE + 1000, p + 100 * PAGE + 1500, &span, why), 0);
+	ck_assert_uint_eq(span, 1);
+	ck_assert_uint_eq(r->end - r->start, PAGE);
+	ck_assert_int_eq(add_span(r, p + 100 * PAGE + 900, p + 100 * PAGE + 1100, &span, why),
+			 -EOPNOTSUPP);
+	ck_assert_msg(strstr(why, "overlap"), "why: %s", why);
+	/* Room: 16 pages each side of a small range. */
+	ck_assert_int_eq(add_span(r, p + 100 * PAGE + 2000, p + 118 * PAGE, &span, why),
+			 -EOPNOTSUPP);
+	ck_assert_msg(strstr(why, "room"), "why: %s", why);
+	ck_assert_int_eq(add_span(r, p + 83 * PAGE, p + 100 * PAGE + 50, &span, why), -EOPNOTSUPP);
+	ck_assert_uint_eq(r->end - r->start, PAGE); /* nothing moved */
+	ck_assert_int_eq(address_space_movable((uintptr_t)p + 101 * PAGE, (uintptr_t)p + 117 * PAGE,
+					       why, sizeof(why)), 0);
+	ck_assert_int_eq(add_span(r, p + 100 * PAGE + 2000, p + 117 * PAGE, &span, why), 0);
+	end = r->end;
+	ck_assert_uint_eq(end, (uintptr_t)p + 117 * PAGE);
+	for (int i = 0; i < RANGE_SPANS_MAX - 3; i++)
+		ck_assert_int_eq(add_span(r, p + 100 * PAGE + 1600 + 10 * i,
+					  p + 100 * PAGE + 1605 + 10 * i, &span, why), 0);
+	ck_assert_int_eq(add_span(r, p + 100 * PAGE + 1700, p + 100 * PAGE + 1705, &span, why),
+			 -EOPNOTSUPP);
+	ck_assert_uint_eq(r->n_spans, RANGE_SPANS_MAX);
+	ck_assert(same(p, 200 * PAGE, 5));
+	moved_range_move_back(&ranges, mem, r);
+	ck_assert(same(p, 200 * PAGE, 5));
+	munmap(p, 200 * PAGE);
 }
 END_TEST
 
@@ -192,7 +318,7 @@ START_TEST(test_move_back_gives_private_pages)
 
 	fill(p, 2 * PAGE, 2);
 	r = move(p, 2);
-	window = r->window;
+	window = r->base;
 	p[7] = 'z';
 	moved_range_move_back(&ranges, mem, r);
 	ck_assert_int_eq(p[7], 'z');
@@ -214,7 +340,7 @@ START_TEST(test_unmapped_is_told)
 	uintptr_t window;
 
 	r = move(p, 3);
-	window = r->window;
+	window = r->base;
 	/* Page tables dropped (MADV_DONTNEED): the page map cannot tell, the maps can. */
 	ck_assert_int_eq(madvise(p, 2 * PAGE, MADV_DONTNEED), 0);
 	ck_assert(intact(r, r->start, r->end));
@@ -247,7 +373,7 @@ START_TEST(test_unmapped_is_told)
 	/* All of it unmapped: forgotten, mrd's memory freed, nothing copied. */
 	p = anon(2);
 	r = move(p, 2);
-	window = r->window;
+	window = r->base;
 	ck_assert_int_eq((int)syscall(SYS_munmap, p, 2 * PAGE), 0);
 	ck_assert(!intact(r, r->start, r->end));
 	moved_range_forget(&ranges, mem, r);
@@ -263,7 +389,7 @@ START_TEST(test_forget_keeps_what_is_still_mapped)
 
 	fill(p, 2 * PAGE, 3);
 	r = move(p, 2);
-	window = r->window;
+	window = r->base;
 	/* Forgetting a range the program still maps must not punch its pages. */
 	r->live = 1; /* a live registration keeps the record */
 	moved_range_forget(&ranges, mem, r);
@@ -311,7 +437,7 @@ START_TEST(test_many_ranges_stay_sorted)
 	enum { N = 40 };
 	char *p = anon(2 * N);
 	struct moved_range *r[N];
-	bool partial;
+	unsigned n;
 
 	/* Every other page, in a shuffled order. */
 	for (int i = 0; i < N; i++) {
@@ -325,14 +451,18 @@ START_TEST(test_many_ranges_stay_sorted)
 	ck_assert_uint_eq(ranges.lo, (uintptr_t)p);
 	ck_assert_uint_eq(ranges.hi, (uintptr_t)p + (2 * N - 1) * PAGE);
 	for (int j = 0; j < N; j++) {
-		ck_assert_ptr_eq(moved_ranges_find(&ranges, (uintptr_t)p + 2 * j * PAGE,
-						   (uintptr_t)p + (2 * j + 1) * PAGE, &partial),
+		ck_assert_ptr_eq(moved_ranges_overlapping(&ranges, (uintptr_t)p + 2 * j * PAGE,
+							  (uintptr_t)p + (2 * j + 1) * PAGE, &n),
 				 r[j]);
 		ck_assert(same(p + 2 * j * PAGE, PAGE, (unsigned)j));
 	}
-	ck_assert_ptr_null(moved_ranges_find(&ranges, (uintptr_t)p + PAGE, (uintptr_t)p + 2 * PAGE,
-					     &partial));
-	ck_assert(!partial);
+	ck_assert_ptr_null(moved_ranges_overlapping(&ranges, (uintptr_t)p + PAGE,
+						    (uintptr_t)p + 2 * PAGE, &n));
+	ck_assert_uint_eq(n, 0);
+	/* Over two ranges: one MR cannot span both. */
+	ck_assert_ptr_null(moved_ranges_overlapping(&ranges, (uintptr_t)p, (uintptr_t)p + 3 * PAGE,
+						    &n));
+	ck_assert_uint_eq(n, 2);
 	for (int j = 0; j < N; j += 2)
 		moved_range_move_back(&ranges, mem, r[j]);
 	ck_assert_uint_eq(ranges.n, N / 2);
@@ -347,16 +477,27 @@ START_TEST(test_many_ranges_stay_sorted)
 END_TEST
 
 
+/* The process's mappings but AddressSanitizer's shadow: its munmap() and allocator unpoison
+ * the shadow of what they unmap by mapping over it, which splits the shadow's mapping now and
+ * then (2 of 6 runs under ASan saw 2 mappings more there, none of them the shim's). */
 static int count_maps(void)
 {
-	char buf[65536];
-	int n = 0, fd = open("/proc/self/maps", O_RDONLY);
-	ssize_t got;
+#ifdef __SANITIZE_ADDRESS__
+	const unsigned long shadow_start = 0x7fff8000ul, shadow_end = 0x10007fff8000ul; /* x86-64 */
+#else
+	const unsigned long shadow_start = 0, shadow_end = 0;
+#endif
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[512];
+	int n = 0;
 
-	while ((got = read(fd, buf, sizeof(buf))) > 0)
-		for (ssize_t i = 0; i < got; i++)
-			n += buf[i] == '\n';
-	close(fd);
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long start = strtoul(line, NULL, 16);
+
+		n += strchr(line, '\n') && !(shadow_start <= start && start < shadow_end);
+	}
+	fclose(f);
 	return n;
 }
 
@@ -785,6 +926,68 @@ static void race_tries(struct lost *there, struct lost *back, unsigned long *efa
 	close(race.pipe[0]);
 	close(race.pipe[1]);
 }
+
+static void step_grow(struct race *race, void *arg)
+{
+	struct moved_range **r = arg;
+	char why[256] = "";
+	unsigned span;
+	/* The neighbour begins in the moved buffer's page and covers the counters and slots. */
+	int k = moved_range_add_span(&ranges, mem, *r, (uintptr_t)race->p - 50,
+				     (uintptr_t)race->p + (1 + SLOT_PAGES) * PAGE, &span, why,
+				     sizeof(why));
+
+	ck_assert_msg(k == 0, "neighbour: %s (%s)", strerror(-k), why);
+}
+
+/* TRIES heap neighbours grown onto a moved range, and the group moved back, with writers
+ * racing each; what they lost. */
+static void race_neighbour_tries(struct lost *there, struct lost *back)
+{
+	struct race race = { 0 };
+
+	ck_assert_int_eq(pipe2(race.pipe, O_CLOEXEC), 0);
+	ck_assert_int_ge(fcntl(race.pipe[1], F_SETPIPE_SZ, 2 * SLOTS * 8), SLOTS * 8);
+	for (int t = 0; t < TRIES; t++) {
+		/* The moved buffer's 17 pages give its allocation room for the neighbour's 17. */
+		char *p = anon(18 + SLOT_PAGES), why[256] = "";
+		struct moved_range *r = NULL;
+
+		memset(p, 0, 18 * PAGE);
+		ck_assert_int_eq(moved_range_move(&ranges, mem, (uintptr_t)p + 100,
+						  (uintptr_t)p + 17 * PAGE - 100, RW, &r, why,
+						  sizeof(why)), 0);
+		race.p = p + 17 * PAGE;
+		race_step(&race, step_grow, &r, there);
+		ck_assert_uint_eq(r->end, (uintptr_t)p + (18 + SLOT_PAGES) * PAGE);
+		ck_assert(address_space_looks_aliased(r->start, r->end));
+		memset(race.p + PAGE, 0, SLOT_PAGES * PAGE);
+		race_step(&race, step_move_back, &r, back);
+		ck_assert_int_eq(ranges.n, 0);
+		munmap(p, (18 + SLOT_PAGES) * PAGE);
+	}
+	fprintf(stderr, "heap neighbours: lost writes in %d tries: grow %d tries (%lu increments, "
+		"%lu read() bytes), move back %d tries (%lu increments, %lu read() bytes)\n", TRIES,
+		there->tries, there->incs, there->bytes, back->tries, back->incs, back->bytes);
+	close(race.pipe[0]);
+	close(race.pipe[1]);
+}
+
+START_TEST(test_neighbour_move_loses_no_write)
+{
+	struct lost there = { 0 }, back = { 0 };
+
+	if (write_hold_reach() != WRITE_HOLD_ALL) {
+		fprintf(stderr, "skipped: no userfaultfd here holds system calls (%d)\n",
+			write_hold_reach());
+		return;
+	}
+	race_neighbour_tries(&there, &back);
+	ck_assert_msg(there.tries == 0 && back.tries == 0,
+		      "writes lost: grow %d of %d tries, move back %d", there.tries, TRIES,
+		      back.tries);
+}
+END_TEST
 
 START_TEST(test_move_loses_no_write)
 {
@@ -1551,6 +1754,9 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_move_keeps_the_bytes_at_the_address);
 	tcase_add_test(tc, test_what_cannot_move);
+	tcase_add_test(tc, test_neighbour_grows_the_range);
+	tcase_add_test(tc, test_neighbour_below_grows_down);
+	tcase_add_test(tc, test_neighbour_inside_and_refused);
 	tcase_add_test(tc, test_move_back_gives_private_pages);
 	tcase_add_test(tc, test_unmapped_is_told);
 	tcase_add_test(tc, test_forget_keeps_what_is_still_mapped);
@@ -1568,6 +1774,7 @@ int main(void)
 	 * bound only stops a hang (a writer never woken). */
 	tcase_set_timeout(tc, 600);
 	tcase_add_test(tc, test_move_loses_no_write);
+	tcase_add_test(tc, test_neighbour_move_loses_no_write);
 	tcase_add_test(tc, test_own_stack_is_not_moved);
 	tcase_add_test(tc, test_pages_of_the_programs_userfaultfd_are_not_moved);
 	tcase_add_test(tc, test_unprivileged_move_loses_no_write);

@@ -29,6 +29,7 @@ static const struct request_type request_types[] = {
 	[MRD__REQUEST__BODY_ALLOC] = { "Alloc", request_alloc, .check = request_alloc_check,
 				       .needs_domain = true, .needs_device = true },
 	[MRD__REQUEST__BODY_FREE] = { "Free", request_free, .needs_domain = true },
+	[MRD__REQUEST__BODY_ALIAS_SPAN] = { "AliasSpan", request_alias_span, .needs_domain = true },
 	[MRD__REQUEST__BODY_MAP] = { "Map", request_map, .needs_domain = true },
 	[MRD__REQUEST__BODY_EXTMEM_ATTACH] = { "ExtmemAttach", request_extmem_attach,
 					       .needs_domain = true, .needs_device = true, .n_fds = 1 },

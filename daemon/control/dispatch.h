@@ -151,6 +151,8 @@ int request_join_domain(struct client *c, struct domain *d, const Mrd__Request *
 			struct wire_packet *pkt, struct reply *r);
 int request_alloc(struct client *c, struct domain *d, const Mrd__Request *req,
 		  struct wire_packet *pkt, struct reply *r);
+int request_alias_span(struct client *c, struct domain *d, const Mrd__Request *req,
+		       struct wire_packet *pkt, struct reply *r);
 int request_free(struct client *c, struct domain *d, const Mrd__Request *req,
 		 struct wire_packet *pkt, struct reply *r);
 int request_map(struct client *c, struct domain *d, const Mrd__Request *req,

@@ -99,6 +99,8 @@ static int encode_arena(struct saved_arena *a, SavedArena *sa, struct fd_list *f
 			.serial = al->serial, .odp = al->odp, .read_only = al->read_only,
 			.alias = al->alias, .alias_access = al->alias_access,
 			.span_offset = al->span_offset, .span_length = al->span_length,
+			.n_more_spans = 2 * al->n_more_spans,
+			.more_spans = (uint64_t *)(uintptr_t)al->more_spans,
 			.session = al->session, .pid = (uint32_t)al->pid, .uid = (uint32_t)al->uid,
 			.start_time = al->start_time,
 		};
@@ -321,6 +323,13 @@ static int decode_arena(const SavedArena *sa, struct saved_arena *a, struct fd_l
 			.session = s->session, .pid = (pid_t)s->pid, .uid = (uid_t)s->uid,
 			.start_time = s->start_time,
 		};
+		/* A span past what an allocation holds: the state is not one mrd wrote. */
+		if (s->n_more_spans % 2 || s->n_more_spans > 2 * (ALLOCATION_SPANS_MAX - 1))
+			return -EINVAL;
+		if (s->n_more_spans) /* else more_spans is NULL */
+			memcpy(a->allocations[i].more_spans, s->more_spans,
+			       s->n_more_spans * sizeof(*s->more_spans));
+		a->allocations[i].n_more_spans = (unsigned)s->n_more_spans / 2;
 	}
 	return 0;
 }

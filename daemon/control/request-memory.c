@@ -279,6 +279,23 @@ int request_free(struct client *c, struct domain *d, const Mrd__Request *req,
 	return free_owned(c, d, req->id, req->free->address, false, r);
 }
 
+int request_alias_span(struct client *c, struct domain *d, const Mrd__Request *req,
+		       struct wire_packet *pkt, struct reply *r)
+{
+	const Mrd__AliasSpanRequest *q = req->alias_span;
+	struct allocation *a;
+	int k;
+
+	k = owned_allocation(c, d, q->address, false, r, &a);
+	if (k < 0)
+		return k;
+	k = allocation_add_span(a, q->span_offset, q->span_length, r->message, sizeof(r->message));
+	if (k < 0)
+		return k;
+	(void)reply_body(r, MRD__RESPONSE__BODY_ALIAS_SPAN);
+	return 0;
+}
+
 int request_map(struct client *c, struct domain *d, const Mrd__Request *req,
 		struct wire_packet *pkt, struct reply *r)
 {

@@ -55,6 +55,11 @@ static int save_arena(const struct arena *a, struct saved_arena *sa)
 		s->alias_access = al->alias_access;
 		s->span_offset = al->span_offset;
 		s->span_length = al->span_length;
+		for (unsigned j = 0; j < al->n_more_spans; j++) {
+			s->more_spans[2 * j] = al->more_spans[j].offset;
+			s->more_spans[2 * j + 1] = al->more_spans[j].length;
+		}
+		s->n_more_spans = al->n_more_spans;
 	}
 	sa->n_allocations = a->n_runs;
 	sa->place = (struct arena_place){

@@ -326,6 +326,7 @@ int allocation_attach(struct memory *m, struct allocation *a, struct mem_owner *
 int allocation_adopt(struct memory *m, struct allocation *a, struct arena *arena,
 		     const struct adopted_allocation *saved)
 {
+	char why[128];
 	size_t at;
 	int r;
 
@@ -343,6 +344,11 @@ int allocation_adopt(struct memory *m, struct allocation *a, struct arena *arena
 		return -EINVAL;
 	allocation_set_alias(a, saved->alias, saved->alias_access, saved->span_offset,
 			     saved->span_length);
+	a->length = saved->length; /* what its spans are checked against */
+	for (unsigned i = 0; i < saved->n_more_spans; i++)
+		if (allocation_add_span(a, saved->more_spans[2 * i], saved->more_spans[2 * i + 1],
+					why, sizeof(why)) < 0)
+			return -EINVAL;
 	a->orphan = true;
 	a->claim_session = saved->session;
 	a->claim_pid = saved->pid;
@@ -470,4 +476,63 @@ int allocation_release(struct memory *m, struct allocation *a, void (*done)(void
 				 .length = a->length, .done = done, .arg = arg };
 	worker_pool_submit(*m->workers, &j->work, m);
 	return -EINPROGRESS;
+}
+
+static bool spans_meet(uint64_t o1, uint64_t l1, uint64_t o2, uint64_t l2)
+{
+	return o1 < o2 + l2 && o2 < o1 + l1;
+}
+
+int allocation_add_span(struct allocation *a, uint64_t offset, uint64_t length, char *why,
+			size_t why_size)
+{
+	if (!a->alias || !a->span_length) {
+		snprintf(why, why_size, "%s", a->alias ? "its MRs cover all of it already" :
+			 "it is no program's buffer (no alias)");
+		return -EINVAL;
+	}
+	if (!length || offset > a->length || length > a->length - offset) {
+		snprintf(why, why_size, "span [%" PRIu64 ", +%" PRIu64 "): empty, or past its %"
+			 PRIu64 " bytes", offset, length, a->length);
+		return -EINVAL;
+	}
+	if (spans_meet(offset, length, a->span_offset, a->span_length))
+		goto overlap;
+	for (unsigned i = 0; i < a->n_more_spans; i++)
+		if (spans_meet(offset, length, a->more_spans[i].offset, a->more_spans[i].length))
+			goto overlap;
+	if (a->n_more_spans == ALLOCATION_SPANS_MAX - 1) {
+		snprintf(why, why_size, "it has %d spans, the most it may", ALLOCATION_SPANS_MAX);
+		return -ENOSPC;
+	}
+	a->more_spans[a->n_more_spans++] = (struct alias_span){ offset, length };
+	return 0;
+overlap:
+	/* Two MRs over one byte: the cache holds one MR an address. */
+	snprintf(why, why_size, "span [%" PRIu64 ", +%" PRIu64 ") overlaps one it has", offset,
+		 length);
+	return -EINVAL;
+}
+
+bool allocation_span_at(const struct allocation *a, uint64_t offset, uint64_t *lo,
+			uint64_t *hi)
+{
+	if (!a->span_length) {
+		*lo = 0;
+		*hi = a->length;
+		return true;
+	}
+	if (offset >= a->span_offset && offset - a->span_offset < a->span_length) {
+		*lo = a->span_offset;
+		*hi = a->span_offset + a->span_length;
+		return true;
+	}
+	for (unsigned i = 0; i < a->n_more_spans; i++)
+		if (offset >= a->more_spans[i].offset &&
+		    offset - a->more_spans[i].offset < a->more_spans[i].length) {
+			*lo = a->more_spans[i].offset;
+			*hi = *lo + a->more_spans[i].length;
+			return true;
+		}
+	return false;
 }

@@ -15,6 +15,13 @@ struct arena;
 struct mem_owner;
 struct memory;
 
+/* Most spans an aliased allocation holds: its first, and those AliasSpan adds. */
+#define ALLOCATION_SPANS_MAX 8
+
+struct alias_span {
+	uint64_t offset, length;
+};
+
 struct allocation {
 	struct arena *arena;
 	uint64_t offset, length;
@@ -30,6 +37,10 @@ struct allocation {
 	uint64_t alias;
 	unsigned alias_access;
 	uint64_t span_offset, span_length; /* with an alias: the bytes its MRs cover (0: all) */
+	/* Other buffers of the program on the same pages (AliasSpan, heap neighbours): each the
+	 * bytes of MRs of its own, apart from each other and from the first span. */
+	struct alias_span more_spans[ALLOCATION_SPANS_MAX - 1];
+	unsigned n_more_spans;
 	/* Adopted across a warm restart and not yet taken back (allocation_claim): on the
 	 * memory's orphan list through owner_link, owner NULL. Only the process it belonged to,
 	 * with the session it had, takes it back. */
@@ -47,6 +58,8 @@ struct adopted_allocation {
 	uint64_t alias;
 	unsigned alias_access;
 	uint64_t span_offset, span_length;
+	uint64_t more_spans[2 * (ALLOCATION_SPANS_MAX - 1)]; /* offset, length pairs */
+	unsigned n_more_spans;
 	uint64_t session;
 	pid_t pid;
 	uid_t uid;
@@ -97,7 +110,18 @@ static inline void allocation_set_alias(struct allocation *a, uint64_t alias, un
 	a->alias_access = alias ? access : 0;
 	a->span_offset = alias ? span_offset : 0;
 	a->span_length = alias ? span_length : 0;
+	a->n_more_spans = 0;
 }
+
+/* Adds [offset, offset + length) as a span of a: -EINVAL unless a is aliased with a first span
+ * and the bytes lie inside it apart from every span it has, -ENOSPC when it has
+ * ALLOCATION_SPANS_MAX; why says which. */
+int allocation_add_span(struct allocation *a, uint64_t offset, uint64_t length, char *why,
+			size_t why_size);
+/* The span of aliased a holding the byte at offset: true with its bounds (offsets in a); the
+ * whole allocation when a has no span. */
+bool allocation_span_at(const struct allocation *a, uint64_t offset, uint64_t *lo,
+			uint64_t *hi);
 
 /* The address [start, ...) of a has for its registrations: start itself, or, aliased, start's
  * place in the alias. */

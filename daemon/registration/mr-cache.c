@@ -449,15 +449,17 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 		return mr_cache_wait(&job->lookups, addr, waiter, "", why, why_size);
 	pick_range(c, a, addr, &start, &end);
 	if (reg_kind_of(a) == REG_KIND_ALIAS && a->mem.span_length) {
-		/* A program's buffer: its bytes alone, whatever else its pages hold. */
-		uint64_t lo = allocation_address(&a->mem) + a->mem.span_offset;
-		uint64_t hi = lo + a->mem.span_length;
+		/* A program's buffer: its bytes alone, whatever else its pages hold (another
+		 * buffer's span among them: an MR of its own). */
+		uint64_t base = allocation_address(&a->mem), lo, hi;
 
-		if (addr < lo || addr >= hi) {
-			snprintf(why, why_size, "0x%" PRIx64 " is outside the registered bytes [0x%"
-				 PRIx64 ", 0x%" PRIx64 ")", addr, lo, hi);
+		if (!allocation_span_at(&a->mem, addr - base, &lo, &hi)) {
+			snprintf(why, why_size, "0x%" PRIx64 " is outside the registered bytes of "
+				 "[0x%" PRIx64 ", 0x%" PRIx64 ")", addr, base, base + a->mem.length);
 			return -ENOENT;
 		}
+		lo += base;
+		hi += base;
 		start = start > lo ? start : lo;
 		end = end < hi ? end : hi;
 	}

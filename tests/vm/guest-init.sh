@@ -570,6 +570,20 @@ MRD_PRELOAD_EXPECT=1 LD_PRELOAD=$SHIM timeout 120 $AS preload-check data "$GIDX"
 rc=$?
 collect /tmp/pc.txt
 result "preload-check through the shim exits 0" $rc "$(tail -n 3 /tmp/pc.txt)"
+# Heap neighbours (rping -S 65000: two malloc(65000) sharing a page), then writers racing
+# 100 moves and moves back of a registration's pages (issue 38).
+$AS preload-check neighbours "$GIDX" > /tmp/pn-plain.txt 2>&1
+rc=$?
+[ $rc != 0 ] && grep -q "FAIL.preload: neighbours: ibv_reg_mr" /tmp/pn-plain.txt
+result "preload-check neighbours without the shim: ibv_reg_mr fails (memlock 64 KiB)" $? "rc=$rc $(tail -n 2 /tmp/pn-plain.txt)"
+MRD_PRELOAD_EXPECT=1 LD_PRELOAD=$SHIM timeout 120 $AS preload-check neighbours "$GIDX" > /tmp/pn.txt 2>&1
+rc=$?
+collect /tmp/pn.txt
+result "preload-check neighbours through the shim exits 0" $rc "$(tail -n 3 /tmp/pn.txt)"
+MRD_PRELOAD_EXPECT=1 MRD_PRELOAD_KEEP=0 LD_PRELOAD=$SHIM timeout 240 $AS preload-check writers 100 > /tmp/pw.txt 2>&1
+rc=$?
+collect /tmp/pw.txt
+result "preload-check writers through the shim exits 0" $rc "$(tail -n 3 /tmp/pw.txt)"
 # One host: the server in the background, the client against 127.0.0.1.
 local_pair() { # name shim(0|1) program args...
 	name=$1 shim=$2

@@ -13,9 +13,21 @@
  *     two hosts: the asker RDMA WRITEs into the server's malloc'd 1 MiB and READs it back,
  *     both check the bytes; then the server frees its buffer and the asker's write with the
  *     old rkey must fail. Addresses, rkeys and QP numbers go over TCP;
+ *   preload-check neighbours GID_INDEX
+ *     rping -S 65000's buffers: two adjacent malloc(65000) sharing a page, both registered
+ *     (the second's pages hold part of the first's): both must be served (MRD_PRELOAD_EXPECT=1:
+ *     on mrd's memory), RDMA WRITE and READ between them keep their bytes, and each rkey
+ *     reaches its own buffer alone;
+ *   preload-check writers TRIES
+ *     threads increment counters on a buffer's pages and a read() fills others while the
+ *     buffer is registered (moved) and deregistered (moved back, MRD_PRELOAD_KEEP=0): how
+ *     many writes were lost (none may be);
  *   preload-check regloop N SIZE
  *     make bench: N registrations and deregistrations of one buffer, the ns each takes. */
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +36,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/resource.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -546,6 +559,226 @@ static int ask(const char *host, int port, int gid_index)
 	return failures ? 1 : 0;
 }
 
+/* Two adjacent malloc(65000) buffers (rping -S 65000): the second begins in the first's last
+ * page. */
+static int neighbours(int gid_index)
+{
+	bool expect = getenv("MRD_PRELOAD_EXPECT") && atoi(getenv("MRD_PRELOAD_EXPECT"));
+	struct pair p = { .gid_index = gid_index };
+	const size_t n = 65000;
+	char *a = malloc(n), *b = malloc(n), detail[256];
+	struct ibv_mr *ma, *mb;
+	int st;
+
+	net_open(&p);
+	ibv_destroy_qp(p.a);
+	p.a = NULL;
+	pair_connect(&p);
+	if (!a || !b)
+		die("malloc");
+	snprintf(detail, sizeof(detail), "%p+%zu and %p", (void *)a, n, (void *)b);
+	result("neighbours: the two buffers share a page",
+	       ((uintptr_t)a + n - 1) / 4096 == (uintptr_t)b / 4096 ||
+	       ((uintptr_t)b + n - 1) / 4096 == (uintptr_t)a / 4096, detail);
+	fill(a, n, 7);
+	fill(b, n, 8);
+	ma = ibv_reg_mr(p.pd, a, n, ACCESS);
+	if (!ma)
+		die("neighbours: ibv_reg_mr of the first");
+	mb = ibv_reg_mr(p.pd, b, n, ACCESS);
+	if (!mb)
+		die("neighbours: ibv_reg_mr of the second");
+	result("neighbours: both on mrd's memory (served, not fallen through)",
+	       !expect || (moved(a) && moved(a + n - 1) && moved(b) && moved(b + n - 1)), "");
+	result("neighbours: their bytes stay", same(a, n, 7) && same(b, n, 8), "");
+	result("neighbours: each MR says its buffer",
+	       ma->addr == a && ma->length == n && mb->addr == b && mb->length == n &&
+	       ma->rkey != mb->rkey, "");
+	/* The first's head into the second's tail, and back into the first's tail by READ. */
+	st = rdma(&p, false, a, ma->lkey, b + n - 4000, mb->rkey, 4000);
+	snprintf(detail, sizeof(detail), "status %d", st);
+	result("neighbours: RDMA WRITE from the first into the second's last bytes",
+	       st == 0 && memcmp(a, b + n - 4000, 4000) == 0 && same(a, n, 7), detail);
+	st = rdma(&p, true, a + n - 3000, ma->lkey, b, mb->rkey, 3000);
+	snprintf(detail, sizeof(detail), "status %d", st);
+	result("neighbours: RDMA READ of the second's first bytes into the first's last",
+	       st == 0 && memcmp(a + n - 3000, b, 3000) == 0 && same(b, 3000, 8), detail);
+	/* The second's rkey reaches nothing of the first (the page they share included): the
+	 * completion fails and the QP with it, so last. */
+	strcpy(b + 100, "must not land");
+	st = rdma(&p, false, b + 100, mb->lkey, a + n - 64, mb->rkey, 14);
+	snprintf(detail, sizeof(detail), "status %d", st);
+	result("neighbours: the second's rkey does not reach the first's bytes on the shared page",
+	       st > 0 && strcmp(a + n - 64, "must not land") != 0, detail);
+	if (ibv_dereg_mr(mb) || ibv_dereg_mr(ma))
+		die("neighbours: ibv_dereg_mr");
+	free(b);
+	free(a);
+	return failures ? 1 : 0;
+}
+
+#define WRITERS 2
+#define SLOT_PAGES 16
+#define SLOTS (SLOT_PAGES * 4096 / 8)
+
+/* What the writers do to a buffer's pages: page 0 holds each writer's counter (and the
+ * buffer's first bytes), the reader read()s 8-byte slots into the next SLOT_PAGES pages. */
+struct race {
+	char *p;
+	int pipe[2];
+	volatile int stop;
+	unsigned long done[WRITERS], reads, efaults;
+	long read_err;
+};
+
+struct writer {
+	struct race *race;
+	int i;
+};
+
+static void *increment(void *arg)
+{
+	struct writer *w = arg;
+	volatile unsigned long *ctr = (unsigned long *)(w->race->p + 64 * w->i);
+	unsigned long n = *ctr;
+
+	while (!__atomic_load_n(&w->race->stop, __ATOMIC_ACQUIRE)) {
+		(*ctr)++;
+		__atomic_store_n(&w->race->done[w->i], ++n, __ATOMIC_RELEASE);
+	}
+	return NULL;
+}
+
+static void *read_slots(void *arg)
+{
+	struct race *race = arg;
+	uint64_t *slot = (uint64_t *)(race->p + 4096);
+
+	for (unsigned long i = 0; i < SLOTS; i++) {
+		ssize_t n = read(race->pipe[0], &slot[i], 8);
+
+		if (n < 0 && errno == EFAULT) {
+			/* Unprivileged userfaultfd: the read failed, took nothing; again. */
+			race->efaults++;
+			i--;
+			continue;
+		}
+		if (n != 8) {
+			race->read_err = n < 0 ? -errno : n;
+			break;
+		}
+		__atomic_store_n(&race->reads, i + 1, __ATOMIC_RELEASE);
+	}
+	return NULL;
+}
+
+static unsigned long progress(struct race *race, int i)
+{
+	return __atomic_load_n(i < WRITERS ? &race->done[i] : &race->reads, __ATOMIC_ACQUIRE);
+}
+
+static void wait_past(struct race *race, int i, unsigned long n)
+{
+	while (progress(race, i) <= n && !(i == WRITERS && race->read_err))
+		sched_yield();
+}
+
+/* Runs the writers and the reader while step() moves the pages, each seen writing before
+ * and after; the writes lost (increments, and 8-byte slots not there). */
+static unsigned long race_step(struct race *race, struct ibv_pd *pd, struct ibv_mr **mr)
+{
+	static uint64_t seq[SLOTS];
+	pthread_t t[WRITERS + 1];
+	struct writer w[WRITERS];
+	unsigned long before[WRITERS], lost = 0;
+	uint64_t *slot = (uint64_t *)(race->p + 4096);
+
+	for (unsigned long i = 0; i < SLOTS; i++)
+		seq[i] = i + 1;
+	if (write(race->pipe[1], seq, sizeof(seq)) != sizeof(seq))
+		die("writers: pipe");
+	race->stop = 0;
+	race->reads = 0;
+	race->read_err = 0;
+	memset(slot, 0, SLOT_PAGES * 4096);
+	for (int i = 0; i < WRITERS; i++) {
+		w[i] = (struct writer){ race, i };
+		race->done[i] = 0;
+		if (pthread_create(&t[i], NULL, increment, &w[i]))
+			die("writers: pthread_create");
+	}
+	if (pthread_create(&t[WRITERS], NULL, read_slots, race))
+		die("writers: pthread_create");
+	for (int i = 0; i < WRITERS; i++)
+		wait_past(race, i, 1000);
+	wait_past(race, WRITERS, 64);
+	if (!*mr) {
+		/* The buffer begins after the counters: they are its heap neighbours. */
+		*mr = ibv_reg_mr(pd, race->p + 64 * WRITERS, (1 + SLOT_PAGES) * 4096 - 64 * WRITERS,
+				 ACCESS);
+		if (!*mr)
+			die("writers: ibv_reg_mr");
+	} else {
+		if (ibv_dereg_mr(*mr))
+			die("writers: ibv_dereg_mr");
+		*mr = NULL;
+	}
+	for (int i = 0; i < WRITERS; i++)
+		before[i] = progress(race, i);
+	for (int i = 0; i < WRITERS; i++)
+		wait_past(race, i, before[i] + 1000);
+	pthread_join(t[WRITERS], NULL);
+	__atomic_store_n(&race->stop, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < WRITERS; i++) {
+		pthread_join(t[i], NULL);
+		lost += race->done[i] - *(unsigned long *)(race->p + 64 * i);
+	}
+	if (race->read_err)
+		die("writers: read() into the moving pages");
+	for (unsigned long i = 0; i < race->reads; i++)
+		lost += slot[i] != i + 1;
+	return lost;
+}
+
+static int writers(int tries)
+{
+	bool expect = getenv("MRD_PRELOAD_EXPECT") && atoi(getenv("MRD_PRELOAD_EXPECT"));
+	struct race race = { 0 };
+	unsigned long lost_there = 0, lost_back = 0;
+	int tries_there = 0, tries_back = 0, served = 0;
+	struct pair p = { 0 };
+	char detail[256];
+
+	net_open(&p);
+	if (pipe2(race.pipe, O_CLOEXEC) || fcntl(race.pipe[1], F_SETPIPE_SZ, 2 * SLOTS * 8) < SLOTS * 8)
+		die("writers: pipe");
+	for (int t = 0; t < tries; t++) {
+		struct ibv_mr *mr = NULL;
+		unsigned long l;
+
+		race.p = mmap(NULL, (1 + SLOT_PAGES) * 4096, PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (race.p == MAP_FAILED)
+			die("writers: mmap");
+		memset(race.p, 0, 4096);
+		l = race_step(&race, p.pd, &mr);
+		tries_there += l > 0;
+		lost_there += l;
+		served += moved(race.p);
+		l = race_step(&race, p.pd, &mr);
+		tries_back += l > 0;
+		lost_back += l;
+		munmap(race.p, (1 + SLOT_PAGES) * 4096);
+	}
+	snprintf(detail, sizeof(detail), "lost writes: at the move %d of %d tries (%lu), at the "
+		 "move back %d tries (%lu); %d moved; read() EFAULT %lu times", tries_there, tries,
+		 lost_there, tries_back, lost_back, served, race.efaults);
+	printf("%s\n", detail);
+	result("writers: no write lost at the move or the move back",
+	       tries_there == 0 && tries_back == 0 && (!expect || served == tries), detail);
+	return failures ? 1 : 0;
+}
+
 /* make bench: n registrations and deregistrations of one malloc'd buffer; ns each. */
 static int regloop(int n, size_t size)
 {
@@ -591,6 +824,10 @@ int main(int argc, char **argv)
 		return run_as(argv + 2);
 	if (argc == 3 && strcmp(argv[1], "data") == 0)
 		return data(atoi(argv[2]));
+	if (argc == 3 && strcmp(argv[1], "neighbours") == 0)
+		return neighbours(atoi(argv[2]));
+	if (argc == 3 && strcmp(argv[1], "writers") == 0)
+		return writers(atoi(argv[2]));
 	if (argc == 4 && strcmp(argv[1], "regloop") == 0)
 		return regloop(atoi(argv[2]), strtoul(argv[3], NULL, 10));
 	if (argc == 4 && strcmp(argv[1], "serve") == 0)
@@ -598,6 +835,7 @@ int main(int argc, char **argv)
 	if (argc == 5 && strcmp(argv[1], "ask") == 0)
 		return ask(argv[2], atoi(argv[3]), atoi(argv[4]));
 	fprintf(stderr, "usage: preload-check as UID MEMLOCK PROGRAM [ARGS...] | data GID_INDEX |\n"
+			"       neighbours GID_INDEX | writers TRIES |\n"
 			"       serve PORT GID_INDEX | ask HOST PORT GID_INDEX\n");
 	return 2;
 }
