@@ -152,6 +152,8 @@ if grep -q 'mrd_vm=pair' /proc/cmdline; then
 	sed -i "s/\tpreload: /\thost $ROLE: preload: /" /tmp/pc.txt
 	collect /tmp/pc.txt
 	result "host $ROLE: preload-check across hosts exits 0" $rc "$(tail -n 3 /tmp/pc.txt)"
+	. /opt/mrd/middleware-check.sh # MPI across the hosts
+	middleware_pair "$ROLE" "$PEER"
 	kill "$MRD"
 	wait "$MRD"
 	result "host $ROLE: mrd exits cleanly on SIGTERM" $? "$(tail -n 5 /tmp/mrd.log)"

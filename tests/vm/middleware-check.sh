@@ -19,7 +19,17 @@ MW_MEMLOCK='reg_mr failed|Cannot allocate memory|ENOMEM|locked memory|ulimit -l|
 
 # rxe1 on dummy0 (guest-init's client-PD section made it; made here where it did not) and an
 # mrd that serves it, for uid 1000.
+# A resolvable host name, and /dev/shm: libfabric's verbs provider finds its source address by
+# resolving the host's name (else rdma_getaddrinfo fails, EAI_AGAIN, and fi_getinfo finds no
+# provider: -ENODATA), and UCX's and MPICH's shared memory transports look for /dev/shm.
+mw_host() { # name address
+	hostname "$1"
+	printf '127.0.0.1 localhost\n%s %s\n' "$2" "$1" > /etc/hosts
+	mkdir -p /dev/shm
+	mountpoint -q /dev/shm || mount -t tmpfs -o mode=1777 shm /dev/shm
+}
 mw_setup() {
+	mw_host mrd-vm $MW_ADDR
 	{ ip link show dummy0 > /dev/null 2>&1 || ip link add dummy0 type dummy; } &&
 		{ ip addr show dummy0 | grep -q "$MW_ADDR/" || ip addr add $MW_ADDR/24 dev dummy0; } &&
 		ip link set dummy0 up &&
@@ -32,9 +42,12 @@ mw_setup() {
 	export MRD_SOCKET=/run/mrd-mw.sock
 }
 
-# The words that run a program as uid 1000 with 64 KiB memlock, through the shim or not.
+# The words that run a program as uid 1000 with 64 KiB memlock, through the shim or not, under
+# timeout. Without the shim, UCX retries its failed registrations for ever (each failure says
+# "ibv_reg_mr ... Cannot allocate memory ... ulimit -l" within seconds): 60 s ends it.
 mw_pre() { # shim(0|1)
-	if [ "$1" = 1 ]; then MW_PRE="env LD_PRELOAD=$MW_SHIM $MW_AS"; else MW_PRE=$MW_AS; fi
+	if [ "$1" = 1 ]; then MW_PRE="timeout 200 env LD_PRELOAD=$MW_SHIM $MW_AS"
+	else MW_PRE="timeout 60 $MW_AS"; fi
 }
 # The verdict of a run: through the shim it must exit 0 and print GOOD (its data check, where
 # it prints one; rping's -V says nothing when the data was right); without it, fail for the
@@ -57,7 +70,7 @@ mw_one() { # name shim good-regex words...
 	mw_n=$1 mw_s=$2 mw_g=$3
 	shift 3
 	mw_pre "$mw_s"
-	timeout 200 $MW_PRE "$@" > /tmp/mw-one.txt 2>&1 &
+	$MW_PRE "$@" > /tmp/mw-one.txt 2>&1 &
 	mw_job=$!
 	watch_pins $mw_job
 	wait $mw_job
@@ -72,12 +85,12 @@ mw_one() { # name shim good-regex words...
 mw_pair() { # name shim good-regex server client
 	mw_n=$1 mw_s=$2 mw_g=$3
 	mw_pre "$mw_s"
-	timeout 200 $MW_PRE $4 > /tmp/mw-srv.txt 2>&1 &
+	$MW_PRE $4 > /tmp/mw-srv.txt 2>&1 &
 	mw_srv=$!
 	sleep 2
 	MAXP=0
 	for _ in $(seq 20); do
-		timeout 200 $MW_PRE $5 > /tmp/mw-cli.txt 2>&1 &
+		$MW_PRE $5 > /tmp/mw-cli.txt 2>&1 &
 		mw_cli=$!
 		watch_pins $mw_cli
 		wait $mw_cli
@@ -179,6 +192,81 @@ mw_ucx() {
 		mw_one "ucp-remap (tag and put, 1 MiB buffers mapped, unmapped, remapped)" $shim \
 			'data checked; addresses reused' env $MW_UCX UCX_TLS=rc_verbs,ud_verbs,self ucp-remap 6
 	done
+}
+
+# 4. MPI across the two hosts (guest-init.sh's pair: rxe0 on eth0, each host its own mrd at
+# MRD_SOCKET): MPICH (Debian's is ch4:ucx) under Hydra. No ssh in the guests: "-launcher
+# manual" makes mpiexec print each host's proxy command instead of running it; host a runs
+# proxy 0 and sends proxy 1's command to host b over busybox nc. Both proxies, and the ranks
+# they start, run as uid 1000 with 64 KiB memlock, through the shim or without it.
+mw_mpi() { # role peer shim port
+	mw_role=$1 mw_peer=$2 mw_s=$3 mw_p=$4
+	mw_pre "$mw_s"
+	case $mw_s in 1) how="through the shim" ;; *) how="without the shim" ;; esac
+	if [ "$mw_role" = a ]; then
+		mpiexec.hydra -launcher manual -iface eth0 -hosts 10.99.0.1,10.99.0.2 -n 2 -ppn 1 \
+			-genv UCX_TLS rc_verbs,ud_verbs,self -genv UCX_NET_DEVICES rxe0:1 \
+			-genv UCX_UD_VERBS_ETH_DGID_CHECK n -genv UCX_WARN_UNUSED_ENV_VARS n \
+			mpi-check 10 > /tmp/mpi.txt 2>&1 &
+		mw_mpiexec=$!
+		for _ in $(seq 300); do grep -q HYDRA_LAUNCH_END /tmp/mpi.txt && break; sleep 0.1; done
+		cmd0=$(sed -n 's/^HYDRA_LAUNCH: \(.*--proxy-id 0\) *$/\1/p' /tmp/mpi.txt)
+		cmd1=$(sed -n 's/^HYDRA_LAUNCH: \(.*--proxy-id 1\) *$/\1/p' /tmp/mpi.txt)
+		sent=1
+		for _ in $(seq 60); do
+			echo "$cmd1" | timeout 5 nc "$mw_peer" "$mw_p"
+			case $? in 0|124|143) sent=0; break ;; esac
+			sleep 1
+		done
+		[ $sent = 0 ] && $MW_PRE $cmd0 > /tmp/proxy.txt 2>&1
+		mw_prc=$?
+		for _ in $(seq 300); do kill -0 $mw_mpiexec 2> /dev/null || break; sleep 0.1; done
+		kill $mw_mpiexec 2> /dev/null
+		wait $mw_mpiexec
+		mw_rc=$?
+		tail -n 15 /tmp/mpi.txt /tmp/proxy.txt
+		if [ "$mw_s" = 1 ]; then
+			[ $sent = 0 ] && [ $mw_rc = 0 ] && [ $mw_prc = 0 ] &&
+				grep -q 'and an allreduce of .* ints: data checked' /tmp/mpi.txt
+			result "host a: middleware: MPICH (ch4:ucx) 2 ranks across hosts, ping-pong 1 MiB and allreduce $how" $? \
+				"command to host b sent: $sent; mpiexec rc $mw_rc, proxy rc $mw_prc: $(tail -n 4 /tmp/mpi.txt /tmp/proxy.txt | grep -v '^==>')"
+		else
+			[ $mw_rc != 0 ] && cat /tmp/mpi.txt /tmp/proxy.txt | grep -Eq "$MW_MEMLOCK"
+			result "host a: middleware: MPICH (ch4:ucx) 2 ranks across hosts $how fails on memlock (64 KiB)" $? \
+				"mpiexec rc $mw_rc, proxy rc $mw_prc: $(tail -n 4 /tmp/mpi.txt /tmp/proxy.txt | grep -v '^==>')"
+		fi
+	else
+		: > /tmp/launch.txt
+		nc -l -p "$mw_p" > /tmp/launch.txt &
+		mw_nc=$!
+		for _ in $(seq 1200); do grep -q -- '--proxy-id 1' /tmp/launch.txt && break; sleep 0.1; done
+		kill $mw_nc 2> /dev/null
+		wait $mw_nc
+		cmd1=$(head -n 1 /tmp/launch.txt)
+		if [ -z "$cmd1" ]; then
+			result "host b: middleware: MPICH proxy $how: its command came from host a" 1
+			return
+		fi
+		$MW_PRE $cmd1 > /tmp/proxy.txt 2>&1
+		mw_prc=$?
+		tail -n 15 /tmp/proxy.txt
+		if [ "$mw_s" = 1 ]; then
+			result "host b: middleware: MPICH proxy and rank 1 $how exit 0" $mw_prc "$(tail -n 4 /tmp/proxy.txt)"
+		else
+			[ $mw_prc != 0 ]
+			result "host b: middleware: MPICH proxy and rank 1 $how fail" $? "$(tail -n 4 /tmp/proxy.txt)"
+		fi
+	fi
+}
+middleware_pair() { # role peer
+	if ! command -v mpiexec.hydra > /dev/null || ! command -v mpi-check > /dev/null; then
+		report SKIP "host $1: middleware: MPICH 2 ranks across hosts" \
+			"no mpiexec.hydra or mpi-check in the VM (apt-get install mpich libmpich-dev, then configure again)"
+		return
+	fi
+	mw_host "host-$1" "$(ip -4 -o addr show eth0 | sed -n 's/.* inet \([0-9.]*\)\/.*/\1/p')"
+	mw_mpi "$1" "$2" 0 18990
+	mw_mpi "$1" "$2" 1 18991
 }
 
 middleware_check() {
