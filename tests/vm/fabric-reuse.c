@@ -3,13 +3,15 @@
  * cases. Two RDM endpoints of one domain (verbs;ofi_rxm by default) send 1 MiB messages to each
  * other: rxm's rendezvous registers the user's buffers itself, through the provider's MR cache.
  * The buffers are freed and allocated again at the same address (malloc/free with mmap'd chunks,
- * malloc/free on the heap, mmap/munmap), new data in them each time, so a cache that missed the
- * free would move stale pages; the receiver checks every byte. Under libmrd-preload.so the
- * cache's monitor (FI_MR_CACHE_MONITOR: memhooks, uffd, disabled) and the shim both watch free
- * and munmap. Prints "fabric-reuse: ..." lines; exit 0 when every transfer's data was right and
- * each kind of reuse really came back to its address.
+ * mmap/munmap; or, with "heap", malloc/free on the heap, where the two buffers share a page), new
+ * data in them each time, so a cache that missed the free would move stale pages; the receiver
+ * checks every byte. Under libmrd-preload.so the cache's monitor (FI_MR_CACHE_MONITOR:
+ * memhooks, uffd, disabled) and the shim both watch free and munmap. Prints "fabric-reuse: ..."
+ * lines; exit 0 when every transfer's data was right and each kind of reuse really came back
+ * to its address. A transfer that completes in no 30 s fails (one takes well under a second
+ * in the TCG VM; rxm leaves a send whose registration failed waiting for ever).
  *
- * fabric-reuse [domain [iterations]]
+ * fabric-reuse [domain [iterations [heap]]]
  */
 #include <malloc.h>
 #include <rdma/fabric.h>
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #define LEN (1u << 20) /* past rxm's eager and SAR limits: rendezvous, zero copy */
 
@@ -33,6 +36,18 @@ struct side {
 };
 
 static struct side a, b;
+static struct timespec started; /* the transfer's */
+static const char *phase;
+
+static void deadline(void)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (now.tv_sec - started.tv_sec > 30) {
+		printf("fabric-reuse: FAIL %s: a transfer did not complete in 30 s\n", phase);
+		exit(1);
+	}
+}
 
 #define CHECK(call)                                                                          \
 	do {                                                                                 \
@@ -62,6 +77,7 @@ static void wait_one(struct side *s, struct side *other)
 		if (n != -FI_EAGAIN)
 			CHECK(n);
 		fi_cq_read(other->cq, NULL, 0); /* progress only */
+		deadline();
 	}
 }
 
@@ -77,12 +93,14 @@ static int transfer(unsigned char *src, unsigned char *dst, unsigned seed)
 	struct fi_context2 rctx, sctx;
 	ssize_t rc;
 
+	clock_gettime(CLOCK_MONOTONIC, &started);
 	fill(src, seed);
 	memset(dst, 0, LEN);
 	CHECK(fi_recv(b.ep, dst, LEN, NULL, b.peer, &rctx));
 	while ((rc = fi_send(a.ep, src, LEN, NULL, a.peer, &sctx)) == -FI_EAGAIN) {
 		fi_cq_read(a.cq, NULL, 0);
 		fi_cq_read(b.cq, NULL, 0);
+		deadline();
 	}
 	CHECK(rc);
 	wait_one(&a, &b);
@@ -90,8 +108,8 @@ static int transfer(unsigned char *src, unsigned char *dst, unsigned seed)
 	for (size_t i = 0; i < LEN; i++) {
 		unsigned char want = (unsigned char)(i * 7 + seed * 131 + (i >> 12));
 		if (dst[i] != want) {
-			printf("fabric-reuse: FAIL byte %zu of transfer %u: %#x, sent %#x\n", i,
-			       seed, dst[i], want);
+			printf("fabric-reuse: FAIL %s: byte %zu of transfer %u: %#x, sent %#x\n",
+			       phase, i, seed, dst[i], want);
 			return 1;
 		}
 	}
@@ -135,7 +153,8 @@ static void insert_peer(struct side *s, struct side *peer)
 int main(int argc, char **argv)
 {
 	const char *dom = argc > 1 && argv[1][0] ? argv[1] : NULL;
-	unsigned iters = argc > 2 ? (unsigned)atoi(argv[2]) : 8, seed = 0, reused[3] = {0};
+	unsigned iters = argc > 2 ? (unsigned)atoi(argv[2]) : 8, seed = 0, reused[2] = {0};
+	int heap = argc > 3 && strcmp(argv[3], "heap") == 0;
 	struct fi_info *hints = fi_allocinfo(), *info;
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
@@ -162,42 +181,49 @@ int main(int argc, char **argv)
 	insert_peer(&a, &b);
 	insert_peer(&b, &a);
 
-	/* malloc/free, chunks of their own mappings: free unmaps them, malloc maps them again. */
-	mallopt(M_MMAP_THRESHOLD, 64 << 10); /* fixed: glibc would raise it after a free */
 	void *last_s = NULL, *last_d = NULL;
-	for (unsigned i = 0; i < iters; i++) {
-		unsigned char *s = malloc(LEN), *d = malloc(LEN);
-		if (!s || !d)
-			return printf("fabric-reuse: FAIL malloc\n"), 1;
-		reused[0] += s == last_s || d == last_d;
-		bad |= transfer(s, d, seed++);
-		last_s = s, last_d = d;
-		free(s);
-		free(d);
-	}
-	/* malloc/free on the heap: the same chunks again, their pages never unmapped. */
-	mallopt(M_MMAP_THRESHOLD, 32 << 20);
-	mallopt(M_TRIM_THRESHOLD, 256 << 20);
-	last_s = last_d = NULL;
-	for (unsigned i = 0; i < iters; i++) {
-		unsigned char *s = malloc(LEN), *d = malloc(LEN);
-		if (!s || !d)
-			return printf("fabric-reuse: FAIL malloc\n"), 1;
-		reused[1] += s == last_s || d == last_d;
-		bad |= transfer(s, d, seed++);
-		last_s = s, last_d = d;
-		free(s);
-		free(d);
-	}
-	/* mmap/munmap, asking for the address just unmapped. */
-	last_s = last_d = NULL;
-	for (unsigned i = 0; i < iters; i++) {
-		unsigned char *s = map_at(last_s), *d = map_at(last_d);
-		reused[2] += s == last_s || d == last_d;
-		bad |= transfer(s, d, seed++);
-		last_s = s, last_d = d;
-		munmap(s, LEN);
-		munmap(d, LEN);
+	if (heap) {
+		/* malloc/free on the heap: the same chunks again, their pages never unmapped. */
+		phase = "heap";
+		mallopt(M_MMAP_THRESHOLD, 32 << 20);
+		mallopt(M_TRIM_THRESHOLD, 256 << 20);
+		for (unsigned i = 0; i < iters; i++) {
+			unsigned char *s = malloc(LEN), *d = malloc(LEN);
+			if (!s || !d)
+				return printf("fabric-reuse: FAIL malloc\n"), 1;
+			reused[0] += s == last_s || d == last_d;
+			bad |= transfer(s, d, seed++);
+			last_s = s, last_d = d;
+			free(s);
+			free(d);
+		}
+		reused[1] = 1;
+	} else {
+		/* malloc/free, chunks of their own mappings: free unmaps them, malloc maps again. */
+		phase = "malloc'd mappings";
+		mallopt(M_MMAP_THRESHOLD, 64 << 10); /* fixed: glibc would raise it after a free */
+		for (unsigned i = 0; i < iters; i++) {
+			unsigned char *s = malloc(LEN), *d = malloc(LEN);
+			if (!s || !d)
+				return printf("fabric-reuse: FAIL malloc\n"), 1;
+			reused[0] += s == last_s || d == last_d;
+			bad |= transfer(s, d, seed++);
+			last_s = s, last_d = d;
+			free(s);
+			free(d);
+		}
+		printf("fabric-reuse: %s: %u transfers\n", phase, iters);
+		/* mmap/munmap, asking for the address just unmapped. */
+		phase = "mmap";
+		last_s = last_d = NULL;
+		for (unsigned i = 0; i < iters; i++) {
+			unsigned char *s = map_at(last_s), *d = map_at(last_d);
+			reused[1] += s == last_s || d == last_d;
+			bad |= transfer(s, d, seed++);
+			last_s = s, last_d = d;
+			munmap(s, LEN);
+			munmap(d, LEN);
+		}
 	}
 	fi_close(&a.ep->fid);
 	fi_close(&b.ep->fid);
@@ -209,9 +235,13 @@ int main(int argc, char **argv)
 	fi_close(&fabric->fid);
 	fi_freeinfo(info);
 	fi_freeinfo(hints);
-	printf("fabric-reuse: %u transfers of %u bytes, %s; addresses reused: malloc (mmap'd) %u, "
-	       "heap %u, mmap %u of %u\n",
-	       seed, LEN, bad ? "DATA WRONG" : "data checked", reused[0], reused[1], reused[2],
-	       iters - 1);
-	return bad || !reused[0] || !reused[1] || !reused[2];
+	if (heap)
+		printf("fabric-reuse: %u transfers of %u bytes, %s; addresses reused: heap %u of %u\n",
+		       seed, LEN, bad ? "DATA WRONG" : "data checked", reused[0], iters - 1);
+	else
+		printf("fabric-reuse: %u transfers of %u bytes, %s; addresses reused: malloc'd "
+		       "mappings %u, mmap %u of %u\n",
+		       seed, LEN, bad ? "DATA WRONG" : "data checked", reused[0], reused[1],
+		       iters - 1);
+	return bad || !reused[0] || !reused[1];
 }
