@@ -26,7 +26,7 @@ mw_host() { # name address
 	hostname "$1"
 	printf '127.0.0.1 localhost\n%s %s\n' "$2" "$1" > /etc/hosts
 	mkdir -p /dev/shm
-	mountpoint -q /dev/shm || mount -t tmpfs -o mode=1777 shm /dev/shm
+	grep -q ' /dev/shm ' /proc/mounts || mount -t tmpfs -o mode=1777 shm /dev/shm
 }
 mw_setup() {
 	mw_host mrd-vm $MW_ADDR
@@ -136,9 +136,9 @@ mw_rdmacm() {
 # fabric-reuse (its own MR-cache invalidation), under each of libfabric's MR cache monitors.
 mw_fi_pingpong() { # name shim env-words ep provider
 	mw_port
-	mw_pair "$1" "$2" '^1048576 +20 ' \
-		"env $3 fi_pingpong -p $5 -e $4 -d $MW_DEV -S 1048576 -I 20 -c -B $MW_PORT" \
-		"env $3 fi_pingpong -p $5 -e $4 -d $MW_DEV -S 1048576 -I 20 -c -P $MW_PORT $MW_ADDR"
+	mw_pair "$1" "$2" '^1m +10 +=10 ' \
+		"env $3 fi_pingpong -p $5 -e $4 -d $MW_DEV -S 1048576 -I 10 -c -B $MW_PORT" \
+		"env $3 fi_pingpong -p $5 -e $4 -d $MW_DEV -S 1048576 -I 10 -c -P $MW_PORT $MW_ADDR"
 }
 mw_libfabric() {
 	if ! command -v fi_pingpong > /dev/null; then
@@ -161,9 +161,12 @@ mw_libfabric() {
 	mw_one "fabric-reuse (verbs;ofi_rxm: 1 MiB buffers freed and reused)" 0 "$good" \
 		env FI_UNIVERSE_SIZE=32 fabric-reuse $MW_DEV 4
 	for mon in memhooks uffd disabled; do
-		mw_one "fabric-reuse (verbs;ofi_rxm: 1 MiB buffers freed and reused, malloc, heap, mmap), FI_MR_CACHE_MONITOR=$mon" 1 \
+		mw_one "fabric-reuse (verbs;ofi_rxm: 1 MiB buffers malloc'd and mmap'd, freed and unmapped, reused at their addresses), FI_MR_CACHE_MONITOR=$mon" 1 \
 			"$good" env FI_MR_CACHE_MONITOR=$mon FI_UNIVERSE_SIZE=32 fabric-reuse $MW_DEV 6
 	done
+	# The heap: the two 1 MiB buffers share a page (the heap-neighbour case).
+	mw_one "fabric-reuse heap (verbs;ofi_rxm: two 1 MiB heap buffers sharing a page, freed and reused)" 1 \
+		"$good" env FI_UNIVERSE_SIZE=32 fabric-reuse $MW_DEV 6 heap
 }
 
 # 3. UCX: ucx_perftest (UCP tag latency and put bandwidth, 1 MiB: rendezvous, zero copy) over
@@ -198,13 +201,15 @@ mw_ucx() {
 # MRD_SOCKET): MPICH (Debian's is ch4:ucx) under Hydra. No ssh in the guests: "-launcher
 # manual" makes mpiexec print each host's proxy command instead of running it; host a runs
 # proxy 0 and sends proxy 1's command to host b over busybox nc. Both proxies, and the ranks
-# they start, run as uid 1000 with 64 KiB memlock, through the shim or without it.
+# they start, run as uid 1000 with 64 KiB memlock, through the shim or without it. Hydra's
+# mpiexec and proxies outlive SIGTERM while a peer is missing: SIGKILL ends them.
 mw_mpi() { # role peer shim port
 	mw_role=$1 mw_peer=$2 mw_s=$3 mw_p=$4
 	mw_pre "$mw_s"
+	MW_PRE="timeout -s KILL ${MW_PRE#timeout }"
 	case $mw_s in 1) how="through the shim" ;; *) how="without the shim" ;; esac
 	if [ "$mw_role" = a ]; then
-		mpiexec.hydra -launcher manual -iface eth0 -hosts 10.99.0.1,10.99.0.2 -n 2 -ppn 1 \
+		timeout -s KILL 400 mpiexec.hydra -launcher manual -iface eth0 -hosts 10.99.0.1,10.99.0.2 -n 2 -ppn 1 \
 			-genv UCX_TLS rc_verbs,ud_verbs,self -genv UCX_NET_DEVICES rxe0:1 \
 			-genv UCX_UD_VERBS_ETH_DGID_CHECK n -genv UCX_WARN_UNUSED_ENV_VARS n \
 			mpi-check 10 > /tmp/mpi.txt 2>&1 &
@@ -221,7 +226,7 @@ mw_mpi() { # role peer shim port
 		[ $sent = 0 ] && $MW_PRE $cmd0 > /tmp/proxy.txt 2>&1
 		mw_prc=$?
 		for _ in $(seq 300); do kill -0 $mw_mpiexec 2> /dev/null || break; sleep 0.1; done
-		kill $mw_mpiexec 2> /dev/null
+		kill -9 $mw_mpiexec 2> /dev/null
 		wait $mw_mpiexec
 		mw_rc=$?
 		tail -n 15 /tmp/mpi.txt /tmp/proxy.txt
@@ -320,7 +325,7 @@ middleware_bench() { # gid-index-of-rxe1 found here
 		case "$(cat "$g" 2>/dev/null)" in 0000:0000:0000:0000:0000:ffff:*) gid=${g##*/}; break ;; esac
 	done
 	if command -v fi_pingpong > /dev/null; then
-		mw_bench_one "vm-fi_pingpong-msg-lat-4KiB" lat '$1 == 4096 { print $7 }' \
+		mw_bench_one "vm-fi_pingpong-msg-lat-4KiB" lat '$1 == "4k" { print $7 }' \
 			"fi_pingpong -p verbs -e msg -d $MW_DEV -S 4096 -I 2000 -B @PORT@" \
 			"fi_pingpong -p verbs -e msg -d $MW_DEV -S 4096 -I 2000 -P @PORT@ $MW_ADDR"
 	else
@@ -338,7 +343,7 @@ middleware_bench() { # gid-index-of-rxe1 found here
 		mw_bench_one "vm-ucx_perftest-tag_lat-4KiB" lat '$1 == "Final:" { print $5 }' \
 			"$u -p @PORT@" "$u $MW_ADDR -p @PORT@ -t tag_lat -s 4096 -n 2000 -w 100"
 		mw_bench_one "vm-ucx_perftest-ucp_put_bw-1MiB" bw '$1 == "Final:" { print $7 }' \
-			"$u -p @PORT@" "$u $MW_ADDR -p @PORT@ -t ucp_put_bw -s 1048576 -n 200 -w 10"
+			"$u -p @PORT@" "$u $MW_ADDR -p @PORT@ -t ucp_put_bw -s 1048576 -n 50 -w 5"
 	else
 		echo "vm-ucx_perftest: not measured: no ucx_perftest in the VM (apt-get install ucx-utils)"
 	fi
