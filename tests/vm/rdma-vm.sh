@@ -15,7 +15,7 @@ MODE=check
 VM=$top_builddir/tests/vm
 CACHE=$VM/cache
 SUITE=${MRD_VM_SUITE:-trixie-backports}
-TIMEOUT=${MRD_VM_TIMEOUT:-400}
+TIMEOUT=${MRD_VM_TIMEOUT:-1200} # the single guest: about 8 min here, half of it the middleware cases
 mkdir -p "$CACHE"
 
 missing=
@@ -210,7 +210,7 @@ unmodified=
 # The middleware cases' programs (tests/vm/middleware-check.sh), and UCX's transports, which
 # libuct loads from its ucx/ folder.
 for b in /usr/bin/ibv_rc_pingpong /usr/bin/ib_write_bw /usr/bin/ib_read_bw /usr/bin/ib_send_lat \
-	/usr/bin/rping /usr/bin/fi_pingpong /usr/bin/ucx_perftest \
+	/usr/bin/rping /usr/bin/fi_pingpong /usr/bin/ucx_perftest /usr/bin/mpiexec.hydra /usr/bin/hydra_pmi_proxy \
 	/usr/lib/x86_64-linux-gnu/ucx/libuct_ib.so.0 /usr/lib/x86_64-linux-gnu/ucx/libuct_rdmacm.so.0; do
 	[ -e "$b" ] && unmodified="$unmodified $b"
 done
@@ -222,7 +222,7 @@ done
 cp /etc/libibverbs.d/rxe.driver "$ST/etc/libibverbs.d/" # rxe and siw alone: no probing of others
 [ -n "$siw_lib" ] && cp /etc/libibverbs.d/siw.driver "$ST/etc/libibverbs.d/"
 for b in mrd mrctl mrd-demo examples/mrd-hello tests/test-contract-verbs tests/test-client-pd \
-	tests/vm/rdma-peers bench/bench-client-pd tests/vm/preload-check tests/vm/fabric-reuse tests/vm/ucp-remap; do
+	tests/vm/rdma-peers bench/bench-client-pd tests/vm/preload-check tests/vm/fabric-reuse tests/vm/ucp-remap tests/vm/mpi-check; do
 	dir=$top_builddir/$(dirname "$b")
 	name=$(basename "$b")
 	real=$dir/$name
@@ -231,6 +231,9 @@ for b in mrd mrctl mrd-demo examples/mrd-hello tests/test-contract-verbs tests/t
 	cp "$real" "$ST/opt/mrd/bin/$name"
 	copy_libs "$real"
 done
+# glibc loads libgcc_s when a thread exits or is cancelled (rping's threads): no program needs it.
+gcc_s=$(ls /lib/x86_64-linux-gnu/libgcc_s.so.1 2> /dev/null || true)
+[ -n "$gcc_s" ] && mkdir -p "$ST/usr/lib/x86_64-linux-gnu" && cp -L "$gcc_s" "$ST/usr/lib/x86_64-linux-gnu/"
 cp -L "$top_builddir/.libs/libmrd-preload.so" "$ST/opt/mrd/lib/"
 copy_libs "$top_builddir/.libs/libmrd-preload.so"
 # Debian is merged-/usr: let both library paths resolve.
