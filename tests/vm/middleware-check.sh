@@ -298,9 +298,10 @@ mw_bench_one() { # row unit(lat|bw) field-awk server client (@PORT@: a new port 
 			pre=
 			[ $mode = with ] && pre="env LD_PRELOAD=$MW_SHIM MRD_PRELOAD_LOG=0 $MW_AS"
 			timeout 200 $pre $(echo "$4" | sed "s/@PORT@/$MW_PORT/g") > /tmp/mwb-srv.txt 2>&1 &
+			mw_srv=$!
 			sleep 2
 			timeout 200 $pre $(echo "$5" | sed "s/@PORT@/$MW_PORT/g") > /tmp/mwb-cli.txt 2>&1
-			wait
+			wait $mw_srv
 			awk "$mw_awk" /tmp/mwb-cli.txt | head -n 1 >> /tmp/mwb-$mode
 		done
 	done
@@ -318,7 +319,7 @@ mw_bench_one() { # row unit(lat|bw) field-awk server client (@PORT@: a new port 
 			printf "%s: ratio=%.3f (case=as uid 1000, 64 KiB memlock, through libmrd-preload.so, %.1f MB/s; baseline=root without it, %.1f MB/s; reps=%d interleaved, median) target >= 0.95: %s\n",
 				row, x, b, a, r, (x >= 0.95) ? "met" : "MISSED" }'
 }
-middleware_bench() { # gid-index-of-rxe1 found here
+middleware_bench() { # on rxe1 (mw_setup), beside guest-init's own bench mrd
 	mw_setup > /dev/null || return
 	gid=
 	for g in /sys/class/infiniband/$MW_DEV/ports/1/gids/*; do
