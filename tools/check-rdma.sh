@@ -7,16 +7,21 @@ set -eu
 
 # Debian package names; docs/testing.md lists the same set.
 # gcc, make, binutils (strip) and libelf1 (objtool) build siw.ko, which Debian does not ship;
-# the systemd VM boots the host's own systemd, system bus, setpriv, useradd and promtool.
+# the systemd VM boots the host's own systemd, system bus, setpriv, useradd and promtool; the
+# middleware cases copy rping, fi_pingpong, ucx_perftest, MPICH's Hydra and build against
+# libfabric, UCX and MPICH.
 MRD_VM_DEPS="qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 ibverbs-utils \
-ibverbs-providers gcc make binutils libelf1 perftest systemd dbus util-linux passwd prometheus"
+ibverbs-providers gcc make binutils libelf1 perftest systemd dbus util-linux passwd prometheus \
+rdmacm-utils libfabric-bin libfabric-dev ucx-utils libucx-dev mpich libmpich-dev"
 
 have_vm_deps() {
 	for tool in qemu-system-x86_64 busybox cpio depmod xz rdma ibv_devinfo gcc make strip ib_write_bw \
-		systemctl busctl dbus-daemon setpriv useradd promtool; do
+		systemctl busctl dbus-daemon setpriv useradd promtool rping fi_pingpong ucx_perftest \
+		mpiexec.hydra; do
 		command -v "$tool" >/dev/null 2>&1 || return 1
 	done
 	ls /usr/lib/*/libibverbs/librxe-rdmav*.so /usr/lib/*/libelf.so.1 /lib/systemd/system/dbus.service \
+		/usr/include/rdma/fabric.h /usr/include/ucp/api/ucp.h /usr/include/x86_64-linux-gnu/mpich/mpi.h \
 		>/dev/null 2>&1
 }
 

@@ -152,6 +152,8 @@ if grep -q 'mrd_vm=pair' /proc/cmdline; then
 	sed -i "s/\tpreload: /\thost $ROLE: preload: /" /tmp/pc.txt
 	collect /tmp/pc.txt
 	result "host $ROLE: preload-check across hosts exits 0" $rc "$(tail -n 3 /tmp/pc.txt)"
+	. /opt/mrd/middleware-check.sh # MPI across the hosts
+	middleware_pair "$ROLE" "$PEER"
 	kill "$MRD"
 	wait "$MRD"
 	result "host $ROLE: mrd exits cleanly on SIGTERM" $? "$(tail -n 5 /tmp/mrd.log)"
@@ -225,6 +227,8 @@ if grep -q 'mrd_vm=bench' /proc/cmdline; then
 	for _ in $(seq 200); do [ -S /run/mrd.sock ] && break; sleep 0.1; done
 	bench-client-pd /run/mrd.sock rxe0 2>&1 | sed 's/^/@@ BENCH /'
 	bench_preload /run/mrd.sock 2>&1 | sed 's/^/@@ BENCH /'
+	. /opt/mrd/middleware-check.sh
+	middleware_bench 2>&1 | sed 's/^/@@ BENCH /'
 	sync
 	poweroff -f
 fi
@@ -630,4 +634,8 @@ result "once the programs exited, mrd pins nothing for them (uid 1000: ${p:-none
 kill "$MRD"
 wait "$MRD"
 result "mrd (preload) exits cleanly on SIGTERM" $? "$(tail -n 5 /tmp/mrd-preload.log)"
+
+# 15. Middleware through mrd (rping, libfabric, UCX): tests/vm/middleware-check.sh.
+. /opt/mrd/middleware-check.sh
+middleware_check
 finish

@@ -15,7 +15,7 @@ MODE=check
 VM=$top_builddir/tests/vm
 CACHE=$VM/cache
 SUITE=${MRD_VM_SUITE:-trixie-backports}
-TIMEOUT=${MRD_VM_TIMEOUT:-400}
+TIMEOUT=${MRD_VM_TIMEOUT:-1200} # the single guest: about 8 min here, half of it the middleware cases
 mkdir -p "$CACHE"
 
 missing=
@@ -185,8 +185,9 @@ stage_modules() { # folder list modules...
 		done
 	done
 }
-# dummy: a second netdev for rxe1
-stage_modules "$ST/lib/modules/$KVER" "$ST/modules.load" ib_core ib_uverbs rdma_rxe dummy virtio_net
+# dummy: a second netdev for rxe1; rdma_ucm: rdma_cm for programs (the middleware cases)
+stage_modules "$ST/lib/modules/$KVER" "$ST/modules.load" ib_core ib_uverbs rdma_rxe dummy virtio_net \
+	rdma_ucm
 if [ -e "$SIW_KO" ]; then # its one dependency, ib_core, is loaded by now
 	cp "$SIW_KO" "$ST/lib/modules/$KVER/siw.ko"
 	echo siw.ko >> "$ST/modules.load"
@@ -206,8 +207,12 @@ copy_libs() { # binary: the shared libraries it needs, at their own paths
 siw_lib=$(ls /usr/lib/*/libibverbs/libsiw-rdmav*.so 2>/dev/null | head -n 1 || true)
 # Unmodified programs for libmrd-preload.so's checks (perftest: where the host has it).
 unmodified=
-for b in /usr/bin/ibv_rc_pingpong /usr/bin/ib_write_bw /usr/bin/ib_read_bw; do
-	[ -x "$b" ] && unmodified="$unmodified $b"
+# The middleware cases' programs (tests/vm/middleware-check.sh), and UCX's transports, which
+# libuct loads from its ucx/ folder.
+for b in /usr/bin/ibv_rc_pingpong /usr/bin/ib_write_bw /usr/bin/ib_read_bw /usr/bin/ib_send_lat \
+	/usr/bin/rping /usr/bin/fi_pingpong /usr/bin/ucx_perftest /usr/bin/mpiexec.hydra /usr/bin/hydra_pmi_proxy \
+	/usr/lib/x86_64-linux-gnu/ucx/libuct_ib.so.0 /usr/lib/x86_64-linux-gnu/ucx/libuct_rdmacm.so.0; do
+	[ -e "$b" ] && unmodified="$unmodified $b"
 done
 for b in /usr/bin/rdma /usr/bin/ibv_devinfo "$rxe_lib" $siw_lib $unmodified; do
 	mkdir -p "$ST$(dirname "$b")"
@@ -217,14 +222,18 @@ done
 cp /etc/libibverbs.d/rxe.driver "$ST/etc/libibverbs.d/" # rxe and siw alone: no probing of others
 [ -n "$siw_lib" ] && cp /etc/libibverbs.d/siw.driver "$ST/etc/libibverbs.d/"
 for b in mrd mrctl mrd-demo examples/mrd-hello tests/test-contract-verbs tests/test-client-pd \
-	tests/vm/rdma-peers bench/bench-client-pd tests/vm/preload-check; do
+	tests/vm/rdma-peers bench/bench-client-pd tests/vm/preload-check tests/vm/fabric-reuse tests/vm/ucp-remap tests/vm/mpi-check; do
 	dir=$top_builddir/$(dirname "$b")
 	name=$(basename "$b")
 	real=$dir/$name
+	[ -e "$real" ] || continue # a middleware program not built here: its case says so
 	[ -x "$dir/.libs/$name" ] && real=$dir/.libs/$name # libtool's wrapper: the real program
 	cp "$real" "$ST/opt/mrd/bin/$name"
 	copy_libs "$real"
 done
+# glibc loads libgcc_s when a thread exits or is cancelled (rping's threads): no program needs it.
+gcc_s=$(ls /lib/x86_64-linux-gnu/libgcc_s.so.1 2> /dev/null || true)
+[ -n "$gcc_s" ] && mkdir -p "$ST/usr/lib/x86_64-linux-gnu" && cp -L "$gcc_s" "$ST/usr/lib/x86_64-linux-gnu/"
 cp -L "$top_builddir/.libs/libmrd-preload.so" "$ST/opt/mrd/lib/"
 copy_libs "$top_builddir/.libs/libmrd-preload.so"
 # Debian is merged-/usr: let both library paths resolve.
@@ -238,21 +247,26 @@ printf 'root:x:0:0:root:/root:/bin/sh\nvictim:x:1000:1000::/tmp:/bin/sh\nodp:x:1
 	> "$ST/etc/passwd"
 printf 'root:x:0:\nvictim:x:1000:\nodp:x:1001:\n' > "$ST/etc/group"
 cp "$top_srcdir/tests/vm/guest-init.sh" "$ST/init"
+cp "$top_srcdir/tests/vm/middleware-check.sh" "$ST/opt/mrd/"
 chmod +x "$ST/init"
 (cd "$ST" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) > "$VM/initramfs.cpio.gz"
 
 # ---- boot: 2 vCPUs (one busy-polling client would crawl on a single one). Multi-threaded TCG
 # now and then breaks the kernel's own code patching while it boots (an int3 oops, then a
 # panic, before /init runs): such a boot tested nothing, and is tried again, twice at most. A
-# panic once the guest has reported anything is a failure like any other.
+# panic once the guest has reported anything is a failure like any other. tsc=reliable: a long
+# multi-vCPU TCG guest's vCPUs drift, the clocksource watchdog then marks the TSC unstable and
+# the switch to another clocksource now and then oopsed the guest after boot; the watchdog is
+# off with it. 1536 MiB: the middleware cases run two processes that pin 30-80 MB each (ofi_rxm,
+# UCX), served from mrd's memory, beside an initramfs that holds their libraries.
 LOG=$VM/console.log
 for attempt in 1 2 3; do
 	t0=$(date +%s)
 	set +e
 	timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 \
-		-accel tcg,thread=multi -cpu max -smp 2 -m 1024 -nographic -no-reboot -nic none \
+		-accel tcg,thread=multi -cpu max -smp 2 -m 1536 -nographic -no-reboot -nic none \
 		-kernel "$KROOT/usr/lib/modules/$KVER/vmlinuz" -initrd "$VM/initramfs.cpio.gz" \
-		-append "console=ttyS0 panic=-1 loglevel=1 mrd_vm=$MODE" < /dev/null > "$LOG" 2>&1
+		-append "console=ttyS0 panic=-1 loglevel=1 tsc=reliable mrd_vm=$MODE" < /dev/null > "$LOG" 2>&1
 	qemu_rc=$?
 	set -e
 	echo "check-rdma: the VM ran $(($(date +%s) - t0)) s (qemu rc $qemu_rc; console: $LOG)"
