@@ -355,6 +355,36 @@ static void lost(struct moved_range *r, uintptr_t start, uintptr_t end)
 		go_back(r);
 }
 
+/* The buffer [start, end) a registration asks for, and the ranges it touches that the program
+ * no longer maps as mrd's pages. */
+struct overlap_walk {
+	uintptr_t start, end;
+	unsigned n_unmapped;
+};
+
+static bool overlap_intact(struct moved_range *r, const struct overlap_walk *w)
+{
+	return moved_range_intact(r, w->start > r->start ? w->start : r->start,
+				  w->end < r->end ? w->end : r->end, epoch);
+}
+
+static void let_go_if_unmapped(struct moved_range *r, void *arg)
+{
+	struct overlap_walk *w = arg;
+
+	if (!overlap_intact(r, w)) {
+		w->n_unmapped++;
+		lost(r, w->start, w->end);
+	}
+}
+
+static void count_unmapped(struct moved_range *r, void *arg)
+{
+	struct overlap_walk *w = arg;
+
+	w->n_unmapped += !overlap_intact(r, w);
+}
+
 static struct shim_pd *pd_of(struct ibv_pd *pd)
 {
 	struct shim_pd *p;
@@ -482,18 +512,22 @@ static int serve(struct ibv_pd *pd, void *addr, size_t length, unsigned access,
 		*ret = m;
 		return 0;
 	}
-	r = moved_ranges_overlapping(&ranges, start, end, &n);
-	if (r && !moved_range_intact(r, start > r->start ? start : r->start,
-				     end < r->end ? end : r->end, epoch)) {
-		lost(r, start, end);
-		if (moved_ranges_overlapping(&ranges, start, end, &n)) {
+	/* Each range it touches, not just the first: a program can unmap them behind the
+	 * shim's back (libfabric's memhooks call the kernel's munmap themselves). */
+	struct overlap_walk w = { start, end, 0 };
+
+	moved_ranges_each_overlapping(&ranges, start, end, let_go_if_unmapped, &w);
+	if (w.n_unmapped) {
+		w.n_unmapped = 0;
+		moved_ranges_each_overlapping(&ranges, start, end, count_unmapped, &w);
+		if (w.n_unmapped) {
 			/* Still there: a live registration holds it. */
 			snprintf(why, why_size, "its pages were unmapped or replaced under a live "
 				 "registration");
 			return -EOPNOTSUPP;
 		}
-		r = NULL;
 	}
+	r = moved_ranges_overlapping(&ranges, start, end, &n);
 	if (n > 1) {
 		/* Its MR would span two of mrd's allocations. */
 		snprintf(why, why_size, "its pages hold parts of %u buffers registered before", n);
