@@ -291,8 +291,7 @@ bool moved_range_intact(struct moved_range *r, uintptr_t start, uintptr_t end,
 /* Private anonymous memory again under each piece of r the program still maps: its bytes are
  * copied aside and the copy swapped in by one mremap, so another thread never sees the pages
  * empty, and writes wait from before the copy until the swap (hold: a child of fork() has no
- * other thread; a piece holding the calling thread's stack is copied without, see
- * libmrd-preload(8)). The piece stays a mapping of its own beside the program's (the kernel
+ * other thread; a piece whose writers cannot be held stays mrd's, see libmrd-preload(8)). The piece stays a mapping of its own beside the program's (the kernel
  * merges no anonymous mappings of different origins); a later move of the same pages takes
  * its place. */
 static void copy_to_private(const struct moved_range *r, bool hold)
@@ -316,6 +315,13 @@ static void copy_to_private(const struct moved_range *r, bool hold)
 		held = hold && (pieces[i].prot & PROT_WRITE) &&
 		       write_hold_start(&h, pieces[i].start, pieces[i].end, true, why,
 					sizeof(why)) == 0;
+		if (hold && (pieces[i].prot & PROT_WRITE) && !held) {
+			/* Writers that cannot be held off (the thread's own stack, no descriptor
+			 * for the userfaultfd this moment): the pages stay mrd's until the
+			 * program unmaps them, mrd's memory kept for the while, no write lost. */
+			syscall(SYS_munmap, tmp, len);
+			continue;
+		}
 		memcpy(tmp, (void *)pieces[i].start, len);
 		if (pieces[i].prot != (PROT_READ | PROT_WRITE))
 			(void)mprotect(tmp, len, pieces[i].prot);

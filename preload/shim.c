@@ -150,8 +150,14 @@ static void resolve_verbs(void)
 		real_dealloc_pd = verbs_symbol("ibv_dealloc_pd", "IBVERBS_1.1");
 }
 
+/* A pthread_cancel() acts nowhere inside: the thread would end holding the lock (the shim's
+ * reads of /proc and libmrd's socket calls are cancellation points; free() must not become
+ * one). The lock is no recursive one: enter() never nests. */
+static __thread int cancel_state;
+
 static void enter(void)
 {
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
 	pthread_mutex_lock(&lock);
 	inside++;
 }
@@ -160,6 +166,7 @@ static void leave(void)
 {
 	inside--;
 	pthread_mutex_unlock(&lock);
+	pthread_setcancelstate(cancel_state, NULL);
 }
 
 /* Whether [start, end) may touch a moved range: a look without the lock. */

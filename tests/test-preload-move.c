@@ -1190,6 +1190,49 @@ static void no_descriptor_for_a_moment(char *p)
 	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
 }
 
+/* A move back whose writers cannot be held off (here: the pages hold the calling thread's
+ * frame, it would wait on itself) leaves the pages on mrd's memory, bytes and all, until the
+ * program unmaps them: mrd's memory kept for the while rather than a write lost. */
+#define UNHELD_STACK_PAGES 72
+
+static __attribute__((noinline)) void move_back_from_deep(struct moved_range *r)
+{
+	char big[62 * PAGE];
+
+	memset(big, 4, sizeof(big)); /* the frame below reaches the moved pages */
+	moved_range_move_back(&ranges, mem, r);
+	__asm__ volatile("" : : "r"(big) : "memory");
+}
+
+static void *unheld_move_back(void *arg)
+{
+	move_back_from_deep(arg);
+	return NULL;
+}
+
+START_TEST(test_move_back_unheld_keeps_mrds_pages)
+{
+	char *stack = anon(UNHELD_STACK_PAGES);
+	pthread_attr_t attr;
+	struct moved_range *r;
+	pthread_t t;
+
+	/* Pages low on a thread's stack, moved while nothing runs there. */
+	fill(stack, 12 * PAGE, 5);
+	r = move(stack, 12);
+	ck_assert_int_eq(pthread_attr_init(&attr), 0);
+	ck_assert_int_eq(pthread_attr_setstack(&attr, stack, UNHELD_STACK_PAGES * PAGE), 0);
+	ck_assert_int_eq(pthread_create(&t, &attr, unheld_move_back, r), 0);
+	pthread_join(t, NULL);
+	pthread_attr_destroy(&attr);
+	ck_assert_int_eq(ranges.n, 0);
+	ck_assert_msg(address_space_page_aliased((uintptr_t)stack),
+		      "the pages were copied back with no hold on their writers");
+	ck_assert(same(stack, PAGE, 5));
+	ck_assert_int_eq(munmap(stack, UNHELD_STACK_PAGES * PAGE), 0);
+}
+END_TEST
+
 START_TEST(test_a_moment_without_descriptors_leaves_the_hold_on)
 {
 	char *p = anon(2), why[256] = "";
@@ -1791,6 +1834,7 @@ int main(void)
 	tcase_set_timeout(tc, 600);
 	tcase_add_test(tc, test_a_moment_without_descriptors_leaves_the_hold_on);
 	tcase_add_test(tc, test_move_back_after_a_moment_without_descriptors_loses_no_write);
+	tcase_add_test(tc, test_move_back_unheld_keeps_mrds_pages);
 	tcase_add_test(tc, test_cancel_during_the_hold_lets_writers_go);
 	tcase_add_test(tc, test_move_back_keeps_errno);
 	tcase_add_test(tc, test_child_without_fork_handlers_lets_writers_go);
