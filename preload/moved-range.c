@@ -165,6 +165,13 @@ int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t span_sta
 		return -ENOMEM;
 	k = memory_alloc_alias(mem, before + (end - start) + after, start - before, access,
 			       span_start - (start - before), span_end - span_start, &base);
+	if (k == -EDQUOT && before + after > 0) {
+		/* The room is for neighbours to come: a buffer that fits the quota alone moves
+		 * without it (its neighbours then fall through). */
+		before = after = 0;
+		k = memory_alloc_alias(mem, end - start, start, access, span_start - start,
+				       span_end - span_start, &base);
+	}
 	if (k < 0) {
 		snprintf(why, why_size, "mrd gave no memory: %s", mrd_last_error());
 		free(r);

@@ -346,6 +346,25 @@ END_TEST
 
 /* Byte limits left to their defaults are fractions of the host's memory; a pinned one set
  * above it is cut to it; one below it stays. */
+/* A quota refusal reaches the client whole, how to raise the quota included, in the reply's
+ * message (struct reply, 256 bytes): for the longest domain name [domains] takes (63
+ * characters) and byte counts of a big host (2^40 and more). */
+START_TEST(test_quota_refusal_fits_a_reply)
+{
+	const char *name = "lab-0123456789-0123456789-0123456789-0123456789-0123456789-abcd";
+	char why[256];
+	struct config c;
+
+	ck_assert_uint_eq(strlen(name), 63);
+	config_init(&c);
+	ck_assert_int_eq(config_set(&c, "quota", "allocated_bytes", "2T"), 0);
+	ck_assert_int_eq(config_quota_refusal(&c, QUOTA_ALLOCATED_BYTES, name, 2198754099200ull,
+					      1099511627776ull, why, sizeof(why)), -EDQUOT);
+	ck_assert_msg(strstr(why, "reload mrd"), "truncated (%zu bytes): %s", strlen(why), why);
+	config_done(&c);
+}
+END_TEST
+
 START_TEST(test_fit_host)
 {
 	const uint64_t host = 16ULL << 30;
@@ -477,6 +496,7 @@ int main(void)
 	tcase_add_test(tc, test_per_user_keys);
 	tcase_add_test(tc, test_pools_keys);
 	tcase_add_test(tc, test_fit_host);
+	tcase_add_test(tc, test_quota_refusal_fits_a_reply);
 	tcase_add_test(tc, test_socket_settings);
 	tcase_add_test(tc, test_shipped_conf_is_the_defaults);
 	suite_add_tcase(s, tc);

@@ -428,8 +428,31 @@ START_TEST(test_adopt_checks)
 	al.offset = 63 * MiB;
 	al.length = 2 * MiB;
 	ck_assert_int_eq(domain_adopt_allocation(d, a, &al), -EINVAL); /* past its end */
+	/* Spans a tampered record adds (AliasSpan's more_spans): each is checked as AliasSpan
+	 * checks it, or the allocation is not taken. */
+	al = (struct adopted_allocation){ .offset = 2 * MiB, .length = 4096, .session = 1, .pid = 1,
+					  .alias = 0x7e0000000000ull, .alias_access = 3,
+					  .span_offset = 100, .span_length = 1000, .n_more_spans = 1,
+					  .more_spans = { 1050, 100 } };
+	ck_assert_int_eq(domain_adopt_allocation(d, a, &al), -EINVAL); /* over the first */
+	al.more_spans[0] = 4000;
+	ck_assert_int_eq(domain_adopt_allocation(d, a, &al), -EINVAL); /* past its end */
+	al.more_spans[0] = UINT64_MAX;
+	al.more_spans[1] = 2;
+	ck_assert_int_eq(domain_adopt_allocation(d, a, &al), -EINVAL); /* offset + length wraps */
+	al.more_spans[0] = 2000;
+	al.more_spans[1] = 100;
+	al.n_more_spans = 2;
+	al.more_spans[2] = 2050;
+	al.more_spans[3] = 10;
+	ck_assert_int_eq(domain_adopt_allocation(d, a, &al), -EINVAL); /* over each other */
+	al.n_more_spans = 1;
+	al.alias = 0;
+	ck_assert_int_eq(domain_adopt_allocation(d, a, &al), -EINVAL); /* no alias */
+	al.alias = 0x7e0000000000ull;
+	ck_assert_int_eq(domain_adopt_allocation(d, a, &al), 0);
 	ck_assert_int_eq(arena_adopt_finish(a), 0);
-	ck_assert_uint_eq(a->buddy.free_pages, (63 * MiB) / 4096);
+	ck_assert_uint_eq(a->buddy.free_pages, (63 * MiB - 4096) / 4096);
 	handover_end_grace(td_manager);
 	ck_assert_uint_eq(td_manager->core.n_domains, 0);
 }
