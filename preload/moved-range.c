@@ -109,12 +109,14 @@ static void populate(uintptr_t start, uintptr_t end)
 }
 
 /* Room for heap neighbours on each side of a range's pages in its allocation: as many pages
- * as it has, 16 at least (a neighbour of a small buffer is often bigger), 64 at most (a big
- * buffer's neighbour rarely needs more). Untouched, it is no memory (mrd takes 4 KiB pages at
- * first touch), only allocated bytes. */
+ * as it has (middleware allocates its buffers in pairs of one size: two 1 MiB heap buffers
+ * share a page), 16 at least (a neighbour of a small buffer is often bigger), 16 MiB at most.
+ * Untouched, it is no memory (mrd takes 4 KiB pages at first touch), only allocated bytes. */
+#define ROOM_MAX ((uintptr_t)16 << 20)
+
 static uintptr_t room_for(uintptr_t length, uintptr_t page)
 {
-	return length < 16 * page ? 16 * page : length > 64 * page ? 64 * page : length;
+	return length < 16 * page ? 16 * page : length > ROOM_MAX ? ROOM_MAX : length;
 }
 
 /* Moves the program's pages [start, end) onto mrd's at window: writes to them wait from before
@@ -165,9 +167,9 @@ int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t span_sta
 		return -ENOMEM;
 	k = memory_alloc_alias(mem, before + (end - start) + after, start - before, access,
 			       span_start - (start - before), span_end - span_start, &base);
-	if (k == -EDQUOT && before + after > 0) {
-		/* The room is for neighbours to come: a buffer that fits the quota alone moves
-		 * without it (its neighbours then fall through). */
+	if (k < 0 && before + after > 0) {
+		/* The room is for neighbours to come: a buffer that fits the quota (or mrd's
+		 * window) alone moves without it (its neighbours then fall through). */
 		before = after = 0;
 		k = memory_alloc_alias(mem, end - start, start, access, span_start - start,
 				       span_end - span_start, &base);
@@ -187,8 +189,7 @@ int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t span_sta
 				   .spans = { { span_start, span_end } }, .n_spans = 1,
 				   .window = (uintptr_t)base + before, .base = (uintptr_t)base,
 				   .room_start = start - before, .room_end = end + after,
-				   .access = access, .brk_seen = (uintptr_t)sbrk(0),
-				   .epoch_seen = ~0ul };
+				   .access = access, .brk_seen = (uintptr_t)sbrk(0) };
 	k = insert(m, r);
 	if (k < 0) {
 		/* Keep the program's bytes: back onto private memory. */
@@ -257,7 +258,6 @@ int moved_range_add_span(struct moved_ranges *m, mrd_client *mem, struct moved_r
 		r->end = end;
 		update_bounds(m);
 	}
-	r->epoch_seen = ~0ul; /* look at the grown pages whole next time */
 	/* Then mrd's span: one the shim does not know of would refuse the next one there. */
 	k = memory_alias_span(mem, (void *)r->base, span_start - r->room_start,
 			      span_end - span_start);
@@ -270,28 +270,24 @@ int moved_range_add_span(struct moved_ranges *m, mrd_client *mem, struct moved_r
 	return 0;
 }
 
-bool moved_range_intact(struct moved_range *r, uintptr_t start, uintptr_t end,
-			unsigned long epoch)
+bool moved_range_intact(struct moved_range *r, uintptr_t start, uintptr_t end)
 {
 	uintptr_t brk = (uintptr_t)sbrk(0);
 	struct alias_piece pieces[2];
 	int n;
 
-	if (brk == r->brk_seen && epoch == r->epoch_seen)
+	/* No look without the page map's word, even where the shim saw no change: a library can
+	 * unmap and map again behind its back (libfabric's memhooks call the kernel's munmap
+	 * themselves), and a kept registration would hand out keys to mrd's old pages. */
+	if (brk == r->brk_seen && address_space_page_aliased(start))
 		return true;
-	if (brk == r->brk_seen && address_space_page_aliased(start)) {
-		r->epoch_seen = epoch;
-		return true;
-	}
 	if (!address_space_looks_aliased(start, end)) {
 		n = address_space_alias_pieces(start, end, r->window + (start - r->start), pieces, 2);
 		if (n != 1 || pieces[0].start != start || pieces[0].end != end)
 			return false;
 	}
-	if (start == r->start && end == r->end) {
+	if (start == r->start && end == r->end)
 		r->brk_seen = brk;
-		r->epoch_seen = epoch;
-	}
 	return true;
 }
 

@@ -47,7 +47,6 @@ struct moved_range {
 	unsigned live;        /* the program's registrations over it */
 	unsigned kept;        /* those it deregistered that the shim keeps for a hit */
 	uintptr_t brk_seen;   /* the program break when its pages were last seen whole */
-	unsigned long epoch_seen; /* the caller's count of address-space changes then */
 	bool gone;            /* out of the registry (unmapped under live registrations): freed
 			       * with its last one */
 	struct range_keys *keys;
@@ -86,14 +85,12 @@ int moved_range_add_span(struct moved_ranges *m, mrd_client *mem, struct moved_r
 			 size_t why_size);
 /* The span of r holding all of [start, end), or -1. */
 int moved_range_span_of(const struct moved_range *r, uintptr_t start, uintptr_t end);
-/* Whether the program still sees mrd's pages over all of [start, end) of r. epoch counts the
- * changes to moved memory the caller saw (munmap, mremap, mmap and free() near a range): with
- * none since the last look, and the program break where it was, yes at once. Otherwise what
- * the shim may not have seen (the allocator's own munmap and brk) is looked for: a moved
- * program break means every page is looked at again; else the first page's entry in the
- * page map tells (one syscall). */
-bool moved_range_intact(struct moved_range *r, uintptr_t start, uintptr_t end,
-			unsigned long epoch);
+/* Whether the program still sees mrd's pages over all of [start, end) of r. It is looked at
+ * each time, whatever the shim saw: the allocator's own munmap and brk, and libraries that
+ * call the kernel's munmap themselves (libfabric's memhooks), change memory behind its back.
+ * With the program break where it was, the first page's entry in the page map tells (one
+ * syscall); a moved break means every page is looked at again. */
+bool moved_range_intact(struct moved_range *r, uintptr_t start, uintptr_t end);
 /* Copies what of r the program still maps onto private memory again, then frees mrd's
  * memory (its MRs and keys go with it). r leaves the registry; it is freed unless live
  * registrations still point at it (then it is gone). */

@@ -79,8 +79,6 @@ static struct shim_mr *by_address[HASH_SIZE];
 static struct shim_mr *kept_head, *kept_tail;
 static unsigned n_kept;
 static unsigned long n_served, n_hits, n_passed;
-/* Changes to moved memory seen (moved_range_intact): under the lock. */
-static unsigned long epoch;
 
 static struct ibv_mr *(*real_reg)(struct ibv_pd *, void *, size_t, uint64_t, unsigned int);
 static int (*real_dereg)(struct ibv_mr *);
@@ -96,7 +94,7 @@ static bool glibc_malloc;
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *fmt, ...)
 {
-	char line[512];
+	char line[768]; /* a fall-through: the buffer, and why (512) */
 	va_list ap;
 	int n;
 
@@ -372,7 +370,7 @@ struct overlap_walk {
 static bool overlap_intact(struct moved_range *r, const struct overlap_walk *w)
 {
 	return moved_range_intact(r, w->start > r->start ? w->start : r->start,
-				  w->end < r->end ? w->end : r->end, epoch);
+				  w->end < r->end ? w->end : r->end);
 }
 
 static void let_go_if_unmapped(struct moved_range *r, void *arg)
@@ -464,7 +462,7 @@ static struct shim_mr *kept_hit(struct ibv_pd *pd, void *addr, size_t length, un
 		if (m->ibv.pd != pd || m->ibv.addr != addr || m->ibv.length != length ||
 		    m->access != access)
 			continue;
-		if (!moved_range_intact(m->range, start, end, epoch)) {
+		if (!moved_range_intact(m->range, start, end)) {
 			lost(m->range, start, end);
 			return NULL;
 		}
@@ -603,7 +601,7 @@ EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len
 {
 	struct shim_mr *m = NULL;
 	struct ibv_mr *real;
-	char why[256] = "";
+	char why[512] = ""; /* mrd's reply (256) and what the shim puts before it */
 	int k = -EOPNOTSUPP;
 
 	resolve_verbs();
@@ -708,7 +706,7 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 {
 	struct shim_mr *m, *fresh;
 	struct moved_range *old;
-	char why[256] = "";
+	char why[512] = ""; /* mrd's reply (256) and what the shim puts before it */
 	int k;
 
 	resolve_verbs();
@@ -873,7 +871,6 @@ static void unmapped(uintptr_t start, uintptr_t end)
 {
 	struct unmap_walk w = { start, end };
 
-	epoch++;
 	moved_ranges_each_overlapping(&ranges, start, end, unmapped_one, &w);
 }
 
@@ -960,7 +957,6 @@ static uintptr_t chunk_end(void *p)
 /* will_unmap: free(), which unmaps an mmapped chunk; realloc() may keep or move it. */
 static void before_free(void *p, bool will_unmap, struct free_walk *w)
 {
-	epoch++;
 	w->start = (uintptr_t)p;
 	w->end = chunk_end(p);
 	w->block = w->block_end = 0;
@@ -1045,7 +1041,6 @@ EXPORT void *mremap(void *old, size_t old_length, size_t new_length, int flags, 
 		struct unmap_walk w = { (uintptr_t)old, (uintptr_t)old + (old_length ? old_length : 1) };
 
 		enter();
-		epoch++;
 		moved_ranges_each_overlapping(&ranges, w.start, w.end, moving_one, &w);
 		leave();
 	}

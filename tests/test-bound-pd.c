@@ -438,7 +438,7 @@ START_TEST(test_quota_holds)
 	td_send_lookup(fd, 3, a);
 	resp = td_expect(fd, 3, EDQUOT);
 	ck_assert_msg(strcmp(resp->message, "quota.pinned_bytes (2097152) would be exceeded in "
-		      "domain uid-1000: 0 in use, this request tried to pin 3145728 more; raise "
+		      "domain uid-1000: 0 in use, tried to pin 3145728 more; raise "
 		      "[quota] pinned_bytes in mrd.conf and reload mrd") == 0, "%s", resp->message);
 	mrd__response__free_unpacked(resp, NULL);
 	k = (int)pinned(c);

@@ -893,8 +893,8 @@ static void expect_message(int fd, uint64_t id, int error, const char *what)
 /* A request's own check comes before its domain (.needs_domain): a malformed one is refused
  * for what it says, and joins no domain; a well-formed one is refused with the quota. */
 #define QUOTA_CLIENTS_1                                                                       \
-	"quota.clients (1) would be exceeded in domain uid-1000: 1 in use, this request tried " \
-	"to add 1 more; raise [quota] clients in mrd.conf and reload mrd"
+	"quota.clients (1) would be exceeded in domain uid-1000: 1 in use, tried to add 1 " \
+	"more; raise [quota] clients in mrd.conf and reload mrd"
 
 START_TEST(test_domain_after_check)
 {

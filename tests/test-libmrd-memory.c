@@ -227,7 +227,7 @@ START_TEST(test_quota_message)
 	ck_assert_ptr_null(p);
 	ck_assert_msg(strstr(mrd_last_error(), "quota.allocated_bytes (536870912) would be exceeded in "
 		      "domain "), "%s", mrd_last_error());
-	ck_assert_msg(strstr(mrd_last_error(), ": 0 in use, this request tried to allocate 629145600 "
+	ck_assert_msg(strstr(mrd_last_error(), ": 0 in use, tried to allocate 629145600 "
 		      "more; raise [quota] allocated_bytes in mrd.conf and reload mrd"), "%s", mrd_last_error());
 	ck_assert_int_eq(mrd_mem_alloc(c, 200 * MiB, 0, 0, &p), 0); /* under it: fine */
 	mrd_client_close(c);

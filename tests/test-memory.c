@@ -252,7 +252,7 @@ START_TEST(test_quota_allocated_bytes)
 	alloc(fd, 2, 768 * 1024, 0, 0, &a, &info);
 	alloc(fd, 3, 512 * 1024, 0, EDQUOT, &msg, NULL);
 	ck_assert_msg(strcmp((char *)(uintptr_t)msg, "quota.allocated_bytes (1048576) would be exceeded in "
-		      "domain uid-1000: 786432 in use, this request tried to allocate 524288 more; "
+		      "domain uid-1000: 786432 in use, tried to allocate 524288 more; "
 		      "raise [quota] allocated_bytes in mrd.conf and reload mrd") == 0, "%s", (char *)(uintptr_t)msg);
 	free((void *)(uintptr_t)msg);
 	/* Nothing half-done: usage is what it was. */
@@ -274,14 +274,14 @@ START_TEST(test_quota_allocations_and_arenas)
 	alloc(fd, 3, 4096, 0, 0, &a[1], NULL);
 	alloc(fd, 4, 4096, 0, EDQUOT, &msg, NULL);
 	ck_assert_msg(strcmp((char *)(uintptr_t)msg, "quota.allocations (2) would be exceeded in domain "
-		      "uid-1000: 2 in use, this request tried to add 1 more; raise [quota] "
+		      "uid-1000: 2 in use, tried to add 1 more; raise [quota] "
 		      "allocations in mrd.conf and reload mrd") == 0, "%s", (char *)(uintptr_t)msg);
 	free((void *)(uintptr_t)msg);
 	td_free(fd, 5, a[1], 0);
 	/* One arena of 64 MiB: a 100 MiB request needs a second one. */
 	alloc(fd, 6, 100 * MiB, 0, EDQUOT, &msg, NULL);
 	ck_assert_msg(strcmp((char *)(uintptr_t)msg, "quota.arenas (1) would be exceeded in domain "
-		      "uid-1000: 1 in use, this request tried to add 1 more; raise [quota] "
+		      "uid-1000: 1 in use, tried to add 1 more; raise [quota] "
 		      "arenas in mrd.conf and reload mrd") == 0, "%s", (char *)(uintptr_t)msg);
 	free((void *)(uintptr_t)msg);
 	close(fd);
@@ -306,7 +306,7 @@ START_TEST(test_quota_clients)
 	td_send_request(b, &req, NULL, 0);
 	resp = td_expect(b, 2, EDQUOT);
 	ck_assert_msg(strcmp(resp->message, "quota.clients (1) would be exceeded in domain uid-1000: 1 "
-		      "in use, this request tried to add 1 more; raise [quota] clients in mrd.conf and reload mrd") == 0,
+		      "in use, tried to add 1 more; raise [quota] clients in mrd.conf and reload mrd") == 0,
 		      "%s", resp->message);
 	mrd__response__free_unpacked(resp, NULL);
 	close(a);
@@ -511,7 +511,7 @@ START_TEST(test_quota_window_bytes)
 	resp = td_attach(fd, 10, memfd, 8 * 4096, 4096, EDQUOT);
 	/* An arena takes whole 64 MiB slots, however small. */
 	ck_assert_msg(strcmp(resp->message, "quota.window_bytes (536870912) would be exceeded in "
-		      "domain uid-1000: 536870912 in use, this request tried to map 67108864 more; "
+		      "domain uid-1000: 536870912 in use, tried to map 67108864 more; "
 		      "raise [quota] window_bytes in mrd.conf and reload mrd") == 0, "%s", resp->message);
 	mrd__response__free_unpacked(resp, NULL);
 	alloc(fd, 11, 4096, 0, EDQUOT, &msg, NULL); /* a new arena of pages, too */

@@ -406,7 +406,7 @@ START_TEST(test_overlapping_pools_count_once)
 	ck_assert_uint_eq(reg_ok(fd, 6, "p2", &a, &all, 1), 1);
 	td_send_mempool_register(fd, 7, "p3", &b, &all, 1, false);
 	resp = td_expect(fd, 7, EDQUOT);
-	ck_assert_msg(strstr(resp->message, ": 65536 in use, this request tried to pin 65536 more; raise "
+	ck_assert_msg(strstr(resp->message, ": 65536 in use, tried to pin 65536 more; raise "
 				     "[quota] pinned_bytes in mrd.conf and reload mrd"), "%s", resp->message);
 	mrd__response__free_unpacked(resp, NULL);
 	provider_stats(c->domain->reg.base.provider, &ps);

@@ -639,7 +639,7 @@ START_TEST(test_pinned_quota)
 	td_send_lookup(fd, 5, b);
 	resp = td_expect(fd, 5, EDQUOT);
 	ck_assert_msg(strcmp(resp->message, "quota.pinned_bytes (1048576) would be exceeded in domain "
-				     "uid-1000: 786432 in use, this request tried to pin 524288 "
+				     "uid-1000: 786432 in use, tried to pin 524288 "
 				     "more; raise [quota] pinned_bytes in mrd.conf and reload mrd") == 0,
 		      "%s", resp->message);
 	mrd__response__free_unpacked(resp, NULL);

@@ -215,7 +215,7 @@ START_TEST(test_pinned_quota_mine_and_the_hosts)
 	ck_assert_int_eq(registrar_lookup(&reg, address(ra), &e, why, sizeof(why), NULL),
 			 -EDQUOT);
 	ck_assert_msg(strstr(why, "limits.pinned_bytes (1073741824) would be exceeded by all domains: "
-			     "1073737728 in use, this request tried to pin 65536 more; raise [limits] "
+			     "1073737728 in use, tried to pin 65536 more; raise [limits] "
 			     "pinned_bytes in mrd.conf and reload mrd"), "%s", why);
 	host_pinned = 0;
 	ck_assert_int_eq(lookup(address(ra), &e, NULL), 0); /* exactly the quota */
@@ -915,7 +915,7 @@ START_TEST(test_mempool_quotas)
 	cfg.quota_mempools = 1;
 	ck_assert_int_eq(pool("q", &b, &page, 1, &p, why, sizeof(why)), -EDQUOT);
 	ck_assert_msg(strstr(why, "quota.mempools (1) would be exceeded in domain ") &&
-		      strstr(why, ": 1 in use, this request tried to add 1 more; raise [quota] "
+		      strstr(why, ": 1 in use, tried to add 1 more; raise [quota] "
 			     "mempools in mrd.conf and reload mrd"), "%s", why);
 	ck_assert_uint_eq(reg.mempools.n_regs, 1);
 	cfg.quota_mempools = 2;

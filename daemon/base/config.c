@@ -284,7 +284,7 @@ int config_quota_refusal(const struct config *c, enum quota_key key, const char 
 	};
 
 	snprintf(why, why_size, "%s.%s (%" PRIu64 ") would be exceeded %s%s: %" PRIu64 " in use, "
-		 "this request tried to %s %" PRIu64 " more; raise [%s] %s in mrd.conf and "
+		 "tried to %s %" PRIu64 " more; raise [%s] %s in mrd.conf and "
 		 "reload mrd", keys[key].section, keys[key].name, limits[key],
 		 domain ? "in domain " : "by all domains", domain ? domain : "", used,
 		 keys[key].verb, asked, keys[key].section, keys[key].name);
