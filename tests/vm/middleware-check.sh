@@ -263,15 +263,119 @@ mw_mpi() { # role peer shim port
 		fi
 	fi
 }
+
+# 5. rping, fi_pingpong and ucx_perftest across the two hosts, as the pair's other cases run:
+# host a serves, host b connects (again while the server is not listening yet). When its
+# client is done, host b sends the client's exit status to host a over busybox nc: host a's
+# server then has 15 s to end (without the shim a server whose client failed waits for ever),
+# and host a's verdict knows its client's.
+MWX_N=0
+mw_across() { # role peer name shim good-regex server client (@PEER@: host a's address)
+	mwx_role=$1 mwx_peer=$2 mwx_n=$3 mwx_s=$4 mwx_g=$5
+	MWX_N=$((MWX_N + 1))
+	mwx_port=$((19100 + MWX_N)) mwx_ctl=$((19200 + MWX_N))
+	mw_pre "$mwx_s"
+	case $mwx_s in 1) how="through the shim" ;; *) how="without the shim" ;; esac
+	if [ "$mwx_role" = a ]; then
+		: > /tmp/mwx-ctl.txt
+		timeout 600 nc -l -p $mwx_ctl > /tmp/mwx-ctl.txt &
+		mwx_nc=$!
+		$MW_PRE $(echo "$6" | sed "s/@PORT@/$mwx_port/g; s/@PEER@/10.99.0.1/g") > /tmp/mwx.txt 2>&1 &
+		mwx_job=$!
+		MAXP=0
+		while kill -0 $mwx_job 2> /dev/null && ! [ -s /tmp/mwx-ctl.txt ]; do
+			read_victims_domain
+			[ "${p:-0}" -gt "$MAXP" ] && MAXP=$p
+			sleep 0.2
+		done
+		for _ in $(seq 150); do kill -0 $mwx_job 2> /dev/null || break; sleep 0.1; done
+		kill $mwx_job 2> /dev/null
+		wait $mwx_job
+		mwx_rc=$?
+		# The client's status: host b sends it once its client is done (its own retries
+		# included), also when this server ended first.
+		for _ in $(seq 3000); do [ -s /tmp/mwx-ctl.txt ] && break; kill -0 $mwx_nc 2> /dev/null || break; sleep 0.1; done
+		kill $mwx_nc 2> /dev/null
+		wait $mwx_nc
+		mwx_crc=$(head -n 1 /tmp/mwx-ctl.txt | tr -cd 0-9)
+		mwx_crc=${mwx_crc:-none}
+		tail -n 10 /tmp/mwx.txt
+		mwx_what="server, client on host b"
+	else
+		for _ in $(seq 30); do
+			$MW_PRE $(echo "$7" | sed "s/@PORT@/$mwx_port/g; s/@PEER@/$mwx_peer/g") > /tmp/mwx.txt 2>&1 &
+			mwx_job=$!
+			watch_pins $mwx_job
+			wait $mwx_job
+			mwx_rc=$?
+			[ $mwx_rc = 0 ] || grep -Eq "$MW_MEMLOCK" /tmp/mwx.txt ||
+				! grep -Eqi 'refused|reject|unreachable|ADDR_ERROR|ROUTE_ERROR' /tmp/mwx.txt && break
+			sleep 1
+		done
+		for _ in $(seq 60); do
+			echo $mwx_rc | timeout 5 nc "$mwx_peer" $mwx_ctl
+			case $? in 0|124|143) break ;; esac
+			sleep 1
+		done
+		mwx_crc=$mwx_rc
+		tail -n 10 /tmp/mwx.txt
+		mwx_what="client of host a"
+	fi
+	mwx_detail="rc $mwx_rc, client rc $mwx_crc: $(tail -n 3 /tmp/mwx.txt)"
+	if [ "$mwx_s" = 1 ]; then
+		# A server that exits non-zero when its client leaves (rping's) passes on its client's
+		# status; none may have met the memlock limit.
+		[ "$mwx_crc" = 0 ] && ! grep -Eq "$MW_MEMLOCK" /tmp/mwx.txt &&
+			{ [ "$mwx_role" = a ] || [ -z "$mwx_g" ] || grep -Eq "$mwx_g" /tmp/mwx.txt; }
+		result "host $mwx_role: middleware: $mwx_n across hosts ($mwx_what) $how (mrd pinned up to $MAXP bytes for uid 1000)" $? "$mwx_detail"
+	else
+		# The client registers before it talks to the server: it meets the limit; a server
+		# whose client failed may not have registered anything yet.
+		[ "$mwx_crc" != 0 ] && [ "$mwx_crc" != none ] && { [ "$mwx_role" = a ] || grep -Eq "$MW_MEMLOCK" /tmp/mwx.txt; }
+		result "host $mwx_role: middleware: $mwx_n across hosts ($mwx_what) $how fails on memlock (64 KiB)" $? "$mwx_detail"
+	fi
+}
+mw_pair_cases() { # role peer
+	if ! command -v rping > /dev/null; then
+		report SKIP "host $1: middleware: rping across hosts" "the host had no rping to copy (apt-get install rdmacm-utils)"
+	else
+		for shim in 0 1; do
+			mw_across "$1" "$2" "rping -S 65000 -V -C 10 (rdma_cm over eth0, two heap buffers sharing a page)" $shim '' \
+				"rping -s -a @PEER@ -p @PORT@ -S 65000 -C 10 -V" "rping -c -a @PEER@ -p @PORT@ -S 65000 -C 10 -V"
+		done
+	fi
+	if ! command -v fi_pingpong > /dev/null; then
+		report SKIP "host $1: middleware: fi_pingpong across hosts" "the host had no fi_pingpong to copy (apt-get install libfabric-bin)"
+	else
+		f="fi_pingpong -d rxe0 -S 1048576 -I 10 -c"
+		for shim in 0 1; do
+			mw_across "$1" "$2" "fi_pingpong msg (verbs, 1 MiB, -c data checked)" $shim '^1m +10 +=10 ' \
+				"$f -p verbs -e msg -B @PORT@" "$f -p verbs -e msg -P @PORT@ @PEER@"
+			mw_across "$1" "$2" "fi_pingpong rdm (verbs;ofi_rxm, 1 MiB, -c data checked)" $shim '^1m +10 +=10 ' \
+				"env FI_UNIVERSE_SIZE=32 $f -p verbs;ofi_rxm -e rdm -B @PORT@" \
+				"env FI_UNIVERSE_SIZE=32 $f -p verbs;ofi_rxm -e rdm -P @PORT@ @PEER@"
+		done
+	fi
+	if ! command -v ucx_perftest > /dev/null; then
+		report SKIP "host $1: middleware: ucx_perftest across hosts" "the host had no ucx_perftest to copy (apt-get install ucx-utils)"
+	else
+		u="env UCX_UD_VERBS_ETH_DGID_CHECK=n UCX_NET_DEVICES=rxe0:1 UCX_WARN_UNUSED_ENV_VARS=n UCX_TLS=rc_verbs,ud_verbs,self ucx_perftest"
+		for shim in 0 1; do
+			mw_across "$1" "$2" "ucx_perftest tag_lat (rc_verbs,ud_verbs, 1 MiB; no data check: ucp-remap's is UCX's)" $shim '^Final: ' \
+				"$u -p @PORT@" "$u @PEER@ -p @PORT@ -t tag_lat -s 1048576 -n 20 -w 2"
+		done
+	fi
+}
 middleware_pair() { # role peer
+	mw_host "host-$1" "$(ip -4 -o addr show eth0 | sed -n 's/.* inet \([0-9.]*\)\/.*/\1/p')"
 	if ! command -v mpiexec.hydra > /dev/null || ! command -v mpi-check > /dev/null; then
 		report SKIP "host $1: middleware: MPICH 2 ranks across hosts" \
 			"no mpiexec.hydra or mpi-check in the VM (apt-get install mpich libmpich-dev, then configure again)"
-		return
+	else
+		mw_mpi "$1" "$2" 0 18990
+		mw_mpi "$1" "$2" 1 18991
 	fi
-	mw_host "host-$1" "$(ip -4 -o addr show eth0 | sed -n 's/.* inet \([0-9.]*\)\/.*/\1/p')"
-	mw_mpi "$1" "$2" 0 18990
-	mw_mpi "$1" "$2" 1 18991
+	mw_pair_cases "$1" "$2"
 }
 
 middleware_check() {
