@@ -265,25 +265,41 @@ mw_mpi() { # role peer shim port
 }
 
 # 5. rping, fi_pingpong and ucx_perftest across the two hosts, as the pair's other cases run:
-# host a serves, host b connects (again while the server is not listening yet). When its
-# client is done, host b sends the client's exit status to host a over busybox nc: host a's
-# server then has 15 s to end (without the shim a server whose client failed waits for ever),
-# and host a's verdict knows its client's.
+# host a serves, host b connects (again while the server is not listening yet). Over busybox
+# nc, host b sends host a its client's status and whether it met the memlock limit once the
+# client is done; host a's server then has 15 s to end (without the shim a server whose client
+# failed waits for ever), and host a sends its own back. Without the shim either side may be
+# the one that meets the limit (fi_pingpong's rdm server registers before its client does):
+# each host's verdict is both failing, one on memlock.
 MWX_N=0
+mwx_send() { # peer port message
+	for _ in $(seq 60); do
+		echo "$3" | timeout 5 nc "$1" "$2"
+		case $? in 0|124|143) return ;; esac
+		sleep 1
+	done
+}
+mwx_recv() { # nc-pid file: waits up to 300 s for the peer's message, into $MWX_PEER_RC, $MWX_PEER_MEM
+	for _ in $(seq 3000); do [ -s "$2" ] && break; kill -0 "$1" 2> /dev/null || break; sleep 0.1; done
+	kill "$1" 2> /dev/null
+	wait "$1"
+	set -- $(head -n 1 "$2" | tr -cd '0-9 ')
+	MWX_PEER_RC=${1:-none} MWX_PEER_MEM=${2:-0}
+}
 mw_across() { # role peer name shim good-regex server client (@PEER@: host a's address)
 	mwx_role=$1 mwx_peer=$2 mwx_n=$3 mwx_s=$4 mwx_g=$5
 	MWX_N=$((MWX_N + 1))
 	mwx_port=$((19100 + MWX_N)) mwx_ctl=$((19200 + MWX_N))
 	mw_pre "$mwx_s"
 	case $mwx_s in 1) how="through the shim" ;; *) how="without the shim" ;; esac
+	: > /tmp/mwx-peer.txt
+	timeout 600 nc -l -p $mwx_ctl > /tmp/mwx-peer.txt &
+	mwx_nc=$!
 	if [ "$mwx_role" = a ]; then
-		: > /tmp/mwx-ctl.txt
-		timeout 600 nc -l -p $mwx_ctl > /tmp/mwx-ctl.txt &
-		mwx_nc=$!
 		$MW_PRE $(echo "$6" | sed "s/@PORT@/$mwx_port/g; s/@PEER@/10.99.0.1/g") > /tmp/mwx.txt 2>&1 &
 		mwx_job=$!
 		MAXP=0
-		while kill -0 $mwx_job 2> /dev/null && ! [ -s /tmp/mwx-ctl.txt ]; do
+		while kill -0 $mwx_job 2> /dev/null && ! [ -s /tmp/mwx-peer.txt ]; do
 			read_victims_domain
 			[ "${p:-0}" -gt "$MAXP" ] && MAXP=$p
 			sleep 0.2
@@ -292,14 +308,10 @@ mw_across() { # role peer name shim good-regex server client (@PEER@: host a's a
 		kill $mwx_job 2> /dev/null
 		wait $mwx_job
 		mwx_rc=$?
-		# The client's status: host b sends it once its client is done (its own retries
-		# included), also when this server ended first.
-		for _ in $(seq 3000); do [ -s /tmp/mwx-ctl.txt ] && break; kill -0 $mwx_nc 2> /dev/null || break; sleep 0.1; done
-		kill $mwx_nc 2> /dev/null
-		wait $mwx_nc
-		mwx_crc=$(head -n 1 /tmp/mwx-ctl.txt | tr -cd 0-9)
-		mwx_crc=${mwx_crc:-none}
-		tail -n 10 /tmp/mwx.txt
+		mwx_recv $mwx_nc /tmp/mwx-peer.txt
+		mwx_mem=0
+		grep -Eq "$MW_MEMLOCK" /tmp/mwx.txt && mwx_mem=1
+		mwx_send "$mwx_peer" $mwx_ctl "$mwx_rc $mwx_mem"
 		mwx_what="server, client on host b"
 	else
 		for _ in $(seq 30); do
@@ -312,27 +324,26 @@ mw_across() { # role peer name shim good-regex server client (@PEER@: host a's a
 				! grep -Eqi 'refused|reject|unreachable|ADDR_ERROR|ROUTE_ERROR' /tmp/mwx.txt && break
 			sleep 1
 		done
-		for _ in $(seq 60); do
-			echo $mwx_rc | timeout 5 nc "$mwx_peer" $mwx_ctl
-			case $? in 0|124|143) break ;; esac
-			sleep 1
-		done
-		mwx_crc=$mwx_rc
-		tail -n 10 /tmp/mwx.txt
+		mwx_mem=0
+		grep -Eq "$MW_MEMLOCK" /tmp/mwx.txt && mwx_mem=1
+		mwx_send "$mwx_peer" $mwx_ctl "$mwx_rc $mwx_mem"
+		mwx_recv $mwx_nc /tmp/mwx-peer.txt
 		mwx_what="client of host a"
 	fi
-	mwx_detail="rc $mwx_rc, client rc $mwx_crc: $(tail -n 3 /tmp/mwx.txt)"
+	tail -n 10 /tmp/mwx.txt
+	mwx_detail="rc $mwx_rc (memlock met: $mwx_mem), host of the other side: rc $MWX_PEER_RC (memlock met: $MWX_PEER_MEM): $(tail -n 3 /tmp/mwx.txt)"
+	echo "host $mwx_role: $mwx_n $how: $mwx_detail"
 	if [ "$mwx_s" = 1 ]; then
-		# A server that exits non-zero when its client leaves (rping's) passes on its client's
-		# status; none may have met the memlock limit.
-		[ "$mwx_crc" = 0 ] && ! grep -Eq "$MW_MEMLOCK" /tmp/mwx.txt &&
+		# The client's status is the case's (rping's server exits non-zero when its client
+		# leaves); the client's data check is its own; neither may meet the memlock limit.
+		if [ "$mwx_role" = a ]; then mwx_crc=$MWX_PEER_RC; else mwx_crc=$mwx_rc; fi
+		[ "$mwx_crc" = 0 ] && [ $mwx_mem = 0 ] && [ "$MWX_PEER_MEM" = 0 ] &&
 			{ [ "$mwx_role" = a ] || [ -z "$mwx_g" ] || grep -Eq "$mwx_g" /tmp/mwx.txt; }
 		result "host $mwx_role: middleware: $mwx_n across hosts ($mwx_what) $how (mrd pinned up to $MAXP bytes for uid 1000)" $? "$mwx_detail"
 	else
-		# The client registers before it talks to the server: it meets the limit; a server
-		# whose client failed may not have registered anything yet.
-		[ "$mwx_crc" != 0 ] && [ "$mwx_crc" != none ] && { [ "$mwx_role" = a ] || grep -Eq "$MW_MEMLOCK" /tmp/mwx.txt; }
-		result "host $mwx_role: middleware: $mwx_n across hosts ($mwx_what) $how fails on memlock (64 KiB)" $? "$mwx_detail"
+		[ $mwx_rc != 0 ] && [ "$MWX_PEER_RC" != 0 ] && [ "$MWX_PEER_RC" != none ] &&
+			[ $((mwx_mem | MWX_PEER_MEM)) = 1 ]
+		result "host $mwx_role: middleware: $mwx_n across hosts ($mwx_what) $how fails on memlock (64 KiB, on either host)" $? "$mwx_detail"
 	fi
 }
 mw_pair_cases() { # role peer
