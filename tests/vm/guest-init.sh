@@ -152,7 +152,7 @@ if grep -q 'mrd_vm=pair' /proc/cmdline; then
 	sed -i "s/\tpreload: /\thost $ROLE: preload: /" /tmp/pc.txt
 	collect /tmp/pc.txt
 	result "host $ROLE: preload-check across hosts exits 0" $rc "$(tail -n 3 /tmp/pc.txt)"
-	. /opt/mrd/middleware-check.sh # MPI across the hosts
+	. /opt/mrd/middleware-check.sh # MPI, rping, fi_pingpong and ucx_perftest across the hosts
 	middleware_pair "$ROLE" "$PEER"
 	kill "$MRD"
 	wait "$MRD"

@@ -263,15 +263,130 @@ mw_mpi() { # role peer shim port
 		fi
 	fi
 }
+
+# 5. rping, fi_pingpong and ucx_perftest across the two hosts, as the pair's other cases run:
+# host a serves, host b connects (again while the server is not listening yet). Over busybox
+# nc, host b sends host a its client's status and whether it met the memlock limit once the
+# client is done; host a's server then has 15 s to end (without the shim a server whose client
+# failed waits for ever), and host a sends its own back. Without the shim either side may be
+# the one that meets the limit (fi_pingpong's rdm server registers before its client does):
+# each host's verdict is both failing, one on memlock.
+MWX_N=0
+mwx_send() { # peer port message
+	for _ in $(seq 60); do
+		echo "$3" | timeout 5 nc "$1" "$2"
+		case $? in 0|124|143) return ;; esac
+		sleep 1
+	done
+}
+mwx_recv() { # nc-pid file: waits up to 300 s for the peer's message, into $MWX_PEER_RC, $MWX_PEER_MEM
+	for _ in $(seq 3000); do [ -s "$2" ] && break; kill -0 "$1" 2> /dev/null || break; sleep 0.1; done
+	kill "$1" 2> /dev/null
+	wait "$1"
+	set -- $(head -n 1 "$2" | tr -cd '0-9 ')
+	MWX_PEER_RC=${1:-none} MWX_PEER_MEM=${2:-0}
+}
+mw_across() { # role peer name shim good-regex server client (@PEER@: host a's address)
+	mwx_role=$1 mwx_peer=$2 mwx_n=$3 mwx_s=$4 mwx_g=$5
+	MWX_N=$((MWX_N + 1))
+	mwx_port=$((19100 + MWX_N)) mwx_ctl=$((19200 + MWX_N))
+	mw_pre "$mwx_s"
+	case $mwx_s in 1) how="through the shim" ;; *) how="without the shim" ;; esac
+	: > /tmp/mwx-peer.txt
+	timeout 600 nc -l -p $mwx_ctl > /tmp/mwx-peer.txt &
+	mwx_nc=$!
+	if [ "$mwx_role" = a ]; then
+		$MW_PRE $(echo "$6" | sed "s/@PORT@/$mwx_port/g; s/@PEER@/10.99.0.1/g") > /tmp/mwx.txt 2>&1 &
+		mwx_job=$!
+		MAXP=0
+		while kill -0 $mwx_job 2> /dev/null && ! [ -s /tmp/mwx-peer.txt ]; do
+			read_victims_domain
+			[ "${p:-0}" -gt "$MAXP" ] && MAXP=$p
+			sleep 0.2
+		done
+		for _ in $(seq 150); do kill -0 $mwx_job 2> /dev/null || break; sleep 0.1; done
+		kill $mwx_job 2> /dev/null
+		wait $mwx_job
+		mwx_rc=$?
+		mwx_recv $mwx_nc /tmp/mwx-peer.txt
+		mwx_mem=0
+		grep -Eq "$MW_MEMLOCK" /tmp/mwx.txt && mwx_mem=1
+		mwx_send "$mwx_peer" $mwx_ctl "$mwx_rc $mwx_mem"
+		mwx_what="server, client on host b"
+	else
+		for _ in $(seq 30); do
+			$MW_PRE $(echo "$7" | sed "s/@PORT@/$mwx_port/g; s/@PEER@/$mwx_peer/g") > /tmp/mwx.txt 2>&1 &
+			mwx_job=$!
+			watch_pins $mwx_job
+			wait $mwx_job
+			mwx_rc=$?
+			[ $mwx_rc = 0 ] || grep -Eq "$MW_MEMLOCK" /tmp/mwx.txt ||
+				! grep -Eqi 'refused|reject|unreachable|ADDR_ERROR|ROUTE_ERROR' /tmp/mwx.txt && break
+			sleep 1
+		done
+		mwx_mem=0
+		grep -Eq "$MW_MEMLOCK" /tmp/mwx.txt && mwx_mem=1
+		mwx_send "$mwx_peer" $mwx_ctl "$mwx_rc $mwx_mem"
+		mwx_recv $mwx_nc /tmp/mwx-peer.txt
+		mwx_what="client of host a"
+	fi
+	tail -n 10 /tmp/mwx.txt
+	mwx_detail="rc $mwx_rc (memlock met: $mwx_mem), host of the other side: rc $MWX_PEER_RC (memlock met: $MWX_PEER_MEM): $(tail -n 3 /tmp/mwx.txt)"
+	echo "host $mwx_role: $mwx_n $how: $mwx_detail"
+	if [ "$mwx_s" = 1 ]; then
+		# The client's status is the case's (rping's server exits non-zero when its client
+		# leaves); the client's data check is its own; neither may meet the memlock limit.
+		if [ "$mwx_role" = a ]; then mwx_crc=$MWX_PEER_RC; else mwx_crc=$mwx_rc; fi
+		[ "$mwx_crc" = 0 ] && [ $mwx_mem = 0 ] && [ "$MWX_PEER_MEM" = 0 ] &&
+			{ [ "$mwx_role" = a ] || [ -z "$mwx_g" ] || grep -Eq "$mwx_g" /tmp/mwx.txt; }
+		result "host $mwx_role: middleware: $mwx_n across hosts ($mwx_what) $how (mrd pinned up to $MAXP bytes for uid 1000)" $? "$mwx_detail"
+	else
+		[ $mwx_rc != 0 ] && [ "$MWX_PEER_RC" != 0 ] && [ "$MWX_PEER_RC" != none ] &&
+			[ $((mwx_mem | MWX_PEER_MEM)) = 1 ]
+		result "host $mwx_role: middleware: $mwx_n across hosts ($mwx_what) $how fails on memlock (64 KiB, on either host)" $? "$mwx_detail"
+	fi
+}
+mw_pair_cases() { # role peer
+	if ! command -v rping > /dev/null; then
+		report SKIP "host $1: middleware: rping across hosts" "the host had no rping to copy (apt-get install rdmacm-utils)"
+	else
+		for shim in 0 1; do
+			mw_across "$1" "$2" "rping -S 65000 -V -C 10 (rdma_cm over eth0, two heap buffers sharing a page)" $shim '' \
+				"rping -s -a @PEER@ -p @PORT@ -S 65000 -C 10 -V" "rping -c -a @PEER@ -p @PORT@ -S 65000 -C 10 -V"
+		done
+	fi
+	if ! command -v fi_pingpong > /dev/null; then
+		report SKIP "host $1: middleware: fi_pingpong across hosts" "the host had no fi_pingpong to copy (apt-get install libfabric-bin)"
+	else
+		f="fi_pingpong -d rxe0 -S 1048576 -I 10 -c"
+		for shim in 0 1; do
+			mw_across "$1" "$2" "fi_pingpong msg (verbs, 1 MiB, -c data checked)" $shim '^1m +10 +=10 ' \
+				"$f -p verbs -e msg -B @PORT@" "$f -p verbs -e msg -P @PORT@ @PEER@"
+			mw_across "$1" "$2" "fi_pingpong rdm (verbs;ofi_rxm, 1 MiB, -c data checked)" $shim '^1m +10 +=10 ' \
+				"env FI_UNIVERSE_SIZE=32 $f -p verbs;ofi_rxm -e rdm -B @PORT@" \
+				"env FI_UNIVERSE_SIZE=32 $f -p verbs;ofi_rxm -e rdm -P @PORT@ @PEER@"
+		done
+	fi
+	if ! command -v ucx_perftest > /dev/null; then
+		report SKIP "host $1: middleware: ucx_perftest across hosts" "the host had no ucx_perftest to copy (apt-get install ucx-utils)"
+	else
+		u="env UCX_UD_VERBS_ETH_DGID_CHECK=n UCX_NET_DEVICES=rxe0:1 UCX_WARN_UNUSED_ENV_VARS=n UCX_TLS=rc_verbs,ud_verbs,self ucx_perftest"
+		for shim in 0 1; do
+			mw_across "$1" "$2" "ucx_perftest tag_lat (rc_verbs,ud_verbs, 1 MiB; no data check: ucp-remap's is UCX's)" $shim '^Final: ' \
+				"$u -p @PORT@" "$u @PEER@ -p @PORT@ -t tag_lat -s 1048576 -n 20 -w 2"
+		done
+	fi
+}
 middleware_pair() { # role peer
+	mw_host "host-$1" "$(ip -4 -o addr show eth0 | sed -n 's/.* inet \([0-9.]*\)\/.*/\1/p')"
 	if ! command -v mpiexec.hydra > /dev/null || ! command -v mpi-check > /dev/null; then
 		report SKIP "host $1: middleware: MPICH 2 ranks across hosts" \
 			"no mpiexec.hydra or mpi-check in the VM (apt-get install mpich libmpich-dev, then configure again)"
-		return
+	else
+		mw_mpi "$1" "$2" 0 18990
+		mw_mpi "$1" "$2" 1 18991
 	fi
-	mw_host "host-$1" "$(ip -4 -o addr show eth0 | sed -n 's/.* inet \([0-9.]*\)\/.*/\1/p')"
-	mw_mpi "$1" "$2" 0 18990
-	mw_mpi "$1" "$2" 1 18991
+	mw_pair_cases "$1" "$2"
 }
 
 middleware_check() {
