@@ -55,7 +55,13 @@ mw_pre() { # shim(0|1)
 mw_verdict() { # name shim rc good-regex files...
 	mw_name=$1 mw_shim=$2 mw_rc=$3 mw_good=$4
 	shift 4
-	if [ "$mw_shim" = 1 ]; then
+	if [ "$mw_shim" = 1 ] && [ "$mw_rc" != 0 ] && [ -n "${MW_KNOWN:-}" ] &&
+		cat "$@" | grep -Eq "$MW_KNOWN"; then
+		# A known failure, open (MW_KNOWN_WHY says which): seen as such, never as a pass;
+		# any other failure of the same run still fails.
+		report SKIP "middleware: $mw_name through the shim" \
+			"known failure, open: $MW_KNOWN_WHY; this run: rc $mw_rc: $(tail -n 2 "$@" | tr '\n' ' ')"
+	elif [ "$mw_shim" = 1 ]; then
 		[ "$mw_rc" = 0 ] && { [ -z "$mw_good" ] || cat "$@" | grep -Eq "$mw_good"; }
 		result "middleware: $mw_name through the shim (mrd pinned up to $MAXP bytes for uid 1000)" $? \
 			"rc $mw_rc: $(tail -n 4 "$@" | grep -v '^==>')"
@@ -161,9 +167,18 @@ mw_libfabric() {
 	mw_one "fabric-reuse (verbs;ofi_rxm: 1 MiB buffers freed and reused)" 0 "$good" \
 		env FI_UNIVERSE_SIZE=32 fabric-reuse $MW_DEV 4
 	for mon in memhooks uffd disabled; do
+		# Under the monitors that watch munmap, the mmap phase's first reuse hangs through
+		# the shim (the malloc'd phase passes): open, see issue 38's closing note.
+		case $mon in
+		memhooks | uffd)
+			MW_KNOWN='FAIL mmap: a transfer did not complete'
+			MW_KNOWN_WHY="under the $mon monitor a buffer mmap'd where one was unmapped hangs its transfer" ;;
+		*) MW_KNOWN= ;;
+		esac
 		mw_one "fabric-reuse (verbs;ofi_rxm: 1 MiB buffers malloc'd and mmap'd, freed and unmapped, reused at their addresses), FI_MR_CACHE_MONITOR=$mon" 1 \
 			"$good" env FI_MR_CACHE_MONITOR=$mon FI_UNIVERSE_SIZE=32 fabric-reuse $MW_DEV 6
 	done
+	MW_KNOWN=
 	# The heap: the two 1 MiB buffers share a page (the heap-neighbour case).
 	mw_one "fabric-reuse heap (verbs;ofi_rxm: two 1 MiB heap buffers sharing a page, freed and reused)" 1 \
 		"$good" env FI_UNIVERSE_SIZE=32 fabric-reuse $MW_DEV 6 heap
