@@ -68,7 +68,14 @@ if run_build build-tsan --enable-tsan; then
 		> check.log 2>&1; then
 		echo "PASS: threaded suites under TSan"
 	else
-		grep -E '^(FAIL|ERROR)' check.log; tail -n 40 tests/*.log | grep -A20 ThreadSanitizer | head -60
+		grep -E '^(FAIL|ERROR)' check.log
+		# What failed: the check's assertion, or TSan's first report (mrd's and the test's
+		# output share the log, so the report may lie far above its end).
+		for t in $(sed -n 's/^\(FAIL\|ERROR\): //p' check.log); do
+			grep -E ':[FE]:|SUMMARY: ThreadSanitizer' "$t.log" | head -n 5
+			grep -m 1 -A 40 'WARNING: ThreadSanitizer' "$t.log"
+			tail -n 15 "$t.log"
+		done
 		echo "FAIL: threaded suites under TSan"; status=1
 	fi
 else
