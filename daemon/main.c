@@ -281,8 +281,9 @@ int main(int argc, char **argv)
 	 * on a context the kernel disassociated (the device failed or went) succeeds instead of
 	 * EIO (cmd.c, verbs_is_destroy_err), so mrd can let go of everything and close it. */
 	setenv("RDMAV_ALLOW_DISASSOC_DESTROY", "1", 0);
-	/* The signals the loop handles wait until it does: one that comes while mrd (or its
-	 * re-executed image, which inherits the mask) starts is handled then, not fatal. */
+	/* The signals the loop reads from its signalfd, blocked from here on (threads inherit the
+	 * mask): one that comes while mrd (or its re-executed image, which inherits the mask)
+	 * starts waits for the loop, not fatal. */
 	manager_block_signals(true);
 	r = parse_argv(argc, argv, &o);
 	if (r <= 0)
@@ -325,7 +326,6 @@ int main(int argc, char **argv)
 		m->exe_path = exe_path();
 		m->argv = reexec_argv(&o);
 		m->detached = detach || detached;
-		manager_block_signals(false); /* the loop's handlers are in place */
 		r = manager_listen(m);
 	}
 	if (detach)

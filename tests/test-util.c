@@ -291,15 +291,54 @@ int mrd_proc_notified(struct mrd_proc *p, const char *want, char *buf, size_t si
 	return -ETIMEDOUT;
 }
 
+/* What each thread of a process that does not exit is doing: its stacks from gdb where the
+ * host has it, else each thread's kernel wait channel and system call. */
+static void show_threads(pid_t pid)
+{
+	char cmd[512];
+
+	snprintf(cmd, sizeof(cmd), "command -v gdb > /dev/null && gdb -batch -nx -p %d "
+		 "-ex 'thread apply all bt' 2>&1 | grep -E '^(Thread|#)' >&2 || "
+		 "for t in /proc/%d/task/*; do echo \"$t: $(cat $t/comm) $(cat $t/wchan) "
+		 "syscall $(cut -d' ' -f1 $t/syscall)\" >&2; done", (int)pid, (int)pid);
+	(void)!system(cmd);
+	/* A signal it never took: pending for the process (ShdPnd) or a thread, blocked where. */
+	snprintf(cmd, sizeof(cmd), "grep -E '^(SigPnd|ShdPnd|SigBlk)' /proc/%d/task/*/status >&2",
+		 (int)pid);
+	(void)!system(cmd);
+}
+
+/* The exit status of pid, sent sig: a signal that should end it (SIGTERM) gets many seconds,
+ * then its threads are shown and it is killed, so a hang at exit fails the test saying where
+ * rather than running into the suite's timeout. */
+static int reap(pid_t pid, int sig)
+{
+	double start = test_now_s();
+	int status;
+	pid_t r;
+
+	while ((r = waitpid(pid, &status, sig == SIGKILL ? 0 : WNOHANG)) == 0) {
+		if (test_now_s() - start > TEST_STOP_S) {
+			fprintf(stderr, "mrd (pid %d) did not exit %d s after signal %d; its threads:\n",
+				(int)pid, TEST_STOP_S, sig);
+			show_threads(pid);
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			return -ETIMEDOUT;
+		}
+		usleep(10000);
+	}
+	return r == pid ? exit_status(status) : -ECHILD;
+}
+
 int mrd_proc_signal(struct mrd_proc *p, int sig)
 {
 	char cmd[128];
-	int status = 0, r = -ECHILD;
+	int r = -ECHILD;
 
 	if (p->pid > 0) {
 		kill(p->pid, sig);
-		if (waitpid(p->pid, &status, 0) == p->pid)
-			r = exit_status(status);
+		r = reap(p->pid, sig);
 		p->pid = 0;
 	}
 	if (p->notify_fd >= 0) {

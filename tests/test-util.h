@@ -15,6 +15,9 @@
  * process waits hundreds of milliseconds and more for a CPU. Only a failing test waits it out. */
 #define TEST_WAIT_S 20
 
+/* How long mrd may take to exit once told to (a worker finishing its job, closers' 2 s). */
+#define TEST_STOP_S 30
+
 /* Seconds on the monotonic clock. */
 static inline double test_now_s(void)
 {

@@ -19,6 +19,7 @@
 #include "wire.h"
 #include "base/fd-closer.h"
 #include "base/process.h"
+#include "base/signal-source.h"
 #include "base/worker-pool.h"
 #include "provider/provider.h"
 #include "registration/reg-allocation.h"
@@ -148,7 +149,7 @@ static void manager_reload(struct manager *m)
 			 *changed ? "; needs a restart: " : "", changed);
 }
 
-static void manager_on_signal(evutil_socket_t sig, short what, void *userdata)
+static void manager_on_signal(int sig, void *userdata)
 {
 	struct manager *m = userdata;
 
@@ -209,15 +210,21 @@ static int manager_open_provider(struct manager *m)
 	return 0;
 }
 
+/* The signals the loop takes (from its signalfd: blocked in every thread for good). */
+static void loop_signals(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGHUP);
+	sigaddset(set, SIGUSR2);
+}
+
 void manager_block_signals(bool block)
 {
 	sigset_t set;
 
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	sigaddset(&set, SIGUSR2);
+	loop_signals(&set);
 	(void)sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
 }
 
@@ -230,6 +237,7 @@ static void forget_arena(struct core *core, uint32_t arena_id)
 int manager_new(struct config *config, struct manager **ret)
 {
 	_cleanup_(manager_freep) struct manager *m = NULL;
+	sigset_t signals;
 	struct stat st;
 	int r;
 
@@ -291,15 +299,10 @@ int manager_new(struct config *config, struct manager **ret)
 	if (!m->recv_buf)
 		return -ENOMEM;
 
-	m->sigterm_event = evsignal_new(m->core.base, SIGTERM, manager_on_signal, m);
-	m->sigint_event = evsignal_new(m->core.base, SIGINT, manager_on_signal, m);
-	m->sighup_event = evsignal_new(m->core.base, SIGHUP, manager_on_signal, m);
-	m->sigusr2_event = evsignal_new(m->core.base, SIGUSR2, manager_on_signal, m);
-	if (!m->sigterm_event || !m->sigint_event || !m->sighup_event || !m->sigusr2_event)
-		return -ENOMEM;
-	if (evsignal_add(m->sigterm_event, NULL) < 0 || evsignal_add(m->sigint_event, NULL) < 0 ||
-	    evsignal_add(m->sighup_event, NULL) < 0 || evsignal_add(m->sigusr2_event, NULL) < 0)
-		return -EIO;
+	loop_signals(&signals);
+	r = signal_source_new(m->core.base, &signals, manager_on_signal, m, &m->signals);
+	if (r < 0)
+		return log_error_errno(r, "cannot read signals (signalfd): %m");
 
 	*ret = TAKE_PTR(m);
 	return 0;
@@ -336,14 +339,7 @@ struct manager *manager_free(struct manager *m)
 		unlink(m->bound_path);
 		free(m->bound_path);
 	}
-	if (m->sigterm_event)
-		event_free(m->sigterm_event);
-	if (m->sigint_event)
-		event_free(m->sigint_event);
-	if (m->sighup_event)
-		event_free(m->sighup_event);
-	if (m->sigusr2_event)
-		event_free(m->sigusr2_event);
+	signal_source_free(m->signals);
 	if (m->core.base)
 		event_base_free(m->core.base);
 	free(m->recv_buf);
@@ -794,15 +790,13 @@ int manager_run(struct manager *m)
 		r = event_base_dispatch(m->core.base);
 		if (r < 0 || !m->reexec || m->stop)
 			break;
-		/* From here a signal waits for the new image's loop (the mask survives exec); one
-		 * caught before the block is handled now, and a SIGTERM among them wins. */
-		manager_block_signals(true);
+		/* The signals stay blocked across exec for the new image's loop to read; one that
+		 * came with SIGUSR2 is taken now, and a SIGTERM among them wins. */
 		(void)event_base_loop(m->core.base, EVLOOP_NONBLOCK);
 		if (m->stop)
 			break;
 		m->reexec = false;
 		(void)handover_reexec(m); /* returns only when it could not */
-		manager_block_signals(false);
 	}
 	if (r >= 0 && handover_fd_store_max() > 0) {
 		unsigned live = handover_unbind_clients(m);

@@ -23,6 +23,7 @@ struct provider;
 struct worker_pool;
 struct bus;
 struct fd_closer;
+struct signal_source;
 
 /* What one user holds of the slots mrd shares out: its uid (process_owner_uid: a user
  * namespace's identities are its owner's) and its connections, bare ones included. */
@@ -35,7 +36,7 @@ struct user_share {
 /* The daemon: owns the event loop, the configuration, the listening socket and every client. */
 struct manager {
 	struct core core; /* what domains and the layers below read */
-	struct event *sigterm_event, *sigint_event, *sighup_event, *sigusr2_event;
+	struct signal_source *signals; /* SIGTERM, SIGINT, SIGHUP, SIGUSR2 */
 
 	int listen_fd;
 	struct event *listen_event;
@@ -87,7 +88,8 @@ struct manager {
 /* Set by a detached mrd for the image it re-executes. */
 #define MANAGER_DETACHED_ENV "MRD_DETACHED"
 
-/* Blocks (or unblocks) the signals the loop handles; the mask survives exec. */
+/* Blocks (or unblocks) the signals the loop reads from its signalfd; the mask survives exec.
+ * mrd blocks them from its start for good: no thread of it ever takes one by a handler. */
 void manager_block_signals(bool block);
 
 /* Takes ownership of *config (left re-initialised). */
