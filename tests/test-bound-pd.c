@@ -967,6 +967,47 @@ START_TEST(test_alias_span_dropped)
 }
 END_TEST
 
+/* A span dropped while a worker registers it: the drop is answered at once, and what the
+ * worker made is let go when it ends (no MR, nothing pinned, over a span that is no more). */
+START_TEST(test_alias_span_dropped_while_registering)
+{
+	const uint32_t RW = MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ;
+	const uint64_t alias = 0x7e0000000000ull;
+	struct td_blocker blk;
+	struct client *c, *mem;
+	int fd, mfd;
+	Mrd__Response *resp;
+	struct provider *p;
+	uint64_t w;
+
+	td_start_one_worker();
+	fd = td_hello_client(1000, &c);
+	mfd = td_hello_client(1000, &mem);
+	resp = td_alloc_span(mfd, 2, 6 * MiB, 0, alias, RW, 100, 5000, 0);
+	w = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	alias_span(mfd, 3, w, 8192, 5 * MiB, 0, NULL);
+	td_alloc(fd, 40, 4096); /* joins the domain */
+	p = bind_soft(c);
+	td_lookup(fd, 4, w + 200, 0, NULL);
+	td_block_worker(&blk);
+	td_send_lookup(fd, 5, w + 8192 + 10); /* 5 MiB: on the worker, behind the blocker */
+	td_pump();
+	alias_span_drop(mfd, 6, w, 8192, 5 * MiB, 0, NULL);
+	ck_assert_int_eq(write(blk.fd[1], "x", 1), 1);
+	resp = td_expect(fd, 5, ENOENT);
+	ck_assert_msg(strstr(resp->message, "outside"), "%s", resp->message);
+	mrd__response__free_unpacked(resp, NULL);
+	/* Its dereg may be a worker's too (5 MiB). */
+	td_pump_until_zero(&reg_allocation_of(domain_find_allocation(c->domain, w))->bound_jobs);
+	ck_assert_uint_eq(mrs_of(p), 1);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 2 * 4096);
+	close(blk.fd[0]);
+	close(blk.fd[1]);
+	finish(fd, mfd);
+}
+END_TEST
+
 /* Read-only memory stays the domain PD's: a client may rereg its own MR to add write access,
  * which the kernel does not check against the pages (Linux 6.12 ib_uverbs_rereg_mr). */
 START_TEST(test_read_only_refused)
@@ -1502,6 +1543,7 @@ int main(void)
 	tcase_add_test(tc, test_alias_span_is_all_the_mrs_cover);
 	tcase_add_test(tc, test_alias_second_span_has_its_own_mr);
 	tcase_add_test(tc, test_alias_span_dropped);
+	tcase_add_test(tc, test_alias_span_dropped_while_registering);
 	tcase_add_test(tc, test_alloc_registers_at_once);
 	tcase_add_test(tc, test_dump_shows_client_pds_to_admins);
 	tcase_add_test(tc, test_clients_view_counts_client_pd_mrs);
