@@ -10,6 +10,7 @@
 #include "status-page.h"
 #include "base/fd-closer.h"
 #include "memory/arena.h"
+#include "registration/mr-cache.h"
 #include "core/domain.h"
 #include "control/client.h"
 #include "control/dispatch.h"
@@ -279,6 +280,20 @@ int request_free(struct client *c, struct domain *d, const Mrd__Request *req,
 	return free_owned(c, d, req->id, req->free->address, false, r);
 }
 
+/* The span [offset, offset + length) of a goes, once its MRs are gone. */
+static int drop_span(struct allocation *a, uint64_t offset, uint64_t length, struct reply *r)
+{
+	uint64_t base = allocation_address(a);
+	int k;
+
+	k = allocation_span_droppable(a, offset, length, r->message, sizeof(r->message));
+	if (k == 0)
+		k = mr_cache_drop_span(reg_allocation_of(a), base + offset, base + offset + length,
+				       r->message, sizeof(r->message));
+	return k < 0 ? k : allocation_drop_span(a, offset, length, r->message,
+						sizeof(r->message));
+}
+
 int request_alias_span(struct client *c, struct domain *d, const Mrd__Request *req,
 		       struct wire_packet *pkt, struct reply *r)
 {
@@ -289,7 +304,11 @@ int request_alias_span(struct client *c, struct domain *d, const Mrd__Request *r
 	k = owned_allocation(c, d, q->address, false, r, &a);
 	if (k < 0)
 		return k;
-	k = allocation_add_span(a, q->span_offset, q->span_length, r->message, sizeof(r->message));
+	if (q->drop)
+		k = drop_span(a, q->span_offset, q->span_length, r);
+	else
+		k = allocation_add_span(a, q->span_offset, q->span_length, r->message,
+					sizeof(r->message));
 	if (k < 0)
 		return k;
 	(void)reply_body(r, MRD__RESPONSE__BODY_ALIAS_SPAN);

@@ -575,6 +575,16 @@ static struct cached_mr *detached(struct mr_cache *c, struct reg_allocation *a,
 	return mr;
 }
 
+/* Whether [start, end) of a lies inside one span of it (all of it, when a has no spans). */
+static bool in_a_span(const struct reg_allocation *a, uint64_t start, uint64_t end)
+{
+	uint64_t base = allocation_address(&a->mem), lo, hi;
+
+	if (reg_kind_of(a) != REG_KIND_ALIAS || !a->mem.span_length)
+		return true;
+	return allocation_span_at(&a->mem, start - base, &lo, &hi) && end - base <= hi;
+}
+
 /* The end of letting go of mr: gone (uncharged, freed), or kept by the device — the client
  * made its dereg fail (a memory window bound to it), or the device failed — and then left on
  * its allocation, charged, so that the run's free tries again and quarantines it. */
@@ -676,7 +686,9 @@ static void reg_job_done(struct registrar_work *w)
 		struct cached_mr *late;
 
 		ja->bound_jobs--;
-		if (k >= 0 && (ja->retired || c->closing || covered(c, ja, j->start, j->end))) {
+		/* Its span dropped meanwhile (mr_cache_drop_span): nobody's bytes either. */
+		if (k >= 0 && (ja->retired || c->closing || covered(c, ja, j->start, j->end) ||
+			       !in_a_span(ja, j->start, j->end))) {
 			late = detached(c, ja, j->rt.pmr, j->start, j->end, j->spare);
 			j->spare = NULL;
 			if (!ja->retired)
@@ -873,6 +885,47 @@ uint64_t mr_cache_retire(struct mr_cache *c, struct reg_allocation *a)
 		if (mr->cache->table.overflow)
 			rebuild(mr->cache);
 	return bytes;
+}
+
+int mr_cache_drop_span(struct reg_allocation *a, uint64_t start, uint64_t end, char *why,
+		       size_t why_size)
+{
+	struct cached_mr *mr, *next;
+	int k, failed = 0;
+
+	LIST_FOREACH(mr, &a->mrs, alloc_link)
+		if (!mr->in_cache && mr->start < end && start < mr->end) {
+			/* On a worker's way out, or kept by the device: its keys may still work. */
+			snprintf(why, why_size, "an MR over [0x%" PRIx64 ", 0x%" PRIx64 ") is being "
+				 "deregistered, or its device kept it (a memory window bound to it): "
+				 "try again", mr->start, mr->end);
+			return -EBUSY;
+		}
+	for (mr = LIST_FIRST(&a->mrs); mr; mr = next) {
+		struct mr_cache *o = mr->cache;
+
+		next = LIST_NEXT(mr, alloc_link);
+		if (mr->end <= start || end <= mr->start)
+			continue;
+		if (!o->table.overflow)
+			(void)mr_table_remove(&o->table, mr->start);
+		LIST_REMOVE(mr, link);
+		o->n_mrs--;
+		leave(mr);
+		if (o->table.overflow)
+			rebuild(o);
+		/* On the loop, so that the reply comes once its keys reach nothing. */
+		k = reg_dereg(base_of(o), mr->pmr);
+		if (k == 0)
+			mr->pmr = NULL;
+		else if (!failed)
+			failed = k;
+		let_go_end(mr, k);
+	}
+	if (failed < 0)
+		snprintf(why, why_size, "the device kept an MR over [0x%" PRIx64 ", 0x%" PRIx64 ") "
+			 "(a memory window bound to it?): %s", start, end, strerror(-failed));
+	return failed < 0 ? -EBUSY : 0;
 }
 
 void mr_cache_deregister(const struct mr_cache *c, struct reg_allocation *a)

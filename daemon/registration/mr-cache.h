@@ -135,6 +135,12 @@ void mr_cache_close(struct mr_cache *c);
  * left. */
 bool mr_cache_drop_share(struct mr_cache *c, bool all, unsigned *made);
 
+/* The MRs of a over [start, end) (a span its owner drops), in every cache, deregistered now:
+ * -EBUSY (why says why) when the device keeps one, or one is on a worker's way out. A
+ * registration of them under way is let go when it ends, once the span is gone. */
+int mr_cache_drop_span(struct reg_allocation *a, uint64_t start, uint64_t end, char *why,
+		       size_t why_size);
+
 /* The keys for addr, registering on a miss — unless another's MR (c->others) holds addr: then
  * that MR's (one a worker is still making is waited for, as is a run of the cache's a worker is
  * registering around addr). -ENOENT (why says so) when addr is not in a
