@@ -795,14 +795,12 @@ START_TEST(test_alias_span_is_all_the_mrs_cover)
 }
 END_TEST
 
-/* AliasSpan (drop: its drop) on the connection fd, answered with error (the reply's message,
- * for a look). */
-static void alias_span_req(int fd, uint64_t id, uint64_t address, uint64_t offset,
-			   uint64_t length, bool drop, int error, const char *says)
+/* AliasSpan (drop: its drop) on the connection fd, its reply left for the test to take. */
+static void alias_span_req_send(int fd, uint64_t id, uint64_t address, uint64_t offset,
+				uint64_t length, bool drop)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__AliasSpanRequest q = MRD__ALIAS_SPAN_REQUEST__INIT;
-	Mrd__Response *resp;
 
 	q.address = address;
 	q.span_offset = offset;
@@ -812,6 +810,15 @@ static void alias_span_req(int fd, uint64_t id, uint64_t address, uint64_t offse
 	req.body_case = MRD__REQUEST__BODY_ALIAS_SPAN;
 	req.alias_span = &q;
 	td_send_request(fd, &req, NULL, 0);
+}
+
+/* The same, answered with error (the reply's message, for a look). */
+static void alias_span_req(int fd, uint64_t id, uint64_t address, uint64_t offset,
+			   uint64_t length, bool drop, int error, const char *says)
+{
+	Mrd__Response *resp;
+
+	alias_span_req_send(fd, id, address, offset, length, drop);
 	resp = td_expect(fd, id, error);
 	if (says)
 		ck_assert_msg(strstr(resp->message, says), "\"%s\" does not say \"%s\"",
@@ -1004,6 +1011,67 @@ START_TEST(test_alias_span_dropped_while_registering)
 	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 2 * 4096);
 	close(blk.fd[0]);
 	close(blk.fd[1]);
+	finish(fd, mfd);
+}
+END_TEST
+
+/* Ping id on fd, its reply left for the test to take. */
+static void send_ping(int fd, uint64_t id)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
+
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_PING;
+	req.ping = &ping;
+	td_send_request(fd, &req, NULL, 0);
+}
+
+/* A span dropped while a worker registers another span in the client's PD (the provider's
+ * lock held): the drop's dereg waits for that lock, so it goes to a worker as a Free's does;
+ * the loop answers another client meanwhile, and the drop is answered once its MR is gone. */
+START_TEST(test_alias_span_drop_never_waits_on_the_loop)
+{
+	const uint32_t RW = MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ;
+	const uint64_t alias = 0x7e0000000000ull;
+	struct client *c, *mem, *other;
+	int fd, mfd, ofd;
+	Mrd__Response *resp;
+	Mrd__MrEntry e0;
+	uint64_t w;
+	double t0, waited;
+	bool dropped_early;
+
+	td_start_one_worker();
+	fd = td_hello_client(1000, &c);
+	mfd = td_hello_client(1000, &mem);
+	ofd = td_hello_client(1001, &other);
+	resp = td_alloc_span(mfd, 2, 6 * MiB, 0, alias, RW, 100, 5000, 0);
+	w = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	alias_span(mfd, 3, w, 8192, 5 * MiB, 0, NULL);
+	td_alloc(fd, 40, 4096); /* joins the domain */
+	bind_soft(c);
+	counted_ops.reg = slow_reg;
+	td_lookup(fd, 4, w + 200, 0, &e0); /* a few KiB: on the loop */
+	start_slow_registration(fd, 5, w + 8192 + 10);
+	alias_span_req_send(mfd, 6, w, 100, 5000, true);
+	send_ping(ofd, 7);
+	t0 = test_now_s();
+	mrd__response__free_unpacked(td_expect(ofd, 7, 0), NULL);
+	waited = test_now_s() - t0;
+	dropped_early = readable(mfd);
+	__atomic_store_n(&slow_reg_held, 0, __ATOMIC_RELEASE);
+	ck_assert_msg(waited < NOT_WAITED_S, "the loop was stuck %.2f s in an AliasSpan drop's "
+		      "dereg, waiting for a worker's registration in the client's PD", waited);
+	ck_assert_msg(!dropped_early, "the drop was answered before its MR was deregistered");
+	mrd__response__free_unpacked(td_expect(mfd, 6, 0), NULL);
+	/* Answered once its rkey reaches nothing. */
+	ck_assert_int_lt(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e0.lkey, alias + 200,
+				      e0.rkey, alias + 300, 1), 0);
+	mrd__response__free_unpacked(td_expect(fd, 5, 0), NULL);
+	ck_assert_uint_eq(pinned(c), 5 * MiB);
+	close(ofd);
 	finish(fd, mfd);
 }
 END_TEST
@@ -1544,6 +1612,7 @@ int main(void)
 	tcase_add_test(tc, test_alias_second_span_has_its_own_mr);
 	tcase_add_test(tc, test_alias_span_dropped);
 	tcase_add_test(tc, test_alias_span_dropped_while_registering);
+	tcase_add_test(tc, test_alias_span_drop_never_waits_on_the_loop);
 	tcase_add_test(tc, test_alloc_registers_at_once);
 	tcase_add_test(tc, test_dump_shows_client_pds_to_admins);
 	tcase_add_test(tc, test_clients_view_counts_client_pd_mrs);
