@@ -463,7 +463,7 @@ int memory_alloc_alias(mrd_client *client, size_t size, uint64_t alias, unsigned
 }
 
 int memory_alias_span(mrd_client *client, void *address, uint64_t span_offset,
-		      uint64_t span_length)
+		      uint64_t span_length, bool drop)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__AliasSpanRequest span = MRD__ALIAS_SPAN_REQUEST__INIT;
@@ -473,6 +473,7 @@ int memory_alias_span(mrd_client *client, void *address, uint64_t span_offset,
 	span.address = (uintptr_t)address;
 	span.span_offset = span_offset;
 	span.span_length = span_length;
+	span.drop = drop;
 	req.body_case = MRD__REQUEST__BODY_ALIAS_SPAN;
 	req.alias_span = &span;
 	r = client_call(client, &req, &resp, NULL);

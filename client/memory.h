@@ -30,6 +30,7 @@ void memory_leave(struct mrd_client *client);
 int memory_alloc_alias(struct mrd_client *client, size_t size, uint64_t alias, unsigned access,
 		       uint64_t span_offset, uint64_t span_length, void **ret);
 /* [span_offset, +span_length) of the aliased allocation at address becomes one more span its
- * MRs cover (another buffer on its pages: AliasSpanRequest). */
+ * MRs cover (another buffer on its pages: AliasSpanRequest); drop: that span goes, its MRs
+ * with it. */
 int memory_alias_span(struct mrd_client *client, void *address, uint64_t span_offset,
-		      uint64_t span_length);
+		      uint64_t span_length, bool drop);

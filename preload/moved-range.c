@@ -203,9 +203,36 @@ int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t span_sta
 int moved_range_span_of(const struct moved_range *r, uintptr_t start, uintptr_t end)
 {
 	for (unsigned i = 0; i < r->n_spans; i++)
-		if (r->spans[i].start <= start && end <= r->spans[i].end)
+		if (r->spans[i].start <= start && end <= r->spans[i].end && !r->spans[i].dead)
 			return (int)i;
 	return -1;
+}
+
+int moved_range_drop_span(mrd_client *mem, struct moved_range *r, unsigned span, char *why,
+			  size_t why_size)
+{
+	struct range_span *b = &r->spans[span];
+	int k;
+
+	/* Its keys first: whatever mrd answers, no buffer gets them again. */
+	for (struct range_keys **p = &r->keys; *p;)
+		if ((*p)->span == span) {
+			struct range_keys *dead = *p;
+
+			*p = dead->next;
+			free(dead);
+		} else
+			p = &(*p)->next;
+	k = memory_alias_span(mem, (void *)r->base, b->start - r->room_start, b->end - b->start,
+			      true);
+	if (k < 0) {
+		snprintf(why, why_size, "mrd dropped no span [0x%" PRIxPTR ", 0x%" PRIxPTR "): %s",
+			 b->start, b->end, mrd_last_error());
+		b->dead = true;
+		return k;
+	}
+	*b = (struct range_span){ 0, 0, 0, false };
+	return 0;
 }
 
 int moved_range_add_span(struct moved_ranges *m, mrd_client *mem, struct moved_range *r,
@@ -214,6 +241,7 @@ int moved_range_add_span(struct moved_ranges *m, mrd_client *mem, struct moved_r
 {
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	uintptr_t start = span_start & ~(page - 1), end = (span_end + page - 1) & ~(page - 1);
+	unsigned slot;
 	int k;
 
 	for (unsigned i = 0; i < r->n_spans; i++)
@@ -230,7 +258,9 @@ int moved_range_add_span(struct moved_ranges *m, mrd_client *mem, struct moved_r
 			 r->room_start, r->room_end);
 		return -EOPNOTSUPP;
 	}
-	if (r->n_spans == RANGE_SPANS_MAX) {
+	for (slot = 0; slot < r->n_spans && r->spans[slot].start != r->spans[slot].end; slot++)
+		;
+	if (slot == RANGE_SPANS_MAX) {
 		snprintf(why, why_size, "its pages hold %d buffers registered before",
 			 RANGE_SPANS_MAX);
 		return -EOPNOTSUPP;
@@ -260,13 +290,15 @@ int moved_range_add_span(struct moved_ranges *m, mrd_client *mem, struct moved_r
 	}
 	/* Then mrd's span: one the shim does not know of would refuse the next one there. */
 	k = memory_alias_span(mem, (void *)r->base, span_start - r->room_start,
-			      span_end - span_start);
+			      span_end - span_start, false);
 	if (k < 0) {
 		snprintf(why, why_size, "mrd added no span: %s", mrd_last_error());
 		return k;
 	}
-	r->spans[r->n_spans] = (struct range_span){ span_start, span_end };
-	*span = r->n_spans++;
+	r->spans[slot] = (struct range_span){ span_start, span_end, 0, false };
+	if (slot == r->n_spans)
+		r->n_spans++;
+	*span = slot;
 	return 0;
 }
 

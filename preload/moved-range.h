@@ -28,9 +28,11 @@ struct range_keys {
 /* Most buffers one range serves (mrd's spans of an allocation). */
 #define RANGE_SPANS_MAX 8
 
-/* The bytes an MR covers: a buffer of the program's. */
+/* The bytes an MR covers: a buffer of the program's; start == end: a free slot. */
 struct range_span {
 	uintptr_t start, end;
+	unsigned users; /* the program's registrations of it, live or kept (the shim's count) */
+	bool dead;      /* mrd would not drop it: no buffer gets its keys, nor its bytes */
 };
 
 struct moved_range {
@@ -83,6 +85,12 @@ int moved_range_move(struct moved_ranges *m, mrd_client *mem, uintptr_t span_sta
 int moved_range_add_span(struct moved_ranges *m, mrd_client *mem, struct moved_range *r,
 			 uintptr_t span_start, uintptr_t span_end, unsigned *span, char *why,
 			 size_t why_size);
+/* The span of r no registration uses any more (its buffer freed) goes, in mrd (its MRs) and
+ * in r (its cached keys): a later buffer inside its bytes is a span of its own, its keys
+ * reaching that buffer alone. Failing (why says why), it stays dead: no buffer there is
+ * served from r. Not r's last span: r moves back then. */
+int moved_range_drop_span(mrd_client *mem, struct moved_range *r, unsigned span, char *why,
+			  size_t why_size);
 /* The span of r holding all of [start, end), or -1. */
 int moved_range_span_of(const struct moved_range *r, uintptr_t start, uintptr_t end);
 /* Whether the program still sees mrd's pages over all of [start, end) of r. It is looked at

@@ -39,6 +39,7 @@ struct shim_mr {
 	int mr_type; /* IBV_MR_TYPE_MR */
 	int verbs_access;
 	struct moved_range *range; /* NULL: inner stands in, or it died in a failed rereg */
+	unsigned span;             /* its buffer's span of range */
 	struct ibv_mr *inner; /* libibverbs' MR in its place, after a rereg mrd could not serve */
 	unsigned access; /* as the program asked */
 	bool kept;       /* deregistered by the program, kept for a hit */
@@ -304,15 +305,29 @@ static void own_remove(const struct ibv_mr *mr)
 		}
 }
 
+/* Span of r lost a registration: with none left, its buffer was freed, and another buffer
+ * there must not get its keys (they reach all its bytes): it goes, unless r goes whole. */
+static void span_unused(struct moved_range *r, unsigned span)
+{
+	char why[256] = "";
+
+	if (--r->spans[span].users > 0 || r->gone || (r->live == 0 && r->kept == 0))
+		return;
+	if (moved_range_drop_span(mem, r, span, why, sizeof(why)) < 0)
+		SAY_ONCE("a freed buffer's span stays in mrd (no buffer there is served): %s", why);
+}
+
 /* A kept registration goes: its buffer was freed, or the shim keeps too many. */
 static void release_kept(struct shim_mr *m, bool settle_range)
 {
 	struct moved_range *r = m->range;
+	unsigned span = m->span;
 
 	kept_unlink(m);
 	hash_remove(m);
 	free(m);
 	r->kept--;
+	span_unused(r, span);
 	if (settle_range)
 		settle(r);
 }
@@ -580,6 +595,11 @@ static int serve(struct ibv_pd *pd, void *addr, size_t length, unsigned access,
 	k = m ? keys_of(r, (unsigned)span, p, &keys, why, why_size) : -ENOMEM;
 	if (k < 0) {
 		free(m);
+		/* A span nobody registers (just added) goes as a freed buffer's does. */
+		if (r->spans[span].users == 0) {
+			r->spans[span].users++;
+			span_unused(r, (unsigned)span);
+		}
 		settle(r);
 		return k;
 	}
@@ -588,8 +608,10 @@ static int serve(struct ibv_pd *pd, void *addr, size_t length, unsigned access,
 	m->mr_type = 0; /* IBV_MR_TYPE_MR */
 	m->verbs_access = (int)access;
 	m->range = r;
+	m->span = (unsigned)span;
 	m->access = access;
 	r->live++;
+	r->spans[span].users++;
 	hash_add(m);
 	n_served++;
 	*ret = m;
@@ -680,8 +702,11 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 	if (enabled && !r->gone && keep_max > 0) {
 		keep(m);
 	} else {
+		unsigned span = m->span;
+
 		hash_remove(m);
 		free(m);
+		span_unused(r, span);
 		settle(r);
 	}
 	leave();
@@ -752,6 +777,7 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 	old = m->range;
 	hash_remove(m);
 	old->live--;
+	span_unused(old, m->span);
 	release_kept_over(old, old->start, old->end);
 	settle(old);
 	k = serve(pd, addr, length, (unsigned)access, &fresh, why, sizeof(why));
@@ -788,6 +814,7 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 	hash_remove(fresh);
 	take_fields(m, &fresh->ibv, fresh->access);
 	m->range = fresh->range;
+	m->span = fresh->span;
 	free(fresh);
 	hash_add(m);
 	leave();

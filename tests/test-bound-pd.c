@@ -795,26 +795,47 @@ START_TEST(test_alias_span_is_all_the_mrs_cover)
 }
 END_TEST
 
-/* AliasSpan on the connection fd, answered with error (the reply's message, for a look). */
-static void alias_span(int fd, uint64_t id, uint64_t address, uint64_t offset, uint64_t length,
-		       int error, const char *says)
+/* AliasSpan (drop: its drop) on the connection fd, its reply left for the test to take. */
+static void alias_span_req_send(int fd, uint64_t id, uint64_t address, uint64_t offset,
+				uint64_t length, bool drop)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__AliasSpanRequest q = MRD__ALIAS_SPAN_REQUEST__INIT;
-	Mrd__Response *resp;
 
 	q.address = address;
 	q.span_offset = offset;
 	q.span_length = length;
+	q.drop = drop;
 	req.id = id;
 	req.body_case = MRD__REQUEST__BODY_ALIAS_SPAN;
 	req.alias_span = &q;
 	td_send_request(fd, &req, NULL, 0);
+}
+
+/* The same, answered with error (the reply's message, for a look). */
+static void alias_span_req(int fd, uint64_t id, uint64_t address, uint64_t offset,
+			   uint64_t length, bool drop, int error, const char *says)
+{
+	Mrd__Response *resp;
+
+	alias_span_req_send(fd, id, address, offset, length, drop);
 	resp = td_expect(fd, id, error);
 	if (says)
 		ck_assert_msg(strstr(resp->message, says), "\"%s\" does not say \"%s\"",
 			      resp->message, says);
 	mrd__response__free_unpacked(resp, NULL);
+}
+
+static void alias_span(int fd, uint64_t id, uint64_t address, uint64_t offset, uint64_t length,
+		       int error, const char *says)
+{
+	alias_span_req(fd, id, address, offset, length, false, error, says);
+}
+
+static void alias_span_drop(int fd, uint64_t id, uint64_t address, uint64_t offset,
+			    uint64_t length, int error, const char *says)
+{
+	alias_span_req(fd, id, address, offset, length, true, error, says);
 }
 
 /* Heap neighbours: a second buffer on the same moved pages is a span of its own, an MR of its
@@ -882,6 +903,174 @@ START_TEST(test_alias_second_span_has_its_own_mr)
 	td_lookup(fd, 31, w + 11820, 0, &e1);
 	ck_assert_uint_eq(e1.start, w + 11800);
 	ck_assert_uint_eq(e1.end, w + 11850);
+	close(ofd);
+	finish(fd, mfd);
+}
+END_TEST
+
+/* A neighbour deregistered and freed while the buffer beside it stays: its span goes (its MR
+ * with it, so its old rkey reaches nothing), and a later buffer inside its old bytes is a span
+ * of its own, an MR over its bytes alone (issue 38's review: it got the old span's keys). */
+START_TEST(test_alias_span_dropped)
+{
+	const uint32_t RW = MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ;
+	const uint64_t alias = 0x7e0000000000ull;
+	struct client *c, *mem, *other;
+	int fd = td_hello_client(1000, &c), mfd = td_hello_client(1000, &mem);
+	int ofd = td_hello_client(1000, &other);
+	Mrd__Response *resp;
+	Mrd__MrEntry e1, e2, e3;
+	uint64_t w;
+
+	resp = td_alloc_span(mfd, 2, 3 * 4096, 0, alias, RW, 100, 5000, 0);
+	w = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	alias_span(mfd, 3, w, 5200, 6000, 0, NULL);
+	td_alloc(fd, 40, 4096); /* joins the domain */
+	bind_soft(c);
+	td_lookup(fd, 4, w + 200, 0, &e1);
+	td_lookup(fd, 5, w + 11000, 0, &e2);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 3 * 4096);
+
+	/* Bad input: not exactly a span, someone else's, not the allocation's start. */
+	alias_span_drop(mfd, 6, w, 5300, 100, EINVAL, "no span");
+	alias_span_drop(mfd, 7, w, 5200, 5999, EINVAL, "no span");
+	alias_span_drop(ofd, 8, w, 5200, 6000, EPERM, "another client");
+	alias_span_drop(mfd, 9, w + 4096, 5200, 6000, ENOENT, "not the start");
+
+	alias_span_drop(mfd, 10, w, 5200, 6000, 0, NULL);
+	/* Its rkey reaches nothing; the other span's still works. */
+	ck_assert_int_lt(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e1.lkey, alias + 200,
+				      e2.rkey, alias + 5200, 1), 0);
+	ck_assert_int_eq(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e1.lkey, alias + 200,
+				      e1.rkey, alias + 300, 1), 0);
+	td_lookup(fd, 11, w + 5300, ENOENT, NULL);
+	/* Page 2 was the dropped span's alone; page 1 stays, the first span's. */
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 2 * 4096);
+	alias_span_drop(mfd, 12, w, 5200, 6000, EINVAL, "no span");
+
+	/* A buffer inside its old bytes: a span of its own, to the byte. */
+	alias_span(mfd, 13, w, 5300, 100, 0, NULL);
+	td_lookup(fd, 14, w + 5350, 0, &e3);
+	ck_assert_uint_eq(e3.start, w + 5300);
+	ck_assert_uint_eq(e3.end, w + 5400);
+	ck_assert_int_lt(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e1.lkey, alias + 200,
+				      e3.rkey, alias + 5250, 1), 0);
+	ck_assert_int_eq(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e1.lkey, alias + 200,
+				      e3.rkey, alias + 5300, 1), 0);
+
+	/* The first span goes too (the buffer moved first freed before its neighbour). */
+	alias_span_drop(mfd, 15, w, 100, 5000, 0, NULL);
+	ck_assert_int_lt(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e3.lkey, alias + 5300,
+				      e1.rkey, alias + 200, 1), 0);
+	td_lookup(fd, 16, w + 200, ENOENT, NULL);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 4096);
+	/* The last span is not dropped: the allocation is freed instead. */
+	alias_span_drop(mfd, 17, w, 5300, 100, EINVAL, "only span");
+	td_lookup(fd, 18, w + 5310, 0, &e2);
+	ck_assert_uint_eq(e2.rkey, e3.rkey);
+	close(ofd);
+	finish(fd, mfd);
+}
+END_TEST
+
+/* A span dropped while a worker registers it: the drop is answered at once, and what the
+ * worker made is let go when it ends (no MR, nothing pinned, over a span that is no more). */
+START_TEST(test_alias_span_dropped_while_registering)
+{
+	const uint32_t RW = MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ;
+	const uint64_t alias = 0x7e0000000000ull;
+	struct td_blocker blk;
+	struct client *c, *mem;
+	int fd, mfd;
+	Mrd__Response *resp;
+	struct provider *p;
+	uint64_t w;
+
+	td_start_one_worker();
+	fd = td_hello_client(1000, &c);
+	mfd = td_hello_client(1000, &mem);
+	resp = td_alloc_span(mfd, 2, 6 * MiB, 0, alias, RW, 100, 5000, 0);
+	w = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	alias_span(mfd, 3, w, 8192, 5 * MiB, 0, NULL);
+	td_alloc(fd, 40, 4096); /* joins the domain */
+	p = bind_soft(c);
+	td_lookup(fd, 4, w + 200, 0, NULL);
+	td_block_worker(&blk);
+	td_send_lookup(fd, 5, w + 8192 + 10); /* 5 MiB: on the worker, behind the blocker */
+	td_pump();
+	alias_span_drop(mfd, 6, w, 8192, 5 * MiB, 0, NULL);
+	ck_assert_int_eq(write(blk.fd[1], "x", 1), 1);
+	resp = td_expect(fd, 5, ENOENT);
+	ck_assert_msg(strstr(resp->message, "outside"), "%s", resp->message);
+	mrd__response__free_unpacked(resp, NULL);
+	/* Its dereg may be a worker's too (5 MiB). */
+	td_pump_until_zero(&reg_allocation_of(domain_find_allocation(c->domain, w))->bound_jobs);
+	ck_assert_uint_eq(mrs_of(p), 1);
+	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 2 * 4096);
+	close(blk.fd[0]);
+	close(blk.fd[1]);
+	finish(fd, mfd);
+}
+END_TEST
+
+/* Ping id on fd, its reply left for the test to take. */
+static void send_ping(int fd, uint64_t id)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
+
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_PING;
+	req.ping = &ping;
+	td_send_request(fd, &req, NULL, 0);
+}
+
+/* A span dropped while a worker registers another span in the client's PD (the provider's
+ * lock held): the drop's dereg waits for that lock, so it goes to a worker as a Free's does;
+ * the loop answers another client meanwhile, and the drop is answered once its MR is gone. */
+START_TEST(test_alias_span_drop_never_waits_on_the_loop)
+{
+	const uint32_t RW = MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ;
+	const uint64_t alias = 0x7e0000000000ull;
+	struct client *c, *mem, *other;
+	int fd, mfd, ofd;
+	Mrd__Response *resp;
+	Mrd__MrEntry e0;
+	uint64_t w;
+	double t0, waited;
+	bool dropped_early;
+
+	td_start_one_worker();
+	fd = td_hello_client(1000, &c);
+	mfd = td_hello_client(1000, &mem);
+	ofd = td_hello_client(1001, &other);
+	resp = td_alloc_span(mfd, 2, 6 * MiB, 0, alias, RW, 100, 5000, 0);
+	w = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	alias_span(mfd, 3, w, 8192, 5 * MiB, 0, NULL);
+	td_alloc(fd, 40, 4096); /* joins the domain */
+	bind_soft(c);
+	counted_ops.reg = slow_reg;
+	td_lookup(fd, 4, w + 200, 0, &e0); /* a few KiB: on the loop */
+	start_slow_registration(fd, 5, w + 8192 + 10);
+	alias_span_req_send(mfd, 6, w, 100, 5000, true);
+	send_ping(ofd, 7);
+	t0 = test_now_s();
+	mrd__response__free_unpacked(td_expect(ofd, 7, 0), NULL);
+	waited = test_now_s() - t0;
+	dropped_early = readable(mfd);
+	__atomic_store_n(&slow_reg_held, 0, __ATOMIC_RELEASE);
+	ck_assert_msg(waited < NOT_WAITED_S, "the loop was stuck %.2f s in an AliasSpan drop's "
+		      "dereg, waiting for a worker's registration in the client's PD", waited);
+	ck_assert_msg(!dropped_early, "the drop was answered before its MR was deregistered");
+	mrd__response__free_unpacked(td_expect(mfd, 6, 0), NULL);
+	/* Answered once its rkey reaches nothing. */
+	ck_assert_int_lt(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e0.lkey, alias + 200,
+				      e0.rkey, alias + 300, 1), 0);
+	mrd__response__free_unpacked(td_expect(fd, 5, 0), NULL);
+	ck_assert_uint_eq(pinned(c), 5 * MiB);
 	close(ofd);
 	finish(fd, mfd);
 }
@@ -1421,6 +1610,9 @@ int main(void)
 	tcase_add_test(tc, test_alias_registers_at_the_alias);
 	tcase_add_test(tc, test_alias_span_is_all_the_mrs_cover);
 	tcase_add_test(tc, test_alias_second_span_has_its_own_mr);
+	tcase_add_test(tc, test_alias_span_dropped);
+	tcase_add_test(tc, test_alias_span_dropped_while_registering);
+	tcase_add_test(tc, test_alias_span_drop_never_waits_on_the_loop);
 	tcase_add_test(tc, test_alloc_registers_at_once);
 	tcase_add_test(tc, test_dump_shows_client_pds_to_admins);
 	tcase_add_test(tc, test_clients_view_counts_client_pd_mrs);

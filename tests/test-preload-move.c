@@ -277,6 +277,45 @@ START_TEST(test_neighbour_inside_and_refused)
 }
 END_TEST
 
+/* A neighbour's buffer freed while the first stays: its span goes, in mrd too, its cached keys
+ * with it; a later buffer inside its old bytes is a span of its own, not the old one's (issue
+ * 38's review: it got the old span's keys, an rkey reaching past it). */
+START_TEST(test_dropped_span_is_no_buffer_s)
+{
+	char *p = anon(4), why[256] = "", *a = p + PAGE + 100, *b = p + PAGE + 2000;
+	struct range_keys *k;
+	struct moved_range *r;
+	unsigned span, again;
+
+	fill(p, 4 * PAGE, 9);
+	ck_assert_int_eq(moved_range_move(&ranges, mem, (uintptr_t)a, (uintptr_t)a + 1000, RW,
+					  &r, why, sizeof(why)), 0);
+	ck_assert_int_eq(add_span(r, b, b + 1500, &span, why), 0);
+	k = calloc(1, sizeof(*k));
+	*k = (struct range_keys){ r->keys, (void *)1, span, 5, 6 };
+	r->keys = k;
+	ck_assert_int_eq(moved_range_drop_span(mem, r, span, why, sizeof(why)), 0);
+	ck_assert_ptr_null(r->keys);
+	ck_assert_int_eq(moved_range_span_of(r, (uintptr_t)b + 100, (uintptr_t)b + 200), -1);
+	ck_assert_int_eq(moved_range_span_of(r, (uintptr_t)a + 10, (uintptr_t)a + 20), 0);
+	/* mrd took it too: a buffer inside its bytes is a span again, its slot taken again. */
+	ck_assert_int_eq(add_span(r, b + 100, b + 200, &again, why), 0);
+	ck_assert_uint_eq(again, span);
+	ck_assert_int_eq(moved_range_span_of(r, (uintptr_t)b + 100, (uintptr_t)b + 200),
+			 (int)again);
+	ck_assert_int_eq(moved_range_span_of(r, (uintptr_t)b, (uintptr_t)b + 200), -1);
+	/* The first span goes too; the range's pages stay mrd's while a span is left. */
+	ck_assert_int_eq(moved_range_drop_span(mem, r, 0, why, sizeof(why)), 0);
+	ck_assert_int_eq(moved_range_span_of(r, (uintptr_t)a + 10, (uintptr_t)a + 20), -1);
+	ck_assert_int_eq(add_span(r, a + 10, a + 20, &span, why), 0);
+	ck_assert_uint_eq(span, 0);
+	ck_assert(same(p, 4 * PAGE, 9));
+	moved_range_move_back(&ranges, mem, r);
+	ck_assert(same(p, 4 * PAGE, 9));
+	munmap(p, 4 * PAGE);
+}
+END_TEST
+
 START_TEST(test_what_cannot_move)
 {
 	char path[] = "/tmp/mrd-preload-XXXXXX", why[256];
@@ -1871,6 +1910,7 @@ int main(void)
 	tcase_add_test(tc, test_neighbour_of_a_big_buffer_fits_its_room);
 	tcase_add_test(tc, test_neighbour_below_grows_down);
 	tcase_add_test(tc, test_neighbour_inside_and_refused);
+	tcase_add_test(tc, test_dropped_span_is_no_buffer_s);
 	tcase_add_test(tc, test_move_back_gives_private_pages);
 	tcase_add_test(tc, test_unmapped_is_told);
 	tcase_add_test(tc, test_forget_keeps_what_is_still_mapped);

@@ -10,6 +10,7 @@
 #include "status-page.h"
 #include "base/fd-closer.h"
 #include "memory/arena.h"
+#include "registration/mr-cache.h"
 #include "core/domain.h"
 #include "control/client.h"
 #include "control/dispatch.h"
@@ -279,6 +280,49 @@ int request_free(struct client *c, struct domain *d, const Mrd__Request *req,
 	return free_owned(c, d, req->id, req->free->address, false, r);
 }
 
+/* An AliasSpan drop whose MRs a worker deregisters: answered once they are gone. */
+static void drop_resume(struct waiter *w, int result, const struct mr_entry *entry,
+			const char *why)
+{
+	struct pending_request *p = (struct pending_request *)w;
+	struct reply r;
+
+	(void)entry;
+	if (p->client) {
+		reply_init(&r, p->id);
+		if (result < 0)
+			reply_set_message(&r, "%s", why);
+		else
+			(void)reply_body(&r, MRD__RESPONSE__BODY_ALIAS_SPAN);
+		request_answer(p, &r, result);
+	}
+	free(p);
+}
+
+/* The span [offset, offset + length) of a goes, answered once its MRs are gone. */
+static int drop_span(struct client *c, uint64_t id, struct allocation *a, uint64_t offset,
+		     uint64_t length, struct reply *r)
+{
+	uint64_t base = allocation_address(a);
+	struct pending_request *p;
+	int k;
+
+	k = allocation_span_droppable(a, offset, length, r->message, sizeof(r->message));
+	if (k < 0)
+		return k;
+	p = request_pending_new(sizeof(*p), id, drop_resume);
+	if (!p)
+		return -ENOMEM;
+	k = mr_cache_drop_span(reg_allocation_of(a), base + offset, base + offset + length,
+			       r->message, sizeof(r->message), &p->waiter);
+	if (k == -EINPROGRESS) {
+		request_wait(c, p);
+		return k;
+	}
+	free(p);
+	return k;
+}
+
 int request_alias_span(struct client *c, struct domain *d, const Mrd__Request *req,
 		       struct wire_packet *pkt, struct reply *r)
 {
@@ -289,7 +333,11 @@ int request_alias_span(struct client *c, struct domain *d, const Mrd__Request *r
 	k = owned_allocation(c, d, q->address, false, r, &a);
 	if (k < 0)
 		return k;
-	k = allocation_add_span(a, q->span_offset, q->span_length, r->message, sizeof(r->message));
+	if (q->drop)
+		k = drop_span(c, req->id, a, q->span_offset, q->span_length, r);
+	else
+		k = allocation_add_span(a, q->span_offset, q->span_length, r->message,
+					sizeof(r->message));
 	if (k < 0)
 		return k;
 	(void)reply_body(r, MRD__RESPONSE__BODY_ALIAS_SPAN);

@@ -514,6 +514,56 @@ overlap:
 	return -EINVAL;
 }
 
+/* The index of a's span [offset, offset + length): 0 the first, i + 1 more_spans[i]. */
+static int span_index(const struct allocation *a, uint64_t offset, uint64_t length)
+{
+	if (a->span_offset == offset && a->span_length == length)
+		return 0;
+	for (unsigned i = 0; i < a->n_more_spans; i++)
+		if (a->more_spans[i].offset == offset && a->more_spans[i].length == length)
+			return (int)i + 1;
+	return -1;
+}
+
+int allocation_span_droppable(const struct allocation *a, uint64_t offset, uint64_t length,
+			      char *why, size_t why_size)
+{
+	if (!a->alias || !a->span_length) {
+		snprintf(why, why_size, "%s", a->alias ? "it has no spans: its MRs cover all of it" :
+			 "it is no program's buffer (no alias)");
+		return -EINVAL;
+	}
+	if (span_index(a, offset, length) < 0) {
+		snprintf(why, why_size, "it has no span [%" PRIu64 ", +%" PRIu64 ") (a span goes "
+			 "whole, as it was added)", offset, length);
+		return -EINVAL;
+	}
+	if (!a->n_more_spans) {
+		snprintf(why, why_size, "[%" PRIu64 ", +%" PRIu64 ") is its only span: free the "
+			 "allocation instead", offset, length);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int allocation_drop_span(struct allocation *a, uint64_t offset, uint64_t length, char *why,
+			 size_t why_size)
+{
+	int k = allocation_span_droppable(a, offset, length, why, why_size), i;
+
+	if (k < 0)
+		return k;
+	i = span_index(a, offset, length);
+	/* The last span takes its place: a first span of 0 bytes would mean all of it. */
+	if (i == 0) {
+		a->span_offset = a->more_spans[a->n_more_spans - 1].offset;
+		a->span_length = a->more_spans[a->n_more_spans - 1].length;
+	} else
+		a->more_spans[i - 1] = a->more_spans[a->n_more_spans - 1];
+	a->n_more_spans--;
+	return 0;
+}
+
 bool allocation_span_at(const struct allocation *a, uint64_t offset, uint64_t *lo,
 			uint64_t *hi)
 {

@@ -118,6 +118,13 @@ static inline void allocation_set_alias(struct allocation *a, uint64_t alias, un
  * ALLOCATION_SPANS_MAX; why says which. */
 int allocation_add_span(struct allocation *a, uint64_t offset, uint64_t length, char *why,
 			size_t why_size);
+/* Whether a may drop its span [offset, offset + length): exactly one it has (the first among
+ * them), not its only one; else -EINVAL, why says which. */
+int allocation_span_droppable(const struct allocation *a, uint64_t offset, uint64_t length,
+			      char *why, size_t why_size);
+/* Drops it (when allocation_span_droppable allows; the last span takes its place). */
+int allocation_drop_span(struct allocation *a, uint64_t offset, uint64_t length, char *why,
+			 size_t why_size);
 /* The span of aliased a holding the byte at offset: true with its bounds (offsets in a); the
  * whole allocation when a has no span. */
 bool allocation_span_at(const struct allocation *a, uint64_t offset, uint64_t *lo,

@@ -575,6 +575,16 @@ static struct cached_mr *detached(struct mr_cache *c, struct reg_allocation *a,
 	return mr;
 }
 
+/* Whether [start, end) of a lies inside one span of it (all of it, when a has no spans). */
+static bool in_a_span(const struct reg_allocation *a, uint64_t start, uint64_t end)
+{
+	uint64_t base = allocation_address(&a->mem), lo, hi;
+
+	if (reg_kind_of(a) != REG_KIND_ALIAS || !a->mem.span_length)
+		return true;
+	return allocation_span_at(&a->mem, start - base, &lo, &hi) && end - base <= hi;
+}
+
 /* The end of letting go of mr: gone (uncharged, freed), or kept by the device — the client
  * made its dereg fail (a memory window bound to it), or the device failed — and then left on
  * its allocation, charged, so that the run's free tries again and quarantines it. */
@@ -676,7 +686,9 @@ static void reg_job_done(struct registrar_work *w)
 		struct cached_mr *late;
 
 		ja->bound_jobs--;
-		if (k >= 0 && (ja->retired || c->closing || covered(c, ja, j->start, j->end))) {
+		/* Its span dropped meanwhile (mr_cache_drop_span): nobody's bytes either. */
+		if (k >= 0 && (ja->retired || c->closing || covered(c, ja, j->start, j->end) ||
+			       !in_a_span(ja, j->start, j->end))) {
 			late = detached(c, ja, j->rt.pmr, j->start, j->end, j->spare);
 			j->spare = NULL;
 			if (!ja->retired)
@@ -873,6 +885,130 @@ uint64_t mr_cache_retire(struct mr_cache *c, struct reg_allocation *a)
 		if (mr->cache->table.overflow)
 			rebuild(mr->cache);
 	return bytes;
+}
+
+/* A dropped span's MRs, deregistered on a worker as a free's are (big, or their PD busy):
+ * the drop is answered once they are gone. */
+struct span_drop_job {
+	struct registrar_work base;
+	struct reg_allocation *allocation;
+	struct waiter *waiter;
+	uint64_t start, end;
+	unsigned n;
+	struct span_dereg {
+		struct cached_mr *mr;
+		int result; /* written by the worker, read on the loop after it */
+	} mrs[];
+};
+
+static void span_drop_run(struct registrar_work *w)
+{
+	struct span_drop_job *j = (struct span_drop_job *)w;
+
+	for (unsigned i = 0; i < j->n; i++)
+		j->mrs[i].result = reg_dereg(w->reg, j->mrs[i].mr->pmr);
+}
+
+/* The end of deregistering the span's MRs (each with its dereg's result): 0, or -EBUSY
+ * with why when the device kept one (it stays on a, pinned, until a's free). */
+static int span_dereg_end(struct span_dereg *mrs, unsigned n, uint64_t start, uint64_t end,
+			  char *why, size_t why_size)
+{
+	int failed = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		if (mrs[i].result == 0)
+			mrs[i].mr->pmr = NULL;
+		else if (!failed)
+			failed = mrs[i].result;
+		let_go_end(mrs[i].mr, mrs[i].result);
+	}
+	if (failed < 0)
+		snprintf(why, why_size, "the device kept an MR over [0x%" PRIx64 ", 0x%" PRIx64
+			 ") (a memory window bound to it?): %s; it stays pinned until the "
+			 "allocation is freed", start, end, strerror(-failed));
+	return failed < 0 ? -EBUSY : 0;
+}
+
+static void span_drop_done(struct registrar_work *w)
+{
+	struct span_drop_job *j = (struct span_drop_job *)w;
+	struct reg_allocation *a = j->allocation;
+	char why[256] = "";
+	int k = span_dereg_end(j->mrs, j->n, j->start, j->end, why, sizeof(why));
+
+	j->waiter->resume(j->waiter, k, NULL, why);
+	a->bound_jobs--;
+	w->reg->resume_free(w->reg, a); /* a free that waited for it */
+	free(j);
+}
+
+int mr_cache_drop_span(struct reg_allocation *a, uint64_t start, uint64_t end, char *why,
+		       size_t why_size, struct waiter *waiter)
+{
+	uint64_t base = allocation_address(&a->mem), bytes = 0;
+	struct span_drop_job *j;
+	struct reg_base *r = NULL;
+	struct cached_mr *mr;
+	bool busy = false;
+	unsigned n = 0;
+	int k;
+
+	LIST_FOREACH(mr, &a->mrs, alloc_link) {
+		if (mr->end <= start || end <= mr->start)
+			continue;
+		if (!mr->in_cache) {
+			/* On a worker's way out, or kept by the device: its keys may still work. */
+			snprintf(why, why_size, "an MR over [0x%" PRIx64 ", 0x%" PRIx64 ") is being "
+				 "deregistered, or its device kept it (a memory window bound to it): "
+				 "try again", mr->start, mr->end);
+			return -EBUSY;
+		}
+		r = base_of(mr->cache);
+		bytes += mr->end - mr->start;
+		busy = busy || offload(mr->cache, mr->end - mr->start);
+		n++;
+	}
+	j = calloc(1, sizeof(*j) + n * sizeof(j->mrs[0]));
+	if (!j) {
+		snprintf(why, why_size, "out of memory");
+		return -ENOMEM;
+	}
+	/* The span first: from here on no lookup registers in it. */
+	k = allocation_drop_span(&a->mem, start - base, end - start, why, why_size);
+	if (k < 0 || n == 0) {
+		free(j);
+		return k;
+	}
+	LIST_FOREACH(mr, &a->mrs, alloc_link) {
+		struct mr_cache *o = mr->cache;
+
+		if (mr->end <= start || end <= mr->start)
+			continue;
+		if (!o->table.overflow)
+			(void)mr_table_remove(&o->table, mr->start);
+		LIST_REMOVE(mr, link);
+		o->n_mrs--;
+		leave(mr);
+		if (o->table.overflow)
+			rebuild(o);
+		j->mrs[j->n++].mr = mr;
+	}
+	if (busy || reg_offload(r, bytes)) {
+		j->allocation = a;
+		j->waiter = waiter;
+		j->start = start;
+		j->end = end;
+		a->bound_jobs++; /* a free of a waits for it */
+		reg_start(r, &j->base, span_drop_run, span_drop_done, true);
+		return -EINPROGRESS;
+	}
+	/* Small, and nothing holds its PD: on the loop, answered now. */
+	for (unsigned i = 0; i < j->n; i++)
+		j->mrs[i].result = reg_dereg(r, j->mrs[i].mr->pmr);
+	k = span_dereg_end(j->mrs, j->n, start, end, why, why_size);
+	free(j);
+	return k;
 }
 
 void mr_cache_deregister(const struct mr_cache *c, struct reg_allocation *a)

@@ -135,6 +135,15 @@ void mr_cache_close(struct mr_cache *c);
  * left. */
 bool mr_cache_drop_share(struct mr_cache *c, bool all, unsigned *made);
 
+/* a's span [start, end) goes (allocation_drop_span), its MRs out of every cache with it and
+ * deregistered: here (0), or — big, or while a worker holds their PD, as a free's — on a
+ * worker (-EINPROGRESS: waiter hears once they are gone; a's free waits for it). -EBUSY (why
+ * says why): one is on a worker's way out (nothing done), or the device kept one (the span is
+ * gone, the MR stays pinned on a until its free). A registration of the span under way is
+ * let go when it ends. */
+int mr_cache_drop_span(struct reg_allocation *a, uint64_t start, uint64_t end, char *why,
+		       size_t why_size, struct waiter *waiter);
+
 /* The keys for addr, registering on a miss — unless another's MR (c->others) holds addr: then
  * that MR's (one a worker is still making is waited for, as is a run of the cache's a worker is
  * registering around addr). -ENOENT (why says so) when addr is not in a

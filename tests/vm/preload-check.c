@@ -17,7 +17,8 @@
  *     rping -S 65000's buffers: two adjacent malloc(65000) sharing a page, both registered
  *     (the second's pages hold part of the first's): both must be served (MRD_PRELOAD_EXPECT=1:
  *     on mrd's memory), RDMA WRITE and READ between them keep their bytes, and each rkey
- *     reaches its own buffer alone;
+ *     reaches its own buffer alone; then the second is freed and a third allocated in its old
+ *     bytes and registered: its rkey reaches its bytes alone, the second's old rkey nothing;
  *   preload-check writers TRIES
  *     threads increment counters on a buffer's pages and a read() fills others while the
  *     buffer is registered (moved) and deregistered (moved back, MRD_PRELOAD_KEEP=0): how
@@ -559,6 +560,52 @@ static int ask(const char *host, int port, int gid_index)
 	return failures ? 1 : 0;
 }
 
+/* The second neighbour b (n bytes, a span of the first's moved range) deregistered and freed
+ * while the first (a, ma) stays: a buffer c the heap hands out inside b's old bytes, then
+ * registered, gets an MR of its own, over its bytes alone: not b's span, whose rkey (old_rkey)
+ * reached all of b (issue 38 review: the shim handed c b's keys). */
+static void freed_neighbour(struct pair *p, char *a, struct ibv_mr *ma, uintptr_t b, size_t n,
+			    uint32_t old_rkey)
+{
+	const size_t cn = n / 2; /* past tcache and small bins: carved out of b's free chunk */
+	char *c = malloc(cn), detail[256];
+	struct ibv_mr *mc;
+	int st;
+
+	if (!c)
+		die("neighbours: malloc of the third");
+	snprintf(detail, sizeof(detail), "freed 0x%lx+%zu, then %p+%zu", (unsigned long)b, n,
+		 (void *)c, cn);
+	result("neighbours: a buffer allocated after the second's free lies in its old bytes",
+	       b <= (uintptr_t)c && (uintptr_t)c + cn + 256 <= b + n, detail);
+	fill(c, cn, 9);
+	mc = ibv_reg_mr(p->pd, c, cn, ACCESS);
+	if (!mc)
+		die("neighbours: ibv_reg_mr of the third");
+	result("neighbours: the third's MR says its buffer, with keys of its own",
+	       mc->addr == c && mc->length == cn && mc->rkey != old_rkey && mc->rkey != ma->rkey,
+	       "");
+	pair_connect(p); /* the last check of the pair failed its QPs */
+	st = rdma(p, false, a, ma->lkey, c + cn - 100, mc->rkey, 100);
+	snprintf(detail, sizeof(detail), "status %d", st);
+	result("neighbours: RDMA WRITE by the third's rkey into its last bytes",
+	       st == 0 && memcmp(a, c + cn - 100, 100) == 0, detail);
+	/* Past its end, inside the freed second's bytes: b's span would take it. */
+	strcpy(a + 200, "must not land");
+	st = rdma(p, false, a + 200, ma->lkey, c + cn + 200, mc->rkey, 14);
+	snprintf(detail, sizeof(detail), "status %d", st);
+	result("neighbours: RDMA WRITE by the third's rkey past its end (the freed second's bytes) "
+	       "is refused", st > 0 && memcmp(c + cn + 200, "must not land", 14) != 0, detail);
+	pair_connect(p);
+	st = rdma(p, false, a + 200, ma->lkey, c + 100, old_rkey, 14);
+	snprintf(detail, sizeof(detail), "status %d", st);
+	result("neighbours: the freed second's old rkey reaches nothing (the third's bytes stay)",
+	       st > 0 && same(c + 100, 14, 9 + 100 * 13), detail);
+	if (ibv_dereg_mr(mc))
+		die("neighbours: ibv_dereg_mr of the third");
+	free(c);
+}
+
 /* Two adjacent malloc(65000) buffers (rping -S 65000): the second begins in the first's last
  * page. */
 static int neighbours(int gid_index)
@@ -568,6 +615,8 @@ static int neighbours(int gid_index)
 	const size_t n = 65000;
 	char *a = malloc(n), *b = malloc(n), detail[256];
 	struct ibv_mr *ma, *mb;
+	uintptr_t b_was = (uintptr_t)b;
+	uint32_t old_rkey;
 	int st;
 
 	net_open(&p);
@@ -610,9 +659,13 @@ static int neighbours(int gid_index)
 	snprintf(detail, sizeof(detail), "status %d", st);
 	result("neighbours: the second's rkey does not reach the first's bytes on the shared page",
 	       st > 0 && strcmp(a + n - 64, "must not land") != 0, detail);
-	if (ibv_dereg_mr(mb) || ibv_dereg_mr(ma))
-		die("neighbours: ibv_dereg_mr");
+	old_rkey = mb->rkey;
+	if (ibv_dereg_mr(mb))
+		die("neighbours: ibv_dereg_mr of the second");
 	free(b);
+	freed_neighbour(&p, a, ma, b_was, n, old_rkey);
+	if (ibv_dereg_mr(ma))
+		die("neighbours: ibv_dereg_mr of the first");
 	free(a);
 	return failures ? 1 : 0;
 }
