@@ -91,6 +91,13 @@ static void (*real_free)(void *);
 static void *(*real_realloc)(void *, size_t);
 static size_t (*real_usable_size)(void *);
 static bool glibc_malloc;
+/* The C library's mmap, munmap and mremap: the program's calls go on to them, not straight to
+ * the kernel, because libraries hook them to learn of unmaps (libfabric's memhooks monitor and
+ * UCX's UCM patch their code; an MR cache that missed an munmap hands a buffer mapped again at
+ * that address its dead registration). The system call itself until the constructor ran. */
+static void *(*next_mmap)(void *, size_t, int, int, int, off_t);
+static int (*next_munmap)(void *, size_t);
+static void *(*next_mremap)(void *, size_t, size_t, int, ...);
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *fmt, ...)
@@ -912,7 +919,7 @@ static void moving_one(struct moved_range *r, void *arg)
 
 EXPORT int munmap(void *addr, size_t length)
 {
-	long r = syscall(SYS_munmap, addr, length);
+	long r = next_munmap ? next_munmap(addr, length) : syscall(SYS_munmap, addr, length);
 
 	if (r == 0 && !inside && length && near_ranges((uintptr_t)addr, (uintptr_t)addr + length)) {
 		enter();
@@ -926,7 +933,8 @@ EXPORT int munmap(void *addr, size_t length)
  * pages as munmap() would. */
 static void *map(void *addr, size_t length, int prot, int flags, int fd, off_t offset)
 {
-	void *r = (void *)syscall(SYS_mmap, addr, length, prot, flags, fd, offset);
+	void *r = next_mmap ? next_mmap(addr, length, prot, flags, fd, offset)
+			    : (void *)syscall(SYS_mmap, addr, length, prot, flags, fd, offset);
 
 	/* Fixed or not: a mapping that lands on a moved range replaced what was there. */
 	if (r != MAP_FAILED && !inside && length &&
@@ -1071,7 +1079,8 @@ EXPORT void *mremap(void *old, size_t old_length, size_t new_length, int flags, 
 		moved_ranges_each_overlapping(&ranges, w.start, w.end, moving_one, &w);
 		leave();
 	}
-	r = (void *)syscall(SYS_mremap, old, old_length, new_length, flags, new_address);
+	r = next_mremap ? next_mremap(old, old_length, new_length, flags, new_address)
+			: (void *)syscall(SYS_mremap, old, old_length, new_length, flags, new_address);
 	if (near && r != MAP_FAILED && new_address) {
 		enter();
 		unmapped((uintptr_t)new_address, (uintptr_t)new_address + new_length);
@@ -1128,6 +1137,9 @@ __attribute__((constructor)) static void shim_init(void)
 	real_realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
 	real_usable_size = (size_t (*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
 	glibc_malloc = real_free == __libc_free;
+	next_mmap = (void *(*)(void *, size_t, int, int, int, off_t))dlsym(RTLD_NEXT, "mmap");
+	next_munmap = (int (*)(void *, size_t))dlsym(RTLD_NEXT, "munmap");
+	next_mremap = (void *(*)(void *, size_t, size_t, int, ...))dlsym(RTLD_NEXT, "mremap");
 	if (env_off(getenv("MRD_PRELOAD")))
 		enabled = false;
 	v = getenv("MRD_PRELOAD_LOG");

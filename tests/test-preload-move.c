@@ -5,9 +5,11 @@
  * frees mrd's memory; an unmapped range is told from a live one; a child of fork() gets its
  * own copy; no write by another thread, a signal handler or read() is lost while pages move;
  * a heap neighbour (a buffer on a moved range's pages) grows the range and is a span of its
- * own, and the range moves back whole.
+ * own, and the range moves back whole; the shim's munmap, mmap and mremap go on to the C
+ * library's, where other libraries hook them.
  * The keys (BindPd) need a uverbs device: the VM test covers them. */
 #include <check.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <errno.h>
@@ -603,6 +605,98 @@ START_TEST(test_unmapped_behind_the_shims_back_is_told)
 	moved_range_forget(&ranges, mem, r);
 }
 END_TEST
+
+/* A library that hooks the C library's memory calls by patching their code (libfabric's
+ * memhooks monitor, UCX's UCM) learns of the program's munmap, mmap and mremap through the
+ * shim's: its MR cache drops the registrations over unmapped memory there. The shim made the
+ * system calls itself: rxm's cache never saw fabric-reuse's munmap and handed the buffer mapped
+ * again at that address its dead MR, whose transfer never completed. x86-64's patch, as
+ * libfabric 1.17 writes it (util_mem_hooks.c): movabs r11, hook; jmp r11. */
+#if defined(__x86_64__)
+static uintptr_t hooked_munmap, hooked_mmap, hooked_mremap;
+
+static int hook_munmap(void *addr, size_t length)
+{
+	hooked_munmap = (uintptr_t)addr;
+	return (int)syscall(SYS_munmap, addr, length);
+}
+
+static void *hook_mmap(void *addr, size_t length, int prot, int flags, int fd, off_t offset)
+{
+	hooked_mmap = (uintptr_t)addr;
+	return (void *)syscall(SYS_mmap, addr, length, prot, flags, fd, offset);
+}
+
+static void *hook_mremap(void *old, size_t old_length, size_t length, int flags, void *new)
+{
+	hooked_mremap = (uintptr_t)old;
+	return (void *)syscall(SYS_mremap, old, old_length, length, flags, new);
+}
+
+struct code_patch {
+	unsigned char *at;
+	unsigned char saved[13];
+};
+
+static void write_code(unsigned char *at, const unsigned char *code)
+{
+	uintptr_t lo = (uintptr_t)at & ~(uintptr_t)(PAGE - 1);
+	uintptr_t hi = ((uintptr_t)at + 13 + PAGE - 1) & ~(uintptr_t)(PAGE - 1);
+
+	ck_assert_int_eq(mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
+	memcpy(at, code, 13);
+	ck_assert_int_eq(mprotect((void *)lo, hi - lo, PROT_READ | PROT_EXEC), 0);
+}
+
+static void patch(struct code_patch *p, void *libc, const char *name, void *hook)
+{
+	unsigned char code[13] = { 0x49, 0xbb };
+
+	p->at = dlsym(libc, name);
+	ck_assert_ptr_nonnull(p->at);
+	memcpy(code + 2, &hook, 8);
+	code[10] = 0x41, code[11] = 0xff, code[12] = 0xe3;
+	memcpy(p->saved, p->at, 13);
+	write_code(p->at, code);
+}
+
+START_TEST(test_libc_hooks_see_the_programs_unmaps)
+{
+	char so[4096];
+	void *shim = dlopen(test_build_path(".libs/libmrd-preload.so", so, sizeof(so)),
+			    RTLD_NOW | RTLD_LOCAL);
+	void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+	struct code_patch patches[3];
+	int (*shim_munmap)(void *, size_t);
+	void *(*shim_mmap)(void *, size_t, int, int, int, off_t);
+	void *(*shim_mremap)(void *, size_t, size_t, int, ...);
+	char *p = anon(4);
+
+	ck_assert_msg(shim, "%s", dlerror());
+	ck_assert_ptr_nonnull(libc);
+	shim_munmap = (int (*)(void *, size_t))dlsym(shim, "munmap");
+	shim_mmap = (void *(*)(void *, size_t, int, int, int, off_t))dlsym(shim, "mmap");
+	shim_mremap = (void *(*)(void *, size_t, size_t, int, ...))dlsym(shim, "mremap");
+	ck_assert(shim_munmap && shim_mmap && shim_mremap);
+	patch(&patches[0], libc, "munmap", (void *)hook_munmap);
+	patch(&patches[1], libc, "mmap", (void *)hook_mmap);
+	patch(&patches[2], libc, "mremap", (void *)hook_mremap);
+	/* The program's calls, which the shim interposes. */
+	ck_assert_ptr_eq(shim_mmap(p, 4 * PAGE, PROT_READ | PROT_WRITE,
+				   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0), p);
+	ck_assert_ptr_eq(shim_mremap(p, 4 * PAGE, 2 * PAGE, 0), p);
+	ck_assert_int_eq(shim_munmap(p, 2 * PAGE), 0);
+	for (int i = 2; i >= 0; i--)
+		write_code(patches[i].at, patches[i].saved);
+	ck_assert_msg(hooked_mmap == (uintptr_t)p, "the C library's mmap did not see mmap(%p)",
+		      (void *)p);
+	ck_assert_msg(hooked_mremap == (uintptr_t)p,
+		      "the C library's mremap did not see mremap(%p)", (void *)p);
+	ck_assert_msg(hooked_munmap == (uintptr_t)p,
+		      "the C library's munmap did not see munmap(%p)", (void *)p);
+}
+END_TEST
+#endif
 
 START_TEST(test_other_file_is_not_intact)
 {
@@ -1934,6 +2028,11 @@ int main(void)
 	tcase_add_test(tc, test_pages_of_the_programs_userfaultfd_are_not_moved);
 	tcase_add_test(tc, test_unprivileged_move_loses_no_write);
 	suite_add_tcase(s, tc);
+#if defined(__x86_64__)
+	tc = tcase_create("hooks"); /* no mrd: the shim's interposers alone */
+	tcase_add_test(tc, test_libc_hooks_see_the_programs_unmaps);
+	suite_add_tcase(s, tc);
+#endif
 	tc = tcase_create("fork"); /* no fixture: libmrd must not have started in the process */
 	tcase_set_timeout(tc, 60); /* sanitizers on a busy machine are slow */
 	tcase_add_test(tc, test_fork_while_registering);

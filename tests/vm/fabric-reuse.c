@@ -6,10 +6,11 @@
  * mmap/munmap; or, with "heap", malloc/free on the heap, where the two buffers share a page), new
  * data in them each time, so a cache that missed the free would move stale pages; the receiver
  * checks every byte. Under libmrd-preload.so the cache's monitor (FI_MR_CACHE_MONITOR:
- * memhooks, uffd, disabled) and the shim both watch free and munmap. Prints "fabric-reuse: ..."
- * lines; exit 0 when every transfer's data was right and each kind of reuse really came back
- * to its address. A transfer that completes in no 30 s fails (one takes well under a second
- * in the TCG VM; rxm leaves a send whose registration failed waiting for ever).
+ * memhooks, userfaultfd, disabled) and the shim both watch free and munmap. Prints
+ * "fabric-reuse: ..." lines; exit 0 when every transfer's data was right and each kind of
+ * reuse really came back to its address. A transfer that completes in no 30 s fails (one takes
+ * well under a second in the TCG VM; rxm leaves a send whose registration failed waiting for
+ * ever).
  *
  * fabric-reuse [domain [iterations [heap]]]
  */
