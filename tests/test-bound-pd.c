@@ -1076,6 +1076,71 @@ START_TEST(test_alias_span_drop_never_waits_on_the_loop)
 }
 END_TEST
 
+/* Review (h-rev-span): a span with an MR another PD of the process let go of and the device
+ * kept (a memory window bound to it, in_cache false): the drop answers EBUSY "try again" and
+ * does nothing, for good, so the MR over it in the process's other PD stays live: the freed
+ * buffer's rkey there keeps reaching its bytes (the shim marks the span dead and never asks
+ * again), until the allocation is freed. */
+START_TEST(test_rev_kept_mr_elsewhere_leaves_the_span_live)
+{
+	const uint32_t RW = MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ;
+	const uint64_t alias = 0x7e0000000000ull;
+	struct client *c1, *c2, *mem;
+	int fd1, fd2, mfd;
+	Mrd__Response *resp;
+	Mrd__MrEntry a2, s2;
+	struct provider *p2;
+	unsigned removed;
+	uint64_t w;
+	int k1, k2;
+
+	fd1 = td_hello_client(1000, &c1);
+	fd2 = td_hello_client(1000, &c2);
+	mfd = td_hello_client(1000, &mem);
+	resp = td_alloc_span(mfd, 2, 3 * 4096, 0, alias, RW, 100, 5000, 0);
+	w = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	alias_span(mfd, 3, w, 5200, 6000, 0, NULL);
+	td_alloc(fd1, 40, 4096); /* join the domain */
+	td_alloc(fd2, 41, 4096);
+	bind_failing(c1);
+	p2 = bind_soft(c2);
+	counted_ops.dereg = failing_dereg; /* one ops for both PDs: fail_deregs says when */
+	(void)p2;
+	td_lookup(fd1, 4, w + 5300, 0, NULL);
+	td_lookup(fd2, 5, w + 200, 0, &a2);
+	td_lookup(fd2, 6, w + 5300, 0, &s2);
+	/* PD 1 goes; the device keeps its MR over the span. */
+	__atomic_store_n(&fail_deregs, 1, __ATOMIC_RELEASE);
+	close(fd1);
+	td_pump_until(td_manager->n_clients <= 2);
+	td_pump_until(fails_left() == 0);
+	ck_assert_uint_eq(fails_left(), 0);
+	/* The buffer of span 2 is freed: the shim drops it (and would not again). */
+	alias_span_req_send(mfd, 7, w, 5200, 6000, true);
+	resp = td_recv_reply(mfd, NULL, NULL);
+	ck_assert_ptr_nonnull(resp);
+	k1 = resp->status;
+	fprintf(stderr, "drop: error %d: %s\n", resp->status, resp->message);
+	mrd__response__free_unpacked(resp, NULL);
+	alias_span_req_send(mfd, 8, w, 5200, 6000, true);
+	resp = td_recv_reply(mfd, NULL, NULL);
+	k2 = resp->status;
+	fprintf(stderr, "drop again: error %d: %s\n", resp->status, resp->message);
+	mrd__response__free_unpacked(resp, NULL);
+	(void)k1;
+	(void)k2;
+	ck_assert_msg(provider_dma(c2->bound->pd, PROVIDER_DMA_WRITE, a2.lkey, alias + 200,
+				   s2.rkey, alias + 5200, 1) < 0,
+		      "after the drop, PD 2's rkey of the dropped span still reaches its bytes");
+	td_free(mfd, 9, w, 0);
+	(void)domain_flush(c2->domain, false, false, &removed);
+	close(fd2);
+	close(mfd);
+	td_wait_domains_closed();
+}
+END_TEST
+
 /* Read-only memory stays the domain PD's: a client may rereg its own MR to add write access,
  * which the kernel does not check against the pages (Linux 6.12 ib_uverbs_rereg_mr). */
 START_TEST(test_read_only_refused)
@@ -1613,6 +1678,7 @@ int main(void)
 	tcase_add_test(tc, test_alias_span_dropped);
 	tcase_add_test(tc, test_alias_span_dropped_while_registering);
 	tcase_add_test(tc, test_alias_span_drop_never_waits_on_the_loop);
+	tcase_add_test(tc, test_rev_kept_mr_elsewhere_leaves_the_span_live);
 	tcase_add_test(tc, test_alloc_registers_at_once);
 	tcase_add_test(tc, test_dump_shows_client_pds_to_admins);
 	tcase_add_test(tc, test_clients_view_counts_client_pd_mrs);
