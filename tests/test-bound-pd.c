@@ -1141,6 +1141,48 @@ START_TEST(test_rev_kept_mr_elsewhere_leaves_the_span_live)
 }
 END_TEST
 
+/* Review (h-rev-span): each drop whose dereg the device refuses (the client bound a memory
+ * window to the MR) leaves a kept MR on the allocation and frees the span's slot, so a client
+ * that adds a 1-byte span beside it, registers it and drops it again grows mrd's MRs over one
+ * allocation without bound: past ALLOCATION_SPANS_MAX, every one on the same page (the pinned
+ * quota counts that page once). */
+START_TEST(test_rev_kept_mrs_escape_the_span_cap)
+{
+	const uint32_t RW = MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ;
+	const uint64_t alias = 0x7e0000000000ull;
+	struct client *c, *mem;
+	int fd, mfd;
+	Mrd__Response *resp;
+	const struct cached_mr *mr;
+	struct reg_allocation *ra;
+	unsigned n = 0, removed;
+	uint64_t w;
+
+	fd = td_hello_client(1000, &c);
+	mfd = td_hello_client(1000, &mem);
+	resp = td_alloc_span(mfd, 2, 3 * 4096, 0, alias, RW, 100, 5000, 0);
+	w = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	td_alloc(fd, 40, 4096);
+	bind_failing(c);
+	for (unsigned i = 0; i < 64; i++) {
+		alias_span(mfd, 100 + 4 * i, w, 5200 + i, 1, 0, NULL);
+		td_lookup(fd, 101 + 4 * i, w + 5200 + i, 0, NULL);
+		__atomic_store_n(&fail_deregs, 1, __ATOMIC_RELEASE);
+		alias_span_drop(mfd, 102 + 4 * i, w, 5200 + i, 1, EBUSY, "kept");
+	}
+	ra = reg_allocation_of(domain_find_allocation(c->domain, w));
+	LIST_FOREACH(mr, &ra->mrs, alloc_link)
+		n++;
+	fprintf(stderr, "MRs over the allocation: %u; pinned %llu\n", n, (unsigned long long)pinned(c));
+	ck_assert_msg(n <= ALLOCATION_SPANS_MAX, "%u MRs kept over one allocation of %u spans at "
+		      "most", n, ALLOCATION_SPANS_MAX);
+	td_free(mfd, 400, w, 0);
+	(void)domain_flush(c->domain, false, false, &removed);
+	finish(fd, mfd);
+}
+END_TEST
+
 /* Read-only memory stays the domain PD's: a client may rereg its own MR to add write access,
  * which the kernel does not check against the pages (Linux 6.12 ib_uverbs_rereg_mr). */
 START_TEST(test_read_only_refused)
@@ -1679,6 +1721,7 @@ int main(void)
 	tcase_add_test(tc, test_alias_span_dropped_while_registering);
 	tcase_add_test(tc, test_alias_span_drop_never_waits_on_the_loop);
 	tcase_add_test(tc, test_rev_kept_mr_elsewhere_leaves_the_span_live);
+	tcase_add_test(tc, test_rev_kept_mrs_escape_the_span_cap);
 	tcase_add_test(tc, test_alloc_registers_at_once);
 	tcase_add_test(tc, test_dump_shows_client_pds_to_admins);
 	tcase_add_test(tc, test_clients_view_counts_client_pd_mrs);
