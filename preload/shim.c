@@ -318,7 +318,10 @@ static void span_unused(struct moved_range *r, unsigned span)
 {
 	char why[256] = "";
 
-	if (--r->spans[span].users > 0 || r->gone || (r->live == 0 && r->kept == 0))
+	/* No connection (a fork()ed child: the parent's is not its to use), or the range goes
+	 * back with every MR over it; but one an MR of the program's own holds stays mrd's. */
+	if (--r->spans[span].users > 0 || r->gone || !mem ||
+	    (r->live == 0 && r->kept == 0 && !own_pinned(r->start, r->end)))
 		return;
 	if (moved_range_drop_span(mem, r, span, why, sizeof(why)) < 0)
 		SAY_ONCE("a freed buffer's span stays in mrd (no buffer there is served): %s", why);
@@ -1112,12 +1115,12 @@ static void fork_copy(void)
 static void fork_child(void)
 {
 	inside++;
+	mem = NULL; /* first: releasing kept registrations drops nothing in the parent's mrd */
 	while (kept_head)
 		release_kept(kept_head, false);
 	moved_ranges_fork_forget(&ranges);
 	enabled = false;
 	pds = NULL;
-	mem = NULL;
 	inside--;
 	pthread_mutex_unlock(&lock);
 }

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <unistd.h>
 #include <inttypes.h>
 
@@ -328,6 +329,7 @@ int request_alias_span(struct client *c, struct domain *d, const Mrd__Request *r
 {
 	const Mrd__AliasSpanRequest *q = req->alias_span;
 	struct allocation *a;
+	unsigned n;
 	int k;
 
 	k = owned_allocation(c, d, q->address, false, r, &a);
@@ -335,7 +337,13 @@ int request_alias_span(struct client *c, struct domain *d, const Mrd__Request *r
 		return k;
 	if (q->drop)
 		k = drop_span(c, req->id, a, q->span_offset, q->span_length, r);
-	else
+	else if ((n = mr_cache_out_of_tables(reg_allocation_of(a))) >= ALLOCATION_SPANS_MAX) {
+		/* Each drop its device refuses leaves one: the spans' cap must bound them too. */
+		snprintf(r->message, sizeof(r->message), "%u MRs of this allocation are kept by "
+			 "their device (memory windows bound to them) or being deregistered: no new "
+			 "span until they go or it is freed", n);
+		k = -EBUSY;
+	} else
 		k = allocation_add_span(a, q->span_offset, q->span_length, r->message,
 					sizeof(r->message));
 	if (k < 0)

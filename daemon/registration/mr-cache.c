@@ -894,6 +894,9 @@ struct span_drop_job {
 	struct reg_allocation *allocation;
 	struct waiter *waiter;
 	uint64_t start, end;
+	/* An MR over the span already out of the tables ([out_start, out_end), empty if none):
+	 * its range, as it may be gone by the time the job ends. */
+	uint64_t out_start, out_end;
 	unsigned n;
 	struct span_dereg {
 		struct cached_mr *mr;
@@ -930,6 +933,21 @@ static int span_dereg_end(struct span_dereg *mrs, unsigned n, uint64_t start, ui
 	return failed < 0 ? -EBUSY : 0;
 }
 
+/* The drop's answer once its own MRs are gone: EBUSY when one over the span was out of the
+ * tables before it (another PD's, on a worker's way out or kept by the device): its keys may
+ * work until it goes; asking again changes nothing, the rest is gone. */
+static int span_drop_result(int k, uint64_t out_start, uint64_t out_end, char *why,
+			    size_t why_size)
+{
+	if (k < 0 || out_start == out_end)
+		return k;
+	snprintf(why, why_size, "an MR over [0x%" PRIx64 ", 0x%" PRIx64 ") was let go of before "
+		 "(its PD went) and is being deregistered or kept by its device (a memory window "
+		 "bound to it): its keys may work until it goes; the span's other MRs are gone",
+		 out_start, out_end);
+	return -EBUSY;
+}
+
 static void span_drop_done(struct registrar_work *w)
 {
 	struct span_drop_job *j = (struct span_drop_job *)w;
@@ -937,10 +955,21 @@ static void span_drop_done(struct registrar_work *w)
 	char why[256] = "";
 	int k = span_dereg_end(j->mrs, j->n, j->start, j->end, why, sizeof(why));
 
+	k = span_drop_result(k, j->out_start, j->out_end, why, sizeof(why));
 	j->waiter->resume(j->waiter, k, NULL, why);
 	a->bound_jobs--;
 	w->reg->resume_free(w->reg, a); /* a free that waited for it */
 	free(j);
+}
+
+unsigned mr_cache_out_of_tables(const struct reg_allocation *a)
+{
+	const struct cached_mr *mr;
+	unsigned n = 0;
+
+	LIST_FOREACH(mr, &a->mrs, alloc_link)
+		n += !mr->in_cache;
+	return n;
 }
 
 int mr_cache_drop_span(struct reg_allocation *a, uint64_t start, uint64_t end, char *why,
@@ -948,6 +977,7 @@ int mr_cache_drop_span(struct reg_allocation *a, uint64_t start, uint64_t end, c
 {
 	uint64_t base = allocation_address(&a->mem), bytes = 0;
 	struct span_drop_job *j;
+	uint64_t out_start = 0, out_end = 0;
 	struct reg_base *r = NULL;
 	struct cached_mr *mr;
 	bool busy = false;
@@ -958,11 +988,13 @@ int mr_cache_drop_span(struct reg_allocation *a, uint64_t start, uint64_t end, c
 		if (mr->end <= start || end <= mr->start)
 			continue;
 		if (!mr->in_cache) {
-			/* On a worker's way out, or kept by the device: its keys may still work. */
-			snprintf(why, why_size, "an MR over [0x%" PRIx64 ", 0x%" PRIx64 ") is being "
-				 "deregistered, or its device kept it (a memory window bound to it): "
-				 "try again", mr->start, mr->end);
-			return -EBUSY;
+			/* Out of the tables already: nothing this drop can do for it, all the
+			 * others go (the drop is the shim's last word on the span). */
+			if (out_start == out_end) {
+				out_start = mr->start;
+				out_end = mr->end;
+			}
+			continue;
 		}
 		r = base_of(mr->cache);
 		bytes += mr->end - mr->start;
@@ -978,12 +1010,12 @@ int mr_cache_drop_span(struct reg_allocation *a, uint64_t start, uint64_t end, c
 	k = allocation_drop_span(&a->mem, start - base, end - start, why, why_size);
 	if (k < 0 || n == 0) {
 		free(j);
-		return k;
+		return span_drop_result(k, out_start, out_end, why, why_size);
 	}
 	LIST_FOREACH(mr, &a->mrs, alloc_link) {
 		struct mr_cache *o = mr->cache;
 
-		if (mr->end <= start || end <= mr->start)
+		if (mr->end <= start || end <= mr->start || !mr->in_cache)
 			continue;
 		if (!o->table.overflow)
 			(void)mr_table_remove(&o->table, mr->start);
@@ -994,21 +1026,27 @@ int mr_cache_drop_span(struct reg_allocation *a, uint64_t start, uint64_t end, c
 			rebuild(o);
 		j->mrs[j->n++].mr = mr;
 	}
-	if (busy || reg_offload(r, bytes)) {
+	/* The loop's share as for registrations: many small MRs (policy page) take no more of
+	 * it than one big one would. */
+	if (busy || reg_offload(r, bytes) || !reg_loop_may(r, j->n - 1, bytes)) {
 		j->allocation = a;
 		j->waiter = waiter;
 		j->start = start;
 		j->end = end;
+		j->out_start = out_start;
+		j->out_end = out_end;
 		a->bound_jobs++; /* a free of a waits for it */
 		reg_start(r, &j->base, span_drop_run, span_drop_done, true);
 		return -EINPROGRESS;
 	}
 	/* Small, and nothing holds its PD: on the loop, answered now. */
-	for (unsigned i = 0; i < j->n; i++)
+	for (unsigned i = 0; i < j->n; i++) {
 		j->mrs[i].result = reg_dereg(r, j->mrs[i].mr->pmr);
+		reg_loop_did(r, j->mrs[i].mr->end - j->mrs[i].mr->start);
+	}
 	k = span_dereg_end(j->mrs, j->n, start, end, why, why_size);
 	free(j);
-	return k;
+	return span_drop_result(k, out_start, out_end, why, why_size);
 }
 
 void mr_cache_deregister(const struct mr_cache *c, struct reg_allocation *a)

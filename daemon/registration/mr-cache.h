@@ -135,12 +135,15 @@ void mr_cache_close(struct mr_cache *c);
  * left. */
 bool mr_cache_drop_share(struct mr_cache *c, bool all, unsigned *made);
 
+/* How many of a's MRs are out of every table: kept by their device (a memory window bound
+ * to them) or on a worker's way out. */
+unsigned mr_cache_out_of_tables(const struct reg_allocation *a);
 /* a's span [start, end) goes (allocation_drop_span), its MRs out of every cache with it and
  * deregistered: here (0), or — big, or while a worker holds their PD, as a free's — on a
  * worker (-EINPROGRESS: waiter hears once they are gone; a's free waits for it). -EBUSY (why
- * says why): one is on a worker's way out (nothing done), or the device kept one (the span is
- * gone, the MR stays pinned on a until its free). A registration of the span under way is
- * let go when it ends. */
+ * says why), the span and its other MRs gone all the same: the device kept one (it stays
+ * pinned on a until its free), or one was out of the tables before (its PD went: on a
+ * worker's way out, or kept). A registration of the span under way is let go when it ends. */
 int mr_cache_drop_span(struct reg_allocation *a, uint64_t start, uint64_t end, char *why,
 		       size_t why_size, struct waiter *waiter);
 
