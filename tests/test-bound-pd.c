@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -24,6 +25,7 @@
 #include "core/domain.h"
 #include "provider/provider.h"
 #include "registration/bound-pd.h"
+#include "registration/reg-base.h"
 #include "check-run.h"
 #include "test-daemon.h"
 #include "test-util.h"
@@ -1076,6 +1078,58 @@ START_TEST(test_alias_span_drop_never_waits_on_the_loop)
 }
 END_TEST
 
+static pthread_t loop_thread;
+static unsigned loop_deregs;
+
+static int loop_counting_dereg(struct provider_mr *mr)
+{
+	if (pthread_equal(pthread_self(), loop_thread))
+		__atomic_add_fetch(&loop_deregs, 1, __ATOMIC_RELAXED);
+	return provider_soft_ops.dereg(mr);
+}
+
+/* A drop's deregistrations take the loop's share as registrations do: a span of eight page
+ * MRs (policy page) is not deregistered all in one turn of the loop (with async_bytes 1 MiB
+ * that was up to 256), past REGISTRAR_LOOP_PER_REQUEST a worker does it. */
+START_TEST(test_alias_span_drop_takes_the_loops_share)
+{
+	const uint32_t RW = MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ;
+	const uint64_t alias = 0x7e0000000000ull;
+	struct client *c, *mem;
+	Mrd__MrEntry e[8], first;
+	Mrd__Response *resp;
+	int fd, mfd;
+	uint64_t w;
+
+	td_stop();
+	td_start_small("cache.policy=page");
+	fd = td_hello_client(1000, &c);
+	mfd = td_hello_client(1000, &mem);
+	resp = td_alloc_span(mfd, 2, 16 * 4096, 0, alias, RW, 100, 3000, 0);
+	w = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	alias_span(mfd, 3, w, 4096, 8 * 4096, 0, NULL);
+	td_alloc(fd, 40, 4096);
+	bind_soft(c);
+	td_lookup(fd, 4, w + 200, 0, &first);
+	for (unsigned i = 0; i < 8; i++) {
+		td_lookup(fd, 10 + i, w + 4096 * (i + 1) + 10, 0, &e[i]);
+		ck_assert_uint_eq(e[i].start, w + 4096 * (i + 1)); /* a page MR each */
+	}
+	loop_thread = pthread_self();
+	loop_deregs = 0;
+	counted_ops.dereg = loop_counting_dereg;
+	alias_span_drop(mfd, 30, w, 4096, 8 * 4096, 0, NULL);
+	ck_assert_msg(loop_deregs <= REGISTRAR_LOOP_PER_REQUEST, "the loop deregistered %u MRs "
+		      "of one drop", loop_deregs);
+	for (unsigned i = 0; i < 8; i++)
+		ck_assert_int_lt(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, first.lkey,
+					      alias + 200, e[i].rkey, alias + 4096 * (i + 1), 1), 0);
+	td_free(mfd, 50, w, 0);
+	finish(fd, mfd);
+}
+END_TEST
+
 /* A span with an MR another PD of the process let go of (the PD went) and the device kept:
  * the drop still takes the span and deregisters its MR in the process's other PD, so the
  * freed buffer's rkey there reaches nothing; it answers EBUSY, naming the kept one, and a
@@ -1721,6 +1775,7 @@ int main(void)
 	tcase_add_test(tc, test_alias_span_dropped_while_registering);
 	tcase_add_test(tc, test_alias_span_drop_never_waits_on_the_loop);
 	tcase_add_test(tc, test_alias_span_drop_beside_an_mr_let_go_before);
+	tcase_add_test(tc, test_alias_span_drop_takes_the_loops_share);
 	tcase_add_test(tc, test_kept_mrs_bound_the_spans);
 	tcase_add_test(tc, test_alloc_registers_at_once);
 	tcase_add_test(tc, test_dump_shows_client_pds_to_admins);
