@@ -297,7 +297,7 @@ static void show_threads(pid_t pid)
 {
 	char cmd[512];
 
-	snprintf(cmd, sizeof(cmd), "command -v gdb > /dev/null && gdb -batch -nx -p %d "
+	snprintf(cmd, sizeof(cmd), "command -v gdb > /dev/null && timeout -k 5 20 gdb -batch -nx -p %d "
 		 "-ex 'thread apply all bt' 2>&1 | grep -E '^(Thread|#)' >&2 || "
 		 "for t in /proc/%d/task/*; do echo \"$t: $(cat $t/comm) $(cat $t/wchan) "
 		 "syscall $(cut -d' ' -f1 $t/syscall)\" >&2; done", (int)pid, (int)pid);

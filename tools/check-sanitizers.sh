@@ -9,10 +9,6 @@ set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 status=0
-# A test shows the threads of an mrd that does not exit when told to through gdb
-# (tests/test-util.c): CI's machine gets it here.
-command -v gdb > /dev/null || [ "$(id -u)" -ne 0 ] ||
-	apt-get install -y -q --no-install-recommends gdb > /dev/null 2>&1 || true
 
 hogs=
 stop_hogs() {

@@ -302,7 +302,7 @@ int manager_new(struct config *config, struct manager **ret)
 	loop_signals(&signals);
 	r = signal_source_new(m->core.base, &signals, manager_on_signal, m, &m->signals);
 	if (r < 0)
-		return log_error_errno(r, "cannot read signals (signalfd): %m");
+		return r;
 
 	*ret = TAKE_PTR(m);
 	return 0;
