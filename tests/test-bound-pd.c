@@ -27,6 +27,7 @@
 #include "registration/bound-pd.h"
 #include "registration/reg-base.h"
 #include "check-run.h"
+#include "raw-client.h"
 #include "test-daemon.h"
 #include "test-util.h"
 
@@ -1017,18 +1018,6 @@ START_TEST(test_alias_span_dropped_while_registering)
 }
 END_TEST
 
-/* Ping id on fd, its reply left for the test to take. */
-static void send_ping(int fd, uint64_t id)
-{
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__PingRequest ping = MRD__PING_REQUEST__INIT;
-
-	req.id = id;
-	req.body_case = MRD__REQUEST__BODY_PING;
-	req.ping = &ping;
-	td_send_request(fd, &req, NULL, 0);
-}
-
 /* A span dropped while a worker registers another span in the client's PD (the provider's
  * lock held): the drop's dereg waits for that lock, so it goes to a worker as a Free's does;
  * the loop answers another client meanwhile, and the drop is answered once its MR is gone. */
@@ -1058,7 +1047,7 @@ START_TEST(test_alias_span_drop_never_waits_on_the_loop)
 	td_lookup(fd, 4, w + 200, 0, &e0); /* a few KiB: on the loop */
 	start_slow_registration(fd, 5, w + 8192 + 10);
 	alias_span_req_send(mfd, 6, w, 100, 5000, true);
-	send_ping(ofd, 7);
+	ck_assert_int_eq(raw_send_ping(ofd, 7, NULL, 0, 0), 0); /* its reply left to take */
 	t0 = test_now_s();
 	mrd__response__free_unpacked(td_expect(ofd, 7, 0), NULL);
 	waited = test_now_s() - t0;
