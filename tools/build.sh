@@ -9,7 +9,8 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 MRD_BUILD_DEPS="gcc g++ make autoconf automake libtool pkgconf \
 libevent-dev libprotobuf-c-dev protobuf-c-compiler libibverbs-dev libsystemd-dev \
 check libsubunit-dev libucx-dev"
-MRD_TEST_DEPS="valgrind systemd dbus-daemon prometheus python3-prometheus-client man-db gdb"
+MRD_TEST_DEPS="valgrind systemd dbus-daemon prometheus python3-prometheus-client man-db gdb \
+podman crun uidmap dbus-user-session"
 
 have_deps() {
 	for tool in gcc g++ make autoreconf libtoolize pkg-config protoc-c; do
@@ -20,7 +21,7 @@ have_deps() {
 		return 1
 	[ "${1:-}" != test ] && return 0
 	for tool in valgrind systemd-socket-activate systemd-analyze busctl dbus-daemon promtool \
-		manpath gdb; do
+		manpath gdb podman crun newuidmap; do
 		command -v "$tool" >/dev/null 2>&1 || return 1
 	done
 	/usr/bin/python3 -c 'import prometheus_client' 2>/dev/null

@@ -9,15 +9,16 @@ set -eu
 # gcc, make, binutils (strip) and libelf1 (objtool) build siw.ko, which Debian does not ship;
 # the systemd VM boots the host's own systemd, system bus, setpriv, useradd and promtool; the
 # middleware cases copy rping, fi_pingpong, ucx_perftest, MPICH's Hydra and build against
-# libfabric, UCX and MPICH.
+# libfabric, UCX and MPICH; its container checks run the host's podman, rootful and rootless.
 MRD_VM_DEPS="qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 ibverbs-utils \
 ibverbs-providers gcc make binutils libelf1 perftest systemd dbus util-linux passwd prometheus \
-rdmacm-utils libfabric-bin libfabric-dev ucx-utils libucx-dev mpich libmpich-dev"
+rdmacm-utils libfabric-bin libfabric-dev ucx-utils libucx-dev mpich libmpich-dev \
+podman crun uidmap dbus-user-session"
 
 have_vm_deps() {
 	for tool in qemu-system-x86_64 busybox cpio depmod xz rdma ibv_devinfo gcc make strip ib_write_bw \
 		systemctl busctl dbus-daemon setpriv useradd promtool rping fi_pingpong ucx_perftest \
-		mpiexec.hydra; do
+		mpiexec.hydra podman crun newuidmap; do
 		command -v "$tool" >/dev/null 2>&1 || return 1
 	done
 	ls /usr/lib/*/libibverbs/librxe-rdmav*.so /usr/lib/*/libelf.so.1 /lib/systemd/system/dbus.service \
