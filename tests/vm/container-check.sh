@@ -35,14 +35,16 @@ ctr_rootfs() { # dir owner
 }
 
 # podman as root, or as alice with her session's bus (the cgroup of each container is then a
-# scope under her user@.service). vfs storage: the VM's root is an overlay already.
+# scope under her user@.service), under a time limit of CTR_LIMIT seconds. vfs storage: the
+# VM's root is an overlay already.
+CTR_LIMIT=400
 pod() { # rootful|rootless podman-args...
 	ctr_mode=$1
 	shift
 	if [ "$ctr_mode" = rootful ]; then
-		podman --storage-driver vfs --log-level error "$@"
+		timeout $CTR_LIMIT podman --storage-driver vfs --log-level error "$@"
 	else
-		setpriv --reuid=alice --regid=alice --init-groups env HOME=/home/alice USER=alice \
+		timeout $CTR_LIMIT setpriv --reuid=alice --regid=alice --init-groups env HOME=/home/alice USER=alice \
 			XDG_RUNTIME_DIR=/run/user/$ALICE DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/$ALICE/bus \
 			podman --storage-driver vfs --log-level error "$@"
 	fi
@@ -66,7 +68,7 @@ ctr_port() { CTR_PORT=$((CTR_PORT + 1)); }
 # mrd's CDI spec, by mrctl cdi.
 ctr_cdi() {
 	mkdir -p /etc/cdi
-	if mrctl cdi --help > /dev/null 2>&1; then
+	if mrctl --help 2>&1 | grep -q '^  cdi\b'; then
 		CTR_CDI_HOW="mrctl cdi --output $CTR_CDI"
 		mrctl cdi --output $CTR_CDI > /tmp/ctr-cdi.out 2>&1
 		return
@@ -120,7 +122,7 @@ ctr_setup() {
 # podman reads the spec: the device nodes, mrd's socket and the shim, and the environment.
 ctr_spec_check() { # rootful|rootless
 	ctr_args "$1" cdi ctr-spec
-	out=$(timeout 300 pod "$1" $CTR_ARGS /bin/sh -c \
+	out=$(pod "$1" $CTR_ARGS /bin/sh -c \
 		'ls /dev/infiniband; test -S "$MRD_SOCKET" && echo socket; test -r "$LD_PRELOAD" && echo shim' 2>&1)
 	rc=$?
 	[ $rc = 0 ] && echo "$out" | grep -qx socket && echo "$out" | grep -qx shim &&
@@ -134,7 +136,7 @@ ctr_spec_check() { # rootful|rootless
 # where it has one). Sets CTR_SRC, CTR_CRC; output in /tmp/ctr-srv.txt, /tmp/ctr-cli.txt.
 ctr_pair() { # rootful|rootless cdi|nodes tcp-port|- server-words client-words
 	ctr_args "$1" "$2" ctr-srv
-	timeout 400 pod "$1" $CTR_ARGS $4 > /tmp/ctr-srv.txt 2>&1 &
+	pod "$1" $CTR_ARGS $4 > /tmp/ctr-srv.txt 2>&1 &
 	ctr_srv=$!
 	for _ in $(seq 600); do
 		[ "$3" != - ] && [ -n "$(ss -Hltn "sport = :$3")" ] && break
@@ -144,7 +146,7 @@ ctr_pair() { # rootful|rootless cdi|nodes tcp-port|- server-words client-words
 	done
 	ctr_args "$1" "$2" ctr-cli
 	for _ in $(seq 10); do
-		timeout 400 pod "$1" $CTR_ARGS $5 > /tmp/ctr-cli.txt 2>&1
+		pod "$1" $CTR_ARGS $5 > /tmp/ctr-cli.txt 2>&1
 		CTR_CRC=$?
 		[ $CTR_CRC = 0 ] || ! kill -0 $ctr_srv 2> /dev/null ||
 			! grep -Eqi 'refused|reject|unreachable|connect to' /tmp/ctr-cli.txt && break
@@ -187,7 +189,7 @@ for d in json.load(sys.stdin).get("domains", []): print(d["name"], d.get("pinned
 # reconnects); its output in /tmp/NAME.txt, its podman's pid in HOLDER.
 ctr_hold() { # name
 	ctr_args rootful cdi "$1"
-	timeout 400 pod rootful $CTR_ARGS --cidfile $CTR_DIR/$1.cid /usr/lib/mrd-vm/mrd-restart /run/mrd/mrd.sock 300 \
+	pod rootful $CTR_ARGS --cidfile $CTR_DIR/$1.cid /usr/lib/mrd-vm/mrd-restart /run/mrd/mrd.sock 300 \
 		> /tmp/$1.txt 2>&1 &
 	HOLDER=$!
 	for _ in $(seq 600); do grep -q '^ready' /tmp/$1.txt && break; kill -0 $HOLDER 2> /dev/null || break; sleep 0.2; done
@@ -208,16 +210,16 @@ ctr_domain_checks() {
 
 	# Root in a rootful container is no admin: flush refused, its view its own domain alone.
 	ctr_args rootful cdi ctr-root 0:0
-	out=$(timeout 300 pod rootful $CTR_ARGS --cidfile $CTR_DIR/ctr-root.cid mrctl flush 2>&1)
+	out=$(pod rootful $CTR_ARGS --cidfile $CTR_DIR/ctr-root.cid mrctl flush 2>&1)
 	rc=$?
 	[ $rc != 0 ] && echo "$out" | grep -Eqi 'not permitted|EPERM|needs root or the admin group'
 	result "root (uid 0) in a rootful container is refused mrctl flush" $? "rc=$rc: $out"
 	rm -f $CTR_DIR/ctr-root.cid
-	out=$(timeout 300 pod rootful $CTR_ARGS --cidfile $CTR_DIR/ctr-root.cid mrctl --json clients 2>&1)
+	out=$(pod rootful $CTR_ARGS --cidfile $CTR_DIR/ctr-root.cid mrctl --json clients 2>&1)
 	rc=$?
 	own=ctr-$(ctr_id ctr-root)
 	seen=$(echo "$out" | python3 -c 'import json, sys
-print(" ".join(d["name"] for d in json.load(sys.stdin).get("domains", [])))' 2>&1)
+print(" ".join(d["name"] for d in json.load(sys.stdin).get("domains", [])))' 2> /dev/null)
 	[ $rc = 0 ] && ! echo " $seen " | grep -q " $a \| $b " &&
 		{ [ -z "$seen" ] || [ "$seen" = "$own" ]; }
 	result "root in a rootful container: mrctl clients shows its own domain alone" $? \
@@ -229,7 +231,7 @@ print(" ".join(d["name"] for d in json.load(sys.stdin).get("domains", [])))' 2>&
 	systemctl reload mrd
 	ctr_port
 	ctr_args rootful cdi ctr-over
-	timeout 300 pod rootful $CTR_ARGS ib_write_bw -d $CTR_DEV -x $CTR_GID -s 67108864 -n 4 -F -p $CTR_PORT \
+	pod rootful $CTR_ARGS ib_write_bw -d $CTR_DEV -x $CTR_GID -s 67108864 -n 4 -F -p $CTR_PORT \
 		> /tmp/ctr-over.txt 2>&1
 	rc=$?
 	[ $rc != 0 ] && grep -q 'quota\.' /tmp/ctr-over.txt && kill -0 $hold_a && kill -0 $hold_b &&

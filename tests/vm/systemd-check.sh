@@ -2,13 +2,16 @@
 # The checks of the systemd VM (tests/vm/systemd-vm.sh), run by mrd-vm-check.service under
 # systemd as PID 1, with mrd installed by make install from the make dist tarball
 # (--prefix=/usr). Every check prints "@@ RESULT<TAB>PASS|FAIL|SKIP<TAB>systemd: NAME<TAB>detail"
-# to the second serial port; "@@ ALL_DONE results=N" ends the run; then the VM powers off.
+# (the container checks: "container: NAME", tests/vm/container-check.sh) to the second serial
+# port; "@@ ALL_DONE results=N" ends the run; then the VM powers off. With mrd_vm=bench on the
+# kernel's command line (make bench) only the container benchmark runs: "@@ BENCH" lines.
 VMDIR=/usr/lib/mrd-vm
 N=0
+RESULT_PREFIX="systemd: "
 report() { # verdict name [detail]
 	N=$((N + 1))
-	printf '@@ RESULT\t%s\tsystemd: %s\t%s\n' "$1" "$2" "$(printf '%s' "${3:-}" | tr '\t\n' '  ' | cut -c 1-600)" |
-		tee /dev/ttyS1
+	printf '@@ RESULT\t%s\t%s%s\t%s\n' "$1" "$RESULT_PREFIX" "$2" \
+		"$(printf '%s' "${3:-}" | tr '\t\n' '  ' | cut -c 1-600)" | tee /dev/ttyS1
 }
 result() { # name rc [detail]
 	if [ "$2" = 0 ]; then report PASS "$1"; else report FAIL "$1" "${3:-rc=$2}"; fi
@@ -29,6 +32,14 @@ mrd_answers() {
 	return 1
 }
 main_pid() { systemctl show -P MainPID mrd.service; }
+
+if grep -q 'mrd_vm=bench' /proc/cmdline; then # make bench: mrd as installed, for alice too
+	systemd-sysusers && systemd-tmpfiles --create mrd.conf && useradd -m alice &&
+		usermod -aG mrd alice && systemctl enable --now mrd.socket > /dev/null 2>&1
+	. $VMDIR/container-check.sh
+	container_bench 2>&1 | sed 's/^/@@ BENCH /' | tee /dev/ttyS1
+	finish
+fi
 
 # ---- the system as make install left it, and the steps README's "Install" gives after it
 [ "$(cat /proc/1/comm)" = systemd ]
@@ -229,4 +240,8 @@ grep -q '^mrd_domain_pinned_bytes{domain="[^"]*"} 4194304$' $f && [ "$(stat -c %
 result "the file (0644) holds alice's 4 MiB pinned" $? "$(stat -c %a $f 2>&1): $(grep '^mrd_domain_pinned' $f)"
 kill $holder 2> /dev/null
 wait $holder 2> /dev/null
+
+# ---- RDMA in unprivileged containers, through mrd's CDI device (podman, rootful and rootless)
+. $VMDIR/container-check.sh
+container_checks
 finish

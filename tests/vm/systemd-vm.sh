@@ -3,7 +3,9 @@
 # boots with systemd as PID 1 on the host's own root file system (9p, read-only) under that
 # install and a tmpfs (tests/vm/systemd-init.sh); mrd-vm-check.service runs
 # tests/vm/systemd-check.sh there. Its results come over a second serial port, into
-# $SD_RESULTS, which joins LOGS. MRD_VM_SYSTEMD=0 skips it.
+# $SD_RESULTS, which joins LOGS (make bench: its "@@ BENCH" lines are printed). 3 GiB: two
+# containers' ib_*_bw pin 256 MiB each through mrd, beside the copies they are moved from.
+# MRD_VM_SYSTEMD=0 skips it.
 SD=$VM/systemd
 SD_RESULTS=$VM/systemd-results.log
 sd_skip() { # why: the whole VM as one skipped result
@@ -30,6 +32,7 @@ sd_install() {
 	mkdir -p "$SD/root/usr/lib/mrd-vm" "$SD/root/etc/systemd/system"
 	cp "$src/examples/.libs/mrd-hello" "$src/examples/.libs/mrd-restart" "$SD/root/usr/lib/mrd-vm/"
 	cp "$top_srcdir/tests/vm/systemd-check.sh" "$SD/root/usr/lib/mrd-vm/check.sh"
+	cp "$top_srcdir/tests/vm/container-check.sh" "$SD/root/usr/lib/mrd-vm/"
 	# README's "Running" block, as a user would type it.
 	sed -n '/^## Running/,/^## /p' "$top_srcdir/README.md" | sed -n '/^```sh$/,/^```$/p' |
 		sed '1d;$d' > "$SD/root/usr/lib/mrd-vm/readme-running"
@@ -53,11 +56,12 @@ sd_install() {
 	for t in /etc/systemd/system/timers.target.wants/*.timer; do
 		[ -e "$t" ] && ln -sf /dev/null "$SD/root/etc/systemd/system/$(basename "$t")"
 	done
-	# rdma_rxe and ib_uverbs (no dependency of rdma_rxe's) for modprobe inside (merged /usr:
-	# /lib is the host's usr/lib link, kept).
+	# rdma_rxe and ib_uverbs (no dependency of rdma_rxe's) for modprobe inside, and rdma_ucm and
+	# dummy for rdma_cm's programs in the containers (merged /usr: /lib is the host's usr/lib
+	# link, kept).
 	ln -s usr/lib "$SD/root/lib"
 	mkdir -p "$SD/root/usr/lib/modules/$KVER/kernel" && : > "$SD/rxe.load"
-	stage_modules "$SD/root/usr/lib/modules/$KVER/kernel" "$SD/rxe.load" rdma_rxe ib_uverbs
+	stage_modules "$SD/root/usr/lib/modules/$KVER/kernel" "$SD/rxe.load" rdma_rxe ib_uverbs rdma_ucm dummy
 	cp "$KROOT/usr/lib/modules/$KVER/modules.builtin"* "$KROOT/usr/lib/modules/$KVER/modules.order" \
 		"$SD/root/usr/lib/modules/$KVER/" 2> /dev/null || true
 	depmod -b "$SD/root" "$KVER"
@@ -88,13 +92,13 @@ boot_systemd() {
 		: > "$SD_RESULTS"
 		set +e
 		timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 \
-			-accel tcg,thread=multi -cpu max -smp 2 -m 2048 -display none -monitor none \
+			-accel tcg,thread=multi -cpu max -smp 2 -m 3072 -display none -monitor none \
 			-no-reboot -nic none \
 			-virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
 			-virtfs local,path="$SD/root",mount_tag=mrd,security_model=none,readonly=on,multidevs=remap \
 			-serial "file:$VM/console-systemd.log" -serial "file:$SD_RESULTS" \
 			-kernel "$KROOT/usr/lib/modules/$KVER/vmlinuz" -initrd "$SD/initramfs.cpio.gz" \
-			-append "console=ttyS0 panic=-1 loglevel=3 ib_core.netns_mode=0 systemd.unit=mrd-vm.target systemd.show_status=0 systemd.firstboot=0" \
+			-append "console=ttyS0 panic=-1 loglevel=3 ib_core.netns_mode=0 systemd.unit=mrd-vm.target systemd.show_status=0 systemd.firstboot=0 mrd_vm=$MODE" \
 			< /dev/null > "$VM/qemu-systemd.log" 2>&1
 		set -e
 		echo "check-rdma: the systemd VM ran $(($(date +%s) - t0)) s (console: $VM/console-systemd.log)"
