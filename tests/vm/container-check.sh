@@ -36,13 +36,15 @@ ctr_rootfs() { # dir owner
 
 # podman as root, or as alice with her session's bus (the cgroup of each container is then a
 # scope under her user@.service), under a time limit of CTR_LIMIT seconds. vfs storage: the
-# VM's root is an overlay already.
+# VM's root is an overlay already; root's in a folder of its own, as the host's root file
+# system may hold podman's state of another driver.
 CTR_LIMIT=400
 pod() { # rootful|rootless podman-args...
 	ctr_mode=$1
 	shift
 	if [ "$ctr_mode" = rootful ]; then
-		timeout $CTR_LIMIT podman --storage-driver vfs --log-level error "$@"
+		timeout $CTR_LIMIT podman --root $CTR_DIR/storage --runroot $CTR_DIR/runroot \
+			--storage-driver vfs --log-level error "$@"
 	else
 		timeout $CTR_LIMIT setpriv --reuid=alice --regid=alice --init-groups env HOME=/home/alice USER=alice \
 			XDG_RUNTIME_DIR=/run/user/$ALICE DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/$ALICE/bus \
@@ -89,12 +91,13 @@ ctr_cdi() {
 }
 
 ctr_setup() {
-	modprobe -a ib_uverbs rdma_rxe rdma_ucm dummy &&
+	# tun: rootless podman starts slirp4netns, even for --network host.
+	modprobe -a ib_uverbs rdma_rxe rdma_ucm dummy tun &&
 		{ ip link show dummy0 > /dev/null 2>&1 || ip link add dummy0 type dummy; } &&
 		{ ip addr show dummy0 | grep -q "$CTR_ADDR/" || ip addr add $CTR_ADDR/24 dev dummy0; } &&
 		ip link set dummy0 up &&
 		{ [ -e /sys/class/infiniband/$CTR_DEV ] || rdma link add $CTR_DEV type rxe netdev dummy0; }
-	result "$CTR_DEV on dummy0 ($CTR_ADDR), rdma_ucm loaded" $? "$(rdma link show 2>&1; ls -l /dev/infiniband 2>&1)"
+	result "$CTR_DEV on dummy0 ($CTR_ADDR), rdma_ucm and tun loaded" $? "$(rdma link show 2>&1; ls -l /dev/infiniband 2>&1)"
 	CTR_GID=
 	for g in /sys/class/infiniband/$CTR_DEV/ports/1/gids/*; do
 		case "$(cat "$g" 2> /dev/null)" in 0000:0000:0000:0000:0000:ffff:*) CTR_GID=${g##*/}; break ;; esac
@@ -202,7 +205,8 @@ ctr_domain_checks() {
 	hold_a=$HOLDER
 	ctr_hold ctr-b
 	hold_b=$HOLDER
-	a=ctr-$(ctr_id ctr-a) b=ctr-$(ctr_id ctr-b)
+	# mrd(8) Containers: ctr-ID-uN, the user's (1000) containers.
+	a=ctr-$(ctr_id ctr-a)-u1000 b=ctr-$(ctr_id ctr-b)-u1000
 	doms=$(ctr_domains 2>&1)
 	[ "$a" != "$b" ] && echo "$doms" | grep -qx "$a 4194304" && echo "$doms" | grep -qx "$b 4194304"
 	result "two rootful containers of uid 1000: mrctl clients shows two domains, $a and $b, 4 MiB pinned each" $? \
