@@ -49,6 +49,16 @@ void config_init(struct config *c)
 	};
 }
 
+static void group_free(struct domain_group *g)
+{
+	free(g->name);
+	free(g->uids);
+	free(g->gids);
+	for (size_t i = 0; i < g->n_cgroups; i++)
+		free(g->cgroups[i]);
+	free(g->cgroups);
+}
+
 void config_done(struct config *c)
 {
 	free(c->socket_path);
@@ -57,11 +67,8 @@ void config_done(struct config *c)
 	free(c->devices);
 	free(c->admin_group);
 	free(c->socket_group);
-	for (size_t i = 0; i < c->n_groups; i++) {
-		free(c->groups[i].name);
-		free(c->groups[i].uids);
-		free(c->groups[i].gids);
-	}
+	for (size_t i = 0; i < c->n_groups; i++)
+		group_free(&c->groups[i]);
 	free(c->groups);
 	free(c->policies);
 	config_init(c);
@@ -299,18 +306,47 @@ int config_policy_for(const struct config *c, const char *name)
 	return c->mr_policy;
 }
 
+/* Whether name may name a [domains] line: the characters mrctl shows, at most 63 bytes, at most
+ * one '*' (a domain per cgroup), and none of the prefixes of the domains mrd names itself
+ * (uid-N; a container's ctr-… and pod-…), which a fixed name could otherwise join. */
+static bool group_name_valid(const char *name)
+{
+	const char *star = strchr(name, '*');
+
+	if (strlen(name) == 0 || strlen(name) > 63 || strncmp(name, "uid-", 4) == 0 ||
+	    strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-*") !=
+		    strlen(name))
+		return false;
+	if (star)
+		return !strchr(star + 1, '*');
+	return strncmp(name, "ctr-", 4) != 0 && strncmp(name, "pod-", 4) != 0;
+}
+
+/* A member "cgroup:GLOB": an absolute path glob. */
+static int add_cgroup_member(struct domain_group *g, const char *glob)
+{
+	char **grown;
+
+	if (glob[0] != '/')
+		return -EINVAL;
+	grown = realloc(g->cgroups, (g->n_cgroups + 1) * sizeof(char *));
+	if (!grown)
+		return -ENOMEM;
+	g->cgroups = grown;
+	g->cgroups[g->n_cgroups] = strdup(glob);
+	return g->cgroups[g->n_cgroups] ? (g->n_cgroups++, 0) : -ENOMEM;
+}
+
 static int add_group(struct config *c, const char *name, const char *value)
 {
 	_cleanup_free_ char *copy = strdup(value);
 	struct domain_group g = {}, *groups;
 	char *save = NULL;
+	int r;
 
 	if (!copy)
 		return -ENOMEM;
-	/* Names show in logs and mrctl, and must not collide with the per-uid "uid-N". */
-	if (strlen(name) == 0 || strlen(name) > 63 || strncmp(name, "uid-", 4) == 0 ||
-	    strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
-		    strlen(name))
+	if (!group_name_valid(name))
 		return -EINVAL;
 	for (size_t i = 0; i < c->n_groups; i++)
 		if (strcmp(c->groups[i].name, name) == 0)
@@ -321,6 +357,14 @@ static int add_group(struct config *c, const char *name, const char *value)
 		char *end;
 		void *grown;
 
+		if (strncmp(tok, "cgroup:", 7) == 0) {
+			r = add_cgroup_member(&g, tok + 7);
+			if (r == -ENOMEM)
+				goto nomem;
+			if (r < 0)
+				goto bad;
+			continue;
+		}
 		if (!is_uid && strncmp(tok, "gid:", 4) != 0)
 			goto bad;
 		tok += 4;
@@ -348,7 +392,9 @@ static int add_group(struct config *c, const char *name, const char *value)
 			g.gids[g.n_gids++] = (gid_t)id;
 		}
 	}
-	if (g.n_uids + g.n_gids == 0)
+	/* A per-cgroup name needs a cgroup to name it by. */
+	if (g.n_uids + g.n_gids + g.n_cgroups == 0 || (strchr(name, '*') && g.n_cgroups == 0) ||
+	    (strchr(name, '*') && g.n_uids + g.n_gids > 0))
 		goto bad;
 	g.name = strdup(name);
 	groups = realloc(c->groups, (c->n_groups + 1) * sizeof(*groups));
@@ -361,13 +407,10 @@ static int add_group(struct config *c, const char *name, const char *value)
 	c->groups[c->n_groups++] = g;
 	return 0;
 bad:
-	free(g.uids);
-	free(g.gids);
+	group_free(&g);
 	return -EINVAL;
 nomem:
-	free(g.name);
-	free(g.uids);
-	free(g.gids);
+	group_free(&g);
 	return -ENOMEM;
 }
 

@@ -13,13 +13,17 @@
 
 enum hugepages_mode { HUGEPAGES_AUTO, HUGEPAGES_YES, HUGEPAGES_NO };
 
-/* [domains]: clients whose uid or gid (primary or supplementary) is listed share a domain. */
+/* [domains]: clients whose uid or gid (primary or supplementary) is listed, or whose cgroup
+ * (or one of its ancestors) matches a cgroup glob, share a domain. A name with a '*' is one
+ * domain per cgroup matched: the '*' stands for that cgroup's short name (core/access.c). */
 struct domain_group {
 	char *name;
 	uid_t *uids;
 	size_t n_uids;
 	gid_t *gids;
 	size_t n_gids;
+	char **cgroups; /* fnmatch(3) globs over cgroup v2 paths, FNM_PATHNAME */
+	size_t n_cgroups;
 };
 
 /* How a domain's MR cache registers on a miss (registration/mr-cache.h). */

@@ -118,7 +118,8 @@ void manager_reconfigure(struct manager *m, struct config *new, char *changed, s
 	/* admin_group may have changed: the clients connected now are judged by the new one. */
 	LIST_FOREACH(c, &m->clients, link)
 		c->admin = access_is_admin(&m->core.config, &(struct access_peer){
-			.uid = c->owner.mem.uid, .gid = c->gid, .fd = c->fd });
+			.uid = c->owner.mem.uid, .gid = c->gid, .fd = c->fd,
+			.nested_pidns = c->nested_pidns, .other_userns = c->other_userns });
 }
 
 #undef KEEP
@@ -259,6 +260,11 @@ int manager_new(struct config *config, struct manager **ret)
 	} else
 		log_warning_errno(-errno, "cannot tell mrd's user namespace (/proc/self/ns/user: %m): "
 					  "clients in user namespaces count as the uids they show");
+	/* Without it every client counts as in another user namespace: none is an admin. */
+	m->uid_map = process_uid_map("/proc/self");
+	if (!m->uid_map)
+		log_warning_errno(-errno, "cannot read /proc/self/uid_map: %m; no client will be an "
+					  "admin");
 	if (getrandom(&m->instance, sizeof(m->instance), 0) != sizeof(m->instance))
 		m->instance = m->start_usec ^ ((uint64_t)getpid() << 32);
 
@@ -343,6 +349,7 @@ struct manager *manager_free(struct manager *m)
 	if (m->core.base)
 		event_base_free(m->core.base);
 	free(m->recv_buf);
+	free(m->uid_map);
 	free(m->core.floors);
 	old_contexts_free(&m->old_contexts);
 	fd_list_done(&m->fd_store_taken);
@@ -377,7 +384,7 @@ void manager_user_share_put(struct manager *m, struct user_share *u)
 }
 
 int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_t owner,
-		       struct client **ret)
+		       const struct process_place *place, struct client **ret)
 {
 	struct access_peer peer = { .uid = cred->uid, .gid = cred->gid, .fd = fd };
 	struct user_share *u;
@@ -405,6 +412,11 @@ int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_
 	}
 	u->clients++;
 
+	if (place) {
+		peer.nested_pidns = place->nested_pidns;
+		peer.other_userns = place->other_userns;
+		peer.cgroup = place->cgroup;
+	}
 	admin = access_is_admin(&m->core.config, &peer);
 	/* The owner's domain: its namespaces' identities are its own (docs/design.md, "Users"). */
 	peer.uid = owner;
@@ -416,6 +428,8 @@ int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_
 	}
 	(*ret)->owner_uid = owner;
 	(*ret)->share = u;
+	(*ret)->nested_pidns = peer.nested_pidns;
+	(*ret)->other_userns = peer.other_userns;
 	return 0;
 }
 
@@ -458,6 +472,17 @@ static bool closer_lane_full(struct manager *m, uid_t owner)
 	return owner != 0 && fd_closer_lane_full(m->closer, owner);
 }
 
+/* Where the peer cred names runs (base/process.h). A peer whose pid mrd cannot see (0: in a pid
+ * namespace outside mrd's, which only happens when mrd runs in one) is judged by its uid. */
+static int client_place(struct manager *m, const struct ucred *cred, struct process_place *ret)
+{
+	if (cred->pid <= 0) {
+		*ret = (struct process_place){};
+		return 0;
+	}
+	return process_place_read(cred->pid, cred->uid, m->uid_map, ret);
+}
+
 static void manager_on_accept_retry(evutil_socket_t fd, short what, void *userdata)
 {
 	struct manager *m = userdata;
@@ -473,6 +498,7 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 	 * meanwhile. The listener is level-triggered, so what is left wakes it again on the loop's
 	 * next turn, after the events that came in meanwhile. */
 	for (unsigned taken = 0; taken < ACCEPT_PER_WAKEUP; taken++) {
+		struct process_place place;
 		struct ucred cred;
 		socklen_t len = sizeof(cred);
 		struct client *c;
@@ -511,7 +537,18 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 						 subuid_owner(SUBUID_PATH, cred.uid)); /* may hold what it sent */
 			continue;
 		}
-		r = manager_add_client(m, fd, &cred, owner, &c);
+		r = client_place(m, &cred, &place);
+		if (r < 0) {
+			log_debug_errno(r, "refusing pid %d uid %u: cannot read its place: %m",
+					(int)cred.pid, (unsigned)cred.uid);
+			send_refusal(fd, -ESRCH, "mrd cannot tell which namespaces and cgroup the "
+						 "connecting process is in (it exited or changed its uid "
+						 "before mrd took the connection): connect again");
+			fd_closer_consume_socket(m->closer, fd, owner);
+			continue;
+		}
+		r = manager_add_client(m, fd, &cred, owner, &place, &c);
+		free(place.cgroup);
 		if (r == 0 && closer_lane_full(m, owner)) {
 			/* Its user's descriptors wait at the closers: it adds none until they go. */
 			send_refusal(fd, -ETOOMANYREFS, "mrd is still closing descriptors this user "
