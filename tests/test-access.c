@@ -177,14 +177,21 @@ START_TEST(test_container_domains)
 	struct access_peer host = peer(1002, 1002, NULL, 0);
 
 	/* podman, rootful and rootless, with or without a leaf below the scope */
+	ck_assert_str_eq(name_of(contained(0, "/machine.slice/libpod-" PODMAN_ID ".scope")),
+			 "ctr-3f2a9b1c0d4e");
+	ck_assert_str_eq(name_of(contained(0, "/machine.slice/libpod-" PODMAN_ID
+					      ".scope/container")),
+			 "ctr-3f2a9b1c0d4e");
+	/* Another user's the same id: a user may name a cgroup of its own subtree so, and make a
+	 * pid namespace to be "in" it, but does not so join root's container (nor another's). */
 	ck_assert_str_eq(name_of(contained(1002, "/machine.slice/libpod-" PODMAN_ID ".scope")),
-			 "ctr-3f2a9b1c0d4e");
-	ck_assert_str_eq(name_of(contained(1002, "/machine.slice/libpod-" PODMAN_ID
-						 ".scope/container")),
-			 "ctr-3f2a9b1c0d4e");
+			 "ctr-3f2a9b1c0d4e-u1002");
+	ck_assert_str_eq(name_of(contained(1003, "/user.slice/user-1003.slice/user@1003.service/"
+						 "libpod-" PODMAN_ID ".scope")),
+			 "ctr-3f2a9b1c0d4e-u1003");
 	ck_assert_str_eq(name_of(contained(1002, "/user.slice/user-1000.slice/user@1000.service/"
 						 "user.slice/libpod-" OTHER_ID ".scope")),
-			 "ctr-aa11bb22cc33");
+			 "ctr-aa11bb22cc33-u1002");
 	/* docker, and a cgroupfs runtime's bare id */
 	ck_assert_str_eq(name_of(contained(0, "/system.slice/docker-" OTHER_ID ".scope")),
 			 "ctr-aa11bb22cc33");
@@ -193,17 +200,17 @@ START_TEST(test_container_domains)
 	ck_assert_str_eq(name_of(contained(1002, "/kubepods.slice/kubepods-burstable.slice/"
 						 "kubepods-burstable-pod" POD_UID ".slice/"
 						 "cri-containerd-" PODMAN_ID ".scope")),
-			 "pod-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901");
+			 "pod-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901-u1002");
 	ck_assert_str_eq(name_of(contained(1002, "/kubepods.slice/kubepods-pod" POD_UID ".slice/"
 						 "crio-" OTHER_ID ".scope")),
-			 "pod-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901");
+			 "pod-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901-u1002");
 	ck_assert_str_eq(name_of(contained(1002, "/kubepods/besteffort/pod1b2c3d4e-5f60-7182-93a4-"
 						 "b5c6d7e8f901/" OTHER_ID)),
-			 "pod-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901");
+			 "pod-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901-u1002");
 	/* A cgroup that is no container id: its last component, less its unit suffix */
 	ck_assert_str_eq(name_of(contained(1002, "/user.slice/user-1000.slice/session-3.scope")),
-			 "ctr-session-3");
-	ck_assert_str_eq(name_of(contained(1002, "/a b/wei:rd")), "ctr-wei_rd");
+			 "ctr-session-3-u1002");
+	ck_assert_str_eq(name_of(contained(1002, "/a b/wei:rd")), "ctr-wei_rd-u1002");
 	/* No cgroup, or the root one, tells no container from another: the uid's */
 	ck_assert_str_eq(name_of(contained(1002, "/")), "uid-1002");
 	ck_assert_str_eq(name_of(contained(1002, NULL)), "uid-1002");
@@ -227,7 +234,7 @@ START_TEST(test_cgroup_members)
 			 0);
 	ck_assert_str_eq(name_of(contained(1002, "/batch.slice/job1.scope")), "batch");
 	ck_assert_str_eq(name_of(contained(1003, "/batch.slice/job2.scope/leaf")), "batch");
-	ck_assert_str_eq(name_of(contained(1002, "/batch.slicex/job1.scope")), "ctr-job1");
+	ck_assert_str_eq(name_of(contained(1002, "/batch.slicex/job1.scope")), "ctr-job1-u1002");
 	{ /* not in a container: a cgroup line still names it */
 		struct access_peer p = peer(1002, 1002, NULL, 0);
 

@@ -527,9 +527,9 @@ START_TEST(test_containers_get_domains_of_their_own)
 		return;
 	mrctl_for_nobody();
 	ck_assert_int_eq(mrctl_in_container(a, 65534, "status", NULL), 0);
-	ck_assert_msg(strstr(out, "ctr-3f2a9b1c0d4e ("), "mrctl said: %s", out);
+	ck_assert_msg(strstr(out, "ctr-3f2a9b1c0d4e-u65534 ("), "mrctl said: %s", out);
 	ck_assert_int_eq(mrctl_in_container(b, 65534, "status", NULL), 0);
-	ck_assert_msg(strstr(out, "ctr-aa11bb22cc33 ("), "mrctl said: %s", out);
+	ck_assert_msg(strstr(out, "ctr-aa11bb22cc33-u65534 ("), "mrctl said: %s", out);
 	/* The same uid on the host: its uid's */
 	ck_assert_int_eq(mrctl_run(65534, "status", NULL), 0);
 	ck_assert_msg(strstr(out, "uid-65534 ("), "mrctl said: %s", out);

@@ -130,13 +130,16 @@ static bool short_name(const char *comp, size_t len, char *buf, size_t size)
 
 /* The domain of a client in a container that no [domains] line names: its pod's, else its
  * container's — the deepest component of its cgroup that is a container's id (a runtime may
- * put the processes in a leaf below it), else its cgroup's last component. False for no
- * cgroup or the root one, which tell no container from another. */
-static bool container_domain(const char *cgroup, char *buf, size_t size)
+ * put the processes in a leaf below it), else its cgroup's last component — and, for any
+ * user but root, "-uN" for the user who answers for it (uid): a user may make cgroups of any
+ * name in its own systemd subtree and a pid namespace to be "in" them, and must not so join
+ * another user's container. False for no cgroup or the root one, which tell no container
+ * from another. */
+static bool container_domain(const char *cgroup, uid_t uid, char *buf, size_t size)
 {
 	char name[64], found[64] = "";
+	const char *kind = "ctr", *comp, *end;
 	bool found_id = false;
-	const char *comp, *end;
 
 	if (!cgroup || cgroup[0] != '/' || cgroup[1] == '\0')
 		return false;
@@ -144,8 +147,10 @@ static bool container_domain(const char *cgroup, char *buf, size_t size)
 		end = comp + strcspn(comp, "/");
 		if (end == comp)
 			continue;
-		if (pod_uid(comp, (size_t)(end - comp), name, sizeof(name)))
-			return snprintf(buf, size, "pod-%s", name), true;
+		if (pod_uid(comp, (size_t)(end - comp), found, sizeof(found))) {
+			kind = "pod";
+			break;
+		}
 		if (short_name(comp, (size_t)(end - comp), name, sizeof(name)))
 			found_id = true;
 		else if (found_id)
@@ -154,7 +159,10 @@ static bool container_domain(const char *cgroup, char *buf, size_t size)
 	}
 	if (!found[0])
 		return false;
-	snprintf(buf, size, "ctr-%s", found);
+	if (uid != 0)
+		snprintf(buf, size, "%s-%.45s-u%u", kind, found, (unsigned)uid);
+	else
+		snprintf(buf, size, "%s-%s", kind, found);
 	return true;
 }
 
@@ -219,7 +227,7 @@ const char *access_domain_name(const struct config *cfg, const struct access_pee
 		if (group_matches_cgroup(g, p->cgroup, buf, size))
 			return buf;
 	}
-	if (p->nested_pidns && container_domain(p->cgroup, buf, size))
+	if (p->nested_pidns && container_domain(p->cgroup, p->uid, buf, size))
 		return buf;
 	snprintf(buf, size, "uid-%u", (unsigned)p->uid);
 	return buf;
