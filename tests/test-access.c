@@ -257,6 +257,7 @@ START_TEST(test_cgroup_members)
 	ck_assert_int_eq(config_set(&cfg, "domains", "ctr-3f2a9b1c0d4e", "uid:7"), -EINVAL);
 	ck_assert_int_eq(config_set(&cfg, "domains", "pod-x", "gid:7"), -EINVAL);
 	ck_assert_int_eq(config_set(&cfg, "domains", "uid-*", "cgroup:/x/*"), -EINVAL);
+	ck_assert_int_eq(config_set(&cfg, "domains", "ctr-*", "cgroup:/x/*"), -EINVAL);
 }
 END_TEST
 

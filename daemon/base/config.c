@@ -317,8 +317,8 @@ static bool group_name_valid(const char *name)
 	    strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-*") !=
 		    strlen(name))
 		return false;
-	if (star)
-		return !strchr(star + 1, '*');
+	if (star && strchr(star + 1, '*'))
+		return false;
 	return strncmp(name, "ctr-", 4) != 0 && strncmp(name, "pod-", 4) != 0;
 }
 
