@@ -274,6 +274,10 @@ START_TEST(test_per_user_keys)
 	ck_assert_int_eq(config_set(&c, "limits", "clients_per_user", "3"), 0);
 	ck_assert_uint_eq(c.max_clients_per_user, 3);
 	ck_assert_int_eq(config_set(&c, "limits", "clients_per_user", "0"), -ERANGE);
+	ck_assert_uint_eq(c.max_user_containers, 4);
+	ck_assert_int_eq(config_set(&c, "limits", "container_domains_per_user", "0"), 0);
+	ck_assert_uint_eq(c.max_user_containers, 0);
+	ck_assert_int_eq(config_set(&c, "limits", "container_domains_per_user", "65"), -ERANGE);
 	config_done(&c);
 }
 END_TEST

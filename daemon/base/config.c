@@ -25,6 +25,7 @@ void config_init(struct config *c)
 		.bus = true,
 		.max_clients = 1024,
 		.max_clients_per_user = 256,
+		.max_user_containers = 4,
 		.max_inflight = 64,
 		.max_frame = WIRE_FRAME_DEFAULT,
 		.max_fds = 4,
@@ -450,6 +451,8 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 			return set_unsigned(&c->max_clients, value, 1, 1u << 20);
 		if (strcmp(key, "clients_per_user") == 0)
 			return set_unsigned(&c->max_clients_per_user, value, 1, 1u << 20);
+		if (strcmp(key, "container_domains_per_user") == 0)
+			return set_unsigned(&c->max_user_containers, value, 0, 64);
 		if (strcmp(key, "requests_in_flight") == 0)
 			return set_unsigned(&c->max_inflight, value, 1, 4096);
 		if (strcmp(key, "frame_bytes") == 0)

@@ -57,6 +57,7 @@ struct config {
 
 	unsigned max_clients;
 	unsigned max_clients_per_user; /* connections of one user (process_owner_uid), root aside */
+	unsigned max_user_containers;  /* domains of containers a user's own cgroups hold */
 	unsigned max_inflight;         /* replies queued per client before mrd stops reading it */
 	unsigned max_frame;            /* bytes per request packet */
 	unsigned max_fds;              /* descriptors per request packet */

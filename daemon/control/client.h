@@ -50,6 +50,7 @@ struct client {
 	uid_t owner_uid;           /* who answers for it: uid, or its user namespace's owner */
 	struct user_share *share;  /* owner_uid's, holding one of its connections */
 	bool nested_pidns;         /* in a container: no admin (core/access.h) */
+	bool user_container;       /* counts in share->containers (a user-made container's) */
 	bool other_userns;         /* in another user namespace: no admin either */
 
 	bool hello_done;

@@ -235,6 +235,25 @@ static void forget_arena(struct core *core, uint32_t arena_id)
 	client_forget_arena_all(container_of(core, struct manager, core), arena_id);
 }
 
+/* Where this process sees the whole cgroup v2 hierarchy (a cgroup2 mount of its root:
+ * /sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host), in a string the caller frees;
+ * NULL where there is none. */
+static char *cgroup_v2_mount(void)
+{
+	char line[1024], root[512], point[512];
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char *found = NULL;
+
+	while (f && !found && fgets(line, sizeof(line), f))
+		if (strstr(line, " - cgroup2 ") &&
+		    sscanf(line, "%*s %*s %*s %511s %511s", root, point) == 2 &&
+		    strcmp(root, "/") == 0)
+			found = strdup(point);
+	if (f)
+		fclose(f);
+	return found;
+}
+
 int manager_new(struct config *config, struct manager **ret)
 {
 	_cleanup_(manager_freep) struct manager *m = NULL;
@@ -260,6 +279,7 @@ int manager_new(struct config *config, struct manager **ret)
 	} else
 		log_warning_errno(-errno, "cannot tell mrd's user namespace (/proc/self/ns/user: %m): "
 					  "clients in user namespaces count as the uids they show");
+	m->cgroup_mount = cgroup_v2_mount();
 	/* Without it every client counts as in another user namespace: none is an admin. */
 	m->uid_map = process_uid_map("/proc/self");
 	if (!m->uid_map)
@@ -350,6 +370,7 @@ struct manager *manager_free(struct manager *m)
 		event_base_free(m->core.base);
 	free(m->recv_buf);
 	free(m->uid_map);
+	free(m->cgroup_mount);
 	free(m->core.floors);
 	old_contexts_free(&m->old_contexts);
 	fd_list_done(&m->fd_store_taken);
@@ -380,16 +401,63 @@ void manager_user_share_put(struct manager *m, struct user_share *u)
 	if (--u->clients > 0)
 		return;
 	u64_map_remove(&m->users, user_key(u->uid));
+	free(u->containers);
 	free(u);
+}
+
+void manager_user_container_put(struct user_share *u, const char *domain)
+{
+	for (unsigned i = 0; i < u->n_containers; i++)
+		if (strcmp(u->containers[i].name, domain) == 0) {
+			if (--u->containers[i].clients == 0)
+				u->containers[i] = u->containers[--u->n_containers];
+			return;
+		}
+}
+
+/* A client of u's joins the container domain named domain: 0, or -EDQUOT when u's clients are
+ * in [limits] container_domains_per_user others already. */
+static int user_container_get(struct manager *m, struct user_share *u, const char *domain)
+{
+	struct user_container *grown;
+
+	for (unsigned i = 0; i < u->n_containers; i++)
+		if (strcmp(u->containers[i].name, domain) == 0) {
+			u->containers[i].clients++;
+			return 0;
+		}
+	if (u->n_containers >= m->core.config.max_user_containers)
+		return -EDQUOT;
+	grown = realloc(u->containers, (u->n_containers + 1) * sizeof(*grown));
+	if (!grown)
+		return -ENOMEM;
+	u->containers = grown;
+	snprintf(grown[u->n_containers].name, sizeof(grown->name), "%s", domain);
+	grown[u->n_containers++].clients = 1;
+	return 0;
+}
+
+/* Whether the cgroup (a path in the cgroup v2 hierarchy) is one a user made: a user may make
+ * cgroups of any name below its own delegated subtree (systemd chowns it to the user), and
+ * one a user made is the user's; root's runtimes (rootful podman, Kubernetes) make root's.
+ * What cannot be told is taken as a user's. */
+static bool cgroup_user_made(const struct manager *m, const char *cgroup)
+{
+	_cleanup_free_ char *path = NULL;
+	struct stat st;
+
+	if (!m->cgroup_mount || !cgroup || asprintf(&path, "%s%s", m->cgroup_mount, cgroup) < 0)
+		return true;
+	return stat(path, &st) < 0 || st.st_uid != 0;
 }
 
 int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_t owner,
 		       const struct process_place *place, struct client **ret)
 {
 	struct access_peer peer = { .uid = cred->uid, .gid = cred->gid, .fd = fd };
+	bool admin, user_container = false;
 	struct user_share *u;
 	char domain[64];
-	bool admin;
 	int r;
 
 	if (m->n_clients >= m->core.config.max_clients)
@@ -421,14 +489,34 @@ int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_
 	/* The owner's domain: its namespaces' identities are its own (docs/design.md, "Users"). */
 	peer.uid = owner;
 	access_domain_name(&m->core.config, &peer, domain, sizeof(domain));
+	/* A user who makes cgroups and pid namespaces makes containers, each a domain with its own
+	 * quotas: a few per user, then the user's own domain. */
+	if (owner != 0 && access_is_container_domain(domain) && cgroup_user_made(m, peer.cgroup)) {
+		r = user_container_get(m, u, domain);
+		if (r == -EDQUOT) {
+			log_info("uid %u has %u container domains open ([limits] "
+				 "container_domains_per_user): client pid %d of %s joins the "
+				 "user's own", (unsigned)owner, u->n_containers, (int)cred->pid,
+				 domain);
+			peer.nested_pidns = false;
+			access_domain_name(&m->core.config, &peer, domain, sizeof(domain));
+		} else if (r < 0) {
+			manager_user_share_put(m, u);
+			return r;
+		} else
+			user_container = true;
+	}
 	r = client_new(m, fd, cred->pid, cred->uid, cred->gid, admin, domain, ret);
 	if (r < 0) {
+		if (user_container)
+			manager_user_container_put(u, domain);
 		manager_user_share_put(m, u);
 		return r;
 	}
 	(*ret)->owner_uid = owner;
 	(*ret)->share = u;
-	(*ret)->nested_pidns = peer.nested_pidns;
+	(*ret)->user_container = user_container;
+	(*ret)->nested_pidns = place && place->nested_pidns;
 	(*ret)->other_userns = peer.other_userns;
 	return 0;
 }

@@ -32,6 +32,13 @@ struct user_share {
 	uid_t uid;
 	unsigned clients;
 	size_t out_bytes; /* replies its connections hold unread (control/client.h) */
+	/* The domains of containers in cgroups the user made itself (rootless ones) that its
+	 * clients are in, each with how many: [limits] container_domains_per_user at most. */
+	struct user_container {
+		char name[64];
+		unsigned clients;
+	} *containers;
+	unsigned n_containers;
 };
 
 /* The daemon: owns the event loop, the configuration, the listening socket and every client. */
@@ -62,6 +69,7 @@ struct manager {
 	struct fd_closer *closer; /* every descriptor from a client that mrd lets go of */
 	struct u64_map users; /* uid + 1 -> struct user_share, while it has a connection */
 	char *uid_map;        /* mrd's own /proc/self/uid_map, for its clients' places */
+	char *cgroup_mount;   /* where mrd sees the cgroup v2 hierarchy; NULL: nowhere */
 	dev_t userns_dev;     /* mrd's own user namespace (0: unknown) */
 	ino_t userns_ino;
 	uint64_t next_client_id;
@@ -119,6 +127,8 @@ int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_
 		       const struct process_place *place, struct client **ret);
 /* A client's connection closed: its user's share goes down (and away at 0). */
 void manager_user_share_put(struct manager *m, struct user_share *u);
+/* A client of a container domain that counted in u's (user_share.containers) closed. */
+void manager_user_container_put(struct user_share *u, const char *domain);
 
 uint64_t manager_uptime_usec(const struct manager *m);
 

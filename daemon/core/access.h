@@ -41,6 +41,12 @@ bool access_is_admin(const struct config *cfg, const struct access_peer *p);
 const char *access_domain_name(const struct config *cfg, const struct access_peer *p, char *buf,
 			       size_t size);
 
+/* Whether name is one mrd gives a container (ctr-…, pod-…), which no [domains] line may take. */
+static inline bool access_is_container_domain(const char *name)
+{
+	return strncmp(name, "ctr-", 4) == 0 || strncmp(name, "pod-", 4) == 0;
+}
+
 /* What the read-only views (Status, Clients, Mempools, FrmrPools, DomainDump, the bus
  * properties) show: NULL, everything, to an admin; to anyone else the name of its own domain,
  * and nothing of another domain nor any daemon-wide count. */
