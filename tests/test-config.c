@@ -398,7 +398,7 @@ START_TEST(test_quotas_lines)
 		   "ctr-* = pinned_bytes=1G\n"
 		   "lab = allocated_bytes=64G  arenas=32 window_bytes=2G\n"
 		   "l* = clients=3 mempools=7 allocations=9\n"
-		   "pod-[0-9a-f]* = allocated_bytes=\n");
+		   "pod-[0-9a-f]* = allocated_bytes= pinned_bytes=64G\n");
 	config_init(&c);
 	ck_assert_int_eq(config_load_file(&c, path), 0);
 	config_fit_host(&c, 16ULL << 30);
@@ -428,15 +428,28 @@ START_TEST(test_quotas_lines)
 	ck_assert_uint_eq(q.allocations, 9);
 	ck_assert_uint_eq(q.arenas, 16);
 
-	/* An empty byte value is the host's share, as in [quota]. */
+	/* An empty byte value is the host's share, and a pinned one above the host is cut to it,
+	 * as in [quota]. */
 	config_quota_for(&c, "pod-0a1b", &q);
 	ck_assert_uint_eq(q.allocated_bytes, 8ULL << 30);
+	ck_assert_uint_eq(q.pinned_bytes, 16ULL << 30);
 
 	config_quota_for(&c, "uid-1000", &q);
 	ck_assert_uint_eq(q.allocated_bytes, 6ULL << 30);
 	ck_assert_uint_eq(q.pinned_bytes, c.quota.pinned_bytes);
 	ck_assert_uint_eq(q.arenas, 16);
 	ck_assert_uint_eq(q.clients, c.quota.clients);
+
+	/* A glob again (a later drop-in) replaces its line where it stands: lab still wins. */
+	ck_assert_int_eq(config_set(&c, "quotas", "lab", "clients=5"), 0);
+	config_quota_for(&c, "lab", &q);
+	ck_assert_uint_eq(q.clients, 5);
+	ck_assert_uint_eq(q.allocated_bytes, 6ULL << 30);
+	ck_assert_uint_eq(c.n_quotas, 4);
+	/* A line's window_bytes is held to [memory] arena_size, as [quota]'s. */
+	ck_assert_int_eq(config_finish(&c), 0);
+	ck_assert_int_eq(config_set(&c, "quotas", "lab", "window_bytes=1M"), 0);
+	ck_assert_int_eq(config_finish(&c), -EINVAL);
 	config_done(&c);
 }
 END_TEST
