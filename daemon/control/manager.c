@@ -115,6 +115,7 @@ void manager_reconfigure(struct manager *m, struct config *new, char *changed, s
 	*old = *new;
 	config_init(new);
 	log_set_level(old->log_level);
+	domains_resolve_quotas(&m->core);
 	/* admin_group may have changed: the clients connected now are judged by the new one. */
 	LIST_FOREACH(c, &m->clients, link)
 		c->admin = access_is_admin(&m->core.config, &(struct access_peer){
