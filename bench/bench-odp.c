@@ -80,13 +80,13 @@ static int domain_open(struct odp_domain *d, uint64_t window_base)
 	r = window_reserve(&d->window, d->cfg.window_base, d->cfg.window_size, d->cfg.arena_size);
 	if (r < 0)
 		return r;
-	memory_init(&d->mem, &d->cfg, &d->window, "bench");
+	memory_init(&d->mem, &d->cfg, &d->cfg.quota, &d->window, "bench");
 	r = status_page_open(&d->mem.status, "bench", 1);
 	if (r < 0)
 		return r;
 	d->reg = (struct registrar){ .base = {
-		.config = &d->cfg, .name = "bench", .mem = &d->mem, .workers = &d->workers,
-		.stopping = &d->stopping, .host_pinned = &d->host_pinned,
+		.config = &d->cfg, .quota = &d->cfg.quota, .name = "bench", .mem = &d->mem,
+		.workers = &d->workers, .stopping = &d->stopping, .host_pinned = &d->host_pinned,
 		.events = { .hold = on_hold, .unhold = on_unhold, .allocation_idle = on_idle,
 			    .released = on_released, .changed = on_changed },
 		.data = d,

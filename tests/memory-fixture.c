@@ -17,7 +17,7 @@ void memory_fixture_open(struct config *cfg, struct window *window, struct memor
 		ck_assert_int_eq(config_set(cfg, "memory", "window_base", base), 0);
 	ck_assert_int_eq(window_reserve(window, cfg->window_base, cfg->window_size,
 					cfg->arena_size), 0);
-	memory_init(mem, cfg, window, "unit");
+	memory_init(mem, cfg, &cfg->quota, window, "unit");
 	ck_assert_int_eq(status_page_open(&mem->status, "unit", generation), 0);
 }
 

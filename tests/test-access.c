@@ -159,6 +159,131 @@ START_TEST(test_names_too_long)
 }
 END_TEST
 
+#define PODMAN_ID "3f2a9b1c0d4e5f60718293a4b5c6d7e8f90112233445566778899aabbccddeeff"
+#define OTHER_ID "aa11bb22cc33dd44ee55ff6600112233445566778899aabbccddeeff00112233"
+#define POD_UID "1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901"
+
+/* A peer of uid in a pid namespace below mrd's (a container), in cgroup. */
+static struct access_peer contained(uid_t uid, const char *cgroup)
+{
+	return (struct access_peer){ .uid = uid, .gid = uid, .fd = -1, .nested_pidns = true,
+				     .other_userns = uid != 0, .cgroup = cgroup };
+}
+
+/* A client in a container that no [domains] line names gets its container's domain, named as
+ * the runtimes name containers; a pod's containers share the pod's; not its uid's. */
+START_TEST(test_container_domains)
+{
+	struct access_peer host = peer(1002, 1002, NULL, 0);
+
+	/* podman, rootful and rootless, with or without a leaf below the scope */
+	ck_assert_str_eq(name_of(contained(0, "/machine.slice/libpod-" PODMAN_ID ".scope")),
+			 "ctr-3f2a9b1c0d4e");
+	ck_assert_str_eq(name_of(contained(0, "/machine.slice/libpod-" PODMAN_ID
+					      ".scope/container")),
+			 "ctr-3f2a9b1c0d4e");
+	/* Another user's the same id: a user may name a cgroup of its own subtree so, and make a
+	 * pid namespace to be "in" it, but does not so join root's container (nor another's). */
+	ck_assert_str_eq(name_of(contained(1002, "/machine.slice/libpod-" PODMAN_ID ".scope")),
+			 "ctr-3f2a9b1c0d4e-u1002");
+	ck_assert_str_eq(name_of(contained(1003, "/user.slice/user-1003.slice/user@1003.service/"
+						 "libpod-" PODMAN_ID ".scope")),
+			 "ctr-3f2a9b1c0d4e-u1003");
+	ck_assert_str_eq(name_of(contained(1002, "/user.slice/user-1000.slice/user@1000.service/"
+						 "user.slice/libpod-" OTHER_ID ".scope")),
+			 "ctr-aa11bb22cc33-u1002");
+	/* docker, and a cgroupfs runtime's bare id */
+	ck_assert_str_eq(name_of(contained(0, "/system.slice/docker-" OTHER_ID ".scope")),
+			 "ctr-aa11bb22cc33");
+	ck_assert_str_eq(name_of(contained(0, "/docker/" PODMAN_ID)), "ctr-3f2a9b1c0d4e");
+	/* Kubernetes, systemd and cgroupfs drivers: every container of the pod in the pod's */
+	ck_assert_str_eq(name_of(contained(1002, "/kubepods.slice/kubepods-burstable.slice/"
+						 "kubepods-burstable-pod" POD_UID ".slice/"
+						 "cri-containerd-" PODMAN_ID ".scope")),
+			 "pod-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901-u1002");
+	ck_assert_str_eq(name_of(contained(1002, "/kubepods.slice/kubepods-pod" POD_UID ".slice/"
+						 "crio-" OTHER_ID ".scope")),
+			 "pod-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901-u1002");
+	ck_assert_str_eq(name_of(contained(1002, "/kubepods/besteffort/pod1b2c3d4e-5f60-7182-93a4-"
+						 "b5c6d7e8f901/" OTHER_ID)),
+			 "pod-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901-u1002");
+	/* A cgroup that is no container id: its last component, less its unit suffix */
+	ck_assert_str_eq(name_of(contained(1002, "/user.slice/user-1000.slice/session-3.scope")),
+			 "ctr-session-3-u1002");
+	ck_assert_str_eq(name_of(contained(1002, "/a b/wei:rd")), "ctr-wei_rd-u1002");
+	/* No cgroup, or the root one, tells no container from another: the uid's */
+	ck_assert_str_eq(name_of(contained(1002, "/")), "uid-1002");
+	ck_assert_str_eq(name_of(contained(1002, NULL)), "uid-1002");
+	/* [domains] lines come first: uid 1001 is team's in a container too */
+	ck_assert_str_eq(name_of(contained(1001, "/machine.slice/libpod-" PODMAN_ID ".scope")),
+			 "team");
+	/* Outside a container, the cgroup alone changes nothing */
+	host.cgroup = "/machine.slice/libpod-" PODMAN_ID ".scope";
+	ck_assert_str_eq(name_of(host), "uid-1002");
+}
+END_TEST
+
+/* [domains] cgroup: members: a fixed name shares one domain among every match; a name with a
+ * '*' is a domain per cgroup matched, named by its short name. */
+START_TEST(test_cgroup_members)
+{
+	ck_assert_int_eq(config_set(&cfg, "domains", "batch", "cgroup:/batch.slice/*"), 0);
+	ck_assert_int_eq(config_set(&cfg, "domains", "unit-*", "cgroup:/system.slice/*.service"), 0);
+	ck_assert_int_eq(config_set(&cfg, "domains", "pods-*",
+				    "cgroup:/kubepods.slice/*/kubepods-*-pod*.slice"),
+			 0);
+	ck_assert_str_eq(name_of(contained(1002, "/batch.slice/job1.scope")), "batch");
+	ck_assert_str_eq(name_of(contained(1003, "/batch.slice/job2.scope/leaf")), "batch");
+	ck_assert_str_eq(name_of(contained(1002, "/batch.slicex/job1.scope")), "ctr-job1-u1002");
+	{ /* not in a container: a cgroup line still names it */
+		struct access_peer p = peer(1002, 1002, NULL, 0);
+
+		p.cgroup = "/system.slice/postgres.service";
+		ck_assert_str_eq(name_of(p), "unit-postgres");
+		p.cgroup = "/system.slice/nginx.service/worker";
+		ck_assert_str_eq(name_of(p), "unit-nginx");
+		p.cgroup = "/system.slice/cron.scope"; /* '*' stops at '/' and must match */
+		ck_assert_str_eq(name_of(p), "uid-1002");
+	}
+	ck_assert_str_eq(name_of(contained(1002, "/kubepods.slice/kubepods-besteffort.slice/"
+						 "kubepods-besteffort-pod" POD_UID ".slice/x")),
+			 "pods-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901");
+	/* Malformed: a relative glob, no glob, two '*', a '*' beside uids, the names mrd gives */
+	ck_assert_int_eq(config_set(&cfg, "domains", "x", "cgroup:batch.slice"), -EINVAL);
+	ck_assert_int_eq(config_set(&cfg, "domains", "x", "cgroup:"), -EINVAL);
+	ck_assert_int_eq(config_set(&cfg, "domains", "a*b*", "cgroup:/x/*"), -EINVAL);
+	ck_assert_int_eq(config_set(&cfg, "domains", "a*", "cgroup:/x/* uid:7"), -EINVAL);
+	ck_assert_int_eq(config_set(&cfg, "domains", "a*", "uid:7"), -EINVAL);
+	ck_assert_int_eq(config_set(&cfg, "domains", "ctr-3f2a9b1c0d4e", "uid:7"), -EINVAL);
+	ck_assert_int_eq(config_set(&cfg, "domains", "pod-x", "gid:7"), -EINVAL);
+	ck_assert_int_eq(config_set(&cfg, "domains", "uid-*", "cgroup:/x/*"), -EINVAL);
+	ck_assert_int_eq(config_set(&cfg, "domains", "ctr-*", "cgroup:/x/*"), -EINVAL);
+}
+END_TEST
+
+/* Admin rights need mrd's pid and user namespaces: root in a container is refused them, and
+ * sees only its own domain. */
+START_TEST(test_no_admin_in_container)
+{
+	struct access_peer p = contained(0, "/machine.slice/libpod-" PODMAN_ID ".scope");
+	char buf[64];
+
+	ck_assert(!access_is_admin(&cfg, &p));
+	ck_assert_str_eq(access_peer_view(&cfg, &p, buf, sizeof(buf)), "ctr-3f2a9b1c0d4e");
+	p = peer(0, 0, NULL, 0);
+	p.other_userns = true; /* root of a user namespace of its own, in mrd's pid namespace */
+	ck_assert(!access_is_admin(&cfg, &p));
+	p = peer(1000, ADMIN_GID, NULL, 0);
+	p.nested_pidns = true; /* the admin group, in a container */
+	ck_assert(!access_is_admin(&cfg, &p));
+	p.nested_pidns = false;
+	ck_assert(access_is_admin(&cfg, &p));
+	p = peer(0, 0, NULL, 0);
+	p.cgroup = "/system.slice/sshd.service"; /* a cgroup alone is no container */
+	ck_assert(access_is_admin(&cfg, &p));
+}
+END_TEST
+
 /* A socket peer's supplementary groups are the kernel's (SO_PEERGROUPS), not a list. */
 START_TEST(test_socket_peer_groups)
 {
@@ -200,6 +325,9 @@ int main(void)
 	tcase_add_test(tc, test_domain_names);
 	tcase_add_test(tc, test_names_too_long);
 	tcase_add_test(tc, test_socket_peer_groups);
+	tcase_add_test(tc, test_container_domains);
+	tcase_add_test(tc, test_cgroup_members);
+	tcase_add_test(tc, test_no_admin_in_container);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

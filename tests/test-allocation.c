@@ -139,26 +139,26 @@ START_TEST(test_quotas)
 	struct allocation *b;
 	char why[160] = "";
 
-	cfg.quota_allocations = 1;
+	cfg.quota.allocations = 1;
 	ck_assert_ptr_nonnull(alloc(4 * KiB));
 	ck_assert_int_eq(try_alloc(4 * KiB, &b, why, sizeof(why)), -EDQUOT);
 	ck_assert_ptr_nonnull(strstr(why, "quota.allocations"));
-	cfg.quota_allocations = 16;
+	cfg.quota.allocations = 16;
 
-	cfg.quota_allocated_bytes = 8 * KiB;
+	cfg.quota.allocated_bytes = 8 * KiB;
 	ck_assert_int_eq(try_alloc(8 * KiB, &b, why, sizeof(why)), -EDQUOT);
 	ck_assert_ptr_nonnull(strstr(why, "quota.allocated_bytes"));
 	b = alloc(4 * KiB); /* exactly the quota */
-	cfg.quota_allocated_bytes = 64 * MiB;
+	cfg.quota.allocated_bytes = 64 * MiB;
 
 	/* The first arena is full: a second one is past quota.arenas. */
-	cfg.quota_arenas = 1;
+	cfg.quota.arenas = 1;
 	ck_assert_int_eq(try_alloc(4 * MiB, &b, why, sizeof(why)), -EDQUOT);
 	ck_assert_ptr_nonnull(strstr(why, "quota.arenas"));
-	cfg.quota_arenas = 64;
+	cfg.quota.arenas = 64;
 
 	/* The domain's share of the window: two arenas of 4 MiB. */
-	cfg.quota_window_bytes = 8 * MiB;
+	cfg.quota.window_bytes = 8 * MiB;
 	ck_assert_ptr_nonnull(alloc(4 * MiB));
 	ck_assert_int_eq(try_alloc(4 * MiB, &b, why, sizeof(why)), -EDQUOT);
 	ck_assert_ptr_nonnull(strstr(why, "quota.window_bytes"));

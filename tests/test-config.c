@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -170,9 +171,9 @@ START_TEST(test_drop_in_folder)
 	put(dropins, "30-c.conf.disabled", "[quota]\nallocations = 99\n");
 	put(dropins, ".40-hidden.conf", "[quota]\nallocations = 98\n");
 	ck_assert_int_eq(config_load(&c, conf, true), 0);
-	ck_assert_uint_eq(c.quota_allocations, 30); /* 20-b after 10-a */
-	ck_assert_uint_eq(c.quota_arenas, 7);
-	ck_assert_uint_eq(c.quota_mempools, 5);
+	ck_assert_uint_eq(c.quota.allocations, 30); /* 20-b after 10-a */
+	ck_assert_uint_eq(c.quota.arenas, 7);
+	ck_assert_uint_eq(c.quota.mempools, 5);
 
 	put(dropins, "15-bad.conf", "[quota]\nallocations = many\n");
 	ck_assert_int_eq(config_load(&c, conf, true), -EINVAL);
@@ -259,13 +260,13 @@ START_TEST(test_per_user_keys)
 	ck_assert_int_eq(config_finish(&c), 0);
 	ck_assert_uint_eq(c.max_clients_per_user, 256); /* a quarter of the 1024 [limits] clients */
 	/* An eighth of the window by default: 512 GiB of 4 TiB. */
-	ck_assert_uint_eq(config_window_bytes(&c), 512ULL << 30);
+	ck_assert_uint_eq(config_window_bytes(&c, &c.quota), 512ULL << 30);
 	ck_assert_int_eq(config_set(&c, "memory", "window_size", "8G"), 0);
-	ck_assert_uint_eq(config_window_bytes(&c), 4ULL << 30); /* at least 4 arenas */
+	ck_assert_uint_eq(config_window_bytes(&c, &c.quota), 4ULL << 30); /* at least 4 arenas */
 	ck_assert_int_eq(config_set(&c, "memory", "window_size", "2G"), 0);
-	ck_assert_uint_eq(config_window_bytes(&c), 2ULL << 30); /* at most the window */
+	ck_assert_uint_eq(config_window_bytes(&c, &c.quota), 2ULL << 30); /* at most the window */
 	ck_assert_int_eq(config_set(&c, "quota", "window_bytes", "1G"), 0);
-	ck_assert_uint_eq(config_window_bytes(&c), 1ULL << 30);
+	ck_assert_uint_eq(config_window_bytes(&c, &c.quota), 1ULL << 30);
 	ck_assert_int_eq(config_finish(&c), 0);
 	ck_assert_int_eq(config_set(&c, "quota", "window_bytes", "512M"), 0);
 	ck_assert_int_eq(config_finish(&c), -EINVAL); /* not even one arena */
@@ -274,6 +275,10 @@ START_TEST(test_per_user_keys)
 	ck_assert_int_eq(config_set(&c, "limits", "clients_per_user", "3"), 0);
 	ck_assert_uint_eq(c.max_clients_per_user, 3);
 	ck_assert_int_eq(config_set(&c, "limits", "clients_per_user", "0"), -ERANGE);
+	ck_assert_uint_eq(c.max_user_containers, 4);
+	ck_assert_int_eq(config_set(&c, "limits", "container_domains_per_user", "0"), 0);
+	ck_assert_uint_eq(c.max_user_containers, 0);
+	ck_assert_int_eq(config_set(&c, "limits", "container_domains_per_user", "65"), -ERANGE);
 	config_done(&c);
 }
 END_TEST
@@ -348,20 +353,154 @@ END_TEST
  * above it is cut to it; one below it stays. */
 /* A quota refusal reaches the client whole, how to raise the quota included, in the reply's
  * message (struct reply, 256 bytes): for the longest domain name [domains] takes (63
- * characters) and byte counts of a big host (2^40 and more). */
+ * characters) and byte counts of a big host (2^40 and more); set by a [quotas] line, for that
+ * name and a glob of 17 characters, and for a pod's name (pod-UID) and a line naming it. */
 START_TEST(test_quota_refusal_fits_a_reply)
 {
 	const char *name = "lab-0123456789-0123456789-0123456789-0123456789-0123456789-abcd";
+	const char *pod = "pod-0f3c2d9e-5b7a-4c1e-9d2f-8a6b4e3c1d0a";
 	char why[256];
 	struct config c;
+	struct quota q;
 
 	ck_assert_uint_eq(strlen(name), 63);
 	config_init(&c);
 	ck_assert_int_eq(config_set(&c, "quota", "allocated_bytes", "2T"), 0);
-	ck_assert_int_eq(config_quota_refusal(&c, QUOTA_ALLOCATED_BYTES, name, 2198754099200ull,
-					      1099511627776ull, why, sizeof(why)), -EDQUOT);
+	ck_assert_int_eq(config_quota_refusal(&c, &c.quota, QUOTA_ALLOCATED_BYTES, name,
+					      2198754099200ull, 1099511627776ull, why, sizeof(why)),
+			 -EDQUOT);
 	ck_assert_msg(strstr(why, "reload mrd"), "truncated (%zu bytes): %s", strlen(why), why);
+
+	ck_assert_int_eq(config_set(&c, "quotas", "lab-0123456789-*", "allocated_bytes=2T"), 0);
+	config_quota_for(&c, name, &q);
+	ck_assert_int_eq(config_quota_refusal(&c, &q, QUOTA_ALLOCATED_BYTES, name, 2198754099200ull,
+					      1099511627776ull, why, sizeof(why)), -EDQUOT);
+	ck_assert_msg(strstr(why, "[quotas] lab-0123456789-* allocated_bytes and reload mrd"),
+		      "truncated (%zu bytes): %s", strlen(why), why);
+	ck_assert_int_eq(config_set(&c, "quotas", pod, "allocated_bytes=2T"), 0);
+	config_quota_for(&c, pod, &q);
+	ck_assert_int_eq(config_quota_refusal(&c, &q, QUOTA_ALLOCATED_BYTES, pod, 2198754099200ull,
+					      1099511627776ull, why, sizeof(why)), -EDQUOT);
+	ck_assert_msg(strstr(why, "allocated_bytes and reload mrd"), "truncated (%zu bytes): %s",
+		      strlen(why), why);
 	config_done(&c);
+}
+END_TEST
+
+/* [quotas]: the first line whose glob matches a domain's name sets the keys it names; the
+ * others are [quota]'s. A refusal names the line where it set the key, else [quota]. */
+START_TEST(test_quotas_lines)
+{
+	struct config c;
+	struct quota q;
+	char why[256];
+
+	write_file("[quota]\n"
+		   "allocated_bytes = 6G\n"
+		   "arenas = 16\n"
+		   "[quotas]\n"
+		   "ctr-* = pinned_bytes=1G\n"
+		   "lab = allocated_bytes=64G  arenas=32 window_bytes=2G\n"
+		   "l* = clients=3 mempools=7 allocations=9\n"
+		   "pod-[0-9a-f]* = allocated_bytes= pinned_bytes=64G\n");
+	config_init(&c);
+	ck_assert_int_eq(config_load_file(&c, path), 0);
+	config_fit_host(&c, 16ULL << 30);
+
+	config_quota_for(&c, "lab", &q);
+	ck_assert_uint_eq(q.allocated_bytes, 64ULL << 30);
+	ck_assert_uint_eq(q.arenas, 32);
+	ck_assert_uint_eq(config_window_bytes(&c, &q), 2ULL << 30);
+	ck_assert_uint_eq(q.clients, c.quota.clients); /* the first match only */
+	ck_assert_uint_eq(q.pinned_bytes, c.quota.pinned_bytes);
+
+	config_quota_for(&c, "ctr-3f2a9b1c0d4e", &q);
+	ck_assert_uint_eq(q.pinned_bytes, 1ULL << 30);
+	ck_assert_uint_eq(q.allocated_bytes, 6ULL << 30);
+	ck_assert_uint_eq(q.arenas, 16);
+	ck_assert_int_eq(config_quota_refusal(&c, &q, QUOTA_PINNED_BYTES, "ctr-3f2a9b1c0d4e",
+					      1ULL << 30, 4096, why, sizeof(why)), -EDQUOT);
+	ck_assert_msg(strstr(why, "; raise [quotas] ctr-* pinned_bytes and reload mrd"), "%s",
+		      why);
+	ck_assert_int_eq(config_quota_refusal(&c, &q, QUOTA_ALLOCATED_BYTES, "ctr-3f2a9b1c0d4e",
+					      6ULL << 30, 4096, why, sizeof(why)), -EDQUOT);
+	ck_assert_msg(strstr(why, "; raise [quota] allocated_bytes in mrd.conf"), "%s", why);
+
+	config_quota_for(&c, "lx", &q);
+	ck_assert_uint_eq(q.clients, 3);
+	ck_assert_uint_eq(q.mempools, 7);
+	ck_assert_uint_eq(q.allocations, 9);
+	ck_assert_uint_eq(q.arenas, 16);
+
+	/* An empty byte value is the host's share, and a pinned one above the host is cut to it,
+	 * as in [quota]. */
+	config_quota_for(&c, "pod-0a1b", &q);
+	ck_assert_uint_eq(q.allocated_bytes, 8ULL << 30);
+	ck_assert_uint_eq(q.pinned_bytes, 16ULL << 30);
+
+	config_quota_for(&c, "uid-1000", &q);
+	ck_assert_uint_eq(q.allocated_bytes, 6ULL << 30);
+	ck_assert_uint_eq(q.pinned_bytes, c.quota.pinned_bytes);
+	ck_assert_uint_eq(q.arenas, 16);
+	ck_assert_uint_eq(q.clients, c.quota.clients);
+
+	/* A glob again (a later drop-in) replaces its line where it stands: lab still wins. */
+	ck_assert_int_eq(config_set(&c, "quotas", "lab", "clients=5"), 0);
+	config_quota_for(&c, "lab", &q);
+	ck_assert_uint_eq(q.clients, 5);
+	ck_assert_uint_eq(q.allocated_bytes, 6ULL << 30);
+	ck_assert_uint_eq(c.n_quotas, 4);
+	/* A line's window_bytes is held to [memory] arena_size, as [quota]'s. */
+	ck_assert_int_eq(config_finish(&c), 0);
+	ck_assert_int_eq(config_set(&c, "quotas", "lab", "window_bytes=1M"), 0);
+	ck_assert_int_eq(config_finish(&c), -EINVAL);
+	config_done(&c);
+}
+END_TEST
+
+/* A bad [quotas] line fails the load with one error naming file:line and what is wrong. */
+START_TEST(test_quotas_errors)
+{
+	static const struct {
+		const char *line, *error;
+	} bad[] = {
+		{ "ctr-* = color=red", "unknown key 'color'" },
+		{ "ctr-* = arenas=0", "bad value for 'arenas'" },
+		{ "ctr-* = arenas=many", "bad value for 'arenas'" },
+		{ "ctr-* = pinned_bytes=4Q", "bad value for 'pinned_bytes'" },
+		{ "ctr-* = arenas", "expected key=value" },
+		{ "ctr-* =", "expected key=value" },
+		{ "ctr-[ab = arenas=1", "bad glob" },
+		{ "ctr/* = arenas=1", "bad glob" },
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char text[128], want[256], out[1024];
+		int saved = dup(STDERR_FILENO), cap = memfd_create("log", MFD_CLOEXEC);
+		struct config c;
+		ssize_t k;
+		int r;
+
+		snprintf(text, sizeof(text), "[quotas]\nlab = arenas=2\n%s\n", bad[i].line);
+		write_file(text);
+		config_init(&c);
+		ck_assert_int_ge(saved, 0);
+		ck_assert_int_ge(cap, 0);
+		ck_assert_int_eq(dup2(cap, STDERR_FILENO), STDERR_FILENO);
+		r = config_load_file(&c, path);
+		ck_assert_int_eq(dup2(saved, STDERR_FILENO), STDERR_FILENO);
+		close(saved);
+		k = pread(cap, out, sizeof(out) - 1, 0);
+		close(cap);
+		ck_assert_int_ge(k, 0);
+		out[k] = '\0';
+		ck_assert_msg(r == -EINVAL, "accepted (%d): %s", r, bad[i].line);
+		snprintf(want, sizeof(want), "%s:3: [quotas] ", path);
+		ck_assert_msg(strstr(out, want) && strstr(out, bad[i].error),
+			      "%s: logged '%s'", bad[i].line, out);
+		config_done(&c);
+		teardown();
+	}
 }
 END_TEST
 
@@ -372,8 +511,8 @@ START_TEST(test_fit_host)
 
 	config_init(&c);
 	config_fit_host(&c, host);
-	ck_assert_uint_eq(c.quota_allocated_bytes, host / 2);
-	ck_assert_uint_eq(c.quota_pinned_bytes, host / 4);
+	ck_assert_uint_eq(c.quota.allocated_bytes, host / 2);
+	ck_assert_uint_eq(c.quota.pinned_bytes, host / 4);
 	ck_assert_uint_eq(c.max_pinned_bytes, host / 2);
 	config_done(&c);
 
@@ -382,8 +521,8 @@ START_TEST(test_fit_host)
 	ck_assert_int_eq(config_set(&c, "quota", "allocated_bytes", "1G"), 0);
 	ck_assert_int_eq(config_set(&c, "limits", "pinned_bytes", "0"), 0);
 	config_fit_host(&c, host);
-	ck_assert_uint_eq(c.quota_pinned_bytes, host);
-	ck_assert_uint_eq(c.quota_allocated_bytes, 1ULL << 30);
+	ck_assert_uint_eq(c.quota.pinned_bytes, host);
+	ck_assert_uint_eq(c.quota.allocated_bytes, 1ULL << 30);
 	ck_assert_uint_eq(c.max_pinned_bytes, 0);
 	config_done(&c);
 
@@ -392,7 +531,7 @@ START_TEST(test_fit_host)
 	ck_assert_int_eq(config_set(&c, "quota", "allocated_bytes", "64G"), 0);
 	ck_assert_int_eq(config_set(&c, "limits", "pinned_bytes", "1T"), 0);
 	config_fit_host(&c, host);
-	ck_assert_uint_eq(c.quota_allocated_bytes, 64ULL << 30);
+	ck_assert_uint_eq(c.quota.allocated_bytes, 64ULL << 30);
 	ck_assert_uint_eq(c.max_pinned_bytes, host);
 	config_done(&c);
 }
@@ -465,12 +604,12 @@ START_TEST(test_shipped_conf_is_the_defaults)
 	ck_assert_uint_eq(c.arena_size, d.arena_size);
 	ck_assert_int_eq(c.hugepages, d.hugepages);
 	ck_assert_int_eq(c.mr_policy, d.mr_policy);
-	ck_assert_uint_eq(c.quota_allocated_bytes, d.quota_allocated_bytes);
-	ck_assert_uint_eq(c.quota_pinned_bytes, d.quota_pinned_bytes);
-	ck_assert_uint_eq(c.quota_arenas, d.quota_arenas);
-	ck_assert_uint_eq(c.quota_allocations, d.quota_allocations);
-	ck_assert_uint_eq(c.quota_clients, d.quota_clients);
-	ck_assert_uint_eq(c.quota_mempools, d.quota_mempools);
+	ck_assert_uint_eq(c.quota.allocated_bytes, d.quota.allocated_bytes);
+	ck_assert_uint_eq(c.quota.pinned_bytes, d.quota.pinned_bytes);
+	ck_assert_uint_eq(c.quota.arenas, d.quota.arenas);
+	ck_assert_uint_eq(c.quota.allocations, d.quota.allocations);
+	ck_assert_uint_eq(c.quota.clients, d.quota.clients);
+	ck_assert_uint_eq(c.quota.mempools, d.quota.mempools);
 	ck_assert_uint_eq(c.pools.max_queued, d.pools.max_queued);
 	config_done(&c);
 	config_done(&d);
@@ -497,6 +636,8 @@ int main(void)
 	tcase_add_test(tc, test_pools_keys);
 	tcase_add_test(tc, test_fit_host);
 	tcase_add_test(tc, test_quota_refusal_fits_a_reply);
+	tcase_add_test(tc, test_quotas_lines);
+	tcase_add_test(tc, test_quotas_errors);
 	tcase_add_test(tc, test_socket_settings);
 	tcase_add_test(tc, test_shipped_conf_is_the_defaults);
 	suite_add_tcase(s, tc);

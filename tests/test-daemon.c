@@ -68,7 +68,7 @@ int td_add_client_of(pid_t pid, uid_t uid, gid_t gid, struct client **ret)
 
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
 	ck_assert_int_eq(fcntl(sv[0], F_SETFL, O_NONBLOCK), 0);
-	ck_assert_int_eq(manager_add_client(td_manager, sv[0], &cred, cred.uid, &c), 0);
+	ck_assert_int_eq(manager_add_client(td_manager, sv[0], &cred, cred.uid, NULL, &c), 0);
 	if (ret)
 		*ret = c;
 	return sv[1];

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -651,7 +652,7 @@ START_TEST(test_client_limit)
 	fds[0] = td_add_client(1000, 1000, NULL);
 	fds[1] = td_add_client(1000, 1000, NULL);
 	fds[2] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	ck_assert_int_eq(manager_add_client(td_manager, fds[2], &cred, cred.uid, &c), -EUSERS);
+	ck_assert_int_eq(manager_add_client(td_manager, fds[2], &cred, cred.uid, NULL, &c), -EUSERS);
 	ck_assert_uint_eq(td_manager->n_clients, 2);
 	for (int i = 0; i < 3; i++)
 		close(fds[i]);
@@ -671,26 +672,26 @@ START_TEST(test_clients_per_user)
 	setup_with("limits.clients_per_user=2");
 	for (int i = 0; i < 7; i++)
 		fds[i] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 1000, &c), 0);
+	ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 1000, NULL, &c), 0);
 	/* uid 100005 of a namespace uid 1000 made: uid 1000's second slot, and its domain. */
 	cred.uid = cred.gid = 100005;
-	ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 1000, &nested), 0);
+	ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 1000, NULL, &nested), 0);
 	ck_assert_str_eq(nested->domain_name, "uid-1000");
 	ck_assert_uint_eq(nested->owner.mem.uid, 100005);
-	ck_assert_int_eq(manager_add_client(td_manager, fds[n], &cred, 1000, &c), -EUSERS);
+	ck_assert_int_eq(manager_add_client(td_manager, fds[n], &cred, 1000, NULL, &c), -EUSERS);
 	cred.uid = cred.gid = 1000;
-	ck_assert_int_eq(manager_add_client(td_manager, fds[n], &cred, 1000, &c), -EUSERS);
+	ck_assert_int_eq(manager_add_client(td_manager, fds[n], &cred, 1000, NULL, &c), -EUSERS);
 	/* Another user, and root past the limit, are served. */
 	cred.uid = cred.gid = 1001;
-	ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 1001, &c), 0);
+	ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 1001, NULL, &c), 0);
 	cred.uid = cred.gid = 0;
 	for (int i = 0; i < 3; i++)
-		ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 0, &c), 0);
+		ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 0, NULL, &c), 0);
 	ck_assert_uint_eq(td_manager->n_clients, 6);
 	/* uid 1000 gets its slot back with the namespaced client gone. */
 	client_free(nested);
 	cred.uid = cred.gid = 1000;
-	ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 1000, &c), 0);
+	ck_assert_int_eq(manager_add_client(td_manager, fds[n++], &cred, 1000, NULL, &c), 0);
 	ck_assert_uint_eq(td_manager->n_clients, 6);
 }
 END_TEST
@@ -1087,6 +1088,102 @@ START_TEST(test_reply_beyond_the_socket)
 }
 END_TEST
 
+/* A child that waits for EOF on hold, in a new pid namespace (pidns) or user namespace (not);
+ * its pid as we see it. 0 where the kernel refuses the namespace. */
+static pid_t placed_child(bool pidns, int hold[2])
+{
+	int pids[2];
+	pid_t mid, pid = 0;
+
+	ck_assert_int_eq(pipe2(pids, O_CLOEXEC), 0);
+	mid = fork();
+	ck_assert_int_ge(mid, 0);
+	if (mid == 0) {
+		char c;
+
+		close(hold[1]);
+		if (unshare(pidns ? CLONE_NEWPID : CLONE_NEWUSER) < 0)
+			_exit(write(pids[1], &pid, sizeof(pid)) == sizeof(pid) ? 0 : 1);
+		pid = pidns ? fork() : getpid(); /* the pid namespace is its children's */
+		if (pid == 0) {
+			(void)!read(hold[0], &c, 1);
+			_exit(0);
+		}
+		if (write(pids[1], &pid, sizeof(pid)) != sizeof(pid))
+			_exit(1);
+		(void)!read(hold[0], &c, 1);
+		_exit(0);
+	}
+	close(pids[1]);
+	ck_assert_int_eq(read(pids[0], &pid, sizeof(pid)), (ssize_t)sizeof(pid));
+	close(pids[0]);
+	return pid;
+}
+
+/* Where a process runs, from files any process may read: a process of another uid (as mrd,
+ * which keeps no CAP_SYS_PTRACE, reads its clients) is told apart in a pid namespace of its
+ * own and in a user namespace of its own; a pid that does not run as the uid is -ESRCH. */
+START_TEST(test_process_place)
+{
+	_cleanup_free_ char *own = process_uid_map("/proc/self"), *cgroup = NULL;
+	struct process_place place;
+	int hold[2], status;
+	char line[512];
+	pid_t in_pidns, in_userns, asker;
+	FILE *f;
+
+	ck_assert_ptr_nonnull(own);
+	f = fopen("/proc/self/cgroup", "re");
+	while (f && fgets(line, sizeof(line), f))
+		if (strncmp(line, "0::", 3) == 0)
+			cgroup = strndup(line + 3, strcspn(line + 3, "\n"));
+	if (f)
+		fclose(f);
+	ck_assert_int_eq(process_place_read(getpid(), geteuid(), own, &place), 0);
+	ck_assert(!place.nested_pidns && !place.other_userns);
+	ck_assert_str_eq(place.cgroup ? place.cgroup : "(none)", cgroup ? cgroup : "(none)");
+	free(place.cgroup);
+	ck_assert_int_eq(process_place_read(getpid(), geteuid() + 1, own, &place), -ESRCH);
+	ck_assert_int_eq(process_place_read(0, 0, own, &place), -ESRCH);
+	ck_assert_int_eq(process_place_read(getpid(), geteuid(), NULL, &place), 0);
+	ck_assert(place.other_userns); /* mrd's own map unknown: nobody counts as the host's */
+	free(place.cgroup);
+	if (geteuid() != 0) {
+		fprintf(stderr, "test_process_place: namespaces need root: the rest skipped\n");
+		return;
+	}
+	ck_assert_int_eq(pipe2(hold, O_CLOEXEC), 0);
+	in_pidns = placed_child(true, hold);
+	in_userns = placed_child(false, hold);
+	ck_assert_int_gt(in_pidns, 0);
+	ck_assert_int_gt(in_userns, 0);
+	/* Read as uid 1000, without CAP_SYS_PTRACE, as mrd reads them. */
+	asker = fork();
+	ck_assert_int_ge(asker, 0);
+	if (asker == 0) {
+		struct process_place a, b;
+
+		if (setresgid(1000, 1000, 1000) < 0 || setresuid(1000, 1000, 1000) < 0)
+			_exit(2);
+		if (process_place_read(in_pidns, 0, own, &a) < 0 || !a.nested_pidns ||
+		    a.other_userns)
+			_exit(3);
+		if (process_place_read(in_userns, 0, own, &b) < 0 || b.nested_pidns ||
+		    !b.other_userns)
+			_exit(4);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(asker, &status, 0), asker);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "asker: status %d", status);
+	close(hold[1]);
+	close(hold[0]);
+	while (wait(NULL) > 0)
+		;
+	/* Gone (reaped above: it was our child): -ESRCH */
+	ck_assert_int_eq(process_place_read(in_userns, 0, own, &place), -ESRCH);
+}
+END_TEST
+
 START_TEST(test_request_table)
 {
 	ck_assert_ptr_null(request_type_lookup(0));
@@ -1141,6 +1238,7 @@ static Suite *dispatch_suite(void)
 	tcase_add_test(tc, test_domain_after_check);
 	tcase_add_test(tc, test_no_domain_requests_join_nothing);
 	tcase_add_test(tc, test_request_table);
+	tcase_add_test(tc, test_process_place);
 	tcase_add_test(tc, test_reply_beyond_the_socket);
 	suite_add_tcase(s, tc);
 	return s;

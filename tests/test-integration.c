@@ -3,10 +3,14 @@
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -450,6 +454,221 @@ START_TEST(test_mrctl_usage)
 }
 END_TEST
 
+/* nobody may not reach the build tree (a clone in a 0700 directory): mrctl_run runs a copy
+ * from mrd's own directory from here on. */
+static void mrctl_for_nobody(void)
+{
+	char cmd[1200];
+
+	snprintf(cmd, sizeof(cmd), "cp '%s' '%s/mrctl' && chmod 0755 '%s/mrctl'", mrctl, mrd.dir,
+		 mrd.dir);
+	ck_assert_int_eq(system(cmd), 0);
+	snprintf(mrctl, sizeof(mrctl), "%s/mrctl", mrd.dir);
+}
+
+/* A cgroup v2 folder below this process's own, named name, made here (its path in path), as a
+ * container runtime makes one per container; false with the reason on stderr where there is
+ * no cgroup v2 mount or it is read-only. */
+static bool container_cgroup(const char *name, char *path, size_t size)
+{
+	char line[1024], mount[512] = "", own[512] = "";
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+
+	while (f && fgets(line, sizeof(line), f)) {
+		char root[512], point[512], *dash = strstr(line, " - cgroup2 ");
+
+		if (dash && sscanf(line, "%*s %*s %*s %511s %511s", root, point) == 2 &&
+		    strcmp(root, "/") == 0)
+			snprintf(mount, sizeof(mount), "%s", point);
+	}
+	if (f)
+		fclose(f);
+	f = fopen("/proc/self/cgroup", "re");
+	while (f && fgets(line, sizeof(line), f))
+		if (strncmp(line, "0::", 3) == 0)
+			snprintf(own, sizeof(own), "%.*s", (int)strcspn(line + 3, "\n"), line + 3);
+	if (f)
+		fclose(f);
+	snprintf(path, size, "%s%s/%s", mount, strcmp(own, "/") == 0 ? "" : own, name);
+	if (!mount[0] || !own[0] || (mkdir(path, 0755) < 0 && errno != EEXIST)) {
+		fprintf(stderr, "no cgroup v2 folder of our own (%s): container cases skipped\n",
+			!mount[0] ? "no cgroup2 mount" : !own[0] ? "no 0:: line" : strerror(errno));
+		return false;
+	}
+	return true;
+}
+
+/* mrctl a b, as uid (root: -1) in a container of its own: a new pid namespace, made by
+ * unshare(1) after the shell moved itself into cgroup (as podman starts one); output in out. */
+static int mrctl_in_container(const char *cgroup, uid_t uid, const char *a, const char *b)
+{
+	char script[1024], who[32];
+	const char *argv[] = { "/bin/sh", "-c", script, mrctl, "--socket", mrd.socket, a, b, NULL };
+
+	snprintf(who, sizeof(who), "%u", (unsigned)uid);
+	snprintf(script, sizeof(script),
+		 "echo $$ > '%s/cgroup.procs' && exec unshare --pid --fork -- %s \"$0\" \"$@\"",
+		 cgroup,
+		 uid == (uid_t)-1 ? "" : "setpriv --reuid=65534 --regid=65534 --clear-groups --");
+	return run_capture(argv, out, sizeof(out), (uid_t)-1);
+}
+
+#define CTR_A "3f2a9b1c0d4e5f60718293a4b5c6d7e8f90112233445566778899aabbccddeeff"
+#define CTR_B "aa11bb22cc33dd44ee55ff6600112233445566778899aabbccddeeff00112233"
+
+/* Two containers of one uid get two domains, named after them, not the uid's; root in a
+ * container is no admin: Flush refused, its own domain's view alone. */
+START_TEST(test_containers_get_domains_of_their_own)
+{
+	char a[1024], b[1024];
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "test_containers_get_domains_of_their_own: needs root: skipped\n");
+		return;
+	}
+	if (!container_cgroup("libpod-" CTR_A ".scope", a, sizeof(a)) ||
+	    !container_cgroup("libpod-" CTR_B ".scope", b, sizeof(b)))
+		return;
+	mrctl_for_nobody();
+	ck_assert_int_eq(mrctl_in_container(a, 65534, "status", NULL), 0);
+	ck_assert_msg(strstr(out, "ctr-3f2a9b1c0d4e-u65534 ("), "mrctl said: %s", out);
+	ck_assert_int_eq(mrctl_in_container(b, 65534, "status", NULL), 0);
+	ck_assert_msg(strstr(out, "ctr-aa11bb22cc33-u65534 ("), "mrctl said: %s", out);
+	/* The same uid on the host: its uid's */
+	ck_assert_int_eq(mrctl_run(65534, "status", NULL), 0);
+	ck_assert_msg(strstr(out, "uid-65534 ("), "mrctl said: %s", out);
+
+	ck_assert_int_eq(mrctl_in_container(a, (uid_t)-1, "flush", NULL), 1);
+	ck_assert_msg(strstr(out, "Flush needs root or the admin group"), "mrctl said: %s", out);
+	ck_assert_int_eq(mrctl_in_container(a, (uid_t)-1, "status", NULL), 0);
+	ck_assert_msg(strstr(out, "ctr-3f2a9b1c0d4e (") && !strstr(out, "requests:"),
+		      "mrctl said: %s", out);
+	ck_assert_int_eq(mrctl_run((uid_t)-1, "flush", NULL), 0); /* the host's root is admin */
+	ck_assert_int_eq(rmdir(a), 0);
+	ck_assert_int_eq(rmdir(b), 0);
+}
+END_TEST
+
+/* A libmrd client in a container of its own: a new pid namespace, in cgroup, as uid; it
+ * holds its connection until stopped. */
+struct ctr_client {
+	pid_t pid;
+	char domain[64];
+};
+
+static void ctr_client_start(struct ctr_client *k, const char *cgroup, uid_t uid)
+{
+	struct pollfd p;
+	char path[1100];
+	int rep[2];
+
+	ck_assert_int_eq(pipe2(rep, O_CLOEXEC), 0);
+	snprintf(path, sizeof(path), "%s/cgroup.procs", cgroup);
+	k->pid = fork();
+	ck_assert_int_ge(k->pid, 0);
+	if (k->pid == 0) {
+		int fd = open(path, O_WRONLY | O_CLOEXEC);
+		pid_t inner;
+
+		close(rep[0]);
+		/* Gone with the test, whatever way it ends. */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || fd < 0 || write(fd, "0", 1) != 1 ||
+		    unshare(CLONE_NEWPID) < 0)
+			_exit(2);
+		inner = fork(); /* pid 1 of the new namespace */
+		if (inner == 0) {
+			mrd_client *c = NULL;
+			char name[64] = "";
+
+			/* Stopped by the outer one's death (other children hold our pipes too);
+			 * after the uid change, which clears it. */
+			if (setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0 ||
+			    prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+				_exit(3);
+			if (mrd_client_connect(mrd.socket, &c) == 0)
+				snprintf(name, sizeof(name), "%s", mrd_client_domain(c));
+			else
+				snprintf(name, sizeof(name), "error: %.50s", mrd_last_error());
+			if (write(rep[1], name, sizeof(name)) != sizeof(name))
+				_exit(4);
+			pause();
+			_exit(0);
+		}
+		_exit(inner > 0 && waitpid(inner, NULL, 0) == inner ? 0 : 5);
+	}
+	close(rep[1]);
+	p = (struct pollfd){ .fd = rep[0], .events = POLLIN };
+	ck_assert_msg(poll(&p, 1, TEST_WAIT_S * 1000) == 1, "the container's client did not report");
+	ck_assert_int_eq(read(rep[0], k->domain, sizeof(k->domain)), (ssize_t)sizeof(k->domain));
+	close(rep[0]);
+}
+
+static void ctr_client_stop(struct ctr_client *k)
+{
+	ck_assert_int_eq(kill(k->pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(k->pid, NULL, 0), k->pid);
+}
+
+static bool clients_show(const char *domain)
+{
+	return mrctl_run((uid_t)-1, "clients", NULL) == 0 && strstr(out, domain);
+}
+
+/* Containers in cgroups a user made (rootless ones: a user may make any number, of any name,
+ * in its own systemd subtree) are a few domains per user, [limits]
+ * container_domains_per_user (4); then the user's own. A domain that goes frees its slot.
+ * Root's cgroups (rootful runtimes) are not counted. */
+START_TEST(test_user_made_containers_are_few_per_user)
+{
+	struct ctr_client k[6];
+	char cg[6][1024], name[96], want[64];
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "test_user_made_containers_are_few_per_user: needs root: skipped\n");
+		return;
+	}
+	for (int i = 0; i < 6; i++) {
+		snprintf(name, sizeof(name), "libpod-%02d%s.scope", i, CTR_A + 2);
+		if (!container_cgroup(name, cg[i], sizeof(cg[i])))
+			return;
+		ck_assert_int_eq(chown(cg[i], 65534, 65534), 0); /* as systemd delegates to a user */
+	}
+	for (int i = 0; i < 5; i++) {
+		ctr_client_start(&k[i], cg[i], 65534);
+		snprintf(want, sizeof(want), "ctr-%02d%.10s-u65534", i, CTR_A + 2);
+		ck_assert_str_eq(k[i].domain, i < 4 ? want : "uid-65534");
+	}
+	/* Another client of an open one joins it: no slot of its own. */
+	ctr_client_start(&k[5], cg[1], 65534);
+	ck_assert_str_eq(k[5].domain, k[1].domain);
+	/* Container 2's domain goes: its slot is free for container 4. */
+	snprintf(want, sizeof(want), "%s", k[2].domain);
+	ctr_client_stop(&k[2]);
+	test_wait_until(!clients_show(want), 10000);
+	ck_assert_msg(!clients_show(want), "%s is still open: %s", want, out);
+	ctr_client_stop(&k[4]);
+	ctr_client_start(&k[4], cg[4], 65534);
+	snprintf(want, sizeof(want), "ctr-04%.10s-u65534", CTR_A + 2);
+	ck_assert_str_eq(k[4].domain, want);
+	for (int i = 0; i < 6; i++)
+		if (i != 2)
+			ctr_client_stop(&k[i]);
+	/* Root's cgroups: every container its own, however many. */
+	for (int i = 0; i < 6; i++)
+		ck_assert_int_eq(chown(cg[i], 0, 0), 0);
+	for (int i = 0; i < 6; i++) {
+		ctr_client_start(&k[i], cg[i], 65534);
+		snprintf(want, sizeof(want), "ctr-%02d%.10s-u65534", i, CTR_A + 2);
+		ck_assert_str_eq(k[i].domain, want);
+	}
+	for (int i = 0; i < 6; i++) {
+		ctr_client_stop(&k[i]);
+		test_wait_until(rmdir(cg[i]) == 0 || errno != EBUSY, 10000); /* its exit to land */
+		ck_assert_msg(access(cg[i], F_OK) < 0, "%s stays: %m", cg[i]);
+	}
+}
+END_TEST
+
 /* Someone else (nobody): the views work and show their own domain alone; changes are refused. */
 START_TEST(test_views_and_changes_for_others)
 {
@@ -457,15 +676,10 @@ START_TEST(test_views_and_changes_for_others)
 	 * build tree (a clone in a 0700 directory): it runs a copy from mrd's own directory. */
 	uid_t uid = geteuid() == 0 ? 65534 : (uid_t)-1;
 	mrd_client *c = NULL;
-	char cmd[1200];
 	void *buf;
 
-	if (uid != (uid_t)-1) {
-		snprintf(cmd, sizeof(cmd), "cp '%s' '%s/mrctl' && chmod 0755 '%s/mrctl'", mrctl, mrd.dir,
-			 mrd.dir);
-		ck_assert_int_eq(system(cmd), 0);
-		snprintf(mrctl, sizeof(mrctl), "%s/mrctl", mrd.dir);
-	}
+	if (uid != (uid_t)-1)
+		mrctl_for_nobody();
 	/* Our own domain, with memory in it, that nobody must not see. */
 	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
 	ck_assert_int_eq(mrd_mem_alloc(c, 4096, 0, 0, &buf), 0);
@@ -631,6 +845,8 @@ int main(void)
 	tcase_add_test(tc, test_sighup_reload);
 	tcase_add_test(tc, test_loop_signals_only_through_the_loop);
 	tcase_add_test(tc, test_views_and_changes_for_others);
+	tcase_add_test(tc, test_containers_get_domains_of_their_own);
+	tcase_add_test(tc, test_user_made_containers_are_few_per_user);
 	tcase_add_test(tc, test_flood_of_malformed_frames);
 	tcase_add_test(tc, test_client_limit);
 	tcase_add_test(tc, test_second_daemon_refused);

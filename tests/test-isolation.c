@@ -109,7 +109,7 @@ static void try_status(struct world *w)
 	ck_assert_uint_eq(resp->status_reply->domains, 1);
 	ck_assert_uint_eq(resp->status_reply->clients, 1);
 	ck_assert_uint_eq(resp->status_reply->requests, 0);
-	ck_assert_uint_eq(resp->status_reply->max_clients, td_manager->core.config.quota_clients);
+	ck_assert_uint_eq(resp->status_reply->max_clients, td_manager->core.config.quota.clients);
 	mrd__response__free_unpacked(resp, NULL);
 }
 

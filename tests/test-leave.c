@@ -32,17 +32,18 @@
  * all, none of whose pages touch. */
 #define LEAVER_POOLS 16
 #define POOL_OBJS (LEAVER_MRS / LEAVER_POOLS)
-/* The victim's worst Ping while the leaver's MRs go. Before mrd sliced a leaving client's
- * teardown it ran on the loop in one go, and its cost per MR grows with the MRs left (each
- * unpin rebuilds the pin map's segments, one per MR here: the allocations are a page each,
- * 8 KiB apart, so no two MRs' pages merge): 3,000 MRs held the loop 54 ms on an idle machine,
- * 16,000 held it 0.96 s (the review saw 1.6-3.1 s for 3,000 on its machine). That work is all
- * CPU: load and sanitizers only lengthen it. Sliced, a turn of the loop frees a few allocations
- * (a millisecond), and what is left of a round trip is scheduling: a loaded 2-core machine
- * keeps a process off its CPU for up to a few hundred milliseconds (issue 36 saw 110-345 ms
- * for a closer thread). 400 ms passes that and fails the old hold. Under a sanitizer every
- * step is slower, the old hold (3.5 s under ASan) and a loaded machine's delays alike (322 ms
- * seen under ASan beside other work): 1,500 ms there. */
+/* The victim's worst Ping while the leaver's MRs go, counted as mrd's loop held it: the part of
+ * the round trip that mrd's loop thread spent on a CPU (its schedstat), not the time a loaded
+ * machine kept either process off one. Before mrd sliced a leaving client's teardown it ran on
+ * the loop in one go, and its cost per MR grows with the MRs left (each unpin rebuilds the pin
+ * map's segments, one per MR here: the allocations are a page each, 8 KiB apart, so no two MRs'
+ * pages merge): 3,000 MRs held the loop 54 ms on an idle machine, 16,000 held it 0.96 s (the
+ * review saw 1.6-3.1 s for 3,000 on its machine), all of it on a CPU. Sliced, a turn of the
+ * loop frees a few allocations (a millisecond). The wall-clock round trip alone flaked: a
+ * loaded 2-core machine kept the victim or the loop off its CPU for 765 ms once. 400 ms of
+ * the loop's CPU passes any slicing and fails the old hold; under a sanitizer every step is
+ * slower (the old hold 3.5 s under ASan): 1,500 ms there. Without schedstat (a kernel built
+ * without it) the wall-clock round trip is all there is. */
 #define VICTIM_WORST_MS 400
 #define VICTIM_WORST_SAN_MS 1500
 
@@ -154,7 +155,22 @@ static void pool_leaver(int ready)
 struct pings {
 	unsigned n;
 	uint64_t worst_us, p99_us;
+	uint64_t worst_held_us; /* the most of one round trip mrd's loop spent on a CPU */
+	bool schedstat;         /* worst_held_us was measured (else it is the round trip) */
 };
+
+/* The time mrd's loop (its main thread) has spent on a CPU, in µs, from its schedstat (open
+ * as fd); 0 when it cannot be read. */
+static uint64_t loop_cpu_us(int fd)
+{
+	char buf[128];
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	return strtoull(buf, NULL, 10) / 1000;
+}
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -172,16 +188,27 @@ static void victim(int ready, int stop, int report)
 	struct pings s = { 0 };
 	mrd_client *c;
 
+	char path[64];
+	int loop;
+
 	become(VICTIM);
 	if (mrd_client_connect(mrd.socket, &c) < 0)
 		_exit(1);
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)mrd.pid, (int)mrd.pid);
+	loop = open(path, O_RDONLY | O_CLOEXEC);
+	s.schedstat = loop >= 0 && loop_cpu_us(loop) > 0;
 	while (poll(&p, 1, 0) == 0 && s.n < sizeof(rtt) / sizeof(rtt[0])) {
-		uint64_t t0 = now_usec(CLOCK_MONOTONIC);
+		uint64_t c0 = s.schedstat ? loop_cpu_us(loop) : 0, t0 = now_usec(CLOCK_MONOTONIC);
+		uint64_t held;
 
 		if (mrd_client_ping(c) < 0)
 			_exit(2);
-		rtt[s.n++] = now_usec(CLOCK_MONOTONIC) - t0;
-		if (s.n == 1 && write(ready, "r", 1) != 1)
+		rtt[s.n] = now_usec(CLOCK_MONOTONIC) - t0;
+		held = s.schedstat ? loop_cpu_us(loop) - c0 : rtt[s.n];
+		held = held < rtt[s.n] ? held : rtt[s.n];
+		if (held > s.worst_held_us)
+			s.worst_held_us = held;
+		if (++s.n == 1 && write(ready, "r", 1) != 1)
 			_exit(4);
 	}
 	qsort(rtt, s.n, sizeof(rtt[0]), cmp_u64);
@@ -261,11 +288,14 @@ static void leave_under_pings(bool pools)
 	wait_child(victim_pid, 0);
 	ck_assert_int_eq(read(report[0], &s, sizeof(s)), (ssize_t)sizeof(s));
 	printf("leaver of %d %sMRs gone in %.0f ms; victim's %u pings meanwhile: worst %.1f ms, "
-	       "p99 %.1f ms\n", LEAVER_MRS, pools ? "pool " : "", (t_gone - t0) * 1e3, s.n,
-	       s.worst_us / 1e3, s.p99_us / 1e3);
-	ck_assert_msg(s.worst_us < victim_worst_ms() * 1000ull,
-		      "the victim waited %.1f ms for a Ping while the leaver's %sMRs went",
-		      s.worst_us / 1e3, pools ? "pool " : "");
+	       "p99 %.1f ms; the most of one that mrd's loop spent on a CPU: %.1f ms%s\n",
+	       LEAVER_MRS, pools ? "pool " : "", (t_gone - t0) * 1e3, s.n, s.worst_us / 1e3,
+	       s.p99_us / 1e3, s.worst_held_us / 1e3,
+	       s.schedstat ? "" : " (no schedstat: the round trip)");
+	ck_assert_msg(s.worst_held_us < victim_worst_ms() * 1000ull,
+		      "mrd's loop held a Ping of the victim %.1f ms (on a CPU; round trip %.1f ms) "
+		      "while the leaver's %sMRs went",
+		      s.worst_held_us / 1e3, s.worst_us / 1e3, pools ? "pool " : "");
 	/* Nothing of the leaver is left: no domain is open (the victim's Pings join none). */
 	mrctl_clients();
 	ck_assert_msg(strstr(out, "\"domains\":[]"), "a domain is still open: %.600s", out);

@@ -589,6 +589,82 @@ START_TEST(test_domain_groups)
 }
 END_TEST
 
+/* A reload (SIGHUP) with the settings of start_with plus a and b. */
+static void reload_with(const char *a, const char *b)
+{
+	const char *settings[] = { "memory.window_size=4G", "memory.arena_size=64M",
+				   "memory.hugepages=no", a, b, NULL };
+	struct config cfg;
+	char changed[512];
+
+	config_init(&cfg);
+	for (size_t i = 0; settings[i]; i++)
+		ck_assert_int_eq(config_set_assignment(&cfg, settings[i]), 0);
+	ck_assert_int_eq(config_finish(&cfg), 0);
+	manager_reconfigure(td_manager, &cfg, changed, sizeof(changed));
+	config_done(&cfg);
+}
+
+/* The quota of the domain named name, as mrctl clients (root's view) shows it. */
+static uint64_t listed_allocated_quota(int root, uint64_t id, const char *name)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ClientsRequest cl = MRD__CLIENTS_REQUEST__INIT;
+	Mrd__Response *resp;
+	uint64_t quota = 0;
+
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_CLIENTS;
+	req.clients = &cl;
+	td_send_request(root, &req, NULL, 0);
+	resp = td_expect(root, id, 0);
+	for (size_t i = 0; i < resp->clients->n_domains; i++)
+		if (strcmp(resp->clients->domains[i]->name, name) == 0)
+			quota = resp->clients->domains[i]->quota_allocated_bytes;
+	mrd__response__free_unpacked(resp, NULL);
+	return quota;
+}
+
+/* [quotas]: the domain a line matches (here a [domains] group) is held to the line's
+ * allocated_bytes and told to raise it there; a domain no line matches keeps [quota]'s and
+ * allocates the same size; a reload changing the line applies to the open domain, and one
+ * dropping it gives the domain [quota]'s again. */
+START_TEST(test_quotas_per_domain)
+{
+	int lab, other, root;
+	uint64_t a, b, msg;
+
+	td_stop();
+	start_with("domains.lab=uid:1000", "quotas.la*=allocated_bytes=1M");
+	lab = td_hello_client(1000, NULL);
+	other = td_hello_client(2000, NULL);
+	root = td_hello_client(0, NULL);
+	alloc(lab, 2, 2 * MiB, 0, EDQUOT, &msg, NULL);
+	ck_assert_msg(strcmp((char *)(uintptr_t)msg, "quota.allocated_bytes (1048576) would be "
+		      "exceeded in domain lab: 0 in use, tried to allocate 2097152 more; raise "
+		      "[quotas] la* allocated_bytes and reload mrd") == 0, "%s",
+		      (char *)(uintptr_t)msg);
+	free_msg(msg);
+	alloc(other, 2, 2 * MiB, 0, 0, &b, NULL);
+	ck_assert_uint_eq(listed_allocated_quota(root, 2, "lab"), 1 * MiB);
+	ck_assert_uint_eq(listed_allocated_quota(root, 3, "uid-2000"),
+			  td_manager->core.config.quota.allocated_bytes);
+
+	reload_with("domains.lab=uid:1000", "quotas.la*=allocated_bytes=4M");
+	alloc(lab, 3, 2 * MiB, 0, 0, &a, NULL);
+	ck_assert_uint_eq(listed_allocated_quota(root, 4, "lab"), 4 * MiB);
+
+	reload_with("domains.lab=uid:1000", "quota.allocated_bytes=3M");
+	alloc(lab, 4, 2 * MiB, 0, EDQUOT, &msg, NULL);
+	ck_assert_msg(strstr((char *)(uintptr_t)msg, "; raise [quota] allocated_bytes in mrd.conf"),
+		      "%s", (char *)(uintptr_t)msg);
+	free_msg(msg);
+	close(lab);
+	close(other);
+	close(root);
+}
+END_TEST
+
 START_TEST(test_clients_listing)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
@@ -652,6 +728,7 @@ int main(void)
 	tcase_add_test(tc, test_unread_descriptors_bounded);
 	tcase_add_test(tc, test_domain_groups);
 	tcase_add_test(tc, test_clients_listing);
+	tcase_add_test(tc, test_quotas_per_domain);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

@@ -290,7 +290,7 @@ START_TEST(test_pool_after_lookup_counts_once)
 	ck_assert_uint_eq(e.start, a);
 	ck_assert_uint_eq(e.end, a + 1 * MiB);
 	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 1 * MiB);
-	td_manager->core.config.quota_pinned_bytes = 1 * MiB;
+	c->domain->quota.pinned_bytes = 1 * MiB;
 	start = a + 64 * KiB;
 	resp = reg(fd, 4, "p", &start, &len, 1, false, 0);
 	mrd__response__free_unpacked(resp, NULL);
@@ -318,7 +318,7 @@ START_TEST(test_concurrent_lookups_quota)
 	int a, peer;
 
 	td_start_one_worker();
-	td_manager->core.config.quota_pinned_bytes = 3 * MiB;
+	td_manager->core.config.quota.pinned_bytes = 3 * MiB;
 	a = td_hello_client(1000, &ca);
 	peer = td_hello_client(1000, NULL);
 	big = td_alloc(a, 2, 2 * MiB);
@@ -363,7 +363,7 @@ START_TEST(test_lookup_beside_a_run_being_registered)
 	peer = td_hello_client(1000, NULL);
 	big = td_alloc(a, 2, 4 * MiB);
 	ca->domain->reg.base.provider->caps.max_mr_size = 1 * MiB;
-	td_manager->core.config.quota_pinned_bytes = 1 * MiB + 512 * KiB;
+	ca->domain->quota.pinned_bytes = 1 * MiB + 512 * KiB;
 	td_block_worker(&b);
 	td_send_lookup(a, 3, big + 2 * MiB); /* [2 MiB, 3 MiB), on the blocked worker */
 	td_pump();
@@ -402,7 +402,7 @@ START_TEST(test_overlapping_pools_count_once)
 	ck_assert_uint_eq(ps.pinned_bytes, 64 * KiB);
 	ck_assert_uint_eq(c->domain->reg.cache.charges.pinned_bytes, 64 * KiB);
 	/* The whole allocation again: no new page, so a full quota still takes it. */
-	td_manager->core.config.quota_pinned_bytes = 64 * KiB;
+	c->domain->quota.pinned_bytes = 64 * KiB;
 	ck_assert_uint_eq(reg_ok(fd, 6, "p2", &a, &all, 1), 1);
 	td_send_mempool_register(fd, 7, "p3", &b, &all, 1, false);
 	resp = td_expect(fd, 7, EDQUOT);

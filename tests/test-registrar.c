@@ -83,8 +83,8 @@ static void open_registrar(enum mr_policy policy)
 	base = event_base_new();
 	ck_assert_ptr_nonnull(base);
 	reg = (struct registrar){ .base = {
-		.config = &cfg, .name = "unit", .mem = &mem, .workers = &workers,
-		.stopping = &stopping,
+		.config = &cfg, .quota = &cfg.quota, .name = "unit", .mem = &mem,
+		.workers = &workers, .stopping = &stopping,
 		.host_pinned = &host_pinned,
 		.events = { .hold = on_hold, .unhold = on_unhold, .allocation_idle = on_idle,
 			    .released = on_released, .changed = on_changed },
@@ -202,14 +202,14 @@ START_TEST(test_pinned_quota_mine_and_the_hosts)
 	struct mr_entry e;
 	char why[256] = "";
 
-	cfg.quota_pinned_bytes = 64 * KiB - 1;
+	cfg.quota.pinned_bytes = 64 * KiB - 1;
 	ck_assert_int_eq(registrar_lookup(&reg, address(ra), &e, why, sizeof(why), NULL),
 			 -EDQUOT);
 	ck_assert_ptr_nonnull(strstr(why, "quota.pinned_bytes"));
 	ck_assert_uint_eq(reg.cache.charges.pinned_bytes, 0); /* nothing charged */
 
 	/* Other domains pin all but a page of the host's limit. */
-	cfg.quota_pinned_bytes = 64 * KiB;
+	cfg.quota.pinned_bytes = 64 * KiB;
 	cfg.max_pinned_bytes = 1ull << 30;
 	host_pinned = cfg.max_pinned_bytes - 4 * KiB;
 	ck_assert_int_eq(registrar_lookup(&reg, address(ra), &e, why, sizeof(why), NULL),
@@ -903,7 +903,7 @@ START_TEST(test_mempool_quotas)
 	char why[160] = "";
 
 	/* A pool over pages the cache pinned pins nothing more: it fits a full quota. */
-	cfg.quota_pinned_bytes = 16 * KiB;
+	cfg.quota.pinned_bytes = 16 * KiB;
 	ck_assert_int_eq(lookup(a, &e, NULL), 0);
 	ck_assert_int_eq(pool("p", &a, &len, 1, &p, why, sizeof(why)), 0);
 	ck_assert_uint_eq(host_pinned, 16 * KiB);
@@ -911,14 +911,14 @@ START_TEST(test_mempool_quotas)
 	ck_assert_ptr_nonnull(strstr(why, "quota.pinned_bytes"));
 	ck_assert_uint_eq(rb->pool_refs, 0);
 
-	cfg.quota_pinned_bytes = 64 * KiB;
-	cfg.quota_mempools = 1;
+	cfg.quota.pinned_bytes = 64 * KiB;
+	cfg.quota.mempools = 1;
 	ck_assert_int_eq(pool("q", &b, &page, 1, &p, why, sizeof(why)), -EDQUOT);
 	ck_assert_msg(strstr(why, "quota.mempools (1) would be exceeded in domain ") &&
 		      strstr(why, ": 1 in use, tried to add 1 more; raise [quota] "
 			     "mempools in mrd.conf and reload mrd"), "%s", why);
 	ck_assert_uint_eq(reg.mempools.n_regs, 1);
-	cfg.quota_mempools = 2;
+	cfg.quota.mempools = 2;
 	ck_assert_int_eq(pool("q", &b, &page, 1, &p, why, sizeof(why)), 0);
 	ck_assert_uint_eq(host_pinned, 20 * KiB);
 }

@@ -230,6 +230,8 @@ static ssize_t recv_notification(int nfd, char *buf, size_t size, struct mrd_fd_
 	return len;
 }
 
+static void show_threads(pid_t pid);
+
 int mrd_proc_restart_fd_store(struct mrd_proc *p, struct mrd_fd_store *store)
 {
 	char buf[512], *names[ELEMENTSOF(store->fds)];
@@ -239,8 +241,9 @@ int mrd_proc_restart_fd_store(struct mrd_proc *p, struct mrd_fd_store *store)
 	if (p->pid <= 0)
 		return -ECHILD;
 	kill(p->pid, SIGTERM);
-	/* Take every notification until mrd is gone: FDSTORE=1 and BARRIER=1 come before. */
-	for (;;) {
+	/* Take every notification until mrd is gone: FDSTORE=1 and BARRIER=1 come before. A hang
+	 * at exit gets many seconds, as in reap(), then its threads are shown. */
+	for (double start = test_now_s();;) {
 		struct pollfd pfd = { .fd = p->notify_fd, .events = POLLIN };
 		pid_t w = waitpid(p->pid, &status, WNOHANG);
 
@@ -248,6 +251,15 @@ int mrd_proc_restart_fd_store(struct mrd_proc *p, struct mrd_fd_store *store)
 			(void)recv_notification(p->notify_fd, buf, sizeof(buf), store);
 		if (w == p->pid)
 			break;
+		if (test_now_s() - start > TEST_STOP_S) {
+			fprintf(stderr, "mrd (pid %d) did not exit %d s after SIGTERM (a restart "
+				"through the FD store); its threads:\n", (int)p->pid, TEST_STOP_S);
+			show_threads(p->pid);
+			kill(p->pid, SIGKILL);
+			waitpid(p->pid, NULL, 0);
+			p->pid = 0;
+			return -ETIMEDOUT;
+		}
 	}
 	while (recv_notification(p->notify_fd, buf, sizeof(buf), store) > 0)
 		;

@@ -66,7 +66,8 @@ struct mrd_fd_store {
  * mrd stores (FDSTORE=1, FDNAME=) and answering BARRIER=1; then mrd again (same directory,
  * same configuration, no extra arguments) with them as LISTEN_FDS/LISTEN_FDNAMES. What was
  * stored is in *store (its descriptors closed by then). 0, or -ECHILD when the old mrd did not
- * exit cleanly or the new one did not start. mrd stores only when $FDSTORE is set. */
+ * exit cleanly or the new one did not start, -ETIMEDOUT when the old one did not exit within
+ * TEST_STOP_S (its threads shown, then killed). mrd stores only when $FDSTORE is set. */
 int mrd_proc_restart_fd_store(struct mrd_proc *p, struct mrd_fd_store *store);
 
 /* Reads mrd's notifications until one holds want (copied to buf), up to timeout_ms:

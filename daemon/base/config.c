@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <grp.h>
 #include <pwd.h>
 #include <limits.h>
@@ -25,6 +26,7 @@ void config_init(struct config *c)
 		.bus = true,
 		.max_clients = 1024,
 		.max_clients_per_user = 256,
+		.max_user_containers = 4,
 		.max_inflight = 64,
 		.max_frame = WIRE_FRAME_DEFAULT,
 		.max_fds = 4,
@@ -36,17 +38,27 @@ void config_init(struct config *c)
 		.arena_size = 1ULL << 30,
 		.hugepages = HUGEPAGES_AUTO,
 		.reconnect_grace_s = 60,
-		.quota_allocated_bytes = QUOTA_HOST_DEFAULT,
-		.quota_pinned_bytes = QUOTA_HOST_DEFAULT,
-		.quota_arenas = 64,
-		.quota_allocations = 65536,
-		.quota_clients = 256,
-		.quota_mempools = 256,
+		.quota = { .allocated_bytes = QUOTA_HOST_DEFAULT,
+			   .pinned_bytes = QUOTA_HOST_DEFAULT,
+			   .arenas = 64,
+			   .allocations = 65536,
+			   .clients = 256,
+			   .mempools = 256 },
 		.async_bytes = 1ULL << 20,
 		.odp_chunk = 1ULL << 30,
 		.workers = 2,
 		.pools = { .enabled = true, .aging_s = FRMR_AGING_DEFAULT_S, .max_queued = 4096 },
 	};
+}
+
+static void group_free(struct domain_group *g)
+{
+	free(g->name);
+	free(g->uids);
+	free(g->gids);
+	for (size_t i = 0; i < g->n_cgroups; i++)
+		free(g->cgroups[i]);
+	free(g->cgroups);
 }
 
 void config_done(struct config *c)
@@ -57,13 +69,11 @@ void config_done(struct config *c)
 	free(c->devices);
 	free(c->admin_group);
 	free(c->socket_group);
-	for (size_t i = 0; i < c->n_groups; i++) {
-		free(c->groups[i].name);
-		free(c->groups[i].uids);
-		free(c->groups[i].gids);
-	}
+	for (size_t i = 0; i < c->n_groups; i++)
+		group_free(&c->groups[i]);
 	free(c->groups);
 	free(c->policies);
+	free(c->quotas);
 	config_init(c);
 }
 
@@ -246,19 +256,20 @@ static int add_policy(struct config *c, const char *name, const char *value)
 	return 0;
 }
 
-uint64_t config_window_bytes(const struct config *c)
+uint64_t config_window_bytes(const struct config *c, const struct quota *q)
 {
 	uint64_t share = c->window_size / 8;
 
-	if (c->quota_window_bytes)
-		return c->quota_window_bytes;
+	if (q->window_bytes)
+		return q->window_bytes;
 	if (share < 4 * c->arena_size)
 		share = 4 * c->arena_size;
 	return share < c->window_size ? share : c->window_size;
 }
 
-int config_quota_refusal(const struct config *c, enum quota_key key, const char *domain,
-			 uint64_t used, uint64_t asked, char *why, size_t why_size)
+int config_quota_refusal(const struct config *c, const struct quota *q, enum quota_key key,
+			 const char *domain, uint64_t used, uint64_t asked, char *why,
+			 size_t why_size)
 {
 	static const struct {
 		const char *section, *name, *verb;
@@ -272,22 +283,31 @@ int config_quota_refusal(const struct config *c, enum quota_key key, const char 
 		[QUOTA_WINDOW_BYTES] = { "quota", "window_bytes", "map" },
 		[LIMIT_PINNED_BYTES] = { "limits", "pinned_bytes", "pin" },
 	};
-	const uint64_t limits[] = {
-		[QUOTA_ALLOCATED_BYTES] = c->quota_allocated_bytes,
-		[QUOTA_PINNED_BYTES] = c->quota_pinned_bytes,
-		[QUOTA_ARENAS] = c->quota_arenas,
-		[QUOTA_ALLOCATIONS] = c->quota_allocations,
-		[QUOTA_MEMPOOLS] = c->quota_mempools,
-		[QUOTA_CLIENTS] = c->quota_clients,
-		[QUOTA_WINDOW_BYTES] = config_window_bytes(c),
-		[LIMIT_PINNED_BYTES] = c->max_pinned_bytes,
-	};
+	uint64_t limit;
+	char where[96];
+	/* The [quotas] line that set the key is where to raise it. */
+	bool line = key != LIMIT_PINNED_BYTES && (q->set & (1u << key));
 
+	switch (key) {
+	case QUOTA_ALLOCATED_BYTES: limit = q->allocated_bytes; break;
+	case QUOTA_PINNED_BYTES: limit = q->pinned_bytes; break;
+	case QUOTA_ARENAS: limit = q->arenas; break;
+	case QUOTA_ALLOCATIONS: limit = q->allocations; break;
+	case QUOTA_MEMPOOLS: limit = q->mempools; break;
+	case QUOTA_CLIENTS: limit = q->clients; break;
+	case QUOTA_WINDOW_BYTES: limit = config_window_bytes(c, q); break;
+	default: limit = c->max_pinned_bytes; break;
+	}
+	/* Without "in mrd.conf" the glob fits in a reply (test_quota_refusal_fits_a_reply). */
+	if (line)
+		snprintf(where, sizeof(where), "[quotas] %s %s", q->glob, keys[key].name);
+	else
+		snprintf(where, sizeof(where), "[%s] %s in mrd.conf", keys[key].section,
+			 keys[key].name);
 	snprintf(why, why_size, "%s.%s (%" PRIu64 ") would be exceeded %s%s: %" PRIu64 " in use, "
-		 "tried to %s %" PRIu64 " more; raise [%s] %s in mrd.conf and "
-		 "reload mrd", keys[key].section, keys[key].name, limits[key],
-		 domain ? "in domain " : "by all domains", domain ? domain : "", used,
-		 keys[key].verb, asked, keys[key].section, keys[key].name);
+		 "tried to %s %" PRIu64 " more; raise %s and reload mrd", keys[key].section,
+		 keys[key].name, limit, domain ? "in domain " : "by all domains",
+		 domain ? domain : "", used, keys[key].verb, asked, where);
 	return -EDQUOT;
 }
 
@@ -299,18 +319,179 @@ int config_policy_for(const struct config *c, const char *name)
 	return c->mr_policy;
 }
 
+/* Whether name may name a [domains] line: the characters mrctl shows, at most 63 bytes, at most
+ * one '*' (a domain per cgroup), and none of the prefixes of the domains mrd names itself
+ * (uid-N; a container's ctr-… and pod-…), which a fixed name could otherwise join. */
+static bool group_name_valid(const char *name)
+{
+	const char *star = strchr(name, '*');
+
+	if (strlen(name) == 0 || strlen(name) > 63 || strncmp(name, "uid-", 4) == 0 ||
+	    strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-*") !=
+		    strlen(name))
+		return false;
+	if (star && strchr(star + 1, '*'))
+		return false;
+	return strncmp(name, "ctr-", 4) != 0 && strncmp(name, "pod-", 4) != 0;
+}
+
+/* A member "cgroup:GLOB": an absolute path glob. */
+static int add_cgroup_member(struct domain_group *g, const char *glob)
+{
+	char **grown;
+
+	if (glob[0] != '/')
+		return -EINVAL;
+	grown = realloc(g->cgroups, (g->n_cgroups + 1) * sizeof(char *));
+	if (!grown)
+		return -ENOMEM;
+	g->cgroups = grown;
+	g->cgroups[g->n_cgroups] = strdup(glob);
+	return g->cgroups[g->n_cgroups] ? (g->n_cgroups++, 0) : -ENOMEM;
+}
+
+/* One key of [quota] into q, as [quota] and [quotas] lines write it: which (enum quota_key),
+ * -ENOENT unknown, or set_*'s error. */
+static int set_quota_key(struct quota *q, const char *key, const char *value)
+{
+	static const char *const names[] = {
+		[QUOTA_ALLOCATED_BYTES] = "allocated_bytes", [QUOTA_PINNED_BYTES] = "pinned_bytes",
+		[QUOTA_ARENAS] = "arenas", [QUOTA_ALLOCATIONS] = "allocations",
+		[QUOTA_MEMPOOLS] = "mempools", [QUOTA_CLIENTS] = "clients",
+		[QUOTA_WINDOW_BYTES] = "window_bytes",
+	};
+	int k = 0, r;
+
+	while (k < (int)ELEMENTSOF(names) && strcmp(key, names[k]) != 0)
+		k++;
+	switch (k) {
+	case QUOTA_ALLOCATED_BYTES: r = set_host_bytes(&q->allocated_bytes, value); break;
+	case QUOTA_PINNED_BYTES: r = set_host_bytes(&q->pinned_bytes, value); break;
+	case QUOTA_ARENAS: r = set_unsigned(&q->arenas, value, 1, 1u << 16); break;
+	case QUOTA_ALLOCATIONS: r = set_unsigned(&q->allocations, value, 1, 1u << 24); break;
+	case QUOTA_MEMPOOLS: r = set_unsigned(&q->mempools, value, 1, 1u << 20); break;
+	case QUOTA_CLIENTS: r = set_unsigned(&q->clients, value, 1, 1u << 20); break;
+	case QUOTA_WINDOW_BYTES: r = set_bytes(&q->window_bytes, value, 0, UINT64_MAX); break;
+	default: return -ENOENT;
+	}
+	return r < 0 ? r : k;
+}
+
+/* A glob of domain names: the characters of names ([domains], uid-N, ctr-..., pod-...) and
+ * fnmatch's *, ? and [...] (closed: fnmatch would take an open '[' as a plain one). */
+static bool valid_glob(const char *glob)
+{
+	size_t n = strlen(glob);
+
+	if (n == 0 || n >= sizeof(((struct quota *)NULL)->glob))
+		return false;
+	for (const char *p = glob; *p; p++) {
+		if (*p == '[') {
+			const char *end = p + 1;
+
+			end += *end == '!' || *end == '^';
+			end += *end == ']'; /* first in the set: a member */
+			end = strchr(end, ']');
+			if (!end)
+				return false;
+			p = end;
+		} else if (!isalnum((unsigned char)*p) && !strchr("_.-*?", *p))
+			return false;
+	}
+	return true;
+}
+
+/* A [quotas] line: glob = key=value ..., keys of [quota]. The same glob again replaces its
+ * line in place (the later file wins, as for any key). -EINVAL or set_quota_key's error,
+ * with why saying what is wrong. */
+static int add_quotas(struct config *c, const char *glob, const char *value, char *why,
+		      size_t why_size)
+{
+	_cleanup_free_ char *copy = strdup(value);
+	struct quota line = {}, *grown;
+	char *save = NULL;
+	int r;
+
+	if (!copy)
+		goto nomem;
+	if (!valid_glob(glob)) {
+		snprintf(why, why_size, "bad glob: letters, digits, '_.-' and '*?[...]', at most "
+			 "63");
+		return -EINVAL;
+	}
+	snprintf(line.glob, sizeof(line.glob), "%s", glob);
+	for (char *tok = strtok_r(copy, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
+		char *eq = strchr(tok, '=');
+
+		if (!eq) {
+			snprintf(why, why_size, "expected key=value, got '%s'", tok);
+			return -EINVAL;
+		}
+		*eq = '\0';
+		r = set_quota_key(&line, tok, eq + 1);
+		if (r == -ENOENT) {
+			snprintf(why, why_size, "unknown key '%s' (the keys of [quota])", tok);
+			return -EINVAL;
+		}
+		if (r < 0) {
+			snprintf(why, why_size, "bad value for '%s': %s", tok, strerror(-r));
+			return r;
+		}
+		line.set |= 1u << r;
+	}
+	if (!line.set) {
+		snprintf(why, why_size, "expected key=value ...");
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < c->n_quotas; i++)
+		if (strcmp(c->quotas[i].glob, glob) == 0) {
+			c->quotas[i] = line;
+			return 0;
+		}
+	grown = realloc(c->quotas, (c->n_quotas + 1) * sizeof(*grown));
+	if (!grown)
+		goto nomem;
+	c->quotas = grown;
+	c->quotas[c->n_quotas++] = line;
+	return 0;
+nomem:
+	snprintf(why, why_size, "out of memory");
+	return -ENOMEM;
+}
+
+void config_quota_for(const struct config *c, const char *name, struct quota *ret)
+{
+	*ret = c->quota;
+	for (size_t i = 0; i < c->n_quotas; i++) {
+		const struct quota *l = &c->quotas[i];
+
+		if (fnmatch(l->glob, name, 0) != 0)
+			continue;
+#define TAKE(key, field) if (l->set & (1u << (key))) ret->field = l->field
+		TAKE(QUOTA_ALLOCATED_BYTES, allocated_bytes);
+		TAKE(QUOTA_PINNED_BYTES, pinned_bytes);
+		TAKE(QUOTA_ARENAS, arenas);
+		TAKE(QUOTA_ALLOCATIONS, allocations);
+		TAKE(QUOTA_MEMPOOLS, mempools);
+		TAKE(QUOTA_CLIENTS, clients);
+		TAKE(QUOTA_WINDOW_BYTES, window_bytes);
+#undef TAKE
+		ret->set = l->set;
+		memcpy(ret->glob, l->glob, sizeof(ret->glob));
+		return;
+	}
+}
+
 static int add_group(struct config *c, const char *name, const char *value)
 {
 	_cleanup_free_ char *copy = strdup(value);
 	struct domain_group g = {}, *groups;
 	char *save = NULL;
+	int r;
 
 	if (!copy)
 		return -ENOMEM;
-	/* Names show in logs and mrctl, and must not collide with the per-uid "uid-N". */
-	if (strlen(name) == 0 || strlen(name) > 63 || strncmp(name, "uid-", 4) == 0 ||
-	    strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
-		    strlen(name))
+	if (!group_name_valid(name))
 		return -EINVAL;
 	for (size_t i = 0; i < c->n_groups; i++)
 		if (strcmp(c->groups[i].name, name) == 0)
@@ -321,6 +502,14 @@ static int add_group(struct config *c, const char *name, const char *value)
 		char *end;
 		void *grown;
 
+		if (strncmp(tok, "cgroup:", 7) == 0) {
+			r = add_cgroup_member(&g, tok + 7);
+			if (r == -ENOMEM)
+				goto nomem;
+			if (r < 0)
+				goto bad;
+			continue;
+		}
 		if (!is_uid && strncmp(tok, "gid:", 4) != 0)
 			goto bad;
 		tok += 4;
@@ -348,7 +537,9 @@ static int add_group(struct config *c, const char *name, const char *value)
 			g.gids[g.n_gids++] = (gid_t)id;
 		}
 	}
-	if (g.n_uids + g.n_gids == 0)
+	/* A per-cgroup name needs a cgroup to name it by. */
+	if (g.n_uids + g.n_gids + g.n_cgroups == 0 || (strchr(name, '*') && g.n_cgroups == 0) ||
+	    (strchr(name, '*') && g.n_uids + g.n_gids > 0))
 		goto bad;
 	g.name = strdup(name);
 	groups = realloc(c->groups, (c->n_groups + 1) * sizeof(*groups));
@@ -361,13 +552,10 @@ static int add_group(struct config *c, const char *name, const char *value)
 	c->groups[c->n_groups++] = g;
 	return 0;
 bad:
-	free(g.uids);
-	free(g.gids);
+	group_free(&g);
 	return -EINVAL;
 nomem:
-	free(g.name);
-	free(g.uids);
-	free(g.gids);
+	group_free(&g);
 	return -ENOMEM;
 }
 
@@ -407,6 +595,8 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 			return set_unsigned(&c->max_clients, value, 1, 1u << 20);
 		if (strcmp(key, "clients_per_user") == 0)
 			return set_unsigned(&c->max_clients_per_user, value, 1, 1u << 20);
+		if (strcmp(key, "container_domains_per_user") == 0)
+			return set_unsigned(&c->max_user_containers, value, 0, 64);
 		if (strcmp(key, "requests_in_flight") == 0)
 			return set_unsigned(&c->max_inflight, value, 1, 4096);
 		if (strcmp(key, "frame_bytes") == 0)
@@ -438,20 +628,12 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 			return 0;
 		}
 	} else if (strcmp(section, "quota") == 0) {
-		if (strcmp(key, "allocated_bytes") == 0)
-			return set_host_bytes(&c->quota_allocated_bytes, value);
-		if (strcmp(key, "pinned_bytes") == 0)
-			return set_host_bytes(&c->quota_pinned_bytes, value);
-		if (strcmp(key, "arenas") == 0)
-			return set_unsigned(&c->quota_arenas, value, 1, 1u << 16);
-		if (strcmp(key, "allocations") == 0)
-			return set_unsigned(&c->quota_allocations, value, 1, 1u << 24);
-		if (strcmp(key, "clients") == 0)
-			return set_unsigned(&c->quota_clients, value, 1, 1u << 20);
-		if (strcmp(key, "mempools") == 0)
-			return set_unsigned(&c->quota_mempools, value, 1, 1u << 20);
-		if (strcmp(key, "window_bytes") == 0)
-			return set_bytes(&c->quota_window_bytes, value, 0, UINT64_MAX);
+		r = set_quota_key(&c->quota, key, value);
+		return r < 0 ? r : 0;
+	} else if (strcmp(section, "quotas") == 0) {
+		char why[128];
+
+		return add_quotas(c, key, value, why, sizeof(why));
 	} else if (strcmp(section, "cache") == 0) {
 		if (strcmp(key, "policy") == 0)
 			return parse_policy(value, &c->mr_policy);
@@ -542,6 +724,17 @@ int config_load_file(struct config *c, const char *path)
 			break;
 		}
 		*eq = '\0';
+		if (strcmp(section, "quotas") == 0) {
+			char why[128];
+
+			r = add_quotas(c, strip(s), strip(eq + 1), why, sizeof(why));
+			if (r < 0) {
+				r = log_error_errno(-EINVAL, "%s:%u: [quotas] %s: %s", path,
+						    lineno, strip(s), why);
+				break;
+			}
+			continue;
+		}
 		r = config_set(c, section, strip(s), strip(eq + 1));
 		if (r == -ENOENT) {
 			r = log_error_errno(-EINVAL, "%s:%u: unknown key '%s' in section [%s]", path,
@@ -631,9 +824,20 @@ static void fit(uint64_t *field, const char *key, uint64_t host, uint64_t fracti
 
 void config_fit_host(struct config *c, uint64_t host_bytes)
 {
-	fit(&c->quota_allocated_bytes, "[quota] allocated_bytes", host_bytes, 2, false);
-	fit(&c->quota_pinned_bytes, "[quota] pinned_bytes", host_bytes, 4, true);
+	fit(&c->quota.allocated_bytes, "[quota] allocated_bytes", host_bytes, 2, false);
+	fit(&c->quota.pinned_bytes, "[quota] pinned_bytes", host_bytes, 4, true);
 	fit(&c->max_pinned_bytes, "[limits] pinned_bytes", host_bytes, 2, true);
+	for (size_t i = 0; i < c->n_quotas; i++) {
+		struct quota *l = &c->quotas[i];
+		char key[128];
+
+		snprintf(key, sizeof(key), "[quotas] %s allocated_bytes", l->glob);
+		if (l->set & (1u << QUOTA_ALLOCATED_BYTES))
+			fit(&l->allocated_bytes, key, host_bytes, 2, false);
+		snprintf(key, sizeof(key), "[quotas] %s pinned_bytes", l->glob);
+		if (l->set & (1u << QUOTA_PINNED_BYTES))
+			fit(&l->pinned_bytes, key, host_bytes, 4, true);
+	}
 }
 
 /* A group by number or name: 0, or -ENOENT. */
@@ -664,9 +868,14 @@ int config_finish(struct config *c)
 	if (c->window_base % c->arena_size || c->window_size % c->arena_size)
 		return log_error_errno(-EINVAL, "[memory] window_base and window_size must be "
 						"multiples of arena_size");
-	if (c->quota_window_bytes && c->quota_window_bytes < c->arena_size)
+	if (c->quota.window_bytes && c->quota.window_bytes < c->arena_size)
 		return log_error_errno(-EINVAL, "[quota] window_bytes must be at least [memory] "
 						"arena_size (or 0: an eighth of the window)");
+	for (size_t i = 0; i < c->n_quotas; i++)
+		if (c->quotas[i].window_bytes && c->quotas[i].window_bytes < c->arena_size)
+			return log_error_errno(-EINVAL, "[quotas] %s: window_bytes must be at "
+					       "least [memory] arena_size (or 0: an eighth of the "
+					       "window)", c->quotas[i].glob);
 	/* The last page below 128 TiB is never mappable: stay strictly below it. */
 	if (c->window_base + c->window_size >= (1ULL << 47))
 		return log_error_errno(-EINVAL, "[memory] window_base + window_size must stay "

@@ -13,13 +13,17 @@
 
 enum hugepages_mode { HUGEPAGES_AUTO, HUGEPAGES_YES, HUGEPAGES_NO };
 
-/* [domains]: clients whose uid or gid (primary or supplementary) is listed share a domain. */
+/* [domains]: clients whose uid or gid (primary or supplementary) is listed, or whose cgroup
+ * (or one of its ancestors) matches a cgroup glob, share a domain. A name with a '*' is one
+ * domain per cgroup matched: the '*' stands for that cgroup's short name (core/access.c). */
 struct domain_group {
 	char *name;
 	uid_t *uids;
 	size_t n_uids;
 	gid_t *gids;
 	size_t n_gids;
+	char **cgroups; /* fnmatch(3) globs over cgroup v2 paths, FNM_PATHNAME */
+	size_t n_cgroups;
 };
 
 /* How a domain's MR cache registers on a miss (registration/mr-cache.h). */
@@ -32,6 +36,29 @@ struct frmr_pools_config {
 	unsigned aging_s;    /* a parked handle idle this long is destroyed ... */
 	unsigned pinned;     /* ... unless its pool has no more than this many */
 	unsigned max_queued; /* parked handles of the domain; more are destroyed at release */
+};
+
+/* The limits a request can pass, each refused with config_quota_refusal(). */
+enum quota_key {
+	QUOTA_ALLOCATED_BYTES,
+	QUOTA_PINNED_BYTES,
+	QUOTA_ARENAS,
+	QUOTA_ALLOCATIONS,
+	QUOTA_MEMPOOLS,
+	QUOTA_CLIENTS,
+	QUOTA_WINDOW_BYTES,
+	LIMIT_PINNED_BYTES, /* [limits] pinned_bytes: all domains together (domain NULL) */
+};
+
+/* A domain's quotas: [quota], with the keys the first [quotas] line matching its name sets
+ * (config_quota_for). A [quotas] line is one too: the keys it sets, and its glob. Byte
+ * limits are QUOTA_HOST_DEFAULT until config_fit_host sizes them to the host. */
+struct quota {
+	uint64_t allocated_bytes, pinned_bytes;
+	unsigned arenas, allocations, clients, mempools;
+	uint64_t window_bytes; /* 0: config_window_bytes' default */
+	unsigned set;  /* 1 << enum quota_key of each key the [quotas] line set */
+	char glob[64]; /* that line's */
 };
 
 /* Every value mrd reads from mrd.conf and its command line; see mrd.conf(5). */
@@ -53,6 +80,7 @@ struct config {
 
 	unsigned max_clients;
 	unsigned max_clients_per_user; /* connections of one user (process_owner_uid), root aside */
+	unsigned max_user_containers;  /* domains of containers a user's own cgroups hold */
 	unsigned max_inflight;         /* replies queued per client before mrd stops reading it */
 	unsigned max_frame;            /* bytes per request packet */
 	unsigned max_fds;              /* descriptors per request packet */
@@ -73,10 +101,11 @@ struct config {
 	/* [pools]: FRMR-style handle pools, per domain */
 	struct frmr_pools_config pools;
 
-	/* [quota], per domain. QUOTA_HOST_DEFAULT until config_finish sizes it to the host. */
-	uint64_t quota_allocated_bytes, quota_pinned_bytes;
-	unsigned quota_arenas, quota_allocations, quota_clients, quota_mempools;
-	uint64_t quota_window_bytes; /* 0: config_window_bytes' default */
+	/* [quota]: every domain's, but for what [quotas] sets */
+	struct quota quota;
+	/* [quotas]: lines in file order (a glob given again keeps its place) */
+	struct quota *quotas;
+	size_t n_quotas;
 
 	struct domain_group *groups;
 	size_t n_groups;
@@ -121,26 +150,21 @@ int config_finish(struct config *c);
  * domain, allocated_bytes 1/2 and pinned_bytes 1/4; [limits] pinned_bytes, the sum over all
  * domains, 1/2. One set above host_bytes gets a warning, and a pinned one is cut to it. */
 void config_fit_host(struct config *c, uint64_t host_bytes);
-/* How much of the address window one domain's arenas may take: [quota] window_bytes, by
- * default an eighth of the window (so that eight domains always fit), at least 4 arenas. */
-uint64_t config_window_bytes(const struct config *c);
+/* How much of the address window a domain's arenas may take: q's window_bytes, by default an
+ * eighth of the window (so that eight domains always fit), at least 4 arenas. */
+uint64_t config_window_bytes(const struct config *c, const struct quota *q);
+/* The quotas of the domain named name: [quota], and what the first [quotas] line whose glob
+ * matches name (fnmatch) sets. */
+void config_quota_for(const struct config *c, const char *name, struct quota *ret);
 
-/* The limits a request can pass, each refused with config_quota_refusal(). */
-enum quota_key {
-	QUOTA_ALLOCATED_BYTES,
-	QUOTA_PINNED_BYTES,
-	QUOTA_ARENAS,
-	QUOTA_ALLOCATIONS,
-	QUOTA_MEMPOOLS,
-	QUOTA_CLIENTS,
-	QUOTA_WINDOW_BYTES,
-	LIMIT_PINNED_BYTES, /* [limits] pinned_bytes: all domains together (domain NULL) */
-};
 /* Writes to why the one refusal every path gives for passing key: the key as mrd.conf names it,
- * its limit, what domain (NULL: all domains) has in use, what the request tried to add, and
- * how to raise it (the quotas change at a reload). Returns -EDQUOT. */
-int config_quota_refusal(const struct config *c, enum quota_key key, const char *domain,
-			 uint64_t used, uint64_t asked, char *why, size_t why_size);
+ * its limit (q's, the domain's; LIMIT_PINNED_BYTES: c's, q unused), what domain (NULL: all
+ * domains) has in use, what the request tried to add, and where to raise it ([quotas] and the
+ * line's glob when that line set it, else [quota]; the quotas change at a reload). Returns
+ * -EDQUOT. */
+int config_quota_refusal(const struct config *c, const struct quota *q, enum quota_key key,
+			 const char *domain, uint64_t used, uint64_t asked, char *why,
+			 size_t why_size);
 
 /* The cache policy of the domain named name: its [policies] line, else [cache] policy. */
 int config_policy_for(const struct config *c, const char *name);

@@ -73,11 +73,13 @@ bool process_gone(pid_t pid, uid_t uid, uint64_t start_time)
 	return stat(path, &st) == 0 && st.st_uid != uid; /* the pid went to another user */
 }
 
-/* The effective uid in /proc/pid/status, read through dir (that process's /proc directory). */
-static int status_euid(int dir, uid_t *ret)
+/* The effective uid in /proc/pid/status, read through dir (that process's /proc directory), and
+ * how many pids its NSpid line lists (one per pid namespace from the reader's down; 1 when the
+ * kernel shows none). */
+static int read_status(int dir, uid_t *ret_euid, unsigned *ret_pids)
 {
 	char line[256];
-	unsigned real, effective;
+	unsigned real, effective, pids = 1;
 	int r = -EBADMSG, fd;
 	FILE *f;
 
@@ -91,11 +93,19 @@ static int status_euid(int dir, uid_t *ret)
 	}
 	while (fgets(line, sizeof(line), f))
 		if (sscanf(line, "Uid: %u %u", &real, &effective) == 2) {
-			*ret = effective;
+			*ret_euid = effective;
 			r = 0;
-			break;
+		} else if (strncmp(line, "NSpid:", 6) == 0) {
+			char *save = NULL;
+
+			pids = 0;
+			for (char *t = strtok_r(line + 6, " \t\n", &save); t;
+			     t = strtok_r(NULL, " \t\n", &save))
+				pids++;
 		}
 	fclose(f);
+	if (ret_pids)
+		*ret_pids = pids;
 	return r;
 }
 
@@ -132,7 +142,7 @@ int process_owner_uid(pid_t pid, uid_t uid, dev_t own_ns_dev, ino_t own_ns_ino,
 		return errno == ENOENT ? -ESRCH : negative_errno();
 	/* A process with the peer's uid is in a namespace that maps it, which only its owner
 	 * (or root) could have made: the answer below is the same for any such process. */
-	r = status_euid(dir, &euid);
+	r = read_status(dir, &euid, NULL);
 	if (r == -ENOENT)
 		return -ESRCH;
 	if (r < 0)
@@ -216,5 +226,94 @@ int process_charged_uid(pid_t pid, uid_t uid, dev_t own_ns_dev, ino_t own_ns_ino
 	/* After the walk too: with CAP_SYS_PTRACE it ran and saw only mrd's namespace, or a
 	 * namespace that a subordinate uid made; either is the range's owner's. */
 	*ret_owner = subuid_owner(subuid_path, owner);
+	return 0;
+}
+
+/* The whole of a small /proc file read through dir, NUL-terminated, in a string the caller
+ * frees; NULL with errno on failure. */
+static char *read_small(int dir, const char *name)
+{
+	_cleanup_close_ int fd = openat(dir, name, O_RDONLY | O_CLOEXEC);
+	size_t size = 4096, n = 0;
+	char *buf = NULL;
+	ssize_t got;
+
+	if (fd < 0)
+		return NULL;
+	for (;;) {
+		if (!buf || n + 1 >= size) {
+			char *grown;
+
+			if (buf)
+				size *= 2;
+			grown = size <= 1 << 20 ? realloc(buf, size) : NULL; /* a map or cgroup line is far smaller */
+			if (!grown) {
+				free(buf);
+				errno = size <= 1 << 20 ? ENOMEM : EFBIG;
+				return NULL;
+			}
+			buf = grown;
+		}
+		got = read(fd, buf + n, size - n - 1);
+		if (got < 0) {
+			free(buf);
+			return NULL;
+		}
+		if (got == 0)
+			break;
+		n += (size_t)got;
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
+char *process_uid_map(const char *path)
+{
+	_cleanup_close_ int dir = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+
+	return dir < 0 ? NULL : read_small(dir, "uid_map");
+}
+
+/* The path of the "0::" line of a /proc/pid/cgroup text, in a string the caller frees. */
+static char *cgroup_v2_path(const char *text)
+{
+	for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL)
+		if (strncmp(line, "0::", 3) == 0)
+			return strndup(line + 3, strcspn(line + 3, "\n"));
+	return NULL;
+}
+
+int process_place_read(pid_t pid, uid_t uid, const char *own_uid_map, struct process_place *ret)
+{
+	_cleanup_free_ char *map = NULL, *cgroups = NULL;
+	_cleanup_close_ int dir = -1;
+	unsigned pids;
+	char path[32];
+	uid_t euid;
+	int r;
+
+	*ret = (struct process_place){};
+	if (pid <= 0)
+		return -ESRCH;
+	/* Read through the directory, which holds on to the process it named: what is read is
+	 * that process's, or fails once it is gone. */
+	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+	dir = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dir < 0)
+		return errno == ENOENT ? -ESRCH : negative_errno();
+	r = read_status(dir, &euid, &pids);
+	if (r == -ENOENT || (r == 0 && euid != uid))
+		return -ESRCH;
+	if (r < 0)
+		return r;
+	map = read_small(dir, "uid_map");
+	cgroups = read_small(dir, "cgroup");
+	if (!map || !cgroups)
+		return errno == ENOENT || errno == ESRCH ? -ESRCH : negative_errno();
+	ret->nested_pidns = pids > 1;
+	/* The map is shown as the reader's namespace sees it: the same text as mrd's own
+	 * only in mrd's namespace (or one a privileged process made to map the same ids). */
+	ret->other_userns = !own_uid_map || strcmp(map, own_uid_map) != 0;
+	ret->cgroup = cgroup_v2_path(cgroups);
 	return 0;
 }

@@ -39,3 +39,20 @@ uid_t subuid_owner(const char *path, uid_t uid);
  * aside. */
 int process_charged_uid(pid_t pid, uid_t uid, dev_t own_ns_dev, ino_t own_ns_ino,
 			const char *subuid_path, uid_t *ret_owner);
+
+/* Where a process runs, as mrd sees it from its own namespaces, read from /proc files any
+ * process may read (status, uid_map, cgroup: mrd keeps no CAP_SYS_PTRACE to open ns/). */
+struct process_place {
+	bool nested_pidns; /* in a pid namespace below mrd's (NSpid has more than one pid) */
+	bool other_userns; /* in a user namespace whose uid_map reads otherwise than mrd's */
+	char *cgroup;      /* its cgroup v2 path ("0::" line); NULL on a host with none */
+};
+
+/* Reads pid's place. own_uid_map: mrd's /proc/self/uid_map as read by process_uid_map. -ESRCH
+ * when pid no longer runs as uid (it exited, and the pid may have gone to another process).
+ * The caller frees ret->cgroup. The answer is pid's at the time of the reads: a connected
+ * peer's pid is still its own unless it exited (Linux 6.1 has no SO_PEERPIDFD to pin it). */
+int process_place_read(pid_t pid, uid_t uid, const char *own_uid_map, struct process_place *ret);
+
+/* The text of path (a /proc/PID/uid_map) as one string the caller frees; NULL on failure. */
+char *process_uid_map(const char *path);

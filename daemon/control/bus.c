@@ -53,25 +53,38 @@ static int prop_string(sd_bus *bus, const char *path, const char *interface,
 static const char *caller_view(sd_bus *bus, const struct manager *m, char *buf, size_t size)
 {
 	_cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
+	struct process_place place = {};
 	const gid_t *groups = NULL;
 	gid_t gid = (gid_t)-1;
+	const char *view;
+	pid_t pid;
 	uid_t uid;
 	int n;
 
 	if (sd_bus_query_sender_creds(sd_bus_get_current_message(bus),
 				      SD_BUS_CREDS_EUID | SD_BUS_CREDS_EGID |
-					      SD_BUS_CREDS_SUPPLEMENTARY_GIDS,
+					      SD_BUS_CREDS_SUPPLEMENTARY_GIDS | SD_BUS_CREDS_PID,
 				      &creds) < 0 ||
 	    sd_bus_creds_get_euid(creds, &uid) < 0)
+		return "";
+	/* Root in a container is no admin here either: its place, where the bus names its pid
+	 * (as it still runs as uid), as at the socket. */
+	if (sd_bus_creds_get_pid(creds, &pid) >= 0 &&
+	    process_place_read(pid, uid, m->uid_map, &place) < 0)
 		return "";
 	(void)sd_bus_creds_get_egid(creds, &gid);
 	n = sd_bus_creds_get_supplementary_gids(creds, &groups);
 	if (n < 0)
 		n = 0, groups = NULL;
-	return access_peer_view(&m->core.config, &(struct access_peer){ .uid = uid, .gid = gid, .fd = -1,
-								   .groups = groups,
-								   .n_groups = (size_t)n },
+	view = access_peer_view(&m->core.config,
+				&(struct access_peer){ .uid = uid, .gid = gid, .fd = -1, .groups = groups,
+						       .n_groups = (size_t)n,
+						       .nested_pidns = place.nested_pidns,
+						       .other_userns = place.other_userns,
+						       .cgroup = place.cgroup },
 				buf, size);
+	free(place.cgroup);
+	return view;
 }
 
 /* The caller's figures: an admin's are the daemon's, anyone else's its own domain's, as Status

@@ -323,6 +323,8 @@ struct client *client_free(struct client *c)
 	if (c->manager) {
 		LIST_REMOVE(c, link);
 		c->manager->n_clients--;
+		if (c->share && c->user_container)
+			manager_user_container_put(c->share, c->domain_name);
 		if (c->share)
 			manager_user_share_put(c->manager, c->share);
 	}

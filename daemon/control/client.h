@@ -49,12 +49,15 @@ struct client {
 	bool admin;
 	uid_t owner_uid;           /* who answers for it: uid, or its user namespace's owner */
 	struct user_share *share;  /* owner_uid's, holding one of its connections */
+	bool nested_pidns;         /* in a container: no admin (core/access.h) */
+	bool user_container;       /* counts in share->containers (a user-made container's) */
+	bool other_userns;         /* in another user namespace: no admin either */
 
 	bool hello_done;
 	uint32_t version;
 	char name[65];
 
-	char domain_name[64];  /* from uid/gid and [domains], fixed at connect */
+	char domain_name[64];  /* from uid/gid, cgroup and [domains], fixed at connect */
 	bool joined;           /* JoinDomain answered once: resuming is for the first one */
 	struct domain *domain; /* acquired on first use */
 	struct bound_pd *bound; /* BindPd: its lookups' keys are of its own PD's MRs */

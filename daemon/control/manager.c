@@ -115,10 +115,12 @@ void manager_reconfigure(struct manager *m, struct config *new, char *changed, s
 	*old = *new;
 	config_init(new);
 	log_set_level(old->log_level);
+	domains_resolve_quotas(&m->core);
 	/* admin_group may have changed: the clients connected now are judged by the new one. */
 	LIST_FOREACH(c, &m->clients, link)
 		c->admin = access_is_admin(&m->core.config, &(struct access_peer){
-			.uid = c->owner.mem.uid, .gid = c->gid, .fd = c->fd });
+			.uid = c->owner.mem.uid, .gid = c->gid, .fd = c->fd,
+			.nested_pidns = c->nested_pidns, .other_userns = c->other_userns });
 }
 
 #undef KEEP
@@ -234,6 +236,25 @@ static void forget_arena(struct core *core, uint32_t arena_id)
 	client_forget_arena_all(container_of(core, struct manager, core), arena_id);
 }
 
+/* Where this process sees the whole cgroup v2 hierarchy (a cgroup2 mount of its root:
+ * /sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host), in a string the caller frees;
+ * NULL where there is none. */
+static char *cgroup_v2_mount(void)
+{
+	char line[1024], root[512], point[512];
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char *found = NULL;
+
+	while (f && !found && fgets(line, sizeof(line), f))
+		if (strstr(line, " - cgroup2 ") &&
+		    sscanf(line, "%*s %*s %*s %511s %511s", root, point) == 2 &&
+		    strcmp(root, "/") == 0)
+			found = strdup(point);
+	if (f)
+		fclose(f);
+	return found;
+}
+
 int manager_new(struct config *config, struct manager **ret)
 {
 	_cleanup_(manager_freep) struct manager *m = NULL;
@@ -259,6 +280,12 @@ int manager_new(struct config *config, struct manager **ret)
 	} else
 		log_warning_errno(-errno, "cannot tell mrd's user namespace (/proc/self/ns/user: %m): "
 					  "clients in user namespaces count as the uids they show");
+	m->cgroup_mount = cgroup_v2_mount();
+	/* Without it every client counts as in another user namespace: none is an admin. */
+	m->uid_map = process_uid_map("/proc/self");
+	if (!m->uid_map)
+		log_warning_errno(-errno, "cannot read /proc/self/uid_map: %m; no client will be an "
+					  "admin");
 	if (getrandom(&m->instance, sizeof(m->instance), 0) != sizeof(m->instance))
 		m->instance = m->start_usec ^ ((uint64_t)getpid() << 32);
 
@@ -343,6 +370,8 @@ struct manager *manager_free(struct manager *m)
 	if (m->core.base)
 		event_base_free(m->core.base);
 	free(m->recv_buf);
+	free(m->uid_map);
+	free(m->cgroup_mount);
 	free(m->core.floors);
 	old_contexts_free(&m->old_contexts);
 	fd_list_done(&m->fd_store_taken);
@@ -373,16 +402,63 @@ void manager_user_share_put(struct manager *m, struct user_share *u)
 	if (--u->clients > 0)
 		return;
 	u64_map_remove(&m->users, user_key(u->uid));
+	free(u->containers);
 	free(u);
 }
 
+void manager_user_container_put(struct user_share *u, const char *domain)
+{
+	for (unsigned i = 0; i < u->n_containers; i++)
+		if (strcmp(u->containers[i].name, domain) == 0) {
+			if (--u->containers[i].clients == 0)
+				u->containers[i] = u->containers[--u->n_containers];
+			return;
+		}
+}
+
+/* A client of u's joins the container domain named domain: 0, or -EDQUOT when u's clients are
+ * in [limits] container_domains_per_user others already. */
+static int user_container_get(struct manager *m, struct user_share *u, const char *domain)
+{
+	struct user_container *grown;
+
+	for (unsigned i = 0; i < u->n_containers; i++)
+		if (strcmp(u->containers[i].name, domain) == 0) {
+			u->containers[i].clients++;
+			return 0;
+		}
+	if (u->n_containers >= m->core.config.max_user_containers)
+		return -EDQUOT;
+	grown = realloc(u->containers, (u->n_containers + 1) * sizeof(*grown));
+	if (!grown)
+		return -ENOMEM;
+	u->containers = grown;
+	snprintf(grown[u->n_containers].name, sizeof(grown->name), "%s", domain);
+	grown[u->n_containers++].clients = 1;
+	return 0;
+}
+
+/* Whether the cgroup (a path in the cgroup v2 hierarchy) is one a user made: a user may make
+ * cgroups of any name below its own delegated subtree (systemd chowns it to the user), and
+ * one a user made is the user's; root's runtimes (rootful podman, Kubernetes) make root's.
+ * What cannot be told is taken as a user's. */
+static bool cgroup_user_made(const struct manager *m, const char *cgroup)
+{
+	_cleanup_free_ char *path = NULL;
+	struct stat st;
+
+	if (!m->cgroup_mount || !cgroup || asprintf(&path, "%s%s", m->cgroup_mount, cgroup) < 0)
+		return true;
+	return stat(path, &st) < 0 || st.st_uid != 0;
+}
+
 int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_t owner,
-		       struct client **ret)
+		       const struct process_place *place, struct client **ret)
 {
 	struct access_peer peer = { .uid = cred->uid, .gid = cred->gid, .fd = fd };
+	bool admin, user_container = false;
 	struct user_share *u;
 	char domain[64];
-	bool admin;
 	int r;
 
 	if (m->n_clients >= m->core.config.max_clients)
@@ -405,17 +481,44 @@ int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_
 	}
 	u->clients++;
 
+	if (place) {
+		peer.nested_pidns = place->nested_pidns;
+		peer.other_userns = place->other_userns;
+		peer.cgroup = place->cgroup;
+	}
 	admin = access_is_admin(&m->core.config, &peer);
 	/* The owner's domain: its namespaces' identities are its own (docs/design.md, "Users"). */
 	peer.uid = owner;
 	access_domain_name(&m->core.config, &peer, domain, sizeof(domain));
+	/* A user who makes cgroups and pid namespaces makes containers, each a domain with its own
+	 * quotas: a few per user, then the user's own domain. */
+	if (owner != 0 && access_is_container_domain(domain) && cgroup_user_made(m, peer.cgroup)) {
+		r = user_container_get(m, u, domain);
+		if (r == -EDQUOT) {
+			log_info("uid %u has %u container domains open ([limits] "
+				 "container_domains_per_user): client pid %d of %s joins the "
+				 "user's own", (unsigned)owner, u->n_containers, (int)cred->pid,
+				 domain);
+			peer.nested_pidns = false;
+			access_domain_name(&m->core.config, &peer, domain, sizeof(domain));
+		} else if (r < 0) {
+			manager_user_share_put(m, u);
+			return r;
+		} else
+			user_container = true;
+	}
 	r = client_new(m, fd, cred->pid, cred->uid, cred->gid, admin, domain, ret);
 	if (r < 0) {
+		if (user_container)
+			manager_user_container_put(u, domain);
 		manager_user_share_put(m, u);
 		return r;
 	}
 	(*ret)->owner_uid = owner;
 	(*ret)->share = u;
+	(*ret)->user_container = user_container;
+	(*ret)->nested_pidns = place && place->nested_pidns;
+	(*ret)->other_userns = peer.other_userns;
 	return 0;
 }
 
@@ -458,6 +561,17 @@ static bool closer_lane_full(struct manager *m, uid_t owner)
 	return owner != 0 && fd_closer_lane_full(m->closer, owner);
 }
 
+/* Where the peer cred names runs (base/process.h). A peer whose pid mrd cannot see (0: in a pid
+ * namespace outside mrd's, which only happens when mrd runs in one) is judged by its uid. */
+static int client_place(struct manager *m, const struct ucred *cred, struct process_place *ret)
+{
+	if (cred->pid <= 0) {
+		*ret = (struct process_place){};
+		return 0;
+	}
+	return process_place_read(cred->pid, cred->uid, m->uid_map, ret);
+}
+
 static void manager_on_accept_retry(evutil_socket_t fd, short what, void *userdata)
 {
 	struct manager *m = userdata;
@@ -473,6 +587,7 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 	 * meanwhile. The listener is level-triggered, so what is left wakes it again on the loop's
 	 * next turn, after the events that came in meanwhile. */
 	for (unsigned taken = 0; taken < ACCEPT_PER_WAKEUP; taken++) {
+		struct process_place place;
 		struct ucred cred;
 		socklen_t len = sizeof(cred);
 		struct client *c;
@@ -511,7 +626,18 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 						 subuid_owner(SUBUID_PATH, cred.uid)); /* may hold what it sent */
 			continue;
 		}
-		r = manager_add_client(m, fd, &cred, owner, &c);
+		r = client_place(m, &cred, &place);
+		if (r < 0) {
+			log_debug_errno(r, "refusing pid %d uid %u: cannot read its place: %m",
+					(int)cred.pid, (unsigned)cred.uid);
+			send_refusal(fd, -ESRCH, "mrd cannot tell which namespaces and cgroup the "
+						 "connecting process is in (it exited or changed its uid "
+						 "before mrd took the connection): connect again");
+			fd_closer_consume_socket(m->closer, fd, owner);
+			continue;
+		}
+		r = manager_add_client(m, fd, &cred, owner, &place, &c);
+		free(place.cgroup);
 		if (r == 0 && closer_lane_full(m, owner)) {
 			/* Its user's descriptors wait at the closers: it adds none until they go. */
 			send_refusal(fd, -ETOOMANYREFS, "mrd is still closing descriptors this user "

@@ -11,6 +11,7 @@
 #include "u64-map.h"
 #include "base/config.h"
 #include "base/fd-list.h"
+#include "base/process.h"
 #include "core/core.h"
 #include "control/handover.h"
 #include "control/old-context.h"
@@ -31,6 +32,13 @@ struct user_share {
 	uid_t uid;
 	unsigned clients;
 	size_t out_bytes; /* replies its connections hold unread (control/client.h) */
+	/* The domains of containers in cgroups the user made itself (rootless ones) that its
+	 * clients are in, each with how many: [limits] container_domains_per_user at most. */
+	struct user_container {
+		char name[64];
+		unsigned clients;
+	} *containers;
+	unsigned n_containers;
 };
 
 /* The daemon: owns the event loop, the configuration, the listening socket and every client. */
@@ -60,6 +68,8 @@ struct manager {
 	unsigned n_clients;
 	struct fd_closer *closer; /* every descriptor from a client that mrd lets go of */
 	struct u64_map users; /* uid + 1 -> struct user_share, while it has a connection */
+	char *uid_map;        /* mrd's own /proc/self/uid_map, for its clients' places */
+	char *cgroup_mount;   /* where mrd sees the cgroup v2 hierarchy; NULL: nowhere */
 	dev_t userns_dev;     /* mrd's own user namespace (0: unknown) */
 	ino_t userns_ino;
 	uint64_t next_client_id;
@@ -110,12 +120,15 @@ int manager_listen(struct manager *m);
 int manager_run(struct manager *m);
 
 /* Adopts a connected socket with the given peer credentials (accept path and tests), charged to
- * owner (the user who answers for the peer: process_owner_uid). -EUSERS when mrd serves
- * [limits] clients, or owner (other than root) [limits] clients_per_user. */
+ * owner (the user who answers for the peer: process_owner_uid), in place (its namespaces and
+ * cgroup; NULL: mrd's namespaces, no cgroup). -EUSERS when mrd serves [limits] clients, or
+ * owner (other than root) [limits] clients_per_user. */
 int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_t owner,
-		       struct client **ret);
+		       const struct process_place *place, struct client **ret);
 /* A client's connection closed: its user's share goes down (and away at 0). */
 void manager_user_share_put(struct manager *m, struct user_share *u);
+/* A client of a container domain that counted in u's (user_share.containers) closed. */
+void manager_user_container_put(struct user_share *u, const char *domain);
 
 uint64_t manager_uptime_usec(const struct manager *m);
 

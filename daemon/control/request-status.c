@@ -147,8 +147,11 @@ int request_status(struct client *c, struct domain *no_domain, const Mrd__Reques
 	if (devices_info(c->manager, view, r, s) < 0)
 		return -ENOMEM;
 	if (view) {
+		struct quota q;
+
+		config_quota_for(&m->core.config, view, &q); /* its domain's, open or not */
 		s->view = (char *)view;
-		s->max_clients = m->core.config.quota_clients;
+		s->max_clients = q.clients;
 	} else {
 		s->view = (char *)"";
 		s->max_clients = m->core.config.max_clients;
@@ -159,7 +162,7 @@ int request_status(struct client *c, struct domain *no_domain, const Mrd__Reques
 	return 0;
 }
 
-static void domain_info(Mrd__DomainInfo *di, struct domain *d, const struct config *cfg)
+static void domain_info(Mrd__DomainInfo *di, struct domain *d)
 {
 	struct domain_stats s;
 
@@ -173,11 +176,11 @@ static void domain_info(Mrd__DomainInfo *di, struct domain *d, const struct conf
 	di->arenas = s.arenas;
 	di->pinned_bytes = s.pinned_bytes;
 	di->generation = s.generation;
-	di->quota_allocated_bytes = cfg->quota_allocated_bytes;
-	di->quota_pinned_bytes = cfg->quota_pinned_bytes;
-	di->quota_arenas = cfg->quota_arenas;
-	di->quota_allocations = cfg->quota_allocations;
-	di->quota_clients = cfg->quota_clients;
+	di->quota_allocated_bytes = d->quota.allocated_bytes;
+	di->quota_pinned_bytes = d->quota.pinned_bytes;
+	di->quota_arenas = d->quota.arenas;
+	di->quota_allocations = d->quota.allocations;
+	di->quota_clients = d->quota.clients;
 	di->mrs = s.mrs;
 	di->client_pd_mrs = s.client_pd_mrs;
 	di->client_pd_mr_bytes = s.client_pd_mr_bytes;
@@ -201,7 +204,6 @@ int request_clients(struct client *c, struct domain *no_domain, const Mrd__Reque
 		    struct wire_packet *pkt, struct reply *r)
 {
 	const struct manager *m = c->manager;
-	const struct config *cfg = &m->core.config;
 	Mrd__ClientsResponse *body;
 	Mrd__ClientInfo *ci, **cip;
 	Mrd__DomainInfo *di, **dip;
@@ -233,7 +235,7 @@ int request_clients(struct client *c, struct domain *no_domain, const Mrd__Reque
 			body->domains_omitted++;
 			continue;
 		}
-		domain_info(&di[i], d, cfg);
+		domain_info(&di[i], d);
 		bytes += reply_repeated_size(&di[i].base);
 		if (bytes > budget) {
 			body->domains_omitted++;

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
+#include <ctype.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -54,11 +56,161 @@ static bool peer_has_group(const struct access_peer *p, gid_t gid)
 
 bool access_is_admin(const struct config *cfg, const struct access_peer *p)
 {
+	/* Root in a container is uid 0 to SO_PEERCRED too. */
+	if (p->nested_pidns || p->other_userns)
+		return false;
 	if (p->uid == 0)
 		return true;
 	if (!cfg->admin_group)
 		return false;
 	return p->gid == cfg->admin_gid || peer_has_group(p, cfg->admin_gid);
+}
+
+static bool all_hex(const char *s, size_t n)
+{
+	return strspn(s, "0123456789abcdef") >= n;
+}
+
+/* A Kubernetes pod's uid in a cgroup path component: "pod<uid>" (cgroupfs driver) or
+ * "kubepods-<class>-pod<uid>.slice" (systemd driver, '_' for '-'), in buf with '-'. */
+static bool pod_uid(const char *comp, size_t len, char *buf, size_t size)
+{
+	for (size_t i = 0; i + 3 < len; i++) {
+		size_t n;
+
+		if (strncmp(comp + i, "pod", 3) != 0 || (i > 0 && comp[i - 1] != '-'))
+			continue;
+		n = strspn(comp + i + 3, "0123456789abcdef-_");
+		if (n < 32 || n > len - i - 3 || size <= n) /* a uid: 32 hex digits and dashes */
+			continue;
+		if (i + 3 + n != len && comp[i + 3 + n] != '.')
+			continue;
+		for (size_t k = 0; k < n; k++)
+			buf[k] = comp[i + 3 + k] == '_' ? '-' : comp[i + 3 + k];
+		buf[n] = '\0';
+		return true;
+	}
+	return false;
+}
+
+/* A cgroup path component's short name, in buf: a pod's uid, a container's id cut to 12 hex
+ * digits as podman and docker show it, else the component less its runtime prefix and unit
+ * suffix, with what a domain name may not hold as '_'. Whether it was a container's id. */
+static bool short_name(const char *comp, size_t len, char *buf, size_t size)
+{
+	static const char *const prefixes[] = { "libpod-", "docker-", "cri-containerd-", "crio-",
+						"containerd-" };
+	static const char *const suffixes[] = { ".scope", ".slice", ".service" };
+	size_t n;
+
+	if (pod_uid(comp, len, buf, size))
+		return false;
+	for (size_t i = 0; i < ELEMENTSOF(prefixes); i++)
+		if (len > strlen(prefixes[i]) && strncmp(comp, prefixes[i], strlen(prefixes[i])) == 0) {
+			comp += strlen(prefixes[i]);
+			len -= strlen(prefixes[i]);
+			break;
+		}
+	for (size_t i = 0; i < ELEMENTSOF(suffixes); i++)
+		if (len > strlen(suffixes[i]) &&
+		    strncmp(comp + len - strlen(suffixes[i]), suffixes[i], strlen(suffixes[i])) == 0) {
+			len -= strlen(suffixes[i]);
+			break;
+		}
+	if (len >= 32 && all_hex(comp, len)) { /* a 64-digit id: its first 12 */
+		snprintf(buf, size, "%.12s", comp);
+		return true;
+	}
+	n = len < size - 1 ? len : size - 1;
+	for (size_t i = 0; i < n; i++)
+		buf[i] = isalnum((unsigned char)comp[i]) || strchr("_.-", comp[i]) ? comp[i] : '_';
+	buf[n] = '\0';
+	return false;
+}
+
+/* The domain of a client in a container that no [domains] line names: its pod's, else its
+ * container's — the deepest component of its cgroup that is a container's id (a runtime may
+ * put the processes in a leaf below it), else its cgroup's last component — and, for any
+ * user but root, "-uN" for the user who answers for it (uid): a user may make cgroups of any
+ * name in its own systemd subtree and a pid namespace to be "in" them, and must not so join
+ * another user's container. False for no cgroup or the root one, which tell no container
+ * from another. */
+static bool container_domain(const char *cgroup, uid_t uid, char *buf, size_t size)
+{
+	char name[64], found[64] = "";
+	const char *kind = "ctr", *comp, *end;
+	bool found_id = false;
+
+	if (!cgroup || cgroup[0] != '/' || cgroup[1] == '\0')
+		return false;
+	for (comp = cgroup + 1; *comp; comp = *end ? end + 1 : end) {
+		end = comp + strcspn(comp, "/");
+		if (end == comp)
+			continue;
+		if (pod_uid(comp, (size_t)(end - comp), found, sizeof(found))) {
+			kind = "pod";
+			break;
+		}
+		if (short_name(comp, (size_t)(end - comp), name, sizeof(name)))
+			found_id = true;
+		else if (found_id)
+			continue;
+		snprintf(found, sizeof(found), "%s", name);
+	}
+	if (!found[0])
+		return false;
+	if (uid != 0)
+		snprintf(buf, size, "%s-%.45s-u%u", kind, found, (unsigned)uid);
+	else
+		snprintf(buf, size, "%s-%s", kind, found);
+	return true;
+}
+
+/* Whether cgroup or one of its ancestors matches glob; the shortest that does is named
+ * in buf by the short name of its last component. */
+static bool cgroup_matches(const char *glob, const char *cgroup, char *buf, size_t size)
+{
+	_cleanup_free_ char *path = cgroup ? strdup(cgroup) : NULL;
+
+	if (!path)
+		return false;
+	for (char *slash = path + 1;; slash++) {
+		char keep;
+
+		slash += strcspn(slash, "/");
+		keep = *slash;
+		*slash = '\0';
+		if (fnmatch(glob, path, FNM_PATHNAME) == 0) {
+			char *last = strrchr(path, '/') + 1;
+
+			short_name(last, strlen(last), buf, size);
+			return true;
+		}
+		*slash = keep;
+		if (!keep)
+			return false;
+	}
+}
+
+/* The name of group g for a client of cgroup: its own, or with its '*' for the short name of
+ * the cgroup its glob matched. */
+static bool group_matches_cgroup(const struct domain_group *g, const char *cgroup, char *buf,
+				 size_t size)
+{
+	char name[64];
+	const char *star;
+
+	for (size_t i = 0; i < g->n_cgroups; i++) {
+		if (!cgroup_matches(g->cgroups[i], cgroup, name, sizeof(name)))
+			continue;
+		star = strchr(g->name, '*');
+		if (star)
+			snprintf(buf, size, "%.*s%s%s", (int)(star - g->name), g->name, name, star + 1);
+		else
+			snprintf(buf, size, "%s", g->name);
+		return true;
+	}
+	return false;
 }
 
 const char *access_domain_name(const struct config *cfg, const struct access_peer *p, char *buf,
@@ -72,7 +224,11 @@ const char *access_domain_name(const struct config *cfg, const struct access_pee
 		for (size_t j = 0; j < g->n_gids; j++)
 			if (peer_has_group(p, g->gids[j]))
 				return snprintf(buf, size, "%s", g->name), buf;
+		if (group_matches_cgroup(g, p->cgroup, buf, size))
+			return buf;
 	}
+	if (p->nested_pidns && container_domain(p->cgroup, p->uid, buf, size))
+		return buf;
 	snprintf(buf, size, "uid-%u", (unsigned)p->uid);
 	return buf;
 }

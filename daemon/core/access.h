@@ -19,18 +19,33 @@ struct access_peer {
 	int fd;    /* -1: no socket, groups instead */
 	const gid_t *groups;
 	size_t n_groups;
+	/* Its place (base/process.h: process_place), all false/NULL where unknown: a peer in a
+	 * pid namespace below mrd's is in a container; one in another pid or user namespace is
+	 * not the host's, and so no admin. */
+	bool nested_pidns;
+	bool other_userns;
+	const char *cgroup;
 };
 
 /* An identity known by its uid alone (Flush by uid): it gets its uid's domain. */
 #define ACCESS_PEER_UID(u) ((struct access_peer){ .uid = (u), .gid = (gid_t)-1, .fd = -1 })
 
-/* Root, or a member of admin_group (primary or supplementary group). */
+/* Root, or a member of admin_group (primary or supplementary group), in mrd's pid and user
+ * namespaces (the host's initial ones, where systemd starts mrd): never from a container. */
 bool access_is_admin(const struct config *cfg, const struct access_peer *p);
 
-/* The name of p's domain, in buf: the first [domains] group listing its uid, its primary gid or
- * one of its supplementary groups; else uid-N. */
+/* The name of p's domain, in buf: the first [domains] group listing its uid, its primary gid,
+ * one of its supplementary groups, or a cgroup glob its cgroup or an ancestor matches; else, in
+ * a container, its container's (pod-UID for a Kubernetes pod, ctr-ID for another container:
+ * access.c); else uid-N. */
 const char *access_domain_name(const struct config *cfg, const struct access_peer *p, char *buf,
 			       size_t size);
+
+/* Whether name is one mrd gives a container (ctr-…, pod-…), which no [domains] line may take. */
+static inline bool access_is_container_domain(const char *name)
+{
+	return strncmp(name, "ctr-", 4) == 0 || strncmp(name, "pod-", 4) == 0;
+}
 
 /* What the read-only views (Status, Clients, Mempools, FrmrPools, DomainDump, the bus
  * properties) show: NULL, everything, to an admin; to anyone else the name of its own domain,

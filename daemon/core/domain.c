@@ -241,7 +241,8 @@ static int domain_open(struct core *core, const char *name, struct domain **ret)
 	d->core = core;
 	LIST_INSERT_HEAD(&core->domains, d, link);
 	core->n_domains++;
-	memory_init(&d->mem, &core->config, &core->window, d->name);
+	config_quota_for(&core->config, d->name, &d->quota);
+	memory_init(&d->mem, &core->config, &d->quota, &core->window, d->name);
 	d->mem.arena_gone = on_arena_gone;
 	d->mem.data = d;
 	d->mem.workers = &core->workers;
@@ -249,7 +250,7 @@ static int domain_open(struct core *core, const char *name, struct domain **ret)
 	d->mem.closer = &core->closer;
 	reg_owner_init(&d->leaving, 0, 0, 0);
 	d->reg = (struct registrar){ .base = {
-		.config = &core->config, .name = d->name, .mem = &d->mem,
+		.config = &core->config, .quota = &d->quota, .name = d->name, .mem = &d->mem,
 		.workers = &core->workers, .stopping = &core->stopping,
 		.host_pinned = &core->pinned_bytes,
 		.events = { .hold = on_hold, .unhold = on_unhold,
@@ -288,9 +289,9 @@ int domain_acquire(struct core *core, const char *name, struct domain **ret, cha
 	struct domain *d = domain_find(core, name);
 	int r;
 
-	if (d && d->n_users >= core->config.quota_clients)
-		return config_quota_refusal(&core->config, QUOTA_CLIENTS, name, d->n_users, 1, why,
-					    why_size);
+	if (d && d->n_users >= d->quota.clients)
+		return config_quota_refusal(&core->config, &d->quota, QUOTA_CLIENTS, name,
+					    d->n_users, 1, why, why_size);
 	if (!d) {
 		r = domain_open(core, name, &d);
 		if (r < 0)
@@ -318,6 +319,14 @@ int domain_adopt(struct core *core, const char *name, uint64_t allocation_serial
 	domain_ref(d);
 	*ret = d;
 	return 0;
+}
+
+void domains_resolve_quotas(struct core *core)
+{
+	struct domain *d;
+
+	LIST_FOREACH(d, &core->domains, link)
+		config_quota_for(&core->config, d->name, &d->quota);
 }
 
 static struct domain *close_when_unheld(struct domain *d)

@@ -39,6 +39,7 @@ struct domain {
 	LIST_ENTRY(domain) link;
 	char name[64];
 	unsigned n_users; /* clients holding it (quota.clients counts these) */
+	struct quota quota; /* its own (config_quota_for), read by mem and reg */
 	unsigned n_job_refs; /* jobs on workers holding it (domain_ref) */
 	struct memory mem;
 	struct registrar reg;
@@ -105,6 +106,10 @@ static inline unsigned domain_claim(struct domain *d, struct reg_owner *owner, u
  * owner while mempools of other clients cover them. Once none is left, the hold of
  * domain_adopt goes (the domain closes when nobody else holds it). Returns how many wait on. */
 unsigned domain_reap_orphans(struct domain *d, bool all);
+
+/* Each open domain takes its quotas from the configuration again (after a reload). Usage
+ * above a lowered quota stays; what would add to it is refused. */
+void domains_resolve_quotas(struct core *core);
 
 /* A job working for the domain holds it open; it counts as no client. */
 static inline struct domain *domain_ref(struct domain *d)

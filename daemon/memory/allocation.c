@@ -270,11 +270,11 @@ done:
 		/* Whatever the kernel said (no huge pages, no hugetlbfs): out of memory. */
 		return -ENOMEM;
 	}
-	if (m->allocated_bytes + length > c->quota_allocated_bytes) {
+	if (m->allocated_bytes + length > m->quota->allocated_bytes) {
 		/* Rounding to pages crossed the quota. */
 		unrun(m, arena, offset, length);
-		return config_quota_refusal(c, QUOTA_ALLOCATED_BYTES, m->name, m->allocated_bytes,
-					    length, why, why_size);
+		return config_quota_refusal(c, m->quota, QUOTA_ALLOCATED_BYTES, m->name,
+					    m->allocated_bytes, length, why, why_size);
 	}
 	r = record(m, a, owner, arena, offset, length);
 	if (r < 0)

@@ -55,7 +55,7 @@ static int arena_map(struct arena *a, struct window *w, uint64_t length, uint64_
 		first = *at; /* the previous mrd's: it kept to the share */
 		r = window_take_at(w, first, a->n_slots);
 	} else if (a->mem->window_bytes + (uint64_t)a->n_slots * w->slot_size >
-		   config_window_bytes(a->mem->config))
+		   config_window_bytes(a->mem->config, a->mem->quota))
 		r = -EDQUOT; /* its share of the window, so one domain never takes it all */
 	else
 		r = window_take(w, a->n_slots, &first);

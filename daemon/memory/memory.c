@@ -7,10 +7,10 @@
 #include "memory/memory.h"
 #include "memory/window.h"
 
-void memory_init(struct memory *m, const struct config *config, struct window *window,
-		 const char *name)
+void memory_init(struct memory *m, const struct config *config, const struct quota *quota,
+		 struct window *window, const char *name)
 {
-	*m = (struct memory){ .config = config, .window = window, .name = name,
+	*m = (struct memory){ .config = config, .quota = quota, .window = window, .name = name,
 			      .status = { .fd = -1 } };
 	LIST_INIT(&m->arenas);
 	LIST_INIT(&m->orphans);
@@ -35,7 +35,8 @@ int memory_window_quota(const struct memory *m, uint64_t length, char *why, size
 	uint64_t slot = m->window->slot_size;
 
 	/* An arena takes whole slots. */
-	return config_quota_refusal(m->config, QUOTA_WINDOW_BYTES, m->name, m->window_bytes,
+	return config_quota_refusal(m->config, m->quota, QUOTA_WINDOW_BYTES, m->name,
+				    m->window_bytes,
 				    (length + slot - 1) / slot * slot, why, why_size);
 }
 
@@ -43,16 +44,17 @@ int memory_check_quota(const struct memory *m, uint64_t bytes, bool new_arena, c
 		       size_t why_size)
 {
 	const struct config *c = m->config;
+	const struct quota *q = m->quota;
 
-	if (m->allocations.n >= c->quota_allocations)
-		return config_quota_refusal(c, QUOTA_ALLOCATIONS, m->name, m->allocations.n, 1, why,
-					    why_size);
-	if (bytes > c->quota_allocated_bytes - m->allocated_bytes ||
-	    m->allocated_bytes > c->quota_allocated_bytes)
-		return config_quota_refusal(c, QUOTA_ALLOCATED_BYTES, m->name, m->allocated_bytes,
-					    bytes, why, why_size);
-	if (new_arena && m->n_arenas >= c->quota_arenas)
-		return config_quota_refusal(c, QUOTA_ARENAS, m->name, m->n_arenas, 1, why,
+	if (m->allocations.n >= q->allocations)
+		return config_quota_refusal(c, q, QUOTA_ALLOCATIONS, m->name, m->allocations.n, 1,
+					    why, why_size);
+	if (bytes > q->allocated_bytes - m->allocated_bytes ||
+	    m->allocated_bytes > q->allocated_bytes)
+		return config_quota_refusal(c, q, QUOTA_ALLOCATED_BYTES, m->name,
+					    m->allocated_bytes, bytes, why, why_size);
+	if (new_arena && m->n_arenas >= q->arenas)
+		return config_quota_refusal(c, q, QUOTA_ARENAS, m->name, m->n_arenas, 1, why,
 					    why_size);
 	return 0;
 }

@@ -20,6 +20,7 @@ struct worker_pool;
 
 struct memory {
 	const struct config *config;
+	const struct quota *quota; /* its domain's */
 	struct window *window;
 	const char *name; /* its domain's, for messages */
 	LIST_HEAD(, arena) arenas;
@@ -44,8 +45,8 @@ struct memory {
 };
 
 /* Empty: no arena, no status page yet (status_page_open). */
-void memory_init(struct memory *m, const struct config *config, struct window *window,
-		 const char *name);
+void memory_init(struct memory *m, const struct config *config, const struct quota *quota,
+		 struct window *window, const char *name);
 /* What the previous mrd's memory of this domain reached (warm restart): serials go on above
  * allocation_serial, so no allocation looks like one of before; the status page counts frees
  * on from frees. */

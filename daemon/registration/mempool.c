@@ -453,9 +453,9 @@ int mempool_register(struct mempools *p, struct reg_owner *owner, const char *na
 		snprintf(why, why_size, "mempool '%s' is registered already", name);
 		return -EEXIST;
 	}
-	if (!old && p->n_regs >= cfg->quota_mempools)
-		return config_quota_refusal(cfg, QUOTA_MEMPOOLS, p->reg->name, p->n_regs, 1, why,
-					    why_size);
+	if (!old && p->n_regs >= p->reg->quota->mempools)
+		return config_quota_refusal(cfg, p->reg->quota, QUOTA_MEMPOOLS, p->reg->name,
+					    p->n_regs, 1, why, why_size);
 	spans = calloc(n, sizeof(*spans));
 	if (!spans)
 		return -ENOMEM;

@@ -862,6 +862,19 @@ void mr_cache_flush(struct mr_cache *c)
 	rebuild(c);
 }
 
+/* mr out of its cache's table and list, on its way to deregistration (leave()); an overflown
+ * table is left for the caller to rebuild, once for many. */
+static void out_of_tables(struct cached_mr *mr)
+{
+	struct mr_cache *o = mr->cache;
+
+	if (!o->table.overflow)
+		(void)mr_table_remove(&o->table, mr->start);
+	LIST_REMOVE(mr, link);
+	o->n_mrs--;
+	leave(mr);
+}
+
 /* a's MRs are of every cache over it: each leaves its own. */
 uint64_t mr_cache_retire(struct mr_cache *c, struct reg_allocation *a)
 {
@@ -870,16 +883,9 @@ uint64_t mr_cache_retire(struct mr_cache *c, struct reg_allocation *a)
 
 	(void)c;
 	LIST_FOREACH(mr, &a->mrs, alloc_link) {
-		struct mr_cache *o = mr->cache;
-
 		bytes += mr->end - mr->start;
-		if (!mr->in_cache)
-			continue; /* let go of by its client PD already */
-		if (!o->table.overflow)
-			(void)mr_table_remove(&o->table, mr->start);
-		LIST_REMOVE(mr, link);
-		o->n_mrs--;
-		leave(mr);
+		if (mr->in_cache) /* else let go of by its client PD already */
+			out_of_tables(mr);
 	}
 	LIST_FOREACH(mr, &a->mrs, alloc_link)
 		if (mr->cache->table.overflow)
@@ -1013,17 +1019,11 @@ int mr_cache_drop_span(struct reg_allocation *a, uint64_t start, uint64_t end, c
 		return span_drop_result(k, out_start, out_end, why, why_size);
 	}
 	LIST_FOREACH(mr, &a->mrs, alloc_link) {
-		struct mr_cache *o = mr->cache;
-
 		if (mr->end <= start || end <= mr->start || !mr->in_cache)
 			continue;
-		if (!o->table.overflow)
-			(void)mr_table_remove(&o->table, mr->start);
-		LIST_REMOVE(mr, link);
-		o->n_mrs--;
-		leave(mr);
-		if (o->table.overflow)
-			rebuild(o);
+		out_of_tables(mr);
+		if (mr->cache->table.overflow)
+			rebuild(mr->cache);
 		j->mrs[j->n++].mr = mr;
 	}
 	/* The loop's share as for registrations: many small MRs (policy page) take no more of

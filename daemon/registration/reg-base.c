@@ -14,11 +14,12 @@ int reg_check_pinned(const struct reg_base *b, uint64_t more, char *why, size_t 
 	uint64_t mine = *b->pinned_bytes, all = *b->host_pinned;
 
 	/* In use: pinned or being pinned. */
-	if (mine + more > c->quota_pinned_bytes)
-		return config_quota_refusal(c, QUOTA_PINNED_BYTES, b->name, mine, more, why,
-					    why_size);
+	if (mine + more > b->quota->pinned_bytes)
+		return config_quota_refusal(c, b->quota, QUOTA_PINNED_BYTES, b->name, mine, more,
+					    why, why_size);
 	if (all + more > c->max_pinned_bytes)
-		return config_quota_refusal(c, LIMIT_PINNED_BYTES, NULL, all, more, why, why_size);
+		return config_quota_refusal(c, b->quota, LIMIT_PINNED_BYTES, NULL, all, more, why,
+					    why_size);
 	return 0;
 }
 

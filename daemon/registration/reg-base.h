@@ -42,6 +42,7 @@ struct registrar_events {
 
 struct reg_base {
 	const struct config *config;
+	const struct quota *quota; /* its domain's */
 	const char *name;     /* its domain's, for messages */
 	struct memory *mem;   /* its domain's: where lookups find allocations */
 	struct provider *provider;

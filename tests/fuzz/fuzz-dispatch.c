@@ -108,7 +108,7 @@ static void add_client(struct manager *m, uid_t uid, int sv[2])
 		abort();
 	fcntl(sv[0], F_SETFL, O_NONBLOCK);
 	fcntl(sv[1], F_SETFL, O_NONBLOCK);
-	if (manager_add_client(m, sv[0], &cred, cred.uid, &c) < 0)
+	if (manager_add_client(m, sv[0], &cred, cred.uid, NULL, &c) < 0)
 		abort();
 }
 
