@@ -54,9 +54,9 @@ pod() { # rootful|rootless podman-args...
 # The words of one container: with mrd through the CDI device (cdi), or with the device nodes
 # alone (nodes). mrd's socket is 0660 group mrd: rootful containers are given that group,
 # rootless ones keep alice's groups (she is in mrd).
-ctr_args() { # rootful|rootless cdi|nodes name [user]
-	CTR_ARGS="run --rm --name $3 --rootfs $CTR_DIR/root-$1 -v /usr:/usr:ro --network host
-		--user ${4:-1000:1000} --ulimit memlock=8388608:8388608"
+ctr_args() { # rootful|rootless cdi|nodes name [user] (CTR_CID=NAME: --cidfile CTR_DIR/NAME.cid)
+	CTR_ARGS="run --rm --name $3 -v /usr:/usr:ro --network host --user ${4:-1000:1000}
+		--ulimit memlock=8388608:8388608"
 	if [ "$1" = rootful ]; then CTR_ARGS="$CTR_ARGS --group-add $MRD_GID"
 	else CTR_ARGS="$CTR_ARGS --group-add keep-groups"; fi
 	if [ "$2" = cdi ]; then
@@ -64,6 +64,8 @@ ctr_args() { # rootful|rootless cdi|nodes name [user]
 	else
 		for n in /dev/infiniband/*; do CTR_ARGS="$CTR_ARGS --device $n"; done
 	fi
+	# Last: --rootfs takes no value, the first word after the options is the root.
+	CTR_ARGS="$CTR_ARGS ${CTR_CID:+--cidfile $CTR_DIR/$CTR_CID.cid} --rootfs $CTR_DIR/root-$1"
 }
 ctr_port() { CTR_PORT=$((CTR_PORT + 1)); }
 
@@ -91,13 +93,12 @@ ctr_cdi() {
 }
 
 ctr_setup() {
-	# tun: rootless podman starts slirp4netns, even for --network host.
-	modprobe -a ib_uverbs rdma_rxe rdma_ucm dummy tun &&
+	modprobe -a ib_uverbs rdma_rxe rdma_ucm dummy &&
 		{ ip link show dummy0 > /dev/null 2>&1 || ip link add dummy0 type dummy; } &&
 		{ ip addr show dummy0 | grep -q "$CTR_ADDR/" || ip addr add $CTR_ADDR/24 dev dummy0; } &&
 		ip link set dummy0 up &&
 		{ [ -e /sys/class/infiniband/$CTR_DEV ] || rdma link add $CTR_DEV type rxe netdev dummy0; }
-	result "$CTR_DEV on dummy0 ($CTR_ADDR), rdma_ucm and tun loaded" $? "$(rdma link show 2>&1; ls -l /dev/infiniband 2>&1)"
+	result "$CTR_DEV on dummy0 ($CTR_ADDR), rdma_ucm loaded" $? "$(rdma link show 2>&1; ls -l /dev/infiniband 2>&1)"
 	CTR_GID=
 	for g in /sys/class/infiniband/$CTR_DEV/ports/1/gids/*; do
 		case "$(cat "$g" 2> /dev/null)" in 0000:0000:0000:0000:0000:ffff:*) CTR_GID=${g##*/}; break ;; esac
@@ -160,12 +161,15 @@ ctr_pair() { # rootful|rootless cdi|nodes tcp-port|- server-words client-words
 	wait $ctr_srv
 	CTR_SRC=$?
 }
-ctr_detail() { echo "server rc $CTR_SRC: $(tail -n 4 /tmp/ctr-srv.txt) | client rc $CTR_CRC: $(tail -n 6 /tmp/ctr-cli.txt)"; }
+ctr_detail() {
+	echo "server rc $CTR_SRC: $(grep -h 'libmrd-preload' /tmp/ctr-srv.txt | head -n 2) $(tail -n 4 /tmp/ctr-srv.txt)" \
+		"| client rc $CTR_CRC: $(grep -h 'libmrd-preload' /tmp/ctr-cli.txt | head -n 2) $(tail -n 6 /tmp/ctr-cli.txt)"
+}
 
 # ib_write_bw / ib_read_bw, 128 MiB messages: perftest registers twice that, a 256 MiB buffer
 # a side, 32 times what memlock lets the container pin.
 ctr_perftest() { # rootful|rootless program
-	p="$2 -d $CTR_DEV -x $CTR_GID -s 134217728 -n 4 -F"
+	p="$2 -d $CTR_DEV -x $CTR_GID -s 134217728 -n 5 -F"
 	ctr_port
 	ctr_pair "$1" cdi $CTR_PORT "$p -p $CTR_PORT" "$p -p $CTR_PORT $CTR_ADDR"
 	[ $CTR_CRC = 0 ] && [ $CTR_SRC = 0 ] && awk '$1 == 134217728 { ok = 1 } END { exit !ok }' /tmp/ctr-cli.txt
@@ -191,8 +195,10 @@ for d in json.load(sys.stdin).get("domains", []): print(d["name"], d.get("pinned
 # A container holding 4 MiB of mrd's memory (examples/mrd-restart: it waits for mrd to go and
 # reconnects); its output in /tmp/NAME.txt, its podman's pid in HOLDER.
 ctr_hold() { # name
+	CTR_CID=$1
 	ctr_args rootful cdi "$1"
-	pod rootful $CTR_ARGS --cidfile $CTR_DIR/$1.cid /usr/lib/mrd-vm/mrd-restart /run/mrd/mrd.sock 300 \
+	CTR_CID=
+	pod rootful $CTR_ARGS /usr/lib/mrd-vm/mrd-restart /run/mrd/mrd.sock 300 \
 		> /tmp/$1.txt 2>&1 &
 	HOLDER=$!
 	for _ in $(seq 600); do grep -q '^ready' /tmp/$1.txt && break; kill -0 $HOLDER 2> /dev/null || break; sleep 0.2; done
@@ -209,17 +215,19 @@ ctr_domain_checks() {
 	a=ctr-$(ctr_id ctr-a)-u1000 b=ctr-$(ctr_id ctr-b)-u1000
 	doms=$(ctr_domains 2>&1)
 	[ "$a" != "$b" ] && echo "$doms" | grep -qx "$a 4194304" && echo "$doms" | grep -qx "$b 4194304"
-	result "two rootful containers of uid 1000: mrctl clients shows two domains, $a and $b, 4 MiB pinned each" $? \
-		"domains: $(echo "$doms" | tr '\n' ';') $(tail -n 2 /tmp/ctr-a.txt /tmp/ctr-b.txt)"
+	result "two rootful containers of uid 1000: mrctl clients shows two domains ctr-ID-u1000, 4 MiB pinned each" $? \
+		"want $a and $b; domains: $(echo "$doms" | tr '\n' ';') $(tail -n 2 /tmp/ctr-a.txt /tmp/ctr-b.txt)"
 
 	# Root in a rootful container is no admin: flush refused, its view its own domain alone.
+	CTR_CID=ctr-root
 	ctr_args rootful cdi ctr-root 0:0
-	out=$(pod rootful $CTR_ARGS --cidfile $CTR_DIR/ctr-root.cid mrctl flush 2>&1)
+	CTR_CID=
+	out=$(pod rootful $CTR_ARGS mrctl flush 2>&1)
 	rc=$?
 	[ $rc != 0 ] && echo "$out" | grep -Eqi 'not permitted|EPERM|needs root or the admin group'
 	result "root (uid 0) in a rootful container is refused mrctl flush" $? "rc=$rc: $out"
 	rm -f $CTR_DIR/ctr-root.cid
-	out=$(pod rootful $CTR_ARGS --cidfile $CTR_DIR/ctr-root.cid mrctl --json clients 2>&1)
+	out=$(pod rootful $CTR_ARGS mrctl --json clients 2>&1)
 	rc=$?
 	own=ctr-$(ctr_id ctr-root)
 	seen=$(echo "$out" | python3 -c 'import json, sys
@@ -235,7 +243,7 @@ print(" ".join(d["name"] for d in json.load(sys.stdin).get("domains", [])))' 2> 
 	systemctl reload mrd
 	ctr_port
 	ctr_args rootful cdi ctr-over
-	pod rootful $CTR_ARGS ib_write_bw -d $CTR_DEV -x $CTR_GID -s 67108864 -n 4 -F -p $CTR_PORT \
+	pod rootful $CTR_ARGS ib_write_bw -d $CTR_DEV -x $CTR_GID -s 67108864 -n 5 -F -p $CTR_PORT \
 		> /tmp/ctr-over.txt 2>&1
 	rc=$?
 	[ $rc != 0 ] && grep -q 'quota\.' /tmp/ctr-over.txt && kill -0 $hold_a && kill -0 $hold_b &&
@@ -258,6 +266,37 @@ print(" ".join(d["name"] for d in json.load(sys.stdin).get("domains", [])))' 2> 
 	mrd_answers
 }
 
+# A restart under an unmodified program: libmrd-preload(8) says the registrations it made stay
+# usable (they are the program's, on pages it maps) and it runs on. The restart comes once both
+# sides have their MRs from mrd.
+ctr_shim_restart() {
+	ctr_port
+	p="ib_write_bw -d $CTR_DEV -x $CTR_GID -s 1048576 -D 30 -F"
+	(
+		ctr_pair rootful cdi $CTR_PORT "$p -p $CTR_PORT" "$p -p $CTR_PORT $CTR_ADDR"
+		echo "$CTR_SRC $CTR_CRC" > /tmp/ctr-rs.rc
+	) &
+	bg=$!
+	bound=0
+	for _ in $(seq 900); do
+		bound=$(mrctl --json clients 2> /dev/null | python3 -c 'import json, sys
+print(sum(1 for c in json.load(sys.stdin).get("clients", []) if (c.get("bound_pd") or {}).get("mrs", 0) > 0))' 2> /dev/null)
+		[ "${bound:-0}" -ge 2 ] && break
+		kill -0 $bg 2> /dev/null || break
+		sleep 0.2
+	done
+	old=$(main_pid)
+	systemctl restart mrd
+	wait $bg
+	read -r src crc < /tmp/ctr-rs.rc
+	CTR_SRC=$src CTR_CRC=$crc
+	[ "${bound:-0}" -ge 2 ] && [ "$crc" = 0 ] && [ "$src" = 0 ] && [ "$(main_pid)" != "$old" ] &&
+		awk '$1 == 1048576 { ok = 1 } END { exit !ok }' /tmp/ctr-cli.txt
+	result "systemctl restart mrd during ib_write_bw -D 30 between two containers: it runs on (libmrd-preload(8))" $? \
+		"$bound clients bound with MRs at the restart; $(ctr_detail)"
+	mrd_answers
+}
+
 container_checks() {
 	for t in podman crun newuidmap; do
 		command -v $t > /dev/null || {
@@ -273,6 +312,7 @@ container_checks() {
 		ctr_rping $m
 	done
 	ctr_domain_checks
+	ctr_shim_restart
 	rm /etc/mrd/mrd.conf.d/70-containers.conf
 	systemctl restart mrd
 	mrd_answers

@@ -56,12 +56,11 @@ sd_install() {
 	for t in /etc/systemd/system/timers.target.wants/*.timer; do
 		[ -e "$t" ] && ln -sf /dev/null "$SD/root/etc/systemd/system/$(basename "$t")"
 	done
-	# rdma_rxe and ib_uverbs (no dependency of rdma_rxe's) for modprobe inside; rdma_ucm, dummy
-	# and tun (rootless podman's slirp4netns) for the containers (merged /usr: /lib is the
-	# host's usr/lib link, kept).
+	# rdma_rxe and ib_uverbs (no dependency of rdma_rxe's) for modprobe inside; rdma_ucm and
+	# dummy for the containers' rdma_cm (merged /usr: /lib is the host's usr/lib link, kept).
 	ln -s usr/lib "$SD/root/lib"
 	mkdir -p "$SD/root/usr/lib/modules/$KVER/kernel" && : > "$SD/rxe.load"
-	stage_modules "$SD/root/usr/lib/modules/$KVER/kernel" "$SD/rxe.load" rdma_rxe ib_uverbs rdma_ucm dummy tun
+	stage_modules "$SD/root/usr/lib/modules/$KVER/kernel" "$SD/rxe.load" rdma_rxe ib_uverbs rdma_ucm dummy
 	cp "$KROOT/usr/lib/modules/$KVER/modules.builtin"* "$KROOT/usr/lib/modules/$KVER/modules.order" \
 		"$SD/root/usr/lib/modules/$KVER/" 2> /dev/null || true
 	depmod -b "$SD/root" "$KVER"
