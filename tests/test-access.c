@@ -192,6 +192,22 @@ START_TEST(test_container_domains)
 	ck_assert_str_eq(name_of(contained(1002, "/user.slice/user-1000.slice/user@1000.service/"
 						 "user.slice/libpod-" OTHER_ID ".scope")),
 			 "ctr-aa11bb22cc33-u1002");
+	/* Review: in a cgroup the user made, even of a rootful container's or a pod's name, the
+	 * name is told from root's cgroup's of the same uid (-userN), whole for the longest. */
+	{
+		struct access_peer own = contained(1002, "/user.slice/user-1002.slice/user@1002"
+							 ".service/libpod-" PODMAN_ID ".scope");
+		char buf[64];
+
+		own.cgroup_user_made = true;
+		ck_assert_str_eq(name_of(own), "ctr-3f2a9b1c0d4e-user1002");
+		own.cgroup = "/u/kubepods-pod" POD_UID ".slice";
+		ck_assert_str_eq(name_of(own), "pod-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901-user1002");
+		own.uid = 4294967294u;
+		own.cgroup = "/u/g123456789h123456789i123456789j123456789k123456789l12345678.scope";
+		access_domain_name(&cfg, &own, buf, sizeof(buf));
+		ck_assert_str_eq(buf, "ctr-g123456789h123456789i123456789j123456789k1-user4294967294");
+	}
 	/* docker, and a cgroupfs runtime's bare id */
 	ck_assert_str_eq(name_of(contained(0, "/system.slice/docker-" OTHER_ID ".scope")),
 			 "ctr-aa11bb22cc33");

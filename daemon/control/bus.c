@@ -81,7 +81,9 @@ static const char *caller_view(sd_bus *bus, const struct manager *m, char *buf, 
 						       .n_groups = (size_t)n,
 						       .nested_pidns = place.nested_pidns,
 						       .other_userns = place.other_userns,
-						       .cgroup = place.cgroup },
+						       .cgroup = place.cgroup,
+						       .cgroup_user_made = manager_cgroup_user_made(
+							       m, place.cgroup) },
 				buf, size);
 	free(place.cgroup);
 	return view;

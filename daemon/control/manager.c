@@ -438,11 +438,7 @@ static int user_container_get(struct manager *m, struct user_share *u, const cha
 	return 0;
 }
 
-/* Whether the cgroup (a path in the cgroup v2 hierarchy) is one a user made: a user may make
- * cgroups of any name below its own delegated subtree (systemd chowns it to the user), and
- * one a user made is the user's; root's runtimes (rootful podman, Kubernetes) make root's.
- * What cannot be told is taken as a user's. */
-static bool cgroup_user_made(const struct manager *m, const char *cgroup)
+bool manager_cgroup_user_made(const struct manager *m, const char *cgroup)
 {
 	_cleanup_free_ char *path = NULL;
 	struct stat st;
@@ -485,6 +481,7 @@ int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_
 		peer.nested_pidns = place->nested_pidns;
 		peer.other_userns = place->other_userns;
 		peer.cgroup = place->cgroup;
+		peer.cgroup_user_made = manager_cgroup_user_made(m, place->cgroup);
 	}
 	admin = access_is_admin(&m->core.config, &peer);
 	/* The owner's domain: its namespaces' identities are its own (docs/design.md, "Users"). */
@@ -492,7 +489,7 @@ int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_
 	access_domain_name(&m->core.config, &peer, domain, sizeof(domain));
 	/* A user who makes cgroups and pid namespaces makes containers, each a domain with its own
 	 * quotas: a few per user, then the user's own domain. */
-	if (owner != 0 && access_is_container_domain(domain) && cgroup_user_made(m, peer.cgroup)) {
+	if (owner != 0 && access_is_container_domain(domain) && peer.cgroup_user_made) {
 		r = user_container_get(m, u, domain);
 		if (r == -EDQUOT) {
 			log_info("uid %u has %u container domains open ([limits] "

@@ -133,9 +133,12 @@ static bool short_name(const char *comp, size_t len, char *buf, size_t size)
  * put the processes in a leaf below it), else its cgroup's last component — and, for any
  * user but root, "-uN" for the user who answers for it (uid): a user may make cgroups of any
  * name in its own systemd subtree and a pid namespace to be "in" them, and must not so join
- * another user's container. False for no cgroup or the root one, which tell no container
- * from another. */
-static bool container_domain(const char *cgroup, uid_t uid, char *buf, size_t size)
+ * another user's container. In a cgroup a user made (user_made) "-userN": nor may the user
+ * so join a container root made that runs processes of its uid (podman run --user, a pod's
+ * runAsUser), whose id anyone reads in /proc/PID/cgroup. False for no cgroup or the root
+ * one, which tell no container from another. */
+static bool container_domain(const char *cgroup, uid_t uid, bool user_made, char *buf,
+			     size_t size)
 {
 	char name[64], found[64] = "";
 	const char *kind = "ctr", *comp, *end;
@@ -159,7 +162,9 @@ static bool container_domain(const char *cgroup, uid_t uid, char *buf, size_t si
 	}
 	if (!found[0])
 		return false;
-	if (uid != 0)
+	if (uid != 0 && user_made)
+		snprintf(buf, size, "%s-%.42s-user%u", kind, found, (unsigned)uid);
+	else if (uid != 0)
 		snprintf(buf, size, "%s-%.45s-u%u", kind, found, (unsigned)uid);
 	else
 		snprintf(buf, size, "%s-%s", kind, found);
@@ -227,7 +232,7 @@ const char *access_domain_name(const struct config *cfg, const struct access_pee
 		if (group_matches_cgroup(g, p->cgroup, buf, size))
 			return buf;
 	}
-	if (p->nested_pidns && container_domain(p->cgroup, p->uid, buf, size))
+	if (p->nested_pidns && container_domain(p->cgroup, p->uid, p->cgroup_user_made, buf, size))
 		return buf;
 	snprintf(buf, size, "uid-%u", (unsigned)p->uid);
 	return buf;

@@ -25,6 +25,9 @@ struct access_peer {
 	bool nested_pidns;
 	bool other_userns;
 	const char *cgroup;
+	/* The cgroup is one a user made (its folder is not root's: a delegated subtree), where
+	 * any name may be had: its container domain's name is told apart from root's cgroups'. */
+	bool cgroup_user_made;
 };
 
 /* An identity known by its uid alone (Flush by uid): it gets its uid's domain. */
