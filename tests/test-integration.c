@@ -706,6 +706,38 @@ START_TEST(test_rev_user_cgroup_does_not_join_rootful_container)
 }
 END_TEST
 
+/* Review: where mrd runs in a pid namespace of its own (a pod without hostPID), a peer outside
+ * it has pid 0 to SO_PEERCRED; root in a sibling pid namespace (a rootful container) is in no
+ * namespace of mrd's, and so no admin. */
+START_TEST(test_rev_peer_outside_mrds_pid_namespace_is_no_admin)
+{
+	const char *wrapper = getenv("MRD_TEST_WRAPPER");
+	struct mrd_proc inner;
+	const char *argv[] = { "/usr/bin/unshare", "--pid", "--fork", "--", mrctl, "--socket", inner.socket,
+			       "flush", NULL };
+	int r;
+
+	if (geteuid() != 0 || (wrapper && *wrapper)) {
+		fprintf(stderr, "test_rev_peer_outside_mrds_pid_namespace_is_no_admin: needs root "
+				"and no MRD_TEST_WRAPPER: skipped\n");
+		return;
+	}
+	/* unshare waits for mrd, and its death kills it (--kill-child) */
+	setenv("MRD_TEST_WRAPPER", "unshare --pid --fork --kill-child", 1);
+	r = mrd_proc_start(&inner, "", NULL);
+	unsetenv("MRD_TEST_WRAPPER");
+	if (r < 0) {
+		fprintf(stderr, "test_rev_peer_outside_mrds_pid_namespace_is_no_admin: mrd in a pid "
+				"namespace did not start (%s): skipped\n", strerror(-r));
+		return;
+	}
+	r = run_capture(argv, out, sizeof(out), (uid_t)-1);
+	mrd_proc_signal(&inner, SIGKILL);
+	ck_assert_msg(r == 1 && strstr(out, "Flush needs root or the admin group"),
+		      "root outside mrd's pid namespace flushed (%d): %s", r, out);
+}
+END_TEST
+
 /* Someone else (nobody): the views work and show their own domain alone; changes are refused. */
 START_TEST(test_views_and_changes_for_others)
 {
@@ -885,6 +917,7 @@ int main(void)
 	tcase_add_test(tc, test_containers_get_domains_of_their_own);
 	tcase_add_test(tc, test_user_made_containers_are_few_per_user);
 	tcase_add_test(tc, test_rev_user_cgroup_does_not_join_rootful_container);
+	tcase_add_test(tc, test_rev_peer_outside_mrds_pid_namespace_is_no_admin);
 	tcase_add_test(tc, test_flood_of_malformed_frames);
 	tcase_add_test(tc, test_client_limit);
 	tcase_add_test(tc, test_second_daemon_refused);

@@ -559,11 +559,12 @@ static bool closer_lane_full(struct manager *m, uid_t owner)
 }
 
 /* Where the peer cred names runs (base/process.h). A peer whose pid mrd cannot see (0: in a pid
- * namespace outside mrd's, which only happens when mrd runs in one) is judged by its uid. */
+ * namespace outside mrd's, which only happens when mrd runs in one) gets its uid's domain, and
+ * is in no namespace of mrd's: root in a sibling container is no admin. */
 static int client_place(struct manager *m, const struct ucred *cred, struct process_place *ret)
 {
 	if (cred->pid <= 0) {
-		*ret = (struct process_place){};
+		*ret = (struct process_place){ .other_userns = true };
 		return 0;
 	}
 	return process_place_read(cred->pid, cred->uid, m->uid_map, ret);
