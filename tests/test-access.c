@@ -208,6 +208,13 @@ START_TEST(test_container_domains)
 		access_domain_name(&cfg, &own, buf, sizeof(buf));
 		ck_assert_str_eq(buf, "ctr-g123456789h123456789i123456789j123456789k1-user4294967294");
 	}
+	/* Review: which cgroups a runtime made (an id, a pod), which not (counted per user) */
+	ck_assert(access_cgroup_of_runtime("/machine.slice/libpod-" PODMAN_ID ".scope/container"));
+	ck_assert(access_cgroup_of_runtime("/kubepods/besteffort/pod1b2c3d4e-5f60-7182-93a4-"
+					   "b5c6d7e8f901"));
+	ck_assert(!access_cgroup_of_runtime("/user.slice/user-1000.slice/session-3.scope"));
+	ck_assert(!access_cgroup_of_runtime("/"));
+	ck_assert(!access_cgroup_of_runtime(NULL));
 	/* docker, and a cgroupfs runtime's bare id */
 	ck_assert_str_eq(name_of(contained(0, "/system.slice/docker-" OTHER_ID ".scope")),
 			 "ctr-aa11bb22cc33");

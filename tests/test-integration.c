@@ -669,6 +669,34 @@ START_TEST(test_user_made_containers_are_few_per_user)
 }
 END_TEST
 
+/* Review: a user's pid namespaces in cgroups of root's that no runtime made (a login's session
+ * scope: one more each login) count among its container_domains_per_user (4) too. */
+START_TEST(test_rev_session_scopes_are_few_per_user)
+{
+	struct ctr_client k[5];
+	char cg[5][1024], name[64];
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "test_rev_session_scopes_are_few_per_user: needs root: skipped\n");
+		return;
+	}
+	for (int i = 0; i < 5; i++) {
+		snprintf(name, sizeof(name), "rev-session-%d.scope", i);
+		if (!container_cgroup(name, cg[i], sizeof(cg[i])))
+			return;
+	}
+	for (int i = 0; i < 5; i++)
+		ctr_client_start(&k[i], cg[i], 65534);
+	ck_assert_msg(strcmp(k[4].domain, "uid-65534") == 0,
+		      "a fifth session scope got a domain of its own: %s", k[4].domain);
+	for (int i = 0; i < 5; i++) {
+		ctr_client_stop(&k[i]);
+		test_wait_until(rmdir(cg[i]) == 0 || errno != EBUSY, 10000); /* its exit to land */
+		ck_assert_msg(access(cg[i], F_OK) < 0, "%s stays: %m", cg[i]);
+	}
+}
+END_TEST
+
 /* Review: a user may make a cgroup of any name in its own subtree and a pid namespace to be in
  * it; one named as a rootful container's (whose id /proc/PID/cgroup shows anyone) must not make
  * it a client of that container's domain, whose memory Map hands out. */
@@ -916,6 +944,7 @@ int main(void)
 	tcase_add_test(tc, test_views_and_changes_for_others);
 	tcase_add_test(tc, test_containers_get_domains_of_their_own);
 	tcase_add_test(tc, test_user_made_containers_are_few_per_user);
+	tcase_add_test(tc, test_rev_session_scopes_are_few_per_user);
 	tcase_add_test(tc, test_rev_user_cgroup_does_not_join_rootful_container);
 	tcase_add_test(tc, test_rev_peer_outside_mrds_pid_namespace_is_no_admin);
 	tcase_add_test(tc, test_flood_of_malformed_frames);

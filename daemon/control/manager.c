@@ -488,8 +488,10 @@ int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_
 	peer.uid = owner;
 	access_domain_name(&m->core.config, &peer, domain, sizeof(domain));
 	/* A user who makes cgroups and pid namespaces makes containers, each a domain with its own
-	 * quotas: a few per user, then the user's own domain. */
-	if (owner != 0 && access_is_container_domain(domain) && peer.cgroup_user_made) {
+	 * quotas: a few per user, then the user's own domain. A pid namespace of the user's in a
+	 * cgroup of root's that no runtime made (each login's session scope) counts too. */
+	if (owner != 0 && access_is_container_domain(domain) &&
+	    (peer.cgroup_user_made || !access_cgroup_of_runtime(peer.cgroup))) {
 		r = user_container_get(m, u, domain);
 		if (r == -EDQUOT) {
 			log_info("uid %u has %u container domains open ([limits] "

@@ -138,7 +138,7 @@ static bool short_name(const char *comp, size_t len, char *buf, size_t size)
  * runAsUser), whose id anyone reads in /proc/PID/cgroup. False for no cgroup or the root
  * one, which tell no container from another. */
 static bool container_domain(const char *cgroup, uid_t uid, bool user_made, char *buf,
-			     size_t size)
+			     size_t size, bool *ret_runtime)
 {
 	char name[64], found[64] = "";
 	const char *kind = "ctr", *comp, *end;
@@ -162,6 +162,8 @@ static bool container_domain(const char *cgroup, uid_t uid, bool user_made, char
 	}
 	if (!found[0])
 		return false;
+	if (ret_runtime)
+		*ret_runtime = found_id || strcmp(kind, "pod") == 0;
 	if (uid != 0 && user_made)
 		snprintf(buf, size, "%s-%.42s-user%u", kind, found, (unsigned)uid);
 	else if (uid != 0)
@@ -232,10 +234,19 @@ const char *access_domain_name(const struct config *cfg, const struct access_pee
 		if (group_matches_cgroup(g, p->cgroup, buf, size))
 			return buf;
 	}
-	if (p->nested_pidns && container_domain(p->cgroup, p->uid, p->cgroup_user_made, buf, size))
+	if (p->nested_pidns &&
+	    container_domain(p->cgroup, p->uid, p->cgroup_user_made, buf, size, NULL))
 		return buf;
 	snprintf(buf, size, "uid-%u", (unsigned)p->uid);
 	return buf;
+}
+
+bool access_cgroup_of_runtime(const char *cgroup)
+{
+	bool runtime = false;
+	char buf[64];
+
+	return container_domain(cgroup, 0, false, buf, sizeof(buf), &runtime) && runtime;
 }
 
 const char *access_peer_view(const struct config *cfg, const struct access_peer *p, char *buf,
