@@ -128,9 +128,79 @@ static bool short_name(const char *comp, size_t len, char *buf, size_t size)
 	return false;
 }
 
+/* Whether a cgroup component may stand above a Kubernetes pod's: a systemd slice, or the
+ * cgroupfs driver's kubepods and QoS classes. */
+static bool above_pods(const char *comp, size_t len)
+{
+	static const char *const names[] = { "kubepods", "besteffort", "burstable" };
+
+	if (len > 6 && strncmp(comp + len - 6, ".slice", 6) == 0)
+		return true;
+	for (size_t i = 0; i < ELEMENTSOF(names); i++)
+		if (len == strlen(names[i]) && strncmp(comp, names[i], len) == 0)
+			return true;
+	return false;
+}
+
+/* The container of a cgroup path in found (the short name of the component that names it),
+ * and its kind, "pod" or "ctr"; whether that component holds a runtime's id (ret_id).
+ *
+ * In a cgroup root made, only the runtime's own components count: root in a container may
+ * have a subtree of its own to write (systemd-nspawn, podman --systemd=always, Delegate=),
+ * and make cgroups named like another container's below its own. So a pod is the shallowest
+ * pod component with nothing but slices (or kubepods' own folders) above it, and a container
+ * the shallowest component that is neither — or its child, where that one holds an id and
+ * it does not (cgroupfs runtimes: /docker/ID). Below those, a container writes what it likes.
+ * In a cgroup the user made, the user names what it likes anyway (the name says the user):
+ * the shallowest pod component, else the deepest id (a runtime may put the processes in a
+ * leaf below the container's cgroup), else the last component. */
+static bool cgroup_container(const char *cgroup, bool user_made, char *found, size_t size,
+			     const char **ret_kind, bool *ret_id)
+{
+	char name[64];
+	const char *comp, *end;
+	bool slices_only = true, found_id = false, took = false;
+
+	*ret_kind = "ctr";
+	found[0] = '\0';
+	for (comp = cgroup + 1; *comp; comp = *end ? end + 1 : end) {
+		size_t len;
+
+		end = comp + strcspn(comp, "/");
+		len = (size_t)(end - comp);
+		if (len == 0)
+			continue;
+		if ((user_made || slices_only) && pod_uid(comp, len, found, size)) {
+			*ret_kind = "pod";
+			*ret_id = true;
+			return true;
+		}
+		slices_only = slices_only && above_pods(comp, len);
+		if (!user_made && took) {
+			/* the child of a root container's component: its id, if that had none */
+			if (short_name(comp, len, name, sizeof(name))) {
+				snprintf(found, size, "%s", name);
+				found_id = true;
+			}
+			break;
+		}
+		if (!user_made && slices_only)
+			continue; /* a slice, or kubepods' own folders, above the container */
+		if (short_name(comp, len, name, sizeof(name)))
+			found_id = true;
+		else if (found_id)
+			continue;
+		snprintf(found, size, "%s", name);
+		took = true;
+		if (!user_made && found_id)
+			break;
+	}
+	*ret_id = found_id;
+	return found[0] != '\0';
+}
+
 /* The domain of a client in a container that no [domains] line names: its pod's, else its
- * container's — the deepest component of its cgroup that is a container's id (a runtime may
- * put the processes in a leaf below it), else its cgroup's last component — and, for any
+ * container's (cgroup_container) — and, for any
  * user but root, "-uN" for the user who answers for it (uid): a user may make cgroups of any
  * name in its own systemd subtree and a pid namespace to be "in" them, and must not so join
  * another user's container. In a cgroup a user made (user_made) "-userN": nor may the user
@@ -140,36 +210,21 @@ static bool short_name(const char *comp, size_t len, char *buf, size_t size)
 static bool container_domain(const char *cgroup, uid_t uid, bool user_made, char *buf,
 			     size_t size, bool *ret_runtime)
 {
-	char name[64], found[64] = "";
-	const char *kind = "ctr", *comp, *end;
-	bool found_id = false;
+	const char *kind;
+	char found[64];
+	bool id;
 
-	if (!cgroup || cgroup[0] != '/' || cgroup[1] == '\0')
-		return false;
-	for (comp = cgroup + 1; *comp; comp = *end ? end + 1 : end) {
-		end = comp + strcspn(comp, "/");
-		if (end == comp)
-			continue;
-		if (pod_uid(comp, (size_t)(end - comp), found, sizeof(found))) {
-			kind = "pod";
-			break;
-		}
-		if (short_name(comp, (size_t)(end - comp), name, sizeof(name)))
-			found_id = true;
-		else if (found_id)
-			continue;
-		snprintf(found, sizeof(found), "%s", name);
-	}
-	if (!found[0])
+	if (!cgroup || cgroup[0] != '/' || cgroup[1] == '\0' ||
+	    !cgroup_container(cgroup, user_made, found, sizeof(found), &kind, &id))
 		return false;
 	if (ret_runtime)
-		*ret_runtime = found_id || strcmp(kind, "pod") == 0;
+		*ret_runtime = id;
 	if (uid != 0 && user_made)
 		snprintf(buf, size, "%s-%.42s-user%u", kind, found, (unsigned)uid);
 	else if (uid != 0)
 		snprintf(buf, size, "%s-%.45s-u%u", kind, found, (unsigned)uid);
 	else
-		snprintf(buf, size, "%s-%s", kind, found);
+		snprintf(buf, size, "%s-%.58s", kind, found);
 	return true;
 }
 
