@@ -292,6 +292,20 @@ START_TEST(test_cgroup_members)
 	ck_assert_str_eq(name_of(contained(1002, "/kubepods.slice/kubepods-besteffort.slice/"
 						 "kubepods-besteffort-pod" POD_UID ".slice/x")),
 			 "pods-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901");
+	/* A '*' name that comes out as one mrd gives otherwise, or another line's, is no match */
+	ck_assert_int_eq(config_set(&cfg, "domains", "*", "cgroup:/srv.slice/*.service"), 0);
+	{
+		struct access_peer p = peer(1002, 1002, NULL, 0);
+
+		p.cgroup = "/srv.slice/uid-0.service";
+		ck_assert_str_eq(name_of(p), "uid-1002");
+		p.cgroup = "/srv.slice/ctr-3f2a9b1c0d4e.service";
+		ck_assert_str_eq(name_of(p), "uid-1002");
+		p.cgroup = "/srv.slice/team.service";
+		ck_assert_str_eq(name_of(p), "uid-1002");
+		p.cgroup = "/srv.slice/web.service";
+		ck_assert_str_eq(name_of(p), "web");
+	}
 	/* Malformed: a relative glob, no glob, two '*', a '*' beside uids, the names mrd gives */
 	ck_assert_int_eq(config_set(&cfg, "domains", "x", "cgroup:batch.slice"), -EINVAL);
 	ck_assert_int_eq(config_set(&cfg, "domains", "x", "cgroup:"), -EINVAL);

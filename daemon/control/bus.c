@@ -54,10 +54,11 @@ static const char *caller_view(sd_bus *bus, const struct manager *m, char *buf, 
 {
 	_cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
 	struct process_place place = {};
+	struct access_peer peer;
 	const gid_t *groups = NULL;
 	gid_t gid = (gid_t)-1;
 	const char *view;
-	pid_t pid;
+	pid_t pid = 0;
 	uid_t uid;
 	int n;
 
@@ -77,15 +78,16 @@ static const char *caller_view(sd_bus *bus, const struct manager *m, char *buf, 
 	n = sd_bus_creds_get_supplementary_gids(creds, &groups);
 	if (n < 0)
 		n = 0, groups = NULL;
-	view = access_peer_view(&m->core.config,
-				&(struct access_peer){ .uid = uid, .gid = gid, .fd = -1, .groups = groups,
-						       .n_groups = (size_t)n,
-						       .nested_pidns = place.nested_pidns,
-						       .other_userns = place.other_userns,
-						       .cgroup = place.cgroup,
-						       .cgroup_user_made = manager_cgroup_user_made(
-							       m, place.cgroup) },
-				buf, size);
+	peer = (struct access_peer){ .uid = uid, .gid = gid, .fd = -1, .groups = groups,
+				     .n_groups = (size_t)n, .nested_pidns = place.nested_pidns,
+				     .other_userns = place.other_userns, .cgroup = place.cgroup,
+				     .cgroup_user_made = manager_cgroup_user_made(m, place.cgroup) };
+	if (access_is_admin(&m->core.config, &peer))
+		view = NULL;
+	else if (pid > 0 && manager_charged_uid(m, pid, uid, &peer.uid) < 0)
+		view = ""; /* gone: whom it answers to cannot be told */
+	else /* the domain of the user it is charged to, as at the socket */
+		view = access_domain_name(&m->core.config, &peer, buf, size);
 	free(place.cgroup);
 	return view;
 }

@@ -255,6 +255,19 @@ static char *cgroup_v2_mount(void)
 	return found;
 }
 
+/* mrd in a cgroup namespace of its own (a pod's, as containerd makes them) sees other pods'
+ * cgroups as "/../..." paths, which tell no container from another: say so once. */
+static void warn_cgroup_namespace(const struct manager *m)
+{
+	struct process_place init;
+
+	if (m->cgroup_mount && process_place_read(1, 0, NULL, &init) == 0 && !init.cgroup)
+		log_warning("mrd runs in a cgroup namespace of its own: clients in containers get "
+			    "their uid's domain, not their container's; run mrd in the host's "
+			    "(nsenter --cgroup=/proc/1/ns/cgroup, or hostPID and that in a pod)");
+	free(init.cgroup);
+}
+
 int manager_new(struct config *config, struct manager **ret)
 {
 	_cleanup_(manager_freep) struct manager *m = NULL;
@@ -281,6 +294,7 @@ int manager_new(struct config *config, struct manager **ret)
 		log_warning_errno(-errno, "cannot tell mrd's user namespace (/proc/self/ns/user: %m): "
 					  "clients in user namespaces count as the uids they show");
 	m->cgroup_mount = cgroup_v2_mount();
+	warn_cgroup_namespace(m);
 	/* Without it every client counts as in another user namespace: none is an admin. */
 	m->uid_map = process_uid_map("/proc/self");
 	if (!m->uid_map)
@@ -436,6 +450,11 @@ static int user_container_get(struct manager *m, struct user_share *u, const cha
 	snprintf(grown[u->n_containers].name, sizeof(grown->name), "%s", domain);
 	grown[u->n_containers++].clients = 1;
 	return 0;
+}
+
+int manager_charged_uid(const struct manager *m, pid_t pid, uid_t uid, uid_t *ret)
+{
+	return process_charged_uid(pid, uid, m->userns_dev, m->userns_ino, SUBUID_PATH, ret);
 }
 
 bool manager_cgroup_user_made(const struct manager *m, const char *cgroup)
@@ -611,8 +630,7 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 			fd_closer_consume_socket(m->closer, fd, (uid_t)-1);
 			continue;
 		}
-		r = process_charged_uid(cred.pid, cred.uid, m->userns_dev, m->userns_ino,
-					SUBUID_PATH, &owner);
+		r = manager_charged_uid(m, cred.pid, cred.uid, &owner);
 		if (r < 0) {
 			/* Its namespace cannot be told, so neither can whom it is charged to. */
 			log_debug_errno(r, "refusing pid %d uid %u: cannot read its user namespace: %m",

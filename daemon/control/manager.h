@@ -134,6 +134,9 @@ void manager_user_container_put(struct user_share *u, const char *domain);
  * one a user made is the user's; root's runtimes (rootful podman, Kubernetes) make root's.
  * What cannot be told is taken as a user's. */
 bool manager_cgroup_user_made(const struct manager *m, const char *cgroup);
+/* The user a process pid of uid is charged to (process_charged_uid, with mrd's namespace and
+ * /etc/subuid). */
+int manager_charged_uid(const struct manager *m, pid_t pid, uid_t uid, uid_t *ret);
 
 uint64_t manager_uptime_usec(const struct manager *m);
 

@@ -256,8 +256,21 @@ static bool cgroup_matches(const char *glob, const char *cgroup, char *buf, size
 
 /* The name of group g for a client of cgroup: its own, or with its '*' for the short name of
  * the cgroup its glob matched. */
-static bool group_matches_cgroup(const struct domain_group *g, const char *cgroup, char *buf,
-				 size_t size)
+/* Whether a name a '*' line made is one mrd gives otherwise (uid-N, a container's) or another
+ * line's: a cgroup named uid-0.service must not make a line "*" (cgroup: members over
+ * system.slice's services) root's domain. */
+static bool name_taken(const struct config *cfg, const struct domain_group *g, const char *name)
+{
+	if (strncmp(name, "uid-", 4) == 0 || access_is_container_domain(name))
+		return true;
+	for (size_t i = 0; i < cfg->n_groups; i++)
+		if (&cfg->groups[i] != g && strcmp(cfg->groups[i].name, name) == 0)
+			return true;
+	return false;
+}
+
+static bool group_matches_cgroup(const struct config *cfg, const struct domain_group *g,
+				 const char *cgroup, char *buf, size_t size)
 {
 	char name[64];
 	const char *star;
@@ -266,11 +279,11 @@ static bool group_matches_cgroup(const struct domain_group *g, const char *cgrou
 		if (!cgroup_matches(g->cgroups[i], cgroup, name, sizeof(name)))
 			continue;
 		star = strchr(g->name, '*');
-		if (star)
-			snprintf(buf, size, "%.*s%s%s", (int)(star - g->name), g->name, name, star + 1);
-		else
-			snprintf(buf, size, "%s", g->name);
-		return true;
+		if (!star)
+			return snprintf(buf, size, "%s", g->name), true;
+		snprintf(buf, size, "%.*s%s%s", (int)(star - g->name), g->name, name, star + 1);
+		if (!name_taken(cfg, g, buf))
+			return true;
 	}
 	return false;
 }
@@ -286,7 +299,7 @@ const char *access_domain_name(const struct config *cfg, const struct access_pee
 		for (size_t j = 0; j < g->n_gids; j++)
 			if (peer_has_group(p, g->gids[j]))
 				return snprintf(buf, size, "%s", g->name), buf;
-		if (group_matches_cgroup(g, p->cgroup, buf, size))
+		if (group_matches_cgroup(cfg, g, p->cgroup, buf, size))
 			return buf;
 	}
 	if (p->nested_pidns &&
