@@ -697,30 +697,15 @@ static bool cdi_name_ok(const char *s)
 	return s[strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")] == 0;
 }
 
-static void yaml_item(FILE *f, const char *indent, const char *prefix, const char *s)
-{
-	fprintf(f, "%s- ", indent);
-	if (*prefix) {
-		/* JSON's quoted strings are YAML's double-quoted ones. */
-		char *both;
-
-		if (asprintf(&both, "%s%s", prefix, s) >= 0) {
-			json_write_string(f, both);
-			free(both);
-		} else
-			fputs("\"\"", f);
-	} else
-		json_write_string(f, s);
-	fputc('\n', f);
-}
-
-static void cdi_device_edits(FILE *f, const char *name, const char *socket,
+/* JSON's quoted strings are YAML's double-quoted ones. */
+static void cdi_device_edits(FILE *f, const char *name, const char *env_socket,
 			     const struct cdi_device *devs, size_t n, const char *rdma_cm)
 {
 	fprintf(f, "- name: ");
 	json_write_string(f, name);
-	fprintf(f, "\n  containerEdits:\n    env:\n");
-	yaml_item(f, "    ", "MRD_SOCKET=", socket);
+	fprintf(f, "\n  containerEdits:\n    env:\n    - ");
+	json_write_string(f, env_socket);
+	fputc('\n', f);
 	if (n == 0)
 		return;
 	fprintf(f, "    deviceNodes:\n");
@@ -749,23 +734,31 @@ static void cdi_mount(FILE *f, const char *path, bool exec)
 		exec ? "" : "    - \"noexec\"\n");
 }
 
-static void cdi_write(FILE *f, const char *socket, const char *folder, const char *shim,
-		      const struct cdi_device *devs, size_t n, const char *rdma_cm)
+static void cdi_write(FILE *f, const char *env_preload, const char *env_socket,
+		      const char *folder, const char *shim, const struct cdi_device *devs, size_t n,
+		      const char *rdma_cm)
 {
 	fprintf(f, "# mrd's CDI spec, written by mrctl cdi (mrd %s), which rewrites it when devices\n"
 		   "# come and go (mrctl(8)): podman run --device mrd/rdma=all (or =DEVICE) ...\n"
 		   "cdiVersion: \"0.3.0\"\n"
 		   "kind: \"mrd/rdma\"\n"
 		   "containerEdits:\n"
-		   "  env:\n", PACKAGE_VERSION);
-	yaml_item(f, "  ", "LD_PRELOAD=", shim);
-	fprintf(f, "  mounts:\n");
+		   "  env:\n"
+		   "  - ", PACKAGE_VERSION);
+	json_write_string(f, env_preload);
+	fprintf(f, "\n  mounts:\n");
 	cdi_mount(f, folder, false);
 	cdi_mount(f, shim, true);
 	fprintf(f, "devices:\n");
-	cdi_device_edits(f, "all", socket, devs, n, rdma_cm);
+	cdi_device_edits(f, "all", env_socket, devs, n, rdma_cm);
 	for (size_t i = 0; i < n; i++)
-		cdi_device_edits(f, devs[i].name, socket, &devs[i], 1, rdma_cm);
+		cdi_device_edits(f, devs[i].name, env_socket, &devs[i], 1, rdma_cm);
+}
+
+static int cdi_oom(void)
+{
+	fprintf(stderr, "mrctl: cdi: out of memory\n");
+	return -ENOMEM;
 }
 
 static int cmd_cdi(struct conn *c)
@@ -774,7 +767,7 @@ static int cmd_cdi(struct conn *c)
 	const char *shim = arg_preload ? arg_preload : MRD_PRELOAD_PATH;
 	const char *rdma_cm = CDI_DEV_DIR "/rdma_cm";
 	_cleanup_free_ struct cdi_device *devs = NULL;
-	_cleanup_free_ char *folder = NULL;
+	_cleanup_free_ char *folder = NULL, *env_preload = NULL, *env_socket = NULL;
 	const Mrd__StatusResponse *s;
 	Mrd__Response *resp;
 	const char *out = arg_output && strcmp(arg_output, "-") != 0 ? arg_output : NULL;
@@ -797,7 +790,15 @@ static int cmd_cdi(struct conn *c)
 	}
 	folder = strdup(socket);
 	if (!folder)
-		return -ENOMEM;
+		return cdi_oom();
+	if (asprintf(&env_preload, "LD_PRELOAD=%s", shim) < 0) {
+		env_preload = NULL; /* undefined after a failure */
+		return cdi_oom();
+	}
+	if (asprintf(&env_socket, "MRD_SOCKET=%s", socket) < 0) {
+		env_socket = NULL;
+		return cdi_oom();
+	}
 	slash = strrchr(folder, '/');
 	slash[slash == folder] = 0; /* "/mrd.sock": "/" */
 
@@ -807,7 +808,7 @@ static int cmd_cdi(struct conn *c)
 	s = resp->status_reply;
 	devs = calloc(s->n_devices ? s->n_devices : 1, sizeof(*devs));
 	if (!devs) {
-		r = -ENOMEM;
+		r = cdi_oom();
 		goto out;
 	}
 	/* A device mrd lists but that has gone (mrd keeps the names it saw) is left out: a node
@@ -843,7 +844,7 @@ static int cmd_cdi(struct conn *c)
 			goto out;
 		}
 	}
-	cdi_write(f, socket, folder, shim, devs, n, rdma_cm);
+	cdi_write(f, env_preload, env_socket, folder, shim, devs, n, rdma_cm);
 	if (out) {
 		r = output_commit(f, tmp, out);
 		if (r < 0)
