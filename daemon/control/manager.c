@@ -156,10 +156,18 @@ static void manager_on_signal(int sig, void *userdata)
 	struct manager *m = userdata;
 
 	if (sig == SIGHUP) {
+		size_t n = m->core.served.n;
+
 		if (m->load_config)
 			manager_reload(m);
 		else
 			log_notice("SIGHUP: no configuration to reload");
+		/* A device that came since: status lists it, so mrctl cdi (the udev rule's reload,
+		 * then mrd-cdi.service) offers it to containers. */
+		served_devices_scan(&m->core);
+		for (size_t i = n; i < m->core.served.n; i++)
+			log_info("device %s: new; clients may bind their own PDs on it (BindPd)",
+				 m->core.served.v[i].name);
 		return;
 	}
 	if (sig == SIGUSR2) {

@@ -54,10 +54,10 @@ sd_install() {
 		[ -e "$t" ] && ln -sf /dev/null "$SD/root/etc/systemd/system/$(basename "$t")"
 	done
 	# rdma_rxe and ib_uverbs (no dependency of rdma_rxe's) for modprobe inside (merged /usr:
-	# /lib is the host's usr/lib link, kept).
+	# /lib is the host's usr/lib link, kept); dummy: the netdev of a second rxe device.
 	ln -s usr/lib "$SD/root/lib"
 	mkdir -p "$SD/root/usr/lib/modules/$KVER/kernel" && : > "$SD/rxe.load"
-	stage_modules "$SD/root/usr/lib/modules/$KVER/kernel" "$SD/rxe.load" rdma_rxe ib_uverbs
+	stage_modules "$SD/root/usr/lib/modules/$KVER/kernel" "$SD/rxe.load" rdma_rxe ib_uverbs dummy
 	cp "$KROOT/usr/lib/modules/$KVER/modules.builtin"* "$KROOT/usr/lib/modules/$KVER/modules.order" \
 		"$SD/root/usr/lib/modules/$KVER/" 2> /dev/null || true
 	depmod -b "$SD/root" "$KVER"
