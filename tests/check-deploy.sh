@@ -42,6 +42,10 @@ for c in containers.values():
     if c["command"][0] == "/bin/sh":
         open(os.path.join(out, c["name"] + ".sh"), "w").write(c["command"][-1])
 mrd = containers["mrd"]
+if mrd["command"][:2] != ["nsenter", "--cgroup=/proc/1/ns/cgroup"]:
+    bad.append("mrd does not enter the host's cgroup namespace: pods would read as '/../...'")
+if "/host/sys/fs/cgroup" not in [m["mountPath"] for m in mrd.get("volumeMounts", [])]:
+    bad.append("mrd does not see the host's cgroup hierarchy")
 if "--bounding-set=-all,+ipc_lock" not in mrd["command"]:
     bad.append("mrd keeps more than CAP_IPC_LOCK, the unit's CapabilityBoundingSet")
 if "resources" in mrd and "memory" in mrd["resources"].get("limits", {}):
