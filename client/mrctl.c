@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -45,6 +46,9 @@ static void help(void)
 	       "  dump                status, clients, stats, pools and mempools together, then each\n"
 	       "                      domain: arenas, MR table, and every MR with keys, kind\n"
 	       "                      (cache, odp, mempool), pages and owner\n"
+	       "  cdi                 a CDI spec (YAML) for container runtimes: devices mrd/rdma=all\n"
+	       "                      and one per RDMA device mrd serves, with the socket's folder,\n"
+	       "                      the shim, LD_PRELOAD and MRD_SOCKET (options below)\n"
 	       "Anyone may ask for the views, but one who is not root or in mrd's admin group\n"
 	       "sees only its own domain; pools set and flush need an administrator. Names\n"
 	       "clients chose are shown escaped; long views are fetched page by page, and a\n"
@@ -78,9 +82,13 @@ static void help(void)
 	       "  --output FILE       write them to FILE instead, replaced whole (a file beside\n"
 	       "                      it, synced, renamed over it), mode 0644; FILE, where it\n"
 	       "                      exists, must be a regular file\n\n"
+	       "Options of 'cdi' (podman run --device mrd/rdma=all; mrctl(8), CONTAINERS):\n"
+	       "  --output FILE       write the spec to FILE (say /run/cdi/mrd.yaml) as stats\n"
+	       "                      does; - or none: standard output\n"
+	       "  --preload PATH      the shim to mount (default: %s)\n\n"
 	       "pools set and flush need root or mrd's admin group; the other commands show anyone\n"
 	       "its own domain, and root and the admin group every domain. See mrctl(8).\n",
-	       MRD_SOCKET_DEFAULT);
+	       MRD_SOCKET_DEFAULT, MRD_PRELOAD_PATH);
 }
 
 /* Strings from mrd, names clients chose among them, escaped for root's terminal (a ring of
@@ -627,6 +635,230 @@ out:
 	return r;
 }
 
+/* mrctl cdi: a CDI spec (Container Device Interface, read by podman, containerd and CRI-O) of
+ * kind mrd/rdma: "all" and one device per RDMA device mrd serves, each its uverbs node and
+ * rdma_cm; every device mounts mrd's socket folder and the shim read-only and sets LD_PRELOAD
+ * and MRD_SOCKET. Version 0.3.0 and no key that came later (deviceNodes' hostPath,
+ * additionalGids): podman 4.3.1 (Debian 12) reads its specs strictly and refuses a spec with a
+ * key it does not know, and a device with no edits, hence MRD_SOCKET in each device's. */
+#define CDI_DEV_DIR "/dev/infiniband"
+#define CDI_VERBS_CLASS "/sys/class/infiniband_verbs"
+
+static const char *arg_preload;
+
+struct cdi_device {
+	const char *name;
+	char node[sizeof(CDI_DEV_DIR "/uverbs") + 12];
+};
+
+static bool is_char_device(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+/* The uverbs node of RDMA device ibdev, by /sys/class/infiniband_verbs/uverbsN/ibdev. */
+static int cdi_find_node(const char *ibdev, char *node, size_t size)
+{
+	DIR *d = opendir(CDI_VERBS_CLASS);
+	struct dirent *e;
+	int r = -ENOENT;
+
+	if (!d)
+		return -errno;
+	while (r == -ENOENT && (e = readdir(d))) {
+		char path[512], name[128] = "";
+		FILE *f;
+
+		if (strncmp(e->d_name, "uverbs", 6) != 0)
+			continue;
+		snprintf(path, sizeof(path), CDI_VERBS_CLASS "/%s/ibdev", e->d_name);
+		f = fopen(path, "re");
+		if (!f)
+			continue;
+		if (!fgets(name, sizeof(name), f))
+			name[0] = 0;
+		fclose(f);
+		name[strcspn(name, "\n")] = 0;
+		if (strcmp(name, ibdev) == 0 &&
+		    (size_t)snprintf(node, size, CDI_DEV_DIR "/%s", e->d_name) < size)
+			r = is_char_device(node) ? 0 : -ENODEV;
+	}
+	closedir(d);
+	return r;
+}
+
+/* CDI's device names: a letter or digit, then letters, digits, '_', '.', ':' or '-'. */
+static bool cdi_name_ok(const char *s)
+{
+	if (!(('a' <= *s && *s <= 'z') || ('A' <= *s && *s <= 'Z') || ('0' <= *s && *s <= '9')))
+		return false;
+	return s[strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")] == 0;
+}
+
+/* JSON's quoted strings are YAML's double-quoted ones. */
+static void cdi_device_edits(FILE *f, const char *name, const char *env_socket,
+			     const struct cdi_device *devs, size_t n, const char *rdma_cm)
+{
+	fprintf(f, "- name: ");
+	json_write_string(f, name);
+	fprintf(f, "\n  containerEdits:\n    env:\n    - ");
+	json_write_string(f, env_socket);
+	fputc('\n', f);
+	if (n == 0)
+		return;
+	fprintf(f, "    deviceNodes:\n");
+	for (size_t i = 0; i < n; i++) {
+		fprintf(f, "    - path: ");
+		json_write_string(f, devs[i].node);
+		fputc('\n', f);
+	}
+	if (rdma_cm) {
+		fprintf(f, "    - path: ");
+		json_write_string(f, rdma_cm);
+		fputc('\n', f);
+	}
+}
+
+static void cdi_mount(FILE *f, const char *path, bool exec)
+{
+	fprintf(f, "  - hostPath: ");
+	json_write_string(f, path);
+	fprintf(f, "\n    containerPath: ");
+	json_write_string(f, path);
+	/* The shim is mapped executable; nothing in the socket's folder is. A read-only mount
+	 * still connects to the socket (write on a socket is not write to the file system), and
+	 * root in a container cannot unlink it. */
+	fprintf(f, "\n    options:\n    - \"ro\"\n    - \"nosuid\"\n    - \"nodev\"\n%s    - \"bind\"\n",
+		exec ? "" : "    - \"noexec\"\n");
+}
+
+static void cdi_write(FILE *f, const char *env_preload, const char *env_socket,
+		      const char *folder, const char *shim, const struct cdi_device *devs, size_t n,
+		      const char *rdma_cm)
+{
+	fprintf(f, "# mrd's CDI spec, written by mrctl cdi (mrd %s), which rewrites it when devices\n"
+		   "# come and go (mrctl(8)): podman run --device mrd/rdma=all (or =DEVICE) ...\n"
+		   "cdiVersion: \"0.3.0\"\n"
+		   "kind: \"mrd/rdma\"\n"
+		   "containerEdits:\n"
+		   "  env:\n"
+		   "  - ", PACKAGE_VERSION);
+	json_write_string(f, env_preload);
+	fprintf(f, "\n  mounts:\n");
+	cdi_mount(f, folder, false);
+	cdi_mount(f, shim, true);
+	fprintf(f, "devices:\n");
+	cdi_device_edits(f, "all", env_socket, devs, n, rdma_cm);
+	for (size_t i = 0; i < n; i++)
+		cdi_device_edits(f, devs[i].name, env_socket, &devs[i], 1, rdma_cm);
+}
+
+static int cdi_oom(void)
+{
+	fprintf(stderr, "mrctl: cdi: out of memory\n");
+	return -ENOMEM;
+}
+
+static int cmd_cdi(struct conn *c)
+{
+	const char *socket = conn_socket_path(arg_socket);
+	const char *shim = arg_preload ? arg_preload : MRD_PRELOAD_PATH;
+	const char *rdma_cm = CDI_DEV_DIR "/rdma_cm";
+	_cleanup_free_ struct cdi_device *devs = NULL;
+	_cleanup_free_ char *folder = NULL, *env_preload = NULL, *env_socket = NULL;
+	const Mrd__StatusResponse *s;
+	Mrd__Response *resp;
+	const char *out = arg_output && strcmp(arg_output, "-") != 0 ? arg_output : NULL;
+	char *tmp = NULL, *slash;
+	FILE *f = stdout;
+	size_t n = 0;
+	int r;
+
+	/* The container sees the same paths: they must not depend on a working directory. */
+	if (socket[0] != '/' || shim[0] != '/') {
+		fprintf(stderr, "mrctl: cdi: %s: the path must be absolute\n",
+			socket[0] != '/' ? socket : shim);
+		return -EINVAL;
+	}
+	if (access(shim, R_OK) < 0) {
+		r = -errno;
+		fprintf(stderr, "mrctl: cdi: %s: %s (the shim, libmrd-preload.so; --preload names "
+			"another)\n", shim, strerror(-r));
+		return r;
+	}
+	folder = strdup(socket);
+	if (!folder)
+		return cdi_oom();
+	if (asprintf(&env_preload, "LD_PRELOAD=%s", shim) < 0) {
+		env_preload = NULL; /* undefined after a failure */
+		return cdi_oom();
+	}
+	if (asprintf(&env_socket, "MRD_SOCKET=%s", socket) < 0) {
+		env_socket = NULL;
+		return cdi_oom();
+	}
+	slash = strrchr(folder, '/');
+	slash[slash == folder] = 0; /* "/mrd.sock": "/" */
+
+	r = call_status(c, "cdi", &resp);
+	if (r < 0)
+		return r;
+	s = resp->status_reply;
+	devs = calloc(s->n_devices ? s->n_devices : 1, sizeof(*devs));
+	if (!devs) {
+		r = cdi_oom();
+		goto out;
+	}
+	/* A device mrd lists but that has gone (mrd keeps the names it saw) is left out: a node
+	 * in the spec that is not on the host fails every container that asks for "all". */
+	for (size_t i = 0; i < s->n_devices; i++) {
+		const char *name = s->devices[i]->name;
+
+		if (!cdi_name_ok(name)) {
+			fprintf(stderr, "mrctl: cdi: device %s: not a CDI device name; left out\n",
+				esc(name));
+			continue;
+		}
+		r = cdi_find_node(name, devs[n].node, sizeof(devs[n].node));
+		if (r < 0) {
+			fprintf(stderr, "mrctl: cdi: device %s: no uverbs node in " CDI_DEV_DIR
+				" (%s); left out\n", name, strerror(-r));
+			continue;
+		}
+		devs[n++].name = name;
+	}
+	if (!is_char_device(rdma_cm)) {
+		if (n)
+			fprintf(stderr, "mrctl: cdi: no %s (is rdma_ucm loaded?): programs that use "
+				"librdmacm will not connect\n", rdma_cm);
+		rdma_cm = NULL;
+	}
+
+	if (out) {
+		r = output_open(out, &f, &tmp);
+		if (r < 0) {
+			fprintf(stderr, "mrctl: cdi: %s: %s\n", out,
+				r == -EEXIST ? "exists and is not a regular file" : strerror(-r));
+			goto out;
+		}
+	}
+	cdi_write(f, env_preload, env_socket, folder, shim, devs, n, rdma_cm);
+	if (out) {
+		r = output_commit(f, tmp, out);
+		if (r < 0)
+			fprintf(stderr, "mrctl: cdi: %s: %s\n", out, strerror(-r));
+	} else {
+		r = fflush(stdout) != 0 ? -errno : ferror(stdout) ? -EIO : 0;
+		if (r < 0)
+			fprintf(stderr, "mrctl: cdi: standard output: %s\n", strerror(-r));
+	}
+out:
+	mrd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
 static int cmd_stats(struct conn *c)
 {
 	Mrd__Response *resp;
@@ -856,6 +1088,8 @@ enum {
 	OPT_FLUSH = 1u << 1,
 	OPT_DOMAIN = 1u << 2, /* flush and pools set */
 	OPT_STATS = 1u << 3,
+	OPT_CDI = 1u << 4,
+	OPT_OUTPUT = 1u << 5, /* stats and cdi */
 };
 
 /* mrctl flush: what the options asked for. */
@@ -1149,6 +1383,7 @@ static const struct {
 	{ "mempools", cmd_mempools },
 	{ "flush", cmd_flush },
 	{ "dump", cmd_dump },
+	{ "cdi", cmd_cdi },
 };
 
 int main(int argc, char **argv)
@@ -1172,6 +1407,7 @@ int main(int argc, char **argv)
 		{ "openmetrics", no_argument, NULL, 'M' },
 		{ "prometheus", no_argument, NULL, 'R' },
 		{ "output", required_argument, NULL, 'W' },
+		{ "preload", required_argument, NULL, 'L' },
 		{}
 	};
 	char command[32];
@@ -1244,7 +1480,15 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			arg_output = optarg;
-			given |= OPT_STATS;
+			given |= OPT_OUTPUT;
+			break;
+		case 'L':
+			if (!*optarg) {
+				fprintf(stderr, "mrctl: --preload needs a file name\n");
+				return 2;
+			}
+			arg_preload = optarg;
+			given |= OPT_CDI;
 			break;
 		default:
 			fprintf(stderr, "Try 'mrctl --help'.\n");
@@ -1268,10 +1512,22 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if ((given & OPT_STATS) && strcmp(command, "stats") != 0) {
-		fprintf(stderr, "mrctl: --openmetrics, --prometheus and --output belong to 'stats'\n");
+		fprintf(stderr, "mrctl: --openmetrics and --prometheus belong to 'stats'\n");
 		return 2;
 	}
-	if (arg_output && arg_metrics < 0) {
+	if ((given & OPT_CDI) && strcmp(command, "cdi") != 0) {
+		fprintf(stderr, "mrctl: --preload belongs to 'cdi'\n");
+		return 2;
+	}
+	if ((given & OPT_OUTPUT) && strcmp(command, "stats") != 0 && strcmp(command, "cdi") != 0) {
+		fprintf(stderr, "mrctl: --output belongs to 'stats' and 'cdi'\n");
+		return 2;
+	}
+	if (arg_json && strcmp(command, "cdi") == 0) {
+		fprintf(stderr, "mrctl: cdi: the spec is YAML; --json does not apply\n");
+		return 2;
+	}
+	if (arg_output && strcmp(command, "stats") == 0 && arg_metrics < 0) {
 		fprintf(stderr, "mrctl: stats: --output writes --openmetrics or --prometheus\n");
 		return 2;
 	}

@@ -35,7 +35,7 @@ for prefix in /usr /usr/local; do
 	(cd "$b" && "$MRD_SRCDIR/configure" -q --prefix=$prefix > configure.log 2>&1 &&
 		make -s install-data DESTDIR="$r" > install.log 2>&1) ||
 		{ no "configure or make install-data failed:"; tail -n 20 "$b"/*.log; continue; }
-	for unit in mrd.service mrd.socket mrd-metrics.service mrd-metrics.timer; do
+	for unit in mrd.service mrd.socket mrd-metrics.service mrd-metrics.timer mrd-cdi.service; do
 		systemctl --root="$r" list-unit-files "$unit" 2> /dev/null | grep -q "^$unit " ||
 			no "systemd does not find $unit: $(cd "$r" && find . -name "$unit")"
 		[ -e "$r$prefix/lib/systemd/system/$unit" ] || # --prefix respected
@@ -45,6 +45,12 @@ for prefix in /usr /usr/local; do
 		systemd-analyze --root="$r" cat-config "$kind/mrd.conf" > /dev/null 2>&1 ||
 			no "systemd does not read $kind/mrd.conf: $(cd "$r" && find . -path "*$kind/mrd.conf")"
 	done
+	# udev (systemd 252) reads rules under /etc, /run, /usr/local/lib and /usr/lib.
+	rules=$(cd "$r" && find . -name 71-mrd-cdi.rules | sed 's|^\.||')
+	case "$rules" in
+	/usr/lib/udev/rules.d/*|/usr/local/lib/udev/rules.d/*) ;;
+	*) no "udev does not read ${rules:-no 71-mrd-cdi.rules}" ;;
+	esac
 	policy=$(cd "$r" && find . -name org.mrd.Mrd1.conf | sed 's|^\.||')
 	[ -n "$policy" ] || no "no D-Bus policy installed"
 	echo "$bus_dirs" | grep -qx "$(dirname "${policy:-/none/x}")" ||
@@ -68,5 +74,5 @@ for prefix in /usr /usr/local; do
 			no "mrd.conf is not /etc/mrd/mrd.conf: $(cd "$r" && find . -name mrd.conf -path '*/mrd/*')"
 	fi
 done
-[ $fail = 0 ] && echo "prefixes /usr and /usr/local: units, sysusers.d, tmpfiles.d, the D-Bus policy, libmrd.pc${man_path:+ and the man pages} land where the system reads them"
+[ $fail = 0 ] && echo "prefixes /usr and /usr/local: units, the udev rule, sysusers.d, tmpfiles.d, the D-Bus policy, libmrd.pc${man_path:+ and the man pages} land where the system reads them"
 exit $fail

@@ -186,12 +186,55 @@ START_TEST(test_container_domains)
 	 * pid namespace to be "in" it, but does not so join root's container (nor another's). */
 	ck_assert_str_eq(name_of(contained(1002, "/machine.slice/libpod-" PODMAN_ID ".scope")),
 			 "ctr-3f2a9b1c0d4e-u1002");
-	ck_assert_str_eq(name_of(contained(1003, "/user.slice/user-1003.slice/user@1003.service/"
-						 "libpod-" PODMAN_ID ".scope")),
-			 "ctr-3f2a9b1c0d4e-u1003");
-	ck_assert_str_eq(name_of(contained(1002, "/user.slice/user-1000.slice/user@1000.service/"
-						 "user.slice/libpod-" OTHER_ID ".scope")),
-			 "ctr-aa11bb22cc33-u1002");
+	{ /* rootless podman: a cgroup the user made (systemd delegates user@UID.service) */
+		struct access_peer rootless = contained(1002, "/user.slice/user-1002.slice/user@"
+							      "1002.service/user.slice/libpod-" OTHER_ID
+							      ".scope/container");
+
+		rootless.cgroup_user_made = true;
+		ck_assert_str_eq(name_of(rootless), "ctr-aa11bb22cc33-user1002");
+	}
+	/* Review: in a cgroup the user made, even of a rootful container's or a pod's name, the
+	 * name is told from root's cgroup's of the same uid (-userN), whole for the longest. */
+	{
+		struct access_peer own = contained(1002, "/user.slice/user-1002.slice/user@1002"
+							 ".service/libpod-" PODMAN_ID ".scope");
+		char buf[64];
+
+		own.cgroup_user_made = true;
+		ck_assert_str_eq(name_of(own), "ctr-3f2a9b1c0d4e-user1002");
+		own.cgroup = "/u/kubepods-pod" POD_UID ".slice";
+		ck_assert_str_eq(name_of(own), "pod-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901-user1002");
+		own.uid = 4294967294u;
+		own.cgroup = "/u/g123456789h123456789i123456789j123456789k123456789l12345678.scope";
+		access_domain_name(&cfg, &own, buf, sizeof(buf));
+		ck_assert_str_eq(buf, "ctr-g123456789h123456789i123456789j123456789k1-user4294967294");
+	}
+	/* Root in a container with a subtree of its own to write (systemd-nspawn, podman
+	 * --systemd=always) makes cgroups named like another container or pod below its own:
+	 * the runtime's component names it, not what it made. */
+	ck_assert_str_eq(name_of(contained(0, "/machine.slice/libpod-" OTHER_ID ".scope/libpod-"
+					      PODMAN_ID ".scope")),
+			 "ctr-aa11bb22cc33");
+	ck_assert_str_eq(name_of(contained(0, "/machine.slice/systemd-nspawn@foo.service/payload/"
+					      "libpod-" PODMAN_ID ".scope")),
+			 "ctr-systemd-nspawn_foo");
+	ck_assert_str_eq(name_of(contained(0, "/machine.slice/libpod-" OTHER_ID ".scope/"
+					      "kubepods.slice/kubepods-pod" POD_UID ".slice")),
+			 "ctr-aa11bb22cc33");
+	ck_assert_str_eq(name_of(contained(0, "/docker/" OTHER_ID "/libpod-" PODMAN_ID ".scope")),
+			 "ctr-aa11bb22cc33");
+	ck_assert_str_eq(name_of(contained(0, "/kubepods/burstable/pod1b2c3d4e-5f60-7182-93a4-"
+					      "b5c6d7e8f901/" OTHER_ID "/kubepods-pod00000000_0000_"
+					      "0000_0000_000000000000.slice")),
+			 "pod-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901");
+	/* Review: which cgroups a runtime made (an id, a pod), which not (counted per user) */
+	ck_assert(access_cgroup_of_runtime("/machine.slice/libpod-" PODMAN_ID ".scope/container"));
+	ck_assert(access_cgroup_of_runtime("/kubepods/besteffort/pod1b2c3d4e-5f60-7182-93a4-"
+					   "b5c6d7e8f901"));
+	ck_assert(!access_cgroup_of_runtime("/user.slice/user-1000.slice/session-3.scope"));
+	ck_assert(!access_cgroup_of_runtime("/"));
+	ck_assert(!access_cgroup_of_runtime(NULL));
 	/* docker, and a cgroupfs runtime's bare id */
 	ck_assert_str_eq(name_of(contained(0, "/system.slice/docker-" OTHER_ID ".scope")),
 			 "ctr-aa11bb22cc33");
@@ -210,7 +253,7 @@ START_TEST(test_container_domains)
 	/* A cgroup that is no container id: its last component, less its unit suffix */
 	ck_assert_str_eq(name_of(contained(1002, "/user.slice/user-1000.slice/session-3.scope")),
 			 "ctr-session-3-u1002");
-	ck_assert_str_eq(name_of(contained(1002, "/a b/wei:rd")), "ctr-wei_rd-u1002");
+	ck_assert_str_eq(name_of(contained(1002, "/a b/wei:rd")), "ctr-a_b-u1002");
 	/* No cgroup, or the root one, tells no container from another: the uid's */
 	ck_assert_str_eq(name_of(contained(1002, "/")), "uid-1002");
 	ck_assert_str_eq(name_of(contained(1002, NULL)), "uid-1002");
@@ -234,7 +277,8 @@ START_TEST(test_cgroup_members)
 			 0);
 	ck_assert_str_eq(name_of(contained(1002, "/batch.slice/job1.scope")), "batch");
 	ck_assert_str_eq(name_of(contained(1003, "/batch.slice/job2.scope/leaf")), "batch");
-	ck_assert_str_eq(name_of(contained(1002, "/batch.slicex/job1.scope")), "ctr-job1-u1002");
+	ck_assert_str_eq(name_of(contained(1002, "/batch.slicex/job1.scope")),
+			 "ctr-batch.slicex-u1002");
 	{ /* not in a container: a cgroup line still names it */
 		struct access_peer p = peer(1002, 1002, NULL, 0);
 
@@ -248,6 +292,20 @@ START_TEST(test_cgroup_members)
 	ck_assert_str_eq(name_of(contained(1002, "/kubepods.slice/kubepods-besteffort.slice/"
 						 "kubepods-besteffort-pod" POD_UID ".slice/x")),
 			 "pods-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901");
+	/* A '*' name that comes out as one mrd gives otherwise, or another line's, is no match */
+	ck_assert_int_eq(config_set(&cfg, "domains", "*", "cgroup:/srv.slice/*.service"), 0);
+	{
+		struct access_peer p = peer(1002, 1002, NULL, 0);
+
+		p.cgroup = "/srv.slice/uid-0.service";
+		ck_assert_str_eq(name_of(p), "uid-1002");
+		p.cgroup = "/srv.slice/ctr-3f2a9b1c0d4e.service";
+		ck_assert_str_eq(name_of(p), "uid-1002");
+		p.cgroup = "/srv.slice/team.service";
+		ck_assert_str_eq(name_of(p), "uid-1002");
+		p.cgroup = "/srv.slice/web.service";
+		ck_assert_str_eq(name_of(p), "web");
+	}
 	/* Malformed: a relative glob, no glob, two '*', a '*' beside uids, the names mrd gives */
 	ck_assert_int_eq(config_set(&cfg, "domains", "x", "cgroup:batch.slice"), -EINVAL);
 	ck_assert_int_eq(config_set(&cfg, "domains", "x", "cgroup:"), -EINVAL);

@@ -1120,6 +1120,28 @@ static pid_t placed_child(bool pidns, int hold[2])
 	return pid;
 }
 
+/* A cgroup v2 folder name below own (our cgroup), made, its path in path; false (said on
+ * stderr) where there is no writable cgroup v2 mount. */
+static bool cgroup_below(const char *own, const char *name, char *path, size_t size)
+{
+	char line[1024], root[512], point[512] = "";
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+
+	while (f && fgets(line, sizeof(line), f))
+		if (strstr(line, " - cgroup2 ") &&
+		    sscanf(line, "%*s %*s %*s %511s %511s", root, point) == 2 &&
+		    strcmp(root, "/") == 0)
+			break;
+	if (f)
+		fclose(f);
+	snprintf(path, size, "%s%s/%s", point, own && strcmp(own, "/") ? own : "", name);
+	if (!point[0] || !own || (mkdir(path, 0755) < 0 && errno != EEXIST)) {
+		fprintf(stderr, "no cgroup v2 folder of our own: the cgroup namespace case skipped\n");
+		return false;
+	}
+	return true;
+}
+
 /* Where a process runs, from files any process may read: a process of another uid (as mrd,
  * which keeps no CAP_SYS_PTRACE, reads its clients) is told apart in a pid namespace of its
  * own and in a user namespace of its own; a pid that does not run as the uid is -ESRCH. */
@@ -1128,7 +1150,7 @@ START_TEST(test_process_place)
 	_cleanup_free_ char *own = process_uid_map("/proc/self"), *cgroup = NULL;
 	struct process_place place;
 	int hold[2], status;
-	char line[512];
+	char line[512], path[1100];
 	pid_t in_pidns, in_userns, asker;
 	FILE *f;
 
@@ -1179,6 +1201,30 @@ START_TEST(test_process_place)
 	close(hold[0]);
 	while (wait(NULL) > 0)
 		;
+	/* Read from a cgroup namespace of its own (mrd in a pod, as containerd makes them), a
+	 * cgroup outside it ("/../x") names nothing: no cgroup. */
+	if (cgroup_below(cgroup, "mrd-place-ns", path, sizeof(path))) {
+		pid_t reader = fork();
+
+		ck_assert_int_ge(reader, 0);
+		if (reader == 0) {
+			struct process_place outside;
+			char procs[1200];
+			int fd;
+
+			snprintf(procs, sizeof(procs), "%s/cgroup.procs", path);
+			fd = open(procs, O_WRONLY | O_CLOEXEC);
+			if (fd < 0 || write(fd, "0", 1) != 1 || unshare(CLONE_NEWCGROUP) < 0)
+				_exit(2);
+			if (process_place_read(getppid(), geteuid(), own, &outside) < 0)
+				_exit(3);
+			_exit(outside.cgroup ? 4 : 0);
+		}
+		ck_assert_int_eq(waitpid(reader, &status, 0), reader);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			      "a cgroup outside the reader's namespace: status %d", status);
+		ck_assert_int_eq(rmdir(path), 0);
+	}
 	/* Gone (reaped above: it was our child): -ESRCH */
 	ck_assert_int_eq(process_place_read(in_userns, 0, own, &place), -ESRCH);
 }

@@ -635,7 +635,7 @@ START_TEST(test_user_made_containers_are_few_per_user)
 	}
 	for (int i = 0; i < 5; i++) {
 		ctr_client_start(&k[i], cg[i], 65534);
-		snprintf(want, sizeof(want), "ctr-%02d%.10s-u65534", i, CTR_A + 2);
+		snprintf(want, sizeof(want), "ctr-%02d%.10s-user65534", i, CTR_A + 2);
 		ck_assert_str_eq(k[i].domain, i < 4 ? want : "uid-65534");
 	}
 	/* Another client of an open one joins it: no slot of its own. */
@@ -648,7 +648,7 @@ START_TEST(test_user_made_containers_are_few_per_user)
 	ck_assert_msg(!clients_show(want), "%s is still open: %s", want, out);
 	ctr_client_stop(&k[4]);
 	ctr_client_start(&k[4], cg[4], 65534);
-	snprintf(want, sizeof(want), "ctr-04%.10s-u65534", CTR_A + 2);
+	snprintf(want, sizeof(want), "ctr-04%.10s-user65534", CTR_A + 2);
 	ck_assert_str_eq(k[4].domain, want);
 	for (int i = 0; i < 6; i++)
 		if (i != 2)
@@ -666,6 +666,103 @@ START_TEST(test_user_made_containers_are_few_per_user)
 		test_wait_until(rmdir(cg[i]) == 0 || errno != EBUSY, 10000); /* its exit to land */
 		ck_assert_msg(access(cg[i], F_OK) < 0, "%s stays: %m", cg[i]);
 	}
+}
+END_TEST
+
+/* Review: a user's pid namespaces in cgroups of root's that no runtime made (a login's session
+ * scope: one more each login) count among its container_domains_per_user (4) too. */
+START_TEST(test_rev_session_scopes_are_few_per_user)
+{
+	struct ctr_client k[5];
+	char cg[5][1024], name[64];
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "test_rev_session_scopes_are_few_per_user: needs root: skipped\n");
+		return;
+	}
+	for (int i = 0; i < 5; i++) {
+		snprintf(name, sizeof(name), "rev-session-%d.scope", i);
+		if (!container_cgroup(name, cg[i], sizeof(cg[i])))
+			return;
+	}
+	for (int i = 0; i < 5; i++)
+		ctr_client_start(&k[i], cg[i], 65534);
+	ck_assert_msg(strcmp(k[4].domain, "uid-65534") == 0,
+		      "a fifth session scope got a domain of its own: %s", k[4].domain);
+	for (int i = 0; i < 5; i++) {
+		ctr_client_stop(&k[i]);
+		test_wait_until(rmdir(cg[i]) == 0 || errno != EBUSY, 10000); /* its exit to land */
+		ck_assert_msg(access(cg[i], F_OK) < 0, "%s stays: %m", cg[i]);
+	}
+}
+END_TEST
+
+/* Review: a user may make a cgroup of any name in its own subtree and a pid namespace to be in
+ * it; one named as a rootful container's (whose id /proc/PID/cgroup shows anyone) must not make
+ * it a client of that container's domain, whose memory Map hands out. */
+START_TEST(test_rev_user_cgroup_does_not_join_rootful_container)
+{
+	char top[1024], parent[2][1100], cg[2][1200];
+	struct ctr_client k[2];
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "test_rev_user_cgroup_does_not_join_rootful_container: needs root: "
+				"skipped\n");
+		return;
+	}
+	if (!container_cgroup("rev-collide", top, sizeof(top)))
+		return;
+	/* 0: root's (/machine.slice of rootful podman); 1: the user's delegated subtree */
+	for (int i = 0; i < 2; i++) {
+		snprintf(parent[i], sizeof(parent[i]), "%s/%s", top, i ? "user" : "machine");
+		snprintf(cg[i], sizeof(cg[i]), "%.1100s/libpod-" CTR_A ".scope", parent[i]);
+		ck_assert_int_eq(mkdir(parent[i], 0755), 0);
+		ck_assert_int_eq(mkdir(cg[i], 0755), 0);
+		if (i)
+			ck_assert_int_eq(chown(parent[i], 65534, 65534) | chown(cg[i], 65534, 65534), 0);
+	}
+	ctr_client_start(&k[0], cg[0], 65534); /* podman run --user 65534, rootful */
+	ctr_client_start(&k[1], cg[1], 65534); /* the host's uid 65534, unshare -Urp */
+	ck_assert_msg(strcmp(k[0].domain, k[1].domain) != 0,
+		      "the user's own cgroup joined the rootful container's domain %s", k[0].domain);
+	for (int i = 0; i < 2; i++) {
+		ctr_client_stop(&k[i]);
+		test_wait_until(rmdir(cg[i]) == 0 || errno != EBUSY, 10000); /* its exit to land */
+		ck_assert_int_eq(rmdir(parent[i]), 0);
+	}
+	ck_assert_int_eq(rmdir(top), 0);
+}
+END_TEST
+
+/* Review: where mrd runs in a pid namespace of its own (a pod without hostPID), a peer outside
+ * it has pid 0 to SO_PEERCRED; root in a sibling pid namespace (a rootful container) is in no
+ * namespace of mrd's, and so no admin. */
+START_TEST(test_rev_peer_outside_mrds_pid_namespace_is_no_admin)
+{
+	const char *wrapper = getenv("MRD_TEST_WRAPPER");
+	struct mrd_proc inner;
+	const char *argv[] = { "/usr/bin/unshare", "--pid", "--fork", "--", mrctl, "--socket", inner.socket,
+			       "flush", NULL };
+	int r;
+
+	if (geteuid() != 0 || (wrapper && *wrapper)) {
+		fprintf(stderr, "test_rev_peer_outside_mrds_pid_namespace_is_no_admin: needs root "
+				"and no MRD_TEST_WRAPPER: skipped\n");
+		return;
+	}
+	/* unshare waits for mrd, and its death kills it (--kill-child) */
+	setenv("MRD_TEST_WRAPPER", "unshare --pid --fork --kill-child", 1);
+	r = mrd_proc_start(&inner, "", NULL);
+	unsetenv("MRD_TEST_WRAPPER");
+	if (r < 0) {
+		fprintf(stderr, "test_rev_peer_outside_mrds_pid_namespace_is_no_admin: mrd in a pid "
+				"namespace did not start (%s): skipped\n", strerror(-r));
+		return;
+	}
+	r = run_capture(argv, out, sizeof(out), (uid_t)-1);
+	mrd_proc_signal(&inner, SIGKILL);
+	ck_assert_msg(r == 1 && strstr(out, "Flush needs root or the admin group"),
+		      "root outside mrd's pid namespace flushed (%d): %s", r, out);
 }
 END_TEST
 
@@ -847,6 +944,9 @@ int main(void)
 	tcase_add_test(tc, test_views_and_changes_for_others);
 	tcase_add_test(tc, test_containers_get_domains_of_their_own);
 	tcase_add_test(tc, test_user_made_containers_are_few_per_user);
+	tcase_add_test(tc, test_rev_session_scopes_are_few_per_user);
+	tcase_add_test(tc, test_rev_user_cgroup_does_not_join_rootful_container);
+	tcase_add_test(tc, test_rev_peer_outside_mrds_pid_namespace_is_no_admin);
 	tcase_add_test(tc, test_flood_of_malformed_frames);
 	tcase_add_test(tc, test_client_limit);
 	tcase_add_test(tc, test_second_daemon_refused);

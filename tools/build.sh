@@ -9,7 +9,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 MRD_BUILD_DEPS="gcc g++ make autoconf automake libtool pkgconf \
 libevent-dev libprotobuf-c-dev protobuf-c-compiler libibverbs-dev libsystemd-dev \
 check libsubunit-dev libucx-dev"
-MRD_TEST_DEPS="valgrind systemd dbus-daemon prometheus python3-prometheus-client man-db gdb \
+MRD_TEST_DEPS="valgrind systemd dbus-daemon prometheus python3-prometheus-client python3-yaml man-db gdb \
 podman crun uidmap dbus-user-session"
 
 have_deps() {

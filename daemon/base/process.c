@@ -315,5 +315,12 @@ int process_place_read(pid_t pid, uid_t uid, const char *own_uid_map, struct pro
 	 * only in mrd's namespace (or one a privileged process made to map the same ids). */
 	ret->other_userns = !own_uid_map || strcmp(map, own_uid_map) != 0;
 	ret->cgroup = cgroup_v2_path(cgroups);
+	/* Above mrd's own cgroup namespace's root ("/../x"): relative to a root mrd cannot name,
+	 * no path to tell containers by (mrd should run in the host's cgroup namespace). */
+	if (ret->cgroup && strncmp(ret->cgroup, "/..", 3) == 0 &&
+	    (ret->cgroup[3] == '/' || ret->cgroup[3] == '\0')) {
+		free(ret->cgroup);
+		ret->cgroup = NULL;
+	}
 	return 0;
 }

@@ -45,7 +45,8 @@ int process_charged_uid(pid_t pid, uid_t uid, dev_t own_ns_dev, ino_t own_ns_ino
 struct process_place {
 	bool nested_pidns; /* in a pid namespace below mrd's (NSpid has more than one pid) */
 	bool other_userns; /* in a user namespace whose uid_map reads otherwise than mrd's */
-	char *cgroup;      /* its cgroup v2 path ("0::" line); NULL on a host with none */
+	char *cgroup;      /* its cgroup v2 path ("0::" line); NULL on a host with none, or
+			    * where it is outside mrd's cgroup namespace ("/../...") */
 };
 
 /* Reads pid's place. own_uid_map: mrd's /proc/self/uid_map as read by process_uid_map. -ESRCH

@@ -54,10 +54,11 @@ static const char *caller_view(sd_bus *bus, const struct manager *m, char *buf, 
 {
 	_cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
 	struct process_place place = {};
+	struct access_peer peer;
 	const gid_t *groups = NULL;
 	gid_t gid = (gid_t)-1;
 	const char *view;
-	pid_t pid;
+	pid_t pid = 0;
 	uid_t uid;
 	int n;
 
@@ -69,20 +70,24 @@ static const char *caller_view(sd_bus *bus, const struct manager *m, char *buf, 
 		return "";
 	/* Root in a container is no admin here either: its place, where the bus names its pid
 	 * (as it still runs as uid), as at the socket. */
-	if (sd_bus_creds_get_pid(creds, &pid) >= 0 &&
-	    process_place_read(pid, uid, m->uid_map, &place) < 0)
+	if (sd_bus_creds_get_pid(creds, &pid) < 0 || pid <= 0)
+		place.other_userns = true; /* no namespace of mrd's can be told: no admin */
+	else if (process_place_read(pid, uid, m->uid_map, &place) < 0)
 		return "";
 	(void)sd_bus_creds_get_egid(creds, &gid);
 	n = sd_bus_creds_get_supplementary_gids(creds, &groups);
 	if (n < 0)
 		n = 0, groups = NULL;
-	view = access_peer_view(&m->core.config,
-				&(struct access_peer){ .uid = uid, .gid = gid, .fd = -1, .groups = groups,
-						       .n_groups = (size_t)n,
-						       .nested_pidns = place.nested_pidns,
-						       .other_userns = place.other_userns,
-						       .cgroup = place.cgroup },
-				buf, size);
+	peer = (struct access_peer){ .uid = uid, .gid = gid, .fd = -1, .groups = groups,
+				     .n_groups = (size_t)n, .nested_pidns = place.nested_pidns,
+				     .other_userns = place.other_userns, .cgroup = place.cgroup,
+				     .cgroup_user_made = manager_cgroup_user_made(m, place.cgroup) };
+	if (access_is_admin(&m->core.config, &peer))
+		view = NULL;
+	else if (pid > 0 && manager_charged_uid(m, pid, uid, &peer.uid) < 0)
+		view = ""; /* gone: whom it answers to cannot be told */
+	else /* the domain of the user it is charged to, as at the socket */
+		view = access_domain_name(&m->core.config, &peer, buf, size);
 	free(place.cgroup);
 	return view;
 }
@@ -163,6 +168,19 @@ static void dump_pools(FILE *f, struct domain *d, const struct domain_stats *s)
 	fputc(']', f);
 }
 
+/* The bus policy lets uid 0 call the methods: root in a container too, where it has the bus's
+ * socket. 0 for an admin as the socket judges it (access_is_admin), else an error to return. */
+static int caller_admin(sd_bus_message *msg, const struct manager *m, sd_bus_error *error)
+{
+	char name[64];
+
+	if (!caller_view(sd_bus_message_get_bus(msg), m, name, sizeof(name)))
+		return 0;
+	return sd_bus_error_setf(error, SD_BUS_ERROR_ACCESS_DENIED,
+				 "%s needs root in mrd's namespaces: root in a container is no "
+				 "administrator", sd_bus_message_get_member(msg));
+}
+
 static int method_dump(sd_bus_message *msg, void *userdata, sd_bus_error *error)
 {
 	struct manager *m = userdata;
@@ -171,7 +189,10 @@ static int method_dump(sd_bus_message *msg, void *userdata, sd_bus_error *error)
 	size_t size;
 	FILE *f;
 	bool first = true;
+	int r = caller_admin(msg, m, error);
 
+	if (r < 0)
+		return r;
 	f = open_memstream(&json, &size);
 	if (!f)
 		return -ENOMEM;
@@ -236,6 +257,9 @@ static int method_flush(sd_bus_message *msg, void *userdata, sd_bus_error *error
 	int pools, gc, r;
 	unsigned uid;
 
+	r = caller_admin(msg, m, error);
+	if (r < 0)
+		return r;
 	r = sd_bus_message_read(msg, "sbb", &scope, &pools, &gc);
 	if (r < 0)
 		return r;
@@ -322,7 +346,9 @@ static int method_set_pools(sd_bus_message *msg, void *userdata, sd_bus_error *e
 	const char *domain;
 	int r;
 
-	r = sd_bus_message_read(msg, "s", &domain);
+	r = caller_admin(msg, m, error);
+	if (r >= 0)
+		r = sd_bus_message_read(msg, "s", &domain);
 	if (r >= 0)
 		r = read_match(msg, &match, NULL, NULL, error);
 	if (r >= 0)

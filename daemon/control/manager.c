@@ -156,10 +156,18 @@ static void manager_on_signal(int sig, void *userdata)
 	struct manager *m = userdata;
 
 	if (sig == SIGHUP) {
+		size_t n = m->core.served.n;
+
 		if (m->load_config)
 			manager_reload(m);
 		else
 			log_notice("SIGHUP: no configuration to reload");
+		/* A device that came since: status lists it, so mrctl cdi (the udev rule's reload,
+		 * then mrd-cdi.service) offers it to containers. */
+		served_devices_scan(&m->core);
+		for (size_t i = n; i < m->core.served.n; i++)
+			log_info("device %s: new; clients may bind their own PDs on it (BindPd)",
+				 m->core.served.v[i].name);
 		return;
 	}
 	if (sig == SIGUSR2) {
@@ -255,6 +263,19 @@ static char *cgroup_v2_mount(void)
 	return found;
 }
 
+/* mrd in a cgroup namespace of its own (a pod's, as containerd makes them) sees other pods'
+ * cgroups as "/../..." paths, which tell no container from another: say so once. */
+static void warn_cgroup_namespace(const struct manager *m)
+{
+	struct process_place init;
+
+	if (m->cgroup_mount && process_place_read(1, 0, NULL, &init) == 0 && !init.cgroup)
+		log_warning("mrd runs in a cgroup namespace of its own: clients in containers get "
+			    "their uid's domain, not their container's; run mrd in the host's "
+			    "(nsenter --cgroup=/proc/1/ns/cgroup, or hostPID and that in a pod)");
+	free(init.cgroup);
+}
+
 int manager_new(struct config *config, struct manager **ret)
 {
 	_cleanup_(manager_freep) struct manager *m = NULL;
@@ -281,6 +302,7 @@ int manager_new(struct config *config, struct manager **ret)
 		log_warning_errno(-errno, "cannot tell mrd's user namespace (/proc/self/ns/user: %m): "
 					  "clients in user namespaces count as the uids they show");
 	m->cgroup_mount = cgroup_v2_mount();
+	warn_cgroup_namespace(m);
 	/* Without it every client counts as in another user namespace: none is an admin. */
 	m->uid_map = process_uid_map("/proc/self");
 	if (!m->uid_map)
@@ -438,11 +460,12 @@ static int user_container_get(struct manager *m, struct user_share *u, const cha
 	return 0;
 }
 
-/* Whether the cgroup (a path in the cgroup v2 hierarchy) is one a user made: a user may make
- * cgroups of any name below its own delegated subtree (systemd chowns it to the user), and
- * one a user made is the user's; root's runtimes (rootful podman, Kubernetes) make root's.
- * What cannot be told is taken as a user's. */
-static bool cgroup_user_made(const struct manager *m, const char *cgroup)
+int manager_charged_uid(const struct manager *m, pid_t pid, uid_t uid, uid_t *ret)
+{
+	return process_charged_uid(pid, uid, m->userns_dev, m->userns_ino, SUBUID_PATH, ret);
+}
+
+bool manager_cgroup_user_made(const struct manager *m, const char *cgroup)
 {
 	_cleanup_free_ char *path = NULL;
 	struct stat st;
@@ -485,14 +508,17 @@ int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_
 		peer.nested_pidns = place->nested_pidns;
 		peer.other_userns = place->other_userns;
 		peer.cgroup = place->cgroup;
+		peer.cgroup_user_made = manager_cgroup_user_made(m, place->cgroup);
 	}
 	admin = access_is_admin(&m->core.config, &peer);
 	/* The owner's domain: its namespaces' identities are its own (docs/design.md, "Users"). */
 	peer.uid = owner;
 	access_domain_name(&m->core.config, &peer, domain, sizeof(domain));
 	/* A user who makes cgroups and pid namespaces makes containers, each a domain with its own
-	 * quotas: a few per user, then the user's own domain. */
-	if (owner != 0 && access_is_container_domain(domain) && cgroup_user_made(m, peer.cgroup)) {
+	 * quotas: a few per user, then the user's own domain. A pid namespace of the user's in a
+	 * cgroup of root's that no runtime made (each login's session scope) counts too. */
+	if (owner != 0 && access_is_container_domain(domain) &&
+	    (peer.cgroup_user_made || !access_cgroup_of_runtime(peer.cgroup))) {
 		r = user_container_get(m, u, domain);
 		if (r == -EDQUOT) {
 			log_info("uid %u has %u container domains open ([limits] "
@@ -562,11 +588,12 @@ static bool closer_lane_full(struct manager *m, uid_t owner)
 }
 
 /* Where the peer cred names runs (base/process.h). A peer whose pid mrd cannot see (0: in a pid
- * namespace outside mrd's, which only happens when mrd runs in one) is judged by its uid. */
+ * namespace outside mrd's, which only happens when mrd runs in one) gets its uid's domain, and
+ * is in no namespace of mrd's: root in a sibling container is no admin. */
 static int client_place(struct manager *m, const struct ucred *cred, struct process_place *ret)
 {
 	if (cred->pid <= 0) {
-		*ret = (struct process_place){};
+		*ret = (struct process_place){ .other_userns = true };
 		return 0;
 	}
 	return process_place_read(cred->pid, cred->uid, m->uid_map, ret);
@@ -611,8 +638,7 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 			fd_closer_consume_socket(m->closer, fd, (uid_t)-1);
 			continue;
 		}
-		r = process_charged_uid(cred.pid, cred.uid, m->userns_dev, m->userns_ino,
-					SUBUID_PATH, &owner);
+		r = manager_charged_uid(m, cred.pid, cred.uid, &owner);
 		if (r < 0) {
 			/* Its namespace cannot be told, so neither can whom it is charged to. */
 			log_debug_errno(r, "refusing pid %d uid %u: cannot read its user namespace: %m",

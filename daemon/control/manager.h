@@ -129,6 +129,14 @@ int manager_add_client(struct manager *m, int fd, const struct ucred *cred, uid_
 void manager_user_share_put(struct manager *m, struct user_share *u);
 /* A client of a container domain that counted in u's (user_share.containers) closed. */
 void manager_user_container_put(struct user_share *u, const char *domain);
+/* Whether the cgroup (a path in the cgroup v2 hierarchy) is one a user made: a user may make
+ * cgroups of any name below its own delegated subtree (systemd chowns it to the user), and
+ * one a user made is the user's; root's runtimes (rootful podman, Kubernetes) make root's.
+ * What cannot be told is taken as a user's. */
+bool manager_cgroup_user_made(const struct manager *m, const char *cgroup);
+/* The user a process pid of uid is charged to (process_charged_uid, with mrd's namespace and
+ * /etc/subuid). */
+int manager_charged_uid(const struct manager *m, pid_t pid, uid_t uid, uid_t *ret);
 
 uint64_t manager_uptime_usec(const struct manager *m);
 

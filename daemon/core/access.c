@@ -128,41 +128,103 @@ static bool short_name(const char *comp, size_t len, char *buf, size_t size)
 	return false;
 }
 
-/* The domain of a client in a container that no [domains] line names: its pod's, else its
- * container's — the deepest component of its cgroup that is a container's id (a runtime may
- * put the processes in a leaf below it), else its cgroup's last component — and, for any
- * user but root, "-uN" for the user who answers for it (uid): a user may make cgroups of any
- * name in its own systemd subtree and a pid namespace to be "in" them, and must not so join
- * another user's container. False for no cgroup or the root one, which tell no container
- * from another. */
-static bool container_domain(const char *cgroup, uid_t uid, char *buf, size_t size)
+/* Whether a cgroup component may stand above a Kubernetes pod's: a systemd slice, or the
+ * cgroupfs driver's kubepods and QoS classes. */
+static bool above_pods(const char *comp, size_t len)
 {
-	char name[64], found[64] = "";
-	const char *kind = "ctr", *comp, *end;
-	bool found_id = false;
+	static const char *const names[] = { "kubepods", "besteffort", "burstable" };
 
-	if (!cgroup || cgroup[0] != '/' || cgroup[1] == '\0')
-		return false;
+	if (len > 6 && strncmp(comp + len - 6, ".slice", 6) == 0)
+		return true;
+	for (size_t i = 0; i < ELEMENTSOF(names); i++)
+		if (len == strlen(names[i]) && strncmp(comp, names[i], len) == 0)
+			return true;
+	return false;
+}
+
+/* The container of a cgroup path in found (the short name of the component that names it),
+ * and its kind, "pod" or "ctr"; whether that component holds a runtime's id (ret_id).
+ *
+ * In a cgroup root made, only the runtime's own components count: root in a container may
+ * have a subtree of its own to write (systemd-nspawn, podman --systemd=always, Delegate=),
+ * and make cgroups named like another container's below its own. So a pod is the shallowest
+ * pod component with nothing but slices (or kubepods' own folders) above it, and a container
+ * the shallowest component that is neither — or its child, where that one holds an id and
+ * it does not (cgroupfs runtimes: /docker/ID). Below those, a container writes what it likes.
+ * In a cgroup the user made, the user names what it likes anyway (the name says the user):
+ * the shallowest pod component, else the deepest id (a runtime may put the processes in a
+ * leaf below the container's cgroup), else the last component. */
+static bool cgroup_container(const char *cgroup, bool user_made, char *found, size_t size,
+			     const char **ret_kind, bool *ret_id)
+{
+	char name[64];
+	const char *comp, *end;
+	bool slices_only = true, found_id = false, took = false;
+
+	*ret_kind = "ctr";
+	found[0] = '\0';
 	for (comp = cgroup + 1; *comp; comp = *end ? end + 1 : end) {
+		size_t len;
+
 		end = comp + strcspn(comp, "/");
-		if (end == comp)
+		len = (size_t)(end - comp);
+		if (len == 0)
 			continue;
-		if (pod_uid(comp, (size_t)(end - comp), found, sizeof(found))) {
-			kind = "pod";
+		if ((user_made || slices_only) && pod_uid(comp, len, found, size)) {
+			*ret_kind = "pod";
+			*ret_id = true;
+			return true;
+		}
+		slices_only = slices_only && above_pods(comp, len);
+		if (!user_made && took) {
+			/* the child of a root container's component: its id, if that had none */
+			if (short_name(comp, len, name, sizeof(name))) {
+				snprintf(found, size, "%s", name);
+				found_id = true;
+			}
 			break;
 		}
-		if (short_name(comp, (size_t)(end - comp), name, sizeof(name)))
+		if (!user_made && slices_only)
+			continue; /* a slice, or kubepods' own folders, above the container */
+		if (short_name(comp, len, name, sizeof(name)))
 			found_id = true;
 		else if (found_id)
 			continue;
-		snprintf(found, sizeof(found), "%s", name);
+		snprintf(found, size, "%s", name);
+		took = true;
+		if (!user_made && found_id)
+			break;
 	}
-	if (!found[0])
+	*ret_id = found_id;
+	return found[0] != '\0';
+}
+
+/* The domain of a client in a container that no [domains] line names: its pod's, else its
+ * container's (cgroup_container) — and, for any
+ * user but root, "-uN" for the user who answers for it (uid): a user may make cgroups of any
+ * name in its own systemd subtree and a pid namespace to be "in" them, and must not so join
+ * another user's container. In a cgroup a user made (user_made) "-userN": nor may the user
+ * so join a container root made that runs processes of its uid (podman run --user, a pod's
+ * runAsUser), whose id anyone reads in /proc/PID/cgroup. False for no cgroup or the root
+ * one, which tell no container from another. */
+static bool container_domain(const char *cgroup, uid_t uid, bool user_made, char *buf,
+			     size_t size, bool *ret_runtime)
+{
+	const char *kind;
+	char found[64];
+	bool id;
+
+	if (!cgroup || cgroup[0] != '/' || cgroup[1] == '\0' ||
+	    !cgroup_container(cgroup, user_made, found, sizeof(found), &kind, &id))
 		return false;
-	if (uid != 0)
+	if (ret_runtime)
+		*ret_runtime = id;
+	if (uid != 0 && user_made)
+		snprintf(buf, size, "%s-%.42s-user%u", kind, found, (unsigned)uid);
+	else if (uid != 0)
 		snprintf(buf, size, "%s-%.45s-u%u", kind, found, (unsigned)uid);
 	else
-		snprintf(buf, size, "%s-%s", kind, found);
+		snprintf(buf, size, "%s-%.58s", kind, found);
 	return true;
 }
 
@@ -194,8 +256,21 @@ static bool cgroup_matches(const char *glob, const char *cgroup, char *buf, size
 
 /* The name of group g for a client of cgroup: its own, or with its '*' for the short name of
  * the cgroup its glob matched. */
-static bool group_matches_cgroup(const struct domain_group *g, const char *cgroup, char *buf,
-				 size_t size)
+/* Whether a name a '*' line made is one mrd gives otherwise (uid-N, a container's) or another
+ * line's: a cgroup named uid-0.service must not make a line "*" (cgroup: members over
+ * system.slice's services) root's domain. */
+static bool name_taken(const struct config *cfg, const struct domain_group *g, const char *name)
+{
+	if (strncmp(name, "uid-", 4) == 0 || access_is_container_domain(name))
+		return true;
+	for (size_t i = 0; i < cfg->n_groups; i++)
+		if (&cfg->groups[i] != g && strcmp(cfg->groups[i].name, name) == 0)
+			return true;
+	return false;
+}
+
+static bool group_matches_cgroup(const struct config *cfg, const struct domain_group *g,
+				 const char *cgroup, char *buf, size_t size)
 {
 	char name[64];
 	const char *star;
@@ -204,11 +279,11 @@ static bool group_matches_cgroup(const struct domain_group *g, const char *cgrou
 		if (!cgroup_matches(g->cgroups[i], cgroup, name, sizeof(name)))
 			continue;
 		star = strchr(g->name, '*');
-		if (star)
-			snprintf(buf, size, "%.*s%s%s", (int)(star - g->name), g->name, name, star + 1);
-		else
-			snprintf(buf, size, "%s", g->name);
-		return true;
+		if (!star)
+			return snprintf(buf, size, "%s", g->name), true;
+		snprintf(buf, size, "%.*s%s%s", (int)(star - g->name), g->name, name, star + 1);
+		if (!name_taken(cfg, g, buf))
+			return true;
 	}
 	return false;
 }
@@ -224,13 +299,22 @@ const char *access_domain_name(const struct config *cfg, const struct access_pee
 		for (size_t j = 0; j < g->n_gids; j++)
 			if (peer_has_group(p, g->gids[j]))
 				return snprintf(buf, size, "%s", g->name), buf;
-		if (group_matches_cgroup(g, p->cgroup, buf, size))
+		if (group_matches_cgroup(cfg, g, p->cgroup, buf, size))
 			return buf;
 	}
-	if (p->nested_pidns && container_domain(p->cgroup, p->uid, buf, size))
+	if (p->nested_pidns &&
+	    container_domain(p->cgroup, p->uid, p->cgroup_user_made, buf, size, NULL))
 		return buf;
 	snprintf(buf, size, "uid-%u", (unsigned)p->uid);
 	return buf;
+}
+
+bool access_cgroup_of_runtime(const char *cgroup)
+{
+	bool runtime = false;
+	char buf[64];
+
+	return container_domain(cgroup, 0, false, buf, sizeof(buf), &runtime) && runtime;
 }
 
 const char *access_peer_view(const struct config *cfg, const struct access_peer *p, char *buf,

@@ -25,6 +25,9 @@ struct access_peer {
 	bool nested_pidns;
 	bool other_userns;
 	const char *cgroup;
+	/* The cgroup is one a user made (its folder is not root's: a delegated subtree), where
+	 * any name may be had: its container domain's name is told apart from root's cgroups'. */
+	bool cgroup_user_made;
 };
 
 /* An identity known by its uid alone (Flush by uid): it gets its uid's domain. */
@@ -46,6 +49,11 @@ static inline bool access_is_container_domain(const char *name)
 {
 	return strncmp(name, "ctr-", 4) == 0 || strncmp(name, "pod-", 4) == 0;
 }
+
+/* Whether a container domain of cgroup is named by a Kubernetes pod's uid or a runtime's
+ * container id, as a runtime names the cgroups it makes, not by another cgroup's name (a login
+ * session's scope, a service). */
+bool access_cgroup_of_runtime(const char *cgroup);
 
 /* What the read-only views (Status, Clients, Mempools, FrmrPools, DomainDump, the bus
  * properties) show: NULL, everything, to an admin; to anyone else the name of its own domain,

@@ -183,6 +183,27 @@ if [ $rxe = 0 ]; then
 	result "mrd-demo on rxe0: the device writes by keys" $? "$(echo "$out" | tail -n 4)"
 	restart_check 'with its content'
 	result "warm restart on rxe0" $restart_rc "$(cat /tmp/restart.out)"
+	# mrd-cdi.service (mrd.service wants it) wrote the CDI spec once mrd was ready; a device
+	# that comes is in it after systemctl reload mrd (what 71-mrd-cdi.rules runs; no udevd
+	# here), one that goes is out. Polled: the reload of mrd-cdi.service follows mrd's.
+	spec=/run/cdi/mrd.yaml
+	grep -q '^- name: "rxe0"$' $spec && grep -q '^    - path: "/dev/infiniband/uverbs0"$' $spec
+	result "mrd-cdi.service wrote $spec with rxe0 and its uverbs node" $? \
+		"$(cat $spec 2>&1 | grep -v '^#' | tail -n 8) $(systemctl status --no-pager mrd-cdi.service 2>&1 | tail -n 3)"
+	add=$( (modprobe dummy && ip link add mrdcdi0 type dummy && ip link set mrdcdi0 up &&
+		rdma link add rxe1 type rxe netdev mrdcdi0 && systemctl reload mrd) 2>&1)
+	rc=$?
+	for _ in $(seq 100); do grep -q '^- name: "rxe1"$' $spec && break; sleep 0.1; done
+	grep -q '^- name: "rxe1"$' $spec
+	result "a device that comes: systemctl reload mrd puts rxe1 in the spec" $? \
+		"rc=$rc $add; $(grep -v '^#' $spec 2>&1 | tail -n 6) $(journalctl -u mrd-cdi.service -o cat --no-pager | tail -n 3) $(journalctl -u mrd.service -o cat --no-pager | tail -n 3)"
+	[ $rc = 0 ] && rdma link delete rxe1 && systemctl reload mrd
+	for _ in $(seq 100); do grep -q '^- name: "rxe1"$' $spec || break; sleep 0.1; done
+	[ $rc = 0 ] && ! grep -q '^- name: "rxe1"$' $spec && grep -q '^- name: "rxe0"$' $spec &&
+		[ "$(systemctl is-active mrd-cdi.service)" = active ]
+	result "a device that goes: out of the spec, rxe0 stays, mrd-cdi.service active" $? \
+		"$(grep -v '^#' $spec 2>&1 | tail -n 6) $(journalctl -u mrd-cdi.service -o cat --no-pager | tail -n 3)"
+	ip link delete mrdcdi0 2> /dev/null
 fi
 refused=$(journalctl -u mrd.service -o cat --no-pager | grep -c 'Operation not permitted')
 result "the system-call filter refused mrd nothing" $([ "$refused" = 0 ]; echo $?) \

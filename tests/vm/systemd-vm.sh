@@ -56,11 +56,12 @@ sd_install() {
 	for t in /etc/systemd/system/timers.target.wants/*.timer; do
 		[ -e "$t" ] && ln -sf /dev/null "$SD/root/etc/systemd/system/$(basename "$t")"
 	done
-	# rdma_rxe and ib_uverbs (no dependency of rdma_rxe's) for modprobe inside; rdma_ucm and
-	# dummy for the containers' rdma_cm (merged /usr: /lib is the host's usr/lib link, kept).
+	# rdma_rxe and ib_uverbs (no dependency of rdma_rxe's) for modprobe inside (merged /usr:
+	# /lib is the host's usr/lib link, kept); dummy: the netdev of a second rxe device (and of
+	# the containers' rxe1); rdma_ucm: the containers' rdma_cm.
 	ln -s usr/lib "$SD/root/lib"
 	mkdir -p "$SD/root/usr/lib/modules/$KVER/kernel" && : > "$SD/rxe.load"
-	stage_modules "$SD/root/usr/lib/modules/$KVER/kernel" "$SD/rxe.load" rdma_rxe ib_uverbs rdma_ucm dummy
+	stage_modules "$SD/root/usr/lib/modules/$KVER/kernel" "$SD/rxe.load" rdma_rxe ib_uverbs dummy rdma_ucm
 	cp "$KROOT/usr/lib/modules/$KVER/modules.builtin"* "$KROOT/usr/lib/modules/$KVER/modules.order" \
 		"$SD/root/usr/lib/modules/$KVER/" 2> /dev/null || true
 	depmod -b "$SD/root" "$KVER"
