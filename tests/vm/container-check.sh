@@ -69,27 +69,16 @@ ctr_args() { # rootful|rootless cdi|nodes name [user] (CTR_CID=NAME: --cidfile C
 }
 ctr_port() { CTR_PORT=$((CTR_PORT + 1)); }
 
-# mrd's CDI spec, by mrctl cdi.
+# mrd's CDI spec, by mrctl cdi as the brief of an operator says, and the same as the one
+# mrd-cdi.service keeps in /run/cdi (which podman prefers: its folder comes later).
 ctr_cdi() {
 	mkdir -p /etc/cdi
-	if mrctl --help 2>&1 | grep -q '^  cdi\b'; then
-		CTR_CDI_HOW="mrctl cdi --output $CTR_CDI"
-		mrctl cdi --output $CTR_CDI > /tmp/ctr-cdi.out 2>&1
-		return
-	fi
-	# FALLBACK until mrctl cdi (branch h39-cdi) is on main: the same spec, written here; remove
-	# this branch with it. cdiVersion 0.5.0: what Debian 12's podman 4.3 reads.
-	CTR_CDI_HOW="the CDI spec (FALLBACK: written by the check, no mrctl cdi yet)"
-	shim=$(ls /usr/lib/libmrd-preload.so /usr/lib/*/libmrd-preload.so 2> /dev/null | head -n 1)
-	{
-		printf 'cdiVersion: "0.5.0"\nkind: mrd/rdma\ndevices:\n  - name: all\n'
-		printf '    containerEdits:\n      deviceNodes:\n'
-		for n in /dev/infiniband/uverbs* /dev/infiniband/rdma_cm; do printf '        - path: %s\n' "$n"; done
-		printf 'containerEdits:\n  env:\n    - LD_PRELOAD=/opt/mrd/lib/libmrd-preload.so\n'
-		printf '    - MRD_SOCKET=/run/mrd/mrd.sock\n  mounts:\n'
-		printf '    - hostPath: /run/mrd\n      containerPath: /run/mrd\n      options: [rbind, nosuid, nodev, noexec]\n'
-		printf '    - hostPath: %s\n      containerPath: /opt/mrd/lib/libmrd-preload.so\n      options: [bind, ro]\n' "$shim"
-	} > $CTR_CDI 2> /tmp/ctr-cdi.out
+	mrctl cdi --output $CTR_CDI > /tmp/ctr-cdi.out 2>&1 || return 1
+	for _ in $(seq 50); do # mrd-cdi.service follows mrd's restart
+		diff /run/cdi/mrd.yaml $CTR_CDI > /dev/null 2>&1 && return 0
+		sleep 0.2
+	done
+	diff /run/cdi/mrd.yaml $CTR_CDI >> /tmp/ctr-cdi.out 2>&1
 }
 
 ctr_setup() {
@@ -132,7 +121,8 @@ json.dump(d, open(sys.argv[1], "w"))' $CTR_DIR/seccomp.json
 	ctr_rootfs $CTR_DIR/root-rootful root:root && ctr_rootfs $CTR_DIR/root-rootless alice:alice
 	result "the containers' root file systems (the guest's /usr, read-only, and a small /etc)" $?
 	ctr_cdi
-	result "$CTR_CDI_HOW" $? "$(cat /tmp/ctr-cdi.out)"
+	result "mrctl cdi --output $CTR_CDI: the spec mrd-cdi.service wrote in /run/cdi" $? \
+		"$(cat /tmp/ctr-cdi.out) $(grep -v '^#' $CTR_CDI 2>&1 | tr '\n' ' ')"
 }
 
 # podman reads the spec: the device nodes, mrd's socket and the shim, and the environment.
@@ -144,7 +134,7 @@ ctr_spec_check() { # rootful|rootless
 	[ $rc = 0 ] && echo "$out" | grep -qx socket && echo "$out" | grep -qx shim &&
 		echo "$out" | grep -qx rdma_cm && echo "$out" | grep -q '^uverbs'
 	result "$1: podman run --device mrd/rdma=all (the CDI spec): uverbs and rdma_cm nodes, \$MRD_SOCKET, \$LD_PRELOAD" $? \
-		"rc=$rc: $(echo "$out" | tail -n 6) $(cat $CTR_CDI 2>&1 | head -n 40)"
+		"rc=$rc: $(echo "$out" | tail -n 6) $(grep -v '^#' /run/cdi/mrd.yaml 2>&1 | head -n 40)"
 }
 
 # A server container and a client container; the client is tried again while the server is not
