@@ -256,7 +256,7 @@ print(" ".join(d["name"] for d in json.load(sys.stdin).get("domains", [])))' 2> 
 	[ $rc != 0 ] && grep -q 'quota\.' /tmp/ctr-over.txt && kill -0 $hold_a && kill -0 $hold_b &&
 		ctr_domains | grep -qx "$a 4194304"
 	result "over [quota] of 64M: one container's 128 MiB buffer is refused naming the quota, the others hold on" $? \
-		"rc=$rc: $(grep -i 'quota\|mrd' /tmp/ctr-over.txt | tail -n 3) | $(tail -n 3 /tmp/ctr-over.txt)"
+		"rc=$rc: $(grep -i 'quota\|mrd' /tmp/ctr-over.txt | tail -n 3) | $(tail -n 3 /tmp/ctr-over.txt) | mrd: $(journalctl -u mrd.service -o cat --no-pager | grep -v 'mrd.service' | tail -n 3)"
 	rm /etc/mrd/mrd.conf.d/71-quota.conf
 	systemctl reload mrd
 
