@@ -599,6 +599,22 @@ static int client_place(struct manager *m, const struct ucred *cred, struct proc
 	return process_place_read(cred->pid, cred->uid, m->uid_map, ret);
 }
 
+/* A peer whose identity or place (what) cannot be read: it exited or changed its uid before
+ * mrd took the connection. Refused saying so; its socket goes to lane's closers (it may hold
+ * what it sent). */
+static void refuse_unreadable(struct manager *m, int fd, const struct ucred *cred, int r,
+			      const char *what, uid_t lane)
+{
+	char why[256];
+
+	log_debug_errno(r, "refusing pid %d uid %u: cannot read its %s: %m", (int)cred->pid,
+			(unsigned)cred->uid, what);
+	snprintf(why, sizeof(why), "mrd cannot tell which %s the connecting process is in (it "
+		 "exited or changed its uid before mrd took the connection): connect again", what);
+	send_refusal(fd, -ESRCH, why);
+	fd_closer_consume_socket(m->closer, fd, lane);
+}
+
 static void manager_on_accept_retry(evutil_socket_t fd, short what, void *userdata)
 {
 	struct manager *m = userdata;
@@ -640,26 +656,16 @@ static void manager_on_accept(evutil_socket_t lfd, short what, void *userdata)
 		}
 		r = manager_charged_uid(m, cred.pid, cred.uid, &owner);
 		if (r < 0) {
-			/* Its namespace cannot be told, so neither can whom it is charged to. */
-			log_debug_errno(r, "refusing pid %d uid %u: cannot read its user namespace: %m",
-					(int)cred.pid, (unsigned)cred.uid);
-			send_refusal(fd, -ESRCH, "mrd cannot tell which user namespace the connecting "
-						 "process is in (it exited or changed its uid before "
-						 "mrd took the connection): connect again");
-			/* Its lane is that of the user whose range holds the uid, when one does, so
+			/* Its namespace cannot be told, so neither can whom it is charged to. Its
+			 * lane is that of the user whose range holds the uid, when one does, so
 			 * that subordinate uids do not make lanes of their own. */
-			fd_closer_consume_socket(m->closer, fd,
-						 subuid_owner(SUBUID_PATH, cred.uid)); /* may hold what it sent */
+			refuse_unreadable(m, fd, &cred, r, "user namespace",
+					  subuid_owner(SUBUID_PATH, cred.uid));
 			continue;
 		}
 		r = client_place(m, &cred, &place);
 		if (r < 0) {
-			log_debug_errno(r, "refusing pid %d uid %u: cannot read its place: %m",
-					(int)cred.pid, (unsigned)cred.uid);
-			send_refusal(fd, -ESRCH, "mrd cannot tell which namespaces and cgroup the "
-						 "connecting process is in (it exited or changed its uid "
-						 "before mrd took the connection): connect again");
-			fd_closer_consume_socket(m->closer, fd, owner);
+			refuse_unreadable(m, fd, &cred, r, "namespaces and cgroup", owner);
 			continue;
 		}
 		r = manager_add_client(m, fd, &cred, owner, &place, &c);
