@@ -267,7 +267,7 @@ static char *cgroup_v2_mount(void)
  * cgroups as "/../..." paths, which tell no container from another: say so once. */
 static void warn_cgroup_namespace(const struct manager *m)
 {
-	struct process_place init;
+	struct process_place init = {};
 
 	if (m->cgroup_mount && process_place_read(1, 0, NULL, &init) == 0 && !init.cgroup)
 		log_warning("mrd runs in a cgroup namespace of its own: clients in containers get "
