@@ -19,8 +19,8 @@ unshare -m sh -c '
 	"$1/mrd" --foreground --no-bus --config "$2/empty.conf" --socket "$2/mrd.sock" \
 		> "$2/log" 2>&1 &
 	pid=$!
-	# 20 s at most (400 x 0.05 s): a loaded machine starts mrd slowly; its exit ends it sooner.
-	for i in $(seq 400); do
+	# 60 s at most (1200 x 0.05 s): a loaded machine starts mrd slowly; its exit ends it sooner.
+	for i in $(seq 1200); do
 		[ -S "$2/mrd.sock" ] && break
 		kill -0 $pid 2> /dev/null || break
 		sleep 0.05
