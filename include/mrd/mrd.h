@@ -24,10 +24,12 @@ extern "C" {
 /* Where clients look for mrd when neither an argument nor $MRD_SOCKET names a socket. */
 #define MRD_SOCKET_DEFAULT "/run/mrd/mrd.sock"
 
-/* A connection to mrd. One handle may be shared by threads; calls on it are serialised. It
- * belongs to the process that opened it: in a child of fork() every call on it fails with
- * -ECHILD (mrd_client_close() is allowed there and frees only the child's copy); the child
- * connects anew. See libmrd(3), FORK. */
+/* A connection to mrd. One handle may be shared by threads, and their calls on it run at once:
+ * each request is sent under a short lock and its reply handed to the thread that asked, so one
+ * thread's long call does not hold up another's (libmrd(3), NOTES). It belongs to the process
+ * that opened it: in a child of fork() every call on it fails with -ECHILD (mrd_client_close()
+ * is allowed there and frees only the child's copy); the child connects anew. See libmrd(3),
+ * FORK. */
 typedef struct mrd_client mrd_client;
 
 /*
