@@ -54,5 +54,13 @@ for f in "$src"/man/*.3; do
 	grep -q "man/$(basename "$f")\b" "$src/man/include.am" ||
 		fail "man/$(basename "$f") is not in man/include.am: make install would leave it out"
 done
+# mrd(8)'s REQUESTS names every request of the protocol (Request's oneof in proto/mrd.proto).
+requests=$(sed -n '/^message Request {/,/^}/s/^ *\([A-Za-z]*\)Request [a-z_]* = [0-9]*;.*/\1/p' \
+	"$src/proto/mrd.proto")
+[ -n "$requests" ] || fail "no requests found in proto/mrd.proto"
+section=$(sed -n '/^\.SH REQUESTS/,/^\.SH/p' "$src/man/mrd.8")
+for req in $requests; do
+	echo "$section" | grep -q "\b$req\b" || fail "mrd(8)'s REQUESTS does not name the request $req"
+done
 [ $status -eq 0 ] || exit 1
-echo "man NAME finds each of the $n API names of include/mrd/*.h, on a page that lists and declares it"
+echo "man NAME finds each of the $n API names of include/mrd/*.h, on a page that lists and declares it; mrd(8) names each of the $(echo $requests | wc -w) requests"
