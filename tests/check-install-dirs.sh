@@ -32,7 +32,7 @@ man_path=$(manpath -g 2> /dev/null) ||
 for prefix in /usr /usr/local; do
 	b=$d/build$prefix r=$d/root$prefix
 	mkdir -p "$b"
-	(cd "$b" && "$MRD_SRCDIR/configure" -q --prefix=$prefix > configure.log 2>&1 &&
+	(cd "$b" && "$MRD_SRCDIR/configure" -q --cache-file="$d/config.cache" --prefix=$prefix > configure.log 2>&1 &&
 		make -s install-data DESTDIR="$r" > install.log 2>&1) ||
 		{ no "configure or make install-data failed:"; tail -n 20 "$b"/*.log; continue; }
 	for unit in mrd.service mrd.socket mrd-metrics.service mrd-metrics.timer mrd-cdi.service; do
@@ -75,4 +75,80 @@ for prefix in /usr /usr/local; do
 	fi
 done
 [ $fail = 0 ] && echo "prefixes /usr and /usr/local: units, the udev rule, sysusers.d, tmpfiles.d, the D-Bus policy, libmrd.pc${man_path:+ and the man pages} land where the system reads them"
+
+# A prefix of its own (/opt/x) keeps every file below it, the D-Bus policy too; the man pages
+# name the paths of this prefix, and configure's summary each folder it chose.
+prefix=/opt/x b=$d/build-opt r=$d/root-opt
+mkdir -p "$b"
+if (cd "$b" && "$MRD_SRCDIR/configure" --cache-file="$d/config.cache" --prefix=$prefix > configure.log 2>&1 &&
+	nice make -s install-data DESTDIR="$r" > install.log 2>&1); then
+	outside=$(cd "$r" && find . ! -type d | sed 's|^\.||' | grep -v "^$prefix/")
+	[ -z "$outside" ] || no "make install-data wrote outside $prefix: $outside"
+	[ -e "$r$prefix/share/dbus-1/system.d/org.mrd.Mrd1.conf" ] ||
+		no "the D-Bus policy is not under $prefix/share/dbus-1/system.d: $(cd "$r" && find . -name org.mrd.Mrd1.conf)"
+	for want in "$prefix/etc/mrd/mrd.conf" "$prefix/share/dbus-1/system.d/org.mrd.Mrd1.conf"; do
+		grep -q "^\.I $want\$" "$r$prefix/share/man/man8/mrd.8" 2> /dev/null ||
+			no "the installed mrd(8) does not name $want in FILES"
+	done
+	grep -q "^\.I $prefix/etc/mrd/mrd.conf\$" "$r$prefix/share/man/man5/mrd.conf.5" 2> /dev/null ||
+		no "the installed mrd.conf(5) does not name $prefix/etc/mrd/mrd.conf"
+	grep -h '/etc/mrd/\|/usr/share/dbus-1/system.d/org' "$r$prefix/share/man/man8/mrd.8" \
+		"$r$prefix/share/man/man5/mrd.conf.5" | grep -v "$prefix" | grep -q . &&
+		no "the installed pages still name /usr's paths"
+	for folder in "prefix: *$prefix\$" "mrd.conf: *$prefix/etc/mrd/mrd.conf" \
+		"systemd units: *$prefix/lib/systemd/system" "udev rules: *$prefix/lib/udev/rules.d" \
+		"D-Bus policy: *$prefix/share/dbus-1/system.d" "man pages: *$prefix/share/man" \
+		"socket (default): */run/mrd/mrd.sock" "sysusers.d: *$prefix/" "tmpfiles.d: *$prefix/"; do
+		grep -q "^  $folder" "$b/configure.log" || no "configure's summary lacks '$folder'"
+	done
+	grep -q "link org.mrd.Mrd1.conf into /etc/dbus-1/system.d" "$b/configure.log" ||
+		no "configure does not say the bus will not read $prefix's policy"
+else
+	no "configure or make install-data failed:"; tail -n 20 "$b"/*.log
+fi
+
+# The client side alone: ./configure --disable-daemon finds no check, libsystemd, libevent or
+# libibverbs (a pkg-config that denies them) and installs libmrd, its headers, both .pc files,
+# the man pages and mrctl, and nothing of mrd's; a verbs client builds from libmrd-verbs.pc.
+b=$d/build-client r=$d/root-client
+mkdir -p "$b"
+cat > "$d/pkg-config" << EOF
+#!/bin/sh
+for a; do
+	case \$a in check*|libsystemd*|libevent*|libibverbs*) exit 1 ;; esac
+done
+exec $(command -v pkg-config) "\$@"
+EOF
+chmod +x "$d/pkg-config"
+if (cd "$b" && PKG_CONFIG="$d/pkg-config" "$MRD_SRCDIR/configure" --prefix=$prefix \
+	--disable-daemon > configure.log 2>&1 && nice make -s -j2 install DESTDIR="$r" > install.log 2>&1); then
+	for f in lib/libmrd.so include/mrd/mrd.h include/mrd/mrd-verbs.h lib/pkgconfig/libmrd.pc \
+		lib/pkgconfig/libmrd-verbs.pc share/man/man3/mrd_client_connect.3 share/man/man3/libmrd.3 \
+		bin/mrctl; do
+		[ -e "$r$prefix/$f" ] || no "--disable-daemon did not install $prefix/$f"
+	done
+	for f in mrd libmrd-preload.so mrd.service org.mrd.Mrd1.conf 71-mrd-cdi.rules; do
+		[ -z "$(cd "$r" && find . ! -type d -name "$f")" ] || no "--disable-daemon installed $f"
+	done
+	objdump -p "$r$prefix/lib/libmrd.so" 2> /dev/null | grep -q 'NEEDED.*libibverbs' &&
+		no "libmrd.so links libibverbs"
+	cat > "$d/verbs-client.c" << EOF
+#include <mrd/mrd-verbs.h>
+int main(void)
+{
+	mrd_client *c;
+	return mrd_client_connect("/nowhere", &c) == 0 && mrd_verbs_bind_pd(c, NULL) == 0;
+}
+EOF
+	flags=$(PKG_CONFIG_PATH="$r$prefix/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$r" \
+		pkg-config --cflags --libs libmrd-verbs 2> "$d/pc.err") ||
+		no "pkg-config libmrd-verbs: $(cat "$d/pc.err")"
+	echo "$flags" | grep -q -- -libverbs || no "libmrd-verbs.pc does not link libibverbs: $flags"
+	# shellcheck disable=SC2086
+	${CC:-cc} -o "$d/verbs-client" "$d/verbs-client.c" $flags > "$d/cc.log" 2>&1 ||
+		{ no "a verbs client does not build with pkg-config --cflags --libs libmrd-verbs:"; cat "$d/cc.log"; }
+else
+	no "configure --disable-daemon or make install failed:"; tail -n 20 "$b"/*.log
+fi
+[ $fail = 0 ] && echo "prefix /opt/x: every file below it, its paths in the man pages and the summary; --disable-daemon: libmrd without mrd's dependencies, a verbs client from libmrd-verbs.pc"
 exit $fail
