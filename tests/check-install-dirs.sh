@@ -104,7 +104,7 @@ if (cd "$b" && "$MRD_SRCDIR/configure" --cache-file="$d/config.cache" --prefix=$
 	grep -q "link org.mrd.Mrd1.conf into /etc/dbus-1/system.d" "$b/configure.log" ||
 		no "configure does not say the bus will not read $prefix's policy"
 else
-	no "configure or make install-data failed:"; tail -n 20 "$b"/*.log
+	no "configure or make install-data failed:"; tail -n 20 "$b"/configure.log "$b"/install.log 2> /dev/null
 fi
 
 # The client side alone: ./configure --disable-daemon finds no check, libsystemd, libevent or
@@ -148,7 +148,7 @@ EOF
 	${CC:-cc} -o "$d/verbs-client" "$d/verbs-client.c" $flags > "$d/cc.log" 2>&1 ||
 		{ no "a verbs client does not build with pkg-config --cflags --libs libmrd-verbs:"; cat "$d/cc.log"; }
 else
-	no "configure --disable-daemon or make install failed:"; tail -n 20 "$b"/*.log
+	no "configure --disable-daemon or make install failed:"; tail -n 20 "$b"/configure.log "$b"/install.log 2> /dev/null
 fi
 [ $fail = 0 ] && echo "prefix /opt/x: every file below it, its paths in the man pages and the summary; --disable-daemon: libmrd without mrd's dependencies, a verbs client from libmrd-verbs.pc"
 exit $fail
