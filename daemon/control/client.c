@@ -20,6 +20,7 @@
 #include "core/domain.h"
 #include "core/served-devices.h"
 #include "control/client.h"
+#include "control/refusal-log.h"
 #include "control/dispatch.h"
 #include "control/manager.h"
 
@@ -292,6 +293,8 @@ struct client *client_free(struct client *c)
 
 	if (!c)
 		return NULL;
+	if (c->manager)
+		refusal_log_leave(c);
 	while ((f = STAILQ_FIRST(&c->out))) {
 		STAILQ_REMOVE_HEAD(&c->out, link);
 		out_bytes_sub(c, f->len);
