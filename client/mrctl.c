@@ -503,7 +503,7 @@ static void print_clients(const Mrd__ClientsResponse *r)
 			       size_text(c->allocated_bytes), c->allocations, pd,
 			       c->admin ? "  admin" : "");
 		else
-			printf("%-6" PRIu64 " %-8" PRIu32 " %-6" PRIu32 " %-16.16s %-16.16s %10s %6"
+			printf("%-6" PRIu64 " %-8" PRIu32 " %-6" PRIu32 " %-16s %-16s %10s %6"
 			       PRIu32 " %s%s\n", c->id, c->pid, c->uid, cell(c->name),
 			       *c->domain ? cell(c->domain) : "-", size_text(c->allocated_bytes),
 			       c->allocations, pd, c->admin ? " admin" : "");
