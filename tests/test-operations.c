@@ -525,6 +525,21 @@ START_TEST(test_mrctl_views)
 }
 END_TEST
 
+/* --help's pools entry reads as one sentence (it once ended in a line of its own, "handles,
+ * hits, misses, aging, pinned minimum", after the quarantine's words); -h alone still helps. */
+START_TEST(test_mrctl_help)
+{
+	const char *help[] = { mrctl, "--help", NULL }, *h[] = { mrctl, "-h", NULL };
+
+	ck_assert_int_eq(run_capture(help, out, sizeof(out), (uid_t)-1), 0);
+	ck_assert_msg(!strstr(out, "\n                      handles, hits"), "%s", out);
+	ck_assert_msg(strstr(out, "  reload ") && strstr(out, "  shutdown ") &&
+		      strstr(out, "--human") && strstr(out, "--json[=pretty]"), "%s", out);
+	ck_assert_int_eq(run_capture(h, out, sizeof(out), (uid_t)-1), 0);
+	ck_assert_msg(strstr(out, "Usage: mrctl"), "%s", out);
+}
+END_TEST
+
 /* No client, no domain: no table header over nothing. */
 START_TEST(test_mrctl_clients_empty)
 {
@@ -551,6 +566,7 @@ int main(void)
 	tcase_add_test(tc, test_mrctl_reload_and_shutdown);
 	tcase_add_test(tc, test_mrctl_views);
 	tcase_add_test(tc, test_mrctl_clients_empty);
+	tcase_add_test(tc, test_mrctl_help);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }
