@@ -319,7 +319,10 @@ int main(int argc, char **argv)
 	r = parse_argv(argc, argv, &o);
 	if (r <= 0)
 		return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
-	if (o.log_file && (r = log_open_file(o.log_file)) < 0)
+	/* Where mrd detaches, what stops its start goes to the terminal: the file from the
+	 * moment it detaches (below). */
+	if (o.log_file && (o.foreground || under_systemd() || getenv(MANAGER_DETACHED_ENV)) &&
+	    (r = log_open_file(o.log_file)) < 0)
 		return log_error_errno(r, "cannot open %s: %m", o.log_file), EXIT_FAILURE;
 	if (o.pid_file && pid_file_check(o.pid_file) < 0)
 		return EXIT_FAILURE;
@@ -366,6 +369,8 @@ int main(int argc, char **argv)
 	/* Once it serves, before a detaching parent returns: whoever started mrd finds it. */
 	if (r >= 0 && o.pid_file)
 		r = pid_file_write(o.pid_file, &pid_fd);
+	if (r >= 0 && detach && o.log_file && (r = log_open_file(o.log_file)) < 0)
+		log_error_errno(r, "cannot open %s: %m", o.log_file);
 	if (detach)
 		detach_finish(r);
 	if (r < 0)
