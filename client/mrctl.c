@@ -201,9 +201,9 @@ static void print_old_contexts(Mrd__OldContextInfo *const *o, size_t n)
 		       esc(o[i]->device));
 		for (size_t k = 0; k < o[i]->n_holder_pids; k++)
 			printf("%s%" PRIu32, k ? ", " : " ", o[i]->holder_pids[k]);
-		printf(": %" PRIu32 " MRs and %s pinned at the hand-over %.0f s ago, "
+		printf(": %" PRIu32 " MRs and %s %s at the hand-over %.0f s ago, "
 		       "alive until they close it (call mrd_client_get_pd again)\n", o[i]->mrs,
-		       size_words(o[i]->pinned_bytes),
+		       size_text(o[i]->pinned_bytes), arg_human ? "pinned" : "pinned bytes",
 		       (double)(now_usec(CLOCK_REALTIME) - o[i]->handed_over_usec) / 1e6);
 	}
 }
