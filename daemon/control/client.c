@@ -20,9 +20,9 @@
 #include "core/domain.h"
 #include "core/served-devices.h"
 #include "control/client.h"
-#include "control/refusal-log.h"
 #include "control/dispatch.h"
 #include "control/manager.h"
+#include "control/refusal-log.h"
 
 static void out_frame_free(struct out_frame *f)
 {
