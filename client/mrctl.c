@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <dirent.h>
 #include <getopt.h>
+#include <poll.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,6 +22,9 @@
 
 static const char *arg_socket;
 static bool arg_json;
+static bool arg_pretty; /* --json=pretty: indented */
+static bool arg_human;  /* -h: sizes in KiB, MiB, GiB */
+static bool arg_wide;   /* -w: every column of clients */
 static int arg_metrics = -1; /* stats: enum metrics_format; -1: text or JSON */
 static const char *arg_output;
 
@@ -32,12 +37,13 @@ static void help(void)
 	       "                      device state and client count, freed memory\n"
 	       "                      quarantined (its dereg failed), old device contexts\n"
 	       "                      clients still hold after a restart\n"
-	       "  clients             every client and domain, with usage against each quota,\n"
-	       "                      and the MRs mrd holds in each client's own PD\n"
+	       "  clients             every client (mrctl itself left out) and domain, with\n"
+	       "                      usage against each quota, the domain's MRs and those\n"
+	       "                      mrd holds in its clients' own PDs (-w: every column)\n"
 	       "  stats               each domain's counters: lookups, registrations, ODP work\n"
-	       "  pools               each domain's MR handle pools (key, parked, in use) or why\n"
-	       "                      they are off, and its key quarantine (parked, unparked)\n"
-	       "                      handles, hits, misses, aging, pinned minimum\n"
+	       "  pools               each domain's MR handle pools (key; handles parked and in\n"
+	       "                      use; hits, misses, aging, pinned minimum) or why they are\n"
+	       "                      off, and its key quarantine (MRs parked, unparked)\n"
 	       "  pools set           change aging and/or the pinned minimum of pools (below)\n"
 	       "  mempools            registered mempools, their MRs and how many share each\n"
 	       "  flush               rebuild the MR tables and bump the generations, so every\n"
@@ -49,14 +55,20 @@ static void help(void)
 	       "  cdi                 a CDI spec (YAML) for container runtimes: devices mrd/rdma=all\n"
 	       "                      and one per RDMA device mrd serves, with the socket's folder,\n"
 	       "                      the shim, LD_PRELOAD and MRD_SOCKET (options below)\n"
+	       "  reload              mrd reads its configuration again (as at SIGHUP)\n"
+	       "  shutdown            mrd stops (as at SIGTERM); mrctl waits until it has gone\n"
 	       "Anyone may ask for the views, but one who is not root or in mrd's admin group\n"
-	       "sees only its own domain; pools set and flush need an administrator. Names\n"
+	       "sees only its own domain; pools set, flush, reload and shutdown need an\n"
+	       "administrator (they work across pid namespaces, unlike a signal). Names\n"
 	       "clients chose are shown escaped; long views are fetched page by page, and a\n"
 	       "list mrd cut says how many it left out.\n\n"
 	       "Options:\n"
 	       "  -s, --socket PATH   talk to mrd at PATH (default: $MRD_SOCKET, else %s)\n"
-	       "  -j, --json          print JSON instead of text\n"
-	       "  -h, --help          show this help\n"
+	       "  -j, --json[=pretty] print JSON instead of text (one line; pretty: indented)\n"
+	       "  -h, --human         sizes in KiB, MiB, GiB, TiB (1024-based) in text\n"
+	       "  -w, --wide          clients: every column (GID, allocations, arenas,\n"
+	       "                      generation, lookups, misses, own-PD bytes)\n"
+	       "      --help          show this help\n"
 	       "  -V, --version       show the version\n\n"
 	       "Options of 'pools set' (the key options pick pools; without any, every pool\n"
 	       "and the pools made later):\n"
@@ -86,8 +98,9 @@ static void help(void)
 	       "  --output FILE       write the spec to FILE (say /run/cdi/mrd.yaml) as stats\n"
 	       "                      does; - or none: standard output\n"
 	       "  --preload PATH      the shim to mount (default: %s)\n\n"
-	       "pools set and flush need root or mrd's admin group; the other commands show anyone\n"
-	       "its own domain, and root and the admin group every domain. See mrctl(8).\n",
+	       "pools set, flush, reload and shutdown need root or mrd's admin group; the other\n"
+	       "commands show anyone its own domain, and root and the admin group every domain.\n"
+	       "See mrctl(8).\n",
 	       MRD_SOCKET_DEFAULT, MRD_PRELOAD_PATH);
 }
 
@@ -104,6 +117,60 @@ static const char *escape_ring(const char *s, unsigned flags)
 }
 static const char *esc(const char *s) { return escape_ring(s, 0); }
 static const char *cell(const char *s) { return escape_ring(s, ESCAPE_SPACE); }
+
+/* A byte count as text: the number, or with -h the 1024-based unit that keeps it below 1024
+ * ("1.5 MiB"; exact bytes below 1 KiB). A ring of buffers: one printf may take several. */
+static const char *size_text(uint64_t v)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	static char ring[8][32];
+	static unsigned next;
+	char *buf = ring[next++ % ELEMENTSOF(ring)];
+	double d = (double)v;
+	size_t u = 0;
+
+	if (!arg_human || v < 1024) {
+		snprintf(buf, sizeof(ring[0]), "%" PRIu64 "%s", v, arg_human ? " B" : "");
+		return buf;
+	}
+	d /= 1024;
+	while (d >= 1024 && u + 1 < ELEMENTSOF(units)) {
+		d /= 1024;
+		u++;
+	}
+	snprintf(buf, sizeof(ring[0]), "%.*f %s", d < 10 ? 1 : 0, d, units[u]);
+	return buf;
+}
+
+/* "N bytes", or with -h as size_text shows it: for sentences. */
+static const char *size_words(uint64_t v)
+{
+	static char ring[4][40];
+	static unsigned next;
+	char *buf = ring[next++ % ELEMENTSOF(ring)];
+
+	if (arg_human)
+		return size_text(v);
+	snprintf(buf, sizeof(ring[0]), "%" PRIu64 " bytes", v);
+	return buf;
+}
+
+/* used/quota, sizes as size_text shows them (no space: one table cell). */
+static const char *size_pair(uint64_t used, uint64_t quota, char *buf, size_t size)
+{
+	char a[32], b[32];
+
+	snprintf(a, sizeof(a), "%s", size_text(used));
+	snprintf(b, sizeof(b), "%s", size_text(quota));
+	for (char *p = a; *p; p++)
+		if (*p == ' ')
+			memmove(p, p + 1, strlen(p));
+	for (char *p = b; *p; p++)
+		if (*p == ' ')
+			memmove(p, p + 1, strlen(p));
+	snprintf(buf, size, "%s/%s", a, b);
+	return buf;
+}
 
 static const char *yes_no(bool b) { return b ? "yes" : "no"; }
 static const char *json_bool(bool b) { return b ? "true" : "false"; }
@@ -134,9 +201,9 @@ static void print_old_contexts(Mrd__OldContextInfo *const *o, size_t n)
 		       esc(o[i]->device));
 		for (size_t k = 0; k < o[i]->n_holder_pids; k++)
 			printf("%s%" PRIu32, k ? ", " : " ", o[i]->holder_pids[k]);
-		printf(": %" PRIu32 " MRs and %" PRIu64 " pinned bytes at the hand-over %.0f s ago, "
+		printf(": %" PRIu32 " MRs and %s %s at the hand-over %.0f s ago, "
 		       "alive until they close it (call mrd_client_get_pd again)\n", o[i]->mrs,
-		       o[i]->pinned_bytes,
+		       size_text(o[i]->pinned_bytes), arg_human ? "pinned" : "pinned bytes",
 		       (double)(now_usec(CLOCK_REALTIME) - o[i]->handed_over_usec) / 1e6);
 	}
 }
@@ -205,12 +272,12 @@ static void print_status(const Mrd__StatusResponse *s)
 	       "uptime:           %.1f s\n"
 	       "provider:         %s\n"
 	       "device:           %s\n"
-	       "max MR size:      %" PRIu64 " bytes\n"
+	       "max MR size:      %s\n"
 	       "ODP:              %s (implicit: %s)\n"
 	       "rereg translate:  %s\n"
 	       "DMA by keys:      %s%s%s%s\n",
 	       esc(s->server_version), s->pid, (double)s->uptime_usec / 1e6, esc(s->provider),
-	       esc(s->device), s->max_mr_size, yes_no(s->odp), yes_no(s->odp_implicit),
+	       esc(s->device), size_words(s->max_mr_size), yes_no(s->odp), yes_no(s->odp_implicit),
 	       yes_no(s->rereg_translation), yes_no(s->dma), *s->no_dma ? " (" : "",
 	       esc(s->no_dma), *s->no_dma ? ")" : "");
 	printf("remote atomics:   %s\n"
@@ -231,17 +298,18 @@ static void print_status(const Mrd__StatusResponse *s)
 	       s->port_active ? "active" : "down", s->device_failures, s->device_returns,
 	       s->foreign_events);
 	if (s->quarantined_runs)
-		printf("quarantined:      %" PRIu64 " bytes in %" PRIu32 " freed runs the device kept "
-		       "an MR over (dereg failed; mrctl flush tries again)\n", s->quarantined_bytes,
+		printf("quarantined:      %s in %" PRIu32 " freed runs the device kept "
+		       "an MR over (dereg failed; mrctl flush tries again)\n",
+		       size_words(s->quarantined_bytes),
 		       s->quarantined_runs);
 	print_old_contexts(s->old_contexts, s->n_old_contexts);
 	for (size_t i = 0; i < s->n_devices; i++) {
 		const Mrd__DeviceInfo *d = s->devices[i];
 
 		/* Clients bind PDs of their own contexts on any of these (mrd_client_bind_pd(3)). */
-		printf("%s%s%s: max MR size %" PRIu64 ", ODP %s, remote atomics %s, port %s%s",
+		printf("%s%s%s: max MR size %s, ODP %s, remote atomics %s, port %s%s",
 		       i ? "" : "devices:          ", i ? "                  " : "", esc(d->name),
-		       d->max_mr_size, yes_no(d->odp), yes_no(d->atomic),
+		       size_text(d->max_mr_size), yes_no(d->odp), yes_no(d->atomic),
 		       d->port_active ? "active" : "down", d->domains ? ", the domains'" : "");
 		if (!*s->view)
 			printf(", %" PRIu32 " bound", d->bound);
@@ -405,54 +473,80 @@ static void print_clients(const Mrd__ClientsResponse *r)
 		       r->clients_omitted, r->domains_omitted);
 		return;
 	}
-	printf("%-6s %-8s %-6s %-6s %-16s %-16s %14s %6s %-14s\n", "ID", "PID", "UID", "GID",
-	       "NAME", "DOMAIN", "ALLOCATED", "ALLOCS", "PD");
+	if (r->n_clients == 0)
+		printf("no client is connected%s\n", r->clients_omitted ? " that fits" : "");
+	else if (arg_wide)
+		printf("%-6s %-8s %-6s %-6s %-16s %-16s %14s %6s %-14s\n", "ID", "PID", "UID", "GID",
+		       "NAME", "DOMAIN", "ALLOCATED", "ALLOCS", "PD");
+	else
+		printf("%-6s %-8s %-6s %-16s %-16s %10s %6s %s\n", "ID", "PID", "UID", "NAME",
+		       "DOMAIN", "ALLOCATED", "ALLOCS", "PD");
 	for (size_t i = 0; i < r->n_clients; i++) {
 		const Mrd__ClientInfo *c = r->clients[i];
 		char pd[96] = "domain";
 
 		/* Whose PD its keys are of: the domain's, or its own context's (BindPd). */
-		if (*c->bound_driver)
-			snprintf(pd, sizeof(pd),
-				 "own:%s/%" PRIu32 "(%" PRIu32 " MRs, %" PRIu64 " bytes)",
+		if (*c->bound_driver && arg_wide)
+			snprintf(pd, sizeof(pd), "own:%s/%" PRIu32 "(%" PRIu32 " MRs, %s)",
 				 cell(c->bound_driver), c->bound_pd, c->bound_mrs,
-				 c->bound_mr_bytes);
-		printf("%-6" PRIu64 " %-8" PRIu32 " %-6" PRIu32 " %-6" PRIu32 " %-16s %-16s %14" PRIu64
-		       " %6" PRIu32 " %-14s%s\n", c->id, c->pid, c->uid, c->gid, cell(c->name),
-		       *c->domain ? cell(c->domain) : "-", c->allocated_bytes, c->allocations, pd,
-		       c->admin ? "  admin" : "");
+				 size_words(c->bound_mr_bytes));
+		else if (*c->bound_driver)
+			snprintf(pd, sizeof(pd), "own:%s/%" PRIu32 "(%" PRIu32 ")",
+				 cell(c->bound_driver), c->bound_pd, c->bound_mrs);
+		for (char *p = pd; *p; p++)
+			if (*p == ' ')
+				*p = '_'; /* one cell */
+		if (arg_wide)
+			printf("%-6" PRIu64 " %-8" PRIu32 " %-6" PRIu32 " %-6" PRIu32 " %-16s %-16s "
+			       "%14s %6" PRIu32 " %-14s%s\n", c->id, c->pid, c->uid, c->gid,
+			       cell(c->name), *c->domain ? cell(c->domain) : "-",
+			       size_text(c->allocated_bytes), c->allocations, pd,
+			       c->admin ? "  admin" : "");
+		else
+			printf("%-6" PRIu64 " %-8" PRIu32 " %-6" PRIu32 " %-16s %-16s %10s %6"
+			       PRIu32 " %s%s\n", c->id, c->pid, c->uid, cell(c->name),
+			       *c->domain ? cell(c->domain) : "-", size_text(c->allocated_bytes),
+			       c->allocations, pd, c->admin ? " admin" : "");
 	}
 	if (r->clients_omitted)
 		printf("... %" PRIu32 " more clients not shown (one reply holds what fits)\n",
 		       r->clients_omitted);
-	/* MRS: the domain's PD's; OWN-PD: those in its clients' own PDs (BindPd), which
-	 * libmrd-preload.so's programs register into. */
-	printf("\n%-16s %9s %22s %16s %12s %22s %12s %6s %10s %16s %10s %8s\n", "DOMAIN",
-	       "CLIENTS", "ALLOCATED BYTES", "ALLOCATIONS", "ARENAS", "PINNED BYTES", "GENERATION",
-	       "MRS", "OWN-PD MRS", "OWN-PD MR BYTES", "LOOKUPS", "MISSES");
+	/* MRS: the domain's PD's, as dump counts them (cache, ODP children, mempools);
+	 * OWN-PD: those in its clients' own PDs (BindPd), which libmrd-preload.so's programs
+	 * register into. No header for a table without rows. */
+	if (r->n_domains && arg_wide)
+		printf("\n%-16s %9s %22s %16s %12s %22s %12s %6s %10s %16s %10s %8s\n", "DOMAIN",
+		       "CLIENTS", "ALLOCATED BYTES", "ALLOCATIONS", "ARENAS", "PINNED BYTES",
+		       "GENERATION", "MRS", "OWN-PD MRS", "OWN-PD MR BYTES", "LOOKUPS", "MISSES");
+	else if (r->n_domains)
+		printf("\n%-16s %7s %23s %23s %6s %6s\n", "DOMAIN", "CLIENTS", "ALLOCATED/QUOTA",
+		       "PINNED/QUOTA", "MRS", "OWN-PD");
 	for (size_t i = 0; i < r->n_domains; i++) {
 		const Mrd__DomainInfo *d = r->domains[i];
-		char clients[24], alloc[48], allocs[32], arenas[24], pinned[48];
+		char clients[24], alloc[64], allocs[32], arenas[24], pinned[64];
 
 		/* Usage / quota for each limit. */
 		snprintf(clients, sizeof(clients), "%" PRIu32 "/%" PRIu32, d->clients, d->quota_clients);
-		snprintf(alloc, sizeof(alloc), "%" PRIu64 "/%" PRIu64, d->allocated_bytes,
-			 d->quota_allocated_bytes);
+		size_pair(d->allocated_bytes, d->quota_allocated_bytes, alloc, sizeof(alloc));
 		snprintf(allocs, sizeof(allocs), "%" PRIu32 "/%" PRIu32, d->allocations,
 			 d->quota_allocations);
 		snprintf(arenas, sizeof(arenas), "%" PRIu32 "/%" PRIu32, d->arenas, d->quota_arenas);
-		snprintf(pinned, sizeof(pinned), "%" PRIu64 "/%" PRIu64, d->pinned_bytes,
-			 d->quota_pinned_bytes);
-		printf("%-16s %9s %22s %16s %12s %22s %12" PRIu64 " %6" PRIu32 " %10" PRIu32
-		       " %16" PRIu64 " %10" PRIu64 " %8" PRIu64 "%s", cell(d->name), clients, alloc,
-		       allocs, arenas, pinned, d->generation, d->mrs, d->client_pd_mrs,
-		       d->client_pd_mr_bytes, d->lookups, d->misses,
-		       d->table_overflow ? "  (table overflow)" : "");
+		size_pair(d->pinned_bytes, d->quota_pinned_bytes, pinned, sizeof(pinned));
+		if (arg_wide)
+			printf("%-16s %9s %22s %16s %12s %22s %12" PRIu64 " %6" PRIu32 " %10" PRIu32
+			       " %16s %10" PRIu64 " %8" PRIu64 "%s", cell(d->name), clients, alloc,
+			       allocs, arenas, pinned, d->generation, d->mrs, d->client_pd_mrs,
+			       size_text(d->client_pd_mr_bytes), d->lookups, d->misses,
+			       d->table_overflow ? "  (table overflow)" : "");
+		else
+			printf("%-16s %7s %23s %23s %6" PRIu32 " %6" PRIu32 "%s", cell(d->name),
+			       clients, alloc, pinned, d->mrs, d->client_pd_mrs,
+			       d->table_overflow ? " (table overflow)" : "");
 		if (d->waiting)
 			printf("  (%" PRIu32 " waiting for their owners after a restart)", d->waiting);
 		if (d->quarantined_runs)
-			printf("  (%" PRIu64 " bytes in %" PRIu32 " runs quarantined: dereg failed)",
-			       d->quarantined_bytes, d->quarantined_runs);
+			printf("  (%s in %" PRIu32 " runs quarantined: dereg failed)",
+			       size_words(d->quarantined_bytes), d->quarantined_runs);
 		printf("\n");
 	}
 	print_domains_omitted(r->domains_omitted);
@@ -467,6 +561,7 @@ static int call_clients(struct conn *c, const char *name, Mrd__Response **ret)
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__ClientsRequest clients = MRD__CLIENTS_REQUEST__INIT;
 
+	clients.skip_caller = true; /* mrctl's own connection is no news */
 	req.body_case = MRD__REQUEST__BODY_CLIENTS;
 	req.clients = &clients;
 	return call(c, name, &req, MRD__RESPONSE__BODY_CLIENTS, ret);
@@ -511,19 +606,19 @@ static void print_stats(const Mrd__ClientsResponse *r)
 		}
 		printf("%sdomain %s\n"
 		       "  lookups:                %" PRIu64 " (%" PRIu64 " missed)\n"
-		       "  MRs in the cache:       %" PRIu32 "\n"
+		       "  MRs:                    %" PRIu32 " (in the domain's PD: cache, ODP, mempools)\n"
 		       "  registrations:          %" PRIu64 " made, %" PRIu64 " let go\n"
 		       "  ODP children:           %" PRIu32 " live, %" PRIu64 " made, %" PRIu64
 		       " destroyed\n"
 		       "  ODP faults:             %" PRIu64 "\n"
 		       "  ODP prefetches:         %" PRIu64 " requests, %" PRIu64 " pages\n"
 		       "  ODP invalidations:      %" PRIu64 "\n"
-		       "  quarantined:            %" PRIu64 " bytes in %" PRIu32 " freed runs (dereg "
+		       "  quarantined:            %s in %" PRIu32 " freed runs (dereg "
 		       "failed)\n",
 		       i ? "\n" : "", esc(d->name), d->lookups, d->misses, d->mrs, d->registrations,
 		       d->deregistrations, d->odp_children, d->odp_children_created,
 		       d->odp_children_destroyed, d->odp_faults, d->odp_prefetch_requests,
-		       d->odp_prefetch_pages, d->odp_invalidations, d->quarantined_bytes,
+		       d->odp_prefetch_pages, d->odp_invalidations, size_words(d->quarantined_bytes),
 		       d->quarantined_runs);
 	}
 	if (arg_json)
@@ -1257,13 +1352,21 @@ static uint32_t print_dump_page(const Mrd__Response *resp, void *userdata)
 			printf(",\"table\":{\"entries\":%" PRIu32 ",\"capacity\":%" PRIu32
 			       ",\"overflow\":%s},\"arenas\":[", d->table_entries,
 			       d->table_capacity, json_bool(d->table_overflow));
-		} else
+		} else {
+			/* The domain's PD's MRs, what clients' MRS column counts; client PDs'
+			 * apart, as its OWN-PD MRS. */
+			uint32_t mrs = d->domain_pd_mrs <= d->mrs_total ? d->domain_pd_mrs
+								       : d->mrs_total;
+			uint32_t own = d->mrs_total - mrs;
 			printf("%sdomain %s: %zu arena%s, table %" PRIu32 " of %" PRIu32
-			       " entries%s, %" PRIu32 " MR%s\n", st->first_domain ? "" : "\n",
+			       " entries%s, %" PRIu32 " MR%s", st->first_domain ? "" : "\n",
 			       esc(d->domain), d->n_arenas, d->n_arenas == 1 ? "" : "s",
 			       d->table_entries, d->table_capacity,
-			       d->table_overflow ? " (overflowed)" : "", d->mrs_total,
-			       d->mrs_total == 1 ? "" : "s");
+			       d->table_overflow ? " (overflowed)" : "", mrs, mrs == 1 ? "" : "s");
+			if (own)
+				printf(" and %" PRIu32 " in clients' own PDs", own);
+			printf("\n");
+		}
 		for (size_t i = 0; i < d->n_arenas; i++) {
 			const Mrd__DumpArena *a = d->arenas[i];
 
@@ -1274,9 +1377,9 @@ static uint32_t print_dump_page(const Mrd__Response *resp, void *userdata)
 				       a->size, a->page_size, json_bool(a->hugetlb),
 				       json_bool(a->external), a->allocations);
 			else
-				printf("  arena 0x%016" PRIx64 " %12" PRIu64 " bytes, %7" PRIu32
-				       "-byte pages%s%s, %" PRIu32 " allocation%s\n", a->address,
-				       a->size, a->page_size, a->hugetlb ? ", huge" : "",
+				printf("  arena 0x%016" PRIx64 " %12s, %7s pages%s%s, %" PRIu32
+				       " allocation%s\n", a->address, size_words(a->size),
+				       size_text(a->page_size), a->hugetlb ? ", huge" : "",
 				       a->external ? ", external" : "", a->allocations,
 				       a->allocations == 1 ? "" : "s");
 		}
@@ -1371,6 +1474,73 @@ static int cmd_dump(struct conn *c)
 	return 0;
 }
 
+static int cmd_reload(struct conn *c)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ReloadRequest q = MRD__RELOAD_REQUEST__INIT;
+	Mrd__Response *resp;
+	const char *keys;
+	int r;
+
+	req.body_case = MRD__REQUEST__BODY_RELOAD;
+	req.reload = &q;
+	r = call(c, "reload", &req, MRD__RESPONSE__BODY_RELOAD, &resp);
+	if (r < 0)
+		return r;
+	keys = resp->reload->restart_keys;
+	if (arg_json) {
+		printf("{\"reloaded\":true,\"restart_keys\":");
+		json_write_string(stdout, keys);
+		printf("}\n");
+	} else if (*keys)
+		printf("configuration reloaded; these keys change only at a restart: %s\n", esc(keys));
+	else
+		printf("configuration reloaded\n");
+	mrd__response__free_unpacked(resp, NULL);
+	return 0;
+}
+
+/* How long shutdown waits for mrd to close its connection: a worker finishing a
+ * registration of GiBs, closers giving up on stuck descriptors. */
+#define SHUTDOWN_WAIT_MS 60000
+
+static int cmd_shutdown(struct conn *c)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ShutdownRequest q = MRD__SHUTDOWN_REQUEST__INIT;
+	Mrd__Response *resp;
+	uint32_t pid;
+	bool gone = false;
+	char buf[64];
+	int r;
+
+	req.body_case = MRD__REQUEST__BODY_SHUTDOWN;
+	req.shutdown = &q;
+	r = call(c, "shutdown", &req, MRD__RESPONSE__BODY_SHUTDOWN, &resp);
+	if (r < 0)
+		return r;
+	pid = resp->shutdown->pid;
+	mrd__response__free_unpacked(resp, NULL);
+	/* mrd closes every connection as it exits: the end of ours says it has gone. */
+	for (int waited = 0; waited < SHUTDOWN_WAIT_MS && !gone; waited += 1000) {
+		struct pollfd p = { .fd = c->fd, .events = POLLIN };
+		int k = poll(&p, 1, 1000);
+
+		if (k > 0)
+			gone = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT) <= 0;
+		else if (k < 0 && errno != EINTR)
+			break;
+	}
+	if (arg_json)
+		printf("{\"pid\":%" PRIu32 ",\"stopped\":%s}\n", pid, json_bool(gone));
+	else if (gone)
+		printf("mrd (pid %" PRIu32 ") stopped\n", pid);
+	else
+		printf("mrd (pid %" PRIu32 ") is stopping; it has not closed its connections after "
+		       "%d s\n", pid, SHUTDOWN_WAIT_MS / 1000);
+	return gone ? 0 : -ETIMEDOUT;
+}
+
 static const struct {
 	const char *name;
 	int (*run)(struct conn *c);
@@ -1384,14 +1554,89 @@ static const struct {
 	{ "flush", cmd_flush },
 	{ "dump", cmd_dump },
 	{ "cdi", cmd_cdi },
+	{ "reload", cmd_reload },
+	{ "shutdown", cmd_shutdown },
 };
+
+/* --json=pretty: the one-line JSON mrctl wrote, indented by two spaces a level. */
+static void json_pretty(const char *s, size_t len, FILE *f)
+{
+	unsigned depth = 0;
+	bool in_string = false;
+
+	for (size_t i = 0; i < len; i++) {
+		char ch = s[i];
+
+		if (in_string) {
+			fputc(ch, f);
+			if (ch == '\\' && i + 1 < len)
+				fputc(s[++i], f);
+			else if (ch == '"')
+				in_string = false;
+			continue;
+		}
+		switch (ch) {
+		case '"':
+			in_string = true;
+			fputc(ch, f);
+			break;
+		case '{': case '[':
+			fputc(ch, f);
+			if (i + 1 < len && (s[i + 1] == '}' || s[i + 1] == ']')) {
+				fputc(s[++i], f); /* {} and [] stay whole */
+				break;
+			}
+			fprintf(f, "\n%*s", 2 * ++depth, "");
+			break;
+		case '}': case ']':
+			depth -= depth > 0;
+			fprintf(f, "\n%*s%c", 2 * depth, "", ch);
+			break;
+		case ',':
+			fprintf(f, ",\n%*s", 2 * depth, "");
+			break;
+		case ':':
+			fputs(": ", f);
+			break;
+		default:
+			fputc(ch, f);
+		}
+	}
+}
+
+/* Runs a command, with --json=pretty through a buffer that is indented at the end (glibc's
+ * stdout is a variable a program may set: the printing code stays as it is). */
+static int run_command(int (*run)(struct conn *c), struct conn *c)
+{
+	FILE *real = stdout, *mem;
+	char *buf = NULL;
+	size_t len = 0;
+	int r;
+
+	if (!arg_pretty)
+		return run(c);
+	mem = open_memstream(&buf, &len);
+	if (!mem) {
+		fprintf(stderr, "mrctl: out of memory\n");
+		return -ENOMEM;
+	}
+	stdout = mem;
+	r = run(c);
+	fclose(mem);
+	stdout = real;
+	json_pretty(buf, len, stdout);
+	free(buf);
+	return r;
+}
 
 int main(int argc, char **argv)
 {
 	static const struct option options[] = {
 		{ "socket", required_argument, NULL, 's' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
+		{ "json", optional_argument, NULL, 'j' },
+		{ "human", no_argument, NULL, 'h' },
+		{ "wide", no_argument, NULL, 'w' },
+		{ "help", no_argument, NULL, 'H' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "aging", required_argument, NULL, 'A' },
 		{ "pinned", required_argument, NULL, 'P' },
@@ -1416,15 +1661,27 @@ int main(int argc, char **argv)
 	char error[256];
 	int opt, r;
 
-	while ((opt = getopt_long(argc, argv, "s:jhV", options, NULL)) >= 0) {
+	while ((opt = getopt_long(argc, argv, "s:jhwV", options, NULL)) >= 0) {
 		switch (opt) {
 		case 's':
 			arg_socket = optarg;
 			break;
 		case 'j':
 			arg_json = true;
+			if (optarg && strcmp(optarg, "pretty") == 0)
+				arg_pretty = true;
+			else if (optarg) {
+				fprintf(stderr, "mrctl: --json takes no value or 'pretty'\n");
+				return 2;
+			}
 			break;
 		case 'h':
+			arg_human = true;
+			break;
+		case 'w':
+			arg_wide = true;
+			break;
+		case 'H':
 			help();
 			return EXIT_SUCCESS;
 		case 'V':
@@ -1495,6 +1752,11 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	/* -h alone: what it meant before it meant --human. */
+	if (optind >= argc && arg_human && argc == 2) {
+		help();
+		return EXIT_SUCCESS;
+	}
 	/* One word, or two for "pools set". */
 	if (optind >= argc || argc - optind > 2 ||
 	    (argc - optind == 2 && strcmp(argv[optind + 1], "set") != 0)) {
@@ -1559,7 +1821,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "mrctl: %s\n", error);
 			return EXIT_FAILURE;
 		}
-		return commands[i].run(c) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+		return run_command(commands[i].run, c) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 	}
 	fprintf(stderr, "mrctl: unknown command '%s'; try 'mrctl --help'\n", command);
 	return 2;

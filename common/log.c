@@ -1,17 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <syslog.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "log.h"
 
 static enum log_level max_level = LOG_LEVEL_INFO;
 static const char *ident = "mrd";
 static bool to_syslog;
+static int log_fd = -1; /* --log-file: wins over syslog and stderr */
 
 static const char *const level_names[] = {
 	[LOG_LEVEL_ERR] = "err",
@@ -25,8 +29,22 @@ void log_set_level(enum log_level level) { max_level = level; }
 enum log_level log_get_level(void) { return max_level; }
 void log_set_ident(const char *name) { ident = name; }
 
+int log_open_file(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
+
+	if (fd < 0)
+		return -errno;
+	if (log_fd >= 0)
+		close(log_fd);
+	log_fd = fd;
+	return 0;
+}
+
 void log_open_syslog(void)
 {
+	if (log_fd >= 0)
+		return;
 	openlog(ident, LOG_PID | LOG_NDELAY, LOG_DAEMON);
 	to_syslog = true;
 }
@@ -74,6 +92,22 @@ int log_full_errno(enum log_level level, int error, const char *fmt, ...)
 #pragma GCC diagnostic pop
 	va_end(ap);
 
+	if (log_fd >= 0) {
+		char line[sizeof(msg) + 128], when[32];
+		struct timespec ts;
+		struct tm tm;
+		int n;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", localtime_r(&ts.tv_sec, &tm));
+		/* One write: lines of several processes (a re-exec) never interleave. */
+		n = snprintf(line, sizeof(line), "%s.%03ld %s[%d]: %s: %s\n", when,
+			     ts.tv_nsec / 1000000, ident, (int)getpid(), level_names[level], msg);
+		if (n > (int)sizeof(line) - 1)
+			n = (int)sizeof(line) - 1;
+		(void)!write(log_fd, line, (size_t)n);
+		return error;
+	}
 	if (to_syslog) {
 		syslog((int)level, "%s", msg);
 		return error;

@@ -21,8 +21,11 @@ void log_set_level(enum log_level level);
 enum log_level log_get_level(void);
 /* Name used in each line ("mrd", "libmrd", "mrctl"). */
 void log_set_ident(const char *ident);
-/* From now on lines go to syslog (a detached daemon has no stderr). */
+/* From now on lines go to syslog (a detached daemon has no stderr), unless a log file is open. */
 void log_open_syslog(void);
+/* From now on lines go to path (appended, with time, ident, pid and level), also once
+ * detached; opening it again (SIGHUP, after logrotate moved it) starts a new file. 0 or -errno. */
+int log_open_file(const char *path);
 /* "err", "warning", "notice", "info", "debug" or a number 3..7; -EINVAL otherwise. */
 int log_level_from_string(const char *s);
 const char *log_level_to_string(enum log_level level);

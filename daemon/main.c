@@ -15,6 +15,7 @@
 
 #include "log.h"
 #include "base/config.h"
+#include "base/pid-file.h"
 #include "base/privileges.h"
 #include "control/client.h"
 #include "control/detach.h"
@@ -33,11 +34,16 @@ static void help(void)
 	       "  -d, --device NAME       RDMA device for the verbs provider\n"
 	       "  -l, --log-level LEVEL   err, warning, notice, info or debug\n"
 	       "  -f, --foreground        stay attached to the terminal\n"
+	       "      --pid-file PATH     write mrd's pid to PATH once it serves, remove it at\n"
+	       "                          exit; refuse to start while a live mrd holds it\n"
+	       "      --log-file PATH     append log lines to PATH (also once detached, instead\n"
+	       "                          of syslog; SIGHUP and mrctl reload reopen it)\n"
 	       "      --no-bus            stay off the system bus ([mrd] bus = no)\n"
 	       "  -h, --help              show this help\n"
 	       "  -V, --version           show the version\n\n"
-	       "SIGHUP reads the configuration again; SIGUSR2 re-executes mrd, handing its\n"
-	       "clients' memory over (as systemctl restart does with systemd's FD store).\n\n"
+	       "SIGHUP (or mrctl reload) reads the configuration again; SIGTERM (or mrctl\n"
+	       "shutdown) stops mrd; SIGUSR2 re-executes mrd, handing its clients' memory over\n"
+	       "(as systemctl restart does with systemd's FD store).\n\n"
 	       "See mrd(8) and mrd.conf(5).\n");
 }
 
@@ -46,9 +52,11 @@ struct overrides {
 	const char *config_file;
 	bool config_explicit;
 	const char *socket, *provider, *device, *log_level;
+	const char *pid_file, *log_file; /* absolute */
 	bool no_bus;
 	bool foreground;
-	char config_abs[PATH_MAX], socket_abs[PATH_MAX];
+	char config_abs[PATH_MAX], socket_abs[PATH_MAX], pid_file_abs[PATH_MAX],
+		log_file_abs[PATH_MAX];
 };
 
 static int absolute(const char *path, char *buf, size_t size)
@@ -72,6 +80,8 @@ static int parse_argv(int argc, char **argv, struct overrides *o)
 		{ "log-level", required_argument, NULL, 'l' },
 		{ "foreground", no_argument, NULL, 'f' },
 		{ "no-bus", no_argument, NULL, 'B' },
+		{ "pid-file", required_argument, NULL, 'P' },
+		{ "log-file", required_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{}
@@ -100,6 +110,12 @@ static int parse_argv(int argc, char **argv, struct overrides *o)
 		case 'B':
 			o->no_bus = true;
 			break;
+		case 'P':
+			o->pid_file = optarg;
+			break;
+		case 'L':
+			o->log_file = optarg;
+			break;
 		case 'f':
 			o->foreground = true;
 			break;
@@ -120,13 +136,19 @@ static int parse_argv(int argc, char **argv, struct overrides *o)
 	/* From where mrd started: a detached mrd works from /, and SIGHUP and a re-exec read
 	 * them again. */
 	if (absolute(o->config_file, o->config_abs, sizeof(o->config_abs)) < 0 ||
-	    (o->socket && absolute(o->socket, o->socket_abs, sizeof(o->socket_abs)) < 0)) {
+	    (o->socket && absolute(o->socket, o->socket_abs, sizeof(o->socket_abs)) < 0) ||
+	    (o->pid_file && absolute(o->pid_file, o->pid_file_abs, sizeof(o->pid_file_abs)) < 0) ||
+	    (o->log_file && absolute(o->log_file, o->log_file_abs, sizeof(o->log_file_abs)) < 0)) {
 		fprintf(stderr, "mrd: path too long, or the current folder unknown\n");
 		return -EINVAL;
 	}
 	o->config_file = o->config_abs;
 	if (o->socket)
 		o->socket = o->socket_abs;
+	if (o->pid_file)
+		o->pid_file = o->pid_file_abs;
+	if (o->log_file)
+		o->log_file = o->log_file_abs;
 	return 1;
 }
 
@@ -221,13 +243,20 @@ static bool under_systemd(void)
 /* SIGHUP's reload: the same files and the same command line as at start. */
 static int reload_config(void *data, struct config *ret)
 {
+	const struct overrides *o = data;
+	int r;
+
+	/* After logrotate moved it: a new file. */
+	if (o->log_file && (r = log_open_file(o->log_file)) < 0)
+		log_warning_errno(r, "cannot open %s again: %m; logging on to the old file",
+				  o->log_file);
 	return load_config(data, ret);
 }
 
 /* The command line a re-exec runs: the same options, with absolute paths. */
 static char **reexec_argv(const struct overrides *o)
 {
-	static char *args[16];
+	static char *args[24];
 	size_t n = 0;
 
 	args[n++] = (char *)"mrd";
@@ -246,6 +275,8 @@ static char **reexec_argv(const struct overrides *o)
 	ARG("--provider", o->provider);
 	ARG("--device", o->device);
 	ARG("--log-level", o->log_level);
+	ARG("--pid-file", o->pid_file);
+	ARG("--log-file", o->log_file);
 #undef ARG
 	if (o->no_bus)
 		args[n++] = (char *)"--no-bus";
@@ -274,7 +305,7 @@ int main(int argc, char **argv)
 	struct overrides o = {};
 	struct config cfg;
 	bool detach, detached = false;
-	int r;
+	int pid_fd = -1, r;
 
 	log_set_ident("mrd");
 	/* Before any libibverbs call, which reads it once (rdma-core libibverbs/init.c): a destroy
@@ -288,6 +319,13 @@ int main(int argc, char **argv)
 	r = parse_argv(argc, argv, &o);
 	if (r <= 0)
 		return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+	/* Where mrd detaches, what stops its start goes to the terminal: the file from the
+	 * moment it detaches (below). */
+	if (o.log_file && (o.foreground || under_systemd() || getenv(MANAGER_DETACHED_ENV)) &&
+	    (r = log_open_file(o.log_file)) < 0)
+		return log_error_errno(r, "cannot open %s: %m", o.log_file), EXIT_FAILURE;
+	if (o.pid_file && pid_file_check(o.pid_file) < 0)
+		return EXIT_FAILURE;
 
 	config_init(&cfg);
 	r = load_config(&o, &cfg);
@@ -328,11 +366,18 @@ int main(int argc, char **argv)
 		m->detached = detach || detached;
 		r = manager_listen(m);
 	}
+	/* Once it serves, before a detaching parent returns: whoever started mrd finds it. */
+	if (r >= 0 && o.pid_file)
+		r = pid_file_write(o.pid_file, &pid_fd);
+	if (r >= 0 && detach && o.log_file && (r = log_open_file(o.log_file)) < 0)
+		log_error_errno(r, "cannot open %s: %m", o.log_file);
 	if (detach)
 		detach_finish(r);
 	if (r < 0)
 		return EXIT_FAILURE;
 
 	r = manager_run(m);
+	m = manager_free(m); /* its socket gone before its pid file */
+	pid_file_remove(o.pid_file, pid_fd);
 	return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -1241,6 +1241,8 @@ START_TEST(test_request_table)
 	ck_assert(!request_type_lookup(MRD__REQUEST__BODY_STATUS)->admin); /* a view */
 	ck_assert(request_type_lookup(MRD__REQUEST__BODY_FLUSH)->admin);
 	ck_assert(request_type_lookup(MRD__REQUEST__BODY_FRMR_POOLS_SET)->admin);
+	ck_assert(request_type_lookup(MRD__REQUEST__BODY_SHUTDOWN)->admin);
+	ck_assert(request_type_lookup(MRD__REQUEST__BODY_RELOAD)->admin);
 	ck_assert(!request_type_lookup(MRD__REQUEST__BODY_PING)->admin);
 	ck_assert(!request_type_lookup(MRD__REQUEST__BODY_EXPORT_PD)->admin);
 	ck_assert_uint_eq(request_type_lookup(MRD__REQUEST__BODY_EXPORT_PD)->n_fds, 0);

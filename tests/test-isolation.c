@@ -407,6 +407,27 @@ static void try_flush(struct world *w)
 	ask_free(w, &req, EPERM);
 }
 
+/* mrctl shutdown and reload: an administrator's alone. */
+static void try_shutdown(struct world *w)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ShutdownRequest q = MRD__SHUTDOWN_REQUEST__INIT;
+
+	req.body_case = MRD__REQUEST__BODY_SHUTDOWN;
+	req.shutdown = &q;
+	ask_free(w, &req, EPERM);
+}
+
+static void try_reload(struct world *w)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__ReloadRequest q = MRD__RELOAD_REQUEST__INIT;
+
+	req.body_case = MRD__REQUEST__BODY_RELOAD;
+	req.reload = &q;
+	ask_free(w, &req, EPERM);
+}
+
 static void try_domain_dump(struct world *w)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
@@ -457,6 +478,8 @@ static const struct {
 	{ MRD__REQUEST__BODY_DOMAIN_DUMP, try_domain_dump },
 	{ MRD__REQUEST__BODY_BIND_PD, try_bind_pd },
 	{ MRD__REQUEST__BODY_ALIAS_SPAN, try_alias_span },
+	{ MRD__REQUEST__BODY_SHUTDOWN, try_shutdown },
+	{ MRD__REQUEST__BODY_RELOAD, try_reload },
 };
 
 /* A's holdings: memory (written), attached memory, keys, a mempool, a parked pool handle. */

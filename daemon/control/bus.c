@@ -217,7 +217,7 @@ static int method_dump(sd_bus_message *msg, void *userdata, sd_bus_error *error)
 			",\"lookups\":%" PRIu64 ",\"misses\":%" PRIu64
 			",\"registrations\":%" PRIu64 ",\"deregistrations\":%" PRIu64, s.clients,
 			s.allocated_bytes, s.allocations, s.arenas, s.pinned_bytes, s.generation,
-			s.mrs, s.client_pd_mrs, s.client_pd_mr_bytes, s.lookups, s.misses,
+			domain_pd_mrs(d), s.client_pd_mrs, s.client_pd_mr_bytes, s.lookups, s.misses,
 			s.registrations, s.deregistrations);
 		dump_pools(f, d, &s);
 		fputc('}', f);

@@ -22,6 +22,7 @@
 #include "control/client.h"
 #include "control/dispatch.h"
 #include "control/manager.h"
+#include "control/refusal-log.h"
 
 static void out_frame_free(struct out_frame *f)
 {
@@ -292,6 +293,8 @@ struct client *client_free(struct client *c)
 
 	if (!c)
 		return NULL;
+	if (c->manager)
+		refusal_log_leave(c);
 	while ((f = STAILQ_FIRST(&c->out))) {
 		STAILQ_REMOVE_HEAD(&c->out, link);
 		out_bytes_sub(c, f->len);

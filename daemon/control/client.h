@@ -13,6 +13,7 @@
 #include "wire.h"
 #include "registration/reg-owner.h"
 #include "core/access.h"
+#include "control/refusal-log.h"
 
 struct bound_pd;
 struct served_device;
@@ -74,6 +75,7 @@ struct client {
 	unsigned n_pending;
 
 	unsigned protocol_errors;
+	struct refusal_memory refusals; /* requests refused, and which were logged */
 	/* Replies not yet taken by the client. With n_pending, bounded by
 	 * limits.requests_in_flight: at the bound mrd reads no more of its requests. */
 	STAILQ_HEAD(, out_frame) out;

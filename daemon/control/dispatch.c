@@ -59,7 +59,14 @@ static const struct request_type request_types[] = {
 	[MRD__REQUEST__BODY_DOMAIN_DUMP] = { "DomainDump", request_domain_dump },
 	[MRD__REQUEST__BODY_BIND_PD] = { "BindPd", request_bind_pd, .needs_domain = true,
 					 .needs_device = true, .n_fds = 1 },
+	/* mrctl shutdown and reload, for hosts without systemd (mrd(8)). */
+	[MRD__REQUEST__BODY_SHUTDOWN] = { "Shutdown", request_shutdown, .admin = true },
+	[MRD__REQUEST__BODY_RELOAD] = { "Reload", request_reload, .admin = true },
 };
+
+/* The request whose handler runs now (the loop is single-threaded): one that waits for a
+ * worker takes it along for its answer (request_wait). */
+static const struct request_type *running;
 
 const struct request_type *request_type_lookup(int body_case)
 {
@@ -173,8 +180,12 @@ void reply_send(struct client *c, struct reply *r, int error)
 	size_t len;
 	int k;
 
-	if (error < 0)
+	if (error < 0) {
 		reply_set_error(r, error);
+		if (r->type)
+			refusal_log(c, (unsigned)(r->type - request_types), r->type->name, error,
+				    r->message);
+	}
 	k = reply_pack(c, r, &buf, &len);
 	if (k >= 0)
 		k = client_send_frame(c, buf, len, r->fds, r->n_fds);
@@ -328,10 +339,12 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 		k = protocol_error(c, &r, -EPROTO);
 	} else if (type->admin && !c->admin) {
 		/* Not a protocol error: a well-formed request this peer may not make. */
+		r.type = type;
 		reply_set_message(&r, "%s needs root or the admin group", type->name);
 		reply_send(c, &r, -EPERM);
 		k = 0;
 	} else if (type->alone && c->n_pending > 0) {
+		r.type = type;
 		reply_set_message(&r, "%s is answered only when no other request of this connection "
 				  "waits, and %u still do: ask again once they are answered",
 				  type->name, c->n_pending);
@@ -339,7 +352,9 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 		k = 0;
 	} else {
 		m->n_requests++;
+		r.type = running = type;
 		k = run_handler(c, type, req, pkt, &r);
+		running = NULL;
 		if (k != -EINPROGRESS) /* else the handler answers later, itself */
 			reply_send(c, &r, k);
 		k = 0;
@@ -367,6 +382,7 @@ void *request_pending_new(size_t size, uint64_t id,
 void request_wait(struct client *c, struct pending_request *p)
 {
 	p->client = c;
+	p->type = running;
 	LIST_INSERT_HEAD(&c->pending, p, link);
 	c->n_pending++;
 	if (client_full(c))
@@ -380,6 +396,7 @@ void request_answer(struct pending_request *p, struct reply *r, int error)
 	LIST_REMOVE(p, link);
 	c->n_pending--;
 	p->client = NULL;
+	r->type = p->type;
 	reply_send(c, r, error);
 	client_resume(c);
 }

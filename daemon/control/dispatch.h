@@ -40,11 +40,14 @@ struct reply {
 		Mrd__FlushResponse flush;
 		Mrd__DomainDumpResponse domain_dump;
 		Mrd__BindPdResponse bind_pd;
+		Mrd__ShutdownResponse shutdown;
+		Mrd__ReloadResponse reload;
 	} body;
 	Mrd__ArenaInfo arena;   /* for bodies that describe an arena */
 	void *owned[8];         /* freed after the reply is sent (repeated fields) */
 	size_t n_owned;
 	char message[256];
+	const struct request_type *type; /* the request answered: an error is logged (refusal-log.h) */
 	int fds[WIRE_FDS_MAX]; /* owned; sent with the reply, then closed */
 	size_t n_fds;
 };
@@ -72,6 +75,7 @@ struct pending_request {
 	struct client *client;   /* NULL once the client left: nobody to answer */
 	LIST_ENTRY(pending_request) link; /* in client->pending while client is set */
 	uint64_t id;
+	const struct request_type *type; /* what it answers */
 };
 
 /* A request that may wait for a worker: size zeroed bytes (a struct that starts with its
@@ -183,6 +187,10 @@ int request_flush(struct client *c, struct domain *d, const Mrd__Request *req,
 		  struct wire_packet *pkt, struct reply *r);
 int request_domain_dump(struct client *c, struct domain *d, const Mrd__Request *req,
 			struct wire_packet *pkt, struct reply *r);
+int request_shutdown(struct client *c, struct domain *d, const Mrd__Request *req,
+		     struct wire_packet *pkt, struct reply *r);
+int request_reload(struct client *c, struct domain *d, const Mrd__Request *req,
+		   struct wire_packet *pkt, struct reply *r);
 
 /* The checks of the requests that have one (request_check_fn). */
 int request_alloc_check(const Mrd__Request *req, struct reply *r);

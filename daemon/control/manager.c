@@ -126,48 +126,65 @@ void manager_reconfigure(struct manager *m, struct config *new, char *changed, s
 #undef KEEP
 #undef KEEP_STRING
 
-static void manager_reload(struct manager *m)
+static int reload_config_file(struct manager *m, const char *by, char *changed, size_t size)
 {
 	struct config new;
-	char changed[512];
 	int r;
 
+	if (!m->load_config) {
+		log_notice("%s: no configuration to reload", by);
+		return -EOPNOTSUPP;
+	}
 	(void)sd_notify(0, "RELOADING=1");
 	config_init(&new);
 	r = m->load_config(m->load_config_data, &new);
 	if (r < 0) {
 		config_done(&new);
-		log_error("SIGHUP: the configuration has errors (above): the running one stays");
+		log_error("%s: the configuration has errors (above): the running one stays", by);
 		(void)sd_notify(0, "READY=1\nSTATUS=reload failed: the running configuration stays");
-		return;
+		return r;
 	}
-	manager_reconfigure(m, &new, changed, sizeof(changed));
+	manager_reconfigure(m, &new, changed, size);
 	if (*changed)
-		log_notice("SIGHUP: configuration reloaded; these keys change only at a restart, and "
-			   "keep their running values: %s", changed);
+		log_notice("%s: configuration reloaded; these keys change only at a restart, and "
+			   "keep their running values: %s", by, changed);
 	else
-		log_notice("SIGHUP: configuration reloaded");
+		log_notice("%s: configuration reloaded", by);
 	(void)sd_notifyf(0, "READY=1\nSTATUS=configuration reloaded%s%s",
 			 *changed ? "; needs a restart: " : "", changed);
+	return 0;
+}
+
+int manager_reload(struct manager *m, const char *by, char *changed, size_t size)
+{
+	size_t n = m->core.served.n;
+	int r;
+
+	changed[0] = '\0';
+	r = reload_config_file(m, by, changed, size);
+	/* A device that came since: status lists it, so mrctl cdi (the udev rule's reload,
+	 * then mrd-cdi.service) offers it to containers. */
+	served_devices_scan(&m->core);
+	for (size_t i = n; i < m->core.served.n; i++)
+		log_info("device %s: new; clients may bind their own PDs on it (BindPd)",
+			 m->core.served.v[i].name);
+	return r;
+}
+
+void manager_shutdown(struct manager *m, const char *by)
+{
+	log_info("%s, shutting down", by);
+	m->stop = true;
+	event_base_loopbreak(m->core.base);
 }
 
 static void manager_on_signal(int sig, void *userdata)
 {
 	struct manager *m = userdata;
+	char changed[512];
 
 	if (sig == SIGHUP) {
-		size_t n = m->core.served.n;
-
-		if (m->load_config)
-			manager_reload(m);
-		else
-			log_notice("SIGHUP: no configuration to reload");
-		/* A device that came since: status lists it, so mrctl cdi (the udev rule's reload,
-		 * then mrd-cdi.service) offers it to containers. */
-		served_devices_scan(&m->core);
-		for (size_t i = n; i < m->core.served.n; i++)
-			log_info("device %s: new; clients may bind their own PDs on it (BindPd)",
-				 m->core.served.v[i].name);
+		(void)manager_reload(m, "SIGHUP", changed, sizeof(changed));
 		return;
 	}
 	if (sig == SIGUSR2) {
@@ -175,12 +192,9 @@ static void manager_on_signal(int sig, void *userdata)
 		event_base_loopbreak(m->core.base);
 		return;
 	}
-	log_info("received %s, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-	m->stop = true;
-	event_base_loopbreak(m->core.base);
+	manager_shutdown(m, sig == SIGTERM ? "received SIGTERM" : "received SIGINT");
 }
 
-/* What mrd leaves out for the device, once at start (mrctl status says it too). */
 static void log_capabilities(const struct provider_caps *caps)
 {
 	char why[160];

@@ -15,6 +15,7 @@
 #include "core/core.h"
 #include "control/handover.h"
 #include "control/old-context.h"
+#include "control/refusal-log.h"
 
 struct event_base;
 struct event;
@@ -83,6 +84,7 @@ struct manager {
 	unsigned refused_since_log;
 	uint64_t dropped_log_usec; /* the same for "dropping client" */
 	unsigned dropped_since_log;
+	struct refusal_limit refusal_limit; /* lines about refused requests, all clients */
 
 	/* SIGHUP: reads the configuration again (main's: file, folder, command line) into *ret;
 	 * NULL: no reload. */
@@ -139,6 +141,15 @@ bool manager_cgroup_user_made(const struct manager *m, const char *cgroup);
 int manager_charged_uid(const struct manager *m, pid_t pid, uid_t uid, uid_t *ret);
 
 uint64_t manager_uptime_usec(const struct manager *m);
+
+/* SIGHUP's, and mrctl reload's (by names which, for the log): the configuration read again
+ * (load_config) and swapped in, new devices looked for. 0, -EOPNOTSUPP without load_config,
+ * or the load's error (logged; the running configuration stays). changed as for
+ * manager_reconfigure. */
+int manager_reload(struct manager *m, const char *by, char *changed, size_t size);
+/* SIGTERM's, and mrctl shutdown's: the loop ends (manager_run returns) once this event is
+ * handled; by says why, in the log. */
+void manager_shutdown(struct manager *m, const char *by);
 
 /* The daemon's figures as far as view (access_view's: NULL for everything) shows them. */
 struct view_totals {

@@ -181,7 +181,7 @@ static void domain_info(Mrd__DomainInfo *di, struct domain *d)
 	di->quota_arenas = d->quota.arenas;
 	di->quota_allocations = d->quota.allocations;
 	di->quota_clients = d->quota.clients;
-	di->mrs = s.mrs;
+	di->mrs = domain_pd_mrs(d); /* as DomainDump counts them */
 	di->client_pd_mrs = s.client_pd_mrs;
 	di->client_pd_mr_bytes = s.client_pd_mr_bytes;
 	di->lookups = s.lookups;
@@ -249,7 +249,7 @@ int request_clients(struct client *c, struct domain *no_domain, const Mrd__Reque
 
 	i = 0;
 	LIST_FOREACH(it, &m->clients, link) {
-		if (!access_view_shows(view, it->domain_name))
+		if (!access_view_shows(view, it->domain_name) || (it == c && req->clients->skip_caller))
 			continue;
 		if (bytes > budget) {
 			body->clients_omitted++;
@@ -295,6 +295,7 @@ int request_clients(struct client *c, struct domain *no_domain, const Mrd__Reque
  * first .. first + n, at most DUMP_MRS_MAX and what fits in budget bytes. */
 struct dump_walk {
 	uint32_t index, first, n;
+	uint32_t domain_pd; /* of index, not a client PD's */
 	bool full;
 	bool admin; /* sees the client PDs' MRs too */
 	size_t bytes, budget;
@@ -316,6 +317,8 @@ static void dump_mr(void *data, uint64_t start, uint64_t end, const struct provi
 	struct dump_walk *w = data;
 	Mrd__DumpMr *e;
 
+	if (kind != DOMAIN_MR_CLIENT_PD)
+		w->domain_pd++;
 	if (w->index++ < w->first || w->full)
 		return;
 	e = &w->mrs[w->n];
@@ -396,6 +399,7 @@ int request_domain_dump(struct client *c, struct domain *no_domain, const Mrd__R
 	body->n_mrs = w.n;
 	body->mrs = mip;
 	body->mrs_total = w.index;
+	body->domain_pd_mrs = w.domain_pd;
 	body->next_mr = w.first + w.n < w.index ? w.first + w.n : 0;
 	return 0;
 }

@@ -87,3 +87,17 @@ void domain_walk_mrs(struct domain *d, bool client_pds, domain_mr_fn fn, void *d
 		fn(data, pm->start, pm->end, pm->pending ? NULL : pm->pmr, DOMAIN_MR_MEMPOOL,
 		   &pm->allocation->mem, pm->sharers);
 }
+
+static void count_mr(void *data, uint64_t start, uint64_t end, const struct provider_mr *pmr,
+		     enum domain_mr_kind kind, const struct allocation *a, uint32_t sharers)
+{
+	(*(unsigned *)data)++;
+}
+
+unsigned domain_pd_mrs(struct domain *d)
+{
+	unsigned n = 0;
+
+	domain_walk_mrs(d, false, count_mr, &n);
+	return n;
+}

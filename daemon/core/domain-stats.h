@@ -29,7 +29,7 @@ struct domain_stats {
 	uint64_t generation;
 	/* Its registrations (the domain's PD; a client PD's are the client's). */
 	uint64_t pinned_bytes;
-	unsigned mrs;
+	unsigned mrs; /* in its cache (domain_pd_mrs counts them all) */
 	unsigned client_pd_mrs; /* live in its clients' own PDs (BindPd) */
 	uint64_t client_pd_mr_bytes;
 	uint64_t lookups, misses, registrations, deregistrations;
@@ -72,3 +72,6 @@ typedef void (*domain_mr_fn)(void *data, uint64_t start, uint64_t end,
 /* Every MR of d: by arena, by allocation (its cache MRs, then its on-demand children), then
  * the mempools'. Client PDs' MRs only with client_pds. */
 void domain_walk_mrs(struct domain *d, bool client_pds, domain_mr_fn fn, void *data);
+/* The MRs mrd holds in d's PD, as domain_walk_mrs lists them without client_pds: the cache's,
+ * on-demand children, mempools'. What views call a domain's MRs (one count, one meaning). */
+unsigned domain_pd_mrs(struct domain *d);
