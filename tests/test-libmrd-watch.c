@@ -221,6 +221,33 @@ START_TEST(test_fork_child)
 }
 END_TEST
 
+/* After a warm restart and mrd_client_reconnect() the watcher watches the new connection (the
+ * same descriptor number): the new mrd's death is noticed with no poll either. */
+START_TEST(test_rearmed_after_reconnect)
+{
+	mrd_client *c = connect_ok();
+	char buf[512];
+	mrd_cache *l;
+	uint8_t *p;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 1 << 20, 0, 0, (void **)&p), 0);
+	ck_assert_int_eq(mrd_cache_new(c, &l), 0);
+	ck_assert_uint_ne(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
+	ck_assert_int_eq(kill(mrd.pid, SIGUSR2), 0); /* re-exec, warm */
+	test_wait_until(mrd_cache_lkey(l, p) == MRD_KEY_INVALID, 1000);
+	ck_assert_uint_eq(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
+	ck_assert_int_eq(mrd_proc_notified(&mrd, "READY=1", buf, sizeof(buf), 60000), 0);
+	ck_assert_int_eq(mrd_client_reconnect(c), 1);
+	ck_assert_uint_ne(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
+
+	ck_assert_int_eq(mrd_proc_signal(&mrd, SIGKILL), 128 + SIGKILL);
+	test_wait_until(mrd_cache_lkey(l, p) == MRD_KEY_INVALID, 1000);
+	ck_assert_uint_eq(mrd_cache_lkey(l, p), MRD_KEY_INVALID);
+	mrd_cache_free(l);
+	mrd_client_close(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("libmrd-watch");
@@ -233,6 +260,7 @@ int main(void)
 	tcase_add_test(tc, test_one_thread_no_leak);
 	tcase_add_test(tc, test_watch_off);
 	tcase_add_test(tc, test_fork_child);
+	tcase_add_test(tc, test_rearmed_after_reconnect);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }
