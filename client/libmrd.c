@@ -13,6 +13,7 @@
 #include "log.h"
 #include "memory.h"
 #include "mrd/mrd.h"
+#include "watcher.h"
 
 /* The process's open handles: a fork() child marks each one its parent's. */
 static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -22,10 +23,12 @@ static void fork_prepare(void)
 {
 	pthread_mutex_lock(&handles_lock);
 	memory_fork_lock(true);
+	watcher_fork_prepare();
 }
 
 static void fork_parent(void)
 {
+	watcher_fork_parent();
 	memory_fork_lock(false);
 	pthread_mutex_unlock(&handles_lock);
 }
@@ -38,7 +41,9 @@ static void fork_child(void)
 		c->forked = true;
 		client_poison_status(c);
 	}
-	fork_parent();
+	watcher_fork_child();
+	memory_fork_lock(false);
+	pthread_mutex_unlock(&handles_lock);
 }
 
 /* libmrd is silent unless MRD_LOG_LEVEL asks, as libibverbs is with VERBS_LOG_LEVEL. */
@@ -106,6 +111,12 @@ MRD_EXPORT int mrd_client_connect(const char *path, mrd_client **ret)
 		handles->prev = client;
 	handles = client;
 	pthread_mutex_unlock(&handles_lock);
+	/* From here on mrd's death stops cached lookups without the program's help. */
+	r = watcher_add(client);
+	if (r < 0) {
+		mrd_client_close(client);
+		return r;
+	}
 	*ret = client;
 	return 0;
 }
@@ -114,6 +125,7 @@ MRD_EXPORT mrd_client *mrd_client_close(mrd_client *client)
 {
 	if (!client)
 		return NULL;
+	watcher_remove(client); /* before its descriptor closes */
 	pthread_mutex_lock(&handles_lock);
 	if (client->prev)
 		client->prev->next = client->next;
@@ -212,6 +224,7 @@ static int reconnect(mrd_client *client)
 	__atomic_add_fetch(&client->epoch, 1, __ATOMIC_RELEASE);
 	r = memory_remap_status(client, fd);
 	pthread_rwlock_unlock(&client->lock);
+	watcher_rearm(client); /* the live connection under the handle's descriptor */
 	conn_free(old);
 	close(fd);
 	if (r < 0)

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "call.h"
@@ -30,14 +31,42 @@ struct mapped_arena {
 	unsigned refs;
 };
 
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+#ifndef RUNNING_ON_VALGRIND
+#define RUNNING_ON_VALGRIND 0
+#endif
+
+/* ThreadSanitizer's runtime, when the program was built with -fsanitize=thread. */
+extern void __tsan_init(void) __attribute__((weak));
+
 /* Process-wide: one window per process. */
 static pthread_mutex_t window_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	uint64_t base, size, instance;
 	unsigned refs;
+	/* Nothing reserved: each arena is mapped where it goes with MAP_FIXED_NOREPLACE, and
+	 * unmapped when done (MRD_WINDOW=lazy; by default under valgrind and TSan, where a
+	 * multi-TiB reservation costs valgrind half a minute or falls on TSan's shadow). */
+	bool lazy;
 	struct mapped_arena *arenas;
 	size_t n, cap;
 } window;
+
+/* MRD_WINDOW=reserve|lazy, else lazy under valgrind and TSan only. */
+static bool window_lazy(void)
+{
+	const char *s = getenv("MRD_WINDOW");
+
+	if (s && strcmp(s, "lazy") == 0)
+		return true;
+	if (s && strcmp(s, "reserve") == 0)
+		return false;
+	return RUNNING_ON_VALGRIND || __tsan_init;
+}
 
 static int window_hold(uint64_t base, uint64_t size, uint64_t instance)
 {
@@ -50,6 +79,11 @@ static int window_hold(uint64_t base, uint64_t size, uint64_t instance)
 		window.refs++;
 		return 0;
 	}
+	if (window_lazy()) {
+		window = (typeof(window)){ .base = base, .size = size, .instance = instance,
+					   .refs = 1, .lazy = true };
+		return 0;
+	}
 	p = mmap((void *)(uintptr_t)base, size, PROT_NONE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
 	if (p != MAP_FAILED && p != (void *)(uintptr_t)base) {
@@ -60,8 +94,9 @@ static int window_hold(uint64_t base, uint64_t size, uint64_t instance)
 	if (p == MAP_FAILED)
 		return set_last_error(errno == EEXIST ? -EADDRINUSE : -errno,
 				      "the address window 0x%" PRIx64 "+0x%" PRIx64 " of mrd is in use "
-				      "in this process; move it with [memory] window_base in mrd.conf",
-				      base, size);
+				      "in this process; move it with [memory] window_base in mrd.conf, "
+				      "or reserve only the arenas mapped with MRD_WINDOW=lazy "
+				      "(libmrd(3))", base, size);
 	window.base = base;
 	window.size = size;
 	window.instance = instance;
@@ -73,7 +108,8 @@ static void window_drop(void)
 {
 	if (--window.refs > 0)
 		return;
-	munmap((void *)(uintptr_t)window.base, window.size);
+	if (!window.lazy) /* lazily, the arenas went one by one */
+		munmap((void *)(uintptr_t)window.base, window.size);
 	free(window.arenas);
 	memset(&window, 0, sizeof(window));
 }
@@ -86,11 +122,49 @@ static struct mapped_arena *find_mapped(uint32_t id)
 	return NULL;
 }
 
-/* Back to the reservation: the window keeps its shape. */
+/* Back to the reservation: the window keeps its shape (lazily: just gone). */
 static void unmap_range(uint64_t base, uint64_t size)
 {
+	if (window.lazy) {
+		munmap((void *)(uintptr_t)base, size);
+		return;
+	}
 	(void)mmap((void *)(uintptr_t)base, size, PROT_NONE,
 		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+}
+
+/* MRD_WINDOW=lazy: reserves the arena's range, where only the process's own arenas may be,
+ * and nothing else. The raw system call: TSan's mmap() aborts the program at an address outside
+ * its application ranges, where the kernel answers EEXIST (TSan keeps them mapped). */
+static int lazy_reserve(const Mrd__ArenaInfo *info)
+{
+	void *want = (void *)(uintptr_t)info->address, *p;
+
+	/* Arenas recorded there are gone in mrd: their ranges are ours to take back. */
+	for (size_t i = 0; i < window.n; i++) {
+		struct mapped_arena *o = &window.arenas[i];
+
+		if (o->base < info->address + info->size && info->address < o->base + o->size)
+			munmap((void *)(uintptr_t)o->base, o->size);
+	}
+	p = (void *)syscall(SYS_mmap, want, (size_t)info->size, PROT_NONE,
+			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1,
+			    (off_t)0);
+	if (p != MAP_FAILED && p != want) {
+		munmap(p, info->size); /* an old kernel took NOREPLACE as a hint */
+		p = MAP_FAILED;
+		errno = EEXIST;
+	}
+	if (p != MAP_FAILED)
+		return 0;
+	if (errno != EEXIST)
+		return set_last_error(-errno, "cannot map arena %u: %s", info->id, strerror(errno));
+	return set_last_error(-EADDRINUSE, "arena %u at 0x%" PRIx64 "+0x%" PRIx64 " of mrd's window "
+			      "cannot be mapped in this process: something else is there "
+			      "(MRD_WINDOW=lazy reserves nothing in advance; under TSan, its "
+			      "shadow); move the window with [memory] window_base in mrd.conf "
+			      "(for TSan: window_base = 0x4000000000, window_size = 64G; libmrd(3))",
+			      info->id, info->address, info->size);
 }
 
 static int handle_add_arena(mrd_client *client, uint32_t id)
@@ -134,12 +208,19 @@ static int map_arena(mrd_client *client, const Mrd__ArenaInfo *info, struct conn
 	}
 	if (fd >= 0) {
 		/* A fresh memfd: map it (again, if mrd reused the id for a new arena). */
+		if (window.lazy) {
+			r = lazy_reserve(info);
+			if (r < 0)
+				goto out;
+		}
 		/* NORESERVE: mrd backs each run before handing it out (huge pages too). */
 		p = mmap((void *)(uintptr_t)info->address, info->size, PROT_READ | PROT_WRITE,
 			 MAP_SHARED | MAP_FIXED | MAP_NORESERVE, fd, (off_t)info->file_offset);
 		if (p == MAP_FAILED) {
 			r = set_last_error(-errno, "cannot map arena %u: %s", info->id,
 					   strerror(errno));
+			if (window.lazy)
+				munmap((void *)(uintptr_t)info->address, info->size);
 			goto out;
 		}
 		/* Arenas recorded over this range are gone in mrd (their slots were reused):

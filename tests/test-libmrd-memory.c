@@ -251,6 +251,36 @@ START_TEST(test_window_collision)
 }
 END_TEST
 
+/* MRD_WINDOW=lazy: connecting reserves nothing; an arena whose range the process took fails
+ * its allocation with -EADDRINUSE naming the setting, and nothing of the process is replaced. */
+START_TEST(test_window_lazy_collision)
+{
+	void *squat = mmap((void *)0x200000000000ul, 4096, PROT_READ,
+			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	mrd_client *c = NULL;
+	void *p;
+
+	ck_assert_ptr_eq(squat, (void *)0x200000000000ul);
+	setenv("MRD_WINDOW", "lazy", 1);
+	c = connect_ok();
+	ck_assert_int_eq(mrd_mem_alloc(c, 1 << 20, 0, 0, &p), -EADDRINUSE);
+	ck_assert_msg(strstr(mrd_last_error(), "[memory] window_base"), "%s", mrd_last_error());
+	ck_assert_msg(strstr(mrd_last_error(), "MRD_WINDOW"), "%s", mrd_last_error());
+	ck_assert_int_eq(mprotect(squat, 4096, PROT_READ), 0); /* still ours, not replaced */
+	munmap(squat, 4096);
+	ck_assert_int_eq(mrd_mem_alloc(c, 1 << 20, 0, 0, &p), 0);
+	memset(p, 1, 1 << 20);
+	ck_assert_int_eq(mrd_mem_free(c, p), 0);
+	mrd_client_close(c);
+	/* Closed: the arena's range is no longer mapped (nothing reserved stays behind). */
+	squat = mmap((void *)0x200000000000ul, 4096, PROT_READ,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	ck_assert_ptr_eq(squat, (void *)0x200000000000ul);
+	munmap(squat, 4096);
+	unsetenv("MRD_WINDOW");
+}
+END_TEST
+
 START_TEST(test_window_taken_in_mrd)
 {
 	/* Without address randomisation (inherited by mrd) its executable is at 0x555555554000
@@ -352,6 +382,7 @@ int main(void)
 	tcase_add_test(tc, test_quota_message);
 	tcase_add_test(tc, test_mrd_killed);
 	tcase_add_test(tc, test_window_collision);
+	tcase_add_test(tc, test_window_lazy_collision);
 	tcase_add_test(tc, test_window_taken_in_mrd);
 	tcase_add_test(tc, test_two_handles_one_window);
 	tcase_add_test(tc, test_reused_slots_survive_close);
