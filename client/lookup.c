@@ -288,7 +288,7 @@ MRD_EXPORT int mrd_dma(mrd_client *client, int op, uint32_t lkey, const void *la
 		backoff = backoff < 16000 ? backoff * 2 : backoff;
 	}
 	if (r == -EBUSY)
-		return set_last_error(r, "mrd_dma: 4 Dma requests of the domain (other handles') "
+		return set_last_error(r, "mrd_dma: 4 mrd_dma() calls of the domain (other handles') "
 				      "kept waiting for %u s: not done", DMA_BUSY_WAIT_USEC / 1000000);
 	if (r < 0)
 		return r;
