@@ -167,6 +167,14 @@ START_TEST(test_mempool_put_misuse)
 	}
 	ck_assert_int_eq(mrd_mempool_put(q, other), 0);
 	mrd_mempool_free(q);
+	/* With a thread cache (64 objects: 8 cached): the same object twice in a row. */
+	ck_assert_int_eq(mrd_mempool_create(c, "cached", 64, 64, 0, 0, 0, &q), 0);
+	ck_assert_ptr_nonnull(other = mrd_mempool_get(q));
+	ck_assert_int_eq(mrd_mempool_put(q, other), 0);
+	ck_assert_int_eq(mrd_mempool_put(q, other), -EALREADY);
+	ck_assert_error_has("put already");
+	ck_assert_uint_eq(mrd_mempool_available(q), 64);
+	mrd_mempool_free(q);
 	mrd_mempool_free(p);
 	mrd_client_close(c);
 }

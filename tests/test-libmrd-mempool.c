@@ -198,6 +198,24 @@ static int by_address(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+struct taker {
+	mrd_mempool *pool;
+	unsigned n;
+	int r;
+};
+
+/* Takes n objects at once and puts them back: they sit in its cache as it exits. */
+static void *taker_thread(void *arg)
+{
+	struct taker *tk = arg;
+	void *objs[64];
+
+	tk->r = mrd_mempool_get_bulk(tk->pool, objs, tk->n);
+	if (tk->r == 0)
+		tk->r = mrd_mempool_put_bulk(tk->pool, objs, tk->n);
+	return NULL;
+}
+
 START_TEST(test_cache_stress)
 {
 	mrd_client *c = connect_ok();
@@ -238,6 +256,22 @@ START_TEST(test_cache_stress)
 	 * address gets no stale cache. */
 	ck_assert_ptr_nonnull(all[0] = mrd_mempool_get(p));
 	ck_assert_int_eq(mrd_mempool_put(p, all[0]), 0);
+	/* Free objects only in this thread's cache: another thread's get takes them. */
+	ck_assert_int_eq(mrd_mempool_get_bulk(p, all, STRESS_OBJS), 0);
+	for (unsigned i = 0; i < 8; i++)
+		ck_assert_int_eq(mrd_mempool_put(p, all[i]), 0);
+	ck_assert_uint_eq(mrd_mempool_available(p), 8);
+	{
+		struct taker tk = { .pool = p, .n = 8 };
+		pthread_t th;
+
+		ck_assert_int_eq(pthread_create(&th, NULL, taker_thread, &tk), 0);
+		ck_assert_int_eq(pthread_join(th, NULL), 0);
+		ck_assert_int_eq(tk.r, 0);
+		ck_assert_uint_eq(mrd_mempool_available(p), 8); /* back, from its exit */
+	}
+	ck_assert_int_eq(mrd_mempool_put_bulk(p, all + 8, STRESS_OBJS - 8), 0);
+	ck_assert_uint_eq(mrd_mempool_available(p), STRESS_OBJS);
 	mrd_mempool_free(p);
 	ck_assert_int_eq(mrd_mempool_create(c, "again", 64, 64, 0, 0, 0, &p), 0);
 	ck_assert_uint_eq(mrd_mempool_available(p), 64);
