@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <grp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <stdint.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
@@ -466,6 +468,29 @@ static _printf_(3, 4) void set_error(char *error, size_t size, const char *fmt, 
 	va_end(ap);
 }
 
+/* connect()'s EACCES: mrd runs, and the socket's mode or its folder's keeps the caller out.
+ * Names the socket's group, which mrd's users join ([mrd] socket_group), and how. */
+static void eacces_error(const char *path, char *error, size_t error_size)
+{
+	struct group gr, *g = NULL;
+	char gid[32], buf[1024];
+	struct stat st;
+
+	if (stat(path, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+		set_error(error, error_size, "cannot connect to %s: %s (a folder above it is closed "
+			  "to this user)", path, strerror(EACCES));
+		return;
+	}
+	if (getgrgid_r(st.st_gid, &gr, buf, sizeof(buf), &g) != 0)
+		g = NULL; /* thread-safe, unlike getgrgid() */
+	snprintf(gid, sizeof(gid), "%u", (unsigned)st.st_gid);
+	set_error(error, error_size, "cannot connect to %s: %s: the socket is mode %03o, group "
+		  "'%s' (gid %u), and this user is not in that group: join it (usermod -aG %s USER, "
+		  "then log in again) or ask the administrator to set [mrd] socket_group or "
+		  "socket_mode in mrd.conf", path, strerror(EACCES), (unsigned)(st.st_mode & 0777),
+		  g ? g->gr_name : gid, (unsigned)st.st_gid, g ? g->gr_name : gid);
+}
+
 int conn_open(const char *path, const char *client_name, uint64_t capabilities, struct conn **ret,
 	      char *error, size_t error_size)
 {
@@ -509,8 +534,11 @@ int conn_open(const char *path, const char *client_name, uint64_t capabilities, 
 	}
 	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		r = negative_errno();
-		set_error(error, error_size, "cannot connect to %s: %s (is mrd running?)", path,
-			  strerror(-r));
+		if (r == -EACCES)
+			eacces_error(path, error, error_size);
+		else
+			set_error(error, error_size, "cannot connect to %s: %s (is mrd running?)",
+				  path, strerror(-r));
 		return r;
 	}
 

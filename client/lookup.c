@@ -25,6 +25,7 @@ struct mrd_cache {
 	mrd_client *client;
 	const struct mrd_status_page *status; /* its ring; stays at this address (call.h) */
 	uint64_t n_asked; /* lookups that had to ask mrd */
+	int error;	  /* the last ask()'s, hits leave it: mrd_cache_error() */
 };
 _Static_assert(offsetof(struct mrd_cache, hot) == 0, "mrd_cache_lkey() casts the cache to it");
 
@@ -235,7 +236,12 @@ static int ask(mrd_cache *c, const void *addr, struct mrd_keys *ret)
 
 MRD_EXPORT int mrd_cache_keys(mrd_cache *c, const void *addr, struct mrd_keys *ret)
 {
-	return cache_find(c, (uintptr_t)addr, ret) == 0 ? 0 : ask(c, addr, ret);
+	return cache_find(c, (uintptr_t)addr, ret) == 0 ? 0 : (c->error = ask(c, addr, ret));
+}
+
+MRD_EXPORT int mrd_cache_error(const mrd_cache *c)
+{
+	return c ? c->error : set_last_error(-EINVAL, "mrd_cache_error: NULL cache");
 }
 
 MRD_EXPORT uint32_t mrd_cache_lkey_slow(mrd_cache *c, const void *addr)
@@ -244,7 +250,7 @@ MRD_EXPORT uint32_t mrd_cache_lkey_slow(mrd_cache *c, const void *addr)
 
 	/* The top half inline, with no call: most lookups that miss the MRU end there. */
 	if (top_find(c, (uintptr_t)addr, &keys) || bottom_find(c, (uintptr_t)addr, &keys) == 0 ||
-	    ask(c, addr, &keys) == 0)
+	    (c->error = ask(c, addr, &keys)) == 0)
 		return keys.lkey;
 	return MRD_KEY_INVALID;
 }
@@ -282,7 +288,7 @@ MRD_EXPORT int mrd_dma(mrd_client *client, int op, uint32_t lkey, const void *la
 		backoff = backoff < 16000 ? backoff * 2 : backoff;
 	}
 	if (r == -EBUSY)
-		return set_last_error(r, "mrd_dma: 4 Dma requests of the domain (other handles') "
+		return set_last_error(r, "mrd_dma: 4 mrd_dma() calls of the domain (other handles') "
 				      "kept waiting for %u s: not done", DMA_BUSY_WAIT_USEC / 1000000);
 	if (r < 0)
 		return r;

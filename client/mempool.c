@@ -18,16 +18,29 @@ struct chunk {
 	bool owned; /* allocated by the pool: freed with it */
 };
 
+/* A thread's cache of a pool's free objects (DPDK's per-lcore cache): get and put take its lock
+ * alone, which only a get that finds no object anywhere else takes too (steal). */
+struct tcache {
+	int lock;		     /* a spinlock: its owner's, or a stealer's for a moment */
+	unsigned n, cap;	     /* n written under lock, read by available() without it */
+	mrd_mempool *pool;	     /* NULL once the pool is freed (caches_lock) */
+	struct tcache *prev, *next; /* the pool's caches (caches_lock and the pool's lock) */
+	void *objs[];
+};
+
 struct mrd_mempool {
 	mrd_client *client;
 	char name[MRD_MEMPOOL_NAME_MAX];
 	size_t obj_size, align, stride, n_objs;
-	struct chunk *chunks;
+	struct chunk *chunks; /* by address, once created */
 	size_t n_chunks;
+	uint64_t id;	      /* unique in the process: a thread's slot of a freed pool is stale */
+	unsigned cache_size; /* each thread's cache holds at most this many (0: none) */
 
-	pthread_mutex_t lock; /* the free stack */
+	pthread_mutex_t lock; /* the free stack and the list of caches */
 	void **free_objs;
 	size_t n_free;
+	struct tcache *caches;
 
 	bool registered;
 	bool by_lookups; /* a bound handle's (register_bound): mrd keeps no pool of it */
@@ -35,6 +48,36 @@ struct mrd_mempool {
 	struct mrd_keys *mrs; /* the registration's MRs, by address */
 	size_t n_mrs;
 };
+
+/* Each thread's caches, one slot a pool: a thread that uses more pools at once goes to the
+ * shared stack for the others. */
+#define TCACHE_SLOTS 8
+#define TCACHE_MAX 64 /* objects a thread's cache of one pool holds at most */
+static __thread struct tslot {
+	const mrd_mempool *pool;
+	uint64_t id;
+	struct tcache *cache;
+} tslots[TCACHE_SLOTS];
+/* Caches made, given back at thread exit, orphaned by a pool's free: rare, so one lock. */
+static pthread_mutex_t caches_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_key_t tslots_key; /* its destructor gives a thread's caches back */
+static pthread_once_t tslots_once = PTHREAD_ONCE_INIT;
+static uint64_t next_pool_id = 1;
+
+#if defined(__x86_64__) || defined(__i386__)
+#define cpu_relax() __builtin_ia32_pause()
+#else
+#define cpu_relax() __asm__ volatile("" ::: "memory")
+#endif
+
+static void tcache_lock(struct tcache *c)
+{
+	while (__atomic_exchange_n(&c->lock, 1, __ATOMIC_ACQUIRE))
+		while (__atomic_load_n(&c->lock, __ATOMIC_RELAXED))
+			cpu_relax();
+}
+
+static void tcache_unlock(struct tcache *c) { __atomic_store_n(&c->lock, 0, __ATOMIC_RELEASE); }
 
 /* Registered with the mrd the handle talks to now: a warm restart forgets registrations. */
 static bool is_registered(const mrd_mempool *p)
@@ -61,12 +104,15 @@ static int pool_new(mrd_client *client, const char *name, size_t n, size_t obj_s
 
 	if (obj_align == 0)
 		obj_align = 8;
-	if (!client || !ret || len == 0 || len >= MRD_MEMPOOL_NAME_MAX ||
-	    !name_printable(name, len) || n == 0 || obj_size == 0 || !is_pow2(obj_align) ||
-	    obj_size > SIZE_MAX - obj_align)
+	if (!client || len == 0 || len >= MRD_MEMPOOL_NAME_MAX ||
+	    !name_printable(name, len) || n == 0 || obj_size == 0 || !is_pow2(obj_align))
 		return set_last_error(-EINVAL, "mrd_mempool: bad argument (a name of 1 to %d bytes "
 				      "of printable ASCII, n and obj_size above 0, obj_align a power "
 				      "of two)", MRD_MEMPOOL_NAME_MAX - 1);
+	if (obj_size > SIZE_MAX - obj_align || n > SIZE_MAX / sizeof(void *) ||
+	    n > SIZE_MAX / ((obj_size + obj_align - 1) & ~(obj_align - 1)))
+		return set_last_error(-ENOMEM, "mrd_mempool: %zu objects of %zu bytes pass the "
+				      "address space", n, obj_size);
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return set_last_error(-ENOMEM, "out of memory");
@@ -75,7 +121,8 @@ static int pool_new(mrd_client *client, const char *name, size_t n, size_t obj_s
 	p->obj_size = obj_size;
 	p->align = obj_align;
 	p->stride = (obj_size + obj_align - 1) & ~(obj_align - 1);
-	p->free_objs = n <= SIZE_MAX / sizeof(void *) ? calloc(n, sizeof(void *)) : NULL;
+	p->id = __atomic_fetch_add(&next_pool_id, 1, __ATOMIC_RELAXED);
+	p->free_objs = calloc(n, sizeof(void *));
 	if (!p->free_objs || pthread_mutex_init(&p->lock, NULL) != 0) {
 		free(p->free_objs);
 		free(p);
@@ -100,10 +147,46 @@ static int add_chunk(mrd_mempool *p, uint8_t *base, size_t n_objs, bool owned)
 	return 0;
 }
 
+static int chunk_by_base(const void *a, const void *b)
+{
+	const struct chunk *x = a, *y = b;
+
+	return x->base < y->base ? -1 : x->base > y->base;
+}
+
+/* The pool is whole: its chunks by address (put finds an object's chunk by bisection), and
+ * a cache in each thread of at most 1/8 of its objects, so that threads' caches hold few of
+ * a small pool's. */
+static void pool_ready(mrd_mempool *p)
+{
+	qsort(p->chunks, p->n_chunks, sizeof(*p->chunks), chunk_by_base);
+	p->cache_size = p->n_objs / 8 < TCACHE_MAX ? (unsigned)(p->n_objs / 8) : TCACHE_MAX;
+}
+
+/* Takes every cache of the pool off it: objects there go with the pool. Their threads free
+ * them (at exit, or when the slot is wanted). */
+static void orphan_caches(mrd_mempool *p)
+{
+	pthread_mutex_lock(&caches_lock);
+	pthread_mutex_lock(&p->lock);
+	for (struct tcache *c = p->caches, *next; c; c = next) {
+		next = c->next;
+		tcache_lock(c);
+		c->pool = NULL;
+		c->n = 0;
+		c->prev = c->next = NULL;
+		tcache_unlock(c);
+	}
+	p->caches = NULL;
+	pthread_mutex_unlock(&p->lock);
+	pthread_mutex_unlock(&caches_lock);
+}
+
 MRD_EXPORT mrd_mempool *mrd_mempool_free(mrd_mempool *p)
 {
 	if (!p)
 		return NULL;
+	orphan_caches(p);
 	if (p->registered)
 		(void)mrd_mempool_unregister(p);
 	for (size_t i = 0; i < p->n_chunks; i++)
@@ -125,11 +208,13 @@ MRD_EXPORT int mrd_mempool_create(mrd_client *client, const char *name, size_t n
 	mrd_mempool *p;
 	int r;
 
+	if (!ret)
+		return set_last_error(-EINVAL, "mrd_mempool_create: NULL ret");
 	r = pool_new(client, name, n, obj_size, obj_align, &p);
 	if (r < 0)
 		return r;
 	per_chunk = chunk_size ? chunk_size / p->stride : n;
-	if (per_chunk == 0 || n > SIZE_MAX / p->stride) {
+	if (per_chunk == 0) {
 		mrd_mempool_free(p);
 		return set_last_error(-EINVAL, "mrd_mempool_create: chunk_size holds no object");
 	}
@@ -146,6 +231,7 @@ MRD_EXPORT int mrd_mempool_create(mrd_client *client, const char *name, size_t n
 			return r;
 		}
 	}
+	pool_ready(p);
 	*ret = p;
 	return 0;
 }
@@ -159,6 +245,8 @@ MRD_EXPORT int mrd_mempool_create_in(mrd_client *client, const char *name, void 
 	size_t n = 0;
 	int r;
 
+	if (!ret)
+		return set_last_error(-EINVAL, "mrd_mempool_create_in: NULL ret");
 	r = pool_new(client, name, 1, obj_size, obj_align, &p);
 	if (r < 0)
 		return r;
@@ -167,7 +255,8 @@ MRD_EXPORT int mrd_mempool_create_in(mrd_client *client, const char *name, void 
 		n = (length - (first - base) - p->obj_size) / p->stride + 1;
 	if (n == 0) {
 		mrd_mempool_free(p);
-		return set_last_error(-EINVAL, "mrd_mempool_create_in: no room for an object");
+		return set_last_error(-EINVAL, "mrd_mempool_create_in: %s",
+				      mem ? "no room for an object" : "NULL memory");
 	}
 	free(p->free_objs);
 	p->free_objs = calloc(n, sizeof(void *));
@@ -177,29 +266,294 @@ MRD_EXPORT int mrd_mempool_create_in(mrd_client *client, const char *name, void 
 		mrd_mempool_free(p);
 		return r;
 	}
+	pool_ready(p);
 	*ret = p;
 	return 0;
 }
 
-MRD_EXPORT void *mrd_mempool_get(mrd_mempool *p)
-{
-	void *obj = NULL;
+static int give_locked(mrd_mempool *p, void *const *objs, unsigned n);
 
-	pthread_mutex_lock(&p->lock);
-	if (p->n_free > 0)
-		obj = p->free_objs[--p->n_free];
-	pthread_mutex_unlock(&p->lock);
-	if (!obj)
-		set_last_error(-ENOBUFS, "mempool '%s': all %zu objects are out", p->name, p->n_objs);
-	return obj;
+/* At thread exit: each cache's objects back to its pool, the caches freed. */
+static void tslots_release(void *unused)
+{
+	(void)unused;
+	pthread_mutex_lock(&caches_lock);
+	for (unsigned i = 0; i < TCACHE_SLOTS; i++) {
+		struct tcache *c = tslots[i].cache;
+		mrd_mempool *p;
+
+		if (!c)
+			continue;
+		p = c->pool;
+		if (p) {
+			pthread_mutex_lock(&p->lock);
+			tcache_lock(c); /* a stealer may be in it */
+			(void)give_locked(p, c->objs, c->n);
+			c->n = 0;
+			tcache_unlock(c);
+			if (c->prev)
+				c->prev->next = c->next;
+			else
+				p->caches = c->next;
+			if (c->next)
+				c->next->prev = c->prev;
+			pthread_mutex_unlock(&p->lock);
+		}
+		free(c);
+		tslots[i] = (struct tslot){ 0 };
+	}
+	pthread_mutex_unlock(&caches_lock);
 }
 
-MRD_EXPORT void mrd_mempool_put(mrd_mempool *p, void *obj)
+static void tslots_init(void) { (void)pthread_key_create(&tslots_key, tslots_release); }
+
+/* The thread's first call on the pool: a cache for it in a free slot (or one whose pool is
+ * gone); NULL when none is free or memory is short: the shared stack serves. */
+static __attribute__((noinline)) struct tcache *tcache_attach(mrd_mempool *p)
 {
+	struct tcache *c = NULL;
+
+	pthread_once(&tslots_once, tslots_init);
+	pthread_mutex_lock(&caches_lock);
+	for (unsigned i = 0; i < TCACHE_SLOTS; i++) {
+		struct tslot *s = &tslots[i];
+
+		if (s->cache && s->cache->pool)
+			continue;
+		free(s->cache); /* its pool was freed */
+		*s = (struct tslot){ 0 };
+		c = aligned_alloc(64, (sizeof(*c) + p->cache_size * sizeof(void *) + 63) & ~(size_t)63);
+		if (!c)
+			break;
+		*c = (struct tcache){ .cap = p->cache_size, .pool = p };
+		pthread_mutex_lock(&p->lock);
+		c->next = p->caches;
+		if (c->next)
+			c->next->prev = c;
+		p->caches = c;
+		pthread_mutex_unlock(&p->lock);
+		*s = (struct tslot){ p, p->id, c };
+		(void)pthread_setspecific(tslots_key, tslots); /* so that exit gives it back */
+		break;
+	}
+	pthread_mutex_unlock(&caches_lock);
+	return c;
+}
+
+/* This thread's cache of the pool, NULL for none. */
+static inline struct tcache *tcache_of(mrd_mempool *p)
+{
+	if (p->cache_size == 0)
+		return NULL;
+	for (unsigned i = 0; i < TCACHE_SLOTS; i++)
+		if (tslots[i].pool == p && tslots[i].id == p->id)
+			return tslots[i].cache;
+	return tcache_attach(p);
+}
+
+/* Up to want objects from the shared stack into objs, then from other threads' caches when it
+ * has none left: how many. Called with the pool's lock. */
+static unsigned take_locked(mrd_mempool *p, void **objs, unsigned want, const struct tcache *mine)
+{
+	unsigned got = 0;
+
+	while (got < want && p->n_free > 0)
+		objs[got++] = p->free_objs[--p->n_free];
+	for (struct tcache *c = p->caches; got < want && c; c = c->next) {
+		if (c == mine || __atomic_load_n(&c->n, __ATOMIC_RELAXED) == 0)
+			continue;
+		tcache_lock(c);
+		while (got < want && c->n > 0)
+			objs[got++] = c->objs[--c->n];
+		tcache_unlock(c);
+	}
+	return got;
+}
+
+/* Into the shared stack: -EALREADY, saying so, for objects past the pool's size (each was put
+ * more often than got); those are dropped. Called with the pool's lock. */
+static int give_locked(mrd_mempool *p, void *const *objs, unsigned n)
+{
+	unsigned i;
+
+	for (i = 0; i < n && p->n_free < p->n_objs; i++)
+		p->free_objs[p->n_free++] = objs[i];
+	if (i < n)
+		return set_last_error(-EALREADY, "mempool '%s': %u more objects put than got (an "
+				      "object put already?): all %zu are in already", p->name, n - i,
+				      p->n_objs);
+	return 0;
+}
+
+static int null_pool(const char *call)
+{
+	return set_last_error(-EINVAL, "%s: NULL pool or objects", call);
+}
+
+/* n objects into objs, all or none. */
+static int get_objs(mrd_mempool *p, void **objs, unsigned n)
+{
+	struct tcache *c = tcache_of(p);
+	unsigned got = 0, more;
+	void *buf[TCACHE_MAX];
+
+	if (c) {
+		tcache_lock(c);
+		if (c->n >= n) { /* the fast path: the thread's own cache */
+			c->n -= n;
+			memcpy(objs, &c->objs[c->n], n * sizeof(*objs));
+			tcache_unlock(c);
+			return 0;
+		}
+		got = c->n;
+		memcpy(objs, c->objs, got * sizeof(*objs));
+		c->n = 0;
+		tcache_unlock(c);
+	}
+	/* The rest, and half a cache more to refill it, from the pool. Not with the cache's lock
+	 * held: a stealer takes the pool's lock before a cache's. */
+	more = c ? c->cap / 2 : 0;
 	pthread_mutex_lock(&p->lock);
-	if (p->n_free < p->n_objs) /* more puts than gets would overrun the stack */
-		p->free_objs[p->n_free++] = obj;
+	got += take_locked(p, objs + got, n - got, c);
+	if (got < n) {
+		int r = give_locked(p, objs, got); /* none, then */
+
+		pthread_mutex_unlock(&p->lock);
+		(void)r;
+		if (n == 1)
+			return set_last_error(-ENOBUFS, "mempool '%s': all %zu objects are out",
+					      p->name, p->n_objs);
+		return set_last_error(-ENOBUFS, "mempool '%s': fewer than %u of its %zu objects "
+				      "are free", p->name, n, p->n_objs);
+	}
+	more = take_locked(p, buf, more, c);
 	pthread_mutex_unlock(&p->lock);
+	if (more) {
+		tcache_lock(c); /* only its thread adds to it: room for more */
+		memcpy(&c->objs[c->n], buf, more * sizeof(*buf));
+		c->n += more;
+		tcache_unlock(c);
+	}
+	return 0;
+}
+
+/* 0, or -EINVAL (saying why) when obj is not the start of one of the pool's objects. */
+static int check_obj(const mrd_mempool *p, const void *obj)
+{
+	uintptr_t a = (uintptr_t)obj, off;
+	size_t lo = 0, hi = p->n_chunks;
+	const struct chunk *ch;
+
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if ((uintptr_t)p->chunks[mid].base <= a)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	ch = &p->chunks[lo];
+	off = a - (uintptr_t)ch->base;
+	if (!obj || a < (uintptr_t)ch->base || off >= ch->n_objs * p->stride)
+		return set_last_error(-EINVAL, "%p is not an object of mempool '%s'", obj, p->name);
+	off = is_pow2(p->stride) ? off & (p->stride - 1) : off % p->stride;
+	if (off)
+		return set_last_error(-EINVAL, "%p is %zu bytes into an object of mempool '%s', not "
+				      "its start", obj, (size_t)off, p->name);
+	return 0;
+}
+
+/* n objects back, checked first: all or none. */
+static int put_objs(mrd_mempool *p, void *const *objs, unsigned n)
+{
+	struct tcache *c;
+	void *buf[TCACHE_MAX];
+	unsigned out = 0;
+	int r;
+
+	for (unsigned i = 0; i < n; i++) {
+		r = check_obj(p, objs[i]);
+		if (r < 0)
+			return r;
+	}
+	c = tcache_of(p);
+	if (!c) {
+		pthread_mutex_lock(&p->lock);
+		r = give_locked(p, objs, n);
+		pthread_mutex_unlock(&p->lock);
+		return r;
+	}
+	tcache_lock(c);
+	/* The same object twice in a row: cheap to see, and the commonest double put. */
+	if (c->n > 0 && c->objs[c->n - 1] == objs[0]) {
+		tcache_unlock(c);
+		return set_last_error(-EALREADY, "%p was put already (mempool '%s')", objs[0],
+				      p->name);
+	}
+	if (c->n + n <= c->cap) { /* the fast path */
+		memcpy(&c->objs[c->n], objs, n * sizeof(*objs));
+		c->n += n;
+		tcache_unlock(c);
+		return 0;
+	}
+	/* Full: the older half goes to the pool (the newer ones stay warm), and what does not fit
+	 * with them. */
+	out = c->cap / 2 < c->n ? c->cap / 2 : c->n;
+	if (n <= c->cap - (c->n - out)) {
+		memcpy(buf, c->objs, out * sizeof(*buf));
+		memmove(c->objs, &c->objs[out], (c->n - out) * sizeof(*buf));
+		c->n -= out;
+		memcpy(&c->objs[c->n], objs, n * sizeof(*objs));
+		c->n += n;
+		tcache_unlock(c);
+		pthread_mutex_lock(&p->lock);
+		r = give_locked(p, buf, out);
+		pthread_mutex_unlock(&p->lock);
+		return r;
+	}
+	tcache_unlock(c); /* more than a cache: straight to the pool */
+	pthread_mutex_lock(&p->lock);
+	r = give_locked(p, objs, n);
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+MRD_EXPORT void *mrd_mempool_get(mrd_mempool *p)
+{
+	void *obj;
+
+	if (!p) {
+		(void)null_pool("mrd_mempool_get");
+		return NULL;
+	}
+	return get_objs(p, &obj, 1) == 0 ? obj : NULL;
+}
+
+MRD_EXPORT int mrd_mempool_put(mrd_mempool *p, void *obj)
+{
+	if (!p)
+		return null_pool("mrd_mempool_put");
+	return put_objs(p, &obj, 1);
+}
+
+MRD_EXPORT int mrd_mempool_get_bulk(mrd_mempool *p, void **objs, unsigned n)
+{
+	if (!p || (!objs && n))
+		return null_pool("mrd_mempool_get_bulk");
+	if (n > p->n_objs)
+		return set_last_error(-ENOBUFS, "mempool '%s' has %zu objects, not %u", p->name,
+				      p->n_objs, n);
+	return n ? get_objs(p, objs, n) : 0;
+}
+
+MRD_EXPORT int mrd_mempool_put_bulk(mrd_mempool *p, void *const *objs, unsigned n)
+{
+	if (!p || (!objs && n))
+		return null_pool("mrd_mempool_put_bulk");
+	if (n > p->n_objs)
+		return set_last_error(-EINVAL, "mempool '%s' has %zu objects, and %u are put",
+				      p->name, p->n_objs, n);
+	return n ? put_objs(p, objs, n) : 0;
 }
 
 MRD_EXPORT size_t mrd_mempool_size(const mrd_mempool *p) { return p ? p->n_objs : 0; }
@@ -212,6 +566,8 @@ MRD_EXPORT size_t mrd_mempool_available(mrd_mempool *p)
 		return 0;
 	pthread_mutex_lock(&p->lock);
 	n = p->n_free;
+	for (const struct tcache *c = p->caches; c; c = c->next)
+		n += __atomic_load_n(&c->n, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&p->lock);
 	return n;
 }

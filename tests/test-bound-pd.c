@@ -1283,7 +1283,7 @@ START_TEST(test_bind_refuses_what_is_no_uverbs_fd)
 		uint64_t a = td_alloc(fd2, 9, 4096);
 
 		td_lookup(fd2, 10, a, 0, NULL);
-		refused_with(fd2, 11, null, EBUSY, "before the connection's first MrLookup");
+		refused_with(fd2, 11, null, EBUSY, "before the handle's first key lookup");
 		close(fd2);
 	}
 	close(pipefd[0]);

@@ -539,7 +539,7 @@ START_TEST(test_containers_get_domains_of_their_own)
 	ck_assert_msg(strstr(out, "uid-65534 ("), "mrctl said: %s", out);
 
 	ck_assert_int_eq(mrctl_in_container(a, (uid_t)-1, "flush", NULL), 1);
-	ck_assert_msg(strstr(out, "Flush needs root or the admin group"), "mrctl said: %s", out);
+	ck_assert_msg(strstr(out, "mrctl flush needs root or the admin group"), "mrctl said: %s", out);
 	ck_assert_int_eq(mrctl_in_container(a, (uid_t)-1, "status", NULL), 0);
 	ck_assert_msg(strstr(out, "ctr-3f2a9b1c0d4e (") && !strstr(out, "requests:"),
 		      "mrctl said: %s", out);
@@ -761,7 +761,7 @@ START_TEST(test_rev_peer_outside_mrds_pid_namespace_is_no_admin)
 	}
 	r = run_capture(argv, out, sizeof(out), (uid_t)-1);
 	mrd_proc_signal(&inner, SIGKILL);
-	ck_assert_msg(r == 1 && strstr(out, "Flush needs root or the admin group"),
+	ck_assert_msg(r == 1 && strstr(out, "mrctl flush needs root or the admin group"),
 		      "root outside mrd's pid namespace flushed (%d): %s", r, out);
 }
 END_TEST
@@ -790,7 +790,7 @@ START_TEST(test_views_and_changes_for_others)
 	ck_assert_int_eq(mrctl_run(uid, "dump", NULL), 0);
 	ck_assert_msg(!strstr(out, mrd_client_domain(c)), "mrctl said: %s", out);
 	ck_assert_int_eq(mrctl_run(uid, "flush", NULL), 1);
-	ck_assert_msg(strstr(out, "Flush needs root or the admin group"), "mrctl said: %s", out);
+	ck_assert_msg(strstr(out, "mrctl flush needs root or the admin group"), "mrctl said: %s", out);
 	ck_assert_int_eq(mrctl_run((uid_t)-1, "clients", NULL), 0); /* root sees it */
 	ck_assert_msg(strstr(out, mrd_client_domain(c)), "mrctl said: %s", out);
 	ck_assert_ptr_null(mrd_client_close(c));

@@ -149,6 +149,140 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* Threads mixing single and bulk get/put through their caches, some exiting with objects
+ * cached: each object is held by one thread at a time (a mark in it says whose), and when all
+ * are joined every object is back, once. */
+#define STRESS_OBJS 512
+#define STRESS_THREADS 4
+
+struct stress {
+	mrd_mempool *pool;
+	unsigned id, rounds;
+	int fails;
+};
+
+static void *stress_thread(void *arg)
+{
+	struct stress *st = arg;
+	void *mine[48];
+
+	for (unsigned round = 0; round < st->rounds; round++) {
+		unsigned n = 1 + round % 48, got = 0;
+
+		if (round % 3 == 0) {
+			if (mrd_mempool_get_bulk(st->pool, mine, n) == 0)
+				got = n;
+		} else
+			while (got < n && (mine[got] = mrd_mempool_get(st->pool)))
+				got++;
+		for (unsigned i = 0; i < got; i++)
+			*(volatile uintptr_t *)mine[i] = (uintptr_t)mine[i] ^ st->id;
+		for (unsigned i = 0; i < got; i++)
+			if (*(volatile uintptr_t *)mine[i] != ((uintptr_t)mine[i] ^ st->id))
+				st->fails++; /* another thread holds it too */
+		/* Even rounds give back in one bulk, odd ones one by one. */
+		if (round % 2 == 0 ? mrd_mempool_put_bulk(st->pool, mine, got) != 0 : 0)
+			st->fails++;
+		else if (round % 2)
+			for (unsigned i = 0; i < got; i++)
+				if (mrd_mempool_put(st->pool, mine[i]) != 0)
+					st->fails++;
+	}
+	return NULL; /* exits with its cache full: given back */
+}
+
+static int by_address(const void *a, const void *b)
+{
+	uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+struct taker {
+	mrd_mempool *pool;
+	unsigned n;
+	int r;
+};
+
+/* Takes n objects at once and puts them back: they sit in its cache as it exits. */
+static void *taker_thread(void *arg)
+{
+	struct taker *tk = arg;
+	void *objs[64];
+
+	tk->r = mrd_mempool_get_bulk(tk->pool, objs, tk->n);
+	if (tk->r == 0)
+		tk->r = mrd_mempool_put_bulk(tk->pool, objs, tk->n);
+	return NULL;
+}
+
+START_TEST(test_cache_stress)
+{
+	mrd_client *c = connect_ok();
+	struct stress st[STRESS_THREADS];
+	pthread_t t[STRESS_THREADS];
+	static void *all[STRESS_OBJS + 1];
+	mrd_mempool *p;
+
+	ck_assert_int_eq(mrd_mempool_create(c, "stress", STRESS_OBJS, 64, 0, 4 * KiB, 0, &p), 0);
+	for (int wave = 0; wave < 3; wave++) {
+		for (unsigned i = 0; i < STRESS_THREADS; i++) {
+			st[i] = (struct stress){ .pool = p, .id = i + 1, .rounds = 3000 };
+			ck_assert_int_eq(pthread_create(&t[i], NULL, stress_thread, &st[i]), 0);
+		}
+		/* This thread too, its cache kept across waves. */
+		{
+			struct stress me = { .pool = p, .id = 99, .rounds = 500 };
+
+			stress_thread(&me);
+			ck_assert_int_eq(me.fails, 0);
+		}
+		for (unsigned i = 0; i < STRESS_THREADS; i++) {
+			ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+			ck_assert_int_eq(st[i].fails, 0);
+		}
+		ck_assert_uint_eq(mrd_mempool_available(p), STRESS_OBJS);
+	}
+	/* Every object once: all of them out in one bulk, none twice, then no more. */
+	ck_assert_int_eq(mrd_mempool_get_bulk(p, all, STRESS_OBJS), 0);
+	ck_assert_ptr_null(mrd_mempool_get(p));
+	ck_assert_int_eq(mrd_mempool_get_bulk(p, all + STRESS_OBJS, 1), -ENOBUFS);
+	qsort(all, STRESS_OBJS, sizeof(*all), by_address);
+	for (unsigned i = 1; i < STRESS_OBJS; i++)
+		ck_assert_ptr_ne(all[i], all[i - 1]);
+	ck_assert_int_eq(mrd_mempool_put_bulk(p, all, STRESS_OBJS), 0);
+	ck_assert_uint_eq(mrd_mempool_available(p), STRESS_OBJS);
+	/* Freed with objects in this thread's cache and in no one else's; a new pool at the same
+	 * address gets no stale cache. */
+	ck_assert_ptr_nonnull(all[0] = mrd_mempool_get(p));
+	ck_assert_int_eq(mrd_mempool_put(p, all[0]), 0);
+	/* Free objects only in this thread's cache: another thread's get takes them. */
+	ck_assert_int_eq(mrd_mempool_get_bulk(p, all, STRESS_OBJS), 0);
+	for (unsigned i = 0; i < 8; i++)
+		ck_assert_int_eq(mrd_mempool_put(p, all[i]), 0);
+	ck_assert_uint_eq(mrd_mempool_available(p), 8);
+	{
+		struct taker tk = { .pool = p, .n = 8 };
+		pthread_t th;
+
+		ck_assert_int_eq(pthread_create(&th, NULL, taker_thread, &tk), 0);
+		ck_assert_int_eq(pthread_join(th, NULL), 0);
+		ck_assert_int_eq(tk.r, 0);
+		ck_assert_uint_eq(mrd_mempool_available(p), 8); /* back, from its exit */
+	}
+	ck_assert_int_eq(mrd_mempool_put_bulk(p, all + 8, STRESS_OBJS - 8), 0);
+	ck_assert_uint_eq(mrd_mempool_available(p), STRESS_OBJS);
+	mrd_mempool_free(p);
+	ck_assert_int_eq(mrd_mempool_create(c, "again", 64, 64, 0, 0, 0, &p), 0);
+	ck_assert_uint_eq(mrd_mempool_available(p), 64);
+	ck_assert_int_eq(mrd_mempool_get_bulk(p, all, 64), 0);
+	ck_assert_int_eq(mrd_mempool_put_bulk(p, all, 64), 0);
+	ck_assert_uint_eq(mrd_mempool_available(p), 64);
+	mrd_mempool_free(p);
+	mrd_client_close(c);
+}
+END_TEST
+
 START_TEST(test_register_populate_lookup)
 {
 	mrd_client *c = connect_ok();
@@ -307,6 +441,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_objects);
 	tcase_add_test(tc, test_threads);
+	tcase_add_test(tc, test_cache_stress);
 	tcase_add_test(tc, test_register_populate_lookup);
 	tcase_add_test(tc, test_extmem_pool);
 	tcase_add_test(tc, test_extmem_ranges_merge);

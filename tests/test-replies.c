@@ -149,13 +149,13 @@ START_TEST(test_alloc_refusals_say_what)
 	Mrd__Response *resp;
 
 	send_alloc(fd, 2, UINT64_MAX, 0, 0);
-	resp = td_expect(fd, 2, EINVAL);
+	resp = td_expect(fd, 2, ENOMEM);
 	ck_assert_msg(!strstr(resp->message, "alias"), "%s", resp->message);
 	ck_assert_msg(strstr(resp->message, "size of 18446744073709551615 bytes"), "%s",
 		      resp->message);
 	mrd__response__free_unpacked(resp, NULL);
 	send_alloc(fd, 3, UINT64_MAX - page + 2, 0, 0);
-	expect_message(fd, 3, EINVAL, "bytes: rounded up to whole pages it passes 2^64");
+	expect_message(fd, 3, ENOMEM, "bytes: rounded up to whole pages it passes 2^64");
 	send_alloc(fd, 4, page, 0, 0x1001);
 	expect_message(fd, 4, EINVAL, "alias 0x1001 is not page-aligned");
 	send_alloc(fd, 5, 2 * page, 0, UINT64_MAX - page + 1);

@@ -68,6 +68,44 @@ static const struct request_type request_types[] = {
  * worker takes it along for its answer (request_wait). */
 static const struct request_type *running;
 
+/* What a user calls to make each request: what messages name (a user never sees the wire). */
+static const char *const request_apis[] = {
+	[MRD__REQUEST__BODY_HELLO] = "mrd_client_connect()",
+	[MRD__REQUEST__BODY_PING] = "mrd_client_ping()",
+	[MRD__REQUEST__BODY_STATUS] = "mrctl status",
+	[MRD__REQUEST__BODY_EXPORT_PD] = "mrd_client_get_pd()",
+	[MRD__REQUEST__BODY_JOIN_DOMAIN] = "mrd_client_connect()",
+	[MRD__REQUEST__BODY_ALLOC] = "mrd_mem_alloc()",
+	[MRD__REQUEST__BODY_FREE] = "mrd_mem_free()",
+	[MRD__REQUEST__BODY_ALIAS_SPAN] = "libmrd-preload's registration",
+	[MRD__REQUEST__BODY_MAP] = "mrd_mem_map()",
+	[MRD__REQUEST__BODY_EXTMEM_ATTACH] = "mrd_extmem_attach()",
+	[MRD__REQUEST__BODY_EXTMEM_DETACH] = "mrd_extmem_detach()",
+	[MRD__REQUEST__BODY_CLIENTS] = "mrctl clients",
+	[MRD__REQUEST__BODY_MR_LOOKUP] = "mrd_keys_query()",
+	[MRD__REQUEST__BODY_DMA] = "mrd_dma()",
+	[MRD__REQUEST__BODY_MEMPOOL_REGISTER] = "mrd_mempool_register()",
+	[MRD__REQUEST__BODY_MEMPOOL_UNREGISTER] = "mrd_mempool_unregister()",
+	[MRD__REQUEST__BODY_MEMPOOLS] = "mrctl mempools",
+	[MRD__REQUEST__BODY_PREFETCH] = "mrd_prefetch()",
+	[MRD__REQUEST__BODY_FRMR_POOLS] = "mrctl pools",
+	[MRD__REQUEST__BODY_FRMR_POOLS_SET] = "mrctl pools set",
+	[MRD__REQUEST__BODY_FLUSH] = "mrctl flush",
+	[MRD__REQUEST__BODY_DOMAIN_DUMP] = "mrctl dump",
+	[MRD__REQUEST__BODY_BIND_PD] = "mrd_client_bind_pd()",
+	[MRD__REQUEST__BODY_SHUTDOWN] = "mrctl shutdown",
+	[MRD__REQUEST__BODY_RELOAD] = "mrctl reload",
+};
+
+/* The call behind a request, for messages; its wire name where none is listed. */
+static const char *request_api(int body_case, const struct request_type *type)
+{
+	if (body_case > 0 && (size_t)body_case < ELEMENTSOF(request_apis) &&
+	    request_apis[body_case])
+		return request_apis[body_case];
+	return type->name;
+}
+
 const struct request_type *request_type_lookup(int body_case)
 {
 	if (body_case <= 0 || (size_t)body_case >= ELEMENTSOF(request_types))
@@ -257,8 +295,9 @@ static int run_handler(struct client *c, const struct request_type *type,
 			return k;
 	}
 	if (type->domain_pd && (c->bound || c->bound_lost)) {
-		reply_set_message(r, "%s works on the domain's PD, and this connection is bound to "
-				  "a PD of its own context (BindPd): connect again for it", type->name);
+		reply_set_message(r, "%s works on the domain's PD, and this handle is bound to a PD "
+				  "of its own context (mrd_client_bind_pd()): use a handle of its own "
+				  "for it", request_api(req->body_case, type));
 		return -EOPNOTSUPP;
 	}
 	if (type->needs_domain) {
@@ -340,14 +379,15 @@ int dispatch_packet(struct client *c, struct wire_packet *pkt)
 	} else if (type->admin && !c->admin) {
 		/* Not a protocol error: a well-formed request this peer may not make. */
 		r.type = type;
-		reply_set_message(&r, "%s needs root or the admin group", type->name);
+		reply_set_message(&r, "%s needs root or the admin group",
+				  request_api(req->body_case, type));
 		reply_send(c, &r, -EPERM);
 		k = 0;
 	} else if (type->alone && c->n_pending > 0) {
 		r.type = type;
 		reply_set_message(&r, "%s is answered only when no other request of this connection "
 				  "waits, and %u still do: ask again once they are answered",
-				  type->name, c->n_pending);
+				  request_api(req->body_case, type), c->n_pending);
 		reply_send(c, &r, -EBUSY);
 		k = 0;
 	} else {

@@ -43,9 +43,9 @@ int request_bind_pd(struct client *c, struct domain *d, const Mrd__Request *req,
 				  "connection (connect again for another)");
 		k = -EALREADY;
 	} else if (c->keys_out) {
-		reply_set_message(r, "BindPd comes before the connection's first MrLookup (or "
-				  "anything else of the domain's PD): keys handed out before are of "
-				  "the domain's PD");
+		reply_set_message(r, "mrd_client_bind_pd() comes before the handle's first key "
+				  "lookup (or anything else of the domain's PD): keys handed out "
+				  "before are of the domain's PD");
 		k = -EBUSY;
 	} else
 		k = domain_bind_pd(d, fd, req->bind_pd->pd_handle, c->owner.mem.pid, &c->bound,

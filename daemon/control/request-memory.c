@@ -93,9 +93,10 @@ int request_alloc_check(const Mrd__Request *req, struct reply *r)
 
 	/* The pages it takes: the size rounded up, as the allocation will be. */
 	if (q->size > UINT64_MAX - (page - 1)) {
+		/* No memory can be that large: -ENOMEM, as malloc() and mmap() say. */
 		reply_set_message(r, "a size of %" PRIu64 " bytes: rounded up to whole pages it "
 				  "passes 2^64", q->size);
-		return -EINVAL;
+		return -ENOMEM;
 	}
 	if (q->alias % page) {
 		reply_set_message(r, "alias 0x%" PRIx64 " is not page-aligned (pages of %" PRIu64
@@ -211,7 +212,7 @@ static int owned_allocation(struct client *c, struct domain *d, uint64_t address
 	if (a->arena->external != external) {
 		reply_set_message(r, "0x%" PRIx64 " is %s: use %s", address,
 				  external ? "allocated memory" : "attached memory",
-				  external ? "Free" : "ExtmemDetach");
+				  external ? "mrd_mem_free()" : "mrd_extmem_detach()");
 		return -EINVAL;
 	}
 	*ret = a;

@@ -194,7 +194,7 @@ static int dma_result(struct domain *d, const Mrd__DmaRequest *q, int k, struct 
 	else if (k == -EADDRNOTAVAIL)
 		reply_set_message(r, "the device's port has no address (GID) to loop back through");
 	else if (k == -EAGAIN)
-		reply_set_message(r, "not done: it waited %u s behind other Dma requests",
+		reply_set_message(r, "not done: it waited %u s behind other mrd_dma() calls",
 				  (unsigned)(DMA_WAIT_USEC / USEC_PER_SEC));
 	else if (k == -ECANCELED)
 		reply_set_message(r, "not done: mrd is stopping");
@@ -251,7 +251,7 @@ int request_dma(struct client *c, struct domain *d, const Mrd__Request *req,
 	int k;
 
 	if (domain_dma_jobs(d) >= DMA_QUEUED_MAX) {
-		reply_set_message(r, "%u Dma requests of domain %s wait already: ask again when one "
+		reply_set_message(r, "%u mrd_dma() calls of domain %s wait already: ask again when one "
 				     "is answered", DMA_QUEUED_MAX, d->name);
 		return -EBUSY;
 	}

@@ -78,7 +78,7 @@ static int open_context(struct domain *d, int fd, struct client_context **ret,
 	if (k < 0)
 		return k;
 	if (!d->reg.base.provider->ops->cmd_fd) {
-		snprintf(why, why_size, "the %s provider has no RDMA device: BindPd needs mrd on a "
+		snprintf(why, why_size, "the %s provider has no RDMA device: mrd_client_bind_pd() needs mrd on a "
 			 "verbs device (mrd --provider verbs)", provider_name(d->reg.base.provider));
 		return -EOPNOTSUPP;
 	}

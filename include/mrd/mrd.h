@@ -203,6 +203,12 @@ int mrd_cache_keys(mrd_cache *cache, const void *addr, struct mrd_keys *ret);
  * hit path costs more than the hit.) 0 for NULL. */
 uint64_t mrd_cache_asked(const mrd_cache *cache);
 
+/* Why the cache's last lookup that asked mrd failed: after mrd_cache_lkey() returned
+ * MRD_KEY_INVALID (or mrd_cache_keys() failed), its negative errno (-ENOENT, -EDQUOT, ...;
+ * mrd_last_error() has the words), with no second call; 0 once a lookup that asked mrd got a
+ * key (hits leave it alone). No request. -EINVAL for NULL. */
+int mrd_cache_error(const mrd_cache *cache);
+
 /* Out-of-line part of mrd_cache_lkey(). */
 uint32_t mrd_cache_lkey_slow(mrd_cache *cache, const void *addr);
 
@@ -225,7 +231,8 @@ struct mrd_cache_hot {
 #define MRD_INLINE static __inline__
 #endif
 
-/* The lkey for addr, or MRD_KEY_INVALID (mrd_last_error() says why). The hit on the most
+/* The lkey for addr, or MRD_KEY_INVALID (mrd_cache_error() gives the errno, mrd_last_error()
+ * the words). The hit on the most
  * recently used entry is inline: a load of the generation and two compares (about a ns);
  * anything else is mrd_cache_keys(). */
 MRD_INLINE uint32_t mrd_cache_lkey(mrd_cache *cache, const void *addr)
@@ -274,11 +281,32 @@ int mrd_mempool_create_in(mrd_client *client, const char *name, void *mem, size_
  * NULL-safe; returns NULL. Objects still out are lost with it. */
 mrd_mempool *mrd_mempool_free(mrd_mempool *pool);
 
-/* An object, or NULL when all are out. No request (a mutex), as for put, size, available. */
+/*
+ * An object, or NULL when none is free (-ENOBUFS in mrd_last_error()) or pool is NULL. No
+ * request, as for every call down to mrd_mempool_available(). Each thread keeps a cache of up to
+ * 64 of a pool's free objects (1/8 of a smaller pool's; DPDK's per-lcore cache): get and put
+ * take it first, with a lock no other thread takes while it has objects elsewhere to take; a
+ * get that finds none free anywhere else takes from other threads' caches, so an object is
+ * never out of reach. A thread's cache goes back to the pool when the thread exits; a thread
+ * keeps caches for 8 pools at a time (others go to the pool's shared stack, a mutex).
+ */
 void *mrd_mempool_get(mrd_mempool *pool);
-/* Gives back an object that mrd_mempool_get() returned. */
-void mrd_mempool_put(mrd_mempool *pool, void *obj);
-/* Objects in the pool, and how many of them are not out. */
+/*
+ * Gives back an object that mrd_mempool_get() returned. -EINVAL (the pool is not changed) for
+ * NULL, an address that is not an object of the pool, or not an object's start; -EALREADY for an
+ * object put twice where that is seen: put right after its own last put in the same thread, or
+ * one object more than the pool has (the extra one is dropped). A double put seen neither way
+ * hands the object out twice later, as in DPDK: do not.
+ */
+int mrd_mempool_put(mrd_mempool *pool, void *obj);
+/* n objects into objs[0..n), all or none: 0, or -ENOBUFS (none taken) when fewer than n are
+ * free, -EINVAL for NULL. A bulk of 32 costs well under 32 gets. */
+int mrd_mempool_get_bulk(mrd_mempool *pool, void **objs, unsigned n);
+/* n objects back, each checked first: all or none (-EINVAL as mrd_mempool_put(), none put);
+ * -EALREADY as there. */
+int mrd_mempool_put_bulk(mrd_mempool *pool, void *const *objs, unsigned n);
+/* Objects in the pool, and how many of them are not out (threads' caches included). 0 for
+ * NULL. */
 size_t mrd_mempool_size(const mrd_mempool *pool);
 size_t mrd_mempool_available(mrd_mempool *pool);
 
