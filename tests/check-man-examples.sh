@@ -14,12 +14,12 @@ trap '[ -n "$pid" ] && kill $pid 2> /dev/null; [ -n "$pid" ] && wait $pid 2> /de
 status=0
 fail() { echo "FAIL: $*"; status=1; }
 
-# The program of a page: the first .nf/.fi block of its EXAMPLE section that holds main(),
+# The program of a page: the first .nf/.fi (or .EX/.EE) block of its EXAMPLE section that holds main(),
 # with roff's escapes undone (\- to -, \e to \, \& to nothing).
 example_of() {
 	sed -n '/^\.SH EXAMPLE/,/^\.SH/p' "$1" | awk '
-		/^\.nf/ { inblock = 1; text = ""; next }
-		/^\.fi/ { if (inblock && text ~ /main\(/) { printf "%s", text; exit } inblock = 0; next }
+		/^\.(nf|EX)/ { inblock = 1; text = ""; next }
+		/^\.(fi|EE)/ { if (inblock && text ~ /main\(/) { printf "%s", text; exit } inblock = 0; next }
 		inblock { text = text $0 "\n" }' |
 		sed -e 's/\\-/-/g' -e 's/\\(aq/'"'"'/g' -e 's/\\&//g' -e 's/\\e/\\/g'
 }
