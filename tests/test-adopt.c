@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -306,9 +307,10 @@ START_TEST(test_other_process_gets_no_keys)
 END_TEST
 
 /* A writer thread writes 1, 2, 3, ... into consecutive slots of the buffer while its pages
- * move onto mrd's (or back): every value must be there after. */
-#define SLOTS (4 * MiB / sizeof(uint64_t))
-#define TRIES 8
+ * move onto mrd's (or back): every value must be there after. Big enough that the copy and
+ * the writer overlap on a loaded 2-core machine. */
+#define SLOTS (24 * MiB / sizeof(uint64_t))
+#define TRIES 6
 
 struct writer {
 	uint64_t *slots;
@@ -387,6 +389,57 @@ START_TEST(test_writer_loses_nothing)
 }
 END_TEST
 
+/* File-backed shared memory: a /dev/shm file (no seal possible) is attached; shrunk under mrd,
+ * a DMA into it fails with EFAULT and mrd lives on. A memfd that could be sealed must be; a
+ * file elsewhere than tmpfs or hugetlbfs is refused. */
+START_TEST(test_shm_file_attach)
+{
+	char name[64], *w;
+	struct mrd_keys k;
+	struct statfs sfs;
+	int fd, r;
+
+	snprintf(name, sizeof(name), "/mrd-adopt-test-%d", (int)getpid());
+	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	shm_unlink(name);
+	ck_assert_int_eq(ftruncate(fd, (off_t)MiB), 0);
+	r = mrd_extmem_attach(c, fd, 0, MiB, (void **)&w);
+	ck_assert_msg(r == 0, "attach of a /dev/shm file: %s (%s)", strerror(-r), mrd_last_error());
+	fill(w, 8192, 4);
+	ck_assert_int_eq(mrd_keys_query(c, w, &k), 0);
+	ck_assert_int_eq(mrd_dma(c, MRD_DMA_WRITE, k.lkey, w, k.rkey, w + MiB / 2, 8192), 0);
+	ck_assert(same(w + MiB / 2, 8192, 4));
+	/* Shrunk under mrd's mapping: mrd gets EFAULT, no SIGBUS. */
+	ck_assert_int_eq(ftruncate(fd, 0), 0);
+	r = mrd_dma(c, MRD_DMA_WRITE, k.lkey, w, k.rkey, w + MiB / 2, 8192);
+	ck_assert_msg(r == -EFAULT, "DMA into a shrunk file: %s (%s)", strerror(-r),
+		      mrd_last_error());
+	ck_assert_int_eq(mrd_client_ping(c), 0);
+	ck_assert_int_eq(mrd_extmem_detach(c, w), 0);
+	close(fd);
+
+	fd = memfd_create("adopt-sealable", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)MiB), 0);
+	ck_assert_int_eq(mrd_extmem_attach(c, fd, 0, MiB, (void **)&w), -EPERM);
+	ck_assert_msg(strstr(mrd_last_error(), "F_SEAL_SHRINK"), "%s", mrd_last_error());
+	close(fd);
+
+	fd = open("adopt-plain-file", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	unlink("adopt-plain-file");
+	ck_assert_int_eq(ftruncate(fd, (off_t)MiB), 0);
+	ck_assert_int_eq(fstatfs(fd, &sfs), 0);
+	if (sfs.f_type != 0x01021994 /* TMPFS_MAGIC */) {
+		ck_assert_int_eq(mrd_extmem_attach(c, fd, 0, MiB, (void **)&w), -EBADF);
+		ck_assert_msg(strstr(mrd_last_error(), "tmpfs or hugetlbfs"), "%s",
+			      mrd_last_error());
+	}
+	close(fd);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("adopt");
@@ -403,6 +456,7 @@ int main(void)
 	tcase_add_test(tc, test_fork_child_copy);
 	tcase_add_test(tc, test_other_process_gets_no_keys);
 	tcase_add_test(tc, test_writer_loses_nothing);
+	tcase_add_test(tc, test_shm_file_attach);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }
