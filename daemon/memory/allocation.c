@@ -296,8 +296,8 @@ int allocation_attach(struct memory *m, struct allocation *a, struct mem_owner *
 		snprintf(why, why_size, "only regular files of tmpfs or hugetlbfs (memfds, "
 					"/dev/shm, hugetlbfs mounts) can be attached");
 	else if (r == -EPERM)
-		snprintf(why, why_size, "the memfd allows sealing: seal it against shrinking "
-					"(F_ADD_SEALS with F_SEAL_SHRINK)");
+		snprintf(why, why_size, "the memfd allows sealing but is not sealed against "
+					"shrinking: seal it (F_ADD_SEALS with F_SEAL_SHRINK)");
 	else if (r == -EROFS) {
 		snprintf(why, why_size, "the memfd is sealed against writes (F_SEAL_WRITE or "
 					"F_SEAL_FUTURE_WRITE): mrd maps attached memory writable");
