@@ -16,9 +16,9 @@
 
 #include "bench-util.h"
 #include "client/memory.h"
-#include "preload/address-space.h"
-#include "preload/moved-range.h"
-#include "preload/write-hold.h"
+#include "client/address-space.h"
+#include "client/moved-range.h"
+#include "client/write-hold.h"
 #include "test-util.h"
 
 #define REPS 7

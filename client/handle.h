@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "connection.h"
+#include "moved-range.h"
 #include "status-page.h"
 
 #define MRD_EXPORT __attribute__((visibility("default")))
@@ -59,4 +60,20 @@ struct mrd_client {
 	bool lost_frees_dropped; /* more than lost_frees holds */
 	uint32_t *arenas; /* ids of arenas this handle mapped */
 	size_t n_arenas, arenas_cap;
+	/* mrd_mem_adopt(): the program's buffers moved onto mrd's memory (adopt.c) */
+	pthread_mutex_t adopt_lock;
+	struct moved_ranges adopted;
+	/* Adopted buffers given back so far (atomic): their keys in a cache are at the program's
+	 * addresses, which mrd's ring of freed ranges does not name, so a cache that sees it
+	 * move forgets everything (lookup.c catch_up). */
+	unsigned long adopt_gone;
 };
+
+/* adopt.c: a lookup's address in an adopted buffer becomes its address in mrd's memory, what
+ * mrd knows (*ret_delta added; 0 elsewhere). */
+uintptr_t adopt_window_delta(struct mrd_client *client, uintptr_t addr);
+/* At close: every adopted buffer back onto private memory. */
+void adopt_leave(struct mrd_client *client);
+/* Around fork(): the locks, and in the child the adopted pages copied to its own memory. */
+void adopt_fork_lock(struct mrd_client *client, bool lock);
+void adopt_fork_child(struct mrd_client *client);

@@ -22,6 +22,8 @@ static mrd_client *handles;
 static void fork_prepare(void)
 {
 	pthread_mutex_lock(&handles_lock);
+	for (mrd_client *c = handles; c; c = c->next)
+		adopt_fork_lock(c, true);
 	memory_fork_lock(true);
 	watcher_fork_prepare();
 }
@@ -30,6 +32,8 @@ static void fork_parent(void)
 {
 	watcher_fork_parent();
 	memory_fork_lock(false);
+	for (mrd_client *c = handles; c; c = c->next)
+		adopt_fork_lock(c, false);
 	pthread_mutex_unlock(&handles_lock);
 }
 
@@ -37,6 +41,10 @@ static void fork_parent(void)
  * name (their requests and replies would cross), nor hand out the parent's cached keys. */
 static void fork_child(void)
 {
+	/* First, before anything writes pages that are still the parent's (a handle may lie on
+	 * an adopted page of the heap). */
+	for (mrd_client *c = handles; c; c = c->next)
+		adopt_fork_child(c);
 	for (mrd_client *c = handles; c; c = c->next) {
 		c->forked = true;
 		client_poison_status(c);
@@ -87,6 +95,7 @@ MRD_EXPORT int mrd_client_connect(const char *path, mrd_client **ret)
 	}
 	pthread_mutex_init(&client->lost_lock, NULL);
 	pthread_mutex_init(&client->reconnect_lock, NULL);
+	pthread_mutex_init(&client->adopt_lock, NULL);
 	client->fd = -1;
 	client->bound_fd = -1;
 	client->pid = getpid();
@@ -137,12 +146,14 @@ MRD_EXPORT mrd_client *mrd_client_close(mrd_client *client)
 	if (client->conn) /* none when connecting failed */
 		log_debug("closing the connection to %s (%lu allocations held)", client->conn->path,
 			  __atomic_load_n(&client->n_held, __ATOMIC_ACQUIRE));
+	adopt_leave(client); /* before the connection goes: mrd would punch the pages */
 	memory_leave(client);
 	conn_free(client->conn);
 	safe_close(client->bound_fd);
 	pthread_rwlock_destroy(&client->lock);
 	pthread_mutex_destroy(&client->lost_lock);
 	pthread_mutex_destroy(&client->reconnect_lock);
+	pthread_mutex_destroy(&client->adopt_lock);
 	free(client);
 	return NULL;
 }

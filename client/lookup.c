@@ -24,6 +24,7 @@ struct mrd_cache {
 	struct mr_table bottom;
 	mrd_client *client;
 	const struct mrd_status_page *status; /* its ring; stays at this address (call.h) */
+	unsigned long adopt_gone; /* the handle's when the cache was filled (handle.h) */
 	uint64_t n_asked; /* lookups that had to ask mrd */
 	int error;	  /* the last ask()'s, hits leave it: mrd_cache_error() */
 };
@@ -33,12 +34,15 @@ MRD_EXPORT int mrd_keys_query(mrd_client *client, const void *addr, struct mrd_k
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__MrLookupRequest q = MRD__MR_LOOKUP_REQUEST__INIT;
-	uint64_t address = (uintptr_t)addr;
+	uint64_t address = (uintptr_t)addr, delta;
 	Mrd__Response *resp;
 	int r;
 
 	if (!client || !ret)
 		return set_last_error(-EINVAL, "mrd_keys_query: NULL argument");
+	/* An adopted buffer: mrd knows it at its place in the window. */
+	delta = adopt_window_delta(client, (uintptr_t)addr);
+	address += delta;
 	r = client_pd_stale(client);
 	if (r < 0)
 		return r;
@@ -59,8 +63,8 @@ MRD_EXPORT int mrd_keys_query(mrd_client *client, const void *addr, struct mrd_k
 	else if (r == 0) {
 		const Mrd__MrEntry *e = resp->mr_lookup->entries[0];
 
-		ret->start = (uintptr_t)e->start;
-		ret->end = (uintptr_t)e->end;
+		ret->start = (uintptr_t)(e->start - delta);
+		ret->end = (uintptr_t)(e->end - delta);
 		ret->lkey = e->lkey;
 		ret->rkey = e->rkey;
 		log_debug("lookup of 0x%" PRIx64 " asked mrd: [0x%" PRIx64 ", 0x%" PRIx64
@@ -99,6 +103,7 @@ MRD_EXPORT int mrd_cache_new(mrd_client *client, mrd_cache **ret)
 	c->status = client->status;
 	c->hot.generation_ptr = &client->status->generation;
 	c->hot.generation = *c->hot.generation_ptr;
+	c->adopt_gone = __atomic_load_n(&client->adopt_gone, __ATOMIC_ACQUIRE);
 	*ret = c;
 	return 0;
 }
@@ -160,6 +165,12 @@ static __attribute__((noinline, cold)) void catch_up(mrd_cache *c, uint64_t now)
 	uint64_t from = c->hot.generation, start, end;
 
 	c->hot.generation = now;
+	if (__atomic_load_n(&c->client->adopt_gone, __ATOMIC_ACQUIRE) != c->adopt_gone) {
+		/* An adopted buffer went: the ring names it at mrd's address, not ours. */
+		c->adopt_gone = __atomic_load_n(&c->client->adopt_gone, __ATOMIC_ACQUIRE);
+		flush(c);
+		return;
+	}
 	/* Below from: a poisoned page's, or a page before it (a reconnect). */
 	if (page->layout_version < 2 || now < from || now - from > MRD_STATUS_FREED) {
 		flush(c);

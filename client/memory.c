@@ -104,6 +104,16 @@ static int window_hold(uint64_t base, uint64_t size, uint64_t instance)
 	return 0;
 }
 
+bool memory_in_window(uintptr_t start, uintptr_t end)
+{
+	bool in;
+
+	pthread_mutex_lock(&window_lock);
+	in = window.refs > 0 && start < window.base + window.size && window.base < end;
+	pthread_mutex_unlock(&window_lock);
+	return in;
+}
+
 static void window_drop(void)
 {
 	if (--window.refs > 0)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "handle.h"
 
@@ -23,6 +24,9 @@ void memory_fork_lock(bool lock);
  * -ETIMEDOUT: conn failed too; what is left stays for the next try. */
 int memory_settle_lost_frees(struct mrd_client *client, struct conn *conn, unsigned *resumed);
 void memory_leave(struct mrd_client *client);
+/* Whether [start, end) overlaps the process's window (mrd's memory: allocated, mapped or
+ * attached). */
+bool memory_in_window(uintptr_t start, uintptr_t end);
 /* Not exported (libmrd-preload.so links libmrd's objects): size bytes of 4 KiB pages that this
  * process maps at alias too, so that the MRs of its bound PDs over them use addresses there,
  * cover [span_offset, +span_length) of them alone (0: all) and grant access (ibv_access_flags

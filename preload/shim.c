@@ -28,7 +28,7 @@
 #include <mrd/mrd-verbs.h>
 #include <mrd/mrd.h>
 
-#include "preload/moved-range.h"
+#include "client/moved-range.h"
 
 #define EXPORT __attribute__((visibility("default")))
 

@@ -810,8 +810,8 @@ static void dma_through_small_hole(mrd_client *c, uint8_t *p, uint8_t *hole)
 }
 
 /* Holes in 4 KiB memory (mrd's arena, an attached memfd) fill on touch: a Dma into one is
- * served, and nothing breaks. (A shrunk memfd would fault, but mrd attaches only memfds
- * sealed against shrinking, and its own arenas are sealed too.) */
+ * served, and nothing breaks. (A shrunk file faults like a hugetlb hole: test-adopt's
+ * test_shm_file_attach; a memfd that can be sealed must be, and mrd's own arenas are.) */
 START_TEST(test_holes_in_small_pages)
 {
 	mrd_client *c;

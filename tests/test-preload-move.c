@@ -34,9 +34,9 @@
 
 #include "client/memory.h"
 
-#include "preload/address-space.h"
-#include "preload/moved-range.h"
-#include "preload/write-hold.h"
+#include "client/address-space.h"
+#include "client/moved-range.h"
+#include "client/write-hold.h"
 #include "check-run.h"
 #include "test-util.h"
 

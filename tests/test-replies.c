@@ -200,7 +200,8 @@ START_TEST(test_attach_refusals_say_what)
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", m);
 	attach_refused(fd, 4, open(path, O_RDONLY | O_CLOEXEC), EACCES, "opened read-only");
 	close(m);
-	m = memfd_create("replies", MFD_CLOEXEC);
+	/* One that could be sealed must be (a file that never can, mrd takes: test-adopt). */
+	m = memfd_create("replies", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	ck_assert_int_eq(ftruncate(m, 8192), 0);
 	attach_refused(fd, 5, m, EPERM, "sealed against shrinking");
 	close(fd);

@@ -39,7 +39,8 @@ static int lookup_run(struct pending_lookup *p, char *why, size_t why_size)
 	struct domain *d = p->base.client->domain;
 
 	for (; p->next < p->n; p->next++) {
-		int k = domain_lookup(d, p->base.client->bound, p->addrs[p->next],
+		int k = domain_lookup(d, p->base.client->bound, p->base.client->owner.mem.pid,
+				      p->addrs[p->next],
 				      &p->entries[p->next], why, why_size, &p->base.waiter);
 		if (k < 0)
 			return k;

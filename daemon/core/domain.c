@@ -600,9 +600,18 @@ void domains_finish_leaving(struct core *core)
 	}
 }
 
-int domain_lookup(struct domain *d, struct bound_pd *bound, uint64_t address,
+int domain_lookup(struct domain *d, struct bound_pd *bound, pid_t asker, uint64_t address,
 		  struct mr_entry *ret, char *why, size_t why_size, struct waiter *waiter)
 {
+	const struct allocation *a = bound ? NULL : domain_allocation_containing(d, address);
+
+	if (a && a->alias && (!a->owner || a->owner->pid != asker)) {
+		/* Its MRs use addresses of that process alone (bound PDs check their own). */
+		snprintf(why, why_size, "0x%" PRIx64 " is memory process %d maps at 0x%" PRIx64
+			 " (mrd_mem_adopt): only that process gets its keys", address,
+			 a->owner ? a->owner->pid : 0, a->alias + (address - allocation_address(a)));
+		return -EACCES;
+	}
 	if (bound)
 		return bound_pd_lookup(bound, address, ret, why, why_size, waiter);
 	return registrar_lookup(&d->reg, address, ret, why, why_size, waiter);
@@ -613,7 +622,8 @@ int domain_register_now(struct domain *d, struct bound_pd *bound, const struct a
 {
 	if (registrar_offload(&d->reg, a->length) || (bound && bound->cache.pending_bytes > 0))
 		return -EAGAIN;
-	return domain_lookup(d, bound, allocation_address(a), ret, why, why_size, NULL);
+	return domain_lookup(d, bound, a->owner ? a->owner->pid : 0, allocation_address(a), ret, why,
+			     why_size, NULL);
 }
 
 int domain_dma(struct domain *d, enum provider_dma_op op, uint32_t lkey, uint64_t laddr,

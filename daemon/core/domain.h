@@ -192,8 +192,10 @@ static inline const struct provider *domain_provider(const struct domain *d)
 }
 
 /* The keys of the MR over address: in bound's PD (a connection's own, BindPd) when not NULL,
- * else in the domain's; registered on a miss, as registrar_lookup (waiter, -EINPROGRESS). */
-int domain_lookup(struct domain *d, struct bound_pd *bound, uint64_t address,
+ * else in the domain's; registered on a miss, as registrar_lookup (waiter, -EINPROGRESS).
+ * A program's buffer moved onto mrd's memory (an alias: mrd_mem_adopt, libmrd-preload.so)
+ * gets keys for asker, the process that moved it, alone: they use its addresses. */
+int domain_lookup(struct domain *d, struct bound_pd *bound, pid_t asker, uint64_t address,
 		  struct mr_entry *ret, char *why, size_t why_size, struct waiter *waiter);
 /* domain_lookup of a's start, made now on the loop without waiting: -EAGAIN when that could
  * stall the loop (the run goes to a worker, or the provider is busy: a lookup does it later). */

@@ -124,6 +124,9 @@ static int reg_mr(const struct mr_cache *c, uint64_t start, uint64_t end, uint64
 	if (c->own_pd)
 		return provider_reg(c->own_pd, (void *)(uintptr_t)start, end - start, iova, access,
 				    ret);
+	if (iova != start) /* an adopted buffer's, at the program's address: no pool's */
+		return provider_reg(base_of(c)->pools.pd, (void *)(uintptr_t)start, end - start,
+				    iova, access, ret);
 	return frmr_pools_reg(&base_of(c)->pools, (void *)(uintptr_t)start, end - start,
 			      access, false, ret);
 }
@@ -791,8 +794,9 @@ int mr_cache_find(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, char 
 		return 0;
 
 	a = reg_allocation_of(allocation_containing(r->mem, addr));
-	if (a && reg_kind_of(a) == REG_KIND_ALIAS &&
-	    (!c->own_pd || !a->mem.owner || a->mem.owner->pid != c->pid)) {
+	/* The domain's: domain_lookup checked the asker. */
+	if (a && reg_kind_of(a) == REG_KIND_ALIAS && c->own_pd &&
+	    (!a->mem.owner || a->mem.owner->pid != c->pid)) {
 		/* Its pages are a program's buffer at the alias: an MR anywhere else would hand
 		 * another PD keys to that program's memory, at an address nobody else maps. */
 		c->misses++;

@@ -138,6 +138,23 @@ int mrd_mem_alloc(mrd_client *client, size_t size, size_t align, unsigned flags,
  * not the start of an allocation, -EPERM for another client's. */
 int mrd_mem_free(mrd_client *client, void *addr);
 
+/*
+ * Memory the program already has (heap, anonymous mmap: what it would pass to ibv_reg_mr) made
+ * mrd's, a request: the pages around [addr, addr + len) move onto mrd's memory at the same
+ * address, with their bytes, while every write to them waits in the kernel (no write lost,
+ * whichever thread or system call makes it); from then on mrd_keys_query(), mrd_cache_*()
+ * and mrd_dma() serve [addr, addr + len) at the program's addresses, its MRs covering those
+ * bytes alone (flags: MRD_MEM_READ_ONLY, remote reads alone). The same buffer again counts
+ * once more (no request). Errors: -EINVAL, -EFAULT (not all mapped), -EEXIST (mrd's memory
+ * already, or inside a buffer adopted before), -EOPNOTSUPP (not private anonymous memory, a
+ * stack, or writes cannot be held off here: mrd_last_error() says which), -EDQUOT, -ENOMEM.
+ * See mrd_mem_adopt(3): what happens at free(), munmap(), fork() and close.
+ */
+int mrd_mem_adopt(mrd_client *client, void *addr, size_t len, unsigned flags);
+/* Undoes one mrd_mem_adopt() of the buffer starting at addr; the last one copies the pages
+ * back onto private memory (writes waiting meanwhile) and frees mrd's (a request): its keys
+ * die. Call it before free() or munmap(). -ENOENT for no adopted buffer there. */
+int mrd_mem_unadopt(mrd_client *client, void *addr);
 /* Maps, in this process, the arena holding addr: memory another client of the same domain
  * allocated (a request). -ENOENT when addr is not memory of the caller's domain. */
 int mrd_mem_map(mrd_client *client, const void *addr);
@@ -146,6 +163,8 @@ int mrd_mem_map(mrd_client *client, const void *addr);
  * Maps [offset, offset + length) of a memfd the caller owns (sealed with F_SEAL_SHRINK) into the
  * window (a request) and stores its address there in *ret. The caller keeps fd. Errors: -EBADF (not
  * a memfd), -EPERM (not sealed), -EINVAL (unaligned or past the end), -EDQUOT.
+ * A tmpfs or hugetlbfs file that can never be sealed (/dev/shm, a hugetlbfs mount, a memfd made
+ * without MFD_ALLOW_SEALING) is taken unsealed: shrunk, mrd's use of it fails with -EFAULT.
  */
 int mrd_extmem_attach(mrd_client *client, int fd, uint64_t offset, size_t length, void **ret);
 

@@ -10,8 +10,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "preload/address-space.h"
-#include "preload/write-hold.h"
+#include "address-space.h"
+#include "write-hold.h"
 
 /* How a hold opens its userfaultfd, best first. */
 enum how { HOW_SYSCALL, HOW_DEVICE, HOW_USER_ONLY, HOW_NONE };

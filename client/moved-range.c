@@ -9,11 +9,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "client/handle.h"
-#include "client/memory.h"
-#include "preload/address-space.h"
-#include "preload/moved-range.h"
-#include "preload/write-hold.h"
+#include "handle.h"
+#include "memory.h"
+#include "address-space.h"
+#include "moved-range.h"
+#include "write-hold.h"
 
 #define MAX_PIECES 64
 
