@@ -608,6 +608,15 @@ int domain_lookup(struct domain *d, struct bound_pd *bound, uint64_t address,
 	return registrar_lookup(&d->reg, address, ret, why, why_size, waiter);
 }
 
+int domain_lookup_range(struct domain *d, struct bound_pd *bound, uint64_t address,
+			uint64_t length, struct mr_entry *ret, char *why, size_t why_size,
+			struct waiter *waiter)
+{
+	if (bound)
+		return bound_pd_lookup_range(bound, address, length, ret, why, why_size, waiter);
+	return registrar_lookup_range(&d->reg, address, length, ret, why, why_size, waiter);
+}
+
 int domain_register_now(struct domain *d, struct bound_pd *bound, const struct allocation *a,
 			struct mr_entry *ret, char *why, size_t why_size)
 {
