@@ -114,6 +114,7 @@
 #define TARGET_P99 1.25
 #define TARGET_HOL_P99 1.5
 #define TARGET_TABLE 2.0
+#define TARGET_RANGE 1.2
 
 /* table rows: 65536 inserts or removes per rep, alternated with the baseline's */
 #define TABLE_N 65536u
@@ -182,6 +183,7 @@ struct bench {
 	int cpu;       /* the ns-scale rows run pinned here */
 	bool pinned2;  /* CPUs 0 and 1 are ours: the round trip ran client on 0, servers on 1 */
 	struct ns_row top_mru, top_random, bottom[N_BOTTOM];
+	struct ns_row range_hit; /* mrd_cache_keys_range vs mrd_cache_keys, same addresses */
 	double table_ins[TABLE_REPS], table_ins_base[TABLE_REPS]; /* ns per insert */
 	double table_rm[TABLE_REPS], table_rm_base[TABLE_REPS];   /* ns per remove */
 	double touch_odp[FIRST_TOUCH_REPS], touch_contig[FIRST_TOUCH_REPS];
@@ -199,6 +201,35 @@ static TIMED uint64_t loop_lkey(mrd_cache *l, const uintptr_t *addrs, size_t ops
 	for (size_t i = 0; i < ops; i++) {
 		RELOAD_BARRIER(l);
 		sum += mrd_cache_lkey(l, (const void *)addrs[i & (TOP_ADDRS - 1)]);
+	}
+	return sum;
+}
+
+/* The range row's case and baseline: the full lookup's hit, with a length and without. */
+static TIMED uint64_t loop_keys_range(mrd_cache *l, const uintptr_t *addrs, const size_t *lens,
+				      size_t ops)
+{
+	uint64_t sum = 0;
+	struct mrd_keys k;
+
+	for (size_t i = 0; i < ops; i++) {
+		RELOAD_BARRIER(l);
+		if (mrd_cache_keys_range(l, (const void *)addrs[i & (TOP_ADDRS - 1)],
+					 lens[i & (TOP_ADDRS - 1)], &k) == 0)
+			sum += k.lkey;
+	}
+	return sum;
+}
+
+static TIMED uint64_t loop_keys(mrd_cache *l, const uintptr_t *addrs, size_t ops)
+{
+	uint64_t sum = 0;
+	struct mrd_keys k;
+
+	for (size_t i = 0; i < ops; i++) {
+		RELOAD_BARRIER(l);
+		if (mrd_cache_keys(l, (const void *)addrs[i & (TOP_ADDRS - 1)], &k) == 0)
+			sum += k.lkey;
 	}
 	return sum;
 }
@@ -380,6 +411,46 @@ static int bench_top(struct bench *b)
 				b->top_random.ns_base[rep] = (double)(bench_now_ns() - t0) / TOP_OPS;
 			}
 			r = check_sums("top-random8", got, want);
+		}
+	return r;
+}
+
+/* The range row: random addresses over the 8 buffers, each with a random length that stays
+ * inside its buffer (so inside its MR: a hit), looked up with mrd_cache_keys_range against
+ * mrd_cache_keys of the same addresses, alternated. */
+static int bench_range(struct bench *b)
+{
+	_cleanup_free_ uintptr_t *addrs = malloc(TOP_ADDRS * sizeof(*addrs));
+	_cleanup_free_ size_t *lens = malloc(TOP_ADDRS * sizeof(*lens));
+	uint64_t s = 0x5851f42d4c957f2dull, want = 0, got;
+	int r;
+
+	if (!addrs || !lens)
+		return -ENOMEM;
+	for (size_t i = 0; i < TOP_ADDRS; i++) {
+		unsigned k = (unsigned)(bench_rng_next(&s) % N_BUFS);
+		size_t off = bench_rng_next(&s) % BUF_SIZE;
+
+		addrs[i] = (uintptr_t)b->m.buf[k] + off;
+		lens[i] = 1 + bench_rng_next(&s) % (BUF_SIZE - off);
+		want += b->m.mr[k].lkey;
+	}
+	want *= TOP_OPS / TOP_ADDRS;
+	r = check_sums("lookup-range-hit", loop_keys_range(b->m.l, addrs, lens, TOP_OPS), want);
+	if (r >= 0)
+		r = check_sums("lookup-range-hit baseline", loop_keys(b->m.l, addrs, TOP_OPS), want);
+	for (int rep = 0; rep < NS_REPS && r >= 0; rep++)
+		for (int j = 0; j < 2 && r >= 0; j++) {
+			uint64_t t0 = bench_now_ns();
+
+			if ((rep + j) % 2 == 0) {
+				got = loop_keys_range(b->m.l, addrs, lens, TOP_OPS);
+				b->range_hit.ns_case[rep] = (double)(bench_now_ns() - t0) / TOP_OPS;
+			} else {
+				got = loop_keys(b->m.l, addrs, TOP_OPS);
+				b->range_hit.ns_base[rep] = (double)(bench_now_ns() - t0) / TOP_OPS;
+			}
+			r = check_sums("lookup-range-hit", got, want);
 		}
 	return r;
 }
@@ -1535,7 +1606,7 @@ static void report_hol(const struct bench *b, struct bench_summary *sum, size_t 
 
 static void report(const struct bench *b, double busy_before)
 {
-	struct bench_summary sum[2 + N_BOTTOM + 2 + 2 + N_HOL];
+	struct bench_summary sum[2 + N_BOTTOM + 2 + 2 + N_HOL + 1];
 	long n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	size_t n_sum = 0, held;
 
@@ -1550,6 +1621,10 @@ static void report(const struct bench *b, double busy_before)
 		  "mrd_cache_lkey() on random addresses over the 8 top-half entries (precomputed "
 		  "random array)", "branch-free scan of the same 8-entry array", TARGET_TOP_RANDOM,
 		  sum, &n_sum);
+	report_ns("lookup-range-hit", &b->range_hit,
+		  "mrd_cache_keys_range() hit of [addr, addr+len) inside one of 8 cached MRs, random "
+		  "addr and len", "mrd_cache_keys() hit of the same addresses, same run",
+		  TARGET_RANGE, sum, &n_sum);
 	for (size_t i = 0; i < N_BOTTOM; i++) {
 		char name[48], what[256];
 
@@ -1714,6 +1789,8 @@ int main(int argc, char **argv)
 	}
 	if (r >= 0)
 		r = bench_top(&b);
+	if (r >= 0)
+		r = bench_range(&b);
 	if (r >= 0)
 		r = bench_bottom(&b);
 	if (r >= 0)

@@ -30,24 +30,43 @@ struct mrd_cache {
 };
 _Static_assert(offsetof(struct mrd_cache, hot) == 0, "mrd_cache_lkey() casts the cache to it");
 
-MRD_EXPORT int mrd_keys_query(mrd_client *client, const void *addr, struct mrd_keys *ret)
+/* Whether keys hold [a, a + len) whole: a inside, and no more than the rest after it (a range
+ * that wraps has more). */
+static inline bool covers(const struct mrd_keys *k, uintptr_t a, size_t len)
+{
+	return a - k->start < k->end - k->start && len <= k->end - a;
+}
+
+static const struct mrd_keys failed_keys = { 0, 0, MRD_KEY_INVALID, MRD_KEY_INVALID };
+
+/* One MrLookup of n addresses (lens NULL: each alone). errors NULL: the first failure fails the
+ * request, and is returned; else each address's is in errors[i] and the count of those that
+ * got keys is returned. */
+static int lookup_request(mrd_client *client, const uint64_t *addrs, const uint64_t *lens,
+			  size_t n, struct mrd_keys *keys, int *errors)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__MrLookupRequest q = MRD__MR_LOOKUP_REQUEST__INIT;
-	uint64_t address = (uintptr_t)addr, delta;
+	const Mrd__MrLookupResponse *body;
+	uint64_t window[MRD_KEYS_BATCH_MAX], delta[MRD_KEYS_BATCH_MAX];
 	Mrd__Response *resp;
-	int r;
+	int r, good = 0;
 
-	if (!client || !ret)
-		return set_last_error(-EINVAL, "mrd_keys_query: NULL argument");
+	if (n > MRD_KEYS_BATCH_MAX)
+		return set_last_error(-E2BIG, "at most %u addresses in one lookup", MRD_KEYS_BATCH_MAX);
 	/* An adopted buffer: mrd knows it at its place in the window. */
-	delta = adopt_window_delta(client, (uintptr_t)addr);
-	address += delta;
+	for (size_t i = 0; i < n; i++) {
+		delta[i] = adopt_window_delta(client, (uintptr_t)addrs[i]);
+		window[i] = addrs[i] + delta[i];
+	}
 	r = client_pd_stale(client);
 	if (r < 0)
 		return r;
-	q.addresses = &address;
-	q.n_addresses = 1;
+	q.addresses = window;
+	q.n_addresses = n;
+	q.lengths = (uint64_t *)lens;
+	q.n_lengths = lens ? n : 0;
+	q.each_error = errors != NULL;
 	req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;
 	req.mr_lookup = &q;
 	r = client_call(client, &req, &resp, NULL);
@@ -55,22 +74,97 @@ MRD_EXPORT int mrd_keys_query(mrd_client *client, const void *addr, struct mrd_k
 		return r;
 	/* Again: a device that came back while the call was in flight answered for its new PD. */
 	r = client_pd_stale(client);
-	if (r == 0 && (resp->body_case != MRD__RESPONSE__BODY_MR_LOOKUP ||
-		       resp->mr_lookup->n_entries != 1 ||
-		       address < resp->mr_lookup->entries[0]->start ||
-		       address >= resp->mr_lookup->entries[0]->end))
+	body = resp->body_case == MRD__RESPONSE__BODY_MR_LOOKUP ? resp->mr_lookup : NULL;
+	if (r == 0 && (!body || body->n_entries != n ||
+		       (errors && body->n_errors != n && body->n_errors != 0)))
 		r = set_last_error(-EBADMSG, "malformed MrLookup reply");
-	else if (r == 0) {
-		const Mrd__MrEntry *e = resp->mr_lookup->entries[0];
+	for (size_t i = 0; r == 0 && i < n; i++) {
+		const Mrd__MrEntry *e = body->entries[i];
+		int k = errors && body->n_errors ? body->errors[i] : 0;
 
-		ret->start = (uintptr_t)(e->start - delta);
-		ret->end = (uintptr_t)(e->end - delta);
-		ret->lkey = e->lkey;
-		ret->rkey = e->rkey;
+		if (k > 0)
+			k = -EBADMSG;
+		if (k == 0 && (window[i] < e->start || window[i] >= e->end))
+			k = set_last_error(-EBADMSG, "malformed MrLookup reply");
+		else if (k == 0 && lens && (lens[i] > e->end - window[i]))
+			/* An mrd before range lookups answered for the address alone. */
+			k = set_last_error(-EOPNOTSUPP, "this mrd answers no range lookup (it "
+					   "predates them)");
+		if (k < 0 && !errors) {
+			r = k;
+			break;
+		}
+		if (errors)
+			errors[i] = k;
+		if (k < 0) {
+			keys[i] = failed_keys;
+			continue;
+		}
+		keys[i] = (struct mrd_keys){ (uintptr_t)(e->start - delta[i]),
+					     (uintptr_t)(e->end - delta[i]), e->lkey, e->rkey };
+		good++;
 		log_debug("lookup of 0x%" PRIx64 " asked mrd: [0x%" PRIx64 ", 0x%" PRIx64
-			  ") lkey 0x%08x rkey 0x%08x", address, e->start, e->end, e->lkey, e->rkey);
+			  ") lkey 0x%08x rkey 0x%08x", addrs[i], e->start, e->end, e->lkey, e->rkey);
 	}
 	mrd__response__free_unpacked(resp, NULL);
+	return r < 0 ? r : good;
+}
+
+MRD_EXPORT int mrd_keys_query(mrd_client *client, const void *addr, struct mrd_keys *ret)
+{
+	uint64_t address = (uintptr_t)addr;
+	int r;
+
+	if (!client || !ret)
+		return set_last_error(-EINVAL, "mrd_keys_query: NULL argument");
+	r = lookup_request(client, &address, NULL, 1, ret, NULL);
+	return r < 0 ? r : 0;
+}
+
+/* -EINVAL unless [addr, addr + len) is a range: not empty, not past the address space. */
+static int check_range(const char *who, const void *addr, size_t len)
+{
+	if (len == 0 || (uintptr_t)addr + len < (uintptr_t)addr)
+		return set_last_error(-EINVAL, "%s: [%p, +%zu) is empty or wraps", who, addr, len);
+	return 0;
+}
+
+MRD_EXPORT int mrd_keys_query_range(mrd_client *client, const void *addr, size_t len,
+				    struct mrd_keys *ret)
+{
+	uint64_t address = (uintptr_t)addr, length = len;
+	int r;
+
+	if (!client || !ret)
+		return set_last_error(-EINVAL, "mrd_keys_query_range: NULL argument");
+	r = check_range("mrd_keys_query_range", addr, len);
+	if (r == 0)
+		r = lookup_request(client, &address, &length, 1, ret, NULL);
+	return r < 0 ? r : 0;
+}
+
+MRD_EXPORT int mrd_keys_query_batch(mrd_client *client, const void *const addrs[],
+				    const size_t lens[], size_t n, struct mrd_keys keys[],
+				    int errors[])
+{
+	uint64_t address[MRD_KEYS_BATCH_MAX], length[MRD_KEYS_BATCH_MAX];
+	int each[MRD_KEYS_BATCH_MAX];
+	int r;
+
+	if (!client || !addrs || !keys || n == 0)
+		return set_last_error(-EINVAL, "mrd_keys_query_batch: NULL argument or no address");
+	if (n > MRD_KEYS_BATCH_MAX)
+		return set_last_error(-E2BIG, "mrd_keys_query_batch: %zu addresses, at most %u in "
+				      "one request: split the batch", n, MRD_KEYS_BATCH_MAX);
+	for (size_t i = 0; i < n; i++) {
+		address[i] = (uintptr_t)addrs[i];
+		length[i] = lens ? lens[i] : 0;
+		if (lens && (r = check_range("mrd_keys_query_batch", addrs[i], lens[i])) < 0)
+			return r;
+	}
+	r = lookup_request(client, address, lens ? length : NULL, n, keys, each);
+	if (r >= 0 && errors)
+		memcpy(errors, each, n * sizeof(*errors));
 	return r;
 }
 
@@ -222,7 +316,12 @@ int cache_find(mrd_cache *c, uintptr_t a, struct mrd_keys *ret)
 void cache_insert(mrd_cache *c, const struct mrd_keys *keys, bool top)
 {
 	struct mr_entry fresh = { keys->start, keys->end, keys->lkey, keys->rkey };
-	int r = mr_table_insert(&c->bottom, &fresh);
+	int r;
+
+	/* A range's MR may overlap entries (policy page's pages): they go, the table stays
+	 * disjoint and its search exact. */
+	(void)mr_table_remove_range(&c->bottom, keys->start, keys->end);
+	r = mr_table_insert(&c->bottom, &fresh);
 
 	if (r == -ENOSPC) {
 		/* Full at its ceiling: a cache may forget everything and start over. */
@@ -253,6 +352,56 @@ MRD_EXPORT int mrd_cache_keys(mrd_cache *c, const void *addr, struct mrd_keys *r
 MRD_EXPORT int mrd_cache_error(const mrd_cache *c)
 {
 	return c ? c->error : set_last_error(-EINVAL, "mrd_cache_error: NULL cache");
+}
+
+/* The top half's entry covering [a, a + len), after the generation check (as top_find). */
+static inline bool top_find_range(mrd_cache *c, uintptr_t a, size_t len, struct mrd_keys *ret)
+{
+	uint64_t generation = __atomic_load_n(c->hot.generation_ptr, __ATOMIC_ACQUIRE);
+
+	if (generation != c->hot.generation)
+		catch_up(c, generation);
+	for (unsigned i = 0; i < MRD_CACHE_TOP; i++)
+		if (covers(&c->hot.top[i], a, len)) {
+			c->hot.mru = i;
+			*ret = c->hot.top[i];
+			return true;
+		}
+	return false;
+}
+
+/* A miss: mrd registers the range when no MR covers it, and both halves keep the answer (the
+ * bottom half without the entries it overlaps, which stays a table of disjoint ranges). */
+static __attribute__((noinline)) int ask_range(mrd_cache *c, const void *addr, size_t len,
+					       struct mrd_keys *ret)
+{
+	const struct mr_entry *e = mr_table_lookup(&c->bottom, (uintptr_t)addr);
+	struct mrd_keys k;
+	int r = check_range("mrd_cache_keys_range", addr, len);
+
+	if (r < 0)
+		return r;
+	if (e) {
+		k = (struct mrd_keys){ (uintptr_t)e->start, (uintptr_t)e->end, e->lkey, e->rkey };
+		if (covers(&k, (uintptr_t)addr, len)) {
+			*ret = k;
+			top_insert(c, ret);
+			return 0;
+		}
+	}
+	c->n_asked++;
+	r = mrd_keys_query_range(c->client, addr, len, ret);
+	if (r >= 0)
+		cache_insert(c, ret, true);
+	return r;
+}
+
+MRD_EXPORT int mrd_cache_keys_range(mrd_cache *c, const void *addr, size_t len,
+				    struct mrd_keys *ret)
+{
+	/* len 0 goes to the miss path, which refuses it. */
+	return len && top_find_range(c, (uintptr_t)addr, len, ret) ? 0 :
+	       ask_range(c, addr, len, ret);
 }
 
 MRD_EXPORT uint32_t mrd_cache_lkey_slow(mrd_cache *c, const void *addr)

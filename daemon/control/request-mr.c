@@ -23,14 +23,31 @@ struct pending_lookup {
 	uint64_t generation; /* the domain's when the entries before next were found */
 	size_t n, next;
 	uint64_t *addrs;
+	uint64_t *lens; /* NULL: addresses alone; else the range each entry covers whole */
+	int32_t *errors; /* NULL: the first failure fails the request; else each address's */
 	struct mr_entry *entries;
 };
 
 static void pending_free(struct pending_lookup *p)
 {
 	free(p->addrs);
+	free(p->lens);
+	free(p->errors);
 	free(p->entries);
 	free(p);
+}
+
+/* The answer for the address at p->next: its entry (0), or its failure k. False when the
+ * request fails with k. */
+static bool lookup_done(struct pending_lookup *p, int k, const struct mr_entry *entry)
+{
+	if (k < 0 && !p->errors)
+		return false;
+	p->entries[p->next] = k < 0 ? (struct mr_entry){ 0 } : *entry;
+	if (p->errors)
+		p->errors[p->next] = k < 0 ? k : 0;
+	p->next++;
+	return true;
 }
 
 /* Looks up from p->next on; -EINPROGRESS when it has to wait. */
@@ -38,11 +55,15 @@ static int lookup_run(struct pending_lookup *p, char *why, size_t why_size)
 {
 	struct domain *d = p->base.client->domain;
 
-	for (; p->next < p->n; p->next++) {
-		int k = domain_lookup(d, p->base.client->bound, p->base.client->owner.mem.pid,
-				      p->addrs[p->next],
-				      &p->entries[p->next], why, why_size, &p->base.waiter);
-		if (k < 0)
+	while (p->next < p->n) {
+		struct mr_entry e;
+		int k = p->lens ?
+			domain_lookup_range(d, p->base.client->bound, p->base.client->owner.mem.pid,
+					    p->addrs[p->next],
+					    p->lens[p->next], &e, why, why_size, &p->base.waiter) :
+			domain_lookup(d, p->base.client->bound, p->base.client->owner.mem.pid,
+				      p->addrs[p->next], &e, why, why_size, &p->base.waiter);
+		if (k == -EINPROGRESS || !lookup_done(p, k, &e))
 			return k;
 	}
 	return 0;
@@ -59,6 +80,14 @@ static int fill_reply(const struct pending_lookup *p, struct reply *r)
 	body = reply_body(r, MRD__RESPONSE__BODY_MR_LOOKUP);
 	body->n_entries = p->n;
 	body->entries = ptrs;
+	if (p->errors) {
+		body->errors = malloc(p->n * sizeof(*body->errors));
+		r->owned[r->n_owned++] = body->errors;
+		if (!body->errors)
+			return -ENOMEM;
+		memcpy(body->errors, p->errors, p->n * sizeof(*body->errors));
+		body->n_errors = p->n;
+	}
 	return 0;
 }
 
@@ -74,10 +103,14 @@ static void lookup_resume(struct waiter *w, int result, const struct mr_entry *e
 		return;
 	}
 	reply_init(&r, p->base.id);
-	if (k >= 0) {
+	if (k >= 0 || p->errors) {
 		struct domain *d = p->base.client->domain;
 
-		p->entries[p->next++] = *entry;
+		/* A range's wait may end with an MR covering less (another's, the policy's run):
+		 * that address is looked up again, which then makes the range's own. */
+		if (k < 0 || !p->lens ||
+		    mr_entry_covers(entry, p->addrs[p->next], p->lens[p->next]))
+			(void)lookup_done(p, k, entry);
 		/* Keys died meanwhile (a Free, maybe of this client's, answered while this
 		 * waited): what was found before the wait is found again, so that no key of
 		 * memory whose Free was answered goes out after it. */
@@ -105,6 +138,17 @@ int request_mr_lookup_check(const Mrd__Request *req, struct reply *r)
 				  MRD_LOOKUP_BATCH_MAX, q->n_addresses);
 		return -EINVAL;
 	}
+	if (q->n_lengths != 0 && q->n_lengths != q->n_addresses) {
+		reply_set_message(r, "MrLookup takes no lengths or one per address, got %zu for "
+				  "%zu", q->n_lengths, q->n_addresses);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < q->n_lengths; i++)
+		if (q->lengths[i] == 0 || q->addresses[i] + q->lengths[i] < q->addresses[i]) {
+			reply_set_message(r, "MrLookup: length %" PRIu64 " at 0x%" PRIx64 " is "
+					  "empty or wraps", q->lengths[i], q->addresses[i]);
+			return -EINVAL;
+		}
 	return 0;
 }
 
@@ -128,11 +172,15 @@ int request_mr_lookup(struct client *c, struct domain *d, const Mrd__Request *re
 	p->n = q->n_addresses;
 	p->addrs = malloc(p->n * sizeof(*p->addrs));
 	p->entries = calloc(p->n, sizeof(*p->entries));
-	if (!p->addrs || !p->entries) {
+	p->lens = q->n_lengths ? malloc(p->n * sizeof(*p->lens)) : NULL;
+	p->errors = q->each_error ? calloc(p->n, sizeof(*p->errors)) : NULL;
+	if (!p->addrs || !p->entries || (q->n_lengths && !p->lens) || (q->each_error && !p->errors)) {
 		pending_free(p);
 		return -ENOMEM;
 	}
 	memcpy(p->addrs, q->addresses, p->n * sizeof(*p->addrs));
+	if (p->lens)
+		memcpy(p->lens, q->lengths, p->n * sizeof(*p->lens));
 	p->generation = domain_generation(d);
 	k = lookup_run(p, r->message, sizeof(r->message));
 	if (k == -EINPROGRESS) {

@@ -600,21 +600,45 @@ void domains_finish_leaving(struct core *core)
 	}
 }
 
-int domain_lookup(struct domain *d, struct bound_pd *bound, pid_t asker, uint64_t address,
-		  struct mr_entry *ret, char *why, size_t why_size, struct waiter *waiter)
+/* -EACCES when address is a program's buffer moved onto mrd's memory (an alias) and asker is
+ * not that program: its MRs use that process's addresses alone (bound PDs check their own). */
+static int check_asker(struct domain *d, struct bound_pd *bound, pid_t asker, uint64_t address,
+		       char *why, size_t why_size)
 {
 	const struct allocation *a = bound ? NULL : domain_allocation_containing(d, address);
 
 	if (a && a->alias && (!a->owner || a->owner->pid != asker)) {
-		/* Its MRs use addresses of that process alone (bound PDs check their own). */
 		snprintf(why, why_size, "0x%" PRIx64 " is memory process %d maps at 0x%" PRIx64
 			 " (mrd_mem_adopt): only that process gets its keys", address,
 			 a->owner ? a->owner->pid : 0, a->alias + (address - allocation_address(a)));
 		return -EACCES;
 	}
+	return 0;
+}
+
+int domain_lookup(struct domain *d, struct bound_pd *bound, pid_t asker, uint64_t address,
+		  struct mr_entry *ret, char *why, size_t why_size, struct waiter *waiter)
+{
+	int k = check_asker(d, bound, asker, address, why, why_size);
+
+	if (k < 0)
+		return k;
 	if (bound)
 		return bound_pd_lookup(bound, address, ret, why, why_size, waiter);
 	return registrar_lookup(&d->reg, address, ret, why, why_size, waiter);
+}
+
+int domain_lookup_range(struct domain *d, struct bound_pd *bound, pid_t asker, uint64_t address,
+			uint64_t length, struct mr_entry *ret, char *why, size_t why_size,
+			struct waiter *waiter)
+{
+	int k = check_asker(d, bound, asker, address, why, why_size);
+
+	if (k < 0)
+		return k;
+	if (bound)
+		return bound_pd_lookup_range(bound, address, length, ret, why, why_size, waiter);
+	return registrar_lookup_range(&d->reg, address, length, ret, why, why_size, waiter);
 }
 
 int domain_register_now(struct domain *d, struct bound_pd *bound, const struct allocation *a,

@@ -197,6 +197,11 @@ static inline const struct provider *domain_provider(const struct domain *d)
  * gets keys for asker, the process that moved it, alone: they use its addresses. */
 int domain_lookup(struct domain *d, struct bound_pd *bound, pid_t asker, uint64_t address,
 		  struct mr_entry *ret, char *why, size_t why_size, struct waiter *waiter);
+/* domain_lookup of [address, address + length): one MR covering it whole (-ERANGE when the
+ * range leaves its allocation; registrar_lookup_range). */
+int domain_lookup_range(struct domain *d, struct bound_pd *bound, pid_t asker, uint64_t address,
+			uint64_t length, struct mr_entry *ret, char *why, size_t why_size,
+			struct waiter *waiter);
 /* domain_lookup of a's start, made now on the loop without waiting: -EAGAIN when that could
  * stall the loop (the run goes to a worker, or the provider is busy: a lookup does it later). */
 int domain_register_now(struct domain *d, struct bound_pd *bound, const struct allocation *a,

@@ -57,3 +57,10 @@ static inline int bound_pd_lookup(struct bound_pd *b, uint64_t addr, struct mr_e
 {
 	return mr_cache_lookup(&b->cache, addr, ret, why, why_size, waiter);
 }
+
+static inline int bound_pd_lookup_range(struct bound_pd *b, uint64_t addr, uint64_t len,
+					struct mr_entry *ret, char *why, size_t why_size,
+					struct waiter *waiter)
+{
+	return mr_cache_lookup_range(&b->cache, addr, len, ret, why, why_size, waiter);
+}

@@ -33,6 +33,7 @@ int mr_cache_init(struct mr_cache *c, struct reg_base *r, struct mr_cache *home,
 	*c = (struct mr_cache){ .reg = r, .home = home ? home : c, .own_pd = own_pd,
 				.policy = policy };
 	LIST_INIT(&c->mrs);
+	LIST_INIT(&c->range_mrs);
 	LIST_INIT(&c->reg_jobs);
 	LIST_INIT(&c->bound);
 	pin_map_init(&c->charges);
@@ -174,6 +175,21 @@ static struct mr_entry entry_of(const struct cached_mr *mr)
 	return (struct mr_entry){ mr->start, mr->end, mr->pmr->lkey, mr->pmr->rkey };
 }
 
+/* The first MR of c's lists (the table's, then the range lookups'), NULL when none. */
+static struct cached_mr *first_mr(const struct mr_cache *c)
+{
+	return LIST_FIRST(&c->mrs) ? LIST_FIRST(&c->mrs) : LIST_FIRST(&c->range_mrs);
+}
+
+/* mr off its cache's list, counted. */
+static void unlink_mr(struct cached_mr *mr)
+{
+	LIST_REMOVE(mr, link);
+	mr->cache->n_mrs--;
+	if (mr->range)
+		mr->cache->n_range_mrs--;
+}
+
 /* mr is out of its cache's list (and table): whatever hangs on it hears, once. */
 static void leave(struct cached_mr *mr)
 {
@@ -192,14 +208,13 @@ void mr_cache_done(struct mr_cache *c)
 	struct cached_mr *mr;
 
 	/* Allocations go before their domain, so what is left here belongs to none of them. */
-	while ((mr = LIST_FIRST(&c->mrs))) {
-		LIST_REMOVE(mr, link);
+	while ((mr = first_mr(c))) {
+		unlink_mr(mr);
 		LIST_REMOVE(mr, alloc_link);
 		leave(mr);
 		(void)reg_dereg(base_of(c), mr->pmr);
 		free(mr);
 	}
-	c->n_mrs = 0;
 	mr_table_done(&c->table);
 	if (c->charges.pinned_bytes)
 		*base_of(c)->host_pinned -= c->charges.pinned_bytes;
@@ -242,6 +257,7 @@ struct reg_job {
 	struct cached_mr *spare; /* ... and the record of what it makes */
 	uint64_t addr, start, end, iova, allocation_serial;
 	unsigned access;
+	bool range; /* a range lookup's MR: nobody else waits for it, it may overlap others */
 	/* Written by the worker, read on the loop after it. */
 	struct {
 		struct provider_mr *pmr;
@@ -265,7 +281,8 @@ static struct reg_job *pending_run(const struct mr_cache *c, const struct reg_al
 	struct reg_job *j;
 
 	LIST_FOREACH(j, &c->reg_jobs, link)
-		if (j->allocation_serial == a->mem.serial && addr >= j->start && addr < j->end)
+		if (!j->range && j->allocation_serial == a->mem.serial && addr >= j->start &&
+		    addr < j->end)
 			return j;
 	return NULL;
 }
@@ -290,12 +307,12 @@ static void pick_range(const struct mr_cache *c, const struct reg_allocation *a,
 	/* MRs never cross allocations, so only a's own MRs (the cache's and, for the domain's
 	 * PD, its pools') and runs being registered can bound the run. */
 	LIST_FOREACH(mr, &a->mrs, alloc_link)
-		if (mr->cache == c)
+		if (mr->cache == c && !mr->range)
 			cut(mr->start, mr->end, addr, &start, &end);
 	while (c->others && c->others->next(a, &other, &s, &e))
 		cut(s, e, addr, &start, &end);
 	LIST_FOREACH(j, &c->reg_jobs, link)
-		if (j->allocation_serial == a->mem.serial)
+		if (j->allocation_serial == a->mem.serial && !j->range)
 			cut(j->start, j->end, addr, &start, &end);
 	/* No more than the device takes in one MR: the part that starts at addr's page. */
 	if (end - start > max) {
@@ -307,7 +324,7 @@ static void pick_range(const struct mr_cache *c, const struct reg_allocation *a,
 	*ret_end = end;
 }
 
-/* Whether an MR of a in c's PD — the cache's, or a pool's — covers part of [start, end). */
+/* Whether an MR of a in c's PD — the table's, or a pool's — covers part of [start, end). */
 static bool covered(const struct mr_cache *c, const struct reg_allocation *a, uint64_t start,
 		    uint64_t end)
 {
@@ -316,7 +333,7 @@ static bool covered(const struct mr_cache *c, const struct reg_allocation *a, ui
 	uint64_t s, e;
 
 	LIST_FOREACH(mr, &a->mrs, alloc_link)
-		if (mr->cache == c && mr->start < end && start < mr->end)
+		if (mr->cache == c && !mr->range && mr->start < end && start < mr->end)
 			return true;
 	while (c->others && c->others->next(a, &other, &s, &e))
 		if (s < end && start < e)
@@ -329,7 +346,7 @@ static bool covered(const struct mr_cache *c, const struct reg_allocation *a, ui
  * nothing may fail that would lose track of it); NULL: allocated here. */
 static struct cached_mr *adopt(struct mr_cache *c, struct reg_allocation *a,
 			       struct provider_mr *pmr, uint64_t start, uint64_t end,
-			       struct cached_mr *spare)
+			       struct cached_mr *spare, bool range)
 {
 	struct cached_mr *mr = spare ? spare : calloc(1, sizeof(*mr));
 	struct mr_entry e;
@@ -345,10 +362,17 @@ static struct cached_mr *adopt(struct mr_cache *c, struct reg_allocation *a,
 	mr->allocation = a;
 	mr->start = start;
 	mr->end = end;
-	LIST_INSERT_HEAD(&c->mrs, mr, link);
+	mr->range = range;
 	LIST_INSERT_HEAD(&a->mrs, mr, alloc_link);
 	c->n_mrs++;
 	c->registrations++;
+	if (range) {
+		LIST_INSERT_HEAD(&c->range_mrs, mr, link);
+		c->n_range_mrs++;
+		base_of(c)->events.changed(base_of(c)->data);
+		return mr;
+	}
+	LIST_INSERT_HEAD(&c->mrs, mr, link);
 	e = entry_of(mr);
 	if (!c->table.overflow)
 		(void)mr_table_insert(&c->table, &e); /* on overflow the list serves */
@@ -404,7 +428,7 @@ int mr_cache_wait(struct mr_wait **lookups, uint64_t addr, struct waiter *waiter
 /* A registration of [start, end) on a worker, for waiter: -EINPROGRESS, or -ENOMEM (nothing
  * started; spare stays the caller's). */
 static int start_job(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, uint64_t start,
-		     uint64_t end, unsigned access, struct cached_mr *spare,
+		     uint64_t end, unsigned access, bool range, struct cached_mr *spare,
 		     struct waiter *waiter)
 {
 	struct reg_job *j = calloc(1, sizeof(*j));
@@ -421,6 +445,7 @@ static int start_job(struct mr_cache *c, struct reg_allocation *a, uint64_t addr
 	j->iova = allocation_iova(&a->mem, start);
 	j->allocation_serial = a->mem.serial;
 	j->access = access;
+	j->range = range;
 	c->pending_bytes += end - start;
 	LIST_INSERT_HEAD(&c->reg_jobs, j, link);
 	/* A client PD's MR is made where the free cannot see it: the free waits, so that
@@ -434,17 +459,16 @@ static int start_job(struct mr_cache *c, struct reg_allocation *a, uint64_t addr
 	return -EINPROGRESS;
 }
 
+static int register_run(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
+			uint64_t start, uint64_t end, unsigned access, bool range,
+			struct mr_entry *ret, char *why, size_t why_size, struct waiter *waiter);
+
 /* Not in the table, nor another's (c->others): a registration of the uncovered run. */
 static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, struct mr_entry *ret,
 		char *why, size_t why_size, struct waiter *waiter)
 {
-	struct reg_base *r = base_of(c);
 	struct reg_job *job;
-	struct provider_mr *pmr;
-	struct cached_mr *spare;
-	unsigned access = access_of(c, a);
 	uint64_t start, end;
-	int k;
 
 	job = pending_run(c, a, addr);
 	if (job)
@@ -466,6 +490,19 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 		start = start > lo ? start : lo;
 		end = end < hi ? end : hi;
 	}
+	return register_run(c, a, addr, start, end, access_of(c, a), false, ret, why, why_size,
+			    waiter);
+}
+
+/* Registers [start, end) of a for the lookup at addr: a table MR, or a range lookup's. */
+static int register_run(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
+			uint64_t start, uint64_t end, unsigned access, bool range,
+			struct mr_entry *ret, char *why, size_t why_size, struct waiter *waiter)
+{
+	struct reg_base *r = base_of(c);
+	struct provider_mr *pmr;
+	struct cached_mr *spare;
+	int k;
 
 	if (pins(access)) {
 		k = reg_check_pinned(r, mr_cache_uncharged(c, start, end), why, why_size);
@@ -485,7 +522,7 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 		       !reg_loop_may(r, waiter->loop_registrations, end - start))) {
 		/* Pinning this much takes long, or the loop did its share: a worker does it, and
 		 * nobody waits but the asker. */
-		k = start_job(c, a, addr, start, end, access, spare, waiter);
+		k = start_job(c, a, addr, start, end, access, range, spare, waiter);
 		if (k != -EINPROGRESS)
 			goto uncharge;
 		return k;
@@ -497,7 +534,7 @@ static int miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr, str
 			 end, provider_strerror(provider_of(c), k));
 		goto uncharge;
 	}
-	if (!adopt(c, a, pmr, start, end, spare)) { /* the domain's alone: spare never fails */
+	if (!adopt(c, a, pmr, start, end, spare, range)) { /* the domain's alone: spare never fails */
 		(void)reg_dereg(r, pmr);
 		k = -ENOMEM;
 		goto uncharge;
@@ -690,7 +727,8 @@ static void reg_job_done(struct registrar_work *w)
 
 		ja->bound_jobs--;
 		/* Its span dropped meanwhile (mr_cache_drop_span): nobody's bytes either. */
-		if (k >= 0 && (ja->retired || c->closing || covered(c, ja, j->start, j->end) ||
+		if (k >= 0 && (ja->retired || c->closing ||
+			       (!j->range && covered(c, ja, j->start, j->end)) ||
 			       !in_a_span(ja, j->start, j->end))) {
 			late = detached(c, ja, j->rt.pmr, j->start, j->end, j->spare);
 			j->spare = NULL;
@@ -730,14 +768,14 @@ static void reg_job_done(struct registrar_work *w)
 		snprintf(why, sizeof(why), "0x%" PRIx64 " was freed while it was being registered",
 			 j->addr);
 		k = -ENOENT;
-	} else if (covered(c, a, j->start, j->end)) {
+	} else if (!j->range && covered(c, a, j->start, j->end)) {
 		/* An MR made meanwhile (another lookup's, a pool's) has pages of the run: the first
 		 * creator wins, this one goes, and the lookup runs again — for the winner's keys, or
 		 * for what is still uncovered — so that no page is pinned and counted twice. */
 		drop(c, j->rt.pmr, j->start, j->end);
 		retry(c, j->addr, j->waiter);
 		goto out;
-	} else if (!adopt(c, a, j->rt.pmr, j->start, j->end, j->spare)) {
+	} else if (!adopt(c, a, j->rt.pmr, j->start, j->end, j->spare, j->range)) {
 		drop(c, j->rt.pmr, j->start, j->end);
 		k = -ENOMEM;
 	} else if (stale(c)) {
@@ -840,6 +878,141 @@ int mr_cache_lookup(struct mr_cache *c, uint64_t addr, struct mr_entry *ret, cha
 	return k == MR_CACHE_MISS ? mr_cache_miss(c, a, addr, ret, why, why_size, waiter) : k;
 }
 
+/* A range MR of c covering [addr, addr + len), if any. */
+static bool range_cached(const struct mr_cache *c, uint64_t addr, uint64_t len,
+			 struct mr_entry *ret)
+{
+	const struct cached_mr *mr;
+
+	LIST_FOREACH(mr, &c->range_mrs, link) {
+		struct mr_entry e = entry_of(mr);
+
+		if (mr_entry_covers(&e, addr, len)) {
+			*ret = e;
+			return true;
+		}
+	}
+	return false;
+}
+
+int mr_cache_find_range(struct mr_cache *c, uint64_t addr, uint64_t len, struct mr_entry *ret,
+			char *why, size_t why_size, struct reg_allocation **ret_a)
+{
+	struct mr_entry e;
+	int k = mr_cache_find(c, addr, &e, why, why_size, ret_a);
+
+	if (k < 0)
+		return k;
+	if (k == 0 && mr_entry_covers(&e, addr, len)) {
+		*ret = e;
+		return 0;
+	}
+	if (range_cached(c, addr, len, ret))
+		return 0;
+	if (k == 0) /* the table's MR covers less: the allocation is the one holding addr */
+		*ret_a = reg_allocation_of(allocation_containing(base_of(c)->mem, addr));
+	return MR_CACHE_MISS;
+}
+
+/* The range's refusals before anything is registered: 0, or -ERANGE with why. */
+static int range_check(const struct mr_cache *c, const struct reg_allocation *a, uint64_t addr,
+		       uint64_t len, char *why, size_t why_size)
+{
+	uint64_t base = allocation_address(&a->mem), end = base + a->mem.length, lo, hi, s, e;
+	const void *other = NULL;
+
+	if (len > end - addr) {
+		snprintf(why, why_size, "[0x%" PRIx64 ", +0x%" PRIx64 ") crosses the end of its "
+			 "allocation [0x%" PRIx64 ", 0x%" PRIx64 ")", addr, len, base, end);
+		return -ERANGE;
+	}
+	if (reg_kind_of(a) == REG_KIND_ALIAS && a->mem.span_length &&
+	    (!allocation_span_at(&a->mem, addr - base, &lo, &hi) || len > base + hi - addr)) {
+		snprintf(why, why_size, "[0x%" PRIx64 ", +0x%" PRIx64 ") is not inside one "
+			 "registered span of [0x%" PRIx64 ", 0x%" PRIx64 ")", addr, len, base, end);
+		return -ERANGE;
+	}
+	while (c->others && c->others->next(a, &other, &s, &e))
+		if (s < addr + len && addr < e) {
+			snprintf(why, why_size, "[0x%" PRIx64 ", +0x%" PRIx64 ") crosses the "
+				 "mempool MR [0x%" PRIx64 ", 0x%" PRIx64 "): look up inside it",
+				 addr, len, s, e);
+			return -ERANGE;
+		}
+	return 0;
+}
+
+int mr_cache_miss_range(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
+			uint64_t len, struct mr_entry *ret, char *why, size_t why_size,
+			struct waiter *waiter)
+{
+	const struct provider_caps *caps = &provider_of(c)->caps;
+	uint64_t ps, base, start, end;
+	struct mr_entry e;
+	unsigned access;
+	int k;
+
+	if (!a || (a->mem.read_only && c->own_pd))
+		return mr_cache_miss(c, a, addr, ret, why, why_size, waiter); /* its refusal */
+	/* Inside another's MR (a mempool's): that one, when it covers the range. */
+	k = c->others ? c->others->cover(c, a, addr, &e, why, why_size, waiter) : MR_CACHE_MISS;
+	if (k != MR_CACHE_MISS) {
+		if (k == 0 && !mr_entry_covers(&e, addr, len)) {
+			snprintf(why, why_size, "[0x%" PRIx64 ", +0x%" PRIx64 ") crosses the end of "
+				 "the mempool MR [0x%" PRIx64 ", 0x%" PRIx64 ")", addr, len,
+				 e.start, e.end);
+			return -ERANGE;
+		}
+		if (k == 0)
+			*ret = e;
+		return k;
+	}
+	k = range_check(c, a, addr, len, why, why_size);
+	if (k < 0)
+		return k;
+	/* Nothing at addr yet: the policy's registration, when it covers the range (contig). */
+	if (c->policy != MR_POLICY_PAGE && !cached(c, addr, &e) && !pending_run(c, a, addr)) {
+		k = mr_cache_miss(c, a, addr, &e, why, why_size, waiter);
+		if (k != 0 || mr_entry_covers(&e, addr, len)) {
+			if (k == 0)
+				*ret = e;
+			return k;
+		}
+	}
+	if (c->n_range_mrs >= MR_CACHE_RANGES_MAX) {
+		snprintf(why, why_size, "domain %s holds %u range lookups' MRs already: free "
+			 "memory, or use [cache] policy = contig", base_of(c)->name,
+			 MR_CACHE_RANGES_MAX);
+		return -ENOSPC;
+	}
+	/* An MR of the range's pages alone, beside the table's (which it may overlap). */
+	ps = a->mem.arena->page_size;
+	base = allocation_address(&a->mem);
+	start = addr - (addr - base) % ps;
+	end = (addr + len - base + ps - 1) / ps * ps; /* range_check: at most a's length */
+	end = base + (end < a->mem.length ? end : a->mem.length);
+	if (end - start > caps->max_mr_size) {
+		snprintf(why, why_size, "[0x%" PRIx64 ", +0x%" PRIx64 ") is more than the device's "
+			 "largest MR (%" PRIu64 " bytes)", addr, len, (uint64_t)caps->max_mr_size);
+		return -ERANGE;
+	}
+	access = access_of(c, a);
+	if (reg_kind_of(a) == REG_KIND_ON_DEMAND && provider_odp_covers(caps, access))
+		access |= MRD_ACCESS_ON_DEMAND; /* on-demand memory stays unpinned */
+	c->misses++;
+	return register_run(c, a, addr, start, end, access, true, ret, why, why_size, waiter);
+}
+
+int mr_cache_lookup_range(struct mr_cache *c, uint64_t addr, uint64_t len, struct mr_entry *ret,
+			  char *why, size_t why_size, struct waiter *waiter)
+{
+	struct reg_allocation *a = NULL;
+	int k = mr_cache_find_range(c, addr, len, ret, why, why_size, &a);
+
+	return k == MR_CACHE_MISS ?
+	       mr_cache_miss_range(c, a, addr, len, ret, why, why_size, waiter) : k;
+}
+
 int mr_cache_listen_gone(struct mr_cache *c, uint64_t addr, struct mr_gone_listener *l)
 {
 	struct cached_mr *mr;
@@ -872,10 +1045,9 @@ static void out_of_tables(struct cached_mr *mr)
 {
 	struct mr_cache *o = mr->cache;
 
-	if (!o->table.overflow)
+	if (!o->table.overflow && !mr->range)
 		(void)mr_table_remove(&o->table, mr->start);
-	LIST_REMOVE(mr, link);
-	o->n_mrs--;
+	unlink_mr(mr);
 	leave(mr);
 }
 
@@ -1113,14 +1285,13 @@ bool mr_cache_drop_share(struct mr_cache *c, bool all, unsigned *made)
 	bool done = true;
 
 	hold(c); /* the last MR's unhold must not free c under the loop */
-	while ((mr = LIST_FIRST(&c->mrs))) {
+	while ((mr = first_mr(c))) {
 		if (!all && *made > 0 && !reg_loop_may(r, *made, mr->end - mr->start)) {
 			done = false;
 			break;
 		}
 		reg_loop_did(r, mr->end - mr->start);
-		LIST_REMOVE(mr, link);
-		c->n_mrs--;
+		unlink_mr(mr);
 		leave(mr);
 		let_go(mr);
 		(*made)++;
@@ -1135,6 +1306,8 @@ uint64_t mr_cache_bytes(const struct mr_cache *c)
 	uint64_t bytes = 0;
 
 	LIST_FOREACH(mr, &c->mrs, link)
+		bytes += mr->end - mr->start;
+	LIST_FOREACH(mr, &c->range_mrs, link)
 		bytes += mr->end - mr->start;
 	return bytes;
 }

@@ -49,6 +49,7 @@ struct cached_mr {
 	uint64_t start, end;
 	struct provider_mr *pmr;
 	bool pins; /* charged: all but a client PD's on-demand MR */
+	bool range; /* a range lookup's (mr_cache_miss_range): on the range list, in no table */
 	bool in_cache; /* in its cache's list and table: not once its client PD let go of it, nor
 			* a registration that came too late to serve (mr_cache_drop_share) */
 	LIST_HEAD(, mr_gone_listener) listeners; /* told when it leaves its cache */
@@ -108,7 +109,10 @@ struct mr_cache {
 				 * measure, read on the loop without asking a provider a worker
 				 * may hold */
 	LIST_HEAD(, cached_mr) mrs;
-	unsigned n_mrs;
+	/* Range lookups' MRs, which may overlap the table's (MR_CACHE_RANGES_MAX at most). */
+	LIST_HEAD(, cached_mr) range_mrs;
+	unsigned n_mrs; /* both lists' */
+	unsigned n_range_mrs;
 	struct mr_table table;
 	uint64_t lookups, misses, registrations, deregistrations;
 	uint64_t loop_registrations; /* of registrations, those made on the loop */
@@ -171,6 +175,30 @@ int mr_cache_miss(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
  * comes through mr_cache_resume_waits); without a waiter, -EAGAIN and why says what. */
 int mr_cache_wait(struct mr_wait **lookups, uint64_t addr, struct waiter *waiter,
 		  const char *what, char *why, size_t why_size);
+
+/* A range lookup: one MR covering [addr, addr + len), len >= 1. mr_cache_find_range first
+ * (the table's MR at addr, or a range MR, when it covers the whole range; MR_CACHE_MISS with
+ * *a as mr_cache_find), then mr_cache_miss_range: -ERANGE (why says why) when the range
+ * leaves a's memory (or a program's registered span), or crosses another's MR (a mempool's);
+ * another's MR covering it; else, under a policy other than page where nothing holds addr, the
+ * policy's registration when it covers the range; else an MR of the page-rounded range of its
+ * own, beside the table (it may overlap the table's MRs: the pages count once as pinned),
+ * kept until a's free — on a worker as mr_cache_lookup's (-EINPROGRESS; the waiter's entry
+ * may cover less when a wait for another's MR or the policy's run ended: ask again).
+ * At most MR_CACHE_RANGES_MAX per cache: -ENOSPC past it. */
+#define MR_CACHE_RANGES_MAX 1024
+int mr_cache_find_range(struct mr_cache *c, uint64_t addr, uint64_t len, struct mr_entry *ret,
+			char *why, size_t why_size, struct reg_allocation **a);
+int mr_cache_miss_range(struct mr_cache *c, struct reg_allocation *a, uint64_t addr,
+			uint64_t len, struct mr_entry *ret, char *why, size_t why_size,
+			struct waiter *waiter);
+int mr_cache_lookup_range(struct mr_cache *c, uint64_t addr, uint64_t len, struct mr_entry *ret,
+			  char *why, size_t why_size, struct waiter *waiter);
+/* Whether e covers [addr, addr + len). */
+static inline bool mr_entry_covers(const struct mr_entry *e, uint64_t addr, uint64_t len)
+{
+	return e->start <= addr && len <= e->end - addr && addr < e->end;
+}
 
 /* Hangs l (zeroed, or hung: it leaves that MR) on the MR of c's table holding addr: -ENOENT
  * when there is none (another's MR, an on-demand child, an address nothing registered yet). */

@@ -113,6 +113,28 @@ int registrar_lookup(struct registrar *r, uint64_t addr, struct mr_entry *ret, c
 	return mr_cache_miss(&r->cache, a, addr, ret, why, why_size, waiter);
 }
 
+int registrar_lookup_range(struct registrar *r, uint64_t addr, uint64_t len, struct mr_entry *ret,
+			   char *why, size_t why_size, struct waiter *waiter)
+{
+	struct reg_allocation *a = NULL;
+	int k = mr_cache_find_range(&r->cache, addr, len, ret, why, why_size, &a);
+
+	if (k != MR_CACHE_MISS)
+		return k;
+	if (a && reg_kind_of(a) == REG_KIND_ON_DEMAND) {
+		struct mr_entry e;
+
+		/* Its child, when that covers the range; else an on-demand MR of the range. */
+		k = odp_fault(&r->odp, a, addr, &e, why, why_size, waiter);
+		if (k != 0 || mr_entry_covers(&e, addr, len)) {
+			if (k == 0)
+				*ret = e;
+			return k;
+		}
+	}
+	return mr_cache_miss_range(&r->cache, a, addr, len, ret, why, why_size, waiter);
+}
+
 bool registrar_on_demand(const struct registrar *r, bool asked, bool read_only)
 {
 	const struct provider_caps *caps = &r->base.provider->caps;

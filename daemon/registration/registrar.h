@@ -73,6 +73,10 @@ void registrar_close(struct registrar *r);
  * mempool MR (the cache's others), then the cache registers (mr_cache_lookup says how). */
 int registrar_lookup(struct registrar *r, uint64_t addr, struct mr_entry *ret, char *why,
 		     size_t why_size, struct waiter *waiter);
+/* registrar_lookup of the range [addr, addr + len): one MR covering it whole
+ * (mr_cache_lookup_range), an on-demand child when one covers it. */
+int registrar_lookup_range(struct registrar *r, uint64_t addr, uint64_t len, struct mr_entry *ret,
+			   char *why, size_t why_size, struct waiter *waiter);
 
 /* The base's rules (reg-base.h), for the domain. */
 static inline bool registrar_busy(const struct registrar *r)

@@ -232,6 +232,32 @@ int mrd_cache_error(const mrd_cache *cache);
 uint32_t mrd_cache_lkey_slow(mrd_cache *cache, const void *addr);
 
 /*
+ * Keys for a range: one MR covering [addr, addr + len) whole, whatever [cache] policy says
+ * (page, contig, odp): on a miss mrd registers the page-rounded range (charged to the pinned
+ * quota; on-demand memory stays on demand). mrd_keys_query_range asks mrd (a request);
+ * mrd_cache_keys_range hits when a cached entry covers the whole range (one that covers part
+ * of it is a miss). Errors: -EINVAL for len 0 or a range past the end of the address space;
+ * -ERANGE when the range crosses the end of addr's allocation (mrd_mem_alloc, an attached
+ * extmem), of a program's buffer (libmrd-preload) or of a mempool's MR, or passes the device's
+ * largest MR; -ENOSPC when the domain holds 1024 ranges' own MRs; else as mrd_keys_query().
+ */
+int mrd_keys_query_range(mrd_client *client, const void *addr, size_t len, struct mrd_keys *ret);
+int mrd_cache_keys_range(mrd_cache *cache, const void *addr, size_t len, struct mrd_keys *ret);
+
+/*
+ * Keys for n addresses in one request, n from 1 to MRD_KEYS_BATCH_MAX: keys[i] for addrs[i],
+ * covering [addrs[i], addrs[i] + lens[i]) whole when lens is not NULL (as
+ * mrd_keys_query_range()), else holding addrs[i] (as mrd_keys_query()). Each address fails
+ * alone: errors[i] (errors may be NULL) is 0 or its -errno, and a failed keys[i] is zero with
+ * both keys MRD_KEY_INVALID. Returns how many addresses got keys (0 to n), or -errno when the
+ * request failed whole (keys and errors unwritten): -E2BIG for n > MRD_KEYS_BATCH_MAX (split
+ * the batch), -EINVAL for n 0, a NULL array or a lens[i] of 0.
+ */
+#define MRD_KEYS_BATCH_MAX 64
+int mrd_keys_query_batch(mrd_client *client, const void *const addrs[], const size_t lens[],
+			 size_t n, struct mrd_keys keys[], int errors[]);
+
+/*
  * Not API: what mrd_cache_lkey() reads inline, the first member of every mrd_cache (so a
  * pointer to the cache points to it). libmrd alone writes it; never touch it. Its layout is
  * part of the ABI: it changes only with libmrd's soname.
