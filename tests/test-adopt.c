@@ -126,6 +126,25 @@ START_TEST(test_heap_gets_keys_and_dma)
 	ck_assert_int_eq(mrd_cache_keys(cache, dst + 20, &kc), 0);
 	ck_assert_uint_eq(mrd_cache_asked(cache), 1);
 	ck_assert_uint_eq(mrd_cache_lkey(cache, dst + 30), kd.lkey);
+	/* Range and batched lookups at the program's addresses too. */
+	{
+		char *in = dst + 4 * PAGE; /* past what dst + 100 holds */
+		const void *addrs[2] = { src, in };
+		const size_t lens[2] = { n, m - 4 * PAGE };
+		struct mrd_keys kb[2], kr;
+		int errs[2];
+
+		ck_assert_msg(mrd_keys_query_range(c, in, 8 * PAGE, &kr) == 0, "%s",
+			      mrd_last_error());
+		ck_assert(kr.start <= (uintptr_t)in && kr.end >= (uintptr_t)in + 8 * PAGE);
+		ck_assert_int_eq(mrd_dma(c, MRD_DMA_WRITE, ks.lkey, src, kr.rkey, in, n), 0);
+		ck_assert(in[0] == 0 && same(in + 64, n - 64, 1 + 64 * 7)); /* src[0, 64) read 0s */
+		ck_assert_int_eq(mrd_cache_keys_range(cache, in, 8 * PAGE, &kc), 0);
+		ck_assert(kc.start <= (uintptr_t)in && kc.end >= (uintptr_t)in + 8 * PAGE);
+		ck_assert_int_eq(mrd_keys_query_batch(c, addrs, lens, 2, kb, errs), 2);
+		ck_assert(kb[0].start <= (uintptr_t)src && kb[0].end >= (uintptr_t)src + n);
+		ck_assert(kb[1].start <= (uintptr_t)in && kb[1].end >= (uintptr_t)dst + m);
+	}
 
 	/* The same buffer again: counted, nothing moves; given back twice. */
 	adopt_ok(dst, m);
@@ -297,7 +316,13 @@ START_TEST(test_other_process_gets_no_keys)
 			r = mrd_keys_query(o, (void *)window, &k);
 		fprintf(stderr, "another process's lookup: %s (%s)\n", strerror(-r),
 			mrd_last_error());
-		_exit(r == -EACCES && strstr(mrd_last_error(), "mrd_mem_adopt") ? 0 : 1);
+		if (r != -EACCES || !strstr(mrd_last_error(), "mrd_mem_adopt"))
+			_exit(1);
+		/* A range lookup is refused alike. */
+		r = mrd_keys_query_range(o, (void *)window, 64, &k);
+		fprintf(stderr, "another process's range lookup: %s (%s)\n", strerror(-r),
+			mrd_last_error());
+		_exit(r == -EACCES && strstr(mrd_last_error(), "mrd_mem_adopt") ? 0 : 2);
 	}
 	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
 	ck_assert_int_eq(WEXITSTATUS(status), 0);
