@@ -51,6 +51,8 @@ static void fork_child(void)
 	}
 	watcher_fork_child();
 	memory_fork_lock(false);
+	for (mrd_client *c = handles; c; c = c->next)
+		adopt_fork_lock(c, false);
 	pthread_mutex_unlock(&handles_lock);
 }
 

@@ -150,8 +150,8 @@ Mrd__Response *td_expect_fds(int fd, uint64_t id, int error, int *fds, size_t *n
 
 	ck_assert_ptr_nonnull(resp);
 	ck_assert_uint_eq(resp->id, id);
-	ck_assert_msg(resp->status == error, "status %d (%s), expected %d", resp->status,
-		      resp->message, error);
+	ck_assert_msg(resp->status == error, "request %llu: status %d (%s), expected %d",
+		      (unsigned long long)id, resp->status, resp->message, error);
 	if (error)
 		ck_assert_msg(resp->message && *resp->message, "error reply without a reason");
 	return resp;

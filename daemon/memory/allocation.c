@@ -293,11 +293,11 @@ int allocation_attach(struct memory *m, struct allocation *a, struct mem_owner *
 		return r;
 	r = arena_new_external(m, fd, offset, length, &arena);
 	if (r == -EBADF)
-		snprintf(why, why_size, "only regular files of tmpfs or hugetlbfs (memfds, "
-					"/dev/shm, hugetlbfs mounts) can be attached");
+		snprintf(why, why_size, "only memfds (tmpfs or hugetlbfs) can be attached");
 	else if (r == -EPERM)
-		snprintf(why, why_size, "the memfd allows sealing but is not sealed against "
-					"shrinking: seal it (F_ADD_SEALS with F_SEAL_SHRINK)");
+		snprintf(why, why_size, "only a memfd sealed against shrinking (F_ADD_SEALS with "
+					"F_SEAL_SHRINK) can be attached: a file that could shrink "
+					"under mrd (/dev/shm, hugetlbfs) is not taken");
 	else if (r == -EROFS) {
 		snprintf(why, why_size, "the memfd is sealed against writes (F_SEAL_WRITE or "
 					"F_SEAL_FUTURE_WRITE): mrd maps attached memory writable");

@@ -218,12 +218,7 @@ int arena_new_external(struct memory *m, int memfd, uint64_t offset, uint64_t le
 	r = memfd_check(memfd, &info);
 	if (r < 0)
 		return r;
-	/* A file that can never be sealed (a /dev/shm or hugetlbfs file, a memfd made without
-	 * MFD_ALLOW_SEALING: F_SEAL_SEAL alone) may be shrunk under mrd's mapping: taken all the
-	 * same, since mrd touches attached pages through system calls, which fail, and
-	 * safe_memmove, which answers -EFAULT (design.md, "Holes clients punch"), never by a
-	 * plain load or store. One that could be sealed must be. */
-	if (!(info.seals & F_SEAL_SHRINK) && info.seals != F_SEAL_SEAL)
+	if (!(info.seals & F_SEAL_SHRINK))
 		return -EPERM;
 	if (info.seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE))
 		return -EROFS;
@@ -246,8 +241,7 @@ int arena_adopt(struct memory *m, int memfd, const struct arena_place *place, st
 		return -EINVAL;
 	/* Only what mrd itself would have made: a wrong state must not map anything else. */
 	if (info.hugetlb != place->hugetlb || info.page_size != place->page_size ||
-	    (!(info.seals & F_SEAL_SHRINK) && !(place->external && info.seals == F_SEAL_SEAL)) ||
-	    place->size == 0 || place->size % info.page_size ||
+	    !(info.seals & F_SEAL_SHRINK) || place->size == 0 || place->size % info.page_size ||
 	    place->file_offset % info.page_size || place->file_offset > info.size ||
 	    place->size > info.size - place->file_offset)
 		return -EINVAL;

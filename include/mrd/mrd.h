@@ -163,8 +163,8 @@ int mrd_mem_map(mrd_client *client, const void *addr);
  * Maps [offset, offset + length) of a memfd the caller owns (sealed with F_SEAL_SHRINK) into the
  * window (a request) and stores its address there in *ret. The caller keeps fd. Errors: -EBADF (not
  * a memfd), -EPERM (not sealed), -EINVAL (unaligned or past the end), -EDQUOT.
- * A tmpfs or hugetlbfs file that can never be sealed (/dev/shm, a hugetlbfs mount, a memfd made
- * without MFD_ALLOW_SEALING) is taken unsealed: shrunk, mrd's use of it fails with -EFAULT.
+ * A file that can never be sealed (/dev/shm, a hugetlbfs mount, a memfd made without
+ * MFD_ALLOW_SEALING) is refused (-EPERM): shrunk, it would break mrd's warm restart.
  */
 int mrd_extmem_attach(mrd_client *client, int fd, uint64_t offset, size_t length, void **ret);
 
