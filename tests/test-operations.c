@@ -383,6 +383,20 @@ START_TEST(test_pid_file)
 		ck_assert_int_eq(mrd_proc_start(&mrd, "", args), 0);
 	}
 	ck_assert_int_eq(pid_in_file(), mrd.pid);
+	/* Root follows no link there, nor opens anything but a file (review of issue 40). */
+	{
+		char odd[300];
+		const char *args[] = { "--pid-file", odd, NULL };
+		struct mrd_proc other = { 0 };
+
+		snprintf(odd, sizeof(odd), "%s.odd", pid_path);
+		ck_assert_int_eq(symlink("/dev/null", odd), 0);
+		ck_assert_int_ne(mrd_proc_start(&other, "", args), 0);
+		ck_assert_int_eq(unlink(odd), 0);
+		ck_assert_int_eq(mkfifo(odd, 0600), 0);
+		ck_assert_int_ne(mrd_proc_start(&other, "", args), 0);
+		ck_assert_int_eq(unlink(odd), 0);
+	}
 	stop();
 }
 END_TEST

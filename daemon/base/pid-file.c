@@ -15,12 +15,20 @@
 
 int pid_file_check(const char *path)
 {
-	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	/* Root opens it: never through a link, nor anything but a file (a FIFO, a device someone
+	 * put there in a folder others may write). */
+	_cleanup_close_ int fd =
+		open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW);
 	char buf[32] = "";
+	struct stat st;
 	ssize_t n;
 
 	if (fd < 0)
 		return errno == ENOENT ? 0 : log_error_errno(-errno, "cannot open %s: %m", path);
+	if (fstat(fd, &st) < 0)
+		return log_error_errno(-errno, "cannot stat %s: %m", path);
+	if (!S_ISREG(st.st_mode))
+		return log_error_errno(-EINVAL, "%s is not a regular file: not a pid file", path);
 	if (flock(fd, LOCK_SH | LOCK_NB) == 0)
 		return 0; /* nobody holds it: stale */
 	if (errno != EWOULDBLOCK)
