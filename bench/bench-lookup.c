@@ -1604,6 +1604,23 @@ static void report_hol(const struct bench *b, struct bench_summary *sum, size_t 
 	}
 }
 
+/* The top-half and range hit rows. */
+static void report_hits(const struct bench *b, struct bench_summary *sum, size_t *n_sum)
+{
+	report_ns("lookup-top-mru", &b->top_mru,
+		  "inline mrd_cache_lkey() on random addresses in the MRU entry",
+		  "one L1 compare loop over a single local {start,end,lkey} entry",
+		  TARGET_TOP_MRU, sum, n_sum);
+	report_ns("lookup-top-random8", &b->top_random,
+		  "mrd_cache_lkey() on random addresses over the 8 top-half entries (precomputed "
+		  "random array)", "branch-free scan of the same 8-entry array", TARGET_TOP_RANDOM,
+		  sum, n_sum);
+	report_ns("lookup-range-hit", &b->range_hit,
+		  "mrd_cache_keys_range() hit of [addr, addr+len) inside one of 8 cached MRs, random "
+		  "addr and len", "mrd_cache_keys() hit of the same addresses, same run",
+		  TARGET_RANGE, sum, n_sum);
+}
+
 static void report(const struct bench *b, double busy_before)
 {
 	struct bench_summary sum[2 + N_BOTTOM + 2 + 2 + N_HOL + 1];
@@ -1613,18 +1630,7 @@ static void report(const struct bench *b, double busy_before)
 	printf("lookup: ns-scale rows pinned to CPU %d, %d reps, case and baseline alternated; "
 	       "top rows %u lookups per batch, bottom rows %u\n", b->cpu, NS_REPS, TOP_OPS,
 	       BOTTOM_OPS);
-	report_ns("lookup-top-mru", &b->top_mru,
-		  "inline mrd_cache_lkey() on random addresses in the MRU entry",
-		  "one L1 compare loop over a single local {start,end,lkey} entry",
-		  TARGET_TOP_MRU, sum, &n_sum);
-	report_ns("lookup-top-random8", &b->top_random,
-		  "mrd_cache_lkey() on random addresses over the 8 top-half entries (precomputed "
-		  "random array)", "branch-free scan of the same 8-entry array", TARGET_TOP_RANDOM,
-		  sum, &n_sum);
-	report_ns("lookup-range-hit", &b->range_hit,
-		  "mrd_cache_keys_range() hit of [addr, addr+len) inside one of 8 cached MRs, random "
-		  "addr and len", "mrd_cache_keys() hit of the same addresses, same run",
-		  TARGET_RANGE, sum, &n_sum);
+	report_hits(b, sum, &n_sum);
 	for (size_t i = 0; i < N_BOTTOM; i++) {
 		char name[48], what[256];
 
@@ -1770,6 +1776,8 @@ int main(int argc, char **argv)
 	static struct bench b;
 	uint64_t t0 = bench_now_ns();
 	double busy_before = bench_cpu_busy(300);
+	const char *rows = getenv("MRD_BENCH_LOOKUP");
+	bool only_hits = rows && !strcmp(rows, "hits");
 	int r;
 
 	if (argc > 1) {
@@ -1791,6 +1799,15 @@ int main(int argc, char **argv)
 		r = bench_top(&b);
 	if (r >= 0)
 		r = bench_range(&b);
+	if (r >= 0 && only_hits) { /* MRD_BENCH_LOOKUP=hits: the top and range rows alone */
+		struct bench_summary sum[3];
+		size_t n_sum = 0;
+
+		bench_teardown(&b);
+		report_hits(&b, sum, &n_sum);
+		bench_print_summary(sum, n_sum);
+		return EXIT_SUCCESS;
+	}
 	if (r >= 0)
 		r = bench_bottom(&b);
 	if (r >= 0)
