@@ -9,6 +9,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -414,6 +415,61 @@ START_TEST(test_writer_loses_nothing)
 }
 END_TEST
 
+/* mrctl dump shows no one but the adopting process (and an administrator) an adopted buffer's
+ * keys: another process of the domain (here of uid 65534, not admin) sees MRD_KEY_INVALID
+ * where MrLookup would refuse it (review of issue 40: it read the buffer with mrd_dma). */
+START_TEST(test_dump_hides_adopted_keys)
+{
+	uid_t uid = geteuid() == 0 ? 65534 : geteuid();
+	char tool[512], out[1 << 16], rkey[48];
+	int there[2], back[2], status;
+	struct mrd_keys k = { 0 };
+	pid_t pid;
+
+	ck_assert_int_eq(pipe2(there, O_CLOEXEC), 0);
+	ck_assert_int_eq(pipe2(back, O_CLOEXEC), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) { /* the adopting process */
+		mrd_client *own = NULL;
+		char *p = NULL, go;
+		int r = 0;
+
+		if (geteuid() == 0 && (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0))
+			_exit(126);
+		if (posix_memalign((void **)&p, PAGE, 16 * PAGE) != 0)
+			_exit(125);
+		memset(p, 'a', 16 * PAGE);
+		r = mrd_client_connect(mrd.socket, &own);
+		if (r == 0)
+			r = mrd_mem_adopt(own, p, 16 * PAGE, 0);
+		if (r == 0)
+			r = mrd_keys_query(own, p, &k);
+		if (write(there[1], &k, sizeof(k)) != (ssize_t)sizeof(k))
+			_exit(124);
+		(void)read(back[0], &go, 1); /* until the dump was read */
+		_exit(r == 0 ? 0 : 1);
+	}
+	ck_assert_int_eq(read(there[0], &k, sizeof(k)), (ssize_t)sizeof(k));
+	ck_assert_uint_ne(k.rkey, 0);
+	{
+		const char *argv[] = { test_build_path("mrctl", tool, sizeof(tool)), "--socket",
+				       mrd.socket, "--json", "dump", NULL };
+
+		ck_assert_int_eq(run_capture(argv, out, sizeof(out), geteuid() == 0 ? uid : (uid_t)-1),
+				 0);
+	}
+	snprintf(rkey, sizeof(rkey), "\"rkey\":%u,", k.rkey);
+	ck_assert_msg(!strstr(out, rkey), "another process of the domain sees the adopted "
+		      "buffer's rkey %u: %s", k.rkey, out);
+	ck_assert_msg(strstr(out, "\"rkey\":4294967295"), "no MR shown: %s", out);
+	ck_assert_int_eq(write(back[1], "x", 1), 1);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	close(there[0]), close(there[1]), close(back[0]), close(back[1]);
+}
+END_TEST
+
 /* File-backed shared memory: a /dev/shm file (no seal possible) is refused, as is a memfd not
  * sealed against shrinking and a file elsewhere than tmpfs or hugetlbfs; mrd lives on. */
 START_TEST(test_shm_file_attach)
@@ -472,6 +528,7 @@ int main(void)
 	tcase_add_test(tc, test_close_gives_back);
 	tcase_add_test(tc, test_fork_child_copy);
 	tcase_add_test(tc, test_other_process_gets_no_keys);
+	tcase_add_test(tc, test_dump_hides_adopted_keys);
 	tcase_add_test(tc, test_writer_loses_nothing);
 	tcase_add_test(tc, test_shm_file_attach);
 	suite_add_tcase(s, tc);

@@ -297,7 +297,8 @@ struct dump_walk {
 	uint32_t index, first, n;
 	uint32_t domain_pd; /* of index, not a client PD's */
 	bool full;
-	bool admin; /* sees the client PDs' MRs too */
+	bool admin; /* sees the client PDs' MRs too, and every adopted buffer's keys */
+	pid_t viewer; /* sees the keys of the buffers it adopted (mrd_mem_adopt) */
 	size_t bytes, budget;
 	Mrd__DumpMr *mrs;
 };
@@ -327,6 +328,9 @@ static void dump_mr(void *data, uint64_t start, uint64_t end, const struct provi
 	e->end = end;
 	e->lkey = pmr ? pmr->lkey : MRD_KEY_INVALID;
 	e->rkey = pmr ? pmr->rkey : MRD_KEY_INVALID;
+	if (a->alias && !w->admin && (!a->owner || a->owner->pid != w->viewer))
+		/* A program's buffer: its keys are that process's alone, as MrLookup's are. */
+		e->lkey = e->rkey = MRD_KEY_INVALID;
 	e->kind = dump_kinds[kind];
 	e->pages = (end - start + a->arena->page_size - 1) / a->arena->page_size;
 	e->owner_pid = a->owner ? (int32_t)a->owner->pid : 0;
@@ -347,7 +351,7 @@ int request_domain_dump(struct client *c, struct domain *no_domain, const Mrd__R
 	Mrd__DumpArena *ai, **aip;
 	Mrd__DumpMr **mip;
 	struct dump_walk w = { .first = q->first_mr, .budget = reply_budget(c),
-			       .admin = !client_view(c) };
+			       .admin = !client_view(c), .viewer = c->owner.mem.pid };
 	const struct arena *arena = NULL;
 	struct domain_stats s;
 	struct domain *d;
