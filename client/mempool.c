@@ -427,13 +427,16 @@ static int get_objs(mrd_mempool *p, void **objs, unsigned n)
 				      "are free", p->name, n, p->n_objs);
 	}
 	more = take_locked(p, buf, more, c);
-	pthread_mutex_unlock(&p->lock);
 	if (more) {
-		tcache_lock(c); /* only its thread adds to it: room for more */
+		/* Still under the pool's lock (a stealer's order: pool, then cache): an object in
+		 * flight to the cache would be nowhere a get looks, and that get would fail with
+		 * objects free. Only its thread adds to the cache: room for more. */
+		tcache_lock(c);
 		memcpy(&c->objs[c->n], buf, more * sizeof(*buf));
 		c->n += more;
 		tcache_unlock(c);
 	}
+	pthread_mutex_unlock(&p->lock);
 	return 0;
 }
 
@@ -467,7 +470,6 @@ static int check_obj(const mrd_mempool *p, const void *obj)
 static int put_objs(mrd_mempool *p, void *const *objs, unsigned n)
 {
 	struct tcache *c;
-	void *buf[TCACHE_MAX];
 	unsigned out = 0;
 	int r;
 
@@ -496,24 +498,24 @@ static int put_objs(mrd_mempool *p, void *const *objs, unsigned n)
 		tcache_unlock(c);
 		return 0;
 	}
+	tcache_unlock(c);
 	/* Full: the older half goes to the pool (the newer ones stay warm), and what does not fit
-	 * with them. */
+	 * with them; more than a cache goes straight to the pool. Both locks at once, the pool's
+	 * first (a stealer's order): objects in flight between the two would be nowhere a get
+	 * looks, and that get would fail with objects free. Stealers only take from the cache
+	 * meanwhile: it has no less room. */
+	pthread_mutex_lock(&p->lock);
+	tcache_lock(c);
 	out = c->cap / 2 < c->n ? c->cap / 2 : c->n;
 	if (n <= c->cap - (c->n - out)) {
-		memcpy(buf, c->objs, out * sizeof(*buf));
-		memmove(c->objs, &c->objs[out], (c->n - out) * sizeof(*buf));
+		r = give_locked(p, c->objs, out);
+		memmove(c->objs, &c->objs[out], (c->n - out) * sizeof(*c->objs));
 		c->n -= out;
 		memcpy(&c->objs[c->n], objs, n * sizeof(*objs));
 		c->n += n;
-		tcache_unlock(c);
-		pthread_mutex_lock(&p->lock);
-		r = give_locked(p, buf, out);
-		pthread_mutex_unlock(&p->lock);
-		return r;
-	}
-	tcache_unlock(c); /* more than a cache: straight to the pool */
-	pthread_mutex_lock(&p->lock);
-	r = give_locked(p, objs, n);
+	} else
+		r = give_locked(p, objs, n);
+	tcache_unlock(c);
 	pthread_mutex_unlock(&p->lock);
 	return r;
 }
