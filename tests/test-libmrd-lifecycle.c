@@ -164,6 +164,7 @@ START_TEST(test_fork_child_fails_at_once)
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
+		test_fork_child_of_threads();
 		close(report[0]);
 		signal(SIGALRM, SIG_DFL); /* Check's handler would kill the whole test */
 		alarm(90);

@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <grp.h>
@@ -663,4 +664,24 @@ long long json_domain_number(const char *json, const char *domain, const char *k
 	snprintf(pattern, sizeof(pattern), "\"%s\":", key);
 	p = strstr(d, pattern);
 	return p ? strtoll(p + strlen(pattern), NULL, 10) : -1;
+}
+
+int test_wait_ready(int fd, pid_t pid, int timeout_s, int *status)
+{
+	int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = pidfd, .events = POLLIN } };
+	int n, r = -ETIMEDOUT;
+	char b;
+
+	n = poll(p, pidfd >= 0 ? 2 : 1, timeout_s < 0 ? -1 : timeout_s * 1000);
+	if (n > 0 && (p[0].revents & POLLIN))
+		r = read(fd, &b, 1) == 1 ? 0 : -EIO;
+	else if (n > 0) { /* the child is gone (or the pipe's writers are) */
+		*status = -1;
+		(void)waitpid(pid, status, 0);
+		r = -ECHILD;
+	}
+	if (pidfd >= 0)
+		close(pidfd);
+	return r;
 }

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <time.h>
@@ -34,6 +35,22 @@ static inline double test_now_s(void)
 		while (!(cond) && test_now_s() - test_start_ < TEST_WAIT_S)      \
 			usleep(step_us);                                         \
 	} while (0)
+
+/* Waits for a byte on fd, which child pid writes when it is ready, or for the child's exit,
+ * whichever comes first, up to timeout_s (-1: no bound but the test's own): 0 (the byte read), -ECHILD (the child exited before,
+ * reaped into *status, -1 where it could not be), -ETIMEDOUT or -EIO. A test so reports a child that died at once, not
+ * a timeout. */
+int test_wait_ready(int fd, pid_t pid, int timeout_s, int *status);
+
+/* First thing in a fork() child of a process with threads that makes a handle: under TSan,
+ * which cannot start a thread there (it dies, or trips on the parent's thread ids: "dup thread
+ * with used id"), libmrd's watcher thread is left off (MRD_WATCH=0). */
+static inline void test_fork_child_of_threads(void)
+{
+#if defined(__SANITIZE_THREAD__)
+	setenv("MRD_WATCH", "0", 1);
+#endif
+}
 
 struct mrd_proc {
 	pid_t pid;
