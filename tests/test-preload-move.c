@@ -1213,7 +1213,10 @@ START_TEST(test_unprivileged_move_loses_no_write)
 		race_tries(&there, &back, &efaults);
 		_exit(there.tries || back.tries ? 1 : 0);
 	}
-	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	/* Under Check's 600 s: a child that hangs is shown (once seen under ASan on a loaded
+	 * machine, not reproduced since). */
+	ck_assert_msg(test_waitpid_or_show(pid, &status, 500) == 0,
+		      "the uid-1000 child hung: its threads are shown above");
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		      "uid 1000: writes lost or no move (status 0x%x)", status);
 }

@@ -231,7 +231,6 @@ static ssize_t recv_notification(int nfd, char *buf, size_t size, struct mrd_fd_
 	return len;
 }
 
-static void show_threads(pid_t pid);
 
 int mrd_proc_restart_fd_store(struct mrd_proc *p, struct mrd_fd_store *store)
 {
@@ -255,7 +254,7 @@ int mrd_proc_restart_fd_store(struct mrd_proc *p, struct mrd_fd_store *store)
 		if (test_now_s() - start > TEST_STOP_S) {
 			fprintf(stderr, "mrd (pid %d) did not exit %d s after SIGTERM (a restart "
 				"through the FD store); its threads:\n", (int)p->pid, TEST_STOP_S);
-			show_threads(p->pid);
+			test_show_threads(p->pid);
 			kill(p->pid, SIGKILL);
 			waitpid(p->pid, NULL, 0);
 			p->pid = 0;
@@ -306,7 +305,7 @@ int mrd_proc_notified(struct mrd_proc *p, const char *want, char *buf, size_t si
 
 /* What each thread of a process that does not exit is doing: its stacks from gdb where the
  * host has it, else each thread's kernel wait channel and system call. */
-static void show_threads(pid_t pid)
+void test_show_threads(pid_t pid)
 {
 	char cmd[512];
 
@@ -334,7 +333,7 @@ static int reap(pid_t pid, int sig)
 		if (test_now_s() - start > TEST_STOP_S) {
 			fprintf(stderr, "mrd (pid %d) did not exit %d s after signal %d; its threads:\n",
 				(int)pid, TEST_STOP_S, sig);
-			show_threads(pid);
+			test_show_threads(pid);
 			kill(pid, SIGKILL);
 			waitpid(pid, &status, 0);
 			return -ETIMEDOUT;
@@ -684,4 +683,20 @@ int test_wait_ready(int fd, pid_t pid, int timeout_s, int *status)
 	if (pidfd >= 0)
 		close(pidfd);
 	return r;
+}
+
+int test_waitpid_or_show(pid_t pid, int *status, int timeout_s)
+{
+	double t0 = test_now_s();
+	pid_t r;
+
+	while ((r = waitpid(pid, status, WNOHANG)) == 0 && test_now_s() - t0 < timeout_s)
+		usleep(100 * 1000);
+	if (r == pid)
+		return 0;
+	fprintf(stderr, "child %d still runs after %d s: its threads\n", (int)pid, timeout_s);
+	test_show_threads(pid);
+	kill(pid, SIGKILL);
+	(void)waitpid(pid, status, 0);
+	return -ETIMEDOUT;
 }

@@ -52,6 +52,14 @@ static inline void test_fork_child_of_threads(void)
 #endif
 }
 
+/* Every thread's stack of process pid on stderr (gdb, else each thread's wchan and syscall),
+ * and its signals pending and blocked: what a test shows of a process that hangs. */
+void test_show_threads(pid_t pid);
+
+/* waitpid(pid) for up to timeout_s, a hang's bound under Check's own (a child that hangs is
+ * shown, with test_show_threads, then killed): 0, or -ETIMEDOUT. */
+int test_waitpid_or_show(pid_t pid, int *status, int timeout_s);
+
 struct mrd_proc {
 	pid_t pid;
 	char dir[64];      /* private temporary directory */
