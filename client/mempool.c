@@ -516,11 +516,12 @@ static int put_objs(mrd_mempool *p, void *const *objs, unsigned n)
 	tcache_lock(c);
 	out = c->cap / 2 < c->n ? c->cap / 2 : c->n;
 	if (n <= c->cap - (c->n - out)) {
+		unsigned keep = c->n - out;
+
 		r = give_locked(p, c->objs, out);
-		memmove(c->objs, &c->objs[out], (c->n - out) * sizeof(*c->objs));
-		tcache_set_n(c, c->n - out);
-		memcpy(&c->objs[c->n], objs, n * sizeof(*objs));
-		tcache_set_n(c, c->n + n);
+		memmove(c->objs, &c->objs[out], keep * sizeof(*c->objs));
+		memcpy(&c->objs[keep], objs, n * sizeof(*objs));
+		tcache_set_n(c, keep + n);
 	} else
 		r = give_locked(p, objs, n);
 	tcache_unlock(c);

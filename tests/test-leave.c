@@ -52,18 +52,11 @@
 #define VICTIM_WORST_MS 400
 #define VICTIM_WORST_SAN_MS 1500
 
-static bool under_sanitizer(void)
-{
-	const char *san = getenv("MRD_SAN_CFLAGS");
-
-	return san && *san;
-}
-
-static int leaver_mrs(void) { return under_sanitizer() ? 4000 : 16000; }
+static int leaver_mrs(void) { return test_under_sanitizer() ? 4000 : 16000; }
 
 static unsigned victim_worst_ms(void)
 {
-	return under_sanitizer() ? VICTIM_WORST_SAN_MS : VICTIM_WORST_MS;
+	return test_under_sanitizer() ? VICTIM_WORST_SAN_MS : VICTIM_WORST_MS;
 }
 static struct mrd_proc mrd;
 static char mrctl[512], out[1 << 18];

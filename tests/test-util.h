@@ -42,6 +42,16 @@ static inline double test_now_s(void)
  * a timeout. */
 int test_wait_ready(int fd, pid_t pid, int timeout_s, int *status);
 
+/* Whether the suites run under a sanitizer (configure's --enable-asan, -ubsan, -tsan set
+ * $MRD_SAN_CFLAGS for them): where a stress case's size is cut, its bound checked in the plain
+ * build. */
+static inline bool test_under_sanitizer(void)
+{
+	const char *san = getenv("MRD_SAN_CFLAGS");
+
+	return san && *san;
+}
+
 /* First thing in a fork() child of a process with threads that makes a handle: under TSan,
  * which cannot start a thread there (it dies, or trips on the parent's thread ids: "dup thread
  * with used id"), libmrd's watcher thread is left off (MRD_WATCH=0). */
