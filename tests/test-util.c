@@ -687,11 +687,18 @@ int test_wait_ready(int fd, pid_t pid, int timeout_s, int *status)
 
 int test_waitpid_or_show(pid_t pid, int *status, int timeout_s)
 {
+	int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	double t0 = test_now_s();
 	pid_t r;
 
-	while ((r = waitpid(pid, status, WNOHANG)) == 0 && test_now_s() - t0 < timeout_s)
-		usleep(100 * 1000);
+	/* Its exit wakes the wait (a pidfd), else a look every 100 ms. */
+	while ((r = waitpid(pid, status, WNOHANG)) == 0 && test_now_s() - t0 < timeout_s) {
+		if (pidfd < 0 ||
+		    poll(&(struct pollfd){ .fd = pidfd, .events = POLLIN }, 1, 100) < 0)
+			usleep(100 * 1000);
+	}
+	if (pidfd >= 0)
+		close(pidfd);
 	if (r == pid)
 		return 0;
 	fprintf(stderr, "child %d still runs after %d s: its threads\n", (int)pid, timeout_s);
