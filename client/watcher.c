@@ -190,10 +190,13 @@ static bool wanted(void)
 
 int watcher_add(struct mrd_client *client)
 {
-	int r = 0;
+	int r = 0, cancel_state;
 
 	if (!wanted())
 		return 0;
+	/* The waits below are cancellation points: cancelled there, a thread would end holding
+	 * watch_lock (libmrd's calls are not cancellation points, libmrd(3)). */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
 	pthread_mutex_lock(&watch_lock);
 	/* Connect returns once the thread runs (a handshake of some µs): a fork() right after
 	 * never copies its start half done. glibc's malloc forks safely anyway; ASan's of GCC 12
@@ -229,6 +232,7 @@ int watcher_add(struct mrd_client *client)
 	wake(run); /* a thread just started has looked at the list already */
 out:
 	pthread_mutex_unlock(&watch_lock);
+	pthread_setcancelstate(cancel_state, NULL);
 	return r;
 }
 
@@ -236,11 +240,14 @@ void watcher_remove(struct mrd_client *client)
 {
 	struct watcher_run *w = NULL;
 	struct watched *e;
+	int cancel_state;
 
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state); /* as watcher_add */
 	pthread_mutex_lock(&watch_lock);
 	e = find(client);
 	if (!e) {
 		pthread_mutex_unlock(&watch_lock);
+		pthread_setcancelstate(cancel_state, NULL);
 		return;
 	}
 	*e = watched[--n_watched];
@@ -262,6 +269,7 @@ void watcher_remove(struct mrd_client *client)
 		close(w->wake_fd);
 		free(w);
 	}
+	pthread_setcancelstate(cancel_state, NULL);
 }
 
 void watcher_rearm(struct mrd_client *client)
