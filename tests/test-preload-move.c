@@ -1213,8 +1213,8 @@ START_TEST(test_unprivileged_move_loses_no_write)
 		race_tries(&there, &back, &efaults);
 		_exit(there.tries || back.tries ? 1 : 0);
 	}
-	/* Under Check's 600 s: a child that hangs is shown (once seen under ASan on a loaded
-	 * machine, not reproduced since). */
+	/* Under Check's 600 s: a child that hangs is shown (it did under ASan, forked while
+	 * libmrd's watcher started: test-libmrd-lifecycle's test_fork_right_after_connect). */
 	ck_assert_msg(test_waitpid_or_show(pid, &status, 500) == 0,
 		      "the uid-1000 child hung: its threads are shown above");
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,

@@ -231,7 +231,6 @@ static ssize_t recv_notification(int nfd, char *buf, size_t size, struct mrd_fd_
 	return len;
 }
 
-
 int mrd_proc_restart_fd_store(struct mrd_proc *p, struct mrd_fd_store *store)
 {
 	char buf[512], *names[ELEMENTSOF(store->fds)];
