@@ -336,6 +336,9 @@ if [ "${MRD_VM_PAIR:-1}" = 1 ]; then
 		[ -n "$panicked" ] || break
 		echo "check-rdma: a two-host guest panicked while booting (attempt $attempt): both again"
 	done
+	# qemu's own complaints (a socket netdev that drops its connection says so on stderr)
+	grep -h -E '^qemu-system|serious error' "$VM/console-a.log" "$VM/console-b.log" |
+		sed 's/^/check-rdma: the two-host qemu said: /' || true
 	LOGS+=("$VM/console-a.log" "$VM/console-b.log")
 fi
 
