@@ -1236,6 +1236,379 @@ START_TEST(test_soft_dma_faults_outside_the_lock)
 }
 END_TEST
 
+/* Memory windows (type 2). Soft models the rules of rxe, the strictest device (provider.h,
+ * provider_mw_bind); on a device without windows every op refuses, saying why. On verbs a
+ * refused DMA replaces the loopback's QPs, and a window bound on the old pair reaches nothing
+ * (rxe_lookup_mw: mw->qp): the cases rebind after each refusal (mw_rebind). */
+#define MW_RW (MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ)
+#define MR_MW (MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_MW_BIND)
+
+static struct provider_mw *mw_alloc(void)
+{
+	struct provider_mw *mw = NULL;
+
+	ck_assert_int_eq(provider_mw_alloc(pd, &mw), 0);
+	ck_assert_ptr_nonnull(mw);
+	ck_assert_ptr_null(mw->mr);
+	return mw;
+}
+
+static uint32_t mw_bind(struct provider_mw *mw, struct provider_mr *mr, uint64_t addr,
+			uint64_t len, unsigned access)
+{
+	uint32_t rkey = 0;
+
+	ck_assert_int_eq(provider_mw_bind(mw, mr, addr, len, access, &rkey), 0);
+	ck_assert_uint_eq(rkey, mw->rkey);
+	ck_assert_ptr_eq(mw->mr, mr);
+	ck_assert_uint_ne(rkey, mr->rkey);
+	ck_assert_uint_ne(rkey, mr->lkey);
+	return rkey;
+}
+
+/* After a refused DMA: soft keeps the window; verbs' loopback took it off (see above). */
+static uint32_t mw_rebind(struct provider_mw *mw)
+{
+	struct provider_mw was = *mw;
+
+	if (p->caps.dma_emulated)
+		return mw->rkey;
+	ck_assert_int_eq(provider_mw_invalidate(mw), 0);
+	return mw_bind(mw, was.mr, was.addr, was.length, was.access);
+}
+
+static int dma_to(struct provider_mr *src, uint32_t rkey, uint64_t raddr, size_t len)
+{
+	return provider_dma(pd, PROVIDER_DMA_WRITE, src->lkey, src->iova, rkey, raddr, len);
+}
+
+/* Without windows every op refuses with -EOPNOTSUPP, and caps says why. */
+START_TEST(test_mw_caps)
+{
+	struct provider_mr *mr = NULL;
+	struct provider_mw *mw = NULL;
+	struct provider_stats s;
+
+	if (strcmp(CONTRACT_PROVIDER, "soft") == 0)
+		ck_assert(p->caps.mw);
+	if (!p->caps.mw) {
+		ck_assert_ptr_nonnull(p->caps.no_mw);
+		ck_assert_int_gt(strlen(p->caps.no_mw), 0);
+		ck_assert_int_eq(provider_mw_alloc(pd, &mw), -EOPNOTSUPP);
+		ck_assert_ptr_null(mw);
+		ck_assert_int_eq(provider_reg(pd, buf_a, ps, (uintptr_t)buf_a, MR_MW, &mr),
+				 -EOPNOTSUPP);
+		mr = reg(buf_a, ps, MRD_ACCESS_LOCAL_WRITE);
+		ck_assert_int_eq(provider_rereg(mr, PROVIDER_REREG_ACCESS, NULL, 0, 0, MR_MW),
+				 -EOPNOTSUPP);
+		ck_assert_int_eq(provider_dereg(mr), 0);
+		return;
+	}
+	ck_assert_ptr_null(p->caps.no_mw);
+	mw = mw_alloc();
+	provider_stats(p, &s);
+	ck_assert_uint_eq(s.mws, 1);
+	ck_assert_int_eq(provider_pd_free(pd), -EBUSY); /* a window holds its PD */
+	ck_assert_int_eq(provider_mw_invalidate(mw), -EINVAL); /* not bound */
+	ck_assert_int_eq(provider_mw_dealloc(mw), 0);
+	provider_stats(p, &s);
+	ck_assert_uint_eq(s.mws, 0);
+}
+END_TEST
+
+/* The window's rkey reaches exactly [addr, addr + len) with the access bound, though the MR's
+ * own rkey grants no remote access at all; a byte before or after is refused (where the
+ * device checks a window's own range: caps.mw_wide), and so is anything outside the MR. */
+START_TEST(test_mw_reaches_exact_bytes)
+{
+	struct provider_mr *src = reg(buf_a, NPAGES * ps, MRD_ACCESS_LOCAL_WRITE);
+	struct provider_mr *mr = reg(buf_b + ps, 4 * ps, MR_MW);
+	struct provider_mw *mw = mw_alloc();
+	const uint64_t off = ps - 10, len = 100; /* crosses a page boundary */
+	uint64_t at = mr->iova + off;
+	uint32_t rkey = mw_bind(mw, mr, at, len, MW_RW);
+
+	for (size_t i = 0; i < NPAGES * ps; i++)
+		buf_a[i] = (uint8_t)(i * 7 + 1);
+	ck_assert_int_eq(dma_to(src, rkey, at, len), 0);
+	ck_assert(memcmp(buf_b + ps + off, buf_a, len) == 0);
+	for (size_t i = 0; i < NPAGES * ps; i++)
+		if (i < ps + off || i >= ps + off + len)
+			ck_assert_msg(buf_b[i] == 0, "byte %zu outside the window changed", i);
+	ck_assert_int_eq(dma_to(src, rkey, at + len - 1, 1), 0); /* its last byte */
+	memset(buf_a, 0, ps);
+	ck_assert_int_eq(provider_dma(pd, PROVIDER_DMA_READ, src->lkey, src->iova, rkey, at, len),
+			 0);
+	ck_assert(memcmp(buf_a, buf_b + ps + off, len) == 0);
+
+	/* The MR's own rkey: no remote access. */
+	ck_assert_refused(dma_to(src, mr->rkey, at, 1), -EACCES);
+	rkey = mw_rebind(mw);
+	memset(buf_b, 0, NPAGES * ps);
+	if (!p->caps.mw_wide) {
+		ck_assert_refused(dma_to(src, rkey, at - 1, 1), -EFAULT);
+		rkey = mw_rebind(mw);
+		ck_assert_refused(dma_to(src, rkey, at + len, 1), -EFAULT);
+		rkey = mw_rebind(mw);
+		ck_assert_refused(dma_to(src, rkey, at, len + 1), -EFAULT);
+		rkey = mw_rebind(mw);
+	} else
+		printf("window bounds within the MR not checked: %s\n", p->caps.mw_wide);
+	ck_assert_refused(dma_to(src, rkey, mr->iova - 1, 1), -EFAULT);
+	rkey = mw_rebind(mw);
+	ck_assert_refused(dma_to(src, rkey, mr->iova + mr->length, 1), -EFAULT);
+	for (size_t i = 0; i < NPAGES * ps; i++)
+		ck_assert_msg(buf_b[i] == 0, "a refused DMA wrote byte %zu", i);
+	ck_assert_int_eq(provider_mw_invalidate(mw), 0);
+
+	/* A read-only window refuses a write. */
+	rkey = mw_bind(mw, mr, at, len, MRD_ACCESS_REMOTE_READ);
+	ck_assert_refused(dma_to(src, rkey, at, 1), -EACCES);
+	ck_assert_int_eq(buf_b[ps + off], 0);
+	ck_assert_int_eq(provider_mw_dealloc(mw), 0); /* bound: the MR is free again */
+	ck_assert_uint_eq(mr->n_mws, 0);
+	ck_assert_int_eq(provider_dereg(mr), 0);
+	ck_assert_int_eq(provider_dereg(src), 0);
+}
+END_TEST
+
+/* Invalidated, the rkey is refused at once; a second invalidate is refused (rxe would oops). */
+START_TEST(test_mw_invalidate_refuses_at_once)
+{
+	struct provider_mr *src = reg(buf_a, ps, 0);
+	struct provider_mr *mr = reg(buf_b, ps, MR_MW);
+	struct provider_mw *mw = mw_alloc();
+	uint32_t rkey = mw_bind(mw, mr, mr->iova, ps, MW_RW);
+
+	buf_a[0] = 0x42;
+	ck_assert_int_eq(dma_to(src, rkey, mr->iova, 1), 0);
+	ck_assert_int_eq(buf_b[0], 0x42);
+	ck_assert_int_eq(provider_mw_invalidate(mw), 0);
+	ck_assert_ptr_null(mw->mr);
+	ck_assert_uint_eq(mr->n_mws, 0);
+	buf_a[0] = 0x43;
+	ck_assert_refused(dma_to(src, rkey, mr->iova, 1), -ENOKEY);
+	ck_assert_int_eq(buf_b[0], 0x42);
+	ck_assert_int_eq(provider_mw_invalidate(mw), -EINVAL);
+	ck_assert_int_eq(provider_mw_dealloc(mw), 0);
+	ck_assert_int_eq(provider_dereg(mr), 0);
+	ck_assert_int_eq(provider_dereg(src), 0);
+}
+END_TEST
+
+/* A bound window does not bind again (rxe: only a free type-2 window binds); bound anew after
+ * an invalidate, its key byte is advanced (or, soft, its index is new) and the old rkey is
+ * refused. */
+START_TEST(test_mw_rebind_advances_key)
+{
+	struct provider_mr *src = reg(buf_a, ps, 0);
+	struct provider_mr *mr = reg(buf_b, 2 * ps, MR_MW);
+	struct provider_mw *mw = mw_alloc();
+	uint32_t k1 = mw_bind(mw, mr, mr->iova, ps, MW_RW), k2, dummy = 0;
+
+	ck_assert_int_eq(provider_mw_bind(mw, mr, mr->iova + ps, ps, MW_RW, &dummy), -EINVAL);
+	ck_assert_ptr_eq(mw->mr, mr);
+	ck_assert_uint_eq(mw->rkey, k1);
+	ck_assert_int_eq(provider_mw_invalidate(mw), 0);
+	k2 = mw_bind(mw, mr, mr->iova + ps, ps, MW_RW);
+	ck_assert_uint_ne(k1, k2);
+	ck_assert_msg((k2 & 0xff) == ((k1 + 1) & 0xff) || (k2 >> 8) != (k1 >> 8),
+		      "0x%x after 0x%x: key byte not advanced", k2, k1);
+	buf_a[0] = 0x42;
+	ck_assert_refused(dma_to(src, k1, mr->iova + ps, 1), -ENOKEY);
+	ck_assert_int_eq(buf_b[ps], 0);
+	k2 = mw_rebind(mw);
+	ck_assert_int_eq(dma_to(src, k2, mr->iova + ps, 1), 0);
+	ck_assert_int_eq(buf_b[ps], 0x42);
+	ck_assert_int_eq(provider_mw_invalidate(mw), 0);
+	ck_assert_int_eq(provider_mw_dealloc(mw), 0);
+	ck_assert_int_eq(provider_dereg(mr), 0);
+	ck_assert_int_eq(provider_dereg(src), 0);
+}
+END_TEST
+
+/* 10^5 bind/invalidate cycles of one window: no key repeats within caps.mw_fresh_binds binds
+ * (0: ever), and every MW_SAMPLE_EVERY cycles MW_SAMPLE old keys, drawn at random, are
+ * refused, and the live one works (1,000 refused DMAs and 100 granted in all). */
+#define MW_CYCLES 100000
+#define MW_SAMPLE_EVERY 1000
+#define MW_SAMPLE 10
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+START_TEST(test_mw_cycles_never_revive_keys)
+{
+	static uint32_t keys[MW_CYCLES], sorted[MW_CYCLES];
+	struct provider_mr *src = reg(buf_a, ps, 0);
+	struct provider_mr *mr = reg(buf_b, ps, MR_MW);
+	struct provider_mw *mw = mw_alloc();
+	unsigned fresh = p->caps.mw_fresh_binds;
+	unsigned seed = 41;
+
+	buf_a[0] = 0x42;
+	for (size_t i = 0; i < MW_CYCLES; i++) {
+		keys[i] = mw_bind(mw, mr, mr->iova, 8, MRD_ACCESS_REMOTE_WRITE);
+		if (i % MW_SAMPLE_EVERY == MW_SAMPLE_EVERY - 1) {
+			buf_b[0] = 0;
+			ck_assert_int_eq(dma_to(src, keys[i], mr->iova, 1), 0);
+			ck_assert_int_eq(buf_b[0], 0x42);
+		}
+		ck_assert_int_eq(provider_mw_invalidate(mw), 0);
+		if (i % MW_SAMPLE_EVERY != MW_SAMPLE_EVERY - 1)
+			continue;
+		buf_b[0] = 0;
+		for (int k = 0; k < MW_SAMPLE; k++) {
+			size_t j = k == 0 ? i : (size_t)rand_r(&seed) % (i + 1);
+
+			ck_assert_refused(dma_to(src, keys[j], mr->iova, 1), -ENOKEY);
+		}
+		ck_assert_int_eq(buf_b[0], 0);
+	}
+	if (fresh == 0) {
+		memcpy(sorted, keys, sizeof(keys));
+		qsort(sorted, MW_CYCLES, sizeof(sorted[0]), cmp_u32);
+		for (size_t i = 1; i < MW_CYCLES; i++)
+			ck_assert_msg(sorted[i] != sorted[i - 1], "key 0x%x bound twice", sorted[i]);
+	} else
+		for (size_t i = 0; i < MW_CYCLES; i++)
+			for (size_t j = i > fresh - 1 ? i - (fresh - 1) : 0; j < i; j++)
+				ck_assert_msg(keys[i] != keys[j], "key 0x%x of bind %zu again at %zu",
+					      keys[i], j, i);
+	ck_assert_int_eq(provider_mw_dealloc(mw), 0);
+	ck_assert_int_eq(provider_dereg(mr), 0);
+	ck_assert_int_eq(provider_dereg(src), 0);
+}
+END_TEST
+
+/* rxe's bind rules (provider_mw_bind), before any device sees the request. */
+START_TEST(test_mw_bind_rules)
+{
+	struct provider_mr *plain = reg(buf_b, 2 * ps, MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE);
+	struct provider_mr *ro = reg(buf_a, 2 * ps, MRD_ACCESS_MW_BIND);
+	struct provider_mr *mr = reg(buf_a + 4 * ps, 2 * ps, MR_MW);
+	struct provider_mw *mw = mw_alloc();
+	struct provider_pd *pd2;
+	struct provider_mw *other;
+	uint32_t rkey = 0;
+
+	/* C10-73: the MR must allow binding. */
+	ck_assert_int_eq(provider_mw_bind(mw, plain, plain->iova, ps, MW_RW, &rkey), -EACCES);
+	/* C10-74: writable windows need local write on the MR. */
+	ck_assert_int_eq(provider_mw_bind(mw, ro, ro->iova, ps, MRD_ACCESS_REMOTE_WRITE, &rkey),
+			 -EACCES);
+	ck_assert_int_eq(provider_mw_bind(mw, ro, ro->iova, ps, MRD_ACCESS_REMOTE_ATOMIC, &rkey),
+			 -EACCES);
+	/* C10-75: inside the MR; o10-37.2.40: not empty; remote bits only. */
+	ck_assert_int_eq(provider_mw_bind(mw, mr, mr->iova - 1, ps, MW_RW, &rkey), -EINVAL);
+	ck_assert_int_eq(provider_mw_bind(mw, mr, mr->iova + ps, ps + 1, MW_RW, &rkey), -EINVAL);
+	ck_assert_int_eq(provider_mw_bind(mw, mr, mr->iova + 1, UINT64_MAX, MW_RW, &rkey), -EINVAL);
+	ck_assert_int_eq(provider_mw_bind(mw, mr, mr->iova, 0, MW_RW, &rkey), -EINVAL);
+	ck_assert_int_eq(provider_mw_bind(mw, mr, mr->iova, ps, MRD_ACCESS_LOCAL_WRITE, &rkey),
+			 -EINVAL);
+	ck_assert_int_eq(provider_mw_bind(mw, mr, mr->iova, ps, MRD_ACCESS_MW_BIND, &rkey),
+			 -EINVAL);
+	ck_assert_ptr_null(mw->mr);
+	ck_assert_uint_eq(mr->n_mws + ro->n_mws + plain->n_mws, 0);
+	/* C10-72: a window of another PD. */
+	ck_assert_int_eq(provider_pd_alloc(p, &pd2), 0);
+	ck_assert_int_eq(provider_mw_alloc(pd2, &other), 0);
+	ck_assert_int_eq(provider_mw_bind(other, mr, mr->iova, ps, MW_RW, &rkey), -EINVAL);
+	ck_assert_int_eq(provider_mw_dealloc(other), 0);
+	ck_assert_int_eq(provider_pd_free(pd2), 0);
+	/* Granted: read-only over a read-only MR, and exactly the whole MR. */
+	mw_bind(mw, ro, ro->iova, 2 * ps, MRD_ACCESS_REMOTE_READ);
+	ck_assert_int_eq(provider_mw_invalidate(mw), 0);
+	mw_bind(mw, mr, mr->iova, 2 * ps, MW_RW);
+	ck_assert_int_eq(provider_mw_dealloc(mw), 0);
+	ck_assert_int_eq(provider_dereg(plain), 0);
+	ck_assert_int_eq(provider_dereg(ro), 0);
+	ck_assert_int_eq(provider_dereg(mr), 0);
+}
+END_TEST
+
+/* As rxe (rxe_dereg_mr: num_mw): an MR with a window bound is not deregistered, parked or
+ * moved; once the window is invalidated it is. */
+START_TEST(test_mw_dereg_bound_refused)
+{
+	struct provider_mr *src = reg(buf_a, ps, 0);
+	struct provider_mr *mr = reg(buf_b, 2 * ps, MR_MW);
+	struct provider_mw *mw = mw_alloc();
+	uint32_t rkey = mw_bind(mw, mr, mr->iova, ps, MW_RW);
+
+	ck_assert_int_eq(provider_dereg(mr), -EBUSY);
+	ck_assert_int_eq(provider_park(mr), p->ops->park ? -EBUSY : -EOPNOTSUPP);
+	ck_assert_int_eq(provider_park_in_place(mr), p->ops->park_in_place ? -EBUSY : -EOPNOTSUPP);
+	ck_assert_int_eq(provider_rereg(mr, PROVIDER_REREG_ACCESS, NULL, 0, 0,
+					MRD_ACCESS_LOCAL_WRITE), -EBUSY);
+	ck_assert_int_eq(provider_rereg(mr, PROVIDER_REREG_TRANSLATION, buf_b + 4 * ps, ps,
+					(uintptr_t)buf_b + 4 * ps, MR_MW), -EBUSY);
+	buf_a[0] = 0x42;
+	ck_assert_int_eq(dma_to(src, rkey, mr->iova, 1), 0); /* all of it as it was */
+	ck_assert_int_eq(buf_b[0], 0x42);
+	ck_assert_int_eq(provider_mw_invalidate(mw), 0);
+	ck_assert_int_eq(provider_dereg(mr), 0);
+	ck_assert_int_eq(provider_mw_dealloc(mw), 0);
+	ck_assert_int_eq(provider_dereg(src), 0);
+}
+END_TEST
+
+/* $MRD_SOFT_KEYS=mlx5: an MR's key comes back to the next registration of its size, but a
+ * window's key never reaches memory again: not the new MR's under the same MR key, not after
+ * the window is bound over it anew. Window keys are never MR keys. */
+START_TEST(test_soft_mlx5_window_keys_stay_dead)
+{
+	struct provider *cached;
+	struct provider_pd *kpd;
+	struct provider_mr *src, *a, *b;
+	struct provider_mw *mw;
+	uint32_t ka, w[3];
+	int r;
+
+	r = open_soft_with("MRD_SOFT_KEYS", "mlx5", &cached);
+	ck_assert_int_eq(r, 0);
+	ck_assert(cached->caps.keys_come_back && cached->caps.mw);
+	ck_assert_int_eq(provider_pd_alloc(cached, &kpd), 0);
+	ck_assert_int_eq(provider_reg(kpd, buf_a, ps, (uintptr_t)buf_a, 0, &src), 0);
+	ck_assert_int_eq(provider_reg(kpd, buf_b, ps, (uintptr_t)buf_b, MR_MW, &a), 0);
+	ka = a->rkey;
+	ck_assert_int_eq(provider_mw_alloc(kpd, &mw), 0);
+	ck_assert_int_eq(provider_mw_bind(mw, a, a->iova, ps, MW_RW, &w[0]), 0);
+	ck_assert_int_eq(provider_mw_invalidate(mw), 0);
+	ck_assert_int_eq(provider_mw_bind(mw, a, a->iova, ps, MW_RW, &w[1]), 0);
+	ck_assert_int_eq(provider_mw_invalidate(mw), 0);
+	ck_assert_int_eq(provider_dereg(a), 0);
+	ck_assert_int_eq(provider_reg(kpd, buf_b + ps, ps, (uintptr_t)buf_b + ps, MR_MW, &b), 0);
+	ck_assert_uint_eq(b->rkey, ka); /* the MR key came back */
+	buf_a[0] = 0x42;
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(provider_dma(kpd, PROVIDER_DMA_WRITE, src->lkey, src->iova, w[i],
+					      b->iova, 1), -ENOKEY);
+	ck_assert_int_eq(provider_mw_bind(mw, b, b->iova, ps, MW_RW, &w[2]), 0);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_uint_ne(w[i], w[2]);
+		ck_assert_int_eq(provider_dma(kpd, PROVIDER_DMA_WRITE, src->lkey, src->iova, w[i],
+					      b->iova, 1), -ENOKEY);
+	}
+	ck_assert_int_eq(buf_b[ps], 0);
+	ck_assert_int_eq(provider_dma(kpd, PROVIDER_DMA_WRITE, src->lkey, src->iova, w[2], b->iova,
+				      1), 0);
+	ck_assert_int_eq(buf_b[ps], 0x42);
+	for (int i = 0; i < 3; i++)
+		ck_assert_uint_ne(w[i] >> 8, ka >> 8); /* another key space */
+	ck_assert_int_eq(provider_mw_dealloc(mw), 0);
+	ck_assert_int_eq(provider_dma(kpd, PROVIDER_DMA_WRITE, src->lkey, src->iova, w[2], b->iova,
+				      1), -ENOKEY);
+	ck_assert_int_eq(provider_dereg(b), 0);
+	ck_assert_int_eq(provider_dereg(src), 0);
+	ck_assert_int_eq(provider_pd_free(kpd), 0);
+	provider_close(cached);
+}
+END_TEST
+
 int main(void)
 {
 	struct provider *probe;
@@ -1286,6 +1659,18 @@ int main(void)
 			tcase_add_test(tc, test_keys_used_up_per_context);
 	} else
 		printf("not run: DMA cases (%s)\n", probe->caps.no_dma);
+	tcase_add_test(tc, test_mw_caps);
+	if (probe->caps.mw && probe->caps.dma) {
+		tcase_add_test(tc, test_mw_reaches_exact_bytes);
+		tcase_add_test(tc, test_mw_invalidate_refuses_at_once);
+		tcase_add_test(tc, test_mw_rebind_advances_key);
+		tcase_add_test(tc, test_mw_cycles_never_revive_keys);
+		tcase_add_test(tc, test_mw_dereg_bound_refused);
+	} else
+		printf("not run: window DMA cases (%s)\n",
+		       probe->caps.mw ? probe->caps.no_dma : probe->caps.no_mw);
+	if (probe->caps.mw)
+		tcase_add_test(tc, test_mw_bind_rules);
 	if (probe->caps.rereg_translation)
 		tcase_add_test(tc, test_rereg_translation);
 	else
@@ -1309,6 +1694,7 @@ int main(void)
 		tcase_add_test(tc, test_soft_gate_refuses_non_fifos);
 		if (probe->caps.rereg_translation) /* it parks */
 			tcase_add_test(tc, test_soft_mlx5_keys_come_back);
+		tcase_add_test(tc, test_soft_mlx5_window_keys_stay_dead);
 		tcase_add_test(tc, test_soft_dma_iwarp);
 		tcase_add_test(tc, test_soft_caps_knobs);
 		tcase_add_test(tc, test_soft_advise_split);
