@@ -380,9 +380,8 @@ static inline int provider_pd_alloc(struct provider *p, struct provider_pd **ret
 
 static inline int provider_pd_free(struct provider_pd *pd)
 {
-	if (pd && pd->n_mws > 0)
-		return -EBUSY;
-	return pd ? PROVIDER_LOCKED(pd->provider, pd->provider->ops->pd_free(pd)) : 0;
+	return pd ? PROVIDER_LOCKED(pd->provider,
+				    pd->n_mws > 0 ? -EBUSY : pd->provider->ops->pd_free(pd)) : 0;
 }
 
 static inline int provider_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t iova,
@@ -419,11 +418,11 @@ static inline int provider_rereg(struct provider_mr *mr, unsigned flags, void *a
 		return -EINVAL;
 	if ((access & MRD_ACCESS_MW_BIND) && !p->caps.mw)
 		return -EOPNOTSUPP;
-	if (mr->n_mws > 0)
-		return -EBUSY; /* windows bound over it: invalidate them first */
 	if ((flags & PROVIDER_REREG_TRANSLATION) && (length == 0 || length > p->caps.max_mr_size))
 		return -EINVAL;
-	return PROVIDER_LIVE(p, p->ops->rereg(mr, flags, addr, length, iova, access));
+	/* Windows bound over it: invalidate them first. */
+	return PROVIDER_LIVE(p, mr->n_mws > 0 ? -EBUSY :
+				p->ops->rereg(mr, flags, addr, length, iova, access));
 }
 
 static inline int provider_dereg(struct provider_mr *mr)
@@ -433,9 +432,8 @@ static inline int provider_dereg(struct provider_mr *mr)
 	if (!mr)
 		return 0;
 	p = mr->pd->provider;
-	if (mr->n_mws > 0)
-		return -EBUSY; /* as rxe (struct provider_mr, n_mws) */
-	return PROVIDER_LOCKED(p, p->ops->dereg(mr));
+	/* As rxe (struct provider_mr, n_mws). */
+	return PROVIDER_LOCKED(p, mr->n_mws > 0 ? -EBUSY : p->ops->dereg(mr));
 }
 
 static inline int provider_park(struct provider_mr *mr)
@@ -444,9 +442,7 @@ static inline int provider_park(struct provider_mr *mr)
 
 	if (!p->ops->park)
 		return -EOPNOTSUPP;
-	if (mr->n_mws > 0)
-		return -EBUSY;
-	return PROVIDER_LIVE(p, p->ops->park(mr));
+	return PROVIDER_LIVE(p, mr->n_mws > 0 ? -EBUSY : p->ops->park(mr));
 }
 
 static inline int provider_park_in_place(struct provider_mr *mr)
@@ -455,9 +451,7 @@ static inline int provider_park_in_place(struct provider_mr *mr)
 
 	if (!p->ops->park_in_place)
 		return -EOPNOTSUPP;
-	if (mr->n_mws > 0)
-		return -EBUSY;
-	return PROVIDER_LIVE(p, p->ops->park_in_place(mr));
+	return PROVIDER_LIVE(p, mr->n_mws > 0 ? -EBUSY : p->ops->park_in_place(mr));
 }
 
 /* In pieces of at most caps.advise_max bytes, unlocked: the op locks what it needs. */
@@ -496,17 +490,22 @@ static inline int provider_invalidate(struct provider_mr *mr, uint64_t iova, siz
 }
 
 /* Memory windows (provider_ops, mw_*): -EOPNOTSUPP where caps.mw is false. */
-static inline int provider_mw_alloc(struct provider_pd *pd, struct provider_mw **ret)
+static inline int provider_mw_alloc_locked(struct provider_pd *pd, struct provider_mw **ret)
 {
-	struct provider *p = pd->provider;
-	int r;
+	int r = pd->provider->ops->mw_alloc(pd, ret);
 
-	if (!p->caps.mw || !p->ops->mw_alloc)
-		return -EOPNOTSUPP;
-	r = PROVIDER_LIVE(p, p->ops->mw_alloc(pd, ret));
 	if (r == 0)
 		pd->n_mws++;
 	return r;
+}
+
+static inline int provider_mw_alloc(struct provider_pd *pd, struct provider_mw **ret)
+{
+	struct provider *p = pd->provider;
+
+	if (!p->caps.mw || !p->ops->mw_alloc)
+		return -EOPNOTSUPP;
+	return PROVIDER_LIVE(p, provider_mw_alloc_locked(pd, ret));
 }
 
 /* The rules rxe applies to a type-2 bind (Linux rxe_mw.c rxe_check_bind_mw and rxe_bind_mw),
@@ -514,17 +513,14 @@ static inline int provider_mw_alloc(struct provider_pd *pd, struct provider_mw *
  * in the error state. A bound window is refused (o10-37.2.30: only a free one binds; so a
  * rebind is invalidate + bind); so is a zero length (o10-37.2.40), an MR of another PD
  * (C10-72 for the QP), an MR without MW_BIND (C10-73: -EACCES), remote write or atomic over
- * an MR without local write (C10-74: -EACCES), and bytes outside the MR (C10-75). */
-static inline int provider_mw_bind(struct provider_mw *mw, struct provider_mr *mr,
-				   uint64_t addr, uint64_t length, unsigned access,
-				   uint32_t *ret_rkey)
+ * an MR without local write (C10-74: -EACCES), and bytes outside the MR (C10-75). Locked. */
+static inline int provider_mw_bind_locked(struct provider_mw *mw, struct provider_mr *mr,
+					  uint64_t addr, uint64_t length, unsigned access,
+					  uint32_t *ret_rkey)
 {
-	struct provider *p = mw->pd->provider;
 	uint32_t rkey;
 	int r;
 
-	if (!p->caps.mw || !p->ops->mw_bind)
-		return -EOPNOTSUPP;
 	if (mw->mr || length == 0 || mr->pd != mw->pd || (access & ~MRD_ACCESS_MW_GRANTS))
 		return -EINVAL;
 	if (!(mr->access & MRD_ACCESS_MW_BIND))
@@ -534,7 +530,7 @@ static inline int provider_mw_bind(struct provider_mw *mw, struct provider_mr *m
 		return -EACCES;
 	if (addr < mr->iova || addr + length < addr || addr + length > mr->iova + mr->length)
 		return -EINVAL;
-	r = PROVIDER_LIVE(p, p->ops->mw_bind(mw, mr, addr, length, access, &rkey));
+	r = mw->pd->provider->ops->mw_bind(mw, mr, addr, length, access, &rkey);
 	if (r < 0)
 		return r;
 	mw->mr = mr;
@@ -548,19 +544,27 @@ static inline int provider_mw_bind(struct provider_mw *mw, struct provider_mr *m
 	return 0;
 }
 
-/* The window's rkey is refused from the moment this returns. -EINVAL when it is not bound:
- * rxe would let a second invalidation of a type-2 window through rxe_check_invalidate_mw
- * and oops in rxe_do_invalidate_mw on its NULL QP and MR (Linux rxe_mw.c). */
-static inline int provider_mw_invalidate(struct provider_mw *mw)
+static inline int provider_mw_bind(struct provider_mw *mw, struct provider_mr *mr,
+				   uint64_t addr, uint64_t length, unsigned access,
+				   uint32_t *ret_rkey)
 {
 	struct provider *p = mw->pd->provider;
+
+	if (!p->caps.mw || !p->ops->mw_bind)
+		return -EOPNOTSUPP;
+	return PROVIDER_LIVE(p, provider_mw_bind_locked(mw, mr, addr, length, access, ret_rkey));
+}
+
+/* -EINVAL when it is not bound: rxe lets a second invalidation of a type-2 window through
+ * rxe_check_invalidate_mw, and rxe_do_invalidate_mw then puts its NULL QP and MR (Linux
+ * rxe_mw.c). Locked. */
+static inline int provider_mw_invalidate_locked(struct provider_mw *mw)
+{
 	int r;
 
-	if (!p->caps.mw || !p->ops->mw_invalidate)
-		return -EOPNOTSUPP;
 	if (!mw->mr)
 		return -EINVAL;
-	r = PROVIDER_LIVE(p, p->ops->mw_invalidate(mw));
+	r = mw->pd->provider->ops->mw_invalidate(mw);
 	if (r < 0)
 		return r;
 	mw->mr->n_mws--;
@@ -568,24 +572,36 @@ static inline int provider_mw_invalidate(struct provider_mw *mw)
 	return 0;
 }
 
-/* Bound or not; on a lost device too. */
-static inline int provider_mw_dealloc(struct provider_mw *mw)
+/* The window's rkey is refused from the moment this returns, and no transfer through it is
+ * still under way (soft waits for those; a device completes the invalidation after them). */
+static inline int provider_mw_invalidate(struct provider_mw *mw)
 {
-	struct provider_pd *pd;
-	struct provider_mr *mr;
-	int r;
+	struct provider *p = mw->pd->provider;
 
-	if (!mw)
-		return 0;
-	pd = mw->pd;
-	mr = mw->mr;
-	r = PROVIDER_LOCKED(pd->provider, pd->provider->ops->mw_dealloc(mw));
+	if (!p->caps.mw || !p->ops->mw_invalidate)
+		return -EOPNOTSUPP;
+	return PROVIDER_LIVE(p, provider_mw_invalidate_locked(mw));
+}
+
+/* Locked. */
+static inline int provider_mw_dealloc_locked(struct provider_mw *mw)
+{
+	struct provider_pd *pd = mw->pd;
+	struct provider_mr *mr = mw->mr;
+	int r = pd->provider->ops->mw_dealloc(mw); /* frees mw */
+
 	if (r < 0)
 		return r;
 	if (mr)
 		mr->n_mws--;
 	pd->n_mws--;
 	return 0;
+}
+
+/* Bound or not; on a lost device too. */
+static inline int provider_mw_dealloc(struct provider_mw *mw)
+{
+	return mw ? PROVIDER_LOCKED(mw->pd->provider, provider_mw_dealloc_locked(mw)) : 0;
 }
 
 /* The event path takes event_lock only: the loop reads events while a worker holds the
