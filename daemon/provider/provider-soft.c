@@ -145,7 +145,6 @@ struct soft_mw {
 	struct soft_mw *prev, *next;
 	uint32_t index;  /* 0: none (spent at revive): the next bind takes one */
 	uint8_t variant; /* the key byte of the last bind; 0 at alloc, never a bound key */
-	bool bound;      /* its key reaches [addr, addr + length) of base.mr */
 };
 
 /* $MRD_SOFT_KEYS=mlx5: the indexes released by MRs of pages pages, last released first. */
@@ -1188,8 +1187,8 @@ static struct soft_mw *mw_lookup(struct soft_provider *sp, uint32_t key)
 	if (index < SOFT_MW_INDEX0 || index >= sp->mw_next || !sp->mw_chunks[i / SOFT_CHUNK])
 		return NULL; /* never handed out, or spent */
 	mw = sp->mw_chunks[i / SOFT_CHUNK]->mw[i % SOFT_CHUNK];
-	if (!mw || !mw->bound || mw->variant != (uint8_t)key)
-		return NULL; /* deallocated, invalidated, or bound again since */
+	if (!mw || !mw->base.mr || mw->variant != (uint8_t)key)
+		return NULL; /* deallocated, not bound (the wrapper keeps mr), or bound again since */
 	return mw;
 }
 
@@ -1494,7 +1493,6 @@ static void mw_index_retire(struct soft_provider *sp, struct soft_mw *mw)
 		*chunk = NULL;
 	}
 	mw->index = 0;
-	mw->bound = false;
 }
 
 static int soft_mw_alloc(struct provider_pd *pd, struct provider_mw **ret)
@@ -1548,23 +1546,21 @@ static int soft_mw_bind(struct provider_mw *base, struct provider_mr *mr, uint64
 		*mw_slot(sp, mw->index) = mw;
 	}
 	mw->variant++;
-	mw->bound = true;
 	*ret_rkey = mw->index << 8 | mw->variant;
 	return 0;
 }
 
-/* Refused at once; a copy through the window's MR that began before is waited for, as a
- * device completes a local invalidate after the accesses ahead of it (so memory freed after
- * an invalidation is out of every transfer's reach). */
+/* The key is refused once the wrapper, still locked, clears base.mr (mw_lookup); a copy
+ * through the window's MR that began before is waited for here, as a device completes a local
+ * invalidate after the accesses ahead of it (so memory freed after an invalidation is out of
+ * every transfer's reach). */
 static int soft_mw_invalidate(struct provider_mw *base)
 {
-	struct soft_mw *mw = (struct soft_mw *)base;
 	struct soft_provider *sp = to_soft(base->pd->provider);
 	int r = soft_dead(sp);
 
 	if (r < 0)
 		return r;
-	mw->bound = false;
 	wait_no_copies(sp, (struct soft_mr *)base->mr);
 	return 0;
 }
@@ -1574,7 +1570,6 @@ static int soft_mw_dealloc(struct provider_mw *base)
 	struct soft_mw *mw = (struct soft_mw *)base;
 	struct soft_provider *sp = to_soft(base->pd->provider);
 
-	mw->bound = false;
 	if (base->mr)
 		wait_no_copies(sp, (struct soft_mr *)base->mr);
 	mw_index_retire(sp, mw);
