@@ -22,6 +22,7 @@
 
 struct verbs_pd;
 struct verbs_mr;
+struct verbs_mw;
 
 /* A lost context kept open for the MRs whose dereg failed when it was lost (verbs_lose): the
  * kernel still holds them, pinned, and their later dereg goes through this context (closing
@@ -42,6 +43,7 @@ struct verbs_provider {
 	 * element is mrd's only when it is one of these PDs' loopback QPs or CQs. */
 	LIST_HEAD(, verbs_pd) pds;
 	LIST_HEAD(, verbs_mr) mrs;
+	LIST_HEAD(, verbs_mw) mws;
 	LIST_HEAD(, verbs_kept) kept;
 	char dev_path[256]; /* the device's uverbs sysfs node: gone once its removal began */
 	/* advise runs without the provider's lock: lose waits for it (write) */
@@ -72,6 +74,14 @@ struct verbs_mr {
 	bool parked;     /* on the parking page (verbs_park) */
 };
 
+/* A type-2 window: allocated on the PD, bound through its loopback (verbs-loopback.h). */
+struct verbs_mw {
+	struct provider_mw base;
+	LIST_ENTRY(verbs_mw) link;
+	struct ibv_mw *mw;                 /* NULL while lost (verbs_lose) */
+	struct verbs_loopback_pair *pair;  /* bound on; NULL: not bound on the device */
+};
+
 static struct verbs_provider *to_verbs(struct provider *p) { return (struct verbs_provider *)p; }
 
 /* A positive errno return value (ibv_dereg_mr, ibv_advise_mr, ...) as -errno. */
@@ -91,6 +101,8 @@ static unsigned to_ibv_access(unsigned access)
 		a |= IBV_ACCESS_REMOTE_ATOMIC;
 	if (access & MRD_ACCESS_ON_DEMAND)
 		a |= IBV_ACCESS_ON_DEMAND;
+	if (access & MRD_ACCESS_MW_BIND)
+		a |= IBV_ACCESS_MW_BIND;
 	return a;
 }
 
@@ -272,6 +284,7 @@ static void verbs_provider_init(struct verbs_provider *vp)
 	pthread_rwlock_init(&vp->live, NULL);
 	LIST_INIT(&vp->pds);
 	LIST_INIT(&vp->mrs);
+	LIST_INIT(&vp->mws);
 	LIST_INIT(&vp->kept);
 }
 
@@ -320,6 +333,35 @@ size_t provider_verbs_hidden(void)
 	return uverbs > listed ? uverbs - listed : 0;
 }
 
+/* Type-2 windows, where the device has them (rxe: type 2B, Linux rxe_param.h
+ * RXE_DEVICE_CAP_FLAGS; siw: none, max_mw 0) and mrd can bind them: a type-2 bind is a work
+ * request, posted on the PD's loopback QP, so a device that cannot loop back (caps.no_dma)
+ * has none for mrd either. */
+static void window_caps(const struct ibv_device_attr *attr, struct provider_caps *caps)
+{
+	bool type2 = attr->device_cap_flags &
+		     (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B);
+
+	caps->mw = false;
+	caps->mw_fresh_binds = 256; /* the key byte alone changes: ibv_inc_rkey */
+	caps->mw_wide = NULL;
+	if (!type2 || attr->max_mw <= 0)
+		caps->no_mw = "the device has no type-2 memory windows (device_cap_flags has no "
+			      "MEM_WINDOW_TYPE_2A/2B, or max_mw is 0: siw has none)";
+	else if (caps->no_dma)
+		caps->no_mw = "windows are bound by a work request on mrd's loopback QPs, which "
+			      "this device cannot connect (see DMA)";
+	else {
+		caps->mw = true;
+		caps->no_mw = NULL;
+	}
+	/* rxe (vendor 0xffffff, rxe_param.h RXE_VENDOR_ID) checks a window's range against its
+	 * MR's: rxe_resp.c check_rkey, mr_check_range(mr, ...) after rxe_lookup_mw. */
+	if (caps->mw && attr->vendor_id == 0xffffff)
+		caps->mw_wide = "rxe checks a window's range against its MR's (rxe_resp.c "
+				"check_rkey): a window's rkey reaches the whole MR";
+}
+
 static int verbs_open(const char *device, struct provider **ret)
 {
 	struct ibv_device_attr_ex attr = {};
@@ -364,6 +406,7 @@ static int verbs_open(const char *device, struct provider **ret)
 	vp->base.caps.keys_come_back = true; /* mlx5's mkey cache does; no device says it won't */
 	vp->base.caps.odp_move_recreates = true; /* mlx5 does (hw/mlx5/mr.c); none says it won't */
 	vp->base.caps.dma = !vp->base.caps.no_dma;
+	window_caps(&attr.orig_attr, &vp->base.caps);
 	if (vp->base.caps.no_dma)
 		log_info("verbs: %s: no DMA through keys: %s", vp->base.caps.device,
 			 vp->base.caps.no_dma);
@@ -383,7 +426,12 @@ static void verbs_close(struct provider *p)
 {
 	struct verbs_provider *vp = to_verbs(p);
 	struct verbs_kept *k;
+	struct verbs_mw *vmw;
 
+	while ((vmw = LIST_FIRST(&vp->mws))) { /* left behind: the context takes them along */
+		LIST_REMOVE(vmw, link);
+		free(vmw);
+	}
 	if (vp->parking_pd) /* the MRs parked on it went with their pools' quarantine */
 		(void)ibv_dealloc_pd(vp->parking_pd);
 	if (vp->ctx)
@@ -786,10 +834,105 @@ static int verbs_dma(struct provider_pd *base, enum provider_dma_op op, uint32_t
 					    rkey, raddr, length);
 	/* Anything but a refused key (or a range refused before posting) may be the port or its
 	 * address gone: the next Dma makes a loopback afresh (verbs-loopback.h). */
-	if (r < 0 && r != -EKEYREJECTED && r != -EFAULT && vpd->loopback)
+	if (r < 0 && r != -EKEYREJECTED && r != -EFAULT && vpd->loopback &&
+	    !verbs_loopback_has_windows(vpd->loopback)) /* their QPs stay (verbs-loopback.h) */
 		(void)loopback_set(vpd, NULL);
 	pthread_mutex_unlock(&vpd->dma_lock);
 	return r;
+}
+
+static int verbs_mw_alloc(struct provider_pd *base, struct provider_mw **ret)
+{
+	struct verbs_provider *vp = to_verbs(base->provider);
+	struct verbs_pd *vpd = (struct verbs_pd *)base;
+	struct verbs_mw *vmw;
+	int r;
+
+	if (!vp->ctx || !vpd->pd)
+		return -ENODEV;
+	vmw = calloc(1, sizeof(*vmw));
+	if (!vmw)
+		return -ENOMEM;
+	vmw->mw = ibv_alloc_mw(vpd->pd, IBV_MW_TYPE_2);
+	if (!vmw->mw) {
+		r = negative_errno();
+		free(vmw);
+		return r;
+	}
+	vmw->base.pd = base;
+	vmw->base.rkey = vmw->mw->rkey;
+	LIST_INSERT_HEAD(&vp->mws, vmw, link);
+	vp->stats.mws++;
+	*ret = &vmw->base;
+	return 0;
+}
+
+/* Posted on the PD's loopback, made here if it has none yet; its own lock, under the
+ * provider's (as verbs_lose takes them). */
+static int verbs_mw_bind(struct provider_mw *base, struct provider_mr *mr, uint64_t addr,
+			 uint64_t length, unsigned access, uint32_t *ret_rkey)
+{
+	struct verbs_pd *vpd = (struct verbs_pd *)base->pd;
+	struct verbs_mw *vmw = (struct verbs_mw *)base;
+	struct verbs_mr *vmr = (struct verbs_mr *)mr;
+	uint32_t rkey = ibv_inc_rkey(base->rkey);
+	int r = 0;
+
+	if (!vmw->mw || !vmr->mr || vmr->lost)
+		return -ENODEV;
+	if (vmr->parked)
+		return -EINVAL; /* it grants nothing, MW_BIND included (verbs_park) */
+	pthread_mutex_lock(&vpd->dma_lock);
+	if (!vpd->loopback)
+		r = loopback_set(vpd, vpd->pd);
+	if (r == 0)
+		r = verbs_loopback_bind(vpd->loopback, vmw->mw, vmr->mr, addr, length,
+					to_ibv_access(access), rkey, &vmw->pair);
+	pthread_mutex_unlock(&vpd->dma_lock);
+	if (r < 0)
+		return r;
+	*ret_rkey = rkey;
+	return 0;
+}
+
+static int verbs_mw_invalidate(struct provider_mw *base)
+{
+	struct verbs_pd *vpd = (struct verbs_pd *)base->pd;
+	struct verbs_mw *vmw = (struct verbs_mw *)base;
+	int r;
+
+	if (!vmw->mw || !vmw->pair)
+		return -ENODEV;
+	pthread_mutex_lock(&vpd->dma_lock);
+	r = verbs_loopback_invalidate(vpd->loopback, base->rkey, vmw->pair);
+	pthread_mutex_unlock(&vpd->dma_lock);
+	if (r == 0)
+		vmw->pair = NULL;
+	return r;
+}
+
+static int verbs_mw_dealloc(struct provider_mw *base)
+{
+	struct verbs_provider *vp = to_verbs(base->pd->provider);
+	struct verbs_pd *vpd = (struct verbs_pd *)base->pd;
+	struct verbs_mw *vmw = (struct verbs_mw *)base;
+
+	if (vmw->mw) { /* NULL: deallocated when its device was lost */
+		int r = verbs_ret(ibv_dealloc_mw(vmw->mw));
+
+		if (r < 0)
+			return r;
+	}
+	if (vmw->pair) {
+		pthread_mutex_lock(&vpd->dma_lock);
+		verbs_loopback_unbound(vpd->loopback, vmw->pair);
+		pthread_mutex_unlock(&vpd->dma_lock);
+	}
+	LIST_REMOVE(vmw, link);
+	if (vmw->mw)
+		vp->stats.mws--;
+	free(vmw);
+	return 0;
 }
 
 /* The event path runs under event_lock alone (provider.h): ctx, the PDs and their loopbacks
@@ -897,12 +1040,27 @@ static void verbs_lose(struct provider *p)
 	struct verbs_provider *vp = to_verbs(p);
 	struct verbs_kept *kept;
 	struct verbs_mr *vmr;
+	struct verbs_mw *vmw;
 	struct verbs_pd *vpd;
 
 	if (!vp->ctx)
 		return;
 	kept = calloc(1, sizeof(*kept));
 	pthread_rwlock_wrlock(&vp->live);
+	/* Windows first: rxe refuses to deregister an MR with one bound (rxe_dereg_mr), and a
+	 * window holds its loopback QP. Each is free when the device comes back (verbs_revive). */
+	LIST_FOREACH(vmw, &vp->mws, link) {
+		if (!vmw->mw)
+			continue;
+		(void)ibv_dealloc_mw(vmw->mw);
+		vmw->mw = NULL;
+		vmw->pair = NULL; /* its loopback goes below */
+		vp->stats.mws--;
+		if (vmw->base.mr) {
+			vmw->base.mr->n_mws--;
+			vmw->base.mr = NULL;
+		}
+	}
 	LIST_FOREACH(vmr, &vp->mrs, link) {
 		if (vmr->lost)
 			continue;
@@ -985,6 +1143,7 @@ static int verbs_revive(struct provider *p)
 	struct verbs_provider *vp = to_verbs(p);
 	char name[sizeof(vp->base.caps.device)];
 	struct verbs_mr *vmr;
+	struct verbs_mw *vmw;
 	struct verbs_pd *vpd;
 	int r;
 
@@ -1020,6 +1179,16 @@ static int verbs_revive(struct provider *p)
 			return r;
 		}
 	}
+	LIST_FOREACH(vmw, &vp->mws, link) {
+		vmw->mw = ibv_alloc_mw(((struct verbs_pd *)vmw->base.pd)->pd, IBV_MW_TYPE_2);
+		if (!vmw->mw) {
+			r = negative_errno();
+			verbs_lose(p);
+			return r;
+		}
+		vmw->base.rkey = vmw->mw->rkey;
+		vp->stats.mws++;
+	}
 	return 0;
 }
 
@@ -1043,6 +1212,10 @@ const struct provider_ops provider_verbs_ops = {
 	.export_pd = verbs_export_pd,
 	.cmd_fd = verbs_cmd_fd,
 	.dma = verbs_dma,
+	.mw_alloc = verbs_mw_alloc,
+	.mw_bind = verbs_mw_bind,
+	.mw_invalidate = verbs_mw_invalidate,
+	.mw_dealloc = verbs_mw_dealloc,
 	.stats = verbs_stats,
 	.event_fd = verbs_event_fd,
 	.read_event = verbs_read_event,

@@ -15,10 +15,24 @@
 /* Each part gets this long to complete: ample for a device, and for rxe under emulation. */
 #define PART_TIMEOUT_USEC (10 * USEC_PER_SEC)
 
+/* A connected pair. One that windows are bound on is not destroyed while they are: rxe's
+ * window holds its QP (rxe_mw.c rxe_do_bind_mw: rxe_get(qp)), and a QP destroyed under it
+ * is freed after a timeout all the same (rxe_pool.c __rxe_cleanup), to be put again by the
+ * window's invalidate or dealloc. Replaced, it is kept on the retired list until its last
+ * window lets go of it. */
+struct verbs_loopback_pair {
+	struct ibv_qp *qp[2];
+	unsigned windows; /* bound on qp[1] */
+	bool retired;
+	struct verbs_loopback_pair *next; /* on the retired list */
+};
+
 struct verbs_loopback {
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
-	struct ibv_qp *qp[2]; /* [0] posts, [1] answers */
+	struct ibv_qp *qp[2]; /* [0] posts, [1] answers: lb->pair's, or NULL */
+	struct verbs_loopback_pair *pair;
+	struct verbs_loopback_pair *retired;
 	uint8_t port;
 	enum ibv_mtu mtu;
 	uint32_t max_msg;
@@ -152,16 +166,44 @@ static int connect_qp(struct verbs_loopback *lb, int i)
 	return -r;
 }
 
+static void pair_free(struct verbs_loopback_pair *pair)
+{
+	for (int i = 0; i < 2; i++)
+		if (pair->qp[i])
+			(void)ibv_destroy_qp(pair->qp[i]);
+	free(pair);
+}
+
+/* The current pair goes: destroyed, or retired while windows are bound on it. */
 static void drop_qps(struct verbs_loopback *lb)
 {
+	struct verbs_loopback_pair *pair = lb->pair;
 	struct ibv_wc wc;
 
-	for (int i = 0; i < 2; i++)
-		if (lb->qp[i])
-			(void)ibv_destroy_qp(lb->qp[i]);
+	lb->pair = NULL;
 	lb->qp[0] = lb->qp[1] = NULL;
+	if (pair && pair->windows > 0) {
+		pair->retired = true;
+		pair->next = lb->retired;
+		lb->retired = pair;
+	} else if (pair)
+		pair_free(pair);
 	while (ibv_poll_cq(lb->cq, 1, &wc) > 0)
 		; /* what they left behind */
+}
+
+/* A window bound on pair lets go of it (invalidated or deallocated): a retired pair goes with
+ * its last. */
+static void pair_unbind(struct verbs_loopback *lb, struct verbs_loopback_pair *pair)
+{
+	struct verbs_loopback_pair **at = &lb->retired;
+
+	if (--pair->windows > 0 || !pair->retired)
+		return;
+	while (*at != pair)
+		at = &(*at)->next;
+	*at = pair->next;
+	pair_free(pair);
 }
 
 /* A fresh pair, connected. After a failure the old pair is not reset but replaced: a QP moves
@@ -171,6 +213,9 @@ static int make_qps(struct verbs_loopback *lb)
 	int r = 0;
 
 	drop_qps(lb);
+	lb->pair = calloc(1, sizeof(*lb->pair));
+	if (!lb->pair)
+		return -ENOMEM;
 	for (int i = 0; i < 2 && r == 0; i++) {
 		struct ibv_qp_init_attr init = {
 			.send_cq = lb->cq,
@@ -181,7 +226,7 @@ static int make_qps(struct verbs_loopback *lb)
 			.sq_sig_all = 1,
 		};
 
-		lb->qp[i] = ibv_create_qp(lb->pd, &init);
+		lb->qp[i] = lb->pair->qp[i] = ibv_create_qp(lb->pd, &init);
 		if (!lb->qp[i])
 			r = negative_errno();
 	}
@@ -203,6 +248,12 @@ void verbs_loopback_free(struct verbs_loopback *lb)
 		return;
 	if (lb->cq) {
 		drop_qps(lb);
+		while (lb->retired) { /* their windows are gone (verbs-loopback.h) */
+			struct verbs_loopback_pair *pair = lb->retired;
+
+			lb->retired = pair->next;
+			pair_free(pair);
+		}
 		(void)ibv_destroy_cq(lb->cq);
 	}
 	free(lb);
@@ -321,6 +372,97 @@ int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey,
 
 bool verbs_loopback_owns(const struct verbs_loopback *lb, const void *element)
 {
-	return lb && element &&
-	       (element == lb->qp[0] || element == lb->qp[1] || element == lb->cq);
+	if (!lb || !element)
+		return false;
+	if (element == lb->qp[0] || element == lb->qp[1] || element == lb->cq)
+		return true;
+	for (const struct verbs_loopback_pair *r = lb->retired; r; r = r->next)
+		if (element == r->qp[0] || element == r->qp[1])
+			return true;
+	return false;
+}
+
+/* One work request on qp, awaited: 0, or -EIO when it failed (the QP is then in the error
+ * state: the pair is replaced) or -ETIMEDOUT. */
+static int post_wait(struct verbs_loopback *lb, struct ibv_qp *qp, struct ibv_send_wr *wr)
+{
+	struct ibv_send_wr *bad;
+	struct ibv_wc wc;
+	int r;
+
+	wr->wr_id = ++lb->wr_id;
+	wr->send_flags |= IBV_SEND_SIGNALED;
+	r = -ibv_post_send(qp, wr, &bad);
+	if (r == 0)
+		r = await_completion(lb, &wc);
+	if (r == 0 && wc.status != IBV_WC_SUCCESS) {
+		log_debug("verbs: loopback %s failed: %s (%d)",
+			  wr->opcode == IBV_WR_BIND_MW ? "window bind" : "local invalidate",
+			  ibv_wc_status_str(wc.status), (int)wc.status);
+		r = -EIO;
+	}
+	if (r < 0) {
+		int k = make_qps(lb);
+
+		if (k < 0)
+			log_debug("verbs: new loopback QPs: %s", strerror(-k));
+	}
+	return r;
+}
+
+int verbs_loopback_bind(struct verbs_loopback *lb, struct ibv_mw *mw, struct ibv_mr *mr,
+			uint64_t addr, uint64_t length, unsigned ibv_access, uint32_t rkey,
+			struct verbs_loopback_pair **ret_pair)
+{
+	struct ibv_send_wr wr = {
+		.opcode = IBV_WR_BIND_MW,
+		.bind_mw = {
+			.mw = mw,
+			.rkey = rkey,
+			.bind_info = { .mr = mr, .addr = addr, .length = length,
+				       .mw_access_flags = ibv_access },
+		},
+	};
+	struct verbs_loopback_pair *pair;
+	int r = 0;
+
+	if (!lb->pair)
+		r = make_qps(lb); /* the last replacement failed */
+	if (r < 0)
+		return r;
+	pair = lb->pair;
+	r = post_wait(lb, pair->qp[1], &wr);
+	if (r < 0)
+		return r;
+	pair->windows++;
+	*ret_pair = pair;
+	return 0;
+}
+
+int verbs_loopback_invalidate(struct verbs_loopback *lb, uint32_t rkey,
+			      struct verbs_loopback_pair *pair)
+{
+	struct ibv_send_wr wr = {
+		.opcode = IBV_WR_LOCAL_INV,
+		.invalidate_rkey = rkey,
+	};
+	int r = 0;
+
+	if (!lb->pair)
+		r = make_qps(lb);
+	if (r == 0)
+		r = post_wait(lb, lb->pair->qp[1], &wr);
+	if (r == 0)
+		pair_unbind(lb, pair);
+	return r;
+}
+
+void verbs_loopback_unbound(struct verbs_loopback *lb, struct verbs_loopback_pair *pair)
+{
+	pair_unbind(lb, pair);
+}
+
+bool verbs_loopback_has_windows(const struct verbs_loopback *lb)
+{
+	return lb && (lb->retired || (lb->pair && lb->pair->windows > 0));
 }

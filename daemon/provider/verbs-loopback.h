@@ -31,3 +31,24 @@ bool verbs_loopback_owns(const struct verbs_loopback *lb, const void *element);
  * failure the loopback is of no further use (its port or address may be gone): free it. */
 int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey, uint64_t laddr,
 			    uint32_t rkey, uint64_t raddr, uint64_t length);
+
+/* Type-2 memory windows. A window is bound on the answering QP, the one the transfers reach:
+ * rxe lets a type-2 window be used only through the QP it was bound on (Linux rxe_mw.c
+ * rxe_lookup_mw: mw->qp != qp). Each part is one work request, awaited; a failed one (-EIO,
+ * or -ETIMEDOUT) replaces the QPs. *ret_pair: the pair bound on, for invalidate and unbound.
+ * When the QPs are replaced (after a refused key), windows bound on the old pair reach nothing
+ * from then on (on rxe), and the old pair is kept until each is invalidated (posted on the new
+ * pair: rxe_invalidate_mw checks no QP) or deallocated (then verbs_loopback_unbound). Every
+ * window must be deallocated before verbs_loopback_free. rkey: the key the bind gives, the
+ * window's last one with its key byte advanced (ibv_inc_rkey). */
+struct ibv_mw;
+struct ibv_mr;
+struct verbs_loopback_pair;
+int verbs_loopback_bind(struct verbs_loopback *lb, struct ibv_mw *mw, struct ibv_mr *mr,
+			uint64_t addr, uint64_t length, unsigned ibv_access, uint32_t rkey,
+			struct verbs_loopback_pair **ret_pair);
+int verbs_loopback_invalidate(struct verbs_loopback *lb, uint32_t rkey,
+			      struct verbs_loopback_pair *pair);
+void verbs_loopback_unbound(struct verbs_loopback *lb, struct verbs_loopback_pair *pair);
+/* Whether windows are bound through lb (on any pair): it must not be freed. */
+bool verbs_loopback_has_windows(const struct verbs_loopback *lb);
