@@ -210,6 +210,8 @@ static void print_old_contexts(Mrd__OldContextInfo *const *o, size_t n)
 
 static void print_status(const Mrd__StatusResponse *s)
 {
+	const char *why;
+
 	if (arg_json) {
 		printf("{\"version\":");
 		json_write_string(stdout, s->server_version);
@@ -225,6 +227,15 @@ static void print_status(const Mrd__StatusResponse *s)
 		if (*s->no_dma) {
 			printf(",\"no_dma\":");
 			json_write_string(stdout, s->no_dma);
+		}
+		printf(",\"mw\":%s", json_bool(s->mw));
+		if (*s->no_mw) {
+			printf(",\"no_mw\":");
+			json_write_string(stdout, s->no_mw);
+		}
+		if (*s->mw_wide) {
+			printf(",\"mw_wide\":");
+			json_write_string(stdout, s->mw_wide);
 		}
 		printf(",\"atomic\":%s,\"odp_rc\":", json_bool(s->atomic));
 		json_write_string(stdout, s->odp_rc);
@@ -280,6 +291,9 @@ static void print_status(const Mrd__StatusResponse *s)
 	       esc(s->device), size_words(s->max_mr_size), yes_no(s->odp), yes_no(s->odp_implicit),
 	       yes_no(s->rereg_translation), yes_no(s->dma), *s->no_dma ? " (" : "",
 	       esc(s->no_dma), *s->no_dma ? ")" : "");
+	why = *s->no_mw ? s->no_mw : s->mw_wide; /* not there, or wider than granted */
+	printf("memory windows:   %s%s%s%s\n", yes_no(s->mw), *why ? " (" : "", esc(why),
+	       *why ? ")" : "");
 	printf("remote atomics:   %s\n"
 	       "ODP over RC:      %s%s%s\n",
 	       s->atomic ? "yes" : "no (MRs are registered without REMOTE_ATOMIC)", esc(s->odp_rc),

@@ -260,6 +260,7 @@ START_TEST(test_libmrd_on_a_lesser_device)
 		      mrd_last_error());
 	argv[2] = mrd.socket;
 	ck_assert_int_eq(run_capture(argv, out, sizeof(out), (uid_t)-1), 0);
+	ck_assert_msg(strstr(out, "\"mw\":true,\"atomic\":false,"), "%s", out);
 	ck_assert_msg(strstr(out, "\"atomic\":false,\"odp_rc\":\"send,recv,write\","
 				  "\"odp_pinned\":\"the device's RC on-demand paging covers "
 				  "send,recv,write, not read\""), "%s", out);

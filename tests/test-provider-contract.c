@@ -1283,15 +1283,14 @@ static int dma_to(struct provider_mr *src, uint32_t rkey, uint64_t raddr, size_t
 }
 
 /* Without windows every op refuses with -EOPNOTSUPP, and caps says why. */
-START_TEST(test_mw_caps)
+static void check_mw_caps(void)
 {
 	struct provider_mr *mr = NULL;
 	struct provider_mw *mw = NULL;
 	struct provider_stats s;
 
-	if (strcmp(CONTRACT_PROVIDER, "soft") == 0)
-		ck_assert(p->caps.mw);
 	if (!p->caps.mw) {
+		printf("windows refused: %s\n", p->caps.no_mw);
 		ck_assert_ptr_nonnull(p->caps.no_mw);
 		ck_assert_int_gt(strlen(p->caps.no_mw), 0);
 		ck_assert_int_eq(provider_mw_alloc(pd, &mw), -EOPNOTSUPP);
@@ -1313,6 +1312,13 @@ START_TEST(test_mw_caps)
 	ck_assert_int_eq(provider_mw_dealloc(mw), 0);
 	provider_stats(p, &s);
 	ck_assert_uint_eq(s.mws, 0);
+}
+
+START_TEST(test_mw_caps)
+{
+	if (strcmp(CONTRACT_PROVIDER, "soft") == 0)
+		ck_assert(p->caps.mw);
+	check_mw_caps();
 }
 END_TEST
 
@@ -1560,6 +1566,26 @@ START_TEST(test_mw_dereg_bound_refused)
 }
 END_TEST
 
+/* $MRD_SOFT_MW=none is a device without windows (siw): test_mw_caps's other half, run on the
+ * host; another value fails the open. */
+START_TEST(test_soft_no_windows)
+{
+	struct provider *saved = p, *none;
+	struct provider_pd *saved_pd = pd;
+
+	ck_assert_int_eq(open_soft_with("MRD_SOFT_MW", "type1", &none), -EINVAL);
+	ck_assert_int_eq(open_soft_with("MRD_SOFT_MW", "none", &none), 0);
+	ck_assert(!none->caps.mw);
+	p = none;
+	ck_assert_int_eq(provider_pd_alloc(p, &pd), 0);
+	check_mw_caps();
+	ck_assert_int_eq(provider_pd_free(pd), 0);
+	provider_close(none);
+	p = saved;
+	pd = saved_pd;
+}
+END_TEST
+
 /* $MRD_SOFT_KEYS=mlx5: an MR's key comes back to the next registration of its size, but a
  * window's key never reaches memory again: not the new MR's under the same MR key, not after
  * the window is bound over it anew. Window keys are never MR keys. */
@@ -1699,6 +1725,7 @@ int main(void)
 		if (probe->caps.rereg_translation) /* it parks */
 			tcase_add_test(tc, test_soft_mlx5_keys_come_back);
 		tcase_add_test(tc, test_soft_mlx5_window_keys_stay_dead);
+		tcase_add_test(tc, test_soft_no_windows);
 		tcase_add_test(tc, test_soft_dma_iwarp);
 		tcase_add_test(tc, test_soft_caps_knobs);
 		tcase_add_test(tc, test_soft_advise_split);

@@ -9,7 +9,7 @@
  * Test knobs, read at open: $MRD_SOFT_KEY_BITS (fewer keys), $MRD_SOFT_MAPS=1 (no
  * MADV_POPULATE_*), $MRD_SOFT_KEYS=mlx5 (keys come back unchanged, see keys_cached),
  * $MRD_SOFT_REREG (how a move behaves, see rereg_mode), $MRD_SOFT_DMA=iwarp (no DMA through
- * keys, see dma_mode), and a gate that holds a device op
+ * keys, see dma_mode), $MRD_SOFT_MW=none (no memory windows, see mw_mode), and a gate that holds a device op
  * until the test lets it go, so that a
  * test can show who is served meanwhile without timing anything: $MRD_SOFT_GATE=<dir>, where
  * the test made the FIFOs <dir>/entered and <dir>/release, and $MRD_SOFT_GATE_BYTES=<n>
@@ -362,6 +362,20 @@ static int dma_mode(const char **ret_no_dma)
 	return 0;
 }
 
+/* $MRD_SOFT_MW, a test knob: "none" makes soft a device without memory windows, as siw is;
+ * "rxe" (the default) has type-2 windows with rxe's rules, exact to their bytes. */
+static int mw_mode(const char **ret_no_mw)
+{
+	const char *e = getenv("MRD_SOFT_MW");
+
+	*ret_no_mw = NULL;
+	if (e && strcmp(e, "none") == 0)
+		*ret_no_mw = "no memory windows ($MRD_SOFT_MW=none, as siw)";
+	else if (e && *e && strcmp(e, "rxe") != 0)
+		return log_error_errno(-EINVAL, "MRD_SOFT_MW=%s: not none or rxe", e);
+	return 0;
+}
+
 /* A test knob that counts the next ops to fail ($name=<n>; unset: none). */
 static int count_knob(const char *name, const char *what, unsigned *ret)
 {
@@ -482,7 +496,7 @@ static int soft_destroy_dead(struct soft_provider *sp)
 static int soft_open(const char *device, struct provider **ret)
 {
 	struct soft_provider *sp;
-	const char *no_dma;
+	const char *no_dma, *no_mw;
 	unsigned bits, dereg_fail, revive_fail;
 	bool keys_cached, exports;
 	struct soft_caps_knobs knobs;
@@ -490,6 +504,7 @@ static int soft_open(const char *device, struct provider **ret)
 	if (device && strcmp(device, "soft") != 0)
 		return -ENODEV;
 	if (index_bits(&bits) < 0 || keys_mode(&keys_cached) < 0 || dma_mode(&no_dma) < 0 ||
+	    mw_mode(&no_mw) < 0 ||
 	    dereg_failures(&dereg_fail) < 0 || revive_failures(&revive_fail) < 0 ||
 	    export_mode(&exports) < 0 ||
 	    caps_knobs((uintptr_t)sysconf(_SC_PAGESIZE), &knobs) < 0 || soft_device_open() < 0)
@@ -541,7 +556,8 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->base.caps.no_dma = no_dma;
 	sp->base.caps.dma_emulated = true;
 	sp->base.caps.export_pd = exports;
-	sp->base.caps.mw = true;
+	sp->base.caps.mw = !no_mw;
+	sp->base.caps.no_mw = no_mw;
 	sp->base.caps.mw_fresh_binds = 0; /* a window key never comes back */
 	sp->base.caps.max_keys = keys_cached ? 0 : (uint64_t)(sp->index_limit - 1) * SOFT_VARIANT_LAST;
 	*ret = &sp->base;
