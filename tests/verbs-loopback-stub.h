@@ -31,3 +31,4 @@ int verbs_loopback_invalidate(struct verbs_loopback *lb, uint32_t rkey,
 }
 void verbs_loopback_unbound(struct verbs_loopback *lb, struct verbs_loopback_pair *pair) {}
 bool verbs_loopback_has_windows(const struct verbs_loopback *lb) { return false; }
+void verbs_loopback_set_elements_lock(struct verbs_loopback *lb, pthread_mutex_t *lock) {}

@@ -487,6 +487,8 @@ static int loopback_set(struct verbs_pd *vpd, struct ibv_pd *pd)
 	vpd->loopback = NULL;
 	if (pd)
 		r = verbs_loopback_new(pd, &vpd->loopback);
+	if (r == 0 && vpd->loopback)
+		verbs_loopback_set_elements_lock(vpd->loopback, l);
 	pthread_mutex_unlock(l);
 	return r;
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -33,6 +34,9 @@ struct verbs_loopback {
 	struct ibv_qp *qp[2]; /* [0] posts, [1] answers: lb->pair's, or NULL */
 	struct verbs_loopback_pair *pair;
 	struct verbs_loopback_pair *retired;
+	/* Held while the pairs change after verbs_loopback_new (the owner's event lock: an
+	 * event's element is compared against them, verbs_loopback_owns); NULL: none. */
+	pthread_mutex_t *elements_lock;
 	uint8_t port;
 	enum ibv_mtu mtu;
 	uint32_t max_msg;
@@ -194,16 +198,30 @@ static void drop_qps(struct verbs_loopback *lb)
 
 /* A window bound on pair lets go of it (invalidated or deallocated): a retired pair goes with
  * its last. */
+static void elements_lock(struct verbs_loopback *lb)
+{
+	if (lb->elements_lock)
+		pthread_mutex_lock(lb->elements_lock);
+}
+
+static void elements_unlock(struct verbs_loopback *lb)
+{
+	if (lb->elements_lock)
+		pthread_mutex_unlock(lb->elements_lock);
+}
+
 static void pair_unbind(struct verbs_loopback *lb, struct verbs_loopback_pair *pair)
 {
 	struct verbs_loopback_pair **at = &lb->retired;
 
 	if (--pair->windows > 0 || !pair->retired)
 		return;
+	elements_lock(lb);
 	while (*at != pair)
 		at = &(*at)->next;
 	*at = pair->next;
 	pair_free(pair);
+	elements_unlock(lb);
 }
 
 /* A fresh pair, connected. After a failure the old pair is not reset but replaced: a QP moves
@@ -240,6 +258,22 @@ static int make_qps(struct verbs_loopback *lb)
 	if (r < 0)
 		drop_qps(lb);
 	return r;
+}
+
+/* make_qps after verbs_loopback_new, under the elements lock. */
+static int remake_qps(struct verbs_loopback *lb)
+{
+	int r;
+
+	elements_lock(lb);
+	r = make_qps(lb);
+	elements_unlock(lb);
+	return r;
+}
+
+void verbs_loopback_set_elements_lock(struct verbs_loopback *lb, pthread_mutex_t *lock)
+{
+	lb->elements_lock = lock;
 }
 
 void verbs_loopback_free(struct verbs_loopback *lb)
@@ -338,7 +372,7 @@ int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey,
 	if (laddr + length < laddr || raddr + length < raddr)
 		return -EFAULT;
 	if (!lb->qp[0])
-		r = make_qps(lb); /* the last replacement failed */
+		r = remake_qps(lb); /* the last replacement failed */
 	while (length > 0 && r == 0) {
 		uint32_t part = length < lb->max_msg ? (uint32_t)length : lb->max_msg;
 		struct ibv_sge sge = { .addr = laddr, .length = part, .lkey = lkey };
@@ -362,7 +396,7 @@ int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey,
 	if (r == -EKEYREJECTED) {
 		/* The refusal left the QPs in the error state: replace them (the next transfer
 		 * tries again if this fails). */
-		int k = make_qps(lb);
+		int k = remake_qps(lb);
 
 		if (k < 0)
 			log_debug("verbs: new loopback QPs: %s", strerror(-k));
@@ -402,7 +436,7 @@ static int post_wait(struct verbs_loopback *lb, struct ibv_qp *qp, struct ibv_se
 		r = -EIO;
 	}
 	if (r < 0) {
-		int k = make_qps(lb);
+		int k = remake_qps(lb);
 
 		if (k < 0)
 			log_debug("verbs: new loopback QPs: %s", strerror(-k));
@@ -427,7 +461,7 @@ int verbs_loopback_bind(struct verbs_loopback *lb, struct ibv_mw *mw, struct ibv
 	int r = 0;
 
 	if (!lb->pair)
-		r = make_qps(lb); /* the last replacement failed */
+		r = remake_qps(lb); /* the last replacement failed */
 	if (r < 0)
 		return r;
 	pair = lb->pair;
@@ -449,7 +483,7 @@ int verbs_loopback_invalidate(struct verbs_loopback *lb, uint32_t rkey,
 	int r = 0;
 
 	if (!lb->pair)
-		r = make_qps(lb);
+		r = remake_qps(lb);
 	if (r == 0)
 		r = post_wait(lb, lb->pair->qp[1], &wr);
 	if (r == 0)

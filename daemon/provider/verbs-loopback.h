@@ -5,6 +5,7 @@
  * Not thread-safe: its owner serialises transfers. */
 #pragma once
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <infiniband/verbs.h>
@@ -19,6 +20,10 @@ const char *verbs_loopback_unsupported(enum ibv_node_type node, enum ibv_transpo
 /* -ENETDOWN when no port of the device is active. */
 int verbs_loopback_new(struct ibv_pd *pd, struct verbs_loopback **ret);
 void verbs_loopback_free(struct verbs_loopback *lb);
+/* The lock the owner holds while it compares an event's element against lb's (owns): held from
+ * now on whenever lb replaces or destroys QPs (verbs_loopback_new and _free run under it
+ * already, the owner's own calls). */
+void verbs_loopback_set_elements_lock(struct verbs_loopback *lb, pthread_mutex_t *lock);
 /* Whether element, an async event's QP or CQ, is one of lb's (NULL-safe): compared, never
  * read, since a pointer that is not mrd's may be anything. */
 bool verbs_loopback_owns(const struct verbs_loopback *lb, const void *element);
