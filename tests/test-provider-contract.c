@@ -1566,6 +1566,37 @@ START_TEST(test_mw_dereg_bound_refused)
 }
 END_TEST
 
+/* A lost device keeps its windows as handles: their keys reach nothing, bind and invalidate
+ * fail with -ENODEV, dealloc works; revived, each is free (its binding forgotten, the MR free to
+ * go), its old key still refused, and binds anew. */
+START_TEST(test_soft_mw_lose_revive)
+{
+	struct provider_mr *src = reg(buf_a, ps, 0);
+	struct provider_mr *mr = reg(buf_b, ps, MR_MW);
+	struct provider_mw *mw = mw_alloc(), *spare = mw_alloc();
+	uint32_t old = mw_bind(mw, mr, mr->iova, ps, MW_RW), fresh, dummy;
+
+	provider_lose(p);
+	ck_assert_int_eq(dma_to(src, old, mr->iova, 1), -ENODEV);
+	ck_assert_int_eq(provider_mw_invalidate(mw), -ENODEV);
+	ck_assert_int_eq(provider_mw_bind(spare, mr, mr->iova, ps, MW_RW, &dummy), -ENODEV);
+	ck_assert_int_eq(provider_mw_dealloc(spare), 0);
+	ck_assert_int_eq(provider_revive(p), 0);
+	ck_assert_ptr_null(mw->mr);
+	ck_assert_uint_eq(mr->n_mws, 0);
+	buf_a[0] = 0x42;
+	ck_assert_int_eq(dma_to(src, old, mr->iova, 1), -ENOKEY);
+	ck_assert_int_eq(buf_b[0], 0);
+	fresh = mw_bind(mw, mr, mr->iova, ps, MW_RW);
+	ck_assert_uint_ne(fresh, old);
+	ck_assert_int_eq(dma_to(src, fresh, mr->iova, 1), 0);
+	ck_assert_int_eq(buf_b[0], 0x42);
+	ck_assert_int_eq(provider_mw_dealloc(mw), 0);
+	ck_assert_int_eq(provider_dereg(mr), 0);
+	ck_assert_int_eq(provider_dereg(src), 0);
+}
+END_TEST
+
 /* $MRD_SOFT_MW=none is a device without windows (siw): test_mw_caps's other half, run on the
  * host; another value fails the open. */
 START_TEST(test_soft_no_windows)
@@ -1725,6 +1756,7 @@ int main(void)
 			tcase_add_test(tc, test_soft_mlx5_keys_come_back);
 		tcase_add_test(tc, test_soft_mlx5_window_keys_stay_dead);
 		tcase_add_test(tc, test_soft_no_windows);
+		tcase_add_test(tc, test_soft_mw_lose_revive);
 		tcase_add_test(tc, test_soft_dma_iwarp);
 		tcase_add_test(tc, test_soft_caps_knobs);
 		tcase_add_test(tc, test_soft_advise_split);
