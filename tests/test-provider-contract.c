@@ -1597,6 +1597,85 @@ START_TEST(test_soft_mw_lose_revive)
 }
 END_TEST
 
+struct window_dma {
+	struct provider_pd *pd;
+	struct provider_mr *src;
+	struct provider_mw *mw;
+	uint32_t rkey;
+	int r;
+	bool done;
+};
+
+static void *window_dma(void *arg)
+{
+	struct window_dma *op = arg;
+
+	op->r = provider_dma(op->pd, PROVIDER_DMA_WRITE, op->src->lkey, op->src->iova, op->rkey,
+			     op->mw->addr, op->mw->length);
+	return NULL;
+}
+
+static void *window_invalidate(void *arg)
+{
+	struct window_dma *op = arg;
+
+	op->r = provider_mw_invalidate(op->mw);
+	__atomic_store_n(&op->done, true, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* An invalidate returns only once the transfers through the window under way have ended (they
+ * started with a valid key, and land), so memory let go after it is out of every transfer's
+ * reach: a DMA held at the gate while it faults its on-demand source in holds the invalidate. */
+START_TEST(test_soft_mw_invalidate_waits_for_transfers)
+{
+	struct provider *gp;
+	struct provider_pd *gpd;
+	struct provider_mr *dst;
+	struct window_dma dma = { .r = 1 }, inval = { .r = 1 };
+	pthread_t td, ti;
+	char dir[64];
+	int verbs_error;
+
+	ck_assert_int_eq(soft_gate_setenv(dir, sizeof(dir), NPAGES * ps), 0);
+	ck_assert_int_eq(provider_open(CONTRACT_PROVIDER, NULL, &gp, &verbs_error), 0);
+	ck_assert_int_eq(provider_pd_alloc(gp, &gpd), 0);
+	soft_gate_release(dir, 2); /* the two registrations are as big: they go on */
+	ck_assert_int_eq(provider_reg(gpd, buf_a, NPAGES * ps, (uintptr_t)buf_a,
+				      MRD_ACCESS_ON_DEMAND, &dma.src), 0);
+	ck_assert_int_eq(provider_reg(gpd, buf_b, NPAGES * ps, (uintptr_t)buf_b, MR_MW, &dst), 0);
+	ck_assert_int_eq(soft_gate_wait(dir, 0), 'r');
+	ck_assert_int_eq(soft_gate_wait(dir, 0), 'r');
+	memset(buf_a, 0x42, NPAGES * ps);
+	dma.pd = inval.pd = gpd;
+	ck_assert_int_eq(provider_mw_alloc(gpd, &dma.mw), 0);
+	inval.mw = dma.mw;
+	ck_assert_int_eq(provider_mw_bind(dma.mw, dst, dst->iova, NPAGES * ps,
+					  MRD_ACCESS_REMOTE_WRITE, &dma.rkey), 0);
+
+	ck_assert_int_eq(pthread_create(&td, NULL, window_dma, &dma), 0);
+	ck_assert_int_eq(soft_gate_wait(dir, 10000), 'f');
+	ck_assert_int_eq(pthread_create(&ti, NULL, window_invalidate, &inval), 0);
+	usleep(50000); /* what does not happen cannot be awaited */
+	ck_assert_msg(!__atomic_load_n(&inval.done, __ATOMIC_ACQUIRE),
+		      "an invalidate returned while a transfer through the window went on");
+	soft_gate_release(dir, 1);
+	ck_assert_int_eq(pthread_join(td, NULL), 0);
+	ck_assert_int_eq(pthread_join(ti, NULL), 0);
+	ck_assert_int_eq(dma.r, 0);
+	ck_assert_int_eq(inval.r, 0);
+	ck_assert_int_eq(memcmp(buf_a, buf_b, NPAGES * ps), 0);
+	ck_assert_int_eq(provider_dma(gpd, PROVIDER_DMA_WRITE, dma.src->lkey, dma.src->iova,
+				      dma.rkey, dst->iova, 1), -ENOKEY);
+	ck_assert_int_eq(provider_mw_dealloc(dma.mw), 0);
+	ck_assert_int_eq(provider_dereg(dma.src), 0);
+	ck_assert_int_eq(provider_dereg(dst), 0);
+	ck_assert_int_eq(provider_pd_free(gpd), 0);
+	provider_close(gp);
+	soft_gate_cleanup(dir);
+}
+END_TEST
+
 /* $MRD_SOFT_MW=none is a device without windows (siw): test_mw_caps's other half, run on the
  * host; another value fails the open. */
 START_TEST(test_soft_no_windows)
@@ -1757,6 +1836,7 @@ int main(void)
 		tcase_add_test(tc, test_soft_mlx5_window_keys_stay_dead);
 		tcase_add_test(tc, test_soft_no_windows);
 		tcase_add_test(tc, test_soft_mw_lose_revive);
+		tcase_add_test(tc, test_soft_mw_invalidate_waits_for_transfers);
 		tcase_add_test(tc, test_soft_dma_iwarp);
 		tcase_add_test(tc, test_soft_caps_knobs);
 		tcase_add_test(tc, test_soft_advise_split);
