@@ -104,8 +104,9 @@ struct provider_caps {
 	bool dma_emulated;      /* ... by mrd itself (soft): exact errors, counted ODP faults */
 	bool export_pd;         /* clients may import context and PD */
 	uint64_t max_keys;      /* keys a context makes in its life, then -EKEYEXPIRED; 0: no limit */
-	/* Type-2 memory windows can be allocated and bound (mw_alloc, mw_bind): mrd registers
-	 * with MRD_ACCESS_MW_BIND. no_mw says why not where mw is false (siw has none). */
+	/* Type-2 memory windows: MRs may take MRD_ACCESS_MW_BIND, and the mw_* ops work where the
+	 * provider has them (not the client provider: a client binds on its own QPs). no_mw says
+	 * why not where mw is false (siw has none). */
 	bool mw;
 	const char *no_mw;
 	/* Where a window's rkey reaches more than its bytes, why; NULL: exactly its bytes. rxe
