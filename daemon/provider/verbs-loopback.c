@@ -196,8 +196,6 @@ static void drop_qps(struct verbs_loopback *lb)
 		; /* what they left behind */
 }
 
-/* A window bound on pair lets go of it (invalidated or deallocated): a retired pair goes with
- * its last. */
 static void elements_lock(struct verbs_loopback *lb)
 {
 	if (lb->elements_lock)
@@ -210,6 +208,8 @@ static void elements_unlock(struct verbs_loopback *lb)
 		pthread_mutex_unlock(lb->elements_lock);
 }
 
+/* A window bound on pair lets go of it (invalidated or deallocated): a retired pair goes with
+ * its last. */
 static void pair_unbind(struct verbs_loopback *lb, struct verbs_loopback_pair *pair)
 {
 	struct verbs_loopback_pair **at = &lb->retired;
@@ -393,9 +393,11 @@ int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey,
 			r = wc_error(&wc);
 		laddr += part, raddr += part, length -= part;
 	}
-	if (r == -EKEYREJECTED) {
+	if (r == -EKEYREJECTED || (r < 0 && verbs_loopback_has_windows(lb))) {
 		/* The refusal left the QPs in the error state: replace them (the next transfer
-		 * tries again if this fails). */
+		 * tries again if this fails). With windows bound the owner keeps the loopback
+		 * after any failure (verbs_loopback_free would destroy QPs they hold), so the
+		 * pair is replaced here instead. */
 		int k = remake_qps(lb);
 
 		if (k < 0)
