@@ -893,6 +893,10 @@ static int verbs_mw_bind(struct provider_mw *base, struct provider_mr *mr, uint6
 	pthread_mutex_unlock(&vpd->dma_lock);
 	if (r < 0)
 		return r;
+	/* The next bind names the window by its key as the device has it now: rxe_bind_mw
+	 * refuses a bind whose mw_rkey (librxe: ibv_mw->rkey) is not the window's current key,
+	 * and libibverbs leaves it to the caller to follow a type-2 bind's key. */
+	vmw->mw->rkey = rkey;
 	*ret_rkey = rkey;
 	return 0;
 }
