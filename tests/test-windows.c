@@ -1,0 +1,341 @@
+/* SPDX-License-Identifier: MIT */
+/* Memory windows in the domain-PD model (mrd_window_grant, mrd_window_revoke) against a real mrd
+ * on the soft provider: a window's rkey reaches exactly its bytes through mrd_dma, a revoked one
+ * is refused at once, a freed allocation's windows are invalidated before its MR goes, windows
+ * are a quota, and only the memory's own process grants on it. */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <mrd/mrd.h>
+
+#include "test-util.h"
+#include "check-run.h"
+
+#define KiB 1024ul
+#define RW (MRD_WINDOW_REMOTE_READ | MRD_WINDOW_REMOTE_WRITE)
+
+static struct mrd_proc mrd;
+static char mrctl[512], out[1 << 16];
+
+static void start(const char *extra)
+{
+	char conf[256];
+
+	snprintf(conf, sizeof(conf), "[memory]\nhugepages = no\narena_size = 64M\n%s", extra);
+	ck_assert_int_eq(mrd_proc_start(&mrd, conf, NULL), 0);
+	test_build_path("mrctl", mrctl, sizeof(mrctl));
+}
+
+static void setup(void)
+{
+	start("");
+}
+
+static void setup_quota(void)
+{
+	start("[quota]\nmemory_windows = 8\n");
+}
+
+static void setup_no_mw(void)
+{
+	setenv("MRD_SOFT_MW", "none", 1);
+	start("");
+	unsetenv("MRD_SOFT_MW");
+}
+
+static void teardown(void)
+{
+	if (mrd.pid > 0)
+		ck_assert_int_eq(mrd_proc_stop(&mrd), 0);
+}
+
+static mrd_client *connect_ok(void)
+{
+	mrd_client *c = NULL;
+
+	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
+	return c;
+}
+
+/* The number after "key" in this uid's domain of mrctl clients --json. */
+static long long domain_number(const char *key)
+{
+	const char *argv[] = { mrctl, "--socket", mrd.socket, "--json", "clients", NULL };
+	char name[32];
+
+	ck_assert_int_eq(run_capture(argv, out, sizeof(out), (uid_t)-1), 0);
+	snprintf(name, sizeof(name), "uid-%u", (unsigned)getuid());
+	return json_domain_number(out, name, key);
+}
+
+/* A source buffer with its lkey, for DMA into windows. */
+struct src {
+	uint8_t *p;
+	uint32_t lkey;
+};
+
+static struct src src_new(mrd_client *c)
+{
+	struct src s;
+	struct mrd_keys k;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&s.p), 0);
+	ck_assert_int_eq(mrd_keys_query(c, s.p, &k), 0);
+	s.lkey = k.lkey;
+	for (size_t i = 0; i < 64 * KiB; i++)
+		s.p[i] = (uint8_t)(i * 7 + 1);
+	return s;
+}
+
+static int write_to(mrd_client *c, const struct src *s, uint32_t rkey, void *dst, size_t len)
+{
+	return mrd_dma(c, MRD_DMA_WRITE, s->lkey, s->p, rkey, dst, len);
+}
+
+/* The window covers exactly [b + 4196, b + 5196): one byte before or after is refused, the
+ * bytes inside arrive; a read-only window refuses writes; a revoked one is refused at once. */
+START_TEST(test_window_reaches_exactly_its_bytes)
+{
+	mrd_client *c = connect_ok();
+	struct src s = src_new(c);
+	uint32_t rkey, ro;
+	uint8_t *b;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	memset(b, 0, 64 * KiB);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b + 4196, 1000, RW, &rkey), 0);
+	ck_assert_int_eq(write_to(c, &s, rkey, b + 4196, 1000), 0);
+	ck_assert_int_eq(memcmp(b + 4196, s.p, 1000), 0);
+	ck_assert_uint_eq(b[4195], 0);
+	ck_assert_uint_eq(b[5196], 0);
+	ck_assert_int_lt(write_to(c, &s, rkey, b + 4195, 1), 0);
+	ck_assert_int_lt(write_to(c, &s, rkey, b + 5196, 1), 0);
+	ck_assert_int_lt(write_to(c, &s, rkey, b + 4196, 1001), 0);
+	ck_assert_int_lt(write_to(c, &s, rkey, b + 4195, 1000), 0);
+	ck_assert_uint_eq(b[4195], 0);
+	ck_assert_uint_eq(b[5196], 0);
+	ck_assert_int_eq(mrd_dma(c, MRD_DMA_READ, s.lkey, s.p, rkey, b + 5195, 1), 0);
+
+	/* Read alone: reads pass, writes are refused. */
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, MRD_WINDOW_REMOTE_READ, &ro), 0);
+	ck_assert_uint_ne(ro, rkey);
+	ck_assert_int_eq(mrd_dma(c, MRD_DMA_READ, s.lkey, s.p, ro, b, 4096), 0);
+	ck_assert_int_lt(write_to(c, &s, ro, b, 1), 0);
+
+	/* Revoked: refused from the answer on; revoked again: not a window of this client. */
+	ck_assert_int_eq(mrd_window_revoke(c, NULL, rkey), 0);
+	ck_assert_int_lt(write_to(c, &s, rkey, b + 4196, 1), 0);
+	ck_assert_int_eq(mrd_window_revoke(c, NULL, rkey), -ENOENT);
+	ck_assert_int_eq(mrd_window_revoke(c, NULL, ro), 0);
+	ck_assert_int_lt(mrd_dma(c, MRD_DMA_READ, s.lkey, s.p, ro, b, 1), 0);
+	mrd_client_close(c);
+}
+END_TEST
+
+/* Refusals: bad arguments, a program's own QP (not built), memory that is not mrd's, a range
+ * past the allocation, an rkey nobody granted. */
+START_TEST(test_refusals)
+{
+	mrd_client *c = connect_ok();
+	uint32_t rkey = 7;
+	uint8_t *b;
+	int x;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, 0, &rkey), -EINVAL);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, 0x8, &rkey), -EINVAL);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 0, RW, &rkey), -EINVAL);
+	ck_assert_int_eq(mrd_window_grant(c, (void *)&x, b, 4096, RW, &rkey), -EOPNOTSUPP);
+	ck_assert_ptr_nonnull(strstr(mrd_last_error(), "client-PD model"));
+	ck_assert_int_eq(mrd_window_revoke(c, (void *)&x, 1), -EOPNOTSUPP);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, &x, sizeof(x), RW, &rkey), -ENOENT);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b + 60 * KiB, 4 * KiB + 1, RW, &rkey), -ERANGE);
+	ck_assert_uint_eq(rkey, 7); /* untouched on failure */
+	ck_assert_int_eq(mrd_window_revoke(c, NULL, 0x12345678), -ENOENT);
+	mrd_client_close(c);
+}
+END_TEST
+
+/* Another process of the domain may not grant on this one's memory (EACCES), nor revoke its
+ * windows (ENOENT); another connection of this process cannot revoke them either. */
+START_TEST(test_only_the_owner)
+{
+	mrd_client *c = connect_ok(), *c2 = connect_ok();
+	struct src s = src_new(c);
+	uint32_t rkey, other;
+	uint8_t *b;
+	pid_t pid;
+	int st;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &rkey), 0);
+	ck_assert_int_eq(mrd_window_revoke(c2, NULL, rkey), -ENOENT);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		mrd_client *k = NULL;
+		int r;
+
+		if (mrd_client_connect(mrd.socket, &k) != 0)
+			_exit(3);
+		r = mrd_window_grant(k, NULL, b, 4096, RW, &other);
+		if (r != -EACCES) {
+			fprintf(stderr, "child grant: %d %s\n", r, mrd_last_error());
+			_exit(4);
+		}
+		if (mrd_window_revoke(k, NULL, rkey) != -ENOENT)
+			_exit(5);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_int_eq(WIFEXITED(st) ? WEXITSTATUS(st) : 128, 0);
+	/* The window still works: nobody else revoked it. */
+	ck_assert_int_eq(write_to(c, &s, rkey, b, 4096), 0);
+	mrd_client_close(c2);
+	mrd_client_close(c);
+}
+END_TEST
+
+/* A freed allocation's windows are invalidated first: the old rkey is refused, and the MR under
+ * it was deregistered (a dereg under a bound window fails: the run would be quarantined). */
+START_TEST(test_free_invalidates_first)
+{
+	mrd_client *c = connect_ok();
+	struct src s = src_new(c);
+	long long mrs;
+	uint32_t r1, r2;
+	uint8_t *b;
+
+	mrs = domain_number("mrs");
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &r1), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b + 8192, 100, RW, &r2), 0);
+	ck_assert_int_eq(domain_number("mrs"), mrs + 1);
+	ck_assert_int_eq(write_to(c, &s, r1, b, 4096), 0);
+	ck_assert_int_eq(mrd_mem_free(c, b), 0);
+	ck_assert_int_lt(write_to(c, &s, r1, b, 1), 0);
+	ck_assert_int_lt(write_to(c, &s, r2, b + 8192, 1), 0);
+	ck_assert_int_eq(domain_number("quarantined_runs"), 0);
+	ck_assert_int_eq(domain_number("mrs"), mrs);
+	/* Its windows are gone with it: nothing to revoke. */
+	ck_assert_int_eq(mrd_window_revoke(c, NULL, r1), -ENOENT);
+	mrd_client_close(c);
+}
+END_TEST
+
+#define CYCLES 10000
+#define SAMPLE 97
+
+/* 10^4 grants and revokes over the same 4 KiB: every rkey new, each old one refused (a sample
+ * of them tried while the window is bound anew over the same bytes). */
+START_TEST(test_cycles)
+{
+	mrd_client *c = connect_ok();
+	struct src s = src_new(c);
+	uint32_t old[CYCLES / SAMPLE + 1], rkey, last = 0;
+	size_t n = 0;
+	uint8_t *b;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	for (unsigned i = 0; i < CYCLES; i++) {
+		ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &rkey), 0);
+		ck_assert_uint_ne(rkey, last);
+		last = rkey;
+		if (i % SAMPLE == 0) {
+			ck_assert_int_eq(write_to(c, &s, rkey, b, 4096), 0);
+			for (size_t j = 0; j < n; j++)
+				ck_assert_int_lt(write_to(c, &s, old[j], b, 1), 0);
+			old[n++] = rkey;
+		}
+		ck_assert_int_eq(mrd_window_revoke(c, NULL, rkey), 0);
+	}
+	for (size_t j = 0; j < n; j++)
+		ck_assert_int_lt(write_to(c, &s, old[j], b, 1), 0);
+	mrd_client_close(c);
+}
+END_TEST
+
+/* [quota] memory_windows = 8: the ninth is -EDQUOT naming the key; a revoke, a free and the
+ * client's exit each give windows back. */
+START_TEST(test_quota)
+{
+	mrd_client *c = connect_ok(), *c2;
+	uint32_t rkeys[8], rkey;
+	uint8_t *b;
+	int r;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	for (int i = 0; i < 8; i++)
+		ck_assert_int_eq(mrd_window_grant(c, NULL, b + i * 4096, 4096, RW, &rkeys[i]), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &rkey), -EDQUOT);
+	ck_assert_ptr_nonnull(strstr(mrd_last_error(), "memory_windows"));
+	ck_assert_int_eq(mrd_window_revoke(c, NULL, rkeys[3]), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &rkeys[3]), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &rkey), -EDQUOT);
+	/* The free takes its 8 windows along. */
+	ck_assert_int_eq(mrd_mem_free(c, b), 0);
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	for (int i = 0; i < 8; i++)
+		ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &rkeys[i]), 0);
+	/* The client's exit too: another's grants pass once mrd saw it go. */
+	c2 = connect_ok();
+	ck_assert_int_eq(mrd_mem_alloc(c2, 64 * KiB, 0, 0, (void **)&b), 0);
+	ck_assert_int_eq(mrd_window_grant(c2, NULL, b, 4096, RW, &rkey), -EDQUOT);
+	mrd_client_close(c);
+	test_wait_until((r = mrd_window_grant(c2, NULL, b, 4096, RW, &rkey)) == 0, 1000);
+	ck_assert_int_eq(r, 0);
+	mrd_client_close(c2);
+}
+END_TEST
+
+/* A device without windows (siw; soft with $MRD_SOFT_MW=none): refused with its reason. */
+START_TEST(test_no_windows)
+{
+	mrd_client *c = connect_ok();
+	uint32_t rkey;
+	uint8_t *b;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &rkey), -EOPNOTSUPP);
+	ck_assert_ptr_nonnull(strstr(mrd_last_error(), "MRD_SOFT_MW=none"));
+	mrd_client_close(c);
+}
+END_TEST
+
+static Suite *windows_suite(void)
+{
+	Suite *s = suite_create("windows");
+	TCase *tc = tcase_create("windows");
+	TCase *q = tcase_create("quota");
+	TCase *none = tcase_create("no windows");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_window_reaches_exactly_its_bytes);
+	tcase_add_test(tc, test_refusals);
+	tcase_add_test(tc, test_only_the_owner);
+	tcase_add_test(tc, test_free_invalidates_first);
+	tcase_add_test(tc, test_cycles);
+	suite_add_tcase(s, tc);
+	tcase_add_checked_fixture(q, setup_quota, teardown);
+	tcase_set_timeout(q, 60);
+	tcase_add_test(q, test_quota);
+	suite_add_tcase(s, q);
+	tcase_add_checked_fixture(none, setup_no_mw, teardown);
+	tcase_add_test(none, test_no_windows);
+	suite_add_tcase(s, none);
+	return s;
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	return run_suite(windows_suite());
+}
