@@ -43,6 +43,11 @@ static void setup_quota(void)
 	start("[quota]\nmemory_windows = 8\n");
 }
 
+static void setup_window_only(void)
+{
+	start("[windows]\nremote = window-only\n");
+}
+
 static void setup_no_mw(void)
 {
 	setenv("MRD_SOFT_MW", "none", 1);
@@ -300,6 +305,29 @@ START_TEST(test_quota)
 }
 END_TEST
 
+/* [windows] remote = window-only: the MR's own rkey reaches nothing remotely, a window does;
+ * the lkey still serves the caller's own transfers. */
+START_TEST(test_window_only)
+{
+	mrd_client *c = connect_ok();
+	struct src s = src_new(c);
+	struct mrd_keys k;
+	uint32_t rkey;
+	uint8_t *b;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	ck_assert_int_eq(mrd_keys_query(c, b, &k), 0);
+	ck_assert_int_lt(write_to(c, &s, k.rkey, b, 4096), 0);
+	ck_assert_int_lt(mrd_dma(c, MRD_DMA_READ, s.lkey, s.p, k.rkey, b, 4096), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &rkey), 0);
+	ck_assert_int_eq(write_to(c, &s, rkey, b, 4096), 0);
+	ck_assert_int_eq(memcmp(b, s.p, 4096), 0);
+	/* A read lands in the source through its lkey (local write kept). */
+	ck_assert_int_eq(mrd_dma(c, MRD_DMA_READ, s.lkey, s.p + 8192, rkey, b, 4096), 0);
+	mrd_client_close(c);
+}
+END_TEST
+
 /* A device without windows (siw; soft with $MRD_SOFT_MW=none): refused with its reason. */
 START_TEST(test_no_windows)
 {
@@ -320,6 +348,7 @@ static Suite *windows_suite(void)
 	TCase *tc = tcase_create("windows");
 	TCase *q = tcase_create("quota");
 	TCase *none = tcase_create("no windows");
+	TCase *only = tcase_create("window-only");
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 300);
@@ -333,6 +362,9 @@ static Suite *windows_suite(void)
 	tcase_set_timeout(q, 60);
 	tcase_add_test(q, test_quota);
 	suite_add_tcase(s, q);
+	tcase_add_checked_fixture(only, setup_window_only, teardown);
+	tcase_add_test(only, test_window_only);
+	suite_add_tcase(s, only);
 	tcase_add_checked_fixture(none, setup_no_mw, teardown);
 	tcase_add_test(none, test_no_windows);
 	suite_add_tcase(s, none);

@@ -648,6 +648,13 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 			return set_unsigned(&c->workers, value, 1, 64);
 		if (strcmp(key, "odp_chunk") == 0)
 			return set_bytes(&c->odp_chunk, value, 2ULL << 20, 1ULL << 40);
+	} else if (strcmp(section, "windows") == 0) {
+		if (strcmp(key, "remote") == 0) {
+			if (strcmp(value, "window-only") != 0 && strcmp(value, "mr") != 0)
+				return -EINVAL;
+			c->window_only = strcmp(value, "window-only") == 0;
+			return 0;
+		}
 	} else if (strcmp(section, "pools") == 0) {
 		if (strcmp(key, "enabled") == 0)
 			return set_bool(&c->pools.enabled, value);

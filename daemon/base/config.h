@@ -100,6 +100,10 @@ struct config {
 	unsigned workers;     /* worker threads */
 	uint64_t odp_chunk;   /* address space of one ODP child */
 
+	/* [windows] remote = window-only: the domain's pinned MRs carry no remote rights of their
+	 * own, every remote grant is a memory window (mrd_window_grant); false: mr, the default. */
+	bool window_only;
+
 	/* [pools]: FRMR-style handle pools, per domain */
 	struct frmr_pools_config pools;
 

@@ -143,9 +143,14 @@ static unsigned access_of(const struct mr_cache *c, const struct reg_allocation 
 	if (c->own_pd && reg_kind_of(a) == REG_KIND_ON_DEMAND &&
 	    provider_odp_covers(caps, access))
 		access |= MRD_ACCESS_ON_DEMAND;
-	/* The domain's pinned MRs take windows (mw-grants.h) where the device has them. */
-	if (!c->own_pd && caps->mw && reg_kind_of(a) == REG_KIND_PINNED)
-		access |= MRD_ACCESS_MW_BIND;
+	/* The domain's pinned MRs take windows (mw-grants.h) where the device has them; window-only,
+	 * their own rkey grants nothing remote (without windows, no remote access at all). */
+	if (!c->own_pd && reg_kind_of(a) == REG_KIND_PINNED) {
+		if (caps->mw)
+			access |= MRD_ACCESS_MW_BIND;
+		if (base_of(c)->config->window_only)
+			access &= ~MRD_ACCESS_MW_GRANTS;
+	}
 	return access;
 }
 
