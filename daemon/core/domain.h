@@ -155,7 +155,8 @@ void domain_drop_allocation(struct domain *d, struct allocation *a);
  * it goes at once. */
 void domain_leave(struct domain *d, struct reg_owner *owner, struct bound_pd *bound);
 /* What clients that left still own goes now, in every domain (may close them): before a
- * hand-over saves the domains, and at shutdown. */
+ * hand-over saves the domains, and at shutdown. Every window granted goes too (its clients'
+ * rkeys are dead; their revokes are -ENOENT). */
 void domains_finish_leaving(struct core *core);
 
 static inline struct allocation *domain_find_allocation(struct domain *d, uint64_t address)
