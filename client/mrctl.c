@@ -75,7 +75,7 @@ static void help(void)
 	       "  --aging SEC         destroy handles parked longer than SEC seconds (>= 1)\n"
 	       "  --pinned N          but keep N per pool however long they idle\n"
 	       "  --domain NAME       in domain NAME only\n"
-	       "  --access LIST       pools of this access: lw,rw,rr,ra (or the bits as a number)\n"
+	       "  --access LIST       pools of this access: lw,rw,rr,ra,mw (or the bits as a number)\n"
 	       "  --pages N           pools of this size class\n"
 	       "  --odp yes|no        on-demand pools, or not\n"
 	       "  --internal yes|no   pools of MRs whose keys stay in mrd, or not\n"
@@ -1055,7 +1055,7 @@ static int cmd_mempools(struct conn *c)
 }
 
 /* Access bits by the names mrctl shows and takes (MRD_ACCESS_* of daemon/provider/provider.h). */
-static const char *const access_names[] = { "lw", "rw", "rr", "ra" };
+static const char *const access_names[] = { "lw", "rw", "rr", "ra", NULL, "mw" }; /* 4: odp */
 
 static const char *access_string(uint32_t access, char *buf, size_t size)
 {
@@ -1063,7 +1063,7 @@ static const char *access_string(uint32_t access, char *buf, size_t size)
 
 	buf[0] = '\0';
 	for (size_t i = 0; i < ELEMENTSOF(access_names); i++)
-		if (access & (1u << i))
+		if ((access & (1u << i)) && access_names[i])
 			n += (size_t)snprintf(buf + n, n < size ? size - n : 0, "%s%s", n ? "," : "",
 					      access_names[i]);
 	return n ? buf : "-";
@@ -1274,7 +1274,7 @@ static int parse_access(const char *s, uint32_t *ret)
 		size_t i;
 
 		for (i = 0; i < ELEMENTSOF(access_names); i++)
-			if (strcmp(t, access_names[i]) == 0)
+			if (access_names[i] && strcmp(t, access_names[i]) == 0)
 				break;
 		if (i == ELEMENTSOF(access_names))
 			return -EINVAL;
