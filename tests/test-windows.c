@@ -43,6 +43,11 @@ static void setup_quota(void)
 	start("[quota]\nmemory_windows = 8\n");
 }
 
+static void setup_page(void)
+{
+	start("[cache]\npolicy = page\n");
+}
+
 static void setup_window_only(void)
 {
 	start("[windows]\nremote = window-only\n");
@@ -92,7 +97,7 @@ static struct src src_new(mrd_client *c)
 	struct mrd_keys k;
 
 	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&s.p), 0);
-	ck_assert_int_eq(mrd_keys_query(c, s.p, &k), 0);
+	ck_assert_int_eq(mrd_keys_query_range(c, s.p, 64 * KiB, &k), 0); /* whatever the policy */
 	s.lkey = k.lkey;
 	for (size_t i = 0; i < 64 * KiB; i++)
 		s.p[i] = (uint8_t)(i * 7 + 1);
@@ -305,6 +310,31 @@ START_TEST(test_quota)
 }
 END_TEST
 
+/* Under policy page a window across pages binds over a range lookup's MR (beside the table):
+ * it works, and the free invalidates it before that MR goes too. */
+START_TEST(test_window_over_a_range_mr)
+{
+	mrd_client *c = connect_ok();
+	struct src s = src_new(c);
+	long long mrs;
+	uint32_t rkey;
+	uint8_t *b;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	mrs = domain_number("mrs");
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b + 4000, 9000, RW, &rkey), 0);
+	ck_assert_int_eq(domain_number("mrs"), mrs + 1);
+	ck_assert_int_eq(write_to(c, &s, rkey, b + 4000, 9000), 0);
+	ck_assert_int_eq(memcmp(b + 4000, s.p, 9000), 0);
+	ck_assert_int_lt(write_to(c, &s, rkey, b + 13000, 1), 0);
+	ck_assert_int_eq(mrd_mem_free(c, b), 0);
+	ck_assert_int_lt(write_to(c, &s, rkey, b + 4000, 1), 0);
+	ck_assert_int_eq(domain_number("quarantined_runs"), 0);
+	ck_assert_int_eq(domain_number("mrs"), mrs);
+	mrd_client_close(c);
+}
+END_TEST
+
 /* [windows] remote = window-only: the MR's own rkey reaches nothing remotely, a window does;
  * the lkey still serves the caller's own transfers. */
 START_TEST(test_window_only)
@@ -349,6 +379,7 @@ static Suite *windows_suite(void)
 	TCase *q = tcase_create("quota");
 	TCase *none = tcase_create("no windows");
 	TCase *only = tcase_create("window-only");
+	TCase *page = tcase_create("page policy");
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 300);
@@ -362,6 +393,9 @@ static Suite *windows_suite(void)
 	tcase_set_timeout(q, 60);
 	tcase_add_test(q, test_quota);
 	suite_add_tcase(s, q);
+	tcase_add_checked_fixture(page, setup_page, teardown);
+	tcase_add_test(page, test_window_over_a_range_mr);
+	suite_add_tcase(s, page);
 	tcase_add_checked_fixture(only, setup_window_only, teardown);
 	tcase_add_test(only, test_window_only);
 	suite_add_tcase(s, only);
