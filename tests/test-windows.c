@@ -66,6 +66,20 @@ static void teardown(void)
 		ck_assert_int_eq(mrd_proc_stop(&mrd), 0);
 }
 
+static char gate[128];
+
+static void setup_gated(void)
+{
+	ck_assert_int_eq(soft_gate_setenv(gate, sizeof(gate), 4 << 20), 0);
+	start("");
+}
+
+static void teardown_gated(void)
+{
+	soft_gate_cleanup(gate);
+	teardown();
+}
+
 static mrd_client *connect_ok(void)
 {
 	mrd_client *c = NULL;
@@ -145,6 +159,51 @@ START_TEST(test_window_reaches_exactly_its_bytes)
 	ck_assert_int_eq(mrd_window_revoke(c, NULL, rkey), -ENOENT);
 	ck_assert_int_eq(mrd_window_revoke(c, NULL, ro), 0);
 	ck_assert_int_lt(mrd_dma(c, MRD_DMA_READ, s.lkey, s.p, ro, b, 1), 0);
+	mrd_client_close(c);
+}
+END_TEST
+
+/* In a big allocation the covering MR is registered on a worker ([cache] async_bytes): the
+ * grant waits for it rather than fail. */
+START_TEST(test_grant_in_a_big_allocation)
+{
+	mrd_client *c = connect_ok();
+	struct src s = src_new(c);
+	uint32_t rkey;
+	uint8_t *b;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 8 << 20, 0, 0, (void **)&b), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b + (5 << 20), 4096, RW, &rkey), 0);
+	ck_assert_int_eq(write_to(c, &s, rkey, b + (5 << 20), 4096), 0);
+	ck_assert_int_eq(memcmp(b + (5 << 20), s.p, 4096), 0);
+	mrd_client_close(c);
+}
+END_TEST
+
+/* The grant's MR of 8 MiB is registered on a worker: while it is, mrd answers others. */
+START_TEST(test_grant_waits_off_the_loop)
+{
+	mrd_client *c = connect_ok();
+	pid_t pid;
+	int st;
+
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		mrd_client *k = NULL;
+		uint32_t rkey;
+		uint8_t *b;
+
+		if (mrd_client_connect(mrd.socket, &k) != 0 ||
+		    mrd_mem_alloc(k, 8 << 20, 0, 0, (void **)&b) != 0)
+			_exit(3);
+		_exit(mrd_window_grant(k, NULL, b + 4096, 4096, RW, &rkey) == 0 ? 0 : 4);
+	}
+	ck_assert_int_eq(soft_gate_wait(gate, 60000), 'r');
+	ck_assert_int_eq(mrd_client_ping(c), 0); /* the loop is free */
+	soft_gate_release(gate, 1);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_int_eq(WIFEXITED(st) ? WEXITSTATUS(st) : 128, 0);
 	mrd_client_close(c);
 }
 END_TEST
@@ -382,11 +441,13 @@ static Suite *windows_suite(void)
 	TCase *none = tcase_create("no windows");
 	TCase *only = tcase_create("window-only");
 	TCase *page = tcase_create("page policy");
+	TCase *gated = tcase_create("gated");
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_window_reaches_exactly_its_bytes);
 	tcase_add_test(tc, test_refusals);
+	tcase_add_test(tc, test_grant_in_a_big_allocation);
 	tcase_add_test(tc, test_only_the_owner);
 	tcase_add_test(tc, test_free_invalidates_first);
 	tcase_add_test(tc, test_cycles);
@@ -395,6 +456,10 @@ static Suite *windows_suite(void)
 	tcase_set_timeout(q, 60);
 	tcase_add_test(q, test_quota);
 	suite_add_tcase(s, q);
+	tcase_add_checked_fixture(gated, setup_gated, teardown_gated);
+	tcase_set_timeout(gated, 120);
+	tcase_add_test(gated, test_grant_waits_off_the_loop);
+	suite_add_tcase(s, gated);
 	tcase_add_checked_fixture(page, setup_page, teardown);
 	tcase_add_test(page, test_window_over_a_range_mr);
 	suite_add_tcase(s, page);

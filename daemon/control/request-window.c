@@ -27,25 +27,79 @@ int request_window_grant_check(const Mrd__Request *req, struct reply *r)
 	return 0;
 }
 
-int request_window_grant(struct client *c, struct domain *d, const Mrd__Request *req,
-			 struct wire_packet *pkt, struct reply *r)
+/* A grant waits, whole, while a worker registers the MR it binds over. */
+struct pending_grant {
+	struct pending_request base; /* first */
+	uint64_t address, length;
+	unsigned access;
+};
+
+/* The grant of p: answered in r (0), refused, or -EINPROGRESS (waits for the MR). */
+static int grant_run(struct pending_grant *p, struct reply *r)
 {
-	const Mrd__WindowGrantRequest *q = req->window_grant;
-	unsigned access = (q->access & WIRE_READ ? MRD_ACCESS_REMOTE_READ : 0) |
-			  (q->access & WIRE_WRITE ? MRD_ACCESS_REMOTE_WRITE : 0) |
-			  (q->access & WIRE_ATOMIC ? MRD_ACCESS_REMOTE_ATOMIC : 0);
+	struct client *c = p->base.client;
 	Mrd__WindowGrantResponse *body;
 	uint32_t rkey;
 	int k;
 
-	(void)pkt;
-	k = domain_window_grant(d, &c->owner.mem, q->address, q->length, access, &rkey, r->message,
-				sizeof(r->message));
+	k = domain_window_grant(c->domain, &c->owner.mem, p->address, p->length, p->access, &rkey,
+				r->message, sizeof(r->message), &p->base.waiter);
 	if (k < 0)
 		return k;
 	body = reply_body(r, MRD__RESPONSE__BODY_WINDOW_GRANT);
 	body->rkey = rkey;
 	return 0;
+}
+
+static void grant_resume(struct waiter *w, int result, const struct mr_entry *entry,
+			 const char *why)
+{
+	struct pending_grant *p = (struct pending_grant *)w;
+	struct reply r;
+	int k = result;
+
+	(void)entry;
+	if (!p->base.client) {
+		free(p);
+		return;
+	}
+	reply_init(&r, p->base.id);
+	/* The MR is made: the grant again, from the start (the memory may be gone meanwhile). */
+	if (k >= 0) {
+		k = grant_run(p, &r);
+		if (k == -EINPROGRESS)
+			return;
+	} else
+		reply_set_message(&r, "%s", why);
+	request_answer(&p->base, &r, k);
+	free(p);
+}
+
+int request_window_grant(struct client *c, struct domain *d, const Mrd__Request *req,
+			 struct wire_packet *pkt, struct reply *r)
+{
+	const Mrd__WindowGrantRequest *q = req->window_grant;
+	struct pending_grant *p;
+	int k;
+
+	(void)pkt;
+	(void)d;
+	p = request_pending_new(sizeof(*p), req->id, grant_resume);
+	if (!p)
+		return -ENOMEM;
+	p->base.client = c;
+	p->address = q->address;
+	p->length = q->length;
+	p->access = (q->access & WIRE_READ ? MRD_ACCESS_REMOTE_READ : 0) |
+		    (q->access & WIRE_WRITE ? MRD_ACCESS_REMOTE_WRITE : 0) |
+		    (q->access & WIRE_ATOMIC ? MRD_ACCESS_REMOTE_ATOMIC : 0);
+	k = grant_run(p, r);
+	if (k == -EINPROGRESS) {
+		request_wait(c, &p->base); /* answered by grant_resume */
+		return k;
+	}
+	free(p);
+	return k;
 }
 
 int request_window_revoke(struct client *c, struct domain *d, const Mrd__Request *req,

@@ -10,7 +10,7 @@
 
 int domain_window_grant(struct domain *d, const struct mem_owner *owner, uint64_t address,
 			uint64_t length, unsigned access, uint32_t *ret_rkey, char *why,
-			size_t why_size)
+			size_t why_size, struct waiter *waiter)
 {
 	const struct allocation *a = domain_allocation_containing(d, address);
 	struct mr_entry e;
@@ -38,8 +38,7 @@ int domain_window_grant(struct domain *d, const struct mem_owner *owner, uint64_
 			 "mrd memory alone", address, a->alias ? "adopted" : "on-demand");
 		return -EOPNOTSUPP;
 	}
-	/* No waiter: a registration that would go to a worker is -EAGAIN (ask again). */
-	k = domain_lookup_range(d, NULL, owner->pid, address, length, &e, why, why_size, NULL);
+	k = domain_lookup_range(d, NULL, owner->pid, address, length, &e, why, why_size, waiter);
 	if (k < 0)
 		return k;
 	return mw_grants_grant(&d->reg.windows, &d->reg.cache, owner, &e, address, length, access,

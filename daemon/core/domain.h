@@ -220,12 +220,13 @@ int domain_dma(struct domain *d, enum provider_dma_op op, uint32_t lkey, uint64_
 /* Memory windows (the domain-PD model, registration/mw-grants.h). A window over [address,
  * address + length) of an allocation owner's process owns (-EACCES otherwise, -ENOENT when no
  * allocation holds address), pinned memory alone, bound over the domain's MR covering it
- * (registered on a miss on the loop: -EAGAIN when that would wait for a worker), with access
- * (MRD_ACCESS_MW_GRANTS bits); its rkey. -EOPNOTSUPP where the device has none (caps.no_mw).
- * The window is invalidated when its memory is freed, before its MR and pages go. */
+ * (registered on a miss as domain_lookup_range: -EINPROGRESS, waiter resumed once the MR is
+ * made; then ask again), with access (MRD_ACCESS_MW_GRANTS bits); its rkey. -EOPNOTSUPP where
+ * the device has none (caps.no_mw). The window is invalidated when its memory is freed,
+ * before its MR and pages go. */
 int domain_window_grant(struct domain *d, const struct mem_owner *owner, uint64_t address,
 			uint64_t length, unsigned access, uint32_t *ret_rkey, char *why,
-			size_t why_size);
+			size_t why_size, struct waiter *waiter);
 /* Invalidates owner's window of rkey: -ENOENT when owner has none bound. */
 int domain_window_revoke(struct domain *d, const struct mem_owner *owner, uint32_t rkey,
 			 char *why, size_t why_size);
