@@ -472,14 +472,15 @@ static void print_clients(const Mrd__ClientsResponse *r)
 			       ",\"client_pd_mrs\":%" PRIu32 ",\"client_pd_mr_bytes\":%" PRIu64
 			       ",\"lookups\":%" PRIu64
 			       ",\"misses\":%" PRIu64 ",\"table_overflow\":%s,\"waiting\":%" PRIu32
-			       ",\"quarantined_bytes\":%" PRIu64 ",\"quarantined_runs\":%" PRIu32 "}",
+			       ",\"quarantined_bytes\":%" PRIu64 ",\"quarantined_runs\":%" PRIu32
+			       ",\"memory_windows\":%" PRIu32 ",\"quota_memory_windows\":%" PRIu32 "}",
 			       d->clients, d->allocated_bytes, d->allocations, d->arenas,
 			       d->pinned_bytes, d->generation, d->quota_clients,
 			       d->quota_allocated_bytes, d->quota_allocations, d->quota_arenas,
 			       d->quota_pinned_bytes, d->mrs, d->client_pd_mrs,
 			       d->client_pd_mr_bytes, d->lookups, d->misses,
 			       json_bool(d->table_overflow), d->waiting, d->quarantined_bytes,
-			       d->quarantined_runs);
+			       d->quarantined_runs, d->memory_windows, d->quota_memory_windows);
 		}
 		printf("]");
 		print_old_contexts_json(r->old_contexts, r->n_old_contexts);
@@ -561,6 +562,9 @@ static void print_clients(const Mrd__ClientsResponse *r)
 		if (d->quarantined_runs)
 			printf("  (%s in %" PRIu32 " runs quarantined: dereg failed)",
 			       size_words(d->quarantined_bytes), d->quarantined_runs);
+		if (d->memory_windows)
+			printf("  (%" PRIu32 "/%" PRIu32 " memory windows bound)", d->memory_windows,
+			       d->quota_memory_windows);
 		printf("\n");
 	}
 	print_domains_omitted(r->domains_omitted);
