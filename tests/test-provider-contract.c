@@ -1597,6 +1597,23 @@ START_TEST(test_soft_mw_lose_revive)
 }
 END_TEST
 
+/* A lost device lets its MRs go though windows were bound over them (lose's contract: dereg
+ * and pd_free succeed on its handles), as verbs' lose does (review: soft kept the windows
+ * bound, so the dereg was -EBUSY on soft alone). */
+START_TEST(test_soft_mw_lost_device_lets_mrs_go)
+{
+	struct provider_mr *mr = reg(buf_b, ps, MR_MW);
+	struct provider_mw *mw = mw_alloc();
+
+	(void)mw_bind(mw, mr, mr->iova, ps, MW_RW);
+	provider_lose(p);
+	ck_assert_ptr_null(mw->mr);
+	ck_assert_int_eq(provider_dereg(mr), 0);
+	ck_assert_int_eq(provider_mw_dealloc(mw), 0);
+	ck_assert_int_eq(provider_revive(p), 0);
+}
+END_TEST
+
 struct window_dma {
 	struct provider_pd *pd;
 	struct provider_mr *src;
@@ -1656,9 +1673,20 @@ START_TEST(test_soft_mw_invalidate_waits_for_transfers)
 	ck_assert_int_eq(pthread_create(&td, NULL, window_dma, &dma), 0);
 	ck_assert_int_eq(soft_gate_wait(dir, 10000), 'f');
 	ck_assert_int_eq(pthread_create(&ti, NULL, window_invalidate, &inval), 0);
-	usleep(50000); /* what does not happen cannot be awaited */
+	/* The invalidate waits (the review's crash: a second one, or a dealloc, meanwhile took
+	 * the window's state from under it). */
+	test_wait_until(__atomic_load_n(&dma.mw->busy, __ATOMIC_ACQUIRE), 1000);
+	ck_assert_msg(__atomic_load_n(&dma.mw->busy, __ATOMIC_ACQUIRE), "no invalidate waits");
 	ck_assert_msg(!__atomic_load_n(&inval.done, __ATOMIC_ACQUIRE),
 		      "an invalidate returned while a transfer through the window went on");
+	/* Meanwhile the window is unbound: its key refused, every other op on it too. */
+	ck_assert_int_eq(provider_dma(gpd, PROVIDER_DMA_WRITE, dma.src->lkey, dma.src->iova,
+				      dma.rkey, dst->iova, 1), -ENOKEY);
+	ck_assert_int_eq(provider_mw_invalidate(dma.mw), -EBUSY);
+	ck_assert_int_eq(provider_mw_dealloc(dma.mw), -EBUSY);
+	ck_assert_int_eq(provider_mw_bind(dma.mw, dst, dst->iova, ps, MRD_ACCESS_REMOTE_READ,
+					  NULL), -EBUSY);
+	ck_assert_int_eq(provider_dereg(dst), -EBUSY);
 	soft_gate_release(dir, 1);
 	ck_assert_int_eq(pthread_join(td, NULL), 0);
 	ck_assert_int_eq(pthread_join(ti, NULL), 0);
@@ -1837,6 +1865,7 @@ int main(void)
 		tcase_add_test(tc, test_soft_no_windows);
 		tcase_add_test(tc, test_soft_mw_lose_revive);
 		tcase_add_test(tc, test_soft_mw_invalidate_waits_for_transfers);
+		tcase_add_test(tc, test_soft_mw_lost_device_lets_mrs_go);
 		tcase_add_test(tc, test_soft_dma_iwarp);
 		tcase_add_test(tc, test_soft_caps_knobs);
 		tcase_add_test(tc, test_soft_advise_split);

@@ -1566,28 +1566,28 @@ static int soft_mw_bind(struct provider_mw *base, struct provider_mr *mr, uint64
 	return 0;
 }
 
-/* The key is refused once the wrapper, still locked, clears base.mr (mw_lookup); a copy
+/* The key is refused from the moment the wrapper, locked, cleared base.mr (mw_lookup); a copy
  * through the window's MR that began before is waited for here, as a device completes a local
  * invalidate after the accesses ahead of it (so memory freed after an invalidation is out of
  * every transfer's reach). */
-static int soft_mw_invalidate(struct provider_mw *base)
+static int soft_mw_invalidate(struct provider_mw *base, struct provider_mr *mr)
 {
 	struct soft_provider *sp = to_soft(base->pd->provider);
 	int r = soft_dead(sp);
 
 	if (r < 0)
 		return r;
-	wait_no_copies(sp, (struct soft_mr *)base->mr);
+	wait_no_copies(sp, (struct soft_mr *)mr);
 	return 0;
 }
 
-static int soft_mw_dealloc(struct provider_mw *base)
+static int soft_mw_dealloc(struct provider_mw *base, struct provider_mr *mr)
 {
 	struct soft_mw *mw = (struct soft_mw *)base;
 	struct soft_provider *sp = to_soft(base->pd->provider);
 
-	if (base->mr)
-		wait_no_copies(sp, (struct soft_mr *)base->mr);
+	if (mr)
+		wait_no_copies(sp, (struct soft_mr *)mr);
 	mw_index_retire(sp, mw);
 	if (mw->prev)
 		mw->prev->next = mw->next;
@@ -1650,9 +1650,18 @@ static bool soft_gone(struct provider *p)
 
 /* Its keys stop reaching memory (soft_dead refuses every transfer); the pins stay, as the
  * handles do, for soft_revive. */
+/* Under the provider's lock. The device forgot its windows' bindings, as verbs' lose frees
+ * them: the MRs under them go with dereg, as a lost device's handles do. */
 static void soft_lose(struct provider *p)
 {
-	__atomic_store_n(&to_soft(p)->lost, true, __ATOMIC_RELEASE);
+	struct soft_provider *sp = to_soft(p);
+
+	__atomic_store_n(&sp->lost, true, __ATOMIC_RELEASE);
+	for (struct soft_mw *mw = sp->mws; mw; mw = mw->next)
+		if (mw->base.mr) {
+			mw->base.mr->n_mws--;
+			mw->base.mr = NULL;
+		}
 }
 
 /* An index never handed out for mr, its first variant; -EKEYEXPIRED: none left. */

@@ -901,12 +901,13 @@ static int verbs_mw_bind(struct provider_mw *base, struct provider_mr *mr, uint6
 	return 0;
 }
 
-static int verbs_mw_invalidate(struct provider_mw *base)
+static int verbs_mw_invalidate(struct provider_mw *base, struct provider_mr *mr)
 {
 	struct verbs_pd *vpd = (struct verbs_pd *)base->pd;
 	struct verbs_mw *vmw = (struct verbs_mw *)base;
 	int r;
 
+	(void)mr;
 	if (!vmw->mw || !vmw->pair)
 		return -ENODEV;
 	pthread_mutex_lock(&vpd->dma_lock);
@@ -917,12 +918,13 @@ static int verbs_mw_invalidate(struct provider_mw *base)
 	return r;
 }
 
-static int verbs_mw_dealloc(struct provider_mw *base)
+static int verbs_mw_dealloc(struct provider_mw *base, struct provider_mr *mr)
 {
 	struct verbs_provider *vp = to_verbs(base->pd->provider);
 	struct verbs_pd *vpd = (struct verbs_pd *)base->pd;
 	struct verbs_mw *vmw = (struct verbs_mw *)base;
 
+	(void)mr;
 	if (vmw->mw) { /* NULL: deallocated when its device was lost */
 		int r = verbs_ret(ibv_dealloc_mw(vmw->mw));
 

@@ -161,6 +161,9 @@ struct provider_mw {
 	uint64_t addr, length;  /* the bytes bound, iova of mr */
 	unsigned access;        /* MRD_ACCESS_MW_GRANTS bits bound */
 	uint32_t rkey;          /* the last key bound; dead while mr is NULL */
+	/* An invalidate or dealloc waits for the transfers under way (soft: the lock released):
+	 * the window is unbound already, and every other op on it is refused until it is done. */
+	bool busy;
 };
 
 struct provider_ops {
@@ -229,12 +232,14 @@ struct provider_ops {
 	 * [addr, addr + length) of mr (an iova range), with a new key (verbs: the key byte
 	 * advanced, as ibv_inc_rkey does; soft: a key never handed out before), into *ret_rkey.
 	 * mw_invalidate makes it free again: its rkey is refused from then on, at once.
-	 * mw_dealloc frees it, bound or not, and also works on a lost device. */
+	 * mw_dealloc frees it, bound or not, and also works on a lost device. Both get the MR it
+	 * was bound over (NULL: none), the wrapper having unbound it already (mw->mr NULL, busy),
+	 * so a key lookup refuses it while they wait for the transfers under way. */
 	int (*mw_alloc)(struct provider_pd *pd, struct provider_mw **ret);
 	int (*mw_bind)(struct provider_mw *mw, struct provider_mr *mr, uint64_t addr,
 		       uint64_t length, unsigned access, uint32_t *ret_rkey);
-	int (*mw_invalidate)(struct provider_mw *mw);
-	int (*mw_dealloc)(struct provider_mw *mw);
+	int (*mw_invalidate)(struct provider_mw *mw, struct provider_mr *mr);
+	int (*mw_dealloc)(struct provider_mw *mw, struct provider_mr *mr);
 	/* The device's lifecycle (mrd(8), DEVICES). The context's async event fd (O_NONBLOCK,
 	 * the provider's), -1 when it has none. */
 	int (*event_fd)(struct provider *p);
@@ -522,6 +527,8 @@ static inline int provider_mw_bind_locked(struct provider_mw *mw, struct provide
 	uint32_t rkey;
 	int r;
 
+	if (mw->busy)
+		return -EBUSY;
 	if (mw->mr || length == 0 || mr->pd != mw->pd || (access & ~MRD_ACCESS_MW_GRANTS))
 		return -EINVAL;
 	if (!(mr->access & MRD_ACCESS_MW_BIND))
@@ -561,15 +568,24 @@ static inline int provider_mw_bind(struct provider_mw *mw, struct provider_mr *m
  * rxe_mw.c). Locked. */
 static inline int provider_mw_invalidate_locked(struct provider_mw *mw)
 {
+	struct provider_mr *mr = mw->mr;
 	int r;
 
-	if (!mw->mr)
+	if (mw->busy)
+		return -EBUSY;
+	if (!mr)
 		return -EINVAL;
-	r = mw->pd->provider->ops->mw_invalidate(mw);
-	if (r < 0)
-		return r;
-	mw->mr->n_mws--;
+	/* Unbound before the op waits (soft releases the lock): a second invalidate, a dealloc
+	 * or a lost device's reset finds it unbound, and its key is refused at once. */
 	mw->mr = NULL;
+	mw->busy = true;
+	r = mw->pd->provider->ops->mw_invalidate(mw, mr);
+	mw->busy = false;
+	if (r < 0) {
+		mw->mr = mr;
+		return r;
+	}
+	mr->n_mws--;
 	return 0;
 }
 
@@ -589,17 +605,25 @@ static inline int provider_mw_dealloc_locked(struct provider_mw *mw)
 {
 	struct provider_pd *pd = mw->pd;
 	struct provider_mr *mr = mw->mr;
-	int r = pd->provider->ops->mw_dealloc(mw); /* frees mw */
+	int r;
 
-	if (r < 0)
+	if (mw->busy)
+		return -EBUSY;
+	mw->mr = NULL; /* as an invalidate does */
+	mw->busy = true;
+	r = pd->provider->ops->mw_dealloc(mw, mr); /* frees mw */
+	if (r < 0) {
+		mw->busy = false;
+		mw->mr = mr;
 		return r;
+	}
 	if (mr)
 		mr->n_mws--;
 	pd->n_mws--;
 	return 0;
 }
 
-/* Bound or not; on a lost device too. */
+/* Bound or not; on a lost device too. -EBUSY while an invalidate of it waits. */
 static inline int provider_mw_dealloc(struct provider_mw *mw)
 {
 	return mw ? PROVIDER_LOCKED(mw->pd->provider, provider_mw_dealloc_locked(mw)) : 0;
