@@ -79,6 +79,12 @@ static void tcache_lock(struct tcache *c)
 
 static void tcache_unlock(struct tcache *c) { __atomic_store_n(&c->lock, 0, __ATOMIC_RELEASE); }
 
+/* A cache's count is written under its lock, but stealers peek at it without: atomic stores. */
+static void tcache_set_n(struct tcache *c, unsigned n)
+{
+	__atomic_store_n(&c->n, n, __ATOMIC_RELAXED);
+}
+
 /* Registered with the mrd the handle talks to now: a warm restart forgets registrations. */
 static bool is_registered(const mrd_mempool *p)
 {
@@ -173,7 +179,7 @@ static void orphan_caches(mrd_mempool *p)
 		next = c->next;
 		tcache_lock(c);
 		c->pool = NULL;
-		c->n = 0;
+		tcache_set_n(c, 0);
 		c->prev = c->next = NULL;
 		tcache_unlock(c);
 	}
@@ -289,7 +295,7 @@ static void tslots_release(void *unused)
 			pthread_mutex_lock(&p->lock);
 			tcache_lock(c); /* a stealer may be in it */
 			(void)give_locked(p, c->objs, c->n);
-			c->n = 0;
+			tcache_set_n(c, 0);
 			tcache_unlock(c);
 			if (c->prev)
 				c->prev->next = c->next;
@@ -363,8 +369,10 @@ static unsigned take_locked(mrd_mempool *p, void **objs, unsigned want, const st
 		if (c == mine || __atomic_load_n(&c->n, __ATOMIC_RELAXED) == 0)
 			continue;
 		tcache_lock(c);
-		while (got < want && c->n > 0)
-			objs[got++] = c->objs[--c->n];
+		while (got < want && c->n > 0) {
+			objs[got++] = c->objs[c->n - 1];
+			tcache_set_n(c, c->n - 1);
+		}
 		tcache_unlock(c);
 	}
 	return got;
@@ -400,14 +408,14 @@ static int get_objs(mrd_mempool *p, void **objs, unsigned n)
 	if (c) {
 		tcache_lock(c);
 		if (c->n >= n) { /* the fast path: the thread's own cache */
-			c->n -= n;
+			tcache_set_n(c, c->n - n);
 			memcpy(objs, &c->objs[c->n], n * sizeof(*objs));
 			tcache_unlock(c);
 			return 0;
 		}
 		got = c->n;
 		memcpy(objs, c->objs, got * sizeof(*objs));
-		c->n = 0;
+		tcache_set_n(c, 0);
 		tcache_unlock(c);
 	}
 	/* The rest, and half a cache more to refill it, from the pool. Not with the cache's lock
@@ -433,7 +441,7 @@ static int get_objs(mrd_mempool *p, void **objs, unsigned n)
 		 * objects free. Only its thread adds to the cache: room for more. */
 		tcache_lock(c);
 		memcpy(&c->objs[c->n], buf, more * sizeof(*buf));
-		c->n += more;
+		tcache_set_n(c, c->n + more);
 		tcache_unlock(c);
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -494,7 +502,7 @@ static int put_objs(mrd_mempool *p, void *const *objs, unsigned n)
 	}
 	if (c->n + n <= c->cap) { /* the fast path */
 		memcpy(&c->objs[c->n], objs, n * sizeof(*objs));
-		c->n += n;
+		tcache_set_n(c, c->n + n);
 		tcache_unlock(c);
 		return 0;
 	}
@@ -508,11 +516,12 @@ static int put_objs(mrd_mempool *p, void *const *objs, unsigned n)
 	tcache_lock(c);
 	out = c->cap / 2 < c->n ? c->cap / 2 : c->n;
 	if (n <= c->cap - (c->n - out)) {
+		unsigned keep = c->n - out;
+
 		r = give_locked(p, c->objs, out);
-		memmove(c->objs, &c->objs[out], (c->n - out) * sizeof(*c->objs));
-		c->n -= out;
-		memcpy(&c->objs[c->n], objs, n * sizeof(*objs));
-		c->n += n;
+		memmove(c->objs, &c->objs[out], keep * sizeof(*c->objs));
+		memcpy(&c->objs[keep], objs, n * sizeof(*objs));
+		tcache_set_n(c, keep + n);
 	} else
 		r = give_locked(p, objs, n);
 	tcache_unlock(c);

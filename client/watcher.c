@@ -19,6 +19,7 @@ struct watcher_run {
 	pthread_t thread;
 	int wake_fd;
 	bool stop;
+	bool running; /* past its start: connect waits for it */
 };
 
 struct watched {
@@ -77,6 +78,8 @@ static void *watch(void *arg)
 	size_t cap = 0;
 
 	pthread_mutex_lock(&watch_lock);
+	w->running = true;
+	pthread_cond_broadcast(&watch_cond);
 	while (!w->stop) {
 		size_t n = 1;
 		uint64_t drained;
@@ -137,9 +140,10 @@ static void *watch(void *arg)
 				e->quiet = true;
 		}
 	}
-	pthread_mutex_unlock(&watch_lock);
+	/* Under the lock, as every allocation of this thread's: fork_prepare takes it. */
 	free(pfds);
 	free(clients);
+	pthread_mutex_unlock(&watch_lock);
 	return NULL;
 }
 
@@ -173,6 +177,13 @@ static int start(void)
 				      "connects without it (see libmrd(3))", strerror(-r));
 	}
 	(void)pthread_setname_np(w->thread, "mrd-watch");
+	/* Connect returns once the thread runs (a handshake of some µs): a fork() right after
+	 * never copies its start half done. glibc's malloc forks safely anyway; ASan's of GCC 12
+	 * takes no lock around fork(), and a child forked while the start's malloc held one of
+	 * its locks hung on its first thread (test_fork_right_after_connect). Called with
+	 * watch_lock held; the thread takes it to say it runs. */
+	while (!w->running)
+		pthread_cond_wait(&watch_cond, &watch_lock);
 	run = w;
 	return 0;
 }
@@ -206,9 +217,9 @@ int watcher_add(struct mrd_client *client)
 		r = start();
 		if (r < 0)
 			goto out;
-	} else
-		wake(run);
+	}
 	watched[n_watched++] = (struct watched){ .client = client };
+	wake(run); /* a thread just started has looked at the list already */
 out:
 	pthread_mutex_unlock(&watch_lock);
 	return r;

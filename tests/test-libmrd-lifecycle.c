@@ -164,6 +164,7 @@ START_TEST(test_fork_child_fails_at_once)
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
+		test_fork_child_of_threads();
 		close(report[0]);
 		signal(SIGALRM, SIG_DFL); /* Check's handler would kill the whole test */
 		alarm(90);
@@ -189,6 +190,46 @@ START_TEST(test_fork_child_fails_at_once)
 	mrd_cache_free(l);
 	ck_assert_int_eq(mrd_mem_free(c, p), 0);
 	mrd_client_close(c);
+}
+END_TEST
+
+static void *allocate(void *arg)
+{
+	free(malloc(152)); /* the size of glibc's thread attributes that each thread's start takes */
+	return arg;
+}
+
+/* A fork() right after connect, while libmrd's watcher thread starts: the child can start a
+ * thread and allocate. ASan of GCC 12 takes no lock of its allocator around fork(): a child
+ * forked while the watcher's start (malloc, in the runtime) held one of its locks inherited
+ * it held and hung on its first thread (CI's uid-1000 child of test-preload-move). Connect
+ * returns once the watcher runs. Under TSan the child makes no thread (it cannot, after a
+ * multi-threaded fork). */
+START_TEST(test_fork_right_after_connect)
+{
+	for (int i = 0; i < 300; i++) {
+		mrd_client *c = connect_ok();
+		int status;
+		pid_t pid = fork();
+
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			pthread_t t;
+
+#if !defined(__SANITIZE_THREAD__)
+			if (pthread_create(&t, NULL, allocate, NULL) != 0 ||
+			    pthread_join(t, NULL) != 0)
+				_exit(2);
+#else
+			(void)t;
+#endif
+			_exit(0);
+		}
+		ck_assert_msg(test_waitpid_or_show(pid, &status, 60) == 0,
+			      "fork %d right after connect: the child hung (its threads above)", i);
+		ck_assert_int_eq(status, 0);
+		mrd_client_close(c);
+	}
 }
 END_TEST
 
@@ -399,6 +440,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_fork_child_fails_at_once);
+	tcase_add_test(tc, test_fork_right_after_connect);
 	tcase_add_test(tc, test_dead_mrd_noticed_by_poll);
 	tcase_add_test(tc, test_dead_mrd_noticed_by_call);
 	tcase_add_test(tc, test_warm_restart_brings_back);

@@ -417,6 +417,7 @@ START_TEST(test_death_releases_pools)
 	if (pid == 0) {
 		mrd_client *child = NULL;
 
+		test_fork_child_of_threads();
 		if (mrd_client_connect(mrd.socket, &child) < 0 ||
 		    mrd_mempool_create(child, "child", 64, 4 * KiB, 0, 0, 0, &p) < 0 ||
 		    mrd_mempool_register(p, 0) < 0)

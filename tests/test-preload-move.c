@@ -532,10 +532,13 @@ START_TEST(test_many_ranges_stay_sorted)
 END_TEST
 
 
-/* The process's mappings. Under AddressSanitizer, those a move and a move back can leave
- * behind alone: over the buffer's pages [lo, hi) (the pieces that went back) and of mrd's
- * memory (memfd arenas, aliases); its shadow and allocator map memory while the loop runs now
- * and then (beside a busy loop, 1 or 2 mappings more, none of them the shim's). */
+/* The process's mappings a move and a move back can leave behind: over the buffer's pages
+ * [lo, hi) (the pieces that went back), of mrd's memory (memfd arenas, aliases), and a copy's
+ * pages (writable, the moved range's size: under 64 KiB here). Not another thread's malloc
+ * arena (132 KiB writable and a reserve) or stack (and its guard page), which come when that
+ * thread first allocates: on a loaded machine, libmrd's watcher thread during the loop (2
+ * mappings more, seen in CI). Under AddressSanitizer, the first two alone: its shadow and
+ * allocator map small pieces now and then. */
 static int count_maps(uintptr_t lo, uintptr_t hi)
 {
 	FILE *f = fopen("/proc/self/maps", "re");
@@ -544,15 +547,14 @@ static int count_maps(uintptr_t lo, uintptr_t hi)
 
 	ck_assert_ptr_nonnull(f);
 	while (fgets(line, sizeof(line), f)) {
-		char *end;
-		uintptr_t start = strtoul(line, &end, 16), stop = strtoul(end + 1, NULL, 16);
+		char *end, *perms;
+		uintptr_t start = strtoul(line, &end, 16), stop = strtoul(end + 1, &perms, 16);
+		bool ours = (start < hi && lo < stop) || strstr(line, "memfd:");
 
-#ifdef __SANITIZE_ADDRESS__
-		n += strchr(line, '\n') && ((start < hi && lo < stop) || strstr(line, "memfd:"));
-#else
-		(void)start, (void)stop, (void)lo, (void)hi;
-		n += strchr(line, '\n') != NULL;
+#ifndef __SANITIZE_ADDRESS__
+		ours = ours || (strncmp(perms + 1, "rw", 2) == 0 && stop - start < (64u << 10));
 #endif
+		n += strchr(line, '\n') && ours;
 	}
 	fclose(f);
 	return n;
@@ -1211,7 +1213,10 @@ START_TEST(test_unprivileged_move_loses_no_write)
 		race_tries(&there, &back, &efaults);
 		_exit(there.tries || back.tries ? 1 : 0);
 	}
-	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	/* Under Check's 600 s: a child that hangs is shown (once seen under ASan on a loaded
+	 * machine, not reproduced since). */
+	ck_assert_msg(test_waitpid_or_show(pid, &status, 500) == 0,
+		      "the uid-1000 child hung: its threads are shown above");
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		      "uid 1000: writes lost or no move (status 0x%x)", status);
 }

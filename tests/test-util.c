@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <grp.h>
@@ -230,7 +231,6 @@ static ssize_t recv_notification(int nfd, char *buf, size_t size, struct mrd_fd_
 	return len;
 }
 
-static void show_threads(pid_t pid);
 
 int mrd_proc_restart_fd_store(struct mrd_proc *p, struct mrd_fd_store *store)
 {
@@ -254,7 +254,7 @@ int mrd_proc_restart_fd_store(struct mrd_proc *p, struct mrd_fd_store *store)
 		if (test_now_s() - start > TEST_STOP_S) {
 			fprintf(stderr, "mrd (pid %d) did not exit %d s after SIGTERM (a restart "
 				"through the FD store); its threads:\n", (int)p->pid, TEST_STOP_S);
-			show_threads(p->pid);
+			test_show_threads(p->pid);
 			kill(p->pid, SIGKILL);
 			waitpid(p->pid, NULL, 0);
 			p->pid = 0;
@@ -305,7 +305,7 @@ int mrd_proc_notified(struct mrd_proc *p, const char *want, char *buf, size_t si
 
 /* What each thread of a process that does not exit is doing: its stacks from gdb where the
  * host has it, else each thread's kernel wait channel and system call. */
-static void show_threads(pid_t pid)
+void test_show_threads(pid_t pid)
 {
 	char cmd[512];
 
@@ -333,7 +333,7 @@ static int reap(pid_t pid, int sig)
 		if (test_now_s() - start > TEST_STOP_S) {
 			fprintf(stderr, "mrd (pid %d) did not exit %d s after signal %d; its threads:\n",
 				(int)pid, TEST_STOP_S, sig);
-			show_threads(pid);
+			test_show_threads(pid);
 			kill(pid, SIGKILL);
 			waitpid(pid, &status, 0);
 			return -ETIMEDOUT;
@@ -663,4 +663,47 @@ long long json_domain_number(const char *json, const char *domain, const char *k
 	snprintf(pattern, sizeof(pattern), "\"%s\":", key);
 	p = strstr(d, pattern);
 	return p ? strtoll(p + strlen(pattern), NULL, 10) : -1;
+}
+
+int test_wait_ready(int fd, pid_t pid, int timeout_s, int *status)
+{
+	int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = pidfd, .events = POLLIN } };
+	int n, r = -ETIMEDOUT;
+	char b;
+
+	n = poll(p, pidfd >= 0 ? 2 : 1, timeout_s < 0 ? -1 : timeout_s * 1000);
+	if (n > 0 && (p[0].revents & POLLIN))
+		r = read(fd, &b, 1) == 1 ? 0 : -EIO;
+	else if (n > 0) { /* the child is gone (or the pipe's writers are) */
+		*status = -1;
+		(void)waitpid(pid, status, 0);
+		r = -ECHILD;
+	}
+	if (pidfd >= 0)
+		close(pidfd);
+	return r;
+}
+
+int test_waitpid_or_show(pid_t pid, int *status, int timeout_s)
+{
+	int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	double t0 = test_now_s();
+	pid_t r;
+
+	/* Its exit wakes the wait (a pidfd), else a look every 100 ms. */
+	while ((r = waitpid(pid, status, WNOHANG)) == 0 && test_now_s() - t0 < timeout_s) {
+		if (pidfd < 0 ||
+		    poll(&(struct pollfd){ .fd = pidfd, .events = POLLIN }, 1, 100) < 0)
+			usleep(100 * 1000);
+	}
+	if (pidfd >= 0)
+		close(pidfd);
+	if (r == pid)
+		return 0;
+	fprintf(stderr, "child %d still runs after %d s: its threads\n", (int)pid, timeout_s);
+	test_show_threads(pid);
+	kill(pid, SIGKILL);
+	(void)waitpid(pid, status, 0);
+	return -ETIMEDOUT;
 }

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <time.h>
@@ -34,6 +35,40 @@ static inline double test_now_s(void)
 		while (!(cond) && test_now_s() - test_start_ < TEST_WAIT_S)      \
 			usleep(step_us);                                         \
 	} while (0)
+
+/* Waits for a byte on fd, which child pid writes when it is ready, or for the child's exit,
+ * whichever comes first, up to timeout_s (-1: no bound but the test's own): 0 (the byte read), -ECHILD (the child exited before,
+ * reaped into *status, -1 where it could not be), -ETIMEDOUT or -EIO. A test so reports a child that died at once, not
+ * a timeout. */
+int test_wait_ready(int fd, pid_t pid, int timeout_s, int *status);
+
+/* Whether the suites run under a sanitizer (configure's --enable-asan, -ubsan, -tsan set
+ * $MRD_SAN_CFLAGS for them): where a stress case's size is cut, its bound checked in the plain
+ * build. */
+static inline bool test_under_sanitizer(void)
+{
+	const char *san = getenv("MRD_SAN_CFLAGS");
+
+	return san && *san;
+}
+
+/* First thing in a fork() child of a process with threads that makes a handle: under TSan,
+ * which cannot start a thread there (it dies, or trips on the parent's thread ids: "dup thread
+ * with used id"), libmrd's watcher thread is left off (MRD_WATCH=0). */
+static inline void test_fork_child_of_threads(void)
+{
+#if defined(__SANITIZE_THREAD__)
+	setenv("MRD_WATCH", "0", 1);
+#endif
+}
+
+/* Every thread's stack of process pid on stderr (gdb, else each thread's wchan and syscall),
+ * and its signals pending and blocked: what a test shows of a process that hangs. */
+void test_show_threads(pid_t pid);
+
+/* waitpid(pid) for up to timeout_s, a hang's bound under Check's own (a child that hangs is
+ * shown, with test_show_threads, then killed): 0, or -ETIMEDOUT. */
+int test_waitpid_or_show(pid_t pid, int *status, int timeout_s);
 
 struct mrd_proc {
 	pid_t pid;

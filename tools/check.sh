@@ -9,5 +9,11 @@ build
 
 rc=0
 make -j"$(nproc)" check || rc=$?
+# What failed, for a CI log that keeps only this output: each failing suite's assertions and end.
+for t in $(sed -n 's/^\(FAIL\|ERROR\): //p' test-suite.log 2> /dev/null | sort -u); do
+	echo "== $t.log"
+	grep -E ':[FE]:|Sanitizer|runtime error' "$t.log" | head -n 10
+	tail -n 20 "$t.log"
+done
 "$top/tools/test-summary.sh" "$top/build"
 exit $rc
