@@ -145,6 +145,8 @@ struct soft_mw {
 	struct soft_mw *prev, *next;
 	uint32_t index;  /* 0: none (spent at revive): the next bind takes one */
 	uint8_t variant; /* the key byte of the last bind; 0 at alloc, never a bound key */
+	unsigned copying; /* chunks of DMA through it under way (window_copy), each after a
+			   * look at its key */
 };
 
 /* $MRD_SOFT_KEYS=mlx5: the indexes released by MRs of pages pages, last released first. */
@@ -1299,6 +1301,44 @@ static int dma_end(struct soft_provider *sp, struct dma_side side[2])
 	return 0;
 }
 
+/* A DMA through a window copies in chunks of this, each after a look at the window's key. */
+#define WINDOW_CHUNK (64u << 10)
+
+/* A transfer through the window of rkey, as rxe carries it out: packet by packet, each checked
+ * against the window (rxe_resp.c check_rkey), so an invalidate stops a message under way and
+ * returns at once, not when the message ends: it waits for the chunk being copied (copying),
+ * and the next chunk meets the dead key (-ENOKEY: what landed before stays, as on the device).
+ * A 64 MiB transfer would otherwise hold a revoke, and mrd's loop that runs it, for its whole
+ * copy. The gate ('c', after the first chunk) lets a test hold a transfer halfway. Unlocked. */
+static int window_copy(struct soft_provider *sp, uint32_t rkey, uint8_t *dst, const uint8_t *src,
+		       size_t length)
+{
+	for (size_t done = 0; done < length;) {
+		size_t n = length - done < WINDOW_CHUNK ? length - done : WINDOW_CHUNK;
+		struct soft_mw *mw;
+		int r;
+
+		if (done == WINDOW_CHUNK)
+			gate_pass(sp, 'c', length);
+		pthread_mutex_lock(&sp->base.lock);
+		mw = mw_lookup(sp, rkey);
+		if (mw)
+			mw->copying++;
+		pthread_mutex_unlock(&sp->base.lock);
+		if (!mw)
+			return -ENOKEY;
+		r = safe_memmove(dst + done, src + done, n, NULL);
+		pthread_mutex_lock(&sp->base.lock);
+		mw->copying--;
+		pthread_cond_broadcast(&sp->idle);
+		pthread_mutex_unlock(&sp->base.lock);
+		if (r < 0)
+			return r;
+		done += n;
+	}
+	return 0;
+}
+
 /* Faulting a GiB of an on-demand MR in takes ~0.4 s, and the copy runs up to MRD_DMA_MAX bytes:
  * both run without the provider's lock (registrations of the domain go on meanwhile), the MRs
  * held. The copy is fault-safe: a client may have punched a hole in the memory behind either
@@ -1324,7 +1364,9 @@ static int soft_dma(struct provider_pd *pd, enum provider_dma_op op, uint32_t lk
 		r = dma_populate(sp, side);
 	}
 	if (r == 0) {
-		r = safe_memmove(side[1].host, side[0].host, length, NULL);
+		r = rkey >> 8 >= SOFT_MW_INDEX0 ?
+			    window_copy(sp, rkey, side[1].host, side[0].host, length) :
+			    safe_memmove(side[1].host, side[0].host, length, NULL);
 		if (r == -EFAULT)
 			r = -ENXIO;
 	}
@@ -1570,6 +1612,15 @@ static int soft_mw_bind(struct provider_mw *base, struct provider_mr *mr, uint64
  * through the window's MR that began before is waited for here, as a device completes a local
  * invalidate after the accesses ahead of it (so memory freed after an invalidation is out of
  * every transfer's reach). */
+/* Unbound already (the wrapper), so no chunk through mw begins: waits for those under way. A
+ * transfer that has not reached its copy, or is between chunks, fails at its next look at the
+ * key. Locked. */
+static void wait_no_chunks(struct soft_provider *sp, struct soft_mw *mw)
+{
+	while (mw->copying > 0)
+		pthread_cond_wait(&sp->idle, &sp->base.lock);
+}
+
 static int soft_mw_invalidate(struct provider_mw *base, struct provider_mr *mr)
 {
 	struct soft_provider *sp = to_soft(base->pd->provider);
@@ -1577,7 +1628,8 @@ static int soft_mw_invalidate(struct provider_mw *base, struct provider_mr *mr)
 
 	if (r < 0)
 		return r;
-	wait_no_copies(sp, (struct soft_mr *)mr);
+	(void)mr;
+	wait_no_chunks(sp, (struct soft_mw *)base);
 	return 0;
 }
 
@@ -1586,8 +1638,8 @@ static int soft_mw_dealloc(struct provider_mw *base, struct provider_mr *mr)
 	struct soft_mw *mw = (struct soft_mw *)base;
 	struct soft_provider *sp = to_soft(base->pd->provider);
 
-	if (mr)
-		wait_no_copies(sp, (struct soft_mr *)mr);
+	(void)mr;
+	wait_no_chunks(sp, mw);
 	mw_index_retire(sp, mw);
 	if (mw->prev)
 		mw->prev->next = mw->next;

@@ -161,7 +161,8 @@ struct provider_mw {
 	uint64_t addr, length;  /* the bytes bound, iova of mr */
 	unsigned access;        /* MRD_ACCESS_MW_GRANTS bits bound */
 	uint32_t rkey;          /* the last key bound; dead while mr is NULL */
-	/* An invalidate or dealloc waits for the transfers under way (soft: the lock released):
+	/* An invalidate or dealloc waits for what of a transfer through the window is under way
+	 * (soft: the chunk being copied, the lock released; the transfer's next chunk fails):
 	 * the window is unbound already, and every other op on it is refused until it is done. */
 	bool busy;
 };
