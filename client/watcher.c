@@ -177,14 +177,7 @@ static int start(void)
 				      "connects without it (see libmrd(3))", strerror(-r));
 	}
 	(void)pthread_setname_np(w->thread, "mrd-watch");
-	/* Connect returns once the thread runs (a handshake of some µs): a fork() right after
-	 * never copies its start half done. glibc's malloc forks safely anyway; ASan's of GCC 12
-	 * takes no lock around fork(), and a child forked while the start's malloc held one of
-	 * its locks hung on its first thread (test_fork_right_after_connect). Called with
-	 * watch_lock held; the thread takes it to say it runs. */
-	while (!w->running)
-		pthread_cond_wait(&watch_cond, &watch_lock);
-	run = w;
+	run = w; /* watcher_add waits until it runs */
 	return 0;
 }
 
@@ -197,31 +190,49 @@ static bool wanted(void)
 
 int watcher_add(struct mrd_client *client)
 {
-	int r = 0;
+	int r = 0, cancel_state;
 
 	if (!wanted())
 		return 0;
+	/* The waits below are cancellation points: cancelled there, a thread would end holding
+	 * watch_lock (libmrd's calls are not cancellation points, libmrd(3)). */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
 	pthread_mutex_lock(&watch_lock);
-	if (n_watched == cap_watched) {
-		size_t cap = cap_watched ? cap_watched * 2 : 4;
-		struct watched *a = realloc(watched, cap * sizeof(*a));
+	/* Connect returns once the thread runs (a handshake of some µs): a fork() right after
+	 * never copies its start half done. glibc's malloc forks safely anyway; ASan's of GCC 12
+	 * takes no lock around fork(), and a child forked while the start's malloc held one of
+	 * its locks hung on its first thread (test_fork_right_after_connect). The thread takes
+	 * watch_lock to say it runs; a first connect meanwhile waits for that thread rather than
+	 * start its own (test_first_connects_at_once), and one whose thread was stopped
+	 * meanwhile (the last handle closed) starts another. The list may have changed during
+	 * the wait: room is made after it. */
+	for (;;) {
+		if (n_watched == cap_watched) {
+			size_t cap = cap_watched ? cap_watched * 2 : 4;
+			struct watched *a = realloc(watched, cap * sizeof(*a));
 
-		if (!a) {
-			r = set_last_error(-ENOMEM, "out of memory");
-			goto out;
+			if (!a) {
+				r = set_last_error(-ENOMEM, "out of memory");
+				goto out;
+			}
+			watched = a;
+			cap_watched = cap;
 		}
-		watched = a;
-		cap_watched = cap;
-	}
-	if (!run) {
-		r = start();
-		if (r < 0)
-			goto out;
+		if (!run) {
+			r = start();
+			if (r < 0)
+				goto out;
+		}
+		while (run && !run->running)
+			pthread_cond_wait(&watch_cond, &watch_lock);
+		if (run && n_watched < cap_watched)
+			break;
 	}
 	watched[n_watched++] = (struct watched){ .client = client };
 	wake(run); /* a thread just started has looked at the list already */
 out:
 	pthread_mutex_unlock(&watch_lock);
+	pthread_setcancelstate(cancel_state, NULL);
 	return r;
 }
 
@@ -229,11 +240,14 @@ void watcher_remove(struct mrd_client *client)
 {
 	struct watcher_run *w = NULL;
 	struct watched *e;
+	int cancel_state;
 
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state); /* as watcher_add */
 	pthread_mutex_lock(&watch_lock);
 	e = find(client);
 	if (!e) {
 		pthread_mutex_unlock(&watch_lock);
+		pthread_setcancelstate(cancel_state, NULL);
 		return;
 	}
 	*e = watched[--n_watched];
@@ -255,6 +269,7 @@ void watcher_remove(struct mrd_client *client)
 		close(w->wake_fd);
 		free(w);
 	}
+	pthread_setcancelstate(cancel_state, NULL);
 }
 
 void watcher_rearm(struct mrd_client *client)

@@ -157,6 +157,54 @@ START_TEST(test_one_thread_no_leak)
 }
 END_TEST
 
+#define RACERS 6
+
+struct racer {
+	pthread_barrier_t *go;
+	mrd_client *c;
+	int r;
+};
+
+static void *connect_at_once(void *arg)
+{
+	struct racer *x = arg;
+
+	pthread_barrier_wait(x->go);
+	x->r = mrd_client_connect(mrd.socket, &x->c);
+	return NULL;
+}
+
+/* Threads connecting at once, none connected before: one watcher starts, and none is left once
+ * they all closed (the start waits for its thread with the lock released: a second first
+ * connect meanwhile must wait for that thread, not start its own). */
+START_TEST(test_first_connects_at_once)
+{
+	int base_threads = threads();
+
+	for (int round = 0; round < 50; round++) {
+		pthread_barrier_t go;
+		struct racer x[RACERS];
+		pthread_t t[RACERS];
+
+		ck_assert_int_eq(pthread_barrier_init(&go, NULL, RACERS), 0);
+		for (int i = 0; i < RACERS; i++) {
+			x[i] = (struct racer){ .go = &go };
+			ck_assert_int_eq(pthread_create(&t[i], NULL, connect_at_once, &x[i]), 0);
+		}
+		for (int i = 0; i < RACERS; i++)
+			ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+		pthread_barrier_destroy(&go);
+		ck_assert_int_eq(threads(), base_threads + 1); /* the watcher alone */
+		for (int i = 0; i < RACERS; i++) {
+			ck_assert_int_eq(x[i].r, 0);
+			mrd_client_close(x[i].c);
+		}
+		ck_assert_msg(threads() == base_threads, "round %d: %d threads left, not %d", round,
+			      threads(), base_threads);
+	}
+}
+END_TEST
+
 /* MRD_WATCH=0: no thread (the program polls, as before). */
 START_TEST(test_watch_off)
 {
@@ -258,6 +306,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_dead_mrd_noticed_without_polling);
 	tcase_add_test(tc, test_one_thread_no_leak);
+	tcase_add_test(tc, test_first_connects_at_once);
 	tcase_add_test(tc, test_watch_off);
 	tcase_add_test(tc, test_fork_child);
 	tcase_add_test(tc, test_rearmed_after_reconnect);
