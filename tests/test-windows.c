@@ -7,6 +7,7 @@
  * that need no soft knob run there; a device without windows runs the refusal alone. */
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -391,6 +392,79 @@ START_TEST(test_cycles)
 }
 END_TEST
 
+/* Big Dmas through the MR's own keys, back to back on DMA_THREADS threads of one client, while
+ * the main thread grants and revokes: on a device the Dma thread holds the PD's transfer lock
+ * for a whole transfer (16 MiB: seconds on rxe under emulation), and a grant on mrd's loop
+ * that waited for it held up every client (the lock was one). Counted, not timed: the cycles
+ * that began and ended while the same transfers were outstanding (none finished between). */
+#define DMA_THREADS 3
+#define DMA_BYTES (16ul << 20)
+#define DMA_ROUNDS 4
+#define QUIET_CYCLES 10
+
+struct dma_load {
+	mrd_client *c;
+	uint8_t *src, *dst;
+	uint32_t lkey, rkey;
+	unsigned started, finished, failed; /* __atomic */
+};
+
+static void *dma_loop(void *arg)
+{
+	struct dma_load *l = arg;
+
+	for (int i = 0; i < DMA_ROUNDS; i++) {
+		__atomic_add_fetch(&l->started, 1, __ATOMIC_SEQ_CST);
+		if (mrd_dma(l->c, MRD_DMA_WRITE, l->lkey, l->src, l->rkey, l->dst, DMA_BYTES) != 0)
+			__atomic_add_fetch(&l->failed, 1, __ATOMIC_SEQ_CST);
+		__atomic_add_fetch(&l->finished, 1, __ATOMIC_SEQ_CST);
+	}
+	return NULL;
+}
+
+START_TEST(test_grants_beside_big_dmas)
+{
+	struct dma_load l = { .c = connect_ok() };
+	pthread_t t[DMA_THREADS];
+	unsigned quiet = 0, cycles = 0;
+	struct mrd_keys k;
+	uint32_t rkey;
+	uint8_t *b;
+
+	ck_assert_int_eq(mrd_mem_alloc(l.c, DMA_BYTES, 0, 0, (void **)&l.src), 0);
+	ck_assert_int_eq(mrd_mem_alloc(l.c, DMA_BYTES, 0, 0, (void **)&l.dst), 0);
+	ck_assert_int_eq(mrd_keys_query_range(l.c, l.src, DMA_BYTES, &k), 0);
+	l.lkey = k.lkey;
+	ck_assert_int_eq(mrd_keys_query_range(l.c, l.dst, DMA_BYTES, &k), 0);
+	l.rkey = k.rkey;
+	memset(l.src, 0x5a, DMA_BYTES);
+	ck_assert_int_eq(mrd_mem_alloc(l.c, 64 * KiB, 0, 0, (void **)&b), 0);
+	ck_assert_int_eq(mrd_window_grant(l.c, NULL, b, 4096, RW, &rkey), 0); /* the loopback */
+	ck_assert_int_eq(mrd_window_revoke(l.c, NULL, rkey), 0);
+	for (int i = 0; i < DMA_THREADS; i++)
+		ck_assert_int_eq(pthread_create(&t[i], NULL, dma_loop, &l), 0);
+	while (__atomic_load_n(&l.finished, __ATOMIC_SEQ_CST) < DMA_THREADS * DMA_ROUNDS) {
+		unsigned done = __atomic_load_n(&l.finished, __ATOMIC_SEQ_CST);
+		bool busy = __atomic_load_n(&l.started, __ATOMIC_SEQ_CST) > done;
+
+		ck_assert_int_eq(mrd_window_grant(l.c, NULL, b, 4096, RW, &rkey), 0);
+		ck_assert_int_eq(mrd_window_revoke(l.c, NULL, rkey), 0);
+		cycles++;
+		if (busy && __atomic_load_n(&l.finished, __ATOMIC_SEQ_CST) == done)
+			quiet++;
+	}
+	for (int i = 0; i < DMA_THREADS; i++)
+		ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+	ck_assert_uint_eq(l.failed, 0);
+	for (size_t i = 0; i < DMA_BYTES; i += 4093)
+		ck_assert_uint_eq(l.dst[i], 0x5a);
+	printf("note: %u grant+revoke cycles beside %d Dmas of %lu MiB, %u of them while the same "
+	       "Dmas were under way\n", cycles, DMA_THREADS * DMA_ROUNDS, DMA_BYTES >> 20, quiet);
+	ck_assert_uint_ge(quiet, QUIET_CYCLES);
+	mrd_client_close(l.c);
+}
+END_TEST
+
 /* [quota] memory_windows = 8: the ninth is -EDQUOT naming the key; a revoke, a free and the
  * client's exit each give windows back. */
 START_TEST(test_quota)
@@ -546,6 +620,7 @@ static Suite *windows_suite(void)
 	tcase_add_test(tc, test_another_process_uses_the_window);
 	tcase_add_test(tc, test_free_invalidates_first);
 	tcase_add_test(tc, test_cycles);
+	tcase_add_test(tc, test_grants_beside_big_dmas);
 	suite_add_tcase(s, tc);
 	tcase_add_checked_fixture(q, setup_quota, teardown);
 	tcase_set_timeout(q, 60);

@@ -54,9 +54,13 @@ struct verbs_pd {
 	struct provider_pd base;
 	LIST_ENTRY(verbs_pd) link;
 	struct ibv_pd *pd; /* NULL while lost */
-	/* The Dma request's QPs, made on first use. Its own lock: a transfer waits for the
-	 * device, and must not hold up every other op as the provider's lock would. */
+	/* The Dma request's QPs, made on first use, windows bound on them. Their own locks: a
+	 * transfer waits for the device, and must not hold up every other op as the provider's
+	 * lock would, nor a grant or revoke on mrd's loop (win_lock: transfers and window ops run
+	 * at once, verbs-loopback.h). The loopback is made, mended and freed under both, dma_lock
+	 * first; read under either. */
 	pthread_mutex_t dma_lock;
+	pthread_mutex_t win_lock;
 	struct verbs_loopback *loopback;
 };
 
@@ -465,6 +469,7 @@ static int verbs_pd_alloc(struct provider *p, struct provider_pd **ret)
 		return r;
 	}
 	pthread_mutex_init(&vpd->dma_lock, NULL);
+	pthread_mutex_init(&vpd->win_lock, NULL);
 	vpd->base.provider = p;
 	pthread_mutex_lock(&p->event_lock); /* owns_element walks the PDs */
 	LIST_INSERT_HEAD(&to_verbs(p)->pds, vpd, link);
@@ -508,6 +513,7 @@ static int verbs_pd_free(struct provider_pd *base)
 	LIST_REMOVE(vpd, link);
 	pthread_mutex_unlock(&base->provider->event_lock);
 	pthread_mutex_destroy(&vpd->dma_lock);
+	pthread_mutex_destroy(&vpd->win_lock);
 	free(vpd);
 	return 0;
 }
@@ -827,20 +833,73 @@ static int verbs_dma(struct provider_pd *base, enum provider_dma_op op, uint32_t
 	if (op != PROVIDER_DMA_WRITE && op != PROVIDER_DMA_READ)
 		return -EINVAL;
 	pthread_mutex_lock(&vpd->dma_lock);
+	pthread_mutex_lock(&vpd->win_lock);
 	if (!vpd->pd)
 		r = -ENODEV;
 	else if (!vpd->loopback)
 		r = loopback_set(vpd, vpd->pd);
-	if (r == 0)
-		r = verbs_loopback_transfer(vpd->loopback, op == PROVIDER_DMA_READ, lkey, laddr,
-					    rkey, raddr, length);
-	/* Anything but a refused key (or a range refused before posting) may be the port or its
-	 * address gone: the next Dma makes a loopback afresh (verbs-loopback.h). */
-	if (r < 0 && r != -EKEYREJECTED && r != -EFAULT && vpd->loopback &&
-	    !verbs_loopback_has_windows(vpd->loopback)) /* their QPs stay (verbs-loopback.h) */
-		(void)loopback_set(vpd, NULL);
+	else if (!verbs_loopback_ready(vpd->loopback))
+		r = verbs_loopback_replace(vpd->loopback); /* the last one failed */
+	pthread_mutex_unlock(&vpd->win_lock);
+	if (r < 0)
+		goto out;
+	r = verbs_loopback_transfer(vpd->loopback, op == PROVIDER_DMA_READ, lkey, laddr, rkey,
+				    raddr, length);
+	if (r < 0 && r != -EFAULT) { /* -EFAULT: refused before anything was posted */
+		pthread_mutex_lock(&vpd->win_lock);
+		/* A refused key left the QPs in the error state; anything else may be the port or
+		 * its address gone: the next Dma makes a loopback afresh (verbs-loopback.h), unless
+		 * windows are bound on its QPs, which must stay. */
+		if (r == -EKEYREJECTED || verbs_loopback_has_windows(vpd->loopback))
+			(void)verbs_loopback_replace(vpd->loopback);
+		else
+			(void)loopback_set(vpd, NULL);
+		pthread_mutex_unlock(&vpd->win_lock);
+	}
+out:
 	pthread_mutex_unlock(&vpd->dma_lock);
 	return r;
+}
+
+/* Returns with win_lock held and r: 0 when the PD's loopback is ready for a window op. Making
+ * or mending one takes dma_lock first (the lock order), so waits for a transfer under way: only
+ * the PD's first grant, or the first op after a failed replace, does. */
+static int window_enter(struct verbs_pd *vpd)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&vpd->win_lock);
+	if (vpd->loopback && verbs_loopback_ready(vpd->loopback))
+		return 0;
+	pthread_mutex_unlock(&vpd->win_lock);
+	pthread_mutex_lock(&vpd->dma_lock);
+	pthread_mutex_lock(&vpd->win_lock);
+	if (!vpd->pd)
+		r = -ENODEV;
+	else if (!vpd->loopback)
+		r = loopback_set(vpd, vpd->pd);
+	else if (!verbs_loopback_ready(vpd->loopback))
+		r = verbs_loopback_replace(vpd->loopback);
+	pthread_mutex_unlock(&vpd->dma_lock);
+	return r;
+}
+
+/* A window op failed on the pair of generation gen (win_lock held, and again on return): the
+ * QPs are in the error state. Replaced meanwhile by the Dma thread (its refused key broke them
+ * under the op): true, try once more on the new pair. Else this replaces them: false. Waits
+ * for a transfer under way, as a failure alone does. */
+static bool window_failed(struct verbs_pd *vpd, unsigned gen)
+{
+	bool again;
+
+	pthread_mutex_unlock(&vpd->win_lock);
+	pthread_mutex_lock(&vpd->dma_lock);
+	pthread_mutex_lock(&vpd->win_lock);
+	again = vpd->loopback && verbs_loopback_generation(vpd->loopback) != gen;
+	if (vpd->loopback && !again)
+		(void)verbs_loopback_replace(vpd->loopback);
+	pthread_mutex_unlock(&vpd->dma_lock);
+	return again && verbs_loopback_ready(vpd->loopback);
 }
 
 static int verbs_mw_alloc(struct provider_pd *base, struct provider_mw **ret)
@@ -869,7 +928,7 @@ static int verbs_mw_alloc(struct provider_pd *base, struct provider_mw **ret)
 	return 0;
 }
 
-/* Posted on the PD's loopback, made here if it has none yet; its own lock, under the
+/* Posted on the PD's loopback, made here if it has none yet; its window lock, under the
  * provider's (as verbs_lose takes them). */
 static int verbs_mw_bind(struct provider_mw *base, struct provider_mr *mr, uint64_t addr,
 			 uint64_t length, unsigned access, uint32_t *ret_rkey)
@@ -884,13 +943,17 @@ static int verbs_mw_bind(struct provider_mw *base, struct provider_mr *mr, uint6
 		return -ENODEV;
 	if (vmr->parked)
 		return -EINVAL; /* it grants nothing, MW_BIND included (verbs_park) */
-	pthread_mutex_lock(&vpd->dma_lock);
-	if (!vpd->loopback)
-		r = loopback_set(vpd, vpd->pd);
-	if (r == 0)
+	r = window_enter(vpd);
+	for (int tries = 0; r == 0; tries++) {
+		unsigned gen = verbs_loopback_generation(vpd->loopback);
+
 		r = verbs_loopback_bind(vpd->loopback, vmw->mw, vmr->mr, addr, length,
 					to_ibv_access(access), rkey, &vmw->pair);
-	pthread_mutex_unlock(&vpd->dma_lock);
+		if (r == 0 || !window_failed(vpd, gen) || tries > 0)
+			break;
+		r = 0;
+	}
+	pthread_mutex_unlock(&vpd->win_lock);
 	if (r < 0)
 		return r;
 	/* The next bind names the window by its key as the device has it now: rxe_bind_mw
@@ -910,9 +973,16 @@ static int verbs_mw_invalidate(struct provider_mw *base, struct provider_mr *mr)
 	(void)mr;
 	if (!vmw->mw || !vmw->pair)
 		return -ENODEV;
-	pthread_mutex_lock(&vpd->dma_lock);
-	r = verbs_loopback_invalidate(vpd->loopback, base->rkey, vmw->pair);
-	pthread_mutex_unlock(&vpd->dma_lock);
+	r = window_enter(vpd);
+	for (int tries = 0; r == 0; tries++) {
+		unsigned gen = verbs_loopback_generation(vpd->loopback);
+
+		r = verbs_loopback_invalidate(vpd->loopback, base->rkey, vmw->pair);
+		if (r == 0 || !window_failed(vpd, gen) || tries > 0)
+			break;
+		r = 0;
+	}
+	pthread_mutex_unlock(&vpd->win_lock);
 	if (r == 0)
 		vmw->pair = NULL;
 	return r;
@@ -932,9 +1002,9 @@ static int verbs_mw_dealloc(struct provider_mw *base, struct provider_mr *mr)
 			return r;
 	}
 	if (vmw->pair) {
-		pthread_mutex_lock(&vpd->dma_lock);
+		pthread_mutex_lock(&vpd->win_lock);
 		verbs_loopback_unbound(vpd->loopback, vmw->pair);
-		pthread_mutex_unlock(&vpd->dma_lock);
+		pthread_mutex_unlock(&vpd->win_lock);
 	}
 	LIST_REMOVE(vmw, link);
 	if (vmw->mw)
@@ -1098,10 +1168,12 @@ static void verbs_lose(struct provider *p)
 	vp->parking_pd = NULL;
 	LIST_FOREACH(vpd, &vp->pds, link) { /* NULL ones: a revive that failed partway */
 		pthread_mutex_lock(&vpd->dma_lock);
+		pthread_mutex_lock(&vpd->win_lock);
 		(void)loopback_set(vpd, NULL);
 		if (vpd->pd)
 			(void)ibv_dealloc_pd(vpd->pd); /* EBUSY under a kept MR: goes with kept->ctx */
 		vpd->pd = NULL;
+		pthread_mutex_unlock(&vpd->win_lock);
 		pthread_mutex_unlock(&vpd->dma_lock);
 	}
 	pthread_mutex_lock(&p->event_lock); /* the event path reads ctx */

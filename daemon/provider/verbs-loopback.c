@@ -30,7 +30,8 @@ struct verbs_loopback_pair {
 
 struct verbs_loopback {
 	struct ibv_pd *pd;
-	struct ibv_cq *cq;
+	struct ibv_cq *cq;  /* transfers: qp[0]'s sends (and both QPs' receives, never posted) */
+	struct ibv_cq *wcq; /* windows: qp[1]'s sends, so a bind never waits behind a transfer */
 	struct ibv_qp *qp[2]; /* [0] posts, [1] answers: lb->pair's, or NULL */
 	struct verbs_loopback_pair *pair;
 	struct verbs_loopback_pair *retired;
@@ -42,6 +43,8 @@ struct verbs_loopback {
 	uint32_t max_msg;
 	struct ibv_ah_attr ah; /* the port's own address */
 	uint64_t wr_id;        /* of the last part posted */
+	uint64_t win_wr_id;    /* of the last window work request posted */
+	unsigned generation;   /* pairs made so far */
 	uint32_t psn[2];       /* each QP's starting send PSN, random: not guessable off the wire */
 };
 
@@ -194,6 +197,8 @@ static void drop_qps(struct verbs_loopback *lb)
 		pair_free(pair);
 	while (ibv_poll_cq(lb->cq, 1, &wc) > 0)
 		; /* what they left behind */
+	while (lb->wcq && ibv_poll_cq(lb->wcq, 1, &wc) > 0)
+		;
 }
 
 static void elements_lock(struct verbs_loopback *lb)
@@ -236,7 +241,7 @@ static int make_qps(struct verbs_loopback *lb)
 		return -ENOMEM;
 	for (int i = 0; i < 2 && r == 0; i++) {
 		struct ibv_qp_init_attr init = {
-			.send_cq = lb->cq,
+			.send_cq = i == 1 ? lb->wcq : lb->cq,
 			.recv_cq = lb->cq,
 			.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1,
 				 .max_recv_sge = 1 },
@@ -257,18 +262,30 @@ static int make_qps(struct verbs_loopback *lb)
 		r = connect_qp(lb, 1);
 	if (r < 0)
 		drop_qps(lb);
+	lb->generation++;
 	return r;
 }
 
-/* make_qps after verbs_loopback_new, under the elements lock. */
-static int remake_qps(struct verbs_loopback *lb)
+int verbs_loopback_replace(struct verbs_loopback *lb)
 {
 	int r;
 
 	elements_lock(lb);
 	r = make_qps(lb);
 	elements_unlock(lb);
+	if (r < 0)
+		log_debug("verbs: new loopback QPs: %s", strerror(-r));
 	return r;
+}
+
+bool verbs_loopback_ready(const struct verbs_loopback *lb)
+{
+	return lb->pair != NULL;
+}
+
+unsigned verbs_loopback_generation(const struct verbs_loopback *lb)
+{
+	return lb->generation;
 }
 
 void verbs_loopback_set_elements_lock(struct verbs_loopback *lb, pthread_mutex_t *lock)
@@ -290,6 +307,8 @@ void verbs_loopback_free(struct verbs_loopback *lb)
 		}
 		(void)ibv_destroy_cq(lb->cq);
 	}
+	if (lb->wcq)
+		(void)ibv_destroy_cq(lb->wcq);
 	free(lb);
 }
 
@@ -305,7 +324,8 @@ int verbs_loopback_new(struct ibv_pd *pd, struct verbs_loopback **ret)
 	if (r < 0)
 		goto fail;
 	lb->cq = ibv_create_cq(pd->context, 4, NULL, NULL, 0);
-	if (!lb->cq) {
+	lb->wcq = ibv_create_cq(pd->context, 2, NULL, NULL, 0);
+	if (!lb->cq || !lb->wcq) {
 		r = negative_errno();
 		goto fail;
 	}
@@ -319,19 +339,19 @@ fail:
 	return r;
 }
 
-/* Waits for the completion of the part posted last. Another one is what a failure left behind
- * (a QP entering the error state flushes late): it is passed over. */
-static int await_completion(struct verbs_loopback *lb, struct ibv_wc *wc)
+/* Waits on cq for the completion of wr_id, the work request posted last there. Another one is
+ * what a failure left behind (a QP entering the error state flushes late): it is passed over. */
+static int await_completion(struct ibv_cq *cq, uint64_t wr_id, struct ibv_wc *wc)
 {
 	uint64_t deadline = now_usec(CLOCK_MONOTONIC) + PART_TIMEOUT_USEC;
 	struct timespec nap = { 0, 1000 };
 
 	for (;;) {
-		int n = ibv_poll_cq(lb->cq, 1, wc);
+		int n = ibv_poll_cq(cq, 1, wc);
 
 		if (n < 0)
 			return -EIO;
-		if (n > 0 && wc->wr_id == lb->wr_id)
+		if (n > 0 && wc->wr_id == wr_id)
 			return 0;
 		if (n > 0)
 			continue;
@@ -372,7 +392,7 @@ int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey,
 	if (laddr + length < laddr || raddr + length < raddr)
 		return -EFAULT;
 	if (!lb->qp[0])
-		r = remake_qps(lb); /* the last replacement failed */
+		return -ENOTCONN; /* the last replacement failed */
 	while (length > 0 && r == 0) {
 		uint32_t part = length < lb->max_msg ? (uint32_t)length : lb->max_msg;
 		struct ibv_sge sge = { .addr = laddr, .length = part, .lkey = lkey };
@@ -388,20 +408,10 @@ int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey,
 
 		r = -ibv_post_send(lb->qp[0], &wr, &bad);
 		if (r == 0)
-			r = await_completion(lb, &wc);
+			r = await_completion(lb->cq, lb->wr_id, &wc);
 		if (r == 0)
 			r = wc_error(&wc);
 		laddr += part, raddr += part, length -= part;
-	}
-	if (r == -EKEYREJECTED || (r < 0 && verbs_loopback_has_windows(lb))) {
-		/* The refusal left the QPs in the error state: replace them (the next transfer
-		 * tries again if this fails). With windows bound the owner keeps the loopback
-		 * after any failure (verbs_loopback_free would destroy QPs they hold), so the
-		 * pair is replaced here instead. */
-		int k = remake_qps(lb);
-
-		if (k < 0)
-			log_debug("verbs: new loopback QPs: %s", strerror(-k));
 	}
 	return r;
 }
@@ -410,7 +420,7 @@ bool verbs_loopback_owns(const struct verbs_loopback *lb, const void *element)
 {
 	if (!lb || !element)
 		return false;
-	if (element == lb->qp[0] || element == lb->qp[1] || element == lb->cq)
+	if (element == lb->qp[0] || element == lb->qp[1] || element == lb->cq || element == lb->wcq)
 		return true;
 	for (const struct verbs_loopback_pair *r = lb->retired; r; r = r->next)
 		if (element == r->qp[0] || element == r->qp[1])
@@ -418,30 +428,24 @@ bool verbs_loopback_owns(const struct verbs_loopback *lb, const void *element)
 	return false;
 }
 
-/* One work request on qp, awaited: 0, or -EIO when it failed (the QP is then in the error
- * state: the pair is replaced) or -ETIMEDOUT. */
-static int post_wait(struct verbs_loopback *lb, struct ibv_qp *qp, struct ibv_send_wr *wr)
+/* One work request on the answering QP, awaited on wcq: 0, or -EIO when it failed (the QP is
+ * then in the error state) or -ETIMEDOUT. */
+static int post_wait(struct verbs_loopback *lb, struct ibv_send_wr *wr)
 {
 	struct ibv_send_wr *bad;
 	struct ibv_wc wc;
 	int r;
 
-	wr->wr_id = ++lb->wr_id;
+	wr->wr_id = ++lb->win_wr_id;
 	wr->send_flags |= IBV_SEND_SIGNALED;
-	r = -ibv_post_send(qp, wr, &bad);
+	r = -ibv_post_send(lb->pair->qp[1], wr, &bad);
 	if (r == 0)
-		r = await_completion(lb, &wc);
+		r = await_completion(lb->wcq, lb->win_wr_id, &wc);
 	if (r == 0 && wc.status != IBV_WC_SUCCESS) {
 		log_debug("verbs: loopback %s failed: %s (%d)",
 			  wr->opcode == IBV_WR_BIND_MW ? "window bind" : "local invalidate",
 			  ibv_wc_status_str(wc.status), (int)wc.status);
 		r = -EIO;
-	}
-	if (r < 0) {
-		int k = remake_qps(lb);
-
-		if (k < 0)
-			log_debug("verbs: new loopback QPs: %s", strerror(-k));
 	}
 	return r;
 }
@@ -459,15 +463,12 @@ int verbs_loopback_bind(struct verbs_loopback *lb, struct ibv_mw *mw, struct ibv
 				       .mw_access_flags = ibv_access },
 		},
 	};
-	struct verbs_loopback_pair *pair;
-	int r = 0;
+	struct verbs_loopback_pair *pair = lb->pair;
+	int r;
 
-	if (!lb->pair)
-		r = remake_qps(lb); /* the last replacement failed */
-	if (r < 0)
-		return r;
-	pair = lb->pair;
-	r = post_wait(lb, pair->qp[1], &wr);
+	if (!pair)
+		return -ENOTCONN; /* the last replacement failed */
+	r = post_wait(lb, &wr);
 	if (r < 0)
 		return r;
 	pair->windows++;
@@ -482,12 +483,11 @@ int verbs_loopback_invalidate(struct verbs_loopback *lb, uint32_t rkey,
 		.opcode = IBV_WR_LOCAL_INV,
 		.invalidate_rkey = rkey,
 	};
-	int r = 0;
+	int r;
 
 	if (!lb->pair)
-		r = remake_qps(lb);
-	if (r == 0)
-		r = post_wait(lb, lb->pair->qp[1], &wr);
+		return -ENOTCONN; /* the last replacement failed */
+	r = post_wait(lb, &wr);
 	if (r == 0)
 		pair_unbind(lb, pair);
 	return r;

@@ -2,7 +2,11 @@
 /* Two RC QPs of one PD, connected to each other through the device's own port. They let mrd
  * carry out an RDMA WRITE or READ through keys a client holds (the Dma request) on a real
  * device, so that the device, not mrd, judges the keys, their access and their bounds.
- * Not thread-safe: its owner serialises transfers. */
+ * Two threads may use it at once, one for transfers and one for windows (the owner serialises
+ * each kind): a transfer posts on the first QP and waits on its own CQ, a window's work request
+ * on the second QP and waits on another, so a grant on mrd's loop never waits for a transfer
+ * of the Dma thread (up to 64 MiB on a device). Whatever replaces, makes or frees the pair,
+ * and has_windows, run with neither kind under way (the owner holds both of its locks). */
 #pragma once
 
 #include <pthread.h>
@@ -32,15 +36,27 @@ bool verbs_loopback_owns(const struct verbs_loopback *lb, const void *element);
  * to the other, split at the port's largest message, each part awaited. -EKEYREJECTED when
  * the device refused a key (not valid, not granting the access, or the range outside it: a
  * completion does not say which), -ETIMEDOUT when a part did not complete in time, -EIO for
- * any other failed completion. After a refused key the QPs are replaced; after any other
- * failure the loopback is of no further use (its port or address may be gone): free it. */
+ * any other failed completion, -ENOTCONN when the last replace failed. After a refused key the
+ * QPs are in the error state: replace them; after any other failure the loopback is of no
+ * further use (its port or address may be gone): free it, or, while windows are bound through
+ * it, replace its QPs. */
 int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey, uint64_t laddr,
 			    uint32_t rkey, uint64_t raddr, uint64_t length);
+/* A fresh pair of QPs for the current one (retired while windows are bound on it). After a
+ * failure to make one, ready() is false and every transfer or window op says -ENOTCONN until
+ * a replace succeeds. */
+int verbs_loopback_replace(struct verbs_loopback *lb);
+bool verbs_loopback_ready(const struct verbs_loopback *lb);
+/* Counts the pairs made: a window op that failed asks whether its pair is still the current
+ * one (replace it) or was replaced meanwhile by the other thread (try once more). */
+unsigned verbs_loopback_generation(const struct verbs_loopback *lb);
 
 /* Type-2 memory windows. A window is bound on the answering QP, the one the transfers reach:
  * rxe lets a type-2 window be used only through the QP it was bound on (Linux rxe_mw.c
- * rxe_lookup_mw: mw->qp != qp). Each part is one work request, awaited; a failed one (-EIO,
- * or -ETIMEDOUT) replaces the QPs. *ret_pair: the pair bound on, for invalidate and unbound.
+ * rxe_lookup_mw: mw->qp != qp). Each is one work request, awaited; after a failed one (-EIO,
+ * or -ETIMEDOUT) the QPs are in the error state: replace them (a transfer's refused key puts
+ * the answering QP there too, so a window op under way fails with it). *ret_pair: the pair
+ * bound on, for invalidate and unbound.
  * When the QPs are replaced (after a refused key), windows bound on the old pair reach nothing
  * from then on (on rxe), and the old pair is kept until each is invalidated (posted on the new
  * pair: rxe_invalidate_mw checks no QP) or deallocated (then verbs_loopback_unbound). Every
