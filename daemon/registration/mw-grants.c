@@ -1,0 +1,181 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "log.h"
+#include "macro.h"
+#include "provider/provider.h"
+#include "registration/mw-grants.h"
+#include "registration/reg-base.h"
+
+void mw_grants_init(struct mw_grants *g, struct reg_base *reg)
+{
+	*g = (struct mw_grants){ .reg = reg };
+	LIST_INIT(&g->bound);
+	LIST_INIT(&g->pool);
+}
+
+static void grant_free(struct mw_grant *w)
+{
+	int k;
+
+	mr_cache_unlisten_gone(&w->gone);
+	LIST_REMOVE(w, link);
+	if (w->owner)
+		w->grants->n_bound--;
+	else
+		w->grants->n_pool--;
+	k = provider_mw_dealloc(w->mw);
+	if (k < 0)
+		log_warning_errno(k, "domain %s: cannot deallocate a memory window: %m",
+				  w->grants->reg->name);
+	free(w);
+}
+
+void mw_grants_done(struct mw_grants *g)
+{
+	if (!g->reg)
+		return;
+	while (!LIST_EMPTY(&g->bound))
+		grant_free(LIST_FIRST(&g->bound));
+	while (!LIST_EMPTY(&g->pool))
+		grant_free(LIST_FIRST(&g->pool));
+}
+
+/* w unbound (its rkey dead): into the pool, or deallocated past MW_POOL_MAX. */
+static void unbound(struct mw_grant *w)
+{
+	struct mw_grants *g = w->grants;
+
+	LIST_REMOVE(w, link);
+	g->n_bound--;
+	w->owner = NULL;
+	LIST_INSERT_HEAD(&g->pool, w, link);
+	g->n_pool++;
+	if (g->n_pool > MW_POOL_MAX)
+		grant_free(w);
+}
+
+/* Invalidates w, bound: 0, or the invalidate's failure, w deallocated (which unbinds it). */
+static int invalidate(struct mw_grant *w)
+{
+	int k;
+
+	mr_cache_unlisten_gone(&w->gone);
+	k = provider_mw_invalidate(w->mw);
+	w->grants->invalidations++;
+	if (k < 0) {
+		log_warning_errno(k, "domain %s: cannot invalidate the memory window of rkey 0x%" PRIx32
+				  ": deallocated: %m", w->grants->reg->name, w->rkey);
+		grant_free(w);
+		return k;
+	}
+	unbound(w);
+	return 0;
+}
+
+/* Its MR leaves the cache (its allocation is freed): the window dies before the MR does. */
+static void mr_gone(struct mr_gone_listener *l, const struct mr_entry *mr)
+{
+	(void)mr;
+	(void)invalidate(container_of(l, struct mw_grant, gone));
+}
+
+int mw_grants_grant(struct mw_grants *g, struct mr_cache *c, const struct mem_owner *owner,
+		    const struct mr_entry *e, uint64_t addr, uint64_t len, unsigned access,
+		    uint32_t *ret_rkey, char *why, size_t why_size)
+{
+	const struct provider_caps *caps = &g->reg->provider->caps;
+	struct provider_mr *pmr;
+	struct mw_grant *w;
+	uint32_t rkey;
+	int k;
+
+	if (!caps->mw) {
+		snprintf(why, why_size, "device %s: %s", caps->device,
+			 caps->no_mw ? caps->no_mw : "no memory windows");
+		return -EOPNOTSUPP;
+	}
+	if (g->n_bound >= g->reg->quota->memory_windows)
+		return config_quota_refusal(g->reg->config, g->reg->quota, QUOTA_MEMORY_WINDOWS,
+					    g->reg->name, g->n_bound, 1, why, why_size);
+	w = LIST_FIRST(&g->pool);
+	if (w) {
+		LIST_REMOVE(w, link);
+		g->n_pool--;
+	} else {
+		w = calloc(1, sizeof(*w));
+		if (!w)
+			return -ENOMEM;
+		w->grants = g;
+		w->gone.gone = mr_gone;
+		k = provider_mw_alloc(g->reg->pd, &w->mw);
+		if (k < 0) {
+			free(w);
+			snprintf(why, why_size, "cannot allocate a memory window on %s", caps->device);
+			return k;
+		}
+	}
+	/* Bound (an owner) only once the bind is: a failed one goes back to the pool. */
+	LIST_INSERT_HEAD(&g->pool, w, link);
+	g->n_pool++;
+	k = mr_cache_listen_entry(c, e, &w->gone, &pmr);
+	if (k < 0) {
+		snprintf(why, why_size, "[0x%" PRIx64 ", +0x%" PRIx64 ") is registered by a mempool "
+			 "or on demand: windows are bound over the domain's cache's MRs alone",
+			 addr, len);
+		return -EOPNOTSUPP;
+	}
+	k = provider_mw_bind(w->mw, pmr, addr, len, access, &rkey);
+	if (k < 0) {
+		mr_cache_unlisten_gone(&w->gone);
+		snprintf(why, why_size, "the bind of a window over [0x%" PRIx64 ", +0x%" PRIx64 ") "
+			 "failed", addr, len);
+		return k;
+	}
+	LIST_REMOVE(w, link);
+	g->n_pool--;
+	*w = (struct mw_grant){ .gone = w->gone, .grants = g, .mw = w->mw, .owner = owner,
+				.addr = addr, .length = len, .access = access, .rkey = rkey };
+	LIST_INSERT_HEAD(&g->bound, w, link);
+	g->n_bound++;
+	g->binds++;
+	*ret_rkey = rkey;
+	return 0;
+}
+
+static struct mw_grant *find(struct mw_grants *g, const struct mem_owner *owner, uint32_t rkey)
+{
+	struct mw_grant *w;
+
+	LIST_FOREACH(w, &g->bound, link)
+		if (w->rkey == rkey && w->owner == owner)
+			return w;
+	return NULL;
+}
+
+int mw_grants_revoke(struct mw_grants *g, const struct mem_owner *owner, uint32_t rkey)
+{
+	struct mw_grant *w = g->reg ? find(g, owner, rkey) : NULL;
+
+	return w ? invalidate(w) : -ENOENT;
+}
+
+unsigned mw_grants_drop_owner(struct mw_grants *g, const struct mem_owner *owner)
+{
+	struct mw_grant *w, *next;
+	unsigned n = 0;
+
+	if (!g->reg)
+		return 0;
+	for (w = LIST_FIRST(&g->bound); w; w = next) {
+		next = LIST_NEXT(w, link);
+		if (w->owner == owner) {
+			(void)invalidate(w);
+			n++;
+		}
+	}
+	return n;
+}
