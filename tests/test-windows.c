@@ -69,6 +69,13 @@ static void setup_no_mw(void)
 	unsetenv("MRD_SOFT_MW");
 }
 
+static void setup_invalidate_fails(void)
+{
+	setenv("MRD_SOFT_MW_INVALIDATE_FAIL", "1", 1);
+	start("");
+	unsetenv("MRD_SOFT_MW_INVALIDATE_FAIL");
+}
+
 static void teardown(void)
 {
 	if (mrd.pid > 0)
@@ -465,6 +472,32 @@ START_TEST(test_grants_beside_big_dmas)
 }
 END_TEST
 
+/* The device fails the invalidate ($MRD_SOFT_MW_INVALIDATE_FAIL=1, the window left bound): mrd
+ * deallocates the window instead, which kills the key too, so the revoke succeeds and the
+ * window no longer counts; the next grant binds a window afresh. */
+START_TEST(test_revoke_when_the_invalidate_fails)
+{
+	mrd_client *c = connect_ok();
+	struct src s = src_new(c);
+	uint32_t rkey, again;
+	uint8_t *b;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &rkey), 0);
+	ck_assert_int_eq(write_to(c, &s, rkey, b, 4096), 0);
+	ck_assert_int_eq(mrd_window_revoke(c, NULL, rkey), 0);
+	ck_assert_int_lt(write_to(c, &s, rkey, b, 1), 0);
+	ck_assert_int_eq(domain_number("memory_windows"), 0);
+	ck_assert_int_eq(mrd_window_revoke(c, NULL, rkey), -ENOENT);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &again), 0);
+	ck_assert_uint_ne(again, rkey);
+	ck_assert_int_eq(write_to(c, &s, again, b, 4096), 0);
+	ck_assert_int_eq(mrd_window_revoke(c, NULL, again), 0);
+	ck_assert_int_lt(write_to(c, &s, again, b, 1), 0);
+	mrd_client_close(c);
+}
+END_TEST
+
 /* [quota] memory_windows = 8: the ninth is -EDQUOT naming the key; a revoke, a free and the
  * client's exit each give windows back. */
 START_TEST(test_quota)
@@ -600,6 +633,7 @@ static Suite *windows_suite(void)
 	TCase *only = tcase_create("window-only");
 	TCase *page = tcase_create("page policy");
 	TCase *gated = tcase_create("gated");
+	TCase *failing = tcase_create("failing invalidate");
 
 	device = getenv("MRD_CONTRACT_DEVICE");
 	if (device)
@@ -633,7 +667,7 @@ static Suite *windows_suite(void)
 	tcase_add_test(only, test_window_only);
 	suite_add_tcase(s, only);
 	if (device) {
-		printf("not run: soft's gate and its windows knob (soft alone)\n");
+		printf("not run: soft's gate and its windows knobs (soft alone)\n");
 		return s;
 	}
 	tcase_add_checked_fixture(gated, setup_gated, teardown_gated);
@@ -643,6 +677,9 @@ static Suite *windows_suite(void)
 	tcase_add_checked_fixture(none, setup_no_mw, teardown);
 	tcase_add_test(none, test_no_windows);
 	suite_add_tcase(s, none);
+	tcase_add_checked_fixture(failing, setup_invalidate_fails, teardown);
+	tcase_add_test(failing, test_revoke_when_the_invalidate_fails);
+	suite_add_tcase(s, failing);
 	return s;
 }
 

@@ -28,6 +28,8 @@
  * providers/mlx5/verbs.c), so the dereg can be tried again.
  * $MRD_SOFT_REVIVE_FAIL=<n>: the context's next n revives fail with -EIO, staying lost (as a
  * returned device may refuse one context: ibv_alloc_pd's ENOMEM), so a partial return is tested.
+ * $MRD_SOFT_MW_INVALIDATE_FAIL=<n>: the next n window invalidates fail with -EIO, the window
+ * left bound and its key working (a local invalidate whose work request completes in error).
  * $MRD_SOFT_EXPORT=1: export_pd hands out a dup of a memfd standing for the context's command
  * descriptor (nothing can import it), so that what mrd does for exported contexts is tested.
  *
@@ -122,6 +124,7 @@ struct soft_provider {
 	bool lost;
 	bool destroy_when_failed; /* $RDMAV_ALLOW_DISASSOC_DESTROY, as libibverbs reads it */
 	unsigned dereg_fail; /* $MRD_SOFT_DEREG_FAIL: deregs and parks left to fail */
+	unsigned mw_invalidate_fail; /* $MRD_SOFT_MW_INVALIDATE_FAIL: invalidates left to fail */
 	unsigned revive_fail; /* $MRD_SOFT_REVIVE_FAIL: revives left to fail */
 	bool exports;        /* $MRD_SOFT_EXPORT=1 */
 	int export_fd;       /* its stand-in command descriptor, made at the first export; -1 */
@@ -499,7 +502,7 @@ static int soft_open(const char *device, struct provider **ret)
 {
 	struct soft_provider *sp;
 	const char *no_dma, *no_mw;
-	unsigned bits, dereg_fail, revive_fail;
+	unsigned bits, dereg_fail, revive_fail, mw_invalidate_fail;
 	bool keys_cached, exports;
 	struct soft_caps_knobs knobs;
 
@@ -508,6 +511,7 @@ static int soft_open(const char *device, struct provider **ret)
 	if (index_bits(&bits) < 0 || keys_mode(&keys_cached) < 0 || dma_mode(&no_dma) < 0 ||
 	    mw_mode(&no_mw) < 0 ||
 	    dereg_failures(&dereg_fail) < 0 || revive_failures(&revive_fail) < 0 ||
+	    count_knob("MRD_SOFT_MW_INVALIDATE_FAIL", "invalidates", &mw_invalidate_fail) < 0 ||
 	    export_mode(&exports) < 0 ||
 	    caps_knobs((uintptr_t)sysconf(_SC_PAGESIZE), &knobs) < 0 || soft_device_open() < 0)
 		return -EINVAL;
@@ -530,6 +534,7 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->keys_cached = keys_cached;
 	sp->destroy_when_failed = getenv("RDMAV_ALLOW_DISASSOC_DESTROY") != NULL;
 	sp->dereg_fail = dereg_fail;
+	sp->mw_invalidate_fail = mw_invalidate_fail;
 	sp->revive_fail = revive_fail;
 	sp->exports = exports;
 	sp->export_fd = -1;
@@ -1629,6 +1634,10 @@ static int soft_mw_invalidate(struct provider_mw *base, struct provider_mr *mr)
 	if (r < 0)
 		return r;
 	(void)mr;
+	if (sp->mw_invalidate_fail > 0) { /* the wrapper binds it again */
+		sp->mw_invalidate_fail--;
+		return -EIO;
+	}
 	wait_no_chunks(sp, (struct soft_mw *)base);
 	return 0;
 }

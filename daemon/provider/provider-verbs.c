@@ -861,9 +861,13 @@ out:
 	return r;
 }
 
-/* Returns with win_lock held and r: 0 when the PD's loopback is ready for a window op. Making
- * or mending one takes dma_lock first (the lock order), so waits for a transfer under way: only
- * the PD's first grant, or the first op after a failed replace, does. */
+/* Window ops run on mrd's loop, which must never wait for a transfer: where one needs the pair
+ * made or mended (dma_lock first, the lock order) and a Dma holds dma_lock, it does not wait.
+ * That Dma made the loopback (or found it) before its transfer, and replaces the pair if the
+ * transfer fails on it, as it does when the answering QP is in the error state. */
+
+/* Returns with win_lock held and r: 0 when the PD's loopback is ready for a window op, -EAGAIN
+ * when it needs making or mending while a Dma is under way. */
 static int window_enter(struct verbs_pd *vpd)
 {
 	int r = 0;
@@ -872,7 +876,10 @@ static int window_enter(struct verbs_pd *vpd)
 	if (vpd->loopback && verbs_loopback_ready(vpd->loopback))
 		return 0;
 	pthread_mutex_unlock(&vpd->win_lock);
-	pthread_mutex_lock(&vpd->dma_lock);
+	if (pthread_mutex_trylock(&vpd->dma_lock) != 0) {
+		pthread_mutex_lock(&vpd->win_lock);
+		return -EAGAIN;
+	}
 	pthread_mutex_lock(&vpd->win_lock);
 	if (!vpd->pd)
 		r = -ENODEV;
@@ -886,19 +893,21 @@ static int window_enter(struct verbs_pd *vpd)
 
 /* A window op failed on the pair of generation gen (win_lock held, and again on return): the
  * QPs are in the error state. Replaced meanwhile by the Dma thread (its refused key broke them
- * under the op): true, try once more on the new pair. Else this replaces them: false. Waits
- * for a transfer under way, as a failure alone does. */
+ * under the op): true, try once more on the new pair. Else false, and this replaces them,
+ * unless a Dma is under way: its transfer then fails on the broken pair and the Dma thread
+ * replaces it (until then window ops fail). */
 static bool window_failed(struct verbs_pd *vpd, unsigned gen)
 {
-	bool again;
+	bool again, dma_idle;
 
 	pthread_mutex_unlock(&vpd->win_lock);
-	pthread_mutex_lock(&vpd->dma_lock);
+	dma_idle = pthread_mutex_trylock(&vpd->dma_lock) == 0;
 	pthread_mutex_lock(&vpd->win_lock);
 	again = vpd->loopback && verbs_loopback_generation(vpd->loopback) != gen;
-	if (vpd->loopback && !again)
+	if (vpd->loopback && !again && dma_idle)
 		(void)verbs_loopback_replace(vpd->loopback);
-	pthread_mutex_unlock(&vpd->dma_lock);
+	if (dma_idle)
+		pthread_mutex_unlock(&vpd->dma_lock);
 	return again && verbs_loopback_ready(vpd->loopback);
 }
 

@@ -17,7 +17,8 @@ void mw_grants_init(struct mw_grants *g, struct reg_base *reg)
 	LIST_INIT(&g->pool);
 }
 
-static void grant_free(struct mw_grant *w)
+/* 0 when the window is deallocated (its rkey dead with it), else the dealloc's failure. */
+static int grant_free(struct mw_grant *w)
 {
 	int k;
 
@@ -32,6 +33,7 @@ static void grant_free(struct mw_grant *w)
 		log_warning_errno(k, "domain %s: cannot deallocate a memory window: %m",
 				  w->grants->reg->name);
 	free(w);
+	return k;
 }
 
 void mw_grants_done(struct mw_grants *g)
@@ -39,9 +41,9 @@ void mw_grants_done(struct mw_grants *g)
 	if (!g->reg)
 		return;
 	while (!LIST_EMPTY(&g->bound))
-		grant_free(LIST_FIRST(&g->bound));
+		(void)grant_free(LIST_FIRST(&g->bound));
 	while (!LIST_EMPTY(&g->pool))
-		grant_free(LIST_FIRST(&g->pool));
+		(void)grant_free(LIST_FIRST(&g->pool));
 }
 
 /* w unbound (its rkey dead): into the pool, or deallocated past MW_POOL_MAX. */
@@ -55,10 +57,13 @@ static void unbound(struct mw_grant *w)
 	LIST_INSERT_HEAD(&g->pool, w, link);
 	g->n_pool++;
 	if (g->n_pool > MW_POOL_MAX)
-		grant_free(w);
+		(void)grant_free(w);
 }
 
-/* Invalidates w, bound: 0, or the invalidate's failure, w deallocated (which unbinds it). */
+/* Invalidates w, bound: 0 once its rkey is dead. A failed invalidate deallocates it instead
+ * (which kills the rkey too: rxe_dealloc_mw drops the window, whose cleanup erases its index
+ * and marks it invalid, Linux rxe_mw.c rxe_mw_cleanup; mlx5 destroys its mkey): 0, or the
+ * dealloc's failure. */
 static int invalidate(struct mw_grant *w)
 {
 	int k;
@@ -68,9 +73,8 @@ static int invalidate(struct mw_grant *w)
 	w->grants->invalidations++;
 	if (k < 0) {
 		log_warning_errno(k, "domain %s: cannot invalidate the memory window of rkey 0x%" PRIx32
-				  ": deallocated: %m", w->grants->reg->name, w->rkey);
-		grant_free(w);
-		return k;
+				  ": deallocated instead: %m", w->grants->reg->name, w->rkey);
+		return grant_free(w);
 	}
 	unbound(w);
 	return 0;
@@ -129,6 +133,12 @@ int mw_grants_grant(struct mw_grants *g, struct mr_cache *c, const struct mem_ow
 		return -EOPNOTSUPP;
 	}
 	k = provider_mw_bind(w->mw, pmr, addr, len, access, &rkey);
+	if (k == -EAGAIN) {
+		mr_cache_unlisten_gone(&w->gone);
+		snprintf(why, why_size, "device %s: the queue pairs windows are bound on need mending "
+			 "after a failure, and a Dma is using them: try again", caps->device);
+		return k;
+	}
 	if (k < 0) {
 		mr_cache_unlisten_gone(&w->gone);
 		snprintf(why, why_size, "the bind of a window over [0x%" PRIx64 ", +0x%" PRIx64 ") "
