@@ -399,6 +399,34 @@ START_TEST(test_cycles)
 }
 END_TEST
 
+/* 3 x 256 grants and revokes over the same page: every rkey is new, and the old ones are
+ * refused. A bind changes a window's key byte alone, and the byte wraps (caps.mw_fresh_binds:
+ * verbs' ibv_inc_rkey; soft models it), so mrd deallocates a window before its 257th bind,
+ * whose rkey would be its first again, over whatever memory the grant names. */
+#define KEY_ROUNDS (3 * 256)
+
+START_TEST(test_no_rkey_comes_back)
+{
+	static uint32_t seen[KEY_ROUNDS];
+	mrd_client *c = connect_ok();
+	struct src s = src_new(c);
+	uint8_t *b;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	for (unsigned i = 0; i < KEY_ROUNDS; i++) {
+		ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &seen[i]), 0);
+		for (unsigned j = 0; j < i; j++)
+			if (seen[j] == seen[i])
+				ck_abort_msg("grant %u gave the rkey of grant %u again: 0x%x", i, j,
+					     seen[i]);
+		ck_assert_int_eq(mrd_window_revoke(c, NULL, seen[i]), 0);
+	}
+	for (unsigned i = 0; i < KEY_ROUNDS; i += 37)
+		ck_assert_int_lt(write_to(c, &s, seen[i], b, 1), 0);
+	mrd_client_close(c);
+}
+END_TEST
+
 /* Big Dmas through the MR's own keys, back to back on DMA_THREADS threads of one client, while
  * the main thread grants and revokes: on a device the Dma thread holds the PD's transfer lock
  * for a whole transfer (16 MiB: seconds on rxe under emulation), and a grant on mrd's loop
@@ -654,6 +682,7 @@ static Suite *windows_suite(void)
 	tcase_add_test(tc, test_another_process_uses_the_window);
 	tcase_add_test(tc, test_free_invalidates_first);
 	tcase_add_test(tc, test_cycles);
+	tcase_add_test(tc, test_no_rkey_comes_back);
 	tcase_add_test(tc, test_grants_beside_big_dmas);
 	suite_add_tcase(s, tc);
 	tcase_add_checked_fixture(q, setup_quota, teardown);

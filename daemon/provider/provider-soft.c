@@ -147,7 +147,7 @@ struct soft_mw {
 	struct provider_mw base;
 	struct soft_mw *prev, *next;
 	uint32_t index;  /* 0: none (spent at revive): the next bind takes one */
-	uint8_t variant; /* the key byte of the last bind; 0 at alloc, never a bound key */
+	uint8_t variant; /* the key byte of the last bind (0 at alloc; wraps) */
 	unsigned copying; /* chunks of DMA through it under way (window_copy), each after a
 			   * look at its key */
 };
@@ -565,7 +565,9 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->base.caps.export_pd = exports;
 	sp->base.caps.mw = !no_mw;
 	sp->base.caps.no_mw = no_mw;
-	sp->base.caps.mw_fresh_binds = 0; /* a window key never comes back */
+	/* A bind changes the key byte alone, as on verbs: the 257th bind of a window gives its
+	 * first key again (mrd deallocates a window before that, mw-grants.h). */
+	sp->base.caps.mw_fresh_binds = 256;
 	sp->base.caps.max_keys = keys_cached ? 0 : (uint64_t)(sp->index_limit - 1) * SOFT_VARIANT_LAST;
 	*ret = &sp->base;
 	return 0;
@@ -1597,7 +1599,7 @@ static int soft_mw_bind(struct provider_mw *base, struct provider_mr *mr, uint64
 	(void)mr, (void)addr, (void)length, (void)access; /* the wrapper stores them */
 	if (r < 0)
 		return r;
-	if (!mw->index || mw->variant == SOFT_VARIANT_LAST) {
+	if (!mw->index) { /* spent at revive */
 		struct soft_mw fresh = { .index = 0 };
 
 		r = mw_index_take(sp, &fresh);
@@ -1608,7 +1610,7 @@ static int soft_mw_bind(struct provider_mw *base, struct provider_mr *mr, uint64
 		mw->variant = 0;
 		*mw_slot(sp, mw->index) = mw;
 	}
-	mw->variant++;
+	mw->variant++; /* wraps, 0 included, as ibv_inc_rkey's byte does on rxe and mlx5 */
 	*ret_rkey = mw->index << 8 | mw->variant;
 	return 0;
 }

@@ -46,7 +46,15 @@ void mw_grants_done(struct mw_grants *g)
 		(void)grant_free(LIST_FIRST(&g->pool));
 }
 
-/* w unbound (its rkey dead): into the pool, or deallocated past MW_POOL_MAX. */
+/* Whether w's next bind could give an rkey it gave before (mw-grants.h, binds). */
+static bool worn_out(const struct mw_grant *w)
+{
+	unsigned fresh = w->grants->reg->provider->caps.mw_fresh_binds;
+
+	return fresh > 0 && w->binds >= fresh;
+}
+
+/* w unbound (its rkey dead): into the pool, or deallocated past MW_POOL_MAX or once worn out. */
 static void unbound(struct mw_grant *w)
 {
 	struct mw_grants *g = w->grants;
@@ -56,7 +64,7 @@ static void unbound(struct mw_grant *w)
 	w->owner = NULL;
 	LIST_INSERT_HEAD(&g->pool, w, link);
 	g->n_pool++;
-	if (g->n_pool > MW_POOL_MAX)
+	if (g->n_pool > MW_POOL_MAX || worn_out(w))
 		(void)grant_free(w);
 }
 
@@ -148,7 +156,8 @@ int mw_grants_grant(struct mw_grants *g, struct mr_cache *c, const struct mem_ow
 	LIST_REMOVE(w, link);
 	g->n_pool--;
 	*w = (struct mw_grant){ .gone = w->gone, .grants = g, .mw = w->mw, .owner = owner,
-				.addr = addr, .length = len, .access = access, .rkey = rkey };
+				.addr = addr, .length = len, .access = access, .rkey = rkey,
+				.binds = w->binds + 1 };
 	LIST_INSERT_HEAD(&g->bound, w, link);
 	g->n_bound++;
 	g->binds++;

@@ -27,6 +27,10 @@ struct mw_grant {
 	uint64_t addr, length;
 	unsigned access; /* MRD_ACCESS_MW_GRANTS bits */
 	uint32_t rkey;
+	/* Binds of this window so far. A device changes only the key byte at each bind (verbs:
+	 * ibv_inc_rkey), so its 257th bind would give its first rkey again: the window is
+	 * deallocated after caps.mw_fresh_binds binds, never bound once more. */
+	unsigned binds;
 };
 
 struct mw_grants {
