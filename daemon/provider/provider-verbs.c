@@ -823,23 +823,30 @@ static int verbs_export_pd(struct provider_pd *base, int *ret_cmd_fd, uint32_t *
 	return 0;
 }
 
+/* The PD's loopback made, or its pair replaced when the last replace failed; both locks held. */
+static int loopback_mend(struct verbs_pd *vpd)
+{
+	if (!vpd->pd)
+		return -ENODEV;
+	if (!vpd->loopback)
+		return loopback_set(vpd, vpd->pd);
+	if (!verbs_loopback_ready(vpd->loopback))
+		return verbs_loopback_replace(vpd->loopback);
+	return 0;
+}
+
 /* The device does the transfer, on the PD's loopback QPs, and judges the keys itself. */
 static int verbs_dma(struct provider_pd *base, enum provider_dma_op op, uint32_t lkey,
 		     uint64_t laddr, uint32_t rkey, uint64_t raddr, size_t length)
 {
 	struct verbs_pd *vpd = (struct verbs_pd *)base;
-	int r = 0;
+	int r;
 
 	if (op != PROVIDER_DMA_WRITE && op != PROVIDER_DMA_READ)
 		return -EINVAL;
 	pthread_mutex_lock(&vpd->dma_lock);
 	pthread_mutex_lock(&vpd->win_lock);
-	if (!vpd->pd)
-		r = -ENODEV;
-	else if (!vpd->loopback)
-		r = loopback_set(vpd, vpd->pd);
-	else if (!verbs_loopback_ready(vpd->loopback))
-		r = verbs_loopback_replace(vpd->loopback); /* the last one failed */
+	r = loopback_mend(vpd);
 	pthread_mutex_unlock(&vpd->win_lock);
 	if (r < 0)
 		goto out;
@@ -870,7 +877,7 @@ out:
  * when it needs making or mending while a Dma is under way. */
 static int window_enter(struct verbs_pd *vpd)
 {
-	int r = 0;
+	int r;
 
 	pthread_mutex_lock(&vpd->win_lock);
 	if (vpd->loopback && verbs_loopback_ready(vpd->loopback))
@@ -881,12 +888,7 @@ static int window_enter(struct verbs_pd *vpd)
 		return -EAGAIN;
 	}
 	pthread_mutex_lock(&vpd->win_lock);
-	if (!vpd->pd)
-		r = -ENODEV;
-	else if (!vpd->loopback)
-		r = loopback_set(vpd, vpd->pd);
-	else if (!verbs_loopback_ready(vpd->loopback))
-		r = verbs_loopback_replace(vpd->loopback);
+	r = loopback_mend(vpd);
 	pthread_mutex_unlock(&vpd->dma_lock);
 	return r;
 }
