@@ -76,6 +76,15 @@ static void setup_invalidate_fails(void)
 	unsetenv("MRD_SOFT_MW_INVALIDATE_FAIL");
 }
 
+static void setup_nothing_kills(void)
+{
+	setenv("MRD_SOFT_MW_INVALIDATE_FAIL", "1", 1);
+	setenv("MRD_SOFT_MW_DEALLOC_FAIL", "1", 1);
+	start("");
+	unsetenv("MRD_SOFT_MW_INVALIDATE_FAIL");
+	unsetenv("MRD_SOFT_MW_DEALLOC_FAIL");
+}
+
 static void teardown(void)
 {
 	if (mrd.pid > 0)
@@ -526,6 +535,30 @@ START_TEST(test_revoke_when_the_invalidate_fails)
 }
 END_TEST
 
+/* The device fails the invalidate and the dealloc after it: the window stays bound, its key
+ * live, so the revoke says so, the window stays counted, and mrd deallocates it at the next
+ * grant; from then on the key is refused. */
+START_TEST(test_revoke_when_nothing_kills_the_window)
+{
+	mrd_client *c = connect_ok();
+	struct src s = src_new(c);
+	uint32_t rkey, again;
+	uint8_t *b;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &rkey), 0);
+	ck_assert_int_eq(mrd_window_revoke(c, NULL, rkey), -EIO);
+	ck_assert_int_eq(write_to(c, &s, rkey, b, 1), 0); /* the device's failure: still live */
+	ck_assert_int_eq(domain_number("memory_windows"), 1);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b + 8192, 4096, RW, &again), 0);
+	ck_assert_int_lt(write_to(c, &s, rkey, b, 1), 0);
+	ck_assert_int_eq(domain_number("memory_windows"), 1);
+	ck_assert_int_eq(mrd_window_revoke(c, NULL, again), 0);
+	ck_assert_int_eq(domain_number("memory_windows"), 0);
+	mrd_client_close(c);
+}
+END_TEST
+
 /* [quota] memory_windows = 8: the ninth is -EDQUOT naming the key; a revoke, a free and the
  * client's exit each give windows back. */
 START_TEST(test_quota)
@@ -662,6 +695,7 @@ static Suite *windows_suite(void)
 	TCase *page = tcase_create("page policy");
 	TCase *gated = tcase_create("gated");
 	TCase *failing = tcase_create("failing invalidate");
+	TCase *stuck = tcase_create("failing dealloc");
 
 	device = getenv("MRD_CONTRACT_DEVICE");
 	if (device)
@@ -709,6 +743,9 @@ static Suite *windows_suite(void)
 	tcase_add_checked_fixture(failing, setup_invalidate_fails, teardown);
 	tcase_add_test(failing, test_revoke_when_the_invalidate_fails);
 	suite_add_tcase(s, failing);
+	tcase_add_checked_fixture(stuck, setup_nothing_kills, teardown);
+	tcase_add_test(stuck, test_revoke_when_nothing_kills_the_window);
+	suite_add_tcase(s, stuck);
 	return s;
 }
 

@@ -30,6 +30,8 @@
  * returned device may refuse one context: ibv_alloc_pd's ENOMEM), so a partial return is tested.
  * $MRD_SOFT_MW_INVALIDATE_FAIL=<n>: the next n window invalidates fail with -EIO, the window
  * left bound and its key working (a local invalidate whose work request completes in error).
+ * $MRD_SOFT_MW_DEALLOC_FAIL=<n>: the next n window deallocations fail with -EIO, the window
+ * left as it was (bound windows too: their keys keep working).
  * $MRD_SOFT_EXPORT=1: export_pd hands out a dup of a memfd standing for the context's command
  * descriptor (nothing can import it), so that what mrd does for exported contexts is tested.
  *
@@ -125,6 +127,7 @@ struct soft_provider {
 	bool destroy_when_failed; /* $RDMAV_ALLOW_DISASSOC_DESTROY, as libibverbs reads it */
 	unsigned dereg_fail; /* $MRD_SOFT_DEREG_FAIL: deregs and parks left to fail */
 	unsigned mw_invalidate_fail; /* $MRD_SOFT_MW_INVALIDATE_FAIL: invalidates left to fail */
+	unsigned mw_dealloc_fail;    /* $MRD_SOFT_MW_DEALLOC_FAIL: deallocs left to fail */
 	unsigned revive_fail; /* $MRD_SOFT_REVIVE_FAIL: revives left to fail */
 	bool exports;        /* $MRD_SOFT_EXPORT=1 */
 	int export_fd;       /* its stand-in command descriptor, made at the first export; -1 */
@@ -502,7 +505,7 @@ static int soft_open(const char *device, struct provider **ret)
 {
 	struct soft_provider *sp;
 	const char *no_dma, *no_mw;
-	unsigned bits, dereg_fail, revive_fail, mw_invalidate_fail;
+	unsigned bits, dereg_fail, revive_fail, mw_invalidate_fail, mw_dealloc_fail;
 	bool keys_cached, exports;
 	struct soft_caps_knobs knobs;
 
@@ -512,6 +515,7 @@ static int soft_open(const char *device, struct provider **ret)
 	    mw_mode(&no_mw) < 0 ||
 	    dereg_failures(&dereg_fail) < 0 || revive_failures(&revive_fail) < 0 ||
 	    count_knob("MRD_SOFT_MW_INVALIDATE_FAIL", "invalidates", &mw_invalidate_fail) < 0 ||
+	    count_knob("MRD_SOFT_MW_DEALLOC_FAIL", "deallocs", &mw_dealloc_fail) < 0 ||
 	    export_mode(&exports) < 0 ||
 	    caps_knobs((uintptr_t)sysconf(_SC_PAGESIZE), &knobs) < 0 || soft_device_open() < 0)
 		return -EINVAL;
@@ -535,6 +539,7 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->destroy_when_failed = getenv("RDMAV_ALLOW_DISASSOC_DESTROY") != NULL;
 	sp->dereg_fail = dereg_fail;
 	sp->mw_invalidate_fail = mw_invalidate_fail;
+	sp->mw_dealloc_fail = mw_dealloc_fail;
 	sp->revive_fail = revive_fail;
 	sp->exports = exports;
 	sp->export_fd = -1;
@@ -1650,6 +1655,10 @@ static int soft_mw_dealloc(struct provider_mw *base, struct provider_mr *mr)
 	struct soft_provider *sp = to_soft(base->pd->provider);
 
 	(void)mr;
+	if (sp->mw_dealloc_fail > 0) { /* the wrapper binds it again */
+		sp->mw_dealloc_fail--;
+		return -EIO;
+	}
 	wait_no_chunks(sp, mw);
 	mw_index_retire(sp, mw);
 	if (mw->prev)

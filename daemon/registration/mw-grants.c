@@ -15,25 +15,52 @@ void mw_grants_init(struct mw_grants *g, struct reg_base *reg)
 	*g = (struct mw_grants){ .reg = reg };
 	LIST_INIT(&g->bound);
 	LIST_INIT(&g->pool);
+	LIST_INIT(&g->stuck);
 }
 
-/* 0 when the window is deallocated (its rkey dead with it), else the dealloc's failure. */
+/* 0 when the window is deallocated (its rkey dead with it), else the dealloc's failure: then
+ * it is kept on the stuck list, live as it is on the device. */
 static int grant_free(struct mw_grant *w)
 {
+	struct mw_grants *g = w->grants;
 	int k;
 
 	mr_cache_unlisten_gone(&w->gone);
 	LIST_REMOVE(w, link);
-	if (w->owner)
-		w->grants->n_bound--;
+	if (w->stuck)
+		g->n_stuck--;
+	else if (w->owner)
+		g->n_bound--;
 	else
-		w->grants->n_pool--;
+		g->n_pool--;
 	k = provider_mw_dealloc(w->mw);
-	if (k < 0)
-		log_warning_errno(k, "domain %s: cannot deallocate a memory window: %m",
-				  w->grants->reg->name);
+	if (k < 0) {
+		log_warning_errno(k, "domain %s: cannot deallocate the memory window of rkey 0x%" PRIx32
+				  " (its key may still work): tried again at the next grant or "
+				  "revoke: %m", g->reg->name, w->rkey);
+		w->owner = NULL;
+		w->stuck = true;
+		LIST_INSERT_HEAD(&g->stuck, w, link);
+		g->n_stuck++;
+		return k;
+	}
 	free(w);
-	return k;
+	return 0;
+}
+
+/* The stuck windows' deallocs, again. */
+static void retry_stuck(struct mw_grants *g)
+{
+	struct mw_grant *w, *next;
+
+	for (w = LIST_FIRST(&g->stuck); w; w = next) {
+		next = LIST_NEXT(w, link);
+		if (provider_mw_dealloc(w->mw) == 0) {
+			LIST_REMOVE(w, link);
+			g->n_stuck--;
+			free(w);
+		}
+	}
 }
 
 void mw_grants_done(struct mw_grants *g)
@@ -44,6 +71,16 @@ void mw_grants_done(struct mw_grants *g)
 		(void)grant_free(LIST_FIRST(&g->bound));
 	while (!LIST_EMPTY(&g->pool))
 		(void)grant_free(LIST_FIRST(&g->pool));
+	retry_stuck(g);
+	while (!LIST_EMPTY(&g->stuck)) { /* the device keeps them with its context */
+		struct mw_grant *w = LIST_FIRST(&g->stuck);
+
+		log_error("domain %s: the memory window of rkey 0x%" PRIx32 " could not be "
+			  "deallocated: left to the device", g->reg->name, w->rkey);
+		LIST_REMOVE(w, link);
+		g->n_stuck--;
+		free(w);
+	}
 }
 
 /* Whether w's next bind could give an rkey it gave before (mw-grants.h, binds). */
@@ -110,9 +147,11 @@ int mw_grants_grant(struct mw_grants *g, struct mr_cache *c, const struct mem_ow
 			 caps->no_mw ? caps->no_mw : "no memory windows");
 		return -EOPNOTSUPP;
 	}
-	if (g->n_bound >= g->reg->quota->memory_windows)
+	retry_stuck(g);
+	if (g->n_bound + g->n_stuck >= g->reg->quota->memory_windows)
 		return config_quota_refusal(g->reg->config, g->reg->quota, QUOTA_MEMORY_WINDOWS,
-					    g->reg->name, g->n_bound, 1, why, why_size);
+					    g->reg->name, g->n_bound + g->n_stuck, 1, why,
+					    why_size);
 	w = LIST_FIRST(&g->pool);
 	if (w) {
 		LIST_REMOVE(w, link);
@@ -179,6 +218,8 @@ int mw_grants_revoke(struct mw_grants *g, const struct mem_owner *owner, uint32_
 {
 	struct mw_grant *w = g->reg ? find(g, owner, rkey) : NULL;
 
+	if (g->reg)
+		retry_stuck(g);
 	return w ? invalidate(w) : -ENOENT;
 }
 

@@ -31,13 +31,17 @@ struct mw_grant {
 	 * ibv_inc_rkey), so its 257th bind would give its first rkey again: the window is
 	 * deallocated after caps.mw_fresh_binds binds, never bound once more. */
 	unsigned binds;
+	bool stuck; /* on the stuck list (mw_grants) */
 };
 
 struct mw_grants {
 	struct reg_base *reg;
 	LIST_HEAD(, mw_grant) bound;
 	LIST_HEAD(, mw_grant) pool;
-	unsigned n_bound, n_pool;
+	/* Windows whose invalidate and dealloc both failed: still bound on the device, their
+	 * keys live, so counted (quota, mrctl) and deallocated again at each grant and revoke. */
+	LIST_HEAD(, mw_grant) stuck;
+	unsigned n_bound, n_pool, n_stuck;
 	uint64_t binds, invalidations; /* counters */
 };
 
