@@ -3,6 +3,7 @@
 # and builds mrd out of tree in ./build. Sourced by demo.sh and check.sh; runs alone too.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
+. "$top/tools/build-tree.sh"
 
 # Debian package names; README.md lists the same set. UCX is the anchor bench-ucx measures
 # against: with it every build compiles bench-ucx, so make bench always prints its rows.
@@ -48,11 +49,10 @@ build() {
 		echo "== autoreconf"
 		autoreconf -fi
 	fi
-	mkdir -p build
-	cd build
+	enter_build_tree build
 	if [ ! -f Makefile ]; then
 		echo "== configure"
-		../configure --enable-werror ${MRD_CONFIGURE_FLAGS:-}
+		"$top/configure" --enable-werror ${MRD_CONFIGURE_FLAGS:-}
 	fi
 	echo "== make"
 	make -j"$(nproc)"

@@ -7,6 +7,7 @@
 # or a shared CI runner. MRD_CHECK_NO_HOG=1 runs them on an idle machine.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
+. "$top/tools/build-tree.sh"
 cd "$top"
 status=0
 
@@ -32,8 +33,8 @@ start_hogs() {
 run_build() { # dir, configure flags...
 	dir=$1
 	shift
-	mkdir -p "$dir" && cd "$dir" || return 1
-	[ -f Makefile ] || ../configure -q "$@" > configure.log 2>&1 || { cat configure.log; return 1; }
+	enter_build_tree "$dir" || return 1
+	[ -f Makefile ] || "$top/configure" -q "$@" > configure.log 2>&1 || { cat configure.log; return 1; }
 	make -j"$(nproc)" > make.log 2>&1 || { tail -n 30 make.log; return 1; }
 }
 
