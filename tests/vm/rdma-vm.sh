@@ -352,7 +352,7 @@ if [ "${MRD_VM_PAIR:-1}" = 1 ]; then
 			link_retried=1
 			echo "check-rdma: the link between the two hosts died (attempt $attempt; consoles kept as" \
 				"$VM/console-{a,b}-link-$attempt.log): both again, once. What each host saw:"
-			echo "$dead" | cut -f 4,5 | sed 's/^/check-rdma:   /'
+			echo "$dead" | cut -f 3,4 | sed 's/^/check-rdma:   /'
 			pair_qemu_said
 			for role in a b; do cp "$VM/console-$role.log" "$VM/console-$role-link-$attempt.log"; done
 			continue
