@@ -321,7 +321,13 @@ boot_pair() { # port
 	done
 	wait "${pids[@]}"
 }
+# qemu's own complaints (a socket netdev that drops its connection says so on stderr).
+pair_qemu_said() {
+	grep -h -E '^qemu-system|serious error' "$VM/console-a.log" "$VM/console-b.log" |
+		sed 's/^/check-rdma: the two-host qemu said: /' || true
+}
 if [ "${MRD_VM_PAIR:-1}" = 1 ]; then
+	link_retried=
 	for attempt in 1 2 3; do
 		t0=$(date +%s)
 		set +e
@@ -333,12 +339,27 @@ if [ "${MRD_VM_PAIR:-1}" = 1 ]; then
 			grep -q '^@@ ' "$VM/console-$role.log" || ! grep -q 'Kernel panic' \
 				"$VM/console-$role.log" || panicked=1
 		done
-		[ -n "$panicked" ] || break
-		echo "check-rdma: a two-host guest panicked while booting (attempt $attempt): both again"
+		if [ -n "$panicked" ]; then
+			echo "check-rdma: a two-host guest panicked while booting (attempt $attempt): both again"
+			continue
+		fi
+		# The link between the hosts died under the cases (guest-init.sh's "the peer still
+		# answers" check; stop 47's CI saw it once, cause not known: qemu's socket netdev or a
+		# guest's network): both hosts once more, what each saw shown here and kept.
+		dead=$(cat "$VM/console-a.log" "$VM/console-b.log" | tr -d '\r' |
+			grep $'^@@ RESULT\tFAIL\thost [ab]: the peer still answers on the link' || true)
+		if [ -n "$dead" ] && [ -z "$link_retried" ] && [ "$attempt" -lt 3 ]; then
+			link_retried=1
+			echo "check-rdma: the link between the two hosts died (attempt $attempt; consoles kept as" \
+				"$VM/console-{a,b}-link-$attempt.log): both again, once. What each host saw:"
+			echo "$dead" | cut -f 3,4 | sed 's/^/check-rdma:   /'
+			pair_qemu_said
+			for role in a b; do cp "$VM/console-$role.log" "$VM/console-$role-link-$attempt.log"; done
+			continue
+		fi
+		break
 	done
-	# qemu's own complaints (a socket netdev that drops its connection says so on stderr)
-	grep -h -E '^qemu-system|serious error' "$VM/console-a.log" "$VM/console-b.log" |
-		sed 's/^/check-rdma: the two-host qemu said: /' || true
+	pair_qemu_said
 	LOGS+=("$VM/console-a.log" "$VM/console-b.log")
 fi
 
