@@ -18,6 +18,7 @@
 
 #include <mrd/mrd.h>
 
+#include "raw-client.h"
 #include "test-util.h"
 #include "check-run.h"
 
@@ -237,6 +238,201 @@ START_TEST(test_grant_waits_off_the_loop)
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 	ck_assert_int_eq(WIFEXITED(st) ? WEXITSTATUS(st) : 128, 0);
 	mrd_client_close(c);
+}
+END_TEST
+
+/* A raw request of id on fd (a connection of this process, so the memory's owner), its reply. */
+static Mrd__Response *raw_call(int fd, Mrd__Request *req)
+{
+	Mrd__Response *resp;
+
+	ck_assert_int_eq(raw_send(fd, req, NULL, 0), 0);
+	resp = raw_response_within(fd, -1);
+	ck_assert_ptr_nonnull(resp);
+	ck_assert_uint_eq(resp->id, req->id);
+	ck_assert_msg(resp->status == 0, "request %llu: status %u (%s)",
+		      (unsigned long long)req->id, resp->status, resp->message);
+	return resp;
+}
+
+static void raw_grant_request(Mrd__Request *req, Mrd__WindowGrantRequest *g, uint64_t id,
+			      uint64_t addr)
+{
+	g->address = addr;
+	g->length = 4096;
+	g->access = RW;
+	req->id = id;
+	req->body_case = MRD__REQUEST__BODY_WINDOW_GRANT;
+	req->window_grant = g;
+}
+
+/* OP_BIND_FREE: a grant, then the free of its memory while a worker still binds it. */
+enum window_op { OP_GRANT, OP_REVOKE, OP_FREE, OP_BIND_FREE };
+
+/* A worker of the domain holds its provider (an 8 MiB registration held at soft's gate) while
+ * the connection asks for window work over memory registered already: a grant, a revoke, or
+ * the free of memory a window is bound over. The op and a Ping go on one connection, in that
+ * order, so mrd has taken the op when it reads the Ping: the Ping's answer comes first, while
+ * the worker still holds the provider, and the op's once it lets go. Before, the op waited
+ * for the provider's lock on mrd's loop, every client's (review of issue 41, finding 1). */
+static void window_op_beside_a_held_provider(enum window_op op)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__AllocRequest al = MRD__ALLOC_REQUEST__INIT;
+	Mrd__MrLookupRequest lk = MRD__MR_LOOKUP_REQUEST__INIT;
+	Mrd__WindowGrantRequest g = MRD__WINDOW_GRANT_REQUEST__INIT;
+	Mrd__WindowRevokeRequest rv = MRD__WINDOW_REVOKE_REQUEST__INIT;
+	Mrd__FreeRequest fr = MRD__FREE_REQUEST__INIT;
+	Mrd__Response *resp, *first;
+	uint64_t addr;
+	uint32_t rkey = 0;
+	int fd, st;
+	pid_t pid;
+
+	fd = raw_connect(mrd.socket);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(raw_send_hello(fd, "window-op"), 0);
+	ck_assert_int_eq(raw_reply_within(fd, -1), 0);
+	al.size = 64 * KiB;
+	req.id = 2;
+	req.body_case = MRD__REQUEST__BODY_ALLOC;
+	req.alloc = &al;
+	resp = raw_call(fd, &req);
+	addr = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	lk.n_addresses = 1;
+	lk.addresses = &addr;
+	req = (Mrd__Request)MRD__REQUEST__INIT;
+	req.id = 3;
+	req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;
+	req.mr_lookup = &lk;
+	mrd__response__free_unpacked(raw_call(fd, &req), NULL); /* its MR, made on the loop */
+	if (op != OP_GRANT) {
+		req = (Mrd__Request)MRD__REQUEST__INIT;
+		raw_grant_request(&req, &g, 4, addr);
+		resp = raw_call(fd, &req);
+		rkey = resp->window_grant->rkey;
+		mrd__response__free_unpacked(resp, NULL);
+	}
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		mrd_client *x = NULL;
+		struct mrd_keys xk;
+		uint8_t *big;
+
+		if (mrd_client_connect(mrd.socket, &x) != 0 ||
+		    mrd_mem_alloc(x, 8 << 20, 0, 0, (void **)&big) != 0)
+			_exit(3);
+		_exit(mrd_keys_query(x, big, &xk) == 0 ? 0 : 4);
+	}
+	ck_assert_int_eq(soft_gate_wait(gate, 60000), 'r'); /* the worker holds the provider */
+	req = (Mrd__Request)MRD__REQUEST__INIT;
+	if (op == OP_GRANT || op == OP_BIND_FREE) {
+		raw_grant_request(&req, &g, 10, addr + 4096);
+	} else if (op == OP_REVOKE) {
+		rv.rkey = rkey;
+		req.id = 10;
+		req.body_case = MRD__REQUEST__BODY_WINDOW_REVOKE;
+		req.window_revoke = &rv;
+	} else {
+		fr.address = addr;
+		req.id = 10;
+		req.body_case = MRD__REQUEST__BODY_FREE;
+		req.free = &fr;
+	}
+	ck_assert_int_eq(raw_send(fd, &req, NULL, 0), 0);
+	if (op == OP_BIND_FREE) {
+		req = (Mrd__Request)MRD__REQUEST__INIT;
+		fr.address = addr;
+		req.id = 12;
+		req.body_case = MRD__REQUEST__BODY_FREE;
+		req.free = &fr;
+		ck_assert_int_eq(raw_send(fd, &req, NULL, 0), 0);
+	}
+	ck_assert_int_eq(raw_send_ping(fd, 11, NULL, 0, 0), 0);
+	/* A bound for a failing run alone: answered at once where the loop is free. */
+	first = raw_response_within(fd, 60000);
+	soft_gate_release(gate, 1);
+	ck_assert_msg(first && first->id == 11, "op %d: mrd's loop waited for the worker that held "
+		      "the domain's provider (first reply: %s %llu)", op,
+		      first ? "id" : "none in 60 s", first ? (unsigned long long)first->id : 0ull);
+	mrd__response__free_unpacked(first, NULL);
+	resp = raw_response_within(fd, -1);
+	ck_assert_ptr_nonnull(resp);
+	ck_assert_uint_eq(resp->id, 10);
+	if (op == OP_BIND_FREE) {
+		/* Bound once the worker let go, over memory freed meanwhile: refused, and the
+		 * window dies with the MR, before the Free is answered. */
+		ck_assert_int_eq(resp->status, ENOENT);
+		ck_assert_ptr_nonnull(strstr(resp->message, "freed"));
+		mrd__response__free_unpacked(resp, NULL);
+		resp = raw_response_within(fd, -1);
+		ck_assert_ptr_nonnull(resp);
+		ck_assert_uint_eq(resp->id, 12);
+	}
+	ck_assert_msg(resp->status == 0, "op %d: status %u (%s)", op, resp->status, resp->message);
+	if (op == OP_GRANT)
+		ck_assert_uint_ne(resp->window_grant->rkey, 0);
+	mrd__response__free_unpacked(resp, NULL);
+	if (op != OP_GRANT) {
+		ck_assert_int_eq(domain_number("memory_windows"), 0);
+		ck_assert_int_eq(domain_number("quarantined_runs"), 0); /* its MR went */
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_int_eq(WIFEXITED(st) ? WEXITSTATUS(st) : 128, 0);
+	close(fd);
+}
+
+START_TEST(test_grant_beside_a_held_provider)
+{
+	window_op_beside_a_held_provider(OP_GRANT);
+}
+END_TEST
+
+START_TEST(test_revoke_beside_a_held_provider)
+{
+	window_op_beside_a_held_provider(OP_REVOKE);
+}
+END_TEST
+
+START_TEST(test_free_beside_a_held_provider)
+{
+	window_op_beside_a_held_provider(OP_FREE);
+}
+END_TEST
+
+START_TEST(test_free_while_a_worker_binds)
+{
+	window_op_beside_a_held_provider(OP_BIND_FREE);
+}
+END_TEST
+
+/* A client leaves with 40 windows: mrd invalidates a few on its loop and gives the rest to
+ * workers (each is a device round trip on verbs); every rkey is dead once mrd counts none. */
+START_TEST(test_exit_with_many_windows)
+{
+	mrd_client *c = connect_ok(), *c2 = connect_ok();
+	struct src s = src_new(c2);
+	uint32_t rkeys[40];
+	uint8_t *b;
+
+	ck_assert_int_eq(mrd_mem_alloc(c2, 64 * KiB, 0, 0, (void **)&b), 0);
+	for (int i = 0; i < 40; i++)
+		ck_assert_int_eq(mrd_window_grant(c, NULL, b + (i % 16) * 4096, 4096, RW,
+						  &rkeys[i]), 0);
+	ck_assert_int_eq(write_to(c2, &s, rkeys[39], b + 7 * 4096, 4096), 0);
+	ck_assert_int_eq(domain_number("memory_windows"), 40);
+	mrd_client_close(c);
+	test_wait_until(domain_number("memory_windows") == 0, 1000);
+	ck_assert_int_eq(domain_number("memory_windows"), 0);
+	for (int i = 0; i < 40; i++)
+		ck_assert_int_lt(write_to(c2, &s, rkeys[i], b + (i % 16) * 4096, 1), 0);
+	/* The windows went back to the pool or away: grants go on. */
+	ck_assert_int_eq(mrd_window_grant(c2, NULL, b, 4096, RW, &rkeys[0]), 0);
+	ck_assert_int_eq(mrd_window_revoke(c2, NULL, rkeys[0]), 0);
+	mrd_mem_free(c2, b);
+	mrd_client_close(c2);
 }
 END_TEST
 
@@ -715,6 +911,7 @@ static Suite *windows_suite(void)
 	tcase_add_test(tc, test_only_the_owner);
 	tcase_add_test(tc, test_another_process_uses_the_window);
 	tcase_add_test(tc, test_free_invalidates_first);
+	tcase_add_test(tc, test_exit_with_many_windows);
 	tcase_add_test(tc, test_cycles);
 	tcase_add_test(tc, test_no_rkey_comes_back);
 	tcase_add_test(tc, test_grants_beside_big_dmas);
@@ -736,6 +933,10 @@ static Suite *windows_suite(void)
 	tcase_add_checked_fixture(gated, setup_gated, teardown_gated);
 	tcase_set_timeout(gated, 120);
 	tcase_add_test(gated, test_grant_waits_off_the_loop);
+	tcase_add_test(gated, test_grant_beside_a_held_provider);
+	tcase_add_test(gated, test_revoke_beside_a_held_provider);
+	tcase_add_test(gated, test_free_beside_a_held_provider);
+	tcase_add_test(gated, test_free_while_a_worker_binds);
 	suite_add_tcase(s, gated);
 	tcase_add_checked_fixture(none, setup_no_mw, teardown);
 	tcase_add_test(none, test_no_windows);

@@ -10,7 +10,7 @@
 
 int domain_window_grant(struct domain *d, const struct mem_owner *owner, uint64_t address,
 			uint64_t length, unsigned access, uint32_t *ret_rkey, char *why,
-			size_t why_size, struct waiter *waiter)
+			size_t why_size, struct waiter *waiter, struct mw_wait *wait)
 {
 	const struct allocation *a = domain_allocation_containing(d, address);
 	struct mr_entry e;
@@ -42,13 +42,13 @@ int domain_window_grant(struct domain *d, const struct mem_owner *owner, uint64_
 	if (k < 0)
 		return k;
 	return mw_grants_grant(&d->reg.windows, &d->reg.cache, owner, &e, address, length, access,
-			       ret_rkey, why, why_size);
+			       ret_rkey, why, why_size, wait);
 }
 
 int domain_window_revoke(struct domain *d, const struct mem_owner *owner, uint32_t rkey,
-			 char *why, size_t why_size)
+			 char *why, size_t why_size, struct mw_wait *wait)
 {
-	int k = mw_grants_revoke(&d->reg.windows, owner, rkey);
+	int k = mw_grants_revoke(&d->reg.windows, owner, rkey, wait);
 
 	if (k == -ENOENT)
 		snprintf(why, why_size, "rkey 0x%" PRIx32 " is no window this connection granted "

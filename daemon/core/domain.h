@@ -222,14 +222,16 @@ int domain_dma(struct domain *d, enum provider_dma_op op, uint32_t lkey, uint64_
  * allocation holds address), pinned memory alone, bound over the domain's MR covering it
  * (registered on a miss as domain_lookup_range: -EINPROGRESS, waiter resumed once the MR is
  * made; then ask again), with access (MRD_ACCESS_MW_GRANTS bits); its rkey. -EOPNOTSUPP where
- * the device has none (caps.no_mw). The window is invalidated when its memory is freed,
+ * the device has none (caps.no_mw); -EINPROGRESS with wait when a worker binds it (the
+ * provider may be held by one): wait hears the rkey. The window dies when its memory is freed,
  * before its MR and pages go. */
 int domain_window_grant(struct domain *d, const struct mem_owner *owner, uint64_t address,
 			uint64_t length, unsigned access, uint32_t *ret_rkey, char *why,
-			size_t why_size, struct waiter *waiter);
-/* Invalidates owner's window of rkey: -ENOENT when owner has none bound. */
+			size_t why_size, struct waiter *waiter, struct mw_wait *wait);
+/* Invalidates owner's window of rkey: -ENOENT when owner has none bound; -EINPROGRESS when a
+ * worker does it (wait hears). */
 int domain_window_revoke(struct domain *d, const struct mem_owner *owner, uint32_t rkey,
-			 char *why, size_t why_size);
+			 char *why, size_t why_size, struct mw_wait *wait);
 /* owner goes: its windows are revoked. */
 static inline void domain_windows_drop_owner(struct domain *d, const struct mem_owner *owner)
 {

@@ -152,6 +152,9 @@ struct provider_mr {
 	/* Windows bound over it (the wrappers count): while any, dereg, park and moves are refused
 	 * (-EBUSY), as rxe refuses dereg (rxe_verbs.c rxe_dereg_mr: num_mw, IBA 10.6.7.2.6). */
 	unsigned n_mws;
+	/* Windows handed to it as its memory was freed (provider_mw_doom): deallocated, their
+	 * keys dead, by whatever ends the MR (dereg, park) before it does. */
+	struct provider_mw *doomed;
 };
 
 /* A type-2 memory window: what callers may read. The wrappers keep the binding. */
@@ -165,6 +168,7 @@ struct provider_mw {
 	 * (soft: the chunk being copied, the lock released; the transfer's next chunk fails):
 	 * the window is unbound already, and every other op on it is refused until it is done. */
 	bool busy;
+	struct provider_mw *doomed_next; /* on its MR's doomed list */
 };
 
 struct provider_ops {
@@ -432,6 +436,22 @@ static inline int provider_rereg(struct provider_mr *mr, unsigned flags, void *a
 				p->ops->rereg(mr, flags, addr, length, iova, access));
 }
 
+static inline int provider_mw_dealloc_locked(struct provider_mw *mw);
+
+/* Deallocates the windows doomed with mr (provider_mw_doom): 0 once no window is bound over
+ * it, else -EBUSY (a dealloc failed: that window stays doomed, and mr with it). Locked. */
+static inline int provider_mr_unwindowed_locked(struct provider_mr *mr)
+{
+	while (mr->doomed) {
+		struct provider_mw *mw = mr->doomed, *next = mw->doomed_next;
+
+		if (provider_mw_dealloc_locked(mw) < 0)
+			break;
+		mr->doomed = next;
+	}
+	return mr->n_mws > 0 ? -EBUSY : 0;
+}
+
 static inline int provider_dereg(struct provider_mr *mr)
 {
 	struct provider *p;
@@ -440,7 +460,8 @@ static inline int provider_dereg(struct provider_mr *mr)
 		return 0;
 	p = mr->pd->provider;
 	/* As rxe (struct provider_mr, n_mws). */
-	return PROVIDER_LOCKED(p, mr->n_mws > 0 ? -EBUSY : p->ops->dereg(mr));
+	return PROVIDER_LOCKED(p, provider_mr_unwindowed_locked(mr) < 0 ? -EBUSY :
+				  p->ops->dereg(mr));
 }
 
 static inline int provider_park(struct provider_mr *mr)
@@ -449,7 +470,7 @@ static inline int provider_park(struct provider_mr *mr)
 
 	if (!p->ops->park)
 		return -EOPNOTSUPP;
-	return PROVIDER_LIVE(p, mr->n_mws > 0 ? -EBUSY : p->ops->park(mr));
+	return PROVIDER_LIVE(p, provider_mr_unwindowed_locked(mr) < 0 ? -EBUSY : p->ops->park(mr));
 }
 
 static inline int provider_park_in_place(struct provider_mr *mr)
@@ -458,7 +479,8 @@ static inline int provider_park_in_place(struct provider_mr *mr)
 
 	if (!p->ops->park_in_place)
 		return -EOPNOTSUPP;
-	return PROVIDER_LIVE(p, mr->n_mws > 0 ? -EBUSY : p->ops->park_in_place(mr));
+	return PROVIDER_LIVE(p, provider_mr_unwindowed_locked(mr) < 0 ? -EBUSY :
+				  p->ops->park_in_place(mr));
 }
 
 /* In pieces of at most caps.advise_max bytes, unlocked: the op locks what it needs. */
@@ -628,6 +650,16 @@ static inline int provider_mw_dealloc_locked(struct provider_mw *mw)
 static inline int provider_mw_dealloc(struct provider_mw *mw)
 {
 	return mw ? PROVIDER_LOCKED(mw->pd->provider, provider_mw_dealloc_locked(mw)) : 0;
+}
+
+/* mw, bound over mr, dies with mr: whatever ends mr (dereg, park) deallocates it first. For
+ * the owner of mr's memory, as it frees that memory and before mr's end begins (nothing else
+ * touches mr's doomed list meanwhile): no lock, so mrd's loop hands a window over without
+ * waiting for a worker that holds the provider. */
+static inline void provider_mw_doom(struct provider_mw *mw, struct provider_mr *mr)
+{
+	mw->doomed_next = mr->doomed;
+	mr->doomed = mw;
 }
 
 /* The event path takes event_lock only: the loop reads events while a worker holds the

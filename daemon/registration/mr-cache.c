@@ -1036,7 +1036,7 @@ int mr_cache_listen_gone(struct mr_cache *c, uint64_t addr, struct mr_gone_liste
 }
 
 int mr_cache_listen_entry(struct mr_cache *c, const struct mr_entry *e, struct mr_gone_listener *l,
-			  struct provider_mr **ret)
+			  struct cached_mr **ret)
 {
 	struct cached_mr *mr;
 
@@ -1046,7 +1046,7 @@ int mr_cache_listen_entry(struct mr_cache *c, const struct mr_entry *e, struct m
 		    mr->pmr->lkey == e->lkey) {
 			mr_cache_unlisten_gone(l);
 			LIST_INSERT_HEAD(&mr->listeners, l, link);
-			*ret = mr->pmr;
+			*ret = mr;
 			return 0;
 		}
 	return -ENOENT;
