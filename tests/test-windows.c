@@ -86,6 +86,13 @@ static void setup_nothing_kills(void)
 	unsetenv("MRD_SOFT_MW_DEALLOC_FAIL");
 }
 
+static void setup_bind_late(void)
+{
+	setenv("MRD_SOFT_MW_BIND_LATE", "1", 1);
+	start("");
+	unsetenv("MRD_SOFT_MW_BIND_LATE");
+}
+
 static void teardown(void)
 {
 	if (mrd.pid > 0)
@@ -98,6 +105,13 @@ static void setup_gated(void)
 {
 	ck_assert_int_eq(soft_gate_setenv(gate, sizeof(gate), 4 << 20), 0);
 	start("");
+}
+
+static void setup_gated_late(void)
+{
+	setenv("MRD_SOFT_MW_BIND_LATE", "1", 1);
+	setup_gated();
+	unsetenv("MRD_SOFT_MW_BIND_LATE");
 }
 
 static void teardown_gated(void)
@@ -266,8 +280,9 @@ static void raw_grant_request(Mrd__Request *req, Mrd__WindowGrantRequest *g, uin
 	req->window_grant = g;
 }
 
-/* OP_BIND_FREE: a grant, then the free of its memory while a worker still binds it. */
-enum window_op { OP_GRANT, OP_REVOKE, OP_FREE, OP_BIND_FREE };
+/* OP_BIND_FREE: a grant, then the free of its memory while a worker still binds it.
+ * OP_LATE_GRANT: a grant whose bind on the worker completes late (MRD_SOFT_MW_BIND_LATE). */
+enum window_op { OP_GRANT, OP_REVOKE, OP_FREE, OP_BIND_FREE, OP_LATE_GRANT };
 
 /* A worker of the domain holds its provider (an 8 MiB registration held at soft's gate) while
  * the connection asks for window work over memory registered already: a grant, a revoke, or
@@ -307,7 +322,7 @@ static void window_op_beside_a_held_provider(enum window_op op)
 	req.body_case = MRD__REQUEST__BODY_MR_LOOKUP;
 	req.mr_lookup = &lk;
 	mrd__response__free_unpacked(raw_call(fd, &req), NULL); /* its MR, made on the loop */
-	if (op != OP_GRANT) {
+	if (op != OP_GRANT && op != OP_LATE_GRANT) {
 		req = (Mrd__Request)MRD__REQUEST__INIT;
 		raw_grant_request(&req, &g, 4, addr);
 		resp = raw_call(fd, &req);
@@ -328,7 +343,7 @@ static void window_op_beside_a_held_provider(enum window_op op)
 	}
 	ck_assert_int_eq(soft_gate_wait(gate, 60000), 'r'); /* the worker holds the provider */
 	req = (Mrd__Request)MRD__REQUEST__INIT;
-	if (op == OP_GRANT || op == OP_BIND_FREE) {
+	if (op == OP_GRANT || op == OP_BIND_FREE || op == OP_LATE_GRANT) {
 		raw_grant_request(&req, &g, 10, addr + 4096);
 	} else if (op == OP_REVOKE) {
 		rv.rkey = rkey;
@@ -371,6 +386,15 @@ static void window_op_beside_a_held_provider(enum window_op op)
 		ck_assert_ptr_nonnull(resp);
 		ck_assert_uint_eq(resp->id, 12);
 	}
+	if (op == OP_LATE_GRANT) {
+		/* Its window deallocated on the worker: the next grant takes a sound one. */
+		ck_assert_int_eq(resp->status, ETIMEDOUT);
+		mrd__response__free_unpacked(resp, NULL);
+		req = (Mrd__Request)MRD__REQUEST__INIT;
+		raw_grant_request(&req, &g, 13, addr + 4096);
+		resp = raw_call(fd, &req);
+		op = OP_GRANT;
+	}
 	ck_assert_msg(resp->status == 0, "op %d: status %u (%s)", op, resp->status, resp->message);
 	if (op == OP_GRANT)
 		ck_assert_uint_ne(resp->window_grant->rkey, 0);
@@ -399,6 +423,12 @@ END_TEST
 START_TEST(test_free_beside_a_held_provider)
 {
 	window_op_beside_a_held_provider(OP_FREE);
+}
+END_TEST
+
+START_TEST(test_late_bind_on_a_worker)
+{
+	window_op_beside_a_held_provider(OP_LATE_GRANT);
 }
 END_TEST
 
@@ -755,6 +785,30 @@ START_TEST(test_revoke_when_nothing_kills_the_window)
 }
 END_TEST
 
+/* A bind the device completes after mrd gave up on it (soft: MRD_SOFT_MW_BIND_LATE) leaves
+ * the window's key where mrd does not know it, and every later bind of it fails (rxe_bind_mw
+ * refuses a stale mw_rkey). Such a window is deallocated, never pooled: before, it went back
+ * to the head of the pool, and every later grant of the domain took it and failed (review of
+ * issue 41, finding 7). */
+START_TEST(test_late_bind_poisons_nothing)
+{
+	mrd_client *c = connect_ok();
+	struct src s = src_new(c);
+	uint32_t rkey;
+	uint8_t *b;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &rkey), -ETIMEDOUT);
+	ck_assert_int_eq(domain_number("memory_windows"), 0);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(mrd_window_grant(c, NULL, b + 4096, 4096, RW, &rkey), 0);
+		ck_assert_int_eq(write_to(c, &s, rkey, b + 4096, 4096), 0);
+		ck_assert_int_eq(mrd_window_revoke(c, NULL, rkey), 0);
+	}
+	mrd_client_close(c);
+}
+END_TEST
+
 /* [quota] memory_windows = 8: the ninth is -EDQUOT naming the key; a revoke, a free and the
  * client's exit each give windows back. */
 START_TEST(test_quota)
@@ -892,6 +946,8 @@ static Suite *windows_suite(void)
 	TCase *gated = tcase_create("gated");
 	TCase *failing = tcase_create("failing invalidate");
 	TCase *stuck = tcase_create("failing dealloc");
+	TCase *late = tcase_create("late bind");
+	TCase *gated_late = tcase_create("gated late bind");
 
 	device = getenv("MRD_CONTRACT_DEVICE");
 	if (device)
@@ -947,6 +1003,13 @@ static Suite *windows_suite(void)
 	tcase_add_checked_fixture(stuck, setup_nothing_kills, teardown);
 	tcase_add_test(stuck, test_revoke_when_nothing_kills_the_window);
 	suite_add_tcase(s, stuck);
+	tcase_add_checked_fixture(late, setup_bind_late, teardown);
+	tcase_add_test(late, test_late_bind_poisons_nothing);
+	suite_add_tcase(s, late);
+	tcase_add_checked_fixture(gated_late, setup_gated_late, teardown_gated);
+	tcase_set_timeout(gated_late, 120);
+	tcase_add_test(gated_late, test_late_bind_on_a_worker);
+	suite_add_tcase(s, gated_late);
 	return s;
 }
 

@@ -32,6 +32,12 @@
  * left bound and its key working (a local invalidate whose work request completes in error).
  * $MRD_SOFT_MW_DEALLOC_FAIL=<n>: the next n window deallocations fail with -EIO, the window
  * left as it was (bound windows too: their keys keep working).
+ * $MRD_SOFT_MW_BIND_LATE=<n>: the next n binds fail with -ETIMEDOUT while the device moved the
+ * window's key all the same, as a bind work request that completes after mrd stopped waiting
+ * for it (verbs: PART_TIMEOUT_USEC); every later bind of that window then fails with -EINVAL,
+ * as rxe_bind_mw refuses a bind that names a key the window no longer has (librxe passes
+ * ibv_mw->rkey, which the late completion left behind). The stale binding itself reaches
+ * nothing here (the wrapper recorded none).
  * $MRD_SOFT_EXPORT=1: export_pd hands out a dup of a memfd standing for the context's command
  * descriptor (nothing can import it), so that what mrd does for exported contexts is tested.
  *
@@ -128,6 +134,7 @@ struct soft_provider {
 	unsigned dereg_fail; /* $MRD_SOFT_DEREG_FAIL: deregs and parks left to fail */
 	unsigned mw_invalidate_fail; /* $MRD_SOFT_MW_INVALIDATE_FAIL: invalidates left to fail */
 	unsigned mw_dealloc_fail;    /* $MRD_SOFT_MW_DEALLOC_FAIL: deallocs left to fail */
+	unsigned mw_bind_late;       /* $MRD_SOFT_MW_BIND_LATE: binds left to complete late */
 	unsigned revive_fail; /* $MRD_SOFT_REVIVE_FAIL: revives left to fail */
 	bool exports;        /* $MRD_SOFT_EXPORT=1 */
 	int export_fd;       /* its stand-in command descriptor, made at the first export; -1 */
@@ -153,6 +160,7 @@ struct soft_mw {
 	uint8_t variant; /* the key byte of the last bind (0 at alloc; wraps) */
 	unsigned copying; /* chunks of DMA through it under way (window_copy), each after a
 			   * look at its key */
+	bool stale; /* a late bind moved its key (MRD_SOFT_MW_BIND_LATE): binds fail */
 };
 
 /* $MRD_SOFT_KEYS=mlx5: the indexes released by MRs of pages pages, last released first. */
@@ -505,7 +513,7 @@ static int soft_open(const char *device, struct provider **ret)
 {
 	struct soft_provider *sp;
 	const char *no_dma, *no_mw;
-	unsigned bits, dereg_fail, revive_fail, mw_invalidate_fail, mw_dealloc_fail;
+	unsigned bits, dereg_fail, revive_fail, mw_invalidate_fail, mw_dealloc_fail, mw_bind_late;
 	bool keys_cached, exports;
 	struct soft_caps_knobs knobs;
 
@@ -516,6 +524,7 @@ static int soft_open(const char *device, struct provider **ret)
 	    dereg_failures(&dereg_fail) < 0 || revive_failures(&revive_fail) < 0 ||
 	    count_knob("MRD_SOFT_MW_INVALIDATE_FAIL", "invalidates", &mw_invalidate_fail) < 0 ||
 	    count_knob("MRD_SOFT_MW_DEALLOC_FAIL", "deallocs", &mw_dealloc_fail) < 0 ||
+	    count_knob("MRD_SOFT_MW_BIND_LATE", "binds", &mw_bind_late) < 0 ||
 	    export_mode(&exports) < 0 ||
 	    caps_knobs((uintptr_t)sysconf(_SC_PAGESIZE), &knobs) < 0 || soft_device_open() < 0)
 		return -EINVAL;
@@ -540,6 +549,7 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->dereg_fail = dereg_fail;
 	sp->mw_invalidate_fail = mw_invalidate_fail;
 	sp->mw_dealloc_fail = mw_dealloc_fail;
+	sp->mw_bind_late = mw_bind_late;
 	sp->revive_fail = revive_fail;
 	sp->exports = exports;
 	sp->export_fd = -1;
@@ -1604,6 +1614,8 @@ static int soft_mw_bind(struct provider_mw *base, struct provider_mr *mr, uint64
 	(void)mr, (void)addr, (void)length, (void)access; /* the wrapper stores them */
 	if (r < 0)
 		return r;
+	if (mw->stale)
+		return -EINVAL;
 	if (!mw->index) { /* spent at revive */
 		struct soft_mw fresh = { .index = 0 };
 
@@ -1616,6 +1628,11 @@ static int soft_mw_bind(struct provider_mw *base, struct provider_mr *mr, uint64
 		*mw_slot(sp, mw->index) = mw;
 	}
 	mw->variant++; /* wraps, 0 included, as ibv_inc_rkey's byte does on rxe and mlx5 */
+	if (sp->mw_bind_late > 0) {
+		sp->mw_bind_late--;
+		mw->stale = true;
+		return -ETIMEDOUT;
+	}
 	*ret_rkey = mw->index << 8 | mw->variant;
 	return 0;
 }

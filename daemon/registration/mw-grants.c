@@ -180,6 +180,31 @@ static bool workers_up(const struct mw_grants *g)
 	return *g->reg->workers && !__atomic_load_n(g->reg->stopping, __ATOMIC_ACQUIRE);
 }
 
+/* Whether a failed bind may have reached the device (all but -EAGAIN: the pair needed mending,
+ * and nothing was posted). Such a window is deallocated, never pooled: a bind whose work
+ * request completed after mrd stopped waiting (verbs: PART_TIMEOUT_USEC) moved its key where
+ * mrd does not know it, and every later bind of it would fail (rxe_bind_mw refuses a stale
+ * mw_rkey), at the head of the pool, for every grant of the domain. */
+static bool bind_poisons(int k)
+{
+	return k != -EAGAIN;
+}
+
+static void bind_why(const struct mw_grant *w, int k, bool allocated, char *why,
+		     size_t why_size)
+{
+	const char *device = w->grants->reg->provider->caps.device;
+
+	if (k == -EAGAIN)
+		snprintf(why, why_size, "device %s: the queue pairs windows are bound on need "
+			 "mending after a failure, and a Dma is using them: try again", device);
+	else if (!allocated)
+		snprintf(why, why_size, "cannot allocate a memory window on %s", device);
+	else
+		snprintf(why, why_size, "the bind of a window over [0x%" PRIx64 ", +0x%" PRIx64
+			 ") failed on %s", w->addr, w->length, device);
+}
+
 /* A bind or a kill of one window on a worker; the window is busy meanwhile, and the free of
  * the allocation it is bound over waits for it (bound_jobs): its MR stays. */
 struct mw_job {
@@ -193,6 +218,7 @@ struct mw_job {
 		int result;
 		uint32_t rkey;
 		int invalidated; /* a kill's invalidate: 0, or why it failed */
+		bool allocated;  /* a bind's window exists */
 		bool deallocated;
 	} rt;
 };
@@ -205,10 +231,13 @@ static void mw_job_run(struct registrar_work *work)
 
 	if (j->bind) {
 		k = w->mw ? 0 : provider_mw_alloc(work->reg->pd, &w->mw);
+		j->rt.allocated = k == 0;
 		if (k == 0)
 			k = provider_mw_bind(w->mw, w->mr, w->addr, w->length, w->access,
 					     &j->rt.rkey);
 		j->rt.result = k;
+		if (k < 0 && j->rt.allocated && bind_poisons(k))
+			j->rt.deallocated = provider_mw_dealloc(w->mw) == 0;
 		return;
 	}
 	if (!j->dealloc) {
@@ -233,21 +262,6 @@ static void give_back(struct mw_grant *w)
 	}
 }
 
-static void bind_failed(struct mw_grant *w, int k, char *why, size_t why_size)
-{
-	if (k == -EAGAIN)
-		snprintf(why, why_size, "device %s: the queue pairs windows are bound on need "
-			 "mending after a failure, and a Dma is using them: try again",
-			 w->grants->reg->provider->caps.device);
-	else if (!w->mw)
-		snprintf(why, why_size, "cannot allocate a memory window on %s",
-			 w->grants->reg->provider->caps.device);
-	else
-		snprintf(why, why_size, "the bind of a window over [0x%" PRIx64 ", +0x%" PRIx64
-			 ") failed", w->addr, w->length);
-	give_back(w);
-}
-
 /* w bound (rkey): counted, and its grant's. */
 static void bound(struct mw_grant *w, uint32_t rkey)
 {
@@ -265,7 +279,19 @@ static void bind_done(struct mw_job *j)
 	char why[200] = "";
 
 	if (j->rt.result < 0) {
-		bind_failed(w, j->rt.result, why, sizeof(why));
+		bind_why(w, j->rt.result, j->rt.allocated, why, sizeof(why));
+		mr_cache_unlisten_gone(&w->gone);
+		if (j->rt.deallocated) {
+			place(w, MW_NOWHERE);
+			free(w);
+		} else if (j->rt.allocated && bind_poisons(j->rt.result)) {
+			log_warning("domain %s: cannot deallocate a memory window whose bind failed: "
+				    "tried again at the next grant or revoke", w->grants->reg->name);
+			w->owner = NULL;
+			place(w, MW_STUCK);
+		} else {
+			give_back(w);
+		}
 		(void)j->wait->done(j->wait, j->rt.result, 0, why);
 	} else if (w->freed) {
 		/* Its MR left with the memory meanwhile: the window dies with the MR's dereg, which
@@ -432,7 +458,11 @@ int mw_grants_grant(struct mw_grants *g, struct mr_cache *c, const struct mem_ow
 	if (k == 0)
 		k = provider_mw_bind(w->mw, w->mr, addr, len, access, &rkey);
 	if (k < 0) {
-		bind_failed(w, k, why, why_size);
+		bind_why(w, k, w->mw != NULL, why, why_size);
+		if (w->mw && bind_poisons(k))
+			(void)grant_free(w); /* on the loop: nothing holds the provider */
+		else
+			give_back(w);
 		return k;
 	}
 	bound(w, rkey);
