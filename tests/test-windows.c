@@ -53,6 +53,13 @@ static void setup_quota(void)
 	start("[quota]\nmemory_windows = 8\n");
 }
 
+static void setup_small_device(void)
+{
+	setenv("MRD_SOFT_MAX_MW", "512", 1); /* a domain's share: 512 / 128 = 4 */
+	start("");
+	unsetenv("MRD_SOFT_MAX_MW");
+}
+
 static void setup_page(void)
 {
 	start("[cache]\npolicy = page\n");
@@ -785,6 +792,54 @@ START_TEST(test_revoke_when_nothing_kills_the_window)
 }
 END_TEST
 
+/* A device with few windows (soft: MRD_SOFT_MAX_MW=512, every context together): a domain
+ * holds at most 1/128 of them (4), whatever [quota] memory_windows says (4096), so another
+ * user's domain still gets its windows; before, one domain could take all 512 and the others'
+ * grants failed on the device (review of issue 41, finding 5). */
+START_TEST(test_device_share)
+{
+	mrd_client *c = connect_ok();
+	uint32_t rkeys[4], rkey;
+	uint8_t *b;
+	pid_t pid;
+	int st;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(mrd_window_grant(c, NULL, b + i * 4096, 4096, RW, &rkeys[i]), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &rkey), -EDQUOT);
+	ck_assert_ptr_nonnull(strstr(mrd_last_error(), "share of device soft"));
+	ck_assert_int_eq(domain_number("quota_memory_windows"), 4);
+	if (geteuid() != 0) {
+		printf("test_device_share: not root, so no second user's domain to try\n");
+	} else {
+		pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			mrd_client *o = NULL;
+			uint8_t *ob;
+			uint32_t r;
+			int n = 0;
+
+			test_fork_child_of_threads();
+			if (setresgid(1000, 1000, 1000) != 0 || setresuid(1000, 1000, 1000) != 0 ||
+			    mrd_client_connect(mrd.socket, &o) != 0 ||
+			    mrd_mem_alloc(o, 64 * KiB, 0, 0, (void **)&ob) != 0)
+				_exit(3);
+			for (int i = 0; i < 4; i++)
+				n += mrd_window_grant(o, NULL, ob + i * 4096, 4096, RW, &r) == 0;
+			_exit(n == 4 ? 0 : 10 + n);
+		}
+		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "uid 1000's grants: status %d",
+			      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	}
+	ck_assert_int_eq(mrd_window_revoke(c, NULL, rkeys[0]), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &rkey), 0);
+	mrd_client_close(c);
+}
+END_TEST
+
 /* A bind the device completes after mrd gave up on it (soft: MRD_SOFT_MW_BIND_LATE) leaves
  * the window's key where mrd does not know it, and every later bind of it fails (rxe_bind_mw
  * refuses a stale mw_rkey). Such a window is deallocated, never pooled: before, it went back
@@ -947,6 +1002,7 @@ static Suite *windows_suite(void)
 	TCase *failing = tcase_create("failing invalidate");
 	TCase *stuck = tcase_create("failing dealloc");
 	TCase *late = tcase_create("late bind");
+	TCase *small = tcase_create("small device");
 	TCase *gated_late = tcase_create("gated late bind");
 
 	device = getenv("MRD_CONTRACT_DEVICE");
@@ -1003,6 +1059,9 @@ static Suite *windows_suite(void)
 	tcase_add_checked_fixture(stuck, setup_nothing_kills, teardown);
 	tcase_add_test(stuck, test_revoke_when_nothing_kills_the_window);
 	suite_add_tcase(s, stuck);
+	tcase_add_checked_fixture(small, setup_small_device, teardown);
+	tcase_add_test(small, test_device_share);
+	suite_add_tcase(s, small);
 	tcase_add_checked_fixture(late, setup_bind_late, teardown);
 	tcase_add_test(late, test_late_bind_poisons_nothing);
 	suite_add_tcase(s, late);

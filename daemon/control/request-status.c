@@ -203,7 +203,7 @@ static void domain_info(Mrd__DomainInfo *di, struct domain *d)
 	di->quarantined_runs = s.quarantined_runs;
 	di->memory_windows = d->reg.windows.n_bound + d->reg.windows.n_busy +
 			     d->reg.windows.n_stuck; /* live keys, or soon */
-	di->quota_memory_windows = d->quota.memory_windows;
+	di->quota_memory_windows = mw_grants_limit(&d->reg.windows); /* the device's share too */
 }
 
 int request_clients(struct client *c, struct domain *no_domain, const Mrd__Request *req,

@@ -32,6 +32,9 @@
  * left bound and its key working (a local invalidate whose work request completes in error).
  * $MRD_SOFT_MW_DEALLOC_FAIL=<n>: the next n window deallocations fail with -EIO, the window
  * left as it was (bound windows too: their keys keep working).
+ * $MRD_SOFT_MAX_MW=<n>: the device (every soft context together) holds at most n windows
+ * (caps.max_mw; default 2^20, the order of rxe's): mw_alloc fails with -ENOMEM past it, as
+ * ibv_alloc_mw does.
  * $MRD_SOFT_MW_BIND_LATE=<n>: the next n binds fail with -ETIMEDOUT while the device moved the
  * window's key all the same, as a bind work request that completes after mrd stopped waiting
  * for it (verbs: PART_TIMEOUT_USEC); every later bind of that window then fails with -EINVAL,
@@ -135,6 +138,7 @@ struct soft_provider {
 	unsigned mw_invalidate_fail; /* $MRD_SOFT_MW_INVALIDATE_FAIL: invalidates left to fail */
 	unsigned mw_dealloc_fail;    /* $MRD_SOFT_MW_DEALLOC_FAIL: deallocs left to fail */
 	unsigned mw_bind_late;       /* $MRD_SOFT_MW_BIND_LATE: binds left to complete late */
+	unsigned max_mw;             /* $MRD_SOFT_MAX_MW: caps.max_mw */
 	unsigned revive_fail; /* $MRD_SOFT_REVIVE_FAIL: revives left to fail */
 	bool exports;        /* $MRD_SOFT_EXPORT=1 */
 	int export_fd;       /* its stand-in command descriptor, made at the first export; -1 */
@@ -162,6 +166,9 @@ struct soft_mw {
 			   * look at its key */
 	bool stale; /* a late bind moved its key (MRD_SOFT_MW_BIND_LATE): binds fail */
 };
+
+/* Windows of every soft context: one device's (MRD_SOFT_MAX_MW). */
+static unsigned device_mws;
 
 /* $MRD_SOFT_KEYS=mlx5: the indexes released by MRs of pages pages, last released first. */
 struct soft_key_class {
@@ -514,6 +521,7 @@ static int soft_open(const char *device, struct provider **ret)
 	struct soft_provider *sp;
 	const char *no_dma, *no_mw;
 	unsigned bits, dereg_fail, revive_fail, mw_invalidate_fail, mw_dealloc_fail, mw_bind_late;
+	unsigned max_mw;
 	bool keys_cached, exports;
 	struct soft_caps_knobs knobs;
 
@@ -525,6 +533,7 @@ static int soft_open(const char *device, struct provider **ret)
 	    count_knob("MRD_SOFT_MW_INVALIDATE_FAIL", "invalidates", &mw_invalidate_fail) < 0 ||
 	    count_knob("MRD_SOFT_MW_DEALLOC_FAIL", "deallocs", &mw_dealloc_fail) < 0 ||
 	    count_knob("MRD_SOFT_MW_BIND_LATE", "binds", &mw_bind_late) < 0 ||
+	    count_knob("MRD_SOFT_MAX_MW", "windows", &max_mw) < 0 ||
 	    export_mode(&exports) < 0 ||
 	    caps_knobs((uintptr_t)sysconf(_SC_PAGESIZE), &knobs) < 0 || soft_device_open() < 0)
 		return -EINVAL;
@@ -550,6 +559,7 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->mw_invalidate_fail = mw_invalidate_fail;
 	sp->mw_dealloc_fail = mw_dealloc_fail;
 	sp->mw_bind_late = mw_bind_late;
+	sp->max_mw = max_mw ? max_mw : 1u << 20;
 	sp->revive_fail = revive_fail;
 	sp->exports = exports;
 	sp->export_fd = -1;
@@ -583,6 +593,7 @@ static int soft_open(const char *device, struct provider **ret)
 	/* A bind changes the key byte alone, as on verbs: the 257th bind of a window gives its
 	 * first key again (mrd deallocates a window before that, mw-grants.h). */
 	sp->base.caps.mw_fresh_binds = 256;
+	sp->base.caps.max_mw = no_mw ? 0 : sp->max_mw;
 	sp->base.caps.max_keys = keys_cached ? 0 : (uint64_t)(sp->index_limit - 1) * SOFT_VARIANT_LAST;
 	*ret = &sp->base;
 	return 0;
@@ -609,6 +620,8 @@ static void soft_close(struct provider *p)
 	}
 	while (sp->mws) {
 		struct soft_mw *mw = sp->mws;
+
+		__atomic_sub_fetch(&device_mws, 1, __ATOMIC_RELAXED);
 
 		sp->mws = mw->next;
 		free(mw);
@@ -1583,11 +1596,15 @@ static int soft_mw_alloc(struct provider_pd *pd, struct provider_mw **ret)
 
 	if (r < 0)
 		return r;
-	mw = calloc(1, sizeof(*mw));
-	if (!mw)
+	/* The device's, all contexts together. */
+	if (__atomic_add_fetch(&device_mws, 1, __ATOMIC_RELAXED) > sp->max_mw) {
+		__atomic_sub_fetch(&device_mws, 1, __ATOMIC_RELAXED);
 		return -ENOMEM;
-	r = mw_index_take(sp, mw);
+	}
+	mw = calloc(1, sizeof(*mw));
+	r = mw ? mw_index_take(sp, mw) : -ENOMEM;
 	if (r < 0) {
+		__atomic_sub_fetch(&device_mws, 1, __ATOMIC_RELAXED);
 		free(mw);
 		return r;
 	}
@@ -1685,6 +1702,7 @@ static int soft_mw_dealloc(struct provider_mw *base, struct provider_mr *mr)
 	if (mw->next)
 		mw->next->prev = mw->prev;
 	sp->stats.mws--;
+	__atomic_sub_fetch(&device_mws, 1, __ATOMIC_RELAXED);
 	free(mw);
 	return 0;
 }

@@ -348,6 +348,7 @@ static void window_caps(const struct ibv_device_attr *attr, struct provider_caps
 
 	caps->mw = false;
 	caps->mw_fresh_binds = 256; /* the key byte alone changes: ibv_inc_rkey */
+	caps->max_mw = attr->max_mw > 0 ? (uint32_t)attr->max_mw : 0;
 	caps->mw_wide = NULL;
 	if (!type2 || attr->max_mw <= 0)
 		caps->no_mw = "the device has no type-2 memory windows (device_cap_flags has no "

@@ -116,6 +116,10 @@ struct provider_caps {
 	/* How many binds of one window give keys never seen before: 256 where only the key byte
 	 * changes (ibv_inc_rkey), 0 where a key, once dead, never comes back (soft). */
 	unsigned mw_fresh_binds;
+	/* Windows the device holds at most, all its contexts together (ibv_query_device's
+	 * max_mw): Linux 6.1 rxe 2^19 - 1 (rxe_param.h RXE_MAX_MW); mlx5 windows are mkeys, which
+	 * its MRs need too. */
+	uint32_t max_mw;
 };
 
 struct provider_stats {

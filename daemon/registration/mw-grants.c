@@ -416,6 +416,7 @@ int mw_grants_grant(struct mw_grants *g, struct mr_cache *c, const struct mem_ow
 	struct cached_mr *mr;
 	struct mw_grant *w;
 	uint32_t rkey = 0;
+	unsigned live;
 	int k;
 
 	if (!caps->mw) {
@@ -425,10 +426,17 @@ int mw_grants_grant(struct mw_grants *g, struct mr_cache *c, const struct mem_ow
 	}
 	if (!on_worker)
 		retry_stuck(g);
-	if (g->n_bound + g->n_busy + g->n_stuck >= g->reg->quota->memory_windows)
+	live = g->n_bound + g->n_busy + g->n_stuck;
+	if (live >= g->reg->quota->memory_windows)
 		return config_quota_refusal(g->reg->config, g->reg->quota, QUOTA_MEMORY_WINDOWS,
-					    g->reg->name, g->n_bound + g->n_busy + g->n_stuck, 1,
-					    why, why_size);
+					    g->reg->name, live, 1, why, why_size);
+	if (live >= mw_grants_limit(g)) {
+		snprintf(why, why_size, "domain %s holds %u memory windows, its share of device %s "
+			 "(max_mw %" PRIu32 " / %u): a user's domains together hold a few percent of "
+			 "the device's windows", g->reg->name, live, caps->device, caps->max_mw,
+			 MW_DEVICE_SHARE);
+		return -EDQUOT;
+	}
 	w = LIST_FIRST(&g->pool);
 	if (!w) {
 		w = calloc(1, sizeof(*w));
@@ -468,6 +476,15 @@ int mw_grants_grant(struct mw_grants *g, struct mr_cache *c, const struct mem_ow
 	bound(w, rkey);
 	*ret_rkey = rkey;
 	return 0;
+}
+
+unsigned mw_grants_limit(const struct mw_grants *g)
+{
+	unsigned quota = g->reg->quota->memory_windows;
+	uint32_t max_mw = g->reg->provider->caps.max_mw;
+	unsigned share = max_mw / MW_DEVICE_SHARE > 0 ? max_mw / MW_DEVICE_SHARE : 1;
+
+	return max_mw == 0 || quota < share ? quota : share;
 }
 
 static struct mw_grant *find(struct mw_grants *g, const struct mem_owner *owner, uint32_t rkey)

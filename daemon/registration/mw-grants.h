@@ -71,6 +71,11 @@ struct mw_grants {
 
 /* Unbound windows kept for reuse at most; more are deallocated. */
 #define MW_POOL_MAX 64
+/* A domain holds at most this fraction of the device's windows (caps.max_mw), whatever its
+ * quota: a user has several domains (its own, container domains, groups), and the device's
+ * windows are every user's (and programs' own ibv_alloc_mw), so one user holds a few percent
+ * (Linux 6.1 rxe: 4095 per domain; older rxe kernels had 4096 in all). */
+#define MW_DEVICE_SHARE 128
 
 void mw_grants_init(struct mw_grants *g, struct reg_base *reg);
 /* Every window deallocated (bound ones unbound with it): before the MRs and the PD go. */
@@ -89,6 +94,9 @@ int mw_grants_grant(struct mw_grants *g, struct mr_cache *c, const struct mem_ow
  * deallocates the window, dead all the same: 0, or the dealloc's failure too. */
 int mw_grants_revoke(struct mw_grants *g, const struct mem_owner *owner, uint32_t rkey,
 		     struct mw_wait *wait);
+/* How many windows the domain may hold: [quota] memory_windows, at most its share of the
+ * device (MW_DEVICE_SHARE). */
+unsigned mw_grants_limit(const struct mw_grants *g);
 /* owner goes: its windows are revoked (on workers, but for a few while none holds the
  * provider). Returns how many. */
 unsigned mw_grants_drop_owner(struct mw_grants *g, const struct mem_owner *owner);
