@@ -75,7 +75,7 @@ static void help(void)
 	       "  --aging SEC         destroy handles parked longer than SEC seconds (>= 1)\n"
 	       "  --pinned N          but keep N per pool however long they idle\n"
 	       "  --domain NAME       in domain NAME only\n"
-	       "  --access LIST       pools of this access: lw,rw,rr,ra (or the bits as a number)\n"
+	       "  --access LIST       pools of this access: lw,rw,rr,ra,mw (or the bits as a number)\n"
 	       "  --pages N           pools of this size class\n"
 	       "  --odp yes|no        on-demand pools, or not\n"
 	       "  --internal yes|no   pools of MRs whose keys stay in mrd, or not\n"
@@ -210,6 +210,8 @@ static void print_old_contexts(Mrd__OldContextInfo *const *o, size_t n)
 
 static void print_status(const Mrd__StatusResponse *s)
 {
+	const char *why;
+
 	if (arg_json) {
 		printf("{\"version\":");
 		json_write_string(stdout, s->server_version);
@@ -225,6 +227,15 @@ static void print_status(const Mrd__StatusResponse *s)
 		if (*s->no_dma) {
 			printf(",\"no_dma\":");
 			json_write_string(stdout, s->no_dma);
+		}
+		printf(",\"mw\":%s", json_bool(s->mw));
+		if (*s->no_mw) {
+			printf(",\"no_mw\":");
+			json_write_string(stdout, s->no_mw);
+		}
+		if (*s->mw_wide) {
+			printf(",\"mw_wide\":");
+			json_write_string(stdout, s->mw_wide);
 		}
 		printf(",\"atomic\":%s,\"odp_rc\":", json_bool(s->atomic));
 		json_write_string(stdout, s->odp_rc);
@@ -280,6 +291,9 @@ static void print_status(const Mrd__StatusResponse *s)
 	       esc(s->device), size_words(s->max_mr_size), yes_no(s->odp), yes_no(s->odp_implicit),
 	       yes_no(s->rereg_translation), yes_no(s->dma), *s->no_dma ? " (" : "",
 	       esc(s->no_dma), *s->no_dma ? ")" : "");
+	why = *s->no_mw ? s->no_mw : s->mw_wide; /* not there, or wider than granted */
+	printf("memory windows:   %s%s%s%s\n", yes_no(s->mw), *why ? " (" : "", esc(why),
+	       *why ? ")" : "");
 	printf("remote atomics:   %s\n"
 	       "ODP over RC:      %s%s%s\n",
 	       s->atomic ? "yes" : "no (MRs are registered without REMOTE_ATOMIC)", esc(s->odp_rc),
@@ -458,14 +472,15 @@ static void print_clients(const Mrd__ClientsResponse *r)
 			       ",\"client_pd_mrs\":%" PRIu32 ",\"client_pd_mr_bytes\":%" PRIu64
 			       ",\"lookups\":%" PRIu64
 			       ",\"misses\":%" PRIu64 ",\"table_overflow\":%s,\"waiting\":%" PRIu32
-			       ",\"quarantined_bytes\":%" PRIu64 ",\"quarantined_runs\":%" PRIu32 "}",
+			       ",\"quarantined_bytes\":%" PRIu64 ",\"quarantined_runs\":%" PRIu32
+			       ",\"memory_windows\":%" PRIu32 ",\"quota_memory_windows\":%" PRIu32 "}",
 			       d->clients, d->allocated_bytes, d->allocations, d->arenas,
 			       d->pinned_bytes, d->generation, d->quota_clients,
 			       d->quota_allocated_bytes, d->quota_allocations, d->quota_arenas,
 			       d->quota_pinned_bytes, d->mrs, d->client_pd_mrs,
 			       d->client_pd_mr_bytes, d->lookups, d->misses,
 			       json_bool(d->table_overflow), d->waiting, d->quarantined_bytes,
-			       d->quarantined_runs);
+			       d->quarantined_runs, d->memory_windows, d->quota_memory_windows);
 		}
 		printf("]");
 		print_old_contexts_json(r->old_contexts, r->n_old_contexts);
@@ -547,6 +562,9 @@ static void print_clients(const Mrd__ClientsResponse *r)
 		if (d->quarantined_runs)
 			printf("  (%s in %" PRIu32 " runs quarantined: dereg failed)",
 			       size_words(d->quarantined_bytes), d->quarantined_runs);
+		if (d->memory_windows)
+			printf("  (%" PRIu32 "/%" PRIu32 " memory windows bound)", d->memory_windows,
+			       d->quota_memory_windows);
 		printf("\n");
 	}
 	print_domains_omitted(r->domains_omitted);
@@ -1041,7 +1059,7 @@ static int cmd_mempools(struct conn *c)
 }
 
 /* Access bits by the names mrctl shows and takes (MRD_ACCESS_* of daemon/provider/provider.h). */
-static const char *const access_names[] = { "lw", "rw", "rr", "ra" };
+static const char *const access_names[] = { "lw", "rw", "rr", "ra", NULL, "mw" }; /* 4: odp */
 
 static const char *access_string(uint32_t access, char *buf, size_t size)
 {
@@ -1049,7 +1067,7 @@ static const char *access_string(uint32_t access, char *buf, size_t size)
 
 	buf[0] = '\0';
 	for (size_t i = 0; i < ELEMENTSOF(access_names); i++)
-		if (access & (1u << i))
+		if ((access & (1u << i)) && access_names[i])
 			n += (size_t)snprintf(buf + n, n < size ? size - n : 0, "%s%s", n ? "," : "",
 					      access_names[i]);
 	return n ? buf : "-";
@@ -1260,7 +1278,7 @@ static int parse_access(const char *s, uint32_t *ret)
 		size_t i;
 
 		for (i = 0; i < ELEMENTSOF(access_names); i++)
-			if (strcmp(t, access_names[i]) == 0)
+			if (access_names[i] && strcmp(t, access_names[i]) == 0)
 				break;
 		if (i == ELEMENTSOF(access_names))
 			return -EINVAL;

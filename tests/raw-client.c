@@ -14,25 +14,40 @@ int raw_send(int fd, Mrd__Request *req, const int *fds, size_t n_fds)
 	return wire_send(fd, &req->base, WIRE_FRAME_MAX, fds, n_fds, MSG_NOSIGNAL);
 }
 
-int raw_reply_within(int fd, int timeout_ms)
+/* The next reply within timeout_ms: 0 and *ret, or -ETIMEDOUT, -1 (the stream's end),
+ * -EBADMSG. */
+static int next_response(int fd, int timeout_ms, Mrd__Response **ret)
 {
 	static uint8_t buf[WIRE_FRAME_MAX];
 	struct pollfd p = { .fd = fd, .events = POLLIN };
 	struct wire_packet pkt;
-	Mrd__Response *resp;
-	int status;
 
 	if (poll(&p, 1, timeout_ms) != 1)
 		return -ETIMEDOUT;
 	if (wire_recv(fd, buf, sizeof(buf), &pkt, 0) <= 0)
 		return -1;
 	wire_packet_close_fds(&pkt);
-	resp = mrd__response__unpack(NULL, pkt.len, pkt.data);
-	if (!resp)
-		return -EBADMSG;
+	*ret = mrd__response__unpack(NULL, pkt.len, pkt.data);
+	return *ret ? 0 : -EBADMSG;
+}
+
+int raw_reply_within(int fd, int timeout_ms)
+{
+	Mrd__Response *resp;
+	int status = next_response(fd, timeout_ms, &resp);
+
+	if (status < 0)
+		return status;
 	status = (int)resp->status;
 	mrd__response__free_unpacked(resp, NULL);
 	return status;
+}
+
+Mrd__Response *raw_response_within(int fd, int timeout_ms)
+{
+	Mrd__Response *resp = NULL;
+
+	return next_response(fd, timeout_ms, &resp) == 0 ? resp : NULL;
 }
 
 int raw_send_hello(int fd, const char *name)

@@ -16,6 +16,9 @@ int raw_send(int fd, Mrd__Request *req, const int *fds, size_t n_fds);
  * when none came, -1 at the end of the stream, -EBADMSG when it does not decode. Descriptors
  * it carried are closed. */
 int raw_reply_within(int fd, int timeout_ms);
+/* The next reply, whole, within timeout_ms (-1: no limit); NULL when none came or it does not
+ * decode. Descriptors it carried are closed. The caller frees it (mrd__response__free_unpacked). */
+Mrd__Response *raw_response_within(int fd, int timeout_ms);
 /* Sends a Hello as a served client named name (its reply is the caller's to read). */
 int raw_send_hello(int fd, const char *name);
 /* A Ping with n_fds descriptors (a Ping takes none: mrd refuses it) and payload bytes of echo

@@ -98,7 +98,7 @@ START_TEST(test_no_atomics_none_asked)
 	p = td_alloc(fd, 4, 1 * MiB);
 	td_lookup(fd, 5, a + 5, 0, &ea);
 	ra = reg_allocation_of(domain_allocation_containing(c->domain, a));
-	ck_assert_uint_eq(LIST_FIRST(&ra->mrs)->pmr->access, RW);
+	ck_assert_uint_eq(LIST_FIRST(&ra->mrs)->pmr->access, RW | MRD_ACCESS_MW_BIND); /* windows */
 	td_lookup(fd, 6, b + 4096, 0, &eb);
 	ck_assert_uint_eq(c->domain->reg.odp.children, 1);
 	ck_assert_uint_eq(LIST_FIRST(&c->domain->reg.odp.all)->pmr->access,
@@ -260,6 +260,7 @@ START_TEST(test_libmrd_on_a_lesser_device)
 		      mrd_last_error());
 	argv[2] = mrd.socket;
 	ck_assert_int_eq(run_capture(argv, out, sizeof(out), (uid_t)-1), 0);
+	ck_assert_msg(strstr(out, "\"mw\":true,\"atomic\":false,"), "%s", out);
 	ck_assert_msg(strstr(out, "\"atomic\":false,\"odp_rc\":\"send,recv,write\","
 				  "\"odp_pinned\":\"the device's RC on-demand paging covers "
 				  "send,recv,write, not read\""), "%s", out);

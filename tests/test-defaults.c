@@ -490,12 +490,17 @@ START_TEST(test_no_dma_said_why)
 	char *p;
 
 	ck_assert_int_eq(setenv("MRD_SOFT_DMA", "iwarp", 1), 0); /* mrd inherits it */
+	ck_assert_int_eq(setenv("MRD_SOFT_MW", "none", 1), 0);   /* and siw has no windows */
 	ck_assert_int_eq(mrd_proc_start(&mrd, NULL, NULL), 0);
 	ck_assert_int_eq(run_capture(argv, out, sizeof(out), (uid_t)-1), 0);
 	ck_assert_msg(strstr(out, "\"dma\":false,\"no_dma\":\"iWARP ($MRD_SOFT_DMA=iwarp): its RC QPs "
 			     "connect only over a TCP connection made by rdma_cm"), "%s", out);
+	ck_assert_msg(strstr(out, "\"mw\":false,\"no_mw\":\"no memory windows ($MRD_SOFT_MW=none, "
+				  "as siw)\",\"atomic\""), "%s", out);
 	ck_assert_int_eq(run_capture(text, out, sizeof(out), (uid_t)-1), 0);
 	ck_assert_msg(strstr(out, "DMA by keys:      no (iWARP ($MRD_SOFT_DMA=iwarp)"), "%s", out);
+	ck_assert_msg(strstr(out, "memory windows:   no (no memory windows ($MRD_SOFT_MW=none, as "
+				  "siw))\n"), "%s", out);
 
 	ck_assert_int_eq(mrd_client_connect(mrd.socket, &c), 0);
 	ck_assert_int_eq(mrd_cache_new(c, &l), 0);

@@ -27,6 +27,7 @@ struct world {
 	Mrd__MrEntry keys;     /* A's keys for mem */
 	uint64_t own;          /* B's allocation */
 	Mrd__MrEntry own_keys; /* B's keys for own */
+	uint32_t window;       /* the rkey of a window A granted over mem */
 };
 
 static uint64_t next_id = 100;
@@ -312,6 +313,63 @@ static void try_dma(struct world *w)
 		ck_assert_uint_eq(((uint8_t *)(uintptr_t)w->mem)[i], 0xaa); /* untouched */
 }
 
+/* Neither a window over A's memory (not memory of B's domain at all) nor the revoke of A's. */
+static void try_window_grant(struct world *w)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__WindowGrantRequest g = MRD__WINDOW_GRANT_REQUEST__INIT;
+	Mrd__Response *resp;
+
+	req.body_case = MRD__REQUEST__BODY_WINDOW_GRANT;
+	req.window_grant = &g;
+	g.address = w->mem, g.length = 4096, g.access = 3;
+	resp = ask(w, &req, ENOENT);
+	ck_assert_ptr_null(resp->window_grant); /* no rkey */
+	mrd__response__free_unpacked(resp, NULL);
+}
+
+static void try_window_revoke(struct world *w)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__WindowRevokeRequest r = MRD__WINDOW_REVOKE_REQUEST__INIT;
+
+	req.body_case = MRD__REQUEST__BODY_WINDOW_REVOKE;
+	req.window_revoke = &r;
+	r.rkey = w->window;
+	ask_free(w, &req, ENOENT); /* A's window stays: A revokes it at the end */
+}
+
+/* A grants a window over the first page of mem (rkey 0) and answers its rkey, or revokes the
+ * window of rkey; either must succeed. */
+static uint32_t a_window(struct world *w, uint32_t rkey)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__WindowGrantRequest g = MRD__WINDOW_GRANT_REQUEST__INIT;
+	Mrd__WindowRevokeRequest r = MRD__WINDOW_REVOKE_REQUEST__INIT;
+	int fds[WIRE_FDS_MAX];
+	Mrd__Response *resp;
+	size_t n = 0;
+
+	if (rkey) {
+		req.body_case = MRD__REQUEST__BODY_WINDOW_REVOKE;
+		req.window_revoke = &r;
+		r.rkey = rkey;
+	} else {
+		req.body_case = MRD__REQUEST__BODY_WINDOW_GRANT;
+		req.window_grant = &g;
+		g.address = w->mem, g.length = 4096, g.access = 3;
+	}
+	req.id = ++next_id;
+	td_send_request(w->a, &req, NULL, 0);
+	resp = td_expect_fds(w->a, req.id, 0, fds, &n);
+	if (!rkey) {
+		ck_assert_ptr_nonnull(resp->window_grant);
+		rkey = resp->window_grant->rkey;
+	}
+	mrd__response__free_unpacked(resp, NULL);
+	return rkey;
+}
+
 static void try_mempool_register(struct world *w)
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
@@ -480,6 +538,8 @@ static const struct {
 	{ MRD__REQUEST__BODY_ALIAS_SPAN, try_alias_span },
 	{ MRD__REQUEST__BODY_SHUTDOWN, try_shutdown },
 	{ MRD__REQUEST__BODY_RELOAD, try_reload },
+	{ MRD__REQUEST__BODY_WINDOW_GRANT, try_window_grant },
+	{ MRD__REQUEST__BODY_WINDOW_REVOKE, try_window_revoke },
 };
 
 /* A's holdings: memory (written), attached memory, keys, a mempool, a parked pool handle. */
@@ -518,6 +578,7 @@ static void build_world(struct world *w)
 
 	w->own = td_alloc(w->b, 2, 64 * 1024);
 	w->own_keys = lookup(w->b, w->own);
+	w->window = a_window(w, 0);
 }
 
 START_TEST(test_every_request_refuses_the_other_user)
@@ -544,6 +605,7 @@ START_TEST(test_every_request_refuses_the_other_user)
 	ck_assert_uint_eq(lookup(w.a, w.mem).lkey, w.keys.lkey);
 	ck_assert_uint_eq(((uint8_t *)(uintptr_t)w.mem)[4095], 0xaa);
 	(void)lookup(w.a, w.ext);
+	(void)a_window(&w, w.window); /* still A's: B's revoke left it */
 	close(w.a);
 	close(w.b);
 	td_stop();

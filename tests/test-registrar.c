@@ -1264,7 +1264,7 @@ START_TEST(test_access_follows_the_device)
 			  MRD_ACCESS_REMOTE_READ);
 	ra = alloc(64 * KiB);
 	ck_assert_int_eq(lookup(address(ra), &e, NULL), 0);
-	ck_assert_uint_eq(LIST_FIRST(&ra->mrs)->pmr->access, rw);
+	ck_assert_uint_eq(LIST_FIRST(&ra->mrs)->pmr->access, rw | MRD_ACCESS_MW_BIND); /* windows */
 	ra = alloc_on_demand(64 * KiB);
 	ck_assert_int_eq(lookup(address(ra), &e, NULL), 0);
 	ck_assert_uint_eq(LIST_FIRST(&ra->odp_children)->pmr->access, rw | MRD_ACCESS_ON_DEMAND);

@@ -363,6 +363,39 @@ START_TEST(park_refused)
 }
 END_TEST
 
+/* Window caps from the device's attributes (window_caps), without a device: siw's (no
+ * MEM_WINDOW flags, max_mw 0: siw_verbs.c siw_query_device sets neither) say why none;
+ * rxe's (type 2B, vendor 0xffffff) have windows that reach their whole MR; a device that
+ * cannot loop back has none for mrd; an mlx5-like one has exact windows. */
+START_TEST(window_caps_from_attributes)
+{
+	struct ibv_device_attr siw = { .max_mw = 0, .vendor_id = 0x626d74 };
+	struct ibv_device_attr rxe = { .max_mw = 0x1000, .vendor_id = 0xffffff,
+				       .device_cap_flags = IBV_DEVICE_MEM_WINDOW |
+							   IBV_DEVICE_MEM_WINDOW_TYPE_2B };
+	struct ibv_device_attr mlx5 = { .max_mw = 1 << 24, .vendor_id = 0x02c9,
+					.device_cap_flags = IBV_DEVICE_MEM_WINDOW_TYPE_2B };
+	struct provider_caps caps = { 0 };
+
+	window_caps(&siw, &caps);
+	ck_assert(!caps.mw);
+	ck_assert_ptr_nonnull(caps.no_mw);
+	ck_assert_ptr_nonnull(strstr(caps.no_mw, "no type-2 memory windows"));
+	window_caps(&rxe, &caps);
+	ck_assert(caps.mw);
+	ck_assert_ptr_null(caps.no_mw);
+	ck_assert_ptr_nonnull(caps.mw_wide);
+	ck_assert_uint_eq(caps.mw_fresh_binds, 256);
+	window_caps(&mlx5, &caps);
+	ck_assert(caps.mw && !caps.mw_wide);
+	caps.no_dma = "iWARP";
+	window_caps(&mlx5, &caps);
+	ck_assert(!caps.mw);
+	ck_assert_ptr_nonnull(strstr(caps.no_mw, "loopback"));
+	ck_assert_uint_eq(to_ibv_access(MRD_ACCESS_MW_BIND), IBV_ACCESS_MW_BIND);
+}
+END_TEST
+
 static Suite *verbs_rereg_suite(void)
 {
 	Suite *s = suite_create("verbs-rereg");
@@ -375,6 +408,7 @@ static Suite *verbs_rereg_suite(void)
 	tcase_add_test(tc, park_grants_nothing);
 	tcase_add_test(tc, park_refused);
 	tcase_add_test(tc, park_in_place_changes_the_pd_alone);
+	tcase_add_test(tc, window_caps_from_attributes);
 	suite_add_tcase(s, tc);
 	return s;
 }

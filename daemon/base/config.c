@@ -43,7 +43,8 @@ void config_init(struct config *c)
 			   .arenas = 64,
 			   .allocations = 65536,
 			   .clients = 256,
-			   .mempools = 256 },
+			   .mempools = 256,
+			   .memory_windows = 4096 },
 		.async_bytes = 1ULL << 20,
 		.odp_chunk = 1ULL << 30,
 		.workers = 2,
@@ -281,6 +282,7 @@ int config_quota_refusal(const struct config *c, const struct quota *q, enum quo
 		[QUOTA_MEMPOOLS] = { "quota", "mempools", "add" },
 		[QUOTA_CLIENTS] = { "quota", "clients", "add" },
 		[QUOTA_WINDOW_BYTES] = { "quota", "window_bytes", "map" },
+		[QUOTA_MEMORY_WINDOWS] = { "quota", "memory_windows", "bind" },
 		[LIMIT_PINNED_BYTES] = { "limits", "pinned_bytes", "pin" },
 	};
 	uint64_t limit;
@@ -296,6 +298,7 @@ int config_quota_refusal(const struct config *c, const struct quota *q, enum quo
 	case QUOTA_MEMPOOLS: limit = q->mempools; break;
 	case QUOTA_CLIENTS: limit = q->clients; break;
 	case QUOTA_WINDOW_BYTES: limit = config_window_bytes(c, q); break;
+	case QUOTA_MEMORY_WINDOWS: limit = q->memory_windows; break;
 	default: limit = c->max_pinned_bytes; break;
 	}
 	/* Without "in mrd.conf" the glob fits in a reply (test_quota_refusal_fits_a_reply). */
@@ -358,7 +361,7 @@ static int set_quota_key(struct quota *q, const char *key, const char *value)
 		[QUOTA_ALLOCATED_BYTES] = "allocated_bytes", [QUOTA_PINNED_BYTES] = "pinned_bytes",
 		[QUOTA_ARENAS] = "arenas", [QUOTA_ALLOCATIONS] = "allocations",
 		[QUOTA_MEMPOOLS] = "mempools", [QUOTA_CLIENTS] = "clients",
-		[QUOTA_WINDOW_BYTES] = "window_bytes",
+		[QUOTA_WINDOW_BYTES] = "window_bytes", [QUOTA_MEMORY_WINDOWS] = "memory_windows",
 	};
 	int k = 0, r;
 
@@ -372,6 +375,7 @@ static int set_quota_key(struct quota *q, const char *key, const char *value)
 	case QUOTA_MEMPOOLS: r = set_unsigned(&q->mempools, value, 1, 1u << 20); break;
 	case QUOTA_CLIENTS: r = set_unsigned(&q->clients, value, 1, 1u << 20); break;
 	case QUOTA_WINDOW_BYTES: r = set_bytes(&q->window_bytes, value, 0, UINT64_MAX); break;
+	case QUOTA_MEMORY_WINDOWS: r = set_unsigned(&q->memory_windows, value, 1, 1u << 20); break;
 	default: return -ENOENT;
 	}
 	return r < 0 ? r : k;
@@ -475,6 +479,7 @@ void config_quota_for(const struct config *c, const char *name, struct quota *re
 		TAKE(QUOTA_MEMPOOLS, mempools);
 		TAKE(QUOTA_CLIENTS, clients);
 		TAKE(QUOTA_WINDOW_BYTES, window_bytes);
+		TAKE(QUOTA_MEMORY_WINDOWS, memory_windows);
 #undef TAKE
 		ret->set = l->set;
 		memcpy(ret->glob, l->glob, sizeof(ret->glob));
@@ -643,6 +648,13 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 			return set_unsigned(&c->workers, value, 1, 64);
 		if (strcmp(key, "odp_chunk") == 0)
 			return set_bytes(&c->odp_chunk, value, 2ULL << 20, 1ULL << 40);
+	} else if (strcmp(section, "windows") == 0) {
+		if (strcmp(key, "remote") == 0) {
+			if (strcmp(value, "window-only") != 0 && strcmp(value, "mr") != 0)
+				return -EINVAL;
+			c->window_only = strcmp(value, "window-only") == 0;
+			return 0;
+		}
 	} else if (strcmp(section, "pools") == 0) {
 		if (strcmp(key, "enabled") == 0)
 			return set_bool(&c->pools.enabled, value);

@@ -47,6 +47,7 @@ enum quota_key {
 	QUOTA_MEMPOOLS,
 	QUOTA_CLIENTS,
 	QUOTA_WINDOW_BYTES,
+	QUOTA_MEMORY_WINDOWS, /* memory windows bound (mrd_window_grant) */
 	LIMIT_PINNED_BYTES, /* [limits] pinned_bytes: all domains together (domain NULL) */
 };
 
@@ -56,6 +57,7 @@ enum quota_key {
 struct quota {
 	uint64_t allocated_bytes, pinned_bytes;
 	unsigned arenas, allocations, clients, mempools;
+	unsigned memory_windows; /* windows bound at once (mrd_window_grant) */
 	uint64_t window_bytes; /* 0: config_window_bytes' default */
 	unsigned set;  /* 1 << enum quota_key of each key the [quotas] line set */
 	char glob[64]; /* that line's */
@@ -97,6 +99,10 @@ struct config {
 	uint64_t async_bytes; /* registrations this big or bigger run on a worker thread */
 	unsigned workers;     /* worker threads */
 	uint64_t odp_chunk;   /* address space of one ODP child */
+
+	/* [windows] remote = window-only: the domain's pinned MRs carry no remote rights of their
+	 * own, every remote grant is a memory window (mrd_window_grant); false: mr, the default. */
+	bool window_only;
 
 	/* [pools]: FRMR-style handle pools, per domain */
 	struct frmr_pools_config pools;

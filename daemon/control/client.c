@@ -319,8 +319,10 @@ struct client *client_free(struct client *c)
 	/* Its PD's MRs go first, before any of their pages may (and the fd once they did), a
 	 * share a turn with the rest. */
 	served_device_unbind(c->bound_device);
-	if (c->domain)
+	if (c->domain) {
+		domain_windows_drop_owner(c->domain, &c->owner.mem); /* its quota back at once */
 		domain_leave(c->domain, &c->owner, TAKE_PTR(c->bound)); /* bound: none without */
+	}
 	domain_release(c->domain);
 	free(c->arenas_sent);
 	if (c->manager) {

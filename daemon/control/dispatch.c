@@ -62,6 +62,12 @@ static const struct request_type request_types[] = {
 	/* mrctl shutdown and reload, for hosts without systemd (mrd(8)). */
 	[MRD__REQUEST__BODY_SHUTDOWN] = { "Shutdown", request_shutdown, .admin = true },
 	[MRD__REQUEST__BODY_RELOAD] = { "Reload", request_reload, .admin = true },
+	[MRD__REQUEST__BODY_WINDOW_GRANT] = { "WindowGrant", request_window_grant,
+					      .check = request_window_grant_check,
+					      .needs_domain = true, .needs_device = true,
+					      .domain_pd = true },
+	[MRD__REQUEST__BODY_WINDOW_REVOKE] = { "WindowRevoke", request_window_revoke,
+					       .needs_domain = true },
 };
 
 /* The request whose handler runs now (the loop is single-threaded): one that waits for a
@@ -95,6 +101,8 @@ static const char *const request_apis[] = {
 	[MRD__REQUEST__BODY_BIND_PD] = "mrd_client_bind_pd()",
 	[MRD__REQUEST__BODY_SHUTDOWN] = "mrctl shutdown",
 	[MRD__REQUEST__BODY_RELOAD] = "mrctl reload",
+	[MRD__REQUEST__BODY_WINDOW_GRANT] = "mrd_window_grant()",
+	[MRD__REQUEST__BODY_WINDOW_REVOKE] = "mrd_window_revoke()",
 };
 
 /* The call behind a request, for messages; its wire name where none is listed. */

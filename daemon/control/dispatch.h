@@ -191,6 +191,10 @@ int request_shutdown(struct client *c, struct domain *d, const Mrd__Request *req
 		     struct wire_packet *pkt, struct reply *r);
 int request_reload(struct client *c, struct domain *d, const Mrd__Request *req,
 		   struct wire_packet *pkt, struct reply *r);
+int request_window_grant(struct client *c, struct domain *d, const Mrd__Request *req,
+			 struct wire_packet *pkt, struct reply *r);
+int request_window_revoke(struct client *c, struct domain *d, const Mrd__Request *req,
+			  struct wire_packet *pkt, struct reply *r);
 
 /* The checks of the requests that have one (request_check_fn). */
 int request_alloc_check(const Mrd__Request *req, struct reply *r);
@@ -199,3 +203,4 @@ int request_mempool_unregister_check(const Mrd__Request *req, struct reply *r);
 int request_mr_lookup_check(const Mrd__Request *req, struct reply *r);
 int request_dma_check(const Mrd__Request *req, struct reply *r);
 int request_prefetch_check(const Mrd__Request *req, struct reply *r);
+int request_window_grant_check(const Mrd__Request *req, struct reply *r);

@@ -122,6 +122,9 @@ int request_status(struct client *c, struct domain *no_domain, const Mrd__Reques
 	s->dma = m->core.provider->caps.dma;
 	s->no_dma = (char *)(m->core.provider->caps.no_dma ? m->core.provider->caps.no_dma : "");
 	s->atomic = m->core.provider->caps.atomic;
+	s->mw = m->core.provider->caps.mw;
+	s->no_mw = (char *)(m->core.provider->caps.no_mw ? m->core.provider->caps.no_mw : "");
+	s->mw_wide = (char *)(m->core.provider->caps.mw_wide ? m->core.provider->caps.mw_wide : "");
 	s->odp_rc = (char *)provider_odp_bits_name(m->core.provider->caps.odp_rc_caps, odp_rc,
 						   sizeof(odp_rc));
 	s->odp_pinned = (char *)provider_odp_gap(&m->core.provider->caps,
@@ -198,6 +201,9 @@ static void domain_info(Mrd__DomainInfo *di, struct domain *d)
 	di->odp_children = s.odp_children;
 	di->quarantined_bytes = s.quarantined_bytes;
 	di->quarantined_runs = s.quarantined_runs;
+	di->memory_windows = d->reg.windows.n_bound + d->reg.windows.n_busy +
+			     d->reg.windows.n_stuck; /* live keys, or soon */
+	di->quota_memory_windows = mw_grants_limit(&d->reg.windows); /* the device's share too */
 }
 
 int request_clients(struct client *c, struct domain *no_domain, const Mrd__Request *req,

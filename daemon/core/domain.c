@@ -596,6 +596,9 @@ void domains_finish_leaving(struct core *core)
 
 	for (d = LIST_FIRST(&core->domains); d; d = next) {
 		next = LIST_NEXT(d, link);
+		/* No window is handed over: a context kept after this mrd (a holder's) would keep
+		 * its rkeys alive with nobody left to revoke them. */
+		mw_grants_done(&d->reg.windows);
 		leave_share(d, true); /* may close d */
 	}
 }

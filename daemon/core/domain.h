@@ -155,7 +155,8 @@ void domain_drop_allocation(struct domain *d, struct allocation *a);
  * it goes at once. */
 void domain_leave(struct domain *d, struct reg_owner *owner, struct bound_pd *bound);
 /* What clients that left still own goes now, in every domain (may close them): before a
- * hand-over saves the domains, and at shutdown. */
+ * hand-over saves the domains, and at shutdown. Every window granted goes too (its clients'
+ * rkeys are dead; their revokes are -ENOENT). */
 void domains_finish_leaving(struct core *core);
 
 static inline struct allocation *domain_find_allocation(struct domain *d, uint64_t address)
@@ -215,6 +216,27 @@ static inline unsigned domain_dma_jobs(const struct domain *d)
 /* One transfer through keys of the domain's PD (provider_dma), on the Dma thread. */
 int domain_dma(struct domain *d, enum provider_dma_op op, uint32_t lkey, uint64_t laddr,
 	       uint32_t rkey, uint64_t raddr, uint64_t length);
+
+/* Memory windows (the domain-PD model, registration/mw-grants.h). A window over [address,
+ * address + length) of an allocation owner's process owns (-EACCES otherwise, -ENOENT when no
+ * allocation holds address), pinned memory alone, bound over the domain's MR covering it
+ * (registered on a miss as domain_lookup_range: -EINPROGRESS, waiter resumed once the MR is
+ * made; then ask again), with access (MRD_ACCESS_MW_GRANTS bits); its rkey. -EOPNOTSUPP where
+ * the device has none (caps.no_mw); -EINPROGRESS with wait when a worker binds it (the
+ * provider may be held by one): wait hears the rkey. The window dies when its memory is freed,
+ * before its MR and pages go. */
+int domain_window_grant(struct domain *d, const struct mem_owner *owner, uint64_t address,
+			uint64_t length, unsigned access, uint32_t *ret_rkey, char *why,
+			size_t why_size, struct waiter *waiter, struct mw_wait *wait);
+/* Invalidates owner's window of rkey: -ENOENT when owner has none bound; -EINPROGRESS when a
+ * worker does it (wait hears). */
+int domain_window_revoke(struct domain *d, const struct mem_owner *owner, uint32_t rkey,
+			 char *why, size_t why_size, struct mw_wait *wait);
+/* owner goes: its windows are revoked. */
+static inline void domain_windows_drop_owner(struct domain *d, const struct mem_owner *owner)
+{
+	(void)mw_grants_drop_owner(&d->reg.windows, owner);
+}
 
 /* Refreshes the status page counters (after any change of usage). */
 void domain_update_status(struct domain *d);

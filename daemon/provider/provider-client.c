@@ -33,7 +33,8 @@ static unsigned ib_access(unsigned access)
 	       (access & MRD_ACCESS_REMOTE_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0) |
 	       (access & MRD_ACCESS_REMOTE_READ ? IBV_ACCESS_REMOTE_READ : 0) |
 	       (access & MRD_ACCESS_REMOTE_ATOMIC ? IBV_ACCESS_REMOTE_ATOMIC : 0) |
-	       (access & MRD_ACCESS_ON_DEMAND ? IBV_ACCESS_ON_DEMAND : 0);
+	       (access & MRD_ACCESS_ON_DEMAND ? IBV_ACCESS_ON_DEMAND : 0) |
+	       (access & MRD_ACCESS_MW_BIND ? IBV_ACCESS_MW_BIND : 0);
 }
 
 static int client_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t iova,
@@ -135,6 +136,8 @@ int client_provider_open(struct client_context *ctx, uint32_t pd_handle,
 	cp->base.caps.dma_emulated = false;
 	cp->base.caps.export_pd = false;
 	cp->base.caps.max_keys = 0;
+	/* caps.mw stays the device's: its MRs may take MW_BIND, and the client binds windows
+	 * on its own QPs; mrd has none to bind them on (no mw_* ops). */
 	cp->ctx = ctx;
 	cp->pd_handle = pd_handle;
 	cp->pd.provider = &cp->base;

@@ -9,7 +9,7 @@
  * Test knobs, read at open: $MRD_SOFT_KEY_BITS (fewer keys), $MRD_SOFT_MAPS=1 (no
  * MADV_POPULATE_*), $MRD_SOFT_KEYS=mlx5 (keys come back unchanged, see keys_cached),
  * $MRD_SOFT_REREG (how a move behaves, see rereg_mode), $MRD_SOFT_DMA=iwarp (no DMA through
- * keys, see dma_mode), and a gate that holds a device op
+ * keys, see dma_mode), $MRD_SOFT_MW=none (no memory windows, see mw_mode), and a gate that holds a device op
  * until the test lets it go, so that a
  * test can show who is served meanwhile without timing anything: $MRD_SOFT_GATE=<dir>, where
  * the test made the FIFOs <dir>/entered and <dir>/release, and $MRD_SOFT_GATE_BYTES=<n>
@@ -28,8 +28,27 @@
  * providers/mlx5/verbs.c), so the dereg can be tried again.
  * $MRD_SOFT_REVIVE_FAIL=<n>: the context's next n revives fail with -EIO, staying lost (as a
  * returned device may refuse one context: ibv_alloc_pd's ENOMEM), so a partial return is tested.
+ * $MRD_SOFT_MW_INVALIDATE_FAIL=<n>: the next n window invalidates fail with -EIO, the window
+ * left bound and its key working (a local invalidate whose work request completes in error).
+ * $MRD_SOFT_MW_DEALLOC_FAIL=<n>: the next n window deallocations fail with -EIO, the window
+ * left as it was (bound windows too: their keys keep working).
+ * $MRD_SOFT_MAX_MW=<n>: the device (every soft context together) holds at most n windows
+ * (caps.max_mw; default 2^20, the order of rxe's): mw_alloc fails with -ENOMEM past it, as
+ * ibv_alloc_mw does.
+ * $MRD_SOFT_MW_BIND_LATE=<n>: the next n binds fail with -ETIMEDOUT while the device moved the
+ * window's key all the same, as a bind work request that completes after mrd stopped waiting
+ * for it (verbs: PART_TIMEOUT_USEC); every later bind of that window then fails with -EINVAL,
+ * as rxe_bind_mw refuses a bind that names a key the window no longer has (librxe passes
+ * ibv_mw->rkey, which the late completion left behind). The stale binding itself reaches
+ * nothing here (the wrapper recorded none).
  * $MRD_SOFT_EXPORT=1: export_pd hands out a dup of a memfd standing for the context's command
- * descriptor (nothing can import it), so that what mrd does for exported contexts is tested. */
+ * descriptor (nothing can import it), so that what mrd does for exported contexts is tested.
+ *
+ * Memory windows (type 2) have keys of their own, in an index range no MR takes (rxe keeps
+ * them apart likewise: RXE_MIN_MW_INDEX, rkey_is_mw). A bind advances the key byte, as
+ * ibv_inc_rkey does; after 255 binds the window takes an index never used before, and a
+ * window's index is never handed out again, in any key mode: an old window key reaches
+ * nothing, ever (mlx5's mkey cache does not hold windows). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -47,16 +66,21 @@
 #include "provider/safe-copy.h"
 #include "provider/soft-device.h"
 
-/* Indexes 1 .. 2^bits - 2: 0 is never a key, and index 2^24 - 1 could make 0xffffffff, which
- * libmrd reserves for "no key" (MRD_KEY_INVALID). Each context (a domain: mrd opens one per
+/* MR indexes 1 .. min(2^bits - 2, 2^23 - 1): 0 is never a key, windows take those from 2^23
+ * on, and index 2^24 - 1 could make 0xffffffff, which libmrd reserves for "no key"
+ * (MRD_KEY_INVALID). Each context (a domain: mrd opens one per
  * domain) has its own; $MRD_SOFT_KEY_BITS (2..24) makes it smaller, so tests can use it up. */
 #define SOFT_INDEX_BITS 24
 /* Variants 1 .. 255: an index that gave its last is spent, never taken again, so no key comes
  * back while anyone may hold it (a context makes at most ~2^32 keys; then -EKEYEXPIRED). */
 #define SOFT_VARIANT_LAST 255
 #define SOFT_MAX_MR_SIZE (1ull << 36)    /* keeps a translation table within 128 MiB */
+/* Window indexes: [SOFT_MW_INDEX0, SOFT_MW_INDEX_END), each taken once; MRs stay below. */
+#define SOFT_MW_INDEX0 (1u << 23)
+#define SOFT_MW_INDEX_END ((1u << 24) - 1)
 
 struct soft_mr;
+struct soft_mw;
 
 struct soft_pd {
 	struct provider_pd base;
@@ -111,12 +135,40 @@ struct soft_provider {
 	bool lost;
 	bool destroy_when_failed; /* $RDMAV_ALLOW_DISASSOC_DESTROY, as libibverbs reads it */
 	unsigned dereg_fail; /* $MRD_SOFT_DEREG_FAIL: deregs and parks left to fail */
+	unsigned mw_invalidate_fail; /* $MRD_SOFT_MW_INVALIDATE_FAIL: invalidates left to fail */
+	unsigned mw_dealloc_fail;    /* $MRD_SOFT_MW_DEALLOC_FAIL: deallocs left to fail */
+	unsigned mw_bind_late;       /* $MRD_SOFT_MW_BIND_LATE: binds left to complete late */
+	unsigned max_mw;             /* $MRD_SOFT_MAX_MW: caps.max_mw */
 	unsigned revive_fail; /* $MRD_SOFT_REVIVE_FAIL: revives left to fail */
 	bool exports;        /* $MRD_SOFT_EXPORT=1 */
 	int export_fd;       /* its stand-in command descriptor, made at the first export; -1 */
 	struct soft_key_class *classes;
 	unsigned n_classes, classes_cap;
+	/* Windows by index - SOFT_MW_INDEX0, in chunks (NULL: all spent); mw_next is the next
+	 * fresh index. Each window is on the list too, for revive and close. */
+	struct soft_mw_chunk **mw_chunks;
+	uint32_t n_mw_chunks, mw_chunks_cap;
+	uint32_t mw_next;
+	struct soft_mw *mws;
 };
+
+struct soft_mw_chunk {
+	unsigned spent;
+	struct soft_mw *mw[SOFT_CHUNK];
+};
+
+struct soft_mw {
+	struct provider_mw base;
+	struct soft_mw *prev, *next;
+	uint32_t index;  /* 0: none (spent at revive): the next bind takes one */
+	uint8_t variant; /* the key byte of the last bind (0 at alloc; wraps) */
+	unsigned copying; /* chunks of DMA through it under way (window_copy), each after a
+			   * look at its key */
+	bool stale; /* a late bind moved its key (MRD_SOFT_MW_BIND_LATE): binds fail */
+};
+
+/* Windows of every soft context: one device's (MRD_SOFT_MAX_MW). */
+static unsigned device_mws;
 
 /* $MRD_SOFT_KEYS=mlx5: the indexes released by MRs of pages pages, last released first. */
 struct soft_key_class {
@@ -333,6 +385,20 @@ static int dma_mode(const char **ret_no_dma)
 	return 0;
 }
 
+/* $MRD_SOFT_MW, a test knob: "none" makes soft a device without memory windows, as siw is;
+ * "rxe" (the default) has type-2 windows with rxe's rules, exact to their bytes. */
+static int mw_mode(const char **ret_no_mw)
+{
+	const char *e = getenv("MRD_SOFT_MW");
+
+	*ret_no_mw = NULL;
+	if (e && strcmp(e, "none") == 0)
+		*ret_no_mw = "no memory windows ($MRD_SOFT_MW=none, as siw)";
+	else if (e && *e && strcmp(e, "rxe") != 0)
+		return log_error_errno(-EINVAL, "MRD_SOFT_MW=%s: not none or rxe", e);
+	return 0;
+}
+
 /* A test knob that counts the next ops to fail ($name=<n>; unset: none). */
 static int count_knob(const char *name, const char *what, unsigned *ret)
 {
@@ -453,15 +519,21 @@ static int soft_destroy_dead(struct soft_provider *sp)
 static int soft_open(const char *device, struct provider **ret)
 {
 	struct soft_provider *sp;
-	const char *no_dma;
-	unsigned bits, dereg_fail, revive_fail;
+	const char *no_dma, *no_mw;
+	unsigned bits, dereg_fail, revive_fail, mw_invalidate_fail, mw_dealloc_fail, mw_bind_late;
+	unsigned max_mw;
 	bool keys_cached, exports;
 	struct soft_caps_knobs knobs;
 
 	if (device && strcmp(device, "soft") != 0)
 		return -ENODEV;
 	if (index_bits(&bits) < 0 || keys_mode(&keys_cached) < 0 || dma_mode(&no_dma) < 0 ||
+	    mw_mode(&no_mw) < 0 ||
 	    dereg_failures(&dereg_fail) < 0 || revive_failures(&revive_fail) < 0 ||
+	    count_knob("MRD_SOFT_MW_INVALIDATE_FAIL", "invalidates", &mw_invalidate_fail) < 0 ||
+	    count_knob("MRD_SOFT_MW_DEALLOC_FAIL", "deallocs", &mw_dealloc_fail) < 0 ||
+	    count_knob("MRD_SOFT_MW_BIND_LATE", "binds", &mw_bind_late) < 0 ||
+	    count_knob("MRD_SOFT_MAX_MW", "windows", &max_mw) < 0 ||
 	    export_mode(&exports) < 0 ||
 	    caps_knobs((uintptr_t)sysconf(_SC_PAGESIZE), &knobs) < 0 || soft_device_open() < 0)
 		return -EINVAL;
@@ -478,9 +550,16 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->populate = populate_works(sp->page_size);
 	sp->n_slots = 1;
 	sp->index_limit = (1u << bits) - 1;
+	if (sp->index_limit > SOFT_MW_INDEX0)
+		sp->index_limit = SOFT_MW_INDEX0; /* the windows' indexes are above */
+	sp->mw_next = SOFT_MW_INDEX0;
 	sp->keys_cached = keys_cached;
 	sp->destroy_when_failed = getenv("RDMAV_ALLOW_DISASSOC_DESTROY") != NULL;
 	sp->dereg_fail = dereg_fail;
+	sp->mw_invalidate_fail = mw_invalidate_fail;
+	sp->mw_dealloc_fail = mw_dealloc_fail;
+	sp->mw_bind_late = mw_bind_late;
+	sp->max_mw = max_mw ? max_mw : 1u << 20;
 	sp->revive_fail = revive_fail;
 	sp->exports = exports;
 	sp->export_fd = -1;
@@ -509,6 +588,12 @@ static int soft_open(const char *device, struct provider **ret)
 	sp->base.caps.no_dma = no_dma;
 	sp->base.caps.dma_emulated = true;
 	sp->base.caps.export_pd = exports;
+	sp->base.caps.mw = !no_mw;
+	sp->base.caps.no_mw = no_mw;
+	/* A bind changes the key byte alone, as on verbs: the 257th bind of a window gives its
+	 * first key again (mrd deallocates a window before that, mw-grants.h). */
+	sp->base.caps.mw_fresh_binds = 256;
+	sp->base.caps.max_mw = no_mw ? 0 : sp->max_mw;
 	sp->base.caps.max_keys = keys_cached ? 0 : (uint64_t)(sp->index_limit - 1) * SOFT_VARIANT_LAST;
 	*ret = &sp->base;
 	return 0;
@@ -533,6 +618,17 @@ static void soft_close(struct provider *p)
 				soft_mr_free(sp->chunks[c]->slot[i].mr);
 		free(sp->chunks[c]);
 	}
+	while (sp->mws) {
+		struct soft_mw *mw = sp->mws;
+
+		__atomic_sub_fetch(&device_mws, 1, __ATOMIC_RELAXED);
+
+		sp->mws = mw->next;
+		free(mw);
+	}
+	for (uint32_t c = 0; c < sp->n_mw_chunks; c++)
+		free(sp->mw_chunks[c]);
+	free(sp->mw_chunks);
 	while (sp->pds) {
 		struct soft_pd *pd = sp->pds;
 
@@ -1129,6 +1225,42 @@ static size_t dma_side_init(const struct soft_provider *sp, struct dma_side *sid
 	return missing;
 }
 
+/* What a remote key reaches: an MR's whole range with its access, or a window's bytes with
+ * the window's access (rxe_lookup_mw checks the access against the window's alone). */
+struct remote_reach {
+	uint64_t iova, length;
+	unsigned access;
+};
+
+static struct soft_mw *mw_lookup(struct soft_provider *sp, uint32_t key)
+{
+	uint32_t index = key >> 8, i = index - SOFT_MW_INDEX0;
+	struct soft_mw *mw;
+
+	if (index < SOFT_MW_INDEX0 || index >= sp->mw_next || !sp->mw_chunks[i / SOFT_CHUNK])
+		return NULL; /* never handed out, or spent */
+	mw = sp->mw_chunks[i / SOFT_CHUNK]->mw[i % SOFT_CHUNK];
+	if (!mw || !mw->base.mr || mw->variant != (uint8_t)key)
+		return NULL; /* deallocated, not bound (the wrapper keeps mr), or bound again since */
+	return mw;
+}
+
+static struct soft_mr *remote_lookup(struct soft_provider *sp, uint32_t rkey,
+				     struct remote_reach *ret)
+{
+	struct soft_mw *mw = mw_lookup(sp, rkey);
+	struct soft_mr *mr;
+
+	if (mw) {
+		*ret = (struct remote_reach){ mw->base.addr, mw->base.length, mw->base.access };
+		return (struct soft_mr *)mw->base.mr;
+	}
+	mr = key_lookup(sp, rkey);
+	if (mr)
+		*ret = (struct remote_reach){ mr->base.iova, mr->base.length, mr->base.access };
+	return mr;
+}
+
 /* Checks a DMA as a NIC would and, when it may run, holds both MRs for it (their page faults
  * and the copy): nothing moves them, zaps their pages or lets their memory go until dma_end.
  * side[0] is the source, side[1] the destination; *ret_missing: their pages not present.
@@ -1138,24 +1270,28 @@ static int dma_begin(struct provider_pd *pd, enum provider_dma_op op, uint32_t l
 		     struct dma_side side[2], size_t *ret_missing)
 {
 	struct soft_provider *sp = to_soft(pd->provider);
-	struct soft_mr *local = key_lookup(sp, lkey), *remote = key_lookup(sp, rkey);
+	struct soft_mr *local = key_lookup(sp, lkey), *remote;
 	struct soft_mr *src, *dst;
 	uint64_t src_addr, dst_addr;
+	struct remote_reach reach;
 	size_t missing[2];
 
+	remote = remote_lookup(sp, rkey, &reach);
 	if (!local || !remote)
 		return -ENOKEY;
 	if (local->base.pd != pd || remote->base.pd != pd)
 		return -EACCES; /* keys of another protection domain */
-	if (!in_bounds(local, laddr, length) || !in_bounds(remote, raddr, length))
+	if (!in_bounds(local, laddr, length) ||
+	    !(raddr >= reach.iova && raddr + length >= raddr &&
+	      raddr + length <= reach.iova + reach.length))
 		return -EFAULT;
 
 	if (op == PROVIDER_DMA_WRITE) {
-		if (!(remote->base.access & MRD_ACCESS_REMOTE_WRITE))
+		if (!(reach.access & MRD_ACCESS_REMOTE_WRITE))
 			return -EACCES;
 		src = local, src_addr = laddr, dst = remote, dst_addr = raddr;
 	} else if (op == PROVIDER_DMA_READ) {
-		if (!(remote->base.access & MRD_ACCESS_REMOTE_READ) ||
+		if (!(reach.access & MRD_ACCESS_REMOTE_READ) ||
 		    !(local->base.access & MRD_ACCESS_LOCAL_WRITE))
 			return -EACCES;
 		src = remote, src_addr = raddr, dst = local, dst_addr = laddr;
@@ -1200,6 +1336,44 @@ static int dma_end(struct soft_provider *sp, struct dma_side side[2])
 	return 0;
 }
 
+/* A DMA through a window copies in chunks of this, each after a look at the window's key. */
+#define WINDOW_CHUNK (64u << 10)
+
+/* A transfer through the window of rkey, as rxe carries it out: packet by packet, each checked
+ * against the window (rxe_resp.c check_rkey), so an invalidate stops a message under way and
+ * returns at once, not when the message ends: it waits for the chunk being copied (copying),
+ * and the next chunk meets the dead key (-ENOKEY: what landed before stays, as on the device).
+ * A 64 MiB transfer would otherwise hold a revoke, and mrd's loop that runs it, for its whole
+ * copy. The gate ('c', after the first chunk) lets a test hold a transfer halfway. Unlocked. */
+static int window_copy(struct soft_provider *sp, uint32_t rkey, uint8_t *dst, const uint8_t *src,
+		       size_t length)
+{
+	for (size_t done = 0; done < length;) {
+		size_t n = length - done < WINDOW_CHUNK ? length - done : WINDOW_CHUNK;
+		struct soft_mw *mw;
+		int r;
+
+		if (done == WINDOW_CHUNK)
+			gate_pass(sp, 'c', length);
+		pthread_mutex_lock(&sp->base.lock);
+		mw = mw_lookup(sp, rkey);
+		if (mw)
+			mw->copying++;
+		pthread_mutex_unlock(&sp->base.lock);
+		if (!mw)
+			return -ENOKEY;
+		r = safe_memmove(dst + done, src + done, n, NULL);
+		pthread_mutex_lock(&sp->base.lock);
+		mw->copying--;
+		pthread_cond_broadcast(&sp->idle);
+		pthread_mutex_unlock(&sp->base.lock);
+		if (r < 0)
+			return r;
+		done += n;
+	}
+	return 0;
+}
+
 /* Faulting a GiB of an on-demand MR in takes ~0.4 s, and the copy runs up to MRD_DMA_MAX bytes:
  * both run without the provider's lock (registrations of the domain go on meanwhile), the MRs
  * held. The copy is fault-safe: a client may have punched a hole in the memory behind either
@@ -1225,7 +1399,9 @@ static int soft_dma(struct provider_pd *pd, enum provider_dma_op op, uint32_t lk
 		r = dma_populate(sp, side);
 	}
 	if (r == 0) {
-		r = safe_memmove(side[1].host, side[0].host, length, NULL);
+		r = rkey >> 8 >= SOFT_MW_INDEX0 ?
+			    window_copy(sp, rkey, side[1].host, side[0].host, length) :
+			    safe_memmove(side[1].host, side[0].host, length, NULL);
 		if (r == -EFAULT)
 			r = -ENXIO;
 	}
@@ -1358,6 +1534,179 @@ static int soft_invalidate(struct provider_mr *base, uint64_t iova, size_t lengt
 	return 0;
 }
 
+static struct soft_mw **mw_slot(struct soft_provider *sp, uint32_t index)
+{
+	uint32_t i = index - SOFT_MW_INDEX0;
+
+	return &sp->mw_chunks[i / SOFT_CHUNK]->mw[i % SOFT_CHUNK];
+}
+
+/* A window index never handed out before, for mw (its variant starts at 0). */
+static int mw_index_take(struct soft_provider *sp, struct soft_mw *mw)
+{
+	uint32_t c = (sp->mw_next - SOFT_MW_INDEX0) / SOFT_CHUNK;
+
+	if (sp->mw_next >= SOFT_MW_INDEX_END)
+		return -EKEYEXPIRED; /* 2^23 indexes, 255 binds each: 2^31 binds a context */
+	if (c == sp->n_mw_chunks) {
+		struct soft_mw_chunk *chunk;
+
+		if (c == sp->mw_chunks_cap) {
+			uint32_t cap = sp->mw_chunks_cap ? 2 * sp->mw_chunks_cap : 4;
+			struct soft_mw_chunk **chunks = realloc(sp->mw_chunks,
+								 cap * sizeof(*chunks));
+
+			if (!chunks)
+				return -ENOMEM;
+			sp->mw_chunks = chunks;
+			sp->mw_chunks_cap = cap;
+		}
+		chunk = calloc(1, sizeof(*chunk));
+		if (!chunk)
+			return -ENOMEM;
+		sp->mw_chunks[sp->n_mw_chunks++] = chunk;
+	}
+	mw->index = sp->mw_next++;
+	mw->variant = 0;
+	*mw_slot(sp, mw->index) = mw;
+	return 0;
+}
+
+/* mw's index is spent: no key of it reaches anything again (its chunk goes with its last). */
+static void mw_index_retire(struct soft_provider *sp, struct soft_mw *mw)
+{
+	struct soft_mw_chunk **chunk;
+
+	if (!mw->index)
+		return;
+	chunk = &sp->mw_chunks[(mw->index - SOFT_MW_INDEX0) / SOFT_CHUNK];
+	*mw_slot(sp, mw->index) = NULL;
+	if (++(*chunk)->spent == SOFT_CHUNK) {
+		free(*chunk);
+		*chunk = NULL;
+	}
+	mw->index = 0;
+}
+
+static int soft_mw_alloc(struct provider_pd *pd, struct provider_mw **ret)
+{
+	struct soft_provider *sp = to_soft(pd->provider);
+	struct soft_mw *mw;
+	int r = soft_dead(sp);
+
+	if (r < 0)
+		return r;
+	/* The device's, all contexts together. */
+	if (__atomic_add_fetch(&device_mws, 1, __ATOMIC_RELAXED) > sp->max_mw) {
+		__atomic_sub_fetch(&device_mws, 1, __ATOMIC_RELAXED);
+		return -ENOMEM;
+	}
+	mw = calloc(1, sizeof(*mw));
+	r = mw ? mw_index_take(sp, mw) : -ENOMEM;
+	if (r < 0) {
+		__atomic_sub_fetch(&device_mws, 1, __ATOMIC_RELAXED);
+		free(mw);
+		return r;
+	}
+	mw->base.pd = pd;
+	mw->base.rkey = mw->index << 8; /* variant 0: never bound, so never reaching memory */
+	mw->next = sp->mws;
+	if (sp->mws)
+		sp->mws->prev = mw;
+	sp->mws = mw;
+	sp->stats.mws++;
+	*ret = &mw->base;
+	return 0;
+}
+
+/* The key byte advances (ibv_inc_rkey); past 255 the window moves to a fresh index, its old
+ * one spent. */
+static int soft_mw_bind(struct provider_mw *base, struct provider_mr *mr, uint64_t addr,
+			uint64_t length, unsigned access, uint32_t *ret_rkey)
+{
+	struct soft_mw *mw = (struct soft_mw *)base;
+	struct soft_provider *sp = to_soft(base->pd->provider);
+	int r = soft_dead(sp);
+
+	(void)mr, (void)addr, (void)length, (void)access; /* the wrapper stores them */
+	if (r < 0)
+		return r;
+	if (mw->stale)
+		return -EINVAL;
+	if (!mw->index) { /* spent at revive */
+		struct soft_mw fresh = { .index = 0 };
+
+		r = mw_index_take(sp, &fresh);
+		if (r < 0)
+			return r;
+		mw_index_retire(sp, mw);
+		mw->index = fresh.index;
+		mw->variant = 0;
+		*mw_slot(sp, mw->index) = mw;
+	}
+	mw->variant++; /* wraps, 0 included, as ibv_inc_rkey's byte does on rxe and mlx5 */
+	if (sp->mw_bind_late > 0) {
+		sp->mw_bind_late--;
+		mw->stale = true;
+		return -ETIMEDOUT;
+	}
+	*ret_rkey = mw->index << 8 | mw->variant;
+	return 0;
+}
+
+/* The key is refused from the moment the wrapper, locked, cleared base.mr (mw_lookup); a copy
+ * through the window's MR that began before is waited for here, as a device completes a local
+ * invalidate after the accesses ahead of it (so memory freed after an invalidation is out of
+ * every transfer's reach). */
+/* Unbound already (the wrapper), so no chunk through mw begins: waits for those under way. A
+ * transfer that has not reached its copy, or is between chunks, fails at its next look at the
+ * key. Locked. */
+static void wait_no_chunks(struct soft_provider *sp, struct soft_mw *mw)
+{
+	while (mw->copying > 0)
+		pthread_cond_wait(&sp->idle, &sp->base.lock);
+}
+
+static int soft_mw_invalidate(struct provider_mw *base, struct provider_mr *mr)
+{
+	struct soft_provider *sp = to_soft(base->pd->provider);
+	int r = soft_dead(sp);
+
+	if (r < 0)
+		return r;
+	(void)mr;
+	if (sp->mw_invalidate_fail > 0) { /* the wrapper binds it again */
+		sp->mw_invalidate_fail--;
+		return -EIO;
+	}
+	wait_no_chunks(sp, (struct soft_mw *)base);
+	return 0;
+}
+
+static int soft_mw_dealloc(struct provider_mw *base, struct provider_mr *mr)
+{
+	struct soft_mw *mw = (struct soft_mw *)base;
+	struct soft_provider *sp = to_soft(base->pd->provider);
+
+	(void)mr;
+	if (sp->mw_dealloc_fail > 0) { /* the wrapper binds it again */
+		sp->mw_dealloc_fail--;
+		return -EIO;
+	}
+	wait_no_chunks(sp, mw);
+	mw_index_retire(sp, mw);
+	if (mw->prev)
+		mw->prev->next = mw->next;
+	else
+		sp->mws = mw->next;
+	if (mw->next)
+		mw->next->prev = mw->prev;
+	sp->stats.mws--;
+	__atomic_sub_fetch(&device_mws, 1, __ATOMIC_RELAXED);
+	free(mw);
+	return 0;
+}
+
 static int soft_export_pd(struct provider_pd *pd, int *ret_cmd_fd, uint32_t *ret_pd_handle)
 {
 	struct soft_provider *sp = to_soft(pd->provider);
@@ -1408,9 +1757,18 @@ static bool soft_gone(struct provider *p)
 
 /* Its keys stop reaching memory (soft_dead refuses every transfer); the pins stay, as the
  * handles do, for soft_revive. */
+/* Under the provider's lock. The device forgot its windows' bindings, as verbs' lose frees
+ * them: the MRs under them go with dereg, as a lost device's handles do. */
 static void soft_lose(struct provider *p)
 {
-	__atomic_store_n(&to_soft(p)->lost, true, __ATOMIC_RELEASE);
+	struct soft_provider *sp = to_soft(p);
+
+	__atomic_store_n(&sp->lost, true, __ATOMIC_RELEASE);
+	for (struct soft_mw *mw = sp->mws; mw; mw = mw->next)
+		if (mw->base.mr) {
+			mw->base.mr->n_mws--;
+			mw->base.mr = NULL;
+		}
 }
 
 /* An index never handed out for mr, its first variant; -EKEYEXPIRED: none left. */
@@ -1505,6 +1863,15 @@ static int soft_revive(struct provider *p)
 		classes_retire(sp);
 	for (size_t i = 0; i < n; i++)
 		rekey_fresh(sp, mrs[i]);
+	/* The device forgot its windows' bindings: each is free again, its index spent (the
+	 * next bind takes a fresh one). */
+	for (struct soft_mw *mw = sp->mws; mw; mw = mw->next) {
+		if (mw->base.mr) {
+			mw->base.mr->n_mws--;
+			mw->base.mr = NULL;
+		}
+		mw_index_retire(sp, mw);
+	}
 	free(mrs);
 	sp->base.caps.port_active = soft_device_port_active();
 	__atomic_store_n(&sp->lost, false, __ATOMIC_RELEASE);
@@ -1526,6 +1893,10 @@ const struct provider_ops provider_soft_ops = {
 	.export_pd = soft_export_pd,
 	.dma = soft_dma,
 	.invalidate = soft_invalidate,
+	.mw_alloc = soft_mw_alloc,
+	.mw_bind = soft_mw_bind,
+	.mw_invalidate = soft_mw_invalidate,
+	.mw_dealloc = soft_mw_dealloc,
 	.stats = soft_stats,
 	.event_fd = soft_event_fd,
 	.read_event = soft_read_event,

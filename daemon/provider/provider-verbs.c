@@ -22,6 +22,7 @@
 
 struct verbs_pd;
 struct verbs_mr;
+struct verbs_mw;
 
 /* A lost context kept open for the MRs whose dereg failed when it was lost (verbs_lose): the
  * kernel still holds them, pinned, and their later dereg goes through this context (closing
@@ -42,6 +43,7 @@ struct verbs_provider {
 	 * element is mrd's only when it is one of these PDs' loopback QPs or CQs. */
 	LIST_HEAD(, verbs_pd) pds;
 	LIST_HEAD(, verbs_mr) mrs;
+	LIST_HEAD(, verbs_mw) mws;
 	LIST_HEAD(, verbs_kept) kept;
 	char dev_path[256]; /* the device's uverbs sysfs node: gone once its removal began */
 	/* advise runs without the provider's lock: lose waits for it (write) */
@@ -52,9 +54,13 @@ struct verbs_pd {
 	struct provider_pd base;
 	LIST_ENTRY(verbs_pd) link;
 	struct ibv_pd *pd; /* NULL while lost */
-	/* The Dma request's QPs, made on first use. Its own lock: a transfer waits for the
-	 * device, and must not hold up every other op as the provider's lock would. */
+	/* The Dma request's QPs, made on first use, windows bound on them. Their own locks: a
+	 * transfer waits for the device, and must not hold up every other op as the provider's
+	 * lock would, nor a grant or revoke on mrd's loop (win_lock: transfers and window ops run
+	 * at once, verbs-loopback.h). The loopback is made, mended and freed under both, dma_lock
+	 * first; read under either. */
 	pthread_mutex_t dma_lock;
+	pthread_mutex_t win_lock;
 	struct verbs_loopback *loopback;
 };
 
@@ -70,6 +76,14 @@ struct verbs_mr {
 	uint64_t pinned; /* bytes the kernel pinned for it (0 for ODP) */
 	unsigned ibv_access; /* what the device MR grants now: nothing while parked */
 	bool parked;     /* on the parking page (verbs_park) */
+};
+
+/* A type-2 window: allocated on the PD, bound through its loopback (verbs-loopback.h). */
+struct verbs_mw {
+	struct provider_mw base;
+	LIST_ENTRY(verbs_mw) link;
+	struct ibv_mw *mw;                 /* NULL while lost (verbs_lose) */
+	struct verbs_loopback_pair *pair;  /* bound on; NULL: not bound on the device */
 };
 
 static struct verbs_provider *to_verbs(struct provider *p) { return (struct verbs_provider *)p; }
@@ -91,6 +105,8 @@ static unsigned to_ibv_access(unsigned access)
 		a |= IBV_ACCESS_REMOTE_ATOMIC;
 	if (access & MRD_ACCESS_ON_DEMAND)
 		a |= IBV_ACCESS_ON_DEMAND;
+	if (access & MRD_ACCESS_MW_BIND)
+		a |= IBV_ACCESS_MW_BIND;
 	return a;
 }
 
@@ -272,6 +288,7 @@ static void verbs_provider_init(struct verbs_provider *vp)
 	pthread_rwlock_init(&vp->live, NULL);
 	LIST_INIT(&vp->pds);
 	LIST_INIT(&vp->mrs);
+	LIST_INIT(&vp->mws);
 	LIST_INIT(&vp->kept);
 }
 
@@ -320,6 +337,36 @@ size_t provider_verbs_hidden(void)
 	return uverbs > listed ? uverbs - listed : 0;
 }
 
+/* Type-2 windows, where the device has them (rxe: type 2B, Linux rxe_param.h
+ * RXE_DEVICE_CAP_FLAGS; siw: none, max_mw 0) and mrd can bind them: a type-2 bind is a work
+ * request, posted on the PD's loopback QP, so a device that cannot loop back (caps.no_dma)
+ * has none for mrd either. */
+static void window_caps(const struct ibv_device_attr *attr, struct provider_caps *caps)
+{
+	bool type2 = attr->device_cap_flags &
+		     (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B);
+
+	caps->mw = false;
+	caps->mw_fresh_binds = 256; /* the key byte alone changes: ibv_inc_rkey */
+	caps->max_mw = attr->max_mw > 0 ? (uint32_t)attr->max_mw : 0;
+	caps->mw_wide = NULL;
+	if (!type2 || attr->max_mw <= 0)
+		caps->no_mw = "the device has no type-2 memory windows (device_cap_flags has no "
+			      "MEM_WINDOW_TYPE_2A/2B, or max_mw is 0: siw has none)";
+	else if (caps->no_dma)
+		caps->no_mw = "windows are bound by a work request on mrd's loopback QPs, which "
+			      "this device cannot connect (see DMA)";
+	else {
+		caps->mw = true;
+		caps->no_mw = NULL;
+	}
+	/* rxe (vendor 0xffffff, rxe_param.h RXE_VENDOR_ID) checks a window's range against its
+	 * MR's: rxe_resp.c check_rkey, mr_check_range(mr, ...) after rxe_lookup_mw. */
+	if (caps->mw && attr->vendor_id == 0xffffff)
+		caps->mw_wide = "rxe checks a window's range against its MR's (rxe_resp.c "
+				"check_rkey): a window's rkey reaches the whole MR";
+}
+
 static int verbs_open(const char *device, struct provider **ret)
 {
 	struct ibv_device_attr_ex attr = {};
@@ -364,6 +411,7 @@ static int verbs_open(const char *device, struct provider **ret)
 	vp->base.caps.keys_come_back = true; /* mlx5's mkey cache does; no device says it won't */
 	vp->base.caps.odp_move_recreates = true; /* mlx5 does (hw/mlx5/mr.c); none says it won't */
 	vp->base.caps.dma = !vp->base.caps.no_dma;
+	window_caps(&attr.orig_attr, &vp->base.caps);
 	if (vp->base.caps.no_dma)
 		log_info("verbs: %s: no DMA through keys: %s", vp->base.caps.device,
 			 vp->base.caps.no_dma);
@@ -383,7 +431,12 @@ static void verbs_close(struct provider *p)
 {
 	struct verbs_provider *vp = to_verbs(p);
 	struct verbs_kept *k;
+	struct verbs_mw *vmw;
 
+	while ((vmw = LIST_FIRST(&vp->mws))) { /* left behind: the context takes them along */
+		LIST_REMOVE(vmw, link);
+		free(vmw);
+	}
 	if (vp->parking_pd) /* the MRs parked on it went with their pools' quarantine */
 		(void)ibv_dealloc_pd(vp->parking_pd);
 	if (vp->ctx)
@@ -417,6 +470,7 @@ static int verbs_pd_alloc(struct provider *p, struct provider_pd **ret)
 		return r;
 	}
 	pthread_mutex_init(&vpd->dma_lock, NULL);
+	pthread_mutex_init(&vpd->win_lock, NULL);
 	vpd->base.provider = p;
 	pthread_mutex_lock(&p->event_lock); /* owns_element walks the PDs */
 	LIST_INSERT_HEAD(&to_verbs(p)->pds, vpd, link);
@@ -439,6 +493,8 @@ static int loopback_set(struct verbs_pd *vpd, struct ibv_pd *pd)
 	vpd->loopback = NULL;
 	if (pd)
 		r = verbs_loopback_new(pd, &vpd->loopback);
+	if (r == 0 && vpd->loopback)
+		verbs_loopback_set_elements_lock(vpd->loopback, l);
 	pthread_mutex_unlock(l);
 	return r;
 }
@@ -458,6 +514,7 @@ static int verbs_pd_free(struct provider_pd *base)
 	LIST_REMOVE(vpd, link);
 	pthread_mutex_unlock(&base->provider->event_lock);
 	pthread_mutex_destroy(&vpd->dma_lock);
+	pthread_mutex_destroy(&vpd->win_lock);
 	free(vpd);
 	return 0;
 }
@@ -767,29 +824,205 @@ static int verbs_export_pd(struct provider_pd *base, int *ret_cmd_fd, uint32_t *
 	return 0;
 }
 
+/* The PD's loopback made, or its pair replaced when the last replace failed; both locks held. */
+static int loopback_mend(struct verbs_pd *vpd)
+{
+	if (!vpd->pd)
+		return -ENODEV;
+	if (!vpd->loopback)
+		return loopback_set(vpd, vpd->pd);
+	if (!verbs_loopback_ready(vpd->loopback))
+		return verbs_loopback_replace(vpd->loopback);
+	return 0;
+}
+
 /* The device does the transfer, on the PD's loopback QPs, and judges the keys itself. */
 static int verbs_dma(struct provider_pd *base, enum provider_dma_op op, uint32_t lkey,
 		     uint64_t laddr, uint32_t rkey, uint64_t raddr, size_t length)
 {
 	struct verbs_pd *vpd = (struct verbs_pd *)base;
-	int r = 0;
+	int r;
 
 	if (op != PROVIDER_DMA_WRITE && op != PROVIDER_DMA_READ)
 		return -EINVAL;
 	pthread_mutex_lock(&vpd->dma_lock);
-	if (!vpd->pd)
-		r = -ENODEV;
-	else if (!vpd->loopback)
-		r = loopback_set(vpd, vpd->pd);
-	if (r == 0)
-		r = verbs_loopback_transfer(vpd->loopback, op == PROVIDER_DMA_READ, lkey, laddr,
-					    rkey, raddr, length);
-	/* Anything but a refused key (or a range refused before posting) may be the port or its
-	 * address gone: the next Dma makes a loopback afresh (verbs-loopback.h). */
-	if (r < 0 && r != -EKEYREJECTED && r != -EFAULT && vpd->loopback)
-		(void)loopback_set(vpd, NULL);
+	pthread_mutex_lock(&vpd->win_lock);
+	r = loopback_mend(vpd);
+	pthread_mutex_unlock(&vpd->win_lock);
+	if (r < 0)
+		goto out;
+	r = verbs_loopback_transfer(vpd->loopback, op == PROVIDER_DMA_READ, lkey, laddr, rkey,
+				    raddr, length);
+	if (r < 0 && r != -EFAULT) { /* -EFAULT: refused before anything was posted */
+		pthread_mutex_lock(&vpd->win_lock);
+		/* A refused key left the QPs in the error state; anything else may be the port or
+		 * its address gone: the next Dma makes a loopback afresh (verbs-loopback.h), unless
+		 * windows are bound on its QPs, which must stay. */
+		if (r == -EKEYREJECTED || verbs_loopback_has_windows(vpd->loopback))
+			(void)verbs_loopback_replace(vpd->loopback);
+		else
+			(void)loopback_set(vpd, NULL);
+		pthread_mutex_unlock(&vpd->win_lock);
+	}
+out:
 	pthread_mutex_unlock(&vpd->dma_lock);
 	return r;
+}
+
+/* Window ops run on mrd's loop, which must never wait for a transfer: where one needs the pair
+ * made or mended (dma_lock first, the lock order) and a Dma holds dma_lock, it does not wait.
+ * That Dma made the loopback (or found it) before its transfer, and replaces the pair if the
+ * transfer fails on it, as it does when the answering QP is in the error state. */
+
+/* Returns with win_lock held and r: 0 when the PD's loopback is ready for a window op, -EAGAIN
+ * when it needs making or mending while a Dma is under way. */
+static int window_enter(struct verbs_pd *vpd)
+{
+	int r;
+
+	pthread_mutex_lock(&vpd->win_lock);
+	if (vpd->loopback && verbs_loopback_ready(vpd->loopback))
+		return 0;
+	pthread_mutex_unlock(&vpd->win_lock);
+	if (pthread_mutex_trylock(&vpd->dma_lock) != 0) {
+		pthread_mutex_lock(&vpd->win_lock);
+		return -EAGAIN;
+	}
+	pthread_mutex_lock(&vpd->win_lock);
+	r = loopback_mend(vpd);
+	pthread_mutex_unlock(&vpd->dma_lock);
+	return r;
+}
+
+/* A window op failed on the pair of generation gen (win_lock held, and again on return): the
+ * QPs are in the error state. Replaced meanwhile by the Dma thread (its refused key broke them
+ * under the op): true, try once more on the new pair. Else false, and this replaces them,
+ * unless a Dma is under way: its transfer then fails on the broken pair and the Dma thread
+ * replaces it (until then window ops fail). */
+static bool window_failed(struct verbs_pd *vpd, unsigned gen)
+{
+	bool again, dma_idle;
+
+	pthread_mutex_unlock(&vpd->win_lock);
+	dma_idle = pthread_mutex_trylock(&vpd->dma_lock) == 0;
+	pthread_mutex_lock(&vpd->win_lock);
+	again = vpd->loopback && verbs_loopback_generation(vpd->loopback) != gen;
+	if (vpd->loopback && !again && dma_idle)
+		(void)verbs_loopback_replace(vpd->loopback);
+	if (dma_idle)
+		pthread_mutex_unlock(&vpd->dma_lock);
+	return again && verbs_loopback_ready(vpd->loopback);
+}
+
+static int verbs_mw_alloc(struct provider_pd *base, struct provider_mw **ret)
+{
+	struct verbs_provider *vp = to_verbs(base->provider);
+	struct verbs_pd *vpd = (struct verbs_pd *)base;
+	struct verbs_mw *vmw;
+	int r;
+
+	if (!vp->ctx || !vpd->pd)
+		return -ENODEV;
+	vmw = calloc(1, sizeof(*vmw));
+	if (!vmw)
+		return -ENOMEM;
+	vmw->mw = ibv_alloc_mw(vpd->pd, IBV_MW_TYPE_2);
+	if (!vmw->mw) {
+		r = negative_errno();
+		free(vmw);
+		return r;
+	}
+	vmw->base.pd = base;
+	vmw->base.rkey = vmw->mw->rkey;
+	LIST_INSERT_HEAD(&vp->mws, vmw, link);
+	vp->stats.mws++;
+	*ret = &vmw->base;
+	return 0;
+}
+
+/* Posted on the PD's loopback, made here if it has none yet; its window lock, under the
+ * provider's (as verbs_lose takes them). */
+static int verbs_mw_bind(struct provider_mw *base, struct provider_mr *mr, uint64_t addr,
+			 uint64_t length, unsigned access, uint32_t *ret_rkey)
+{
+	struct verbs_pd *vpd = (struct verbs_pd *)base->pd;
+	struct verbs_mw *vmw = (struct verbs_mw *)base;
+	struct verbs_mr *vmr = (struct verbs_mr *)mr;
+	uint32_t rkey = ibv_inc_rkey(base->rkey);
+	int r = 0;
+
+	if (!vmw->mw || !vmr->mr || vmr->lost)
+		return -ENODEV;
+	if (vmr->parked)
+		return -EINVAL; /* it grants nothing, MW_BIND included (verbs_park) */
+	r = window_enter(vpd);
+	for (int tries = 0; r == 0; tries++) {
+		unsigned gen = verbs_loopback_generation(vpd->loopback);
+
+		r = verbs_loopback_bind(vpd->loopback, vmw->mw, vmr->mr, addr, length,
+					to_ibv_access(access), rkey, &vmw->pair);
+		if (r == 0 || !window_failed(vpd, gen) || tries > 0)
+			break;
+		r = 0;
+	}
+	pthread_mutex_unlock(&vpd->win_lock);
+	if (r < 0)
+		return r;
+	/* The next bind names the window by its key as the device has it now: rxe_bind_mw
+	 * refuses a bind whose mw_rkey (librxe: ibv_mw->rkey) is not the window's current key,
+	 * and libibverbs leaves it to the caller to follow a type-2 bind's key. */
+	vmw->mw->rkey = rkey;
+	*ret_rkey = rkey;
+	return 0;
+}
+
+static int verbs_mw_invalidate(struct provider_mw *base, struct provider_mr *mr)
+{
+	struct verbs_pd *vpd = (struct verbs_pd *)base->pd;
+	struct verbs_mw *vmw = (struct verbs_mw *)base;
+	int r;
+
+	(void)mr;
+	if (!vmw->mw || !vmw->pair)
+		return -ENODEV;
+	r = window_enter(vpd);
+	for (int tries = 0; r == 0; tries++) {
+		unsigned gen = verbs_loopback_generation(vpd->loopback);
+
+		r = verbs_loopback_invalidate(vpd->loopback, base->rkey, vmw->pair);
+		if (r == 0 || !window_failed(vpd, gen) || tries > 0)
+			break;
+		r = 0;
+	}
+	pthread_mutex_unlock(&vpd->win_lock);
+	if (r == 0)
+		vmw->pair = NULL;
+	return r;
+}
+
+static int verbs_mw_dealloc(struct provider_mw *base, struct provider_mr *mr)
+{
+	struct verbs_provider *vp = to_verbs(base->pd->provider);
+	struct verbs_pd *vpd = (struct verbs_pd *)base->pd;
+	struct verbs_mw *vmw = (struct verbs_mw *)base;
+
+	(void)mr;
+	if (vmw->mw) { /* NULL: deallocated when its device was lost */
+		int r = verbs_ret(ibv_dealloc_mw(vmw->mw));
+
+		if (r < 0)
+			return r;
+	}
+	if (vmw->pair) {
+		pthread_mutex_lock(&vpd->win_lock);
+		verbs_loopback_unbound(vpd->loopback, vmw->pair);
+		pthread_mutex_unlock(&vpd->win_lock);
+	}
+	LIST_REMOVE(vmw, link);
+	if (vmw->mw)
+		vp->stats.mws--;
+	free(vmw);
+	return 0;
 }
 
 /* The event path runs under event_lock alone (provider.h): ctx, the PDs and their loopbacks
@@ -897,12 +1130,27 @@ static void verbs_lose(struct provider *p)
 	struct verbs_provider *vp = to_verbs(p);
 	struct verbs_kept *kept;
 	struct verbs_mr *vmr;
+	struct verbs_mw *vmw;
 	struct verbs_pd *vpd;
 
 	if (!vp->ctx)
 		return;
 	kept = calloc(1, sizeof(*kept));
 	pthread_rwlock_wrlock(&vp->live);
+	/* Windows first: rxe refuses to deregister an MR with one bound (rxe_dereg_mr), and a
+	 * window holds its loopback QP. Each is free when the device comes back (verbs_revive). */
+	LIST_FOREACH(vmw, &vp->mws, link) {
+		if (!vmw->mw)
+			continue;
+		(void)ibv_dealloc_mw(vmw->mw);
+		vmw->mw = NULL;
+		vmw->pair = NULL; /* its loopback goes below */
+		vp->stats.mws--;
+		if (vmw->base.mr) {
+			vmw->base.mr->n_mws--;
+			vmw->base.mr = NULL;
+		}
+	}
 	LIST_FOREACH(vmr, &vp->mrs, link) {
 		if (vmr->lost)
 			continue;
@@ -932,10 +1180,12 @@ static void verbs_lose(struct provider *p)
 	vp->parking_pd = NULL;
 	LIST_FOREACH(vpd, &vp->pds, link) { /* NULL ones: a revive that failed partway */
 		pthread_mutex_lock(&vpd->dma_lock);
+		pthread_mutex_lock(&vpd->win_lock);
 		(void)loopback_set(vpd, NULL);
 		if (vpd->pd)
 			(void)ibv_dealloc_pd(vpd->pd); /* EBUSY under a kept MR: goes with kept->ctx */
 		vpd->pd = NULL;
+		pthread_mutex_unlock(&vpd->win_lock);
 		pthread_mutex_unlock(&vpd->dma_lock);
 	}
 	pthread_mutex_lock(&p->event_lock); /* the event path reads ctx */
@@ -985,6 +1235,7 @@ static int verbs_revive(struct provider *p)
 	struct verbs_provider *vp = to_verbs(p);
 	char name[sizeof(vp->base.caps.device)];
 	struct verbs_mr *vmr;
+	struct verbs_mw *vmw;
 	struct verbs_pd *vpd;
 	int r;
 
@@ -1020,6 +1271,16 @@ static int verbs_revive(struct provider *p)
 			return r;
 		}
 	}
+	LIST_FOREACH(vmw, &vp->mws, link) {
+		vmw->mw = ibv_alloc_mw(((struct verbs_pd *)vmw->base.pd)->pd, IBV_MW_TYPE_2);
+		if (!vmw->mw) {
+			r = negative_errno();
+			verbs_lose(p);
+			return r;
+		}
+		vmw->base.rkey = vmw->mw->rkey;
+		vp->stats.mws++;
+	}
 	return 0;
 }
 
@@ -1043,6 +1304,10 @@ const struct provider_ops provider_verbs_ops = {
 	.export_pd = verbs_export_pd,
 	.cmd_fd = verbs_cmd_fd,
 	.dma = verbs_dma,
+	.mw_alloc = verbs_mw_alloc,
+	.mw_bind = verbs_mw_bind,
+	.mw_invalidate = verbs_mw_invalidate,
+	.mw_dealloc = verbs_mw_dealloc,
 	.stats = verbs_stats,
 	.event_fd = verbs_event_fd,
 	.read_event = verbs_read_event,

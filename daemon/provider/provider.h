@@ -17,8 +17,12 @@ enum {
 	MRD_ACCESS_REMOTE_READ = 1u << 2,
 	MRD_ACCESS_REMOTE_ATOMIC = 1u << 3,
 	MRD_ACCESS_ON_DEMAND = 1u << 4, /* ODP: nothing pinned, pages fault in */
+	/* Memory windows may be bound over the MR (IBV_ACCESS_MW_BIND); only where caps.mw. */
+	MRD_ACCESS_MW_BIND = 1u << 5,
 };
-#define MRD_ACCESS_ALL 0x1fu
+#define MRD_ACCESS_ALL 0x3fu
+/* What a window may grant (rxe_mw.c rxe_bind_mw: RXE_ACCESS_SUPPORTED_MW, zero-based apart). */
+#define MRD_ACCESS_MW_GRANTS (MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ | MRD_ACCESS_REMOTE_ATOMIC)
 
 enum provider_rereg_flags {
 	PROVIDER_REREG_TRANSLATION = 1u << 0, /* new addr/length/iova */
@@ -100,6 +104,22 @@ struct provider_caps {
 	bool dma_emulated;      /* ... by mrd itself (soft): exact errors, counted ODP faults */
 	bool export_pd;         /* clients may import context and PD */
 	uint64_t max_keys;      /* keys a context makes in its life, then -EKEYEXPIRED; 0: no limit */
+	/* Type-2 memory windows: MRs may take MRD_ACCESS_MW_BIND, and the mw_* ops work where the
+	 * provider has them (not the client provider: a client binds on its own QPs). no_mw says
+	 * why not where mw is false (siw has none). */
+	bool mw;
+	const char *no_mw;
+	/* Where a window's rkey reaches more than its bytes, why; NULL: exactly its bytes. rxe
+	 * checks a window's range against its MR's, not the window's (Linux rxe_resp.c,
+	 * check_rkey: mr_check_range(mr, ...) after rxe_lookup_mw). */
+	const char *mw_wide;
+	/* How many binds of one window give keys never seen before: 256 where only the key byte
+	 * changes (ibv_inc_rkey), 0 where a key, once dead, never comes back (soft). */
+	unsigned mw_fresh_binds;
+	/* Windows the device holds at most, all its contexts together (ibv_query_device's
+	 * max_mw): Linux 6.1 rxe 2^19 - 1 (rxe_param.h RXE_MAX_MW); mlx5 windows are mkeys, which
+	 * its MRs need too. */
+	uint32_t max_mw;
 };
 
 struct provider_stats {
@@ -110,6 +130,7 @@ struct provider_stats {
 	uint64_t odp_faults;          /* pages made present by a DMA touching them */
 	uint64_t odp_prefetched_pages;
 	uint64_t odp_invalidations;   /* pages whose translation was zapped */
+	uint64_t mws;                 /* memory windows allocated */
 };
 
 struct provider;
@@ -118,6 +139,7 @@ struct frmr_pool;
 struct provider_pd {
 	struct provider *provider;
 	unsigned n_mrs;
+	unsigned n_mws; /* windows allocated on it: pd_free is -EBUSY while any */
 };
 
 /* What callers may read of a registration; the provider owns the rest. */
@@ -131,6 +153,26 @@ struct provider_mr {
 	/* The FRMR pools' (daemon/registration/frmr-pool.h): the pool it returns to when released, NULL
 	 * when it is not pooled. Providers never touch it. */
 	struct frmr_pool *pool;
+	/* Windows bound over it (the wrappers count): while any, dereg, park and moves are refused
+	 * (-EBUSY), as rxe refuses dereg (rxe_verbs.c rxe_dereg_mr: num_mw, IBA 10.6.7.2.6). */
+	unsigned n_mws;
+	/* Windows handed to it as its memory was freed (provider_mw_doom): deallocated, their
+	 * keys dead, by whatever ends the MR (dereg, park) before it does. */
+	struct provider_mw *doomed;
+};
+
+/* A type-2 memory window: what callers may read. The wrappers keep the binding. */
+struct provider_mw {
+	struct provider_pd *pd;
+	struct provider_mr *mr; /* bound over it; NULL: not bound (its rkey reaches nothing) */
+	uint64_t addr, length;  /* the bytes bound, iova of mr */
+	unsigned access;        /* MRD_ACCESS_MW_GRANTS bits bound */
+	uint32_t rkey;          /* the last key bound; dead while mr is NULL */
+	/* An invalidate or dealloc waits for what of a transfer through the window is under way
+	 * (soft: the chunk being copied, the lock released; the transfer's next chunk fails):
+	 * the window is unbound already, and every other op on it is refused until it is done. */
+	bool busy;
+	struct provider_mw *doomed_next; /* on its MR's doomed list */
 };
 
 struct provider_ops {
@@ -194,6 +236,19 @@ struct provider_ops {
 	 * where the kernel does it. */
 	int (*invalidate)(struct provider_mr *mr, uint64_t iova, size_t length);
 	void (*stats)(const struct provider *p, struct provider_stats *ret);
+	/* Type-2 memory windows (NULL where the provider has none); the wrappers check every
+	 * rule below first, so the ops see valid requests only. mw_bind binds a free window over
+	 * [addr, addr + length) of mr (an iova range), with a new key (verbs: the key byte
+	 * advanced, as ibv_inc_rkey does; soft: a key never handed out before), into *ret_rkey.
+	 * mw_invalidate makes it free again: its rkey is refused from then on, at once.
+	 * mw_dealloc frees it, bound or not, and also works on a lost device. Both get the MR it
+	 * was bound over (NULL: none), the wrapper having unbound it already (mw->mr NULL, busy),
+	 * so a key lookup refuses it while they wait for the transfers under way. */
+	int (*mw_alloc)(struct provider_pd *pd, struct provider_mw **ret);
+	int (*mw_bind)(struct provider_mw *mw, struct provider_mr *mr, uint64_t addr,
+		       uint64_t length, unsigned access, uint32_t *ret_rkey);
+	int (*mw_invalidate)(struct provider_mw *mw, struct provider_mr *mr);
+	int (*mw_dealloc)(struct provider_mw *mw, struct provider_mr *mr);
 	/* The device's lifecycle (mrd(8), DEVICES). The context's async event fd (O_NONBLOCK,
 	 * the provider's), -1 when it has none. */
 	int (*event_fd)(struct provider *p);
@@ -340,7 +395,8 @@ static inline int provider_pd_alloc(struct provider *p, struct provider_pd **ret
 
 static inline int provider_pd_free(struct provider_pd *pd)
 {
-	return pd ? PROVIDER_LOCKED(pd->provider, pd->provider->ops->pd_free(pd)) : 0;
+	return pd ? PROVIDER_LOCKED(pd->provider,
+				    pd->n_mws > 0 ? -EBUSY : pd->provider->ops->pd_free(pd)) : 0;
 }
 
 static inline int provider_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t iova,
@@ -353,6 +409,8 @@ static inline int provider_reg(struct provider_pd *pd, void *addr, size_t length
 		return r;
 	if (length == 0 || length > p->caps.max_mr_size)
 		return -EINVAL;
+	if ((access & MRD_ACCESS_MW_BIND) && !p->caps.mw)
+		return -EOPNOTSUPP;
 	return PROVIDER_LIVE(p, p->ops->reg(pd, addr, length, iova, access, ret));
 }
 
@@ -373,9 +431,29 @@ static inline int provider_rereg(struct provider_mr *mr, unsigned flags, void *a
 		return r;
 	if ((access ^ mr->access) & MRD_ACCESS_ON_DEMAND)
 		return -EINVAL;
+	if ((access & MRD_ACCESS_MW_BIND) && !p->caps.mw)
+		return -EOPNOTSUPP;
 	if ((flags & PROVIDER_REREG_TRANSLATION) && (length == 0 || length > p->caps.max_mr_size))
 		return -EINVAL;
-	return PROVIDER_LIVE(p, p->ops->rereg(mr, flags, addr, length, iova, access));
+	/* Windows bound over it: invalidate them first. */
+	return PROVIDER_LIVE(p, mr->n_mws > 0 ? -EBUSY :
+				p->ops->rereg(mr, flags, addr, length, iova, access));
+}
+
+static inline int provider_mw_dealloc_locked(struct provider_mw *mw);
+
+/* Deallocates the windows doomed with mr (provider_mw_doom): 0 once no window is bound over
+ * it, else -EBUSY (a dealloc failed: that window stays doomed, and mr with it). Locked. */
+static inline int provider_mr_unwindowed_locked(struct provider_mr *mr)
+{
+	while (mr->doomed) {
+		struct provider_mw *mw = mr->doomed, *next = mw->doomed_next;
+
+		if (provider_mw_dealloc_locked(mw) < 0)
+			break;
+		mr->doomed = next;
+	}
+	return mr->n_mws > 0 ? -EBUSY : 0;
 }
 
 static inline int provider_dereg(struct provider_mr *mr)
@@ -385,7 +463,9 @@ static inline int provider_dereg(struct provider_mr *mr)
 	if (!mr)
 		return 0;
 	p = mr->pd->provider;
-	return PROVIDER_LOCKED(p, p->ops->dereg(mr));
+	/* As rxe (struct provider_mr, n_mws). */
+	return PROVIDER_LOCKED(p, provider_mr_unwindowed_locked(mr) < 0 ? -EBUSY :
+				  p->ops->dereg(mr));
 }
 
 static inline int provider_park(struct provider_mr *mr)
@@ -394,7 +474,7 @@ static inline int provider_park(struct provider_mr *mr)
 
 	if (!p->ops->park)
 		return -EOPNOTSUPP;
-	return PROVIDER_LIVE(p, p->ops->park(mr));
+	return PROVIDER_LIVE(p, provider_mr_unwindowed_locked(mr) < 0 ? -EBUSY : p->ops->park(mr));
 }
 
 static inline int provider_park_in_place(struct provider_mr *mr)
@@ -403,7 +483,8 @@ static inline int provider_park_in_place(struct provider_mr *mr)
 
 	if (!p->ops->park_in_place)
 		return -EOPNOTSUPP;
-	return PROVIDER_LIVE(p, p->ops->park_in_place(mr));
+	return PROVIDER_LIVE(p, provider_mr_unwindowed_locked(mr) < 0 ? -EBUSY :
+				  p->ops->park_in_place(mr));
 }
 
 /* In pieces of at most caps.advise_max bytes, unlocked: the op locks what it needs. */
@@ -439,6 +520,150 @@ static inline int provider_invalidate(struct provider_mr *mr, uint64_t iova, siz
 	if (!p->ops->invalidate)
 		return 0;
 	return PROVIDER_LOCKED(p, p->ops->invalidate(mr, iova, length));
+}
+
+/* Memory windows (provider_ops, mw_*): -EOPNOTSUPP where caps.mw is false. */
+static inline int provider_mw_alloc_locked(struct provider_pd *pd, struct provider_mw **ret)
+{
+	int r = pd->provider->ops->mw_alloc(pd, ret);
+
+	if (r == 0)
+		pd->n_mws++;
+	return r;
+}
+
+static inline int provider_mw_alloc(struct provider_pd *pd, struct provider_mw **ret)
+{
+	struct provider *p = pd->provider;
+
+	if (!p->caps.mw || !p->ops->mw_alloc)
+		return -EOPNOTSUPP;
+	return PROVIDER_LIVE(p, provider_mw_alloc_locked(pd, ret));
+}
+
+/* The rules rxe applies to a type-2 bind (Linux rxe_mw.c rxe_check_bind_mw and rxe_bind_mw),
+ * checked before any device sees the request: a failed bind work request would put the QP
+ * in the error state. A bound window is refused (o10-37.2.30: only a free one binds; so a
+ * rebind is invalidate + bind); so is a zero length (o10-37.2.40), an MR of another PD
+ * (C10-72 for the QP), an MR without MW_BIND (C10-73: -EACCES), remote write or atomic over
+ * an MR without local write (C10-74: -EACCES), and bytes outside the MR (C10-75). Locked. */
+static inline int provider_mw_bind_locked(struct provider_mw *mw, struct provider_mr *mr,
+					  uint64_t addr, uint64_t length, unsigned access,
+					  uint32_t *ret_rkey)
+{
+	uint32_t rkey;
+	int r;
+
+	if (mw->busy)
+		return -EBUSY;
+	if (mw->mr || length == 0 || mr->pd != mw->pd || (access & ~MRD_ACCESS_MW_GRANTS))
+		return -EINVAL;
+	if (!(mr->access & MRD_ACCESS_MW_BIND))
+		return -EACCES;
+	if ((access & (MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_ATOMIC)) &&
+	    !(mr->access & MRD_ACCESS_LOCAL_WRITE))
+		return -EACCES;
+	if (addr < mr->iova || addr + length < addr || addr + length > mr->iova + mr->length)
+		return -EINVAL;
+	r = mw->pd->provider->ops->mw_bind(mw, mr, addr, length, access, &rkey);
+	if (r < 0)
+		return r;
+	mw->mr = mr;
+	mw->addr = addr;
+	mw->length = length;
+	mw->access = access;
+	mw->rkey = rkey;
+	mr->n_mws++;
+	if (ret_rkey)
+		*ret_rkey = rkey;
+	return 0;
+}
+
+static inline int provider_mw_bind(struct provider_mw *mw, struct provider_mr *mr,
+				   uint64_t addr, uint64_t length, unsigned access,
+				   uint32_t *ret_rkey)
+{
+	struct provider *p = mw->pd->provider;
+
+	if (!p->caps.mw || !p->ops->mw_bind)
+		return -EOPNOTSUPP;
+	return PROVIDER_LIVE(p, provider_mw_bind_locked(mw, mr, addr, length, access, ret_rkey));
+}
+
+/* -EINVAL when it is not bound: rxe lets a second invalidation of a type-2 window through
+ * rxe_check_invalidate_mw, and rxe_do_invalidate_mw then puts its NULL QP and MR (Linux
+ * rxe_mw.c). Locked. */
+static inline int provider_mw_invalidate_locked(struct provider_mw *mw)
+{
+	struct provider_mr *mr = mw->mr;
+	int r;
+
+	if (mw->busy)
+		return -EBUSY;
+	if (!mr)
+		return -EINVAL;
+	/* Unbound before the op waits (soft releases the lock): a second invalidate, a dealloc
+	 * or a lost device's reset finds it unbound, and its key is refused at once. */
+	mw->mr = NULL;
+	mw->busy = true;
+	r = mw->pd->provider->ops->mw_invalidate(mw, mr);
+	mw->busy = false;
+	if (r < 0) {
+		mw->mr = mr;
+		return r;
+	}
+	mr->n_mws--;
+	return 0;
+}
+
+/* The window's rkey is refused from the moment this returns, and no transfer through it is
+ * still under way (soft waits for those; a device completes the invalidation after them). */
+static inline int provider_mw_invalidate(struct provider_mw *mw)
+{
+	struct provider *p = mw->pd->provider;
+
+	if (!p->caps.mw || !p->ops->mw_invalidate)
+		return -EOPNOTSUPP;
+	return PROVIDER_LIVE(p, provider_mw_invalidate_locked(mw));
+}
+
+/* Locked. */
+static inline int provider_mw_dealloc_locked(struct provider_mw *mw)
+{
+	struct provider_pd *pd = mw->pd;
+	struct provider_mr *mr = mw->mr;
+	int r;
+
+	if (mw->busy)
+		return -EBUSY;
+	mw->mr = NULL; /* as an invalidate does */
+	mw->busy = true;
+	r = pd->provider->ops->mw_dealloc(mw, mr); /* frees mw */
+	if (r < 0) {
+		mw->busy = false;
+		mw->mr = mr;
+		return r;
+	}
+	if (mr)
+		mr->n_mws--;
+	pd->n_mws--;
+	return 0;
+}
+
+/* Bound or not; on a lost device too. -EBUSY while an invalidate of it waits. */
+static inline int provider_mw_dealloc(struct provider_mw *mw)
+{
+	return mw ? PROVIDER_LOCKED(mw->pd->provider, provider_mw_dealloc_locked(mw)) : 0;
+}
+
+/* mw, bound over mr, dies with mr: whatever ends mr (dereg, park) deallocates it first. For
+ * the owner of mr's memory, as it frees that memory and before mr's end begins (nothing else
+ * touches mr's doomed list meanwhile): no lock, so mrd's loop hands a window over without
+ * waiting for a worker that holds the provider. */
+static inline void provider_mw_doom(struct provider_mw *mw, struct provider_mr *mr)
+{
+	mw->doomed_next = mr->doomed;
+	mr->doomed = mw;
 }
 
 /* The event path takes event_lock only: the loop reads events while a worker holds the

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -15,15 +16,35 @@
 /* Each part gets this long to complete: ample for a device, and for rxe under emulation. */
 #define PART_TIMEOUT_USEC (10 * USEC_PER_SEC)
 
+/* A connected pair. One that windows are bound on is not destroyed while they are: rxe's
+ * window holds its QP (rxe_mw.c rxe_do_bind_mw: rxe_get(qp)), and a QP destroyed under it
+ * is freed after a timeout all the same (rxe_pool.c __rxe_cleanup), to be put again by the
+ * window's invalidate or dealloc. Replaced, it is kept on the retired list until its last
+ * window lets go of it. */
+struct verbs_loopback_pair {
+	struct ibv_qp *qp[2];
+	unsigned windows; /* bound on qp[1] */
+	bool retired;
+	struct verbs_loopback_pair *next; /* on the retired list */
+};
+
 struct verbs_loopback {
 	struct ibv_pd *pd;
-	struct ibv_cq *cq;
-	struct ibv_qp *qp[2]; /* [0] posts, [1] answers */
+	struct ibv_cq *cq;  /* transfers: qp[0]'s sends (and both QPs' receives, never posted) */
+	struct ibv_cq *wcq; /* windows: qp[1]'s sends, so a bind never waits behind a transfer */
+	struct ibv_qp *qp[2]; /* [0] posts, [1] answers: lb->pair's, or NULL */
+	struct verbs_loopback_pair *pair;
+	struct verbs_loopback_pair *retired;
+	/* Held while the pairs change after verbs_loopback_new (the owner's event lock: an
+	 * event's element is compared against them, verbs_loopback_owns); NULL: none. */
+	pthread_mutex_t *elements_lock;
 	uint8_t port;
 	enum ibv_mtu mtu;
 	uint32_t max_msg;
 	struct ibv_ah_attr ah; /* the port's own address */
 	uint64_t wr_id;        /* of the last part posted */
+	uint64_t win_wr_id;    /* of the last window work request posted */
+	unsigned generation;   /* pairs made so far */
 	uint32_t psn[2];       /* each QP's starting send PSN, random: not guessable off the wire */
 };
 
@@ -152,16 +173,60 @@ static int connect_qp(struct verbs_loopback *lb, int i)
 	return -r;
 }
 
+static void pair_free(struct verbs_loopback_pair *pair)
+{
+	for (int i = 0; i < 2; i++)
+		if (pair->qp[i])
+			(void)ibv_destroy_qp(pair->qp[i]);
+	free(pair);
+}
+
+/* The current pair goes: destroyed, or retired while windows are bound on it. */
 static void drop_qps(struct verbs_loopback *lb)
 {
+	struct verbs_loopback_pair *pair = lb->pair;
 	struct ibv_wc wc;
 
-	for (int i = 0; i < 2; i++)
-		if (lb->qp[i])
-			(void)ibv_destroy_qp(lb->qp[i]);
+	lb->pair = NULL;
 	lb->qp[0] = lb->qp[1] = NULL;
+	if (pair && pair->windows > 0) {
+		pair->retired = true;
+		pair->next = lb->retired;
+		lb->retired = pair;
+	} else if (pair)
+		pair_free(pair);
 	while (ibv_poll_cq(lb->cq, 1, &wc) > 0)
 		; /* what they left behind */
+	while (lb->wcq && ibv_poll_cq(lb->wcq, 1, &wc) > 0)
+		;
+}
+
+static void elements_lock(struct verbs_loopback *lb)
+{
+	if (lb->elements_lock)
+		pthread_mutex_lock(lb->elements_lock);
+}
+
+static void elements_unlock(struct verbs_loopback *lb)
+{
+	if (lb->elements_lock)
+		pthread_mutex_unlock(lb->elements_lock);
+}
+
+/* A window bound on pair lets go of it (invalidated or deallocated): a retired pair goes with
+ * its last. */
+static void pair_unbind(struct verbs_loopback *lb, struct verbs_loopback_pair *pair)
+{
+	struct verbs_loopback_pair **at = &lb->retired;
+
+	if (--pair->windows > 0 || !pair->retired)
+		return;
+	elements_lock(lb);
+	while (*at != pair)
+		at = &(*at)->next;
+	*at = pair->next;
+	pair_free(pair);
+	elements_unlock(lb);
 }
 
 /* A fresh pair, connected. After a failure the old pair is not reset but replaced: a QP moves
@@ -171,9 +236,12 @@ static int make_qps(struct verbs_loopback *lb)
 	int r = 0;
 
 	drop_qps(lb);
+	lb->pair = calloc(1, sizeof(*lb->pair));
+	if (!lb->pair)
+		return -ENOMEM;
 	for (int i = 0; i < 2 && r == 0; i++) {
 		struct ibv_qp_init_attr init = {
-			.send_cq = lb->cq,
+			.send_cq = i == 1 ? lb->wcq : lb->cq,
 			.recv_cq = lb->cq,
 			.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1,
 				 .max_recv_sge = 1 },
@@ -181,7 +249,7 @@ static int make_qps(struct verbs_loopback *lb)
 			.sq_sig_all = 1,
 		};
 
-		lb->qp[i] = ibv_create_qp(lb->pd, &init);
+		lb->qp[i] = lb->pair->qp[i] = ibv_create_qp(lb->pd, &init);
 		if (!lb->qp[i])
 			r = negative_errno();
 	}
@@ -194,7 +262,35 @@ static int make_qps(struct verbs_loopback *lb)
 		r = connect_qp(lb, 1);
 	if (r < 0)
 		drop_qps(lb);
+	lb->generation++;
 	return r;
+}
+
+int verbs_loopback_replace(struct verbs_loopback *lb)
+{
+	int r;
+
+	elements_lock(lb);
+	r = make_qps(lb);
+	elements_unlock(lb);
+	if (r < 0)
+		log_debug("verbs: new loopback QPs: %s", strerror(-r));
+	return r;
+}
+
+bool verbs_loopback_ready(const struct verbs_loopback *lb)
+{
+	return lb->pair != NULL;
+}
+
+unsigned verbs_loopback_generation(const struct verbs_loopback *lb)
+{
+	return lb->generation;
+}
+
+void verbs_loopback_set_elements_lock(struct verbs_loopback *lb, pthread_mutex_t *lock)
+{
+	lb->elements_lock = lock;
 }
 
 void verbs_loopback_free(struct verbs_loopback *lb)
@@ -203,8 +299,16 @@ void verbs_loopback_free(struct verbs_loopback *lb)
 		return;
 	if (lb->cq) {
 		drop_qps(lb);
+		while (lb->retired) { /* their windows are gone (verbs-loopback.h) */
+			struct verbs_loopback_pair *pair = lb->retired;
+
+			lb->retired = pair->next;
+			pair_free(pair);
+		}
 		(void)ibv_destroy_cq(lb->cq);
 	}
+	if (lb->wcq)
+		(void)ibv_destroy_cq(lb->wcq);
 	free(lb);
 }
 
@@ -220,7 +324,8 @@ int verbs_loopback_new(struct ibv_pd *pd, struct verbs_loopback **ret)
 	if (r < 0)
 		goto fail;
 	lb->cq = ibv_create_cq(pd->context, 4, NULL, NULL, 0);
-	if (!lb->cq) {
+	lb->wcq = ibv_create_cq(pd->context, 2, NULL, NULL, 0);
+	if (!lb->cq || !lb->wcq) {
 		r = negative_errno();
 		goto fail;
 	}
@@ -234,19 +339,19 @@ fail:
 	return r;
 }
 
-/* Waits for the completion of the part posted last. Another one is what a failure left behind
- * (a QP entering the error state flushes late): it is passed over. */
-static int await_completion(struct verbs_loopback *lb, struct ibv_wc *wc)
+/* Waits on cq for the completion of wr_id, the work request posted last there. Another one is
+ * what a failure left behind (a QP entering the error state flushes late): it is passed over. */
+static int await_completion(struct ibv_cq *cq, uint64_t wr_id, struct ibv_wc *wc)
 {
 	uint64_t deadline = now_usec(CLOCK_MONOTONIC) + PART_TIMEOUT_USEC;
 	struct timespec nap = { 0, 1000 };
 
 	for (;;) {
-		int n = ibv_poll_cq(lb->cq, 1, wc);
+		int n = ibv_poll_cq(cq, 1, wc);
 
 		if (n < 0)
 			return -EIO;
-		if (n > 0 && wc->wr_id == lb->wr_id)
+		if (n > 0 && wc->wr_id == wr_id)
 			return 0;
 		if (n > 0)
 			continue;
@@ -287,7 +392,7 @@ int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey,
 	if (laddr + length < laddr || raddr + length < raddr)
 		return -EFAULT;
 	if (!lb->qp[0])
-		r = make_qps(lb); /* the last replacement failed */
+		return -ENOTCONN; /* the last replacement failed */
 	while (length > 0 && r == 0) {
 		uint32_t part = length < lb->max_msg ? (uint32_t)length : lb->max_msg;
 		struct ibv_sge sge = { .addr = laddr, .length = part, .lkey = lkey };
@@ -303,24 +408,97 @@ int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey,
 
 		r = -ibv_post_send(lb->qp[0], &wr, &bad);
 		if (r == 0)
-			r = await_completion(lb, &wc);
+			r = await_completion(lb->cq, lb->wr_id, &wc);
 		if (r == 0)
 			r = wc_error(&wc);
 		laddr += part, raddr += part, length -= part;
-	}
-	if (r == -EKEYREJECTED) {
-		/* The refusal left the QPs in the error state: replace them (the next transfer
-		 * tries again if this fails). */
-		int k = make_qps(lb);
-
-		if (k < 0)
-			log_debug("verbs: new loopback QPs: %s", strerror(-k));
 	}
 	return r;
 }
 
 bool verbs_loopback_owns(const struct verbs_loopback *lb, const void *element)
 {
-	return lb && element &&
-	       (element == lb->qp[0] || element == lb->qp[1] || element == lb->cq);
+	if (!lb || !element)
+		return false;
+	if (element == lb->qp[0] || element == lb->qp[1] || element == lb->cq || element == lb->wcq)
+		return true;
+	for (const struct verbs_loopback_pair *r = lb->retired; r; r = r->next)
+		if (element == r->qp[0] || element == r->qp[1])
+			return true;
+	return false;
+}
+
+/* One work request on the answering QP, awaited on wcq: 0, or -EIO when it failed (the QP is
+ * then in the error state) or -ETIMEDOUT. */
+static int post_wait(struct verbs_loopback *lb, struct ibv_send_wr *wr)
+{
+	struct ibv_send_wr *bad;
+	struct ibv_wc wc;
+	int r;
+
+	wr->wr_id = ++lb->win_wr_id;
+	wr->send_flags |= IBV_SEND_SIGNALED;
+	r = -ibv_post_send(lb->pair->qp[1], wr, &bad);
+	if (r == 0)
+		r = await_completion(lb->wcq, lb->win_wr_id, &wc);
+	if (r == 0 && wc.status != IBV_WC_SUCCESS) {
+		log_debug("verbs: loopback %s failed: %s (%d)",
+			  wr->opcode == IBV_WR_BIND_MW ? "window bind" : "local invalidate",
+			  ibv_wc_status_str(wc.status), (int)wc.status);
+		r = -EIO;
+	}
+	return r;
+}
+
+int verbs_loopback_bind(struct verbs_loopback *lb, struct ibv_mw *mw, struct ibv_mr *mr,
+			uint64_t addr, uint64_t length, unsigned ibv_access, uint32_t rkey,
+			struct verbs_loopback_pair **ret_pair)
+{
+	struct ibv_send_wr wr = {
+		.opcode = IBV_WR_BIND_MW,
+		.bind_mw = {
+			.mw = mw,
+			.rkey = rkey,
+			.bind_info = { .mr = mr, .addr = addr, .length = length,
+				       .mw_access_flags = ibv_access },
+		},
+	};
+	struct verbs_loopback_pair *pair = lb->pair;
+	int r;
+
+	if (!pair)
+		return -ENOTCONN; /* the last replacement failed */
+	r = post_wait(lb, &wr);
+	if (r < 0)
+		return r;
+	pair->windows++;
+	*ret_pair = pair;
+	return 0;
+}
+
+int verbs_loopback_invalidate(struct verbs_loopback *lb, uint32_t rkey,
+			      struct verbs_loopback_pair *pair)
+{
+	struct ibv_send_wr wr = {
+		.opcode = IBV_WR_LOCAL_INV,
+		.invalidate_rkey = rkey,
+	};
+	int r;
+
+	if (!lb->pair)
+		return -ENOTCONN; /* the last replacement failed */
+	r = post_wait(lb, &wr);
+	if (r == 0)
+		pair_unbind(lb, pair);
+	return r;
+}
+
+void verbs_loopback_unbound(struct verbs_loopback *lb, struct verbs_loopback_pair *pair)
+{
+	pair_unbind(lb, pair);
+}
+
+bool verbs_loopback_has_windows(const struct verbs_loopback *lb)
+{
+	return lb && (lb->retired || (lb->pair && lb->pair->windows > 0));
 }

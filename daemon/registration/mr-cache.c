@@ -143,6 +143,14 @@ static unsigned access_of(const struct mr_cache *c, const struct reg_allocation 
 	if (c->own_pd && reg_kind_of(a) == REG_KIND_ON_DEMAND &&
 	    provider_odp_covers(caps, access))
 		access |= MRD_ACCESS_ON_DEMAND;
+	/* The domain's pinned MRs take windows (mw-grants.h) where the device has them; window-only,
+	 * their own rkey grants nothing remote (without windows, no remote access at all). */
+	if (!c->own_pd && reg_kind_of(a) == REG_KIND_PINNED) {
+		if (caps->mw)
+			access |= MRD_ACCESS_MW_BIND;
+		if (base_of(c)->config->window_only)
+			access &= ~MRD_ACCESS_MW_GRANTS;
+	}
 	return access;
 }
 
@@ -1022,6 +1030,23 @@ int mr_cache_listen_gone(struct mr_cache *c, uint64_t addr, struct mr_gone_liste
 			/* Hung already (again, or bound anew): on one list alone, or the list loops. */
 			mr_cache_unlisten_gone(l);
 			LIST_INSERT_HEAD(&mr->listeners, l, link);
+			return 0;
+		}
+	return -ENOENT;
+}
+
+int mr_cache_listen_entry(struct mr_cache *c, const struct mr_entry *e, struct mr_gone_listener *l,
+			  struct cached_mr **ret)
+{
+	struct cached_mr *mr;
+
+	for (mr = first_mr(c); mr; mr = LIST_NEXT(mr, link) ? LIST_NEXT(mr, link) :
+	     (mr->range ? NULL : LIST_FIRST(&c->range_mrs)))
+		if (mr->in_cache && mr->start == e->start && mr->end == e->end &&
+		    mr->pmr->lkey == e->lkey) {
+			mr_cache_unlisten_gone(l);
+			LIST_INSERT_HEAD(&mr->listeners, l, link);
+			*ret = mr;
 			return 0;
 		}
 	return -ENOENT;

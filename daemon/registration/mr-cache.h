@@ -203,6 +203,11 @@ static inline bool mr_entry_covers(const struct mr_entry *e, uint64_t addr, uint
 /* Hangs l (zeroed, or hung: it leaves that MR) on the MR of c's table holding addr: -ENOENT
  * when there is none (another's MR, an on-demand child, an address nothing registered yet). */
 int mr_cache_listen_gone(struct mr_cache *c, uint64_t addr, struct mr_gone_listener *l);
+/* mr_cache_listen_gone on the MR of c (its table's or a range lookup's) whose keys and range
+ * e has (a lookup's answer), that MR in *ret: -ENOENT when it is none of c's (another's MR, an
+ * on-demand child). */
+int mr_cache_listen_entry(struct mr_cache *c, const struct mr_entry *e, struct mr_gone_listener *l,
+			  struct cached_mr **ret);
 /* l (hung, or zeroed) no longer hears: before its MR went; after, it is off already. */
 void mr_cache_unlisten_gone(struct mr_gone_listener *l);
 

@@ -37,6 +37,8 @@ int registrar_open(struct registrar *r, struct provider *device, enum mr_policy 
 	r->cache.others = &mempool_others;
 	if (k >= 0)
 		k = odp_init(&r->odp, b, window_base);
+	if (k >= 0)
+		mw_grants_init(&r->windows, b);
 	return k;
 }
 
@@ -71,6 +73,7 @@ void registrar_close(struct registrar *r)
 		(void)registrar_retry_quarantine(r);
 		quarantine_drop(r);
 	}
+	mw_grants_done(&r->windows); /* windows before their MRs (a bound one keeps its MR) */
 	odp_done(&r->odp);
 	mr_cache_done(&r->cache);
 	frmr_pools_done(&r->base.pools); /* parked handles go before their PD */

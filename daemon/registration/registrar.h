@@ -23,6 +23,7 @@
  *        v
  *     frmr-pool --> key-quarantine
  *
+ *   mw-grants (memory windows) sits beside mempool: registrar -> mw-grants -> mr-cache.
  *   Headers every module may include: reg-allocation.h -> mr-cache.h -> waiter.h; reg-owner.h.
  *   Up only through pointers the owner sets: the cache's others (mempool MRs), the base's
  *   resume_free (a freed allocation's work ended), and the events to the domain. */
@@ -34,6 +35,7 @@
 
 #include "registration/mempool.h"
 #include "registration/mr-cache.h"
+#include "registration/mw-grants.h"
 #include "registration/odp.h"
 #include "registration/reg-base.h"
 
@@ -49,6 +51,7 @@ struct registrar {
 	struct mr_cache cache;
 	struct odp odp;
 	struct mempools mempools;
+	struct mw_grants windows; /* memory windows granted (mrd_window_grant) */
 	/* Freed runs the device may still reach: a dereg of an MR or on-demand child over them
 	 * failed, so the device keeps a live MR there (keys working, pages pinned). They are
 	 * neither punched (the NIC would DMA into pages the memfd no longer has) nor given back

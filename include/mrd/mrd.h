@@ -398,6 +398,22 @@ int mrd_cache_mempool_keys(mrd_cache *cache, const mrd_mempool *pool, const void
 int mrd_prefetch(mrd_client *client, const void *addr, size_t length, int advice,
 		 unsigned flags);
 
+/* Memory windows (issue 41): remote access to [addr, addr + len) of an allocation of the caller's
+ * own (mrd_mem_alloc), by the rkey of a type-2 window mrd binds over the covering MR of the
+ * domain's PD, on mrd's own QP: qp must be NULL (the domain-PD model; peers reach the window
+ * through mrd_dma; -EOPNOTSUPP for a program's own QP, the client-PD model, not built yet).
+ * access: MRD_WINDOW_* bits, at least one. The rkey reaches exactly those bytes and is refused
+ * from the moment mrd_window_revoke() returns, or once the memory is freed (mrd invalidates the
+ * window before it lets the pages go). Errors: -EOPNOTSUPP (no windows on the device: the
+ * message says why), -EACCES (another process's memory), -ERANGE (past its allocation),
+ * -EDQUOT ([quota] memory_windows), -ENOENT (not mrd memory; revoke: not a window of yours). */
+#define MRD_WINDOW_REMOTE_READ 0x1u
+#define MRD_WINDOW_REMOTE_WRITE 0x2u
+#define MRD_WINDOW_REMOTE_ATOMIC 0x4u
+int mrd_window_grant(mrd_client *client, void *qp, const void *addr, size_t len, unsigned access,
+		     uint32_t *rkey);
+int mrd_window_revoke(mrd_client *client, void *qp, uint32_t rkey);
+
 /* The negotiated protocol version (positive), or -EINVAL for a NULL handle. No request, as
  * for the versions below. */
 int mrd_client_protocol_version(const mrd_client *client);

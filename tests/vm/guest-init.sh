@@ -267,6 +267,7 @@ if grep -q 'mrd_vm=bench' /proc/cmdline; then
 		--socket /run/mrd.sock > /tmp/mrd.log 2>&1 &
 	for _ in $(seq 200); do [ -S /run/mrd.sock ] && break; sleep 0.1; done
 	bench-client-pd /run/mrd.sock rxe0 2>&1 | sed 's/^/@@ BENCH /'
+	bench-windows-verbs /run/mrd.sock rxe0 2>&1 | sed 's/^/@@ BENCH /'
 	bench_preload /run/mrd.sock 2>&1 | sed 's/^/@@ BENCH /'
 	. /opt/mrd/middleware-check.sh
 	middleware_bench 2>&1 | sed 's/^/@@ BENCH /'
@@ -302,6 +303,12 @@ rereg_probe_info() { # device log
 
 # 1. The provider contract on rxe0.
 contract rxe0
+# 1b. Memory windows through mrd on rxe0 (tests/test-windows.c, its own mrd per case): a window
+# reaches its bytes from another process too, a revoked or freed one is refused, 10^4 grants and
+# revokes; siw0's refusal is in 10.
+export MRD_BUILDDIR=/opt/mrd/bin
+contract rxe0 test-windows "windows through mrd"
+unset MRD_BUILDDIR
 
 # 2. mrd on the device. Domain uid-1001 registers on demand (ODP children).
 SOCK=/run/mrd.sock
@@ -448,6 +455,9 @@ else
 fi
 if [ -e /sys/class/infiniband/siw0 ]; then
 	contract siw0
+	export MRD_BUILDDIR=/opt/mrd/bin
+	contract siw0 test-windows "windows through mrd"
+	unset MRD_BUILDDIR
 	SIW_SOCK=/run/mrd-siw.sock
 	serve_mrd "mrd --provider verbs --device siw0 serves its socket" /tmp/mrd-siw.log \
 		"$SIW_SOCK" --provider verbs --device siw0 --config /tmp/mrd.conf

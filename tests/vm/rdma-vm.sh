@@ -221,8 +221,8 @@ for b in /usr/bin/rdma /usr/bin/ibv_devinfo "$rxe_lib" $siw_lib $unmodified; do
 done
 cp /etc/libibverbs.d/rxe.driver "$ST/etc/libibverbs.d/" # rxe and siw alone: no probing of others
 [ -n "$siw_lib" ] && cp /etc/libibverbs.d/siw.driver "$ST/etc/libibverbs.d/"
-for b in mrd mrctl mrd-demo examples/mrd-hello tests/test-contract-verbs tests/test-client-pd \
-	tests/vm/rdma-peers bench/bench-client-pd tests/vm/preload-check tests/vm/fabric-reuse tests/vm/ucp-remap tests/vm/mpi-check; do
+for b in mrd mrctl mrd-demo examples/mrd-hello tests/test-contract-verbs tests/test-client-pd tests/test-windows \
+	tests/vm/rdma-peers bench/bench-client-pd bench/bench-windows-verbs tests/vm/preload-check tests/vm/fabric-reuse tests/vm/ucp-remap tests/vm/mpi-check; do
 	dir=$top_builddir/$(dirname "$b")
 	name=$(basename "$b")
 	real=$dir/$name

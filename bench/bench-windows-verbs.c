@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: MIT */
+/* make bench, in the rxe VM (tests/vm/guest-init.sh, bench mode): memory windows through a
+ * running mrd on a device, against baselines measured in the same run, interleaved rep by rep:
+ * - window-4k-vs-ibv-reg: mrd_window_grant + mrd_window_revoke of 4 KiB (two requests: a bind
+ *   and a local invalidate on the domain's PD) against ibv_reg_mr + ibv_dereg_mr of a 4 KiB
+ *   buffer on the same device in this process (what a program that re-registers per request
+ *   pays); target <= 0.2x.
+ * - window-write-vs-mr-write: an RDMA WRITE of 256 KiB through mrd_dma into mrd memory by a
+ *   window's rkey against the same WRITE by the MR's own rkey, as the time of the MR's over the
+ *   window's (a throughput ratio); target >= 0.95x.
+ * Usage: bench-windows-verbs SOCKET DEVICE (exit 77 where the device is not here). */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <infiniband/verbs.h>
+#include <mrd/mrd.h>
+
+#include "bench-util.h"
+
+#define REPS 7
+#define GRANTS 300 /* per rep and side */
+#define WRITES 40
+#define SMALL 4096
+#define BIG (256u << 10)
+#define RW (MRD_WINDOW_REMOTE_READ | MRD_WINDOW_REMOTE_WRITE)
+
+static int die(const char *what, int r)
+{
+	fprintf(stderr, "bench-windows-verbs: %s: %s (%s)\n", what, strerror(-r), mrd_last_error());
+	exit(EXIT_FAILURE);
+}
+
+static double per_op_ns(uint64_t t0, int n)
+{
+	return (double)(bench_now_ns() - t0) / n;
+}
+
+int main(int argc, char **argv)
+{
+	struct bench_summary sum[2];
+	double grant[REPS], reg[REPS], win_w[REPS], mr_w[REPS], ratio[2][REPS];
+	struct ibv_context *ctx = NULL;
+	struct ibv_device **l;
+	struct mrd_keys src_k, dst_k;
+	struct ibv_pd *pd;
+	size_t n_sum = 0;
+	mrd_client *c;
+	uint8_t *own, *dst, *src;
+	uint32_t rkey, big_rkey;
+	int r;
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: bench-windows-verbs SOCKET DEVICE\n");
+		return 2;
+	}
+	l = ibv_get_device_list(NULL);
+	for (int i = 0; l && l[i] && !ctx; i++)
+		if (strcmp(ibv_get_device_name(l[i]), argv[2]) == 0)
+			ctx = ibv_open_device(l[i]);
+	if (!ctx) {
+		printf("bench-windows-verbs: not measured: no verbs device %s here (make bench runs "
+		       "it in the rxe VM)\n", argv[2]);
+		return 77;
+	}
+	pd = ibv_alloc_pd(ctx);
+	own = mmap(NULL, SMALL, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (!pd || own == MAP_FAILED)
+		die("the device's PD and a buffer", -errno);
+	memset(own, 1, SMALL);
+	if ((r = mrd_client_connect(argv[1], &c)) < 0)
+		die("connect", r);
+	if ((r = mrd_mem_alloc(c, BIG, 0, 0, (void **)&dst)) < 0 ||
+	    (r = mrd_mem_alloc(c, BIG, 0, 0, (void **)&src)) < 0)
+		die("mrd_mem_alloc", r);
+	memset(dst, 0, BIG);
+	memset(src, 7, BIG);
+	if ((r = mrd_keys_query_range(c, src, BIG, &src_k)) < 0 ||
+	    (r = mrd_keys_query_range(c, dst, BIG, &dst_k)) < 0)
+		die("mrd_keys_query_range", r);
+	if ((r = mrd_window_grant(c, NULL, dst, BIG, RW, &big_rkey)) < 0)
+		die("mrd_window_grant", r);
+
+	for (int rep = 0; rep < REPS; rep++) {
+		uint64_t t0 = bench_now_ns();
+
+		for (int i = 0; i < GRANTS; i++)
+			if ((r = mrd_window_grant(c, NULL, dst, SMALL, RW, &rkey)) < 0 ||
+			    (r = mrd_window_revoke(c, NULL, rkey)) < 0)
+				die("grant+revoke", r);
+		grant[rep] = per_op_ns(t0, GRANTS);
+		t0 = bench_now_ns();
+		for (int i = 0; i < GRANTS; i++) {
+			struct ibv_mr *mr = ibv_reg_mr(pd, own, SMALL, IBV_ACCESS_LOCAL_WRITE |
+						       IBV_ACCESS_REMOTE_READ |
+						       IBV_ACCESS_REMOTE_WRITE);
+
+			if (!mr || ibv_dereg_mr(mr) != 0)
+				die("ibv_reg_mr+ibv_dereg_mr", -errno);
+		}
+		reg[rep] = per_op_ns(t0, GRANTS);
+		t0 = bench_now_ns();
+		for (int i = 0; i < WRITES; i++)
+			if ((r = mrd_dma(c, MRD_DMA_WRITE, src_k.lkey, src, big_rkey, dst, BIG)) < 0)
+				die("WRITE through the window", r);
+		win_w[rep] = per_op_ns(t0, WRITES);
+		t0 = bench_now_ns();
+		for (int i = 0; i < WRITES; i++)
+			if ((r = mrd_dma(c, MRD_DMA_WRITE, src_k.lkey, src, dst_k.rkey, dst, BIG)) < 0)
+				die("WRITE through the MR's rkey", r);
+		mr_w[rep] = per_op_ns(t0, WRITES);
+		ratio[0][rep] = grant[rep] / reg[rep];
+		ratio[1][rep] = mr_w[rep] / win_w[rep];
+	}
+	if (memcmp(dst, src, BIG) != 0) {
+		fprintf(stderr, "bench-windows-verbs: the WRITEs did not land\n");
+		return EXIT_FAILURE;
+	}
+	printf("Memory windows on %s through mrd (reps=%d, interleaved; %d grants, %d WRITEs of "
+	       "%u KiB per rep and side)\n", argv[2], REPS, GRANTS, WRITES, BIG >> 10);
+	bench_print_doubles("  grant+revoke of 4 KiB ns", grant, REPS);
+	bench_print_doubles("  ibv_reg_mr+ibv_dereg_mr of 4 KiB ns", reg, REPS);
+	bench_print_doubles("  WRITE by the window's rkey ns", win_w, REPS);
+	bench_print_doubles("  WRITE by the MR's rkey ns", mr_w, REPS);
+	printf("window-4k-vs-ibv-reg: ratio=%.3f (case=mrd_window_grant+mrd_window_revoke of 4 KiB "
+	       "baseline=ibv_reg_mr+ibv_dereg_mr of 4 KiB on %s reps=%d)\n",
+	       bench_median(ratio[0], REPS), argv[2], REPS);
+	printf("window-write-vs-mr-write: ratio=%.3f (time by the MR's rkey / time by the window's: "
+	       "mrd_dma WRITE of %u KiB reps=%d)\n", bench_median(ratio[1], REPS), BIG >> 10, REPS);
+	bench_add_summary(sum, &n_sum, "window-4k-vs-ibv-reg", bench_median(ratio[0], REPS),
+			  ratio[0], REPS, 0.2, true);
+	bench_add_summary(sum, &n_sum, "window-write-vs-mr-write", bench_median(ratio[1], REPS),
+			  ratio[1], REPS, 0.95, false);
+	bench_print_summary(sum, n_sum);
+	(void)mrd_window_revoke(c, NULL, big_rkey);
+	mrd_client_close(c);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+	ibv_free_device_list(l);
+	return 0;
+}

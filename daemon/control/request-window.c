@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: MIT */
+/* The memory-window family: WindowGrant (a window over the caller's own memory, bound on the
+ * domain's PD) and WindowRevoke. */
+#include <errno.h>
+#include <inttypes.h>
+
+#include "macro.h"
+#include "provider/provider.h"
+#include "core/domain.h"
+#include "control/client.h"
+#include "control/dispatch.h"
+
+/* The wire's bits (mrd.h MRD_WINDOW_*), to the provider's. */
+#define WIRE_READ 0x1u
+#define WIRE_WRITE 0x2u
+#define WIRE_ATOMIC 0x4u
+
+int request_window_grant_check(const Mrd__Request *req, struct reply *r)
+{
+	const Mrd__WindowGrantRequest *q = req->window_grant;
+
+	if (q->length == 0 || q->address + q->length < q->address || q->access == 0 ||
+	    (q->access & ~(WIRE_READ | WIRE_WRITE | WIRE_ATOMIC))) {
+		reply_set_message(r, "WindowGrant: a non-empty range and access of remote read (1), "
+				  "write (2), atomic (4)");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* A grant waits, whole, while a worker registers the MR it binds over; and while a worker
+ * binds the window. */
+struct pending_grant {
+	struct pending_request base; /* first */
+	struct mw_wait bound;
+	uint64_t address, length;
+	unsigned access;
+};
+
+/* The grant of p: answered in r (0), refused, or -EINPROGRESS (waits for the MR). */
+static int grant_run(struct pending_grant *p, struct reply *r)
+{
+	struct client *c = p->base.client;
+	Mrd__WindowGrantResponse *body;
+	uint32_t rkey;
+	int k;
+
+	k = domain_window_grant(c->domain, &c->owner.mem, p->address, p->length, p->access, &rkey,
+				r->message, sizeof(r->message), &p->base.waiter, &p->bound);
+	if (k < 0)
+		return k;
+	body = reply_body(r, MRD__RESPONSE__BODY_WINDOW_GRANT);
+	body->rkey = rkey;
+	return 0;
+}
+
+/* A worker bound the window (or failed to): answered, unless the client went. */
+static bool grant_bound(struct mw_wait *wait, int result, uint32_t rkey, const char *why)
+{
+	struct pending_grant *p = container_of(wait, struct pending_grant, bound);
+	bool taken = p->base.client != NULL;
+	struct reply r;
+
+	if (taken) {
+		reply_init(&r, p->base.id);
+		if (result < 0)
+			reply_set_message(&r, "%s", why);
+		else
+			((Mrd__WindowGrantResponse *)reply_body(&r, MRD__RESPONSE__BODY_WINDOW_GRANT))
+				->rkey = rkey;
+		request_answer(&p->base, &r, result);
+	}
+	free(p);
+	return taken;
+}
+
+static void grant_resume(struct waiter *w, int result, const struct mr_entry *entry,
+			 const char *why)
+{
+	struct pending_grant *p = (struct pending_grant *)w;
+	struct reply r;
+	int k = result;
+
+	(void)entry;
+	if (!p->base.client) {
+		free(p);
+		return;
+	}
+	reply_init(&r, p->base.id);
+	/* The MR is made: the grant again, from the start (the memory may be gone meanwhile). */
+	if (k >= 0) {
+		k = grant_run(p, &r);
+		if (k == -EINPROGRESS)
+			return;
+	} else
+		reply_set_message(&r, "%s", why);
+	request_answer(&p->base, &r, k);
+	free(p);
+}
+
+int request_window_grant(struct client *c, struct domain *d, const Mrd__Request *req,
+			 struct wire_packet *pkt, struct reply *r)
+{
+	const Mrd__WindowGrantRequest *q = req->window_grant;
+	struct pending_grant *p;
+	int k;
+
+	(void)pkt;
+	(void)d;
+	p = request_pending_new(sizeof(*p), req->id, grant_resume);
+	if (!p)
+		return -ENOMEM;
+	p->base.client = c;
+	p->bound.done = grant_bound;
+	p->address = q->address;
+	p->length = q->length;
+	p->access = (q->access & WIRE_READ ? MRD_ACCESS_REMOTE_READ : 0) |
+		    (q->access & WIRE_WRITE ? MRD_ACCESS_REMOTE_WRITE : 0) |
+		    (q->access & WIRE_ATOMIC ? MRD_ACCESS_REMOTE_ATOMIC : 0);
+	k = grant_run(p, r);
+	if (k == -EINPROGRESS) {
+		request_wait(c, &p->base); /* answered by grant_resume */
+		return k;
+	}
+	free(p);
+	return k;
+}
+
+/* A revoke a worker does. */
+struct pending_revoke {
+	struct pending_request base; /* first */
+	struct mw_wait killed;
+};
+
+static bool revoke_killed(struct mw_wait *wait, int result, uint32_t rkey, const char *why)
+{
+	struct pending_revoke *p = container_of(wait, struct pending_revoke, killed);
+	struct reply r;
+
+	(void)rkey;
+	if (p->base.client) {
+		reply_init(&r, p->base.id);
+		if (result < 0)
+			reply_set_message(&r, "%s", why);
+		else
+			(void)reply_body(&r, MRD__RESPONSE__BODY_WINDOW_REVOKE);
+		request_answer(&p->base, &r, result);
+	}
+	free(p);
+	return true;
+}
+
+/* Never resumed as a waiter: only its mw_wait is handed out. */
+static void revoke_resume(struct waiter *w, int result, const struct mr_entry *entry,
+			  const char *why)
+{
+	(void)result;
+	(void)entry;
+	(void)why;
+	free(w);
+}
+
+int request_window_revoke(struct client *c, struct domain *d, const Mrd__Request *req,
+			  struct wire_packet *pkt, struct reply *r)
+{
+	struct pending_revoke *p;
+	int k;
+
+	(void)pkt;
+	p = request_pending_new(sizeof(*p), req->id, revoke_resume);
+	if (!p)
+		return -ENOMEM;
+	p->base.client = c;
+	p->killed.done = revoke_killed;
+	k = domain_window_revoke(d, &c->owner.mem, req->window_revoke->rkey, r->message,
+				 sizeof(r->message), &p->killed);
+	if (k == -EINPROGRESS) {
+		request_wait(c, &p->base); /* answered by revoke_killed */
+		return k;
+	}
+	free(p);
+	if (k < 0)
+		return k;
+	(void)reply_body(r, MRD__RESPONSE__BODY_WINDOW_REVOKE);
+	return 0;
+}
