@@ -192,6 +192,9 @@ static struct cached_mr *first_mr(const struct mr_cache *c)
 /* mr off its cache's list, counted. */
 static void unlink_mr(struct cached_mr *mr)
 {
+	if (mr->by_lkey && u64_map_get(&mr->cache->by_lkey, mr->by_lkey) == mr)
+		(void)u64_map_remove(&mr->cache->by_lkey, mr->by_lkey);
+	mr->by_lkey = 0;
 	LIST_REMOVE(mr, link);
 	mr->cache->n_mrs--;
 	if (mr->range)
@@ -224,6 +227,7 @@ void mr_cache_done(struct mr_cache *c)
 		free(mr);
 	}
 	mr_table_done(&c->table);
+	u64_map_done(&c->by_lkey);
 	if (c->charges.pinned_bytes)
 		*base_of(c)->host_pinned -= c->charges.pinned_bytes;
 	pin_map_done(&c->charges);
@@ -356,7 +360,7 @@ static struct cached_mr *adopt(struct mr_cache *c, struct reg_allocation *a,
 			       struct provider_mr *pmr, uint64_t start, uint64_t end,
 			       struct cached_mr *spare, bool range)
 {
-	struct cached_mr *mr = spare ? spare : calloc(1, sizeof(*mr));
+	struct cached_mr *mr = spare ? spare : calloc(1, sizeof(*mr)), *other;
 	struct mr_entry e;
 
 	if (!mr)
@@ -374,6 +378,12 @@ static struct cached_mr *adopt(struct mr_cache *c, struct reg_allocation *a,
 	LIST_INSERT_HEAD(&a->mrs, mr, alloc_link);
 	c->n_mrs++;
 	c->registrations++;
+	/* Another MR listed under this key (its keys changed since): this one takes it. */
+	other = u64_map_remove(&c->by_lkey, (uint64_t)pmr->lkey + 1);
+	if (other)
+		other->by_lkey = 0;
+	if (u64_map_put(&c->by_lkey, (uint64_t)pmr->lkey + 1, mr) == 0)
+		mr->by_lkey = (uint64_t)pmr->lkey + 1;
 	if (range) {
 		LIST_INSERT_HEAD(&c->range_mrs, mr, link);
 		c->n_range_mrs++;
@@ -1038,8 +1048,17 @@ int mr_cache_listen_gone(struct mr_cache *c, uint64_t addr, struct mr_gone_liste
 int mr_cache_listen_entry(struct mr_cache *c, const struct mr_entry *e, struct mr_gone_listener *l,
 			  struct cached_mr **ret)
 {
-	struct cached_mr *mr;
+	struct cached_mr *mr = u64_map_get(&c->by_lkey, (uint64_t)e->lkey + 1);
 
+	if (mr && (!mr->in_cache || mr->start != e->start || mr->end != e->end ||
+		   mr->pmr->lkey != e->lkey))
+		mr = NULL;
+	if (mr) {
+		mr_cache_unlisten_gone(l);
+		LIST_INSERT_HEAD(&mr->listeners, l, link);
+		*ret = mr;
+		return 0;
+	}
 	for (mr = first_mr(c); mr; mr = LIST_NEXT(mr, link) ? LIST_NEXT(mr, link) :
 	     (mr->range ? NULL : LIST_FIRST(&c->range_mrs)))
 		if (mr->in_cache && mr->start == e->start && mr->end == e->end &&

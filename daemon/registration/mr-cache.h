@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include "mr-table.h"
+#include "u64-map.h"
 #include "base/config.h"
 #include "provider/pin-map.h"
 #include "registration/waiter.h"
@@ -48,6 +49,7 @@ struct cached_mr {
 	struct reg_allocation *allocation;
 	uint64_t start, end;
 	struct provider_mr *pmr;
+	uint64_t by_lkey; /* its key in its cache's by_lkey (lkey + 1 when listed), 0: none */
 	bool pins; /* charged: all but a client PD's on-demand MR */
 	bool range; /* a range lookup's (mr_cache_miss_range): on the range list, in no table */
 	bool in_cache; /* in its cache's list and table: not once its client PD let go of it, nor
@@ -114,6 +116,9 @@ struct mr_cache {
 	unsigned n_mrs; /* both lists' */
 	unsigned n_range_mrs;
 	struct mr_table table;
+	/* Both lists' MRs by lkey + 1, for a window's grant (mr_cache_listen_entry): a hint, the
+	 * lists decide (a put that failed, or keys a device's return changed, fall back to them). */
+	struct u64_map by_lkey;
 	uint64_t lookups, misses, registrations, deregistrations;
 	uint64_t loop_registrations; /* of registrations, those made on the loop */
 	/* The device failed (registrar_device_lost): the table's keys, and those of an MR a
