@@ -652,6 +652,66 @@ START_TEST(test_doomed_window_whose_dealloc_fails)
 }
 END_TEST
 
+/* An adopted buffer (mrd_mem_adopt) is its process's alone: another process of the domain
+ * that learns its lkey (soft's are sequential) cannot move its bytes through a window of its
+ * own with mrd_dma, either way. Before, the Dma read the secret and wrote the buffer (review
+ * of issue 41, finding 4). */
+START_TEST(test_dma_refuses_anothers_adopted_lkey)
+{
+	mrd_client *c = connect_ok();
+	struct mrd_keys k;
+	uint8_t *secret;
+	pid_t pid;
+	int st;
+
+	ck_assert_int_eq(posix_memalign((void **)&secret, 4096, 64 * KiB), 0);
+	memset(secret, 0x5e, 64 * KiB);
+	ck_assert_int_eq(mrd_mem_adopt(c, secret, 64 * KiB, 0), 0);
+	ck_assert_int_eq(mrd_keys_query(c, secret, &k), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		mrd_client *q = NULL;
+		struct mrd_keys own;
+		uint8_t *mine;
+		uint32_t w;
+		int r1, r2;
+
+		test_fork_child_of_threads();
+		if (mrd_client_connect(mrd.socket, &q) != 0 ||
+		    mrd_mem_alloc(q, 64 * KiB, 0, 0, (void **)&mine) != 0 ||
+		    mrd_keys_query(q, mine, &own) != 0 ||
+		    mrd_window_grant(q, NULL, mine, 4096, RW, &w) != 0)
+			_exit(3);
+		memset(mine, 0, 4096);
+		r1 = mrd_dma(q, MRD_DMA_WRITE, k.lkey, secret, w, mine, 4096);
+		if (r1 != -EACCES || mine[0] != 0)
+			_exit(4);
+		memset(mine, 0xaa, 4096);
+		r2 = mrd_dma(q, MRD_DMA_READ, k.lkey, secret + 8192, w, mine, 4096);
+		_exit(r2 == -EACCES ? 0 : 5);
+	}
+	ck_assert_int_eq(test_waitpid_or_show(pid, &st, 120), 0);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "another process moved an adopted "
+		      "buffer's bytes by its lkey (child status %d: 4 read it, 5 wrote it)",
+		      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	ck_assert_uint_eq(secret[8192], 0x5e);
+	/* Its own process moves them. */
+	{
+		struct src s = src_new(c);
+		uint32_t w;
+
+		ck_assert_int_eq(mrd_window_grant(c, NULL, s.p, 4096, RW, &w), 0);
+		ck_assert_int_eq(mrd_dma(c, MRD_DMA_WRITE, k.lkey, secret, w, s.p, 4096), 0);
+		ck_assert_uint_eq(s.p[0], 0x5e);
+		ck_assert_int_eq(mrd_window_revoke(c, NULL, w), 0);
+	}
+	ck_assert_int_eq(mrd_mem_unadopt(c, secret), 0);
+	free(secret);
+	mrd_client_close(c);
+}
+END_TEST
+
 /* A Dma refused its key (a revoked window's, as a peer racing a revoke would use) spares the
  * other windows of the domain. On rxe the refusal puts both loopback QPs in the error state;
  * mrd used to replace them, and every window bound on the old pair reached nothing from then
@@ -1266,6 +1326,7 @@ static Suite *windows_suite(void)
 	tcase_add_test(tc, test_free_invalidates_first);
 	tcase_add_test(tc, test_exit_with_many_windows);
 	tcase_add_test(tc, test_refused_dma_spares_other_windows);
+	tcase_add_test(tc, test_dma_refuses_anothers_adopted_lkey);
 	tcase_add_test(tc, test_cycles);
 	tcase_add_test(tc, test_no_rkey_comes_back);
 	tcase_add_test(tc, test_grants_beside_big_dmas);

@@ -116,9 +116,11 @@ struct mr_cache {
 	unsigned n_mrs; /* both lists' */
 	unsigned n_range_mrs;
 	struct mr_table table;
-	/* Both lists' MRs by lkey + 1, for a window's grant (mr_cache_listen_entry): a hint, the
-	 * lists decide (a put that failed, or keys a device's return changed, fall back to them). */
+	/* Both lists' MRs by lkey + 1 (a window's grant, a Dma's check of its local key), made
+	 * anew when a device's return may have changed keys (rebuild); partial: a put ran out of
+	 * memory, and a key it lacks is looked for on the lists. */
 	struct u64_map by_lkey;
+	bool by_lkey_partial;
 	uint64_t lookups, misses, registrations, deregistrations;
 	uint64_t loop_registrations; /* of registrations, those made on the loop */
 	/* The device failed (registrar_device_lost): the table's keys, and those of an MR a
@@ -213,6 +215,8 @@ int mr_cache_listen_gone(struct mr_cache *c, uint64_t addr, struct mr_gone_liste
  * on-demand child). */
 int mr_cache_listen_entry(struct mr_cache *c, const struct mr_entry *e, struct mr_gone_listener *l,
 			  struct cached_mr **ret);
+/* The MR of c's lists whose lkey is lkey, NULL when none. */
+struct cached_mr *mr_cache_by_lkey(const struct mr_cache *c, uint32_t lkey);
 /* l (hung, or zeroed) no longer hears: before its MR went; after, it is off already. */
 void mr_cache_unlisten_gone(struct mr_gone_listener *l);
 
