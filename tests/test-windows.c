@@ -445,6 +445,306 @@ START_TEST(test_free_while_a_worker_binds)
 }
 END_TEST
 
+/* A held provider (soft's gate on an 8 MiB registration of a forked client of
+ * this uid), started by the child; returns its pid. */
+static pid_t hold_provider(void)
+{
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		mrd_client *x = NULL;
+		struct mrd_keys xk;
+		uint8_t *big;
+
+		if (mrd_client_connect(mrd.socket, &x) != 0 ||
+		    mrd_mem_alloc(x, 8 << 20, 0, 0, (void **)&big) != 0)
+			_exit(3);
+		_exit(mrd_keys_query(x, big, &xk) == 0 ? 0 : 4);
+	}
+	ck_assert_int_eq(soft_gate_wait(gate, 60000), 'r');
+	return pid;
+}
+
+static void reap(pid_t pid)
+{
+	int st;
+
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_int_eq(WIFEXITED(st) ? WEXITSTATUS(st) : 128, 0);
+}
+
+static int raw_hello(const char *name)
+{
+	int fd = raw_connect(mrd.socket);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(raw_send_hello(fd, name), 0);
+	ck_assert_int_eq(raw_reply_within(fd, -1), 0);
+	return fd;
+}
+
+/* A connection asks for a grant over memory of another connection of this
+ * process while a worker holds the provider, then closes before the bind is answered. The
+ * bind completes after the client went: the window must be killed (memory_windows back to
+ * 0), and the memory's owner still frees it cleanly. */
+START_TEST(test_exit_while_a_worker_binds)
+{
+	mrd_client *c2 = connect_ok();
+	struct src s = src_new(c2);
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__WindowGrantRequest g = MRD__WINDOW_GRANT_REQUEST__INIT;
+	uint32_t rkey;
+	uint8_t *b;
+	pid_t pid;
+	int fd;
+
+	ck_assert_int_eq(mrd_mem_alloc(c2, 64 * KiB, 0, 0, (void **)&b), 0);
+	/* Its MR, made now (on the loop), so that the grant needs no registration. */
+	ck_assert_int_eq(mrd_window_grant(c2, NULL, b, 4096, RW, &rkey), 0);
+	ck_assert_int_eq(mrd_window_revoke(c2, NULL, rkey), 0);
+	fd = raw_hello("exit-binding");
+	pid = hold_provider();
+	raw_grant_request(&req, &g, 10, (uint64_t)(uintptr_t)b + 4096);
+	ck_assert_int_eq(raw_send(fd, &req, NULL, 0), 0);
+	ck_assert_int_eq(raw_send_ping(fd, 11, NULL, 0, 0), 0);
+	ck_assert_int_eq(raw_reply_within(fd, 60000), 0); /* the ping: the grant is taken */
+	ck_assert_int_eq(domain_number("memory_windows"), 1); /* busy, counted */
+	close(fd);
+	usleep(300 * 1000); /* mrd sees the close */
+	soft_gate_release(gate, 1);
+	reap(pid);
+	test_wait_until(domain_number("memory_windows") == 0, 1000);
+	ck_assert_int_eq(domain_number("memory_windows"), 0);
+	/* Any rkey the window had is dead: the window's one possible key is unknown here, but
+	 * grants go on, and the memory frees with nothing quarantined. */
+	ck_assert_int_eq(mrd_window_grant(c2, NULL, b, 4096, RW, &rkey), 0);
+	ck_assert_int_eq(write_to(c2, &s, rkey, b, 4096), 0);
+	ck_assert_int_eq(mrd_mem_free(c2, b), 0);
+	ck_assert_int_lt(write_to(c2, &s, rkey, b, 1), 0);
+	ck_assert_int_eq(domain_number("quarantined_runs"), 0);
+	ck_assert_int_eq(domain_number("memory_windows"), 0);
+	mrd_client_close(c2);
+}
+END_TEST
+
+/* A revoke on a worker, then the free of the memory under the window, then a
+ * Ping, pipelined while a worker holds the provider: the Ping first, then the revoke (0), then
+ * the free (0); nothing quarantined, nothing counted. */
+START_TEST(test_revoke_then_free_beside_a_held_provider)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__AllocRequest al = MRD__ALLOC_REQUEST__INIT;
+	Mrd__WindowGrantRequest g = MRD__WINDOW_GRANT_REQUEST__INIT;
+	Mrd__WindowRevokeRequest rv = MRD__WINDOW_REVOKE_REQUEST__INIT;
+	Mrd__FreeRequest fr = MRD__FREE_REQUEST__INIT;
+	Mrd__Response *resp;
+	uint64_t addr;
+	uint32_t rkey;
+	pid_t pid;
+	int fd = raw_hello("revoke-free");
+
+	al.size = 64 * KiB;
+	req.id = 2;
+	req.body_case = MRD__REQUEST__BODY_ALLOC;
+	req.alloc = &al;
+	resp = raw_call(fd, &req);
+	addr = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	req = (Mrd__Request)MRD__REQUEST__INIT;
+	raw_grant_request(&req, &g, 4, addr);
+	resp = raw_call(fd, &req);
+	rkey = resp->window_grant->rkey;
+	mrd__response__free_unpacked(resp, NULL);
+	pid = hold_provider();
+	req = (Mrd__Request)MRD__REQUEST__INIT;
+	rv.rkey = rkey;
+	req.id = 10;
+	req.body_case = MRD__REQUEST__BODY_WINDOW_REVOKE;
+	req.window_revoke = &rv;
+	ck_assert_int_eq(raw_send(fd, &req, NULL, 0), 0);
+	req = (Mrd__Request)MRD__REQUEST__INIT;
+	fr.address = addr;
+	req.id = 12;
+	req.body_case = MRD__REQUEST__BODY_FREE;
+	req.free = &fr;
+	ck_assert_int_eq(raw_send(fd, &req, NULL, 0), 0);
+	ck_assert_int_eq(raw_send_ping(fd, 11, NULL, 0, 0), 0);
+	resp = raw_response_within(fd, 60000);
+	soft_gate_release(gate, 1);
+	ck_assert_ptr_nonnull(resp);
+	ck_assert_uint_eq(resp->id, 11);
+	mrd__response__free_unpacked(resp, NULL);
+	for (int i = 0; i < 2; i++) {
+		resp = raw_response_within(fd, 60000);
+		ck_assert_ptr_nonnull(resp);
+		ck_assert_msg(resp->status == 0, "id %llu: status %u (%s)",
+			      (unsigned long long)resp->id, resp->status, resp->message);
+		mrd__response__free_unpacked(resp, NULL);
+	}
+	reap(pid);
+	ck_assert_int_eq(domain_number("memory_windows"), 0);
+	ck_assert_int_eq(domain_number("quarantined_runs"), 0);
+	close(fd);
+}
+END_TEST
+
+/* A client with 12 windows over its own memory exits while a worker holds
+ * the provider: every kill goes to a worker, the memory's free waits for them. */
+START_TEST(test_exit_with_windows_beside_a_held_provider)
+{
+	mrd_client *c = connect_ok(), *c2 = connect_ok();
+	struct src s = src_new(c2);
+	uint32_t rkeys[12];
+	long long mrs;
+	uint8_t *b;
+	pid_t pid;
+
+	mrs = domain_number("mrs");
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	for (int i = 0; i < 12; i++)
+		ck_assert_int_eq(mrd_window_grant(c, NULL, b + i * 4096, 4096, RW, &rkeys[i]), 0);
+	ck_assert_int_eq(domain_number("memory_windows"), 12);
+	pid = hold_provider();
+	mrd_client_close(c);
+	ck_assert_int_eq(mrd_client_ping(c2), 0); /* the loop is free */
+	soft_gate_release(gate, 1);
+	reap(pid);
+	test_wait_until(domain_number("memory_windows") == 0 && domain_number("mrs") <= mrs + 1,
+			1000);
+	ck_assert_int_eq(domain_number("memory_windows"), 0);
+	ck_assert_int_eq(domain_number("quarantined_runs"), 0);
+	for (int i = 0; i < 12; i++)
+		ck_assert_int_lt(write_to(c2, &s, rkeys[i], s.p, 1), 0);
+	mrd_client_close(c2);
+}
+END_TEST
+
+static void setup_dealloc_fails(void)
+{
+	setenv("MRD_SOFT_MW_DEALLOC_FAIL", "3", 1); /* the park, the quarantine's park, the dereg */
+	start("");
+	unsetenv("MRD_SOFT_MW_DEALLOC_FAIL");
+}
+
+/* The free of memory under a window whose dealloc fails (at the MR's end,
+ * provider_mr_unwindowed_locked: the park, the quarantine's park, the dereg): the run is
+ * quarantined, and the window's key, live on the device, stays counted (memory_windows, the
+ * quota) as a stuck window's is. Before, mrd counted it nowhere (review 41b, F1). */
+START_TEST(test_doomed_window_whose_dealloc_fails)
+{
+	mrd_client *c = connect_ok();
+	struct src s = src_new(c);
+	uint32_t rkey;
+	uint8_t *b;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &rkey), 0);
+	ck_assert_int_eq(mrd_mem_free(c, b), 0);
+	printf("doomed: quarantined_runs %lld memory_windows %lld, write through the rkey: %d\n",
+	       domain_number("quarantined_runs"), domain_number("memory_windows"),
+	       write_to(c, &s, rkey, b, 1));
+	fflush(stdout);
+	ck_assert_int_eq(domain_number("quarantined_runs"), 1);
+	ck_assert_msg(domain_number("memory_windows") == 1 || write_to(c, &s, rkey, b, 1) < 0,
+		      "a doomed window whose dealloc failed keeps a live key that mrd counts nowhere");
+	mrd_client_close(c);
+}
+END_TEST
+
+/* An adopted buffer (mrd_mem_adopt) is its process's alone: another process of the domain
+ * that learns its lkey (soft's are sequential) cannot move its bytes through a window of its
+ * own with mrd_dma, either way. Before, the Dma read the secret and wrote the buffer (review
+ * of issue 41, finding 4). */
+START_TEST(test_dma_refuses_anothers_adopted_lkey)
+{
+	mrd_client *c = connect_ok();
+	struct mrd_keys k;
+	uint8_t *secret;
+	pid_t pid;
+	int st;
+
+	ck_assert_int_eq(posix_memalign((void **)&secret, 4096, 64 * KiB), 0);
+	memset(secret, 0x5e, 64 * KiB);
+	ck_assert_int_eq(mrd_mem_adopt(c, secret, 64 * KiB, 0), 0);
+	ck_assert_int_eq(mrd_keys_query(c, secret, &k), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		mrd_client *q = NULL;
+		struct mrd_keys own;
+		uint8_t *mine;
+		uint32_t w;
+		int r1, r2;
+
+		test_fork_child_of_threads();
+		if (mrd_client_connect(mrd.socket, &q) != 0 ||
+		    mrd_mem_alloc(q, 64 * KiB, 0, 0, (void **)&mine) != 0 ||
+		    mrd_keys_query(q, mine, &own) != 0 ||
+		    mrd_window_grant(q, NULL, mine, 4096, RW, &w) != 0)
+			_exit(3);
+		memset(mine, 0, 4096);
+		r1 = mrd_dma(q, MRD_DMA_WRITE, k.lkey, secret, w, mine, 4096);
+		if (r1 != -EACCES || mine[0] != 0)
+			_exit(4);
+		memset(mine, 0xaa, 4096);
+		r2 = mrd_dma(q, MRD_DMA_READ, k.lkey, secret + 8192, w, mine, 4096);
+		_exit(r2 == -EACCES ? 0 : 5);
+	}
+	ck_assert_int_eq(test_waitpid_or_show(pid, &st, 120), 0);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "another process moved an adopted "
+		      "buffer's bytes by its lkey (child status %d: 4 read it, 5 wrote it)",
+		      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	ck_assert_uint_eq(secret[8192], 0x5e);
+	/* Its own process moves them. */
+	{
+		struct src s = src_new(c);
+		uint32_t w;
+
+		ck_assert_int_eq(mrd_window_grant(c, NULL, s.p, 4096, RW, &w), 0);
+		ck_assert_int_eq(mrd_dma(c, MRD_DMA_WRITE, k.lkey, secret, w, s.p, 4096), 0);
+		ck_assert_uint_eq(s.p[0], 0x5e);
+		ck_assert_int_eq(mrd_window_revoke(c, NULL, w), 0);
+	}
+	ck_assert_int_eq(mrd_mem_unadopt(c, secret), 0);
+	free(secret);
+	mrd_client_close(c);
+}
+END_TEST
+
+/* A Dma refused its key (a revoked window's, as a peer racing a revoke would use) spares the
+ * other windows of the domain. On rxe the refusal puts both loopback QPs in the error state;
+ * mrd used to replace them, and every window bound on the old pair reached nothing from then
+ * on (rxe_lookup_mw compares the QP), while still counted. It now resets and connects the same
+ * pair again, which keeps its windows (review of issue 41, finding 3). */
+START_TEST(test_refused_dma_spares_other_windows)
+{
+	mrd_client *c = connect_ok();
+	struct src s = src_new(c);
+	uint32_t gone, kept;
+	uint8_t *b;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &gone), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b + 8192, 4096, RW, &kept), 0);
+	ck_assert_int_eq(write_to(c, &s, kept, b + 8192, 4096), 0);
+	ck_assert_int_eq(mrd_window_revoke(c, NULL, gone), 0);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_lt(write_to(c, &s, gone, b, 1), 0);
+		ck_assert_msg(write_to(c, &s, kept, b + 8192, 4096) == 0,
+			      "round %d: a window still bound was refused after another's key was", i);
+	}
+	/* The pair still binds and invalidates. */
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &gone), 0);
+	ck_assert_int_eq(write_to(c, &s, gone, b, 4096), 0);
+	ck_assert_int_eq(mrd_window_revoke(c, NULL, gone), 0);
+	ck_assert_int_eq(mrd_window_revoke(c, NULL, kept), 0);
+	ck_assert_int_lt(write_to(c, &s, kept, b + 8192, 1), 0);
+	mrd_mem_free(c, b);
+	mrd_client_close(c);
+}
+END_TEST
+
 /* A client leaves with 40 windows: mrd invalidates a few on its loop and gives the rest to
  * workers (each is a device round trip on verbs); every rkey is dead once mrd counts none. */
 START_TEST(test_exit_with_many_windows)
@@ -1004,6 +1304,7 @@ static Suite *windows_suite(void)
 	TCase *late = tcase_create("late bind");
 	TCase *small = tcase_create("small device");
 	TCase *gated_late = tcase_create("gated late bind");
+	TCase *doomed_df = tcase_create("doomed dealloc fails");
 
 	device = getenv("MRD_CONTRACT_DEVICE");
 	if (device)
@@ -1024,6 +1325,8 @@ static Suite *windows_suite(void)
 	tcase_add_test(tc, test_another_process_uses_the_window);
 	tcase_add_test(tc, test_free_invalidates_first);
 	tcase_add_test(tc, test_exit_with_many_windows);
+	tcase_add_test(tc, test_refused_dma_spares_other_windows);
+	tcase_add_test(tc, test_dma_refuses_anothers_adopted_lkey);
 	tcase_add_test(tc, test_cycles);
 	tcase_add_test(tc, test_no_rkey_comes_back);
 	tcase_add_test(tc, test_grants_beside_big_dmas);
@@ -1049,6 +1352,9 @@ static Suite *windows_suite(void)
 	tcase_add_test(gated, test_revoke_beside_a_held_provider);
 	tcase_add_test(gated, test_free_beside_a_held_provider);
 	tcase_add_test(gated, test_free_while_a_worker_binds);
+	tcase_add_test(gated, test_exit_while_a_worker_binds);
+	tcase_add_test(gated, test_revoke_then_free_beside_a_held_provider);
+	tcase_add_test(gated, test_exit_with_windows_beside_a_held_provider);
 	suite_add_tcase(s, gated);
 	tcase_add_checked_fixture(none, setup_no_mw, teardown);
 	tcase_add_test(none, test_no_windows);
@@ -1069,6 +1375,9 @@ static Suite *windows_suite(void)
 	tcase_set_timeout(gated_late, 120);
 	tcase_add_test(gated_late, test_late_bind_on_a_worker);
 	suite_add_tcase(s, gated_late);
+	tcase_add_checked_fixture(doomed_df, setup_dealloc_fails, teardown);
+	tcase_add_test(doomed_df, test_doomed_window_whose_dealloc_fails);
+	suite_add_tcase(s, doomed_df);
 	return s;
 }
 

@@ -299,6 +299,9 @@ int request_dma(struct client *c, struct domain *d, const Mrd__Request *req,
 	struct dma_job *j;
 	int k;
 
+	k = domain_dma_check(d, c->owner.mem.pid, q->lkey, r->message, sizeof(r->message));
+	if (k < 0)
+		return k;
 	if (domain_dma_jobs(d) >= DMA_QUEUED_MAX) {
 		reply_set_message(r, "%u mrd_dma() calls of domain %s wait already: ask again when one "
 				     "is answered", DMA_QUEUED_MAX, d->name);

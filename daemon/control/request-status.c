@@ -201,8 +201,7 @@ static void domain_info(Mrd__DomainInfo *di, struct domain *d)
 	di->odp_children = s.odp_children;
 	di->quarantined_bytes = s.quarantined_bytes;
 	di->quarantined_runs = s.quarantined_runs;
-	di->memory_windows = d->reg.windows.n_bound + d->reg.windows.n_busy +
-			     d->reg.windows.n_stuck; /* live keys, or soon */
+	di->memory_windows = mw_grants_live(&d->reg.windows); /* live keys, or soon */
 	di->quota_memory_windows = mw_grants_limit(&d->reg.windows); /* the device's share too */
 }
 

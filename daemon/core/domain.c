@@ -619,6 +619,21 @@ static int check_asker(struct domain *d, struct bound_pd *bound, pid_t asker, ui
 	return 0;
 }
 
+int domain_dma_check(struct domain *d, pid_t asker, uint32_t lkey, char *why, size_t why_size)
+{
+	const struct cached_mr *mr = mr_cache_by_lkey(&d->reg.cache, lkey);
+	const struct allocation *a = mr && mr->allocation ? &mr->allocation->mem : NULL;
+
+	/* As check_asker: an adopted buffer's keys are its process's alone. */
+	if (a && a->alias && (!a->owner || a->owner->pid != asker)) {
+		snprintf(why, why_size, "lkey 0x%" PRIx32 " is of a buffer process %d adopted "
+			 "(mrd_mem_adopt): only that process moves its bytes", lkey,
+			 a->owner ? a->owner->pid : 0);
+		return -EACCES;
+	}
+	return 0;
+}
+
 int domain_lookup(struct domain *d, struct bound_pd *bound, pid_t asker, uint64_t address,
 		  struct mr_entry *ret, char *why, size_t why_size, struct waiter *waiter)
 {

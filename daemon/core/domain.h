@@ -217,6 +217,12 @@ static inline unsigned domain_dma_jobs(const struct domain *d)
 int domain_dma(struct domain *d, enum provider_dma_op op, uint32_t lkey, uint64_t laddr,
 	       uint32_t rkey, uint64_t raddr, uint64_t length);
 
+/* Whether asker may use lkey as a Dma's local key: -EACCES (why says so) where it is an MR of
+ * a buffer another process adopted (mrd_mem_adopt: private to it, as check_asker keeps its
+ * keys). Checked when the Dma is asked for; a key freed and handed to such an MR before the
+ * Dma runs is not caught (mrd_dma(3)). */
+int domain_dma_check(struct domain *d, pid_t asker, uint32_t lkey, char *why, size_t why_size);
+
 /* Memory windows (the domain-PD model, registration/mw-grants.h). A window over [address,
  * address + length) of an allocation owner's process owns (-EACCES otherwise, -ENOENT when no
  * allocation holds address), pinned memory alone, bound over the domain's MR covering it

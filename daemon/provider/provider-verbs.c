@@ -855,11 +855,12 @@ static int verbs_dma(struct provider_pd *base, enum provider_dma_op op, uint32_t
 				    raddr, length);
 	if (r < 0 && r != -EFAULT) { /* -EFAULT: refused before anything was posted */
 		pthread_mutex_lock(&vpd->win_lock);
-		/* A refused key left the QPs in the error state; anything else may be the port or
-		 * its address gone: the next Dma makes a loopback afresh (verbs-loopback.h), unless
-		 * windows are bound on its QPs, which must stay. */
+		/* A refused key left the QPs in the error state: mended, the windows bound on
+		 * them kept (verbs_loopback_mend). Anything else may be the port or its address
+		 * gone: the next Dma makes a loopback afresh (verbs-loopback.h), unless windows
+		 * are bound through it, which must stay. */
 		if (r == -EKEYREJECTED || verbs_loopback_has_windows(vpd->loopback))
-			(void)verbs_loopback_replace(vpd->loopback);
+			(void)verbs_loopback_mend(vpd->loopback);
 		else
 			(void)loopback_set(vpd, NULL);
 		pthread_mutex_unlock(&vpd->win_lock);
@@ -895,10 +896,10 @@ static int window_enter(struct verbs_pd *vpd)
 }
 
 /* A window op failed on the pair of generation gen (win_lock held, and again on return): the
- * QPs are in the error state. Replaced meanwhile by the Dma thread (its refused key broke them
- * under the op): true, try once more on the new pair. Else false, and this replaces them,
+ * QPs are in the error state. Mended meanwhile by the Dma thread (its refused key broke them
+ * under the op): true, try once more. Else false, and this mends them (verbs_loopback_mend),
  * unless a Dma is under way: its transfer then fails on the broken pair and the Dma thread
- * replaces it (until then window ops fail). */
+ * mends it (until then window ops fail). */
 static bool window_failed(struct verbs_pd *vpd, unsigned gen)
 {
 	bool again, dma_idle;
@@ -908,7 +909,7 @@ static bool window_failed(struct verbs_pd *vpd, unsigned gen)
 	pthread_mutex_lock(&vpd->win_lock);
 	again = vpd->loopback && verbs_loopback_generation(vpd->loopback) != gen;
 	if (vpd->loopback && !again && dma_idle)
-		(void)verbs_loopback_replace(vpd->loopback);
+		(void)verbs_loopback_mend(vpd->loopback);
 	if (dma_idle)
 		pthread_mutex_unlock(&vpd->dma_lock);
 	return again && verbs_loopback_ready(vpd->loopback);

@@ -393,10 +393,17 @@ static inline int provider_pd_alloc(struct provider *p, struct provider_pd **ret
 	return PROVIDER_LIVE(p, p->ops->pd_alloc(p, ret));
 }
 
+/* Windows allocated on pd now, doomed ones (provider_mw_doom) included: from any thread. */
+static inline unsigned provider_pd_windows(const struct provider_pd *pd)
+{
+	return __atomic_load_n(&pd->n_mws, __ATOMIC_RELAXED);
+}
+
 static inline int provider_pd_free(struct provider_pd *pd)
 {
 	return pd ? PROVIDER_LOCKED(pd->provider,
-				    pd->n_mws > 0 ? -EBUSY : pd->provider->ops->pd_free(pd)) : 0;
+				    provider_pd_windows(pd) > 0 ? -EBUSY :
+				    pd->provider->ops->pd_free(pd)) : 0;
 }
 
 static inline int provider_reg(struct provider_pd *pd, void *addr, size_t length, uint64_t iova,
@@ -528,7 +535,7 @@ static inline int provider_mw_alloc_locked(struct provider_pd *pd, struct provid
 	int r = pd->provider->ops->mw_alloc(pd, ret);
 
 	if (r == 0)
-		pd->n_mws++;
+		__atomic_add_fetch(&pd->n_mws, 1, __ATOMIC_RELAXED);
 	return r;
 }
 
@@ -646,7 +653,7 @@ static inline int provider_mw_dealloc_locked(struct provider_mw *mw)
 	}
 	if (mr)
 		mr->n_mws--;
-	pd->n_mws--;
+	__atomic_sub_fetch(&pd->n_mws, 1, __ATOMIC_RELAXED);
 	return 0;
 }
 

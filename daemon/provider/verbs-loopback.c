@@ -44,7 +44,8 @@ struct verbs_loopback {
 	struct ibv_ah_attr ah; /* the port's own address */
 	uint64_t wr_id;        /* of the last part posted */
 	uint64_t win_wr_id;    /* of the last window work request posted */
-	unsigned generation;   /* pairs made so far */
+	unsigned generation;   /* pairs made or mended so far */
+	bool answerer_failed;  /* the last transfer failed on the answering QP (an rkey) */
 	uint32_t psn[2];       /* each QP's starting send PSN, random: not guessable off the wire */
 };
 
@@ -278,6 +279,52 @@ int verbs_loopback_replace(struct verbs_loopback *lb)
 	return r;
 }
 
+/* Waits for qp to reach the error state, PART_TIMEOUT_USEC at most: 0, or -ETIMEDOUT. */
+static int await_error_state(struct ibv_qp *qp)
+{
+	uint64_t deadline = now_usec(CLOCK_MONOTONIC) + PART_TIMEOUT_USEC;
+	struct ibv_qp_init_attr init;
+	struct ibv_qp_attr a;
+
+	for (;;) {
+		if (ibv_query_qp(qp, &a, IBV_QP_STATE, &init) == 0 && a.qp_state == IBV_QPS_ERR)
+			return 0;
+		if (now_usec(CLOCK_MONOTONIC) > deadline)
+			return -ETIMEDOUT;
+		(void)nanosleep(&(struct timespec){ .tv_nsec = 100000 }, NULL);
+	}
+}
+
+int verbs_loopback_mend(struct verbs_loopback *lb)
+{
+	struct ibv_wc wc;
+	int r;
+
+	if (!lb->pair || lb->pair->windows == 0)
+		return verbs_loopback_replace(lb);
+	/* Reset under an error still to come would leave the pair broken: wait for it. */
+	r = lb->answerer_failed ? await_error_state(lb->qp[1]) : 0;
+	if (r == 0 && getrandom(lb->psn, sizeof(lb->psn), 0) != sizeof(lb->psn))
+		r = -EIO;
+	lb->psn[0] &= 0xffffff, lb->psn[1] &= 0xffffff; /* fresh: nothing old in flight matches */
+	if (r == 0)
+		r = connect_qp(lb, 0);
+	if (r == 0)
+		r = connect_qp(lb, 1);
+	if (r < 0) {
+		log_debug("verbs: loopback QPs reset and connected again: %s; replaced",
+			  strerror(-r));
+		return verbs_loopback_replace(lb);
+	}
+	while (ibv_poll_cq(lb->cq, 1, &wc) > 0)
+		; /* what the failure flushed */
+	while (ibv_poll_cq(lb->wcq, 1, &wc) > 0)
+		;
+	lb->answerer_failed = false;
+	lb->generation++;
+	return 0;
+}
+
 bool verbs_loopback_ready(const struct verbs_loopback *lb)
 {
 	return lb->pair != NULL;
@@ -363,8 +410,13 @@ static int await_completion(struct ibv_cq *cq, uint64_t wr_id, struct ibv_wc *wc
 	}
 }
 
-static int wc_error(const struct ibv_wc *wc)
+static int wc_error(struct verbs_loopback *lb, const struct ibv_wc *wc)
 {
+	/* The answering QP judged the request and moved to the error state as well (rxe_resp.c:
+	 * do_class_ac_error sets goto_error for an RC rkey violation). */
+	lb->answerer_failed = wc->status == IBV_WC_REM_ACCESS_ERR ||
+			      wc->status == IBV_WC_REM_INV_REQ_ERR ||
+			      wc->status == IBV_WC_REM_OP_ERR;
 	switch (wc->status) {
 	case IBV_WC_SUCCESS:
 		return 0;
@@ -410,7 +462,7 @@ int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey,
 		if (r == 0)
 			r = await_completion(lb->cq, lb->wr_id, &wc);
 		if (r == 0)
-			r = wc_error(&wc);
+			r = wc_error(lb, &wc);
 		laddr += part, raddr += part, length -= part;
 	}
 	return r;

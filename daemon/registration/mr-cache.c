@@ -192,6 +192,9 @@ static struct cached_mr *first_mr(const struct mr_cache *c)
 /* mr off its cache's list, counted. */
 static void unlink_mr(struct cached_mr *mr)
 {
+	if (mr->by_lkey && u64_map_get(&mr->cache->by_lkey, mr->by_lkey) == mr)
+		(void)u64_map_remove(&mr->cache->by_lkey, mr->by_lkey);
+	mr->by_lkey = 0;
 	LIST_REMOVE(mr, link);
 	mr->cache->n_mrs--;
 	if (mr->range)
@@ -224,6 +227,7 @@ void mr_cache_done(struct mr_cache *c)
 		free(mr);
 	}
 	mr_table_done(&c->table);
+	u64_map_done(&c->by_lkey);
 	if (c->charges.pinned_bytes)
 		*base_of(c)->host_pinned -= c->charges.pinned_bytes;
 	pin_map_done(&c->charges);
@@ -240,10 +244,24 @@ static const struct cached_mr *list_lookup(const struct mr_cache *c, uint64_t ad
 	return NULL;
 }
 
-/* Rebuilds the table from the list, which clears an overflow when it fits again. */
+/* mr (on a list) into by_lkey under its lkey; where memory runs out, lookups by key walk. */
+static void by_lkey_put(struct mr_cache *c, struct cached_mr *mr)
+{
+	uint64_t key = (uint64_t)mr->pmr->lkey + 1;
+	struct cached_mr *other = u64_map_remove(&c->by_lkey, key);
+
+	if (other) /* listed under a key that changed since: this one takes it */
+		other->by_lkey = 0;
+	mr->by_lkey = u64_map_put(&c->by_lkey, key, mr) == 0 ? key : 0;
+	if (!mr->by_lkey)
+		c->by_lkey_partial = true;
+}
+
+/* Rebuilds the table from the list, which clears an overflow when it fits again, and by_lkey
+ * (a device's return may have changed the keys). */
 static void rebuild(struct mr_cache *c)
 {
-	const struct cached_mr *mr;
+	struct cached_mr *mr;
 
 	mr_table_clear(&c->table);
 	LIST_FOREACH(mr, &c->mrs, link) {
@@ -252,6 +270,26 @@ static void rebuild(struct mr_cache *c)
 		if (mr_table_insert(&c->table, &e) < 0)
 			break; /* overflow again: lookups keep walking the list */
 	}
+	u64_map_done(&c->by_lkey);
+	c->by_lkey_partial = false;
+	for (mr = first_mr(c); mr; mr = LIST_NEXT(mr, link) ? LIST_NEXT(mr, link) :
+	     (mr->range ? NULL : LIST_FIRST(&c->range_mrs))) {
+		mr->by_lkey = 0;
+		by_lkey_put(c, mr);
+	}
+}
+
+struct cached_mr *mr_cache_by_lkey(const struct mr_cache *c, uint32_t lkey)
+{
+	struct cached_mr *mr = u64_map_get(&c->by_lkey, (uint64_t)lkey + 1);
+
+	if (mr || !c->by_lkey_partial)
+		return mr;
+	for (mr = first_mr(c); mr; mr = LIST_NEXT(mr, link) ? LIST_NEXT(mr, link) :
+	     (mr->range ? NULL : LIST_FIRST(&c->range_mrs)))
+		if (mr->pmr->lkey == lkey)
+			return mr;
+	return NULL;
 }
 
 /* A registration on a worker thread, for one waiting lookup. */
@@ -374,6 +412,7 @@ static struct cached_mr *adopt(struct mr_cache *c, struct reg_allocation *a,
 	LIST_INSERT_HEAD(&a->mrs, mr, alloc_link);
 	c->n_mrs++;
 	c->registrations++;
+	by_lkey_put(c, mr);
 	if (range) {
 		LIST_INSERT_HEAD(&c->range_mrs, mr, link);
 		c->n_range_mrs++;
@@ -1038,18 +1077,14 @@ int mr_cache_listen_gone(struct mr_cache *c, uint64_t addr, struct mr_gone_liste
 int mr_cache_listen_entry(struct mr_cache *c, const struct mr_entry *e, struct mr_gone_listener *l,
 			  struct cached_mr **ret)
 {
-	struct cached_mr *mr;
+	struct cached_mr *mr = mr_cache_by_lkey(c, e->lkey);
 
-	for (mr = first_mr(c); mr; mr = LIST_NEXT(mr, link) ? LIST_NEXT(mr, link) :
-	     (mr->range ? NULL : LIST_FIRST(&c->range_mrs)))
-		if (mr->in_cache && mr->start == e->start && mr->end == e->end &&
-		    mr->pmr->lkey == e->lkey) {
-			mr_cache_unlisten_gone(l);
-			LIST_INSERT_HEAD(&mr->listeners, l, link);
-			*ret = mr;
-			return 0;
-		}
-	return -ENOENT;
+	if (!mr || !mr->in_cache || mr->start != e->start || mr->end != e->end)
+		return -ENOENT;
+	mr_cache_unlisten_gone(l);
+	LIST_INSERT_HEAD(&mr->listeners, l, link);
+	*ret = mr;
+	return 0;
 }
 
 void mr_cache_unlisten_gone(struct mr_gone_listener *l)

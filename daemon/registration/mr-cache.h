@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include "mr-table.h"
+#include "u64-map.h"
 #include "base/config.h"
 #include "provider/pin-map.h"
 #include "registration/waiter.h"
@@ -48,6 +49,7 @@ struct cached_mr {
 	struct reg_allocation *allocation;
 	uint64_t start, end;
 	struct provider_mr *pmr;
+	uint64_t by_lkey; /* its key in its cache's by_lkey (lkey + 1 when listed), 0: none */
 	bool pins; /* charged: all but a client PD's on-demand MR */
 	bool range; /* a range lookup's (mr_cache_miss_range): on the range list, in no table */
 	bool in_cache; /* in its cache's list and table: not once its client PD let go of it, nor
@@ -114,6 +116,11 @@ struct mr_cache {
 	unsigned n_mrs; /* both lists' */
 	unsigned n_range_mrs;
 	struct mr_table table;
+	/* Both lists' MRs by lkey + 1 (a window's grant, a Dma's check of its local key), made
+	 * anew when a device's return may have changed keys (rebuild); partial: a put ran out of
+	 * memory, and a key it lacks is looked for on the lists. */
+	struct u64_map by_lkey;
+	bool by_lkey_partial;
 	uint64_t lookups, misses, registrations, deregistrations;
 	uint64_t loop_registrations; /* of registrations, those made on the loop */
 	/* The device failed (registrar_device_lost): the table's keys, and those of an MR a
@@ -208,6 +215,8 @@ int mr_cache_listen_gone(struct mr_cache *c, uint64_t addr, struct mr_gone_liste
  * on-demand child). */
 int mr_cache_listen_entry(struct mr_cache *c, const struct mr_entry *e, struct mr_gone_listener *l,
 			  struct cached_mr **ret);
+/* The MR of c's lists whose lkey is lkey, NULL when none. */
+struct cached_mr *mr_cache_by_lkey(const struct mr_cache *c, uint32_t lkey);
 /* l (hung, or zeroed) no longer hears: before its MR went; after, it is off already. */
 void mr_cache_unlisten_gone(struct mr_gone_listener *l);
 

@@ -11,10 +11,6 @@
 #include "registration/reg-allocation.h"
 #include "registration/reg-base.h"
 
-/* A client's exit invalidates at most this many of its windows on the loop, while nothing
- * holds the provider: each is a device round trip on verbs; the rest go to workers. */
-#define MW_LOOP_KILLS 8
-
 void mw_grants_init(struct mw_grants *g, struct reg_base *reg)
 {
 	*g = (struct mw_grants){ .reg = reg };
@@ -117,6 +113,23 @@ void mw_grants_done(struct mw_grants *g)
 	}
 }
 
+/* Windows of the domain's PD that are none of g's lists: those handed to freed memory's MRs
+ * (provider_mw_doom) and not deallocated yet. Their keys live until then, and where the
+ * dealloc fails they stay (the run quarantined): counted as bound ones are. A window a
+ * worker is still allocating is on the busy list before the PD has it: none then. */
+static unsigned doomed(const struct mw_grants *g)
+{
+	unsigned all = g->reg->pd ? provider_pd_windows(g->reg->pd) : 0;
+	unsigned listed = g->n_pool + g->n_bound + g->n_busy + g->n_stuck;
+
+	return all > listed ? all - listed : 0;
+}
+
+unsigned mw_grants_live(const struct mw_grants *g)
+{
+	return g->reg ? g->n_bound + g->n_busy + g->n_stuck + doomed(g) : 0;
+}
+
 /* Whether w's next bind could give an rkey it gave before (mw-grants.h, binds). */
 static bool worn_out(const struct mw_grant *w)
 {
@@ -134,16 +147,19 @@ static bool for_the_pool(const struct mw_grant *w)
 	return g->n_pool + g->to_pool < MW_POOL_MAX && !worn_out(w);
 }
 
-/* w unbound (its rkey dead): into the pool, or deallocated. */
-static void unbound(struct mw_grant *w)
+/* w unbound (its rkey dead): into the pool, or deallocated. Where a worker may hold the
+ * provider (a job's end: here false), a window past MW_POOL_MAX stays in the pool (the pool
+ * then holds at most the windows on workers more), and a worn-out one waits on the stuck
+ * list for a dealloc where nothing holds the provider. */
+static void unbound(struct mw_grant *w, bool here)
 {
-	bool keep = for_the_pool(w);
+	bool keep = for_the_pool(w) || (!here && !worn_out(w));
 
 	w->owner = NULL;
 	w->mr = NULL;
 	w->allocation = NULL;
-	place(w, MW_POOL);
-	if (!keep)
+	place(w, keep || here ? MW_POOL : MW_STUCK);
+	if (!keep && here)
 		(void)grant_free(w);
 }
 
@@ -163,7 +179,7 @@ static int invalidate(struct mw_grant *w)
 				  ": deallocated instead: %m", w->grants->reg->name, w->rkey);
 		return grant_free(w);
 	}
-	unbound(w);
+	unbound(w, true);
 	return 0;
 }
 
@@ -250,12 +266,12 @@ static void mw_job_run(struct registrar_work *work)
 	j->rt.result = k;
 }
 
-/* w, not bound, back: to the pool if it has a window, else freed. */
-static void give_back(struct mw_grant *w)
+/* w, not bound, back: to the pool if it has a window, else freed; here as unbound's. */
+static void give_back(struct mw_grant *w, bool here)
 {
 	mr_cache_unlisten_gone(&w->gone);
 	if (w->mw) {
-		unbound(w);
+		unbound(w, here);
 	} else {
 		place(w, MW_NOWHERE);
 		free(w);
@@ -290,7 +306,7 @@ static void bind_done(struct mw_job *j)
 			w->owner = NULL;
 			place(w, MW_STUCK);
 		} else {
-			give_back(w);
+			give_back(w, false);
 		}
 		(void)j->wait->done(j->wait, j->rt.result, 0, why);
 	} else if (w->freed) {
@@ -325,7 +341,7 @@ static void kill_done(struct mw_job *j)
 		place(w, MW_NOWHERE);
 		free(w);
 	} else if (k == 0) {
-		unbound(w);
+		unbound(w, false);
 	} else {
 		log_warning_errno(k, "domain %s: cannot invalidate nor deallocate the memory window "
 				  "of rkey 0x%" PRIx32 " (its key may still work): tried again at "
@@ -426,7 +442,7 @@ int mw_grants_grant(struct mw_grants *g, struct mr_cache *c, const struct mem_ow
 	}
 	if (!on_worker)
 		retry_stuck(g);
-	live = g->n_bound + g->n_busy + g->n_stuck;
+	live = mw_grants_live(g);
 	if (live >= g->reg->quota->memory_windows)
 		return config_quota_refusal(g->reg->config, g->reg->quota, QUOTA_MEMORY_WINDOWS,
 					    g->reg->name, live, 1, why, why_size);
@@ -451,7 +467,7 @@ int mw_grants_grant(struct mw_grants *g, struct mr_cache *c, const struct mem_ow
 		snprintf(why, why_size, "[0x%" PRIx64 ", +0x%" PRIx64 ") is registered by a mempool "
 			 "or on demand: windows are bound over the domain's cache's MRs alone",
 			 addr, len);
-		give_back(w);
+		give_back(w, true);
 		return -EOPNOTSUPP;
 	}
 	w->mr = mr->pmr;
@@ -470,7 +486,7 @@ int mw_grants_grant(struct mw_grants *g, struct mr_cache *c, const struct mem_ow
 		if (w->mw && bind_poisons(k))
 			(void)grant_free(w); /* on the loop: nothing holds the provider */
 		else
-			give_back(w);
+			give_back(w, true);
 		return k;
 	}
 	bound(w, rkey);
@@ -515,17 +531,25 @@ int mw_grants_revoke(struct mw_grants *g, const struct mem_owner *owner, uint32_
 unsigned mw_grants_drop_owner(struct mw_grants *g, const struct mem_owner *owner)
 {
 	struct mw_grant *w, *next;
+	unsigned n = 0, here = 0;
 	bool on_worker;
-	unsigned n = 0;
 
 	if (!g->reg)
 		return 0;
 	on_worker = off_loop(g);
 	for (w = LIST_FIRST(&g->bound); w; w = next) {
 		next = LIST_NEXT(w, link);
-		if (w->owner == owner) {
-			(void)kill(w, NULL, on_worker || (n >= MW_LOOP_KILLS && workers_up(g)));
-			n++;
+		if (w->owner != owner)
+			continue;
+		n++;
+		/* The loop's share, as registrations' (reg_loop_may): many clients leaving in one
+		 * turn take no more of it than one does. */
+		if (!on_worker && reg_loop_may(g->reg, here, 0)) {
+			(void)invalidate(w);
+			reg_loop_did(g->reg, 0);
+			here++;
+		} else {
+			(void)kill(w, NULL, workers_up(g));
 		}
 	}
 	return n;

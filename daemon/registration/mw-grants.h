@@ -94,6 +94,9 @@ int mw_grants_grant(struct mw_grants *g, struct mr_cache *c, const struct mem_ow
  * deallocates the window, dead all the same: 0, or the dealloc's failure too. */
 int mw_grants_revoke(struct mw_grants *g, const struct mem_owner *owner, uint32_t rkey,
 		     struct mw_wait *wait);
+/* Windows whose keys may work: bound, on workers, stuck, or handed to freed memory's MRs and
+ * not deallocated yet (what memory_windows shows and the quota counts). */
+unsigned mw_grants_live(const struct mw_grants *g);
 /* How many windows the domain may hold: [quota] memory_windows, at most its share of the
  * device (MW_DEVICE_SHARE). */
 unsigned mw_grants_limit(const struct mw_grants *g);
