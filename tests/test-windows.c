@@ -745,6 +745,88 @@ START_TEST(test_refused_dma_spares_other_windows)
 }
 END_TEST
 
+
+/* A doomed window whose dealloc failed (its key live) beside a grant whose window a worker
+ * has not allocated yet: counting doomed windows as the PD's less the listed ones cancelled
+ * the one with the other (review 41c). Quota 3: A bound + D doomed + B busy = 3, so C is
+ * refused. */
+static void setup_doomed_quota(void)
+{
+	setenv("MRD_SOFT_MW_DEALLOC_FAIL", "3", 1);
+	ck_assert_int_eq(soft_gate_setenv(gate, sizeof(gate), 4 << 20), 0);
+	start("[quota]\nmemory_windows = 3\n");
+	unsetenv("MRD_SOFT_MW_DEALLOC_FAIL");
+}
+
+START_TEST(test_doomed_beside_a_busy_grant)
+{
+	mrd_client *c = connect_ok(), *c2 = connect_ok();
+	struct src s = src_new(c);
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__WindowGrantRequest g = MRD__WINDOW_GRANT_REQUEST__INIT, g2 = MRD__WINDOW_GRANT_REQUEST__INIT;
+	uint32_t rkey, a;
+	uint8_t *b, *b2;
+	long long held;
+	pid_t pid;
+	int fd, ok = 0, refused = 0;
+
+	ck_assert_int_eq(mrd_mem_alloc(c, 64 * KiB, 0, 0, (void **)&b), 0);
+	ck_assert_int_eq(mrd_window_grant(c, NULL, b, 4096, RW, &rkey), 0);
+	ck_assert_int_eq(mrd_mem_free(c, b), 0);
+	printf("doomed quota: doomed: quarantined_runs %lld memory_windows %lld write %d\n",
+	       domain_number("quarantined_runs"), domain_number("memory_windows"),
+	       write_to(c, &s, rkey, b, 1));
+	ck_assert_int_eq(mrd_mem_alloc(c2, 64 * KiB, 0, 0, (void **)&b2), 0);
+	ck_assert_int_eq(mrd_window_grant(c2, NULL, b2, 4096, RW, &a), 0);
+	printf("doomed quota: after A: memory_windows %lld\n", domain_number("memory_windows"));
+	fd = raw_hello("doomed-quota");
+	pid = hold_provider();
+	raw_grant_request(&req, &g, 10, (uint64_t)(uintptr_t)b2 + 4096);
+	ck_assert_int_eq(raw_send(fd, &req, NULL, 0), 0);
+	ck_assert_int_eq(raw_send_ping(fd, 11, NULL, 0, 0), 0);
+	ck_assert_int_eq(raw_reply_within(fd, 60000), 0);
+	held = domain_number("memory_windows");
+	req = (Mrd__Request)MRD__REQUEST__INIT;
+	raw_grant_request(&req, &g2, 12, (uint64_t)(uintptr_t)b2 + 8192);
+	ck_assert_int_eq(raw_send(fd, &req, NULL, 0), 0);
+	ck_assert_int_eq(raw_send_ping(fd, 13, NULL, 0, 0), 0);
+	for (uint64_t id = 0; id != 13;) {
+		/* C's answer (on the loop) and the Ping's: a bound for a failing run alone. */
+		Mrd__Response *resp = raw_response_within(fd, 60000);
+
+		ck_assert_ptr_nonnull(resp);
+		printf("doomed quota: while held: id %llu status %u %s\n", (unsigned long long)resp->id,
+		       resp->status, resp->message ? resp->message : "");
+		if (resp->id == 12)
+			resp->status == 0 ? ok++ : refused++;
+		id = resp->id;
+		mrd__response__free_unpacked(resp, NULL);
+	}
+	soft_gate_release(gate, 1);
+	for (bool b_answered = false; !b_answered || ok + refused == 0;) {
+		Mrd__Response *resp = raw_response_within(fd, -1);
+
+		ck_assert_ptr_nonnull(resp);
+		printf("doomed quota: after: id %llu status %u %s\n", (unsigned long long)resp->id,
+		       resp->status, resp->message ? resp->message : "");
+		if (resp->id == 12)
+			resp->status == 0 ? ok++ : refused++;
+		b_answered = b_answered || resp->id == 10;
+		mrd__response__free_unpacked(resp, NULL);
+	}
+	reap(pid);
+	printf("doomed quota: memory_windows while B busy: %lld (true: 3); C ok %d refused %d; "
+	       "memory_windows now %lld, quota 3\n", held, ok, refused,
+	       domain_number("memory_windows"));
+	fflush(stdout);
+	ck_assert_msg(held == 3, "memory_windows %lld while A bound, D doomed, B busy", held);
+	ck_assert_msg(refused == 1, "C passed the quota");
+	close(fd);
+	mrd_client_close(c2);
+	mrd_client_close(c);
+}
+END_TEST
+
 /* A client leaves with 40 windows: mrd invalidates a few on its loop and gives the rest to
  * workers (each is a device round trip on verbs); every rkey is dead once mrd counts none. */
 START_TEST(test_exit_with_many_windows)
@@ -1305,6 +1387,7 @@ static Suite *windows_suite(void)
 	TCase *small = tcase_create("small device");
 	TCase *gated_late = tcase_create("gated late bind");
 	TCase *doomed_df = tcase_create("doomed dealloc fails");
+	TCase *doomed_quota = tcase_create("doomed quota");
 
 	device = getenv("MRD_CONTRACT_DEVICE");
 	if (device)
@@ -1378,6 +1461,10 @@ static Suite *windows_suite(void)
 	tcase_add_checked_fixture(doomed_df, setup_dealloc_fails, teardown);
 	tcase_add_test(doomed_df, test_doomed_window_whose_dealloc_fails);
 	suite_add_tcase(s, doomed_df);
+	tcase_add_checked_fixture(doomed_quota, setup_doomed_quota, teardown_gated);
+	tcase_set_timeout(doomed_quota, 120);
+	tcase_add_test(doomed_quota, test_doomed_beside_a_busy_grant);
+	suite_add_tcase(s, doomed_quota);
 	return s;
 }
 

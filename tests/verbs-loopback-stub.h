@@ -33,6 +33,7 @@ void verbs_loopback_unbound(struct verbs_loopback *lb, struct verbs_loopback_pai
 bool verbs_loopback_has_windows(const struct verbs_loopback *lb) { return false; }
 int verbs_loopback_replace(struct verbs_loopback *lb) { return -EOPNOTSUPP; }
 int verbs_loopback_mend(struct verbs_loopback *lb) { return -EOPNOTSUPP; }
+int verbs_loopback_settle(struct verbs_loopback *lb) { return 0; }
 bool verbs_loopback_ready(const struct verbs_loopback *lb) { return false; }
 unsigned verbs_loopback_generation(const struct verbs_loopback *lb) { return 0; }
 void verbs_loopback_set_elements_lock(struct verbs_loopback *lb, pthread_mutex_t *lock) {}

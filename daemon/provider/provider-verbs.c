@@ -854,6 +854,7 @@ static int verbs_dma(struct provider_pd *base, enum provider_dma_op op, uint32_t
 	r = verbs_loopback_transfer(vpd->loopback, op == PROVIDER_DMA_READ, lkey, laddr, rkey,
 				    raddr, length);
 	if (r < 0 && r != -EFAULT) { /* -EFAULT: refused before anything was posted */
+		(void)verbs_loopback_settle(vpd->loopback); /* before win_lock: the loop's */
 		pthread_mutex_lock(&vpd->win_lock);
 		/* A refused key left the QPs in the error state: mended, the windows bound on
 		 * them kept (verbs_loopback_mend). Anything else may be the port or its address

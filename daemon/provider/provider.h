@@ -140,6 +140,7 @@ struct provider_pd {
 	struct provider *provider;
 	unsigned n_mrs;
 	unsigned n_mws; /* windows allocated on it: pd_free is -EBUSY while any */
+	unsigned n_doomed; /* of those, handed to their MRs (provider_mw_doom), atomic */
 };
 
 /* What callers may read of a registration; the provider owns the rest. */
@@ -458,6 +459,7 @@ static inline int provider_mr_unwindowed_locked(struct provider_mr *mr)
 
 		if (provider_mw_dealloc_locked(mw) < 0)
 			break;
+		__atomic_sub_fetch(&mr->pd->n_doomed, 1, __ATOMIC_RELAXED);
 		mr->doomed = next;
 	}
 	return mr->n_mws > 0 ? -EBUSY : 0;
@@ -671,6 +673,14 @@ static inline void provider_mw_doom(struct provider_mw *mw, struct provider_mr *
 {
 	mw->doomed_next = mr->doomed;
 	mr->doomed = mw;
+	__atomic_add_fetch(&mw->pd->n_doomed, 1, __ATOMIC_RELAXED);
+}
+
+/* Windows handed to their MRs on pd and not deallocated yet (their keys live till then): from
+ * any thread. */
+static inline unsigned provider_pd_doomed(const struct provider_pd *pd)
+{
+	return __atomic_load_n(&pd->n_doomed, __ATOMIC_RELAXED);
 }
 
 /* The event path takes event_lock only: the loop reads events while a worker holds the

@@ -45,7 +45,10 @@ struct verbs_loopback {
 	uint64_t wr_id;        /* of the last part posted */
 	uint64_t win_wr_id;    /* of the last window work request posted */
 	unsigned generation;   /* pairs made or mended so far */
-	bool answerer_failed;  /* the last transfer failed on the answering QP (an rkey) */
+	/* QPs that reported failures since the pair was made or mended: bit i for qp[i] (atomic:
+	 * window ops set bit 1 under the window lock, the Dma thread settles without it). Each
+	 * enters the error state on the device's own time (verbs_loopback_settle). */
+	unsigned failed;
 	uint32_t psn[2];       /* each QP's starting send PSN, random: not guessable off the wire */
 };
 
@@ -237,6 +240,7 @@ static int make_qps(struct verbs_loopback *lb)
 	int r = 0;
 
 	drop_qps(lb);
+	__atomic_store_n(&lb->failed, 0, __ATOMIC_RELAXED);
 	lb->pair = calloc(1, sizeof(*lb->pair));
 	if (!lb->pair)
 		return -ENOMEM;
@@ -279,10 +283,14 @@ int verbs_loopback_replace(struct verbs_loopback *lb)
 	return r;
 }
 
-/* Waits for qp to reach the error state, PART_TIMEOUT_USEC at most: 0, or -ETIMEDOUT. */
+/* How long a QP that reported a failure gets to reach the error state: rxe takes
+ * microseconds; past it the pair is replaced rather than reset under a late transition. */
+#define SETTLE_USEC (100 * 1000)
+
+/* Waits for qp to reach the error state, SETTLE_USEC at most: 0, or -ETIMEDOUT. */
 static int await_error_state(struct ibv_qp *qp)
 {
-	uint64_t deadline = now_usec(CLOCK_MONOTONIC) + PART_TIMEOUT_USEC;
+	uint64_t deadline = now_usec(CLOCK_MONOTONIC) + SETTLE_USEC;
 	struct ibv_qp_init_attr init;
 	struct ibv_qp_attr a;
 
@@ -291,8 +299,21 @@ static int await_error_state(struct ibv_qp *qp)
 			return 0;
 		if (now_usec(CLOCK_MONOTONIC) > deadline)
 			return -ETIMEDOUT;
-		(void)nanosleep(&(struct timespec){ .tv_nsec = 100000 }, NULL);
+		(void)nanosleep(&(struct timespec){ .tv_nsec = 50000 }, NULL);
 	}
+}
+
+int verbs_loopback_settle(struct verbs_loopback *lb)
+{
+	for (int i = 0; i < 2; i++)
+		if (lb->pair && (__atomic_load_n(&lb->failed, __ATOMIC_RELAXED) & (1u << i))) {
+			int r = await_error_state(lb->qp[i]);
+
+			if (r < 0)
+				return r;
+			__atomic_and_fetch(&lb->failed, ~(1u << i), __ATOMIC_RELAXED);
+		}
+	return 0;
 }
 
 int verbs_loopback_mend(struct verbs_loopback *lb)
@@ -302,8 +323,8 @@ int verbs_loopback_mend(struct verbs_loopback *lb)
 
 	if (!lb->pair || lb->pair->windows == 0)
 		return verbs_loopback_replace(lb);
-	/* Reset under an error still to come would leave the pair broken: wait for it. */
-	r = lb->answerer_failed ? await_error_state(lb->qp[1]) : 0;
+	/* A reset under an error transition still to come would leave the pair broken. */
+	r = verbs_loopback_settle(lb);
 	if (r == 0 && getrandom(lb->psn, sizeof(lb->psn), 0) != sizeof(lb->psn))
 		r = -EIO;
 	lb->psn[0] &= 0xffffff, lb->psn[1] &= 0xffffff; /* fresh: nothing old in flight matches */
@@ -320,7 +341,7 @@ int verbs_loopback_mend(struct verbs_loopback *lb)
 		; /* what the failure flushed */
 	while (ibv_poll_cq(lb->wcq, 1, &wc) > 0)
 		;
-	lb->answerer_failed = false;
+	__atomic_store_n(&lb->failed, 0, __ATOMIC_RELAXED);
 	lb->generation++;
 	return 0;
 }
@@ -412,11 +433,14 @@ static int await_completion(struct ibv_cq *cq, uint64_t wr_id, struct ibv_wc *wc
 
 static int wc_error(struct verbs_loopback *lb, const struct ibv_wc *wc)
 {
-	/* The answering QP judged the request and moved to the error state as well (rxe_resp.c:
-	 * do_class_ac_error sets goto_error for an RC rkey violation). */
-	lb->answerer_failed = wc->status == IBV_WC_REM_ACCESS_ERR ||
-			      wc->status == IBV_WC_REM_INV_REQ_ERR ||
-			      wc->status == IBV_WC_REM_OP_ERR;
+	/* The posting QP goes to the error state after its error completion (rxe_comp.c posts
+	 * the completion, then moves the QP); where the answering QP judged the request, it goes
+	 * there as well (rxe_resp.c: do_class_ac_error sets goto_error for an RC rkey violation). */
+	if (wc->status != IBV_WC_SUCCESS)
+		__atomic_or_fetch(&lb->failed, 1u, __ATOMIC_RELAXED);
+	if (wc->status == IBV_WC_REM_ACCESS_ERR || wc->status == IBV_WC_REM_INV_REQ_ERR ||
+	    wc->status == IBV_WC_REM_OP_ERR)
+		__atomic_or_fetch(&lb->failed, 2u, __ATOMIC_RELAXED);
 	switch (wc->status) {
 	case IBV_WC_SUCCESS:
 		return 0;
@@ -494,6 +518,7 @@ static int post_wait(struct verbs_loopback *lb, struct ibv_send_wr *wr)
 	if (r == 0)
 		r = await_completion(lb->wcq, lb->win_wr_id, &wc);
 	if (r == 0 && wc.status != IBV_WC_SUCCESS) {
+		__atomic_or_fetch(&lb->failed, 2u, __ATOMIC_RELAXED); /* the poster: qp[1] */
 		log_debug("verbs: loopback %s failed: %s (%d)",
 			  wr->opcode == IBV_WR_BIND_MW ? "window bind" : "local invalidate",
 			  ibv_wc_status_str(wc.status), (int)wc.status);

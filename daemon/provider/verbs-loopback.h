@@ -47,11 +47,15 @@ int verbs_loopback_transfer(struct verbs_loopback *lb, bool read, uint32_t lkey,
  * a replace succeeds. */
 int verbs_loopback_replace(struct verbs_loopback *lb);
 /* After a failure on the pair: while windows are bound on it, the same QPs reset and connected
- * again, so that the windows stay reachable (rxe keeps a window's QP across a reset:
- * rxe_qp_reset leaves mw->qp, and rxe_lookup_mw compares QPs); where the transfer failed on
- * the answering QP, once that QP is in the error state (it goes there on the device's own
- * time, and must not after the reset). Replaced where it has no windows, or its reset fails. */
+ * again, so that the windows stay reachable (on rxe: rxe_qp_reset leaves mw->qp, and
+ * rxe_lookup_mw compares QPs), once each QP that reported the failure is in the error state
+ * (verbs_loopback_settle). Replaced where it has no windows, where a QP does not settle, or
+ * where the reset fails. */
 int verbs_loopback_mend(struct verbs_loopback *lb);
+/* Waits (100 ms at most each) for the QPs that reported failures to enter the error state,
+ * which they do on the device's own time: 0, or -ETIMEDOUT. Needs the pair not to change
+ * (the Dma lock), not the window lock: the Dma thread settles before it takes that. */
+int verbs_loopback_settle(struct verbs_loopback *lb);
 bool verbs_loopback_ready(const struct verbs_loopback *lb);
 /* Counts the pairs made: a window op that failed asks whether its pair is still the current
  * one (replace it) or was replaced meanwhile by the other thread (try once more). */

@@ -18,6 +18,7 @@ void mw_grants_init(struct mw_grants *g, struct reg_base *reg)
 	LIST_INIT(&g->pool);
 	LIST_INIT(&g->stuck);
 	LIST_INIT(&g->busy);
+	LIST_INIT(&g->dying);
 }
 
 static struct mw_grant_list *list_of(struct mw_grants *g, enum mw_place where, unsigned **count)
@@ -35,6 +36,9 @@ static struct mw_grant_list *list_of(struct mw_grants *g, enum mw_place where, u
 	case MW_STUCK:
 		*count = &g->n_stuck;
 		return &g->stuck;
+	case MW_DYING:
+		*count = &g->n_dying;
+		return &g->dying;
 	default:
 		return NULL;
 	}
@@ -79,7 +83,8 @@ static int grant_free(struct mw_grant *w)
 	return 0;
 }
 
-/* The stuck windows' deallocs, again. */
+/* The stuck windows' deallocs, again, and the dying ones' (on the loop, where nothing holds
+ * the provider). */
 static void retry_stuck(struct mw_grants *g)
 {
 	struct mw_grant *w, *next;
@@ -91,6 +96,8 @@ static void retry_stuck(struct mw_grants *g)
 			free(w);
 		}
 	}
+	while ((w = LIST_FIRST(&g->dying)))
+		(void)grant_free(w); /* a failure puts it on the stuck list */
 }
 
 void mw_grants_done(struct mw_grants *g)
@@ -102,7 +109,7 @@ void mw_grants_done(struct mw_grants *g)
 		(void)grant_free(LIST_FIRST(&g->bound));
 	while (!LIST_EMPTY(&g->pool))
 		(void)grant_free(LIST_FIRST(&g->pool));
-	retry_stuck(g);
+	retry_stuck(g); /* the dying ones too */
 	while (!LIST_EMPTY(&g->stuck)) { /* the device keeps them with its context */
 		struct mw_grant *w = LIST_FIRST(&g->stuck);
 
@@ -113,16 +120,11 @@ void mw_grants_done(struct mw_grants *g)
 	}
 }
 
-/* Windows of the domain's PD that are none of g's lists: those handed to freed memory's MRs
- * (provider_mw_doom) and not deallocated yet. Their keys live until then, and where the
- * dealloc fails they stay (the run quarantined): counted as bound ones are. A window a
- * worker is still allocating is on the busy list before the PD has it: none then. */
+/* Windows handed to freed memory's MRs (provider_mw_doom) and not deallocated yet: their keys
+ * live until then, and where the dealloc fails they stay (the run quarantined). */
 static unsigned doomed(const struct mw_grants *g)
 {
-	unsigned all = g->reg->pd ? provider_pd_windows(g->reg->pd) : 0;
-	unsigned listed = g->n_pool + g->n_bound + g->n_busy + g->n_stuck;
-
-	return all > listed ? all - listed : 0;
+	return g->reg->pd ? provider_pd_doomed(g->reg->pd) : 0;
 }
 
 unsigned mw_grants_live(const struct mw_grants *g)
@@ -149,8 +151,8 @@ static bool for_the_pool(const struct mw_grant *w)
 
 /* w unbound (its rkey dead): into the pool, or deallocated. Where a worker may hold the
  * provider (a job's end: here false), a window past MW_POOL_MAX stays in the pool (the pool
- * then holds at most the windows on workers more), and a worn-out one waits on the stuck
- * list for a dealloc where nothing holds the provider. */
+ * then holds at most the windows on workers more), and a worn-out one waits on the dying
+ * list for a dealloc where nothing holds the provider (retry_stuck). */
 static void unbound(struct mw_grant *w, bool here)
 {
 	bool keep = for_the_pool(w) || (!here && !worn_out(w));
@@ -158,7 +160,7 @@ static void unbound(struct mw_grant *w, bool here)
 	w->owner = NULL;
 	w->mr = NULL;
 	w->allocation = NULL;
-	place(w, keep || here ? MW_POOL : MW_STUCK);
+	place(w, keep || here ? MW_POOL : MW_DYING);
 	if (!keep && here)
 		(void)grant_free(w);
 }

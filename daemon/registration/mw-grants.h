@@ -45,6 +45,7 @@ struct mw_grant {
 		MW_BOUND,
 		MW_BUSY,  /* a worker binds or kills it */
 		MW_STUCK, /* its invalidate and dealloc failed (mw_grants) */
+		MW_DYING, /* unbound, its key dead, to be deallocated where nothing holds the provider */
 	} place;
 	bool freed; /* its memory was freed while a worker bound it */
 };
@@ -64,7 +65,8 @@ struct mw_grants {
 	 * keys live, so counted (quota, mrctl) and deallocated again at each grant and revoke. */
 	struct mw_grant_list stuck;
 	struct mw_grant_list busy; /* on workers: counted as bound */
-	unsigned n_bound, n_pool, n_stuck, n_busy;
+	struct mw_grant_list dying; /* worn out at a job's end: not counted, never bound again */
+	unsigned n_bound, n_pool, n_stuck, n_busy, n_dying;
 	unsigned to_pool; /* kills on workers whose window goes to the pool after */
 	uint64_t binds, invalidations; /* counters */
 };
