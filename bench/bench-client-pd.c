@@ -23,6 +23,7 @@
 #include <mrd/mrd-verbs.h>
 
 #include "bench-util.h"
+#include "bench-verbs.h"
 
 #define KiB 1024ull
 #define MiB (1024ull * KiB)
@@ -183,7 +184,6 @@ static void cached_row(void)
 
 int main(int argc, char **argv)
 {
-	struct ibv_device **l;
 	struct ibv_context *ctx = NULL;
 	bool met = true;
 	int r;
@@ -192,10 +192,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: bench-client-pd SOCKET DEVICE\n");
 		return 2;
 	}
-	l = ibv_get_device_list(NULL);
-	for (int i = 0; l && l[i] && !ctx; i++)
-		if (strcmp(ibv_get_device_name(l[i]), argv[2]) == 0)
-			ctx = ibv_open_device(l[i]);
+	ctx = bench_open_verbs(argv[2]);
 	if (!ctx) {
 		printf("bench-client-pd: not measured: no verbs device %s here (make bench runs it "
 		       "in the rxe VM)\n", argv[2]);
@@ -243,6 +240,5 @@ int main(int argc, char **argv)
 	mrd_client_close(bound);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(l);
 	return 0;
 }

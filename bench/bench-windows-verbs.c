@@ -20,6 +20,7 @@
 #include <mrd/mrd.h>
 
 #include "bench-util.h"
+#include "bench-verbs.h"
 
 #define REPS 7
 #define GRANTS 300 /* per rep and side */
@@ -44,7 +45,6 @@ int main(int argc, char **argv)
 	struct bench_summary sum[2];
 	double grant[REPS], reg[REPS], win_w[REPS], mr_w[REPS], ratio[2][REPS];
 	struct ibv_context *ctx = NULL;
-	struct ibv_device **l;
 	struct mrd_keys src_k, dst_k;
 	struct ibv_pd *pd;
 	size_t n_sum = 0;
@@ -57,10 +57,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: bench-windows-verbs SOCKET DEVICE\n");
 		return 2;
 	}
-	l = ibv_get_device_list(NULL);
-	for (int i = 0; l && l[i] && !ctx; i++)
-		if (strcmp(ibv_get_device_name(l[i]), argv[2]) == 0)
-			ctx = ibv_open_device(l[i]);
+	ctx = bench_open_verbs(argv[2]);
 	if (!ctx) {
 		printf("bench-windows-verbs: not measured: no verbs device %s here (make bench runs "
 		       "it in the rxe VM)\n", argv[2]);
@@ -139,6 +136,5 @@ int main(int argc, char **argv)
 	mrd_client_close(c);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(l);
 	return 0;
 }

@@ -287,6 +287,45 @@ static void raw_grant_request(Mrd__Request *req, Mrd__WindowGrantRequest *g, uin
 	req->window_grant = g;
 }
 
+/* A held provider (soft's gate on an 8 MiB registration of a forked client of
+ * this uid), started by the child; returns its pid. */
+static pid_t hold_provider(void)
+{
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		mrd_client *x = NULL;
+		struct mrd_keys xk;
+		uint8_t *big;
+
+		if (mrd_client_connect(mrd.socket, &x) != 0 ||
+		    mrd_mem_alloc(x, 8 << 20, 0, 0, (void **)&big) != 0)
+			_exit(3);
+		_exit(mrd_keys_query(x, big, &xk) == 0 ? 0 : 4);
+	}
+	ck_assert_int_eq(soft_gate_wait(gate, 60000), 'r');
+	return pid;
+}
+
+static void reap(pid_t pid)
+{
+	int st;
+
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_int_eq(WIFEXITED(st) ? WEXITSTATUS(st) : 128, 0);
+}
+
+static int raw_hello(const char *name)
+{
+	int fd = raw_connect(mrd.socket);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(raw_send_hello(fd, name), 0);
+	ck_assert_int_eq(raw_reply_within(fd, -1), 0);
+	return fd;
+}
+
 /* OP_BIND_FREE: a grant, then the free of its memory while a worker still binds it.
  * OP_LATE_GRANT: a grant whose bind on the worker completes late (MRD_SOFT_MW_BIND_LATE). */
 enum window_op { OP_GRANT, OP_REVOKE, OP_FREE, OP_BIND_FREE, OP_LATE_GRANT };
@@ -308,13 +347,10 @@ static void window_op_beside_a_held_provider(enum window_op op)
 	Mrd__Response *resp, *first;
 	uint64_t addr;
 	uint32_t rkey = 0;
-	int fd, st;
+	int fd;
 	pid_t pid;
 
-	fd = raw_connect(mrd.socket);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(raw_send_hello(fd, "window-op"), 0);
-	ck_assert_int_eq(raw_reply_within(fd, -1), 0);
+	fd = raw_hello("window-op");
 	al.size = 64 * KiB;
 	req.id = 2;
 	req.body_case = MRD__REQUEST__BODY_ALLOC;
@@ -336,19 +372,7 @@ static void window_op_beside_a_held_provider(enum window_op op)
 		rkey = resp->window_grant->rkey;
 		mrd__response__free_unpacked(resp, NULL);
 	}
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		mrd_client *x = NULL;
-		struct mrd_keys xk;
-		uint8_t *big;
-
-		if (mrd_client_connect(mrd.socket, &x) != 0 ||
-		    mrd_mem_alloc(x, 8 << 20, 0, 0, (void **)&big) != 0)
-			_exit(3);
-		_exit(mrd_keys_query(x, big, &xk) == 0 ? 0 : 4);
-	}
-	ck_assert_int_eq(soft_gate_wait(gate, 60000), 'r'); /* the worker holds the provider */
+	pid = hold_provider();
 	req = (Mrd__Request)MRD__REQUEST__INIT;
 	if (op == OP_GRANT || op == OP_BIND_FREE || op == OP_LATE_GRANT) {
 		raw_grant_request(&req, &g, 10, addr + 4096);
@@ -410,8 +434,7 @@ static void window_op_beside_a_held_provider(enum window_op op)
 		ck_assert_int_eq(domain_number("memory_windows"), 0);
 		ck_assert_int_eq(domain_number("quarantined_runs"), 0); /* its MR went */
 	}
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_int_eq(WIFEXITED(st) ? WEXITSTATUS(st) : 128, 0);
+	reap(pid);
 	close(fd);
 }
 
@@ -444,45 +467,6 @@ START_TEST(test_free_while_a_worker_binds)
 	window_op_beside_a_held_provider(OP_BIND_FREE);
 }
 END_TEST
-
-/* A held provider (soft's gate on an 8 MiB registration of a forked client of
- * this uid), started by the child; returns its pid. */
-static pid_t hold_provider(void)
-{
-	pid_t pid = fork();
-
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		mrd_client *x = NULL;
-		struct mrd_keys xk;
-		uint8_t *big;
-
-		if (mrd_client_connect(mrd.socket, &x) != 0 ||
-		    mrd_mem_alloc(x, 8 << 20, 0, 0, (void **)&big) != 0)
-			_exit(3);
-		_exit(mrd_keys_query(x, big, &xk) == 0 ? 0 : 4);
-	}
-	ck_assert_int_eq(soft_gate_wait(gate, 60000), 'r');
-	return pid;
-}
-
-static void reap(pid_t pid)
-{
-	int st;
-
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_int_eq(WIFEXITED(st) ? WEXITSTATUS(st) : 128, 0);
-}
-
-static int raw_hello(const char *name)
-{
-	int fd = raw_connect(mrd.socket);
-
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(raw_send_hello(fd, name), 0);
-	ck_assert_int_eq(raw_reply_within(fd, -1), 0);
-	return fd;
-}
 
 /* A connection asks for a grant over memory of another connection of this
  * process while a worker holds the provider, then closes before the bind is answered. The
