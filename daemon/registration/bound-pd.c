@@ -27,6 +27,7 @@ static void bound_unhold(struct mr_cache *c)
 		log_warning_errno(k, "client PD %u (%s): MRs left at close: %m", b->pd_handle,
 				  b->driver);
 	mr_table_done(&b->cache.table);
+	u64_map_done(&b->cache.by_lkey);
 	provider_close(b->provider); /* closes mrd's copy of the command fd */
 	free(b);
 }
