@@ -67,6 +67,9 @@ struct mrd_client {
 	 * addresses, which mrd's ring of freed ranges does not name, so a cache that sees it
 	 * move forgets everything (lookup.c catch_up). */
 	unsigned long adopt_gone;
+	/* Windows bound on the program's own QPs (own-windows.c), made at the first grant
+	 * (atomic pointer). */
+	struct own_windows *own_windows;
 };
 
 /* adopt.c: a lookup's address in an adopted buffer becomes its address in mrd's memory, what

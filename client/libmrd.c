@@ -12,6 +12,7 @@
 #include "call.h"
 #include "log.h"
 #include "memory.h"
+#include "own-windows.h"
 #include "mrd/mrd.h"
 #include "watcher.h"
 
@@ -148,6 +149,7 @@ MRD_EXPORT mrd_client *mrd_client_close(mrd_client *client)
 	if (client->conn) /* none when connecting failed */
 		log_debug("closing the connection to %s (%lu allocations held)", client->conn->path,
 			  __atomic_load_n(&client->n_held, __ATOMIC_ACQUIRE));
+	own_windows_close(client); /* before the connection goes: mrd frees what it held */
 	adopt_leave(client); /* before the connection goes: mrd would punch the pages */
 	memory_leave(client);
 	conn_free(client->conn);

@@ -18,6 +18,7 @@
 #include "call.h"
 #include "log.h"
 #include "memory.h"
+#include "own-windows.h"
 #include "mrd/mrd.h"
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -626,11 +627,14 @@ static int address_request(struct conn *conn, int body_case, uint64_t address,
 	return conn_request(conn, &req, ret, NULL);
 }
 
-/* Free and ExtmemDetach: one address, an empty answer. */
+/* Free and ExtmemDetach: one address, an empty answer. The windows libmrd bound over the
+ * memory on the program's own QPs die first: mrd lets the pages go once it answers. */
 static int call_address(mrd_client *client, int body_case, uint64_t address)
 {
 	Mrd__Response *resp;
 	int r;
+
+	own_windows_before_free(client, address);
 
 	r = client_lock(client);
 	if (r == 0) {

@@ -1,21 +1,15 @@
 /* SPDX-License-Identifier: MIT */
-/* Memory windows in the domain-PD model: mrd binds them over its MRs, on its own QP. */
+/* Memory windows: in the domain-PD model mrd binds them over its MRs, on its own QP (a
+ * request each); with the program's own QP libmrd binds them itself (own-windows.c). */
 #include <errno.h>
 #include <stdint.h>
 
 #include "call.h"
 #include "handle.h"
+#include "own-windows.h"
 #include "mrd/mrd.h"
 
 #define WINDOW_ACCESS (MRD_WINDOW_REMOTE_READ | MRD_WINDOW_REMOTE_WRITE | MRD_WINDOW_REMOTE_ATOMIC)
-
-/* A program's own QP would be the client-PD model: libmrd binding from a per-thread pool. */
-static int no_client_qp(const char *call)
-{
-	return set_last_error(-EOPNOTSUPP, "%s: qp must be NULL: windows are bound on mrd's own QP "
-			      "(the domain-PD model); binding on the program's own QP (the "
-			      "client-PD model) is not built yet", call);
-}
 
 MRD_EXPORT int mrd_window_grant(mrd_client *client, void *qp, const void *addr, size_t len,
 				unsigned access, uint32_t *rkey)
@@ -29,7 +23,7 @@ MRD_EXPORT int mrd_window_grant(mrd_client *client, void *qp, const void *addr, 
 	    access == 0 || (access & ~WINDOW_ACCESS))
 		return set_last_error(-EINVAL, "mrd_window_grant: bad argument");
 	if (qp)
-		return no_client_qp("mrd_window_grant");
+		return own_window_grant(client, qp, addr, len, access, rkey);
 	q.address = (uintptr_t)addr;
 	q.length = len;
 	q.access = access;
@@ -56,7 +50,7 @@ MRD_EXPORT int mrd_window_revoke(mrd_client *client, void *qp, uint32_t rkey)
 	if (!client)
 		return set_last_error(-EINVAL, "mrd_window_revoke: bad argument");
 	if (qp)
-		return no_client_qp("mrd_window_revoke");
+		return own_window_revoke(client, qp, rkey);
 	q.rkey = rkey;
 	req.body_case = MRD__REQUEST__BODY_WINDOW_REVOKE;
 	req.window_revoke = &q;

@@ -211,6 +211,83 @@ START_TEST(test_keys_are_of_the_bound_pd)
 }
 END_TEST
 
+/* WindowGrant for the client's own QP (the client-PD model, client_pd): the answer of one. */
+static Mrd__Response *window_mr(int fd, uint64_t id, uint64_t addr, uint64_t len, int error)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__WindowGrantRequest q = MRD__WINDOW_GRANT_REQUEST__INIT;
+
+	q.address = addr;
+	q.length = len;
+	q.access = 2; /* remote write */
+	q.client_pd = true;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_WINDOW_GRANT;
+	req.window_grant = &q;
+	td_send_request(fd, &req, NULL, 0);
+	return td_expect(fd, id, error);
+}
+
+/* The client-PD model's request: mrd binds nothing and counts nothing; it answers the bound
+ * PD's MR over the range (made on a miss), which takes windows (MW_BIND), and the allocation
+ * holding it (what libmrd kills the windows of before it frees); with the domain model's
+ * checks: the caller's own memory, inside one allocation, and a bound PD. */
+START_TEST(test_window_mr_is_the_bound_pds)
+{
+	struct client *c, *stranger;
+	int fd = td_hello_client(1000, &c), sfd = td_hello_client_of(getpid() + 1, 1000, &stranger);
+	uint64_t a = td_alloc(fd, 2, 3 * MiB), b = td_alloc(fd, 3, 1 * MiB), s;
+	struct provider_mw *mw;
+	struct cached_mr *m;
+	Mrd__Response *resp;
+	Mrd__MrEntry eb;
+	uint32_t rkey;
+
+	resp = window_mr(fd, 4, a, 4096, ENXIO);
+	ck_assert_ptr_nonnull(strstr(resp->message, "mrd_client_bind_pd"));
+	mrd__response__free_unpacked(resp, NULL);
+	bind_soft(c);
+
+	resp = window_mr(fd, 5, a + 8192, 4096, 0);
+	ck_assert_uint_eq(resp->window_grant->rkey, 0); /* no window of mrd's */
+	ck_assert_ptr_nonnull(resp->window_grant->mr);
+	ck_assert_uint_eq(resp->window_grant->mr->start, a);
+	ck_assert_uint_eq(resp->window_grant->mr->end, a + 3 * MiB);
+	ck_assert_uint_eq(resp->window_grant->allocation_start, a);
+	ck_assert_uint_eq(resp->window_grant->allocation_end, a + 3 * MiB);
+	m = u64_map_get(&c->bound->cache.by_lkey, (uint64_t)resp->window_grant->mr->lkey + 1);
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_ptr_nonnull(m); /* the bound PD's MR, not the domain's */
+	ck_assert_uint_eq(c->domain->reg.cache.n_mrs, 0);
+	ck_assert_uint_eq(mw_grants_live(&c->domain->reg.windows), 0);
+
+	/* The client binds over it in its PD; the window moves exactly its bytes. */
+	ck_assert_int_eq(provider_mw_alloc(c->bound->pd, &mw), 0);
+	ck_assert_int_eq(provider_mw_bind(mw, m->pmr, a + 8192, 4096, MRD_ACCESS_REMOTE_WRITE,
+					  &rkey), 0);
+	td_lookup(fd, 6, b, 0, &eb);
+	memcpy((void *)(uintptr_t)b, "through the client's window", 28);
+	ck_assert_int_eq(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, eb.lkey, b, rkey, a + 8192,
+				      28), 0);
+	ck_assert_str_eq((char *)(uintptr_t)(a + 8192), "through the client's window");
+	ck_assert_int_lt(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, eb.lkey, b, rkey,
+				      a + 8191, 28), 0);
+	ck_assert_int_eq(provider_mw_invalidate(mw), 0);
+	ck_assert_int_eq(provider_mw_dealloc(mw), 0);
+
+	/* The domain model's checks. */
+	resp = window_mr(fd, 7, a + 3 * MiB - 4096, 8192, ERANGE);
+	mrd__response__free_unpacked(resp, NULL);
+	resp = window_mr(fd, 8, 4096, 4096, ENOENT);
+	mrd__response__free_unpacked(resp, NULL);
+	s = td_alloc(sfd, 9, 1 * MiB);
+	resp = window_mr(fd, 10, s, 4096, EACCES);
+	ck_assert_ptr_nonnull(strstr(resp->message, "only it grants"));
+	mrd__response__free_unpacked(resp, NULL);
+	finish(fd, sfd);
+}
+END_TEST
+
 /* The domain's MRs and its mempools' are another PD's: they neither cut the bound PD's runs
  * nor answer its lookups. */
 START_TEST(test_domain_mrs_are_not_the_pds)
@@ -1752,6 +1829,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_keys_are_of_the_bound_pd);
 	tcase_add_test(tc, test_domain_mrs_are_not_the_pds);
+	tcase_add_test(tc, test_window_mr_is_the_bound_pds);
 	tcase_add_test(tc, test_free_deregisters_before_the_pages_go);
 	tcase_add_test(tc, test_end_drops_every_mr);
 	tcase_add_test(tc, test_end_while_a_worker_registers);

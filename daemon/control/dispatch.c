@@ -289,6 +289,9 @@ static int request_domain(struct client *c, struct reply *r, struct domain **ret
 static int run_handler(struct client *c, const struct request_type *type,
 		       const Mrd__Request *req, struct wire_packet *pkt, struct reply *r)
 {
+	/* A WindowGrant for the client's own QP asks for its own PD's MR, not the domain's. */
+	bool domain_pd = type->domain_pd && !(req->body_case == MRD__REQUEST__BODY_WINDOW_GRANT &&
+					      req->window_grant->client_pd);
 	struct domain *d = NULL;
 	int k;
 
@@ -302,7 +305,7 @@ static int run_handler(struct client *c, const struct request_type *type,
 		if (k < 0)
 			return k;
 	}
-	if (type->domain_pd && (c->bound || c->bound_lost)) {
+	if (domain_pd && (c->bound || c->bound_lost)) {
 		reply_set_message(r, "%s works on the domain's PD, and this handle is bound to a PD "
 				  "of its own context (mrd_client_bind_pd()): use a handle of its own "
 				  "for it", request_api(req->body_case, type));
@@ -314,7 +317,7 @@ static int run_handler(struct client *c, const struct request_type *type,
 			return k;
 	}
 	k = type->handler(c, d, req, pkt, r);
-	if (type->domain_pd && (k >= 0 || k == -EINPROGRESS))
+	if (domain_pd && (k >= 0 || k == -EINPROGRESS))
 		c->keys_out = true; /* of the domain's PD: too late to bind */
 	return k;
 }

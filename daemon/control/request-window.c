@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The memory-window family: WindowGrant (a window over the caller's own memory, bound on the
- * domain's PD) and WindowRevoke. */
+ * domain's PD; or, for the client-PD model, the MR of the client's own PD it binds over) and
+ * WindowRevoke. */
 #include <errno.h>
 #include <inttypes.h>
 
@@ -35,7 +36,39 @@ struct pending_grant {
 	struct mw_wait bound;
 	uint64_t address, length;
 	unsigned access;
+	bool client_pd; /* the client binds: answered with its own PD's MR */
 };
+
+/* The client-PD model's answer: the MR of the connection's own PD and the allocation. */
+static int grant_mr(struct pending_grant *p, struct reply *r)
+{
+	struct client *c = p->base.client;
+	Mrd__WindowGrantResponse *body;
+	uint64_t alloc_start, alloc_end;
+	Mrd__MrEntry **mr;
+	struct mr_entry e;
+	int k;
+
+	if (!c->bound || c->bound_lost) {
+		reply_set_message(r, "WindowGrant for the client's own QP: this connection has no "
+				  "PD of its own bound (mrd_client_bind_pd)%s",
+				  c->bound_lost ? ", or it was let go: connect again" : "");
+		return -ENXIO;
+	}
+	k = domain_window_mr(c->domain, c->bound, &c->owner.mem, p->address, p->length, &e,
+			     &alloc_start, &alloc_end, r->message, sizeof(r->message),
+			     &p->base.waiter);
+	if (k < 0)
+		return k;
+	mr = fill_mr_entries(r, &e, 1);
+	if (!mr)
+		return -ENOMEM;
+	body = reply_body(r, MRD__RESPONSE__BODY_WINDOW_GRANT);
+	body->mr = mr[0];
+	body->allocation_start = alloc_start;
+	body->allocation_end = alloc_end;
+	return 0;
+}
 
 /* The grant of p: answered in r (0), refused, or -EINPROGRESS (waits for the MR). */
 static int grant_run(struct pending_grant *p, struct reply *r)
@@ -45,6 +78,8 @@ static int grant_run(struct pending_grant *p, struct reply *r)
 	uint32_t rkey;
 	int k;
 
+	if (p->client_pd)
+		return grant_mr(p, r);
 	k = domain_window_grant(c->domain, &c->owner.mem, p->address, p->length, p->access, &rkey,
 				r->message, sizeof(r->message), &p->base.waiter, &p->bound);
 	if (k < 0)
@@ -114,6 +149,7 @@ int request_window_grant(struct client *c, struct domain *d, const Mrd__Request 
 	p->bound.done = grant_bound;
 	p->address = q->address;
 	p->length = q->length;
+	p->client_pd = q->client_pd;
 	p->access = (q->access & WIRE_READ ? MRD_ACCESS_REMOTE_READ : 0) |
 		    (q->access & WIRE_WRITE ? MRD_ACCESS_REMOTE_WRITE : 0) |
 		    (q->access & WIRE_ATOMIC ? MRD_ACCESS_REMOTE_ATOMIC : 0);

@@ -234,6 +234,15 @@ int domain_dma_check(struct domain *d, pid_t asker, uint32_t lkey, char *why, si
 int domain_window_grant(struct domain *d, const struct mem_owner *owner, uint64_t address,
 			uint64_t length, unsigned access, uint32_t *ret_rkey, char *why,
 			size_t why_size, struct waiter *waiter, struct mw_wait *wait);
+/* The client-PD model: after domain_window_grant's checks (with the device of bound's
+ * context), the MR of bound's PD covering [address, address + length) (waiting as
+ * domain_lookup_range does) and the allocation holding it, [*ret_alloc_start,
+ * *ret_alloc_end): the client binds a window over it itself (a client PD registers no
+ * read-only memory: -EOPNOTSUPP, as its lookups). */
+int domain_window_mr(struct domain *d, struct bound_pd *bound, const struct mem_owner *owner,
+		     uint64_t address, uint64_t length, struct mr_entry *ret,
+		     uint64_t *ret_alloc_start, uint64_t *ret_alloc_end, char *why, size_t why_size,
+		     struct waiter *waiter);
 /* Invalidates owner's window of rkey: -ENOENT when owner has none bound; -EINPROGRESS when a
  * worker does it (wait hears). */
 int domain_window_revoke(struct domain *d, const struct mem_owner *owner, uint32_t rkey,

@@ -143,9 +143,10 @@ static unsigned access_of(const struct mr_cache *c, const struct reg_allocation 
 	if (c->own_pd && reg_kind_of(a) == REG_KIND_ON_DEMAND &&
 	    provider_odp_covers(caps, access))
 		access |= MRD_ACCESS_ON_DEMAND;
-	/* The domain's pinned MRs take windows (mw-grants.h) where the device has them; window-only,
+	/* Pinned MRs take windows where the device has them: the domain's (mw-grants.h), and a
+	 * client PD's, which the client binds on its own QPs (libmrd's window.c); window-only,
 	 * their own rkey grants nothing remote (without windows, no remote access at all). */
-	if (!c->own_pd && reg_kind_of(a) == REG_KIND_PINNED) {
+	if (reg_kind_of(a) == REG_KIND_PINNED) {
 		if (caps->mw)
 			access |= MRD_ACCESS_MW_BIND;
 		if (base_of(c)->config->window_only)

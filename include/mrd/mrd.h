@@ -398,18 +398,33 @@ int mrd_cache_mempool_keys(mrd_cache *cache, const mrd_mempool *pool, const void
 int mrd_prefetch(mrd_client *client, const void *addr, size_t length, int advice,
 		 unsigned flags);
 
-/* Memory windows (issue 41): remote access to [addr, addr + len) of an allocation of the caller's
- * own (mrd_mem_alloc), by the rkey of a type-2 window mrd binds over the covering MR of the
- * domain's PD, on mrd's own QP: qp must be NULL (the domain-PD model; peers reach the window
- * through mrd_dma; -EOPNOTSUPP for a program's own QP, the client-PD model, not built yet).
- * access: MRD_WINDOW_* bits, at least one. The rkey reaches exactly those bytes and is refused
- * from the moment mrd_window_revoke() returns, or once the memory is freed (mrd invalidates the
- * window before it lets the pages go). Errors: -EOPNOTSUPP (no windows on the device: the
- * message says why), -EACCES (another process's memory), -ERANGE (past its allocation),
- * -EDQUOT ([quota] memory_windows), -ENOENT (not mrd memory; revoke: not a window of yours). */
+/* Memory windows: remote access to [addr, addr + len) of an allocation of the caller's own
+ * (mrd_mem_alloc), by the rkey of a type-2 window over exactly those bytes. access:
+ * MRD_WINDOW_* bits, at least one. Two models (libmrd(3) "Memory windows"):
+ * - qp NULL (the domain-PD model): mrd binds the window over the covering MR of the domain's
+ *   PD on its own QP; peers reach it through mrd_dma. The rkey is refused from the moment
+ *   mrd_window_revoke() returns. One request each; [quota] memory_windows counts them.
+ * - qp a struct ibv_qp * (RC or UC) of the PD the handle is bound to (mrd_verbs_bind_pd): the
+ *   client-PD model. libmrd binds a window of that PD, from the handle's pool, on qp itself,
+ *   over the MR mrd made in the PD (a request only the first time it meets that MR); peers
+ *   on any host reach it through qp's connection. Both calls post one unsignaled work request
+ *   on qp (wr_id MRD_WINDOW_WR_ID: a QP that signals all sees its completions) and return:
+ *   the bind takes effect before any later work request of qp, so a SEND of the rkey posted
+ *   after the grant reaches the peer after the window is bound; the revoke's invalidate
+ *   likewise, so the rkey is refused once a work request posted after the revoke completed
+ *   (a QP not in RTS, or a full send queue, makes the revoke deallocate the window instead:
+ *   refused at once). Revoke on the QP the window was granted on, and before destroying it.
+ * Either way the window dies when the memory is freed, before mrd lets the pages go (domain-PD:
+ * mrd invalidates it first; client-PD: libmrd deallocates it in mrd_mem_free() before the
+ * Free goes out). Errors: -EOPNOTSUPP (no windows on the device: the message says why),
+ * -EACCES (another process's memory; write or atomic access to read-only memory), -ERANGE
+ * (past its allocation), -EDQUOT ([quota] memory_windows, domain-PD), -ENOENT (not mrd memory;
+ * revoke: not a window of this handle's), -ENXIO (a qp, but the handle bound to no PD),
+ * -EINVAL (a qp of another PD or type; revoke: another QP than the grant's). */
 #define MRD_WINDOW_REMOTE_READ 0x1u
 #define MRD_WINDOW_REMOTE_WRITE 0x2u
 #define MRD_WINDOW_REMOTE_ATOMIC 0x4u
+#define MRD_WINDOW_WR_ID 0x6d72642d77696e64ull /* "mrd-wind": the client-PD model's requests */
 int mrd_window_grant(mrd_client *client, void *qp, const void *addr, size_t len, unsigned access,
 		     uint32_t *rkey);
 int mrd_window_revoke(mrd_client *client, void *qp, uint32_t rkey);

@@ -187,6 +187,22 @@ if grep -q 'mrd_vm=pair' /proc/cmdline; then
 		result "host $ROLE: preload-check across hosts exits 0" $rc "$(tail -n 3 /tmp/pc.txt)"
 		peer_answers "preload-check"
 	fi
+	# Memory windows across the hosts: host a's program grants them on its own QP (client
+	# PD), host b's writes and reads through them.
+	if [ -n "$LINK_DEAD" ]; then
+		link_dead_skip "host $ROLE: memory windows across hosts"
+	else
+		if [ "$ROLE" = a ]; then
+			timeout 240 rdma-peers windows-serve "$SOCK" "$GIDX" 18750 > /tmp/win.txt 2>&1
+		else
+			timeout 240 rdma-peers windows-ask "$SOCK" "$GIDX" $PEER 18750 > /tmp/win.txt 2>&1
+		fi
+		rc=$?
+		sed -i "s/^@@ RESULT\t\([A-Z]*\)\t/@@ RESULT\t\1\thost $ROLE: /" /tmp/win.txt
+		collect /tmp/win.txt
+		result "host $ROLE: memory windows across hosts exit cleanly" $rc "$(tail -n 3 /tmp/win.txt)"
+		peer_answers "memory windows"
+	fi
 	. /opt/mrd/middleware-check.sh # MPI, rping, fi_pingpong and ucx_perftest across the hosts
 	if [ -n "$LINK_DEAD" ]; then
 		link_dead_skip "host $ROLE: middleware across hosts (MPICH, rping, fi_pingpong, ucx_perftest)"
@@ -267,7 +283,7 @@ if grep -q 'mrd_vm=bench' /proc/cmdline; then
 		--socket /run/mrd.sock > /tmp/mrd.log 2>&1 &
 	for _ in $(seq 200); do [ -S /run/mrd.sock ] && break; sleep 0.1; done
 	bench-client-pd /run/mrd.sock rxe0 2>&1 | sed 's/^/@@ BENCH /'
-	bench-windows-verbs /run/mrd.sock rxe0 2>&1 | sed 's/^/@@ BENCH /'
+	bench-windows-verbs /run/mrd.sock rxe0 "$GIDX" 2>&1 | sed 's/^/@@ BENCH /'
 	bench_preload /run/mrd.sock 2>&1 | sed 's/^/@@ BENCH /'
 	. /opt/mrd/middleware-check.sh
 	middleware_bench 2>&1 | sed 's/^/@@ BENCH /'
@@ -525,6 +541,11 @@ timeout 240 rdma-peers bound "$SOCK" "$GIDX" > /tmp/bound.txt 2>&1
 rc=$?
 collect /tmp/bound.txt
 result "rdma-peers bound exits cleanly" $rc
+# Memory windows in the client-PD model: granted by libmrd on the program's own QP.
+timeout 240 rdma-peers windows "$SOCK" "$GIDX" > /tmp/own-windows.txt 2>&1
+rc=$?
+collect /tmp/own-windows.txt
+result "rdma-peers windows exits cleanly" $rc "$(tail -n 3 /tmp/own-windows.txt)"
 other=
 [ -e /sys/class/infiniband/siw0 ] && other=siw0
 timeout 120 rdma-peers bound-hostile "$SOCK" $other > /tmp/bound-hostile.txt 2>&1

@@ -16,6 +16,17 @@
  *     ibv_reg_mr of 1 MiB fails) on its own context and PD, bound to mrd
  *     (mrd_verbs_bind_pd): the keys mrd hands out are of MRs in that PD, and the transfers
  *     run on the peers' own QPs; the mempool is registered in the initiator's own PD.
+ *   rdma-peers windows SOCKET GID_INDEX
+ *     Memory windows in the client-PD model: two bound peers as above (uid 1000, memlock 64
+ *     KiB), the target granting type-2 windows of its own PD on its own QP over its mrd memory
+ *     (mrd_window_grant with the QP), the initiator writing and reading through their rkeys:
+ *     exactly the window's bytes (one byte before or past refused), a revoked window refused
+ *     once a work request after the revoke completed, a freed buffer's window refused and the
+ *     memory allocated after the free untouched, 1000 grant+revoke cycles with the first and
+ *     last cycles' rkeys refused, and a window the handle still had at its close refused.
+ *   rdma-peers windows-serve SOCKET GID_INDEX PORT | windows-ask SOCKET GID_INDEX HOST PORT
+ *     The same across two hosts (each its own mrd): the target serves on PORT, the
+ *     initiator connects to HOST.
  *   rdma-peers bound-hold SOCKET
  *     A bound uid-1000 client with 4 MiB looked up and a QP of its own: "@@ HOLDING", then
  *     holds them until killed.
@@ -46,6 +57,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -521,6 +534,340 @@ static int pair(const char *sock, int gid_index, pid_t victim, bool bound)
 	return rc;
 }
 
+/* Memory windows in the client-PD model (mrd_window_grant with the program's own QP): the
+ * target grants type-2 windows over its mrd memory on its own QP, the initiator (another
+ * process, on this host or the other) reaches them through its QP connected to that one. */
+#define WIN_OFF 4096u
+#define WIN_LEN 4096u
+#define WIN_RW (MRD_WINDOW_REMOTE_READ | MRD_WINDOW_REMOTE_WRITE)
+#define WIN_CYCLES 1000
+
+/* After a refused access both QPs are in the error state: each side resets its own and they
+ * connect again (the target's windows stay bound: rxe_qp_reset leaves mw->qp). */
+static void reconnect(struct peer *p)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RESET };
+	struct ibv_wc wc;
+
+	while (ibv_poll_cq(p->cq, 1, &wc) > 0)
+		; /* what the error flushed */
+	if (ibv_modify_qp(p->qp, &a, IBV_QP_STATE))
+		die(p->who, "QP to RESET", errno);
+	peer_connect(p);
+}
+
+/* The target's fence: a signaled RDMA READ of one byte of the initiator's memory, awaited; the
+ * work requests libmrd posted before it on the QP (unsignaled) have run once it completes. */
+static void fence(struct peer *p, void *local, uint32_t lkey, uint64_t remote, uint32_t rkey)
+{
+	int r = rdma(p, true, local, lkey, remote, rkey, 1);
+
+	if (r < 0)
+		die(p->who, "fence (an RDMA READ after the window's work requests)", r);
+}
+
+/* Whether the device checks a window's range against its MR's rather than the window's: rxe
+ * does (Linux rxe_resp.c check_rkey: mr_check_range(mr, ...) after rxe_lookup_mw; vendor
+ * 0xffffff, rxe_param.h RXE_VENDOR_ID), as mrd's caps.mw_wide says too. */
+static bool windows_wide(struct peer *p)
+{
+	struct ibv_device_attr attr;
+
+	return ibv_query_device(p->ctx, &attr) == 0 && attr.vendor_id == 0xffffff;
+}
+
+static void say(struct peer *p, char c)
+{
+	xsend(p, &c, 1);
+}
+
+static char heard(struct peer *p)
+{
+	char c;
+
+	xrecv(p, &c, 1);
+	return c;
+}
+
+struct win_msg {
+	uint64_t addr;
+	uint32_t rkey;
+};
+
+static int windows_target(struct peer *p)
+{
+	struct win_msg theirs, msg;
+	uint32_t first = 0, last = 0, rkey;
+	struct mrd_keys k;
+	char *buf, *buf2, *buf3, name[200];
+	bool ok;
+	int r;
+
+	peer_open(p);
+	if (mrd_mem_alloc(p->client, BUF_SIZE, 0, 0, (void **)&buf) < 0 ||
+	    mrd_mem_alloc(p->client, 64u << 10, 0, 0, (void **)&buf2) < 0)
+		die(p->who, "alloc", -ENOMEM);
+	memset(buf, 0, BUF_SIZE);
+	memset(buf2, 0, 64u << 10);
+	if ((r = mrd_cache_keys(p->l, buf, &k)) < 0)
+		die(p->who, "lookup", r);
+	peer_connect(p);
+	xrecv(p, &theirs, sizeof(theirs)); /* the initiator's memory, for the fences */
+
+	/* Exactly its bytes. */
+	r = mrd_window_grant(p->client, p->qp, buf + WIN_OFF, WIN_LEN, WIN_RW, &rkey);
+	snprintf(name, sizeof(name), "target: grants a window over 4 KiB on its own QP (%d: %s)",
+		 r, r < 0 ? mrd_last_error() : "");
+	result(name, r == 0);
+	if (r < 0)
+		die(p->who, "mrd_window_grant", r);
+	msg = (struct win_msg){ (uintptr_t)buf, rkey };
+	xsend(p, &msg, sizeof(msg));
+	heard(p); /* written */
+	ok = buf[WIN_OFF] == 'w' && buf[WIN_OFF + WIN_LEN - 1] == 'w';
+	say(p, ok);
+	if (!windows_wide(p))
+		for (int i = 0; i < 2; i++) { /* one byte before, one byte past: refused */
+			heard(p);
+			reconnect(p);
+		}
+	heard(p);
+	if (windows_wide(p)) /* reached, as the device allows */
+		say(p, buf[WIN_OFF - 1] == 'w' && buf[WIN_OFF + WIN_LEN] == 'w');
+	else
+		say(p, buf[WIN_OFF - 1] == 0 && buf[WIN_OFF + WIN_LEN] == 0);
+
+	/* Revoked: refused once a work request after the revoke completed. */
+	heard(p);
+	r = mrd_window_revoke(p->client, p->qp, rkey);
+	result("target: revokes the window on its own QP", r == 0);
+	fence(p, buf + BUF_SIZE - 1, k.lkey, theirs.addr, theirs.rkey);
+	say(p, 1);
+	heard(p); /* refused */
+	reconnect(p);
+	say(p, buf[WIN_OFF] == 'w'); /* the revoked window wrote nothing more */
+
+	/* Freed: the window dies before the pages go back. */
+	r = mrd_window_grant(p->client, p->qp, buf2, WIN_LEN, WIN_RW, &rkey);
+	if (r < 0)
+		die(p->who, "mrd_window_grant over the second buffer", r);
+	msg = (struct win_msg){ (uintptr_t)buf2, rkey };
+	xsend(p, &msg, sizeof(msg));
+	heard(p); /* written */
+	ok = buf2[0] == 'f';
+	r = mrd_mem_free(p->client, buf2);
+	if (r == 0)
+		r = mrd_mem_alloc(p->client, 64u << 10, 0, 0, (void **)&buf3);
+	if (r < 0)
+		die(p->who, "free and alloc again", r);
+	memset(buf3, 0, 64u << 10);
+	snprintf(name, sizeof(name), "target: the freed buffer's pages came back %s",
+		 buf3 == buf2 ? "at the same address" : "elsewhere");
+	report("PASS", name, "");
+	say(p, ok);
+	heard(p); /* refused */
+	reconnect(p);
+	say(p, buf3[0] == 0);
+
+	/* Cycles: the pool's windows, each bind a new key byte, none of them coming back. */
+	for (int i = 0; i < WIN_CYCLES; i++) {
+		r = mrd_window_grant(p->client, p->qp, buf, WIN_LEN, WIN_RW, &rkey);
+		if (r == 0)
+			r = mrd_window_revoke(p->client, p->qp, rkey);
+		if (r < 0)
+			die(p->who, "grant+revoke cycle", r);
+		if (i == 0)
+			first = rkey;
+		last = rkey;
+		if (i % 4 == 3) /* the QP's send queue: the cycles' requests complete */
+			fence(p, buf + BUF_SIZE - 1, k.lkey, theirs.addr, theirs.rkey);
+	}
+	fence(p, buf + BUF_SIZE - 1, k.lkey, theirs.addr, theirs.rkey);
+	r = mrd_window_grant(p->client, p->qp, buf, WIN_LEN, WIN_RW, &rkey);
+	if (r < 0)
+		die(p->who, "grant after the cycles", r);
+	msg = (struct win_msg){ (uintptr_t)buf, rkey };
+	xsend(p, &msg, sizeof(msg));
+	msg.rkey = first;
+	xsend(p, &msg, sizeof(msg));
+	msg.rkey = last;
+	xsend(p, &msg, sizeof(msg));
+	for (int i = 0; i < 2; i++) {
+		heard(p); /* an old key refused */
+		reconnect(p);
+	}
+	say(p, buf[0] == 'n'); /* the live window wrote; the old keys did not */
+
+	/* The handle closes: libmrd deallocates what is still bound. */
+	heard(p);
+	mrd_cache_free(p->l);
+	p->l = NULL;
+	mrd_client_close(p->client);
+	say(p, 1);
+	heard(p); /* refused */
+	reconnect(p);
+	heard(p); /* done */
+	return failures ? 1 : 0;
+}
+
+static int windows_initiator(struct peer *p)
+{
+	struct win_msg mine, w, first, last;
+	struct mrd_keys src;
+	char *buf;
+	int r;
+
+	peer_open(p);
+	if ((r = mrd_mem_alloc(p->client, BUF_SIZE, 0, 0, (void **)&buf)) < 0)
+		die(p->who, "alloc", r);
+	memset(buf, 'w', BUF_SIZE);
+	if ((r = mrd_cache_keys(p->l, buf, &src)) < 0)
+		die(p->who, "lookup", r);
+	peer_connect(p);
+	mine = (struct win_msg){ (uintptr_t)buf + BUF_SIZE - 64, src.rkey };
+	xsend(p, &mine, sizeof(mine));
+
+	xrecv(p, &w, sizeof(w));
+	r = rdma(p, false, buf, src.lkey, w.addr + WIN_OFF, w.rkey, WIN_LEN);
+	result("RDMA WRITE of the window's 4 KiB by its rkey", r == 0);
+	say(p, 1);
+	result("the target finds exactly the window's bytes written", heard(p));
+	r = rdma(p, true, buf + 8192, src.lkey, w.addr + WIN_OFF, w.rkey, WIN_LEN);
+	result("RDMA READ of the window's 4 KiB by its rkey", r == 0);
+	if (windows_wide(p)) {
+		/* What the device does: the MR's range bounds the window's rkey. */
+		r = rdma(p, false, buf, src.lkey, w.addr + WIN_OFF - 1, w.rkey, 1);
+		result("rxe: one byte before the window is reached (rxe checks a window's range "
+		       "against its MR's, rxe_resp.c check_rkey)", r == 0);
+		r = rdma(p, false, buf, src.lkey, w.addr + WIN_OFF + WIN_LEN - 1, w.rkey, 2);
+		result("rxe: a WRITE one byte past the window's end is reached as well", r == 0);
+		say(p, 1);
+		result("the target finds those bytes written, as rxe allows", heard(p));
+	} else {
+		r = rdma(p, false, buf, src.lkey, w.addr + WIN_OFF - 1, w.rkey, 1);
+		refused("one byte before the window is refused by the device", r);
+		say(p, 1);
+		reconnect(p);
+		r = rdma(p, false, buf, src.lkey, w.addr + WIN_OFF + WIN_LEN - 1, w.rkey, 2);
+		refused("a WRITE one byte past the window's end is refused by the device", r);
+		say(p, 1);
+		reconnect(p);
+		say(p, 1);
+		result("the target's bytes beside the window are untouched", heard(p));
+	}
+
+	say(p, 1); /* revoke it */
+	heard(p);
+	memset(buf, 'x', 64);
+	r = rdma(p, false, buf, src.lkey, w.addr + WIN_OFF, w.rkey, 64);
+	refused("the revoked window's rkey is refused by the device", r);
+	say(p, 1);
+	reconnect(p);
+	result("nothing was written through the revoked rkey", heard(p));
+
+	xrecv(p, &w, sizeof(w));
+	memset(buf, 'f', 64);
+	r = rdma(p, false, buf, src.lkey, w.addr, w.rkey, 64);
+	result("RDMA WRITE through a window over a second buffer", r == 0);
+	say(p, 1);
+	result("the target read it", heard(p));
+	memset(buf, 'x', 64);
+	r = rdma(p, false, buf, src.lkey, w.addr, w.rkey, 64);
+	refused("the freed buffer's window is refused by the device", r);
+	say(p, 1);
+	reconnect(p);
+	result("the memory allocated after the free got nothing through the old window", heard(p));
+
+	xrecv(p, &w, sizeof(w));
+	xrecv(p, &first, sizeof(first));
+	xrecv(p, &last, sizeof(last));
+	memset(buf, 'n', 64);
+	r = rdma(p, false, buf, src.lkey, w.addr, w.rkey, 64);
+	result("after 1000 grant+revoke cycles a new window works", r == 0);
+	memset(buf, 'o', 64);
+	r = rdma(p, false, buf, src.lkey, first.addr, first.rkey, 64);
+	refused("the first cycle's rkey is refused by the device", r);
+	say(p, 1);
+	reconnect(p);
+	r = rdma(p, false, buf, src.lkey, last.addr, last.rkey, 64);
+	refused("the last cycle's rkey is refused by the device", r);
+	say(p, 1);
+	reconnect(p);
+	result("the old rkeys wrote nothing", heard(p));
+
+	say(p, 1); /* close the handle */
+	heard(p);
+	r = rdma(p, false, buf, src.lkey, w.addr, w.rkey, 64);
+	refused("a window still granted when its handle closed is refused by the device", r);
+	say(p, 1);
+	reconnect(p);
+	say(p, 1);
+	mrd_cache_free(p->l);
+	return failures ? 1 : 0;
+}
+
+/* One side over TCP (across the hosts): serve on port, or ask host. */
+static int tcp_socket(const char *host, int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	int fd, one = 1;
+
+	if (!host) {
+		int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		sa.sin_addr.s_addr = htonl(INADDR_ANY);
+		if (l < 0 || setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+		    bind(l, (struct sockaddr *)&sa, sizeof(sa)) || listen(l, 1))
+			die("windows", "listen", errno);
+		fd = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+		close(l);
+		return fd;
+	}
+	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+		die("windows", "host address", EINVAL);
+	for (int i = 0; i < 1500; i++) { /* 150 s for the server to come up */
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			return fd;
+		if (fd >= 0)
+			close(fd);
+		usleep(100000);
+	}
+	die("windows", "connect to the serving host", ETIMEDOUT);
+	return -1;
+}
+
+static int windows(int gid_index, const char *host, int port, bool serve)
+{
+	struct peer p = { .own_qp = true, .bound = true, .gid_index = gid_index };
+	int sv[2], status, rc;
+	pid_t pid;
+
+	if (port) {
+		p.sock = tcp_socket(serve ? NULL : host, port);
+		if (p.sock < 0)
+			die("windows", "socket", errno);
+		p.who = serve ? "target" : "initiator";
+		return serve ? windows_target(&p) : windows_initiator(&p);
+	}
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		return 2;
+	pid = fork();
+	if (pid == 0) {
+		p.who = "target";
+		p.sock = sv[1];
+		close(sv[0]);
+		_exit(windows_target(&p));
+	}
+	close(sv[1]);
+	p.who = "initiator";
+	p.sock = sv[0];
+	rc = windows_initiator(&p);
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		rc = 1;
+	return rc;
+}
+
 /* A client in a domain of its own, killed mid-request by the pair's initiator. */
 _Noreturn static void victim(const char *sock, uid_t uid)
 {
@@ -806,6 +1153,18 @@ int main(int argc, char **argv)
 		setenv("MRD_SOCKET", argv[2], 1);
 		return pair(argv[2], atoi(argv[3]), 0, true);
 	}
+	if (argc == 4 && strcmp(argv[1], "windows") == 0) {
+		setenv("MRD_SOCKET", argv[2], 1);
+		return windows(atoi(argv[3]), NULL, 0, false);
+	}
+	if (argc == 5 && strcmp(argv[1], "windows-serve") == 0) {
+		setenv("MRD_SOCKET", argv[2], 1);
+		return windows(atoi(argv[3]), NULL, atoi(argv[4]), true);
+	}
+	if (argc == 6 && strcmp(argv[1], "windows-ask") == 0) {
+		setenv("MRD_SOCKET", argv[2], 1);
+		return windows(atoi(argv[3]), argv[4], atoi(argv[5]), false);
+	}
 	if (argc == 3 && strcmp(argv[1], "bound-hold") == 0)
 		bound_hold(argv[2]);
 	if (argc == 5 && strcmp(argv[1], "two-devices") == 0)
@@ -818,6 +1177,9 @@ int main(int argc, char **argv)
 		hold(argv[2], (uid_t)atoi(argv[3]));
 	fprintf(stderr, "usage: rdma-peers pair SOCKET GID_INDEX [VICTIM_PID]\n"
 			"       rdma-peers bound SOCKET GID_INDEX\n"
+			"       rdma-peers windows SOCKET GID_INDEX\n"
+			"       rdma-peers windows-serve SOCKET GID_INDEX PORT\n"
+			"       rdma-peers windows-ask SOCKET GID_INDEX HOST PORT\n"
 			"       rdma-peers bound-hold SOCKET\n"
 			"       rdma-peers bound-hostile SOCKET [OTHER_DEVICE]\n"
 			"       rdma-peers two-devices SOCKET DEVICE DEVICE\n"
