@@ -288,6 +288,38 @@ START_TEST(test_window_mr_is_the_bound_pds)
 }
 END_TEST
 
+/* [windows] remote = window-only holds for a client PD's pinned MRs too: their own rkey
+ * reaches nothing remote, a window the client binds over them does. */
+START_TEST(test_window_only_in_the_bound_pd)
+{
+	struct client *c;
+	int fd;
+	uint64_t a, b;
+	struct provider_mw *mw;
+	struct cached_mr *m;
+	Mrd__MrEntry ea, eb;
+	uint32_t rkey;
+
+	td_stop();
+	td_start_small("windows.remote=window-only");
+	fd = td_hello_client(1000, &c);
+	a = td_alloc(fd, 2, 1 * MiB);
+	b = td_alloc(fd, 3, 1 * MiB);
+	bind_soft(c);
+	td_lookup(fd, 4, a, 0, &ea);
+	td_lookup(fd, 5, b, 0, &eb);
+	ck_assert_int_lt(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, ea.lkey, a, eb.rkey, b, 8),
+			 0);
+	m = u64_map_get(&c->bound->cache.by_lkey, (uint64_t)eb.lkey + 1);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_int_eq(provider_mw_alloc(c->bound->pd, &mw), 0);
+	ck_assert_int_eq(provider_mw_bind(mw, m->pmr, b, 4096, MRD_ACCESS_REMOTE_WRITE, &rkey), 0);
+	ck_assert_int_eq(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, ea.lkey, a, rkey, b, 8), 0);
+	ck_assert_int_eq(provider_mw_dealloc(mw), 0);
+	finish(fd, -1);
+}
+END_TEST
+
 /* The domain's MRs and its mempools' are another PD's: they neither cut the bound PD's runs
  * nor answer its lookups. */
 START_TEST(test_domain_mrs_are_not_the_pds)
@@ -1830,6 +1862,7 @@ int main(void)
 	tcase_add_test(tc, test_keys_are_of_the_bound_pd);
 	tcase_add_test(tc, test_domain_mrs_are_not_the_pds);
 	tcase_add_test(tc, test_window_mr_is_the_bound_pds);
+	tcase_add_test(tc, test_window_only_in_the_bound_pd);
 	tcase_add_test(tc, test_free_deregisters_before_the_pages_go);
 	tcase_add_test(tc, test_end_drops_every_mr);
 	tcase_add_test(tc, test_end_while_a_worker_registers);
