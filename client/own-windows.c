@@ -14,24 +14,40 @@
 
 #ifndef HAVE_INFINIBAND_VERBS_H
 
+static int no_verbs(const char *call)
+{
+	return set_last_error(-EOPNOTSUPP, "%s: this libmrd was built without "
+			      "<infiniband/verbs.h>: no windows on the program's own QP", call);
+}
+
 int own_window_grant(struct mrd_client *client, void *qp, const void *addr, size_t len,
 		     unsigned access, uint32_t *rkey)
 {
 	(void)client, (void)qp, (void)addr, (void)len, (void)access, (void)rkey;
-	return set_last_error(-EOPNOTSUPP, "mrd_window_grant: this libmrd was built without "
-			      "<infiniband/verbs.h>: no windows on the program's own QP");
+	return no_verbs("mrd_window_grant");
 }
 
 int own_window_revoke(struct mrd_client *client, void *qp, uint32_t rkey)
 {
 	(void)client, (void)qp, (void)rkey;
-	return set_last_error(-EOPNOTSUPP, "mrd_window_revoke: this libmrd was built without "
-			      "<infiniband/verbs.h>: no windows on the program's own QP");
+	return no_verbs("mrd_window_revoke");
 }
 
-void own_windows_before_free(struct mrd_client *client, uint64_t addr)
+int own_windows_qp_gone(struct mrd_client *client, void *qp)
+{
+	(void)client, (void)qp;
+	return no_verbs("mrd_window_qp_gone");
+}
+
+bool own_windows_before_free(struct mrd_client *client, uint64_t addr)
 {
 	(void)client, (void)addr;
+	return false;
+}
+
+void own_windows_after_free(struct mrd_client *client, bool held)
+{
+	(void)client, (void)held;
 }
 
 void own_windows_close(struct mrd_client *client)
@@ -49,12 +65,19 @@ void own_windows_close(struct mrd_client *client)
 
 #include "u64-map.h"
 
-/* A type-2 window's key byte has 256 values: a window is deallocated after 256 binds, so that
- * no rkey it gave comes back (as mrd's own pool, mw-grants.c). */
+/* A type-2 window's key byte has 256 values: a window is retired after 256 binds, so that no
+ * rkey it gave comes back (as mrd's own pool, mw-grants.c). */
 #define FRESH_BINDS 256
 #define POOL_MAX 64          /* unbound windows kept for the next grants */
 #define EXTENTS_MAX 4096     /* MRs whose allocation a grant remembers */
 
+struct own_alloc;
+
+/* A window of the program's PD. libmrd cannot see the completions of what it posts (the
+ * program's CQ), so it deallocates a window only where the program's rules say nothing it
+ * posted for it can still run: at the free of its allocation, at mrd_window_qp_gone() of its
+ * QP, at close, or on a QP the program took out of RTS. A dealloc under a queued bind or
+ * invalidate would fail that request and the program's QP with it. */
 struct own_window {
 	struct ibv_mw *mw;
 	/* Bound on, or invalidated on last: a bind from the pool goes on the same QP, ordered
@@ -65,9 +88,16 @@ struct own_window {
 	uint32_t rkey;     /* bound: the key granted */
 	unsigned binds;
 	bool bound;
-	bool linked;       /* on alloc's list */
-	uint64_t alloc;    /* the allocation of its last bind: its free deallocates it */
+	bool pooled;
+	struct own_alloc *alloc; /* of its last bind (NULL: never bound): its free kills it */
 	struct own_window *alloc_prev, *alloc_next;
+};
+
+/* The windows whose last bind was over one allocation: bound, pooled, or retired (worn, or
+ * pushed out of a full pool: never bound again, deallocated with the rest). */
+struct own_alloc {
+	uint64_t start;
+	struct own_window *head;
 };
 
 struct own_windows {
@@ -76,8 +106,8 @@ struct own_windows {
 	unsigned epoch;          /* the handle's reconnects when keys was filled */
 	struct u64_map extents;  /* an MR's start + 1 -> its allocation's start */
 	struct u64_map bound;    /* rkey + 1 -> bound window */
-	struct u64_map by_alloc; /* allocation start + 1 -> first window of its list */
-	struct own_window *pool[POOL_MAX];
+	struct u64_map allocs;   /* allocation start + 1 -> struct own_alloc */
+	struct own_window *pool[POOL_MAX]; /* oldest first */
 	size_t n_pool;
 };
 
@@ -88,47 +118,89 @@ static unsigned ibv_access_of(unsigned access)
 	       (access & MRD_WINDOW_REMOTE_ATOMIC ? IBV_ACCESS_REMOTE_ATOMIC : 0);
 }
 
-static void alloc_link(struct own_windows *ow, struct own_window *w, uint64_t alloc)
+/* The allocation's list, made when asked (NULL: out of memory). */
+static struct own_alloc *alloc_get(struct own_windows *ow, uint64_t start)
 {
-	struct own_window *head = u64_map_remove(&ow->by_alloc, alloc + 1);
+	struct own_alloc *a = u64_map_get(&ow->allocs, start + 1);
 
-	w->alloc = alloc;
-	w->linked = true;
-	w->alloc_prev = NULL;
-	w->alloc_next = head;
-	if (head)
-		head->alloc_prev = w;
-	if (u64_map_put(&ow->by_alloc, alloc + 1, w) < 0)
-		abort(); /* a slot was just freed */
+	if (a)
+		return a;
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return NULL;
+	a->start = start;
+	if (u64_map_put(&ow->allocs, start + 1, a) < 0) {
+		free(a);
+		return NULL;
+	}
+	return a;
 }
 
-static void alloc_unlink(struct own_windows *ow, struct own_window *w)
+/* An allocation's list that came out empty goes. */
+static void alloc_drop_if_empty(struct own_windows *ow, struct own_alloc *a)
 {
-	if (!w->linked)
+	if (a && !a->head) {
+		(void)u64_map_remove(&ow->allocs, a->start + 1);
+		free(a);
+	}
+}
+
+/* Off its allocation's list; an emptied list goes unless keep (a walk over the map, which the
+ * removal would reshape, drops them after). */
+static void alloc_unlink_keep(struct own_windows *ow, struct own_window *w, bool keep)
+{
+	struct own_alloc *a = w->alloc;
+
+	if (!a)
 		return;
-	w->linked = false;
 	if (w->alloc_next)
 		w->alloc_next->alloc_prev = w->alloc_prev;
-	if (w->alloc_prev) {
+	if (w->alloc_prev)
 		w->alloc_prev->alloc_next = w->alloc_next;
-	} else {
-		(void)u64_map_remove(&ow->by_alloc, w->alloc + 1);
-		if (w->alloc_next && u64_map_put(&ow->by_alloc, w->alloc + 1, w->alloc_next) < 0)
-			abort();
-	}
+	else
+		a->head = w->alloc_next;
+	w->alloc = NULL;
 	w->alloc_prev = w->alloc_next = NULL;
+	if (!keep)
+		alloc_drop_if_empty(ow, a);
 }
 
-/* Kills the window at once (the kernel's dealloc: no work request, no QP, no wait) and
- * forgets it. */
-static void window_kill(struct own_windows *ow, struct own_window *w, bool calls)
+static void alloc_link(struct own_alloc *a, struct own_window *w)
 {
-	alloc_unlink(ow, w);
+	w->alloc = a;
+	w->alloc_prev = NULL;
+	w->alloc_next = a->head;
+	if (a->head)
+		a->head->alloc_prev = w;
+	a->head = w;
+}
+
+static void pool_remove(struct own_windows *ow, struct own_window *w)
+{
+	for (size_t i = 0; i < ow->n_pool; i++)
+		if (ow->pool[i] == w) {
+			memmove(&ow->pool[i], &ow->pool[i + 1], (ow->n_pool - i - 1) * sizeof(w));
+			ow->n_pool--;
+			break;
+		}
+	w->pooled = false;
+}
+
+/* Kills the window at once (the kernel's dealloc: no work request, no wait) and forgets it. */
+static void window_kill_keep(struct own_windows *ow, struct own_window *w, bool keep)
+{
+	if (w->pooled)
+		pool_remove(ow, w);
+	alloc_unlink_keep(ow, w, keep);
 	if (w->bound)
 		(void)u64_map_remove(&ow->bound, (uint64_t)w->rkey + 1);
-	if (calls)
-		(void)ibv_dealloc_mw(w->mw);
+	(void)ibv_dealloc_mw(w->mw);
 	free(w);
+}
+
+static void window_kill(struct own_windows *ow, struct own_window *w)
+{
+	window_kill_keep(ow, w, false);
 }
 
 static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER; /* each handle's, once */
@@ -149,7 +221,7 @@ static struct own_windows *windows_of(struct mrd_client *client)
 		}
 		if (ow) {
 			pthread_mutex_init(&ow->lock, NULL);
-			ow->epoch = client->epoch;
+			ow->epoch = __atomic_load_n(&client->epoch, __ATOMIC_ACQUIRE);
 			__atomic_store_n(&client->own_windows, ow, __ATOMIC_RELEASE);
 		}
 	}
@@ -197,14 +269,15 @@ static int find_mr(struct mrd_client *client, struct own_windows *ow, uintptr_t 
 {
 	Mrd__Request req = MRD__REQUEST__INIT;
 	Mrd__WindowGrantRequest q = MRD__WINDOW_GRANT_REQUEST__INIT;
+	unsigned epoch = __atomic_load_n(&client->epoch, __ATOMIC_ACQUIRE);
 	const Mrd__WindowGrantResponse *a;
 	Mrd__Response *resp;
 	int r;
 
-	if (ow->epoch != client->epoch || !ow->keys) { /* another mrd: its keys, its MRs */
+	if (ow->epoch != epoch || !ow->keys) { /* another mrd: its keys, its MRs */
 		if ((r = forget_mrs(client, ow)) < 0)
-			return r;
-		ow->epoch = client->epoch;
+			return set_last_error(r, "out of memory");
+		ow->epoch = epoch;
 	}
 	/* An allocation at 0 is none: mrd maps nothing there. */
 	if (cache_find(ow->keys, addr, ret) == 0 && addr + len <= ret->end &&
@@ -231,7 +304,7 @@ static int find_mr(struct mrd_client *client, struct own_windows *ow, uintptr_t 
 	*ret_alloc = a->allocation_start;
 	mrd__response__free_unpacked(resp, NULL);
 	if (ow->extents.n >= EXTENTS_MAX && (r = forget_mrs(client, ow)) < 0)
-		return r; /* forgotten: the next grant over them asks again */
+		return set_last_error(r, "out of memory"); /* the next grants ask again */
 	(void)u64_map_remove(&ow->extents, (uint64_t)ret->start + 1);
 	if ((r = u64_map_put(&ow->extents, (uint64_t)ret->start + 1,
 			     (void *)(uintptr_t)*ret_alloc)) < 0)
@@ -240,7 +313,8 @@ static int find_mr(struct mrd_client *client, struct own_windows *ow, uintptr_t 
 	return 0;
 }
 
-/* A window for a bind on qp: the pool's last one invalidated on qp, else a new one. */
+/* A window for a bind on qp: the pool's last one invalidated on qp, else a new one (with
+ * errno on failure). */
 static struct own_window *take_window(struct own_windows *ow, struct ibv_qp *qp)
 {
 	struct own_window *w;
@@ -248,8 +322,7 @@ static struct own_window *take_window(struct own_windows *ow, struct ibv_qp *qp)
 	for (size_t i = ow->n_pool; i-- > 0;) {
 		w = ow->pool[i];
 		if (w->qp == qp && w->qp_num == qp->qp_num) {
-			ow->pool[i] = ow->pool[--ow->n_pool];
-			alloc_unlink(ow, w);
+			pool_remove(ow, w);
 			return w;
 		}
 	}
@@ -266,12 +339,33 @@ static struct own_window *take_window(struct own_windows *ow, struct ibv_qp *qp)
 	return w;
 }
 
+/* Into the pool (room made by retiring the oldest, which keeps its list: killed with it). */
+static void pool_put(struct own_windows *ow, struct own_window *w)
+{
+	if (ow->n_pool == POOL_MAX)
+		pool_remove(ow, ow->pool[0]);
+	ow->pool[ow->n_pool++] = w;
+	w->pooled = true;
+}
+
+/* A window take_window gave that was not posted: back where it came from. */
+static void give_back(struct own_windows *ow, struct own_window *w)
+{
+	if (w->alloc)
+		pool_put(ow, w); /* pooled before: its invalidate may still be queued */
+	else {
+		(void)ibv_dealloc_mw(w->mw); /* never posted on: nothing queued */
+		free(w);
+	}
+}
+
 int own_window_grant(struct mrd_client *client, void *qp_arg, const void *addr, size_t len,
 		     unsigned access, uint32_t *rkey)
 {
 	struct ibv_qp *qp = qp_arg;
 	struct own_windows *ow;
 	struct own_window *w;
+	struct own_alloc *a, *old;
 	struct ibv_send_wr wr, *bad;
 	struct ibv_mr mr;
 	struct mrd_keys k;
@@ -288,17 +382,29 @@ int own_window_grant(struct mrd_client *client, void *qp_arg, const void *addr, 
 	r = find_mr(client, ow, (uintptr_t)addr, len, access, &k, &alloc);
 	if (r < 0)
 		goto out;
+	a = alloc_get(ow, alloc);
+	if (!a) {
+		r = set_last_error(-ENOMEM, "out of memory");
+		goto out;
+	}
 	w = take_window(ow, qp);
 	if (!w) {
 		r = set_last_error(-errno, "mrd_window_grant: ibv_alloc_mw of a type-2 window: %s",
 				   errno == EOPNOTSUPP ? "the device has no memory windows" :
 				   strerror(errno));
+		alloc_drop_if_empty(ow, a);
 		goto out;
 	}
 	/* libibverbs leaves it to the caller to follow a type-2 bind's key (rxe_bind_mw refuses a
 	 * bind whose mw_rkey is not the window's current key); a bind names the MR by its lkey
 	 * alone (librxe convert_send_wr, mlx5 set_umr_data_seg), which mrd made in this PD. */
 	fresh = ibv_inc_rkey(w->mw->rkey);
+	if ((r = u64_map_put(&ow->bound, (uint64_t)fresh + 1, w)) < 0) {
+		give_back(ow, w);
+		alloc_drop_if_empty(ow, a);
+		r = set_last_error(r, "out of memory");
+		goto out;
+	}
 	mr = (struct ibv_mr){ .context = qp->context, .pd = qp->pd, .addr = (void *)k.start,
 			      .length = k.end - k.start, .lkey = k.lkey, .rkey = k.rkey };
 	wr = (struct ibv_send_wr){
@@ -309,26 +415,25 @@ int own_window_grant(struct mrd_client *client, void *qp_arg, const void *addr, 
 					    .mw_access_flags = ibv_access_of(access) } },
 	};
 	r = ibv_post_send(qp, &wr, &bad);
-	if (r != 0) { /* nothing posted; the window (on no list now) goes */
-		(void)ibv_dealloc_mw(w->mw);
-		free(w);
+	if (r != 0) { /* nothing posted: the window is as it was */
+		(void)u64_map_remove(&ow->bound, (uint64_t)fresh + 1);
+		give_back(ow, w);
+		alloc_drop_if_empty(ow, a);
 		r = set_last_error(-r, "mrd_window_grant: posting the bind on the QP: %s%s",
 				   strerror(r), r == ENOMEM ? " (its send queue is full)" : "");
 		goto out;
 	}
+	old = w->alloc; /* may be a itself: emptied for a moment, it must not go */
+	alloc_unlink_keep(ow, w, true);
+	alloc_link(a, w);
+	if (old != a)
+		alloc_drop_if_empty(ow, old);
 	w->mw->rkey = fresh;
 	w->rkey = fresh;
 	w->qp = qp;
 	w->qp_num = qp->qp_num;
 	w->binds++;
 	w->bound = true;
-	alloc_link(ow, w, alloc);
-	if ((r = u64_map_put(&ow->bound, (uint64_t)fresh + 1, w)) < 0) {
-		w->bound = false;
-		window_kill(ow, w, true);
-		r = set_last_error(r, "out of memory");
-		goto out;
-	}
 	*rkey = fresh;
 	r = 0;
 out:
@@ -362,73 +467,130 @@ int own_window_revoke(struct mrd_client *client, void *qp_arg, uint32_t rkey)
 	} else if (w->qp != qp || w->qp_num != qp->qp_num) {
 		r = set_last_error(-EINVAL, "mrd_window_revoke: rkey 0x%x was granted on QP %u, not "
 				   "on this one", rkey, w->qp_num);
+	} else if (qp->state != IBV_QPS_RTS) {
+		/* The program took the QP out of RTS (to the error state, or reset it): what was
+		 * queued on it is flushed, never run, so the window dies by dealloc, at once. */
+		window_kill(ow, w);
+		r = 0;
+	} else if ((r = ibv_post_send(qp, &wr, &bad)) != 0) {
+		r = set_last_error(-r, "mrd_window_revoke: posting the invalidate on the QP: %s%s; "
+				   "the window is still granted", strerror(r),
+				   r == ENOMEM ? " (its send queue is full)" : "");
 	} else {
-		/* A QP in RTS runs the invalidate in order; any other (the program moved it to the
-		 * error state, or reset it) would flush it unrun: the window dies by dealloc. A
-		 * worn window too, and one the pool has no room for. */
-		bool keep = qp->state == IBV_QPS_RTS && w->binds < FRESH_BINDS &&
-			    ow->n_pool < POOL_MAX;
-
-		if (keep && ibv_post_send(qp, &wr, &bad) != 0)
-			keep = false;
-		if (keep) {
-			(void)u64_map_remove(&ow->bound, (uint64_t)rkey + 1);
-			w->bound = false;
-			ow->pool[ow->n_pool++] = w;
-		} else {
-			window_kill(ow, w, true);
-		}
+		/* Killed in order on the QP. Worn out, it is retired: on its allocation's list
+		 * alone, deallocated with it. */
+		(void)u64_map_remove(&ow->bound, (uint64_t)rkey + 1);
+		w->bound = false;
+		if (w->binds < FRESH_BINDS)
+			pool_put(ow, w);
 		r = 0;
 	}
 	pthread_mutex_unlock(&ow->lock);
 	return r;
 }
 
-void own_windows_before_free(struct mrd_client *client, uint64_t addr)
+/* Each window of the handle on qp (with its QP number; NULL: all), killed; how many. Lists
+ * emptied stay in the map during the walk, and go after it. */
+static int kill_on_qp(struct own_windows *ow, struct ibv_qp *qp)
+{
+	struct own_window *w, *next;
+	struct u64_map kept = {};
+	bool failed = false;
+	int n = 0;
+
+	for (size_t i = 0; i < ow->allocs.cap; i++) {
+		struct own_alloc *a = ow->allocs.keys[i] ? ow->allocs.values[i] : NULL;
+
+		for (w = a ? a->head : NULL; w; w = next) {
+			next = w->alloc_next;
+			if (!qp || (w->qp == qp && w->qp_num == qp->qp_num)) {
+				window_kill_keep(ow, w, true);
+				n++;
+			}
+		}
+	}
+	/* The lists left, into a map of their own (out of memory: the empty ones stay, which
+	 * costs their memory alone). */
+	for (size_t i = 0; i < ow->allocs.cap && !failed; i++) {
+		struct own_alloc *a = ow->allocs.keys[i] ? ow->allocs.values[i] : NULL;
+
+		if (a && a->head)
+			failed = u64_map_put(&kept, a->start + 1, a) < 0;
+	}
+	if (failed) {
+		u64_map_done(&kept);
+		return n;
+	}
+	for (size_t i = 0; i < ow->allocs.cap; i++) {
+		struct own_alloc *a = ow->allocs.keys[i] ? ow->allocs.values[i] : NULL;
+
+		if (a && !a->head)
+			free(a);
+	}
+	u64_map_done(&ow->allocs);
+	ow->allocs = kept;
+	return n;
+}
+
+int own_windows_qp_gone(struct mrd_client *client, void *qp_arg)
 {
 	struct own_windows *ow = __atomic_load_n(&client->own_windows, __ATOMIC_ACQUIRE);
-	struct own_window *w;
+	int n;
 
-	if (!ow)
-		return;
+	if (client->forked)
+		return client_forked_error(client);
+	if (!ow || !qp_arg)
+		return 0;
 	pthread_mutex_lock(&ow->lock);
-	/* Bound, or in the pool with an invalidate that may not have run yet: both die now, so
-	 * that nothing reaches the pages once mrd has them (and mrd's dereg of the MR, which a
-	 * bound window would refuse on rxe, goes through). */
-	while ((w = u64_map_get(&ow->by_alloc, addr + 1))) {
-		if (!w->bound)
-			for (size_t i = 0; i < ow->n_pool; i++)
-				if (ow->pool[i] == w) {
-					ow->pool[i] = ow->pool[--ow->n_pool];
-					break;
-				}
-		window_kill(ow, w, !client->forked);
-	}
+	n = kill_on_qp(ow, qp_arg);
 	pthread_mutex_unlock(&ow->lock);
+	return n;
+}
+
+bool own_windows_before_free(struct mrd_client *client, uint64_t addr)
+{
+	struct own_windows *ow = __atomic_load_n(&client->own_windows, __ATOMIC_ACQUIRE);
+	struct own_alloc *a;
+
+	/* A fork() child's copy is its parent's: its free fails before asking (-ECHILD), and a
+	 * lock another thread held at the fork would never be let go here. */
+	if (!ow || client->forked)
+		return false;
+	pthread_mutex_lock(&ow->lock);
+	/* Held until the Free is answered: no grant binds over the memory in between. Bound, or
+	 * pooled or retired with an invalidate that ran (the program waited for a completion
+	 * after its last grant and revoke over it, mrd_window_grant(3)): all die now, so that
+	 * nothing reaches the pages once mrd has them (and mrd's dereg of the MR, which a bound
+	 * window would refuse on rxe, goes through). */
+	while ((a = u64_map_get(&ow->allocs, addr + 1)) && a->head)
+		window_kill(ow, a->head);
+	alloc_drop_if_empty(ow, a);
+	return true;
+}
+
+void own_windows_after_free(struct mrd_client *client, bool held)
+{
+	if (held)
+		pthread_mutex_unlock(&client->own_windows->lock);
 }
 
 void own_windows_close(struct mrd_client *client)
 {
 	struct own_windows *ow = client->own_windows;
 
-	struct own_window *w, *next;
-
 	if (!ow)
 		return;
-	/* Every window is on its allocation's list; the lists are taken out of the map first,
-	 * which each kill would reshape. */
-	for (size_t i = 0; i < ow->by_alloc.cap; i++) {
-		if (!ow->by_alloc.keys[i])
-			continue;
-		w = ow->by_alloc.values[i];
-		ow->by_alloc.values[i] = NULL;
-		for (; w; w = next) {
-			next = w->alloc_next;
-			w->linked = false;
-			window_kill(ow, w, !client->forked);
-		}
+	/* In a fork() child the windows are the parent's, and their records may be half
+	 * changed by a thread of the parent: forgotten as they are. */
+	if (client->forked) {
+		client->own_windows = NULL;
+		return;
 	}
-	u64_map_done(&ow->by_alloc);
+	(void)kill_on_qp(ow, NULL); /* every window is on a list: bound, pooled, retired */
+	for (size_t i = 0; i < ow->allocs.cap; i++)
+		if (ow->allocs.keys[i])
+			free(ow->allocs.values[i]); /* emptied, kept by an allocation failure */
+	u64_map_done(&ow->allocs);
 	u64_map_done(&ow->bound);
 	u64_map_done(&ow->extents);
 	mrd_cache_free(ow->keys);

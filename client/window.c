@@ -62,3 +62,10 @@ MRD_EXPORT int mrd_window_revoke(mrd_client *client, void *qp, uint32_t rkey)
 	mrd__response__free_unpacked(resp, NULL);
 	return r;
 }
+
+MRD_EXPORT int mrd_window_qp_gone(mrd_client *client, void *qp)
+{
+	if (!client || !qp)
+		return set_last_error(-EINVAL, "mrd_window_qp_gone: bad argument");
+	return own_windows_qp_gone(client, qp);
+}

@@ -288,6 +288,25 @@ START_TEST(test_window_mr_is_the_bound_pds)
 }
 END_TEST
 
+/* Another handle of the same process: libmrd kills a handle's windows at its own frees, so a
+ * bound handle grants over the memory it allocated alone (the review's case). */
+START_TEST(test_window_mr_refuses_another_handles_memory)
+{
+	struct client *c, *c2;
+	int fd = td_hello_client(1000, &c), fd2 = td_hello_client(1000, &c2);
+	uint64_t a2 = td_alloc(fd2, 2, 1 * MiB);
+	Mrd__Response *resp;
+
+	ck_assert_int_eq(c->owner.mem.pid, c2->owner.mem.pid);
+	(void)td_alloc(fd, 4, 4096); /* joins the domain */
+	bind_soft(c);
+	resp = window_mr(fd, 3, a2, 4096, EPERM);
+	ck_assert_ptr_nonnull(strstr(resp->message, "another handle"));
+	mrd__response__free_unpacked(resp, NULL);
+	finish(fd, fd2);
+}
+END_TEST
+
 /* [windows] remote = window-only holds for a client PD's pinned MRs too: their own rkey
  * reaches nothing remote, a window the client binds over them does. */
 START_TEST(test_window_only_in_the_bound_pd)
@@ -1862,6 +1881,7 @@ int main(void)
 	tcase_add_test(tc, test_keys_are_of_the_bound_pd);
 	tcase_add_test(tc, test_domain_mrs_are_not_the_pds);
 	tcase_add_test(tc, test_window_mr_is_the_bound_pds);
+	tcase_add_test(tc, test_window_mr_refuses_another_handles_memory);
 	tcase_add_test(tc, test_window_only_in_the_bound_pd);
 	tcase_add_test(tc, test_free_deregisters_before_the_pages_go);
 	tcase_add_test(tc, test_end_drops_every_mr);

@@ -67,6 +67,12 @@ int domain_window_mr(struct domain *d, struct bound_pd *bound, const struct mem_
 	a = window_memory(d, &bound->provider->caps, owner, address, why, why_size, &k);
 	if (!a)
 		return k;
+	/* libmrd kills a handle's windows at that handle's frees and close alone. */
+	if (a->owner != owner) {
+		snprintf(why, why_size, "0x%" PRIx64 " is memory of another handle of this process: "
+			 "grant on the handle that allocated it", address);
+		return -EPERM;
+	}
 	k = domain_lookup_range(d, bound, owner->pid, address, length, ret, why, why_size, waiter);
 	if (k < 0)
 		return k;

@@ -412,15 +412,20 @@ int mrd_prefetch(mrd_client *client, const void *addr, size_t length, int advice
  *   the bind takes effect before any later work request of qp, so a SEND of the rkey posted
  *   after the grant reaches the peer after the window is bound; the revoke's invalidate
  *   likewise, so the rkey is refused once a work request posted after the revoke completed
- *   (a QP not in RTS, or a full send queue, makes the revoke deallocate the window instead:
- *   refused at once). Revoke on the QP the window was granted on, and before destroying it.
+ *   (on a QP the program took out of RTS the revoke deallocates the window: refused at
+ *   once). Revoke on the QP the window was granted on. libmrd sees none of these completions:
+ *   before freeing the memory, closing the handle or mrd_window_qp_gone(), have a completion
+ *   of a work request posted on qp after the last grant and revoke there (libmrd deallocates
+ *   the windows then, which would fail a bind or invalidate still queued, and the QP).
  * Either way the window dies when the memory is freed, before mrd lets the pages go (domain-PD:
  * mrd invalidates it first; client-PD: libmrd deallocates it in mrd_mem_free() before the
- * Free goes out). Errors: -EOPNOTSUPP (no windows on the device: the message says why),
- * -EACCES (another process's memory; write or atomic access to read-only memory), -ERANGE
- * (past its allocation), -EDQUOT ([quota] memory_windows, domain-PD), -ENOENT (not mrd memory;
- * revoke: not a window of this handle's), -ENXIO (a qp, but the handle bound to no PD),
- * -EINVAL (a qp of another PD or type; revoke: another QP than the grant's). */
+ * Free goes out, and grants nothing over it until mrd answered). Errors: -EOPNOTSUPP (no
+ * windows on the device: the message says why; client-PD: read-only memory), -EACCES
+ * (another process's memory), -EPERM (client-PD: another handle's), -ERANGE (past its
+ * allocation), -EDQUOT ([quota] memory_windows, domain-PD), -ENOENT (not mrd memory; revoke:
+ * not a window of this handle's), -ENXIO (a qp, but the handle bound to no PD), -EINVAL (a
+ * qp of another PD or type; revoke: another QP than the grant's), -ENOMEM (qp's send queue is
+ * full: nothing changed). */
 #define MRD_WINDOW_REMOTE_READ 0x1u
 #define MRD_WINDOW_REMOTE_WRITE 0x2u
 #define MRD_WINDOW_REMOTE_ATOMIC 0x4u
@@ -428,6 +433,10 @@ int mrd_prefetch(mrd_client *client, const void *addr, size_t length, int advice
 int mrd_window_grant(mrd_client *client, void *qp, const void *addr, size_t len, unsigned access,
 		     uint32_t *rkey);
 int mrd_window_revoke(mrd_client *client, void *qp, uint32_t rkey);
+/* The client-PD model: libmrd deallocates every window it granted or pooled on qp (their rkeys
+ * die at once), once nothing it posted there can still run: before destroying qp, or after
+ * resetting it. How many (0 or more), or -EINVAL, -ECHILD. */
+int mrd_window_qp_gone(mrd_client *client, void *qp);
 
 /* The negotiated protocol version (positive), or -EINVAL for a NULL handle. No request, as
  * for the versions below. */

@@ -23,7 +23,10 @@
  *     exactly the window's bytes (one byte before or past refused), a revoked window refused
  *     once a work request after the revoke completed, a freed buffer's window refused and the
  *     memory allocated after the free untouched, 1000 grant+revoke cycles with the first and
- *     last cycles' rkeys refused, and a window the handle still had at its close refused.
+ *     last cycles' rkeys refused, a QP's windows refused after mrd_window_qp_gone, and a window
+ *     the handle still had at its close refused. The target waits for a completion of a later
+ *     work request of its QP (a fence) after each grant before it sends the rkey, and before
+ *     each free and close (what mrd_window_grant(3) asks of a program).
  *   rdma-peers windows-serve SOCKET GID_INDEX PORT | windows-ask SOCKET GID_INDEX HOST PORT
  *     The same across two hosts (each its own mrd): the target serves on PORT, the
  *     initiator connects to HOST.
@@ -621,6 +624,9 @@ static int windows_target(struct peer *p)
 	result(name, r == 0);
 	if (r < 0)
 		die(p->who, "mrd_window_grant", r);
+	/* The bind runs before any later work request of the QP, not before a message on the
+	 * socket: the rkey goes out once a later one completed. */
+	fence(p, buf + BUF_SIZE - 1, k.lkey, theirs.addr, theirs.rkey);
 	msg = (struct win_msg){ (uintptr_t)buf, rkey };
 	xsend(p, &msg, sizeof(msg));
 	heard(p); /* written */
@@ -651,6 +657,7 @@ static int windows_target(struct peer *p)
 	r = mrd_window_grant(p->client, p->qp, buf2, WIN_LEN, WIN_RW, &rkey);
 	if (r < 0)
 		die(p->who, "mrd_window_grant over the second buffer", r);
+	fence(p, buf + BUF_SIZE - 1, k.lkey, theirs.addr, theirs.rkey);
 	msg = (struct win_msg){ (uintptr_t)buf2, rkey };
 	xsend(p, &msg, sizeof(msg));
 	heard(p); /* written */
@@ -686,6 +693,7 @@ static int windows_target(struct peer *p)
 	r = mrd_window_grant(p->client, p->qp, buf, WIN_LEN, WIN_RW, &rkey);
 	if (r < 0)
 		die(p->who, "grant after the cycles", r);
+	fence(p, buf + BUF_SIZE - 1, k.lkey, theirs.addr, theirs.rkey);
 	msg = (struct win_msg){ (uintptr_t)buf, rkey };
 	xsend(p, &msg, sizeof(msg));
 	msg.rkey = first;
@@ -698,7 +706,23 @@ static int windows_target(struct peer *p)
 	}
 	say(p, buf[0] == 'n'); /* the live window wrote; the old keys did not */
 
+	/* The QP is let go of: its windows, bound and pooled, are deallocated. */
+	heard(p);
+	r = mrd_window_qp_gone(p->client, p->qp);
+	snprintf(name, sizeof(name), "target: mrd_window_qp_gone ends the QP's windows, the "
+		 "granted one and the pooled ones (%d)", r);
+	result(name, r >= 2);
+	say(p, 1);
+	heard(p); /* refused */
+	reconnect(p);
+
 	/* The handle closes: libmrd deallocates what is still bound. */
+	r = mrd_window_grant(p->client, p->qp, buf + WIN_OFF, WIN_LEN, WIN_RW, &rkey);
+	if (r < 0)
+		die(p->who, "grant before the close", r);
+	fence(p, buf + BUF_SIZE - 1, k.lkey, theirs.addr, theirs.rkey);
+	msg = (struct win_msg){ (uintptr_t)buf, rkey };
+	xsend(p, &msg, sizeof(msg));
 	heard(p);
 	mrd_cache_free(p->l);
 	p->l = NULL;
@@ -795,9 +819,20 @@ static int windows_initiator(struct peer *p)
 	reconnect(p);
 	result("the old rkeys wrote nothing", heard(p));
 
-	say(p, 1); /* close the handle */
+	say(p, 1); /* let go of the QP's windows */
 	heard(p);
 	r = rdma(p, false, buf, src.lkey, w.addr, w.rkey, 64);
+	refused("a window granted on a QP mrd_window_qp_gone let go of is refused by the device",
+		r);
+	say(p, 1);
+	reconnect(p);
+
+	xrecv(p, &w, sizeof(w));
+	r = rdma(p, false, buf, src.lkey, w.addr + WIN_OFF, w.rkey, 64);
+	result("a window granted after that works", r == 0);
+	say(p, 1); /* close the handle */
+	heard(p);
+	r = rdma(p, false, buf, src.lkey, w.addr + WIN_OFF, w.rkey, 64);
 	refused("a window still granted when its handle closed is refused by the device", r);
 	say(p, 1);
 	reconnect(p);
