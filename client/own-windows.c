@@ -68,7 +68,6 @@ void own_windows_close(struct mrd_client *client)
 /* A type-2 window's key byte has 256 values: a window is retired after 256 binds, so that no
  * rkey it gave comes back (as mrd's own pool, mw-grants.c). */
 #define FRESH_BINDS 256
-#define POOL_MAX 64          /* unbound windows kept for the next grants */
 #define EXTENTS_MAX 4096     /* MRs whose allocation a grant remembers */
 
 struct own_alloc;
@@ -88,16 +87,26 @@ struct own_window {
 	uint32_t rkey;     /* bound: the key granted */
 	unsigned binds;
 	bool bound;
-	bool pooled;
+	struct own_qp_pool *pool; /* pooled there, unbound, for the next grant on its QP */
 	struct own_alloc *alloc; /* of its last bind (NULL: never bound): its free kills it */
 	struct own_window *alloc_prev, *alloc_next;
 };
 
-/* The windows whose last bind was over one allocation: bound, pooled, or retired (worn, or
- * pushed out of a full pool: never bound again, deallocated with the rest). */
+/* The windows whose last bind was over one allocation: bound, pooled, or retired (worn by 256
+ * binds, or pooled on a QP that was destroyed without mrd_window_qp_gone(): never bound again,
+ * deallocated with the rest). */
 struct own_alloc {
 	uint64_t start;
 	struct own_window *head;
+};
+
+/* One QP's unbound windows, invalidated there last: as many as the QP had granted at once,
+ * since each revoke puts one back and each grant takes one. */
+struct own_qp_pool {
+	struct ibv_qp *qp;
+	uint32_t qp_num;
+	struct own_window **w; /* oldest first */
+	size_t n, cap;
 };
 
 struct own_windows {
@@ -107,8 +116,7 @@ struct own_windows {
 	struct u64_map extents;  /* an MR's start + 1 -> its allocation's start */
 	struct u64_map bound;    /* rkey + 1 -> bound window */
 	struct u64_map allocs;   /* allocation start + 1 -> struct own_alloc */
-	struct own_window *pool[POOL_MAX]; /* oldest first */
-	size_t n_pool;
+	struct u64_map pools;    /* QP address -> struct own_qp_pool */
 };
 
 static unsigned ibv_access_of(unsigned access)
@@ -175,21 +183,57 @@ static void alloc_link(struct own_alloc *a, struct own_window *w)
 	a->head = w;
 }
 
+static void pool_free(struct own_windows *ow, struct own_qp_pool *p)
+{
+	(void)u64_map_remove(&ow->pools, (uintptr_t)p->qp);
+	free(p->w);
+	free(p);
+}
+
+/* Out of its QP's pool (retired, unless bound again or killed next); an emptied pool goes. */
 static void pool_remove(struct own_windows *ow, struct own_window *w)
 {
-	for (size_t i = 0; i < ow->n_pool; i++)
-		if (ow->pool[i] == w) {
-			memmove(&ow->pool[i], &ow->pool[i + 1], (ow->n_pool - i - 1) * sizeof(w));
-			ow->n_pool--;
+	struct own_qp_pool *p = w->pool;
+
+	for (size_t i = 0; i < p->n; i++)
+		if (p->w[i] == w) {
+			memmove(&p->w[i], &p->w[i + 1], (p->n - i - 1) * sizeof(w));
+			p->n--;
 			break;
 		}
-	w->pooled = false;
+	w->pool = NULL;
+	if (p->n == 0)
+		pool_free(ow, p);
+}
+
+/* qp's pool, made when asked (NULL: none, or out of memory). A pool at qp's address of another
+ * QP number is a QP destroyed without mrd_window_qp_gone(): its windows are retired. */
+static struct own_qp_pool *qp_pool(struct own_windows *ow, struct ibv_qp *qp, bool make)
+{
+	struct own_qp_pool *p = u64_map_get(&ow->pools, (uintptr_t)qp);
+
+	while (p && p->qp_num != qp->qp_num) {
+		pool_remove(ow, p->w[0]); /* the last one frees p */
+		p = u64_map_get(&ow->pools, (uintptr_t)qp);
+	}
+	if (p || !make)
+		return p;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	p->qp = qp;
+	p->qp_num = qp->qp_num;
+	if (u64_map_put(&ow->pools, (uintptr_t)qp, p) < 0) {
+		free(p);
+		return NULL;
+	}
+	return p;
 }
 
 /* Kills the window at once (the kernel's dealloc: no work request, no wait) and forgets it. */
 static void window_kill_keep(struct own_windows *ow, struct own_window *w, bool keep)
 {
-	if (w->pooled)
+	if (w->pool)
 		pool_remove(ow, w);
 	alloc_unlink_keep(ow, w, keep);
 	if (w->bound)
@@ -319,12 +363,12 @@ static struct own_window *take_window(struct own_windows *ow, struct ibv_qp *qp)
 {
 	struct own_window *w;
 
-	for (size_t i = ow->n_pool; i-- > 0;) {
-		w = ow->pool[i];
-		if (w->qp == qp && w->qp_num == qp->qp_num) {
-			pool_remove(ow, w);
-			return w;
-		}
+	struct own_qp_pool *p = qp_pool(ow, qp, false);
+
+	if (p) {
+		w = p->w[p->n - 1];
+		pool_remove(ow, w);
+		return w;
 	}
 	w = calloc(1, sizeof(*w));
 	if (!w) {
@@ -339,20 +383,34 @@ static struct own_window *take_window(struct own_windows *ow, struct ibv_qp *qp)
 	return w;
 }
 
-/* Into the pool (room made by retiring the oldest, which keeps its list: killed with it). */
+/* Into its QP's pool (out of memory: retired, which keeps it on its list, killed with it). */
 static void pool_put(struct own_windows *ow, struct own_window *w)
 {
-	if (ow->n_pool == POOL_MAX)
-		pool_remove(ow, ow->pool[0]);
-	ow->pool[ow->n_pool++] = w;
-	w->pooled = true;
+	struct own_qp_pool *p = qp_pool(ow, w->qp, true);
+
+	if (p && p->n == p->cap) {
+		size_t cap = p->cap ? 2 * p->cap : 4;
+		struct own_window **grown = realloc(p->w, cap * sizeof(*grown));
+
+		if (grown) {
+			p->w = grown;
+			p->cap = cap;
+		}
+	}
+	if (!p || p->n == p->cap) {
+		if (p && p->n == 0)
+			pool_free(ow, p);
+		return;
+	}
+	p->w[p->n++] = w;
+	w->pool = p;
 }
 
 /* A window take_window gave that was not posted: back where it came from. */
 static void give_back(struct own_windows *ow, struct own_window *w)
 {
 	if (w->alloc)
-		pool_put(ow, w); /* pooled before: its invalidate may still be queued */
+		pool_put(ow, w); /* pooled before (its QP unchanged): its invalidate may be queued */
 	else {
 		(void)ibv_dealloc_mw(w->mw); /* never posted on: nothing queued */
 		free(w);
@@ -467,9 +525,11 @@ int own_window_revoke(struct mrd_client *client, void *qp_arg, uint32_t rkey)
 	} else if (w->qp != qp || w->qp_num != qp->qp_num) {
 		r = set_last_error(-EINVAL, "mrd_window_revoke: rkey 0x%x was granted on QP %u, not "
 				   "on this one", rkey, w->qp_num);
-	} else if (qp->state != IBV_QPS_RTS) {
-		/* The program took the QP out of RTS (to the error state, or reset it): what was
-		 * queued on it is flushed, never run, so the window dies by dealloc, at once. */
+	} else if (qp->state == IBV_QPS_ERR || qp->state == IBV_QPS_SQE ||
+		   qp->state == IBV_QPS_RESET) {
+		/* The program moved the QP to the error state, or reset it (ibv_modify_qp keeps
+		 * qp->state): what was queued on it is flushed, never run, so the window dies by
+		 * dealloc, at once. (In SQD or RTR a queued bind may still run: posted after.) */
 		window_kill(ow, w);
 		r = 0;
 	} else if ((r = ibv_post_send(qp, &wr, &bad)) != 0) {
@@ -478,7 +538,7 @@ int own_window_revoke(struct mrd_client *client, void *qp_arg, uint32_t rkey)
 				   r == ENOMEM ? " (its send queue is full)" : "");
 	} else {
 		/* Killed in order on the QP. Worn out, it is retired: on its allocation's list
-		 * alone, deallocated with it. */
+		 * alone, deallocated with it, at mrd_window_qp_gone() or at close. */
 		(void)u64_map_remove(&ow->bound, (uint64_t)rkey + 1);
 		w->bound = false;
 		if (w->binds < FRESH_BINDS)
@@ -549,13 +609,17 @@ int own_windows_qp_gone(struct mrd_client *client, void *qp_arg)
 
 bool own_windows_before_free(struct mrd_client *client, uint64_t addr)
 {
-	struct own_windows *ow = __atomic_load_n(&client->own_windows, __ATOMIC_ACQUIRE);
+	struct own_windows *ow;
 	struct own_alloc *a;
 
 	/* A fork() child's copy is its parent's: its free fails before asking (-ECHILD), and a
-	 * lock another thread held at the fork would never be let go here. */
-	if (!ow || client->forked)
+	 * lock another thread held at the fork would never be let go here. A handle bound to a
+	 * PD may grant at any time: its first grant waits for the Free too. */
+	if (client->forked || client->bound_fd < 0)
 		return false;
+	ow = windows_of(client);
+	if (!ow)
+		return false; /* out of memory: no grant can make it either */
 	pthread_mutex_lock(&ow->lock);
 	/* Held until the Free is answered: no grant binds over the memory in between. Bound, or
 	 * pooled or retired with an invalidate that ran (the program waited for a completion
@@ -586,11 +650,13 @@ void own_windows_close(struct mrd_client *client)
 		client->own_windows = NULL;
 		return;
 	}
-	(void)kill_on_qp(ow, NULL); /* every window is on a list: bound, pooled, retired */
+	(void)kill_on_qp(ow, NULL); /* every window is on a list: bound, pooled, retired (the
+				    * last of a pool frees it) */
 	for (size_t i = 0; i < ow->allocs.cap; i++)
 		if (ow->allocs.keys[i])
 			free(ow->allocs.values[i]); /* emptied, kept by an allocation failure */
 	u64_map_done(&ow->allocs);
+	u64_map_done(&ow->pools);
 	u64_map_done(&ow->bound);
 	u64_map_done(&ow->extents);
 	mrd_cache_free(ow->keys);

@@ -358,15 +358,13 @@ static void t_grant_waits_for_the_free(void)
 	reset_device();
 	race_c = client_new();
 	race_q = qp_new();
-	held = own_windows_before_free(race_c, (uintptr_t)X); /* no windows yet: none made */
-	check(!held, "a handle with no windows takes no lock at a free", NULL);
-	{
-		uint32_t rkey;
-
-		assert(own_window_grant(race_c, &race_q->qp, Y, 4096, MRD_WINDOW_REMOTE_WRITE,
-					&rkey) == 0);
-	}
+	race_c->bound_fd = -1;
+	check(!own_windows_before_free(race_c, (uintptr_t)X),
+	      "a handle bound to no PD takes no lock at a free", NULL);
+	race_c->bound_fd = ctx.cmd_fd;
+	/* The handle's first grant too (the second review's case: no record yet, no lock). */
 	held = own_windows_before_free(race_c, (uintptr_t)X);
+	check(held, "a bound handle's free holds the windows' lock, before any grant", NULL);
 	pthread_create(&t, NULL, race_grant, NULL);
 	usleep(100 * 1000); /* a grant that did not wait would be done by now; one that waits is
 			     * what the check below accepts either way */
@@ -431,8 +429,8 @@ static void t_revoke_out_of_rts(void)
 	free(q);
 }
 
-/* Windows pooled for QPs the program destroyed: a full pool retires its oldest, so a live
- * QP's grants keep finding their own window. */
+/* Windows pooled for QPs the program destroyed (without mrd_window_qp_gone): each QP has a
+ * pool of its own, so a live QP's grants keep finding their own window. */
 static void t_dead_qps_fill_pool(void)
 {
 	struct mrd_client *c = client_new();
@@ -440,10 +438,10 @@ static void t_dead_qps_fill_pool(void)
 	uint32_t rkey;
 	char d[96];
 
-	struct fqp *dead[POOL_MAX];
+	struct fqp *dead[80];
 
 	reset_device();
-	for (int i = 0; i < POOL_MAX; i++) {
+	for (int i = 0; i < 80; i++) {
 		struct fqp *q = dead[i] = qp_new();
 
 		assert(own_window_grant(c, &q->qp, X, 4096, MRD_WINDOW_REMOTE_WRITE, &rkey) == 0);
@@ -459,13 +457,13 @@ static void t_dead_qps_fill_pool(void)
 	}
 	snprintf(d, sizeof(d), "%d ibv_alloc_mw for 100 grant+revoke cycles on a live QP",
 		 n_alloc_mw);
-	check(n_alloc_mw == 1, "the pool serves a live QP after 64 QPs were destroyed", d);
+	check(n_alloc_mw == 1, "the pool serves a live QP after 80 QPs were destroyed", d);
 	check(!b->error, "and its QP never failed", b->why);
 	own_windows_close(c);
 	check(n_dealloc_mw == n_mws, "close deallocates every window, retired ones too", NULL);
 	free(c);
 	free(b);
-	for (int i = 0; i < POOL_MAX; i++)
+	for (int i = 0; i < 80; i++)
 		free(dead[i]); /* only now: a QP made later must not take a dead one's address */
 }
 
@@ -499,6 +497,62 @@ static void t_cycles(void)
 	own_windows_after_free(c, own_windows_before_free(c, (uintptr_t)X));
 	check(n_dealloc_mw == n_mws, "the free deallocated every window over it, worn ones too",
 	      NULL);
+	own_windows_close(c);
+	free(c);
+	free(q);
+}
+
+/* Many QPs in turn over one long-lived buffer (the second review's case): a window per QP,
+ * not one per cycle. */
+static void t_many_qps_in_turn(void)
+{
+	enum { NQP = 80, ROUNDS = 20 };
+	struct mrd_client *c = client_new();
+	struct fqp *qs[NQP];
+	uint32_t rkey;
+	char d[128];
+	int live;
+
+	reset_device();
+	for (int i = 0; i < NQP; i++)
+		qs[i] = qp_new();
+	for (int r = 0; r < ROUNDS; r++)
+		for (int i = 0; i < NQP; i++) {
+			assert(own_window_grant(c, &qs[i]->qp, X, 4096, MRD_WINDOW_REMOTE_WRITE,
+						&rkey) == 0);
+			dev_run(qs[i]);
+			assert(own_window_revoke(c, &qs[i]->qp, rkey) == 0);
+			dev_run(qs[i]);
+		}
+	live = n_alloc_mw - n_dealloc_mw;
+	snprintf(d, sizeof(d), "%d windows alive after %d grant+revoke cycles on %d QPs", live,
+		 NQP * ROUNDS, NQP);
+	check(live <= NQP, "windows of a long-lived allocation stay one per QP", d);
+	check(own_windows_qp_gone(c, &qs[0]->qp) == 1, "mrd_window_qp_gone ends that QP's one",
+	      NULL);
+	own_windows_close(c);
+	free(c);
+	for (int i = 0; i < NQP; i++)
+		free(qs[i]);
+}
+
+/* A revoke on a QP in SQD (drained, not failed): the grant's bind still queued runs when the
+ * QP is back in RTS, so the window is invalidated in order, not deallocated (the second
+ * review's case). */
+static void t_revoke_in_sqd(void)
+{
+	struct mrd_client *c = client_new();
+	struct fqp *q = qp_new();
+	uint32_t rkey;
+
+	reset_device();
+	assert(own_window_grant(c, &q->qp, X, 4096, MRD_WINDOW_REMOTE_WRITE, &rkey) == 0);
+	q->qp.state = IBV_QPS_SQD; /* ibv_modify_qp(SQD): queued requests wait, not flushed */
+	assert(own_window_revoke(c, &q->qp, rkey) == 0);
+	q->qp.state = IBV_QPS_RTS;
+	dev_run(q);
+	check(!q->error, "a revoke on a QP in SQD leaves the QP usable", q->why);
+	check(!remote_reaches(q, rkey, (uintptr_t)X), "and kills the key in order", NULL);
 	own_windows_close(c);
 	free(c);
 	free(q);
@@ -589,6 +643,8 @@ int main(void)
 	t_dead_qps_fill_pool();
 	t_cycles();
 	t_full_send_queue();
+	t_many_qps_in_turn();
+	t_revoke_in_sqd();
 	t_fork_while_granting();
 	printf("%d failed\n", failures);
 	return failures ? 1 : 0;

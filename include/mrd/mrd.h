@@ -405,18 +405,19 @@ int mrd_prefetch(mrd_client *client, const void *addr, size_t length, int advice
  *   PD on its own QP; peers reach it through mrd_dma. The rkey is refused from the moment
  *   mrd_window_revoke() returns. One request each; [quota] memory_windows counts them.
  * - qp a struct ibv_qp * (RC or UC) of the PD the handle is bound to (mrd_verbs_bind_pd): the
- *   client-PD model. libmrd binds a window of that PD, from the handle's pool, on qp itself,
+ *   client-PD model. libmrd binds a window of that PD, from qp's pool, on qp itself,
  *   over the MR mrd made in the PD (a request only the first time it meets that MR); peers
  *   on any host reach it through qp's connection. Both calls post one unsignaled work request
  *   on qp (wr_id MRD_WINDOW_WR_ID: a QP that signals all sees its completions) and return:
  *   the bind takes effect before any later work request of qp, so a SEND of the rkey posted
  *   after the grant reaches the peer after the window is bound; the revoke's invalidate
  *   likewise, so the rkey is refused once a work request posted after the revoke completed
- *   (on a QP the program took out of RTS the revoke deallocates the window: refused at
- *   once). Revoke on the QP the window was granted on. libmrd sees none of these completions:
- *   before freeing the memory, closing the handle or mrd_window_qp_gone(), have a completion
- *   of a work request posted on qp after the last grant and revoke there (libmrd deallocates
- *   the windows then, which would fail a bind or invalidate still queued, and the QP).
+ *   (on a QP the program moved to the error state or reset, the revoke deallocates the
+ *   window: refused at once). Revoke on the QP the window was granted on. libmrd sees none
+ *   of these completions: before freeing the memory, closing the handle or
+ *   mrd_window_qp_gone(), have a completion of a work request posted on qp after the last
+ *   grant and revoke there (libmrd deallocates the windows then, which would fail a bind or
+ *   invalidate still queued, and the QP).
  * Either way the window dies when the memory is freed, before mrd lets the pages go (domain-PD:
  * mrd invalidates it first; client-PD: libmrd deallocates it in mrd_mem_free() before the
  * Free goes out, and grants nothing over it until mrd answered). Errors: -EOPNOTSUPP (no
@@ -434,8 +435,8 @@ int mrd_window_grant(mrd_client *client, void *qp, const void *addr, size_t len,
 		     uint32_t *rkey);
 int mrd_window_revoke(mrd_client *client, void *qp, uint32_t rkey);
 /* The client-PD model: libmrd deallocates every window it granted or pooled on qp (their rkeys
- * die at once), once nothing it posted there can still run: before destroying qp, or after
- * resetting it. How many (0 or more), or -EINVAL, -ECHILD. */
+ * die at once), once nothing it posted there can still run: before destroying qp, and after
+ * resetting it, before it goes back to INIT. How many (0 or more), or -EINVAL, -ECHILD. */
 int mrd_window_qp_gone(mrd_client *client, void *qp);
 
 /* The negotiated protocol version (positive), or -EINVAL for a NULL handle. No request, as
