@@ -628,8 +628,8 @@ static int address_request(struct conn *conn, int body_case, uint64_t address,
 }
 
 /* Free and ExtmemDetach: one address, an empty answer. The windows libmrd bound over the
- * memory on the program's own QPs die first, and none is granted until mrd answered: mrd lets
- * the pages go once it does. */
+ * memory on the program's own QPs die first, and none is granted over it until mrd answered:
+ * mrd lets the pages go once it does. */
 static int call_address(mrd_client *client, int body_case, uint64_t address)
 {
 	bool held = own_windows_before_free(client, address);
@@ -641,7 +641,7 @@ static int call_address(mrd_client *client, int body_case, uint64_t address)
 		r = address_request(client->conn, body_case, address, &resp);
 		client_unlock(client);
 	}
-	own_windows_after_free(client, held);
+	own_windows_after_free(client, address, held);
 	if (r == -ECONNRESET)
 		/* Done or not, nobody can tell now: a reconnect asks the next mrd. */
 		note_lost_free(client, body_case, address);

@@ -45,9 +45,9 @@ bool own_windows_before_free(struct mrd_client *client, uint64_t addr)
 	return false;
 }
 
-void own_windows_after_free(struct mrd_client *client, bool held)
+void own_windows_after_free(struct mrd_client *client, uint64_t addr, bool held)
 {
-	(void)client, (void)held;
+	(void)client, (void)addr, (void)held;
 }
 
 void own_windows_close(struct mrd_client *client)
@@ -117,6 +117,7 @@ struct own_windows {
 	struct u64_map bound;    /* rkey + 1 -> bound window */
 	struct u64_map allocs;   /* allocation start + 1 -> struct own_alloc */
 	struct u64_map pools;    /* QP address -> struct own_qp_pool */
+	struct u64_map freeing;  /* allocation start + 1 -> Frees of it under way (a count) */
 };
 
 static unsigned ibv_access_of(unsigned access)
@@ -195,7 +196,7 @@ static void pool_remove(struct own_windows *ow, struct own_window *w)
 {
 	struct own_qp_pool *p = w->pool;
 
-	for (size_t i = 0; i < p->n; i++)
+	for (size_t i = p->n; i-- > 0;)
 		if (p->w[i] == w) {
 			memmove(&p->w[i], &p->w[i + 1], (p->n - i - 1) * sizeof(w));
 			p->n--;
@@ -258,11 +259,7 @@ static struct own_windows *windows_of(struct mrd_client *client)
 	pthread_mutex_lock(&create_lock);
 	ow = client->own_windows;
 	if (!ow) {
-		ow = calloc(1, sizeof(*ow));
-		if (ow && mrd_cache_new(client, &ow->keys) < 0) {
-			free(ow);
-			ow = NULL;
-		}
+		ow = calloc(1, sizeof(*ow)); /* keys: at the first grant (find_mr) */
 		if (ow) {
 			pthread_mutex_init(&ow->lock, NULL);
 			ow->epoch = __atomic_load_n(&client->epoch, __ATOMIC_ACQUIRE);
@@ -365,9 +362,11 @@ static struct own_window *take_window(struct own_windows *ow, struct ibv_qp *qp)
 
 	struct own_qp_pool *p = qp_pool(ow, qp, false);
 
-	if (p) {
-		w = p->w[p->n - 1];
-		pool_remove(ow, w);
+	if (p) { /* the newest: its invalidate was posted last */
+		w = p->w[--p->n];
+		w->pool = NULL;
+		if (p->n == 0)
+			pool_free(ow, p);
 		return w;
 	}
 	w = calloc(1, sizeof(*w));
@@ -440,6 +439,11 @@ int own_window_grant(struct mrd_client *client, void *qp_arg, const void *addr, 
 	r = find_mr(client, ow, (uintptr_t)addr, len, access, &k, &alloc);
 	if (r < 0)
 		goto out;
+	if (u64_map_get(&ow->freeing, alloc + 1)) { /* its windows died, mrd is letting it go */
+		r = set_last_error(-ENOENT, "mrd_window_grant: 0x%lx is memory being freed",
+				   (unsigned long)(uintptr_t)addr);
+		goto out;
+	}
 	a = alloc_get(ow, alloc);
 	if (!a) {
 		r = set_last_error(-ENOMEM, "out of memory");
@@ -611,31 +615,49 @@ bool own_windows_before_free(struct mrd_client *client, uint64_t addr)
 {
 	struct own_windows *ow;
 	struct own_alloc *a;
+	uintptr_t n;
 
 	/* A fork() child's copy is its parent's: its free fails before asking (-ECHILD), and a
 	 * lock another thread held at the fork would never be let go here. A handle bound to a
-	 * PD may grant at any time: its first grant waits for the Free too. */
+	 * PD may grant at any time: its first grant is refused over memory being freed too. */
 	if (client->forked || client->bound_fd < 0)
 		return false;
 	ow = windows_of(client);
 	if (!ow)
 		return false; /* out of memory: no grant can make it either */
 	pthread_mutex_lock(&ow->lock);
-	/* Held until the Free is answered: no grant binds over the memory in between. Bound, or
-	 * pooled or retired with an invalidate that ran (the program waited for a completion
-	 * after its last grant and revoke over it, mrd_window_grant(3)): all die now, so that
-	 * nothing reaches the pages once mrd has them (and mrd's dereg of the MR, which a bound
-	 * window would refuse on rxe, goes through). */
+	/* Bound, or pooled or retired with an invalidate that ran (the program waited for a
+	 * completion after its last grant and revoke over it, mrd_window_grant(3)): all die now,
+	 * so that nothing reaches the pages once mrd has them (and mrd's dereg of the MR, which a
+	 * bound window would refuse on rxe, goes through). */
 	while ((a = u64_map_get(&ow->allocs, addr + 1)) && a->head)
 		window_kill(ow, a->head);
 	alloc_drop_if_empty(ow, a);
-	return true;
+	/* Until mrd answered, grants over the memory are refused: frees of other memory, and
+	 * grants, go on meanwhile. Out of memory for the mark: the lock stays held instead. */
+	n = (uintptr_t)u64_map_remove(&ow->freeing, addr + 1);
+	if (u64_map_put(&ow->freeing, addr + 1, (void *)(n + 1)) < 0)
+		return true;
+	pthread_mutex_unlock(&ow->lock);
+	return false;
 }
 
-void own_windows_after_free(struct mrd_client *client, bool held)
+void own_windows_after_free(struct mrd_client *client, uint64_t addr, bool held)
 {
-	if (held)
-		pthread_mutex_unlock(&client->own_windows->lock);
+	struct own_windows *ow = __atomic_load_n(&client->own_windows, __ATOMIC_ACQUIRE);
+	uintptr_t n;
+
+	if (held) {
+		pthread_mutex_unlock(&ow->lock);
+		return;
+	}
+	if (!ow || client->forked || client->bound_fd < 0)
+		return;
+	pthread_mutex_lock(&ow->lock);
+	n = (uintptr_t)u64_map_remove(&ow->freeing, addr + 1);
+	if (n > 1) /* another Free of it still under way (a slot was just freed: cannot fail) */
+		(void)u64_map_put(&ow->freeing, addr + 1, (void *)(n - 1));
+	pthread_mutex_unlock(&ow->lock);
 }
 
 void own_windows_close(struct mrd_client *client)
@@ -657,6 +679,7 @@ void own_windows_close(struct mrd_client *client)
 			free(ow->allocs.values[i]); /* emptied, kept by an allocation failure */
 	u64_map_done(&ow->allocs);
 	u64_map_done(&ow->pools);
+	u64_map_done(&ow->freeing);
 	u64_map_done(&ow->bound);
 	u64_map_done(&ow->extents);
 	mrd_cache_free(ow->keys);

@@ -21,9 +21,9 @@ int own_window_revoke(struct mrd_client *client, void *qp, uint32_t rkey);
 /* mrd_window_qp_gone(): every window on qp deallocated; how many. */
 int own_windows_qp_gone(struct mrd_client *client, void *qp);
 /* Before mrd_mem_free() or mrd_extmem_detach() of the allocation at addr: its windows die, and
- * no grant runs until own_windows_after_free(), called with what this returned once the
- * request was answered. */
+ * grants over it are refused until own_windows_after_free(), called with what this returned
+ * (whether it holds the lock: only when memory ran short) once the request was answered. */
 bool own_windows_before_free(struct mrd_client *client, uint64_t addr);
-void own_windows_after_free(struct mrd_client *client, bool held);
+void own_windows_after_free(struct mrd_client *client, uint64_t addr, bool held);
 /* At mrd_client_close(): every window deallocated (in a fork() child only forgotten). */
 void own_windows_close(struct mrd_client *client);

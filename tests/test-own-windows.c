@@ -303,7 +303,7 @@ static void t_revoke_then_free(void)
 	assert(own_window_revoke(c, &q->qp, rkey) == 0);
 	dev_run(q);
 	check(!remote_reaches(q, rkey, (uintptr_t)X), "a revoked window reaches nothing", NULL);
-	own_windows_after_free(c, own_windows_before_free(c, (uintptr_t)X));
+	own_windows_after_free(c, (uintptr_t)X, own_windows_before_free(c, (uintptr_t)X));
 	dev_run(q);
 	check(!q->error, "revoke, completion, free: the QP stays usable", q->why);
 	check(n_dealloc_mw == 1, "the free deallocated the pooled window", NULL);
@@ -323,7 +323,7 @@ static void t_grant_then_free(void)
 	assert(own_window_grant(c, &q->qp, X, 4096, MRD_WINDOW_REMOTE_WRITE, &rkey) == 0);
 	assert(own_window_grant(c, &q->qp, Y, 4096, MRD_WINDOW_REMOTE_WRITE, &other) == 0);
 	dev_run(q);
-	own_windows_after_free(c, own_windows_before_free(c, (uintptr_t)X));
+	own_windows_after_free(c, (uintptr_t)X, own_windows_before_free(c, (uintptr_t)X));
 	check(!remote_reaches(q, rkey, (uintptr_t)X), "a free kills the window over it", NULL);
 	check(remote_reaches(q, other, (uintptr_t)Y), "and no other", NULL);
 	check(own_window_revoke(c, &q->qp, rkey) == -ENOENT, "its rkey is no window any more",
@@ -335,48 +335,36 @@ static void t_grant_then_free(void)
 	free(q);
 }
 
-/* No grant runs between the windows' death and mrd's answer to the Free (the lock is held
- * across it): a grant from another thread waits. */
-static struct mrd_client *race_c;
-static struct fqp *race_q;
-static int race_done; /* atomic */
-static void *race_grant(void *arg)
+/* No grant binds over memory between its windows' death and mrd's answer to the Free: such a
+ * grant is refused, while frees and grants of other memory go on (the first review's race, and
+ * the second's: the handle's first grant, before it had any window record). */
+static void t_no_grant_while_freeing(void)
 {
+	struct mrd_client *c = client_new();
+	struct fqp *q = qp_new();
 	uint32_t rkey;
-
-	(void)arg;
-	(void)own_window_grant(race_c, &race_q->qp, X, 4096, MRD_WINDOW_REMOTE_WRITE, &rkey);
-	__atomic_store_n(&race_done, 1, __ATOMIC_RELEASE);
-	return NULL;
-}
-
-static void t_grant_waits_for_the_free(void)
-{
-	pthread_t t;
 	bool held;
 
 	reset_device();
-	race_c = client_new();
-	race_q = qp_new();
-	race_c->bound_fd = -1;
-	check(!own_windows_before_free(race_c, (uintptr_t)X),
-	      "a handle bound to no PD takes no lock at a free", NULL);
-	race_c->bound_fd = ctx.cmd_fd;
-	/* The handle's first grant too (the second review's case: no record yet, no lock). */
-	held = own_windows_before_free(race_c, (uintptr_t)X);
-	check(held, "a bound handle's free holds the windows' lock, before any grant", NULL);
-	pthread_create(&t, NULL, race_grant, NULL);
-	usleep(100 * 1000); /* a grant that did not wait would be done by now; one that waits is
-			     * what the check below accepts either way */
-	check(!__atomic_load_n(&race_done, __ATOMIC_ACQUIRE),
-	      "a grant over the memory waits while its Free is under way", NULL);
-	own_windows_after_free(race_c, held);
-	pthread_join(t, NULL);
-	check(__atomic_load_n(&race_done, __ATOMIC_ACQUIRE), "and runs once the Free was answered",
-	      NULL);
-	own_windows_close(race_c);
-	free(race_c);
-	free(race_q);
+	c->bound_fd = -1;
+	check(!own_windows_before_free(c, (uintptr_t)X) && !c->own_windows,
+	      "a handle bound to no PD marks nothing at a free", NULL);
+	c->bound_fd = ctx.cmd_fd;
+	held = own_windows_before_free(c, (uintptr_t)X); /* thread 1: mrd_mem_free(X) */
+	check(!held, "a free holds no lock while mrd answers", NULL);
+	check(own_window_grant(c, &q->qp, X + 4096, 4096, MRD_WINDOW_REMOTE_WRITE, &rkey) ==
+	      -ENOENT, "the handle's first grant, over memory being freed, is refused", NULL);
+	check(own_window_grant(c, &q->qp, Y, 4096, MRD_WINDOW_REMOTE_WRITE, &rkey) == 0,
+	      "a grant over other memory goes on meanwhile", NULL);
+	own_windows_after_free(c, (uintptr_t)X, held); /* mrd answered */
+	dev_run(q);
+	check(!q->error, "the QP stays usable", q->why);
+	check(own_window_grant(c, &q->qp, X, 4096, MRD_WINDOW_REMOTE_WRITE, &rkey) == 0,
+	      "once the Free was answered the mark is gone (mrd judges the address again)", NULL);
+	dev_run(q);
+	own_windows_close(c);
+	free(c);
+	free(q);
 }
 
 /* A revoke on a QP that failed on its own (qp->state still says RTS): the invalidate is
@@ -494,7 +482,7 @@ static void t_cycles(void)
 	check(!repeat, "no rkey came twice", NULL);
 	check(!alive, "every old rkey is dead", NULL);
 	check(n_alloc_mw == 4, "a window serves 256 binds, then another is made", d);
-	own_windows_after_free(c, own_windows_before_free(c, (uintptr_t)X));
+	own_windows_after_free(c, (uintptr_t)X, own_windows_before_free(c, (uintptr_t)X));
 	check(n_dealloc_mw == n_mws, "the free deallocated every window over it, worn ones too",
 	      NULL);
 	own_windows_close(c);
@@ -613,7 +601,8 @@ static void t_fork_while_granting(void)
 	if (pid == 0) {
 		blocked_c->forked = true; /* libmrd's fork handler */
 		alarm(60);
-		own_windows_after_free(blocked_c, own_windows_before_free(blocked_c, (uintptr_t)Y));
+		own_windows_after_free(blocked_c, (uintptr_t)Y,
+				       own_windows_before_free(blocked_c, (uintptr_t)Y));
 		own_windows_close(blocked_c);
 		_exit(0);
 	}
@@ -637,7 +626,7 @@ int main(void)
 	pd.handle = 3;
 	t_revoke_then_free();
 	t_grant_then_free();
-	t_grant_waits_for_the_free();
+	t_no_grant_while_freeing();
 	t_revoke_on_async_error();
 	t_revoke_out_of_rts();
 	t_dead_qps_fill_pool();

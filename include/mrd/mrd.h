@@ -420,7 +420,7 @@ int mrd_prefetch(mrd_client *client, const void *addr, size_t length, int advice
  *   invalidate still queued, and the QP).
  * Either way the window dies when the memory is freed, before mrd lets the pages go (domain-PD:
  * mrd invalidates it first; client-PD: libmrd deallocates it in mrd_mem_free() before the
- * Free goes out, and grants nothing over it until mrd answered). Errors: -EOPNOTSUPP (no
+ * Free goes out, and refuses grants over it until mrd answered). Errors: -EOPNOTSUPP (no
  * windows on the device: the message says why; client-PD: read-only memory), -EACCES
  * (another process's memory), -EPERM (client-PD: another handle's), -ERANGE (past its
  * allocation), -EDQUOT ([quota] memory_windows, domain-PD), -ENOENT (not mrd memory; revoke:
