@@ -149,8 +149,10 @@ MRD_EXPORT mrd_client *mrd_client_close(mrd_client *client)
 	if (client->conn) /* none when connecting failed */
 		log_debug("closing the connection to %s (%lu allocations held)", client->conn->path,
 			  __atomic_load_n(&client->n_held, __ATOMIC_ACQUIRE));
-	own_windows_close(client); /* before the connection goes: mrd frees what it held */
 	adopt_leave(client); /* before the connection goes: mrd would punch the pages */
+	/* Before the connection goes too (mrd frees what it held); after adopt_leave, whose
+	 * frees would make the windows' record again (adopted memory has no windows). */
+	own_windows_close(client);
 	memory_leave(client);
 	conn_free(client->conn);
 	safe_close(client->bound_fd);

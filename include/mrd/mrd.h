@@ -423,8 +423,9 @@ int mrd_prefetch(mrd_client *client, const void *addr, size_t length, int advice
  * Free goes out, and refuses grants over it until mrd answered). Errors: -EOPNOTSUPP (no
  * windows on the device: the message says why; client-PD: read-only memory), -EACCES
  * (another process's memory), -EPERM (client-PD: another handle's), -ERANGE (past its
- * allocation), -EDQUOT ([quota] memory_windows, domain-PD), -ENOENT (not mrd memory; revoke:
- * not a window of this handle's), -ENXIO (a qp, but the handle bound to no PD), -EINVAL (a
+ * allocation), -EDQUOT ([quota] memory_windows, domain-PD), -ENOENT (not mrd memory;
+ * client-PD: memory whose free is under way, or was freed a moment ago and allocated again
+ * before that free returned: try again; revoke: not a window of this handle's), -ENXIO (a qp, but the handle bound to no PD), -EINVAL (a
  * qp of another PD or type; revoke: another QP than the grant's), -ENOMEM (qp's send queue is
  * full: nothing changed). */
 #define MRD_WINDOW_REMOTE_READ 0x1u
@@ -436,7 +437,8 @@ int mrd_window_grant(mrd_client *client, void *qp, const void *addr, size_t len,
 int mrd_window_revoke(mrd_client *client, void *qp, uint32_t rkey);
 /* The client-PD model: libmrd deallocates every window it granted or pooled on qp (their rkeys
  * die at once), once nothing it posted there can still run: before destroying qp, and after
- * resetting it, before it goes back to INIT. How many (0 or more), or -EINVAL, -ECHILD. */
+ * resetting it, before it goes back to INIT. How many (0 or more), or -EINVAL, -ECHILD,
+ * -EOPNOTSUPP (a libmrd built without <infiniband/verbs.h>). */
 int mrd_window_qp_gone(mrd_client *client, void *qp);
 
 /* The negotiated protocol version (positive), or -EINVAL for a NULL handle. No request, as
