@@ -29,6 +29,7 @@
 #include <mrd/mrd.h>
 
 #include "client/moved-range.h"
+#include "preload/window-binder.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -42,6 +43,7 @@ struct shim_mr {
 	unsigned span;             /* its buffer's span of range */
 	struct ibv_mr *inner; /* libibverbs' MR in its place, after a rereg mrd could not serve */
 	unsigned access; /* as the program asked */
+	struct ibv_mw *mw; /* the window whose rkey the program holds, bound while it lives */
 	bool kept;       /* deregistered by the program, kept for a hit */
 	struct shim_mr *hash_next;
 	struct shim_mr *kept_prev, *kept_next; /* newest first */
@@ -53,6 +55,8 @@ struct shim_pd {
 	struct ibv_pd *pd;
 	mrd_client *client;
 	int error; /* binding failed: that PD's registrations fall through */
+	struct window_binder *binder; /* the PD's windows (window-binder.h), once one was asked */
+	int binder_error;             /* none can be had: rkeys are the MRs' own */
 };
 
 /* An MR libibverbs made for the program (a fall-through): it pins the pages under it as they
@@ -69,6 +73,15 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 /* This thread is inside the shim: what it calls (libmrd's free, munmap) passes straight on. */
 static __thread unsigned inside __attribute__((tls_model("initial-exec")));
 static bool enabled = true;
+/* MRD_PRELOAD_WINDOWS: whose rkeys the program gets, and until when (window-binder.h). Off
+ * by default: a program killed with a window bound leaves mrd's MR under it undeletable
+ * (rxe refuses its dereg), and mrd cannot yet deallocate a dead program's windows. */
+static enum {
+	WINDOWS_OFF,        /* the MRs' own, alive until the buffer goes (the default) */
+	WINDOWS_TILL_FREE,  /* windows', bound while the registration is live or kept */
+	WINDOWS_TILL_DEREG, /* windows', unbound at ibv_dereg_mr */
+} windows = WINDOWS_OFF;
+static bool forked; /* a fork() child: the parent's QPs are not its to post on */
 static int log_level = 1;
 static unsigned keep_max = 256;
 static struct moved_ranges ranges;
@@ -85,6 +98,7 @@ static struct ibv_mr *(*real_reg)(struct ibv_pd *, void *, size_t, uint64_t, uns
 static int (*real_dereg)(struct ibv_mr *);
 static int (*real_rereg)(struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int);
 static int (*real_dealloc_pd)(struct ibv_pd *);
+static struct binder_verbs binder_verbs;
 extern void __libc_free(void *);
 extern void *__libc_realloc(void *, size_t);
 static void (*real_free)(void *);
@@ -154,6 +168,18 @@ static void resolve_verbs(void)
 		real_rereg = verbs_symbol("ibv_rereg_mr", "IBVERBS_1.1");
 	if (!real_dealloc_pd)
 		real_dealloc_pd = verbs_symbol("ibv_dealloc_pd", "IBVERBS_1.1");
+	if (!binder_verbs.destroy_qp) {
+		struct binder_verbs *v = &binder_verbs;
+
+		v->query_device = verbs_symbol("ibv_query_device", "IBVERBS_1.1");
+		v->query_port = verbs_symbol("ibv_query_port", "IBVERBS_1.1");
+		v->query_gid = verbs_symbol("ibv_query_gid", "IBVERBS_1.1");
+		v->create_cq = verbs_symbol("ibv_create_cq", "IBVERBS_1.1");
+		v->destroy_cq = verbs_symbol("ibv_destroy_cq", "IBVERBS_1.1");
+		v->create_qp = verbs_symbol("ibv_create_qp", "IBVERBS_1.1");
+		v->modify_qp = verbs_symbol("ibv_modify_qp", "IBVERBS_1.1");
+		v->destroy_qp = verbs_symbol("ibv_destroy_qp", "IBVERBS_1.1");
+	}
 }
 
 /* A pthread_cancel() acts nowhere inside: the thread would end holding the lock (the shim's
@@ -247,6 +273,85 @@ static bool own_pinned(uintptr_t start, uintptr_t end)
 	return false;
 }
 
+#define REMOTE_ACCESS \
+	(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+
+static bool binder_verbs_resolved(void)
+{
+	const struct binder_verbs *v = &binder_verbs;
+
+	return v->query_device && v->query_port && v->query_gid && v->create_cq &&
+	       v->destroy_cq && v->create_qp && v->modify_qp && v->destroy_qp;
+}
+
+/* m's rkey becomes a window's over its bytes, where p's device has windows: one that dies
+ * with ibv_dereg_mr (window-binder.h). Where none can be had, the MR's own stays, which
+ * lives until the buffer is freed, and the shim says so once. */
+static void give_window(struct shim_pd *p, struct shim_mr *m, uint32_t mr_rkey)
+{
+	char why[256] = "";
+	struct ibv_mw *mw;
+	int k;
+
+	m->ibv.rkey = mr_rkey;
+	m->mw = NULL;
+	if (windows == WINDOWS_OFF || !(m->access & REMOTE_ACCESS) || p->binder_error)
+		return;
+	if (!p->binder) {
+		k = binder_verbs_resolved() ?
+			    window_binder_new(&binder_verbs, p->pd, &p->binder, why, sizeof(why)) :
+			    -ENOSYS;
+		if (k == -ENOSYS)
+			snprintf(why, sizeof(why), "libibverbs lacks a call the binder needs");
+		if (k < 0) {
+			p->binder_error = k;
+			SAY_ONCE("PD %p of %s: rkeys are the MRs' own, and live until the buffer is "
+				 "freed, not just deregistered: %s", (void *)p->pd,
+				 p->pd->context->device->name, why);
+			return;
+		}
+	}
+	k = window_binder_bind(p->binder, m->ibv.lkey, m->ibv.addr, m->ibv.length, m->access,
+			       &mw, why, sizeof(why));
+	if (k < 0) {
+		SAY_ONCE("%p+%zu: its rkey is the MR's own, and lives until the buffer is freed: "
+			 "%s", m->ibv.addr, m->ibv.length, why);
+		return;
+	}
+	m->mw = mw;
+	m->ibv.rkey = mw->rkey;
+}
+
+/* m's window's rkey dies before this returns (the program deregistered m, or its pages go). */
+static void end_window(struct shim_mr *m)
+{
+	struct shim_pd *p;
+	int k;
+
+	if (!m->mw || forked) {
+		m->mw = NULL;
+		return;
+	}
+	for (p = pds; p && p->pd != m->ibv.pd; p = p->next)
+		;
+	k = p && p->binder ? window_binder_unbind(p->binder, m->mw) : -ENOENT;
+	if (k < 0)
+		SAY_ONCE("%p+%zu: its window's unbind failed (%s): deallocated instead",
+			 m->ibv.addr, m->ibv.length, strerror(-k));
+	if (k == -ENOENT)
+		(void)ibv_dealloc_mw(m->mw);
+	m->mw = NULL;
+}
+
+/* The live registrations over r lose their windows: r's MRs are about to go. */
+static void end_windows_over(const struct moved_range *r)
+{
+	for (size_t h = 0; h < HASH_SIZE; h++)
+		for (struct shim_mr *m = by_address[h]; m; m = m->hash_next)
+			if (m->range == r && !m->kept)
+				end_window(m);
+}
+
 /* Pages go back to private memory unless an MR of the program's own pins them as they are
  * (then they stay mrd's, idle, until it goes). */
 static void go_back(struct moved_range *r)
@@ -335,6 +440,7 @@ static void release_kept(struct shim_mr *m, bool settle_range)
 
 	kept_unlink(m);
 	hash_remove(m);
+	end_window(m); /* MRD_PRELOAD_WINDOWS=free: its rkey dies here, before mrd's MR can */
 	free(m);
 	r->kept--;
 	span_unused(r, span);
@@ -379,10 +485,12 @@ static void release_kept_over(const struct moved_range *r, uintptr_t start, uint
 static void lost(struct moved_range *r, uintptr_t start, uintptr_t end)
 {
 	release_kept_over(r, start, end);
-	if (start <= r->start && r->end <= end)
+	if (start <= r->start && r->end <= end) {
+		end_windows_over(r); /* a window bound to an MR keeps it from its dereg (rxe) */
 		moved_range_forget(&ranges, mem, r);
-	else if (r->live == 0 && r->kept == 0)
+	} else if (r->live == 0 && r->kept == 0) {
 		go_back(r);
+	}
 }
 
 /* The buffer [start, end) a registration asks for, and the ranges it touches that the program
@@ -538,6 +646,13 @@ static int serve(struct ibv_pd *pd, void *addr, size_t length, unsigned access,
 	}
 	m = kept_hit(pd, addr, length, access, start, end);
 	if (m) {
+		struct range_keys *held;
+
+		for (held = m->range->keys; held && !(held->pd == pd && held->span == m->span);
+		     held = held->next)
+			;
+		if (!m->mw) /* MRD_PRELOAD_WINDOWS=free keeps it bound */
+			give_window(p, m, held ? held->rkey : m->ibv.rkey);
 		n_hits++;
 		*ret = m;
 		return 0;
@@ -620,6 +735,7 @@ static int serve(struct ibv_pd *pd, void *addr, size_t length, unsigned access,
 	m->range = r;
 	m->span = (unsigned)span;
 	m->access = access;
+	give_window(p, m, keys->rkey);
 	r->live++;
 	r->spans[span].users++;
 	hash_add(m);
@@ -710,10 +826,13 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 	}
 	r->live--;
 	if (enabled && !r->gone && keep_max > 0) {
+		if (windows != WINDOWS_TILL_FREE)
+			end_window(m); /* its rkey dies here, as libibverbs' would */
 		keep(m);
 	} else {
 		unsigned span = m->span;
 
+		end_window(m);
 		hash_remove(m);
 		free(m);
 		span_unused(r, span);
@@ -785,6 +904,7 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 	 * pages go back, and the new one may move them again with other access. Failing, the
 	 * old one is made again. */
 	old = m->range;
+	end_window(m);
 	hash_remove(m);
 	old->live--;
 	span_unused(old, m->span);
@@ -825,6 +945,7 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 	take_fields(m, &fresh->ibv, fresh->access);
 	m->range = fresh->range;
 	m->span = fresh->span;
+	m->mw = fresh->mw;
 	free(fresh);
 	hash_add(m);
 	leave();
@@ -876,6 +997,8 @@ EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 					free(dead);
 				} else
 					k = &(*k)->next;
+		/* Its windows and QP first: the PD keeps them from the kernel's dealloc. */
+		window_binder_free(p->binder);
 		/* mrd deregisters its MRs in the PD and lets go of the context. */
 		p->client = mrd_client_close(p->client);
 		*pp = p->next;
@@ -1092,13 +1215,18 @@ EXPORT void *mremap(void *old, size_t old_length, size_t new_length, int flags, 
 	return r;
 }
 
+/* Held from the prepare handler to the parent's or child's: and inside, so that what the
+ * other handlers do meanwhile (libmrd's child handler frees its watcher's records, heap chunks
+ * that may lie among moved ranges) passes straight on instead of waiting for the lock. */
 static void fork_prepare(void)
 {
 	pthread_mutex_lock(&lock);
+	inside++;
 }
 
 static void fork_parent(void)
 {
+	inside--;
 	pthread_mutex_unlock(&lock);
 }
 
@@ -1106,22 +1234,20 @@ static void fork_parent(void)
  * mrd's stay the parent's) ... */
 static void fork_copy(void)
 {
-	inside++;
-	moved_ranges_fork_copy(&ranges);
-	inside--;
+	moved_ranges_fork_copy(&ranges); /* inside since fork_prepare */
 }
 
 /* ... and runs on without the shim: its mrd connections are the parent's. */
 static void fork_child(void)
 {
-	inside++;
+	forked = true; /* first: kept registrations' windows are forgotten, not unbound */
 	mem = NULL; /* first: releasing kept registrations drops nothing in the parent's mrd */
 	while (kept_head)
 		release_kept(kept_head, false);
 	moved_ranges_fork_forget(&ranges);
 	enabled = false;
 	pds = NULL;
-	inside--;
+	inside--; /* fork_prepare's */
 	pthread_mutex_unlock(&lock);
 }
 
@@ -1148,6 +1274,11 @@ __attribute__((constructor)) static void shim_init(void)
 	v = getenv("MRD_PRELOAD_LOG");
 	if (v)
 		log_level = atoi(v);
+	v = getenv("MRD_PRELOAD_WINDOWS");
+	if (v && strcasecmp(v, "dereg") == 0)
+		windows = WINDOWS_TILL_DEREG;
+	else if (v && strcasecmp(v, "free") == 0)
+		windows = WINDOWS_TILL_FREE;
 	v = getenv("MRD_PRELOAD_KEEP");
 	if (v)
 		keep_max = (unsigned)strtoul(v, NULL, 10);
@@ -1157,6 +1288,16 @@ __attribute__((constructor)) static void shim_init(void)
 
 __attribute__((destructor)) static void shim_fini(void)
 {
+	/* A clean exit with registrations left: their windows go first, or mrd could not
+	 * deregister the MRs under them once the program's context is gone (rxe's num_mw). */
+	if (windows != WINDOWS_OFF && !forked && !inside && pthread_mutex_trylock(&lock) == 0) {
+		inside++; /* not enter(): an exit while another thread holds the lock skips this */
+		for (size_t h = 0; h < HASH_SIZE; h++)
+			for (struct shim_mr *m = by_address[h]; m; m = m->hash_next)
+				end_window(m);
+		inside--;
+		pthread_mutex_unlock(&lock);
+	}
 	if (log_level >= 2 || (log_level >= 1 && n_passed > 0 && n_served > 0))
 		say("%lu registrations through mrd (%lu kept ones taken again), %lu fell through",
 		    n_served + n_hits, n_hits, n_passed);

@@ -20,8 +20,9 @@ for rereg in move keep-keys refuse; do
 	for keys in mlx5 variant; do
 		export MRD_SOFT_KEYS=$keys
 		echo "# MRD_SOFT_KEYS=$keys MRD_SOFT_REREG=$rereg"
-		export CK_RUN_CASE=quarantine
-		"$MRD_BUILDDIR/tests/test-mr-cache"
+		for case in quarantine quarantine-window-only; do
+			CK_RUN_CASE=$case "$MRD_BUILDDIR/tests/test-mr-cache"
+		done
 		[ "$keys/$rereg" = mlx5/refuse ] && continue
 		export CK_RUN_CASE=keys
 		"$MRD_BUILDDIR/tests/test-mr-cache"

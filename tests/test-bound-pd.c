@@ -339,6 +339,52 @@ START_TEST(test_window_only_in_the_bound_pd)
 }
 END_TEST
 
+/* The MR over a program's buffer (libmrd-preload.so's aliased memory) takes windows, which
+ * the shim binds as the program's rkeys (preload/window-binder.h); with window-only too, its
+ * own rkey keeps the rights the program asked: the shim hands it out where it binds no window
+ * (no type-1 windows, MRD_PRELOAD_WINDOWS off). _i 1: window-only. */
+START_TEST(test_alias_mr_takes_windows)
+{
+	const uint32_t RW = MRD_ACCESS_LOCAL_WRITE | MRD_ACCESS_REMOTE_WRITE | MRD_ACCESS_REMOTE_READ;
+	const uint64_t alias = 0x7e0000000000ull;
+	struct client *c, *mem;
+	int fd, mfd;
+	Mrd__Response *resp;
+	Mrd__MrEntry e;
+	struct provider_mw *mw;
+	struct cached_mr *m;
+	uint64_t w;
+	uint32_t rkey;
+
+	if (_i) {
+		td_stop();
+		td_start_small("windows.remote=window-only");
+	}
+	fd = td_hello_client(1000, &c);
+	mfd = td_hello_client(1000, &mem);
+	resp = td_alloc_alias(mfd, 2, 64 * 1024, 0, alias, RW, 0);
+	w = resp->alloc->address;
+	mrd__response__free_unpacked(resp, NULL);
+	td_alloc(fd, 3, 4096); /* joins */
+	bind_soft(c);
+	td_lookup(fd, 4, w, 0, &e);
+	strcpy((char *)(uintptr_t)(w + 100), "through the MR");
+	ck_assert_int_eq(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e.lkey, alias + 100, e.rkey,
+				      alias + 200, 15), 0);
+	m = u64_map_get(&c->bound->cache.by_lkey, (uint64_t)e.lkey + 1);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_int_eq(provider_mw_alloc(c->bound->pd, &mw), 0);
+	ck_assert_int_eq(provider_mw_bind(mw, m->pmr, alias + 4096, 4096, MRD_ACCESS_REMOTE_WRITE,
+					  &rkey), 0);
+	strcpy((char *)(uintptr_t)(w + 300), "through the window");
+	ck_assert_int_eq(provider_dma(c->bound->pd, PROVIDER_DMA_WRITE, e.lkey, alias + 300, rkey,
+				      alias + 4096, 19), 0);
+	ck_assert_str_eq((char *)(uintptr_t)(w + 4096), "through the window");
+	ck_assert_int_eq(provider_mw_dealloc(mw), 0);
+	finish(fd, mfd);
+}
+END_TEST
+
 /* The domain's MRs and its mempools' are another PD's: they neither cut the bound PD's runs
  * nor answer its lookups. */
 START_TEST(test_domain_mrs_are_not_the_pds)
@@ -1883,6 +1929,7 @@ int main(void)
 	tcase_add_test(tc, test_window_mr_is_the_bound_pds);
 	tcase_add_test(tc, test_window_mr_refuses_another_handles_memory);
 	tcase_add_test(tc, test_window_only_in_the_bound_pd);
+	tcase_add_loop_test(tc, test_alias_mr_takes_windows, 0, 2);
 	tcase_add_test(tc, test_free_deregisters_before_the_pages_go);
 	tcase_add_test(tc, test_end_drops_every_mr);
 	tcase_add_test(tc, test_end_while_a_worker_registers);

@@ -297,6 +297,56 @@ START_TEST(test_quarantine_counts_shown)
 }
 END_TEST
 
+static void setup_window_only(void) { td_start_small("windows.remote=window-only"); }
+
+/* [windows] remote = window-only: a pinned MR's own rkey grants no peer anything (remote
+ * grants are windows, dead at the free: test-windows), so the quarantine keeps none of them:
+ * a released MR goes back to the device at once, counted neither as quarantined nor as
+ * unparked. A freed allocation's old rkey still reaches nothing: refused for its key (soft's
+ * next variant) or, where the device hands it to the next MR unchanged (MRD_SOFT_KEYS=mlx5,
+ * tests/keys-mlx5.sh), for that MR's lack of remote rights. */
+START_TEST(test_window_only_parks_nothing)
+{
+	struct client *c;
+	int fd = td_hello_client(1000, &c), cycles = 10;
+	uint64_t src = td_alloc(fd, 2, 4096), a = td_alloc(fd, 3, 64 * 1024), id = 4;
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__FrmrPoolsRequest q = MRD__FRMR_POOLS_REQUEST__INIT;
+	const struct provider_caps *caps = &c->domain->reg.base.provider->caps;
+	const Mrd__FrmrDomainInfo *d;
+	Mrd__MrEntry esrc, old, now;
+	Mrd__Response *resp;
+	struct provider_stats ps;
+
+	lookup(fd, id++, &src, 1, 0, &esrc);
+	lookup(fd, id++, &a, 1, 0, &old);
+	for (int i = 0; i < cycles; i++) {
+		td_free(fd, id++, a, 0);
+		ck_assert_uint_eq(td_alloc(fd, id++, 64 * 1024), a);
+		lookup(fd, id++, &a, 1, 0, &now);
+		memset((void *)(uintptr_t)a, 0, 8);
+		td_dma(fd, id++, PROVIDER_DMA_WRITE, &esrc, src, &old, a, 8,
+		       now.rkey == old.rkey ? EACCES : ENOKEY);
+		ck_assert_int_eq(*(char *)(uintptr_t)a, 0);
+		old = now;
+	}
+	provider_stats(c->domain->reg.base.provider, &ps);
+	ck_assert_uint_eq(ps.parked, 0);
+	req.id = id++;
+	req.body_case = MRD__REQUEST__BODY_FRMR_POOLS;
+	req.frmr_pools = &q;
+	td_send_request(fd, &req, NULL, 0);
+	resp = td_expect(fd, req.id, 0);
+	d = resp->frmr_pools->domains[0];
+	ck_assert_int_eq(d->quarantine_on, caps->keys_come_back);
+	ck_assert_uint_eq(d->quarantined, 0);
+	ck_assert_uint_eq(d->unparked, 0);
+	mrd__response__free_unpacked(resp, NULL);
+	close(fd);
+	td_wait_domains_closed();
+}
+END_TEST
+
 static void send_pools_set(int fd, uint64_t id, const char *domain, uint32_t given,
 			   uint64_t pages, uint32_t aging, uint32_t pinned)
 {
@@ -1541,6 +1591,7 @@ int main(void)
 	Suite *s = suite_create("mr-cache");
 	TCase *tc = tcase_create("cache"), *keys = tcase_create("keys");
 	TCase *quarantine = tcase_create("quarantine");
+	TCase *quarantine_window_only = tcase_create("quarantine-window-only");
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_contig_lookup_and_dma);
@@ -1581,5 +1632,8 @@ int main(void)
 	tcase_add_checked_fixture(quarantine, setup, teardown);
 	tcase_add_test(quarantine, test_quarantine_counts_shown);
 	suite_add_tcase(s, quarantine);
+	tcase_add_checked_fixture(quarantine_window_only, setup_window_only, teardown);
+	tcase_add_test(quarantine_window_only, test_window_only_parks_nothing);
+	suite_add_tcase(s, quarantine_window_only);
 	return run_suite(s);
 }

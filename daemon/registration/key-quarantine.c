@@ -68,7 +68,11 @@ int key_quarantine_release(struct key_quarantine *q, struct provider_mr *mr)
 
 	if (!mr)
 		return 0;
-	if (!__atomic_load_n(&q->on, __ATOMIC_ACQUIRE))
+	/* An MR whose rkey grants nothing remote ([windows] remote = window-only: the remote
+	 * grants are windows, dead before its memory goes, mw-grants.h) has no key a peer could
+	 * hold: it goes back to the device now. Its lkey may come back to the domain's next MR,
+	 * but only the domain's own clients (who trust each other) post with its lkeys. */
+	if (!__atomic_load_n(&q->on, __ATOMIC_ACQUIRE) || !(mr->access & MRD_ACCESS_MW_GRANTS))
 		return provider_dereg(mr);
 	/* Parked first: its keys die now, before its memory can go to anyone else. Parked
 	 * under new keys (1), it was made anew: its old keys are the device's already, and

@@ -11,6 +11,8 @@
  * (rxe and siw refuse a move, provider-verbs.c probe_rereg; soft with MRD_SOFT_REREG=refuse)
  * gets its MRs destroyed at once, counted in unparked and logged once: there the guarantee
  * does not hold (a device whose keys do come back and that cannot move an MR has no park).
+ * An MR without remote rights ([windows] remote = window-only) is destroyed at once, uncounted:
+ * no peer holds a key of it (its remote grants were windows, dead before its memory went).
  *
  * Thread-safe: the loop and worker threads release concurrently; provider ops run outside
  * its lock. */

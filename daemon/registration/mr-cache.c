@@ -144,13 +144,17 @@ static unsigned access_of(const struct mr_cache *c, const struct reg_allocation 
 	    provider_odp_covers(caps, access))
 		access |= MRD_ACCESS_ON_DEMAND;
 	/* Pinned MRs take windows where the device has them: the domain's (mw-grants.h), and a
-	 * client PD's, which the client binds on its own QPs (libmrd's window.c); window-only,
-	 * their own rkey grants nothing remote (without windows, no remote access at all). */
+	 * client PD's, which the client binds on its own QPs (libmrd's own-windows.c); window-only,
+	 * their own rkey grants nothing remote (without windows, no remote access at all). A
+	 * program's buffer (libmrd-preload.so) takes windows too (window-binder.h), but keeps the
+	 * rights the program asked: the shim hands out the MR's rkey where it binds no window. */
 	if (reg_kind_of(a) == REG_KIND_PINNED) {
 		if (caps->mw)
 			access |= MRD_ACCESS_MW_BIND;
 		if (base_of(c)->config->window_only)
 			access &= ~MRD_ACCESS_MW_GRANTS;
+	} else if (reg_kind_of(a) == REG_KIND_ALIAS && caps->mw) {
+		access |= MRD_ACCESS_MW_BIND;
 	}
 	return access;
 }

@@ -248,10 +248,24 @@ bench_preload() { # socket
 			preload-check regloop 200 $size | awk '{ print $3 }' >> /tmp/without
 			LD_PRELOAD=$shim MRD_PRELOAD_LOG=0 preload-check regloop 200 $size | awk '{ print $3 }' >> /tmp/with
 		done
-		a=$(median < /tmp/without) b=$(median < /tmp/with)
+		: > /tmp/with-dereg; : > /tmp/with-free
+		for _ in $(seq $reps); do
+			LD_PRELOAD=$shim MRD_PRELOAD_LOG=0 MRD_PRELOAD_WINDOWS=dereg preload-check regloop 200 $size |
+				awk '{ print $3 }' >> /tmp/with-dereg
+			LD_PRELOAD=$shim MRD_PRELOAD_LOG=0 MRD_PRELOAD_WINDOWS=free preload-check regloop 200 $size |
+				awk '{ print $3 }' >> /tmp/with-free
+		done
+		a=$(median < /tmp/without) b=$(median < /tmp/with) c=$(median < /tmp/with-dereg)
+		f=$(median < /tmp/with-free)
 		awk -v a="$a" -v b="$b" -v s=$size -v r=$reps 'BEGIN { x = a / b;
 			printf "preload-reregister-%dKiB: speedup=%.1f (case=ibv_reg_mr+ibv_dereg_mr of one buffer in a loop under libmrd-preload.so, %.1f us each; baseline=the same without it, %.1f us; reps=%d, median) target >= 10: %s\n",
 			s / 1024, x, b / 1e3, a / 1e3, r, (x >= 10) ? "met" : "MISSED" }'
+		awk -v a="$a" -v f="$f" -v s=$size -v r=$reps 'BEGIN { x = a / f;
+			printf "preload-reregister-windows-till-free-%dKiB: speedup=%.1f (case=the same with MRD_PRELOAD_WINDOWS=free: the window stays bound while the registration is kept, %.1f us each; baseline=without the shim, %.1f us; reps=%d, median) target >= 10: %s\n",
+			s / 1024, x, f / 1e3, a / 1e3, r, (x >= 10) ? "met" : "MISSED" }'
+		awk -v a="$a" -v c="$c" -v s=$size -v r=$reps 'BEGIN { x = a / c;
+			printf "preload-reregister-windows-till-dereg-%dKiB: speedup=%.1f (case=the same with MRD_PRELOAD_WINDOWS=dereg: a window bound and unbound each time, two work requests and their completions, %.1f us each; baseline=without the shim, %.1f us; reps=%d, median)\n",
+			s / 1024, x, c / 1e3, a / 1e3, r }'
 	done
 	if ! command -v ib_write_bw > /dev/null; then
 		echo "preload-ib_write_bw: not measured: no perftest in the VM (apt-get install perftest on the host)"
@@ -646,6 +660,15 @@ MRD_PRELOAD_EXPECT=1 LD_PRELOAD=$SHIM timeout 120 $AS preload-check data "$GIDX"
 rc=$?
 collect /tmp/pc.txt
 result "preload-check through the shim exits 0" $rc "$(tail -n 3 /tmp/pc.txt)"
+# The rkeys type-1 windows' (issue 41): unbound at ibv_dereg_mr, or kept bound while the
+# registration is kept (the rkey then lives until the buffer is freed).
+for mode in dereg free; do
+	MRD_PRELOAD_WINDOWS=$mode MRD_PRELOAD_EXPECT=1 LD_PRELOAD=$SHIM timeout 120 $AS preload-check data "$GIDX" > /tmp/pc-$mode.txt 2>&1
+	rc=$?
+	sed "s/preload: /preload (windows till $mode): /" /tmp/pc-$mode.txt > /tmp/pc-$mode-named.txt
+	collect /tmp/pc-$mode-named.txt
+	result "preload-check through the shim with MRD_PRELOAD_WINDOWS=$mode exits 0" $rc "$(tail -n 3 /tmp/pc-$mode.txt)"
+done
 # Heap neighbours (rping -S 65000: two malloc(65000) sharing a page), then writers racing
 # 100 moves and moves back of a registration's pages (issue 38).
 $AS preload-check neighbours "$GIDX" > /tmp/pn-plain.txt 2>&1
@@ -666,6 +689,7 @@ local_pair() { # name shim(0|1) program args...
 	shift 2
 	pre=
 	[ "$shim" = 1 ] && pre="env LD_PRELOAD=$SHIM"
+	[ "$shim" = 2 ] && pre="env LD_PRELOAD=$SHIM MRD_PRELOAD_WINDOWS=dereg" name="$name, rkeys windows'"
 	$pre timeout 120 $AS "$@" > /tmp/srv.txt 2>&1 &
 	srv=$!
 	sleep 1
@@ -688,7 +712,7 @@ local_pair() { # name shim(0|1) program args...
 	tail -n 2 /tmp/cli.txt
 }
 if command -v ib_write_bw > /dev/null; then
-	for shim in 0 1; do
+	for shim in 0 1 2; do
 		local_pair "ibv_rc_pingpong (one host, 1 MiB)" $shim ibv_rc_pingpong -d rxe0 -g "$GIDX" -s 1048576 -n 20
 		local_pair "ib_write_bw (one host, 1 MiB)" $shim ib_write_bw -d rxe0 -x "$GIDX" -s 1048576 -n 50 -F
 		local_pair "ib_read_bw (one host, 1 MiB)" $shim ib_read_bw -d rxe0 -x "$GIDX" -s 1048576 -n 50 -F
@@ -706,6 +730,33 @@ result "once the programs exited, mrd pins nothing for them (uid 1000: ${p:-none
 kill "$MRD"
 wait "$MRD"
 result "mrd (preload) exits cleanly on SIGTERM" $? "$(tail -n 5 /tmp/mrd-preload.log)"
+# preload-check's data again with [windows] remote = window-only and the shim's windows: the
+# rkeys the program holds are windows' (issue 41).
+printf '[mrd]\nsocket_mode = 0666\n[memory]\nhugepages = no\n[windows]\nremote = window-only\n' > /tmp/mrd-wo.conf
+serve_mrd "mrd on rxe0 serves its socket (preload, window-only)" /tmp/mrd-wo.log /run/mrd-wo.sock \
+	--provider verbs --device rxe0 --config /tmp/mrd-wo.conf
+MRD=$SERVED
+MRD_SOCKET=/run/mrd-wo.sock MRD_PRELOAD_WINDOWS=dereg MRD_PRELOAD_EXPECT=1 LD_PRELOAD=$SHIM timeout 120 $AS preload-check data "$GIDX" > /tmp/pc-wo.txt 2>&1
+rc=$?
+sed 's/preload: /preload (window-only): /' /tmp/pc-wo.txt > /tmp/pc-wo-named.txt
+collect /tmp/pc-wo-named.txt
+result "preload-check through the shim under window-only exits 0" $rc "$(tail -n 3 /tmp/pc-wo.txt)"
+# A program that exits with a registration live: the shim's destructor unbinds its window, so
+# mrd deregisters the MR under it (rxe refuses while a window is bound) and quarantines nothing.
+export MRD_SOCKET=/run/mrd-wo.sock
+MRD_PRELOAD_WINDOWS=dereg LD_PRELOAD=$SHIM timeout 60 $AS preload-check leave-live exit > /tmp/ll.txt 2>&1
+rc=$?
+for _ in $(seq 100); do
+	read_victims_domain
+	[ -z "$p" ] && break # the domain closed: its last client's memory went
+	sleep 0.1
+done
+[ $rc = 0 ] && [ -z "$p" ] && ! grep -q "the device kept an MR" /tmp/mrd-wo.log
+result "a program that exits with a window bound leaves nothing quarantined (the shim unbinds at exit)" $? \
+	"rc=$rc pinned=${p:-none} $(grep "the device kept" /tmp/mrd-wo.log | tail -n 1)"
+kill "$MRD"
+wait "$MRD"
+result "mrd (preload, window-only) exits cleanly on SIGTERM" $? "$(tail -n 5 /tmp/mrd-wo.log)"
 
 # 15. Middleware through mrd (rping, libfabric, UCX): tests/vm/middleware-check.sh.
 . /opt/mrd/middleware-check.sh

@@ -23,12 +23,15 @@
  *     threads increment counters on a buffer's pages and a read() fills others while the
  *     buffer is registered (moved) and deregistered (moved back, MRD_PRELOAD_KEEP=0): how
  *     many writes were lost (none may be);
+ *   preload-check leave-live exit|killed
+ *     registers a buffer and exits, or is killed, with the registration live;
  *   preload-check regloop N SIZE
  *     make bench: N registrations and deregistrations of one buffer, the ns each takes. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -213,6 +216,10 @@ static void net_open(struct pair *p)
 static int data(int gid_index)
 {
 	bool expect = getenv("MRD_PRELOAD_EXPECT") && atoi(getenv("MRD_PRELOAD_EXPECT"));
+	/* Whether the rkey dies with the dereg: libibverbs', and the shim's with
+	 * MRD_PRELOAD_WINDOWS=dereg; else the shim keeps it until the buffer is freed. */
+	bool dies = !expect || (getenv("MRD_PRELOAD_WINDOWS") &&
+				strcmp(getenv("MRD_PRELOAD_WINDOWS"), "dereg") == 0);
 	struct pair p = { .gid_index = gid_index };
 	size_t len = 3 * 4096 + 123, big = 1 << 20;
 	char *before, *buf, *after, *src, *dst, *large, detail[256];
@@ -263,18 +270,57 @@ static int data(int gid_index)
 	result("RDMA WRITE from the buffer sends what the program wrote since",
 	       st == 0 && strcmp(dst, buf + 2 * 4096) == 0, "");
 
-	/* Again, after a dereg: the same buffer registers as fast as a lookup. */
+	/* With MRD_PRELOAD_WINDOWS=dereg the rkey dies with the dereg, as libibverbs' does: the
+	 * shim's is a window's, unbound there, though it keeps mrd's MR for the next
+	 * registration. Else it lives on while the shim keeps the registration (a window's with
+	 * =free, the MR's own by default), and the next registration gets it back. */
 	lkey = mr->lkey;
 	rkey = mr->rkey;
 	if (ibv_dereg_mr(mr))
 		die("ibv_dereg_mr");
+	strcpy(src, "must not land after the dereg");
+	st = rdma(&p, false, src, msrc->lkey, buf + 4096, rkey, 32);
+	snprintf(detail, sizeof(detail), "status %d, bytes \"%.32s\"", st, buf + 4096);
+	if (!dies)
+		result("a kept registration's rkey still reaches it (until the buffer is freed)",
+		       st == 0 && strcmp(buf + 4096, src) == 0, detail);
+	else
+		result("an RDMA WRITE through a deregistered buffer's rkey is refused",
+		       st != 0 && strncmp(buf + 4096, "must not land", 13) != 0, detail);
+	if (st != 0)
+		pair_connect(&p);
+	if (dies) {
+		st = rdma(&p, true, dst, mdst->lkey, buf + 10, rkey, 100);
+		snprintf(detail, sizeof(detail), "status %d", st);
+		result("an RDMA READ through a deregistered buffer's rkey is refused", st != 0,
+		       detail);
+		if (st != 0)
+			pair_connect(&p);
+	}
+	/* Again: the same buffer registers as fast as a lookup. */
 	mr = ibv_reg_mr(p.pd, buf + 5, len - 5, ACCESS);
 	if (!mr)
 		die("ibv_reg_mr again");
 	snprintf(detail, sizeof(detail), "keys 0x%x/0x%x then 0x%x/0x%x", lkey, rkey, mr->lkey,
 		 mr->rkey);
-	result("registering the same buffer again works (the shim: the same keys)",
-	       !expect || (mr->lkey == lkey && mr->rkey == rkey), detail);
+	if (!dies)
+		result("registering the same buffer again gives the kept keys back",
+		       mr->lkey == lkey && mr->rkey == rkey, detail);
+	else
+		result("registering the same buffer again works (the shim: the same lkey, a new "
+		       "rkey)", !expect || (mr->lkey == lkey && mr->rkey != rkey), detail);
+	strcpy(src, "written through the new rkey");
+	st = rdma(&p, false, src, msrc->lkey, buf + 4096, mr->rkey, 32);
+	snprintf(detail, sizeof(detail), "status %d, bytes \"%.32s\"", st, buf + 4096);
+	result("RDMA WRITE through the new registration's rkey lands",
+	       st == 0 && strcmp(buf + 4096, src) == 0, detail);
+	if (dies) {
+		st = rdma(&p, false, src, msrc->lkey, buf + 4096, rkey, 8);
+		snprintf(detail, sizeof(detail), "status %d", st);
+		result("the first registration's rkey stays refused", st != 0, detail);
+		if (st != 0)
+			pair_connect(&p);
+	}
 	mr2 = ibv_reg_mr(p.pd, buf + 100, 200, ACCESS);
 	result("a second registration inside the buffer", mr2 != NULL, strerror(errno));
 	if (mr2 && ibv_dereg_mr(mr2))
@@ -832,6 +878,24 @@ static int writers(int tries)
 	return failures ? 1 : 0;
 }
 
+/* A program that ends with a registration live: it registers a malloc'd 64 KiB and exits
+ * (how 0) or is killed (how 1), without a dereg. */
+static int leave_live(int how)
+{
+	struct pair p = { 0 };
+	char *buf = malloc(65536);
+
+	net_open(&p);
+	memset(buf, 1, 65536);
+	if (!ibv_reg_mr(p.pd, buf, 65536, ACCESS))
+		die("ibv_reg_mr");
+	printf("registered\n");
+	fflush(stdout);
+	if (how)
+		raise(SIGKILL);
+	exit(0);
+}
+
 /* make bench: n registrations and deregistrations of one malloc'd buffer; ns each. */
 static int regloop(int n, size_t size)
 {
@@ -881,6 +945,8 @@ int main(int argc, char **argv)
 		return neighbours(atoi(argv[2]));
 	if (argc == 3 && strcmp(argv[1], "writers") == 0)
 		return writers(atoi(argv[2]));
+	if (argc == 3 && strcmp(argv[1], "leave-live") == 0)
+		return leave_live(strcmp(argv[2], "killed") == 0);
 	if (argc == 4 && strcmp(argv[1], "regloop") == 0)
 		return regloop(atoi(argv[2]), strtoul(argv[3], NULL, 10));
 	if (argc == 4 && strcmp(argv[1], "serve") == 0)

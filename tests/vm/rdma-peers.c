@@ -22,9 +22,9 @@
  *     (mrd_window_grant with the QP), the initiator writing and reading through their rkeys:
  *     exactly the window's bytes (one byte before or past refused), a revoked window refused
  *     once a work request after the revoke completed, a freed buffer's window refused and the
- *     memory allocated after the free untouched, 1000 grant+revoke cycles with the first and
- *     last cycles' rkeys refused, a QP's windows refused after mrd_window_qp_gone, and a window
- *     the handle still had at its close refused. The target waits for a completion of a later
+ *     memory allocated after the free untouched, 100000 grant+revoke cycles (no rkey handed
+ *     out twice) with the first and last cycles' rkeys refused, a QP's windows refused after
+ *     mrd_window_qp_gone, and a window the handle still had at its close refused. The target waits for a completion of a later
  *     work request of its QP (a fence) after each grant before it sends the rkey, and before
  *     each free and close (what mrd_window_grant(3) asks of a program).
  *   rdma-peers windows-serve SOCKET GID_INDEX PORT | windows-ask SOCKET GID_INDEX HOST PORT
@@ -543,7 +543,14 @@ static int pair(const char *sock, int gid_index, pid_t victim, bool bound)
 #define WIN_OFF 4096u
 #define WIN_LEN 4096u
 #define WIN_RW (MRD_WINDOW_REMOTE_READ | MRD_WINDOW_REMOTE_WRITE)
-#define WIN_CYCLES 1000
+#define WIN_CYCLES 100000
+
+static int rkey_order(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
 
 /* After a refused access both QPs are in the error state: each side resets its own and they
  * connect again (the target's windows stay bound: rxe_qp_reset leaves mw->qp). */
@@ -676,19 +683,31 @@ static int windows_target(struct peer *p)
 	reconnect(p);
 	say(p, buf3[0] == 0);
 
-	/* Cycles: the pool's windows, each bind a new key byte, none of them coming back. */
+	/* Cycles: the pool's windows, each bind a new key byte, none of them coming back: no
+	 * rkey is handed out twice, so each revoked one stays dead (the first and last tried). */
+	uint32_t *granted = malloc(WIN_CYCLES * sizeof(*granted));
+	unsigned twice = 0;
+
+	if (!granted)
+		die(p->who, "rkeys of the cycles", -ENOMEM);
 	for (int i = 0; i < WIN_CYCLES; i++) {
 		r = mrd_window_grant(p->client, p->qp, buf, WIN_LEN, WIN_RW, &rkey);
 		if (r == 0)
 			r = mrd_window_revoke(p->client, p->qp, rkey);
 		if (r < 0)
 			die(p->who, "grant+revoke cycle", r);
+		granted[i] = rkey;
 		if (i == 0)
 			first = rkey;
 		last = rkey;
 		if (i % 4 == 3) /* the QP's send queue: the cycles' requests complete */
 			fence(p, buf + BUF_SIZE - 1, k.lkey, theirs.addr, theirs.rkey);
 	}
+	qsort(granted, WIN_CYCLES, sizeof(*granted), rkey_order);
+	for (int i = 1; i < WIN_CYCLES; i++)
+		twice += granted[i] == granted[i - 1];
+	free(granted);
+	result("target: 100000 grant+revoke cycles handed out no rkey twice", twice == 0);
 	fence(p, buf + BUF_SIZE - 1, k.lkey, theirs.addr, theirs.rkey);
 	r = mrd_window_grant(p->client, p->qp, buf, WIN_LEN, WIN_RW, &rkey);
 	if (r < 0)
@@ -807,7 +826,7 @@ static int windows_initiator(struct peer *p)
 	xrecv(p, &last, sizeof(last));
 	memset(buf, 'n', 64);
 	r = rdma(p, false, buf, src.lkey, w.addr, w.rkey, 64);
-	result("after 1000 grant+revoke cycles a new window works", r == 0);
+	result("after 100000 grant+revoke cycles a new window works", r == 0);
 	memset(buf, 'o', 64);
 	r = rdma(p, false, buf, src.lkey, first.addr, first.rkey, 64);
 	refused("the first cycle's rkey is refused by the device", r);
