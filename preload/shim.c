@@ -334,12 +334,11 @@ static void end_window(struct shim_mr *m)
 	}
 	for (p = pds; p && p->pd != m->ibv.pd; p = p->next)
 		;
-	k = p && p->binder ? window_binder_unbind(p->binder, m->mw) : -ENOENT;
+	/* A bound window is always its PD's binder's (ibv_dealloc_pd refuses while m lives). */
+	k = window_binder_unbind(p->binder, m->mw);
 	if (k < 0)
 		SAY_ONCE("%p+%zu: its window's unbind failed (%s): deallocated instead",
 			 m->ibv.addr, m->ibv.length, strerror(-k));
-	if (k == -ENOENT)
-		(void)ibv_dealloc_mw(m->mw);
 	m->mw = NULL;
 }
 
@@ -648,11 +647,10 @@ static int serve(struct ibv_pd *pd, void *addr, size_t length, unsigned access,
 	if (m) {
 		struct range_keys *held;
 
-		for (held = m->range->keys; held && !(held->pd == pd && held->span == m->span);
-		     held = held->next)
-			;
-		if (!m->mw) /* MRD_PRELOAD_WINDOWS=free keeps it bound */
-			give_window(p, m, held ? held->rkey : m->ibv.rkey);
+		/* MRD_PRELOAD_WINDOWS=free kept its window bound; else the MR's rkey, or a new
+		 * window over it (keys_of: the range's keys for the PD, asked of mrd once). */
+		if (!m->mw && keys_of(m->range, m->span, p, &held, why, why_size) == 0)
+			give_window(p, m, held->rkey);
 		n_hits++;
 		*ret = m;
 		return 0;

@@ -248,6 +248,22 @@ START_TEST(test_old_rkey_refused_over_reuse)
 }
 END_TEST
 
+/* FrmrPools (mrctl pools) as fd sees it: one domain, its own. */
+static Mrd__Response *frmr_pools(int fd, uint64_t id)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__FrmrPoolsRequest q = MRD__FRMR_POOLS_REQUEST__INIT;
+	Mrd__Response *resp;
+
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_FRMR_POOLS;
+	req.frmr_pools = &q;
+	td_send_request(fd, &req, NULL, 0);
+	resp = td_expect(fd, id, 0);
+	ck_assert_uint_eq(resp->frmr_pools->n_domains, 1);
+	return resp;
+}
+
 /* The key quarantine's counts in FrmrPools (mrctl pools): where released keys come back and
  * MRs park, each freed MR waits, its keys dead; where they come back but the device cannot
  * park (MRD_SOFT_KEYS=mlx5 with MRD_SOFT_REREG=refuse: an mlx5-like device that cannot move
@@ -259,8 +275,6 @@ START_TEST(test_quarantine_counts_shown)
 	struct client *c;
 	int fd = td_hello_client(1000, &c), cycles = 10;
 	uint64_t src = td_alloc(fd, 2, 4096), a = td_alloc(fd, 3, 64 * 1024), id = 4;
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__FrmrPoolsRequest q = MRD__FRMR_POOLS_REQUEST__INIT;
 	const struct provider_caps *caps = &c->domain->reg.base.provider->caps;
 	bool parks = caps->rereg_translation;
 	const Mrd__FrmrDomainInfo *d;
@@ -279,12 +293,7 @@ START_TEST(test_quarantine_counts_shown)
 			td_dma(fd, id++, PROVIDER_DMA_WRITE, &esrc, src, &old, a, 8, ENOKEY);
 		old = now;
 	}
-	req.id = id++;
-	req.body_case = MRD__REQUEST__BODY_FRMR_POOLS;
-	req.frmr_pools = &q;
-	td_send_request(fd, &req, NULL, 0);
-	resp = td_expect(fd, req.id, 0);
-	ck_assert_uint_eq(resp->frmr_pools->n_domains, 1);
+	resp = frmr_pools(fd, id++);
 	d = resp->frmr_pools->domains[0];
 	ck_assert_int_eq(d->quarantine_on, caps->keys_come_back);
 	ck_assert_uint_eq(d->quarantined, caps->keys_come_back && parks ? cycles : 0);
@@ -310,8 +319,6 @@ START_TEST(test_window_only_parks_nothing)
 	struct client *c;
 	int fd = td_hello_client(1000, &c), cycles = 10;
 	uint64_t src = td_alloc(fd, 2, 4096), a = td_alloc(fd, 3, 64 * 1024), id = 4;
-	Mrd__Request req = MRD__REQUEST__INIT;
-	Mrd__FrmrPoolsRequest q = MRD__FRMR_POOLS_REQUEST__INIT;
 	const struct provider_caps *caps = &c->domain->reg.base.provider->caps;
 	const Mrd__FrmrDomainInfo *d;
 	Mrd__MrEntry esrc, old, now;
@@ -332,11 +339,7 @@ START_TEST(test_window_only_parks_nothing)
 	}
 	provider_stats(c->domain->reg.base.provider, &ps);
 	ck_assert_uint_eq(ps.parked, 0);
-	req.id = id++;
-	req.body_case = MRD__REQUEST__BODY_FRMR_POOLS;
-	req.frmr_pools = &q;
-	td_send_request(fd, &req, NULL, 0);
-	resp = td_expect(fd, req.id, 0);
+	resp = frmr_pools(fd, id++);
 	d = resp->frmr_pools->domains[0];
 	ck_assert_int_eq(d->quarantine_on, caps->keys_come_back);
 	ck_assert_uint_eq(d->quarantined, 0);
