@@ -70,6 +70,11 @@ struct mrd_client {
 	/* Windows bound on the program's own QPs (own-windows.c), made at the first grant
 	 * (atomic pointer). */
 	struct own_windows *own_windows;
+	/* mrd_window_track(): the windows mrd deallocates when the connection ends, told again
+	 * after a reconnect (window-track.c). */
+	pthread_mutex_t track_lock;
+	uint32_t *tracked;
+	size_t n_tracked;
 };
 
 /* adopt.c: a lookup's address in an adopted buffer becomes its address in mrd's memory, what

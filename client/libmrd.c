@@ -15,6 +15,7 @@
 #include "own-windows.h"
 #include "mrd/mrd.h"
 #include "watcher.h"
+#include "window-track.h"
 
 /* The process's open handles: a fork() child marks each one its parent's. */
 static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -99,6 +100,7 @@ MRD_EXPORT int mrd_client_connect(const char *path, mrd_client **ret)
 	pthread_mutex_init(&client->lost_lock, NULL);
 	pthread_mutex_init(&client->reconnect_lock, NULL);
 	pthread_mutex_init(&client->adopt_lock, NULL);
+	pthread_mutex_init(&client->track_lock, NULL);
 	client->fd = -1;
 	client->bound_fd = -1;
 	client->pid = getpid();
@@ -152,6 +154,8 @@ MRD_EXPORT mrd_client *mrd_client_close(mrd_client *client)
 	adopt_leave(client); /* before the connection goes: mrd would punch the pages */
 	/* Before the connection goes too (mrd frees what it held); after adopt_leave, whose
 	 * frees would make the windows' record again (adopted memory has no windows). */
+	if (client->conn)
+		window_track_clear(client);
 	own_windows_close(client);
 	memory_leave(client);
 	conn_free(client->conn);
@@ -160,6 +164,7 @@ MRD_EXPORT mrd_client *mrd_client_close(mrd_client *client)
 	pthread_mutex_destroy(&client->lost_lock);
 	pthread_mutex_destroy(&client->reconnect_lock);
 	pthread_mutex_destroy(&client->adopt_lock);
+	window_track_done(client);
 	free(client);
 	return NULL;
 }
@@ -244,6 +249,10 @@ static int reconnect(mrd_client *client)
 	watcher_rearm(client); /* the live connection under the handle's descriptor */
 	conn_free(old);
 	close(fd);
+	/* The windows the handle tracked, for the new mrd; failing, a window left bound by this
+	 * process's death would keep its MR there (the old limit), and the handle serves on. */
+	if (r >= 0 && window_track_resend(client) < 0)
+		log_debug("the new mrd was not told of this handle's windows: %s", mrd_last_error());
 	if (r < 0)
 		return r;
 	if (resumed == UINT_MAX)

@@ -111,6 +111,7 @@ struct own_qp_pool {
 
 struct own_windows {
 	pthread_mutex_t lock;
+	struct mrd_client *client; /* whose tracked set each window is in (mrd_window_track) */
 	mrd_cache *keys;         /* the bound PD's MRs that grants found: lkeys to bind over */
 	unsigned epoch;          /* the handle's reconnects when keys was filled */
 	struct u64_map extents;  /* an MR's start + 1 -> its allocation's start */
@@ -231,6 +232,17 @@ static struct own_qp_pool *qp_pool(struct own_windows *ow, struct ibv_qp *qp, bo
 	return p;
 }
 
+/* Deallocated, then untracked (its handle may be another window's now, which mrd must not
+ * deallocate when the handle goes); one whose dealloc failed, bound still maybe, stays
+ * tracked, for mrd to deallocate should the process die. */
+static void dealloc_untracked(struct own_windows *ow, struct ibv_mw *mw)
+{
+	uint32_t handle = mw->handle;
+
+	if (ibv_dealloc_mw(mw) == 0)
+		(void)mrd_window_untrack(ow->client, handle);
+}
+
 /* Kills the window at once (the kernel's dealloc: no work request, no wait) and forgets it. */
 static void window_kill_keep(struct own_windows *ow, struct own_window *w, bool keep)
 {
@@ -239,7 +251,7 @@ static void window_kill_keep(struct own_windows *ow, struct own_window *w, bool 
 	alloc_unlink_keep(ow, w, keep);
 	if (w->bound)
 		(void)u64_map_remove(&ow->bound, (uint64_t)w->rkey + 1);
-	(void)ibv_dealloc_mw(w->mw);
+	dealloc_untracked(ow, w->mw);
 	free(w);
 }
 
@@ -262,6 +274,7 @@ static struct own_windows *windows_of(struct mrd_client *client)
 		ow = calloc(1, sizeof(*ow)); /* keys: at the first grant (find_mr) */
 		if (ow) {
 			pthread_mutex_init(&ow->lock, NULL);
+			ow->client = client;
 			ow->epoch = __atomic_load_n(&client->epoch, __ATOMIC_ACQUIRE);
 			__atomic_store_n(&client->own_windows, ow, __ATOMIC_RELEASE);
 		}
@@ -356,9 +369,12 @@ static int find_mr(struct mrd_client *client, struct own_windows *ow, uintptr_t 
 
 /* A window for a bind on qp: the pool's last one invalidated on qp, else a new one (with
  * errno on failure). */
-static struct own_window *take_window(struct own_windows *ow, struct ibv_qp *qp)
+/* NULL with errno; *tracked false when the allocation worked and mrd_window_track() did not
+ * (its error is mrd_last_error()). */
+static struct own_window *take_window(struct own_windows *ow, struct ibv_qp *qp, bool *tracked)
 {
 	struct own_window *w;
+	int r;
 
 	struct own_qp_pool *p = qp_pool(ow, qp, false);
 
@@ -377,6 +393,15 @@ static struct own_window *take_window(struct own_windows *ow, struct ibv_qp *qp)
 	w->mw = ibv_alloc_mw(qp->pd, IBV_MW_TYPE_2);
 	if (!w->mw) {
 		free(w);
+		return NULL;
+	}
+	/* mrd deallocates it should the program die with it bound (mrd_window_track(3)). */
+	r = mrd_window_track(ow->client, w->mw->handle);
+	if (r < 0) {
+		(void)ibv_dealloc_mw(w->mw);
+		free(w);
+		errno = -r;
+		*tracked = false;
 		return NULL;
 	}
 	return w;
@@ -411,7 +436,7 @@ static void give_back(struct own_windows *ow, struct own_window *w)
 	if (w->alloc)
 		pool_put(ow, w); /* pooled before (its QP unchanged): its invalidate may be queued */
 	else {
-		(void)ibv_dealloc_mw(w->mw); /* never posted on: nothing queued */
+		dealloc_untracked(ow, w->mw); /* never posted on: nothing queued */
 		free(w);
 	}
 }
@@ -427,6 +452,7 @@ int own_window_grant(struct mrd_client *client, void *qp_arg, const void *addr, 
 	struct ibv_mr mr;
 	struct mrd_keys k;
 	uint64_t alloc = 0;
+	bool tracked = true;
 	uint32_t fresh;
 	int r;
 
@@ -449,11 +475,14 @@ int own_window_grant(struct mrd_client *client, void *qp_arg, const void *addr, 
 		r = set_last_error(-ENOMEM, "out of memory");
 		goto out;
 	}
-	w = take_window(ow, qp);
+	w = take_window(ow, qp, &tracked);
 	if (!w) {
-		r = set_last_error(-errno, "mrd_window_grant: ibv_alloc_mw of a type-2 window: %s",
-				   errno == EOPNOTSUPP ? "the device has no memory windows" :
-				   strerror(errno));
+		if (!tracked)
+			r = -errno;
+		else
+			r = set_last_error(-errno, "mrd_window_grant: ibv_alloc_mw of a type-2 "
+					   "window: %s", errno == EOPNOTSUPP ?
+					   "the device has no memory windows" : strerror(errno));
 		alloc_drop_if_empty(ow, a);
 		goto out;
 	}

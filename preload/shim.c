@@ -73,14 +73,14 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 /* This thread is inside the shim: what it calls (libmrd's free, munmap) passes straight on. */
 static __thread unsigned inside __attribute__((tls_model("initial-exec")));
 static bool enabled = true;
-/* MRD_PRELOAD_WINDOWS: whose rkeys the program gets, and until when (window-binder.h). Off
- * by default: a program killed with a window bound leaves mrd's MR under it undeletable
- * (rxe refuses its dereg), and mrd cannot yet deallocate a dead program's windows. */
+/* MRD_PRELOAD_WINDOWS: whose rkeys the program gets, and until when (window-binder.h). mrd
+ * deallocates the windows of a program killed with them bound (the binder tracks them:
+ * mrd_window_track), so none keeps mrd's MR under it. */
 static enum {
-	WINDOWS_OFF,        /* the MRs' own, alive until the buffer goes (the default) */
-	WINDOWS_TILL_FREE,  /* windows', bound while the registration is live or kept */
+	WINDOWS_OFF,        /* the MRs' own, alive until the buffer goes */
+	WINDOWS_TILL_FREE,  /* windows', bound while the registration is live or kept (default) */
 	WINDOWS_TILL_DEREG, /* windows', unbound at ibv_dereg_mr */
-} windows = WINDOWS_OFF;
+} windows = WINDOWS_TILL_FREE;
 static bool forked; /* a fork() child: the parent's QPs are not its to post on */
 static int log_level = 1;
 static unsigned keep_max = 256;
@@ -284,6 +284,17 @@ static bool binder_verbs_resolved(void)
 	       v->destroy_cq && v->create_qp && v->modify_qp && v->destroy_qp;
 }
 
+/* The binder's windows in mrd's record of p's connection (mrd_window_track(3)). */
+static int track(void *data, uint32_t handle)
+{
+	return mrd_window_track(((struct shim_pd *)data)->client, handle);
+}
+
+static int untrack(void *data, uint32_t handle)
+{
+	return mrd_window_untrack(((struct shim_pd *)data)->client, handle);
+}
+
 /* m's rkey becomes a window's over its bytes, where p's device has windows: one that dies
  * with ibv_dereg_mr (window-binder.h). Where none can be had, the MR's own stays, which
  * lives until the buffer is freed, and the shim says so once. */
@@ -298,9 +309,11 @@ static void give_window(struct shim_pd *p, struct shim_mr *m, uint32_t mr_rkey)
 	if (windows == WINDOWS_OFF || !(m->access & REMOTE_ACCESS) || p->binder_error)
 		return;
 	if (!p->binder) {
+		struct binder_tracking t = { track, untrack, p };
+
 		k = binder_verbs_resolved() ?
-			    window_binder_new(&binder_verbs, p->pd, &p->binder, why, sizeof(why)) :
-			    -ENOSYS;
+			    window_binder_new(&binder_verbs, &t, p->pd, &p->binder, why,
+					      sizeof(why)) : -ENOSYS;
 		if (k == -ENOSYS)
 			snprintf(why, sizeof(why), "libibverbs lacks a call the binder needs");
 		if (k < 0) {
@@ -1275,8 +1288,10 @@ __attribute__((constructor)) static void shim_init(void)
 	v = getenv("MRD_PRELOAD_WINDOWS");
 	if (v && strcasecmp(v, "dereg") == 0)
 		windows = WINDOWS_TILL_DEREG;
-	else if (v && strcasecmp(v, "free") == 0)
-		windows = WINDOWS_TILL_FREE;
+	else if (env_off(v))
+		windows = WINDOWS_OFF;
+	else if (v && *v && strcasecmp(v, "free") != 0)
+		SAY_ONCE("MRD_PRELOAD_WINDOWS=%s: not dereg, free or off; free it is", v);
 	v = getenv("MRD_PRELOAD_KEEP");
 	if (v)
 		keep_max = (unsigned)strtoul(v, NULL, 10);

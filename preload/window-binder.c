@@ -20,6 +20,7 @@ struct pooled {
 
 struct window_binder {
 	const struct binder_verbs *v;
+	struct binder_tracking t;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
 	struct ibv_qp *qp;
@@ -189,8 +190,8 @@ static int make_qp(struct window_binder *b, char *why, size_t why_size)
 	return r;
 }
 
-int window_binder_new(const struct binder_verbs *v, struct ibv_pd *pd,
-		      struct window_binder **ret, char *why, size_t why_size)
+int window_binder_new(const struct binder_verbs *v, const struct binder_tracking *t,
+		      struct ibv_pd *pd, struct window_binder **ret, char *why, size_t why_size)
 {
 	struct window_binder *b = calloc(1, sizeof(*b));
 	int r;
@@ -198,6 +199,7 @@ int window_binder_new(const struct binder_verbs *v, struct ibv_pd *pd,
 	if (!b)
 		return -ENOMEM;
 	b->v = v;
+	b->t = *t;
 	b->pd = pd;
 	r = make_qp(b, why, why_size);
 	if (r < 0) {
@@ -267,6 +269,20 @@ static int bind(struct window_binder *b, struct ibv_mw *mw, uint32_t lkey, void 
 	return b->error;
 }
 
+/* A tracked window deallocated (as it was: its dealloc failed, 1), then untracked: mrd's record
+ * names no window the program may have allocated since under its handle, and a window whose
+ * dealloc failed (still bound, maybe) stays tracked. */
+static int dealloc(struct window_binder *b, struct ibv_mw *mw)
+{
+	uint32_t handle = mw->handle;
+	int k = ibv_dealloc_mw(mw);
+
+	if (k)
+		return -k;
+	(void)b->t.untrack(b->t.data, handle);
+	return 0;
+}
+
 int window_binder_bind(struct window_binder *b, uint32_t lkey, void *addr, size_t length,
 		       unsigned access, struct ibv_mw **ret, char *why, size_t why_size)
 {
@@ -296,13 +312,19 @@ int window_binder_bind(struct window_binder *b, uint32_t lkey, void *addr, size_
 			snprintf(why, why_size, "ibv_alloc_mw: %s", strerror(-r));
 			return r;
 		}
+		r = b->t.track(b->t.data, w.mw->handle);
+		if (r < 0) {
+			(void)ibv_dealloc_mw(w.mw);
+			snprintf(why, why_size, "mrd does not track the window: %s", strerror(-r));
+			return r;
+		}
 	}
 	r = bind(b, w.mw, lkey, addr, length,
 		 access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
 			   IBV_ACCESS_REMOTE_ATOMIC));
 	if (r < 0) {
 		/* Whatever became of it, its key must not live on. */
-		(void)ibv_dealloc_mw(w.mw);
+		dealloc(b, w.mw);
 		snprintf(why, why_size, "the window's bind failed: %s", strerror(-r));
 		return r;
 	}
@@ -312,17 +334,21 @@ int window_binder_bind(struct window_binder *b, uint32_t lkey, void *addr, size_
 	return 0;
 }
 
-/* mw, unbound for good: kept allocated so its index keeps its keys from the device. */
-static void retire(struct window_binder *b, struct ibv_mw *mw)
+/* mw, unbound for good: kept allocated so its index keeps its keys from the device. Untracked
+ * (unbound is all mrd's record is for) unless its unbind failed: then it may be bound still, and
+ * stays tracked until it is deallocated. */
+static void retire(struct window_binder *b, struct ibv_mw *mw, bool unbound)
 {
+	if (unbound)
+		(void)b->t.untrack(b->t.data, mw->handle);
 	if (b->n_retired == BINDER_RETIRED) {
-		(void)ibv_dealloc_mw(b->retired[b->retired_head]);
+		(void)dealloc(b, b->retired[b->retired_head]);
 		b->retired[b->retired_head] = mw;
 		b->retired_head = (b->retired_head + 1) % BINDER_RETIRED;
 		return;
 	}
 	if (!b->retired && !(b->retired = calloc(BINDER_RETIRED, sizeof(*b->retired)))) {
-		(void)ibv_dealloc_mw(mw);
+		(void)dealloc(b, mw);
 		return;
 	}
 	b->retired[(b->retired_head + b->n_retired++) % BINDER_RETIRED] = mw;
@@ -344,14 +370,14 @@ int window_binder_unbind(struct window_binder *b, struct ibv_mw *mw)
 	if (r < 0) {
 		/* The kernel kills a deallocated window's key before it returns; one it kept
 		 * stays on the retired ring, for window_binder_free to try again. */
-		int k = ibv_dealloc_mw(mw);
+		int k = dealloc(b, mw);
 
 		if (k)
-			retire(b, mw);
-		return k ? -k : r;
+			retire(b, mw, false);
+		return k ? k : r;
 	}
 	if (++w.binds >= BINDER_BINDS) {
-		retire(b, mw);
+		retire(b, mw, true);
 		return 0;
 	}
 	/* Bound ones move up: the pool ends where they start. */
@@ -374,9 +400,9 @@ void window_binder_free(struct window_binder *b)
 	if (!b)
 		return;
 	for (unsigned i = 0; i < b->n_windows; i++)
-		(void)ibv_dealloc_mw(b->windows[i].mw);
+		(void)dealloc(b, b->windows[i].mw);
 	for (unsigned i = 0; i < b->n_retired; i++)
-		(void)ibv_dealloc_mw(b->retired[(b->retired_head + i) % BINDER_RETIRED]);
+		(void)dealloc(b, b->retired[(b->retired_head + i) % BINDER_RETIRED]);
 	drop_qp(b);
 	free(b->windows);
 	free(b->retired);

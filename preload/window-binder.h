@@ -41,12 +41,22 @@ struct binder_verbs {
 	int (*destroy_qp)(struct ibv_qp *);
 };
 
+/* mrd's record of the windows that may be bound (mrd_window_track(3)): it deallocates them
+ * should the program die, before it deregisters its MRs under them (rxe refuses a dereg under a
+ * bound window). A window is tracked from its allocation until it is retired (unbound for good)
+ * or deallocated; one mrd does not track is not used. Negative errno. */
+struct binder_tracking {
+	int (*track)(void *data, uint32_t mw_handle);
+	int (*untrack)(void *data, uint32_t mw_handle);
+	void *data;
+};
+
 struct window_binder;
 
 /* A binder for pd, its QP connected: 0, or -EOPNOTSUPP with why (no type-1 windows, no RC QP
- * that loops back, no active port) or another negative errno. */
-int window_binder_new(const struct binder_verbs *v, struct ibv_pd *pd,
-		      struct window_binder **ret, char *why, size_t why_size);
+ * that loops back, no active port) or another negative errno. t is copied. */
+int window_binder_new(const struct binder_verbs *v, const struct binder_tracking *t,
+		      struct ibv_pd *pd, struct window_binder **ret, char *why, size_t why_size);
 /* A window over [addr, addr + length) of the MR with lkey, with access's remote rights,
  * bound once this returns 0 (*ret, its rkey in (*ret)->rkey). */
 int window_binder_bind(struct window_binder *b, uint32_t lkey, void *addr, size_t length,

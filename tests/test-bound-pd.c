@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+
 #include "control/client.h"
 #include "control/handover.h"
 #include "control/manager.h"
@@ -1528,6 +1530,270 @@ START_TEST(test_kept_at_the_end_big)
 }
 END_TEST
 
+/* The client's windows (WindowTrack), as rxe keeps them: a dereg is refused while a window is
+ * bound over the MR (rxe_mr.c, num_mw: here any live one of fake_window_bound), and
+ * DEALLOC_MW of a handle that is no window is refused. dereg_refused counts the refusals. */
+#define FAKE_WINDOWS 2048
+static bool fake_window_live[FAKE_WINDOWS], fake_window_bound[FAKE_WINDOWS];
+static unsigned dereg_refused, windows_deallocated;
+
+static int fake_client_mw_dealloc(struct provider *p, uint32_t handle)
+{
+	(void)p;
+	if (handle >= FAKE_WINDOWS || !fake_window_live[handle])
+		return -EINVAL;
+	fake_window_live[handle] = false;
+	windows_deallocated++;
+	return 0;
+}
+
+static int windowed_dereg(struct provider_mr *mr)
+{
+	for (unsigned i = 0; i < FAKE_WINDOWS; i++)
+		if (fake_window_live[i] && fake_window_bound[i]) {
+			dereg_refused++;
+			return -EINVAL;
+		}
+	return provider_soft_ops.dereg(mr);
+}
+
+static struct provider *bind_windowed(struct client *c)
+{
+	struct provider *p = bind_soft(c);
+
+	counted_ops.dereg = windowed_dereg;
+	counted_ops.client_mw_dealloc = fake_client_mw_dealloc;
+	memset(fake_window_live, 0, sizeof(fake_window_live));
+	memset(fake_window_bound, 0, sizeof(fake_window_bound));
+	dereg_refused = windows_deallocated = 0;
+	return p;
+}
+
+/* WindowTrack: adds and removes handles; the count comes back. */
+static Mrd__Response *track_clear(int fd, uint64_t id, bool clear, const uint32_t *add,
+				  size_t n_add, const uint32_t *remove, size_t n_remove, int error)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__WindowTrackRequest q = MRD__WINDOW_TRACK_REQUEST__INIT;
+
+	q.clear = clear;
+
+	q.add = (uint32_t *)add;
+	q.n_add = n_add;
+	q.remove = (uint32_t *)remove;
+	q.n_remove = n_remove;
+	req.id = id;
+	req.body_case = MRD__REQUEST__BODY_WINDOW_TRACK;
+	req.window_track = &q;
+	td_send_request(fd, &req, NULL, 0);
+	return td_expect(fd, id, error);
+}
+
+static Mrd__Response *track(int fd, uint64_t id, const uint32_t *add, size_t n_add,
+			    const uint32_t *remove, size_t n_remove, int error)
+{
+	return track_clear(fd, id, false, add, n_add, remove, n_remove, error);
+}
+
+static unsigned tracked_now(int fd, uint64_t id)
+{
+	Mrd__Response *resp = track(fd, id, NULL, 0, NULL, 0, 0);
+	unsigned n;
+
+	ck_assert_int_eq(resp->body_case, MRD__RESPONSE__BODY_WINDOW_TRACK);
+	n = resp->window_track->tracked;
+	mrd__response__free_unpacked(resp, NULL);
+	return n;
+}
+
+/* A program killed with windows of its PD bound over mrd's MRs there (its windows outlive it in
+ * the context mrd's copy of the fd keeps): mrd deallocates the windows it tracked before it
+ * deregisters, so nothing is kept, quarantined or left pinned, and the context goes. A window it
+ * untracked is left alone. */
+START_TEST(test_left_windows_go_before_the_mrs)
+{
+	static const uint32_t first[] = { 5, 9 }, gone[] = { 9 }, again[] = { 9, 11, 5 };
+	struct client *c, *other;
+	int ofd = td_hello_client(1000, &other), fd = td_hello_client(1000, &c);
+	uint64_t a = td_alloc(fd, 2, 64 * 1024);
+	Mrd__MrEntry e;
+	struct domain *d = c->domain;
+
+	td_alloc(ofd, 3, 4096); /* the domain outlives the client */
+	bind_windowed(c);
+	td_lookup(fd, 4, a, 0, &e);
+	for (unsigned i = 5; i <= 12; i++)
+		fake_window_live[i] = true;
+	fake_window_bound[5] = fake_window_bound[11] = true; /* over mrd's MR */
+	mrd__response__free_unpacked(track(fd, 5, first, 2, NULL, 0, 0), NULL);
+	mrd__response__free_unpacked(track(fd, 6, NULL, 0, gone, 1, 0), NULL);
+	ck_assert_uint_eq(tracked_now(fd, 7), 1);
+	mrd__response__free_unpacked(track(fd, 8, again, 3, NULL, 0, 0), NULL);
+	ck_assert_uint_eq(tracked_now(fd, 9), 3);
+	mrd__response__free_unpacked(track_clear(fd, 10, true, NULL, 0, NULL, 0, 0), NULL);
+	ck_assert_uint_eq(tracked_now(fd, 11), 0);
+	mrd__response__free_unpacked(track(fd, 12, again, 2, NULL, 0, 0), NULL); /* 9, 11 */
+	mrd__response__free_unpacked(track_clear(fd, 13, true, &first[0], 1, NULL, 0, 0), NULL);
+	ck_assert_uint_eq(tracked_now(fd, 14), 1); /* 5 alone */
+	mrd__response__free_unpacked(track(fd, 15, again, 2, NULL, 0, 0), NULL);
+	ck_assert_uint_eq(tracked_now(fd, 16), 3);
+	close(fd);
+	pump_until_closed();
+	ck_assert_uint_eq(windows_deallocated, 3);
+	ck_assert(!fake_window_live[5] && !fake_window_live[9] && !fake_window_live[11]);
+	for (unsigned i = 6; i <= 12; i++) /* the program's own, never tracked: left alone */
+		ck_assert_msg(i == 9 || i == 11 || fake_window_live[i], "window %u deallocated", i);
+	ck_assert_uint_eq(dereg_refused, 0);
+	ck_assert_uint_eq(d->reg.quarantine.n, 0);
+	ck_assert_uint_eq(d->reg.cache.charges.pinned_bytes, 0);
+	close(ofd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* The same when the memory is the process's other connection's (the preload shim's), which
+ * goes first: its free finds the window still bound, and the run is quarantined; once the
+ * bound connection goes, mrd deallocates the window and the run goes back at once. */
+START_TEST(test_left_windows_free_a_quarantined_run)
+{
+	static const uint32_t handle = 5;
+	struct client *c, *mem, *other;
+	int xfd = td_hello_client(1000, &other), mfd = td_hello_client(1000, &mem);
+	int fd = td_hello_client(1000, &c);
+	uint64_t theirs = td_alloc(mfd, 2, 64 * 1024);
+	Mrd__MrEntry e;
+	struct domain *d;
+
+	td_alloc(xfd, 3, 4096); /* the domain outlives the process */
+	td_alloc(fd, 6, 4096);
+	d = c->domain;
+	bind_windowed(c);
+	td_lookup(fd, 4, theirs, 0, &e);
+	fake_window_live[handle] = fake_window_bound[handle] = true;
+	mrd__response__free_unpacked(track(fd, 5, &handle, 1, NULL, 0, 0), NULL);
+	close(mfd);
+	td_pump_until(d->reg.quarantine.n > 0);
+	ck_assert_uint_eq(d->reg.quarantine.n, 1);
+	ck_assert_uint_ge(dereg_refused, 1);
+	close(fd);
+	pump_until_closed();
+	ck_assert_uint_eq(windows_deallocated, 1);
+	ck_assert_uint_eq(d->reg.quarantine.n, 0);
+	ck_assert_uint_eq(d->reg.cache.charges.pinned_bytes, 0);
+	close(xfd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* A user's connections may leave 1,024 tracked windows each: their deallocations take the
+ * loop's share a turn, as deregistrations do, not one turn for all while other clients wait. */
+START_TEST(test_left_windows_go_a_share_a_turn)
+{
+	static uint32_t many[BOUND_PD_WINDOWS_MAX];
+	struct client *c, *other;
+	int ofd, fd;
+	unsigned first;
+
+	td_start_one_worker();
+	ofd = td_hello_client(1000, &other);
+	fd = td_hello_client(1000, &c);
+	td_alloc(ofd, 2, 4096);
+	td_alloc(fd, 3, 4096);
+	bind_windowed(c);
+	for (uint32_t i = 0; i < BOUND_PD_WINDOWS_MAX; i++) {
+		many[i] = i;
+		fake_window_live[i] = fake_window_bound[i] = true;
+	}
+	mrd__response__free_unpacked(track(fd, 4, many, BOUND_PD_WINDOWS_MAX, NULL, 0, 0), NULL);
+	close(fd);
+	/* One turn of the loop at a time (td_pump runs many). */
+	for (int i = 0; i < 1000 && windows_deallocated == 0; i++) {
+		event_base_loop(td_manager->core.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+		usleep(1000);
+	}
+	first = windows_deallocated;
+	ck_assert_uint_gt(first, 0);
+	ck_assert_uint_le(first, 8); /* REGISTRAR_LOOP_PER_TURN */
+	pump_until_closed();
+	ck_assert_uint_eq(windows_deallocated, BOUND_PD_WINDOWS_MAX);
+	ck_assert_uint_eq(dereg_refused, 0);
+	close(ofd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* While a worker registers in the client's PD (holding its provider for seconds where the
+ * registration is big), a leave does not make the loop wait for it to deallocate windows: the
+ * windows go once the registration is done. */
+START_TEST(test_left_windows_wait_for_a_bound_registration)
+{
+	static const uint32_t handle = 7;
+	struct client *c, *other;
+	int ofd, fd;
+	uint64_t big;
+
+	td_start_one_worker();
+	ofd = td_hello_client(1000, &other);
+	fd = td_hello_client(1000, &c);
+	td_alloc(ofd, 2, 4096);
+	big = td_alloc(fd, 3, 4 * MiB);
+	bind_windowed(c);
+	counted_ops.reg = slow_reg;
+	fake_window_live[handle] = true; /* over no MR of these: the loop's wait is the point */
+	mrd__response__free_unpacked(track(fd, 4, &handle, 1, NULL, 0, 0), NULL);
+	start_slow_registration(fd, 5, big);
+	close(fd);
+	td_pump();
+	/* The loop came back while the registration is held (else it would have waited in
+	 * the dealloc for the provider until slow_reg gave up, and deallocated then). */
+	ck_assert_uint_eq(windows_deallocated, 0);
+	ck_assert(__atomic_load_n(&slow_reg_held, __ATOMIC_ACQUIRE));
+	__atomic_store_n(&slow_reg_held, 0, __ATOMIC_RELEASE);
+	pump_until_closed();
+	ck_assert_uint_eq(windows_deallocated, 1);
+	close(ofd);
+	td_wait_domains_closed();
+}
+END_TEST
+
+/* WindowTrack's refusals: no PD bound (ENXIO); past BOUND_PD_WINDOWS_MAX a connection's
+ * request changes nothing (ENOSPC), whether in one request or by adding to a full set; a
+ * removal makes room. */
+START_TEST(test_window_track_bounded)
+{
+	static uint32_t many[BOUND_PD_WINDOWS_MAX + 1];
+	uint32_t one = BOUND_PD_WINDOWS_MAX + 7, first = 0;
+	struct client *c;
+	int fd = td_hello_client(1000, &c);
+	Mrd__Response *resp;
+
+	td_alloc(fd, 2, 4096);
+	resp = track(fd, 3, &one, 1, NULL, 0, ENXIO);
+	ck_assert_str_eq(resp->message, "WindowTrack: this connection has no PD of its own bound "
+			 "(mrd_client_bind_pd)");
+	mrd__response__free_unpacked(resp, NULL);
+	bind_windowed(c);
+	for (uint32_t i = 0; i <= BOUND_PD_WINDOWS_MAX; i++)
+		many[i] = 3 * i + 1;
+	mrd__response__free_unpacked(track(fd, 4, many, BOUND_PD_WINDOWS_MAX + 1, NULL, 0,
+					   ENOSPC), NULL);
+	ck_assert_uint_eq(tracked_now(fd, 5), 0);
+	mrd__response__free_unpacked(track(fd, 6, many, BOUND_PD_WINDOWS_MAX, NULL, 0, 0), NULL);
+	resp = track(fd, 7, &one, 1, NULL, 0, ENOSPC);
+	ck_assert_ptr_nonnull(strstr(resp->message, "1024 windows at most"));
+	mrd__response__free_unpacked(resp, NULL);
+	ck_assert_uint_eq(tracked_now(fd, 8), BOUND_PD_WINDOWS_MAX);
+	/* Tracked already: no room needed. */
+	mrd__response__free_unpacked(track(fd, 9, many, 3, NULL, 0, 0), NULL);
+	first = many[0];
+	mrd__response__free_unpacked(track(fd, 10, &one, 1, &first, 1, 0), NULL);
+	ck_assert_uint_eq(tracked_now(fd, 11), BOUND_PD_WINDOWS_MAX);
+	close(fd);
+	pump_until_closed();
+	td_wait_domains_closed();
+}
+END_TEST
+
 /* Found in review: a free whose bound-MR dereg fails quarantines the run; the bound client goes
  * meanwhile; a flush (dereg now succeeding) gives the run back and lets the PD go. */
 START_TEST(test_quarantine_outlives_the_client)
@@ -1662,6 +1928,32 @@ START_TEST(test_handover_refused_over_a_kept_mr)
 	resp = td_expect(fd, 5, ESTALE);
 	mrd__response__free_unpacked(resp, NULL);
 	td_free(fd, 6, a, 0); /* the dereg works now */
+	ck_assert_uint_eq(handover_unbind_clients(td_manager), 0);
+	finish(fd, -1);
+}
+END_TEST
+
+/* A hand-over lets go of live clients' PDs: the windows they tracked are theirs, not mrd's to
+ * deallocate (libmrd would bind a dead window again, and its handle number may be another
+ * window's). One bound over mrd's MR keeps that MR, and the hand-over is refused, as above. */
+START_TEST(test_handover_keeps_live_windows)
+{
+	static const uint32_t handle = 3;
+	struct client *c;
+	int fd;
+	uint64_t a;
+
+	fd = td_hello_client(1000, &c);
+	a = td_alloc(fd, 2, 64 * 1024);
+	bind_windowed(c);
+	td_lookup(fd, 4, a, 0, NULL);
+	fake_window_live[handle] = fake_window_bound[handle] = true;
+	mrd__response__free_unpacked(track(fd, 5, &handle, 1, NULL, 0, 0), NULL);
+	ck_assert_uint_eq(handover_unbind_clients(td_manager), 1);
+	ck_assert_uint_eq(windows_deallocated, 0);
+	ck_assert(fake_window_live[handle]);
+	fake_window_live[handle] = false; /* the client deallocates it */
+	td_free(fd, 6, a, 0);
 	ck_assert_uint_eq(handover_unbind_clients(td_manager), 0);
 	finish(fd, -1);
 }
@@ -1955,9 +2247,15 @@ int main(void)
 	tcase_add_test(tc, test_kept_at_the_end);
 	tcase_add_test(tc, test_kept_at_the_end_big);
 	tcase_add_test(tc, test_quarantine_outlives_the_client);
+	tcase_add_test(tc, test_left_windows_go_before_the_mrs);
+	tcase_add_test(tc, test_left_windows_free_a_quarantined_run);
+	tcase_add_test(tc, test_left_windows_go_a_share_a_turn);
+	tcase_add_test(tc, test_left_windows_wait_for_a_bound_registration);
+	tcase_add_test(tc, test_window_track_bounded);
 	tcase_add_test(tc, test_loop_never_waits_for_a_bound_registration);
 	tcase_add_test(tc, test_reexec_unbinds_first);
 	tcase_add_test(tc, test_handover_refused_over_a_kept_mr);
+	tcase_add_test(tc, test_handover_keeps_live_windows);
 	tcase_add_test(tc, test_handover_refused_over_a_quarantined_client_mr);
 	tcase_add_test(tc, test_domain_failure_spares_other_devices);
 	tcase_add_test(tc, test_bind_after_mempool_register_refused);

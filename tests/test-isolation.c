@@ -339,6 +339,21 @@ static void try_window_revoke(struct world *w)
 	ask_free(w, &req, ENOENT); /* A's window stays: A revokes it at the end */
 }
 
+static void try_window_track(struct world *w)
+{
+	Mrd__Request req = MRD__REQUEST__INIT;
+	Mrd__WindowTrackRequest t = MRD__WINDOW_TRACK_REQUEST__INIT;
+	uint32_t handle = 0;
+
+	/* Handles name windows of the connection's own bound context alone: B, bound to none,
+	 * can have mrd deallocate nothing (A's windows are mrd's, in its domain's context). */
+	req.body_case = MRD__REQUEST__BODY_WINDOW_TRACK;
+	req.window_track = &t;
+	t.add = &handle;
+	t.n_add = 1;
+	ask_free(w, &req, ENXIO);
+}
+
 /* A grants a window over the first page of mem (rkey 0) and answers its rkey, or revokes the
  * window of rkey; either must succeed. */
 static uint32_t a_window(struct world *w, uint32_t rkey)
@@ -540,6 +555,7 @@ static const struct {
 	{ MRD__REQUEST__BODY_RELOAD, try_reload },
 	{ MRD__REQUEST__BODY_WINDOW_GRANT, try_window_grant },
 	{ MRD__REQUEST__BODY_WINDOW_REVOKE, try_window_revoke },
+	{ MRD__REQUEST__BODY_WINDOW_TRACK, try_window_track },
 };
 
 /* A's holdings: memory (written), attached memory, keys, a mempool, a parked pool handle. */

@@ -97,6 +97,36 @@ int client_call(struct mrd_client *client, Mrd__Request *req, Mrd__Response **re
 	return 0;
 }
 
+/* mrd's record of the windows a handle tracked (WindowTrack): every window libmrd allocates is
+ * tracked, and untracked once deallocated. track_fail: the next track fails so. */
+#define MAX_TRACKED 4096
+static bool tracked[MAX_TRACKED];
+static int track_fail;
+
+int mrd_window_track(mrd_client *client, uint32_t mw_handle)
+{
+	(void)client;
+	assert(mw_handle < MAX_TRACKED);
+	if (track_fail) {
+		int r = track_fail;
+
+		track_fail = 0;
+		return r;
+	}
+	tracked[mw_handle] = true;
+	return 0;
+}
+
+int mrd_window_untrack(mrd_client *client, uint32_t mw_handle)
+{
+	(void)client;
+	assert(mw_handle < MAX_TRACKED);
+	if (!tracked[mw_handle])
+		return -ENOENT;
+	tracked[mw_handle] = false;
+	return 0;
+}
+
 /* ---- the fake device ---- */
 enum { MW_FREE, MW_VALID };
 struct fmw {
@@ -273,6 +303,7 @@ static struct mrd_client *client_new(void)
 static void reset_device(void)
 {
 	memset(mws, 0, sizeof(mws));
+	memset(tracked, 0, sizeof(tracked));
 	n_mws = n_alloc_mw = n_dealloc_mw = 0;
 }
 
@@ -308,6 +339,58 @@ static void t_revoke_then_free(void)
 	check(!q->error, "revoke, completion, free: the QP stays usable", q->why);
 	check(n_dealloc_mw == 1, "the free deallocated the pooled window", NULL);
 	own_windows_close(c);
+	free(c);
+	free(q);
+}
+
+static int live_untracked(void)
+{
+	int n = 0;
+
+	for (int i = 0; i < n_mws; i++)
+		n += mws[i].live && !tracked[mws[i].mw.handle];
+	return n;
+}
+
+/* Deallocated windows mrd still tracks: their handles may be other windows' by now. */
+static int dead_tracked(void)
+{
+	int n = 0;
+
+	for (int i = 0; i < n_mws; i++)
+		n += !mws[i].live && tracked[mws[i].mw.handle];
+	return n;
+}
+
+/* Every window libmrd allocates is tracked with mrd (which deallocates it should the program
+ * die with it bound) and untracked once libmrd deallocated it (its handle may be another
+ * window's then); a window mrd would not track is not used. */
+static void t_tracking(void)
+{
+	struct mrd_client *c = client_new();
+	struct fqp *q = qp_new();
+	uint32_t rkey, other;
+	int posted, live;
+
+	reset_device();
+	assert(own_window_grant(c, &q->qp, X, 4096, MRD_WINDOW_REMOTE_WRITE, &rkey) == 0);
+	assert(own_window_grant(c, &q->qp, Y, 4096, MRD_WINDOW_REMOTE_WRITE, &other) == 0);
+	dev_run(q);
+	check(n_mws == 2 && live_untracked() == 0, "each window allocated is tracked", NULL);
+	own_windows_after_free(c, (uintptr_t)X, own_windows_before_free(c, (uintptr_t)X));
+	check(n_dealloc_mw == 1 && dead_tracked() == 0, "a free deallocates and untracks its window",
+	      NULL);
+	check(tracked[mws[1].mw.handle], "and leaves the other tracked", NULL);
+	posted = q->n_sq;
+	live = n_alloc_mw - n_dealloc_mw;
+	track_fail = -ENOSPC;
+	check(own_window_grant(c, &q->qp, X, 4096, MRD_WINDOW_REMOTE_WRITE, &rkey) == -ENOSPC,
+	      "a window mrd does not track fails the grant with mrd's error", NULL);
+	check(q->n_sq == posted && n_alloc_mw - n_dealloc_mw == live,
+	      "and is deallocated, nothing posted", NULL);
+	own_windows_close(c);
+	check(n_alloc_mw == n_dealloc_mw && dead_tracked() == 0,
+	      "close deallocates and untracks each window", NULL);
 	free(c);
 	free(q);
 }
@@ -635,6 +718,7 @@ int main(void)
 	t_many_qps_in_turn();
 	t_revoke_in_sqd();
 	t_fork_while_granting();
+	t_tracking();
 	printf("%d failed\n", failures);
 	return failures ? 1 : 0;
 }

@@ -45,6 +45,46 @@ static int n_qps, n_cqs, n_qps_made;
 static struct ibv_wc pending[8];
 static int n_pending;
 
+/* mrd's record of the connection's windows (WindowTrack): a window may be bound only while
+ * tracked; track_fail makes the next track fail so. */
+static bool tracked[MAX_MW];
+static int track_fail, n_bound_untracked;
+
+static int f_track(void *data, uint32_t handle)
+{
+	(void)data;
+	assert(handle < MAX_MW);
+	if (track_fail) {
+		int r = track_fail;
+
+		track_fail = 0;
+		return r;
+	}
+	tracked[handle] = true;
+	return 0;
+}
+
+static int f_untrack(void *data, uint32_t handle)
+{
+	(void)data;
+	assert(handle < MAX_MW);
+	if (!tracked[handle])
+		return -ENOENT;
+	tracked[handle] = false;
+	return 0;
+}
+
+static const struct binder_tracking tracking = { f_track, f_untrack, NULL };
+
+static int n_tracked(void)
+{
+	int n = 0;
+
+	for (int i = 0; i < MAX_MW; i++)
+		n += tracked[i];
+	return n;
+}
+
 static struct ibv_mw *f_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 {
 	struct fmw *m;
@@ -91,6 +131,7 @@ static int f_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *b
 	(void)qp;
 	assert(b->bind_info.mr && b->bind_info.mr->pd == mw->pd); /* librxe reads mr->lkey */
 	assert(m->live);
+	n_bound_untracked += b->bind_info.length > 0 && !tracked[mw->handle];
 	if (qp_error)
 		wc.status = IBV_WC_WR_FLUSH_ERR;
 	else if (fail_next_bind || binds_fail || mw->rkey != m->key || mw->type != IBV_MW_TYPE_1) {
@@ -223,13 +264,15 @@ static void reset(void)
 	n_mws = n_live = n_alloc = n_dealloc = n_pending = n_qps_made = 0;
 	qp_error = fail_next_bind = binds_fail = deallocs_fail = false;
 	device_has_mw = device_has_type2 = qp_loops = true;
+	memset(tracked, 0, sizeof(tracked));
+	track_fail = n_bound_untracked = 0;
 }
 
 static struct window_binder *binder(void)
 {
 	struct window_binder *b = NULL;
 	char why[256] = "";
-	int k = window_binder_new(&verbs, &pd, &b, why, sizeof(why));
+	int k = window_binder_new(&verbs, &tracking, &pd, &b, why, sizeof(why));
 
 	CHECK(k == 0, "window_binder_new: %d (%s)", k, why);
 	return b;
@@ -402,17 +445,59 @@ static void t_refusals(void)
 	int k;
 
 	device_has_mw = false;
-	k = window_binder_new(&verbs, &pd, &b, why, sizeof(why));
+	k = window_binder_new(&verbs, &tracking, &pd, &b, why, sizeof(why));
 	CHECK(k == -EOPNOTSUPP && strstr(why, "no type-1 memory windows"), "%d: %s", k, why);
 	device_has_mw = true;
 	device_has_type2 = false; /* mrd's MRs would not take windows: every bind would fail */
-	k = window_binder_new(&verbs, &pd, &b, why, sizeof(why));
+	k = window_binder_new(&verbs, &tracking, &pd, &b, why, sizeof(why));
 	CHECK(k == -EOPNOTSUPP && strstr(why, "no type-2"), "%d: %s", k, why);
 	device_has_type2 = true;
 	qp_loops = false;
-	k = window_binder_new(&verbs, &pd, &b, why, sizeof(why));
+	k = window_binder_new(&verbs, &tracking, &pd, &b, why, sizeof(why));
 	CHECK(k == -EOPNOTSUPP && strstr(why, "connect to itself"), "%d: %s", k, why);
 	CHECK(n_qps == 0 && n_cqs == 0, "%d QPs, %d CQs left", n_qps, n_cqs);
+}
+
+/* After each case: no window was bound untracked, and a freed binder left none tracked (mrd
+ * would deallocate a handle that may be another window's by then). */
+static void t_tracked_after(void)
+{
+	CHECK(n_bound_untracked == 0, "%d binds of untracked windows", n_bound_untracked);
+	CHECK(n_tracked() == 0, "%d windows tracked after the binder's end", n_tracked());
+}
+
+/* A window mrd does not track is not used: the bind fails with mrd's error, the window is
+ * deallocated. Retired windows (unbound for good) are untracked; pooled ones stay tracked; a
+ * window whose unbind and dealloc failed (maybe still bound) stays tracked until its end. */
+static void t_tracking(void)
+{
+	struct window_binder *b = binder();
+	unsigned bound, pooled, retired;
+	struct ibv_mw *mw;
+	char why[256] = "";
+
+	track_fail = -ENOSPC;
+	CHECK(window_binder_bind(b, 0x100, (void *)BUF, 4096, RW, &mw, why, sizeof(why)) == -ENOSPC,
+	      "a bind whose window mrd did not track");
+	CHECK(strstr(why, "mrd does not track"), "why: %s", why);
+	CHECK(n_live == 0 && n_tracked() == 0, "%d live, %d tracked", n_live, n_tracked());
+	for (unsigned i = 0; i < BINDER_BINDS / 2 + 1; i++) {
+		CHECK(window_binder_bind(b, 0x100, (void *)BUF, 4096, RW, &mw, why, sizeof(why)) == 0,
+		      "%s", why);
+		CHECK(tracked[mw->handle], "the bound window is tracked");
+		CHECK(window_binder_unbind(b, mw) == 0, "unbind");
+	}
+	window_binder_counts(b, &bound, &pooled, &retired);
+	CHECK(retired == 1 && pooled == 1, "%u retired, %u pooled", retired, pooled);
+	CHECK(n_tracked() == 1 && tracked[mw->handle] && !tracked[0],
+	      "the pooled window alone tracked (%d)", n_tracked());
+	CHECK(window_binder_bind(b, 0x100, (void *)BUF, 4096, RW, &mw, why, sizeof(why)) == 0,
+	      "%s", why);
+	binds_fail = deallocs_fail = true;
+	CHECK(window_binder_unbind(b, mw) < 0, "the unbind");
+	CHECK(tracked[mw->handle], "a window whose unbind and dealloc failed stays tracked");
+	deallocs_fail = false;
+	window_binder_free(b);
 }
 
 int main(void)
@@ -425,12 +510,13 @@ int main(void)
 	ops.poll_cq = f_poll_cq;
 	ctx.ops = ops;
 	the_cq.context = &ctx;
-	reset(), t_bind_unbind();
-	reset(), t_cycles_no_rkey_twice();
-	reset(), t_retired_bounded();
-	reset(), t_failed_bind();
-	reset(), t_failed_dealloc();
-	reset(), t_refusals();
+	reset(), t_bind_unbind(), t_tracked_after();
+	reset(), t_cycles_no_rkey_twice(), t_tracked_after();
+	reset(), t_retired_bounded(), t_tracked_after();
+	reset(), t_failed_bind(), t_tracked_after();
+	reset(), t_failed_dealloc(), t_tracked_after();
+	reset(), t_refusals(), t_tracked_after();
+	reset(), t_tracking(), t_tracked_after();
 	printf("%s: %d failures\n", failures ? "FAIL" : "PASS", failures);
 	return failures ? 1 : 0;
 }

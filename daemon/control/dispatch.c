@@ -68,6 +68,8 @@ static const struct request_type request_types[] = {
 					      .domain_pd = true },
 	[MRD__REQUEST__BODY_WINDOW_REVOKE] = { "WindowRevoke", request_window_revoke,
 					       .needs_domain = true },
+	[MRD__REQUEST__BODY_WINDOW_TRACK] = { "WindowTrack", request_window_track,
+					      .needs_domain = true },
 };
 
 /* The request whose handler runs now (the loop is single-threaded): one that waits for a
@@ -103,6 +105,7 @@ static const char *const request_apis[] = {
 	[MRD__REQUEST__BODY_RELOAD] = "mrctl reload",
 	[MRD__REQUEST__BODY_WINDOW_GRANT] = "mrd_window_grant()",
 	[MRD__REQUEST__BODY_WINDOW_REVOKE] = "mrd_window_revoke()",
+	[MRD__REQUEST__BODY_WINDOW_TRACK] = "mrd_window_track()",
 };
 
 /* The call behind a request, for messages; its wire name where none is listed. */

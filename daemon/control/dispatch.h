@@ -195,6 +195,9 @@ int request_window_grant(struct client *c, struct domain *d, const Mrd__Request 
 			 struct wire_packet *pkt, struct reply *r);
 int request_window_revoke(struct client *c, struct domain *d, const Mrd__Request *req,
 			  struct wire_packet *pkt, struct reply *r);
+/* Windows of the bound PD's context to deallocate when the client goes (bound-pd.h). */
+int request_window_track(struct client *c, struct domain *d, const Mrd__Request *req,
+			 struct wire_packet *pkt, struct reply *r);
 
 /* The checks of the requests that have one (request_check_fn). */
 int request_alloc_check(const Mrd__Request *req, struct reply *r);

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* The memory-window family: WindowGrant (a window over the caller's own memory, bound on the
  * domain's PD; or, for the client-PD model, the MR of the client's own PD it binds over) and
- * WindowRevoke. */
+ * WindowRevoke; WindowTrack, the client-PD model's windows mrd deallocates when the client goes. */
 #include <errno.h>
 #include <inttypes.h>
 
 #include "macro.h"
 #include "provider/provider.h"
+#include "registration/bound-pd.h"
 #include "core/domain.h"
 #include "control/client.h"
 #include "control/dispatch.h"
@@ -218,5 +219,32 @@ int request_window_revoke(struct client *c, struct domain *d, const Mrd__Request
 	if (k < 0)
 		return k;
 	(void)reply_body(r, MRD__RESPONSE__BODY_WINDOW_REVOKE);
+	return 0;
+}
+
+int request_window_track(struct client *c, struct domain *d, const Mrd__Request *req,
+			 struct wire_packet *pkt, struct reply *r)
+{
+	const Mrd__WindowTrackRequest *q = req->window_track;
+	Mrd__WindowTrackResponse *body;
+	int k;
+
+	(void)d, (void)pkt;
+	if (!c->bound || c->bound_lost) {
+		reply_set_message(r, "WindowTrack: this connection has no PD of its own bound "
+				  "(mrd_client_bind_pd)%s", c->bound_lost ?
+				  ", or it was let go: connect again" : "");
+		return -ENXIO;
+	}
+	k = bound_pd_track(c->bound, q->clear, q->add, q->n_add, q->remove, q->n_remove);
+	if (k == -ENOSPC) {
+		reply_set_message(r, "WindowTrack: a connection tracks %u windows at most; it has "
+				  "%u", BOUND_PD_WINDOWS_MAX, c->bound->n_windows);
+		return k;
+	}
+	if (k < 0)
+		return k;
+	body = reply_body(r, MRD__RESPONSE__BODY_WINDOW_TRACK);
+	body->tracked = (uint32_t)k;
 	return 0;
 }

@@ -534,7 +534,7 @@ void domain_drop_allocation(struct domain *d, struct allocation *a)
 static bool leaving_none(const struct domain *d)
 {
 	return !bound_pds_leaving(&d->reg.cache) && LIST_EMPTY(&d->leaving.pools) &&
-	       LIST_EMPTY(&d->leaving.mem.allocations);
+	       LIST_EMPTY(&d->leaving.mem.allocations) && !d->retry_quarantine;
 }
 
 /* A share of what clients that left own goes (all of it with all): the MRs of their own PDs
@@ -544,14 +544,29 @@ static bool leaving_none(const struct domain *d)
  * turn. Once none is left, the hold goes (d may close). */
 static void leave_share(struct domain *d, bool all)
 {
-	static const struct timeval next_turn = { 0, 0 };
-	unsigned made = 0;
+	static const struct timeval next_turn = { 0, 0 }, worker_turn = { 0, 10000 };
+	const struct timeval *turn = &next_turn;
+	unsigned made = 0, dropped = 0;
 	struct allocation *a;
 
 	if (leaving_none(d))
 		return; /* no hold either */
-	if (!bound_pds_leave_share(&d->reg.cache, all, &made) ||
-	    !mempool_leave_share(&d->reg.mempools, &d->leaving, all, &made))
+	if (!bound_pds_leave_share(&d->reg.cache, all, &made, &dropped)) {
+		d->retry_quarantine |= dropped > 0;
+		if (bound_pds_wait_worker(&d->reg.cache))
+			turn = &worker_turn; /* a registration may take seconds */
+		goto wait;
+	}
+	/* A window a client left bound may have made a free of its process's other connection
+	 * (the preload shim's memory) quarantine the run: the device lets go of it now, once
+	 * no worker holds the providers (registrar_retry_quarantine() would not wait); the
+	 * leave goes on meanwhile, and ends only after it. */
+	d->retry_quarantine |= dropped > 0;
+	if (d->retry_quarantine && (all || !registrar_busy(&d->reg))) {
+		d->retry_quarantine = false;
+		(void)registrar_retry_quarantine(&d->reg);
+	}
+	if (!mempool_leave_share(&d->reg.mempools, &d->leaving, all, &made))
 		goto wait;
 	while ((a = LIST_FIRST(&d->leaving.mem.allocations))) {
 		if (!all && made > 0 && !registrar_loop_may(&d->reg, made, a->length))
@@ -560,11 +575,15 @@ static void leave_share(struct domain *d, bool all)
 		domain_drop_allocation(d, a);
 		made++;
 	}
+	if (d->retry_quarantine) {
+		turn = &worker_turn;
+		goto wait;
+	}
 	event_del(d->leave_event);
 	domain_unref(d);
 	return;
 wait:
-	if (event_add(d->leave_event, &next_turn) < 0)
+	if (event_add(d->leave_event, turn) < 0)
 		leave_share(d, true); /* cannot wait: all of it now */
 }
 

@@ -51,6 +51,9 @@ struct domain {
 	 * (domain_leave); while there is any it holds the domain open (domain_ref). */
 	struct reg_owner leaving;
 	struct event *leave_event; /* the next turn's share of leaving */
+	/* A leaving client's windows went: runs quarantined under them (its process's other
+	 * connection freed them first) go back once its PD is done and no worker holds on. */
+	bool retry_quarantine;
 	struct context_holder *exported_to; /* each process once (domain_note_export) */
 	size_t n_exported_to;
 	size_t exported_check_at; /* the next look for gone holders, at this many */

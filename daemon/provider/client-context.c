@@ -306,6 +306,13 @@ int client_context_dereg(struct client_context *ctx, uint32_t mr_handle)
 	return invoke_write(ctx, IB_USER_VERBS_CMD_DEREG_MR, &cmd, sizeof(cmd), NULL, 0);
 }
 
+int client_context_dealloc_mw(struct client_context *ctx, uint32_t mw_handle)
+{
+	struct ib_uverbs_dealloc_mw cmd = { .mw_handle = mw_handle };
+
+	return invoke_write(ctx, IB_USER_VERBS_CMD_DEALLOC_MW, &cmd, sizeof(cmd), NULL, 0);
+}
+
 int client_context_check_pd(struct client_context *ctx, uint32_t pd_handle, char *why,
 			    size_t why_size)
 {

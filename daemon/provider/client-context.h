@@ -46,6 +46,9 @@ const char *client_context_driver(const struct client_context *ctx);
 int client_context_reg(struct client_context *ctx, uint32_t pd_handle, void *start,
 		       size_t length, uint64_t iova, unsigned ib_access, struct client_mr *ret);
 int client_context_dereg(struct client_context *ctx, uint32_t mr_handle);
+/* Deallocates memory window mw_handle of the context (IB_USER_VERBS_CMD_DEALLOC_MW): the kernel
+ * destroys it only if that handle is a window's (uobj_perform_destroy checks the type). */
+int client_context_dealloc_mw(struct client_context *ctx, uint32_t mw_handle);
 
 /* Whether pd_handle is a PD of the context that mrd can register into: one page of mrd's own
  * registered and deregistered there. 0, or the reason in why. */

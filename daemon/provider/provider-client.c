@@ -86,6 +86,14 @@ static int client_dereg(struct provider_mr *base)
 	return 0;
 }
 
+/* The kernel checks the handle's type (Linux 6.1 uverbs_cmd.c ib_uverbs_dealloc_mw,
+ * uobj_perform_destroy(UVERBS_OBJECT_MW, ...)): a handle that is another object's now is
+ * refused (-EINVAL), not destroyed. */
+static int client_mw_dealloc(struct provider *p, uint32_t handle)
+{
+	return client_context_dealloc_mw(to_client(p)->ctx, handle);
+}
+
 static int client_pd_free(struct provider_pd *pd)
 {
 	return pd->n_mrs ? -EBUSY : 0;
@@ -114,6 +122,7 @@ static const struct provider_ops client_ops = {
 	.pd_free = client_pd_free,
 	.reg = client_reg,
 	.dereg = client_dereg,
+	.client_mw_dealloc = client_mw_dealloc,
 	.stats = client_stats,
 };
 

@@ -250,6 +250,11 @@ struct provider_ops {
 		       uint64_t length, unsigned access, uint32_t *ret_rkey);
 	int (*mw_invalidate)(struct provider_mw *mw, struct provider_mr *mr);
 	int (*mw_dealloc)(struct provider_mw *mw, struct provider_mr *mr);
+	/* A client PD's context (provider/provider-client.h): deallocates the window handle of
+	 * the client's own (ibv_mw.handle, which it tracked: WindowTrack), bound or not, so the
+	 * MRs under it may go. -ENOENT or -EINVAL where handle names no window (any more). NULL:
+	 * the windows of this provider are mrd's own (the ops above). */
+	int (*client_mw_dealloc)(struct provider *p, uint32_t handle);
 	/* The device's lifecycle (mrd(8), DEVICES). The context's async event fd (O_NONBLOCK,
 	 * the provider's), -1 when it has none. */
 	int (*event_fd)(struct provider *p);
@@ -475,6 +480,12 @@ static inline int provider_dereg(struct provider_mr *mr)
 	/* As rxe (struct provider_mr, n_mws). */
 	return PROVIDER_LOCKED(p, provider_mr_unwindowed_locked(mr) < 0 ? -EBUSY :
 				  p->ops->dereg(mr));
+}
+
+static inline int provider_client_mw_dealloc(struct provider *p, uint32_t handle)
+{
+	return p->ops->client_mw_dealloc ?
+		       PROVIDER_LOCKED(p, p->ops->client_mw_dealloc(p, handle)) : -EOPNOTSUPP;
 }
 
 static inline int provider_park(struct provider_mr *mr)

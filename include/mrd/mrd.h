@@ -440,6 +440,19 @@ int mrd_window_revoke(mrd_client *client, void *qp, uint32_t rkey);
  * resetting it, before it goes back to INIT. How many (0 or more), or -EINVAL, -ECHILD,
  * -EOPNOTSUPP (a libmrd built without <infiniband/verbs.h>). */
 int mrd_window_qp_gone(mrd_client *client, void *qp);
+/* The client-PD model: windows the program allocated in the PD the handle is bound to
+ * (mw_handle: ibv_mw.handle), which mrd deallocates, through its copy of the command fd, when
+ * the handle's connection ends without mrd_client_close() (the process died), before it
+ * deregisters its MRs of that PD. A window left bound over one of them would otherwise keep
+ * the MR and its pages: rxe refuses the dereg. Track a window from its allocation, untrack it
+ * once deallocated (its handle number may be another window's then). mrd_client_close()
+ * untracks them all; a hand-over (mrd's warm restart) deallocates none. libmrd tracks its own
+ * (mrd_window_grant) and libmrd-preload its windows. One request each; a reconnect tells the
+ * new mrd the set again. At most 1,024 per handle. Errors: -ENXIO (no PD bound), -ENOSPC
+ * (1,024 already), -ENOENT (untrack: not tracked), -ECHILD (a fork() child's handle), and the
+ * other errors of a call. */
+int mrd_window_track(mrd_client *client, uint32_t mw_handle);
+int mrd_window_untrack(mrd_client *client, uint32_t mw_handle);
 
 /* The negotiated protocol version (positive), or -EINVAL for a NULL handle. No request, as
  * for the versions below. */

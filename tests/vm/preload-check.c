@@ -272,8 +272,8 @@ static int data(int gid_index)
 
 	/* With MRD_PRELOAD_WINDOWS=dereg the rkey dies with the dereg, as libibverbs' does: the
 	 * shim's is a window's, unbound there, though it keeps mrd's MR for the next
-	 * registration. Else it lives on while the shim keeps the registration (a window's with
-	 * =free, the MR's own by default), and the next registration gets it back. */
+	 * registration. Else it lives on while the shim keeps the registration (a window's by
+	 * default, the MR's own with =off), and the next registration gets it back. */
 	lkey = mr->lkey;
 	rkey = mr->rkey;
 	if (ibv_dereg_mr(mr))

@@ -27,6 +27,8 @@
  *     mrd_window_qp_gone, and a window the handle still had at its close refused. The target waits for a completion of a later
  *     work request of its QP (a fence) after each grant before it sends the rkey, and before
  *     each free and close (what mrd_window_grant(3) asks of a program).
+ *   rdma-peers windows-killed SOCKET GID_INDEX
+ *     As windows, the target killed (SIGKILL) once its window is bound and written through.
  *   rdma-peers windows-serve SOCKET GID_INDEX PORT | windows-ask SOCKET GID_INDEX HOST PORT
  *     The same across two hosts (each its own mrd): the target serves on PORT, the
  *     initiator connects to HOST.
@@ -922,6 +924,64 @@ static int windows(int gid_index, const char *host, int port, bool serve)
 	return rc;
 }
 
+/* The target killed with a window bound: it grants one on its own QP, has a work request after
+ * it complete (the bind ran), writes through it once, and raises SIGKILL. The window outlives it
+ * in its context, which mrd's copy of the command fd keeps; mrd deallocates it (libmrd tracked
+ * it: mrd_window_track) before it deregisters the MR under it, which rxe would refuse. */
+static int windows_killed(int gid_index)
+{
+	struct peer p = { .own_qp = true, .bound = true, .gid_index = gid_index };
+	struct win_msg mine, w;
+	struct mrd_keys k;
+	int sv[2], status, r;
+	char *buf;
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		return 2;
+	pid = fork();
+	if (pid == 0) {
+		p.who = "target";
+		p.sock = sv[1];
+		close(sv[0]);
+		peer_open(&p);
+		if ((r = mrd_mem_alloc(p.client, BUF_SIZE, 0, 0, (void **)&buf)) < 0 ||
+		    (r = mrd_cache_keys(p.l, buf, &k)) < 0)
+			die(p.who, "alloc and lookup", r);
+		memset(buf, 0, BUF_SIZE);
+		peer_connect(&p);
+		xrecv(&p, &mine, sizeof(mine));
+		r = mrd_window_grant(p.client, p.qp, buf + WIN_OFF, WIN_LEN, WIN_RW, &w.rkey);
+		if (r < 0)
+			die(p.who, "mrd_window_grant", r);
+		fence(&p, buf + BUF_SIZE - 1, k.lkey, mine.addr, mine.rkey);
+		w.addr = (uintptr_t)buf;
+		xsend(&p, &w, sizeof(w));
+		heard(&p); /* written */
+		printf("target: window bound and written through; killed now\n");
+		fflush(stdout);
+		raise(SIGKILL);
+	}
+	close(sv[1]);
+	p.who = "initiator";
+	p.sock = sv[0];
+	peer_open(&p);
+	if ((r = mrd_mem_alloc(p.client, BUF_SIZE, 0, 0, (void **)&buf)) < 0 ||
+	    (r = mrd_cache_keys(p.l, buf, &k)) < 0)
+		die(p.who, "alloc and lookup", r);
+	memset(buf, 'w', BUF_SIZE);
+	peer_connect(&p);
+	mine = (struct win_msg){ (uintptr_t)buf + BUF_SIZE - 64, k.rkey };
+	xsend(&p, &mine, sizeof(mine));
+	xrecv(&p, &w, sizeof(w));
+	r = rdma(&p, false, buf, k.lkey, w.addr + WIN_OFF, w.rkey, WIN_LEN);
+	result("the killed target's window: an RDMA WRITE through it before its death", r == 0);
+	say(&p, 1);
+	result("the target died of SIGKILL with its window bound",
+	       waitpid(pid, &status, 0) == pid && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	return 0;
+}
+
 /* A client in a domain of its own, killed mid-request by the pair's initiator. */
 _Noreturn static void victim(const char *sock, uid_t uid)
 {
@@ -1206,6 +1266,10 @@ int main(int argc, char **argv)
 	if (argc == 4 && strcmp(argv[1], "bound") == 0) {
 		setenv("MRD_SOCKET", argv[2], 1);
 		return pair(argv[2], atoi(argv[3]), 0, true);
+	}
+	if (argc == 4 && strcmp(argv[1], "windows-killed") == 0) {
+		setenv("MRD_SOCKET", argv[2], 1);
+		return windows_killed(atoi(argv[3]));
 	}
 	if (argc == 4 && strcmp(argv[1], "windows") == 0) {
 		setenv("MRD_SOCKET", argv[2], 1);
