@@ -128,8 +128,9 @@ void window_track_clear(struct mrd_client *client)
 		return;
 	}
 	pthread_mutex_lock(&client->track_lock);
-	/* All of mrd's record, also what an untrack that failed left there. */
-	if (client->n_tracked > 0 && !__atomic_load_n(&client->gone, __ATOMIC_ACQUIRE))
+	/* All of mrd's record, also what an untrack that failed left there (tracked: this
+	 * handle ever tracked a window). */
+	if (client->tracked && !__atomic_load_n(&client->gone, __ATOMIC_ACQUIRE))
 		(void)track_call(client, true, NULL, 0, NULL, 0);
 	client->n_tracked = 0;
 	pthread_mutex_unlock(&client->track_lock);
