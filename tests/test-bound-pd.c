@@ -1706,8 +1706,8 @@ START_TEST(test_left_windows_go_a_share_a_turn)
 	}
 	mrd__response__free_unpacked(track(fd, 4, many, BOUND_PD_WINDOWS_MAX, NULL, 0, 0), NULL);
 	close(fd);
-	/* One turn of the loop at a time (td_pump runs many). */
-	for (int i = 0; i < 1000 && windows_deallocated == 0; i++) {
+	/* One turn of the loop at a time (td_pump runs many), until the leave's first share. */
+	for (double t0 = test_now_s(); windows_deallocated == 0 && test_now_s() - t0 < TEST_WAIT_S;) {
 		event_base_loop(td_manager->core.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
 		usleep(1000);
 	}

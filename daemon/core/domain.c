@@ -548,11 +548,13 @@ static void leave_share(struct domain *d, bool all)
 	const struct timeval *turn = &next_turn;
 	unsigned made = 0, dropped = 0;
 	struct allocation *a;
+	bool bound_done;
 
 	if (leaving_none(d))
 		return; /* no hold either */
-	if (!bound_pds_leave_share(&d->reg.cache, all, &made, &dropped)) {
-		d->retry_quarantine |= dropped > 0;
+	bound_done = bound_pds_leave_share(&d->reg.cache, all, &made, &dropped);
+	d->retry_quarantine |= dropped > 0;
+	if (!bound_done) {
 		if (bound_pds_wait_worker(&d->reg.cache))
 			turn = &worker_turn; /* a registration may take seconds */
 		goto wait;
@@ -561,7 +563,6 @@ static void leave_share(struct domain *d, bool all)
 	 * (the preload shim's memory) quarantine the run: the device lets go of it now, once
 	 * no worker holds the providers (registrar_retry_quarantine() would not wait); the
 	 * leave goes on meanwhile, and ends only after it. */
-	d->retry_quarantine |= dropped > 0;
 	if (d->retry_quarantine && (all || !registrar_busy(&d->reg))) {
 		d->retry_quarantine = false;
 		(void)registrar_retry_quarantine(&d->reg);

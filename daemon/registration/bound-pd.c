@@ -139,14 +139,19 @@ void bound_pd_leave(struct bound_pd *b)
 	b->leaving = true;
 }
 
+/* Its windows wait for a worker that registers in the PD, holding its provider for the whole
+ * registration (seconds for GiBs): the loop comes back rather than wait for it. */
+static bool windows_wait_worker(const struct bound_pd *b)
+{
+	return b->n_windows > 0 && b->cache.pending_bytes > 0;
+}
+
 /* A share of the windows the client tracked, deallocated in its context, each counted as a
  * registration on the loop (a client may leave 1,024, and a user 256 such connections): the
  * dealloc fails harmlessly for a handle that is no window now. Whether none is left. */
 static bool drop_windows_share(struct bound_pd *b, bool all, unsigned *made, unsigned *dropped)
 {
-	/* A worker registering in the PD holds its provider for the whole registration (seconds
-	 * for GiBs): the loop comes back next turn rather than wait for it. */
-	if (!all && b->n_windows > 0 && b->cache.pending_bytes > 0)
+	if (!all && windows_wait_worker(b))
 		return false;
 	while (b->n_windows > 0) {
 		if (!all && *made > 0 && !reg_loop_may(b->cache.reg, *made, 0))
@@ -198,7 +203,7 @@ bool bound_pds_wait_worker(const struct mr_cache *home)
 	LIST_FOREACH(c, &home->bound, bound_link) {
 		const struct bound_pd *b = container_of(c, const struct bound_pd, cache);
 
-		if (b->leaving && b->n_windows > 0 && c->pending_bytes > 0)
+		if (b->leaving && windows_wait_worker(b))
 			return true;
 	}
 	return false;
